@@ -1,0 +1,531 @@
+"""One AMQP 0-9-1 connection, without I/O: bytes in, bytes out.
+
+The asyncio shell (:mod:`broker.amqp.protocol`) feeds what it reads to
+:meth:`Connection.receive_data` and writes what :meth:`Connection.data_to_send` returns; it
+calls :meth:`Connection.tick` now and then for heartbeats and time-outs, and
+:meth:`Connection.connection_lost` when the socket goes. Output that appears outside
+``receive_data`` (a delivery caused by another connection's publish, a confirm released
+later) is signalled through the ``on_output`` callback so the shell can flush.
+
+The connection runs the handshake (start/start-ok, tune/tune-ok, open/open-ok), checks
+framing (sizes, end octets, content sequence), and passes channel methods to
+:class:`~broker.amqp.channel.Channel`. A hard :class:`~broker.core.errors.AmqpError` sends
+connection.close with its reply code; the broker and every other connection carry on.
+
+THREAD UNSAFE: one event loop owns the connection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from pamqp import commands
+from pamqp.base import Frame as Method
+
+from broker.amqp import framing
+from broker.amqp.channel import Channel
+from broker.amqp.context import BrokerContext
+from broker.amqp.state import ChannelState, ConnectionState, check_transition
+from broker.core.errors import AmqpError, ReplyCode
+from broker.security.sasl import AuthenticationError
+
+S = ConnectionState
+_ids = itertools.count(1)
+_FRAME_HEAD = struct.Struct(">BHI")
+_PUBLISH_ID = b"\x00\x3c\x00\x28"
+
+
+class Connection:
+    """See the module docstring."""
+
+    def __init__(
+        self, ctx: BrokerContext, peer: str, on_output: Callable[[], None] | None = None
+    ) -> None:
+        self.ctx = ctx
+        self.id = next(_ids)
+        self.peer = peer
+        self.name = f"{peer} #{self.id}"
+        self.vhost = ctx.vhost
+        self.on_output = on_output
+        self.state = S.AWAIT_HEADER
+        self.channels: dict[int, Channel] = {}
+        self.client_properties: dict[str, Any] = {}
+        self.user: str | None = None
+        settings = ctx.settings
+        self.frame_max = settings.frame_max
+        self.channel_max = settings.channel_max
+        self.heartbeat = 0
+        self.writable = True
+        self.should_close = False
+        self.close_reason: str | None = None
+        now = ctx.clock()
+        self.created = now
+        self._last_recv = now
+        self._last_send = now
+        self._closing_since = 0.0
+        self._buf = bytearray()
+        self._out: list[bytes] = []
+        self._in_receive = False
+        self._output_signalled = False
+        self._confirm_channels: set[Channel] = set()
+        self._cleaned_up = False
+        self.messages_published = 0
+        self.messages_delivered = 0
+        ctx.connections[self.id] = self
+
+    # -- properties --------------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self.state is S.OPEN
+
+    def capability(self, name: str) -> bool:
+        """A flag from the client's ``capabilities`` table."""
+        caps = self.client_properties.get("capabilities")
+        return isinstance(caps, dict) and bool(caps.get(name))
+
+    def _set_state(self, new: ConnectionState) -> None:
+        check_transition(self.state, new)
+        self.state = new
+
+    # -- output ------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        self._out.append(data)
+        self._signal_output()
+
+    def _signal_output(self) -> None:
+        if not self._in_receive and not self._output_signalled and self.on_output is not None:
+            self._output_signalled = True
+            self.on_output()
+
+    def send_method(self, channel: int, method: Method) -> None:
+        self.write(framing.marshal_method(method, channel))
+
+    def confirms_settled(self, channel: Channel) -> None:
+        """A channel has confirm replies to send (called by its PublisherConfirms)."""
+        self._confirm_channels.add(channel)
+        self._signal_output()
+
+    def data_to_send(self) -> bytes:
+        """Everything to write now (confirm replies included)."""
+        self._output_signalled = False
+        if self._confirm_channels:
+            channels = self._confirm_channels
+            self._confirm_channels = set()
+            for channel in channels:
+                channel.send_confirm_replies()
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out.clear()
+        self._last_send = self.ctx.clock()
+        return data
+
+    # -- input -------------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> None:
+        """Process bytes read from the peer."""
+        if self.state is S.CLOSED or self.should_close:
+            return
+        self._in_receive = True
+        try:
+            self._buf += data
+            self._last_recv = self.ctx.clock()
+            self._parse()
+        except AmqpError as error:
+            self._buf.clear()
+            self.connection_error(error)
+        finally:
+            self._in_receive = False
+
+    def _parse(self) -> None:
+        buf = self._buf
+        pos = 0
+        if self.state is S.AWAIT_HEADER:
+            if len(buf) < 8:
+                if not framing.PROTOCOL_HEADER.startswith(bytes(buf[:4])[: len(buf)]):
+                    self._bad_protocol_header(bytes(buf))
+                return
+            header = bytes(buf[:8])
+            if header != framing.PROTOCOL_HEADER:
+                self._bad_protocol_header(header)
+                return
+            pos = 8
+            self._send_start()
+        limit = self.frame_max
+        end_of_data = len(buf)
+        while end_of_data - pos >= 7:
+            ftype, channel, size = _FRAME_HEAD.unpack_from(buf, pos)
+            if size + framing.FRAME_OVERHEAD > limit:
+                raise AmqpError(
+                    ReplyCode.FRAME_ERROR,
+                    f"frame of {size + framing.FRAME_OVERHEAD} bytes exceeds frame-max {limit}",
+                )
+            end = pos + 7 + size
+            if end >= end_of_data:
+                break
+            if buf[end] != framing.FRAME_END:
+                raise AmqpError(
+                    ReplyCode.FRAME_ERROR, f"frame end octet is {buf[end]:#04x}, expected 0xce"
+                )
+            payload = bytes(buf[pos + 7 : end])
+            pos = end + 1
+            self._frame(ftype, channel, payload)
+            if self.should_close or self.state is S.CLOSED:
+                pos = end_of_data
+                break
+        del buf[:pos]
+
+    def _bad_protocol_header(self, header: bytes) -> None:
+        # Spec 4.2.2: answer with the header we support and close.
+        self.ctx.protocol_errors_total += 1
+        self.ctx.log.warning(
+            "protocol_error",
+            connection=self.name,
+            reply_code=None,
+            reason=f"bad protocol header {header[:8]!r}",
+        )
+        self.write(framing.PROTOCOL_HEADER)
+        self.close_reason = "bad protocol header"
+        self.should_close = True
+
+    def _frame(self, ftype: int, channel: int, payload: bytes) -> None:
+        state = self.state
+        if ftype == framing.FRAME_METHOD:
+            if channel == 0:
+                self._connection_method(framing.unmarshal_method(payload))
+                return
+            if state is not S.OPEN:
+                if state is S.CLOSING:
+                    return
+                raise AmqpError(
+                    ReplyCode.UNEXPECTED_FRAME,
+                    f"channel {channel} method before the connection is open",
+                )
+            ch = self.channels.get(channel)
+            if ch is not None and ch.state is ChannelState.OPEN and payload[:4] == _PUBLISH_ID:
+                ch.publish_method(payload)
+                return
+            method = framing.unmarshal_method(payload)
+            if ch is None:
+                if isinstance(method, commands.Channel.Open):
+                    self._open_channel(channel)
+                    return
+                raise AmqpError(
+                    ReplyCode.CHANNEL_ERROR,
+                    f"expected 'channel.open' on channel {channel}, got {method.name}",
+                )
+            ch.method(method)
+        elif ftype == framing.FRAME_HEADER or ftype == framing.FRAME_BODY:
+            if state is not S.OPEN:
+                if state is S.CLOSING:
+                    return
+                raise AmqpError(ReplyCode.UNEXPECTED_FRAME, "content frame before open")
+            ch = self.channels.get(channel)
+            if ch is None:
+                raise AmqpError(
+                    ReplyCode.CHANNEL_ERROR, f"content frame on channel {channel}, not open"
+                )
+            if ftype == framing.FRAME_HEADER:
+                ch.content_header(payload)
+            else:
+                ch.content_body(payload)
+        elif ftype == framing.FRAME_HEARTBEAT:
+            if channel != 0:
+                raise AmqpError(ReplyCode.FRAME_ERROR, f"heartbeat frame on channel {channel}")
+        else:
+            raise AmqpError(ReplyCode.FRAME_ERROR, f"unknown frame type {ftype}")
+
+    # -- connection class --------------------------------------------------------------
+    def _send_start(self) -> None:
+        self._set_state(S.AWAIT_START_OK)
+        settings = self.ctx.settings
+        self.send_method(
+            0,
+            commands.Connection.Start(
+                version_major=0,
+                version_minor=9,
+                server_properties={
+                    "product": settings.product,
+                    "version": settings.version,
+                    "platform": "Python",
+                    "information": "active-passive HA AMQP 0-9-1 broker",
+                    "cluster_name": settings.node_name,
+                    "capabilities": {
+                        "publisher_confirms": True,
+                        "basic.nack": True,
+                        "consumer_cancel_notify": True,
+                        "per_consumer_qos": True,
+                        "authentication_failure_close": True,
+                        "connection.blocked": False,
+                        "exchange_exchange_bindings": False,
+                        "direct_reply_to": False,
+                    },
+                },
+                mechanisms=" ".join(self.ctx.authenticator.mechanisms()),
+                locales="en_US",
+            ),
+        )
+
+    def _unexpected(self, method: Method) -> AmqpError:
+        return AmqpError(
+            ReplyCode.UNEXPECTED_FRAME,
+            f"{method.name} not expected in state {self.state.value}",
+            method.index >> 16,
+            method.index & 0xFFFF,
+        )
+
+    def _connection_method(self, method: Method) -> None:
+        state = self.state
+        if state is S.CLOSING:
+            if isinstance(method, commands.Connection.CloseOk | commands.Connection.Close):
+                if isinstance(method, commands.Connection.Close):
+                    self.send_method(0, commands.Connection.CloseOk())
+                self._closed()
+            return
+        if isinstance(method, commands.Connection.StartOk):
+            if state is not S.AWAIT_START_OK:
+                raise self._unexpected(method)
+            self._start_ok(method)
+        elif isinstance(method, commands.Connection.TuneOk):
+            if state is not S.AWAIT_TUNE_OK:
+                raise self._unexpected(method)
+            self._tune_ok(method)
+        elif isinstance(method, commands.Connection.Open):
+            if state is not S.AWAIT_OPEN:
+                raise self._unexpected(method)
+            self._open(method)
+        elif isinstance(method, commands.Connection.Close):
+            self.close_reason = f"client closed: {method.reply_code} {method.reply_text}"
+            self._cleanup()
+            self.send_method(0, commands.Connection.CloseOk())
+            self._closed()
+        elif isinstance(method, commands.Connection.Blocked | commands.Connection.Unblocked):
+            return  # advisory notices; the broker does not act on them
+        else:
+            raise self._unexpected(method)
+
+    def _start_ok(self, method: commands.Connection.StartOk) -> None:
+        self.client_properties = dict(method.client_properties or {})
+        response = method.response
+        raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
+        mechanism = str(method.mechanism or "")
+        try:
+            self.user = self.ctx.authenticator.authenticate(mechanism, raw)
+        except AuthenticationError as exc:
+            self.ctx.log.warning(
+                "authentication_failed", connection=self.name, mechanism=mechanism, reason=str(exc)
+            )
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism {mechanism}.",
+                10,
+                11,
+            ) from exc
+        self._set_state(S.AWAIT_TUNE_OK)
+        settings = self.ctx.settings
+        self.send_method(
+            0,
+            commands.Connection.Tune(
+                channel_max=settings.channel_max,
+                frame_max=settings.frame_max,
+                heartbeat=settings.heartbeat,
+            ),
+        )
+
+    def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
+        settings = self.ctx.settings
+        frame_max = int(method.frame_max or 0) or settings.frame_max
+        channel_max = int(method.channel_max or 0) or settings.channel_max
+        if frame_max < framing.FRAME_MIN_SIZE or frame_max > settings.frame_max:
+            raise AmqpError(
+                ReplyCode.NOT_ALLOWED,
+                f"frame_max={frame_max} outside {framing.FRAME_MIN_SIZE}..{settings.frame_max}",
+                10,
+                31,
+            )
+        if channel_max > settings.channel_max:
+            raise AmqpError(
+                ReplyCode.NOT_ALLOWED,
+                f"channel_max={channel_max} exceeds the broker's {settings.channel_max}",
+                10,
+                31,
+            )
+        self.frame_max = frame_max
+        self.channel_max = channel_max
+        self.heartbeat = int(method.heartbeat or 0)
+        self._set_state(S.AWAIT_OPEN)
+
+    def _open(self, method: commands.Connection.Open) -> None:
+        vhost = method.virtual_host or "/"
+        if vhost != self.vhost.name:
+            raise AmqpError(
+                ReplyCode.NOT_ALLOWED, f"access to vhost '{vhost}' refused: no such vhost", 10, 40
+            )
+        ctx = self.ctx
+        if ctx.open_connection_count() >= ctx.settings.max_connections:
+            ctx.connections_refused_total += 1
+            raise AmqpError(
+                ReplyCode.NOT_ALLOWED,
+                f"connection limit ({ctx.settings.max_connections}) reached",
+                10,
+                40,
+            )
+        if ctx.admission is not None:
+            refusal = ctx.admission.admit(self)
+            if refusal is not None:
+                ctx.connections_refused_total += 1
+                raise refusal
+        self._set_state(S.OPEN)
+        ctx.connections_opened_total += 1
+        self.send_method(0, commands.Connection.OpenOk())
+        ctx.log.info(
+            "connection_opened",
+            connection=self.name,
+            peer=self.peer,
+            user=self.user,
+            client=self._client_description(),
+            heartbeat=self.heartbeat,
+            frame_max=self.frame_max,
+        )
+
+    def _client_description(self) -> str:
+        props = self.client_properties
+        product = props.get("product", "?")
+        version = props.get("version", "")
+        return f"{product} {version}".strip()
+
+    # -- channels ----------------------------------------------------------------------
+    def _open_channel(self, number: int) -> None:
+        if number > self.channel_max:
+            raise AmqpError(
+                ReplyCode.NOT_ALLOWED,
+                f"channel {number} exceeds the negotiated channel-max {self.channel_max}",
+                20,
+                10,
+            )
+        channel = Channel(self, number)
+        self.channels[number] = channel
+        self.send_method(number, commands.Channel.OpenOk())
+
+    def channel_closed(self, channel: Channel) -> None:
+        """The channel's close handshake finished: its number may be reused."""
+        if self.channels.get(channel.number) is channel:
+            del self.channels[channel.number]
+        self._confirm_channels.discard(channel)
+
+    def set_writable(self, writable: bool) -> None:
+        """The transport's write buffer crossed a water mark."""
+        if writable == self.writable:
+            return
+        self.writable = writable
+        if writable:
+            for channel in list(self.channels.values()):
+                channel.resume_deliveries()
+
+    # -- errors and closing ------------------------------------------------------------
+    def connection_error(self, error: AmqpError) -> None:
+        """Close the whole connection with the error's reply code."""
+        ctx = self.ctx
+        ctx.protocol_errors_total += 1
+        ctx.log.warning(
+            "protocol_error",
+            connection=self.name,
+            reply_code=int(error.reply_code),
+            reply_text=error.reply_text,
+            scope="connection",
+        )
+        if self.state in (S.CLOSING, S.CLOSED):
+            return
+        if self.state is S.AWAIT_HEADER:
+            self.should_close = True
+            return
+        self.close_reason = f"{int(error.reply_code)} {error.reply_text}"
+        self._cleanup()
+        self.send_method(
+            0,
+            commands.Connection.Close(
+                reply_code=int(error.reply_code),
+                reply_text=error.wire_text(),
+                class_id=error.class_id,
+                method_id=error.method_id,
+            ),
+        )
+        self._set_state(S.CLOSING)
+        self._closing_since = ctx.clock()
+
+    def close(self, reply_code: ReplyCode, text: str) -> None:
+        """Broker-initiated close (shutdown, fencing): connection.close then wait."""
+        if self.state is S.OPEN:
+            self.close_reason = f"{int(reply_code)} {text}"
+            self._cleanup()
+            self.send_method(
+                0,
+                commands.Connection.Close(
+                    reply_code=int(reply_code),
+                    reply_text=f"{reply_code.name} - {text}",
+                    class_id=0,
+                    method_id=0,
+                ),
+            )
+            self._set_state(S.CLOSING)
+            self._closing_since = self.ctx.clock()
+        elif self.state is not S.CLOSED and self.state is not S.CLOSING:
+            self.should_close = True
+
+    def _closed(self) -> None:
+        if self.state is not S.CLOSED:
+            self._set_state(S.CLOSED)
+        self.should_close = True
+
+    def tick(self) -> None:
+        """Heartbeats and time-outs; call at least twice per heartbeat interval."""
+        now = self.ctx.clock()
+        state = self.state
+        if state is S.CLOSING:
+            if now - self._closing_since >= self.ctx.settings.close_timeout:
+                self.should_close = True
+            return
+        if state is not S.OPEN:
+            if state is not S.CLOSED and now - self.created >= self.ctx.settings.handshake_timeout:
+                self.close_reason = "handshake timeout"
+                self.ctx.log.warning("handshake_timeout", connection=self.name, state=state.value)
+                self.should_close = True
+            return
+        if self.heartbeat:
+            if now - self._last_recv > 2 * self.heartbeat:
+                self.close_reason = f"missed heartbeats from client, timeout: {self.heartbeat}s"
+                self.ctx.log.warning(
+                    "heartbeat_timeout", connection=self.name, heartbeat=self.heartbeat
+                )
+                self.should_close = True
+                return
+            if now - self._last_send >= self.heartbeat / 2 and not self._out:
+                self.write(framing.HEARTBEAT_FRAME)
+
+    def _cleanup(self) -> None:
+        if self._cleaned_up:
+            return
+        self._cleaned_up = True
+        for channel in list(self.channels.values()):
+            channel.release_resources()
+        self.vhost.owner_closed(self)
+
+    def connection_lost(self) -> None:
+        """The socket is gone: release everything, log the close."""
+        was_open = self.state in (S.OPEN, S.CLOSING) or self.close_reason is not None
+        self._cleanup()
+        self.channels.clear()
+        if self.state is not S.CLOSED:
+            self.state = S.CLOSED
+        self.ctx.connections.pop(self.id, None)
+        if was_open or self.user is not None:
+            self.ctx.log.info(
+                "connection_closed",
+                connection=self.name,
+                peer=self.peer,
+                reason=self.close_reason or "socket closed",
+                published=self.messages_published,
+                delivered=self.messages_delivered,
+            )

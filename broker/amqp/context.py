@@ -1,0 +1,74 @@
+"""What a connection needs of the broker around it: settings, state, policy, registry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from broker import __version__
+from broker.core.errors import AmqpError
+from broker.core.vhost import VirtualHost
+from broker.security.sasl import Authenticator
+
+if TYPE_CHECKING:
+    from broker.amqp.connection import Connection
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    """Limits offered to clients in connection.tune, and handshake timing."""
+
+    frame_max: int = 131072
+    channel_max: int = 2047
+    heartbeat: int = 60
+    max_connections: int = 500
+    handshake_timeout: float = 10.0
+    close_timeout: float = 2.0
+    max_body_size: int = 128 * 1024 * 1024
+    product: str = "qpidd"
+    version: str = __version__
+    node_name: str = ""
+
+
+class AdmissionPolicy(Protocol):
+    """Decides whether an authenticated connection may open (the HA role asks here)."""
+
+    def admit(self, connection: Connection) -> AmqpError | None: ...
+
+
+class Logger(Protocol):
+    def info(self, event: str, **fields: Any) -> Any: ...
+
+    def warning(self, event: str, **fields: Any) -> Any: ...
+
+    def debug(self, event: str, **fields: Any) -> Any: ...
+
+    def error(self, event: str, **fields: Any) -> Any: ...
+
+
+class _NullLogger:
+    def info(self, event: str, **fields: Any) -> None:
+        pass
+
+    warning = debug = error = info
+
+
+@dataclass(eq=False)
+class BrokerContext:
+    """Shared by every connection of one broker."""
+
+    vhost: VirtualHost
+    authenticator: Authenticator
+    settings: ConnectionSettings = field(default_factory=ConnectionSettings)
+    admission: AdmissionPolicy | None = None
+    log: Logger = field(default_factory=_NullLogger)
+    clock: Callable[[], float] = time.monotonic
+    connections: dict[int, Connection] = field(default_factory=dict)
+    connections_opened_total: int = 0
+    connections_refused_total: int = 0
+    protocol_errors_total: int = 0
+
+    def open_connection_count(self) -> int:
+        return sum(1 for c in self.connections.values() if c.is_open)

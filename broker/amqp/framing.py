@@ -1,0 +1,176 @@
+"""AMQP 0-9-1 frames: the generic codec (pamqp) and a lean one for the hot path.
+
+Every method frame the broker sends or receives goes through pamqp, except the two that
+carry the traffic: basic.publish (decoded here) and basic.deliver (encoded here, with its
+content header and body frames, in one ``bytes``). Both are tested against pamqp.
+Content properties are never decoded on the hot path; they travel as the publisher's raw
+bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import cast
+
+from pamqp import commands, frame
+from pamqp.base import Frame as Method
+
+from broker.core.errors import AmqpError, ReplyCode
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+FRAME_METHOD = 1
+FRAME_HEADER = 2
+FRAME_BODY = 3
+FRAME_HEARTBEAT = 8
+FRAME_END = 0xCE
+FRAME_END_BYTE = b"\xce"
+#: Bytes of framing around a payload: type, channel, size before; the end octet after.
+FRAME_OVERHEAD = 8
+
+FRAME_MIN_SIZE = 4096
+
+BASIC_CLASS = 60
+PUBLISH_INDEX = 0x003C0028  # basic.publish (60, 40)
+
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+_FRAME_HEAD = struct.Struct(">BHI")
+_METHOD_INDEX = struct.Struct(">I")
+_HEADER_HEAD = struct.Struct(">HHQ")
+_DELIVER_TAIL = struct.Struct(">QB")
+_CONTENT_HEAD = struct.Struct(">BHIHHQ")
+
+
+def marshal_method(method: Method, channel: int) -> bytes:
+    """Encode a method frame through pamqp."""
+    return frame.marshal(method, channel)
+
+
+def unmarshal_method(payload: bytes) -> Method:
+    """Decode a method frame payload through pamqp.
+
+    Unknown methods are COMMAND_INVALID (503); malformed arguments SYNTAX_ERROR (502).
+    """
+    if len(payload) < 4:
+        raise AmqpError(ReplyCode.FRAME_ERROR, "method frame shorter than its method id")
+    (index,) = _METHOD_INDEX.unpack_from(payload, 0)
+    cls = cast("type[Method] | None", commands.INDEX_MAPPING.get(index))
+    if cls is None:
+        raise AmqpError(
+            ReplyCode.COMMAND_INVALID,
+            f"unknown method class {index >> 16} method {index & 0xFFFF}",
+        )
+    method: Method = cls.__new__(cls)
+    try:
+        method.unmarshal(payload[4:])
+    except (struct.error, ValueError, TypeError, IndexError, UnicodeDecodeError) as exc:
+        raise AmqpError(
+            ReplyCode.SYNTAX_ERROR,
+            f"malformed {cls.name} arguments: {exc}",
+            index >> 16,
+            index & 0xFFFF,
+        ) from exc
+    return method
+
+
+def _short_str(payload: bytes, pos: int) -> tuple[str, int]:
+    length = payload[pos]
+    end = pos + 1 + length
+    if end > len(payload):
+        raise IndexError("short string overruns the frame")
+    return payload[pos + 1 : end].decode("utf-8"), end
+
+
+def unmarshal_publish(payload: bytes) -> tuple[str, str, bool, bool]:
+    """Decode a basic.publish payload: (exchange, routing key, mandatory, immediate)."""
+    try:
+        exchange, pos = _short_str(payload, 6)  # method id (4) + reserved-1 (2)
+        routing_key, pos = _short_str(payload, pos)
+        bits = payload[pos]
+        if pos + 1 != len(payload):
+            raise ValueError("trailing bytes after basic.publish arguments")
+    except (IndexError, ValueError, UnicodeDecodeError) as exc:
+        raise AmqpError(
+            ReplyCode.SYNTAX_ERROR, f"malformed Basic.Publish arguments: {exc}", 60, 40
+        ) from exc
+    return exchange, routing_key, bool(bits & 1), bool(bits & 2)
+
+
+def marshal_publish(channel: int, exchange: str, routing_key: str, mandatory: bool) -> bytes:
+    """Encode a basic.publish method frame (for tests and the benchmark peer)."""
+    ex = exchange.encode()
+    rk = routing_key.encode()
+    payload = (
+        _METHOD_INDEX.pack(PUBLISH_INDEX)
+        + b"\x00\x00"
+        + bytes((len(ex),))
+        + ex
+        + bytes((len(rk),))
+        + rk
+        + bytes((1 if mandatory else 0,))
+    )
+    return _FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def unmarshal_content_header(payload: bytes) -> tuple[int, bytes]:
+    """Decode a content header payload: (body size, raw properties)."""
+    if len(payload) < 14:
+        raise AmqpError(ReplyCode.FRAME_ERROR, "content header frame truncated")
+    class_id, weight, body_size = _HEADER_HEAD.unpack_from(payload, 0)
+    if class_id != BASIC_CLASS:
+        raise AmqpError(
+            ReplyCode.FRAME_ERROR, f"content header for class {class_id}, expected basic (60)"
+        )
+    if weight != 0:
+        raise AmqpError(ReplyCode.FRAME_ERROR, "content header weight must be zero")
+    return body_size, bytes(payload[12:])
+
+
+def content_frames(channel: int, properties_raw: bytes, body: bytes, frame_max: int) -> bytes:
+    """Content header frame plus as many body frames as ``frame_max`` needs."""
+    size = len(body)
+    head = _CONTENT_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties_raw), BASIC_CLASS, 0, size)
+    parts = [head, properties_raw, FRAME_END_BYTE]
+    if size:
+        chunk = frame_max - FRAME_OVERHEAD
+        if size <= chunk:
+            parts += [_FRAME_HEAD.pack(FRAME_BODY, channel, size), body, FRAME_END_BYTE]
+        else:
+            for start in range(0, size, chunk):
+                piece = body[start : start + chunk]
+                parts += [_FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTE]
+    return b"".join(parts)
+
+
+def short_str_bytes(text: str) -> bytes:
+    """A short string as encoded on the wire (length octet plus UTF-8), max 255 bytes."""
+    raw = text.encode("utf-8")
+    if len(raw) > 255:
+        raise ValueError(f"short string longer than 255 bytes: {text[:40]!r}...")
+    return bytes((len(raw),)) + raw
+
+
+def deliver_method(
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange_and_key: bytes,
+) -> bytes:
+    """A basic.deliver method frame.
+
+    ``consumer_tag`` and ``exchange_and_key`` are pre-encoded short strings (see
+    :func:`short_str_bytes`), cached by the caller per consumer and per message.
+    """
+    size = 4 + len(consumer_tag) + 9 + len(exchange_and_key)
+    return b"".join(
+        (
+            _FRAME_HEAD.pack(FRAME_METHOD, channel, size),
+            b"\x00\x3c\x00\x3c",
+            consumer_tag,
+            _DELIVER_TAIL.pack(delivery_tag, 1 if redelivered else 0),
+            exchange_and_key,
+            FRAME_END_BYTE,
+        )
+    )

@@ -1,0 +1,89 @@
+"""The asyncio shell around :class:`~broker.amqp.connection.Connection`.
+
+It only moves bytes: what is read goes to the connection, what the connection has to send is
+written, once per read and once per loop iteration for output produced elsewhere. Transport
+back-pressure (``pause_writing``/``resume_writing``) stops and restarts deliveries to this
+connection's consumers. Losing the socket wakes everything through
+``Connection.connection_lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+
+from broker.amqp.connection import Connection
+from broker.amqp.context import BrokerContext
+
+#: Transport write buffer water marks: deliveries pause above HIGH, resume below LOW.
+HIGH_WATER = 4 * 1024 * 1024
+LOW_WATER = 1024 * 1024
+
+
+class AmqpProtocol(asyncio.Protocol):
+    """One client socket."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.connection: Connection | None = None
+        self.transport: asyncio.Transport | None = None
+        self._flush_scheduled = False
+        self._loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCPTransport is not an asyncio.Transport subclass, but behaves as one.
+        tcp = cast(asyncio.Transport, transport)
+        self.transport = tcp
+        tcp.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        peername = transport.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        self.connection = Connection(self.ctx, peer, on_output=self._schedule_flush)
+
+    def data_received(self, data: bytes) -> None:
+        connection = self.connection
+        if connection is None:
+            return
+        connection.receive_data(data)
+        self.flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write what the connection has; close the socket when it asks to."""
+        self._flush_scheduled = False
+        connection, transport = self.connection, self.transport
+        if connection is None or transport is None or transport.is_closing():
+            return
+        data = connection.data_to_send()
+        if data:
+            transport.write(data)
+        if connection.should_close:
+            transport.close()
+
+    def tick(self) -> None:
+        if self.connection is not None:
+            self.connection.tick()
+            self.flush()
+
+    def pause_writing(self) -> None:
+        if self.connection is not None:
+            self.connection.set_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.connection is not None:
+            self.connection.set_writable(True)
+            self.flush()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        connection = self.connection
+        if connection is not None:
+            if exc is not None and connection.close_reason is None:
+                connection.close_reason = f"socket error: {exc}"
+            connection.connection_lost()
+        self.transport = None

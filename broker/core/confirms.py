@@ -1,0 +1,136 @@
+"""Publisher confirms as an explicit, releasable step.
+
+Every publish on a channel in confirm mode gets a :class:`ConfirmHandle`. The handle starts
+with one hold (the publishing channel's own, released once routing is done); anything else
+that must happen before the publisher may be told "safe" takes a hold of its own and releases
+it later. Today only routing holds; the HA module's queue guards hold a confirm until every
+backup has the message (or it was consumed), exactly the step Qpid's ``QueueGuard`` adds.
+
+When the last hold is released the publish is *settled*, as an ack or, if any holder
+rejected it, as a nack. :meth:`PublisherConfirms.take_replies` turns the settled publishes
+into the fewest basic.ack/basic.nack replies: one ``multiple`` ack when a contiguous run
+from the lowest outstanding tag settled, single replies otherwise; no tag is ever answered
+twice.
+
+THREAD UNSAFE: one event loop owns a channel and its confirms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmReply:
+    """One basic.ack (``ack``) or basic.nack (not ``ack``) to send."""
+
+    delivery_tag: int
+    multiple: bool
+    ack: bool
+
+
+class ConfirmHandle:
+    """The pending confirm of one publish."""
+
+    __slots__ = ("_holds", "_nack", "_owner", "seq")
+
+    def __init__(self, owner: PublisherConfirms, seq: int) -> None:
+        self._owner = owner
+        self.seq = seq
+        self._holds = 1
+        self._nack = False
+
+    def hold(self) -> None:
+        """Withhold the confirm until a matching :meth:`release`."""
+        if self._holds <= 0:
+            raise RuntimeError(f"confirm {self.seq} already settled")
+        self._holds += 1
+
+    def release(self, ok: bool = True) -> None:
+        """Drop one hold; ``ok=False`` turns the eventual reply into a nack."""
+        if self._holds <= 0:
+            raise RuntimeError(f"confirm {self.seq} released more often than held")
+        if not ok:
+            self._nack = True
+        self._holds -= 1
+        if self._holds == 0:
+            self._owner._settle(self.seq, not self._nack)
+
+    @property
+    def settled(self) -> bool:
+        return self._holds == 0
+
+
+class PublisherConfirms:
+    """Numbers the publishes of one channel and produces its confirm replies."""
+
+    def __init__(self, on_settled: Callable[[], None] | None = None) -> None:
+        self._next = 1
+        self._low = 1  # every tag below this one is settled
+        self._acked_upto = 0  # every tag up to here has been answered
+        self._settled_ahead: set[int] = set()  # settled tags above _low
+        self._unsent: list[int] = []  # settled tags above _acked_upto not yet answered
+        self._nacked: set[int] = set()
+        self._closed = False
+        self._on_settled = on_settled
+
+    def publish(self) -> ConfirmHandle:
+        """A new publish: the next delivery tag, with the channel's routing hold taken."""
+        handle = ConfirmHandle(self, self._next)
+        self._next += 1
+        return handle
+
+    @property
+    def outstanding(self) -> int:
+        """Publishes not yet settled."""
+        return self._next - self._low - len(self._settled_ahead)
+
+    @property
+    def has_replies(self) -> bool:
+        return bool(self._unsent)
+
+    def close(self) -> None:
+        """The channel closed: later settlements are dropped."""
+        self._closed = True
+
+    def _settle(self, seq: int, ack: bool) -> None:
+        if self._closed:
+            return
+        if not ack:
+            self._nacked.add(seq)
+        if seq == self._low:
+            self._low += 1
+            while self._low in self._settled_ahead:
+                self._settled_ahead.discard(self._low)
+                self._low += 1
+        else:
+            self._settled_ahead.add(seq)
+        self._unsent.append(seq)
+        if self._on_settled is not None:
+            self._on_settled()
+
+    def take_replies(self) -> list[ConfirmReply]:
+        """The replies for everything settled since the last call, fewest first."""
+        if not self._unsent:
+            return []
+        unsent = self._unsent
+        self._unsent = []
+        top = self._low - 1  # everything up to here is settled
+        replies: list[ConfirmReply] = []
+        contiguous = top > self._acked_upto and not self._nacked
+        if contiguous:
+            # One multiple ack covers (acked_upto, top] if none of it was answered already,
+            # i.e. every tag in that run is among the unsent ones.
+            in_run = [s for s in unsent if s <= top]
+            if len(in_run) == top - self._acked_upto:
+                replies.append(ConfirmReply(top, top - self._acked_upto > 1, True))
+                self._acked_upto = top
+                unsent = [s for s in unsent if s > top]
+        for seq in sorted(unsent):
+            ack = seq not in self._nacked
+            self._nacked.discard(seq)
+            replies.append(ConfirmReply(seq, False, ack))
+        if top > self._acked_upto:
+            self._acked_upto = top
+        return replies

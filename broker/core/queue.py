@@ -1,0 +1,465 @@
+"""A queue: ready messages in order, its consumers, and the limits set by its arguments.
+
+A queue hands messages to consumers round robin while they have credit (the consumer says
+so), expires them (``x-message-ttl``, per-message ``expiration``), bounds its length
+(``x-max-length``, ``x-max-length-bytes``, ``x-overflow``) and dead-letters what it drops
+through a callback the virtual host gives it. It does no I/O and keeps no clock of its own:
+``now`` comes from the clock it is given.
+
+Observers (the HA module's guards and replicating subscriptions) hear every enqueue and
+every dequeue: ``dequeued`` means the message left the queue for good (acknowledged,
+consumed with no-ack, expired, purged, dropped or dead-lettered).
+
+THREAD UNSAFE: one event loop owns the queue.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from broker.core.errors import precondition_failed
+from broker.core.message import Entry, Message
+
+OVERFLOW_DROP_HEAD = "drop-head"
+OVERFLOW_REJECT_PUBLISH = "reject-publish"
+OVERFLOW_REJECT_PUBLISH_DLX = "reject-publish-dlx"
+OVERFLOWS = (OVERFLOW_DROP_HEAD, OVERFLOW_REJECT_PUBLISH, OVERFLOW_REJECT_PUBLISH_DLX)
+
+#: Dead-letter reasons, as RabbitMQ writes them in ``x-death``.
+REASON_REJECTED = "rejected"
+REASON_EXPIRED = "expired"
+REASON_MAXLEN = "maxlen"
+
+
+class Consumer(Protocol):
+    """What a queue needs of a consumer: credit and a way to hand over an entry."""
+
+    tag: str
+    exclusive: bool
+
+    def can_deliver(self) -> bool: ...
+
+    def deliver(self, queue: Queue, entry: Entry) -> None: ...
+
+
+class QueueObserver(Protocol):
+    """Hears a queue's enqueues and dequeues (HA guards, replication)."""
+
+    def enqueued(self, queue: Queue, entry: Entry) -> None: ...
+
+    def dequeued(self, queue: Queue, entry: Entry) -> None: ...
+
+
+DeadLetter = Callable[["Queue", Entry, str], None]
+
+
+def _int_arg(name: str, value: Any, queue: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise precondition_failed(
+            f"invalid arg '{name}' for queue '{queue}' in vhost '/': {value!r}"
+            f" (expected an integer >= {minimum})"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """Limits and dead-lettering read from a queue's declare arguments."""
+
+    message_ttl_ms: int | None = None
+    expires_ms: int | None = None
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = OVERFLOW_DROP_HEAD
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+
+    @classmethod
+    def from_arguments(cls, queue: str, arguments: dict[str, Any]) -> QueueLimits:
+        """Validate the ``x-`` arguments; a bad one is PRECONDITION_FAILED (406)."""
+        ttl = arguments.get("x-message-ttl")
+        expires = arguments.get("x-expires")
+        max_length = arguments.get("x-max-length")
+        max_bytes = arguments.get("x-max-length-bytes")
+        overflow = arguments.get("x-overflow", OVERFLOW_DROP_HEAD)
+        dlx = arguments.get("x-dead-letter-exchange")
+        dlrk = arguments.get("x-dead-letter-routing-key")
+        if overflow not in OVERFLOWS:
+            raise precondition_failed(
+                f"invalid arg 'x-overflow' for queue '{queue}' in vhost '/': {overflow!r}"
+                f" (expected one of {', '.join(OVERFLOWS)})"
+            )
+        for name, value in (
+            ("x-dead-letter-exchange", dlx),
+            ("x-dead-letter-routing-key", dlrk),
+        ):
+            if value is not None and not isinstance(value, str):
+                raise precondition_failed(
+                    f"invalid arg '{name}' for queue '{queue}' in vhost '/': {value!r}"
+                    " (expected a string)"
+                )
+        if dlrk is not None and dlx is None:
+            raise precondition_failed(
+                f"invalid arg 'x-dead-letter-routing-key' for queue '{queue}' in vhost '/':"
+                " requires x-dead-letter-exchange"
+            )
+        return cls(
+            message_ttl_ms=None if ttl is None else _int_arg("x-message-ttl", ttl, queue, 0),
+            expires_ms=None if expires is None else _int_arg("x-expires", expires, queue, 1),
+            max_length=None
+            if max_length is None
+            else _int_arg("x-max-length", max_length, queue, 0),
+            max_length_bytes=None
+            if max_bytes is None
+            else _int_arg("x-max-length-bytes", max_bytes, queue, 0),
+            overflow=str(overflow),
+            dead_letter_exchange=dlx,
+            dead_letter_routing_key=dlrk,
+        )
+
+
+class Queue:
+    """A message queue (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        clock: Callable[[], float],
+        durable: bool = False,
+        exclusive_owner: object | None = None,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        dead_letter: DeadLetter | None = None,
+        default_limit_bytes: int = 0,
+    ) -> None:
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments: dict[str, Any] = dict(arguments or {})
+        self.limits = QueueLimits.from_arguments(name, self.arguments)
+        self.dead_letter = dead_letter
+        self._clock = clock
+        self._messages: deque[Entry] = deque()
+        self._consumers: list[Consumer] = []
+        self._rr = 0
+        self._positions = itertools.count(1)
+        self._bytes = 0
+        self._dispatching = False
+        self._redispatch = False
+        self.observers: list[QueueObserver] = []
+        self.unacked = 0
+        self.had_consumers = False
+        self.deleted = False
+        self.last_used = clock()
+        # Byte limit: x-max-length-bytes, else the broker's default queue limit (reject).
+        self._default_limit_bytes = (
+            default_limit_bytes if self.limits.max_length_bytes is None else 0
+        )
+        # Counters for management and metrics.
+        self.enqueued_total = 0
+        self.delivered_total = 0
+        self.acked_total = 0
+        self.expired_total = 0
+        self.dropped_total = 0
+        self.rejected_publishes = 0
+
+    # -- inspection --------------------------------------------------------------------
+    @property
+    def message_count(self) -> int:
+        """Ready messages (not counting delivered, unacknowledged ones)."""
+        return len(self._messages)
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self._consumers)
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def consumers(self) -> tuple[Consumer, ...]:
+        return tuple(self._consumers)
+
+    def entries(self) -> tuple[Entry, ...]:
+        """Ready entries, head first (for replication and tests)."""
+        return tuple(self._messages)
+
+    def is_exclusive_to(self, owner: object) -> bool:
+        return self.exclusive_owner is not None and self.exclusive_owner is not owner
+
+    def touch(self) -> None:
+        """Record a use, for ``x-expires``."""
+        self.last_used = self._clock()
+
+    # -- enqueue -----------------------------------------------------------------------
+    def _expiry(self, message: Message, now: float) -> float | None:
+        ttl = self.limits.message_ttl_ms
+        if message.expiration_ms is not None:
+            ttl = message.expiration_ms if ttl is None else min(ttl, message.expiration_ms)
+        return None if ttl is None else now + ttl / 1000.0
+
+    def _full_for(self, size: int) -> bool:
+        limits = self.limits
+        if limits.max_length is not None and len(self._messages) + 1 > limits.max_length:
+            return True
+        if limits.max_length_bytes is not None and self._bytes + size > limits.max_length_bytes:
+            return True
+        return bool(self._default_limit_bytes and self._bytes + size > self._default_limit_bytes)
+
+    def enqueue(self, message: Message) -> bool:
+        """Add a message; False when the queue refuses it (reject-publish overflow)."""
+        now = self._clock()
+        size = len(message.body)
+        if self._full_for(size):
+            over_default = self._default_limit_bytes and (
+                self._bytes + size > self._default_limit_bytes
+            )
+            if self.limits.overflow != OVERFLOW_DROP_HEAD or over_default:
+                self.rejected_publishes += 1
+                if self.limits.overflow == OVERFLOW_REJECT_PUBLISH_DLX:
+                    self._dead_letter_new(message, REASON_MAXLEN)
+                return False
+            self._drop_head_for(size)
+            limits = self.limits
+            if (limits.max_length == 0) or (
+                limits.max_length_bytes is not None and size > limits.max_length_bytes
+            ):
+                # Nothing fits: the new message itself is the one dropped.
+                self._dead_letter_new(message, REASON_MAXLEN)
+                return True
+        entry = Entry(message, next(self._positions), self._expiry(message, now))
+        if entry.expires_at is not None and entry.expires_at <= now:
+            # Expired on arrival (ttl 0): only a consumer that can take it at once gets it.
+            self.enqueued_total += 1
+            self._notify_enqueued(entry)
+            if self._messages or not self._offer(entry):
+                self._expire_entry(entry)
+            return True
+        self._messages.append(entry)
+        self._bytes += size
+        self.enqueued_total += 1
+        self._notify_enqueued(entry)
+        if self._consumers:
+            self.dispatch()
+        return True
+
+    def _notify_enqueued(self, entry: Entry) -> None:
+        for observer in self.observers:
+            observer.enqueued(self, entry)
+
+    def _notify_dequeued(self, entry: Entry) -> None:
+        for observer in self.observers:
+            observer.dequeued(self, entry)
+
+    def _drop_head_for(self, size: int) -> None:
+        limits = self.limits
+        while self._messages:
+            count_ok = limits.max_length is None or len(self._messages) + 1 <= limits.max_length
+            bytes_ok = (
+                limits.max_length_bytes is None or self._bytes + size <= limits.max_length_bytes
+            )
+            if count_ok and bytes_ok:
+                return
+            entry = self._messages.popleft()
+            self._bytes -= len(entry.message.body)
+            self.dropped_total += 1
+            self._drop(entry, REASON_MAXLEN)
+
+    def _dead_letter_new(self, message: Message, reason: str) -> None:
+        if self.dead_letter is not None and self.limits.dead_letter_exchange is not None:
+            self.dead_letter(self, Entry(message, 0, None), reason)
+
+    def _drop(self, entry: Entry, reason: str) -> None:
+        """The entry leaves the queue for good, dead-lettered when configured."""
+        if self.dead_letter is not None and self.limits.dead_letter_exchange is not None:
+            self.dead_letter(self, entry, reason)
+        self._notify_dequeued(entry)
+
+    def _expire_entry(self, entry: Entry) -> None:
+        self.expired_total += 1
+        self._drop(entry, REASON_EXPIRED)
+
+    # -- delivery ----------------------------------------------------------------------
+    def expire(self) -> int:
+        """Drop expired messages from the head of the queue; returns how many."""
+        now = self._clock()
+        count = 0
+        messages = self._messages
+        while messages:
+            head = messages[0]
+            if head.expires_at is None or head.expires_at > now:
+                break
+            messages.popleft()
+            self._bytes -= len(head.message.body)
+            self._expire_entry(head)
+            count += 1
+        return count
+
+    def _pop_live(self, now: float) -> Entry | None:
+        messages = self._messages
+        while messages:
+            entry = messages.popleft()
+            self._bytes -= len(entry.message.body)
+            if entry.expires_at is not None and entry.expires_at <= now:
+                self._expire_entry(entry)
+                continue
+            return entry
+        return None
+
+    def dispatch(self) -> None:
+        """Hand ready messages to consumers with credit, round robin."""
+        if self._dispatching:
+            self._redispatch = True
+            return
+        self._dispatching = True
+        try:
+            while True:
+                self._redispatch = False
+                self._dispatch_once()
+                if not self._redispatch:
+                    break
+        finally:
+            self._dispatching = False
+
+    def _dispatch_once(self) -> None:
+        consumers = self._consumers
+        messages = self._messages
+        now = self._clock()
+        while messages and consumers:
+            count = len(consumers)
+            start = self._rr % count
+            chosen: Consumer | None = None
+            for i in range(count):
+                candidate = consumers[(start + i) % count]
+                if candidate.can_deliver():
+                    chosen = candidate
+                    self._rr = (start + i + 1) % count
+                    break
+            if chosen is None:
+                return
+            entry = self._pop_live(now)
+            if entry is None:
+                return
+            self.delivered_total += 1
+            chosen.deliver(self, entry)
+
+    def _offer(self, entry: Entry) -> bool:
+        """Deliver ``entry`` now to the next consumer with credit; False when none has."""
+        consumers = self._consumers
+        count = len(consumers)
+        if self._dispatching or not count:
+            return False
+        start = self._rr % count
+        for i in range(count):
+            candidate = consumers[(start + i) % count]
+            if candidate.can_deliver():
+                self._rr = (start + i + 1) % count
+                self.delivered_total += 1
+                candidate.deliver(self, entry)
+                return True
+        return False
+
+    def get(self) -> Entry | None:
+        """Take the head message for basic.get (the caller settles or requeues it)."""
+        self.touch()
+        entry = self._pop_live(self._clock())
+        if entry is not None:
+            self.delivered_total += 1
+        return entry
+
+    def delivered(self, entry: Entry, no_ack: bool) -> None:
+        """Book a delivery made through ``Consumer.deliver`` or ``get``.
+
+        The consumer calls this after it has read ``entry.redelivered``. A no-ack
+        delivery settles at once; otherwise the entry is unacknowledged until
+        :meth:`settle`, :meth:`reject` or :meth:`requeue`.
+        """
+        entry.delivery_count += 1
+        if no_ack:
+            self.acked_total += 1
+            self._notify_dequeued(entry)
+        else:
+            self.unacked += 1
+
+    def settle(self, entry: Entry) -> None:
+        """An unacknowledged delivery was acknowledged: the message is gone."""
+        self.unacked -= 1
+        self.acked_total += 1
+        self._notify_dequeued(entry)
+
+    def reject(self, entry: Entry, requeue: bool) -> None:
+        """An unacknowledged delivery was rejected or nacked."""
+        if requeue:
+            self.requeue((entry,))
+            return
+        self.unacked -= 1
+        self._drop(entry, REASON_REJECTED)
+
+    def requeue(self, entries: Iterable[Entry]) -> None:
+        """Put unacknowledged deliveries back in their original order, marked redelivered."""
+        back = sorted(entries, key=lambda e: e.position)
+        if not back:
+            return
+        self.unacked -= len(back)
+        if self.deleted:
+            for entry in back:
+                self._notify_dequeued(entry)
+            return
+        for entry in back:
+            entry.delivery_count = max(entry.delivery_count, 1)
+            self._bytes += len(entry.message.body)
+        messages = self._messages
+        if not messages or back[-1].position < messages[0].position:
+            messages.extendleft(reversed(back))
+        else:
+            merged = sorted([*messages, *back], key=lambda e: e.position)
+            messages.clear()
+            messages.extend(merged)
+        self.dispatch()
+
+    # -- consumers ---------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        self._consumers.append(consumer)
+        self.had_consumers = True
+        self.touch()
+        self.dispatch()
+
+    def remove_consumer(self, consumer: Consumer) -> bool:
+        """Remove a consumer; True when an auto-delete queue lost its last consumer."""
+        try:
+            self._consumers.remove(consumer)
+        except ValueError:
+            return False
+        self.touch()
+        return self.auto_delete and not self._consumers
+
+    def has_exclusive_consumer(self) -> bool:
+        return any(c.exclusive for c in self._consumers)
+
+    # -- admin -------------------------------------------------------------------------
+    def purge(self) -> int:
+        """Remove every ready message (not the unacknowledged ones)."""
+        count = len(self._messages)
+        while self._messages:
+            entry = self._messages.popleft()
+            self._notify_dequeued(entry)
+        self._bytes = 0
+        return count
+
+    def close(self) -> list[Consumer]:
+        """The queue is deleted: drop its messages, return the consumers it had."""
+        self.deleted = True
+        self.purge()
+        consumers = list(self._consumers)
+        self._consumers.clear()
+        return consumers
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, {len(self._messages)} ready, {self.unacked} unacked)"

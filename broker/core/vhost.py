@@ -1,0 +1,532 @@
+"""The virtual host ``/``: every exchange, queue and binding, and the rules that change them.
+
+This is where AMQP's declare/delete/bind semantics live (with the errors and reply codes the
+spec and RabbitMQ give), where a published message is routed (alternate exchanges
+included), and where dropped messages are dead-lettered. It does no I/O; the protocol
+layer calls it and turns :class:`~broker.core.errors.AmqpError` into a channel or connection
+close.
+
+Configuration listeners (the HA module's broker replicator) hear every queue, exchange and
+binding created or deleted.
+
+THREAD UNSAFE: one event loop owns the virtual host.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from broker.core import properties
+from broker.core.errors import (
+    AmqpError,
+    ReplyCode,
+    access_refused,
+    not_found,
+    precondition_failed,
+)
+from broker.core.exchange import (
+    EXCHANGE_TYPES,
+    Binding,
+    DefaultExchange,
+    Exchange,
+    binding_key,
+)
+from broker.core.message import Entry, Message
+from broker.core.queue import REASON_REJECTED, Queue
+
+VHOST = "/"
+
+#: Exchanges every broker has, never replicated (seed 001, 1.12.7).
+BUILTIN_EXCHANGES = {
+    "amq.direct": "direct",
+    "amq.fanout": "fanout",
+    "amq.topic": "topic",
+    "amq.match": "headers",
+    "amq.headers": "headers",
+}
+
+#: Queue arguments compared when a queue is declared again (RabbitMQ's list).
+EQUIVALENCE_ARGS = (
+    "x-message-ttl",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-overflow",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+)
+
+_MAX_DEAD_LETTER_DEPTH = 8
+
+
+class ConfigListener(Protocol):
+    """Hears configuration changes (the HA broker replicator)."""
+
+    def queue_declared(self, queue: Queue) -> None: ...
+
+    def queue_deleted(self, queue: Queue) -> None: ...
+
+    def exchange_declared(self, exchange: Exchange) -> None: ...
+
+    def exchange_deleted(self, exchange: Exchange) -> None: ...
+
+    def bound(self, binding: Binding) -> None: ...
+
+    def unbound(self, binding: Binding) -> None: ...
+
+
+class QueueConsumerOwner(Protocol):
+    """A consumer that must hear when its queue is deleted under it."""
+
+    def queue_deleted(self, queue: Queue) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """Where a publish went: routed to ``queues`` queues, refused by ``rejected`` of them."""
+
+    queues: int
+    rejected: int
+
+    @property
+    def routed(self) -> bool:
+        return self.queues > 0
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _is_cycle(queue_name: str, deaths: list[Any]) -> bool:
+    """RabbitMQ's rule: ``x-death`` (newest first) shows the message died in the queue
+    before, and none of the deaths since, that one included, was a rejection."""
+    for death in deaths:
+        if not isinstance(death, dict) or death.get("reason") == REASON_REJECTED:
+            return False
+        if death.get("queue") == queue_name:
+            return True
+    return False
+
+
+class VirtualHost:
+    """Exchanges, queues and bindings of one virtual host."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        default_queue_limit: int = 0,
+        name: str = VHOST,
+    ) -> None:
+        self.name = name
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.default_queue_limit = default_queue_limit
+        self.queues: dict[str, Queue] = {}
+        self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
+        for ex_name, ex_type in BUILTIN_EXCHANGES.items():
+            self.exchanges[ex_name] = EXCHANGE_TYPES[ex_type](ex_name, durable=True, builtin=True)
+        self._queue_bindings: dict[str, list[Binding]] = {}
+        self.listeners: list[ConfigListener] = []
+        self._dead_letter_depth = 0
+        self.dead_lettered_total = 0
+        self.published_total = 0
+        self.unroutable_total = 0
+
+    # -- exchanges ---------------------------------------------------------------------
+    def exchange(self, name: str) -> Exchange:
+        try:
+            return self.exchanges[name]
+        except KeyError:
+            raise not_found(f"no exchange '{name}' in vhost '{self.name}'") from None
+
+    def declare_exchange(
+        self,
+        name: str,
+        type: str,
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> Exchange:
+        """exchange.declare: create, or check an existing exchange is equivalent."""
+        arguments = dict(arguments or {})
+        existing = self.exchanges.get(name)
+        if passive:
+            if existing is None:
+                raise not_found(f"no exchange '{name}' in vhost '{self.name}'")
+            return existing
+        if name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        if existing is None and name.startswith("amq."):
+            raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        cls = EXCHANGE_TYPES.get(type)
+        if cls is None:
+            raise AmqpError(ReplyCode.COMMAND_INVALID, f"unknown exchange type '{type}'")
+        alternate = arguments.get("alternate-exchange")
+        if alternate is not None and not isinstance(alternate, str):
+            raise precondition_failed(
+                f"invalid arg 'alternate-exchange' for exchange '{name}': {alternate!r}"
+            )
+        if existing is not None:
+            self._check_exchange_equivalent(existing, type, durable, auto_delete, internal)
+            return existing
+        exchange = cls(
+            name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
+        )
+        self.exchanges[name] = exchange
+        for listener in self.listeners:
+            listener.exchange_declared(exchange)
+        return exchange
+
+    def _check_exchange_equivalent(
+        self, existing: Exchange, type: str, durable: bool, auto_delete: bool, internal: bool
+    ) -> None:
+        for field, received, current in (
+            ("type", type, existing.type),
+            ("durable", _flag(durable), _flag(existing.durable)),
+            ("auto_delete", _flag(auto_delete), _flag(existing.auto_delete)),
+            ("internal", _flag(internal), _flag(existing.internal)),
+        ):
+            if received != current:
+                raise precondition_failed(
+                    f"inequivalent arg '{field}' for exchange '{existing.name}' in vhost"
+                    f" '{self.name}': received '{received}' but current is '{current}'"
+                )
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        """exchange.delete; deleting an exchange that does not exist succeeds (RabbitMQ)."""
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return
+        if exchange.builtin:
+            raise access_refused(f"operation not permitted on exchange '{name or 'amq.default'}'")
+        if if_unused and exchange.bindings:
+            raise precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
+        for binding in list(exchange.bindings.values()):
+            self._remove_binding(exchange, binding)
+        del self.exchanges[name]
+        for listener in self.listeners:
+            listener.exchange_deleted(exchange)
+
+    # -- queues ------------------------------------------------------------------------
+    def queue(self, name: str, owner: object | None = None) -> Queue:
+        """Look up a queue, refusing one that is exclusive to another connection."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise not_found(f"no queue '{name}' in vhost '{self.name}'")
+        if owner is not None and queue.is_exclusive_to(owner):
+            raise AmqpError(
+                ReplyCode.RESOURCE_LOCKED,
+                f"cannot obtain exclusive access to locked queue '{name}' in vhost '{self.name}'."
+                " It could be originally declared on another connection or the exclusive"
+                " property value does not match that of the original declaration.",
+            )
+        return queue
+
+    @staticmethod
+    def generate_queue_name() -> str:
+        return "amq.gen-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode()[:22]
+
+    def declare_queue(
+        self,
+        name: str,
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        owner: object | None = None,
+    ) -> Queue:
+        """queue.declare: create, or check an existing queue is equivalent."""
+        arguments = dict(arguments or {})
+        if passive:
+            if name == "":
+                raise not_found(f"no queue '' in vhost '{self.name}'")
+            queue = self.queue(name, owner)
+            queue.touch()
+            return queue
+        if name == "":
+            name = self.generate_queue_name()
+            while name in self.queues:
+                name = self.generate_queue_name()
+        elif name.startswith("amq.") and name not in self.queues:
+            raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        existing = self.queues.get(name)
+        if existing is not None:
+            self.queue(name, owner)  # exclusivity check
+            self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
+            existing.touch()
+            return existing
+        queue = Queue(
+            name,
+            clock=self.clock,
+            durable=durable,
+            exclusive_owner=owner if exclusive else None,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            dead_letter=self._dead_letter,
+            default_limit_bytes=self.default_queue_limit,
+        )
+        self.queues[name] = queue
+        self._queue_bindings[name] = []
+        for listener in self.listeners:
+            listener.queue_declared(queue)
+        return queue
+
+    def _check_queue_equivalent(
+        self,
+        queue: Queue,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        checks: list[tuple[str, object, object]] = [
+            ("durable", _flag(durable), _flag(queue.durable)),
+            ("exclusive", _flag(exclusive), _flag(queue.exclusive_owner is not None)),
+            ("auto_delete", _flag(auto_delete), _flag(queue.auto_delete)),
+        ]
+        for arg in EQUIVALENCE_ARGS:
+            checks.append((arg, arguments.get(arg), queue.arguments.get(arg)))
+        for field, received, current in checks:
+            if received != current:
+                raise precondition_failed(
+                    f"inequivalent arg '{field}' for queue '{queue.name}' in vhost"
+                    f" '{self.name}': received '{received}' but current is '{current}'"
+                )
+
+    def delete_queue(
+        self,
+        name: str,
+        *,
+        if_unused: bool = False,
+        if_empty: bool = False,
+        owner: object | None = None,
+    ) -> int:
+        """queue.delete: returns the number of ready messages deleted with it."""
+        if name not in self.queues:
+            return 0
+        queue = self.queue(name, owner)
+        if if_unused and queue.consumer_count:
+            raise precondition_failed(f"queue '{name}' in vhost '{self.name}' in use")
+        if if_empty and queue.message_count:
+            raise precondition_failed(f"queue '{name}' in vhost '{self.name}' is not empty")
+        return self._delete_queue(queue)
+
+    def _delete_queue(self, queue: Queue) -> int:
+        count = queue.message_count
+        self.queues.pop(queue.name, None)
+        for binding in self._queue_bindings.pop(queue.name, []):
+            exchange = self.exchanges.get(binding.exchange)
+            if exchange is not None:
+                exchange.unbind(binding.key)
+                self._maybe_auto_delete_exchange(exchange)
+        for consumer in queue.close():
+            if hasattr(consumer, "queue_deleted"):
+                consumer.queue_deleted(queue)
+        for listener in self.listeners:
+            listener.queue_deleted(queue)
+        return count
+
+    def purge_queue(self, name: str, owner: object | None = None) -> int:
+        return self.queue(name, owner).purge()
+
+    def consumer_cancelled(self, queue: Queue) -> None:
+        """A consumer left ``queue``: delete it if it is auto-delete and now unused."""
+        if queue.auto_delete and queue.consumer_count == 0 and not queue.deleted:
+            self._delete_queue(queue)
+
+    def owner_closed(self, owner: object) -> None:
+        """A connection closed: its exclusive queues go with it."""
+        for queue in [q for q in self.queues.values() if q.exclusive_owner is owner]:
+            self._delete_queue(queue)
+
+    # -- bindings ----------------------------------------------------------------------
+    def bind(
+        self,
+        queue_name: str,
+        exchange_name: str,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+        owner: object | None = None,
+    ) -> Binding:
+        arguments = dict(arguments or {})
+        if exchange_name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        queue = self.queue(queue_name, owner)
+        exchange = self.exchange(exchange_name)
+        exchange.validate_binding(arguments)
+        key = binding_key(queue.name, routing_key, arguments)
+        existing = exchange.bindings.get(key)
+        if existing is not None:
+            return existing
+        binding = Binding(exchange_name, queue, routing_key, arguments)
+        exchange.bind(binding)
+        self._queue_bindings[queue.name].append(binding)
+        for listener in self.listeners:
+            listener.bound(binding)
+        return binding
+
+    def unbind(
+        self,
+        queue_name: str,
+        exchange_name: str,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+        owner: object | None = None,
+    ) -> None:
+        """queue.unbind; unbinding what is not bound succeeds (RabbitMQ)."""
+        if exchange_name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        queue = self.queue(queue_name, owner)
+        exchange = self.exchange(exchange_name)
+        binding = exchange.bindings.get(binding_key(queue.name, routing_key, dict(arguments or {})))
+        if binding is not None:
+            self._remove_binding(exchange, binding)
+            self._maybe_auto_delete_exchange(exchange)
+
+    def _remove_binding(self, exchange: Exchange, binding: Binding) -> None:
+        exchange.unbind(binding.key)
+        bindings = self._queue_bindings.get(binding.queue.name)
+        if bindings is not None and binding in bindings:
+            bindings.remove(binding)
+        for listener in self.listeners:
+            listener.unbound(binding)
+
+    def _maybe_auto_delete_exchange(self, exchange: Exchange) -> None:
+        if exchange.auto_delete and exchange.had_bindings and not exchange.bindings:
+            self.delete_exchange(exchange.name)
+
+    def bindings(self) -> list[Binding]:
+        return [b for ex in self.exchanges.values() for b in ex.bindings.values()]
+
+    # -- publishing --------------------------------------------------------------------
+    def check_publish(self, exchange_name: str) -> Exchange:
+        """The exchange a client may publish to (404 missing, 403 internal)."""
+        exchange = self.exchange(exchange_name)
+        if exchange.internal:
+            raise access_refused(f"cannot publish to internal exchange '{exchange_name}'")
+        return exchange
+
+    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
+        """Queues for a message, following alternate exchanges when nothing matched."""
+        queues = exchange.route(message)
+        seen = {exchange.name}
+        current = exchange
+        while not queues:
+            alternate_name = current.alternate_exchange
+            if alternate_name is None or alternate_name in seen:
+                break
+            alternate = self.exchanges.get(alternate_name)
+            if alternate is None:
+                break
+            seen.add(alternate_name)
+            queues = alternate.route(message)
+            current = alternate
+        return queues
+
+    def publish(self, exchange: Exchange, message: Message) -> PublishResult:
+        """Route and enqueue; a queue that refuses the message counts as rejected."""
+        queues = self.route(exchange, message)
+        self.published_total += 1
+        if not queues:
+            exchange.unroutable_total += 1
+            self.unroutable_total += 1
+            return PublishResult(0, 0)
+        exchange.routed_total += 1
+        rejected = 0
+        for queue in queues:
+            if not queue.enqueue(message):
+                rejected += 1
+        return PublishResult(len(queues), rejected)
+
+    # -- dead-lettering ----------------------------------------------------------------
+    def _dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
+        dlx_name = queue.limits.dead_letter_exchange
+        if dlx_name is None:
+            return
+        exchange = self.exchanges.get(dlx_name)
+        if exchange is None or self._dead_letter_depth >= _MAX_DEAD_LETTER_DEPTH:
+            return
+        original = entry.message
+        routing_key = queue.limits.dead_letter_routing_key
+        if routing_key is None:
+            routing_key = original.routing_key
+        props = properties.decode(original.properties_raw)
+        headers: dict[str, Any] = dict(props.headers or {})
+        previous = headers.get("x-death")
+        deaths: list[Any] = list(previous) if isinstance(previous, list) else []
+        for death in deaths:
+            if (
+                isinstance(death, dict)
+                and death.get("queue") == queue.name
+                and death.get("reason") == reason
+            ):
+                count = death.get("count", 1)
+                death["count"] = (count if isinstance(count, int) else 1) + 1
+                deaths.remove(death)
+                deaths.insert(0, death)
+                break
+        else:
+            deaths.insert(
+                0,
+                {
+                    "count": 1,
+                    "reason": reason,
+                    "queue": queue.name,
+                    "time": datetime.fromtimestamp(int(self.wall_clock()), UTC),
+                    "exchange": original.exchange,
+                    "routing-keys": [original.routing_key],
+                },
+            )
+        headers["x-death"] = deaths
+        headers.setdefault("x-first-death-reason", reason)
+        headers.setdefault("x-first-death-queue", queue.name)
+        headers.setdefault("x-first-death-exchange", original.exchange)
+        props.headers = headers
+        props.expiration = None
+        message = Message(dlx_name, routing_key, properties.encode(props), original.body)
+        # A queue the message already died in, with no client rejection since, is a
+        # dead-letter cycle: RabbitMQ drops the message for that queue (and only that one).
+        targets = self.route(exchange, message) if reason != REASON_REJECTED else []
+        cyclic = any(_is_cycle(q.name, deaths) for q in targets)
+        if cyclic:
+            targets = [q for q in targets if not _is_cycle(q.name, deaths)]
+            if not targets:
+                return
+        self.dead_lettered_total += 1
+        self._dead_letter_depth += 1
+        try:
+            if cyclic:
+                for target in targets:
+                    target.enqueue(message)
+            else:
+                self.publish(exchange, message)
+        finally:
+            self._dead_letter_depth -= 1
+
+    # -- time --------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Expire messages and delete queues unused past ``x-expires``."""
+        now = self.clock()
+        for queue in list(self.queues.values()):
+            if queue.message_count:
+                queue.expire()
+            expires = queue.limits.expires_ms
+            if (
+                expires is not None
+                and queue.consumer_count == 0
+                and now - queue.last_used >= expires / 1000.0
+            ):
+                self._delete_queue(queue)

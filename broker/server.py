@@ -1,0 +1,145 @@
+"""The broker process: listeners, the periodic tick, and an orderly shutdown.
+
+:class:`Broker` owns the virtual host and the AMQP listener (and the management HTTP API
+when enabled). Shutdown follows uvicorn's order: stop accepting, send connection.close
+320 (CONNECTION_FORCED) to every connection, give them ``grace`` seconds to answer, then
+abort what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from broker import __version__
+from broker.amqp.context import BrokerContext, ConnectionSettings
+from broker.amqp.protocol import AmqpProtocol
+from broker.core.errors import ReplyCode
+from broker.core.vhost import VirtualHost
+from broker.log import get_logger
+from broker.options import BrokerOptions
+from broker.security.sasl import Authenticator, UserDatabase
+
+TICK_INTERVAL = 0.25
+
+
+class Broker:
+    """One qpidd broker (stand-alone)."""
+
+    def __init__(self, options: BrokerOptions) -> None:
+        self.options = options
+        self.log = get_logger("broker")
+        self.started_at = time.time()
+        self.vhost = VirtualHost(default_queue_limit=options.default_queue_limit)
+        users = (
+            UserDatabase.load(options.sasl_users) if options.sasl_users else UserDatabase.default()
+        )
+        self.context = BrokerContext(
+            vhost=self.vhost,
+            authenticator=Authenticator(users, options.auth),
+            settings=ConnectionSettings(
+                frame_max=options.max_frame_size,
+                channel_max=options.max_channels,
+                heartbeat=int(options.heartbeat + 0.999) if options.heartbeat > 0 else 0,
+                max_connections=options.max_connections,
+                node_name=options.node_name,
+                version=__version__,
+            ),
+            log=get_logger("amqp"),
+        )
+        self.ha_state = "standalone"
+        self._protocols: set[AmqpProtocol] = set()
+        self._server: asyncio.Server | None = None
+        self._management: Any = None
+        self._tick_task: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+        self.amqp_port = options.port
+        self.mgmt_port = options.mgmt_port
+
+    # -- start -------------------------------------------------------------------------
+    def _protocol_factory(self) -> AmqpProtocol:
+        broker = self
+
+        class _Tracked(AmqpProtocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                super().connection_made(transport)
+                broker._protocols.add(self)
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                super().connection_lost(exc)
+                broker._protocols.discard(self)
+
+        return _Tracked(self.context)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        options = self.options
+        self._server = await loop.create_server(
+            self._protocol_factory,
+            host=options.interface,
+            port=options.port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        sockets = self._server.sockets
+        if sockets:
+            self.amqp_port = sockets[0].getsockname()[1]
+        if options.mgmt_port:
+            from broker.management.api import start_management
+
+            self._management = await start_management(
+                self, options.mgmt_interface, options.mgmt_port
+            )
+        self._tick_task = asyncio.create_task(self._tick_loop())
+        self.log.info(
+            "broker_started",
+            version=__version__,
+            interface=options.interface,
+            port=self.amqp_port,
+            mgmt_port=self.mgmt_port or None,
+            ha_state=self.ha_state,
+            auth=options.auth,
+        )
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL)
+            self.vhost.tick()
+            for protocol in list(self._protocols):
+                protocol.tick()
+
+    @property
+    def connections(self) -> list[AmqpProtocol]:
+        return list(self._protocols)
+
+    # -- stop --------------------------------------------------------------------------
+    async def stop(self, grace: float = 2.0) -> None:
+        """Stop accepting, close every connection (320), then abort stragglers."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._server is not None:
+            self._server.close()
+        for protocol in list(self._protocols):
+            if protocol.connection is not None:
+                protocol.connection.close(ReplyCode.CONNECTION_FORCED, "broker shutdown")
+                protocol.flush()
+        deadline = time.monotonic() + grace
+        while self._protocols and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            for protocol in list(self._protocols):
+                protocol.flush()
+        for protocol in list(self._protocols):
+            if protocol.transport is not None:
+                protocol.transport.abort()
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+        if self._management is not None:
+            await self._management.cleanup()
+        if self._server is not None:
+            await self._server.wait_closed()
+        self.log.info("broker_stopped", uptime=round(time.time() - self.started_at, 3))
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
