@@ -9,12 +9,21 @@ import sys
 from broker.log import configure_logging, get_logger
 from broker.options import BrokerOptions, main_parse
 from broker.server import Broker
+from broker.store.data_dir import DataDirError
 
 
 async def run(options: BrokerOptions) -> int:
-    broker = Broker(options)
+    try:
+        broker = Broker(options)
+    except ValueError as exc:  # a bad users file: bad configuration
+        print(f"qpidd: error: {exc}", file=sys.stderr)
+        return 2
     try:
         await broker.start()
+    except DataDirError as exc:
+        get_logger("broker").error("broker_start_failed", reason=str(exc))
+        print(f"qpidd: error: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
         print(f"qpidd: error: cannot listen: {exc}", file=sys.stderr)

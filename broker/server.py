@@ -20,6 +20,7 @@ from broker.core.vhost import VirtualHost
 from broker.log import get_logger
 from broker.options import BrokerOptions
 from broker.security.sasl import Authenticator, UserDatabase
+from broker.store.data_dir import DataDir
 
 TICK_INTERVAL = 0.25
 
@@ -49,6 +50,7 @@ class Broker:
             log=get_logger("amqp"),
         )
         self.ha_state = "standalone"
+        self.data_dir: DataDir | None = None
         self._protocols: set[AmqpProtocol] = set()
         self._server: asyncio.Server | None = None
         self._management: Any = None
@@ -75,6 +77,8 @@ class Broker:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         options = self.options
+        if options.data_dir:
+            self.data_dir = DataDir(options.data_dir).open()
         self._server = await loop.create_server(
             self._protocol_factory,
             host=options.interface,
@@ -88,9 +92,14 @@ class Broker:
         if options.mgmt_port:
             from broker.management.api import start_management
 
-            self._management = await start_management(
-                self, options.mgmt_interface, options.mgmt_port
-            )
+            try:
+                self._management = await start_management(
+                    self, options.mgmt_interface, options.mgmt_port
+                )
+            except OSError:
+                self._server.close()
+                await self._server.wait_closed()
+                raise
         self._tick_task = asyncio.create_task(self._tick_loop())
         self.log.info(
             "broker_started",
@@ -139,6 +148,8 @@ class Broker:
             await self._management.cleanup()
         if self._server is not None:
             await self._server.wait_closed()
+        if self.data_dir is not None:
+            self.data_dir.close()
         self.log.info("broker_stopped", uptime=round(time.time() - self.started_at, 3))
 
     async def wait_stopped(self) -> None:

@@ -1,0 +1,86 @@
+"""The qpidd process: start-up errors are one clear line, shutdown is orderly."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import pika
+import pytest
+
+from tests.broker_process import QPIDD, BrokerProcess, free_port, wait_until
+
+
+def run_qpidd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [QPIDD, "--interface=127.0.0.1", *args], capture_output=True, text=True, timeout=30
+    )
+
+
+def test_data_dir_is_locked_against_a_second_broker(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = BrokerProcess(tmp_path / "a", args=[f"--data-dir={data}"]).start()
+    try:
+        result = run_qpidd(f"--port={free_port()}", "--mgmt-port=0", f"--data-dir={data}")
+        assert result.returncode == 1
+        assert "another qpidd is using this data directory" in result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        first.stop()
+
+
+def test_port_in_use_is_a_clear_error(broker: BrokerProcess) -> None:
+    result = run_qpidd(f"--port={broker.port}", "--mgmt-port=0")
+    assert result.returncode == 1
+    assert "cannot listen" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bad_users_file_exit_2(tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    users.write_text("alice\n")
+    result = run_qpidd(f"--port={free_port()}", "--mgmt-port=0", f"--sasl-users={users}")
+    assert result.returncode == 2
+    assert f"{users}:1" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--port=notaport"],
+        ["--heartbeat=10 parsecs"],
+        ["--auth=maybe"],
+        ["--log-format=xml"],
+        ["--no-such-option"],
+    ],
+)
+def test_bad_option_exit_2(args: list[str]) -> None:
+    result = run_qpidd(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith("qpidd: error:")
+    assert "Traceback" not in result.stderr
+
+
+def test_users_file_and_sigterm_closes_clients_with_320(tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    users.write_text("# operators\nalice:s3cret\n")
+    broker = BrokerProcess(tmp_path / "b", args=[f"--sasl-users={users}"]).start()
+    try:
+        credentials = pika.PlainCredentials("alice", "s3cret")
+        connection = pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", broker.port, credentials=credentials)
+        )
+        channel = connection.channel()
+        channel.queue_declare("q")
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            while True:
+                connection.process_data_events(time_limit=0.1)
+        assert info.value.reply_code == 320
+        assert wait_until(lambda: broker.proc is not None and broker.proc.poll() is not None)
+        assert broker.proc.returncode == 0
+        events = [e["event"] for e in broker.events()]
+        assert events[0] == "broker_started" and events[-1] == "broker_stopped"
+    finally:
+        broker.stop()
