@@ -42,13 +42,17 @@ async def run(options: BrokerOptions) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     options = main_parse(sys.argv[1:] if argv is None else argv)
-    configure_logging(
-        level=options.log_level,
-        fmt=options.log_format,
-        file=options.log_file,
-        node=options.node_name,
-        component="broker",
-    )
+    try:
+        configure_logging(
+            level=options.log_level,
+            fmt=options.log_format,
+            file=options.log_file,
+            node=options.node_name,
+            component="broker",
+        )
+    except OSError as exc:
+        print(f"qpidd: error: cannot open log file {options.log_file}: {exc}", file=sys.stderr)
+        sys.exit(2)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux

@@ -1,0 +1,204 @@
+"""Structured logging: one JSON object a line, the schema ``analytics/`` reads.
+
+Every event carries at least (see :data:`LOG_FIELDS`)::
+
+    ts         UTC time, ISO-8601 with microseconds and "Z": 2026-11-22T07:42:02.123456Z
+    level      debug, info, warning, error or critical
+    event      what happened, a snake_case name: "broker_started"
+    node       this broker's name (--node-name)
+    cluster    the HA cluster's name, null outside a cluster
+    epoch      the HA epoch, null until the HA code sets it
+    component  which part logged it: broker, amqp, ha, management, ...
+    schema     the version of this schema, :data:`LOG_SCHEMA_VERSION`
+
+plus the event's own fields. The schema is a public interface: change a field's meaning
+only together with :data:`LOG_SCHEMA_VERSION`.
+
+Call :func:`configure_logging` once at start-up, before logging; :func:`set_log_context`
+changes node, cluster or epoch for every later event (the HA code sets the epoch).
+:func:`get_logger` returns a structlog logger whose filtered-out levels are no-ops.
+In JSON mode an exception becomes a structured ``exception`` field, never a multi-line
+traceback. Importing this module does no I/O and does not configure structlog.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping, MutableMapping
+from datetime import UTC, datetime
+from typing import IO, Any, cast
+
+import structlog
+from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
+
+__all__ = [
+    "LEVELS",
+    "LOG_FIELDS",
+    "LOG_SCHEMA_VERSION",
+    "configure_logging",
+    "get_log_context",
+    "get_logger",
+    "reset_logging",
+    "set_log_context",
+]
+
+LOG_SCHEMA_VERSION = "1"
+
+#: Fields present in every event, in the order the JSON renderer writes them.
+LOG_FIELDS = ("ts", "level", "event", "node", "cluster", "epoch", "component", "schema")
+
+LEVELS: dict[str, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+_RESERVED = frozenset({"ts", "level", "event", "schema"})
+
+_DEFAULT_CONTEXT: dict[str, Any] = {
+    "node": None,
+    "cluster": None,
+    "epoch": None,
+    "component": "broker",
+    "schema": LOG_SCHEMA_VERSION,
+}
+# Replaced as a whole (never mutated), so a processor never sees a half-made update.
+_context: dict[str, Any] = dict(_DEFAULT_CONTEXT)
+_opened: IO[str] | None = None
+_configured = False
+
+
+def set_log_context(**fields: Any) -> None:
+    """Set fields (``node``, ``cluster``, ``epoch``, ``component`` default, ...) that every
+    later event carries unless the event or its logger sets them itself."""
+    global _context
+    bad = _RESERVED.intersection(fields)
+    if bad:
+        raise ValueError(f"cannot set log field(s) {sorted(bad)} in the context")
+    _context = {**_context, **fields}
+
+
+def _reset_context() -> None:
+    global _context
+    _context = dict(_DEFAULT_CONTEXT)
+
+
+def get_log_context() -> dict[str, Any]:
+    """A copy of the fields :func:`set_log_context` maintains."""
+    return dict(_context)
+
+
+def _add_context(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    for key, value in _context.items():
+        event_dict.setdefault(key, value)
+    return event_dict
+
+
+def _add_timestamp(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    event_dict["ts"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return event_dict
+
+
+def _order_fields(_: WrappedLogger, __: str, event_dict: EventDict) -> Mapping[str, Any]:
+    ordered = {key: event_dict.pop(key) for key in LOG_FIELDS if key in event_dict}
+    ordered.update(event_dict)
+    return ordered
+
+
+def configure_logging(
+    *,
+    level: str,
+    fmt: str,
+    file: str | None,
+    node: str,
+    component: str = "broker",
+    cluster: str | None = None,
+) -> None:
+    """Send every later event, at ``level`` or above, to ``file`` (appended, line by line)
+    or to stderr, as JSON lines (``fmt="json"``) or for humans (``fmt="console"``).
+
+    Can be called again (tests do); a file opened by an earlier call is closed.
+
+    :raises ValueError: for an unknown level or format.
+    :raises OSError: if ``file`` cannot be opened.
+    """
+    global _opened, _configured
+    if level not in LEVELS:
+        raise ValueError(f"invalid log level {level!r}: expected one of {', '.join(LEVELS)}")
+    if fmt not in ("json", "console"):
+        raise ValueError(f"invalid log format {fmt!r}: expected json or console")
+    stream: IO[str]
+    if file is None:
+        stream = sys.stderr
+        opened = None
+    else:
+        stream = opened = open(file, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    previous, _opened = _opened, opened
+    _reset_context()
+    set_log_context(node=node, cluster=cluster, component=component)
+    processors: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        _add_context,
+        _add_timestamp,
+    ]
+    if fmt == "json":
+        processors += [
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            ),
+            _order_fields,
+            structlog.processors.JSONRenderer(),
+        ]
+    else:
+        isatty = getattr(stream, "isatty", None)
+        processors.append(
+            structlog.dev.ConsoleRenderer(
+                colors=bool(isatty and isatty()),
+                exception_formatter=structlog.dev.plain_traceback,
+                timestamp_key="ts",
+            )
+        )
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
+        context_class=dict,
+        logger_factory=structlog.WriteLoggerFactory(file=stream),
+        cache_logger_on_first_use=True,
+    )
+    _configured = True
+    if previous is not None:
+        previous.close()
+
+
+def reset_logging() -> None:
+    """Undo :func:`configure_logging`: close its file, restore structlog's defaults and
+    the default context (for tests)."""
+    global _opened, _configured
+    structlog.reset_defaults()
+    _configured = False
+    if _opened is not None:
+        _opened.close()
+        _opened = None
+    _reset_context()
+
+
+def get_logger(component: str | None = None, **fields: Any) -> FilteringBoundLogger:
+    """A logger for ``component`` (default: the one given to :func:`configure_logging`).
+
+    Extra ``fields`` are bound to every event of this logger. Made after
+    :func:`configure_logging`, the logger is bound to that configuration at once, and a
+    call at a filtered-out level costs about as much as calling an empty function. Made
+    before, it is a lazy proxy that takes the configuration in force at its first use
+    (slower per call: prefer making loggers after configuring).
+    """
+    initial: MutableMapping[str, Any] = dict(fields)
+    if component is not None:
+        initial["component"] = component
+    proxy = structlog.get_logger(**initial)
+    if _configured:
+        return cast(FilteringBoundLogger, proxy.bind())
+    return cast(FilteringBoundLogger, proxy)

@@ -1,0 +1,201 @@
+"""broker.log: the JSON-lines log schema (ARCHITECTURE.md, "Logs as data")."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.log import (
+    LOG_FIELDS,
+    LOG_SCHEMA_VERSION,
+    configure_logging,
+    get_log_context,
+    get_logger,
+    reset_logging,
+    set_log_context,
+)
+
+TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Iterator[None]:
+    reset_logging()
+    yield
+    reset_logging()
+
+
+@pytest.fixture
+def log_file(tmp_path: Path) -> Path:
+    return tmp_path / "broker.log"
+
+
+def configure(path: Path, level: str = "info", **kw: Any) -> None:
+    configure_logging(level=level, fmt="json", file=str(path), node="n1", **kw)
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_every_event_has_the_schema_fields(log_file: Path) -> None:
+    configure(log_file)
+    before = datetime.now(UTC)
+    get_logger("amqp").info("connection_opened", connection=7, user="guest")
+    after = datetime.now(UTC)
+    [event] = lines(log_file)
+    assert list(event)[: len(LOG_FIELDS)] == list(LOG_FIELDS)
+    assert event["event"] == "connection_opened"
+    assert event["level"] == "info"
+    assert event["node"] == "n1"
+    assert event["cluster"] is None
+    assert event["epoch"] is None
+    assert event["component"] == "amqp"
+    assert event["schema"] == LOG_SCHEMA_VERSION == "1"
+    assert (event["connection"], event["user"]) == (7, "guest")
+    assert TS.fullmatch(event["ts"])
+    ts = datetime.strptime(event["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert before - timedelta(seconds=1) <= ts <= after + timedelta(seconds=1)
+
+
+def test_component_defaults_to_the_configured_one(log_file: Path) -> None:
+    configure(log_file, component="ha_agent", cluster="c1")
+    get_logger().warning("w")
+    get_logger("ha").error("e", component_detail=1)
+    first, second = lines(log_file)
+    assert (first["component"], first["level"], first["cluster"]) == ("ha_agent", "warning", "c1")
+    assert (second["component"], second["level"]) == ("ha", "error")
+
+
+def test_set_log_context_changes_later_events(log_file: Path) -> None:
+    configure(log_file)
+    log = get_logger("ha")  # made before the change: still sees it
+    log.info("before")
+    set_log_context(epoch=3, cluster="prod")
+    log.info("after")
+    get_logger("broker").info("other")
+    set_log_context(node="n2")
+    log.info("renamed")
+    events = lines(log_file)
+    assert [(e["epoch"], e["cluster"], e["node"]) for e in events] == [
+        (None, None, "n1"),
+        (3, "prod", "n1"),
+        (3, "prod", "n1"),
+        (3, "prod", "n2"),
+    ]
+    assert get_log_context()["epoch"] == 3
+
+
+def test_set_log_context_refuses_reserved_fields() -> None:
+    for field in ("ts", "event", "level", "schema"):
+        with pytest.raises(ValueError):
+            set_log_context(**{field: "x"})
+
+
+def test_configure_starts_a_fresh_context(log_file: Path) -> None:
+    configure(log_file)
+    set_log_context(epoch=9)
+    configure(log_file)
+    get_logger().info("x")
+    assert lines(log_file)[-1]["epoch"] is None
+
+
+def test_level_filter(log_file: Path) -> None:
+    configure(log_file, level="warning")
+    log = get_logger("broker")
+    log.debug("d")
+    log.info("i")
+    log.warning("w")
+    log.critical("c")
+    assert [(e["event"], e["level"]) for e in lines(log_file)] == [
+        ("w", "warning"),
+        ("c", "critical"),
+    ]
+
+
+def test_filtered_levels_are_no_ops(log_file: Path) -> None:
+    configure(log_file, level="error")
+    log = get_logger("broker")
+    # make_filtering_bound_logger replaces filtered methods by one shared no-op.
+    assert type(log).debug is type(log).info is type(log).warning
+    assert type(log).debug is not type(log).error
+
+
+def test_exception_is_a_field_on_one_line(log_file: Path) -> None:
+    configure(log_file)
+    try:
+        raise ZeroDivisionError("division by zero")
+    except ZeroDivisionError:
+        get_logger().exception("tick_failed", password_in_a_local="not shown")
+    text = log_file.read_text(encoding="utf-8")
+    assert text.count("\n") == 1
+    [event] = lines(log_file)
+    assert event["level"] == "error"
+    assert event["exception"][0]["exc_type"] == "ZeroDivisionError"
+    assert "locals" not in json.dumps(event["exception"])
+
+
+def test_unserialisable_values_do_not_break_the_line(log_file: Path) -> None:
+    configure(log_file)
+    get_logger().info("odd", value=object(), raw=b"\x00\x01", items={1, 2})
+    [event] = lines(log_file)
+    assert event["value"].startswith("<object object")
+
+
+def test_file_is_appended_and_line_buffered(log_file: Path) -> None:
+    log_file.write_text("earlier line\n", encoding="utf-8")
+    configure(log_file)
+    get_logger().info("first")
+    # Not closed yet: the line must already be in the file.
+    text = log_file.read_text(encoding="utf-8")
+    assert text.startswith("earlier line\n")
+    assert json.loads(text.splitlines()[1])["event"] == "first"
+
+
+def test_reconfiguring_closes_the_old_file(tmp_path: Path) -> None:
+    configure(tmp_path / "a.log")
+    get_logger().info("to_a")
+    configure(tmp_path / "b.log")
+    get_logger().info("to_b")
+    assert [e["event"] for e in lines(tmp_path / "a.log")] == ["to_a"]
+    assert [e["event"] for e in lines(tmp_path / "b.log")] == ["to_b"]
+
+
+def test_logger_made_before_configuring(log_file: Path) -> None:
+    early = get_logger("early")
+    configure(log_file)
+    early.info("late_use")
+    [event] = lines(log_file)
+    assert (event["component"], event["node"]) == ("early", "n1")
+
+
+def test_stderr_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(level="info", fmt="json", file=None, node="n1")
+    get_logger().info("to_stderr")
+    captured = capsys.readouterr()
+    assert json.loads(captured.err)["event"] == "to_stderr"
+    assert captured.out == ""
+
+
+def test_console_format(log_file: Path) -> None:
+    configure_logging(level="info", fmt="console", file=str(log_file), node="n1")
+    get_logger("amqp").info("connection_opened", connection=7)
+    text = log_file.read_text(encoding="utf-8")
+    assert "connection_opened" in text
+    assert "connection=7" in text
+    assert "component=amqp" in text
+    assert "\x1b[" not in text  # no colours when not a terminal
+    assert TS.search(text)
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="log level"):
+        configure_logging(level="loud", fmt="json", file=None, node="n")
+    with pytest.raises(ValueError, match="log format"):
+        configure_logging(level="info", fmt="xml", file=None, node="n")
