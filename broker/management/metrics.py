@@ -1,0 +1,276 @@
+"""Prometheus text exposition (format version 0.0.4) of a broker's state.
+
+:func:`render_metrics` is a pure function of the broker it is given (and of ``now``): no
+I/O, no registry, no global state, so it is tested without HTTP. The HTTP handler in
+:mod:`broker.management.api` only sets the content type and returns the text.
+
+The broker is described structurally (:class:`BrokerView` and friends) rather than by
+importing :class:`broker.server.Broker`, so that this module and the management API depend
+only on the plain core objects and can be driven by a test double.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from broker import __version__
+from broker.core.vhost import VirtualHost
+
+#: The Content-Type of the text format, as Prometheus expects it.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+# -- what the renderer (and the HTTP API) reads of a broker -----------------------------
+class ConnectionView(Protocol):
+    """What is shown of one AMQP connection (:class:`broker.amqp.connection.Connection`)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def user(self) -> str | None: ...
+
+    @property
+    def state(self) -> Enum: ...
+
+    @property
+    def client_properties(self) -> Mapping[str, Any]: ...
+
+    @property
+    def channels(self) -> Mapping[int, object]: ...
+
+    @property
+    def heartbeat(self) -> int: ...
+
+    @property
+    def frame_max(self) -> int: ...
+
+    @property
+    def messages_published(self) -> int: ...
+
+    @property
+    def messages_delivered(self) -> int: ...
+
+
+class ContextView(Protocol):
+    """The connection registry and counters (:class:`broker.amqp.context.BrokerContext`)."""
+
+    @property
+    def connections(self) -> Mapping[int, ConnectionView]: ...
+
+    @property
+    def connections_opened_total(self) -> int: ...
+
+    @property
+    def connections_refused_total(self) -> int: ...
+
+    @property
+    def protocol_errors_total(self) -> int: ...
+
+
+class OptionsView(Protocol):
+    """The options read here (:class:`broker.options.BrokerOptions`)."""
+
+    @property
+    def node_name(self) -> str: ...
+
+
+class BrokerView(Protocol):
+    """What is read of a broker (:class:`broker.server.Broker`)."""
+
+    @property
+    def options(self) -> OptionsView: ...
+
+    @property
+    def vhost(self) -> VirtualHost: ...
+
+    @property
+    def context(self) -> ContextView: ...
+
+    @property
+    def ha_state(self) -> str: ...
+
+    @property
+    def started_at(self) -> float: ...
+
+
+# -- the text format ---------------------------------------------------------------------
+def escape_label_value(value: str) -> str:
+    """A label value as the text format writes it: backslash, double quote, newline."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    """HELP text as the text format writes it: backslash and newline."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    """A sample value: integers exactly, floats in Go's notation for the special values."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+@dataclass(slots=True)
+class Family:
+    """One metric family: its HELP and TYPE lines and its samples."""
+
+    name: str
+    type: str
+    help: str
+    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+
+    def add(self, value: float, **labels: str) -> None:
+        self.samples.append((labels, value))
+
+    def render(self) -> Iterable[str]:
+        yield f"# HELP {self.name} {escape_help(self.help)}"
+        yield f"# TYPE {self.name} {self.type}"
+        for labels, value in self.samples:
+            if labels:
+                text = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels.items())
+                yield f"{self.name}{{{text}}} {format_value(value)}"
+            else:
+                yield f"{self.name} {format_value(value)}"
+
+
+def _gauge(name: str, help: str, value: float | None = None) -> Family:
+    family = Family(name, "gauge", help)
+    if value is not None:
+        family.add(value)
+    return family
+
+
+def _counter(name: str, help: str, value: float | None = None) -> Family:
+    family = Family(name, "counter", help)
+    if value is not None:
+        family.add(value)
+    return family
+
+
+#: Per-queue families: (name, type, help, attribute of broker.core.queue.Queue).
+QUEUE_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
+    ("qpidd_queue_messages", "gauge", "Messages ready for delivery.", "message_count"),
+    (
+        "qpidd_queue_messages_unacked",
+        "gauge",
+        "Messages delivered and not yet acknowledged.",
+        "unacked",
+    ),
+    ("qpidd_queue_consumers", "gauge", "Consumers of the queue.", "consumer_count"),
+    ("qpidd_queue_bytes", "gauge", "Body bytes of the ready messages.", "bytes"),
+    (
+        "qpidd_queue_enqueued_total",
+        "counter",
+        "Messages enqueued since the queue was declared.",
+        "enqueued_total",
+    ),
+    (
+        "qpidd_queue_delivered_total",
+        "counter",
+        "Messages delivered to consumers or fetched with basic.get.",
+        "delivered_total",
+    ),
+    ("qpidd_queue_acked_total", "counter", "Messages acknowledged.", "acked_total"),
+    ("qpidd_queue_expired_total", "counter", "Messages that expired (TTL).", "expired_total"),
+    (
+        "qpidd_queue_dropped_total",
+        "counter",
+        "Messages dropped from the head by a length limit.",
+        "dropped_total",
+    ),
+    (
+        "qpidd_queue_rejected_publishes_total",
+        "counter",
+        "Publishes the queue refused (x-overflow reject-publish or the default byte limit).",
+        "rejected_publishes",
+    ),
+)
+
+
+def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
+    """Every metric family of ``broker``, at wall-clock time ``now`` (default: now)."""
+    now = time.time() if now is None else now
+    vhost = broker.vhost
+    ctx = broker.context
+    info = _gauge("qpidd_info", "Broker identity; the value is always 1.")
+    info.add(1, node=broker.options.node_name, version=__version__, ha_state=broker.ha_state)
+    families = [
+        _gauge("qpidd_up", "1 while the broker serves its management API.", 1),
+        info,
+        _gauge(
+            "qpidd_uptime_seconds",
+            "Seconds since the broker started.",
+            round(max(0.0, now - broker.started_at), 3),
+        ),
+        _gauge("qpidd_connections", "AMQP connections (in any state).", len(ctx.connections)),
+        _counter(
+            "qpidd_connections_opened_total",
+            "AMQP connections accepted since the broker started.",
+            ctx.connections_opened_total,
+        ),
+        _counter(
+            "qpidd_connections_refused_total",
+            "AMQP connections refused (limits, authentication, HA role).",
+            ctx.connections_refused_total,
+        ),
+        _counter(
+            "qpidd_protocol_errors_total",
+            "Connections closed for a protocol error.",
+            ctx.protocol_errors_total,
+        ),
+        _gauge("qpidd_queues", "Queues in the virtual host.", len(vhost.queues)),
+        _gauge(
+            "qpidd_exchanges",
+            "Exchanges in the virtual host (built-in ones included).",
+            len(vhost.exchanges),
+        ),
+        _counter(
+            "qpidd_messages_published_total",
+            "Messages published to an exchange.",
+            vhost.published_total,
+        ),
+        _counter(
+            "qpidd_messages_unroutable_total",
+            "Published messages that no queue took.",
+            vhost.unroutable_total,
+        ),
+        _counter(
+            "qpidd_messages_dead_lettered_total",
+            "Messages republished to a dead-letter exchange.",
+            vhost.dead_lettered_total,
+        ),
+    ]
+    queues = sorted(vhost.queues.values(), key=lambda q: q.name)
+    for name, kind, help, attribute in QUEUE_FAMILIES:
+        family = Family(name, kind, help)
+        for queue in queues:
+            family.add(getattr(queue, attribute), queue=queue.name)
+        families.append(family)
+    return families
+
+
+def render_metrics(broker: BrokerView, now: float | None = None) -> str:
+    """The Prometheus text exposition of ``broker`` (ends with a newline)."""
+    lines: list[str] = []
+    for family in collect(broker, now):
+        lines.extend(family.render())
+    return "\n".join(lines) + "\n"
