@@ -421,8 +421,20 @@ def test_exchange_lifecycle() -> None:
             "routed_total": 0,
             "unroutable_total": 0,
         }
-        again = await client.put("/api/exchanges/events", json={"type": "topic", "durable": True})
+        again = await client.put(
+            "/api/exchanges/events",
+            json={
+                "type": "topic",
+                "durable": True,
+                "arguments": {"alternate-exchange": "amq.fanout"},
+            },
+        )
         assert again.status == 200
+        other_alternate = await client.put(
+            "/api/exchanges/events", json={"type": "topic", "durable": True}
+        )
+        assert other_alternate.status == 400
+        assert "alternate-exchange" in (await other_alternate.json())["reason"]
 
         inequivalent = await client.put("/api/exchanges/events", json={"type": "fanout"})
         assert inequivalent.status == 400

@@ -103,6 +103,11 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
+def _shown(value: object) -> str:
+    """A value in an inequivalence message, as RabbitMQ words it ('none' when unset)."""
+    return "none" if value is None else f"'{value}'"
+
+
 def _is_cycle(queue_name: str, deaths: list[Any]) -> bool:
     """RabbitMQ's rule: ``x-death`` (newest first) shows the message died in the queue
     before, and none of the deaths since, that one included, was a rejection."""
@@ -178,7 +183,9 @@ class VirtualHost:
                 f"invalid arg 'alternate-exchange' for exchange '{name}': {alternate!r}"
             )
         if existing is not None:
-            self._check_exchange_equivalent(existing, type, durable, auto_delete, internal)
+            self._check_exchange_equivalent(
+                existing, type, durable, auto_delete, internal, arguments
+            )
             return existing
         exchange = cls(
             name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
@@ -189,18 +196,30 @@ class VirtualHost:
         return exchange
 
     def _check_exchange_equivalent(
-        self, existing: Exchange, type: str, durable: bool, auto_delete: bool, internal: bool
+        self,
+        existing: Exchange,
+        type: str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
     ) -> None:
         for field, received, current in (
             ("type", type, existing.type),
             ("durable", _flag(durable), _flag(existing.durable)),
             ("auto_delete", _flag(auto_delete), _flag(existing.auto_delete)),
             ("internal", _flag(internal), _flag(existing.internal)),
+            (
+                "alternate-exchange",
+                arguments.get("alternate-exchange"),
+                existing.arguments.get("alternate-exchange"),
+            ),
         ):
             if received != current:
                 raise precondition_failed(
                     f"inequivalent arg '{field}' for exchange '{existing.name}' in vhost"
-                    f" '{self.name}': received '{received}' but current is '{current}'"
+                    f" '{self.name}': received {_shown(received)} but current is"
+                    f" {_shown(current)}"
                 )
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
@@ -303,7 +322,8 @@ class VirtualHost:
             if received != current:
                 raise precondition_failed(
                     f"inequivalent arg '{field}' for queue '{queue.name}' in vhost"
-                    f" '{self.name}': received '{received}' but current is '{current}'"
+                    f" '{self.name}': received {_shown(received)} but current is"
+                    f" {_shown(current)}"
                 )
 
     def delete_queue(
