@@ -388,9 +388,7 @@ class Channel:
         message = entry.message
         route = message.encoded_route
         if route is None:
-            route = framing.short_str_bytes(message.exchange) + framing.short_str_bytes(
-                message.routing_key
-            )
+            route = framing.encoded_route(message.exchange, message.routing_key)
             message.encoded_route = route
         tag = self._next_tag
         self._next_tag = tag + 1

@@ -36,6 +36,7 @@ S = ConnectionState
 _ids = itertools.count(1)
 _FRAME_HEAD = struct.Struct(">BHI")
 _PUBLISH_ID = b"\x00\x3c\x00\x28"
+_CHANNEL_OPEN = ChannelState.OPEN
 
 
 class Connection:
@@ -154,6 +155,7 @@ class Connection:
             pos = 8
             self._send_start()
         limit = self.frame_max
+        channels = self.channels
         end_of_data = len(buf)
         while end_of_data - pos >= 7:
             ftype, channel, size = _FRAME_HEAD.unpack_from(buf, pos)
@@ -171,6 +173,19 @@ class Connection:
                 )
             payload = bytes(buf[pos + 7 : end])
             pos = end + 1
+            if channel and self.state is S.OPEN:
+                # Hot path: publish, content header and body on an open channel.
+                ch = channels.get(channel)
+                if ch is not None and ch.state is _CHANNEL_OPEN:
+                    if ftype == framing.FRAME_BODY:
+                        ch.content_body(payload)
+                        continue
+                    if ftype == framing.FRAME_HEADER:
+                        ch.content_header(payload)
+                        continue
+                    if ftype == framing.FRAME_METHOD and payload[:4] == _PUBLISH_ID:
+                        ch.publish_method(payload)
+                        continue
             self._frame(ftype, channel, payload)
             if self.should_close or self.state is S.CLOSED:
                 pos = end_of_data

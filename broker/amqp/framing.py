@@ -151,6 +151,22 @@ def short_str_bytes(text: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
+_ROUTE_CACHE: dict[tuple[str, str], bytes] = {}
+_ROUTE_CACHE_LIMIT = 4096
+
+
+def encoded_route(exchange: str, routing_key: str) -> bytes:
+    """Exchange and routing key as two short strings (remembered for frequent pairs)."""
+    key = (exchange, routing_key)
+    route = _ROUTE_CACHE.get(key)
+    if route is None:
+        route = short_str_bytes(exchange) + short_str_bytes(routing_key)
+        if len(_ROUTE_CACHE) >= _ROUTE_CACHE_LIMIT:
+            _ROUTE_CACHE.clear()
+        _ROUTE_CACHE[key] = route
+    return route
+
+
 def deliver_method(
     channel: int,
     consumer_tag: bytes,

@@ -64,13 +64,32 @@ class ScannedProperties:
 _PLAIN = ScannedProperties(delivery_mode=0, expiration=None, has_headers=False)
 
 
+_SCAN_CACHE: dict[bytes, ScannedProperties] = {}
+_SCAN_CACHE_LIMIT = 4096
+_SCAN_CACHE_MAX_KEY = 96
+
+
 def scan(raw: bytes) -> ScannedProperties:
     """Check the layout of raw property bytes and return the fields the broker reads.
 
-    Raises ``ValueError`` when the bytes do not hold a well-formed property list.
+    Publishers tend to send the same few property blocks over and over, so results for
+    short blocks are remembered. Raises ``ValueError`` when the bytes do not hold a
+    well-formed property list.
     """
     if raw == EMPTY:
         return _PLAIN
+    cached = _SCAN_CACHE.get(raw)
+    if cached is not None:
+        return cached
+    result = _scan(raw)
+    if len(raw) <= _SCAN_CACHE_MAX_KEY:
+        if len(_SCAN_CACHE) >= _SCAN_CACHE_LIMIT:
+            _SCAN_CACHE.clear()
+        _SCAN_CACHE[raw] = result
+    return result
+
+
+def _scan(raw: bytes) -> ScannedProperties:
     if len(raw) < 2:
         raise ValueError("content header properties truncated")
     (flags,) = _U16.unpack_from(raw, 0)
