@@ -114,9 +114,15 @@ class Broker:
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(TICK_INTERVAL)
-            self.vhost.tick()
+            try:
+                self.vhost.tick()
+            except Exception as exc:  # keep housekeeping alive; a bug is logged, not fatal
+                self.log.error("tick_failed", part="vhost", exception=repr(exc))
             for protocol in list(self._protocols):
-                protocol.tick()
+                try:
+                    protocol.tick()
+                except Exception as exc:
+                    self.log.error("tick_failed", part="connection", exception=repr(exc))
 
     @property
     def connections(self) -> list[AmqpProtocol]:

@@ -93,7 +93,13 @@ class BrokerProcess:
     def events(self) -> list[dict[str, Any]]:
         if not self.log_file.exists():
             return []
-        return [json.loads(line) for line in self.log_file.read_text().splitlines() if line]
+        events = []
+        for line in self.log_file.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:  # the last line may be half written
+                continue
+        return events
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

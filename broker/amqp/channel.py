@@ -524,13 +524,16 @@ class Channel:
             raise precondition_failed(f"unknown delivery tag {tag}")
 
     def _basic_recover(self, method: commands.Basic.Recover) -> None:
-        self._recover()
+        self._recover(bool(method.requeue))
         self.send(commands.Basic.RecoverOk())
 
     def _basic_recover_async(self, method: commands.Basic.RecoverAsync) -> None:
-        self._recover()
+        self._recover(bool(method.requeue))
 
-    def _recover(self) -> None:
+    def _recover(self, requeue: bool) -> None:
+        if not requeue:
+            # As RabbitMQ: redelivering to the original consumer is not supported.
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "requeue=false")
         deliveries = list(self.unacked.values())
         self.unacked.clear()
         self._settle(deliveries, ack=False, requeue=True)

@@ -137,6 +137,10 @@ class Connection:
         except AmqpError as error:
             self._buf.clear()
             self.connection_error(error)
+        except Exception as exc:  # a broker bug: close this connection only, say why
+            self._buf.clear()
+            self.ctx.log.error("internal_error", connection=self.name, exception=repr(exc))
+            self.connection_error(AmqpError(ReplyCode.INTERNAL_ERROR, "internal error"))
         finally:
             self._in_receive = False
 

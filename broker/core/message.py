@@ -57,7 +57,10 @@ class Message:
     def headers(self) -> dict[str, Any]:
         """Application headers (decoded on first use)."""
         if self._headers is None:
-            self._headers = properties.headers_of(self.properties_raw)
+            try:
+                self._headers = properties.headers_of(self.properties_raw)
+            except ValueError:  # a well-sized but undecodable table: route as no headers
+                self._headers = {}
         return self._headers
 
     @property

@@ -284,6 +284,14 @@ class VirtualHost:
         existing = self.queues.get(name)
         if existing is not None:
             self.queue(name, owner)  # exclusivity check
+            if exclusive != (existing.exclusive_owner is not None):
+                # RabbitMQ answers a changed exclusive flag with RESOURCE_LOCKED.
+                raise AmqpError(
+                    ReplyCode.RESOURCE_LOCKED,
+                    f"cannot obtain exclusive access to locked queue '{name}' in vhost"
+                    f" '{self.name}'. The exclusive property value does not match that of"
+                    " the original declaration.",
+                )
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
             existing.touch()
             return existing
@@ -483,7 +491,10 @@ class VirtualHost:
         routing_key = queue.limits.dead_letter_routing_key
         if routing_key is None:
             routing_key = original.routing_key
-        props = properties.decode(original.properties_raw)
+        try:
+            props = properties.decode(original.properties_raw)
+        except ValueError:  # undecodable properties: dead-letter with x-death alone
+            props = properties.decode(properties.EMPTY)
         headers: dict[str, Any] = dict(props.headers or {})
         previous = headers.get("x-death")
         deaths: list[Any] = list(previous) if isinstance(previous, list) else []

@@ -476,3 +476,40 @@ def test_topic_and_headers_exchanges_route() -> None:
     vhost = client.ctx.vhost
     assert vhost.queues["t"].message_count == 1
     assert vhost.queues["h"].message_count == 1
+
+
+def test_recover_requeues_and_refuses_requeue_false() -> None:
+    client = open_client()
+    client.send(1, commands.Queue.Declare(queue="q"))
+    client.publish(1, b"m", routing_key="q")
+    client.send(1, commands.Basic.Consume(queue="q", consumer_tag="c"))
+    client.take()
+    client.send(1, commands.Basic.Recover(requeue=True))
+    frames = client.take()
+    delivers = [f for _, f in frames if isinstance(f, commands.Basic.Deliver)]
+    assert any(isinstance(f, commands.Basic.RecoverOk) for _, f in frames)
+    assert [d.redelivered for d in delivers] == [True]
+    client.send(1, commands.Basic.Recover(requeue=False))
+    assert close_code(client) == ReplyCode.NOT_IMPLEMENTED
+
+
+def test_redeclare_with_other_exclusive_flag_is_resource_locked() -> None:
+    client = open_client()
+    client.send(1, commands.Queue.Declare(queue="q"))
+    client.send(1, commands.Queue.Declare(queue="q", exclusive=True))
+    assert client.expect(commands.Channel.Close).reply_code == ReplyCode.RESOURCE_LOCKED
+
+
+def test_unexpected_exception_closes_only_that_connection_with_541() -> None:
+    ctx = make_context()
+    client = open_client(ctx)
+    other = open_client(ctx)
+
+    def boom(*args: object) -> None:
+        raise RuntimeError("bug")
+
+    client.conn.channels[1].publish_method = boom  # type: ignore[method-assign,assignment]
+    client.publish(1, b"x", routing_key="q")
+    assert close_code(client) == ReplyCode.INTERNAL_ERROR
+    other.send(1, commands.Queue.Declare(queue="still-fine"))
+    other.expect(commands.Queue.DeclareOk)

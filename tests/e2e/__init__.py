@@ -1,0 +1,1 @@
+"""End-to-end tests: unmodified pika, aio-pika, kombu and raw sockets against a real qpidd."""
