@@ -30,7 +30,7 @@ unit: $(STAMP)
 test: lint typecheck unit
 
 bench: $(STAMP)
-	$(BIN)/python bench/throughput.py --pairs 1,4,16
+	$(BIN)/python bench/compare.py --pairs 1,4,16 --repeat 3
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache var

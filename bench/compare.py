@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Run bench/throughput.py against two brokers in one run, alternately, and compare.
+
+For each P in --pairs, runs A, B, A, B ... (--repeat times each) so both brokers see the
+same machine conditions, then prints the medians and the ratio B/A of end-to-end msgs/s and
+of confirm latency. By default A is a throwaway RabbitMQ started with bench/rabbitmq.sh and
+B is a qpidd started here on free loopback ports; give --url-a/--url-b to compare any two
+running brokers instead.
+
+    .venv/bin/python bench/compare.py --pairs 1,4,16 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from throughput import RunResult, add_common_args, check_args, messages_for, row, run_once
+
+HERE = Path(__file__).resolve().parent
+RABBITMQ_PORT = 5680
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_port(port: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on 127.0.0.1:{port}")
+
+
+@contextmanager
+def qpidd() -> Iterator[str]:
+    port = _free_port()
+    binary = Path(sys.executable).with_name("qpidd")
+    proc = subprocess.Popen(
+        [str(binary), "--interface=127.0.0.1", f"--port={port}", "--mgmt-port=0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_port(port, time.monotonic() + 15)
+        yield f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+@contextmanager
+def rabbitmq() -> Iterator[str]:
+    script = str(HERE / "rabbitmq.sh")
+    subprocess.run([script, "start", str(RABBITMQ_PORT)], check=True)
+    try:
+        yield f"amqp://guest:guest@127.0.0.1:{RABBITMQ_PORT}/%2F"
+    finally:
+        subprocess.run([script, "stop", str(RABBITMQ_PORT)], check=False)
+
+
+@contextmanager
+def given(url: str) -> Iterator[str]:
+    yield url
+
+
+def _median(runs: list[RunResult], attr: str) -> float:
+    return float(statistics.median(getattr(r, attr) for r in runs))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--url-a", help="broker A (default: a throwaway RabbitMQ)")
+    ap.add_argument("--url-b", help="broker B (default: a qpidd started here)")
+    ap.add_argument("--label-a", default="rabbitmq")
+    ap.add_argument("--label-b", default="qpidd")
+    add_common_args(ap)
+    args = ap.parse_args(argv)
+    check_args(ap, args)
+    ok = True
+    lines: list[str] = []
+    with (
+        given(args.url_a) if args.url_a else rabbitmq() as url_a,
+        given(args.url_b) if args.url_b else qpidd() as url_b,
+    ):
+        for pairs in args.pairs:
+            n = messages_for(args, pairs)
+            results: dict[str, list[RunResult]] = {args.label_a: [], args.label_b: []}
+            for k in range(args.repeat):
+                for label, url in ((args.label_a, url_a), (args.label_b, url_b)):
+                    r = run_once(
+                        url,
+                        pairs,
+                        n,
+                        args.size,
+                        args.window,
+                        args.prefetch,
+                        args.queue_prefix,
+                        args.timeout,
+                        label=label,
+                    )
+                    ok &= r.ok
+                    print(row(r, str(k + 1)), flush=True)
+                    results[label].append(r)
+            a, b = results[args.label_a], results[args.label_b]
+            rate_a, rate_b = _median(a, "msgs_per_s"), _median(b, "msgs_per_s")
+            p50_a, p50_b = _median(a, "confirm_p50_ms"), _median(b, "confirm_p50_ms")
+            p99_a, p99_b = _median(a, "confirm_p99_ms"), _median(b, "confirm_p99_ms")
+            lines.append(
+                f"P={pairs:<3} {args.label_a} {rate_a:8.0f} msg/s p50 {p50_a:6.2f} p99 {p99_a:7.2f}"
+                f" | {args.label_b} {rate_b:8.0f} msg/s p50 {p50_b:6.2f} p99 {p99_b:7.2f}"
+                f" | throughput {args.label_b}/{args.label_a} = {rate_b / rate_a:.2f}"
+            )
+    print(f"\nmedians of {args.repeat} alternating runs, {args.size} B messages:")
+    for line in lines:
+        print(line)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# A throwaway RabbitMQ on 127.0.0.1 for benchmarks (baseline for bench/throughput.py).
+#
+#   bench/rabbitmq.sh start [PORT]    install if missing (apt-get), start, wait until it serves
+#   bench/rabbitmq.sh stop [PORT]     stop it (by PID) and remove its data
+#   bench/rabbitmq.sh status [PORT]
+#
+# PORT defaults to 5680 (so it never collides with a qpidd on 5672). Everything the node
+# writes (mnesia, logs, cookie, config, pid file) lives under ${RMQ_BENCH_DIR:-/tmp/rmq-bench-PORT}.
+# The node listens on 127.0.0.1:PORT only, its Erlang distribution port is PORT+20000 and it
+# uses a private epmd on 127.0.0.1:PORT+30000, so stopping it touches no other Erlang node.
+# Clients use amqp://guest:guest@127.0.0.1:PORT/%2F (guest works from localhost only).
+set -euo pipefail
+
+cmd="${1:-}"
+port="${2:-${RMQ_PORT:-5680}}"
+dir="${RMQ_BENCH_DIR:-/tmp/rmq-bench-$port}"
+node="bench$port@localhost"
+rmq_bin=/usr/lib/rabbitmq/bin
+
+usage() {
+    echo "usage: $0 start|stop|status [PORT]" >&2
+    exit 2
+}
+
+[[ "$port" =~ ^[0-9]+$ ]] || usage
+
+setup_env() {
+    export HOME="$dir"                   # .erlang.cookie goes here, for server and rabbitmqctl
+    export RABBITMQ_NODENAME="$node"
+    export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+    export RABBITMQ_NODE_PORT="$port"
+    export RABBITMQ_DIST_PORT="$((port + 20000))"
+    export ERL_EPMD_ADDRESS=127.0.0.1
+    export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
+    export ERL_EPMD_PORT="$((port + 30000))"
+    export RABBITMQ_MNESIA_BASE="$dir/mnesia"
+    export RABBITMQ_LOG_BASE="$dir/log"
+    export RABBITMQ_PID_FILE="$dir/rabbitmq.pid"
+    export RABBITMQ_CONFIG_FILE="$dir/rabbitmq"          # -> $dir/rabbitmq.conf
+    export RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins"
+    export RABBITMQ_CONF_ENV_FILE="$dir/rabbitmq-env.conf"
+    export RABBITMQ_ADVANCED_CONFIG_FILE="$dir/advanced.config"
+}
+
+install_if_missing() {
+    if [[ -x "$rmq_bin/rabbitmq-server" ]]; then
+        return
+    fi
+    local sudo=""
+    if [[ "$(id -u)" != 0 ]]; then
+        sudo="sudo"
+    fi
+    echo "installing rabbitmq-server (apt-get)..." >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq rabbitmq-server >/dev/null
+    # The Debian package may have started a system node (on hosts with an init system):
+    # ours is independent of it and uses other ports.
+}
+
+ctl() {
+    "$rmq_bin/rabbitmqctl" -n "$node" "$@"
+}
+
+is_running() {
+    [[ -f "$RABBITMQ_PID_FILE" ]] && kill -0 "$(cat "$RABBITMQ_PID_FILE")" 2>/dev/null
+}
+
+start() {
+    install_if_missing
+    setup_env
+    if is_running; then
+        echo "already running: pid $(cat "$RABBITMQ_PID_FILE") port $port" >&2
+        return 0
+    fi
+    rm -rf "$dir"
+    mkdir -p "$dir/mnesia" "$dir/log"
+    cat >"$dir/rabbitmq.conf" <<EOF
+listeners.tcp.1 = 127.0.0.1:$port
+loopback_users.guest = true
+log.console = false
+log.file.level = warning
+EOF
+    echo "[]." >"$dir/enabled_plugins"
+    echo "[]." >"$dir/advanced.config"
+    : >"$dir/rabbitmq-env.conf"
+    # Detached from this shell: the node outlives it, and stop finds it by its pid file.
+    setsid "$rmq_bin/rabbitmq-server" >"$dir/log/startup.log" 2>&1 </dev/null &
+    # rabbitmqctl wait: blocks until the pid file appears and the app has booted.
+    local deadline=$((SECONDS + 90))
+    until [[ -s "$RABBITMQ_PID_FILE" ]]; do
+        if ((SECONDS > deadline)); then
+            echo "rabbitmq did not write its pid file; see $dir/log" >&2
+            tail -20 "$dir/log/startup.log" >&2 || true
+            exit 1
+        fi
+        sleep 0.5
+    done
+    if ! timeout 90 "$rmq_bin/rabbitmqctl" -n "$node" wait -q "$RABBITMQ_PID_FILE"; then
+        echo "rabbitmq did not come up; see $dir/log" >&2
+        tail -20 "$dir/log/startup.log" >&2 || true
+        exit 1
+    fi
+    echo "rabbitmq $(ctl version 2>/dev/null || echo '?') running: pid $(cat "$RABBITMQ_PID_FILE")," \
+        "url amqp://guest:guest@127.0.0.1:$port/%2F, data $dir" >&2
+}
+
+stop() {
+    setup_env
+    if [[ ! -d "$dir" ]]; then
+        echo "not running (no $dir)" >&2
+        return 0
+    fi
+    if is_running; then
+        local pid
+        pid="$(cat "$RABBITMQ_PID_FILE")"
+        # Graceful: rabbitmqctl stop PIDFILE returns once that OS process has exited.
+        timeout 60 "$rmq_bin/rabbitmqctl" -n "$node" stop -q "$RABBITMQ_PID_FILE" || true
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+            sleep 2
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    # Our private epmd (only ours listens on this port).
+    if [[ -x "$(command -v epmd)" ]] || [[ -x /usr/lib/erlang/erts-*/bin/epmd ]]; then
+        epmd -port "$ERL_EPMD_PORT" -kill >/dev/null 2>&1 || true
+    fi
+    rm -rf "$dir"
+    echo "stopped rabbitmq on port $port" >&2
+}
+
+status() {
+    setup_env
+    if is_running; then
+        echo "running: pid $(cat "$RABBITMQ_PID_FILE") port $port data $dir"
+        ctl status 2>/dev/null | grep -E 'RabbitMQ version|Erlang' || true
+    else
+        echo "not running (port $port)"
+        return 1
+    fi
+}
+
+case "$cmd" in
+start) start ;;
+stop) stop ;;
+status) status ;;
+*) usage ;;
+esac
