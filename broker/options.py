@@ -11,6 +11,10 @@ the defaults. The file holds ``name=value`` lines, where ``name`` is the long op
 without the dashes (``port=5673``, ``log-format=console``); blank lines and ``#``
 comments (whole-line, or after whitespace) are ignored.
 
+The HA options are seed 001's (section 1.12.3: ``ha-cluster``, ``ha-brokers-url``, ...,
+``link-heartbeat-interval``). :func:`check_options` then checks the options that depend on
+each other (``ha-cluster=yes`` needs ``ha-brokers-url``).
+
 Every mistake raises :class:`OptionsError` with a message naming the option and the bad
 value (and, for the file, ``path:line:``). :func:`main_parse` turns it into one
 ``qpidd: error: ...`` line on stderr and exit status 2.
@@ -31,6 +35,7 @@ from typing import Any, NoReturn, TypeVar
 
 from broker import __version__
 from broker.duration import format_duration, parse_duration
+from broker.url import parse_url
 
 __all__ = [
     "OPTION_SPECS",
@@ -38,6 +43,7 @@ __all__ = [
     "OptionSpec",
     "OptionsError",
     "build_parser",
+    "check_options",
     "main_parse",
     "parse_bool",
     "parse_options",
@@ -120,6 +126,46 @@ def _duration(maximum: float) -> Callable[[str], float]:
     return convert
 
 
+def _positive_duration(maximum: float) -> Callable[[str], float]:
+    """Like :func:`_duration`, refusing zero."""
+    duration = _duration(maximum)
+
+    def convert(text: str) -> float:
+        seconds = duration(text)
+        if seconds <= 0:
+            raise ValueError("expected a duration greater than 0")
+        return seconds
+
+    return convert
+
+
+def _upper_choice(*choices: str) -> Callable[[str], str]:
+    """One of ``choices`` (upper case names, e.g. SASL mechanisms), any case accepted."""
+
+    def convert(text: str) -> str:
+        word = text.strip().upper()
+        if word not in choices:
+            raise ValueError("expected one of: " + ", ".join(choices))
+        return word
+
+    return convert
+
+
+def _url(text: str) -> str:
+    """A broker URL (:func:`broker.url.parse_url` checks it); the text is kept, stripped."""
+    try:
+        parse_url(text)
+    except ValueError as exc:
+        reason = str(exc)
+        prefix = f"invalid broker URL {text!r}: "
+        if reason.startswith(prefix):
+            reason = reason[len(prefix) :]
+        raise ValueError(
+            f"expected a broker URL like host1,host2:5673 or amqp:tcp:host:5672 ({reason})"
+        ) from None
+    return text.strip()
+
+
 def _show(value: object) -> str:
     """A default value as the help text shows it (and as the option would accept it)."""
     if value is None:
@@ -149,10 +195,14 @@ def _option(
     *,
     metavar: str = "VALUE",
     default_text: str | None = None,
+    secret: bool = False,
 ) -> T:
-    """Declare one option: a dataclass field carrying its converter and help."""
+    """Declare one option: a dataclass field carrying its converter and help.
+
+    A ``secret`` option (a password) is left out of the options' ``repr``.
+    """
     meta = _OptionMeta(convert, help, metavar, default_text)
-    return field(default=default, metadata={_META: meta})
+    return field(default=default, repr=not secret, metadata={_META: meta})
 
 
 def _option_factory(
@@ -243,6 +293,87 @@ class BrokerOptions:
         "read options from FILE (name=value lines; the command line wins)",
         metavar="FILE",
         default_text="none",
+    )
+    # -- high availability (seed 001, section 1.12.3) ----------------------------------
+    ha_cluster: bool = _option(
+        False,
+        parse_bool,
+        "join an active-passive HA cluster (needs ha-brokers-url)",
+        metavar="yes|no",
+    )
+    ha_queue_replication: bool = _option(
+        False,
+        parse_bool,
+        "allow replication of specific queues without joining a cluster",
+        metavar="yes|no",
+    )
+    ha_brokers_url: str | None = _option(
+        None,
+        _url,
+        "URL the cluster brokers use to connect to each other: every broker's address,"
+        " comma separated, e.g. node1,node2,node3",
+        metavar="URL",
+        default_text="none",
+    )
+    ha_public_url: str | None = _option(
+        None,
+        _url,
+        "URL advertised to clients by the amq.failover exchange (obsolete; prefer a virtual IP)",
+        metavar="URL",
+        default_text="none",
+    )
+    ha_replicate: str = _option(
+        "none",
+        _choice("none", "configuration", "all"),
+        "what queues and exchanges replicate by default: none, configuration or all"
+        " (the argument qpid.replicate overrides it per queue or exchange)",
+        metavar="none|configuration|all",
+    )
+    ha_username: str | None = _option(
+        None,
+        _text,
+        "user name HA brokers authenticate with to each other",
+        metavar="USER",
+        default_text="none",
+    )
+    ha_password: str | None = _option(
+        None,
+        _text,
+        "password HA brokers authenticate with to each other",
+        metavar="PASS",
+        default_text="none",
+        secret=True,
+    )
+    ha_mechanism: str = _option(
+        "PLAIN",
+        _upper_choice("PLAIN", "AMQPLAIN", "ANONYMOUS"),
+        "SASL mechanism HA brokers authenticate with to each other: PLAIN, AMQPLAIN or ANONYMOUS",
+        metavar="MECHANISM",
+    )
+    ha_backup_timeout: float = _option(
+        10.0,
+        _duration(65535.0),
+        "longest a recovering primary waits for an expected backup to connect and be ready",
+        metavar="SECONDS",
+    )
+    ha_flow_messages: int = _option(
+        1000,
+        _int_range(1, 65535),
+        "most unacknowledged replication batches in flight to each backup (1..65535)",
+        metavar="N",
+    )
+    link_maintenance_interval: float = _option(
+        2.0,
+        _positive_duration(65535.0),
+        "how often a backup checks its link to the primary and reconnects if need be"
+        " (greater than 0), e.g. 2, 100ms",
+        metavar="SECONDS",
+    )
+    link_heartbeat_interval: float = _option(
+        120.0,
+        _positive_duration(65535.0),
+        "heartbeat interval of HA links; a backup silent for twice this is dead (greater than 0)",
+        metavar="SECONDS",
     )
 
 
@@ -416,7 +547,30 @@ def parse_options(argv: Sequence[str]) -> BrokerOptions:
             values[spec.dest] = _convert(spec, text, where)
     for dest, text in given.items():
         values[dest] = _convert(_BY_DEST[dest], text, None)
-    return BrokerOptions(**values)
+    options = BrokerOptions(**values)
+    check_options(options)
+    return options
+
+
+def check_options(options: BrokerOptions) -> None:
+    """The checks that involve more than one option (:func:`parse_options` runs them).
+
+    :raises OptionsError: naming the options that do not fit together.
+    """
+    if options.ha_cluster and options.ha_brokers_url is None:
+        raise OptionsError(
+            "ha-cluster=yes needs ha-brokers-url (the addresses of every broker in the cluster)"
+        )
+    if options.link_maintenance_interval <= 0:
+        raise OptionsError(
+            f"invalid value {_show(options.link_maintenance_interval)!r} for option"
+            " --link-maintenance-interval: expected a duration greater than 0"
+        )
+    if options.link_heartbeat_interval <= 0:
+        raise OptionsError(
+            f"invalid value {_show(options.link_heartbeat_interval)!r} for option"
+            " --link-heartbeat-interval: expected a duration greater than 0"
+        )
 
 
 def main_parse(argv: Sequence[str]) -> BrokerOptions:

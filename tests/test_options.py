@@ -16,6 +16,7 @@ from broker.options import (
     OPTION_SPECS,
     BrokerOptions,
     OptionsError,
+    check_options,
     main_parse,
     parse_bool,
     parse_options,
@@ -40,6 +41,18 @@ EXPECTED_DEFAULTS = {
     "max_channels": 2047,
     "default_queue_limit": 104857600,
     "config": None,
+    "ha_cluster": False,
+    "ha_queue_replication": False,
+    "ha_brokers_url": None,
+    "ha_public_url": None,
+    "ha_replicate": "none",
+    "ha_username": None,
+    "ha_password": None,
+    "ha_mechanism": "PLAIN",
+    "ha_backup_timeout": 10.0,
+    "ha_flow_messages": 1000,
+    "link_maintenance_interval": 2.0,
+    "link_heartbeat_interval": 120.0,
 }
 
 
@@ -263,6 +276,249 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == f"qpidd {__version__}\n"
 
 
+# -- the HA options (seed 001, section 1.12.3) ----------------------------------------
+
+#: (option name, value text, field, parsed value): each HA option set once.
+HA_SETTINGS = [
+    ("ha-cluster", "yes", "ha_cluster", True),
+    ("ha-queue-replication", "yes", "ha_queue_replication", True),
+    (
+        "ha-brokers-url",
+        "node1,node2:5673,ssl:node3",
+        "ha_brokers_url",
+        "node1,node2:5673,ssl:node3",
+    ),
+    ("ha-public-url", "amqp:tcp:20.0.20.200:5672", "ha_public_url", "amqp:tcp:20.0.20.200:5672"),
+    ("ha-replicate", "configuration", "ha_replicate", "configuration"),
+    ("ha-username", "hauser", "ha_username", "hauser"),
+    ("ha-password", "s3cret", "ha_password", "s3cret"),
+    ("ha-mechanism", "amqplain", "ha_mechanism", "AMQPLAIN"),
+    ("ha-backup-timeout", "2.5", "ha_backup_timeout", 2.5),
+    ("ha-flow-messages", "50", "ha_flow_messages", 50),
+    ("link-maintenance-interval", "100ms", "link_maintenance_interval", 0.1),
+    ("link-heartbeat-interval", "10s", "link_heartbeat_interval", 10.0),
+]
+
+#: ha-cluster=yes needs ha-brokers-url; added wherever a test sets ha-cluster alone.
+NEEDED = {"ha-cluster": ["--ha-brokers-url", "node1"]}
+
+
+@pytest.mark.parametrize(("name", "text", "field", "value"), HA_SETTINGS)
+def test_ha_option_on_the_command_line(name: str, text: str, field: str, value: object) -> None:
+    options = parse_options([f"--{name}", text, *NEEDED.get(name, [])])
+    assert getattr(options, field) == value
+    options = parse_options([f"--{name}={text}", *NEEDED.get(name, [])])
+    assert getattr(options, field) == value
+
+
+@pytest.mark.parametrize(("name", "text", "field", "value"), HA_SETTINGS)
+def test_ha_option_in_a_config_file(
+    name: str, text: str, field: str, value: object, tmp_path: Path
+) -> None:
+    extra = "ha-brokers-url=node1\n" if name in NEEDED else ""
+    path = write(tmp_path / "qpidd.conf", f"{name}={text}\n{extra}")
+    assert getattr(parse_options(["--config", path]), field) == value
+
+
+def test_seed_cluster_config(tmp_path: Path) -> None:
+    """The two lines of qpidd.conf the seed's rgmanager example gives (section 1.12.5)."""
+    path = write(
+        tmp_path / "qpidd.conf",
+        "ha-cluster=yes\nha-brokers-url=20.0.20.1,20.0.20.2,20.0.20.3\n",
+    )
+    options = parse_options(["--config", path])
+    assert options.ha_cluster is True
+    assert options.ha_brokers_url == "20.0.20.1,20.0.20.2,20.0.20.3"
+    # Everything else keeps its default.
+    assert options.ha_replicate == "none"
+    assert options.link_maintenance_interval == 2.0
+
+
+def test_ha_option_spellings() -> None:
+    options = parse_options(
+        [
+            "--ha-replicate",
+            " ALL ",
+            "--ha-mechanism",
+            "Anonymous",
+            "--ha-brokers-url",
+            "  amqp:u/p@tcp:h1:5672,[::1]  ",
+            "--ha-backup-timeout",
+            "0",
+            "--ha-flow-messages",
+            "65535",
+            "--link-heartbeat-interval",
+            "1ns",
+        ]
+    )
+    assert options.ha_replicate == "all"
+    assert options.ha_mechanism == "ANONYMOUS"
+    assert options.ha_brokers_url == "amqp:u/p@tcp:h1:5672,[::1]"  # the text, stripped
+    assert options.ha_backup_timeout == 0.0
+    assert options.ha_flow_messages == 65535
+    assert options.link_heartbeat_interval == 1e-9
+
+
+def test_ha_password_is_not_in_the_repr() -> None:
+    options = parse_options(["--ha-password", "s3cret", "--ha-username", "hauser"])
+    assert "s3cret" not in repr(options)
+    assert "hauser" in repr(options)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--ha-cluster", "perhaps"], "invalid value 'perhaps' for option --ha-cluster"),
+        (["--ha-queue-replication", "2"], "invalid value '2' for option --ha-queue-replication"),
+        (["--ha-brokers-url", ""], "invalid value '' for option --ha-brokers-url"),
+        (["--ha-brokers-url", "a,,b"], "invalid value 'a,,b' for option --ha-brokers-url"),
+        (["--ha-brokers-url", "h:99999"], "option --ha-brokers-url: expected a broker URL"),
+        (["--ha-brokers-url", "ftp:h:1:2"], "invalid value 'ftp:h:1:2' for option --ha-brokers"),
+        (["--ha-public-url", "h:port"], "invalid value 'h:port' for option --ha-public-url"),
+        (["--ha-replicate", "some"], "invalid value 'some' for option --ha-replicate: expected"),
+        (["--ha-username", ""], "invalid value '' for option --ha-username"),
+        (["--ha-password", " "], "invalid value ' ' for option --ha-password"),
+        (["--ha-mechanism", "GSSAPI"], "invalid value 'GSSAPI' for option --ha-mechanism"),
+        (["--ha-backup-timeout", "soon"], "invalid value 'soon' for option --ha-backup-timeout"),
+        (["--ha-backup-timeout", "-1"], "invalid value '-1' for option --ha-backup-timeout"),
+        (["--ha-flow-messages", "0"], "invalid value '0' for option --ha-flow-messages"),
+        (["--ha-flow-messages", "65536"], "invalid value '65536' for option --ha-flow-messages"),
+        (["--ha-flow-messages", "x"], "invalid value 'x' for option --ha-flow-messages"),
+        (
+            ["--link-maintenance-interval", "0"],
+            "invalid value '0' for option --link-maintenance-interval: expected a duration"
+            " greater than 0",
+        ),
+        (
+            ["--link-maintenance-interval", "0ms"],
+            "invalid value '0ms' for option --link-maintenance-interval",
+        ),
+        (
+            ["--link-maintenance-interval", "1 minute"],
+            "invalid value '1 minute' for option --link-maintenance-interval",
+        ),
+        (
+            ["--link-heartbeat-interval", "0"],
+            "invalid value '0' for option --link-heartbeat-interval",
+        ),
+        (
+            ["--link-heartbeat-interval", "-5"],
+            "invalid value '-5' for option --link-heartbeat-interval",
+        ),
+        (
+            ["--ha-cluster", "yes"],
+            "ha-cluster=yes needs ha-brokers-url (the addresses of every broker in the cluster)",
+        ),
+    ],
+)
+def test_bad_ha_options(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(OptionsError) as info:
+        parse_options(argv)
+    assert expected in str(info.value)
+    with pytest.raises(SystemExit) as exit_info:
+        main_parse(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"qpidd: error: {info.value}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("ha-cluster=maybe\n", "qpidd.conf:1: invalid value 'maybe' for option 'ha-cluster'"),
+        ("ha-brokers-url=a,\n", "qpidd.conf:1: invalid value 'a,' for option 'ha-brokers-url'"),
+        ("ha-public-url=[::1\n", "qpidd.conf:1: invalid value '[::1' for option 'ha-public-url'"),
+        ("ha-replicate=most\n", "qpidd.conf:1: invalid value 'most' for option 'ha-replicate'"),
+        ("ha-username=\n", "qpidd.conf:1: invalid value '' for option 'ha-username'"),
+        ("ha-password=\n", "qpidd.conf:1: invalid value '' for option 'ha-password'"),
+        ("ha-mechanism=X\n", "qpidd.conf:1: invalid value 'X' for option 'ha-mechanism'"),
+        ("ha-backup-timeout=1h\n", "qpidd.conf:1: invalid value '1h' for option 'ha-backup"),
+        ("ha-flow-messages=0\n", "qpidd.conf:1: invalid value '0' for option 'ha-flow-messages'"),
+        (
+            "ha-queue-replication=sometimes\n",
+            "qpidd.conf:1: invalid value 'sometimes' for option 'ha-queue-replication'",
+        ),
+        (
+            "link-maintenance-interval=0\n",
+            "qpidd.conf:1: invalid value '0' for option 'link-maintenance-interval'",
+        ),
+        (
+            "link-heartbeat-interval=0s\n",
+            "qpidd.conf:1: invalid value '0s' for option 'link-heartbeat-interval'",
+        ),
+        (
+            "ha-clustr=yes\n",
+            "qpidd.conf:1: unknown option 'ha-clustr' (did you mean 'ha-cluster'?)",
+        ),
+        ("ha-cluster=yes\n", "ha-cluster=yes needs ha-brokers-url"),
+    ],
+)
+def test_bad_ha_config_files(
+    text: str,
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "qpidd.conf", text)
+    with pytest.raises(OptionsError) as info:
+        parse_options(["--config", "qpidd.conf"])
+    assert str(info.value).startswith(expected)
+    with pytest.raises(SystemExit) as exit_info:
+        main_parse(["--config", "qpidd.conf"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"qpidd: error: {info.value}\n"
+
+
+def test_ha_cluster_url_may_come_from_either_source(tmp_path: Path) -> None:
+    path = write(tmp_path / "qpidd.conf", "ha-brokers-url=node1,node2\n")
+    options = parse_options(["--config", path, "--ha-cluster", "yes"])
+    assert (options.ha_cluster, options.ha_brokers_url) == (True, "node1,node2")
+    path = write(tmp_path / "other.conf", "ha-cluster=yes\n")
+    options = parse_options(["--config", path, "--ha-brokers-url", "node3"])
+    assert (options.ha_cluster, options.ha_brokers_url) == (True, "node3")
+    # A URL without ha-cluster is fine (e.g. set ahead of joining).
+    assert parse_options(["--ha-brokers-url", "node1"]).ha_cluster is False
+    assert parse_options(["--ha-cluster", "no"]).ha_brokers_url is None
+
+
+def test_check_options_on_built_options() -> None:
+    check_options(BrokerOptions())
+    check_options(BrokerOptions(ha_cluster=True, ha_brokers_url="node1"))
+    with pytest.raises(OptionsError, match="ha-cluster=yes needs ha-brokers-url"):
+        check_options(BrokerOptions(ha_cluster=True))
+    with pytest.raises(OptionsError, match="--link-maintenance-interval"):
+        check_options(BrokerOptions(link_maintenance_interval=0.0))
+    with pytest.raises(OptionsError, match="--link-heartbeat-interval"):
+        check_options(BrokerOptions(link_heartbeat_interval=0.0))
+
+
+def test_help_lists_the_ha_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main_parse(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    out = out[out.index("options:") :]  # past the usage line
+    for flag, default in [
+        ("--ha-cluster yes|no", "(default: no)"),
+        ("--ha-queue-replication yes|no", "(default: no)"),
+        ("--ha-brokers-url URL", "(default: none)"),
+        ("--ha-public-url URL", "(default: none)"),
+        ("--ha-replicate none|configuration|all", "(default: none)"),
+        ("--ha-username USER", "(default: none)"),
+        ("--ha-password PASS", "(default: none)"),
+        ("--ha-mechanism MECHANISM", "(default: PLAIN)"),
+        ("--ha-backup-timeout SECONDS", "(default: 10s)"),
+        ("--ha-flow-messages N", "(default: 1000)"),
+        ("--link-maintenance-interval SECONDS", "(default: 2s)"),
+        ("--link-heartbeat-interval SECONDS", "(default: 120s)"),
+    ]:
+        assert flag in out
+        start = out.index(flag) + len(flag)
+        following = out.find(" --", start)
+        described = out[start : following if following >= 0 else len(out)]
+        assert default in described, (flag, described)
+
+
 # -- as a real process: one line on stderr, status 2, never a traceback ---------------
 
 
@@ -292,6 +548,12 @@ def run_main_parse(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         (["--config", "nope.conf"], None, "qpidd: error: cannot read config file 'nope.conf'"),
         (["--config", "qpidd.conf"], "a=1\n", "qpidd: error: qpidd.conf:1: unknown option 'a'"),
         (["--config", "qpidd.conf"], "port\n", "qpidd: error: qpidd.conf:1: expected name=value"),
+        (["--ha-cluster", "yes"], None, "qpidd: error: ha-cluster=yes needs ha-brokers-url"),
+        (
+            ["--link-maintenance-interval", "0"],
+            None,
+            "qpidd: error: invalid value '0' for option --link-maintenance-interval",
+        ),
     ],
 )
 def test_process_errors(argv: list[str], config: str | None, expected: str, tmp_path: Path) -> None:

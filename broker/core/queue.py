@@ -15,9 +15,8 @@ THREAD UNSAFE: one event loop owns the queue.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -148,7 +147,9 @@ class Queue:
         self._messages: deque[Entry] = deque()
         self._consumers: list[Consumer] = []
         self._rr = 0
-        self._positions = itertools.count(1)
+        #: Position of the latest enqueue (the HA replication id of that message).
+        self.last_position = 0
+        self._unacked_entries: dict[int, Entry] = {}
         self._bytes = 0
         self._dispatching = False
         self._redispatch = False
@@ -213,11 +214,16 @@ class Queue:
             return True
         return bool(self._default_limit_bytes and self._bytes + size > self._default_limit_bytes)
 
-    def enqueue(self, message: Message) -> bool:
-        """Add a message; False when the queue refuses it (reject-publish overflow)."""
+    def enqueue(self, message: Message, position: int | None = None) -> bool:
+        """Add a message; False when the queue refuses it (reject-publish overflow).
+
+        ``position`` is given only by HA replication on a backup, to keep the primary's
+        replication id as the local position.
+        """
         now = self._clock()
         size = len(message.body)
-        if self._full_for(size):
+        # Limits apply to publishes; a backup replicating its primary takes what it is sent.
+        if position is None and self._full_for(size):
             over_default = self._default_limit_bytes and (
                 self._bytes + size > self._default_limit_bytes
             )
@@ -234,7 +240,12 @@ class Queue:
                 # Nothing fits: the new message itself is the one dropped.
                 self._dead_letter_new(message, REASON_MAXLEN)
                 return True
-        entry = Entry(message, next(self._positions), self._expiry(message, now))
+        if position is None:
+            position = self.last_position + 1
+        elif position <= self.last_position:
+            return self._insert_replicated(message, position, now)
+        self.last_position = position
+        entry = Entry(message, position, self._expiry(message, now))
         if entry.expires_at is not None and entry.expires_at <= now:
             # Expired on arrival (ttl 0): only a consumer that can take it at once gets it.
             self.enqueued_total += 1
@@ -244,6 +255,19 @@ class Queue:
             return True
         self._messages.append(entry)
         self._bytes += size
+        self.enqueued_total += 1
+        self._notify_enqueued(entry)
+        if self._consumers:
+            self.dispatch()
+        return True
+
+    def _insert_replicated(self, message: Message, position: int, now: float) -> bool:
+        """A replicated message older than the newest one here: insert in id order."""
+        entry = Entry(message, position, self._expiry(message, now))
+        merged = sorted([*self._messages, entry], key=lambda e: e.position)
+        self._messages.clear()
+        self._messages.extend(merged)
+        self._bytes += len(message.body)
         self.enqueued_total += 1
         self._notify_enqueued(entry)
         if self._consumers:
@@ -387,10 +411,12 @@ class Queue:
             self._notify_dequeued(entry)
         else:
             self.unacked += 1
+            self._unacked_entries[entry.position] = entry
 
     def settle(self, entry: Entry) -> None:
         """An unacknowledged delivery was acknowledged: the message is gone."""
         self.unacked -= 1
+        self._unacked_entries.pop(entry.position, None)
         self.acked_total += 1
         self._notify_dequeued(entry)
 
@@ -400,6 +426,7 @@ class Queue:
             self.requeue((entry,))
             return
         self.unacked -= 1
+        self._unacked_entries.pop(entry.position, None)
         self._drop(entry, REASON_REJECTED)
 
     def requeue(self, entries: Iterable[Entry]) -> None:
@@ -408,6 +435,8 @@ class Queue:
         if not back:
             return
         self.unacked -= len(back)
+        for entry in back:
+            self._unacked_entries.pop(entry.position, None)
         if self.deleted:
             for entry in back:
                 self._notify_dequeued(entry)
@@ -442,6 +471,42 @@ class Queue:
 
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self._consumers)
+
+    # -- replication -------------------------------------------------------------------
+    def snapshot(self) -> list[Entry]:
+        """Every message on the queue, ready or delivered but unacknowledged, by position."""
+        entries = [*self._messages, *self._unacked_entries.values()]
+        entries.sort(key=lambda e: e.position)
+        return entries
+
+    def remove_positions(self, positions: Container[int], expected: int | None = None) -> int:
+        """Remove ready messages at these positions (a backup applying dequeues).
+
+        With ``expected`` (how many positions there are), the queue is not scanned past
+        its head once that many were found there: the usual case, consumers on the primary
+        taking messages from the front.
+        """
+        messages = self._messages
+        removed = 0
+        while messages and messages[0].position in positions:
+            entry = messages.popleft()
+            self._bytes -= len(entry.message.body)
+            self._notify_dequeued(entry)
+            removed += 1
+        if expected is not None and removed >= expected:
+            return removed
+        if messages and any(e.position in positions for e in messages):
+            kept: list[Entry] = []
+            for entry in messages:
+                if entry.position in positions:
+                    self._bytes -= len(entry.message.body)
+                    self._notify_dequeued(entry)
+                    removed += 1
+                else:
+                    kept.append(entry)
+            messages.clear()
+            messages.extend(kept)
+        return removed
 
     # -- admin -------------------------------------------------------------------------
     def purge(self) -> int:
