@@ -42,6 +42,15 @@ async def run(options: BrokerOptions) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     options = main_parse(sys.argv[1:] if argv is None else argv)
+    if options.ha_cluster or options.ha_queue_replication:
+        # Parsed so configurations can be written now; refusing beats a broker that
+        # silently serves clients as a stand-alone when a cluster member was asked for.
+        print(
+            "qpidd: error: ha-cluster and ha-queue-replication are not available in this"
+            " build yet (replication is under construction)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     try:
         configure_logging(
             level=options.log_level,

@@ -84,3 +84,9 @@ def test_users_file_and_sigterm_closes_clients_with_320(tmp_path: Path) -> None:
         assert events[0] == "broker_started" and events[-1] == "broker_stopped"
     finally:
         broker.stop()
+
+
+def test_ha_cluster_refused_until_replication_lands() -> None:
+    result = run_qpidd("--ha-cluster=yes", "--ha-brokers-url=127.0.0.1:1")
+    assert result.returncode == 2
+    assert "ha-cluster" in result.stderr and "Traceback" not in result.stderr
