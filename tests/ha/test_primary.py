@@ -1,0 +1,124 @@
+"""The primary role without I/O: recovering, expected backups, timeout, guards."""
+
+from __future__ import annotations
+
+from broker.core.confirms import ConfirmHandle, PublisherConfirms
+from broker.core.message import Message
+from broker.core.vhost import VirtualHost
+from broker.ha.primary import Primary
+from broker.ha.replication import ReplicateLevel
+from broker.ha.state import HaState
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(expected: dict[str, str], level: ReplicateLevel = ReplicateLevel.ALL):
+    clock = Clock()
+    vhost = VirtualHost(clock=clock)
+    vhost.declare_queue("q1")
+    vhost.declare_queue("q2")
+    vhost.declare_queue("local", arguments={"qpid.replicate": "none"})
+    primary = Primary(
+        vhost, replicate_default=level, expected=expected, backup_timeout=10.0, clock=clock
+    )
+    return clock, vhost, primary
+
+
+def publish(vhost: VirtualHost, queue: str, confirms: PublisherConfirms) -> ConfirmHandle:
+    handle = confirms.publish()
+    vhost.publish(vhost.exchange(""), Message("", queue, body=b"x", confirm=handle))
+    handle.release()
+    return handle
+
+
+def test_no_expected_backups_is_active_at_once() -> None:
+    _, vhost, primary = setup({})
+    assert primary.state is HaState.ACTIVE
+    assert [(a, b) for a, b, _ in primary.take_transitions()] == [
+        (HaState.RECOVERING, HaState.ACTIVE)
+    ]
+    assert publish(vhost, "q1", PublisherConfirms()).settled
+
+
+def test_recovering_holds_confirms_for_expected_backups() -> None:
+    _, vhost, primary = setup({"b1": "h1:5672", "b2": "h2:5672"})
+    assert primary.state is HaState.RECOVERING
+    confirms = PublisherConfirms()
+    held = publish(vhost, "q1", confirms)
+    free = publish(vhost, "local", confirms)  # not replicated: not guarded
+    assert not held.settled and free.settled
+    assert primary.held_confirms() == 2  # one hold per expected backup
+
+
+def test_active_when_every_expected_backup_is_ready() -> None:
+    _, vhost, primary = setup({"b1": "h1:5672"})
+    primary.backup_connected("b1", "h1:5672")
+    primary.queue_ready("b1", "q1")
+    assert primary.state is HaState.RECOVERING
+    primary.queue_ready("b1", "q2")
+    assert primary.state is HaState.ACTIVE
+    assert primary.ready_backups() == ["b1"]
+
+
+def test_backup_timeout_drops_missing_backups_and_releases_confirms() -> None:
+    clock, vhost, primary = setup({"b1": "h1:5672", "b2": "h2:5672"})
+    primary.backup_connected("b1", "h1:5672")
+    primary.queue_ready("b1", "q1")
+    primary.queue_ready("b1", "q2")
+    handle = publish(vhost, "q1", PublisherConfirms())
+    assert not handle.settled
+    clock.now += 9.9
+    primary.tick()
+    assert primary.state is HaState.RECOVERING
+    clock.now += 0.2
+    primary.tick()
+    assert primary.state is HaState.ACTIVE
+    assert primary.dropped == ["b2"]
+    assert primary.held_confirms() == 1  # still held for b1, which is connected
+    guard = primary.backups["b1"].guards["q1"]
+    guard.acknowledged(guard.held_positions()[0])
+    assert handle.settled
+
+
+def test_disconnected_backup_releases_its_confirms() -> None:
+    _, vhost, primary = setup({})
+    primary.backup_connected("b1", "h1:5672")
+    handle = publish(vhost, "q2", PublisherConfirms())
+    assert not handle.settled
+    primary.backup_disconnected("b1")
+    assert handle.settled
+
+
+def test_queue_created_later_is_guarded_but_does_not_delay_readiness() -> None:
+    _, vhost, primary = setup({"b1": "h1:5672"})
+    backup = primary.backup_connected("b1", "h1:5672")
+    queue = vhost.declare_queue("late")
+    primary.queue_declared(queue)
+    assert not publish(vhost, "late", PublisherConfirms()).settled
+    primary.queue_ready("b1", "q1")
+    primary.queue_ready("b1", "q2")
+    assert backup.ready and primary.state is HaState.ACTIVE
+
+
+def test_deleted_queue_no_longer_delays_readiness() -> None:
+    _, vhost, primary = setup({"b1": "h1:5672"})
+    primary.backup_connected("b1", "h1:5672")
+    primary.queue_ready("b1", "q1")
+    queue = vhost.queues["q2"]
+    vhost.delete_queue("q2")
+    primary.queue_deleted(queue)
+    assert primary.state is HaState.ACTIVE
+
+
+def test_replicate_none_by_default_guards_nothing() -> None:
+    _, vhost, primary = setup({"b1": "h1:5672"}, level=ReplicateLevel.NONE)
+    assert primary.state is HaState.RECOVERING  # until b1 is back, or the timeout
+    assert publish(vhost, "q1", PublisherConfirms()).settled
+    primary.backup_connected("b1", "h1:5672")  # nothing to catch up: ready at once
+    assert primary.state is HaState.ACTIVE
