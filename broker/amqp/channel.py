@@ -21,6 +21,7 @@ from pamqp import commands
 from pamqp.base import Frame as Method
 
 from broker.amqp import framing
+from broker.amqp.context import Stream, StreamHooks
 from broker.amqp.state import ChannelState
 from broker.core import properties
 from broker.core.confirms import PublisherConfirms
@@ -31,6 +32,9 @@ from broker.core.queue import Queue
 
 if TYPE_CHECKING:
     from broker.amqp.connection import Connection
+
+#: basic.consume of a queue name with this prefix asks for an HA stream (primary only).
+HA_STREAM_PREFIX = "qpid.ha-"
 
 _NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:@#,/+ ")
 
@@ -149,6 +153,7 @@ class Channel:
         self.tx: Transaction | None = None
         self._content: PendingContent | None = None
         self.last_queue = ""
+        self.stream: Stream | None = None
 
     # -- state -------------------------------------------------------------------------
     @property
@@ -341,6 +346,11 @@ class Channel:
         self.resume_deliveries()
 
     def _basic_consume(self, method: commands.Basic.Consume) -> None:
+        hooks = self.connection.ctx.streams
+        name = method.queue or ""
+        if hooks is not None and name.startswith(HA_STREAM_PREFIX):
+            self._stream_consume(hooks, name, method)
+            return
         queue = self.vhost.queue(self._queue_name(method.queue), owner=self.connection)
         tag = method.consumer_tag or _make_tag("amq.ctag-")
         if tag in self.consumers:
@@ -362,6 +372,24 @@ class Channel:
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
         queue.add_consumer(consumer)
+
+    def _stream_consume(
+        self, hooks: StreamHooks, name: str, method: commands.Basic.Consume
+    ) -> None:
+        if self.stream is not None or self.consumers:
+            raise AmqpError(
+                ReplyCode.NOT_ALLOWED, "an HA stream needs a channel of its own", 60, 20
+            )
+        tag = method.consumer_tag or _make_tag("amq.ctag-")
+        self.stream = hooks.subscribe(self, name, tag, dict(method.arguments or {}))
+        if not method.nowait:
+            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
+
+    def take_delivery_tag(self) -> int:
+        """The next delivery tag of this channel (for a stream's deliveries)."""
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        return tag
 
     def _basic_cancel(self, method: commands.Basic.Cancel) -> None:
         tag = method.consumer_tag or ""
@@ -484,6 +512,9 @@ class Channel:
                 queue.dispatch()
 
     def _basic_ack(self, method: commands.Basic.Ack) -> None:
+        if self.stream is not None:
+            self.stream.acknowledged(int(method.delivery_tag or 0), bool(method.multiple))
+            return
         if self.tx is not None:
             self._check_tag(int(method.delivery_tag or 0), bool(method.multiple))
             self.tx.acks.append(method)
@@ -735,6 +766,9 @@ class Channel:
                 queue.requeue(entries)
         if self.confirms is not None:
             self.confirms.close()
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
         self._content = None
         self.tx = None
 

@@ -72,7 +72,9 @@ class Connection:
         self._in_receive = False
         self._output_signalled = False
         self._confirm_channels: set[Channel] = set()
+        self._pumps: dict[int, Callable[[], None]] = {}
         self._cleaned_up = False
+        self._admitted = False
         self.messages_published = 0
         self.messages_delivered = 0
         ctx.connections[self.id] = self
@@ -109,9 +111,23 @@ class Connection:
         self._confirm_channels.add(channel)
         self._signal_output()
 
+    def request_pump(self, key: int, pump: Callable[[], None]) -> None:
+        """Run ``pump`` (once, however often asked) before the next flush.
+
+        Producers of output that batch (the HA replication streams) ask for a pump when
+        there is new work and write everything pending when it runs.
+        """
+        self._pumps[key] = pump
+        self._signal_output()
+
     def data_to_send(self) -> bytes:
         """Everything to write now (confirm replies included)."""
         self._output_signalled = False
+        if self._pumps:
+            pumps = list(self._pumps.values())
+            self._pumps.clear()
+            for pump in pumps:
+                pump()
         if self._confirm_channels:
             channels = self._confirm_channels
             self._confirm_channels = set()
@@ -260,6 +276,7 @@ class Connection:
     def _send_start(self) -> None:
         self._set_state(S.AWAIT_START_OK)
         settings = self.ctx.settings
+        extra = self.ctx.server_properties() if self.ctx.server_properties else {}
         self.send_method(
             0,
             commands.Connection.Start(
@@ -281,6 +298,7 @@ class Connection:
                         "exchange_exchange_bindings": False,
                         "direct_reply_to": False,
                     },
+                    **extra,
                 },
                 mechanisms=" ".join(self.ctx.authenticator.mechanisms()),
                 locales="en_US",
@@ -396,6 +414,7 @@ class Connection:
             if refusal is not None:
                 ctx.connections_refused_total += 1
                 raise refusal
+            self._admitted = True
         self._set_state(S.OPEN)
         ctx.connections_opened_total += 1
         self.send_method(0, commands.Connection.OpenOk())
@@ -539,6 +558,8 @@ class Connection:
         if self.state is not S.CLOSED:
             self.state = S.CLOSED
         self.ctx.connections.pop(self.id, None)
+        if self._admitted and self.ctx.admission is not None:
+            self.ctx.admission.released(self)
         if was_open or self.user is not None:
             self.ctx.log.info(
                 "connection_closed",

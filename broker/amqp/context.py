@@ -13,6 +13,7 @@ from broker.core.vhost import VirtualHost
 from broker.security.sasl import Authenticator
 
 if TYPE_CHECKING:
+    from broker.amqp.channel import Channel
     from broker.amqp.connection import Connection
 
 
@@ -36,6 +37,28 @@ class AdmissionPolicy(Protocol):
     """Decides whether an authenticated connection may open (the HA role asks here)."""
 
     def admit(self, connection: Connection) -> AmqpError | None: ...
+
+    def released(self, connection: Connection) -> None:
+        """An admitted connection closed."""
+        ...
+
+
+class Stream(Protocol):
+    """A stream of deliveries a channel hands over to (the HA replication streams)."""
+
+    def acknowledged(self, delivery_tag: int, multiple: bool) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class StreamHooks(Protocol):
+    """Serves basic.consume of the HA stream names (``qpid.ha-*``) on the primary."""
+
+    def subscribe(
+        self, channel: Channel, name: str, consumer_tag: str, arguments: dict[str, Any]
+    ) -> Stream:
+        """Start a stream on ``channel``; raise AmqpError to refuse."""
+        ...
 
 
 class Logger(Protocol):
@@ -63,6 +86,9 @@ class BrokerContext:
     authenticator: Authenticator
     settings: ConnectionSettings = field(default_factory=ConnectionSettings)
     admission: AdmissionPolicy | None = None
+    streams: StreamHooks | None = None
+    #: Extra Connection.Start server properties, read at each handshake (HA status).
+    server_properties: Callable[[], dict[str, Any]] | None = None
     log: Logger = field(default_factory=_NullLogger)
     clock: Callable[[], float] = time.monotonic
     connections: dict[int, Connection] = field(default_factory=dict)

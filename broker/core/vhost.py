@@ -266,8 +266,13 @@ class VirtualHost:
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
         owner: object | None = None,
+        replicated: bool = False,
     ) -> Queue:
-        """queue.declare: create, or check an existing queue is equivalent."""
+        """queue.declare: create, or check an existing queue is equivalent.
+
+        ``replicated`` is set by HA replication on a backup: it may create the server-named
+        (``amq.gen-``) queues its primary has.
+        """
         arguments = dict(arguments or {})
         if passive:
             if name == "":
@@ -279,7 +284,7 @@ class VirtualHost:
             name = self.generate_queue_name()
             while name in self.queues:
                 name = self.generate_queue_name()
-        elif name.startswith("amq.") and name not in self.queues:
+        elif name.startswith("amq.") and name not in self.queues and not replicated:
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         existing = self.queues.get(name)
         if existing is not None:

@@ -105,6 +105,7 @@ class Client:
         heartbeat: int = 0,
         frame_max: int = 131072,
         capabilities: dict[str, Any] | None = None,
+        client_properties: dict[str, Any] | None = None,
     ) -> None:
         self.send_bytes(framing.PROTOCOL_HEADER)
         self.expect(commands.Connection.Start)
@@ -114,6 +115,7 @@ class Client:
                 client_properties={
                     "product": "test-client",
                     "capabilities": capabilities or {"consumer_cancel_notify": True},
+                    **(client_properties or {}),
                 },
                 mechanism="PLAIN",
                 response=f"\0{user}\0{password}",

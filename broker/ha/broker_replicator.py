@@ -1,0 +1,163 @@
+"""BrokerReplicator: the backup's copy of the primary's replicated configuration.
+
+It applies the configuration stream (:class:`broker.ha.streams.ConfigStream`) to the
+backup's virtual host: a ``snapshot`` creates what is missing and deletes *leftovers*, the
+queues, exchanges and bindings the backup has but the primary no longer does (backups hold
+nothing of their own: clients cannot use them); later events create and delete one thing
+each. Every queue replicated with level ``all`` needs a
+:class:`~broker.ha.queue_replicator.QueueReplicator`; :meth:`apply` returns the names of
+queues that gained or lost one, for the link to subscribe or unsubscribe. ``membership``
+events are kept in :attr:`members`.
+
+An event that the backup cannot apply (e.g. a declare that its vhost refuses) raises
+``ValueError`` naming it: the link drops and reconnects, and the next snapshot repairs.
+
+THREAD UNSAFE: the backup's event loop owns it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.core.errors import AmqpError
+from broker.core.exchange import binding_key
+from broker.core.vhost import VirtualHost
+from broker.ha.queue_replicator import QueueReplicator
+
+
+@dataclass
+class ConfigChanges:
+    """What the link must do after an event: queues to subscribe and to drop."""
+
+    subscribe: list[str] = field(default_factory=list)
+    unsubscribe: list[str] = field(default_factory=list)
+
+
+class BrokerReplicator:
+    """Applies configuration events to the backup's virtual host."""
+
+    def __init__(self, vhost: VirtualHost) -> None:
+        self.vhost = vhost
+        self.replicators: dict[str, QueueReplicator] = {}
+        self.members: list[dict[str, Any]] = []
+        self.snapshots = 0
+
+    def apply(self, event: dict[str, Any]) -> ConfigChanges:
+        kind = event.get("type")
+        changes = ConfigChanges()
+        try:
+            if kind == "snapshot":
+                self._snapshot(event, changes)
+            elif kind == "queue-declared":
+                self._declare_queue(event["queue"], changes)
+            elif kind == "queue-deleted":
+                self._delete_queue(str(event["name"]), changes)
+            elif kind == "exchange-declared":
+                self._declare_exchange(event["exchange"])
+            elif kind == "exchange-deleted":
+                self.vhost.delete_exchange(str(event["name"]))
+            elif kind == "bound":
+                self._bind(event["binding"])
+            elif kind == "unbound":
+                binding = event["binding"]
+                self.vhost.unbind(
+                    str(binding["queue"]),
+                    str(binding["exchange"]),
+                    str(binding["routing_key"]),
+                    dict(binding.get("arguments") or {}),
+                )
+            elif kind == "membership":
+                self.members = list(event.get("members") or [])
+            else:
+                raise ValueError(f"unknown configuration event {kind!r}")
+        except AmqpError as exc:
+            raise ValueError(f"cannot apply {kind} event: {exc.reply_text}") from exc
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed {kind} event: {exc!r}") from exc
+        return changes
+
+    # -- queues ------------------------------------------------------------------------
+    def _declare_queue(self, config: dict[str, Any], changes: ConfigChanges) -> None:
+        name = str(config["name"])
+        arguments = dict(config.get("arguments") or {})
+        existing = self.vhost.queues.get(name)
+        if existing is not None and (
+            existing.arguments != arguments
+            or existing.durable != bool(config.get("durable"))
+            or existing.auto_delete != bool(config.get("auto_delete"))
+        ):
+            self._delete_queue(name, changes)  # replaced on the primary by another queue
+        queue = self.vhost.declare_queue(
+            name,
+            durable=bool(config.get("durable")),
+            auto_delete=bool(config.get("auto_delete")),
+            arguments=arguments,
+            replicated=True,
+        )
+        if config.get("replicate") == "all" and name not in self.replicators:
+            self.replicators[name] = QueueReplicator(queue)
+            changes.subscribe.append(name)
+
+    def _delete_queue(self, name: str, changes: ConfigChanges) -> None:
+        if self.replicators.pop(name, None) is not None:
+            changes.unsubscribe.append(name)
+        self.vhost.delete_queue(name)
+
+    # -- exchanges and bindings --------------------------------------------------------
+    def _declare_exchange(self, config: dict[str, Any]) -> None:
+        name = str(config["name"])
+        existing = self.vhost.exchanges.get(name)
+        arguments = dict(config.get("arguments") or {})
+        if existing is not None and (
+            existing.type != config.get("type") or existing.arguments != arguments
+        ):
+            self.vhost.delete_exchange(name)
+        self.vhost.declare_exchange(
+            name,
+            str(config["type"]),
+            durable=bool(config.get("durable")),
+            auto_delete=bool(config.get("auto_delete")),
+            internal=bool(config.get("internal")),
+            arguments=arguments,
+        )
+
+    def _bind(self, binding: dict[str, Any]) -> None:
+        self.vhost.bind(
+            str(binding["queue"]),
+            str(binding["exchange"]),
+            str(binding["routing_key"]),
+            dict(binding.get("arguments") or {}),
+        )
+
+    # -- snapshot ----------------------------------------------------------------------
+    def _snapshot(self, event: dict[str, Any], changes: ConfigChanges) -> None:
+        self.snapshots += 1
+        vhost = self.vhost
+        queues = {str(q["name"]): q for q in event.get("queues") or []}
+        exchanges = {str(e["name"]): e for e in event.get("exchanges") or []}
+        bindings = list(event.get("bindings") or [])
+        for name in [n for n in vhost.queues if n not in queues]:
+            self._delete_queue(name, changes)  # leftovers absent on the primary
+        for name, exchange in list(vhost.exchanges.items()):
+            if not exchange.builtin and name not in exchanges:
+                vhost.delete_exchange(name)
+        for config in exchanges.values():
+            self._declare_exchange(config)
+        for config in queues.values():
+            self._declare_queue(config, changes)
+        wanted = {
+            (
+                str(b["exchange"]),
+                binding_key(str(b["queue"]), str(b["routing_key"]), dict(b.get("arguments") or {})),
+            )
+            for b in bindings
+        }
+        for binding in vhost.bindings():
+            exchange = vhost.exchanges[binding.exchange]
+            if not exchange.builtin and (binding.exchange, binding.key) not in wanted:
+                vhost.unbind(
+                    binding.queue.name, binding.exchange, binding.routing_key, binding.arguments
+                )
+        for b in bindings:
+            self._bind(b)

@@ -1,0 +1,178 @@
+"""ReplicatingSubscription: the primary's side of one queue's replication to one backup.
+
+Created when a backup subscribes to a queue (``qpid.ha-queue:<name>``) with the set of
+replication ids it already holds. The reconnect handshake (Qpid's):
+
+- ids the backup holds that the primary no longer has are sent as one dequeue at once;
+- ids the backup already holds are not sent again (and their guards are released: the
+  backup holds them);
+- everything else on the queue (ready or delivered-but-unacknowledged) is sent from the
+  front, followed by every new enqueue and dequeue as they happen.
+
+It browses the queue (it is a queue observer, never a consumer: it takes nothing away).
+A message consumed on the primary before it was sent is simply skipped. Events are packed
+into batches (:mod:`broker.ha.wire`); the shell sends each batch as one AMQP delivery when
+the backup has credit and calls :meth:`acknowledged` with the batch's tag when the backup
+acks it. Acknowledged ids release the :class:`~broker.ha.queue_guard.QueueGuard`.
+
+Once every message up to the guard's first position has been sent, a ``Ready`` event
+follows; when the backup acknowledges that batch the subscription is :attr:`ready` (the
+backup is caught up on this queue).
+
+THREAD UNSAFE: the primary's event loop owns it. It calls the guard, not the reverse.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from broker.core.message import Entry
+from broker.core.queue import Queue
+from broker.ha.id_set import IdSet
+from broker.ha.queue_guard import QueueGuard
+from broker.ha.wire import Dequeue, Enqueue, Event, Ready, encode_batch
+
+#: Bytes of an enqueue event besides its body and properties (header, names), roughly.
+_ENQUEUE_OVERHEAD = 64
+
+
+class ReplicatingSubscription:
+    """Streams one queue to one backup (see the module docstring)."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        guard: QueueGuard | None,
+        backup_ids: IdSet,
+        *,
+        max_batch_bytes: int = 64 * 1024,
+        max_batch_events: int = 256,
+    ) -> None:
+        self.queue = queue
+        self.guard = guard
+        self.max_batch_bytes = max_batch_bytes
+        self.max_batch_events = max_batch_events
+        snapshot = queue.snapshot()
+        primary_ids = IdSet()
+        for entry in snapshot:
+            primary_ids.add(entry.position)
+        self._backup_had = backup_ids
+        self._pending_dequeues = backup_ids.difference(primary_ids)
+        self._backlog: deque[Entry] = deque()
+        for entry in snapshot:
+            if entry.position not in backup_ids:
+                self._backlog.append(entry)
+            elif guard is not None:
+                guard.acknowledged(entry.position)  # the backup holds it already: safe
+        self._dequeued_unsent: set[int] = set()
+        self._last_sent = 0
+        self._unacked: dict[int, list[int]] = {}
+        self._next_tag = 1
+        # Caught up once everything before the guard is on the backup.
+        self.ready_position = (guard.first_guarded - 1) if guard else queue.last_position
+        self._ready_tag: int | None = None
+        self.ready = False
+        self.sent_total = 0
+        self.skipped_total = 0
+        self.closed = False
+        queue.observers.append(self)
+
+    # -- queue observer ----------------------------------------------------------------
+    def enqueued(self, queue: Queue, entry: Entry) -> None:
+        self._backlog.append(entry)
+
+    def dequeued(self, queue: Queue, entry: Entry) -> None:
+        position = entry.position
+        if position <= self._last_sent or position in self._backup_had:
+            self._pending_dequeues.add(position)  # the backup has it (or will): tell it
+        else:
+            self._dequeued_unsent.add(position)  # still in the backlog: never send it
+
+    # -- stream ------------------------------------------------------------------------
+    @property
+    def backlog(self) -> int:
+        """Messages still to send (some may turn out consumed and be skipped)."""
+        return len(self._backlog)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(
+            self._backlog
+            or len(self._pending_dequeues)
+            or (self._ready_tag is None and not self.ready and self._caught_up())
+        )
+
+    def _caught_up(self) -> bool:
+        backlog = self._backlog
+        return not backlog or backlog[0].position > self.ready_position
+
+    def next_batch(self) -> tuple[int, bytes] | None:
+        """The next batch to send as (tag, body), or None when there is nothing to send."""
+        if self.closed:
+            return None
+        events: list[Event] = []
+        ids: list[int] = []
+        budget = self.max_batch_bytes
+        size = 0
+        max_events = self.max_batch_events
+        backlog = self._backlog
+        skipped = self._dequeued_unsent
+        while backlog and len(events) < max_events and size < budget:
+            entry = backlog.popleft()
+            position = entry.position
+            if skipped and position in skipped:
+                skipped.discard(position)
+                self.skipped_total += 1
+                continue
+            message = entry.message
+            events.append(
+                Enqueue(
+                    position,
+                    message.exchange,
+                    message.routing_key,
+                    message.properties_raw,
+                    message.body,
+                )
+            )
+            size += _ENQUEUE_OVERHEAD + len(message.body) + len(message.properties_raw)
+            ids.append(position)
+            self._last_sent = position
+        if len(self._pending_dequeues):
+            events.append(Dequeue(self._pending_dequeues))
+            self._pending_dequeues = IdSet()
+        tag = self._next_tag
+        if self._ready_tag is None and not self.ready and self._caught_up():
+            events.append(Ready())
+            self._ready_tag = tag
+        if not events:
+            return None
+        self._next_tag = tag + 1
+        self._unacked[tag] = ids
+        self.sent_total += len(ids)
+        return tag, encode_batch(events)
+
+    def acknowledged(self, tag: int, multiple: bool = False) -> None:
+        """The backup acknowledged batch ``tag`` (and every earlier one with ``multiple``)."""
+        tags = [t for t in self._unacked if t <= tag] if multiple else [tag]
+        guard = self.guard
+        for t in tags:
+            ids = self._unacked.pop(t, None)
+            if ids is None:
+                continue
+            if guard is not None:
+                for position in ids:
+                    guard.acknowledged(position)
+            if t == self._ready_tag:
+                self.ready = True
+
+    @property
+    def unacknowledged_batches(self) -> int:
+        return len(self._unacked)
+
+    def close(self) -> None:
+        """Stop replicating (the backup went away); the guard is cancelled by its owner."""
+        self.closed = True
+        if self in self.queue.observers:
+            self.queue.observers.remove(self)
+        self._backlog.clear()
+        self._unacked.clear()

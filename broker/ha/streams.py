@@ -1,0 +1,345 @@
+"""The primary's replication streams, carried over AMQP channels of a backup's link.
+
+A backup asks for a stream with basic.consume of a reserved queue name on a channel of its
+own (see docs/ha-design.md):
+
+- ``qpid.ha-config``: :class:`ConfigStream`, a snapshot of the replicated configuration
+  (queues, exchanges, bindings) followed by every change, one field-table event a delivery;
+- ``qpid.ha-queue:<name>`` with argument ``qpid.ha-ids`` (the ids the backup holds):
+  :class:`QueueStream`, one :class:`~broker.ha.replicating_subscription.ReplicatingSubscription`
+  whose batches travel as deliveries; the backup's acks release the queue guards.
+
+:class:`PrimaryStreams` is the hook the AMQP channel calls for those names
+(:class:`broker.amqp.context.StreamHooks`). Streams never write in the queue's observer
+callbacks: they ask the connection for a *pump* and write everything pending when it runs,
+so one flush carries many messages. Credit is the channel's basic.qos prefetch, counted in
+deliveries (batches).
+
+THREAD UNSAFE: the primary's event loop owns the streams.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from broker.amqp import framing
+from broker.core import properties
+from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
+from broker.core.exchange import Binding, Exchange
+from broker.core.message import Entry
+from broker.core.queue import Queue
+from broker.ha.id_set import IdSet
+from broker.ha.primary import Primary
+from broker.ha.replicating_subscription import ReplicatingSubscription
+from broker.ha.replication import (
+    ReplicateLevel,
+    binding_replicated,
+    exchange_replicated,
+    queue_level,
+)
+from broker.ha.wire import encode_config_event
+
+if TYPE_CHECKING:
+    from broker.amqp.channel import Channel
+
+CONFIG_STREAM = "qpid.ha-config"
+QUEUE_STREAM_PREFIX = "qpid.ha-queue:"
+IDS_ARGUMENT = "qpid.ha-ids"
+BACKUP_PROPERTY = "qpid.ha-backup"
+BROKER_ID_PROPERTY = "qpid.ha-broker-id"
+URL_PROPERTY = "qpid.ha-url"
+DEFAULT_CREDIT = 32
+
+_ids = iter(range(1, 2**62))
+
+
+class _ChannelStream(ABC):
+    """Deliveries of opaque bodies on one channel, with prefetch credit."""
+
+    def __init__(self, channel: Channel, consumer_tag: str, routing_key: str) -> None:
+        self.channel = channel
+        self.on_close: Callable[[], None] | None = None
+        self.key = next(_ids)
+        self._tag_bytes = framing.short_str_bytes(consumer_tag)
+        self._route = framing.encoded_route("", routing_key)
+        self.credit = channel.consumer_prefetch or DEFAULT_CREDIT
+        self.in_flight = 0
+        self.closed = False
+
+    def request_pump(self) -> None:
+        if not self.closed:
+            self.channel.connection.request_pump(self.key, self.pump)
+
+    @abstractmethod
+    def pump(self) -> None:
+        """Write what is pending, as far as credit allows."""
+
+    def _closed(self) -> None:
+        self.closed = True
+        if self.on_close is not None:
+            self.on_close()
+
+    def _deliver(self, body: bytes) -> int:
+        channel = self.channel
+        tag = channel.take_delivery_tag()
+        connection = channel.connection
+        connection.write(
+            framing.deliver_method(channel.number, self._tag_bytes, tag, False, self._route)
+            + framing.content_frames(channel.number, properties.EMPTY, body, connection.frame_max)
+        )
+        self.in_flight += 1
+        return tag
+
+    @property
+    def can_send(self) -> bool:
+        return not self.closed and self.in_flight < self.credit and self.channel.can_deliver
+
+
+class QueueStream(_ChannelStream):
+    """One queue's replication to one backup over one channel."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        consumer_tag: str,
+        subscription: ReplicatingSubscription,
+        on_ready: Callable[[], None],
+    ) -> None:
+        super().__init__(channel, consumer_tag, QUEUE_STREAM_PREFIX + subscription.queue.name)
+        self.subscription = subscription
+        self._on_ready = on_ready
+        self._reported_ready = False
+        self._batches: dict[int, int] = {}
+        subscription.queue.observers.append(self)
+        self.request_pump()
+
+    # queue observer: new work, pump soon
+    def enqueued(self, queue: Queue, entry: Entry) -> None:
+        self.request_pump()
+
+    def dequeued(self, queue: Queue, entry: Entry) -> None:
+        self.request_pump()
+
+    def pump(self) -> None:
+        subscription = self.subscription
+        while self.can_send and subscription.has_work:
+            batch = subscription.next_batch()
+            if batch is None:
+                break
+            batch_tag, body = batch
+            self._batches[self._deliver(body)] = batch_tag
+
+    def acknowledged(self, delivery_tag: int, multiple: bool) -> None:
+        tags = [t for t in self._batches if t <= delivery_tag] if multiple else [delivery_tag]
+        for tag in tags:
+            batch_tag = self._batches.pop(tag, None)
+            if batch_tag is not None:
+                self.in_flight -= 1
+                self.subscription.acknowledged(batch_tag)
+        if self.subscription.ready and not self._reported_ready:
+            self._reported_ready = True
+            self._on_ready()
+        self.request_pump()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._closed()
+        self.subscription.close()
+        observers = self.subscription.queue.observers
+        if self in observers:
+            observers.remove(self)
+
+
+def _queue_config(queue: Queue, level: ReplicateLevel) -> dict[str, Any]:
+    return {
+        "name": queue.name,
+        "replicate": level.value,
+        "durable": queue.durable,
+        "auto_delete": queue.auto_delete,
+        "exclusive": queue.exclusive_owner is not None,
+        "arguments": dict(queue.arguments),
+    }
+
+
+def _exchange_config(exchange: Exchange) -> dict[str, Any]:
+    return {
+        "name": exchange.name,
+        "type": exchange.type,
+        "durable": exchange.durable,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "arguments": dict(exchange.arguments),
+    }
+
+
+def _binding_config(binding: Binding) -> dict[str, Any]:
+    return {
+        "exchange": binding.exchange,
+        "queue": binding.queue.name,
+        "routing_key": binding.routing_key,
+        "arguments": dict(binding.arguments),
+    }
+
+
+class ConfigStream(_ChannelStream):
+    """Replicated configuration: a snapshot, then every change (a vhost config listener)."""
+
+    def __init__(self, channel: Channel, consumer_tag: str, streams: PrimaryStreams) -> None:
+        super().__init__(channel, consumer_tag, CONFIG_STREAM)
+        self.streams = streams
+        self._pending: list[dict[str, Any]] = [streams.snapshot()]
+        streams.vhost.listeners.append(self)
+        self.request_pump()
+
+    def push(self, event: dict[str, Any]) -> None:
+        self._pending.append(event)
+        self.request_pump()
+
+    def pump(self) -> None:
+        while self._pending and self.can_send:
+            self._deliver(encode_config_event(self._pending.pop(0)))
+
+    def acknowledged(self, delivery_tag: int, multiple: bool) -> None:
+        self.in_flight = 0 if multiple else max(0, self.in_flight - 1)
+        self.request_pump()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._closed()
+        listeners = self.streams.vhost.listeners
+        if self in listeners:
+            listeners.remove(self)
+
+    # -- vhost config listener ---------------------------------------------------------
+    def queue_declared(self, queue: Queue) -> None:
+        level = self.streams.queue_level(queue)
+        if level is not ReplicateLevel.NONE:
+            self.push({"type": "queue-declared", "queue": _queue_config(queue, level)})
+
+    def queue_deleted(self, queue: Queue) -> None:
+        if self.streams.queue_level(queue) is not ReplicateLevel.NONE:
+            self.push({"type": "queue-deleted", "name": queue.name})
+
+    def exchange_declared(self, exchange: Exchange) -> None:
+        if self.streams.exchange_level(exchange) is not ReplicateLevel.NONE:
+            self.push({"type": "exchange-declared", "exchange": _exchange_config(exchange)})
+
+    def exchange_deleted(self, exchange: Exchange) -> None:
+        if self.streams.exchange_level(exchange) is not ReplicateLevel.NONE:
+            self.push({"type": "exchange-deleted", "name": exchange.name})
+
+    def bound(self, binding: Binding) -> None:
+        if self.streams.binding_replicated(binding):
+            self.push({"type": "bound", "binding": _binding_config(binding)})
+
+    def unbound(self, binding: Binding) -> None:
+        if self.streams.binding_replicated(binding):
+            self.push({"type": "unbound", "binding": _binding_config(binding)})
+
+
+class PrimaryStreams:
+    """The channel hook serving ``qpid.ha-*`` consumes on the primary."""
+
+    def __init__(self, primary: Primary) -> None:
+        self.primary = primary
+        self.vhost = primary.vhost
+        self.default = primary.replicate_default
+        self._streams_of: dict[str, int] = {}
+
+    # replication rules, with this broker's default
+    def queue_level(self, queue: Queue) -> ReplicateLevel:
+        return queue_level(queue, self.default)
+
+    def exchange_level(self, exchange: Exchange) -> ReplicateLevel:
+        return exchange_replicated(exchange, self.default)
+
+    def binding_replicated(self, binding: Binding) -> bool:
+        exchange = self.vhost.exchanges.get(binding.exchange)
+        return exchange is not None and binding_replicated(binding, self.default, exchange=exchange)
+
+    def snapshot(self) -> dict[str, Any]:
+        vhost = self.vhost
+        return {
+            "type": "snapshot",
+            "queues": [
+                _queue_config(q, self.queue_level(q))
+                for q in vhost.queues.values()
+                if self.queue_level(q) is not ReplicateLevel.NONE
+            ],
+            "exchanges": [
+                _exchange_config(e)
+                for e in vhost.exchanges.values()
+                if self.exchange_level(e) is not ReplicateLevel.NONE
+            ],
+            "bindings": [
+                _binding_config(b) for b in vhost.bindings() if self.binding_replicated(b)
+            ],
+        }
+
+    def subscribe(
+        self, channel: Channel, name: str, consumer_tag: str, arguments: dict[str, Any]
+    ) -> ConfigStream | QueueStream:
+        connection = channel.connection
+        props = connection.client_properties
+        if not props.get(BACKUP_PROPERTY):
+            raise access_refused(f"'{name}' is reserved for HA backup links")
+        backup_id = str(props.get(BROKER_ID_PROPERTY) or connection.name)
+        backup_url = str(props.get(URL_PROPERTY) or connection.peer)
+        stream = self._open(channel, name, consumer_tag, arguments, backup_id, backup_url)
+        self._streams_of[backup_id] = self._streams_of.get(backup_id, 0) + 1
+        stream.on_close = lambda: self._stream_closed(backup_id)
+        return stream
+
+    def _stream_closed(self, backup_id: str) -> None:
+        left = self._streams_of.get(backup_id, 0) - 1
+        if left > 0:
+            self._streams_of[backup_id] = left
+            return
+        self._streams_of.pop(backup_id, None)
+        self.primary.backup_disconnected(backup_id)  # its link is gone: release its guards
+
+    def _open(
+        self,
+        channel: Channel,
+        name: str,
+        consumer_tag: str,
+        arguments: dict[str, Any],
+        backup_id: str,
+        backup_url: str,
+    ) -> ConfigStream | QueueStream:
+        if name == CONFIG_STREAM:
+            self.primary.backup_connected(backup_id, backup_url)
+            return ConfigStream(channel, consumer_tag, self)
+        if not name.startswith(QUEUE_STREAM_PREFIX):
+            raise not_found(f"no HA stream '{name}'")
+        queue_name = name[len(QUEUE_STREAM_PREFIX) :]
+        queue = self.vhost.queues.get(queue_name)
+        if queue is None:
+            raise not_found(f"no queue '{queue_name}' in vhost '{self.vhost.name}'")
+        if self.queue_level(queue) is not ReplicateLevel.ALL:
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"queue '{queue_name}' is not replicated with level all",
+            )
+        raw_ids = arguments.get(IDS_ARGUMENT, b"")
+        if isinstance(raw_ids, str):
+            raw_ids = raw_ids.encode("latin-1")
+        try:
+            backup_ids = IdSet.decode(bytes(raw_ids)) if raw_ids else IdSet()
+        except (ValueError, TypeError) as exc:
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED, f"bad {IDS_ARGUMENT} argument: {exc}"
+            ) from exc
+        backup = self.primary.backup_connected(backup_id, backup_url)
+        subscription = ReplicatingSubscription(queue, backup.guard(queue), backup_ids)
+        primary = self.primary
+        return QueueStream(
+            channel,
+            consumer_tag,
+            subscription,
+            on_ready=lambda: primary.queue_ready(backup_id, queue_name),
+        )

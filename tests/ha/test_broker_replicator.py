@@ -1,0 +1,91 @@
+"""The backup applies the primary's configuration stream: snapshot, events, leftovers."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.core.vhost import VirtualHost
+from broker.ha.broker_replicator import BrokerReplicator
+from broker.ha.primary import Primary
+from broker.ha.replication import ReplicateLevel
+from broker.ha.streams import PrimaryStreams
+from broker.ha.wire import decode_config_event, encode_config_event
+
+
+def streams(default: ReplicateLevel = ReplicateLevel.ALL) -> PrimaryStreams:
+    vhost = VirtualHost()
+    primary = Primary(
+        vhost, replicate_default=default, expected={}, backup_timeout=1.0, clock=lambda: 0.0
+    )
+    return PrimaryStreams(primary)
+
+
+def over_the_wire(event: dict[str, object]) -> dict[str, object]:
+    return decode_config_event(encode_config_event(event))
+
+
+def configuration(vhost: VirtualHost) -> tuple[object, ...]:
+    return (
+        sorted((q.name, q.durable, sorted(q.arguments.items())) for q in vhost.queues.values()),
+        sorted((e.name, e.type) for e in vhost.exchanges.values()),
+        sorted((b.exchange, b.queue.name, b.routing_key) for b in vhost.bindings()),
+    )
+
+
+def test_snapshot_mirrors_the_replicated_configuration() -> None:
+    primary = streams()
+    pv = primary.vhost
+    pv.declare_queue("orders", durable=True, arguments={"x-message-ttl": 1000})
+    pv.declare_queue("config-only", arguments={"qpid.replicate": "configuration"})
+    pv.declare_queue("local", arguments={"qpid.replicate": "none"})
+    pv.declare_queue("")  # server-named
+    pv.declare_exchange("events", "topic", durable=True)
+    pv.bind("orders", "events", "order.#")
+    pv.bind("orders", "amq.topic", "x")  # to a built-in: never replicated
+    pv.bind("local", "events", "y")  # to an unreplicated queue: not replicated
+
+    backup = VirtualHost()
+    replicator = BrokerReplicator(backup)
+    changes = replicator.apply(over_the_wire(primary.snapshot()))
+    expected = VirtualHost()
+    for q in pv.queues.values():
+        if q.name != "local":
+            expected.declare_queue(
+                q.name, durable=q.durable, arguments=q.arguments, replicated=True
+            )
+    expected.declare_exchange("events", "topic", durable=True)
+    expected.bind("orders", "events", "order.#")
+    assert configuration(backup) == configuration(expected)
+    assert sorted(changes.subscribe) == sorted(
+        n for n in pv.queues if n not in ("local", "config-only")
+    )
+
+
+def test_leftovers_are_deleted_and_events_applied() -> None:
+    primary = streams()
+    backup = VirtualHost()
+    backup.declare_queue("stale")
+    backup.declare_exchange("stale-x", "fanout")
+    replicator = BrokerReplicator(backup)
+    replicator.apply(over_the_wire(primary.snapshot()))
+    assert "stale" not in backup.queues and "stale-x" not in backup.exchanges
+
+    changes = replicator.apply(
+        over_the_wire(
+            {
+                "type": "queue-declared",
+                "queue": {"name": "q", "replicate": "all", "durable": False, "arguments": {}},
+            }
+        )
+    )
+    assert changes.subscribe == ["q"] and "q" in backup.queues
+    changes = replicator.apply(over_the_wire({"type": "queue-deleted", "name": "q"}))
+    assert changes.unsubscribe == ["q"] and "q" not in backup.queues
+
+
+def test_bad_events_are_value_errors() -> None:
+    replicator = BrokerReplicator(VirtualHost())
+    with pytest.raises(ValueError, match="unknown configuration event"):
+        replicator.apply({"type": "nonsense"})
+    with pytest.raises(ValueError, match="malformed queue-declared"):
+        replicator.apply({"type": "queue-declared"})

@@ -1,0 +1,133 @@
+"""The primary's replication streams over a real (sans-I/O) AMQP connection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pamqp import commands
+
+from broker.amqp.context import BrokerContext
+from broker.core.errors import ReplyCode
+from broker.ha.id_set import IdSet
+from broker.ha.primary import Primary
+from broker.ha.replication import ReplicateLevel
+from broker.ha.state import HaState
+from broker.ha.streams import PrimaryStreams
+from broker.ha.wire import Dequeue, Enqueue, Ready, decode_batch, decode_config_event
+from tests.amqp.helpers import Client, make_context, open_client
+
+BACKUP_PROPS = {"qpid.ha-backup": True, "qpid.ha-broker-id": "b1", "qpid.ha-url": "h1:5672"}
+
+
+def primary_context(expected: dict[str, str] | None = None) -> tuple[BrokerContext, Primary]:
+    ctx = make_context()
+    ctx.vhost.declare_queue("q")
+    primary = Primary(
+        ctx.vhost,
+        replicate_default=ReplicateLevel.ALL,
+        expected=expected or {},
+        backup_timeout=10.0,
+        clock=ctx.clock,
+    )
+    ctx.streams = PrimaryStreams(primary)
+    return ctx, primary
+
+
+def bodies(client: Client) -> list[bytes]:
+    frames = client.take()
+    return [f.value for _, f in frames if type(f).__name__ == "ContentBody"]
+
+
+def delivery_tags(frames: list[tuple[int, Any]]) -> list[int]:
+    return [f.delivery_tag or 0 for _, f in frames if isinstance(f, commands.Basic.Deliver)]
+
+
+def test_config_stream_sends_snapshot_then_changes() -> None:
+    ctx, _ = primary_context()
+    ctx.vhost.declare_queue("local", arguments={"qpid.replicate": "none"})
+    backup = open_client(ctx, client_properties=BACKUP_PROPS)
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
+    snapshot = decode_config_event(bodies(backup)[0])
+    assert snapshot["type"] == "snapshot"
+    assert [q["name"] for q in snapshot["queues"]] == ["q"]  # "local" is not replicated
+    assert snapshot["exchanges"] == []  # built-ins never
+    ctx.vhost.declare_queue("new")
+    event = decode_config_event(bodies(backup)[0])
+    assert event["type"] == "queue-declared" and event["queue"]["name"] == "new"
+
+
+def test_client_connections_may_not_open_streams() -> None:
+    ctx, _ = primary_context()
+    client = open_client(ctx)
+    client.send(1, commands.Basic.Consume(queue="qpid.ha-config"))
+    assert client.expect(commands.Channel.Close).reply_code == ReplyCode.ACCESS_REFUSED
+
+
+def test_confirm_waits_for_the_backup_ack() -> None:
+    ctx, primary = primary_context()
+    backup = open_client(ctx, client_properties=BACKUP_PROPS)
+    backup.send(1, commands.Basic.Qos(prefetch_count=4))
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-queue:q", consumer_tag="q"))
+    frames = backup.take()
+    first = decode_batch(next(f.value for _, f in frames if type(f).__name__ == "ContentBody"))
+    assert first == [Ready()]  # empty queue: caught up at once
+    backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(frames)[0]))
+    assert primary.backups["b1"].ready
+
+    publisher = open_client(ctx)
+    publisher.send(1, commands.Confirm.Select())
+    publisher.take()
+    publisher.publish(1, b"hello", routing_key="q")
+    assert not any(isinstance(f, commands.Basic.Ack) for _, f in publisher.take())
+
+    frames = backup.take()
+    events = decode_batch(next(f.value for _, f in frames if type(f).__name__ == "ContentBody"))
+    assert len(events) == 1 and isinstance(events[0], Enqueue)
+    assert (events[0].id, events[0].body, events[0].routing_key) == (1, b"hello", "q")
+    backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(frames)[0]))
+    acks = [f for _, f in publisher.take() if isinstance(f, commands.Basic.Ack)]
+    assert [a.delivery_tag for a in acks] == [1]
+
+
+def test_reconnect_handshake_over_the_link() -> None:
+    ctx, _ = primary_context()
+    publisher = open_client(ctx)
+    for i in range(3):
+        publisher.publish(1, bytes([i]), routing_key="q")
+    publisher.send(1, commands.Basic.Get(queue="q", no_ack=True))  # id 1 consumed
+    backup = open_client(ctx, client_properties=BACKUP_PROPS)
+    held = IdSet([1, 2])  # the backup still has 1, and 2
+    backup.send(
+        1,
+        commands.Basic.Consume(
+            queue="qpid.ha-queue:q", arguments={"qpid.ha-ids": bytearray(held.encode())}
+        ),
+    )
+    events = decode_batch(bodies(backup)[0])
+    enqueued = [e.id for e in events if isinstance(e, Enqueue)]
+    dequeued = [list(e.ids) for e in events if isinstance(e, Dequeue)]
+    assert enqueued == [3] and dequeued == [[1]]
+
+
+def test_link_loss_releases_held_confirms_and_recovery_times_out() -> None:
+    ctx, primary = primary_context(expected={"b1": "h1:5672"})
+    states = [primary.state]
+    backup = open_client(ctx, client_properties=BACKUP_PROPS)
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-queue:q"))
+    publisher = open_client(ctx)
+    publisher.send(1, commands.Confirm.Select())
+    publisher.publish(1, b"x", routing_key="q")
+    assert not any(isinstance(f, commands.Basic.Ack) for _, f in publisher.take())
+    backup.conn.connection_lost()
+    acks = [f for _, f in publisher.take() if isinstance(f, commands.Basic.Ack)]
+    assert [a.delivery_tag for a in acks] == [1]
+    states.append(primary.state)
+    assert states == [HaState.RECOVERING, HaState.ACTIVE]  # the only expected backup left
+
+
+def test_queue_stream_needs_level_all() -> None:
+    ctx, _ = primary_context()
+    ctx.vhost.declare_queue("conf", arguments={"qpid.replicate": "configuration"})
+    backup = open_client(ctx, client_properties=BACKUP_PROPS)
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-queue:conf"))
+    assert backup.expect(commands.Channel.Close).reply_code == ReplyCode.PRECONDITION_FAILED
