@@ -26,7 +26,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from throughput import RunResult, add_common_args, check_args, messages_for, row, run_once
+from throughput import (
+    HEAD,
+    RunResult,
+    add_common_args,
+    as_json,
+    check_args,
+    median_of,
+    messages_for,
+    row,
+    run_once,
+    term_to_exit,
+)
 
 HERE = Path(__file__).resolve().parent
 RABBITMQ_PORT = 5680
@@ -84,6 +95,15 @@ def _median(runs: list[RunResult], attr: str) -> float:
     return float(statistics.median(getattr(r, attr) for r in runs))
 
 
+def _median_opt(runs: list[RunResult], attr: str) -> str:
+    known = [v for v in (getattr(r, attr) for r in runs) if v is not None]
+    return f"{statistics.median(known):.0f}" if known else "-"
+
+
+def _ratio(b: float, a: float) -> str:
+    return f"{b / a:.2f}" if a > 0 else "n/a"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--url-a", help="broker A (default: a throwaway RabbitMQ)")
@@ -93,12 +113,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_common_args(ap)
     args = ap.parse_args(argv)
     check_args(ap, args)
+    # SIGTERM unwinds like ctrl-C, so the brokers started here are stopped on the way out.
+    signal.signal(signal.SIGTERM, term_to_exit)
     ok = True
     lines: list[str] = []
+    medians: list[RunResult] = []
     with (
         given(args.url_a) if args.url_a else rabbitmq() as url_a,
         given(args.url_b) if args.url_b else qpidd() as url_b,
     ):
+        print(HEAD, flush=True)
         for pairs in args.pairs:
             n = messages_for(args, pairs)
             results: dict[str, list[RunResult]] = {args.label_a: [], args.label_b: []}
@@ -117,17 +141,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     ok &= r.ok
                     print(row(r, str(k + 1)), flush=True)
+                    for e in r.errors:
+                        print(f"    error: {e}", file=sys.stderr, flush=True)
                     results[label].append(r)
+                    if args.json:
+                        print(as_json(r, str(k + 1), args), flush=True)
             a, b = results[args.label_a], results[args.label_b]
+            medians += [median_of(a), median_of(b)]
+            if args.json:
+                for med in medians[-2:]:
+                    print(as_json(med, "median", args), flush=True)
             rate_a, rate_b = _median(a, "msgs_per_s"), _median(b, "msgs_per_s")
             p50_a, p50_b = _median(a, "confirm_p50_ms"), _median(b, "confirm_p50_ms")
             p99_a, p99_b = _median(a, "confirm_p99_ms"), _median(b, "confirm_p99_ms")
             lines.append(
                 f"P={pairs:<3} {args.label_a} {rate_a:8.0f} msg/s p50 {p50_a:6.2f} p99 {p99_a:7.2f}"
                 f" | {args.label_b} {rate_b:8.0f} msg/s p50 {p50_b:6.2f} p99 {p99_b:7.2f}"
-                f" | throughput {args.label_b}/{args.label_a} = {rate_b / rate_a:.2f}"
+                f" | throughput {args.label_b}/{args.label_a} = {_ratio(rate_b, rate_a)}"
+                f" | broker us/msg {_median_opt(a, 'broker_us_per_msg')}"
+                f" / {_median_opt(b, 'broker_us_per_msg')}"
             )
     print(f"\nmedians of {args.repeat} alternating runs, {args.size} B messages:")
+    print(HEAD)
+    for r in medians:
+        print(row(r, "med"))
+    print()
     for line in lines:
         print(line)
     return 0 if ok else 1

@@ -4,6 +4,7 @@
 #   bench/rabbitmq.sh start [PORT]    install if missing (apt-get), start, wait until it serves
 #   bench/rabbitmq.sh stop [PORT]     stop it (by PID) and remove its data
 #   bench/rabbitmq.sh status [PORT]
+#   bench/rabbitmq.sh ctl PORT ARGS...  rabbitmqctl against it, e.g. ctl 5680 list_queues
 #
 # PORT defaults to 5680 (so it never collides with a qpidd on 5672). Everything the node
 # writes (mnesia, logs, cookie, config, pid file) lives under ${RMQ_BENCH_DIR:-/tmp/rmq-bench-PORT}.
@@ -19,7 +20,7 @@ node="bench$port@localhost"
 rmq_bin=/usr/lib/rabbitmq/bin
 
 usage() {
-    echo "usage: $0 start|stop|status [PORT]" >&2
+    echo "usage: $0 start|stop|status [PORT] | ctl PORT ARGS..." >&2
     exit 2
 }
 
@@ -142,6 +143,11 @@ status() {
 }
 
 case "$cmd" in
+ctl)
+    setup_env
+    shift 2
+    ctl "$@"
+    ;;
 start) start ;;
 stop) stop ;;
 status) status ;;

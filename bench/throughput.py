@@ -12,6 +12,9 @@ Reported per P: end-to-end msgs/s (messages received / time from the first publi
 last receipt), publisher-confirm latency p50/p99 in ms (publish call to the confirm that
 covers it, every message covered by a multiple ack counted), missing and duplicate counts.
 Exits 1 if any message was missing, duplicated, nacked or left behind, or a run failed.
+Also reported: the broker's CPU microseconds per message (for a broker on this machine, found
+by its listening port) and `other%`, the CPU that unrelated processes used meanwhile in % of
+one core: on shared cores, runs with a high other% are slowed by someone else's work.
 
 Both sides use pika's SelectConnection (callbacks, no threads): the same client is run
 against RabbitMQ and qpidd. Examples:
@@ -112,6 +115,10 @@ class _Child:
         res = self.result()
         res["error"] = self.error
         res["stopped"] = self.stop.is_set()
+        if res["stopped"]:
+            # The parent may not be reading any more (ctrl-C): send something that fits in the
+            # pipe buffer, so that this process can exit at once.
+            res.pop("latency", None)
         self.results.put(("result", self.role, self.idx, res))
 
     def result(self) -> dict[str, Any]:
@@ -204,7 +211,7 @@ class Consumer(_Child):
         )
 
     def _on_consume_ok(self, _frame: Any) -> None:
-        self.results.put(("ready", self.role, self.idx))
+        self.results.put(("ready", self.role, self.idx, time.process_time()))
         self.conn.ioloop.call_later(TICK_S, self._tick)
 
     def _on_message(self, ch: Any, method: Any, _props: Any, body: bytes) -> None:
@@ -299,7 +306,7 @@ class Producer(_Child):
         self.ch.confirm_delivery(self._on_confirm, callback=self._on_select_ok)
 
     def _on_select_ok(self, _frame: Any) -> None:
-        self.results.put(("ready", self.role, self.idx))
+        self.results.put(("ready", self.role, self.idx, time.process_time()))
         self._wait_for_go()
 
     def _wait_for_go(self) -> None:
@@ -406,6 +413,72 @@ def _run_producer(*args: Any) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+_TICK = float(os.sysconf("SC_CLK_TCK"))
+
+
+def host_cpu() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine so far, from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return (0.0, 0.0)
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return ((user + nice + system + irq + softirq) / _TICK, steal / _TICK)
+
+
+def process_cpu(pid: int | None) -> float | None:
+    """User + system CPU seconds used by process `pid` (all its threads), None if unknown."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return (int(rest[11]) + int(rest[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def listener_pid(url: str) -> int | None:
+    """The PID of the process listening on the URL's TCP port on this machine, if any.
+
+    Lets a run report the broker's own CPU use (and, by difference, other processes' CPU
+    on a shared machine) without being told the broker's PID. None for remote hosts or
+    when /proc cannot tell (not root and not our process).
+    """
+    try:
+        params = pika.URLParameters(url)
+        host, port = params.host, int(params.port)
+    except Exception:
+        return None
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    local, state, inode = cols[1], cols[3], cols[9]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{inode}]")
+        except (OSError, StopIteration, IndexError, ValueError):
+            continue
+    if not inodes:
+        return None
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return int(pid)
+        except OSError:
+            continue
+    return None
+
+
 @dataclass
 class RunResult:
     label: str
@@ -425,6 +498,13 @@ class RunResult:
     left_in_queues: int = 0
     producer_cpu_s: float = 0.0  # CPU seconds used by all producer processes together
     consumer_cpu_s: float = 0.0
+    # Over the measured window (go to the last child's result), on this machine:
+    window_s: float = 0.0
+    clients_cpu_s: float = 0.0  # producers + consumers + this process
+    broker_cpu_s: float | None = None  # None: broker PID unknown (remote or not found)
+    other_cpu_s: float | None = None  # everything else: other people's work on shared cores
+    steal_s: float = 0.0  # taken by the hypervisor
+    broker_us_per_msg: float | None = None
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -509,8 +589,15 @@ def run_once(
     queue_prefix: str,
     timeout: float,
     label: str = "",
+    broker_pid: int | None = None,
 ) -> RunResult:
-    """One run at P=pairs; never raises for broker-side failures (they land in .errors)."""
+    """One run at P=pairs; never raises for broker-side failures (they land in .errors).
+
+    broker_pid: the broker's PID, for its CPU use; by default whatever listens on the URL's
+    port if that is on this machine.
+    """
+    if broker_pid is None:
+        broker_pid = listener_pid(url)
     ctx = mp.get_context("fork")
     token = uuid.uuid4().hex[:8]
     queues = [f"{queue_prefix}-{pairs}-{token}-{i}" for i in range(pairs)]
@@ -524,6 +611,15 @@ def run_once(
     procs: dict[tuple[str, int], mp.process.BaseProcess] = {}
     got: dict[tuple[str, int], dict[str, Any]] = {}
     declared = False
+    interrupted = False
+    ready_cpu: dict[tuple[str, int], float] = {}
+    # (time, host busy, host steal, this process, broker): at go, and once all have reported
+    cpu0: tuple[float, float, float, float, float | None] | None = None
+    cpu1: tuple[float, float, float, float, float | None] | None = None
+
+    def cpu_now() -> tuple[float, float, float, float, float | None]:
+        busy, steal = host_cpu()
+        return (time.monotonic(), busy, steal, time.process_time(), process_cpu(broker_pid))
 
     def wait_for(kind: str, role: str, until: float) -> None:
         """Collect messages until every `role` child has sent `kind` (ready or result)."""
@@ -553,6 +649,8 @@ def run_once(
                 else:
                     continue
             tag, role_, idx = msg[0], msg[1], msg[2]
+            if tag == "ready":
+                ready_cpu[(role_, idx)] = msg[3]
             if tag == "result":
                 got[(role_, idx)] = msg[3]
                 if msg[3]["error"]:
@@ -585,30 +683,28 @@ def run_once(
                 p.start()
                 procs[("producer", i)] = p
         wait_for("ready", "producer", deadline)
+        cpu0 = cpu_now()
         go.set()
         wait_for("result", "producer", deadline)
         wait_for("result", "consumer", deadline)
+        cpu1 = cpu_now()
     except RunFailed as exc:
         res.errors.append(str(exc))
     except Exception as exc:  # broker refused a declare, connection refused, ...
         res.errors.append(f"{type(exc).__name__}: {exc!r}")
+    except BaseException:  # ctrl-C, SIGTERM: stop everything, read nothing more
+        interrupted = True
+        raise
     finally:
         stop.set()
-        _reap(procs)
+        _reap(procs, None if interrupted else results, got)
+        results.close()
+        results.cancel_join_thread()
         if declared:
             try:
                 res.left_in_queues = _delete(url, queues)
             except Exception as exc:
-                res.errors.append(f"deleting queues: {type(exc).__name__}: {exc}")
-        # Children that answered before being stopped still have results to drain.
-        while True:
-            try:
-                msg = results.get_nowait()
-            except (queue_mod.Empty, OSError, ValueError):
-                break
-            if msg[0] == "result":
-                got[(msg[1], msg[2])] = msg[3]
-        results.close()
+                res.errors.append(f"deleting queues: {type(exc).__name__}: {exc!r}")
         # Errors that were not the first (or were only a consequence of stopping) go on record
         # once, for a post-mortem: "stopped by parent" ones are not interesting.
         for (role, idx), r in sorted(got.items()):
@@ -619,14 +715,52 @@ def run_once(
                     res.errors.append(line)
 
     _summarise(res, got, pairs, messages)
+    if cpu0 is not None and cpu1 is not None:
+        res.window_s = cpu1[0] - cpu0[0]
+        res.steal_s = cpu1[2] - cpu0[2]
+        clients = cpu1[3] - cpu0[3]
+        for key, r in got.items():
+            clients += r["cpu_s"] - ready_cpu.get(key, 0.0)
+        res.clients_cpu_s = clients
+        if cpu0[4] is not None and cpu1[4] is not None:
+            res.broker_cpu_s = cpu1[4] - cpu0[4]
+            res.other_cpu_s = max(0.0, (cpu1[1] - cpu0[1]) - clients - res.broker_cpu_s)
+            if res.received:
+                res.broker_us_per_msg = res.broker_cpu_s / res.received * 1e6
     return res
 
 
-def _reap(procs: dict[tuple[str, int], mp.process.BaseProcess]) -> None:
-    """Give children a moment to close cleanly, then terminate and finally kill them."""
-    until = time.monotonic() + 3.0
-    for p in procs.values():
-        p.join(max(0.0, until - time.monotonic()))
+def _reap(
+    procs: dict[tuple[str, int], mp.process.BaseProcess],
+    results: mp.Queue[Msg] | None,
+    got: dict[tuple[str, int], dict[str, Any]],
+) -> None:
+    """Let children close cleanly and report, then terminate and finally kill stragglers.
+
+    A child's result can be larger than a pipe buffer, and a child does not exit before its
+    queue feeder thread has written everything: so keep reading `results` while waiting
+    (unless None, after an interrupt). Once a child has been terminated, the pipe may hold a
+    half-written message, so nothing more is read after that.
+    """
+    until = time.monotonic() + 5.0
+    while any(p.is_alive() for p in procs.values()) and time.monotonic() < until:
+        if results is None:
+            time.sleep(0.01)
+            continue
+        try:
+            msg = results.get(timeout=0.05)
+        except queue_mod.Empty:
+            continue
+        if msg[0] == "result":
+            got[(msg[1], msg[2])] = msg[3]
+    if results is not None and not any(p.is_alive() for p in procs.values()):
+        while True:  # all exited: whatever is in the pipe is complete
+            try:
+                msg = results.get(timeout=0.05)
+            except (queue_mod.Empty, OSError, ValueError):
+                break
+            if msg[0] == "result":
+                got[(msg[1], msg[2])] = msg[3]
     for p in procs.values():
         if p.is_alive():
             p.terminate()
@@ -647,7 +781,7 @@ def _summarise(
         pr = got.get(("producer", i))
         co = got.get(("consumer", i))
         if pr is not None:
-            lat.extend(pr["latency"])
+            lat.extend(pr.get("latency", ()))
             res.nacked += pr["nacked"]
             res.producer_cpu_s += pr["cpu_s"]
             if pr["first_ts"]:
@@ -692,8 +826,14 @@ def median_of(runs: Sequence[RunResult]) -> RunResult:
         "confirm_max_ms",
         "producer_cpu_s",
         "consumer_cpu_s",
+        "window_s",
+        "clients_cpu_s",
+        "steal_s",
     ):
         setattr(med, name, statistics.median(getattr(r, name) for r in runs))
+    for name in ("broker_cpu_s", "other_cpu_s", "broker_us_per_msg"):
+        known = [v for v in (getattr(r, name) for r in runs) if v is not None]
+        setattr(med, name, statistics.median(known) if known else None)
     for name in ("received", "confirms", "missing", "duplicates", "foreign", "nacked"):
         setattr(med, name, sum(getattr(r, name) for r in runs))
     med.left_in_queues = sum(r.left_in_queues for r in runs)
@@ -703,8 +843,11 @@ def median_of(runs: Sequence[RunResult]) -> RunResult:
 
 HEAD = (
     f"{'target':<10} {'P':>3} {'run':>4} {'msgs':>8} {'secs':>6} {'msgs/s':>9} "
-    f"{'p50 ms':>8} {'p99 ms':>8} {'missing':>7} {'dup':>5} status"
+    f"{'p50 ms':>8} {'p99 ms':>8} {'missing':>7} {'dup':>5} {'brk us/m':>8} {'other%':>6} status"
 )
+# brk us/m: broker CPU microseconds per message received (PID found from the listening port).
+# other%:   CPU used meanwhile by processes that are neither the broker nor this benchmark, in %
+#           of one core: other people's work on shared cores; compare runs only when it is low.
 
 
 def row(r: RunResult, run: str) -> str:
@@ -714,8 +857,19 @@ def row(r: RunResult, run: str) -> str:
     return (
         f"{r.label or '-':<10.10} {r.pairs:>3} {run:>4} {r.received:>8} {r.seconds:>6.2f} "
         f"{r.msgs_per_s:>9.0f} {r.confirm_p50_ms:>8.2f} {r.confirm_p99_ms:>8.2f} "
-        f"{r.missing:>7} {r.duplicates:>5} {status}"
+        f"{r.missing:>7} {r.duplicates:>5} {_opt(r.broker_us_per_msg, 8, 1)} "
+        f"{_opt(_other_pct(r), 6, 0)} {status}"
     )
+
+
+def _opt(value: float | None, width: int, digits: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
+
+def _other_pct(r: RunResult) -> float | None:
+    if r.other_cpu_s is None or r.window_s <= 0:
+        return None
+    return r.other_cpu_s / r.window_s * 100
 
 
 def as_json(r: RunResult, run: str, args: argparse.Namespace) -> str:
@@ -780,7 +934,7 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error("--messages must be positive")
 
 
-def _term_to_exit(_signum: int, _frame: Any) -> None:
+def term_to_exit(_signum: int, _frame: Any) -> None:
     raise SystemExit(143)
 
 
@@ -791,7 +945,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_common_args(ap)
     args = ap.parse_args(argv)
     check_args(ap, args)
-    signal.signal(signal.SIGTERM, _term_to_exit)
+    signal.signal(signal.SIGTERM, term_to_exit)
 
     print(HEAD, flush=True)
     all_ok = True
