@@ -78,7 +78,7 @@ class BrokerProcess:
         with open(self.workdir / "stderr", "wb") as stderr:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + timeout
-        while not port_open(self.port):
+        while not (port_open(self.port) and port_open(self.mgmt_port)):
             if self.proc.poll() is not None:
                 raise RuntimeError(
                     f"qpidd exited with {self.proc.returncode}: "

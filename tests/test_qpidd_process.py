@@ -86,7 +86,7 @@ def test_users_file_and_sigterm_closes_clients_with_320(tmp_path: Path) -> None:
         broker.stop()
 
 
-def test_ha_cluster_refused_until_replication_lands() -> None:
-    result = run_qpidd("--ha-cluster=yes", "--ha-brokers-url=127.0.0.1:1")
+def test_queue_replication_without_cluster_refused_until_it_lands() -> None:
+    result = run_qpidd("--ha-queue-replication=yes")
     assert result.returncode == 2
-    assert "ha-cluster" in result.stderr and "Traceback" not in result.stderr
+    assert "ha-queue-replication" in result.stderr and "Traceback" not in result.stderr
