@@ -37,17 +37,17 @@ async def run(options: BrokerOptions) -> int:
     for waiter in waiters:
         waiter.cancel()
     await broker.stop()
+    if broker.fenced_reason is not None:
+        print(f"qpidd: fenced: {broker.fenced_reason}", file=sys.stderr)
+        return 3
     return 0
 
 
 def main(argv: list[str] | None = None) -> None:
     options = main_parse(sys.argv[1:] if argv is None else argv)
-    if options.ha_cluster or options.ha_queue_replication:
-        # Parsed so configurations can be written now; refusing beats a broker that
-        # silently serves clients as a stand-alone when a cluster member was asked for.
+    if options.ha_queue_replication and not options.ha_cluster:
         print(
-            "qpidd: error: ha-cluster and ha-queue-replication are not available in this"
-            " build yet (replication is under construction)",
+            "qpidd: error: ha-queue-replication without ha-cluster is not available yet",
             file=sys.stderr,
         )
         sys.exit(2)

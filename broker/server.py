@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker import __version__
 from broker.amqp.context import BrokerContext, ConnectionSettings
@@ -21,6 +21,9 @@ from broker.log import get_logger
 from broker.options import BrokerOptions
 from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
+
+if TYPE_CHECKING:
+    from broker.ha.ha_broker import HaBroker
 
 TICK_INTERVAL = 0.25
 
@@ -49,15 +52,31 @@ class Broker:
             ),
             log=get_logger("amqp"),
         )
-        self.ha_state = "standalone"
+        self.ha: HaBroker | None = None
+        self.fenced_reason: str | None = None
         self.data_dir: DataDir | None = None
         self._protocols: set[AmqpProtocol] = set()
         self._server: asyncio.Server | None = None
         self._management: Any = None
         self._tick_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
+        self._stopped_by_fence = asyncio.Event()
         self.amqp_port = options.port
         self.mgmt_port = options.mgmt_port
+
+    @property
+    def ha_state(self) -> str:
+        """standalone, or the HA state of a cluster member (joining, catch-up, ...)."""
+        return "standalone" if self.ha is None else self.ha.state.value
+
+    def _fenced(self, reason: str) -> None:
+        """The HA role must stop serving at once: close every client and stop."""
+        self.fenced_reason = reason
+        for protocol in list(self._protocols):
+            if protocol.connection is not None:
+                protocol.connection.close(ReplyCode.CONNECTION_FORCED, f"fenced: {reason}")
+                protocol.flush()
+        self._stopped_by_fence.set()
 
     # -- start -------------------------------------------------------------------------
     def _protocol_factory(self) -> AmqpProtocol:
@@ -100,6 +119,17 @@ class Broker:
                 self._server.close()
                 await self._server.wait_closed()
                 raise
+        if options.ha_cluster:
+            from broker.ha.ha_broker import HaBroker
+
+            self.ha = HaBroker(
+                self.vhost,
+                self.context,
+                options,
+                amqp_port=lambda: self.amqp_port,
+                on_fenced=self._fenced,
+            )
+            self.ha.start()
         self._tick_task = asyncio.create_task(self._tick_loop())
         self.log.info(
             "broker_started",
@@ -114,8 +144,13 @@ class Broker:
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(TICK_INTERVAL)
+            ha = self.ha
             try:
-                self.vhost.tick()
+                # A backup never expires or dead-letters by itself: its primary does.
+                if ha is None or ha.state.is_primary:
+                    self.vhost.tick()
+                if ha is not None:
+                    ha.tick()
             except Exception as exc:  # keep housekeeping alive; a bug is logged, not fatal
                 self.log.error("tick_failed", part="vhost", exception=repr(exc))
             for protocol in list(self._protocols):
@@ -136,6 +171,8 @@ class Broker:
         self._stopped.set()
         if self._server is not None:
             self._server.close()
+        if self.ha is not None:
+            await self.ha.stop()
         for protocol in list(self._protocols):
             if protocol.connection is not None:
                 protocol.connection.close(ReplyCode.CONNECTION_FORCED, "broker shutdown")
@@ -159,4 +196,11 @@ class Broker:
         self.log.info("broker_stopped", uptime=round(time.time() - self.started_at, 3))
 
     async def wait_stopped(self) -> None:
-        await self._stopped.wait()
+        """Until stop() is called or the HA role fenced this broker."""
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        fenced = asyncio.ensure_future(self._stopped_by_fence.wait())
+        try:
+            await asyncio.wait({stopped, fenced}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            fenced.cancel()

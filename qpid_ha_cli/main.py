@@ -1,8 +1,8 @@
 """``qpid-ha``: the operator's command line for a broker's HA status.
 
-Today it has the read-only verbs that work on any broker, through its management API:
-``ping`` and ``status``. The HA verbs of Qpid's tool (``query``, ``ready``, ``promote``,
-``replicate``) arrive with the replication issue.
+It talks to a broker's management API (``-b host:port``): ``ping``; ``status`` (with
+``--expect``, ``--is-primary``, ``--all``); ``query``; ``ready``; and ``promote``, which,
+as in Qpid, is a cluster-manager command refused without ``--cluster-manager``.
 
 Exit codes (one place, :class:`ExitStatus`): 0 success, 1 the expectation did not hold,
 2 bad usage, 3 the broker is unreachable.
@@ -42,6 +42,7 @@ app = typer.Typer(
 class Settings:
     broker: BrokerUrl
     timeout: float = 10.0
+    cluster_manager: bool = False
 
 
 settings = Settings()
@@ -52,9 +53,12 @@ def _fail(message: str, code: ExitStatus) -> typer.Exit:
     return typer.Exit(int(code))
 
 
-def _get(path: str) -> Any:
+def _get(path: str, body: dict[str, Any] | None = None) -> Any:
     address = settings.broker.addresses[0]
-    request = urllib.request.Request(f"http://{address}{path}")
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://{address}{path}", data=data)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
     if settings.broker.user is not None:
         token = f"{settings.broker.user}:{settings.broker.password or ''}".encode()
         request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
@@ -62,10 +66,17 @@ def _get(path: str) -> Any:
         with urllib.request.urlopen(request, timeout=settings.timeout) as response:
             return json.load(response)
     except urllib.error.HTTPError as exc:
-        raise _fail(f"{address} answered HTTP {exc.code} for {path}", ExitStatus.ERROR) from exc
+        try:
+            reason = str(json.load(exc).get("reason", ""))
+        except (json.JSONDecodeError, AttributeError, OSError):
+            reason = ""
+        detail = f": {reason}" if reason else ""
+        raise _fail(
+            f"{address} answered HTTP {exc.code} for {path}{detail}", ExitStatus.ERROR
+        ) from exc
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise _fail(f"cannot reach broker {address}: {reason}", ExitStatus.UNREACHABLE) from exc
+        why = getattr(exc, "reason", None) or exc
+        raise _fail(f"cannot reach broker {address}: {why}", ExitStatus.UNREACHABLE) from exc
     except json.JSONDecodeError as exc:
         raise _fail(f"{address} sent a non-JSON answer for {path}", ExitStatus.ERROR) from exc
 
@@ -83,6 +94,13 @@ def main_options(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.001, help="seconds to wait for an answer")
     ] = 10.0,
+    cluster_manager: Annotated[
+        bool,
+        typer.Option(
+            "--cluster-manager",
+            help="allow cluster-manager commands (promote); for the resource manager only",
+        ),
+    ] = False,
 ) -> None:
     try:
         url = parse_url(broker, default_port=DEFAULT_MGMT_PORT)
@@ -95,6 +113,7 @@ def main_options(
         )
     settings.broker = url
     settings.timeout = timeout
+    settings.cluster_manager = cluster_manager
 
 
 @app.command()
@@ -103,25 +122,95 @@ def ping() -> None:
     _get("/api/status")
 
 
+PRIMARY_STATES = ("active", "recovering")
+
+
 @app.command()
 def status(
     expect: Annotated[
         str | None,
         typer.Option(
-            "--expect", help="exit 1 unless the broker is in this HA state (e.g. standalone)"
+            "--expect",
+            help="exit 1 unless in this state; 'primary' means active or recovering",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the status as JSON")] = False,
+    is_primary: Annotated[
+        bool, typer.Option("--is-primary", help="exit 1 unless the broker is the primary")
+    ] = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="show every member of the cluster")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
 ) -> None:
-    """Print the broker's HA state."""
+    """Print the broker's HA state (and with --all, every member's)."""
     data = _get("/api/status")
     state = str(data.get("ha_state", "unknown"))
-    if as_json:
+    if show_all:
+        members = _members() if state != "standalone" else []
+        if as_json:
+            typer.echo(json.dumps(members, indent=2, sort_keys=True))
+        else:
+            typer.echo(f"{'ADDRESS':<28} {'STATE':<12} ID")
+            for member in members:
+                typer.echo(f"{member['url']:<28} {member['state']:<12} {member['id']}")
+    elif as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
         typer.echo(state)
-    if expect is not None and expect != state:
+    wanted = "primary" if is_primary else expect
+    if wanted is not None:
+        holds = state in PRIMARY_STATES if wanted == "primary" else state == wanted
+        if not holds:
+            raise typer.Exit(int(ExitStatus.ERROR))
+
+
+def _members() -> list[dict[str, Any]]:
+    ha = _get("/api/ha")
+    return list(ha.get("members") or [])
+
+
+@app.command()
+def query(
+    show_all: Annotated[bool, typer.Option("--all", help="include every member")] = False,
+) -> None:
+    """Print the broker's HA status in detail (JSON)."""
+    data = _get("/api/ha")
+    if not show_all:
+        data = {k: v for k, v in data.items() if k != "members"}
+    typer.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+@app.command()
+def ready() -> None:
+    """Exit 0 for a ready backup or a primary, 1 otherwise."""
+    state = str(_get("/api/status").get("ha_state", ""))
+    typer.echo(state)
+    if state not in ("ready", *PRIMARY_STATES):
         raise typer.Exit(int(ExitStatus.ERROR))
+
+
+@app.command()
+def promote(
+    epoch: Annotated[
+        int | None, typer.Option("--epoch", min=0, help="fencing epoch of this promotion")
+    ] = None,
+) -> None:
+    """Promote the broker to primary. Cluster managers only: needs --cluster-manager.
+
+    Promoting by hand can create two primaries, which loses data: leave it to the cluster
+    manager (qpid-ha-agent, Pacemaker).
+    """
+    if not settings.cluster_manager:
+        raise _fail(
+            "promote is a cluster-manager command: only the cluster resource manager should"
+            " run it (add --cluster-manager if you are one)",
+            ExitStatus.USAGE,
+        )
+    body: dict[str, Any] = {"cluster_manager": True}
+    if epoch is not None:
+        body["epoch"] = epoch
+    answer = _get("/api/ha/promote", body)
+    typer.echo(f"{answer.get('state')} (epoch {answer.get('epoch')})")
 
 
 def main() -> None:

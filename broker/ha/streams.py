@@ -249,6 +249,7 @@ class PrimaryStreams:
         self.vhost = primary.vhost
         self.default = primary.replicate_default
         self._streams_of: dict[str, int] = {}
+        self.config_streams: list[ConfigStream] = []
 
     # replication rules, with this broker's default
     def queue_level(self, queue: Queue) -> ReplicateLevel:
@@ -294,6 +295,12 @@ class PrimaryStreams:
         stream.on_close = lambda: self._stream_closed(backup_id)
         return stream
 
+    def broadcast(self, event: dict[str, Any]) -> None:
+        """Send an event (membership) on every open configuration stream."""
+        self.config_streams = [s for s in self.config_streams if not s.closed]
+        for stream in self.config_streams:
+            stream.push(event)
+
     def _stream_closed(self, backup_id: str) -> None:
         left = self._streams_of.get(backup_id, 0) - 1
         if left > 0:
@@ -313,7 +320,9 @@ class PrimaryStreams:
     ) -> ConfigStream | QueueStream:
         if name == CONFIG_STREAM:
             self.primary.backup_connected(backup_id, backup_url)
-            return ConfigStream(channel, consumer_tag, self)
+            stream = ConfigStream(channel, consumer_tag, self)
+            self.config_streams.append(stream)
+            return stream
         if not name.startswith(QUEUE_STREAM_PREFIX):
             raise not_found(f"no HA stream '{name}'")
         queue_name = name[len(QUEUE_STREAM_PREFIX) :]

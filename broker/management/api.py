@@ -384,6 +384,8 @@ class ManagementApi:
             web.get("/api/bindings", self.list_bindings),
             web.get("/api/connections", self.list_connections),
             web.get("/metrics", self.metrics),
+            web.get("/api/ha", self.get_ha),
+            web.post("/api/ha/promote", self.promote),
         ]
 
     # middlewares ------------------------------------------------------------------------
@@ -470,6 +472,45 @@ class ManagementApi:
     async def metrics(self, request: web.Request) -> web.Response:
         text = render_metrics(self.broker)
         return web.Response(body=text.encode("utf-8"), headers={"Content-Type": CONTENT_TYPE})
+
+    # HA ---------------------------------------------------------------------------------
+    def _ha(self) -> Any:
+        ha = getattr(self.broker, "ha", None)
+        if ha is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, "this broker is not an HA cluster member")
+        return ha
+
+    async def get_ha(self, request: web.Request) -> web.Response:
+        return json_response(self._ha().status())
+
+    async def promote(self, request: web.Request) -> web.Response:
+        """POST /api/ha/promote {"cluster_manager": true, "epoch": N}: cluster managers only."""
+        ha = self._ha()
+        data = await read_json_object(request)
+        unknown = sorted(set(data) - {"cluster_manager", "epoch"})
+        if unknown:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
+        if data.get("cluster_manager") is not True:
+            raise ApiError(
+                HTTPStatus.FORBIDDEN,
+                "promote is a cluster-manager command: only the cluster manager may promote"
+                " (send cluster_manager: true)",
+            )
+        epoch = data.get("epoch")
+        if epoch is not None and (
+            isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0
+        ):
+            raise ApiError(
+                HTTPStatus.BAD_REQUEST, f"epoch must be a non-negative integer: {epoch!r}"
+            )
+        from broker.ha.ha_broker import PromoteError
+
+        try:
+            state = await ha.promote(epoch)
+        except PromoteError as exc:
+            raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
+        self.log.info("ha_promote_requested", user=current_user.get(), epoch=ha.epoch)
+        return json_response({"state": state.value, "epoch": ha.epoch})
 
     # queues -----------------------------------------------------------------------------
     async def list_queues(self, request: web.Request) -> web.Response:

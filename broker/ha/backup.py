@@ -1,0 +1,271 @@
+"""BackupLink: a backup broker's link to its primary (asyncio shell).
+
+Every ``link-maintenance-interval`` the backup dials the addresses of ``ha-brokers-url`` in
+turn until one accepts it as primary (a broker that is not the primary refuses with 530, as
+it refuses clients). Over the link it subscribes to the configuration stream and, per queue
+replicated with level ``all``, to that queue's stream, announcing the replication ids it
+already holds (the reconnect handshake). It applies what arrives with the sans-I/O
+:class:`~broker.ha.broker_replicator.BrokerReplicator` and
+:class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges each delivery once
+applied, which is what releases the primary's held publisher confirms.
+
+The backup is *caught up* when every queue named in the first snapshot of this link has
+reported ``Ready``; the link then tells its owner (CATCHUP -> READY). A primary whose epoch
+is lower than the highest this backup has seen is refused (fencing). When the link drops,
+the backup keeps its state (a READY backup stays eligible for promotion) and dials again.
+
+THREAD UNSAFE: runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from broker.amqp.client import AmqpClient, ClientChannel, ClientError, Delivery, connect
+from broker.core.vhost import VirtualHost
+from broker.ha.broker_replicator import BrokerReplicator
+from broker.ha.streams import (
+    BACKUP_PROPERTY,
+    BROKER_ID_PROPERTY,
+    CONFIG_STREAM,
+    IDS_ARGUMENT,
+    QUEUE_STREAM_PREFIX,
+    URL_PROPERTY,
+)
+from broker.ha.wire import decode_batch, decode_config_event
+from broker.url import Address
+
+EPOCH_PROPERTY = "qpid.ha-epoch"
+
+
+class LinkOwner(Protocol):
+    """What the link needs of the HA broker that owns it."""
+
+    broker_id: str
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    def link_up(self, address: Address, primary_epoch: int) -> None: ...
+
+    def caught_up(self) -> None: ...
+
+    def link_down(self, reason: str) -> None: ...
+
+    def log(self, event: str, **fields: Any) -> None: ...
+
+
+class BackupLink:
+    """Keeps this backup connected to the primary and replicating."""
+
+    def __init__(
+        self,
+        owner: LinkOwner,
+        vhost: VirtualHost,
+        addresses: list[Address],
+        *,
+        user: str | None,
+        password: str | None,
+        mechanism: str,
+        maintenance_interval: float,
+        heartbeat: float,
+        flow_messages: int,
+    ) -> None:
+        self.owner = owner
+        self.vhost = vhost
+        self.addresses = addresses
+        self.user = user
+        self.password = password
+        self.mechanism = mechanism
+        self.maintenance_interval = maintenance_interval
+        self.heartbeat = heartbeat
+        self.credit = max(1, min(flow_messages // 32 or 1, 1000))
+        self.replicator = BrokerReplicator(vhost)
+        self.client: AmqpClient | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._waiting: set[str] = set()
+        self._first_snapshot = True
+        self._caught_up_reported = False
+        self._queue_channels: dict[str, ClientChannel] = {}
+        self._subscribed: set[str] = set()
+        self._subscribing: set[asyncio.Task[None]] = set()
+        self._broken: asyncio.Event | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="ha-backup-link")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.client is not None:
+            await self._close_client(self.client)
+
+    async def _close_client(self, client: AmqpClient) -> None:
+        with contextlib.suppress(ClientError, OSError, TimeoutError):
+            await asyncio.wait_for(client.close(), timeout=2.0)
+
+    # -- dialling ----------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            for address in self.addresses:
+                client = await self._dial(address)
+                if client is None:
+                    continue
+                try:
+                    await self._replicate(client, address)
+                except (ClientError, ValueError, OSError) as exc:
+                    self.owner.link_down(f"{type(exc).__name__}: {exc}")
+                finally:
+                    self.client = None
+                    await self._close_client(client)
+            await asyncio.sleep(self.maintenance_interval)
+
+    async def _dial(self, address: Address) -> AmqpClient | None:
+        owner = self.owner
+        try:
+            client = await connect(
+                address.host,
+                address.port,
+                user=self.user,
+                password=self.password,
+                mechanism=self.mechanism,
+                client_properties={
+                    "product": "qpidd HA backup link",
+                    BACKUP_PROPERTY: True,
+                    BROKER_ID_PROPERTY: owner.broker_id,
+                    URL_PROPERTY: owner.url,
+                    EPOCH_PROPERTY: owner.epoch,
+                },
+                heartbeat=max(1, int(self.heartbeat)),
+                timeout=max(1.0, min(10.0, self.heartbeat)),
+            )
+        except ClientError:
+            return None
+        epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
+        if epoch < owner.epoch:
+            owner.log(
+                "ha_primary_refused",
+                address=str(address),
+                primary_epoch=epoch,
+                reason="its epoch is older than one this backup has seen",
+            )
+            await self._close_client(client)
+            return None
+        return client
+
+    # -- replicating -------------------------------------------------------------------
+    async def _replicate(self, client: AmqpClient, address: Address) -> None:
+        self.client = client
+        self._first_snapshot = True
+        self._caught_up_reported = False
+        self._waiting = set()
+        self._queue_channels = {}
+        self._subscribed = set()
+        self._broken = asyncio.Event()
+        epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
+        self.owner.link_up(address, epoch)
+        config = await client.open_channel()
+        await config.qos(self.credit)
+        await config.consume(CONFIG_STREAM, self._config_callback(config))
+        closed = asyncio.ensure_future(client.wait_closed())
+        broken = asyncio.ensure_future(self._broken.wait())
+        try:
+            await asyncio.wait({closed, broken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (closed, broken):
+                waiter.cancel()
+            for task in list(self._subscribing):
+                task.cancel()
+        reason = "link closed"
+        if closed.done() and not closed.cancelled():
+            result = closed.result()
+            reason = str(result) if result is not None else reason
+        self.owner.link_down(reason)
+
+    def _fail(self, reason: str) -> None:
+        self.owner.log("ha_link_error", reason=reason)
+        if self._broken is not None:
+            self._broken.set()
+
+    def _config_callback(self, channel: ClientChannel) -> Callable[[Delivery], None]:
+        def on_config(delivery: Delivery) -> None:
+            try:
+                event = decode_config_event(delivery.body)
+                changes = self.replicator.apply(event)
+            except ValueError as exc:
+                self._fail(f"configuration stream: {exc}")
+                return
+            channel.ack(delivery.delivery_tag)
+            subscribe = list(changes.subscribe)
+            if event.get("type") == "snapshot" and self._first_snapshot:
+                # A new link: every replicated queue catches up again, including the ones
+                # this backup already had from an earlier primary (reconnect handshake).
+                self._first_snapshot = False
+                subscribe = list(self.replicator.replicators)
+                for replicator in self.replicator.replicators.values():
+                    replicator.caught_up = False
+                self._waiting = set(subscribe)
+            for name in changes.unsubscribe:
+                self._waiting.discard(name)
+                self._subscribed.discard(name)
+                queue_channel = self._queue_channels.pop(name, None)
+                if queue_channel is not None:
+                    self._spawn(queue_channel.close())
+            for name in subscribe:
+                if name not in self._subscribed:
+                    self._subscribed.add(name)
+                    self._spawn(self._subscribe(name))
+            self._check_caught_up()
+
+        return on_config
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._subscribing.add(task)
+        task.add_done_callback(self._subscribing.discard)
+
+    async def _subscribe(self, name: str) -> None:
+        client = self.client
+        replicator = self.replicator.replicators.get(name)
+        if client is None or replicator is None:
+            return
+        try:
+            channel = await client.open_channel()
+            self._queue_channels[name] = channel
+            await channel.qos(self.credit)
+
+            def on_batch(delivery: Delivery) -> None:
+                try:
+                    replicator.apply(decode_batch(delivery.body))
+                except ValueError as exc:
+                    self._fail(f"queue stream {name!r}: {exc}")
+                    return
+                channel.ack(delivery.delivery_tag)
+                if replicator.caught_up and name in self._waiting:
+                    self._waiting.discard(name)
+                    self._check_caught_up()
+
+            await channel.consume(
+                QUEUE_STREAM_PREFIX + name,
+                on_batch,
+                arguments={IDS_ARGUMENT: bytearray(replicator.ids().encode())},
+            )
+        except ClientError as exc:
+            # The queue may have gone on the primary meanwhile; its deletion event follows.
+            self.owner.log("ha_subscribe_failed", queue=name, reason=str(exc))
+            self._waiting.discard(name)
+            self._check_caught_up()
+
+    def _check_caught_up(self) -> None:
+        if not self._first_snapshot and not self._waiting and not self._caught_up_reported:
+            self._caught_up_reported = True
+            self.owner.caught_up()

@@ -1,0 +1,93 @@
+"""The HA role's rules that need no second broker: promote refusals, admission, fencing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pamqp import commands
+
+from broker.core.errors import ReplyCode
+from broker.ha.ha_broker import HaBroker, PromoteError
+from broker.ha.state import HaState
+from broker.options import parse_options
+from tests.amqp.helpers import Client, make_context
+
+
+def ha_broker(tmp_path: Path) -> tuple[HaBroker, list[str]]:
+    options = parse_options(
+        [
+            "--ha-cluster=yes",
+            "--ha-brokers-url=127.0.0.1:1",
+            "--ha-replicate=all",
+            f"--data-dir={tmp_path}",
+        ]
+    )
+    ctx = make_context()
+    fenced: list[str] = []
+    return (
+        HaBroker(ctx.vhost, ctx, options, amqp_port=lambda: 5672, on_fenced=fenced.append),
+        fenced,
+    )
+
+
+def test_promote_from_catch_up_is_refused(tmp_path: Path) -> None:
+    ha, _ = ha_broker(tmp_path)
+    ha.state = HaState.CATCHUP
+    with pytest.raises(PromoteError, match="still catching up"):
+        asyncio.run(ha.promote())
+    assert ha.state is HaState.CATCHUP
+
+
+def test_promote_with_an_older_epoch_is_refused(tmp_path: Path) -> None:
+    ha, _ = ha_broker(tmp_path)
+    ha.epoch_store.observe(7)
+    ha.state = HaState.READY
+    with pytest.raises(PromoteError, match="older than epoch 7"):
+        asyncio.run(ha.promote(epoch=6))
+
+
+def test_promote_of_a_new_cluster_takes_the_next_epoch_durably(tmp_path: Path) -> None:
+    ha, _ = ha_broker(tmp_path)
+    assert asyncio.run(ha.promote()) is HaState.ACTIVE  # nobody else reachable: new cluster
+    assert ha.epoch == 1
+    again, _ = ha_broker(tmp_path)
+    assert again.epoch == 1  # kept in the data directory
+
+
+def open_connection(ha: HaBroker, properties: dict[str, Any]) -> Client:
+    client = Client(ha.context)
+    client.send_bytes(b"AMQP\x00\x00\x09\x01")
+    client.take()
+    client.send(
+        0,
+        commands.Connection.StartOk(
+            client_properties=properties, mechanism="PLAIN", response="\0guest\0guest"
+        ),
+    )
+    client.send(0, commands.Connection.TuneOk(channel_max=0, frame_max=0, heartbeat=0))
+    client.send(0, commands.Connection.Open(virtual_host="/"))
+    return client
+
+
+def test_backup_refuses_clients_but_admits_admin(tmp_path: Path) -> None:
+    ha, _ = ha_broker(tmp_path)
+    client = open_connection(ha, {})
+    close = client.expect(commands.Connection.Close)
+    assert close.reply_code == ReplyCode.NOT_ALLOWED and "not the primary" in close.reply_text
+    admin = open_connection(ha, {"qpid.ha-admin": True})
+    admin.expect(commands.Connection.OpenOk)
+
+
+def test_primary_fences_itself_on_a_newer_epoch(tmp_path: Path) -> None:
+    ha, fenced = ha_broker(tmp_path)
+    asyncio.run(ha.promote(epoch=3))
+    client = open_connection(ha, {})
+    client.expect(commands.Connection.OpenOk)
+    link = open_connection(ha, {"qpid.ha-backup": True, "qpid.ha-epoch": 4})
+    assert link.expect(commands.Connection.Close).reply_code == ReplyCode.NOT_ALLOWED
+    assert fenced and "epoch 4" in fenced[0]
+    refused = open_connection(ha, {})
+    assert refused.expect(commands.Connection.Close).reply_code == ReplyCode.NOT_ALLOWED
