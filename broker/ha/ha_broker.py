@@ -310,6 +310,8 @@ class HaBroker:
                         "caught_up": replicator.caught_up,
                         "messages": replicator.queue.message_count,
                         "last_id": replicator.queue.last_position,
+                        "enqueued": replicator.enqueued_total,
+                        "dequeued": replicator.dequeued_total,
                     }
                 )
         return {
@@ -321,7 +323,24 @@ class HaBroker:
             "members": self.membership() if self.primary is not None else self._last_members(),
             "queues": queues,
             "held_confirms": self.primary.held_confirms() if self.primary else 0,
+            "backups": self._backups_status(),
         }
+
+    def _backups_status(self) -> list[dict[str, Any]]:
+        primary, streams = self.primary, self.streams
+        if primary is None or streams is None:
+            return []
+        return [
+            {
+                "id": backup.id,
+                "url": backup.url,
+                "ready": backup.ready and backup.connected,
+                "expected": backup.id in primary.expected,
+                "held_confirms": backup.held(),
+                "queues": streams.positions(backup.id),
+            }
+            for backup in sorted(primary.backups.values(), key=lambda b: b.url)
+        ]
 
 
 class _PrimaryListener:

@@ -166,6 +166,11 @@ class ReplicatingSubscription:
                 self.ready = True
 
     @property
+    def last_sent(self) -> int:
+        """The replication id of the last message sent to the backup."""
+        return self._last_sent
+
+    @property
     def unacknowledged_batches(self) -> int:
         return len(self._unacked)
 

@@ -250,6 +250,7 @@ class PrimaryStreams:
         self.default = primary.replicate_default
         self._streams_of: dict[str, int] = {}
         self.config_streams: list[ConfigStream] = []
+        self.queue_streams: dict[str, list[QueueStream]] = {}
 
     # replication rules, with this broker's default
     def queue_level(self, queue: Queue) -> ReplicateLevel:
@@ -346,9 +347,31 @@ class PrimaryStreams:
         backup = self.primary.backup_connected(backup_id, backup_url)
         subscription = ReplicatingSubscription(queue, backup.guard(queue), backup_ids)
         primary = self.primary
-        return QueueStream(
+        queue_stream = QueueStream(
             channel,
             consumer_tag,
             subscription,
             on_ready=lambda: primary.queue_ready(backup_id, queue_name),
         )
+        live = [s for s in self.queue_streams.get(backup_id, []) if not s.closed]
+        self.queue_streams[backup_id] = [*live, queue_stream]
+        return queue_stream
+
+    def positions(self, backup_id: str) -> list[dict[str, Any]]:
+        """Replication position and lag of each queue streamed to a backup."""
+        rows = []
+        for stream in self.queue_streams.get(backup_id, []):
+            if stream.closed:
+                continue
+            sub = stream.subscription
+            rows.append(
+                {
+                    "queue": sub.queue.name,
+                    "last_sent_id": sub.last_sent,
+                    "last_id": sub.queue.last_position,
+                    "lag": sub.backlog,
+                    "unacknowledged_batches": sub.unacknowledged_batches,
+                    "caught_up": sub.ready,
+                }
+            )
+        return sorted(rows, key=lambda r: str(r["queue"]))

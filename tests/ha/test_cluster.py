@@ -228,3 +228,23 @@ def test_remaining_backup_follows_the_new_primary(tmp_path: Path) -> None:
         wait_until(lambda: cluster.queue_messages(2, "q") == 201)
     finally:
         cluster.stop()
+
+
+def test_api_ha_shows_positions_and_lag(pair: Cluster) -> None:
+    pair.promote(0)
+    pair.wait_state(1, "ready")
+    connection = connect(pair.ports[0])
+    channel = connection.channel()
+    channel.queue_declare("q")
+    channel.confirm_delivery()
+    for _ in range(10):
+        channel.basic_publish("", "q", b"x")
+    connection.close()
+    status = pair.ha(0)
+    (backup,) = status["backups"]
+    assert backup["ready"] and backup["held_confirms"] == 0
+    (queue,) = backup["queues"]
+    assert queue["queue"] == "q" and queue["last_sent_id"] == queue["last_id"] == 10
+    assert queue["lag"] == 0 and queue["caught_up"]
+    (copy,) = pair.ha(1)["queues"]
+    assert copy["name"] == "q" and copy["last_id"] == 10 and copy["messages"] == 10
