@@ -45,12 +45,6 @@ async def run(options: BrokerOptions) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     options = main_parse(sys.argv[1:] if argv is None else argv)
-    if options.ha_queue_replication and not options.ha_cluster:
-        print(
-            "qpidd: error: ha-queue-replication without ha-cluster is not available yet",
-            file=sys.stderr,
-        )
-        sys.exit(2)
     try:
         configure_logging(
             level=options.log_level,

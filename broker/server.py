@@ -24,6 +24,7 @@ from broker.store.data_dir import DataDir
 
 if TYPE_CHECKING:
     from broker.ha.ha_broker import HaBroker
+    from broker.ha.queue_replication import QueueReplication
 
 TICK_INTERVAL = 0.25
 
@@ -53,6 +54,7 @@ class Broker:
             log=get_logger("amqp"),
         )
         self.ha: HaBroker | None = None
+        self.replications: dict[str, QueueReplication] = {}
         self.fenced_reason: str | None = None
         self.data_dir: DataDir | None = None
         self._protocols: set[AmqpProtocol] = set()
@@ -130,6 +132,10 @@ class Broker:
                 on_fenced=self._fenced,
             )
             self.ha.start()
+        elif options.ha_queue_replication:
+            from broker.ha.queue_replication import serve_queue_streams
+
+            self.context.streams = serve_queue_streams(self.vhost, self.context.clock)
         self._tick_task = asyncio.create_task(self._tick_loop())
         self.log.info(
             "broker_started",
@@ -163,6 +169,33 @@ class Broker:
     def connections(self) -> list[AmqpProtocol]:
         return list(self._protocols)
 
+    async def replicate(self, queue: str, remote: str) -> QueueReplication:
+        """Start copying ``queue`` from the broker at ``remote`` (ha-queue-replication)."""
+        from broker.ha.queue_replication import QueueReplication
+        from broker.url import parse_address
+
+        options = self.options
+        if not options.ha_queue_replication:
+            raise ValueError("queue replication needs ha-queue-replication=yes on this broker")
+        if queue in self.replications:
+            raise ValueError(f"queue '{queue}' is already replicated from another broker")
+        address = parse_address(remote)
+        replication = QueueReplication(
+            self.vhost,
+            queue,
+            address,
+            user=options.ha_username,
+            password=options.ha_password,
+            mechanism=options.ha_mechanism,
+            maintenance_interval=options.link_maintenance_interval,
+            heartbeat=options.link_heartbeat_interval,
+            local_url=f"{options.node_name}:{self.amqp_port}",
+        )
+        self.replications[queue] = replication
+        replication.start()
+        self.log.info("ha_queue_replication_started", queue=queue, remote=str(address))
+        return replication
+
     # -- stop --------------------------------------------------------------------------
     async def stop(self, grace: float = 2.0) -> None:
         """Stop accepting, close every connection (320), then abort stragglers."""
@@ -173,6 +206,8 @@ class Broker:
             self._server.close()
         if self.ha is not None:
             await self.ha.stop()
+        for replication in self.replications.values():
+            await replication.stop()
         for protocol in list(self._protocols):
             if protocol.connection is not None:
                 protocol.connection.close(ReplyCode.CONNECTION_FORCED, "broker shutdown")

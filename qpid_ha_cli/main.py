@@ -1,8 +1,9 @@
 """``qpid-ha``: the operator's command line for a broker's HA status.
 
 It talks to a broker's management API (``-b host:port``): ``ping``; ``status`` (with
-``--expect``, ``--is-primary``, ``--all``); ``query``; ``ready``; and ``promote``, which,
-as in Qpid, is a cluster-manager command refused without ``--cluster-manager``.
+``--expect``, ``--is-primary``, ``--all``); ``query``; ``ready``;
+``replicate QUEUE REMOTE_BROKER``; and ``promote``, which, as in Qpid, is a
+cluster-manager command refused without ``--cluster-manager``.
 
 Exit codes (one place, :class:`ExitStatus`): 0 success, 1 the expectation did not hold,
 2 bad usage, 3 the broker is unreachable.
@@ -211,6 +212,21 @@ def promote(
         body["epoch"] = epoch
     answer = _get("/api/ha/promote", body)
     typer.echo(f"{answer.get('state')} (epoch {answer.get('epoch')})")
+
+
+@app.command()
+def replicate(
+    queue: Annotated[str, typer.Argument(help="the queue to copy")],
+    remote_broker: Annotated[
+        str, typer.Argument(help="AMQP address host:port of the broker that has it")
+    ],
+) -> None:
+    """Replicate QUEUE from REMOTE_BROKER to this broker, outside a cluster.
+
+    Both brokers need ha-queue-replication=yes.
+    """
+    answer = _get("/api/ha/replicate", {"queue": queue, "broker": remote_broker})
+    typer.echo(f"replicating {answer.get('queue')} from {answer.get('remote')}")
 
 
 def main() -> None:

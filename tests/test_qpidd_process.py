@@ -84,9 +84,3 @@ def test_users_file_and_sigterm_closes_clients_with_320(tmp_path: Path) -> None:
         assert events[0] == "broker_started" and events[-1] == "broker_stopped"
     finally:
         broker.stop()
-
-
-def test_queue_replication_without_cluster_refused_until_it_lands() -> None:
-    result = run_qpidd("--ha-queue-replication=yes")
-    assert result.returncode == 2
-    assert "ha-queue-replication" in result.stderr and "Traceback" not in result.stderr

@@ -386,6 +386,8 @@ class ManagementApi:
             web.get("/metrics", self.metrics),
             web.get("/api/ha", self.get_ha),
             web.post("/api/ha/promote", self.promote),
+            web.get("/api/ha/replications", self.list_replications),
+            web.post("/api/ha/replicate", self.replicate),
         ]
 
     # middlewares ------------------------------------------------------------------------
@@ -511,6 +513,24 @@ class ManagementApi:
             raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
         self.log.info("ha_promote_requested", user=current_user.get(), epoch=ha.epoch)
         return json_response({"state": state.value, "epoch": ha.epoch})
+
+    async def list_replications(self, request: web.Request) -> web.Response:
+        replications = getattr(self.broker, "replications", {})
+        return json_response([r.status() for _, r in sorted(replications.items())])
+
+    async def replicate(self, request: web.Request) -> web.Response:
+        """POST /api/ha/replicate {"queue": Q, "broker": "host:port"} (ha-queue-replication)."""
+        body = Body(await read_json_object(request), ("queue", "broker"))
+        queue = check_name("queue", body.string("queue"))
+        remote = body.string("broker")
+        start = getattr(self.broker, "replicate", None)
+        if start is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, "this broker cannot replicate queues")
+        try:
+            replication = await start(queue, remote)
+        except ValueError as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from exc
+        return json_response(replication.status(), 201)
 
     # queues -----------------------------------------------------------------------------
     async def list_queues(self, request: web.Request) -> web.Response:

@@ -1,0 +1,173 @@
+"""Replicating one queue from another broker, without a cluster (``ha-queue-replication``).
+
+Seed 001 section 1.13: with ``ha-queue-replication=yes`` a broker can copy a single queue
+from a remote broker (``qpid-ha replicate QUEUE REMOTE_BROKER``). Both brokers need the
+option: the remote one serves queue streams (as a primary does, for every queue), the local
+one runs a :class:`QueueReplication` per replicated queue: it dials the remote broker,
+subscribes to ``qpid.ha-queue:<name>`` with the ids it already holds, applies the batches
+with a :class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges them, and
+re-dials every ``link-maintenance-interval`` when the connection drops.
+
+THREAD UNSAFE: runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any
+
+from broker.amqp.client import AmqpClient, ClientError, Delivery, connect
+from broker.core.vhost import VirtualHost
+from broker.ha.primary import Primary
+from broker.ha.queue_replicator import QueueReplicator
+from broker.ha.replication import ReplicateLevel
+from broker.ha.streams import (
+    BACKUP_PROPERTY,
+    BROKER_ID_PROPERTY,
+    IDS_ARGUMENT,
+    QUEUE_STREAM_PREFIX,
+    URL_PROPERTY,
+    PrimaryStreams,
+)
+from broker.ha.wire import decode_batch
+from broker.log import get_logger
+from broker.url import Address
+
+
+def serve_queue_streams(vhost: VirtualHost, clock: Any) -> PrimaryStreams:
+    """Stream hooks for a broker outside a cluster: every queue may be replicated."""
+    primary = Primary(
+        vhost,
+        replicate_default=ReplicateLevel.ALL,
+        expected={},
+        backup_timeout=0.0,
+        clock=clock,
+    )
+    return PrimaryStreams(primary)
+
+
+class QueueReplication:
+    """Keeps one local queue a copy of a queue on a remote broker."""
+
+    def __init__(
+        self,
+        vhost: VirtualHost,
+        queue: str,
+        remote: Address,
+        *,
+        user: str | None,
+        password: str | None,
+        mechanism: str,
+        maintenance_interval: float,
+        heartbeat: float,
+        local_url: str,
+    ) -> None:
+        self.queue_name = queue
+        self.remote = remote
+        self.user = user
+        self.password = password
+        self.mechanism = mechanism
+        self.maintenance_interval = maintenance_interval
+        self.heartbeat = heartbeat
+        self.local_url = local_url
+        self.broker_id = f"replicate-{queue}-{uuid.uuid4()}"
+        local = vhost.queues.get(queue) or vhost.declare_queue(queue, replicated=True)
+        self.replicator = QueueReplicator(local)
+        self.connected = False
+        self.log = get_logger("ha")
+        self._task: asyncio.Task[None] | None = None
+        self._client: AmqpClient | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"replicate-{self.queue_name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._client is not None:
+            with contextlib.suppress(ClientError, OSError, TimeoutError):
+                await asyncio.wait_for(self._client.close(), 2.0)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue_name,
+            "remote": str(self.remote),
+            "connected": self.connected,
+            "caught_up": self.replicator.caught_up,
+            "messages": self.replicator.queue.message_count,
+            "last_id": self.replicator.queue.last_position,
+        }
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._replicate()
+            except (ClientError, OSError, ValueError) as exc:
+                self.log.info(
+                    "ha_queue_replication_down",
+                    queue=self.queue_name,
+                    remote=str(self.remote),
+                    reason=str(exc),
+                )
+            self.connected = False
+            self._client = None
+            await asyncio.sleep(self.maintenance_interval)
+
+    async def _replicate(self) -> None:
+        client = await connect(
+            self.remote.host,
+            self.remote.port,
+            user=self.user,
+            password=self.password,
+            mechanism=self.mechanism,
+            client_properties={
+                "product": "qpidd queue replication",
+                BACKUP_PROPERTY: True,
+                BROKER_ID_PROPERTY: self.broker_id,
+                URL_PROPERTY: self.local_url,
+            },
+            heartbeat=max(1, int(self.heartbeat)),
+            timeout=max(1.0, min(10.0, self.heartbeat)),
+        )
+        self._client = client
+        try:
+            channel = await client.open_channel()
+            await channel.qos(32)
+            replicator = self.replicator
+            replicator.caught_up = False
+            broken = asyncio.Event()
+            failure: list[str] = []
+
+            def on_batch(delivery: Delivery) -> None:
+                try:
+                    replicator.apply(decode_batch(delivery.body))
+                except ValueError as exc:
+                    failure.append(str(exc))
+                    broken.set()
+                    return
+                channel.ack(delivery.delivery_tag)
+
+            await channel.consume(
+                QUEUE_STREAM_PREFIX + self.queue_name,
+                on_batch,
+                arguments={IDS_ARGUMENT: bytearray(replicator.ids().encode())},
+            )
+            self.connected = True
+            self.log.info("ha_queue_replication_up", queue=self.queue_name, remote=str(self.remote))
+            closed = asyncio.ensure_future(client.wait_closed())
+            stop = asyncio.ensure_future(broken.wait())
+            done, _ = await asyncio.wait({closed, stop}, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in (closed, stop):
+                waiter.cancel()
+            if failure:
+                raise ValueError(failure[0])
+            if closed in done:
+                raise closed.result()
+        finally:
+            with contextlib.suppress(ClientError, OSError, TimeoutError):
+                await asyncio.wait_for(client.close(), 2.0)
