@@ -327,11 +327,13 @@ class AmqpClient:
                     0,
                 )
             )
-            with contextlib.suppress(TimeoutError, ClientError):
-                async with asyncio.timeout(timeout or CLOSE_TIMEOUT):
-                    await self._drain()
-                    await asyncio.shield(self._closed)  # the reader sees close-ok or EOF
-            self._fail(reason)
+            try:
+                with contextlib.suppress(TimeoutError, ClientError):
+                    async with asyncio.timeout(timeout or CLOSE_TIMEOUT):
+                        await self._drain()
+                        await asyncio.shield(self._closed)  # the reader sees close-ok or EOF
+            finally:  # even when the caller cancels the close
+                self._fail(reason)
         else:
             await self.wait_closed()
         tasks = [t for t in (self._reader_task, self._heartbeat_task) if t is not None]
