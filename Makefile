@@ -3,8 +3,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The agent's tests run a real ZooKeeper: the Debian package's server, unless a Docker engine
+# answers (then testcontainers). Installed once, skipped when present. CI runs as root.
+ZK_JAR := /usr/share/java/zookeeper.jar
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint typecheck unit bench clean venv
+.PHONY: demo test lint typecheck unit bench clean venv zookeeper
 
 venv: $(STAMP)
 
@@ -24,7 +28,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+zookeeper:
+	@test -e $(ZK_JAR) || { $(SUDO) apt-get update -q && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper; }
+
+unit: $(STAMP) zookeeper
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
