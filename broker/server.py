@@ -100,6 +100,17 @@ class Broker:
         options = self.options
         if options.data_dir:
             self.data_dir = DataDir(options.data_dir).open()
+        if options.ha_cluster:
+            # Before listening: a cluster member must never admit a client as stand-alone.
+            from broker.ha.ha_broker import HaBroker
+
+            self.ha = HaBroker(
+                self.vhost,
+                self.context,
+                options,
+                amqp_port=lambda: self.amqp_port,
+                on_fenced=self._fenced,
+            )
         self._server = await loop.create_server(
             self._protocol_factory,
             host=options.interface,
@@ -121,16 +132,7 @@ class Broker:
                 self._server.close()
                 await self._server.wait_closed()
                 raise
-        if options.ha_cluster:
-            from broker.ha.ha_broker import HaBroker
-
-            self.ha = HaBroker(
-                self.vhost,
-                self.context,
-                options,
-                amqp_port=lambda: self.amqp_port,
-                on_fenced=self._fenced,
-            )
+        if self.ha is not None:
             self.ha.start()
         elif options.ha_queue_replication:
             from broker.ha.queue_replication import serve_queue_streams
