@@ -27,6 +27,8 @@ from typing import Any, Protocol
 from broker.amqp.client import AmqpClient, ClientChannel, ClientError, Delivery, connect
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
+from broker.ha.state import HaState
+from broker.ha.status_check import STATUS_PROPERTY
 from broker.ha.streams import (
     BACKUP_PROPERTY,
     BROKER_ID_PROPERTY,
@@ -39,6 +41,7 @@ from broker.ha.wire import decode_batch, decode_config_event
 from broker.url import Address
 
 EPOCH_PROPERTY = "qpid.ha-epoch"
+_PRIMARY_STATES = (HaState.RECOVERING.value, HaState.ACTIVE.value)
 
 
 class LinkOwner(Protocol):
@@ -149,6 +152,11 @@ class BackupLink:
                 timeout=max(1.0, min(10.0, self.heartbeat)),
             )
         except ClientError:
+            return None
+        if client.server_properties.get(STATUS_PROPERTY) not in _PRIMARY_STATES:
+            # Not (yet) an HA primary: e.g. a broker still starting, listening before its
+            # HA role admits or refuses connections. Following it would mean catch-up forever.
+            await self._close_client(client)
             return None
         epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
         if epoch < owner.epoch:

@@ -40,6 +40,8 @@ class BrokerReplicator:
     def __init__(self, vhost: VirtualHost) -> None:
         self.vhost = vhost
         self.replicators: dict[str, QueueReplicator] = {}
+        #: Queues exclusive to a client connection of the primary (they die with it).
+        self.exclusive: set[str] = set()
         self.members: list[dict[str, Any]] = []
         self.snapshots = 0
 
@@ -95,11 +97,16 @@ class BrokerReplicator:
             arguments=arguments,
             replicated=True,
         )
+        if config.get("exclusive"):
+            self.exclusive.add(name)
+        else:
+            self.exclusive.discard(name)
         if config.get("replicate") == "all" and name not in self.replicators:
             self.replicators[name] = QueueReplicator(queue)
             changes.subscribe.append(name)
 
     def _delete_queue(self, name: str, changes: ConfigChanges) -> None:
+        self.exclusive.discard(name)
         if self.replicators.pop(name, None) is not None:
             changes.unsubscribe.append(name)
         self.vhost.delete_queue(name)

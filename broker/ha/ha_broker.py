@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 ADMIN_PROPERTY = "qpid.ha-admin"
 
+#: Replication ids a new primary skips on every queue (more than any backup may be ahead).
+REPLICATION_ID_GAP = 2**32
+
 
 class PromoteError(Exception):
     """A promotion refused; the message says why (shown by qpid-ha and the API)."""
@@ -241,7 +244,15 @@ class HaBroker:
         }
         if self.link is not None:
             await self.link.stop()
+            # Exclusive queues belonged to client connections of the old primary, which
+            # died with it: delete them as their connections' close would have.
+            for name in sorted(self.link.replicator.exclusive):
+                self.vhost.delete_queue(name)
             self.link = None
+        # Never reuse a replication id: another backup may hold ids past ours for messages
+        # of the old primary that never reached us (the reconnect handshake would skip them).
+        for queue in self.vhost.queues.values():
+            queue.last_position += REPLICATION_ID_GAP
         primary = Primary(
             self.vhost,
             replicate_default=self.replicate_default,
@@ -251,6 +262,7 @@ class HaBroker:
         )
         self.primary = primary
         self.streams = PrimaryStreams(primary)
+        self.streams.on_change = self._membership_changed
         self.context.streams = self.streams
         self.vhost.listeners.append(_PrimaryListener(primary))
         self._move(HaState.RECOVERING, epoch=self.epoch, expected=sorted(expected.values()))
@@ -290,6 +302,14 @@ class HaBroker:
                 state = HaState.READY if backup.ready and backup.connected else HaState.CATCHUP
                 members.append({"id": backup.id, "url": backup.url, "state": state.value})
         return members
+
+    def _membership_changed(self) -> None:
+        primary = self.primary
+        if primary is not None:
+            for old, new, _reason in primary.take_transitions():
+                if self.state is old:
+                    self._move(new, dropped=list(primary.dropped))
+        self._publish_membership()
 
     def _publish_membership(self) -> None:
         if self.streams is None:

@@ -251,6 +251,7 @@ class PrimaryStreams:
         self._streams_of: dict[str, int] = {}
         self.config_streams: list[ConfigStream] = []
         self.queue_streams: dict[str, list[QueueStream]] = {}
+        self.on_change: Callable[[], None] | None = None
 
     # replication rules, with this broker's default
     def queue_level(self, queue: Queue) -> ReplicateLevel:
@@ -302,6 +303,15 @@ class PrimaryStreams:
         for stream in self.config_streams:
             stream.push(event)
 
+    def _queue_ready(self, backup_id: str, queue_name: str) -> None:
+        self.primary.queue_ready(backup_id, queue_name)
+        self._changed()
+
+    def _changed(self) -> None:
+        """Membership may have changed: tell the owner at once (not at the next tick)."""
+        if self.on_change is not None:
+            self.on_change()
+
     def _stream_closed(self, backup_id: str) -> None:
         left = self._streams_of.get(backup_id, 0) - 1
         if left > 0:
@@ -309,6 +319,7 @@ class PrimaryStreams:
             return
         self._streams_of.pop(backup_id, None)
         self.primary.backup_disconnected(backup_id)  # its link is gone: release its guards
+        self._changed()
 
     def _open(
         self,
@@ -323,6 +334,7 @@ class PrimaryStreams:
             self.primary.backup_connected(backup_id, backup_url)
             stream = ConfigStream(channel, consumer_tag, self)
             self.config_streams.append(stream)
+            self._changed()
             return stream
         if not name.startswith(QUEUE_STREAM_PREFIX):
             raise not_found(f"no HA stream '{name}'")
@@ -346,12 +358,11 @@ class PrimaryStreams:
             ) from exc
         backup = self.primary.backup_connected(backup_id, backup_url)
         subscription = ReplicatingSubscription(queue, backup.guard(queue), backup_ids)
-        primary = self.primary
         queue_stream = QueueStream(
             channel,
             consumer_tag,
             subscription,
-            on_ready=lambda: primary.queue_ready(backup_id, queue_name),
+            on_ready=lambda: self._queue_ready(backup_id, queue_name),
         )
         live = [s for s in self.queue_streams.get(backup_id, []) if not s.closed]
         self.queue_streams[backup_id] = [*live, queue_stream]
