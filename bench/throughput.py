@@ -38,6 +38,7 @@ import sys
 import time
 import traceback
 import uuid
+from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -73,7 +74,7 @@ def _child_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-class _Child:
+class _Child(ABC):
     """What producers and consumers share: the connection, stop checks, reporting."""
 
     role = "child"
@@ -121,11 +122,13 @@ class _Child:
             res.pop("latency", None)
         self.results.put(("result", self.role, self.idx, res))
 
+    @abstractmethod
     def result(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """What this side measured, for the parent."""
 
+    @abstractmethod
     def on_channel_open(self) -> None:
-        raise NotImplementedError
+        """Start producing or consuming."""
 
     def _on_conn_open(self, conn: Any) -> None:
         conn.channel(on_open_callback=self._on_channel_open)
