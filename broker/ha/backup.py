@@ -44,6 +44,39 @@ EPOCH_PROPERTY = "qpid.ha-epoch"
 _PRIMARY_STATES = (HaState.RECOVERING.value, HaState.ACTIVE.value)
 
 
+async def connect_as_backup(
+    address: Address,
+    *,
+    user: str | None,
+    password: str | None,
+    mechanism: str,
+    heartbeat: float,
+    product: str,
+    broker_id: str,
+    url: str,
+    epoch: int | None = None,
+) -> AmqpClient:
+    """Open a replication link to ``address``, flagged as an HA backup connection."""
+    properties: dict[str, Any] = {
+        "product": product,
+        BACKUP_PROPERTY: True,
+        BROKER_ID_PROPERTY: broker_id,
+        URL_PROPERTY: url,
+    }
+    if epoch is not None:
+        properties[EPOCH_PROPERTY] = epoch
+    return await connect(
+        address.host,
+        address.port,
+        user=user,
+        password=password,
+        mechanism=mechanism,
+        client_properties=properties,
+        heartbeat=max(1, int(heartbeat)),
+        timeout=max(1.0, min(10.0, heartbeat)),
+    )
+
+
 class LinkOwner(Protocol):
     """What the link needs of the HA broker that owns it."""
 
@@ -135,21 +168,16 @@ class BackupLink:
     async def _dial(self, address: Address) -> AmqpClient | None:
         owner = self.owner
         try:
-            client = await connect(
-                address.host,
-                address.port,
+            client = await connect_as_backup(
+                address,
                 user=self.user,
                 password=self.password,
                 mechanism=self.mechanism,
-                client_properties={
-                    "product": "qpidd HA backup link",
-                    BACKUP_PROPERTY: True,
-                    BROKER_ID_PROPERTY: owner.broker_id,
-                    URL_PROPERTY: owner.url,
-                    EPOCH_PROPERTY: owner.epoch,
-                },
-                heartbeat=max(1, int(self.heartbeat)),
-                timeout=max(1.0, min(10.0, self.heartbeat)),
+                heartbeat=self.heartbeat,
+                product="qpidd HA backup link",
+                broker_id=owner.broker_id,
+                url=owner.url,
+                epoch=owner.epoch,
             )
         except ClientError:
             return None

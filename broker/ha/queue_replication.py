@@ -18,17 +18,15 @@ import contextlib
 import uuid
 from typing import Any
 
-from broker.amqp.client import AmqpClient, ClientError, Delivery, connect
+from broker.amqp.client import AmqpClient, ClientError, Delivery
 from broker.core.vhost import VirtualHost
+from broker.ha.backup import connect_as_backup
 from broker.ha.primary import Primary
 from broker.ha.queue_replicator import QueueReplicator
 from broker.ha.replication import ReplicateLevel
 from broker.ha.streams import (
-    BACKUP_PROPERTY,
-    BROKER_ID_PROPERTY,
     IDS_ARGUMENT,
     QUEUE_STREAM_PREFIX,
-    URL_PROPERTY,
     PrimaryStreams,
 )
 from broker.ha.wire import decode_batch
@@ -119,20 +117,15 @@ class QueueReplication:
             await asyncio.sleep(self.maintenance_interval)
 
     async def _replicate(self) -> None:
-        client = await connect(
-            self.remote.host,
-            self.remote.port,
+        client = await connect_as_backup(
+            self.remote,
             user=self.user,
             password=self.password,
             mechanism=self.mechanism,
-            client_properties={
-                "product": "qpidd queue replication",
-                BACKUP_PROPERTY: True,
-                BROKER_ID_PROPERTY: self.broker_id,
-                URL_PROPERTY: self.local_url,
-            },
-            heartbeat=max(1, int(self.heartbeat)),
-            timeout=max(1.0, min(10.0, self.heartbeat)),
+            heartbeat=self.heartbeat,
+            product="qpidd queue replication",
+            broker_id=self.broker_id,
+            url=self.local_url,
         )
         self._client = client
         try:
