@@ -147,13 +147,16 @@ def status(
     data = _get("/api/status")
     state = str(data.get("ha_state", "unknown"))
     if show_all:
-        members = _members() if state != "standalone" else []
+        ha = _get("/api/ha") if state != "standalone" else {}
+        members = list(ha.get("members") or [])
         if as_json:
             typer.echo(json.dumps(members, indent=2, sort_keys=True))
         else:
             typer.echo(f"{'ADDRESS':<28} {'STATE':<12} ID")
             for member in members:
                 typer.echo(f"{member['url']:<28} {member['state']:<12} {member['id']}")
+            if ha.get("public_url"):
+                typer.echo(f"public URL (for clients): {ha['public_url']}")
     elif as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
@@ -163,11 +166,6 @@ def status(
         holds = state in PRIMARY_STATES if wanted == "primary" else state == wanted
         if not holds:
             raise typer.Exit(int(ExitStatus.ERROR))
-
-
-def _members() -> list[dict[str, Any]]:
-    ha = _get("/api/ha")
-    return list(ha.get("members") or [])
 
 
 @app.command()
