@@ -3,12 +3,18 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# The agent's tests run a real ZooKeeper: the Debian package's server, unless a Docker engine
-# answers (then testcontainers). Installed once, skipped when present. CI runs as root.
-ZK_JAR := /usr/share/java/zookeeper.jar
+# The tests use real system parts, installed once from Debian's packages and skipped when
+# present: a ZooKeeper server (unless a Docker engine answers: then testcontainers),
+# arping for the virtual IP's gratuitous ARP, ocf-tester (resource-agents, with xmllint)
+# and crm_resource (pacemaker-cli-utils) for the OCF agent. CI runs as root.
+# Each entry: a file that shows the package is there, then the package.
+SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:zookeeper \
+	/usr/sbin/arping:iputils-arping /usr/bin/arping:iputils-arping \
+	/usr/sbin/ocf-tester:resource-agents /usr/bin/xmllint:libxml2-utils \
+	/usr/sbin/crm_resource:pacemaker-cli-utils
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint typecheck unit bench clean venv zookeeper
+.PHONY: demo test lint typecheck unit bench clean venv system-packages
 
 venv: $(STAMP)
 
@@ -28,10 +34,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-zookeeper:
-	@test -e $(ZK_JAR) || { $(SUDO) apt-get update -q && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper; }
+system-packages:
+	@missing=$$(for e in $(SYSTEM_PACKAGES); do f=$${e%%:*}; p=$${e#*:}; \
+		[ -e "$$f" ] || echo "$$p"; done | sort -u); \
+	for p in $$missing; do dpkg -s "$$p" >/dev/null 2>&1 || want="$$want $$p"; done; \
+	if [ -n "$$want" ]; then $(SUDO) apt-get update -q && \
+		$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$want; fi
 
-unit: $(STAMP) zookeeper
+unit: $(STAMP) system-packages
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

@@ -11,17 +11,15 @@ Exit codes (one place, :class:`ExitStatus`): 0 success, 1 the expectation did no
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
-import urllib.error
-import urllib.request
 from enum import IntEnum
 from typing import Annotated, Any
 
 import typer
 
 from broker.url import BrokerUrl, parse_url
+from qpid_ha_cli.management import ManagementClient, ManagementError
 
 DEFAULT_MGMT_PORT = 8672
 
@@ -55,31 +53,12 @@ def _fail(message: str, code: ExitStatus) -> typer.Exit:
 
 
 def _get(path: str, body: dict[str, Any] | None = None) -> Any:
-    address = settings.broker.addresses[0]
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://{address}{path}", data=data)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    if settings.broker.user is not None:
-        token = f"{settings.broker.user}:{settings.broker.password or ''}".encode()
-        request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
+    client = ManagementClient(settings.broker, settings.timeout)
     try:
-        with urllib.request.urlopen(request, timeout=settings.timeout) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as exc:
-        try:
-            reason = str(json.load(exc).get("reason", ""))
-        except (json.JSONDecodeError, AttributeError, OSError):
-            reason = ""
-        detail = f": {reason}" if reason else ""
-        raise _fail(
-            f"{address} answered HTTP {exc.code} for {path}{detail}", ExitStatus.ERROR
-        ) from exc
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        why = getattr(exc, "reason", None) or exc
-        raise _fail(f"cannot reach broker {address}: {why}", ExitStatus.UNREACHABLE) from exc
-    except json.JSONDecodeError as exc:
-        raise _fail(f"{address} sent a non-JSON answer for {path}", ExitStatus.ERROR) from exc
+        return client.call(path, body)
+    except ManagementError as exc:
+        code = ExitStatus.UNREACHABLE if exc.unreachable else ExitStatus.ERROR
+        raise _fail(str(exc), code) from exc
 
 
 @app.callback()

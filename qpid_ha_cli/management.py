@@ -1,0 +1,80 @@
+"""A small blocking client of a broker's management API (JSON over HTTP, Basic auth).
+
+Shared by ``qpid-ha`` and ``qpid-ha-agent``: both talk to a broker only through this API.
+
+Error Handling
+==============
+
+Every failure is a :class:`ManagementError` with a one-line message naming the address:
+``unreachable`` True when nothing answered (refused, timed out, reset), ``status`` the HTTP
+status when the broker answered with an error (its JSON ``reason`` in the message).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from broker.url import BrokerUrl
+
+__all__ = ["ManagementClient", "ManagementError"]
+
+
+class ManagementError(Exception):
+    """A management call failed; ``str()`` is one line naming the broker."""
+
+    def __init__(self, message: str, *, status: int | None = None, unreachable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.unreachable = unreachable
+
+
+class ManagementClient:
+    """Calls on one broker's management address (``url.addresses[0]``)."""
+
+    def __init__(self, url: BrokerUrl, timeout: float = 10.0) -> None:
+        self.url = url
+        self.timeout = timeout
+
+    @property
+    def address(self) -> str:
+        return str(self.url.addresses[0])
+
+    def get(self, path: str) -> Any:
+        return self.call(path)
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self.call(path, body)
+
+    def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        """GET ``path`` (POST ``body`` as JSON when given); the decoded JSON answer."""
+        address = self.address
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"http://{address}{path}", data=data)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.url.user is not None:
+            token = f"{self.url.user}:{self.url.password or ''}".encode()
+            request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            try:
+                reason = str(json.load(exc).get("reason", ""))
+            except (json.JSONDecodeError, AttributeError, OSError):
+                reason = ""
+            detail = f": {reason}" if reason else ""
+            raise ManagementError(
+                f"{address} answered HTTP {exc.code} for {path}{detail}", status=exc.code
+            ) from exc
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            why = getattr(exc, "reason", None) or exc
+            raise ManagementError(
+                f"cannot reach broker {address}: {why}", unreachable=True
+            ) from exc
+        except json.JSONDecodeError as exc:
+            raise ManagementError(f"{address} sent a non-JSON answer for {path}") from exc
