@@ -20,6 +20,7 @@ import base64
 import binascii
 import json
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -462,6 +463,7 @@ class ManagementApi:
             {
                 "node": broker.options.node_name,
                 "version": __version__,
+                "pid": os.getpid(),
                 "uptime": round(max(0.0, time.time() - broker.started_at), 3),
                 "ha_state": broker.ha_state,
                 "amqp_port": broker.amqp_port,
