@@ -35,7 +35,7 @@ from typing import Any, NoReturn, TypeVar
 
 from broker import __version__
 from broker.duration import format_duration, parse_duration
-from broker.url import parse_url
+from broker.url import BrokerUrl, format_url, parse_url
 
 __all__ = [
     "OPTION_SPECS",
@@ -47,6 +47,7 @@ __all__ = [
     "main_parse",
     "parse_bool",
     "parse_options",
+    "public_url",
 ]
 
 T = TypeVar("T")
@@ -318,7 +319,8 @@ class BrokerOptions:
     ha_public_url: str | None = _option(
         None,
         _url,
-        "URL advertised to clients by the amq.failover exchange (obsolete; prefer a virtual IP)",
+        "URL advertised to clients (connection.open-ok known-hosts, a backup's refusal,"
+        " /api/ha), e.g. a virtual IP; when unset, ha-brokers-url is advertised",
         metavar="URL",
         default_text="none",
     )
@@ -561,6 +563,15 @@ def check_options(options: BrokerOptions) -> None:
         raise OptionsError(
             "ha-cluster=yes needs ha-brokers-url (the addresses of every broker in the cluster)"
         )
+    if options.ha_cluster:
+        size = len((public_url(options) or "").encode())
+        if size > KNOWN_HOSTS_MAX:
+            name = "ha-public-url" if options.ha_public_url else "ha-brokers-url"
+            raise OptionsError(
+                f"{name} is too long to advertise to clients: {size} bytes in canonical form,"
+                f" connection.open-ok known-hosts holds at most {KNOWN_HOSTS_MAX}"
+                " (set a shorter ha-public-url, e.g. a virtual IP)"
+            )
     if options.link_maintenance_interval <= 0:
         raise OptionsError(
             f"invalid value {_show(options.link_maintenance_interval)!r} for option"
@@ -571,6 +582,22 @@ def check_options(options: BrokerOptions) -> None:
             f"invalid value {_show(options.link_heartbeat_interval)!r} for option"
             " --link-heartbeat-interval: expected a duration greater than 0"
         )
+
+
+#: connection.open-ok's known-hosts is a short string.
+KNOWN_HOSTS_MAX = 255
+
+
+def public_url(options: BrokerOptions) -> str | None:
+    """The URL advertised to clients: ``ha-public-url``, else ``ha-brokers-url``.
+
+    In the canonical form (``amqp:tcp:host:port,...``) and without credentials, which are
+    the brokers' own and never shown to clients. None when neither option is set.
+    """
+    text = options.ha_public_url or options.ha_brokers_url
+    if text is None:
+        return None
+    return format_url(BrokerUrl(parse_url(text).addresses))
 
 
 def main_parse(argv: Sequence[str]) -> BrokerOptions:

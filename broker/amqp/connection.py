@@ -9,7 +9,9 @@ later) is signalled through the ``on_output`` callback so the shell can flush.
 
 The connection runs the handshake (start/start-ok, tune/tune-ok, open/open-ok), checks
 framing (sizes, end octets, content sequence), and passes channel methods to
-:class:`~broker.amqp.channel.Channel`. A hard :class:`~broker.core.errors.AmqpError` sends
+:class:`~broker.amqp.channel.Channel`. An admission policy that also
+:class:`AdvertisesKnownHosts` (the HA role) names the hosts clients should use in
+connection.open-ok's ``known-hosts``. A hard :class:`~broker.core.errors.AmqpError` sends
 connection.close with its reply code; the broker and every other connection carry on.
 
 THREAD UNSAFE: one event loop owns the connection.
@@ -20,7 +22,7 @@ from __future__ import annotations
 import itertools
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pamqp import commands
 from pamqp.base import Frame as Method
@@ -37,6 +39,15 @@ _ids = itertools.count(1)
 _FRAME_HEAD = struct.Struct(">BHI")
 _PUBLISH_ID = b"\x00\x3c\x00\x28"
 _CHANNEL_OPEN = ChannelState.OPEN
+
+
+@runtime_checkable
+class AdvertisesKnownHosts(Protocol):
+    """An admission policy that tells admitted clients where the service is."""
+
+    def known_hosts(self) -> str:
+        """connection.open-ok's ``known-hosts`` (a short string, "" for none)."""
+        ...
 
 
 class Connection:
@@ -417,7 +428,10 @@ class Connection:
             self._admitted = True
         self._set_state(S.OPEN)
         ctx.connections_opened_total += 1
-        self.send_method(0, commands.Connection.OpenOk())
+        known_hosts = ""
+        if isinstance(ctx.admission, AdvertisesKnownHosts):
+            known_hosts = ctx.admission.known_hosts()
+        self.send_method(0, commands.Connection.OpenOk(known_hosts=known_hosts))
         ctx.log.info(
             "connection_opened",
             connection=self.name,

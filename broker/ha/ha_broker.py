@@ -14,7 +14,12 @@ itself to become primary: a cluster manager (our agent, Pacemaker, or an operato
 - keeps the fencing epoch (:class:`~broker.ha.epoch.EpochStore`): a primary that sees a
   higher epoch (a backup link announcing it) stops serving at once;
 - publishes its status in Connection.Start server properties (``qpid.ha-status``,
-  ``qpid.ha-epoch``), the cheap status check used before promoting a joining broker.
+  ``qpid.ha-epoch``), the cheap status check used before promoting a joining broker;
+- advertises the cluster's public URL (``ha-public-url``, else ``ha-brokers-url``, without
+  credentials) to clients: ``known-hosts`` of connection.open-ok, the server property
+  ``qpid.ha-public-url``, a backup's refusal text and ``/api/ha``;
+- as a new primary, deletes the replicated auto-delete queues nobody consumes from within
+  their grace period (:mod:`broker.ha.auto_delete`), a delete replicated like any other.
 
 THREAD UNSAFE: the broker's event loop owns it.
 """
@@ -27,6 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
+from broker.ha.auto_delete import grace_of
 from broker.ha.backup import EPOCH_PROPERTY, BackupLink
 from broker.ha.epoch import EpochStore
 from broker.ha.primary import Primary
@@ -35,6 +41,7 @@ from broker.ha.state import HaState, IllegalTransition, check_transition
 from broker.ha.status_check import STATUS_PROPERTY, check_status
 from broker.ha.streams import BACKUP_PROPERTY, BROKER_ID_PROPERTY, PrimaryStreams
 from broker.log import get_logger, set_log_context
+from broker.options import public_url
 from broker.url import Address, parse_url
 
 if TYPE_CHECKING:
@@ -42,6 +49,9 @@ if TYPE_CHECKING:
     from broker.options import BrokerOptions
 
 ADMIN_PROPERTY = "qpid.ha-admin"
+#: Connection.Start server property: the URL clients should use (for clients that do not
+#: keep connection.open-ok's known-hosts, such as aio-pika).
+PUBLIC_URL_PROPERTY = "qpid.ha-public-url"
 
 #: Replication ids a new primary skips on every queue (more than any backup may be ahead).
 REPLICATION_ID_GAP = 2**32
@@ -74,6 +84,8 @@ class HaBroker:
         self.epoch_store = EpochStore(options.data_dir)
         self.epoch_store.load()
         self.addresses = list(parse_url(options.ha_brokers_url or "").addresses)
+        #: What clients are told to connect to (canonical, no credentials).
+        self.public_url = public_url(options) or ""
         self.replicate_default = ReplicateLevel.parse(options.ha_replicate)
         self.primary: Primary | None = None
         self.streams: PrimaryStreams | None = None
@@ -105,7 +117,12 @@ class HaBroker:
             STATUS_PROPERTY: self.state.value,
             EPOCH_PROPERTY: self.epoch,
             BROKER_ID_PROPERTY: self.broker_id,
+            PUBLIC_URL_PROPERTY: self.public_url,
         }
+
+    def known_hosts(self) -> str:
+        """connection.open-ok's known-hosts for an admitted client: the public URL."""
+        return self.public_url
 
     # -- state -------------------------------------------------------------------------
     def _move(self, new: HaState, **fields: Any) -> None:
@@ -130,6 +147,7 @@ class HaBroker:
             broker_id=self.broker_id,
             state=self.state.value,
             brokers_url=self.options.ha_brokers_url,
+            public_url=self.public_url,
             replicate=self.replicate_default.value,
         )
         self._start_link()
@@ -162,6 +180,15 @@ class HaBroker:
         for old, new, _reason in primary.take_transitions():
             if self.state is old:
                 self._move(new, dropped=list(primary.dropped))
+        for queue in primary.take_orphans():
+            if self.vhost.queues.get(queue.name) is queue:
+                self.log_.info(
+                    "ha_orphan_queue_deleted",
+                    queue=queue.name,
+                    messages=queue.message_count,
+                    grace=grace_of(queue, primary.auto_delete_grace),
+                )
+                self.vhost.delete_queue(queue.name)
         self._publish_membership()
 
     # -- backup link callbacks ---------------------------------------------------------
@@ -201,7 +228,8 @@ class HaBroker:
             return None
         return AmqpError(
             ReplyCode.NOT_ALLOWED,
-            f"HA backup: not the primary (state {self.state.value}); try another broker",
+            f"HA backup: not the primary (state {self.state.value}); clients connect to"
+            f" {self.public_url}",
         )
 
     def released(self, connection: Connection) -> None:
@@ -259,6 +287,7 @@ class HaBroker:
             expected=expected,
             backup_timeout=self.options.ha_backup_timeout,
             clock=self.context.clock,
+            auto_delete_grace=self.options.ha_backup_timeout,
         )
         self.primary = primary
         self.streams = PrimaryStreams(primary)
@@ -266,6 +295,9 @@ class HaBroker:
         self.context.streams = self.streams
         self.vhost.listeners.append(_PrimaryListener(primary))
         self._move(HaState.RECOVERING, epoch=self.epoch, expected=sorted(expected.values()))
+        orphans = primary.orphans.waiting(self.context.clock())
+        if orphans:
+            self.log_.info("ha_orphan_queues", queues=orphans)
         for old, new, _ in primary.take_transitions():
             if self.state is old:
                 self._move(new)
@@ -339,10 +371,14 @@ class HaBroker:
             "epoch": self.epoch,
             "broker_id": self.broker_id,
             "url": self.url,
+            "public_url": self.public_url,
             "primary": self.primary_address if self.primary is None else self.url,
             "members": self.membership() if self.primary is not None else self._last_members(),
             "queues": queues,
             "held_confirms": self.primary.held_confirms() if self.primary else 0,
+            "orphan_queues": (
+                self.primary.orphans.waiting(self.context.clock()) if self.primary else {}
+            ),
             "backups": self._backups_status(),
         }
 

@@ -11,8 +11,14 @@ Backups that connect later get guards from the moment they connect; a backup tha
 disconnects, or is silent past twice the link heartbeat interval (the shell reports it), is
 dropped and its guards release.
 
+Replicated auto-delete queues with no consumer at promotion are orphans (their consumers
+died with the old primary): :meth:`tick` hands those still unused after their grace period
+(``auto_delete_grace``, default ``backup_timeout``) to :meth:`take_orphans`, and the shell
+deletes them (:mod:`broker.ha.auto_delete`).
+
 The shell feeds events (:meth:`backup_connected`, :meth:`backup_disconnected`,
-:meth:`queue_ready`, :meth:`tick`) and reads :attr:`state` and :meth:`take_transitions`.
+:meth:`queue_ready`, :meth:`tick`) and reads :attr:`state`, :meth:`take_transitions` and
+:meth:`take_orphans`.
 Time comes from the clock it is given; there is no loop inside.
 
 THREAD UNSAFE: the primary's event loop owns it.
@@ -24,6 +30,7 @@ from collections.abc import Callable
 
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
+from broker.ha.auto_delete import OrphanedQueues
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replication import ReplicateLevel, queue_level
 from broker.ha.state import HaState, check_transition
@@ -40,6 +47,7 @@ class Primary:
         expected: dict[str, str],
         backup_timeout: float,
         clock: Callable[[], float],
+        auto_delete_grace: float | None = None,
     ) -> None:
         self.vhost = vhost
         self.replicate_default = replicate_default
@@ -51,6 +59,17 @@ class Primary:
         self.expected: set[str] = set(expected)
         self.dropped: list[str] = []
         self._transitions: list[tuple[HaState, HaState, str]] = []
+        self.auto_delete_grace = backup_timeout if auto_delete_grace is None else auto_delete_grace
+        self.orphans = OrphanedQueues(
+            [
+                q
+                for q in vhost.queues.values()
+                if queue_level(q, replicate_default) is not ReplicateLevel.NONE
+            ],
+            now=self.promoted_at,
+            default_grace=self.auto_delete_grace,
+        )
+        self._orphans_due: list[Queue] = []
         for backup_id, url in expected.items():
             self.backups[backup_id] = RemoteBackup(backup_id, url, self.replicated_queues())
         self._check_active()
@@ -104,7 +123,9 @@ class Primary:
             self._check_active()
 
     def tick(self) -> None:
-        """Enforce ``backup_timeout`` while recovering."""
+        """Find orphaned auto-delete queues past their grace; enforce ``backup_timeout``."""
+        if len(self.orphans):
+            self._orphans_due.extend(self.orphans.due(self.clock()))
         if self.state is not HaState.RECOVERING:
             return
         if self.clock() - self.promoted_at < self.backup_timeout:
@@ -135,6 +156,11 @@ class Primary:
         """State changes since the last call (the shell logs each one)."""
         moves, self._transitions = self._transitions, []
         return moves
+
+    def take_orphans(self) -> list[Queue]:
+        """Orphaned auto-delete queues to delete now (the shell deletes each one)."""
+        due, self._orphans_due = self._orphans_due, []
+        return due
 
     def ready_backups(self) -> list[str]:
         return sorted(b.id for b in self.backups.values() if b.ready and b.connected)
