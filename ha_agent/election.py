@@ -86,7 +86,7 @@ __all__ = [
     "SessionWatcher",
 ]
 
-_log = structlog.get_logger("ha_agent.election").bind(component="agent")
+_log = structlog.get_logger("ha_agent.election", component="agent")
 
 Clock = Callable[[], float]
 

@@ -65,7 +65,7 @@ MEMBER_SCHEMA = 1
 #: The store statuses a record may carry.
 STORE_STATUSES = frozenset({"empty", "clean", "dirty", "unknown"})
 
-_log = structlog.get_logger("ha_agent.membership").bind(component="agent")
+_log = structlog.get_logger("ha_agent.membership", component="agent")
 
 
 class MemberRecordError(ValueError):

@@ -1,0 +1,414 @@
+"""The agent: one per node, the cluster resource manager of seed 001 on ZooKeeper.
+
+:Status: Beta
+
+The shell around :func:`ha_agent.promotion.decide`. One loop thread owns everything; other
+threads (kazoo's, the election's, the session watcher's, the broker supervisor's) only put
+events on its queue, except the fence, which must not wait for the loop (see below).
+
+Every ``check_interval`` (and at once on any event) the loop
+
+1. checks the broker (``/api/status``, ``/api/ha``);
+2. reads the members and the primary record from ZooKeeper and publishes its own member
+   record when it changed;
+3. asks :func:`~ha_agent.promotion.decide` what to do, logs why when that changes, and
+   carries out the actions: contend / withdraw (kazoo's Election recipe), promote (next
+   epoch from ZooKeeper, ``POST /api/ha/promote``, then the primary record), take the
+   virtual IP, fence, watchdog kill.
+
+Fencing (docs/agent.md has the timing argument): the :class:`~ha_agent.election.SessionWatcher`
+calls :meth:`Agent._session_fenced` in its own thread when the lease on the ZooKeeper
+session runs out (``T - M`` after the last answered request) or on LOST. If this agent leads
+or its broker is the primary, that call kills the broker and drops the virtual IP at once,
+before the session can expire and another agent win; the loop then withdraws.
+
+Error Handling
+==============
+
+- ZooKeeper calls that fail (connection loss, retries exhausted) are logged
+  (``zookeeper_error``) and tried again at the next check; the session guard fences in time
+  whatever the loop is doing.
+- A promotion the broker refuses (409: catching up, older epoch) is logged
+  (``promotion_refused``) and the agent resigns.
+- A virtual IP that cannot be added is logged (``vip_failed``) and the agent resigns: a
+  primary clients cannot reach is no primary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from broker.log import set_log_context
+from ha_agent.broker_check import BrokerCheck, PromoteRefused
+from ha_agent.election import Fence, LeaderElection, SessionGuard, SessionWatcher
+from ha_agent.epoch_counter import next_epoch
+from ha_agent.membership import Member, MemberPublisher, read_members
+from ha_agent.primary_record import delete_primary, read_primary, write_primary
+from ha_agent.promotion import (
+    Action,
+    BrokerView,
+    ClusterView,
+    PrimaryRecord,
+    Step,
+    decide,
+)
+from ha_agent.supervisor import BrokerSupervisor, kill_pid
+from ha_agent.vip import VipError, VirtualIp
+from ha_agent.zk_layout import check_name
+from qpid_ha_cli.management import ManagementError
+
+__all__ = ["Agent", "AgentSettings"]
+
+_log = structlog.get_logger("ha_agent.agent", component="agent")
+
+#: kazoo reconnects quickly (its default backs off to a minute).
+CONNECTION_RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
+
+
+@dataclass
+class AgentSettings:
+    zk_hosts: str
+    cluster: str
+    node: str
+    broker: str  # management address of the local broker, [user/password@]host:port
+    broker_command: str | None = None
+    broker_log: str | None = None  # where a supervised broker's stdout/stderr go
+    session_timeout: float = 4.0
+    check_interval: float = 0.5
+    cluster_size: int = 1
+    vip: str | None = None
+    vip_interface: str | None = None
+    vip_netns: str | None = None  # run the ip commands in this namespace (tests)
+    watchdog_timeout: float = 10.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """ValueError naming the first bad value."""
+        check_name("cluster", self.cluster)
+        check_name("node", self.node)
+        if not self.zk_hosts.strip():
+            raise ValueError("--zk: no ZooKeeper address given")
+        if not 1 <= self.session_timeout <= 60:
+            raise ValueError(f"--session-timeout must be 1 to 60 s: {self.session_timeout!r}")
+        if not 0 < self.check_interval <= self.session_timeout / 2:
+            raise ValueError(
+                f"--check-interval must be positive and at most half the session timeout: "
+                f"{self.check_interval!r}"
+            )
+        if self.cluster_size < 1:
+            raise ValueError(f"--cluster-size must be at least 1: {self.cluster_size!r}")
+        if self.watchdog_timeout < 0:
+            raise ValueError(f"--watchdog-timeout must be 0 (off) or more: {self.watchdog_timeout}")
+        if (self.vip is None) != (self.vip_interface is None):
+            raise ValueError("--vip and --vip-interface go together")
+
+
+class Agent:
+    """See the module docstring. :meth:`run` until :meth:`stop`."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        settings.check()
+        self.settings = settings
+        self.broker_check = BrokerCheck(
+            settings.broker, timeout=min(2.0, settings.check_interval * 4)
+        )
+        self.vip = (
+            VirtualIp(settings.vip, settings.vip_interface, netns=settings.vip_netns)
+            if settings.vip is not None and settings.vip_interface is not None
+            else None
+        )
+        self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self.client: Any = None
+        self.election: LeaderElection | None = None
+        self.watcher: SessionWatcher | None = None
+        self.publisher: MemberPublisher | None = None
+        self.supervisor: BrokerSupervisor | None = None
+        self.view: BrokerView | None = None
+        self.last_answer = time.monotonic()
+        self.last_pid: int | None = None
+        self.promoted_epoch: int | None = None
+        self.members: dict[str, Member] = {}
+        self.primary: PrimaryRecord | None = None
+        self._eligibility = ""
+        self._fence_lock = threading.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+        self.events.put(("stop", None))
+
+    def run(self) -> int:
+        s = self.settings
+        set_log_context(cluster=s.cluster, node=s.node, component="agent")
+        _log.info(
+            "agent_started",
+            zk=s.zk_hosts,
+            broker=self.broker_check.address,
+            supervise=s.broker_command is not None,
+            session_timeout=s.session_timeout,
+            cluster_size=s.cluster_size,
+            vip=s.vip,
+        )
+        if s.broker_command is not None:
+            self.supervisor = BrokerSupervisor(
+                s.broker_command,
+                on_exit=lambda code: self.events.put(("broker_exited", code)),
+                log_file=s.broker_log,
+            ).start()
+        self.client = KazooClient(
+            hosts=s.zk_hosts,
+            timeout=s.session_timeout,
+            connection_retry=dict(CONNECTION_RETRY),
+            command_retry={"max_tries": 3, "delay": 0.05, "max_delay": 0.5},
+        )
+        try:
+            self._connect()
+            guard = SessionGuard(s.session_timeout)
+            self.watcher = SessionWatcher(self.client, guard, self._session_fenced).start()
+            self.election = LeaderElection(
+                self.client,
+                s.cluster,
+                s.node,
+                on_leading=lambda: self.events.put(("won", None)),
+                on_ended=lambda reason: self.events.put(("ended", reason)),
+            )
+            self._loop()
+        finally:
+            self._shutdown()
+        return 0
+
+    def _connect(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.client.start(timeout=self.settings.session_timeout)
+                return
+            except KazooTimeoutError:
+                _log.warning("zookeeper_unreachable", zk=self.settings.zk_hosts)
+                self.client.stop()
+
+    def _shutdown(self) -> None:
+        _log.info("agent_stopping")
+        if self.watcher is not None:
+            self.watcher.stop()  # before the client: stopping a client reports LOST
+        leading = self.election is not None and self.election.leading
+        if self.election is not None:
+            self.election.cancel(timeout=2.0)
+        if leading or (self.view is not None and self.view.is_primary):
+            with contextlib.suppress(KazooException):
+                delete_primary(self.client, self.settings.cluster)
+            self._drop_vip()
+            if self.supervisor is None:
+                # Nobody would stop an unmanaged primary: never leave one serving.
+                self._kill_broker("agent stopping while its broker is the primary")
+        if self.publisher is not None:
+            with contextlib.suppress(KazooException):
+                self.publisher.withdraw()
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        with contextlib.suppress(Exception):
+            self.client.stop()
+            self.client.close()
+        _log.info("agent_stopped")
+
+    # -- the loop ---------------------------------------------------------------------
+    def _loop(self) -> None:
+        interval = self.settings.check_interval
+        next_check = time.monotonic()
+        while not self._stop.is_set():
+            timeout = max(0.0, next_check - time.monotonic())
+            try:
+                kind, value = self.events.get(timeout=timeout)
+            except queue.Empty:
+                kind, value = "tick", None
+            if kind == "stop":
+                return
+            if kind == "ended":
+                self.promoted_epoch = None
+            elif kind == "broker_exited":
+                _log.info("broker_exit_seen", code=value)
+            self._check()
+            next_check = time.monotonic() + interval
+
+    def _check(self) -> None:
+        view = self.broker_check.check()
+        now = time.monotonic()
+        if view is not None:
+            self.last_answer = now
+            if view.pid is not None:
+                self.last_pid = view.pid
+        old = self.view
+        self.view = view
+        if (old is None) != (view is None) or (
+            old is not None and view is not None and old.ha_state != view.ha_state
+        ):
+            _log.info(
+                "broker_state",
+                ha_state=None if view is None else view.ha_state,
+                broker_epoch=None if view is None else view.epoch,
+                reason=self.broker_check.last_error or None,
+            )
+        self._read_cluster(view)
+        election = self.election
+        assert election is not None and self.watcher is not None
+        cluster_view = ClusterView(
+            node=self.settings.node,
+            broker=view,
+            members=self.members,
+            primary=self.primary,
+            leadership=election.state.value,
+            promoted=self.promoted_epoch is not None,
+            session_ok=self.watcher.guard.state.value != "fenced",
+            cluster_size=self.settings.cluster_size,
+            broker_silent_for=now - self.last_answer,
+            watchdog_timeout=self.settings.watchdog_timeout,
+        )
+        decision = decide(cluster_view)
+        if decision.eligibility != self._eligibility:
+            self._eligibility = decision.eligibility
+            _log.info("promotion_eligibility", reason=decision.eligibility)
+        for action in decision.actions:
+            self._act(action, view)
+
+    def _read_cluster(self, view: BrokerView | None) -> None:
+        s = self.settings
+        member = Member(
+            node=s.node,
+            broker_url=(view.url if view is not None and view.url else self.broker_check.address),
+            ha_state="down" if view is None else view.ha_state,
+            epoch=0 if view is None else view.epoch,
+            store_status="unknown" if view is None else view.store_status,
+            replication_position=0 if view is None else view.replication_position,
+        )
+        sent = time.monotonic()
+        try:
+            if self.publisher is None:
+                publisher = MemberPublisher(self.client, s.cluster, member)
+                publisher.publish(timeout=s.session_timeout * 1.5)
+                self.publisher = publisher
+            elif self.publisher.member != member:
+                fields = ("broker_url", "ha_state", "epoch", "store_status")
+                changes = {k: getattr(member, k) for k in (*fields, "replication_position")}
+                self.publisher.update(**changes)
+            self.members = read_members(self.client, s.cluster)
+            self.primary = read_primary(self.client, s.cluster)
+        except (KazooException, KazooTimeoutError) as exc:
+            _log.warning("zookeeper_error", reason=repr(exc))
+            return
+        assert self.watcher is not None
+        self.watcher.note_contact(sent)
+
+    # -- actions ----------------------------------------------------------------------
+    def _act(self, action: Action, view: BrokerView | None) -> None:
+        election = self.election
+        assert election is not None
+        step = action.step
+        if step is Step.CONTEND:
+            election.contend()
+        elif step is Step.WITHDRAW:
+            _log.info("election_withdraw", reason=action.reason)
+            self._resign()
+        elif step is Step.PROMOTE:
+            assert view is not None
+            self._promote(view, action.reason)
+        elif step is Step.TAKE_VIP:
+            if self.vip is not None and not self.vip.held:
+                try:
+                    self.vip.take()
+                except (VipError, OSError) as exc:
+                    _log.error("vip_failed", reason=str(exc))
+                    self._fence("cannot take the virtual IP")
+        elif step is Step.FENCE:
+            self._fence(action.reason)
+        elif step is Step.KILL_BROKER:
+            self._kill_broker(f"watchdog: {action.reason}")
+            self.last_answer = time.monotonic()  # give the restarted broker its time
+
+    def _resign(self) -> None:
+        election = self.election
+        assert election is not None
+        if self.promoted_epoch is not None:
+            with contextlib.suppress(KazooException, KazooTimeoutError):
+                delete_primary(self.client, self.settings.cluster)
+        self.promoted_epoch = None
+        election.cancel(timeout=1.0)
+
+    def _promote(self, view: BrokerView, reason: str) -> None:
+        s = self.settings
+        started = time.monotonic()
+        try:
+            epoch = next_epoch(self.client, s.cluster, minimum=view.epoch + 1)
+            _log.info("epoch_taken", new_epoch=epoch, reason=reason)
+            answer = self.broker_check.promote(epoch)
+            record = PrimaryRecord(s.node, epoch, view.url)
+            write_primary(self.client, s.cluster, record, s.vip)
+        except PromoteRefused as exc:
+            _log.warning("promotion_refused", reason=str(exc))
+            self._resign()
+            return
+        except (KazooException, KazooTimeoutError, ManagementError) as exc:
+            if isinstance(exc, NodeExistsError):
+                _log.error("primary_record_conflict", reason=str(exc))
+            else:
+                _log.warning("promotion_failed", reason=repr(exc))
+            self._resign()
+            return
+        self.promoted_epoch = epoch
+        set_log_context(epoch=epoch)
+        _log.info(
+            "agent_promoted",
+            new_epoch=epoch,
+            ha_state=answer.get("state"),
+            reason=reason,
+            took_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+
+    def _kill_broker(self, reason: str) -> bool:
+        if self.supervisor is not None:
+            return self.supervisor.kill(reason)
+        pid = self.view.pid if self.view is not None else None
+        pid = pid or self.last_pid
+        return pid is not None and kill_pid(pid, reason)
+
+    def _drop_vip(self) -> None:
+        if self.vip is not None:
+            try:
+                self.vip.drop()
+            except (VipError, OSError) as exc:
+                _log.error("vip_failed", reason=str(exc))
+
+    def _fence(self, reason: str) -> None:
+        """Stop the broker serving (kill it; it restarts as a backup), drop the VIP, resign."""
+        with self._fence_lock:
+            _log.warning("agent_fenced", reason=reason)
+            self._kill_broker(f"fenced: {reason}")
+            self._drop_vip()
+        self._resign()
+        self.view = None
+
+    def _session_fenced(self, fence: Fence) -> None:
+        """The session watcher's call (its own thread): the lease on the session ran out."""
+        election = self.election
+        leading = election is not None and election.leading
+        primary = self.view is not None and self.view.is_primary
+        _log.warning(
+            "zookeeper_session_fence",
+            reason=fence.reason,
+            leading=leading,
+            broker_primary=primary,
+        )
+        if leading or primary:
+            with self._fence_lock:
+                self._kill_broker(f"fenced: ZooKeeper {fence.reason}")
+                self._drop_vip()
+        self.events.put(("session_fenced", fence.reason))

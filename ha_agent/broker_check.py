@@ -1,0 +1,106 @@
+"""The health check of the local broker, through its management API only.
+
+:Status: Beta
+
+:func:`broker_view` turns the answers of ``GET /api/status`` and ``GET /api/ha`` into a
+:class:`~ha_agent.promotion.BrokerView` (pure); :class:`BrokerCheck` makes the calls and
+:meth:`BrokerCheck.promote` asks the broker to become primary with an epoch.
+
+The replication position is the sum over replicated queues of the last replication id the
+backup holds (``/api/ha`` ``queues[].last_id``): within one epoch, a backup that holds more
+of the primary's stream has a larger sum. A primary reports its queues' last ids the same way.
+
+Error Handling
+==============
+
+:meth:`BrokerCheck.check` never raises for a broker that is down, slow or answering
+nonsense: it returns None (the broker does not answer) and keeps the reason in
+:attr:`BrokerCheck.last_error`. :meth:`BrokerCheck.promote` raises :class:`PromoteRefused`
+with the broker's reason (a 409 from a broker in catch-up, an older epoch ...) or the
+:class:`~qpid_ha_cli.management.ManagementError` of an unreachable broker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.url import parse_url
+from ha_agent.promotion import BrokerView
+from qpid_ha_cli.management import ManagementClient, ManagementError
+
+__all__ = ["DEFAULT_MGMT_PORT", "BrokerCheck", "PromoteRefused", "broker_view"]
+
+DEFAULT_MGMT_PORT = 8672
+
+
+class PromoteRefused(Exception):
+    """The broker answered the promotion with an error (the message is its reason)."""
+
+
+def _non_negative(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView:
+    """A :class:`BrokerView` from the JSON of ``/api/status`` and ``/api/ha`` (None if none)."""
+    state = str(status.get("ha_state", "unknown"))
+    epoch = position = 0
+    url = ""
+    if ha is not None:
+        url = str(ha.get("url") or "")
+        epoch = _non_negative(ha.get("epoch"))
+        for queue in ha.get("queues") or []:
+            if isinstance(queue, dict):
+                position += _non_negative(queue.get("last_id"))
+    pid = status.get("pid")
+    store = str(status.get("store_status", "unknown"))
+    return BrokerView(
+        ha_state=state,
+        epoch=epoch,
+        replication_position=position,
+        store_status=store if store in ("empty", "clean", "dirty") else "unknown",
+        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
+        url=url,
+    )
+
+
+class BrokerCheck:
+    """Reads the broker at ``address`` (``[user/password@]host[:port]``, the management port)."""
+
+    def __init__(self, address: str, timeout: float = 2.0) -> None:
+        url = parse_url(address, default_port=DEFAULT_MGMT_PORT)  # ValueError names it
+        if len(url.addresses) != 1:
+            raise ValueError(f"expected one broker address, got {address!r}")
+        self.client = ManagementClient(url, timeout)
+        self.last_error = ""
+
+    @property
+    def address(self) -> str:
+        return self.client.address
+
+    def check(self) -> BrokerView | None:
+        """The broker's state now, or None when it does not answer (see :attr:`last_error`)."""
+        try:
+            status = self.client.get("/api/status")
+            if not isinstance(status, dict):
+                raise ManagementError(f"{self.address}: /api/status is not a JSON object")
+            ha = None
+            if status.get("ha_state") != "standalone":
+                ha = self.client.get("/api/ha")
+                if not isinstance(ha, dict):
+                    raise ManagementError(f"{self.address}: /api/ha is not a JSON object")
+        except ManagementError as exc:
+            self.last_error = str(exc)
+            return None
+        self.last_error = ""
+        return broker_view(status, ha)
+
+    def promote(self, epoch: int) -> dict[str, Any]:
+        """``POST /api/ha/promote`` as the cluster manager; the broker's answer."""
+        try:
+            answer = self.client.post("/api/ha/promote", {"cluster_manager": True, "epoch": epoch})
+        except ManagementError as exc:
+            if exc.status is not None:
+                raise PromoteRefused(str(exc)) from exc
+            raise
+        return answer if isinstance(answer, dict) else {}

@@ -1,0 +1,127 @@
+"""``qpid-ha-agent``: the command line of the agent (one per node).
+
+Exit codes: 0 after SIGTERM/SIGINT, 2 for a bad option value (one line naming it).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Annotated
+
+import typer
+
+from broker.log import configure_logging
+from ha_agent.agent import Agent, AgentSettings
+from ha_agent.vip import parse_vip
+
+app = typer.Typer(add_completion=False)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"qpid-ha-agent: error: {message}", err=True)
+    return typer.Exit(2)
+
+
+@app.command(help="Elect, promote and fence qpidd brokers of an HA cluster through ZooKeeper.")
+def run(
+    zk: Annotated[str, typer.Option("--zk", help="ZooKeeper ensemble, host:port[,host:port...]")],
+    cluster: Annotated[str, typer.Option("--cluster", help="cluster name")],
+    node: Annotated[str, typer.Option("--node", help="this node's name in the cluster")],
+    broker: Annotated[
+        str,
+        typer.Option(
+            "--broker", help="management address of the local broker, \\[user/password@]host:port"
+        ),
+    ],
+    broker_command: Annotated[
+        str | None,
+        typer.Option(
+            "--broker-command", help='start and supervise the broker: "qpidd --ha-cluster=yes ..."'
+        ),
+    ] = None,
+    broker_log: Annotated[
+        str | None, typer.Option("--broker-log", help="file for the supervised broker's output")
+    ] = None,
+    session_timeout: Annotated[
+        float, typer.Option("--session-timeout", help="ZooKeeper session timeout, seconds")
+    ] = 4.0,
+    check_interval: Annotated[
+        float, typer.Option("--check-interval", help="seconds between health checks")
+    ] = 0.5,
+    cluster_size: Annotated[
+        int,
+        typer.Option(
+            "--cluster-size", help="members to wait for before a new cluster's first promotion"
+        ),
+    ] = 1,
+    vip: Annotated[
+        str | None, typer.Option("--vip", help="virtual IP ADDR/PREFIX held by the primary's node")
+    ] = None,
+    vip_interface: Annotated[
+        str | None, typer.Option("--vip-interface", help="interface of the virtual IP")
+    ] = None,
+    vip_netns: Annotated[
+        str | None, typer.Option("--vip-netns", help="network namespace of that interface")
+    ] = None,
+    watchdog_timeout: Annotated[
+        float,
+        typer.Option(
+            "--watchdog-timeout", help="kill and restart a broker silent this long (0: off)"
+        ),
+    ] = 10.0,
+    log_file: Annotated[str | None, typer.Option("--log-file", help="JSON log file")] = None,
+    log_format: Annotated[str, typer.Option("--log-format", help="json or console")] = "json",
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info ...")] = "info",
+) -> None:
+    settings = AgentSettings(
+        zk_hosts=zk,
+        cluster=cluster,
+        node=node,
+        broker=broker,
+        broker_command=broker_command,
+        broker_log=broker_log,
+        session_timeout=session_timeout,
+        check_interval=check_interval,
+        cluster_size=cluster_size,
+        vip=vip,
+        vip_interface=vip_interface,
+        vip_netns=vip_netns,
+        watchdog_timeout=watchdog_timeout,
+    )
+    try:
+        settings.check()
+        if vip is not None:
+            parse_vip(vip)
+        configure_logging(
+            level=log_level,
+            fmt=log_format,
+            file=log_file,
+            node=node,
+            component="agent",
+            cluster=cluster,
+        )
+        agent = Agent(settings)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"cannot open log file {log_file}: {exc.strerror}") from None
+
+    def stop(_signum: int, _frame: object) -> None:
+        agent.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    raise typer.Exit(0)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,112 @@
+"""The primary record: ``/qpid-ha/<cluster>/primary``, who serves clients and with which epoch.
+
+:Status: Beta
+
+An *ephemeral* znode written by the agent that won the election, once its broker is
+promoted: ``{"version": 1, "node": "n1", "epoch": 7, "broker_url": "...", "vip": "..."}``.
+It goes away with that agent's session (crash, partition past the session timeout), and
+the agent deletes it when it fences its broker. Agents read it to know the primary (a
+joining broker never contends while one is recorded; a primary broker whose agent sees
+another node recorded is fenced); ``qpid-ha --zk`` shows it.
+
+Error Handling
+==============
+
+- :func:`read_primary` returns None when there is no record, and also for a record that
+  cannot be parsed (logged as ``primary_record_invalid``).
+- :func:`write_primary` replaces a record left by this session, and raises kazoo's
+  ``NodeExistsError`` when another live session holds one (two leaders would be a bug of
+  the election: the caller resigns).
+- kazoo connection errors propagate (callers run these in their ZooKeeper thread).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import structlog
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from ha_agent.promotion import PrimaryRecord
+from ha_agent.zk_layout import ClusterLayout
+
+__all__ = ["delete_primary", "read_primary", "write_primary"]
+
+RECORD_VERSION = 1
+
+_log = structlog.get_logger("ha_agent.primary_record", component="agent")
+
+
+def _encode(record: PrimaryRecord, vip: str | None) -> bytes:
+    body: dict[str, Any] = {"version": RECORD_VERSION, **asdict(record), "vip": vip}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_primary(data: bytes | None) -> tuple[PrimaryRecord, str | None] | None:
+    """The record and its virtual IP from a znode's bytes; None when it is not a record."""
+    try:
+        body = json.loads(data or b"")
+        if not isinstance(body, dict) or body.get("version") != RECORD_VERSION:
+            return None
+        node, epoch, url = body["node"], body["epoch"], body.get("broker_url", "")
+        vip = body.get("vip")
+        if not isinstance(node, str) or not isinstance(url, str):
+            return None
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            return None
+        return PrimaryRecord(node, epoch, url), vip if isinstance(vip, str) else None
+    except (KeyError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def read_primary_full(client: Any, cluster: str) -> tuple[PrimaryRecord, str | None] | None:
+    path = ClusterLayout(cluster).primary
+    try:
+        data, _ = client.retry(client.get, path)
+    except NoNodeError:
+        return None
+    decoded = decode_primary(data)
+    if decoded is None:
+        _log.warning("primary_record_invalid", cluster=cluster, path=path)
+    return decoded
+
+
+def read_primary(client: Any, cluster: str) -> PrimaryRecord | None:
+    """The recorded primary of ``cluster`` (None when there is none)."""
+    decoded = read_primary_full(client, cluster)
+    return None if decoded is None else decoded[0]
+
+
+def _session_id(client: Any) -> int | None:
+    client_id = client.client_id
+    return None if client_id is None else int(client_id[0])
+
+
+def write_primary(client: Any, cluster: str, record: PrimaryRecord, vip: str | None = None) -> None:
+    """Record ``record`` as the primary, ephemeral to this client's session."""
+    path = ClusterLayout(cluster).primary
+    data = _encode(record, vip)
+    try:
+        client.retry(client.create, path, data, ephemeral=True, makepath=True)
+        return
+    except NodeExistsError:
+        pass
+    _, stat = client.retry(client.get, path)
+    if stat.ephemeralOwner != _session_id(client):
+        raise NodeExistsError(f"{path} is held by session {stat.ephemeralOwner:#x}")
+    client.retry(client.set, path, data, version=stat.version)
+
+
+def delete_primary(client: Any, cluster: str) -> bool:
+    """Delete the record if this session owns it; True when it did."""
+    path = ClusterLayout(cluster).primary
+    try:
+        _, stat = client.retry(client.get, path)
+        if stat.ephemeralOwner != _session_id(client):
+            return False
+        client.retry(client.delete, path, version=stat.version)
+    except NoNodeError:
+        return False
+    return True

@@ -1,0 +1,166 @@
+"""Supervision of the local broker process (``--broker-command``), and fencing by PID.
+
+:Status: Beta
+
+:class:`BrokerSupervisor` starts the broker command, restarts it when it exits (back-off
+from ``min_delay`` doubling to ``max_delay``, reset once a run lasted ``stable_after``
+seconds), and kills it on demand: the agent's fence and watchdog. A broker killed this way
+comes back as a joining backup (a cluster member always starts as one) and follows the new
+primary by itself.
+
+Without ``--broker-command`` (systemd or another supervisor runs the broker), the agent
+fences with :func:`kill_pid`: SIGKILL to the PID the broker reported in ``/api/status``;
+the service manager restarts it.
+
+:func:`restart_delay` is the back-off rule, pure.
+
+Error Handling
+==============
+
+- A command that cannot be started (missing binary, bad permissions) is logged as
+  ``broker_start_failed`` and retried with the back-off; the agent keeps running (its
+  broker then does not answer, so it never contends).
+- :meth:`BrokerSupervisor.kill` on a broker that already exited does nothing.
+- :meth:`BrokerSupervisor.stop` sends SIGTERM, waits ``timeout`` seconds, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import structlog
+
+__all__ = ["BrokerSupervisor", "kill_pid", "restart_delay"]
+
+_log = structlog.get_logger("ha_agent.supervisor", component="agent")
+
+
+def restart_delay(failures: int, min_delay: float = 0.1, max_delay: float = 10.0) -> float:
+    """Seconds to wait before start number ``failures + 1`` after ``failures`` quick exits."""
+    if failures <= 0:
+        return 0.0
+    return float(min(max_delay, min_delay * 2.0 ** (failures - 1)))
+
+
+def kill_pid(pid: int, reason: str) -> bool:
+    """SIGKILL ``pid``; False when there is no such process."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    _log.warning("broker_killed", pid=pid, reason=reason)
+    return True
+
+
+class BrokerSupervisor:
+    """Runs ``command`` and keeps it running until :meth:`stop`.
+
+    ``on_exit(returncode)`` is called (in the supervisor's thread) each time the broker
+    exits, before it is restarted. THREAD SAFE.
+    """
+
+    def __init__(
+        self,
+        command: str | Sequence[str],
+        *,
+        on_exit: Callable[[int], None] | None = None,
+        min_delay: float = 0.1,
+        max_delay: float = 10.0,
+        stable_after: float = 10.0,
+        log_file: str | None = None,
+    ) -> None:
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        if not argv:
+            raise ValueError("the broker command is empty")
+        self.argv = argv
+        self.on_exit = on_exit
+        self.min_delay = min_delay
+        self.max_delay = max_delay
+        self.stable_after = stable_after
+        self.log_file = log_file
+        self.restarts = 0
+        self._process: subprocess.Popen[bytes] | None = None
+        self._mutex = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int | None:
+        with self._mutex:
+            process = self._process
+        return None if process is None or process.poll() is not None else process.pid
+
+    def start(self) -> BrokerSupervisor:
+        self._thread = threading.Thread(target=self._run, name="broker-supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def kill(self, reason: str) -> bool:
+        """SIGKILL the broker now (it is restarted); False when it was not running."""
+        pid = self.pid
+        return pid is not None and kill_pid(pid, reason)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """Stop supervising: SIGTERM the broker, SIGKILL after ``timeout``; its exit code."""
+        self._stopping.set()
+        with self._mutex:
+            process = self._process
+        code = None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                code = process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                code = process.wait()
+        elif process is not None:
+            code = process.returncode
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return code
+
+    def _spawn(self) -> subprocess.Popen[bytes] | None:
+        try:
+            if self.log_file is None:
+                return subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+            with open(self.log_file, "ab") as out:
+                return subprocess.Popen(
+                    self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                )
+        except OSError as exc:
+            _log.error("broker_start_failed", command=self.argv[0], reason=str(exc))
+            return None
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            delay = restart_delay(failures, self.min_delay, self.max_delay)
+            if delay and self._stopping.wait(delay):
+                return
+            started = time.monotonic()
+            process = self._spawn()
+            if process is None:
+                failures += 1
+                continue
+            with self._mutex:
+                if self._stopping.is_set():
+                    process.kill()
+                    process.wait()
+                    return
+                self._process = process
+            _log.info("broker_started", pid=process.pid, restarts=self.restarts)
+            code = process.wait()
+            if self._stopping.is_set():
+                return
+            self.restarts += 1
+            ran = time.monotonic() - started
+            failures = 0 if ran >= self.stable_after else failures + 1
+            _log.warning("broker_exited", pid=process.pid, code=code, ran_s=round(ran, 3))
+            if self.on_exit is not None:
+                self.on_exit(code)

@@ -1,0 +1,205 @@
+"""Real agent clusters for end-to-end tests: N ``qpid-ha-agent`` processes on one ZooKeeper,
+each supervising its own ``qpidd`` (``--broker-command``), all on loopback free ports.
+
+Every process is stopped by PID: the agents with SIGTERM (they stop their brokers), then
+any broker still alive (its PID read from ``/api/status`` whenever it answered) with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from ha_agent.membership import read_members
+from ha_agent.primary_record import read_primary
+from ha_agent.promotion import PrimaryRecord
+from tests.broker_process import QPIDD, free_port, wait_until
+
+AGENT = str(Path(sys.executable).parent / "qpid-ha-agent")
+
+
+def get_json(port: int, path: str, timeout: float = 2.0) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as answer:
+        return json.load(answer)
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a half-written last line
+            events.append(json.loads(line))
+    return events
+
+
+class Node:
+    """One agent with its supervised broker."""
+
+    def __init__(self, root: Path, name: str, port: int, mgmt_port: int, brokers_url: str) -> None:
+        self.name = name
+        self.dir = root / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = port
+        self.mgmt_port = mgmt_port
+        self.broker_command = [
+            QPIDD,
+            "--interface=127.0.0.1",
+            f"--port={port}",
+            "--mgmt-interface=127.0.0.1",
+            f"--mgmt-port={mgmt_port}",
+            f"--node-name={name}",
+            f"--data-dir={self.dir / 'data'}",
+            f"--log-file={self.broker_log}",
+            "--log-format=json",
+            "--ha-cluster=yes",
+            f"--ha-brokers-url={brokers_url}",
+            "--ha-replicate=all",
+            "--ha-username=guest",
+            "--ha-password=guest",
+            "--link-maintenance-interval=0.1",
+            "--link-heartbeat-interval=2",
+            "--ha-backup-timeout=5",
+        ]
+        self.agent: subprocess.Popen[bytes] | None = None
+        self.broker_pids: set[int] = set()
+
+    @property
+    def broker_log(self) -> Path:
+        return self.dir / "qpidd.log"
+
+    @property
+    def agent_log(self) -> Path:
+        return self.dir / "agent.log"
+
+    def start_agent(self, zk_hosts: str, cluster: str, *extra: str) -> None:
+        cmd = [
+            AGENT,
+            f"--zk={zk_hosts}",
+            f"--cluster={cluster}",
+            f"--node={self.name}",
+            f"--broker=guest/guest@127.0.0.1:{self.mgmt_port}",
+            f"--broker-command={shlex.join(self.broker_command)}",
+            f"--broker-log={self.dir / 'qpidd.out'}",
+            f"--log-file={self.agent_log}",
+            *extra,
+        ]
+        with open(self.dir / "agent.err", "ab") as err:
+            self.agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+
+    def status(self) -> dict[str, Any] | None:
+        try:
+            status = dict(get_json(self.mgmt_port, "/api/status", timeout=0.5))
+        except (OSError, ValueError):
+            return None
+        if isinstance(status.get("pid"), int):
+            self.broker_pids.add(status["pid"])
+        return status
+
+    def state(self) -> str:
+        status = self.status()
+        return "down" if status is None else str(status.get("ha_state"))
+
+    def broker_pid(self) -> int:
+        status = self.status()
+        assert status is not None, f"{self.name}'s broker does not answer"
+        return int(status["pid"])
+
+    def agent_events(self) -> list[dict[str, Any]]:
+        return read_events(self.agent_log)
+
+    def broker_events(self) -> list[dict[str, Any]]:
+        return read_events(self.broker_log)
+
+    def signal_agent(self, sig: int) -> None:
+        assert self.agent is not None
+        os.kill(self.agent.pid, sig)
+
+    def stop(self) -> None:
+        self.status()  # note the broker's current pid
+        if self.agent is not None and self.agent.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.agent.pid, signal.SIGCONT)
+                os.kill(self.agent.pid, signal.SIGTERM)
+            try:
+                self.agent.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.agent.kill()
+                self.agent.wait(timeout=5)
+        for pid in self.broker_pids:  # whatever the agent did not stop
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+
+
+class AgentCluster:
+    """``size`` nodes (agent + broker) in ``cluster`` on the ZooKeeper at ``zk_hosts``."""
+
+    def __init__(self, root: Path, zk_hosts: str, cluster: str, size: int = 3) -> None:
+        self.zk_hosts = zk_hosts
+        self.cluster = cluster
+        ports = [free_port() for _ in range(size)]
+        url = ",".join(f"127.0.0.1:{p}" for p in ports)
+        self.nodes = [
+            Node(root, f"n{i + 1}", port, free_port(), url) for i, port in enumerate(ports)
+        ]
+        self.zk = KazooClient(hosts=zk_hosts, timeout=4.0)
+        self.zk.start(timeout=10)
+
+    @property
+    def amqp_ports(self) -> list[int]:
+        return [node.port for node in self.nodes]
+
+    def start(self, *extra: str, session_timeout: float = 2.0) -> AgentCluster:
+        for node in self.nodes:
+            node.start_agent(
+                self.zk_hosts,
+                self.cluster,
+                f"--cluster-size={len(self.nodes)}",
+                f"--session-timeout={session_timeout}",
+                "--check-interval=0.1",
+                *extra,
+            )
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        self.zk.stop()
+        self.zk.close()
+
+    def states(self) -> list[str]:
+        return [node.state() for node in self.nodes]
+
+    def primaries(self) -> list[Node]:
+        return [n for n in self.nodes if n.state() in ("active", "recovering")]
+
+    def wait_settled(self, timeout: float = 30.0) -> Node:
+        """One active primary, every other node a ready backup; returns the primary."""
+
+        def settled() -> bool:
+            states = sorted(self.states())
+            return states == ["active"] + ["ready"] * (len(self.nodes) - 1)
+
+        wait_until(settled, timeout=timeout)
+        (primary,) = self.primaries()
+        return primary
+
+    def primary_record(self) -> PrimaryRecord | None:
+        return read_primary(self.zk, self.cluster)
+
+    def members(self) -> dict[str, Any]:
+        return read_members(self.zk, self.cluster)
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
