@@ -41,6 +41,19 @@ _PUBLISH_ID = b"\x00\x3c\x00\x28"
 _CHANNEL_OPEN = ChannelState.OPEN
 
 
+class _OpenOk(commands.Connection.OpenOk):
+    """connection.open-ok that carries ``known-hosts``.
+
+    AMQP 0-8 defined the field; 0-9-1 keeps it as a reserved short string, which pamqp
+    insists be empty. Clients decode it as a short string whatever it holds: pika keeps it
+    (``connection.known_hosts``), aiormq and py-amqp skip it.
+    """
+
+    def validate(self) -> None:
+        if len(self.known_hosts.encode()) > 255:
+            raise ValueError("known_hosts is longer than 255 bytes")
+
+
 @runtime_checkable
 class AdvertisesKnownHosts(Protocol):
     """An admission policy that tells admitted clients where the service is."""
@@ -431,7 +444,7 @@ class Connection:
         known_hosts = ""
         if isinstance(ctx.admission, AdvertisesKnownHosts):
             known_hosts = ctx.admission.known_hosts()
-        self.send_method(0, commands.Connection.OpenOk(known_hosts=known_hosts))
+        self.send_method(0, _OpenOk(known_hosts=known_hosts))
         ctx.log.info(
             "connection_opened",
             connection=self.name,
