@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
-import kombu
+import kombu.connection
 import pika
 import pytest
 from pamqp import base, commands, frame, header
@@ -136,7 +136,9 @@ def test_public_url_reaches_clients_and_operators(tmp_path: Path) -> None:
         # aio-pika (aiormq) drops open-ok: the server property is there for it
         assert asyncio.run(aio_pika_public_url(primary)) == ADVERTISED
         # kombu (py-amqp) skips the field and carries on
-        with kombu.Connection(f"amqp://guest:guest@127.0.0.1:{primary}//") as kombu_client:
+        with kombu.connection.Connection(
+            f"amqp://guest:guest@127.0.0.1:{primary}//"
+        ) as kombu_client:
             kombu_client.connect()
             declared = kombu_client.default_channel.queue_declare("kombu-was-here")
             assert declared.queue == "kombu-was-here"
