@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from broker.url import BrokerUrl, parse_url
+from qpid_ha_cli.cluster_view import ClusterViewError, format_cluster, read_cluster
 from qpid_ha_cli.management import ManagementClient, ManagementError
 
 DEFAULT_MGMT_PORT = 8672
@@ -42,6 +43,8 @@ class Settings:
     broker: BrokerUrl
     timeout: float = 10.0
     cluster_manager: bool = False
+    zk: str | None = None
+    cluster: str | None = None
 
 
 settings = Settings()
@@ -81,6 +84,13 @@ def main_options(
             help="allow cluster-manager commands (promote); for the resource manager only",
         ),
     ] = False,
+    zk: Annotated[
+        str | None,
+        typer.Option("--zk", help="ZooKeeper ensemble: status --all from the agents' records"),
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", help="cluster name (with --zk)")
+    ] = None,
 ) -> None:
     try:
         url = parse_url(broker, default_port=DEFAULT_MGMT_PORT)
@@ -94,6 +104,9 @@ def main_options(
     settings.broker = url
     settings.timeout = timeout
     settings.cluster_manager = cluster_manager
+    if (zk is None) != (cluster is None):
+        raise typer.BadParameter("--zk and --cluster go together", param_hint="'--zk'")
+    settings.zk, settings.cluster = zk, cluster
 
 
 @app.command()
@@ -122,7 +135,16 @@ def status(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
 ) -> None:
-    """Print the broker's HA state (and with --all, every member's)."""
+    """Print the broker's HA state (and with --all, every member's).
+
+    With --zk and --cluster, --all shows the cluster as the agents record it in ZooKeeper:
+    members, states, epochs, the primary and the virtual IP owner.
+    """
+    if settings.zk is not None and settings.cluster is not None:
+        if not show_all:
+            raise _fail("with --zk, use status --all", ExitStatus.USAGE)
+        _zk_status(settings.zk, settings.cluster, as_json)
+        return
     data = _get("/api/status")
     state = str(data.get("ha_state", "unknown"))
     if show_all:
@@ -145,6 +167,20 @@ def status(
         holds = state in PRIMARY_STATES if wanted == "primary" else state == wanted
         if not holds:
             raise typer.Exit(int(ExitStatus.ERROR))
+
+
+def _zk_status(hosts: str, cluster: str, as_json: bool) -> None:
+    try:
+        view = read_cluster(hosts, cluster, settings.timeout)
+    except ValueError as exc:
+        raise _fail(str(exc), ExitStatus.USAGE) from exc
+    except ClusterViewError as exc:
+        raise _fail(str(exc), ExitStatus.UNREACHABLE) from exc
+    if as_json:
+        typer.echo(json.dumps(view, indent=2, sort_keys=True))
+    else:
+        for line in format_cluster(view):
+            typer.echo(line)
 
 
 @app.command()

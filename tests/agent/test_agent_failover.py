@@ -6,10 +6,14 @@ client on the URL list, and the old primary coming back as a backup.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pika
 import pika.exceptions
@@ -20,6 +24,8 @@ from tests.broker_process import wait_until
 from tests.zookeeper import ZooKeeper
 
 pytestmark = pytest.mark.timeout(180)
+
+QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
 
 
 @pytest.fixture
@@ -47,7 +53,7 @@ class Publisher:
         self.sent = 0
         self.confirmed: set[int] = set()
         self.reconnects = 0
-        self.channel: object | None = None
+        self.channel: Any = None
         self.connection: pika.BlockingConnection | None = None
 
     def _connect(self, deadline: float) -> None:
@@ -74,7 +80,7 @@ class Publisher:
             number = self.sent
             self.sent += 1
             try:
-                self.channel.basic_publish(  # type: ignore[attr-defined]
+                self.channel.basic_publish(
                     "", self.queue, str(number).encode(), pika.BasicProperties(delivery_mode=2)
                 )
             except pika.exceptions.AMQPError:
@@ -92,7 +98,7 @@ def drain(ports: list[int], queue: str) -> list[int]:
     connection = pika.BlockingConnection(url_list(ports))
     try:
         channel = connection.channel()
-        received = []
+        received: list[int] = []
         while True:
             method, _props, body = channel.basic_get(queue, auto_ack=True)
             if method is None:
@@ -119,6 +125,18 @@ def test_first_election_promotes_one_broker_and_the_others_become_ready(
     assert len(promoted) == 1
     assert "most advanced of 3 joining members" in promoted[0]["reason"]
     assert promoted[0]["new_epoch"] == record.epoch
+    # qpid-ha reads the same from ZooKeeper
+    cli = subprocess.run(
+        [QPID_HA, "--zk", agents.zk_hosts, "--cluster", agents.cluster, "status", "--all"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert f"primary {primary.name} (epoch {record.epoch})" in cli.stdout
+    rows = {line.split()[0]: line.split()[1] for line in cli.stdout.splitlines()[1:4]}
+    assert sorted(rows.values()) == ["active", "ready", "ready"]
+    assert cli.stdout.splitlines()[0].split()[:2] == ["NODE", "STATE"]
     for node in agents.nodes:  # the losers said why they did not contend
         if node is not primary:
             reasons = [
@@ -140,8 +158,6 @@ def test_sigkill_of_the_primary_broker_promotes_a_ready_backup_nothing_confirmed
     old_pid = old.broker_pid()
     killed_at = time.monotonic()
     old.signal_agent(0)  # the agent is alive; its broker dies
-    import os
-
     os.kill(old_pid, signal.SIGKILL)
     publisher.publish(300)  # through the fail-over: the URL list finds the new primary
     resumed_after = time.monotonic() - killed_at
