@@ -86,9 +86,9 @@ class OrphanedQueues:
         return expired
 
     def waiting(self, now: float) -> dict[str, float]:
-        """Queue name -> seconds left before it goes (``/api/ha`` shows it)."""
+        """Queue name -> seconds left before it goes, to the millisecond (``/api/ha``)."""
         return {
-            name: max(0.0, orphan.deadline - now)
+            name: round(max(0.0, orphan.deadline - now), 3)
             for name, orphan in sorted(self._orphans.items())
             if not orphan.queue.deleted and orphan.queue.consumer_count == 0
         }
