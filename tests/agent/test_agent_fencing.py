@@ -1,0 +1,165 @@
+"""End to end: fencing and the hard failures, with real agents, brokers and ZooKeeper.
+
+- The primary's node frozen (agent and broker SIGSTOPped) past the session timeout: another
+  broker is promoted, never two serving at once, and the old agent fences its broker when
+  it runs again.
+- The ZooKeeper leader of a 3-server ensemble killed: no spurious fail-over.
+- Total failure: every agent and broker killed and restarted: the most advanced broker (the
+  newest epoch) is promoted, never the one that missed a fail-over.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.agent.agent_cluster import AgentCluster, Node
+from tests.broker_process import wait_until
+from tests.zookeeper import ZooKeeper, ZooKeeperEnsemble
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[AgentCluster]:
+    agents = AgentCluster(tmp_path, zookeeper.hosts, cluster, size=3)
+    try:
+        yield agents
+    finally:
+        agents.stop()
+
+
+def events(node: Node, name: str) -> list[dict[str, object]]:
+    return [e for e in node.agent_events() if e["event"] == name]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie of the agent's (its child) counts as dead
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_frozen_primary_node_is_replaced_and_fences_itself_when_it_runs_again(
+    agents: AgentCluster,
+) -> None:
+    session_timeout = 2.0
+    agents.start(session_timeout=session_timeout)
+    old = agents.wait_settled()
+    old_epoch = agents.primary_record().epoch  # type: ignore[union-attr]
+    broker_pid = old.broker_pid()
+    assert old.agent is not None
+    frozen_at = time.monotonic()
+    os.kill(old.agent.pid, signal.SIGSTOP)
+    os.kill(broker_pid, signal.SIGSTOP)
+    try:
+        overlaps: list[list[str]] = []
+
+        def replaced() -> bool:
+            primaries = [n.name for n in agents.primaries()]  # the frozen one cannot answer
+            if len(primaries) > 1:
+                overlaps.append(primaries)
+            return bool(primaries) and old.name not in primaries
+
+        wait_until(replaced, timeout=30)
+        replaced_after = time.monotonic() - frozen_at
+        assert not overlaps
+        # ZooKeeper gave up on the frozen agent only after its session timed out
+        assert replaced_after >= session_timeout * 0.9
+        record = agents.primary_record()
+        assert record is not None and record.node != old.name and record.epoch > old_epoch
+    finally:
+        # the node runs again: the agent first, as a machine's processes resume together
+        os.kill(old.agent.pid, signal.SIGCONT)
+        os.kill(broker_pid, signal.SIGCONT)
+    wait_until(lambda: not pid_alive(broker_pid), timeout=10)
+    fences = events(old, "zookeeper_session_fence")
+    assert fences and fences[0]["broker_primary"] is True
+    assert any(e["pid"] == broker_pid for e in events(old, "broker_killed"))
+    # the old primary comes back as a backup of the new one; one primary throughout
+    wait_until(lambda: old.state() == "ready", timeout=30)
+    new = agents.wait_settled()
+    assert new.name == record.node
+
+
+@pytest.fixture
+def ensemble_agents(
+    tmp_path: Path, ensemble: ZooKeeperEnsemble, cluster: str
+) -> Iterator[AgentCluster]:
+    agents = AgentCluster(tmp_path, ensemble.hosts, cluster, size=3)
+    try:
+        yield agents
+    finally:
+        agents.stop()
+
+
+def test_zookeeper_leader_killed_no_spurious_failover(
+    ensemble_agents: AgentCluster, ensemble: ZooKeeperEnsemble
+) -> None:
+    agents = ensemble_agents
+    agents.start(session_timeout=4.0)
+    primary = agents.wait_settled(timeout=40)
+    record = agents.primary_record()
+    assert record is not None
+    ensemble.kill(ensemble.leader())
+    wait_until(lambda: ensemble.leader() is not None, timeout=30)
+    # Two session timeouts later the same broker still serves, at the same epoch, and no
+    # agent fenced or promoted anything.
+    deadline = time.monotonic() + 8.0
+    while time.monotonic() < deadline:
+        assert [n.name for n in agents.primaries()] == [primary.name]
+        time.sleep(0.2)
+    assert agents.primary_record() == record
+    for node in agents.nodes:
+        assert not events(node, "agent_fenced"), node.name
+        assert not events(node, "zookeeper_session_fence"), node.name
+        assert len(events(node, "agent_promoted")) == (1 if node is primary else 0)
+
+
+def test_total_failure_restart_promotes_the_most_advanced_broker(agents: AgentCluster) -> None:
+    agents.start()
+    first = agents.wait_settled()
+    first_epoch = agents.primary_record().epoch  # type: ignore[union-attr]
+    # One backup stops for good: it misses the next fail-over and keeps the old epoch.
+    laggard = next(n for n in agents.nodes if n is not first)
+    laggard.stop()
+    # The primary's broker dies: the remaining ready backup takes over with a newer epoch.
+    os.kill(first.broker_pid(), signal.SIGKILL)
+    wait_until(
+        lambda: (r := agents.primary_record()) is not None and r.epoch > first_epoch,
+        timeout=30,
+    )
+    wait_until(lambda: first.state() == "ready", timeout=30)  # it follows the new epoch
+    # Total failure: every agent and broker of the two remaining nodes killed.
+    for node in agents.nodes:
+        if node is laggard:
+            continue
+        node.status()
+        assert node.agent is not None
+        os.kill(node.agent.pid, signal.SIGKILL)
+        node.agent.wait()
+        for pid in node.broker_pids:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: agents.primary_record() is None, timeout=15)  # sessions expired
+    # Everyone restarts: all joining, a new cluster by the rule; the laggard has epoch 1.
+    agents.start()
+    winner = agents.wait_settled(timeout=40)
+    assert winner is not laggard
+    record = agents.primary_record()
+    assert record is not None and record.epoch > first_epoch + 1
+    promoted = events(winner, "agent_promoted")[-1]
+    assert "most advanced of 3 joining members" in str(promoted["reason"])
+    laggard_reasons = [str(e["reason"]) for e in events(laggard, "promotion_eligibility")]
+    assert any("is the most advanced joining member" in r for r in laggard_reasons)
