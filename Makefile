@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) system-packages
 	$(BIN)/python deploy/demo.py
 
 lint: $(STAMP)

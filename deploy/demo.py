@@ -1,32 +1,51 @@
-"""`make demo`: a three-broker HA cluster on loopback, a fail-over, nothing confirmed lost.
+"""`make demo`: a local HA cluster run by its agents; automatic fail-over; nothing lost.
 
-1. starts three ``qpidd --ha-cluster=yes`` brokers on free loopback ports; all join;
-2. promotes one with ``qpid-ha --cluster-manager promote`` (the ZooKeeper agent of a later
-   issue does this by itself) and waits for the other two to be ready backups;
-3. publishes messages with publisher confirms through pika, an unmodified client, using the
-   fail-over URL list of all three brokers;
-4. kills the primary with SIGKILL, promotes a ready backup, and consumes every message from
-   the new primary, then prints sent, confirmed, received, lost and duplicated counts;
-5. shows ``qpid-ha status --all`` before and after, and stops everything with SIGTERM.
+1. starts one ZooKeeper (the Debian package's server) and three ``qpid-ha-agent``s on
+   loopback, each supervising its own ``qpidd --ha-cluster=yes`` (no root needed: no
+   virtual IP); the agents elect one, promote its broker with epoch 1, and the other two
+   brokers become ready backups by themselves;
+2. shows ``qpid-ha --zk ... status --all`` (the agents' view) and ``qpid-ha status --all``
+   (the primary's view);
+3. runs a publisher with confirms and a consumer, both pika (an unmodified client) on the
+   fail-over URL list of the three brokers;
+4. SIGKILLs the primary broker; its agent resigns at once, another agent wins and promotes
+   its ready backup with the next epoch, the clients find it on their URL list, and the
+   killed broker is restarted as a backup;
+5. prints sent, confirmed, received, lost (confirmed, never received) and duplicated
+   counts and the publish gap (longest time without a confirm), then stops everything.
+
+Every process is stopped by PID, also on errors and ctrl-C. Logs (JSON lines) stay in the
+printed directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pika
+import pika.exceptions
 
-MESSAGES = 2000
 BIN = Path(sys.executable).parent
+ZOOKEEPER_CLASSPATH = (
+    "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
+)
+NODES = ("node1", "node2", "node3")
+CLUSTER = "demo"
+BEFORE_KILL = 1500  # confirmed messages before the primary is killed
+AFTER_KILL = 1500  # and after
 
 
 def free_port() -> int:
@@ -35,123 +54,219 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait(what: str, predicate: object, timeout: float = 20.0) -> None:
+def wait(what: str, predicate: Callable[[], object], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"demo: timed out waiting for {what}")
         time.sleep(0.05)
-    raise SystemExit(f"demo: timed out waiting for {what}")
+
+
+def zookeeper_serving(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"srvr")
+            return b"Mode:" in sock.recv(4096)
+    except OSError:
+        return False
 
 
 def ha_state(mgmt_port: int) -> str:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{mgmt_port}/api/status", timeout=2) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{mgmt_port}/api/status", timeout=1) as r:
             return str(json.load(r)["ha_state"])
-    except OSError:
-        return "unreachable"
+    except (OSError, ValueError, KeyError):
+        return "down"
 
 
-def qpid_ha(mgmt_port: int, *args: str) -> str:
-    cmd = [str(BIN / "qpid-ha"), "-b", f"guest/guest@127.0.0.1:{mgmt_port}", *args]
-    print(f"$ qpid-ha -b 127.0.0.1:{mgmt_port} {' '.join(args)}")
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    output = (result.stdout + result.stderr).rstrip()
-    print(output)
+def qpid_ha(*args: str) -> None:
+    print(f"$ qpid-ha {' '.join(args)}")
+    result = subprocess.run(
+        [str(BIN / "qpid-ha"), *args], capture_output=True, text=True, timeout=30
+    )
+    print((result.stdout + result.stderr).rstrip())
     if result.returncode != 0:
         raise SystemExit(f"demo: qpid-ha {' '.join(args)} failed ({result.returncode})")
-    return output
+
+
+class Clients:
+    """A confirming publisher and an acking consumer on the fail-over URL list."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.params = [
+            pika.ConnectionParameters("127.0.0.1", p, connection_attempts=1, socket_timeout=2)
+            for p in ports
+        ]
+        self.sent = 0
+        self.confirmed: set[int] = set()
+        self.received: list[int] = []
+        self.confirm_times: list[float] = []
+        self.stop_publishing = threading.Event()
+        self.stop_consuming = threading.Event()
+        self.errors: list[str] = []
+
+    def _connect(self) -> Any:
+        while True:
+            try:
+                connection = pika.BlockingConnection(self.params)
+                channel = connection.channel()
+                channel.queue_declare("demo", durable=True)
+                return connection, channel
+            except pika.exceptions.AMQPError:
+                time.sleep(0.02)  # between rounds of the URL list
+
+    def publish(self, count: int) -> None:
+        connection, channel = self._connect()
+        channel.confirm_delivery()
+        while len(self.confirmed) < count and not self.stop_publishing.is_set():
+            number = self.sent
+            self.sent += 1
+            try:
+                channel.basic_publish(
+                    "", "demo", str(number).encode(), pika.BasicProperties(delivery_mode=2)
+                )
+            except pika.exceptions.AMQPError:
+                connection, channel = self._connect()
+                channel.confirm_delivery()
+                continue
+            self.confirmed.add(number)
+            self.confirm_times.append(time.monotonic())
+        if connection.is_open:
+            connection.close()
+
+    def consume(self) -> None:
+        while not self.stop_consuming.is_set():
+            connection, channel = self._connect()
+            try:
+                for method, _props, body in channel.consume("demo", inactivity_timeout=0.2):
+                    if method is not None:
+                        self.received.append(int(body))
+                        channel.basic_ack(method.delivery_tag)
+                    elif self.stop_consuming.is_set():
+                        break
+                connection.close()
+            except pika.exceptions.AMQPError:
+                continue  # the primary died: find the new one on the URL list
+
+    def publish_gap(self) -> float:
+        times = self.confirm_times
+        return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
 
 
 def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="qpidd-demo-"))
-    ports = [free_port() for _ in range(3)]
-    mgmt = [free_port() for _ in range(3)]
-    brokers_url = ",".join(f"127.0.0.1:{p}" for p in ports)
-    procs: list[subprocess.Popen[bytes] | None] = []
-    print(f"starting 3 brokers, ha-brokers-url={brokers_url}, logs in {workdir}")
-    for i in range(3):
-        cmd = [
-            str(BIN / "qpidd"),
-            "--interface=127.0.0.1",
-            f"--port={ports[i]}",
-            "--mgmt-interface=127.0.0.1",
-            f"--mgmt-port={mgmt[i]}",
-            f"--node-name=node{i + 1}",
-            f"--data-dir={workdir / f'node{i + 1}'}",
-            f"--log-file={workdir / f'node{i + 1}.log'}",
-            "--ha-cluster=yes",
-            f"--ha-brokers-url={brokers_url}",
-            "--ha-replicate=all",
-            "--ha-username=guest",
-            "--ha-password=guest",
-            "--link-maintenance-interval=0.1",
-            "--link-heartbeat-interval=2",
-        ]
-        procs.append(subprocess.Popen(cmd))
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    broker_pids: set[int] = set()
+    zk_port = free_port()
+    ports = {n: free_port() for n in NODES}
+    mgmt = {n: free_port() for n in NODES}
+    brokers_url = ",".join(f"127.0.0.1:{ports[n]}" for n in NODES)
+    print(f"logs in {workdir}")
     try:
-        for i in range(3):
-            wait(f"node{i + 1} to start", lambda i=i: ha_state(mgmt[i]) == "joining")
-        print("all three brokers are joining: no primary yet")
+        zk_dir = workdir / "zookeeper"
+        zk_dir.mkdir()
+        (zk_dir / "zoo.cfg").write_text(
+            f"tickTime=500\ndataDir={zk_dir}\nclientPort={zk_port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
+        )
+        with open(zk_dir / "zookeeper.log", "wb") as zk_log:
+            processes["zookeeper"] = subprocess.Popen(
+                ["java", "-cp", ZOOKEEPER_CLASSPATH,
+                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(zk_dir / "zoo.cfg")],
+                stdout=zk_log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        wait("ZooKeeper", lambda: zookeeper_serving(zk_port))
+        zk = f"127.0.0.1:{zk_port}"
+        print(f"ZooKeeper serving on {zk}")
+        for node in NODES:
+            broker = [
+                str(BIN / "qpidd"), "--interface=127.0.0.1", f"--port={ports[node]}",
+                "--mgmt-interface=127.0.0.1", f"--mgmt-port={mgmt[node]}",
+                f"--node-name={node}", f"--data-dir={workdir / node}",
+                f"--log-file={workdir / f'{node}.broker.log'}", "--ha-cluster=yes",
+                f"--ha-brokers-url={brokers_url}", "--ha-replicate=all",
+                "--ha-username=guest", "--ha-password=guest",
+                "--link-maintenance-interval=0.1", "--link-heartbeat-interval=2",
+            ]  # fmt: skip
+            processes[node] = subprocess.Popen(
+                [str(BIN / "qpid-ha-agent"), f"--zk={zk}", f"--cluster={CLUSTER}",
+                 f"--node={node}", f"--broker=guest/guest@127.0.0.1:{mgmt[node]}",
+                 f"--broker-command={shlex.join(broker)}", "--cluster-size=3",
+                 "--session-timeout=2", "--check-interval=0.1",
+                 f"--log-file={workdir / f'{node}.agent.log'}",
+                 f"--broker-log={workdir / f'{node}.broker.out'}"],
+                stderr=open(workdir / f"{node}.agent.err", "wb"),  # noqa: SIM115
+            )  # fmt: skip
+        print("started 3 agents, each supervising its broker; no primary yet")
 
-        qpid_ha(mgmt[0], "--cluster-manager", "promote", "--epoch", "1")
-        for i in (1, 2):
-            wait(f"node{i + 1} to be ready", lambda i=i: ha_state(mgmt[i]) == "ready")
-        qpid_ha(mgmt[0], "status", "--all")
+        def settled() -> bool:
+            return sorted(ha_state(mgmt[n]) for n in NODES) == ["active", "ready", "ready"]
 
-        params = [pika.ConnectionParameters("127.0.0.1", p) for p in reversed(ports)]
-        connection = pika.BlockingConnection(params)  # skips the backups, reaches node1
-        channel = connection.channel()
-        channel.queue_declare("demo", durable=True)
-        channel.confirm_delivery()
-        confirmed: set[int] = set()
-        started = time.perf_counter()
-        for i in range(MESSAGES):
-            channel.basic_publish(
-                "",
-                "demo",
-                f"message {i}".encode(),
-                pika.BasicProperties(message_id=str(i), delivery_mode=2),
-            )
-            confirmed.add(i)
-        elapsed = time.perf_counter() - started
-        connection.close()
-        print(f"published {MESSAGES} messages, {len(confirmed)} confirmed in {elapsed:.2f} s")
+        wait("the agents to elect and promote a primary", settled)
+        primary = next(n for n in NODES if ha_state(mgmt[n]) == "active")
+        print(f"the agents elected {primary}: its broker is active, the others ready")
+        qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
+        qpid_ha("-b", f"guest/guest@127.0.0.1:{mgmt[primary]}", "status", "--all")
 
-        print(f"SIGKILL node1 (pid {procs[0].pid}, the primary)")  # type: ignore[union-attr]
-        os.kill(procs[0].pid, signal.SIGKILL)  # type: ignore[union-attr]
-        procs[0].wait()  # type: ignore[union-attr]
-        procs[0] = None
-        qpid_ha(mgmt[1], "--cluster-manager", "promote", "--epoch", "2")
-        wait("node2 to be active", lambda: ha_state(mgmt[1]) == "active")
-        wait("node3 to follow node2", lambda: ha_state(mgmt[2]) == "ready")
-        qpid_ha(mgmt[1], "status", "--all")
-
-        connection = pika.BlockingConnection(params)  # the URL list finds node2 now
-        channel = connection.channel()
-        received: list[int] = []
-        while True:
-            method, props, _body = channel.basic_get("demo", auto_ack=True)
-            if method is None:
-                break
-            received.append(int(props.message_id))
-        connection.close()
-        lost = confirmed - set(received)
-        duplicated = len(received) - len(set(received))
+        clients = Clients([ports[n] for n in reversed(NODES)])
+        consumer = threading.Thread(target=clients.consume, daemon=True)
+        consumer.start()
+        clients.publish(BEFORE_KILL)
+        with urllib.request.urlopen(f"http://127.0.0.1:{mgmt[primary]}/api/status") as r:
+            pid = int(json.load(r)["pid"])
+        broker_pids.add(pid)
         print(
-            f"sent {MESSAGES}, confirmed {len(confirmed)}, received {len(received)},"
-            f" lost {len(lost)}, duplicated {duplicated}"
+            f"published {len(clients.confirmed)} confirmed; SIGKILL {primary}'s broker (pid {pid})"
+        )
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        clients.publish(BEFORE_KILL + AFTER_KILL)
+        new = next(n for n in NODES if ha_state(mgmt[n]) in ("active", "recovering"))
+        print(
+            f"fail-over: {new} is the primary; publishing resumed "
+            f"{(clients.confirm_times[BEFORE_KILL] - killed_at) * 1000:.0f} ms after the kill"
+        )
+        wait(f"{primary} to come back as a ready backup", settled)
+        qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
+
+        wait("the consumer to drain", lambda: clients.confirmed <= set(clients.received), 30)
+        clients.stop_consuming.set()
+        consumer.join(10)
+        lost = clients.confirmed - set(clients.received)
+        duplicated = len(clients.received) - len(set(clients.received))
+        print(
+            f"sent {clients.sent}, confirmed {len(clients.confirmed)}, "
+            f"received {len(set(clients.received))}, lost {len(lost)}, "
+            f"duplicated {duplicated}, publish gap {clients.publish_gap() * 1000:.0f} ms"
         )
         ok = not lost
     finally:
-        codes = []
-        for proc in procs:
-            if proc is not None:
-                proc.send_signal(signal.SIGTERM)
-                codes.append(proc.wait(timeout=15))
-        print(f"brokers stopped with exit codes {codes}")
-    print(f"broker logs (JSON lines): {workdir}/node*.log")
-    print("demo OK: fail-over with nothing confirmed lost" if ok else "demo FAILED")
+        for node in NODES:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{mgmt[node]}/api/status") as r:
+                    broker_pids.add(int(json.load(r)["pid"]))
+            except (OSError, ValueError, KeyError):
+                pass
+        for name, process in processes.items():
+            if name != "zookeeper" and process.poll() is None:
+                process.send_signal(signal.SIGTERM)  # the agent stops its broker
+        for name, process in processes.items():
+            if name != "zookeeper":
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        for pid in broker_pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if "zookeeper" in processes:
+            processes["zookeeper"].terminate()
+            processes["zookeeper"].wait(timeout=15)
+        print("stopped agents, brokers and ZooKeeper")
+    print(f"JSON logs of brokers and agents: {workdir}/*.log")
+    print("demo OK: automatic fail-over with nothing confirmed lost" if ok else "demo FAILED")
     return 0 if ok else 1
 
 
