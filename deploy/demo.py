@@ -20,6 +20,8 @@ printed directory.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import shlex
@@ -150,7 +152,7 @@ class Clients:
 
     def publish_gap(self) -> float:
         times = self.confirm_times
-        return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
 def main() -> int:
@@ -257,10 +259,8 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     process.kill()
         for pid in broker_pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         if "zookeeper" in processes:
             processes["zookeeper"].terminate()
             processes["zookeeper"].wait(timeout=15)
