@@ -1,0 +1,207 @@
+"""The agent's promotion rules (ha_agent.promotion), without ZooKeeper or brokers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ha_agent.broker_check import broker_view
+from ha_agent.membership import Member
+from ha_agent.promotion import (
+    BrokerView,
+    ClusterView,
+    PrimaryRecord,
+    Step,
+    decide,
+    most_advanced,
+    rank,
+)
+from ha_agent.supervisor import restart_delay
+from ha_agent.vip import parse_vip
+
+STATES = ["joining", "catch-up", "ready", "recovering", "active", "down"]
+
+
+def member(node: str, state: str = "joining", epoch: int = 0, position: int = 0, store="unknown"):
+    return Member(node, f"{node}:5672", state, epoch, store, position)
+
+
+def view(state: str | None, **kw) -> ClusterView:
+    broker = None if state is None else BrokerView(state, epoch=kw.pop("epoch", 1))
+    return ClusterView(node="n1", broker=broker, **kw)
+
+
+def test_a_ready_backup_contends_and_promotes_when_it_wins() -> None:
+    assert decide(view("ready")).steps == (Step.CONTEND,)
+    assert decide(view("ready", leadership="contending")).steps == ()
+    assert decide(view("ready", leadership="leading")).steps == (Step.PROMOTE, Step.TAKE_VIP)
+
+
+def test_a_backup_in_catch_up_never_contends_and_resigns_if_it_won() -> None:
+    assert decide(view("catch-up")).steps == ()
+    assert decide(view("catch-up", leadership="contending")).steps == (Step.WITHDRAW,)
+    decision = decide(view("catch-up", leadership="leading"))
+    assert decision.steps == (Step.WITHDRAW,)
+    assert "still catching up" in decision.actions[0].reason
+
+
+def test_a_leader_whose_broker_stops_answering_fences() -> None:
+    decision = decide(view(None, leadership="leading", promoted=True))
+    assert decision.steps == (Step.FENCE,)
+    assert decide(view(None, leadership="contending")).steps == (Step.WITHDRAW,)
+
+
+def test_the_watchdog_kills_a_broker_silent_too_long() -> None:
+    quiet = view(None, broker_silent_for=3.0, watchdog_timeout=5.0)
+    assert decide(quiet).steps == ()
+    silent = view(None, broker_silent_for=5.0, watchdog_timeout=5.0)
+    assert decide(silent).steps == (Step.KILL_BROKER,)
+    assert decide(view(None, broker_silent_for=99.0, watchdog_timeout=0)).steps == ()
+
+
+def test_a_session_in_doubt_fences_a_primary_and_withdraws_a_contender() -> None:
+    assert decide(view("active", leadership="leading", session_ok=False)).steps == (Step.FENCE,)
+    assert decide(view("ready", leadership="contending", session_ok=False)).steps == (
+        Step.WITHDRAW,
+    )
+    assert decide(view("ready", session_ok=False)).steps == ()
+
+
+def test_a_primary_broker_fenced_when_zookeeper_names_another_primary() -> None:
+    other = PrimaryRecord("n2", 5)
+    decision = decide(view("active", primary=other))
+    assert decision.steps == (Step.FENCE,)
+    assert "n2" in decision.actions[0].reason
+    # its own record, or none: it contends to keep (or take back) its leadership
+    assert decide(view("active", primary=PrimaryRecord("n1", 5))).steps == (Step.CONTEND,)
+    assert decide(view("active")).steps == (Step.CONTEND,)
+
+
+def test_a_new_cluster_waits_for_its_members_then_only_the_most_advanced_contends() -> None:
+    two = {"n1": member("n1"), "n2": member("n2")}
+    waiting = decide(view("joining", members=two, cluster_size=3))
+    assert waiting.steps == () and "waiting for 3 members, 2 present" in waiting.eligibility
+    three = {**two, "n3": member("n3", epoch=2)}
+    decision = decide(view("joining", members=three, cluster_size=3))
+    assert decision.steps == () and "n3 is the most advanced" in decision.eligibility
+    three["n1"] = member("n1", epoch=2, position=10)
+    assert decide(view("joining", members=three, cluster_size=3)).steps == (Step.CONTEND,)
+
+
+def test_a_joining_broker_never_contends_beside_a_primary_or_a_busy_member() -> None:
+    members = {"n1": member("n1"), "n2": member("n2", "ready")}
+    assert decide(view("joining", members=members, cluster_size=2)).steps == ()
+    members = {"n1": member("n1"), "n2": member("n2")}
+    recorded = view("joining", members=members, cluster_size=2, primary=PrimaryRecord("n2", 1))
+    assert decide(recorded).steps == ()
+
+
+def test_a_promoted_broker_that_restarted_as_a_backup_is_fenced() -> None:
+    decision = decide(view("joining", leadership="leading", promoted=True))
+    assert decision.steps == (Step.FENCE,)
+
+
+members_st = st.dictionaries(
+    st.sampled_from(["n1", "n2", "n3", "n4", "n5"]),
+    st.tuples(
+        st.sampled_from(STATES),
+        st.integers(0, 5),
+        st.integers(0, 100),
+        st.sampled_from(["clean", "dirty", "empty", "unknown"]),
+    ),
+    min_size=1,
+)
+
+
+def build(records: dict[str, tuple[str, int, int, str]]) -> dict[str, Member]:
+    return {n: member(n, s, e, p, store) for n, (s, e, p, store) in records.items()}
+
+
+@given(members_st, st.integers(1, 5))
+def test_at_most_one_joining_member_contends_in_a_new_cluster(records, size) -> None:
+    """Every agent computes the same winner: never two contenders, never a laggard."""
+    members = build(records)
+    contenders = []
+    for name, m in members.items():
+        v = ClusterView(
+            node=name,
+            broker=BrokerView(m.ha_state, m.epoch) if m.ha_state != "down" else None,
+            members=members,
+            cluster_size=size,
+        )
+        if m.ha_state == "joining" and Step.CONTEND in decide(v).steps:
+            contenders.append(m)
+    assert len(contenders) <= 1
+    if contenders:
+        best = contenders[0]
+        assert all(rank(best) >= rank(m) for m in members.values())
+        assert best.epoch == max(m.epoch for m in members.values())
+
+
+@given(members_st)
+def test_most_advanced_prefers_epoch_then_position_then_a_clean_store(records) -> None:
+    members = build(records)
+    best = most_advanced(members)
+    assert best is not None
+    for m in members.values():
+        assert (m.epoch, m.replication_position) <= (best.epoch, best.replication_position)
+        if (m.epoch, m.replication_position) == (best.epoch, best.replication_position):
+            assert not (best.store_status == "dirty" and m.store_status == "clean")
+
+
+@given(st.sampled_from(["idle", "contending", "leading"]), st.booleans())
+def test_a_broker_in_catch_up_is_never_promoted(leadership, promoted) -> None:
+    decision = decide(view("catch-up", leadership=leadership, promoted=promoted))
+    assert Step.PROMOTE not in decision.steps and Step.CONTEND not in decision.steps
+
+
+def test_broker_view_reads_state_epoch_position_and_pid() -> None:
+    status = {"ha_state": "ready", "pid": 42}
+    ha = {"epoch": 3, "url": "127.0.0.1:5672", "queues": [{"last_id": 5}, {"last_id": 7}]}
+    assert broker_view(status, ha) == BrokerView("ready", 3, 12, "unknown", 42, "127.0.0.1:5672")
+    odd = broker_view({"ha_state": "joining", "pid": True}, {"epoch": -1, "queues": [1]})
+    assert odd == BrokerView("joining")
+
+
+def test_restart_back_off_doubles_up_to_the_maximum() -> None:
+    assert [restart_delay(n, 0.1, 1.0) for n in range(6)] == [0.0, 0.1, 0.2, 0.4, 0.8, 1.0]
+
+
+def test_bad_virtual_ip_names_the_value() -> None:
+    assert str(parse_vip("10.77.0.100/24")) == "10.77.0.100/24"
+    for bad in ("10.77.0.100", "nonsense/24", "10.0.0.1/99"):
+        with pytest.raises(ValueError, match="bad virtual IP"):
+            parse_vip(bad)
+
+
+AGENT = str(Path(sys.executable).with_name("qpid-ha-agent"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cluster", "a/b"], "bad cluster name 'a/b'"),
+        (["--node", ".."], "bad node name '..'"),
+        (["--session-timeout", "0.1"], "--session-timeout must be 1 to 60 s"),
+        (["--check-interval", "3"], "--check-interval must be positive"),
+        (["--cluster-size", "0"], "--cluster-size must be at least 1"),
+        (["--vip", "10.0.0.1", "--vip-interface", "eth0"], "bad virtual IP '10.0.0.1'"),
+        (["--vip", "10.0.0.1/24"], "--vip and --vip-interface go together"),
+        (["--broker", "a:b:c:d"], "broker"),
+        (["--session-timeout", "soon"], "soon"),
+    ],
+)
+def test_bad_agent_options_exit_2_with_a_message_naming_the_value(args, message) -> None:
+    base = {"--zk": "127.0.0.1:1", "--cluster": "c", "--node": "n1", "--broker": "h:8672"}
+    for name, value in zip(args[::2], args[1::2], strict=True):
+        base[name] = value
+    argv = [AGENT, *[part for item in base.items() for part in item]]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
