@@ -193,7 +193,7 @@ AGENT = str(Path(sys.executable).with_name("qpid-ha-agent"))
         (["--vip", "10.0.0.1", "--vip-interface", "eth0"], "bad virtual IP '10.0.0.1'"),
         (["--vip", "10.0.0.1/24"], "--vip and --vip-interface go together"),
         (["--broker", "a:b:c:d"], "broker"),
-        (["--session-timeout", "soon"], "soon"),
+        (["--session-timeout", "soon"], "Invalid value for '--session-timeout'"),
     ],
 )
 def test_bad_agent_options_exit_2_with_a_message_naming_the_value(args, message) -> None:
