@@ -46,6 +46,7 @@ ZOOKEEPER_CLASSPATH = (
 )
 NODES = ("node1", "node2", "node3")
 CLUSTER = "demo"
+PRIMARY = ("active", "recovering")
 BEFORE_KILL = 1500  # confirmed messages before the primary is killed
 AFTER_KILL = 1500  # and after
 
@@ -155,57 +156,108 @@ class Clients:
         return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
-def main() -> int:
-    workdir = Path(tempfile.mkdtemp(prefix="qpidd-demo-"))
-    processes: dict[str, subprocess.Popen[bytes]] = {}
-    broker_pids: set[int] = set()
-    zk_port = free_port()
-    ports = {n: free_port() for n in NODES}
-    mgmt = {n: free_port() for n in NODES}
-    brokers_url = ",".join(f"127.0.0.1:{ports[n]}" for n in NODES)
-    print(f"logs in {workdir}")
-    try:
+class LocalCluster:
+    """One ZooKeeper and three agents supervising their brokers, on loopback free ports."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.broker_pids: set[int] = set()
+        self.zk_port = free_port()
+        self.zk = f"127.0.0.1:{self.zk_port}"
+        self.ports = {n: free_port() for n in NODES}
+        self.mgmt = {n: free_port() for n in NODES}
+
+    def start(self) -> LocalCluster:
+        workdir = self.workdir
         zk_dir = workdir / "zookeeper"
         zk_dir.mkdir()
         (zk_dir / "zoo.cfg").write_text(
-            f"tickTime=500\ndataDir={zk_dir}\nclientPort={zk_port}\n"
+            f"tickTime=500\ndataDir={zk_dir}\nclientPort={self.zk_port}\n"
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
         )
         with open(zk_dir / "zookeeper.log", "wb") as zk_log:
-            processes["zookeeper"] = subprocess.Popen(
+            self.processes["zookeeper"] = subprocess.Popen(
                 ["java", "-cp", ZOOKEEPER_CLASSPATH,
                  "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(zk_dir / "zoo.cfg")],
                 stdout=zk_log, stderr=subprocess.STDOUT,
             )  # fmt: skip
-        wait("ZooKeeper", lambda: zookeeper_serving(zk_port))
-        zk = f"127.0.0.1:{zk_port}"
-        print(f"ZooKeeper serving on {zk}")
+        wait("ZooKeeper", lambda: zookeeper_serving(self.zk_port))
+        brokers_url = ",".join(f"127.0.0.1:{self.ports[n]}" for n in NODES)
         for node in NODES:
             broker = [
-                str(BIN / "qpidd"), "--interface=127.0.0.1", f"--port={ports[node]}",
-                "--mgmt-interface=127.0.0.1", f"--mgmt-port={mgmt[node]}",
+                str(BIN / "qpidd"), "--interface=127.0.0.1", f"--port={self.ports[node]}",
+                "--mgmt-interface=127.0.0.1", f"--mgmt-port={self.mgmt[node]}",
                 f"--node-name={node}", f"--data-dir={workdir / node}",
                 f"--log-file={workdir / f'{node}.broker.log'}", "--ha-cluster=yes",
                 f"--ha-brokers-url={brokers_url}", "--ha-replicate=all",
                 "--ha-username=guest", "--ha-password=guest",
                 "--link-maintenance-interval=0.1", "--link-heartbeat-interval=2",
             ]  # fmt: skip
-            processes[node] = subprocess.Popen(
-                [str(BIN / "qpid-ha-agent"), f"--zk={zk}", f"--cluster={CLUSTER}",
-                 f"--node={node}", f"--broker=guest/guest@127.0.0.1:{mgmt[node]}",
-                 f"--broker-command={shlex.join(broker)}", "--cluster-size=3",
-                 "--session-timeout=2", "--check-interval=0.1",
-                 f"--log-file={workdir / f'{node}.agent.log'}",
-                 f"--broker-log={workdir / f'{node}.broker.out'}"],
-                stderr=open(workdir / f"{node}.agent.err", "wb"),  # noqa: SIM115
-            )  # fmt: skip
+            with open(workdir / f"{node}.agent.err", "wb") as err:
+                self.processes[node] = subprocess.Popen(
+                    [str(BIN / "qpid-ha-agent"), f"--zk={self.zk}", f"--cluster={CLUSTER}",
+                     f"--node={node}", f"--broker=guest/guest@127.0.0.1:{self.mgmt[node]}",
+                     f"--broker-command={shlex.join(broker)}", "--cluster-size=3",
+                     "--session-timeout=2", "--check-interval=0.1",
+                     f"--log-file={workdir / f'{node}.agent.log'}",
+                     f"--broker-log={workdir / f'{node}.broker.out'}"],
+                    stderr=err,
+                )  # fmt: skip
+        return self
+
+    def states(self) -> list[str]:
+        return [ha_state(self.mgmt[n]) for n in NODES]
+
+    def settled(self) -> bool:
+        return sorted(self.states()) == ["active", "ready", "ready"]
+
+    def primary(self) -> str | None:
+        return next((n for n in NODES if ha_state(self.mgmt[n]) in PRIMARY), None)
+
+    def broker_pid(self, node: str) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.mgmt[node]}/api/status") as r:
+            pid = int(json.load(r)["pid"])
+        self.broker_pids.add(pid)
+        return pid
+
+    def stop(self) -> None:
+        """Every process by PID: agents (SIGTERM: they stop their brokers), leftover
+        brokers (SIGKILL), ZooKeeper."""
+        for node in NODES:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                self.broker_pid(node)
+        agents = [p for name, p in self.processes.items() if name != "zookeeper"]
+        for process in agents:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in agents:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for pid in self.broker_pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if "zookeeper" in self.processes:
+            self.processes["zookeeper"].terminate()
+            self.processes["zookeeper"].wait(timeout=15)
+
+
+def main() -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="qpidd-demo-"))
+    print(f"logs in {workdir}")
+    cluster = LocalCluster(workdir)
+    ok = False
+    try:
+        cluster.start()
+        zk, ports, mgmt = cluster.zk, cluster.ports, cluster.mgmt
+        print(f"ZooKeeper serving on {zk}")
         print("started 3 agents, each supervising its broker; no primary yet")
-
-        def settled() -> bool:
-            return sorted(ha_state(mgmt[n]) for n in NODES) == ["active", "ready", "ready"]
-
-        wait("the agents to elect and promote a primary", settled)
-        primary = next(n for n in NODES if ha_state(mgmt[n]) == "active")
+        wait("the agents to elect and promote a primary", cluster.settled)
+        primary = cluster.primary()
+        assert primary is not None
         print(f"the agents elected {primary}: its broker is active, the others ready")
         qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
         qpid_ha("-b", f"guest/guest@127.0.0.1:{mgmt[primary]}", "status", "--all")
@@ -214,21 +266,18 @@ def main() -> int:
         consumer = threading.Thread(target=clients.consume, daemon=True)
         consumer.start()
         clients.publish(BEFORE_KILL)
-        with urllib.request.urlopen(f"http://127.0.0.1:{mgmt[primary]}/api/status") as r:
-            pid = int(json.load(r)["pid"])
-        broker_pids.add(pid)
+        pid = cluster.broker_pid(primary)
         print(
             f"published {len(clients.confirmed)} confirmed; SIGKILL {primary}'s broker (pid {pid})"
         )
         killed_at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         clients.publish(BEFORE_KILL + AFTER_KILL)
-        new = next(n for n in NODES if ha_state(mgmt[n]) in ("active", "recovering"))
         print(
-            f"fail-over: {new} is the primary; publishing resumed "
+            f"fail-over: {cluster.primary()} is the primary; publishing resumed "
             f"{(clients.confirm_times[BEFORE_KILL] - killed_at) * 1000:.0f} ms after the kill"
         )
-        wait(f"{primary} to come back as a ready backup", settled)
+        wait(f"{primary} to come back as a ready backup", cluster.settled)
         qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
 
         wait("the consumer to drain", lambda: clients.confirmed <= set(clients.received), 30)
@@ -243,27 +292,7 @@ def main() -> int:
         )
         ok = not lost
     finally:
-        for node in NODES:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{mgmt[node]}/api/status") as r:
-                    broker_pids.add(int(json.load(r)["pid"]))
-            except (OSError, ValueError, KeyError):
-                pass
-        for name, process in processes.items():
-            if name != "zookeeper" and process.poll() is None:
-                process.send_signal(signal.SIGTERM)  # the agent stops its broker
-        for name, process in processes.items():
-            if name != "zookeeper":
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-        for pid in broker_pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if "zookeeper" in processes:
-            processes["zookeeper"].terminate()
-            processes["zookeeper"].wait(timeout=15)
+        cluster.stop()
         print("stopped agents, brokers and ZooKeeper")
     print(f"JSON logs of brokers and agents: {workdir}/*.log")
     print("demo OK: automatic fail-over with nothing confirmed lost" if ok else "demo FAILED")
