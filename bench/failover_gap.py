@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "deploy"))
@@ -31,6 +32,10 @@ from demo import NODES, Clients, LocalCluster, wait
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def confirms_over(clients: Clients, count: int) -> Callable[[], bool]:
+    return lambda: len(clients.confirm_times) > count
 
 
 def main() -> int:
@@ -52,13 +57,13 @@ def main() -> int:
         publisher.start()
         for kill in range(args.kills):
             wait("a settled cluster", cluster.settled, 60)
-            wait("confirms", lambda k=kill: len(clients.confirm_times) > 200 * (k + 1), 60)
+            wait("confirms", confirms_over(clients, 200 * (kill + 1)), 60)
             primary = cluster.primary()
             assert primary is not None
             pid = cluster.broker_pid(primary)
             before = len(clients.confirm_times)
             os.kill(pid, signal.SIGKILL)
-            wait("a confirm after the kill", lambda b=before: len(clients.confirm_times) > b, 60)
+            wait("a confirm after the kill", confirms_over(clients, before), 60)
             # the last confirm before the kill may have landed just after `before` was read
             times = clients.confirm_times
             gap = max(b - a for a, b in zip(times[before - 1 :], times[before:], strict=False))
