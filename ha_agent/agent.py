@@ -235,8 +235,6 @@ class Agent:
                 return
             if kind == "ended":
                 self.promoted_epoch = None
-            elif kind == "broker_exited":
-                _log.info("broker_exit_seen", code=value)
             self._check()
             next_check = time.monotonic() + interval
 

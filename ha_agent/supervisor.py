@@ -18,7 +18,7 @@ Error Handling
 ==============
 
 - A command that cannot be started (missing binary, bad permissions) is logged as
-  ``broker_start_failed`` and retried with the back-off; the agent keeps running (its
+  ``broker_process_start_failed`` and retried with the back-off; the agent keeps running (its
   broker then does not answer, so it never contends).
 - :meth:`BrokerSupervisor.kill` on a broker that already exited does nothing.
 - :meth:`BrokerSupervisor.stop` sends SIGTERM, waits ``timeout`` seconds, then SIGKILL.
@@ -134,7 +134,7 @@ class BrokerSupervisor:
                     self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
                 )
         except OSError as exc:
-            _log.error("broker_start_failed", command=self.argv[0], reason=str(exc))
+            _log.error("broker_process_start_failed", command=self.argv[0], reason=str(exc))
             return None
 
     def _run(self) -> None:
@@ -154,13 +154,13 @@ class BrokerSupervisor:
                     process.wait()
                     return
                 self._process = process
-            _log.info("broker_started", pid=process.pid, restarts=self.restarts)
+            _log.info("broker_process_started", pid=process.pid, restarts=self.restarts)
             code = process.wait()
             if self._stopping.is_set():
                 return
             self.restarts += 1
             ran = time.monotonic() - started
             failures = 0 if ran >= self.stable_after else failures + 1
-            _log.warning("broker_exited", pid=process.pid, code=code, ran_s=round(ran, 3))
+            _log.warning("broker_process_exited", pid=process.pid, code=code, ran_s=round(ran, 3))
             if self.on_exit is not None:
                 self.on_exit(code)
