@@ -228,9 +228,9 @@ class Agent:
         while not self._stop.is_set():
             timeout = max(0.0, next_check - time.monotonic())
             try:
-                kind, value = self.events.get(timeout=timeout)
+                kind, _value = self.events.get(timeout=timeout)
             except queue.Empty:
-                kind, value = "tick", None
+                kind, _value = "tick", None
             if kind == "stop":
                 return
             if kind == "ended":
