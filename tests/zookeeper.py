@@ -14,6 +14,7 @@ before the server serves). Every wait polls with a deadline; processes are stopp
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -110,10 +111,16 @@ class ZooKeeperProcess:
     servers: list[str] = field(default_factory=list)  # "server.N=..." lines of an ensemble
     proc: subprocess.Popen[bytes] | None = None
     started_in: float = 0.0  # seconds from exec to serving
+    # Elsewhere than loopback (a network namespace's host): the command's prefix
+    # (``ip netns exec NS``), the address it serves on, and how to run the readiness probe
+    # where that address is reachable (``lambda probe: call_in(NS, probe)``).
+    command_prefix: list[str] = field(default_factory=list)
+    client_address: str = "127.0.0.1"
+    probe_in: Callable[[Callable[[], str | None]], str | None] | None = None
 
     @property
     def hosts(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.client_address}:{self.client_port}"
 
     @property
     def pid(self) -> int:
@@ -125,7 +132,7 @@ class ZooKeeperProcess:
             f"tickTime={TICK_TIME_MS}",
             f"dataDir={self.workdir / 'data'}",
             f"clientPort={self.client_port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={self.client_address}",
             "admin.enableServer=false",
             "4lw.commands.whitelist=*",
         ]
@@ -147,8 +154,9 @@ class ZooKeeperProcess:
         cfg = self.workdir / "zoo.cfg"
         cfg.write_text(self.config())
         with open(self.workdir / "zookeeper.log", "ab") as log:
+            java = (shutil.which("java") or "java") if self.command_prefix else "java"
             self.proc = subprocess.Popen(
-                ["java", "-cp", CLASSPATH, MAIN_CLASS, str(cfg)],
+                [*self.command_prefix, java, "-cp", CLASSPATH, MAIN_CLASS, str(cfg)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -157,6 +165,8 @@ class ZooKeeperProcess:
         return self
 
     def mode(self) -> str | None:
+        if self.probe_in is not None:
+            return self.probe_in(lambda: server_mode(self.client_address, self.client_port))
         return server_mode("127.0.0.1", self.client_port)
 
     def serving(self) -> bool:

@@ -24,6 +24,7 @@ from ha_agent.membership import read_members
 from ha_agent.primary_record import read_primary
 from ha_agent.promotion import PrimaryRecord
 from tests.broker_process import QPIDD, free_port, wait_until
+from tests.netns import Host
 
 AGENT = str(Path(sys.executable).parent / "qpid-ha-agent")
 
@@ -44,17 +45,32 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 
 
 class Node:
-    """One agent with its supervised broker."""
+    """One agent with its supervised broker.
 
-    def __init__(self, root: Path, name: str, port: int, mgmt_port: int, brokers_url: str) -> None:
+    With ``host`` (a network namespace of :mod:`tests.netns`), agent and broker run inside
+    that namespace: the broker serves AMQP on every address there (its own and the virtual
+    IP), its management API on the namespace's loopback, reached through ``host.call``.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        name: str,
+        port: int,
+        mgmt_port: int,
+        brokers_url: str,
+        *,
+        host: Host | None = None,
+    ) -> None:
         self.name = name
+        self.host = host
         self.dir = root / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port
         self.mgmt_port = mgmt_port
         self.broker_command = [
             QPIDD,
-            "--interface=127.0.0.1",
+            "--interface=127.0.0.1" if host is None else "--interface=0.0.0.0",
             f"--port={port}",
             "--mgmt-interface=127.0.0.1",
             f"--mgmt-port={mgmt_port}",
@@ -94,12 +110,18 @@ class Node:
             f"--log-file={self.agent_log}",
             *extra,
         ]
+        if self.host is not None:
+            cmd = self.host.exec_argv(cmd)
         with open(self.dir / "agent.err", "ab") as err:
             self.agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
 
     def status(self) -> dict[str, Any] | None:
         try:
-            status = dict(get_json(self.mgmt_port, "/api/status", timeout=0.5))
+            if self.host is None:
+                status = dict(get_json(self.mgmt_port, "/api/status", timeout=0.5))
+            else:
+                port = self.mgmt_port
+                status = dict(self.host.call(lambda: get_json(port, "/api/status", timeout=0.5)))
         except (OSError, ValueError):
             return None
         if isinstance(status.get("pid"), int):

@@ -1,0 +1,253 @@
+"""End to end in network namespaces: hosts of their own for the agents, their brokers,
+ZooKeeper and a client, on one bridge (``10.77.0.0/24``, nothing routed outside). Root only.
+
+- The virtual IP is on the primary's host only; a client on a third host publishes to it
+  with confirms; the primary's broker is SIGKILLed; the virtual IP moves to the new
+  primary's host (gone from the old one) and the same client reaches the new primary
+  through the same address, no confirmed message lost.
+- The primary's host cut off (its ``eth0`` down): its agent loses ZooKeeper and its session
+  guard fences (kills the broker, drops the virtual IP) before the session expires; another
+  broker is promoted only after that kill; healed, the old host comes back as a ready backup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.agent_cluster import Node
+from tests.broker_process import wait_until
+from tests.netns import Host, Lan, is_root
+from tests.zookeeper import ZooKeeperProcess
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(
+        not is_root(), reason="network namespaces need root (ip netns add); CI runs as root"
+    ),
+]
+
+AMQP_PORT = 5672
+MGMT_PORT = 8672
+ZK_PORT = 2181
+VIP = "10.77.0.100"
+SESSION_TIMEOUT = 2.0
+CLIENT = str(Path(__file__).with_name("netns_client.py"))
+PRIMARY_STATES = ("active", "recovering")
+
+
+class NetnsCluster:
+    """ZooKeeper, three nodes (agent + broker) and a client, each on a host of its own."""
+
+    def __init__(self, root: Path, cluster: str) -> None:
+        self.root = root
+        self.cluster = cluster
+        self.lan = Lan()
+        self.zookeeper: ZooKeeperProcess | None = None
+        self.nodes: list[Node] = []
+        self.client_host: Host | None = None
+        self.clients: list[subprocess.Popen[str]] = []
+
+    def start(self) -> NetnsCluster:
+        lan = self.lan.start()
+        zk_host = lan.add_host("zk", 250)
+        hosts = [lan.add_host(f"n{i}", i) for i in (1, 2, 3)]
+        self.client_host = lan.add_host("c", 200)
+        self.zookeeper = ZooKeeperProcess(
+            self.root / "zookeeper",
+            client_port=ZK_PORT,
+            command_prefix=zk_host.exec_argv([]),
+            client_address=zk_host.address,
+            probe_in=zk_host.call,
+        ).start()
+        url = ",".join(f"{h.address}:{AMQP_PORT}" for h in hosts)
+        self.nodes = [Node(self.root, h.name, AMQP_PORT, MGMT_PORT, url, host=h) for h in hosts]
+        return self
+
+    def start_agents(self, *extra: str) -> None:
+        assert self.zookeeper is not None
+        for node in self.nodes:
+            node.start_agent(
+                self.zookeeper.hosts,
+                self.cluster,
+                "--cluster-size=3",
+                f"--session-timeout={SESSION_TIMEOUT}",
+                "--check-interval=0.1",
+                *extra,
+            )
+
+    def host(self, node: Node) -> Host:
+        assert node.host is not None
+        return node.host
+
+    def states(self) -> list[str]:
+        return [node.state() for node in self.nodes]
+
+    def wait_settled(self, timeout: float = 40.0) -> Node:
+        """One active primary, the two others ready backups; returns the primary."""
+        wait_until(lambda: sorted(self.states()) == ["active", "ready", "ready"], timeout=timeout)
+        (primary,) = [n for n in self.nodes if n.state() in PRIMARY_STATES]
+        return primary
+
+    def vip_holders(self) -> list[str]:
+        return [n.name for n in self.nodes if VIP in self.host(n).addresses()]
+
+    def client(self, queue: str) -> Client:
+        assert self.client_host is not None
+        argv = self.client_host.exec_argv([sys.executable, CLIENT, VIP, queue])
+        with open(self.root / f"client-{queue}.err", "w") as err:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True
+            )
+        self.clients.append(proc)
+        return Client(proc, self.root / f"client-{queue}.err")
+
+    def stop(self) -> None:
+        for proc in self.clients:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+        for node in self.nodes:
+            with contextlib.suppress(RuntimeError):
+                self.host(node).link(True)  # a cut-off agent stops quicker with ZooKeeper
+            node.stop()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+        self.lan.delete()
+
+
+class Client:
+    """The AMQP client process on the client's host (tests/agent/netns_client.py)."""
+
+    def __init__(self, proc: subprocess.Popen[str], err: Path) -> None:
+        self.proc = proc
+        self.err = err
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the client exited: {self.err.read_text()[-2000:]}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+
+@pytest.fixture
+def netns_cluster(tmp_path: Path, cluster: str) -> Iterator[NetnsCluster]:
+    agents = NetnsCluster(tmp_path, cluster)
+    try:
+        yield agents.start()
+    finally:
+        agents.stop()
+
+
+def events(node: Node, name: str) -> list[dict[str, Any]]:
+    return [e for e in node.agent_events() if e["event"] == name]
+
+
+def test_virtual_ip_moves_to_the_new_primary_and_a_client_on_a_third_host_follows_it(
+    netns_cluster: NetnsCluster,
+) -> None:
+    agents = netns_cluster
+    agents.start_agents(f"--vip={VIP}/24", "--vip-interface=eth0")
+    old = agents.wait_settled()
+    wait_until(lambda: agents.vip_holders() == [old.name], timeout=10)
+
+    client = agents.client("orders")
+    first = client.ask("publish 200 30")
+    assert len(first["confirmed"]) == 200
+
+    old_pid = old.broker_pid()
+    killed_at = time.monotonic()
+    os.kill(old_pid, signal.SIGKILL)
+    second = client.ask("publish 200 60")  # through the same address, to the new primary
+    resumed_after = time.monotonic() - killed_at
+    assert len(second["confirmed"]) == 400
+    assert second["reconnects"] >= 1
+    assert second["broker"] != first["broker"]
+
+    new = next(n for n in agents.nodes if n.state() in PRIMARY_STATES)
+    assert new is not old
+    assert agents.vip_holders() == [new.name]
+    # the old primary's agent dropped the address before the new one added it
+    removed = events(old, "vip_removed")
+    added = events(new, "vip_added")
+    assert removed and added
+    assert removed[-1]["ts"] < added[-1]["ts"]
+    # the killed broker is restarted by its agent and comes back as a backup
+    wait_until(lambda: old.state() == "ready", timeout=30)
+    assert agents.wait_settled() is new
+    assert agents.vip_holders() == [new.name]
+
+    received = client.ask("drain 30")["received"]
+    lost = set(second["confirmed"]) - set(received)
+    assert not lost, f"confirmed messages lost: {sorted(lost)[:10]}"
+    assert resumed_after < 30
+    print(f"\nvirtual IP fail-over: client resumed {resumed_after:.2f} s after the SIGKILL")
+
+
+def test_primary_host_cut_off_is_fenced_before_another_broker_is_promoted(
+    netns_cluster: NetnsCluster,
+) -> None:
+    agents = netns_cluster
+    agents.start_agents(f"--vip={VIP}/24", "--vip-interface=eth0")
+    old = agents.wait_settled()
+    wait_until(lambda: agents.vip_holders() == [old.name], timeout=10)
+    client = agents.client("orders")
+    assert len(client.ask("publish 100 30")["confirmed"]) == 100
+
+    old_pid = old.broker_pid()
+    others = [n for n in agents.nodes if n is not old]
+    cut_at, cut_ts = time.monotonic(), datetime.now(UTC).strftime("%H:%M:%S.%f")
+    agents.host(old).link(False)
+    overlaps: list[list[str]] = []
+
+    def replaced() -> Node | None:
+        # the others first: an old primary still active after a new one was seen is an overlap
+        serving = [n for n in others if n.state() in PRIMARY_STATES]
+        if serving and old.state() in PRIMARY_STATES:
+            overlaps.append([old.name] + [n.name for n in serving])
+        return serving[0] if serving else None
+
+    new: Node = wait_until(replaced, timeout=30)
+    replaced_after = time.monotonic() - cut_at
+    assert not overlaps
+    assert old.name not in agents.vip_holders()  # dropped while still cut off
+    wait_until(lambda: agents.vip_holders() == [new.name], timeout=10)
+
+    fences = events(old, "zookeeper_session_fence")
+    assert fences and fences[0]["broker_primary"] is True
+    killed = [e for e in events(old, "broker_killed") if e["pid"] == old_pid]
+    assert killed
+    promoted = events(new, "agent_promoted")[-1]
+    assert fences[0]["ts"] <= killed[0]["ts"] < promoted["ts"]
+    assert events(old, "vip_removed")[-1]["ts"] < promoted["ts"]
+    # ZooKeeper gave up on the cut-off agent only after its session timed out
+    assert replaced_after >= SESSION_TIMEOUT * 0.9
+
+    agents.host(old).link(True)
+    wait_until(lambda: old.state() == "ready", timeout=40)
+    assert agents.wait_settled() is new
+    answer = client.ask("publish 100 60")
+    assert len(answer["confirmed"]) == 200
+    received = client.ask("drain 30")["received"]
+    lost = set(answer["confirmed"]) - set(received)
+    assert not lost, f"confirmed messages lost: {sorted(lost)[:10]}"
+    print(
+        f"\npartition: cut at {cut_ts}, fenced {fences[0]['ts']}, "
+        f"broker killed {killed[0]['ts']}, "
+        f"promoted {promoted['ts']}; replaced {replaced_after:.2f} s after the cut"
+    )
