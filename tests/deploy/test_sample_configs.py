@@ -1,0 +1,109 @@
+"""The sample configurations in deploy/: qpidd.conf, zoo.cfg and the Pacemaker commands."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from broker.options import parse_options
+from tests.broker_process import BrokerProcess, free_port, wait_until
+from tests.deploy.conftest import AGENT_SOURCE, DEPLOY, QPID_HA
+
+SEED_BROKERS = "20.0.20.1,20.0.20.2,20.0.20.3"
+
+
+def test_sample_qpidd_conf_is_a_cluster_member_as_in_seed_001() -> None:
+    options = parse_options(["--config", str(DEPLOY / "qpidd.conf")])
+    assert options.ha_cluster is True
+    assert options.ha_brokers_url == SEED_BROKERS
+    assert options.ha_replicate == "all"
+    assert options.ha_username == "guest" and options.ha_password == "guest"
+    # Seed 001's "Slow recovery times" values.
+    assert options.link_maintenance_interval == 0.1
+    assert options.link_heartbeat_interval == 5.0
+    assert options.data_dir == "/var/lib/qpidd/node1"
+    assert options.node_name == "node1"
+
+
+def test_qpidd_starts_with_the_sample_conf_as_a_joining_backup(tmp_path: Path) -> None:
+    """A real broker reads the file; only the machine-specific settings are overridden
+    (loopback ports, a temporary data dir, and brokers on loopback instead of 20.0.20.x)."""
+    broker = BrokerProcess(tmp_path / "qpidd")
+    broker.port = port = free_port()
+    broker.args = [
+        f"--config={DEPLOY / 'qpidd.conf'}",
+        f"--data-dir={tmp_path / 'data'}",
+        f"--ha-brokers-url=127.0.0.1:{port}",
+    ]
+    broker.start()
+    try:
+
+        def status() -> str:
+            result = subprocess.run(
+                [str(QPID_HA), "-b", f"127.0.0.1:{broker.mgmt_port}", "status"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            return result.stdout.strip()
+
+        assert wait_until(lambda: status() == "joining", timeout=15)
+        started = [e for e in broker.events() if e.get("event") == "ha_started"]
+        assert started and started[0]["node"] == "node1"
+    finally:
+        assert broker.stop() == 0
+
+
+def test_sample_zoo_cfg_is_a_three_server_ensemble() -> None:
+    settings: dict[str, str] = {}
+    for line in (DEPLOY / "zoo.cfg").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, equals, value = line.partition("=")
+            assert equals, line
+            assert key not in settings, f"{key} set twice"
+            settings[key] = value
+    servers = {k: v for k, v in settings.items() if k.startswith("server.")}
+    assert sorted(servers) == ["server.1", "server.2", "server.3"]
+    for address in servers.values():
+        assert re.fullmatch(r"[\w.-]+:\d+:\d+", address), address
+    for key in ("tickTime", "initLimit", "syncLimit", "dataDir", "clientPort"):
+        assert key in settings
+    assert settings["admin.enableServer"] == "false"
+    # The agents' sample session timeout (4 s) lies in ZooKeeper's range, 2 to 20 ticks.
+    tick = int(settings["tickTime"]) / 1000
+    agent_env = (DEPLOY / "systemd" / "agent.env").read_text()
+    session = re.search(r"--session-timeout (\S+)", agent_env)
+    assert session is not None
+    assert 2 * tick <= float(session.group(1)) <= 20 * tick
+    zk = re.search(r"^QPID_HA_ZK=(.*)$", agent_env, re.MULTILINE)
+    assert zk is not None
+    hosts = {address.split(":")[0] for address in servers.values()}
+    assert {h.split(":")[0] for h in zk.group(1).split(",")} == hosts
+
+
+def agent_parameters() -> set[str]:
+    meta = subprocess.run(
+        ["/bin/sh", str(AGENT_SOURCE), "meta-data"], capture_output=True, text=True, check=True
+    )
+    return {str(p.get("name")) for p in ET.fromstring(meta.stdout).iter("parameter")}
+
+
+def test_pacemaker_example_uses_the_agent_as_written() -> None:
+    text = (DEPLOY / "pacemaker.md").read_text()
+    create = re.search(r"pcs resource create qpidd ocf:qpid:qpidd-ha(.*?)\n\n", text, re.DOTALL)
+    assert create is not None
+    command = create.group(1).replace("\\\n", " ")
+    params = command.split(" op ")[0].split()
+    names = {p.split("=", 1)[0] for p in params}
+    assert names <= agent_parameters(), names - agent_parameters()
+    assert f"brokers_url={SEED_BROKERS}" in params
+    assert "promotable promoted-max=1" in command and "clone-max=3" in command
+    assert "role=Promoted" in command and "role=Unpromoted" in command
+    # The virtual IP of seed 001, with the promoted instance, after the promotion.
+    assert "ocf:heartbeat:IPaddr2 ip=20.0.20.200" in text
+    assert "pcs constraint colocation add qpid-vip with Promoted qpidd-clone INFINITY" in text
+    assert "pcs constraint order promote qpidd-clone then start qpid-vip" in text
+    assert "stonith-enabled=true" in text
