@@ -235,10 +235,14 @@ class Agent:
                 return
             if kind == "ended":
                 self.promoted_epoch = None
-            self._check()
+            # Won, or the supervised broker died: act on the broker's state at once, with
+            # the cluster as last read (the broker refuses a promotion it may not take).
+            self._check(read_cluster=kind not in ("won", "broker_exited"))
+            if kind in ("won", "broker_exited"):
+                continue  # the regular check follows on time
             next_check = time.monotonic() + interval
 
-    def _check(self) -> None:
+    def _check(self, read_cluster: bool = True) -> None:
         view = self.broker_check.check()
         now = time.monotonic()
         if view is not None:
@@ -256,7 +260,8 @@ class Agent:
                 broker_epoch=None if view is None else view.epoch,
                 reason=self.broker_check.last_error or None,
             )
-        self._read_cluster(view)
+        if read_cluster:
+            self._read_cluster(view)
         election = self.election
         assert election is not None and self.watcher is not None
         cluster_view = ClusterView(

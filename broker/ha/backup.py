@@ -97,6 +97,10 @@ class LinkOwner(Protocol):
     def log(self, event: str, **fields: Any) -> None: ...
 
 
+#: First redial delay after a lost link (seconds); it doubles up to link-maintenance-interval.
+LINK_RETRY_MIN = 0.01
+
+
 class BackupLink:
     """Keeps this backup connected to the primary and replicating."""
 
@@ -151,6 +155,11 @@ class BackupLink:
 
     # -- dialling ----------------------------------------------------------------------
     async def _run(self) -> None:
+        # After a lost link the new primary is usually promoted within a few hundred ms,
+        # and while it recovers it holds its clients' confirms until this backup is ready
+        # again: redial quickly (from LINK_RETRY_MIN doubling up to the maintenance
+        # interval) rather than wait a whole interval.
+        delay = self.maintenance_interval
         while True:
             for address in self.addresses:
                 client = await self._dial(address)
@@ -163,7 +172,9 @@ class BackupLink:
                 finally:
                     self.client = None
                     await self._close_client(client)
-            await asyncio.sleep(self.maintenance_interval)
+                delay = LINK_RETRY_MIN
+            await asyncio.sleep(min(delay, self.maintenance_interval))
+            delay = min(delay * 2, self.maintenance_interval)
 
     async def _dial(self, address: Address) -> AmqpClient | None:
         owner = self.owner
