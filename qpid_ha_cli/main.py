@@ -20,6 +20,7 @@ import typer
 
 from broker.url import BrokerUrl, parse_url
 from qpid_ha_cli.cluster_view import ClusterViewError, format_cluster, read_cluster
+from qpid_ha_cli.drill import drill
 from qpid_ha_cli.management import ManagementClient, ManagementError
 
 DEFAULT_MGMT_PORT = 8672
@@ -37,6 +38,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Check and manage qpidd brokers (Qpid's qpid-ha verbs).",
 )
+app.command()(drill)  # qpid-ha drill: qpid_ha_cli/drill.py
 
 
 class Settings:
