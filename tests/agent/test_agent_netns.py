@@ -16,6 +16,7 @@ import base64
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -150,9 +151,15 @@ class Client:
         self.err = err
 
     def ask(self, command: str) -> dict[str, Any]:
+        """Send one command, read its answer: within the command's TIMEOUT and 30 s more
+        (a publish waiting for a confirm that never comes fails here, not in pytest-timeout)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
+        wait = float(command.split()[-1]) + 30.0
+        readable, _, _ = select.select([self.proc.stdout], [], [], wait)
+        if not readable:
+            raise AssertionError(f"the client did not answer {command!r} within {wait} s")
         line = self.proc.stdout.readline()
         if not line:
             raise AssertionError(f"the client exited: {self.err.read_text()[-2000:]}")
