@@ -178,7 +178,7 @@ class DrillCore:
         self.foreign = 0
         self.gaps = 0
         self.max_gap = 0.0
-        self.epoch: int | None = None
+        self.epoch: int | None = None  # the highest any broker announced
         self._last_confirm: float | None = None
         self._waiting_since: float | None = None  # the publisher waits for a confirm
         self._down_since: dict[str, float] = {}
@@ -247,7 +247,7 @@ class DrillCore:
         """``role`` connected to ``address`` (the broker announced ``epoch``)."""
         _check_role(role)
         if epoch is not None:
-            self.epoch = epoch
+            self.epoch = epoch if self.epoch is None else max(self.epoch, epoch)
         self._connected.add(role)
         down_since = self._down_since.pop(role, None)
         first = role not in self._ever_connected
@@ -393,6 +393,7 @@ class DrillRun:
         self.core = DrillCore(settings.gap_threshold)
         self._lock = threading.Lock()
         self._log = get_logger("drill")
+        self._epoch: int | None = None
         self._run_id = uuid.uuid4().hex[:12]
         self._stop_publishing = threading.Event()
         self._stop_consuming = threading.Event()
@@ -415,8 +416,10 @@ class DrillRun:
     # -- logging --------------------------------------------------------------------------
     def _emit(self, events: list[DrillEvent]) -> None:
         for event in events:
-            if "epoch" in event.fields and event.fields["epoch"] is not None:
-                set_log_context(epoch=event.fields["epoch"])
+            epoch = event.fields.get("epoch")
+            if isinstance(epoch, int) and (self._epoch is None or epoch > self._epoch):
+                self._epoch = epoch  # the highest seen is the epoch of later events
+                set_log_context(epoch=epoch)
             getattr(self._log, event.level)(event.event, **event.fields)
 
     def _feed(self, call: Callable[[float], list[DrillEvent]]) -> None:
@@ -424,13 +427,19 @@ class DrillRun:
             self._emit(call(self.now()))
 
     # -- connections ----------------------------------------------------------------------
-    def _connect(self, role: str, deadline: float | None, stop: threading.Event) -> Any:
+    def _connect(
+        self,
+        role: str,
+        deadline: float | None,
+        stop: threading.Event,
+        done: Callable[[], bool] | None = None,
+    ) -> Any:
         """A connection and a channel on the queue, trying the URL list round after round
-        until ``deadline`` (monotonic; None: until ``stop``). None when stopped; raises
-        :class:`Unreachable` at the deadline."""
+        until ``deadline`` (monotonic; None: no limit). None when ``stop`` is set or
+        ``done()`` holds; raises :class:`Unreachable` at the deadline."""
         pika = self._pika
         reason = "not tried"
-        while not stop.is_set():
+        while not stop.is_set() and not (done is not None and done()):
             try:
                 connection = pika.BlockingConnection(self._params)
                 channel = connection.channel()
@@ -492,7 +501,12 @@ class DrillRun:
         while not self._publishing_done(started):
             if channel is None:
                 try:
-                    got = self._connect("publisher", deadline, self._stop_publishing)
+                    got = self._connect(
+                        "publisher",
+                        deadline,
+                        self._stop_publishing,
+                        functools.partial(self._publishing_done, started),
+                    )
                 except Unreachable as exc:
                     self._give_up("publisher", str(exc))
                     break
