@@ -251,6 +251,8 @@ class Agent:
                 self.last_pid = view.pid
         old = self.view
         self.view = view
+        if view is not None and view.is_primary and self.promoted_epoch is not None:
+            self._renew_lease()  # first: a slow ZooKeeper below must not delay it
         if (old is None) != (view is None) or (
             old is not None and view is not None and old.ha_state != view.ha_state
         ):
@@ -325,7 +327,8 @@ class Agent:
             assert view is not None
             self._promote(view, action.reason)
         elif step is Step.TAKE_VIP:
-            if self.vip is not None and not self.vip.held:
+            # Only after a promotion that succeeded: a failed one has just resigned.
+            if self.vip is not None and not self.vip.held and self.promoted_epoch is not None:
                 try:
                     self.vip.take()
                 except (VipError, OSError) as exc:
@@ -352,7 +355,10 @@ class Agent:
         try:
             epoch = next_epoch(self.client, s.cluster, minimum=view.epoch + 1)
             _log.info("epoch_taken", new_epoch=epoch, reason=reason)
-            answer = self.broker_check.promote(epoch)
+            lease = self._lease()
+            if lease is None:
+                raise PromoteRefused("no lease left on the ZooKeeper session")
+            answer = self.broker_check.promote(epoch, lease)
             record = PrimaryRecord(s.node, epoch, view.url)
             write_primary(self.client, s.cluster, record, s.vip)
         except PromoteRefused as exc:
@@ -375,6 +381,25 @@ class Agent:
             reason=reason,
             took_ms=round((time.monotonic() - started) * 1000, 3),
         )
+
+    def _lease(self) -> float | None:
+        """What is left of this agent's lease on its ZooKeeper session (seconds), the time
+        its broker may serve without another word from it; None when nothing is left."""
+        watcher = self.watcher
+        deadline = None if watcher is None else watcher.guard.deadline
+        if deadline is None:
+            return None
+        left = deadline - time.monotonic()
+        return left if left > 0 else None
+
+    def _renew_lease(self) -> None:
+        lease = self._lease()
+        if lease is None:
+            return  # the session guard fences; the broker's lease runs out by itself
+        try:
+            self.broker_check.renew_lease(lease)
+        except (PromoteRefused, ManagementError) as exc:
+            _log.warning("lease_renewal_failed", reason=str(exc))
 
     def _kill_broker(self, reason: str) -> bool:
         if self.supervisor is not None:

@@ -152,7 +152,9 @@ class Connection:
             self._pumps.clear()
             for pump in pumps:
                 pump()
-        if self._confirm_channels:
+        if self._confirm_channels and (
+            self.ctx.admission is None or self.ctx.admission.may_confirm()
+        ):
             channels = self._confirm_channels
             self._confirm_channels = set()
             for channel in channels:

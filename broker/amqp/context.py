@@ -42,6 +42,11 @@ class AdmissionPolicy(Protocol):
         """An admitted connection closed."""
         ...
 
+    def may_confirm(self) -> bool:
+        """May publisher confirms go out now? (False: a primary whose lease ran out; the
+        policy fences the broker, and the held confirms are never sent.)"""
+        ...
+
 
 class Stream(Protocol):
     """A stream of deliveries a channel hands over to (the HA replication streams)."""

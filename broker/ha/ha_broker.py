@@ -93,6 +93,9 @@ class HaBroker:
         self.primary_address: str | None = None
         self.members: list[dict[str, Any]] = []
         self.fenced = False
+        #: Monotonic time until which the cluster manager vouches for this primary (its
+        #: ZooKeeper session lease); None until a lease is granted (no agent: no lease).
+        self.lease_until: float | None = None
         context.admission = self
         context.server_properties = self.server_properties
         set_log_context(epoch=self.epoch_store.current)
@@ -176,6 +179,8 @@ class HaBroker:
         primary = self.primary
         if primary is None:
             return
+        if not self.may_confirm():
+            return
         primary.tick()
         for old, new, _reason in primary.take_transitions():
             if self.state is old:
@@ -217,7 +222,7 @@ class HaBroker:
         props = connection.client_properties
         if props.get(ADMIN_PROPERTY):
             return None
-        if self.fenced:
+        if self.fenced or not self.may_confirm():
             return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: not serving")
         if self.state.is_primary:
             if props.get(BACKUP_PROPERTY):
@@ -234,6 +239,32 @@ class HaBroker:
 
     def released(self, connection: Connection) -> None:
         pass
+
+    # -- the cluster manager's lease ----------------------------------------------------
+    def grant_lease(self, seconds: float) -> None:
+        """The cluster manager vouches for this primary for ``seconds`` more.
+
+        The agent renews it at every check with what is left of its own lease on its
+        ZooKeeper session. Once granted, a primary whose lease runs out fences itself
+        (stops serving, exits 3; its supervisor restarts it as a backup): a primary whose
+        agent died, froze or lost ZooKeeper never serves beside the next one.
+        """
+        if not self.state.is_primary:
+            raise PromoteError(f"a lease is for a primary; this broker is {self.state.value}")
+        self.lease_until = self.context.clock() + seconds
+
+    def lease_expired(self) -> bool:
+        until = self.lease_until
+        return until is not None and self.state.is_primary and self.context.clock() > until
+
+    def may_confirm(self) -> bool:
+        """Publisher confirms go out only while the lease holds (admission policy hook)."""
+        if self.fenced:
+            return False
+        if self.lease_expired():
+            self.fence("the cluster manager's lease ran out")
+            return False
+        return True
 
     def fence(self, reason: str) -> None:
         """Stop serving at once (a newer primary exists)."""
@@ -376,6 +407,11 @@ class HaBroker:
             "members": self.membership() if self.primary is not None else self._last_members(),
             "queues": queues,
             "held_confirms": self.primary.held_confirms() if self.primary else 0,
+            "lease_remaining": (
+                None
+                if self.lease_until is None
+                else round(max(0.0, self.lease_until - self.context.clock()), 3)
+            ),
             "orphan_queues": (
                 self.primary.orphans.waiting(self.context.clock()) if self.primary else {}
             ),

@@ -291,6 +291,27 @@ def check_name(kind: str, name: str) -> str:
 
 
 # -- views -------------------------------------------------------------------------------
+#: The longest lease a cluster manager may grant at once (seconds).
+MAX_LEASE = 3600.0
+
+
+def _lease_seconds(data: dict[str, Any]) -> float | None:
+    lease = data.get("lease")
+    if lease is None:
+        return None
+    if (
+        isinstance(lease, bool)
+        or not isinstance(lease, int | float)
+        or not math.isfinite(lease)
+        or not 0 < lease <= MAX_LEASE
+    ):
+        raise ApiError(
+            HTTPStatus.BAD_REQUEST,
+            f"lease must be seconds, more than 0 and at most {MAX_LEASE:g}: {lease!r}",
+        )
+    return float(lease)
+
+
 def queue_view(queue: Queue) -> dict[str, Any]:
     return {
         "name": queue.name,
@@ -387,6 +408,7 @@ class ManagementApi:
             web.get("/metrics", self.metrics),
             web.get("/api/ha", self.get_ha),
             web.post("/api/ha/promote", self.promote),
+            web.post("/api/ha/lease", self.lease),
             web.get("/api/ha/replications", self.list_replications),
             web.post("/api/ha/replicate", self.replicate),
         ]
@@ -491,7 +513,7 @@ class ManagementApi:
         """POST /api/ha/promote {"cluster_manager": true, "epoch": N}: cluster managers only."""
         ha = self._ha()
         data = await read_json_object(request)
-        unknown = sorted(set(data) - {"cluster_manager", "epoch"})
+        unknown = sorted(set(data) - {"cluster_manager", "epoch", "lease"})
         if unknown:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
         if data.get("cluster_manager") is not True:
@@ -507,14 +529,41 @@ class ManagementApi:
             raise ApiError(
                 HTTPStatus.BAD_REQUEST, f"epoch must be a non-negative integer: {epoch!r}"
             )
+        lease = _lease_seconds(data)
         from broker.ha.ha_broker import PromoteError
 
         try:
             state = await ha.promote(epoch)
+            if lease is not None:
+                ha.grant_lease(lease)
         except PromoteError as exc:
             raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
         self.log.info("ha_promote_requested", user=current_user.get(), epoch=ha.epoch)
         return json_response({"state": state.value, "epoch": ha.epoch})
+
+    async def lease(self, request: web.Request) -> web.Response:
+        """POST /api/ha/lease {"cluster_manager": true, "lease": seconds}: renew the primary's
+        lease (cluster managers only); a primary whose lease runs out fences itself."""
+        ha = self._ha()
+        data = await read_json_object(request)
+        unknown = sorted(set(data) - {"cluster_manager", "lease"})
+        if unknown:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
+        if data.get("cluster_manager") is not True:
+            raise ApiError(
+                HTTPStatus.FORBIDDEN,
+                "the lease is a cluster-manager command (send cluster_manager: true)",
+            )
+        lease = _lease_seconds(data)
+        if lease is None:
+            raise ApiError(HTTPStatus.BAD_REQUEST, "lease (seconds) is required")
+        from broker.ha.ha_broker import PromoteError
+
+        try:
+            ha.grant_lease(lease)
+        except PromoteError as exc:
+            raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
+        return json_response({"state": ha.state.value, "lease": lease})
 
     async def list_replications(self, request: web.Request) -> web.Response:
         replications = getattr(self.broker, "replications", {})

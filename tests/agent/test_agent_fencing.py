@@ -86,7 +86,13 @@ def test_frozen_primary_node_is_replaced_and_fences_itself_when_it_runs_again(
     wait_until(lambda: not pid_alive(broker_pid), timeout=10)
     fences = events(old, "zookeeper_session_fence")
     assert fences and fences[0]["broker_primary"] is True
-    assert any(e["pid"] == broker_pid for e in events(old, "broker_killed"))
+    # Whichever ran first stopped the old broker: its own lease check (the agent could not
+    # renew it while frozen) or the agent's fence.
+    killed = any(e["pid"] == broker_pid for e in events(old, "broker_killed"))
+    lease_fenced = any(
+        e["event"] == "ha_fenced" and "lease" in str(e["reason"]) for e in old.broker_events()
+    )
+    assert killed or lease_fenced
     # the old primary comes back as a backup of the new one; one primary throughout
     wait_until(lambda: old.state() == "ready", timeout=30)
     new = agents.wait_settled()
@@ -163,3 +169,34 @@ def test_total_failure_restart_promotes_the_most_advanced_broker(agents: AgentCl
     assert "most advanced of 3 joining members" in str(promoted["reason"])
     laggard_reasons = [str(e["reason"]) for e in events(laggard, "promotion_eligibility")]
     assert any("is the most advanced joining member" in r for r in laggard_reasons)
+
+
+def test_primary_agent_killed_its_broker_stops_serving_before_a_backup_takes_over(
+    agents: AgentCluster,
+) -> None:
+    """No agent vouches for the primary any more: its lease runs out before ZooKeeper
+    expires the agent's session, so the broker stops serving before another is promoted."""
+    agents.start(session_timeout=2.0)
+    old = agents.wait_settled()
+    old_record = agents.primary_record()
+    assert old_record is not None and old.agent is not None
+    broker_pid = old.broker_pid()
+    os.kill(old.agent.pid, signal.SIGKILL)
+    old.agent.wait()
+    wait_until(lambda: not pid_alive(broker_pid), timeout=10)  # fenced by its lease
+    (fenced,) = [e for e in old.broker_events() if e["event"] == "ha_fenced"]
+    assert "lease ran out" in str(fenced["reason"])
+    wait_until(
+        lambda: (r := agents.primary_record()) is not None and r.epoch > old_record.epoch,
+        timeout=30,
+    )
+    record = agents.primary_record()
+    assert record is not None
+    new = agents.node(record.node)
+    wait_until(lambda: new.state() == "active", timeout=30)
+    promoted = [
+        e
+        for e in new.broker_events()
+        if e["event"] == "ha_state_changed" and e["new"] == "recovering"
+    ][-1]
+    assert str(fenced["ts"]) < str(promoted["ts"])  # ISO-8601 UTC: ordered as text
