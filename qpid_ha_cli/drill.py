@@ -734,6 +734,7 @@ def drill(
         str | None,
         typer.Option(
             "--url",
+            metavar="URL_LIST",
             help="fail-over URL list: amqp:guest/guest@h1:5672,h2:5672 (or the AMQP URI "
             "form amqp://guest:guest@h1:5672,h2:5672/vhost)",
         ),
@@ -741,44 +742,69 @@ def drill(
     broker: Annotated[
         list[str] | None,
         typer.Option(
-            "--broker", help="a broker address \\[user/password@]host\\[:port]; repeat for each"
+            "--broker",
+            metavar="ADDRESS",
+            help="a broker address \\[user/password@]host\\[:port]; repeat for each",
         ),
     ] = None,
     queue: Annotated[
         str | None,
-        typer.Option(help="queue to use (default: a new one, deleted at the end if empty)"),
+        typer.Option(
+            metavar="NAME", help="queue to use (default: a new one, deleted at the end if empty)"
+        ),
     ] = None,
     rate: Annotated[
-        str, typer.Option(help="messages per second; 0: as fast as confirms allow")
+        str,
+        typer.Option(
+            metavar="PER_SECOND",
+            help="messages per second, at most (one message awaits its confirm at a time);"
+            " 0: as fast as confirms allow",
+        ),
     ] = "100",
     duration: Annotated[
         str | None,
-        typer.Option(help="publish for this long: 10, 2.5s, 500ms (default 10 s without --count)"),
+        typer.Option(
+            metavar="DURATION",
+            help="publish for this long: 10, 2.5s, 500ms (default 10 s without --count)",
+        ),
     ] = None,
     count: Annotated[
-        str | None, typer.Option(help="publish until this many messages are confirmed")
+        str | None, typer.Option(metavar="N", help="publish until this many messages are confirmed")
     ] = None,
     gap_threshold: Annotated[
-        str, typer.Option(help="log a confirm_gap when waiting for a confirm longer than this")
+        str,
+        typer.Option(
+            metavar="DURATION", help="log a confirm_gap when waiting for a confirm longer than this"
+        ),
     ] = "50ms",
     drain_timeout: Annotated[
-        str, typer.Option(help="after publishing, wait this long for every confirmed message")
+        str,
+        typer.Option(
+            metavar="DURATION", help="after publishing, wait this long for every confirmed message"
+        ),
     ] = "30",
     connect_timeout: Annotated[
-        str, typer.Option(help="try the URL list this long to connect or reconnect")
+        str,
+        typer.Option(metavar="DURATION", help="try the URL list this long to connect or reconnect"),
     ] = "30",
-    node: Annotated[str, typer.Option(help="the node field of the drill's log events")] = "drill",
+    node: Annotated[
+        str, typer.Option(metavar="NAME", help="the node field of the drill's log events")
+    ] = "drill",
     cluster: Annotated[
-        str | None, typer.Option(help="the cluster field of the drill's log events")
+        str | None, typer.Option(metavar="NAME", help="the cluster field of the drill's log events")
     ] = None,
     scenario: Annotated[
-        str | None, typer.Option(help="a label for this run, logged on drill_started")
+        str | None,
+        typer.Option(metavar="LABEL", help="a label for this run, logged on drill_started"),
     ] = None,
     log_file: Annotated[
-        str | None, typer.Option(help="append JSON events to this file (default: stderr)")
+        str | None,
+        typer.Option(metavar="FILE", help="append JSON events to this file (default: stderr)"),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning, error")] = "info",
-    log_format: Annotated[str, typer.Option(help="json or console")] = "json",
+    log_level: Annotated[
+        str, typer.Option(metavar="LEVEL", help="debug, info, warning, error")
+    ] = "info",
+    log_format: Annotated[str, typer.Option(metavar="FORMAT", help="json or console")] = "json",
 ) -> None:
     """Run a fail-over drill: publish with confirms and consume over the URL list, log every
     gap, then check sent, confirmed, received, lost, duplicated. Exit 1 if anything
@@ -809,7 +835,11 @@ def drill(
     except OSError as exc:
         raise _fail(f"--log-file: {exc.strerror or exc}: {log_file}", DrillExit.USAGE) from None
     try:
-        check = DrillRun(settings).run()
+        run = DrillRun(settings)
+    except ImportError as exc:
+        raise _fail(f"the drill needs pika (pip install pika): {exc}", DrillExit.USAGE) from None
+    try:
+        check = run.run()
     except Unreachable as exc:
         raise _fail(
             f"no broker of {settings.url.redacted()} could be reached: {exc}",
