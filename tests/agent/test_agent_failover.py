@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +20,10 @@ import pytest
 
 from tests.agent.agent_cluster import AgentCluster
 from tests.broker_process import wait_until
-from tests.zookeeper import ZooKeeper
 
 pytestmark = pytest.mark.timeout(180)
 
 QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
-
-
-@pytest.fixture
-def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[AgentCluster]:
-    agents = AgentCluster(tmp_path, zookeeper.hosts, cluster, size=3)
-    try:
-        yield agents
-    finally:
-        agents.stop()
 
 
 def url_list(ports: list[int]) -> list[pika.ConnectionParameters]:

@@ -20,18 +20,9 @@ import pytest
 
 from tests.agent.agent_cluster import AgentCluster, Node
 from tests.broker_process import wait_until
-from tests.zookeeper import ZooKeeper, ZooKeeperEnsemble
+from tests.zookeeper import ZooKeeperEnsemble
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[AgentCluster]:
-    agents = AgentCluster(tmp_path, zookeeper.hosts, cluster, size=3)
-    try:
-        yield agents
-    finally:
-        agents.stop()
 
 
 def events(node: Node, name: str) -> list[dict[str, object]]:
