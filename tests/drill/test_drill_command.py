@@ -17,7 +17,9 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
+from typer.testing import CliRunner
 
+from qpid_ha_cli.main import app
 from tests.broker_process import BrokerProcess, free_port
 from tests.drill.log_schema import check_log_file
 
@@ -203,9 +205,27 @@ def test_no_broker_reachable_exits_3_in_one_line(tmp_path: Path) -> None:
     ],
 )
 def test_bad_usage_exits_2_in_one_line(args: list[str], message: str) -> None:
-    result = drill(*args, timeout=30)
-    assert result.returncode == 2, (result.stdout, result.stderr)
+    """In process (typer's CliRunner on qpid-ha's app): each run of the command costs
+    seconds of imports on a busy machine; the next test runs the real command."""
+    result = CliRunner().invoke(app, ["drill", *args])
+    assert result.exit_code == 2, (result.stdout, result.stderr)
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("qpid-ha drill: error: ")
     assert message in result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--url=h1:notaport"], "invalid port 'notaport'"),
+        (["--url=h1", "--rate=fast"], "--rate: expected a number, got 'fast'"),
+    ],
+)
+def test_bad_usage_of_the_command_exits_2_in_one_line(args: list[str], message: str) -> None:
+    result = drill(*args, timeout=30)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr == f"qpid-ha drill: error: {result.stderr.split(': ', 2)[2]}"
+    assert result.stderr.count("\n") == 1 and message in result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
