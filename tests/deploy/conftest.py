@@ -167,11 +167,14 @@ class OcfBroker:
             return None
         return int(text) if text.isdigit() else None
 
-    def crm(self, action: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    def crm(self, action: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
         """Run one agent action through ``crm_resource --force-ACTION``; output in stdout."""
         command = [
             system_tool("crm_resource"),
             f"--force-{action}",
+            # The operation timeout the agent sees (CRM_meta_timeout), as deploy/pacemaker.md
+            # configures start and stop: 60 s.
+            "--timeout=60",
             "--class=ocf",
             f"--provider={self.provider}",
             "--agent=qpidd-ha",

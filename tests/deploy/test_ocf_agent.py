@@ -113,6 +113,18 @@ def test_meta_data_is_valid_and_lists_the_actions_and_parameters() -> None:
     } <= params
 
 
+def test_default_pid_file_ignores_the_clone_instance_number() -> None:
+    """An anonymous clone's instance may be qpidd:0 today and qpidd:2 tomorrow on the same
+    node: the default PID file (how monitor finds the broker) must be the same."""
+    meta = run_agent("meta-data", env={"OCF_RESOURCE_INSTANCE": "qpidd:2", "HA_RSCTMP": "/x"})
+    defaults = {
+        str(p.get("name")): next(p.iter("content")).get("default")
+        for p in ET.fromstring(meta.stdout).iter("parameter")
+    }
+    assert defaults["pidfile"] == "/x/qpidd-ha-qpidd.pid"
+    assert defaults["log_file"] == "/var/log/qpidd/qpidd-ha-qpidd.log"
+
+
 def test_meta_data_without_ocf_shellfuncs() -> None:
     """The agent's own fallbacks when the resource-agents functions are not installed."""
     result = run_agent("meta-data", env={"OCF_FUNCTIONS_DIR": "/nonexistent"})
@@ -173,7 +185,16 @@ def test_ocf_tester_passes_with_a_real_broker(
 ) -> None:
     broker = ocf_brokers("tester")
     installed = OCF_ROOT / "resource.d" / broker.provider / "qpidd-ha"
-    command = [system_tool("ocf-tester"), "-v", "-n", "qpidd-ha-test"]
+    # ocf-tester gives every action 20 s; 60 s, as deploy/pacemaker.md configures start and
+    # stop, keeps a loaded CI machine from failing a slow start.
+    command = [
+        system_tool("ocf-tester"),
+        "-v",
+        "-n",
+        "qpidd-ha-test",
+        "-o",
+        "CRM_meta_timeout=60000",
+    ]
     for key, value in broker.params().items():
         command += ["-o", f"{key}={value}"]
     system_tool("xmllint")  # ocf-tester validates the meta-data with it
@@ -193,6 +214,7 @@ def test_ocf_tester_passes_with_a_real_broker(
 
 
 @needs_root
+@pytest.mark.timeout(300)
 def test_crm_resource_force_actions_give_pacemakers_codes(
     ocf_brokers: Callable[[str], OcfBroker],
 ) -> None:
@@ -259,6 +281,7 @@ def wait_for_score(broker: OcfBroker, line: str, before: str = "", timeout: floa
 
 
 @needs_root
+@pytest.mark.timeout(300)
 def test_two_brokers_one_promoted_the_other_ready_then_fail_over(
     ocf_brokers: Callable[[str], OcfBroker],
 ) -> None:
@@ -299,6 +322,7 @@ def test_two_brokers_one_promoted_the_other_ready_then_fail_over(
 
 
 @needs_root
+@pytest.mark.timeout(300)
 def test_a_joining_broker_is_not_promoted_while_another_is_beyond_joining(
     ocf_brokers: Callable[[str], OcfBroker],
 ) -> None:
