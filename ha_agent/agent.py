@@ -136,6 +136,9 @@ class Agent:
         self.supervisor: BrokerSupervisor | None = None
         self.view: BrokerView | None = None
         self.last_answer = time.monotonic()
+        #: the broker answered since it (re)started: only then does the watchdog count its
+        #: silence (a broker still starting is not hung)
+        self.answered = False
         self.last_pid: int | None = None
         self.promoted_epoch: int | None = None
         self.members: dict[str, Member] = {}
@@ -235,6 +238,8 @@ class Agent:
                 return
             if kind == "ended":
                 self.promoted_epoch = None
+            elif kind == "broker_exited":
+                self.answered = False
             # Won, or the supervised broker died: act on the broker's state at once, with
             # the cluster as last read (the broker refuses a promotion it may not take).
             self._check(read_cluster=kind not in ("won", "broker_exited"))
@@ -247,6 +252,7 @@ class Agent:
         now = time.monotonic()
         if view is not None:
             self.last_answer = now
+            self.answered = True
             if view.pid is not None:
                 self.last_pid = view.pid
         old = self.view
@@ -275,7 +281,7 @@ class Agent:
             promoted=self.promoted_epoch is not None,
             session_ok=self.watcher.guard.state.value != "fenced",
             cluster_size=self.settings.cluster_size,
-            broker_silent_for=now - self.last_answer,
+            broker_silent_for=now - self.last_answer if self.answered else 0.0,
             watchdog_timeout=self.settings.watchdog_timeout,
         )
         decision = decide(cluster_view)
@@ -338,7 +344,7 @@ class Agent:
             self._fence(action.reason)
         elif step is Step.KILL_BROKER:
             self._kill_broker(f"watchdog: {action.reason}")
-            self.last_answer = time.monotonic()  # give the restarted broker its time
+            self.answered = False  # the restarted broker's silence counts once it answered
 
     def _resign(self) -> None:
         election = self.election

@@ -191,3 +191,34 @@ def test_primary_agent_killed_its_broker_stops_serving_before_a_backup_takes_ove
         if e["event"] == "ha_state_changed" and e["new"] == "recovering"
     ][-1]
     assert str(fenced["ts"]) < str(promoted["ts"])  # ISO-8601 UTC: ordered as text
+
+
+def test_watchdog_kills_a_silent_backup_broker_and_its_agent_restarts_it(
+    agents: AgentCluster,
+) -> None:
+    agents.start("--watchdog-timeout=1")
+    primary = agents.wait_settled()
+    backup = next(n for n in agents.nodes if n is not primary)
+    hung = backup.broker_pid()
+    os.kill(hung, signal.SIGSTOP)  # alive, silent
+    wait_until(lambda: not pid_alive(hung), timeout=15)
+    (killed,) = [e for e in events(backup, "broker_killed") if e["pid"] == hung]
+    assert "watchdog" in str(killed["reason"])
+    wait_until(lambda: backup.state() == "ready", timeout=30)
+    assert backup.broker_pid() != hung
+    assert agents.wait_settled() is primary  # a backup's trouble moves nothing else
+
+
+def test_a_hung_primary_broker_is_fenced_by_its_agent_and_replaced(
+    agents: AgentCluster,
+) -> None:
+    agents.start()
+    old = agents.wait_settled()
+    hung = old.broker_pid()
+    os.kill(hung, signal.SIGSTOP)  # the agent runs on; its broker stops answering
+    wait_until(lambda: not pid_alive(hung), timeout=15)
+    fenced = events(old, "agent_fenced")
+    assert fenced and "does not answer" in str(fenced[0]["reason"])
+    new = agents.wait_settled(timeout=40)
+    assert new is not old
+    wait_until(lambda: old.state() == "ready", timeout=30)
