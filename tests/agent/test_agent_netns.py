@@ -180,6 +180,28 @@ def events(node: Node, name: str) -> list[dict[str, Any]]:
     return [e for e in node.agent_events() if e["event"] == name]
 
 
+def vip_overlaps(nodes: list[Node]) -> list[tuple[str, str, str]]:
+    """Times two nodes held the virtual IP at once, from their agents' vip_added and
+    vip_removed events: (node, node, the later one's vip_added ts)."""
+    held: list[tuple[str, str, str]] = []  # node, from, until ("~": still held)
+    for node in nodes:
+        start: str | None = None
+        for e in node.agent_events():
+            if e["event"] == "vip_added" and start is None:
+                start = str(e["ts"])
+            elif e["event"] == "vip_removed" and start is not None:
+                held.append((node.name, start, str(e["ts"])))
+                start = None
+        if start is not None:
+            held.append((node.name, start, "~"))
+    return [
+        (a, b, max(a_from, b_from))
+        for i, (a, a_from, a_until) in enumerate(held)
+        for (b, b_from, b_until) in held[i + 1 :]
+        if a != b and a_from < b_until and b_from < a_until
+    ]
+
+
 def test_virtual_ip_moves_to_the_new_primary_and_a_client_on_a_third_host_follows_it(
     netns_cluster: NetnsCluster,
 ) -> None:
@@ -210,6 +232,7 @@ def test_virtual_ip_moves_to_the_new_primary_and_a_client_on_a_third_host_follow
     added = events(new, "vip_added")
     assert removed and added
     assert removed[-1]["ts"] < added[-1]["ts"]
+    assert not vip_overlaps(agents.nodes)
     # the killed broker is restarted by its agent and comes back as a backup
     wait_until(lambda: old.state() == "ready", timeout=30)
     assert agents.wait_settled() is new
@@ -243,6 +266,8 @@ def test_primary_host_cut_off_is_fenced_before_another_broker_is_promoted(
         serving = [n for n in others if n.state() in PRIMARY_STATES]
         if serving and old.state() in PRIMARY_STATES:
             overlaps.append([old.name] + [n.name for n in serving])
+        elif len(serving) > 1:
+            overlaps.append([n.name for n in serving])
         return serving[0] if serving else None
 
     new: Node = wait_until(replaced, timeout=30)
@@ -258,6 +283,7 @@ def test_primary_host_cut_off_is_fenced_before_another_broker_is_promoted(
     promoted = events(new, "agent_promoted")[-1]
     assert fences[0]["ts"] <= killed[0]["ts"] < promoted["ts"]
     assert events(old, "vip_removed")[-1]["ts"] < promoted["ts"]
+    assert not vip_overlaps(agents.nodes)
     # ZooKeeper gave up on the cut-off agent only after its session timed out
     assert replaced_after >= SESSION_TIMEOUT * 0.9
 
