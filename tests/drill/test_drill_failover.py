@@ -36,22 +36,24 @@ QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
 QUEUE = "drill-failover"
 
 
-@pytest.fixture
-def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[AgentCluster]:
-    agents = AgentCluster(tmp_path / "cluster", zookeeper.hosts, cluster, size=3)
+class Cluster(AgentCluster):
+    """An agent cluster the test may stop before the fixture does (to read whole logs)."""
+
     stopped = False
 
-    def stop() -> None:
-        nonlocal stopped
-        if not stopped:
-            stopped = True
-            agents.stop()
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            super().stop()
 
-    agents.stop_once = stop  # type: ignore[attr-defined]
+
+@pytest.fixture
+def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[Cluster]:
+    agents = Cluster(tmp_path / "cluster", zookeeper.hosts, cluster, size=3)
     try:
         yield agents
     finally:
-        stop()
+        agents.stop()
 
 
 def enqueued(mgmt_port: int) -> int:
@@ -71,9 +73,7 @@ def unix(ts: str) -> float:
     return datetime.fromisoformat(ts).timestamp()
 
 
-def test_drill_through_a_sigkill_of_the_primary_broker(
-    agents: AgentCluster, tmp_path: Path
-) -> None:
+def test_drill_through_a_sigkill_of_the_primary_broker(agents: Cluster, tmp_path: Path) -> None:
     agents.start()
     old = agents.wait_settled(timeout=60)
     old_record = agents.primary_record()
@@ -161,7 +161,7 @@ def test_drill_through_a_sigkill_of_the_primary_broker(
 
     # The killed broker comes back as a backup; then stop everything and check the logs.
     wait_until(lambda: old.state() == "ready", timeout=30)
-    agents.stop_once()  # type: ignore[attr-defined]
+    agents.stop()
     logs = [*sorted((tmp_path / "cluster").rglob("*.log")), log]
     assert len(logs) == 7  # three brokers, three agents, the drill
     checked = 0
