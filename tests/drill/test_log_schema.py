@@ -1,0 +1,86 @@
+"""``analytics/log_schema.json`` itself: a valid draft 2020-12 schema that takes good events
+and refuses bad ones. (Real logs are checked in test_drill_command and test_drill_failover.)"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.drill.log_schema import SCHEMA_FILE, problems
+
+COMMON: dict[str, Any] = {
+    "ts": "2026-11-22T07:42:02.123456Z",
+    "level": "info",
+    "node": "n1",
+    "cluster": None,
+    "epoch": 2,
+    "schema": "1",
+}
+
+GOOD: list[dict[str, Any]] = [
+    {"event": "broker_started", "component": "broker", "port": 5672},
+    {"event": "something_new", "component": "amqp"},  # other events: common fields only
+    {"event": "ha_state_changed", "component": "ha", "old": "ready", "new": "recovering",
+     "reason": "promoted", "expected": ["127.0.0.1:5673"]},
+    {"event": "election_won", "component": "agent"},
+    {"event": "agent_promoted", "component": "agent", "new_epoch": 2, "ha_state": "recovering",
+     "reason": "a ready backup", "took_ms": 12.5},
+    {"event": "broker_state", "component": "agent", "ha_state": None, "broker_epoch": None,
+     "reason": "connection refused"},
+    {"event": "broker_process_exited", "component": "agent", "pid": 7, "code": -9,
+     "ran_s": 3.2},
+    {"event": "zookeeper_session_fence", "component": "agent", "reason": "session_lost",
+     "leading": True, "broker_primary": False},
+    {"event": "confirm_gap", "component": "drill", "gap_ms": 120.5, "stall_ms": 100.0,
+     "last_confirm_ts": "2026-11-22T07:42:02.000001Z",
+     "first_confirm_ts": "2026-11-22T07:42:02.120501Z", "message": 9},
+]  # fmt: skip
+
+BAD: list[tuple[dict[str, Any], str]] = [
+    ({"event": "broker_started", "component": "broker", "ts": "2026-11-22 07:42:02"}, "ts"),
+    ({"event": "Broker Started", "component": "broker"}, "event"),
+    ({"event": "broker_started", "component": "spark"}, "component"),
+    ({"event": "broker_started", "component": "broker", "schema": "2"}, "schema"),
+    ({"event": "broker_started", "component": "broker", "epoch": "2"}, "epoch"),
+    ({"event": "ha_state_changed", "component": "ha", "old": "ready", "new": "primary",
+      "reason": "x"}, "new"),
+    ({"event": "ha_state_changed", "component": "ha", "old": "ready", "new": "active"},
+     "'reason' is a required property"),
+    ({"event": "agent_promoted", "component": "agent", "new_epoch": 2, "ha_state": "active",
+      "reason": "r"}, "'took_ms' is a required property"),
+    ({"event": "client_reconnected", "component": "drill", "role": "publisher",
+      "address": "h:1", "epoch": 2, "outage_ms": -1}, "outage_ms"),
+    ({"event": "drill_finished", "component": "drill", "sent": 1, "confirmed": 1,
+      "received": 1, "lost": 0, "max_gap_ms": 0}, "'duplicated' is a required property"),
+    ({"event": "client_connected", "component": "broker", "role": "consumer", "address": "h",
+      "epoch": None}, "component"),
+]  # fmt: skip
+
+
+def test_the_schema_is_draft_2020_12() -> None:
+    schema = json.loads(SCHEMA_FILE.read_text())
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["required"] == [
+        "ts", "level", "event", "node", "cluster", "epoch", "component", "schema"
+    ]  # fmt: skip
+    assert problems({**COMMON, **GOOD[0]}) == []  # check_schema ran in problems()
+
+
+@pytest.mark.parametrize("event", GOOD, ids=lambda e: str(e["event"]))
+def test_good_events(event: dict[str, Any]) -> None:
+    assert problems({**COMMON, **event}) == []
+
+
+@pytest.mark.parametrize(("event", "why"), BAD, ids=lambda v: str(v)[:40])
+def test_bad_events(event: dict[str, Any], why: str) -> None:
+    found = problems({**COMMON, **event})
+    assert found and any(why in p for p in found), found
+
+
+@pytest.mark.parametrize("field", ["ts", "level", "event", "node", "cluster", "epoch"])
+def test_every_common_field_is_required(field: str) -> None:
+    event = {**COMMON, **GOOD[0]}
+    del event[field]
+    assert any(f"'{field}' is a required property" in p for p in problems(event))
