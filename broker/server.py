@@ -67,6 +67,11 @@ class Broker:
         self.mgmt_port = options.mgmt_port
 
     @property
+    def store_status(self) -> str:
+        """``empty``, ``clean`` or ``dirty`` (the data directory), ``unknown`` without one."""
+        return "unknown" if self.data_dir is None else self.data_dir.store_status
+
+    @property
     def ha_state(self) -> str:
         """standalone, or the HA state of a cluster member (joining, catch-up, ...)."""
         return "standalone" if self.ha is None else self.ha.state.value
@@ -229,7 +234,7 @@ class Broker:
         if self._server is not None:
             await self._server.wait_closed()
         if self.data_dir is not None:
-            self.data_dir.close()
+            self.data_dir.close(clean=True)
         self.log.info("broker_stopped", uptime=round(time.time() - self.started_at, 3))
 
     async def wait_stopped(self) -> None:

@@ -84,3 +84,38 @@ def test_users_file_and_sigterm_closes_clients_with_320(tmp_path: Path) -> None:
         assert events[0] == "broker_started" and events[-1] == "broker_stopped"
     finally:
         broker.stop()
+
+
+def test_store_status_empty_then_clean_after_sigterm_dirty_after_sigkill(tmp_path: Path) -> None:
+    """Seed 002's store status, as /api/status reports it and the agent ranks brokers."""
+    import json
+    import signal
+    import urllib.request
+
+    from tests.broker_process import BrokerProcess
+
+    def status(broker: BrokerProcess) -> str:
+        url = f"http://127.0.0.1:{broker.mgmt_port}/api/status"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return str(json.load(answer)["store_status"])
+
+    data = tmp_path / "data"
+    seen = []
+    for stop in (signal.SIGTERM, signal.SIGKILL, signal.SIGTERM):
+        broker = BrokerProcess(tmp_path / "b", args=[f"--data-dir={data}"]).start()
+        try:
+            seen.append(status(broker))
+        finally:
+            broker.stop(stop)
+        broker.port = broker.mgmt_port = 0
+    broker = BrokerProcess(tmp_path / "b", args=[f"--data-dir={data}"]).start()
+    try:
+        seen.append(status(broker))
+    finally:
+        broker.stop()
+    assert seen == ["empty", "clean", "dirty", "clean"]
+    no_dir = BrokerProcess(tmp_path / "n").start()
+    try:
+        assert status(no_dir) == "unknown"
+    finally:
+        no_dir.stop()

@@ -96,6 +96,9 @@ class ManagedBroker(BrokerView, Protocol):
     @property
     def amqp_port(self) -> int: ...
 
+    @property
+    def store_status(self) -> str: ...
+
 
 # -- errors ------------------------------------------------------------------------------
 class ApiError(Exception):
@@ -488,6 +491,7 @@ class ManagementApi:
                 "pid": os.getpid(),
                 "uptime": round(max(0.0, time.time() - broker.started_at), 3),
                 "ha_state": broker.ha_state,
+                "store_status": broker.store_status,
                 "amqp_port": broker.amqp_port,
                 "connections": len(broker.context.connections),
                 "queues": len(broker.vhost.queues),
