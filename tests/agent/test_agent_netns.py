@@ -202,6 +202,40 @@ def vip_overlaps(nodes: list[Node]) -> list[tuple[str, str, str]]:
     ]
 
 
+def primary_overlaps(nodes: list[Node]) -> list[tuple[str, str, str, str]]:
+    """Times two brokers were in a primary state at once, from the brokers' logs
+    (ha_state_changed) and their agents' (broker_killed, broker_process_exited):
+    (node, node, from, until)."""
+    spans: list[tuple[str, str, str]] = []  # node, from, until ("~": still primary)
+    for node in nodes:
+        ends = sorted(
+            str(e["ts"])
+            for e in node.agent_events()
+            if e["event"] in ("broker_killed", "broker_process_exited")
+        )
+        start: str | None = None
+        for e in node.broker_events():
+            ts, event = str(e["ts"]), e["event"]
+            primary = event == "ha_state_changed" and e.get("new") in PRIMARY_STATES
+            if start is None and primary:
+                start = ts
+            elif (
+                start is not None
+                and not primary
+                and event in ("ha_state_changed", "broker_started", "broker_stopped")
+            ):
+                spans.append((node.name, start, min([ts] + [t for t in ends if t > start])))
+                start = None
+        if start is not None:
+            spans.append((node.name, start, min(["~"] + [t for t in ends if t > start])))
+    return [
+        (a, b, max(a_from, b_from), min(a_until, b_until))
+        for i, (a, a_from, a_until) in enumerate(spans)
+        for (b, b_from, b_until) in spans[i + 1 :]
+        if a != b and a_from < b_until and b_from < a_until
+    ]
+
+
 def test_virtual_ip_moves_to_the_new_primary_and_a_client_on_a_third_host_follows_it(
     netns_cluster: NetnsCluster,
 ) -> None:
@@ -233,6 +267,7 @@ def test_virtual_ip_moves_to_the_new_primary_and_a_client_on_a_third_host_follow
     assert removed and added
     assert removed[-1]["ts"] < added[-1]["ts"]
     assert not vip_overlaps(agents.nodes)
+    assert not primary_overlaps(agents.nodes)
     # the killed broker is restarted by its agent and comes back as a backup
     wait_until(lambda: old.state() == "ready", timeout=30)
     assert agents.wait_settled() is new
@@ -295,8 +330,15 @@ def test_primary_host_cut_off_is_fenced_before_another_broker_is_promoted(
     received = client.ask("drain 30")["received"]
     lost = set(answer["confirmed"]) - set(received)
     assert not lost, f"confirmed messages lost: {sorted(lost)[:10]}"
+    overlaps_in_logs = primary_overlaps(agents.nodes)
     print(
         f"\npartition: cut at {cut_ts}, fenced {fences[0]['ts']}, "
         f"broker killed {killed[0]['ts']}, "
         f"promoted {promoted['ts']}; replaced {replaced_after:.2f} s after the cut"
     )
+    if overlaps_in_logs:
+        # Known bug, reported: a promote outlasting the agent's HTTP timeout (the broker
+        # waits up to 2 s for the silent old primary's close-ok) is taken as failed, yet
+        # the broker completes it: for about one check interval two brokers are primary,
+        # until the late one's agent sees ZooKeeper name the other and fences it.
+        pytest.xfail(f"two brokers primary at once (node, node, from, until): {overlaps_in_logs}")
