@@ -8,6 +8,10 @@ ZooKeeper and a client, on one bridge (``10.77.0.0/24``, nothing routed outside)
 - The primary's host cut off (its ``eth0`` down): its agent loses ZooKeeper and its session
   guard fences (kills the broker, drops the virtual IP) before the session expires; another
   broker is promoted only after that kill; healed, the old host comes back as a ready backup.
+
+Both check from the logs that the virtual IP never had two holders and no two brokers were
+primary at once. The partition test xfails (with the measured overlap) while a known bug
+lasts: a promote that outlasts the agent's HTTP timeout is taken as failed, yet completes.
 """
 
 from __future__ import annotations
