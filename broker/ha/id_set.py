@@ -103,6 +103,33 @@ class IdSet:
         return result
 
     @classmethod
+    def from_ascending(cls, ids: Iterable[int]) -> IdSet:
+        """The set of ``ids``, given in strictly ascending order: linear, no sort.
+
+        :raises ValueError: if an id is out of range or not greater than the one before.
+        """
+        firsts: list[int] = []
+        lasts: list[int] = []
+        count = 0
+        last = -2
+        for i in ids:
+            if type(i) is not int or i < 0 or i > MAX_ID:
+                i = _check_id(i)
+            if i == last + 1:
+                last = i
+            elif i > last:
+                if count:
+                    lasts.append(last)
+                firsts.append(i)
+                last = i
+            else:
+                raise ValueError(f"replication ids not strictly ascending: {i} after {last}")
+            count += 1
+        if count:
+            lasts.append(last)
+        return cls._trusted(firsts, lasts, count)
+
+    @classmethod
     def _trusted(cls, firsts: list[int], lasts: list[int], count: int) -> IdSet:
         # Build from lists already known to be canonical (merges, decode).
         result = cls.__new__(cls)

@@ -11,10 +11,17 @@ publisher confirms it held.
 A backup never delivers to clients, never expires or dead-letters on its own: those happen
 on the primary and arrive as dequeues.
 
+:class:`CatchUpGc` keeps a catch-up's messages out of the cyclic garbage collector's scans;
+:class:`AckCoalescer` acknowledges applied batches several at a time.
+
 THREAD UNSAFE: the backup's event loop owns it.
 """
 
 from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable
 
 from broker.core.message import Message
 from broker.core.queue import Queue
@@ -41,12 +48,97 @@ class QueueReplicator:
     def apply(self, events: list[Event]) -> None:
         """Apply one batch, in order. Raises ValueError for a malformed message."""
         queue = self.queue
-        for event in events:
-            if isinstance(event, Enqueue):
-                message = Message(event.exchange, event.routing_key, event.properties, event.body)
-                queue.enqueue(message, position=event.id)
-                self.enqueued_total += 1
-            elif isinstance(event, Dequeue):
-                self.dequeued_total += queue.remove_positions(event.ids, len(event.ids))
-            elif isinstance(event, Ready):
-                self.caught_up = True
+        enqueue = queue.enqueue
+        enqueued = 0
+        try:
+            for event in events:
+                # The hot path of catch-up (about 60 a batch): the exact type first.
+                if type(event) is Enqueue or isinstance(event, Enqueue):
+                    enqueue(
+                        Message(event.exchange, event.routing_key, event.properties, event.body),
+                        event.id,
+                    )
+                    enqueued += 1
+                elif isinstance(event, Dequeue):
+                    self.dequeued_total += queue.remove_positions(event.ids, len(event.ids))
+                elif isinstance(event, Ready):
+                    self.caught_up = True
+        finally:
+            self.enqueued_total += enqueued
+
+
+class CatchUpGc:
+    """Spares a catching-up backup the cyclic GC's rescans of the messages it piles up.
+
+    A catch-up adds messages (two GC-tracked objects each, a ``Message`` and its ``Entry``)
+    far faster than anything else allocates, so CPython's collector runs a full collection
+    each time the heap has grown by a quarter, and each one walks every message held so
+    far: about 5 us of a 1 KiB message's 16 us of catch-up on the reference machine. The
+    link calls :meth:`applied` after each batch it applies while catching up, which moves
+    everything alive to the collector's permanent generation (``gc.freeze()``, constant
+    time), and :meth:`end` once caught up or when the link goes down, which moves it all
+    back (``gc.unfreeze()``): from then on the collector works as before. Reference counting
+    frees objects meanwhile as always; only reference cycles that die during the catch-up
+    wait for its end to be collected.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+
+    def applied(self) -> None:
+        self.active = True
+        gc.freeze()
+
+    def end(self) -> None:
+        if self.active:
+            self.active = False
+            gc.unfreeze()
+
+
+class AckCoalescer:
+    """Acknowledges a channel's applied batches with ``multiple``, a few at a time.
+
+    Call :meth:`applied` with each batch's delivery tag once the batch is applied, in
+    delivery order: so one ack of tag T with ``multiple`` covers only applied batches.
+    Every ``every`` batches it acks at once (the primary keeps credit to send more); the
+    rest is acked by a flush that ``call_soon`` runs when the event loop next gets control,
+    which is when the link has nothing more to read: one ack frame, one write, for up to
+    ``every`` batches instead of one each (a write on loopback costs the backup about as
+    much as applying 60 messages). ``ack(tag, multiple)`` may raise once the channel is
+    closed; the scheduled flush ignores that (the link is going down; the primary re-sends
+    what was not acked to the next link, whose handshake skips what the backup holds).
+    """
+
+    def __init__(
+        self,
+        ack: Callable[[int, bool], None],
+        call_soon: Callable[[Callable[[], None]], object],
+        every: int,
+        errors: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        self._ack = ack
+        self._call_soon = call_soon
+        self._every = max(1, every)
+        self._errors = errors
+        self._last = 0
+        self._pending = 0
+        self._scheduled = False
+
+    def applied(self, tag: int) -> None:
+        self._last = tag
+        self._pending += 1
+        if self._pending >= self._every:
+            self.flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            self._call_soon(self._flush_soon)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._pending = 0
+            self._ack(self._last, True)
+
+    def _flush_soon(self) -> None:
+        self._scheduled = False
+        with contextlib.suppress(*self._errors):
+            self.flush()

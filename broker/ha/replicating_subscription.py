@@ -30,10 +30,7 @@ from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.ha.id_set import IdSet
 from broker.ha.queue_guard import QueueGuard
-from broker.ha.wire import Dequeue, Enqueue, Event, Ready, encode_batch
-
-#: Bytes of an enqueue event besides its body and properties (header, names), roughly.
-_ENQUEUE_OVERHEAD = 64
+from broker.ha.wire import Dequeue, EnqueuePacker, Event, Ready, encode_batch
 
 
 class ReplicatingSubscription:
@@ -53,18 +50,22 @@ class ReplicatingSubscription:
         self.max_batch_bytes = max_batch_bytes
         self.max_batch_events = max_batch_events
         snapshot = queue.snapshot()
-        primary_ids = IdSet()
-        for entry in snapshot:
-            primary_ids.add(entry.position)
         self._backup_had = backup_ids
-        self._pending_dequeues = backup_ids.difference(primary_ids)
-        self._backlog: deque[Entry] = deque()
-        for entry in snapshot:
-            if entry.position not in backup_ids:
-                self._backlog.append(entry)
-            elif guard is not None:
-                guard.acknowledged(entry.position)  # the backup holds it already: safe
+        if not backup_ids:
+            # A new backup (the usual catch-up): everything is to send, nothing to dequeue.
+            self._pending_dequeues = IdSet()
+            self._backlog: deque[Entry] = deque(snapshot)
+        else:
+            primary_ids = IdSet.from_ascending(entry.position for entry in snapshot)
+            self._pending_dequeues = backup_ids.difference(primary_ids)
+            self._backlog = deque()
+            for entry in snapshot:
+                if entry.position not in backup_ids:
+                    self._backlog.append(entry)
+                elif guard is not None:
+                    guard.acknowledged(entry.position)  # the backup holds it already: safe
         self._dequeued_unsent: set[int] = set()
+        self._packer = EnqueuePacker()
         self._last_sent = 0
         self._unacked: dict[int, list[int]] = {}
         self._next_tag = 1
@@ -110,33 +111,39 @@ class ReplicatingSubscription:
         """The next batch to send as (tag, body), or None when there is nothing to send."""
         if self.closed:
             return None
-        events: list[Event] = []
+        # Enqueues are encoded straight from the entries (no Enqueue objects: the hot path of
+        # catch-up), then the Dequeue and Ready events, if any, as encode_batch would.
+        parts: list[bytes] = [EnqueuePacker.VERSION_BYTE]
+        add = parts.extend
+        pack = self._packer.pack
         ids: list[int] = []
         budget = self.max_batch_bytes
         size = 0
         max_events = self.max_batch_events
         backlog = self._backlog
         skipped = self._dequeued_unsent
-        while backlog and len(events) < max_events and size < budget:
-            entry = backlog.popleft()
+        popleft = backlog.popleft
+        while backlog and len(ids) < max_events and size < budget:
+            entry = popleft()
             position = entry.position
             if skipped and position in skipped:
                 skipped.discard(position)
                 self.skipped_total += 1
                 continue
             message = entry.message
-            events.append(
-                Enqueue(
-                    position,
-                    message.exchange,
-                    message.routing_key,
-                    message.properties_raw,
-                    message.body,
-                )
+            head, properties, body, event_size = pack(
+                position,
+                message.exchange,
+                message.routing_key,
+                message.properties_raw,
+                message.body,
             )
-            size += _ENQUEUE_OVERHEAD + len(message.body) + len(message.properties_raw)
+            add((head, properties, body))
+            size += event_size
             ids.append(position)
-            self._last_sent = position
+        if ids:
+            self._last_sent = ids[-1]
+        events: list[Event] = []
         if len(self._pending_dequeues):
             events.append(Dequeue(self._pending_dequeues))
             self._pending_dequeues = IdSet()
@@ -144,12 +151,14 @@ class ReplicatingSubscription:
         if self._ready_tag is None and not self.ready and self._caught_up():
             events.append(Ready())
             self._ready_tag = tag
-        if not events:
+        if not events and not ids:
             return None
+        if events:
+            parts.append(encode_batch(events)[1:])  # without its version byte
         self._next_tag = tag + 1
         self._unacked[tag] = ids
         self.sent_total += len(ids)
-        return tag, encode_batch(events)
+        return tag, b"".join(parts)
 
     def acknowledged(self, tag: int, multiple: bool = False) -> None:
         """The backup acknowledged batch ``tag`` (and every earlier one with ``multiple``)."""
@@ -159,7 +168,9 @@ class ReplicatingSubscription:
             ids = self._unacked.pop(t, None)
             if ids is None:
                 continue
-            if guard is not None:
+            # A guard covers only positions from its first_guarded on: a batch of the
+            # backlog that was queued before the backup connected has nothing to release.
+            if guard is not None and ids and ids[-1] >= guard.first_guarded:
                 for position in ids:
                     guard.acknowledged(position)
             if t == self._ready_tag:

@@ -30,8 +30,9 @@ event index and byte offset: empty input, unknown version, unknown event type, a
 event, an id out of range, invalid UTF-8, a malformed id set. (Events run to the end of the
 body, so stray bytes after the last event are reported as an unknown type or a truncation.)
 
-:class:`BatchWriter` packs events into batches under a byte budget and an event count, the
-primary's side of catch-up.
+:class:`BatchWriter` packs events into batches under a byte budget and an event count.
+:class:`EnqueuePacker` encodes ENQUEUE events straight from a message's fields, with no
+:class:`Enqueue` object in between: the primary's side of catch-up.
 
 **Configuration stream** (consumer on ``qpid.ha-config``): each body is one event as an AMQP
 field table, in pamqp's encoding (:func:`pamqp.encode.field_table`), with a str ``"type"``
@@ -44,7 +45,8 @@ its table or array, a string that is not UTF-8 (pamqp would hand back bytes), a 
 field name, an unknown type, nesting deeper than 32, trailing bytes: :class:`ValueError`.
 pamqp encodes floats as 32-bit: keep config values to str, int, bool, None, lists and dicts.
 
-No I/O here; everything is a pure function of its arguments except :class:`BatchWriter`.
+No I/O here; everything is a pure function of its arguments except :class:`BatchWriter` and
+:class:`EnqueuePacker`.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ __all__ = [
     "BatchWriter",
     "Dequeue",
     "Enqueue",
+    "EnqueuePacker",
     "Event",
     "Ready",
     "decode_batch",
@@ -178,6 +181,74 @@ def encode_batch(events: Sequence[Event]) -> bytes:
     return b"".join(parts)
 
 
+class _Unset:
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_UNSET = _Unset()
+
+
+class EnqueuePacker:
+    """Encodes ENQUEUE events from a message's fields: the primary's catch-up hot path.
+
+    ``b"".join([VERSION_BYTE, *packer.pack(...)[:3], ...])`` is byte for byte what
+    :func:`encode_batch` makes of the same fields as :class:`Enqueue` events, without
+    creating those frozen objects (half the cost of a 1 KiB message's encoding). The
+    exchange and routing key of the last message are kept encoded: a queue's messages
+    mostly share them. Errors are those of :func:`encode_batch`, for the same values.
+    """
+
+    __slots__ = ("_exchange", "_lengths", "_route", "_routing_key")
+
+    #: A batch starts with this byte (then the events' parts).
+    VERSION_BYTE = _VERSION_BYTE
+
+    def __init__(self) -> None:
+        self._exchange: object = _UNSET  # equal to no value: the first pack sets the route
+        self._routing_key: object = _UNSET
+        self._route = b""
+        self._lengths = (0, 0)
+
+    def pack(
+        self, id_: int, exchange: str, routing_key: str, properties: bytes, body: bytes
+    ) -> tuple[bytes, bytes, bytes, int]:
+        """(header and route, properties, body, their total size) of one ENQUEUE event."""
+        if exchange != self._exchange or routing_key != self._routing_key:
+            self._set_route(exchange, routing_key)
+        exchange_len, key_len = self._lengths
+        try:
+            if id_ < 0 or type(properties) is not bytes or type(body) is not bytes:
+                raise TypeError
+            head = (
+                _ENQUEUE_HEADER.pack(
+                    ENQUEUE, id_, exchange_len, key_len, len(properties), len(body)
+                )
+                + self._route
+            )
+        except (struct.error, TypeError):
+            raise _diagnose(
+                "event", Enqueue(id_, exchange, routing_key, properties, body)
+            ) from None
+        return head, properties, body, len(head) + len(properties) + len(body)
+
+    def _set_route(self, exchange: str, routing_key: str) -> None:
+        try:
+            encoded_exchange = exchange.encode()
+            encoded_key = routing_key.encode()
+        except (AttributeError, UnicodeEncodeError):
+            raise _diagnose("event", Enqueue(0, exchange, routing_key, b"", b"")) from None
+        self._exchange = exchange
+        self._routing_key = routing_key
+        self._route = encoded_exchange + encoded_key
+        self._lengths = (len(encoded_exchange), len(encoded_key))
+
+
 def _event_parts(event: Event) -> tuple[list[bytes], int]:
     """The encoded pieces of one event (what :func:`encode_batch` appends) and their size."""
     try:
@@ -262,6 +333,13 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[Event]:
     unpack = _ENQUEUE_REST.unpack_from
     new = object.__new__
     set_id, set_exchange, set_routing_key, set_properties, set_body = _ENQUEUE_SETTERS
+    starts = data.startswith
+    # A queue's messages mostly share exchange, routing key and properties: when the bytes
+    # equal the previous event's (compared in place), its str and bytes objects are reused
+    # rather than made again, which saves time and, on a backup, memory per message held.
+    route = properties = b""
+    exchange = routing_key = ""
+    route_lengths = (-1, -1)
     pos = 1
     try:
         while pos < end:
@@ -286,11 +364,18 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[Event]:
                 if id_ < 0:
                     raise ValueError(_where(events, pos, f"enqueue id {id_ + 2**64} > {MAX_ID}"))
                 # Enqueue(...) without the frozen __init__'s object.__setattr__ calls: 2x faster.
+                if (exchange_len, key_len) != route_lengths or not starts(route, start):
+                    exchange = data[start:key_start].decode()
+                    routing_key = data[key_start:properties_start].decode()
+                    route = data[start:properties_start]
+                    route_lengths = (exchange_len, key_len)
+                if properties_len != len(properties) or not starts(properties, properties_start):
+                    properties = data[properties_start:body_start]
                 event = new(Enqueue)
                 set_id(event, id_)
-                set_exchange(event, data[start:key_start].decode())
-                set_routing_key(event, data[key_start:properties_start].decode())
-                set_properties(event, data[properties_start:body_start])
+                set_exchange(event, exchange)
+                set_routing_key(event, routing_key)
+                set_properties(event, properties)
                 set_body(event, data[body_start:next_pos])
                 append(event)
                 pos = next_pos
