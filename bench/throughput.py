@@ -505,6 +505,7 @@ class RunResult:
     window_s: float = 0.0
     clients_cpu_s: float = 0.0  # producers + consumers + this process
     broker_cpu_s: float | None = None  # None: broker PID unknown (remote or not found)
+    # (with extra_pids, e.g. an HA primary's backups: all of them together)
     other_cpu_s: float | None = None  # everything else: other people's work on shared cores
     steal_s: float = 0.0  # taken by the hypervisor
     broker_us_per_msg: float | None = None
@@ -593,11 +594,13 @@ def run_once(
     timeout: float,
     label: str = "",
     broker_pid: int | None = None,
+    extra_pids: Sequence[int] = (),
 ) -> RunResult:
     """One run at P=pairs; never raises for broker-side failures (they land in .errors).
 
     broker_pid: the broker's PID, for its CPU use; by default whatever listens on the URL's
-    port if that is on this machine.
+    port if that is on this machine. extra_pids: more processes whose CPU counts as the
+    broker's (an HA primary's backups), so that other% leaves them out.
     """
     if broker_pid is None:
         broker_pid = listener_pid(url)
@@ -620,9 +623,18 @@ def run_once(
     cpu0: tuple[float, float, float, float, float | None] | None = None
     cpu1: tuple[float, float, float, float, float | None] | None = None
 
+    def brokers_cpu() -> float | None:
+        total = process_cpu(broker_pid)
+        for pid in extra_pids:
+            cpu = process_cpu(pid)
+            if total is None or cpu is None:
+                return None
+            total += cpu
+        return total
+
     def cpu_now() -> tuple[float, float, float, float, float | None]:
         busy, steal = host_cpu()
-        return (time.monotonic(), busy, steal, time.process_time(), process_cpu(broker_pid))
+        return (time.monotonic(), busy, steal, time.process_time(), brokers_cpu())
 
     def wait_for(kind: str, role: str, until: float) -> None:
         """Collect messages until every `role` child has sent `kind` (ready or result)."""
@@ -848,7 +860,8 @@ HEAD = (
     f"{'target':<10} {'P':>3} {'run':>4} {'msgs':>8} {'secs':>6} {'msgs/s':>9} "
     f"{'p50 ms':>8} {'p99 ms':>8} {'missing':>7} {'dup':>5} {'brk us/m':>8} {'other%':>6} status"
 )
-# brk us/m: broker CPU microseconds per message received (PID found from the listening port).
+# brk us/m: broker CPU microseconds per message received (PID found from the listening port;
+#           bench/ha_compare.py counts a primary's backups in).
 # other%:   CPU used meanwhile by processes that are neither the broker nor this benchmark, in %
 #           of one core: other people's work on shared cores; compare runs only when it is low.
 
