@@ -267,8 +267,9 @@ def row(r: CatchUp) -> str:
         f"{r.run:>6} {r.messages:>9} {r.queues:>3} {r.from_start_s:>12.2f} "
         f"{r.msgs_per_s_from_start:>9.0f} {r.from_link_up_s:>11.2f} "
         f"{r.msgs_per_s_from_link_up:>9.0f} {r.start_to_link_up_s:>11.2f} "
-        f"{r.backup_peak_rss_mb:>7.0f} {_opt(r.backup_cpu_s, 6, 1)} {_opt(r.primary_cpu_s, 6, 1)} "
-        f"{_opt(r.backup_faults_per_msg, 7, 2)} {_opt(r.other_pct, 6, 0)} {'ok' if r.ok else 'FAIL'}"
+        f"{r.backup_peak_rss_mb:>7.0f} {_opt(r.backup_cpu_s, 6, 1)} "
+        f"{_opt(r.primary_cpu_s, 6, 1)} {_opt(r.backup_faults_per_msg, 7, 2)} "
+        f"{_opt(r.other_pct, 6, 0)} {'ok' if r.ok else 'FAIL'}"
     )
 
 
@@ -334,7 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     med = median_of(runs)
     print()
-    print(f"median of {len(runs)} backups, {args.messages} x {args.size} B on {args.queues} queue(s):")
+    print(
+        f"median of {len(runs)} backups, {args.messages} x {args.size} B on {args.queues} queue(s):"
+    )
     print(HEAD)
     print(row(med))
     if args.json:

@@ -66,7 +66,9 @@ def _port_open(port: int) -> bool:
         return False
 
 
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float, interval: float = 0.05) -> Any:
+def wait_for(
+    what: str, predicate: Callable[[], Any], timeout: float, interval: float = 0.05
+) -> Any:
     """Poll ``predicate`` until truthy; :class:`BrokerError` naming ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:

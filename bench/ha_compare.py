@@ -41,8 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ha_brokers import Broker, BrokerError, Brokers, wait_for  # noqa: E402
-from throughput import (  # noqa: E402
+from ha_brokers import Broker, BrokerError, Brokers, wait_for
+from throughput import (
     HEAD,
     RunResult,
     _other_pct,
@@ -117,10 +117,12 @@ SUMMARY_HEAD = (
 )
 
 
-def summary_rows(pairs: int, results: dict[str, list[RunResult]]) -> tuple[list[str], dict]:
+def summary_rows(
+    pairs: int, results: dict[str, list[RunResult]]
+) -> tuple[list[str], dict[str, dict[str, float]]]:
     base = _median(results["standalone"], "msgs_per_s")
     lines = []
-    figures: dict[str, dict[str, float | str | None]] = {}
+    figures: dict[str, dict[str, float]] = {}
     for label in CONFIGS:
         runs = results[label]
         rate = _median(runs, "msgs_per_s")
@@ -194,7 +196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         d.update(figures[label])
                         print(json.dumps(d, sort_keys=True), flush=True)
                 share = figures["primary+2"]["of_standalone"]
-                assert isinstance(share, float)
                 met = "met" if share >= TARGET_FRACTION else "NOT met"
                 verdicts.append(
                     f"P={pairs}: primary+2 = {share * 100:.0f}% of stand-alone "
