@@ -71,6 +71,9 @@ __all__ = ["Agent", "AgentSettings"]
 
 _log = structlog.get_logger("ha_agent.agent", component="agent")
 
+#: The longest a promotion call may take (seconds); also bounded by the lease.
+PROMOTE_TIMEOUT = 5.0
+
 #: kazoo reconnects quickly (its default backs off to a minute).
 CONNECTION_RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
 
@@ -205,17 +208,19 @@ class Agent:
         if self.watcher is not None:
             self.watcher.stop()  # before the client: stopping a client reports LOST
         leading = self.election is not None and self.election.leading
+        if leading or (self.view is not None and self.view.is_primary):
+            # The broker stops serving first; only then may another agent win.
+            self._drop_vip()
+            if self.supervisor is not None:
+                self.supervisor.stop()
+            else:  # nobody would stop an unmanaged primary: never leave one serving
+                self._kill_broker("agent stopping while its broker is the primary")
+            with contextlib.suppress(KazooException, KazooTimeoutError):
+                delete_primary(self.client, self.settings.cluster)
         if self.election is not None:
             self.election.cancel(timeout=2.0)
-        if leading or (self.view is not None and self.view.is_primary):
-            with contextlib.suppress(KazooException):
-                delete_primary(self.client, self.settings.cluster)
-            self._drop_vip()
-            if self.supervisor is None:
-                # Nobody would stop an unmanaged primary: never leave one serving.
-                self._kill_broker("agent stopping while its broker is the primary")
         if self.publisher is not None:
-            with contextlib.suppress(KazooException):
+            with contextlib.suppress(KazooException, KazooTimeoutError):
                 self.publisher.withdraw()
         if self.supervisor is not None:
             self.supervisor.stop()
@@ -358,25 +363,40 @@ class Agent:
     def _promote(self, view: BrokerView, reason: str) -> None:
         s = self.settings
         started = time.monotonic()
+        answer: dict[str, Any] | None = None
         try:
             epoch = next_epoch(self.client, s.cluster, minimum=view.epoch + 1)
             _log.info("epoch_taken", new_epoch=epoch, reason=reason)
             lease = self._lease()
             if lease is None:
                 raise PromoteRefused("no lease left on the ZooKeeper session")
-            answer = self.broker_check.promote(epoch, lease)
+            # The promotion must be over well within the lease; past it, its outcome is
+            # unknown (see below).
+            timeout = min(PROMOTE_TIMEOUT, max(0.5, lease * 0.8))
+            try:
+                answer = self.broker_check.promote(epoch, lease, timeout=timeout)
+            except ManagementError as exc:
+                # No answer: the broker may yet become primary after this agent resigned,
+                # beside the next one. Fence it (it restarts as a backup), then resign.
+                _log.warning("promotion_failed", reason=str(exc))
+                self._fence(f"promotion of unknown outcome: {exc}")
+                return
             record = PrimaryRecord(s.node, epoch, view.url)
             write_primary(self.client, s.cluster, record, s.vip)
         except PromoteRefused as exc:
             _log.warning("promotion_refused", reason=str(exc))
             self._resign()
             return
-        except (KazooException, KazooTimeoutError, ManagementError) as exc:
+        except (KazooException, KazooTimeoutError) as exc:
             if isinstance(exc, NodeExistsError):
                 _log.error("primary_record_conflict", reason=str(exc))
             else:
                 _log.warning("promotion_failed", reason=repr(exc))
-            self._resign()
+            if answer is not None:
+                # promoted, but not recorded: another agent must not meet it serving
+                self._fence("promoted, but the primary record could not be written")
+            else:
+                self._resign()
             return
         self.promoted_epoch = epoch
         set_log_context(epoch=epoch)

@@ -95,21 +95,27 @@ class BrokerCheck:
         self.last_error = ""
         return broker_view(status, ha)
 
-    def promote(self, epoch: int, lease: float | None = None) -> dict[str, Any]:
+    def promote(
+        self, epoch: int, lease: float | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
         """``POST /api/ha/promote`` as the cluster manager, with the primary's first lease
-        (seconds) when given; the broker's answer."""
+        (seconds) when given; the broker's answer. ``timeout`` replaces the check timeout
+        for this call (a promotion does more than answer a status)."""
         body: dict[str, Any] = {"cluster_manager": True, "epoch": epoch}
         if lease is not None:
             body["lease"] = lease
-        return self._post("/api/ha/promote", body)
+        return self._post("/api/ha/promote", body, timeout)
 
     def renew_lease(self, lease: float) -> dict[str, Any]:
         """``POST /api/ha/lease``: the primary may serve ``lease`` seconds more."""
         return self._post("/api/ha/lease", {"cluster_manager": True, "lease": lease})
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(
+        self, path: str, body: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
+        client = self.client if timeout is None else ManagementClient(self.client.url, timeout)
         try:
-            answer = self.client.post(path, body)
+            answer = client.post(path, body)
         except ManagementError as exc:
             if exc.status is not None:
                 raise PromoteRefused(str(exc)) from exc

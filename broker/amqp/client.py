@@ -342,6 +342,16 @@ class AmqpClient:
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
 
+    async def abort(self, text: str = "aborted by client") -> None:
+        """Drop the connection at once: no connection.close, no waiting for the peer (which
+        may be gone or cut off), the socket aborted; every waiter fails."""
+        self._fail(ConnectionClosedByClient(int(ReplyCode.CONNECTION_FORCED), text))
+        with contextlib.suppress(Exception):
+            self._writer.transport.abort()
+        tasks = [t for t in (self._reader_task, self._heartbeat_task) if t is not None]
+        current = asyncio.current_task()
+        await asyncio.gather(*(t for t in tasks if t is not current), return_exceptions=True)
+
     async def __aenter__(self) -> AmqpClient:
         return self
 

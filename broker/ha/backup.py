@@ -140,8 +140,13 @@ class BackupLink:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ha-backup-link")
 
-    async def stop(self) -> None:
+    async def stop(self, abort: bool = False) -> None:
+        """Stop replicating; ``abort``: drop the link at once without the close handshake
+        (at promotion: the old primary may be gone or cut off and never answer)."""
         task, self._task = self._task, None
+        client = self.client
+        if abort and client is not None:
+            await client.abort("promoted: this broker is the primary now")
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

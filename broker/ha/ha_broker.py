@@ -96,6 +96,7 @@ class HaBroker:
         #: Monotonic time until which the cluster manager vouches for this primary (its
         #: ZooKeeper session lease); None until a lease is granted (no agent: no lease).
         self.lease_until: float | None = None
+        self._promoting = asyncio.Lock()
         context.admission = self
         context.server_properties = self.server_properties
         set_log_context(epoch=self.epoch_store.current)
@@ -276,7 +277,14 @@ class HaBroker:
 
     # -- promotion ---------------------------------------------------------------------
     async def promote(self, epoch: int | None = None) -> HaState:
-        """Become the primary (cluster-manager only). Returns the new state."""
+        """Become the primary (cluster-manager only). Returns the new state.
+
+        One promotion at a time: a second request waits for the first and then finds the
+        broker primary already (or fenced)."""
+        async with self._promoting:
+            return await self._promote(epoch)
+
+    async def _promote(self, epoch: int | None) -> HaState:
         state = self.state
         if self.fenced:
             raise PromoteError("this broker is fenced; restart it")
@@ -302,7 +310,7 @@ class HaBroker:
             if m.get("state") == HaState.READY.value and m.get("id") != self.broker_id
         }
         if self.link is not None:
-            await self.link.stop()
+            await self.link.stop(abort=True)
             # Exclusive queues belonged to client connections of the old primary, which
             # died with it: delete them as their connections' close would have.
             for name in sorted(self.link.replicator.exclusive):

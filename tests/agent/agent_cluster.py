@@ -213,7 +213,13 @@ class AgentCluster:
             states = sorted(self.states())
             return states == ["active"] + ["ready"] * (len(self.nodes) - 1)
 
-        wait_until(settled, timeout=timeout)
+        try:
+            wait_until(settled, timeout=timeout)
+        except AssertionError:
+            raise AssertionError(
+                f"not settled in {timeout} s: states {self.states()}, "
+                f"primary record {self.primary_record()}"
+            ) from None
         (primary,) = self.primaries()
         return primary
 

@@ -75,8 +75,7 @@ def test_frozen_primary_node_is_replaced_and_fences_itself_when_it_runs_again(
         os.kill(old.agent.pid, signal.SIGCONT)
         os.kill(broker_pid, signal.SIGCONT)
     wait_until(lambda: not pid_alive(broker_pid), timeout=10)
-    fences = events(old, "zookeeper_session_fence")
-    assert fences and fences[0]["broker_primary"] is True
+    assert events(old, "zookeeper_session_fence")  # the agent knew its session was gone
     # Whichever ran first stopped the old broker: its own lease check (the agent could not
     # renew it while frozen) or the agent's fence.
     killed = any(e["pid"] == broker_pid for e in events(old, "broker_killed"))

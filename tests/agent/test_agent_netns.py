@@ -10,8 +10,7 @@ ZooKeeper and a client, on one bridge (``10.77.0.0/24``, nothing routed outside)
   broker is promoted only after that kill; healed, the old host comes back as a ready backup.
 
 Both check from the logs that the virtual IP never had two holders and no two brokers were
-primary at once. The partition test xfails (with the measured overlap) while a known bug
-lasts: a promote that outlasts the agent's HTTP timeout is taken as failed, yet completes.
+primary at once.
 """
 
 from __future__ import annotations
@@ -340,9 +339,4 @@ def test_primary_host_cut_off_is_fenced_before_another_broker_is_promoted(
         f"broker killed {killed[0]['ts']}, "
         f"promoted {promoted['ts']}; replaced {replaced_after:.2f} s after the cut"
     )
-    if overlaps_in_logs:
-        # Known bug, reported: a promote outlasting the agent's HTTP timeout (the broker
-        # waits up to 2 s for the silent old primary's close-ok) is taken as failed, yet
-        # the broker completes it: for about one check interval two brokers are primary,
-        # until the late one's agent sees ZooKeeper name the other and fences it.
-        pytest.xfail(f"two brokers primary at once (node, node, from, until): {overlaps_in_logs}")
+    assert not overlaps_in_logs, f"two brokers primary at once: {overlaps_in_logs}"
