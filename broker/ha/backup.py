@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from broker.amqp.client import AmqpClient, ClientChannel, ClientError, Delivery, connect
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
+from broker.ha.queue_replicator import AckCoalescer, CatchUpGc
 from broker.ha.state import HaState
 from broker.ha.status_check import STATUS_PROPERTY
 from broker.ha.streams import (
@@ -136,6 +137,7 @@ class BackupLink:
         self._subscribed: set[str] = set()
         self._subscribing: set[asyncio.Task[None]] = set()
         self._broken: asyncio.Event | None = None
+        self._gc = CatchUpGc()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ha-backup-link")
@@ -176,6 +178,7 @@ class BackupLink:
                     self.owner.link_down(f"{type(exc).__name__}: {exc}")
                 finally:
                     self.client = None
+                    self._gc.end()
                     await self._close_client(client)
                 delay = LINK_RETRY_MIN
             await asyncio.sleep(min(delay, self.maintenance_interval))
@@ -294,6 +297,9 @@ class BackupLink:
             channel = await client.open_channel()
             self._queue_channels[name] = channel
             await channel.qos(self.credit)
+            acks = AckCoalescer(
+                channel.ack, asyncio.get_running_loop().call_soon, self.credit // 4, (ClientError,)
+            )
 
             def on_batch(delivery: Delivery) -> None:
                 try:
@@ -301,7 +307,9 @@ class BackupLink:
                 except ValueError as exc:
                     self._fail(f"queue stream {name!r}: {exc}")
                     return
-                channel.ack(delivery.delivery_tag)
+                acks.applied(delivery.delivery_tag)
+                if not self._caught_up_reported:
+                    self._gc.applied()
                 if replicator.caught_up and name in self._waiting:
                     self._waiting.discard(name)
                     self._check_caught_up()
@@ -320,4 +328,5 @@ class BackupLink:
     def _check_caught_up(self) -> None:
         if not self._first_snapshot and not self._waiting and not self._caught_up_reported:
             self._caught_up_reported = True
+            self._gc.end()
             self.owner.caught_up()
