@@ -127,17 +127,20 @@ def check_paths(paths: Sequence[str]) -> None:
             raise JobError(f"no such file or directory: {path}")
 
 
-def read_logs(spark: SparkSession, paths: Sequence[str], glob: str = DEFAULT_GLOB) -> DataFrame:
-    """The raw lines under ``paths`` with :data:`~analytics.transforms.RAW_SCHEMA` (no
-    schema inference pass); lines that are not JSON come out with every field null."""
+def read_lines(spark: SparkSession, paths: Sequence[str], glob: str = DEFAULT_GLOB) -> DataFrame:
+    """The raw lines under ``paths`` (a ``value`` column), directories read recursively."""
     check_paths(paths)
     return (
-        spark.read.schema(transforms.RAW_SCHEMA)
-        .option("mode", "PERMISSIVE")
-        .option("recursiveFileLookup", "true")
+        spark.read.option("recursiveFileLookup", "true")
         .option("pathGlobFilter", glob)
-        .json(list(paths))
+        .text(list(paths))
     )
+
+
+def load_events(spark: SparkSession, paths: Sequence[str], glob: str = DEFAULT_GLOB) -> DataFrame:
+    """The normalised events the analysis uses (no cache: for tests and notebooks)."""
+    summary = transforms.summarise(read_lines(spark, paths, glob))
+    return transforms.normalise(transforms.relevant(summary))
 
 
 @dataclass
@@ -194,17 +197,18 @@ def run(
     """Read ``paths``, analyse, write the tables and ``report.html`` under ``out``."""
     progress = progress or Progress(None)
     started = time.monotonic()
-    raw = read_logs(spark, paths, glob)
-    with progress.stage("read logs, count lines by node and event", spark):
-        counts = transforms.event_counts(raw).cache()
+    lines_df = read_lines(spark, paths, glob)
+    with progress.stage("read logs: count lines by node and event, keep the used ones", spark):
+        summary = transforms.summarise(lines_df).cache()
+        counts = transforms.event_counts(summary).cache()
         count_rows: list[Row] = counts.collect()
     lines = sum(int(r["lines"]) for r in count_rows)
     skipped = sum(int(r["lines"]) for r in count_rows if r["source"] == "skipped")
     if lines == skipped:
         raise JobError(f"no JSON log events in {', '.join(paths)} (files matching {glob})")
     progress.log(f"{lines} lines, {skipped} not events")
-    with progress.stage("keep the events the analysis uses", spark):
-        events = transforms.normalise(transforms.relevant(raw)).cache()
+    with progress.stage("parse the used events", spark):
+        events = transforms.normalise(transforms.relevant(summary)).cache()
         used = events.count()
     progress.log(f"{used} events used")
     # small tables from here on: interpreted plans start faster than compiled ones
@@ -238,6 +242,7 @@ def run(
         )  # fmt: skip
     events.unpersist()
     counts.unpersist()
+    summary.unpersist()
     return Result(
         out=out,
         html=html,

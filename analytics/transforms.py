@@ -3,7 +3,7 @@
 :Status: Beta
 
 Inputs are the JSON log lines of brokers, agents and drill clients (``docs/log-schema.md``,
-schema 1) as read by :func:`analytics.job.read_logs` with :data:`RAW_SCHEMA`; nothing here
+schema 1) as read by :func:`analytics.job.read_lines` (a ``value`` column); nothing here
 reads or writes files, starts a session or collects rows: the job does that (the "Ready"
 caller). Every function takes and returns DataFrames, so each one is tested on a few
 hand-made rows against golden rows (``tests/analytics/test_transforms.py``).
@@ -89,6 +89,10 @@ RELEVANT_EVENTS = (
     "ha_state_changed",
     "ha_fenced",
     "ha_illegal_transition",
+    "ha_link_up",
+    "ha_link_down",
+    "ha_primary_refused",
+    "ha_promote_requested",
     "broker_stopped",
     "agent_started",
     "broker_state",
@@ -128,26 +132,57 @@ def _source(component: Column) -> Column:
     )
 
 
-def relevant(raw: DataFrame) -> DataFrame:
-    """Only the lines the analysis uses (cheap to cache even for millions of lines)."""
-    return raw.where(F.col("event").isin(*RELEVANT_EVENTS))
+def _key(name: str) -> Column:
+    """The string value of top-level key ``name`` in a JSON line, found by a regular
+    expression without parsing the line (``"name": "value"``, any spaces); ``""`` when
+    absent or not a string. Values are snake_case names, so no escapes to handle."""
+    return F.regexp_extract(F.col("value"), f'"{name}":\\s*"([^"]*)"', 1)
 
 
-def event_counts(raw: DataFrame) -> DataFrame:
-    """Lines by source, node and event; lines that are not events count under ``event``
-    null (``source`` ``skipped``)."""
-    is_event = F.col("event").isNotNull() & F.col("ts").isNotNull()
+def summarise(lines: DataFrame) -> DataFrame:
+    """One pass over the raw lines (a ``value`` column, as ``spark.read.text`` gives):
+    ``event``, ``node``, ``component`` read from each line without parsing it, and the
+    line itself only when its event is one the analysis uses; grouped with a count. The
+    result is small (the used lines plus one row per node and event), so the job caches it
+    and parses only those lines: millions of connection events cost a scan, not a parse.
+    """
+    event = _key("event")
+    keep = event.isin(*RELEVANT_EVENTS)
     return (
-        raw.select(
+        lines.select(
+            event.alias("event"),
+            _key("node").alias("node"),
+            _key("component").alias("component"),
+            F.when(keep, F.col("value")).alias("line"),
+        )
+        .groupBy("event", "node", "component", "line")
+        .agg(F.count(F.lit(1)).alias("lines"))
+    )
+
+
+def event_counts(summary: DataFrame) -> DataFrame:
+    """Lines by source, node and event (from :func:`summarise`); lines with no event
+    (not JSON, or no ``event`` key) count as source ``skipped``."""
+    is_event = F.col("event") != ""
+    return (
+        summary.select(
             F.when(is_event, _source(F.col("component")))
             .otherwise(F.lit("skipped"))
             .alias("source"),
             F.when(is_event, F.col("node")).alias("node"),
             F.when(is_event, F.col("event")).alias("event"),
+            "lines",
         )
         .groupBy("source", "node", "event")
-        .agg(F.count(F.lit(1)).alias("lines"))
+        .agg(F.sum("lines").alias("lines"))
     )
+
+
+def relevant(summary: DataFrame) -> DataFrame:
+    """The used lines of :func:`summarise`, parsed with :data:`RAW_SCHEMA` (a field of the
+    wrong type is null)."""
+    parsed = F.from_json(F.col("line"), RAW_SCHEMA, {"mode": "PERMISSIVE"})
+    return summary.where(F.col("line").isNotNull()).select(parsed.alias("e")).select("e.*")
 
 
 def node_clusters(events: DataFrame) -> DataFrame:
@@ -187,7 +222,8 @@ def state_intervals(events: DataFrame) -> DataFrame:
     (state ``new``), and the ends with no state: the broker's ``broker_stopped``,
     ``ha_fenced``, ``ha_illegal_transition`` and its agent's ``broker_process_exited`` and
     ``broker_killed``. A state lasts until the next mark of its node; the last one until
-    the node's last event (``end_by`` ``log_end``). Columns: cluster, node, state, epoch,
+    the cluster's last event (``end_by`` ``log_end``: nothing says it changed before the
+    logs end). Columns: cluster, node, state, epoch,
     old (the state before), start_us, end_us, end_by.
     """
     is_ha = F.col("source") == "broker"
@@ -209,13 +245,13 @@ def state_intervals(events: DataFrame) -> DataFrame:
         .otherwise(F.lit(0))
         .alias("order"),
     )
-    last_seen = events.groupBy("cluster", "node").agg(F.max("us").alias("last_us"))
+    last_seen = events.groupBy("cluster").agg(F.max("us").alias("last_us"))
     by_node = Window.partitionBy("cluster", "node").orderBy("us", "order")
     return (
         marks.withColumn("end_us", F.lead("us").over(by_node))
         .withColumn("end_by", F.lead("event").over(by_node))
         .where(F.col("state").isNotNull())
-        .join(last_seen, ["cluster", "node"], "left")
+        .join(last_seen, "cluster", "left")
         .select(
             "cluster",
             "node",
