@@ -14,7 +14,8 @@ Spark: with a cluster ``--master``, give an ``--parquet`` path every executor ca
 e.g. ``hdfs://...``).
 
 Stages (each logged with its elapsed time on stderr; a long Spark stage also logs its task
-progress every few seconds): read and count, keep the events the analysis uses (cached),
+progress every few seconds): one pass over the raw lines that counts them by node and
+event and keeps the lines of the events the analysis uses (cached, small), parse those,
 analyse (:mod:`analytics.transforms`), write tables, render the report
 (:mod:`analytics.report`).
 
