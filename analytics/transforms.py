@@ -110,6 +110,21 @@ RELEVANT_EVENTS = (
     "drill_finished",
 )
 
+#: The agent's events (``docs/log-schema.md``), to name the source of a line unparsed.
+AGENT_EVENTS = (
+    "agent_started", "agent_stopping", "agent_stopped", "broker_state",
+    "promotion_eligibility", "election_contending", "election_won", "election_withdraw",
+    "election_ended", "epoch_taken", "agent_promoted", "promotion_refused",
+    "promotion_failed", "agent_fenced", "zookeeper_session_fence", "broker_killed",
+    "broker_process_started", "broker_process_exited", "broker_process_start_failed",
+    "vip_added", "vip_removed", "vip_failed", "vip_announce_failed", "zookeeper_error",
+    "zookeeper_unreachable", "member_record_invalid", "primary_record_invalid",
+)  # fmt: skip
+DRILL_EVENTS = (
+    "drill_started", "client_disconnected", "client_reconnected", "confirm_gap",
+    "drill_finished",
+)  # fmt: skip
+
 PHASES = ("detection", "election", "promotion", "recovering", "failover", "client_outage")
 
 _MS = 1000.0
@@ -141,7 +156,7 @@ def _key(name: str) -> Column:
 
 def summarise(lines: DataFrame) -> DataFrame:
     """One pass over the raw lines (a ``value`` column, as ``spark.read.text`` gives):
-    ``event``, ``node``, ``component`` read from each line without parsing it, and the
+    ``event`` and ``node`` read from each line without parsing it, and the
     line itself only when its event is one the analysis uses; grouped with a count. The
     result is small (the used lines plus one row per node and event), so the job caches it
     and parses only those lines: millions of connection events cost a scan, not a parse.
@@ -152,21 +167,24 @@ def summarise(lines: DataFrame) -> DataFrame:
         lines.select(
             event.alias("event"),
             _key("node").alias("node"),
-            _key("component").alias("component"),
             F.when(keep, F.col("value")).alias("line"),
         )
-        .groupBy("event", "node", "component", "line")
+        .groupBy("event", "node", "line")
         .agg(F.count(F.lit(1)).alias("lines"))
     )
 
 
 def event_counts(summary: DataFrame) -> DataFrame:
-    """Lines by source, node and event (from :func:`summarise`); lines with no event
-    (not JSON, or no ``event`` key) count as source ``skipped``."""
+    """Lines by source, node and event (from :func:`summarise`). The source comes from the
+    event's name (:data:`AGENT_EVENTS`, :data:`DRILL_EVENTS`, else broker: one regular
+    expression less per line); lines with no event (not JSON, or no ``event`` key) count
+    as source ``skipped``."""
     is_event = F.col("event") != ""
     return (
         summary.select(
-            F.when(is_event, _source(F.col("component")))
+            F.when(F.col("event").isin(*AGENT_EVENTS), F.lit("agent"))
+            .when(F.col("event").isin(*DRILL_EVENTS), F.lit("drill"))
+            .when(is_event, F.lit("broker"))
             .otherwise(F.lit("skipped"))
             .alias("source"),
             F.when(is_event, F.col("node")).alias("node"),
