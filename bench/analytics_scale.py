@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -44,12 +43,9 @@ def main() -> int:
     generated = time.monotonic() - started
     params = json.loads((logs / "params.json").read_text())
     size = sum(f.stat().st_size for f in logs.rglob("*") if f.is_file())
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "analytics", str(logs), f"--out={out}"], check=True)
     took = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     failovers = sum(
         1 for line in (out / "tables" / "failovers.csv").read_text().splitlines()[1:]
         if ",failover," in line
@@ -57,8 +53,8 @@ def main() -> int:
     print(
         f"{params['events']} lines ({size / 1e9:.2f} GB, {params['files']} structured files, "
         f"{params['failovers']} fail-overs generated) in {generated:.1f}s; "
-        f"job: {took:.1f}s wall ({params['events'] / took:,.0f} lines/s), {cpu:.1f}s CPU "
-        f"(JVM and Python), load average {os.getloadavg()[0]:.1f}; {failovers} fail-overs found"
+        f"job: {took:.1f}s wall ({params['events'] / took:,.0f} lines/s), load average "
+        f"{os.getloadavg()[0]:.1f}; {failovers} fail-overs found"
     )
     if args.keep:
         print(f"kept {work}")
