@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     failovers = sum(1 for r in result.tables["failovers"] if r["kind"] == "failover")
     anomalies = len(result.tables["anomalies"])
     print(
-        f"{result.lines} lines, {failovers} fail-overs, {anomalies} anomalies "
+        f"{result.lines} lines, {failovers} fail-over(s), {anomalies} anomalies "
         f"in {result.seconds:.1f}s"
     )
     print(f"report: {result.html.resolve()}")

@@ -6,21 +6,25 @@
    brokers become ready backups by themselves;
 2. shows ``qpid-ha --zk ... status --all`` (the agents' view) and ``qpid-ha status --all``
    (the primary's view);
-3. runs a publisher with confirms and a consumer, both pika (an unmodified client) on the
-   fail-over URL list of the three brokers;
-4. SIGKILLs the primary broker; its agent resigns at once, another agent wins and promotes
-   its ready backup with the next epoch, the clients find it on their URL list, and the
-   killed broker is restarted as a backup;
-5. prints sent, confirmed, received, lost (confirmed, never received) and duplicated
-   counts and the publish gap (longest time without a confirm), then stops everything.
+3. runs ``qpid-ha drill``: a pika publisher with confirms and a pika consumer (unmodified
+   clients) on the fail-over URL list of the three brokers;
+4. SIGKILLs the primary broker under the drill; its agent resigns at once, another agent
+   wins and promotes its ready backup with the next epoch, the clients find it on their URL
+   list, and the killed broker is restarted as a backup;
+5. prints the drill's check (sent, confirmed, received, lost, duplicated) and the publish
+   gap, stops everything, and runs the Spark job (``python -m analytics``) over the demo's
+   own logs: the fail-over by phase, as an HTML report whose path it prints.
 
-Every process is stopped by PID, also on errors and ctrl-C. Logs (JSON lines) stay in the
-printed directory.
+Every process is stopped by PID, also on errors and ctrl-C. ``LocalCluster`` and the
+``Clients`` (a publisher and consumer keeping every confirm time) also serve
+``bench/failover_gap.py``.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import csv
 import itertools
 import json
 import os
@@ -47,8 +51,8 @@ ZOOKEEPER_CLASSPATH = (
 NODES = ("node1", "node2", "node3")
 CLUSTER = "demo"
 PRIMARY = ("active", "recovering")
-BEFORE_KILL = 1500  # confirmed messages before the primary is killed
-AFTER_KILL = 1500  # and after
+DRILL_SECONDS = 6
+DRILL_RATE = 300
 
 
 def free_port() -> int:
@@ -262,41 +266,85 @@ def main() -> int:
         qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
         qpid_ha("-b", f"guest/guest@127.0.0.1:{mgmt[primary]}", "status", "--all")
 
-        clients = Clients([ports[n] for n in reversed(NODES)])
-        consumer = threading.Thread(target=clients.consume, daemon=True)
-        consumer.start()
-        clients.publish(BEFORE_KILL)
-        pid = cluster.broker_pid(primary)
-        print(
-            f"published {len(clients.confirmed)} confirmed; SIGKILL {primary}'s broker (pid {pid})"
-        )
-        killed_at = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
-        clients.publish(BEFORE_KILL + AFTER_KILL)
-        print(
-            f"fail-over: {cluster.primary()} is the primary; publishing resumed "
-            f"{(clients.confirm_times[BEFORE_KILL] - killed_at) * 1000:.0f} ms after the kill"
-        )
+        # The drill: a pika publisher with confirms and a consumer on the fail-over URL list.
+        url = "amqp:guest/guest@" + ",".join(f"127.0.0.1:{ports[n]}" for n in reversed(NODES))
+        drill_log = workdir / "drill.log"
+        argv = [str(BIN / "qpid-ha"), "drill", f"--url={url}", f"--duration={DRILL_SECONDS}",
+                f"--rate={DRILL_RATE}", "--queue=demo", f"--log-file={drill_log}",
+                f"--cluster={CLUSTER}", "--scenario=demo-sigkill-primary-broker"]  # fmt: skip
+        print(f"$ qpid-ha drill --url={url} --duration={DRILL_SECONDS} --rate={DRILL_RATE} ...")
+        drill = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        try:
+            wait("the drill's first confirms", lambda: queue_enqueued(mgmt[primary]) >= 300)
+            pid = cluster.broker_pid(primary)
+            print(f"SIGKILL {primary}'s broker (pid {pid}), the primary, under the drill")
+            os.kill(pid, signal.SIGKILL)
+            wait("a new primary", lambda: cluster.primary() not in (None, primary))
+            print(f"fail-over: the agents promoted {cluster.primary()}")
+            out, _ = drill.communicate(timeout=DRILL_SECONDS + 90)
+        finally:
+            if drill.poll() is None:
+                drill.kill()
+                drill.wait()
+        print(out.rstrip())
+        gaps = [e for e in read_events(drill_log) if e.get("event") == "confirm_gap"]
+        if gaps:
+            gap = max(float(g["gap_ms"]) for g in gaps)
+            print(f"publish gap (last confirm before to first after): {gap:.0f} ms")
         wait(f"{primary} to come back as a ready backup", cluster.settled)
         qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
-
-        wait("the consumer to drain", lambda: clients.confirmed <= set(clients.received), 30)
-        clients.stop_consuming.set()
-        consumer.join(10)
-        lost = clients.confirmed - set(clients.received)
-        duplicated = len(clients.received) - len(set(clients.received))
-        print(
-            f"sent {clients.sent}, confirmed {len(clients.confirmed)}, "
-            f"received {len(set(clients.received))}, lost {len(lost)}, "
-            f"duplicated {duplicated}, publish gap {clients.publish_gap() * 1000:.0f} ms"
-        )
-        ok = not lost
+        ok = drill.returncode == 0
     finally:
         cluster.stop()
         print("stopped agents, brokers and ZooKeeper")
-    print(f"JSON logs of brokers and agents: {workdir}/*.log")
+    print(f"JSON logs of brokers, agents and the drill: {workdir}/*.log")
+    if ok:
+        ok = report(workdir)
     print("demo OK: automatic fail-over with nothing confirmed lost" if ok else "demo FAILED")
     return 0 if ok else 1
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    events = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            events.append(json.loads(line))
+    return events
+
+
+def queue_enqueued(mgmt_port: int) -> int:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{mgmt_port}/api/queues/demo",
+        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=1) as answer:
+            return int(json.load(answer).get("enqueued_total", 0))
+    except (OSError, ValueError):
+        return 0
+
+
+def report(workdir: Path) -> bool:
+    """The Spark job over the demo's own logs: every fail-over by phase, as a report."""
+    out = workdir / "analytics"
+    print(f"$ python -m analytics {workdir} --out {out}   # Spark, local[*]: about 30-60 s")
+    result = subprocess.run(
+        [sys.executable, "-m", "analytics", str(workdir), "--out", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    lines = result.stdout.rstrip().splitlines()
+    print("\n".join(lines[-12:]))
+    if result.returncode != 0:
+        print(result.stderr.rstrip()[-2000:])
+        return False
+    phases = out / "tables" / "phases.csv"
+    if phases.exists():
+        rows = list(csv.DictReader(phases.open()))
+        for epoch in sorted({r["epoch"] for r in rows}, key=int):
+            parts = [f"{r['phase']} {float(r['ms']):.0f} ms" for r in rows if r["epoch"] == epoch]
+            print(f"fail-over to epoch {epoch}: " + ", ".join(parts))
+    print(f"fail-over report (open in a browser): {out / 'report.html'}")
+    return True
 
 
 if __name__ == "__main__":
