@@ -51,3 +51,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache var
+
+bench-ha: $(STAMP)
+	$(BIN)/python bench/ha_compare.py --pairs 1,4,16,64 --repeat 3 && $(BIN)/python bench/catchup.py --repeat 3
