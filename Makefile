@@ -14,7 +14,7 @@ SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:zookeeper \
 	/usr/sbin/crm_resource:pacemaker-cli-utils
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint typecheck unit bench clean venv system-packages
+.PHONY: demo test lint typecheck unit bench bench-ha clean venv system-packages
 
 venv: $(STAMP)
 
@@ -42,7 +42,7 @@ system-packages:
 		$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$want; fi
 
 unit: $(STAMP) system-packages
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 test: lint typecheck unit
 

@@ -44,6 +44,14 @@ def write_logs(directory: Path, files: dict[str, list[dict[str, Any]]]) -> Path:
     return directory
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every Spark test on one pytest-xdist worker: one Spark session, not one a worker."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"

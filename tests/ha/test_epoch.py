@@ -156,8 +156,9 @@ def test_long_garbage_is_shortened(tmp_path: Path) -> None:
     epoch_file(tmp_path).write_bytes(b"x" * 1000)
     with pytest.raises(EpochError) as info:
         EpochStore(tmp_path).load()
-    assert len(str(info.value)) < 200
-    assert str(info.value).endswith("...")
+    message = str(info.value)
+    assert message.endswith("...")
+    assert message.count("x") < 100  # the path may be long; the garbage is cut
 
 
 @pytest.mark.parametrize("content", ["12", " 12 \n", "012\n"])
