@@ -67,7 +67,9 @@ def test_frozen_primary_node_is_replaced_and_fences_itself_when_it_runs_again(
         replaced_after = time.monotonic() - frozen_at
         assert not overlaps
         # ZooKeeper gave up on the frozen agent only after its session timed out
-        assert replaced_after >= session_timeout * 0.9
+        # ZooKeeper expires a session T after the last request it heard, which may precede
+        # the cut (or the freeze) by up to the agent's heartbeat (0.4 T)
+        assert replaced_after >= session_timeout * 0.6
         record = agents.primary_record()
         assert record is not None and record.node != old.name and record.epoch > old_epoch
     finally:

@@ -323,7 +323,9 @@ def test_primary_host_cut_off_is_fenced_before_another_broker_is_promoted(
     assert events(old, "vip_removed")[-1]["ts"] < promoted["ts"]
     assert not vip_overlaps(agents.nodes)
     # ZooKeeper gave up on the cut-off agent only after its session timed out
-    assert replaced_after >= SESSION_TIMEOUT * 0.9
+    # ZooKeeper expires a session T after the last request it heard, which may precede
+    # the cut (or the freeze) by up to the agent's heartbeat (0.4 T)
+    assert replaced_after >= SESSION_TIMEOUT * 0.6
 
     agents.host(old).link(True)
     wait_until(lambda: old.state() == "ready", timeout=40)
