@@ -1,13 +1,16 @@
-"""Shared fixtures: a real broker process per test that asks for one."""
+"""Shared fixtures: a real broker process per test that asks for one; one real ZooKeeper
+per test session (per pytest-xdist worker) and a cluster name per test."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.zookeeper import ZooKeeper, start_zookeeper
 
 
 @pytest.fixture
@@ -18,3 +21,19 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeper]:
+    """One ZooKeeper for the whole run (container or Debian package), stopped at the end."""
+    server = start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cluster() -> str:
+    """A cluster name of this test alone, so tests sharing the ZooKeeper never meet."""
+    return f"t-{uuid.uuid4().hex[:12]}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,16 +34,6 @@ FAST_RECONNECT = {
 ClientFactory = Callable[..., Any]
 
 
-@pytest.fixture(scope="session")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeper]:
-    """One ZooKeeper for the whole run (container or Debian package), stopped at the end."""
-    server = start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperProcess | ZooKeeperContainer]:
     """A ZooKeeper of this test alone, for tests that pause or stop it."""
@@ -63,12 +52,6 @@ def ensemble(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
         yield servers
     finally:
         servers.stop()
-
-
-@pytest.fixture
-def cluster() -> str:
-    """A cluster name of this test alone, so tests sharing the ZooKeeper never meet."""
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from pyspark.sql import SparkSession
 
 from analytics import job
 from tests.agent.agent_cluster import AgentCluster
-from tests.agent.conftest import cluster, zookeeper  # noqa: F401  (fixtures)
 from tests.broker_process import wait_until
 from tests.ha.cluster import http
 from tests.zookeeper import ZooKeeper
@@ -44,7 +43,7 @@ def enqueued(mgmt_port: int) -> int:
 
 
 @pytest.fixture
-def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[AgentCluster]:  # noqa: F811
+def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[AgentCluster]:
     agents = AgentCluster(tmp_path / "cluster", zookeeper.hosts, cluster, size=3)
     try:
         yield agents
