@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent.agent_cluster import AgentCluster
 from tests.broker_process import BrokerProcess
 from tests.zookeeper import ZooKeeper, start_zookeeper
 
@@ -37,3 +38,14 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeper]:
 def cluster() -> str:
     """A cluster name of this test alone, so tests sharing the ZooKeeper never meet."""
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[AgentCluster]:
+    """Three nodes (agent + supervised broker) on the session's ZooKeeper, not started; their
+    logs under ``tmp_path / "cluster"``; every process stopped by PID afterwards."""
+    agents = AgentCluster(tmp_path / "cluster", zookeeper.hosts, cluster, size=3)
+    try:
+        yield agents
+    finally:
+        agents.stop()

@@ -175,6 +175,7 @@ class AgentCluster:
         self.nodes = [
             Node(root, f"n{i + 1}", port, free_port(), url) for i, port in enumerate(ports)
         ]
+        self.stopped = False
         self.zk = KazooClient(hosts=zk_hosts, timeout=4.0)
         self.zk.start(timeout=10)
 
@@ -195,6 +196,11 @@ class AgentCluster:
         return self
 
     def stop(self) -> None:
+        """Stop every process (by PID); again is harmless (a test may stop first to read
+        whole logs, then the fixture stops)."""
+        if self.stopped:
+            return
+        self.stopped = True
         for node in self.nodes:
             node.stop()
         self.zk.stop()

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from tests.agent.agent_cluster import AgentCluster
 from tests.zookeeper import (
     ZooKeeper,
     ZooKeeperContainer,
@@ -84,14 +83,3 @@ def make_client(zookeeper: ZooKeeper) -> Iterator[ClientFactory]:
 def zk(make_client: ClientFactory) -> Any:
     """A started client on the session's ZooKeeper."""
     return make_client()
-
-
-@pytest.fixture
-def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[AgentCluster]:
-    """Three nodes (agent + supervised broker) on the session's ZooKeeper, not started;
-    every process stopped by PID afterwards."""
-    agents = AgentCluster(tmp_path, zookeeper.hosts, cluster, size=3)
-    try:
-        yield agents
-    finally:
-        agents.stop()

@@ -78,13 +78,17 @@ def test_frozen_primary_node_is_replaced_and_fences_itself_when_it_runs_again(
         os.kill(broker_pid, signal.SIGCONT)
     wait_until(lambda: not pid_alive(broker_pid), timeout=10)
     assert events(old, "zookeeper_session_fence")  # the agent knew its session was gone
+
     # Whichever ran first stopped the old broker: its own lease check (the agent could not
     # renew it while frozen) or the agent's fence.
-    killed = any(e["pid"] == broker_pid for e in events(old, "broker_killed"))
-    lease_fenced = any(
-        e["event"] == "ha_fenced" and "lease" in str(e["reason"]) for e in old.broker_events()
-    )
-    assert killed or lease_fenced
+    def stopped_by_fence() -> bool:  # each is logged just after the kill or at the fence
+        killed = any(e["pid"] == broker_pid for e in events(old, "broker_killed"))
+        lease_fenced = any(
+            e["event"] == "ha_fenced" and "lease" in str(e["reason"]) for e in old.broker_events()
+        )
+        return killed or lease_fenced
+
+    wait_until(stopped_by_fence, timeout=5)
     # the old primary comes back as a backup of the new one; one primary throughout
     wait_until(lambda: old.state() == "ready", timeout=30)
     new = agents.wait_settled()
@@ -152,6 +156,7 @@ def test_total_failure_restart_promotes_the_most_advanced_broker(agents: AgentCl
                 os.kill(pid, signal.SIGKILL)
     wait_until(lambda: agents.primary_record() is None, timeout=15)  # sessions expired
     # Everyone restarts: all joining, a new cluster by the rule; the laggard has epoch 1.
+    before_restart = len(laggard.agent_events())
     agents.start()
     winner = agents.wait_settled(timeout=40)
     assert winner is not laggard
@@ -159,8 +164,11 @@ def test_total_failure_restart_promotes_the_most_advanced_broker(agents: AgentCl
     assert record is not None and record.epoch > first_epoch + 1
     promoted = events(winner, "agent_promoted")[-1]
     assert "most advanced of 3 joining members" in str(promoted["reason"])
-    laggard_reasons = [str(e["reason"]) for e in events(laggard, "promotion_eligibility")]
-    assert any("is the most advanced joining member" in r for r in laggard_reasons)
+    # The laggard never contended: it may not even have seen the moment all were joining
+    # (the winner promotes within a check or two), but it never claimed to be the best.
+    restarted = laggard.agent_events()[before_restart:]
+    assert not any("the most advanced of" in str(e.get("reason")) for e in restarted)
+    assert not [e for e in restarted if e["event"] == "agent_promoted"]
 
 
 def test_primary_agent_killed_its_broker_stops_serving_before_a_backup_takes_over(
@@ -203,7 +211,11 @@ def test_watchdog_kills_a_silent_backup_broker_and_its_agent_restarts_it(
     hung = backup.broker_pid()
     os.kill(hung, signal.SIGSTOP)  # alive, silent
     wait_until(lambda: not pid_alive(hung), timeout=15)
-    (killed,) = [e for e in events(backup, "broker_killed") if e["pid"] == hung]
+
+    def kill_logged() -> list[dict[str, object]]:  # logged just after the kill
+        return [e for e in events(backup, "broker_killed") if e["pid"] == hung]
+
+    (killed,) = wait_until(kill_logged, timeout=5)
     assert "watchdog" in str(killed["reason"])
     wait_until(lambda: backup.state() == "ready", timeout=30)
     assert backup.broker_pid() != hung

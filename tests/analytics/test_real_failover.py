@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from analytics import job
 from tests.agent.agent_cluster import AgentCluster
 from tests.broker_process import wait_until
 from tests.ha.cluster import http
-from tests.zookeeper import ZooKeeper
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,15 +38,6 @@ def enqueued(mgmt_port: int) -> int:
         return int(http("GET", mgmt_port, f"/api/queues/{QUEUE}").get("enqueued_total", 0))
     except (OSError, ValueError):
         return 0
-
-
-@pytest.fixture
-def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[AgentCluster]:
-    agents = AgentCluster(tmp_path / "cluster", zookeeper.hosts, cluster, size=3)
-    try:
-        yield agents
-    finally:
-        agents.stop()
 
 
 def test_sigkill_of_the_primary_one_failover_with_the_new_epoch_no_anomalies(

@@ -18,7 +18,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,32 +27,11 @@ import pytest
 from tests.agent.agent_cluster import AgentCluster, read_events
 from tests.broker_process import wait_until
 from tests.drill.log_schema import check_log_file
-from tests.zookeeper import ZooKeeper
 
 pytestmark = pytest.mark.timeout(240)
 
 QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
 QUEUE = "drill-failover"
-
-
-class Cluster(AgentCluster):
-    """An agent cluster the test may stop before the fixture does (to read whole logs)."""
-
-    stopped = False
-
-    def stop(self) -> None:
-        if not self.stopped:
-            self.stopped = True
-            super().stop()
-
-
-@pytest.fixture
-def agents(tmp_path: Path, zookeeper: ZooKeeper, cluster: str) -> Iterator[Cluster]:
-    agents = Cluster(tmp_path / "cluster", zookeeper.hosts, cluster, size=3)
-    try:
-        yield agents
-    finally:
-        agents.stop()
 
 
 def enqueued(mgmt_port: int) -> int:
@@ -73,7 +51,9 @@ def unix(ts: str) -> float:
     return datetime.fromisoformat(ts).timestamp()
 
 
-def test_drill_through_a_sigkill_of_the_primary_broker(agents: Cluster, tmp_path: Path) -> None:
+def test_drill_through_a_sigkill_of_the_primary_broker(
+    agents: AgentCluster, tmp_path: Path
+) -> None:
     agents.start()
     old = agents.wait_settled(timeout=60)
     old_record = agents.primary_record()
