@@ -6,10 +6,10 @@ import asyncio
 import signal
 import sys
 
-from broker.log import configure_logging, get_logger
 from broker.options import BrokerOptions, main_parse
 from broker.server import Broker
 from broker.store.data_dir import DataDirError
+from common.log import configure_logging, get_logger
 
 
 async def run(options: BrokerOptions) -> int:

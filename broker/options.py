@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from broker import __version__
-from broker.duration import format_duration, parse_duration
-from broker.url import BrokerUrl, format_url, parse_url
+from common.duration import format_duration, parse_duration
+from common.url import BrokerUrl, format_url, parse_url
 
 __all__ = [
     "OPTION_SPECS",
@@ -153,7 +153,7 @@ def _upper_choice(*choices: str) -> Callable[[str], str]:
 
 
 def _url(text: str) -> str:
-    """A broker URL (:func:`broker.url.parse_url` checks it); the text is kept, stripped."""
+    """A broker URL (:func:`common.url.parse_url` checks it); the text is kept, stripped."""
     try:
         parse_url(text)
     except ValueError as exc:

@@ -17,10 +17,10 @@ from broker.amqp.context import BrokerContext, ConnectionSettings
 from broker.amqp.protocol import AmqpProtocol
 from broker.core.errors import ReplyCode
 from broker.core.vhost import VirtualHost
-from broker.log import get_logger
 from broker.options import BrokerOptions
 from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
+from common.log import get_logger
 
 if TYPE_CHECKING:
     from broker.ha.ha_broker import HaBroker
@@ -179,7 +179,7 @@ class Broker:
     async def replicate(self, queue: str, remote: str) -> QueueReplication:
         """Start copying ``queue`` from the broker at ``remote`` (ha-queue-replication)."""
         from broker.ha.queue_replication import QueueReplication
-        from broker.url import parse_address
+        from common.url import parse_address
 
         options = self.options
         if not options.ha_queue_replication:

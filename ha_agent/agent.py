@@ -48,7 +48,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from broker.log import set_log_context
+from broker.management.client import ManagementError
+from common.log import set_log_context
 from ha_agent.broker_check import BrokerCheck, PromoteRefused
 from ha_agent.election import Fence, LeaderElection, SessionGuard, SessionWatcher
 from ha_agent.epoch_counter import next_epoch
@@ -65,7 +66,6 @@ from ha_agent.promotion import (
 from ha_agent.supervisor import BrokerSupervisor, kill_pid
 from ha_agent.vip import VipError, VirtualIp
 from ha_agent.zk_layout import check_name
-from qpid_ha_cli.management import ManagementError
 
 __all__ = ["Agent", "AgentSettings"]
 

@@ -17,16 +17,16 @@ Error Handling
 nonsense: it returns None (the broker does not answer) and keeps the reason in
 :attr:`BrokerCheck.last_error`. :meth:`BrokerCheck.promote` raises :class:`PromoteRefused`
 with the broker's reason (a 409 from a broker in catch-up, an older epoch ...) or the
-:class:`~qpid_ha_cli.management.ManagementError` of an unreachable broker.
+:class:`~broker.management.client.ManagementError` of an unreachable broker.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from broker.url import parse_url
+from broker.management.client import ManagementClient, ManagementError
+from common.url import parse_url
 from ha_agent.promotion import BrokerView
-from qpid_ha_cli.management import ManagementClient, ManagementError
 
 __all__ = ["DEFAULT_MGMT_PORT", "BrokerCheck", "PromoteRefused", "broker_view"]
 

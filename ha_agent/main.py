@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from broker.log import configure_logging
+from common.log import configure_logging
 from ha_agent.agent import Agent, AgentSettings
 from ha_agent.vip import parse_vip
 

@@ -14,7 +14,7 @@ Two layers, as everywhere in this project:
   no threads, no clock of its own (every call takes ``now``, in UNIX seconds). Its methods
   return the :class:`DrillEvent` values to log; it never logs itself.
 - :class:`DrillRun` is the I/O shell: two pika connections in two threads, the clock, the
-  rate, reconnects and logging (``broker.log``, component ``drill``). It feeds what happens
+  rate, reconnects and logging (``common.log``, component ``drill``). It feeds what happens
   into the core under one lock and logs what the core returns.
 
 Events (``docs/log-schema.md``, "Drill events"): ``drill_started``, ``client_connected``,
@@ -47,9 +47,10 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.duration import parse_duration
-from broker.log import configure_logging, get_logger, set_log_context
-from broker.url import BrokerUrl, parse_url
+from broker.ha.names import EPOCH_PROPERTY as PROPERTY_EPOCH
+from common.duration import parse_duration
+from common.log import configure_logging, get_logger, set_log_context
+from common.url import BrokerUrl, parse_url
 
 __all__ = [
     "PROPERTY_EPOCH",
@@ -66,7 +67,6 @@ __all__ = [
 
 ROLES = ("publisher", "consumer")
 #: The Connection.Start server property in which an HA broker announces its epoch.
-PROPERTY_EPOCH = "qpid.ha-epoch"
 DEFAULT_GAP_THRESHOLD = 0.05  # s
 
 
@@ -331,7 +331,7 @@ def _check_role(role: str) -> None:
 
 def parse_drill_url(text: str) -> tuple[BrokerUrl, str]:
     """A URL list and its virtual host, from our grammar (``amqp:guest/guest@h1,h2:5673``,
-    :func:`broker.url.parse_url`) or the AMQP URI form with a host list
+    :func:`common.url.parse_url`) or the AMQP URI form with a host list
     (``amqp://guest:guest@h1:5672,h2:5672/vhost``, credentials and vhost percent-encoded).
 
     :raises ValueError: naming ``text`` and what is wrong.

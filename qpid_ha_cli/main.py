@@ -18,10 +18,10 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.url import BrokerUrl, parse_url
+from broker.management.client import ManagementClient, ManagementError
+from common.url import BrokerUrl, parse_url
 from qpid_ha_cli.cluster_view import ClusterViewError, format_cluster, read_cluster
 from qpid_ha_cli.drill import drill
-from qpid_ha_cli.management import ManagementClient, ManagementError
 
 DEFAULT_MGMT_PORT = 8672
 

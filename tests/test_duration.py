@@ -1,4 +1,4 @@
-"""broker.duration: the SECONDS values of seed 001 footnote [b]."""
+"""common.duration: the SECONDS values of seed 001 footnote [b]."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.duration import UNITS, format_duration, parse_duration
+from common.duration import UNITS, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""broker.log: the JSON-lines log schema (ARCHITECTURE.md, "Logs as data")."""
+"""common.log: the JSON-lines log schema (ARCHITECTURE.md, "Logs as data")."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from broker.log import (
+from common.log import (
     LOG_FIELDS,
     LOG_SCHEMA_VERSION,
     configure_logging,

@@ -1,4 +1,4 @@
-"""broker.url: the broker URL grammar of seed 001 (section 1.12.3, footnote [a])."""
+"""common.url: the broker URL grammar of seed 001 (section 1.12.3, footnote [a])."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from broker.url import (
+from common.url import (
     SCHEMES,
     Address,
     BrokerUrl,

@@ -27,21 +27,21 @@ from typing import Any, Protocol
 from broker.amqp.client import AmqpClient, ClientChannel, ClientError, Delivery, connect
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
-from broker.ha.queue_replicator import AckCoalescer, CatchUpGc
-from broker.ha.state import HaState
-from broker.ha.status_check import STATUS_PROPERTY
-from broker.ha.streams import (
+from broker.ha.names import (
     BACKUP_PROPERTY,
     BROKER_ID_PROPERTY,
     CONFIG_STREAM,
+    EPOCH_PROPERTY,
     IDS_ARGUMENT,
     QUEUE_STREAM_PREFIX,
+    STATUS_PROPERTY,
     URL_PROPERTY,
 )
+from broker.ha.queue_replicator import AckCoalescer, CatchUpGc
+from broker.ha.state import HaState
 from broker.ha.wire import decode_batch, decode_config_event
-from broker.url import Address
+from common.url import Address
 
-EPOCH_PROPERTY = "qpid.ha-epoch"
 _PRIMARY_STATES = (HaState.RECOVERING.value, HaState.ACTIVE.value)
 
 

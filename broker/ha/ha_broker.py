@@ -33,25 +33,29 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
 from broker.ha.auto_delete import grace_of
-from broker.ha.backup import EPOCH_PROPERTY, BackupLink
+from broker.ha.backup import BackupLink
 from broker.ha.epoch import EpochStore
+from broker.ha.names import (
+    ADMIN_PROPERTY,
+    BACKUP_PROPERTY,
+    BROKER_ID_PROPERTY,
+    EPOCH_PROPERTY,
+    PUBLIC_URL_PROPERTY,
+    STATUS_PROPERTY,
+)
 from broker.ha.primary import Primary
 from broker.ha.replication import ReplicateLevel
 from broker.ha.state import HaState, IllegalTransition, check_transition
-from broker.ha.status_check import STATUS_PROPERTY, check_status
-from broker.ha.streams import BACKUP_PROPERTY, BROKER_ID_PROPERTY, PrimaryStreams
-from broker.log import get_logger, set_log_context
+from broker.ha.status_check import check_status
+from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
-from broker.url import Address, parse_url
+from common.log import get_logger, set_log_context
+from common.url import Address, parse_url
 
 if TYPE_CHECKING:
     from broker.amqp.connection import Connection
     from broker.options import BrokerOptions
 
-ADMIN_PROPERTY = "qpid.ha-admin"
-#: Connection.Start server property: the URL clients should use (for clients that do not
-#: keep connection.open-ok's known-hosts, such as aio-pika).
-PUBLIC_URL_PROPERTY = "qpid.ha-public-url"
 
 #: Replication ids a new primary skips on every queue (more than any backup may be ahead).
 REPLICATION_ID_GAP = 2**32

@@ -21,17 +21,14 @@ from typing import Any
 from broker.amqp.client import AmqpClient, ClientError, Delivery
 from broker.core.vhost import VirtualHost
 from broker.ha.backup import connect_as_backup
+from broker.ha.names import IDS_ARGUMENT, QUEUE_STREAM_PREFIX
 from broker.ha.primary import Primary
 from broker.ha.queue_replicator import QueueReplicator
 from broker.ha.replication import ReplicateLevel
-from broker.ha.streams import (
-    IDS_ARGUMENT,
-    QUEUE_STREAM_PREFIX,
-    PrimaryStreams,
-)
+from broker.ha.streams import PrimaryStreams
 from broker.ha.wire import decode_batch
-from broker.log import get_logger
-from broker.url import Address
+from common.log import get_logger
+from common.url import Address
 
 
 def serve_queue_streams(vhost: VirtualHost, clock: Any) -> PrimaryStreams:

@@ -28,6 +28,7 @@ from typing import Any
 from broker.core.errors import precondition_failed
 from broker.core.exchange import Binding, Exchange
 from broker.core.queue import Queue
+from broker.ha.names import QPID_REPLICATE
 
 __all__ = [
     "MANAGEMENT_EXCHANGES",
@@ -40,8 +41,6 @@ __all__ = [
     "queue_level",
 ]
 
-#: The queue/exchange declare argument that overrides ``ha-replicate`` for that object.
-QPID_REPLICATE = "qpid.replicate"
 
 #: Management exchanges the seed lists among the built-ins that are never replicated.
 MANAGEMENT_EXCHANGES = frozenset({"qpid.management", "qmf.default.direct", "qmf.default.topic"})

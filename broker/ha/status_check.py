@@ -15,9 +15,8 @@ import struct
 from pamqp import commands
 
 from broker.amqp import framing
-from broker.url import Address
-
-STATUS_PROPERTY = "qpid.ha-status"
+from broker.ha.names import STATUS_PROPERTY
+from common.url import Address
 
 
 async def check_status(address: Address, timeout: float = 2.0) -> str | None:

@@ -31,6 +31,14 @@ from broker.core.exchange import Binding, Exchange
 from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.ha.id_set import IdSet
+from broker.ha.names import (
+    BACKUP_PROPERTY,
+    BROKER_ID_PROPERTY,
+    CONFIG_STREAM,
+    IDS_ARGUMENT,
+    QUEUE_STREAM_PREFIX,
+    URL_PROPERTY,
+)
 from broker.ha.primary import Primary
 from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.ha.replication import (
@@ -44,12 +52,6 @@ from broker.ha.wire import encode_config_event
 if TYPE_CHECKING:
     from broker.amqp.channel import Channel
 
-CONFIG_STREAM = "qpid.ha-config"
-QUEUE_STREAM_PREFIX = "qpid.ha-queue:"
-IDS_ARGUMENT = "qpid.ha-ids"
-BACKUP_PROPERTY = "qpid.ha-backup"
-BROKER_ID_PROPERTY = "qpid.ha-broker-id"
-URL_PROPERTY = "qpid.ha-url"
 DEFAULT_CREDIT = 32
 
 _ids = iter(range(1, 2**62))

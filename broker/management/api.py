@@ -35,7 +35,6 @@ from broker import __version__
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.exchange import Binding, Exchange
 from broker.core.queue import Queue
-from broker.log import get_logger
 from broker.management.metrics import (
     CONTENT_TYPE,
     BrokerView,
@@ -45,6 +44,7 @@ from broker.management.metrics import (
     render_metrics,
 )
 from broker.security.sasl import AuthenticationError
+from common.log import get_logger
 
 #: Paths served without credentials even when authentication is on.
 OPEN_PATHS = frozenset({"/api/status", "/metrics"})

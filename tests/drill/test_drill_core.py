@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.log import LOG_FIELDS, LOG_SCHEMA_VERSION
-from broker.url import Address
+from common.log import LOG_FIELDS, LOG_SCHEMA_VERSION
+from common.url import Address
 from qpid_ha_cli.drill import (
     ROLES,
     DrillCore,
@@ -27,7 +27,7 @@ T0 = 1_795_000_000.0  # UNIX seconds, November 2026
 
 
 def as_logged(event: DrillEvent, epoch: int | None = None) -> dict[str, object]:
-    """The event as broker.log writes it: the common fields, then the event's own."""
+    """The event as common.log writes it: the common fields, then the event's own."""
     common = {
         "ts": format_ts(T0),
         "level": event.level,

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from broker.url import BrokerUrl
+from common.url import BrokerUrl
 
 __all__ = ["ManagementClient", "ManagementError"]
 

@@ -1,0 +1,42 @@
+"""Every ``qpid.ha-*`` name HA puts on the wire, in one place.
+
+Server properties of connection.start (read before any login), client properties of a
+backup's or an admin's connection, the stream names a backup consumes from on the primary,
+and the argument of its reconnect handshake. The argument ``qpid.replicate`` (seed 001) is
+here too. Nothing here imports anything: every part of the broker, the agent and the CLI may
+use these names.
+"""
+
+from __future__ import annotations
+
+# -- connection.start server properties (the primary's or any HA broker's) ---------------
+#: The broker's HA state ("joining", "catch-up", "ready", "recovering", "active").
+STATUS_PROPERTY = "qpid.ha-status"
+#: The highest fencing epoch the broker has seen (a backup announces it too).
+EPOCH_PROPERTY = "qpid.ha-epoch"
+#: The broker's id, new at each start.
+BROKER_ID_PROPERTY = "qpid.ha-broker-id"
+#: The URL clients should use (for clients that do not keep open-ok's known-hosts).
+PUBLIC_URL_PROPERTY = "qpid.ha-public-url"
+
+# -- connection.start-ok client properties -----------------------------------------------
+#: Set by a backup's replication link.
+BACKUP_PROPERTY = "qpid.ha-backup"
+#: A backup's own address, as the primary lists it in the membership.
+URL_PROPERTY = "qpid.ha-url"
+#: An admin connection (status checks, tools): admitted by a backup too.
+ADMIN_PROPERTY = "qpid.ha-admin"
+
+# -- streams a backup consumes from on the primary ---------------------------------------
+#: The prefix of every HA stream name.
+STREAM_PREFIX = "qpid.ha-"
+#: The configuration stream: a snapshot, then every change.
+CONFIG_STREAM = "qpid.ha-config"
+#: One queue's stream: ``qpid.ha-queue:<name>``.
+QUEUE_STREAM_PREFIX = "qpid.ha-queue:"
+#: basic.consume argument of a queue stream: the replication ids the backup holds.
+IDS_ARGUMENT = "qpid.ha-ids"
+
+# -- declare arguments -------------------------------------------------------------------
+#: Replication level of a queue or exchange (none, configuration, all).
+QPID_REPLICATE = "qpid.replicate"
