@@ -51,8 +51,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from broker.management.client import ManagementError
 from common.log import set_log_context
 from ha_agent.broker_check import BrokerCheck, PromoteRefused
-from ha_agent.election import Fence, LeaderElection, SessionGuard, SessionWatcher
+from ha_agent.election import LeaderElection
 from ha_agent.epoch_counter import next_epoch
+from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
 from ha_agent.membership import Member, MemberPublisher, read_members
 from ha_agent.primary_record import delete_primary, read_primary, write_primary
 from ha_agent.promotion import (

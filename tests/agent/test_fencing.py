@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kazoo.protocol.states import KazooState
 
-from ha_agent.election import Fence, GuardState, LeaderElection, SessionGuard, SessionWatcher
+from ha_agent.election import LeaderElection
 from ha_agent.epoch_counter import next_epoch
+from ha_agent.fencing import Fence, GuardState, SessionGuard, SessionWatcher
 from tests.agent.conftest import SESSION_TIMEOUT
 from tests.zookeeper import ZooKeeperEnsemble, poll
 
