@@ -1,4 +1,4 @@
-"""The asyncio AMQP client (broker/amqp/client.py) against a real qpidd, and scripted peers."""
+"""The asyncio AMQP client (broker/amqp/client/) against a real qpidd, and scripted peers."""
 
 from __future__ import annotations
 
