@@ -12,14 +12,9 @@ from hypothesis import strategies as st
 
 from common.log import LOG_FIELDS, LOG_SCHEMA_VERSION
 from common.url import Address
-from qpid_ha_cli.drill import (
-    ROLES,
-    DrillCore,
-    DrillEvent,
-    DrillExit,
-    format_ts,
-    parse_drill_url,
-)
+from qpid_ha_cli.drill.command import ExitStatus as DrillExit
+from qpid_ha_cli.drill.core import ROLES, DrillCore, DrillEvent, format_ts
+from qpid_ha_cli.drill.settings import parse_drill_url
 from qpid_ha_cli.main import ExitStatus
 from tests.drill.log_schema import problems
 

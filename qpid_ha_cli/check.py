@@ -1,0 +1,124 @@
+"""The read-only verbs of ``qpid-ha``: ``ping``, ``status``, ``query`` and ``ready``.
+
+Contract
+========
+
+- They only read: GETs on the broker's management API, or, for ``--zk/--cluster status
+  --all``, the agents' records in ZooKeeper (:mod:`qpid_ha_cli.cluster_view`).
+- Output goes to the environment's stdout (:mod:`qpid_ha_cli.context`). A check that does
+  not hold (``status --expect``/``--is-primary``, ``ready``) exits ERROR 1 with no message;
+  every failure is raised (``ManagementError``, ``ClusterViewError``, ``CommandError``) and
+  mapped to its exit code and one line in :mod:`qpid_ha_cli.main`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from common.exit_status import CommandError, ExitStatus
+from qpid_ha_cli.cluster_view import format_cluster
+from qpid_ha_cli.context import CliSettings, settings
+
+__all__ = ["PRIMARY_STATES", "app"]
+
+app = typer.Typer()
+
+PRIMARY_STATES = ("active", "recovering")
+
+
+@app.command()
+def ping(ctx: typer.Context) -> None:
+    """Check that the broker answers; exit 0 when it does."""
+    settings(ctx).call("/api/status")
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    expect: Annotated[
+        str | None,
+        typer.Option(
+            "--expect",
+            help="exit 1 unless in this state; 'primary' means active or recovering",
+        ),
+    ] = None,
+    is_primary: Annotated[
+        bool, typer.Option("--is-primary", help="exit 1 unless the broker is the primary")
+    ] = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="show every member of the cluster")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
+) -> None:
+    """Print the broker's HA state (and with --all, every member's).
+
+    With --zk and --cluster, --all shows the cluster as the agents record it in ZooKeeper:
+    members, states, epochs, the primary and the virtual IP owner.
+    """
+    s = settings(ctx)
+    out = s.env.out
+    if s.zk is not None and s.cluster is not None:
+        if not show_all:
+            raise CommandError("with --zk, use status --all", ExitStatus.USAGE)
+        _zk_status(s, s.zk, s.cluster, as_json)
+        return
+    data = s.call("/api/status")
+    state = str(data.get("ha_state", "unknown"))
+    if show_all:
+        ha = s.call("/api/ha") if state != "standalone" else {}
+        members = list(ha.get("members") or [])
+        if as_json:
+            out(json.dumps(members, indent=2, sort_keys=True))
+        else:
+            out(f"{'ADDRESS':<28} {'STATE':<12} ID")
+            for member in members:
+                out(f"{member['url']:<28} {member['state']:<12} {member['id']}")
+            if ha.get("public_url"):
+                out(f"public URL (for clients): {ha['public_url']}")
+    elif as_json:
+        out(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        out(state)
+    wanted = "primary" if is_primary else expect
+    if wanted is not None:
+        holds = state in PRIMARY_STATES if wanted == "primary" else state == wanted
+        if not holds:
+            raise typer.Exit(ExitStatus.ERROR)
+
+
+def _zk_status(s: CliSettings, hosts: str, cluster: str, as_json: bool) -> None:
+    try:
+        view = s.env.read_cluster(hosts, cluster, s.timeout)
+    except ValueError as exc:  # a bad cluster name
+        raise CommandError(str(exc), ExitStatus.USAGE) from exc
+    if as_json:
+        s.env.out(json.dumps(view, indent=2, sort_keys=True))
+    else:
+        for line in format_cluster(view):
+            s.env.out(line)
+
+
+@app.command()
+def query(
+    ctx: typer.Context,
+    show_all: Annotated[bool, typer.Option("--all", help="include every member")] = False,
+) -> None:
+    """Print the broker's HA status in detail (JSON)."""
+    s = settings(ctx)
+    data = s.call("/api/ha")
+    if not show_all:
+        data = {k: v for k, v in data.items() if k != "members"}
+    s.env.out(json.dumps(data, indent=2, sort_keys=True))
+
+
+@app.command()
+def ready(ctx: typer.Context) -> None:
+    """Exit 0 for a ready backup or a primary, 1 otherwise."""
+    s = settings(ctx)
+    state = str(s.call("/api/status").get("ha_state", ""))
+    s.env.out(state)
+    if state not in ("ready", *PRIMARY_STATES):
+        raise typer.Exit(ExitStatus.ERROR)

@@ -1,0 +1,87 @@
+"""What a ``qpid-ha`` command runs with, passed down in typer's context, never kept in a
+module (httpie's ``Environment``).
+
+- :class:`Environment`: what the command touches outside itself, the output streams and
+  the factories of the management client and of the ZooKeeper reader. Tests give their
+  own: ``CliRunner().invoke(app, args, obj=Environment(...))``.
+- :class:`CliSettings`: the global options (``-b``, ``--timeout``, ``--cluster-manager``,
+  ``--zk``, ``--cluster``), parsed, with the environment. The root callback
+  (:mod:`qpid_ha_cli.main`) puts it in ``ctx.obj``; commands get it with
+  :func:`settings`.
+
+Both are frozen: a command cannot change what the next one sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
+
+import typer
+
+from broker.management.client import ManagementClient
+from common.url import BrokerUrl
+from qpid_ha_cli.cluster_view import read_cluster
+
+if TYPE_CHECKING:  # typer's vendored click: the type of every context typer makes
+    from typer._click import Context
+
+__all__ = ["CliSettings", "Environment", "environment", "settings"]
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Streams and factories. A stream left None is the process's ``sys.stdout`` or
+    ``sys.stderr`` at the time of writing (which is what ``CliRunner`` captures)."""
+
+    stdout: TextIO | None = None
+    stderr: TextIO | None = None
+    management_client: Callable[[BrokerUrl, float], ManagementClient] = ManagementClient
+    read_cluster: Callable[[str, str, float], dict[str, Any]] = read_cluster
+
+    def out(self, text: str) -> None:
+        """One line of the command's output."""
+        typer.echo(text, file=self.stdout)
+
+    def err(self, text: str) -> None:
+        """One line on the error stream."""
+        typer.echo(text, file=self.stderr, err=True)
+
+
+@dataclass(frozen=True)
+class CliSettings:
+    """The global options of one ``qpid-ha`` run."""
+
+    broker: BrokerUrl
+    timeout: float = 10.0
+    cluster_manager: bool = False
+    zk: str | None = None
+    cluster: str | None = None
+    env: Environment = field(default_factory=Environment)
+
+    def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        """GET ``path`` (POST ``body``) on the broker's management API; its JSON answer.
+
+        :raises broker.management.client.ManagementError: mapped to an exit code by
+            :mod:`qpid_ha_cli.main`.
+        """
+        return self.env.management_client(self.broker, self.timeout).call(path, body)
+
+
+def settings(ctx: Context) -> CliSettings:
+    """The run's settings, put in the context by the root callback."""
+    found = ctx.find_object(CliSettings)
+    if found is None:  # pragma: no cover - the root callback always runs first
+        raise RuntimeError("qpid-ha: no settings in the context")
+    return found
+
+
+def environment(ctx: Context) -> Environment:
+    """The run's environment: the settings' when the root callback has run, else the one a
+    caller passed as ``obj``, else the process's."""
+    found = ctx.find_object(CliSettings)
+    if found is not None:
+        return found.env
+    given = ctx.find_object(Environment)
+    return given if given is not None else Environment()
