@@ -1,4 +1,11 @@
-"""``qpidd``: parse options, set up logging, run the broker until SIGTERM or SIGINT."""
+"""``qpidd``: parse options, set up logging, run the broker until SIGTERM or SIGINT.
+
+Exit codes (:class:`common.exit_status.ExitStatus`): SUCCESS 0 after SIGTERM/SIGINT; ERROR 1
+the broker could not start (its data directory, its listening sockets); USAGE 2 a bad option
+(:func:`broker.options.main_parse`), a bad users file or a log file that cannot be opened;
+FENCED 3 the HA role fenced the broker. Failures to start are mapped to their exit code and
+one line, ``qpidd: error: ...``, in one place: :func:`raw_main`.
+"""
 
 from __future__ import annotations
 
@@ -9,25 +16,27 @@ import sys
 from broker.options import BrokerOptions, main_parse
 from broker.server import Broker
 from broker.store.data_dir import DataDirError
+from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging, get_logger
 
 
-async def run(options: BrokerOptions) -> int:
+async def run(options: BrokerOptions) -> ExitStatus:
+    """Run the broker until a signal (SUCCESS) or a fence (FENCED).
+
+    :raises CommandError: the broker could not start.
+    """
     try:
         broker = Broker(options)
     except ValueError as exc:  # a bad users file: bad configuration
-        print(f"qpidd: error: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc), ExitStatus.USAGE) from None
     try:
         await broker.start()
     except DataDirError as exc:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
-        print(f"qpidd: error: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc), ExitStatus.ERROR) from None
     except OSError as exc:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
-        print(f"qpidd: error: cannot listen: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(f"cannot listen: {exc}", ExitStatus.ERROR) from None
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -39,30 +48,38 @@ async def run(options: BrokerOptions) -> int:
     await broker.stop()
     if broker.fenced_reason is not None:
         print(f"qpidd: fenced: {broker.fenced_reason}", file=sys.stderr)
-        return 3
-    return 0
+        return ExitStatus.FENCED
+    return ExitStatus.SUCCESS
+
+
+def raw_main(options: BrokerOptions) -> ExitStatus:
+    """Set up logging and run the broker; the one place errors become exit codes."""
+    try:
+        try:
+            configure_logging(
+                level=options.log_level,
+                fmt=options.log_format,
+                file=options.log_file,
+                node=options.node_name,
+                component="broker",
+            )
+        except OSError as exc:
+            raise CommandError(
+                f"cannot open log file {options.log_file}: {exc}", ExitStatus.USAGE
+            ) from None
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+            return asyncio.run(run(options))
+        return uvloop.run(run(options))
+    except CommandError as error:
+        print(f"qpidd: error: {error}", file=sys.stderr)
+        return error.status
 
 
 def main(argv: list[str] | None = None) -> None:
-    options = main_parse(sys.argv[1:] if argv is None else argv)
-    try:
-        configure_logging(
-            level=options.log_level,
-            fmt=options.log_format,
-            file=options.log_file,
-            node=options.node_name,
-            component="broker",
-        )
-    except OSError as exc:
-        print(f"qpidd: error: cannot open log file {options.log_file}: {exc}", file=sys.stderr)
-        sys.exit(2)
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        code = asyncio.run(run(options))
-    else:
-        code = uvloop.run(run(options))
-    sys.exit(code)
+    options = main_parse(sys.argv[1:] if argv is None else argv)  # SystemExit(2): bad options
+    sys.exit(raw_main(options))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,6 +1,8 @@
 """``qpid-ha-agent``: the command line of the agent (one per node).
 
-Exit codes: 0 after SIGTERM/SIGINT, 2 for a bad option value (one line naming it).
+Exit codes (:class:`common.exit_status.ExitStatus`): SUCCESS 0 after SIGTERM/SIGINT, USAGE 2
+for a bad option value (one line naming it). Errors become exit codes in one place,
+:func:`run`'s ``except CommandError``.
 """
 
 from __future__ import annotations
@@ -11,16 +13,14 @@ from typing import Annotated
 
 import typer
 
+from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging
 from ha_agent.agent import Agent, AgentSettings
 from ha_agent.vip import parse_vip
 
+PROGRAM = "qpid-ha-agent"
+
 app = typer.Typer(add_completion=False)
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"qpid-ha-agent: error: {message}", err=True)
-    return typer.Exit(2)
 
 
 @app.command(help="Elect, promote and fence qpidd brokers of an HA cluster through ZooKeeper.")
@@ -90,22 +90,10 @@ def run(
         watchdog_timeout=watchdog_timeout,
     )
     try:
-        settings.check()
-        if vip is not None:
-            parse_vip(vip)
-        configure_logging(
-            level=log_level,
-            fmt=log_format,
-            file=log_file,
-            node=node,
-            component="agent",
-            cluster=cluster,
-        )
-        agent = Agent(settings)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
-    except OSError as exc:
-        raise _fail(f"cannot open log file {log_file}: {exc.strerror}") from None
+        agent = _agent(settings, log_file=log_file, log_format=log_format, log_level=log_level)
+    except CommandError as error:
+        typer.echo(f"{PROGRAM}: error: {error}", err=True)
+        raise typer.Exit(error.status) from None
 
     def stop(_signum: int, _frame: object) -> None:
         agent.stop()
@@ -116,7 +104,35 @@ def run(
     thread.start()
     while thread.is_alive():
         thread.join(0.2)
-    raise typer.Exit(0)
+    raise typer.Exit(ExitStatus.SUCCESS)
+
+
+def _agent(
+    settings: AgentSettings, *, log_file: str | None, log_format: str, log_level: str
+) -> Agent:
+    """Check the options, set up logging, make the agent.
+
+    :raises CommandError: USAGE, one line naming the bad value.
+    """
+    try:
+        settings.check()
+        if settings.vip is not None:
+            parse_vip(settings.vip)
+        configure_logging(
+            level=log_level,
+            fmt=log_format,
+            file=log_file,
+            node=settings.node,
+            component="agent",
+            cluster=settings.cluster,
+        )
+        return Agent(settings)
+    except ValueError as exc:
+        raise CommandError(str(exc), ExitStatus.USAGE) from None
+    except OSError as exc:
+        raise CommandError(
+            f"cannot open log file {log_file}: {exc.strerror}", ExitStatus.USAGE
+        ) from None
 
 
 def main() -> None:
