@@ -5,41 +5,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.polling import PollTimeout, free_port, poll_until, port_open
+
 QPIDD = str(Path(sys.executable).with_name("qpidd"))
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["QPIDD", "BrokerProcess", "free_port", "wait_until"]
 
 
 def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout} s: {predicate}")
-        time.sleep(interval)
-
-
-def port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
+    """:func:`common.polling.poll_until` with a default timeout of 10 s, for the tests that
+    import it from here (new code: call ``poll_until`` itself)."""
+    return poll_until(predicate, timeout, interval=interval)
 
 
 @dataclass
@@ -77,17 +59,22 @@ class BrokerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.workdir / "stderr", "wb") as stderr:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
-        deadline = time.monotonic() + timeout
-        while not (port_open(self.port) and port_open(self.mgmt_port)):
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def listening() -> bool:
+            if port_open(self.port) and port_open(self.mgmt_port):
+                return True
+            if proc.poll() is not None:
                 raise RuntimeError(
-                    f"qpidd exited with {self.proc.returncode}: "
-                    + (self.workdir / "stderr").read_text()
+                    f"qpidd exited with {proc.returncode}: " + (self.workdir / "stderr").read_text()
                 )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("qpidd did not start listening in time")
-            time.sleep(0.02)
+            return False
+
+        try:
+            poll_until(listening, timeout, f"qpidd to listen on {self.port}, {self.mgmt_port}")
+        except PollTimeout:
+            self.stop()
+            raise RuntimeError("qpidd did not start listening in time") from None
         return self
 
     def events(self) -> list[dict[str, Any]]:

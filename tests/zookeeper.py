@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from tests.broker_process import free_port
+from common.polling import free_port, poll_until
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
@@ -53,18 +53,6 @@ def server_mode(host: str, port: int) -> str | None:
         if line.startswith("Mode:"):
             return line.split(":", 1)[1].strip()
     return None
-
-
-def poll(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
-    """Poll ``predicate`` until it returns something truthy; AssertionError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(interval)
 
 
 class ZooKeeper(Protocol):
@@ -188,7 +176,7 @@ class ZooKeeperProcess:
     def wait_serving(self, timeout: float = 20.0) -> ZooKeeperProcess:
         launched = self.started_in
         try:
-            poll(self.serving, timeout, f"ZooKeeper on port {self.client_port} serving")
+            poll_until(self.serving, timeout, f"ZooKeeper on port {self.client_port} serving")
         except AssertionError:
             self.stop()
             raise
@@ -252,7 +240,7 @@ class ZooKeeperEnsemble:
         try:
             for server in self.servers:
                 server.launch()
-            poll(
+            poll_until(
                 lambda: all(server.serving() for server in self.servers),
                 timeout,
                 "ZooKeeper ensemble serving",
@@ -274,8 +262,7 @@ class ZooKeeperEnsemble:
                     return server
             return None
 
-        found: ZooKeeperProcess = poll(find, 10.0, "a ZooKeeper leader")
-        return found
+        return poll_until(find, 10.0, "a ZooKeeper leader")
 
     def kill(self, server: ZooKeeperProcess) -> None:
         server.kill()
@@ -323,7 +310,7 @@ class ZooKeeperContainer:
         try:
             self.host = self.container.get_container_host_ip()
             self.port = int(self.container.get_exposed_port(2181))
-            poll(
+            poll_until(
                 lambda: server_mode(self.host, self.port) is not None,
                 timeout,
                 "ZooKeeper container serving",

@@ -20,10 +20,11 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from common.polling import free_port, poll_until
 from ha_agent.membership import read_members
 from ha_agent.primary_record import read_primary
 from ha_agent.promotion import PrimaryRecord
-from tests.broker_process import QPIDD, free_port, wait_until
+from tests.broker_process import QPIDD
 from tests.netns import Host
 
 AGENT = str(Path(sys.executable).parent / "qpid-ha-agent")
@@ -220,7 +221,7 @@ class AgentCluster:
             return states == ["active"] + ["ready"] * (len(self.nodes) - 1)
 
         try:
-            wait_until(settled, timeout=timeout)
+            poll_until(settled, timeout)
         except AssertionError:
             raise AssertionError(
                 f"not settled in {timeout} s: states {self.states()}, "

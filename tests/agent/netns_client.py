@@ -21,6 +21,17 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from common.polling import retry_until
+
+
+def confirming_channel(connection: pika.BlockingConnection, queue: str) -> Any:
+    """A channel of ``connection`` with the durable ``queue`` declared and publisher
+    confirms on (also used by tests/agent/test_agent_failover.py)."""
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True)
+    channel.confirm_delivery()
+    return channel
+
 
 class Client:
     def __init__(self, host: str, queue: str) -> None:
@@ -36,22 +47,16 @@ class Client:
         self.broker: str | None = None
 
     def _connect(self, deadline: float) -> None:
-        while True:
-            try:
-                self.connection = pika.BlockingConnection(self.params)
-                channel = self.connection.channel()
-                channel.queue_declare(self.queue, durable=True)
-                channel.confirm_delivery()
-                self.channel = channel
-                properties = getattr(self.connection._impl, "server_properties", None) or {}
-                broker_id = properties.get("qpid.ha-broker-id")
-                self.broker = None if broker_id is None else str(broker_id)
-                self.reconnects += 1
-                return
-            except (pika.exceptions.AMQPError, OSError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)  # back-off between connection attempts
+        def attempt() -> None:
+            self.connection = pika.BlockingConnection(self.params)
+            self.channel = confirming_channel(self.connection, self.queue)
+            properties = getattr(self.connection._impl, "server_properties", None) or {}
+            broker_id = properties.get("qpid.ha-broker-id")
+            self.broker = None if broker_id is None else str(broker_id)
+            self.reconnects += 1
+
+        # 50 ms back-off between connection attempts
+        retry_until(attempt, deadline, (pika.exceptions.AMQPError, OSError), interval=0.05)
 
     def publish(self, count: int, timeout: float) -> dict[str, Any]:
         began = time.monotonic()

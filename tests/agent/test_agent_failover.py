@@ -18,8 +18,9 @@ import pika
 import pika.exceptions
 import pytest
 
+from common.polling import poll_until, retry_until
 from tests.agent.agent_cluster import AgentCluster
-from tests.broker_process import wait_until
+from tests.agent.netns_client import confirming_channel
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -46,18 +47,12 @@ class Publisher:
         self.connection: pika.BlockingConnection | None = None
 
     def _connect(self, deadline: float) -> None:
-        while True:
-            try:
-                self.connection = pika.BlockingConnection(self.params)
-                channel = self.connection.channel()
-                channel.queue_declare(self.queue, durable=True)
-                channel.confirm_delivery()
-                self.channel = channel
-                return
-            except pika.exceptions.AMQPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)  # back-off between rounds of the URL list
+        def attempt() -> None:
+            self.connection = pika.BlockingConnection(self.params)
+            self.channel = confirming_channel(self.connection, self.queue)
+
+        # 50 ms back-off between rounds of the URL list
+        retry_until(attempt, deadline, pika.exceptions.AMQPError, interval=0.05)
 
     def publish(self, count: int, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -109,7 +104,7 @@ def test_first_election_promotes_one_broker_and_the_others_become_ready(
     assert broker_epoch is not None
     members = agents.members()
     assert sorted(members) == ["n1", "n2", "n3"]
-    wait_until(lambda: agents.members()[primary.name].ha_state == "active", timeout=10)
+    poll_until(lambda: agents.members()[primary.name].ha_state == "active", 10)
     promoted = [e for e in primary.agent_events() if e["event"] == "agent_promoted"]
     assert len(promoted) == 1
     assert "most advanced of 3 joining members" in promoted[0]["reason"]
@@ -157,7 +152,7 @@ def test_sigkill_of_the_primary_broker_promotes_a_ready_backup_nothing_confirmed
     record = agents.primary_record()
     assert record is not None and record.node == new.name and record.epoch > old_record.epoch
     # The killed broker is restarted by its agent and comes back as a backup.
-    wait_until(lambda: old.state() == "ready", timeout=30)
+    poll_until(lambda: old.state() == "ready", 30)
     assert old.broker_pid() != old_pid
     agents.wait_settled()
 

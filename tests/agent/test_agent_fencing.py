@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from common.polling import holds_for, poll_until
 from tests.agent.agent_cluster import AgentCluster, Node
-from tests.broker_process import wait_until
 from tests.zookeeper import ZooKeeperEnsemble
 
 pytestmark = pytest.mark.timeout(240)
@@ -63,7 +63,7 @@ def test_frozen_primary_node_is_replaced_and_fences_itself_when_it_runs_again(
                 overlaps.append(primaries)
             return bool(primaries) and old.name not in primaries
 
-        wait_until(replaced, timeout=30)
+        poll_until(replaced, 30)
         replaced_after = time.monotonic() - frozen_at
         assert not overlaps
         # ZooKeeper gave up on the frozen agent only after its session timed out
@@ -76,7 +76,7 @@ def test_frozen_primary_node_is_replaced_and_fences_itself_when_it_runs_again(
         # the node runs again: the agent first, as a machine's processes resume together
         os.kill(old.agent.pid, signal.SIGCONT)
         os.kill(broker_pid, signal.SIGCONT)
-    wait_until(lambda: not pid_alive(broker_pid), timeout=10)
+    poll_until(lambda: not pid_alive(broker_pid), 10)
     assert events(old, "zookeeper_session_fence")  # the agent knew its session was gone
 
     # Whichever ran first stopped the old broker: its own lease check (the agent could not
@@ -88,9 +88,9 @@ def test_frozen_primary_node_is_replaced_and_fences_itself_when_it_runs_again(
         )
         return killed or lease_fenced
 
-    wait_until(stopped_by_fence, timeout=5)
+    poll_until(stopped_by_fence, 5)
     # the old primary comes back as a backup of the new one; one primary throughout
-    wait_until(lambda: old.state() == "ready", timeout=30)
+    poll_until(lambda: old.state() == "ready", 30)
     new = agents.wait_settled()
     assert new.name == record.node
 
@@ -115,13 +115,15 @@ def test_zookeeper_leader_killed_no_spurious_failover(
     record = agents.primary_record()
     assert record is not None
     ensemble.kill(ensemble.leader())
-    wait_until(lambda: ensemble.leader() is not None, timeout=30)
+    poll_until(lambda: ensemble.leader() is not None, 30)
+
     # Two session timeouts later the same broker still serves, at the same epoch, and no
     # agent fenced or promoted anything.
-    deadline = time.monotonic() + 8.0
-    while time.monotonic() < deadline:
+    def same_primary() -> bool:
         assert [n.name for n in agents.primaries()] == [primary.name]
-        time.sleep(0.2)
+        return True
+
+    holds_for(same_primary, 8.0, interval=0.2)
     assert agents.primary_record() == record
     for node in agents.nodes:
         assert not events(node, "agent_fenced"), node.name
@@ -138,11 +140,11 @@ def test_total_failure_restart_promotes_the_most_advanced_broker(agents: AgentCl
     laggard.stop()
     # The primary's broker dies: the remaining ready backup takes over with a newer epoch.
     os.kill(first.broker_pid(), signal.SIGKILL)
-    wait_until(
+    poll_until(
         lambda: (r := agents.primary_record()) is not None and r.epoch > first_epoch,
-        timeout=30,
+        30,
     )
-    wait_until(lambda: first.state() == "ready", timeout=30)  # it follows the new epoch
+    poll_until(lambda: first.state() == "ready", 30)  # it follows the new epoch
     # Total failure: every agent and broker of the two remaining nodes killed.
     for node in agents.nodes:
         if node is laggard:
@@ -154,7 +156,7 @@ def test_total_failure_restart_promotes_the_most_advanced_broker(agents: AgentCl
         for pid in node.broker_pids:
             if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: agents.primary_record() is None, timeout=15)  # sessions expired
+    poll_until(lambda: agents.primary_record() is None, 15)  # sessions expired
     # Everyone restarts: all joining, a new cluster by the rule; the laggard has epoch 1.
     before_restart = len(laggard.agent_events())
     agents.start()
@@ -183,17 +185,17 @@ def test_primary_agent_killed_its_broker_stops_serving_before_a_backup_takes_ove
     broker_pid = old.broker_pid()
     os.kill(old.agent.pid, signal.SIGKILL)
     old.agent.wait()
-    wait_until(lambda: not pid_alive(broker_pid), timeout=10)  # fenced by its lease
+    poll_until(lambda: not pid_alive(broker_pid), 10)  # fenced by its lease
     (fenced,) = [e for e in old.broker_events() if e["event"] == "ha_fenced"]
     assert "lease ran out" in str(fenced["reason"])
-    wait_until(
+    poll_until(
         lambda: (r := agents.primary_record()) is not None and r.epoch > old_record.epoch,
-        timeout=30,
+        30,
     )
     record = agents.primary_record()
     assert record is not None
     new = agents.node(record.node)
-    wait_until(lambda: new.state() == "active", timeout=30)
+    poll_until(lambda: new.state() == "active", 30)
     promoted = [
         e
         for e in new.broker_events()
@@ -210,14 +212,14 @@ def test_watchdog_kills_a_silent_backup_broker_and_its_agent_restarts_it(
     backup = next(n for n in agents.nodes if n is not primary)
     hung = backup.broker_pid()
     os.kill(hung, signal.SIGSTOP)  # alive, silent
-    wait_until(lambda: not pid_alive(hung), timeout=15)
+    poll_until(lambda: not pid_alive(hung), 15)
 
     def kill_logged() -> list[dict[str, object]]:  # logged just after the kill
         return [e for e in events(backup, "broker_killed") if e["pid"] == hung]
 
-    (killed,) = wait_until(kill_logged, timeout=5)
+    (killed,) = poll_until(kill_logged, 5)
     assert "watchdog" in str(killed["reason"])
-    wait_until(lambda: backup.state() == "ready", timeout=30)
+    poll_until(lambda: backup.state() == "ready", 30)
     assert backup.broker_pid() != hung
     assert agents.wait_settled() is primary  # a backup's trouble moves nothing else
 
@@ -229,9 +231,9 @@ def test_a_hung_primary_broker_is_fenced_by_its_agent_and_replaced(
     old = agents.wait_settled()
     hung = old.broker_pid()
     os.kill(hung, signal.SIGSTOP)  # the agent runs on; its broker stops answering
-    wait_until(lambda: not pid_alive(hung), timeout=15)
+    poll_until(lambda: not pid_alive(hung), 15)
     fenced = events(old, "agent_fenced")
     assert fenced and "does not answer" in str(fenced[0]["reason"])
     new = agents.wait_settled(timeout=40)
     assert new is not old
-    wait_until(lambda: old.state() == "ready", timeout=30)
+    poll_until(lambda: old.state() == "ready", 30)

@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 
+from common.polling import poll_until
 from tests.agent.agent_cluster import Node
-from tests.broker_process import wait_until
 from tests.netns import Host, Lan, is_root
 from tests.zookeeper import ZooKeeperProcess
 
@@ -102,7 +102,7 @@ class NetnsCluster:
 
     def wait_settled(self, timeout: float = 40.0) -> Node:
         """One active primary, the two others ready backups; returns the primary."""
-        wait_until(lambda: sorted(self.states()) == ["active", "ready", "ready"], timeout=timeout)
+        poll_until(lambda: sorted(self.states()) == ["active", "ready", "ready"], timeout)
         (primary,) = [n for n in self.nodes if n.state() in PRIMARY_STATES]
         return primary
 
@@ -245,7 +245,7 @@ def test_virtual_ip_moves_to_the_new_primary_and_a_client_on_a_third_host_follow
     agents = netns_cluster
     agents.start_agents(f"--vip={VIP}/24", "--vip-interface=eth0")
     old = agents.wait_settled()
-    wait_until(lambda: agents.vip_holders() == [old.name], timeout=10)
+    poll_until(lambda: agents.vip_holders() == [old.name], 10)
 
     client = agents.client("orders")
     first = client.ask("publish 200 30")
@@ -272,7 +272,7 @@ def test_virtual_ip_moves_to_the_new_primary_and_a_client_on_a_third_host_follow
     assert not vip_overlaps(agents.nodes)
     assert not primary_overlaps(agents.nodes)
     # the killed broker is restarted by its agent and comes back as a backup
-    wait_until(lambda: old.state() == "ready", timeout=30)
+    poll_until(lambda: old.state() == "ready", 30)
     assert agents.wait_settled() is new
     assert agents.vip_holders() == [new.name]
 
@@ -289,7 +289,7 @@ def test_primary_host_cut_off_is_fenced_before_another_broker_is_promoted(
     agents = netns_cluster
     agents.start_agents(f"--vip={VIP}/24", "--vip-interface=eth0")
     old = agents.wait_settled()
-    wait_until(lambda: agents.vip_holders() == [old.name], timeout=10)
+    poll_until(lambda: agents.vip_holders() == [old.name], 10)
     client = agents.client("orders")
     assert len(client.ask("publish 100 30")["confirmed"]) == 100
 
@@ -308,11 +308,11 @@ def test_primary_host_cut_off_is_fenced_before_another_broker_is_promoted(
             overlaps.append([n.name for n in serving])
         return serving[0] if serving else None
 
-    new: Node = wait_until(replaced, timeout=30)
+    new: Node = poll_until(replaced, 30)
     replaced_after = time.monotonic() - cut_at
     assert not overlaps
     assert old.name not in agents.vip_holders()  # dropped while still cut off
-    wait_until(lambda: agents.vip_holders() == [new.name], timeout=10)
+    poll_until(lambda: agents.vip_holders() == [new.name], 10)
 
     fences = events(old, "zookeeper_session_fence")
     assert fences
@@ -331,7 +331,7 @@ def test_primary_host_cut_off_is_fenced_before_another_broker_is_promoted(
     assert replaced_after >= SESSION_TIMEOUT * 0.6
 
     agents.host(old).link(True)
-    wait_until(lambda: old.state() == "ready", timeout=40)
+    poll_until(lambda: old.state() == "ready", 40)
     assert agents.wait_settled() is new
     answer = client.ask("publish 100 60")
     assert len(answer["confirmed"]) == 200

@@ -6,8 +6,8 @@ import threading
 import time
 from typing import Any
 
+from common.polling import poll_until
 from ha_agent.election import LeaderElection, Leadership
-from tests.zookeeper import poll
 
 
 class Contender:
@@ -48,7 +48,7 @@ def test_the_other_leads_when_the_leaders_session_closes(make_client: Any, clust
     a.election.contend()
     assert a.led.wait(5)
     b.election.contend()
-    poll(lambda: a.election.contenders() == ["a", "b"], 5, "b contending")
+    poll_until(lambda: a.election.contenders() == ["a", "b"], 5, "b contending")
     assert not b.led.is_set() and b.election.state is Leadership.CONTENDING
 
     closed_at = time.monotonic()
@@ -57,7 +57,7 @@ def test_the_other_leads_when_the_leaders_session_closes(make_client: Any, clust
     handover = b.led_at - closed_at
     print(f"election hand-over after the leader's session closed: {handover * 1000:.0f} ms")
     assert handover < 2.0
-    poll(lambda: a.ended == ["session_lost"], 5, "a's contention ended")
+    poll_until(lambda: a.ended == ["session_lost"], 5, "a's contention ended")
     assert a.election.state is Leadership.IDLE
     assert b.election.contenders() == ["b"]
     b.election.cancel()
@@ -69,7 +69,7 @@ def test_cancel_resigns_and_hands_over(make_client: Any, cluster: str) -> None:
     a.election.contend()
     assert a.led.wait(5)
     b.election.contend()
-    poll(lambda: len(a.election.contenders()) == 2, 5, "b contending")
+    poll_until(lambda: len(a.election.contenders()) == 2, 5, "b contending")
     assert a.election.cancel() is True
     assert b.led.wait(5)
     assert a.ended == ["cancelled"] and not a.election.leading
@@ -82,7 +82,7 @@ def test_a_contender_cancelled_before_winning_never_leads(make_client: Any, clus
     a.election.contend()
     assert a.led.wait(5)
     b.election.contend()
-    poll(lambda: len(a.election.contenders()) == 2, 5, "b contending")
+    poll_until(lambda: len(a.election.contenders()) == 2, 5, "b contending")
     assert b.election.cancel() is True
     assert b.ended == ["cancelled"]
     assert a.election.contenders() == ["a"]
@@ -100,7 +100,7 @@ def test_a_failing_callback_gives_up_the_leadership(make_client: Any, cluster: s
     b_client = b.election.client
     a.election.contend()
     assert a.led.wait(5)
-    poll(lambda: a.ended == ["callback_failed"], 5, "a gave up")
+    poll_until(lambda: a.ended == ["callback_failed"], 5, "a gave up")
     b.election.contend()
     assert b.led.wait(5)
     assert LeaderElection(b_client, cluster, "x", lambda: None).contenders() == ["b"]

@@ -12,11 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kazoo.protocol.states import KazooState
 
+from common.polling import poll_until
 from ha_agent.election import LeaderElection
 from ha_agent.epoch_counter import next_epoch
 from ha_agent.fencing import Fence, GuardState, SessionGuard, SessionWatcher
 from tests.agent.conftest import SESSION_TIMEOUT
-from tests.zookeeper import ZooKeeperEnsemble, poll
+from tests.zookeeper import ZooKeeperEnsemble
 
 CONNECTED, SUSPENDED, LOST = KazooState.CONNECTED, KazooState.SUSPENDED, KazooState.LOST
 
@@ -158,7 +159,7 @@ def test_a_paused_zookeeper_fences_before_the_session_can_expire(
     fences = Fences()
     watcher = SessionWatcher(client, SessionGuard(SESSION_TIMEOUT), fences).start()
     try:
-        poll(lambda: watcher.guard.last_contact is not None, 5, "a heartbeat answered")
+        poll_until(lambda: watcher.guard.last_contact is not None, 5, "a heartbeat answered")
         paused_at = time.monotonic()
         own_zookeeper.pause()  # SIGSTOP (or docker pause): silence, no connection reset
         try:
@@ -180,7 +181,7 @@ def test_a_paused_zookeeper_fences_before_the_session_can_expire(
         assert took < SESSION_TIMEOUT
         # after the resume the client comes back (with its old session or, once ZooKeeper
         # expired it, a new one); the guard re-arms and fences no more
-        poll(lambda: watcher.guard.state is GuardState.CONNECTED, 10, "guard connected again")
+        poll_until(lambda: watcher.guard.state is GuardState.CONNECTED, 10, "guard connected again")
         assert len(fences.seen) == 1
     finally:
         watcher.stop()
@@ -191,13 +192,13 @@ def test_an_expired_session_fences_at_once(make_client: Any) -> None:
     fences = Fences()
     watcher = SessionWatcher(client, SessionGuard(SESSION_TIMEOUT), fences).start()
     try:
-        poll(lambda: watcher.guard.last_contact is not None, 5, "a heartbeat answered")
+        poll_until(lambda: watcher.guard.last_contact is not None, 5, "a heartbeat answered")
         # the kazoo test harness's way to expire a session: open it elsewhere and close it
         make_client(client_id=client.client_id).stop()
         assert fences.event.wait(5)
         fence, _ = fences.seen[0]
         assert fence.reason == "session_lost"
-        poll(lambda: client.connected, 10, "a new session")
+        poll_until(lambda: client.connected, 10, "a new session")
     finally:
         watcher.stop()
 
@@ -221,9 +222,9 @@ def test_killing_the_zookeeper_leader_fences_nobody(
         a.contend()
         assert led.wait(5)
         b.contend()
-        poll(lambda: a.contenders() == ["a", "b"], 5, "b contending")
+        poll_until(lambda: a.contenders() == ["a", "b"], 5, "b contending")
         assert next_epoch(leader_client, cluster) == 1
-        poll(lambda: watcher.guard.last_contact is not None, 5, "a heartbeat answered")
+        poll_until(lambda: watcher.guard.last_contact is not None, 5, "a heartbeat answered")
 
         states: list[str] = []
 
@@ -237,7 +238,7 @@ def test_killing_the_zookeeper_leader_fences_nobody(
         ensemble.kill(zk_leader)  # SIGKILL by PID
         assert next_epoch(leader_client, cluster) == 2  # retried until a quorum serves again
         resumed = time.monotonic() - killed_at
-        poll(lambda: watcher.guard.state is GuardState.CONNECTED, 10, "guard connected")
+        poll_until(lambda: watcher.guard.state is GuardState.CONNECTED, 10, "guard connected")
         print(
             f"ZooKeeper leader {zk_leader.myid} killed: writes resumed after {resumed:.2f} s, "
             f"client states {states}"

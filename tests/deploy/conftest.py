@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker_process import free_port
+from common.polling import free_port, poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -69,17 +68,6 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(") ", 1)[-1][:1] not in ("Z", "X")
 
 
-def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.05)
-
-
 def kill_and_wait(pid: int, timeout: float = 10.0) -> None:
     """SIGKILL ``pid`` (a broker the agent started, not our child) and wait until gone."""
     if not pid_alive(pid):
@@ -88,7 +76,9 @@ def kill_and_wait(pid: int, timeout: float = 10.0) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    wait_until(lambda: not pid_alive(pid), timeout, f"process {pid} gone after SIGKILL")
+    poll_until(
+        lambda: not pid_alive(pid), timeout, f"process {pid} gone after SIGKILL", interval=0.05
+    )
 
 
 def pids_using(marker: str) -> list[int]:

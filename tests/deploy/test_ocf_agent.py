@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker_process import free_port
+from common.polling import free_port, poll_until
 from tests.deploy.conftest import (
     AGENT_SOURCE,
     OCF_ROOT,
@@ -30,7 +30,6 @@ from tests.deploy.conftest import (
     needs_root,
     pid_alive,
     system_tool,
-    wait_until,
 )
 
 OCF_SUCCESS, OCF_ERR_GENERIC, OCF_ERR_INSTALLED, OCF_ERR_CONFIGURED = 0, 1, 5, 6
@@ -274,10 +273,9 @@ def wait_for_score(broker: OcfBroker, line: str, before: str = "", timeout: floa
         assert check.returncode == OCF_SUCCESS, check.stdout
         return line in check.stdout
 
-    try:
-        wait_until(reported, timeout, f"{broker.name}: {line}")
-    except AssertionError:
-        raise AssertionError(f"{broker.name} never said {line!r}: {seen[-3:]}") from None
+    poll_until(
+        reported, timeout, lambda: f"{broker.name} to say {line!r}: {seen[-3:]}", interval=0.05
+    )
 
 
 @needs_root
@@ -303,7 +301,7 @@ def test_two_brokers_one_promoted_the_other_ready_then_fail_over(
     a_pid = a.pid()
     assert a_pid is not None
     os.kill(a_pid, signal.SIGKILL)
-    wait_until(lambda: not pid_alive(a_pid), 10, "the killed primary is gone")
+    poll_until(lambda: not pid_alive(a_pid), 10, "the killed primary is gone", interval=0.05)
     failed = a.crm("check")
     assert failed.returncode == OCF_FAILED_PROMOTED, failed.stdout
     assert "the primary's qpidd process is gone" in failed.stdout

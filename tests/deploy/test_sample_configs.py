@@ -8,7 +8,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from broker.options import parse_options
-from tests.broker_process import BrokerProcess, free_port, wait_until
+from common.polling import free_port, poll_until
+from tests.broker_process import BrokerProcess
 from tests.deploy.conftest import AGENT_SOURCE, DEPLOY, QPID_HA
 
 SEED_BROKERS = "20.0.20.1,20.0.20.2,20.0.20.3"
@@ -49,7 +50,7 @@ def test_qpidd_starts_with_the_sample_conf_as_a_joining_backup(tmp_path: Path) -
             )
             return result.stdout.strip()
 
-        assert wait_until(lambda: status() == "joining", timeout=15)
+        assert poll_until(lambda: status() == "joining", 15)
         started = [e for e in broker.events() if e.get("event") == "ha_started"]
         assert started and started[0]["node"] == "node1"
     finally:

@@ -19,6 +19,7 @@ from pamqp import commands, frame, heartbeat
 from pamqp.base import Frame as Method
 from pamqp.exceptions import UnmarshalingException
 
+from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -96,15 +97,13 @@ def wait_for_event(
     broker: BrokerProcess, event: str, port: int, since: int = 0, timeout: float = 5.0
 ) -> dict[str, Any]:
     """Poll the log until an ``event`` about the connection from ``port`` appears."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = connection_events(broker, event, port, since)
-        if found:
-            return found[0]
-        if time.monotonic() >= deadline:
-            seen = [e for e in events(broker, since) if peer_port(e) == port]
-            raise AssertionError(f"no {event!r} event for port {port} in {timeout} s: {seen}")
-        time.sleep(0.02)
+
+    def seen() -> str:
+        about_port = [e for e in events(broker, since) if peer_port(e) == port]
+        return f"a {event!r} event for port {port}; seen: {about_port}"
+
+    found = poll_until(lambda: connection_events(broker, event, port, since), timeout, seen)
+    return found[0]
 
 
 # -- a raw AMQP client -----------------------------------------------------------------------

@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 from pamqp import commands, frame, header
 from pamqp.base import Frame as Method
 
-from tests.broker_process import BrokerProcess, wait_until
+from common.polling import poll_until
+from tests.broker_process import BrokerProcess
 from tests.e2e.conftest import StartBroker
 from tests.e2e.support import (
     PROTOCOL_HEADER,
@@ -308,7 +309,7 @@ def test_undecodable_headers_table_is_routed_and_dead_lettered(
                 reasons.setdefault(body, []).append(props.headers["x-death"][0]["reason"])
             return sum(map(len, reasons.values())) == 3
 
-        wait_until(collect, timeout=5)
+        poll_until(collect, 5)
         assert sorted(reasons[b"undecodable"]) == ["expired", "rejected"]
         assert reasons[b"fine"] == ["expired"]
     finally:
@@ -326,7 +327,7 @@ def test_half_frame_then_disconnect(shared_broker: BrokerProcess) -> None:
         handshaking.send(PROTOCOL_HEADER + b"\x01\x00")  # half a frame in the handshake
     assert opened.wait_for_event("connection_closed")["reason"] == "socket closed"
     ports = [opened.local_port, handshaking.local_port]
-    wait_until(lambda: not listed_ports(shared_broker) & set(ports))
+    poll_until(lambda: not listed_ports(shared_broker) & set(ports), 10)
 
 
 def test_silent_clients_are_dropped_after_the_handshake_timeout(
@@ -386,7 +387,7 @@ def test_many_garbage_connections_in_parallel(shared_broker: BrokerProcess) -> N
     for seed, (_, received) in enumerate(results):
         if seed % 3 == 0:
             assert received == PROTOCOL_HEADER, seed
-    wait_until(lambda: not listed_ports(shared_broker) & ports)
+    poll_until(lambda: not listed_ports(shared_broker) & ports, 10)
     bad_headers = [
         e
         for e in events(shared_broker, since)

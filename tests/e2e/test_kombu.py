@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +13,7 @@ from kombu.connection import Connection
 from kombu.entity import Exchange, Queue
 from kombu.messaging import Consumer, Producer
 
+from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 from tests.e2e.support import events, unique
 
@@ -29,15 +30,13 @@ def connection(shared_broker: BrokerProcess) -> Iterator[Connection]:
 
 
 def drain_until(connection: Connection, predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise AssertionError(f"condition not met within {timeout} s")
-        try:
-            connection.drain_events(timeout=min(remaining, 0.5))
-        except TimeoutError:
-            continue
+    """Process kombu's I/O until ``predicate()`` holds, failing after ``timeout``."""
+
+    def drain(left: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            connection.drain_events(timeout=min(left, 0.5))
+
+    poll_until(predicate, timeout, between=drain)
 
 
 def test_producer_and_consumer_with_exchange_and_queue(connection: Connection) -> None:

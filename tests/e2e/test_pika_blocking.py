@@ -20,7 +20,8 @@ from pika.exceptions import (
 )
 from pika.spec import Basic, BasicProperties
 
-from tests.broker_process import BrokerProcess, wait_until
+from common.polling import poll_until
+from tests.broker_process import BrokerProcess
 from tests.e2e.conftest import StartBroker
 from tests.e2e.support import (
     RawClient,
@@ -57,11 +58,9 @@ def ready_count(channel: BlockingChannel, queue: str) -> int:
 
 def pump_until(connection: pika.BlockingConnection, predicate: Any, timeout: float = 5.0) -> None:
     """Process pika's I/O until ``predicate()`` holds, failing after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        connection.process_data_events(time_limit=0.05)
+    poll_until(
+        predicate, timeout, between=lambda _left: connection.process_data_events(time_limit=0.05)
+    )
 
 
 # -- the basics ------------------------------------------------------------------------------
@@ -267,7 +266,7 @@ def test_dead_letter_on_ttl_expiry(conn: pika.BlockingConnection) -> None:
             got[body] = (method, props)
         return len(got) == 2
 
-    wait_until(collect, timeout=5)
+    poll_until(collect, 5)
     for body, source in ((b"queue-ttl", queue_ttl), (b"message-ttl", message_ttl)):
         method, props = got[body]
         assert (method.exchange, method.routing_key) == (dlx, source)
@@ -317,7 +316,7 @@ def test_unused_queue_expires(conn: pika.BlockingConnection) -> None:
             return True
         return False
 
-    wait_until(gone, timeout=5, interval=0.05)
+    poll_until(gone, 5, interval=0.05)
 
 
 # -- flow control --------------------------------------------------------------------------
@@ -659,16 +658,17 @@ def test_heartbeats_keep_a_live_client_and_drop_a_silent_one(start_broker: Start
         # The pika client sends heartbeats from process_data_events; the raw client only
         # reads. After 2 heartbeat intervals of silence the broker drops the raw client.
         received = []
-        deadline = time.monotonic() + 6
-        while not silent.eof:
-            assert time.monotonic() < deadline, "the silent client was not dropped"
+
+        def pump(_left: float) -> None:
             live.process_data_events(time_limit=0.1)
             try:
                 got = silent.read_frame(timeout=0.1)
             except TimeoutError:
-                continue
+                return
             if got is not None:
                 received.append(got[1])
+
+        poll_until(lambda: silent.eof, 6, "the broker to drop the silent client", between=pump)
         assert received, "the broker sent no heartbeat to the silent client"
         event = silent.wait_for_event("heartbeat_timeout")
         assert event["heartbeat"] == 1
