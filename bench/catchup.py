@@ -48,6 +48,7 @@ from ha_brokers import Broker, BrokerError, Brokers, log_time, wait_for  # noqa:
 from throughput import host_cpu, process_cpu, term_to_exit  # noqa: E402
 
 from broker.amqp.client import connect  # noqa: E402
+from common.polling import PollTimeout, poll_until_async  # noqa: E402
 
 TARGET_MSGS_PER_S = 100_000
 _SEQ = struct.Struct(">Q")
@@ -93,17 +94,24 @@ async def _fill(port: int, queues: Sequence[str], messages: int, size: int) -> N
             await publish("", queues[seq % count], pack(seq) + pad)
         # Publishes are handled in order on one connection, so the declares below see them
         # all; poll anyway, in case the broker is still reading the socket.
-        deadline = time.monotonic() + 120
-        while True:
+        counts: list[int] = []
+
+        async def all_held() -> bool:
             held = 0
             for name in queues:
                 _, ready, _ = await channel.declare_queue(name, passive=True)
                 held += ready
-            if held == messages:
-                break
-            if held > messages or time.monotonic() > deadline:
+            counts.append(held)
+            if held > messages:
                 raise BrokerError(f"primary holds {held} messages, {messages} were published")
-            await asyncio.sleep(0.1)
+            return held == messages
+
+        try:
+            await poll_until_async(all_held, 120, "the primary to hold every message", interval=0.1)
+        except PollTimeout:
+            raise BrokerError(
+                f"primary holds {counts[-1]} messages, {messages} were published"
+            ) from None
     finally:
         await client.close()
 

@@ -15,11 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,29 +37,22 @@ from throughput import (
     term_to_exit,
 )
 
+from common.polling import PollTimeout, free_port, poll_until, port_open
+
 HERE = Path(__file__).resolve().parent
 RABBITMQ_PORT = 5680
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_port(port: int, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on 127.0.0.1:{port}")
+def _wait_port(port: int, timeout: float) -> None:
+    try:
+        poll_until(lambda: port_open(port), timeout, f"127.0.0.1:{port}", interval=0.05)
+    except PollTimeout:
+        raise SystemExit(f"nothing listens on 127.0.0.1:{port}") from None
 
 
 @contextmanager
 def qpidd() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     binary = Path(sys.executable).with_name("qpidd")
     proc = subprocess.Popen(
         [str(binary), "--interface=127.0.0.1", f"--port={port}", "--mgmt-port=0"],
@@ -69,7 +60,7 @@ def qpidd() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_port(port, time.monotonic() + 15)
+        _wait_port(port, 15)
         yield f"amqp://guest:guest@127.0.0.1:{port}/%2F"
     finally:
         os.kill(proc.pid, signal.SIGTERM)

@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from common.polling import PollTimeout, free_port, poll_until, port_open
 
 QPIDD = str(Path(sys.executable).with_name("qpidd"))
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
@@ -52,32 +53,14 @@ class BrokerError(Exception):
     pass
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 def wait_for(
     what: str, predicate: Callable[[], Any], timeout: float, interval: float = 0.05
 ) -> Any:
     """Poll ``predicate`` until truthy; :class:`BrokerError` naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise BrokerError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+    try:
+        return poll_until(predicate, timeout, what, interval=interval)
+    except PollTimeout as exc:
+        raise BrokerError(str(exc)) from None
 
 
 def log_time(ts: str) -> float:
@@ -143,7 +126,7 @@ class Broker:
             if self.proc is not None and self.proc.poll() is not None:
                 err = (self.workdir / "stderr").read_text(errors="replace")[-2000:]
                 raise BrokerError(f"{self.name} exited with {self.proc.returncode}: {err}")
-            return _port_open(self.port) and _port_open(self.mgmt_port)
+            return port_open(self.port) and port_open(self.mgmt_port)
 
         wait_for(f"{self.name} to listen", up, timeout)
 
