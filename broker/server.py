@@ -24,7 +24,7 @@ from common.log import get_logger
 
 if TYPE_CHECKING:
     from broker.ha.ha_broker import HaBroker
-    from broker.ha.queue_replication import QueueReplication
+    from broker.ha.remote_queue_replication import QueueReplication
 
 TICK_INTERVAL = 0.25
 
@@ -140,7 +140,7 @@ class Broker:
         if self.ha is not None:
             self.ha.start()
         elif options.ha_queue_replication:
-            from broker.ha.queue_replication import serve_queue_streams
+            from broker.ha.remote_queue_replication import serve_queue_streams
 
             self.context.streams = serve_queue_streams(self.vhost, self.context.clock)
         self._tick_task = asyncio.create_task(self._tick_loop())
@@ -178,7 +178,7 @@ class Broker:
 
     async def replicate(self, queue: str, remote: str) -> QueueReplication:
         """Start copying ``queue`` from the broker at ``remote`` (ha-queue-replication)."""
-        from broker.ha.queue_replication import QueueReplication
+        from broker.ha.remote_queue_replication import QueueReplication
         from common.url import parse_address
 
         options = self.options

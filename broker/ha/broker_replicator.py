@@ -1,4 +1,7 @@
-"""BrokerReplicator: the backup's copy of the primary's replicated configuration.
+"""Backup side, sans-I/O: the broker replicator, applying the configuration stream.
+
+BrokerReplicator (Qpid's name) keeps the backup's copy of the primary's replicated
+configuration.
 
 It applies the configuration stream (:class:`broker.ha.streams.ConfigStream`) to the
 backup's virtual host: a ``snapshot`` creates what is missing and deletes *leftovers*, the

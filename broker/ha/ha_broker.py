@@ -44,7 +44,7 @@ from broker.ha.names import (
     STATUS_PROPERTY,
 )
 from broker.ha.primary import Primary
-from broker.ha.replication import ReplicateLevel
+from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.state import HaState, IllegalTransition, check_transition
 from broker.ha.status_check import check_status
 from broker.ha.streams import PrimaryStreams

@@ -32,7 +32,7 @@ from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 from broker.ha.auto_delete import OrphanedQueues
 from broker.ha.remote_backup import RemoteBackup
-from broker.ha.replication import ReplicateLevel, queue_level
+from broker.ha.replicate_level import ReplicateLevel, queue_level
 from broker.ha.state import HaState, check_transition
 
 

@@ -1,4 +1,6 @@
-"""QueueReplicator: the backup's side of one queue's replication.
+"""Backup side, sans-I/O: the queue replicator, applying one queue's stream to the backup's copy.
+
+QueueReplicator (Qpid's name) is the backup's side of one queue's replication.
 
 It owns the backup's copy of a replicated queue. On (re)connect it reports the replication
 ids it holds (:meth:`ids`, sent in the subscribe request); then it applies the batches the

@@ -1,4 +1,7 @@
-"""ReplicatingSubscription: the primary's side of one queue's replication to one backup.
+"""Primary side, sans-I/O: the replicating subscription, one queue's stream to one backup.
+
+ReplicatingSubscription (Qpid's name) is the primary's side of one queue's replication to
+one backup.
 
 Created when a backup subscribes to a queue (``qpid.ha-queue:<name>``) with the set of
 replication ids it already holds. The reconnect handshake (Qpid's):

@@ -40,13 +40,13 @@ from broker.ha.names import (
     URL_PROPERTY,
 )
 from broker.ha.primary import Primary
-from broker.ha.replicating_subscription import ReplicatingSubscription
-from broker.ha.replication import (
+from broker.ha.replicate_level import (
     ReplicateLevel,
     binding_replicated,
     exchange_replicated,
     queue_level,
 )
+from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.ha.wire import encode_config_event
 
 if TYPE_CHECKING:

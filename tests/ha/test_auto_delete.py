@@ -11,7 +11,7 @@ from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 from broker.ha.auto_delete import AUTO_DELETE_TIMEOUT_ARG, OrphanedQueues, grace_of
 from broker.ha.primary import Primary
-from broker.ha.replication import ReplicateLevel
+from broker.ha.replicate_level import ReplicateLevel
 
 
 class Clock:

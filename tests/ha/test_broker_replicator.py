@@ -7,7 +7,7 @@ import pytest
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.primary import Primary
-from broker.ha.replication import ReplicateLevel
+from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.streams import PrimaryStreams
 from broker.ha.wire import decode_config_event, encode_config_event
 

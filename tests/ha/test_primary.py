@@ -6,7 +6,7 @@ from broker.core.confirms import ConfirmHandle, PublisherConfirms
 from broker.core.message import Message
 from broker.core.vhost import VirtualHost
 from broker.ha.primary import Primary
-from broker.ha.replication import ReplicateLevel
+from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.state import HaState
 
 

@@ -10,7 +10,7 @@ from broker.amqp.context import BrokerContext
 from broker.core.errors import ReplyCode
 from broker.ha.id_set import IdSet
 from broker.ha.primary import Primary
-from broker.ha.replication import ReplicateLevel
+from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.state import HaState
 from broker.ha.streams import PrimaryStreams
 from broker.ha.wire import Dequeue, Enqueue, Ready, decode_batch, decode_config_event

@@ -1,4 +1,4 @@
-"""broker.ha.replication: replication levels and what they replicate (seed 001, 1.12.7)."""
+"""broker.ha.replicate_level: replication levels and what they replicate (seed 001, 1.12.7)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.exchange import Binding, DirectExchange
 from broker.core.vhost import BUILTIN_EXCHANGES, VirtualHost
-from broker.ha.replication import (
+from broker.ha.replicate_level import (
     MANAGEMENT_EXCHANGES,
     QPID_REPLICATE,
     ReplicateLevel,

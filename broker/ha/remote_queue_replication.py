@@ -1,12 +1,17 @@
-"""Replicating one queue from another broker, without a cluster (``ha-queue-replication``).
+"""Stand-alone side, asyncio shell: copy one queue from a remote broker (ha-queue-replication).
 
-Seed 001 section 1.13: with ``ha-queue-replication=yes`` a broker can copy a single queue
-from a remote broker (``qpid-ha replicate QUEUE REMOTE_BROKER``). Both brokers need the
-option: the remote one serves queue streams (as a primary does, for every queue), the local
-one runs a :class:`QueueReplication` per replicated queue: it dials the remote broker,
-subscribes to ``qpid.ha-queue:<name>`` with the ids it already holds, applies the batches
-with a :class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges them, and
-re-dials every ``link-maintenance-interval`` when the connection drops.
+Seed 001 section 1.13, "Replicating Queues with the HA module": with
+``ha-queue-replication=yes`` a broker that is in no cluster can copy a single queue from a
+remote broker (``qpid-ha replicate QUEUE REMOTE_BROKER``). Both brokers need the option: the
+remote one serves queue streams (as a primary does, for every queue:
+:func:`serve_queue_streams`), the local one runs a :class:`QueueReplication` per replicated
+queue: it dials the remote broker, subscribes to ``qpid.ha-queue:<name>`` with the ids it
+already holds, applies the batches with a
+:class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges them, and re-dials
+every ``link-maintenance-interval`` when the connection drops.
+
+Not to be confused with :mod:`broker.ha.replicate_level` (*what* a cluster replicates) or
+with a backup's :mod:`broker.ha.backup` link (a whole broker's replication).
 
 THREAD UNSAFE: runs on the broker's event loop.
 """
@@ -24,7 +29,7 @@ from broker.ha.backup import connect_as_backup
 from broker.ha.names import IDS_ARGUMENT, QUEUE_STREAM_PREFIX
 from broker.ha.primary import Primary
 from broker.ha.queue_replicator import QueueReplicator
-from broker.ha.replication import ReplicateLevel
+from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.streams import PrimaryStreams
 from broker.ha.wire import decode_batch
 from common.log import get_logger

@@ -1,4 +1,7 @@
-"""What is replicated: the replication levels and the rules of seed 001, section 1.12.7.
+"""Primary and backup side, sans-I/O rules: *what* is replicated, the replication levels.
+
+The levels and rules of seed 001, section 1.12.7, "Controlling replication of queues and
+exchanges".
 
 The broker option ``ha-replicate`` sets the default level (``none``, ``configuration`` or
 ``all``); the argument ``qpid.replicate`` given when a queue or exchange is declared
