@@ -1,10 +1,12 @@
-"""BackupLink: a backup broker's link to its primary (asyncio shell).
+"""Backup side, asyncio shell: the backup's link to its primary (seed 001's "federation link").
 
 Every ``link-maintenance-interval`` the backup dials the addresses of ``ha-brokers-url`` in
 turn until one accepts it as primary (a broker that is not the primary refuses with 530, as
-it refuses clients). Over the link it subscribes to the configuration stream and, per queue
-replicated with level ``all``, to that queue's stream, announcing the replication ids it
-already holds (the reconnect handshake). It applies what arrives with the sans-I/O
+it refuses clients); after a lost link it redials sooner, from :data:`LINK_RETRY_MIN`
+doubling up to that interval (:func:`~broker.ha.redial.dial_loop`). Over the link it
+subscribes to the configuration stream and, per queue replicated with level ``all``, to
+that queue's stream, announcing the replication ids it already holds (the reconnect
+handshake). It applies what arrives with the sans-I/O
 :class:`~broker.ha.broker_replicator.BrokerReplicator` and
 :class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges each delivery once
 applied, which is what releases the primary's held publisher confirms.
@@ -38,6 +40,7 @@ from broker.ha.names import (
     URL_PROPERTY,
 )
 from broker.ha.queue_replicator import AckCoalescer, CatchUpGc
+from broker.ha.redial import Backoff, DialRefused, dial_loop
 from broker.ha.state import HaState
 from broker.ha.wire import decode_batch, decode_config_event
 from common.url import Address
@@ -165,57 +168,61 @@ class BackupLink:
         # After a lost link the new primary is usually promoted within a few hundred ms,
         # and while it recovers it holds its clients' confirms until this backup is ready
         # again: redial quickly (from LINK_RETRY_MIN doubling up to the maintenance
-        # interval) rather than wait a whole interval.
-        delay = self.maintenance_interval
-        while True:
-            for address in self.addresses:
-                client = await self._dial(address)
-                if client is None:
-                    continue
-                try:
-                    await self._replicate(client, address)
-                except (ClientError, ValueError, OSError) as exc:
-                    self.owner.link_down(f"{type(exc).__name__}: {exc}")
-                finally:
-                    self.client = None
-                    self._gc.end()
-                    await self._close_client(client)
-                delay = LINK_RETRY_MIN
-            await asyncio.sleep(min(delay, self.maintenance_interval))
-            delay = min(delay * 2, self.maintenance_interval)
+        # interval) rather than wait a whole interval. Until a link first comes up, dial
+        # every maintenance interval.
+        await dial_loop(
+            self.addresses,
+            self._dial,
+            self._session,
+            Backoff(LINK_RETRY_MIN, self.maintenance_interval),
+            dial_errors=(ClientError,),
+            on_dial_failed=self._dial_failed,
+        )
 
-    async def _dial(self, address: Address) -> AmqpClient | None:
+    def _dial_failed(self, address: Address, reason: Exception) -> None:
+        """A dial failed or was refused: swallowed for now, the next round dials again."""
+
+    async def _dial(self, address: Address) -> AmqpClient:
         owner = self.owner
-        try:
-            client = await connect_as_backup(
-                address,
-                user=self.user,
-                password=self.password,
-                mechanism=self.mechanism,
-                heartbeat=self.heartbeat,
-                product="qpidd HA backup link",
-                broker_id=owner.broker_id,
-                url=owner.url,
-                epoch=owner.epoch,
-            )
-        except ClientError:
-            return None
-        if client.server_properties.get(STATUS_PROPERTY) not in _PRIMARY_STATES:
+        client = await connect_as_backup(
+            address,
+            user=self.user,
+            password=self.password,
+            mechanism=self.mechanism,
+            heartbeat=self.heartbeat,
+            product="qpidd HA backup link",
+            broker_id=owner.broker_id,
+            url=owner.url,
+            epoch=owner.epoch,
+        )
+        status = client.server_properties.get(STATUS_PROPERTY)
+        if status not in _PRIMARY_STATES:
             # Not (yet) an HA primary: e.g. a broker still starting, listening before its
             # HA role admits or refuses connections. Following it would mean catch-up forever.
             await self._close_client(client)
-            return None
+            raise DialRefused(f"not an HA primary (status {status!r})")
         epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
         if epoch < owner.epoch:
+            reason = "its epoch is older than one this backup has seen"
             owner.log(
                 "ha_primary_refused",
                 address=str(address),
                 primary_epoch=epoch,
-                reason="its epoch is older than one this backup has seen",
+                reason=reason,
             )
             await self._close_client(client)
-            return None
+            raise DialRefused(reason)
         return client
+
+    async def _session(self, client: AmqpClient, address: Address) -> None:
+        try:
+            await self._replicate(client, address)
+        except (ClientError, ValueError, OSError) as exc:
+            self.owner.link_down(f"{type(exc).__name__}: {exc}")
+        finally:
+            self.client = None
+            self._gc.end()
+            await self._close_client(client)
 
     # -- replicating -------------------------------------------------------------------
     async def _replicate(self, client: AmqpClient, address: Address) -> None:

@@ -8,7 +8,8 @@ remote one serves queue streams (as a primary does, for every queue:
 queue: it dials the remote broker, subscribes to ``qpid.ha-queue:<name>`` with the ids it
 already holds, applies the batches with a
 :class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges them, and re-dials
-every ``link-maintenance-interval`` when the connection drops.
+every ``link-maintenance-interval`` when the connection drops
+(:func:`~broker.ha.redial.dial_loop` with a constant :class:`~broker.ha.redial.Backoff`).
 
 Not to be confused with :mod:`broker.ha.replicate_level` (*what* a cluster replicates) or
 with a backup's :mod:`broker.ha.backup` link (a whole broker's replication).
@@ -29,6 +30,7 @@ from broker.ha.backup import connect_as_backup
 from broker.ha.names import IDS_ARGUMENT, QUEUE_STREAM_PREFIX
 from broker.ha.primary import Primary
 from broker.ha.queue_replicator import QueueReplicator
+from broker.ha.redial import Backoff, dial_loop
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.streams import PrimaryStreams
 from broker.ha.wire import decode_batch
@@ -104,23 +106,19 @@ class QueueReplication:
         }
 
     async def _run(self) -> None:
-        while True:
-            try:
-                await self._replicate()
-            except (ClientError, OSError, ValueError) as exc:
-                self.log.info(
-                    "ha_queue_replication_down",
-                    queue=self.queue_name,
-                    remote=str(self.remote),
-                    reason=str(exc),
-                )
-            self.connected = False
-            self._client = None
-            await asyncio.sleep(self.maintenance_interval)
+        interval = self.maintenance_interval
+        await dial_loop(
+            [self.remote],
+            self._dial,
+            self._session,
+            Backoff(interval, interval),
+            dial_errors=(ClientError, OSError, ValueError),
+            on_dial_failed=self._dial_failed,
+        )
 
-    async def _replicate(self) -> None:
-        client = await connect_as_backup(
-            self.remote,
+    async def _dial(self, address: Address) -> AmqpClient:
+        return await connect_as_backup(
+            address,
             user=self.user,
             password=self.password,
             mechanism=self.mechanism,
@@ -129,7 +127,28 @@ class QueueReplication:
             broker_id=self.broker_id,
             url=self.local_url,
         )
+
+    def _dial_failed(self, address: Address, reason: Exception) -> None:
+        self._log_down(reason)
+
+    def _log_down(self, reason: Exception) -> None:
+        self.log.info(
+            "ha_queue_replication_down",
+            queue=self.queue_name,
+            remote=str(self.remote),
+            reason=str(reason),
+        )
+
+    async def _session(self, client: AmqpClient, address: Address) -> None:
         self._client = client
+        try:
+            await self._replicate(client)
+        except (ClientError, OSError, ValueError) as exc:
+            self._log_down(exc)
+        self.connected = False
+        self._client = None
+
+    async def _replicate(self, client: AmqpClient) -> None:
         try:
             channel = await client.open_channel()
             await channel.qos(32)

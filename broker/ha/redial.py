@@ -1,0 +1,110 @@
+"""Backup and stand-alone side, asyncio shell over a sans-I/O policy: dial, replicate, redial.
+
+The loop that keeps a backup's link to its primary (:class:`~broker.ha.backup.BackupLink`,
+seed 001's link checked every ``link-maintenance-interval``) and a stand-alone broker's copy
+of a remote queue (:class:`~broker.ha.remote_queue_replication.QueueReplication`, seed 001
+section 1.13's ``ha-queue-replication``) alive: :func:`dial_loop` (asyncio) pauses between
+rounds as the plain :class:`Backoff` object says.
+
+One *round* dials each address in turn. A dial that succeeds runs the session (replicating
+until the link drops) and then the round goes on with the next address; a dial that fails
+hands its reason to ``on_dial_failed`` (the one place a failed dial is seen) and the round
+goes on. After the round the loop sleeps for :meth:`Backoff.next_delay` and starts again.
+
+Who calls whom: the owner starts :func:`dial_loop` as its task and cancels it to stop; the
+loop calls the owner's ``dial``, ``session`` and ``on_dial_failed``, never the reverse. The
+session handles its own errors (and closes its connection): an exception it lets through
+ends the loop.
+
+THREAD UNSAFE: :func:`dial_loop` runs on the broker's event loop; :class:`Backoff` belongs
+to one loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NoReturn, TypeVar
+
+from common.url import Address
+
+__all__ = ["Backoff", "DialRefused", "dial_loop"]
+
+C = TypeVar("C")
+
+
+class Backoff:
+    """How long to wait between dialling rounds: no clock, no I/O, no loop.
+
+    - Until a link has come up the pause is ``maximum`` (a broker that never reached its
+      peer polls every link-maintenance-interval).
+    - :meth:`succeeded` (a link came up; called when its session ends) makes the next pause
+      ``minimum``; each pause after that doubles, up to ``maximum``.
+    - No pause is above ``maximum``, and none is below ``minimum`` unless ``maximum`` is
+      (then ``maximum`` wins: the cap is the configured interval).
+
+    ``Backoff(m, m)`` pauses ``m`` every time.
+    """
+
+    def __init__(self, minimum: float, maximum: float) -> None:
+        if not minimum >= 0 or not maximum >= 0:
+            raise ValueError(f"backoff bounds must be >= 0, got {minimum!r} and {maximum!r}")
+        self.minimum = minimum
+        self.maximum = maximum
+        self._delay = maximum
+
+    def next_delay(self) -> float:
+        """The pause before the next round; the one after it is twice as long (capped)."""
+        delay = min(self._delay, self.maximum)
+        self._delay = min(self._delay * 2, self.maximum)
+        return delay
+
+    def succeeded(self) -> None:
+        """A link came up: the next pause is ``minimum`` (capped by ``maximum``)."""
+        self._delay = self.minimum
+
+
+class DialRefused(Exception):
+    """Raised by a dial that reached a peer but will not use it; the message says why.
+
+    E.g. the peer is not (yet) an HA primary, or its epoch is too old. The dial closes the
+    connection it opened before raising.
+    """
+
+
+def _ignore(address: Address, reason: Exception) -> None:
+    """The default ``on_dial_failed``: a failed dial is retried, nothing more."""
+
+
+async def dial_loop(
+    addresses: Sequence[Address],
+    dial: Callable[[Address], Awaitable[C]],
+    session: Callable[[C, Address], Awaitable[None]],
+    backoff: Backoff,
+    *,
+    dial_errors: tuple[type[Exception], ...] = (),
+    on_dial_failed: Callable[[Address, Exception], None] = _ignore,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+) -> NoReturn:
+    """Dial ``addresses`` in rounds, run ``session`` on each link, back off between rounds.
+
+    :param addresses: read afresh each round (a list the owner mutates is followed).
+    :param dial: opens a connection to one address, or raises :class:`DialRefused` or one
+        of ``dial_errors``; anything else it raises ends the loop.
+    :param session: replicates over one connection until the link drops, handles its own
+        errors and closes the connection; afterwards :meth:`Backoff.succeeded` is called.
+    :param backoff: the pause after each round (:meth:`Backoff.next_delay`).
+    :param on_dial_failed: called with the address and the exception of each failed dial.
+    :param sleep: ``asyncio.sleep``; tests pass a fake.
+    """
+    failures: tuple[type[Exception], ...] = (DialRefused, *dial_errors)
+    while True:
+        for address in addresses:
+            try:
+                connection = await dial(address)
+            except failures as exc:
+                on_dial_failed(address, exc)
+                continue
+            await session(connection, address)
+            backoff.succeeded()
+        await sleep(backoff.next_delay())

@@ -1,0 +1,302 @@
+"""broker.ha.redial: the backoff policy without a clock, the dial loop without sockets.
+
+The loop is checked against the two loops it replaced (the backup link's and the remote
+queue replication's), written out here as reference models, on generated dial outcomes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.ha.backup import LINK_RETRY_MIN
+from broker.ha.redial import Backoff, DialRefused, dial_loop
+from common.url import Address
+
+A = Address("a", 1)
+B = Address("b", 2)
+
+bounds = st.floats(min_value=0.0, max_value=1000.0, allow_nan=False, allow_infinity=False)
+ops = st.lists(st.sampled_from(["next", "succeeded"]), max_size=60)
+
+
+# -- Backoff: the rule ---------------------------------------------------------------------
+@given(bounds, bounds, ops)
+def test_delays_stay_within_the_bounds_and_reset_after_success(
+    low: float, high: float, script: list[str]
+) -> None:
+    minimum, maximum = min(low, high), max(low, high)
+    backoff = Backoff(minimum, maximum)
+    previous: float | None = None
+    just_succeeded = False
+    for op in script:
+        if op == "succeeded":
+            backoff.succeeded()
+            just_succeeded = True
+            previous = None
+            continue
+        delay = backoff.next_delay()
+        assert minimum <= delay <= maximum
+        if just_succeeded:
+            assert delay == minimum
+        elif previous is None:
+            assert delay == maximum  # never succeeded yet
+        else:
+            assert delay == min(previous * 2, maximum)
+        previous = delay
+        just_succeeded = False
+
+
+@given(bounds, bounds, ops)
+def test_the_cap_wins_when_it_is_below_the_minimum(
+    low: float, high: float, script: list[str]
+) -> None:
+    minimum, maximum = max(low, high), min(low, high)
+    backoff = Backoff(minimum, maximum)
+    for op in script:
+        if op == "succeeded":
+            backoff.succeeded()
+        else:
+            assert backoff.next_delay() == maximum
+
+
+def test_doubling_from_the_minimum_up_to_the_maximum() -> None:
+    backoff = Backoff(0.01, 0.1)
+    assert backoff.next_delay() == 0.1
+    backoff.succeeded()
+    assert [backoff.next_delay() for _ in range(6)] == [0.01, 0.02, 0.04, 0.08, 0.1, 0.1]
+
+
+def test_equal_bounds_give_a_constant_pause() -> None:
+    backoff = Backoff(2.0, 2.0)
+    delays = [backoff.next_delay() for _ in range(3)]
+    backoff.succeeded()
+    delays += [backoff.next_delay() for _ in range(3)]
+    assert delays == [2.0] * 6
+
+
+@pytest.mark.parametrize(("minimum", "maximum"), [(-1.0, 1.0), (0.1, -1.0), (float("nan"), 1.0)])
+def test_bounds_must_not_be_negative(minimum: float, maximum: float) -> None:
+    with pytest.raises(ValueError, match="backoff bounds"):
+        Backoff(minimum, maximum)
+
+
+# -- dial_loop with fakes ------------------------------------------------------------------
+class Stop(Exception):
+    """Raised by the fake sleep to end a loop after enough rounds."""
+
+
+class Fake:
+    """Scripted dials (True: the dial succeeds) and a trace of what the loop did."""
+
+    def __init__(self, outcomes: Sequence[bool], rounds: int) -> None:
+        self.outcomes = list(outcomes)
+        self.rounds = rounds
+        self.trace: list[tuple[str, object]] = []
+
+    def next_outcome(self) -> bool:
+        return self.outcomes.pop(0) if self.outcomes else False
+
+    async def dial(self, address: Address) -> str:
+        if self.next_outcome():
+            return f"conn-{address.host}"
+        raise OSError(f"{address.host} refused")
+
+    async def dial_or_none(self, address: Address) -> str | None:
+        return f"conn-{address.host}" if self.next_outcome() else None
+
+    async def session(self, connection: str, address: Address) -> None:
+        self.trace.append(("session", connection))
+
+    def failed(self, address: Address, reason: Exception) -> None:
+        self.trace.append(("failed", address.host))
+
+    async def sleep(self, delay: float) -> None:
+        self.trace.append(("sleep", delay))
+        if sum(1 for kind, _ in self.trace if kind == "sleep") >= self.rounds:
+            raise Stop
+
+
+def run(coro: Awaitable[object]) -> None:
+    async def main() -> None:
+        with pytest.raises(Stop):
+            await coro
+
+    asyncio.run(main())
+
+
+def test_a_round_dials_every_address_and_hands_each_failure_to_the_callback() -> None:
+    fake = Fake([False, True, True, False], rounds=2)
+    run(
+        dial_loop(
+            [A, B],
+            fake.dial,
+            fake.session,
+            Backoff(0.01, 1.0),
+            dial_errors=(OSError,),
+            on_dial_failed=fake.failed,
+            sleep=fake.sleep,
+        )
+    )
+    assert fake.trace == [
+        ("failed", "a"),
+        ("session", "conn-b"),
+        ("sleep", 0.01),
+        ("session", "conn-a"),
+        ("failed", "b"),
+        ("sleep", 0.01),
+    ]
+
+
+def test_a_refusal_is_a_failed_dial_with_its_reason() -> None:
+    reasons: list[tuple[Address, Exception]] = []
+
+    async def refuse(address: Address) -> str:
+        raise DialRefused("not an HA primary")
+
+    async def never(connection: str, address: Address) -> None:
+        raise AssertionError("no session without a link")
+
+    async def stop(delay: float) -> None:
+        raise Stop
+
+    run(
+        dial_loop(
+            [A],
+            refuse,
+            never,
+            Backoff(1.0, 1.0),
+            on_dial_failed=lambda address, reason: reasons.append((address, reason)),
+            sleep=stop,
+        )
+    )
+    assert [(address, str(reason)) for address, reason in reasons] == [(A, "not an HA primary")]
+
+
+def test_other_errors_end_the_loop() -> None:
+    fake = Fake([], rounds=99)
+
+    async def session_fails(connection: str, address: Address) -> None:
+        raise RuntimeError("bug")
+
+    async def main() -> None:
+        with pytest.raises(OSError):
+            await dial_loop([A], fake.dial, fake.session, Backoff(1, 1), sleep=fake.sleep)
+        fake.outcomes = [True]
+        with pytest.raises(RuntimeError, match="bug"):
+            await dial_loop([A], fake.dial, session_fails, Backoff(1, 1), sleep=fake.sleep)
+
+    asyncio.run(main())
+
+
+def test_cancelling_the_task_stops_the_loop() -> None:
+    async def main() -> None:
+        fake = Fake([], rounds=10**9)
+
+        async def dial(address: Address) -> str:
+            raise OSError("down")
+
+        task = asyncio.create_task(
+            dial_loop([A], dial, fake.session, Backoff(0.0, 0.001), dial_errors=(OSError,))
+        )
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+
+# -- the loops it replaced, as reference models --------------------------------------------
+async def backup_link_loop_before(
+    addresses: Sequence[Address],
+    dial: Callable[[Address], Awaitable[str | None]],
+    session: Callable[[str, Address], Awaitable[None]],
+    maintenance_interval: float,
+    sleep: Callable[[float], Awaitable[None]],
+) -> None:
+    """BackupLink._run before broker.ha.redial (a failed dial returned None)."""
+    delay = maintenance_interval
+    while True:
+        for address in addresses:
+            client = await dial(address)
+            if client is None:
+                continue
+            await session(client, address)
+            delay = LINK_RETRY_MIN
+        await sleep(min(delay, maintenance_interval))
+        delay = min(delay * 2, maintenance_interval)
+
+
+async def queue_replication_loop_before(
+    address: Address,
+    dial: Callable[[Address], Awaitable[str]],
+    session: Callable[[str, Address], Awaitable[None]],
+    on_down: Callable[[Address, Exception], None],
+    maintenance_interval: float,
+    sleep: Callable[[float], Awaitable[None]],
+) -> None:
+    """QueueReplication._run before broker.ha.redial (dial and session in one try)."""
+    while True:
+        try:
+            client = await dial(address)
+            await session(client, address)
+        except OSError as exc:
+            on_down(address, exc)
+        await sleep(maintenance_interval)
+
+
+intervals = st.sampled_from([0.001, 0.005, 0.01, 0.1, 0.3, 2.0, 65535.0])
+outcomes = st.lists(st.booleans(), max_size=40)
+
+
+@given(outcomes, intervals, st.integers(min_value=1, max_value=3))
+def test_same_dials_sessions_and_pauses_as_the_backup_link_before(
+    script: list[bool], interval: float, n_addresses: int
+) -> None:
+    addresses = [Address(f"h{i}", i + 1) for i in range(n_addresses)]
+    before, after = Fake(script, rounds=15), Fake(script, rounds=15)
+    run(
+        backup_link_loop_before(
+            addresses, before.dial_or_none, before.session, interval, before.sleep
+        )
+    )
+    run(
+        dial_loop(
+            addresses,
+            after.dial,
+            after.session,
+            Backoff(LINK_RETRY_MIN, interval),
+            dial_errors=(OSError,),
+            sleep=after.sleep,
+        )
+    )
+    assert after.trace == before.trace
+
+
+@given(outcomes, intervals)
+def test_same_dials_sessions_and_pauses_as_the_queue_replication_before(
+    script: list[bool], interval: float
+) -> None:
+    before, after = Fake(script, rounds=15), Fake(script, rounds=15)
+    run(
+        queue_replication_loop_before(
+            A, before.dial, before.session, before.failed, interval, before.sleep
+        )
+    )
+    run(
+        dial_loop(
+            [A],
+            after.dial,
+            after.session,
+            Backoff(interval, interval),
+            dial_errors=(OSError,),
+            on_dial_failed=after.failed,
+            sleep=after.sleep,
+        )
+    )
+    assert after.trace == before.trace
