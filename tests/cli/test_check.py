@@ -1,0 +1,93 @@
+"""``ping``, ``status``, ``query`` and ``ready`` in process, against real brokers: a
+stand-alone one and a primary with a ready backup."""
+
+from __future__ import annotations
+
+import json
+
+from tests.broker_process import BrokerProcess
+from tests.cli.conftest import address, qpid_ha
+from tests.ha.cluster import Cluster
+
+
+def test_ping(solo: BrokerProcess) -> None:
+    result = qpid_ha("-b", address(solo, ""), "ping")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_status_of_a_standalone_broker(solo: BrokerProcess) -> None:
+    result = qpid_ha("-b", address(solo, ""), "status")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "standalone\n", "")
+    data = json.loads(qpid_ha("-b", address(solo, ""), "status", "--json").stdout)
+    assert data["ha_state"] == "standalone" and data["amqp_port"] == solo.port
+
+
+def test_status_expectations_exit_0_or_1_with_the_state(solo: BrokerProcess) -> None:
+    b = address(solo, "")
+    for args, code in [
+        (["--expect=standalone"], 0),
+        (["--expect=active"], 1),
+        (["--expect=primary"], 1),
+        (["--is-primary"], 1),
+    ]:
+        result = qpid_ha("-b", b, "status", *args)
+        assert (result.exit_code, result.stdout, result.stderr) == (code, "standalone\n", ""), args
+
+
+def test_status_all_of_a_standalone_broker_lists_no_member(solo: BrokerProcess) -> None:
+    result = qpid_ha("-b", address(solo, ""), "status", "--all")
+    assert result.exit_code == 0
+    assert result.stdout == f"{'ADDRESS':<28} {'STATE':<12} ID\n"
+    assert qpid_ha("-b", address(solo, ""), "status", "--all", "--json").stdout == "[]\n"
+
+
+def test_status_of_a_primary_and_a_backup(pair: Cluster) -> None:
+    primary, backup = (address(b) for b in pair.brokers)
+    assert qpid_ha("-b", primary, "status", "--is-primary").stdout == "active\n"
+    assert qpid_ha("-b", primary, "status", "--expect=primary").exit_code == 0
+    result = qpid_ha("-b", backup, "status", "--is-primary")
+    assert (result.exit_code, result.stdout) == (1, "ready\n")
+    assert qpid_ha("-b", backup, "status", "--expect=ready").exit_code == 0
+
+
+def test_status_all_lists_every_member(pair: Cluster) -> None:
+    ha = pair.ha(0)
+    result = qpid_ha("-b", address(pair.brokers[0]), "status", "--all")
+    assert result.exit_code == 0, result.stderr
+    header, *rows, public = result.stdout.splitlines()
+    assert header.split() == ["ADDRESS", "STATE", "ID"]
+    assert sorted(row.split()[1] for row in rows) == ["active", "ready"]
+    assert {row.split()[2] for row in rows} == {m["id"] for m in ha["members"]}
+    assert public == f"public URL (for clients): {ha['public_url']}"
+    members = json.loads(
+        qpid_ha("-b", address(pair.brokers[0]), "status", "--all", "--json").stdout
+    )
+    assert sorted(m["state"] for m in members) == ["active", "ready"]
+
+
+def test_query_hides_the_members_unless_all(pair: Cluster) -> None:
+    result = qpid_ha("-b", address(pair.brokers[0]), "query")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["epoch"] == 1 and "members" not in data
+    everything = json.loads(qpid_ha("-b", address(pair.brokers[0]), "query", "--all").stdout)
+    assert len(everything["members"]) == 2
+
+
+def test_query_of_a_standalone_broker_is_one_line_and_exit_1(solo: BrokerProcess) -> None:
+    result = qpid_ha("-b", address(solo), "query")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"qpid-ha: error: 127.0.0.1:{solo.mgmt_port} answered HTTP 404 for /api/ha: "
+        "this broker is not an HA cluster member\n"
+    )
+
+
+def test_ready(solo: BrokerProcess, pair: Cluster) -> None:
+    for b, code, state in [
+        (address(pair.brokers[0]), 0, "active"),
+        (address(pair.brokers[1]), 0, "ready"),
+        (address(solo), 1, "standalone"),
+    ]:
+        result = qpid_ha("-b", b, "ready")
+        assert (result.exit_code, result.stdout, result.stderr) == (code, f"{state}\n", "")

@@ -1,0 +1,32 @@
+"""``qpid-ha drill`` in process (the subprocess runs are in tests/drill): a short run
+against a real broker, and no broker reachable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.broker_process import BrokerProcess, free_port
+from tests.cli.conftest import qpid_ha
+
+
+def test_drill_counts_every_message(solo: BrokerProcess, tmp_path: Path) -> None:
+    log = tmp_path / "drill.log"
+    result = qpid_ha(
+        "drill", f"--url=127.0.0.1:{solo.port}", "--count=50", "--rate=0", f"--log-file={log}"
+    )
+    assert (result.exit_code, result.stderr) == (0, ""), result.stderr
+    assert result.stdout.startswith("drill OK: sent 50, confirmed 50, received 50, lost 0, ")
+    assert json.loads(log.read_text().splitlines()[-1])["event"] == "drill_finished"
+
+
+def test_drill_with_no_broker_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    result = qpid_ha(
+        "drill",
+        f"--url=127.0.0.1:{free_port()}",
+        "--connect-timeout=0.3",
+        f"--log-file={tmp_path / 'drill.log'}",
+    )
+    assert (result.exit_code, result.stdout) == (3, "")
+    assert result.stderr.startswith("qpid-ha drill: error: no broker of amqp:tcp:127.0.0.1:")
+    assert result.stderr.count("\n") == 1

@@ -1,0 +1,71 @@
+"""``promote`` and ``replicate`` in process, against real brokers."""
+
+from __future__ import annotations
+
+import pika
+import pytest
+
+from tests.broker_process import BrokerProcess, wait_until
+from tests.cli.conftest import REPLICATION_ARGS, address, qpid_ha
+from tests.ha.cluster import Cluster, http
+
+REFUSED = (
+    "qpid-ha: error: promote is a cluster-manager command: only the cluster resource manager"
+    " should run it (add --cluster-manager if you are one)\n"
+)
+
+
+def test_promote_is_refused_without_cluster_manager(pair: Cluster) -> None:
+    result = qpid_ha("-b", address(pair.brokers[1]), "promote", "--epoch=2")
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", REFUSED)
+    assert pair.state(1) == "ready"  # nothing was asked of the broker
+
+
+def test_promote_of_the_primary_answers_its_state_and_epoch(pair: Cluster) -> None:
+    result = qpid_ha("-b", address(pair.brokers[0]), "--cluster-manager", "promote", "--epoch=1")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "active (epoch 1)\n", "")
+
+
+def test_promote_with_bad_credentials_is_one_line_and_exit_1(pair: Cluster) -> None:
+    result = qpid_ha("-b", address(pair.brokers[1], "guest/bad"), "--cluster-manager", "promote")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"qpid-ha: error: 127.0.0.1:{pair.brokers[1].mgmt_port} answered HTTP 401 for "
+        "/api/ha/promote: invalid credentials\n"
+    )
+    assert pair.state(1) == "ready"
+
+
+def test_promote_epoch_below_0_is_usage(pair: Cluster) -> None:
+    result = qpid_ha("-b", address(pair.brokers[1]), "--cluster-manager", "promote", "--epoch=-1")
+    assert result.exit_code == 2 and "--epoch" in result.stderr
+    assert pair.state(1) == "ready"
+
+
+def test_replicate_copies_a_queue(
+    solo: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    source = BrokerProcess(tmp_path_factory.mktemp("source"), args=REPLICATION_ARGS).start()
+    try:
+        connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", source.port))
+        channel = connection.channel()
+        channel.queue_declare("cli-orders")
+        for i in range(5):
+            channel.basic_publish("", "cli-orders", str(i).encode())
+        connection.close()
+        remote = f"127.0.0.1:{source.port}"
+        result = qpid_ha("-b", address(solo), "replicate", "cli-orders", remote)
+        assert (result.exit_code, result.stderr) == (0, "")
+        assert result.stdout == f"replicating cli-orders from {remote}\n"
+        wait_until(
+            lambda: http("GET", solo.mgmt_port, "/api/queues/cli-orders").get("messages") == 5
+        )
+    finally:
+        source.stop()
+
+
+def test_replicate_refused_by_the_broker_is_one_line_and_exit_1(pair: Cluster) -> None:
+    result = qpid_ha("-b", address(pair.brokers[0]), "replicate", "q", "127.0.0.1:1")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"qpid-ha: error: 127.0.0.1:{pair.brokers[0].mgmt_port} ")

@@ -1,0 +1,95 @@
+"""``qpid-ha --zk HOSTS --cluster NAME status --all`` in process, against a real ZooKeeper
+holding records written by the agent's own code (member, primary, epoch counter)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from common.exit_status import ExitStatus
+from ha_agent.epoch_counter import next_epoch
+from ha_agent.membership import Member, MemberPublisher
+from ha_agent.primary_record import write_primary
+from ha_agent.promotion import PrimaryRecord
+from tests.broker_process import free_port
+from tests.cli.conftest import qpid_ha
+from tests.zookeeper import ZooKeeper
+
+
+@pytest.fixture
+def recorded(zookeeper: ZooKeeper, cluster: str) -> Iterator[str]:
+    """Two members, n1 the primary at epoch 1 with a virtual IP, in a session of this test."""
+    client = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    client.start(timeout=15)
+    try:
+        epoch = next_epoch(client, cluster)
+        for node, state, position in (("n1", "active", 42), ("n2", "ready", 40)):
+            member = Member(
+                node=node,
+                broker_url=f"127.0.0.1:{5672 if node == 'n1' else 5673}",
+                ha_state=state,
+                epoch=epoch,
+                replication_position=position,
+            )
+            MemberPublisher(client, cluster, member).publish()
+        write_primary(client, cluster, PrimaryRecord("n1", epoch, "127.0.0.1:5672"), "10.0.0.9/24")
+        yield cluster
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_the_cluster_as_a_table(zookeeper: ZooKeeper, recorded: str) -> None:
+    result = qpid_ha("--zk", zookeeper.hosts, "--cluster", recorded, "status", "--all")
+    assert (result.exit_code, result.stderr) == (0, "")
+    header, *rows, summary = result.stdout.splitlines()
+    assert header.split() == ["NODE", "STATE", "EPOCH", "POSITION", "URL"]
+    assert sorted(rows) == [
+        f"{'n1':<16} {'active':<12} {1:>6} {42:>10}  127.0.0.1:5672  (primary)",
+        f"{'n2':<16} {'ready':<12} {1:>6} {40:>10}  127.0.0.1:5673",
+    ]
+    assert summary == (
+        f"cluster {recorded}: primary n1 (epoch 1), last epoch 1, virtual IP 10.0.0.9/24 on n1"
+    )
+
+
+def test_the_cluster_as_json(zookeeper: ZooKeeper, recorded: str) -> None:
+    args = ("--zk", zookeeper.hosts, "--cluster", recorded, "status", "--all", "--json")
+    view = json.loads(qpid_ha(*args).stdout)
+    assert (view["primary"], view["epoch"], view["vip_owner"]) == ("n1", 1, "n1")
+    assert sorted((m["node"], m["primary"]) for m in view["members"]) == [
+        ("n1", True),
+        ("n2", False),
+    ]
+
+
+def test_no_such_cluster_is_one_line_and_exit_3(zookeeper: ZooKeeper, cluster: str) -> None:
+    result = qpid_ha("--zk", zookeeper.hosts, "--cluster", cluster, "status", "--all")
+    assert result.exit_code == ExitStatus.UNREACHABLE
+    assert result.stderr == (
+        f"qpid-ha: error: no cluster {cluster!r} in ZooKeeper at {zookeeper.hosts}\n"
+    )
+
+
+def test_unreachable_zookeeper_is_one_line_and_exit_3() -> None:
+    hosts = f"127.0.0.1:{free_port()}"
+    result = qpid_ha("--zk", hosts, "--cluster", "c", "--timeout", "1", "status", "--all")
+    assert (result.exit_code, result.stdout) == (3, "")
+    assert result.stderr == f"qpid-ha: error: cannot reach ZooKeeper at {hosts}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cluster", "bad name!", "status", "--all"], "bad cluster name 'bad name!'"),
+        (["--cluster", "c", "status"], "with --zk, use status --all"),
+    ],
+)
+def test_bad_usage_with_zk_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = qpid_ha("--zk", f"127.0.0.1:{free_port()}", *args)
+    assert result.exit_code == ExitStatus.USAGE
+    assert result.stderr.startswith(f"qpid-ha: error: {message}")
+    assert result.stderr.count("\n") == 1
