@@ -8,16 +8,12 @@ run (three brokers, three agents, the drill) must follow ``analytics/log_schema.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +23,7 @@ import pytest
 from tests.agent.agent_cluster import AgentCluster, read_events
 from tests.broker_process import wait_until
 from tests.drill.log_schema import check_log_file
+from tests.ha.cluster import http
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -36,13 +33,8 @@ QUEUE = "drill-failover"
 
 def enqueued(mgmt_port: int) -> int:
     """How many messages the drill's queue has taken on this broker (0 if unknown)."""
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{mgmt_port}/api/queues/{QUEUE}",
-        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
-    )
     try:
-        with urllib.request.urlopen(request, timeout=1) as answer:
-            return int(json.load(answer)["enqueued_total"])
+        return int(http("GET", mgmt_port, f"/api/queues/{QUEUE}")["enqueued_total"])
     except (OSError, ValueError, KeyError):
         return 0
 
