@@ -1,0 +1,357 @@
+"""Consuming on a channel: consumers, deliveries, basic.get, acknowledgements.
+
+Contract: :class:`ConsumeMethods` (a part of :class:`~broker.amqp.channel.Channel`) serves
+basic.qos, basic.consume (a :class:`ChannelConsumer` the queue calls, or an HA stream when
+the name starts with ``qpid.ha-`` and the broker has
+:class:`~broker.amqp.context.StreamHooks`), basic.cancel,
+basic.get, basic.ack/nack/reject and basic.recover. It numbers deliveries (one delivery-tag
+sequence per channel, streams included), books every unacknowledged one as a
+:class:`Delivery` until it is settled, and counts prefetch credit per consumer and per
+channel. Settling re-dispatches the queues that may deliver again. An unknown delivery tag
+closes the channel (406); acks on a tx channel wait for commit.
+
+Call direction: queues call :class:`ChannelConsumer`; the consumer calls its channel.
+
+THREAD UNSAFE: the channel's event loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from abc import abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+from pamqp.base import Frame as Method
+
+from broker.amqp import framing
+from broker.amqp.channel_publish import Transaction
+from broker.amqp.context import Stream, StreamHooks
+from broker.amqp.state import ChannelState
+from broker.core.errors import AmqpError, ReplyCode, precondition_failed
+from broker.core.message import Entry
+from broker.core.queue import Queue
+from broker.core.vhost import VirtualHost
+
+if TYPE_CHECKING:
+    from broker.amqp.connection import Connection
+
+#: basic.consume of a queue name with this prefix asks for an HA stream (primary only).
+HA_STREAM_PREFIX = "qpid.ha-"
+
+
+class ChannelConsumer:
+    """A basic.consume subscription; the queue calls it (see ``broker.core.queue``)."""
+
+    __slots__ = (
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "queue",
+        "tag",
+        "tag_bytes",
+        "unacked",
+    )
+
+    def __init__(
+        self,
+        channel: ConsumeMethods,
+        tag: str,
+        queue: Queue,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+    ) -> None:
+        self.channel = channel
+        self.tag = tag
+        self.tag_bytes = framing.short_str_bytes(tag)
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.unacked = 0
+
+    def can_deliver(self) -> bool:
+        channel = self.channel
+        if not channel.can_deliver:
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        limit = channel.prefetch_global
+        return not (limit and len(channel.unacked) >= limit)
+
+    def deliver(self, queue: Queue, entry: Entry) -> None:
+        self.channel.deliver(self, queue, entry)
+
+    def queue_deleted(self, queue: Queue) -> None:
+        self.channel.consumer_cancelled_by_broker(self)
+
+
+@dataclass(slots=True)
+class Delivery:
+    """An unacknowledged delivery."""
+
+    queue: Queue
+    entry: Entry
+    consumer: ChannelConsumer | None
+
+
+def _make_tag(prefix: str) -> str:
+    return prefix + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode()[:22]
+
+
+class ConsumeMethods:
+    """Consumers, deliveries and acknowledgements; see the module docstring."""
+
+    # Set by Channel.__init__ (broker/amqp/channel.py).
+    connection: Connection
+    number: int
+    vhost: VirtualHost
+    state: ChannelState
+    consumers: dict[str, ChannelConsumer]
+    unacked: dict[int, Delivery]
+    _next_tag: int
+    prefetch_global: int
+    consumer_prefetch: int
+    tx: Transaction | None
+    stream: Stream | None
+
+    if TYPE_CHECKING:  # provided by Channel
+
+        @property
+        @abstractmethod
+        def can_deliver(self) -> bool: ...
+
+        @abstractmethod
+        def send(self, method: Method) -> None: ...
+
+        @abstractmethod
+        def _queue_name(self, name: str | None) -> str: ...
+
+        @abstractmethod
+        def _stream_consume(
+            self, hooks: StreamHooks, name: str, method: commands.Basic.Consume
+        ) -> None: ...
+
+    # -- basic: consuming --------------------------------------------------------------
+    def _basic_qos(self, method: commands.Basic.Qos) -> None:
+        if method.prefetch_size:
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
+        count = int(method.prefetch_count or 0)
+        if method.global_:
+            self.prefetch_global = count
+        else:
+            self.consumer_prefetch = count
+        self.send(commands.Basic.QosOk())
+        self.resume_deliveries()
+
+    def _basic_consume(self, method: commands.Basic.Consume) -> None:
+        hooks = self.connection.ctx.streams
+        name = method.queue or ""
+        if hooks is not None and name.startswith(HA_STREAM_PREFIX):
+            self._stream_consume(hooks, name, method)
+            return
+        queue = self.vhost.queue(self._queue_name(method.queue), owner=self.connection)
+        tag = method.consumer_tag or _make_tag("amq.ctag-")
+        if tag in self.consumers:
+            raise AmqpError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        if queue.has_exclusive_consumer() or (method.exclusive and queue.consumer_count):
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use",
+            )
+        consumer = ChannelConsumer(
+            self,
+            tag,
+            queue,
+            no_ack=bool(method.no_ack),
+            exclusive=bool(method.exclusive),
+            prefetch=self.consumer_prefetch,
+        )
+        self.consumers[tag] = consumer
+        if not method.nowait:
+            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
+        queue.add_consumer(consumer)
+
+    def _basic_cancel(self, method: commands.Basic.Cancel) -> None:
+        tag = method.consumer_tag or ""
+        consumer = self.consumers.pop(tag, None)
+        if consumer is not None:
+            self._remove_consumer(consumer)
+        if not method.nowait:
+            self.send(commands.Basic.CancelOk(consumer_tag=tag))
+
+    def _remove_consumer(self, consumer: ChannelConsumer) -> None:
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        self.vhost.consumer_cancelled(queue)
+
+    def consumer_cancelled_by_broker(self, consumer: ChannelConsumer) -> None:
+        """The consumer's queue was deleted: tell the client if it understands."""
+        if self.consumers.pop(consumer.tag, None) is None:
+            return
+        if self.state is ChannelState.OPEN and self.connection.capability("consumer_cancel_notify"):
+            self.send(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+
+    def deliver(self, consumer: ChannelConsumer, queue: Queue, entry: Entry) -> None:
+        """Send basic.deliver with the content; book it until acknowledged."""
+        message = entry.message
+        route = message.encoded_route
+        if route is None:
+            route = framing.encoded_route(message.exchange, message.routing_key)
+            message.encoded_route = route
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        conn = self.connection
+        conn.write(
+            framing.deliver_method(
+                self.number, consumer.tag_bytes, tag, entry.delivery_count > 0, route
+            )
+            + framing.content_frames(
+                self.number, message.properties_raw, message.body, conn.frame_max
+            )
+        )
+        conn.messages_delivered += 1
+        if consumer.no_ack:
+            queue.delivered(entry, True)
+        else:
+            queue.delivered(entry, False)
+            self.unacked[tag] = Delivery(queue, entry, consumer)
+            consumer.unacked += 1
+
+    def _basic_get(self, method: commands.Basic.Get) -> None:
+        queue = self.vhost.queue(self._queue_name(method.queue), owner=self.connection)
+        entry = queue.get()
+        if entry is None:
+            self.send(commands.Basic.GetEmpty())
+            return
+        message = entry.message
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        conn = self.connection
+        conn.write(
+            framing.marshal_method(
+                commands.Basic.GetOk(
+                    delivery_tag=tag,
+                    redelivered=entry.delivery_count > 0,
+                    exchange=message.exchange,
+                    routing_key=message.routing_key,
+                    message_count=queue.message_count,
+                ),
+                self.number,
+            )
+            + framing.content_frames(
+                self.number, message.properties_raw, message.body, conn.frame_max
+            )
+        )
+        conn.messages_delivered += 1
+        no_ack = bool(method.no_ack)
+        queue.delivered(entry, no_ack)
+        if not no_ack:
+            self.unacked[tag] = Delivery(queue, entry, None)
+
+    # -- basic: acknowledgements -------------------------------------------------------
+    def _take_deliveries(self, tag: int, multiple: bool) -> list[Delivery]:
+        if multiple:
+            if tag >= self._next_tag:
+                raise precondition_failed(f"unknown delivery tag {tag}")
+            if tag == 0:
+                taken = list(self.unacked.values())
+                self.unacked.clear()
+                return taken
+            keys = []
+            for key in self.unacked:
+                if key > tag:
+                    break
+                keys.append(key)
+            return [self.unacked.pop(key) for key in keys]
+        delivery = self.unacked.pop(tag, None)
+        if delivery is None:
+            raise precondition_failed(f"unknown delivery tag {tag}")
+        return [delivery]
+
+    def _settle(self, deliveries: Iterable[Delivery], ack: bool, requeue: bool) -> None:
+        touched: set[Queue] = set()
+        requeues: dict[Queue, list[Entry]] = {}
+        for delivery in deliveries:
+            consumer = delivery.consumer
+            if consumer is not None:
+                consumer.unacked -= 1
+                touched.add(consumer.queue)
+            queue = delivery.queue
+            if ack:
+                queue.settle(delivery.entry)
+            elif requeue:
+                requeues.setdefault(queue, []).append(delivery.entry)
+            else:
+                queue.reject(delivery.entry, False)
+        for queue, entries in requeues.items():
+            queue.requeue(entries)
+        if self.prefetch_global:
+            touched.update(c.queue for c in self.consumers.values())
+        for queue in touched:
+            if not queue.deleted:
+                queue.dispatch()
+
+    def _basic_ack(self, method: commands.Basic.Ack) -> None:
+        if self.stream is not None:
+            self.stream.acknowledged(int(method.delivery_tag or 0), bool(method.multiple))
+            return
+        if self.tx is not None:
+            self._check_tag(int(method.delivery_tag or 0), bool(method.multiple))
+            self.tx.acks.append(method)
+            return
+        self._settle(
+            self._take_deliveries(int(method.delivery_tag or 0), bool(method.multiple)),
+            ack=True,
+            requeue=False,
+        )
+
+    def _basic_nack(self, method: commands.Basic.Nack) -> None:
+        self._refuse(method, bool(method.multiple))
+
+    def _basic_reject(self, method: commands.Basic.Reject) -> None:
+        self._refuse(method, False)
+
+    def _refuse(self, method: commands.Basic.Nack | commands.Basic.Reject, multiple: bool) -> None:
+        """basic.nack or basic.reject: requeue or drop now, or at commit on a tx channel."""
+        tag = int(method.delivery_tag or 0)
+        if self.tx is not None:
+            self._check_tag(tag, multiple)
+            self.tx.acks.append(method)
+            return
+        self._settle(self._take_deliveries(tag, multiple), ack=False, requeue=bool(method.requeue))
+
+    def _check_tag(self, tag: int, multiple: bool) -> None:
+        if multiple:
+            if tag >= self._next_tag:
+                raise precondition_failed(f"unknown delivery tag {tag}")
+        elif tag not in self.unacked:
+            raise precondition_failed(f"unknown delivery tag {tag}")
+
+    def _basic_recover(self, method: commands.Basic.Recover) -> None:
+        self._recover(bool(method.requeue))
+        self.send(commands.Basic.RecoverOk())
+
+    def _basic_recover_async(self, method: commands.Basic.RecoverAsync) -> None:
+        self._recover(bool(method.requeue))
+
+    def _recover(self, requeue: bool) -> None:
+        if not requeue:
+            # As RabbitMQ: redelivering to the original consumer is not supported.
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "requeue=false")
+        deliveries = list(self.unacked.values())
+        self.unacked.clear()
+        self._settle(deliveries, ack=False, requeue=True)
+
+    def resume_deliveries(self) -> None:
+        """Credit or writability came back: let the queues deliver again."""
+        for queue in {c.queue for c in self.consumers.values()}:
+            if not queue.deleted:
+                queue.dispatch()

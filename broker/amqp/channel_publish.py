@@ -1,0 +1,189 @@
+"""Publishing on a channel: basic.publish, its content, and routing into the vhost.
+
+Contract: :class:`PublishMethods` (a part of :class:`~broker.amqp.channel.Channel`)
+assembles a basic.publish from its method, content-header and body frames (the
+connection calls :meth:`~PublishMethods.publish_method`, :meth:`~PublishMethods.content_header`
+and :meth:`~PublishMethods.content_body` straight from its hot path), builds the
+:class:`~broker.core.message.Message`, holds it in the :class:`Transaction` of a tx channel
+or routes it at once, returns it (basic.return 312) when mandatory and unrouted, and takes
+a publisher-confirm handle for it in confirm mode. A message larger than
+``max_body_size`` or with bad properties closes the channel (406); a frame out of order is a
+connection error (505, 501).
+
+THREAD UNSAFE: the channel's event loop.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from broker.amqp import framing
+from broker.amqp.state import ChannelState
+from broker.core import properties
+from broker.core.confirms import PublisherConfirms
+from broker.core.errors import AmqpError, ReplyCode, precondition_failed
+from broker.core.exchange import Exchange
+from broker.core.message import Message
+from broker.core.vhost import VirtualHost
+
+if TYPE_CHECKING:
+    from broker.amqp.connection import Connection
+
+
+@dataclass(slots=True)
+class PendingContent:
+    """A basic.publish waiting for its content header and body frames."""
+
+    exchange: Exchange
+    routing_key: str
+    mandatory: bool
+    body_size: int = -1
+    properties_raw: bytes = b""
+    chunks: list[bytes] = field(default_factory=list)
+    received: int = 0
+
+
+@dataclass(slots=True)
+class Transaction:
+    """Publishes and acknowledgements of a tx channel, applied at commit."""
+
+    publishes: list[tuple[Exchange, Message, bool]] = field(default_factory=list)
+    acks: list[commands.Basic.Ack | commands.Basic.Nack | commands.Basic.Reject] = field(
+        default_factory=list
+    )
+
+
+class PublishMethods:
+    """basic.publish and its content; see the module docstring."""
+
+    # Set by Channel.__init__ (broker/amqp/channel.py).
+    connection: Connection
+    number: int
+    vhost: VirtualHost
+    state: ChannelState
+    confirms: PublisherConfirms | None
+    tx: Transaction | None
+    _content: PendingContent | None
+
+    if TYPE_CHECKING:  # provided by Channel
+
+        @abstractmethod
+        def channel_error(self, error: AmqpError) -> None: ...
+
+    def publish_method(self, payload: bytes) -> None:
+        """basic.publish (decoded by the lean codec); the content follows."""
+        if self._content is not None:
+            raise AmqpError(
+                ReplyCode.UNEXPECTED_FRAME,
+                "expected content header for basic.publish, got Basic.Publish",
+                60,
+                40,
+            )
+        exchange_name, routing_key, mandatory, immediate = framing.unmarshal_publish(payload)
+        if immediate:
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+        try:
+            exchange = self.vhost.check_publish(exchange_name)
+        except AmqpError as error:
+            error.class_id, error.method_id = 60, 40
+            self.channel_error(error)
+            return
+        self._content = PendingContent(exchange, routing_key, mandatory)
+
+    def content_header(self, payload: bytes) -> None:
+        if self.state is not ChannelState.OPEN:
+            return  # discarded: the channel is closing
+        pending = self._content
+        if pending is None or pending.body_size >= 0:
+            raise AmqpError(ReplyCode.UNEXPECTED_FRAME, "content header without basic.publish")
+        body_size, raw = framing.unmarshal_content_header(payload)
+        pending.body_size = body_size
+        pending.properties_raw = raw
+        limit = self.connection.ctx.settings.max_body_size
+        if body_size > limit:
+            self._content = None
+            self.channel_error(
+                precondition_failed(f"message size {body_size} is larger than max size {limit}")
+            )
+            return
+        if body_size == 0:
+            self._complete_publish(pending, b"")
+
+    def content_body(self, payload: bytes) -> None:
+        if self.state is not ChannelState.OPEN:
+            return
+        pending = self._content
+        if pending is None or pending.body_size < 0:
+            raise AmqpError(ReplyCode.UNEXPECTED_FRAME, "content body without content header")
+        pending.received += len(payload)
+        if pending.received > pending.body_size:
+            raise AmqpError(
+                ReplyCode.FRAME_ERROR,
+                f"content body of {pending.received} bytes exceeds the declared"
+                f" {pending.body_size}",
+            )
+        if pending.received == pending.body_size:
+            if pending.chunks:
+                pending.chunks.append(payload)
+                body = b"".join(pending.chunks)
+            else:
+                body = payload
+            self._complete_publish(pending, body)
+        else:
+            pending.chunks.append(payload)
+
+    def _complete_publish(self, pending: PendingContent, body: bytes) -> None:
+        self._content = None
+        try:
+            scanned = properties.scan(pending.properties_raw)
+        except ValueError as exc:
+            raise AmqpError(ReplyCode.SYNTAX_ERROR, f"malformed content header: {exc}") from exc
+        try:
+            message = Message(
+                pending.exchange.name,
+                pending.routing_key,
+                pending.properties_raw,
+                body,
+                scanned=scanned,
+            )
+        except ValueError as exc:
+            self.channel_error(AmqpError(ReplyCode.PRECONDITION_FAILED, str(exc), 60, 40))
+            return
+        self.connection.messages_published += 1
+        if self.tx is not None:
+            self.tx.publishes.append((pending.exchange, message, pending.mandatory))
+            return
+        self._publish(pending.exchange, message, pending.mandatory)
+
+    def _publish(self, exchange: Exchange, message: Message, mandatory: bool) -> None:
+        confirms = self.confirms
+        handle = confirms.publish() if confirms is not None else None
+        message.confirm = handle
+        if exchange.name not in self.vhost.exchanges:
+            # Deleted while a transaction held the publish.
+            result_routed, rejected = False, 0
+        else:
+            result = self.vhost.publish(exchange, message)
+            result_routed, rejected = result.routed, result.rejected
+        if not result_routed and mandatory:
+            conn = self.connection
+            conn.write(
+                framing.marshal_method(
+                    commands.Basic.Return(
+                        reply_code=int(ReplyCode.NO_ROUTE),
+                        reply_text="NO_ROUTE",
+                        exchange=message.exchange,
+                        routing_key=message.routing_key,
+                    ),
+                    self.number,
+                )
+                + framing.content_frames(
+                    self.number, message.properties_raw, message.body, conn.frame_max
+                )
+            )
+        if handle is not None:
+            handle.release(ok=rejected == 0)
