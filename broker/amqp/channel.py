@@ -11,7 +11,7 @@ connection.
 - here: its state, method dispatch (``_HANDLERS``), the channel, exchange and queue
   classes, confirm and tx modes, and the release of everything it holds when it closes;
 - :mod:`broker.amqp.channel_consume`: consumers, deliveries, basic.get, acknowledgements,
-  (an HA stream is started here, on the channel);
+  and the :class:`~broker.amqp.stream_sink.StreamSink` an HA stream writes to;
 - :mod:`broker.amqp.channel_publish`: basic.publish, its content, routing.
 
 THREAD UNSAFE: one event loop owns the channel (and its connection).
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 from pamqp.base import Frame as Method
 
-from broker.amqp.channel_consume import ChannelConsumer, ConsumeMethods, Delivery, _make_tag
+from broker.amqp.channel_consume import ChannelConsumer, ConsumeMethods, Delivery
 from broker.amqp.channel_publish import PendingContent, PublishMethods, Transaction
-from broker.amqp.context import Stream, StreamHooks
+from broker.amqp.context import Stream
 from broker.amqp.state import ChannelState
 from broker.core.confirms import PublisherConfirms
 from broker.core.errors import AmqpError, ReplyCode, precondition_failed
@@ -69,6 +69,8 @@ class Channel(ConsumeMethods, PublishMethods):
         self._content: PendingContent | None = None
         self.last_queue = ""
         self.stream: Stream | None = None
+        self._stream_tag = b""
+        self._stream_route = b""
 
     # -- state -------------------------------------------------------------------------
     @property
@@ -247,25 +249,6 @@ class Channel(ConsumeMethods, PublishMethods):
         )
         if not method.nowait:
             self.send(commands.Queue.DeleteOk(message_count=count))
-
-    # -- HA streams --------------------------------------------------------------------
-    def _stream_consume(
-        self, hooks: StreamHooks, name: str, method: commands.Basic.Consume
-    ) -> None:
-        if self.stream is not None or self.consumers:
-            raise AmqpError(
-                ReplyCode.NOT_ALLOWED, "an HA stream needs a channel of its own", 60, 20
-            )
-        tag = method.consumer_tag or _make_tag("amq.ctag-")
-        self.stream = hooks.subscribe(self, name, tag, dict(method.arguments or {}))
-        if not method.nowait:
-            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
-
-    def take_delivery_tag(self) -> int:
-        """The next delivery tag of this channel (for a stream's deliveries)."""
-        tag = self._next_tag
-        self._next_tag = tag + 1
-        return tag
 
     # -- confirm and tx classes --------------------------------------------------------
     def _confirm_select(self, method: commands.Confirm.Select) -> None:

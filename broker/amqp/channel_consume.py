@@ -2,8 +2,7 @@
 
 Contract: :class:`ConsumeMethods` (a part of :class:`~broker.amqp.channel.Channel`) serves
 basic.qos, basic.consume (a :class:`ChannelConsumer` the queue calls, or an HA stream when
-the name starts with ``qpid.ha-`` and the broker has
-:class:`~broker.amqp.context.StreamHooks`), basic.cancel,
+the broker's :class:`~broker.amqp.context.StreamHooks` serve the name), basic.cancel,
 basic.get, basic.ack/nack/reject and basic.recover. It numbers deliveries (one delivery-tag
 sequence per channel, streams included), books every unacknowledged one as a
 :class:`Delivery` until it is settled, and counts prefetch credit per consumer and per
@@ -20,9 +19,9 @@ from __future__ import annotations
 import base64
 import secrets
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 from pamqp.base import Frame as Method
@@ -31,6 +30,7 @@ from broker.amqp import framing
 from broker.amqp.channel_publish import Transaction
 from broker.amqp.context import Stream, StreamHooks
 from broker.amqp.state import ChannelState
+from broker.core import properties
 from broker.core.errors import AmqpError, ReplyCode, precondition_failed
 from broker.core.message import Entry
 from broker.core.queue import Queue
@@ -38,9 +38,6 @@ from broker.core.vhost import VirtualHost
 
 if TYPE_CHECKING:
     from broker.amqp.connection import Connection
-
-#: basic.consume of a queue name with this prefix asks for an HA stream (primary only).
-HA_STREAM_PREFIX = "qpid.ha-"
 
 
 class ChannelConsumer:
@@ -121,6 +118,8 @@ class ConsumeMethods:
     consumer_prefetch: int
     tx: Transaction | None
     stream: Stream | None
+    _stream_tag: bytes
+    _stream_route: bytes
 
     if TYPE_CHECKING:  # provided by Channel
 
@@ -133,11 +132,6 @@ class ConsumeMethods:
 
         @abstractmethod
         def _queue_name(self, name: str | None) -> str: ...
-
-        @abstractmethod
-        def _stream_consume(
-            self, hooks: StreamHooks, name: str, method: commands.Basic.Consume
-        ) -> None: ...
 
     # -- basic: consuming --------------------------------------------------------------
     def _basic_qos(self, method: commands.Basic.Qos) -> None:
@@ -154,7 +148,7 @@ class ConsumeMethods:
     def _basic_consume(self, method: commands.Basic.Consume) -> None:
         hooks = self.connection.ctx.streams
         name = method.queue or ""
-        if hooks is not None and name.startswith(HA_STREAM_PREFIX):
+        if hooks is not None and hooks.serves(name):
             self._stream_consume(hooks, name, method)
             return
         queue = self.vhost.queue(self._queue_name(method.queue), owner=self.connection)
@@ -178,6 +172,47 @@ class ConsumeMethods:
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
         queue.add_consumer(consumer)
+
+    def _stream_consume(
+        self, hooks: StreamHooks, name: str, method: commands.Basic.Consume
+    ) -> None:
+        if self.stream is not None or self.consumers:
+            raise AmqpError(
+                ReplyCode.NOT_ALLOWED, "an HA stream needs a channel of its own", 60, 20
+            )
+        tag = method.consumer_tag or _make_tag("amq.ctag-")
+        self._stream_tag = framing.short_str_bytes(tag)
+        self._stream_route = framing.encoded_route("", name)
+        self.stream = hooks.subscribe(self, name, dict(method.arguments or {}))
+        if not method.nowait:
+            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
+
+    # -- the stream's sink (broker.amqp.stream_sink.StreamSink) ------------------------
+    @property
+    def client_properties(self) -> dict[str, Any]:
+        return self.connection.client_properties
+
+    @property
+    def connection_name(self) -> str:
+        return self.connection.name
+
+    @property
+    def peer(self) -> str:
+        return self.connection.peer
+
+    def deliver_stream(self, body: bytes) -> int:
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        number = self.number
+        connection = self.connection
+        connection.write(
+            framing.deliver_method(number, self._stream_tag, tag, False, self._stream_route)
+            + framing.content_frames(number, properties.EMPTY, body, connection.frame_max)
+        )
+        return tag
+
+    def request_pump(self, key: int, pump: Callable[[], None]) -> None:
+        self.connection.request_pump(key, pump)
 
     def _basic_cancel(self, method: commands.Basic.Cancel) -> None:
         tag = method.consumer_tag or ""

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker import __version__
+from broker.amqp.stream_sink import StreamSink
 from broker.core.errors import AmqpError
 from broker.core.vhost import VirtualHost
 from broker.security.sasl import Authenticator
 
 if TYPE_CHECKING:
-    from broker.amqp.channel import Channel
     from broker.amqp.connection import Connection
 
 
@@ -57,12 +57,15 @@ class Stream(Protocol):
 
 
 class StreamHooks(Protocol):
-    """Serves basic.consume of the HA stream names (``qpid.ha-*``) on the primary."""
+    """Serves basic.consume of reserved names: the HA streams on the primary."""
 
-    def subscribe(
-        self, channel: Channel, name: str, consumer_tag: str, arguments: dict[str, Any]
-    ) -> Stream:
-        """Start a stream on ``channel``; raise AmqpError to refuse."""
+    def serves(self, name: str) -> bool:
+        """Is a basic.consume of ``name`` for these hooks (not for a queue)?"""
+        ...
+
+    def subscribe(self, sink: StreamSink, name: str, arguments: dict[str, Any]) -> Stream:
+        """Start a stream writing to ``sink`` (the consuming channel); raise AmqpError to
+        refuse."""
         ...
 
 

@@ -10,10 +10,12 @@ own (see docs/ha-design.md):
   whose batches travel as deliveries; the backup's acks release the queue guards.
 
 :class:`PrimaryStreams` is the hook the AMQP channel calls for those names
-(:class:`broker.amqp.context.StreamHooks`). Streams never write in the queue's observer
-callbacks: they ask the connection for a *pump* and write everything pending when it runs,
-so one flush carries many messages. Credit is the channel's basic.qos prefetch, counted in
-deliveries (batches).
+(:class:`broker.amqp.context.StreamHooks`: it serves every name with
+:data:`~broker.ha.names.STREAM_PREFIX`). A stream sees its channel only as a
+:class:`~broker.amqp.stream_sink.StreamSink`: who asked, credit, deliver a body, ask for a
+pump. Streams never write in the queue's observer callbacks: they ask the sink for a
+*pump* and write everything pending when it runs, so one flush carries many messages.
+Credit is the channel's basic.qos prefetch, counted in deliveries (batches).
 
 THREAD UNSAFE: the primary's event loop owns the streams.
 """
@@ -24,8 +26,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from broker.amqp import framing
-from broker.core import properties
 from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
 from broker.core.exchange import Binding, Exchange
 from broker.core.message import Entry
@@ -37,6 +37,7 @@ from broker.ha.names import (
     CONFIG_STREAM,
     IDS_ARGUMENT,
     QUEUE_STREAM_PREFIX,
+    STREAM_PREFIX,
     URL_PROPERTY,
 )
 from broker.ha.primary import Primary
@@ -50,7 +51,7 @@ from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.ha.wire import encode_config_event
 
 if TYPE_CHECKING:
-    from broker.amqp.channel import Channel
+    from broker.amqp.stream_sink import StreamSink
 
 DEFAULT_CREDIT = 32
 
@@ -58,21 +59,19 @@ _ids = iter(range(1, 2**62))
 
 
 class _ChannelStream(ABC):
-    """Deliveries of opaque bodies on one channel, with prefetch credit."""
+    """Deliveries of opaque bodies to one channel's sink, with prefetch credit."""
 
-    def __init__(self, channel: Channel, consumer_tag: str, routing_key: str) -> None:
-        self.channel = channel
+    def __init__(self, sink: StreamSink) -> None:
+        self.sink = sink
         self.on_close: Callable[[], None] | None = None
         self.key = next(_ids)
-        self._tag_bytes = framing.short_str_bytes(consumer_tag)
-        self._route = framing.encoded_route("", routing_key)
-        self.credit = channel.consumer_prefetch or DEFAULT_CREDIT
+        self.credit = sink.consumer_prefetch or DEFAULT_CREDIT
         self.in_flight = 0
         self.closed = False
 
     def request_pump(self) -> None:
         if not self.closed:
-            self.channel.connection.request_pump(self.key, self.pump)
+            self.sink.request_pump(self.key, self.pump)
 
     @abstractmethod
     def pump(self) -> None:
@@ -84,19 +83,13 @@ class _ChannelStream(ABC):
             self.on_close()
 
     def _deliver(self, body: bytes) -> int:
-        channel = self.channel
-        tag = channel.take_delivery_tag()
-        connection = channel.connection
-        connection.write(
-            framing.deliver_method(channel.number, self._tag_bytes, tag, False, self._route)
-            + framing.content_frames(channel.number, properties.EMPTY, body, connection.frame_max)
-        )
+        tag = self.sink.deliver_stream(body)
         self.in_flight += 1
         return tag
 
     @property
     def can_send(self) -> bool:
-        return not self.closed and self.in_flight < self.credit and self.channel.can_deliver
+        return not self.closed and self.in_flight < self.credit and self.sink.can_deliver
 
 
 class QueueStream(_ChannelStream):
@@ -104,12 +97,11 @@ class QueueStream(_ChannelStream):
 
     def __init__(
         self,
-        channel: Channel,
-        consumer_tag: str,
+        sink: StreamSink,
         subscription: ReplicatingSubscription,
         on_ready: Callable[[], None],
     ) -> None:
-        super().__init__(channel, consumer_tag, QUEUE_STREAM_PREFIX + subscription.queue.name)
+        super().__init__(sink)
         self.subscription = subscription
         self._on_ready = on_ready
         self._reported_ready = False
@@ -189,8 +181,8 @@ def _binding_config(binding: Binding) -> dict[str, Any]:
 class ConfigStream(_ChannelStream):
     """Replicated configuration: a snapshot, then every change (a vhost config listener)."""
 
-    def __init__(self, channel: Channel, consumer_tag: str, streams: PrimaryStreams) -> None:
-        super().__init__(channel, consumer_tag, CONFIG_STREAM)
+    def __init__(self, sink: StreamSink, streams: PrimaryStreams) -> None:
+        super().__init__(sink)
         self.streams = streams
         self._pending: list[dict[str, Any]] = [streams.snapshot()]
         streams.vhost.listeners.append(self)
@@ -285,16 +277,18 @@ class PrimaryStreams:
             ],
         }
 
+    def serves(self, name: str) -> bool:
+        return name.startswith(STREAM_PREFIX)
+
     def subscribe(
-        self, channel: Channel, name: str, consumer_tag: str, arguments: dict[str, Any]
+        self, sink: StreamSink, name: str, arguments: dict[str, Any]
     ) -> ConfigStream | QueueStream:
-        connection = channel.connection
-        props = connection.client_properties
+        props = sink.client_properties
         if not props.get(BACKUP_PROPERTY):
             raise access_refused(f"'{name}' is reserved for HA backup links")
-        backup_id = str(props.get(BROKER_ID_PROPERTY) or connection.name)
-        backup_url = str(props.get(URL_PROPERTY) or connection.peer)
-        stream = self._open(channel, name, consumer_tag, arguments, backup_id, backup_url)
+        backup_id = str(props.get(BROKER_ID_PROPERTY) or sink.connection_name)
+        backup_url = str(props.get(URL_PROPERTY) or sink.peer)
+        stream = self._open(sink, name, arguments, backup_id, backup_url)
         self._streams_of[backup_id] = self._streams_of.get(backup_id, 0) + 1
         stream.on_close = lambda: self._stream_closed(backup_id)
         return stream
@@ -325,16 +319,15 @@ class PrimaryStreams:
 
     def _open(
         self,
-        channel: Channel,
+        sink: StreamSink,
         name: str,
-        consumer_tag: str,
         arguments: dict[str, Any],
         backup_id: str,
         backup_url: str,
     ) -> ConfigStream | QueueStream:
         if name == CONFIG_STREAM:
             self.primary.backup_connected(backup_id, backup_url)
-            stream = ConfigStream(channel, consumer_tag, self)
+            stream = ConfigStream(sink, self)
             self.config_streams.append(stream)
             self._changed()
             return stream
@@ -361,8 +354,7 @@ class PrimaryStreams:
         backup = self.primary.backup_connected(backup_id, backup_url)
         subscription = ReplicatingSubscription(queue, backup.guard(queue), backup_ids)
         queue_stream = QueueStream(
-            channel,
-            consumer_tag,
+            sink,
             subscription,
             on_ready=lambda: self._queue_ready(backup_id, queue_name),
         )
