@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.ha.backup import LINK_RETRY_MIN
@@ -20,11 +20,14 @@ from common.url import Address
 A = Address("a", 1)
 B = Address("b", 2)
 
+#: No deadline: each example runs event loops, and the suite shares two busy cores.
+no_deadline = settings(deadline=None)
 bounds = st.floats(min_value=0.0, max_value=1000.0, allow_nan=False, allow_infinity=False)
 ops = st.lists(st.sampled_from(["next", "succeeded"]), max_size=60)
 
 
 # -- Backoff: the rule ---------------------------------------------------------------------
+@no_deadline
 @given(bounds, bounds, ops)
 def test_delays_stay_within_the_bounds_and_reset_after_success(
     low: float, high: float, script: list[str]
@@ -51,6 +54,7 @@ def test_delays_stay_within_the_bounds_and_reset_after_success(
         just_succeeded = False
 
 
+@no_deadline
 @given(bounds, bounds, ops)
 def test_the_cap_wins_when_it_is_below_the_minimum(
     low: float, high: float, script: list[str]
@@ -254,6 +258,7 @@ intervals = st.sampled_from([0.001, 0.005, 0.01, 0.1, 0.3, 2.0, 65535.0])
 outcomes = st.lists(st.booleans(), max_size=40)
 
 
+@no_deadline
 @given(outcomes, intervals, st.integers(min_value=1, max_value=3))
 def test_same_dials_sessions_and_pauses_as_the_backup_link_before(
     script: list[bool], interval: float, n_addresses: int
@@ -278,6 +283,7 @@ def test_same_dials_sessions_and_pauses_as_the_backup_link_before(
     assert after.trace == before.trace
 
 
+@no_deadline
 @given(outcomes, intervals)
 def test_same_dials_sessions_and_pauses_as_the_queue_replication_before(
     script: list[bool], interval: float
