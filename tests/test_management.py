@@ -29,7 +29,8 @@ from broker.amqp.context import BrokerContext
 from broker.core import properties
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.message import Message
-from broker.management.api import create_app, http_status, start_management
+from broker.management.api import create_app, start_management
+from broker.management.errors import http_status
 from broker.management.metrics import (
     CONTENT_TYPE,
     escape_label_value,

@@ -1,0 +1,81 @@
+"""Authentication of management requests: HTTP Basic, checked by the broker's SASL
+authenticator as a PLAIN response.
+
+Contract: with ``options.auth`` off every request passes and :data:`current_user` is
+``None``. With it on, every request except those to :data:`OPEN_PATHS` (health checks and
+scrapers) needs valid Basic credentials, else :class:`~broker.management.errors.ApiError`
+401 with a ``WWW-Authenticate`` challenge; a wrong password is logged
+(``management_auth_failed``). The user is published in :data:`current_user` for the
+handler of that request only, which names it in the events it logs.
+
+Runs inside the management app's middleware chain, after the error middleware
+(:mod:`broker.management.api`), so its 401s are answered as JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+
+from aiohttp import web
+from structlog.typing import FilteringBoundLogger
+
+from broker.management.errors import ApiError
+from broker.management.managed import ManagedBroker
+from broker.security.sasl import AuthenticationError
+
+#: Paths served without credentials even when authentication is on.
+OPEN_PATHS = frozenset({"/api/status", "/metrics"})
+
+REALM = "qpidd"
+
+#: The authenticated user of the request being handled (None with authentication off).
+#: aiohttp runs each request in its own task, so the value set by the middleware is seen
+#: by the handler only.
+current_user: ContextVar[str | None] = ContextVar("management_user", default=None)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class BasicAuth:
+    """The authentication middleware, bound to one broker."""
+
+    def __init__(self, broker: ManagedBroker, log: FilteringBoundLogger) -> None:
+        self.broker = broker
+        self.log = log
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """HTTP Basic, checked by the broker's authenticator, when ``options.auth`` is on."""
+        user = None
+        if self.broker.options.auth and request.path not in OPEN_PATHS:
+            user = self._authenticate(request.headers.get("Authorization"))
+        token = current_user.set(user)
+        try:
+            return await handler(request)
+        finally:
+            current_user.reset(token)
+
+    def _authenticate(self, header: str | None) -> str:
+        challenge = {"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'}
+        if not header:
+            raise ApiError(401, "authentication required", headers=challenge)
+        scheme, _, encoded = header.strip().partition(" ")
+        if scheme.lower() != "basic":
+            raise ApiError(401, "only HTTP Basic authentication is supported", headers=challenge)
+        try:
+            decoded = base64.b64decode(encoded.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(401, "malformed Basic credentials", headers=challenge) from None
+        user, colon, password = decoded.partition(b":")
+        if not colon:
+            raise ApiError(401, "malformed Basic credentials", headers=challenge)
+        try:
+            return self.broker.context.authenticator.authenticate(
+                "PLAIN", b"\0" + user + b"\0" + password
+            )
+        except AuthenticationError:
+            self.log.info("management_auth_failed", user=user.decode("utf-8", "replace"))
+            raise ApiError(401, "invalid credentials", headers=challenge) from None

@@ -1,0 +1,137 @@
+"""The HA endpoints: ``GET /api/ha``, ``POST /api/ha/promote``, ``POST /api/ha/lease``,
+``GET /api/ha/replications`` and ``POST /api/ha/replicate``.
+
+Handlers only translate HTTP into calls on the broker's HA role (``broker.ha``, a
+:class:`broker.ha.ha_broker.HaBroker`) and back; the role decides. A broker that is not an
+HA cluster member answers 404. ``promote`` and ``lease`` are cluster-manager commands: the
+body must say ``"cluster_manager": true`` (else 403), as qpid-ha reserves ``promote`` for
+the cluster manager; a promotion or lease the role refuses (``PromoteError``) is a 409.
+A granted promotion is logged (``ha_promote_requested``) with the user and the new epoch.
+Leases are seconds, more than 0 and at most :data:`MAX_LEASE`.
+"""
+
+from __future__ import annotations
+
+import math
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+from structlog.typing import FilteringBoundLogger
+
+from broker.management.auth import current_user
+from broker.management.errors import ApiError
+from broker.management.managed import ManagedBroker
+from broker.management.request_input import Body, check_name, read_json_object
+from broker.management.responses import json_response
+
+#: The longest lease a cluster manager may grant at once (seconds).
+MAX_LEASE = 3600.0
+
+
+def _lease_seconds(data: dict[str, Any]) -> float | None:
+    lease = data.get("lease")
+    if lease is None:
+        return None
+    if (
+        isinstance(lease, bool)
+        or not isinstance(lease, int | float)
+        or not math.isfinite(lease)
+        or not 0 < lease <= MAX_LEASE
+    ):
+        raise ApiError(
+            HTTPStatus.BAD_REQUEST,
+            f"lease must be seconds, more than 0 and at most {MAX_LEASE:g}: {lease!r}",
+        )
+    return float(lease)
+
+
+class HaEndpoints:
+    """The HA handlers, bound to one broker."""
+
+    def __init__(self, broker: ManagedBroker, log: FilteringBoundLogger) -> None:
+        self.broker = broker
+        self.log = log
+
+    def _ha(self) -> Any:
+        ha = getattr(self.broker, "ha", None)
+        if ha is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, "this broker is not an HA cluster member")
+        return ha
+
+    async def get_ha(self, request: web.Request) -> web.Response:
+        return json_response(self._ha().status())
+
+    async def promote(self, request: web.Request) -> web.Response:
+        """POST /api/ha/promote {"cluster_manager": true, "epoch": N}: cluster managers only."""
+        ha = self._ha()
+        data = await read_json_object(request)
+        unknown = sorted(set(data) - {"cluster_manager", "epoch", "lease"})
+        if unknown:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
+        if data.get("cluster_manager") is not True:
+            raise ApiError(
+                HTTPStatus.FORBIDDEN,
+                "promote is a cluster-manager command: only the cluster manager may promote"
+                " (send cluster_manager: true)",
+            )
+        epoch = data.get("epoch")
+        if epoch is not None and (
+            isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0
+        ):
+            raise ApiError(
+                HTTPStatus.BAD_REQUEST, f"epoch must be a non-negative integer: {epoch!r}"
+            )
+        lease = _lease_seconds(data)
+        from broker.ha.ha_broker import PromoteError
+
+        try:
+            state = await ha.promote(epoch)
+            if lease is not None:
+                ha.grant_lease(lease)
+        except PromoteError as exc:
+            raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
+        self.log.info("ha_promote_requested", user=current_user.get(), epoch=ha.epoch)
+        return json_response({"state": state.value, "epoch": ha.epoch})
+
+    async def lease(self, request: web.Request) -> web.Response:
+        """POST /api/ha/lease {"cluster_manager": true, "lease": seconds}: renew the primary's
+        lease (cluster managers only); a primary whose lease runs out fences itself."""
+        ha = self._ha()
+        data = await read_json_object(request)
+        unknown = sorted(set(data) - {"cluster_manager", "lease"})
+        if unknown:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
+        if data.get("cluster_manager") is not True:
+            raise ApiError(
+                HTTPStatus.FORBIDDEN,
+                "the lease is a cluster-manager command (send cluster_manager: true)",
+            )
+        lease = _lease_seconds(data)
+        if lease is None:
+            raise ApiError(HTTPStatus.BAD_REQUEST, "lease (seconds) is required")
+        from broker.ha.ha_broker import PromoteError
+
+        try:
+            ha.grant_lease(lease)
+        except PromoteError as exc:
+            raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
+        return json_response({"state": ha.state.value, "lease": lease})
+
+    async def list_replications(self, request: web.Request) -> web.Response:
+        replications = getattr(self.broker, "replications", {})
+        return json_response([r.status() for _, r in sorted(replications.items())])
+
+    async def replicate(self, request: web.Request) -> web.Response:
+        """POST /api/ha/replicate {"queue": Q, "broker": "host:port"} (ha-queue-replication)."""
+        body = Body(await read_json_object(request), ("queue", "broker"))
+        queue = check_name("queue", body.string("queue"))
+        remote = body.string("broker")
+        start = getattr(self.broker, "replicate", None)
+        if start is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, "this broker cannot replicate queues")
+        try:
+            replication = await start(queue, remote)
+        except ValueError as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from exc
+        return json_response(replication.status(), 201)

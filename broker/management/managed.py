@@ -1,0 +1,46 @@
+"""What the management API reads of a broker, beyond what the metrics read.
+
+The broker is described structurally, as :mod:`broker.management.metrics` does with
+:class:`~broker.management.metrics.BrokerView`, so that the API depends only on the plain
+core objects and can be driven by a test double. Types only: nothing here runs.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from broker.management.metrics import BrokerView, ContextView, OptionsView
+
+
+class Authenticator(Protocol):
+    """:class:`broker.security.sasl.Authenticator`: the user name, or AuthenticationError."""
+
+    def authenticate(self, mechanism: str, response: bytes, /) -> str: ...
+
+
+class ManagedContext(ContextView, Protocol):
+    @property
+    def authenticator(self) -> Authenticator: ...
+
+
+class ManagedOptions(OptionsView, Protocol):
+    @property
+    def auth(self) -> bool: ...
+
+
+class ManagedBroker(BrokerView, Protocol):
+    """What the management API reads of :class:`broker.server.Broker`."""
+
+    mgmt_port: int
+
+    @property
+    def options(self) -> ManagedOptions: ...
+
+    @property
+    def context(self) -> ManagedContext: ...
+
+    @property
+    def amqp_port(self) -> int: ...
+
+    @property
+    def store_status(self) -> str: ...

@@ -1,0 +1,178 @@
+"""The object endpoints: queues, exchanges, bindings and connections.
+
+``/api/queues[/{name}]`` and ``/api/exchanges[/{name}]`` (GET, PUT to declare, DELETE
+with ``if_unused``/``if_empty``), ``GET /api/bindings`` and ``GET /api/connections``.
+Handlers only translate HTTP into calls on the core's
+:class:`~broker.core.vhost.VirtualHost` and back (:mod:`broker.management.views` for the
+shapes); they keep no state. A declare answers 201 when it created the object and 200 when
+it existed; a failed delete condition (406 PRECONDITION_FAILED) is a 409. Every change is
+logged (``queue_declared``, ``queue_deleted``, ``exchange_declared``, ``exchange_deleted``)
+with ``via="management"`` and the user (:data:`broker.management.auth.current_user`).
+The default exchange (named "") is addressed as :data:`DEFAULT_EXCHANGE_ALIAS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container
+from typing import Any, TypeVar
+
+from aiohttp import web
+from structlog.typing import FilteringBoundLogger
+
+from broker.core.errors import AmqpError
+from broker.management.auth import current_user
+from broker.management.errors import ApiError, amqp_api_error
+from broker.management.managed import ManagedBroker
+from broker.management.request_input import Body, check_name, query_flag, read_json_object
+from broker.management.responses import json_response
+from broker.management.views import binding_view, connection_view, exchange_view, queue_view
+
+#: How the default exchange (named "") is addressed in a path, as in RabbitMQ.
+DEFAULT_EXCHANGE_ALIAS = "amq.default"
+
+_T = TypeVar("_T")
+
+
+class ObjectEndpoints:
+    """The queue, exchange, binding and connection handlers, bound to one broker."""
+
+    def __init__(self, broker: ManagedBroker, log: FilteringBoundLogger) -> None:
+        self.broker = broker
+        self.log = log
+
+    def _audit(self, event: str, **fields: Any) -> None:
+        """Log a change made through the API, naming who made it."""
+        self.log.info(event, **fields, via="management", user=current_user.get())
+
+    def _declared(
+        self, existed: bool, view: dict[str, Any], event: str, **fields: Any
+    ) -> web.Response:
+        """The answer to a declare: 200 if the object existed, else 201 and ``event``."""
+        if not existed:
+            self._audit(event, **fields)
+        return json_response(view, 200 if existed else 201)
+
+    def _delete(
+        self, kind: str, name: str, present: Container[str], delete: Callable[[], _T]
+    ) -> _T:
+        """``delete()`` an object known to be ``present``: 404 if not, 409 if a condition
+        (if-unused, if-empty) does not hold."""
+        vhost = self.broker.vhost
+        if name not in present:
+            raise ApiError(404, f"NOT_FOUND - no {kind} '{name}' in vhost '{vhost.name}'")
+        try:
+            return delete()
+        except AmqpError as exc:
+            raise amqp_api_error(exc, precondition=409) from None
+
+    # queues -----------------------------------------------------------------------------
+    async def list_queues(self, request: web.Request) -> web.Response:
+        queues = sorted(self.broker.vhost.queues.values(), key=lambda q: q.name)
+        return json_response([queue_view(q) for q in queues])
+
+    async def get_queue(self, request: web.Request) -> web.Response:
+        return json_response(queue_view(self.broker.vhost.queue(request.match_info["name"])))
+
+    async def put_queue(self, request: web.Request) -> web.Response:
+        name = check_name("queue", request.match_info["name"])
+        body = Body(await read_json_object(request), ("durable", "auto_delete", "arguments"))
+        durable = body.flag("durable")
+        auto_delete = body.flag("auto_delete")
+        arguments = body.table("arguments")
+        vhost = self.broker.vhost
+        existed = name in vhost.queues
+        queue = vhost.declare_queue(
+            name, durable=durable, auto_delete=auto_delete, arguments=arguments
+        )
+        return self._declared(
+            existed,
+            queue_view(queue),
+            "queue_declared",
+            queue=name,
+            durable=durable,
+            auto_delete=auto_delete,
+        )
+
+    async def delete_queue(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if_unused = query_flag(request, "if_unused")
+        if_empty = query_flag(request, "if_empty")
+        vhost = self.broker.vhost
+        count = self._delete(
+            "queue",
+            name,
+            vhost.queues,
+            lambda: vhost.delete_queue(name, if_unused=if_unused, if_empty=if_empty),
+        )
+        self._audit("queue_deleted", queue=name, messages=count)
+        return json_response({"name": name, "messages_deleted": count})
+
+    # exchanges --------------------------------------------------------------------------
+    @staticmethod
+    def _exchange_name(request: web.Request) -> str:
+        name = request.match_info["name"]
+        return "" if name == DEFAULT_EXCHANGE_ALIAS else name
+
+    async def list_exchanges(self, request: web.Request) -> web.Response:
+        exchanges = sorted(self.broker.vhost.exchanges.values(), key=lambda e: e.name)
+        return json_response([exchange_view(e) for e in exchanges])
+
+    async def get_exchange(self, request: web.Request) -> web.Response:
+        return json_response(
+            exchange_view(self.broker.vhost.exchange(self._exchange_name(request)))
+        )
+
+    async def put_exchange(self, request: web.Request) -> web.Response:
+        name = check_name("exchange", self._exchange_name(request))
+        body = Body(
+            await read_json_object(request),
+            ("type", "durable", "auto_delete", "internal", "arguments"),
+        )
+        type_ = body.string("type")
+        durable = body.flag("durable")
+        auto_delete = body.flag("auto_delete")
+        internal = body.flag("internal")
+        arguments = body.table("arguments")
+        vhost = self.broker.vhost
+        existed = name in vhost.exchanges
+        exchange = vhost.declare_exchange(
+            name,
+            type_,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
+        )
+        return self._declared(
+            existed,
+            exchange_view(exchange),
+            "exchange_declared",
+            exchange=name,
+            type=type_,
+            durable=durable,
+        )
+
+    async def delete_exchange(self, request: web.Request) -> web.Response:
+        name = self._exchange_name(request)
+        if_unused = query_flag(request, "if_unused")
+        vhost = self.broker.vhost
+        self._delete(
+            "exchange",
+            name,
+            vhost.exchanges,
+            lambda: vhost.delete_exchange(name, if_unused=if_unused),
+        )
+        self._audit("exchange_deleted", exchange=name)
+        return json_response({"name": name})
+
+    # bindings and connections -----------------------------------------------------------
+    async def list_bindings(self, request: web.Request) -> web.Response:
+        bindings = sorted(
+            self.broker.vhost.bindings(),
+            key=lambda b: (b.exchange, b.queue.name, b.routing_key),
+        )
+        return json_response([binding_view(b) for b in bindings])
+
+    async def list_connections(self, request: web.Request) -> web.Response:
+        connections = sorted(self.broker.context.connections.values(), key=lambda c: c.id)
+        return json_response([connection_view(c) for c in connections])

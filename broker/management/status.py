@@ -1,0 +1,47 @@
+"""The overview endpoints: ``GET /api/status`` and ``GET /metrics``.
+
+Both are read-only and served without credentials even with authentication on (health
+checks and scrapers: :data:`broker.management.auth.OPEN_PATHS`). ``/api/status`` is a
+one-object summary of the broker; ``/metrics`` is the Prometheus text that
+:func:`broker.management.metrics.render_metrics` renders, given its content type here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from aiohttp import web
+
+from broker import __version__
+from broker.management.managed import ManagedBroker
+from broker.management.metrics import CONTENT_TYPE, render_metrics
+from broker.management.responses import json_response
+
+
+class StatusEndpoints:
+    """The status and metrics handlers, bound to one broker."""
+
+    def __init__(self, broker: ManagedBroker) -> None:
+        self.broker = broker
+
+    async def status(self, request: web.Request) -> web.Response:
+        broker = self.broker
+        return json_response(
+            {
+                "node": broker.options.node_name,
+                "version": __version__,
+                "pid": os.getpid(),
+                "uptime": round(max(0.0, time.time() - broker.started_at), 3),
+                "ha_state": broker.ha_state,
+                "store_status": broker.store_status,
+                "amqp_port": broker.amqp_port,
+                "connections": len(broker.context.connections),
+                "queues": len(broker.vhost.queues),
+                "exchanges": len(broker.vhost.exchanges),
+            }
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        text = render_metrics(self.broker)
+        return web.Response(body=text.encode("utf-8"), headers={"Content-Type": CONTENT_TYPE})

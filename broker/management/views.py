@@ -1,0 +1,86 @@
+"""The JSON shapes of the core's objects as the management API shows them.
+
+Pure functions from a core object (a queue, an exchange, a binding, an AMQP connection)
+to a JSON-ready dict; no I/O, nothing changed. The keys are the API's contract
+(``docs/management.md``): adding one is compatible, renaming or removing one is not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.core.exchange import Binding, Exchange
+from broker.core.queue import Queue
+from broker.management.metrics import ConnectionView
+
+
+def queue_view(queue: Queue) -> dict[str, Any]:
+    return {
+        "name": queue.name,
+        "durable": queue.durable,
+        "auto_delete": queue.auto_delete,
+        "exclusive": queue.exclusive_owner is not None,
+        "arguments": queue.arguments,
+        "messages": queue.message_count,
+        "messages_unacked": queue.unacked,
+        "consumers": queue.consumer_count,
+        "bytes": queue.bytes,
+        "enqueued_total": queue.enqueued_total,
+        "delivered_total": queue.delivered_total,
+        "acked_total": queue.acked_total,
+        "expired_total": queue.expired_total,
+        "dropped_total": queue.dropped_total,
+        "rejected_publishes": queue.rejected_publishes,
+    }
+
+
+def exchange_view(exchange: Exchange) -> dict[str, Any]:
+    return {
+        "name": exchange.name,
+        "type": exchange.type,
+        "durable": exchange.durable,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "builtin": exchange.builtin,
+        "arguments": exchange.arguments,
+        "bindings": len(exchange.bindings),
+        "routed_total": exchange.routed_total,
+        "unroutable_total": exchange.unroutable_total,
+    }
+
+
+def binding_view(binding: Binding) -> dict[str, Any]:
+    return {
+        "source": binding.exchange,
+        "destination": binding.queue.name,
+        "destination_type": "queue",
+        "routing_key": binding.routing_key,
+        "arguments": binding.arguments,
+    }
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+def connection_view(connection: ConnectionView) -> dict[str, Any]:
+    props = connection.client_properties
+    state = connection.state
+    return {
+        "id": connection.id,
+        "name": connection.name,
+        "peer": connection.peer,
+        "user": connection.user,
+        "state": state.value if isinstance(state.value, str) else state.name.lower(),
+        "client_product": _text(props.get("product")),
+        "client_version": _text(props.get("version")),
+        "channels": len(connection.channels),
+        "heartbeat": connection.heartbeat,
+        "frame_max": connection.frame_max,
+        "messages_published": connection.messages_published,
+        "messages_delivered": connection.messages_delivered,
+    }
