@@ -3,7 +3,7 @@
 
 A primary (``qpidd --ha-cluster=yes``, promoted with epoch 1) is filled with --messages
 messages of --size bytes (default 1,000,000 x 1 KiB) on --queues queues (default one),
-published by the lean asyncio client of broker/amqp/client.py; then, --repeat times, a
+published by the lean asyncio client of broker/amqp/client/; then, --repeat times, a
 new backup (fresh data directory) is started and timed until it is ``ready``:
 
 - ``from start``: from just before the backup process is spawned to its

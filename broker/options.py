@@ -35,6 +35,7 @@ from typing import Any, NoReturn, TypeVar
 
 from broker import __version__
 from common.duration import format_duration, parse_duration
+from common.exit_status import ExitStatus
 from common.url import BrokerUrl, format_url, parse_url
 
 __all__ = [
@@ -606,4 +607,4 @@ def main_parse(argv: Sequence[str]) -> BrokerOptions:
         return parse_options(argv)
     except OptionsError as exc:
         print(f"qpidd: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(ExitStatus.USAGE) from None

@@ -84,7 +84,8 @@ async def connect_as_backup(
 class LinkOwner(Protocol):
     """What the link needs of the HA broker that owns it."""
 
-    broker_id: str
+    @property
+    def broker_id(self) -> str: ...
 
     @property
     def url(self) -> str: ...

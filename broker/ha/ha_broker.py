@@ -1,11 +1,13 @@
-"""HaBroker: the HA role of one broker (asyncio shell around the sans-I/O parts).
+"""HaBroker: the HA role of one broker, the asyncio shell of :class:`~broker.ha.role.HaRole`.
 
 With ``ha-cluster=yes`` a broker always starts as a backup (JOINING) and never decides by
 itself to become primary: a cluster manager (our agent, Pacemaker, or an operator with
-``qpid-ha promote --cluster-manager``) calls :meth:`promote`. This class
+``qpid-ha promote --cluster-manager``) calls :meth:`promote`. Every decision (state, epoch,
+fencing, lease, which backups the primary waits for) is the role machine's: this class turns
+what happens (link callbacks, streams opened and closed, management calls, ticks) into its
+events and performs the actions it returns (:meth:`HaBroker._perform`), in order. It
 
-- keeps the HA state and logs every transition (``ha_state_changed``), refusing illegal
-  ones by stopping the broker (fail-stop);
+- logs every transition (``ha_state_changed``); an illegal one stops the broker (fail-stop);
 - is the connection admission policy: a backup refuses every connection except HA admin
   ones with 530 NOT_ALLOWED ("HA backup: not the primary ..."), so clients move on to the
   next address of their URL list; the primary accepts clients and backup links;
@@ -44,8 +46,44 @@ from broker.ha.names import (
     STATUS_PROPERTY,
 )
 from broker.ha.primary import Primary
+from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
-from broker.ha.state import HaState, IllegalTransition, check_transition
+from broker.ha.role import HaRole
+from broker.ha.role_events import (
+    Action,
+    BackupConnected,
+    BackupGone,
+    BackupQueueReady,
+    CaughtUp,
+    ChangeState,
+    CheckCluster,
+    ClusterChecked,
+    Dial,
+    DropLink,
+    EpochPersisted,
+    EpochSeen,
+    Event,
+    Fence,
+    FenceBroker,
+    GuardBackup,
+    LeaseGranted,
+    LinkDown,
+    LinkUp,
+    Log,
+    PersistEpoch,
+    PersistPromotionEpoch,
+    PrimaryStarted,
+    PromoteRequested,
+    PromotionFailed,
+    QueueDeleted,
+    Refuse,
+    ReleaseGuards,
+    SendMembership,
+    Start,
+    StartPrimary,
+    Tick,
+)
+from broker.ha.state import HaState
 from broker.ha.status_check import check_status
 from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
@@ -65,6 +103,10 @@ class PromoteError(Exception):
     """A promotion refused; the message says why (shown by qpid-ha and the API)."""
 
 
+#: Actions performed only inside :meth:`HaBroker.promote` (they await I/O).
+_PROMOTION_ACTIONS = (CheckCluster, PersistPromotionEpoch, DropLink, StartPrimary)
+
+
 class HaBroker:
     """See the module docstring."""
 
@@ -81,12 +123,15 @@ class HaBroker:
         self.context = context
         self.options = options
         self.log_ = get_logger("ha")
-        self.broker_id = str(uuid.uuid4())
         self._amqp_port = amqp_port
         self._on_fenced = on_fenced
-        self.state = HaState.JOINING
         self.epoch_store = EpochStore(options.data_dir)
         self.epoch_store.load()
+        self.role = HaRole(
+            str(uuid.uuid4()),
+            epoch=self.epoch_store.current,
+            backup_timeout=options.ha_backup_timeout,
+        )
         self.addresses = list(parse_url(options.ha_brokers_url or "").addresses)
         #: What clients are told to connect to (canonical, no credentials).
         self.public_url = public_url(options) or ""
@@ -94,21 +139,37 @@ class HaBroker:
         self.primary: Primary | None = None
         self.streams: PrimaryStreams | None = None
         self.link: BackupLink | None = None
-        self.primary_address: str | None = None
+        #: On a backup: the membership last heard from a primary.
         self.members: list[dict[str, Any]] = []
-        self.fenced = False
-        #: Monotonic time until which the cluster manager vouches for this primary (its
-        #: ZooKeeper session lease); None until a lease is granted (no agent: no lease).
-        self.lease_until: float | None = None
         self._promoting = asyncio.Lock()
         context.admission = self
         context.server_properties = self.server_properties
-        set_log_context(epoch=self.epoch_store.current)
+        set_log_context(epoch=self.epoch)
 
-    # -- identity ----------------------------------------------------------------------
+    # -- identity, read from the role ----------------------------------------------------
+    @property
+    def broker_id(self) -> str:
+        return self.role.broker_id
+
+    @property
+    def state(self) -> HaState:
+        return self.role.state
+
     @property
     def epoch(self) -> int:
-        return self.epoch_store.current
+        return self.role.epoch
+
+    @property
+    def fenced(self) -> bool:
+        return self.role.fenced
+
+    @property
+    def lease_until(self) -> float | None:
+        return self.role.lease_until
+
+    @property
+    def primary_address(self) -> str | None:
+        return self.role.primary_address
 
     @property
     def url(self) -> str:
@@ -132,20 +193,45 @@ class HaBroker:
         """connection.open-ok's known-hosts for an admitted client: the public URL."""
         return self.public_url
 
-    # -- state -------------------------------------------------------------------------
-    def _move(self, new: HaState, **fields: Any) -> None:
-        old = self.state
-        if old is new:
-            return
-        try:
-            reason = check_transition(old, new)
-        except IllegalTransition as exc:
-            self.log_.critical("ha_illegal_transition", old=old.value, new=new.value)
-            self.fenced = True
-            self._on_fenced(str(exc))
-            return
-        self.state = new
-        self.log_.info("ha_state_changed", old=old.value, new=new.value, reason=reason, **fields)
+    # -- events in, actions out ----------------------------------------------------------
+    def handle(self, event: Event) -> list[Action]:
+        """Feed one event to the role and perform its actions; the actions left to the
+        caller (promotion's, and Refuse) are returned."""
+        left: list[Action] = []
+        for action in self.role.handle(event):
+            if isinstance(action, (*_PROMOTION_ACTIONS, Refuse)):
+                left.append(action)
+            else:
+                self._perform(action)
+        return left
+
+    def _perform(self, action: Action) -> None:
+        """Carry out one action that needs no waiting."""
+        match action:
+            case Log(event, level, fields):
+                getattr(self.log_, level)(event, **dict(fields))
+            case ChangeState(old, new, reason, fields):
+                self.log_.info(
+                    "ha_state_changed", old=old.value, new=new.value, reason=reason, **dict(fields)
+                )
+            case PersistEpoch(epoch):
+                self.epoch_store.observe(epoch)
+                set_log_context(epoch=self.epoch_store.current)
+            case Dial():
+                self._start_link()
+            case GuardBackup(backup_id, url):
+                if self.primary is not None:
+                    self.primary.guard_backup(backup_id, url)
+            case ReleaseGuards(backup_id):
+                if self.primary is not None:
+                    self.primary.release(backup_id)
+            case SendMembership(members):
+                if self.streams is not None:
+                    self.streams.broadcast({"type": "membership", "members": _dicts(members)})
+            case FenceBroker(reason):
+                self._on_fenced(reason)
+            case _:
+                raise AssertionError(f"HaBroker cannot perform {action!r} here")
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -158,7 +244,7 @@ class HaBroker:
             public_url=self.public_url,
             replicate=self.replicate_default.value,
         )
-        self._start_link()
+        self.handle(Start())
 
     def _start_link(self) -> None:
         options = self.options
@@ -184,12 +270,10 @@ class HaBroker:
         primary = self.primary
         if primary is None:
             return
-        if not self.may_confirm():
+        self.handle(Tick(self.context.clock()))
+        if self.fenced:
             return
         primary.tick()
-        for old, new, _reason in primary.take_transitions():
-            if self.state is old:
-                self._move(new, dropped=list(primary.dropped))
         for queue in primary.take_orphans():
             if self.vhost.queues.get(queue.name) is queue:
                 self.log_.info(
@@ -199,28 +283,33 @@ class HaBroker:
                     grace=grace_of(queue, primary.auto_delete_grace),
                 )
                 self.vhost.delete_queue(queue.name)
-        self._publish_membership()
 
-    # -- backup link callbacks ---------------------------------------------------------
+    # -- backup link callbacks (LinkOwner) -------------------------------------------------
     def link_up(self, address: Address, primary_epoch: int) -> None:
-        self.primary_address = str(address)
-        if primary_epoch > self.epoch:
-            self.epoch_store.observe(primary_epoch)
-            set_log_context(epoch=primary_epoch)
-        self.log_.info("ha_link_up", primary=str(address), primary_epoch=primary_epoch)
-        if self.state is HaState.JOINING or self.state is HaState.READY:
-            self._move(HaState.CATCHUP, primary=str(address))
+        self.handle(LinkUp(str(address), primary_epoch))
 
     def caught_up(self) -> None:
-        if self.state is HaState.CATCHUP:
-            self._move(HaState.READY, primary=self.primary_address)
+        self.handle(CaughtUp())
 
     def link_down(self, reason: str) -> None:
-        if self.primary_address is not None:
-            self.log_.warning("ha_link_down", primary=self.primary_address, reason=reason)
-        self.primary_address = None
+        self.handle(LinkDown(reason))
         if self.link is not None:
             self.members = list(self.link.replicator.members)
+
+    # -- streams callbacks (BackupEvents) --------------------------------------------------
+    def backup_connected(self, backup_id: str, url: str) -> RemoteBackup:
+        assert self.primary is not None, "streams are served by a primary only"
+        self.handle(BackupConnected(backup_id, url, self.primary.replicated_queue_names()))
+        return self.primary.guard_backup(backup_id, url)
+
+    def backup_queue_ready(self, backup_id: str, queue: str) -> None:
+        self.handle(BackupQueueReady(backup_id, queue))
+
+    def backup_gone(self, backup_id: str) -> None:
+        self.handle(BackupGone(backup_id))
+
+    def queue_deleted(self, name: str) -> None:
+        self.handle(QueueDeleted(name))
 
     # -- admission ---------------------------------------------------------------------
     def admit(self, connection: Connection) -> AmqpError | None:
@@ -231,9 +320,8 @@ class HaBroker:
             return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: not serving")
         if self.state.is_primary:
             if props.get(BACKUP_PROPERTY):
-                their_epoch = int(props.get(EPOCH_PROPERTY) or 0)
-                if their_epoch > self.epoch:
-                    self.fence(f"a backup has seen epoch {their_epoch} > ours {self.epoch}")
+                self.handle(EpochSeen(int(props.get(EPOCH_PROPERTY) or 0)))
+                if self.fenced:
                     return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: newer epoch")
             return None
         return AmqpError(
@@ -254,30 +342,25 @@ class HaBroker:
         (stops serving, exits 3; its supervisor restarts it as a backup): a primary whose
         agent died, froze or lost ZooKeeper never serves beside the next one.
         """
-        if not self.state.is_primary:
-            raise PromoteError(f"a lease is for a primary; this broker is {self.state.value}")
-        self.lease_until = self.context.clock() + seconds
+        for action in self.handle(LeaseGranted(seconds, self.context.clock())):
+            if isinstance(action, Refuse):
+                raise PromoteError(action.reason)
 
     def lease_expired(self) -> bool:
-        until = self.lease_until
-        return until is not None and self.state.is_primary and self.context.clock() > until
+        return self.role.lease_expired(self.context.clock())
 
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while the lease holds (admission policy hook)."""
-        if self.fenced:
+        if self.role.fenced:
             return False
-        if self.lease_expired():
-            self.fence("the cluster manager's lease ran out")
+        if self.role.lease_expired(self.context.clock()):
+            self.handle(Fence("the cluster manager's lease ran out"))
             return False
         return True
 
     def fence(self, reason: str) -> None:
         """Stop serving at once (a newer primary exists)."""
-        if self.fenced:
-            return
-        self.fenced = True
-        self.log_.critical("ha_fenced", reason=reason, epoch=self.epoch)
-        self._on_fenced(reason)
+        self.handle(Fence(reason))
 
     # -- promotion ---------------------------------------------------------------------
     async def promote(self, epoch: int | None = None) -> HaState:
@@ -286,40 +369,51 @@ class HaBroker:
         One promotion at a time: a second request waits for the first and then finds the
         broker primary already (or fenced)."""
         async with self._promoting:
-            return await self._promote(epoch)
+            pending = self.handle(PromoteRequested(epoch))
+            try:
+                while pending:
+                    action = pending.pop(0)
+                    pending[:0] = await self._perform_promotion(action)
+            except PromoteError:
+                raise
+            except Exception as exc:
+                self.handle(PromotionFailed(f"{type(exc).__name__}: {exc}"))
+                raise
+            return self.state
 
-    async def _promote(self, epoch: int | None) -> HaState:
-        state = self.state
-        if self.fenced:
-            raise PromoteError("this broker is fenced; restart it")
-        if state.is_primary:
-            if epoch is not None and epoch > self.epoch:
-                self.epoch_store.observe(epoch)
-                set_log_context(epoch=epoch)
-            return state
-        if state is HaState.CATCHUP:
-            raise PromoteError("still catching up: cannot promote a backup in catch-up")
-        if epoch is not None and epoch < self.epoch:
-            raise PromoteError(f"epoch {epoch} is older than epoch {self.epoch} seen here")
-        if state is HaState.JOINING:
-            busy = await self._cluster_beyond_joining()
-            if busy is not None:
-                raise PromoteError(f"cannot promote a joining broker: {busy} is beyond joining")
-        new_epoch = epoch if epoch is not None else self.epoch + 1
-        await asyncio.to_thread(self.epoch_store.observe, new_epoch)
-        set_log_context(epoch=self.epoch)
-        expected = {
-            str(m["id"]): str(m["url"])
-            for m in self._last_members()
-            if m.get("state") == HaState.READY.value and m.get("id") != self.broker_id
-        }
-        if self.link is not None:
-            await self.link.stop(abort=True)
-            # Exclusive queues belonged to client connections of the old primary, which
-            # died with it: delete them as their connections' close would have.
-            for name in sorted(self.link.replicator.exclusive):
-                self.vhost.delete_queue(name)
-            self.link = None
+    async def _perform_promotion(self, action: Action) -> list[Action]:
+        """Carry out one of promotion's actions; the role's answer's actions left to do."""
+        match action:
+            case Refuse(reason):
+                raise PromoteError(reason)
+            case CheckCluster():
+                return self.handle(ClusterChecked(await self._cluster_beyond_joining()))
+            case PersistPromotionEpoch(new_epoch):
+                await asyncio.to_thread(self.epoch_store.observe, new_epoch)
+                set_log_context(epoch=self.epoch_store.current)
+                members = tuple(
+                    (str(m.get("id")), str(m.get("url")), str(m.get("state")))
+                    for m in self._last_members()
+                )
+                return self.handle(EpochPersisted(new_epoch, members))
+            case DropLink():
+                await self._drop_link()
+                return []
+            case StartPrimary(expected):
+                return self._start_primary(dict(expected))
+        raise AssertionError(f"not a promotion action: {action!r}")
+
+    async def _drop_link(self) -> None:
+        if self.link is None:
+            return
+        await self.link.stop(abort=True)
+        # Exclusive queues belonged to client connections of the old primary, which
+        # died with it: delete them as their connections' close would have.
+        for name in sorted(self.link.replicator.exclusive):
+            self.vhost.delete_queue(name)
+        self.link = None
+
+    def _start_primary(self, expected: dict[str, str]) -> list[Action]:
         # Never reuse a replication id: another backup may hold ids past ours for messages
         # of the old primary that never reached us (the reconnect handshake would skip them).
         for queue in self.vhost.queues.values():
@@ -327,25 +421,19 @@ class HaBroker:
         primary = Primary(
             self.vhost,
             replicate_default=self.replicate_default,
-            expected=expected,
-            backup_timeout=self.options.ha_backup_timeout,
             clock=self.context.clock,
             auto_delete_grace=self.options.ha_backup_timeout,
         )
         self.primary = primary
-        self.streams = PrimaryStreams(primary)
-        self.streams.on_change = self._membership_changed
+        self.streams = PrimaryStreams(primary, self)
         self.context.streams = self.streams
-        self.vhost.listeners.append(_PrimaryListener(primary))
-        self._move(HaState.RECOVERING, epoch=self.epoch, expected=sorted(expected.values()))
+        self.vhost.listeners.append(_PrimaryListener(primary, self))
         orphans = primary.orphans.waiting(self.context.clock())
         if orphans:
             self.log_.info("ha_orphan_queues", queues=orphans)
-        for old, new, _ in primary.take_transitions():
-            if self.state is old:
-                self._move(new)
-        self._publish_membership()
-        return self.state
+        now = self.context.clock()
+        left = self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
+        return left + self.handle(Tick(now))  # active at once when nobody is expected
 
     def _last_members(self) -> list[dict[str, Any]]:
         if self.link is not None and self.link.replicator.members:
@@ -367,32 +455,9 @@ class HaBroker:
                 return f"{address} ({status})"
         return None
 
-    # -- membership --------------------------------------------------------------------
+    # -- status ------------------------------------------------------------------------
     def membership(self) -> list[dict[str, Any]]:
-        members = [{"id": self.broker_id, "url": self.url, "state": self.state.value}]
-        if self.primary is not None:
-            for backup in self.primary.backups.values():
-                if backup.cancelled:
-                    continue
-                state = HaState.READY if backup.ready and backup.connected else HaState.CATCHUP
-                members.append({"id": backup.id, "url": backup.url, "state": state.value})
-        return members
-
-    def _membership_changed(self) -> None:
-        primary = self.primary
-        if primary is not None:
-            for old, new, _reason in primary.take_transitions():
-                if self.state is old:
-                    self._move(new, dropped=list(primary.dropped))
-        self._publish_membership()
-
-    def _publish_membership(self) -> None:
-        if self.streams is None:
-            return
-        members = self.membership()
-        if members != self.members:
-            self.members = members
-            self.streams.broadcast({"type": "membership", "members": members})
+        return _dicts(self.role.members())
 
     def status(self) -> dict[str, Any]:
         """What GET /api/ha shows."""
@@ -409,6 +474,7 @@ class HaBroker:
                         "dequeued": replicator.dequeued_total,
                     }
                 )
+        now = self.context.clock()
         return {
             "state": self.state.value,
             "epoch": self.epoch,
@@ -420,13 +486,9 @@ class HaBroker:
             "queues": queues,
             "held_confirms": self.primary.held_confirms() if self.primary else 0,
             "lease_remaining": (
-                None
-                if self.lease_until is None
-                else round(max(0.0, self.lease_until - self.context.clock()), 3)
+                None if self.lease_until is None else round(max(0.0, self.lease_until - now), 3)
             ),
-            "orphan_queues": (
-                self.primary.orphans.waiting(self.context.clock()) if self.primary else {}
-            ),
+            "orphan_queues": self.primary.orphans.waiting(now) if self.primary else {},
             "backups": self._backups_status(),
         }
 
@@ -434,30 +496,39 @@ class HaBroker:
         primary, streams = self.primary, self.streams
         if primary is None or streams is None:
             return []
-        return [
-            {
-                "id": backup.id,
-                "url": backup.url,
-                "ready": backup.ready and backup.connected,
-                "expected": backup.id in primary.expected,
-                "held_confirms": backup.held(),
-                "queues": streams.positions(backup.id),
-            }
-            for backup in sorted(primary.backups.values(), key=lambda b: b.url)
-        ]
+        rows = []
+        for backup_id, record in sorted(self.role.backups.items(), key=lambda b: b[1].url):
+            guards = primary.backups.get(backup_id)
+            rows.append(
+                {
+                    "id": backup_id,
+                    "url": record.url,
+                    "ready": record.ready and record.connected,
+                    "expected": backup_id in self.role.expected,
+                    "held_confirms": guards.held() if guards is not None else 0,
+                    "queues": streams.positions(backup_id),
+                }
+            )
+        return rows
+
+
+def _dicts(members: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:
+    return [{"id": i, "url": u, "state": s} for i, u, s in members]
 
 
 class _PrimaryListener:
-    """Tells the primary role about queues created and deleted (guards)."""
+    """Tells the primary's guards and the role about queues created and deleted."""
 
-    def __init__(self, primary: Primary) -> None:
+    def __init__(self, primary: Primary, ha: HaBroker) -> None:
         self.primary = primary
+        self.ha = ha
 
     def queue_declared(self, queue: Any) -> None:
         self.primary.queue_declared(queue)
 
     def queue_deleted(self, queue: Any) -> None:
         self.primary.queue_deleted(queue)
+        self.ha.queue_deleted(queue.name)
 
     def exchange_declared(self, exchange: Any) -> None:
         pass

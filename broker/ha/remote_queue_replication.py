@@ -28,7 +28,7 @@ from broker.amqp.client import AmqpClient, ClientError, Delivery
 from broker.core.vhost import VirtualHost
 from broker.ha.backup import connect_as_backup
 from broker.ha.names import IDS_ARGUMENT, QUEUE_STREAM_PREFIX
-from broker.ha.primary import Primary
+from broker.ha.primary import Primary, StandaloneBackups
 from broker.ha.queue_replicator import QueueReplicator
 from broker.ha.redial import Backoff, dial_loop
 from broker.ha.replicate_level import ReplicateLevel
@@ -41,13 +41,9 @@ from common.url import Address
 def serve_queue_streams(vhost: VirtualHost, clock: Any) -> PrimaryStreams:
     """Stream hooks for a broker outside a cluster: every queue may be replicated."""
     primary = Primary(
-        vhost,
-        replicate_default=ReplicateLevel.ALL,
-        expected={},
-        backup_timeout=0.0,
-        clock=clock,
+        vhost, replicate_default=ReplicateLevel.ALL, clock=clock, auto_delete_grace=0.0
     )
-    return PrimaryStreams(primary)
+    return PrimaryStreams(primary, StandaloneBackups(primary))
 
 
 class QueueReplication:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
 from broker.core.exchange import Binding, Exchange
@@ -41,6 +41,7 @@ from broker.ha.names import (
     URL_PROPERTY,
 )
 from broker.ha.primary import Primary
+from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import (
     ReplicateLevel,
     binding_replicated,
@@ -235,17 +236,32 @@ class ConfigStream(_ChannelStream):
             self.push({"type": "unbound", "binding": _binding_config(binding)})
 
 
+class BackupEvents(Protocol):
+    """Whom the streams tell about backups: the HA role's shell (or, without a role,
+    :class:`~broker.ha.primary.StandaloneBackups`)."""
+
+    def backup_connected(self, backup_id: str, url: str) -> RemoteBackup:
+        """A backup opened a stream; its guards (created if it is new)."""
+        ...
+
+    def backup_queue_ready(self, backup_id: str, queue: str) -> None: ...
+
+    def backup_gone(self, backup_id: str) -> None:
+        """The backup's last stream closed: its link is gone."""
+        ...
+
+
 class PrimaryStreams:
     """The channel hook serving ``qpid.ha-*`` consumes on the primary."""
 
-    def __init__(self, primary: Primary) -> None:
+    def __init__(self, primary: Primary, events: BackupEvents) -> None:
         self.primary = primary
+        self.events = events
         self.vhost = primary.vhost
         self.default = primary.replicate_default
         self._streams_of: dict[str, int] = {}
         self.config_streams: list[ConfigStream] = []
         self.queue_streams: dict[str, list[QueueStream]] = {}
-        self.on_change: Callable[[], None] | None = None
 
     # replication rules, with this broker's default
     def queue_level(self, queue: Queue) -> ReplicateLevel:
@@ -299,23 +315,13 @@ class PrimaryStreams:
         for stream in self.config_streams:
             stream.push(event)
 
-    def _queue_ready(self, backup_id: str, queue_name: str) -> None:
-        self.primary.queue_ready(backup_id, queue_name)
-        self._changed()
-
-    def _changed(self) -> None:
-        """Membership may have changed: tell the owner at once (not at the next tick)."""
-        if self.on_change is not None:
-            self.on_change()
-
     def _stream_closed(self, backup_id: str) -> None:
         left = self._streams_of.get(backup_id, 0) - 1
         if left > 0:
             self._streams_of[backup_id] = left
             return
         self._streams_of.pop(backup_id, None)
-        self.primary.backup_disconnected(backup_id)  # its link is gone: release its guards
-        self._changed()
+        self.events.backup_gone(backup_id)  # its link is gone
 
     def _open(
         self,
@@ -326,10 +332,9 @@ class PrimaryStreams:
         backup_url: str,
     ) -> ConfigStream | QueueStream:
         if name == CONFIG_STREAM:
-            self.primary.backup_connected(backup_id, backup_url)
+            self.events.backup_connected(backup_id, backup_url)
             stream = ConfigStream(sink, self)
             self.config_streams.append(stream)
-            self._changed()
             return stream
         if not name.startswith(QUEUE_STREAM_PREFIX):
             raise not_found(f"no HA stream '{name}'")
@@ -351,12 +356,12 @@ class PrimaryStreams:
             raise AmqpError(
                 ReplyCode.PRECONDITION_FAILED, f"bad {IDS_ARGUMENT} argument: {exc}"
             ) from exc
-        backup = self.primary.backup_connected(backup_id, backup_url)
+        backup = self.events.backup_connected(backup_id, backup_url)
         subscription = ReplicatingSubscription(queue, backup.guard(queue), backup_ids)
         queue_stream = QueueStream(
             sink,
             subscription,
-            on_ready=lambda: self._queue_ready(backup_id, queue_name),
+            on_ready=lambda: self.events.backup_queue_ready(backup_id, queue_name),
         )
         live = [s for s in self.queue_streams.get(backup_id, []) if not s.closed]
         self.queue_streams[backup_id] = [*live, queue_stream]

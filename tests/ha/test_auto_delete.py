@@ -10,8 +10,7 @@ from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 from broker.ha.auto_delete import AUTO_DELETE_TIMEOUT_ARG, OrphanedQueues, grace_of
-from broker.ha.primary import Primary
-from broker.ha.replicate_level import ReplicateLevel
+from tests.ha.role_driver import RoleDriver
 
 
 class Clock:
@@ -113,14 +112,10 @@ def test_primary_hands_out_orphans_after_the_grace_period(grace: float | None) -
     vhost.declare_queue("kept", auto_delete=True)
     vhost.declare_queue("local", auto_delete=True, arguments={"qpid.replicate": "none"})
     vhost.declare_queue("plain")
-    primary = Primary(
-        vhost,
-        replicate_default=ReplicateLevel.ALL,
-        expected={},
-        backup_timeout=10.0,
-        clock=clock,
-        auto_delete_grace=grace,
-    )
+    driver = RoleDriver(vhost, clock, backup_timeout=10.0)
+    if grace is not None:
+        driver.auto_delete_grace = grace
+    primary = driver.promote({})
     wait = 10.0 if grace is None else grace  # the default grace is backup_timeout
     attach(vhost, "kept")
     clock.now += wait - 0.01

@@ -6,7 +6,7 @@ import pytest
 
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
-from broker.ha.primary import Primary
+from broker.ha.primary import Primary, StandaloneBackups
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.streams import PrimaryStreams
 from broker.ha.wire import decode_config_event, encode_config_event
@@ -14,10 +14,8 @@ from broker.ha.wire import decode_config_event, encode_config_event
 
 def streams(default: ReplicateLevel = ReplicateLevel.ALL) -> PrimaryStreams:
     vhost = VirtualHost()
-    primary = Primary(
-        vhost, replicate_default=default, expected={}, backup_timeout=1.0, clock=lambda: 0.0
-    )
-    return PrimaryStreams(primary)
+    primary = Primary(vhost, replicate_default=default, clock=lambda: 0.0, auto_delete_grace=1.0)
+    return PrimaryStreams(primary, StandaloneBackups(primary))
 
 
 def over_the_wire(event: dict[str, object]) -> dict[str, object]:

@@ -11,6 +11,7 @@ from pamqp import commands
 
 from broker.core.errors import ReplyCode
 from broker.ha.ha_broker import HaBroker, PromoteError
+from broker.ha.role_events import CaughtUp, LinkUp
 from broker.ha.state import HaState
 from broker.options import parse_options
 from tests.amqp.helpers import Client, make_context
@@ -35,7 +36,7 @@ def ha_broker(tmp_path: Path) -> tuple[HaBroker, list[str]]:
 
 def test_promote_from_catch_up_is_refused(tmp_path: Path) -> None:
     ha, _ = ha_broker(tmp_path)
-    ha.state = HaState.CATCHUP
+    ha.handle(LinkUp("primary:5672", 0))  # joining -> catch-up
     with pytest.raises(PromoteError, match="still catching up"):
         asyncio.run(ha.promote())
     assert ha.state is HaState.CATCHUP
@@ -43,8 +44,9 @@ def test_promote_from_catch_up_is_refused(tmp_path: Path) -> None:
 
 def test_promote_with_an_older_epoch_is_refused(tmp_path: Path) -> None:
     ha, _ = ha_broker(tmp_path)
-    ha.epoch_store.observe(7)
-    ha.state = HaState.READY
+    ha.handle(LinkUp("primary:5672", 7))  # epoch 7 seen, catch-up
+    ha.handle(CaughtUp())  # ready
+    assert ha.epoch_store.current == 7
     with pytest.raises(PromoteError, match="older than epoch 7"):
         asyncio.run(ha.promote(epoch=6))
 

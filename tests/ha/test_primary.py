@@ -1,4 +1,8 @@
-"""The primary role without I/O: recovering, expected backups, timeout, guards."""
+"""The primary role without I/O: recovering, expected backups, timeout, guards.
+
+The role machine (:class:`~broker.ha.role.HaRole`) decides; the primary's guards
+(:class:`~broker.ha.primary.Primary`) hold and release confirms as it says.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from broker.core.vhost import VirtualHost
 from broker.ha.primary import Primary
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.state import HaState
+from tests.ha.role_driver import RoleDriver
 
 
 class Clock:
@@ -18,21 +23,22 @@ class Clock:
         return self.now
 
 
-def state(primary: Primary) -> HaState:
+def state(driver: RoleDriver) -> HaState:
     """The current state (a call, so mypy does not narrow it across events)."""
-    return primary.state
+    return driver.state
 
 
-def setup(expected: dict[str, str], level: ReplicateLevel = ReplicateLevel.ALL):
+def setup(
+    expected: dict[str, str], level: ReplicateLevel = ReplicateLevel.ALL
+) -> tuple[Clock, VirtualHost, RoleDriver, Primary]:
     clock = Clock()
     vhost = VirtualHost(clock=clock)
     vhost.declare_queue("q1")
     vhost.declare_queue("q2")
     vhost.declare_queue("local", arguments={"qpid.replicate": "none"})
-    primary = Primary(
-        vhost, replicate_default=level, expected=expected, backup_timeout=10.0, clock=clock
-    )
-    return clock, vhost, primary
+    driver = RoleDriver(vhost, clock, replicate_default=level, backup_timeout=10.0)
+    primary = driver.promote(expected)
+    return clock, vhost, driver, primary
 
 
 def publish(vhost: VirtualHost, queue: str, confirms: PublisherConfirms) -> ConfirmHandle:
@@ -43,17 +49,18 @@ def publish(vhost: VirtualHost, queue: str, confirms: PublisherConfirms) -> Conf
 
 
 def test_no_expected_backups_is_active_at_once() -> None:
-    _, vhost, primary = setup({})
-    assert state(primary) is HaState.ACTIVE
-    assert [(a, b) for a, b, _ in primary.take_transitions()] == [
-        (HaState.RECOVERING, HaState.ACTIVE)
+    _, vhost, driver, _primary = setup({})
+    assert state(driver) is HaState.ACTIVE
+    assert driver.transitions == [
+        (HaState.READY, HaState.RECOVERING),
+        (HaState.RECOVERING, HaState.ACTIVE),
     ]
     assert publish(vhost, "q1", PublisherConfirms()).settled
 
 
 def test_recovering_holds_confirms_for_expected_backups() -> None:
-    _, vhost, primary = setup({"b1": "h1:5672", "b2": "h2:5672"})
-    assert state(primary) is HaState.RECOVERING
+    _, vhost, driver, primary = setup({"b1": "h1:5672", "b2": "h2:5672"})
+    assert state(driver) is HaState.RECOVERING
     confirms = PublisherConfirms()
     held = publish(vhost, "q1", confirms)
     free = publish(vhost, "local", confirms)  # not replicated: not guarded
@@ -62,29 +69,29 @@ def test_recovering_holds_confirms_for_expected_backups() -> None:
 
 
 def test_active_when_every_expected_backup_is_ready() -> None:
-    _, _vhost, primary = setup({"b1": "h1:5672"})
-    primary.backup_connected("b1", "h1:5672")
-    primary.queue_ready("b1", "q1")
-    assert state(primary) is HaState.RECOVERING
-    primary.queue_ready("b1", "q2")
-    assert state(primary) is HaState.ACTIVE
-    assert primary.ready_backups() == ["b1"]
+    _, _vhost, driver, _primary = setup({"b1": "h1:5672"})
+    driver.backup_connected("b1", "h1:5672")
+    driver.queue_ready("b1", "q1")
+    assert state(driver) is HaState.RECOVERING
+    driver.queue_ready("b1", "q2")
+    assert state(driver) is HaState.ACTIVE
+    assert driver.role.ready_backups() == ["b1"]
 
 
 def test_backup_timeout_drops_missing_backups_and_releases_confirms() -> None:
-    clock, vhost, primary = setup({"b1": "h1:5672", "b2": "h2:5672"})
-    primary.backup_connected("b1", "h1:5672")
-    primary.queue_ready("b1", "q1")
-    primary.queue_ready("b1", "q2")
+    clock, vhost, driver, primary = setup({"b1": "h1:5672", "b2": "h2:5672"})
+    driver.backup_connected("b1", "h1:5672")
+    driver.queue_ready("b1", "q1")
+    driver.queue_ready("b1", "q2")
     handle = publish(vhost, "q1", PublisherConfirms())
     assert not handle.settled
     clock.now += 9.9
-    primary.tick()
-    assert state(primary) is HaState.RECOVERING
+    driver.tick()
+    assert state(driver) is HaState.RECOVERING
     clock.now += 0.2
-    primary.tick()
-    assert state(primary) is HaState.ACTIVE
-    assert primary.dropped == ["b2"]
+    driver.tick()
+    assert state(driver) is HaState.ACTIVE
+    assert driver.role.dropped == ["b2"]
     assert primary.held_confirms() == 1  # still held for b1, which is connected
     guard = primary.backups["b1"].guards["q1"]
     guard.acknowledged(guard.held_positions()[0])
@@ -92,38 +99,38 @@ def test_backup_timeout_drops_missing_backups_and_releases_confirms() -> None:
 
 
 def test_disconnected_backup_releases_its_confirms() -> None:
-    _, vhost, primary = setup({})
-    primary.backup_connected("b1", "h1:5672")
+    _, vhost, driver, _primary = setup({})
+    driver.backup_connected("b1", "h1:5672")
     handle = publish(vhost, "q2", PublisherConfirms())
     assert not handle.settled
-    primary.backup_disconnected("b1")
+    driver.backup_gone("b1")
     assert handle.settled
 
 
 def test_queue_created_later_is_guarded_but_does_not_delay_readiness() -> None:
-    _, vhost, primary = setup({"b1": "h1:5672"})
-    backup = primary.backup_connected("b1", "h1:5672")
+    _, vhost, driver, primary = setup({"b1": "h1:5672"})
+    driver.backup_connected("b1", "h1:5672")
     queue = vhost.declare_queue("late")
     primary.queue_declared(queue)
     assert not publish(vhost, "late", PublisherConfirms()).settled
-    primary.queue_ready("b1", "q1")
-    primary.queue_ready("b1", "q2")
-    assert backup.ready and state(primary) is HaState.ACTIVE
+    driver.queue_ready("b1", "q1")
+    driver.queue_ready("b1", "q2")
+    assert driver.role.backups["b1"].ready and state(driver) is HaState.ACTIVE
 
 
 def test_deleted_queue_no_longer_delays_readiness() -> None:
-    _, vhost, primary = setup({"b1": "h1:5672"})
-    primary.backup_connected("b1", "h1:5672")
-    primary.queue_ready("b1", "q1")
+    _, vhost, driver, _primary = setup({"b1": "h1:5672"})
+    driver.backup_connected("b1", "h1:5672")
+    driver.queue_ready("b1", "q1")
     queue = vhost.queues["q2"]
     vhost.delete_queue("q2")
-    primary.queue_deleted(queue)
-    assert state(primary) is HaState.ACTIVE
+    driver.queue_deleted(queue)
+    assert state(driver) is HaState.ACTIVE
 
 
 def test_replicate_none_by_default_guards_nothing() -> None:
-    _, vhost, primary = setup({"b1": "h1:5672"}, level=ReplicateLevel.NONE)
-    assert state(primary) is HaState.RECOVERING  # until b1 is back, or the timeout
+    _, vhost, driver, _primary = setup({"b1": "h1:5672"}, level=ReplicateLevel.NONE)
+    assert state(driver) is HaState.RECOVERING  # until b1 is back, or the timeout
     assert publish(vhost, "q1", PublisherConfirms()).settled
-    primary.backup_connected("b1", "h1:5672")  # nothing to catch up: ready at once
-    assert state(primary) is HaState.ACTIVE
+    driver.backup_connected("b1", "h1:5672")  # nothing to catch up: ready at once
+    assert state(driver) is HaState.ACTIVE

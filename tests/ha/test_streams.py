@@ -9,28 +9,22 @@ from pamqp import commands
 from broker.amqp.context import BrokerContext
 from broker.core.errors import ReplyCode
 from broker.ha.id_set import IdSet
-from broker.ha.primary import Primary
-from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.state import HaState
 from broker.ha.streams import PrimaryStreams
 from broker.ha.wire import Dequeue, Enqueue, Ready, decode_batch, decode_config_event
 from tests.amqp.helpers import Client, make_context, open_client
+from tests.ha.role_driver import RoleDriver
 
 BACKUP_PROPS = {"qpid.ha-backup": True, "qpid.ha-broker-id": "b1", "qpid.ha-url": "h1:5672"}
 
 
-def primary_context(expected: dict[str, str] | None = None) -> tuple[BrokerContext, Primary]:
+def primary_context(expected: dict[str, str] | None = None) -> tuple[BrokerContext, RoleDriver]:
     ctx = make_context()
     ctx.vhost.declare_queue("q")
-    primary = Primary(
-        ctx.vhost,
-        replicate_default=ReplicateLevel.ALL,
-        expected=expected or {},
-        backup_timeout=10.0,
-        clock=ctx.clock,
-    )
-    ctx.streams = PrimaryStreams(primary)
-    return ctx, primary
+    driver = RoleDriver(ctx.vhost, ctx.clock, backup_timeout=10.0)
+    primary = driver.promote(expected or {})
+    ctx.streams = PrimaryStreams(primary, driver)
+    return ctx, driver
 
 
 def bodies(client: Client) -> list[bytes]:
@@ -72,7 +66,7 @@ def test_confirm_waits_for_the_backup_ack() -> None:
     first = decode_batch(next(f.value for _, f in frames if type(f).__name__ == "ContentBody"))
     assert first == [Ready()]  # empty queue: caught up at once
     backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(frames)[0]))
-    assert primary.backups["b1"].ready
+    assert primary.role.backups["b1"].ready
 
     publisher = open_client(ctx)
     publisher.send(1, commands.Confirm.Select())

@@ -1,0 +1,417 @@
+"""HaRole: the one owner of a cluster member's HA role and state (sans-I/O, raft's shape).
+
+Everything that decides what an HA broker *is* lives here: its state (seed 001's joining,
+catch-up, ready, recovering, active), the highest fencing epoch it has persisted, whether it
+is fenced, the cluster manager's lease, and, on a primary, its record of each backup
+(connected, catch-up set, ready) and of the *expected* backups it waits for while
+recovering. The shell (:class:`~broker.ha.ha_broker.HaBroker`) feeds it events with
+:meth:`HaRole.handle` and performs the actions it returns, in order; the role never opens a
+socket, writes a file or reads a clock (time comes in the events).
+
+Events and what they may return (the table is :data:`EVENT_ACTIONS`; docs/ha-design.md
+draws it):
+
+=====================  ===============================================================
+event                  actions
+=====================  ===============================================================
+Start                  Dial
+LinkUp                 PersistEpoch (a newer epoch), ChangeState (-> catch-up), Log
+LinkDown               Log
+CaughtUp               ChangeState (catch-up -> ready)
+PromoteRequested       Refuse, CheckCluster (joining), PersistPromotionEpoch,
+                       PersistEpoch (already primary, newer epoch)
+ClusterChecked         Refuse, PersistPromotionEpoch
+EpochPersisted         DropLink, StartPrimary
+PromotionFailed        Dial (the link was dropped already); the broker stays a backup
+PrimaryStarted         GuardBackup (each expected backup), ChangeState (-> recovering),
+                       SendMembership
+BackupConnected        GuardBackup (a new backup), ChangeState, SendMembership
+BackupQueueReady       ChangeState (recovering -> active), SendMembership
+BackupGone             ReleaseGuards, ChangeState, SendMembership
+QueueDeleted           ChangeState, SendMembership
+Tick                   FenceBroker (lease ran out); ChangeState (recovering -> active
+                       when every expected backup is ready: the shell ticks once right
+                       after PrimaryStarted), ReleaseGuards and ChangeState
+                       (``ha-backup-timeout`` passed while recovering), SendMembership
+LeaseGranted           Refuse (not a primary)
+EpochSeen              FenceBroker (a primary learns of a newer epoch), PersistEpoch
+Fence                  FenceBroker
+=====================  ===============================================================
+
+Rules the tests hold it to (tests/ha/test_role.py, with hypothesis):
+
+- one event moves the state at most once (a promotion is PrimaryStarted -> recovering,
+  then a Tick -> active: two events);
+- every move is an edge of :data:`~broker.ha.state.TRANSITIONS`; anything else is a bug,
+  answered with ``ha_illegal_transition`` and FenceBroker (fail-stop);
+- a backup's held publisher confirms are released only by a ReleaseGuards action, and only
+  for a backup that was guarded and has gone (its link closed or went silent) or that
+  ``ha-backup-timeout`` gave up on while recovering;
+- a fenced role ignores every event but PromoteRequested (refused) and LeaseGranted.
+
+THREAD UNSAFE: one owner (the broker's event loop) calls :meth:`HaRole.handle`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.ha.role_events import (
+    Action,
+    BackupConnected,
+    BackupGone,
+    BackupQueueReady,
+    CaughtUp,
+    ChangeState,
+    CheckCluster,
+    ClusterChecked,
+    Dial,
+    DropLink,
+    EpochPersisted,
+    EpochSeen,
+    Event,
+    Fence,
+    FenceBroker,
+    GuardBackup,
+    LeaseGranted,
+    LinkDown,
+    LinkUp,
+    Log,
+    PersistEpoch,
+    PersistPromotionEpoch,
+    PrimaryStarted,
+    PromoteRequested,
+    PromotionFailed,
+    QueueDeleted,
+    Refuse,
+    ReleaseGuards,
+    SendMembership,
+    Start,
+    StartPrimary,
+    Tick,
+)
+from broker.ha.state import HaState, IllegalTransition, check_transition
+
+__all__ = ["BackupRecord", "HaRole"]
+
+
+@dataclass(slots=True)
+class BackupRecord:
+    """The primary's view of one backup: its catch-up set and whether its link is open."""
+
+    url: str
+    catch_up: set[str] = field(default_factory=set)
+    connected: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return not self.catch_up
+
+
+class HaRole:
+    """See the module docstring."""
+
+    def __init__(self, broker_id: str, *, epoch: int, backup_timeout: float) -> None:
+        self.broker_id = broker_id
+        self.backup_timeout = backup_timeout
+        self.state = HaState.JOINING
+        #: The highest epoch persisted (the shell's epoch store holds it durably).
+        self.epoch = epoch
+        self.fenced = False
+        #: Monotonic time until which the cluster manager vouches for this primary.
+        self.lease_until: float | None = None
+        #: The primary this backup's link is up to, if any.
+        self.primary_address: str | None = None
+        #: On a primary: every backup it guards, by id.
+        self.backups: dict[str, BackupRecord] = {}
+        #: On a recovering primary: the backups it waits for.
+        self.expected: set[str] = set()
+        #: Backups dropped since promotion, in order.
+        self.dropped: list[str] = []
+        self.url = ""
+        self.promoted_at: float | None = None
+        self._promotion_epoch: int | None = None
+        self._starting = False
+        self._expected_urls: dict[str, str] = {}
+        self._members: tuple[tuple[str, str, str], ...] = ()
+        self._out: list[Action] = []
+        self._moved = False
+
+    # -- queries -------------------------------------------------------------------------
+    def lease_expired(self, now: float) -> bool:
+        until = self.lease_until
+        return until is not None and self.state.is_primary and now > until
+
+    def may_confirm(self, now: float) -> bool:
+        """Whether publisher confirms may go out (not fenced, lease not run out)."""
+        return not self.fenced and not self.lease_expired(now)
+
+    def members(self) -> tuple[tuple[str, str, str], ...]:
+        """(id, url, state) of this primary and each backup it guards."""
+        rows = [(self.broker_id, self.url, self.state.value)]
+        for backup_id, record in self.backups.items():
+            ready = record.ready and record.connected
+            state = HaState.READY if ready else HaState.CATCHUP
+            rows.append((backup_id, record.url, state.value))
+        return tuple(rows)
+
+    def ready_backups(self) -> list[str]:
+        return sorted(b for b, r in self.backups.items() if r.ready and r.connected)
+
+    # -- the one entry point -------------------------------------------------------------
+    def handle(self, event: Event) -> list[Action]:
+        """Apply one event; the actions to perform, in order."""
+        self._out = []
+        self._moved = False
+        if self.fenced and not isinstance(event, (PromoteRequested, LeaseGranted)):
+            return []
+        handler = _HANDLERS[type(event)]
+        handler(self, event)
+        out, self._out = self._out, []
+        return out
+
+    # -- backup side -------------------------------------------------------------------
+    def _start(self, event: Start) -> None:
+        self._emit(Dial())
+
+    def _link_up(self, event: LinkUp) -> None:
+        self.primary_address = event.primary
+        if event.primary_epoch > self.epoch:
+            self.epoch = event.primary_epoch
+            self._emit(PersistEpoch(event.primary_epoch))
+        self._log("ha_link_up", primary=event.primary, primary_epoch=event.primary_epoch)
+        promoting = self._promotion_epoch is not None or self._starting
+        if self.state in (HaState.JOINING, HaState.READY) and not promoting:
+            self._move(HaState.CATCHUP, primary=event.primary)
+
+    def _link_down(self, event: LinkDown) -> None:
+        if self.primary_address is not None:
+            self._log(
+                "ha_link_down", level="warning", primary=self.primary_address, reason=event.reason
+            )
+        self.primary_address = None
+
+    def _caught_up(self, event: CaughtUp) -> None:
+        if self.state is HaState.CATCHUP:
+            self._move(HaState.READY, primary=self.primary_address)
+
+    # -- promotion ---------------------------------------------------------------------
+    def _promote(self, event: PromoteRequested) -> None:
+        state, epoch = self.state, event.epoch
+        if self.fenced:
+            self._emit(Refuse("this broker is fenced; restart it"))
+        elif state.is_primary:
+            if epoch is not None and epoch > self.epoch:
+                self.epoch = epoch
+                self._emit(PersistEpoch(epoch))
+        elif state is HaState.CATCHUP:
+            self._emit(Refuse("still catching up: cannot promote a backup in catch-up"))
+        elif epoch is not None and epoch < self.epoch:
+            self._emit(Refuse(f"epoch {epoch} is older than epoch {self.epoch} seen here"))
+        else:
+            self._promotion_epoch = epoch if epoch is not None else self.epoch + 1
+            if state is HaState.JOINING:
+                self._emit(CheckCluster())
+            else:
+                self._emit(PersistPromotionEpoch(self._promotion_epoch))
+
+    def _cluster_checked(self, event: ClusterChecked) -> None:
+        if self._promotion_epoch is None:
+            return
+        if event.beyond_joining is not None:
+            self._promotion_epoch = None
+            busy = event.beyond_joining
+            self._emit(Refuse(f"cannot promote a joining broker: {busy} is beyond joining"))
+        else:
+            self._emit(PersistPromotionEpoch(self._promotion_epoch))
+
+    def _epoch_persisted(self, event: EpochPersisted) -> None:
+        if self._promotion_epoch != event.epoch:
+            return
+        self._promotion_epoch = None
+        self._starting = True
+        self.epoch = max(self.epoch, event.epoch)
+        expected = tuple(
+            (backup_id, url)
+            for backup_id, url, state in event.members
+            if state == HaState.READY.value and backup_id != self.broker_id
+        )
+        self._expected_urls = dict(expected)
+        self.primary_address = None
+        self._emit(DropLink())
+        self._emit(StartPrimary(expected))
+
+    def _promotion_failed(self, event: PromotionFailed) -> None:
+        """The promotion under way ends; the broker stays what it was (a backup)."""
+        if self._promotion_epoch is None and not self._starting:
+            return
+        dropped = self._starting
+        self._promotion_epoch = None
+        self._starting = False
+        self._log("ha_promotion_failed", level="error", reason=event.reason)
+        if dropped:
+            self._emit(Dial())  # the link was dropped for the promotion: dial again
+
+    def _primary_started(self, event: PrimaryStarted) -> None:
+        """Recovering from here on: the guards of the expected backups hold every confirm
+        before the state says primary (no client is admitted as primary without them)."""
+        if not self._starting:
+            return
+        self._starting = False
+        self.url = event.url
+        self.promoted_at = event.now
+        self.expected = set(self._expected_urls)
+        for backup_id, url in sorted(self._expected_urls.items()):
+            self.backups[backup_id] = BackupRecord(url, set(event.queues))
+            self._emit(GuardBackup(backup_id, url))
+        urls = sorted(self._expected_urls.values())
+        self._move(HaState.RECOVERING, epoch=self.epoch, expected=urls)
+
+    # -- primary side ------------------------------------------------------------------
+    def _backup_connected(self, event: BackupConnected) -> None:
+        if not self.state.is_primary:
+            return
+        record = self.backups.get(event.backup_id)
+        if record is None:
+            record = BackupRecord(event.url, set(event.queues))
+            self.backups[event.backup_id] = record
+            self._emit(GuardBackup(event.backup_id, event.url))
+        record.url = event.url
+        record.connected = True
+        self._check_active()
+        self._membership()
+
+    def _backup_queue_ready(self, event: BackupQueueReady) -> None:
+        record = self.backups.get(event.backup_id)
+        if record is not None and event.queue in record.catch_up:
+            record.catch_up.discard(event.queue)
+            self._check_active()
+        self._membership()
+
+    def _backup_gone(self, event: BackupGone) -> None:
+        self._drop(event.backup_id)
+        self._check_active()
+        self._membership()
+
+    def _queue_deleted(self, event: QueueDeleted) -> None:
+        for record in self.backups.values():
+            record.catch_up.discard(event.name)
+        self._check_active()
+        self._membership()
+
+    def _tick(self, event: Tick) -> None:
+        if self.lease_expired(event.now):
+            self._fence("the cluster manager's lease ran out")
+            return
+        promoted = self.promoted_at
+        if self.state is not HaState.RECOVERING or promoted is None:
+            return
+        if event.now - promoted < self.backup_timeout:
+            self._check_active()  # nobody expected: active at the first tick
+            return
+        for backup_id in sorted(self.expected):
+            record = self.backups.get(backup_id)
+            if record is None or not (record.ready and record.connected):
+                self._drop(backup_id)
+        self.expected.clear()
+        self._check_active()
+        self._membership()
+
+    # -- lease and fencing -------------------------------------------------------------
+    def _lease(self, event: LeaseGranted) -> None:
+        if not self.state.is_primary:
+            self._emit(Refuse(f"a lease is for a primary; this broker is {self.state.value}"))
+        else:
+            self.lease_until = event.now + event.seconds
+
+    def _epoch_seen(self, event: EpochSeen) -> None:
+        if event.epoch <= self.epoch:
+            return
+        if self.state.is_primary:
+            self._fence(f"a backup has seen epoch {event.epoch} > ours {self.epoch}")
+        else:
+            self.epoch = event.epoch
+            self._emit(PersistEpoch(event.epoch))
+
+    def _fence_event(self, event: Fence) -> None:
+        self._fence(event.reason)
+
+    # -- helpers -----------------------------------------------------------------------
+    def _emit(self, action: Action) -> None:
+        self._out.append(action)
+
+    def _log(self, event: str, level: str = "info", **fields: Any) -> None:
+        self._emit(Log(event, level, tuple(fields.items())))
+
+    def _fence(self, reason: str) -> None:
+        if self.fenced:
+            return
+        self.fenced = True
+        self._log("ha_fenced", level="critical", reason=reason, epoch=self.epoch)
+        self._emit(FenceBroker(reason))
+
+    def _drop(self, backup_id: str) -> None:
+        """Stop waiting for a backup: the only place guards are released."""
+        if self.backups.pop(backup_id, None) is not None:
+            self.dropped.append(backup_id)
+            self._emit(ReleaseGuards(backup_id))
+        self.expected.discard(backup_id)
+
+    def _check_active(self) -> None:
+        if self.state is not HaState.RECOVERING or self.promoted_at is None:
+            return
+        for backup_id in self.expected:
+            record = self.backups.get(backup_id)
+            if record is None or not (record.connected and record.ready):
+                return
+        self._move(HaState.ACTIVE, dropped=list(self.dropped))
+
+    def _membership(self) -> None:
+        if not self.state.is_primary or self.promoted_at is None:
+            return
+        members = self.members()
+        if members != self._members:
+            self._members = members
+            self._emit(SendMembership(members))
+
+    def _move(self, new: HaState, **fields: Any) -> None:
+        old = self.state
+        if old is new:
+            return
+        try:
+            if self._moved:
+                raise IllegalTransition(f"two HA state transitions from one event: -> {new.value}")
+            reason = check_transition(old, new)
+        except IllegalTransition as exc:
+            self._log("ha_illegal_transition", level="critical", old=old.value, new=new.value)
+            self.fenced = True
+            self._emit(FenceBroker(str(exc)))
+            return
+        self._moved = True
+        self.state = new
+        self._emit(ChangeState(old, new, reason, tuple(fields.items())))
+        if new.is_primary:
+            # A primary's membership names its own state: it changed.
+            self._membership()
+
+
+_HANDLERS: dict[type[Any], Any] = {
+    Start: HaRole._start,
+    LinkUp: HaRole._link_up,
+    LinkDown: HaRole._link_down,
+    CaughtUp: HaRole._caught_up,
+    PromoteRequested: HaRole._promote,
+    ClusterChecked: HaRole._cluster_checked,
+    EpochPersisted: HaRole._epoch_persisted,
+    PromotionFailed: HaRole._promotion_failed,
+    PrimaryStarted: HaRole._primary_started,
+    BackupConnected: HaRole._backup_connected,
+    BackupQueueReady: HaRole._backup_queue_ready,
+    BackupGone: HaRole._backup_gone,
+    QueueDeleted: HaRole._queue_deleted,
+    Tick: HaRole._tick,
+    LeaseGranted: HaRole._lease,
+    EpochSeen: HaRole._epoch_seen,
+    Fence: HaRole._fence_event,
+}

@@ -1,0 +1,129 @@
+"""A sans-I/O driver of the HA role for tests: HaRole plus the primary's guards.
+
+It performs the actions a test can see without sockets or files the way
+:class:`~broker.ha.ha_broker.HaBroker` does (GuardBackup, ReleaseGuards, ChangeState), and
+answers promotion's actions at once (the epoch is "persisted", the cluster is new).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from broker.core.queue import Queue
+from broker.core.vhost import VirtualHost
+from broker.ha.primary import Primary
+from broker.ha.remote_backup import RemoteBackup
+from broker.ha.replicate_level import ReplicateLevel
+from broker.ha.role import HaRole
+from broker.ha.role_events import (
+    Action,
+    BackupConnected,
+    BackupGone,
+    BackupQueueReady,
+    CaughtUp,
+    ChangeState,
+    CheckCluster,
+    ClusterChecked,
+    EpochPersisted,
+    Event,
+    GuardBackup,
+    LinkUp,
+    PersistPromotionEpoch,
+    PrimaryStarted,
+    PromoteRequested,
+    QueueDeleted,
+    ReleaseGuards,
+    StartPrimary,
+    Tick,
+)
+from broker.ha.state import HaState
+
+
+class RoleDriver:
+    """A promoted primary's role and guards over ``vhost`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        vhost: VirtualHost,
+        clock: Callable[[], float],
+        *,
+        replicate_default: ReplicateLevel = ReplicateLevel.ALL,
+        backup_timeout: float = 10.0,
+    ) -> None:
+        self.vhost = vhost
+        self.clock = clock
+        self.replicate_default = replicate_default
+        self.role = HaRole("me", epoch=0, backup_timeout=backup_timeout)
+        #: The orphans' default grace (the broker's is ha-backup-timeout).
+        self.auto_delete_grace = backup_timeout
+        self.primary: Primary | None = None
+        self.transitions: list[tuple[HaState, HaState]] = []
+        self.actions: list[Action] = []
+
+    @property
+    def state(self) -> HaState:
+        return self.role.state
+
+    def handle(self, event: Event) -> None:
+        for action in self.role.handle(event):
+            self.actions.append(action)
+            self.perform(action)
+
+    def perform(self, action: Action) -> None:
+        match action:
+            case ChangeState(old, new, _reason, _fields):
+                self.transitions.append((old, new))
+            case GuardBackup(backup_id, url):
+                assert self.primary is not None
+                self.primary.guard_backup(backup_id, url)
+            case ReleaseGuards(backup_id):
+                assert self.primary is not None
+                self.primary.release(backup_id)
+            case CheckCluster():
+                self.handle(ClusterChecked(None))
+            case PersistPromotionEpoch(epoch):
+                members = tuple((b, url, "ready") for b, url in sorted(self._expected.items()))
+                self.handle(EpochPersisted(epoch, members))
+            case StartPrimary():
+                self.primary = Primary(
+                    self.vhost,
+                    replicate_default=self.replicate_default,
+                    clock=self.clock,
+                    auto_delete_grace=self.auto_delete_grace,
+                )
+                queues = self.primary.replicated_queue_names()
+                self.handle(PrimaryStarted("me:5672", queues, self.clock()))
+                self.handle(Tick(self.clock()))
+
+    def promote(self, expected: dict[str, str], *, from_joining: bool = False) -> Primary:
+        """Promote this broker (a ready backup, or a joining one) expecting ``expected``."""
+        self._expected = dict(expected)
+        if not from_joining:
+            self.handle(LinkUp("old:5672", 0))
+            self.handle(CaughtUp())
+        self.transitions.clear()
+        self.handle(PromoteRequested(None))
+        assert self.primary is not None, self.actions
+        return self.primary
+
+    # -- the primary's events, as the streams and the vhost listener send them ------------
+    def backup_connected(self, backup_id: str, url: str) -> RemoteBackup:
+        assert self.primary is not None
+        self.handle(BackupConnected(backup_id, url, self.primary.replicated_queue_names()))
+        return self.primary.guard_backup(backup_id, url)
+
+    def queue_ready(self, backup_id: str, queue: str) -> None:
+        self.handle(BackupQueueReady(backup_id, queue))
+
+    backup_queue_ready = queue_ready
+
+    def backup_gone(self, backup_id: str) -> None:
+        self.handle(BackupGone(backup_id))
+
+    def queue_deleted(self, queue: Queue) -> None:
+        assert self.primary is not None
+        self.primary.queue_deleted(queue)
+        self.handle(QueueDeleted(queue.name))
+
+    def tick(self) -> None:
+        self.handle(Tick(self.clock()))
