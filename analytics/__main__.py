@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from analytics import job, transforms
+from analytics import failover, job
 
 PROG = "qpid-ha-analytics"
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             spark,
             args.paths,
             Path(args.out),
-            labels=transforms.Labels(scenario=args.scenario, config=args.config),
+            labels=failover.Labels(scenario=args.scenario, config=args.config),
             glob=args.glob,
             parquet=args.parquet,
             progress=job.Progress(None if args.quiet else sys.stderr),

@@ -39,7 +39,7 @@ from typing import Any, TextIO
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from analytics import report, transforms
+from analytics import failover, parse, report, transforms
 
 DEFAULT_GLOB = "*.{log,json,jsonl}"
 #: Rows of a table shown in the HTML page (the CSV and Parquet files have them all).
@@ -140,8 +140,8 @@ def read_lines(spark: SparkSession, paths: Sequence[str], glob: str = DEFAULT_GL
 
 def load_events(spark: SparkSession, paths: Sequence[str], glob: str = DEFAULT_GLOB) -> DataFrame:
     """The normalised events the analysis uses (no cache: for tests and notebooks)."""
-    summary = transforms.summarise(read_lines(spark, paths, glob))
-    return transforms.normalise(transforms.relevant(summary))
+    summary = parse.summarise(read_lines(spark, paths, glob))
+    return parse.normalise(parse.relevant(summary))
 
 
 @dataclass
@@ -159,7 +159,7 @@ class Result:
 
 def checkpoint(df: DataFrame) -> DataFrame:
     """Materialise a small intermediate table and cut its lineage (see
-    :data:`analytics.transforms.Checkpoint`)."""
+    :data:`analytics.failover.Checkpoint`)."""
     return df.localCheckpoint(eager=True)
 
 
@@ -190,7 +190,7 @@ def run(
     paths: Sequence[str],
     out: Path,
     *,
-    labels: transforms.Labels | None = None,
+    labels: failover.Labels | None = None,
     glob: str = DEFAULT_GLOB,
     parquet: str | None = None,
     progress: Progress | None = None,
@@ -200,8 +200,8 @@ def run(
     started = time.monotonic()
     lines_df = read_lines(spark, paths, glob)
     with progress.stage("read logs: count lines by node and event, keep the used ones", spark):
-        summary = transforms.summarise(lines_df).cache()
-        counts = transforms.event_counts(summary).cache()
+        summary = parse.summarise(lines_df).cache()
+        counts = parse.event_counts(summary).cache()
         count_rows: list[Row] = counts.collect()
     lines = sum(int(r["lines"]) for r in count_rows)
     skipped = sum(int(r["lines"]) for r in count_rows if r["source"] == "skipped")
@@ -209,7 +209,7 @@ def run(
         raise JobError(f"no JSON log events in {', '.join(paths)} (files matching {glob})")
     progress.log(f"{lines} lines, {skipped} not events")
     with progress.stage("parse the used events", spark):
-        events = transforms.normalise(transforms.relevant(summary)).cache()
+        events = parse.normalise(parse.relevant(summary)).cache()
         used = events.count()
     progress.log(f"{used} events used")
     # small tables from here on: interpreted plans start faster than compiled ones

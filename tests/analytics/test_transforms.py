@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from analytics import job, transforms
+from analytics import job, percentiles, states
 from tests.analytics.conftest import line, us, write_logs
 
 
@@ -216,7 +216,7 @@ def test_percentiles_golden_rows(result: job.Result) -> None:
     assert ("unlabelled", "unlabelled", "detection") not in rows  # no value, no row
     assert rows[("unlabelled", "unlabelled", "recovering")]["failovers"] == 1
     order = [r["phase"] for r in result.tables["percentiles"] if r["scenario"] == "kill"]
-    assert order == list(transforms.PHASES)
+    assert order == list(percentiles.PHASES)
 
 
 def test_anomalies_golden_rows(result: job.Result) -> None:
@@ -252,7 +252,7 @@ def test_state_intervals_of_one_broker(spark: SparkSession, logs: Path) -> None:
     events = job.load_events(spark, [str(logs / "a1.broker.log"), str(logs / "a1.agent.log")])
     rows = [
         (r["state"], r["start_us"], r["end_us"], r["end_by"])
-        for r in transforms.state_intervals(events).orderBy("start_us").collect()
+        for r in states.state_intervals(events).orderBy("start_us").collect()
     ]
     assert rows == [
         ("joining", us(100), us(1200), "ha_state_changed"),

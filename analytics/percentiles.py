@@ -1,0 +1,60 @@
+"""Fail-over phase durations and their percentiles.
+
+:Status: Beta
+
+Input: :func:`analytics.failover.failovers`. Pure DataFrame-to-DataFrame functions:
+:func:`phase_durations` puts each fail-over's phases (:data:`PHASES`) in long form, and
+:func:`percentiles` gives p50, p90, p99, max and mean by scenario, configuration and phase.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+PHASES = ("detection", "election", "promotion", "recovering", "failover", "client_outage")
+
+
+def phase_durations(fo: DataFrame) -> DataFrame:
+    """Fail-overs (kind ``failover``) in long form: cluster, epoch, scenario, config,
+    phase, ms; null durations left out."""
+    stack = ", ".join(f"'{phase}', {phase}_ms" for phase in PHASES)
+    return (
+        fo.where(F.col("kind") == "failover")
+        .select(
+            "cluster",
+            "epoch",
+            "scenario",
+            "config",
+            F.expr(f"stack({len(PHASES)}, {stack}) as (phase, ms)"),
+        )
+        .where(F.col("ms").isNotNull())
+    )
+
+
+def percentiles(phases: DataFrame) -> DataFrame:
+    """By scenario, config and phase: failovers, p50, p90, p99 (exact, linear
+    interpolation between closest ranks), max and mean, in ms."""
+    order = F.create_map(*[x for i, ph in enumerate(PHASES) for x in (F.lit(ph), F.lit(i))])
+    q = F.percentile(F.col("ms"), [0.5, 0.9, 0.99])
+    return (
+        phases.groupBy("scenario", "config", "phase")
+        .agg(
+            F.count(F.lit(1)).alias("failovers"),
+            q.alias("q"),
+            F.max("ms").alias("max_ms"),
+            F.avg("ms").alias("mean_ms"),
+        )
+        .select(
+            "scenario",
+            "config",
+            "phase",
+            "failovers",
+            F.col("q")[0].alias("p50_ms"),
+            F.col("q")[1].alias("p90_ms"),
+            F.col("q")[2].alias("p99_ms"),
+            "max_ms",
+            "mean_ms",
+        )
+        .orderBy("scenario", "config", order[F.col("phase")])
+    )
