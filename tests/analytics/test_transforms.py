@@ -35,6 +35,14 @@ def started(ms: float, node: str) -> dict[str, Any]:
     return line(ms, "ha_started", node, "ha", epoch=0, state="joining")
 
 
+def catches_up(ms: float, node: str, epoch: int) -> list[dict[str, Any]]:
+    """A joining backup's catch-up at ``ms`` and ready 100 ms later."""
+    return [
+        change(ms, node, "joining", "catch-up", epoch),
+        change(ms + 100, node, "catch-up", "ready", epoch),
+    ]
+
+
 def cluster_a() -> dict[str, list[dict[str, Any]]]:
     a = "a"
     files: dict[str, list[dict[str, Any]]] = {
@@ -64,20 +72,17 @@ def cluster_a() -> dict[str, list[dict[str, Any]]]:
             change(1200, "a1", "joining", "recovering", 1),
             change(1210, "a1", "recovering", "active", 1),
             started(11500, "a1"),
-            change(11600, "a1", "joining", "catch-up", 2),
-            change(11700, "a1", "catch-up", "ready", 2),
+            *catches_up(11600, "a1", 2),
         ],
         "a2.broker.log": [
             started(100, "a2"),
-            change(1300, "a2", "joining", "catch-up", 1),
-            change(1400, "a2", "catch-up", "ready", 1),
+            *catches_up(1300, "a2", 1),
             change(10500, "a2", "ready", "recovering", 2),
             change(10600, "a2", "recovering", "active", 2),
         ],
         "a3.broker.log": [
             started(100, "a3"),
-            change(1300, "a3", "joining", "catch-up", 1),
-            change(1400, "a3", "catch-up", "ready", 1),
+            *catches_up(1300, "a3", 1),
             change(10650, "a3", "ready", "catch-up", 2),
             change(10700, "a3", "catch-up", "ready", 2),
             change(20700, "a3", "ready", "recovering", 3),
@@ -114,8 +119,7 @@ def cluster_b() -> dict[str, list[dict[str, Any]]]:
             started(100, "b1"), started(100, "b2"), started(100, "b3"),
             change(1100, "b1", "joining", "recovering", 1),
             change(1110, "b1", "recovering", "active", 1),
-            change(1300, "b2", "joining", "catch-up", 1),
-            change(1400, "b2", "catch-up", "ready", 1),
+            *catches_up(1300, "b2", 1),
             change(9100, "b3", "joining", "recovering", 2),
             change(9200, "b3", "recovering", "active", 2),
         ],
