@@ -2,7 +2,7 @@
 
 :func:`render_metrics` is a pure function of the broker it is given (and of ``now``): no
 I/O, no registry, no global state, so it is tested without HTTP. The HTTP handler in
-:mod:`broker.management.api` only sets the content type and returns the text.
+:mod:`broker.management.status` only sets the content type and returns the text.
 
 The broker is described structurally (:class:`BrokerView` and friends) rather than by
 importing :class:`broker.server.Broker`, so that this module and the management API depend
