@@ -1,0 +1,63 @@
+"""/api/status and /api/connections: what the broker and its connections report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pamqp import commands
+
+from broker import __version__
+from tests.amqp.helpers import open_client
+from tests.management.support import FakeBroker, serve
+
+
+def test_status_reports_the_broker() -> None:
+    broker = FakeBroker()
+    open_client(broker.context)
+
+    async def scenario(client: Any) -> None:
+        response = await client.get("/api/status")
+        assert response.status == 200
+        assert response.content_type == "application/json"
+        body = await response.json()
+        assert body["node"] == "node-a"
+        assert body["version"] == __version__
+        assert body["ha_state"] == "standalone"
+        assert body["amqp_port"] == 5672
+        assert body["connections"] == 1
+        assert body["queues"] == 0
+        assert body["exchanges"] == 6  # "" and the five amq.* exchanges
+        assert 4.0 <= body["uptime"] < 60.0
+
+    serve(broker, scenario)
+
+
+def test_connections_are_listed() -> None:
+    broker = FakeBroker()
+    conn = open_client(broker.context)
+    conn.send(2, commands.Channel.Open())
+    conn.publish(1, b"abc", exchange="amq.direct", routing_key="nowhere")
+    idle = open_client(broker.context)
+
+    async def scenario(client: Any) -> None:
+        response = await client.get("/api/connections")
+        assert response.status == 200
+        listed = await response.json()
+        assert [c["id"] for c in listed] == sorted([conn.conn.id, idle.conn.id])
+        first = next(c for c in listed if c["id"] == conn.conn.id)
+        assert first == {
+            "id": conn.conn.id,
+            "name": conn.conn.name,
+            "peer": "test:1",
+            "user": "guest",
+            "state": "open",
+            "client_product": "test-client",
+            "client_version": None,
+            "channels": 2,
+            "heartbeat": 0,
+            "frame_max": 131072,
+            "messages_published": 1,
+            "messages_delivered": 0,
+        }
+
+    serve(broker, scenario)
