@@ -9,12 +9,22 @@ events on its queue, except the fence, which must not wait for the loop (see bel
 Every ``check_interval`` (and at once on any event) the loop
 
 1. checks the broker (``/api/status``, ``/api/ha``);
-2. reads the members and the primary record from ZooKeeper and publishes its own member
-   record when it changed;
-3. asks :func:`~ha_agent.promotion.decide` what to do, logs why when that changes, and
+2. on the primary's node, keeps the in-sync set (below);
+3. reads the members, the primary record and the in-sync set from ZooKeeper and publishes
+   its own member record when it changed;
+4. asks :func:`~ha_agent.promotion.decide` what to do, logs why when that changes, and
    carries out the actions: contend / withdraw (kazoo's Election recipe), promote (next
-   epoch from ZooKeeper, ``POST /api/ha/promote``, then the primary record), take the
-   virtual IP, fence, watchdog kill.
+   epoch from ZooKeeper, the in-sync set at that epoch, ``POST /api/ha/promote``, then the
+   primary record), take the virtual IP, fence, watchdog kill.
+
+The in-sync set (:mod:`ha_agent.in_sync`, issue 10): the agent of the primary reads its
+broker's ``in_sync`` and the committed set (with its version), writes
+:func:`~ha_agent.promotion.isr_update` when it changes (conditionally on that version, only
+while the set's epoch is the one it promoted its broker with), and then, when the committed
+set leaves out backups whose removal the broker waits for, tells the broker
+(``POST /api/ha/in-sync``) so it releases the confirms it holds for them. A promotion
+re-checks eligibility against a fresh read of the set and writes the set at the new epoch
+(conditionally) before it promotes the broker with the members to expect.
 
 Fencing (docs/agent.md has the timing argument): the :class:`~ha_agent.election.SessionWatcher`
 calls :meth:`Agent._session_fenced` in its own thread when the lease on the ZooKeeper
@@ -32,6 +42,11 @@ Error Handling
   (``promotion_refused``) and the agent resigns.
 - A virtual IP that cannot be added is logged (``vip_failed``) and the agent resigns: a
   primary clients cannot reach is no primary.
+- An in-sync write that loses a race (another write since the read) is logged
+  (``in_sync_conflict``) and read again at the next check; a removal is posted to the broker
+  only once a write or a read shows it committed. A set at a newer epoch than the broker's
+  fences the broker (:func:`~ha_agent.promotion.decide`). A set that cannot be parsed is
+  logged (``in_sync_record_invalid``) and lets no backup contend.
 """
 
 from __future__ import annotations
@@ -40,12 +55,12 @@ import contextlib
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import structlog
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from broker.management.client import ManagementError
@@ -54,15 +69,29 @@ from ha_agent.broker_check import BrokerCheck, PromoteRefused
 from ha_agent.election import LeaderElection
 from ha_agent.epoch_counter import next_epoch
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
+from ha_agent.in_sync import (
+    InSyncEpochError,
+    InSyncRecordError,
+    VersionedInSync,
+    read_in_sync,
+    write_in_sync,
+)
 from ha_agent.membership import Member, MemberPublisher, read_members
 from ha_agent.primary_record import delete_primary, read_primary, write_primary
 from ha_agent.promotion import (
     Action,
+    BrokerInSync,
     BrokerView,
     ClusterView,
+    InSyncMember,
+    InSyncRecord,
     PrimaryRecord,
     Step,
     decide,
+    eligibility,
+    isr_update,
+    promotion_in_sync,
+    releasable,
 )
 from ha_agent.supervisor import BrokerSupervisor, kill_pid
 from ha_agent.vip import VipError, VirtualIp
@@ -147,6 +176,11 @@ class Agent:
         self.promoted_epoch: int | None = None
         self.members: dict[str, Member] = {}
         self.primary: PrimaryRecord | None = None
+        #: the committed in-sync set as last read or written (None: none recorded)
+        self.in_sync: VersionedInSync | None = None
+        self.in_sync_error = ""
+        self._in_sync_posted: tuple[int, int, tuple[str, ...]] | None = None
+        self.cluster_view: ClusterView | None = None
         self._eligibility = ""
         self._fence_lock = threading.Lock()
 
@@ -263,8 +297,10 @@ class Agent:
                 self.last_pid = view.pid
         old = self.view
         self.view = view
+        in_sync_read = False
         if view is not None and view.is_primary and self.promoted_epoch is not None:
             self._renew_lease()  # first: a slow ZooKeeper below must not delay it
+            in_sync_read = self._keep_in_sync(view, self.promoted_epoch)
         if (old is None) != (view is None) or (
             old is not None and view is not None and old.ha_state != view.ha_state
         ):
@@ -275,7 +311,7 @@ class Agent:
                 reason=self.broker_check.last_error or None,
             )
         if read_cluster:
-            self._read_cluster(view)
+            self._read_cluster(view, read_in_sync_set=not in_sync_read)
         election = self.election
         assert election is not None and self.watcher is not None
         cluster_view = ClusterView(
@@ -289,7 +325,10 @@ class Agent:
             cluster_size=self.settings.cluster_size,
             broker_silent_for=now - self.last_answer if self.answered else 0.0,
             watchdog_timeout=self.settings.watchdog_timeout,
+            in_sync=None if self.in_sync is None else self.in_sync.record,
+            in_sync_error=self.in_sync_error,
         )
+        self.cluster_view = cluster_view
         decision = decide(cluster_view)
         if decision.eligibility != self._eligibility:
             self._eligibility = decision.eligibility
@@ -297,7 +336,7 @@ class Agent:
         for action in decision.actions:
             self._act(action, view)
 
-    def _read_cluster(self, view: BrokerView | None) -> None:
+    def _read_cluster(self, view: BrokerView | None, read_in_sync_set: bool = True) -> None:
         s = self.settings
         member = Member(
             node=s.node,
@@ -306,6 +345,7 @@ class Agent:
             epoch=0 if view is None else view.epoch,
             store_status="unknown" if view is None else view.store_status,
             replication_position=0 if view is None else view.replication_position,
+            broker_id="" if view is None else view.broker_id,
         )
         sent = time.monotonic()
         try:
@@ -314,16 +354,117 @@ class Agent:
                 publisher.publish(timeout=s.session_timeout * 1.5)
                 self.publisher = publisher
             elif self.publisher.member != member:
-                fields = ("broker_url", "ha_state", "epoch", "store_status")
-                changes = {k: getattr(member, k) for k in (*fields, "replication_position")}
+                changes = {k: getattr(member, k) for k in asdict(member) if k != "node"}
                 self.publisher.update(**changes)
             self.members = read_members(self.client, s.cluster)
             self.primary = read_primary(self.client, s.cluster)
+            if read_in_sync_set:
+                self._read_in_sync()
         except (KazooException, KazooTimeoutError) as exc:
             _log.warning("zookeeper_error", reason=repr(exc))
             return
         assert self.watcher is not None
         self.watcher.note_contact(sent)
+
+    def _read_in_sync(self) -> VersionedInSync | None:
+        """Read the committed in-sync set into :attr:`in_sync` (kazoo errors propagate)."""
+        try:
+            self.in_sync = read_in_sync(self.client, self.settings.cluster)
+        except InSyncRecordError as exc:
+            if str(exc) != self.in_sync_error:
+                _log.error("in_sync_record_invalid", reason=str(exc))
+            self.in_sync, self.in_sync_error = None, str(exc)
+            return None
+        self.in_sync_error = ""
+        return self.in_sync
+
+    # -- the in-sync set (this agent's broker is the primary) -------------------------
+    def _keep_in_sync(self, view: BrokerView, epoch: int) -> bool:
+        """Bring the committed in-sync set in line with the broker's, then tell the broker
+        which removals are committed. True when the set was read (the loop need not read
+        it again); any ZooKeeper error is logged and the next check tries again."""
+        broker = view.in_sync
+        if broker is None or view.epoch != epoch:
+            return False  # a broker without the set, or not yet at the promoted epoch
+        try:
+            read = self._read_in_sync()
+            if self.in_sync_error:
+                return True
+            if read is not None and read.record.epoch != epoch:
+                # A newer epoch: another primary owns the set, decide() fences. An older
+                # one cannot follow a promotion that wrote its own: touch nothing.
+                _log.warning("in_sync_epoch_mismatch", in_sync_epoch=read.record.epoch)
+                return True
+            committed = self._update_in_sync(read, broker, epoch)
+        except (KazooException, KazooTimeoutError) as exc:
+            _log.warning("zookeeper_error", reason=repr(exc), during="in_sync")
+            return False
+        if committed is not None:
+            self._post_in_sync(committed, broker)
+        return True
+
+    def _update_in_sync(
+        self, read: VersionedInSync | None, broker: BrokerInSync, epoch: int
+    ) -> VersionedInSync | None:
+        """The committed set after writing the update, if any; None when a write lost a race
+        (nothing is known committed then)."""
+        old = None if read is None else read.record
+        members = isr_update(old, broker)
+        if members is None:
+            return read
+        kept = {} if old is None else {m.broker_id: m for m in old.members}
+        record = InSyncRecord(
+            epoch, tuple(kept.get(i) or self._in_sync_member(i, broker) for i in members)
+        )
+        try:
+            committed = write_in_sync(self.client, self.settings.cluster, record, read)
+        except (BadVersionError, NodeExistsError, InSyncEpochError) as exc:
+            _log.warning("in_sync_conflict", reason=repr(exc))
+            return None
+        before = set() if old is None else old.broker_ids
+        self.in_sync = committed
+        _log.info(
+            "in_sync_changed",
+            added=sorted(set(members) - before),
+            removed=sorted(before - set(members)),
+            members=[m.node or m.broker_id for m in record.members],
+            in_sync_epoch=epoch,
+            version=committed.version,
+        )
+        return committed
+
+    def _in_sync_member(self, broker_id: str, broker: BrokerInSync) -> InSyncMember:
+        """Node and URL of a backup by its broker id, from the member records and the
+        broker's list of backups ("" when unknown: they are only shown)."""
+        member = next((m for m in self.members.values() if m.broker_id == broker_id), None)
+        url = dict(broker.urls).get(broker_id) or (member.broker_url if member else "")
+        return InSyncMember(broker_id, member.node if member is not None else "", url)
+
+    def _post_in_sync(self, committed: VersionedInSync, broker: BrokerInSync) -> None:
+        """Tell the broker the committed set when it leaves out backups whose held
+        confirms wait for their removal (only a committed record gets here)."""
+        released = releasable(committed.record, broker)
+        if not released:
+            return
+        record = committed.record
+        members = sorted(record.broker_ids)
+        try:
+            answer = self.broker_check.commit_in_sync(record.epoch, members)
+        except (PromoteRefused, ManagementError) as exc:
+            _log.warning("in_sync_post_failed", reason=str(exc))
+            return
+        key = (record.epoch, committed.version, released)
+        if key != self._in_sync_posted:
+            self._in_sync_posted = key
+            _log.info(
+                "in_sync_committed",
+                in_sync_epoch=record.epoch,
+                version=committed.version,
+                members=members,
+                removed=list(released),
+                released=answer.get("released"),
+                pending_removal=answer.get("pending_removal"),
+            )
 
     # -- actions ----------------------------------------------------------------------
     def _act(self, action: Action, view: BrokerView | None) -> None:
@@ -366,8 +507,11 @@ class Agent:
         started = time.monotonic()
         answer: dict[str, Any] | None = None
         try:
-            epoch = next_epoch(self.client, s.cluster, minimum=view.epoch + 1)
-            _log.info("epoch_taken", new_epoch=epoch, reason=reason)
+            in_sync = self._take_in_sync(view)
+            if in_sync is None:
+                self._resign()
+                return
+            epoch, expected = in_sync
             lease = self._lease()
             if lease is None:
                 raise PromoteRefused("no lease left on the ZooKeeper session")
@@ -375,7 +519,7 @@ class Agent:
             # unknown (see below).
             timeout = min(PROMOTE_TIMEOUT, max(0.5, lease * 0.8))
             try:
-                answer = self.broker_check.promote(epoch, lease, timeout=timeout)
+                answer = self.broker_check.promote(epoch, lease, timeout=timeout, in_sync=expected)
             except ManagementError as exc:
                 # No answer: the broker may yet become primary after this agent resigned,
                 # beside the next one. Fence it (it restarts as a backup), then resign.
@@ -408,6 +552,44 @@ class Agent:
             reason=reason,
             took_ms=round((time.monotonic() - started) * 1000, 3),
         )
+
+    def _take_in_sync(self, view: BrokerView) -> tuple[int, list[str]] | None:
+        """Before a promotion: read the in-sync set, check eligibility against it, take the
+        next epoch and commit the set at that epoch (conditionally on the version read).
+        Returns the epoch and the broker ids the new primary must expect; None (logged)
+        when this broker may not be promoted after all or the write lost a race. kazoo's
+        connection errors propagate (nothing promoted yet)."""
+        s = self.settings
+        read = self._read_in_sync()
+        assert self.cluster_view is not None
+        fresh = replace(
+            self.cluster_view,
+            broker=view,
+            in_sync=None if read is None else read.record,
+            in_sync_error=self.in_sync_error,
+        )
+        eligible, why = eligibility(fresh)
+        if not eligible:
+            _log.info("election_withdraw", reason=f"won the election, but {why}")
+            return None
+        epoch = next_epoch(self.client, s.cluster, minimum=view.epoch + 1)
+        _log.info("epoch_taken", new_epoch=epoch, reason=why)
+        record = InSyncRecord(epoch, promotion_in_sync(None if read is None else read.record, view))
+        try:
+            committed = write_in_sync(self.client, s.cluster, record, read)
+        except (BadVersionError, NodeExistsError, InSyncEpochError) as exc:
+            _log.warning("in_sync_conflict", reason=repr(exc), new_epoch=epoch)
+            return None
+        self.in_sync = committed
+        _log.info(
+            "in_sync_changed",
+            added=[],
+            removed=sorted((set() if read is None else read.record.broker_ids) - record.broker_ids),
+            members=[m.node or m.broker_id for m in record.members],
+            in_sync_epoch=epoch,
+            version=committed.version,
+        )
+        return epoch, sorted(record.broker_ids)
 
     def _lease(self) -> float | None:
         """What is left of this agent's lease on its ZooKeeper session (seconds), the time

@@ -10,6 +10,11 @@ The replication position is the sum over replicated queues of the last replicati
 backup holds (``/api/ha`` ``queues[].last_id``): within one epoch, a backup that holds more
 of the primary's stream has a larger sum. A primary reports its queues' last ids the same way.
 
+A primary's ``/api/ha`` ``in_sync`` (``wanted``, ``pending_removal``) becomes the view's
+:class:`~ha_agent.promotion.BrokerInSync`; :meth:`BrokerCheck.commit_in_sync` tells the
+primary which in-sync set ZooKeeper committed (``POST /api/ha/in-sync``), so that it releases
+the confirms it holds for the backups removed from it.
+
 Error Handling
 ==============
 
@@ -26,7 +31,7 @@ from typing import Any
 
 from broker.management.client import ManagementClient, ManagementError
 from common.url import parse_url
-from ha_agent.promotion import BrokerView
+from ha_agent.promotion import BrokerInSync, BrokerView
 
 __all__ = ["DEFAULT_MGMT_PORT", "BrokerCheck", "PromoteRefused", "broker_view"]
 
@@ -41,13 +46,39 @@ def _non_negative(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def _ids(value: Any) -> frozenset[str]:
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(v for v in value if isinstance(v, str) and v)
+
+
+def broker_in_sync(ha: dict[str, Any]) -> BrokerInSync | None:
+    """The primary's ``in_sync`` from its ``/api/ha`` (None when it reports none)."""
+    in_sync = ha.get("in_sync")
+    if not isinstance(in_sync, dict):
+        return None
+    urls = []
+    for backup in ha.get("backups") or []:
+        if isinstance(backup, dict) and isinstance(backup.get("id"), str):
+            urls.append((backup["id"], str(backup.get("url") or "")))
+    return BrokerInSync(
+        wanted=_ids(in_sync.get("wanted")),
+        pending_removal=_ids(in_sync.get("pending_removal")),
+        urls=tuple(sorted(urls)),
+    )
+
+
 def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView:
     """A :class:`BrokerView` from the JSON of ``/api/status`` and ``/api/ha`` (None if none)."""
     state = str(status.get("ha_state", "unknown"))
     epoch = position = 0
-    url = ""
+    url = broker_id = ""
+    in_sync = None
     if ha is not None:
         url = str(ha.get("url") or "")
+        raw_id = ha.get("broker_id")
+        broker_id = raw_id if isinstance(raw_id, str) else ""
+        in_sync = broker_in_sync(ha)
         epoch = _non_negative(ha.get("epoch"))
         for queue in ha.get("queues") or []:
             if isinstance(queue, dict):
@@ -61,6 +92,8 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         store_status=store if store in ("empty", "clean", "dirty") else "unknown",
         pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
         url=url,
+        broker_id=broker_id,
+        in_sync=in_sync,
     )
 
 
@@ -96,15 +129,30 @@ class BrokerCheck:
         return broker_view(status, ha)
 
     def promote(
-        self, epoch: int, lease: float | None = None, timeout: float | None = None
+        self,
+        epoch: int,
+        lease: float | None = None,
+        timeout: float | None = None,
+        in_sync: list[str] | None = None,
     ) -> dict[str, Any]:
         """``POST /api/ha/promote`` as the cluster manager, with the primary's first lease
-        (seconds) when given; the broker's answer. ``timeout`` replaces the check timeout
-        for this call (a promotion does more than answer a status)."""
+        (seconds) and the backups it must expect (``in_sync``, broker ids) when given; the
+        broker's answer. ``timeout`` replaces the check timeout for this call (a promotion
+        does more than answer a status)."""
         body: dict[str, Any] = {"cluster_manager": True, "epoch": epoch}
         if lease is not None:
             body["lease"] = lease
+        if in_sync is not None:
+            body["in_sync"] = in_sync
         return self._post("/api/ha/promote", body, timeout)
+
+    def commit_in_sync(self, epoch: int, members: list[str]) -> dict[str, Any]:
+        """``POST /api/ha/in-sync``: ZooKeeper committed ``members`` (broker ids) as the
+        in-sync set at ``epoch``; the primary releases the confirms it holds for the
+        pending-removal backups not among them. Answers ``released`` and
+        ``pending_removal``; PromoteRefused (409) when ``epoch`` is not the broker's."""
+        body = {"cluster_manager": True, "epoch": epoch, "members": members}
+        return self._post("/api/ha/in-sync", body)
 
     def renew_lease(self, lease: float) -> dict[str, Any]:
         """``POST /api/ha/lease``: the primary may serve ``lease`` seconds more."""

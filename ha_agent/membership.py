@@ -8,11 +8,15 @@ clean exit). It holds a JSON object (:class:`Member`, schema version 1)::
 
     {"version": 1, "node": "n1", "broker_url": "amqp://10.0.0.1:5672",
      "ha_state": "ready", "epoch": 7, "store_status": "clean",
-     "replication_position": 1234}
+     "replication_position": 1234, "broker_id": "6f1c..."}
 
 ``replication_position`` is one number that orders brokers of the same epoch (larger is
 more advanced); the agent derives it from its broker's ``/api/ha``. ``store_status`` is
-``empty``, ``clean``, ``dirty`` or ``unknown``.
+``empty``, ``clean``, ``dirty`` or ``unknown``. ``broker_id`` is the id the broker reports
+in ``/api/ha`` (new at each broker start; "" while it does not answer): the in-sync set
+(:mod:`ha_agent.in_sync`) names brokers by it. It was added to schema 1 compatibly: a
+record without it reads as "" (but an agent older than the field refuses records with it,
+so upgrade every agent of a cluster together).
 
 :class:`MemberPublisher` creates and updates this agent's record; :func:`read_members`
 returns everyone's.
@@ -106,6 +110,7 @@ class Member:
     epoch: int = 0
     store_status: str = "unknown"
     replication_position: int = 0
+    broker_id: str = ""
 
     def __post_init__(self) -> None:
         try:
@@ -114,6 +119,7 @@ class Member:
             raise MemberRecordError(str(exc)) from None
         _str("broker_url", self.broker_url)
         _str("ha_state", self.ha_state)
+        _str("broker_id", self.broker_id)
         _int("epoch", self.epoch)
         _int("replication_position", self.replication_position)
         if self.store_status not in STORE_STATUSES:
@@ -140,7 +146,7 @@ class Member:
             raise MemberRecordError(f"unknown record version {version!r}")
         fields = {"node", "broker_url", "ha_state", "epoch", "store_status"}
         fields |= {"replication_position"}
-        missing, unknown = fields - record.keys(), record.keys() - fields
+        missing, unknown = fields - record.keys(), record.keys() - fields - {"broker_id"}
         if missing or unknown:
             raise MemberRecordError(f"fields missing {sorted(missing)}, unknown {sorted(unknown)}")
         return cls(**record)

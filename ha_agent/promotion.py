@@ -10,7 +10,11 @@ The rules (ARCHITECTURE.md, invariants 2 to 4; seed 001, "Promoting a broker"):
 
 - Only an agent whose broker may be promoted contends in the election:
 
-  * a **ready** backup: it has every confirmed message;
+  * a **ready** backup in the committed **in-sync set** (:class:`InSyncRecord`, written by
+    the primary's agent, :mod:`ha_agent.in_sync`): it has every confirmed message. A backup
+    that is ready in its own eyes but out of the set never contends, even when every member
+    of the set is gone (the cluster waits for one of them). Without a recorded set (a
+    cluster older than the set) a ready backup contends as before;
   * a broker that is already the **primary** (active or recovering) and whose agent
     restarted: it contends to take its leadership back, unless ZooKeeper names another
     primary, in which case it is **fenced** (two primaries must never serve);
@@ -19,7 +23,8 @@ The rules (ARCHITECTURE.md, invariants 2 to 4; seed 001, "Promoting a broker"):
     replication position, then a clean store before a dirty one, then the node name so the
     choice is the same everywhere). This is also the total-failure rule: after every broker
     restarted, the one that saw the newest epoch and holds the most is chosen, never a
-    random one.
+    random one. Once an in-sync set is recorded, it applies only when no live member is in
+    the set and no live member is ready (every broker restarted: their ids are new).
 
 - A broker in **catch-up** never contends (seed 001: "still catching up"), nor one that does
   not answer.
@@ -29,6 +34,9 @@ The rules (ARCHITECTURE.md, invariants 2 to 4; seed 001, "Promoting a broker"):
   broker (kills it: it comes back as a joining backup) and drops the virtual IP before it
   withdraws, so that no other agent can win while its broker still serves.
 - A broker that has not answered for the watchdog timeout is killed and restarted.
+- A primary broker whose epoch is older than the in-sync set's is fenced: the set was taken
+  over by a newer primary (:func:`isr_update` and :func:`releasable` keep the set of the
+  primary that owns it).
 
 Error Handling
 ==============
@@ -48,14 +56,21 @@ from ha_agent.membership import Member
 __all__ = [
     "PRIMARY_STATES",
     "Action",
+    "BrokerInSync",
     "BrokerView",
     "ClusterView",
     "Decision",
+    "InSyncMember",
+    "InSyncRecord",
     "PrimaryRecord",
     "Step",
     "decide",
+    "eligibility",
+    "isr_update",
     "most_advanced",
+    "promotion_in_sync",
     "rank",
+    "releasable",
 ]
 
 #: States of a broker that serves clients.
@@ -63,6 +78,17 @@ PRIMARY_STATES = frozenset({"active", "recovering"})
 
 #: Store statuses from best to worst (seed 002: a clean store before a dirty one).
 _STORE_ORDER = {"clean": 3, "empty": 2, "unknown": 1, "dirty": 0}
+
+
+@dataclass(frozen=True)
+class BrokerInSync:
+    """A primary broker's ``/api/ha`` ``in_sync``: the backups it counts as in sync now
+    (``wanted``), those gone while in sync whose held confirms wait for a committed removal
+    (``pending_removal``), and the broker ids' AMQP addresses from its ``backups``."""
+
+    wanted: frozenset[str] = frozenset()
+    pending_removal: frozenset[str] = frozenset()
+    urls: tuple[tuple[str, str], ...] = ()  # (broker id, url) of the backups it knows
 
 
 @dataclass(frozen=True)
@@ -75,6 +101,8 @@ class BrokerView:
     store_status: str = "unknown"
     pid: int | None = None
     url: str = ""  # the broker's AMQP address as it reports it
+    broker_id: str = ""  # new at each broker start ("" from a broker that does not say)
+    in_sync: BrokerInSync | None = None  # on a primary that reports it
 
     @property
     def is_primary(self) -> bool:
@@ -88,6 +116,28 @@ class PrimaryRecord:
     node: str
     epoch: int
     broker_url: str = ""
+
+
+@dataclass(frozen=True)
+class InSyncMember:
+    """One backup of the in-sync set: its broker id (what counts), node and URL (to show)."""
+
+    broker_id: str
+    node: str = ""
+    url: str = ""
+
+
+@dataclass(frozen=True)
+class InSyncRecord:
+    """The content of ``/qpid-ha/<cluster>/in-sync``: the backups that hold every confirmed
+    message of the primary of ``epoch`` (the primary itself is not a member)."""
+
+    epoch: int
+    members: tuple[InSyncMember, ...] = ()
+
+    @property
+    def broker_ids(self) -> frozenset[str]:
+        return frozenset(m.broker_id for m in self.members)
 
 
 class Step(StrEnum):
@@ -125,6 +175,10 @@ class ClusterView:
     #: seconds since the broker last answered (0 when it just did)
     broker_silent_for: float = 0.0
     watchdog_timeout: float = 0.0  # 0: no watchdog
+    #: the committed in-sync set (None: none recorded, a new or an older cluster)
+    in_sync: InSyncRecord | None = None
+    #: why the in-sync set could not be read ("" when it could): then nobody contends
+    in_sync_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -155,21 +209,53 @@ def most_advanced(members: Mapping[str, Member]) -> Member | None:
     return max(members.values(), key=rank, default=None)
 
 
-def _eligibility(view: ClusterView) -> tuple[bool, str]:
+def _live_in_sync(view: ClusterView, record: InSyncRecord) -> list[str]:
+    """Nodes of the live members whose broker is in ``record`` (by broker id)."""
+    ids = record.broker_ids
+    return sorted(n for n, m in view.members.items() if m.broker_id and m.broker_id in ids)
+
+
+def _set_names(record: InSyncRecord) -> str:
+    names = [m.node or m.broker_id for m in record.members]
+    return ", ".join(sorted(names)) if names else "no member"
+
+
+def eligibility(view: ClusterView) -> tuple[bool, str]:
     """May this agent's broker be promoted? And why (or why not)."""
     broker = view.broker
     if broker is None:
         return False, "the broker does not answer"
     state = broker.ha_state
+    record = view.in_sync
     if broker.is_primary:
         if view.primary is not None and view.primary.node != view.node:
             return (
                 False,
                 f"ZooKeeper names {view.primary.node} primary (epoch {view.primary.epoch})",
             )
+        if record is not None and record.epoch > broker.epoch:
+            return False, (
+                f"the in-sync set is at epoch {record.epoch}, newer than the broker's "
+                f"{broker.epoch}: another primary took it over"
+            )
         return True, f"the broker is already the primary ({state})"
+    if state in ("ready", "joining") and view.in_sync_error:
+        return False, f"the in-sync set cannot be read: {view.in_sync_error}"
     if state == "ready":
-        return True, "a ready backup"
+        if record is None:
+            return True, "a ready backup (no in-sync set recorded)"
+        if broker.broker_id and broker.broker_id in record.broker_ids:
+            return True, f"a ready backup in the in-sync set (epoch {record.epoch})"
+        live = _live_in_sync(view, record)
+        if not live:
+            return False, (
+                f"a ready backup out of the in-sync set (epoch {record.epoch}: "
+                f"{_set_names(record)}), whose members are all gone: waiting for one of "
+                "them to return"
+            )
+        return False, (
+            f"a ready backup out of the in-sync set (epoch {record.epoch}): {', '.join(live)} in it"
+        )
     if state == "catch-up":
         return False, "the broker is still catching up"
     if state != "joining":
@@ -179,6 +265,10 @@ def _eligibility(view: ClusterView) -> tuple[bool, str]:
     present = len(view.members)
     if present < view.cluster_size:
         return False, f"a new cluster: waiting for {view.cluster_size} members, {present} present"
+    if record is not None:
+        live = _live_in_sync(view, record)
+        if live:
+            return False, f"{', '.join(live)} in the in-sync set (epoch {record.epoch})"
     beyond = sorted(n for n, m in view.members.items() if m.ha_state != "joining")
     if beyond:
         return False, f"not every member is joining: {', '.join(beyond)}"
@@ -193,6 +283,39 @@ def _eligibility(view: ClusterView) -> tuple[bool, str]:
         f"the most advanced of {present} joining members "
         f"(epoch {best.epoch}, position {best.replication_position}, {best.store_status})"
     )
+
+
+def isr_update(record: InSyncRecord | None, broker_in_sync: BrokerInSync) -> tuple[str, ...] | None:
+    """The in-sync set (broker ids, sorted) the primary's agent should write, given the
+    committed ``record`` and the primary broker's ``in_sync``; None when nothing changes.
+
+    The set becomes what the broker counts as in sync (``wanted``) less the backups whose
+    removal waits (``pending_removal``). Adding a backup is safe once the broker counts it
+    (it is guarded: no confirm goes out without it); removing one is always safe for the
+    data (fewer backups may be promoted), and it is what lets the broker release it.
+    """
+    members = broker_in_sync.wanted - broker_in_sync.pending_removal
+    if record is not None and members == record.broker_ids:
+        return None
+    return tuple(sorted(members))
+
+
+def releasable(record: InSyncRecord | None, broker_in_sync: BrokerInSync) -> tuple[str, ...]:
+    """The pending-removal backups whose removal ``record`` (committed) shows: the primary
+    may release their held confirms (sorted; empty without a record)."""
+    if record is None:
+        return ()
+    return tuple(sorted(broker_in_sync.pending_removal - record.broker_ids))
+
+
+def promotion_in_sync(record: InSyncRecord | None, broker: BrokerView) -> tuple[InSyncMember, ...]:
+    """The in-sync set a promotion of ``broker`` writes (at the new epoch) and hands the
+    broker to expect: the committed set less the broker itself. A joining broker (a new
+    cluster, total failure) starts with an empty set: the old members' broker ids belong to
+    brokers that have all restarted since (ids are new at each start)."""
+    if record is None or broker.ha_state == "joining":
+        return ()
+    return tuple(m for m in record.members if m.broker_id != broker.broker_id)
 
 
 def decide(view: ClusterView) -> Decision:
@@ -226,7 +349,7 @@ def decide(view: ClusterView) -> Decision:
             )
         return Decision(tuple(actions), reason)
 
-    eligible, why = _eligibility(view)
+    eligible, why = eligibility(view)
     if broker.is_primary and not eligible:
         # Another agent won and promoted its broker: two primaries must never serve.
         actions.append(Action(Step.FENCE, why))

@@ -9,6 +9,7 @@ Layout (docs: /work/shared/ARCHITECTURE.md, "ZooKeeper layout")::
     /qpid-ha/<cluster>/election/        kazoo Election (Lock) contenders (ha_agent.election)
     /qpid-ha/<cluster>/primary          ephemeral, JSON: node, epoch, url of the primary
     /qpid-ha/<cluster>/epoch            the fencing epoch counter (ha_agent.epoch_counter)
+    /qpid-ha/<cluster>/in-sync          persistent, JSON: the in-sync set (ha_agent.in_sync)
 
 Error Handling
 ==============
@@ -81,3 +82,8 @@ class ClusterLayout:
     def epoch(self) -> str:
         """``/qpid-ha/<cluster>/epoch``: the fencing epoch counter."""
         return f"{self.root}/epoch"
+
+    @property
+    def in_sync(self) -> str:
+        """``/qpid-ha/<cluster>/in-sync``: the committed in-sync set (persistent)."""
+        return f"{self.root}/in-sync"

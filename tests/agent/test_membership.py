@@ -31,6 +31,7 @@ members = st.builds(
     epoch=st.integers(min_value=0, max_value=2**63 - 1),
     store_status=st.sampled_from(sorted(STORE_STATUSES)),
     replication_position=st.integers(min_value=0, max_value=2**63 - 1),
+    broker_id=st.text(max_size=40),
 )
 
 
@@ -39,6 +40,15 @@ def test_a_record_survives_json(member: Member) -> None:
     data = member.to_json()
     assert json.loads(data)["version"] == MEMBER_SCHEMA
     assert Member.from_json(data) == member
+
+
+def test_a_record_without_broker_id_reads_as_empty() -> None:
+    """Schema 1 before the in-sync set: no broker_id field."""
+    old = (
+        b'{"version": 1, "node": "a", "broker_url": "u", "ha_state": "ready", "epoch": 2,'
+        b' "store_status": "clean", "replication_position": 5}'
+    )
+    assert Member.from_json(old) == Member("a", "u", "ready", 2, "clean", 5, "")
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from ha_agent.membership import Member
 from ha_agent.promotion import (
     BrokerView,
     ClusterView,
+    InSyncMember,
+    InSyncRecord,
     PrimaryRecord,
     Step,
     decide,
@@ -141,6 +144,30 @@ def test_at_most_one_joining_member_contends_in_a_new_cluster(records, size) -> 
         best = contenders[0]
         assert all(rank(best) >= rank(m) for m in members.values())
         assert best.epoch == max(m.epoch for m in members.values())
+
+
+@given(members_st, st.integers(1, 5), st.frozensets(st.sampled_from(["n1", "n2", "n3"])))
+def test_with_a_recorded_set_at_most_one_member_contends_after_total_failure(
+    records, size, recorded
+) -> None:
+    """The in-sync set only narrows the new-cluster rule: never two joining contenders, and
+    none while a live member's broker is in the set (ids here: the node names)."""
+    members = {n: replace(m, broker_id=n) for n, m in build(records).items()}
+    record = InSyncRecord(2, tuple(InSyncMember(i) for i in sorted(recorded)))
+    contenders = []
+    for name, m in members.items():
+        v = ClusterView(
+            node=name,
+            broker=BrokerView(m.ha_state, m.epoch, broker_id=name),
+            members=members,
+            cluster_size=size,
+            in_sync=record,
+        )
+        if m.ha_state == "joining" and Step.CONTEND in decide(v).steps:
+            contenders.append(m)
+    assert len(contenders) <= 1
+    if contenders:
+        assert not recorded & set(members)
 
 
 @given(members_st)

@@ -16,6 +16,7 @@ def test_paths_of_a_cluster() -> None:
     assert layout.election == "/qpid-ha/prod/election"
     assert layout.primary == "/qpid-ha/prod/primary"
     assert layout.epoch == "/qpid-ha/prod/epoch"
+    assert layout.in_sync == "/qpid-ha/prod/in-sync"
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a/b", "/abs", "-x", "a b", "x\n", "é", "a" * 129])

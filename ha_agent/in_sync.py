@@ -1,0 +1,163 @@
+"""The in-sync set: ``/qpid-ha/<cluster>/in-sync``, the backups that hold every confirmed message.
+
+:Status: Beta (issue 10)
+
+A *persistent* znode (it must outlive every session: it is what a total failure or the next
+election reads) holding compact JSON::
+
+    {"version": 1, "epoch": 7,
+     "members": [{"broker_id": "6f1c...", "node": "n2", "url": "10.0.0.2:5672"}]}
+
+``epoch`` is the epoch of the primary whose agent keeps the set; ``members`` are backups
+(never the primary itself), named by the broker id they report in ``/api/ha`` (new at each
+broker start, so a restarted broker is never a member until it is in sync again). Node and
+URL are only shown (``qpid-ha --zk ... status --all``).
+
+Contract
+========
+
+- Who writes: the agent of the primary, on every check (:func:`ha_agent.promotion.isr_update`:
+  the set becomes the backups its broker counts as in sync, less those whose removal waits),
+  and an agent promoting its broker (at the new epoch, the old members less its broker:
+  :func:`ha_agent.promotion.promotion_in_sync`).
+- Every write is conditional (:func:`write_in_sync`): on the znode's version as read
+  (``set(version=...)``; ``create`` when it was absent) and on the epoch (never below the
+  record's). So a removal is committed only if nobody wrote since the writer read, and once
+  a promotion wrote a newer epoch the old primary's agent can never write again: it reads a
+  newer epoch and fences its broker.
+- Only after a write that removed a backup has succeeded (or a read shows it removed) does
+  the agent tell its broker (``POST /api/ha/in-sync``) that it may release the confirms held
+  for it: safety never rests on timing.
+
+Error Handling
+==============
+
+- :func:`read_in_sync` returns None when there is no record, and raises
+  :class:`InSyncRecordError` for one it cannot parse (the agent then lets nobody contend).
+- :func:`write_in_sync` raises :class:`InSyncEpochError` (nothing written) when the record
+  read has a newer epoch than the one given; kazoo's ``BadVersionError`` when the record
+  changed since it was read, ``NodeExistsError`` when it was created since it was read
+  absent: read again and decide again (the agent does so at its next check).
+- Other kazoo errors (connection loss, session expiry) propagate: the write may or may not
+  have been applied; the next read tells.
+- Blocking calls: run them in a thread, not on an event loop.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from ha_agent.promotion import InSyncMember, InSyncRecord
+from ha_agent.zk_layout import ClusterLayout
+
+__all__ = [
+    "IN_SYNC_SCHEMA",
+    "InSyncEpochError",
+    "InSyncRecordError",
+    "VersionedInSync",
+    "decode_in_sync",
+    "encode_in_sync",
+    "read_in_sync",
+    "write_in_sync",
+]
+
+#: Version of the record written by this code.
+IN_SYNC_SCHEMA = 1
+
+
+class InSyncRecordError(ValueError):
+    """The in-sync znode holds something that is not a version-1 record."""
+
+
+class InSyncEpochError(Exception):
+    """The recorded set belongs to a newer epoch than the writer's: another primary owns it."""
+
+    def __init__(self, recorded: int, epoch: int) -> None:
+        super().__init__(
+            f"the in-sync set is at epoch {recorded}, newer than {epoch}: another primary owns it"
+        )
+        self.recorded = recorded
+        self.epoch = epoch
+
+
+@dataclass(frozen=True)
+class VersionedInSync:
+    """A record as read, with the znode version a conditional write must name."""
+
+    record: InSyncRecord
+    version: int
+
+
+def encode_in_sync(record: InSyncRecord) -> bytes:
+    """The znode's content: compact JSON, keys sorted, members sorted by broker id."""
+    members = [
+        {"broker_id": m.broker_id, "node": m.node, "url": m.url}
+        for m in sorted(record.members, key=lambda m: m.broker_id)
+    ]
+    body = {"version": IN_SYNC_SCHEMA, "epoch": record.epoch, "members": members}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def decode_in_sync(data: bytes | None) -> InSyncRecord:
+    """Parse a znode's content; InSyncRecordError naming what is wrong."""
+    try:
+        body = json.loads(data or b"")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InSyncRecordError(f"not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InSyncRecordError(f"not a JSON object: {type(body).__name__}")
+    if body.get("version") != IN_SYNC_SCHEMA:
+        raise InSyncRecordError(f"unknown record version {body.get('version')!r}")
+    epoch, members = body.get("epoch"), body.get("members")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise InSyncRecordError(f"epoch must be a non-negative integer: {epoch!r}")
+    if not isinstance(members, list):
+        raise InSyncRecordError(f"members must be a list: {members!r}")
+    parsed = []
+    for entry in members:
+        if not isinstance(entry, dict):
+            raise InSyncRecordError(f"a member must be an object: {entry!r}")
+        fields = [entry.get(k, "") for k in ("broker_id", "node", "url")]
+        if not all(isinstance(f, str) for f in fields) or not fields[0]:
+            raise InSyncRecordError(f"a member needs a broker_id and string fields: {entry!r}")
+        parsed.append(InSyncMember(*fields))
+    return InSyncRecord(epoch, tuple(parsed))
+
+
+def read_in_sync(client: Any, cluster: str) -> VersionedInSync | None:
+    """The committed set of ``cluster`` with its znode version (None when none is recorded)."""
+    path = ClusterLayout(cluster).in_sync
+    try:
+        data, stat = client.retry(client.get, path)
+    except NoNodeError:
+        return None
+    try:
+        record = decode_in_sync(data)
+    except InSyncRecordError as exc:
+        raise InSyncRecordError(f"{path}: {exc}") from None
+    return VersionedInSync(record, int(stat.version))
+
+
+def write_in_sync(
+    client: Any, cluster: str, record: InSyncRecord, read: VersionedInSync | None
+) -> VersionedInSync:
+    """Commit ``record`` if the znode is still as ``read`` (None: absent) and its epoch is
+    not newer than ``record.epoch``; returns what is now committed (with its version).
+
+    Not retried on connection loss by this function beyond the client's retry policy: a
+    ``set`` retried after it was applied fails with ``BadVersionError``, which the caller
+    treats like any other conflict (read again).
+    """
+    path = ClusterLayout(cluster).in_sync
+    data = encode_in_sync(record)
+    if read is None:
+        client.retry(client.create, path, data, makepath=True)  # NodeExistsError: not absent
+        return VersionedInSync(record, 0)
+    if read.record.epoch > record.epoch:
+        raise InSyncEpochError(read.record.epoch, record.epoch)
+    stat = client.retry(client.set, path, data, version=read.version)
+    return VersionedInSync(record, int(stat.version))

@@ -1,0 +1,366 @@
+"""The in-sync set (issue 10): the pure rules (isr_update, releasable, promotion_in_sync, who
+may contend) and the record's conditional writes against the real ZooKeeper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kazoo.exceptions import BadVersionError, NodeExistsError
+
+from ha_agent.broker_check import broker_view
+from ha_agent.in_sync import (
+    InSyncEpochError,
+    InSyncRecordError,
+    VersionedInSync,
+    decode_in_sync,
+    encode_in_sync,
+    read_in_sync,
+    write_in_sync,
+)
+from ha_agent.membership import Member
+from ha_agent.promotion import (
+    BrokerInSync,
+    BrokerView,
+    ClusterView,
+    InSyncMember,
+    InSyncRecord,
+    PrimaryRecord,
+    Step,
+    decide,
+    eligibility,
+    isr_update,
+    promotion_in_sync,
+    releasable,
+)
+from ha_agent.zk_layout import ClusterLayout
+
+
+def isr(epoch: int, *ids: str) -> InSyncRecord:
+    return InSyncRecord(epoch, tuple(InSyncMember(i, f"node-{i}", f"{i}:5672") for i in ids))
+
+
+def sync(wanted: set[str] = frozenset(), pending: set[str] = frozenset()) -> BrokerInSync:  # type: ignore[assignment]
+    return BrokerInSync(frozenset(wanted), frozenset(pending))
+
+
+# -- isr_update and releasable: table ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("record", "wanted", "pending", "update", "released"),
+    [
+        # nothing recorded yet: write what the broker counts (even nothing)
+        (None, set(), set(), (), ()),
+        (None, {"b"}, set(), ("b",), ()),
+        # no change
+        (isr(1, "a", "b"), {"a", "b"}, set(), None, ()),
+        # a backup became ready while guarded: added
+        (isr(1, "a"), {"a", "b"}, set(), ("a", "b"), ()),
+        # a backup went away while in sync: removed, released once that is committed
+        (isr(1, "a", "b"), {"a"}, {"b"}, ("a",), ("b",)),
+        (isr(1, "a"), {"a"}, {"b"}, None, ("b",)),
+        # pending in both lists: removed all the same
+        (isr(1, "a", "b"), {"a", "b"}, {"b"}, ("a",), ("b",)),
+        # a member the broker no longer counts (restarted, released): dropped
+        (isr(1, "a", "z"), {"a"}, set(), ("a",), ()),
+        # pending, never recorded: nothing to write, releasable at once
+        (isr(1), set(), {"c"}, None, ("c",)),
+    ],
+)
+def test_isr_update_and_releasable(record, wanted, pending, update, released) -> None:
+    """``released``: what the broker may release once the update is committed."""
+    broker = sync(wanted, pending)
+    assert isr_update(record, broker) == update
+    committed = record if update is None else isr(1, *update)
+    assert releasable(committed, broker) == released
+    if record is not None and update is not None:  # before the write: only what it shows
+        assert set(releasable(record, broker)) == pending - record.broker_ids
+
+
+def test_nothing_is_releasable_without_a_committed_record() -> None:
+    assert releasable(None, sync({"a"}, {"b"})) == ()
+
+
+IDS = st.sampled_from(["a", "b", "c", "d", "e"])
+id_sets = st.frozensets(IDS)
+
+
+@given(st.one_of(st.none(), id_sets), id_sets, id_sets)
+def test_isr_update_properties(recorded, wanted, pending) -> None:
+    """Never a pending-removal backup in the new set, never one the broker does not count;
+    applying the update once leaves nothing more to do; every pending one not in the
+    committed set is releasable, and only those."""
+    record = None if recorded is None else isr(3, *sorted(recorded))
+    broker = BrokerInSync(wanted, pending)
+    update = isr_update(record, broker)
+    if update is None:
+        assert record is not None  # no record: there is always something to write
+        members = record.broker_ids
+    else:
+        members = frozenset(update)
+    assert not members & pending
+    assert members <= wanted
+    assert update is None or list(update) == sorted(update)
+    committed = isr(3, *sorted(members))
+    assert isr_update(committed, broker) is None
+    assert set(releasable(committed, broker)) == set(pending)
+    if record is not None:
+        assert set(releasable(record, broker)) == pending - record.broker_ids
+
+
+@given(st.lists(st.tuples(id_sets, id_sets), min_size=1, max_size=8))
+def test_a_released_backup_was_out_of_every_later_committed_set(steps) -> None:
+    """Run the primary's agent over a sequence of broker states: whatever it lets the broker
+    release is absent from the set it committed, and the set it commits is always a subset
+    of what the broker counted then (so a backup enters only while guarded)."""
+    record: InSyncRecord | None = None
+    for wanted, pending in steps:
+        broker = BrokerInSync(wanted, pending)
+        update = isr_update(record, broker)
+        if update is not None:
+            record = isr(1, *update)
+            assert record.broker_ids <= wanted
+        assert record is not None
+        for released in releasable(record, broker):
+            assert released not in record.broker_ids
+
+
+# -- promotion_in_sync --------------------------------------------------------------------
+
+
+def test_a_promotion_takes_the_old_members_less_itself() -> None:
+    ready = BrokerView("ready", broker_id="a")
+    assert [m.broker_id for m in promotion_in_sync(isr(1, "a", "b", "c"), ready)] == ["b", "c"]
+    assert promotion_in_sync(None, ready) == ()
+    # total failure: every old id belongs to a broker that restarted since
+    assert promotion_in_sync(isr(4, "a", "b"), BrokerView("joining", broker_id="x")) == ()
+
+
+# -- eligibility ----------------------------------------------------------------------------
+
+
+def member(node: str, state: str, broker_id: str = "", epoch: int = 1, position: int = 0):
+    return Member(node, f"{node}:5672", state, epoch, "clean", position, broker_id)
+
+
+def view(state: str, broker_id: str = "", **kw: Any) -> ClusterView:
+    broker = BrokerView(state, epoch=kw.pop("epoch", 1), broker_id=broker_id)
+    return ClusterView(node="n1", broker=broker, **kw)
+
+
+def test_a_ready_backup_in_the_set_contends() -> None:
+    members = {"n1": member("n1", "ready", "a"), "n2": member("n2", "ready", "b")}
+    decision = decide(view("ready", "a", members=members, in_sync=isr(2, "a", "b")))
+    assert decision.steps == (Step.CONTEND,)
+    assert decision.eligibility == "a ready backup in the in-sync set (epoch 2)"
+
+
+def test_a_ready_backup_out_of_the_set_never_contends_and_says_why() -> None:
+    members = {"n1": member("n1", "ready", "a"), "n2": member("n2", "ready", "b")}
+    decision = decide(view("ready", "a", members=members, in_sync=isr(2, "b")))
+    assert decision.steps == ()
+    assert decision.eligibility == "a ready backup out of the in-sync set (epoch 2): n2 in it"
+    # it contended before it fell out: it withdraws; it won: it resigns
+    out = view("ready", "a", members=members, in_sync=isr(2, "b"), leadership="contending")
+    assert decide(out).steps == (Step.WITHDRAW,)
+    won = view("ready", "a", members=members, in_sync=isr(2, "b"), leadership="leading")
+    assert decide(won).steps == (Step.WITHDRAW,)
+
+
+def test_a_ready_backup_out_of_a_set_whose_members_are_gone_waits() -> None:
+    members = {"n1": member("n1", "ready", "a"), "n3": member("n3", "joining", "new")}
+    for record in (isr(5, "b"), isr(5)):
+        decision = decide(view("ready", "a", members=members, in_sync=record, cluster_size=2))
+        assert decision.steps == ()
+        assert "whose members are all gone: waiting for one of them" in decision.eligibility
+
+
+def test_without_a_recorded_set_a_ready_backup_contends_as_before() -> None:
+    decision = decide(view("ready", "a"))
+    assert decision.steps == (Step.CONTEND,)
+    assert decision.eligibility == "a ready backup (no in-sync set recorded)"
+
+
+def test_an_unreadable_set_lets_nobody_contend() -> None:
+    decision = decide(view("ready", "a", in_sync_error="not JSON"))
+    assert decision.steps == ()
+    assert decision.eligibility == "the in-sync set cannot be read: not JSON"
+
+
+def test_joining_members_wait_while_a_member_of_the_set_lives() -> None:
+    members = {"n1": member("n1", "joining", "x"), "n2": member("n2", "catch-up", "b")}
+    decision = decide(view("joining", "x", members=members, in_sync=isr(3, "b"), cluster_size=2))
+    assert decision.steps == ()
+    assert decision.eligibility == "n2 in the in-sync set (epoch 3)"
+
+
+def test_total_failure_falls_back_to_the_most_advanced_joining_member() -> None:
+    # every broker restarted: new ids, none in the set, none ready
+    members = {
+        "n1": member("n1", "joining", "x", epoch=3, position=10),
+        "n2": member("n2", "joining", "y", epoch=3, position=5),
+    }
+    record = isr(3, "a", "b")
+    best = decide(view("joining", "x", members=members, in_sync=record, cluster_size=2))
+    assert best.steps == (Step.CONTEND,)
+    assert "most advanced of 2 joining members" in best.eligibility
+    other = ClusterView(
+        node="n2",
+        broker=BrokerView("joining", 3, broker_id="y"),
+        members=members,
+        in_sync=record,
+        cluster_size=2,
+    )
+    assert decide(other).steps == ()
+
+
+def test_a_primary_behind_the_sets_epoch_is_fenced() -> None:
+    decision = decide(view("active", "p", epoch=4, in_sync=isr(5, "a"), leadership="leading"))
+    assert decision.steps == (Step.FENCE,)
+    assert "in-sync set is at epoch 5, newer than the broker's 4" in decision.eligibility
+    assert decide(view("active", "p", epoch=5, in_sync=isr(5, "a"))).steps == (Step.CONTEND,)
+
+
+STATES = ["joining", "catch-up", "ready", "active", "down"]
+nodes_st = st.dictionaries(
+    st.sampled_from(["n1", "n2", "n3", "n4"]),
+    st.tuples(st.sampled_from(STATES), st.sampled_from(["a", "b", "c", "d", "x", "y"])),
+    min_size=1,
+)
+
+
+@given(nodes_st, st.frozensets(st.sampled_from(["a", "b", "c", "d"])), st.integers(1, 4))
+def test_only_set_members_contend_unless_every_broker_restarted(nodes, recorded, size) -> None:
+    """With a recorded set, a non-primary broker contends only if it is a ready member of
+    the set, or every live broker is joining and none is in the set (total failure)."""
+    members = {n: member(n, state, bid) for n, (state, bid) in nodes.items() if state != "down"}
+    record = isr(2, *sorted(recorded))
+    for name, (state, bid) in nodes.items():
+        if state in ("down", "active"):
+            continue
+        v = ClusterView(
+            node=name,
+            broker=BrokerView(state, 1, broker_id=bid),
+            members=members,
+            in_sync=record,
+            cluster_size=size,
+        )
+        eligible, why = eligibility(v)
+        if not eligible:
+            continue
+        if state == "ready":
+            assert bid in recorded, why
+        else:
+            assert state == "joining"
+            assert all(m.ha_state == "joining" for m in members.values())
+            assert not any(m.broker_id in recorded for m in members.values())
+
+
+@given(nodes_st, st.frozensets(st.sampled_from(["a", "b", "c", "d"])))
+def test_a_ready_backup_out_of_the_set_never_contends(nodes, recorded) -> None:
+    members = {n: member(n, s, b) for n, (s, b) in nodes.items() if s != "down"}
+    for leadership in ("idle", "contending", "leading"):
+        v = ClusterView(
+            node="n9",
+            broker=BrokerView("ready", 1, broker_id="z"),
+            members=members,
+            in_sync=isr(2, *sorted(recorded)),
+            leadership=leadership,
+            primary=None if leadership == "idle" else PrimaryRecord("n2", 2),
+        )
+        steps = decide(v).steps
+        assert Step.CONTEND not in steps and Step.PROMOTE not in steps
+
+
+# -- the broker's in_sync in its view ------------------------------------------------------
+
+
+def test_broker_view_reads_the_primarys_in_sync_and_broker_id() -> None:
+    ha = {
+        "epoch": 2,
+        "broker_id": "p",
+        "in_sync": {"wanted": ["a", "b"], "pending_removal": ["b", 7], "committed": None},
+        "backups": [{"id": "a", "url": "h:1"}, {"id": "b", "url": "h:2"}, "junk"],
+    }
+    seen = broker_view({"ha_state": "active"}, ha)
+    assert seen.broker_id == "p"
+    assert seen.in_sync == BrokerInSync(
+        frozenset({"a", "b"}), frozenset({"b"}), (("a", "h:1"), ("b", "h:2"))
+    )
+    backup = broker_view({"ha_state": "ready"}, {"broker_id": "a", "in_sync": None})
+    assert (backup.broker_id, backup.in_sync) == ("a", None)
+
+
+# -- the record's format ------------------------------------------------------------------
+
+
+def test_the_record_round_trips_as_compact_sorted_json() -> None:
+    record = InSyncRecord(7, (InSyncMember("b", "n2", "h:2"), InSyncMember("a", "n3", "h:3")))
+    data = encode_in_sync(record)
+    assert data == (
+        b'{"epoch":7,"members":[{"broker_id":"a","node":"n3","url":"h:3"},'
+        b'{"broker_id":"b","node":"n2","url":"h:2"}],"version":1}'
+    )
+    assert decode_in_sync(data).broker_ids == {"a", "b"}
+    assert decode_in_sync(b'{"version":1,"epoch":0,"members":[]}') == InSyncRecord(0)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "not JSON"),
+        (b"[]", "not a JSON object"),
+        (b'{"version":2,"epoch":1,"members":[]}', "unknown record version 2"),
+        (b'{"version":1,"epoch":-1,"members":[]}', "epoch must be"),
+        (b'{"version":1,"epoch":1,"members":{}}', "members must be a list"),
+        (b'{"version":1,"epoch":1,"members":[{"node":"n2"}]}', "needs a broker_id"),
+    ],
+)
+def test_a_bad_record_is_refused_naming_why(data: bytes, message: str) -> None:
+    with pytest.raises(InSyncRecordError, match=message):
+        decode_in_sync(data)
+
+
+# -- conditional writes against the real ZooKeeper ------------------------------------------
+
+
+def test_create_once_then_writes_conditional_on_the_version_read(zk: Any, cluster: str) -> None:
+    assert read_in_sync(zk, cluster) is None
+    first = write_in_sync(zk, cluster, isr(1), None)
+    assert read_in_sync(zk, cluster) == first == VersionedInSync(isr(1), 0)
+    with pytest.raises(NodeExistsError):  # another agent read it absent too: refused
+        write_in_sync(zk, cluster, isr(1, "x"), None)
+    second = write_in_sync(zk, cluster, isr(1, "a"), first)
+    assert second.version == 1
+    with pytest.raises(BadVersionError):  # written since it was read: refused
+        write_in_sync(zk, cluster, isr(1, "b"), first)
+    assert read_in_sync(zk, cluster) == VersionedInSync(isr(1, "a"), 1)
+
+
+def test_a_stale_epoch_never_writes_over_a_newer_primarys_set(zk: Any, cluster: str) -> None:
+    old = write_in_sync(zk, cluster, isr(1, "a", "b"), None)
+    taken = write_in_sync(zk, cluster, isr(2, "b"), old)  # a promotion at epoch 2
+    with pytest.raises(InSyncEpochError, match="epoch 2, newer than 1"):
+        write_in_sync(zk, cluster, isr(1, "b"), taken)  # the old primary's agent, re-read
+    with pytest.raises(BadVersionError):  # or not re-read: the version refuses it
+        write_in_sync(zk, cluster, isr(1, "a"), old)
+    assert read_in_sync(zk, cluster) == taken
+
+
+def test_two_promotions_from_one_read_only_one_commits(zk: Any, make_client, cluster) -> None:
+    other = make_client()
+    write_in_sync(zk, cluster, isr(1, "a", "b"), None)
+    read_a, read_b = read_in_sync(zk, cluster), read_in_sync(other, cluster)
+    write_in_sync(zk, cluster, isr(2, "b"), read_a)
+    with pytest.raises(BadVersionError):
+        write_in_sync(other, cluster, isr(3, "a"), read_b)
+
+
+def test_an_unparseable_record_is_an_error_naming_the_znode(zk: Any, cluster: str) -> None:
+    path = ClusterLayout(cluster).in_sync
+    zk.create(path, b"nonsense", makepath=True)
+    with pytest.raises(InSyncRecordError, match=f"{path}: not JSON"):
+        read_in_sync(zk, cluster)
