@@ -45,7 +45,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from ha_brokers import Broker, BrokerError, Brokers, log_time, wait_for  # noqa: E402
-from throughput import host_cpu, process_cpu, term_to_exit  # noqa: E402
+from proc_stats import host_cpu, process_cpu  # noqa: E402
+from throughput import term_to_exit  # noqa: E402
 
 from broker.amqp.client import connect  # noqa: E402
 from common.polling import PollTimeout, poll_until_async  # noqa: E402

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -24,17 +23,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from throughput import (
+from throughput import add_common_args, check_args, messages_for, run_reported, term_to_exit
+from throughput_results import (
     HEAD,
     RunResult,
-    add_common_args,
     as_json,
-    check_args,
+    median_known,
     median_of,
-    messages_for,
-    row,
-    run_once,
-    term_to_exit,
+    median_value,
+    print_summary,
 )
 
 from common.polling import PollTimeout, free_port, poll_until, port_open
@@ -82,15 +79,6 @@ def given(url: str) -> Iterator[str]:
     yield url
 
 
-def _median(runs: list[RunResult], attr: str) -> float:
-    return float(statistics.median(getattr(r, attr) for r in runs))
-
-
-def _median_opt(runs: list[RunResult], attr: str) -> str:
-    known = [v for v in (getattr(r, attr) for r in runs) if v is not None]
-    return f"{statistics.median(known):.0f}" if known else "-"
-
-
 def _ratio(b: float, a: float) -> str:
     return f"{b / a:.2f}" if a > 0 else "n/a"
 
@@ -119,46 +107,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             results: dict[str, list[RunResult]] = {args.label_a: [], args.label_b: []}
             for k in range(args.repeat):
                 for label, url in ((args.label_a, url_a), (args.label_b, url_b)):
-                    r = run_once(
-                        url,
-                        pairs,
-                        n,
-                        args.size,
-                        args.window,
-                        args.prefetch,
-                        args.queue_prefix,
-                        args.timeout,
-                        label=label,
-                    )
+                    r = run_reported(args, url, pairs, n, k + 1, label)
                     ok &= r.ok
-                    print(row(r, str(k + 1)), flush=True)
-                    for e in r.errors:
-                        print(f"    error: {e}", file=sys.stderr, flush=True)
                     results[label].append(r)
-                    if args.json:
-                        print(as_json(r, str(k + 1), args), flush=True)
             a, b = results[args.label_a], results[args.label_b]
             medians += [median_of(a), median_of(b)]
             if args.json:
                 for med in medians[-2:]:
                     print(as_json(med, "median", args), flush=True)
-            rate_a, rate_b = _median(a, "msgs_per_s"), _median(b, "msgs_per_s")
-            p50_a, p50_b = _median(a, "confirm_p50_ms"), _median(b, "confirm_p50_ms")
-            p99_a, p99_b = _median(a, "confirm_p99_ms"), _median(b, "confirm_p99_ms")
+            rate_a, rate_b = median_value(a, "msgs_per_s"), median_value(b, "msgs_per_s")
+            p50_a, p50_b = median_value(a, "confirm_p50_ms"), median_value(b, "confirm_p50_ms")
+            p99_a, p99_b = median_value(a, "confirm_p99_ms"), median_value(b, "confirm_p99_ms")
             lines.append(
                 f"P={pairs:<3} {args.label_a} {rate_a:8.0f} msg/s p50 {p50_a:6.2f} p99 {p99_a:7.2f}"
                 f" | {args.label_b} {rate_b:8.0f} msg/s p50 {p50_b:6.2f} p99 {p99_b:7.2f}"
                 f" | throughput {args.label_b}/{args.label_a} = {_ratio(rate_b, rate_a)}"
-                f" | broker us/msg {_median_opt(a, 'broker_us_per_msg')}"
-                f" / {_median_opt(b, 'broker_us_per_msg')}"
+                f" | broker us/msg {median_known(a, 'broker_us_per_msg')}"
+                f" / {median_known(b, 'broker_us_per_msg')}"
             )
-    print(f"\nmedians of {args.repeat} alternating runs, {args.size} B messages:")
-    print(HEAD)
-    for r in medians:
-        print(row(r, "med"))
-    print()
-    for line in lines:
-        print(line)
+    print_summary(
+        f"\nmedians of {args.repeat} alternating runs, {args.size} B messages:", medians, lines
+    )
     return 0 if ok else 1
 
 

@@ -43,18 +43,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ha_brokers import Broker, BrokerError, Brokers, wait_for
 from throughput import (
-    HEAD,
-    RunResult,
-    _other_pct,
     add_common_args,
-    as_json,
     check_args,
-    median_of,
     messages_for,
     parse_pairs,
-    row,
-    run_once,
+    run_reported,
     term_to_exit,
+)
+from throughput_results import (
+    HEAD,
+    RunResult,
+    as_json,
+    median_known,
+    median_of,
+    median_value,
+    other_pct,
+    print_summary,
 )
 
 #: Two backups may cost at most 40 % of stand-alone throughput.
@@ -97,17 +101,8 @@ def start(brokers: Brokers) -> list[Deployment]:
     ]
 
 
-def _median(runs: Sequence[RunResult], attr: str) -> float:
-    return float(statistics.median(getattr(r, attr) for r in runs))
-
-
-def _median_opt(runs: Sequence[RunResult], attr: str, digits: int = 0) -> str:
-    known = [v for v in (getattr(r, attr) for r in runs) if v is not None]
-    return f"{statistics.median(known):.{digits}f}" if known else "-"
-
-
 def _other(runs: Sequence[RunResult]) -> str:
-    known = [v for v in (_other_pct(r) for r in runs) if v is not None]
+    known = [v for v in (other_pct(r) for r in runs) if v is not None]
     return f"{statistics.median(known):.0f}" if known else "-"
 
 
@@ -120,18 +115,19 @@ SUMMARY_HEAD = (
 def summary_rows(
     pairs: int, results: dict[str, list[RunResult]]
 ) -> tuple[list[str], dict[str, dict[str, float]]]:
-    base = _median(results["standalone"], "msgs_per_s")
+    base = median_value(results["standalone"], "msgs_per_s")
     lines = []
     figures: dict[str, dict[str, float]] = {}
     for label in CONFIGS:
         runs = results[label]
-        rate = _median(runs, "msgs_per_s")
+        rate = median_value(runs, "msgs_per_s")
         share = rate / base if base > 0 else float("nan")
         ok = all(r.ok for r in runs)
         lines.append(
             f"{pairs:>3} {label:<10} {rate:>9.0f} {share * 100:>6.0f}% "
-            f"{_median(runs, 'confirm_p50_ms'):>8.2f} {_median(runs, 'confirm_p99_ms'):>8.2f} "
-            f"{_median_opt(runs, 'broker_us_per_msg', 1):>8} {_other(runs):>6} {len(runs):>4} "
+            f"{median_value(runs, 'confirm_p50_ms'):>8.2f} "
+            f"{median_value(runs, 'confirm_p99_ms'):>8.2f} "
+            f"{median_known(runs, 'broker_us_per_msg', 1):>8} {_other(runs):>6} {len(runs):>4} "
             f"{'ok' if ok else 'FAIL'}"
         )
         figures[label] = {"msgs_per_s": rate, "of_standalone": share}
@@ -166,26 +162,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         if not dep.alive():
                             raise BrokerError(f"a broker of {dep.label} died; see {brokers.root}")
                         dep.wait_ready(args.ready_timeout)
-                        r = run_once(
+                        r = run_reported(
+                            args,
                             dep.primary.url,
                             pairs,
                             n,
-                            args.size,
-                            args.window,
-                            args.prefetch,
-                            args.queue_prefix,
-                            args.timeout,
-                            label=dep.label,
+                            k + 1,
+                            dep.label,
                             broker_pid=dep.primary.pid,
                             extra_pids=[b.pid for b in dep.backups],
                         )
                         ok &= r.ok
                         results[dep.label].append(r)
-                        print(row(r, str(k + 1)), flush=True)
-                        for e in r.errors:
-                            print(f"    error: {e}", file=sys.stderr, flush=True)
-                        if args.json:
-                            print(as_json(r, str(k + 1), args), flush=True)
                 lines, figures = summary_rows(pairs, results)
                 summary += lines
                 for label in CONFIGS:
@@ -207,20 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(
+    print_summary(
         f"\nmedians of {args.repeat} alternating rounds, {args.size} B messages, "
-        f"window {args.window}, prefetch {args.prefetch} ({time.strftime('%Y-%m-%d')}):"
+        f"window {args.window}, prefetch {args.prefetch} ({time.strftime('%Y-%m-%d')}):",
+        medians,
+        [SUMMARY_HEAD, *summary],
+        verdicts,
     )
-    print(HEAD)
-    for med in medians:
-        print(row(med, "med"))
-    print()
-    print(SUMMARY_HEAD)
-    for line in summary:
-        print(line)
-    print()
-    for line in verdicts:
-        print(line)
     return 0 if ok else 1
 
 
