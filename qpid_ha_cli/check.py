@@ -56,7 +56,8 @@ def status(
     """Print the broker's HA state (and with --all, every member's).
 
     With --zk and --cluster, --all shows the cluster as the agents record it in ZooKeeper:
-    members, states, epochs, the primary and the virtual IP owner.
+    members, states, epochs, whether each is in the in-sync set, the primary and the
+    virtual IP owner.
     """
     s = settings(ctx)
     out = s.env.out

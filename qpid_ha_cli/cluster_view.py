@@ -1,13 +1,17 @@
 """``qpid-ha --zk HOSTS --cluster NAME status --all``: the cluster as ZooKeeper sees it.
 
-Reads the agents' member records, the primary record and the epoch counter (the layout of
-:mod:`ha_agent.zk_layout`) and renders them as a table or JSON. Read only.
+Reads the agents' member records, the primary record, the epoch counter and the in-sync
+set (the layout of :mod:`ha_agent.zk_layout`) and renders them as a table or JSON. Read
+only. IN-SYNC is ``yes`` for a member whose broker (by the broker id it publishes) is in the
+committed in-sync set, ``no`` for one that is not, ``-`` for the primary (never a member)
+and when no set is recorded; the summary line ends with the set's epoch and its members.
 
 Error Handling
 ==============
 
 :class:`ClusterViewError` with one line when ZooKeeper cannot be reached in ``timeout``
-seconds or the cluster has no znodes at all (a wrong ``--cluster``).
+seconds or the cluster has no znodes at all (a wrong ``--cluster``). An in-sync record that
+cannot be parsed is shown as such (``in_sync_error``), not raised.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ha_agent.epoch_counter import read_epoch
+from ha_agent.in_sync import InSyncRecordError, read_in_sync
 from ha_agent.membership import read_members
 from ha_agent.primary_record import read_primary_full
 from ha_agent.zk_layout import ClusterLayout
@@ -51,12 +56,25 @@ def read_cluster(hosts: str, cluster: str, timeout: float) -> dict[str, Any]:
             members = read_members(client, cluster)
             primary = read_primary_full(client, cluster)
             epoch = read_epoch(client, cluster)
+            in_sync_error = None
+            try:
+                versioned = read_in_sync(client, cluster)
+            except InSyncRecordError as exc:
+                versioned, in_sync_error = None, str(exc)
         except (KazooException, NoNodeError) as exc:
             raise ClusterViewError(f"ZooKeeper at {hosts}: {exc!r}") from None
     finally:
         client.stop()
         client.close()
     record, vip = primary if primary is not None else (None, None)
+    in_sync = None if versioned is None else versioned.record
+    ids = frozenset() if in_sync is None else in_sync.broker_ids
+
+    def member_in_sync(node: str, broker_id: str) -> bool | None:
+        if in_sync is None or (record is not None and record.node == node):
+            return None
+        return bool(broker_id) and broker_id in ids
+
     return {
         "cluster": cluster,
         "epoch": epoch,
@@ -73,20 +91,47 @@ def read_cluster(hosts: str, cluster: str, timeout: float) -> dict[str, Any]:
                 "store": m.store_status,
                 "url": m.broker_url,
                 "primary": record is not None and record.node == m.node,
+                "broker_id": m.broker_id,
+                "in_sync": member_in_sync(m.node, m.broker_id),
             }
             for m in members.values()
         ],
+        "in_sync": None
+        if versioned is None or in_sync is None
+        else {
+            "epoch": in_sync.epoch,
+            "version": versioned.version,
+            "members": [
+                {"broker_id": m.broker_id, "node": m.node, "url": m.url} for m in in_sync.members
+            ],
+        },
+        "in_sync_error": in_sync_error,
     }
+
+
+def _in_sync_cell(value: bool | None) -> str:
+    return "-" if value is None else "yes" if value else "no"
+
+
+def _in_sync_summary(view: dict[str, Any]) -> str:
+    if view.get("in_sync_error"):
+        return f", in-sync set unreadable ({view['in_sync_error']})"
+    in_sync = view.get("in_sync")
+    if in_sync is None:
+        return ", no in-sync set"
+    names = sorted(m["node"] or m["broker_id"] for m in in_sync["members"])
+    return f", in-sync set epoch {in_sync['epoch']}: {', '.join(names) or 'none'}"
 
 
 def format_cluster(view: dict[str, Any]) -> list[str]:
     """The table for people."""
-    lines = [f"{'NODE':<16} {'STATE':<12} {'EPOCH':>6} {'POSITION':>10}  URL"]
+    lines = [f"{'NODE':<16} {'STATE':<12} {'EPOCH':>6} {'POSITION':>10} {'IN-SYNC':<7}  URL"]
     for m in view["members"]:
         mark = "  (primary)" if m["primary"] else ""
+        in_sync = _in_sync_cell(m.get("in_sync"))
         lines.append(
-            f"{m['node']:<16} {m['state']:<12} {m['epoch']:>6} {m['position']:>10}  "
-            f"{m['url']}{mark}"
+            f"{m['node']:<16} {m['state']:<12} {m['epoch']:>6} {m['position']:>10} "
+            f"{in_sync:<7}  {m['url']}{mark}"
         )
     primary = view["primary"] or "none"
     lines.append(
@@ -94,5 +139,6 @@ def format_cluster(view: dict[str, Any]) -> list[str]:
         + (f" (epoch {view['primary_epoch']})" if view["primary"] else "")
         + f", last epoch {view['epoch']}"
         + (f", virtual IP {view['vip']} on {view['vip_owner']}" if view["vip"] else "")
+        + _in_sync_summary(view)
     )
     return lines

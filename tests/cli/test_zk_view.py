@@ -11,9 +11,10 @@ from kazoo.client import KazooClient
 
 from common.exit_status import ExitStatus
 from ha_agent.epoch_counter import next_epoch
+from ha_agent.in_sync import write_in_sync
 from ha_agent.membership import Member, MemberPublisher
 from ha_agent.primary_record import write_primary
-from ha_agent.promotion import PrimaryRecord
+from ha_agent.promotion import InSyncMember, InSyncRecord, PrimaryRecord
 from tests.broker_process import free_port
 from tests.cli.conftest import qpid_ha
 from tests.zookeeper import ZooKeeper
@@ -21,21 +22,26 @@ from tests.zookeeper import ZooKeeper
 
 @pytest.fixture
 def recorded(zookeeper: ZooKeeper, cluster: str) -> Iterator[str]:
-    """Two members, n1 the primary at epoch 1 with a virtual IP, in a session of this test."""
+    """Three members, n1 the primary at epoch 1 with a virtual IP, n2 in the in-sync set and
+    n3 out of it, in a session of this test."""
     client = KazooClient(hosts=zookeeper.hosts, timeout=10)
     client.start(timeout=15)
     try:
         epoch = next_epoch(client, cluster)
-        for node, state, position in (("n1", "active", 42), ("n2", "ready", 40)):
+        rows = (("n1", "active", 42, 5672), ("n2", "ready", 40, 5673), ("n3", "ready", 7, 5674))
+        for node, state, position, port in rows:
             member = Member(
                 node=node,
-                broker_url=f"127.0.0.1:{5672 if node == 'n1' else 5673}",
+                broker_url=f"127.0.0.1:{port}",
                 ha_state=state,
                 epoch=epoch,
                 replication_position=position,
+                broker_id=f"id-{node}",
             )
             MemberPublisher(client, cluster, member).publish()
         write_primary(client, cluster, PrimaryRecord("n1", epoch, "127.0.0.1:5672"), "10.0.0.9/24")
+        in_sync = InSyncRecord(epoch, (InSyncMember("id-n2", "n2", "127.0.0.1:5673"),))
+        write_in_sync(client, cluster, in_sync, None)
         yield cluster
     finally:
         client.stop()
@@ -46,13 +52,15 @@ def test_the_cluster_as_a_table(zookeeper: ZooKeeper, recorded: str) -> None:
     result = qpid_ha("--zk", zookeeper.hosts, "--cluster", recorded, "status", "--all")
     assert (result.exit_code, result.stderr) == (0, "")
     header, *rows, summary = result.stdout.splitlines()
-    assert header.split() == ["NODE", "STATE", "EPOCH", "POSITION", "URL"]
+    assert header.split() == ["NODE", "STATE", "EPOCH", "POSITION", "IN-SYNC", "URL"]
     assert sorted(rows) == [
-        f"{'n1':<16} {'active':<12} {1:>6} {42:>10}  127.0.0.1:5672  (primary)",
-        f"{'n2':<16} {'ready':<12} {1:>6} {40:>10}  127.0.0.1:5673",
+        f"{'n1':<16} {'active':<12} {1:>6} {42:>10} {'-':<7}  127.0.0.1:5672  (primary)",
+        f"{'n2':<16} {'ready':<12} {1:>6} {40:>10} {'yes':<7}  127.0.0.1:5673",
+        f"{'n3':<16} {'ready':<12} {1:>6} {7:>10} {'no':<7}  127.0.0.1:5674",
     ]
     assert summary == (
         f"cluster {recorded}: primary n1 (epoch 1), last epoch 1, virtual IP 10.0.0.9/24 on n1"
+        ", in-sync set epoch 1: n2"
     )
 
 
@@ -60,10 +68,16 @@ def test_the_cluster_as_json(zookeeper: ZooKeeper, recorded: str) -> None:
     args = ("--zk", zookeeper.hosts, "--cluster", recorded, "status", "--all", "--json")
     view = json.loads(qpid_ha(*args).stdout)
     assert (view["primary"], view["epoch"], view["vip_owner"]) == ("n1", 1, "n1")
-    assert sorted((m["node"], m["primary"]) for m in view["members"]) == [
-        ("n1", True),
-        ("n2", False),
+    assert sorted((m["node"], m["primary"], m["in_sync"]) for m in view["members"]) == [
+        ("n1", True, None),
+        ("n2", False, True),
+        ("n3", False, False),
     ]
+    assert view["in_sync"] == {
+        "epoch": 1,
+        "version": 0,
+        "members": [{"broker_id": "id-n2", "node": "n2", "url": "127.0.0.1:5673"}],
+    }
 
 
 def test_no_such_cluster_is_one_line_and_exit_3(zookeeper: ZooKeeper, cluster: str) -> None:
@@ -93,3 +107,19 @@ def test_bad_usage_with_zk_is_one_line_and_exit_2(args: list[str], message: str)
     assert result.exit_code == ExitStatus.USAGE
     assert result.stderr.startswith(f"qpid-ha: error: {message}")
     assert result.stderr.count("\n") == 1
+
+
+def test_a_cluster_without_an_in_sync_set(zookeeper: ZooKeeper, cluster: str) -> None:
+    """Agents older than the set (or a cluster not yet promoted): "-" and "no in-sync set"."""
+    client = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    client.start(timeout=15)
+    try:
+        MemberPublisher(client, cluster, Member("n1", "127.0.0.1:5672", "joining")).publish()
+        result = qpid_ha("--zk", zookeeper.hosts, "--cluster", cluster, "status", "--all")
+    finally:
+        client.stop()
+        client.close()
+    assert (result.exit_code, result.stderr) == (0, "")
+    _header, row, summary = result.stdout.splitlines()
+    assert row.split()[4] == "-"
+    assert summary == f"cluster {cluster}: primary none, last epoch 0, no in-sync set"
