@@ -26,7 +26,7 @@ set leaves out backups whose removal the broker waits for, tells the broker
 re-checks eligibility against a fresh read of the set and writes the set at the new epoch
 (conditionally) before it promotes the broker with the members to expect.
 
-Fencing (docs/agent.md has the timing argument): the :class:`~ha_agent.election.SessionWatcher`
+Fencing (docs/agent.md has the timing argument): the :class:`~ha_agent.fencing.SessionWatcher`
 calls :meth:`Agent._session_fenced` in its own thread when the lease on the ZooKeeper
 session runs out (``T - M`` after the last answered request) or on LOST. If this agent leads
 or its broker is the primary, that call kills the broker and drops the virtual IP at once,
