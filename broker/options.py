@@ -1,10 +1,10 @@
 """The broker's options: command line, ``qpidd.conf``-style config file, defaults.
 
-Every option is one field of :class:`BrokerOptions`, declared with :func:`_option`: its
-default, the converter that reads its text and the help line. That declaration is the
-table (:data:`OPTION_SPECS` is derived from it), so adding an option is adding one field.
-The long option name is the field name with ``-`` for ``_`` (``mgmt_port`` ->
-``--mgmt-port``).
+Every option is one field of :class:`BrokerOptions` (:mod:`broker.option_table`, the table:
+default, converter, help line; :data:`OPTION_SPECS` is derived from it), read from its text
+by a converter of :mod:`broker.option_converters`. The long option name is the field name
+with ``-`` for ``_`` (``mgmt_port`` -> ``--mgmt-port``). This module reads the command line
+and the config file into a :class:`BrokerOptions`; import the public names from here.
 
 Precedence: the command line wins over the config file (``--config FILE``), the file over
 the defaults. The file holds ``name=value`` lines, where ``name`` is the long option name
@@ -23,18 +23,16 @@ value (and, for the file, ``path:line:``). :func:`main_parse` turns it into one
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import re
-import socket
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from broker import __version__
-from common.duration import format_duration, parse_duration
+from broker.option_converters import parse_bool, show
+from broker.option_table import BY_DEST, BY_NAME, OPTION_SPECS, BrokerOptions, OptionSpec
 from common.exit_status import ExitStatus
 from common.url import BrokerUrl, format_url, parse_url
 
@@ -51,387 +49,9 @@ __all__ = [
     "public_url",
 ]
 
-T = TypeVar("T")
-
-_META = "qpidd.option"
-
 
 class OptionsError(Exception):
     """A bad command line, option value or config file; the message says what and where."""
-
-
-# -- converters: text -> value, or ValueError(reason) ----------------------------------
-
-_TRUE = frozenset({"yes", "true", "1", "on"})
-_FALSE = frozenset({"no", "false", "0", "off"})
-_DIGITS = re.compile(r"[0-9]+")
-
-
-def parse_bool(text: str) -> bool:
-    """``yes``/``no`` (also ``true``/``false``, ``on``/``off``, ``1``/``0``), any case."""
-    word = text.strip().lower()
-    if word in _TRUE:
-        return True
-    if word in _FALSE:
-        return False
-    raise ValueError("expected yes or no (or true/false, on/off, 1/0)")
-
-
-def _int_range(low: int, high: int | None = None) -> Callable[[str], int]:
-    expected = (
-        f"expected an integer from {low} to {high}"
-        if high is not None
-        else f"expected an integer >= {low}"
-    )
-
-    def convert(text: str) -> int:
-        digits = text.strip()
-        if _DIGITS.fullmatch(digits) is None or len(digits) > 30:
-            raise ValueError(expected)
-        value = int(digits)
-        if value < low or (high is not None and value > high):
-            raise ValueError(expected)
-        return value
-
-    return convert
-
-
-def _choice(*choices: str) -> Callable[[str], str]:
-    def convert(text: str) -> str:
-        word = text.strip().lower()
-        if word not in choices:
-            raise ValueError("expected one of: " + ", ".join(choices))
-        return word
-
-    return convert
-
-
-def _text(text: str) -> str:
-    value = text.strip()
-    if not value:
-        raise ValueError("expected a non-empty value")
-    return value
-
-
-def _duration(maximum: float) -> Callable[[str], float]:
-    def convert(text: str) -> float:
-        try:
-            seconds = parse_duration(text)
-        except ValueError:
-            raise ValueError(
-                "expected a duration: seconds (e.g. 0.5) or a number with unit s, ms, us or ns"
-            ) from None
-        if seconds > maximum:
-            raise ValueError(f"expected at most {format_duration(maximum)}")
-        return seconds
-
-    return convert
-
-
-def _positive_duration(maximum: float) -> Callable[[str], float]:
-    """Like :func:`_duration`, refusing zero."""
-    duration = _duration(maximum)
-
-    def convert(text: str) -> float:
-        seconds = duration(text)
-        if seconds <= 0:
-            raise ValueError("expected a duration greater than 0")
-        return seconds
-
-    return convert
-
-
-def _upper_choice(*choices: str) -> Callable[[str], str]:
-    """One of ``choices`` (upper case names, e.g. SASL mechanisms), any case accepted."""
-
-    def convert(text: str) -> str:
-        word = text.strip().upper()
-        if word not in choices:
-            raise ValueError("expected one of: " + ", ".join(choices))
-        return word
-
-    return convert
-
-
-def _url(text: str) -> str:
-    """A broker URL (:func:`common.url.parse_url` checks it); the text is kept, stripped."""
-    try:
-        parse_url(text)
-    except ValueError as exc:
-        reason = str(exc)
-        prefix = f"invalid broker URL {text!r}: "
-        if reason.startswith(prefix):
-            reason = reason[len(prefix) :]
-        raise ValueError(
-            f"expected a broker URL like host1,host2:5673 or amqp:tcp:host:5672 ({reason})"
-        ) from None
-    return text.strip()
-
-
-def _show(value: object) -> str:
-    """A default value as the help text shows it (and as the option would accept it)."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return format_duration(value)
-    return str(value)
-
-
-# -- the table -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _OptionMeta:
-    convert: Callable[[str], Any]
-    help: str
-    metavar: str
-    default_text: str | None
-
-
-def _option(
-    default: T,
-    convert: Callable[[str], T],
-    help: str,
-    *,
-    metavar: str = "VALUE",
-    default_text: str | None = None,
-    secret: bool = False,
-) -> T:
-    """Declare one option: a dataclass field carrying its converter and help.
-
-    A ``secret`` option (a password) is left out of the options' ``repr``.
-    """
-    meta = _OptionMeta(convert, help, metavar, default_text)
-    return field(default=default, repr=not secret, metadata={_META: meta})
-
-
-def _option_factory(
-    factory: Callable[[], T],
-    convert: Callable[[str], T],
-    help: str,
-    *,
-    metavar: str = "VALUE",
-) -> T:
-    """Like :func:`_option`, for a default computed when the options are built."""
-    meta = _OptionMeta(convert, help, metavar, None)
-    return field(default_factory=factory, metadata={_META: meta})
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerOptions:
-    """Everything the broker is configured with. Build with :func:`parse_options`."""
-
-    port: int = _option(
-        5672, _int_range(0, 65535), "AMQP listen port (0 picks a free port)", metavar="PORT"
-    )
-    interface: str = _option("0.0.0.0", _text, "address to bind the AMQP port", metavar="ADDR")
-    mgmt_port: int = _option(
-        8672,
-        _int_range(0, 65535),
-        "management HTTP API port (0 disables the API)",
-        metavar="PORT",
-    )
-    mgmt_interface: str = _option(
-        "0.0.0.0", _text, "address to bind the management HTTP API", metavar="ADDR"
-    )
-    data_dir: str | None = _option(
-        None, _text, "directory for durable state", metavar="DIR", default_text="none"
-    )
-    auth: bool = _option(True, parse_bool, "require SASL authentication", metavar="yes|no")
-    sasl_users: str | None = _option(
-        None,
-        _text,
-        "users file, one name:password a line",
-        metavar="FILE",
-        default_text="none, the single user guest/guest",
-    )
-    log_level: str = _option(
-        "info",
-        _choice("debug", "info", "warning", "error", "critical"),
-        "lowest level logged: debug, info, warning, error or critical",
-        metavar="LEVEL",
-    )
-    log_file: str | None = _option(
-        None, _text, "append log lines to FILE", metavar="FILE", default_text="stderr"
-    )
-    log_format: str = _option(
-        "json",
-        _choice("json", "console"),
-        "json (one JSON object a line) or console (for humans)",
-        metavar="json|console",
-    )
-    heartbeat: float = _option(
-        60.0,
-        _duration(65535.0),
-        "AMQP heartbeat interval offered to clients, e.g. 60, 10s, 500ms (0 disables)",
-        metavar="SECONDS",
-    )
-    max_connections: int = _option(
-        500, _int_range(1), "maximum number of open client connections", metavar="N"
-    )
-    max_frame_size: int = _option(
-        131072,
-        _int_range(4096, 16 * 1024 * 1024),
-        "largest AMQP frame offered to clients, in bytes (4096..16777216)",
-        metavar="BYTES",
-    )
-    max_channels: int = _option(
-        2047, _int_range(1, 65535), "most channels per connection (1..65535)", metavar="N"
-    )
-    default_queue_limit: int = _option(
-        104857600,
-        _int_range(0),
-        "default maximum bytes held by each queue (0 = unlimited)",
-        metavar="BYTES",
-    )
-    node_name: str = _option_factory(
-        socket.gethostname, _text, "name of this broker in logs and status", metavar="NAME"
-    )
-    config: str | None = _option(
-        None,
-        _text,
-        "read options from FILE (name=value lines; the command line wins)",
-        metavar="FILE",
-        default_text="none",
-    )
-    # -- high availability (seed 001, section 1.12.3) ----------------------------------
-    ha_cluster: bool = _option(
-        False,
-        parse_bool,
-        "join an active-passive HA cluster (needs ha-brokers-url)",
-        metavar="yes|no",
-    )
-    ha_queue_replication: bool = _option(
-        False,
-        parse_bool,
-        "allow replication of specific queues without joining a cluster",
-        metavar="yes|no",
-    )
-    ha_brokers_url: str | None = _option(
-        None,
-        _url,
-        "URL the cluster brokers use to connect to each other: every broker's address,"
-        " comma separated, e.g. node1,node2,node3",
-        metavar="URL",
-        default_text="none",
-    )
-    ha_public_url: str | None = _option(
-        None,
-        _url,
-        "URL advertised to clients (connection.open-ok known-hosts, a backup's refusal,"
-        " /api/ha), e.g. a virtual IP; when unset, ha-brokers-url is advertised",
-        metavar="URL",
-        default_text="none",
-    )
-    ha_replicate: str = _option(
-        "none",
-        _choice("none", "configuration", "all"),
-        "what queues and exchanges replicate by default: none, configuration or all"
-        " (the argument qpid.replicate overrides it per queue or exchange)",
-        metavar="none|configuration|all",
-    )
-    ha_username: str | None = _option(
-        None,
-        _text,
-        "user name HA brokers authenticate with to each other",
-        metavar="USER",
-        default_text="none",
-    )
-    ha_password: str | None = _option(
-        None,
-        _text,
-        "password HA brokers authenticate with to each other",
-        metavar="PASS",
-        default_text="none",
-        secret=True,
-    )
-    ha_mechanism: str = _option(
-        "PLAIN",
-        _upper_choice("PLAIN", "AMQPLAIN", "ANONYMOUS"),
-        "SASL mechanism HA brokers authenticate with to each other: PLAIN, AMQPLAIN or ANONYMOUS",
-        metavar="MECHANISM",
-    )
-    ha_backup_timeout: float = _option(
-        10.0,
-        _duration(65535.0),
-        "longest a recovering primary waits for an expected backup to connect and be ready",
-        metavar="SECONDS",
-    )
-    ha_flow_messages: int = _option(
-        1000,
-        _int_range(1, 65535),
-        "most unacknowledged replication batches in flight to each backup (1..65535)",
-        metavar="N",
-    )
-    link_maintenance_interval: float = _option(
-        2.0,
-        _positive_duration(65535.0),
-        "how often a backup checks its link to the primary and reconnects if need be"
-        " (greater than 0), e.g. 2, 100ms",
-        metavar="SECONDS",
-    )
-    link_heartbeat_interval: float = _option(
-        120.0,
-        _positive_duration(65535.0),
-        "heartbeat interval of HA links; a backup silent for twice this is dead (greater than 0)",
-        metavar="SECONDS",
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class OptionSpec:
-    """One row of the option table."""
-
-    name: str  #: long option name, e.g. ``mgmt-port``
-    dest: str  #: the :class:`BrokerOptions` field, e.g. ``mgmt_port``
-    convert: Callable[[str], Any]
-    default: Any  #: the default value, or :data:`dataclasses.MISSING` if computed
-    default_factory: Callable[[], Any] | None
-    help: str
-    metavar: str
-    default_text: str | None
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name
-
-    def default_value(self) -> Any:
-        if self.default_factory is not None:
-            return self.default_factory()
-        return self.default
-
-    def show_default(self) -> str:
-        if self.default_text is not None:
-            return self.default_text
-        return _show(self.default_value())
-
-
-def _specs() -> tuple[OptionSpec, ...]:
-    specs = []
-    for f in dataclasses.fields(BrokerOptions):
-        meta: _OptionMeta = f.metadata[_META]
-        factory = f.default_factory
-        specs.append(
-            OptionSpec(
-                name=f.name.replace("_", "-"),
-                dest=f.name,
-                convert=meta.convert,
-                default=f.default,
-                default_factory=None if factory is dataclasses.MISSING else factory,
-                help=meta.help,
-                metavar=meta.metavar,
-                default_text=meta.default_text,
-            )
-        )
-    return tuple(specs)
-
-
-#: Every option, in declaration order.
-OPTION_SPECS: tuple[OptionSpec, ...] = _specs()
-_BY_NAME: dict[str, OptionSpec] = {spec.name: spec for spec in OPTION_SPECS}
-_BY_DEST: dict[str, OptionSpec] = {spec.dest: spec for spec in OPTION_SPECS}
 
 
 # -- parsing ---------------------------------------------------------------------------
@@ -471,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _unknown(name: str, flag: str) -> str:
     message = f"unknown option {flag!r}"
-    close = difflib.get_close_matches(name, list(_BY_NAME), n=1)
+    close = difflib.get_close_matches(name, list(BY_NAME), n=1)
     if close:
         suggestion = ("--" if flag.startswith("--") else "") + close[0]
         message += f" (did you mean {suggestion!r}?)"
@@ -518,7 +138,7 @@ def read_config_file(path: str) -> list[tuple[OptionSpec, str, str]]:
             raise OptionsError(f"{where}: expected name=value, got {shown!r}")
         if not name:
             raise OptionsError(f"{where}: missing option name before '='")
-        spec = _BY_NAME.get(name)
+        spec = BY_NAME.get(name)
         if spec is None:
             raise OptionsError(f"{where}: {_unknown(name, name)}")
         if spec.dest == "config":
@@ -545,11 +165,11 @@ def parse_options(argv: Sequence[str]) -> BrokerOptions:
     given: dict[str, str] = vars(namespace)
     values: dict[str, Any] = {}
     if "config" in given:
-        path = _convert(_BY_DEST["config"], given["config"], None)
+        path = _convert(BY_DEST["config"], given["config"], None)
         for spec, text, where in read_config_file(path):
             values[spec.dest] = _convert(spec, text, where)
     for dest, text in given.items():
-        values[dest] = _convert(_BY_DEST[dest], text, None)
+        values[dest] = _convert(BY_DEST[dest], text, None)
     options = BrokerOptions(**values)
     check_options(options)
     return options
@@ -575,12 +195,12 @@ def check_options(options: BrokerOptions) -> None:
             )
     if options.link_maintenance_interval <= 0:
         raise OptionsError(
-            f"invalid value {_show(options.link_maintenance_interval)!r} for option"
+            f"invalid value {show(options.link_maintenance_interval)!r} for option"
             " --link-maintenance-interval: expected a duration greater than 0"
         )
     if options.link_heartbeat_interval <= 0:
         raise OptionsError(
-            f"invalid value {_show(options.link_heartbeat_interval)!r} for option"
+            f"invalid value {show(options.link_heartbeat_interval)!r} for option"
             " --link-heartbeat-interval: expected a duration greater than 0"
         )
 
