@@ -44,6 +44,8 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from common.polling import PollTimeout, free_port, poll_until
+
 BIN = Path(sys.executable).parent
 ZOOKEEPER_CLASSPATH = (
     "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
@@ -55,18 +57,12 @@ DRILL_SECONDS = 6
 DRILL_RATE = 300
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait(what: str, predicate: Callable[[], object], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"demo: timed out waiting for {what}")
-        time.sleep(0.05)
+    """Poll ``predicate`` every 50 ms until it holds; exit naming ``what`` after ``timeout``."""
+    try:
+        poll_until(predicate, timeout, what, interval=0.05)
+    except PollTimeout:
+        raise SystemExit(f"demo: timed out waiting for {what}") from None
 
 
 def zookeeper_serving(port: int) -> bool:
