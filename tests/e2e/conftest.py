@@ -2,7 +2,8 @@
 
 ``shared_broker`` is one qpidd per test module (tests use unique queue and exchange names,
 so they stay independent of each other); ``start_broker`` starts a dedicated broker with
-extra options for a test that needs them. Every broker is stopped by PID.
+extra options for a test that needs them. Every broker is stopped by PID. ``conn`` is a pika
+BlockingConnection to the module's shared broker, closed after the test.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 
+import pika
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.e2e.support import connect
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +48,13 @@ def start_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartBrok
     finally:
         for process in started:
             process.stop()
+
+
+@pytest.fixture
+def conn(shared_broker: BrokerProcess) -> Iterator[pika.BlockingConnection]:
+    connection = connect(shared_broker)
+    try:
+        yield connection
+    finally:
+        if connection.is_open:
+            connection.close()

@@ -18,6 +18,7 @@ import pika
 from pamqp import commands, frame, heartbeat
 from pamqp.base import Frame as Method
 from pamqp.exceptions import UnmarshalingException
+from pika.adapters.blocking_connection import BlockingChannel
 
 from common.polling import poll_until
 from tests.broker_process import BrokerProcess
@@ -247,6 +248,28 @@ class RawClient:
         self.send_method(0, commands.Connection.CloseOk())
         self.wait_eof(timeout)
         return close
+
+
+# -- pika BlockingConnection ----------------------------------------------------------------
+def drain(channel: BlockingChannel, queue: str) -> list[bytes]:
+    """Every ready message of ``queue`` (basic.get with auto-ack until empty)."""
+    bodies: list[bytes] = []
+    while True:
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return bodies
+        bodies.append(body)
+
+
+def ready_count(channel: BlockingChannel, queue: str) -> int:
+    return int(channel.queue_declare(queue, passive=True).method.message_count)
+
+
+def pump_until(connection: pika.BlockingConnection, predicate: Any, timeout: float = 5.0) -> None:
+    """Process pika's I/O until ``predicate()`` holds, failing after ``timeout``."""
+    poll_until(
+        predicate, timeout, between=lambda _left: connection.process_data_events(time_limit=0.05)
+    )
 
 
 # -- health ----------------------------------------------------------------------------------
