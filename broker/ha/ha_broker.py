@@ -66,6 +66,7 @@ from broker.ha.role_events import (
     Fence,
     FenceBroker,
     GuardBackup,
+    InSyncCommitted,
     LeaseGranted,
     LinkDown,
     LinkUp,
@@ -346,6 +347,33 @@ class HaBroker:
             if isinstance(action, Refuse):
                 raise PromoteError(action.reason)
 
+    def commit_in_sync(self, epoch: int, members: list[str]) -> list[str]:
+        """The cluster manager committed the in-sync set ``members`` at ``epoch``: release
+        the confirms held for every backup that went away and is not in it. Returns the
+        backups released; :class:`PromoteError` when the role refuses (not a primary, or
+        another epoch's set)."""
+        before = set(self.role.pending_removal())
+        for action in self.handle(InSyncCommitted(epoch, frozenset(members))):
+            if isinstance(action, Refuse):
+                raise PromoteError(action.reason)
+        released = sorted(before - set(self.role.pending_removal()))
+        if released:
+            self.log_.info("ha_in_sync_committed", epoch=epoch, released=released)
+        return released
+
+    def in_sync_status(self) -> dict[str, Any]:
+        role = self.role
+        committed = role.committed_in_sync
+        return {
+            "wanted": role.in_sync_wanted(),
+            "pending_removal": role.pending_removal(),
+            "committed": (
+                None
+                if committed is None
+                else {"epoch": committed[0], "members": sorted(committed[1])}
+            ),
+        }
+
     def lease_expired(self) -> bool:
         return self.role.lease_expired(self.context.clock())
 
@@ -363,13 +391,16 @@ class HaBroker:
         self.handle(Fence(reason))
 
     # -- promotion ---------------------------------------------------------------------
-    async def promote(self, epoch: int | None = None) -> HaState:
-        """Become the primary (cluster-manager only). Returns the new state.
+    async def promote(self, epoch: int | None = None, in_sync: list[str] | None = None) -> HaState:
+        """Become the primary (cluster-manager only), expecting the backups of the
+        committed in-sync set ``in_sync`` (broker ids) when the cluster manager keeps one.
+        Returns the new state.
 
         One promotion at a time: a second request waits for the first and then finds the
         broker primary already (or fenced)."""
+        members = None if in_sync is None else frozenset(in_sync)
         async with self._promoting:
-            pending = self.handle(PromoteRequested(epoch))
+            pending = self.handle(PromoteRequested(epoch, members))
             try:
                 while pending:
                     action = pending.pop(0)
@@ -490,6 +521,7 @@ class HaBroker:
             ),
             "orphan_queues": self.primary.orphans.waiting(now) if self.primary else {},
             "backups": self._backups_status(),
+            "in_sync": self.in_sync_status() if self.primary is not None else None,
         }
 
     def _backups_status(self) -> list[dict[str, Any]]:
@@ -505,6 +537,8 @@ class HaBroker:
                     "url": record.url,
                     "ready": record.ready and record.connected,
                     "expected": backup_id in self.role.expected,
+                    "in_sync": record.in_sync,
+                    "pending_removal": record.gone,
                     "held_confirms": guards.held() if guards is not None else 0,
                     "queues": streams.positions(backup_id),
                 }

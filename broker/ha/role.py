@@ -74,6 +74,7 @@ from broker.ha.role_events import (
     Fence,
     FenceBroker,
     GuardBackup,
+    InSyncCommitted,
     LeaseGranted,
     LinkDown,
     LinkUp,
@@ -98,11 +99,16 @@ __all__ = ["BackupRecord", "HaRole"]
 
 @dataclass(slots=True)
 class BackupRecord:
-    """The primary's view of one backup: its catch-up set and whether its link is open."""
+    """The primary's view of one backup: its catch-up set, whether its link is open, and
+    whether it is *in sync* (it may be in the cluster's in-sync set: it was ready while
+    guarded, or expected at promotion). An in-sync backup that went away is *gone*: its
+    guards hold until its removal from the in-sync set is committed."""
 
     url: str
     catch_up: set[str] = field(default_factory=set)
     connected: bool = False
+    in_sync: bool = False
+    gone: bool = False
 
     @property
     def ready(self) -> bool:
@@ -129,9 +135,12 @@ class HaRole:
         self.expected: set[str] = set()
         #: Backups dropped since promotion, in order.
         self.dropped: list[str] = []
+        #: The in-sync set last committed by the cluster manager: (epoch, broker ids).
+        self.committed_in_sync: tuple[int, frozenset[str]] | None = None
         self.url = ""
         self.promoted_at: float | None = None
         self._promotion_epoch: int | None = None
+        self._promotion_in_sync: frozenset[str] | None = None
         self._starting = False
         self._expected_urls: dict[str, str] = {}
         self._members: tuple[tuple[str, str, str], ...] = ()
@@ -158,6 +167,14 @@ class HaRole:
 
     def ready_backups(self) -> list[str]:
         return sorted(b for b, r in self.backups.items() if r.ready and r.connected)
+
+    def in_sync_wanted(self) -> list[str]:
+        """The backups this primary counts in the in-sync set now."""
+        return sorted(b for b, r in self.backups.items() if r.in_sync and not r.gone)
+
+    def pending_removal(self) -> list[str]:
+        """In-sync backups that went away: their confirms wait for a committed removal."""
+        return sorted(b for b, r in self.backups.items() if r.gone)
 
     # -- the one entry point -------------------------------------------------------------
     def handle(self, event: Event) -> list[Action]:
@@ -211,6 +228,7 @@ class HaRole:
             self._emit(Refuse(f"epoch {epoch} is older than epoch {self.epoch} seen here"))
         else:
             self._promotion_epoch = epoch if epoch is not None else self.epoch + 1
+            self._promotion_in_sync = event.in_sync
             if state is HaState.JOINING:
                 self._emit(CheckCluster())
             else:
@@ -232,11 +250,22 @@ class HaRole:
         self._promotion_epoch = None
         self._starting = True
         self.epoch = max(self.epoch, event.epoch)
-        expected = tuple(
-            (backup_id, url)
-            for backup_id, url, state in event.members
-            if state == HaState.READY.value and backup_id != self.broker_id
-        )
+        in_sync = self._promotion_in_sync
+        if in_sync is not None:
+            # The committed in-sync set: exactly the backups that hold every confirmed
+            # message. Each is guarded and awaited, whatever it last reported.
+            urls = {backup_id: url for backup_id, url, _ in event.members}
+            expected = tuple(
+                (backup_id, urls.get(backup_id, ""))
+                for backup_id in sorted(in_sync)
+                if backup_id != self.broker_id
+            )
+        else:
+            expected = tuple(
+                (backup_id, url)
+                for backup_id, url, state in event.members
+                if state == HaState.READY.value and backup_id != self.broker_id
+            )
         self._expected_urls = dict(expected)
         self.primary_address = None
         self._emit(DropLink())
@@ -263,7 +292,7 @@ class HaRole:
         self.promoted_at = event.now
         self.expected = set(self._expected_urls)
         for backup_id, url in sorted(self._expected_urls.items()):
-            self.backups[backup_id] = BackupRecord(url, set(event.queues))
+            self.backups[backup_id] = BackupRecord(url, set(event.queues), in_sync=True)
             self._emit(GuardBackup(backup_id, url))
         urls = sorted(self._expected_urls.values())
         self._move(HaState.RECOVERING, epoch=self.epoch, expected=urls)
@@ -277,8 +306,13 @@ class HaRole:
             record = BackupRecord(event.url, set(event.queues))
             self.backups[event.backup_id] = record
             self._emit(GuardBackup(event.backup_id, event.url))
+        elif record.gone:
+            # Back before its removal was committed: its guards held all along.
+            record.gone = False
+            self._log("ha_backup_returned", backup=event.backup_id, url=event.url)
         record.url = event.url
         record.connected = True
+        self._note_in_sync(event.backup_id, record)
         self._check_active()
         self._membership()
 
@@ -286,17 +320,36 @@ class HaRole:
         record = self.backups.get(event.backup_id)
         if record is not None and event.queue in record.catch_up:
             record.catch_up.discard(event.queue)
+            self._note_in_sync(event.backup_id, record)
             self._check_active()
         self._membership()
 
     def _backup_gone(self, event: BackupGone) -> None:
-        self._drop(event.backup_id)
+        self._leave(event.backup_id, "its link closed")
         self._check_active()
         self._membership()
 
     def _queue_deleted(self, event: QueueDeleted) -> None:
-        for record in self.backups.values():
+        for backup_id, record in self.backups.items():
             record.catch_up.discard(event.name)
+            self._note_in_sync(backup_id, record)
+        self._check_active()
+        self._membership()
+
+    def _in_sync_committed(self, event: InSyncCommitted) -> None:
+        """The cluster manager committed the in-sync set: release whoever left it."""
+        if not self.state.is_primary:
+            self._emit(Refuse(f"the in-sync set is a primary's; this broker is {self.state.value}"))
+            return
+        if event.epoch != self.epoch:
+            self._emit(
+                Refuse(f"the in-sync set was committed at epoch {event.epoch}, not {self.epoch}")
+            )
+            return
+        self.committed_in_sync = (event.epoch, event.members)
+        for backup_id, record in sorted(self.backups.items()):
+            if record.gone and backup_id not in event.members:
+                self._drop(backup_id)
         self._check_active()
         self._membership()
 
@@ -313,7 +366,7 @@ class HaRole:
         for backup_id in sorted(self.expected):
             record = self.backups.get(backup_id)
             if record is None or not (record.ready and record.connected):
-                self._drop(backup_id)
+                self._leave(backup_id, "not back within ha-backup-timeout")
         self.expected.clear()
         self._check_active()
         self._membership()
@@ -350,6 +403,26 @@ class HaRole:
         self.fenced = True
         self._log("ha_fenced", level="critical", reason=reason, epoch=self.epoch)
         self._emit(FenceBroker(reason))
+
+    def _note_in_sync(self, backup_id: str, record: BackupRecord) -> None:
+        if record.ready and record.connected and not record.in_sync:
+            record.in_sync = True
+            self._log("ha_backup_in_sync", backup=backup_id, url=record.url)
+
+    def _leave(self, backup_id: str, reason: str) -> None:
+        """A backup went away: an in-sync one waits for its committed removal, guarded;
+        any other is dropped at once (nobody may promote it)."""
+        record = self.backups.get(backup_id)
+        if record is not None and record.in_sync:
+            record.connected = False
+            if not record.gone:
+                record.gone = True
+                self._log(
+                    "ha_backup_removal_pending", backup=backup_id, url=record.url, reason=reason
+                )
+            self.expected.discard(backup_id)
+        else:
+            self._drop(backup_id)
 
     def _drop(self, backup_id: str) -> None:
         """Stop waiting for a backup: the only place guards are released."""
@@ -414,4 +487,5 @@ _HANDLERS: dict[type[Any], Any] = {
     LeaseGranted: HaRole._lease,
     EpochSeen: HaRole._epoch_seen,
     Fence: HaRole._fence_event,
+    InSyncCommitted: HaRole._in_sync_committed,
 }

@@ -42,9 +42,12 @@ class CaughtUp:
 
 @dataclass(frozen=True, slots=True)
 class PromoteRequested:
-    """The cluster manager asks this broker to become primary (with an epoch, or the next)."""
+    """The cluster manager asks this broker to become primary (with an epoch, or the next),
+    expecting the backups of the committed in-sync set ``in_sync`` (broker ids) when it
+    keeps one, else the ready members last heard of."""
 
     epoch: int | None = None
+    in_sync: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,16 @@ class EpochSeen:
 
 
 @dataclass(frozen=True, slots=True)
+class InSyncCommitted:
+    """The cluster manager committed the in-sync set ``members`` (broker ids) at ``epoch``
+    (the agent: a conditional write in ZooKeeper; without agents: ``qpid-ha in-sync
+    --commit``)."""
+
+    epoch: int
+    members: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Fence:
     """Stop serving at once, for ``reason``."""
 
@@ -156,6 +169,7 @@ Event = (
     | LeaseGranted
     | EpochSeen
     | Fence
+    | InSyncCommitted
 )
 
 
@@ -286,4 +300,5 @@ EVENT_ACTIONS: dict[type[Any], frozenset[type[Any]]] = {
     LeaseGranted: frozenset({Refuse}),
     EpochSeen: frozenset({FenceBroker, PersistEpoch}),
     Fence: frozenset({FenceBroker}),
+    InSyncCommitted: frozenset({Refuse, ReleaseGuards, ChangeState, SendMembership}),
 }

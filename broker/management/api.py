@@ -67,6 +67,7 @@ class ManagementApi:
             web.get("/api/ha", ha.get_ha),
             web.post("/api/ha/promote", ha.promote),
             web.post("/api/ha/lease", ha.lease),
+            web.post("/api/ha/in-sync", ha.in_sync),
             web.get("/api/ha/replications", ha.list_replications),
             web.post("/api/ha/replicate", ha.replicate),
         ]

@@ -1,9 +1,10 @@
 """The HA endpoints: ``GET /api/ha``, ``POST /api/ha/promote``, ``POST /api/ha/lease``,
-``GET /api/ha/replications`` and ``POST /api/ha/replicate``.
+``POST /api/ha/in-sync``, ``GET /api/ha/replications`` and ``POST /api/ha/replicate``.
 
 Handlers only translate HTTP into calls on the broker's HA role (``broker.ha``, a
 :class:`broker.ha.ha_broker.HaBroker`) and back; the role decides. A broker that is not an
-HA cluster member answers 404. ``promote`` and ``lease`` are cluster-manager commands: the
+HA cluster member answers 404. ``promote``, ``lease`` and ``in-sync`` are cluster-manager
+commands: the
 body must say ``"cluster_manager": true`` (else 403), as qpid-ha reserves ``promote`` for
 the cluster manager; a promotion or lease the role refuses (``PromoteError``) is a 409.
 A granted promotion is logged (``ha_promote_requested``) with the user and the new epoch.
@@ -46,6 +47,13 @@ def _lease_seconds(data: dict[str, Any]) -> float | None:
     return float(lease)
 
 
+def _broker_ids(data: dict[str, Any], name: str) -> list[str]:
+    value = data.get(name)
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"{name} must be a list of broker ids: {value!r}")
+    return sorted(set(value))
+
+
 class HaEndpoints:
     """The HA handlers, bound to one broker."""
 
@@ -66,7 +74,7 @@ class HaEndpoints:
         """POST /api/ha/promote {"cluster_manager": true, "epoch": N}: cluster managers only."""
         ha = self._ha()
         data = await read_json_object(request)
-        unknown = sorted(set(data) - {"cluster_manager", "epoch", "lease"})
+        unknown = sorted(set(data) - {"cluster_manager", "epoch", "lease", "in_sync"})
         if unknown:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
         if data.get("cluster_manager") is not True:
@@ -83,10 +91,11 @@ class HaEndpoints:
                 HTTPStatus.BAD_REQUEST, f"epoch must be a non-negative integer: {epoch!r}"
             )
         lease = _lease_seconds(data)
+        in_sync = _broker_ids(data, "in_sync") if "in_sync" in data else None
         from broker.ha.ha_broker import PromoteError
 
         try:
-            state = await ha.promote(epoch)
+            state = await ha.promote(epoch, in_sync)
             if lease is not None:
                 ha.grant_lease(lease)
         except PromoteError as exc:
@@ -117,6 +126,37 @@ class HaEndpoints:
         except PromoteError as exc:
             raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
         return json_response({"state": ha.state.value, "lease": lease})
+
+    async def in_sync(self, request: web.Request) -> web.Response:
+        """POST /api/ha/in-sync {"cluster_manager": true, "epoch": E, "members": [ids]}: the
+        in-sync set committed at epoch E; the primary releases the confirms it holds for
+        every backup that went away and is not in it (cluster managers only)."""
+        ha = self._ha()
+        data = await read_json_object(request)
+        unknown = sorted(set(data) - {"cluster_manager", "epoch", "members"})
+        if unknown:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
+        if data.get("cluster_manager") is not True:
+            raise ApiError(
+                HTTPStatus.FORBIDDEN,
+                "the in-sync set is the cluster manager's (send cluster_manager: true)",
+            )
+        epoch = data.get("epoch")
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ApiError(
+                HTTPStatus.BAD_REQUEST, f"epoch must be a non-negative integer: {epoch!r}"
+            )
+        members = _broker_ids(data, "members")
+        from broker.ha.ha_broker import PromoteError
+
+        try:
+            released = ha.commit_in_sync(epoch, members)
+        except PromoteError as exc:
+            raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
+        self.log.info("ha_in_sync_set", user=current_user.get(), epoch=epoch, members=members)
+        return json_response(
+            {"released": released, "pending_removal": ha.in_sync_status()["pending_removal"]}
+        )
 
     async def list_replications(self, request: web.Request) -> web.Response:
         replications = getattr(self.broker, "replications", {})

@@ -1,6 +1,8 @@
-"""``promote`` and ``replicate`` in process, against real brokers."""
+"""``promote``, ``in-sync`` and ``replicate`` in process, against real brokers."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pika
 import pytest
@@ -69,3 +71,44 @@ def test_replicate_refused_by_the_broker_is_one_line_and_exit_1(pair: Cluster) -
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"qpid-ha: error: 127.0.0.1:{pair.brokers[0].mgmt_port} ")
+
+
+def test_in_sync_on_a_backup_says_ask_the_primary(pair: Cluster) -> None:
+    result = qpid_ha("-b", address(pair.brokers[1]), "in-sync")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        "qpid-ha: error: this broker is not the primary (ready): the in-sync set is a"
+        " primary's; ask the primary\n"
+    )
+
+
+def test_in_sync_commit_is_refused_without_cluster_manager(pair: Cluster) -> None:
+    result = qpid_ha("-b", address(pair.brokers[0]), "in-sync", "--commit")
+    assert result.exit_code == 2 and "cluster-manager command" in result.stderr
+
+
+def test_in_sync_shows_the_set_and_commit_releases_a_gone_backup(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 2).start()
+    try:
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(1, "ready")
+        backup = cluster.ha(1)["broker_id"]
+        primary = address(cluster.brokers[0])
+        wait_until(lambda: cluster.ha(0)["in_sync"]["wanted"] == [backup])
+        shown = qpid_ha("-b", primary, "in-sync")
+        backup_url = cluster.ha(0)["backups"][0]["url"]
+        assert (shown.exit_code, shown.stdout) == (
+            0,
+            f"in sync: {backup_url} ({backup})\nwaiting for removal: none\n",
+        )
+        cluster.kill(1)
+        wait_until(lambda: cluster.ha(0)["in_sync"]["pending_removal"] == [backup])
+        committed = qpid_ha("-b", primary, "--cluster-manager", "in-sync", "--commit")
+        assert (committed.exit_code, committed.stdout) == (
+            0,
+            f"released: {backup_url} ({backup})\n",
+        )
+        after = qpid_ha("-b", primary, "in-sync")
+        assert after.stdout == "in sync: none\nwaiting for removal: none\n"
+    finally:
+        cluster.stop()

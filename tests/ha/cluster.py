@@ -82,6 +82,20 @@ class Cluster:
             body["epoch"] = epoch
         return dict(http("POST", self.brokers[i].mgmt_port, "/api/ha/promote", body))
 
+    def commit_in_sync(self, i: int, *, wait_pending: int = 1) -> dict[str, Any]:
+        """The cluster manager's part when a backup is gone (no agents here): once primary
+        ``i`` has ``wait_pending`` backups waiting for removal, commit its in-sync set
+        without them (as ``qpid-ha in-sync --commit`` does); the primary's answer."""
+        port = self.brokers[i].mgmt_port
+
+        def pending() -> dict[str, Any] | None:
+            in_sync = http("GET", port, "/api/ha")["in_sync"]
+            return in_sync if len(in_sync["pending_removal"]) >= wait_pending else None
+
+        in_sync = wait_until(pending, timeout=15)
+        body = {"cluster_manager": True, "epoch": self.ha(i)["epoch"], "members": in_sync["wanted"]}
+        return dict(http("POST", port, "/api/ha/in-sync", body))
+
     def kill(self, i: int) -> None:
         self.brokers[i].stop(signal.SIGKILL)
 

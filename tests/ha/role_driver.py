@@ -27,6 +27,7 @@ from broker.ha.role_events import (
     EpochPersisted,
     Event,
     GuardBackup,
+    InSyncCommitted,
     LinkUp,
     PersistPromotionEpoch,
     PrimaryStarted,
@@ -124,6 +125,10 @@ class RoleDriver:
         assert self.primary is not None
         self.primary.queue_deleted(queue)
         self.handle(QueueDeleted(queue.name))
+
+    def commit_in_sync(self, members: set[str]) -> None:
+        """The cluster manager committed the in-sync set ``members``."""
+        self.handle(InSyncCommitted(self.role.epoch, frozenset(members)))
 
     def tick(self) -> None:
         self.handle(Tick(self.clock()))

@@ -78,7 +78,7 @@ def test_active_when_every_expected_backup_is_ready() -> None:
     assert driver.role.ready_backups() == ["b1"]
 
 
-def test_backup_timeout_drops_missing_backups_and_releases_confirms() -> None:
+def test_backup_timeout_releases_missing_backups_once_their_removal_is_committed() -> None:
     clock, vhost, driver, primary = setup({"b1": "h1:5672", "b2": "h2:5672"})
     driver.backup_connected("b1", "h1:5672")
     driver.queue_ready("b1", "q1")
@@ -91,11 +91,28 @@ def test_backup_timeout_drops_missing_backups_and_releases_confirms() -> None:
     clock.now += 0.2
     driver.tick()
     assert state(driver) is HaState.ACTIVE
+    assert driver.role.pending_removal() == ["b2"]
+    assert primary.held_confirms() == 2  # b2 was in sync: held until its removal is committed
+    driver.commit_in_sync({"b1"})
     assert driver.role.dropped == ["b2"]
     assert primary.held_confirms() == 1  # still held for b1, which is connected
     guard = primary.backups["b1"].guards["q1"]
     guard.acknowledged(guard.held_positions()[0])
     assert handle.settled
+
+
+def test_in_sync_backup_gone_holds_confirms_until_its_removal_is_committed() -> None:
+    _, vhost, driver, primary = setup({})
+    driver.backup_connected("b1", "h1:5672")
+    driver.queue_ready("b1", "q1")
+    driver.queue_ready("b1", "q2")  # in sync from here
+    handle = publish(vhost, "q2", PublisherConfirms())
+    driver.backup_gone("b1")
+    assert not handle.settled and driver.role.pending_removal() == ["b1"]
+    driver.commit_in_sync({"b1"})  # the set still names it: held
+    assert not handle.settled
+    driver.commit_in_sync(set())
+    assert handle.settled and primary.held_confirms() == 0
 
 
 def test_disconnected_backup_releases_its_confirms() -> None:

@@ -33,6 +33,7 @@ from broker.ha.role_events import (
     Fence,
     FenceBroker,
     GuardBackup,
+    InSyncCommitted,
     LeaseGranted,
     LinkDown,
     LinkUp,
@@ -88,7 +89,10 @@ PROMOTE_READY_EXPECTING_B1: list[Step] = [
     (BackupConnected("b1", "h1:5672", QUEUES), [], S.RECOVERING),  # back, catching up
     (BackupQueueReady("b1", "q1"), [], S.RECOVERING),
     (BackupQueueReady("b1", "q2"), ["ChangeState", "SendMembership"], S.ACTIVE),
-    (BackupGone("b1"), ["ReleaseGuards", "SendMembership"], S.ACTIVE),
+    (BackupGone("b1"), ["SendMembership"], S.ACTIVE),  # in sync: held until removed
+    (InSyncCommitted(1, frozenset()), ["Refuse"], S.ACTIVE),  # an old epoch's set
+    (InSyncCommitted(2, frozenset({"b1"})), [], S.ACTIVE),  # still in the set: held
+    (InSyncCommitted(2, frozenset()), ["ReleaseGuards", "SendMembership"], S.ACTIVE),
 ]
 
 PROMOTE_NEW_CLUSTER: list[Step] = [
@@ -114,8 +118,44 @@ BACKUP_TIMEOUT: list[Step] = [
         S.RECOVERING,
     ),
     (Tick(109.9), [], S.RECOVERING),
-    (Tick(110.0), ["ReleaseGuards", "ChangeState", "SendMembership"], S.ACTIVE),
+    (Tick(110.0), ["ChangeState", "SendMembership"], S.ACTIVE),  # b1 held until removed
     (Tick(200.0), [], S.ACTIVE),
+    (InSyncCommitted(5, frozenset()), ["ReleaseGuards", "SendMembership"], S.ACTIVE),
+]
+
+IN_SYNC_SET: list[Step] = [
+    (PromoteRequested(None), ["CheckCluster"], S.JOINING),
+    (ClusterChecked(None), ["PersistPromotionEpoch"], S.JOINING),
+    (EpochPersisted(1), ["DropLink", "StartPrimary"], S.JOINING),
+    (PrimaryStarted("me:5672", QUEUES, 0.0), ["ChangeState", "SendMembership"], S.RECOVERING),
+    (Tick(0.0), ["ChangeState", "SendMembership"], S.ACTIVE),
+    (BackupConnected("b1", "h1:5672", QUEUES), ["GuardBackup", "SendMembership"], S.ACTIVE),
+    (BackupGone("b1"), ["ReleaseGuards", "SendMembership"], S.ACTIVE),  # never in sync
+    (BackupConnected("b1", "h1:5672", QUEUES), ["GuardBackup", "SendMembership"], S.ACTIVE),
+    (BackupQueueReady("b1", "q1"), [], S.ACTIVE),
+    (BackupQueueReady("b1", "q2"), ["SendMembership"], S.ACTIVE),  # in sync now
+    (BackupGone("b1"), ["SendMembership"], S.ACTIVE),  # removal pending
+    (BackupConnected("b1", "h1:5672", QUEUES), ["SendMembership"], S.ACTIVE),  # back: held
+    (InSyncCommitted(1, frozenset()), [], S.ACTIVE),  # not gone: nothing to release
+    (BackupGone("b1"), ["SendMembership"], S.ACTIVE),
+    (InSyncCommitted(1, frozenset()), ["ReleaseGuards", "SendMembership"], S.ACTIVE),
+]
+
+PROMOTE_WITH_THE_IN_SYNC_SET: list[Step] = [
+    (LinkUp("p:5672", 1), ["PersistEpoch", "ChangeState"], S.CATCHUP),
+    (CaughtUp(), ["ChangeState"], S.READY),
+    # b2 is in the committed set though the last membership said catch-up: expected.
+    (PromoteRequested(2, frozenset({"me", "b2"})), ["PersistPromotionEpoch"], S.READY),
+    (
+        EpochPersisted(2, (*READY_B1, ("b2", "h2:5672", "catch-up"))),
+        ["DropLink", "StartPrimary"],
+        S.READY,
+    ),
+    (
+        PrimaryStarted("me:5672", QUEUES, 0.0),
+        ["GuardBackup", "ChangeState", "SendMembership"],
+        S.RECOVERING,
+    ),
 ]
 
 REFUSALS: list[Step] = [
@@ -166,6 +206,8 @@ FAILED_PROMOTIONS: list[Step] = [
 ]
 
 SCRIPTS = {
+    "the in-sync set": IN_SYNC_SET,
+    "promote with the in-sync set": PROMOTE_WITH_THE_IN_SYNC_SET,
     "failed promotions": FAILED_PROMOTIONS,
     "backup life": BACKUP_LIFE,
     "promote a ready backup expecting b1": PROMOTE_READY_EXPECTING_B1,
@@ -201,7 +243,7 @@ def test_refusals_say_why() -> None:
 def test_membership_names_every_guarded_backup() -> None:
     role = HaRole("me", epoch=0, backup_timeout=10.0)
     sent: list[Any] = []
-    for event, _, _ in PROMOTE_READY_EXPECTING_B1[:-1]:
+    for event, _, _ in PROMOTE_READY_EXPECTING_B1[:9]:
         sent += [a.members for a in role.handle(event) if isinstance(a, SendMembership)]
     assert sent[0] == (("me", "me:5672", "recovering"), ("b1", "h1:5672", "catch-up"))
     assert sent[-1] == (("me", "me:5672", "active"), ("b1", "h1:5672", "ready"))
@@ -235,6 +277,7 @@ events = st.one_of(
     st.builds(LeaseGranted, st.floats(0.1, 5), st.floats(0, 30)),
     st.builds(EpochSeen, st.integers(0, 8)),
     st.builds(Fence, st.just("told to")),
+    st.builds(InSyncCommitted, st.integers(0, 6), st.frozensets(st.sampled_from(BACKUPS))),
 )
 
 
@@ -246,9 +289,13 @@ class Checker:
         self.members = members
         self.busy = busy
         self.guarded: set[str] = set()
+        self.in_sync: set[str] = set()
+        self.epoch = 0
 
     def feed(self, event: Event) -> None:
         was_fenced = self.role.fenced
+        self.in_sync = {b for b, r in self.role.backups.items() if r.in_sync}
+        self.epoch = self.role.epoch
         actions = self.role.handle(event)
         allowed = EVENT_ACTIONS[type(event)] | {Log}
         assert {type(a) for a in actions} <= allowed, (event, actions)
@@ -270,9 +317,14 @@ class Checker:
                 assert backup_id not in self.guarded
                 self.guarded.add(backup_id)
             case ReleaseGuards(backup_id):
-                # Confirms released only for a guarded backup that left or timed out.
+                # Confirms released only for a guarded backup that left or timed out, and
+                # for an in-sync one only once its removal is committed at this epoch.
                 assert backup_id in self.guarded
-                assert isinstance(event, Tick) or event == BackupGone(backup_id)
+                if backup_id in self.in_sync:
+                    assert isinstance(event, InSyncCommitted), event
+                    assert backup_id not in event.members and event.epoch == self.epoch
+                else:
+                    assert isinstance(event, Tick) or event == BackupGone(backup_id)
                 self.guarded.discard(backup_id)
             case CheckCluster():
                 self.feed(ClusterChecked("h2:5672 (active)" if self.busy else None))
