@@ -26,7 +26,8 @@ from broker.amqp.client import (
     Delivery,
     connect,
 )
-from tests.broker_process import BrokerProcess, free_port
+from common.polling import free_port, poll_until_async
+from tests.broker_process import BrokerProcess
 
 HOST = "127.0.0.1"
 
@@ -41,29 +42,6 @@ def api(broker: BrokerProcess, path: str) -> Any:
 
 async def api_async(broker: BrokerProcess, path: str) -> Any:
     return await asyncio.to_thread(api, broker, path)
-
-
-async def poll(predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
-    """Poll ``predicate`` on the loop until it is truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        await asyncio.sleep(0.01)
-
-
-async def poll_async(predicate: Callable[[], Awaitable[Any]], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        await asyncio.sleep(0.02)
 
 
 async def guest(broker: BrokerProcess, **kwargs: Any) -> AmqpClient:
@@ -115,7 +93,7 @@ def test_handshake_client_properties_and_mechanisms(broker: BrokerProcess) -> No
         async def no_connections() -> bool:
             return not await api_async(broker, "/api/connections")
 
-        await poll_async(no_connections)
+        await poll_until_async(no_connections, 5.0)
 
     asyncio.run(main())
 
@@ -143,7 +121,7 @@ def test_round_trip_large_body_with_small_frames(broker: BrokerProcess) -> None:
 
         tag = await channel.consume("rt", on_delivery, consumer_tag="rt-consumer")
         assert tag == "rt-consumer"
-        await poll(lambda: len(got) == 3)
+        await poll_until_async(lambda: len(got) == 3, 5.0, interval=0.01)
         assert [d.body for d in got] == [b"small", big, b""]
         assert got[0].properties_raw == props
         assert got[1].properties_raw == b"\x00\x00"
@@ -156,7 +134,7 @@ def test_round_trip_large_body_with_small_frames(broker: BrokerProcess) -> None:
             queue = await api_async(broker, "/api/queues/rt")
             return bool(queue["messages"] == 0 and queue["messages_unacked"] == 0)
 
-        await poll_async(settled)
+        await poll_until_async(settled, 5.0)
 
         # basic.get and publisher confirms on a second channel
         other = await client.open_channel()
@@ -192,13 +170,13 @@ def test_qos_prefetch_is_respected(broker: BrokerProcess) -> None:
             queue = await api_async(broker, "/api/queues/pf")
             return bool(queue["messages_unacked"] == 3)
 
-        await poll_async(held)
-        await poll(lambda: len(got) == 3)
+        await poll_until_async(held, 5.0)
+        await poll_until_async(lambda: len(got) == 3, 5.0, interval=0.01)
         # a round trip on the channel: anything sent before its reply has arrived
         await channel.declare_queue("pf", passive=True)
         assert [d.body for d in got] == [b"m0", b"m1", b"m2"]
         channel.ack(got[-1].delivery_tag, multiple=True)
-        await poll(lambda: len(got) == 6)
+        await poll_until_async(lambda: len(got) == 6, 5.0, interval=0.01)
         await client.close()
 
     asyncio.run(main())
@@ -256,7 +234,7 @@ def test_consumer_cancelled_by_broker_and_raising_callback(broker: BrokerProcess
         tag = await channel.consume("doomed", lambda d: None, on_cancel=cancelled.append)
         admin = await client.open_channel()
         await admin.delete_queue("doomed")
-        await poll(lambda: cancelled == [tag])
+        await poll_until_async(lambda: cancelled == [tag], 5.0, interval=0.01)
 
         await admin.declare_queue("boom")
 
