@@ -9,7 +9,8 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.broker_process import QPIDD, BrokerProcess, free_port, wait_until
+from common.polling import free_port, poll_until
+from tests.broker_process import QPIDD, BrokerProcess
 
 
 def run_qpidd(*args: str) -> subprocess.CompletedProcess[str]:
@@ -78,7 +79,7 @@ def test_users_file_and_sigterm_closes_clients_with_320(tmp_path: Path) -> None:
             while True:
                 connection.process_data_events(time_limit=0.1)
         assert info.value.reply_code == 320
-        assert wait_until(lambda: broker.proc is not None and broker.proc.poll() is not None)
+        assert poll_until(lambda: broker.proc is not None and broker.proc.poll() is not None, 10)
         assert broker.proc.returncode == 0
         events = [e["event"] for e in broker.events()]
         assert events[0] == "broker_started" and events[-1] == "broker_stopped"

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster, read_events
-from tests.broker_process import wait_until
 from tests.drill.log_schema import check_log_file
 from tests.ha.cluster import http
 
@@ -66,8 +66,8 @@ def test_drill_through_a_sigkill_of_the_primary_broker(
             roles = {e.get("role") for e in read_events(log) if e["event"] == "client_connected"}
             return roles == {"publisher", "consumer"}
 
-        wait_until(connected, timeout=30)
-        wait_until(lambda: enqueued(old.mgmt_port) >= 200, timeout=30)  # a second of traffic
+        poll_until(connected, 30)
+        poll_until(lambda: enqueued(old.mgmt_port) >= 200, 30)  # a second of traffic
         pid = old.broker_pid()
         killed_at = time.time()
         os.kill(pid, signal.SIGKILL)
@@ -132,7 +132,7 @@ def test_drill_through_a_sigkill_of_the_primary_broker(
     )
 
     # The killed broker comes back as a backup; then stop everything and check the logs.
-    wait_until(lambda: old.state() == "ready", timeout=30)
+    poll_until(lambda: old.state() == "ready", 30)
     agents.stop()
     logs = [*sorted((tmp_path / "cluster").rglob("*.log")), log]
     assert len(logs) == 7  # three brokers, three agents, the drill

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 from typing import Any
 
 import aio_pika
@@ -24,7 +23,7 @@ import pika
 import pika.exceptions
 from pamqp import commands
 
-from tests.broker_process import wait_until
+from common.polling import poll_until, poll_until_async
 from tests.ha.cluster import Cluster, http
 
 #: Publisher confirms a publisher may wait for at once (its replay buffer).
@@ -53,7 +52,7 @@ def connect_failover(ports: list[int], timeout: float = 15.0) -> pika.BlockingCo
         except pika.exceptions.AMQPConnectionError:
             return None
 
-    connection: pika.BlockingConnection = wait_until(attempt, timeout=timeout, interval=0.05)
+    connection: pika.BlockingConnection = poll_until(attempt, timeout, interval=0.05)
     return connection
 
 
@@ -124,7 +123,7 @@ def wait_members(cluster: Cluster, at: int, ready: int) -> None:
             m.get("url") == url and m.get("state") == "ready" for m in cluster.ha(at)["members"]
         )
 
-    wait_until(heard)
+    poll_until(heard, 10)
 
 
 class Publisher(threading.Thread):
@@ -165,16 +164,17 @@ class Publisher(threading.Thread):
         assert self.confirmed == set(range(self.sent))
 
     async def _connect(self) -> aio_pika.abc.AbstractConnection:
-        deadline = time.monotonic() + 20.0
-        while True:
+        async def one_round() -> aio_pika.abc.AbstractConnection | None:
             for url in self.urls:
                 try:
                     return await aio_pika.connect(url, timeout=2)
                 except Exception:
                     continue
-            if time.monotonic() > deadline:
-                raise TimeoutError("no broker accepted the publisher")
-            await asyncio.sleep(0.05)
+            return None
+
+        return await poll_until_async(
+            one_round, 20.0, "a broker to accept the publisher", interval=0.05
+        )
 
     async def _publish(self) -> None:
         resend: list[int] = []

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pika
 
-from tests.broker_process import wait_until
+from common.polling import poll_until
 from tests.ha.cluster import Cluster
-from tests.ha.test_failover_scenarios import connect, connect_failover, queue_names, wait_members
+from tests.ha.failover_clients import connect, connect_failover, queue_names, wait_members
 
 GRACE = 5.0  # Cluster's --ha-backup-timeout
 
@@ -40,8 +40,8 @@ def test_orphaned_auto_delete_queue_goes_after_grace_unless_reattached(tmp_path:
         channel.basic_consume("ad-quick", lambda *args: None)
         channel.queue_declare("plain")  # not auto-delete: stays
         everything = {"ad-gone", "ad-kept", "ad-quick", "plain"}
-        wait_until(lambda: everything <= queue_names(cluster, 1))
-        wait_until(lambda: everything <= queue_names(cluster, 2))
+        poll_until(lambda: everything <= queue_names(cluster, 1), 10)
+        poll_until(lambda: everything <= queue_names(cluster, 2), 10)
 
         cluster.kill(0)  # the consumers die with the primary
         promoted = time.monotonic()
@@ -56,12 +56,12 @@ def test_orphaned_auto_delete_queue_goes_after_grace_unless_reattached(tmp_path:
         assert time.monotonic() - promoted < GRACE, "too slow to test re-attaching in time"
 
         # the per-queue grace first, then the default; on the remaining backup too
-        wait_until(lambda: "ad-quick" not in queue_names(cluster, 1), timeout=GRACE)
+        poll_until(lambda: "ad-quick" not in queue_names(cluster, 1), GRACE)
         assert "ad-gone" in queue_names(cluster, 1)
-        wait_until(lambda: "ad-gone" not in queue_names(cluster, 1), timeout=3 * GRACE)
+        poll_until(lambda: "ad-gone" not in queue_names(cluster, 1), 3 * GRACE)
         gone_after = time.monotonic() - promoted
         assert gone_after >= GRACE - 0.1
-        wait_until(lambda: not {"ad-gone", "ad-quick"} & queue_names(cluster, 2), timeout=GRACE)
+        poll_until(lambda: not {"ad-gone", "ad-quick"} & queue_names(cluster, 2), GRACE)
         deleted = [
             e["queue"]
             for e in cluster.brokers[1].events()
@@ -74,8 +74,8 @@ def test_orphaned_auto_delete_queue_goes_after_grace_unless_reattached(tmp_path:
         assert cluster.ha(1)["orphan_queues"] == {}
         # and from now on it is an ordinary auto-delete queue
         reattached.basic_cancel(tag)
-        wait_until(lambda: "ad-kept" not in queue_names(cluster, 1))
-        wait_until(lambda: "ad-kept" not in queue_names(cluster, 2))
+        poll_until(lambda: "ad-kept" not in queue_names(cluster, 1), 10)
+        poll_until(lambda: "ad-kept" not in queue_names(cluster, 2), 10)
         assert "plain" in queue_names(cluster, 1)
     finally:
         if client is not None:

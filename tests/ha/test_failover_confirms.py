@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.broker_process import wait_until
+from common.polling import poll_until
 from tests.ha.cluster import Cluster
 from tests.ha.failover_clients import (
     WINDOW,
@@ -53,11 +53,11 @@ def test_every_confirmed_message_survives_primary_sigkill(tmp_path: Path, laggin
         connection = connect(cluster.ports[0])
         connection.channel().queue_declare("orders", durable=True)
         connection.close()
-        wait_until(lambda: {"orders"} <= queue_names(cluster, 1) & queue_names(cluster, 2))
+        poll_until(lambda: {"orders"} <= queue_names(cluster, 1) & queue_names(cluster, 2), 10)
         wait_members(cluster, 1, ready=2)
         publisher = Publisher(cluster.ports, "orders")
         publisher.start()
-        wait_until(lambda: len(publisher.confirmed) >= 400, timeout=20)
+        poll_until(lambda: len(publisher.confirmed) >= 400, 20)
         if lagging:
             # the backup about to be promoted stops reading: the primary must hold the
             # confirms of what it has not acknowledged, while broker 2 gets ahead of it
@@ -71,7 +71,7 @@ def test_every_confirmed_message_survives_primary_sigkill(tmp_path: Path, laggin
                 ahead = stream_position(cluster, 0, 2, "orders")
                 return bool(behind and ahead and behind["lag"] >= 5)
 
-            wait_until(diverged)
+            poll_until(diverged, 10)
             behind = stream_position(cluster, 0, 1, "orders")
             ahead = stream_position(cluster, 0, 2, "orders")
             assert ahead["last_sent_id"] > behind["last_sent_id"]
@@ -81,13 +81,13 @@ def test_every_confirmed_message_survives_primary_sigkill(tmp_path: Path, laggin
             os.kill(stopped, signal.SIGCONT)
             stopped = None
         assert cluster.promote(1, epoch=2)["state"] == "recovering"  # expects broker 2
-        wait_until(lambda: len(publisher.confirmed) >= len(confirmed_before) + 400, timeout=20)
+        poll_until(lambda: len(publisher.confirmed) >= len(confirmed_before) + 400, 20)
         publisher.finish()
         cluster.wait_state(1, "active")
         assert publisher.connections >= 2  # it did fail over
         count = cluster.queue_messages(1, "orders")
         # the remaining backup follows the new primary and holds the same messages
-        wait_until(lambda: cluster.queue_messages(2, "orders") == count)
+        poll_until(lambda: cluster.queue_messages(2, "orders") == count, 10)
         bodies = drain_consume(cluster.ports[1], "orders", count)
         ids = Counter(int(body) for body in bodies)
         # nothing confirmed is lost, old primary's confirms included
@@ -96,7 +96,7 @@ def test_every_confirmed_message_survives_primary_sigkill(tmp_path: Path, laggin
         duplicates = sum(n - 1 for n in ids.values())
         assert duplicates <= publisher.resent <= 2 * WINDOW
         assert max(ids.values()) <= 2
-        wait_until(lambda: cluster.queue_messages(2, "orders") == 0)
+        poll_until(lambda: cluster.queue_messages(2, "orders") == 0, 10)
     finally:
         if stopped is not None:
             os.kill(stopped, signal.SIGCONT)
@@ -122,14 +122,18 @@ def test_confirmed_messages_survive_a_second_failover_after_backups_diverged(
         connection = connect(cluster.ports[0])
         channel = connection.channel()
         channel.queue_declare("q")
-        wait_until(lambda: {"q"} <= queue_names(cluster, 1) & queue_names(cluster, 2))
+        poll_until(lambda: {"q"} <= queue_names(cluster, 1) & queue_names(cluster, 2), 10)
         wait_members(cluster, 1, ready=2)
         pids = [p.pid for p in (cluster.brokers[1].proc, cluster.brokers[2].proc) if p]
         os.kill(pids[0], signal.SIGSTOP)
         paused.append(pids[0])
         for i in range(10):  # unconfirmed: broker 2 gets them all, broker 1 one batch
             channel.basic_publish("", "q", f"old{i}".encode())
-            wait_until(lambda i=i: cluster.queue_messages(2, "q") == i + 1)
+
+            def arrived(count: int = i + 1) -> bool:
+                return cluster.queue_messages(2, "q") == count
+
+            poll_until(arrived, 10)
         os.kill(pids[1], signal.SIGSTOP)
         paused.append(pids[1])
         cluster.kill(0)
@@ -147,7 +151,7 @@ def test_confirmed_messages_survive_a_second_failover_after_backups_diverged(
 
         publisher = threading.Thread(target=publish_new, daemon=True)
         publisher.start()
-        wait_until(lambda: cluster.ha(1)["held_confirms"] >= 1)  # new0 is on broker 1
+        poll_until(lambda: cluster.ha(1)["held_confirms"] >= 1, 10)  # new0 is on broker 1
         os.kill(pids[1], signal.SIGCONT)  # broker 2 comes back holding old1..old9
         paused.remove(pids[1])
         publisher.join(10)
@@ -161,8 +165,8 @@ def test_confirmed_messages_survive_a_second_failover_after_backups_diverged(
             held.append(got[2])
         reader.close()
         assert held[-5:] == new and all(b.startswith(b"old") for b in held[:-5])
-        wait_until(lambda: cluster.queue_messages(1, "q") == len(held))
-        wait_until(lambda: cluster.queue_messages(2, "q") == len(held))
+        poll_until(lambda: cluster.queue_messages(1, "q") == len(held), 10)
+        poll_until(lambda: cluster.queue_messages(2, "q") == len(held), 10)
         cluster.kill(1)
         cluster.promote(2, epoch=3)
         cluster.wait_state(2, "active")
@@ -184,7 +188,7 @@ def test_confirm_held_until_expected_backup_is_ready(tmp_path: Path) -> None:
         connection = connect(cluster.ports[0])
         connection.channel().queue_declare("q")
         connection.close()
-        wait_until(lambda: "q" in queue_names(cluster, 1) and "q" in queue_names(cluster, 2))
+        poll_until(lambda: "q" in queue_names(cluster, 1) and "q" in queue_names(cluster, 2), 10)
         cluster.wait_state(2, "ready")
         wait_members(cluster, 1, ready=2)
         proc = cluster.brokers[2].proc
@@ -213,7 +217,7 @@ def test_confirm_held_until_expected_backup_is_ready(tmp_path: Path) -> None:
         publisher = threading.Thread(target=publish_one, daemon=True)
         publisher.start()
         # the confirm is held for the expected, silent backup
-        wait_until(lambda: cluster.ha(1)["held_confirms"] == 1)
+        poll_until(lambda: cluster.ha(1)["held_confirms"] == 1, 10)
         assert cluster.state(1) == "recovering" and not confirmed_at and not failure
         assert cluster.queue_messages(1, "q") == 1
         resumed_at = time.monotonic()

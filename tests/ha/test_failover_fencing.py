@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.broker_process import wait_until
+from common.polling import poll_until
 from tests.ha.cluster import Cluster
 from tests.ha.failover_clients import events
 
@@ -38,7 +38,7 @@ def test_backup_refuses_primary_with_older_epoch(tmp_path: Path) -> None:
         cluster.brokers[1].start()  # its data dir remembers epoch 3
         assert cluster.ha(1)["epoch"] == 3
         # the stale primary learns of epoch 3 from the backup's link and stops serving
-        wait_until(lambda: not cluster.brokers[0].alive(), timeout=10)
+        poll_until(lambda: not cluster.brokers[0].alive(), 10)
         assert events(cluster, 0, "ha_fenced")
         fenced = events(cluster, 0, "ha_fenced")[0]
         assert "epoch 3" in fenced["reason"]

@@ -9,7 +9,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.broker_process import wait_until
+from common.polling import poll_until
 from tests.ha.cluster import Cluster
 from tests.ha.failover_clients import connect, connect_failover, publish, queue_names, wait_members
 
@@ -36,23 +36,23 @@ def test_ttl_and_dead_lettering_across_failover(tmp_path: Path) -> None:
         connection.close()
         # expiry on the primary replicates as dequeues
         publish(cluster.ports[0], "short", [b"s"] * 5)
-        wait_until(lambda: cluster.queue_messages(0, "short") == 0, timeout=5)
-        wait_until(lambda: cluster.queue_messages(1, "short") == 0, timeout=5)
+        poll_until(lambda: cluster.queue_messages(0, "short") == 0, 5)
+        poll_until(lambda: cluster.queue_messages(1, "short") == 0, 5)
         published_at = time.monotonic()
         publish(cluster.ports[0], "ttl", [f"t{i}".encode() for i in range(10)])
         publish(cluster.ports[0], "work", [b"w0", b"w1", b"w2"])
-        wait_until(lambda: cluster.queue_messages(1, "ttl") == 10)
-        wait_until(lambda: cluster.queue_messages(1, "work") == 3)
+        poll_until(lambda: cluster.queue_messages(1, "ttl") == 10, 10)
+        poll_until(lambda: cluster.queue_messages(1, "work") == 3, 10)
         cluster.kill(0)
         cluster.promote(1, epoch=2)
         cluster.wait_state(1, "active")
         if time.monotonic() - published_at < ttl_ms / 1000 - 1.0:
             assert cluster.queue_messages(1, "ttl") == 10  # promotion expired nothing early
         # the new primary expires them, at about the original TTL, and dead-letters each once
-        wait_until(lambda: cluster.queue_messages(1, "ttl") == 0, timeout=ttl_ms / 1000 + 5)
+        poll_until(lambda: cluster.queue_messages(1, "ttl") == 0, ttl_ms / 1000 + 5)
         expired_after = time.monotonic() - published_at
         assert expired_after >= ttl_ms / 1000 - 0.5
-        wait_until(lambda: cluster.queue_messages(1, "expired") == 10)
+        poll_until(lambda: cluster.queue_messages(1, "expired") == 10, 10)
 
         connection = connect(cluster.ports[1])
         channel = connection.channel()
@@ -89,8 +89,8 @@ def test_exclusive_and_auto_delete_queues(tmp_path: Path) -> None:
         tag = channel.basic_consume("ad", lambda *args: None)
         # like Qpid, exclusive and auto-delete queues are replicated (queue_level's rule);
         # the replicating subscriptions do not count as consumers nor break exclusivity
-        wait_until(lambda: {"mine", "ad"} <= queue_names(cluster, 1))
-        wait_until(lambda: cluster.queue_messages(1, "mine") == 1)
+        poll_until(lambda: {"mine", "ad"} <= queue_names(cluster, 1), 10)
+        poll_until(lambda: cluster.queue_messages(1, "mine") == 1, 10)
         other = connect(cluster.ports[0])
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as locked:
             other.channel().queue_declare("mine", exclusive=True)
@@ -98,12 +98,12 @@ def test_exclusive_and_auto_delete_queues(tmp_path: Path) -> None:
         other.close()
         # the auto-delete queue goes when its consumer leaves, on the backup too
         channel.basic_cancel(tag)
-        wait_until(lambda: "ad" not in queue_names(cluster, 0))
-        wait_until(lambda: "ad" not in queue_names(cluster, 1))
+        poll_until(lambda: "ad" not in queue_names(cluster, 0), 10)
+        poll_until(lambda: "ad" not in queue_names(cluster, 1), 10)
         # an auto-delete queue whose consumer dies with the primary
         channel.queue_declare("ad2", auto_delete=True)
         channel.basic_consume("ad2", lambda *args: None)
-        wait_until(lambda: "ad2" in queue_names(cluster, 1))
+        poll_until(lambda: "ad2" in queue_names(cluster, 1), 10)
 
         cluster.kill(0)  # the owner's connection dies with the primary
         cluster.promote(1, epoch=2)
@@ -125,9 +125,9 @@ def test_exclusive_and_auto_delete_queues(tmp_path: Path) -> None:
         channel.queue_declare("ad2", auto_delete=True)
         tag = channel.basic_consume("ad2", lambda *args: None)
         channel.basic_cancel(tag)
-        wait_until(lambda: "ad2" not in queue_names(cluster, 1))
+        poll_until(lambda: "ad2" not in queue_names(cluster, 1), 10)
         client.close()
-        wait_until(lambda: "mine" not in queue_names(cluster, 1))  # exclusive: gone with it
+        poll_until(lambda: "mine" not in queue_names(cluster, 1), 10)  # exclusive: gone with it
     finally:
         cluster.stop()
 
@@ -150,10 +150,10 @@ def test_empty_cluster_fails_over(tmp_path: Path) -> None:
         channel.queue_declare("fresh")
         channel.confirm_delivery()
         channel.basic_publish("", "fresh", b"hello")
-        wait_until(lambda: cluster.queue_messages(2, "fresh") == 1)
+        poll_until(lambda: cluster.queue_messages(2, "fresh") == 1, 10)
         _method, _props, body = channel.basic_get("fresh", auto_ack=True)
         assert body == b"hello"
         client.close()
-        wait_until(lambda: cluster.queue_messages(2, "fresh") == 0)
+        poll_until(lambda: cluster.queue_messages(2, "fresh") == 0, 10)
     finally:
         cluster.stop()

@@ -14,7 +14,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.broker_process import wait_until
+from common.polling import holds_for, poll_until
 from tests.ha.cluster import Cluster, http
 
 pytestmark = pytest.mark.timeout(120)
@@ -71,7 +71,7 @@ def test_a_primary_whose_lease_runs_out_fences_itself_and_confirms_nothing(
     broker.proc.send_signal(signal.SIGCONT)
     with pytest.raises(pika.exceptions.AMQPError):
         channel.basic_publish("", "leased", b"after the lease")
-    wait_until(lambda: not broker.alive(), timeout=10)
+    poll_until(lambda: not broker.alive(), 10)
     assert broker.proc.returncode == 3
     fenced = [e for e in broker.events() if e["event"] == "ha_fenced"]
     assert fenced and "lease ran out" in fenced[0]["reason"]
@@ -81,8 +81,10 @@ def test_a_primary_without_a_lease_is_not_fenced_by_time(pair: Cluster) -> None:
     """No cluster manager granted a lease (qpid-ha promote by hand): nothing expires."""
     pair.promote(0, epoch=1)
     pair.wait_state(1, "ready")
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
+
+    def serving() -> bool:
         assert pair.state(0) in ("recovering", "active")
-        time.sleep(0.1)
+        return True
+
+    holds_for(serving, 1.0, interval=0.1)
     assert pair.ha(0)["lease_remaining"] is None

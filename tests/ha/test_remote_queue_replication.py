@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pika
 
-from tests.broker_process import BrokerProcess, wait_until
+from common.polling import poll_until
+from tests.broker_process import BrokerProcess
 from tests.ha.cluster import http
 
 QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
@@ -48,13 +49,13 @@ def test_qpid_ha_replicate_copies_a_queue_and_follows_it(tmp_path: Path) -> None
         def copied() -> int:
             return int(http("GET", copy.mgmt_port, "/api/queues/orders").get("messages", -1))
 
-        wait_until(lambda: copied() == 50)
+        poll_until(lambda: copied() == 50, 10)
         # consumption on the source replicates as dequeues
         for _ in range(20):
             method, _props, _body = channel.basic_get("orders", auto_ack=True)
             assert method is not None
         channel.basic_publish("", "orders", b"new")
-        wait_until(lambda: copied() == 31)
+        poll_until(lambda: copied() == 31, 10)
         (status,) = http("GET", copy.mgmt_port, "/api/ha/replications")
         assert status["connected"] and status["caught_up"] and status["queue"] == "orders"
         connection.close()
