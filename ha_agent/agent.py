@@ -411,11 +411,19 @@ class Agent:
         old = None if read is None else read.record
         members = isr_update(old, broker)
         if members is None:
-            return read
-        kept = {} if old is None else {m.broker_id: m for m in old.members}
-        record = InSyncRecord(
-            epoch, tuple(kept.get(i) or self._in_sync_member(i, broker) for i in members)
-        )
+            assert old is not None and read is not None
+            # Same set; name a member recorded before its agent published its broker id
+            # (names are only shown: this write changes no member).
+            named = tuple(self._named(m, broker) for m in old.members)
+            if named == old.members:
+                return read
+            members, record = tuple(sorted(old.broker_ids)), InSyncRecord(epoch, named)
+        else:
+            kept = {} if old is None else {m.broker_id: m for m in old.members}
+            record = InSyncRecord(
+                epoch,
+                tuple(self._named(kept.get(i) or InSyncMember(i), broker) for i in members),
+            )
         try:
             committed = write_in_sync(self.client, self.settings.cluster, record, read)
         except (BadVersionError, NodeExistsError, InSyncEpochError) as exc:
@@ -433,12 +441,16 @@ class Agent:
         )
         return committed
 
-    def _in_sync_member(self, broker_id: str, broker: BrokerInSync) -> InSyncMember:
-        """Node and URL of a backup by its broker id, from the member records and the
-        broker's list of backups ("" when unknown: they are only shown)."""
-        member = next((m for m in self.members.values() if m.broker_id == broker_id), None)
-        url = dict(broker.urls).get(broker_id) or (member.broker_url if member else "")
-        return InSyncMember(broker_id, member.node if member is not None else "", url)
+    def _named(self, entry: InSyncMember, broker: BrokerInSync) -> InSyncMember:
+        """``entry`` with its node and URL filled in where unknown, from the member records
+        (by broker id) and the broker's list of backups (they are only shown)."""
+        if entry.node and entry.url:
+            return entry
+        bid = entry.broker_id
+        member = next((m for m in self.members.values() if m.broker_id == bid), None)
+        node = entry.node or (member.node if member is not None else "")
+        url = entry.url or dict(broker.urls).get(bid) or (member.broker_url if member else "")
+        return InSyncMember(bid, node, url)
 
     def _post_in_sync(self, committed: VersionedInSync, broker: BrokerInSync) -> None:
         """Tell the broker the committed set when it leaves out backups whose held

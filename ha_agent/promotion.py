@@ -216,8 +216,7 @@ def _live_in_sync(view: ClusterView, record: InSyncRecord) -> list[str]:
 
 
 def _set_names(record: InSyncRecord) -> str:
-    names = [m.node or m.broker_id for m in record.members]
-    return ", ".join(sorted(names)) if names else "no member"
+    return ", ".join(sorted(m.node or m.broker_id for m in record.members))
 
 
 def eligibility(view: ClusterView) -> tuple[bool, str]:
@@ -247,6 +246,12 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
         if broker.broker_id and broker.broker_id in record.broker_ids:
             return True, f"a ready backup in the in-sync set (epoch {record.epoch})"
         live = _live_in_sync(view, record)
+        if not record.members:
+            return False, (
+                f"a ready backup out of the in-sync set (epoch {record.epoch}), which is "
+                "empty: waiting for the primary to add it (without a primary, for an "
+                "operator to restart the backups: they join, and the most advanced wins)"
+            )
         if not live:
             return False, (
                 f"a ready backup out of the in-sync set (epoch {record.epoch}: "

@@ -119,7 +119,10 @@ def _in_sync_summary(view: dict[str, Any]) -> str:
     in_sync = view.get("in_sync")
     if in_sync is None:
         return ", no in-sync set"
-    names = sorted(m["node"] or m["broker_id"] for m in in_sync["members"])
+    live = {m.get("broker_id"): m["node"] for m in view["members"] if m.get("broker_id")}
+    names = sorted(
+        live.get(m["broker_id"]) or m["node"] or m["broker_id"] for m in in_sync["members"]
+    )
     return f", in-sync set epoch {in_sync['epoch']}: {', '.join(names) or 'none'}"
 
 

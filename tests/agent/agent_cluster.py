@@ -21,6 +21,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from common.polling import free_port, poll_until
+from ha_agent.in_sync import read_in_sync
 from ha_agent.membership import read_members
 from ha_agent.primary_record import read_primary
 from ha_agent.promotion import PrimaryRecord
@@ -141,6 +142,12 @@ class Node:
     def agent_events(self) -> list[dict[str, Any]]:
         return read_events(self.agent_log)
 
+    def in_sync_written(self) -> list[str] | None:
+        """The in-sync set (node names) this node's agent last wrote; None if it never did
+        (for clusters whose ZooKeeper the test process cannot reach)."""
+        changes = [e for e in self.agent_events() if e["event"] == "in_sync_changed"]
+        return None if not changes else sorted(changes[-1]["members"])
+
     def broker_events(self) -> list[dict[str, Any]]:
         return read_events(self.broker_log)
 
@@ -214,11 +221,17 @@ class AgentCluster:
         return [n for n in self.nodes if n.state() in ("active", "recovering")]
 
     def wait_settled(self, timeout: float = 30.0) -> Node:
-        """One active primary, every other node a ready backup; returns the primary."""
+        """One active primary, every other node a ready backup in the committed in-sync set
+        (only then may a backup be promoted); returns the primary."""
 
         def settled() -> bool:
             states = sorted(self.states())
-            return states == ["active"] + ["ready"] * (len(self.nodes) - 1)
+            if states != ["active"] + ["ready"] * (len(self.nodes) - 1):
+                return False
+            members = self.members()
+            (primary,) = self.primaries()
+            ids = {m.broker_id for n, m in members.items() if n != primary.name}
+            return len(members) == len(self.nodes) and "" not in ids and ids == self.in_sync()
 
         try:
             poll_until(settled, timeout)
@@ -229,6 +242,11 @@ class AgentCluster:
             ) from None
         (primary,) = self.primaries()
         return primary
+
+    def in_sync(self) -> set[str]:
+        """The broker ids of the committed in-sync set (empty when none is recorded)."""
+        read = read_in_sync(self.zk, self.cluster)
+        return set() if read is None else set(read.record.broker_ids)
 
     def primary_record(self) -> PrimaryRecord | None:
         return read_primary(self.zk, self.cluster)

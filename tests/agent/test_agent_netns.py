@@ -101,8 +101,17 @@ class NetnsCluster:
         return [node.state() for node in self.nodes]
 
     def wait_settled(self, timeout: float = 40.0) -> Node:
-        """One active primary, the two others ready backups; returns the primary."""
-        poll_until(lambda: sorted(self.states()) == ["active", "ready", "ready"], timeout)
+        """One active primary, the two others ready backups in the in-sync set its agent
+        wrote last (only then may a backup be promoted); returns the primary."""
+
+        def settled() -> bool:
+            if sorted(self.states()) != ["active", "ready", "ready"]:
+                return False
+            (primary,) = [n for n in self.nodes if n.state() in PRIMARY_STATES]
+            backups = sorted(n.name for n in self.nodes if n is not primary)
+            return primary.in_sync_written() == backups
+
+        poll_until(settled, timeout)
         (primary,) = [n for n in self.nodes if n.state() in PRIMARY_STATES]
         return primary
 

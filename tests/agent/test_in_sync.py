@@ -172,10 +172,15 @@ def test_a_ready_backup_out_of_the_set_never_contends_and_says_why() -> None:
 
 def test_a_ready_backup_out_of_a_set_whose_members_are_gone_waits() -> None:
     members = {"n1": member("n1", "ready", "a"), "n3": member("n3", "joining", "new")}
-    for record in (isr(5, "b"), isr(5)):
-        decision = decide(view("ready", "a", members=members, in_sync=record, cluster_size=2))
-        assert decision.steps == ()
-        assert "whose members are all gone: waiting for one of them" in decision.eligibility
+    decision = decide(view("ready", "a", members=members, in_sync=isr(5, "b"), cluster_size=2))
+    assert decision.steps == ()
+    assert decision.eligibility == (
+        "a ready backup out of the in-sync set (epoch 5: node-b), whose members are all "
+        "gone: waiting for one of them to return"
+    )
+    empty = decide(view("ready", "a", members=members, in_sync=isr(5), cluster_size=2))
+    assert empty.steps == ()
+    assert "which is empty: waiting for the primary to add it" in empty.eligibility
 
 
 def test_without_a_recorded_set_a_ready_backup_contends_as_before() -> None:
