@@ -7,7 +7,8 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.broker_process import BrokerProcess, wait_until
+from common.polling import poll_until
+from tests.broker_process import BrokerProcess
 from tests.cli.conftest import REPLICATION_ARGS, address, qpid_ha
 from tests.ha.cluster import Cluster, http
 
@@ -59,8 +60,8 @@ def test_replicate_copies_a_queue(
         result = qpid_ha("-b", address(solo), "replicate", "cli-orders", remote)
         assert (result.exit_code, result.stderr) == (0, "")
         assert result.stdout == f"replicating cli-orders from {remote}\n"
-        wait_until(
-            lambda: http("GET", solo.mgmt_port, "/api/queues/cli-orders").get("messages") == 5
+        poll_until(
+            lambda: http("GET", solo.mgmt_port, "/api/queues/cli-orders").get("messages") == 5, 10
         )
     finally:
         source.stop()
@@ -94,7 +95,7 @@ def test_in_sync_shows_the_set_and_commit_releases_a_gone_backup(tmp_path: Path)
         cluster.wait_state(1, "ready")
         backup = cluster.ha(1)["broker_id"]
         primary = address(cluster.brokers[0])
-        wait_until(lambda: cluster.ha(0)["in_sync"]["wanted"] == [backup])
+        poll_until(lambda: cluster.ha(0)["in_sync"]["wanted"] == [backup], 10)
         shown = qpid_ha("-b", primary, "in-sync")
         backup_url = cluster.ha(0)["backups"][0]["url"]
         assert (shown.exit_code, shown.stdout) == (
@@ -102,7 +103,7 @@ def test_in_sync_shows_the_set_and_commit_releases_a_gone_backup(tmp_path: Path)
             f"in sync: {backup_url} ({backup})\nwaiting for removal: none\n",
         )
         cluster.kill(1)
-        wait_until(lambda: cluster.ha(0)["in_sync"]["pending_removal"] == [backup])
+        poll_until(lambda: cluster.ha(0)["in_sync"]["pending_removal"] == [backup], 10)
         committed = qpid_ha("-b", primary, "--cluster-manager", "in-sync", "--commit")
         assert (committed.exit_code, committed.stdout) == (
             0,

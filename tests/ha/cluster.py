@@ -10,7 +10,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.broker_process import BrokerProcess, free_port, wait_until
+from common.polling import free_port, poll_until
+from tests.broker_process import BrokerProcess
 
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 
@@ -74,7 +75,7 @@ class Cluster:
             return "unreachable"
 
     def wait_state(self, i: int, *states: str, timeout: float = 15.0) -> None:
-        wait_until(lambda: self.state(i) in states, timeout=timeout)
+        poll_until(lambda: self.state(i) in states, timeout)
 
     def promote(self, i: int, epoch: int | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"cluster_manager": True}
@@ -92,7 +93,7 @@ class Cluster:
             in_sync = http("GET", port, "/api/ha")["in_sync"]
             return in_sync if len(in_sync["pending_removal"]) >= wait_pending else None
 
-        in_sync = wait_until(pending, timeout=15)
+        in_sync = poll_until(pending, 15)
         body = {"cluster_manager": True, "epoch": self.ha(i)["epoch"], "members": in_sync["wanted"]}
         return dict(http("POST", port, "/api/ha/in-sync", body))
 

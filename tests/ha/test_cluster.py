@@ -8,7 +8,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.broker_process import wait_until
+from common.polling import poll_until
 from tests.ha.cluster import Cluster
 
 
@@ -46,7 +46,7 @@ def test_promote_replicate_fail_over(pair: Cluster) -> None:
         channel.basic_publish("", "orders", f"m{i}".encode())
     connection.close()
     # every confirmed message is on the backup
-    wait_until(lambda: pair.queue_messages(1, "orders") == 500)
+    poll_until(lambda: pair.queue_messages(1, "orders") == 500, 10)
     pair.kill(0)
     answer = pair.promote(1, epoch=2)
     assert answer["epoch"] == 2
@@ -103,8 +103,8 @@ def test_configuration_replication_follows_the_rules(pair: Cluster) -> None:
         }
         return queues, bindings
 
-    wait_until(lambda: backup_config() == ({"all", "conf"}, {("events", "all", "a.#")}))
-    wait_until(lambda: pair.queue_messages(1, "all") == 1)
+    poll_until(lambda: backup_config() == ({"all", "conf"}, {("events", "all", "a.#")}), 10)
+    poll_until(lambda: pair.queue_messages(1, "all") == 1, 10)
     assert pair.queue_messages(1, "conf") == 0  # configuration only: no messages
     # deletions replicate too
     connection = connect(pair.ports[0])
@@ -112,7 +112,7 @@ def test_configuration_replication_follows_the_rules(pair: Cluster) -> None:
     channel.queue_unbind("all", "events", "a.#")
     channel.queue_delete("conf")
     connection.close()
-    wait_until(lambda: backup_config() == ({"all"}, set()))
+    poll_until(lambda: backup_config() == ({"all"}, set()), 10)
 
 
 def test_old_primary_restarted_comes_back_as_backup(pair: Cluster) -> None:
@@ -153,7 +153,7 @@ def test_silent_backup_is_held_until_its_removal_is_committed(pair: Cluster) -> 
         publisher.start()
         # link-heartbeat-interval is 2 s: the silent backup goes after at most 2 x 2 s, but
         # it was in sync, so the confirm waits for the cluster manager's commit.
-        wait_until(lambda: pair.ha(0)["in_sync"]["pending_removal"], timeout=10)
+        poll_until(lambda: pair.ha(0)["in_sync"]["pending_removal"], 10)
         assert not confirmed.is_set()
         answer = pair.commit_in_sync(0)
         assert len(answer["released"]) == 1 and answer["pending_removal"] == []
@@ -236,7 +236,7 @@ def test_remaining_backup_follows_the_new_primary(tmp_path: Path) -> None:
         channel.confirm_delivery()
         channel.basic_publish("", "q", b"after")
         connection.close()
-        wait_until(lambda: cluster.queue_messages(2, "q") == 201)
+        poll_until(lambda: cluster.queue_messages(2, "q") == 201, 10)
     finally:
         cluster.stop()
 

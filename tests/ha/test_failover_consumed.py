@@ -8,7 +8,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 
-from tests.broker_process import wait_until
+from common.polling import poll_until
 from tests.ha.cluster import Cluster
 from tests.ha.failover_clients import Publisher, connect, drain_get, queue_names
 
@@ -26,7 +26,7 @@ def test_acknowledged_messages_not_resurrected_after_failover(tmp_path: Path) ->
         for i in range(total):
             channel.basic_publish("", "work", str(i).encode())
         connection.close()
-        wait_until(lambda: cluster.queue_messages(1, "work") == total)
+        poll_until(lambda: cluster.queue_messages(1, "work") == total, 10)
 
         acked: list[int] = []  # acknowledgements sent (or attempted), in order
         failure: list[BaseException] = []
@@ -48,7 +48,7 @@ def test_acknowledged_messages_not_resurrected_after_failover(tmp_path: Path) ->
 
         consumer = threading.Thread(target=consume, daemon=True)
         consumer.start()
-        wait_until(lambda: len(acked) >= 500, timeout=20)
+        poll_until(lambda: len(acked) >= 500, 20)
         cluster.kill(0)
         consumer.join(10)
         assert not consumer.is_alive() and failure, "the consumer saw the primary die"
@@ -81,10 +81,10 @@ def test_backup_restarted_mid_stream_catches_up_exactly(tmp_path: Path) -> None:
         connection = connect(cluster.ports[0])
         channel = connection.channel()
         channel.queue_declare("stream", durable=True)
-        wait_until(lambda: "stream" in queue_names(cluster, 1))
+        poll_until(lambda: "stream" in queue_names(cluster, 1), 10)
         publisher = Publisher(cluster.ports[:1], "stream")
         publisher.start()
-        wait_until(lambda: len(publisher.confirmed) >= 300, timeout=20)
+        poll_until(lambda: len(publisher.confirmed) >= 300, 20)
         cluster.kill(1)
         cluster.commit_in_sync(0)  # the cluster manager removes it from the in-sync set
         # consumed while the backup is down: the restarted backup must not get them
@@ -94,11 +94,11 @@ def test_backup_restarted_mid_stream_catches_up_exactly(tmp_path: Path) -> None:
             assert method is not None
             taken.append(int(body))
         mark = len(publisher.confirmed)
-        wait_until(lambda: len(publisher.confirmed) >= mark + 200, timeout=20)  # no backup
+        poll_until(lambda: len(publisher.confirmed) >= mark + 200, 20)  # no backup
         cluster.brokers[1].start()
         cluster.wait_state(1, "ready")
         mark = len(publisher.confirmed)
-        wait_until(lambda: len(publisher.confirmed) >= mark + 300, timeout=20)
+        poll_until(lambda: len(publisher.confirmed) >= mark + 300, 20)
         for _ in range(100):  # and consumed while it follows again
             method, _props, body = channel.basic_get("stream", auto_ack=True)
             assert method is not None
@@ -109,7 +109,7 @@ def test_backup_restarted_mid_stream_catches_up_exactly(tmp_path: Path) -> None:
         assert taken == list(range(200))
         expected = list(range(200, publisher.sent))
         assert cluster.queue_messages(0, "stream") == len(expected)
-        wait_until(lambda: cluster.queue_messages(1, "stream") == len(expected))
+        poll_until(lambda: cluster.queue_messages(1, "stream") == len(expected), 10)
         copy = cluster.ha(1)["queues"]
         assert [(q["name"], q["messages"], q["caught_up"]) for q in copy] == [
             ("stream", len(expected), True)
