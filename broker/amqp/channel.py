@@ -80,6 +80,23 @@ class Channel(ConsumeMethods, PublishMethods):
     def send(self, method: Method) -> None:
         self.connection.send_method(self.number, method)
 
+    def send_replicated(self, method: Method) -> None:
+        """Reply to a configuration change once the backups have it (the context's
+        barrier: an HA primary); dropped if the channel closed meanwhile."""
+        barrier = self.connection.ctx.barrier
+        if barrier is None:
+            self.send(method)
+            return
+
+        def reply() -> None:
+            if (
+                self.state is ChannelState.OPEN
+                and self.connection.channels.get(self.number) is self
+            ):
+                self.send(method)
+
+        barrier.after_replicated(reply)
+
     # -- methods -----------------------------------------------------------------------
     def method(self, method: Method) -> None:
         """Handle one method on this channel."""
@@ -175,12 +192,12 @@ class Channel(ConsumeMethods, PublishMethods):
             arguments=dict(method.arguments or {}),
         )
         if not method.nowait:
-            self.send(commands.Exchange.DeclareOk())
+            self.send_replicated(commands.Exchange.DeclareOk())
 
     def _exchange_delete(self, method: commands.Exchange.Delete) -> None:
         self.vhost.delete_exchange(method.exchange or "", if_unused=bool(method.if_unused))
         if not method.nowait:
-            self.send(commands.Exchange.DeleteOk())
+            self.send_replicated(commands.Exchange.DeleteOk())
 
     # -- queue class -------------------------------------------------------------------
     def _queue_name(self, name: str | None) -> str:
@@ -204,7 +221,7 @@ class Channel(ConsumeMethods, PublishMethods):
         )
         self.last_queue = queue.name
         if not method.nowait:
-            self.send(
+            self.send_replicated(
                 commands.Queue.DeclareOk(
                     queue=queue.name,
                     message_count=queue.message_count,
@@ -223,7 +240,7 @@ class Channel(ConsumeMethods, PublishMethods):
             owner=self.connection,
         )
         if not method.nowait:
-            self.send(commands.Queue.BindOk())
+            self.send_replicated(commands.Queue.BindOk())
 
     def _queue_unbind(self, method: commands.Queue.Unbind) -> None:
         self.vhost.unbind(
@@ -233,12 +250,12 @@ class Channel(ConsumeMethods, PublishMethods):
             dict(method.arguments or {}),
             owner=self.connection,
         )
-        self.send(commands.Queue.UnbindOk())
+        self.send_replicated(commands.Queue.UnbindOk())
 
     def _queue_purge(self, method: commands.Queue.Purge) -> None:
         count = self.vhost.purge_queue(self._queue_name(method.queue), owner=self.connection)
         if not method.nowait:
-            self.send(commands.Queue.PurgeOk(message_count=count))
+            self.send_replicated(commands.Queue.PurgeOk(message_count=count))
 
     def _queue_delete(self, method: commands.Queue.Delete) -> None:
         count = self.vhost.delete_queue(
@@ -248,7 +265,7 @@ class Channel(ConsumeMethods, PublishMethods):
             owner=self.connection,
         )
         if not method.nowait:
-            self.send(commands.Queue.DeleteOk(message_count=count))
+            self.send_replicated(commands.Queue.DeleteOk(message_count=count))
 
     # -- confirm and tx classes --------------------------------------------------------
     def _confirm_select(self, method: commands.Confirm.Select) -> None:

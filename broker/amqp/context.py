@@ -69,6 +69,15 @@ class StreamHooks(Protocol):
         ...
 
 
+class ReplicationBarrier(Protocol):
+    """Synchronous configuration: the HA primary's streams hold a replicated change's reply."""
+
+    def after_replicated(self, reply: Callable[[], None]) -> None:
+        """Call ``reply`` once every backup that must have the changes made so far has them
+        (at once when none lacks anything)."""
+        ...
+
+
 class Logger(Protocol):
     def info(self, event: str, **fields: Any) -> Any: ...
 
@@ -95,6 +104,8 @@ class BrokerContext:
     settings: ConnectionSettings = field(default_factory=ConnectionSettings)
     admission: AdmissionPolicy | None = None
     streams: StreamHooks | None = None
+    #: Holds the replies to configuration changes until the backups have them (HA primary).
+    barrier: ReplicationBarrier | None = None
     #: Extra Connection.Start server properties, read at each handshake (HA status).
     server_properties: Callable[[], dict[str, Any]] | None = None
     log: Logger = field(default_factory=_NullLogger)

@@ -458,6 +458,7 @@ class HaBroker:
         self.primary = primary
         self.streams = PrimaryStreams(primary, self)
         self.context.streams = self.streams
+        self.context.barrier = self.streams  # declare-ok and friends after the backups
         self.vhost.listeners.append(_PrimaryListener(primary, self))
         orphans = primary.orphans.waiting(self.context.clock())
         if orphans:

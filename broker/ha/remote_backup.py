@@ -5,8 +5,9 @@ backup connects to the primary, or at promotion for each backup the recovering p
 expects (the ready backups of the old primary). It owns one
 :class:`~broker.ha.queue_guard.QueueGuard` per queue replicated with level ``all``, so
 publisher confirms wait for this backup from that moment on; queues created later get a
-guard too. Whether the backup is *ready* (its catch-up set) is the role machine's record
-(:class:`~broker.ha.role.BackupRecord`), not this one's.
+guard too; its :class:`~broker.ha.config_guard.ConfigGuard` holds the replies to
+configuration changes it does not have yet. Whether the backup is *ready* (its catch-up
+set) is the role machine's record (:class:`~broker.ha.role.BackupRecord`), not this one's.
 
 :meth:`cancel` drops the backup: every guard releases what it holds. Only the shell calls
 it, performing :class:`~broker.ha.role.ReleaseGuards`.
@@ -17,6 +18,7 @@ THREAD UNSAFE: the primary's event loop owns it.
 from __future__ import annotations
 
 from broker.core.queue import Queue
+from broker.ha.config_guard import ConfigGuard
 from broker.ha.queue_guard import QueueGuard
 
 
@@ -27,6 +29,8 @@ class RemoteBackup:
         self.id = backup_id
         self.url = url
         self.guards: dict[str, QueueGuard] = {q.name: QueueGuard(q, backup_id) for q in queues}
+        #: Replies to configuration changes held until this backup has them.
+        self.config = ConfigGuard()
         self.cancelled = False
 
     def guard(self, queue: Queue) -> QueueGuard:
@@ -57,6 +61,7 @@ class RemoteBackup:
         for guard in self.guards.values():
             guard.cancel()
         self.guards.clear()
+        self.config.cancel()
 
     def __repr__(self) -> str:
         return f"RemoteBackup({self.id!r}, {self.url!r}, {len(self.guards)} guards)"

@@ -23,6 +23,7 @@ THREAD UNSAFE: the primary's event loop owns the streams.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,6 +31,7 @@ from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
 from broker.core.exchange import Binding, Exchange
 from broker.core.message import Entry
 from broker.core.queue import Queue
+from broker.ha.config_guard import NEXT_STREAM, ConfigGuard, ReplyHandle
 from broker.ha.id_set import IdSet
 from broker.ha.names import (
     BACKUP_PROPERTY,
@@ -180,25 +182,49 @@ def _binding_config(binding: Binding) -> dict[str, Any]:
 
 
 class ConfigStream(_ChannelStream):
-    """Replicated configuration: a snapshot, then every change (a vhost config listener)."""
+    """Replicated configuration: a snapshot, then every change (a vhost config listener).
 
-    def __init__(self, sink: StreamSink, streams: PrimaryStreams) -> None:
+    Events are numbered from 1 (the snapshot) as they are pushed; :attr:`acked` is the
+    highest number the backup has acknowledged with every one before it, reported to the
+    backup's :class:`~broker.ha.config_guard.ConfigGuard` (synchronous configuration)."""
+
+    def __init__(self, sink: StreamSink, streams: PrimaryStreams, guard: ConfigGuard) -> None:
         super().__init__(sink)
         self.streams = streams
+        self.guard = guard
         self._pending: list[dict[str, Any]] = [streams.snapshot()]
+        self.pushed = 1
+        self.acked = 0
+        self._sent: deque[tuple[int, int]] = deque()  # (delivery tag, event number)
+        self._acked_tags: set[int] = set()
         streams.vhost.listeners.append(self)
         self.request_pump()
 
     def push(self, event: dict[str, Any]) -> None:
         self._pending.append(event)
+        self.pushed += 1
         self.request_pump()
 
     def pump(self) -> None:
         while self._pending and self.can_send:
-            self._deliver(encode_config_event(self._pending.pop(0)))
+            number = self.pushed - len(self._pending) + 1
+            tag = self._deliver(encode_config_event(self._pending.pop(0)))
+            self._sent.append((tag, number))
 
     def acknowledged(self, delivery_tag: int, multiple: bool) -> None:
         self.in_flight = 0 if multiple else max(0, self.in_flight - 1)
+        sent, acked = self._sent, self.acked
+        if multiple:
+            while sent and sent[0][0] <= delivery_tag:
+                acked = sent.popleft()[1]
+        else:
+            self._acked_tags.add(delivery_tag)
+            while sent and sent[0][0] in self._acked_tags:
+                tag, acked = sent.popleft()
+                self._acked_tags.discard(tag)
+        if acked > self.acked:
+            self.acked = acked
+            self.guard.acknowledged(self.key, acked)
         self.request_pump()
 
     def close(self) -> None:
@@ -261,6 +287,8 @@ class PrimaryStreams:
         self.default = primary.replicate_default
         self._streams_of: dict[str, int] = {}
         self.config_streams: list[ConfigStream] = []
+        #: The newest configuration stream of each backup.
+        self.config_stream_of: dict[str, ConfigStream] = {}
         self.queue_streams: dict[str, list[QueueStream]] = {}
 
     # replication rules, with this broker's default
@@ -309,6 +337,19 @@ class PrimaryStreams:
         stream.on_close = lambda: self._stream_closed(backup_id)
         return stream
 
+    def after_replicated(self, reply: Callable[[], None]) -> None:
+        """Call ``reply`` once every guarded backup holds the configuration as it is now
+        (at once when none lacks anything): synchronous configuration."""
+        handle = ReplyHandle(reply)
+        for backup_id, backup in self.primary.backups.items():
+            stream = self.config_stream_of.get(backup_id)
+            if stream is None or stream.closed:
+                # Its next stream's snapshot will have the change.
+                backup.config.hold(0 if stream is None else stream.key, NEXT_STREAM, handle)
+            elif stream.pushed > stream.acked:
+                backup.config.hold(stream.key, stream.pushed, handle)
+        handle.arm()
+
     def broadcast(self, event: dict[str, Any]) -> None:
         """Send an event (membership) on every open configuration stream."""
         self.config_streams = [s for s in self.config_streams if not s.closed]
@@ -332,9 +373,10 @@ class PrimaryStreams:
         backup_url: str,
     ) -> ConfigStream | QueueStream:
         if name == CONFIG_STREAM:
-            self.events.backup_connected(backup_id, backup_url)
-            stream = ConfigStream(sink, self)
+            backup = self.events.backup_connected(backup_id, backup_url)
+            stream = ConfigStream(sink, self, backup.config)
             self.config_streams.append(stream)
+            self.config_stream_of[backup_id] = stream
             return stream
         if not name.startswith(QUEUE_STREAM_PREFIX):
             raise not_found(f"no HA stream '{name}'")

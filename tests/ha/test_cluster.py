@@ -137,12 +137,12 @@ def test_silent_backup_is_held_until_its_removal_is_committed(pair: Cluster) -> 
     pair.wait_state(1, "ready")
     backup = pair.brokers[1].proc
     assert backup is not None
+    connection = connect(pair.ports[0])
+    channel = connection.channel()
+    channel.queue_declare("q")  # before: a declare-ok waits for the backup too
+    channel.confirm_delivery()
     os.kill(backup.pid, signal.SIGSTOP)
     try:
-        connection = connect(pair.ports[0])
-        channel = connection.channel()
-        channel.queue_declare("q")
-        channel.confirm_delivery()
         confirmed = threading.Event()
 
         def publish() -> None:

@@ -9,6 +9,7 @@ from pamqp import commands
 from broker.amqp.context import BrokerContext
 from broker.core.errors import ReplyCode
 from broker.ha.id_set import IdSet
+from broker.ha.role_events import Tick
 from broker.ha.state import HaState
 from broker.ha.streams import PrimaryStreams
 from broker.ha.wire import Dequeue, Enqueue, Ready, decode_batch, decode_config_event
@@ -23,12 +24,15 @@ def primary_context(expected: dict[str, str] | None = None) -> tuple[BrokerConte
     ctx.vhost.declare_queue("q")
     driver = RoleDriver(ctx.vhost, ctx.clock, backup_timeout=10.0)
     primary = driver.promote(expected or {})
-    ctx.streams = PrimaryStreams(primary, driver)
+    ctx.streams = ctx.barrier = PrimaryStreams(primary, driver)
     return ctx, driver
 
 
 def bodies(client: Client) -> list[bytes]:
-    frames = client.take()
+    return bodies_of(client.take())
+
+
+def bodies_of(frames: list[tuple[int, Any]]) -> list[bytes]:
     return [f.value for _, f in frames if type(f).__name__ == "ContentBody"]
 
 
@@ -128,3 +132,67 @@ def test_queue_stream_needs_level_all() -> None:
     backup = open_client(ctx, client_properties=BACKUP_PROPS)
     backup.send(1, commands.Basic.Consume(queue="qpid.ha-queue:conf"))
     assert backup.expect(commands.Channel.Close).reply_code == ReplyCode.PRECONDITION_FAILED
+
+
+def declare_ok(client: Client) -> list[commands.Queue.DeclareOk]:
+    return [f for _, f in client.take() if isinstance(f, commands.Queue.DeclareOk)]
+
+
+def test_declare_ok_waits_until_the_backup_has_the_queue() -> None:
+    ctx, _ = primary_context()
+    backup = open_client(ctx, client_properties=BACKUP_PROPS)
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
+    snapshot = backup.take()
+    client = open_client(ctx)
+    client.send(1, commands.Queue.Declare(queue="orders", durable=True))
+    assert declare_ok(client) == []  # the backup has not acknowledged the snapshot yet
+    backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(snapshot)[0]))
+    assert declare_ok(client) == []  # nor the queue-declared event
+    frames = backup.take()
+    assert decode_config_event(bodies_of(frames)[0])["type"] == "queue-declared"
+    backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(frames)[0]))
+    assert [ok.queue for ok in declare_ok(client)] == ["orders"]
+    client.send(1, commands.Queue.Declare(queue="orders", passive=True))
+    assert [ok.queue for ok in declare_ok(client)] == ["orders"]  # nothing new: at once
+
+
+def test_declare_ok_waits_for_a_gone_in_sync_backup_until_its_removal() -> None:
+    ctx, driver = primary_context(expected={"b1": "h1:5672"})  # expected: in sync
+    client = open_client(ctx)
+    client.send(1, commands.Queue.Declare(queue="orders"))
+    assert declare_ok(client) == []  # b1 is expected back: its snapshot will have it
+    driver.handle(Tick(ctx.clock() + 10.0))  # ha-backup-timeout: b1 waits for removal
+    assert declare_ok(client) == [] and driver.role.pending_removal() == ["b1"]
+    driver.commit_in_sync(set())  # b1 left the set: released
+    assert [ok.queue for ok in declare_ok(client)] == ["orders"]
+
+
+def test_a_new_config_stream_snapshot_releases_the_older_holds() -> None:
+    ctx, _ = primary_context(expected={"b1": "h1:5672"})
+    client = open_client(ctx)
+    client.send(1, commands.Queue.Declare(queue="orders"))
+    assert declare_ok(client) == []
+    backup = open_client(ctx, client_properties=BACKUP_PROPS)
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
+    frames = backup.take()
+    snapshot = decode_config_event(bodies_of(frames)[0])
+    assert "orders" in [q["name"] for q in snapshot["queues"]]
+    backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(frames)[0]))
+    assert [ok.queue for ok in declare_ok(client)] == ["orders"]
+
+
+def test_bind_and_delete_replies_wait_too() -> None:
+    ctx, _ = primary_context()
+    backup = open_client(ctx, client_properties=BACKUP_PROPS)
+    backup.send(1, commands.Basic.Qos(prefetch_count=100))
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
+    client = open_client(ctx)
+    client.send(1, commands.Exchange.Declare(exchange="ex", exchange_type="direct"))
+    client.send(1, commands.Queue.Bind(queue="q", exchange="ex", routing_key="k"))
+    client.send(1, commands.Queue.Delete(queue="q"))
+    kinds = (commands.Exchange.DeclareOk, commands.Queue.BindOk, commands.Queue.DeleteOk)
+    assert [f for _, f in client.take() if isinstance(f, kinds)] == []
+    frames = backup.take()
+    backup.send(1, commands.Basic.Ack(delivery_tag=max(delivery_tags(frames)), multiple=True))
+    replies = [type(f) for _, f in client.take() if isinstance(f, kinds)]
+    assert replies == list(kinds)
