@@ -306,8 +306,24 @@ class Channel(ConsumeMethods, PublishMethods):
         if tx is None:
             raise precondition_failed("channel is not transactional")
         self.tx = Transaction()
+        # commit-ok once every publish of the transaction is settled: routed and, on an HA
+        # primary, held by every guarded backup (the queue guards hold these confirms).
+        done = False
+
+        def settled() -> None:
+            nonlocal done
+            if armed and not done and commit.outstanding == 0:
+                done = True
+                if (
+                    self.state is ChannelState.OPEN
+                    and self.connection.channels.get(self.number) is self
+                ):
+                    self.send(commands.Tx.CommitOk())
+
+        armed = False
+        commit = PublisherConfirms(on_settled=settled)
         for exchange, message, mandatory in tx.publishes:
-            self._publish(exchange, message, mandatory)
+            self._publish(exchange, message, mandatory, commit)
         for ack in tx.acks:
             tag = int(ack.delivery_tag or 0)
             if isinstance(ack, commands.Basic.Ack):
@@ -318,7 +334,8 @@ class Channel(ConsumeMethods, PublishMethods):
                 )
             elif isinstance(ack, commands.Basic.Reject):
                 self._settle(self._take_deliveries(tag, False), False, bool(ack.requeue))
-        self.send(commands.Tx.CommitOk())
+        armed = True
+        settled()
 
     def _tx_rollback(self, method: commands.Tx.Rollback) -> None:
         if self.tx is None:

@@ -159,8 +159,16 @@ class PublishMethods:
             return
         self._publish(pending.exchange, message, pending.mandatory)
 
-    def _publish(self, exchange: Exchange, message: Message, mandatory: bool) -> None:
-        confirms = self.confirms
+    def _publish(
+        self,
+        exchange: Exchange,
+        message: Message,
+        mandatory: bool,
+        confirms: PublisherConfirms | None = None,
+    ) -> None:
+        """Route one message; its confirm (the channel's, or ``confirms``: a tx.commit's)
+        settles once routing and every holder (HA guards) are done."""
+        confirms = self.confirms if confirms is None else confirms
         handle = confirms.publish() if confirms is not None else None
         message.confirm = handle
         if exchange.name not in self.vhost.exchanges:

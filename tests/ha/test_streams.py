@@ -196,3 +196,24 @@ def test_bind_and_delete_replies_wait_too() -> None:
     backup.send(1, commands.Basic.Ack(delivery_tag=max(delivery_tags(frames)), multiple=True))
     replies = [type(f) for _, f in client.take() if isinstance(f, kinds)]
     assert replies == list(kinds)
+
+
+def test_tx_commit_ok_waits_until_the_backup_has_every_message() -> None:
+    ctx, _ = primary_context()
+    backup = open_client(ctx, client_properties=BACKUP_PROPS)
+    backup.send(1, commands.Basic.Qos(prefetch_count=4))
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-queue:q", consumer_tag="q"))
+    frames = backup.take()
+    backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(frames)[0]))  # Ready
+    client = open_client(ctx)
+    client.send(1, commands.Tx.Select())
+    client.take()
+    client.publish(1, b"one", routing_key="q")
+    client.publish(1, b"two", routing_key="q")
+    client.send(1, commands.Tx.Commit())
+    assert not any(isinstance(f, commands.Tx.CommitOk) for _, f in client.take())
+    frames = backup.take()
+    events = [e for body in bodies_of(frames) for e in decode_batch(body)]
+    assert [e.body for e in events if isinstance(e, Enqueue)] == [b"one", b"two"]
+    backup.send(1, commands.Basic.Ack(delivery_tag=max(delivery_tags(frames)), multiple=True))
+    assert [type(f) for _, f in client.take()] == [commands.Tx.CommitOk]
