@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 
+from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.cluster_view import format_cluster
 from qpid_ha_cli.context import CliSettings, settings
@@ -27,6 +28,8 @@ __all__ = ["PRIMARY_STATES", "app"]
 app = typer.Typer()
 
 PRIMARY_STATES = ("active", "recovering")
+#: States of a backup, whose status shows why its link is down (:func:`_link_line`).
+BACKUP_STATES = ("joining", "catch-up", "ready")
 
 
 @app.command()
@@ -54,6 +57,9 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
 ) -> None:
     """Print the broker's HA state (and with --all, every member's).
+
+    A backup whose link to the primary is down prints why on a second line
+    ("link: ADDRESS: REASON ...").
 
     With --zk and --cluster, --all shows the cluster as the agents record it in ZooKeeper:
     members, states, epochs, whether each is in the in-sync set, the primary and the
@@ -83,11 +89,31 @@ def status(
         out(json.dumps(data, indent=2, sort_keys=True))
     else:
         out(state)
+        if state in BACKUP_STATES:
+            link = _link_line(s)
+            if link is not None:
+                out(link)
     wanted = "primary" if is_primary else expect
     if wanted is not None:
         holds = state in PRIMARY_STATES if wanted == "primary" else state == wanted
         if not holds:
             raise typer.Exit(ExitStatus.ERROR)
+
+
+def _link_line(s: CliSettings) -> str | None:
+    """A backup's second status line: why its link to the primary is not up (``/api/ha``'s
+    ``link_error``), or None. Best effort: the state line stands alone when ``/api/ha``
+    cannot be read (e.g. no credentials for a broker with authentication on)."""
+    try:
+        error = s.call("/api/ha").get("link_error")
+    except ManagementError:
+        return None
+    if not error:
+        return None
+    return (
+        f"link: {error['address']}: {error['reason']}"
+        f" ({error['count']} failed dials since {error['since']})"
+    )
 
 
 def _zk_status(s: CliSettings, hosts: str, cluster: str, as_json: bool) -> None:

@@ -11,6 +11,15 @@ handshake). It applies what arrives with the sans-I/O
 :class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges each delivery once
 applied, which is what releases the primary's held publisher confirms.
 
+A dial that fails is logged (``ha_link_dial_failed``) when its reason at that address
+changes, else at most once a minute with a ``repeated`` count
+(:class:`~broker.ha.redial.DialFailures`); a refusal by a broker that is not (yet) the
+primary, normal while a cluster starts, and a dial of this broker itself at debug level.
+:meth:`BackupLink.link_error` is the failure to show in ``/api/ha`` until a link comes up.
+Without ``ha-username`` (or with authentication off on this broker) the link logs in with
+ANONYMOUS where the primary offers it and ``ha-mechanism`` cannot be used:
+docs/ha-design.md, "The link".
+
 The backup is *caught up* when every queue named in the first snapshot of this link has
 reported ``Ready``; the link then tells its owner (CATCHUP -> READY). A primary whose epoch
 is lower than the highest this backup has seen is refused (fencing). When the link drops,
@@ -23,10 +32,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from broker.amqp.client import AmqpClient, ClientChannel, ClientError, Delivery, connect
+from broker.amqp.client import (
+    AmqpClient,
+    ClientChannel,
+    ClientError,
+    ConnectionRefusedByBroker,
+    Delivery,
+    connect,
+)
+from broker.amqp.client.handshake import NoUsableMechanism
+from broker.core.errors import ReplyCode
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.names import (
@@ -40,12 +61,52 @@ from broker.ha.names import (
     URL_PROPERTY,
 )
 from broker.ha.queue_replicator import AckCoalescer, CatchUpGc
-from broker.ha.redial import Backoff, DialRefused, dial_loop
+from broker.ha.redial import Backoff, DialFailures, DialRefused, dial_loop
 from broker.ha.state import HaState
 from broker.ha.wire import decode_batch, decode_config_event
+from common.log import get_logger
 from common.url import Address
 
 _PRIMARY_STATES = (HaState.RECOVERING.value, HaState.ACTIVE.value)
+#: States of a broker that may yet become the primary: refusals from them are routine.
+_BACKUP_STATES = (HaState.JOINING.value, HaState.CATCHUP.value, HaState.READY.value)
+#: The text of a backup's 530 refusal (:meth:`~broker.ha.ha_broker.HaBroker.admit`).
+_NOT_PRIMARY = re.compile(r"^HA backup: not the primary \(state (?P<state>[\w-]+)\)")
+
+
+class NotPrimary(DialRefused):
+    """The broker dialled answered but is not an HA primary; ``state`` is its HA status
+    (None: not an HA broker)."""
+
+    def __init__(self, state: str | None) -> None:
+        super().__init__(f"not a primary ({state or 'not an HA broker'})")
+        self.state = state
+
+
+def describe_dial_failure(address: Address, exc: Exception) -> tuple[str, bool]:
+    """``(reason, routine)`` of a failed dial: one line for the log and ``/api/ha``, and
+    whether it is normal while a cluster starts or fails over (the broker dialled is a
+    backup, not yet the primary)."""
+    if isinstance(exc, NotPrimary):
+        return str(exc), exc.state in _BACKUP_STATES
+    if isinstance(exc, ConnectionRefusedByBroker):
+        try:
+            name = ReplyCode(exc.reply_code).name
+        except ValueError:
+            name = str(exc.reply_code)
+        text = exc.reply_text.removeprefix(f"{name} - ")  # our broker's "NAME - text"
+        match = _NOT_PRIMARY.match(text)
+        if exc.reply_code == ReplyCode.NOT_ALLOWED and match:
+            return f"not a primary ({match['state']})", True
+        what = "login refused" if exc.reply_code == ReplyCode.ACCESS_REFUSED else "refused"
+        return f"{what}: {name} - {text}", False
+    if isinstance(exc, NoUsableMechanism):
+        return f"cannot log in: {exc}", False
+    cause = exc.__cause__
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused", False
+    text = " ".join(str(exc).split())
+    return text.removeprefix(f"{address.host}:{address.port}: ") or type(exc).__name__, False
 
 
 async def connect_as_backup(
@@ -59,8 +120,10 @@ async def connect_as_backup(
     broker_id: str,
     url: str,
     epoch: int | None = None,
+    anonymous_fallback: bool = False,
 ) -> AmqpClient:
-    """Open a replication link to ``address``, flagged as an HA backup connection."""
+    """Open a replication link to ``address``, flagged as an HA backup connection
+    (``anonymous_fallback``: see :func:`~broker.amqp.client.handshake.choose_mechanism`)."""
     properties: dict[str, Any] = {
         "product": product,
         BACKUP_PROPERTY: True,
@@ -78,6 +141,7 @@ async def connect_as_backup(
         client_properties=properties,
         heartbeat=max(1, int(heartbeat)),
         timeout=max(1.0, min(10.0, heartbeat)),
+        anonymous_fallback=anonymous_fallback,
     )
 
 
@@ -105,6 +169,10 @@ class LinkOwner(Protocol):
 #: First redial delay after a lost link (seconds); it doubles up to link-maintenance-interval.
 LINK_RETRY_MIN = 0.01
 
+#: At most one ``ha_link_dial_failed`` line per address in this many seconds, unless the
+#: reason changes.
+DIAL_FAILURE_LOG_INTERVAL = 60.0
+
 
 class BackupLink:
     """Keeps this backup connected to the primary and replicating."""
@@ -121,13 +189,19 @@ class BackupLink:
         maintenance_interval: float,
         heartbeat: float,
         flow_messages: int,
+        auth_here: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        """``auth_here``: whether this broker requires authentication; off, or without a
+        ``user``, the link falls back to ANONYMOUS where its mechanism cannot be used."""
         self.owner = owner
         self.vhost = vhost
         self.addresses = addresses
         self.user = user
         self.password = password
         self.mechanism = mechanism
+        self.anonymous_fallback = user is None or not auth_here
         self.maintenance_interval = maintenance_interval
         self.heartbeat = heartbeat
         self.credit = max(1, min(flow_messages // 32 or 1, 1000))
@@ -142,9 +216,35 @@ class BackupLink:
         self._subscribing: set[asyncio.Task[None]] = set()
         self._broken: asyncio.Event | None = None
         self._gc = CatchUpGc()
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._failures = DialFailures(DIAL_FAILURE_LOG_INTERVAL)
+        self._log = get_logger("ha")
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ha-backup-link")
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The dial loop ends only when cancelled, or on a bug: never silently."""
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            self.owner.log("ha_link_error", reason=f"the link stopped: {type(exc).__name__}: {exc}")
+
+    def link_error(self) -> dict[str, Any] | None:
+        """Why the link is not up (``/api/ha``'s ``link_error``): the latest failed dial that
+        is not a routine refusal, else the latest; None while a link is up, and before any
+        dial failed."""
+        failure = self._failures.current()
+        if self.client is not None or failure is None:
+            return None
+        started = self._wall_clock() - (self._clock() - failure.since)
+        return {
+            "address": failure.address,
+            "reason": failure.reason,
+            "since": datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "count": failure.count,
+        }
 
     async def stop(self, abort: bool = False) -> None:
         """Stop replicating; ``abort``: drop the link at once without the close handshake
@@ -180,39 +280,52 @@ class BackupLink:
             on_dial_failed=self._dial_failed,
         )
 
-    def _dial_failed(self, address: Address, reason: Exception) -> None:
-        """A dial failed or was refused: swallowed for now, the next round dials again."""
+    def _dial_failed(self, address: Address, exc: Exception) -> None:
+        """A dial failed or was refused: log it if it is news (the next round dials again)."""
+        reason, routine = describe_dial_failure(address, exc)
+        if isinstance(exc, NoUsableMechanism) and self.user is None:
+            reason += " (set ha-username and ha-password)"
+        # ha-brokers-url names this broker too; dialling itself never finds the primary.
+        routine = routine or str(address) == self.owner.url
+        line = self._failures.failed(str(address), reason, self._clock(), routine=routine)
+        if line is None:
+            return
+        log = self._log.debug if routine else self._log.warning
+        log("ha_link_dial_failed", address=str(address), reason=reason, repeated=line.repeated)
 
     async def _dial(self, address: Address) -> AmqpClient:
         owner = self.owner
-        client = await connect_as_backup(
-            address,
-            user=self.user,
-            password=self.password,
-            mechanism=self.mechanism,
-            heartbeat=self.heartbeat,
-            product="qpidd HA backup link",
-            broker_id=owner.broker_id,
-            url=owner.url,
-            epoch=owner.epoch,
-        )
+        try:
+            client = await connect_as_backup(
+                address,
+                user=self.user,
+                password=self.password,
+                mechanism=self.mechanism,
+                heartbeat=self.heartbeat,
+                product="qpidd HA backup link",
+                broker_id=owner.broker_id,
+                url=owner.url,
+                epoch=owner.epoch,
+                anonymous_fallback=self.anonymous_fallback,
+            )
+        except ValueError as exc:  # e.g. ha-username without ha-password
+            raise DialRefused(f"link configuration: {exc}") from exc
         status = client.server_properties.get(STATUS_PROPERTY)
         if status not in _PRIMARY_STATES:
             # Not (yet) an HA primary: e.g. a broker still starting, listening before its
             # HA role admits or refuses connections. Following it would mean catch-up forever.
             await self._close_client(client)
-            raise DialRefused(f"not an HA primary (status {status!r})")
+            raise NotPrimary(None if status is None else str(status))
         epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
         if epoch < owner.epoch:
-            reason = "its epoch is older than one this backup has seen"
             owner.log(
                 "ha_primary_refused",
                 address=str(address),
                 primary_epoch=epoch,
-                reason=reason,
+                reason="its epoch is older than one this backup has seen",
             )
             await self._close_client(client)
-            raise DialRefused(reason)
+            raise DialRefused(f"older epoch {epoch} < {owner.epoch}")
         return client
 
     async def _session(self, client: AmqpClient, address: Address) -> None:
@@ -235,6 +348,7 @@ class BackupLink:
         self._subscribed = set()
         self._broken = asyncio.Event()
         epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
+        self._failures.succeeded()
         self.owner.link_up(address, epoch)
         config = await client.open_channel()
         await config.qos(self.credit)

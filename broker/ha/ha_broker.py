@@ -259,6 +259,7 @@ class HaBroker:
             maintenance_interval=options.link_maintenance_interval,
             heartbeat=options.link_heartbeat_interval,
             flow_messages=options.ha_flow_messages,
+            auth_here=options.auth,
         )
         self.link.start()
 
@@ -523,6 +524,7 @@ class HaBroker:
             "orphan_queues": self.primary.orphans.waiting(now) if self.primary else {},
             "backups": self._backups_status(),
             "in_sync": self.in_sync_status() if self.primary is not None else None,
+            "link_error": self.link.link_error() if self.link is not None else None,
         }
 
     def _backups_status(self) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@ The loop that keeps a backup's link to its primary (:class:`~broker.ha.backup.Ba
 seed 001's link checked every ``link-maintenance-interval``) and a stand-alone broker's copy
 of a remote queue (:class:`~broker.ha.remote_queue_replication.QueueReplication`, seed 001
 section 1.13's ``ha-queue-replication``) alive: :func:`dial_loop` (asyncio) pauses between
-rounds as the plain :class:`Backoff` object says.
+rounds as the plain :class:`Backoff` object says, and the plain :class:`DialFailures` says
+which failed dials are worth a log line.
 
 One *round* dials each address in turn. A dial that succeeds runs the session (replicating
 until the link drops) and then the round goes on with the next address; a dial that fails
@@ -16,19 +17,20 @@ loop calls the owner's ``dial``, ``session`` and ``on_dial_failed``, never the r
 session handles its own errors (and closes its connection): an exception it lets through
 ends the loop.
 
-THREAD UNSAFE: :func:`dial_loop` runs on the broker's event loop; :class:`Backoff` belongs
-to one loop.
+THREAD UNSAFE: :func:`dial_loop` runs on the broker's event loop; :class:`Backoff` and
+:class:`DialFailures` belong to one loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import NoReturn, TypeVar
 
 from common.url import Address
 
-__all__ = ["Backoff", "DialRefused", "dial_loop"]
+__all__ = ["Backoff", "DialFailure", "DialFailures", "DialRefused", "FailureLine", "dial_loop"]
 
 C = TypeVar("C")
 
@@ -62,6 +64,108 @@ class Backoff:
     def succeeded(self) -> None:
         """A link came up: the next pause is ``minimum`` (capped by ``maximum``)."""
         self._delay = self.minimum
+
+
+@dataclass(frozen=True)
+class DialFailure:
+    """The failure one address has been answering with: the same ``reason`` ``count`` dials
+    in a row since ``since`` (the clock of :meth:`DialFailures.failed`).
+
+    ``routine``: a refusal that is normal while a cluster starts or fails over (the broker
+    dialled is not, or not yet, the primary)."""
+
+    address: str
+    reason: str
+    routine: bool
+    since: float
+    count: int
+
+
+@dataclass(frozen=True)
+class FailureLine:
+    """One log line to write for a failed dial.
+
+    ``repeated``: how many times the dial failed for this reason since the last line about
+    it, this failure included; 0 on the first line of a reason."""
+
+    failure: DialFailure
+    repeated: int
+
+
+@dataclass
+class _Record:
+    reason: str
+    routine: bool
+    since: float
+    count: int
+    logged_at: float
+    unlogged: int
+    order: int
+
+
+class DialFailures:
+    """Which failed dials to log, and the failure to show: no clock, no I/O, no loop.
+
+    Per address it keeps the current reason. :meth:`failed` returns a :class:`FailureLine`
+
+    - when the reason at that address is new (the first failure, or a different reason
+      from the dial before), and otherwise
+    - at most once per ``interval`` (seconds of the caller's clock) per address, counting
+      in ``repeated`` the failures not logged since.
+
+    So an address never gets more than one line per ``interval`` unless its reason changed,
+    and every failure is counted in some line or is still waiting for one.
+    :meth:`succeeded` (a link came up) forgets every address: the next failure is news.
+    :meth:`current` is the failure to show an operator.
+    """
+
+    def __init__(self, interval: float = 60.0) -> None:
+        if not interval >= 0:
+            raise ValueError(f"interval must be >= 0, got {interval!r}")
+        self.interval = interval
+        self._records: dict[str, _Record] = {}
+        self._order = 0
+
+    def failed(
+        self, address: str, reason: str, now: float, *, routine: bool = False
+    ) -> FailureLine | None:
+        """A dial of ``address`` failed at ``now`` for ``reason``: the line to log, if any."""
+        self._order += 1
+        record = self._records.get(address)
+        if record is None or record.reason != reason:
+            record = _Record(reason, routine, now, 1, now, 0, self._order)
+            self._records[address] = record
+            return FailureLine(self._failure(address, record), 0)
+        record.count += 1
+        record.unlogged += 1
+        record.order = self._order
+        if now - record.logged_at < self.interval:
+            return None
+        repeated, record.unlogged, record.logged_at = record.unlogged, 0, now
+        return FailureLine(self._failure(address, record), repeated)
+
+    def succeeded(self) -> None:
+        """A link came up: forget every failure."""
+        self._records.clear()
+
+    def current(self) -> DialFailure | None:
+        """The failure to show: the latest one that is not routine, else the latest one;
+        None when no dial has failed since the last link came up."""
+        if not self._records:
+            return None
+        address, record = max(
+            self._records.items(), key=lambda item: (not item[1].routine, item[1].order)
+        )
+        return self._failure(address, record)
+
+    def unlogged(self, address: str) -> int:
+        """Failures at ``address`` not yet counted in a line."""
+        record = self._records.get(address)
+        return 0 if record is None else record.unlogged
+
+    @staticmethod
+    def _failure(address: str, record: _Record) -> DialFailure:
+        return DialFailure(address, record.reason, record.routine, record.since, record.count)
 
 
 class DialRefused(Exception):

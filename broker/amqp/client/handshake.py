@@ -3,9 +3,11 @@
 Contract: :func:`connect` opens a TCP connection, sends the protocol header and runs the
 handshake (start/start-ok with PLAIN, AMQPLAIN or ANONYMOUS, tune/tune-ok, open of vhost
 ``/``), all bounded by ``timeout``, and returns an open
-:class:`~broker.amqp.client.connection.AmqpClient`. A broker that answers the handshake
-with connection.close (530 NOT_ALLOWED from a backup that refuses clients, 403
-ACCESS_REFUSED for a bad login) raises
+:class:`~broker.amqp.client.connection.AmqpClient`. The mechanism is the caller's, or with
+``anonymous_fallback`` ANONYMOUS when the caller's cannot be used and the broker offers it
+(:func:`choose_mechanism`); a password is only ever sent over the caller's mechanism. A
+broker that answers the handshake with connection.close (530 NOT_ALLOWED from a backup
+that refuses clients, 403 ACCESS_REFUSED for a bad login) raises
 :class:`~broker.amqp.client.errors.ConnectionRefusedByBroker`; a socket error, EOF,
 time-out or garbled handshake raises :class:`~broker.amqp.client.errors.ConnectionFailed`;
 the socket is closed either way.
@@ -14,6 +16,8 @@ the socket is closed either way.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pamqp import commands, encode
@@ -96,6 +100,47 @@ def _refused(writer: asyncio.StreamWriter, method: Method) -> ClientError:
     return ConnectionFailed(f"unexpected {method.name} during the handshake")
 
 
+class NoUsableMechanism(ConnectionFailed):
+    """No SASL mechanism this client may use is offered (:func:`choose_mechanism`)."""
+
+
+def _needs_credentials(mechanism: str) -> bool:
+    return mechanism != "ANONYMOUS"
+
+
+def choose_mechanism(
+    offered: Sequence[str],
+    mechanism: str,
+    user: str | None,
+    password: str | None,
+    *,
+    anonymous_fallback: bool,
+) -> str:
+    """The mechanism to log in with, given what the broker ``offered`` in connection.start.
+
+    ``mechanism`` when the broker offers it and it can be used (ANONYMOUS needs nothing,
+    PLAIN and AMQPLAIN a user and a password). Otherwise, with ``anonymous_fallback``,
+    ANONYMOUS when the broker offers it: it sends no credentials, so a password never goes
+    over a mechanism the caller did not name. Pure: no I/O.
+
+    :raises NoUsableMechanism: neither can be used; the message says what is missing.
+    """
+    has_credentials = user is not None and password is not None
+    usable = not _needs_credentials(mechanism) or has_credentials
+    if mechanism in offered and usable:
+        return mechanism
+    if anonymous_fallback and "ANONYMOUS" in offered:
+        return "ANONYMOUS"
+    if mechanism not in offered:
+        raise NoUsableMechanism(
+            f"the broker offers {' '.join(offered) or 'no mechanism'}, not {mechanism}"
+        )
+    raise NoUsableMechanism(
+        f"{mechanism} needs a user and a password, and the broker offers"
+        f" {' '.join(offered)}, not ANONYMOUS"
+    )
+
+
 def _negotiate(ours: int, theirs: int) -> int:
     """The smaller non-zero value (0 when both are 0)."""
     if ours and theirs:
@@ -103,12 +148,21 @@ def _negotiate(ours: int, theirs: int) -> int:
     return ours or theirs
 
 
+@dataclass(frozen=True)
+class _Login:
+    """What :func:`connect` was asked to log in with (the choice waits for connection.start)."""
+
+    mechanism: str
+    user: str | None
+    password: str | None = field(repr=False)
+    anonymous_fallback: bool
+
+
 async def _handshake(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     properties: dict[str, Any],
-    mechanism: str,
-    response: bytes,
+    login: _Login,
     frame_max: int,
     heartbeat: int,
 ) -> AmqpClient:
@@ -118,10 +172,14 @@ async def _handshake(
     if not isinstance(start, commands.Connection.Start):
         raise _refused(writer, start)
     offered = _text(start.mechanisms).split()
-    if mechanism not in offered:
-        raise ConnectionFailed(
-            f"the broker offers {' '.join(offered) or 'no mechanism'}, not {mechanism}"
-        )
+    mechanism = choose_mechanism(
+        offered,
+        login.mechanism,
+        login.user,
+        login.password,
+        anonymous_fallback=login.anonymous_fallback,
+    )
+    response = _sasl_response(mechanism, login.user, login.password)
     writer.write(_start_ok_frame(properties, mechanism, response))
     tune = await _read_method(reader, limit)
     if not isinstance(tune, commands.Connection.Tune):
@@ -163,6 +221,7 @@ async def connect(
     heartbeat: int = 0,
     frame_max: int = 131072,
     timeout: float = 10.0,
+    anonymous_fallback: bool = False,
 ) -> AmqpClient:
     """Connect, authenticate and open vhost ``/``; everything within ``timeout`` seconds.
 
@@ -170,6 +229,11 @@ async def connect(
     and the broker's (so ``heartbeat=0`` takes the broker's). ``client_properties`` are
     merged over the defaults (product, version, platform, capabilities; a ``capabilities``
     table is merged too).
+
+    ``anonymous_fallback``: log in with ANONYMOUS when the broker offers it and
+    ``mechanism`` cannot be used (not offered, or no user and password given);
+    :func:`choose_mechanism` has the rule. Without it, missing credentials are a
+    ``ValueError`` before any connection is made.
 
     :raises ConnectionRefusedByBroker: the broker closed the handshake (403, 530, ...).
     :raises ConnectionFailed: socket error, EOF, time-out, or a garbled handshake.
@@ -179,7 +243,11 @@ async def connect(
         raise ValueError(f"frame_max {frame_max} is below the minimum {framing.FRAME_MIN_SIZE}")
     if heartbeat < 0 or heartbeat > 0xFFFF:
         raise ValueError(f"heartbeat {heartbeat} outside 0..65535")
-    response = _sasl_response(mechanism, user, password)
+    if anonymous_fallback:
+        _sasl_response(mechanism, "", "")  # only the mechanism's name is checked here
+    else:
+        _sasl_response(mechanism, user, password)
+    login = _Login(mechanism, user, password, anonymous_fallback)
     capabilities: dict[str, Any] = {
         "consumer_cancel_notify": True,
         "publisher_confirms": True,
@@ -202,9 +270,7 @@ async def connect(
     try:
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection(host, port, limit=_READ_LIMIT)
-            return await _handshake(
-                reader, writer, properties, mechanism, response, frame_max, heartbeat
-            )
+            return await _handshake(reader, writer, properties, login, frame_max, heartbeat)
     except ClientError:
         if writer is not None:
             writer.close()
