@@ -105,10 +105,48 @@ def drill(
         str, typer.Option(metavar="LEVEL", help="debug, info, warning, error")
     ] = "info",
     log_format: Annotated[str, typer.Option(metavar="FORMAT", help="json or console")] = "json",
+    nemesis: Annotated[
+        str | None,
+        typer.Option(
+            metavar="LIST",
+            help="build a local cluster in network namespaces (root) and run these faults"
+            " under the drill: kill,kill-node,pause,partition,stale-backup,zk-loss",
+        ),
+    ] = None,
+    cycles: Annotated[int, typer.Option(metavar="N", help="with --nemesis: rounds")] = 1,
+    session_timeout: Annotated[
+        float, typer.Option(metavar="SECONDS", help="with --nemesis: the agents' setting")
+    ] = 4.0,
+    link_heartbeat_interval: Annotated[
+        float, typer.Option(metavar="SECONDS", help="with --nemesis: the brokers' setting")
+    ] = 1.0,
+    work_dir: Annotated[
+        str | None, typer.Option(metavar="DIR", help="with --nemesis: logs and results here")
+    ] = None,
+    via_vip: Annotated[
+        bool, typer.Option(help="with --nemesis: clients use the virtual IP, not the URL list")
+    ] = False,
 ) -> None:
     """Run a fail-over drill: publish with confirms and consume over the URL list, log every
     gap, then check sent, confirmed, received, lost, duplicated. Exit 1 if anything
-    confirmed was lost, 3 if no broker could be reached."""
+    confirmed was lost, 3 if no broker could be reached. With --nemesis: see
+    qpid_ha_cli/nemesis/ (root; exit 1 on a loss or two primaries, 2 if a tool is missing)."""
+    if nemesis is not None:
+        from qpid_ha_cli.nemesis.command import run_nemesis
+
+        status = run_nemesis(
+            environment(ctx).out,
+            nemesis,
+            cycles,
+            session_timeout,
+            link_heartbeat_interval,
+            float(_rate_or_usage(rate)),
+            work_dir,
+            via_vip,
+        )
+        if status is not ExitStatus.SUCCESS:
+            raise typer.Exit(status)
+        return
     try:
         settings = settings_from_options(
             url,
@@ -148,3 +186,13 @@ def drill(
     environment(ctx).out(check.line())
     if not check.ok:
         raise typer.Exit(ExitStatus.ERROR)
+
+
+def _rate_or_usage(rate: str) -> float:
+    try:
+        value = float(rate)
+    except ValueError:
+        raise UsageError(f"--rate: expected a number, got {rate!r}") from None
+    if not value >= 0:
+        raise UsageError(f"--rate: must be >= 0, got {rate!r}")
+    return value

@@ -1,0 +1,225 @@
+"""The nemeses: one small class each, :meth:`inject` then :meth:`heal`, on a settled cluster.
+
+:Status: Beta (the nemesis drill; root only)
+
+=============  ===========================================================================
+name           inject / heal
+=============  ===========================================================================
+kill           SIGKILL the primary's broker; wait for another primary. Heal: nothing (its
+               agent restarts it as a backup)
+kill-node      SIGKILL the primary's agent, then its broker (node loss); wait for another
+               primary (after the agent's ZooKeeper session expires). Heal: restart the
+               agent (which starts the broker)
+pause          SIGSTOP the primary's broker; wait for another primary. Heal: SIGCONT
+partition      nft in the primary's namespace drops everything to and from the other
+               nodes and ZooKeeper (clients still reach it); wait for another primary.
+               Heal: delete the rules
+stale-backup   nft in one backup's namespace drops its replication link to the primary
+               (TCP 5672 only: its agent still reaches ZooKeeper); wait until the primary's
+               committed in-sync set no longer has it; publish on for a second; then kill
+               the primary's node; wait for another primary (which must not be the stale
+               backup). Heal: delete the rules, restart the killed agent
+zk-loss        SIGKILL the ZooKeeper leader of 3; hold a session timeout; SIGSTOP the two
+               left (the whole ensemble gone) for 1.5 session timeouts; SIGCONT. Heal:
+               restart the killed server
+=============  ===========================================================================
+
+Every step is noted through :attr:`Context.note` (the drill's log: ``broker_sigkilled``,
+``node_sigkilled``, ``broker_paused``... with ``target`` the node), which is what the
+two-primary check (:mod:`~qpid_ha_cli.nemesis.checks`) reads besides the brokers' logs.
+Waits poll with deadlines (:class:`Timing`); holds are the fault's length, on purpose.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from common.polling import poll_until
+from qpid_ha_cli.nemesis.cluster import Cluster
+from qpid_ha_cli.nemesis.processes import AMQP_PORT, Node
+
+__all__ = ["NEMESES", "Context", "Nemesis", "Timing", "nemesis_named"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The settings under test, and the deadlines they imply."""
+
+    session_timeout: float
+    link_heartbeat_interval: float
+
+    @property
+    def failover(self) -> float:
+        """Longest wait for another primary: a session's expiry, the watchdog, slack."""
+        return 3 * self.session_timeout + 2 * self.link_heartbeat_interval + 30
+
+    @property
+    def removal(self) -> float:
+        """Longest wait for a silent backup's removal to be committed."""
+        return 4 * self.link_heartbeat_interval + self.session_timeout + 20
+
+
+@dataclass
+class Context:
+    """What a nemesis works on: the cluster, its primary at the start, the clock's holds."""
+
+    cluster: Cluster
+    primary: Node
+    timing: Timing
+    hold: Callable[[float], None]
+    note: Callable[..., None]  # note(event, target=node name, **fields)
+    new_primary: Node | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def await_new_primary(self) -> Node:
+        self.new_primary = self.cluster.wait_new_primary(self.primary, self.timing.failover)
+        self.note("new_primary_seen", target=self.new_primary.name)
+        return self.new_primary
+
+    def kill_node(self, node: Node) -> None:
+        pid = node.broker_pid()
+        node.kill_agent()
+        node.signal_broker(signal.SIGKILL, pid)
+        self.note("node_sigkilled", target=node.name, pid=pid)
+
+
+class Nemesis:
+    """A fault: :meth:`inject` it (and wait for its effect), then :meth:`heal` it."""
+
+    name: ClassVar[str] = ""
+
+    def inject(self, ctx: Context) -> None:
+        raise NotImplementedError
+
+    def heal(self, ctx: Context) -> None:
+        """Undo what :meth:`inject` did that the cluster does not undo by itself."""
+
+
+class Kill(Nemesis):
+    name = "kill"
+
+    def inject(self, ctx: Context) -> None:
+        pid = ctx.primary.signal_broker(signal.SIGKILL)
+        ctx.note("broker_sigkilled", target=ctx.primary.name, pid=pid)
+        ctx.await_new_primary()
+
+
+class KillNode(Nemesis):
+    name = "kill-node"
+
+    def inject(self, ctx: Context) -> None:
+        ctx.kill_node(ctx.primary)
+        ctx.await_new_primary()
+
+    def heal(self, ctx: Context) -> None:
+        ctx.primary.start_agent()
+        ctx.note("agent_restarted", target=ctx.primary.name)
+
+
+class Pause(Nemesis):
+    name = "pause"
+    pid: int | None = None
+
+    def inject(self, ctx: Context) -> None:
+        self.pid = ctx.primary.broker_pid()
+        ctx.primary.signal_broker(signal.SIGSTOP, self.pid)
+        ctx.note("broker_paused", target=ctx.primary.name, pid=self.pid)
+        ctx.await_new_primary()
+
+    def heal(self, ctx: Context) -> None:
+        ctx.primary.signal_broker(signal.SIGCONT, self.pid)
+        ctx.note("broker_resumed", target=ctx.primary.name, pid=self.pid)
+
+
+class Partition(Nemesis):
+    name = "partition"
+
+    def inject(self, ctx: Context) -> None:
+        peers = [n.host.address for n in ctx.cluster.nodes if n is not ctx.primary]
+        ctx.primary.host.block(peers + ctx.cluster.zk_addresses)
+        ctx.note("node_partitioned", target=ctx.primary.name)
+        ctx.await_new_primary()
+
+    def heal(self, ctx: Context) -> None:
+        ctx.primary.host.unblock()
+        ctx.note("partition_healed", target=ctx.primary.name)
+
+
+class StaleBackup(Nemesis):
+    name = "stale-backup"
+    stale: Node | None = None
+
+    def inject(self, ctx: Context) -> None:
+        stale = self.stale = next(n for n in ctx.cluster.nodes if n is not ctx.primary)
+        ha = stale.get("/api/ha") or {}
+        stale_id = str(ha.get("broker_id"))
+        stale.host.block([ctx.primary.host.address], port=AMQP_PORT)
+        ctx.note("link_cut", target=stale.name, primary=ctx.primary.name)
+
+        def removed() -> bool:
+            status = ctx.primary.get("/api/ha") or {}
+            committed = (status.get("in_sync") or {}).get("committed") or {}
+            return "members" in committed and stale_id not in committed["members"]
+
+        poll_until(removed, ctx.timing.removal, f"{stale.name} out of the in-sync set")
+        ctx.note("stale_removed", target=stale.name)
+        ctx.hold(1.0)  # publish on with the other backup only
+        ctx.kill_node(ctx.primary)
+        new = ctx.await_new_primary()
+        ctx.facts["stale_backup"] = stale.name
+        ctx.facts["stale_promoted"] = new is stale
+
+    def heal(self, ctx: Context) -> None:
+        if self.stale is not None:
+            self.stale.host.unblock()
+            ctx.note("link_healed", target=self.stale.name)
+        ctx.primary.start_agent()
+        ctx.note("agent_restarted", target=ctx.primary.name)
+
+
+class ZkLoss(Nemesis):
+    name = "zk-loss"
+    killed: Any = None
+
+    def inject(self, ctx: Context) -> None:
+        servers = ctx.cluster.zookeepers
+        if len(servers) < 3:
+            raise ValueError("zk-loss needs the 3-server ensemble")
+        leader = poll_until(
+            lambda: next((z for z in servers if z.alive() and z.mode() == "leader"), None),
+            30,
+            "a ZooKeeper leader",
+        )
+        self.killed = leader
+        leader.kill()
+        ctx.note("zk_server_killed", target=leader.host.name)
+        ctx.hold(ctx.timing.session_timeout)
+        rest = [z for z in servers if z is not leader]
+        for server in rest:
+            server.signal(signal.SIGSTOP)
+        ctx.note("zk_ensemble_paused", targets=[z.host.name for z in rest])
+        ctx.hold(1.5 * ctx.timing.session_timeout)
+        for server in rest:
+            server.signal(signal.SIGCONT)
+        ctx.note("zk_ensemble_resumed", targets=[z.host.name for z in rest])
+
+    def heal(self, ctx: Context) -> None:
+        if self.killed is not None:
+            self.killed.start()
+            ctx.note("zk_server_restarted", target=self.killed.host.name)
+
+
+NEMESES: dict[str, type[Nemesis]] = {
+    n.name: n for n in (Kill, KillNode, Pause, Partition, StaleBackup, ZkLoss)
+}
+
+
+def nemesis_named(name: str) -> Nemesis:
+    """A fresh nemesis. :raises ValueError: naming the known ones."""
+    try:
+        return NEMESES[name]()
+    except KeyError:
+        raise ValueError(f"unknown nemesis {name!r}: expected {', '.join(NEMESES)}") from None
