@@ -10,7 +10,9 @@ Contract
 - The clients are the drill's own (:class:`~qpid_ha_cli.drill.run.DrillRun`: pika, a
   publisher with confirms and a consumer with acks on the brokers' URL list, or on the
   virtual IP), one run per cycle on a fresh queue, started from a thread that joined the
-  client host's namespace, so their sockets live there.
+  client host's namespace, so their sockets live there. The consumer starts only once the
+  fault is healed and the cluster settled: every message confirmed during the fault is
+  still in the queue then, so the new primary must have it.
 - While a cycle runs, a sampler asks every broker for its state every 100 ms and counts
   the samples in which two say they are primary.
 - After a cycle, the two-primary time comes from every broker's and agent's JSON log and
@@ -66,6 +68,28 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return events
 
 
+class HeldBackDrillRun(DrillRun):
+    """The drill's run with its consumer held back until :meth:`consume`: while a fault
+    is on, every confirmed message stays in the queue, so one the new primary lacks is
+    counted lost (a live consumer would have taken it off the old primary already, and
+    the old primary may confirm a message that left its queue without its backups).
+
+    It overrides the shell's consumer thread's body (``DrillRun._consumer``) to wait first:
+    a ``consumer_start`` event in :class:`DrillRun` itself would be the clean way.
+    """
+
+    def __init__(self, settings: DrillSettings) -> None:
+        super().__init__(settings)
+        self.consuming = threading.Event()
+
+    def consume(self) -> None:
+        self.consuming.set()
+
+    def _consumer(self) -> None:
+        self.consuming.wait()
+        super()._consumer()
+
+
 class ClientDrill:
     """One drill run on ``host``'s namespace, in a thread; publishes until :meth:`finish`."""
 
@@ -80,7 +104,7 @@ class ClientDrill:
             scenario=name,
         )
         self.host = host
-        self.run = DrillRun(settings)
+        self.run = HeldBackDrillRun(settings)
         self.check: DrillCheck | None = None
         self.failure: BaseException | None = None
         self.thread = threading.Thread(target=self._main, name="nemesis-drill", daemon=True)
@@ -101,8 +125,10 @@ class ClientDrill:
         return self.run.core.confirmed_count
 
     def finish(self, timeout: float = 120.0) -> DrillCheck:
-        """Stop publishing (the count becomes 0: already reached), drain, return the check."""
+        """Stop publishing (the count becomes 0: already reached), consume, drain, return
+        the check."""
         self.run.settings.count = 0
+        self.run.consume()
         self.thread.join(timeout)
         if self.thread.is_alive():
             raise RuntimeError(f"the drill did not finish within {timeout:.0f} s")
