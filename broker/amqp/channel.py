@@ -30,7 +30,7 @@ from broker.amqp.context import Stream
 from broker.amqp.state import ChannelState
 from broker.core.confirms import PublisherConfirms
 from broker.core.errors import AmqpError, ReplyCode, precondition_failed
-from broker.core.message import Entry
+from broker.core.message import Entry, TxMark
 from broker.core.queue import Queue
 
 if TYPE_CHECKING:
@@ -322,6 +322,12 @@ class Channel(ConsumeMethods, PublishMethods):
 
         armed = False
         commit = PublisherConfirms(on_settled=settled)
+        if tx.publishes:
+            # One mark for the transaction's messages: an HA backup applies them all or
+            # none (docs/ha-design.md, "Transactions").
+            mark = TxMark()
+            for _, message, _ in tx.publishes:
+                message.tx = mark
         for exchange, message, mandatory in tx.publishes:
             self._publish(exchange, message, mandatory, commit)
         for ack in tx.acks:

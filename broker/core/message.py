@@ -3,7 +3,9 @@
 A :class:`Message` is immutable content (exchange, routing key, raw properties, body) shared
 by every queue it was routed to. Each queue wraps it in an :class:`Entry` carrying what is
 per queue: the position (the queue-local sequence number, which the HA module uses as the
-replication id), the expiry time, and whether it was delivered before.
+replication id), the expiry time, and whether it was delivered before. A message published
+in a transaction carries the transaction's :class:`TxMark` (``Message.tx``), which HA
+replication reads (docs/ha-design.md, "Transactions"); every other message has None.
 """
 
 from __future__ import annotations
@@ -14,6 +16,33 @@ from broker.core import properties
 
 if TYPE_CHECKING:
     from broker.core.confirms import ConfirmHandle
+
+
+class TxMark:
+    """The mark of one committed transaction on its messages (``Message.tx``).
+
+    ``id`` increases with each commit in this process (one broker per process); ``seen``
+    holds the (queue name, position) of each of the transaction's entries that an HA
+    replicating subscription saw enqueued: filled during the commit, read by the primary's
+    subscriptions after it (broker/ha/replicating_subscription.py). No I/O.
+    """
+
+    __slots__ = ("id", "seen")
+
+    _next_id = 1
+
+    def __init__(self) -> None:
+        self.id = TxMark._next_id
+        TxMark._next_id += 1
+        self.seen: set[tuple[str, int]] = set()
+
+    @staticmethod
+    def next_id() -> int:
+        """The id the next transaction will get."""
+        return TxMark._next_id
+
+    def __repr__(self) -> str:
+        return f"TxMark({self.id}, {len(self.seen)} seen)"
 
 
 class Message:
@@ -29,6 +58,7 @@ class Message:
         "persistent",
         "properties_raw",
         "routing_key",
+        "tx",
     )
 
     def __init__(
@@ -48,6 +78,8 @@ class Message:
         self.confirm = confirm
         #: Opaque cache for the protocol layer (exchange and routing key as encoded once).
         self.encoded_route: bytes | None = None
+        #: The transaction it was published in (set by tx.commit), else None.
+        self.tx: TxMark | None = None
         info = scanned if scanned is not None else properties.scan(properties_raw)
         self.persistent = info.delivery_mode == 2
         self.expiration_ms = properties.parse_expiration(info.expiration)

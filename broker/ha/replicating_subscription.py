@@ -18,6 +18,16 @@ into batches (:mod:`broker.ha.wire`); the shell sends each batch as one AMQP del
 the backup has credit and calls :meth:`acknowledged` with the batch's tag when the backup
 acks it. Acknowledged ids release the :class:`~broker.ha.queue_guard.QueueGuard`.
 
+Transactions (docs/ha-design.md, "Transactions"): a message of a committed transaction that
+this subscription saw enqueued (it came after the subscription's start) is sent after a
+``Tx`` event naming the transaction and its total, the number of the transaction's entries
+any subscription saw enqueued (``TxMark.seen``, complete once the commit returns: the shell
+pumps later, never inside an enqueue). Such a message is sent even when consumed before it
+was sent, followed by its dequeue, so the backup receives every message of the total. The
+first batch starts with ``TxBase``: the id of the first transaction committed after this
+subscription started (omitted while no transaction was ever committed); a transaction with
+a smaller id may reach this stream in part, unmarked, or not at all.
+
 Once every message up to the guard's first position has been sent, a ``Ready`` event
 follows; when the backup acknowledges that batch the subscription is :attr:`ready` (the
 backup is caught up on this queue).
@@ -29,7 +39,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from broker.core.message import Entry
+from broker.core.message import Entry, TxMark
 from broker.core.queue import Queue
 from broker.ha.id_set import IdSet
 from broker.ha.queue_guard import QueueGuard
@@ -68,6 +78,10 @@ class ReplicatingSubscription:
                 elif guard is not None:
                     guard.acknowledged(entry.position)  # the backup holds it already: safe
         self._dequeued_unsent: set[int] = set()
+        # Entries after this position were seen enqueued (a transaction's are sent marked).
+        self._live_after = queue.last_position
+        self._tx_base = TxMark.next_id()
+        self._tx_base_sent = self._tx_base == 1  # no transaction yet: nothing to say
         self._packer = EnqueuePacker()
         self._last_sent = 0
         self._unacked: dict[int, list[int]] = {}
@@ -84,6 +98,9 @@ class ReplicatingSubscription:
     # -- queue observer ----------------------------------------------------------------
     def enqueued(self, queue: Queue, entry: Entry) -> None:
         self._backlog.append(entry)
+        tx = entry.message.tx
+        if tx is not None:
+            tx.seen.add((queue.name, entry.position))
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         position = entry.position
@@ -126,14 +143,41 @@ class ReplicatingSubscription:
         backlog = self._backlog
         skipped = self._dequeued_unsent
         popleft = backlog.popleft
+        live_after = self._live_after
+        marked = not self._tx_base_sent
+        if marked:
+            parts.append(EnqueuePacker.tx_base(self._tx_base))
+        # The open run of a transaction's messages: its mark, the index of its Tx part and
+        # len(ids) at its start. Checked once per message: a message's mark is run_tx
+        # (None for a message outside any transaction) unless a run starts or ends.
+        run_tx: TxMark | None = None
+        run_part = run_start = 0
         while backlog and len(ids) < max_events and size < budget:
             entry = popleft()
             position = entry.position
+            message = entry.message
             if skipped and position in skipped:
                 skipped.discard(position)
-                self.skipped_total += 1
-                continue
-            message = entry.message
+                if message.tx is None or position <= live_after:
+                    self.skipped_total += 1
+                    continue
+                # Consumed before it was sent, but counted in its transaction's total: send
+                # it, then its dequeue (in this batch, after the enqueues).
+                self._pending_dequeues.add(position)
+            tx = message.tx
+            if tx is not run_tx:
+                if run_tx is not None:
+                    parts[run_part] = EnqueuePacker.tx(
+                        run_tx.id, len(run_tx.seen), len(ids) - run_start
+                    )
+                    run_tx = None
+                if tx is not None and position > live_after:
+                    run_tx = tx
+                    run_part = len(parts)
+                    run_start = len(ids)
+                    parts.append(b"")
+                    size += EnqueuePacker.TX_SIZE
+                    marked = True
             head, properties, body, event_size = pack(
                 position,
                 message.exchange,
@@ -144,6 +188,8 @@ class ReplicatingSubscription:
             add((head, properties, body))
             size += event_size
             ids.append(position)
+        if run_tx is not None:
+            parts[run_part] = EnqueuePacker.tx(run_tx.id, len(run_tx.seen), len(ids) - run_start)
         if ids:
             self._last_sent = ids[-1]
         events: list[Event] = []
@@ -156,6 +202,9 @@ class ReplicatingSubscription:
             self._ready_tag = tag
         if not events and not ids:
             return None
+        if marked:
+            parts[0] = EnqueuePacker.VERSION_TX_BYTE
+            self._tx_base_sent = True
         if events:
             parts.append(encode_batch(events)[1:])  # without its version byte
         self._next_tag = tag + 1

@@ -4,8 +4,9 @@ The public face of three modules; import from here. Each module states its own c
 
 * :mod:`broker.ha.wire_batch` - the **per-queue stream** (consumer on
   ``qpid.ha-queue:<name>``): each AMQP body is one *batch* of :class:`Enqueue`,
-  :class:`Dequeue` and :class:`Ready` events; the byte layout, its bounds and errors, and the
-  whole-batch codec :func:`encode_batch` / :func:`decode_batch`.
+  :class:`Dequeue`, :class:`Ready`, :class:`Tx` and :class:`TxBase` events; the byte
+  layout, its bounds and errors, and the whole-batch codec :func:`encode_batch` /
+  :func:`decode_batch`.
 * :mod:`broker.ha.wire_writers` - the incremental encoders of the same batches:
   :class:`BatchWriter` (batches under a byte budget and an event count) and
   :class:`EnqueuePacker` (ENQUEUE events from a message's fields, with no :class:`Enqueue` in
@@ -25,11 +26,16 @@ from broker.ha.wire_batch import (
     DEQUEUE,
     ENQUEUE,
     READY,
+    TX,
+    TXBASE,
     VERSION,
+    VERSION_TX,
     Dequeue,
     Enqueue,
     Event,
     Ready,
+    Tx,
+    TxBase,
     decode_batch,
     encode_batch,
 )
@@ -40,13 +46,18 @@ __all__ = [
     "DEQUEUE",
     "ENQUEUE",
     "READY",
+    "TX",
+    "TXBASE",
     "VERSION",
+    "VERSION_TX",
     "BatchWriter",
     "Dequeue",
     "Enqueue",
     "EnqueuePacker",
     "Event",
     "Ready",
+    "Tx",
+    "TxBase",
     "decode_batch",
     "decode_config_event",
     "encode_batch",

@@ -9,26 +9,40 @@ Contract
   routing key it was published with, its raw AMQP basic-properties bytes (opaque here) and
   its body;
 * :class:`Dequeue` - messages removed from the queue, as an :class:`~broker.ha.id_set.IdSet`;
-* :class:`Ready` - the backup has reached the guard position: it is caught up on this queue.
+* :class:`Ready` - the backup has reached the guard position: it is caught up on this queue;
+* :class:`Tx` - the next ``count`` events are ENQUEUEs of transaction ``id``, which put
+  ``total`` messages on the queues this stream's backup replicates (``docs/ha-design.md``,
+  "Transactions": the backup stages them until all ``total`` have arrived);
+* :class:`TxBase` - every transaction with an id of at least ``first`` that enqueues on this
+  queue comes whole on this stream, preceded by :class:`Tx`; one committed earlier may not.
 
 Batch layout (all integers big-endian)::
 
-    version         u8      1 (:data:`VERSION`)
+    version         u8      1 (:data:`VERSION`), or 2 (:data:`VERSION_TX`) when the batch
+                            holds a TX or TXBASE event: a broker that knows only version 1
+                            refuses those batches whole rather than misread them
     events          until the end of the body, each one of
       ENQUEUE (1)   u8 type, i64 id (0..2**63-1), u8 exchange length, u8 routing-key length,
                     u32 properties length, u32 body length        (a 19-byte fixed header)
                     then exchange (UTF-8), routing key (UTF-8), properties, body
       DEQUEUE (2)   u8 type, u32 length, then that many bytes of IdSet.encode()
       READY (3)     u8 type
+      TX (4)        u8 type, u64 transaction id, u32 total (1..), u32 count (1..total);
+                    version 2 only; the next ``count`` events of the batch are ENQUEUEs
+      TXBASE (5)    u8 type, u64 first transaction id; version 2 only
 
-An empty batch (just the version byte) is legal. Exchange names and routing keys are at most
-255 bytes of UTF-8 (AMQP short strings); ids are 0..2**63-1; properties and bodies are less
-than 4 GiB. :func:`encode_batch` raises :class:`ValueError` for a value out of those bounds
-(or a string that cannot be UTF-8 encoded) and :class:`TypeError` for a field or event of the
-wrong type. :func:`decode_batch` raises only :class:`ValueError`, naming the problem and the
-event index and byte offset: empty input, unknown version, unknown event type, a truncated
-event, an id out of range, invalid UTF-8, a malformed id set. (Events run to the end of the
-body, so stray bytes after the last event are reported as an unknown type or a truncation.)
+An empty batch (just the version byte) is legal. A primary that never committed a
+transaction sends only version-1 batches, byte for byte as before version 2 existed.
+Exchange names and routing keys are at most 255 bytes of UTF-8 (AMQP short strings); ids are
+0..2**63-1; properties and bodies are less than 4 GiB. :func:`encode_batch` raises
+:class:`ValueError` for a value out of those bounds (or a string that cannot be UTF-8
+encoded) and :class:`TypeError` for a field or event of the wrong type. :func:`decode_batch`
+raises only :class:`ValueError`, naming the problem and the event index and byte offset:
+empty input, unknown version, unknown event type (a TX or TXBASE in a version-1 batch
+included), a truncated event, an id out of range, invalid UTF-8, a malformed id set, a TX
+not followed by its ``count`` ENQUEUEs or with a count out of 1..total (:func:`encode_batch`
+refuses the last two with :class:`ValueError` as well). (Events run to the end of the body,
+so stray bytes after the last event are reported as an unknown type or a truncation.)
 
 This module holds the layout (its constants, the event types and the precise encoding errors
 of :func:`diagnose`) and the whole-batch codec. The incremental encoders that build batches
@@ -51,22 +65,34 @@ __all__ = [
     "DEQUEUE",
     "ENQUEUE",
     "READY",
+    "TX",
+    "TXBASE",
     "VERSION",
+    "VERSION_TX",
     "Dequeue",
     "Enqueue",
     "Event",
     "Ready",
+    "Tx",
+    "TxBase",
     "decode_batch",
     "encode_batch",
 ]
 
 VERSION = 1
+VERSION_TX = 2
 ENQUEUE = 1
 DEQUEUE = 2
 READY = 3
+TX = 4
+TXBASE = 5
 
 # The layout's fixed pieces, shared with broker.ha.wire_writers (not part of the public API).
 VERSION_BYTE = bytes([VERSION])
+VERSION_TX_BYTE = bytes([VERSION_TX])
+TX_HEADER = struct.Struct(">BQII")  # type, transaction id, total, count
+TX_HEADER_SIZE = TX_HEADER.size  # 17
+TXBASE_HEADER = struct.Struct(">BQ")  # type, first transaction id
 READY_BYTE = bytes([READY])
 ENQUEUE_HEADER = struct.Struct(">BqBBII")  # type, id, exchange, routing key, props, body
 ENQUEUE_HEADER_SIZE = ENQUEUE_HEADER.size  # 19
@@ -108,7 +134,23 @@ class Ready:
     """The backup is caught up on this queue (it reached the guard position)."""
 
 
-Event = Enqueue | Dequeue | Ready
+@dataclass(frozen=True, slots=True)
+class Tx:
+    """The next ``count`` events are ENQUEUEs of transaction ``id`` of ``total`` messages."""
+
+    id: int
+    total: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxBase:
+    """Transactions from id ``first`` on come whole on this stream (the subscription's start)."""
+
+    first: int
+
+
+Event = Enqueue | Dequeue | Ready | Tx | TxBase
 
 # The slot descriptors' setters, for decode_batch's fast construction of Enqueue.
 _ENQUEUE_SETTERS = tuple(
@@ -157,11 +199,39 @@ def encode_batch(events: Sequence[Event]) -> bytes:
                 append(encoded)
             elif type(event) is Ready:
                 append(READY_BYTE)
+            elif type(event) is Tx:
+                if not 1 <= event.count <= event.total:
+                    raise ValueError
+                append(TX_HEADER.pack(TX, event.id, event.total, event.count))
+                parts[0] = VERSION_TX_BYTE
+            elif type(event) is TxBase:
+                append(TXBASE_HEADER.pack(TXBASE, event.first))
+                parts[0] = VERSION_TX_BYTE
             else:
                 raise TypeError
-    except (struct.error, TypeError, AttributeError, UnicodeEncodeError):
+    except (struct.error, TypeError, AttributeError, UnicodeEncodeError, ValueError):
         raise diagnose(f"event {index}", event) from None
+    if parts[0] is VERSION_TX_BYTE:
+        problem = check_tx_runs(events)
+        if problem is not None:
+            raise ValueError(f"replication batch: {problem}")
     return b"".join(parts)
+
+
+def check_tx_runs(events: Sequence[object]) -> str | None:
+    """What is wrong with the TX events of ``events`` (each followed by its ``count``
+    ENQUEUEs), or None. Run only on batches that hold a TX: off the hot path."""
+    left = 0
+    for index, event in enumerate(events):
+        if left:
+            if type(event) is not Enqueue:
+                return f"event {index}: TX expects {left} more ENQUEUE event(s), not {event!r:.80}"
+            left -= 1
+        elif type(event) is Tx:
+            left = event.count
+    if left:
+        return f"TX expects {left} more ENQUEUE event(s) at the end of the batch"
+    return None
 
 
 def diagnose(where: str, event: object) -> Exception:
@@ -170,8 +240,12 @@ def diagnose(where: str, event: object) -> Exception:
         if not isinstance(event.ids, IdSet):
             return TypeError(f"{where}: Dequeue.ids must be an IdSet, not {type(event.ids)}")
         return ValueError(f"{where}: id set too large to encode")
+    if isinstance(event, Tx | TxBase):
+        return _diagnose_tx(where, event)
     if not isinstance(event, Enqueue):
-        return TypeError(f"{where}: not an Enqueue, Dequeue or Ready event: {event!r:.80}")
+        return TypeError(
+            f"{where}: not an Enqueue, Dequeue, Ready, Tx or TxBase event: {event!r:.80}"
+        )
     if type(event.id) is not int:
         return TypeError(f"{where}: Enqueue.id must be an int, not {type(event.id).__name__}")
     if not 0 <= event.id <= MAX_ID:
@@ -197,6 +271,21 @@ def diagnose(where: str, event: object) -> Exception:
     return ValueError(f"{where}: cannot encode {event!r:.200}")  # pragma: no cover
 
 
+def _diagnose_tx(where: str, event: Tx | TxBase) -> Exception:
+    fields = ("id", "total", "count") if isinstance(event, Tx) else ("first",)
+    bounds = {"id": 2**64 - 1, "first": 2**64 - 1, "total": _MAX_LONG, "count": _MAX_LONG}
+    name = type(event).__name__
+    for field in fields:
+        value = getattr(event, field)
+        if type(value) is not int:
+            return TypeError(f"{where}: {name}.{field} must be an int, not {type(value).__name__}")
+        if not 0 <= value <= bounds[field]:
+            return ValueError(f"{where}: {name}.{field} {value} out of range 0..{bounds[field]}")
+    if isinstance(event, Tx) and not 1 <= event.count <= event.total:
+        return ValueError(f"{where}: Tx.count {event.count} out of range 1..{event.total} (total)")
+    return ValueError(f"{where}: cannot encode {event!r:.200}")  # pragma: no cover
+
+
 # -- decoding ------------------------------------------------------------------------------
 
 
@@ -209,8 +298,11 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[Event]:
     end = len(data)
     if end == 0:
         raise ValueError("empty batch: no version byte")
-    if data[0] != VERSION:
-        raise ValueError(f"unsupported batch version {data[0]} (expected {VERSION})")
+    version = data[0]
+    if version != VERSION and version != VERSION_TX:
+        raise ValueError(
+            f"unsupported batch version {version} (expected {VERSION} or {VERSION_TX})"
+        )
     events: list[Event] = []
     append = events.append
     unpack = _ENQUEUE_REST.unpack_from
@@ -284,12 +376,29 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[Event]:
             elif kind == READY:
                 append(Ready())
                 pos += 1
+            elif kind == TX and version == VERSION_TX:
+                if pos + TX_HEADER_SIZE > end:
+                    raise ValueError(_where(events, pos, "truncated tx header"))
+                _, tx_id, total, count = TX_HEADER.unpack_from(data, pos)
+                if not 1 <= count <= total:
+                    raise ValueError(_where(events, pos, f"tx count {count} not in 1..{total}"))
+                append(Tx(tx_id, total, count))
+                pos += TX_HEADER_SIZE
+            elif kind == TXBASE and version == VERSION_TX:
+                if pos + TXBASE_HEADER.size > end:
+                    raise ValueError(_where(events, pos, "truncated txbase"))
+                append(TxBase(TXBASE_HEADER.unpack_from(data, pos)[1]))
+                pos += TXBASE_HEADER.size
             else:
                 raise ValueError(_where(events, pos, f"unknown event type {kind}"))
     except UnicodeDecodeError as err:
         raise ValueError(
             _where(events, pos, f"enqueue exchange or routing key is not valid UTF-8: {err}")
         ) from None
+    if version == VERSION_TX:
+        problem = check_tx_runs(events)
+        if problem is not None:
+            raise ValueError(f"replication batch: {problem}")
     return events
 
 

@@ -11,6 +11,9 @@ makes of the same events, and refuse what it refuses with the same error message
   (:mod:`broker.ha.replicating_subscription`). It keeps the last route encoded.
 * :class:`BatchWriter` packs events into batches under a byte budget and an event count.
 
+A batch holding a TX or TXBASE event starts with version byte 2 (``VERSION_TX_BYTE``), any
+other with version 1: the writers switch the first part when they add such an event.
+
 Not thread safe: each object belongs to one caller. No I/O.
 Import the public names from :mod:`broker.ha.wire`.
 """
@@ -25,10 +28,16 @@ from broker.ha.wire_batch import (
     ENQUEUE,
     ENQUEUE_HEADER_SIZE,
     READY_BYTE,
+    TX,
+    TX_HEADER_SIZE,
+    TXBASE,
+    VERSION_TX_BYTE,
     Dequeue,
     Enqueue,
     Event,
     Ready,
+    Tx,
+    TxBase,
     diagnose,
 )
 from broker.ha.wire_batch import VERSION_BYTE as _VERSION_BYTE
@@ -40,6 +49,8 @@ __all__ = ["BatchWriter", "EnqueuePacker"]
 # On these per-event packs that cost 12% of an ENQUEUE's encoding (bench/ha_wire.py).
 _ENQUEUE_HEADER: struct.Struct = wire_batch.ENQUEUE_HEADER
 _DEQUEUE_HEADER: struct.Struct = wire_batch.DEQUEUE_HEADER
+_TX_HEADER: struct.Struct = wire_batch.TX_HEADER
+_TXBASE_HEADER: struct.Struct = wire_batch.TXBASE_HEADER
 
 
 class _Unset:
@@ -67,8 +78,30 @@ class EnqueuePacker:
 
     __slots__ = ("_exchange", "_lengths", "_route", "_routing_key")
 
-    #: A batch starts with this byte (then the events' parts).
+    #: A batch starts with this byte (then the events' parts) ...
     VERSION_BYTE = _VERSION_BYTE
+    #: ... or with this one when it holds a :meth:`tx` or :meth:`tx_base` part.
+    VERSION_TX_BYTE = VERSION_TX_BYTE
+    #: Bytes of a :meth:`tx` part.
+    TX_SIZE = TX_HEADER_SIZE
+
+    @staticmethod
+    def tx(tx_id: int, total: int, count: int) -> bytes:
+        """A TX event: the next ``count`` ENQUEUEs are transaction ``tx_id``'s (of ``total``)."""
+        if not 1 <= count <= total:
+            raise diagnose("event", Tx(tx_id, total, count))
+        try:
+            return _TX_HEADER.pack(TX, tx_id, total, count)
+        except struct.error:
+            raise diagnose("event", Tx(tx_id, total, count)) from None
+
+    @staticmethod
+    def tx_base(first: int) -> bytes:
+        """A TXBASE event: transactions from id ``first`` on come whole on this stream."""
+        try:
+            return _TXBASE_HEADER.pack(TXBASE, first)
+        except struct.error:
+            raise diagnose("event", TxBase(first)) from None
 
     def __init__(self) -> None:
         self._exchange: object = _UNSET  # equal to no value: the first pack sets the route
@@ -127,10 +160,13 @@ class BatchWriter:
     kept (and if that event alone exceeds ``max_bytes`` the new batch is full at once, hence
     ``while writer.full``). :meth:`add` on a full writer raises :class:`RuntimeError`; an
     event that cannot be encoded raises as :func:`encode_batch` does and leaves the writer
-    unchanged.
+    unchanged. A batch with a :class:`Tx` or :class:`TxBase` starts with version byte 2.
+    The writer does not keep a :class:`Tx` with its ENQUEUEs: a run split by the limits makes
+    two batches that :func:`decode_batch` refuses, so size the limits to hold each run (the
+    primary's subscription writes its runs itself, with an :class:`EnqueuePacker`).
     """
 
-    __slots__ = ("_carry", "_count", "_max_bytes", "_max_events", "_parts", "_size")
+    __slots__ = ("_carry", "_count", "_max_bytes", "_max_events", "_parts", "_size", "_tx")
 
     def __init__(self, max_bytes: int = 65536, max_events: int = 4096) -> None:
         if max_bytes < 2:
@@ -143,6 +179,7 @@ class BatchWriter:
         self._size = 1
         self._count = 0
         self._carry: tuple[list[bytes], int] | None = None
+        self._tx = False  # the carried event is a Tx or TxBase
 
     @property
     def max_bytes(self) -> int:
@@ -179,9 +216,13 @@ class BatchWriter:
         ):
             raise RuntimeError("BatchWriter is full: take() the batch first")
         parts, size = _event_parts(event)
+        tx = type(event) is not Enqueue and (type(event) is Tx or type(event) is TxBase)
         if self._count and self._size + size > self._max_bytes:
             self._carry = (parts, size)
+            self._tx = tx
             return
+        if tx:
+            self._parts[0] = VERSION_TX_BYTE
         self._parts += parts
         self._size += size
         self._count += 1
@@ -195,6 +236,9 @@ class BatchWriter:
         if self._carry is not None:
             parts, size = self._carry
             self._carry = None
+            if self._tx:
+                self._tx = False
+                self._parts[0] = VERSION_TX_BYTE
             self._parts += parts
             self._size += size
             self._count = 1
@@ -233,6 +277,12 @@ def _event_parts(event: Event) -> tuple[list[bytes], int]:
             return [_DEQUEUE_HEADER.pack(DEQUEUE, len(encoded)), encoded], 5 + len(encoded)
         if type(event) is Ready:
             return [READY_BYTE], 1
+        if type(event) is Tx:
+            if not 1 <= event.count <= event.total:
+                raise TypeError
+            return [_TX_HEADER.pack(TX, event.id, event.total, event.count)], TX_HEADER_SIZE
+        if type(event) is TxBase:
+            return [_TXBASE_HEADER.pack(TXBASE, event.first)], _TXBASE_HEADER.size
         raise TypeError
     except (struct.error, TypeError, AttributeError, UnicodeEncodeError):
         raise diagnose("event", event) from None

@@ -18,11 +18,16 @@ from pamqp import encode as pamqp_encode
 
 from broker.ha.id_set import MAX_ID, IdSet
 from broker.ha.wire import (
+    VERSION,
+    VERSION_TX,
     BatchWriter,
     Dequeue,
     Enqueue,
+    EnqueuePacker,
     Event,
     Ready,
+    Tx,
+    TxBase,
     decode_batch,
     decode_config_event,
     encode_batch,
@@ -125,7 +130,7 @@ def test_events_are_frozen_slotted_dataclasses() -> None:
         (Enqueue(1.0, "", "", b"", b""), TypeError, "id must be an int"),  # type: ignore[arg-type]
         (Enqueue(1, None, "", b"", b""), TypeError, "exchange must be a str"),  # type: ignore[arg-type]
         (Dequeue({1, 2}), TypeError, "must be an IdSet"),  # type: ignore[arg-type]
-        ("READY", TypeError, "not an Enqueue, Dequeue or Ready"),
+        ("READY", TypeError, "not an Enqueue, Dequeue, Ready, Tx or TxBase"),
     ],
 )
 def test_encode_refuses_bad_events(event: Any, error: type[Exception], problem: str) -> None:
@@ -187,7 +192,12 @@ def test_corrupted_batches_raise_only_value_error(batch: list[Event], data: st.D
     ("data", "problem"),
     [
         (b"", "empty batch"),
-        (b"\x02", "unsupported batch version 2"),
+        (b"\x03", "unsupported batch version 3"),
+        (b"\x01\x04" + b"\x00" * 16, "event 0 at byte 1: unknown event type 4"),
+        (b"\x02\x04" + b"\x00" * 10, "truncated tx header"),
+        (b"\x02\x04" + b"\x00" * 8 + b"\x00\x00\x00\x01" * 2, "more ENQUEUE"),
+        (b"\x02\x04" + b"\x00" * 8 + b"\x00\x00\x00\x01\x00\x00\x00\x02", "tx count 2 not"),
+        (b"\x02\x05\x00", "truncated txbase"),
         (b"\x01\x03\x09", "event 1 at byte 2: unknown event type 9"),
         (b"\x01\x01" + b"\x00" * 10, "truncated enqueue header"),
         (
@@ -450,3 +460,82 @@ def test_decode_config_event_every_truncation_raises_value_error(event: dict[str
     for cut in range(len(data)):
         with pytest.raises(ValueError):
             decode_config_event(data[:cut])
+
+
+# -- transactions (TX and TXBASE, batch version 2) ----------------------------------------------
+
+tx_ids = st.one_of(st.integers(0, 1000), st.just(2**64 - 1))
+
+
+@st.composite
+def tx_runs(draw: st.DrawFn) -> list[Event]:
+    """A Tx event and its ENQUEUEs."""
+    run = draw(st.lists(enqueues, min_size=1, max_size=4))
+    total = draw(st.integers(len(run), 2**32 - 1))
+    return [Tx(draw(tx_ids), total, len(run)), *run]
+
+
+tx_segments = st.one_of(
+    events.map(lambda event: [event]),
+    tx_ids.map(lambda first: [TxBase(first)]),
+    tx_runs(),
+)
+tx_batches = st.lists(tx_segments, max_size=8).map(
+    lambda segments: [event for segment in segments for event in segment]
+)
+
+
+@given(tx_batches)
+@settings(max_examples=200)
+def test_tx_batches_round_trip(batch: list[Event]) -> None:
+    data = encode_batch(batch)
+    has_tx = any(type(event) in (Tx, TxBase) for event in batch)
+    assert data[0] == (VERSION_TX if has_tx else VERSION)
+    assert decode_batch(data) == batch
+    writer = BatchWriter(max_bytes=2**31, max_events=10_000)
+    for event in batch:
+        writer.add(event)
+    assert writer.take() == data
+
+
+@given(st.lists(enqueues, min_size=1, max_size=5), tx_ids, st.integers(0, 3))
+def test_enqueue_packer_tx_parts_match_encode_batch(
+    run: list[Enqueue], tx_id: int, extra: int
+) -> None:
+    packer = EnqueuePacker()
+    parts = [EnqueuePacker.VERSION_TX_BYTE, EnqueuePacker.tx_base(7)]
+    parts.append(EnqueuePacker.tx(tx_id, len(run) + extra, len(run)))
+    for event in run:
+        parts.extend(
+            packer.pack(event.id, event.exchange, event.routing_key, event.properties, event.body)[
+                :3
+            ]
+        )
+    expected = encode_batch([TxBase(7), Tx(tx_id, len(run) + extra, len(run)), *run])
+    assert b"".join(parts) == expected
+
+
+def test_a_batch_without_transactions_keeps_version_1() -> None:
+    data = encode_batch([Enqueue(1, "", "q", b"", b"x"), Ready()])
+    assert data[0] == VERSION == 1
+
+
+@pytest.mark.parametrize(
+    ("batch", "error"),
+    [
+        ([Tx(1, 2, 3), *[Enqueue(i, "", "q", b"", b"") for i in range(3)]], r"Tx\.count 3"),
+        ([Tx(1, 2, 0)], r"Tx\.count 0"),
+        ([Tx(1, 2, 2), Enqueue(1, "", "q", b"", b""), Ready()], "more ENQUEUE"),
+        ([Tx(1, 2, 2), Enqueue(1, "", "q", b"", b"")], "at the end of the batch"),
+        ([Tx(2**64, 2, 1), Enqueue(1, "", "q", b"", b"")], r"Tx\.id"),
+        ([TxBase(-1)], r"TxBase\.first"),
+    ],
+)
+def test_encode_refuses_bad_tx_events(batch: list[Event], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        encode_batch(batch)
+
+
+def test_packer_refuses_a_bad_tx_count() -> None:
+    with pytest.raises(ValueError, match=r"Tx\.count 3"):
+        EnqueuePacker.tx(1, 2, 3)
