@@ -11,7 +11,8 @@ STAMP  := $(VENV)/.installed
 SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:zookeeper \
 	/usr/sbin/arping:iputils-arping /usr/bin/arping:iputils-arping \
 	/usr/sbin/ocf-tester:resource-agents /usr/bin/xmllint:libxml2-utils \
-	/usr/sbin/crm_resource:pacemaker-cli-utils
+	/usr/sbin/crm_resource:pacemaker-cli-utils \
+	/usr/sbin/nft:nftables
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint typecheck unit bench bench-ha clean venv system-packages
