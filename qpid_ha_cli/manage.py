@@ -2,6 +2,11 @@
 Qpid), ``in-sync`` (shows the primary's in-sync set; ``--commit`` is the cluster manager's)
 and ``replicate``.
 
+A cluster manager that keeps the in-sync set itself (the OCF agent keeps it in Pacemaker's
+CIB) reads it with ``in-sync --ids``, commits exactly the set it stored with ``in-sync
+--commit --members ID,... --epoch E`` and promotes with ``promote --in-sync ID,...``.
+Broker ids on the command line are comma separated; ``''`` is the empty set.
+
 Contract
 ========
 
@@ -15,6 +20,7 @@ Contract
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import typer
@@ -26,6 +32,26 @@ __all__ = ["app"]
 
 app = typer.Typer()
 
+#: What a broker id may hold on the command line (a uuid4, as brokers make them): no comma,
+#: no white space, so the agents can pass a set as one word or one line.
+BROKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+
+
+def broker_ids(option: str, text: str) -> list[str]:
+    """The broker ids of a comma-separated option value, sorted, without duplicates; ``''``
+    is the empty set. A bad id is USAGE 2 naming the option."""
+    if text == "":
+        return []
+    ids = text.split(",")
+    for item in ids:
+        if BROKER_ID.fullmatch(item) is None:
+            raise CommandError(
+                f"{option}: {item!r} is not a broker id (letters, digits, '.', '_', ':' and"
+                " '-', comma separated; '' for none)",
+                ExitStatus.USAGE,
+            )
+    return sorted(set(ids))
+
 
 @app.command()
 def promote(
@@ -33,11 +59,21 @@ def promote(
     epoch: Annotated[
         int | None, typer.Option("--epoch", min=0, help="fencing epoch of this promotion")
     ] = None,
+    in_sync: Annotated[
+        str | None,
+        typer.Option(
+            "--in-sync",
+            metavar="ID,...",
+            help="the committed in-sync set (broker ids, comma separated; '' for none): the"
+            " backups the new primary expects and guards",
+        ),
+    ] = None,
 ) -> None:
     """Promote the broker to primary. Cluster managers only: needs --cluster-manager.
 
     Promoting by hand can create two primaries, which loses data: leave it to the cluster
-    manager (qpid-ha-agent, Pacemaker).
+    manager (qpid-ha-agent, Pacemaker). A manager that keeps the in-sync set passes it with
+    --in-sync; without it the new primary expects the backups it last saw ready.
     """
     s = settings(ctx)
     if not s.cluster_manager:
@@ -46,9 +82,12 @@ def promote(
             " run it (add --cluster-manager if you are one)",
             ExitStatus.USAGE,
         )
+    members = None if in_sync is None else broker_ids("--in-sync", in_sync)
     body: dict[str, Any] = {"cluster_manager": True}
     if epoch is not None:
         body["epoch"] = epoch
+    if members is not None:
+        body["in_sync"] = members
     answer = s.call("/api/ha/promote", body)
     s.env.out(f"{answer.get('state')} (epoch {answer.get('epoch')})")
 
@@ -64,15 +103,47 @@ def in_sync(
             " releasing the confirms held for them (cluster managers only)",
         ),
     ] = False,
+    members: Annotated[
+        str | None,
+        typer.Option(
+            "--members",
+            metavar="ID,...",
+            help="with --commit and --epoch: commit exactly this set (broker ids, comma"
+            " separated; '' for none), the one the cluster manager has stored",
+        ),
+    ] = None,
+    epoch: Annotated[
+        int | None,
+        typer.Option("--epoch", min=0, help="with --commit and --members: the set's epoch"),
+    ] = None,
+    ids: Annotated[
+        bool,
+        typer.Option(
+            "--ids",
+            help="print for scripts: 'EPOCH ID...' (the set the primary wants) and"
+            " 'pending ID...' (gone backups whose confirms wait for a committed removal)",
+        ),
+    ] = False,
 ) -> None:
     """Show the primary's in-sync set: backups in sync, and those gone whose confirms wait.
 
     A backup that goes away while in sync keeps its publishers' confirms held until the
     cluster manager commits its removal: qpid-ha-agent does it in ZooKeeper by itself. A
     cluster run without agents commits with --commit, only once the backups that went
-    away can no longer be promoted (stopped, or known to be behind).
+    away can no longer be promoted (stopped, or known to be behind). A cluster manager that
+    stores the set itself (the OCF agent, in Pacemaker's CIB) commits what it stored:
+    --commit --members ID,... --epoch E, so the primary releases only the backups that set
+    excludes.
     """
     s = settings(ctx)
+    given = (members is not None, epoch is not None)
+    if any(given) and not all(given):
+        raise CommandError("--members and --epoch go together", ExitStatus.USAGE)
+    if members is not None and not commit:
+        raise CommandError("--members and --epoch are for --commit", ExitStatus.USAGE)
+    if ids and commit:
+        raise CommandError("--ids shows the set; it does not go with --commit", ExitStatus.USAGE)
+    chosen = None if members is None else broker_ids("--members", members)
     if commit and not s.cluster_manager:
         raise CommandError(
             "in-sync --commit is a cluster-manager command: committing the removal of a"
@@ -88,18 +159,28 @@ def in_sync(
             " primary's; ask the primary",
             ExitStatus.ERROR,
         )
+    wanted = [str(i) for i in in_sync.get("wanted") or []]
+    pending = [str(i) for i in in_sync.get("pending_removal") or []]
+    if ids:
+        s.env.out(" ".join([str(ha.get("epoch")), *wanted]))
+        s.env.out(" ".join(["pending", *pending]))
+        return
     urls = {b.get("id"): b.get("url") for b in ha.get("backups") or []}
 
-    def names(ids: list[str]) -> str:
-        return ", ".join(f"{urls.get(i) or '?'} ({i})" for i in ids) or "none"
+    def names(found: list[str]) -> str:
+        return ", ".join(f"{urls.get(i) or '?'} ({i})" for i in found) or "none"
 
     if commit:
-        body = {"cluster_manager": True, "epoch": ha.get("epoch"), "members": in_sync["wanted"]}
+        body = {
+            "cluster_manager": True,
+            "epoch": ha.get("epoch") if epoch is None else epoch,
+            "members": wanted if chosen is None else chosen,
+        }
         answer = s.call("/api/ha/in-sync", body)
         s.env.out(f"released: {names(list(answer.get('released') or []))}")
         return
-    s.env.out(f"in sync: {names(list(in_sync.get('wanted') or []))}")
-    s.env.out(f"waiting for removal: {names(list(in_sync.get('pending_removal') or []))}")
+    s.env.out(f"in sync: {names(wanted)}")
+    s.env.out(f"waiting for removal: {names(pending)}")
 
 
 @app.command()

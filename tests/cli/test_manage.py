@@ -113,3 +113,128 @@ def test_in_sync_shows_the_set_and_commit_releases_a_gone_backup(tmp_path: Path)
         assert after.stdout == "in sync: none\nwaiting for removal: none\n"
     finally:
         cluster.stop()
+
+
+# -- the options a cluster manager that stores the set itself uses (the OCF agent) ------
+
+NO_BROKER = "127.0.0.1:1"  # refused before any call: nothing answers there
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["--cluster-manager", "in-sync", "--commit", "--members", "a,,b", "--epoch=1"],
+            "--members: '' is not a broker id (letters, digits, '.', '_', ':' and '-', comma"
+            " separated; '' for none)",
+        ),
+        (
+            ["--cluster-manager", "in-sync", "--commit", "--members", "a b", "--epoch=1"],
+            "--members: 'a b' is not a broker id (letters, digits, '.', '_', ':' and '-', comma"
+            " separated; '' for none)",
+        ),
+        (
+            ["--cluster-manager", "promote", "--in-sync", "x;rm"],
+            "--in-sync: 'x;rm' is not a broker id (letters, digits, '.', '_', ':' and '-',"
+            " comma separated; '' for none)",
+        ),
+        (
+            ["--cluster-manager", "in-sync", "--commit", "--members", "a"],
+            "--members and --epoch go together",
+        ),
+        (
+            ["--cluster-manager", "in-sync", "--commit", "--epoch=1"],
+            "--members and --epoch go together",
+        ),
+        (["in-sync", "--members", "a", "--epoch=1"], "--members and --epoch are for --commit"),
+        (
+            ["--cluster-manager", "in-sync", "--ids", "--commit"],
+            "--ids shows the set; it does not go with --commit",
+        ),
+        (
+            ["in-sync", "--commit", "--members", "a", "--epoch=1"],
+            "in-sync --commit is a cluster-manager command: committing the removal of a"
+            " backup that may still be promoted loses confirmed messages (add"
+            " --cluster-manager if you are the cluster manager)",
+        ),
+    ],
+)
+def test_bad_in_sync_options_are_one_line_and_exit_2(args: list[str], error: str) -> None:
+    result = qpid_ha("-b", NO_BROKER, *args)
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2,
+        "",
+        f"qpid-ha: error: {error}\n",
+    )
+
+
+def test_in_sync_ids_prints_the_epoch_the_set_and_the_pending(pair: Cluster) -> None:
+    backup = pair.ha(1)["broker_id"]
+    poll_until(lambda: pair.ha(0)["in_sync"]["wanted"] == [backup], 10)
+    result = qpid_ha("-b", address(pair.brokers[0]), "in-sync", "--ids")
+    epoch = pair.ha(0)["epoch"]
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0,
+        f"{epoch} {backup}\npending\n",
+        "",
+    )
+
+
+def test_in_sync_commit_of_a_given_set_releases_only_what_it_excludes(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 2).start()
+    try:
+        cluster.promote(0, epoch=3)
+        cluster.wait_state(1, "ready")
+        backup = cluster.ha(1)["broker_id"]
+        primary = address(cluster.brokers[0])
+        poll_until(lambda: cluster.ha(0)["in_sync"]["wanted"] == [backup], 10)
+        cluster.kill(1)
+        poll_until(lambda: cluster.ha(0)["in_sync"]["pending_removal"] == [backup], 10)
+        ids = qpid_ha("-b", primary, "in-sync", "--ids")
+        assert ids.stdout == f"3\npending {backup}\n"
+        commit = ("--cluster-manager", "in-sync", "--commit")
+        # A set that still holds the backup releases nothing; another epoch's is refused.
+        kept = qpid_ha("-b", primary, *commit, "--members", backup, "--epoch=3")
+        assert (kept.exit_code, kept.stdout) == (0, "released: none\n")
+        assert cluster.ha(0)["in_sync"]["pending_removal"] == [backup]
+        stale = qpid_ha("-b", primary, *commit, "--members", "", "--epoch=2")
+        assert (stale.exit_code, stale.stdout) == (1, "")
+        assert "the in-sync set was committed at epoch 2, not 3" in stale.stderr
+        assert stale.stderr.count("\n") == 1
+        # The empty set ('') at the primary's epoch releases it.
+        released = qpid_ha("-b", primary, *commit, "--members", "", "--epoch=3")
+        assert released.exit_code == 0 and released.stdout.startswith("released: ")
+        assert f"({backup})" in released.stdout
+        assert cluster.ha(0)["in_sync"] == {
+            "wanted": [],
+            "pending_removal": [],
+            "committed": {"epoch": 3, "members": []},
+        }
+    finally:
+        cluster.stop()
+
+
+def test_promote_in_sync_is_the_set_the_new_primary_expects(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 2).start()
+    try:
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(1, "ready")
+        backup = cluster.ha(1)["broker_id"]
+        cluster.kill(0)
+        result = qpid_ha(
+            "-b",
+            address(cluster.brokers[1]),
+            "--cluster-manager",
+            "promote",
+            "--in-sync",
+            f"{backup},ghost-1",
+        )
+        assert (result.exit_code, result.stdout, result.stderr) == (
+            0,
+            "recovering (epoch 2)\n",
+            "",
+        )
+        # ha-backup-timeout is 5 s: it still waits for ghost-1, which it was told is in sync.
+        assert cluster.ha(1)["in_sync"]["wanted"] == ["ghost-1"]
+    finally:
+        cluster.stop()
