@@ -336,7 +336,21 @@ class BackupLink:
         finally:
             self.client = None
             self._gc.end()
+            self.abandon_transactions("link down")
             await self._close_client(client)
+
+    def abandon_transactions(self, reason: str) -> None:
+        """Drop the staged transactions not yet whole (a promoted backup must hold all of a
+        transaction or none; a new link sends again what is missing), logging each."""
+        for tx in self.replicator.staging.abandon():
+            self.owner.log(
+                "ha_tx_discarded",
+                tx=tx.tx,
+                queues=tx.queues,
+                messages=tx.messages,
+                total=tx.total,
+                reason=reason,
+            )
 
     # -- replicating -------------------------------------------------------------------
     async def _replicate(self, client: AmqpClient, address: Address) -> None:
@@ -444,6 +458,7 @@ class BackupLink:
         except ClientError as exc:
             # The queue may have gone on the primary meanwhile; its deletion event follows.
             self.owner.log("ha_subscribe_failed", queue=name, reason=str(exc))
+            self.replicator.staging.queue_gone(replicator)  # its part of a transaction won't come
             self._waiting.discard(name)
             self._check_caught_up()
 

@@ -10,7 +10,9 @@ nothing of their own: clients cannot use them); later events create and delete o
 each. Every queue replicated with level ``all`` needs a
 :class:`~broker.ha.queue_replicator.QueueReplicator`; :meth:`apply` returns the names of
 queues that gained or lost one, for the link to subscribe or unsubscribe. ``membership``
-events are kept in :attr:`members`.
+events are kept in :attr:`members`. The queue replicators share one
+:class:`~broker.ha.tx_staging.TxStaging` (:attr:`staging`): a transaction's messages are
+applied all together or not at all; a queue that goes takes its part of the staging along.
 
 An event that the backup cannot apply (e.g. a declare that its vhost refuses) raises
 ``ValueError`` naming it: the link drops and reconnects, and the next snapshot repairs.
@@ -27,6 +29,7 @@ from broker.core.errors import AmqpError
 from broker.core.exchange import binding_key
 from broker.core.vhost import VirtualHost
 from broker.ha.queue_replicator import QueueReplicator
+from broker.ha.tx_staging import TxStaging
 
 
 @dataclass
@@ -43,6 +46,8 @@ class BrokerReplicator:
     def __init__(self, vhost: VirtualHost) -> None:
         self.vhost = vhost
         self.replicators: dict[str, QueueReplicator] = {}
+        #: Transactions staged across the replicators, until whole (or the link goes).
+        self.staging = TxStaging()
         #: Queues exclusive to a client connection of the primary (they die with it).
         self.exclusive: set[str] = set()
         self.members: list[dict[str, Any]] = []
@@ -105,13 +110,15 @@ class BrokerReplicator:
         else:
             self.exclusive.discard(name)
         if config.get("replicate") == "all" and name not in self.replicators:
-            self.replicators[name] = QueueReplicator(queue)
+            self.replicators[name] = QueueReplicator(queue, self.staging)
             changes.subscribe.append(name)
 
     def _delete_queue(self, name: str, changes: ConfigChanges) -> None:
         self.exclusive.discard(name)
-        if self.replicators.pop(name, None) is not None:
+        replicator = self.replicators.pop(name, None)
+        if replicator is not None:
             changes.unsubscribe.append(name)
+            self.staging.queue_gone(replicator)
         self.vhost.delete_queue(name)
 
     # -- exchanges and bindings --------------------------------------------------------

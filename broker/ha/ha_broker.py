@@ -439,6 +439,9 @@ class HaBroker:
         if self.link is None:
             return
         await self.link.stop(abort=True)
+        # A transaction staged in part is dropped: the new primary holds all of a
+        # transaction or none of it (stop already did so if the link was up).
+        self.link.abandon_transactions("promoted")
         # Exclusive queues belonged to client connections of the old primary, which
         # died with it: delete them as their connections' close would have.
         for name in sorted(self.link.replicator.exclusive):

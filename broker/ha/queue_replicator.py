@@ -10,6 +10,12 @@ broker), a ``Dequeue`` removes ids, ``Ready`` marks this queue caught up. The ba
 acknowledges a batch once :meth:`apply` has returned, so the primary may then release the
 publisher confirms it held.
 
+A transaction's messages (after a ``Tx`` event) go to the link's
+:class:`~broker.ha.tx_staging.TxStaging`, not to the queue, until the transaction is whole;
+while this queue has staged messages, its later events wait behind them in :attr:`pending`
+(``TxBase`` and ``Ready`` act at once). Without a staging (``ha-queue-replication``, one
+queue) a transaction's messages are applied as they come.
+
 A backup never delivers to clients, never expires or dead-letters on its own: those happen
 on the primary and arrive as dequeues.
 
@@ -23,19 +29,27 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from broker.core.message import Message
 from broker.core.queue import Queue
 from broker.ha.id_set import IdSet
-from broker.ha.wire import Dequeue, Enqueue, Event, Ready
+from broker.ha.wire import Dequeue, Enqueue, Event, Ready, Tx, TxBase
+
+if TYPE_CHECKING:
+    from broker.ha.tx_staging import Pending, TxStaging
 
 
 class QueueReplicator:
     """Applies one queue's replication stream to the local copy."""
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: Queue, staging: TxStaging | None = None) -> None:
         self.queue = queue
+        self.staging = staging
+        #: Staged messages and the events behind them (see :mod:`broker.ha.tx_staging`).
+        self.pending: deque[Pending] = deque()
         self.caught_up = False
         self.enqueued_total = 0
         self.dequeued_total = 0
@@ -48,12 +62,23 @@ class QueueReplicator:
         return ids
 
     def apply(self, events: list[Event]) -> None:
-        """Apply one batch, in order. Raises ValueError for a malformed message."""
+        """Apply one batch, in order (a transaction's messages staged, and this queue's
+        events behind them). Raises ValueError for a malformed message or transaction."""
+        if self.pending:
+            self._apply_transactional(events, 0)
+            return
+        index = self._apply_now(events)
+        if index >= 0:
+            self._apply_transactional(events, index)
+
+    def _apply_now(self, events: Sequence[Event]) -> int:
+        """Apply ``events`` to the queue up to the first ``Tx`` or ``TxBase``; its index,
+        or -1 when there is none."""
         queue = self.queue
         enqueue = queue.enqueue
         enqueued = 0
         try:
-            for event in events:
+            for index, event in enumerate(events):
                 # The hot path of catch-up (about 60 a batch): the exact type first.
                 if type(event) is Enqueue or isinstance(event, Enqueue):
                     enqueue(
@@ -65,8 +90,43 @@ class QueueReplicator:
                     self.dequeued_total += queue.remove_positions(event.ids, len(event.ids))
                 elif isinstance(event, Ready):
                     self.caught_up = True
+                elif isinstance(event, Tx | TxBase):
+                    return index
         finally:
             self.enqueued_total += enqueued
+        return -1
+
+    def _apply_transactional(self, events: list[Event], index: int) -> None:
+        """The slow path, from ``events[index]``: batches with transactions, or while this
+        queue has pending events."""
+        staging = self.staging
+        end = len(events)
+        while index < end:
+            event = events[index]
+            if isinstance(event, Tx):
+                run = [
+                    e for e in events[index + 1 : index + 1 + event.count] if isinstance(e, Enqueue)
+                ]
+                index += 1 + event.count
+                if len(run) != event.count:
+                    raise ValueError(f"transaction {event.id}: expected {event.count} enqueues")
+                if staging is None:
+                    self._apply_now(run)
+                else:
+                    staging.stage(self, event.id, event.total, run)
+                continue
+            index += 1
+            if isinstance(event, TxBase):
+                if staging is not None:
+                    staging.base(self, event.first)
+            elif isinstance(event, Ready):
+                self.caught_up = True  # caught up even with messages staged
+            elif self.pending and staging is not None:
+                staging.buffer(self, [event])
+            else:
+                self._apply_now([event])
+        if staging is not None:
+            staging.drain()
 
 
 class CatchUpGc:
