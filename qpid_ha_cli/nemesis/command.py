@@ -94,8 +94,10 @@ def run_nemesis(
         f"nemesis drill: {','.join(names)} x {cycles}, session timeout {session_timeout} s, "
         f"link heartbeat {link_heartbeat_interval} s, {rate:g} msg/s; logs in {workdir}"
     )
-    results = NemesisRun(settings).run()
+    run = NemesisRun(settings)
+    results = run.run()
     report: dict[str, Any] = {
+        "namespace_prefix": run.cluster.lan.prefix,
         "settings": {
             "nemeses": list(names),
             "cycles": cycles,

@@ -15,8 +15,9 @@ partition      nft in the primary's namespace drops everything to and from the o
                nodes and ZooKeeper (clients still reach it); wait for another primary.
                Heal: delete the rules
 stale-backup   nft in one backup's namespace drops its replication link to the primary
-               (TCP 5672 only: its agent still reaches ZooKeeper); wait until the primary's
-               committed in-sync set no longer has it; publish on for a second; then kill
+               (TCP 5672 only: its agent still reaches ZooKeeper); wait until the primary
+               released it (``ha_in_sync_committed``: its removal from the in-sync set is
+               committed in ZooKeeper); publish on for a second; then kill
                the primary's node; wait for another primary (which must not be the stale
                backup). Heal: delete the rules, restart the killed agent
 zk-loss        SIGKILL the ZooKeeper leader of 3; hold a session timeout; SIGSTOP the two
@@ -33,6 +34,7 @@ Waits poll with deadlines (:class:`Timing`); holds are the fault's length, on pu
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -157,15 +159,18 @@ class StaleBackup(Nemesis):
         ha = stale.get("/api/ha") or {}
         stale_id = str(ha.get("broker_id"))
         stale.host.block([ctx.primary.host.address], port=AMQP_PORT)
+        cut_at = time.monotonic()
         ctx.note("link_cut", target=stale.name, primary=ctx.primary.name)
 
-        def removed() -> bool:
-            status = ctx.primary.get("/api/ha") or {}
-            committed = (status.get("in_sync") or {}).get("committed") or {}
-            return "members" in committed and stale_id not in committed["members"]
+        def removed() -> bool:  # the primary released its guards: the removal committed
+            return any(
+                stale_id in (e.get("released") or ())
+                for e in ctx.primary.broker_events("ha_in_sync_committed")
+            )
 
-        poll_until(removed, ctx.timing.removal, f"{stale.name} out of the in-sync set")
-        ctx.note("stale_removed", target=stale.name)
+        poll_until(removed, ctx.timing.removal, f"{stale.name}'s removal from the in-sync set")
+        ctx.facts["removal_s"] = round(time.monotonic() - cut_at, 3)
+        ctx.note("stale_removed", target=stale.name, after_s=ctx.facts["removal_s"])
         ctx.hold(1.0)  # publish on with the other backup only
         ctx.kill_node(ctx.primary)
         new = ctx.await_new_primary()

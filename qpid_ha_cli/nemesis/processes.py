@@ -271,6 +271,17 @@ class Node:
                     last = sorted(event["members"])
         return last
 
+    def broker_events(self, name: str) -> list[dict[str, Any]]:
+        """The broker's log events called ``name`` (every process's, oldest first)."""
+        found = []
+        for line in self.broker_log.read_text().splitlines() if self.broker_log.exists() else []:
+            if f'"{name}"' in line:
+                with contextlib.suppress(ValueError):
+                    event = json.loads(line)
+                    if event.get("event") == name:
+                        found.append(event)
+        return found
+
     # -- signals, by PID -----------------------------------------------------------------
     def signal_broker(self, sig: int, pid: int | None = None) -> int | None:
         """Send ``sig`` to the broker (``pid``, or the one answering now); its PID."""

@@ -232,7 +232,8 @@ class NemesisRun:
                 nemesis.inject(ctx)
             finally:
                 nemesis.heal(ctx)
-            self.cluster.wait_settled(settle)
+            after = self.cluster.wait_settled(settle)
+            result.new_primary = after.name
             self.hold(1.0)  # publish on through a settled cluster
         except (PollTimeout, TopologyError, ValueError, OSError) as exc:
             result.error = f"{type(exc).__name__}: {exc}"
@@ -245,7 +246,7 @@ class NemesisRun:
                 result.error = result.error or f"drill: {type(exc).__name__}: {exc}"
                 check = None
         window = (window_from, time.time())
-        if ctx.new_primary is not None:
+        if ctx.new_primary is not None:  # the one promoted first (then settled one)
             result.new_primary = ctx.new_primary.name
         result.notes.update(ctx.facts)
         if check is not None:

@@ -49,7 +49,6 @@ def test_an_unknown_nemesis_is_one_usage_line() -> None:
 def test_kill_partition_and_stale_backup_lose_nothing_and_never_two_primaries(
     tmp_path: Path,
 ) -> None:
-    before = namespaces()
     began = time.monotonic()
     done = subprocess.run(
         [
@@ -76,5 +75,6 @@ def test_kill_partition_and_stale_backup_lose_nothing_and_never_two_primaries(
         assert cycle["confirmed"] > 0 and cycle["new_primary"] not in ("", cycle["old_primary"])
     stale = cycles[2]["notes"]
     assert stale["stale_promoted"] is False, stale
-    assert namespaces() == before  # everything it made is gone
+    prefix = results["namespace_prefix"]
+    assert not {n for n in namespaces() if n.startswith(prefix + "-")}  # all gone
     assert took < 90, f"the short matrix took {took:.0f} s"
