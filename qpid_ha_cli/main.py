@@ -2,13 +2,14 @@
 
 It talks to a broker's management API (``-b host:port``): ``ping``; ``status`` (with
 ``--expect``, ``--is-primary``, ``--all``); ``query``; ``ready``;
-``replicate QUEUE REMOTE_BROKER``; and ``promote``, which, as in Qpid, is a
-cluster-manager command refused without ``--cluster-manager``. ``drill`` runs a fail-over
-drill.
+``replicate QUEUE REMOTE_BROKER``; ``in-sync`` (the primary's in-sync set; ``--commit``
+is the cluster manager's); and ``promote``, which, as in Qpid, is a cluster-manager command
+refused without ``--cluster-manager``. ``drill`` runs a fail-over drill (``--nemesis``: on
+a cluster of its own in network namespaces).
 
 The verbs live in one module per group, each with its own ``typer.Typer()`` joined here
 with ``add_typer``: :mod:`qpid_ha_cli.check` (ping, status, query, ready),
-:mod:`qpid_ha_cli.manage` (promote, replicate) and :mod:`qpid_ha_cli.drill.command`. The
+:mod:`qpid_ha_cli.manage` (promote, in-sync, replicate) and :mod:`qpid_ha_cli.drill.command`. The
 global options become a :class:`~qpid_ha_cli.context.CliSettings` in ``ctx.obj``; tests
 pass an :class:`~qpid_ha_cli.context.Environment` (streams, client factories) as ``obj``.
 
