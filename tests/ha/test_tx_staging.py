@@ -4,6 +4,9 @@ queue replicators sharing one TxStaging, batches delivered in any interleaving."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +19,16 @@ from broker.ha.tx_staging import TxStaging
 from broker.ha.wire import Enqueue, Tx, TxBase, decode_batch
 
 QUEUES = ("q1", "q2", "q3")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tx_ids() -> Iterator[None]:
+    """Transaction ids count per process (one broker per process): give them back, so a
+    later in-process primary of the same test worker starts as if no transaction was ever
+    committed (its first batch without TXBASE, as tests/ha/test_streams.py expects)."""
+    saved = TxMark._next_id
+    yield
+    TxMark._next_id = saved
 
 
 class Clock:
