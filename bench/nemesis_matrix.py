@@ -31,7 +31,7 @@ HEADER = (
 )
 
 
-def rows(session: float, heartbeat: float, results: dict[str, Any], took: float) -> list[str]:
+def rows(session: float, heartbeat: float, results: dict[str, Any]) -> list[str]:
     """One table row per nemesis of one cell's ``results.json``."""
     by_nemesis: dict[str, list[dict[str, Any]]] = {}
     for cycle in results["cycles"]:
@@ -103,7 +103,7 @@ def main() -> int:
             else:
                 results = json.loads(results_file.read_text())
                 ok = ok and done.returncode == 0
-                lines += rows(session, heartbeat, results, took)
+                lines += rows(session, heartbeat, results)
             print(
                 f"cell session {session:g} s, heartbeat {heartbeat:g} s: exit "
                 f"{done.returncode} in {took:.0f} s",

@@ -117,8 +117,9 @@ class KillNode(Nemesis):
         ctx.await_new_primary()
 
     def heal(self, ctx: Context) -> None:
-        ctx.primary.start_agent()
-        ctx.note("agent_restarted", target=ctx.primary.name)
+        if not ctx.primary.agent_alive():  # inject may have failed before the kill
+            ctx.primary.start_agent()
+            ctx.note("agent_restarted", target=ctx.primary.name)
 
 
 class Pause(Nemesis):
@@ -181,8 +182,9 @@ class StaleBackup(Nemesis):
         if self.stale is not None:
             self.stale.host.unblock()
             ctx.note("link_healed", target=self.stale.name)
-        ctx.primary.start_agent()
-        ctx.note("agent_restarted", target=ctx.primary.name)
+        if not ctx.primary.agent_alive():  # inject may have failed before the kill
+            ctx.primary.start_agent()
+            ctx.note("agent_restarted", target=ctx.primary.name)
 
 
 class ZkLoss(Nemesis):
