@@ -3,7 +3,8 @@
 Runs ``qpid-ha drill --nemesis ... --cycles N --session-timeout S
 --link-heartbeat-interval H --work-dir OUT/s<S>-h<H>`` once per cell (root: network
 namespaces), reads each run's ``results.json`` and writes the table of every cell, one row
-per setting and nemesis, to ``OUT/matrix.md`` (after each cell, so a cut-short run keeps
+per setting and nemesis (after a pivot: nemeses down, settings across, lost / two-primary
+seconds / outage ms), to ``OUT/matrix.md`` (after each cell, so a cut-short run keeps
 what it measured) and stdout. A cell that fails keeps its logs under its work directory.
 
     sudo .venv/bin/python bench/nemesis_matrix.py --sessions 4,8 --heartbeats 1,5 --cycles 1
@@ -62,6 +63,31 @@ def rows(session: float, heartbeat: float, results: dict[str, Any]) -> list[str]
     return out
 
 
+def pivot(cells: dict[tuple[float, float], dict[str, Any]]) -> list[str]:
+    """Nemeses down, settings across: ``lost / two-primary s / outage ms (max of cycles)``."""
+    settings = list(cells)
+    names: list[str] = []
+    for results in cells.values():
+        names += [c["nemesis"] for c in results["cycles"] if c["nemesis"] not in names]
+    head = " | ".join(f"{s:g} s / {h:g} s" for s, h in settings)
+    lines = [f"| nemesis \\ session / heartbeat | {head} |", "| --- |" + " --- |" * len(settings)]
+    for name in names:
+        row = []
+        for key in settings:
+            cycles = [c for c in cells[key]["cycles"] if c["nemesis"] == name]
+            if not cycles:
+                row.append("not run")
+                continue
+            flag = "" if all(c["ok"] for c in cycles) else " FAILED"
+            row.append(
+                f"{sum(c['lost'] for c in cycles)} / "
+                f"{sum(c['two_primaries_s'] for c in cycles):g} / "
+                f"{max(c['outage_ms'] for c in cycles):.0f}{flag}"
+            )
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", default="2,4,8,15", help="session timeouts, s")
@@ -74,6 +100,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     lines = [HEADER]
+    cells: dict[tuple[float, float], dict[str, Any]] = {}
     ok = True
     for session in [float(s) for s in args.sessions.split(",")]:
         for heartbeat in [float(h) for h in args.heartbeats.split(",")]:
@@ -104,13 +131,15 @@ def main() -> int:
                 results = json.loads(results_file.read_text())
                 ok = ok and done.returncode == 0
                 lines += rows(session, heartbeat, results)
+                cells[(session, heartbeat)] = results
             print(
                 f"cell session {session:g} s, heartbeat {heartbeat:g} s: exit "
                 f"{done.returncode} in {took:.0f} s",
                 file=sys.stderr,
             )
-            (out / "matrix.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+            text = "\n".join([*pivot(cells), "", *lines]) + "\n"
+            (out / "matrix.md").write_text(text)
+    print(text)
     return 0 if ok else 1
 
 
