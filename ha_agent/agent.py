@@ -26,6 +26,14 @@ set leaves out backups whose removal the broker waits for, tells the broker
 re-checks eligibility against a fresh read of the set and writes the set at the new epoch
 (conditionally) before it promotes the broker with the members to expect.
 
+Fresh views (issue 10, item 4): the check sends the broker check first and reads ZooKeeper
+after it, so the broker view is the older of the two. The agent notes when its ZooKeeper
+connection was last established (a kazoo listener, before any answer on that connection)
+and when it last killed its broker or saw it exit (:class:`~ha_agent.watchdog.BrokerWatch`,
+also the watchdog's clock); :func:`~ha_agent.promotion.decide` refuses to act on a broker
+view read before either and asks for :attr:`~ha_agent.promotion.Step.RECHECK`: the loop
+reads the broker again at once and decides with the cluster as just read.
+
 Fencing (docs/agent.md has the timing argument): the :class:`~ha_agent.fencing.SessionWatcher`
 calls :meth:`Agent._session_fenced` in its own thread when the lease on the ZooKeeper
 session runs out (``T - M`` after the last answered request) or on LOST. If this agent leads
@@ -62,6 +70,7 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
 
 from broker.management.client import ManagementError
 from common.log import set_log_context
@@ -95,6 +104,7 @@ from ha_agent.promotion import (
 )
 from ha_agent.supervisor import BrokerSupervisor, kill_pid
 from ha_agent.vip import VipError, VirtualIp
+from ha_agent.watchdog import BrokerWatch
 from ha_agent.zk_layout import check_name
 
 __all__ = ["Agent", "AgentSettings"]
@@ -168,10 +178,12 @@ class Agent:
         self.publisher: MemberPublisher | None = None
         self.supervisor: BrokerSupervisor | None = None
         self.view: BrokerView | None = None
-        self.last_answer = time.monotonic()
-        #: the broker answered since it (re)started: only then does the watchdog count its
-        #: silence (a broker still starting is not hung)
-        self.answered = False
+        #: the broker's answers, kills and exits (the watchdog's clock, a view's freshness);
+        #: written by the loop, the session watcher and the supervisor: under _watch_lock
+        self.watch = BrokerWatch()
+        self._watch_lock = threading.Lock()
+        #: when the ZooKeeper connection was last established (kazoo's thread writes it)
+        self.connected_at: float | None = None
         self.last_pid: int | None = None
         self.promoted_epoch: int | None = None
         self.members: dict[str, Member] = {}
@@ -204,7 +216,7 @@ class Agent:
         if s.broker_command is not None:
             self.supervisor = BrokerSupervisor(
                 s.broker_command,
-                on_exit=lambda code: self.events.put(("broker_exited", code)),
+                on_exit=self._broker_exited,
                 log_file=s.broker_log,
             ).start()
         self.client = KazooClient(
@@ -213,6 +225,7 @@ class Agent:
             connection_retry=dict(CONNECTION_RETRY),
             command_retry={"max_tries": 3, "delay": 0.05, "max_delay": 0.5},
         )
+        self.client.add_listener(self._zookeeper_state)
         try:
             self._connect()
             guard = SessionGuard(s.session_timeout)
@@ -237,6 +250,25 @@ class Agent:
             except KazooTimeoutError:
                 _log.warning("zookeeper_unreachable", zk=self.settings.zk_hosts)
                 self.client.stop()
+
+    def _zookeeper_state(self, state: str) -> bool:
+        """kazoo's listener (its thread, never blocks): note when a connection is
+        established. kazoo calls it before it reads any answer on that connection, so every
+        cluster read answered over it comes later."""
+        if state == KazooState.CONNECTED:
+            self.connected_at = time.monotonic()
+        return False
+
+    def _broker_exited(self, code: int) -> None:
+        """The supervisor's call (its thread), before it restarts the broker."""
+        self._reset_watch()
+        self.events.put(("broker_exited", code))
+
+    def _reset_watch(self) -> None:
+        """The broker was killed or exited: its silence counts again once it answered, and
+        views read before now are stale."""
+        with self._watch_lock:
+            self.watch.reset(time.monotonic())
 
     def _shutdown(self) -> None:
         _log.info("agent_stopping")
@@ -278,22 +310,23 @@ class Agent:
                 return
             if kind == "ended":
                 self.promoted_epoch = None
-            elif kind == "broker_exited":
-                self.answered = False
-            # Won, or the supervised broker died: act on the broker's state at once, with
-            # the cluster as last read (the broker refuses a promotion it may not take).
-            self._check(read_cluster=kind not in ("won", "broker_exited"))
-            if kind in ("won", "broker_exited"):
+            # Won, the supervised broker died, or the last view was stale: act on the
+            # broker's state at once, with the cluster as last read (the broker refuses a
+            # promotion it may not take).
+            at_once = kind in ("won", "broker_exited", "recheck")
+            self._check(read_cluster=not at_once)
+            if at_once:
                 continue  # the regular check follows on time
             next_check = time.monotonic() + interval
 
     def _check(self, read_cluster: bool = True) -> None:
+        sent = time.monotonic()
         view = self.broker_check.check()
         now = time.monotonic()
         if view is not None:
-            self.last_answer = now
-            self.answered = True
-            if view.pid is not None:
+            with self._watch_lock:
+                counted = self.watch.answered(sent, now)
+            if counted and view.pid is not None:
                 self.last_pid = view.pid
         old = self.view
         self.view = view
@@ -314,6 +347,9 @@ class Agent:
             self._read_cluster(view, read_in_sync_set=not in_sync_read)
         election = self.election
         assert election is not None and self.watcher is not None
+        now = time.monotonic()
+        with self._watch_lock:
+            silent_for, reset_at = self.watch.silent_for(now), self.watch.reset_at
         cluster_view = ClusterView(
             node=self.settings.node,
             broker=view,
@@ -323,13 +359,20 @@ class Agent:
             promoted=self.promoted_epoch is not None,
             session_ok=self.watcher.guard.state.value != "fenced",
             cluster_size=self.settings.cluster_size,
-            broker_silent_for=now - self.last_answer if self.answered else 0.0,
+            broker_silent_for=silent_for,
             watchdog_timeout=self.settings.watchdog_timeout,
             in_sync=None if self.in_sync is None else self.in_sync.record,
             in_sync_error=self.in_sync_error,
+            broker_read_at=sent,
+            connected_at=self.connected_at,
+            broker_reset_at=reset_at,
         )
         self.cluster_view = cluster_view
         decision = decide(cluster_view)
+        if decision.steps == (Step.RECHECK,):
+            _log.info("broker_recheck", reason=decision.eligibility)
+            self.events.put(("recheck", None))
+            return
         if decision.eligibility != self._eligibility:
             self._eligibility = decision.eligibility
             _log.info("promotion_eligibility", reason=decision.eligibility)
@@ -503,7 +546,6 @@ class Agent:
             self._fence(action.reason)
         elif step is Step.KILL_BROKER:
             self._kill_broker(f"watchdog: {action.reason}")
-            self.answered = False  # the restarted broker's silence counts once it answered
 
     def _resign(self) -> None:
         election = self.election
@@ -623,11 +665,16 @@ class Agent:
             _log.warning("lease_renewal_failed", reason=str(exc))
 
     def _kill_broker(self, reason: str) -> bool:
-        if self.supervisor is not None:
-            return self.supervisor.kill(reason)
-        pid = self.view.pid if self.view is not None else None
-        pid = pid or self.last_pid
-        return pid is not None and kill_pid(pid, reason)
+        """SIGKILL the broker (any reason: fence, watchdog, shutdown), then reset the watch:
+        the broker that comes back is new (its silence counts once it answered)."""
+        try:
+            if self.supervisor is not None:
+                return self.supervisor.kill(reason)
+            pid = self.view.pid if self.view is not None else None
+            pid = pid or self.last_pid
+            return pid is not None and kill_pid(pid, reason)
+        finally:
+            self._reset_watch()  # after the signal: no answer sent later is the old broker's
 
     def _drop_vip(self) -> None:
         if self.vip is not None:

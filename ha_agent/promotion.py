@@ -33,7 +33,16 @@ The rules (ARCHITECTURE.md, invariants 2 to 4; seed 001, "Promoting a broker"):
 - A leader whose broker stops answering, or whose ZooKeeper session is in doubt, fences its
   broker (kills it: it comes back as a joining backup) and drops the virtual IP before it
   withdraws, so that no other agent can win while its broker still serves.
-- A broker that has not answered for the watchdog timeout is killed and restarted.
+- A broker that has not answered for the watchdog timeout is killed and restarted; its
+  silence counts only once it has answered since it was last killed or restarted
+  (:class:`ha_agent.watchdog.BrokerWatch`).
+- A broker view is combined only with a cluster view at most as fresh as itself: a view
+  read before the ZooKeeper connection was last (re)established, or before the broker was
+  last killed or seen exiting, is **stale** (:func:`stale_view`), and the agent checks the
+  broker again (:attr:`Step.RECHECK`) before anything else. After a healed partition the
+  cluster read shows what happened during the cut (another primary); the broker view read
+  before the cut shows a broker that is gone (the fence killed it, and it came back as a
+  backup): acting on the two together killed a ready backup.
 - A primary broker whose epoch is older than the in-sync set's is fenced: the set was taken
   over by a newer primary (:func:`isr_update` and :func:`releasable` keep the set of the
   primary that owns it).
@@ -71,6 +80,7 @@ __all__ = [
     "promotion_in_sync",
     "rank",
     "releasable",
+    "stale_view",
 ]
 
 #: States of a broker that serves clients.
@@ -149,6 +159,7 @@ class Step(StrEnum):
     TAKE_VIP = "take_vip"  # make sure the virtual IP is here (idempotent)
     FENCE = "fence"  # kill the broker (it restarts as a backup), drop the VIP, withdraw
     KILL_BROKER = "kill_broker"  # the watchdog: SIGKILL a silent broker (then restart)
+    RECHECK = "recheck"  # the broker view is stale: read the broker again, then decide
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,13 @@ class ClusterView:
     in_sync: InSyncRecord | None = None
     #: why the in-sync set could not be read ("" when it could): then nobody contends
     in_sync_error: str = ""
+    # Freshness (the agent's monotonic clock; None: unknown, no constraint):
+    #: when the broker check behind ``broker`` was sent
+    broker_read_at: float | None = None
+    #: when the ZooKeeper connection the cluster was read over was established
+    connected_at: float | None = None
+    #: when the broker was last killed by the agent or seen exiting
+    broker_reset_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -323,12 +341,33 @@ def promotion_in_sync(record: InSyncRecord | None, broker: BrokerView) -> tuple[
     return tuple(m for m in record.members if m.broker_id != broker.broker_id)
 
 
+def stale_view(view: ClusterView) -> str:
+    """Why ``view.broker`` is too old to act on ("" when it is not): read before the
+    ZooKeeper connection was (re)established, or before the broker was killed or exited."""
+    read_at = view.broker_read_at
+    if read_at is None:
+        return ""
+    if view.connected_at is not None and read_at < view.connected_at:
+        ago = view.connected_at - read_at
+        return f"the broker was read {ago:.3f} s before the ZooKeeper connection"
+    if view.broker_reset_at is not None and read_at < view.broker_reset_at:
+        ago = view.broker_reset_at - read_at
+        return f"the broker was read {ago:.3f} s before it was killed or exited"
+    return ""
+
+
 def decide(view: ClusterView) -> Decision:
     """The actions this agent should take now, given ``view``."""
     actions: list[Action] = []
     leadership = view.leadership
     in_election = leadership in ("contending", "leading")
     broker = view.broker
+
+    stale = stale_view(view)
+    if stale:
+        # Nothing is decided on a stale broker view, not even a fence: the session
+        # watcher fences by itself, and the check again follows at once.
+        return Decision((Action(Step.RECHECK, stale),), stale)
 
     if not view.session_ok:
         reason = "the ZooKeeper session is in doubt"

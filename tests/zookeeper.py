@@ -9,6 +9,11 @@
 
 Readiness is the four-letter word ``srvr`` showing ``Mode:`` (``ruok`` answers ``imok``
 before the server serves). Every wait polls with a deadline; processes are stopped by PID.
+
+:func:`expire_session` makes the server expire a client's session now (the trick of kazoo's
+own tests and Curator's: a second client takes the session over and closes it), as a
+partition longer than the session timeout does; :func:`session_timeout_ms` reads the
+timeout the server granted a session (``cons``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from kazoo.client import KazooClient
 
 from common.polling import free_port, poll_until
 
@@ -30,7 +37,11 @@ ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 IMAGE = "zookeeper:3.8"
-TICK_TIME_MS = 500  # sessions of 1 to 10 s
+TICK_TIME_MS = 500
+#: Sessions granted as asked from 1 to 60 s. ZooKeeper's defaults are 2 and 20 ticks (1 to
+#: 10 s at this tick): a longer request was silently cut to 10 s, so ZooKeeper expired the
+#: session before the agent's guard (which counts the timeout it asked for) fenced.
+MIN_SESSION_MS, MAX_SESSION_MS = 1000, 60000
 
 
 def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
@@ -45,6 +56,36 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
     except OSError:
         return ""
     return b"".join(chunks).decode("utf-8", "replace")
+
+
+def expire_session(client: Any, hosts: str, timeout: float = 10.0) -> int:
+    """Make ZooKeeper expire ``client``'s session at once; returns the expired session id.
+
+    A second client joins the session (same id and password): the server moves the session
+    to it and drops ``client``'s connection; closing the second client ends the session, its
+    ephemeral znodes go. ``client`` then reconnects, hears the session expired (LOST) and
+    starts a new one (CONNECTED), as after a partition longer than the session timeout.
+    """
+    session_id, password = client.client_id
+    thief = KazooClient(hosts=hosts, client_id=(session_id, password))
+    try:
+        thief.start(timeout=timeout)
+    finally:
+        thief.stop()
+        thief.close()
+    return int(session_id)
+
+
+def session_timeout_ms(host: str, port: int, session_id: int) -> int | None:
+    """The session timeout (ms) the server at ``host:port`` granted ``session_id`` (from
+    ``cons``: ``to=``), or None when no connection of that session is listed there."""
+    sid = f"sid={session_id:#x}"
+    for line in four_letter_word(host, port, "cons").splitlines():
+        if sid in line:
+            for part in line.split("(", 1)[-1].rstrip(")").split(","):
+                if part.startswith("to="):
+                    return int(part[3:])
+    return None
 
 
 def server_mode(host: str, port: int) -> str | None:
@@ -118,6 +159,8 @@ class ZooKeeperProcess:
     def config(self) -> str:
         lines = [
             f"tickTime={TICK_TIME_MS}",
+            f"minSessionTimeout={MIN_SESSION_MS}",
+            f"maxSessionTimeout={MAX_SESSION_MS}",
             f"dataDir={self.workdir / 'data'}",
             f"clientPort={self.client_port}",
             f"clientPortAddress={self.client_address}",
@@ -292,6 +335,10 @@ class ZooKeeperContainer:
         self.container = (
             DockerContainer(IMAGE)
             .with_env("ZOO_TICK_TIME", str(TICK_TIME_MS))
+            .with_env(
+                "ZOO_CFG_EXTRA",
+                f"minSessionTimeout={MIN_SESSION_MS} maxSessionTimeout={MAX_SESSION_MS}",
+            )
             .with_env("ZOO_4LW_COMMANDS_WHITELIST", "*")
             .with_env("ZOO_ADMINSERVER_ENABLED", "false")
             .with_exposed_ports(2181)
