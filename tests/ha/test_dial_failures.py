@@ -13,10 +13,12 @@ The end-to-end side (real brokers) is tests/ha/test_link_errors.py.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
@@ -302,6 +304,18 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@pytest.fixture(autouse=True)
+def every_level() -> Iterator[None]:
+    """Debug lines too, whatever level an earlier test in this process configured (its
+    filtering logger would drop them before capture_logs sees them)."""
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
 
 
 def _link(clock: FakeClock, user: str | None = "guest", auth_here: bool = True) -> BackupLink:
