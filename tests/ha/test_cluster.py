@@ -10,6 +10,7 @@ import pytest
 
 from common.polling import poll_until
 from tests.ha.cluster import Cluster
+from tests.ha.failover_clients import wait_members
 
 
 @pytest.fixture
@@ -216,6 +217,7 @@ def test_remaining_backup_follows_the_new_primary(tmp_path: Path) -> None:
         cluster.promote(0, epoch=1)
         cluster.wait_state(1, "ready")
         cluster.wait_state(2, "ready")
+        wait_members(cluster, 1, ready=2)  # broker 1 heard it: it will expect broker 2
         connection = connect(cluster.ports[0])
         channel = connection.channel()
         channel.queue_declare("q")
