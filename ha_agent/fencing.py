@@ -14,9 +14,9 @@ its session can expire. Two pieces:
 :class:`SessionWatcher`
     Its shell: a kazoo listener that only hands states over (it never blocks kazoo's
     thread), and a thread that feeds the guard, sends light heartbeats and calls ``fence``.
-    The agent (:mod:`ha_agent.agent`) decides what fencing means (kill the broker, drop the
-    virtual IP); this module only decides *when*. Calls go from the watcher to the guard and
-    to ``fence``, never back.
+    The agent (:mod:`ha_agent.agent`, through :mod:`ha_agent.fencer`) decides what fencing
+    means (kill the broker, drop the virtual IP); this module only decides *when*. Calls go
+    from the watcher to the guard and to ``fence``, never back.
 
 Timing argument (``T`` = session timeout, ``M`` = margin, ``T/10`` by default):
 

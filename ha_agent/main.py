@@ -15,7 +15,8 @@ import typer
 
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging
-from ha_agent.agent import Agent, AgentSettings
+from ha_agent.agent import Agent
+from ha_agent.settings import AgentSettings
 from ha_agent.vip import parse_vip
 
 PROGRAM = "qpid-ha-agent"

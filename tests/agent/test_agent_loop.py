@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 
 from common.polling import free_port, holds_for, poll_until
-from ha_agent.agent import Agent, AgentSettings
+from ha_agent.agent import Agent
 from ha_agent.primary_record import read_primary, write_primary
 from ha_agent.promotion import BrokerView, PrimaryRecord
+from ha_agent.settings import AgentSettings
 from tests.agent.agent_cluster import Node, get_json
 from tests.zookeeper import ZooKeeper, expire_session
 

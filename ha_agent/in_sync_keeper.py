@@ -1,0 +1,249 @@
+"""The in-sync set as one agent keeps it: read, update, commit to the broker, take on promotion.
+
+:Status: Beta (issue 10)
+
+:class:`InSyncKeeper` is the agent's half of :mod:`ha_agent.in_sync` (the znode and its
+conditional writes) and of the pure rules in :mod:`ha_agent.promotion`
+(:func:`~ha_agent.promotion.isr_update`, :func:`~ha_agent.promotion.promotion_in_sync`,
+:func:`~ha_agent.promotion.releasable`, :func:`~ha_agent.promotion.eligibility`).
+
+Contract
+========
+
+- :meth:`InSyncKeeper.read` reads the committed set (with its version) into
+  :attr:`~InSyncKeeper.in_sync` / :attr:`~InSyncKeeper.error`; every agent does, at each
+  check, and :func:`~ha_agent.promotion.decide` sees the result.
+- :meth:`InSyncKeeper.keep` runs on the primary's node only: it reads the broker's
+  ``in_sync`` and the committed set, writes :func:`~ha_agent.promotion.isr_update` when it
+  changes (conditionally on the version read, only while the set's epoch is the one the agent
+  promoted its broker with), and then, when the committed set leaves out backups whose
+  removal the broker waits for, tells the broker (``POST /api/ha/in-sync``) so it releases
+  the confirms it holds for them.
+- :meth:`InSyncKeeper.take` runs before a promotion: it re-checks eligibility against a fresh
+  read of the set, takes the next epoch and writes the set at that epoch (conditionally)
+  and returns the members the broker must expect when promoted.
+- THREAD UNSAFE: only the agent's loop thread calls it. Calls go from the agent (and its
+  :class:`~ha_agent.promoter.Promoter`) to the keeper, never back.
+
+Error Handling
+==============
+
+- An in-sync write that loses a race (another write since the read) is logged
+  (``in_sync_conflict``) and read again at the next check; a removal is posted to the broker
+  only once a write or a read shows it committed. A set at a newer epoch than the broker's
+  fences the broker (:func:`~ha_agent.promotion.decide`). A set that cannot be parsed is
+  logged (``in_sync_record_invalid``) and lets no backup contend.
+- :meth:`~InSyncKeeper.keep` logs ZooKeeper errors (``zookeeper_error``, ``during=in_sync``)
+  and broker refusals (``in_sync_post_failed``); the next check tries again.
+  :meth:`~InSyncKeeper.read` and :meth:`~InSyncKeeper.take` let kazoo's errors propagate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import structlog
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from broker.management.client import ManagementError
+from ha_agent.broker_check import BrokerCheck, PromoteRefused
+from ha_agent.epoch_counter import next_epoch
+from ha_agent.in_sync import (
+    InSyncEpochError,
+    InSyncRecordError,
+    VersionedInSync,
+    read_in_sync,
+    write_in_sync,
+)
+from ha_agent.membership import Member
+from ha_agent.promotion import (
+    BrokerInSync,
+    BrokerView,
+    ClusterView,
+    InSyncMember,
+    InSyncRecord,
+    eligibility,
+    isr_update,
+    promotion_in_sync,
+    releasable,
+)
+
+__all__ = ["InSyncKeeper"]
+
+_log = structlog.get_logger("ha_agent.in_sync_keeper", component="agent")
+
+
+class InSyncKeeper:
+    """See the module docstring. ``client`` is the agent's KazooClient."""
+
+    def __init__(self, client: Any, cluster: str, broker_check: BrokerCheck) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.broker_check = broker_check
+        #: the committed in-sync set as last read or written (None: none recorded)
+        self.in_sync: VersionedInSync | None = None
+        #: why the record could not be parsed at the last read ("" when it could)
+        self.error = ""
+        self._posted: tuple[int, int, tuple[str, ...]] | None = None
+
+    def read(self) -> VersionedInSync | None:
+        """Read the committed in-sync set into :attr:`in_sync` (kazoo errors propagate)."""
+        try:
+            self.in_sync = read_in_sync(self.client, self.cluster)
+        except InSyncRecordError as exc:
+            if str(exc) != self.error:
+                _log.error("in_sync_record_invalid", reason=str(exc))
+            self.in_sync, self.error = None, str(exc)
+            return None
+        self.error = ""
+        return self.in_sync
+
+    # -- this agent's broker is the primary -------------------------------------------
+    def keep(self, view: BrokerView, epoch: int, members: Mapping[str, Member]) -> bool:
+        """Bring the committed in-sync set in line with the broker's, then tell the broker
+        which removals are committed. True when the set was read (the loop need not read
+        it again); any ZooKeeper error is logged and the next check tries again.
+        ``members`` are the member records as last read (they name the set's members)."""
+        broker = view.in_sync
+        if broker is None or view.epoch != epoch:
+            return False  # a broker without the set, or not yet at the promoted epoch
+        try:
+            read = self.read()
+            if self.error:
+                return True
+            if read is not None and read.record.epoch != epoch:
+                # A newer epoch: another primary owns the set, decide() fences. An older
+                # one cannot follow a promotion that wrote its own: touch nothing.
+                _log.warning("in_sync_epoch_mismatch", in_sync_epoch=read.record.epoch)
+                return True
+            committed = self._update(read, broker, epoch, members)
+        except (KazooException, KazooTimeoutError) as exc:
+            _log.warning("zookeeper_error", reason=repr(exc), during="in_sync")
+            return False
+        if committed is not None:
+            self._post(committed, broker)
+        return True
+
+    def _update(
+        self,
+        read: VersionedInSync | None,
+        broker: BrokerInSync,
+        epoch: int,
+        members: Mapping[str, Member],
+    ) -> VersionedInSync | None:
+        """The committed set after writing the update, if any; None when a write lost a race
+        (nothing is known committed then)."""
+        old = None if read is None else read.record
+        ids = isr_update(old, broker)
+        if ids is None:
+            assert old is not None and read is not None
+            # Same set; name a member recorded before its agent published its broker id
+            # (names are only shown: this write changes no member).
+            named = tuple(_named(m, broker, members) for m in old.members)
+            if named == old.members:
+                return read
+            ids, record = tuple(sorted(old.broker_ids)), InSyncRecord(epoch, named)
+        else:
+            kept = {} if old is None else {m.broker_id: m for m in old.members}
+            record = InSyncRecord(
+                epoch,
+                tuple(_named(kept.get(i) or InSyncMember(i), broker, members) for i in ids),
+            )
+        try:
+            committed = write_in_sync(self.client, self.cluster, record, read)
+        except (BadVersionError, NodeExistsError, InSyncEpochError) as exc:
+            _log.warning("in_sync_conflict", reason=repr(exc))
+            return None
+        before = set() if old is None else old.broker_ids
+        self.in_sync = committed
+        _log.info(
+            "in_sync_changed",
+            added=sorted(set(ids) - before),
+            removed=sorted(before - set(ids)),
+            members=[m.node or m.broker_id for m in record.members],
+            in_sync_epoch=epoch,
+            version=committed.version,
+        )
+        return committed
+
+    def _post(self, committed: VersionedInSync, broker: BrokerInSync) -> None:
+        """Tell the broker the committed set when it leaves out backups whose held
+        confirms wait for their removal (only a committed record gets here)."""
+        released = releasable(committed.record, broker)
+        if not released:
+            return
+        record = committed.record
+        members = sorted(record.broker_ids)
+        try:
+            answer = self.broker_check.commit_in_sync(record.epoch, members)
+        except (PromoteRefused, ManagementError) as exc:
+            _log.warning("in_sync_post_failed", reason=str(exc))
+            return
+        key = (record.epoch, committed.version, released)
+        if key != self._posted:
+            self._posted = key
+            _log.info(
+                "in_sync_committed",
+                in_sync_epoch=record.epoch,
+                version=committed.version,
+                members=members,
+                removed=list(released),
+                released=answer.get("released"),
+                pending_removal=answer.get("pending_removal"),
+            )
+
+    # -- this agent is about to promote its broker ------------------------------------
+    def take(self, view: BrokerView, cluster_view: ClusterView) -> tuple[int, list[str]] | None:
+        """Before a promotion: read the in-sync set, check eligibility against it (with
+        ``cluster_view``, the one the loop last decided on, given this broker ``view`` and
+        the set just read), take the next epoch and commit the set at that epoch
+        (conditionally on the version read). Returns the epoch and the broker ids the new
+        primary must expect; None (logged) when this broker may not be promoted after all
+        or the write lost a race. kazoo's connection errors propagate (nothing promoted
+        yet)."""
+        read = self.read()
+        fresh = replace(
+            cluster_view,
+            broker=view,
+            in_sync=None if read is None else read.record,
+            in_sync_error=self.error,
+        )
+        eligible, why = eligibility(fresh)
+        if not eligible:
+            _log.info("election_withdraw", reason=f"won the election, but {why}")
+            return None
+        epoch = next_epoch(self.client, self.cluster, minimum=view.epoch + 1)
+        _log.info("epoch_taken", new_epoch=epoch, reason=why)
+        record = InSyncRecord(epoch, promotion_in_sync(None if read is None else read.record, view))
+        try:
+            committed = write_in_sync(self.client, self.cluster, record, read)
+        except (BadVersionError, NodeExistsError, InSyncEpochError) as exc:
+            _log.warning("in_sync_conflict", reason=repr(exc), new_epoch=epoch)
+            return None
+        self.in_sync = committed
+        _log.info(
+            "in_sync_changed",
+            added=[],
+            removed=sorted((set() if read is None else read.record.broker_ids) - record.broker_ids),
+            members=[m.node or m.broker_id for m in record.members],
+            in_sync_epoch=epoch,
+            version=committed.version,
+        )
+        return epoch, sorted(record.broker_ids)
+
+
+def _named(
+    entry: InSyncMember, broker: BrokerInSync, members: Mapping[str, Member]
+) -> InSyncMember:
+    """``entry`` with its node and URL filled in where unknown, from the member records
+    (by broker id) and the broker's list of backups (they are only shown)."""
+    if entry.node and entry.url:
+        return entry
+    bid = entry.broker_id
+    member = next((m for m in members.values() if m.broker_id == bid), None)
+    node = entry.node or (member.node if member is not None else "")
+    url = entry.url or dict(broker.urls).get(bid) or (member.broker_url if member else "")
+    return InSyncMember(bid, node, url)

@@ -1,0 +1,158 @@
+"""The promotion steps of one agent that won the election, and its broker's lease.
+
+:Status: Beta
+
+:meth:`Promoter.promote` carries out :attr:`~ha_agent.promotion.Step.PROMOTE`, in this
+order:
+
+1. the in-sync set (:meth:`~ha_agent.in_sync_keeper.InSyncKeeper.take`): eligibility
+   re-checked against a fresh read, the next epoch from ZooKeeper, the set written at that
+   epoch (conditionally);
+2. ``POST /api/ha/promote`` with that epoch, the lease and the members to expect, within
+   the lease (at most :data:`PROMOTE_TIMEOUT`);
+3. the primary record (:mod:`ha_agent.primary_record`).
+
+It returns a :class:`Promotion` saying what came of it; the agent carries that out (record
+the epoch, resign, or fence), the way :func:`~ha_agent.promotion.decide` returns actions.
+
+The lease (docs/agent.md has the timing argument) is what is left of the agent's lease on
+its ZooKeeper session (:class:`~ha_agent.fencing.SessionGuard`): the time its broker may
+serve without another word from it. A promotion grants it; :meth:`Promoter.renew_lease`
+renews it at every check while the broker is the primary the agent promoted.
+
+THREAD UNSAFE: only the agent's loop thread calls it. Calls go from the agent to the
+promoter and on to the in-sync keeper, never back.
+
+Error Handling
+==============
+
+- A promotion the broker refuses (409: catching up, older epoch), or one with no lease left,
+  is logged (``promotion_refused``): resign.
+- A promotion call with no answer is logged (``promotion_failed``): the broker may yet
+  become primary after this agent resigned, beside the next one: fence it.
+- ZooKeeper errors are logged (``promotion_failed``; ``primary_record_conflict`` when
+  another primary record exists): fence when the broker was promoted (it must not serve
+  unrecorded), else resign.
+- A lease renewal that fails is logged (``lease_renewal_failed``) and tried at the next
+  check; a lease that has run out is the session guard's to fence.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from broker.management.client import ManagementError
+from common.log import set_log_context
+from ha_agent.broker_check import BrokerCheck, PromoteRefused
+from ha_agent.fencing import SessionGuard
+from ha_agent.in_sync_keeper import InSyncKeeper
+from ha_agent.primary_record import write_primary
+from ha_agent.promotion import BrokerView, ClusterView, PrimaryRecord
+from ha_agent.settings import AgentSettings
+
+__all__ = ["PROMOTE_TIMEOUT", "Promoter", "Promotion"]
+
+_log = structlog.get_logger("ha_agent.promoter", component="agent")
+
+#: The longest a promotion call may take (seconds); also bounded by the lease.
+PROMOTE_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """What a promotion came to. ``epoch``: promoted at it and recorded; else ``fence``:
+    fence the broker for this reason; else resign."""
+
+    epoch: int | None = None
+    fence: str = ""
+
+
+class Promoter:
+    """See the module docstring. ``client`` is the agent's KazooClient, ``guard`` its
+    session watcher's guard."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        client: Any,
+        broker_check: BrokerCheck,
+        keeper: InSyncKeeper,
+        guard: SessionGuard,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.broker_check = broker_check
+        self.keeper = keeper
+        self.guard = guard
+
+    def promote(self, view: BrokerView, reason: str, cluster_view: ClusterView) -> Promotion:
+        """Promote the broker seen in ``view`` (``cluster_view``: the one just decided on)."""
+        s = self.settings
+        started = time.monotonic()
+        answer: dict[str, Any] | None = None
+        try:
+            in_sync = self.keeper.take(view, cluster_view)
+            if in_sync is None:
+                return Promotion()
+            epoch, expected = in_sync
+            lease = self.lease()
+            if lease is None:
+                raise PromoteRefused("no lease left on the ZooKeeper session")
+            # The promotion must be over well within the lease; past it, its outcome is
+            # unknown (see below).
+            timeout = min(PROMOTE_TIMEOUT, max(0.5, lease * 0.8))
+            try:
+                answer = self.broker_check.promote(epoch, lease, timeout=timeout, in_sync=expected)
+            except ManagementError as exc:
+                # No answer: the broker may yet become primary after this agent resigned,
+                # beside the next one. Fence it (it restarts as a backup), then resign.
+                _log.warning("promotion_failed", reason=str(exc))
+                return Promotion(fence=f"promotion of unknown outcome: {exc}")
+            record = PrimaryRecord(s.node, epoch, view.url)
+            write_primary(self.client, s.cluster, record, s.vip)
+        except PromoteRefused as exc:
+            _log.warning("promotion_refused", reason=str(exc))
+            return Promotion()
+        except (KazooException, KazooTimeoutError) as exc:
+            if isinstance(exc, NodeExistsError):
+                _log.error("primary_record_conflict", reason=str(exc))
+            else:
+                _log.warning("promotion_failed", reason=repr(exc))
+            if answer is not None:
+                # promoted, but not recorded: another agent must not meet it serving
+                return Promotion(fence="promoted, but the primary record could not be written")
+            return Promotion()
+        set_log_context(epoch=epoch)
+        _log.info(
+            "agent_promoted",
+            new_epoch=epoch,
+            ha_state=answer.get("state"),
+            reason=reason,
+            took_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+        return Promotion(epoch=epoch)
+
+    # -- the lease --------------------------------------------------------------------
+    def lease(self) -> float | None:
+        """What is left of this agent's lease on its ZooKeeper session (seconds), the time
+        its broker may serve without another word from it; None when nothing is left."""
+        deadline = self.guard.deadline
+        if deadline is None:
+            return None
+        left = deadline - time.monotonic()
+        return left if left > 0 else None
+
+    def renew_lease(self) -> None:
+        lease = self.lease()
+        if lease is None:
+            return  # the session guard fences; the broker's lease runs out by itself
+        try:
+            self.broker_check.renew_lease(lease)
+        except (PromoteRefused, ManagementError) as exc:
+            _log.warning("lease_renewal_failed", reason=str(exc))
