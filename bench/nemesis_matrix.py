@@ -68,7 +68,9 @@ def pivot(cells: dict[tuple[float, float], dict[str, Any]]) -> list[str]:
     settings = list(cells)
     names: list[str] = []
     for results in cells.values():
-        names += [c["nemesis"] for c in results["cycles"] if c["nemesis"] not in names]
+        for cycle in results["cycles"]:
+            if cycle["nemesis"] not in names:
+                names.append(cycle["nemesis"])
     head = " | ".join(f"{s:g} s / {h:g} s" for s, h in settings)
     lines = [f"| nemesis \\ session / heartbeat | {head} |", "| --- |" + " --- |" * len(settings)]
     for name in names:
