@@ -153,6 +153,10 @@ class Agent:
             cluster_size=s.cluster_size,
             vip=s.vip,
         )
+        # A virtual IP left on this node by an agent that died holding it (SIGKILL, node
+        # loss) would make two holders on the LAN, and this node's own next take fail:
+        # drop it; a leader takes it again once its broker is promoted.
+        self.fencer.drop_vip()
         if s.broker_command is not None:
             self.fencer.supervisor = BrokerSupervisor(
                 s.broker_command,

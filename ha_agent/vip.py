@@ -4,7 +4,8 @@
 
 :class:`VirtualIp` adds ``ADDR/PREFIX`` to an interface (``ip addr add``) and announces it
 (``arping -U``) so that the clients' neighbour caches learn the new MAC at once; it removes
-it on fence or when the agent stops. Both operations are idempotent. ``netns`` runs the
+it on fence, when the agent stops, and when an agent starts (a leftover of an agent that
+died holding it). Both operations are idempotent. ``netns`` runs the
 commands inside a network namespace (the tests' hosts); the agent normally runs in the
 node's own namespace and leaves it None.
 
@@ -67,7 +68,10 @@ class VirtualIp:
         """Add the address and announce it; True when it was added now."""
         result = self._run([*self._ip(), "addr", "add", str(self.address), "dev", self.interface])
         added = result.returncode == 0
-        if not added and "File exists" not in result.stderr:
+        # Already on this interface ("File exists"; newer iproute2: "Address already
+        # assigned"): held, as the agent wants.
+        there = "File exists" in result.stderr or "already assigned" in result.stderr
+        if not added and not there:
             raise VipError(
                 f"cannot add {self.address} to {self.interface}: {result.stderr.strip()}"
             )

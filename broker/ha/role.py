@@ -16,7 +16,8 @@ event                  actions
 =====================  ===============================================================
 Start                  Dial
 LinkUp                 PersistEpoch (a newer epoch), ChangeState (-> catch-up), Log
-LinkDown               Log
+LinkDown               Log; ChangeState catch-up -> ready for a backup that was ready
+                       before this link (a new primary) and had not caught up with it
 CaughtUp               ChangeState (catch-up -> ready)
 PromoteRequested       Refuse, CheckCluster (joining), PersistPromotionEpoch,
                        PersistEpoch (already primary, newer epoch)
@@ -139,6 +140,7 @@ class HaRole:
         self.committed_in_sync: tuple[int, frozenset[str]] | None = None
         self.url = ""
         self.promoted_at: float | None = None
+        self._ready_before_link = False
         self._promotion_epoch: int | None = None
         self._promotion_in_sync: frozenset[str] | None = None
         self._starting = False
@@ -200,6 +202,7 @@ class HaRole:
         self._log("ha_link_up", primary=event.primary, primary_epoch=event.primary_epoch)
         promoting = self._promotion_epoch is not None or self._starting
         if self.state in (HaState.JOINING, HaState.READY) and not promoting:
+            self._ready_before_link = self.state is HaState.READY
             self._move(HaState.CATCHUP, primary=event.primary)
 
     def _link_down(self, event: LinkDown) -> None:
@@ -208,9 +211,17 @@ class HaRole:
                 "ha_link_down", level="warning", primary=self.primary_address, reason=event.reason
             )
         self.primary_address = None
+        if self.state is HaState.CATCHUP and self._ready_before_link:
+            # Ready before this link (a new primary), which dropped before catch-up ended:
+            # this backup still holds everything it held when ready, and anything the new
+            # primary confirmed waited for it. Ready again: fit to be promoted (only as a
+            # member of the in-sync set, where a cluster manager keeps one).
+            self._ready_before_link = False
+            self._move(HaState.READY, primary=None, after="the new primary's link dropped")
 
     def _caught_up(self, event: CaughtUp) -> None:
         if self.state is HaState.CATCHUP:
+            self._ready_before_link = False
             self._move(HaState.READY, primary=self.primary_address)
 
     # -- promotion ---------------------------------------------------------------------

@@ -285,7 +285,7 @@ Action = (
 EVENT_ACTIONS: dict[type[Any], frozenset[type[Any]]] = {
     Start: frozenset({Dial}),
     LinkUp: frozenset({PersistEpoch, ChangeState}),
-    LinkDown: frozenset(),
+    LinkDown: frozenset({ChangeState}),
     CaughtUp: frozenset({ChangeState}),
     PromoteRequested: frozenset({Refuse, CheckCluster, PersistPromotionEpoch, PersistEpoch}),
     ClusterChecked: frozenset({Refuse, PersistPromotionEpoch}),

@@ -68,11 +68,18 @@ Step = tuple[Event, list[str], HaState]
 BACKUP_LIFE: list[Step] = [
     (Start(), ["Dial"], S.JOINING),
     (LinkUp("p:5672", 3), ["PersistEpoch", "ChangeState"], S.CATCHUP),
+    (LinkDown("link closed"), [], S.CATCHUP),  # never ready: still catching up
+    (LinkUp("p:5672", 3), [], S.CATCHUP),
     (CaughtUp(), ["ChangeState"], S.READY),
     (LinkDown("link closed"), [], S.READY),  # a ready backup stays eligible
     (LinkUp("p2:5672", 3), ["ChangeState"], S.CATCHUP),  # same epoch: nothing to persist
     (CaughtUp(), ["ChangeState"], S.READY),
     (CaughtUp(), [], S.READY),
+    # A new primary vanishes before this backup caught up with it: ready again, it still
+    # holds what it held (the new primary's confirms waited for it).
+    (LinkUp("p3:5672", 4), ["PersistEpoch", "ChangeState"], S.CATCHUP),
+    (LinkDown("link closed"), ["ChangeState"], S.READY),
+    (LinkDown("link closed"), [], S.READY),
 ]
 
 PROMOTE_READY_EXPECTING_B1: list[Step] = [
