@@ -40,7 +40,7 @@ system-packages:
 		[ -e "$$f" ] || echo "$$p"; done | sort -u); \
 	for p in $$missing; do dpkg -s "$$p" >/dev/null 2>&1 || want="$$want $$p"; done; \
 	if [ -n "$$want" ]; then $(SUDO) apt-get update -q && \
-		$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$want; fi
+		$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$want; fi
 
 unit: $(STAMP) system-packages
 	$(BIN)/pytest -q -n 2 --dist loadgroup
