@@ -8,9 +8,9 @@ nothing is routed to the outside. Namespace names are unique per run:
 
 - :meth:`Host.exec_argv` prefixes a command with ``ip netns exec NS`` (which execs it: the
   process keeps the PID the test sees, so it can be signalled by PID).
-- :func:`call_in` runs a function in a thread that has joined a namespace (``setns(2)`` on
-  that thread only), so sockets it opens live there: quick health checks from the test
-  process without one ``ip netns exec`` per poll.
+- :func:`call_in` (the nemesis drill's, re-exported) runs a function in a thread that has
+  joined a namespace (``setns(2)`` on that thread only), so sockets it opens live there:
+  quick health checks from the test process without one ``ip netns exec`` per poll.
 - :meth:`Host.link` takes ``eth0`` down or up (a partition of that host),
   :meth:`Host.addresses` lists its IPv4 addresses (where the virtual IP is).
 - :meth:`Lan.delete` removes every namespace it made (its veths go with them).
@@ -18,21 +18,19 @@ nothing is routed to the outside. Namespace names are unique per run:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import subprocess
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from qpid_ha_cli.nemesis.topology import call_in
+
 __all__ = ["IP", "Host", "Lan", "call_in", "is_root"]
 
 IP = shutil.which("ip") or "/usr/sbin/ip"
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
 
 T = TypeVar("T")
 
@@ -47,36 +45,6 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if check and result.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
     return result
-
-
-def _enter(namespace: str) -> None:
-    fd = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
-    try:
-        if int(_libc.setns(fd, CLONE_NEWNET)) != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, f"setns into {namespace}: {os.strerror(errno)}")
-    finally:
-        os.close(fd)
-
-
-def call_in(namespace: str, function: Callable[[], T]) -> T:
-    """``function()`` in a new thread inside ``namespace``; its result or its exception."""
-    outcome: list[T] = []
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            _enter(namespace)
-            outcome.append(function())
-        except BaseException as exc:  # handed over to the caller's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=target, name=f"netns-{namespace}", daemon=True)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return outcome[0]
 
 
 @dataclass

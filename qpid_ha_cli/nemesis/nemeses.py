@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import signal
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -88,13 +89,14 @@ class Context:
         self.note("node_sigkilled", target=node.name, pid=pid)
 
 
-class Nemesis:
+class Nemesis(ABC):
     """A fault: :meth:`inject` it (and wait for its effect), then :meth:`heal` it."""
 
     name: ClassVar[str] = ""
 
+    @abstractmethod
     def inject(self, ctx: Context) -> None:
-        raise NotImplementedError
+        """Cause the fault and wait for its effect."""
 
     def heal(self, ctx: Context) -> None:
         """Undo what :meth:`inject` did that the cluster does not undo by itself."""
