@@ -287,6 +287,8 @@ class PrimaryStreams:
         self.default = primary.replicate_default
         self._streams_of: dict[str, int] = {}
         self.config_streams: list[ConfigStream] = []
+        #: The last membership event broadcast (for streams opened after it).
+        self._membership: dict[str, Any] | None = None
         #: The newest configuration stream of each backup.
         self.config_stream_of: dict[str, ConfigStream] = {}
         self.queue_streams: dict[str, list[QueueStream]] = {}
@@ -351,7 +353,10 @@ class PrimaryStreams:
         handle.arm()
 
     def broadcast(self, event: dict[str, Any]) -> None:
-        """Send an event (membership) on every open configuration stream."""
+        """Send an event (membership) on every open configuration stream; a stream opened
+        later gets the last membership right after its snapshot."""
+        if event.get("type") == "membership":
+            self._membership = event
         self.config_streams = [s for s in self.config_streams if not s.closed]
         for stream in self.config_streams:
             stream.push(event)
@@ -377,6 +382,9 @@ class PrimaryStreams:
             stream = ConfigStream(sink, self, backup.config)
             self.config_streams.append(stream)
             self.config_stream_of[backup_id] = stream
+            if self._membership is not None:
+                # Sent before this stream existed (its own connection may have changed it).
+                stream.push(self._membership)
             return stream
         if not name.startswith(QUEUE_STREAM_PREFIX):
             raise not_found(f"no HA stream '{name}'")

@@ -217,3 +217,17 @@ def test_tx_commit_ok_waits_until_the_backup_has_every_message() -> None:
     assert [e.body for e in events if isinstance(e, Enqueue)] == [b"one", b"two"]
     backup.send(1, commands.Basic.Ack(delivery_tag=max(delivery_tags(frames)), multiple=True))
     assert [type(f) for _, f in client.take()] == [commands.Tx.CommitOk]
+
+
+def test_a_config_stream_opened_later_gets_the_last_membership_after_its_snapshot() -> None:
+    ctx, _ = primary_context()
+    streams = ctx.streams
+    assert isinstance(streams, PrimaryStreams)
+    members = [{"id": "b2", "url": "h2:5672", "state": "ready"}]
+    streams.broadcast({"type": "membership", "members": members})  # before b1 connected
+    backup = open_client(ctx, client_properties=BACKUP_PROPS)
+    backup.send(1, commands.Basic.Qos(prefetch_count=10))
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
+    events = [decode_config_event(body) for body in bodies(backup)]
+    assert [e["type"] for e in events] == ["snapshot", "membership"]
+    assert events[1]["members"] == members
