@@ -13,8 +13,10 @@ from broker.core.message import TxMark
 def fresh_transaction_ids() -> Iterator[None]:
     """Transaction ids count per process (one broker a process); a test that commits a
     transaction in process must not change what a later in-process primary sends first
-    (a TXBASE once any transaction was committed)."""
+    (a TXBASE once any transaction was committed). Each HA test starts as a fresh process
+    would, whatever tests outside ``tests/ha`` committed before it in this worker."""
     saved = TxMark._next_id
+    TxMark._next_id = 1
     try:
         yield
     finally:

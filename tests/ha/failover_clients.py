@@ -127,15 +127,17 @@ def wait_members(cluster: Cluster, at: int, ready: int) -> None:
 
 
 class Publisher(threading.Thread):
-    """Publishes ``0, 1, 2...`` with confirms, up to :data:`WINDOW` unconfirmed at once.
+    """Publishes ``0, 1, 2...`` with confirms, up to ``window`` (:data:`WINDOW`) unconfirmed
+    at once.
 
     When the connection drops it goes round the URL list until a primary accepts it and
     re-sends every message still unconfirmed (as Qpid clients do), so confirmed messages
     and re-sent ones are known exactly.
     """
 
-    def __init__(self, ports: list[int], queue: str) -> None:
+    def __init__(self, ports: list[int], queue: str, window: int = WINDOW) -> None:
         super().__init__(daemon=True)
+        self.window = window
         self.urls = [f"amqp://guest:guest@127.0.0.1:{port}/%2F" for port in ports]
         self.queue = queue
         self.confirmed: set[int] = set()
@@ -186,7 +188,7 @@ class Publisher(threading.Thread):
                 channel = await connection.channel(publisher_confirms=True)
                 exchange = channel.default_exchange
                 while True:
-                    while len(in_flight) < WINDOW:
+                    while len(in_flight) < self.window:
                         if resend:
                             msg_id = resend.pop(0)
                             self.resent += 1
