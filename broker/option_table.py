@@ -137,7 +137,7 @@ class BrokerOptions:
         metavar="BYTES",
     )
     max_channels: int = _option(
-        2047, int_range(1, 65535), "most channels per connection (1..65535)", metavar="N"
+        65535, int_range(1, 65535), "most channels per connection (1..65535)", metavar="N"
     )
     default_queue_limit: int = _option(
         104857600,

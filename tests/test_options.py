@@ -38,7 +38,7 @@ EXPECTED_DEFAULTS = {
     "heartbeat": 60.0,
     "max_connections": 500,
     "max_frame_size": 131072,
-    "max_channels": 2047,
+    "max_channels": 65535,
     "default_queue_limit": 104857600,
     "config": None,
     "ha_cluster": False,

@@ -142,6 +142,17 @@ class PublishMethods:
             scanned = properties.scan(pending.properties_raw)
         except ValueError as exc:
             raise AmqpError(ReplyCode.SYNTAX_ERROR, f"malformed content header: {exc}") from exc
+        if scanned.user_id is not None and scanned.user_id != self.connection.user:
+            self.channel_error(
+                AmqpError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"user_id property set to '{scanned.user_id}' but authenticated user was"
+                    f" '{self.connection.user}'",
+                    60,
+                    40,
+                )
+            )
+            return
         try:
             message = Message(
                 pending.exchange.name,

@@ -364,6 +364,12 @@ class Connection:
             self._cleanup()
             self.send_method(0, commands.Connection.CloseOk())
             self._closed()
+        elif isinstance(method, commands.Connection.UpdateSecret):
+            if state is not S.OPEN:
+                raise self._unexpected(method)
+            # A login's password does not expire: as RabbitMQ's internal user database,
+            # take the new secret (the token refresh of other back-ends) and carry on.
+            self.send_method(0, commands.Connection.UpdateSecretOk())
         elif isinstance(method, commands.Connection.Blocked | commands.Connection.Unblocked):
             return  # advisory notices; the broker does not act on them
         else:

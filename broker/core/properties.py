@@ -59,6 +59,7 @@ class ScannedProperties:
     delivery_mode: int
     expiration: str | None
     has_headers: bool
+    user_id: str | None = None
 
 
 _PLAIN = ScannedProperties(delivery_mode=0, expiration=None, has_headers=False)
@@ -99,6 +100,7 @@ def _scan(raw: bytes) -> ScannedProperties:
     end = len(raw)
     delivery_mode = 0
     expiration: str | None = None
+    user_id: str | None = None
     bit = 1 << 15
     while bit > 2:
         if flags & bit:
@@ -110,6 +112,8 @@ def _scan(raw: bytes) -> ScannedProperties:
                     raise ValueError("content header short string overruns the frame")
                 if bit == FLAG_EXPIRATION:
                     expiration = raw[pos + 1 : pos + 1 + length].decode("utf-8", "replace")
+                elif bit == FLAG_USER_ID:
+                    user_id = raw[pos + 1 : pos + 1 + length].decode("utf-8", "replace")
                 pos += 1 + length
             elif bit & _OCTET_FLAGS:
                 if pos >= end:
@@ -133,7 +137,7 @@ def _scan(raw: bytes) -> ScannedProperties:
         raise ValueError("content header sets reserved property flags")
     if pos != end:
         raise ValueError("content header has trailing bytes after its properties")
-    return ScannedProperties(delivery_mode, expiration, bool(flags & FLAG_HEADERS))
+    return ScannedProperties(delivery_mode, expiration, bool(flags & FLAG_HEADERS), user_id)
 
 
 def decode(raw: bytes) -> commands.Basic.Properties:

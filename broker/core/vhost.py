@@ -166,12 +166,12 @@ class VirtualHost:
         """exchange.declare: create, or check an existing exchange is equivalent."""
         arguments = dict(arguments or {})
         existing = self.exchanges.get(name)
+        if name == "":
+            raise access_refused("operation not permitted on the default exchange")
         if passive:
             if existing is None:
                 raise not_found(f"no exchange '{name}' in vhost '{self.name}'")
             return existing
-        if name == "":
-            raise access_refused("operation not permitted on the default exchange")
         if existing is None and name.startswith("amq."):
             raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         cls = EXCHANGE_TYPES.get(type)
@@ -419,11 +419,14 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
         owner: object | None = None,
     ) -> None:
-        """queue.unbind; unbinding what is not bound succeeds (RabbitMQ)."""
+        """queue.unbind; unbinding what is not bound, or from a queue or exchange that is
+        gone, succeeds (RabbitMQ)."""
         if exchange_name == "":
             raise access_refused("operation not permitted on the default exchange")
+        if queue_name not in self.queues or exchange_name not in self.exchanges:
+            return
         queue = self.queue(queue_name, owner)
-        exchange = self.exchange(exchange_name)
+        exchange = self.exchanges[exchange_name]
         binding = exchange.bindings.get(binding_key(queue.name, routing_key, dict(arguments or {})))
         if binding is not None:
             self._remove_binding(exchange, binding)
@@ -515,17 +518,18 @@ class VirtualHost:
                 deaths.insert(0, death)
                 break
         else:
-            deaths.insert(
-                0,
-                {
-                    "count": 1,
-                    "reason": reason,
-                    "queue": queue.name,
-                    "time": datetime.fromtimestamp(int(self.wall_clock()), UTC),
-                    "exchange": original.exchange,
-                    "routing-keys": [original.routing_key],
-                },
-            )
+            first: dict[str, Any] = {
+                "count": 1,
+                "reason": reason,
+                "queue": queue.name,
+                "time": datetime.fromtimestamp(int(self.wall_clock()), UTC),
+                "exchange": original.exchange,
+                "routing-keys": [original.routing_key],
+            }
+            if props.expiration is not None:
+                # The per-message TTL goes (a dead letter does not expire again by it).
+                first["original-expiration"] = props.expiration
+            deaths.insert(0, first)
         headers["x-death"] = deaths
         headers.setdefault("x-first-death-reason", reason)
         headers.setdefault("x-first-death-queue", queue.name)

@@ -35,7 +35,7 @@ def test_handshake_opens_and_offers_mechanisms() -> None:
         ),
     )
     tune = client.expect(commands.Connection.Tune)
-    assert tune.frame_max == 131072 and tune.channel_max == 2047
+    assert tune.frame_max == 131072 and tune.channel_max == 65535
     client.send(0, commands.Connection.TuneOk(channel_max=10, frame_max=8192, heartbeat=5))
     client.send(0, commands.Connection.Open(virtual_host="/"))
     client.expect(commands.Connection.OpenOk)

@@ -26,6 +26,7 @@ def test_drop_head_dead_letters_with_x_death() -> None:
     assert death["queue"] == "work"
     assert death["exchange"] == ""
     assert death["routing-keys"] == ["work"]
+    assert "original-expiration" not in death  # the message had no per-message TTL
     assert isinstance(death["time"], datetime)
     assert int(death["time"].timestamp()) == int(WALL)
     assert headers["x-first-death-reason"] == "maxlen"
@@ -72,6 +73,7 @@ def test_expired_dead_letter_clears_expiration() -> None:
     dropped = only(dead)
     assert dropped.expiration_ms is None
     assert dropped.headers["x-death"][0]["reason"] == "expired"
+    assert dropped.headers["x-death"][0]["original-expiration"] == "50"
     assert dropped.headers["x-first-death-reason"] == "expired"
 
 
