@@ -24,11 +24,10 @@ from typing import Any, TypeVar
 
 from broker.option_converters import (
     broker_url,
-    byte_size,
     choice,
     duration,
     int_range,
-    memory_amount,
+    name_list,
     non_empty,
     parse_bool,
     positive_duration,
@@ -95,7 +94,11 @@ class BrokerOptions:
         metavar="PORT",
     )
     mgmt_interface: str = _option(
-        "0.0.0.0", non_empty, "address to bind the management HTTP API", metavar="ADDR"
+        "127.0.0.1",
+        non_empty,
+        "address to bind the management HTTP API (loopback only by default: give an"
+        " address or 0.0.0.0 to open it to the network)",
+        metavar="ADDR",
     )
     data_dir: str | None = _option(
         None, non_empty, "directory for durable state", metavar="DIR", default_text="none"
@@ -107,6 +110,13 @@ class BrokerOptions:
         "users file, one name:password a line",
         metavar="FILE",
         default_text="none, the single user guest/guest",
+    )
+    loopback_users: str = _option(
+        "guest",
+        name_list,
+        "users who may log in (AMQP and management) only from a loopback address,"
+        " comma separated (empty: none)",
+        metavar="USERS",
     )
     log_level: str = _option(
         "info",
@@ -146,21 +156,6 @@ class BrokerOptions:
         int_range(0),
         "default maximum bytes held by each queue (0 = unlimited)",
         metavar="BYTES",
-    )
-    max_memory: str = _option(
-        "40%",
-        memory_amount,
-        "high watermark of the broker's resident memory: a size (2GiB, 512MB) or a share of"
-        " the machine's memory (40%); above it publishers are blocked (0 = no limit)",
-        metavar="SIZE|N%",
-    )
-    disk_free_limit: int = _option(
-        50_000_000,
-        byte_size,
-        "least free space on the data directory's filesystem, e.g. 50MB, 1GiB; below it"
-        " publishers are blocked (0 = no limit)",
-        metavar="SIZE",
-        default_text="50MB",
     )
     node_name: str = _option_factory(
         socket.gethostname, non_empty, "name of this broker in logs and status", metavar="NAME"

@@ -67,11 +67,16 @@ class Connection:
     """See the module docstring."""
 
     def __init__(
-        self, ctx: BrokerContext, peer: str, on_output: Callable[[], None] | None = None
+        self,
+        ctx: BrokerContext,
+        peer: str,
+        on_output: Callable[[], None] | None = None,
+        peer_host: str | None = None,
     ) -> None:
         self.ctx = ctx
         self.id = next(_ids)
         self.peer = peer
+        self.peer_host = peer_host  # the peer's IP address; None: not on the network
         self.name = f"{peer} #{self.id}"
         self.vhost = ctx.vhost
         self.on_output = on_output
@@ -101,10 +106,6 @@ class Connection:
         self._admitted = False
         self.messages_published = 0
         self.messages_delivered = 0
-        #: A resource alarm's reason while publishers are blocked (RabbitMQ's "blocking");
-        #: the shell stops reading while ``reading_paused`` (a publisher is "blocked").
-        self.blocked_by: str | None = ctx.publish_alarm
-        self.reading_paused = False
         ctx.connections[self.id] = self
 
     # -- properties --------------------------------------------------------------------
@@ -180,8 +181,6 @@ class Connection:
             self._buf += data
             self._last_recv = self.ctx.clock()
             self._parse()
-            if self.blocked_by is not None and self.messages_published and not self.reading_paused:
-                self._pause_reading()
         except AmqpError as error:
             self._buf.clear()
             self.connection_error(error)
@@ -326,7 +325,7 @@ class Connection:
                         "consumer_cancel_notify": True,
                         "per_consumer_qos": True,
                         "authentication_failure_close": True,
-                        "connection.blocked": True,
+                        "connection.blocked": False,
                         "exchange_exchange_bindings": False,
                         "direct_reply_to": False,
                     },
@@ -387,7 +386,7 @@ class Connection:
         raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
         mechanism = str(method.mechanism or "")
         try:
-            self.user = self.ctx.authenticator.authenticate(mechanism, raw)
+            self.user = self.ctx.authenticator.authenticate(mechanism, raw, self.peer_host)
         except AuthenticationError as exc:
             self.ctx.log.warning(
                 "authentication_failed", connection=self.name, mechanism=mechanism, reason=str(exc)
@@ -494,28 +493,6 @@ class Connection:
             del self.channels[channel.number]
         self._confirm_channels.discard(channel)
 
-    def publishers_blocked(self, reason: str | None) -> None:
-        """A resource alarm was raised (``reason``) or the last one cleared (None).
-
-        A connection that has published stops being read (the shell pauses its socket),
-        after connection.blocked when the client has the ``connection.blocked``
-        capability; one that has not is blocked on its first publish.
-        """
-        self.blocked_by = reason
-        if reason is not None:
-            if self.messages_published and not self.reading_paused:
-                self._pause_reading()
-        elif self.reading_paused:
-            self.reading_paused = False
-            self._last_recv = self.ctx.clock()
-            if self.state is S.OPEN and self.capability("connection.blocked"):
-                self.send_method(0, commands.Connection.Unblocked())
-
-    def _pause_reading(self) -> None:
-        self.reading_paused = True
-        if self.state is S.OPEN and self.capability("connection.blocked"):
-            self.send_method(0, commands.Connection.Blocked(reason=self.blocked_by or ""))
-
     def set_writable(self, writable: bool) -> None:
         """The transport's write buffer crossed a water mark."""
         if writable == self.writable:
@@ -595,7 +572,7 @@ class Connection:
                 self.should_close = True
             return
         if self.heartbeat:
-            if now - self._last_recv > 2 * self.heartbeat and not self.reading_paused:
+            if now - self._last_recv > 2 * self.heartbeat:
                 self.close_reason = f"missed heartbeats from client, timeout: {self.heartbeat}s"
                 self.ctx.log.warning(
                     "heartbeat_timeout", connection=self.name, heartbeat=self.heartbeat

@@ -16,6 +16,7 @@ from pamqp import commands, frame
 from pamqp.base import Frame as Method
 
 from broker.core.errors import AmqpError, ReplyCode
+from broker.core.field_tables import check_depth
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
@@ -64,6 +65,17 @@ def unmarshal_method(payload: bytes) -> Method:
     method: Method = cls.__new__(cls)
     try:
         method.unmarshal(payload[4:])
+        for name in cls.__slots__:  # field tables: bound their nesting (fuzzing: 500 deep)
+            value = getattr(method, name, None)
+            if isinstance(value, dict):
+                check_depth(value, name)
+    except RecursionError:
+        raise AmqpError(
+            ReplyCode.SYNTAX_ERROR,
+            f"malformed {cls.name} arguments: field tables nested too deep",
+            index >> 16,
+            index & 0xFFFF,
+        ) from None
     except (struct.error, ValueError, TypeError, IndexError, UnicodeDecodeError) as exc:
         raise AmqpError(
             ReplyCode.SYNTAX_ERROR,

@@ -15,6 +15,8 @@ from typing import Any
 
 from pamqp import commands
 
+from broker.core.field_tables import check_depth
+
 # Property flag bits, most significant first, in property-list order.
 FLAG_CONTENT_TYPE = 1 << 15
 FLAG_CONTENT_ENCODING = 1 << 14
@@ -148,6 +150,9 @@ def decode(raw: bytes) -> commands.Basic.Properties:
     try:
         (flags,) = _U16.unpack_from(raw, 0)
         props.unmarshal(flags, raw[2:])
+        check_depth(props.headers, "headers")
+    except RecursionError:
+        raise ValueError("malformed message properties: headers nested too deep") from None
     except (struct.error, ValueError, TypeError, IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"malformed message properties: {exc}") from exc
     return props

@@ -32,6 +32,7 @@ from broker.core.errors import AmqpError
 from broker.management.auth import BasicAuth, Handler
 from broker.management.errors import ApiError, amqp_api_error, error_response
 from broker.management.ha import HaEndpoints
+from broker.management.http_log import http_logger
 from broker.management.managed import ManagedBroker
 from broker.management.objects import ObjectEndpoints
 from broker.management.status import StatusEndpoints
@@ -116,7 +117,9 @@ async def start_management(broker: ManagedBroker, interface: str, port: int) -> 
 
     With ``port`` 0 the system picks a free port, written back to ``broker.mgmt_port``.
     """
-    runner = web.AppRunner(create_app(broker), access_log=None)
+    runner = web.AppRunner(
+        create_app(broker), access_log=None, logger=http_logger(get_logger("management"))
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, interface or None, port)

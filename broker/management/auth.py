@@ -51,14 +51,14 @@ class BasicAuth:
         """HTTP Basic, checked by the broker's authenticator, when ``options.auth`` is on."""
         user = None
         if self.broker.options.auth and request.path not in OPEN_PATHS:
-            user = self._authenticate(request.headers.get("Authorization"))
+            user = self._authenticate(request.headers.get("Authorization"), request.remote)
         token = current_user.set(user)
         try:
             return await handler(request)
         finally:
             current_user.reset(token)
 
-    def _authenticate(self, header: str | None) -> str:
+    def _authenticate(self, header: str | None, remote: str | None) -> str:
         challenge = {"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'}
         if not header:
             raise ApiError(401, "authentication required", headers=challenge)
@@ -74,7 +74,7 @@ class BasicAuth:
             raise ApiError(401, "malformed Basic credentials", headers=challenge)
         try:
             return self.broker.context.authenticator.authenticate(
-                "PLAIN", b"\0" + user + b"\0" + password
+                "PLAIN", b"\0" + user + b"\0" + password, remote or ""
             )
         except AuthenticationError:
             self.log.info("management_auth_failed", user=user.decode("utf-8", "replace"))

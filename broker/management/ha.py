@@ -29,6 +29,9 @@ from broker.management.responses import json_response
 #: The longest lease a cluster manager may grant at once (seconds).
 MAX_LEASE = 3600.0
 
+#: The largest fencing epoch accepted (a signed 64-bit integer, as ZooKeeper keeps it).
+MAX_EPOCH = 2**63 - 1
+
 
 def _lease_seconds(data: dict[str, Any]) -> float | None:
     lease = data.get("lease")
@@ -37,14 +40,18 @@ def _lease_seconds(data: dict[str, Any]) -> float | None:
     if (
         isinstance(lease, bool)
         or not isinstance(lease, int | float)
+        or not 0 < lease <= MAX_LEASE  # before isfinite: a 400-digit int overflows a float
         or not math.isfinite(lease)
-        or not 0 < lease <= MAX_LEASE
     ):
         raise ApiError(
             HTTPStatus.BAD_REQUEST,
             f"lease must be seconds, more than 0 and at most {MAX_LEASE:g}: {lease!r}",
         )
     return float(lease)
+
+
+def _is_epoch(epoch: Any) -> bool:
+    return not isinstance(epoch, bool) and isinstance(epoch, int) and 0 <= epoch <= MAX_EPOCH
 
 
 def _broker_ids(data: dict[str, Any], name: str) -> list[str]:
@@ -84,12 +91,8 @@ class HaEndpoints:
                 " (send cluster_manager: true)",
             )
         epoch = data.get("epoch")
-        if epoch is not None and (
-            isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0
-        ):
-            raise ApiError(
-                HTTPStatus.BAD_REQUEST, f"epoch must be a non-negative integer: {epoch!r}"
-            )
+        if epoch is not None and not _is_epoch(epoch):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"epoch must be 0..{MAX_EPOCH}: {epoch!r}")
         lease = _lease_seconds(data)
         in_sync = _broker_ids(data, "in_sync") if "in_sync" in data else None
         from broker.ha.ha_broker import PromoteError
@@ -142,10 +145,8 @@ class HaEndpoints:
                 "the in-sync set is the cluster manager's (send cluster_manager: true)",
             )
         epoch = data.get("epoch")
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ApiError(
-                HTTPStatus.BAD_REQUEST, f"epoch must be a non-negative integer: {epoch!r}"
-            )
+        if not _is_epoch(epoch):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"epoch must be 0..{MAX_EPOCH}: {epoch!r}")
         members = _broker_ids(data, "members")
         from broker.ha.ha_broker import PromoteError
 

@@ -15,7 +15,7 @@ from broker.management.metrics import BrokerView, ContextView, OptionsView
 class Authenticator(Protocol):
     """:class:`broker.security.sasl.Authenticator`: the user name, or AuthenticationError."""
 
-    def authenticate(self, mechanism: str, response: bytes, /) -> str: ...
+    def authenticate(self, mechanism: str, response: bytes, peer_host: str | None, /) -> str: ...
 
 
 class ManagedContext(ContextView, Protocol):

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from broker.management.errors import ApiError
 
@@ -50,7 +51,11 @@ def _finite_float(text: str) -> float:
 
 async def read_json_object(request: web.Request) -> dict[str, Any]:
     """The request body as a JSON object; an absent or blank body is ``{}``."""
-    raw = await request.read()
+    try:
+        raw = await request.read()
+    except (ConnectionError, EOFError, HttpProcessingError) as exc:
+        # The client hung up before sending its Content-Length (fuzzing): a client error.
+        raise ApiError(400, f"request body incomplete: {exc or type(exc).__name__}") from None
     if not raw.strip():
         return {}
     try:

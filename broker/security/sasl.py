@@ -23,6 +23,7 @@ out of the box.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import os
 import struct
 from collections.abc import Iterator, Mapping
@@ -30,7 +31,13 @@ from pathlib import Path
 
 from pamqp import decode
 
-__all__ = ["ANONYMOUS_USER", "AuthenticationError", "Authenticator", "UserDatabase"]
+__all__ = [
+    "ANONYMOUS_USER",
+    "AuthenticationError",
+    "Authenticator",
+    "UserDatabase",
+    "is_loopback",
+]
 
 ANONYMOUS_USER = "anonymous"
 
@@ -124,12 +131,35 @@ class UserDatabase:
         return f"UserDatabase(users={sorted(self._users)!r})"
 
 
-class Authenticator:
-    """Checks ``connection.start-ok`` responses against a :class:`UserDatabase`."""
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback IP address (127.0.0.0/8, ::1, ::ffff:127.x.y.z)."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]").partition("%")[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
-    def __init__(self, users: UserDatabase, auth_enabled: bool) -> None:
+
+class Authenticator:
+    """Checks ``connection.start-ok`` responses against a :class:`UserDatabase`.
+
+    A user named in ``loopback_users`` (the default user guest, by default) may log in only
+    from a loopback address, as RabbitMQ's ``loopback_users``: the caller passes the peer's
+    address as ``peer_host`` (``None`` for a peer that is not on the network: in-process
+    tests).
+    """
+
+    def __init__(
+        self,
+        users: UserDatabase,
+        auth_enabled: bool,
+        loopback_users: frozenset[str] = frozenset({"guest"}),
+    ) -> None:
         self.users = users
         self.auth_enabled = auth_enabled
+        self.loopback_users = loopback_users
 
     def mechanisms(self) -> list[str]:
         """The mechanisms offered in ``connection.start``, most preferred first."""
@@ -137,11 +167,12 @@ class Authenticator:
             return ["PLAIN", "AMQPLAIN"]
         return ["PLAIN", "AMQPLAIN", "ANONYMOUS"]
 
-    def authenticate(self, mechanism: str, response: bytes) -> str:
+    def authenticate(self, mechanism: str, response: bytes, peer_host: str | None = None) -> str:
         """The authenticated user name.
 
-        :raises AuthenticationError: for an unoffered mechanism, a malformed response or
-            (with authentication enabled) a wrong user name or password.
+        :raises AuthenticationError: for an unoffered mechanism, a malformed response,
+            (with authentication enabled) a wrong user name or password, or a loopback
+            user from ``peer_host`` that is not a loopback address.
         """
         if mechanism not in self.mechanisms():
             offered = " ".join(self.mechanisms())
@@ -158,6 +189,11 @@ class Authenticator:
             raise AuthenticationError(f"{mechanism}: empty user name")
         if not self.users.check(user, password):
             raise AuthenticationError(f"{mechanism}: wrong user name or password for {user!r}")
+        if user in self.loopback_users and peer_host is not None and not is_loopback(peer_host):
+            raise AuthenticationError(
+                f"user {user!r} may log in only from a loopback address, not {peer_host}"
+                " (see loopback-users)"
+            )
         return user
 
 

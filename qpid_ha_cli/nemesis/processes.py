@@ -197,6 +197,7 @@ class Node:
             "--ha-replicate=all",
             "--ha-username=guest",
             "--ha-password=guest",
+            "--loopback-users=",  # the drill's hosts log in as guest across namespaces
             "--link-maintenance-interval=0.1",
             f"--link-heartbeat-interval={s.link_heartbeat_interval}",
             "--ha-backup-timeout=5",

@@ -85,6 +85,7 @@ class Node:
             "--ha-replicate=all",
             "--ha-username=guest",
             "--ha-password=guest",
+            "--loopback-users=",  # the test's hosts log in as guest across namespaces
             "--link-maintenance-interval=0.1",
             "--link-heartbeat-interval=2",
             "--ha-backup-timeout=5",
