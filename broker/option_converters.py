@@ -13,14 +13,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from broker.core.alarms import memory_limit_bytes, parse_size
 from common.duration import format_duration, parse_duration
 from common.url import parse_url
 
 __all__ = [
     "broker_url",
+    "byte_size",
     "choice",
     "duration",
     "int_range",
+    "memory_amount",
     "non_empty",
     "parse_bool",
     "positive_duration",
@@ -139,6 +142,17 @@ def broker_url(text: str) -> str:
         raise ValueError(
             f"expected a broker URL like host1,host2:5673 or amqp:tcp:host:5672 ({reason})"
         ) from None
+    return text.strip()
+
+
+def byte_size(text: str) -> int:
+    """A size in bytes: ``1048576``, ``50MB`` (10^6), ``50MiB`` or ``50M`` (2^20), ..."""
+    return parse_size(text)
+
+
+def memory_amount(text: str) -> str:
+    """A memory limit: a size (``2GiB``) or a share of the machine's memory (``40%``)."""
+    memory_limit_bytes(text, 1)
     return text.strip()
 
 

@@ -24,9 +24,11 @@ from typing import Any, TypeVar
 
 from broker.option_converters import (
     broker_url,
+    byte_size,
     choice,
     duration,
     int_range,
+    memory_amount,
     name_list,
     non_empty,
     parse_bool,
@@ -156,6 +158,21 @@ class BrokerOptions:
         int_range(0),
         "default maximum bytes held by each queue (0 = unlimited)",
         metavar="BYTES",
+    )
+    max_memory: str = _option(
+        "40%",
+        memory_amount,
+        "high watermark of the broker's resident memory: a size (2GiB, 512MB) or a share of"
+        " the machine's memory (40%); above it publishers are blocked (0 = no limit)",
+        metavar="SIZE|N%",
+    )
+    disk_free_limit: int = _option(
+        50_000_000,
+        byte_size,
+        "least free space on the data directory's filesystem, e.g. 50MB, 1GiB; below it"
+        " publishers are blocked (0 = no limit)",
+        metavar="SIZE",
+        default_text="50MB",
     )
     node_name: str = _option_factory(
         socket.gethostname, non_empty, "name of this broker in logs and status", metavar="NAME"

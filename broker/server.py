@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 from broker import __version__
 from broker.amqp.context import BrokerContext, ConnectionSettings
 from broker.amqp.protocol import AmqpProtocol
+from broker.core.alarms import ResourceAlarms, memory_limit_bytes
 from broker.core.errors import ReplyCode
 from broker.core.vhost import VirtualHost
 from broker.options import BrokerOptions
 from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
+from broker.store.resource_monitor import ResourceMonitor, total_memory
 from common.log import get_logger
 
 if TYPE_CHECKING:
@@ -67,6 +69,21 @@ class Broker:
         self._stopped_by_fence = asyncio.Event()
         self.amqp_port = options.port
         self.mgmt_port = options.mgmt_port
+        #: The memory and disk alarms; the store calls ``resources.write_failed()`` on ENOSPC.
+        self.resources = ResourceMonitor(
+            ResourceAlarms(
+                memory_limit_bytes(options.max_memory, total_memory()), options.disk_free_limit
+            ),
+            options.data_dir,
+            self.log,
+            self._publishers_blocked,
+        )
+
+    def _publishers_blocked(self, reason: str | None) -> None:
+        """A resource alarm blocks (reason) or unblocks (None) the publishers."""
+        self.context.publish_alarm = reason
+        for protocol in list(self._protocols):
+            protocol.publishers_blocked(reason)
 
     @property
     def store_status(self) -> str:
@@ -107,6 +124,7 @@ class Broker:
         options = self.options
         if options.data_dir:
             self.data_dir = DataDir(options.data_dir).open()
+        self.resources.sample()
         if options.ha_cluster:
             # Before listening: a cluster member must never admit a client as stand-alone.
             from broker.ha.ha_broker import HaBroker
@@ -168,6 +186,10 @@ class Broker:
                     ha.tick()
             except Exception as exc:  # keep housekeeping alive; a bug is logged, not fatal
                 self.log.error("tick_failed", part="vhost", exception=repr(exc))
+            try:
+                self.resources.sample()
+            except Exception as exc:
+                self.log.error("tick_failed", part="resources", exception=repr(exc))
             for protocol in list(self._protocols):
                 try:
                     protocol.tick()

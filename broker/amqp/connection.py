@@ -106,6 +106,10 @@ class Connection:
         self._admitted = False
         self.messages_published = 0
         self.messages_delivered = 0
+        #: A resource alarm's reason while publishers are blocked (RabbitMQ's "blocking");
+        #: the shell stops reading while ``reading_paused`` (a publisher is "blocked").
+        self.blocked_by: str | None = ctx.publish_alarm
+        self.reading_paused = False
         ctx.connections[self.id] = self
 
     # -- properties --------------------------------------------------------------------
@@ -181,6 +185,8 @@ class Connection:
             self._buf += data
             self._last_recv = self.ctx.clock()
             self._parse()
+            if self.blocked_by is not None and self.messages_published and not self.reading_paused:
+                self._pause_reading()
         except AmqpError as error:
             self._buf.clear()
             self.connection_error(error)
@@ -325,7 +331,7 @@ class Connection:
                         "consumer_cancel_notify": True,
                         "per_consumer_qos": True,
                         "authentication_failure_close": True,
-                        "connection.blocked": False,
+                        "connection.blocked": True,
                         "exchange_exchange_bindings": False,
                         "direct_reply_to": False,
                     },
@@ -493,6 +499,28 @@ class Connection:
             del self.channels[channel.number]
         self._confirm_channels.discard(channel)
 
+    def publishers_blocked(self, reason: str | None) -> None:
+        """A resource alarm was raised (``reason``) or the last one cleared (None).
+
+        A connection that has published stops being read (the shell pauses its socket),
+        after connection.blocked when the client has the ``connection.blocked``
+        capability; one that has not is blocked on its first publish.
+        """
+        self.blocked_by = reason
+        if reason is not None:
+            if self.messages_published and not self.reading_paused:
+                self._pause_reading()
+        elif self.reading_paused:
+            self.reading_paused = False
+            self._last_recv = self.ctx.clock()
+            if self.state is S.OPEN and self.capability("connection.blocked"):
+                self.send_method(0, commands.Connection.Unblocked())
+
+    def _pause_reading(self) -> None:
+        self.reading_paused = True
+        if self.state is S.OPEN and self.capability("connection.blocked"):
+            self.send_method(0, commands.Connection.Blocked(reason=self.blocked_by or ""))
+
     def set_writable(self, writable: bool) -> None:
         """The transport's write buffer crossed a water mark."""
         if writable == self.writable:
@@ -572,7 +600,7 @@ class Connection:
                 self.should_close = True
             return
         if self.heartbeat:
-            if now - self._last_recv > 2 * self.heartbeat:
+            if now - self._last_recv > 2 * self.heartbeat and not self.reading_paused:
                 self.close_reason = f"missed heartbeats from client, timeout: {self.heartbeat}s"
                 self.ctx.log.warning(
                     "heartbeat_timeout", connection=self.name, heartbeat=self.heartbeat

@@ -109,6 +109,8 @@ class BrokerContext:
     #: Extra Connection.Start server properties, read at each handshake (HA status).
     server_properties: Callable[[], dict[str, Any]] | None = None
     log: Logger = field(default_factory=_NullLogger)
+    #: The reason publishers are blocked by a resource alarm (broker.core.alarms), or None.
+    publish_alarm: str | None = None
     clock: Callable[[], float] = time.monotonic
     connections: dict[int, Connection] = field(default_factory=dict)
     connections_opened_total: int = 0

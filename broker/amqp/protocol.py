@@ -46,6 +46,22 @@ class AmqpProtocol(asyncio.Protocol):
             return
         connection.receive_data(data)
         self.flush()
+        if connection.reading_paused and self.transport is not None:
+            self.transport.pause_reading()
+
+    def publishers_blocked(self, reason: str | None) -> None:
+        """A resource alarm was raised or cleared: block or unblock this connection."""
+        connection, transport = self.connection, self.transport
+        if connection is None:
+            return
+        paused = connection.reading_paused
+        connection.publishers_blocked(reason)
+        self.flush()
+        if transport is not None and not transport.is_closing():
+            if connection.reading_paused and not paused:
+                transport.pause_reading()
+            elif paused and not connection.reading_paused:
+                transport.resume_reading()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
