@@ -199,6 +199,26 @@ class Channel(ConsumeMethods, PublishMethods):
         if not method.nowait:
             self.send_replicated(commands.Exchange.DeleteOk())
 
+    def _exchange_bind(self, method: commands.Exchange.Bind) -> None:
+        self.vhost.bind_exchange(
+            method.destination or "",
+            method.source or "",
+            method.routing_key or "",
+            dict(method.arguments or {}),
+        )
+        if not method.nowait:
+            self.send_replicated(commands.Exchange.BindOk())
+
+    def _exchange_unbind(self, method: commands.Exchange.Unbind) -> None:
+        self.vhost.unbind_exchange(
+            method.destination or "",
+            method.source or "",
+            method.routing_key or "",
+            dict(method.arguments or {}),
+        )
+        if not method.nowait:
+            self.send_replicated(commands.Exchange.UnbindOk())
+
     # -- queue class -------------------------------------------------------------------
     def _queue_name(self, name: str | None) -> str:
         if name:
@@ -381,6 +401,8 @@ _HANDLERS: dict[type[Method], _Handler] = {
     commands.Channel.Flow: Channel._channel_flow,
     commands.Exchange.Declare: Channel._exchange_declare,
     commands.Exchange.Delete: Channel._exchange_delete,
+    commands.Exchange.Bind: Channel._exchange_bind,
+    commands.Exchange.Unbind: Channel._exchange_unbind,
     commands.Queue.Declare: Channel._queue_declare,
     commands.Queue.Bind: Channel._queue_bind,
     commands.Queue.Unbind: Channel._queue_unbind,
@@ -402,6 +424,4 @@ _HANDLERS: dict[type[Method], _Handler] = {
 }
 
 #: Valid AMQP 0-9-1 channel methods this broker does not implement (540).
-_UNSUPPORTED: frozenset[type[Method]] = frozenset(
-    {commands.Exchange.Bind, commands.Exchange.Unbind}
-)
+_UNSUPPORTED: frozenset[type[Method]] = frozenset()

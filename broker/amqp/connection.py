@@ -332,7 +332,7 @@ class Connection:
                         "per_consumer_qos": True,
                         "authentication_failure_close": True,
                         "connection.blocked": True,
-                        "exchange_exchange_bindings": False,
+                        "exchange_exchange_bindings": True,
                         "direct_reply_to": False,
                     },
                     **extra,

@@ -1,16 +1,18 @@
 """Exchanges and bindings: where a published message goes.
 
-An exchange of each AMQP type routes a message to the set of bound queues:
-``direct`` (routing key equals binding key), ``fanout`` (every bound queue), ``topic``
-(pattern match, :mod:`broker.core.topic`) and ``headers`` (:mod:`broker.core.headers_match`).
-A :class:`Binding` holds the queue object itself so routing does no name look-ups.
+An exchange of each AMQP type routes a message to the set of bound destinations, queues
+and (exchange-to-exchange bindings, RabbitMQ's extension) other exchanges: ``direct``
+(routing key equals binding key), ``fanout`` (every binding), ``topic`` (pattern match,
+:mod:`broker.core.topic`) and ``headers`` (:mod:`broker.core.headers_match`). A
+:class:`Binding` holds the destination object itself so routing does no name look-ups; the
+virtual host follows the exchanges an exchange routes to (:meth:`VirtualHost.route`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from broker.core.headers_match import headers_match, validate_binding
 from broker.core.topic import topic_matches
@@ -19,26 +21,63 @@ if TYPE_CHECKING:
     from broker.core.message import Message
     from broker.core.queue import Queue
 
-BindingKey = tuple[str, str, tuple[tuple[str, str], ...]]
+#: A binding's identity on its exchange: destination type, destination, key, arguments.
+BindingKey = tuple[str, str, str, tuple[tuple[str, str], ...]]
+
+#: Where an exchange routes a message: queues, and exchanges the virtual host follows.
+Destination: TypeAlias = "Queue | Exchange"
+
+#: Destination types, as RabbitMQ's management API names them.
+QUEUE = "queue"
+EXCHANGE = "exchange"
 
 
-def binding_key(queue: str, routing_key: str, arguments: dict[str, Any]) -> BindingKey:
-    """Identity of a binding on one exchange: queue, key and arguments."""
-    return (queue, routing_key, tuple(sorted((k, repr(v)) for k, v in arguments.items())))
+def binding_key(
+    destination: str,
+    routing_key: str,
+    arguments: dict[str, Any],
+    destination_type: str = QUEUE,
+) -> BindingKey:
+    """Identity of a binding on one exchange: destination (a queue by default), key and
+    arguments. A queue and an exchange may have the same name: the type tells them apart."""
+    return (
+        destination_type,
+        destination,
+        routing_key,
+        tuple(sorted((k, repr(v)) for k, v in arguments.items())),
+    )
 
 
 @dataclass(eq=False, slots=True)
 class Binding:
-    """A queue bound to an exchange."""
+    """A queue, or another exchange, bound to an exchange (``exchange`` is the source)."""
 
     exchange: str
-    queue: Queue
+    destination: Queue | Exchange
     routing_key: str
     arguments: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def to_exchange(self) -> bool:
+        return isinstance(self.destination, Exchange)
+
+    @property
+    def destination_type(self) -> str:
+        return EXCHANGE if isinstance(self.destination, Exchange) else QUEUE
+
+    @property
+    def queue(self) -> Queue:
+        """The destination queue (TypeError for an exchange-to-exchange binding)."""
+        destination = self.destination
+        if isinstance(destination, Exchange):
+            raise TypeError(f"binding to exchange '{destination.name}' has no queue")
+        return destination
+
+    @property
     def key(self) -> BindingKey:
-        return binding_key(self.queue.name, self.routing_key, self.arguments)
+        return binding_key(
+            self.destination.name, self.routing_key, self.arguments, self.destination_type
+        )
 
 
 class Exchange(ABC):
@@ -63,6 +102,8 @@ class Exchange(ABC):
         self.arguments: dict[str, Any] = dict(arguments or {})
         self.builtin = builtin
         self.bindings: dict[BindingKey, Binding] = {}
+        #: How many of the bindings have an exchange as destination (0: routes to queues).
+        self.exchange_destinations = 0
         self.had_bindings = False
         self.routed_total = 0
         self.unroutable_total = 0
@@ -81,6 +122,8 @@ class Exchange(ABC):
         if key in self.bindings:
             return False
         self.bindings[key] = binding
+        if binding.to_exchange:
+            self.exchange_destinations += 1
         self.had_bindings = True
         self._changed()
         return True
@@ -88,6 +131,8 @@ class Exchange(ABC):
     def unbind(self, key: BindingKey) -> Binding | None:
         binding = self.bindings.pop(key, None)
         if binding is not None:
+            if binding.to_exchange:
+                self.exchange_destinations -= 1
             self._changed()
         return binding
 
@@ -95,26 +140,26 @@ class Exchange(ABC):
         """Bindings changed: subclasses rebuild their routing tables."""
 
     @abstractmethod
-    def route(self, message: Message) -> list[Queue]:
-        """The distinct queues the message goes to, in binding order."""
+    def route(self, message: Message) -> list[Destination]:
+        """The distinct destinations the message goes to, in binding order."""
 
 
 class DirectExchange(Exchange):
     type = "direct"
 
     def __init__(self, name: str, **kwargs: Any) -> None:
-        self._table: dict[str, list[Queue]] = {}
+        self._table: dict[str, list[Destination]] = {}
         super().__init__(name, **kwargs)
 
     def _changed(self) -> None:
-        table: dict[str, list[Queue]] = {}
+        table: dict[str, list[Destination]] = {}
         for binding in self.bindings.values():
-            queues = table.setdefault(binding.routing_key, [])
-            if binding.queue not in queues:
-                queues.append(binding.queue)
+            found = table.setdefault(binding.routing_key, [])
+            if binding.destination not in found:
+                found.append(binding.destination)
         self._table = table
 
-    def route(self, message: Message) -> list[Queue]:
+    def route(self, message: Message) -> list[Destination]:
         return self._table.get(message.routing_key, [])
 
 
@@ -125,7 +170,7 @@ class DefaultExchange(DirectExchange):
         super().__init__("", durable=True, builtin=True)
         self._queues = queues
 
-    def route(self, message: Message) -> list[Queue]:
+    def route(self, message: Message) -> list[Destination]:
         queue = self._queues.get(message.routing_key)
         return [] if queue is None else [queue]
 
@@ -134,18 +179,18 @@ class FanoutExchange(Exchange):
     type = "fanout"
 
     def __init__(self, name: str, **kwargs: Any) -> None:
-        self._queues: list[Queue] = []
+        self._destinations: list[Destination] = []
         super().__init__(name, **kwargs)
 
     def _changed(self) -> None:
-        queues: list[Queue] = []
+        found: list[Destination] = []
         for binding in self.bindings.values():
-            if binding.queue not in queues:
-                queues.append(binding.queue)
-        self._queues = queues
+            if binding.destination not in found:
+                found.append(binding.destination)
+        self._destinations = found
 
-    def route(self, message: Message) -> list[Queue]:
-        return self._queues
+    def route(self, message: Message) -> list[Destination]:
+        return self._destinations
 
 
 class TopicExchange(Exchange):
@@ -153,25 +198,25 @@ class TopicExchange(Exchange):
     _CACHE_LIMIT = 10_000
 
     def __init__(self, name: str, **kwargs: Any) -> None:
-        self._cache: dict[str, list[Queue]] = {}
+        self._cache: dict[str, list[Destination]] = {}
         super().__init__(name, **kwargs)
 
     def _changed(self) -> None:
         self._cache = {}
 
-    def route(self, message: Message) -> list[Queue]:
+    def route(self, message: Message) -> list[Destination]:
         key = message.routing_key
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        queues: list[Queue] = []
+        found: list[Destination] = []
         for binding in self.bindings.values():
-            if binding.queue not in queues and topic_matches(binding.routing_key, key):
-                queues.append(binding.queue)
+            if binding.destination not in found and topic_matches(binding.routing_key, key):
+                found.append(binding.destination)
         if len(self._cache) >= self._CACHE_LIMIT:
             self._cache.clear()
-        self._cache[key] = queues
-        return queues
+        self._cache[key] = found
+        return found
 
 
 class HeadersExchange(Exchange):
@@ -180,13 +225,13 @@ class HeadersExchange(Exchange):
     def validate_binding(self, arguments: dict[str, Any]) -> None:
         validate_binding(arguments)
 
-    def route(self, message: Message) -> list[Queue]:
-        queues: list[Queue] = []
+    def route(self, message: Message) -> list[Destination]:
+        found: list[Destination] = []
         headers = message.headers
         for binding in self.bindings.values():
-            if binding.queue not in queues and headers_match(binding.arguments, headers):
-                queues.append(binding.queue)
-        return queues
+            if binding.destination not in found and headers_match(binding.arguments, headers):
+                found.append(binding.destination)
+        return found
 
 
 EXCHANGE_TYPES: dict[str, type[Exchange]] = {

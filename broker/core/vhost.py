@@ -1,8 +1,9 @@
 """The virtual host ``/``: every exchange, queue and binding, and the rules that change them.
 
 This is where AMQP's declare/delete/bind semantics live (with the errors and reply codes the
-spec and RabbitMQ give), where a published message is routed (alternate exchanges
-included), and where dropped messages are dead-lettered. It does no I/O; the protocol
+spec and RabbitMQ give), where a published message is routed (through exchange-to-exchange
+bindings and alternate exchanges, each exchange visited once), and where dropped messages
+are dead-lettered. It does no I/O; the protocol
 layer calls it and turns :class:`~broker.core.errors.AmqpError` into a channel or connection
 close.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import base64
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,9 +33,11 @@ from broker.core.errors import (
     precondition_failed,
 )
 from broker.core.exchange import (
+    EXCHANGE,
     EXCHANGE_TYPES,
     Binding,
     DefaultExchange,
+    Destination,
     Exchange,
     binding_key,
 )
@@ -139,6 +143,8 @@ class VirtualHost:
         for ex_name, ex_type in BUILTIN_EXCHANGES.items():
             self.exchanges[ex_name] = EXCHANGE_TYPES[ex_type](ex_name, durable=True, builtin=True)
         self._queue_bindings: dict[str, list[Binding]] = {}
+        #: Exchange-to-exchange bindings by destination exchange name.
+        self._exchange_bindings: dict[str, list[Binding]] = {}
         self.listeners: list[ConfigListener] = []
         self._dead_letter_depth = 0
         self.dead_lettered_total = 0
@@ -233,9 +239,18 @@ class VirtualHost:
             raise precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
         for binding in list(exchange.bindings.values()):
             self._remove_binding(exchange, binding)
+        sources: list[Exchange] = []
+        for binding in list(self._exchange_bindings.pop(name, [])):
+            source = self.exchanges.get(binding.exchange)
+            if source is not None and source is not exchange:
+                self._remove_binding(source, binding)
+                sources.append(source)
         del self.exchanges[name]
         for listener in self.listeners:
             listener.exchange_deleted(exchange)
+        for source in sources:
+            if source.name in self.exchanges:
+                self._maybe_auto_delete_exchange(source)
 
     # -- queues ------------------------------------------------------------------------
     def queue(self, name: str, owner: object | None = None) -> Queue:
@@ -434,11 +449,57 @@ class VirtualHost:
 
     def _remove_binding(self, exchange: Exchange, binding: Binding) -> None:
         exchange.unbind(binding.key)
-        bindings = self._queue_bindings.get(binding.queue.name)
+        index = self._exchange_bindings if binding.to_exchange else self._queue_bindings
+        bindings = index.get(binding.destination.name)
         if bindings is not None and binding in bindings:
             bindings.remove(binding)
         for listener in self.listeners:
             listener.unbound(binding)
+
+    def bind_exchange(
+        self,
+        destination_name: str,
+        source_name: str,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+    ) -> Binding:
+        """exchange.bind: messages the source routes by this binding go on to the
+        destination exchange (RabbitMQ's exchange-to-exchange bindings)."""
+        arguments = dict(arguments or {})
+        if destination_name == "" or source_name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        destination = self.exchange(destination_name)
+        source = self.exchange(source_name)
+        source.validate_binding(arguments)
+        key = binding_key(destination_name, routing_key, arguments, EXCHANGE)
+        existing = source.bindings.get(key)
+        if existing is not None:
+            return existing
+        binding = Binding(source_name, destination, routing_key, arguments)
+        source.bind(binding)
+        self._exchange_bindings.setdefault(destination_name, []).append(binding)
+        for listener in self.listeners:
+            listener.bound(binding)
+        return binding
+
+    def unbind_exchange(
+        self,
+        destination_name: str,
+        source_name: str,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        """exchange.unbind; what is not bound, or gone, is unbound already (RabbitMQ)."""
+        if destination_name == "" or source_name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        source = self.exchanges.get(source_name)
+        if source is None:
+            return
+        key = binding_key(destination_name, routing_key, dict(arguments or {}), EXCHANGE)
+        binding = source.bindings.get(key)
+        if binding is not None:
+            self._remove_binding(source, binding)
+            self._maybe_auto_delete_exchange(source)
 
     def _maybe_auto_delete_exchange(self, exchange: Exchange) -> None:
         if exchange.auto_delete and exchange.had_bindings and not exchange.bindings:
@@ -456,20 +517,37 @@ class VirtualHost:
         return exchange
 
     def route(self, exchange: Exchange, message: Message) -> list[Queue]:
-        """Queues for a message, following alternate exchanges when nothing matched."""
-        queues = exchange.route(message)
-        seen = {exchange.name}
-        current = exchange
-        while not queues:
-            alternate_name = current.alternate_exchange
-            if alternate_name is None or alternate_name in seen:
-                break
-            alternate = self.exchanges.get(alternate_name)
-            if alternate is None:
-                break
-            seen.add(alternate_name)
-            queues = alternate.route(message)
-            current = alternate
+        """The distinct queues for a message (RabbitMQ's rules): the exchanges an exchange
+        routes to route it in turn, and an exchange that routes it nowhere at all hands it
+        to its alternate exchange; each exchange routes it once (loops end)."""
+        found = exchange.route(message)
+        if not exchange.exchange_destinations and (found or exchange.alternate_exchange is None):
+            return found  # type: ignore[return-value]  # queues only: no exchange bound
+        return self._route_through(exchange, found, message)
+
+    def _route_through(
+        self, first: Exchange, found: list[Destination], message: Message
+    ) -> list[Queue]:
+        queues: list[Queue] = []
+        queued: set[int] = set()
+        seen = {first.name}
+        work: deque[tuple[Exchange, list[Destination]]] = deque([(first, found)])
+        while work:
+            exchange, destinations = work.popleft()
+            if not destinations:
+                alternate = self.exchanges.get(exchange.alternate_exchange or "")
+                if alternate is not None and alternate.name and alternate.name not in seen:
+                    seen.add(alternate.name)
+                    work.append((alternate, alternate.route(message)))
+                continue
+            for destination in destinations:
+                if isinstance(destination, Exchange):
+                    if destination.name not in seen:
+                        seen.add(destination.name)
+                        work.append((destination, destination.route(message)))
+                elif id(destination) not in queued:
+                    queued.add(id(destination))
+                    queues.append(destination)
         return queues
 
     def publish(self, exchange: Exchange, message: Message) -> PublishResult:

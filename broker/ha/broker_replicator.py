@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.core.errors import AmqpError
-from broker.core.exchange import binding_key
+from broker.core.exchange import EXCHANGE, QUEUE, BindingKey, binding_key
 from broker.core.vhost import VirtualHost
 from broker.ha.queue_replicator import QueueReplicator
 from broker.ha.tx_staging import TxStaging
@@ -70,13 +70,7 @@ class BrokerReplicator:
             elif kind == "bound":
                 self._bind(event["binding"])
             elif kind == "unbound":
-                binding = event["binding"]
-                self.vhost.unbind(
-                    str(binding["queue"]),
-                    str(binding["exchange"]),
-                    str(binding["routing_key"]),
-                    dict(binding.get("arguments") or {}),
-                )
+                self._unbind(event["binding"])
             elif kind == "membership":
                 self.members = list(event.get("members") or [])
             else:
@@ -140,11 +134,49 @@ class BrokerReplicator:
         )
 
     def _bind(self, binding: dict[str, Any]) -> None:
+        if binding.get("destination_type") == EXCHANGE:
+            self.vhost.bind_exchange(
+                str(binding["destination"]),
+                str(binding["exchange"]),
+                str(binding["routing_key"]),
+                dict(binding.get("arguments") or {}),
+            )
+            return
         self.vhost.bind(
             str(binding["queue"]),
             str(binding["exchange"]),
             str(binding["routing_key"]),
             dict(binding.get("arguments") or {}),
+        )
+
+    def _unbind(self, binding: dict[str, Any]) -> None:
+        if binding.get("destination_type") == EXCHANGE:
+            self.vhost.unbind_exchange(
+                str(binding["destination"]),
+                str(binding["exchange"]),
+                str(binding["routing_key"]),
+                dict(binding.get("arguments") or {}),
+            )
+            return
+        self.vhost.unbind(
+            str(binding["queue"]),
+            str(binding["exchange"]),
+            str(binding["routing_key"]),
+            dict(binding.get("arguments") or {}),
+        )
+
+    @staticmethod
+    def _key(binding: dict[str, Any]) -> tuple[str, BindingKey]:
+        """A binding event's identity: its exchange and its key there."""
+        to_exchange = binding.get("destination_type") == EXCHANGE
+        return (
+            str(binding["exchange"]),
+            binding_key(
+                str(binding["destination"] if to_exchange else binding["queue"]),
+                str(binding["routing_key"]),
+                dict(binding.get("arguments") or {}),
+                EXCHANGE if to_exchange else QUEUE,
+            ),
         )
 
     # -- snapshot ----------------------------------------------------------------------
@@ -163,18 +195,18 @@ class BrokerReplicator:
             self._declare_exchange(config)
         for config in queues.values():
             self._declare_queue(config, changes)
-        wanted = {
-            (
-                str(b["exchange"]),
-                binding_key(str(b["queue"]), str(b["routing_key"]), dict(b.get("arguments") or {})),
-            )
-            for b in bindings
-        }
+        wanted = {self._key(b) for b in bindings}
         for binding in vhost.bindings():
             exchange = vhost.exchanges[binding.exchange]
             if not exchange.builtin and (binding.exchange, binding.key) not in wanted:
-                vhost.unbind(
-                    binding.queue.name, binding.exchange, binding.routing_key, binding.arguments
-                )
+                destination = binding.destination.name
+                if binding.to_exchange:
+                    vhost.unbind_exchange(
+                        destination, binding.exchange, binding.routing_key, binding.arguments
+                    )
+                else:
+                    vhost.unbind(
+                        destination, binding.exchange, binding.routing_key, binding.arguments
+                    )
         for b in bindings:
             self._bind(b)

@@ -159,7 +159,9 @@ def binding_replicated(binding: Binding, default: ReplicateLevel, *, exchange: E
     """Whether ``binding`` is replicated: its queue and exchange both at CONFIGURATION or ALL.
 
     ``exchange`` is the exchange the binding is on (a :class:`Binding` holds only its name).
-    Bindings to built-in exchanges are never replicated.
+    Bindings to built-in exchanges are never replicated. An exchange-to-exchange binding is
+    replicated when its destination exchange is too, or is a built-in one (every broker has
+    those).
 
     :raises ValueError: if ``exchange`` is not the binding's exchange.
     :raises AmqpError: PRECONDITION_FAILED for a bad ``qpid.replicate`` argument.
@@ -168,4 +170,10 @@ def binding_replicated(binding: Binding, default: ReplicateLevel, *, exchange: E
         raise ValueError(f"binding is on exchange {binding.exchange!r}, not on {exchange.name!r}")
     if exchange_replicated(exchange, default) < ReplicateLevel.CONFIGURATION:
         return False
-    return queue_level(binding.queue, default) >= ReplicateLevel.CONFIGURATION
+    destination = binding.destination
+    if isinstance(destination, Exchange):
+        return (
+            is_builtin_exchange(destination)
+            or exchange_replicated(destination, default) >= ReplicateLevel.CONFIGURATION
+        )
+    return queue_level(destination, default) >= ReplicateLevel.CONFIGURATION

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
-from broker.core.exchange import Binding, Exchange
+from broker.core.exchange import EXCHANGE, Binding, Exchange
 from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.ha.config_guard import NEXT_STREAM, ConfigGuard, ReplyHandle
@@ -173,12 +173,19 @@ def _exchange_config(exchange: Exchange) -> dict[str, Any]:
 
 
 def _binding_config(binding: Binding) -> dict[str, Any]:
-    return {
+    """A binding: ``queue`` names a queue destination; an exchange-to-exchange binding
+    names its ``destination`` with ``destination_type`` ``exchange`` instead."""
+    config: dict[str, Any] = {
         "exchange": binding.exchange,
-        "queue": binding.queue.name,
         "routing_key": binding.routing_key,
         "arguments": dict(binding.arguments),
     }
+    if binding.to_exchange:
+        config["destination"] = binding.destination.name
+        config["destination_type"] = EXCHANGE
+    else:
+        config["queue"] = binding.destination.name
+    return config
 
 
 class ConfigStream(_ChannelStream):

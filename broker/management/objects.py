@@ -169,7 +169,7 @@ class ObjectEndpoints:
     async def list_bindings(self, request: web.Request) -> web.Response:
         bindings = sorted(
             self.broker.vhost.bindings(),
-            key=lambda b: (b.exchange, b.queue.name, b.routing_key),
+            key=lambda b: (b.exchange, b.destination_type, b.destination.name, b.routing_key),
         )
         return json_response([binding_view(b) for b in bindings])
 

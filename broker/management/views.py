@@ -52,8 +52,8 @@ def exchange_view(exchange: Exchange) -> dict[str, Any]:
 def binding_view(binding: Binding) -> dict[str, Any]:
     return {
         "source": binding.exchange,
-        "destination": binding.queue.name,
-        "destination_type": "queue",
+        "destination": binding.destination.name,
+        "destination_type": binding.destination_type,
         "routing_key": binding.routing_key,
         "arguments": binding.arguments,
     }

@@ -103,10 +103,10 @@ class RecordingListener:
         self.events.append(("exchange_deleted", exchange.name))
 
     def bound(self, binding: Binding) -> None:
-        self.events.append(("bound", f"{binding.exchange}->{binding.queue.name}"))
+        self.events.append(("bound", f"{binding.exchange}->{binding.destination.name}"))
 
     def unbound(self, binding: Binding) -> None:
-        self.events.append(("unbound", f"{binding.exchange}->{binding.queue.name}"))
+        self.events.append(("unbound", f"{binding.exchange}->{binding.destination.name}"))
 
 
 def raw_props(**kwargs: Any) -> bytes:
