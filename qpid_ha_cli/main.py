@@ -29,7 +29,7 @@ from typer.core import TyperGroup
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
 from common.url import parse_url
-from qpid_ha_cli import check, manage
+from qpid_ha_cli import check, manage, users
 from qpid_ha_cli.cluster_view import ClusterViewError
 from qpid_ha_cli.context import CliSettings, Environment, environment
 from qpid_ha_cli.drill.command import drill
@@ -80,6 +80,7 @@ app = typer.Typer(
 app.command()(drill)  # qpid-ha drill: qpid_ha_cli/drill/
 app.add_typer(check.app)  # ping, status, query, ready
 app.add_typer(manage.app)  # promote, replicate
+app.add_typer(users.app)  # users add|delete|list|passwd|roles: the users file
 
 
 @app.callback()

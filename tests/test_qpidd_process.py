@@ -11,6 +11,7 @@ import pytest
 
 from common.polling import free_port, poll_until
 from tests.broker_process import QPIDD, BrokerProcess
+from tests.security.users import write_users
 
 
 def run_qpidd(*args: str) -> subprocess.CompletedProcess[str]:
@@ -64,7 +65,7 @@ def test_bad_option_exit_2(args: list[str]) -> None:
 
 def test_users_file_and_sigterm_closes_clients_with_320(tmp_path: Path) -> None:
     users = tmp_path / "users"
-    users.write_text("# operators\nalice:s3cret\n")
+    write_users(users, {"alice": "s3cret"})
     broker = BrokerProcess(tmp_path / "b", args=[f"--sasl-users={users}"]).start()
     try:
         credentials = pika.PlainCredentials("alice", "s3cret")

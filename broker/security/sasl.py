@@ -12,24 +12,23 @@ authentication is disabled); the client answers with one mechanism and a respons
 - ANONYMOUS (only with authentication disabled): the user is ``anonymous``.
 
 With authentication disabled any well-formed PLAIN/AMQPLAIN credentials are accepted.
-Passwords are compared with :func:`hmac.compare_digest`; error messages never contain
-them.
+Passwords are checked against salted scrypt hashes (:mod:`broker.security.passwords`);
+error messages never contain them.
 
-Users come from a :class:`UserDatabase`: a users file (``name:password`` a line) or
-:meth:`UserDatabase.default`, the single user guest/guest that clients such as pika use
-out of the box.
+Users come from a :class:`~broker.security.users.UserDatabase`: a users file
+(``name:hash:roles`` a line) or :meth:`~broker.security.users.UserDatabase.default`, the
+single user guest/guest that clients such as pika use out of the box, allowed from
+loopback addresses only (``loopback_users``).
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
-import os
 import struct
-from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 from pamqp import decode
+
+from broker.security.users import UserDatabase
 
 __all__ = [
     "ANONYMOUS_USER",
@@ -41,94 +40,9 @@ __all__ = [
 
 ANONYMOUS_USER = "anonymous"
 
-# A password nobody has, compared against when the user is unknown, so that the time
-# taken does not tell which user names exist.
-_NO_PASSWORD = b"\x00" * 32
-
 
 class AuthenticationError(Exception):
     """The client's credentials were refused or malformed (the message says which)."""
-
-
-class UserDatabase:
-    """User names and their passwords."""
-
-    def __init__(self, users: Mapping[str, str]) -> None:
-        for name, password in users.items():
-            if not name or ":" in name or name != name.strip():
-                raise ValueError(f"invalid user name {name!r}")
-            if not password:
-                raise ValueError(f"empty password for user {name!r}")
-        self._users: dict[str, bytes] = {
-            name: password.encode("utf-8") for name, password in users.items()
-        }
-
-    @classmethod
-    def default(cls) -> UserDatabase:
-        """The single user ``guest`` with password ``guest`` (RabbitMQ's default)."""
-        return cls({"guest": "guest"})
-
-    @classmethod
-    def parse(cls, text: str, source: str = "<users>") -> UserDatabase:
-        """Read ``name:password`` lines; blank lines and lines starting with ``#`` are skipped.
-
-        The password is everything after the first ``:`` (so it may contain ``:``), with
-        surrounding whitespace removed.
-
-        :raises ValueError: naming ``source`` and the line number of a bad line.
-        """
-        users: dict[str, str] = {}
-        for lineno, raw in enumerate(text.splitlines(), start=1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            name, colon, password = line.partition(":")
-            name, password = name.strip(), password.strip()
-            where = f"{source}:{lineno}"
-            if not colon or not name:
-                raise ValueError(f"{where}: expected name:password")
-            if not password:
-                raise ValueError(f"{where}: empty password for user {name!r}")
-            if name in users:
-                raise ValueError(f"{where}: user {name!r} is listed twice")
-            users[name] = password
-        return cls(users)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> UserDatabase:
-        """Read a users file (see :meth:`parse`).
-
-        :raises ValueError: if the file cannot be read or has a bad line (naming the file).
-        """
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            reason = exc.strerror or exc.__class__.__name__
-            raise ValueError(f"cannot read users file {str(path)!r}: {reason}") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"cannot read users file {str(path)!r}: not UTF-8 text") from None
-        return cls.parse(text, source=str(path))
-
-    def check(self, user: str, password: str) -> bool:
-        """Whether ``password`` is ``user``'s password (constant time in the password)."""
-        expected = self._users.get(user)
-        given = password.encode("utf-8")
-        if expected is None:
-            hmac.compare_digest(given, _NO_PASSWORD)
-            return False
-        return hmac.compare_digest(given, expected)
-
-    def __contains__(self, user: object) -> bool:
-        return user in self._users
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._users)
-
-    def __len__(self) -> int:
-        return len(self._users)
-
-    def __repr__(self) -> str:
-        return f"UserDatabase(users={sorted(self._users)!r})"
 
 
 def is_loopback(host: str) -> bool:

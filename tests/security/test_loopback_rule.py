@@ -28,7 +28,7 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 
 
 def test_loopback_users_only_from_loopback() -> None:
-    users = UserDatabase({"guest": "guest", "alice": "pw"})
+    users = UserDatabase.from_passwords({"guest": "guest", "alice": "pw"})
     auth = Authenticator(users, True)
     assert auth.authenticate("PLAIN", b"\0guest\0guest", "127.0.0.1") == "guest"
     assert auth.authenticate("PLAIN", b"\0guest\0guest", None) == "guest"  # in-process

@@ -1,0 +1,190 @@
+"""``qpid-ha users add|delete|list|passwd|roles``: the broker's users file (issue 13).
+
+The file (``--users-file``, default :data:`DEFAULT_USERS_FILE`; the broker reads it with
+``--sasl-users``) holds a salted scrypt hash and the management roles of each user, never a
+password (:mod:`broker.security.users`). A password is read from the terminal without echo
+(asked twice), or from the first line of standard input with ``--password-stdin``; it is
+never an argument, so it never shows in ``ps`` or a shell history.
+
+- ``add NAME [--role R]...``: a new user (exit 1 if NAME exists: use ``passwd``); creates
+  the file if missing.
+- ``delete NAME``; ``passwd NAME``; ``roles NAME [R...]`` (no roles: AMQP only).
+- ``list``: each user and roles, one a line (never a hash).
+
+Every change rewrites the file atomically with mode 0600. The broker reads the file when it
+starts: restart it (or, for an ACL file, ``qpid-ha acl reload``) to apply a change.
+Failures are raised as :class:`~common.exit_status.CommandError` (bad input 2, a missing
+user 1) and become one line in :mod:`qpid_ha_cli.main`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from broker.security.passwords import hash_password, parse_hash
+from broker.security.roles import Role, parse_roles
+from broker.security.users import User, UserDatabase, check_name, load, save
+from common.exit_status import CommandError, ExitStatus
+from qpid_ha_cli.context import environment
+
+__all__ = ["DEFAULT_USERS_FILE", "app"]
+
+DEFAULT_USERS_FILE = "/etc/qpidd/users"
+
+app = typer.Typer(
+    name="users",
+    help="Manage the broker's users file (salted hashes and roles, never passwords).",
+    rich_markup_mode=None,
+    no_args_is_help=True,
+)
+
+UsersFile = Annotated[
+    Path,
+    typer.Option(
+        "--users-file",
+        "-f",
+        help=f"the users file (qpidd --sasl-users); default {DEFAULT_USERS_FILE}",
+        envvar="QPIDD_USERS_FILE",
+    ),
+]
+PasswordStdin = Annotated[
+    bool,
+    typer.Option("--password-stdin", help="read the password from standard input's first line"),
+]
+RoleOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--role",
+        "-r",
+        help="monitoring, administrator or cluster-manager (repeat for several)",
+    ),
+]
+
+
+def _read(path: Path, *, missing_ok: bool = False) -> UserDatabase:
+    if missing_ok and not path.exists():
+        return UserDatabase([])
+    try:
+        return load(path)
+    except ValueError as exc:
+        raise CommandError(str(exc), ExitStatus.USAGE) from None
+
+
+def _write(users: UserDatabase, path: Path) -> None:
+    try:
+        save(users, path)
+    except OSError as exc:
+        raise CommandError(
+            f"cannot write users file {str(path)!r}: {exc.strerror or exc}", ExitStatus.ERROR
+        ) from None
+
+
+def _roles(words: list[str] | None) -> frozenset[Role]:
+    try:
+        return parse_roles(",".join(words or []))
+    except ValueError as exc:
+        raise CommandError(str(exc), ExitStatus.USAGE) from None
+
+
+def _password(from_stdin: bool) -> str:
+    if from_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
+    if not password:
+        raise CommandError("empty password", ExitStatus.USAGE)
+    return password
+
+
+def _name(name: str) -> str:
+    try:
+        return check_name(name)
+    except ValueError as exc:
+        raise CommandError(str(exc), ExitStatus.USAGE) from None
+
+
+def _user(users: UserDatabase, name: str) -> User:
+    user = users.get(name)
+    if user is None:
+        raise CommandError(f"no such user: {name!r}", ExitStatus.ERROR)
+    return user
+
+
+@app.command()
+def add(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="the new user's name")],
+    users_file: UsersFile = Path(DEFAULT_USERS_FILE),
+    role: RoleOption = None,
+    password_stdin: PasswordStdin = False,
+) -> None:
+    """Add a user with a password (asked, or --password-stdin) and roles."""
+    name = _name(name)
+    roles = _roles(role)
+    users = _read(users_file, missing_ok=True)
+    if name in users:
+        raise CommandError(f"user {name!r} exists (use: qpid-ha users passwd)", ExitStatus.ERROR)
+    password_hash = parse_hash(hash_password(_password(password_stdin)))
+    _write(users.with_user(User(name, password_hash, roles)), users_file)
+    environment(ctx).out(f"added {name}")
+
+
+@app.command()
+def delete(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="the user to delete")],
+    users_file: UsersFile = Path(DEFAULT_USERS_FILE),
+) -> None:
+    """Delete a user."""
+    users = _read(users_file)
+    _user(users, name)
+    _write(users.without(name), users_file)
+    environment(ctx).out(f"deleted {name}")
+
+
+@app.command("list")
+def list_users(ctx: typer.Context, users_file: UsersFile = Path(DEFAULT_USERS_FILE)) -> None:
+    """List the users and their roles (never a hash)."""
+    users = _read(users_file)
+    env = environment(ctx)
+    for name in users:
+        roles = ",".join(sorted(role.value for role in users.roles(name)))
+        env.out(f"{name}\t{roles or '-'}")
+
+
+@app.command()
+def passwd(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="the user whose password to set")],
+    users_file: UsersFile = Path(DEFAULT_USERS_FILE),
+    password_stdin: PasswordStdin = False,
+) -> None:
+    """Set a user's password (asked, or --password-stdin)."""
+    users = _read(users_file)
+    user = _user(users, name)
+    password_hash = parse_hash(hash_password(_password(password_stdin)))
+    _write(users.with_user(User(name, password_hash, user.roles)), users_file)
+    environment(ctx).out(f"password of {name} changed")
+
+
+@app.command()
+def roles(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="the user")],
+    role: Annotated[
+        list[str] | None,
+        typer.Argument(help="monitoring, administrator, cluster-manager; none: AMQP only"),
+    ] = None,
+    users_file: UsersFile = Path(DEFAULT_USERS_FILE),
+) -> None:
+    """Set a user's management roles."""
+    granted = _roles(role)
+    users = _read(users_file)
+    user = _user(users, name)
+    _write(users.with_user(User(name, user.password_hash, granted)), users_file)
+    shown = ",".join(sorted(r.value for r in granted)) or "-"
+    environment(ctx).out(f"roles of {name}: {shown}")

@@ -1,0 +1,111 @@
+"""``qpid-ha users`` and the broker reading its file (issue 13, item 2), real processes.
+
+Also: no password ever appears in a log line, whether the login succeeds or fails, over
+AMQP or the management API.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pika
+import pytest
+from pika.exceptions import ProbableAuthenticationError
+
+from tests.broker_process import BrokerProcess
+
+QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
+
+
+def qpid_ha(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [QPID_HA, *args], input=stdin, capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+def test_users_verbs(tmp_path: Path) -> None:
+    path = str(tmp_path / "users")
+    added = qpid_ha("users", "add", "alice", "-f", path, "-r", "monitoring", "--password-stdin",
+                    stdin="Wonder-1\n")  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert (
+        qpid_ha("users", "add", "bob", "-f", path, "--password-stdin", stdin="b0b\n").returncode
+        == 0
+    )
+    assert stat.S_IMODE(Path(path).stat().st_mode) == 0o600
+    text = Path(path).read_text()
+    assert "Wonder-1" not in text and "b0b" not in text and "$scrypt$" in text
+    listed = qpid_ha("users", "list", "-f", path)
+    assert listed.stdout.splitlines() == ["alice\tmonitoring", "bob\t-"]
+
+    again = qpid_ha("users", "add", "alice", "-f", path, "--password-stdin", stdin="x\n")
+    assert again.returncode == 1 and again.stderr.startswith("qpid-ha: error: user 'alice' exists")
+    bad_role = qpid_ha("users", "add", "carol", "-f", path, "-r", "root", "--password-stdin",
+                       stdin="x\n")  # fmt: skip
+    assert bad_role.returncode == 2 and "unknown role 'root'" in bad_role.stderr
+    empty = qpid_ha("users", "add", "carol", "-f", path, "--password-stdin", stdin="\n")
+    assert empty.returncode == 2 and "empty password" in empty.stderr
+
+    assert (
+        qpid_ha("users", "roles", "bob", "administrator", "cluster-manager", "-f", path).returncode
+        == 0
+    )
+    assert (
+        qpid_ha(
+            "users", "passwd", "alice", "-f", path, "--password-stdin", stdin="Land-2\n"
+        ).returncode
+        == 0
+    )
+    assert qpid_ha("users", "delete", "bob", "-f", path).returncode == 0
+    missing = qpid_ha("users", "delete", "bob", "-f", path)
+    assert missing.returncode == 1 and "no such user: 'bob'" in missing.stderr
+    assert qpid_ha("users", "list", "-f", path).stdout.splitlines() == ["alice\tmonitoring"]
+
+    broken = tmp_path / "plain"
+    broken.write_text("alice:Wonder-1\n")
+    plain = qpid_ha("users", "list", "-f", str(broken))
+    assert plain.returncode == 2 and "no password hash" in plain.stderr
+    assert "Wonder-1" not in plain.stderr
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def test_broker_reads_the_file_and_logs_no_password(tmp_path: Path) -> None:
+    path = str(tmp_path / "users")
+    secret, wrong = "Zebra-Secret-77", "Wrong-Horse-42"
+    assert qpid_ha("users", "add", "alice", "-f", path, "-r", "monitoring", "--password-stdin",
+                   stdin=secret + "\n").returncode == 0  # fmt: skip
+    broker = BrokerProcess(tmp_path / "b", args=[f"--sasl-users={path}"]).start()
+    try:
+        params = pika.ConnectionParameters(
+            "127.0.0.1", broker.port, credentials=pika.PlainCredentials("alice", secret)
+        )
+        pika.BlockingConnection(params).close()
+        for user in ("alice", "guest"):  # guest is not in the file
+            bad = pika.ConnectionParameters(
+                "127.0.0.1",
+                broker.port,
+                credentials=pika.PlainCredentials(user, wrong),
+                connection_attempts=1,
+            )
+            with pytest.raises(ProbableAuthenticationError):
+                pika.BlockingConnection(bad)
+        for password, status in ((secret, 200), (wrong, 401)):
+            conn = http.client.HTTPConnection("127.0.0.1", broker.mgmt_port, timeout=5)
+            conn.request("GET", "/api/queues", headers=_basic("alice", password))
+            assert conn.getresponse().status == status
+            conn.close()
+    finally:
+        broker.stop()
+    logged = broker.log_file.read_text() + (broker.workdir / "stderr").read_text()
+    events = [e["event"] for e in broker.events()]
+    assert "authentication_failed" in events and "management_auth_failed" in events
+    assert secret not in logged and wrong not in logged
