@@ -5,8 +5,12 @@ Contract: with ``options.auth`` off every request passes and :data:`current_user
 ``None``. With it on, every request except those to :data:`OPEN_PATHS` (health checks and
 scrapers) needs valid Basic credentials, else :class:`~broker.management.errors.ApiError`
 401 with a ``WWW-Authenticate`` challenge; a wrong password is logged
-(``management_auth_failed``). The user is published in :data:`current_user` for the
-handler of that request only, which names it in the events it logs.
+(``management_auth_failed``). Then the user's roles must grant what the request needs
+(:mod:`broker.security.roles`: monitoring reads, administrator changes objects and
+connections, cluster-manager promotes, grants the lease, commits the in-sync set and stops
+the broker), else 403 and ``management_access_denied``. The user is published in
+:data:`current_user` for the handler of that request only, which names it in the events it
+logs.
 
 Runs inside the management app's middleware chain, after the error middleware
 (:mod:`broker.management.api`), so its 401s are answered as JSON.
@@ -24,6 +28,7 @@ from structlog.typing import FilteringBoundLogger
 
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
+from broker.security.roles import Role, allows, required_permission
 from broker.security.sasl import AuthenticationError
 
 #: Paths served without credentials even when authentication is on.
@@ -52,11 +57,32 @@ class BasicAuth:
         user = None
         if self.broker.options.auth and request.path not in OPEN_PATHS:
             user = self._authenticate(request.headers.get("Authorization"), request.remote)
+            self._authorize(user, request.method, request.path)
         token = current_user.set(user)
         try:
             return await handler(request)
         finally:
             current_user.reset(token)
+
+    def _authorize(self, user: str, method: str, path: str) -> None:
+        """403 unless one of ``user``'s roles grants what the request needs."""
+        needed = required_permission(method, path)
+        roles = self.broker.context.authenticator.roles(user)
+        if allows(roles, needed):
+            return
+        granting = [role.value for role in Role if allows(frozenset({role}), needed)]
+        self.log.warning(
+            "management_access_denied",
+            user=user,
+            method=method,
+            path=path,
+            needed=needed.value,
+            roles=sorted(role.value for role in roles),
+        )
+        raise ApiError(
+            403,
+            f"user {user!r} may not {method} {path}: that needs the role {' or '.join(granting)}",
+        )
 
     def _authenticate(self, header: str | None, remote: str | None) -> str:
         challenge = {"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'}

@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import Protocol
 
 from broker.management.metrics import BrokerView, ContextView, OptionsView
+from broker.security.roles import Role
 
 
 class Authenticator(Protocol):
     """:class:`broker.security.sasl.Authenticator`: the user name, or AuthenticationError."""
 
     def authenticate(self, mechanism: str, response: bytes, peer_host: str | None, /) -> str: ...
+
+    def roles(self, user: str, /) -> frozenset[Role]: ...
 
 
 class ManagedContext(ContextView, Protocol):

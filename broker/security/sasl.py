@@ -28,6 +28,7 @@ import struct
 
 from pamqp import decode
 
+from broker.security.roles import Role
 from broker.security.users import UserDatabase
 
 __all__ = [
@@ -74,6 +75,10 @@ class Authenticator:
         self.users = users
         self.auth_enabled = auth_enabled
         self.loopback_users = loopback_users
+
+    def roles(self, user: str) -> frozenset[Role]:
+        """``user``'s management roles (:mod:`broker.security.roles`)."""
+        return self.users.roles(user)
 
     def mechanisms(self) -> list[str]:
         """The mechanisms offered in ``connection.start``, most preferred first."""
