@@ -21,24 +21,25 @@ import typer
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.cluster_view import format_cluster
+from qpid_ha_cli.command_line import command_settings
 from qpid_ha_cli.context import CliSettings, settings
 
 __all__ = ["PRIMARY_STATES", "app"]
 
-app = typer.Typer()
+app = typer.Typer(rich_markup_mode=None)
 
 PRIMARY_STATES = ("active", "recovering")
 #: States of a backup, whose status shows why its link is down (:func:`_link_line`).
 BACKUP_STATES = ("joining", "catch-up", "ready")
 
 
-@app.command()
+@app.command(**command_settings())
 def ping(ctx: typer.Context) -> None:
     """Check that the broker answers; exit 0 when it does."""
     settings(ctx).call("/api/status")
 
 
-@app.command()
+@app.command(**command_settings())
 def status(
     ctx: typer.Context,
     expect: Annotated[
@@ -75,7 +76,13 @@ def status(
     data = s.call("/api/status")
     state = str(data.get("ha_state", "unknown"))
     if show_all:
-        ha = s.call("/api/ha") if state != "standalone" else {}
+        if state == "standalone":
+            raise CommandError(
+                f"{s.broker.addresses[0]} is a stand-alone broker, not a cluster member:"
+                " status --all lists a cluster's members",
+                ExitStatus.ERROR,
+            )
+        ha = s.call("/api/ha")
         members = list(ha.get("members") or [])
         if as_json:
             out(json.dumps(members, indent=2, sort_keys=True))
@@ -128,7 +135,7 @@ def _zk_status(s: CliSettings, hosts: str, cluster: str, as_json: bool) -> None:
             s.env.out(line)
 
 
-@app.command()
+@app.command(**command_settings())
 def query(
     ctx: typer.Context,
     show_all: Annotated[bool, typer.Option("--all", help="include every member")] = False,
@@ -141,7 +148,7 @@ def query(
     s.env.out(json.dumps(data, indent=2, sort_keys=True))
 
 
-@app.command()
+@app.command(**command_settings())
 def ready(ctx: typer.Context) -> None:
     """Exit 0 for a ready backup or a primary, 1 otherwise."""
     s = settings(ctx)

@@ -29,7 +29,7 @@ from ha_agent.membership import read_members
 from ha_agent.primary_record import read_primary_full
 from ha_agent.zk_layout import ClusterLayout
 
-__all__ = ["ClusterViewError", "format_cluster", "read_cluster"]
+__all__ = ["ClusterViewError", "format_cluster", "position_text", "read_cluster"]
 
 # kazoo logs every refused connection: the command says it once, in one line.
 _quiet = logging.getLogger("qpid_ha_cli.kazoo")
@@ -126,14 +126,30 @@ def _in_sync_summary(view: dict[str, Any]) -> str:
     return f", in-sync set epoch {in_sync['epoch']}: {', '.join(names) or 'none'}"
 
 
+#: A new primary moves every queue's replication ids on by this much (``broker.ha``'s
+#: ``REPLICATION_ID_GAP``), so a position packs two numbers (:func:`position_text`).
+POSITION_GAP = 2**32
+
+
+def position_text(position: int) -> str:
+    """A member's replication position for people: ``GAPS:IDS``, the promotions' id gaps
+    (one a queue a promotion, summed over queues) and the ids within them, apart, instead of
+    one number like 4294968962 (``1:1666``)."""
+    if not isinstance(position, int) or position < 0:
+        return str(position)
+    gaps, ids = divmod(position, POSITION_GAP)
+    return f"{gaps}:{ids}"
+
+
 def format_cluster(view: dict[str, Any]) -> list[str]:
-    """The table for people."""
-    lines = [f"{'NODE':<16} {'STATE':<12} {'EPOCH':>6} {'POSITION':>10} {'IN-SYNC':<7}  URL"]
+    """The table for people. POSITION is :func:`position_text`'s ``GAPS:IDS``."""
+    lines = [f"{'NODE':<16} {'STATE':<12} {'EPOCH':>6} {'POSITION':>14} {'IN-SYNC':<7}  URL"]
     for m in view["members"]:
         mark = "  (primary)" if m["primary"] else ""
         in_sync = _in_sync_cell(m.get("in_sync"))
+        position = position_text(m["position"])
         lines.append(
-            f"{m['node']:<16} {m['state']:<12} {m['epoch']:>6} {m['position']:>10} "
+            f"{m['node']:<16} {m['state']:<12} {m['epoch']:>6} {position:>14} "
             f"{in_sync:<7}  {m['url']}{mark}"
         )
     primary = view["primary"] or "none"

@@ -15,7 +15,7 @@ Both are frozen: a command cannot change what the next one sees.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 import typer
@@ -27,7 +27,27 @@ from qpid_ha_cli.cluster_view import read_cluster
 if TYPE_CHECKING:  # typer's vendored click: the type of every context typer makes
     from typer._click import Context
 
-__all__ = ["CliSettings", "Environment", "environment", "settings"]
+__all__ = [
+    "DEFAULT_CREDENTIALS",
+    "DEFAULT_MGMT_PORT",
+    "CliSettings",
+    "Environment",
+    "environment",
+    "settings",
+    "with_default_credentials",
+]
+
+DEFAULT_MGMT_PORT = 8672
+#: The built-in user every verb logs in as when ``-b`` names none (as the drill does).
+DEFAULT_CREDENTIALS = ("guest", "guest")
+
+
+def with_default_credentials(url: BrokerUrl) -> BrokerUrl:
+    """``url``, with the built-in user when it names none."""
+    if url.user is not None:
+        return url
+    user, password = DEFAULT_CREDENTIALS
+    return replace(url, user=user, password=password)
 
 
 @dataclass(frozen=True)
@@ -60,13 +80,32 @@ class CliSettings:
     cluster: str | None = None
     env: Environment = field(default_factory=Environment)
 
-    def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        """GET ``path`` (POST ``body``) on the broker's management API; its JSON answer.
+    def call(
+        self, path: str, body: dict[str, Any] | None = None, *, method: str | None = None
+    ) -> Any:
+        """GET ``path`` (POST ``body``; or ``method``) on the broker's management API; its
+        JSON answer.
 
         :raises broker.management.client.ManagementError: mapped to an exit code by
             :mod:`qpid_ha_cli.main`.
         """
-        return self.env.management_client(self.broker, self.timeout).call(path, body)
+        return self.at(0, path, body, method=method)
+
+    def at(
+        self,
+        index: int,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        method: str | None = None,
+    ) -> Any:
+        """:meth:`call` on the ``index``-th address of ``-b`` (a list for some verbs)."""
+        address = self.broker.addresses[index]
+        url = replace(self.broker, addresses=(address,))
+        client = self.env.management_client(url, self.timeout)
+        if method is None:
+            return client.call(path, body)
+        return client.call(path, body, method=method)
 
 
 def settings(ctx: Context) -> CliSettings:

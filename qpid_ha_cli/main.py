@@ -24,22 +24,37 @@ import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperGroup
+from typer.exceptions import Abort
 
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
 from common.url import parse_url
-from qpid_ha_cli import check, manage, users
+from qpid_ha_cli import admin, check, manage, users
 from qpid_ha_cli.cluster_view import ClusterViewError
-from qpid_ha_cli.context import CliSettings, Environment, environment
+from qpid_ha_cli.command_line import (
+    OwnOptionsCommand,
+    format_params,
+    hoist_global_options,
+    usage_line,
+)
+from qpid_ha_cli.context import (
+    DEFAULT_MGMT_PORT,
+    CliSettings,
+    Environment,
+    environment,
+    with_default_credentials,
+)
 from qpid_ha_cli.drill.command import drill
 
 if TYPE_CHECKING:  # typer's vendored click: the type TyperGroup.invoke takes
-    from typer._click import Context
+    from collections.abc import Sequence
+
+    from typer._click import Context, HelpFormatter
 
 __all__ = ["DEFAULT_MGMT_PORT", "ExitStatus", "QpidHaGroup", "app", "exit_status_of", "main"]
 
-DEFAULT_MGMT_PORT = 8672
 PROGRAM = "qpid-ha"
 #: Commands that name themselves in their error lines (the drill was a program of its own).
 ERROR_PREFIX = {"drill": "qpid-ha drill"}
@@ -60,7 +75,46 @@ def exit_status_of(error: CommandFailure) -> ExitStatus:
 class QpidHaGroup(TyperGroup):
     """qpid-ha's root group: runs the command and turns its failure into one line on the
     environment's stderr, ``PROGRAM: error: MESSAGE``, and its exit code (httpie's
-    ``raw_main``). Click's own usage errors and ``typer.Exit`` pass through untouched."""
+    ``raw_main``). Click's usage errors become one line and exit 2 as well
+    (:func:`~qpid_ha_cli.command_line.usage_line`); global options given after the verb
+    are read as if given before it (:func:`~qpid_ha_cli.command_line.hoist_global_options`).
+    """
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        given = sys.argv[1:] if args is None else list(args)
+        given = hoist_global_options(given, list(self.commands))
+        if not standalone_mode:
+            return super().main(given, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(given, prog_name, complete_var, False, **extra)
+        except NoArgsIsHelpError as error:
+            typer.echo(error.ctx.get_help() if error.ctx is not None else "")
+            sys.exit(ExitStatus.USAGE)
+        except ClickException as error:
+            program = prog_name or PROGRAM
+            ctx = getattr(error, "ctx", None)
+            verb = ctx.info_name if ctx is not None and ctx.parent is not None else None
+            program = ERROR_PREFIX.get(verb or "", program)
+            env = environment(ctx) if ctx is not None else Environment()
+            named = next((a for a in given if a in self.commands), None)
+            path = f"{prog_name or PROGRAM}{f' {named}' if named else ''}"
+            env.err(usage_line(error, program, path))
+            sys.exit(error.exit_code)
+        except Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(ExitStatus.ERROR)
+        sys.exit(code if isinstance(code, int) else ExitStatus.SUCCESS)
+
+    def format_options(self, ctx: Context, formatter: HelpFormatter) -> None:
+        format_params(self, ctx, formatter)
+        self.format_commands(ctx, formatter)
 
     def invoke(self, ctx: Context) -> Any:
         try:
@@ -75,11 +129,15 @@ app = typer.Typer(
     cls=QpidHaGroup,
     add_completion=False,
     no_args_is_help=True,
-    help="Check and manage qpidd brokers (Qpid's qpid-ha verbs).",
+    rich_markup_mode=None,  # plain help, wrapped to the terminal, never cut at 80 columns
+    help="Check and manage qpidd brokers (Qpid's qpid-ha verbs). Exit codes: 0 done, 1 the"
+    " check did not hold or the broker refused, 2 bad usage, 3 broker or ZooKeeper"
+    " unreachable.",
 )
-app.command()(drill)  # qpid-ha drill: qpid_ha_cli/drill/
+app.command(cls=OwnOptionsCommand)(drill)  # qpid-ha drill: qpid_ha_cli/drill/
 app.add_typer(check.app)  # ping, status, query, ready
-app.add_typer(manage.app)  # promote, replicate
+app.add_typer(manage.app)  # promote, in-sync, replicate
+app.add_typer(admin.app)  # connections, disconnect, stop-member
 app.add_typer(users.app)  # users add|delete|list|passwd|roles: the users file
 
 
@@ -91,11 +149,17 @@ def main_options(
         typer.Option(
             "-b",
             "--broker",
-            help="management address of the broker, \\[user/password@]host\\[:port]",
+            metavar="ADDRESS",
+            help="management address of the broker, [user/password@]host[:port] (port"
+            f" {DEFAULT_MGMT_PORT}, user guest/guest when not given); connections --all and"
+            " stop-member take a comma-separated list of members",
         ),
     ] = f"localhost:{DEFAULT_MGMT_PORT}",
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0.001, help="seconds to wait for an answer")
+        float,
+        typer.Option(
+            "--timeout", min=0.001, metavar="SECONDS", help="seconds to wait for an answer"
+        ),
     ] = 10.0,
     cluster_manager: Annotated[
         bool,
@@ -106,17 +170,23 @@ def main_options(
     ] = False,
     zk: Annotated[
         str | None,
-        typer.Option("--zk", help="ZooKeeper ensemble: status --all from the agents' records"),
+        typer.Option(
+            "--zk",
+            metavar="HOSTS",
+            help="ZooKeeper ensemble: status --all from the agents' records (default: none,"
+            " ask the broker)",
+        ),
     ] = None,
     cluster: Annotated[
-        str | None, typer.Option("--cluster", help="cluster name (with --zk)")
+        str | None,
+        typer.Option("--cluster", metavar="NAME", help="cluster name (with --zk; default: none)"),
     ] = None,
 ) -> None:
     try:
         url = parse_url(broker, default_port=DEFAULT_MGMT_PORT)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-b' / '--broker'") from exc
-    if len(url.addresses) != 1:
+    if len(url.addresses) != 1 and ctx.invoked_subcommand not in admin.MEMBER_LIST_VERBS:
         raise typer.BadParameter(
             f"expected one broker address, got {len(url.addresses)}",
             param_hint="'-b' / '--broker'",
@@ -125,7 +195,7 @@ def main_options(
         raise typer.BadParameter("--zk and --cluster go together", param_hint="'--zk'")
     given = ctx.obj if isinstance(ctx.obj, Environment) else Environment()
     ctx.obj = CliSettings(
-        broker=url,
+        broker=with_default_credentials(url),
         timeout=timeout,
         cluster_manager=cluster_manager,
         zk=zk,

@@ -26,11 +26,12 @@ from typing import Annotated, Any
 import typer
 
 from common.exit_status import CommandError, ExitStatus
+from qpid_ha_cli.command_line import command_settings
 from qpid_ha_cli.context import settings
 
 __all__ = ["app"]
 
-app = typer.Typer()
+app = typer.Typer(rich_markup_mode=None)
 
 #: What a broker id may hold on the command line (a uuid4, as brokers make them): no comma,
 #: no white space, so the agents can pass a set as one word or one line.
@@ -53,7 +54,7 @@ def broker_ids(option: str, text: str) -> list[str]:
     return sorted(set(ids))
 
 
-@app.command()
+@app.command(**command_settings())
 def promote(
     ctx: typer.Context,
     epoch: Annotated[
@@ -92,7 +93,7 @@ def promote(
     s.env.out(f"{answer.get('state')} (epoch {answer.get('epoch')})")
 
 
-@app.command("in-sync")
+@app.command("in-sync", **command_settings())
 def in_sync(
     ctx: typer.Context,
     commit: Annotated[
@@ -183,7 +184,7 @@ def in_sync(
     s.env.out(f"waiting for removal: {names(pending)}")
 
 
-@app.command()
+@app.command(**command_settings())
 def replicate(
     ctx: typer.Context,
     queue: Annotated[str, typer.Argument(help="the queue to copy")],

@@ -15,7 +15,8 @@ endpoint in one place), the error middleware (outermost) and the authentication 
 (:mod:`broker.management.auth`), and the server (:func:`start_management`). The handlers
 live by concept: :mod:`~broker.management.status` (status, metrics),
 :mod:`~broker.management.objects` (queues, exchanges, bindings, connections) and
-:mod:`~broker.management.ha` (HA role, promote, lease, queue replication); the JSON shapes
+:mod:`~broker.management.ha` (HA role, promote, lease, queue replication) and
+:mod:`~broker.management.admin` (close a connection, stop the broker); the JSON shapes
 in :mod:`~broker.management.views`, request parsing in
 :mod:`~broker.management.request_input`, errors in :mod:`~broker.management.errors`.
 
@@ -29,6 +30,7 @@ import asyncio
 from aiohttp import web
 
 from broker.core.errors import AmqpError
+from broker.management.admin import AdminEndpoints
 from broker.management.auth import BasicAuth, Handler
 from broker.management.errors import ApiError, amqp_api_error, error_response
 from broker.management.ha import HaEndpoints
@@ -49,6 +51,7 @@ class ManagementApi:
         self.overview = StatusEndpoints(broker)
         self.objects = ObjectEndpoints(broker, self.log)
         self.ha = HaEndpoints(broker, self.log)
+        self.admin = AdminEndpoints(broker, self.log)
 
     def routes(self) -> list[web.RouteDef]:
         overview, objects, ha = self.overview, self.objects, self.ha
@@ -71,6 +74,7 @@ class ManagementApi:
             web.post("/api/ha/in-sync", ha.in_sync),
             web.get("/api/ha/replications", ha.list_replications),
             web.post("/api/ha/replicate", ha.replicate),
+            *self.admin.routes(),  # DELETE /api/connections/{id}, POST /api/admin/stop
         ]
 
     @web.middleware

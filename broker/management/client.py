@@ -6,13 +6,15 @@ Error Handling
 ==============
 
 Every failure is a :class:`ManagementError` with a one-line message naming the address:
-``unreachable`` True when nothing answered (refused, timed out, reset), ``status`` the HTTP
+``unreachable`` True when nothing answered (refused, timed out, reset) or what answered
+does not speak HTTP (an AMQP port given for the management port), ``status`` the HTTP
 status when the broker answered with an error (its JSON ``reason`` in the message).
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -49,11 +51,14 @@ class ManagementClient:
     def post(self, path: str, body: dict[str, Any]) -> Any:
         return self.call(path, body)
 
-    def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        """GET ``path`` (POST ``body`` as JSON when given); the decoded JSON answer."""
+    def call(
+        self, path: str, body: dict[str, Any] | None = None, *, method: str | None = None
+    ) -> Any:
+        """GET ``path`` (POST ``body`` as JSON when given; ``method`` when given); the
+        decoded JSON answer."""
         address = self.address
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"http://{address}{path}", data=data)
+        request = urllib.request.Request(f"http://{address}{path}", data=data, method=method)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         if self.url.user is not None:
@@ -70,6 +75,16 @@ class ManagementClient:
             detail = f": {reason}" if reason else ""
             raise ManagementError(
                 f"{address} answered HTTP {exc.code} for {path}{detail}", status=exc.code
+            ) from exc
+        except http.client.HTTPException as exc:
+            if isinstance(exc, ConnectionError):  # RemoteDisconnected: nothing answered
+                raise ManagementError(
+                    f"cannot reach broker {address}: {exc}", unreachable=True
+                ) from exc
+            raise ManagementError(
+                f"{address} is not a management port: it does not answer HTTP (an AMQP port?"
+                " qpidd's management API listens on --mgmt-port, 8672 by default)",
+                unreachable=True,
             ) from exc
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             why = getattr(exc, "reason", None) or exc

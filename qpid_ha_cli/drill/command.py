@@ -44,7 +44,7 @@ def drill(
         typer.Option(
             "--broker",
             metavar="ADDRESS",
-            help="a broker address \\[user/password@]host\\[:port]; repeat for each",
+            help="a broker address [user/password@]host[:port]; repeat for each",
         ),
     ] = None,
     queue: Annotated[

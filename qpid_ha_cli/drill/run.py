@@ -14,8 +14,9 @@ Contract
   start, so a clock step does not make a gap.
 - :meth:`DrillRun.run` publishes, drains until every confirmed message is received (or
   ``drain_timeout``), and returns the :class:`~qpid_ha_cli.drill.core.DrillCheck`. It
-  raises :class:`Unreachable` when no broker of the list could ever be reached, after
-  logging ``drill_unreachable``.
+  raises :class:`Unreachable` when no broker of the list could ever be reached (within
+  ``connect_timeout``, or before the publishing time ended), after logging
+  ``drill_unreachable``.
 - pika is imported when a run is made, not before: the core and ``--help`` work without it.
 """
 
@@ -63,6 +64,8 @@ class DrillRun:
         self._stop_publishing = threading.Event()
         self._stop_consuming = threading.Event()
         self._unreachable: str | None = None
+        #: why the last connection attempt failed (a drill that never connected says it)
+        self._last_failure: str | None = None
         self._params = [
             pika.ConnectionParameters(
                 host=address.host,
@@ -110,7 +113,7 @@ class DrillRun:
                 channel = connection.channel()
                 channel.queue_declare(self.settings.queue, durable=True)
             except (pika.exceptions.AMQPError, OSError) as exc:
-                reason = _reason(exc)
+                reason = self._last_failure = _reason(exc)
                 if deadline is not None and time.monotonic() >= deadline:
                     raise Unreachable(reason) from None
                 stop.wait(0.05)  # between rounds of the URL list
@@ -281,6 +284,12 @@ class DrillRun:
             self._stop_consuming.set()
             publisher.join()
             consumer.join(30)
+        with self._lock:
+            never = not any(self.core.ever_connected(role) for role in ("publisher", "consumer"))
+        if self._unreachable is None and never:
+            # The publishing time ended before any broker answered (--duration shorter
+            # than --connect-timeout): nothing was tested, which is not a pass.
+            self._unreachable = self._last_failure or "no broker answered"
         if self._unreachable is not None:
             self._log.error("drill_unreachable", url=s.url.redacted(), reason=self._unreachable)
             raise Unreachable(self._unreachable)

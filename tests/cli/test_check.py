@@ -34,11 +34,29 @@ def test_status_expectations_exit_0_or_1_with_the_state(solo: BrokerProcess) -> 
         assert (result.exit_code, result.stdout, result.stderr) == (code, "standalone\n", ""), args
 
 
-def test_status_all_of_a_standalone_broker_lists_no_member(solo: BrokerProcess) -> None:
-    result = qpid_ha("-b", address(solo, ""), "status", "--all")
-    assert result.exit_code == 0
-    assert result.stdout == f"{'ADDRESS':<28} {'STATE':<12} ID\n"
-    assert qpid_ha("-b", address(solo, ""), "status", "--all", "--json").stdout == "[]\n"
+def test_status_all_of_a_standalone_broker_says_so_and_exits_1(solo: BrokerProcess) -> None:
+    """Issue 15: it printed an empty table and exited 0."""
+    for extra in ([], ["--json"]):
+        result = qpid_ha("-b", address(solo, ""), "status", "--all", *extra)
+        assert (result.exit_code, result.stdout) == (1, "")
+        assert result.stderr == (
+            f"qpid-ha: error: 127.0.0.1:{solo.mgmt_port} is a stand-alone broker, not a"
+            " cluster member: status --all lists a cluster's members\n"
+        )
+
+
+def test_query_without_credentials_logs_in_as_guest(solo: BrokerProcess) -> None:
+    """Issue 15: query did not fall back to the built-in user as the drill does."""
+    result = qpid_ha("-b", address(solo, ""), "query")
+    assert result.stderr.endswith("this broker is not an HA cluster member\n")  # not a 401
+    wrong = qpid_ha("-b", address(solo, "guest/wrong"), "query")
+    assert wrong.exit_code == 1 and "HTTP 401" in wrong.stderr
+
+
+def test_query_of_a_backup_without_credentials(pair: Cluster) -> None:
+    result = qpid_ha("-b", address(pair.brokers[1], ""), "query")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["state"] == "ready"
 
 
 def test_status_of_a_primary_and_a_backup(pair: Cluster) -> None:

@@ -30,3 +30,24 @@ def test_drill_with_no_broker_is_one_line_and_exit_3(tmp_path: Path) -> None:
     assert (result.exit_code, result.stdout) == (3, "")
     assert result.stderr.startswith("qpid-ha drill: error: no broker of amqp:tcp:127.0.0.1:")
     assert result.stderr.count("\n") == 1
+
+
+def test_drill_that_never_connected_before_its_duration_ended_is_exit_3(tmp_path: Path) -> None:
+    """Issue 15: ``--duration`` shorter than ``--connect-timeout`` with nothing listening
+    printed "drill OK: sent 0" and exited 0."""
+    port = free_port()
+    result = qpid_ha(
+        "drill",
+        f"--url=amqp:guest/guest@127.0.0.1:{port}",
+        "--duration=0.5",
+        f"--log-file={tmp_path / 'drill.log'}",
+    )
+    assert (result.exit_code, result.stdout) == (3, "")
+    assert result.stderr.startswith(
+        f"qpid-ha drill: error: no broker of amqp:guest/***@tcp:127.0.0.1:{port}"
+    )
+    assert "refused" in result.stderr.lower() and result.stderr.count("\n") == 1
+    events = [
+        json.loads(line)["event"] for line in (tmp_path / "drill.log").read_text().splitlines()
+    ]
+    assert events[-1] == "drill_unreachable"

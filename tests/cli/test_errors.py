@@ -81,6 +81,6 @@ def test_the_management_client_comes_from_the_environment(solo: BrokerProcess) -
         return ManagementClient(url, timeout)
 
     env = Environment(management_client=factory)
-    result = qpid_ha("-b", address(solo, ""), "--timeout", "4", "status", "--all", env=env)
+    result = qpid_ha("-b", address(solo, ""), "--timeout", "4", "status", env=env)
     assert result.exit_code == 0
     assert made == [(f"127.0.0.1:{solo.mgmt_port}", 4.0)]  # stand-alone: no /api/ha call

@@ -28,7 +28,11 @@ def recorded(zookeeper: ZooKeeper, cluster: str) -> Iterator[str]:
     client.start(timeout=15)
     try:
         epoch = next_epoch(client, cluster)
-        rows = (("n1", "active", 42, 5672), ("n2", "ready", 40, 5673), ("n3", "ready", 7, 5674))
+        rows = (
+            ("n1", "active", 2**32 + 1666, 5672),
+            ("n2", "ready", 40, 5673),
+            ("n3", "ready", 7, 5674),
+        )
         for node, state, position, port in rows:
             member = Member(
                 node=node,
@@ -49,14 +53,16 @@ def recorded(zookeeper: ZooKeeper, cluster: str) -> Iterator[str]:
 
 
 def test_the_cluster_as_a_table(zookeeper: ZooKeeper, recorded: str) -> None:
+    """POSITION shows a position's two parts apart (issue 15): the id gaps promotions
+    added (2**32 each) and the ids within them, 1:1666 for 4294968962."""
     result = qpid_ha("--zk", zookeeper.hosts, "--cluster", recorded, "status", "--all")
     assert (result.exit_code, result.stderr) == (0, "")
     header, *rows, summary = result.stdout.splitlines()
     assert header.split() == ["NODE", "STATE", "EPOCH", "POSITION", "IN-SYNC", "URL"]
     assert sorted(rows) == [
-        f"{'n1':<16} {'active':<12} {1:>6} {42:>10} {'-':<7}  127.0.0.1:5672  (primary)",
-        f"{'n2':<16} {'ready':<12} {1:>6} {40:>10} {'yes':<7}  127.0.0.1:5673",
-        f"{'n3':<16} {'ready':<12} {1:>6} {7:>10} {'no':<7}  127.0.0.1:5674",
+        f"{'n1':<16} {'active':<12} {1:>6} {'1:1666':>14} {'-':<7}  127.0.0.1:5672  (primary)",
+        f"{'n2':<16} {'ready':<12} {1:>6} {'0:40':>14} {'yes':<7}  127.0.0.1:5673",
+        f"{'n3':<16} {'ready':<12} {1:>6} {'0:7':>14} {'no':<7}  127.0.0.1:5674",
     ]
     assert summary == (
         f"cluster {recorded}: primary n1 (epoch 1), last epoch 1, virtual IP 10.0.0.9/24 on n1"
@@ -68,6 +74,8 @@ def test_the_cluster_as_json(zookeeper: ZooKeeper, recorded: str) -> None:
     args = ("--zk", zookeeper.hosts, "--cluster", recorded, "status", "--all", "--json")
     view = json.loads(qpid_ha(*args).stdout)
     assert (view["primary"], view["epoch"], view["vip_owner"]) == ("n1", 1, "n1")
+    positions = {m["node"]: m["position"] for m in view["members"]}
+    assert positions == {"n1": 2**32 + 1666, "n2": 40, "n3": 7}  # JSON keeps the number
     assert sorted((m["node"], m["primary"], m["in_sync"]) for m in view["members"]) == [
         ("n1", True, None),
         ("n2", False, True),
