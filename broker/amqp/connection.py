@@ -63,6 +63,10 @@ class AdvertisesKnownHosts(Protocol):
         ...
 
 
+#: The states before connection.open-ok: a client gone then abandoned its handshake.
+_HANDSHAKE = frozenset({S.AWAIT_HEADER, S.AWAIT_START_OK, S.AWAIT_TUNE_OK, S.AWAIT_OPEN})
+
+
 class Connection:
     """See the module docstring."""
 
@@ -621,6 +625,7 @@ class Connection:
     def connection_lost(self) -> None:
         """The socket is gone: release everything, log the close."""
         was_open = self.state in (S.OPEN, S.CLOSING) or self.close_reason is not None
+        handshake = self.state  # where a client that hung up mid-handshake stopped
         self._cleanup()
         self.channels.clear()
         if self.state is not S.CLOSED:
@@ -628,7 +633,17 @@ class Connection:
         self.ctx.connections.pop(self.id, None)
         if self._admitted and self.ctx.admission is not None:
             self.ctx.admission.released(self)
-        if was_open or self.user is not None:
+        if handshake in _HANDSHAKE and self.user is None and not self.should_close:
+            # The client hung up (or reset) before logging in; a bare TCP probe at debug.
+            log = self.ctx.log.debug if handshake is S.AWAIT_HEADER else self.ctx.log.info
+            log(
+                "handshake_abandoned",
+                connection=self.name,
+                peer=self.peer,
+                state=handshake.value,
+                reason=self.close_reason or "socket closed",
+            )
+        elif was_open or self.user is not None:
             self.ctx.log.info(
                 "connection_closed",
                 connection=self.name,

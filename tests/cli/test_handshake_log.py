@@ -1,0 +1,46 @@
+"""A client that hangs up mid-handshake leaves a log line (issue 15): ``handshake_abandoned``
+with the step it stopped at, info once the protocol header came, debug for a bare TCP probe
+(a load balancer's check must not fill the log)."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from common.polling import poll_until
+from tests.broker_process import BrokerProcess
+from tests.drill.log_schema import problems
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+def _abandoned(broker: BrokerProcess, port: int) -> dict[str, Any] | None:
+    peer = f"127.0.0.1:{port}"
+    found = [
+        e
+        for e in broker.events()
+        if e.get("event") == "handshake_abandoned" and e.get("peer") == peer
+    ]
+    return found[0] if found else None
+
+
+def test_hang_up_after_connection_start_is_logged(solo: BrokerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", solo.port), timeout=5) as sock:
+        port = sock.getsockname()[1]
+        sock.sendall(PROTOCOL_HEADER)
+        assert sock.recv(7)  # the frame header of connection.start
+    event = poll_until(lambda: _abandoned(solo, port), 10, "handshake_abandoned")
+    assert (event["level"], event["state"], event["component"]) == (
+        "info",
+        "await-start-ok",
+        "amqp",
+    )
+    assert event["connection"].startswith(f"127.0.0.1:{port} #")
+    assert event["reason"] and problems(event) == []
+
+
+def test_a_bare_tcp_probe_is_logged_at_debug(solo: BrokerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", solo.port), timeout=5) as sock:
+        port = sock.getsockname()[1]
+    event = poll_until(lambda: _abandoned(solo, port), 10, "handshake_abandoned")
+    assert (event["level"], event["state"]) == ("debug", "await-header")
