@@ -159,8 +159,9 @@ class Clients:
 class LocalCluster:
     """One ZooKeeper and three agents supervising their brokers, on loopback free ports."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, session_timeout: float = 2.0) -> None:
         self.workdir = workdir
+        self.session_timeout = session_timeout  # the agents' --session-timeout
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.broker_pids: set[int] = set()
         self.zk_port = free_port()
@@ -173,7 +174,9 @@ class LocalCluster:
         zk_dir = workdir / "zookeeper"
         zk_dir.mkdir()
         (zk_dir / "zoo.cfg").write_text(
-            f"tickTime=500\ndataDir={zk_dir}\nclientPort={self.zk_port}\n"
+            # expiry is checked once a tick; sessions of 1 to 60 s granted as asked
+            f"tickTime=100\nminSessionTimeout=1000\nmaxSessionTimeout=60000\n"
+            f"dataDir={zk_dir}\nclientPort={self.zk_port}\n"
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
         )
         with open(zk_dir / "zookeeper.log", "wb") as zk_log:
@@ -199,7 +202,7 @@ class LocalCluster:
                     [str(BIN / "qpid-ha-agent"), f"--zk={self.zk}", f"--cluster={CLUSTER}",
                      f"--node={node}", f"--broker=guest/guest@127.0.0.1:{self.mgmt[node]}",
                      f"--broker-command={shlex.join(broker)}", "--cluster-size=3",
-                     "--session-timeout=2", "--check-interval=0.1",
+                     f"--session-timeout={self.session_timeout:g}", "--check-interval=0.1",
                      f"--log-file={workdir / f'{node}.agent.log'}",
                      f"--broker-log={workdir / f'{node}.broker.out'}"],
                     stderr=err,

@@ -74,14 +74,17 @@ from ha_agent.election import LeaderElection
 from ha_agent.fencer import Fencer
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
 from ha_agent.in_sync_keeper import InSyncKeeper
+from ha_agent.link_hint import HintPublisher, LinkWatch, hints_against, read_hints
 from ha_agent.membership import Member, MemberPublisher, read_members
 from ha_agent.primary_record import delete_primary, read_primary
 from ha_agent.promoter import Promoter
 from ha_agent.promotion import Action, BrokerView, ClusterView, PrimaryRecord, Step, decide
+from ha_agent.session_grant import GrantProbe, judge_grant
 from ha_agent.settings import AgentSettings
 from ha_agent.supervisor import BrokerSupervisor
 from ha_agent.vip import VirtualIp
 from ha_agent.watchdog import BrokerWatch
+from ha_agent.zk_layout import ClusterLayout
 
 __all__ = ["Agent", "AgentSettings"]
 
@@ -130,6 +133,18 @@ class Agent:
         self.promoter: Promoter | None = None
         self.cluster_view: ClusterView | None = None
         self._eligibility = ""
+        #: the session timeout ZooKeeper granted (None before the first connect answer)
+        self.granted_timeout: float | None = None
+        #: why the agent refused to run ("": it did not); run() then returns 2
+        self.refusal = ""
+        #: this agent's early hint (made in run() with the client)
+        self.hint_publisher: HintPublisher | None = None
+        self.link_watch = LinkWatch()
+
+    @property
+    def session_timeout(self) -> float:
+        """The session timeout the agent's timing counts: ZooKeeper's grant once known."""
+        return self.granted_timeout or self.settings.session_timeout
 
     @property
     def supervisor(self) -> BrokerSupervisor | None:
@@ -142,6 +157,8 @@ class Agent:
         self.events.put(("stop", None))
 
     def run(self) -> int:
+        """Run until :meth:`stop`; 0, or 2 when ZooKeeper's grant was refused
+        (:attr:`refusal` says why)."""
         s = self.settings
         set_log_context(cluster=s.cluster, node=s.node, component="agent")
         _log.info(
@@ -170,10 +187,14 @@ class Agent:
             command_retry={"max_tries": 3, "delay": 0.05, "max_delay": 0.5},
         )
         self.client.add_listener(self._zookeeper_state)
+        probe = GrantProbe(self.client, on_grant=self._granted)
         self.in_sync_keeper = InSyncKeeper(self.client, s.cluster, self.broker_check)
         try:
             self._connect()
-            guard = SessionGuard(s.session_timeout)
+            granted = probe.wait(s.session_timeout)
+            if granted is None or not self._judge(granted):
+                return 2 if self.refusal else 0
+            guard = SessionGuard(granted)
             self.watcher = SessionWatcher(self.client, guard, self._session_fenced).start()
             self.promoter = Promoter(s, self.client, self.broker_check, self.in_sync_keeper, guard)
             self.election = LeaderElection(
@@ -183,10 +204,12 @@ class Agent:
                 on_leading=lambda: self.events.put(("won", None)),
                 on_ended=lambda reason: self.events.put(("ended", reason)),
             )
+            self.hint_publisher = HintPublisher(self.client, s.cluster, s.node)
+            self._watch_hints()
             self._loop()
         finally:
             self._shutdown()
-        return 0
+        return 2 if self.refusal else 0
 
     def _connect(self) -> None:
         while not self._stop.is_set():
@@ -196,6 +219,80 @@ class Agent:
             except KazooTimeoutError:
                 _log.warning("zookeeper_unreachable", zk=self.settings.zk_hosts)
                 self.client.stop()
+
+    def _watch_hints(self) -> None:
+        """Watch the backups' link hints (kazoo's thread calls back: queue an event)."""
+        hints = ClusterLayout(self.settings.cluster).hints
+        while not self._stop.is_set():
+            try:
+                self.client.ensure_path(hints)
+                self.client.ChildrenWatch(hints, self._hints_changed)
+                return
+            except (KazooException, KazooTimeoutError) as exc:
+                _log.warning("zookeeper_error", reason=repr(exc))
+
+    def _hints_changed(self, children: list[str]) -> bool:
+        if children:
+            self.events.put(("hints", None))
+        return not self._stop.is_set()  # False ends the watch
+
+    def _hinted(self) -> bool:
+        """A backup's hint names this agent's primary: True (logged) to check at once."""
+        if self.promoted_epoch is None:
+            return False
+        try:
+            hints = read_hints(self.client, self.settings.cluster)
+        except (KazooException, KazooTimeoutError) as exc:
+            _log.warning("zookeeper_error", reason=repr(exc))
+            return False
+        against = hints_against(hints, self.settings.node, self.promoted_epoch)
+        if not against:
+            return False
+        _log.info(
+            "link_hint_received",
+            backups=[h.node for h in against],
+            reasons=[h.reason for h in against],
+        )
+        return True
+
+    def _publish_hint(self, view: BrokerView | None) -> None:
+        """Publish or withdraw this backup's hint (inside _read_cluster's ZooKeeper try)."""
+        publisher = self.hint_publisher
+        if publisher is None:
+            return
+        hint = self.link_watch.observe(self.settings.node, view, self.primary)
+        if publisher.publish(hint):
+            if hint is not None:
+                _log.info(
+                    "link_hint_published", primary=hint.primary, primary_epoch=hint.epoch,
+                    reason=hint.reason,
+                )  # fmt: skip
+            else:
+                _log.info("link_hint_withdrawn")
+
+    def _granted(self, seconds: float) -> None:
+        """The probe's call (kazoo's connection thread, before CONNECTED is reported):
+        the guard counts the grant from that CONNECTED on; the loop judges it."""
+        previous, self.granted_timeout = self.granted_timeout, seconds
+        if self.watcher is not None and previous is not None and seconds != previous:
+            self.watcher.retime(seconds)
+            self.events.put(("granted", seconds))
+
+    def _judge(self, granted: float) -> bool:
+        """Log the grant; False (and :attr:`refusal`) when it is too far from the request."""
+        judgement = judge_grant(self.settings.session_timeout, granted)
+        if judgement.refusal:
+            self.refusal = judgement.refusal
+            _log.error(
+                "zookeeper_session_refused",
+                requested=judgement.requested,
+                granted=judgement.granted,
+                reason=judgement.refusal,
+            )
+            return False
+        level = _log.warning if judgement.differs else _log.info
+        level("zookeeper_session_granted", requested=judgement.requested, granted=granted)
+        return True
 
     def _zookeeper_state(self, state: str) -> bool:
         """kazoo's listener (its thread, never blocks): note when a connection is
@@ -254,12 +351,16 @@ class Agent:
                 kind, _value = "tick", None
             if kind == "stop":
                 return
+            if kind == "granted" and not self._judge(float(_value)):
+                return  # refused: _shutdown fences a primary, as any stop does
             if kind == "ended":
                 self.promoted_epoch = None
+            if kind == "hints" and not self._hinted():
+                continue  # not about this agent's primary: the regular check is on time
             # Won, the supervised broker died, or the last view was stale: act on the
             # broker's state at once, with the cluster as last read (the broker refuses a
             # promotion it may not take).
-            at_once = kind in ("won", "broker_exited", "recheck")
+            at_once = kind in ("won", "broker_exited", "recheck", "hints")
             self._check(read_cluster=not at_once)
             if at_once:
                 continue  # the regular check follows on time
@@ -342,13 +443,14 @@ class Agent:
         try:
             if self.publisher is None:
                 publisher = MemberPublisher(self.client, s.cluster, member)
-                publisher.publish(timeout=s.session_timeout * 1.5)
+                publisher.publish(timeout=self.session_timeout * 1.5)
                 self.publisher = publisher
             elif self.publisher.member != member:
                 changes = {k: getattr(member, k) for k in asdict(member) if k != "node"}
                 self.publisher.update(**changes)
             self.members = read_members(self.client, s.cluster)
             self.primary = read_primary(self.client, s.cluster)
+            self._publish_hint(view)
             if read_in_sync_set:
                 assert self.in_sync_keeper is not None
                 self.in_sync_keeper.read()

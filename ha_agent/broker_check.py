@@ -83,6 +83,14 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         for queue in ha.get("queues") or []:
             if isinstance(queue, dict):
                 position += _non_negative(queue.get("last_id"))
+    link_up: bool | None = None
+    link_error = ""
+    if ha is not None and state in ("ready", "catch-up"):
+        # a backup's ``primary`` is the address of its link's primary while the link is up
+        link_up = bool(ha.get("primary"))
+        error = ha.get("link_error")
+        if isinstance(error, dict):
+            link_error = str(error.get("reason") or "")
     pid = status.get("pid")
     store = str(status.get("store_status", "unknown"))
     return BrokerView(
@@ -94,6 +102,8 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         url=url,
         broker_id=broker_id,
         in_sync=in_sync,
+        link_up=link_up,
+        link_error=link_error,
     )
 
 

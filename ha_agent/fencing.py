@@ -121,6 +121,14 @@ class SessionGuard:
         self.fenced_at: float | None = None
         self.last_contact: float | None = None
 
+    def retime(self, session_timeout: float) -> None:
+        """ZooKeeper granted ``session_timeout`` (a new session, another server): count it
+        from now on, the margin in the same proportion. A running lease is re-counted."""
+        if not (isinstance(session_timeout, int | float) and session_timeout > 0):
+            raise ValueError(f"session_timeout must be positive: {session_timeout!r}")
+        self.margin = self.margin * session_timeout / self.session_timeout
+        self.session_timeout = float(session_timeout)
+
     @property
     def deadline(self) -> float | None:
         """When the lease runs out (None when fenced or before the first contact)."""
@@ -196,6 +204,7 @@ class SessionWatcher:
         self.client = client
         self.guard = guard
         self.fence = fence
+        self._heartbeat_share = None if heartbeat is None else heartbeat / guard.session_timeout
         self.heartbeat = 0.4 * guard.session_timeout if heartbeat is None else heartbeat
         if not 0 < self.heartbeat < guard.session_timeout - guard.margin:
             raise ValueError(f"heartbeat must be shorter than the lease: {self.heartbeat!r}")
@@ -218,6 +227,12 @@ class SessionWatcher:
         self._inbox.put(("stop", None, self.clock()))
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def retime(self, session_timeout: float) -> None:
+        """ZooKeeper granted ``session_timeout`` seconds (thread safe; kazoo's connection
+        thread calls it before it reports the connection, so the guard counts the new grant
+        from that CONNECTED on). The heartbeat keeps its share of the timeout."""
+        self._inbox.put(("timeout", session_timeout, self.clock()))
 
     def note_contact(self, sent_at: float) -> None:
         """A request of the caller's, sent at ``sent_at`` (this watcher's clock), was answered."""
@@ -257,6 +272,11 @@ class SessionWatcher:
                 fence = self.guard.on_state(state, at)
             elif kind == "contact":
                 self.guard.contact(at)
+            elif kind == "timeout" and state != self.guard.session_timeout:
+                self.guard.retime(state)
+                share = 0.4 if self._heartbeat_share is None else self._heartbeat_share
+                self.heartbeat = share * self.guard.session_timeout
+                next_beat = min(next_beat, self.clock() + self.heartbeat)
             now = self.clock()
             fence = fence or self.guard.poll(now)
             if fence is not None:

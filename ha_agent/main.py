@@ -1,8 +1,10 @@
 """``qpid-ha-agent``: the command line of the agent (one per node).
 
 Exit codes (:class:`common.exit_status.ExitStatus`): SUCCESS 0 after SIGTERM/SIGINT, USAGE 2
-for a bad option value (one line naming it). Errors become exit codes in one place,
-:func:`run`'s ``except CommandError``.
+for a bad option value (one line naming it), and when ZooKeeper grants a session timeout far
+from ``--session-timeout`` (one line naming both, :mod:`ha_agent.session_grant`). Option
+errors become exit codes in one place, :func:`run`'s ``except CommandError``; the refused
+grant, known only once the agent runs, after its thread ends.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import typer
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging
 from ha_agent.agent import Agent
-from ha_agent.kazoo_log import route_kazoo_logging
 from ha_agent.settings import AgentSettings
 from ha_agent.vip import parse_vip
 
@@ -106,6 +107,9 @@ def run(
     thread.start()
     while thread.is_alive():
         thread.join(0.2)
+    if agent.refusal:  # ZooKeeper's grant is too far from --session-timeout
+        typer.echo(f"{PROGRAM}: error: {agent.refusal}", err=True)
+        raise typer.Exit(ExitStatus.USAGE)
     raise typer.Exit(ExitStatus.SUCCESS)
 
 
@@ -128,7 +132,6 @@ def _agent(
             component="agent",
             cluster=settings.cluster,
         )
-        route_kazoo_logging()  # kazoo's plain-text lines as rate-limited JSON events
         return Agent(settings)
     except ValueError as exc:
         raise CommandError(str(exc), ExitStatus.USAGE) from None

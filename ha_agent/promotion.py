@@ -113,6 +113,10 @@ class BrokerView:
     url: str = ""  # the broker's AMQP address as it reports it
     broker_id: str = ""  # new at each broker start ("" from a broker that does not say)
     in_sync: BrokerInSync | None = None  # on a primary that reports it
+    #: a backup's replication link: True up, False down (with ``link_error``), None: not a
+    #: backup, or a broker that does not say
+    link_up: bool | None = None
+    link_error: str = ""  # why the backup's link is down, as the broker reports it
 
     @property
     def is_primary(self) -> bool:

@@ -3,7 +3,9 @@
 :Status: Beta
 
 :class:`VirtualIp` adds ``ADDR/PREFIX`` to an interface (``ip addr add``) and announces it
-(``arping -U``) so that the clients' neighbour caches learn the new MAC at once; it removes
+(``arping -U``, in a thread of its own: iputils' arping waits a second after sending, and the
+agent's loop, which takes the address right after a promotion, must renew the new primary's
+lease meanwhile) so that the clients' neighbour caches learn the new MAC at once; it removes
 it on fence, when the agent stops, and when an agent starts (a leftover of an agent that
 died holding it). Both operations are idempotent. ``netns`` runs the
 commands inside a network namespace (the tests' hosts); the agent normally runs in the
@@ -26,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 import shutil
 import subprocess
+import threading
 
 import structlog
 
@@ -56,6 +59,8 @@ class VirtualIp:
         self.interface = interface
         self.netns = netns
         self.held = False
+        #: the latest announcement's thread (None before the first)
+        self.announcing: threading.Thread | None = None
 
     def _ip(self) -> list[str]:
         ip = shutil.which("ip") or "/usr/sbin/ip"
@@ -75,13 +80,20 @@ class VirtualIp:
             raise VipError(
                 f"cannot add {self.address} to {self.interface}: {result.stderr.strip()}"
             )
+        announce = added or not self.held
         self.held = True
         if added:
             _log.info("vip_added", vip=str(self.address), interface=self.interface)
-        self._announce()
+        if announce:
+            self.announcing = threading.Thread(
+                target=self._announce, name="vip-announce", daemon=True
+            )
+            self.announcing.start()
         return added
 
     def _announce(self) -> None:
+        """``arping -U -c 1``: it sends at once, then waits a second for replies (iputils),
+        so it runs in its own thread (the loop renews the broker's lease meanwhile)."""
         arping = shutil.which("arping") or "/usr/sbin/arping"
         if self.address.version != 4:
             return  # IPv6 neighbours learn through unsolicited NA, sent by the kernel (DAD)

@@ -10,6 +10,8 @@ Layout (docs: /work/shared/ARCHITECTURE.md, "ZooKeeper layout")::
     /qpid-ha/<cluster>/primary          ephemeral, JSON: node, epoch, url of the primary
     /qpid-ha/<cluster>/epoch            the fencing epoch counter (ha_agent.epoch_counter)
     /qpid-ha/<cluster>/in-sync          persistent, JSON: the in-sync set (ha_agent.in_sync)
+    /qpid-ha/<cluster>/hints/<node>     ephemeral, JSON: a backup's link to the primary is
+                                        down (ha_agent.link_hint)
 
 Error Handling
 ==============
@@ -87,3 +89,12 @@ class ClusterLayout:
     def in_sync(self) -> str:
         """``/qpid-ha/<cluster>/in-sync``: the committed in-sync set (persistent)."""
         return f"{self.root}/in-sync"
+
+    @property
+    def hints(self) -> str:
+        """``/qpid-ha/<cluster>/hints``: the parent of the backups' link hints."""
+        return f"{self.root}/hints"
+
+    def hint(self, node: str) -> str:
+        """``/qpid-ha/<cluster>/hints/<node>``: one backup's ephemeral link hint."""
+        return f"{self.hints}/{check_name('node', node)}"

@@ -77,7 +77,7 @@ class ZooKeeperServer:
 
     def config(self) -> str:
         lines = [
-            "tickTime=500",
+            "tickTime=100",  # expiry is checked once a tick: T to T + 0.1 s
             f"dataDir={self.workdir / 'data'}",
             f"clientPort={ZK_PORT}",
             f"clientPortAddress={self.host.address}",
@@ -87,7 +87,7 @@ class ZooKeeperServer:
             "4lw.commands.whitelist=*",
         ]
         if len(self.peers) > 1:
-            lines += ["initLimit=10", "syncLimit=5"]
+            lines += ["initLimit=50", "syncLimit=25"]  # 5 s and 2.5 s
             lines += [f"server.{i}={p.address}:2888:3888" for i, p in enumerate(self.peers, 1)]
         return "\n".join(lines) + "\n"
 

@@ -190,7 +190,15 @@ def test_a_broker_in_catch_up_is_never_promoted(leadership, promoted) -> None:
 def test_broker_view_reads_state_epoch_position_and_pid() -> None:
     status = {"ha_state": "ready", "pid": 42}
     ha = {"epoch": 3, "url": "127.0.0.1:5672", "queues": [{"last_id": 5}, {"last_id": 7}]}
-    assert broker_view(status, ha) == BrokerView("ready", 3, 12, "unknown", 42, "127.0.0.1:5672")
+    assert broker_view(status, ha) == BrokerView(
+        "ready",
+        3,
+        12,
+        "unknown",
+        42,
+        "127.0.0.1:5672",
+        link_up=False,  # no "primary": down
+    )
     odd = broker_view({"ha_state": "joining", "pid": True}, {"epoch": -1, "queues": [1]})
     assert odd == BrokerView("joining")
 
