@@ -105,6 +105,14 @@ class BrokerOptions:
     data_dir: str | None = _option(
         None, non_empty, "directory for durable state", metavar="DIR", default_text="none"
     )
+    store_sync: str = _option(
+        "fsync",
+        choice("fsync", "write", "none"),
+        "when a persistent message counts as stored (confirmed): fsync (on disk: survives a"
+        " power cut), write (handed to the OS: survives a broker crash, not a machine's),"
+        " none (at once: a crash loses what was not written yet); see docs/store.md",
+        metavar="fsync|write|none",
+    )
     auth: bool = _option(True, parse_bool, "require SASL authentication", metavar="yes|no")
     sasl_users: str | None = _option(
         None,

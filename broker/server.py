@@ -21,6 +21,8 @@ from broker.core.vhost import VirtualHost
 from broker.options import BrokerOptions
 from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
+from broker.store.journal import Journal, SyncPolicy
+from broker.store.message_store import MessageStore
 from broker.store.resource_monitor import ResourceMonitor, total_memory
 from common.log import get_logger
 
@@ -61,6 +63,7 @@ class Broker:
         self.replications: dict[str, QueueReplication] = {}
         self.fenced_reason: str | None = None
         self.data_dir: DataDir | None = None
+        self.store: MessageStore | None = None
         self._protocols: set[AmqpProtocol] = set()
         self._server: asyncio.Server | None = None
         self._management: Any = None
@@ -89,6 +92,32 @@ class Broker:
     def store_status(self) -> str:
         """``empty``, ``clean`` or ``dirty`` (the data directory), ``unknown`` without one."""
         return "unknown" if self.data_dir is None else self.data_dir.store_status
+
+    def _open_store(self, data_dir: DataDir) -> None:
+        """Recover the message store into the virtual host, then start writing to it."""
+        log = get_logger("store")
+        started = time.monotonic()
+        journal = Journal(data_dir.path, sync=SyncPolicy(self.options.store_sync), log=log)
+        state = journal.recover()
+        if state.torn_tail is not None:
+            data_dir.store_status = "dirty"  # a clean stop leaves no torn record
+        store = MessageStore(journal, self.vhost)
+        store.recover_into(state)
+        journal.start()
+        self.store = store
+        self.context.store_barrier = store
+        log.info(
+            "store_recovered",
+            store_status=data_dir.store_status,
+            exchanges=len(state.exchanges),
+            queues=len(state.queues),
+            bindings=len(state.bindings),
+            messages=store.recovered_messages,
+            records=state.record_count,
+            segments=len(state.segments),
+            seconds=round(time.monotonic() - started, 3),
+            sync=journal.sync.value,
+        )
 
     @property
     def ha_state(self) -> str:
@@ -124,6 +153,7 @@ class Broker:
         options = self.options
         if options.data_dir:
             self.data_dir = DataDir(options.data_dir).open()
+            self._open_store(self.data_dir)
         self.resources.sample()
         if options.ha_cluster:
             # Before listening: a cluster member must never admit a client as stand-alone.
@@ -257,8 +287,11 @@ class Broker:
             await self._management.cleanup()
         if self._server is not None:
             await self._server.wait_closed()
+        stored = True
+        if self.store is not None:
+            stored = await self.store.journal.close()
         if self.data_dir is not None:
-            self.data_dir.close(clean=True)
+            self.data_dir.close(clean=stored)
         self.log.info("broker_stopped", uptime=round(time.time() - self.started_at, 3))
 
     async def wait_stopped(self) -> None:

@@ -30,6 +30,7 @@ EXPECTED_DEFAULTS = {
     "mgmt_port": 8672,
     "mgmt_interface": "127.0.0.1",
     "data_dir": None,
+    "store_sync": "fsync",
     "auth": True,
     "sasl_users": None,
     "loopback_users": "guest",

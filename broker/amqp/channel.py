@@ -82,9 +82,11 @@ class Channel(ConsumeMethods, PublishMethods):
 
     def send_replicated(self, method: Method) -> None:
         """Reply to a configuration change once the backups have it (the context's
-        barrier: an HA primary); dropped if the channel closed meanwhile."""
-        barrier = self.connection.ctx.barrier
-        if barrier is None:
+        barrier: an HA primary) and the store has it on disk (its store barrier); dropped
+        if the channel closed meanwhile."""
+        ctx = self.connection.ctx
+        barrier, store = ctx.barrier, ctx.store_barrier
+        if barrier is None and store is None:
             self.send(method)
             return
 
@@ -95,7 +97,20 @@ class Channel(ConsumeMethods, PublishMethods):
             ):
                 self.send(method)
 
-        barrier.after_replicated(reply)
+        if barrier is None or store is None:
+            only = barrier if barrier is not None else store
+            assert only is not None
+            only.after_replicated(reply)
+            return
+        waiting = [2]
+
+        def one_done() -> None:
+            waiting[0] -= 1
+            if waiting[0] == 0:
+                reply()
+
+        store.after_replicated(one_done)
+        barrier.after_replicated(one_done)
 
     # -- methods -----------------------------------------------------------------------
     def method(self, method: Method) -> None:

@@ -106,6 +106,8 @@ class BrokerContext:
     streams: StreamHooks | None = None
     #: Holds the replies to configuration changes until the backups have them (HA primary).
     barrier: ReplicationBarrier | None = None
+    #: Holds them until the message store has them on disk (a broker with --data-dir).
+    store_barrier: ReplicationBarrier | None = None
     #: Extra Connection.Start server properties, read at each handshake (HA status).
     server_properties: Callable[[], dict[str, Any]] | None = None
     log: Logger = field(default_factory=_NullLogger)

@@ -58,6 +58,7 @@ class Message:
         "persistent",
         "properties_raw",
         "routing_key",
+        "store_id",
         "tx",
     )
 
@@ -80,6 +81,8 @@ class Message:
         self.encoded_route: bytes | None = None
         #: The transaction it was published in (set by tx.commit), else None.
         self.tx: TxMark | None = None
+        #: Its id in the message store once written there (broker/store), else 0.
+        self.store_id = 0
         info = scanned if scanned is not None else properties.scan(properties_raw)
         self.persistent = info.delivery_mode == 2
         self.expiration_ms = properties.parse_expiration(info.expiration)

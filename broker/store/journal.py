@@ -1,0 +1,385 @@
+"""The journal: the message store's files, with group commit and compaction (the I/O shell).
+
+The record format and recovery are sans-I/O (:mod:`broker.store.records`,
+:mod:`broker.store.recovery`, :mod:`broker.store.ledger`); this module reads and writes the
+segment files under ``<data-dir>/store/``.
+
+- :meth:`Journal.recover` (blocking, at start) reads every segment, cuts a torn tail off the
+  newest one (logging the segment and the offset), and opens a new segment for writing.
+- :meth:`Journal.append` adds an encoded record to the write buffer (no I/O);
+  :meth:`Journal.after_durable` calls back once everything appended so far is as durable
+  as the sync policy makes it, with ``ok=False`` if writing it failed (a full disk).
+- Group commit ("coalescing sync"): one writer task takes everything appended while the
+  previous write was in progress, writes it and syncs it once, in a worker thread, then
+  runs the callbacks. Concurrent publishers share each fsync.
+- Sync policies (``--store-sync``): ``fsync`` (``os.fdatasync`` before the callbacks: what
+  was confirmed survives a power cut), ``write`` (the callbacks run once the OS has the
+  bytes: survives the broker's crash, not the machine's), ``none`` (the callbacks run at
+  once; writes happen in the background: a crash loses what was not written yet).
+- Compaction: after a write, when the oldest segment is mostly dead (the ledger says so),
+  its live records are copied to the tail and, once that copy is durable, its file is
+  deleted.
+
+THREAD UNSAFE: one event loop owns the journal; file writes run on its one worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import struct
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from broker.store.data_dir import DataDirError
+from broker.store.ledger import Ledger
+from broker.store.records import (
+    HEADER,
+    MAGIC,
+    RECORD_HEADER,
+    BadRecord,
+    Kind,
+    encode_queue_entry,
+    iter_records,
+    segment_header,
+)
+from broker.store.recovery import CorruptStore, RecoveredState, Recovery
+
+STORE_DIR = "store"
+SEGMENT_SUFFIX = ".seg"
+DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
+_IDS = struct.Struct(">QQ")
+_ID = struct.Struct(">Q")
+
+Durable = Callable[[bool], None]
+
+
+class SyncPolicy(StrEnum):
+    FSYNC = "fsync"
+    WRITE = "write"
+    NONE = "none"
+
+
+class StoreError(DataDirError):
+    """The store cannot be opened (the message names the file and what is wrong)."""
+
+
+def segment_path(directory: Path, number: int) -> Path:
+    return directory / f"{number:020d}{SEGMENT_SUFFIX}"
+
+
+def list_segments(directory: Path) -> list[int]:
+    numbers: list[int] = []
+    for path in directory.iterdir():
+        if path.suffix == SEGMENT_SUFFIX and path.stem.isdigit():
+            numbers.append(int(path.stem))
+    return sorted(numbers)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Journal:
+    """The segment files of one store (see the module docstring)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        sync: SyncPolicy = SyncPolicy.FSYNC,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        log: Any = None,
+    ) -> None:
+        self.directory = Path(data_dir) / STORE_DIR
+        self.sync = sync
+        self.segment_bytes = segment_bytes
+        self.log = log
+        self.ledger = Ledger()
+        self.current = 0  # the segment appends go to
+        self._size = 0  # bytes of the current segment, appended ones included
+        self._next_id = 1
+        self._pending: list[tuple[int, bytearray]] = []
+        self._callbacks: list[Durable] = []
+        self._written_segment = -1  # segment whose file is open for writing
+        self._fd = -1
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="store")
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._compacting: int | None = None
+        self.failed: str | None = None  # the last write error, while it lasts
+        # figures for /api/status and the bench
+        self.syncs = 0
+        self.bytes_written = 0
+        self.compacted_segments = 0
+
+    # -- start -----------------------------------------------------------------------------
+    def recover(self) -> RecoveredState:
+        """Read the store (blocking). Raises :class:`CorruptStore` or :class:`StoreError`."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            numbers = list_segments(self.directory)
+        except OSError as exc:
+            raise StoreError(f"cannot read store {self.directory}: {exc.strerror}") from exc
+        recovery = Recovery()
+        for i, number in enumerate(numbers):
+            path = segment_path(self.directory, number)
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
+            recovery.add_segment(number, data, last=i == len(numbers) - 1)
+        state = recovery.state()
+        torn = state.torn_tail
+        if torn is not None:
+            path = segment_path(self.directory, torn.segment)
+            self._log(
+                "warning",
+                "store_torn_tail",
+                segment=str(path),
+                offset=torn.offset,
+                cut_bytes=path.stat().st_size - torn.offset,
+                reason=torn.reason,
+            )
+            if torn.offset < HEADER.size:
+                path.unlink()
+            else:
+                with open(path, "r+b") as file:
+                    file.truncate(torn.offset)
+                    os.fsync(file.fileno())
+        self.ledger = state.ledger
+        self._next_id = state.next_id
+        last = max(state.segments, default=0)
+        self.current = last + 1
+        self._open_segment(self.current)
+        return state
+
+    def _open_segment(self, number: int) -> None:
+        """Start segment ``number`` in the buffer (its file is created by the writer)."""
+        self.current = number
+        self.ledger.opened(number)
+        header = segment_header(number, self._next_id)
+        self._pending.append((number, bytearray(header)))
+        self._size = len(header)
+
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._writer(), name="store-writer")
+        self._wake.set()  # the new segment's header
+
+    # -- ids and appends -------------------------------------------------------------------
+    def new_id(self) -> int:
+        value = self._next_id
+        self._next_id += 1
+        return value
+
+    def append(self, record: bytes) -> int:
+        """Buffer one encoded record; returns the segment it goes to."""
+        if self._size + len(record) > self.segment_bytes and self._size > HEADER.size:
+            self._open_segment(self.current + 1)
+        current = self.current
+        chunk = self._pending[-1] if self._pending else None
+        if chunk is None or chunk[0] != current:
+            chunk = (current, bytearray())
+            self._pending.append(chunk)
+        chunk[1].extend(record)
+        self._size += len(record)
+        self.ledger.written(current)
+        if self._wake is not None:
+            self._wake.set()
+        return current
+
+    def after_durable(self, callback: Durable, *, written: bool = False) -> None:
+        """Call ``callback(ok)`` once every record appended so far is durable (as the sync
+        policy says); at once, with ok, under ``none``. ``written``: once it is written
+        whatever the policy (compaction deletes a segment only after its copy is)."""
+        if self.sync is SyncPolicy.NONE and not written:
+            callback(True)
+            return
+        self._callbacks.append(callback)
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the writer ------------------------------------------------------------------------
+    async def _writer(self) -> None:
+        assert self._wake is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._pending and not self._callbacks:
+                if self._closing:
+                    return
+                continue
+            pending, self._pending = self._pending, []
+            callbacks, self._callbacks = self._callbacks, []
+            error = await loop.run_in_executor(self._executor, self._write, pending)
+            if error is None:
+                if self.failed is not None:
+                    self._log("info", "store_write_recovered")
+                self.failed = None
+            else:
+                if self.failed != error:
+                    self._log("error", "store_write_failed", error=error)
+                self.failed = error
+            ok = error is None
+            for callback in callbacks:
+                callback(ok)
+            if ok and not self._closing:
+                self._maybe_compact()
+
+    def _write(self, pending: list[tuple[int, bytearray]]) -> str | None:
+        """Worker thread: write the chunks, each to its segment's file, and sync."""
+        directory_changed = False
+        try:
+            for number, data in pending:
+                if number != self._written_segment:
+                    self._switch_file(number)
+                    directory_changed = True
+                start = os.lseek(self._fd, 0, os.SEEK_END)
+                if start == 0 and not data.startswith(MAGIC):
+                    # An earlier write of this segment's header failed: write it first.
+                    data = bytearray(segment_header(number, self._next_id)) + data
+                try:
+                    view = memoryview(data)
+                    while view:
+                        written = os.write(self._fd, view)
+                        view = view[written:]
+                except OSError:
+                    # Leave no partial record behind: the next write starts at a boundary.
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self._fd, start)
+                    raise
+                self.bytes_written += len(data)
+            if self.sync is SyncPolicy.FSYNC:
+                os.fdatasync(self._fd)
+                if directory_changed:
+                    _fsync_dir(self.directory)
+                self.syncs += 1
+        except OSError as exc:
+            return f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, '?')})"
+        return None
+
+    def _switch_file(self, number: int) -> None:
+        if self._fd >= 0:
+            if self.sync is SyncPolicy.FSYNC:
+                os.fdatasync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+        path = segment_path(self.directory, number)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        self._written_segment = number
+
+    # -- compaction ------------------------------------------------------------------------
+    def _maybe_compact(self) -> None:
+        if self._compacting is not None:
+            return
+        candidate = self.ledger.compaction_candidate(self.current)
+        if candidate is None:
+            return
+        self._compacting = candidate
+        asyncio.get_running_loop().create_task(self._compact(candidate), name="store-compact")
+
+    async def _compact(self, number: int) -> None:
+        loop = asyncio.get_running_loop()
+        path = segment_path(self.directory, number)
+        try:
+            data = await loop.run_in_executor(self._executor, path.read_bytes)
+        except OSError as exc:
+            self._log("error", "store_compaction_failed", segment=str(path), error=exc.strerror)
+            return  # keep _compacting set: never retry a segment that cannot be read
+        ledger = self.ledger
+        copied = 0
+        for count, item in enumerate(iter_records(data)):
+            if isinstance(item, BadRecord):
+                break  # only a torn tail cut at recovery can end a segment early
+            offset, size, kind, _payload = item
+            ids = _leading_ids(data, offset, kind)
+            if ledger.is_live(number, kind, ids):
+                segment = self.append(data[offset : offset + size])
+                ledger.moved(kind, ids, number, segment)
+                copied += 1
+                if kind == Kind.ENQUEUE and (ids[0], ids[1]) in ledger.delivered:
+                    self.append(encode_queue_entry(Kind.DELIVERED, ids[0], ids[1]))
+            if count % 4096 == 4095:
+                await asyncio.sleep(0)
+
+        def remove(ok: bool) -> None:
+            if ok and not self._closing:
+                loop.run_in_executor(self._executor, self._remove_segment, number)
+                ledger.removed(number)
+                self.compacted_segments += 1
+                self._log("info", "store_segment_compacted", segment=number, copied=copied)
+            self._compacting = None
+
+        self.after_durable(remove, written=True)
+
+    def _remove_segment(self, number: int) -> None:
+        """Worker thread: the copies of its live records are written; make them durable
+        whatever the policy, then delete the segment."""
+        if self._fd >= 0 and self.sync is not SyncPolicy.FSYNC:
+            try:
+                os.fsync(self._fd)
+            except OSError:
+                return
+        with contextlib.suppress(FileNotFoundError):
+            segment_path(self.directory, number).unlink()
+        if self.sync is SyncPolicy.FSYNC:
+            with contextlib.suppress(OSError):
+                _fsync_dir(self.directory)
+
+    # -- stop ------------------------------------------------------------------------------
+    async def close(self) -> bool:
+        """Write and sync everything appended, close the files; True when all of it is on
+        disk (the store may then be marked clean)."""
+        self._closing = True
+        ok = True
+        if self._task is not None and self._wake is not None:
+            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+            def finished(good: bool) -> None:
+                if not done.done():
+                    done.set_result(good)
+
+            self._callbacks.append(finished)
+            self._wake.set()
+            ok = await done
+            self._wake.set()
+            await self._task
+        if self.sync is not SyncPolicy.FSYNC and self._fd >= 0:
+            try:
+                os.fsync(self._fd)
+            except OSError:
+                ok = False
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._executor.shutdown(wait=True)
+        return ok and self.failed is None
+
+    def _log(self, level: str, event: str, **fields: Any) -> None:
+        if self.log is not None:
+            getattr(self.log, level)(event, **fields)
+
+
+def _leading_ids(data: bytes, offset: int, kind: int) -> tuple[int, ...]:
+    """The ids a live record is known by: (queue, message) of an enqueue, else its own."""
+    start = offset + RECORD_HEADER.size
+    if kind == Kind.ENQUEUE:
+        return _IDS.unpack_from(data, start)
+    if kind in (Kind.MESSAGE, Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING):
+        return _ID.unpack_from(data, start)
+    return ()
+
+
+__all__ = ["CorruptStore", "Journal", "StoreError", "SyncPolicy"]

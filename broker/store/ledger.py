@@ -1,0 +1,154 @@
+"""The ledger: which records of which segment are still live, and when to compact.
+
+A record is *live* while the state still needs it: a durable exchange, queue or binding not
+deleted, a message's content while it is on some queue, an enqueue not dequeued. Deletion,
+dequeue and delivered records are never live: they only matter while what they refer to is
+still in an older segment.
+
+Only the oldest segment is ever removed, after its live records were copied to the tail
+and that copy is on disk (:meth:`Ledger.compaction_candidate`, then :meth:`moved` and
+:meth:`removed`). So a deletion record is never removed before what it deletes: it always
+comes after it in the log, and the log only ever loses its head. A DELIVERED flag
+rides along: copying a live enqueue that was delivered writes a fresh DELIVERED record.
+
+No I/O; the journal shell reads the old segment and appends the copies.
+
+THREAD UNSAFE: the store's event loop owns it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.store.records import Kind
+
+#: Compact the oldest segment when less than this share of its records is live.
+LIVE_SHARE_TO_COMPACT = 0.5
+
+EnqueueKey = tuple[int, int]  # (queue id, message id)
+
+
+@dataclass(slots=True)
+class SegmentUse:
+    records: int = 0
+    live: int = 0
+
+
+class Ledger:
+    """Live records per segment (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.segments: dict[int, SegmentUse] = {}
+        self._config: dict[int, int] = {}  # object id -> segment
+        self._messages: dict[int, list[int]] = {}  # message id -> [segment, enqueues]
+        self._enqueues: dict[EnqueueKey, int] = {}  # -> segment
+        self.delivered: set[EnqueueKey] = set()
+
+    # -- what was written ----------------------------------------------------------------
+    def opened(self, segment: int) -> None:
+        self.segments.setdefault(segment, SegmentUse())
+
+    def written(self, segment: int, count: int = 1) -> None:
+        """``count`` records of any kind were appended to ``segment``."""
+        self.segments[segment].records += count
+
+    def _live(self, segment: int, delta: int) -> None:
+        use = self.segments.get(segment)
+        if use is not None:
+            use.live += delta
+
+    def config_created(self, object_id: int, segment: int) -> None:
+        self._config[object_id] = segment
+        self._live(segment, 1)
+
+    def config_deleted(self, object_id: int) -> None:
+        segment = self._config.pop(object_id, None)
+        if segment is not None:
+            self._live(segment, -1)
+
+    def message_written(self, message_id: int, segment: int) -> None:
+        self._messages[message_id] = [segment, 0]
+        self._live(segment, 1)
+
+    def enqueued(self, key: EnqueueKey, segment: int) -> None:
+        self._enqueues[key] = segment
+        self._live(segment, 1)
+        self._messages[key[1]][1] += 1
+
+    def dequeued(self, key: EnqueueKey) -> None:
+        segment = self._enqueues.pop(key, None)
+        if segment is None:
+            return
+        self._live(segment, -1)
+        self.delivered.discard(key)
+        message = self._messages[key[1]]
+        message[1] -= 1
+        if message[1] <= 0:
+            del self._messages[key[1]]
+            self._live(message[0], -1)
+
+    def queue_deleted(self, queue_id: int) -> None:
+        """Every enqueue on this queue is gone (one scan: deleting a queue is rare)."""
+        for key in [k for k in self._enqueues if k[0] == queue_id]:
+            self.dequeued(key)
+
+    def has_message(self, message_id: int) -> bool:
+        return message_id in self._messages
+
+    def has_enqueue(self, key: EnqueueKey) -> bool:
+        return key in self._enqueues
+
+    @property
+    def live_messages(self) -> int:
+        return len(self._messages)
+
+    # -- compaction ----------------------------------------------------------------------
+    def is_live(self, segment: int, kind: int, ids: tuple[int, ...]) -> bool:
+        """Is this record of ``segment`` (its kind and leading ids) still live *there*?"""
+        if kind == Kind.ENQUEUE:
+            return self._enqueues.get((ids[0], ids[1])) == segment
+        if kind == Kind.MESSAGE:
+            message = self._messages.get(ids[0])
+            return message is not None and message[0] == segment
+        if kind in (Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING):
+            return self._config.get(ids[0]) == segment
+        return False
+
+    def moved(self, kind: int, ids: tuple[int, ...], old: int, new: int) -> None:
+        """A live record of segment ``old`` was copied to segment ``new``."""
+        if kind == Kind.ENQUEUE:
+            key = (ids[0], ids[1])
+            if self._enqueues.get(key) != old:
+                return
+            self._enqueues[key] = new
+        elif kind == Kind.MESSAGE:
+            message = self._messages.get(ids[0])
+            if message is None or message[0] != old:
+                return
+            message[0] = new
+        else:
+            if self._config.get(ids[0]) != old:
+                return
+            self._config[ids[0]] = new
+        self._live(old, -1)
+        self._live(new, 1)
+
+    def compaction_candidate(self, current: int) -> int | None:
+        """The oldest segment, when it is not the one being written and little of it is
+        live (or nothing); None otherwise."""
+        if len(self.segments) < 2:
+            return None
+        oldest = min(self.segments)
+        if oldest == current:
+            return None
+        use = self.segments[oldest]
+        if use.live <= 0 or use.live < use.records * LIVE_SHARE_TO_COMPACT:
+            return oldest
+        total = sum(u.records for u in self.segments.values())
+        live = sum(max(u.live, 0) for u in self.segments.values())
+        if total and live < total * LIVE_SHARE_TO_COMPACT / 2:
+            return oldest  # mostly garbage overall: copy the head's live records forward
+        return None
+
+    def removed(self, segment: int) -> None:
+        self.segments.pop(segment, None)

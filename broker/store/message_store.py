@@ -1,0 +1,278 @@
+"""The message store as the virtual host sees it: what is durable goes to the journal.
+
+:class:`MessageStore` listens to the virtual host's configuration (durable exchanges, durable
+non-exclusive queues, their bindings) and observes each durable queue (persistent messages
+enqueued, delivered, dequeued), writing one record for each to the
+:class:`~broker.store.journal.Journal`. It keeps the promises that depend on the disk:
+
+- a persistent message's publisher confirm on a durable queue is held until the write
+  that covers it is durable (the journal's group commit); a failed write nacks it;
+- :meth:`after_replicated` (the channel's barrier, beside the HA one) holds declare-ok,
+  delete-ok, bind-ok, unbind-ok and purge-ok until the change is durable;
+- transient messages and non-durable queues never wait for the disk (nothing is written).
+
+At start, :meth:`recover_into` re-creates what the store holds in the virtual host, in
+order, delivered messages marked redelivered and expiry times kept, without writing it again.
+
+THREAD UNSAFE: the broker's event loop owns it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from broker.core.exchange import Binding, Exchange
+from broker.core.message import Entry, Message
+from broker.core.queue import Queue
+from broker.core.vhost import VirtualHost
+from broker.store.journal import Journal
+from broker.store.records import (
+    BindingRecord,
+    ExchangeRecord,
+    Kind,
+    QueueRecord,
+    encode_binding,
+    encode_deleted,
+    encode_enqueue,
+    encode_exchange,
+    encode_message,
+    encode_queue,
+    encode_queue_entry,
+)
+from broker.store.recovery import RecoveredState
+
+BindingId = tuple[str, str, Any]  # (exchange, queue, binding key)
+
+
+class MessageStore:
+    """Writes the virtual host's durable state to a journal (see the module docstring)."""
+
+    def __init__(self, journal: Journal, vhost: VirtualHost) -> None:
+        self.journal = journal
+        self.vhost = vhost
+        self._exchanges: dict[str, int] = {}
+        self._queues: dict[str, int] = {}
+        self._bindings: dict[BindingId, int] = {}
+        self._adopting: int | None = None  # during recovery: the id of what is re-created
+        # during recovery of one message: (delivered before, expiry time on vhost.clock)
+        self._restoring: tuple[bool, float | None] | None = None
+        self.recovered_messages = 0
+        vhost.listeners.append(self)
+
+    # -- recovery --------------------------------------------------------------------------
+    def recover_into(self, state: RecoveredState) -> None:
+        """Re-create the recovered exchanges, queues, bindings and messages in the vhost."""
+        vhost = self.vhost
+        for exchange in state.exchanges:
+            self._adopting = exchange.id
+            vhost.declare_exchange(
+                exchange.name,
+                exchange.type,
+                durable=True,
+                auto_delete=exchange.auto_delete,
+                internal=exchange.internal,
+                arguments=exchange.arguments,
+            )
+        wall_now_ms = time.time() * 1000.0
+        now = vhost.clock()
+        objects: dict[int, Message] = {}  # one Message for all the queues it is on
+        queue_names: dict[int, str] = {}
+        for recovered in state.queues:
+            record = recovered.record
+            self._adopting = record.id
+            queue = vhost.declare_queue(
+                record.name,
+                durable=True,
+                auto_delete=record.auto_delete,
+                arguments=record.arguments,
+                replicated=True,  # amq.gen- names come back too
+            )
+            queue_names[record.id] = queue.name
+            for item in recovered.messages:
+                message = objects.get(item.message_id)
+                if message is None:
+                    content = state.messages[item.message_id]
+                    message = Message(
+                        content.exchange, content.routing_key, content.properties_raw, content.body
+                    )
+                    message.store_id = item.message_id
+                    objects[item.message_id] = message
+                expires_at = None
+                if item.expires_at_ms:
+                    expires_at = now + (item.expires_at_ms - wall_now_ms) / 1000.0
+                self._restoring = (item.delivered, expires_at)
+                queue.enqueue(message, item.position)
+                self.recovered_messages += 1
+            self._restoring = None
+            self._adopting = None
+        for binding in state.bindings:
+            queue_name = queue_names.get(binding.queue_id)
+            if queue_name is None or binding.exchange not in vhost.exchanges:
+                continue
+            self._adopting = binding.id
+            vhost.bind(queue_name, binding.exchange, binding.routing_key, binding.arguments)
+        self._adopting = None
+
+    def _new_id(self) -> int:
+        adopted = self._adopting
+        if adopted is not None:
+            self._adopting = None
+            return adopted
+        return self.journal.new_id()
+
+    # -- configuration (vhost listener) ----------------------------------------------------
+    def exchange_declared(self, exchange: Exchange) -> None:
+        if not exchange.durable or exchange.builtin:
+            return
+        adopted = self._adopting is not None
+        object_id = self._new_id()
+        self._exchanges[exchange.name] = object_id
+        if adopted:
+            return
+        record = ExchangeRecord(
+            object_id,
+            exchange.name,
+            exchange.type,
+            exchange.auto_delete,
+            exchange.internal,
+            dict(exchange.arguments),
+        )
+        segment = self.journal.append(encode_exchange(record))
+        self.journal.ledger.config_created(object_id, segment)
+
+    def exchange_deleted(self, exchange: Exchange) -> None:
+        self._deleted(self._exchanges.pop(exchange.name, None), Kind.EXCHANGE_DELETED)
+
+    def queue_declared(self, queue: Queue) -> None:
+        if not queue.durable or queue.exclusive_owner is not None:
+            return
+        adopted = self._adopting is not None
+        object_id = self._new_id()
+        self._queues[queue.name] = object_id
+        queue.observers.append(self)
+        queue.on_first_delivery = self._first_delivery
+        if adopted:
+            return
+        record = QueueRecord(object_id, queue.name, queue.auto_delete, dict(queue.arguments))
+        segment = self.journal.append(encode_queue(record))
+        self.journal.ledger.config_created(object_id, segment)
+
+    def queue_deleted(self, queue: Queue) -> None:
+        object_id = self._queues.pop(queue.name, None)
+        if object_id is None:
+            return
+        ledger = self.journal.ledger
+        for key in [k for k in self._bindings if k[1] == queue.name]:
+            ledger.config_deleted(self._bindings.pop(key))
+        ledger.queue_deleted(object_id)  # its messages go with it, unacked ones included
+        self._deleted(object_id, Kind.QUEUE_DELETED)
+
+    def bound(self, binding: Binding) -> None:
+        if getattr(binding, "to_exchange", False):
+            return  # exchange-to-exchange bindings are not stored yet
+        queue_name = binding.queue.name
+        if queue_name not in self._queues:
+            return
+        exchange = self.vhost.exchanges.get(binding.exchange)
+        if exchange is None or not (exchange.builtin or binding.exchange in self._exchanges):
+            return
+        adopted = self._adopting is not None
+        object_id = self._new_id()
+        self._bindings[(binding.exchange, queue_name, binding.key)] = object_id
+        if adopted:
+            return
+        record = BindingRecord(
+            object_id,
+            binding.exchange,
+            self._queues[queue_name],
+            binding.routing_key,
+            dict(binding.arguments),
+        )
+        segment = self.journal.append(encode_binding(record))
+        self.journal.ledger.config_created(object_id, segment)
+
+    def unbound(self, binding: Binding) -> None:
+        if getattr(binding, "to_exchange", False):
+            return
+        key = (binding.exchange, binding.queue.name, binding.key)
+        self._deleted(self._bindings.pop(key, None), Kind.UNBOUND)
+
+    def _deleted(self, object_id: int | None, kind: Kind) -> None:
+        if object_id is None:
+            return
+        self.journal.append(encode_deleted(kind, object_id))
+        self.journal.ledger.config_deleted(object_id)
+
+    def after_replicated(self, reply: Callable[[], None]) -> None:
+        """The barrier of configuration replies: ``reply`` once the changes so far are
+        durable (a failed write still replies: the change is in memory, and the next
+        successful write carries it)."""
+        self.journal.after_durable(lambda _ok: reply())
+
+    # -- messages (queue observer) ---------------------------------------------------------
+    def enqueued(self, queue: Queue, entry: Entry) -> None:
+        restoring = self._restoring
+        if restoring is not None:  # recovery: on disk already
+            if restoring[0]:
+                entry.delivery_count = 1
+            entry.expires_at = restoring[1]
+            return
+        message = entry.message
+        if not message.persistent:
+            return
+        queue_id = self._queues.get(queue.name)
+        if queue_id is None:
+            return
+        journal = self.journal
+        ledger = journal.ledger
+        message_id = message.store_id
+        if not message_id or not ledger.has_message(message_id):
+            message_id = message.store_id = journal.new_id()
+            segment = journal.append(
+                encode_message(
+                    message_id,
+                    message.exchange,
+                    message.routing_key,
+                    message.properties_raw,
+                    message.body,
+                )
+            )
+            ledger.message_written(message_id, segment)
+        expires_at = entry.expires_at
+        expires_ms = 0
+        if expires_at is not None:
+            expires_ms = max(1, int((time.time() + expires_at - self.vhost.clock()) * 1000))
+        segment = journal.append(encode_enqueue(queue_id, message_id, entry.position, expires_ms))
+        ledger.enqueued((queue_id, message_id), segment)
+        handle = message.confirm
+        if handle is not None and not handle.settled:
+            handle.hold()
+            journal.after_durable(handle.release)
+
+    def _first_delivery(self, queue: Queue, entry: Entry) -> None:
+        message_id = entry.message.store_id
+        queue_id = self._queues.get(queue.name)
+        if not message_id or queue_id is None:
+            return
+        key = (queue_id, message_id)
+        ledger = self.journal.ledger
+        if ledger.has_enqueue(key):
+            ledger.delivered.add(key)
+            self.journal.append(encode_queue_entry(Kind.DELIVERED, queue_id, message_id))
+
+    def dequeued(self, queue: Queue, entry: Entry) -> None:
+        message_id = entry.message.store_id
+        if not message_id:
+            return
+        queue_id = self._queues.get(queue.name)
+        if queue_id is None:
+            return
+        key = (queue_id, message_id)
+        ledger = self.journal.ledger
+        if not ledger.has_enqueue(key):
+            return
+        ledger.dequeued(key)
+        if not queue.deleted:  # a deleted queue's record covers its messages
+            self.journal.append(encode_queue_entry(Kind.DEQUEUE, queue_id, message_id))

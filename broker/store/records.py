@@ -1,0 +1,372 @@
+"""The message store's record format: bytes in, records out, no I/O (docs/store.md).
+
+A store is a directory of segment files ``NNNNNNNNNNNNNNNNNNNN.seg`` (the segment's number,
+20 digits). Each segment starts with a header and holds whole records, never a part of one::
+
+    header  = b"QPIDSEG1" | u64 segment number | u64 next id   (24 bytes)
+    record  = u32 payload length | u32 CRC-32C of (kind + payload) | u8 kind | payload
+
+All integers are big-endian. ``next id`` is the store's id counter when the segment was
+opened: every id handed out later is at least that, so the counter survives even when the
+records that used the highest ids were compacted away.
+
+Records name what they change by id (one counter for exchanges, queues, bindings and
+messages), never by position in the log, so a live record copied to the tail by compaction
+means the same thing there: the state is the set of records created and not deleted,
+whatever their order.
+
+CRC-32C (Castagnoli, the ``crc32c`` package) rather than zlib's CRC-32: it is the checksum
+storage formats use (Kafka record batches, ext4 metadata, iSCSI), it detects more error
+patterns at these record sizes, and the package computes it with the CPU's CRC instruction,
+3 to 6 times faster than ``zlib.crc32`` here (64 B to 64 KiB bodies).
+
+THREAD SAFE: pure functions.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from crc32c import crc32c
+from pamqp import decode as pamqp_decode
+from pamqp import encode as pamqp_encode
+
+MAGIC = b"QPIDSEG1"
+HEADER = struct.Struct(">8sQQ")
+RECORD_HEADER = struct.Struct(">IIB")
+_CRC_FROM = 8  # the checksum covers the kind byte and the payload
+_Q = struct.Struct(">Q")
+_QQ = struct.Struct(">QQ")
+_QQQQ = struct.Struct(">QQQQ")
+_QQQ = struct.Struct(">QQQ")
+_QB = struct.Struct(">QB")
+_I = struct.Struct(">I")
+
+#: Largest payload accepted when reading: a length above it is corruption, not a record.
+MAX_PAYLOAD = 1 << 30
+
+
+class Kind(IntEnum):
+    """What a record says."""
+
+    EXCHANGE = 1  # a durable exchange exists
+    EXCHANGE_DELETED = 2
+    QUEUE = 3  # a durable queue exists
+    QUEUE_DELETED = 4
+    BINDING = 5  # a binding from an exchange (by name) to a durable queue (by id)
+    UNBOUND = 6
+    MESSAGE = 7  # a persistent message's content
+    ENQUEUE = 8  # a message is on a queue at a position
+    DEQUEUE = 9  # it left that queue for good
+    DELIVERED = 10  # it was delivered from that queue at least once
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeRecord:
+    id: int
+    name: str
+    type: str
+    auto_delete: bool
+    internal: bool
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    id: int
+    name: str
+    auto_delete: bool
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BindingRecord:
+    id: int
+    exchange: str
+    queue_id: int
+    routing_key: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    id: int
+    exchange: str
+    routing_key: str
+    properties_raw: bytes
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRecord:
+    queue_id: int
+    message_id: int
+    position: int
+    #: When the message expires on this queue, wall-clock milliseconds; 0: never.
+    expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """EXCHANGE_DELETED, QUEUE_DELETED or UNBOUND: the object with this id is gone."""
+
+    kind: Kind
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntryEvent:
+    """DEQUEUE or DELIVERED of one message on one queue."""
+
+    kind: Kind
+    queue_id: int
+    message_id: int
+
+
+Record = (
+    ExchangeRecord
+    | QueueRecord
+    | BindingRecord
+    | MessageRecord
+    | EnqueueRecord
+    | Deleted
+    | QueueEntryEvent
+)
+
+
+class FormatError(Exception):
+    """Bytes that are not a valid segment or record (the message says what and where)."""
+
+
+# -- encoding ---------------------------------------------------------------------------
+def segment_header(number: int, next_id: int) -> bytes:
+    return HEADER.pack(MAGIC, number, next_id)
+
+
+def _frame(kind: Kind, payload: bytes) -> bytes:
+    kind_byte = bytes((kind,))
+    return RECORD_HEADER.pack(len(payload), crc32c(payload, crc32c(kind_byte)), kind) + payload
+
+
+def _short(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) > 255:
+        raise ValueError(f"name longer than 255 bytes: {text[:40]!r}...")
+    return bytes((len(raw),)) + raw
+
+
+def _table(arguments: dict[str, Any]) -> bytes:
+    return bytes(pamqp_encode.field_table(arguments))
+
+
+def encode_exchange(record: ExchangeRecord) -> bytes:
+    flags = (1 if record.auto_delete else 0) | (2 if record.internal else 0)
+    payload = (
+        _QB.pack(record.id, flags)
+        + _short(record.name)
+        + _short(record.type)
+        + _table(record.arguments)
+    )
+    return _frame(Kind.EXCHANGE, payload)
+
+
+def encode_queue(record: QueueRecord) -> bytes:
+    payload = (
+        _QB.pack(record.id, 1 if record.auto_delete else 0)
+        + _short(record.name)
+        + _table(record.arguments)
+    )
+    return _frame(Kind.QUEUE, payload)
+
+
+def encode_binding(record: BindingRecord) -> bytes:
+    payload = (
+        _QQ.pack(record.id, record.queue_id)
+        + _short(record.exchange)
+        + _short(record.routing_key)
+        + _table(record.arguments)
+    )
+    return _frame(Kind.BINDING, payload)
+
+
+def encode_deleted(kind: Kind, object_id: int) -> bytes:
+    if kind not in (Kind.EXCHANGE_DELETED, Kind.QUEUE_DELETED, Kind.UNBOUND):
+        raise ValueError(f"not a deletion: {kind!r}")
+    return _frame(kind, _Q.pack(object_id))
+
+
+def encode_message(
+    message_id: int, exchange: str, routing_key: str, properties_raw: bytes, body: bytes
+) -> bytes:
+    payload = b"".join(
+        (
+            _Q.pack(message_id),
+            _short(exchange),
+            _short(routing_key),
+            _I.pack(len(properties_raw)),
+            properties_raw,
+            body,
+        )
+    )
+    return _frame(Kind.MESSAGE, payload)
+
+
+def encode_enqueue(queue_id: int, message_id: int, position: int, expires_at_ms: int) -> bytes:
+    return _frame(Kind.ENQUEUE, _QQQQ.pack(queue_id, message_id, position, expires_at_ms))
+
+
+def encode_queue_entry(kind: Kind, queue_id: int, message_id: int) -> bytes:
+    if kind not in (Kind.DEQUEUE, Kind.DELIVERED):
+        raise ValueError(f"not a queue entry event: {kind!r}")
+    return _frame(kind, _QQ.pack(queue_id, message_id))
+
+
+# -- decoding ---------------------------------------------------------------------------
+def _read_short(payload: bytes, pos: int) -> tuple[str, int]:
+    size = payload[pos]
+    end = pos + 1 + size
+    if end > len(payload):
+        raise FormatError("short string runs past the record")
+    return payload[pos + 1 : end].decode(), end
+
+
+def _read_table(payload: bytes, pos: int) -> tuple[dict[str, Any], int]:
+    used, table = pamqp_decode.field_table(payload[pos:])
+    return dict(table), pos + used
+
+
+def decode_payload(kind: int, payload: bytes) -> Record:
+    """One record from its kind and payload (checksum already verified)."""
+    try:
+        return _decode(kind, payload)
+    except FormatError:
+        raise
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
+        raise FormatError(f"undecodable {_kind_name(kind)} record: {exc}") from None
+
+
+def _kind_name(kind: int) -> str:
+    try:
+        return Kind(kind).name
+    except ValueError:
+        return f"kind {kind}"
+
+
+def _decode(kind: int, payload: bytes) -> Record:
+    if kind == Kind.ENQUEUE:
+        return EnqueueRecord(*_QQQQ.unpack(payload))
+    if kind == Kind.MESSAGE:
+        (message_id,) = _Q.unpack_from(payload)
+        exchange, pos = _read_short(payload, 8)
+        routing_key, pos = _read_short(payload, pos)
+        (size,) = _I.unpack_from(payload, pos)
+        pos += 4
+        if pos + size > len(payload):
+            raise FormatError("message properties run past the record")
+        return MessageRecord(
+            message_id, exchange, routing_key, payload[pos : pos + size], payload[pos + size :]
+        )
+    if kind in (Kind.DEQUEUE, Kind.DELIVERED):
+        queue_id, message_id = _QQ.unpack(payload)
+        return QueueEntryEvent(Kind(kind), queue_id, message_id)
+    if kind in (Kind.EXCHANGE_DELETED, Kind.QUEUE_DELETED, Kind.UNBOUND):
+        return Deleted(Kind(kind), _Q.unpack(payload)[0])
+    if kind == Kind.EXCHANGE:
+        object_id, flags = _QB.unpack_from(payload)
+        name, pos = _read_short(payload, 9)
+        type_, pos = _read_short(payload, pos)
+        arguments, pos = _read_table(payload, pos)
+        return ExchangeRecord(object_id, name, type_, bool(flags & 1), bool(flags & 2), arguments)
+    if kind == Kind.QUEUE:
+        object_id, flags = _QB.unpack_from(payload)
+        name, pos = _read_short(payload, 9)
+        arguments, pos = _read_table(payload, pos)
+        return QueueRecord(object_id, name, bool(flags & 1), arguments)
+    if kind == Kind.BINDING:
+        object_id, queue_id = _QQ.unpack_from(payload)
+        exchange, pos = _read_short(payload, 16)
+        routing_key, pos = _read_short(payload, pos)
+        arguments, pos = _read_table(payload, pos)
+        return BindingRecord(object_id, exchange, queue_id, routing_key, arguments)
+    raise FormatError(f"unknown record kind {kind}")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHeader:
+    number: int
+    next_id: int
+
+
+def read_header(data: bytes | memoryview) -> SegmentHeader:
+    if len(data) < HEADER.size:
+        raise FormatError(f"segment shorter than its {HEADER.size}-byte header")
+    magic, number, next_id = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise FormatError(f"not a segment (magic {bytes(magic)!r})")
+    return SegmentHeader(number, next_id)
+
+
+@dataclass(frozen=True, slots=True)
+class BadRecord:
+    """Where reading stopped: the offset of the first record that is not valid, and why."""
+
+    offset: int
+    reason: str
+    #: A valid record follows the bad one: corruption inside the log, not a torn tail.
+    followed: bool
+
+
+def iter_records(
+    data: bytes, start: int = HEADER.size
+) -> Iterator[tuple[int, int, int, bytes] | BadRecord]:
+    """Walk the records of one segment's bytes from ``start``.
+
+    Yields ``(offset, size, kind, payload)`` for each valid record (``size`` counts its
+    header), then, if the bytes do not end exactly after a record, one :class:`BadRecord`
+    and stops. A bad record followed by a valid one (the next header in place with a right
+    checksum) is marked ``followed``: the damage is inside the log. Otherwise it is what a
+    write cut short leaves at the end (a torn tail).
+    """
+    end = len(data)
+    pos = start
+    header = RECORD_HEADER
+    header_size = header.size
+    while pos < end:
+        reason = _check(data, pos, end)
+        if reason is not None:
+            yield BadRecord(pos, reason, _valid_follows(data, pos, end))
+            return
+        length, _crc, kind = header.unpack_from(data, pos)
+        size = header_size + length
+        yield pos, size, kind, data[pos + header_size : pos + size]
+        pos += size
+
+
+def _check(data: bytes, pos: int, end: int) -> str | None:
+    header_size = RECORD_HEADER.size
+    if pos + header_size > end:
+        return f"{end - pos} bytes left, less than a record header"
+    length, crc, _kind = RECORD_HEADER.unpack_from(data, pos)
+    if length > MAX_PAYLOAD:
+        return f"record length {length} is impossible"
+    if pos + header_size + length > end:
+        return f"record of {length} bytes runs past the end ({end - pos - header_size} left)"
+    actual = crc32c(memoryview(data)[pos + _CRC_FROM : pos + header_size + length])
+    if actual != crc:
+        return f"checksum mismatch (stored {crc:#010x}, computed {actual:#010x})"
+    return None
+
+
+def _valid_follows(data: bytes, pos: int, end: int) -> bool:
+    """Does a valid record start right after the (claimed) extent of the bad one?"""
+    if pos + RECORD_HEADER.size > end:
+        return False
+    length = RECORD_HEADER.unpack_from(data, pos)[0]
+    nxt = pos + RECORD_HEADER.size + length
+    if length > MAX_PAYLOAD or nxt >= end:
+        return False
+    return _check(data, nxt, end) is None

@@ -1,0 +1,257 @@
+"""Recovery: from the records of a store's segments to the durable state they describe.
+
+Feed each segment's bytes, oldest first, to :meth:`Recovery.add_segment`; read the result
+from :meth:`Recovery.state`. No I/O: the journal shell reads the files.
+
+The state is the set of objects created and not deleted, whatever the order of their
+records (compaction copies live records to the tail, see :mod:`broker.store.records`):
+
+- durable exchanges, queues and bindings whose deletion record is absent (a binding also
+  goes with its queue);
+- on each recovered queue, the messages enqueued and not dequeued, by position, each marked
+  ``delivered`` when a DELIVERED record says it had been delivered.
+
+What a bad record means (:class:`~broker.store.records.BadRecord`): at the end of the last
+segment and not followed by a valid record, a write cut short by a crash or a power cut
+(*torn tail*: nothing after it was ever synced, so nothing confirmed is lost; the shell
+cuts it off and logs where); anywhere else, corruption: :class:`CorruptStore` stops the
+start with the segment, the offset and the reason.
+
+THREAD UNSAFE: one recovery per store, on one thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from broker.store.ledger import Ledger
+from broker.store.records import (
+    HEADER,
+    BadRecord,
+    BindingRecord,
+    Deleted,
+    EnqueueRecord,
+    ExchangeRecord,
+    FormatError,
+    Kind,
+    MessageRecord,
+    QueueEntryEvent,
+    QueueRecord,
+    decode_payload,
+    iter_records,
+    read_header,
+)
+
+
+class CorruptStore(Exception):
+    """A record inside the log is damaged: starting would lose or invent messages."""
+
+    def __init__(self, segment: int, offset: int, reason: str) -> None:
+        super().__init__(f"segment {segment:020d}.seg, offset {offset}: {reason}")
+        self.segment = segment
+        self.offset = offset
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """The last segment ends in a partial record: cut it at ``offset``."""
+
+    segment: int
+    offset: int
+    reason: str
+
+
+@dataclass(slots=True)
+class RecoveredMessage:
+    """One message on one recovered queue."""
+
+    message_id: int
+    position: int
+    expires_at_ms: int
+    delivered: bool
+
+
+@dataclass(slots=True)
+class RecoveredQueue:
+    record: QueueRecord
+    #: Messages by position, lowest first.
+    messages: list[RecoveredMessage] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RecoveredState:
+    exchanges: list[ExchangeRecord]
+    queues: list[RecoveredQueue]
+    bindings: list[BindingRecord]
+    #: Message contents by id, for every message on some recovered queue.
+    messages: dict[int, MessageRecord]
+    #: The first id the store may hand out.
+    next_id: int
+    torn_tail: TornTail | None
+    #: Records read, for the recovery log line and the bench.
+    record_count: int
+    #: What is live where, for compaction from here on.
+    ledger: Ledger
+    #: Segment numbers read, oldest first.
+    segments: list[int]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.exchanges or self.queues)
+
+    @property
+    def message_count(self) -> int:
+        return sum(len(q.messages) for q in self.queues)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRecords:
+    """What one segment held: its number and the valid records' (offset, size, kind, id)."""
+
+    number: int
+    end: int  # offset after the last valid record
+
+
+class Recovery:
+    """Folds records into the state they describe (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._exchanges: dict[int, ExchangeRecord] = {}
+        self._queues: dict[int, QueueRecord] = {}
+        self._bindings: dict[int, BindingRecord] = {}
+        self._deleted: set[int] = set()
+        self._messages: dict[int, MessageRecord] = {}
+        # (queue id, message id) -> (position, expires_at_ms, segment)
+        self._enqueued: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self._where: dict[int, int] = {}  # exchange, queue, binding, message id -> segment
+        self._records_in: dict[int, int] = {}  # segment -> records
+        self._dequeued: set[tuple[int, int]] = set()
+        self._delivered: set[tuple[int, int]] = set()
+        self._next_id = 1
+        self._torn: TornTail | None = None
+        self._records = 0
+        self._segments: list[int] = []
+
+    def add_segment(self, number: int, data: bytes, *, last: bool) -> SegmentRecords:
+        """Read segment ``number`` (its file name; oldest first); ``last``: the newest one,
+        where a torn tail may be. Raises :class:`CorruptStore`."""
+        if self._segments and number <= self._segments[-1]:
+            raise CorruptStore(number, 0, f"segment number not above {self._segments[-1]}")
+        try:
+            header = read_header(data)
+        except FormatError as exc:
+            if last and len(data) < HEADER.size:
+                # Cut while its header was being written: an empty segment.
+                self._torn = TornTail(number, 0, str(exc))
+                return SegmentRecords(number, 0)
+            raise CorruptStore(number, 0, str(exc)) from None
+        if header.number != number:
+            raise CorruptStore(number, 0, f"header says segment {header.number}")
+        self._segments.append(number)
+        self._records_in[number] = 0
+        self._next_id = max(self._next_id, header.next_id)
+        end = HEADER.size
+        for item in iter_records(data):
+            if isinstance(item, BadRecord):
+                if last and not item.followed:
+                    self._torn = TornTail(number, item.offset, item.reason)
+                    return SegmentRecords(number, item.offset)
+                raise CorruptStore(number, item.offset, item.reason)
+            offset, size, kind, payload = item
+            try:
+                self._apply(kind, payload, number)
+            except FormatError as exc:
+                raise CorruptStore(number, offset, str(exc)) from None
+            end = offset + size
+        return SegmentRecords(number, end)
+
+    def _apply(self, kind: int, payload: bytes, segment: int) -> None:
+        self._records += 1
+        self._records_in[segment] += 1
+        record = decode_payload(kind, payload)
+        if isinstance(record, EnqueueRecord):
+            key = (record.queue_id, record.message_id)
+            self._enqueued[key] = (record.position, record.expires_at_ms, segment)
+            self._bump(record.message_id)
+        elif isinstance(record, MessageRecord):
+            self._messages[record.id] = record
+            self._where[record.id] = segment
+            self._bump(record.id)
+        elif isinstance(record, QueueEntryEvent):
+            key = (record.queue_id, record.message_id)
+            if record.kind == Kind.DEQUEUE:
+                self._dequeued.add(key)
+            else:
+                self._delivered.add(key)
+        elif isinstance(record, Deleted):
+            self._deleted.add(record.id)
+        else:
+            if isinstance(record, ExchangeRecord):
+                self._exchanges[record.id] = record
+            elif isinstance(record, QueueRecord):
+                self._queues[record.id] = record
+            else:
+                self._bindings[record.id] = record
+            self._where[record.id] = segment
+            self._bump(record.id)
+
+    def _bump(self, used: int) -> None:
+        if used >= self._next_id:
+            self._next_id = used + 1
+
+    def state(self) -> RecoveredState:
+        deleted = self._deleted
+        exchanges = [r for i, r in sorted(self._exchanges.items()) if i not in deleted]
+        queues = {i: RecoveredQueue(r) for i, r in sorted(self._queues.items()) if i not in deleted}
+        bindings = [
+            r
+            for i, r in sorted(self._bindings.items())
+            if i not in deleted and r.queue_id in queues
+        ]
+        ledger = Ledger()
+        where = self._where
+        for segment, count in self._records_in.items():
+            ledger.opened(segment)
+            ledger.written(segment, count)
+        for object_id in (*(e.id for e in exchanges), *queues, *(b.id for b in bindings)):
+            ledger.config_created(object_id, where[object_id])
+        used: dict[int, MessageRecord] = {}
+        dequeued = self._dequeued
+        delivered = self._delivered
+        messages = self._messages
+        for key, (position, expires_at_ms, segment) in self._enqueued.items():
+            queue = queues.get(key[0])
+            if queue is None or key in dequeued:
+                continue
+            message_id = key[1]
+            content = messages.get(message_id)
+            if content is None:
+                # The enqueue of a message whose content never reached the disk: the
+                # content record comes first, so only a damaged store gets here.
+                raise CorruptStore(
+                    segment, -1, f"message {message_id} enqueued but its content is missing"
+                )
+            if message_id not in used:
+                used[message_id] = content
+                ledger.message_written(message_id, where[message_id])
+            ledger.enqueued(key, segment)
+            was_delivered = key in delivered
+            if was_delivered:
+                ledger.delivered.add(key)
+            queue.messages.append(
+                RecoveredMessage(message_id, position, expires_at_ms, was_delivered)
+            )
+        for queue in queues.values():
+            queue.messages.sort(key=lambda m: m.position)
+        return RecoveredState(
+            exchanges=exchanges,
+            queues=list(queues.values()),
+            bindings=bindings,
+            messages=used,
+            next_id=self._next_id,
+            torn_tail=self._torn,
+            record_count=self._records,
+            ledger=ledger,
+            segments=list(self._segments),
+        )
