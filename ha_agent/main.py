@@ -18,6 +18,7 @@ import typer
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging
 from ha_agent.agent import Agent
+from ha_agent.kazoo_log import route_kazoo_logging
 from ha_agent.settings import AgentSettings
 from ha_agent.vip import parse_vip
 
@@ -132,6 +133,7 @@ def _agent(
             component="agent",
             cluster=settings.cluster,
         )
+        route_kazoo_logging()  # kazoo's plain-text lines as rate-limited JSON events
         return Agent(settings)
     except ValueError as exc:
         raise CommandError(str(exc), ExitStatus.USAGE) from None
