@@ -29,6 +29,7 @@ from broker.amqp.channel_publish import PendingContent, PublishMethods, Transact
 from broker.amqp.context import Stream
 from broker.amqp.state import ChannelState
 from broker.core.confirms import PublisherConfirms
+from broker.core.direct_reply import REPLY_TO
 from broker.core.errors import AmqpError, ReplyCode, precondition_failed
 from broker.core.message import Entry, TxMark
 from broker.core.queue import Queue
@@ -69,6 +70,7 @@ class Channel(ConsumeMethods, PublishMethods):
         self._content: PendingContent | None = None
         self.last_queue = ""
         self.stream: Stream | None = None
+        self.reply_queue: Queue | None = None
         self._stream_tag = b""
         self._stream_route = b""
 
@@ -245,6 +247,11 @@ class Channel(ConsumeMethods, PublishMethods):
     def _queue_declare(self, method: commands.Queue.Declare) -> None:
         name = method.queue or ""
         _check_name("queue", name, 50, 10)
+        if method.passive and (name == REPLY_TO or name in self.vhost.replies.queues):
+            # Direct reply-to's pseudo-queue, and reply names in use, exist (RabbitMQ).
+            if not method.nowait:
+                self.send(commands.Queue.DeclareOk(queue=name, message_count=0, consumer_count=0))
+            return
         queue = self.vhost.declare_queue(
             name,
             passive=bool(method.passive),

@@ -31,6 +31,7 @@ from broker.amqp.channel_publish import Transaction
 from broker.amqp.context import Stream, StreamHooks
 from broker.amqp.state import ChannelState
 from broker.core import properties
+from broker.core.direct_reply import REPLY_TO
 from broker.core.errors import AmqpError, ReplyCode, precondition_failed
 from broker.core.message import Entry
 from broker.core.queue import Queue
@@ -48,6 +49,7 @@ class ChannelConsumer:
         "exclusive",
         "no_ack",
         "prefetch",
+        "priority",
         "queue",
         "tag",
         "tag_bytes",
@@ -62,6 +64,7 @@ class ChannelConsumer:
         no_ack: bool,
         exclusive: bool,
         prefetch: int,
+        priority: int = 0,
     ) -> None:
         self.channel = channel
         self.tag = tag
@@ -70,6 +73,8 @@ class ChannelConsumer:
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.prefetch = prefetch
+        #: RabbitMQ's consumer priority (``x-priority``): higher ones are served first.
+        self.priority = priority
         self.unacked = 0
 
     def can_deliver(self) -> bool:
@@ -118,6 +123,8 @@ class ConsumeMethods:
     consumer_prefetch: int
     tx: Transaction | None
     stream: Stream | None
+    #: The queue of this channel's direct reply-to consumer, if it has one.
+    reply_queue: Queue | None
     _stream_tag: bytes
     _stream_route: bytes
 
@@ -151,6 +158,9 @@ class ConsumeMethods:
         if hooks is not None and hooks.serves(name):
             self._stream_consume(hooks, name, method)
             return
+        if name == REPLY_TO:
+            self._reply_consume(method)
+            return
         queue = self.vhost.queue(self._queue_name(method.queue), owner=self.connection)
         tag = method.consumer_tag or _make_tag("amq.ctag-")
         if tag in self.consumers:
@@ -160,6 +170,12 @@ class ConsumeMethods:
                 ReplyCode.ACCESS_REFUSED,
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use",
             )
+        priority = (method.arguments or {}).get("x-priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise precondition_failed(
+                f"invalid arg 'x-priority' for queue '{queue.name}' in vhost"
+                f" '{self.vhost.name}': {priority!r} (expected an integer)"
+            )
         consumer = ChannelConsumer(
             self,
             tag,
@@ -167,8 +183,26 @@ class ConsumeMethods:
             no_ack=bool(method.no_ack),
             exclusive=bool(method.exclusive),
             prefetch=self.consumer_prefetch,
+            priority=priority,
         )
         self.consumers[tag] = consumer
+        if not method.nowait:
+            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
+        queue.add_consumer(consumer)
+
+    def _reply_consume(self, method: commands.Basic.Consume) -> None:
+        """basic.consume of ``amq.rabbitmq.reply-to``: this channel's reply consumer."""
+        if not method.no_ack:
+            raise precondition_failed("reply consumer cannot acknowledge")
+        if self.reply_queue is not None:
+            raise precondition_failed("reply consumer already set")
+        tag = method.consumer_tag or _make_tag("amq.ctag-")
+        if tag in self.consumers:
+            raise AmqpError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        queue = self.vhost.replies.open(self.connection)
+        consumer = ChannelConsumer(self, tag, queue, no_ack=True, exclusive=True, prefetch=0)
+        self.consumers[tag] = consumer
+        self.reply_queue = queue
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
         queue.add_consumer(consumer)
@@ -224,6 +258,8 @@ class ConsumeMethods:
 
     def _remove_consumer(self, consumer: ChannelConsumer) -> None:
         queue = consumer.queue
+        if queue is self.reply_queue:
+            self.reply_queue = None
         queue.remove_consumer(consumer)
         self.vhost.consumer_cancelled(queue)
 

@@ -28,6 +28,7 @@ from broker.core.confirms import PublisherConfirms
 from broker.core.errors import AmqpError, ReplyCode, precondition_failed
 from broker.core.exchange import Exchange
 from broker.core.message import Message
+from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class PublishMethods:
     state: ChannelState
     confirms: PublisherConfirms | None
     tx: Transaction | None
+    reply_queue: Queue | None
     _content: PendingContent | None
 
     if TYPE_CHECKING:  # provided by Channel
@@ -153,6 +155,12 @@ class PublishMethods:
                 )
             )
             return
+        if scanned.direct_reply_to:
+            raw = self._direct_reply_to(pending.properties_raw)
+            if raw is None:
+                return
+            pending.properties_raw = raw
+            scanned = properties.scan(raw)
         try:
             message = Message(
                 pending.exchange.name,
@@ -169,6 +177,20 @@ class PublishMethods:
             self.tx.publishes.append((pending.exchange, message, pending.mandatory))
             return
         self._publish(pending.exchange, message, pending.mandatory)
+
+    def _direct_reply_to(self, raw: bytes) -> bytes | None:
+        """A request whose reply_to is ``amq.rabbitmq.reply-to``: the properties with this
+        channel's reply name instead; None (the channel closed, 406) when it has no reply
+        consumer."""
+        reply_queue = self.reply_queue
+        if reply_queue is None:
+            error = precondition_failed("fast reply consumer does not exist")
+            error.class_id, error.method_id = 60, 40
+            self.channel_error(error)
+            return None
+        props = properties.decode(raw)
+        props.reply_to = reply_queue.name
+        return properties.encode(props)
 
     def _publish(
         self,

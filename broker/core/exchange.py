@@ -166,13 +166,19 @@ class DirectExchange(Exchange):
 class DefaultExchange(DirectExchange):
     """The nameless exchange: every queue is implicitly bound by its own name."""
 
-    def __init__(self, queues: dict[str, Queue]) -> None:
+    def __init__(self, queues: dict[str, Queue], replies: dict[str, Queue] | None = None) -> None:
         super().__init__("", durable=True, builtin=True)
         self._queues = queues
+        #: Direct reply-to names (broker.core.direct_reply), routed by name too.
+        self._replies: dict[str, Queue] = {} if replies is None else replies
 
     def route(self, message: Message) -> list[Destination]:
         queue = self._queues.get(message.routing_key)
-        return [] if queue is None else [queue]
+        if queue is None:
+            queue = self._replies.get(message.routing_key) if self._replies else None
+            if queue is None:
+                return []
+        return [queue]
 
 
 class FanoutExchange(Exchange):

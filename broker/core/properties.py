@@ -47,6 +47,9 @@ _SHORTSTR_FLAGS = (
 )
 _OCTET_FLAGS = FLAG_DELIVERY_MODE | FLAG_PRIORITY
 
+#: The ``reply_to`` of a direct reply-to request (broker.core.direct_reply).
+DIRECT_REPLY_TO = b"amq.rabbitmq.reply-to"
+
 #: Raw properties with no property set: one flag word of zero.
 EMPTY = b"\x00\x00"
 
@@ -62,6 +65,9 @@ class ScannedProperties:
     expiration: str | None
     has_headers: bool
     user_id: str | None = None
+    priority: int = 0
+    #: ``reply_to`` is ``amq.rabbitmq.reply-to`` (direct reply-to: the broker rewrites it).
+    direct_reply_to: bool = False
 
 
 _PLAIN = ScannedProperties(delivery_mode=0, expiration=None, has_headers=False)
@@ -103,6 +109,8 @@ def _scan(raw: bytes) -> ScannedProperties:
     delivery_mode = 0
     expiration: str | None = None
     user_id: str | None = None
+    priority = 0
+    direct_reply_to = False
     bit = 1 << 15
     while bit > 2:
         if flags & bit:
@@ -116,12 +124,16 @@ def _scan(raw: bytes) -> ScannedProperties:
                     expiration = raw[pos + 1 : pos + 1 + length].decode("utf-8", "replace")
                 elif bit == FLAG_USER_ID:
                     user_id = raw[pos + 1 : pos + 1 + length].decode("utf-8", "replace")
+                elif bit == FLAG_REPLY_TO:
+                    direct_reply_to = raw[pos + 1 : pos + 1 + length] == DIRECT_REPLY_TO
                 pos += 1 + length
             elif bit & _OCTET_FLAGS:
                 if pos >= end:
                     raise ValueError("content header properties truncated")
                 if bit == FLAG_DELIVERY_MODE:
                     delivery_mode = raw[pos]
+                else:
+                    priority = raw[pos]
                 pos += 1
             elif bit == FLAG_HEADERS:
                 if pos + 4 > end:
@@ -139,7 +151,9 @@ def _scan(raw: bytes) -> ScannedProperties:
         raise ValueError("content header sets reserved property flags")
     if pos != end:
         raise ValueError("content header has trailing bytes after its properties")
-    return ScannedProperties(delivery_mode, expiration, bool(flags & FLAG_HEADERS), user_id)
+    return ScannedProperties(
+        delivery_mode, expiration, bool(flags & FLAG_HEADERS), user_id, priority, direct_reply_to
+    )
 
 
 def decode(raw: bytes) -> commands.Basic.Properties:

@@ -1,8 +1,12 @@
 """A queue: ready messages in order, its consumers, and the limits set by its arguments.
 
 A queue hands messages to consumers round robin while they have credit (the consumer says
-so), expires them (``x-message-ttl``, per-message ``expiration``), bounds its length
-(``x-max-length``, ``x-max-length-bytes``, ``x-overflow``) and dead-letters what it drops
+so); with consumer priorities (a consumer's ``priority``, RabbitMQ's ``x-priority``) only
+to the highest-priority consumers with credit, and with ``x-single-active-consumer`` only
+to the earliest consumer still subscribed. With ``x-max-priority`` its ready messages go out
+highest priority first (:mod:`broker.core.priority`). It expires them (``x-message-ttl``,
+per-message ``expiration``), bounds its length (``x-max-length``, ``x-max-length-bytes``,
+``x-overflow``) and dead-letters what it drops
 through a callback the virtual host gives it. It does no I/O and keeps no clock of its own:
 ``now`` comes from the clock it is given.
 
@@ -22,6 +26,7 @@ from typing import Any, Protocol
 
 from broker.core.errors import precondition_failed
 from broker.core.message import Entry, Message
+from broker.core.priority import MAX_PRIORITY, PriorityMessages
 
 OVERFLOW_DROP_HEAD = "drop-head"
 OVERFLOW_REJECT_PUBLISH = "reject-publish"
@@ -56,6 +61,12 @@ class QueueObserver(Protocol):
 DeadLetter = Callable[["Queue", Entry, str], None]
 
 
+def consumer_priority(consumer: Consumer) -> int:
+    """A consumer's priority (``x-priority``); consumers without one have 0."""
+    priority = getattr(consumer, "priority", 0)
+    return priority if isinstance(priority, int) else 0
+
+
 def _int_arg(name: str, value: Any, queue: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise precondition_failed(
@@ -76,6 +87,8 @@ class QueueLimits:
     overflow: str = OVERFLOW_DROP_HEAD
     dead_letter_exchange: str | None = None
     dead_letter_routing_key: str | None = None
+    max_priority: int = 0
+    single_active_consumer: bool = False
 
     @classmethod
     def from_arguments(cls, queue: str, arguments: dict[str, Any]) -> QueueLimits:
@@ -106,6 +119,22 @@ class QueueLimits:
                 f"invalid arg 'x-dead-letter-routing-key' for queue '{queue}' in vhost '/':"
                 " requires x-dead-letter-exchange"
             )
+        max_priority = arguments.get("x-max-priority", 0)
+        if (
+            isinstance(max_priority, bool)
+            or not isinstance(max_priority, int)
+            or not 0 <= max_priority <= MAX_PRIORITY
+        ):
+            raise precondition_failed(
+                f"invalid arg 'x-max-priority' for queue '{queue}' in vhost '/':"
+                f" {max_priority!r} (expected an integer from 0 to {MAX_PRIORITY})"
+            )
+        single_active = arguments.get("x-single-active-consumer", False)
+        if not isinstance(single_active, bool):
+            raise precondition_failed(
+                f"invalid arg 'x-single-active-consumer' for queue '{queue}' in vhost '/':"
+                f" {single_active!r} (expected a boolean)"
+            )
         return cls(
             message_ttl_ms=None if ttl is None else _int_arg("x-message-ttl", ttl, queue, 0),
             expires_ms=None if expires is None else _int_arg("x-expires", expires, queue, 1),
@@ -118,6 +147,8 @@ class QueueLimits:
             overflow=str(overflow),
             dead_letter_exchange=dlx,
             dead_letter_routing_key=dlrk,
+            max_priority=max_priority,
+            single_active_consumer=single_active,
         )
 
 
@@ -144,9 +175,14 @@ class Queue:
         self.limits = QueueLimits.from_arguments(name, self.arguments)
         self.dead_letter = dead_letter
         self._clock = clock
-        self._messages: deque[Entry] = deque()
+        self._messages: deque[Entry] = (
+            PriorityMessages(self.limits.max_priority) if self.limits.max_priority else deque()
+        )
         self._consumers: list[Consumer] = []
         self._rr = 0
+        #: Single active consumer or consumer priorities: choose by _choose_ordered.
+        self._ordered_dispatch = self.limits.single_active_consumer
+        self._rr_by_priority: dict[int, int] = {}
         #: Position of the latest enqueue (the HA replication id of that message).
         self.last_position = 0
         self._unacked_entries: dict[int, Entry] = {}
@@ -358,16 +394,20 @@ class Queue:
         consumers = self._consumers
         messages = self._messages
         now = self._clock()
+        ordered = self._ordered_dispatch
         while messages and consumers:
-            count = len(consumers)
-            start = self._rr % count
             chosen: Consumer | None = None
-            for i in range(count):
-                candidate = consumers[(start + i) % count]
-                if candidate.can_deliver():
-                    chosen = candidate
-                    self._rr = (start + i + 1) % count
-                    break
+            if ordered:
+                chosen = self._choose_ordered()
+            else:
+                count = len(consumers)
+                start = self._rr % count
+                for i in range(count):
+                    candidate = consumers[(start + i) % count]
+                    if candidate.can_deliver():
+                        chosen = candidate
+                        self._rr = (start + i + 1) % count
+                        break
             if chosen is None:
                 return
             entry = self._pop_live(now)
@@ -382,6 +422,13 @@ class Queue:
         count = len(consumers)
         if self._dispatching or not count:
             return False
+        if self._ordered_dispatch:
+            chosen = self._choose_ordered()
+            if chosen is None:
+                return False
+            self.delivered_total += 1
+            chosen.deliver(self, entry)
+            return True
         start = self._rr % count
         for i in range(count):
             candidate = consumers[(start + i) % count]
@@ -457,9 +504,42 @@ class Queue:
             messages.extend(merged)
         self.dispatch()
 
+    def _choose_ordered(self) -> Consumer | None:
+        """The consumer for the next message when the queue has a single active consumer
+        (the earliest subscribed, if it has credit) or consumer priorities (round robin
+        among the highest-priority consumers with credit)."""
+        consumers = self._consumers
+        if self.limits.single_active_consumer:
+            first = consumers[0] if consumers else None
+            return first if first is not None and first.can_deliver() else None
+        index, count = 0, len(consumers)
+        while index < count:
+            priority = consumer_priority(consumers[index])
+            end = index + 1
+            while end < count and consumer_priority(consumers[end]) == priority:
+                end += 1
+            size = end - index
+            start = self._rr_by_priority.get(priority, 0) % size
+            for i in range(size):
+                candidate = consumers[index + (start + i) % size]
+                if candidate.can_deliver():
+                    self._rr_by_priority[priority] = (start + i + 1) % size
+                    return candidate
+            index = end
+        return None
+
     # -- consumers ---------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
-        self._consumers.append(consumer)
+        priority = consumer_priority(consumer)
+        if priority or self._ordered_dispatch:
+            # Highest priority first; among equals, in the order they subscribed.
+            self._ordered_dispatch = True
+            index = len(self._consumers)
+            while index and consumer_priority(self._consumers[index - 1]) < priority:
+                index -= 1
+            self._consumers.insert(index, consumer)
+        else:
+            self._consumers.append(consumer)
         self.had_consumers = True
         self.touch()
         self.dispatch()

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from broker.core import properties
+from broker.core.direct_reply import DirectReplies
 from broker.core.errors import (
     AmqpError,
     ReplyCode,
@@ -64,6 +65,8 @@ EQUIVALENCE_ARGS = (
     "x-overflow",
     "x-dead-letter-exchange",
     "x-dead-letter-routing-key",
+    "x-max-priority",
+    "x-single-active-consumer",
 )
 
 _MAX_DEAD_LETTER_DEPTH = 8
@@ -139,7 +142,11 @@ class VirtualHost:
         self.wall_clock = wall_clock
         self.default_queue_limit = default_queue_limit
         self.queues: dict[str, Queue] = {}
-        self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
+        #: Direct reply-to's reply names, each with its unlisted queue.
+        self.replies = DirectReplies(clock)
+        self.exchanges: dict[str, Exchange] = {
+            "": DefaultExchange(self.queues, self.replies.queues)
+        }
         for ex_name, ex_type in BUILTIN_EXCHANGES.items():
             self.exchanges[ex_name] = EXCHANGE_TYPES[ex_type](ex_name, durable=True, builtin=True)
         self._queue_bindings: dict[str, list[Binding]] = {}
@@ -392,6 +399,9 @@ class VirtualHost:
 
     def consumer_cancelled(self, queue: Queue) -> None:
         """A consumer left ``queue``: delete it if it is auto-delete and now unused."""
+        if self.replies.owns(queue):
+            self.replies.close(queue)
+            return
         if queue.auto_delete and queue.consumer_count == 0 and not queue.deleted:
             self._delete_queue(queue)
 
