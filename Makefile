@@ -4,14 +4,21 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The tests use real system parts, installed once from Debian's packages and skipped when
-# present: a ZooKeeper server (unless a Docker engine answers: then testcontainers),
+# present: a ZooKeeper server (unless a Docker engine answers: then testcontainers; its jar
+# and a headless JRE, not Debian's zookeeper package, whose zooinspector pulls a desktop JRE),
 # arping for the virtual IP's gratuitous ARP, ocf-tester (resource-agents, with xmllint)
-# and crm_resource (pacemaker-cli-utils) for the OCF agent. CI runs as root.
+# and crm_resource (pacemaker-cli-utils) for the OCF agent, nft for the nemesis drill's
+# partitions. CI runs as root. deploy/system-packages.sh installs them without recommends,
+# starts no service and leaves none enabled (README.md lists what comes with them).
+# pacemaker-cli-utils needs "pacemaker | pacemaker-remote": pacemaker-remote, asked for
+# with it, keeps out pacemaker itself, corosync and dbus (crm_resource --force-* runs the
+# agent without a cluster).
 # Each entry: a file that shows the package is there, then the package.
-SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:zookeeper \
+SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java:default-jre-headless \
+	/usr/share/java/slf4j-simple.jar:libslf4j-java \
 	/usr/sbin/arping:iputils-arping /usr/bin/arping:iputils-arping \
 	/usr/sbin/ocf-tester:resource-agents /usr/bin/xmllint:libxml2-utils \
-	/usr/sbin/crm_resource:pacemaker-cli-utils \
+	/usr/sbin/crm_resource:pacemaker-cli-utils /usr/sbin/crm_resource:pacemaker-remote \
 	/usr/sbin/nft:nftables
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -39,8 +46,7 @@ system-packages:
 	@missing=$$(for e in $(SYSTEM_PACKAGES); do f=$${e%%:*}; p=$${e#*:}; \
 		[ -e "$$f" ] || echo "$$p"; done | sort -u); \
 	for p in $$missing; do dpkg -s "$$p" >/dev/null 2>&1 || want="$$want $$p"; done; \
-	if [ -n "$$want" ]; then $(SUDO) apt-get update -q && \
-		$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$want; fi
+	if [ -n "$$want" ]; then $(SUDO) sh deploy/system-packages.sh $$want; fi
 
 unit: $(STAMP) system-packages
 	$(BIN)/pytest -q -n 2 --dist loadgroup
