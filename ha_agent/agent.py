@@ -255,6 +255,24 @@ class Agent:
         )
         return True
 
+    def _drop_stale_primary_record(self) -> None:
+        """A primary record naming this node while this agent neither leads nor promoted
+        is stale (a promotion voided, a term that ended): delete it if this session wrote
+        it, or every other agent waits for a primary that no agent leads (inside
+        _read_cluster's ZooKeeper try)."""
+        record, election = self.primary, self.election
+        if record is None or record.node != self.settings.node or election is None:
+            return
+        if self.promoted_epoch is not None or election.leading:
+            return
+        if delete_primary(self.client, self.settings.cluster):
+            _log.warning(
+                "primary_record_stale",
+                primary_epoch=record.epoch,
+                reason="this agent does not lead: deleted its own primary record",
+            )
+            self.primary = None
+
     def _publish_hint(self, view: BrokerView | None) -> None:
         """Publish or withdraw this backup's hint (inside _read_cluster's ZooKeeper try)."""
         publisher = self.hint_publisher
@@ -450,6 +468,7 @@ class Agent:
                 self.publisher.update(**changes)
             self.members = read_members(self.client, s.cluster)
             self.primary = read_primary(self.client, s.cluster)
+            self._drop_stale_primary_record()
             self._publish_hint(view)
             if read_in_sync_set:
                 assert self.in_sync_keeper is not None
@@ -496,7 +515,16 @@ class Agent:
         promoter = self.promoter
         assert promoter is not None and self.cluster_view is not None
         promotion = promoter.promote(view, reason, self.cluster_view)
-        if promotion.epoch is not None:
+        election = self.election
+        if promotion.epoch is not None and election is not None and not election.leading:
+            # The term ended while the promotion ran (the session expired during a ZooKeeper
+            # outage): the broker was promoted and recorded by a leader that no longer
+            # leads. Void it: fence the broker, delete the record (issue 10, item 7: seen
+            # at a 1 s session when the whole ensemble was lost; everybody waited for a
+            # primary record whose agent did not lead).
+            self.promoted_epoch = promotion.epoch
+            self._fence("the election ended during the promotion")
+        elif promotion.epoch is not None:
             self.promoted_epoch = promotion.epoch
         elif promotion.fence:
             self._fence(promotion.fence)
