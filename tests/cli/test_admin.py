@@ -35,9 +35,9 @@ def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         cluster.start()
         cluster.promote(0, epoch=1)
-        cluster.wait_state(0, "active")
-        cluster.wait_state(1, "ready")
-        cluster.wait_state(2, "ready")
+        cluster.wait_state(0, "active", timeout=30)  # 30 s: two cores shared with the suite
+        cluster.wait_state(1, "ready", timeout=30)
+        cluster.wait_state(2, "ready", timeout=30)
         yield cluster
     finally:
         cluster.stop()
