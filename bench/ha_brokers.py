@@ -256,8 +256,8 @@ class Brokers:
         """A new broker (not started) with ``broker``'s port and options, in a fresh directory."""
         return self._new(name, broker.args, broker.port)
 
-    def standalone(self, name: str = "standalone") -> Broker:
-        return self._new(name, []).start()
+    def standalone(self, name: str = "standalone", args: Sequence[str] = ()) -> Broker:
+        return self._new(name, args).start()
 
     def cluster_members(self, name: str, size: int) -> list[Broker]:
         """``size`` cluster members, not started, that list each other in ha-brokers-url."""

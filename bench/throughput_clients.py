@@ -10,7 +10,8 @@ idx, cpu_s)`` once it can start), with ``"error"`` None or the first failure.
 
 * :class:`Producer` publishes ``count`` bodies of ``size`` bytes starting with
   :data:`HEADER` (producer id, sequence number) once ``go`` is set, keeping at most
-  ``window`` unconfirmed, and records each message's publisher-confirm latency.
+  ``window`` unconfirmed, and records each message's publisher-confirm latency; transient
+  (delivery_mode 1) unless ``persistent`` (delivery_mode 2).
 * :class:`Consumer` consumes with basic.qos ``prefetch`` and manual multiple acks (every
   prefetch/4 messages and every :data:`TICK_S`), and counts every sequence number it sees:
   exactly once, duplicated, or foreign.
@@ -270,7 +271,13 @@ class Producer(_Child):
     role = "producer"
 
     def __init__(
-        self, spec: ChildSpec, count: int, size: int, window: int, go: mp_sync.Event
+        self,
+        spec: ChildSpec,
+        count: int,
+        size: int,
+        window: int,
+        go: mp_sync.Event,
+        persistent: bool = False,
     ) -> None:
         super().__init__(spec)
         self.count = count
@@ -287,7 +294,7 @@ class Producer(_Child):
         self.latency = array("d")  # seconds, one per confirmed message
         self.first_ts = 0.0
         self.last_confirm_ts = 0.0
-        self.props = pika.BasicProperties(delivery_mode=1)
+        self.props = pika.BasicProperties(delivery_mode=2 if persistent else 1)
 
     def on_channel_open(self) -> None:
         self.ch.confirm_delivery(self._on_confirm, callback=self._on_select_ok)

@@ -45,12 +45,16 @@ def _admin(url: str) -> Any:
     return pika.BlockingConnection(params)
 
 
-def _declare(url: str, queues: Sequence[str]) -> None:
+def _declare(
+    url: str, queues: Sequence[str], durable: bool, arguments: dict[str, Any] | None
+) -> None:
     conn = _admin(url)
     try:
         ch = conn.channel()
         for q in queues:
-            ch.queue_declare(q, durable=False, exclusive=False, auto_delete=False)
+            ch.queue_declare(
+                q, durable=durable, exclusive=False, auto_delete=False, arguments=arguments
+            )
             ch.queue_purge(q)
     finally:
         conn.close()
@@ -98,8 +102,14 @@ def run_once(
     label: str = "",
     broker_pid: int | None = None,
     extra_pids: Sequence[int] = (),
+    durable: bool = False,
+    persistent: bool = False,
+    queue_arguments: dict[str, Any] | None = None,
 ) -> RunResult:
     """One run at P=pairs; never raises for broker-side failures (they land in .errors).
+
+    durable, queue_arguments: how the queues are declared (e.g. {"x-queue-type": "quorum"}
+    for RabbitMQ's quorum queues); persistent: the producers publish with delivery_mode 2.
 
     broker_pid: the broker's PID, for its CPU use; by default whatever listens on the URL's
     port if that is on this machine. extra_pids: more processes whose CPU counts as the
@@ -177,7 +187,7 @@ def run_once(
                 have.add((role_, idx))
 
     try:
-        _declare(url, queues)
+        _declare(url, queues, durable, queue_arguments)
         declared = True
         with _sigint_ignored():
             for i, q in enumerate(queues):
@@ -196,7 +206,7 @@ def run_once(
                 spec = ChildSpec(i, url, q, results, stop, child_deadline)
                 p = ctx.Process(
                     target=run_producer,
-                    args=(spec, messages, size, window, go),
+                    args=(spec, messages, size, window, go, persistent),
                     name=f"bench-producer-{i}",
                     daemon=True,
                 )
