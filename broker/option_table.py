@@ -113,6 +113,13 @@ class BrokerOptions:
         " none (at once: a crash loses what was not written yet); see docs/store.md",
         metavar="fsync|write|none",
     )
+    store_cut_damaged: bool = _option(
+        False,
+        parse_bool,
+        "start from a damaged store: keep what precedes the first damaged record and move"
+        " the rest to DATA_DIR/store.damaged.N (see docs/store.md)",
+        metavar="yes|no",
+    )
     auth: bool = _option(True, parse_bool, "require SASL authentication", metavar="yes|no")
     sasl_users: str | None = _option(
         None,

@@ -9,6 +9,7 @@ abort what is left.
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +22,9 @@ from broker.core.vhost import VirtualHost
 from broker.options import BrokerOptions
 from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
-from broker.store.journal import Journal, SyncPolicy
+from broker.store.journal import Journal, StoreError, SyncPolicy
 from broker.store.message_store import MessageStore
+from broker.store.recovery import CorruptStore
 from broker.store.resource_monitor import ResourceMonitor, total_memory
 from common.log import get_logger
 
@@ -97,8 +99,20 @@ class Broker:
         """Recover the message store into the virtual host, then start writing to it."""
         log = get_logger("store")
         started = time.monotonic()
-        journal = Journal(data_dir.path, sync=SyncPolicy(self.options.store_sync), log=log)
-        state = journal.recover()
+        journal = Journal(
+            data_dir.path,
+            sync=SyncPolicy(self.options.store_sync),
+            log=log,
+            on_write_failed=self._store_write_failed,
+        )
+        try:
+            state = journal.recover(cut_damaged=self.options.store_cut_damaged)
+        except CorruptStore as exc:
+            raise StoreError(
+                f"the store in {journal.directory} is damaged ({exc}); to start from what"
+                " precedes the damage, moving the rest aside, run qpidd with"
+                " --store-cut-damaged=yes (docs/store.md)"
+            ) from None
         if state.torn_tail is not None:
             data_dir.store_status = "dirty"  # a clean stop leaves no torn record
         store = MessageStore(journal, self.vhost)
@@ -118,6 +132,12 @@ class Broker:
             seconds=round(time.monotonic() - started, 3),
             sync=journal.sync.value,
         )
+
+    def _store_write_failed(self, exc: OSError) -> None:
+        """A journal write failed (its publishes were nacked): ENOSPC raises the disk
+        alarm at once, before the next sample."""
+        if exc.errno == errno.ENOSPC:
+            self.resources.write_failed()
 
     @property
     def ha_state(self) -> str:

@@ -31,6 +31,7 @@ EXPECTED_DEFAULTS = {
     "mgmt_interface": "127.0.0.1",
     "data_dir": None,
     "store_sync": "fsync",
+    "store_cut_damaged": False,
     "auth": True,
     "sasl_users": None,
     "loopback_users": "guest",

@@ -99,11 +99,13 @@ class Journal:
         sync: SyncPolicy = SyncPolicy.FSYNC,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         log: Any = None,
+        on_write_failed: Callable[[OSError], None] | None = None,
     ) -> None:
         self.directory = Path(data_dir) / STORE_DIR
         self.sync = sync
         self.segment_bytes = segment_bytes
         self.log = log
+        self.on_write_failed = on_write_failed
         self.ledger = Ledger()
         self.current = 0  # the segment appends go to
         self._size = 0  # bytes of the current segment, appended ones included
@@ -124,22 +126,25 @@ class Journal:
         self.compacted_segments = 0
 
     # -- start -----------------------------------------------------------------------------
-    def recover(self) -> RecoveredState:
-        """Read the store (blocking). Raises :class:`CorruptStore` or :class:`StoreError`."""
+    def recover(self, *, cut_damaged: bool = False) -> RecoveredState:
+        """Read the store (blocking). Raises :class:`CorruptStore` or :class:`StoreError`.
+
+        ``cut_damaged`` (``--store-cut-damaged``, the way out of a damaged store): keep what
+        precedes the first damaged record; move the damaged segment and every later one to
+        ``store.damaged.NNNN`` beside the store (never deleted), and log where.
+        """
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             numbers = list_segments(self.directory)
         except OSError as exc:
             raise StoreError(f"cannot read store {self.directory}: {exc.strerror}") from exc
-        recovery = Recovery()
-        for i, number in enumerate(numbers):
-            path = segment_path(self.directory, number)
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
-            recovery.add_segment(number, data, last=i == len(numbers) - 1)
-        state = recovery.state()
+        try:
+            state = self._read(numbers)
+        except CorruptStore as exc:
+            if not cut_damaged or exc.offset < 0:
+                raise
+            self._move_damaged(numbers, exc)
+            state = self._read(list_segments(self.directory))
         torn = state.torn_tail
         if torn is not None:
             path = segment_path(self.directory, torn.segment)
@@ -163,6 +168,50 @@ class Journal:
         self.current = last + 1
         self._open_segment(self.current)
         return state
+
+    def _read(self, numbers: list[int]) -> RecoveredState:
+        recovery = Recovery()
+        for i, number in enumerate(numbers):
+            path = segment_path(self.directory, number)
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
+            recovery.add_segment(number, data, last=i == len(numbers) - 1)
+        return recovery.state()
+
+    def _move_damaged(self, numbers: list[int], damage: CorruptStore) -> None:
+        """Move the damaged segment and the later ones aside; keep the damaged segment's
+        records before the damage (a copy of the whole file goes aside too)."""
+        parent = self.directory.parent
+        taken = [int(p.name.rsplit(".", 1)[1]) for p in parent.glob("store.damaged.[0-9]*")]
+        aside = parent / f"store.damaged.{max(taken, default=0) + 1:04d}"
+        aside.mkdir()
+        moved: list[str] = []
+        for number in numbers:
+            if number < damage.segment:
+                continue
+            path = segment_path(self.directory, number)
+            if number == damage.segment and damage.offset >= HEADER.size:
+                target = aside / path.name
+                target.write_bytes(path.read_bytes())
+                with open(path, "r+b") as file:
+                    file.truncate(damage.offset)
+                    os.fsync(file.fileno())
+            else:
+                path.rename(aside / path.name)
+            moved.append(path.name)
+        _fsync_dir(self.directory)
+        _fsync_dir(parent)
+        self._log(
+            "warning",
+            "store_cut_at_damage",
+            segment=damage.segment,
+            offset=damage.offset,
+            reason=damage.reason,
+            moved_to=str(aside),
+            segments=moved,
+        )
 
     def _open_segment(self, number: int) -> None:
         """Start segment ``number`` in the buffer (its file is created by the writer)."""
@@ -223,7 +272,10 @@ class Journal:
                 continue
             pending, self._pending = self._pending, []
             callbacks, self._callbacks = self._callbacks, []
-            error = await loop.run_in_executor(self._executor, self._write, pending)
+            failure = await loop.run_in_executor(self._executor, self._write, pending)
+            error = None if failure is None else _describe(failure)
+            if failure is not None and self.on_write_failed is not None:
+                self.on_write_failed(failure)
             if error is None:
                 if self.failed is not None:
                     self._log("info", "store_write_recovered")
@@ -238,7 +290,7 @@ class Journal:
             if ok and not self._closing:
                 self._maybe_compact()
 
-    def _write(self, pending: list[tuple[int, bytearray]]) -> str | None:
+    def _write(self, pending: list[tuple[int, bytearray]]) -> OSError | None:
         """Worker thread: write the chunks, each to its segment's file, and sync."""
         directory_changed = False
         try:
@@ -267,7 +319,7 @@ class Journal:
                     _fsync_dir(self.directory)
                 self.syncs += 1
         except OSError as exc:
-            return f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, '?')})"
+            return exc
         return None
 
     def _switch_file(self, number: int) -> None:
@@ -370,6 +422,10 @@ class Journal:
     def _log(self, level: str, event: str, **fields: Any) -> None:
         if self.log is not None:
             getattr(self.log, level)(event, **fields)
+
+
+def _describe(exc: OSError) -> str:
+    return f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, '?')})"
 
 
 def _leading_ids(data: bytes, offset: int, kind: int) -> tuple[int, ...]:

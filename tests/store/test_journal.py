@@ -287,3 +287,39 @@ def test_a_full_disk_nacks_and_loses_nothing_confirmed(small_disk: Path) -> None
     assert nacked == [6]
     _journal, _store, vhost, _ = open_store(small_disk)
     assert bodies(vhost) == [b"before %d" % i for i in range(5)] + [b"after"]
+
+
+def test_cut_damaged_keeps_what_precedes_and_moves_the_rest_aside(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        journal, _store, vhost, _ = open_store(tmp_path, segment_bytes=4096)
+        journal.start()
+        vhost.declare_queue("q", durable=True)
+        for i in range(100):
+            publish(vhost, b"%03d" % i + b"." * 200)
+        assert await journal.close()
+
+    run(scenario())
+    store = tmp_path / "store"
+    segments = list_segments(store)
+    damaged = segments[2]
+    path = store / f"{damaged:020d}.seg"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x55
+    path.write_bytes(bytes(data))
+    events = Events()
+    journal = Journal(tmp_path, segment_bytes=4096, log=events)
+    state = journal.recover(cut_damaged=True)
+    vhost = VirtualHost()
+    MessageStore(journal, vhost).recover_into(state)
+    kept = bodies(vhost)
+    assert kept and all(b.endswith(b".") for b in kept)
+    assert kept == [b"%03d" % i + b"." * 200 for i in range(len(kept))]  # a prefix, in order
+    assert len(kept) < 100
+    (cut,) = events.named("store_cut_at_damage")
+    aside = tmp_path / "store.damaged.0001"
+    assert cut["moved_to"] == str(aside) and cut["segment"] == damaged
+    assert sorted(p.name for p in aside.iterdir()) == [
+        f"{n:020d}.seg" for n in segments if n >= damaged
+    ]
+    assert list_segments(store) == [n for n in segments if n <= damaged]
+    assert journal.current == damaged + 1  # new writes go after what was kept
