@@ -1,0 +1,148 @@
+"""What a restart brings back, end to end (real qpidd processes, pika): durable exchanges,
+queues, bindings and persistent messages on durable queues; never transient ones, exclusive
+queues or what was deleted, unbound, purged or acked. ``/api/status`` tells how the store
+was left: ``empty``, ``clean`` after SIGTERM, ``dirty`` after SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import pika
+
+from tests.broker_process import BrokerProcess
+from tests.store.store_brokers import (
+    PERSISTENT,
+    TRANSIENT,
+    StoreBrokers,
+    connect,
+    drain,
+    status,
+)
+
+
+def _exists(broker: BrokerProcess, declare: Callable[[Any], Any]) -> bool:
+    """Does a passive declare succeed? (a 404 closes the channel: one connection each)"""
+    connection = connect(broker)
+    try:
+        declare(connection.channel())
+        return True
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        assert exc.reply_code == 404
+        return False
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def _queue(broker: BrokerProcess, name: str) -> bool:
+    return _exists(broker, lambda channel: channel.queue_declare(name, passive=True))
+
+
+def _exchange(broker: BrokerProcess, name: str) -> bool:
+    return _exists(broker, lambda channel: channel.exchange_declare(name, passive=True))
+
+
+def _routes(channel: Any, exchange: str, key: str) -> bool:
+    """Publish a persistent probe with mandatory set; False when it came back unroutable."""
+    try:
+        channel.basic_publish(exchange, key, b"probe", PERSISTENT, mandatory=True)
+        return True
+    except pika.exceptions.UnroutableError:
+        return False
+
+
+def _setup(broker: BrokerProcess) -> pika.BlockingConnection:
+    """Declare, bind, publish, delete, purge and ack; returns the connection that holds the
+    exclusive queue (the caller stops the broker with it open)."""
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.exchange_declare("dx", "topic", durable=True)
+    channel.exchange_declare("tx", "fanout", durable=False)
+    channel.exchange_declare("gone_x", "direct", durable=True)
+    channel.exchange_declare("gone_x", "direct", durable=True)  # redeclare: still one
+    channel.exchange_delete("gone_x")
+    channel.queue_declare("dq", durable=True)
+    channel.queue_declare("dq2", durable=True)
+    channel.queue_declare("tq", durable=False)
+    channel.queue_declare("xq", durable=True, exclusive=True)
+    channel.queue_declare("gone_q", durable=True)
+    channel.queue_delete("gone_q")
+    channel.queue_bind("dq", "dx", "a.#")
+    channel.queue_bind("dq", "amq.direct", "k")
+    channel.queue_bind("dq", "dx", "unbound.#")
+    channel.queue_unbind("dq", "dx", "unbound.#")
+    channel.queue_bind("dq2", "tx")  # a durable queue on a transient exchange
+    channel.queue_bind("tq", "dx", "a.#")  # a transient queue on a durable exchange
+    channel.queue_bind("xq", "dx", "a.#")
+    for i in range(6):
+        properties = PERSISTENT if i % 2 == 0 else TRANSIENT
+        channel.basic_publish("", "dq", b"m%d" % i, properties)  # m0 m2 m4 persistent
+    channel.basic_publish("dx", "a.b", b"routed", PERSISTENT)  # to dq, tq and xq
+    channel.queue_declare("purged", durable=True)
+    for i in range(5):
+        channel.basic_publish("", "purged", b"old%d" % i, PERSISTENT)
+    channel.queue_purge("purged")
+    channel.basic_publish("", "purged", b"new", PERSISTENT)
+    channel.queue_declare("acked", durable=True)
+    for i in range(3):
+        channel.basic_publish("", "acked", b"a%d" % i, PERSISTENT)
+    method, _properties, _body = channel.basic_get("acked", auto_ack=False)
+    channel.basic_ack(method.delivery_tag)
+    return connection
+
+
+def test_durable_objects_come_back_transient_ones_do_not_and_store_status_tells(
+    brokers: StoreBrokers,
+) -> None:
+    broker = brokers.start()
+    assert status(broker)["store_status"] == "empty"
+    holder = _setup(broker)
+    assert broker.stop() == 0  # SIGTERM: a clean stop, with the exclusive queue's owner on
+    with contextlib.suppress(pika.exceptions.AMQPError):
+        holder.close()
+
+    broker = brokers.start()
+    assert status(broker)["store_status"] == "clean"
+    assert _exchange(broker, "dx")
+    assert not _exchange(broker, "tx")
+    assert not _exchange(broker, "gone_x")
+    assert _queue(broker, "dq")
+    assert _queue(broker, "dq2")
+    assert not _queue(broker, "tq")
+    assert not _queue(broker, "xq")
+    assert not _queue(broker, "gone_q")
+    connection = connect(broker)
+    channel = connection.channel()
+    counts = {
+        name: channel.queue_declare(name, passive=True).method.message_count
+        for name in ("dq", "dq2", "purged", "acked")
+    }
+    assert counts == {"dq": 4, "dq2": 0, "purged": 1, "acked": 2}
+    channel.confirm_delivery()
+    assert _routes(channel, "dx", "a.c")  # dq's binding is back
+    assert _routes(channel, "amq.direct", "k")  # a binding on a built-in exchange too
+    assert not _routes(channel, "dx", "unbound.x")  # unbound stays unbound
+    # Changes after a recovery are stored as well.
+    channel.queue_unbind("dq", "amq.direct", "k")
+    channel.queue_delete("dq2")
+    connection.close()
+    assert broker.stop(signal.SIGKILL) == -signal.SIGKILL
+
+    broker = brokers.start()
+    assert status(broker)["store_status"] == "dirty"
+    assert not _queue(broker, "dq2")
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    assert not _routes(channel, "amq.direct", "k")
+    dq = drain(channel, "dq")
+    assert [body for body, _, _ in dq] == [b"m0", b"m2", b"m4", b"routed", b"probe", b"probe"]
+    assert not any(redelivered for _, redelivered, _ in dq)
+    assert [properties.delivery_mode for _, _, properties in dq] == [2] * 6
+    assert [body for body, _, _ in drain(channel, "purged")] == [b"new"]
+    assert [body for body, _, _ in drain(channel, "acked")] == [b"a1", b"a2"]
+    connection.close()
