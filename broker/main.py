@@ -41,6 +41,7 @@ async def run(options: BrokerOptions) -> ExitStatus:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, broker.security.on_sighup)  # reload the ACL
     waiters = {asyncio.create_task(stop.wait()), asyncio.create_task(broker.wait_stopped())}
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     for waiter in waiters:

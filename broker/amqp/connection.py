@@ -244,7 +244,11 @@ class Connection:
                     if ftype == framing.FRAME_HEADER:
                         ch.content_header(payload)
                         continue
-                    if ftype == framing.FRAME_METHOD and payload[:4] == _PUBLISH_ID:
+                    if (
+                        ftype == framing.FRAME_METHOD
+                        and payload[:4] == _PUBLISH_ID
+                        and self.ctx.acl is None  # with an ACL: checked in _frame
+                    ):
                         ch.publish_method(payload)
                         continue
             self._frame(ftype, channel, payload)
@@ -280,8 +284,13 @@ class Connection:
                     f"channel {channel} method before the connection is open",
                 )
             ch = self.channels.get(channel)
+            acl = self.ctx.acl
             if ch is not None and ch.state is ChannelState.OPEN and payload[:4] == _PUBLISH_ID:
-                ch.publish_method(payload)
+                denied = acl.check_publish(self.user, self.name, payload) if acl else None
+                if denied is None:
+                    ch.publish_method(payload)
+                else:
+                    ch.channel_error(denied)
                 return
             method = framing.unmarshal_method(payload)
             if ch is None:
@@ -292,6 +301,11 @@ class Connection:
                     ReplyCode.CHANNEL_ERROR,
                     f"expected 'channel.open' on channel {channel}, got {method.name}",
                 )
+            if acl is not None and ch.state is ChannelState.OPEN:
+                denied = acl.check_method(self.user, self.name, method)
+                if denied is not None:
+                    ch.channel_error(denied)
+                    return
             ch.method(method)
         elif ftype == framing.FRAME_HEADER or ftype == framing.FRAME_BODY:
             if state is not S.OPEN:
@@ -449,6 +463,10 @@ class Connection:
                 ReplyCode.NOT_ALLOWED, f"access to vhost '{vhost}' refused: no such vhost", 10, 40
             )
         ctx = self.ctx
+        if ctx.acl is not None:
+            denied = ctx.acl.check(self.user, self.name, "access", "virtualhost", {"name": vhost})
+            if denied is not None:
+                raise AmqpError(ReplyCode.ACCESS_REFUSED, denied.reply_text, 10, 40)
         if ctx.open_connection_count() >= ctx.settings.max_connections:
             ctx.connections_refused_total += 1
             raise AmqpError(

@@ -14,6 +14,7 @@ from broker.core.vhost import VirtualHost
 from broker.security.sasl import Authenticator
 
 if TYPE_CHECKING:
+    from broker.amqp.access import AccessControl
     from broker.amqp.connection import Connection
 
 
@@ -111,6 +112,8 @@ class BrokerContext:
     #: Extra Connection.Start server properties, read at each handshake (HA status).
     server_properties: Callable[[], dict[str, Any]] | None = None
     log: Logger = field(default_factory=_NullLogger)
+    #: The ACL (``--acl-file``) asked before each checked method, or None: no ACL.
+    acl: AccessControl | None = None
     #: The reason publishers are blocked by a resource alarm (broker.core.alarms), or None.
     publish_alarm: str | None = None
     clock: Callable[[], float] = time.monotonic

@@ -30,6 +30,7 @@ import asyncio
 from aiohttp import web
 
 from broker.core.errors import AmqpError
+from broker.management.acl import AclEndpoints
 from broker.management.admin import AdminEndpoints
 from broker.management.auth import BasicAuth, Handler
 from broker.management.errors import ApiError, amqp_api_error, error_response
@@ -51,6 +52,7 @@ class ManagementApi:
         self.overview = StatusEndpoints(broker)
         self.objects = ObjectEndpoints(broker, self.log)
         self.ha = HaEndpoints(broker, self.log)
+        self.acl = AclEndpoints(broker, self.log)
         self.admin = AdminEndpoints(broker, self.log)
 
     def routes(self) -> list[web.RouteDef]:
@@ -74,6 +76,7 @@ class ManagementApi:
             web.post("/api/ha/in-sync", ha.in_sync),
             web.get("/api/ha/replications", ha.list_replications),
             web.post("/api/ha/replicate", ha.replicate),
+            *self.acl.routes(),  # GET /api/acl, POST /api/acl/reload
             *self.admin.routes(),  # DELETE /api/connections/{id}, POST /api/admin/stop
         ]
 
