@@ -20,11 +20,11 @@ from broker.core.alarms import ResourceAlarms, memory_limit_bytes
 from broker.core.errors import ReplyCode
 from broker.core.vhost import VirtualHost
 from broker.options import BrokerOptions
+from broker.security.broker_security import BrokerSecurity
 from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
 from broker.store.journal import Journal, StoreError, SyncPolicy
 from broker.store.message_store import MessageStore
-from broker.store.page_file import Pager
 from broker.store.recovery import CorruptStore
 from broker.store.resource_monitor import ResourceMonitor, total_memory
 from common.log import get_logger
@@ -62,6 +62,7 @@ class Broker:
             ),
             log=get_logger("amqp"),
         )
+        self.security = BrokerSecurity(options.acl_file, self.context, self.log)
         self.ha: HaBroker | None = None
         self.replications: dict[str, QueueReplication] = {}
         self.fenced_reason: str | None = None
@@ -90,21 +91,6 @@ class Broker:
         self.context.publish_alarm = reason
         for protocol in list(self._protocols):
             protocol.publishers_blocked(reason)
-
-    def _start_paging(self, data_dir: Path) -> None:
-        """Queues keep ready messages in memory up to PAGING_RATIO of --max-memory, the
-        rest in page files (none without a memory limit)."""
-        limit = self.resources.alarms.memory_limit
-        if limit:
-            budget = PagingBudget(int(limit * PAGING_RATIO))
-            self.pager = Pager(
-                self.vhost, data_dir / "paging", budget, on_write_failed=self._page_write_failed
-            ).start()
-
-    def _page_write_failed(self, exc: OSError) -> None:
-        self.log.warning("page_write_failed", reason=str(exc))
-        if exc.errno == errno.ENOSPC:
-            self.resources.write_failed()
 
     @property
     def store_status(self) -> str:
