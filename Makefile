@@ -12,14 +12,17 @@ STAMP  := $(VENV)/.installed
 # starts no service and leaves none enabled (README.md lists what comes with them).
 # pacemaker-cli-utils needs "pacemaker | pacemaker-remote": pacemaker-remote, asked for
 # with it, keeps out pacemaker itself, corosync and dbus (crm_resource --force-* runs the
-# agent without a cluster).
+# agent without a cluster). Node.js and npm run the amqplib client of tests/compat (its
+# package, pinned in tests/compat/node/package-lock.json, comes from the npm registry).
 # Each entry: a file that shows the package is there, then the package.
 SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java:default-jre-headless \
 	/usr/share/java/slf4j-simple.jar:libslf4j-java \
 	/usr/sbin/arping:iputils-arping /usr/bin/arping:iputils-arping \
 	/usr/sbin/ocf-tester:resource-agents /usr/bin/xmllint:libxml2-utils \
 	/usr/sbin/crm_resource:pacemaker-cli-utils /usr/sbin/crm_resource:pacemaker-remote \
-	/usr/sbin/nft:nftables
+	/usr/sbin/nft:nftables \
+	/usr/bin/node:nodejs /usr/bin/npm:npm
+NODE_CLIENT := tests/compat/node
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint typecheck unit bench bench-ha bench-store clean venv system-packages
@@ -48,7 +51,11 @@ system-packages:
 	for p in $$missing; do dpkg -s "$$p" >/dev/null 2>&1 || want="$$want $$p"; done; \
 	if [ -n "$$want" ]; then $(SUDO) sh deploy/system-packages.sh $$want; fi
 
-unit: $(STAMP) system-packages
+$(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json | system-packages
+	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund
+	@touch $@
+
+unit: $(STAMP) system-packages $(NODE_CLIENT)/node_modules/.installed
 	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 test: lint typecheck unit
