@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pika
+import pytest
 
 from tests.broker_process import BrokerProcess
 from tests.store.store_brokers import (
@@ -54,9 +55,10 @@ def _routes(channel: Any, exchange: str, key: str) -> bool:
         return False
 
 
-def _setup(broker: BrokerProcess) -> pika.BlockingConnection:
+def _setup(broker: BrokerProcess) -> tuple[pika.BlockingConnection, str]:
     """Declare, bind, publish, delete, purge and ack; returns the connection that holds the
-    exclusive queue (the caller stops the broker with it open)."""
+    exclusive queue (the caller stops the broker with it open) and a server-named durable
+    queue's name."""
     connection = connect(broker)
     channel = connection.channel()
     channel.confirm_delivery()
@@ -82,6 +84,28 @@ def _setup(broker: BrokerProcess) -> pika.BlockingConnection:
         properties = PERSISTENT if i % 2 == 0 else TRANSIENT
         channel.basic_publish("", "dq", b"m%d" % i, properties)  # m0 m2 m4 persistent
     channel.basic_publish("dx", "a.b", b"routed", PERSISTENT)  # to dq, tq and xq
+    # Deleting an exchange takes its bindings: not back when one of that name returns.
+    channel.exchange_declare("rx", "direct", durable=True)
+    channel.queue_bind("dq", "rx", "r")
+    channel.exchange_delete("rx")
+    channel.exchange_declare("rx", "direct", durable=True)
+    # An auto-delete exchange goes with its last binding.
+    channel.exchange_declare("ad", "direct", durable=True, auto_delete=True)
+    channel.queue_bind("dq", "ad", "x")
+    channel.queue_unbind("dq", "ad", "x")
+    # Binding arguments are kept (headers exchange).
+    channel.exchange_declare("hx", "headers", durable=True)
+    channel.queue_bind("dq", "hx", "", arguments={"x-match": "all", "color": "blue"})
+    # A message on two durable queues and a transient one, acked on one.
+    channel.exchange_declare("fan", "fanout", durable=True)
+    for name, durable in (("fa", True), ("fb", True), ("ft", False)):
+        channel.queue_declare(name, durable=durable)
+        channel.queue_bind(name, "fan")
+    channel.basic_publish("fan", "", b"fanned", PERSISTENT)
+    method, _properties, _body = channel.basic_get("fa", auto_ack=False)
+    channel.basic_ack(method.delivery_tag)
+    generated = channel.queue_declare("", durable=True).method.queue  # server-named
+    channel.basic_publish("", generated, b"to amq.gen", PERSISTENT)
     channel.queue_declare("purged", durable=True)
     for i in range(5):
         channel.basic_publish("", "purged", b"old%d" % i, PERSISTENT)
@@ -92,7 +116,7 @@ def _setup(broker: BrokerProcess) -> pika.BlockingConnection:
         channel.basic_publish("", "acked", b"a%d" % i, PERSISTENT)
     method, _properties, _body = channel.basic_get("acked", auto_ack=False)
     channel.basic_ack(method.delivery_tag)
-    return connection
+    return connection, generated
 
 
 def test_durable_objects_come_back_transient_ones_do_not_and_store_status_tells(
@@ -100,7 +124,7 @@ def test_durable_objects_come_back_transient_ones_do_not_and_store_status_tells(
 ) -> None:
     broker = brokers.start()
     assert status(broker)["store_status"] == "empty"
-    holder = _setup(broker)
+    holder, generated = _setup(broker)
     assert broker.stop() == 0  # SIGTERM: a clean stop, with the exclusive queue's owner on
     with contextlib.suppress(pika.exceptions.AMQPError):
         holder.close()
@@ -115,17 +139,34 @@ def test_durable_objects_come_back_transient_ones_do_not_and_store_status_tells(
     assert not _queue(broker, "tq")
     assert not _queue(broker, "xq")
     assert not _queue(broker, "gone_q")
+    assert _exchange(broker, "rx")
+    assert not _exchange(broker, "ad")
+    assert not _queue(broker, "ft")
     connection = connect(broker)
     channel = connection.channel()
     counts = {
         name: channel.queue_declare(name, passive=True).method.message_count
-        for name in ("dq", "dq2", "purged", "acked")
+        for name in ("dq", "dq2", "purged", "acked", "fa", "fb", generated)
     }
-    assert counts == {"dq": 4, "dq2": 0, "purged": 1, "acked": 2}
+    assert counts == {
+        "dq": 4,
+        "dq2": 0,
+        "purged": 1,
+        "acked": 2,
+        "fa": 0,
+        "fb": 1,
+        generated: 1,
+    }
     channel.confirm_delivery()
     assert _routes(channel, "dx", "a.c")  # dq's binding is back
     assert _routes(channel, "amq.direct", "k")  # a binding on a built-in exchange too
     assert not _routes(channel, "dx", "unbound.x")  # unbound stays unbound
+    assert not _routes(channel, "rx", "r")  # went with the exchange deleted before
+    blue = pika.BasicProperties(delivery_mode=2, headers={"color": "blue"})
+    channel.basic_publish("hx", "", b"blue", blue, mandatory=True)
+    with pytest.raises(pika.exceptions.UnroutableError):
+        red = pika.BasicProperties(delivery_mode=2, headers={"color": "red"})
+        channel.basic_publish("hx", "", b"red", red, mandatory=True)
     # Changes after a recovery are stored as well.
     channel.queue_unbind("dq", "amq.direct", "k")
     channel.queue_delete("dq2")
@@ -140,9 +181,17 @@ def test_durable_objects_come_back_transient_ones_do_not_and_store_status_tells(
     channel.confirm_delivery()
     assert not _routes(channel, "amq.direct", "k")
     dq = drain(channel, "dq")
-    assert [body for body, _, _ in dq] == [b"m0", b"m2", b"m4", b"routed", b"probe", b"probe"]
+    assert [body for body, _, _ in dq] == [
+        b"m0",
+        b"m2",
+        b"m4",
+        b"routed",
+        b"probe",
+        b"probe",
+        b"blue",
+    ]
     assert not any(redelivered for _, redelivered, _ in dq)
-    assert [properties.delivery_mode for _, _, properties in dq] == [2] * 6
+    assert [properties.delivery_mode for _, _, properties in dq] == [2] * 7
     assert [body for body, _, _ in drain(channel, "purged")] == [b"new"]
     assert [body for body, _, _ in drain(channel, "acked")] == [b"a1", b"a2"]
     connection.close()
