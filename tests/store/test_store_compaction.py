@@ -1,6 +1,7 @@
 """Compaction end to end (a real qpidd, pika): publishing and consuming far more than a
 segment (16 MiB) keeps the store directory to a few segments, and what is still live in
-the oldest ones (a message nobody consumed) is copied forward and back after a crash."""
+the oldest ones (messages nobody consumed, one delivered and not acked) is copied forward
+and back after a crash, the delivered one redelivered."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ def test_the_store_stays_small_while_messages_flow_through_it(brokers: StoreBrok
     channel.queue_declare("keep", durable=True)
     channel.queue_declare("flow", durable=True)
     channel.basic_publish("", "keep", b"the old one", PERSISTENT)
+    channel.basic_publish("", "keep", b"never delivered", PERSISTENT)
+    holder = connection.channel()  # takes "the old one" and never acks it
+    method, _properties, body = holder.basic_get("keep", auto_ack=False)
+    assert body == b"the old one"
     largest = 0
     for round_ in range(ROUNDS):
         for i in range(PER_ROUND):
@@ -55,7 +60,7 @@ def test_the_store_stays_small_while_messages_flow_through_it(brokers: StoreBrok
     compacted = events(broker, "store_segment_compacted")
     assert len(compacted) >= 2
     assert compacted[0]["segment"] == 1  # the oldest first, "the old one" copied forward
-    assert compacted[0]["copied"] >= 3  # at least the two queues and that message
+    assert compacted[0]["copied"] >= 6  # the two queues, two messages, two enqueues
     assert int(brokers.segments()[0].stem) > 1
     connection.close()
     assert broker.stop(signal.SIGKILL) == -signal.SIGKILL
@@ -63,6 +68,11 @@ def test_the_store_stays_small_while_messages_flow_through_it(brokers: StoreBrok
     broker = brokers.start()
     connection = connect(broker)
     channel = connection.channel()
-    assert [body for body, _, _ in drain(channel, "keep")] == [b"the old one"]
+    # Copied forward with its delivered flag (the confirmed publishes after it made the
+    # flag durable).
+    assert [(body, redelivered) for body, redelivered, _ in drain(channel, "keep")] == [
+        (b"the old one", True),
+        (b"never delivered", False),
+    ]
     assert drain(channel, "flow") == []
     connection.close()
