@@ -252,3 +252,102 @@ def test_store_sync_none_publishes_and_a_crash_keeps_a_prefix(brokers: StoreBrok
     channel = connection.channel()
     assert [body for body, _, _ in drain(channel, "q")] == [b"again%d" % i for i in range(100)]
     connection.close()
+
+
+@dataclass
+class PipelinedPublisher:
+    """One connection keeping up to ``window`` persistent publishes unconfirmed (pika's
+    asynchronous adapter, on its own thread): delivery tag n is message ``name:n-1``."""
+
+    url: str
+    name: str
+    queue: str
+    window: int = 200
+    sent: int = 0
+    confirmed: set[int] = field(default_factory=set)
+    nacked: set[int] = field(default_factory=set)
+    error: Any = None
+    _unsettled: set[int] = field(default_factory=set)
+    _channel: Any = None
+    _connection: Any = None
+
+    def run(self, stop: threading.Event) -> None:
+        self._stop = stop
+        self._connection = pika.SelectConnection(
+            pika.URLParameters(self.url),
+            on_open_callback=lambda c: c.channel(on_open_callback=self._opened),
+            on_open_error_callback=self._closed,
+            on_close_callback=self._closed,
+        )
+        self._connection.ioloop.start()
+
+    def _opened(self, channel: Any) -> None:
+        self._channel = channel
+        channel.confirm_delivery(self._confirmed, callback=lambda _frame: self._fill())
+
+    def _fill(self) -> None:
+        while len(self._unsettled) < self.window and not self._stop.is_set():
+            body = f"{self.name}:{self.sent}".encode()
+            self._channel.basic_publish("", self.queue, body, PERSISTENT)
+            self.sent += 1
+            self._unsettled.add(self.sent)
+
+    def _confirmed(self, frame: Any) -> None:
+        method = frame.method
+        tag = method.delivery_tag
+        tags = {t for t in self._unsettled if t <= tag} if method.multiple else {tag}
+        self._unsettled -= tags
+        settled = self.confirmed if isinstance(method, pika.spec.Basic.Ack) else self.nacked
+        settled.update(t - 1 for t in tags)
+        self._fill()
+
+    def _closed(self, connection: Any, reason: Any) -> None:
+        self.error = reason
+        connection.ioloop.stop()
+
+
+def test_sigkill_during_pipelined_confirmed_publishing_keeps_a_gapless_prefix(
+    brokers: StoreBrokers,
+) -> None:
+    """With many publishes in flight, what is back of each publisher is 0..m in order, m
+    at least its highest confirmed id and below what it sent: the journal writes in
+    order, and no confirm covers a message before the write that holds it."""
+    broker = brokers.start()
+    setup = connect(broker)
+    for queue in ("a", "b"):
+        setup.channel().queue_declare(queue, durable=True)
+    setup.close()
+    publishers = [PipelinedPublisher(broker.url, f"p{i}", "ab"[i % 2]) for i in range(4)]
+    stop = threading.Event()
+    threads = [threading.Thread(target=p.run, args=(stop,), daemon=True) for p in publishers]
+    for thread in threads:
+        thread.start()
+    try:
+
+        def total() -> int:
+            return sum(len(p.confirmed) for p in publishers)
+
+        def failed() -> str:
+            return f"{[len(p.confirmed) for p in publishers]} {[p.error for p in publishers]}"
+
+        poll_until(lambda: all(len(p.confirmed) >= 500 for p in publishers), 60, failed)
+        more = total() + random.randint(0, 1000)
+        poll_until(lambda: total() >= more, 30, failed)
+        assert broker.stop(signal.SIGKILL) == -signal.SIGKILL
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert not any(thread.is_alive() for thread in threads)
+
+    broker = brokers.start()
+    connection = connect(broker)
+    channel = connection.channel()
+    recovered = {**_by_publisher(drain(channel, "a")), **_by_publisher(drain(channel, "b"))}
+    connection.close()
+    for publisher in publishers:
+        assert publisher.nacked == set()
+        ids = recovered.get(publisher.name, [])
+        assert ids == list(range(len(ids))), f"{publisher.name}: not a gapless prefix"
+        assert len(ids) > max(publisher.confirmed), f"{publisher.name}: confirmed lost"
+        assert len(ids) <= publisher.sent
