@@ -172,3 +172,58 @@ def test_single_active_consumer_takes_everything_until_it_goes() -> None:
     assert second.bodies == [b"3"]
     with pytest.raises(AmqpError):
         plain_queue(**{"x-single-active-consumer": "yes"})
+
+
+class CheckedConsumer(FakeConsumer):
+    """Checks at each delivery that no consumer of a higher priority had credit."""
+
+    def __init__(self, tag: str, priority: int, everyone: list[CheckedConsumer]) -> None:
+        super().__init__(tag, credit=0, no_ack=True)
+        self.priority = priority
+        self.everyone = everyone
+
+    def deliver(self, queue: Queue, entry: Entry) -> None:
+        assert not any(
+            c.priority > self.priority and c.can_deliver() for c in self.everyone if c is not self
+        )
+        super().deliver(queue, entry)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-2, 3), min_size=1, max_size=5),
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("publish"), st.integers(1, 4)),
+            st.tuples(st.just("credit"), st.integers(0, 4)),
+        ),
+        max_size=40,
+    ),
+)
+def test_deliveries_go_to_the_highest_priority_consumer_with_credit(
+    priorities: list[int], ops: list[tuple[str, int]]
+) -> None:
+    queue = plain_queue()
+    everyone: list[CheckedConsumer] = []
+    for i, priority in enumerate(priorities):
+        consumer = CheckedConsumer(f"c{i}", priority, everyone)
+        everyone.append(consumer)
+        queue.add_consumer(consumer)
+    published = 0
+    for op, value in ops:
+        if op == "publish":
+            for _ in range(value):
+                published += 1
+                queue.enqueue(message(str(published), "q"))
+        else:
+            consumer = everyone[value % len(everyone)]
+            consumer.credit = (consumer.credit or 0) + 1
+            queue.dispatch()
+        delivered = sum(len(c.deliveries) for c in everyone)
+        # every message went to someone as long as anyone had credit, in arrival order
+        assert delivered + queue.message_count == published
+        assert queue.message_count == 0 or not any(c.can_deliver() for c in everyone)
+    bodies = sorted(
+        (int(entry.message.body) for c in everyone for entry, _ in c.deliveries),
+    )
+    assert bodies == list(range(1, len(bodies) + 1))
