@@ -23,6 +23,22 @@ from tests.store.store_brokers import (
     status,
 )
 
+RICH = pika.BasicProperties(
+    delivery_mode=2,
+    content_type="text/plain",
+    content_encoding="utf-8",
+    headers={"n": 1, "nested": {"list": [1, "two", True]}},
+    priority=3,
+    correlation_id="c1",
+    reply_to="r",
+    expiration="600000",
+    message_id="m1",
+    timestamp=12345,
+    type="t",
+    user_id="guest",
+    app_id="app",
+)
+
 
 def _exists(broker: BrokerProcess, declare: Callable[[Any], Any]) -> bool:
     """Does a passive declare succeed? (a 404 closes the channel: one connection each)"""
@@ -106,6 +122,17 @@ def _setup(broker: BrokerProcess) -> tuple[pika.BlockingConnection, str]:
     channel.basic_ack(method.delivery_tag)
     generated = channel.queue_declare("", durable=True).method.queue  # server-named
     channel.basic_publish("", generated, b"to amq.gen", PERSISTENT)
+    # Priority order, every property and a length limit's drops survive as well.
+    channel.queue_declare("pq", durable=True, arguments={"x-max-priority": 10})
+    for body, priority in ((b"low", 1), (b"high", 9), (b"mid", 5), (b"high2", 9)):
+        channel.basic_publish(
+            "", "pq", body, pika.BasicProperties(delivery_mode=2, priority=priority)
+        )
+    channel.queue_declare("rich", durable=True)
+    channel.basic_publish("", "rich", b"rich", RICH)
+    channel.queue_declare("limited", durable=True, arguments={"x-max-length": 3})
+    for i in range(6):
+        channel.basic_publish("", "limited", b"%d" % i, PERSISTENT)
     channel.queue_declare("purged", durable=True)
     for i in range(5):
         channel.basic_publish("", "purged", b"old%d" % i, PERSISTENT)
@@ -170,6 +197,9 @@ def test_durable_objects_come_back_transient_ones_do_not_and_store_status_tells(
     # Changes after a recovery are stored as well.
     channel.queue_unbind("dq", "amq.direct", "k")
     channel.queue_delete("dq2")
+    channel.basic_publish("", "purged", b"newer", PERSISTENT)
+    channel.queue_purge("purged")  # purge-ok: on disk, the crash comes at once
+    channel.basic_publish("", "purged", b"newest", PERSISTENT)
     connection.close()
     assert broker.stop(signal.SIGKILL) == -signal.SIGKILL
 
@@ -192,6 +222,10 @@ def test_durable_objects_come_back_transient_ones_do_not_and_store_status_tells(
     ]
     assert not any(redelivered for _, redelivered, _ in dq)
     assert [properties.delivery_mode for _, _, properties in dq] == [2] * 7
-    assert [body for body, _, _ in drain(channel, "purged")] == [b"new"]
+    assert [body for body, _, _ in drain(channel, "purged")] == [b"newest"]
+    assert [body for body, _, _ in drain(channel, "pq")] == [b"high", b"high2", b"mid", b"low"]
+    assert [body for body, _, _ in drain(channel, "limited")] == [b"3", b"4", b"5"]
+    ((_body, _redelivered, properties),) = drain(channel, "rich")
+    assert properties == RICH
     assert [body for body, _, _ in drain(channel, "acked")] == [b"a1", b"a2"]
     connection.close()
