@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker import __version__
@@ -18,6 +19,7 @@ from broker.amqp.context import BrokerContext, ConnectionSettings
 from broker.amqp.protocol import AmqpProtocol
 from broker.core.alarms import ResourceAlarms, memory_limit_bytes
 from broker.core.errors import ReplyCode
+from broker.core.paging import PagingBudget
 from broker.core.vhost import VirtualHost
 from broker.options import BrokerOptions
 from broker.security.broker_security import BrokerSecurity
@@ -25,6 +27,7 @@ from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
 from broker.store.journal import Journal, StoreError, SyncPolicy
 from broker.store.message_store import MessageStore
+from broker.store.page_file import Pager
 from broker.store.recovery import CorruptStore
 from broker.store.resource_monitor import ResourceMonitor, total_memory
 from common.log import get_logger
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
     from broker.ha.remote_queue_replication import QueueReplication
 
 TICK_INTERVAL = 0.25
+#: Share of --max-memory that ready messages may take before queues page (RabbitMQ's 0.5).
+PAGING_RATIO = 0.5
 
 
 class Broker:
@@ -85,12 +90,29 @@ class Broker:
             self.log,
             self._publishers_blocked,
         )
+        #: Pages ready messages to the data directory past a share of --max-memory.
+        self.pager: Pager | None = None
 
     def _publishers_blocked(self, reason: str | None) -> None:
         """A resource alarm blocks (reason) or unblocks (None) the publishers."""
         self.context.publish_alarm = reason
         for protocol in list(self._protocols):
             protocol.publishers_blocked(reason)
+
+    def _start_paging(self, data_dir: Path) -> None:
+        """Queues keep ready messages in memory up to PAGING_RATIO of --max-memory, the
+        rest in page files (none without a memory limit)."""
+        limit = self.resources.alarms.memory_limit
+        if limit:
+            budget = PagingBudget(int(limit * PAGING_RATIO))
+            self.pager = Pager(
+                self.vhost, data_dir / "paging", budget, on_write_failed=self._page_write_failed
+            ).start()
+
+    def _page_write_failed(self, exc: OSError) -> None:
+        self.log.warning("page_write_failed", reason=str(exc))
+        if exc.errno == errno.ENOSPC:
+            self.resources.write_failed()
 
     @property
     def store_status(self) -> str:
@@ -177,6 +199,8 @@ class Broker:
             self.data_dir = DataDir(options.data_dir).open()
             self._open_store(self.data_dir)
         self.resources.sample()
+        if self.data_dir is not None:
+            self._start_paging(self.data_dir.path)
         if options.ha_cluster:
             # Before listening: a cluster member must never admit a client as stand-alone.
             from broker.ha.ha_broker import HaBroker
@@ -312,6 +336,8 @@ class Broker:
         stored = True
         if self.store is not None:
             stored = await self.store.journal.close()
+        if self.pager is not None:
+            self.pager.stop()
         if self.data_dir is not None:
             self.data_dir.close(clean=stored)
         self.log.info("broker_stopped", uptime=round(time.time() - self.started_at, 3))

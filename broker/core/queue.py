@@ -592,6 +592,13 @@ class Queue:
             messages.extend(kept)
         return removed
 
+    # -- paging ------------------------------------------------------------------------
+    def use_message_list(self, messages: deque[Entry]) -> None:
+        """Keep the ready messages in ``messages`` from now on (broker.core.paging's
+        PagedMessages, a deque that pages its tail to disk); moves those already here."""
+        messages.extend(self._messages)
+        self._messages = messages
+
     # -- admin -------------------------------------------------------------------------
     def purge(self) -> int:
         """Remove every ready message (not the unacknowledged ones)."""

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Resident memory per queued message (issue 11, item 5): in memory, and paged to disk.
+
+Starts a qpidd (from the tree on PYTHONPATH) for each mode, publishes ``--count`` messages
+of ``--size`` bytes to one queue nobody consumes, and reads the broker's resident set size
+(/proc/<pid>/statm) after every ``--step`` messages:
+
+* ``memory``: no data directory, no memory limit: every message stays in memory.
+* ``paged``: ``--data-dir`` and ``--max-memory`` (paging starts past half of it): the first
+  messages fill the paging budget, the rest go to page files.
+
+It prints the RSS growth per message over the whole run and the marginal growth per message
+over the last half (for ``paged``: messages that all went to disk). Targets: under 1.5 KiB
+per message in memory, under 0.3 KiB per paged message (1 KiB bodies).
+
+    .venv/bin/python bench/rss_per_message.py --count 1000000
+    .venv/bin/python bench/rss_per_message.py --count 5000000 --modes paged
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pika
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from common.polling import free_port, poll_until, port_open  # noqa: E402
+
+PAGE = 4096
+
+
+def rss(pid: int) -> int:
+    with open(f"/proc/{pid}/statm", "rb") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+def run(mode: str, count: int, size: int, step: int, max_memory: str) -> dict[str, float]:
+    work = Path(tempfile.mkdtemp(prefix="rss-bench-"))
+    port = free_port()
+    args = [
+        str(Path(sys.executable).with_name("qpidd")),
+        "--interface=127.0.0.1",
+        f"--port={port}",
+        "--mgmt-port=0",
+        "--log-level=warning",
+        "--default-queue-limit=0",
+    ]
+    if mode == "paged":
+        args += [f"--data-dir={work / 'data'}", f"--max-memory={max_memory}"]
+    else:
+        args += ["--max-memory=0"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        poll_until(lambda: port_open(port), 15, "qpidd to listen")
+        url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        channel.queue_declare("rss")
+        body = b"r" * size
+
+        def queued() -> int:
+            return int(channel.queue_declare("rss", passive=True).method.message_count)
+
+        time.sleep(0.5)
+        base = rss(proc.pid)
+        samples: list[tuple[int, int]] = [(0, base)]
+        started = time.monotonic()
+        sent = 0
+        while sent < count:
+            batch = min(step, count - sent)
+            for _ in range(batch):
+                channel.basic_publish("", "rss", body)
+            sent += batch
+            poll_until(lambda: queued() == sent, 120, f"{sent} messages queued")  # noqa: B023
+            samples.append((sent, rss(proc.pid)))
+        seconds = time.monotonic() - started
+        connection.close()
+        end = samples[-1][1]
+        half_n, half_rss = samples[len(samples) // 2]
+        paged = 0
+        pages = work / "data" / "paging"
+        if pages.exists():
+            paged = sum(p.stat().st_size for p in pages.glob("*.page"))
+        return {
+            "base_mb": base / 1e6,
+            "end_mb": end / 1e6,
+            "per_msg_b": (end - base) / count,
+            "marginal_b": (end - half_rss) / max(1, count - half_n),
+            "page_mb": paged / 1e6,
+            "publish_s": seconds,
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--count", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=1024, help="body bytes")
+    ap.add_argument("--step", type=int, default=50_000, help="messages between RSS samples")
+    ap.add_argument("--max-memory", default="400MB", help="qpidd --max-memory in paged mode")
+    ap.add_argument("--modes", default="memory,paged")
+    opts = ap.parse_args()
+    print(
+        f"{'mode':8} {'count':>9} {'size':>6} {'base MB':>8} {'end MB':>8} {'B/msg':>7}"
+        f" {'marginal B/msg':>15} {'pages MB':>9} {'publish s':>10}"
+    )
+    for mode in opts.modes.split(","):
+        r = run(mode, opts.count, opts.size, opts.step, opts.max_memory)
+        print(
+            f"{mode:8} {opts.count:>9} {opts.size:>6} {r['base_mb']:>8.1f} {r['end_mb']:>8.1f}"
+            f" {r['per_msg_b']:>7.0f} {r['marginal_b']:>15.0f} {r['page_mb']:>9.1f}"
+            f" {r['publish_s']:>10.1f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
