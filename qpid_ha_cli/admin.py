@@ -172,8 +172,9 @@ def connections(
 ) -> None:
     """List the broker's AMQP connections (with --all, every cluster member's).
 
-    The ID is what disconnect takes (per broker). Backups admit no clients: their
-    connections are the replication link and admin tools.
+    The ID is what disconnect takes (per broker). A backup admits no clients (admin tools
+    at most); the primary's list holds each backup's replication link ("qpidd HA backup
+    link"). With --all a last line counts each member's connections.
     """
     s = settings(ctx)
     if not show_all:
