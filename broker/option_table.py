@@ -143,6 +143,44 @@ class BrokerOptions:
         metavar="FILE",
         default_text="none, no ACL",
     )
+    ssl_port: int = _option(
+        5671,
+        int_range(0, 65535),
+        "AMQP over TLS listen port, opened when ssl-cert-file is given (0 picks a free port)",
+        metavar="PORT",
+    )
+    ssl_cert_file: str | None = _option(
+        None,
+        non_empty,
+        "the broker's certificate (PEM, chain included): turns TLS on for clients (ssl-port),"
+        " the management API (HTTPS) and HA links to ssl: addresses; reloaded on SIGHUP",
+        metavar="FILE",
+        default_text="none, no TLS",
+    )
+    ssl_key_file: str | None = _option(
+        None, non_empty, "the certificate's private key (PEM)", metavar="FILE", default_text="none"
+    )
+    ssl_ca_file: str | None = _option(
+        None,
+        non_empty,
+        "CA certificates (PEM) that client certificates and ssl: HA peers are checked against",
+        metavar="FILE",
+        default_text="none",
+    )
+    ssl_require_client_authentication: bool = _option(
+        False,
+        parse_bool,
+        "TLS clients must present a certificate signed by ssl-ca-file (SASL EXTERNAL logs"
+        " them in as its common name)",
+        metavar="yes|no",
+    )
+    mgmt_ssl: str = _option(
+        "auto",
+        choice("auto", "yes", "no"),
+        "serve the management API over HTTPS with ssl-cert-file: yes, no, or auto (HTTPS when"
+        " TLS is configured and mgmt-interface is not a loopback address)",
+        metavar="auto|yes|no",
+    )
     log_level: str = _option(
         "info",
         choice("debug", "info", "warning", "error", "critical"),

@@ -67,7 +67,7 @@ class Broker:
             ),
             log=get_logger("amqp"),
         )
-        self.security = BrokerSecurity(options.acl_file, self.context, self.log)
+        self.security = BrokerSecurity(options, self.context, self.log)
         self.ha: HaBroker | None = None
         self.replications: dict[str, QueueReplication] = {}
         self.fenced_reason: str | None = None
@@ -75,6 +75,7 @@ class Broker:
         self.store: MessageStore | None = None
         self._protocols: set[AmqpProtocol] = set()
         self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
         self._management: Any = None
         self._tick_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
@@ -222,6 +223,7 @@ class Broker:
         sockets = self._server.sockets
         if sockets:
             self.amqp_port = sockets[0].getsockname()[1]
+        self._tls_server = await self.security.listen_tls(self._protocol_factory, options.interface)
         if options.mgmt_port:
             from broker.management.api import start_management
 
@@ -246,6 +248,7 @@ class Broker:
             interface=options.interface,
             port=self.amqp_port,
             mgmt_port=self.mgmt_port or None,
+            ssl_port=self.security.ssl_port or None,
             ha_state=self.ha_state,
             auth=options.auth,
         )
@@ -311,6 +314,8 @@ class Broker:
         self._stopped.set()
         if self._server is not None:
             self._server.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
         if self.ha is not None:
             await self.ha.stop()
         for replication in self.replications.values():

@@ -76,11 +76,13 @@ class Connection:
         peer: str,
         on_output: Callable[[], None] | None = None,
         peer_host: str | None = None,
+        tls_identity: str | None = None,
     ) -> None:
         self.ctx = ctx
         self.id = next(_ids)
         self.peer = peer
         self.peer_host = peer_host  # the peer's IP address; None: not on the network
+        self.tls_identity = tls_identity  # the verified client certificate's common name
         self.name = f"{peer} #{self.id}"
         self.vhost = ctx.vhost
         self.on_output = on_output
@@ -356,7 +358,7 @@ class Connection:
                     },
                     **extra,
                 },
-                mechanisms=" ".join(self.ctx.authenticator.mechanisms()),
+                mechanisms=" ".join(self.ctx.authenticator.mechanisms(self.tls_identity)),
                 locales="en_US",
             ),
         )
@@ -411,7 +413,9 @@ class Connection:
         raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
         mechanism = str(method.mechanism or "")
         try:
-            self.user = self.ctx.authenticator.authenticate(mechanism, raw, self.peer_host)
+            self.user = self.ctx.authenticator.authenticate(
+                mechanism, raw, self.peer_host, self.tls_identity
+            )
         except AuthenticationError as exc:
             self.ctx.log.warning(
                 "authentication_failed", connection=self.name, mechanism=mechanism, reason=str(exc)

@@ -14,6 +14,7 @@ from typing import cast
 
 from broker.amqp.connection import Connection
 from broker.amqp.context import BrokerContext
+from broker.security.tls import certificate_identity
 
 #: Transport write buffer water marks: deliveries pause above HIGH, resume below LOW.
 HIGH_WATER = 4 * 1024 * 1024
@@ -38,7 +39,10 @@ class AmqpProtocol(asyncio.Protocol):
         peername = transport.get_extra_info("peername")
         host = str(peername[0]) if isinstance(peername, tuple) else str(peername)
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
-        self.connection = Connection(self.ctx, peer, on_output=self._schedule_flush, peer_host=host)
+        identity = certificate_identity(transport.get_extra_info("peercert"))  # TLS only
+        self.connection = Connection(
+            self.ctx, peer, on_output=self._schedule_flush, peer_host=host, tls_identity=identity
+        )
 
     def data_received(self, data: bytes) -> None:
         connection = self.connection

@@ -129,7 +129,9 @@ async def start_management(broker: ManagedBroker, interface: str, port: int) -> 
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, interface or None, port)
+        security = getattr(broker, "security", None)  # HTTPS per --mgmt-ssl
+        tls = None if security is None else security.mgmt_ssl()
+        site = web.TCPSite(runner, interface or None, port, ssl_context=tls)
         await site.start()
     except BaseException:
         await runner.cleanup()

@@ -7,18 +7,29 @@ the file again: a good file replaces the ACL at once for every later request, a 
 leaves the running ACL in place and says why (``acl_reload_failed``). The caller decides
 when: SIGHUP (:mod:`broker.main`) or ``POST /api/acl/reload``.
 
+TLS (:mod:`broker.security.tls`): with ``--ssl-cert-file`` it makes the server context
+(:attr:`BrokerSecurity.server_ssl`) of the AMQPS listener it opens (:meth:`listen_tls`,
+``--ssl-port``) and of the management API when that is HTTPS (:meth:`mgmt_ssl`); SIGHUP
+reads the certificate files again into the same context (``tls_reloaded``, or
+``tls_reload_failed`` and the running ones stay).
+
 THREAD UNSAFE: the broker's event loop calls it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from broker.amqp.access import AccessControl
 from broker.amqp.context import BrokerContext
 from broker.security.acl import Acl, AclError, load_acl
+from broker.security.sasl import is_loopback
+from broker.security.tls import TlsError, TlsSettings, reload_server_context, server_context
 
 __all__ = ["BrokerSecurity", "ReloadError"]
 
@@ -28,11 +39,17 @@ class ReloadError(Exception):
 
 
 class BrokerSecurity:
-    def __init__(self, acl_file: str | None, context: BrokerContext, log: Any) -> None:
+    def __init__(self, options: Any, context: BrokerContext, log: Any) -> None:
+        acl_file: str | None = options.acl_file
+        self.options = options
         self.acl_file = acl_file
         self.context = context
         self.log = log
         self.loaded_at: float | None = None
+        self.tls = TlsSettings.from_options(options)  # TlsError (a ValueError): exit 2
+        self.server_ssl = None if self.tls is None else server_context(self.tls)
+        self.ssl_port = 0
+        self.mgmt_ssl()  # TlsError now (exit 2) rather than when the API starts
         if acl_file:
             acl = load_acl(acl_file)  # AclError (a ValueError): bad configuration
             context.acl = AccessControl(acl, context.log)
@@ -70,3 +87,41 @@ class BrokerSecurity:
         if self.acl_file:
             with contextlib.suppress(ReloadError):  # logged by reload: the running ACL stays
                 self.reload("SIGHUP")
+        if self.tls is not None and self.server_ssl is not None:
+            try:
+                reload_server_context(self.server_ssl, self.tls)
+            except TlsError as exc:
+                self.log.warning("tls_reload_failed", reason=str(exc))
+            else:
+                self.log.info("tls_reloaded", cert_file=self.tls.cert_file)
+
+    def mgmt_ssl(self) -> ssl.SSLContext | None:
+        """The management API's context: HTTPS per ``--mgmt-ssl`` (auto: with TLS, off
+        loopback), None for HTTP."""
+        choice = self.options.mgmt_ssl
+        if self.server_ssl is None or choice == "no":
+            if choice == "yes":
+                raise TlsError("mgmt-ssl=yes needs ssl-cert-file and ssl-key-file")
+            return None
+        if choice == "auto" and is_loopback(self.options.mgmt_interface):
+            return None
+        return self.server_ssl
+
+    async def listen_tls(
+        self, factory: Callable[[], asyncio.Protocol], interface: str
+    ) -> asyncio.Server | None:
+        """The AMQPS listener on ``--ssl-port`` (None without TLS); the port chosen is in
+        :attr:`ssl_port`."""
+        if self.server_ssl is None:
+            return None
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            factory,
+            host=interface,
+            port=self.options.ssl_port,
+            ssl=self.server_ssl,
+            reuse_address=True,
+            backlog=1024,
+        )
+        self.ssl_port = int(server.sockets[0].getsockname()[1]) if server.sockets else 0
+        return server

@@ -80,40 +80,66 @@ class Authenticator:
         """``user``'s management roles (:mod:`broker.security.roles`)."""
         return self.users.roles(user)
 
-    def mechanisms(self) -> list[str]:
-        """The mechanisms offered in ``connection.start``, most preferred first."""
-        if self.auth_enabled:
-            return ["PLAIN", "AMQPLAIN"]
-        return ["PLAIN", "AMQPLAIN", "ANONYMOUS"]
+    def mechanisms(self, tls_identity: str | None = None) -> list[str]:
+        """The mechanisms offered in ``connection.start``, most preferred first: EXTERNAL
+        first on a TLS connection whose client presented a verified certificate."""
+        offered = ["PLAIN", "AMQPLAIN"] if self.auth_enabled else ["PLAIN", "AMQPLAIN", "ANONYMOUS"]
+        return ["EXTERNAL", *offered] if tls_identity else offered
 
-    def authenticate(self, mechanism: str, response: bytes, peer_host: str | None = None) -> str:
+    def authenticate(
+        self,
+        mechanism: str,
+        response: bytes,
+        peer_host: str | None = None,
+        tls_identity: str | None = None,
+    ) -> str:
         """The authenticated user name.
+
+        ``tls_identity`` is the common name of the client's verified TLS certificate: the
+        user of EXTERNAL (which must be a known user, with authentication on; the response,
+        when not empty, must name the same user).
 
         :raises AuthenticationError: for an unoffered mechanism, a malformed response,
             (with authentication enabled) a wrong user name or password, or a loopback
             user from ``peer_host`` that is not a loopback address.
         """
-        if mechanism not in self.mechanisms():
-            offered = " ".join(self.mechanisms())
+        if mechanism not in self.mechanisms(tls_identity):
+            offered = " ".join(self.mechanisms(tls_identity))
             raise AuthenticationError(f"unsupported mechanism {mechanism!r} (offered: {offered})")
         if mechanism == "ANONYMOUS":
             return ANONYMOUS_USER
-        if mechanism == "PLAIN":
-            user, password = _plain(response)
+        if mechanism == "EXTERNAL":
+            user = _external(response, tls_identity or "")
+            if self.auth_enabled and user not in self.users:
+                raise AuthenticationError(f"EXTERNAL: certificate user {user!r} is not a user")
         else:
-            user, password = _amqplain(response)
-        if not self.auth_enabled:
-            return user or ANONYMOUS_USER
-        if not user:
-            raise AuthenticationError(f"{mechanism}: empty user name")
-        if not self.users.check(user, password):
-            raise AuthenticationError(f"{mechanism}: wrong user name or password for {user!r}")
+            if mechanism == "PLAIN":
+                user, password = _plain(response)
+            else:
+                user, password = _amqplain(response)
+            if not self.auth_enabled:
+                return user or ANONYMOUS_USER
+            if not user:
+                raise AuthenticationError(f"{mechanism}: empty user name")
+            if not self.users.check(user, password):
+                raise AuthenticationError(f"{mechanism}: wrong user name or password for {user!r}")
         if user in self.loopback_users and peer_host is not None and not is_loopback(peer_host):
             raise AuthenticationError(
                 f"user {user!r} may log in only from a loopback address, not {peer_host}"
                 " (see loopback-users)"
             )
         return user
+
+
+def _external(response: bytes, identity: str) -> str:
+    """EXTERNAL (RFC 4422 appendix A): the certificate's identity; a non-empty response is
+    an authorization identity that must be the same."""
+    asked = _text(bytes(response), "authorization identity", "EXTERNAL")
+    if asked and asked != identity:
+        raise AuthenticationError(
+            f"EXTERNAL: certificate user {identity!r} may not act as {asked!r}"
+        )
+    return identity
 
 
 def _text(raw: bytes, what: str, mechanism: str) -> str:
