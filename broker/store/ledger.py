@@ -18,6 +18,7 @@ THREAD UNSAFE: the store's event loop owns it.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from broker.store.records import Kind
@@ -43,6 +44,30 @@ class Ledger:
         self._messages: dict[int, list[int]] = {}  # message id -> [segment, enqueues]
         self._enqueues: dict[EnqueueKey, int] = {}  # -> segment
         self.delivered: set[EnqueueKey] = set()
+
+    @classmethod
+    def restore(
+        cls,
+        *,
+        records: dict[int, int],
+        config: dict[int, int],
+        messages: dict[int, int],
+        enqueues: dict[EnqueueKey, int],
+        delivered: set[EnqueueKey],
+    ) -> Ledger:
+        """The ledger of a recovered store, in one pass: ``records`` per segment, and the
+        segment of each live configuration record, message and enqueue."""
+        ledger = cls()
+        live: Counter[int] = Counter(config.values())
+        live.update(messages.values())
+        live.update(enqueues.values())
+        ledger.segments = {n: SegmentUse(count, live[n]) for n, count in records.items()}
+        ledger._config = dict(config)
+        refs: Counter[int] = Counter(key[1] for key in enqueues)
+        ledger._messages = {m: [segment, refs[m]] for m, segment in messages.items()}
+        ledger._enqueues = dict(enqueues)
+        ledger.delivered = set(delivered)
+        return ledger
 
     # -- what was written ----------------------------------------------------------------
     def opened(self, segment: int) -> None:

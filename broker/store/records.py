@@ -6,7 +6,8 @@ A store is a directory of segment files ``NNNNNNNNNNNNNNNNNNNN.seg`` (the segmen
     header  = b"QPIDSEG1" | u64 segment number | u64 next id   (24 bytes)
     record  = u32 payload length | u32 CRC-32C of (kind + payload) | u8 kind | payload
 
-All integers are big-endian. ``next id`` is the store's id counter when the segment was
+All integers are big-endian. Records decode to named tuples (cheap to build: recovery makes
+two per message). ``next id`` is the store's id counter when the segment was
 opened: every id handed out later is at least that, so the counter survives even when the
 records that used the highest ids were compacted away.
 
@@ -29,7 +30,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 from pamqp import decode as pamqp_decode
@@ -65,8 +66,7 @@ class Kind(IntEnum):
     DELIVERED = 10  # it was delivered from that queue at least once
 
 
-@dataclass(frozen=True, slots=True)
-class ExchangeRecord:
+class ExchangeRecord(NamedTuple):
     id: int
     name: str
     type: str
@@ -75,16 +75,14 @@ class ExchangeRecord:
     arguments: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class QueueRecord:
+class QueueRecord(NamedTuple):
     id: int
     name: str
     auto_delete: bool
     arguments: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class BindingRecord:
+class BindingRecord(NamedTuple):
     id: int
     exchange: str
     queue_id: int
@@ -92,8 +90,7 @@ class BindingRecord:
     arguments: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class MessageRecord:
+class MessageRecord(NamedTuple):
     id: int
     exchange: str
     routing_key: str
@@ -101,8 +98,7 @@ class MessageRecord:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueRecord:
+class EnqueueRecord(NamedTuple):
     queue_id: int
     message_id: int
     position: int
@@ -110,16 +106,14 @@ class EnqueueRecord:
     expires_at_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class Deleted:
+class Deleted(NamedTuple):
     """EXCHANGE_DELETED, QUEUE_DELETED or UNBOUND: the object with this id is gone."""
 
     kind: Kind
     id: int
 
 
-@dataclass(frozen=True, slots=True)
-class QueueEntryEvent:
+class QueueEntryEvent(NamedTuple):
     """DEQUEUE or DELIVERED of one message on one queue."""
 
     kind: Kind
@@ -344,6 +338,15 @@ def iter_records(
         size = header_size + length
         yield pos, size, kind, data[pos + header_size : pos + size]
         pos += size
+
+
+def bad_record_at(data: bytes, pos: int) -> BadRecord | None:
+    """The :class:`BadRecord` at ``pos`` if the record there is not valid, else None."""
+    end = len(data)
+    reason = _check(data, pos, end)
+    if reason is None:
+        return None
+    return BadRecord(pos, reason, _valid_follows(data, pos, end))
 
 
 def _check(data: bytes, pos: int, end: int) -> str | None:

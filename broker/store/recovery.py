@@ -22,12 +22,16 @@ THREAD UNSAFE: one recovery per store, on one thread.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from crc32c import crc32c
 
 from broker.store.ledger import Ledger
 from broker.store.records import (
     HEADER,
-    BadRecord,
+    RECORD_HEADER,
     BindingRecord,
     Deleted,
     EnqueueRecord,
@@ -37,10 +41,15 @@ from broker.store.records import (
     MessageRecord,
     QueueEntryEvent,
     QueueRecord,
+    bad_record_at,
     decode_payload,
-    iter_records,
     read_header,
 )
+
+_Q = struct.Struct(">Q")
+_QQ = struct.Struct(">QQ")
+_QQQQ = struct.Struct(">QQQQ")
+_I = struct.Struct(">I")
 
 
 class CorruptStore(Exception):
@@ -62,8 +71,7 @@ class TornTail:
     reason: str
 
 
-@dataclass(slots=True)
-class RecoveredMessage:
+class RecoveredMessage(NamedTuple):
     """One message on one recovered queue."""
 
     message_id: int
@@ -151,19 +159,87 @@ class Recovery:
         self._segments.append(number)
         self._records_in[number] = 0
         self._next_id = max(self._next_id, header.next_id)
-        end = HEADER.size
-        for item in iter_records(data):
-            if isinstance(item, BadRecord):
-                if last and not item.followed:
-                    self._torn = TornTail(number, item.offset, item.reason)
-                    return SegmentRecords(number, item.offset)
-                raise CorruptStore(number, item.offset, item.reason)
-            offset, size, kind, payload = item
+        return self._read_records(number, data, last)
+
+    def _read_records(self, number: int, data: bytes, last: bool) -> SegmentRecords:
+        """The records of one segment: enqueues, messages, dequeues and deliveries (nearly
+        every record) read in place; the rest through :func:`decode_payload`."""
+        view = memoryview(data)
+        end = len(data)
+        pos = HEADER.size
+        unpack_header = RECORD_HEADER.unpack_from
+        header_size = RECORD_HEADER.size
+        enqueued = self._enqueued
+        messages = self._messages
+        where = self._where
+        dequeued = self._dequeued
+        delivered = self._delivered
+        unpack_enqueue = _QQQQ.unpack_from
+        unpack_pair = _QQ.unpack_from
+        unpack_id = _Q.unpack_from
+        unpack_size = _I.unpack_from
+        top = self._next_id - 1
+        count = 0
+        while pos < end:
+            if pos + header_size <= end:
+                length, crc, kind = unpack_header(data, pos)
+                start = pos + header_size
+                nxt = start + length
+                ok = nxt <= end and crc32c(view[pos + 8 : nxt]) == crc
+            else:
+                ok = False
+            if not ok:
+                bad = bad_record_at(data, pos)
+                assert bad is not None
+                self._records += count
+                self._records_in[number] += count
+                self._next_id = max(self._next_id, top + 1)
+                if last and not bad.followed:
+                    self._torn = TornTail(number, bad.offset, bad.reason)
+                    return SegmentRecords(number, bad.offset)
+                raise CorruptStore(number, bad.offset, bad.reason)
+            count += 1
             try:
-                self._apply(kind, payload, number)
+                if kind == Kind.ENQUEUE:
+                    queue_id, message_id, position, expires = unpack_enqueue(data, start)
+                    enqueued[(queue_id, message_id)] = (position, expires, number)
+                    if message_id > top:
+                        top = message_id
+                elif kind == Kind.MESSAGE:
+                    message_id = unpack_id(data, start)[0]
+                    at = start + 8
+                    exchange_end = at + 1 + data[at]
+                    key_end = exchange_end + 1 + data[exchange_end]
+                    if key_end + 4 > nxt:
+                        raise FormatError("message names run past the record")
+                    properties_end = key_end + 4 + unpack_size(data, key_end)[0]
+                    if properties_end > nxt:
+                        raise FormatError("message properties run past the record")
+                    messages[message_id] = MessageRecord(
+                        message_id,
+                        data[at + 1 : exchange_end].decode(),
+                        data[exchange_end + 1 : key_end].decode(),
+                        data[key_end + 4 : properties_end],
+                        data[properties_end:nxt],
+                    )
+                    where[message_id] = number
+                    if message_id > top:
+                        top = message_id
+                elif kind == Kind.DEQUEUE:
+                    dequeued.add(unpack_pair(data, start))
+                elif kind == Kind.DELIVERED:
+                    delivered.add(unpack_pair(data, start))
+                else:
+                    self._apply(kind, data[start:nxt], number)
+                    count -= 1  # counted there
             except FormatError as exc:
-                raise CorruptStore(number, offset, str(exc)) from None
-            end = offset + size
+                raise CorruptStore(number, pos, str(exc)) from None
+            except (struct.error, IndexError, UnicodeDecodeError) as exc:
+                raise CorruptStore(number, pos, f"undecodable record: {exc}") from None
+            pos = nxt
+        self._records += count
+        self._records_in[number] += count
+        self._next_id = max(self._next_id, top + 1)
         return SegmentRecords(number, end)
 
     def _apply(self, kind: int, payload: bytes, segment: int) -> None:
@@ -209,14 +285,13 @@ class Recovery:
             for i, r in sorted(self._bindings.items())
             if i not in deleted and r.queue_id in queues
         ]
-        ledger = Ledger()
         where = self._where
-        for segment, count in self._records_in.items():
-            ledger.opened(segment)
-            ledger.written(segment, count)
-        for object_id in (*(e.id for e in exchanges), *queues, *(b.id for b in bindings)):
-            ledger.config_created(object_id, where[object_id])
+        config = {
+            object_id: where[object_id]
+            for object_id in (*(e.id for e in exchanges), *queues, *(b.id for b in bindings))
+        }
         used: dict[int, MessageRecord] = {}
+        live_enqueues: dict[tuple[int, int], int] = {}
         dequeued = self._dequeued
         delivered = self._delivered
         messages = self._messages
@@ -225,23 +300,26 @@ class Recovery:
             if queue is None or key in dequeued:
                 continue
             message_id = key[1]
-            content = messages.get(message_id)
-            if content is None:
-                # The enqueue of a message whose content never reached the disk: the
-                # content record comes first, so only a damaged store gets here.
-                raise CorruptStore(
-                    segment, -1, f"message {message_id} enqueued but its content is missing"
-                )
             if message_id not in used:
+                content = messages.get(message_id)
+                if content is None:
+                    # The enqueue of a message whose content never reached the disk: the
+                    # content record comes first, so only a damaged store gets here.
+                    raise CorruptStore(
+                        segment, -1, f"message {message_id} enqueued but its content is missing"
+                    )
                 used[message_id] = content
-                ledger.message_written(message_id, where[message_id])
-            ledger.enqueued(key, segment)
-            was_delivered = key in delivered
-            if was_delivered:
-                ledger.delivered.add(key)
+            live_enqueues[key] = segment
             queue.messages.append(
-                RecoveredMessage(message_id, position, expires_at_ms, was_delivered)
+                RecoveredMessage(message_id, position, expires_at_ms, key in delivered)
             )
+        ledger = Ledger.restore(
+            records=self._records_in,
+            config=config,
+            messages={message_id: where[message_id] for message_id in used},
+            enqueues=live_enqueues,
+            delivered=delivered & live_enqueues.keys(),
+        )
         for queue in queues.values():
             queue.messages.sort(key=lambda m: m.position)
         return RecoveredState(
