@@ -16,7 +16,7 @@ import pika
 from common.polling import poll_until
 from tests.store.store_brokers import PERSISTENT, StoreBrokers, connect, drain
 
-TTL = 8.0  # seconds: a queue's x-message-ttl and the long per-message expiration
+TTL = 9.0  # seconds: a queue's x-message-ttl and the long per-message expiration
 DOWN = 4.0  # the broker is down until this long after the publish
 
 
@@ -58,13 +58,13 @@ def test_expiry_counts_from_the_original_publish_and_expired_messages_are_dead_l
 
     # "short" expired while the broker was down: dead-lettered once it is back.
     poll_until(lambda: count("dead") >= 1, 10, "the message that expired while down")
-    if time.monotonic() < published + TTL - 0.5:
-        assert count("dead") == 1  # the others are not early
-        assert count("ttl") == 1
+    counts = (count("dead"), count("ttl"))
+    if time.monotonic() < published + TTL - 0.3:
+        assert counts == (1, 1)  # the others do not expire early
     poll_until(lambda: count("dead") == 3, 2 * TTL, "the messages of TTL from the publish")
     expired_at = time.monotonic()
     # Counted from the publish, not from the restart (that would be restarted + TTL).
-    assert expired_at < restarted + TTL - 1.0, (expired_at - published, restarted - published)
+    assert expired_at < restarted + TTL - 0.5, (expired_at - published, restarted - published)
     assert count("ttl") == 0
     assert count("per") == 2  # "never" and, behind it, "far"
     connection.close()
