@@ -90,6 +90,8 @@ class Promoter:
         self.broker_check = broker_check
         self.keeper = keeper
         self.guard = guard
+        #: when the broker last took a lease renewal (monotonic; 0: never)
+        self.renewed_at = 0.0
 
     def promote(self, view: BrokerView, reason: str, cluster_view: ClusterView) -> Promotion:
         """Promote the broker seen in ``view`` (``cluster_view``: the one just decided on)."""
@@ -149,10 +151,13 @@ class Promoter:
         return left if left > 0 else None
 
     def renew_lease(self) -> None:
+        """Give the broker what is left of the lease (the loop at each check of a promoted
+        primary, and the agent's lease thread between checks: both may call it)."""
         lease = self.lease()
         if lease is None:
             return  # the session guard fences; the broker's lease runs out by itself
         try:
             self.broker_check.renew_lease(lease)
+            self.renewed_at = time.monotonic()
         except (PromoteRefused, ManagementError) as exc:
             _log.warning("lease_renewal_failed", reason=str(exc))
