@@ -234,6 +234,10 @@ class ConsumeMethods:
     def peer(self) -> str:
         return self.connection.peer
 
+    @property
+    def user(self) -> str | None:
+        return self.connection.user
+
     def deliver_stream(self, body: bytes) -> int:
         tag = self._next_tag
         self._next_tag = tag + 1

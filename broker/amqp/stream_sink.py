@@ -45,6 +45,11 @@ class StreamSink(Protocol):
         ...
 
     @property
+    def user(self) -> str | None:
+        """The connection's authenticated user (None: authentication is off)."""
+        ...
+
+    @property
     def consumer_prefetch(self) -> int:
         """The channel's basic.qos prefetch count for consumers (0: none set)."""
         ...

@@ -322,6 +322,9 @@ class HaBroker:
             return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: not serving")
         if self.state.is_primary:
             if props.get(BACKUP_PROPERTY):
+                refusal = self._link_user_refusal(connection.user)
+                if refusal is not None:
+                    return refusal
                 self.handle(EpochSeen(int(props.get(EPOCH_PROPERTY) or 0)))
                 if self.fenced:
                     return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: newer epoch")
@@ -334,6 +337,17 @@ class HaBroker:
 
     def released(self, connection: Connection) -> None:
         pass
+
+    def _link_user_refusal(self, user: str | None) -> AmqpError | None:
+        """Replication links only from ha-username (issue 13): another user is refused at
+        connection.open, so the backup's dial fails, says why and stays joining."""
+        link_user = self.options.ha_username
+        if link_user is None or user is None or user == link_user:
+            return None
+        return AmqpError(
+            ReplyCode.ACCESS_REFUSED,
+            f"replication links are served to user '{link_user}' only (ha-username), not '{user}'",
+        )
 
     # -- the cluster manager's lease ----------------------------------------------------
     def grant_lease(self, seconds: float) -> None:
@@ -461,6 +475,7 @@ class HaBroker:
         )
         self.primary = primary
         self.streams = PrimaryStreams(primary, self)
+        self.streams.link_user = self.options.ha_username  # links only from that user
         self.context.streams = self.streams
         self.context.barrier = self.streams  # declare-ok and friends after the backups
         self.vhost.listeners.append(_PrimaryListener(primary, self))

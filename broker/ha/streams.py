@@ -293,6 +293,8 @@ class PrimaryStreams:
         self.vhost = primary.vhost
         self.default = primary.replicate_default
         self._streams_of: dict[str, int] = {}
+        #: The only user whose replication links are served (ha-username; None: any).
+        self.link_user: str | None = None
         self.config_streams: list[ConfigStream] = []
         #: The last membership event broadcast (for streams opened after it).
         self._membership: dict[str, Any] | None = None
@@ -339,6 +341,11 @@ class PrimaryStreams:
         props = sink.client_properties
         if not props.get(BACKUP_PROPERTY):
             raise access_refused(f"'{name}' is reserved for HA backup links")
+        if self.link_user is not None and sink.user not in (None, self.link_user):
+            raise access_refused(
+                f"replication links are served to user '{self.link_user}' only (ha-username),"
+                f" not '{sink.user}'"
+            )
         backup_id = str(props.get(BROKER_ID_PROPERTY) or sink.connection_name)
         backup_url = str(props.get(URL_PROPERTY) or sink.peer)
         stream = self._open(sink, name, arguments, backup_id, backup_url)
