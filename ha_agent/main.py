@@ -48,7 +48,11 @@ def run(
         str | None, typer.Option("--broker-log", help="file for the supervised broker's output")
     ] = None,
     session_timeout: Annotated[
-        float, typer.Option("--session-timeout", help="ZooKeeper session timeout, seconds")
+        float,
+        typer.Option(
+            "--session-timeout",
+            help="ZooKeeper session timeout, seconds (the servers must grant it)",
+        ),
     ] = 4.0,
     check_interval: Annotated[
         float, typer.Option("--check-interval", help="seconds between health checks")
