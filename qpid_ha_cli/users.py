@@ -29,6 +29,7 @@ from broker.security.passwords import hash_password, parse_hash
 from broker.security.roles import Role, parse_roles
 from broker.security.users import User, UserDatabase, check_name, load, save
 from common.exit_status import CommandError, ExitStatus
+from qpid_ha_cli.command_line import OwnOptionsCommand
 from qpid_ha_cli.context import environment
 
 __all__ = ["DEFAULT_USERS_FILE", "app"]
@@ -114,7 +115,7 @@ def _user(users: UserDatabase, name: str) -> User:
     return user
 
 
-@app.command()
+@app.command(cls=OwnOptionsCommand)
 def add(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="the new user's name")],
@@ -133,7 +134,7 @@ def add(
     environment(ctx).out(f"added {name}")
 
 
-@app.command()
+@app.command(cls=OwnOptionsCommand)
 def delete(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="the user to delete")],
@@ -146,7 +147,7 @@ def delete(
     environment(ctx).out(f"deleted {name}")
 
 
-@app.command("list")
+@app.command("list", cls=OwnOptionsCommand)
 def list_users(ctx: typer.Context, users_file: UsersFile = Path(DEFAULT_USERS_FILE)) -> None:
     """List the users and their roles (never a hash)."""
     users = _read(users_file)
@@ -156,7 +157,7 @@ def list_users(ctx: typer.Context, users_file: UsersFile = Path(DEFAULT_USERS_FI
         env.out(f"{name}\t{roles or '-'}")
 
 
-@app.command()
+@app.command(cls=OwnOptionsCommand)
 def passwd(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="the user whose password to set")],
@@ -171,7 +172,7 @@ def passwd(
     environment(ctx).out(f"password of {name} changed")
 
 
-@app.command()
+@app.command(cls=OwnOptionsCommand)
 def roles(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="the user")],

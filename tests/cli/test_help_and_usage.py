@@ -26,6 +26,12 @@ VERBS = sorted(
     for name, command in ROOT.commands.items()  # type: ignore[attr-defined]
     if not hasattr(command, "commands")
 )
+#: The verbs of the groups: ``users add`` and so on (no global option).
+GROUP_VERBS = sorted(
+    f"{group} {name}"
+    for group, command in ROOT.commands.items()  # type: ignore[attr-defined]
+    for name in getattr(command, "commands", {})
+)
 
 
 def flat(text: str) -> str:
@@ -44,17 +50,19 @@ def test_every_verb_is_known() -> None:
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("verb", [None, *VERBS])
+@pytest.mark.parametrize("verb", [None, *VERBS, *GROUP_VERBS])
 def test_help_lists_every_option_with_its_default_uncut(verb: str | None) -> None:
-    args = ["--help"] if verb is None else [verb, "--help"]
-    result = qpid_ha(*args)
+    words = [] if verb is None else verb.split()
+    result = qpid_ha(*words, "--help")
     assert (result.exit_code, result.stderr) == (0, "")
     text = flat(result.stdout)
     assert "…" not in text and "\\[" not in text  # not cut, no rich markup left
-    command = ROOT if verb is None else ROOT.commands[verb]  # type: ignore[attr-defined]
+    command = ROOT
+    for word in words:
+        command = command.commands[word]  # type: ignore[attr-defined]
     ctx = command.make_context("qpid-ha", ["--help"], resilient_parsing=True)
     params = list(command.get_params(ctx))
-    if verb not in (None, "drill"):
+    if verb is not None and verb in VERBS and verb != "drill":
         params += [p for p in ROOT.get_params(ctx) if p.name != "help"]
     for param in params:
         if param.param_type_name != "option" or param.name == "help":
@@ -76,9 +84,9 @@ def test_help_is_not_cut_when_not_on_a_terminal() -> None:
     assert "[user/password@]host[:port]; repeat for each" in text
 
 
-@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("verb", [*VERBS, *GROUP_VERBS])
 def test_a_wrong_option_is_one_line_and_exit_2(verb: str) -> None:
-    result = qpid_ha(verb, "--no-such-option")
+    result = qpid_ha(*verb.split(), "--no-such-option")
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr.count("\n") == 1, result.stderr
     assert "No such option: --no-such-option" in result.stderr
