@@ -232,20 +232,23 @@ class Journal:
         self._next_id += 1
         return value
 
-    def append(self, record: bytes) -> int:
-        """Buffer one encoded record; returns the segment it goes to."""
-        if self._size + len(record) > self.segment_bytes and self._size > HEADER.size:
+    def append(self, record: bytes, count: int = 1) -> int:
+        """Buffer ``count`` encoded records (one string of bytes); returns the segment they
+        go to."""
+        size = len(record)
+        if self._size + size > self.segment_bytes and self._size > HEADER.size:
             self._open_segment(self.current + 1)
         current = self.current
-        chunk = self._pending[-1] if self._pending else None
-        if chunk is None or chunk[0] != current:
-            chunk = (current, bytearray())
-            self._pending.append(chunk)
-        chunk[1].extend(record)
-        self._size += len(record)
-        self.ledger.written(current)
-        if self._wake is not None:
-            self._wake.set()
+        pending = self._pending
+        if pending and pending[-1][0] == current:
+            pending[-1][1].extend(record)
+        else:
+            pending.append((current, bytearray(record)))
+        self._size += size
+        self.ledger.written(current, count)
+        wake = self._wake
+        if wake is not None and not wake.is_set():
+            wake.set()
         return current
 
     def after_durable(self, callback: Durable, *, written: bool = False) -> None:

@@ -37,7 +37,7 @@ from broker.store.records import (
     encode_deleted,
     encode_enqueue,
     encode_exchange,
-    encode_message,
+    encode_message_with_enqueue,
     encode_queue,
     encode_queue_entry,
 )
@@ -227,25 +227,33 @@ class MessageStore:
             return
         journal = self.journal
         ledger = journal.ledger
+        expires_at = entry.expires_at
+        expires_ms = 0
+        if expires_at is not None:
+            expires_ms = max(1, int((time.time() + expires_at - self.vhost.clock()) * 1000))
         message_id = message.store_id
         if not message_id or not ledger.has_message(message_id):
             message_id = message.store_id = journal.new_id()
             segment = journal.append(
-                encode_message(
+                encode_message_with_enqueue(
                     message_id,
                     message.exchange,
                     message.routing_key,
                     message.properties_raw,
                     message.body,
-                )
+                    queue_id,
+                    entry.position,
+                    expires_ms,
+                ),
+                2,
             )
             ledger.message_written(message_id, segment)
-        expires_at = entry.expires_at
-        expires_ms = 0
-        if expires_at is not None:
-            expires_ms = max(1, int((time.time() + expires_at - self.vhost.clock()) * 1000))
-        segment = journal.append(encode_enqueue(queue_id, message_id, entry.position, expires_ms))
-        ledger.enqueued((queue_id, message_id), segment)
+        else:  # the same message on another queue: stored once
+            segment = journal.append(
+                encode_enqueue(queue_id, message_id, entry.position, expires_ms)
+            )
+        key = (queue_id, message_id)
+        ledger.enqueued(key, segment)
         handle = message.confirm
         if handle is not None and not handle.settled:
             handle.hold()

@@ -26,6 +26,7 @@ THREAD SAFE: pure functions.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -141,12 +142,17 @@ def segment_header(number: int, next_id: int) -> bytes:
     return HEADER.pack(MAGIC, number, next_id)
 
 
+#: The CRC-32C of each kind byte alone: a record's checksum continues from it.
+_KIND_CRC = {kind: crc32c(bytes((kind,))) for kind in Kind}
+
+
 def _frame(kind: Kind, payload: bytes) -> bytes:
-    kind_byte = bytes((kind,))
-    return RECORD_HEADER.pack(len(payload), crc32c(payload, crc32c(kind_byte)), kind) + payload
+    return RECORD_HEADER.pack(len(payload), crc32c(payload, _KIND_CRC[kind]), kind) + payload
 
 
+@functools.lru_cache(maxsize=4096)
 def _short(text: str) -> bytes:
+    """A short string (length byte + UTF-8); exchange names and routing keys repeat."""
     raw = text.encode()
     if len(raw) > 255:
         raise ValueError(f"name longer than 255 bytes: {text[:40]!r}...")
@@ -191,6 +197,41 @@ def encode_deleted(kind: Kind, object_id: int) -> bytes:
     if kind not in (Kind.EXCHANGE_DELETED, Kind.QUEUE_DELETED, Kind.UNBOUND):
         raise ValueError(f"not a deletion: {kind!r}")
     return _frame(kind, _Q.pack(object_id))
+
+
+def encode_message_with_enqueue(
+    message_id: int,
+    exchange: str,
+    routing_key: str,
+    properties_raw: bytes,
+    body: bytes,
+    queue_id: int,
+    position: int,
+    expires_at_ms: int,
+) -> bytes:
+    """A MESSAGE record and its first ENQUEUE, as one string of bytes (the publish path)."""
+    head = b"".join(
+        (
+            _Q.pack(message_id),
+            _short(exchange),
+            _short(routing_key),
+            _I.pack(len(properties_raw)),
+            properties_raw,
+        )
+    )
+    crc = crc32c(body, crc32c(head, _KIND_CRC[Kind.MESSAGE]))
+    enqueue = _QQQQ.pack(queue_id, message_id, position, expires_at_ms)
+    return b"".join(
+        (
+            RECORD_HEADER.pack(len(head) + len(body), crc, Kind.MESSAGE),
+            head,
+            body,
+            RECORD_HEADER.pack(
+                len(enqueue), crc32c(enqueue, _KIND_CRC[Kind.ENQUEUE]), Kind.ENQUEUE
+            ),
+            enqueue,
+        )
+    )
 
 
 def encode_message(

@@ -28,6 +28,7 @@ from broker.store.records import (
     encode_enqueue,
     encode_exchange,
     encode_message,
+    encode_message_with_enqueue,
     encode_queue,
     encode_queue_entry,
     iter_records,
@@ -57,6 +58,7 @@ def decoded(raw: bytes) -> object:
     return decode_payload(kind, payload)
 
 
+@settings(deadline=None)  # the machine may be loaded: no per-example deadline
 @given(ids, names, names, st.booleans(), st.booleans(), arguments)
 def test_exchange_round_trip(
     i: int, name: str, type_: str, ad: bool, internal: bool, args: Args
@@ -65,18 +67,21 @@ def test_exchange_round_trip(
     assert decoded(encode_exchange(record)) == record
 
 
+@settings(deadline=None)  # the machine may be loaded: no per-example deadline
 @given(ids, names, st.booleans(), arguments)
 def test_queue_round_trip(i: int, name: str, ad: bool, args: Args) -> None:
     record = QueueRecord(i, name, ad, args)
     assert decoded(encode_queue(record)) == record
 
 
+@settings(deadline=None)  # the machine may be loaded: no per-example deadline
 @given(ids, names, ids, names, arguments)
 def test_binding_round_trip(i: int, ex: str, q: int, key: str, args: Args) -> None:
     record = BindingRecord(i, ex, q, key, args)
     assert decoded(encode_binding(record)) == record
 
 
+@settings(deadline=None)  # the machine may be loaded: no per-example deadline
 @given(ids, names, names, st.binary(max_size=64), st.binary(max_size=2048))
 def test_message_round_trip(i: int, ex: str, key: str, props: bytes, body: bytes) -> None:
     assert decoded(encode_message(i, ex, key, props, body)) == MessageRecord(
@@ -84,6 +89,7 @@ def test_message_round_trip(i: int, ex: str, key: str, props: bytes, body: bytes
     )
 
 
+@settings(deadline=None)  # the machine may be loaded: no per-example deadline
 @given(ids, ids, ids, st.integers(0, 2**64 - 1))
 def test_enqueue_and_events_round_trip(q: int, m: int, pos: int, expires: int) -> None:
     assert decoded(encode_enqueue(q, m, pos, expires)) == EnqueueRecord(q, m, pos, expires)
@@ -106,6 +112,7 @@ def some_records(n: int) -> list[bytes]:
     return [encode_message(i, "", "q", b"", b"body %d" % i) for i in range(1, n + 1)]
 
 
+@settings(deadline=None)  # the machine may be loaded: no per-example deadline
 @given(st.integers(1, 20), st.data())
 def test_a_cut_anywhere_in_the_last_record_is_a_torn_tail(n: int, data: st.DataObject) -> None:
     records = some_records(n)
@@ -119,7 +126,7 @@ def test_a_cut_anywhere_in_the_last_record_is_a_torn_tail(n: int, data: st.DataO
 
 
 @given(st.integers(2, 20), st.data())
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 def test_any_flipped_byte_is_found(n: int, data: st.DataObject) -> None:
     """A flipped byte never yields a wrong record: reading stops at (or before) the damaged
     record, and damage before the last record is seen as followed by a valid one."""
@@ -191,6 +198,7 @@ def test_recovery_folds_creations_and_deletions() -> None:
     assert state.torn_tail is None
 
 
+@settings(deadline=None)  # the machine may be loaded: no per-example deadline
 @given(st.randoms(use_true_random=False))
 def test_recovery_does_not_depend_on_the_order_of_live_records(rnd: random.Random) -> None:
     """Compaction copies live records to the tail in any order: same state."""
@@ -253,3 +261,12 @@ def test_an_enqueue_without_its_content_is_corruption() -> None:
     )
     with pytest.raises(CorruptStore, match="content is missing"):
         recovery.state()
+
+
+@settings(deadline=None)  # the machine may be loaded: no per-example deadline
+@given(ids, names, names, st.binary(max_size=64), st.binary(max_size=2048), ids, ids)
+def test_message_with_enqueue_is_the_two_records(
+    i: int, ex: str, key: str, props: bytes, body: bytes, q: int, pos: int
+) -> None:
+    joined = encode_message_with_enqueue(i, ex, key, props, body, q, pos, 7)
+    assert joined == encode_message(i, ex, key, props, body) + encode_enqueue(q, i, pos, 7)
