@@ -316,14 +316,19 @@ class PipelinedPublisher:
         connection.ioloop.stop()
 
 
-@pytest.mark.parametrize("sync", ["fsync", "write"])
-def test_sigkill_during_pipelined_confirmed_publishing_keeps_a_gapless_prefix(
-    brokers: StoreBrokers, sync: str
+@pytest.mark.parametrize(
+    ("sync", "stop_signal"),
+    [("fsync", signal.SIGKILL), ("write", signal.SIGKILL), ("fsync", signal.SIGTERM)],
+    ids=["fsync-kill", "write-kill", "fsync-clean-stop"],
+)
+def test_a_stop_during_pipelined_confirmed_publishing_keeps_a_gapless_prefix(
+    brokers: StoreBrokers, sync: str, stop_signal: signal.Signals
 ) -> None:
     """With many publishes in flight, what is back of each publisher is 0..m in order, m
     at least its highest confirmed id and below what it sent: the journal writes in
     order, and no confirm covers a message before the write that holds it (under write:
-    the OS has it, which a broker crash does not lose)."""
+    the OS has it, which a broker crash does not lose). A clean stop in the middle of it
+    (SIGTERM) keeps the same promise and leaves the store clean."""
     brokers.args = [f"--store-sync={sync}"]
     broker = brokers.start()
     setup = connect(broker)
@@ -349,7 +354,7 @@ def test_sigkill_during_pipelined_confirmed_publishing_keeps_a_gapless_prefix(
         poll_until(lambda: all(len(p.confirmed) >= 500 for p in publishers), 60, failed)
         more = total() + random.randint(0, 1000)
         poll_until(lambda: total() >= more, 30, failed)
-        assert broker.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert broker.stop(stop_signal) == (0 if stop_signal == signal.SIGTERM else -stop_signal)
     finally:
         stop.set()
         for thread in threads:
@@ -357,6 +362,8 @@ def test_sigkill_during_pipelined_confirmed_publishing_keeps_a_gapless_prefix(
     assert not any(thread.is_alive() for thread in threads)
 
     broker = brokers.start()
+    expected = "clean" if stop_signal == signal.SIGTERM else "dirty"
+    assert status(broker)["store_status"] == expected
     connection = connect(broker)
     channel = connection.channel()
     recovered = {**_by_publisher(drain(channel, "a")), **_by_publisher(drain(channel, "b"))}
