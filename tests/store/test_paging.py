@@ -4,9 +4,12 @@ the data directory, stays under its memory limit, and delivers every message in 
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 from pathlib import Path
 
 import pika
+import pytest
 
 from common.polling import poll_until
 from tests.broker_process import BrokerProcess
@@ -88,3 +91,65 @@ def test_a_queue_larger_than_the_memory_budget_is_paged_and_delivered_in_order(
         if connection is not None and connection.is_open:
             connection.close()
         broker.stop()
+
+
+def test_a_full_disk_under_the_page_files_blocks_publishers_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], check=True)
+    options = [
+        f"--data-dir={disk / 'data'}",
+        "--max-memory=300MB",  # paging budget 150 MB: the tail goes to the 48 MiB disk
+        "--disk-free-limit=0",  # no sampled alarm: the failed page write raises it
+        "--default-queue-limit=0",
+    ]
+    broker = BrokerProcess(tmp_path / "qpidd", options).start()
+    publisher = consumer = None
+    try:
+        publisher = pika.BlockingConnection(pika.URLParameters(broker.url))
+        notices: list[str] = []
+        publisher.add_on_connection_blocked_callback(lambda _c, f: notices.append(f.method.reason))
+        publisher.add_on_connection_unblocked_callback(lambda _c, _f: notices.append("unblocked"))
+        channel = publisher.channel()
+        channel.queue_declare("full")
+        published = 0
+
+        def publish_until_blocked() -> bool:
+            nonlocal published
+            channel.basic_publish("", "full", published.to_bytes(4, "big") * (MIB // 4))
+            published += 1
+            publisher.process_data_events(0)
+            return bool(notices)
+
+        poll_until(publish_until_blocked, 90, "connection.blocked", interval=0)
+        assert notices == ["low on disk"]
+        failed = [e for e in broker.events() if e["event"] == "page_write_failed"]
+        assert failed and "No space left" in failed[0]["reason"]
+        consumer = pika.BlockingConnection(pika.URLParameters(broker.url))
+        taker = consumer.channel()
+        received: list[int] = []
+        while len(received) < published:
+            method, _props, payload = taker.basic_get("full", auto_ack=True)
+            if method is None:
+                publisher.process_data_events(0.05)
+                continue
+            received.append(int.from_bytes(payload[:4], "big"))
+            assert len(payload) == MIB
+        assert received == list(range(published))
+        # Consumed: the page files are gone, the space is back, the alarm clears by itself.
+        poll_until(
+            lambda: "unblocked" in notices,
+            30,
+            "connection.unblocked",
+            between=lambda _left: publisher.process_data_events(0.1),
+        )
+    finally:
+        for connection in (publisher, consumer):
+            if connection is not None and connection.is_open:
+                connection.close()
+        broker.stop()
+        subprocess.run(["umount", "-l", str(disk)], check=True)
