@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import ssl
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -121,9 +122,11 @@ async def connect_as_backup(
     url: str,
     epoch: int | None = None,
     anonymous_fallback: bool = False,
+    tls: ssl.SSLContext | None = None,
 ) -> AmqpClient:
     """Open a replication link to ``address``, flagged as an HA backup connection
-    (``anonymous_fallback``: see :func:`~broker.amqp.client.handshake.choose_mechanism`)."""
+    (``anonymous_fallback``: see :func:`~broker.amqp.client.handshake.choose_mechanism`);
+    an ``ssl:`` address is dialled with TLS (``tls``, else the system's CAs)."""
     properties: dict[str, Any] = {
         "product": product,
         BACKUP_PROPERTY: True,
@@ -142,6 +145,7 @@ async def connect_as_backup(
         heartbeat=max(1, int(heartbeat)),
         timeout=max(1.0, min(10.0, heartbeat)),
         anonymous_fallback=anonymous_fallback,
+        tls=(tls or ssl.create_default_context()) if address.scheme == "ssl" else None,
     )
 
 
@@ -192,6 +196,7 @@ class BackupLink:
         auth_here: bool = True,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """``auth_here``: whether this broker requires authentication; off, or without a
         ``user``, the link falls back to ANONYMOUS where its mechanism cannot be used."""
@@ -202,6 +207,8 @@ class BackupLink:
         self.password = password
         self.mechanism = mechanism
         self.anonymous_fallback = user is None or not auth_here
+        #: The context ``ssl:`` addresses are dialled with (the broker's CA and certificate).
+        self.tls = tls
         self.maintenance_interval = maintenance_interval
         self.heartbeat = heartbeat
         self.credit = max(1, min(flow_messages // 32 or 1, 1000))
@@ -307,6 +314,7 @@ class BackupLink:
                 url=owner.url,
                 epoch=owner.epoch,
                 anonymous_fallback=self.anonymous_fallback,
+                tls=self.tls,
             )
         except ValueError as exc:  # e.g. ha-username without ha-password
             raise DialRefused(f"link configuration: {exc}") from exc

@@ -88,6 +88,7 @@ from broker.ha.state import HaState
 from broker.ha.status_check import check_status
 from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
+from broker.security.tls import link_context
 from common.log import get_logger, set_log_context
 from common.url import Address, parse_url
 
@@ -260,6 +261,7 @@ class HaBroker:
             heartbeat=options.link_heartbeat_interval,
             flow_messages=options.ha_flow_messages,
             auth_here=options.auth,
+            tls=link_context(options),  # for ssl: addresses of ha-brokers-url
         )
         self.link.start()
 

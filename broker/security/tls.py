@@ -29,6 +29,7 @@ __all__ = [
     "TlsSettings",
     "certificate_identity",
     "client_context",
+    "link_context",
     "reload_server_context",
     "server_context",
 ]
@@ -128,3 +129,13 @@ def certificate_identity(peercert: Any) -> str | None:
             if key == "commonName" and value:
                 return str(value)
     return None
+
+
+def link_context(options: Any) -> ssl.SSLContext | None:
+    """What a backup dials the ``ssl:`` addresses of ``ha-brokers-url`` with: the peer
+    checked against ``--ssl-ca-file`` (the system's CAs without one), the broker's own
+    certificate offered; None when the URL has no ``ssl:`` address."""
+    url = options.ha_brokers_url or ""
+    if "ssl:" not in url.lower():
+        return None
+    return client_context(TlsSettings.from_options(options), options.ssl_ca_file)

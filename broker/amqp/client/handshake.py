@@ -16,6 +16,7 @@ the socket is closed either way.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -222,8 +223,11 @@ async def connect(
     frame_max: int = 131072,
     timeout: float = 10.0,
     anonymous_fallback: bool = False,
+    tls: ssl.SSLContext | None = None,
 ) -> AmqpClient:
     """Connect, authenticate and open vhost ``/``; everything within ``timeout`` seconds.
+
+    ``tls``: dial with TLS (the peer's certificate checked for ``host`` by the context).
 
     ``frame_max`` and ``heartbeat`` are negotiated as the smaller non-zero value of ours
     and the broker's (so ``heartbeat=0`` takes the broker's). ``client_properties`` are
@@ -269,7 +273,9 @@ async def connect(
     where = f"{host}:{port}"
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(host, port, limit=_READ_LIMIT)
+            reader, writer = await asyncio.open_connection(
+                host, port, limit=_READ_LIMIT, ssl=tls, server_hostname=host if tls else None
+            )
             return await _handshake(reader, writer, properties, login, frame_max, heartbeat)
     except ClientError:
         if writer is not None:

@@ -1,0 +1,66 @@
+"""Replication links over TLS (issue 13, items 1 and 5): ``ssl:`` addresses in
+``ha-brokers-url`` are dialled with TLS, the primary's certificate checked against
+``--ssl-ca-file``; a backup that trusts another CA stays joining and says why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.polling import free_port, poll_until
+from tests.ha.cluster import Cluster
+from tests.security.certs import Certs, make_certs
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+def tls_cluster(root: Path, certs: Certs, backup_ca: Path) -> tuple[Cluster, list[int]]:
+    cluster = Cluster(root, 2)
+    ssl_ports = [free_port() for _ in cluster.brokers]
+    url = ",".join(f"ssl:127.0.0.1:{port}" for port in ssl_ports)
+    for i, broker in enumerate(cluster.brokers):
+        broker.args = [a for a in broker.args if not a.startswith("--ha-brokers-url")] + [
+            f"--ha-brokers-url={url}",
+            f"--ssl-port={ssl_ports[i]}",
+            f"--ssl-cert-file={certs.server[0]}",
+            f"--ssl-key-file={certs.server[1]}",
+            f"--ssl-ca-file={certs.ca.cert if i == 0 else backup_ca}",
+        ]
+    return cluster, ssl_ports
+
+
+def test_replication_link_over_tls(tmp_path: Path, certs: Certs) -> None:
+    cluster, ssl_ports = tls_cluster(tmp_path, certs, certs.ca.cert)
+    try:
+        cluster.start()
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(0, "active")
+        cluster.wait_state(1, "ready", timeout=30)
+        ups = [e for e in cluster.brokers[1].events() if e.get("event") == "ha_link_up"]
+        assert ups and ups[-1]["primary"] == f"127.0.0.1:{ssl_ports[0]}"
+    finally:
+        cluster.stop()
+
+
+def test_a_backup_trusting_another_ca_stays_joining(tmp_path: Path, certs: Certs) -> None:
+    cluster, ssl_ports = tls_cluster(tmp_path, certs, certs.other_ca.cert)
+    try:
+        cluster.start()
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(0, "active")
+        primary = f"127.0.0.1:{ssl_ports[0]}"
+
+        def refused() -> dict[str, Any] | None:
+            error = cluster.ha(1)["link_error"]
+            return dict(error) if error and error["address"] == primary else None
+
+        error = poll_until(refused, 20, "the backup's link_error")
+        assert "certificate verify failed" in error["reason"], error
+        assert cluster.state(1) == "joining"
+    finally:
+        cluster.stop()
