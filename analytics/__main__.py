@@ -3,9 +3,11 @@
 :Status: Beta
 
 Usage: ``qpid-ha-analytics PATH... [--out DIR] [--master URL] [--scenario S] [--config C]
-[--glob G] [--parquet URI] [--quiet]``. ``local[*]`` unless ``--master`` names another
-Spark master (``spark://host:7077``, ``yarn``...): the same job runs there unchanged.
-Prints where the report is. Bad usage or unusable input: one line on stderr, exit 2.
+[--glob G] [--parquet URI] [--quiet] [--strict]``. ``local[*]`` unless ``--master`` names
+another Spark master (``spark://host:7077``, ``yarn``...): the same job runs there
+unchanged. Prints where the report is, after a warning line for unusable lines and
+unread files. Bad usage or unusable input (no log files, an unknown schema version): one
+line on stderr, exit 2; ``--strict``: exit 1 when lines could not be used.
 """
 
 from __future__ import annotations
@@ -26,8 +28,16 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+DESCRIPTION = "The fail-over report (HTML, plots, CSV and Parquet tables) from JSON logs."
+EPILOG = (
+    "Exit status: 0 report written; 1 with --strict, report written but lines could not be "
+    "used; 2 bad usage or unusable input (no log files, no events, a log schema version "
+    "this job does not read). Details: docs/analytics.md."
+)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__.splitlines()[0] if __doc__ else None)
+    p = _Parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG)
     p.add_argument(
         "paths",
         nargs="+",
@@ -40,7 +50,13 @@ def parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="report directory (default: ./analytics-report)",
     )
-    p.add_argument("--master", default="local[*]", help="Spark master (default: local[*])")
+    p.add_argument(
+        "--master",
+        default="local[*]",
+        help="Spark master (default: local[*]); with spark://HOST:PORT the driver listens on "
+        "the address that reaches the master (SPARK_LOCAL_IP overrides) and every worker must "
+        "read the PATHs (a shared file system, hdfs://, s3a://)",
+    )
     p.add_argument("--scenario", help="scenario label (default: the drill's, else unlabelled)")
     p.add_argument("--config", help="configuration label (default: the agents' session timeout)")
     p.add_argument(
@@ -51,15 +67,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--parquet", metavar="URI", help="where the Parquet tables go (default: DIR/parquet)"
     )
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress lines and no Spark start-up output on stderr (warnings stay)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when lines were truncated or malformed (the report is still written)",
+    )
     return p  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        job.check_paths(args.paths)
-        spark = job.spark_session(args.master)
+        listing = job.check_paths(args.paths, args.glob)
+        spark = job.spark_session(args.master, quiet=args.quiet)
     except job.JobError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
@@ -72,20 +97,29 @@ def main(argv: list[str] | None = None) -> int:
             glob=args.glob,
             parquet=args.parquet,
             progress=job.Progress(None if args.quiet else sys.stderr),
+            listing=listing,
         )
     except job.JobError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     finally:
         spark.stop()
-    failovers = sum(1 for r in result.tables["failovers"] if r["kind"] == "failover")
+    for warning in result.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    failovers = [r for r in result.tables["failovers"] if r["kind"] == "failover"]
+    incomplete = sum(1 for r in failovers if r.get("evidence") != "complete")
     anomalies = len(result.tables["anomalies"])
     print(
-        f"{result.lines} lines, {failovers} fail-over(s), {anomalies} anomalies "
-        f"in {result.seconds:.1f}s"
+        f"{result.lines} lines, {len(failovers)} fail-over(s) ({incomplete} with incomplete "
+        f"evidence), {anomalies} anomalies in {result.seconds:.1f}s"
     )
     print(f"report: {result.html.resolve()}")
-    return 0
+    return exit_status(result, strict=args.strict)
+
+
+def exit_status(result: job.Result, *, strict: bool) -> int:
+    """0, or 1 with ``strict`` when lines could not be used (the report is written)."""
+    return 1 if strict and result.problems else 0
 
 
 if __name__ == "__main__":

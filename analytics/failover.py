@@ -27,8 +27,12 @@ from analytics.parse import US_PER_MS, micros
 from analytics.states import BROKER_END_EVENTS
 
 #: Agent events that say the old primary's broker failed (with a null ``ha_state`` for
-#: ``broker_state``), and broker events that say the broker stopped serving.
-FAILURE_EVENTS = ("broker_process_exited", "broker_killed", "broker_state", *BROKER_END_EVENTS)
+#: ``broker_state``) or was fenced by its own agent, and broker events that say the broker
+#: stopped serving.
+FAILURE_EVENTS = (
+    "broker_process_exited", "broker_killed", "broker_state", "zookeeper_session_fence",
+    "agent_fenced", *BROKER_END_EVENTS,
+)  # fmt: skip
 #: Agent events by which the old primary's agent resigns.
 RESIGN_EVENTS = ("agent_fenced", "election_withdraw")
 
@@ -122,8 +126,9 @@ def failovers(
     (``old_node`` is its node), else ``initial`` (first election). On ``old_node``, after
     its promotion and at or before this ``election_won`` (or recovering, without agent
     logs): ``failure_us`` is its first failure event (agent ``broker_process_exited``,
-    ``broker_killed``, ``broker_state`` with a null ``ha_state``; broker ``broker_stopped``,
-    ``ha_fenced``), else its last event of any kind (``failure_by`` ``last_seen``: a frozen
+    ``broker_killed``, ``broker_state`` with a null ``ha_state``, ``zookeeper_session_fence``,
+    ``agent_fenced``; broker ``broker_stopped``, ``ha_fenced``; ``failure_reason`` its
+    ``reason``), else its last event of any kind (``failure_by`` ``last_seen``: a frozen
     node). ``resigned_us``: its agent's first ``agent_fenced`` or ``election_withdraw`` at
     or after the failure, if not after ``won_us``. ``detected_us``: the earlier of
     ``resigned_us`` and ``won_us``. Phases (ms): detection = detected - failure, election =
@@ -149,14 +154,20 @@ def failovers(
         F.col("event").isin(*FAILURE_EVENTS)
         & ((F.col("event") != "broker_state") | F.col("ha_state").isNull())
         & ((F.col("source") == "broker") | (F.col("event") != "broker_stopped"))
-    ).select("cluster", F.col("node").alias("prev_node"), F.col("us").alias("f_us"), "event")
+    ).select(
+        "cluster", F.col("node").alias("prev_node"), F.col("us").alias("f_us"), "event", "reason"
+    )
     in_window = (F.col("f_us") > F.col("prev_us")) & (F.col("f_us") <= F.col("bound_us"))
     window = p.select("cluster", "epoch", "prev_node", "prev_us", "bound_us")
     failure = (
         window.join(failure_marks, ["cluster", "prev_node"])
         .where(in_window)
         .groupBy(*keys)
-        .agg(F.min("f_us").alias("fail_us"), F.min_by("event", "f_us").alias("fail_by"))
+        .agg(
+            F.min("f_us").alias("fail_us"),
+            F.min_by("event", "f_us").alias("fail_by"),
+            F.min_by("reason", "f_us").alias("fail_reason"),
+        )
     )
     seen = events.select("cluster", F.col("node").alias("prev_node"), F.col("us").alias("f_us"))
     last_seen = (
@@ -178,7 +189,8 @@ def failovers(
             .when(F.col("fail_us").isNotNull(), F.col("fail_by"))
             .when(F.col("seen_us").isNotNull(), F.lit("last_seen")),
         )
-        .drop("fail_us", "fail_by", "seen_us")
+        .withColumn("failure_reason", F.when(F.col("fail_us").isNotNull(), F.col("fail_reason")))
+        .drop("fail_us", "fail_by", "fail_reason", "seen_us")
     )
 
     resign_marks = events.where(
@@ -228,6 +240,7 @@ def failovers(
         F.col("prev_epoch").alias("old_epoch"),
         "old_state",
         "failure_by",
+        "failure_reason",
         "failure_us",
         "resigned_us",
         "detected_us",

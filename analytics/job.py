@@ -3,10 +3,13 @@
 :Status: Beta
 
 Inputs: files or directories (read recursively, files matching ``--glob``, by default
-``*.{log,json,jsonl}``) on any Hadoop-compatible path (local, ``file://``, ``hdfs://``,
-``s3a://`` with its connector), holding JSON log lines of brokers, agents and drill clients
-(``docs/log-schema.md``). Lines that are not JSON events (a ZooKeeper log beside them) are
-counted and skipped.
+logs, JSON lines and their rotations: :data:`analytics.inputs.DEFAULT_GLOB`) on any
+Hadoop-compatible path (local, ``file://``, ``hdfs://``, ``s3a://`` with its connector),
+holding JSON log lines of brokers, agents and drill clients (``docs/log-schema.md``).
+Local paths are listed before Spark starts (:mod:`analytics.inputs`): files left unread
+are named. Lines that are not JSON events (a ZooKeeper log beside them) are counted and
+skipped; events of a schema version the job does not read stop it; truncated and malformed
+lines are counted per file, and the fail-overs of their nodes marked incomplete.
 
 Output (``--out``, a local directory on the driver): ``report.html`` with its plots in
 ``plots/``, every table as CSV in ``tables/`` and as Parquet in ``parquet/`` (written by
@@ -19,8 +22,9 @@ event and keeps the lines of the events the analysis uses (cached, small), parse
 analyse (:mod:`analytics.transforms`), write tables, render the report
 (:mod:`analytics.report`).
 
-Error handling: unusable input (no such path, no events at all) raises :class:`JobError`,
-which the command line prints as one line with exit status 2.
+Error handling: unusable input (no such path, no log files, no events at all, an unknown
+schema version) raises :class:`JobError`, which the command line prints as one line with
+exit status 2.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -39,15 +45,14 @@ from typing import Any, TextIO
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from analytics import failover, parse, report, transforms
+from analytics import failover, inputs, parse, report, transforms
 
-DEFAULT_GLOB = "*.{log,json,jsonl}"
+DEFAULT_GLOB = inputs.DEFAULT_GLOB
 #: Rows of a table shown in the HTML page (the CSV and Parquet files have them all).
 HTML_ROWS = 200
 
-
-class JobError(Exception):
-    """Bad input: one line for the user."""
+#: Bad input: one line for the user.
+JobError = inputs.InputError
 
 
 class Progress:
@@ -94,48 +99,130 @@ class Progress:
                 self.log("  " + ", ".join(parts))
 
 
-def spark_session(master: str = "local[*]", app_name: str = "qpid-ha-analytics") -> SparkSession:
-    """A session for the job (or the tests): quiet console, UTC, two shuffle partitions
-    and no adaptive execution (the analysed events are few: per-stage overhead dominates;
-    the big scan is one map-side aggregation)."""
+def driver_address(master: str) -> str | None:
+    """The local address this host reaches a ``spark://host:port`` master from (the first
+    of several masters), found by connecting a UDP socket (no packet is sent); None for
+    other masters or a master whose name does not resolve. The driver must bind to an
+    address the workers can reach: without ``SPARK_LOCAL_IP`` Spark takes the host's first
+    interface, which may be one the workers cannot reach."""
+    if not master.startswith("spark://"):
+        return None
+    first = master[len("spark://") :].split(",")[0]
+    host, _, port = first.rpartition(":")
+    if not host:
+        host, port = first, "7077"
+    host = host.strip("[]")
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, int(port or 7077), type=socket.SOCK_DGRAM
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.connect(address)
+            return str(probe.getsockname()[0])
+    except (OSError, ValueError):
+        return None
+
+
+#: Log4j 2 configuration of the driver: errors only on stderr, no "default profile" banner
+#: (Spark prints it when it falls back on its own configuration) and no "Setting default
+#: log level" lines (printed when the shell's logger, ``repl.Main``, differs from the root).
+LOG4J2 = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+def _log4j2_file() -> str:
+    path = Path(tempfile.gettempdir()) / f"qpid-ha-analytics-log4j2-{os.getuid()}.properties"
+    if not path.exists() or path.read_text() != LOG4J2:
+        path.write_text(LOG4J2)
+    return str(path)
+
+
+@contextlib.contextmanager
+def _stderr_to_devnull(enabled: bool) -> Iterator[None]:
+    """While the JVM starts, file descriptor 2 goes to /dev/null: the JVM inherits it, so
+    its own warnings (``Using incubator modules``) stay off the terminal for its life."""
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def spark_session(
+    master: str = "local[*]", app_name: str = "qpid-ha-analytics", *, quiet: bool = False
+) -> SparkSession:
+    """A session for the job (or the tests): errors only on the console (``quiet``: not
+    even the JVM's start-up warnings), UTC, two shuffle partitions and no adaptive
+    execution (the analysed events are few: per-stage overhead dominates; the big scan is
+    one map-side aggregation). The driver binds to loopback for a local master, and for a
+    ``spark://`` master to the address that reaches it (:func:`driver_address`), unless
+    ``SPARK_LOCAL_IP`` says otherwise."""
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    elif "SPARK_LOCAL_IP" not in os.environ:
+        address = driver_address(master)
+        if address is not None:
+            os.environ["SPARK_LOCAL_IP"] = address
     builder: Any = SparkSession.builder
-    spark: SparkSession = (
-        builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.memory", os.environ.get("ANALYTICS_DRIVER_MEMORY", "2g"))
-        .getOrCreate()
-    )
+    with _stderr_to_devnull(quiet):
+        spark: SparkSession = (
+            builder.master(master)
+            .appName(app_name)
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log4j2_file()}")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.adaptive.enabled", "false")
+            .config("spark.driver.memory", os.environ.get("ANALYTICS_DRIVER_MEMORY", "2g"))
+            .getOrCreate()
+        )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def _has_scheme(path: str) -> bool:
-    return "://" in path
+def check_paths(paths: Sequence[str], glob: str = DEFAULT_GLOB) -> inputs.Listing:
+    """The files to read (:func:`analytics.inputs.list_local`), before Spark starts."""
+    return inputs.list_local(paths, glob)
 
 
-def check_paths(paths: Sequence[str]) -> None:
-    if not paths:
-        raise JobError("no log paths given")
-    for path in paths:
-        if not _has_scheme(path) and not Path(path).exists():
-            raise JobError(f"no such file or directory: {path}")
-
-
-def read_lines(spark: SparkSession, paths: Sequence[str], glob: str = DEFAULT_GLOB) -> DataFrame:
-    """The raw lines under ``paths`` (a ``value`` column), directories read recursively."""
-    check_paths(paths)
-    return (
-        spark.read.option("recursiveFileLookup", "true")
-        .option("pathGlobFilter", glob)
-        .text(list(paths))
-    )
+def read_lines(
+    spark: SparkSession,
+    paths: Sequence[str],
+    glob: str = DEFAULT_GLOB,
+    listing: inputs.Listing | None = None,
+) -> DataFrame:
+    """The raw lines of the files to read (``value``) and their ``file``: the local files
+    listed (:func:`check_paths`), and under remote paths the files matching ``glob``
+    (directories read recursively)."""
+    listing = listing or check_paths(paths, glob)
+    frames = []
+    if listing.read:
+        frames.append(spark.read.text(listing.read))
+    if listing.remote:
+        frames.append(
+            spark.read.option("recursiveFileLookup", "true")
+            .option("pathGlobFilter", glob)
+            .text(listing.remote)
+        )
+    with_file = [df.select("value", F.col("_metadata.file_path").alias("file")) for df in frames]
+    return with_file[0] if len(with_file) == 1 else with_file[0].unionByName(with_file[1])
 
 
 def load_events(spark: SparkSession, paths: Sequence[str], glob: str = DEFAULT_GLOB) -> DataFrame:
@@ -146,7 +233,9 @@ def load_events(spark: SparkSession, paths: Sequence[str], glob: str = DEFAULT_G
 
 @dataclass
 class Result:
-    """What the job produced: local paths, the collected tables and counts."""
+    """What the job produced: local paths, the collected tables and counts; ``problems``
+    (files with truncated or malformed lines), ``unread`` (local files the glob left out)
+    and ``warnings`` (one line each, for stderr)."""
 
     out: Path
     html: Path
@@ -155,6 +244,9 @@ class Result:
     events_used: int
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     seconds: float = 0.0
+    problems: list[inputs.FileProblem] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def checkpoint(df: DataFrame) -> DataFrame:
@@ -185,6 +277,27 @@ def write_csv(path: Path, rows: list[dict[str, Any]], columns: Sequence[str]) ->
             writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
 
 
+def warnings_for(
+    problems: Sequence[inputs.FileProblem], unread: Sequence[str], glob: str
+) -> list[str]:
+    """One line each: the files with lines the job could not use, and the files it did
+    not read."""
+    out = []
+    if problems:
+        truncated = sum(p.truncated for p in problems)
+        malformed = sum(p.malformed for p in problems)
+        nodes = inputs.suspect_nodes(problems)
+        out.append(
+            f"{truncated} truncated and {malformed} malformed line(s) in {len(problems)} "
+            f"file(s) ({'; '.join(p.describe() for p in problems[: inputs.NAMED_FILES])}"
+            f"{' ...' if len(problems) > inputs.NAMED_FILES else ''}): fail-overs of "
+            f"{', '.join(nodes) or 'unknown nodes'} marked incomplete"
+        )
+    if unread:
+        out.append(f"{len(unread)} file(s) not read (not matching {glob}): {inputs.named(unread)}")
+    return out
+
+
 def run(
     spark: SparkSession,
     paths: Sequence[str],
@@ -194,31 +307,52 @@ def run(
     glob: str = DEFAULT_GLOB,
     parquet: str | None = None,
     progress: Progress | None = None,
+    listing: inputs.Listing | None = None,
 ) -> Result:
-    """Read ``paths``, analyse, write the tables and ``report.html`` under ``out``."""
+    """Read ``paths``, analyse, write the tables and ``report.html`` under ``out``.
+
+    :raises JobError: no events, or events of a schema version this job does not read."""
     progress = progress or Progress(None)
     started = time.monotonic()
-    lines_df = read_lines(spark, paths, glob)
+    listing = listing or check_paths(paths, glob)
+    lines_df = read_lines(spark, paths, glob, listing)
     with progress.stage("read logs: count lines by node and event, keep the used ones", spark):
         summary = parse.summarise(lines_df).cache()
         counts = parse.event_counts(summary).cache()
         count_rows: list[Row] = counts.collect()
+        stats = _rows(parse.file_stats(summary))
     lines = sum(int(r["lines"]) for r in count_rows)
     skipped = sum(int(r["lines"]) for r in count_rows if r["source"] == "skipped")
-    if lines == skipped:
+    truncated = sum(int(r["lines"]) for r in count_rows if r["source"] == "truncated")
+    if lines == skipped + truncated:
+        summary.unpersist()
+        counts.unpersist()
         raise JobError(f"no JSON log events in {', '.join(paths)} (files matching {glob})")
-    progress.log(f"{lines} lines, {skipped} not events")
+    try:
+        inputs.check_versions(stats)
+    except JobError:
+        summary.unpersist()
+        counts.unpersist()
+        raise
+    progress.log(f"{lines} lines, {skipped} not events, {truncated} truncated")
     with progress.stage("parse the used events", spark):
         events = parse.normalise(parse.relevant(summary)).cache()
         used = events.count()
+        bad = _rows(parse.malformed(summary))
+    problems = inputs.line_problems(stats, bad)
+    warnings = warnings_for(problems, listing.unread, glob)
     progress.log(f"{used} events used")
     # small tables from here on: interpreted plans start faster than compiled ones
     spark.conf.set("spark.sql.codegen.wholeStage", "false")
     with progress.stage("analyse fail-overs, phases, percentiles, anomalies", spark):
-        tables = transforms.analyse(events, labels, checkpoint)
+        tables = transforms.analyse(
+            events, labels, checkpoint, suspect=inputs.suspect_nodes(problems)
+        )
         named: dict[str, DataFrame] = {
             "failovers": _with_times(tables.failovers).orderBy("cluster", "epoch"),
             "percentiles": tables.percentiles,
+            "percentiles_by_kind": tables.percentiles_by_kind,
+            "tuning": tables.tuning,
             "phases": tables.phases.orderBy("cluster", "epoch"),
             "anomalies": _with_times(tables.anomalies).orderBy("at_us"),
             "primary_stints": _with_times(tables.primary_stints).orderBy("cluster", "start_us"),
@@ -231,6 +365,8 @@ def run(
         for name, df in named.items():
             write_csv(out / "tables" / f"{name}.csv", collected[name], df.columns)
             df.coalesce(1).write.mode("overwrite").parquet(f"{parquet_root}/{name}")
+        file_rows = _file_rows(stats, problems)
+        write_csv(out / "tables" / "files.csv", file_rows, FILE_COLUMNS)
     seconds = time.monotonic() - started
     with progress.stage("render report.html", spark):
         html = report.render(
@@ -238,7 +374,10 @@ def run(
             collected,
             report.Summary(
                 paths=list(paths), lines=lines, skipped=skipped, events_used=used,
-                seconds=seconds,
+                seconds=seconds, truncated=truncated,
+                problems=[p.describe() for p in problems],
+                suspect_nodes=inputs.suspect_nodes(problems),
+                unread=[inputs.local_name(f) for f in listing.unread],
             ),
         )  # fmt: skip
     events.unpersist()
@@ -252,4 +391,28 @@ def run(
         events_used=used,
         tables=collected,
         seconds=time.monotonic() - started,
+        problems=problems,
+        unread=list(listing.unread),
+        warnings=warnings,
     )
+
+
+FILE_COLUMNS = ("file", "lines", "events", "truncated", "malformed", "versions", "nodes")
+
+
+def _file_rows(
+    stats: Sequence[dict[str, Any]], problems: Sequence[inputs.FileProblem]
+) -> list[dict[str, Any]]:
+    bad = {p.file: p.malformed for p in problems}
+    return [
+        {
+            "file": inputs.local_name(str(r["file"])),
+            "lines": r["lines"],
+            "events": r["events"],
+            "truncated": r["truncated"],
+            "malformed": bad.get(str(r["file"]), 0),
+            "versions": " ".join(r["versions"] or ()),
+            "nodes": " ".join(r["nodes"] or ()),
+        }
+        for r in sorted(stats, key=lambda r: str(r["file"]))
+    ]

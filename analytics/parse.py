@@ -6,11 +6,15 @@ Inputs: the JSON log lines of brokers, agents and drill clients (``docs/log-sche
 schema 1) as :func:`analytics.job.read_lines` reads them (a ``value`` column). Pure
 DataFrame-to-DataFrame functions: nothing here reads or writes files or collects rows.
 
-1. :func:`summarise`: one pass over the raw lines; each line's ``event`` and ``node`` read
-   without parsing it, the line kept only when its event is one the analysis uses
-   (:data:`RELEVANT_EVENTS`), grouped with a count.
-2. :func:`event_counts`: lines by source, node and event, from the summary.
-3. :func:`relevant`: the kept lines parsed with :data:`RAW_SCHEMA`.
+1. :func:`summarise`: one pass over the raw lines; each line's ``event``, ``node`` and
+   ``schema`` read without parsing it, a line cut short (``{`` without its closing ``}``:
+   a file still being written, a disk full) flagged ``truncated``, the line kept only when
+   its event is one the analysis uses (:data:`RELEVANT_EVENTS`), grouped by file with a
+   count.
+2. :func:`event_counts`: lines by source, node and event, from the summary;
+   :func:`file_stats`: lines, events, truncated lines, schema versions and nodes by file.
+3. :func:`relevant`: the kept lines parsed with :data:`RAW_SCHEMA`; :func:`malformed`: the
+   kept lines that are not JSON or have no readable ``ts``, by file and node.
 4. :func:`normalise`: drop lines that are not events, time as integer microseconds ``us``,
    ``source`` (broker, agent, drill), the cluster of broker events (the broker logs none)
    from the agent of the same node (:func:`node_clusters`).
@@ -44,6 +48,12 @@ RAW_SCHEMA = T.StructType(
         T.StructField("new_epoch", T.LongType()),
         T.StructField("took_ms", T.DoubleType()),
         T.StructField("session_timeout", T.DoubleType()),
+        T.StructField("expected", T.ArrayType(T.StringType())),
+        T.StructField("dropped", T.ArrayType(T.StringType())),
+        # nemesis drill (component nemesis, in the drill's log)
+        T.StructField("nemesis", T.StringType()),
+        T.StructField("target", T.StringType()),
+        T.StructField("link_heartbeat_interval", T.DoubleType()),
         # drill
         T.StructField("scenario", T.StringType()),
         T.StructField("role", T.StringType()),
@@ -82,7 +92,12 @@ RELEVANT_EVENTS = (
     "client_reconnected",
     "confirm_gap",
     "drill_finished",
+    "ha_backup_removal_pending",
+    "nemesis_cluster_started",
+    "nemesis_cycle_started",
 )
+#: The log schema versions this job reads (``docs/log-schema.md``).
+SUPPORTED_SCHEMAS = ("1",)
 
 #: The agent's events (``docs/log-schema.md``), to name the source of a line unparsed.
 AGENT_EVENTS = (
@@ -95,8 +110,9 @@ AGENT_EVENTS = (
     "zookeeper_unreachable", "member_record_invalid", "primary_record_invalid",
 )  # fmt: skip
 DRILL_EVENTS = (
-    "drill_started", "client_disconnected", "client_reconnected", "confirm_gap",
-    "drill_finished",
+    "drill_started", "client_connected", "client_disconnected", "client_reconnected",
+    "client_gave_up", "confirm_gap", "drill_unreachable", "drill_finished",
+    "nemesis_cluster_started", "nemesis_cycle_started", "nemesis_cycle_checked",
 )  # fmt: skip
 
 #: Microseconds in a millisecond: durations in ``*_ms`` are differences of ``us`` over this.
@@ -111,7 +127,7 @@ def micros(column: Column) -> Column:
 def _source(component: Column) -> Column:
     return (
         F.when(component == "agent", F.lit("agent"))
-        .when(component == "drill", F.lit("drill"))
+        .when(component.isin("drill", "nemesis"), F.lit("drill"))
         .otherwise(F.lit("broker"))
     )
 
@@ -123,22 +139,36 @@ def _key(name: str) -> Column:
     return F.regexp_extract(F.col("value"), f'"{name}":\\s*"([^"]*)"', 1)
 
 
+def _schema_version() -> Column:
+    """The ``schema`` value of a JSON line, a string (``"1"``) or a bare number (``2``);
+    ``""`` when absent."""
+    return F.regexp_extract(F.col("value"), '"schema":\\s*"?([^",}\\s]*)', 1)
+
+
 def summarise(lines: DataFrame) -> DataFrame:
-    """One pass over the raw lines (a ``value`` column, as ``spark.read.text`` gives):
-    ``event`` and ``node`` read from each line without parsing it, and the
-    line itself only when its event is one the analysis uses; grouped with a count. The
-    result is small (the used lines plus one row per node and event), so the job caches it
-    and parses only those lines: millions of connection events cost a scan, not a parse.
+    """One pass over the raw lines (a ``value`` column, as ``spark.read.text`` gives, and
+    optionally ``file``): ``event``, ``node`` and ``schema`` read from each line without
+    parsing it, ``truncated`` (a line that opens a JSON object, ``{"``, and does not close it), and
+    the line itself only when its event is one the analysis uses (and it is whole); grouped
+    with a count. The result is small (the used lines plus one row per file, node and
+    event), so the job caches it and parses only those lines: millions of connection events
+    cost a scan, not a parse.
     """
     event = _key("event")
-    keep = event.isin(*RELEVANT_EVENTS)
+    value = F.col("value")
+    truncated = value.startswith('{"') & ~F.rtrim(value, F.lit(" \t\r")).endswith("}")
+    keep = event.isin(*RELEVANT_EVENTS) & ~truncated
+    file = F.col("file") if "file" in lines.columns else F.lit("")
     return (
         lines.select(
+            file.alias("file"),
             event.alias("event"),
             _key("node").alias("node"),
-            F.when(keep, F.col("value")).alias("line"),
+            _schema_version().alias("schema"),
+            truncated.alias("truncated"),
+            F.when(keep, value).alias("line"),
         )
-        .groupBy("event", "node", "line")
+        .groupBy("file", "event", "node", "schema", "truncated", "line")
         .agg(F.count(F.lit(1)).alias("lines"))
     )
 
@@ -148,12 +178,13 @@ def event_counts(summary: DataFrame) -> DataFrame:
     event's name (:data:`AGENT_EVENTS`, :data:`DRILL_EVENTS`, else broker: one regular
     expression less per line); lines with no event (not JSON, or no ``event`` key) count
     as source ``skipped``."""
-    is_event = F.col("event") != ""
+    is_event = (F.col("event") != "") & ~F.col("truncated")
     return (
         summary.select(
             F.when(F.col("event").isin(*AGENT_EVENTS), F.lit("agent"))
             .when(F.col("event").isin(*DRILL_EVENTS), F.lit("drill"))
             .when(is_event, F.lit("broker"))
+            .when(F.col("truncated"), F.lit("truncated"))
             .otherwise(F.lit("skipped"))
             .alias("source"),
             F.when(is_event, F.col("node")).alias("node"),
@@ -165,11 +196,44 @@ def event_counts(summary: DataFrame) -> DataFrame:
     )
 
 
+def file_stats(summary: DataFrame) -> DataFrame:
+    """By file: ``lines``, ``events`` (whole JSON lines with an ``event``), ``truncated``,
+    ``versions`` (the ``schema`` values of its events, sorted; ``""``: none given) and
+    ``nodes`` (the node names of its events, sorted)."""
+    is_event = (F.col("event") != "") & ~F.col("truncated")
+    return summary.groupBy("file").agg(
+        F.sum("lines").alias("lines"),
+        F.sum(F.when(is_event, F.col("lines")).otherwise(0)).alias("events"),
+        F.sum(F.when(F.col("truncated"), F.col("lines")).otherwise(0)).alias("truncated"),
+        F.array_sort(F.collect_set(F.when(is_event, F.col("schema")))).alias("versions"),
+        F.array_sort(F.collect_set(F.when(F.col("node") != "", F.col("node")))).alias("nodes"),
+    )
+
+
+def _parsed(summary: DataFrame) -> DataFrame:
+    parsed = F.from_json(F.col("line"), RAW_SCHEMA, {"mode": "PERMISSIVE"})
+    return summary.where(F.col("line").isNotNull()).select(
+        parsed.alias("e"), "file", F.col("node").alias("raw_node"), "lines"
+    )
+
+
 def relevant(summary: DataFrame) -> DataFrame:
     """The used lines of :func:`summarise`, parsed with :data:`RAW_SCHEMA` (a field of the
-    wrong type is null)."""
-    parsed = F.from_json(F.col("line"), RAW_SCHEMA, {"mode": "PERMISSIVE"})
-    return summary.where(F.col("line").isNotNull()).select(parsed.alias("e")).select("e.*")
+    wrong type is null), with the ``file`` they came from."""
+    return _parsed(summary).select("e.*", "file")
+
+
+def malformed(summary: DataFrame) -> DataFrame:
+    """The used lines that are not JSON objects, or have no ``event`` or no readable
+    ``ts`` (ISO-8601 text, schema 1), by file and node (``node`` as read from the raw line):
+    ``lines``."""
+    parsed = _parsed(summary)
+    bad = F.col("e").isNull() | F.col("e.event").isNull() | micros(F.col("e.ts")).isNull()
+    return (
+        parsed.where(bad)
+        .groupBy("file", F.col("raw_node").alias("node"))
+        .agg(F.sum("lines").alias("lines"))
+    )
 
 
 def node_clusters(events: DataFrame) -> DataFrame:

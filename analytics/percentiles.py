@@ -4,10 +4,13 @@
 
 Input: :func:`analytics.failover.failovers`. Pure DataFrame-to-DataFrame functions:
 :func:`phase_durations` puts each fail-over's phases (:data:`PHASES`) in long form, and
-:func:`percentiles` gives p50, p90, p99, max and mean by scenario, configuration and phase.
+:func:`percentiles` gives p50, p90, p99, max and mean by scenario, configuration and phase
+(or by other columns: the job also groups by configuration and kind of failure).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -17,7 +20,7 @@ PHASES = ("detection", "election", "promotion", "recovering", "failover", "clien
 
 def phase_durations(fo: DataFrame) -> DataFrame:
     """Fail-overs (kind ``failover``) in long form: cluster, epoch, scenario, config,
-    phase, ms; null durations left out."""
+    failure_kind, phase, ms; null durations left out."""
     stack = ", ".join(f"'{phase}', {phase}_ms" for phase in PHASES)
     return (
         fo.where(F.col("kind") == "failover")
@@ -26,19 +29,20 @@ def phase_durations(fo: DataFrame) -> DataFrame:
             "epoch",
             "scenario",
             "config",
+            "failure_kind",
             F.expr(f"stack({len(PHASES)}, {stack}) as (phase, ms)"),
         )
         .where(F.col("ms").isNotNull())
     )
 
 
-def percentiles(phases: DataFrame) -> DataFrame:
-    """By scenario, config and phase: failovers, p50, p90, p99 (exact, linear
+def percentiles(phases: DataFrame, by: Sequence[str] = ("scenario", "config")) -> DataFrame:
+    """By ``by`` (scenario and config) and phase: failovers, p50, p90, p99 (exact, linear
     interpolation between closest ranks), max and mean, in ms."""
     order = F.create_map(*[x for i, ph in enumerate(PHASES) for x in (F.lit(ph), F.lit(i))])
     q = F.percentile(F.col("ms"), [0.5, 0.9, 0.99])
     return (
-        phases.groupBy("scenario", "config", "phase")
+        phases.groupBy(*by, "phase")
         .agg(
             F.count(F.lit(1)).alias("failovers"),
             q.alias("q"),
@@ -46,8 +50,7 @@ def percentiles(phases: DataFrame) -> DataFrame:
             F.avg("ms").alias("mean_ms"),
         )
         .select(
-            "scenario",
-            "config",
+            *by,
             "phase",
             "failovers",
             F.col("q")[0].alias("p50_ms"),
@@ -56,5 +59,5 @@ def percentiles(phases: DataFrame) -> DataFrame:
             "max_ms",
             "mean_ms",
         )
-        .orderBy("scenario", "config", order[F.col("phase")])
+        .orderBy(*by, order[F.col("phase")])
     )

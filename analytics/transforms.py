@@ -8,7 +8,7 @@ transforms reads or writes files, starts a session or collects rows: the job doe
 "Ready" caller). Every function takes and returns DataFrames, so each one is tested on a
 few hand-made rows against golden rows (``tests/analytics/test_transforms.py``).
 
-The pipeline, one module a step (:func:`analyse` composes steps 2 to 5 on the events of 1):
+The pipeline, one module a step (:func:`analyse` composes steps 2 to 6 on the events of 1):
 
 1. :mod:`analytics.parse`: :func:`~analytics.parse.summarise` and
    :func:`~analytics.parse.relevant` keep and parse the lines the analysis uses;
@@ -26,7 +26,10 @@ The pipeline, one module a step (:func:`analyse` composes steps 2 to 5 on the ev
 4. :func:`analytics.failover.failovers`: each promotion that had a primary before it: the
    old primary's failure, its resignation, the phases in milliseconds, the client outage,
    the scenario and the configuration. Exact definitions in ``docs/analytics.md``.
-5. :mod:`analytics.percentiles`: :func:`~analytics.percentiles.phase_durations` (long
+5. :mod:`analytics.tuning`: :func:`~analytics.tuning.annotate`: each fail-over's kind
+   of failure, whether it was spurious, its evidence, the configured timeouts and
+   ``ha-backup-timeout``; :func:`~analytics.tuning.tuning`: a row per configuration.
+6. :mod:`analytics.percentiles`: :func:`~analytics.percentiles.phase_durations` (long
    form), :func:`~analytics.percentiles.percentiles` (p50, p90, p99, max by scenario,
    configuration and phase) and :mod:`analytics.anomalies` (two primaries at once, a
    promotion of a broker that was not ready while a ready one existed, confirmed messages
@@ -38,6 +41,7 @@ milliseconds (``*_ms``, doubles). Clocks of different machines are trusted as th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
@@ -46,6 +50,7 @@ from analytics.anomalies import anomalies
 from analytics.failover import Checkpoint, Labels, failovers, identity, promotions
 from analytics.percentiles import percentiles, phase_durations
 from analytics.states import primary_stints, state_intervals
+from analytics.tuning import annotate, tuning
 
 
 @dataclass(frozen=True)
@@ -55,24 +60,32 @@ class Tables:
     failovers: DataFrame
     phases: DataFrame
     percentiles: DataFrame
+    percentiles_by_kind: DataFrame
+    tuning: DataFrame
     anomalies: DataFrame
     primary_stints: DataFrame
 
 
 def analyse(
-    events: DataFrame, labels: Labels | None = None, checkpoint: Checkpoint = identity
+    events: DataFrame,
+    labels: Labels | None = None,
+    checkpoint: Checkpoint = identity,
+    suspect: Sequence[str] = (),
 ) -> Tables:
     """The whole pipeline on normalised events (see the module's docstring);
-    ``checkpoint`` cuts the lineage between steps (see :data:`Checkpoint`)."""
+    ``checkpoint`` cuts the lineage between steps (see :data:`Checkpoint`); ``suspect``:
+    nodes whose files have unusable lines (their fail-overs are marked incomplete)."""
     intervals = checkpoint(state_intervals(events))
     promoted = checkpoint(promotions(events))
-    fo = checkpoint(failovers(events, promoted, labels, checkpoint))
-    phases = phase_durations(fo)
+    fo = checkpoint(annotate(events, failovers(events, promoted, labels, checkpoint), suspect))
+    phases = checkpoint(phase_durations(fo))
     stints = checkpoint(primary_stints(intervals))
     return Tables(
         failovers=fo,
         phases=phases,
         percentiles=percentiles(phases),
+        percentiles_by_kind=percentiles(phases, ("config", "failure_kind")),
+        tuning=tuning(fo),
         anomalies=anomalies(events, intervals, promoted, stints),
         primary_stints=stints,
     )

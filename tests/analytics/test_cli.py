@@ -11,6 +11,9 @@ from pyspark.sql import SparkSession
 
 from analytics import job
 
+#: The first job of a test session also starts Spark: minutes on a loaded machine.
+pytestmark = pytest.mark.timeout(300)
+
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -35,6 +35,7 @@ def test_every_line_read_and_every_failover_found(
     failovers = [r for r in result.tables["failovers"] if r["kind"] == "failover"]
     assert len(failovers) == params.failovers == 120
     assert all(r["failure_by"] == "broker_process_exited" for r in failovers)
+    assert all(r["evidence"] == "complete" and r["spurious"] is False for r in failovers)
     assert all(r["scenario"] == generate.SCENARIO for r in failovers)
 
 
@@ -69,16 +70,23 @@ def test_report_has_its_plots_and_tables(generated: tuple[generate.Params, job.R
     _params, result = generated
     page = result.html.read_text()
     images = re.findall(r'<img src="([^"]+)"', page)
-    assert len(images) == 2
+    assert len(images) == 3
     for src in images:
         png = result.out / src
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     tables = re.findall(r"<table>.*?</table>", page, flags=re.S)
-    assert len(tables) == 5  # percentiles, anomalies, fail-overs, primaries, line counts
-    assert "<th>p99_ms</th>" in tables[0] and "session-timeout 4s" in tables[0]
-    assert "confirmed_lost" in tables[1]
+    # tuning, percentiles (2), anomalies, fail-overs, primaries, line counts
+    assert len(tables) == 7
+    assert "<th>spurious</th>" in tables[0] and "session-timeout 4s" in tables[0]
+    assert "<th>p99_ms</th>" in tables[1] and "session-timeout 4s" in tables[1]
+    assert "<th>failure_kind</th>" in tables[2] and "process_exit" in tables[2]
+    assert "confirmed_lost" in tables[3]
     assert "1 anomalies" in page
-    for name in ("failovers", "percentiles", "phases", "anomalies", "primary_stints"):
+    assert "every line read was usable" in page
+    # what to change: detection dominates both configurations, well under the timeout
+    assert "session-timeout 4s: detection dominates the fail-over" in page
+    for name in ("failovers", "percentiles", "percentiles_by_kind", "tuning", "phases",
+                 "anomalies", "primary_stints"):  # fmt: skip
         csv = result.out / "tables" / f"{name}.csv"
         assert csv.read_text().count("\n") >= 2, name
         assert list((result.out / "parquet" / name).glob("*.parquet")), name

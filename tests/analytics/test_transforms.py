@@ -22,6 +22,9 @@ from pyspark.sql import SparkSession
 from analytics import job, percentiles, states
 from tests.analytics.conftest import line, us, write_logs
 
+#: The first job of a test session also starts Spark: minutes on a loaded machine.
+pytestmark = pytest.mark.timeout(300)
+
 
 def agent(ms: float, event: str, node: str, cluster: str, **f: Any) -> dict[str, Any]:
     return line(ms, event, node, "agent", cluster=cluster, **f)
@@ -172,9 +175,12 @@ def phases(row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(row[c] for c in PHASE_COLUMNS)
 
 
-def test_lines_counted_and_non_events_skipped(result: job.Result) -> None:
+def test_lines_counted_and_non_events_skipped(result: job.Result, logs: Path) -> None:
     # 66 events in the hand-made files, one ZooKeeper line; *.txt is not read
     assert (result.lines, result.skipped) == (67, 1)
+    assert result.problems == [] and result.warnings == [
+        f"1 file(s) not read (not matching {job.DEFAULT_GLOB}): {logs / 'ignored.txt'}"
+    ]
 
 
 def test_failovers_golden_rows(result: job.Result) -> None:
@@ -190,6 +196,9 @@ def test_failovers_golden_rows(result: job.Result) -> None:
         "broker_process_exited", us(10000), us(10300), us(10450))  # fmt: skip
     assert phases(a2) == (300.0, 150.0, 50.0, 100.0, 600.0, 70.0, 800.0)
     assert (a2["scenario"], a2["config"]) == ("kill", "session-timeout 2s")
+    assert (a2["failure_kind"], a2["spurious"], a2["evidence"]) == (
+        "process_exit", False, "complete")  # fmt: skip
+    assert (a1["failure_kind"], a1["spurious"], a1["evidence"]) == (None, None, "initial")
     assert a3["failure_by"] == "broker_process_exited"
     assert phases(a3) == (500.0, 100.0, 100.0, 200.0, 900.0, 150.0, 1234.0)
 
@@ -199,11 +208,15 @@ def test_failovers_golden_rows(result: job.Result) -> None:
     assert phases(b2) == (5000.0, 0.0, 100.0, 100.0, 5200.0, 150.0, None)
     assert (b2["scenario"], b2["config"], b2["old_state"]) == (
         "unlabelled", "session-timeout 4s", "joining")  # fmt: skip
+    assert (b2["failure_kind"], b2["spurious"], b2["evidence"]) == (
+        "silent_node", False, "failure_inferred")  # fmt: skip
 
     c2 = rows[("", 2)]  # broker logs only: no agent, so no detection nor election
     assert (c2["old_node"], c2["failure_by"], c2["failure_us"]) == ("c1", "last_seen", us(110))
     assert phases(c2) == (None, None, None, 100.0, 4990.0, None, None)
     assert (c2["scenario"], c2["config"]) == ("unlabelled", "unlabelled")
+    # failure to active is known, its phases are not: marked, never invented
+    assert c2["evidence"] == "failure_inferred, no_agent_logs"
 
 
 def test_percentiles_golden_rows(result: job.Result) -> None:

@@ -1,0 +1,228 @@
+"""The report's plots (matplotlib, Agg backend): phases per fail-over, CDFs of the outage,
+fail-overs over time.
+
+:Status: Beta
+
+Inputs: the fail-over rows (kind ``failover``) of :func:`analytics.job.run`'s tables, as
+dicts. Each function writes one PNG. Rules, so a plot is read at a glance: legends outside
+the data (right of the axes), the slowest fail-overs first, each labelled by its
+configuration, a group of one sample still visible (a marker at every step), and a part of a
+fail-over the logs do not split into phases drawn as such (grey, hatched: "not split"),
+never as a short bar.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.dates as mdates
+import matplotlib.pyplot as plt
+
+Row = dict[str, Any]
+
+#: Stacked phases, in order, with their colours.
+BAR_PHASES = (
+    ("detection", "#d62728"),
+    ("election", "#ff7f0e"),
+    ("promotion", "#1f77b4"),
+    ("recovering", "#2ca02c"),
+)
+UNSPLIT_COLOUR = "#bbbbbb"
+#: At most this many fail-overs in the bar plot (the slowest).
+MAX_BARS = 60
+#: Colours of configurations (cycled).
+CONFIG_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+DPI = 90
+#: Width of every plot in inches (at :data:`DPI`: 990 px, inside a 1,280 px window).
+WIDTH = 11.0
+
+
+def _empty(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+
+
+def config_colours(rows: Sequence[Row]) -> dict[str, str]:
+    configs = sorted({str(r.get("config")) for r in rows})
+    return {c: CONFIG_COLOURS[i % len(CONFIG_COLOURS)] for i, c in enumerate(configs)}
+
+
+def _total_ms(r: Row) -> float:
+    """How long the fail-over took, by what the logs say: failure to active, else the
+    client outage, else the sum of the known phases."""
+    for key in ("failover_ms", "client_outage_ms"):
+        if r.get(key) is not None:
+            return float(r[key])
+    return sum(float(r.get(f"{p}_ms") or 0.0) for p, _ in BAR_PHASES)
+
+
+def slowest(rows: Sequence[Row], limit: int = MAX_BARS) -> list[Row]:
+    """The ``limit`` slowest fail-overs, slowest first (by :func:`_total_ms`)."""
+    return sorted(rows, key=_total_ms, reverse=True)[:limit]
+
+
+def bar_label(r: Row) -> str:
+    return f"{r.get('config')} | {r.get('cluster') or '-'} e{r.get('epoch')}"
+
+
+def plot_phases(rows: Sequence[Row], path: Path) -> None:
+    """Horizontal stacked bars, the slowest fail-over on top: detection, election,
+    promotion, recovering (ms), and the part not split into phases (grey, hatched: no agent
+    logs, or lines missing); labels ``config | cluster eEPOCH`` coloured by configuration;
+    a diamond at the client outage."""
+    shown = slowest(rows)
+    height = max(3.0, 0.3 * len(shown) + 1.6)
+    fig, ax = plt.subplots(figsize=(WIDTH, height))
+    if not shown:
+        _empty(ax, "no fail-over in these logs")
+        _save(fig, path)
+        return
+    labels = [bar_label(r) for r in shown]
+    y = list(range(len(shown)))
+    left = [0.0] * len(shown)
+    unsplit = []
+    for r in shown:
+        known = sum(float(r.get(f"{p}_ms") or 0.0) for p, _ in BAR_PHASES)
+        total = r.get("failover_ms")
+        split = r.get("detection_ms") is not None or r.get("election_ms") is not None
+        if total is not None and not split:
+            unsplit.append(max(0.0, float(total) - known))
+        elif total is None and not any(r.get(f"{p}_ms") is not None for p, _ in BAR_PHASES):
+            unsplit.append(float(r.get("client_outage_ms") or 0.0))
+        else:
+            unsplit.append(0.0)
+    if any(unsplit):
+        ax.barh(y, unsplit, left=left, color=UNSPLIT_COLOUR, hatch="//", edgecolor="#888888",
+                label="not split into phases (no agent logs, or lines missing)")  # fmt: skip
+        left = [a + b for a, b in zip(left, unsplit, strict=True)]
+    for phase, colour in BAR_PHASES:
+        widths = [float(r.get(f"{phase}_ms") or 0.0) for r in shown]
+        ax.barh(y, widths, left=left, color=colour, label=phase)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    outages = [(i, float(r["client_outage_ms"])) for i, r in enumerate(shown)
+               if r.get("client_outage_ms") is not None]  # fmt: skip
+    if outages:
+        ax.scatter([o for _, o in outages], [i for i, _ in outages], marker="D", s=22,
+                   color="black", zorder=3, label="client outage")  # fmt: skip
+    for i, total in enumerate(left):
+        if total <= 0:
+            ax.text(0, i, f"  no phases: {shown[i].get('evidence') or 'nothing measured'}",
+                    va="center", fontsize="small", color="#555555")  # fmt: skip
+    colours = config_colours(rows)
+    ax.set_yticks(y, labels)
+    for tick, r in zip(ax.get_yticklabels(), shown, strict=True):
+        tick.set_color(colours[str(r.get("config"))])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the old primary's failure")
+    ax.grid(axis="x", alpha=0.3)
+    title = "phases per fail-over, slowest first"
+    if len(rows) > len(shown):
+        title += f" (the {len(shown)} slowest of {len(rows)})"
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    _save(fig, path)
+
+
+def cdf_points(values: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The empirical CDF as steps starting at 0: a single value is a visible rise."""
+    xs = sorted(values)
+    n = len(xs)
+    return [xs[0], *xs], [0.0, *[(i + 1) / n for i in range(n)]]
+
+
+def plot_cdf(rows: Sequence[Row], path: Path) -> None:
+    """CDF of the client outage by scenario and configuration (solid), and of the
+    fail-over from failure to active (dashed); a marker on every sample, ``n`` in the
+    legend."""
+    fig, ax = plt.subplots(figsize=(WIDTH, 4.8))
+    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        groups[(str(r.get("scenario")), str(r.get("config")))].append(r)
+    colours = config_colours(rows)
+    drawn = 0
+    for (scenario, config), members in sorted(groups.items()):
+        colour = colours[config]
+        outage = [float(r["client_outage_ms"]) for r in members
+                  if r.get("client_outage_ms") is not None]  # fmt: skip
+        total = [float(r["failover_ms"]) for r in members if r.get("failover_ms") is not None]
+        if outage:
+            label = f"client outage: {scenario}, {config} (n={len(outage)})"
+            ax.step(*cdf_points(outage), where="post", marker="o", markersize=4, label=label,
+                    color=colour)  # fmt: skip
+            drawn += 1
+        if total:
+            ax.step(*cdf_points(total), where="post", linestyle="--", marker="s", markersize=4,
+                    color=colour, alpha=0.7,
+                    label=f"failure to active: {scenario}, {config} (n={len(total)})")  # fmt: skip
+            drawn += 1
+    if not drawn:
+        _empty(ax, "no fail-over in these logs")
+    else:
+        if not any(r.get("client_outage_ms") is not None for r in rows):
+            ax.set_title("CDF of failure to active (no drill events: client outage unknown)")
+        else:
+            ax.set_title("CDF of client outage and fail-over time")
+        ax.set_xlabel("ms")
+        ax.set_ylabel("fraction of fail-overs")
+        ax.set_ylim(0, 1.04)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    _save(fig, path)
+
+
+def _when(r: Row) -> float | None:
+    """The failure's time as a matplotlib date number."""
+    at = r.get("failure_us") or r.get("won_us") or r.get("recovering_us")
+    if at is None:
+        return None
+    when = datetime.fromtimestamp(int(at) / 1e6, UTC)
+    return float(mdates.date2num(when))  # type: ignore[no-untyped-call]
+
+
+def plot_timeline(rows: Sequence[Row], path: Path) -> None:
+    """Fail-overs over time: failure to active (circles) and client outage (crosses) at
+    the failure's time, coloured by configuration; spurious fail-overs ringed in red."""
+    fig, ax = plt.subplots(figsize=(WIDTH, 4.2))
+    timed = [(w, r) for r in rows if (w := _when(r)) is not None]
+    if not timed:
+        _empty(ax, "no fail-over in these logs")
+        _save(fig, path)
+        return
+    colours = config_colours(rows)
+    for config, colour in colours.items():
+        mine = [(w, r) for w, r in timed if str(r.get("config")) == config]
+        total = [(w, float(r["failover_ms"])) for w, r in mine if r.get("failover_ms") is not None]
+        outage = [(w, float(r["client_outage_ms"])) for w, r in mine
+                  if r.get("client_outage_ms") is not None]  # fmt: skip
+        if total:
+            ax.scatter([w for w, _ in total], [v for _, v in total], color=colour, s=18,
+                       label=f"failure to active: {config}")  # fmt: skip
+        if outage:
+            ax.scatter([w for w, _ in outage], [v for _, v in outage], color=colour, s=24,
+                       marker="x", label=f"client outage: {config}")  # fmt: skip
+    spurious = [(w, _total_ms(r)) for w, r in timed if r.get("spurious")]
+    if spurious:
+        ax.scatter([w for w, _ in spurious], [v for _, v in spurious], s=110, facecolors="none",
+                   edgecolors="red", label="spurious (healthy primary fenced)")  # fmt: skip
+    ax.xaxis_date(tz=UTC)
+    ax.set_ylabel("ms")
+    ax.set_xlabel("time of the failure (UTC)")
+    ax.set_title("fail-overs over time")
+    ax.grid(alpha=0.3)
+    fig.autofmt_xdate()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    _save(fig, path)

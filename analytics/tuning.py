@@ -1,0 +1,275 @@
+"""What an operator tunes by: each fail-over's kind of failure, whether it was spurious,
+its evidence, the configured timeouts and ``ha-backup-timeout``; a table per configuration.
+
+:Status: Beta
+
+Input: :func:`analytics.failover.failovers` and the normalised events. Pure
+DataFrame-to-DataFrame functions. Exact definitions in ``docs/analytics.md``:
+
+- :func:`annotate` adds to each fail-over ``failure_kind`` (the nemesis drill's label, else
+  one read from the failure event), ``spurious`` (the old primary's broker showed no failure
+  of its own before it was fenced), ``evidence`` (``complete``, or what is missing),
+  ``session_timeout_s`` and ``link_heartbeat_s`` (as configured, when the logs say),
+  ``detection_per_timeout``, ``backups_dropped`` and ``backup_timeout_fired``.
+- :func:`tuning` gives one row per configuration: fail-overs, spurious ones, incomplete
+  ones, the configured timeouts, the median and p90 of each phase and of the client
+  outage, and the ``ha-backup-timeout`` hits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from analytics.parse import US_PER_MS
+
+#: A broker that did not answer its agent: a failure of its own, not a spurious fence.
+NO_ANSWER = "does not answer"
+#: The broker's reason for giving a backup up when ``ha-backup-timeout`` runs out.
+BACKUP_TIMEOUT_REASON = "ha-backup-timeout"
+#: Evidence codes, in the order ``evidence`` lists them.
+EVIDENCE = (
+    "no_failure",  # no event of the old primary's before the promotion
+    "failure_inferred",  # the old primary's last event stands for its failure (silent node)
+    "no_agent_logs",  # no election_won / agent_promoted: detection and election unknown
+    "no_recovering",  # no broker line of the promotion
+    "not_active",  # the new primary never logged active
+    "bad_lines",  # a file holding the old or new primary's events has unusable lines
+)
+
+
+def _spurious(failure_by: Column, reason: Column) -> Column:
+    """The old primary's first failure event is a fence, not a failure of its broker."""
+    no_answer = F.coalesce(reason, F.lit("")).contains(NO_ANSWER)
+    return (
+        failure_by.isin("zookeeper_session_fence", "ha_fenced")
+        | ((failure_by == "agent_fenced") & ~no_answer)
+        | (
+            (failure_by == "broker_killed")
+            & F.coalesce(reason, F.lit("")).startswith("fenced:")
+            & ~no_answer
+        )
+    )
+
+
+def _kind_from_logs(failure_by: Column, reason: Column) -> Column:
+    """A kind of failure read from the old primary's failure event."""
+    text = F.coalesce(reason, F.lit(""))
+    return (
+        F.when(failure_by == "broker_process_exited", F.lit("process_exit"))
+        .when(failure_by == "broker_state", F.lit("unresponsive"))
+        .when((failure_by == "broker_killed") & text.startswith("watchdog"), F.lit("unresponsive"))
+        .when(failure_by == "zookeeper_session_fence", F.lit("zookeeper_fence"))
+        .when(text.contains("ZooKeeper"), F.lit("zookeeper_fence"))
+        .when(failure_by.isin("agent_fenced", "broker_killed", "ha_fenced"), F.lit("fenced"))
+        .when(failure_by == "broker_stopped", F.lit("stopped"))
+        .when(failure_by == "last_seen", F.lit("silent_node"))
+        .otherwise(F.coalesce(failure_by, F.lit("unknown")))
+    )
+
+
+def _same_cluster(other: Column) -> Column:
+    return (other == F.lit("")) | (other == F.col("cluster"))
+
+
+def _nemeses(events: DataFrame, fo: DataFrame) -> DataFrame:
+    """(cluster, epoch, nemesis): the nemesis of the last ``nemesis_cycle_started`` at or
+    before the failure (or the election, without one), of the cluster or of none."""
+    starts = events.where(F.col("event") == "nemesis_cycle_started").select(
+        F.col("cluster").alias("n_cluster"), F.col("us").alias("n_us"), "nemesis"
+    )
+    at = F.coalesce("failure_us", "won_us", "recovering_us")
+    return (
+        fo.where(F.col("kind") == "failover")
+        .select("cluster", "epoch", at.alias("at_us"))
+        .join(starts, _same_cluster(F.col("n_cluster")) & (F.col("n_us") <= F.col("at_us")))
+        .groupBy("cluster", "epoch")
+        .agg(F.max_by("nemesis", "n_us").alias("nemesis"))
+    )
+
+
+def _settings(events: DataFrame) -> DataFrame:
+    """(cluster, session_timeout_s, link_heartbeat_s): the agents' largest session timeout
+    (``agent_started``) and the nemesis drill's link heartbeat (``nemesis_cluster_started``,
+    the brokers log none)."""
+    timeouts = (
+        events.where((F.col("event") == "agent_started") & F.col("session_timeout").isNotNull())
+        .groupBy("cluster")
+        .agg(F.max("session_timeout").alias("session_timeout_s"))
+    )
+    heartbeats = (
+        events.where(
+            (F.col("event") == "nemesis_cluster_started")
+            & F.col("link_heartbeat_interval").isNotNull()
+        )
+        .groupBy("cluster")
+        .agg(
+            F.max("link_heartbeat_interval").alias("link_heartbeat_s"),
+            F.max("session_timeout").alias("n_timeout"),
+        )
+    )
+    return timeouts.join(heartbeats, "cluster", "full").select(
+        "cluster",
+        F.coalesce("session_timeout_s", "n_timeout").alias("session_timeout_s"),
+        "link_heartbeat_s",
+    )
+
+
+def _backup_timeouts(events: DataFrame, fo: DataFrame) -> DataFrame:
+    """(cluster, epoch, backups_dropped, backup_timeout_hits): on the new primary between
+    recovering and active, the backups its ``ha_state_changed`` to active lists as
+    ``dropped``, and its ``ha_backup_removal_pending`` naming ``ha-backup-timeout``."""
+    window = fo.where(F.col("recovering_us").isNotNull()).select(
+        "cluster",
+        "epoch",
+        "node",
+        "recovering_us",
+        F.coalesce("active_us", F.lit(2**62)).alias("end_us"),
+    )
+    marks = events.where(
+        (
+            (F.col("event") == "ha_state_changed")
+            & (F.col("new") == "active")
+            & F.col("dropped").isNotNull()
+        )
+        | (
+            (F.col("event") == "ha_backup_removal_pending")
+            & F.coalesce(F.col("reason"), F.lit("")).contains(BACKUP_TIMEOUT_REASON)
+        )
+    ).select(
+        "cluster",
+        "node",
+        F.col("us").alias("m_us"),
+        F.when(F.col("event") == "ha_state_changed", F.size("dropped"))
+        .otherwise(0)
+        .alias("dropped_n"),
+        F.when(F.col("event") == "ha_backup_removal_pending", 1).otherwise(0).alias("hit"),
+    )
+    return (
+        window.join(marks, ["cluster", "node"])
+        .where((F.col("m_us") >= F.col("recovering_us")) & (F.col("m_us") <= F.col("end_us")))
+        .groupBy("cluster", "epoch")
+        .agg(
+            F.sum("dropped_n").alias("backups_dropped"),
+            F.sum("hit").alias("backup_timeout_hits"),
+        )
+    )
+
+
+def _evidence(suspect: Sequence[str]) -> Column:
+    bad = F.lit(False)
+    if suspect:
+        bad = F.col("node").isin(*suspect) | F.coalesce(
+            F.col("old_node").isin(*suspect), F.lit(False)
+        )
+    checks = {
+        "no_failure": F.col("failure_us").isNull(),
+        "failure_inferred": F.col("failure_by") == "last_seen",
+        "no_agent_logs": F.col("won_us").isNull() & F.col("promoted_us").isNull(),
+        "no_recovering": F.col("recovering_us").isNull(),
+        "not_active": F.col("active_us").isNull(),
+        "bad_lines": bad,
+    }
+    codes = F.concat_ws(
+        ", ", *[F.when(F.coalesce(checks[c], F.lit(False)), F.lit(c)) for c in EVIDENCE]
+    )
+    return (
+        F.when(F.col("kind") != "failover", F.lit("initial"))
+        .when(codes == "", F.lit("complete"))
+        .otherwise(codes)
+    )
+
+
+def annotate(events: DataFrame, fo: DataFrame, suspect: Sequence[str] = ()) -> DataFrame:
+    """``fo`` with ``failure_kind``, ``spurious``, ``evidence``, ``session_timeout_s``,
+    ``link_heartbeat_s``, ``detection_per_timeout``, ``backups_dropped``,
+    ``backup_timeout_fired`` (see the module's docstring); ``suspect``: nodes whose files
+    have unusable lines. Phases of a fail-over with ``bad_lines`` are left null: the lines
+    that remain would give phases that never happened (a lost resignation makes the
+    detection end at the election)."""
+    is_failover = F.col("kind") == "failover"
+    bad = F.col("evidence").contains("bad_lines")
+    out = (
+        fo.join(_nemeses(events, fo), ["cluster", "epoch"], "left")
+        .join(_settings(events), "cluster", "left")
+        .join(_backup_timeouts(events, fo), ["cluster", "epoch"], "left")
+        .withColumn(
+            "failure_kind",
+            F.when(
+                is_failover,
+                F.coalesce(
+                    "nemesis", _kind_from_logs(F.col("failure_by"), F.col("failure_reason"))
+                ),
+            ),
+        )
+        .withColumn(
+            "spurious",
+            F.when(
+                is_failover,
+                F.coalesce(_spurious(F.col("failure_by"), F.col("failure_reason")), F.lit(False)),
+            ),
+        )
+        .withColumn("evidence", _evidence(suspect))
+    )
+    for phase in ("detection", "election", "promotion", "recovering", "failover"):
+        out = out.withColumn(f"{phase}_ms", F.when(~bad, F.col(f"{phase}_ms")))
+    return (
+        out.withColumn(
+            "detection_per_timeout",
+            F.col("detection_ms") / (F.col("session_timeout_s") * US_PER_MS),
+        )
+        .withColumn(
+            "backups_dropped",
+            F.when(F.col("recovering_us").isNotNull(), F.coalesce("backups_dropped", F.lit(0))),
+        )
+        .withColumn(
+            "backup_timeout_fired",
+            F.when(
+                is_failover & F.col("recovering_us").isNotNull(),
+                (F.coalesce("backup_timeout_hits", F.lit(0)) > 0) | (F.col("backups_dropped") > 0),
+            ),
+        )
+        .drop("nemesis", "backup_timeout_hits")
+    )
+
+
+TUNING_PHASES = ("detection", "election", "promotion", "recovering", "failover", "client_outage")
+
+
+def tuning(fo: DataFrame) -> DataFrame:
+    """One row per configuration over its fail-overs: ``failovers``, ``spurious``,
+    ``incomplete`` (evidence not complete), ``session_timeout_s``, ``link_heartbeat_s``,
+    ``p50_<phase>_ms`` and ``p90_<phase>_ms`` for each phase and the client outage,
+    ``detection_p50_per_timeout``, ``backup_timeout_fired``."""
+    rows = fo.where(F.col("kind") == "failover")
+    aggs = [
+        F.count(F.lit(1)).alias("failovers"),
+        F.sum(F.col("spurious").cast("int")).alias("spurious"),
+        F.sum((F.col("evidence") != "complete").cast("int")).alias("incomplete"),
+        F.max("session_timeout_s").alias("session_timeout_s"),
+        F.max("link_heartbeat_s").alias("link_heartbeat_s"),
+        F.sum(F.coalesce(F.col("backup_timeout_fired"), F.lit(False)).cast("int")).alias(
+            "backup_timeout_fired"
+        ),
+    ]
+    for phase in TUNING_PHASES:
+        q = F.percentile(F.col(f"{phase}_ms"), [0.5, 0.9])
+        aggs.append(q.alias(f"q_{phase}"))
+    grouped = rows.groupBy("config").agg(*aggs)
+    cols: list[Column | str] = [
+        "config", "failovers", "spurious", "incomplete", "session_timeout_s", "link_heartbeat_s",
+    ]  # fmt: skip
+    for phase in TUNING_PHASES:
+        cols += [
+            F.col(f"q_{phase}")[0].alias(f"p50_{phase}_ms"),
+            F.col(f"q_{phase}")[1].alias(f"p90_{phase}_ms"),
+        ]
+    cols += [
+        (F.col("q_detection")[0] / (F.col("session_timeout_s") * US_PER_MS)).alias(
+            "detection_p50_per_timeout"
+        ),
+        "backup_timeout_fired",
+    ]
+    return grouped.select(*cols).orderBy("config")
