@@ -9,6 +9,7 @@ abort what is left.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import time
 from pathlib import Path
@@ -141,7 +142,7 @@ class Broker:
         if state.torn_tail is not None:
             data_dir.store_status = "dirty"  # a clean stop leaves no torn record
         store = MessageStore(journal, self.vhost)
-        store.recover_into(state)
+        store.recover_into(state, crashed=data_dir.store_status == "dirty")
         journal.start()
         self.store = store
         self.context.store_barrier = store
@@ -320,6 +321,8 @@ class Broker:
             await self.ha.stop()
         for replication in self.replications.values():
             await replication.stop()
+        if self.store is not None:
+            await self._confirm_what_is_stored(grace)
         for protocol in list(self._protocols):
             if protocol.connection is not None:
                 protocol.connection.close(ReplyCode.CONNECTION_FORCED, "broker shutdown")
@@ -346,6 +349,34 @@ class Broker:
         if self.data_dir is not None:
             self.data_dir.close(clean=stored)
         self.log.info("broker_stopped", uptime=round(time.time() - self.started_at, 3))
+
+    async def _confirm_what_is_stored(self, grace: float) -> None:
+        """Before closing the clients: let the store write what it holds, and send the
+        confirms that write releases (a client would otherwise publish those again). The
+        wait is bounded by ``grace``: it decides how long a stop takes, never what is
+        confirmed."""
+        assert self.store is not None
+        paused = [
+            protocol.transport
+            for protocol in self._protocols  # nothing new to store from here on
+            if protocol.transport is not None and not protocol.transport.is_closing()
+        ]
+        for transport in paused:
+            transport.pause_reading()
+        written = asyncio.get_running_loop().create_future()
+
+        def done(_ok: bool) -> None:
+            if not written.done():
+                written.set_result(None)
+
+        self.store.journal.after_durable(done)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(written, grace)
+        for protocol in list(self._protocols):
+            protocol.flush()
+        for transport in paused:  # to read the clients' close-ok
+            if not transport.is_closing():
+                transport.resume_reading()
 
     async def wait_stopped(self) -> None:
         """Until stop() is called or the HA role fenced this broker."""

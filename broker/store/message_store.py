@@ -30,6 +30,7 @@ from broker.core.vhost import VirtualHost
 from broker.store.journal import Journal
 from broker.store.records import (
     BindingRecord,
+    ExchangeBindingRecord,
     ExchangeRecord,
     Kind,
     QueueRecord,
@@ -37,13 +38,16 @@ from broker.store.records import (
     encode_deleted,
     encode_enqueue,
     encode_exchange,
+    encode_exchange_binding,
     encode_message_with_enqueue,
     encode_queue,
     encode_queue_entry,
 )
 from broker.store.recovery import RecoveredState
 
-BindingId = tuple[str, str, Any]  # (exchange, queue, binding key)
+BindingId = tuple[str, str, Any]  # (source exchange, destination, binding key)
+#: Marks an exchange destination in a BindingId (a queue may have an exchange's name).
+EXCHANGE_PREFIX = "\x00exchange:"
 
 
 class MessageStore:
@@ -62,8 +66,14 @@ class MessageStore:
         vhost.listeners.append(self)
 
     # -- recovery --------------------------------------------------------------------------
-    def recover_into(self, state: RecoveredState) -> None:
-        """Re-create the recovered exchanges, queues, bindings and messages in the vhost."""
+    def recover_into(self, state: RecoveredState, *, crashed: bool = False) -> None:
+        """Re-create the recovered exchanges, queues, bindings and messages in the vhost.
+
+        ``crashed``: the previous broker did not stop in order. A delivery's DELIVERED
+        record may then not have reached the disk before the crash (the delivery itself
+        goes out at once), so every recovered message is marked redelivered, as Qpid's
+        store does after a crash; after a clean stop, exactly those that had been
+        delivered."""
         vhost = self.vhost
         for exchange in state.exchanges:
             self._adopting = exchange.id
@@ -102,7 +112,7 @@ class MessageStore:
                 expires_at = None
                 if item.expires_at_ms:
                     expires_at = now + (item.expires_at_ms - wall_now_ms) / 1000.0
-                self._restoring = (item.delivered, expires_at)
+                self._restoring = (item.delivered or crashed, expires_at)
                 queue.enqueue(message, item.position)
                 self.recovered_messages += 1
             self._restoring = None
@@ -113,6 +123,10 @@ class MessageStore:
                 continue
             self._adopting = binding.id
             vhost.bind(queue_name, binding.exchange, binding.routing_key, binding.arguments)
+        for link in state.exchange_bindings:
+            if link.source in vhost.exchanges and link.destination in vhost.exchanges:
+                self._adopting = link.id
+                vhost.bind_exchange(link.destination, link.source, link.routing_key, link.arguments)
         self._adopting = None
 
     def _new_id(self) -> int:
@@ -169,10 +183,38 @@ class MessageStore:
         ledger.queue_deleted(object_id)  # its messages go with it, unacked ones included
         self._deleted(object_id, Kind.QUEUE_DELETED)
 
+    def _stored_or_builtin(self, exchange_name: str) -> bool:
+        exchange = self.vhost.exchanges.get(exchange_name)
+        return exchange is not None and (exchange.builtin or exchange_name in self._exchanges)
+
+    def _bound_exchange(self, binding: Binding, destination: Exchange) -> None:
+        if not (
+            self._stored_or_builtin(binding.exchange) and self._stored_or_builtin(destination.name)
+        ) or not (destination.durable and self.vhost.exchanges[binding.exchange].durable):
+            return
+        adopted = self._adopting is not None
+        object_id = self._new_id()
+        self._bindings[(binding.exchange, EXCHANGE_PREFIX + destination.name, binding.key)] = (
+            object_id
+        )
+        if adopted:
+            return
+        record = ExchangeBindingRecord(
+            object_id,
+            binding.exchange,
+            destination.name,
+            binding.routing_key,
+            dict(binding.arguments),
+        )
+        segment = self.journal.append(encode_exchange_binding(record))
+        self.journal.ledger.config_created(object_id, segment)
+
     def bound(self, binding: Binding) -> None:
-        if getattr(binding, "to_exchange", False):
-            return  # exchange-to-exchange bindings are not stored yet
-        queue_name = binding.queue.name
+        destination = binding.destination
+        if isinstance(destination, Exchange):
+            self._bound_exchange(binding, destination)
+            return
+        queue_name = destination.name
         if queue_name not in self._queues:
             return
         exchange = self.vhost.exchanges.get(binding.exchange)
@@ -194,9 +236,11 @@ class MessageStore:
         self.journal.ledger.config_created(object_id, segment)
 
     def unbound(self, binding: Binding) -> None:
-        if getattr(binding, "to_exchange", False):
-            return
-        key = (binding.exchange, binding.queue.name, binding.key)
+        destination = binding.destination
+        name = destination.name
+        if isinstance(destination, Exchange):
+            name = EXCHANGE_PREFIX + name
+        key = (binding.exchange, name, binding.key)
         self._deleted(self._bindings.pop(key, None), Kind.UNBOUND)
 
     def _deleted(self, object_id: int | None, kind: Kind) -> None:

@@ -65,6 +65,7 @@ class Kind(IntEnum):
     ENQUEUE = 8  # a message is on a queue at a position
     DEQUEUE = 9  # it left that queue for good
     DELIVERED = 10  # it was delivered from that queue at least once
+    EXCHANGE_BINDING = 11  # a binding from an exchange to another exchange (by names)
 
 
 class ExchangeRecord(NamedTuple):
@@ -87,6 +88,14 @@ class BindingRecord(NamedTuple):
     id: int
     exchange: str
     queue_id: int
+    routing_key: str
+    arguments: dict[str, Any]
+
+
+class ExchangeBindingRecord(NamedTuple):
+    id: int
+    source: str
+    destination: str
     routing_key: str
     arguments: dict[str, Any]
 
@@ -126,6 +135,7 @@ Record = (
     ExchangeRecord
     | QueueRecord
     | BindingRecord
+    | ExchangeBindingRecord
     | MessageRecord
     | EnqueueRecord
     | Deleted
@@ -191,6 +201,17 @@ def encode_binding(record: BindingRecord) -> bytes:
         + _table(record.arguments)
     )
     return _frame(Kind.BINDING, payload)
+
+
+def encode_exchange_binding(record: ExchangeBindingRecord) -> bytes:
+    payload = (
+        _Q.pack(record.id)
+        + _short(record.source)
+        + _short(record.destination)
+        + _short(record.routing_key)
+        + _table(record.arguments)
+    )
+    return _frame(Kind.EXCHANGE_BINDING, payload)
 
 
 def encode_deleted(kind: Kind, object_id: int) -> bytes:
@@ -327,6 +348,13 @@ def _decode(kind: int, payload: bytes) -> Record:
         routing_key, pos = _read_short(payload, pos)
         arguments, pos = _read_table(payload, pos)
         return BindingRecord(object_id, exchange, queue_id, routing_key, arguments)
+    if kind == Kind.EXCHANGE_BINDING:
+        (object_id,) = _Q.unpack_from(payload)
+        source, pos = _read_short(payload, 8)
+        destination, pos = _read_short(payload, pos)
+        routing_key, pos = _read_short(payload, pos)
+        arguments, pos = _read_table(payload, pos)
+        return ExchangeBindingRecord(object_id, source, destination, routing_key, arguments)
     raise FormatError(f"unknown record kind {kind}")
 
 

@@ -35,6 +35,7 @@ from broker.store.records import (
     BindingRecord,
     Deleted,
     EnqueueRecord,
+    ExchangeBindingRecord,
     ExchangeRecord,
     FormatError,
     Kind,
@@ -92,6 +93,8 @@ class RecoveredState:
     exchanges: list[ExchangeRecord]
     queues: list[RecoveredQueue]
     bindings: list[BindingRecord]
+    #: Exchange-to-exchange bindings whose two ends are recovered (or built in).
+    exchange_bindings: list[ExchangeBindingRecord]
     #: Message contents by id, for every message on some recovered queue.
     messages: dict[int, MessageRecord]
     #: The first id the store may hand out.
@@ -128,6 +131,7 @@ class Recovery:
         self._exchanges: dict[int, ExchangeRecord] = {}
         self._queues: dict[int, QueueRecord] = {}
         self._bindings: dict[int, BindingRecord] = {}
+        self._exchange_bindings: dict[int, ExchangeBindingRecord] = {}
         self._deleted: set[int] = set()
         self._messages: dict[int, MessageRecord] = {}
         # (queue id, message id) -> (position, expires_at_ms, segment)
@@ -267,6 +271,8 @@ class Recovery:
                 self._exchanges[record.id] = record
             elif isinstance(record, QueueRecord):
                 self._queues[record.id] = record
+            elif isinstance(record, ExchangeBindingRecord):
+                self._exchange_bindings[record.id] = record
             else:
                 self._bindings[record.id] = record
             self._where[record.id] = segment
@@ -285,10 +291,23 @@ class Recovery:
             for i, r in sorted(self._bindings.items())
             if i not in deleted and r.queue_id in queues
         ]
+        exchange_names = {e.name for e in exchanges}
+        exchange_bindings = [
+            r
+            for i, r in sorted(self._exchange_bindings.items())
+            if i not in deleted
+            and (r.source in exchange_names or r.source.startswith("amq."))
+            and (r.destination in exchange_names or r.destination.startswith("amq."))
+        ]
         where = self._where
         config = {
             object_id: where[object_id]
-            for object_id in (*(e.id for e in exchanges), *queues, *(b.id for b in bindings))
+            for object_id in (
+                *(e.id for e in exchanges),
+                *queues,
+                *(b.id for b in bindings),
+                *(b.id for b in exchange_bindings),
+            )
         }
         used: dict[int, MessageRecord] = {}
         live_enqueues: dict[tuple[int, int], int] = {}
@@ -326,6 +345,7 @@ class Recovery:
             exchanges=exchanges,
             queues=list(queues.values()),
             bindings=bindings,
+            exchange_bindings=exchange_bindings,
             messages=used,
             next_id=self._next_id,
             torn_tail=self._torn,

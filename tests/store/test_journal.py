@@ -326,3 +326,50 @@ def test_cut_damaged_keeps_what_precedes_and_moves_the_rest_aside(tmp_path: Path
     ]
     assert list_segments(store) == [n for n in segments if n <= damaged]
     assert journal.current == damaged + 1  # new writes go after what was kept
+
+
+def test_exchange_to_exchange_bindings_survive_and_go_with_their_exchange(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        journal, _store, vhost, _ = open_store(tmp_path)
+        journal.start()
+        for name in ("src", "dst", "gone"):
+            vhost.declare_exchange(name, "topic", durable=True)
+        vhost.declare_exchange("transient", "topic")
+        vhost.declare_queue("q", durable=True)
+        vhost.bind("q", "dst", "#")
+        vhost.bind_exchange("dst", "src", "a.*")
+        vhost.bind_exchange("dst", "amq.topic", "b.*")
+        vhost.bind_exchange("gone", "src", "c.*")
+        vhost.bind_exchange("transient", "src", "d.*")
+        vhost.delete_exchange("gone")
+        assert await journal.close()
+
+    run(scenario())
+    _journal, _store, vhost, _ = open_store(tmp_path)
+    links = {
+        (b.exchange, b.destination.name, b.routing_key) for b in vhost.bindings() if b.to_exchange
+    }
+    assert links == {("src", "dst", "a.*"), ("amq.topic", "dst", "b.*")}
+    vhost.publish(vhost.exchange("src"), Message("src", "a.x", PERSISTENT, b"routed"))
+    assert bodies(vhost) == [b"routed"]
+
+
+def test_after_a_crash_every_recovered_message_is_marked_redelivered(tmp_path: Path) -> None:
+    """A delivery goes out before its DELIVERED record is on disk: after a crash nobody
+    knows which were delivered, so all are marked (after a clean stop, exactly those)."""
+
+    async def scenario() -> None:
+        journal, _store, vhost, _ = open_store(tmp_path)
+        journal.start()
+        vhost.declare_queue("q", durable=True)
+        publish(vhost, b"never delivered")
+        assert await journal.close()
+
+    run(scenario())
+    journal = Journal(tmp_path)
+    state = journal.recover()
+    vhost = VirtualHost()
+    MessageStore(journal, vhost).recover_into(state, crashed=True)
+    assert [e.redelivered for e in vhost.queues["q"].entries()] == [True]
+    _journal, _store, clean, _ = open_store(tmp_path)
+    assert [e.redelivered for e in clean.queues["q"].entries()] == [False]

@@ -16,6 +16,7 @@ from broker.store.records import (
     BindingRecord,
     Deleted,
     EnqueueRecord,
+    ExchangeBindingRecord,
     ExchangeRecord,
     FormatError,
     Kind,
@@ -27,6 +28,7 @@ from broker.store.records import (
     encode_deleted,
     encode_enqueue,
     encode_exchange,
+    encode_exchange_binding,
     encode_message,
     encode_message_with_enqueue,
     encode_queue,
@@ -270,3 +272,10 @@ def test_message_with_enqueue_is_the_two_records(
 ) -> None:
     joined = encode_message_with_enqueue(i, ex, key, props, body, q, pos, 7)
     assert joined == encode_message(i, ex, key, props, body) + encode_enqueue(q, i, pos, 7)
+
+
+@settings(deadline=None)
+@given(ids, names, names, names, arguments)
+def test_exchange_binding_round_trip(i: int, src: str, dst: str, key: str, args: Args) -> None:
+    record = ExchangeBindingRecord(i, src, dst, key, args)
+    assert decoded(encode_exchange_binding(record)) == record
