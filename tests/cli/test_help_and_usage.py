@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 import typer.main
 
@@ -72,6 +73,7 @@ def test_help_lists_every_option_with_its_default_uncut(verb: str | None) -> Non
         assert "default" in record[1].lower(), (verb, param.name, record)
         for name in param.opts:
             assert name in result.stdout, (verb, name)
+        assert isinstance(param, click.Option)
         assert flat(param.help or "") in text, (verb, param.name)
 
 
