@@ -84,6 +84,7 @@ from ha_agent.settings import AgentSettings
 from ha_agent.supervisor import BrokerSupervisor
 from ha_agent.vip import VirtualIp
 from ha_agent.watchdog import BrokerWatch
+from ha_agent.zk_auth import zk_security
 from ha_agent.zk_layout import ClusterLayout
 
 __all__ = ["Agent", "AgentSettings"]
@@ -185,6 +186,7 @@ class Agent:
             timeout=s.session_timeout,
             connection_retry=dict(CONNECTION_RETRY),
             command_retry={"max_tries": 3, "delay": 0.05, "max_delay": 0.5},
+            **zk_security(s.zk_auth),  # --zk-auth: digest credentials and znode ACL
         )
         self.client.add_listener(self._zookeeper_state)
         probe = GrantProbe(self.client, on_grant=self._granted)

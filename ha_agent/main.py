@@ -21,6 +21,7 @@ from ha_agent.agent import Agent
 from ha_agent.kazoo_log import route_kazoo_logging
 from ha_agent.settings import AgentSettings
 from ha_agent.vip import parse_vip
+from ha_agent.zk_auth import parse_zk_auth
 
 PROGRAM = "qpid-ha-agent"
 
@@ -78,6 +79,15 @@ def run(
             "--watchdog-timeout", help="kill and restart a broker silent this long (0: off)"
         ),
     ] = 10.0,
+    zk_auth: Annotated[
+        str | None,
+        typer.Option(
+            "--zk-auth",
+            envvar="QPID_HA_ZK_AUTH",
+            help="ZooKeeper digest USER:PASSWORD or @FILE: the agent's znodes are readable"
+            " and writable by that user only",
+        ),
+    ] = None,
     log_file: Annotated[str | None, typer.Option("--log-file", help="JSON log file")] = None,
     log_format: Annotated[str, typer.Option("--log-format", help="json or console")] = "json",
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info ...")] = "info",
@@ -97,6 +107,11 @@ def run(
         vip_netns=vip_netns,
         watchdog_timeout=watchdog_timeout,
     )
+    try:
+        settings.zk_auth = parse_zk_auth(zk_auth) if zk_auth else None
+    except ValueError as exc:  # one line, exit 2, never the password
+        typer.echo(f"{PROGRAM}: error: {exc}", err=True)
+        raise typer.Exit(2) from None
     try:
         agent = _agent(settings, log_file=log_file, log_format=log_format, log_level=log_level)
     except CommandError as error:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ha_agent.zk_auth import ZkAuth
 from ha_agent.zk_layout import check_name
 
 __all__ = ["AgentSettings"]
@@ -38,6 +39,8 @@ class AgentSettings:
     vip_interface: str | None = None
     vip_netns: str | None = None  # run the ip commands in this namespace (tests)
     watchdog_timeout: float = 10.0
+    #: ZooKeeper digest credentials (--zk-auth): the agent's znodes are theirs alone.
+    zk_auth: ZkAuth | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
