@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 import typer.main
 
@@ -73,8 +72,8 @@ def test_help_lists_every_option_with_its_default_uncut(verb: str | None) -> Non
         assert "default" in record[1].lower(), (verb, param.name, record)
         for name in param.opts:
             assert name in result.stdout, (verb, name)
-        assert isinstance(param, click.Option)
-        assert flat(param.help or "") in text, (verb, param.name)
+        help_text = getattr(param, "help", None) or ""  # options (typer's or click's) have one
+        assert flat(help_text) in text, (verb, param.name)
 
 
 def test_help_is_not_cut_when_not_on_a_terminal() -> None:
