@@ -208,3 +208,19 @@ def test_half_a_tls_configuration_is_exit_2(tmp_path: Path, certs: Certs) -> Non
         )  # fmt: skip
         assert result.returncode == 2, (args, result.stderr)
         assert reason in result.stderr and "Traceback" not in result.stderr
+
+
+def test_kombu_over_tls(tmp_path: Path, certs: Certs) -> None:
+    import kombu
+
+    with TlsBroker(tmp_path / "b", certs, cert=certs.server) as broker:
+        url = f"amqp://guest:guest@localhost:{broker.ssl_port}//"
+        ssl_options = {"ca_certs": str(certs.ca.cert), "cert_reqs": ssl.CERT_REQUIRED,
+                       "server_hostname": "localhost"}  # fmt: skip
+        with kombu.Connection(url, ssl=ssl_options, connect_timeout=5) as connection:
+            queue = connection.SimpleQueue("tls.kombu")
+            queue.put({"over": "tls"})
+            message = queue.get(timeout=5)
+            assert message.payload == {"over": "tls"}
+            message.ack()
+            queue.close()
