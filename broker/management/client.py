@@ -1,6 +1,9 @@
 """A small blocking client of a broker's management API (JSON over HTTP, Basic auth).
 
 Shared by ``qpid-ha`` and ``qpid-ha-agent``: both talk to a broker only through this API.
+An ``ssl:`` address (``-b ssl:host:8672``, ``--broker user/pw@ssl:host:8672``) is HTTPS,
+the broker's certificate checked against ``$QPID_HA_SSL_CA_FILE`` (the system's CAs when
+unset) and its host name.
 
 Error Handling
 ==============
@@ -16,6 +19,8 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import os
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any
@@ -32,6 +37,14 @@ class ManagementError(Exception):
         super().__init__(message)
         self.status = status
         self.unreachable = unreachable
+
+
+#: The CA file an ``ssl:`` management address is checked against (the system's CAs unset).
+CA_FILE_VARIABLE = "QPID_HA_SSL_CA_FILE"
+
+
+def _tls_context() -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=os.environ.get(CA_FILE_VARIABLE) or None)
 
 
 class ManagementClient:
@@ -58,14 +71,18 @@ class ManagementClient:
         decoded JSON answer."""
         address = self.address
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"http://{address}{path}", data=data, method=method)
+        https = self.url.addresses[0].scheme == "ssl"  # -b ssl:host:port: HTTPS
+        request = urllib.request.Request(
+            f"{'https' if https else 'http'}://{address}{path}", data=data, method=method
+        )
         if data is not None:
             request.add_header("Content-Type", "application/json")
         if self.url.user is not None:
             token = f"{self.url.user}:{self.url.password or ''}".encode()
             request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            context = _tls_context() if https else None
+            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
                 return json.load(response)
         except urllib.error.HTTPError as exc:
             try:

@@ -211,16 +211,40 @@ def test_half_a_tls_configuration_is_exit_2(tmp_path: Path, certs: Certs) -> Non
 
 
 def test_kombu_over_tls(tmp_path: Path, certs: Certs) -> None:
-    import kombu
+    from kombu.connection import Connection as KombuConnection
 
     with TlsBroker(tmp_path / "b", certs, cert=certs.server) as broker:
         url = f"amqp://guest:guest@localhost:{broker.ssl_port}//"
         ssl_options = {"ca_certs": str(certs.ca.cert), "cert_reqs": ssl.CERT_REQUIRED,
                        "server_hostname": "localhost"}  # fmt: skip
-        with kombu.Connection(url, ssl=ssl_options, connect_timeout=5) as connection:
+        with KombuConnection(url, ssl=ssl_options, connect_timeout=5) as connection:
             queue = connection.SimpleQueue("tls.kombu")
             queue.put({"over": "tls"})
             message = queue.get(timeout=5)
             assert message.payload == {"over": "tls"}
             message.ack()
             queue.close()
+
+
+def test_qpid_ha_reaches_an_https_management_api(tmp_path: Path, certs: Certs) -> None:
+    import os
+    import subprocess
+    import sys
+
+    qpid_ha = str(Path(sys.executable).with_name("qpid-ha"))
+    with TlsBroker(tmp_path / "b", certs, "--mgmt-ssl=yes", cert=certs.server) as broker:
+        port = broker.process.mgmt_port
+        env = {**os.environ, "QPID_HA_SSL_CA_FILE": str(certs.ca.cert)}
+
+        def run(address: str, ca: Path) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [qpid_ha, "-b", address, "ping"], capture_output=True, text=True, timeout=30,
+                check=False, env={**env, "QPID_HA_SSL_CA_FILE": str(ca)},
+            )  # fmt: skip
+
+        ok = run(f"guest/guest@ssl:localhost:{port}", certs.ca.cert)
+        assert ok.returncode == 0, ok.stderr
+        other = run(f"guest/guest@ssl:localhost:{port}", certs.other_ca.cert)
+        assert other.returncode == 3 and "certificate verify failed" in other.stderr
+        plain = run(f"guest/guest@localhost:{port}", certs.ca.cert)
+        assert plain.returncode == 3  # plain HTTP to an HTTPS port: not answered
