@@ -60,7 +60,9 @@ def status(
     """Print the broker's HA state (and with --all, every member's).
 
     A backup whose link to the primary is down prints why on a second line
-    ("link: ADDRESS: REASON ...").
+    ("link: ADDRESS: REASON ..."). A broker with a store (--data-dir) prints how its
+    store was left: "store: empty|clean|dirty" (not with --is-primary or --expect, whose
+    output stays one line for scripts).
 
     With --zk and --cluster, --all shows the cluster as the agents record it in ZooKeeper:
     members, states, epochs, whether each is in the in-sync set, the primary and the
@@ -100,6 +102,9 @@ def status(
             link = _link_line(s)
             if link is not None:
                 out(link)
+        store = data.get("store_status")
+        if store not in (None, "unknown") and not is_primary and expect is None:
+            out(f"store: {store}")  # empty, clean or dirty (docs/store.md)
     wanted = "primary" if is_primary else expect
     if wanted is not None:
         holds = state in PRIMARY_STATES if wanted == "primary" else state == wanted
