@@ -1,0 +1,118 @@
+"""The job on a Spark standalone cluster: a master and one worker (one core, loopback)
+from the pyspark package, started by the fixture; ``python -m analytics --master
+spark://...`` in a fresh process (the driver's address found by the job, no
+``SPARK_LOCAL_IP``) gives the same tables as ``local`` on the same logs, and nothing on
+stderr with ``--quiet``."""
+
+from __future__ import annotations
+
+import csv
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyspark
+import pytest
+from pyspark.sql import SparkSession
+
+from analytics import job
+from common.polling import poll_until
+from tests.analytics.conftest import write_logs
+from tests.analytics.test_transforms import cluster_a, cluster_b, cluster_c
+from tests.analytics.test_tuning import cluster_n
+
+pytestmark = pytest.mark.timeout(400)
+
+SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+TABLES = ("failovers", "percentiles", "percentiles_by_kind", "tuning", "anomalies",
+          "primary_stints", "event_counts", "phases")  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``spark://127.0.0.1:PORT`` with one registered worker of one core."""
+    work = tmp_path_factory.mktemp("standalone")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(work),
+           "SPARK_WORKER_DIR": str(work / "worker"), "PYSPARK_PYTHON": sys.executable}  # fmt: skip
+    port = free_port()
+    url = f"spark://127.0.0.1:{port}"
+    master_log = (work / "master.log").open("wb")
+    worker_log = (work / "worker.log").open("wb")
+    processes = [
+        subprocess.Popen(
+            [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+             "--port", str(port), "--webui-port", str(free_port())],
+            env=env, stdout=master_log, stderr=subprocess.STDOUT,
+        )
+    ]  # fmt: skip
+    try:
+        poll_until(
+            lambda: b"I have been elected leader" in (work / "master.log").read_bytes(),
+            60,
+            "the standalone master",
+            interval=0.2,
+        )
+        processes.append(
+            subprocess.Popen(
+                [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", url, "--cores", "1",
+                 "--memory", "1g", "--host", "127.0.0.1", "--webui-port", str(free_port())],
+                env=env, stdout=worker_log, stderr=subprocess.STDOUT,
+            )
+        )  # fmt: skip
+        poll_until(
+            lambda: b"Successfully registered with master" in (work / "worker.log").read_bytes(),
+            60,
+            "the standalone worker",
+            interval=0.2,
+        )
+        yield url
+    finally:
+        for process in reversed(processes):
+            _stop(process)
+        master_log.close()
+        worker_log.close()
+
+
+def table(out: Path, name: str) -> list[list[str]]:
+    """A CSV table's rows, sorted (equal rows of ``event_counts`` come in any order)."""
+    with (out / "tables" / f"{name}.csv").open() as f:
+        header, *rows = list(csv.reader(f))
+    return [header, *sorted(rows)]
+
+
+def test_standalone_cluster_gives_the_local_tables(
+    spark: SparkSession, master: str, tmp_path: Path
+) -> None:
+    logs = write_logs(tmp_path / "logs", {**cluster_a(), **cluster_b(), **cluster_c(),
+                                          **cluster_n()})  # fmt: skip
+    local = job.run(spark, [str(logs)], tmp_path / "local")
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP"}
+    answer = subprocess.run(
+        [sys.executable, "-m", "analytics", str(logs), f"--master={master}", "--quiet",
+         f"--out={tmp_path / 'cluster'}"],
+        capture_output=True, text=True, timeout=300, env={**env, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stderr == ""
+    assert answer.stdout.splitlines()[-1] == f"report: {tmp_path / 'cluster' / 'report.html'}"
+    for name in TABLES:
+        assert table(tmp_path / "cluster", name) == table(local.out, name), name
