@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,18 +133,19 @@ class Broker:
             log=log,
             on_write_failed=self._store_write_failed,
         )
-        try:
-            state = journal.recover(cut_damaged=self.options.store_cut_damaged)
-        except CorruptStore as exc:
-            raise StoreError(
-                f"the store in {journal.directory} is damaged ({exc}); to start from what"
-                " precedes the damage, moving the rest aside, run qpidd with"
-                " --store-cut-damaged=yes (docs/store.md)"
-            ) from None
-        if state.torn_tail is not None:
-            data_dir.store_status = "dirty"  # a clean stop leaves no torn record
-        store = MessageStore(journal, self.vhost)
-        store.recover_into(state, crashed=data_dir.store_status == "dirty")
+        with _gc_paused():
+            try:
+                state = journal.recover(cut_damaged=self.options.store_cut_damaged)
+            except CorruptStore as exc:
+                raise StoreError(
+                    f"the store in {journal.directory} is damaged ({exc}); to start from what"
+                    " precedes the damage, moving the rest aside, run qpidd with"
+                    " --store-cut-damaged=yes (docs/store.md)"
+                ) from None
+            if state.torn_tail is not None:
+                data_dir.store_status = "dirty"  # a clean stop leaves no torn record
+            store = MessageStore(journal, self.vhost)
+            store.recover_into(state, crashed=data_dir.store_status == "dirty")
         journal.start()
         self.store = store
         self.context.store_barrier = store
@@ -343,6 +346,7 @@ class Broker:
             await self._server.wait_closed()
         stored = True
         if self.store is not None:
+            self.store.mark_delivered()  # the clients are gone: their unacked are back
             stored = await self.store.journal.close()
         if self.pager is not None:
             self.pager.stop()
@@ -387,3 +391,19 @@ class Broker:
         finally:
             stopped.cancel()
             fenced.cancel()
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while the store is recovered. Recovery creates several
+    long-lived objects per message (records, then messages and queue entries), and CPython
+    would run full collections over everything recovered so far again and again: 43 % of
+    the CPU of recovering 1M messages (docs/benchmarks.md, issue 11). Reference counting
+    frees what recovery drops meanwhile; collections resume afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
