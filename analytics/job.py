@@ -123,13 +123,14 @@ def driver_address(master: str) -> str | None:
         return None
 
 
-#: Log4j 2 configuration of the driver: errors only on stderr, no "default profile" banner
-#: (Spark prints it when it falls back on its own configuration) and no "Setting default
-#: log level" lines (printed when the shell's logger, ``repl.Main``, differs from the root).
+#: Log4j 2 configuration of the driver: errors only on stderr from Spark, Hadoop and
+#: Parquet (``org.apache``), no "default profile" banner (Spark prints it when it falls
+#: back on its own configuration) and no "Setting default log level" lines (PySpark prints
+#: them when the level its logger is configured with, else WARN, differs from the root's).
 LOG4J2 = """rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
+logger.apache.name = org.apache
+logger.apache.level = error
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
