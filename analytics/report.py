@@ -5,10 +5,11 @@
 Inputs: the job's collected tables (lists of row dicts, :func:`analytics.job.run`) and a
 :class:`Summary`. Output: the plots (:mod:`analytics.plots`: ``plots/phases.png``,
 ``plots/outage_cdf.png``, ``plots/timeline.png``) and ``report.html`` beside them, a page
-with no external resources that a person opens in a browser, and that fits a 1,280 px
-window (wide tables scroll inside their own box). Its order: what the job could not use,
-"what to change" (:mod:`analytics.advice`), the tuning table per configuration, the
-percentiles, the plots, the anomalies, the fail-overs, the primaries, the line counts.
+with no external resources that a person opens in a browser, made to fit a 1,280 px
+window (plots 990 px wide, wide tables scroll inside their own box). Its order: what the
+job could not use, "what to change" (:mod:`analytics.advice`), the tuning table per
+configuration, the percentiles, the plots, the anomalies, the fail-overs, the primaries,
+the line counts.
 """
 
 from __future__ import annotations
