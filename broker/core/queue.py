@@ -190,8 +190,6 @@ class Queue:
         self._dispatching = False
         self._redispatch = False
         self.observers: list[QueueObserver] = []
-        #: Told of an entry's first delivery that awaits an ack (the message store).
-        self.on_first_delivery: Callable[[Queue, Entry], None] | None = None
         self.unacked = 0
         self.had_consumers = False
         self.deleted = False
@@ -461,8 +459,6 @@ class Queue:
         else:
             self.unacked += 1
             self._unacked_entries[entry.position] = entry
-            if entry.delivery_count == 1 and self.on_first_delivery is not None:
-                self.on_first_delivery(self, entry)
 
     def settle(self, entry: Entry) -> None:
         """An unacknowledged delivery was acknowledged: the message is gone."""

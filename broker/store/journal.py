@@ -36,16 +36,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from crc32c import crc32c
+
 from broker.store.data_dir import DataDirError
 from broker.store.ledger import Ledger
 from broker.store.records import (
     HEADER,
     MAGIC,
     RECORD_HEADER,
-    BadRecord,
     Kind,
     encode_queue_entry,
-    iter_records,
     segment_header,
 )
 from broker.store.recovery import CorruptStore, RecoveredState, Recovery
@@ -119,6 +119,7 @@ class Journal:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._compacting: int | None = None
+        self._compaction: asyncio.Task[None] | None = None
         self.failed: str | None = None  # the last write error, while it lasts
         # figures for /api/status and the bench
         self.syncs = 0
@@ -337,13 +338,26 @@ class Journal:
 
     # -- compaction ------------------------------------------------------------------------
     def _maybe_compact(self) -> None:
-        if self._compacting is not None:
-            return
-        candidate = self.ledger.compaction_candidate(self.current)
-        if candidate is None:
-            return
-        self._compacting = candidate
-        asyncio.get_running_loop().create_task(self._compact(candidate), name="store-compact")
+        while self._compacting is None and not self._closing:
+            candidate = self.ledger.compaction_candidate(self.current)
+            if candidate is None:
+                return
+            self._compacting = candidate
+            if self.ledger.segments[candidate].live > 0:
+                loop = asyncio.get_running_loop()
+                self._compaction = loop.create_task(self._compact(candidate), name="store-compact")
+                return
+            # Nothing live in it: delete it without reading it, and look at the next one.
+            self._segment_compacted(candidate, 0, True)
+
+    def _segment_compacted(self, number: int, copied: int, ok: bool) -> None:
+        """The live records of the oldest segment are copied (and durable): delete it."""
+        if ok and not self._closing:
+            asyncio.get_running_loop().run_in_executor(self._executor, self._remove_segment, number)
+            self.ledger.removed(number)
+            self.compacted_segments += 1
+            self._log("info", "store_segment_compacted", segment=number, copied=copied)
+        self._compacting = None
 
     async def _compact(self, number: int) -> None:
         loop = asyncio.get_running_loop()
@@ -355,29 +369,36 @@ class Journal:
             return  # keep _compacting set: never retry a segment that cannot be read
         ledger = self.ledger
         copied = 0
-        for count, item in enumerate(iter_records(data)):
-            if isinstance(item, BadRecord):
+        view = memoryview(data)
+        header = RECORD_HEADER
+        pos, end, count = HEADER.size, len(data), 0
+        while pos + header.size <= end:
+            length, crc, kind = header.unpack_from(data, pos)
+            nxt = pos + header.size + length
+            if nxt > end:
                 break  # only a torn tail cut at recovery can end a segment early
-            offset, size, kind, _payload = item
-            ids = _leading_ids(data, offset, kind)
+            ids = _leading_ids(data, pos, kind)
             if ledger.is_live(number, kind, ids):
-                segment = self.append(data[offset : offset + size])
+                # Only what is copied is checked: a damaged record is never carried forward.
+                if crc32c(view[pos + 8 : nxt]) != crc:
+                    self._log(
+                        "error",
+                        "store_compaction_failed",
+                        segment=str(path),
+                        error=f"checksum mismatch at offset {pos}",
+                    )
+                    return  # keep _compacting set: the segment stays
+                segment = self.append(data[pos:nxt])
                 ledger.moved(kind, ids, number, segment)
                 copied += 1
                 if kind == Kind.ENQUEUE and (ids[0], ids[1]) in ledger.delivered:
                     self.append(encode_queue_entry(Kind.DELIVERED, ids[0], ids[1]))
-            if count % 4096 == 4095:
+            pos = nxt
+            count += 1
+            if count % 4096 == 0:
                 await asyncio.sleep(0)
 
-        def remove(ok: bool) -> None:
-            if ok and not self._closing:
-                loop.run_in_executor(self._executor, self._remove_segment, number)
-                ledger.removed(number)
-                self.compacted_segments += 1
-                self._log("info", "store_segment_compacted", segment=number, copied=copied)
-            self._compacting = None
-
-        self.after_durable(remove, written=True)
+        self.after_durable(lambda ok: self._segment_compacted(number, copied, ok), written=True)
 
     def _remove_segment(self, number: int) -> None:
         """Worker thread: the copies of its live records are written; make them durable

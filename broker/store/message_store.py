@@ -11,6 +11,10 @@ enqueued, delivered, dequeued), writing one record for each to the
   delete-ok, bind-ok, unbind-ok and purge-ok until the change is durable;
 - transient messages and non-durable queues never wait for the disk (nothing is written).
 
+Deliveries write nothing: before a clean close, :meth:`mark_delivered` records which stored
+messages had been delivered and not acknowledged; after a crash every recovered message is
+marked redelivered (see :meth:`recover_into`).
+
 At start, :meth:`recover_into` re-creates what the store holds in the virtual host, in
 order, delivered messages marked redelivered and expiry times kept, without writing it again.
 
@@ -69,11 +73,10 @@ class MessageStore:
     def recover_into(self, state: RecoveredState, *, crashed: bool = False) -> None:
         """Re-create the recovered exchanges, queues, bindings and messages in the vhost.
 
-        ``crashed``: the previous broker did not stop in order. A delivery's DELIVERED
-        record may then not have reached the disk before the crash (the delivery itself
-        goes out at once), so every recovered message is marked redelivered, as Qpid's
-        store does after a crash; after a clean stop, exactly those that had been
-        delivered."""
+        ``crashed``: the previous broker did not stop in order, so which messages had been
+        delivered is not known (DELIVERED records are written at a clean close): every
+        recovered message is marked redelivered, as Qpid's store does after a crash;
+        after a clean stop, exactly those that had been delivered."""
         vhost = self.vhost
         for exchange in state.exchanges:
             self._adopting = exchange.id
@@ -166,7 +169,6 @@ class MessageStore:
         object_id = self._new_id()
         self._queues[queue.name] = object_id
         queue.observers.append(self)
-        queue.on_first_delivery = self._first_delivery
         if adopted:
             return
         record = QueueRecord(object_id, queue.name, queue.auto_delete, dict(queue.arguments))
@@ -303,16 +305,26 @@ class MessageStore:
             handle.hold()
             journal.after_durable(handle.release)
 
-    def _first_delivery(self, queue: Queue, entry: Entry) -> None:
-        message_id = entry.message.store_id
-        queue_id = self._queues.get(queue.name)
-        if not message_id or queue_id is None:
-            return
-        key = (queue_id, message_id)
-        ledger = self.journal.ledger
-        if ledger.has_enqueue(key):
-            ledger.delivered.add(key)
-            self.journal.append(encode_queue_entry(Kind.DELIVERED, queue_id, message_id))
+    def mark_delivered(self) -> int:
+        """Before a clean close: a DELIVERED record for every stored message that was
+        delivered and not acknowledged (by then back on its queue), so that exactly those
+        come back redelivered. Returns how many were written."""
+        written = 0
+        journal = self.journal
+        ledger = journal.ledger
+        for name, queue_id in self._queues.items():
+            queue = self.vhost.queues.get(name)
+            if queue is None:
+                continue
+            for entry in queue.snapshot():
+                message_id = entry.message.store_id
+                if entry.delivery_count and message_id:
+                    key = (queue_id, message_id)
+                    if ledger.has_enqueue(key) and key not in ledger.delivered:
+                        ledger.delivered.add(key)
+                        journal.append(encode_queue_entry(Kind.DELIVERED, queue_id, message_id))
+                        written += 1
+        return written
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         message_id = entry.message.store_id

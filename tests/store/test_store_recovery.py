@@ -2,8 +2,8 @@
 
 SIGKILL while four connections publish persistent messages under confirms (and a fifth takes
 some without acking): after the restart every confirmed message is back, in order per
-publisher, nothing beyond the one each publisher had in flight; what was delivered comes
-back redelivered, what was not comes back without the flag. With 200 publishes in flight
+publisher, nothing beyond the one each publisher had in flight, all marked redelivered
+(after a crash which were delivered is not known). With 200 publishes in flight
 per connection, under ``--store-sync fsync`` and ``write`` (a broker crash, not a
 machine's), each publisher's messages come back as a gapless prefix. A clean stop and a
 crash under ``none``, and transactions.
@@ -172,14 +172,10 @@ def test_sigkill_during_confirmed_publishing_keeps_every_confirmed_message(
             # Beyond the confirmed ones, only the one in flight at the kill (if it was
             # written before the kill).
             assert extra in ([], [publisher.in_flight]), f"{publisher.name}: {extra}"
-    delivered = set(taker.delivered)
     surely = set(taker.delivered[: taker.surely_delivered])
-    for body, redelivered, _properties in q1:
-        if body in surely:
-            assert redelivered, f"{body!r} was delivered before a confirmed marker"
-        elif body not in delivered:
-            assert not redelivered, f"{body!r} was never delivered"
-    assert not any(redelivered for _body, redelivered, _ in q0)
+    # After a crash which messages had been delivered is not known: every recovered
+    # message is marked redelivered ("may have been delivered"), none is missed.
+    assert all(redelivered for _body, redelivered, _ in q1 + q0)
     assert all(body in {b for b, _, _ in q1} for body in surely)
     # The durable exchange and its binding are back too.
     channel.confirm_delivery()
