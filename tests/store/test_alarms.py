@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,7 @@ import pytest
 
 from common.polling import poll_until
 from tests.broker_process import BrokerProcess
+from tests.store.small_disk import small_disk
 
 MIB = 1024 * 1024
 
@@ -122,24 +121,17 @@ def test_memory_alarm_blocks_publishers_until_memory_is_freed(
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 MiB tmpfs mounted for this test (root only), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], check=True)
-    try:
+def disk_64m(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs mounted for this test."""
+    with small_disk(tmp_path, "64m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_disk_alarm_blocks_publishers_until_space_returns(
-    tmp_path: Path, small_disk: Path, watched: list[Watched]
+    tmp_path: Path, disk_64m: Path, watched: list[Watched]
 ) -> None:
     broker = BrokerProcess(
-        tmp_path / "qpidd", [f"--data-dir={small_disk / 'data'}", "--disk-free-limit=32MiB"]
+        tmp_path / "qpidd", [f"--data-dir={disk_64m / 'data'}", "--disk-free-limit=32MiB"]
     ).start()
     try:
         publisher = Watched(broker.url)
@@ -149,7 +141,7 @@ def test_disk_alarm_blocks_publishers_until_space_returns(
         publisher.channel.queue_declare("q")
         publisher.channel.basic_publish("", "q", b"before")
         poll_until(lambda: _count(consumer.channel, "q") == 1, 10, "the first message")
-        filler = small_disk / "filler"
+        filler = disk_64m / "filler"
         filler.write_bytes(b"\0" * (40 * MIB))  # free space: about 24 MiB < 32 MiB
         publisher.wait_for("blocked")
         assert publisher.notices == [("blocked", "low on disk")]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from broker.store.journal import Journal, SyncPolicy, list_segments
 from broker.store.message_store import MessageStore
 from broker.store.records import encode_message
 from broker.store.recovery import CorruptStore
+from tests.store.small_disk import small_disk
 
 PERSISTENT = bytes.fromhex("1000") + b"\x02"  # property flags: delivery-mode only; mode 2
 
@@ -239,24 +239,17 @@ def test_compaction_keeps_the_store_small_and_the_state_whole(tmp_path: Path) ->
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs mounted for this test (root only), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
-    try:
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted for this test."""
+    with small_disk(tmp_path, "2m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-def test_a_full_disk_nacks_and_loses_nothing_confirmed(small_disk: Path) -> None:
-    filler = small_disk / "filler"
+def test_a_full_disk_nacks_and_loses_nothing_confirmed(tiny_disk: Path) -> None:
+    filler = tiny_disk / "filler"
 
     async def scenario() -> tuple[list[int], list[int]]:
-        journal, _store, vhost, events = open_store(small_disk)
+        journal, _store, vhost, events = open_store(tiny_disk)
         journal.start()
         vhost.declare_queue("q", durable=True)
         confirms = PublisherConfirms()
@@ -289,7 +282,7 @@ def test_a_full_disk_nacks_and_loses_nothing_confirmed(small_disk: Path) -> None
     before, nacked = run(scenario())
     assert max(before) == 5  # all five acked (in one multiple ack or more)
     assert nacked == [6]
-    _journal, _store, vhost, _ = open_store(small_disk)
+    _journal, _store, vhost, _ = open_store(tiny_disk)
     assert bodies(vhost) == [b"before %d" % i for i in range(5)] + [b"after"]
 
 

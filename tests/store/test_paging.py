@@ -4,15 +4,13 @@ the data directory, stays under its memory limit, and delivers every message in 
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 from pathlib import Path
 
 import pika
-import pytest
 
 from common.polling import poll_until
 from tests.broker_process import BrokerProcess
+from tests.store.small_disk import small_disk
 
 MIB = 1024 * 1024
 COUNT = 300  # 300 MiB of bodies; the paging budget is half of --max-memory: 100 MB
@@ -96,11 +94,11 @@ def test_a_queue_larger_than_the_memory_budget_is_paged_and_delivered_in_order(
 def test_a_full_disk_under_the_page_files_blocks_publishers_and_loses_nothing(
     tmp_path: Path,
 ) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], check=True)
+    with small_disk(tmp_path, "48m") as disk:
+        _fill_the_page_files_disk(tmp_path, disk)
+
+
+def _fill_the_page_files_disk(tmp_path: Path, disk: Path) -> None:
     options = [
         f"--data-dir={disk / 'data'}",
         "--max-memory=300MB",  # paging budget 150 MB: the tail goes to the 48 MiB disk
@@ -152,4 +150,3 @@ def test_a_full_disk_under_the_page_files_blocks_publishers_and_loses_nothing(
             if connection is not None and connection.is_open:
                 connection.close()
         broker.stop()
-        subprocess.run(["umount", "-l", str(disk)], check=True)
