@@ -79,8 +79,8 @@ def test_agents_with_zk_auth_settle_and_keep_others_out(
     agents.zk = KazooClient(hosts=zookeeper.hosts, **zk_security(ZkAuth("agent", "zk-pw")))
     agents.zk.start(timeout=10)
     try:
-        agents.start("--zk-auth=agent:zk-pw")
-        primary = agents.wait_settled(timeout=60)
+        agents.start("--zk-auth=agent:zk-pw", session_timeout=6.0)  # slack for a loaded machine
+        primary = agents.wait_settled(timeout=90)
         record = agents.primary_record()
         assert record is not None and record.node == primary.name
         outsider = KazooClient(hosts=zookeeper.hosts, auth_data=[("digest", "agent:wrong")])
