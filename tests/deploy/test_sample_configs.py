@@ -48,7 +48,8 @@ def test_qpidd_starts_with_the_sample_conf_as_a_joining_backup(tmp_path: Path) -
                 text=True,
                 check=False,
             )
-            return result.stdout.strip()
+            lines = result.stdout.splitlines()
+            return lines[0] if lines else ""  # the state; then link: and store: lines
 
         assert poll_until(lambda: status() == "joining", 15)
         started = [e for e in broker.events() if e.get("event") == "ha_started"]
