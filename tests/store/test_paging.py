@@ -13,6 +13,9 @@ from tests.broker_process import BrokerProcess
 from tests.store.small_disk import small_disk
 
 MIB = 1024 * 1024
+#: The full-disk test's messages: small enough that the one in flight when the broker stops
+#: reading (the alarm) always fits in the sockets' buffers, so pika's publish never stalls.
+FULL_DISK_MESSAGE = 64 * 1024
 COUNT = 300  # 300 MiB of bodies; the paging budget is half of --max-memory: 100 MB
 
 
@@ -118,7 +121,8 @@ def _fill_the_page_files_disk(tmp_path: Path, disk: Path) -> None:
 
         def publish_until_blocked() -> bool:
             nonlocal published
-            channel.basic_publish("", "full", published.to_bytes(4, "big") * (MIB // 4))
+            body = published.to_bytes(4, "big") * (FULL_DISK_MESSAGE // 4)
+            channel.basic_publish("", "full", body)
             published += 1
             publisher.process_data_events(0)
             return bool(notices)
@@ -136,7 +140,7 @@ def _fill_the_page_files_disk(tmp_path: Path, disk: Path) -> None:
                 publisher.process_data_events(0.05)
                 continue
             received.append(int.from_bytes(payload[:4], "big"))
-            assert len(payload) == MIB
+            assert len(payload) == FULL_DISK_MESSAGE
         assert received == list(range(published))
         # Consumed: the page files are gone, the space is back, the alarm clears by itself.
         poll_until(
