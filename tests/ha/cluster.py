@@ -57,8 +57,14 @@ class Cluster:
         ]
 
     def start(self) -> Cluster:
-        for broker in self.brokers:
-            broker.start()
+        """Start every broker; if one fails to start, stop those already started (callers
+        stop the cluster in a ``finally`` that a failed start never reaches)."""
+        try:
+            for broker in self.brokers:
+                broker.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
