@@ -21,10 +21,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from broker.core import properties
+from broker.core.dead_letter import dead_letter_copy, is_cycle
 from broker.core.direct_reply import DirectReplies
 from broker.core.errors import (
     AmqpError,
@@ -113,17 +112,6 @@ def _flag(value: bool) -> str:
 def _shown(value: object) -> str:
     """A value in an inequivalence message, as RabbitMQ words it ('none' when unset)."""
     return "none" if value is None else f"'{value}'"
-
-
-def _is_cycle(queue_name: str, deaths: list[Any]) -> bool:
-    """RabbitMQ's rule: ``x-death`` (newest first) shows the message died in the queue
-    before, and none of the deaths since, that one included, was a rejection."""
-    for death in deaths:
-        if not isinstance(death, dict) or death.get("reason") == REASON_REJECTED:
-            return False
-        if death.get("queue") == queue_name:
-            return True
-    return False
 
 
 class VirtualHost:
@@ -587,50 +575,15 @@ class VirtualHost:
         routing_key = queue.limits.dead_letter_routing_key
         if routing_key is None:
             routing_key = original.routing_key
-        try:
-            props = properties.decode(original.properties_raw)
-        except ValueError:  # undecodable properties: dead-letter with x-death alone
-            props = properties.decode(properties.EMPTY)
-        headers: dict[str, Any] = dict(props.headers or {})
-        previous = headers.get("x-death")
-        deaths: list[Any] = list(previous) if isinstance(previous, list) else []
-        for death in deaths:
-            if (
-                isinstance(death, dict)
-                and death.get("queue") == queue.name
-                and death.get("reason") == reason
-            ):
-                count = death.get("count", 1)
-                death["count"] = (count if isinstance(count, int) else 1) + 1
-                deaths.remove(death)
-                deaths.insert(0, death)
-                break
-        else:
-            first: dict[str, Any] = {
-                "count": 1,
-                "reason": reason,
-                "queue": queue.name,
-                "time": datetime.fromtimestamp(int(self.wall_clock()), UTC),
-                "exchange": original.exchange,
-                "routing-keys": [original.routing_key],
-            }
-            if props.expiration is not None:
-                # The per-message TTL goes (a dead letter does not expire again by it).
-                first["original-expiration"] = props.expiration
-            deaths.insert(0, first)
-        headers["x-death"] = deaths
-        headers.setdefault("x-first-death-reason", reason)
-        headers.setdefault("x-first-death-queue", queue.name)
-        headers.setdefault("x-first-death-exchange", original.exchange)
-        props.headers = headers
-        props.expiration = None
-        message = Message(dlx_name, routing_key, properties.encode(props), original.body)
+        message, deaths = dead_letter_copy(
+            original, queue.name, reason, dlx_name, routing_key, self.wall_clock()
+        )
         # A queue the message already died in, with no client rejection since, is a
         # dead-letter cycle: RabbitMQ drops the message for that queue (and only that one).
         targets = self.route(exchange, message) if reason != REASON_REJECTED else []
-        cyclic = any(_is_cycle(q.name, deaths) for q in targets)
+        cyclic = any(is_cycle(q.name, deaths) for q in targets)
         if cyclic:
-            targets = [q for q in targets if not _is_cycle(q.name, deaths)]
+            targets = [q for q in targets if not is_cycle(q.name, deaths)]
             if not targets:
                 return
         self.dead_lettered_total += 1

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from broker.core.errors import AmqpError, ReplyCode
-from broker.core.queue import QueueLimits
+from broker.core.queue_limits import QueueLimits
 from tests.core.fakes import FakeConsumer, message
 from tests.core.queue_support import DeadLetters, fill, make_queue, ready
 
