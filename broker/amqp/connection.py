@@ -7,7 +7,8 @@ calls :meth:`Connection.tick` now and then for heartbeats and time-outs, and
 ``receive_data`` (a delivery caused by another connection's publish, a confirm released
 later) is signalled through the ``on_output`` callback so the shell can flush.
 
-The connection runs the handshake (start/start-ok, tune/tune-ok, open/open-ok), checks
+The connection runs the handshake (start/start-ok, tune/tune-ok, open/open-ok; what is
+offered and negotiated in :mod:`broker.amqp.handshake`), checks
 framing (sizes, end octets, content sequence), and passes channel methods to
 :class:`~broker.amqp.channel.Channel`. An admission policy that also
 :class:`AdvertisesKnownHosts` (the HA role) names the hosts clients should use in
@@ -22,7 +23,7 @@ from __future__ import annotations
 import itertools
 import struct
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from pamqp import commands
 from pamqp.base import Frame as Method
@@ -30,6 +31,12 @@ from pamqp.base import Frame as Method
 from broker.amqp import framing
 from broker.amqp.channel import Channel
 from broker.amqp.context import BrokerContext
+from broker.amqp.handshake import (
+    AdvertisesKnownHosts,
+    OpenOkWithHosts,
+    negotiate_tune,
+    start_method,
+)
 from broker.amqp.state import ChannelState, ConnectionState, check_transition
 from broker.core.errors import AmqpError, ReplyCode
 from broker.security.sasl import AuthenticationError
@@ -39,28 +46,6 @@ _ids = itertools.count(1)
 _FRAME_HEAD = struct.Struct(">BHI")
 _PUBLISH_ID = b"\x00\x3c\x00\x28"
 _CHANNEL_OPEN = ChannelState.OPEN
-
-
-class _OpenOk(commands.Connection.OpenOk):
-    """connection.open-ok that carries ``known-hosts``.
-
-    AMQP 0-8 defined the field; 0-9-1 keeps it as a reserved short string, which pamqp
-    insists be empty. Clients decode it as a short string whatever it holds: pika keeps it
-    (``connection.known_hosts``), aiormq and py-amqp skip it.
-    """
-
-    def validate(self) -> None:
-        if len(self.known_hosts.encode()) > 255:
-            raise ValueError("known_hosts is longer than 255 bytes")
-
-
-@runtime_checkable
-class AdvertisesKnownHosts(Protocol):
-    """An admission policy that tells admitted clients where the service is."""
-
-    def known_hosts(self) -> str:
-        """connection.open-ok's ``known-hosts`` (a short string, "" for none)."""
-        ...
 
 
 #: The states before connection.open-ok: a client gone then abandoned its handshake.
@@ -333,33 +318,12 @@ class Connection:
     def _send_start(self) -> None:
         self._set_state(S.AWAIT_START_OK)
         settings = self.ctx.settings
-        extra = self.ctx.server_properties() if self.ctx.server_properties else {}
         self.send_method(
             0,
-            commands.Connection.Start(
-                version_major=0,
-                version_minor=9,
-                server_properties={
-                    "product": settings.product,
-                    "version": settings.version,
-                    "platform": "Python",
-                    "information": "active-passive HA AMQP 0-9-1 broker",
-                    "cluster_name": settings.node_name,
-                    "capabilities": {
-                        "publisher_confirms": True,
-                        "basic.nack": True,
-                        "consumer_cancel_notify": True,
-                        "per_consumer_qos": True,
-                        "authentication_failure_close": True,
-                        "connection.blocked": True,
-                        "exchange_exchange_bindings": True,
-                        "direct_reply_to": True,
-                        "consumer_priorities": True,
-                    },
-                    **extra,
-                },
-                mechanisms=" ".join(self.ctx.authenticator.mechanisms(self.tls_identity)),
-                locales="en_US",
+            start_method(
+                settings,
+                self.ctx.server_properties() if self.ctx.server_properties else {},
+                self.ctx.authenticator.mechanisms(self.tls_identity),
             ),
         )
 
@@ -438,26 +402,7 @@ class Connection:
         )
 
     def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
-        settings = self.ctx.settings
-        frame_max = int(method.frame_max or 0) or settings.frame_max
-        channel_max = int(method.channel_max or 0) or settings.channel_max
-        if frame_max < framing.FRAME_MIN_SIZE or frame_max > settings.frame_max:
-            raise AmqpError(
-                ReplyCode.NOT_ALLOWED,
-                f"frame_max={frame_max} outside {framing.FRAME_MIN_SIZE}..{settings.frame_max}",
-                10,
-                31,
-            )
-        if channel_max > settings.channel_max:
-            raise AmqpError(
-                ReplyCode.NOT_ALLOWED,
-                f"channel_max={channel_max} exceeds the broker's {settings.channel_max}",
-                10,
-                31,
-            )
-        self.frame_max = frame_max
-        self.channel_max = channel_max
-        self.heartbeat = int(method.heartbeat or 0)
+        self.frame_max, self.channel_max, self.heartbeat = negotiate_tune(self.ctx.settings, method)
         self._set_state(S.AWAIT_OPEN)
 
     def _open(self, method: commands.Connection.Open) -> None:
@@ -490,7 +435,7 @@ class Connection:
         known_hosts = ""
         if isinstance(ctx.admission, AdvertisesKnownHosts):
             known_hosts = ctx.admission.known_hosts()
-        self.send_method(0, _OpenOk(known_hosts=known_hosts))
+        self.send_method(0, OpenOkWithHosts(known_hosts=known_hosts))
         ctx.log.info(
             "connection_opened",
             connection=self.name,
