@@ -342,6 +342,10 @@ class Journal:
             candidate = self.ledger.compaction_candidate(self.current)
             if candidate is None:
                 return
+            # Only a segment written whole: none of its bytes still waiting in the buffer,
+            # and the writer past it (a later write calls here again).
+            if candidate >= self._written_segment or any(n <= candidate for n, _ in self._pending):
+                return
             self._compacting = candidate
             if self.ledger.segments[candidate].live > 0:
                 loop = asyncio.get_running_loop()
