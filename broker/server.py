@@ -123,6 +123,11 @@ class Broker:
         """``empty``, ``clean`` or ``dirty`` (the data directory), ``unknown`` without one."""
         return "unknown" if self.data_dir is None else self.data_dir.store_status
 
+    @property
+    def store_id(self) -> str | None:
+        """The data directory's store id (a UUID kept across restarts), None without one."""
+        return None if self.data_dir is None else self.data_dir.store_id
+
     def _open_store(self, data_dir: DataDir) -> None:
         """Recover the message store into the virtual host, then start writing to it."""
         log = get_logger("store")
@@ -152,6 +157,7 @@ class Broker:
         log.info(
             "store_recovered",
             store_status=data_dir.store_status,
+            store_id=data_dir.store_id,
             exchanges=len(state.exchanges),
             queues=len(state.queues),
             bindings=len(state.bindings),

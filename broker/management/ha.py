@@ -75,7 +75,9 @@ class HaEndpoints:
         return ha
 
     async def get_ha(self, request: web.Request) -> web.Response:
-        return json_response(self._ha().status())
+        status = self._ha().status()
+        status["store_id"] = self.broker.store_id  # the data directory's, not the role's
+        return json_response(status)
 
     async def promote(self, request: web.Request) -> web.Response:
         """POST /api/ha/promote {"cluster_manager": true, "epoch": N}: cluster managers only."""

@@ -47,3 +47,6 @@ class ManagedBroker(BrokerView, Protocol):
 
     @property
     def store_status(self) -> str: ...
+
+    @property
+    def store_id(self) -> str | None: ...

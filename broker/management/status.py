@@ -35,6 +35,7 @@ class StatusEndpoints:
                 "uptime": round(max(0.0, time.time() - broker.started_at), 3),
                 "ha_state": broker.ha_state,
                 "store_status": broker.store_status,
+                "store_id": broker.store_id,
                 "amqp_port": broker.amqp_port,
                 "connections": len(broker.context.connections),
                 "queues": len(broker.vhost.queues),

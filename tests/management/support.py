@@ -49,6 +49,7 @@ class FakeBroker:
     started_at: float = field(default_factory=lambda: time.time() - 5.0)
     amqp_port: int = 5672
     store_status: str = "unknown"
+    store_id: str | None = None
     mgmt_port: int = 0
 
     @property
