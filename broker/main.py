@@ -47,6 +47,9 @@ async def run(options: BrokerOptions) -> ExitStatus:
     for waiter in waiters:
         waiter.cancel()
     await broker.stop()
+    if broker.refused_reason is not None:
+        print(f"qpidd: error: {broker.refused_reason}", file=sys.stderr)
+        return ExitStatus.ERROR
     if broker.fenced_reason is not None:
         print(f"qpidd: fenced: {broker.fenced_reason}", file=sys.stderr)
         return ExitStatus.FENCED

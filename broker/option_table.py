@@ -120,6 +120,14 @@ class BrokerOptions:
         " the rest to DATA_DIR/store.damaged.N (see docs/store.md)",
         metavar="yes|no",
     )
+    truncate: bool = _option(
+        False,
+        parse_bool,
+        "discard the existing store at start: move it (journal, page files, ids) to"
+        " DATA_DIR/_cluster.bak.NNNN (never deleted) and start empty, e.g. to let a broker"
+        " whose store belongs to another cluster join this one (see docs/store.md)",
+        metavar="yes|no",
+    )
     auth: bool = _option(True, parse_bool, "require SASL authentication", metavar="yes|no")
     sasl_users: str | None = _option(
         None,

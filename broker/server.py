@@ -74,6 +74,8 @@ class Broker:
         self.ha: HaBroker | None = None
         self.replications: dict[str, QueueReplication] = {}
         self.fenced_reason: str | None = None
+        #: Why the broker must not run (its store belongs to another cluster): exit 1.
+        self.refused_reason: str | None = None
         self.data_dir: DataDir | None = None
         self.store: MessageStore | None = None
         self._protocols: set[AmqpProtocol] = set()
@@ -188,6 +190,11 @@ class Broker:
                 protocol.flush()
         self._stopped_by_fence.set()
 
+    def _refused(self, reason: str) -> None:
+        """This broker must not run (its store belongs to another cluster): stop, exit 1."""
+        self.refused_reason = reason
+        self._stopped_by_fence.set()
+
     # -- start -------------------------------------------------------------------------
     def _protocol_factory(self) -> AmqpProtocol:
         broker = self
@@ -208,6 +215,8 @@ class Broker:
         options = self.options
         if options.data_dir:
             self.data_dir = DataDir(options.data_dir).open()
+            if options.truncate and self.data_dir.store_status != "empty":
+                self.data_dir.move_store_aside("--truncate yes")
             self._open_store(self.data_dir)
         self.resources.sample()
         if self.data_dir is not None:
@@ -222,6 +231,8 @@ class Broker:
                 options,
                 amqp_port=lambda: self.amqp_port,
                 on_fenced=self._fenced,
+                data_dir=self.data_dir,
+                on_refused=self._refused,
             )
         self._server = await loop.create_server(
             self._protocol_factory,
@@ -317,6 +328,29 @@ class Broker:
         return replication
 
     # -- stop --------------------------------------------------------------------------
+    def prepare_cluster_shutdown(self, shutdown_id: str, *, quiesce: bool) -> int:
+        """A clean all-stop (``qpid-ha shutdown --all``): a clean stop from now on leaves
+        ``shutdown_id`` in the store. ``quiesce`` (the primary, before its backups stop):
+        stop listening and close every client connection but the backups' links, so that
+        nothing changes while the backups catch up. Returns the connections closed."""
+        if self.data_dir is not None:
+            self.data_dir.closing_shutdown_id = shutdown_id
+        if not quiesce:
+            return 0
+        from broker.ha.names import BACKUP_PROPERTY
+
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                server.close()
+        closed = 0
+        for protocol in list(self._protocols):
+            connection = protocol.connection
+            if connection is not None and not connection.client_properties.get(BACKUP_PROPERTY):
+                connection.close(ReplyCode.CONNECTION_FORCED, "cluster shutdown")
+                protocol.flush()
+                closed += 1
+        return closed
+
     async def stop(self, grace: float = 2.0) -> None:
         """Stop accepting, close every connection (320), then abort stragglers."""
         if self._stopped.is_set():

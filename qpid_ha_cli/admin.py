@@ -47,7 +47,7 @@ __all__ = ["MEMBER_LIST_VERBS", "app"]
 app = typer.Typer(rich_markup_mode=None)
 
 #: The verbs whose ``-b`` may list several management addresses.
-MEMBER_LIST_VERBS = frozenset({"connections", "stop-member"})
+MEMBER_LIST_VERBS = frozenset({"connections", "stop-member", "shutdown"})
 
 
 @dataclass(frozen=True)

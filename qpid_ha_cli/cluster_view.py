@@ -126,23 +126,23 @@ def _in_sync_summary(view: dict[str, Any]) -> str:
     return f", in-sync set epoch {in_sync['epoch']}: {', '.join(names) or 'none'}"
 
 
-#: A new primary moves every queue's replication ids on by this much (``broker.ha``'s
-#: ``REPLICATION_ID_GAP``), so a position packs two numbers (:func:`position_text`).
-POSITION_GAP = 2**32
+#: A primary promoted at epoch E numbers each queue's messages from ``E << 40`` (its era:
+#: ``broker.ha``'s ``ERA_SHIFT``), so a position packs two numbers (:func:`position_text`).
+POSITION_ERA = 2**40
 
 
 def position_text(position: int) -> str:
-    """A member's replication position for people: ``GAPS:IDS``, the promotions' id gaps
-    (one a queue a promotion, summed over queues) and the ids within them, apart, instead of
-    one number like 4294968962 (``1:1666``)."""
+    """A member's replication position for people: ``ERAS:IDS``, the eras (summed over
+    queues) and the ids within them, apart, instead of one number like 1099511629442
+    (``1:1666``)."""
     if not isinstance(position, int) or position < 0:
         return str(position)
-    gaps, ids = divmod(position, POSITION_GAP)
-    return f"{gaps}:{ids}"
+    eras, ids = divmod(position, POSITION_ERA)
+    return f"{eras}:{ids}"
 
 
 def format_cluster(view: dict[str, Any]) -> list[str]:
-    """The table for people. POSITION is :func:`position_text`'s ``GAPS:IDS``."""
+    """The table for people. POSITION is :func:`position_text`'s ``ERAS:IDS``."""
     lines = [f"{'NODE':<16} {'STATE':<12} {'EPOCH':>6} {'POSITION':>14} {'IN-SYNC':<7}  URL"]
     for m in view["members"]:
         mark = "  (primary)" if m["primary"] else ""

@@ -31,7 +31,7 @@ from typer.exceptions import Abort
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
 from common.url import parse_url
-from qpid_ha_cli import acl, admin, check, manage, users
+from qpid_ha_cli import acl, admin, check, cluster_store, manage, users
 from qpid_ha_cli.cluster_view import ClusterViewError
 from qpid_ha_cli.command_line import (
     OwnOptionsCommand,
@@ -140,6 +140,7 @@ app.add_typer(manage.app)  # promote, in-sync, replicate
 app.add_typer(admin.app)  # connections, disconnect, stop-member
 app.add_typer(users.app)  # users add|delete|list|passwd|roles: the users file
 app.add_typer(acl.app)  # acl show|reload
+app.add_typer(cluster_store.app)  # shutdown --all, store status|mark-clean DIR
 
 
 @app.callback()

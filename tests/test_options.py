@@ -32,6 +32,7 @@ EXPECTED_DEFAULTS = {
     "data_dir": None,
     "store_sync": "fsync",
     "store_cut_damaged": False,
+    "truncate": False,
     "auth": True,
     "sasl_users": None,
     "loopback_users": "guest",

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Container, Iterable
 from typing import Any, Protocol
+from uuid import uuid4
 
 from broker.core.message import Entry, Message
 from broker.core.priority import PriorityMessages
@@ -79,8 +80,14 @@ class Queue:
         arguments: dict[str, Any] | None = None,
         dead_letter: DeadLetter | None = None,
         default_limit_bytes: int = 0,
+        uuid: str | None = None,
     ) -> None:
         self.name = name
+        #: Tells this queue from an earlier or later one of the same name (Qpid HA's queue
+        #: uuid): replication ids are positions of one queue, so a backup holding a queue of
+        #: another uuid holds none of this one's messages. New here, or the primary's on a
+        #: backup, or the store's after a restart.
+        self.uuid = uuid or uuid4().hex
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete

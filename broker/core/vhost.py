@@ -277,11 +277,13 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
         owner: object | None = None,
         replicated: bool = False,
+        uuid: str | None = None,
     ) -> Queue:
         """queue.declare: create, or check an existing queue is equivalent.
 
-        ``replicated`` is set by HA replication on a backup: it may create the server-named
-        (``amq.gen-``) queues its primary has.
+        ``replicated`` is set by HA replication on a backup (and by store recovery): it may
+        create the server-named (``amq.gen-``) queues its primary has; ``uuid``, the
+        :attr:`~broker.core.queue.Queue.uuid` a new queue gets (the primary's, the store's).
         """
         arguments = dict(arguments or {})
         if passive:
@@ -319,6 +321,7 @@ class VirtualHost:
             arguments=arguments,
             dead_letter=self._dead_letter,
             default_limit_bytes=self.default_queue_limit,
+            uuid=uuid,
         )
         self.queues[name] = queue
         self._queue_bindings[name] = []

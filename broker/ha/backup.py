@@ -54,6 +54,7 @@ from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.names import (
     BACKUP_PROPERTY,
     BROKER_ID_PROPERTY,
+    CLUSTER_ID_PROPERTY,
     CONFIG_STREAM,
     EPOCH_PROPERTY,
     IDS_ARGUMENT,
@@ -197,6 +198,7 @@ class BackupLink:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         tls: ssl.SSLContext | None = None,
+        check_cluster: Callable[[str | None, str], str | None] | None = None,
     ) -> None:
         """``auth_here``: whether this broker requires authentication; off, or without a
         ``user``, the link falls back to ANONYMOUS where its mechanism cannot be used."""
@@ -209,6 +211,8 @@ class BackupLink:
         self.anonymous_fallback = user is None or not auth_here
         #: The context ``ssl:`` addresses are dialled with (the broker's CA and certificate).
         self.tls = tls
+        #: ``check_cluster(primary's cluster id, address)``: None to join, else why not
+        self.check_cluster = check_cluster
         self.maintenance_interval = maintenance_interval
         self.heartbeat = heartbeat
         self.credit = max(1, min(flow_messages // 32 or 1, 1000))
@@ -334,6 +338,12 @@ class BackupLink:
             )
             await self._close_client(client)
             raise DialRefused(f"older epoch {epoch} < {owner.epoch}")
+        if self.check_cluster is not None:
+            cluster_id = client.server_properties.get(CLUSTER_ID_PROPERTY)
+            refusal = self.check_cluster(str(cluster_id) if cluster_id else None, str(address))
+            if refusal is not None:  # a store of another cluster: never replicate into it
+                await self._close_client(client)
+                raise DialRefused(refusal)
         return client
 
     async def _session(self, client: AmqpClient, address: Address) -> None:

@@ -85,9 +85,11 @@ class BrokerReplicator:
     def _declare_queue(self, config: dict[str, Any], changes: ConfigChanges) -> None:
         name = str(config["name"])
         arguments = dict(config.get("arguments") or {})
+        uuid = str(config.get("uuid") or "") or None
         existing = self.vhost.queues.get(name)
         if existing is not None and (
-            existing.arguments != arguments
+            (uuid is not None and existing.uuid != uuid)  # deleted and declared again
+            or existing.arguments != arguments
             or existing.durable != bool(config.get("durable"))
             or existing.auto_delete != bool(config.get("auto_delete"))
         ):
@@ -98,6 +100,7 @@ class BrokerReplicator:
             auto_delete=bool(config.get("auto_delete")),
             arguments=arguments,
             replicated=True,
+            uuid=uuid,
         )
         if config.get("exclusive"):
             self.exclusive.add(name)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from broker.core.errors import AmqpError, ReplyCode
 from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink
+from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochStore
 from broker.ha.names import (
     ADMIN_PROPERTY,
@@ -95,6 +96,7 @@ from common.url import Address, parse_url
 if TYPE_CHECKING:
     from broker.amqp.connection import Connection
     from broker.options import BrokerOptions
+    from broker.store.data_dir import DataDir
 
 
 #: Replication ids a new primary skips on every queue (more than any backup may be ahead).
@@ -120,6 +122,8 @@ class HaBroker:
         *,
         amqp_port: Callable[[], int],
         on_fenced: Callable[[str], None],
+        data_dir: DataDir | None = None,
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
         self.vhost = vhost
         self.context = context
@@ -127,6 +131,9 @@ class HaBroker:
         self.log_ = get_logger("ha")
         self._amqp_port = amqp_port
         self._on_fenced = on_fenced
+        #: Called when this broker must not run: its store belongs to another cluster.
+        self._on_refused = on_refused
+        self.identity = ClusterIdentity(data_dir, self.log_)
         self.epoch_store = EpochStore(options.data_dir)
         self.epoch_store.load()
         self.role = HaRole(
@@ -189,6 +196,7 @@ class HaBroker:
             EPOCH_PROPERTY: self.epoch,
             BROKER_ID_PROPERTY: self.broker_id,
             PUBLIC_URL_PROPERTY: self.public_url,
+            **self.identity.server_properties(),
         }
 
     def known_hosts(self) -> str:
@@ -262,6 +270,7 @@ class HaBroker:
             flow_messages=options.ha_flow_messages,
             auth_here=options.auth,
             tls=link_context(options),  # for ssl: addresses of ha-brokers-url
+            check_cluster=self.check_cluster,
         )
         self.link.start()
 
@@ -294,6 +303,15 @@ class HaBroker:
 
     def caught_up(self) -> None:
         self.handle(CaughtUp())
+
+    def check_cluster(self, primary_cluster_id: str | None, address: str) -> str | None:
+        """Before replicating from the primary at ``address``: None to go on (its cluster
+        id recorded in this store), else why not; a store of another cluster stops the
+        broker (``on_refused``)."""
+        refusal = self.identity.check_primary(primary_cluster_id, address)
+        if refusal is not None and self._on_refused is not None:
+            self._on_refused(refusal)
+        return refusal
 
     def link_down(self, reason: str) -> None:
         self.handle(LinkDown(reason))
@@ -469,6 +487,7 @@ class HaBroker:
         # of the old primary that never reached us (the reconnect handshake would skip them).
         for queue in self.vhost.queues.values():
             queue.last_position += REPLICATION_ID_GAP
+        self.identity.promoted()  # the cluster's first primary creates its id
         primary = Primary(
             self.vhost,
             replicate_default=self.replicate_default,
@@ -532,6 +551,7 @@ class HaBroker:
             "state": self.state.value,
             "epoch": self.epoch,
             "broker_id": self.broker_id,
+            "cluster_id": self.identity.cluster_id,
             "url": self.url,
             "public_url": self.public_url,
             "primary": self.primary_address if self.primary is None else self.url,

@@ -18,6 +18,8 @@ EPOCH_PROPERTY = "qpid.ha-epoch"
 BROKER_ID_PROPERTY = "qpid.ha-broker-id"
 #: The URL clients should use (for clients that do not keep open-ok's known-hosts).
 PUBLIC_URL_PROPERTY = "qpid.ha-public-url"
+#: The cluster's id (seed 002's cluster-id), once a primary created it; a backup checks it.
+CLUSTER_ID_PROPERTY = "qpid.ha-cluster-id"
 
 # -- connection.start-ok client properties -----------------------------------------------
 #: Set by a backup's replication link.

@@ -158,6 +158,7 @@ def _queue_config(queue: Queue, level: ReplicateLevel) -> dict[str, Any]:
         "auto_delete": queue.auto_delete,
         "exclusive": queue.exclusive_owner is not None,
         "arguments": dict(queue.arguments),
+        "uuid": queue.uuid,
     }
 
 
@@ -442,6 +443,7 @@ class PrimaryStreams:
                 {
                     "queue": sub.queue.name,
                     "last_sent_id": sub.last_sent,
+                    "sent": sub.sent_total,
                     "last_id": sub.queue.last_position,
                     "lag": sub.backlog,
                     "unacknowledged_batches": sub.unacknowledged_batches,

@@ -1,5 +1,6 @@
 """The HA endpoints: ``GET /api/ha``, ``POST /api/ha/promote``, ``POST /api/ha/lease``,
-``POST /api/ha/in-sync``, ``GET /api/ha/replications`` and ``POST /api/ha/replicate``.
+``POST /api/ha/in-sync``, ``POST /api/ha/shutdown``, ``GET /api/ha/replications`` and
+``POST /api/ha/replicate``.
 
 Handlers only translate HTTP into calls on the broker's HA role (``broker.ha``, a
 :class:`broker.ha.ha_broker.HaBroker`) and back; the role decides. A broker that is not an
@@ -14,17 +15,20 @@ Leases are seconds, more than 0 and at most :data:`MAX_LEASE`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
+from broker.management.admin import stop_this_process
 from broker.management.auth import current_user
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
 from broker.management.request_input import Body, check_name, read_json_object
 from broker.management.responses import json_response
+from broker.store.identity import parse_id
 
 #: The longest lease a cluster manager may grant at once (seconds).
 MAX_LEASE = 3600.0
@@ -64,9 +68,15 @@ def _broker_ids(data: dict[str, Any], name: str) -> list[str]:
 class HaEndpoints:
     """The HA handlers, bound to one broker."""
 
-    def __init__(self, broker: ManagedBroker, log: FilteringBoundLogger) -> None:
+    def __init__(
+        self,
+        broker: ManagedBroker,
+        log: FilteringBoundLogger,
+        stop: Callable[[], None] = stop_this_process,
+    ) -> None:
         self.broker = broker
         self.log = log
+        self._stop = stop
 
     def _ha(self) -> Any:
         ha = getattr(self.broker, "ha", None)
@@ -160,6 +170,43 @@ class HaEndpoints:
         return json_response(
             {"released": released, "pending_removal": ha.in_sync_status()["pending_removal"]}
         )
+
+    async def shutdown(self, request: web.Request) -> web.StreamResponse:
+        """POST /api/ha/shutdown {"cluster_manager": true, "shutdown_id": UUID, "quiesce":
+        bool}: one step of a clean all-stop (``qpid-ha shutdown --all``, cluster managers
+        only). ``quiesce``: stop serving clients (the primary, first) and answer; else answer,
+        then stop as on SIGTERM, leaving the store clean with ``shutdown_id``."""
+        self._ha()
+        data = await read_json_object(request)
+        unknown = sorted(set(data) - {"cluster_manager", "shutdown_id", "quiesce"})
+        if unknown:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
+        if data.get("cluster_manager") is not True:
+            raise ApiError(
+                HTTPStatus.FORBIDDEN,
+                "shutdown is a cluster-manager command (send cluster_manager: true)",
+            )
+        shutdown_id = data.get("shutdown_id")
+        if not isinstance(shutdown_id, str) or parse_id(shutdown_id) != shutdown_id:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"shutdown_id must be a UUID: {shutdown_id!r}")
+        quiesce = data.get("quiesce", False)
+        if not isinstance(quiesce, bool):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"quiesce must be true or false: {quiesce!r}")
+        closed = self.broker.prepare_cluster_shutdown(shutdown_id, quiesce=quiesce)
+        self.log.info(
+            "ha_shutdown_requested",
+            user=current_user.get(),
+            shutdown_id=shutdown_id,
+            quiesce=quiesce,
+            clients_closed=closed,
+        )
+        answer = {"shutdown_id": shutdown_id, "stopping": not quiesce, "clients_closed": closed}
+        response = json_response(answer)
+        if not quiesce:
+            await response.prepare(request)
+            await response.write_eof()  # the answer is out before the broker stops
+            self._stop()
+        return response
 
     async def list_replications(self, request: web.Request) -> web.Response:
         replications = getattr(self.broker, "replications", {})

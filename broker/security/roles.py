@@ -53,7 +53,9 @@ _GRANTS: dict[Role, frozenset[Permission]] = {
 }
 
 #: Non-GET requests that steer the cluster (the cluster manager's).
-_STEER_PATHS = frozenset({"/api/ha/promote", "/api/ha/lease", "/api/ha/in-sync", "/api/admin/stop"})
+_STEER_PATHS = frozenset(
+    {"/api/ha/promote", "/api/ha/lease", "/api/ha/in-sync", "/api/admin/stop", "/api/ha/shutdown"}
+)
 
 
 def parse_roles(text: str) -> frozenset[Role]:

@@ -39,6 +39,7 @@ from broker.store.identity import (
     next_backup_name,
     parse_id,
 )
+from common.log import get_logger
 
 CLEAN_SHUTDOWN = "clean-shutdown"
 LOCK = "lock"
@@ -131,11 +132,13 @@ class DataDir:
         empty store with a new store-id. Returns the directory it went to. Never deletes.
 
         Call it while the directory is open and before the journal is: the store's files
-        must not be in use. ``reason`` is written to ``_cluster.bak.NNNN/reason``.
+        must not be in use. ``reason`` is written to ``_cluster.bak.NNNN/reason`` and
+        logged (``store_moved_aside``, with where it went).
         """
         if self._lock is None:
             raise DataDirError(f"{self.path} is not open: cannot move its store aside")
         try:
+            old_store_id = self.store_id
             names = [p.name for p in self.path.iterdir()]
             target = self.path / next_backup_name(names)
             target.mkdir()
@@ -155,8 +158,16 @@ class DataDir:
                 f"cannot move the store in {self.path} aside: {exc.strerror or exc}"
             ) from exc
         self.store_status = "empty"
-        self.cluster_id = None
+        old_cluster_id, self.cluster_id = self.cluster_id, None
         self.shutdown_id = None
+        get_logger("store").warning(
+            "store_moved_aside",
+            reason=reason,
+            moved_to=str(target),
+            old_store_id=old_store_id,
+            cluster_id=old_cluster_id,
+            store_id=self.store_id,
+        )
         return target
 
     def close(self, clean: bool = True) -> None:

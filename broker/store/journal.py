@@ -121,6 +121,9 @@ class Journal:
         self._compacting: int | None = None
         self._compaction: asyncio.Task[None] | None = None
         self.failed: str | None = None  # the last write error, while it lasts
+        #: Records appended so far (a backup acknowledges a batch that appended some only
+        #: once they are durable).
+        self.appended = 0
         # figures for /api/status and the bench
         self.syncs = 0
         self.bytes_written = 0
@@ -246,6 +249,7 @@ class Journal:
         else:
             pending.append((current, bytearray(record)))
         self._size += size
+        self.appended += count
         self.ledger.written(current, count)
         wake = self._wake
         if wake is not None and not wake.is_set():

@@ -101,6 +101,7 @@ class MessageStore:
                 auto_delete=record.auto_delete,
                 arguments=record.arguments,
                 replicated=True,  # amq.gen- names come back too
+                uuid=record.uuid or None,
             )
             queue_names[record.id] = queue.name
             for item in recovered.messages:
@@ -171,7 +172,9 @@ class MessageStore:
         queue.observers.append(self)
         if adopted:
             return
-        record = QueueRecord(object_id, queue.name, queue.auto_delete, dict(queue.arguments))
+        record = QueueRecord(
+            object_id, queue.name, queue.auto_delete, dict(queue.arguments), queue.uuid
+        )
         segment = self.journal.append(encode_queue(record))
         self.journal.ledger.config_created(object_id, segment)
 

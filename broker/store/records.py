@@ -48,6 +48,9 @@ _QQQ = struct.Struct(">QQQ")
 _QB = struct.Struct(">QB")
 _I = struct.Struct(">I")
 
+#: QUEUE record flag: the queue's 16-byte uuid follows the flags.
+_HAS_UUID = 4
+
 #: Largest payload accepted when reading: a length above it is corruption, not a record.
 MAX_PAYLOAD = 1 << 30
 
@@ -82,6 +85,9 @@ class QueueRecord(NamedTuple):
     name: str
     auto_delete: bool
     arguments: dict[str, Any]
+    #: The queue's uuid (:attr:`broker.core.queue.Queue.uuid`, 32 hex digits); "" in
+    #: records written before queues had one.
+    uuid: str = ""
 
 
 class BindingRecord(NamedTuple):
@@ -185,11 +191,11 @@ def encode_exchange(record: ExchangeRecord) -> bytes:
 
 
 def encode_queue(record: QueueRecord) -> bytes:
-    payload = (
-        _QB.pack(record.id, 1 if record.auto_delete else 0)
-        + _short(record.name)
-        + _table(record.arguments)
-    )
+    uuid = bytes.fromhex(record.uuid) if record.uuid else b""
+    if len(uuid) not in (0, 16):
+        raise ValueError(f"a queue uuid is 16 bytes: {record.uuid!r}")
+    flags = (1 if record.auto_delete else 0) | (_HAS_UUID if uuid else 0)
+    payload = _QB.pack(record.id, flags) + uuid + _short(record.name) + _table(record.arguments)
     return _frame(Kind.QUEUE, payload)
 
 
@@ -339,9 +345,12 @@ def _decode(kind: int, payload: bytes) -> Record:
         return ExchangeRecord(object_id, name, type_, bool(flags & 1), bool(flags & 2), arguments)
     if kind == Kind.QUEUE:
         object_id, flags = _QB.unpack_from(payload)
-        name, pos = _read_short(payload, 9)
+        pos, uuid = 9, ""
+        if flags & _HAS_UUID:
+            pos, uuid = 25, payload[9:25].hex()
+        name, pos = _read_short(payload, pos)
         arguments, pos = _read_table(payload, pos)
-        return QueueRecord(object_id, name, bool(flags & 1), arguments)
+        return QueueRecord(object_id, name, bool(flags & 1), arguments, uuid)
     if kind == Kind.BINDING:
         object_id, queue_id = _QQ.unpack_from(payload)
         exchange, pos = _read_short(payload, 16)

@@ -29,7 +29,7 @@ def recorded(zookeeper: ZooKeeper, cluster: str) -> Iterator[str]:
     try:
         epoch = next_epoch(client, cluster)
         rows = (
-            ("n1", "active", 2**32 + 1666, 5672),
+            ("n1", "active", 2**40 + 1666, 5672),
             ("n2", "ready", 40, 5673),
             ("n3", "ready", 7, 5674),
         )
@@ -53,8 +53,8 @@ def recorded(zookeeper: ZooKeeper, cluster: str) -> Iterator[str]:
 
 
 def test_the_cluster_as_a_table(zookeeper: ZooKeeper, recorded: str) -> None:
-    """POSITION shows a position's two parts apart (issue 15): the id gaps promotions
-    added (2**32 each) and the ids within them, 1:1666 for 4294968962."""
+    """POSITION shows a position's two parts apart (issue 15): the eras promotions
+    started (2**40 each) and the ids within them, 1:1666 for 1099511629442."""
     result = qpid_ha("--zk", zookeeper.hosts, "--cluster", recorded, "status", "--all")
     assert (result.exit_code, result.stderr) == (0, "")
     header, *rows, summary = result.stdout.splitlines()
@@ -75,7 +75,7 @@ def test_the_cluster_as_json(zookeeper: ZooKeeper, recorded: str) -> None:
     view = json.loads(qpid_ha(*args).stdout)
     assert (view["primary"], view["epoch"], view["vip_owner"]) == ("n1", 1, "n1")
     positions = {m["node"]: m["position"] for m in view["members"]}
-    assert positions == {"n1": 2**32 + 1666, "n2": 40, "n3": 7}  # JSON keeps the number
+    assert positions == {"n1": 2**40 + 1666, "n2": 40, "n3": 7}  # JSON keeps the number
     assert sorted((m["node"], m["primary"], m["in_sync"]) for m in view["members"]) == [
         ("n1", True, None),
         ("n2", False, True),

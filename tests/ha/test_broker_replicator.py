@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from broker.core.message import Message
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.primary import Primary, StandaloneBackups
@@ -79,6 +80,27 @@ def test_leftovers_are_deleted_and_events_applied() -> None:
     assert changes.subscribe == ["q"] and "q" in backup.queues
     changes = replicator.apply(over_the_wire({"type": "queue-deleted", "name": "q"}))
     assert changes.unsubscribe == ["q"] and "q" not in backup.queues
+
+
+def test_a_queue_declared_again_is_another_queue() -> None:
+    """A queue deleted and declared again on the primary while the backup was away (or
+    before a restart) has a new uuid: the backup drops its copy, whose replication ids
+    name the old queue's messages, and replicates the new one from the start."""
+    backup = VirtualHost()
+    replicator = BrokerReplicator(backup)
+
+    def declared(uuid: str) -> list[str]:
+        config = {"name": "q", "replicate": "all", "durable": True, "arguments": {}, "uuid": uuid}
+        event: dict[str, object] = {"type": "queue-declared", "queue": config}
+        return replicator.apply(over_the_wire(event)).subscribe
+
+    assert declared("a" * 32) == ["q"]
+    old = backup.queues["q"]
+    old.enqueue(Message("", "q", b"\x00\x00", b"old"), 5)
+    assert declared("a" * 32) == [] and backup.queues["q"] is old  # the same queue: kept
+    assert declared("b" * 32) == ["q"]
+    new = backup.queues["q"]
+    assert new is not old and new.uuid == "b" * 32 and new.message_count == 0
 
 
 def test_bad_events_are_value_errors() -> None:

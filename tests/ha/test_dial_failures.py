@@ -294,6 +294,8 @@ class FakeOwner:
 
     def link_down(self, reason: str) -> None: ...
 
+    def store_failed(self, reason: str) -> None: ...
+
     def log(self, event: str, **fields: Any) -> None:
         self.logged.append((event, fields))
 

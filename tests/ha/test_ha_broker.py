@@ -10,7 +10,7 @@ import pytest
 from pamqp import commands
 
 from broker.core.errors import ReplyCode
-from broker.ha.ha_broker import HaBroker, PromoteError
+from broker.ha.ha_broker import ERA_SHIFT, HaBroker, PromoteError
 from broker.ha.role_events import CaughtUp, LinkUp
 from broker.ha.state import HaState
 from broker.options import parse_options
@@ -57,6 +57,16 @@ def test_promote_of_a_new_cluster_takes_the_next_epoch_durably(tmp_path: Path) -
     assert ha.epoch == 1
     again, _ = ha_broker(tmp_path)
     assert again.epoch == 1  # kept in the data directory
+
+
+def test_a_new_primary_numbers_messages_in_its_own_era(tmp_path: Path) -> None:
+    """Ids are never reused: at epoch E every queue goes on from E << 40 (issue 12: a store
+    recovered after a restart may end below ids used before it)."""
+    ha, _ = ha_broker(tmp_path)
+    queue = ha.vhost.declare_queue("q")
+    queue.last_position = 7  # as recovered from a store
+    asyncio.run(ha.promote(epoch=5))
+    assert queue.last_position == 5 << ERA_SHIFT
 
 
 def open_connection(ha: HaBroker, properties: dict[str, Any]) -> Client:

@@ -56,6 +56,9 @@ class FakeBroker:
     def vhost(self) -> Any:
         return self.context.vhost
 
+    def prepare_cluster_shutdown(self, shutdown_id: str, *, quiesce: bool) -> int:
+        return 0
+
 
 Scenario = Callable[[TestClient[web.Request, web.Application]], Awaitable[None]]
 

@@ -70,10 +70,18 @@ def test_exchange_round_trip(
 
 
 @settings(deadline=None)  # the machine may be loaded: no per-example deadline
-@given(ids, names, st.booleans(), arguments)
-def test_queue_round_trip(i: int, name: str, ad: bool, args: Args) -> None:
-    record = QueueRecord(i, name, ad, args)
+@given(ids, names, st.booleans(), arguments, st.uuids().map(lambda u: u.hex) | st.just(""))
+def test_queue_round_trip(i: int, name: str, ad: bool, args: Args, uuid: str) -> None:
+    record = QueueRecord(i, name, ad, args, uuid)
     assert decoded(encode_queue(record)) == record
+
+
+def test_a_queue_record_without_a_uuid_still_reads() -> None:
+    """Stores written before queues had a uuid: flag 4 clear, the name after the flags."""
+    record = QueueRecord(3, "old", True, {"x-max-length": 5})
+    assert decoded(encode_queue(record)).uuid == ""
+    with pytest.raises(ValueError, match="16 bytes"):
+        encode_queue(QueueRecord(3, "q", False, {}, "abcd"))
 
 
 @settings(deadline=None)  # the machine may be loaded: no per-example deadline
