@@ -15,6 +15,7 @@ import pytest
 from broker.store.data_dir import inspect
 from common.polling import free_port, poll_until
 from tests.broker_process import BrokerProcess
+from tests.cli.conftest import qpid_ha
 from tests.ha.cluster import Cluster, http
 
 
@@ -120,3 +121,111 @@ def test_a_store_of_another_cluster_is_refused_then_truncated(
     assert (data / "_cluster.bak.0002" / "cluster-id").read_text().strip() == other_id
     assert (aside / "cluster-id").read_text().strip() == cluster_id
     assert again.stop(signal.SIGKILL) == -signal.SIGKILL
+
+
+# -- a clean all-stop, then the stores read and marked by hand ----------------------------------
+def publish(port: int, queue: str, count: int) -> None:
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True)
+    channel.confirm_delivery()
+    for i in range(count):
+        channel.basic_publish("", queue, f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    connection.close()
+
+
+def test_shutdown_all_leaves_clean_stores_with_one_shutdown_id(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 3).start()
+    try:
+        cluster.promote(0, epoch=1)
+        for i in (1, 2):
+            cluster.wait_state(i, "ready")
+        publish(cluster.ports[0], "orders", 50)
+        # a client still connected when the cluster stops: the primary closes it first
+        client = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", cluster.ports[0]))
+        channel = client.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("", "orders", b"last", pika.BasicProperties(delivery_mode=2))
+        members = ",".join(f"127.0.0.1:{b.mgmt_port}" for b in cluster.brokers)
+        assert qpid_ha("-b", members, "shutdown").exit_code == 2  # --all is required
+        result = qpid_ha("-b", members, "shutdown", "--all", "--timeout", "20")
+        assert result.exit_code == 0, result.stdout + result.stderr
+        lines = result.stdout.splitlines()
+        shutdown_id = lines[0].removeprefix("shutdown-id ")
+        assert lines[-1] == f"stopped 3 brokers; stores clean with shutdown-id {shutdown_id}"
+        assert [b.proc.wait(15) if b.proc else None for b in cluster.brokers] == [0, 0, 0]
+        order = [line for line in lines if line.startswith("stopped 127.0.0.1")]
+        assert order[-1].endswith("(primary)") and len(order) == 3  # backups first
+        [quiesced] = [
+            e for e in events(cluster.brokers[0], "ha_shutdown_requested") if e["quiesce"]
+        ]
+        assert quiesced["clients_closed"] == 1 and quiesced["shutdown_id"] == shutdown_id
+        infos = [inspect(tmp_path / f"b{i}" / "data") for i in range(3)]
+        assert {(i.status, i.shutdown_id) for i in infos} == {("clean", shutdown_id)}
+        assert len({i.cluster_id for i in infos}) == 1 and None not in {i.cluster_id for i in infos}
+        assert len({i.store_id for i in infos}) == 3
+
+        data = str(tmp_path / "b1" / "data")
+        status = qpid_ha("store", "status", data)
+        assert status.exit_code == 0
+        assert status.stdout.splitlines()[:5] == [
+            f"store: {data}",
+            "status: clean",
+            f"store-id: {infos[1].store_id}",
+            f"cluster-id: {infos[1].cluster_id}",
+            f"shutdown-id: {shutdown_id}",
+        ]
+        assert status.stdout.splitlines()[5].startswith("segments: ")
+
+        # any clean store will do: the cluster restarts with every message
+        cluster.start()
+        assert {
+            str(http("GET", b.mgmt_port, "/api/status")["store_status"]) for b in cluster.brokers
+        } == {"clean"}
+        cluster.promote(2, epoch=2)
+        for i in (0, 1):
+            cluster.wait_state(i, "ready")
+        for i in range(3):
+            poll_until(lambda i=i: cluster.queue_messages(i, "orders") == 51, 15)
+
+        in_use = qpid_ha("store", "status", data)
+        pid = cluster.brokers[1].proc.pid if cluster.brokers[1].proc else 0
+        assert f"status: in use by pid {pid}" in in_use.stdout.splitlines()
+        refused = qpid_ha("store", "mark-clean", data)
+        assert refused.exit_code == 2
+        assert (
+            refused.stderr
+            == f"qpid-ha: error: {data} is in use by pid {pid}: stop that broker first\n"
+        )
+
+        # manual recovery: a killed broker's store is dirty until marked clean
+        cluster.kill(1)
+        assert inspect(data).status == "dirty"
+        marked = qpid_ha("store", "mark-clean", data)
+        assert marked.exit_code == 0 and marked.stderr.startswith(
+            f"warning: {data} is marked clean"
+        )
+        after = inspect(data)
+        assert after.status == "clean" and after.shutdown_id not in (None, shutdown_id)
+        assert marked.stdout == f"{data} marked clean (shutdown-id {after.shutdown_id})\n"
+        again = qpid_ha("store", "mark-clean", data)
+        assert again.exit_code == 0 and "clean already" in again.stdout
+        assert inspect(data).shutdown_id == after.shutdown_id
+    finally:
+        cluster.stop()
+
+
+def test_store_verbs_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
+    missing = qpid_ha("store", "status", str(tmp_path / "nope"))
+    assert (missing.exit_code, missing.stderr) == (
+        2,
+        f"qpid-ha: error: no data directory at {tmp_path / 'nope'}\n",
+    )
+    unused = qpid_ha("store", "mark-clean", str(tmp_path))
+    assert unused.exit_code == 2 and "no store-id" in unused.stderr
+    (tmp_path / "store-id").write_text("not an id\n")
+    bad = qpid_ha("store", "status", str(tmp_path))
+    assert (
+        bad.exit_code == 2 and bad.stderr.count("\n") == 1 and "does not hold an id" in bad.stderr
+    )
+    assert qpid_ha("store").exit_code == 2
