@@ -233,6 +233,7 @@ class Broker:
                 on_fenced=self._fenced,
                 data_dir=self.data_dir,
                 on_refused=self._refused,
+                disk=None if self.store is None else self.store.journal,
             )
         self._server = await loop.create_server(
             self._protocol_factory,

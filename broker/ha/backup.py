@@ -150,6 +150,20 @@ async def connect_as_backup(
     )
 
 
+class DiskSync(Protocol):
+    """The part of the store's journal a backup needs to acknowledge only what its own disk
+    has (:class:`~broker.store.journal.Journal`)."""
+
+    @property
+    def appended(self) -> int:
+        """Records appended so far."""
+        ...
+
+    def after_durable(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(ok)`` once every record appended so far is durable."""
+        ...
+
+
 class LinkOwner(Protocol):
     """What the link needs of the HA broker that owns it."""
 
@@ -167,6 +181,8 @@ class LinkOwner(Protocol):
     def caught_up(self) -> None: ...
 
     def link_down(self, reason: str) -> None: ...
+
+    def store_failed(self, reason: str) -> None: ...
 
     def log(self, event: str, **fields: Any) -> None: ...
 
@@ -199,9 +215,12 @@ class BackupLink:
         wall_clock: Callable[[], float] = time.time,
         tls: ssl.SSLContext | None = None,
         check_cluster: Callable[[str | None, str], str | None] | None = None,
+        disk: DiskSync | None = None,
     ) -> None:
         """``auth_here``: whether this broker requires authentication; off, or without a
-        ``user``, the link falls back to ANONYMOUS where its mechanism cannot be used."""
+        ``user``, the link falls back to ANONYMOUS where its mechanism cannot be used.
+        ``disk``: this broker's store; a batch that wrote to it is acknowledged only once
+        what it wrote is durable."""
         self.owner = owner
         self.vhost = vhost
         self.addresses = addresses
@@ -213,6 +232,9 @@ class BackupLink:
         self.tls = tls
         #: ``check_cluster(primary's cluster id, address)``: None to join, else why not
         self.check_cluster = check_cluster
+        self.disk = disk
+        #: Acknowledgements waiting for the disk (later ones wait behind them, in order).
+        self._acks_waiting = 0
         self.maintenance_interval = maintenance_interval
         self.heartbeat = heartbeat
         self.credit = max(1, min(flow_messages // 32 or 1, 1000))
@@ -455,13 +477,19 @@ class BackupLink:
                 channel.ack, asyncio.get_running_loop().call_soon, self.credit // 4, (ClientError,)
             )
 
+            disk = self.disk
+
             def on_batch(delivery: Delivery) -> None:
+                appended = 0 if disk is None else disk.appended
                 try:
                     replicator.apply(decode_batch(delivery.body))
                 except ValueError as exc:
                     self._fail(f"queue stream {name!r}: {exc}")
                     return
-                acks.applied(delivery.delivery_tag)
+                if disk is not None and (self._acks_waiting or disk.appended != appended):
+                    self._ack_when_durable(disk, acks, delivery.delivery_tag, name)
+                else:
+                    acks.applied(delivery.delivery_tag)
                 if not self._caught_up_reported:
                     self._gc.applied()
                 if replicator.caught_up and name in self._waiting:
@@ -479,6 +507,26 @@ class BackupLink:
             self.replicator.staging.queue_gone(replicator)  # its part of a transaction won't come
             self._waiting.discard(name)
             self._check_caught_up()
+
+    def _ack_when_durable(self, disk: DiskSync, acks: AckCoalescer, tag: int, name: str) -> None:
+        """Acknowledge a batch once what it stored is durable on this backup: the primary's
+        confirm of a persistent message then means every in-sync store has it, so a total
+        failure (a power cut of every node) loses none (issue 12). The journal calls back
+        in order, so acknowledgements keep their order."""
+        self._acks_waiting += 1
+
+        def durable(ok: bool) -> None:
+            self._acks_waiting -= 1
+            if not ok:
+                # The store cannot write: acknowledging would be a lie, and the messages
+                # this backup holds in memory are no longer all on its disk. It stops
+                # (fail-stop): restarted, it recovers what its disk has and fetches the rest.
+                self.owner.store_failed(f"queue stream {name!r}: the store cannot write")
+                return
+            with contextlib.suppress(ClientError):  # the link is going down
+                acks.applied(tag)
+
+        disk.after_durable(durable)
 
     def _check_caught_up(self) -> None:
         if not self._first_snapshot and not self._waiting and not self._caught_up_reported:

@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
 from broker.ha.auto_delete import grace_of
-from broker.ha.backup import BackupLink
+from broker.ha.backup import BackupLink, DiskSync
 from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochStore
+from broker.ha.id_set import MAX_ID
 from broker.ha.names import (
     ADMIN_PROPERTY,
     BACKUP_PROPERTY,
@@ -99,7 +100,11 @@ if TYPE_CHECKING:
     from broker.store.data_dir import DataDir
 
 
-#: Replication ids a new primary skips on every queue (more than any backup may be ahead).
+#: A primary promoted at epoch E numbers new messages on every queue from ``E << ERA_SHIFT``
+#: (its *era*): ids are unique per queue across primaries, restarts and stores. 2**40 ids
+#: per queue per era; epochs up to 2**23 fit in the 63 bits of an id.
+ERA_SHIFT = 40
+#: Ids a new primary skips at least on every queue (when its era cannot: epoch >= 2**23).
 REPLICATION_ID_GAP = 2**32
 
 
@@ -124,6 +129,7 @@ class HaBroker:
         on_fenced: Callable[[str], None],
         data_dir: DataDir | None = None,
         on_refused: Callable[[str], None] | None = None,
+        disk: DiskSync | None = None,
     ) -> None:
         self.vhost = vhost
         self.context = context
@@ -134,6 +140,8 @@ class HaBroker:
         #: Called when this broker must not run: its store belongs to another cluster.
         self._on_refused = on_refused
         self.identity = ClusterIdentity(data_dir, self.log_)
+        #: The store's journal: as a backup, batches are acknowledged once stored.
+        self.disk = disk
         self.epoch_store = EpochStore(options.data_dir)
         self.epoch_store.load()
         self.role = HaRole(
@@ -271,6 +279,7 @@ class HaBroker:
             auth_here=options.auth,
             tls=link_context(options),  # for ssl: addresses of ha-brokers-url
             check_cluster=self.check_cluster,
+            disk=self.disk,
         )
         self.link.start()
 
@@ -303,6 +312,11 @@ class HaBroker:
 
     def caught_up(self) -> None:
         self.handle(CaughtUp())
+
+    def store_failed(self, reason: str) -> None:
+        """A backup's store failed to write what it acknowledges: stop the broker."""
+        self.log_.error("ha_store_failed", reason=reason)
+        self._on_fenced(reason)
 
     def check_cluster(self, primary_cluster_id: str | None, address: str) -> str | None:
         """Before replicating from the primary at ``address``: None to go on (its cluster
@@ -484,9 +498,14 @@ class HaBroker:
 
     def _start_primary(self, expected: dict[str, str]) -> list[Action]:
         # Never reuse a replication id: another backup may hold ids past ours for messages
-        # of the old primary that never reached us (the reconnect handshake would skip them).
+        # of the old primary that never reached us, and a store recovered after a restart
+        # may end below ids used before it (the reconnect handshake would take an old,
+        # unconfirmed message for a new one). An era no earlier primary used avoids both.
+        era = self.epoch_store.current << ERA_SHIFT
+        if era > MAX_ID:
+            era = 0
         for queue in self.vhost.queues.values():
-            queue.last_position += REPLICATION_ID_GAP
+            queue.last_position = max(era, queue.last_position + REPLICATION_ID_GAP)
         self.identity.promoted()  # the cluster's first primary creates its id
         primary = Primary(
             self.vhost,

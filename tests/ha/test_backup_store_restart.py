@@ -92,7 +92,7 @@ def test_a_restarted_backup_keeps_its_store_and_fetches_only_what_it_lacks(
     channel = connection.channel()
 
     def drain(queue: str) -> list[str]:
-        bodies = []
+        bodies: list[str] = []
         while True:
             method, _props, body = channel.basic_get(queue, auto_ack=True)
             if method is None:
