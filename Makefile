@@ -14,6 +14,7 @@ STAMP  := $(VENV)/.installed
 # with it, keeps out pacemaker itself, corosync and dbus (crm_resource --force-* runs the
 # agent without a cluster). Node.js and npm run the amqplib client of tests/compat (its
 # package, pinned in tests/compat/node/package-lock.json, comes from the npm registry).
+# Chromium and its chromedriver drive the web console's browser tests (tests/console).
 # Each entry: a file that shows the package is there, then the package.
 SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java:default-jre-headless \
 	/usr/share/java/slf4j-simple.jar:libslf4j-java \
@@ -21,7 +22,8 @@ SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java
 	/usr/sbin/ocf-tester:resource-agents /usr/bin/xmllint:libxml2-utils \
 	/usr/sbin/crm_resource:pacemaker-cli-utils /usr/sbin/crm_resource:pacemaker-remote \
 	/usr/sbin/nft:nftables \
-	/usr/bin/node:nodejs /usr/bin/npm:npm
+	/usr/bin/node:nodejs /usr/bin/npm:npm \
+	/usr/bin/chromium:chromium /usr/bin/chromedriver:chromium-driver
 NODE_CLIENT := tests/compat/node
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

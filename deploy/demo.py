@@ -264,6 +264,8 @@ def main() -> int:
         print(f"the agents elected {primary}: its broker is active, the others ready")
         qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
         qpid_ha("-b", f"guest/guest@127.0.0.1:{mgmt[primary]}", "status", "--all")
+        consoles = ", ".join(f"http://127.0.0.1:{mgmt[n]}/console/" for n in NODES)
+        print(f"web console (user guest, password guest; any member's): {consoles}")
 
         # The drill: a pika publisher with confirms and a consumer on the fail-over URL list.
         url = "amqp:guest/guest@" + ",".join(f"127.0.0.1:{ports[n]}" for n in reversed(NODES))

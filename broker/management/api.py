@@ -33,6 +33,7 @@ from broker.core.errors import AmqpError
 from broker.management.acl import AclEndpoints
 from broker.management.admin import AdminEndpoints
 from broker.management.auth import BasicAuth, Handler
+from broker.management.console import Console
 from broker.management.errors import ApiError, amqp_api_error, error_response
 from broker.management.ha import HaEndpoints
 from broker.management.http_log import http_logger
@@ -48,7 +49,8 @@ class ManagementApi:
     def __init__(self, broker: ManagedBroker) -> None:
         self.broker = broker
         self.log = get_logger("management")
-        self.auth = BasicAuth(broker, self.log)
+        self.console = Console(broker, self.log)  # the web console, docs/console.md
+        self.auth = BasicAuth(broker, self.log, sessions=self.console)
         self.overview = StatusEndpoints(broker)
         self.objects = ObjectEndpoints(broker, self.log)
         self.ha = HaEndpoints(broker, self.log)
@@ -79,6 +81,7 @@ class ManagementApi:
             web.post("/api/ha/replicate", ha.replicate),
             *self.acl.routes(),  # GET /api/acl, POST /api/acl/reload
             *self.admin.routes(),  # DELETE /api/connections/{id}, POST /api/admin/stop
+            *self.console.routes(),  # /console/..., /api/console/live, purge, get, publish
         ]
 
     @web.middleware
@@ -117,6 +120,7 @@ def create_app(broker: ManagedBroker) -> web.Application:
     api = ManagementApi(broker)
     app = web.Application(middlewares=[api.errors, api.auth.middleware])
     app.add_routes(api.routes())
+    api.console.attach(app)
     return app
 
 

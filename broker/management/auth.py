@@ -12,6 +12,11 @@ the broker), else 403 and ``management_access_denied``. The user is published in
 :data:`current_user` for the handler of that request only, which names it in the events it
 logs.
 
+The web console (:mod:`broker.management.console`) serves its pages itself (a login page,
+then only to a logged-in session), so paths under ``/console`` pass here; its requests to
+the API carry its session cookie instead of Basic credentials (``sessions``), with the
+same roles.
+
 Runs inside the management app's middleware chain, after the error middleware
 (:mod:`broker.management.api`), so its 401s are answered as JSON.
 """
@@ -22,6 +27,7 @@ import base64
 import binascii
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from typing import Protocol
 
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
@@ -44,19 +50,41 @@ current_user: ContextVar[str | None] = ContextVar("management_user", default=Non
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+class CookieSessions(Protocol):
+    """:class:`broker.management.console.Console`: the user of a request's session cookie
+    (None without one; ApiError 403 for a change without the console's header)."""
+
+    def cookie_user(self, request: web.Request) -> str | None: ...
+
+    def is_console(self, request: web.Request) -> bool: ...
+
+
 class BasicAuth:
     """The authentication middleware, bound to one broker."""
 
-    def __init__(self, broker: ManagedBroker, log: FilteringBoundLogger) -> None:
+    def __init__(
+        self,
+        broker: ManagedBroker,
+        log: FilteringBoundLogger,
+        sessions: CookieSessions | None = None,
+    ) -> None:
         self.broker = broker
         self.log = log
+        self.sessions = sessions
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """HTTP Basic, checked by the broker's authenticator, when ``options.auth`` is on."""
         user = None
-        if self.broker.options.auth and request.path not in OPEN_PATHS:
-            user = self._authenticate(request.headers.get("Authorization"), request.remote)
+        console_page = request.path == "/console" or request.path.startswith("/console/")
+        if self.broker.options.auth and request.path not in OPEN_PATHS and not console_page:
+            header = request.headers.get("Authorization")
+            cookie_user = None
+            if not header and self.sessions is not None:
+                cookie_user = self.sessions.cookie_user(request)
+                if cookie_user is None and self.sessions.is_console(request):
+                    raise ApiError(401, "not logged in to the console (or the session ended)")
+            user = cookie_user or self._authenticate(header, request.remote)
             self._authorize(user, request.method, request.path)
         token = current_user.set(user)
         try:

@@ -1,0 +1,284 @@
+"""The console's live feed: a sampler, the snapshot it builds, and the event stream.
+
+:Status: Beta
+
+The sampler (one asyncio task per management app, started and stopped with it) reads the
+broker every :data:`TICK` seconds:
+
+- every tick, this broker's HA role for the fail-over timeline
+  (:class:`~broker.management.console.timeline.Timeline`: cheap attribute reads);
+- every :data:`SAMPLE_EVERY` ticks (one second), the queues' counters (for the rates and
+  charts, :data:`HISTORY` samples kept per queue) and each backup's lag per queue (for the
+  sparklines), then a snapshot for the streams.
+
+A snapshot holds the bodies of the endpoints the CLI reads, built by the same functions
+(``/api/status``'s fields, ``/api/ha``, ``/api/queues``, ``/api/exchanges``,
+``/api/bindings``, ``/api/connections``: :mod:`broker.management.views`), plus what the
+console derives: rates, histories, the timeline.
+
+``GET /api/console/live`` is a stream of server-sent events (``text/event-stream``), one
+``snapshot`` event a second, for any user with the monitoring role (authentication as for
+every ``/api`` path). The stream ends when the client goes or the management API stops
+(the app's shutdown wakes every stream, so a stop never waits on an open console).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from structlog.typing import FilteringBoundLogger
+
+from broker import __version__
+from broker.management.auth import current_user
+from broker.management.console.timeline import Sample, Timeline
+from broker.management.managed import ManagedBroker
+from broker.management.responses import dumps
+from broker.management.views import (
+    binding_view,
+    connection_view,
+    exchange_view,
+    queue_view,
+)
+from broker.security.roles import Role
+
+__all__ = ["HISTORY", "SAMPLE_EVERY", "TICK", "LiveFeed"]
+
+TICK = 0.1
+SAMPLE_EVERY = 10
+#: Samples (seconds) of history kept per queue and per backup's queue.
+HISTORY = 60
+
+
+def _replication(broker: ManagedBroker, queue: Any) -> str | None:
+    ha = getattr(broker, "ha", None)
+    if ha is None:
+        return None
+    from broker.ha.replicate_level import queue_level
+
+    try:
+        return str(queue_level(queue, ha.replicate_default).value)
+    except Exception:  # a bad qpid.replicate argument: shown, not raised
+        return "invalid"
+
+
+class LiveFeed:
+    """The sampler, its histories and the snapshot streams of one broker."""
+
+    def __init__(
+        self,
+        broker: ManagedBroker,
+        log: FilteringBoundLogger,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.broker = broker
+        self.log = log
+        self.clock = wall_clock
+        self.timeline = Timeline()
+        self.queue_history: dict[str, deque[dict[str, float]]] = {}
+        self.lag_history: dict[str, dict[str, deque[int]]] = {}
+        self._counters: dict[str, tuple[float, int, int, int]] = {}
+        self._changed = asyncio.Condition()
+        self._version = 0
+        self.snapshot: dict[str, Any] | None = None
+        self.closing = False
+        self._task: asyncio.Task[None] | None = None
+
+    # app lifecycle ----------------------------------------------------------------------
+    async def start(self, app: web.Application) -> None:
+        self._task = asyncio.create_task(self._run(), name="console-sampler")
+
+    async def shutdown(self, app: web.Application) -> None:
+        self.closing = True
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def stop(self, app: web.Application) -> None:
+        await self.shutdown(app)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        tick = 0
+        while not self.closing:
+            try:
+                self.observe_ha()
+                if tick % SAMPLE_EVERY == 0:
+                    self.sample()
+                    async with self._changed:
+                        self._version += 1
+                        self._changed.notify_all()
+            except Exception:
+                self.log.exception("console_sample_failed")
+            tick += 1
+            await asyncio.sleep(TICK)
+
+    # sampling ---------------------------------------------------------------------------
+    def observe_ha(self) -> None:
+        ha = getattr(self.broker, "ha", None)
+        if ha is None:
+            return
+        link = getattr(ha, "link", None)
+        url = str(getattr(ha, "url", ""))
+        self.timeline.own_url = url
+        primary = ha.primary_address if not ha.state.is_primary else url
+        now = self.clock()
+        promoted = getattr(getattr(ha, "role", None), "promoted_at", None)
+        recovering_at = None
+        if isinstance(promoted, int | float):  # the role's monotonic clock: to wall time
+            recovering_at = now - (ha.context.clock() - promoted)
+        failover = self.timeline.observe(
+            Sample(
+                at=now,
+                recovering_at=recovering_at,
+                state=str(ha.state.value),
+                epoch=int(ha.epoch),
+                primary=None if primary is None else str(primary),
+                link_up=link is not None and getattr(link, "client", None) is not None,
+            )
+        )
+        if failover is not None:
+            view = failover.view()
+            self.log.info(
+                "console_failover_seen",
+                new_epoch=view["epoch"],
+                seen_by=view["seen_by"],
+                old_primary=view["old_primary"],
+                new_primary=view["new_primary"],
+                until_promoted_ms=view["until_promoted_ms"],
+            )
+
+    def sample(self) -> None:
+        """Counters to rates and histories; then a new snapshot."""
+        now = self.clock()
+        queues = self.broker.vhost.queues
+        for name in list(self.queue_history):
+            if name not in queues:
+                del self.queue_history[name]
+                self._counters.pop(name, None)
+        for name, queue in queues.items():
+            counters = (now, queue.enqueued_total, queue.delivered_total, queue.acked_total)
+            before = self._counters.get(name, counters)
+            self._counters[name] = counters
+            span = max(now - before[0], 1e-3)
+            point = {
+                "messages": queue.message_count,
+                "unacked": queue.unacked,
+                "publish": round(max(0, counters[1] - before[1]) / span, 2),
+                "deliver": round(max(0, counters[2] - before[2]) / span, 2),
+                "ack": round(max(0, counters[3] - before[3]) / span, 2),
+            }
+            self.queue_history.setdefault(name, deque(maxlen=HISTORY)).append(point)
+        ha = getattr(self.broker, "ha", None)
+        ha_status = ha.status() if ha is not None else None
+        seen: set[str] = set()
+        for backup in (ha_status or {}).get("backups", []):
+            lags = self.lag_history.setdefault(str(backup["id"]), {})
+            seen.add(str(backup["id"]))
+            for row in backup.get("queues", []):
+                lags.setdefault(str(row["queue"]), deque(maxlen=HISTORY)).append(int(row["lag"]))
+        for gone in set(self.lag_history) - seen:
+            del self.lag_history[gone]
+        self.snapshot = self._build(now, ha_status)
+
+    def _build(self, now: float, ha_status: dict[str, Any] | None) -> dict[str, Any]:
+        broker = self.broker
+        vhost = broker.vhost
+        queues = []
+        for queue in sorted(vhost.queues.values(), key=lambda q: q.name):
+            view = queue_view(queue)
+            view["replication"] = _replication(broker, queue)
+            view["history"] = list(self.queue_history.get(queue.name, ()))
+            queues.append(view)
+        return {
+            "at": now,
+            "status": {
+                "node": broker.options.node_name,
+                "version": __version__,
+                "pid": os.getpid(),
+                "uptime": round(max(0.0, now - broker.started_at), 3),
+                "ha_state": broker.ha_state,
+                "store_status": broker.store_status,
+                "amqp_port": broker.amqp_port,
+                "connections": len(broker.context.connections),
+                "queues": len(vhost.queues),
+                "exchanges": len(vhost.exchanges),
+            },
+            "ha": ha_status,
+            "lag_history": {
+                backup: {queue: list(lags) for queue, lags in by_queue.items()}
+                for backup, by_queue in self.lag_history.items()
+            },
+            "timeline": self.timeline.view(),
+            "queues": queues,
+            "exchanges": [
+                exchange_view(e) for e in sorted(vhost.exchanges.values(), key=lambda e: e.name)
+            ],
+            "bindings": [
+                binding_view(b)
+                for b in sorted(
+                    vhost.bindings(),
+                    key=lambda b: (b.exchange, b.destination_type, b.destination.name),
+                )
+            ],
+            "connections": [
+                connection_view(c)
+                for c in sorted(broker.context.connections.values(), key=lambda c: c.id)
+            ],
+        }
+
+    # the stream -------------------------------------------------------------------------
+    def viewer(self, user: str | None) -> dict[str, Any]:
+        """Who is watching: the user and roles (every role with authentication off)."""
+        if user is None or not self.broker.options.auth:
+            return {"user": user, "roles": sorted(role.value for role in Role), "auth": False}
+        roles = self.broker.context.authenticator.roles(user)
+        return {"user": user, "roles": sorted(role.value for role in roles), "auth": True}
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """GET /api/console/live: a ``snapshot`` event a second until the client goes."""
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await response.prepare(request)
+        viewer = self.viewer(current_user.get())
+        seen = -1
+
+        def news() -> bool:
+            return self.closing or self._version != seen
+
+        try:
+            while not self.closing:
+                async with self._changed:
+                    await self._changed.wait_for(news)
+                    seen = self._version
+                if self.closing or self.snapshot is None:
+                    break
+                data = dumps({**self.snapshot, "me": viewer})
+                await response.write(f"event: snapshot\ndata: {data}\n\n".encode())
+        except ConnectionResetError:
+            pass  # the client went
+        return response
+
+
+def sse_lines(text: str) -> list[dict[str, Any]]:
+    """The ``snapshot`` events of an event-stream text, decoded (tests and tools)."""
+    found = []
+    for block in text.split("\n\n"):
+        for line in block.splitlines():
+            if line.startswith("data: "):
+                found.append(json.loads(line[6:]))
+    return found

@@ -1,0 +1,296 @@
+// The qpidd console: live snapshots over server-sent events, the cluster and fail-over
+// pages, the confirmation dialog and the calls to the management API. Tables of queues,
+// exchanges, connections and users are in tables.js.
+"use strict";
+
+const HEADER = "X-Qpidd-Console";
+const PAGES = ["cluster", "timeline", "queues", "exchanges", "connections", "users"];
+const state = { snapshot: null, renderers: {}, pending: null };
+
+function $(id) { return document.getElementById(id); }
+
+function el(tag, attributes = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "text") element.textContent = value;
+    else if (key.startsWith("on")) element.addEventListener(key.slice(2), value);
+    else element.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    element.appendChild(typeof child === "string" || typeof child === "number" ? document.createTextNode(String(child)) : child);
+  }
+  return element;
+}
+
+function replaceRows(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+function fmt(value) {
+  if (value === null || value === undefined) return "-";
+  if (typeof value === "number") return Number.isInteger(value) ? value.toLocaleString("en") : value.toFixed(1);
+  return String(value);
+}
+
+function timeOf(seconds) {
+  if (seconds === null || seconds === undefined) return "-";
+  const d = new Date(seconds * 1000);
+  return d.toLocaleTimeString("en-GB", { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
+}
+
+function argsText(args) {
+  const keys = Object.keys(args || {});
+  return keys.length ? keys.map((k) => `${k}=${JSON.stringify(args[k])}`).join(", ") : "";
+}
+
+function roles() { return (state.snapshot && state.snapshot.me && state.snapshot.me.roles) || []; }
+function canAdmin() { return roles().includes("administrator"); }
+function canSteer() { return roles().includes("cluster-manager"); }
+
+function toast(text, error = false) {
+  const box = $("toast");
+  box.textContent = text;
+  box.className = error ? "toast error" : "toast";
+  clearTimeout(state.toastTimer);
+  state.toastTimer = setTimeout(() => { box.className = "toast hidden"; }, 8000);
+}
+
+async function api(method, path, body) {
+  const options = { method, credentials: "same-origin", headers: { [HEADER]: "1" } };
+  if (body !== undefined) {
+    options.headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, options);
+  let data = null;
+  try { data = await response.json(); } catch (e) { data = null; }
+  if (response.status === 401) { window.location.assign("/console/login"); }
+  if (!response.ok) throw new Error((data && data.reason) || `HTTP ${response.status}`);
+  return data;
+}
+
+// A change the user asked for: confirm first, then call, then say what happened.
+function confirmThen(text, action) {
+  $("confirm-text").textContent = text;
+  $("confirm").className = "modal";
+  state.pending = action;
+}
+
+function closeConfirm() {
+  $("confirm").className = "modal hidden";
+  state.pending = null;
+}
+
+async function runAction(action) {
+  try {
+    toast(await action());
+  } catch (error) {
+    toast(`refused: ${error.message}`, true);
+  }
+}
+
+// -- navigation ----------------------------------------------------------------------------
+function currentPage() {
+  const page = window.location.hash.replace("#", "");
+  return PAGES.includes(page) ? page : "cluster";
+}
+
+function showPage() {
+  const page = currentPage();
+  for (const name of PAGES) {
+    $(`page-${name}`).className = name === page ? "page shown" : "page";
+  }
+  for (const link of document.querySelectorAll("#tabs a")) {
+    link.className = link.dataset.page === page ? "active" : "";
+  }
+  render();
+}
+
+// -- header and cluster --------------------------------------------------------------------
+function renderBanner(s) {
+  const banner = $("role-banner");
+  const ha = s.ha;
+  const node = s.status.node;
+  if (!ha) {
+    banner.textContent = `STAND-ALONE broker ${node} (not in an HA cluster)`;
+    banner.className = "banner other";
+  } else if (ha.state === "active" || ha.state === "recovering") {
+    banner.textContent = `PRIMARY: ${node} (${ha.url}), epoch ${ha.epoch}, ${ha.state}`;
+    banner.className = "banner primary";
+  } else {
+    banner.textContent = `BACKUP ${node} (${ha.state}): the primary is ${ha.primary ? "at " + ha.primary : "not known yet"}`;
+    banner.className = "banner backup";
+  }
+  const me = s.me || {};
+  $("me").textContent = me.auth ? `${me.user} (${(me.roles || []).join(", ") || "no role"})` : "authentication off";
+  $("logout-form").className = me.auth ? "" : "hidden";
+}
+
+function memberRows(s) {
+  const ha = s.ha;
+  const members = (ha.members || []).map((m) => ({ ...m }));
+  if (!members.some((m) => m.id === ha.broker_id)) {
+    members.push({ id: ha.broker_id, url: ha.url, state: ha.state });
+  }
+  const backups = Object.fromEntries((ha.backups || []).map((b) => [b.id, b]));
+  const isPrimary = (m) => m.state === "active" || m.state === "recovering";
+  members.sort((a, b) => (isPrimary(b) - isPrimary(a)) || String(a.url).localeCompare(String(b.url)));
+  return members.map((m) => {
+    const self = m.id === ha.broker_id;
+    const backup = backups[m.id];
+    const lags = (backup && backup.queues) || [];
+    const totalLag = lags.reduce((sum, q) => sum + (q.lag || 0), 0);
+    const lagging = !isPrimary(m) && ((backup && (!backup.in_sync || !backup.ready || totalLag > 0)) || ["joining", "catch-up"].includes(m.state));
+    const history = (s.lag_history || {})[m.id] || {};
+    const lagCell = el("td", {});
+    if (isPrimary(m)) lagCell.appendChild(el("span", { class: "note", text: "(the primary: the others lag behind it)" }));
+    else if (!backup) lagCell.appendChild(el("span", { class: "note", text: ha.state === "active" || ha.state === "recovering" ? "not linked" : "on the primary's console" }));
+    else if (!lags.length) lagCell.appendChild(el("span", { class: "note", text: "no replicated queue" }));
+    for (const q of lags) {
+      const series = history[q.queue] || [q.lag];
+      lagCell.appendChild(el("span", { class: "lag", "data-queue": q.queue },
+        el("span", { text: `${q.queue}: ${fmt(q.lag)}` }), charts.sparkline(series, { color: q.lag > 0 ? "#b45309" : "#2563a8" })));
+    }
+    const inSync = isPrimary(m) ? "-" : backup ? (backup.in_sync ? "yes" : "no") : "-";
+    const role = isPrimary(m) ? el("span", { class: "tag primary", text: "PRIMARY" })
+      : el("span", { class: lagging ? "tag lag" : "tag", text: lagging ? "backup, LAGGING" : "backup" });
+    const rowClass = [isPrimary(m) ? "is-primary" : "", lagging ? "lagging" : ""].join(" ").trim();
+    return el("tr", { class: rowClass || null, "data-member": m.url, "data-state": m.state },
+      el("td", {}, el("span", { text: m.url }), self ? el("span", { class: "note", text: ` (this broker, ${s.status.node})` }) : null,
+        el("div", { class: "args", text: m.id })),
+      el("td", {}, el("span", { class: `pill ${m.state}`, text: m.state })),
+      el("td", {}, role),
+      el("td", { class: "num", text: self ? fmt(ha.epoch) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
+      el("td", { text: inSync }),
+      lagCell);
+  });
+}
+
+function renderCluster(s) {
+  const card = $("primary-card");
+  const ha = s.ha;
+  if (!ha) {
+    card.replaceChildren(el("div", { class: "big", text: `Stand-alone broker ${s.status.node}` }),
+      el("div", { class: "facts", text: "not an HA cluster member: no other members, no fail-overs" }));
+    replaceRows($("members").tBodies[0], []);
+    return;
+  }
+  const primary = ha.state === "active" || ha.state === "recovering";
+  const facts = [`epoch ${ha.epoch}`, `broker id ${ha.broker_id}`, `cluster URL ${ha.public_url || "-"}`];
+  if (primary) {
+    facts.push(`held confirms ${ha.held_confirms}`, `lease ${ha.lease_remaining === null ? "none" : ha.lease_remaining + " s"}`);
+    const inSync = ha.in_sync || {};
+    facts.push(`in-sync set: ${(inSync.committed || []).length} committed, ${(inSync.pending_removal || []).length} pending removal`);
+  } else if (ha.link_error) {
+    facts.push(`link: ${ha.link_error.reason}`);
+  }
+  card.replaceChildren(
+    el("div", { class: "big", id: "primary-name", text: primary ? `Primary: this broker, ${s.status.node} (${ha.url})` : `The primary is ${ha.primary ? "at " + ha.primary : "not known yet"}` }),
+    el("div", { class: "facts", text: facts.join(" · ") }));
+  replaceRows($("members").tBodies[0], memberRows(s));
+  $("cluster-note").textContent = "Members as this broker knows them (the primary knows every backup). " +
+    "The agents' view and the virtual IP's holder are in ZooKeeper: qpid-ha --zk HOSTS --cluster NAME status --all.";
+  renderClusterActions(s);
+}
+
+function renderClusterActions(s) {
+  const box = $("cluster-actions");
+  if (!canSteer() || !s.ha) { box.replaceChildren(); return; }
+  if (box.dataset.state === `${s.ha.state}/${s.ha.broker_id}`) return;
+  box.dataset.state = `${s.ha.state}/${s.ha.broker_id}`;
+  const node = s.status.node;
+  const buttons = [];
+  if (s.ha.state === "ready") {
+    buttons.push(el("button", { id: "promote", class: "danger", onclick: () => confirmThen(
+      `Promote ${node} to primary? Only when no agent manages this cluster: the agents promote by themselves, with the next epoch from ZooKeeper.`,
+      async () => { const r = await api("POST", "/api/ha/promote", { cluster_manager: true }); return `promoted ${node}: ${r.state}, epoch ${r.epoch}`; }) }, "Promote this broker"));
+  }
+  buttons.push(el("button", { id: "shutdown", class: "danger", onclick: () => confirmThen(
+    `Shut down ${node}? It stops as on SIGTERM; a broker an agent supervises is started again by its agent.`,
+    async () => { const r = await api("POST", "/api/admin/stop", { broker_id: s.ha.broker_id }); return `${node} is stopping (pid ${r.pid})`; }) }, "Shut down this broker"));
+  box.replaceChildren(...buttons);
+}
+
+// -- fail-over timeline --------------------------------------------------------------------
+const PHASE_NAMES = ["detection", "election", "promotion", "recovering", "failover"];
+
+function renderTimeline(s) {
+  const box = $("timeline");
+  const failovers = s.timeline || [];
+  if (!failovers.length) {
+    box.replaceChildren(el("p", { class: "note", id: "no-failover", text: "No fail-over seen since this broker started." }));
+    return;
+  }
+  box.replaceChildren(...failovers.map((f) => {
+    const head = f.initial
+      ? `Epoch ${f.epoch}: first primary ${f.new_primary} (initial election)`
+      : `Epoch ${f.epoch}: ${f.old_primary} → ${f.new_primary}`;
+    const instants = Object.entries(f.instants).filter(([, v]) => v !== null)
+      .map(([k, v]) => `${k} ${timeOf(v)}`).join(" · ");
+    const rows = PHASE_NAMES.map((name) => {
+      const ms = f.phases_ms[name];
+      return el("tr", { "data-phase": name }, el("th", { text: name }),
+        el("td", { text: ms === null ? "— (agents' logs)" : `${fmt(ms)} ms` }));
+    });
+    rows.splice(3, 0, el("tr", { "data-phase": "until_promoted" }, el("th", { text: "until promoted (detection + election + promotion)" }),
+      el("td", { text: f.until_promoted_ms === null ? "-" : `${fmt(f.until_promoted_ms)} ms` })));
+    const total = (f.until_promoted_ms || 0) + (f.phases_ms.recovering || 0);
+    const bar = el("div", { class: "bar" });
+    if (total > 0) {
+      const until = el("div", { class: "until", title: "until promoted" });
+      until.style.width = `${(100 * (f.until_promoted_ms || 0)) / total}%`;
+      const recov = el("div", { class: "recov", title: "recovering" });
+      recov.style.width = `${(100 * (f.phases_ms.recovering || 0)) / total}%`;
+      bar.append(until, recov);
+    }
+    return el("div", { class: "failover", "data-epoch": f.epoch },
+      el("div", { class: "head", text: head }),
+      el("div", { class: "note", text: `seen by this broker as the ${f.seen_by}; ${instants}` }),
+      bar, el("table", { class: "phases" }, el("tbody", {}, ...rows)));
+  }));
+}
+
+// -- live updates --------------------------------------------------------------------------
+function render() {
+  const s = state.snapshot;
+  if (!s) return;
+  renderBanner(s);
+  const page = currentPage();
+  if (page === "cluster") renderCluster(s);
+  else if (page === "timeline") renderTimeline(s);
+  else if (state.renderers[page]) state.renderers[page](s);
+}
+
+function connect() {
+  const source = new EventSource("/api/console/live");
+  source.addEventListener("snapshot", (event) => {
+    state.snapshot = JSON.parse(event.data);
+    $("live").className = "live";
+    render();
+  });
+  source.onerror = () => {
+    $("live").className = "live off";
+    if (source.readyState === EventSource.CLOSED) {
+      fetch("/console/static/console.css", { credentials: "same-origin" }).then((r) => {
+        if (r.status === 401) window.location.assign("/console/login");
+        else setTimeout(connect, 1000);
+      }, () => setTimeout(connect, 1000));
+    }
+  };
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("confirm-cancel").addEventListener("click", closeConfirm);
+  $("confirm-ok").addEventListener("click", () => {
+    const action = state.pending;
+    closeConfirm();
+    if (action) runAction(action);
+  });
+  window.addEventListener("hashchange", showPage);
+  showPage();
+  connect();
+});
+
+window.consoleApp = { state, el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, toast, $ };

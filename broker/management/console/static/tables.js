@@ -1,0 +1,138 @@
+// The console's object pages: queues (with charts and actions), exchanges and bindings,
+// connections, users. Registered as renderers with console.js.
+"use strict";
+
+(function () {
+  const app = window.consoleApp;
+  const { el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, $ } = app;
+  const enc = encodeURIComponent;
+  let selectedQueue = null;
+  let builtFor = null;
+
+  function last(history, key) {
+    return history.length ? history[history.length - 1][key] : 0;
+  }
+
+  function queueRow(q) {
+    const history = q.history || [];
+    return el("tr", { class: `clickable${q.name === selectedQueue ? " selected" : ""}`, "data-queue": q.name,
+      onclick: () => { selectedQueue = q.name; app.state.renderers.queues(app.state.snapshot); } },
+      el("td", { text: q.name }),
+      el("td", { class: "num ready", text: fmt(q.messages) }),
+      el("td", { class: "num unacked", text: fmt(q.messages_unacked) }),
+      el("td", {}, charts.sparkline(history.map((p) => p.messages))),
+      el("td", { class: "num", text: fmt(last(history, "publish")) }),
+      el("td", { class: "num", text: fmt(last(history, "deliver")) }),
+      el("td", { class: "num", text: fmt(last(history, "ack")) }),
+      el("td", { class: "num", text: fmt(q.consumers) }),
+      el("td", { text: q.replication || "-" }),
+      el("td", { class: "args", text: argsText(q.arguments) }));
+  }
+
+  function queueActions(name) {
+    if (!canAdmin()) {
+      return el("p", { class: "note", id: "queue-actions-none", text: "Purge, delete, publish and get need the administrator role." });
+    }
+    const got = el("pre", { class: "got hidden", id: "got" });
+    const payload = el("input", { id: "queue-payload", placeholder: "test message", value: "hello from the console" });
+    const box = el("div", { id: "queue-actions" },
+      el("div", { class: "actions" },
+        el("button", { id: "purge", class: "danger", onclick: () => confirmThen(`Purge the ready messages of queue ${name}?`,
+          async () => { const r = await api("DELETE", `/api/queues/${enc(name)}/contents`); return `purged ${r.messages_purged} messages from ${name}`; }) }, "Purge"),
+        el("button", { id: "delete-queue", class: "danger", onclick: () => confirmThen(`Delete queue ${name} with its messages and bindings?`,
+          async () => { const r = await api("DELETE", `/api/queues/${enc(name)}`); selectedQueue = null; return `deleted queue ${name} (${r.messages_deleted} messages)`; }) }, "Delete"),
+        el("button", { id: "get-message", onclick: () => runAction(async () => {
+          const r = await api("POST", `/api/queues/${enc(name)}/get`, { count: 1, requeue: true });
+          got.className = "got";
+          got.textContent = r.length ? r.map((m) => `${m.routing_key}: ${m.payload}${m.redelivered ? " (redelivered)" : ""}`).join("\n") : "(the queue is empty)";
+          return `got ${r.length} message(s) from ${name}, put back`;
+        }) }, "Get a message (requeue)")),
+      el("form", { class: "inline", onsubmit: (event) => { event.preventDefault(); runAction(async () => {
+        const r = await api("POST", "/api/exchanges/amq.default/publish", { routing_key: name, payload: payload.value });
+        return r.routed ? `published a test message to ${name}` : `the message was not routed`;
+      }); } }, payload, el("button", { id: "publish-to-queue", type: "submit" }, "Publish to this queue")),
+      got);
+    return box;
+  }
+
+  function renderQueues(s) {
+    const queues = s.queues || [];
+    replaceRows($("queues").tBodies[0], queues.map(queueRow));
+    const detail = $("queue-detail");
+    const q = queues.find((x) => x.name === selectedQueue);
+    if (!q) { detail.replaceChildren(); builtFor = null; return; }
+    if (builtFor !== q.name) {
+      builtFor = q.name;
+      detail.replaceChildren(el("div", { class: "detail" },
+        el("h2", { text: `Queue ${q.name}` }), el("div", { class: "charts", id: "queue-charts" }), queueActions(q.name)));
+    }
+    const history = q.history || [];
+    $("queue-charts").replaceChildren(
+      charts.lineChart("depth (messages)", [
+        { name: "ready", values: history.map((p) => p.messages) },
+        { name: "unacked", values: history.map((p) => p.unacked) }]),
+      charts.lineChart("rates (messages/s)", [
+        { name: "publish", values: history.map((p) => p.publish) },
+        { name: "deliver", values: history.map((p) => p.deliver) },
+        { name: "ack", values: history.map((p) => p.ack) }]),
+      el("div", { class: "chart" }, el("div", { class: "title", text: "facts" }),
+        el("div", { text: `durable ${q.durable}, auto-delete ${q.auto_delete}, exclusive ${q.exclusive}` }),
+        el("div", { text: `bytes ${fmt(q.bytes)}, enqueued ${fmt(q.enqueued_total)}, delivered ${fmt(q.delivered_total)}, acked ${fmt(q.acked_total)}` }),
+        el("div", { text: `expired ${fmt(q.expired_total)}, dropped ${fmt(q.dropped_total)}, refused ${fmt(q.rejected_publishes)}` }),
+        el("div", { text: `replication ${q.replication || "-"}` })));
+  }
+
+  let publishTo = null;
+
+  function renderPublishForm() {
+    const box = $("publish-form");
+    if (publishTo === null || !canAdmin()) { box.replaceChildren(); return; }
+    const key = el("input", { id: "publish-key", placeholder: "routing key" });
+    const payload = el("input", { id: "publish-payload", placeholder: "payload", value: "test" });
+    box.replaceChildren(el("form", { class: "inline", onsubmit: (event) => { event.preventDefault(); runAction(async () => {
+      const r = await api("POST", `/api/exchanges/${enc(publishTo || "amq.default")}/publish`, { routing_key: key.value, payload: payload.value });
+      return r.routed ? `published to ${publishTo || "the default exchange"}: ${r.queues} queue(s)` : "published, but no queue took it (unroutable)";
+    }); } }, el("strong", { text: `Publish to ${publishTo || "(default)"}` }), key, payload, el("button", { type: "submit", id: "publish-send" }, "Publish")));
+  }
+
+  function renderExchanges(s) {
+    replaceRows($("exchanges").tBodies[0], (s.exchanges || []).map((x) => el("tr", { "data-exchange": x.name },
+      el("td", { text: x.name || "(default)" }), el("td", { text: x.type }), el("td", { text: x.durable ? "yes" : "no" }),
+      el("td", { class: "num", text: fmt(x.bindings) }), el("td", { class: "num", text: fmt(x.routed_total) }),
+      el("td", { class: "num", text: fmt(x.unroutable_total) }), el("td", { class: "args", text: argsText(x.arguments) }),
+      el("td", {}, canAdmin() && !x.internal ? el("button", { onclick: () => { publishTo = x.name; renderPublishForm(); } }, "Publish...") : null))));
+    replaceRows($("bindings").tBodies[0], (s.bindings || []).map((b) => el("tr", {},
+      el("td", { text: b.source || "(default)" }), el("td", { text: b.destination }), el("td", { text: b.destination_type }),
+      el("td", { text: b.routing_key }), el("td", { class: "args", text: argsText(b.arguments) }))));
+  }
+
+  function renderConnections(s) {
+    replaceRows($("connections").tBodies[0], (s.connections || []).map((c) => el("tr", { "data-connection": c.id },
+      el("td", { class: "num", text: c.id }), el("td", { text: c.peer }), el("td", { text: c.user || "-" }),
+      el("td", { text: c.state }), el("td", { text: [c.client_product, c.client_version].filter(Boolean).join(" ") || "-" }),
+      el("td", { class: "num", text: fmt(c.channels) }), el("td", { class: "num", text: c.heartbeat ? `${c.heartbeat} s` : "none" }),
+      el("td", { class: "num", text: fmt(c.messages_published) }), el("td", { class: "num", text: fmt(c.messages_delivered) }),
+      el("td", {}, canAdmin() ? el("button", { class: "danger", onclick: () => confirmThen(`Close connection ${c.id} (${c.peer}, ${c.user || "no user"})? The client gets 320 CONNECTION_FORCED.`,
+        async () => { await api("DELETE", `/api/connections/${c.id}`); return `closed connection ${c.id}`; }) }, "Close") : null))));
+  }
+
+  let usersLoaded = 0;
+
+  function renderUsers(s) {
+    const box = $("users");
+    if (!s.me.auth) { box.replaceChildren(el("p", { class: "note", text: "Authentication is off: no users are checked." })); return; }
+    if (!canAdmin()) { box.replaceChildren(el("p", { class: "note", id: "users-none", text: "Only administrators see the users." })); return; }
+    if (Date.now() - usersLoaded < 10000) return;
+    usersLoaded = Date.now();
+    api("GET", "/api/users").then((users) => {
+      box.replaceChildren(el("table", { class: "grid", id: "users-table" },
+        el("thead", {}, el("tr", {}, el("th", { text: "User" }), el("th", { text: "Management roles" }))),
+        el("tbody", {}, ...users.map((u) => el("tr", {}, el("td", { text: u.name }), el("td", { text: u.roles.join(", ") || "none (AMQP only)" }))))));
+    }, (error) => box.replaceChildren(el("p", { class: "note", text: error.message })));
+  }
+
+  app.state.renderers.queues = renderQueues;
+  app.state.renderers.exchanges = (s) => { renderExchanges(s); if (!$("publish-form").firstChild) renderPublishForm(); };
+  app.state.renderers.connections = renderConnections;
+  app.state.renderers.users = renderUsers;
+})();

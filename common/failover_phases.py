@@ -1,0 +1,96 @@
+"""The phases of a fail-over: their names, order, instants and arithmetic, in one place.
+
+:Status: Stable (the analytics report, ``docs/analytics.md`` "Phases, exactly", and the web
+    console's fail-over timeline, ``docs/console.md``, both speak in these words)
+
+A fail-over to epoch ``E`` is a row of instants (seconds or microseconds, any one clock):
+
+``failure``
+    the old primary failed or was fenced (the first failure event of its node);
+``resigned``
+    the old primary's agent resigned (``agent_fenced``, ``election_withdraw``);
+``detected``
+    the earlier of ``resigned`` and ``won``;
+``won``
+    the new primary's agent won the election (its last ``election_won`` before promoting);
+``promoted``
+    the new primary's agent finished promoting (``agent_promoted``);
+``recovering``
+    the new primary's broker moved to recovering with epoch ``E``;
+``active``
+    the new primary's broker moved to active with epoch ``E``.
+
+:func:`durations` turns them into the phases (:data:`PHASES`, in order): a phase whose
+instants are not both known is ``None``, never a guess. Pure functions, no I/O; PySpark's
+``analytics.failover`` computes the same columns over DataFrames, and the console computes
+them over what one broker saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "BROKER_FAILURE_EVENTS",
+    "CLIENT_OUTAGE",
+    "INSTANTS",
+    "PHASES",
+    "RESIGN_EVENTS",
+    "Phase",
+    "detected",
+    "durations",
+]
+
+#: The instants of a fail-over, in the order they normally happen.
+INSTANTS = ("failure", "resigned", "detected", "won", "promoted", "recovering", "active")
+
+#: Agent events by which the old primary's agent resigns (``analytics.failover``).
+RESIGN_EVENTS = ("agent_fenced", "election_withdraw")
+
+#: Broker events that end a broker's serving (``analytics.states.BROKER_END_EVENTS``).
+BROKER_FAILURE_EVENTS = ("broker_stopped", "ha_fenced", "ha_illegal_transition")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase: the time from its ``start`` instant to its ``end`` instant."""
+
+    name: str
+    end: str
+    start: str
+    meaning: str
+
+
+#: The phases in order; ``failover`` is the sum of the four before it.
+PHASES = (
+    Phase("detection", "detected", "failure", "until the old agent resigns or another wins"),
+    Phase("election", "won", "detected", "until the next agent leads (0: the win detected)"),
+    Phase("promotion", "recovering", "won", "epoch, promote call, broker promoted"),
+    Phase("recovering", "active", "recovering", "the new primary waits for its backups"),
+    Phase("failover", "active", "failure", "the service is back"),
+)
+
+#: The clients' side, measured by the drill (``qpid-ha drill``), not by the brokers.
+CLIENT_OUTAGE = "client_outage"
+
+
+def detected(instants: Mapping[str, float | None]) -> float | None:
+    """The earlier of ``resigned`` and ``won`` (the one known when only one is)."""
+    known = [t for t in (instants.get("resigned"), instants.get("won")) if t is not None]
+    return min(known) if known else instants.get("detected")
+
+
+def durations(instants: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Each phase of :data:`PHASES` as ``end - start`` in the instants' unit, ``None`` when
+    one of its instants is unknown. ``promotion`` falls back to ``promoted - won`` without a
+    ``recovering`` instant, as the analytics report does."""
+    known = dict(instants)
+    known["detected"] = detected(instants)
+    result: dict[str, float | None] = {}
+    for phase in PHASES:
+        end, start = known.get(phase.end), known.get(phase.start)
+        if phase.name == "promotion" and end is None:
+            end = known.get("promoted")
+        result[phase.name] = None if end is None or start is None else end - start
+    return result

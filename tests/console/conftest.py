@@ -1,0 +1,81 @@
+"""Fixtures of the console's browser tests: a real 3-node agent cluster with a users file,
+and one headless Chromium (Debian's ``chromium`` and ``chromium-driver``, installed by
+``make system-packages``), both shared by a module."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.agent_cluster import AgentCluster
+from tests.console.support import screenshot_dir, write_users
+from tests.zookeeper import ZooKeeper
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+#: A laptop's screen.
+WINDOW = "1366,860"
+
+
+@pytest.fixture(scope="module")
+def console_cluster(
+    tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeper
+) -> Iterator[AgentCluster]:
+    """Three agents, each supervising its broker, with the users of ``support.USERS``;
+    settled (one active primary, two ready backups in the in-sync set)."""
+    root = tmp_path_factory.mktemp("console-cluster")
+    users = write_users(root / "users")
+    cluster = AgentCluster(root, zookeeper.hosts, f"console-{uuid.uuid4().hex[:8]}", size=3)
+    try:
+        for node in cluster.nodes:
+            node.broker_command.append(f"--sasl-users={users}")
+        cluster.start()
+        cluster.wait_settled(timeout=60)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium through chromedriver (selenium), closed after the module."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if shutil.which(p) is None]
+    if missing:
+        pytest.fail(
+            f"{', '.join(missing)} missing: `make system-packages` installs Debian's chromium"
+            " and chromium-driver"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # root in CI
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={WINDOW}",
+        "--no-first-run",
+        "--disable-extensions",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--metrics-recording-only",
+    ):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shots() -> Path:
+    return screenshot_dir()

@@ -1,0 +1,250 @@
+"""The console in a real browser (headless Chromium) against a real 3-node agent cluster.
+
+The tests share the module's cluster and browser and run in file order on one worker
+(``xdist_group``): log in, see the primary and two ready backups, see a backup's console
+point to the primary, see a queue a client made with its depth, a monitoring user who may
+not purge, an administrator who purges, then the primary SIGKILLed and the new primary with
+its fail-over on the timeline. Each page is photographed (``support.screenshot_dir``:
+``docs/console/`` with ``CONSOLE_SCREENSHOTS=1``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from selenium.common.exceptions import (
+    JavascriptException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.common.by import By
+
+from common.polling import poll_until
+from tests.agent.agent_cluster import AgentCluster, Node
+from tests.console.support import USERS
+
+pytestmark = pytest.mark.xdist_group("console_browser")
+
+QUEUE = "console-orders"
+
+
+def console_url(node: Node, page: str = "cluster") -> str:
+    return f"http://127.0.0.1:{node.mgmt_port}/console/#{page}"
+
+
+def seen(browser: Any, check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """Poll the page until ``check()`` is truthy (elements re-rendered meanwhile are
+    looked up again)."""
+
+    def attempt() -> Any:
+        try:
+            return check()
+        except (NoSuchElementException, StaleElementReferenceException):
+            return None
+
+    return poll_until(attempt, timeout, what or None, interval=0.1)
+
+
+def text(browser: Any, css: str) -> str:
+    return str(browser.find_element(By.CSS_SELECTOR, css).text)
+
+
+def log_in(browser: Any, node: Node, user: str, page: str = "cluster") -> None:
+    """Open ``node``'s console as ``user`` (logging out whoever was logged in there)."""
+    browser.get(console_url(node, page))
+    if browser.find_elements(By.ID, "logout"):
+        seen(browser, lambda: browser.find_element(By.ID, "logout").is_displayed())
+        me = text(browser, "#me")
+        if me.startswith(f"{user} "):
+            return
+        browser.find_element(By.ID, "logout").click()
+        seen(browser, lambda: browser.find_elements(By.ID, "login-button"))
+    browser.find_element(By.ID, "user").send_keys(user)
+    browser.find_element(By.ID, "password").send_keys(USERS[user][0])
+    browser.find_element(By.ID, "login-button").click()
+    seen(browser, lambda: text(browser, "#me").startswith(f"{user} "), what=f"{user} logged in")
+    browser.get(console_url(node, page))
+    seen(browser, lambda: browser.find_element(By.ID, "live").get_attribute("class") == "live")
+
+
+def rendered(browser: Any, css: str) -> Callable[[], Any]:
+    return lambda: browser.find_elements(By.CSS_SELECTOR, css)
+
+
+def show(browser: Any, page: str) -> None:
+    browser.execute_script(f"window.location.hash = '#{page}'")
+
+
+def primary_of(cluster: AgentCluster) -> Node:
+    (primary,) = cluster.primaries()
+    return primary
+
+
+def test_login_then_the_primary_and_two_ready_backups(
+    console_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    primary = primary_of(console_cluster)
+    browser.get(console_url(primary))
+    assert browser.find_elements(By.ID, "login-button"), "anonymous visitors get the login form"
+    browser.save_screenshot(str(shots / "login.png"))
+    browser.find_element(By.ID, "user").send_keys("guest")
+    browser.find_element(By.ID, "password").send_keys("wrong")
+    browser.find_element(By.ID, "login-button").click()
+    assert "wrong user or password" in text(browser, "#login-error")
+    log_in(browser, primary, "guest")
+    banner = seen(browser, lambda: text(browser, "#role-banner").startswith("PRIMARY") or None)
+    assert banner
+    assert primary.name in text(browser, "#role-banner")
+
+    def members() -> list[tuple[str, str]] | None:
+        rows = browser.find_elements(By.CSS_SELECTOR, "#members tbody tr")
+        found = [(str(r.get_attribute("data-state")), str(r.get_attribute("class"))) for r in rows]
+        return found if len(found) == 3 else None
+
+    rows = seen(browser, members, what="three members")
+    assert rows[0] == ("active", "is-primary")
+    assert [state for state, _ in rows[1:]] == ["ready", "ready"]
+    assert text(browser, "#members tbody tr.is-primary td:nth-child(3)") == "PRIMARY"
+    browser.save_screenshot(str(shots / "cluster.png"))
+
+
+def test_a_backups_console_says_where_the_primary_is(
+    console_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    primary = primary_of(console_cluster)
+    backup = next(n for n in console_cluster.nodes if n is not primary)
+    log_in(browser, backup, "watcher")
+    expected = f"the primary is at 127.0.0.1:{primary.port}"
+    seen(browser, lambda: expected in text(browser, "#role-banner"), what=expected)
+    assert text(browser, "#role-banner").startswith("BACKUP")
+    browser.save_screenshot(str(shots / "cluster-backup.png"))
+
+
+def publish(node: Node, count: int) -> None:
+    parameters = pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{node.port}/%2F")
+    with pika.BlockingConnection(parameters) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare(QUEUE, durable=True, arguments={"x-max-length": 10000})
+        for i in range(count):
+            channel.basic_publish("", QUEUE, f"order {i}".encode())
+
+
+def test_a_queue_a_client_made_appears_with_its_depth(
+    console_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    primary = primary_of(console_cluster)
+    log_in(browser, primary, "guest", "queues")
+    publish(primary, 5)
+    row = f"#queues tr[data-queue='{QUEUE}']"
+    seen(browser, lambda: text(browser, f"{row} td.ready") == "5", what="5 ready in the row")
+    browser.find_element(By.CSS_SELECTOR, row).click()
+    seen(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "#queue-charts .chart"))
+    assert "replication all" in text(browser, "#queue-charts")
+    browser.save_screenshot(str(shots / "queues.png"))
+    # each backup's lag for the queue, with its sparkline, on the cluster page
+    show(browser, "cluster")
+    lags = f"#members .lag[data-queue='{QUEUE}']"
+    seen(browser, lambda: len(browser.find_elements(By.CSS_SELECTOR, lags)) == 2, what="lags")
+    assert browser.find_elements(By.CSS_SELECTOR, f"{lags} svg")
+
+
+def test_a_monitoring_user_cannot_purge(console_cluster: AgentCluster, browser: Any) -> None:
+    primary = primary_of(console_cluster)
+    log_in(browser, primary, "watcher", "queues")
+    row = f"#queues tr[data-queue='{QUEUE}']"
+    seen(browser, lambda: browser.find_element(By.CSS_SELECTOR, row)).click()
+    seen(browser, lambda: browser.find_element(By.ID, "queue-actions-none"))
+    assert not browser.find_elements(By.ID, "purge")
+    # and the API refuses what the page does not offer
+    status = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        f"fetch('/api/queues/{QUEUE}/contents', {{method: 'DELETE',"
+        " headers: {'X-Qpidd-Console': '1'}}).then(r => done(r.status), e => done(String(e)));"
+    )
+    assert status == 403
+    assert text(browser, f"{row} td.ready") == "5"
+
+
+def test_an_administrator_purges_a_queue_after_confirming(
+    console_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    primary = primary_of(console_cluster)
+    log_in(browser, primary, "admin", "queues")
+    row = f"#queues tr[data-queue='{QUEUE}']"
+    seen(browser, lambda: browser.find_element(By.CSS_SELECTOR, row)).click()
+    seen(browser, lambda: browser.find_element(By.ID, "purge")).click()
+    assert "Purge the ready messages of queue" in text(browser, "#confirm-text")
+    browser.save_screenshot(str(shots / "confirm.png"))
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(browser, lambda: f"purged 5 messages from {QUEUE}" in text(browser, "#toast"))
+    seen(browser, lambda: text(browser, f"{row} td.ready") == "0", what="0 ready")
+    for page in ("exchanges", "connections", "users"):
+        show(browser, page)
+        seen(browser, rendered(browser, f"#{page} *"), what=page)
+        browser.save_screenshot(str(shots / f"{page}.png"))
+    assert "watcher" in text(browser, "#users-table")
+
+
+def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(
+    console_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    old = primary_of(console_cluster)
+    backups = [n for n in console_cluster.nodes if n is not old]
+    for node in backups:  # one session per member (the cookie carries the port)
+        log_in(browser, node, "guest", "cluster")
+    killed_at = time.monotonic()
+    os.kill(old.broker_pid(), signal.SIGKILL)
+
+    def new_primary() -> Node | None:
+        for node in backups:
+            browser.get(console_url(node))
+            try:
+                banner = seen(browser, lambda: text(browser, "#role-banner") != "connecting...")
+            except AssertionError:
+                continue  # its console is not serving yet
+            if str(text(browser, "#role-banner")).startswith("PRIMARY") and banner:
+                return node
+        return None
+
+    new = poll_until(new_primary, 30, "a backup's console showing it is the primary")
+    took = time.monotonic() - killed_at
+    show(browser, "timeline")
+    card = f"#timeline .failover[data-epoch]:not([data-epoch='{0}'])"
+
+    def failover_card() -> str | None:
+        head = text(browser, f"{card} .head")
+        return head if f"127.0.0.1:{old.port} → 127.0.0.1:{new.port}" in head else None
+
+    head = seen(browser, failover_card, what="the fail-over on the timeline")
+    assert head.startswith("Epoch ")
+    recovering = text(browser, f"{card} tr[data-phase='recovering'] td")
+    failover = text(browser, f"{card} tr[data-phase='failover'] td")
+    assert recovering.endswith(" ms") and failover.endswith(" ms"), (recovering, failover)
+    assert "agents' logs" in text(browser, f"{card} tr[data-phase='election'] td")
+    browser.save_screenshot(str(shots / "timeline.png"))
+    assert took < 20, f"the console showed the new primary {took:.1f} s after the kill"
+    # the other backup's console points to the new primary
+    other = next(n for n in backups if n is not new)
+    browser.get(console_url(other))
+    expected = f"the primary is at 127.0.0.1:{new.port}"
+    seen(browser, lambda: expected in text(browser, "#role-banner"), 15, expected)
+
+
+def test_no_script_error_in_the_pages(browser: Any) -> None:
+    try:
+        errors = [
+            entry
+            for entry in browser.get_log("browser")
+            if entry["level"] == "SEVERE" and "Failed to load resource" not in entry["message"]
+        ]
+    except JavascriptException:  # pragma: no cover - a driver without logs
+        errors = []
+    assert errors == []

@@ -1,0 +1,211 @@
+"""The console's HTTP side against a real stand-alone qpidd with a users file: login,
+sessions, the cookie's rules, the live stream, the actions and their bad input.
+
+One broker for the module (its queues are named by each test)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from broker.management.console.sessions import COOKIE
+from tests.broker_process import BrokerProcess
+from tests.console.support import Browserless, write_users
+
+pytestmark = pytest.mark.xdist_group("console_http")
+
+
+@pytest.fixture(scope="module")
+def qpidd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    root = tmp_path_factory.mktemp("console-http")
+    users = write_users(root / "users")
+    process = BrokerProcess(root / "qpidd", args=[f"--sasl-users={users}"]).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def logged_in(qpidd: BrokerProcess, user: str) -> Browserless:
+    client = Browserless(qpidd.mgmt_port)
+    answer = client.login(user)
+    assert answer.status == 303, answer.text
+    assert answer.headers["Location"] == "/console/"
+    return client
+
+
+def declare(qpidd: BrokerProcess, queue: str, messages: int) -> None:
+    params = pika.URLParameters(qpidd.url)
+    with pika.BlockingConnection(params) as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue)
+        for i in range(messages):
+            channel.basic_publish("", queue, f"m{i}".encode())
+
+
+def test_anonymous_visitors_get_the_login_form_only(qpidd: BrokerProcess) -> None:
+    client = Browserless(qpidd.mgmt_port)
+    page = client.request("GET", "/console/")
+    assert page.status == 303 and page.headers["Location"] == "/console/login"
+    assert client.request("GET", "/console").status == 302
+    form = client.request("GET", "/console/login")
+    assert form.status == 200 and 'name="password"' in form.text
+    assert "default-src 'self'" in form.headers["Content-Security-Policy"]
+    assert client.request("GET", "/console/static/login.css").status == 200
+    for path in ("/console/static/console.js", "/console/static/tables.js"):
+        assert client.request("GET", path).status == 401
+    live = client.request("GET", "/api/console/live")
+    assert live.status == 401 and "WWW-Authenticate" in live.headers
+    assert client.request("GET", "/console/static/../../etc/passwd").status == 404
+
+
+def test_a_wrong_password_or_a_user_without_a_role_is_refused(qpidd: BrokerProcess) -> None:
+    client = Browserless(qpidd.mgmt_port)
+    for user, password in (("admin", "nope"), ("nobody", "x"), ("app", "app-secret")):
+        answer = client.login(user, password)
+        assert answer.status == 401, (user, answer.status)
+        assert "wrong user or password, or no management role" in answer.text
+    assert not list(client.jar)
+    assert client.request("POST", "/console/login", form={"user": "", "password": ""}).status == 400
+    long = client.request("POST", "/console/login", form={"user": "x" * 5000, "password": "y"})
+    assert long.status == 400
+    events = [e["event"] for e in qpidd.events()]
+    assert "console_login_failed" in events
+
+
+def test_login_sets_a_strict_cookie_and_the_api_accepts_it(qpidd: BrokerProcess) -> None:
+    client = Browserless(qpidd.mgmt_port)
+    answer = client.login("watcher")
+    cookie = answer.headers["Set-Cookie"]
+    assert cookie.startswith(f"{COOKIE}_{qpidd.mgmt_port}=")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert client.request("GET", "/console/").status == 200
+    assert client.request("GET", "/console/static/console.js").status == 200
+    assert client.request("GET", "/api/queues").status == 200
+    # the cookie carries the user's roles: a monitoring user changes nothing
+    refused = client.change("PUT", "/api/queues/by-watcher")
+    assert refused.status == 403 and "administrator" in refused.json()["reason"]
+    # logging out ends the session on the broker, not only in the browser
+    token = next(c.value for c in client.jar)
+    assert client.request("POST", "/console/logout").status == 303
+    stale = Browserless(qpidd.mgmt_port)
+    stale.opener.addheaders = [("Cookie", f"{COOKIE}_{qpidd.mgmt_port}={token}")]
+    after = stale.request("GET", "/api/queues", headers={"X-Qpidd-Console": "1"})
+    assert after.status == 401 and "WWW-Authenticate" not in after.headers
+
+
+def test_a_change_with_the_cookie_needs_the_console_header(qpidd: BrokerProcess) -> None:
+    client = logged_in(qpidd, "admin")
+    bare = client.request("PUT", "/api/queues/csrf-q", {})
+    assert bare.status == 403 and "X-Qpidd-Console" in bare.json()["reason"]
+    assert client.change("PUT", "/api/queues/csrf-q", {}).status == 201
+
+
+def test_the_live_stream_sends_snapshots_of_the_same_views(qpidd: BrokerProcess) -> None:
+    declare(qpidd, "live-q", 3)
+    client = logged_in(qpidd, "watcher")
+    cookie = next(c for c in client.jar)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{qpidd.mgmt_port}/api/console/live",
+        headers={"Cookie": f"{cookie.name}={cookie.value}"},
+    )
+    snapshots: list[dict[str, Any]] = []
+    with urllib.request.urlopen(request, timeout=10) as stream:
+        assert stream.headers["Content-Type"] == "text/event-stream"
+        # the first snapshot is the latest one, maybe older than the queue: a second a new one
+        while len(snapshots) < 3 and not any(
+            q["name"] == "live-q" for q in (snapshots[-1]["queues"] if snapshots else [])
+        ):
+            line = stream.readline()
+            if line.startswith(b"data: "):
+                snapshots.append(json.loads(line[6:]))
+    snapshot = snapshots[-1]
+    assert snapshot["me"] == {"user": "watcher", "roles": ["monitoring"], "auth": True}
+    queue = next(q for q in snapshot["queues"] if q["name"] == "live-q")
+    assert queue["messages"] == 3 and queue["history"]
+    assert snapshot["status"]["ha_state"] == "standalone" and snapshot["ha"] is None
+    assert snapshot["timeline"] == []
+    assert {"exchanges", "bindings", "connections", "lag_history"} <= set(snapshot)
+
+
+def test_an_administrator_purges_gets_and_publishes(qpidd: BrokerProcess) -> None:
+    declare(qpidd, "act-q", 4)
+    client = logged_in(qpidd, "admin")
+    got = client.change("POST", "/api/queues/act-q/get", {"count": 2})
+    assert got.status == 200
+    assert [m["payload"] for m in got.json()] == ["m0", "m1"]
+    again = client.change("POST", "/api/queues/act-q/get", {"count": 1, "requeue": False})
+    assert again.json()[0] == {
+        "payload": "m0",
+        "payload_bytes": 2,
+        "payload_encoding": "string",
+        "routing_key": "act-q",
+        "exchange": "",
+        "redelivered": True,
+    }
+    sent = client.change("POST", "/api/exchanges/amq.default/publish", {"routing_key": "act-q"})
+    assert sent.json() == {"routed": True, "queues": 1, "rejected": 0}
+    purged = client.change("DELETE", "/api/queues/act-q/contents")
+    assert purged.json() == {"name": "act-q", "messages_purged": 4}
+    users = client.request("GET", "/api/users").json()
+    assert {"name": "watcher", "roles": ["monitoring"]} in users
+    assert all("hash" not in json.dumps(u) for u in users)
+    events = [e["event"] for e in qpidd.events()]
+    assert {"queue_purged", "test_messages_got", "test_message_published"} <= set(events)
+
+
+def test_a_monitoring_user_acts_on_nothing(qpidd: BrokerProcess) -> None:
+    declare(qpidd, "watched-q", 1)
+    client = logged_in(qpidd, "watcher")
+    for method, path in (
+        ("DELETE", "/api/queues/watched-q/contents"),
+        ("POST", "/api/queues/watched-q/get"),
+        ("POST", "/api/exchanges/amq.default/publish"),
+        ("DELETE", "/api/queues/watched-q"),
+    ):
+        answer = client.change(method, path, {})
+        assert answer.status == 403, (method, path, answer.text)
+    assert client.request("GET", "/api/users").status == 403
+    assert client.request("GET", "/api/queues/watched-q").json()["messages"] == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "reason"),
+    [
+        ("POST", "/api/queues/act-q/get", {"count": 0}, 400, "count"),
+        ("POST", "/api/queues/act-q/get", {"count": True}, 400, "count"),
+        ("POST", "/api/queues/act-q/get", {"requeue": "no"}, 400, "requeue"),
+        ("POST", "/api/queues/act-q/get", {"cuont": 1}, 400, "cuont"),
+        ("POST", "/api/queues/nope/get", {}, 404, "nope"),
+        ("DELETE", "/api/queues/nope/contents", None, 404, "nope"),
+        ("POST", "/api/exchanges/nope/publish", {}, 404, "nope"),
+        ("POST", "/api/exchanges/amq.default/publish", {"payload": 5}, 400, "payload"),
+        ("POST", "/api/exchanges/amq.default/publish", {"payload": "x" * 70000}, 400, "payload"),
+        ("POST", "/api/exchanges/amq.default/publish", {"routing_key": "k" * 300}, 400, "key"),
+    ],
+)
+def test_bad_input_is_a_clear_error(
+    qpidd: BrokerProcess, method: str, path: str, body: object, status: int, reason: str
+) -> None:
+    client = logged_in(qpidd, "admin")
+    answer = client.change(method, path, body)
+    assert answer.status == status, answer.text
+    assert reason in answer.json()["reason"]
+
+
+def test_the_page_and_its_files_come_from_the_package(qpidd: BrokerProcess) -> None:
+    client = logged_in(qpidd, "watcher")
+    page = client.request("GET", "/console/").text
+    static = Path(__file__).resolve().parents[2] / "broker/management/console/static"
+    assert page == (static / "index.html").read_text()
+    for name in ("console.js", "tables.js", "charts.js", "console.css"):
+        body = client.request("GET", f"/console/static/{name}").text
+        assert body == (static / name).read_text()
+        assert "http://" not in body.replace("http://www.w3.org/2000/svg", "")
+        assert "https://" not in body
