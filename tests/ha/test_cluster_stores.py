@@ -13,6 +13,7 @@ import pika
 import pytest
 
 from broker.store.data_dir import inspect
+from broker.store.identity import new_id
 from common.polling import free_port, poll_until
 from tests.broker_process import BrokerProcess
 from tests.cli.conftest import qpid_ha
@@ -75,6 +76,15 @@ def test_a_store_of_another_cluster_is_refused_then_truncated(
     assert cluster_id and one.ha(1)["cluster_id"] == cluster_id
     other_id = other.ha(0)["cluster_id"]
     assert other_id and other_id != cluster_id
+    port = other.brokers[0].mgmt_port
+    for body, code, text in (
+        ({"shutdown_id": new_id()}, 403, "cluster-manager command"),
+        ({"cluster_manager": True, "shutdown_id": "x"}, 400, "shutdown_id must be a UUID"),
+        ({"cluster_manager": True, "shutdown_id": new_id(), "quiesce": 1}, 400, "quiesce"),
+        ({"cluster_manager": True, "shutdown_id": new_id(), "now": 1}, 400, "unknown field"),
+    ):
+        answer = http("POST", port, "/api/ha/shutdown", body)
+        assert answer["http_status"] == code and text in str(answer), answer
     connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", one.ports[0]))
     channel = connection.channel()
     channel.queue_declare("kept", durable=True)
