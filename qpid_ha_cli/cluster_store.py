@@ -108,14 +108,20 @@ def shutdown(
         f" ({answer.get('clients_closed', 0)} connections closed)"
     )
     late: list[str] = []
-    for backup in backups:
-        if _wait_caught_up(s, primary, backup):
-            _stop(s, backup, shutdown_id, "backup")
-        else:
-            late.append(backup.url)
-            s.env.out(f"{backup.url} (backup) did not catch up in {s.timeout:g} s")
-            _stop(s, backup, None, "backup, without the shutdown-id")
-    _stop(s, primary, shutdown_id, "primary")
+    try:
+        for backup in backups:
+            if _wait_caught_up(s, primary, backup):
+                _stop(s, backup, shutdown_id, "backup")
+            else:
+                late.append(backup.url)
+                s.env.out(f"{backup.url} (backup) did not catch up in {s.timeout:g} s")
+                _stop(s, backup, None, "backup, without the shutdown-id")
+        _stop(s, primary, shutdown_id, "primary")
+    except (CommandError, ManagementError) as exc:
+        raise CommandError(
+            f"{exc}; the primary {primary.url} serves no clients any more: run shutdown --all"
+            " again, or stop-member it and start it again"
+        ) from None
     s.env.out(f"stopped {len(members)} brokers; stores clean with shutdown-id {shutdown_id}")
     if late:
         raise CommandError(
