@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -20,6 +21,7 @@ from broker.store.identity import (
     next_backup_name,
     parse_id,
 )
+from tests.cli.conftest import qpid_ha
 from tests.store.store_brokers import StoreBrokers, status
 
 A, B = new_id(), new_id()
@@ -156,3 +158,20 @@ def test_the_broker_reports_its_store_id_across_restarts(brokers: StoreBrokers) 
     assert broker.stop(signal.SIGTERM) == 0
     broker = brokers.start()
     assert status(broker)["store_id"] == store_id
+
+
+def test_store_status_as_json(tmp_path: Path) -> None:
+    data = DataDir(tmp_path).open()
+    data.set_cluster_id(A)
+    data.move_store_aside("test")
+    data.closing_shutdown_id = B
+    data.close()
+    result = qpid_ha("store", "status", str(tmp_path), "--json")
+    assert result.exit_code == 0
+    shown = json.loads(result.stdout)
+    assert shown["status"] == "clean" and shown["shutdown_id"] == B
+    assert shown["cluster_id"] is None and shown["store_id"] == data.store_id
+    assert shown["moved_aside"] == ["_cluster.bak.0001"] and shown["in_use_by"] is None
+    assert qpid_ha("store", "status", str(tmp_path)).stdout.splitlines()[-1] == (
+        "moved aside: _cluster.bak.0001"
+    )
