@@ -473,6 +473,7 @@ class Agent:
             store_status="unknown" if view is None else view.store_status,
             replication_position=0 if view is None else view.replication_position,
             broker_id="" if view is None else view.broker_id,
+            store_id="" if view is None else view.store_id,
         )
         sent = time.monotonic()
         try:

@@ -72,12 +72,14 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
     """A :class:`BrokerView` from the JSON of ``/api/status`` and ``/api/ha`` (None if none)."""
     state = str(status.get("ha_state", "unknown"))
     epoch = position = 0
-    url = broker_id = ""
+    url = broker_id = store_id = ""
     in_sync = None
     if ha is not None:
         url = str(ha.get("url") or "")
         raw_id = ha.get("broker_id")
         broker_id = raw_id if isinstance(raw_id, str) else ""
+        raw_store = ha.get("store_id")
+        store_id = raw_store if isinstance(raw_store, str) else ""
         in_sync = broker_in_sync(ha)
         epoch = _non_negative(ha.get("epoch"))
         for queue in ha.get("queues") or []:
@@ -101,6 +103,7 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
         url=url,
         broker_id=broker_id,
+        store_id=store_id,
         in_sync=in_sync,
         link_up=link_up,
         link_error=link_error,

@@ -5,13 +5,18 @@
 A *persistent* znode (it must outlive every session: it is what a total failure or the next
 election reads) holding compact JSON::
 
-    {"version": 1, "epoch": 7,
-     "members": [{"broker_id": "6f1c...", "node": "n2", "url": "10.0.0.2:5672"}]}
+    {"version": 1, "epoch": 7, "primary_store_id": "0b4e...",
+     "members": [{"broker_id": "6f1c...", "node": "n2", "url": "10.0.0.2:5672",
+                  "store_id": "9a2d..."}]}
 
 ``epoch`` is the epoch of the primary whose agent keeps the set; ``members`` are backups
 (never the primary itself), named by the broker id they report in ``/api/ha`` (new at each
 broker start, so a restarted broker is never a member until it is in sync again). Node and
-URL are only shown (``qpid-ha --zk ... status --all``).
+URL are only shown (``qpid-ha --zk ... status --all``). ``store_id`` (each member's, from
+its agent's member record) and ``primary_store_id`` (the primary's) name the stores that
+hold every confirmed message of the epoch, which is what a total failure chooses from
+(:func:`ha_agent.promotion.eligibility`); records written before stores had ids lack them
+(read as "").
 
 Contract
 ========
@@ -95,10 +100,15 @@ class VersionedInSync:
 def encode_in_sync(record: InSyncRecord) -> bytes:
     """The znode's content: compact JSON, keys sorted, members sorted by broker id."""
     members = [
-        {"broker_id": m.broker_id, "node": m.node, "url": m.url}
+        {"broker_id": m.broker_id, "node": m.node, "url": m.url, "store_id": m.store_id}
         for m in sorted(record.members, key=lambda m: m.broker_id)
     ]
-    body = {"version": IN_SYNC_SCHEMA, "epoch": record.epoch, "members": members}
+    body = {
+        "version": IN_SYNC_SCHEMA,
+        "epoch": record.epoch,
+        "members": members,
+        "primary_store_id": record.primary_store_id,
+    }
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
@@ -121,11 +131,14 @@ def decode_in_sync(data: bytes | None) -> InSyncRecord:
     for entry in members:
         if not isinstance(entry, dict):
             raise InSyncRecordError(f"a member must be an object: {entry!r}")
-        fields = [entry.get(k, "") for k in ("broker_id", "node", "url")]
+        fields = [entry.get(k, "") for k in ("broker_id", "node", "url", "store_id")]
         if not all(isinstance(f, str) for f in fields) or not fields[0]:
             raise InSyncRecordError(f"a member needs a broker_id and string fields: {entry!r}")
         parsed.append(InSyncMember(*fields))
-    return InSyncRecord(epoch, tuple(parsed))
+    primary_store = body.get("primary_store_id", "")
+    if not isinstance(primary_store, str):
+        raise InSyncRecordError(f"primary_store_id must be a string: {primary_store!r}")
+    return InSyncRecord(epoch, tuple(parsed), primary_store)
 
 
 def read_in_sync(client: Any, cluster: str) -> VersionedInSync | None:

@@ -119,7 +119,7 @@ class InSyncKeeper:
                 # one cannot follow a promotion that wrote its own: touch nothing.
                 _log.warning("in_sync_epoch_mismatch", in_sync_epoch=read.record.epoch)
                 return True
-            committed = self._update(read, broker, epoch, members)
+            committed = self._update(read, broker, epoch, members, view.store_id)
         except (KazooException, KazooTimeoutError) as exc:
             _log.warning("zookeeper_error", reason=repr(exc), during="in_sync")
             return False
@@ -133,24 +133,27 @@ class InSyncKeeper:
         broker: BrokerInSync,
         epoch: int,
         members: Mapping[str, Member],
+        store_id: str,
     ) -> VersionedInSync | None:
         """The committed set after writing the update, if any; None when a write lost a race
-        (nothing is known committed then)."""
+        (nothing is known committed then). ``store_id``: the primary broker's store."""
         old = None if read is None else read.record
         ids = isr_update(old, broker)
         if ids is None:
             assert old is not None and read is not None
             # Same set; name a member recorded before its agent published its broker id
-            # (names are only shown: this write changes no member).
+            # and store id (this write changes no member).
             named = tuple(_named(m, broker, members) for m in old.members)
-            if named == old.members:
+            if named == old.members and old.primary_store_id == store_id:
                 return read
-            ids, record = tuple(sorted(old.broker_ids)), InSyncRecord(epoch, named)
+            ids = tuple(sorted(old.broker_ids))
+            record = InSyncRecord(epoch, named, store_id)
         else:
             kept = {} if old is None else {m.broker_id: m for m in old.members}
             record = InSyncRecord(
                 epoch,
                 tuple(_named(kept.get(i) or InSyncMember(i), broker, members) for i in ids),
+                store_id,
             )
         try:
             committed = write_in_sync(self.client, self.cluster, record, read)
@@ -217,7 +220,9 @@ class InSyncKeeper:
             return None
         epoch = next_epoch(self.client, self.cluster, minimum=view.epoch + 1)
         _log.info("epoch_taken", new_epoch=epoch, reason=why)
-        record = InSyncRecord(epoch, promotion_in_sync(None if read is None else read.record, view))
+        record = InSyncRecord(
+            epoch, promotion_in_sync(None if read is None else read.record, view), view.store_id
+        )
         try:
             committed = write_in_sync(self.client, self.cluster, record, read)
         except (BadVersionError, NodeExistsError, InSyncEpochError) as exc:
@@ -238,12 +243,13 @@ class InSyncKeeper:
 def _named(
     entry: InSyncMember, broker: BrokerInSync, members: Mapping[str, Member]
 ) -> InSyncMember:
-    """``entry`` with its node and URL filled in where unknown, from the member records
-    (by broker id) and the broker's list of backups (they are only shown)."""
-    if entry.node and entry.url:
+    """``entry`` with its node, URL and store id filled in where unknown, from the member
+    records (by broker id) and the broker's list of backups (node and URL are only shown)."""
+    if entry.node and entry.url and entry.store_id:
         return entry
     bid = entry.broker_id
     member = next((m for m in members.values() if m.broker_id == bid), None)
     node = entry.node or (member.node if member is not None else "")
     url = entry.url or dict(broker.urls).get(bid) or (member.broker_url if member else "")
-    return InSyncMember(bid, node, url)
+    store_id = entry.store_id or (member.store_id if member is not None else "")
+    return InSyncMember(bid, node, url, store_id)

@@ -111,6 +111,7 @@ class Member:
     store_status: str = "unknown"
     replication_position: int = 0
     broker_id: str = ""
+    store_id: str = ""  # the broker's store, kept across its restarts ("" unknown)
 
     def __post_init__(self) -> None:
         try:
@@ -120,6 +121,7 @@ class Member:
         _str("broker_url", self.broker_url)
         _str("ha_state", self.ha_state)
         _str("broker_id", self.broker_id)
+        _str("store_id", self.store_id)
         _int("epoch", self.epoch)
         _int("replication_position", self.replication_position)
         if self.store_status not in STORE_STATUSES:
@@ -146,7 +148,8 @@ class Member:
             raise MemberRecordError(f"unknown record version {version!r}")
         fields = {"node", "broker_url", "ha_state", "epoch", "store_status"}
         fields |= {"replication_position"}
-        missing, unknown = fields - record.keys(), record.keys() - fields - {"broker_id"}
+        optional = {"broker_id", "store_id"}
+        missing, unknown = fields - record.keys(), record.keys() - fields - optional
         if missing or unknown:
             raise MemberRecordError(f"fields missing {sorted(missing)}, unknown {sorted(unknown)}")
         return cls(**record)

@@ -112,6 +112,8 @@ class BrokerView:
     pid: int | None = None
     url: str = ""  # the broker's AMQP address as it reports it
     broker_id: str = ""  # new at each broker start ("" from a broker that does not say)
+    #: the broker's store (its data directory's id, kept across restarts; "" unknown)
+    store_id: str = ""
     in_sync: BrokerInSync | None = None  # on a primary that reports it
     #: a backup's replication link: True up, False down (with ``link_error``), None: not a
     #: backup, or a broker that does not say
@@ -134,11 +136,13 @@ class PrimaryRecord:
 
 @dataclass(frozen=True)
 class InSyncMember:
-    """One backup of the in-sync set: its broker id (what counts), node and URL (to show)."""
+    """One backup of the in-sync set: its broker id (what counts while it runs), node and
+    URL (to show), and its store id (what counts after a total failure; "" unknown)."""
 
     broker_id: str
     node: str = ""
     url: str = ""
+    store_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,10 +152,21 @@ class InSyncRecord:
 
     epoch: int
     members: tuple[InSyncMember, ...] = ()
+    #: the store of the primary that keeps the set ("" unknown, or a record before stores)
+    primary_store_id: str = ""
 
     @property
     def broker_ids(self) -> frozenset[str]:
         return frozenset(m.broker_id for m in self.members)
+
+    @property
+    def store_ids(self) -> frozenset[str]:
+        """The stores that hold every confirmed message of this epoch: the primary's and
+        its in-sync backups' (each confirm waited for their disks). Empty when the record
+        names none (written before stores had ids): then nothing is known of them."""
+        ids = {m.store_id for m in self.members} | {self.primary_store_id}
+        ids.discard("")
+        return frozenset(ids)
 
 
 class Step(StrEnum):
@@ -237,6 +252,15 @@ def _live_in_sync(view: ClusterView, record: InSyncRecord) -> list[str]:
     return sorted(n for n, m in view.members.items() if m.broker_id and m.broker_id in ids)
 
 
+def _store_names(record: InSyncRecord) -> str:
+    """The in-sync set's stores for people: each member's node (or store id), and the
+    primary's store id (the record does not name the primary's node)."""
+    names = sorted(m.node or m.store_id[:8] for m in record.members if m.store_id)
+    if record.primary_store_id:
+        names.append(f"the primary's store {record.primary_store_id[:8]}")
+    return ", ".join(names)
+
+
 def _set_names(record: InSyncRecord) -> str:
     return ", ".join(sorted(m.node or m.broker_id for m in record.members))
 
@@ -299,15 +323,33 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
     beyond = sorted(n for n, m in view.members.items() if m.ha_state != "joining")
     if beyond:
         return False, f"not every member is joining: {', '.join(beyond)}"
-    best = most_advanced(view.members)
+    candidates: Mapping[str, Member] = view.members
+    among = f"{present} joining members"
+    if record is not None and record.store_ids:
+        # A total failure: only a store of the last in-sync set holds every confirmed
+        # message (each confirm waited for those disks); any other may lack some.
+        stores = record.store_ids
+        candidates = {n: m for n, m in view.members.items() if m.store_id in stores}
+        held = f"the stores of the in-sync set of epoch {record.epoch}"
+        if not candidates:
+            return False, (
+                f"a total failure: none of {held} ({_store_names(record)}) is back: waiting "
+                "for one of them (any other store may lack confirmed messages)"
+            )
+        among = f"{len(candidates)} joining members with {held}"
+        if view.node not in candidates:
+            return False, (
+                f"its store is not one of {held} ({', '.join(sorted(candidates))} present)"
+            )
+    best = most_advanced(candidates)
     if best is None or best.node != view.node:
         assert best is not None
         return False, (
-            f"{best.node} is the most advanced joining member "
+            f"{best.node} is the most advanced of {among} "
             f"(epoch {best.epoch}, position {best.replication_position}, {best.store_status})"
         )
     return True, (
-        f"the most advanced of {present} joining members "
+        f"the most advanced of {among} "
         f"(epoch {best.epoch}, position {best.replication_position}, {best.store_status})"
     )
 

@@ -553,7 +553,7 @@ class HaBroker:
     def status(self) -> dict[str, Any]:
         """What GET /api/ha shows."""
         queues: list[dict[str, Any]] = []
-        if self.link is not None:
+        if self.link is not None and self.link.replicator.replicators:
             for name, replicator in sorted(self.link.replicator.replicators.items()):
                 queues.append(
                     {
@@ -565,6 +565,19 @@ class HaBroker:
                         "dequeued": replicator.dequeued_total,
                     }
                 )
+        else:
+            # A primary's queues, or what a joining broker recovered from its store (before
+            # its link replicates any): their last ids are its replication position, what
+            # a total failure compares.
+            for name, queue in sorted(self.vhost.queues.items()):
+                if queue.exclusive_owner is None:
+                    queues.append(
+                        {
+                            "name": name,
+                            "messages": queue.message_count,
+                            "last_id": queue.last_position,
+                        }
+                    )
         now = self.context.clock()
         return {
             "state": self.state.value,

@@ -25,6 +25,7 @@ from ha_agent.promotion import (
     BrokerInSync,
     BrokerView,
     ClusterView,
+    Decision,
     InSyncMember,
     InSyncRecord,
     PrimaryRecord,
@@ -222,6 +223,70 @@ def test_total_failure_falls_back_to_the_most_advanced_joining_member() -> None:
     assert decide(other).steps == ()
 
 
+def stored(node: str, store: str, epoch: int = 3, position: int = 0) -> Member:
+    return Member(node, f"{node}:5672", "joining", epoch, "dirty", position, "", store)
+
+
+def test_total_failure_chooses_among_the_stores_of_the_set() -> None:
+    """Issue 12: after a total failure only the primary's store and its in-sync backups'
+    hold every confirmed message; a store outside the set is never promoted, however far
+    it seems to be (its position may count messages the set's stores had acknowledged)."""
+    record = InSyncRecord(3, (InSyncMember("b", "n2", "", "s2"),), primary_store_id="s1")
+    members = {
+        "n1": stored("n1", "s1", position=10),
+        "n2": stored("n2", "s2", position=10),
+        "n3": stored("n3", "s3", position=99),  # out of the set: never
+    }
+
+    def decided(node: str, present: dict[str, Member]) -> Decision:
+        broker = BrokerView("joining", 3, store_id=present[node].store_id)
+        cluster = ClusterView(node, broker, present, in_sync=record, cluster_size=len(present))
+        return decide(cluster)
+
+    outside = decided("n3", members)
+    assert outside.steps == ()
+    assert "its store is not one of the stores of the in-sync set" in outside.eligibility
+    best = decided("n1", members)  # n1 and n2 tie; the name decides
+    assert best.steps == (Step.CONTEND,)
+    assert "most advanced of 2 joining members with the stores of the in-sync set" in (
+        best.eligibility
+    )
+    assert decided("n2", members).steps == ()
+    # only a store outside the set is back: wait for one of the set's
+    alone = {"n3": members["n3"]}
+    waiting = decided("n3", alone)
+    assert waiting.steps == ()
+    assert "none of the stores of the in-sync set of epoch 3 (n2, the primary's store s1)" in (
+        waiting.eligibility
+    )
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["n1", "n2", "n3", "n4"]),
+        st.tuples(st.sampled_from(["s1", "s2", "s3", "s4"]), st.integers(0, 3), st.integers(0, 9)),
+        min_size=1,
+    ),
+    st.frozensets(st.sampled_from(["s1", "s2", "s3", "s4"]), min_size=1),
+)
+def test_a_total_failure_promotes_only_a_store_of_the_set(nodes, in_set) -> None:
+    """Whatever the members' epochs and positions: a joining broker contends after a total
+    failure only if its store is in the recorded set, and at most one contends."""
+    primary, *backups = sorted(in_set)
+    record = InSyncRecord(3, tuple(InSyncMember(f"b-{s}", "", "", s) for s in backups), primary)
+    members = {n: stored(n, s, e, p) for n, (s, e, p) in nodes.items()}
+    contending = []
+    for node, (store, epoch, _position) in nodes.items():
+        broker = BrokerView("joining", epoch, store_id=store)
+        cluster = ClusterView(node, broker, members, in_sync=record, cluster_size=len(members))
+        if Step.CONTEND in decide(cluster).steps:
+            assert store in in_set
+            contending.append(node)
+    assert len(contending) <= 1
+    if any(s in in_set for s, _e, _p in nodes.values()):
+        assert len(contending) == 1
+
+
 def test_a_primary_behind_the_sets_epoch_is_fenced() -> None:
     decision = decide(view("active", "p", epoch=4, in_sync=isr(5, "a"), leadership="leading"))
     assert decision.steps == (Step.FENCE,)
@@ -306,11 +371,16 @@ def test_the_record_round_trips_as_compact_sorted_json() -> None:
     record = InSyncRecord(7, (InSyncMember("b", "n2", "h:2"), InSyncMember("a", "n3", "h:3")))
     data = encode_in_sync(record)
     assert data == (
-        b'{"epoch":7,"members":[{"broker_id":"a","node":"n3","url":"h:3"},'
-        b'{"broker_id":"b","node":"n2","url":"h:2"}],"version":1}'
+        b'{"epoch":7,"members":[{"broker_id":"a","node":"n3","store_id":"","url":"h:3"},'
+        b'{"broker_id":"b","node":"n2","store_id":"","url":"h:2"}],"primary_store_id":"",'
+        b'"version":1}'
     )
     assert decode_in_sync(data).broker_ids == {"a", "b"}
+    # a record written before stores had ids reads with none
     assert decode_in_sync(b'{"version":1,"epoch":0,"members":[]}') == InSyncRecord(0)
+    stored = InSyncRecord(7, (InSyncMember("b", "n2", "h:2", "s2"),), "s1")
+    assert decode_in_sync(encode_in_sync(stored)) == stored
+    assert stored.store_ids == {"s1", "s2"} and InSyncRecord(7, record.members).store_ids == set()
 
 
 @pytest.mark.parametrize(
