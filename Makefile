@@ -72,6 +72,7 @@ bench-ha: $(STAMP)
 	$(BIN)/python bench/ha_compare.py --pairs 1,4,16,64 --repeat 3 && $(BIN)/python bench/catchup.py --repeat 3
 
 # Persistent confirmed throughput against RabbitMQ's durable classic and quorum queues, then
-# the recovery of 1M x 1 KiB persistent messages after a SIGKILL (docs/benchmarks.md).
+# the recovery of 1M x 1 KiB persistent messages after a SIGKILL, then a backup holding them
+# restarting from its own store (docs/benchmarks.md).
 bench-store: $(STAMP)
-	$(BIN)/python bench/store_bench.py --pairs 1,4,16,64 --repeat 3 && $(BIN)/python bench/store_recovery.py --repeat 3
+	$(BIN)/python bench/store_bench.py --pairs 1,4,16,64 --repeat 3 && $(BIN)/python bench/store_recovery.py --repeat 3 && $(BIN)/python bench/backup_restart.py --repeat 3

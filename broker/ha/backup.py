@@ -53,6 +53,7 @@ from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.names import (
     BACKUP_PROPERTY,
+    BASE_EPOCH_PROPERTY,
     BROKER_ID_PROPERTY,
     CLUSTER_ID_PROPERTY,
     CONFIG_STREAM,
@@ -183,6 +184,10 @@ class LinkOwner(Protocol):
     def link_down(self, reason: str) -> None: ...
 
     def store_failed(self, reason: str) -> None: ...
+
+    def check_history(
+        self, primary_epoch: int, base_epoch: int | None, address: str
+    ) -> str | None: ...
 
     def log(self, event: str, **fields: Any) -> None: ...
 
@@ -366,6 +371,12 @@ class BackupLink:
             if refusal is not None:  # a store of another cluster: never replicate into it
                 await self._close_client(client)
                 raise DialRefused(refusal)
+        raw_base = client.server_properties.get(BASE_EPOCH_PROPERTY)
+        base = raw_base if isinstance(raw_base, int) and not isinstance(raw_base, bool) else None
+        refusal = owner.check_history(epoch, base, str(address))
+        if refusal is not None:  # this store holds an era the primary's never saw
+            await self._close_client(client)
+            raise DialRefused(refusal)
         return client
 
     async def _session(self, client: AmqpClient, address: Address) -> None:

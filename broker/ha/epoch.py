@@ -45,15 +45,17 @@ class EpochStore:
     :meth:`observe`, so an instance never writes a value lower than one already on disk.
     """
 
-    def __init__(self, data_dir: str | os.PathLike[str] | None) -> None:
+    def __init__(self, data_dir: str | os.PathLike[str] | None, filename: str = EPOCH_FILE) -> None:
         self._dir = None if data_dir is None else Path(data_dir)
+        self.filename = filename
         self._current = 0
         self._loaded = False
 
     @property
     def path(self) -> Path | None:
-        """``<data_dir>/ha-epoch``, or None when the value is kept in memory only."""
-        return None if self._dir is None else self._dir / EPOCH_FILE
+        """``<data_dir>/ha-epoch`` (or ``filename``), or None when the value is kept in
+        memory only."""
+        return None if self._dir is None else self._dir / self.filename
 
     @property
     def current(self) -> int:
@@ -94,7 +96,7 @@ class EpochStore:
         if epoch <= self.current:
             return False
         if self._dir is not None:
-            _write(self._dir, epoch)
+            _write(self._dir, epoch, self.filename)
         self._current = epoch
         return True
 
@@ -126,11 +128,11 @@ def _read(path: Path) -> int:
     return int(text)
 
 
-def _write(directory: Path, epoch: int) -> None:
-    path = directory / EPOCH_FILE
+def _write(directory: Path, epoch: int, filename: str = EPOCH_FILE) -> None:
+    path = directory / filename
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{EPOCH_FILE}.", suffix=".tmp", dir=directory)
+        fd, temp = tempfile.mkstemp(prefix=f".{filename}.", suffix=".tmp", dir=directory)
     except OSError as exc:
         raise EpochError(f"cannot write HA epoch file {path}: {exc.strerror}") from exc
     try:

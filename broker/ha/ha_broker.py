@@ -29,17 +29,20 @@ THREAD UNSAFE: the broker's event loop owns it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
 from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
 from broker.ha.cluster_identity import ClusterIdentity
-from broker.ha.epoch import EpochStore
+from broker.ha.epoch import EpochError, EpochStore
 from broker.ha.id_set import MAX_ID
 from broker.ha.names import (
+    BASE_EPOCH_PROPERTY,
     ADMIN_PROPERTY,
     BACKUP_PROPERTY,
     BROKER_ID_PROPERTY,
@@ -88,6 +91,12 @@ from broker.ha.role_events import (
 )
 from broker.ha.state import HaState
 from broker.ha.status_check import check_status
+from broker.ha.store_history import (
+    DISCARD_MARKER,
+    STORE_EPOCH_FILE,
+    diverged,
+    divergence_reason,
+)
 from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
 from broker.security.tls import link_context
@@ -144,6 +153,11 @@ class HaBroker:
         self.disk = disk
         self.epoch_store = EpochStore(options.data_dir)
         self.epoch_store.load()
+        #: The last era this broker's store holds (broker.ha.store_history); as primary,
+        #: ``base_epoch`` is what it was at the promotion.
+        self.store_epoch = EpochStore(options.data_dir, STORE_EPOCH_FILE)
+        self.store_epoch.load()
+        self.base_epoch: int | None = None
         self.role = HaRole(
             str(uuid.uuid4()),
             epoch=self.epoch_store.current,
@@ -205,6 +219,7 @@ class HaBroker:
             BROKER_ID_PROPERTY: self.broker_id,
             PUBLIC_URL_PROPERTY: self.public_url,
             **self.identity.server_properties(),
+            **({} if self.base_epoch is None else {BASE_EPOCH_PROPERTY: self.base_epoch}),
         }
 
     def known_hosts(self) -> str:
@@ -308,7 +323,37 @@ class HaBroker:
 
     # -- backup link callbacks (LinkOwner) -------------------------------------------------
     def link_up(self, address: Address, primary_epoch: int) -> None:
+        try:  # before anything of that era is applied to the store
+            self.store_epoch.observe(primary_epoch)
+        except EpochError as exc:
+            self.store_failed(str(exc))
+            return
         self.handle(LinkUp(str(address), primary_epoch))
+
+    def check_history(self, primary_epoch: int, base_epoch: int | None, address: str) -> str | None:
+        """Before replicating from the primary at ``address``: None to go on, else why not.
+        A store that diverged (it holds an era the primary's store never saw) is moved
+        aside at the next start: the broker stops now (``on_refused``: exit 1)."""
+        store_epoch = self.store_epoch.current
+        if not diverged(store_epoch, base_epoch, primary_epoch):
+            return None
+        assert base_epoch is not None
+        reason = divergence_reason(store_epoch, base_epoch, primary_epoch, address)
+        self.log_.error(
+            "ha_store_diverged",
+            store_epoch=store_epoch,
+            base_epoch=base_epoch,
+            primary_epoch=primary_epoch,
+            primary=address,
+            reason=reason,
+        )
+        if self.options.data_dir:
+            marker = Path(self.options.data_dir) / DISCARD_MARKER
+            with contextlib.suppress(OSError):  # unwritable: the next dial says it again
+                marker.write_text(reason + "\n", encoding="utf-8")
+        if self._on_refused is not None:
+            self._on_refused(reason)
+        return reason
 
     def caught_up(self) -> None:
         self.handle(CaughtUp())
@@ -501,6 +546,8 @@ class HaBroker:
         # of the old primary that never reached us, and a store recovered after a restart
         # may end below ids used before it (the reconnect handshake would take an old,
         # unconfirmed message for a new one). An era no earlier primary used avoids both.
+        self.base_epoch = self.store_epoch.current
+        self.store_epoch.observe(self.epoch_store.current)  # this era is the store's now
         era = self.epoch_store.current << ERA_SHIFT
         if era > MAX_ID:
             era = 0

@@ -20,6 +20,8 @@ BROKER_ID_PROPERTY = "qpid.ha-broker-id"
 PUBLIC_URL_PROPERTY = "qpid.ha-public-url"
 #: The cluster's id (seed 002's cluster-id), once a primary created it; a backup checks it.
 CLUSTER_ID_PROPERTY = "qpid.ha-cluster-id"
+#: A primary's base epoch: the era of the store it was promoted from (broker.ha.store_history).
+BASE_EPOCH_PROPERTY = "qpid.ha-base-epoch"
 
 # -- connection.start-ok client properties -----------------------------------------------
 #: Set by a backup's replication link.

@@ -296,6 +296,9 @@ class FakeOwner:
 
     def store_failed(self, reason: str) -> None: ...
 
+    def check_history(self, primary_epoch: int, base_epoch: int | None, address: str) -> str | None:
+        return None
+
     def log(self, event: str, **fields: Any) -> None:
         self.logged.append((event, fields))
 
