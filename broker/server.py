@@ -24,6 +24,7 @@ from broker.core.alarms import ResourceAlarms, memory_limit_bytes
 from broker.core.errors import ReplyCode
 from broker.core.paging import PagingBudget
 from broker.core.vhost import VirtualHost
+from broker.ha.store_history import DISCARD_MARKER
 from broker.options import BrokerOptions
 from broker.security.broker_security import BrokerSecurity
 from broker.security.sasl import Authenticator, UserDatabase
@@ -217,6 +218,10 @@ class Broker:
             self.data_dir = DataDir(options.data_dir).open()
             if options.truncate and self.data_dir.store_status != "empty":
                 self.data_dir.move_store_aside("--truncate yes")
+            diverged = self.data_dir.path / DISCARD_MARKER
+            if diverged.exists():  # a backup found it holds an era its primary never saw
+                reason = diverged.read_text(encoding="utf-8", errors="replace").strip()
+                self.data_dir.move_store_aside(f"diverged: {reason}", keep_epoch=True)
             self._open_store(self.data_dir)
         self.resources.sample()
         if self.data_dir is not None:
@@ -440,17 +445,11 @@ def _gc_paused() -> Iterator[None]:
     long-lived objects per message (records, then messages and queue entries), and CPython
     would run full collections over everything recovered so far again and again: 43 % of
     the CPU of recovering 1M messages (docs/benchmarks.md, issue 11). Reference counting
-    frees what recovery drops meanwhile; collections resume afterwards, with what was
-    recovered moved to the collector's permanent generation (``gc.freeze()``, constant
-    time): the first collections would otherwise walk every recovered message (2.8 s of
-    CPU for 1M x 1 KiB, issue 12). Messages freed later are freed by reference counting as
-    always; only reference cycles among recovered objects are never collected (until a
-    backup's catch-up unfreezes everything at its end, CatchUpGc)."""
+    frees what recovery drops meanwhile; collections resume afterwards."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
-        gc.freeze()
     finally:
         if enabled:
             gc.enable()

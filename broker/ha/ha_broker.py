@@ -42,9 +42,9 @@ from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
 from broker.ha.id_set import MAX_ID
 from broker.ha.names import (
-    BASE_EPOCH_PROPERTY,
     ADMIN_PROPERTY,
     BACKUP_PROPERTY,
+    BASE_EPOCH_PROPERTY,
     BROKER_ID_PROPERTY,
     EPOCH_PROPERTY,
     PUBLIC_URL_PROPERTY,
