@@ -196,7 +196,7 @@ def test_shutdown_all_leaves_clean_stores_with_one_shutdown_id(tmp_path: Path) -
         for i in (0, 1):
             cluster.wait_state(i, "ready")
         for i in range(3):
-            poll_until(lambda i=i: cluster.queue_messages(i, "orders") == 51, 15)
+            poll_until(lambda i=i: cluster.queue_messages(i, "orders") == 51, 15)  # type: ignore[misc]
 
         in_use = qpid_ha("store", "status", data)
         pid = cluster.brokers[1].proc.pid if cluster.brokers[1].proc else 0
