@@ -144,6 +144,9 @@ class HaBroker:
         self.context = context
         self.options = options
         self.log_ = get_logger("ha")
+        #: Called with each HA event (name, fields) as it is logged: the web console's
+        #: fail-over timeline (broker.management.console) listens here.
+        self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self._amqp_port = amqp_port
         self._on_fenced = on_fenced
         #: Called when this broker must not run: its store belongs to another cluster.
@@ -212,6 +215,15 @@ class HaBroker:
     def log(self, event: str, **fields: Any) -> None:
         self.log_.info(event, **fields)
 
+    def _tell(self, event: str, fields: dict[str, Any]) -> None:
+        """Hand an HA event just logged to :attr:`listeners`; a listener that fails is
+        logged and never stops the role."""
+        for listener in self.listeners:
+            try:
+                listener(event, fields)
+            except Exception:
+                self.log_.exception("ha_listener_failed", ha_event=event)
+
     def server_properties(self) -> dict[str, Any]:
         return {
             STATUS_PROPERTY: self.state.value,
@@ -243,10 +255,12 @@ class HaBroker:
         match action:
             case Log(event, level, fields):
                 getattr(self.log_, level)(event, **dict(fields))
+                self._tell(event, dict(fields))
             case ChangeState(old, new, reason, fields):
                 self.log_.info(
                     "ha_state_changed", old=old.value, new=new.value, reason=reason, **dict(fields)
                 )
+                self._tell("ha_state_changed", {"old": old.value, "new": new.value, **dict(fields)})
             case PersistEpoch(epoch):
                 self.epoch_store.observe(epoch)
                 set_log_context(epoch=self.epoch_store.current)

@@ -22,6 +22,26 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 WINDOW = "1366,860"
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep ``--dist loadgroup``'s groups for these tests under pytest 9.
+
+    pytest-xdist 3.8 marks a test's group by rewriting ``item._nodeid`` (``id@group``), but
+    pytest 9 reads a node id from ``item._id``: the suffix is lost and each test of a group
+    may go to another worker (each then starts its own cluster and browser). Where xdist
+    left the suffix, put it where pytest reads it. Only for ``tests/console``: the other
+    groups (``tests/cli``, ``tests/analytics``) have the same problem (reported)."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    here = Path(__file__).parent
+    for item in items:
+        grouped = item.__dict__.get("_nodeid")
+        if here in Path(item.path).parents and isinstance(grouped, str) and "@" in grouped:
+            item._id = NodeId.parse(grouped)
+
+
 @pytest.fixture(scope="module")
 def console_cluster(
     tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeper
@@ -34,7 +54,7 @@ def console_cluster(
     try:
         for node in cluster.nodes:
             node.broker_command.append(f"--sasl-users={users}")
-        cluster.start()
+        cluster.start("--watchdog-timeout=0")  # a test stops a broker: keep it
         cluster.wait_settled(timeout=60)
         yield cluster
     finally:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.management.console.timeline import KEEP, Sample, Timeline
+from broker.management.console.timeline import KEEP, Timeline
 from common.failover_phases import (
     BROKER_FAILURE_EVENTS,
     INSTANTS,
@@ -19,22 +19,45 @@ from common.failover_phases import (
 OLD, NEW, OTHER = "127.0.0.1:5001", "127.0.0.1:5002", "127.0.0.1:5003"
 
 
-def backup(at: float, primary: str | None, up: bool, epoch: int = 1, state: str = "ready"):
-    return Sample(at=at, state=state, epoch=epoch, primary=primary, link_up=up)
+def changed(new: str) -> tuple[str, dict[str, object]]:
+    return "ha_state_changed", {"old": "x", "new": new, "reason": "test"}
+
+
+def up(primary: str) -> tuple[str, dict[str, object]]:
+    return "ha_link_up", {"primary": primary, "primary_epoch": 1}
+
+
+DOWN: tuple[str, dict[str, object]] = (
+    "ha_link_down",
+    {"primary": OLD, "reason": "connection lost"},
+)
+
+
+def feed(timeline: Timeline, own: str, *events: tuple[float, int, tuple[str, dict[str, object]]]):
+    done = []
+    for at, epoch, (event, fields) in events:
+        found = timeline.observe(at, event, dict(fields), epoch, own)
+        if found is not None:
+            done.append(found)
+    return done
 
 
 def test_a_new_primary_sees_failure_recovering_and_active() -> None:
-    timeline = Timeline(own_url=NEW)
-    assert timeline.observe(backup(10.0, None, False, 0, "joining")) is None
-    assert timeline.observe(backup(11.0, OLD, True)) is None
-    assert timeline.observe(backup(20.0, OLD, False)) is None  # the link went down
-    assert timeline.observe(backup(20.1, OLD, False)) is None
-    recovering = Sample(20.4, "recovering", 2, NEW, False, recovering_at=20.35)
-    assert timeline.observe(recovering) is None
-    done = timeline.observe(Sample(20.9, "active", 2, NEW, False))
-    assert done is not None
-    view = done.view()
-    assert view["old_primary"] == OLD and view["new_primary"] == NEW
+    timeline = Timeline()
+    done = feed(
+        timeline,
+        NEW,
+        (10.0, 0, changed("joining")),
+        (11.0, 1, up(OLD)),
+        (11.5, 1, changed("ready")),
+        (20.0, 1, DOWN),
+        (20.35, 2, changed("recovering")),
+        (20.9, 2, changed("active")),
+        (21.0, 2, changed("active")),
+    )
+    assert len(done) == 1
+    view = done[0].view()
+    assert view["old_primary"] == OLD and view["new_primary"] == NEW and view["epoch"] == 2
     assert view["seen_by"] == "new primary" and not view["initial"]
     assert view["phases_ms"] == {
         "detection": None,
@@ -44,17 +67,14 @@ def test_a_new_primary_sees_failure_recovering_and_active() -> None:
         "failover": pytest.approx(900.0),
     }
     assert view["until_promoted_ms"] == pytest.approx(350.0)
-    assert timeline.observe(Sample(21.0, "active", 2, NEW, False)) is None  # once only
     assert len(timeline.view()) == 1
 
 
 def test_a_backup_sees_the_failure_and_its_link_to_the_new_primary() -> None:
-    timeline = Timeline(own_url=OTHER)
-    timeline.observe(backup(1.0, OLD, True))
-    timeline.observe(backup(5.0, OLD, False))
-    timeline.observe(backup(5.1, None, False, state="joining"))
-    seen = timeline.observe(backup(6.0, NEW, True, epoch=2, state="catch-up"))
-    assert seen is not None
+    timeline = Timeline()
+    (seen,) = feed(
+        timeline, OTHER, (1.0, 1, up(OLD)), (5.0, 1, DOWN), (6.0, 2, up(NEW)), (7.0, 2, up(NEW))
+    )
     view = seen.view()
     assert (view["old_primary"], view["new_primary"], view["epoch"]) == (OLD, NEW, 2)
     assert view["seen_by"] == "backup"
@@ -63,18 +83,16 @@ def test_a_backup_sees_the_failure_and_its_link_to_the_new_primary() -> None:
 
 
 def test_the_first_primary_is_an_initial_election() -> None:
-    timeline = Timeline(own_url=OLD)
-    timeline.observe(backup(1.0, None, False, 0, "joining"))
-    done = timeline.observe(Sample(2.0, "active", 1, OLD, False, recovering_at=1.9))
-    assert done is not None and done.view()["initial"]
+    timeline = Timeline()
+    (done,) = feed(timeline, OLD, (1.9, 1, changed("recovering")), (2.0, 1, changed("active")))
+    assert done.view()["initial"]
     assert done.view()["phases_ms"]["failover"] is None  # no failure before a first primary
+    assert done.view()["phases_ms"]["recovering"] == pytest.approx(100.0)
 
 
 def test_a_link_that_blips_to_the_same_primary_is_no_failover() -> None:
     timeline = Timeline()
-    timeline.observe(backup(1.0, OLD, True))
-    timeline.observe(backup(2.0, OLD, False))
-    assert timeline.observe(backup(3.0, OLD, True)) is None
+    assert feed(timeline, OTHER, (1.0, 1, up(OLD)), (2.0, 1, DOWN), (3.0, 1, up(OLD))) == []
     assert timeline.view() == []
 
 
@@ -85,8 +103,7 @@ def test_at_most_keep_failovers_newest_first(primaries: list[int]) -> None:
     for n in primaries:
         at += 1
         epoch += 1
-        timeline.observe(backup(at, f"h:{n}", True, epoch))
-        timeline.observe(backup(at + 0.5, f"h:{n}", False, epoch))
+        feed(timeline, OTHER, (at, epoch, up(f"h:{n}")), (at + 0.5, epoch, DOWN))
     epochs = [f["epoch"] for f in timeline.view()]
     assert len(epochs) <= KEEP
     assert epochs == sorted(epochs, reverse=True)

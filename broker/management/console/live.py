@@ -2,14 +2,14 @@
 
 :Status: Beta
 
-The sampler (one asyncio task per management app, started and stopped with it) reads the
-broker every :data:`TICK` seconds:
-
-- every tick, this broker's HA role for the fail-over timeline
-  (:class:`~broker.management.console.timeline.Timeline`: cheap attribute reads);
-- every :data:`SAMPLE_EVERY` ticks (one second), the queues' counters (for the rates and
-  charts, :data:`HISTORY` samples kept per queue) and each backup's lag per queue (for the
-  sparklines), then a snapshot for the streams.
+The HA role's events go to the fail-over timeline as they are logged
+(:class:`~broker.management.console.timeline.Timeline`, a listener of
+``HaBroker.listeners``). The sampler (one asyncio task per management app, started and
+stopped with it) reads the broker every :data:`PERIOD` seconds: the queues' counters (for
+the rates and charts, :data:`HISTORY` samples kept per queue), each backup's lag per queue
+(messages still to send, for the sparklines) and since when it has left batches
+unacknowledged (``unacknowledged_for``: a backup that stopped reading, whose lag hides in
+the socket buffers); then it builds a snapshot for the streams.
 
 A snapshot holds the bodies of the endpoints the CLI reads, built by the same functions
 (``/api/status``'s fields, ``/api/ha``, ``/api/queues``, ``/api/exchanges``,
@@ -38,7 +38,7 @@ from structlog.typing import FilteringBoundLogger
 
 from broker import __version__
 from broker.management.auth import current_user
-from broker.management.console.timeline import Sample, Timeline
+from broker.management.console.timeline import Timeline
 from broker.management.managed import ManagedBroker
 from broker.management.responses import dumps
 from broker.management.views import (
@@ -49,10 +49,10 @@ from broker.management.views import (
 )
 from broker.security.roles import Role
 
-__all__ = ["HISTORY", "SAMPLE_EVERY", "TICK", "LiveFeed"]
+__all__ = ["HISTORY", "PERIOD", "LiveFeed"]
 
-TICK = 0.1
-SAMPLE_EVERY = 10
+#: Seconds between two samples (and two snapshots).
+PERIOD = 1.0
 #: Samples (seconds) of history kept per queue and per backup's queue.
 HISTORY = 60
 
@@ -84,6 +84,9 @@ class LiveFeed:
         self.timeline = Timeline()
         self.queue_history: dict[str, deque[dict[str, float]]] = {}
         self.lag_history: dict[str, dict[str, deque[int]]] = {}
+        #: backup id -> since when it has had batches sent and not acknowledged (a backup
+        #: that stopped reading: its lag in messages stays in the socket buffers).
+        self.unacknowledged_since: dict[str, float] = {}
         self._counters: dict[str, tuple[float, int, int, int]] = {}
         self._changed = asyncio.Condition()
         self._version = 0
@@ -93,6 +96,9 @@ class LiveFeed:
 
     # app lifecycle ----------------------------------------------------------------------
     async def start(self, app: web.Application) -> None:
+        listeners = getattr(getattr(self.broker, "ha", None), "listeners", None)
+        if isinstance(listeners, list):
+            listeners.append(self.on_ha_event)
         self._task = asyncio.create_task(self._run(), name="console-sampler")
 
     async def shutdown(self, app: web.Application) -> None:
@@ -108,43 +114,24 @@ class LiveFeed:
                 await self._task
 
     async def _run(self) -> None:
-        tick = 0
         while not self.closing:
             try:
-                self.observe_ha()
-                if tick % SAMPLE_EVERY == 0:
-                    self.sample()
-                    async with self._changed:
-                        self._version += 1
-                        self._changed.notify_all()
+                self.sample()
+                async with self._changed:
+                    self._version += 1
+                    self._changed.notify_all()
             except Exception:
                 self.log.exception("console_sample_failed")
-            tick += 1
-            await asyncio.sleep(TICK)
+            await asyncio.sleep(PERIOD)
 
     # sampling ---------------------------------------------------------------------------
-    def observe_ha(self) -> None:
+    def on_ha_event(self, event: str, fields: dict[str, Any]) -> None:
+        """An HA event as the broker logs it (``HaBroker.listeners``): to the timeline."""
         ha = getattr(self.broker, "ha", None)
         if ha is None:
             return
-        link = getattr(ha, "link", None)
-        url = str(getattr(ha, "url", ""))
-        self.timeline.own_url = url
-        primary = ha.primary_address if not ha.state.is_primary else url
-        now = self.clock()
-        promoted = getattr(getattr(ha, "role", None), "promoted_at", None)
-        recovering_at = None
-        if isinstance(promoted, int | float):  # the role's monotonic clock: to wall time
-            recovering_at = now - (ha.context.clock() - promoted)
         failover = self.timeline.observe(
-            Sample(
-                at=now,
-                recovering_at=recovering_at,
-                state=str(ha.state.value),
-                epoch=int(ha.epoch),
-                primary=None if primary is None else str(primary),
-                link_up=link is not None and getattr(link, "client", None) is not None,
-            )
+            self.clock(), event, fields, int(ha.epoch), str(getattr(ha, "url", ""))
         )
         if failover is not None:
             view = failover.view()
@@ -182,12 +169,21 @@ class LiveFeed:
         ha_status = ha.status() if ha is not None else None
         seen: set[str] = set()
         for backup in (ha_status or {}).get("backups", []):
-            lags = self.lag_history.setdefault(str(backup["id"]), {})
-            seen.add(str(backup["id"]))
+            backup_id = str(backup["id"])
+            lags = self.lag_history.setdefault(backup_id, {})
+            seen.add(backup_id)
+            waiting = 0
             for row in backup.get("queues", []):
                 lags.setdefault(str(row["queue"]), deque(maxlen=HISTORY)).append(int(row["lag"]))
+                waiting += int(row.get("unacknowledged_batches") or 0)
+            if waiting:
+                self.unacknowledged_since.setdefault(backup_id, now)
+            else:
+                self.unacknowledged_since.pop(backup_id, None)
         for gone in set(self.lag_history) - seen:
             del self.lag_history[gone]
+        for gone in set(self.unacknowledged_since) - seen:
+            del self.unacknowledged_since[gone]
         self.snapshot = self._build(now, ha_status)
 
     def _build(self, now: float, ha_status: dict[str, Any] | None) -> dict[str, Any]:
@@ -214,9 +210,15 @@ class LiveFeed:
                 "exchanges": len(vhost.exchanges),
             },
             "ha": ha_status,
+            "configured_members": [
+                str(a) for a in getattr(getattr(broker, "ha", None), "addresses", [])
+            ],
             "lag_history": {
                 backup: {queue: list(lags) for queue, lags in by_queue.items()}
                 for backup, by_queue in self.lag_history.items()
+            },
+            "unacknowledged_for": {
+                backup: round(now - since, 1) for backup, since in self.unacknowledged_since.items()
             },
             "timeline": self.timeline.view(),
             "queues": queues,

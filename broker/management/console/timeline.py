@@ -2,25 +2,21 @@
 
 :Status: Beta
 
-A plain object, no I/O and no clock: :meth:`Timeline.observe` takes a :class:`Sample` of
-this broker's HA role (state, epoch, the primary it links to, whether that link is up; the
-console's sampler takes one every 0.1 s, the resolution of the instants it samples) and
-keeps the fail-overs it saw, newest first, at most :data:`KEEP`.
+A plain object, no I/O and no clock: :meth:`Timeline.observe` takes the HA events this
+broker logs, as they are logged (``broker.ha.ha_broker.HaBroker.listeners``), with their
+wall-clock time and the broker's epoch then, and keeps the fail-overs it saw, newest first,
+at most :data:`KEEP`. The events are the log's (``docs/log-schema.md``), the ones the
+analytics job reads, so the instants are the ones it would find in this broker's log:
 
-What a broker sees, in the words of :mod:`common.failover_phases`:
-
-- ``failure``: its link to the primary went down while it was a backup (the old primary's
-  failure, as this backup saw it), or, for a primary that this broker was, nothing (it
-  does not outlive its own failure);
-- ``recovering`` and ``active``: this broker's own moves to those states with the new
-  epoch, when it is the new primary (recovering as the role recorded it, active when first
-  sampled);
-- ``relinked``: a backup's link came up to the new primary (a backup of the new primary).
+- ``failure``: ``ha_link_down`` while a backup (the old primary, as this backup lost it);
+- ``recovering`` and ``active``: ``ha_state_changed`` to those states, when this broker is
+  the new primary;
+- ``relinked``: a backup's ``ha_link_up`` to a new primary (a backup of the new primary).
 
 The agents' instants (``resigned``, ``won``, ``promoted``) are in the agents' logs, not in
-the broker: their phases (detection, election, promotion) stay ``None`` here and the
+the broker: their phases (detection, election, promotion) stay ``None`` here, and the
 console shows their sum, ``failure`` to ``recovering``, as "until promoted". The
-analytics report (``docs/analytics.md``) splits them from the logs.
+analytics report (``docs/analytics.md``) splits them from all the logs.
 """
 
 from __future__ import annotations
@@ -31,25 +27,14 @@ from typing import Any
 
 from common.failover_phases import durations
 
-__all__ = ["KEEP", "Failover", "Sample", "Timeline"]
+__all__ = ["KEEP", "Failover", "Timeline"]
 
 #: How many fail-overs the console keeps (the newest).
 KEEP = 20
 
-_PRIMARY = ("recovering", "active")
-_BACKUP = ("joining", "catch-up", "ready")
 
-
-@dataclass(frozen=True)
-class Sample:
-    """This broker's HA role at one instant (wall-clock seconds)."""
-
-    at: float
-    state: str
-    epoch: int
-    primary: str | None  #: the primary's address (its own URL when primary)
-    link_up: bool  #: a backup's link to the primary is up
-    recovering_at: float | None = None  #: when the role moved to recovering, if it knows
+def _ms(end: float | None, start: float | None) -> float | None:
+    return None if end is None or start is None else round((end - start) * 1000, 1)
 
 
 @dataclass
@@ -75,13 +60,7 @@ class Failover:
             for name, value in durations(self.instants).items()
         }
         failure = self.instants.get("failure")
-        recovering = self.instants.get("recovering")
-        relinked = self.instants.get("relinked")
-        until = None
-        if failure is not None and recovering is not None:
-            until = round((recovering - failure) * 1000, 1)
-        elif failure is not None and relinked is not None:
-            until = round((relinked - failure) * 1000, 1)
+        after = self.instants.get("recovering") or self.instants.get("relinked")
         return {
             "epoch": self.epoch,
             "initial": self.old_primary is None,
@@ -90,76 +69,70 @@ class Failover:
             "new_primary": self.new_primary,
             "instants": dict(self.instants),
             "phases_ms": phases,
-            "until_promoted_ms": until,
+            "until_promoted_ms": _ms(after, failure),
             "complete": self.complete,
         }
 
 
 class Timeline:
-    """Fail-overs seen by one broker, from samples of its HA role.
+    """Fail-overs seen by one broker, from its HA events.
 
     THREAD UNSAFE: the broker's event loop feeds it.
     """
 
-    def __init__(self, own_url: str = "") -> None:
-        self.own_url = own_url
+    def __init__(self) -> None:
         self.failovers: deque[Failover] = deque(maxlen=KEEP)
-        self._last: Sample | None = None
-        self._primary: str | None = None  #: the last primary seen with a link up
-        self._failure: float | None = None  #: when the link to it went down
-        self._current: Failover | None = None
+        self._primary: str | None = None  #: the last primary this broker linked to
+        self._failure: float | None = None  #: when that link went down
+        self._current: Failover | None = None  #: this broker's own promotion
 
-    def observe(self, sample: Sample) -> Failover | None:
-        """Take a sample; return a fail-over that this sample completed, else None."""
-        last, self._last = self._last, sample
-        if sample.state in _BACKUP:
-            return self._as_backup(last, sample)
-        if sample.state in _PRIMARY:
-            return self._as_primary(last, sample)
+    def observe(
+        self, at: float, event: str, fields: dict[str, Any], epoch: int, own_url: str
+    ) -> Failover | None:
+        """Take one HA event; return the fail-over it completed, else None."""
+        if event == "ha_link_down":
+            if self._failure is None:
+                self._failure = at
+        elif event == "ha_link_up":
+            return self._linked(at, str(fields.get("primary")), epoch)
+        elif event == "ha_state_changed":
+            new = fields.get("new")
+            if new == "recovering":
+                self._promoted(at, epoch, own_url)
+            elif new == "active" and self._current is not None:
+                current = self._current
+                if current.instants.get("active") is None:
+                    current.instants["active"] = at
+                    self._primary = own_url
+                    self._current = None
+                    return current
         return None
 
-    def _as_backup(self, last: Sample | None, sample: Sample) -> Failover | None:
-        was_up = last is not None and last.state in _BACKUP and last.link_up
-        if was_up and not sample.link_up and self._failure is None:
-            self._failure = sample.at
-        if not sample.link_up or sample.primary is None:
-            return None
-        previous = self._primary
-        new_epoch = last is None or sample.epoch > last.epoch or previous != sample.primary
-        self._primary = sample.primary
-        if previous is None or previous == sample.primary or not new_epoch:
-            self._failure = None
+    def _linked(self, at: float, primary: str, epoch: int) -> Failover | None:
+        previous, self._primary = self._primary, primary
+        failure, self._failure = self._failure, None
+        if previous is None or previous == primary:
             return None
         found = Failover(
-            epoch=sample.epoch,
+            epoch=epoch,
             seen_by="backup",
             old_primary=previous,
-            new_primary=sample.primary,
-            instants={"failure": self._failure, "relinked": sample.at},
+            new_primary=primary,
+            instants={"failure": failure, "relinked": at},
         )
-        self._failure = None
         self.failovers.appendleft(found)
         return found
 
-    def _as_primary(self, last: Sample | None, sample: Sample) -> Failover | None:
-        current = self._current
-        if current is None or current.epoch != sample.epoch:
-            current = self._current = Failover(
-                epoch=sample.epoch,
-                seen_by="new primary",
-                old_primary=self._primary,
-                new_primary=sample.primary or self.own_url,
-                instants={"failure": self._failure if self._primary else None},
-            )
-            self.failovers.appendleft(current)
-            self._failure = None
-        if current.instants.get("recovering") is None:
-            current.instants["recovering"] = sample.recovering_at or sample.at
-        if sample.state == "active" and current.instants.get("active") is None:
-            current.instants["active"] = sample.at
-            self._primary = sample.primary or self.own_url
-            return current
-        return None
+    def _promoted(self, at: float, epoch: int, own_url: str) -> None:
+        self._current = Failover(
+            epoch=epoch,
+            seen_by="new primary",
+            old_primary=self._primary,
+            new_primary=own_url,
+            instants={"failure": self._failure, "recovering": at},
+        )
+        self._failure = None
+        self.failovers.appendleft(self._current)
 
     def view(self) -> list[dict[str, Any]]:
         return [failover.view() for failover in self.failovers]

@@ -4,6 +4,8 @@
 "use strict";
 
 const HEADER = "X-Qpidd-Console";
+// A backup that leaves replication batches unacknowledged this long (s) is lagging.
+const LAG_SILENCE = 1.0;
 const PAGES = ["cluster", "timeline", "queues", "exchanges", "connections", "users"];
 const state = { snapshot: null, renderers: {}, pending: null };
 
@@ -134,6 +136,10 @@ function memberRows(s) {
   if (!members.some((m) => m.id === ha.broker_id)) {
     members.push({ id: ha.broker_id, url: ha.url, state: ha.state });
   }
+  // every address of ha-brokers-url: one no member answers for is shown, not left out
+  for (const address of s.configured_members || []) {
+    if (!members.some((m) => m.url === address)) members.push({ id: "", url: address, state: "not connected" });
+  }
   const backups = Object.fromEntries((ha.backups || []).map((b) => [b.id, b]));
   const isPrimary = (m) => m.state === "active" || m.state === "recovering";
   members.sort((a, b) => (isPrimary(b) - isPrimary(a)) || String(a.url).localeCompare(String(b.url)));
@@ -142,10 +148,15 @@ function memberRows(s) {
     const backup = backups[m.id];
     const lags = (backup && backup.queues) || [];
     const totalLag = lags.reduce((sum, q) => sum + (q.lag || 0), 0);
-    const lagging = !isPrimary(m) && ((backup && (!backup.in_sync || !backup.ready || totalLag > 0)) || ["joining", "catch-up"].includes(m.state));
+    const silent = (s.unacknowledged_for || {})[m.id] || 0;
+    const primaryHere = ha.state === "active" || ha.state === "recovering";
+    const missing = m.state === "not connected";
+    const lagging = !isPrimary(m) && !missing && (["joining", "catch-up"].includes(m.state) ||
+      (primaryHere && (!backup || !backup.in_sync || !backup.ready || totalLag > 0 || silent >= LAG_SILENCE)));
     const history = (s.lag_history || {})[m.id] || {};
     const lagCell = el("td", {});
     if (isPrimary(m)) lagCell.appendChild(el("span", { class: "note", text: "(the primary: the others lag behind it)" }));
+    else if (missing) lagCell.appendChild(el("span", { class: "note", text: "no member answers at this address of ha-brokers-url" }));
     else if (!backup) lagCell.appendChild(el("span", { class: "note", text: ha.state === "active" || ha.state === "recovering" ? "not linked" : "on the primary's console" }));
     else if (!lags.length) lagCell.appendChild(el("span", { class: "note", text: "no replicated queue" }));
     for (const q of lags) {
@@ -154,13 +165,15 @@ function memberRows(s) {
         el("span", { text: `${q.queue}: ${fmt(q.lag)}` }), charts.sparkline(series, { color: q.lag > 0 ? "#b45309" : "#2563a8" })));
     }
     const inSync = isPrimary(m) ? "-" : backup ? (backup.in_sync ? "yes" : "no") : "-";
+    const why = silent >= LAG_SILENCE ? ` (no acknowledgement for ${silent} s)` : !backup && primaryHere ? " (not linked)" : "";
     const role = isPrimary(m) ? el("span", { class: "tag primary", text: "PRIMARY" })
-      : el("span", { class: lagging ? "tag lag" : "tag", text: lagging ? "backup, LAGGING" : "backup" });
-    const rowClass = [isPrimary(m) ? "is-primary" : "", lagging ? "lagging" : ""].join(" ").trim();
+      : missing ? el("span", { class: "tag lag", text: "NOT CONNECTED (down, or cut off)" })
+      : el("span", { class: lagging ? "tag lag" : "tag", text: lagging ? `backup, LAGGING${why}` : "backup" });
+    const rowClass = [isPrimary(m) ? "is-primary" : "", lagging ? "lagging" : "", missing ? "down" : ""].join(" ").trim();
     return el("tr", { class: rowClass || null, "data-member": m.url, "data-state": m.state },
       el("td", {}, el("span", { text: m.url }), self ? el("span", { class: "note", text: ` (this broker, ${s.status.node})` }) : null,
         el("div", { class: "args", text: m.id })),
-      el("td", {}, el("span", { class: `pill ${m.state}`, text: m.state })),
+      el("td", {}, el("span", { class: `pill ${missing ? "down" : m.state}`, text: m.state })),
       el("td", {}, role),
       el("td", { class: "num", text: self ? fmt(ha.epoch) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
       el("td", { text: inSync }),
@@ -182,7 +195,8 @@ function renderCluster(s) {
   if (primary) {
     facts.push(`held confirms ${ha.held_confirms}`, `lease ${ha.lease_remaining === null ? "none" : ha.lease_remaining + " s"}`);
     const inSync = ha.in_sync || {};
-    facts.push(`in-sync set: ${(inSync.committed || []).length} committed, ${(inSync.pending_removal || []).length} pending removal`);
+    const committed = inSync.committed ? `${inSync.committed.members.length} committed at epoch ${inSync.committed.epoch}` : "none committed";
+    facts.push(`in-sync set: ${committed}, ${(inSync.pending_removal || []).length} pending removal`);
   } else if (ha.link_error) {
     facts.push(`link: ${ha.link_error.reason}`);
   }
