@@ -10,7 +10,9 @@
   and ``--cycles``, logs to ``<work dir>/drill.log``, runs, prints the table and the verdict,
   and writes ``<work dir>/results.json`` (settings, cycles, summary) for the benchmark.
 - Exit codes: 0 every cycle OK; 1 a confirmed message lost, two primaries or a cycle's error;
-  2 usage or a missing requirement; 130 Ctrl-C (everything stopped and removed first).
+  2 usage or a missing requirement; 130 Ctrl-C or SIGTERM (everything stopped and removed
+  first; results.json and the table of the cycles that finished still written). A cluster that
+  never settles at the start is one line, exit 1, never a traceback.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any
 
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging
-from qpid_ha_cli.nemesis.checks import summary
+from common.polling import PollTimeout
+from qpid_ha_cli.nemesis.checks import CycleResult, summary
 from qpid_ha_cli.nemesis.nemeses import NEMESES
 from qpid_ha_cli.nemesis.processes import AGENT, QPIDD, ZOOKEEPER_JAR
 from qpid_ha_cli.nemesis.report import table, verdict
@@ -95,16 +98,38 @@ def run_nemesis(
         f"link heartbeat {link_heartbeat_interval} s, {rate:g} msg/s; logs in {workdir}"
     )
     run = NemesisRun(settings)
-    results = run.run()
+    try:
+        results = run.run()
+    except PollTimeout as exc:  # the cluster never settled at the start
+        raise CommandError(
+            f"the drill's cluster did not settle: {exc} (logs in {workdir})", ExitStatus.ERROR
+        ) from None
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM: everything is stopped; say what the finished cycles showed.
+        _report(out, run, settings, run.results, workdir)
+        out("interrupted: the cycles above are the ones that finished")
+        raise
+    return _report(out, run, settings, results, workdir)
+
+
+def _report(
+    out: Callable[[str], None],
+    run: NemesisRun,
+    settings: NemesisSettings,
+    results: list[CycleResult],
+    workdir: Path,
+) -> ExitStatus:
+    """Write results.json, print the table and the verdict; the exit status."""
+    names, cycles = settings.nemeses, settings.cycles
     report: dict[str, Any] = {
         "namespace_prefix": run.cluster.lan.prefix,
         "settings": {
             "nemeses": list(names),
             "cycles": cycles,
-            "session_timeout": session_timeout,
-            "link_heartbeat_interval": link_heartbeat_interval,
-            "rate": rate,
-            "via_vip": via_vip,
+            "session_timeout": settings.session_timeout,
+            "link_heartbeat_interval": settings.link_heartbeat_interval,
+            "rate": settings.rate,
+            "via_vip": settings.via_vip,
         },
         "cycles": [r.fields() for r in results],
         "summary": summary(results),

@@ -211,7 +211,10 @@ class NemesisRun:
     def _cycle(self, cycle: int, name: str) -> CycleResult:
         nemesis = nemesis_named(name)
         settle = self.timing.failover + 30
-        primary = self.cluster.wait_settled(settle)
+        try:
+            primary = self.cluster.wait_settled(settle)
+        except PollTimeout as exc:  # the previous cycle left it unsettled: this one fails
+            return CycleResult(cycle, name, error=f"not settled before the fault: {exc}")
         result = CycleResult(cycle, name, old_primary=primary.name)
         assert self.cluster.client is not None
         url = f"{VIP}:{AMQP_PORT}" if self.settings.via_vip else self.cluster.url
