@@ -189,6 +189,21 @@ class BrokerOptions:
         " TLS is configured and mgmt-interface is not a loopback address)",
         metavar="auto|yes|no",
     )
+    console_zk: str | None = _option(
+        None,
+        non_empty,
+        "ZooKeeper the web console reads the agents' view from (their --zk), e.g."
+        " zk1:2181,zk2:2181; with console-cluster",
+        metavar="HOSTS",
+        default_text="none",
+    )
+    console_cluster: str | None = _option(
+        None,
+        non_empty,
+        "the agents' --cluster, for the web console's view of them (with console-zk)",
+        metavar="NAME",
+        default_text="none",
+    )
     log_level: str = _option(
         "info",
         choice("debug", "info", "warning", "error", "critical"),

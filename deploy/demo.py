@@ -196,6 +196,7 @@ class LocalCluster:
                 f"--ha-brokers-url={brokers_url}", "--ha-replicate=all",
                 "--ha-username=guest", "--ha-password=guest",
                 "--link-maintenance-interval=0.1", "--link-heartbeat-interval=2",
+                f"--console-zk={self.zk}", f"--console-cluster={CLUSTER}",  # the web console
             ]  # fmt: skip
             with open(workdir / f"{node}.agent.err", "wb") as err:
                 self.processes[node] = subprocess.Popen(

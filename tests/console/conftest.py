@@ -53,7 +53,11 @@ def console_cluster(
     cluster = AgentCluster(root, zookeeper.hosts, f"console-{uuid.uuid4().hex[:8]}", size=3)
     try:
         for node in cluster.nodes:
-            node.broker_command.append(f"--sasl-users={users}")
+            node.broker_command += [
+                f"--sasl-users={users}",
+                f"--console-zk={zookeeper.hosts}",  # the agents' view on the cluster page
+                f"--console-cluster={cluster.cluster}",
+            ]
         cluster.start("--watchdog-timeout=0")  # a test stops a broker: keep it
         cluster.wait_settled(timeout=60)
         yield cluster

@@ -140,6 +140,11 @@ def test_login_then_the_primary_and_two_ready_backups(
     assert rows[0] == ("active", "is-primary")
     assert [state for state, _ in rows[1:]] == ["ready", "ready"]
     assert text(browser, "#members tbody tr.is-primary td:nth-child(3)") == "PRIMARY"
+    # the agents' view from ZooKeeper: the primary record is this broker's agent's
+    agents = f"primary record {primary.name} at epoch 1"
+    seen(browser, lambda: agents in text(browser, "#agents"), what=agents)
+    agent_cell = text(browser, "#members tbody tr.is-primary td.agent")
+    assert agent_cell == f"{primary.name}: active (primary record)"
     browser.save_screenshot(str(shots / "cluster.png"))
 
 

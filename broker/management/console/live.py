@@ -9,7 +9,9 @@ stopped with it) reads the broker every :data:`PERIOD` seconds: the queues' coun
 the rates and charts, :data:`HISTORY` samples kept per queue), each backup's lag per queue
 (messages still to send, for the sparklines) and since when it has left batches
 unacknowledged (``unacknowledged_for``: a backup that stopped reading, whose lag hides in
-the socket buffers); then it builds a snapshot for the streams.
+the socket buffers); then it builds a snapshot for the streams. With ``--console-zk`` and
+``--console-cluster``, a second task reads the agents' view from ZooKeeper
+(:class:`~broker.management.console.agents_view.AgentsView`).
 
 A snapshot holds the bodies of the endpoints the CLI reads, built by the same functions
 (``/api/status``'s fields, ``/api/ha``, ``/api/queues``, ``/api/exchanges``,
@@ -38,6 +40,7 @@ from structlog.typing import FilteringBoundLogger
 
 from broker import __version__
 from broker.management.auth import current_user
+from broker.management.console.agents_view import AgentsView
 from broker.management.console.timeline import Timeline
 from broker.management.managed import ManagedBroker
 from broker.management.responses import dumps
@@ -55,6 +58,15 @@ __all__ = ["HISTORY", "PERIOD", "LiveFeed"]
 PERIOD = 1.0
 #: Samples (seconds) of history kept per queue and per backup's queue.
 HISTORY = 60
+
+
+def _agents_view(broker: ManagedBroker) -> AgentsView | None:
+    """The agents' view when ``--console-zk`` and ``--console-cluster`` name it."""
+    hosts = getattr(broker.options, "console_zk", None)
+    cluster = getattr(broker.options, "console_cluster", None)
+    if not isinstance(hosts, str) or not isinstance(cluster, str):
+        return None
+    return AgentsView(hosts, cluster)
 
 
 def _replication(broker: ManagedBroker, queue: Any) -> str | None:
@@ -93,6 +105,8 @@ class LiveFeed:
         self.snapshot: dict[str, Any] | None = None
         self.closing = False
         self._task: asyncio.Task[None] | None = None
+        self.agents = _agents_view(broker)
+        self._agents_task: asyncio.Task[None] | None = None
 
     # app lifecycle ----------------------------------------------------------------------
     async def start(self, app: web.Application) -> None:
@@ -100,6 +114,8 @@ class LiveFeed:
         if isinstance(listeners, list):
             listeners.append(self.on_ha_event)
         self._task = asyncio.create_task(self._run(), name="console-sampler")
+        if self.agents is not None:
+            self._agents_task = asyncio.create_task(self._read_agents(), name="console-agents")
 
     async def shutdown(self, app: web.Application) -> None:
         self.closing = True
@@ -108,10 +124,13 @@ class LiveFeed:
 
     async def stop(self, app: web.Application) -> None:
         await self.shutdown(app)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._agents_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.agents is not None:
+            await self.agents.aclose()
 
     async def _run(self) -> None:
         while not self.closing:
@@ -122,6 +141,15 @@ class LiveFeed:
                     self._changed.notify_all()
             except Exception:
                 self.log.exception("console_sample_failed")
+            await asyncio.sleep(PERIOD)
+
+    async def _read_agents(self) -> None:
+        assert self.agents is not None
+        while not self.closing:
+            try:
+                await self.agents.refresh()
+            except Exception:
+                self.log.exception("console_sample_failed", what="agents' view")
             await asyncio.sleep(PERIOD)
 
     # sampling ---------------------------------------------------------------------------
@@ -210,6 +238,7 @@ class LiveFeed:
                 "exchanges": len(vhost.exchanges),
             },
             "ha": ha_status,
+            "agents": None if self.agents is None else self.agents.view,
             "configured_members": [
                 str(a) for a in getattr(getattr(broker, "ha", None), "addresses", [])
             ],

@@ -130,6 +130,30 @@ function renderBanner(s) {
   $("logout-form").className = me.auth ? "" : "hidden";
 }
 
+// The agent whose member record is this broker's (by broker id, else by URL).
+function agentOf(s, m) {
+  const agents = s.agents;
+  if (!agents || !agents.members) return null;
+  return agents.members.find((a) => (m.id && a.broker_id === m.id)) || agents.members.find((a) => a.url === m.url) || null;
+}
+
+function renderAgents(s) {
+  const box = $("agents");
+  const agents = s.agents;
+  if (agents === undefined || agents === null) {
+    box.textContent = s.ha ? "The agents' view is not read here: start the brokers with --console-zk HOSTS --console-cluster NAME (or: qpid-ha --zk HOSTS --cluster NAME status --all)." : "";
+    return;
+  }
+  const parts = [];
+  if (agents.primary) parts.push(`primary record ${agents.primary} at epoch ${agents.primary_epoch}`);
+  else parts.push("no primary record");
+  parts.push(agents.vip ? `virtual IP ${agents.vip} held by ${agents.primary}` : "no virtual IP");
+  if (agents.epoch !== undefined && agents.epoch !== null) parts.push(`last epoch handed out ${agents.epoch}`);
+  parts.push(`${(agents.members || []).length} member records`);
+  if (agents.error) parts.push(`(${agents.stale ? "last read shown; " : ""}${agents.error})`);
+  box.textContent = `Agents (ZooKeeper, cluster ${agents.cluster}): ${parts.join(" · ")}`;
+}
+
 function memberRows(s) {
   const ha = s.ha;
   const members = (ha.members || []).map((m) => ({ ...m }));
@@ -165,6 +189,8 @@ function memberRows(s) {
         el("span", { text: `${q.queue}: ${fmt(q.lag)}` }), charts.sparkline(series, { color: q.lag > 0 ? "#b45309" : "#2563a8" })));
     }
     const inSync = isPrimary(m) ? "-" : backup ? (backup.in_sync ? "yes" : "no") : "-";
+    const agentRecord = agentOf(s, m);
+    const agentCell = el("td", { class: "agent", text: agentRecord ? `${agentRecord.node}: ${agentRecord.state}${s.agents.primary === agentRecord.node ? " (primary record)" : ""}${s.agents.vip && s.agents.primary === agentRecord.node ? `, holds VIP ${s.agents.vip}` : ""}` : "-" });
     const why = silent >= LAG_SILENCE ? ` (no acknowledgement for ${silent} s)` : !backup && primaryHere ? " (not linked)" : "";
     const role = isPrimary(m) ? el("span", { class: "tag primary", text: "PRIMARY" })
       : missing ? el("span", { class: "tag lag", text: "NOT CONNECTED (down, or cut off)" })
@@ -177,6 +203,7 @@ function memberRows(s) {
       el("td", {}, role),
       el("td", { class: "num", text: self ? fmt(ha.epoch) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
       el("td", { text: inSync }),
+      agentCell,
       lagCell);
   });
 }
@@ -204,8 +231,9 @@ function renderCluster(s) {
     el("div", { class: "big", id: "primary-name", text: primary ? `Primary: this broker, ${s.status.node} (${ha.url})` : `The primary is ${ha.primary ? "at " + ha.primary : "not known yet"}` }),
     el("div", { class: "facts", text: facts.join(" · ") }));
   replaceRows($("members").tBodies[0], memberRows(s));
-  $("cluster-note").textContent = "Members as this broker knows them (the primary knows every backup). " +
-    "The agents' view and the virtual IP's holder are in ZooKeeper: qpid-ha --zk HOSTS --cluster NAME status --all.";
+  renderAgents(s);
+  $("cluster-note").textContent = "Members as this broker knows them (the primary knows every backup, " +
+    "a backup what the primary last told it), and every address of ha-brokers-url.";
   renderClusterActions(s);
 }
 
