@@ -43,6 +43,8 @@ EXPECTED_DEFAULTS = {
     "ssl_ca_file": None,
     "ssl_require_client_authentication": False,
     "mgmt_ssl": "auto",
+    "console_zk": None,
+    "console_cluster": None,
     "log_level": "info",
     "log_file": None,
     "log_format": "json",
