@@ -12,8 +12,11 @@ offered and negotiated in :mod:`broker.amqp.handshake`), checks
 framing (sizes, end octets, content sequence), and passes channel methods to
 :class:`~broker.amqp.channel.Channel`. An admission policy that also
 :class:`AdvertisesKnownHosts` (the HA role) names the hosts clients should use in
-connection.open-ok's ``known-hosts``. A hard :class:`~broker.core.errors.AmqpError` sends
-connection.close with its reply code; the broker and every other connection carry on.
+connection.open-ok's ``known-hosts``. A login whose password needs the slow hash waits in
+``AWAIT_LOGIN`` with :attr:`Connection.login_check` set: the shell runs it off the event loop
+and calls :meth:`Connection.password_checked`; bytes read meanwhile wait in the buffer. A
+hard :class:`~broker.core.errors.AmqpError` sends connection.close with its reply code; the
+broker and every other connection carry on.
 
 THREAD UNSAFE: one event loop owns the connection.
 """
@@ -39,7 +42,7 @@ from broker.amqp.handshake import (
 )
 from broker.amqp.state import ChannelState, ConnectionState, check_transition
 from broker.core.errors import AmqpError, ReplyCode
-from broker.security.sasl import AuthenticationError
+from broker.security.sasl import AuthenticationError, PasswordCheck
 
 S = ConnectionState
 _ids = itertools.count(1)
@@ -49,7 +52,9 @@ _CHANNEL_OPEN = ChannelState.OPEN
 
 
 #: The states before connection.open-ok: a client gone then abandoned its handshake.
-_HANDSHAKE = frozenset({S.AWAIT_HEADER, S.AWAIT_START_OK, S.AWAIT_TUNE_OK, S.AWAIT_OPEN})
+_HANDSHAKE = frozenset(
+    {S.AWAIT_HEADER, S.AWAIT_START_OK, S.AWAIT_LOGIN, S.AWAIT_TUNE_OK, S.AWAIT_OPEN}
+)
 
 
 class Connection:
@@ -75,6 +80,9 @@ class Connection:
         self.channels: dict[int, Channel] = {}
         self.client_properties: dict[str, Any] = {}
         self.user: str | None = None
+        #: start-ok's password hash to check: the shell runs it off the loop and calls
+        #: :meth:`password_checked` (the connection waits in AWAIT_LOGIN meanwhile).
+        self.login_check: PasswordCheck | None = None
         settings = ctx.settings
         self.frame_max = settings.frame_max
         self.channel_max = settings.channel_max
@@ -171,10 +179,25 @@ class Connection:
         """Process bytes read from the peer."""
         if self.state is S.CLOSED or self.should_close:
             return
+        self._buf += data
+        self._last_recv = self.ctx.clock()
+        self._process()
+
+    def password_checked(self, matched: bool) -> None:
+        """The shell ran :attr:`login_check` (``matched``: the password is right): log in
+        or refuse, then go on with what the client sent meanwhile."""
+        check = self.login_check
+        if check is None or self.state is not S.AWAIT_LOGIN:
+            return  # closed meanwhile
+        self.login_check = None
+        self._process(lambda: self._logged_in(self._finish_login(check, matched)))
+
+    def _process(self, first: Callable[[], None] | None = None) -> None:
+        """``first`` (if any), then parse the buffer; errors close this connection only."""
         self._in_receive = True
         try:
-            self._buf += data
-            self._last_recv = self.ctx.clock()
+            if first is not None:
+                first()
             self._parse()
             if self.blocked_by is not None and self.messages_published and not self.reading_paused:
                 self._pause_reading()
@@ -191,6 +214,8 @@ class Connection:
     def _parse(self) -> None:
         buf = self._buf
         pos = 0
+        if self.state is S.AWAIT_LOGIN:
+            return  # keep what comes until the login is decided
         if self.state is S.AWAIT_HEADER:
             if len(buf) < 8:
                 if not framing.PROTOCOL_HEADER.startswith(bytes(buf[:4])[: len(buf)]):
@@ -242,6 +267,8 @@ class Connection:
             if self.should_close or self.state is S.CLOSED:
                 pos = end_of_data
                 break
+            if self.login_check is not None:
+                break  # AWAIT_LOGIN: the rest waits for the password check
         del buf[:pos]
 
     def _bad_protocol_header(self, header: bytes) -> None:
@@ -377,19 +404,36 @@ class Connection:
         raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
         mechanism = str(method.mechanism or "")
         try:
-            self.user = self.ctx.authenticator.authenticate(
+            outcome = self.ctx.authenticator.begin(
                 mechanism, raw, self.peer_host, self.tls_identity
             )
         except AuthenticationError as exc:
-            self.ctx.log.warning(
-                "authentication_failed", connection=self.name, mechanism=mechanism, reason=str(exc)
-            )
-            raise AmqpError(
-                ReplyCode.ACCESS_REFUSED,
-                f"Login was refused using authentication mechanism {mechanism}.",
-                10,
-                11,
-            ) from exc
+            raise self._login_refused(mechanism, exc) from exc
+        if isinstance(outcome, PasswordCheck):
+            self.login_check = outcome  # the shell runs the hash in a thread
+            self._set_state(S.AWAIT_LOGIN)
+            return
+        self._logged_in(outcome)
+
+    def _finish_login(self, check: PasswordCheck, matched: bool) -> str:
+        try:
+            return self.ctx.authenticator.finish(check, matched)
+        except AuthenticationError as exc:
+            raise self._login_refused(check.mechanism, exc) from exc
+
+    def _login_refused(self, mechanism: str, exc: AuthenticationError) -> AmqpError:
+        self.ctx.log.warning(
+            "authentication_failed", connection=self.name, mechanism=mechanism, reason=str(exc)
+        )
+        return AmqpError(
+            ReplyCode.ACCESS_REFUSED,
+            f"Login was refused using authentication mechanism {mechanism}.",
+            10,
+            11,
+        )
+
+    def _logged_in(self, user: str) -> None:
+        self.user = user
         self._set_state(S.AWAIT_TUNE_OK)
         settings = self.ctx.settings
         self.send_method(

@@ -4,7 +4,9 @@ It only moves bytes: what is read goes to the connection, what the connection ha
 written, once per read and once per loop iteration for output produced elsewhere. Transport
 back-pressure (``pause_writing``/``resume_writing``) stops and restarts deliveries to this
 connection's consumers. Losing the socket wakes everything through
-``Connection.connection_lost``.
+``Connection.connection_lost``. A login's password hash runs in a thread
+(:func:`~broker.security.password_checks.run_password_check`), reading paused meanwhile: a
+burst of logins does not stall the loop.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import cast
 
 from broker.amqp.connection import Connection
 from broker.amqp.context import BrokerContext
+from broker.security.password_checks import run_password_check
 from broker.security.tls import certificate_identity
 
 #: Transport write buffer water marks: deliveries pause above HIGH, resume below LOW.
@@ -29,6 +32,7 @@ class AmqpProtocol(asyncio.Protocol):
         self.connection: Connection | None = None
         self.transport: asyncio.Transport | None = None
         self._flush_scheduled = False
+        self._checking_login = False
         self._loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -50,8 +54,36 @@ class AmqpProtocol(asyncio.Protocol):
             return
         connection.receive_data(data)
         self.flush()
-        if connection.reading_paused and self.transport is not None:
+        if connection.login_check is not None and not self._checking_login:
+            self._check_login(connection)
+        elif connection.reading_paused and self.transport is not None:
             self.transport.pause_reading()
+
+    def _check_login(self, connection: Connection) -> None:
+        """Run the password hash in a thread; read nothing more until it is decided."""
+        check = connection.login_check
+        assert check is not None
+        self._checking_login = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+        def checked(future: asyncio.Future[bool]) -> None:
+            self._checking_login = False
+            if future.cancelled():
+                return  # the loop is closing
+            exc = future.exception()
+            if exc is not None:
+                self.ctx.log.error(
+                    "internal_error", connection=connection.name, exception=repr(exc)
+                )
+            connection.password_checked(exc is None and bool(future.result()))
+            self.flush()
+            transport = self.transport
+            ready = transport is not None and not transport.is_closing()
+            if ready and transport is not None and not connection.reading_paused:
+                transport.resume_reading()
+
+        run_password_check(check).add_done_callback(checked)
 
     def publishers_blocked(self, reason: str | None) -> None:
         """A resource alarm was raised or cleared: block or unblock this connection."""

@@ -34,6 +34,7 @@ from structlog.typing import FilteringBoundLogger
 
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
+from broker.security.password_checks import off_loop
 from broker.security.roles import Role, allows, required_permission
 from broker.security.sasl import AuthenticationError
 
@@ -84,7 +85,7 @@ class BasicAuth:
                 cookie_user = self.sessions.cookie_user(request)
                 if cookie_user is None and self.sessions.is_console(request):
                     raise ApiError(401, "not logged in to the console (or the session ended)")
-            user = cookie_user or self._authenticate(header, request.remote)
+            user = cookie_user or await self._authenticate(header, request.remote)
             self._authorize(user, request.method, request.path)
         token = current_user.set(user)
         try:
@@ -112,7 +113,7 @@ class BasicAuth:
             f"user {user!r} may not {method} {path}: that needs the role {' or '.join(granting)}",
         )
 
-    def _authenticate(self, header: str | None, remote: str | None) -> str:
+    async def _authenticate(self, header: str | None, remote: str | None) -> str:
         challenge = {"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'}
         if not header:
             raise ApiError(401, "authentication required", headers=challenge)
@@ -127,8 +128,11 @@ class BasicAuth:
         if not colon:
             raise ApiError(401, "malformed Basic credentials", headers=challenge)
         try:
-            return self.broker.context.authenticator.authenticate(
-                "PLAIN", b"\0" + user + b"\0" + password, remote or ""
+            return await off_loop(  # the scrypt hash: not on the event loop
+                self.broker.context.authenticator.authenticate,
+                "PLAIN",
+                b"\0" + user + b"\0" + password,
+                remote or "",
             )
         except AuthenticationError:
             self.log.info("management_auth_failed", user=user.decode("utf-8", "replace"))

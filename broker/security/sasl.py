@@ -13,7 +13,11 @@ authentication is disabled); the client answers with one mechanism and a respons
 
 With authentication disabled any well-formed PLAIN/AMQPLAIN credentials are accepted.
 Passwords are checked against salted scrypt hashes (:mod:`broker.security.passwords`);
-error messages never contain them.
+error messages never contain them. The hash is slow (about 50 ms of CPU):
+:meth:`Authenticator.begin` returns a :class:`PasswordCheck` instead of running it, for the
+caller to run off its event loop (:mod:`broker.security.password_checks`) and hand to
+:meth:`Authenticator.finish`; a password verified before is checked at once
+(:meth:`UserDatabase.check_remembered`).
 
 Users come from a :class:`~broker.security.users.UserDatabase`: a users file
 (``name:hash:roles`` a line) or :meth:`~broker.security.users.UserDatabase.default`, the
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from dataclasses import dataclass, field
 
 from pamqp import decode
 
@@ -35,6 +40,7 @@ __all__ = [
     "ANONYMOUS_USER",
     "AuthenticationError",
     "Authenticator",
+    "PasswordCheck",
     "UserDatabase",
     "is_loopback",
 ]
@@ -93,15 +99,34 @@ class Authenticator:
         peer_host: str | None = None,
         tls_identity: str | None = None,
     ) -> str:
-        """The authenticated user name.
+        """The authenticated user name, the password hash checked here (blocking: the
+        broker's event loop uses :meth:`begin` and :meth:`finish` instead).
+
+        :raises AuthenticationError: as :meth:`begin` and :meth:`finish`.
+        """
+        outcome = self.begin(mechanism, response, peer_host, tls_identity)
+        if isinstance(outcome, PasswordCheck):
+            return self.finish(outcome, outcome.run())
+        return outcome
+
+    def begin(
+        self,
+        mechanism: str,
+        response: bytes,
+        peer_host: str | None = None,
+        tls_identity: str | None = None,
+    ) -> str | PasswordCheck:
+        """The authenticated user name when no slow hash is needed (EXTERNAL, ANONYMOUS,
+        authentication off, a password verified before), else the :class:`PasswordCheck`
+        to run (in a thread) and hand to :meth:`finish`.
 
         ``tls_identity`` is the common name of the client's verified TLS certificate: the
         user of EXTERNAL (which must be a known user, with authentication on; the response,
         when not empty, must name the same user).
 
         :raises AuthenticationError: for an unoffered mechanism, a malformed response,
-            (with authentication enabled) a wrong user name or password, or a loopback
-            user from ``peer_host`` that is not a loopback address.
+            (with authentication enabled) an unknown EXTERNAL user, or a loopback user
+            from ``peer_host`` that is not a loopback address.
         """
         if mechanism not in self.mechanisms(tls_identity):
             offered = " ".join(self.mechanisms(tls_identity))
@@ -112,23 +137,53 @@ class Authenticator:
             user = _external(response, tls_identity or "")
             if self.auth_enabled and user not in self.users:
                 raise AuthenticationError(f"EXTERNAL: certificate user {user!r} is not a user")
+            return self._admit(user, peer_host)
+        if mechanism == "PLAIN":
+            user, password = _plain(response)
         else:
-            if mechanism == "PLAIN":
-                user, password = _plain(response)
-            else:
-                user, password = _amqplain(response)
-            if not self.auth_enabled:
-                return user or ANONYMOUS_USER
-            if not user:
-                raise AuthenticationError(f"{mechanism}: empty user name")
-            if not self.users.check(user, password):
-                raise AuthenticationError(f"{mechanism}: wrong user name or password for {user!r}")
+            user, password = _amqplain(response)
+        if not self.auth_enabled:
+            return user or ANONYMOUS_USER
+        if not user:
+            raise AuthenticationError(f"{mechanism}: empty user name")
+        check = PasswordCheck(self.users, mechanism, user, password, peer_host)
+        if self.users.check_remembered(user, password):
+            return self.finish(check, True)
+        return check
+
+    def finish(self, check: PasswordCheck, matched: bool) -> str:
+        """The user of ``check`` once its hash was checked (``matched``: the password is
+        right). :raises AuthenticationError: a wrong user name or password, or a loopback
+        user off loopback."""
+        if not matched:
+            raise AuthenticationError(
+                f"{check.mechanism}: wrong user name or password for {check.user!r}"
+            )
+        return self._admit(check.user, check.peer_host)
+
+    def _admit(self, user: str, peer_host: str | None) -> str:
         if user in self.loopback_users and peer_host is not None and not is_loopback(peer_host):
             raise AuthenticationError(
                 f"user {user!r} may log in only from a loopback address, not {peer_host}"
                 " (see loopback-users)"
             )
         return user
+
+
+@dataclass(frozen=True)
+class PasswordCheck:
+    """A login waiting for its password hash: :meth:`run` it (blocking, about 50 ms of
+    CPU; thread-safe), then :meth:`Authenticator.finish` with the result. The password is
+    not in the ``repr``."""
+
+    users: UserDatabase
+    mechanism: str
+    user: str
+    password: str = field(repr=False)
+    peer_host: str | None = None
+
+    def run(self) -> bool:
+        return self.users.check(self.user, self.password)
 
 
 def _external(response: bytes, identity: str) -> str:

@@ -155,15 +155,25 @@ class UserDatabase:
         return UserDatabase(u for u in self._users.values() if u.name != name)
 
     # -- checks ------------------------------------------------------------------------
+    def _tag(self, password: str) -> bytes:
+        return hmac.new(self._key, password.encode("utf-8"), hashlib.sha256).digest()
+
+    def check_remembered(self, name: str, password: str) -> bool:
+        """Whether ``password`` is the one last verified for ``name`` (microseconds, no
+        hash): False means "not known yet", pay :meth:`check`."""
+        known = self._verified.get(name)
+        return known is not None and hmac.compare_digest(self._tag(password), known)
+
     def check(self, name: str, password: str) -> bool:
-        """Whether ``password`` is ``name``'s (constant time in the password)."""
+        """Whether ``password`` is ``name``'s (constant time in the password). Slow (the
+        scrypt hash) unless remembered: the broker calls it in a thread
+        (:mod:`broker.security.password_checks`); safe to, as it only adds to a dict."""
         user = self._users.get(name)
         if user is None:
             verify_password(password, _nobody())
             return False
-        tag = hmac.new(self._key, password.encode("utf-8"), hashlib.sha256).digest()
-        known = self._verified.get(name)
-        if known is not None and hmac.compare_digest(tag, known):
+        tag = self._tag(password)
+        if self.check_remembered(name, password):
             return True
         if not verify_password(password, user.password_hash):
             return False

@@ -43,8 +43,16 @@ class Client:
 
     # sending
     def send_bytes(self, data: bytes) -> None:
-        self.conn.receive_data(data)
+        self.feed(data)
         self._collect()
+
+    def feed(self, data: bytes) -> None:
+        """``receive_data``, then a pending password check run here (the shell runs it in
+        a thread)."""
+        self.conn.receive_data(data)
+        check = self.conn.login_check
+        if check is not None:
+            self.conn.password_checked(check.run())
 
     def send(self, channel: int, method: Any) -> None:
         self.send_bytes(frame.marshal(method, channel))

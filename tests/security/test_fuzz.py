@@ -101,7 +101,7 @@ def test_mutated_amqp_sessions(frames: list[bytes], chunk: int) -> None:
     client = Client(ctx)
     stream = b"".join(frames)
     for start in range(0, len(stream), chunk * 16):
-        client.conn.receive_data(stream[start : start + chunk * 16])
+        client.feed(stream[start : start + chunk * 16])
         client.conn.data_to_send()
         client.conn.tick()
     client.conn.connection_lost()
