@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Container, Iterable
+from operator import attrgetter
 from typing import Any, Protocol
 from uuid import uuid4
 
@@ -58,6 +59,8 @@ class QueueObserver(Protocol):
 
 
 DeadLetter = Callable[["Queue", Entry, str], None]
+
+_by_position = attrgetter("position")
 
 
 def consumer_priority(consumer: Consumer) -> int:
@@ -216,6 +219,29 @@ class Queue:
         if self._consumers:
             self.dispatch()
         return True
+
+    def restore(self, entries: list[Entry]) -> None:
+        """Put back entries recovered from the message store, as ``enqueue`` would one by one
+        at their positions (ascending) but in bulk: no limits (they were admitted before),
+        their expiry times and delivery counts as the store gives them. Observers are told of
+        each (the store detaches itself: it restores them)."""
+        if not entries:
+            return
+        messages = self._messages
+        if entries[0].position <= self.last_position:  # below what is here: merge in order
+            merged = sorted([*messages, *entries], key=_by_position)
+            messages.clear()
+            messages.extend(merged)
+        else:
+            messages.extend(entries)
+        self.last_position = max(self.last_position, entries[-1].position)
+        self._bytes += sum([len(entry.message.body) for entry in entries])
+        self.enqueued_total += len(entries)
+        for observer in self.observers:
+            for entry in entries:
+                observer.enqueued(self, entry)
+        if self._consumers:
+            self.dispatch()
 
     def _insert_replicated(self, message: Message, position: int, now: float) -> bool:
         """A replicated message older than the newest one here: insert in id order."""
@@ -476,7 +502,7 @@ class Queue:
     def snapshot(self) -> list[Entry]:
         """Every message on the queue, ready or delivered but unacknowledged, by position."""
         entries = [*self._messages, *self._unacked_entries.values()]
-        entries.sort(key=lambda e: e.position)
+        entries.sort(key=_by_position)
         return entries
 
     def remove_positions(self, positions: Container[int], expected: int | None = None) -> int:

@@ -64,8 +64,6 @@ class MessageStore:
         self._queues: dict[str, int] = {}
         self._bindings: dict[BindingId, int] = {}
         self._adopting: int | None = None  # during recovery: the id of what is re-created
-        # during recovery of one message: (delivered before, expiry time on vhost.clock)
-        self._restoring: tuple[bool, float | None] | None = None
         self.recovered_messages = 0
         vhost.listeners.append(self)
 
@@ -90,7 +88,11 @@ class MessageStore:
             )
         wall_now_ms = time.time() * 1000.0
         now = vhost.clock()
-        objects: dict[int, Message] = {}  # one Message for all the queues it is on
+        contents = state.messages
+        # One Message for all the queues it is on; not needed (nor kept) when each message
+        # is on one queue, the usual case.
+        shared = len(contents) < state.message_count
+        objects: dict[int, Message] = {}
         queue_names: dict[int, str] = {}
         for recovered in state.queues:
             record = recovered.record
@@ -103,24 +105,38 @@ class MessageStore:
                 replicated=True,  # amq.gen- names come back too
                 uuid=record.uuid or None,
             )
-            queue_names[record.id] = queue.name
-            for item in recovered.messages:
-                message = objects.get(item.message_id)
-                if message is None:
-                    content = state.messages[item.message_id]
-                    message = Message(
-                        content.exchange, content.routing_key, content.properties_raw, content.body
-                    )
-                    message.store_id = item.message_id
-                    objects[item.message_id] = message
-                expires_at = None
-                if item.expires_at_ms:
-                    expires_at = now + (item.expires_at_ms - wall_now_ms) / 1000.0
-                self._restoring = (item.delivered or crashed, expires_at)
-                queue.enqueue(message, item.position)
-                self.recovered_messages += 1
-            self._restoring = None
             self._adopting = None
+            queue_names[record.id] = queue.name
+            # The hot loop of a restart: Entry objects made here, put back in bulk.
+            entries: list[Entry] = []
+            append = entries.append
+            for message_id, position, expires_at_ms, delivered in recovered.messages:
+                message = objects.get(message_id) if shared else None
+                if message is None:
+                    _id, exchange_name, routing_key, properties_raw, body = contents[message_id]
+                    message = Message(exchange_name, routing_key, properties_raw, body)
+                    message.store_id = message_id
+                    if shared:
+                        objects[message_id] = message
+                entry = Entry(
+                    message,
+                    position,
+                    now + (expires_at_ms - wall_now_ms) / 1000.0 if expires_at_ms else None,
+                )
+                if delivered or crashed:
+                    entry.delivery_count = 1
+                append(entry)
+            # On disk already: the store is not told of what it restores.
+            observers = queue.observers
+            at = observers.index(self) if self in observers else -1
+            if at >= 0:
+                del observers[at]
+            try:
+                queue.restore(entries)
+            finally:
+                if at >= 0:
+                    observers.insert(at, self)
+            self.recovered_messages += len(entries)
         for binding in state.bindings:
             queue_name = queue_names.get(binding.queue_id)
             if queue_name is None or binding.exchange not in vhost.exchanges:
@@ -262,12 +278,6 @@ class MessageStore:
 
     # -- messages (queue observer) ---------------------------------------------------------
     def enqueued(self, queue: Queue, entry: Entry) -> None:
-        restoring = self._restoring
-        if restoring is not None:  # recovery: on disk already
-            if restoring[0]:
-                entry.delivery_count = 1
-            entry.expires_at = restoring[1]
-            return
         message = entry.message
         if not message.persistent:
             return
