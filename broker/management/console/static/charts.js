@@ -11,6 +11,7 @@ function svgElement(name, attributes) {
 
 function pathOf(values, width, height, max) {
   if (values.length === 0) return "";
+  if (values.length === 1) values = [values[0], values[0]]; // one sample: a flat line
   const step = values.length > 1 ? width / (values.length - 1) : 0;
   return values
     .map((value, i) => {

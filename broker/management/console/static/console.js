@@ -201,7 +201,7 @@ function memberRows(s) {
         el("div", { class: "args", text: m.id })),
       el("td", {}, el("span", { class: `pill ${missing ? "down" : m.state}`, text: m.state })),
       el("td", {}, role),
-      el("td", { class: "num", text: self ? fmt(ha.epoch) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
+      el("td", { class: "num", text: self ? fmt(ha.epoch) : agentRecord ? fmt(agentRecord.epoch) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
       el("td", { text: inSync }),
       agentCell,
       lagCell);
