@@ -189,6 +189,13 @@ class BrokerOptions:
         " TLS is configured and mgmt-interface is not a loopback address)",
         metavar="auto|yes|no",
     )
+    require_encryption: bool = _option(
+        False,
+        parse_bool,
+        "refuse AMQP connections that are not TLS (plain clients and replication links get"
+        " 530 at login; every ha-brokers-url address must be ssl:); needs ssl-cert-file",
+        metavar="yes|no",
+    )
     console_zk: str | None = _option(
         None,
         non_empty,

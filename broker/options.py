@@ -193,6 +193,19 @@ def check_options(options: BrokerOptions) -> None:
                 f" connection.open-ok known-hosts holds at most {KNOWN_HOSTS_MAX}"
                 " (set a shorter ha-public-url, e.g. a virtual IP)"
             )
+    if options.require_encryption:
+        if not options.ssl_cert_file or not options.ssl_key_file:
+            raise OptionsError(
+                "require-encryption needs ssl-cert-file and ssl-key-file: with no TLS listener"
+                " nobody could connect"
+            )
+        addresses = parse_url(options.ha_brokers_url).addresses if options.ha_brokers_url else ()
+        for address in addresses:
+            if address.scheme != "ssl":
+                raise OptionsError(
+                    f"require-encryption: ha-brokers-url address {address.host}:{address.port}"
+                    " is not ssl: (replication links must be encrypted; give ssl:HOST:SSL-PORT)"
+                )
     if options.link_maintenance_interval <= 0:
         raise OptionsError(
             f"invalid value {show(options.link_maintenance_interval)!r} for option"

@@ -43,6 +43,7 @@ EXPECTED_DEFAULTS = {
     "ssl_ca_file": None,
     "ssl_require_client_authentication": False,
     "mgmt_ssl": "auto",
+    "require_encryption": False,
     "console_zk": None,
     "console_cluster": None,
     "log_level": "info",

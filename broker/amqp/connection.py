@@ -67,8 +67,10 @@ class Connection:
         on_output: Callable[[], None] | None = None,
         peer_host: str | None = None,
         tls_identity: str | None = None,
+        encrypted: bool = False,
     ) -> None:
         self.ctx = ctx
+        self.encrypted = encrypted  # over TLS (--require-encryption refuses the others)
         self.id = next(_ids)
         self.peer = peer
         self.peer_host = peer_host  # the peer's IP address; None: not on the network
@@ -403,6 +405,17 @@ class Connection:
         response = method.response
         raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
         mechanism = str(method.mechanism or "")
+        if self.ctx.require_encryption and not self.encrypted:
+            self.ctx.log.warning(
+                "connection_refused_unencrypted", connection=self.name, peer=self.peer
+            )
+            raise AmqpError(
+                ReplyCode.NOT_ALLOWED,
+                "encryption required: this broker accepts TLS connections only"
+                " (require-encryption); connect to its ssl-port",
+                10,
+                11,
+            )
         try:
             outcome = self.ctx.authenticator.begin(
                 mechanism, raw, self.peer_host, self.tls_identity

@@ -114,6 +114,8 @@ class BrokerContext:
     log: Logger = field(default_factory=_NullLogger)
     #: The ACL (``--acl-file``) asked before each checked method, or None: no ACL.
     acl: AccessControl | None = None
+    #: ``--require-encryption``: a connection that is not TLS is refused at start-ok.
+    require_encryption: bool = False
     #: The reason publishers are blocked by a resource alarm (broker.core.alarms), or None.
     publish_alarm: str | None = None
     clock: Callable[[], float] = time.monotonic

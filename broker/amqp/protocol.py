@@ -45,7 +45,12 @@ class AmqpProtocol(asyncio.Protocol):
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
         identity = certificate_identity(transport.get_extra_info("peercert"))  # TLS only
         self.connection = Connection(
-            self.ctx, peer, on_output=self._schedule_flush, peer_host=host, tls_identity=identity
+            self.ctx,
+            peer,
+            on_output=self._schedule_flush,
+            peer_host=host,
+            tls_identity=identity,
+            encrypted=transport.get_extra_info("ssl_object") is not None,
         )
 
     def data_received(self, data: bytes) -> None:

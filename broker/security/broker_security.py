@@ -49,6 +49,7 @@ class BrokerSecurity:
         self.tls = TlsSettings.from_options(options)  # TlsError (a ValueError): exit 2
         self.server_ssl = None if self.tls is None else server_context(self.tls)
         self.ssl_port = 0
+        context.require_encryption = bool(options.require_encryption)  # plain AMQP refused
         self.mgmt_ssl()  # TlsError now (exit 2) rather than when the API starts
         if acl_file:
             acl = load_acl(acl_file)  # AclError (a ValueError): bad configuration

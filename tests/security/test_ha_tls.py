@@ -19,7 +19,9 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     return make_certs(tmp_path_factory.mktemp("certs"))
 
 
-def tls_cluster(root: Path, certs: Certs, backup_ca: Path) -> tuple[Cluster, list[int]]:
+def tls_cluster(
+    root: Path, certs: Certs, backup_ca: Path, *extra: str
+) -> tuple[Cluster, list[int]]:
     cluster = Cluster(root, 2)
     ssl_ports = [free_port() for _ in cluster.brokers]
     url = ",".join(f"ssl:127.0.0.1:{port}" for port in ssl_ports)
@@ -30,12 +32,14 @@ def tls_cluster(root: Path, certs: Certs, backup_ca: Path) -> tuple[Cluster, lis
             f"--ssl-cert-file={certs.server[0]}",
             f"--ssl-key-file={certs.server[1]}",
             f"--ssl-ca-file={certs.ca.cert if i == 0 else backup_ca}",
+            *extra,
         ]
     return cluster, ssl_ports
 
 
 def test_replication_link_over_tls(tmp_path: Path, certs: Certs) -> None:
-    cluster, ssl_ports = tls_cluster(tmp_path, certs, certs.ca.cert)
+    """With ``--require-encryption`` too: the link is TLS, nothing plain is needed."""
+    cluster, ssl_ports = tls_cluster(tmp_path, certs, certs.ca.cert, "--require-encryption=yes")
     try:
         cluster.start()
         cluster.promote(0, epoch=1)

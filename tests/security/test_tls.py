@@ -15,6 +15,7 @@ import aio_pika
 import pika
 import pytest
 
+from broker.options import OptionsError, parse_options
 from common.polling import free_port, poll_until
 from tests.broker_process import BrokerProcess
 from tests.security.certs import Certs, make_certs
@@ -248,3 +249,43 @@ def test_qpid_ha_reaches_an_https_management_api(tmp_path: Path, certs: Certs) -
         assert other.returncode == 3 and "certificate verify failed" in other.stderr
         plain = run(f"guest/guest@localhost:{port}", certs.ca.cert)
         assert plain.returncode == 3  # plain HTTP to an HTTPS port: not answered
+
+
+def test_require_encryption_refuses_plain_amqp(tmp_path: Path, certs: Certs) -> None:
+    """``--require-encryption``: a plain AMQP client is refused at login with 530 and the
+    reason; TLS clients carry on. Without TLS configured, or with a plain ha-brokers-url
+    address, it is a usage error."""
+    with TlsBroker(tmp_path / "b", certs, "--require-encryption=yes", cert=certs.server) as tls:
+        plain = pika.ConnectionParameters(
+            "127.0.0.1", tls.process.port, connection_attempts=1, socket_timeout=5
+        )
+        with pytest.raises(pika.exceptions.AMQPConnectionError) as refused:
+            pika.BlockingConnection(plain)
+        assert "encryption required" in repr(refused.value), repr(refused.value)
+        context = client_context(certs.ca.cert)
+        assert pika_round_trip(pika_params(tls.ssl_port, context)) == b"over TLS"
+        events = tls.process.events()
+    refusals = [e for e in events if e["event"] == "connection_refused_unencrypted"]
+    assert len(refusals) == 1 and refusals[0]["level"] == "warning"
+    assert not [e for e in events if e["event"] == "authentication_failed"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "require-encryption needs ssl-cert-file and ssl-key-file"),
+        (
+            [
+                "--ha-cluster=yes",
+                "--ha-brokers-url=ssl:127.0.0.1:5671,tcp:127.0.0.1:5672",
+                "--ssl-cert-file=c.pem",
+                "--ssl-key-file=k.pem",
+            ],
+            "ha-brokers-url address 127.0.0.1:5672 is not ssl:",
+        ),
+    ],
+)
+def test_require_encryption_without_tls_is_a_usage_error(args: list[str], message: str) -> None:
+    with pytest.raises(OptionsError) as error:
+        parse_options(["--require-encryption=yes", *args])
+    assert message in str(error.value)
