@@ -11,8 +11,12 @@ never an argument, so it never shows in ``ps`` or a shell history.
 - ``delete NAME``; ``passwd NAME``; ``roles NAME [R...]`` (no roles: AMQP only).
 - ``list``: each user and roles, one a line (never a hash).
 
-Every change rewrites the file atomically with mode 0600. The broker reads the file when it
-starts: restart it (or, for an ACL file, ``qpid-ha acl reload``) to apply a change.
+- ``reload``: the broker at ``-b`` reads its ``--sasl-users`` file again (``POST
+  /api/users/reload``, as SIGHUP does): a change applies without a restart. A bad file is
+  refused and the running users stay (exit 1 with the broker's reason).
+
+Every change rewrites the file atomically with mode 0600; the broker reads it at start, on
+``reload`` and on SIGHUP.
 Failures are raised as :class:`~common.exit_status.CommandError` (bad input 2, a missing
 user 1) and become one line in :mod:`qpid_ha_cli.main`.
 """
@@ -30,7 +34,7 @@ from broker.security.roles import Role, parse_roles
 from broker.security.users import User, UserDatabase, check_name, load, save
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.command_line import OwnOptionsCommand
-from qpid_ha_cli.context import environment
+from qpid_ha_cli.context import environment, settings
 
 __all__ = ["DEFAULT_USERS_FILE", "app"]
 
@@ -189,3 +193,11 @@ def roles(
     _write(users.with_user(User(name, user.password_hash, granted)), users_file)
     shown = ",".join(sorted(r.value for r in granted)) or "-"
     environment(ctx).out(f"roles of {name}: {shown}")
+
+
+@app.command()
+def reload(ctx: typer.Context) -> None:
+    """Make the broker (-b) read its users file again: changes apply without a restart."""
+    s = settings(ctx)
+    status = s.call("/api/users/reload", {})
+    s.env.out(f"reloaded {status.get('users_file')}: {status.get('users')} users")

@@ -1,9 +1,11 @@
 """The ACL endpoints: ``GET /api/acl`` (the file, its rules and groups, when it was loaded)
-and ``POST /api/acl/reload`` (read the file again; ``qpid-ha acl reload``).
+and ``POST /api/acl/reload`` (read the file again; ``qpid-ha acl reload``); the users file's
+``POST /api/users/reload`` (``qpid-ha users reload``).
 
 Handlers only translate HTTP into calls on the broker's
 :class:`~broker.security.broker_security.BrokerSecurity`. A reload refused (no ACL file, or
-a bad one: the running ACL stays) is a 409 naming the file and line. Reading needs the
+a bad one: the running ACL stays) is a 409 naming the file and line; so is a users file
+reload refused. Reading needs the
 monitoring role, reloading the administrator's (:mod:`broker.security.roles`).
 """
 
@@ -28,7 +30,11 @@ class AclEndpoints:
         self.log = log
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.get("/api/acl", self.get_acl), web.post("/api/acl/reload", self.reload)]
+        return [
+            web.get("/api/acl", self.get_acl),
+            web.post("/api/acl/reload", self.reload),
+            web.post("/api/users/reload", self.reload_users),
+        ]
 
     def _security(self) -> Any:
         security = getattr(self.broker, "security", None)
@@ -46,6 +52,17 @@ class AclEndpoints:
 
         try:
             status = security.reload(f"management ({current_user.get()})")
+        except ReloadError as exc:
+            raise ApiError(HTTPStatus.CONFLICT, str(exc)) from None
+        return json_response(status)
+
+    async def reload_users(self, request: web.Request) -> web.Response:
+        Body(await read_json_object(request), ())
+        security = self._security()
+        from broker.security.broker_security import ReloadError
+
+        try:
+            status = security.reload_users(f"management ({current_user.get()})")
         except ReloadError as exc:
             raise ApiError(HTTPStatus.CONFLICT, str(exc)) from None
         return json_response(status)

@@ -1,11 +1,15 @@
 """The broker's security settings put together, and their reload (SIGHUP, ``qpid-ha acl
-reload``).
+reload``, ``qpid-ha users reload``).
 
 :class:`BrokerSecurity` reads ``--acl-file`` at start (a bad file stops the start, exit 2,
 naming the line) and installs the ACL on the connections' context. :meth:`reload` reads
 the file again: a good file replaces the ACL at once for every later request, a bad one
 leaves the running ACL in place and says why (``acl_reload_failed``). The caller decides
 when: SIGHUP (:mod:`broker.main`) or ``POST /api/acl/reload``.
+
+The users file (``--sasl-users``) is read again the same way (:meth:`reload_users`: SIGHUP
+or ``POST /api/users/reload``): a good file replaces the users for every later login
+(``users_reloaded``), a bad one leaves the running users (``users_reload_failed``).
 
 TLS (:mod:`broker.security.tls`): with ``--ssl-cert-file`` it makes the server context
 (:attr:`BrokerSecurity.server_ssl`) of the AMQPS listener it opens (:meth:`listen_tls`,
@@ -30,6 +34,7 @@ from broker.amqp.context import BrokerContext
 from broker.security.acl import Acl, AclError, load_acl
 from broker.security.sasl import is_loopback
 from broker.security.tls import TlsError, TlsSettings, reload_server_context, server_context
+from broker.security.users import load as load_users
 
 __all__ = ["BrokerSecurity", "ReloadError"]
 
@@ -46,6 +51,8 @@ class BrokerSecurity:
         self.context = context
         self.log = log
         self.loaded_at: float | None = None
+        self.users_file: str | None = options.sasl_users
+        self.users_loaded_at: float | None = time.time() if self.users_file else None
         self.tls = TlsSettings.from_options(options)  # TlsError (a ValueError): exit 2
         self.server_ssl = None if self.tls is None else server_context(self.tls)
         self.ssl_port = 0
@@ -83,11 +90,39 @@ class BrokerSecurity:
         self.log.info("acl_reloaded", file=self.acl_file, rules=len(acl.rules), by=reason)
         return self.status()
 
+    def users_status(self) -> dict[str, Any]:
+        return {
+            "users_file": self.users_file,
+            "users": len(self.context.authenticator.users),
+            "loaded_at": self.users_loaded_at,
+        }
+
+    def reload_users(self, reason: str) -> dict[str, Any]:
+        """Read the users file again: later logins use it (a login being checked finishes
+        against the users it started with). :raises ReloadError: no users file, or a bad
+        one (the running users stay)."""
+        if not self.users_file:
+            raise ReloadError("no users file is configured (--sasl-users)")
+        try:
+            users = load_users(self.users_file)
+        except ValueError as exc:  # names the file and line, never a hash
+            self.log.warning(
+                "users_reload_failed", file=self.users_file, reason=str(exc), by=reason
+            )
+            raise ReloadError(f"{exc} (the running users stay)") from None
+        self.context.authenticator.users = users
+        self.users_loaded_at = time.time()
+        self.log.info("users_reloaded", file=self.users_file, users=len(users), by=reason)
+        return self.users_status()
+
     def on_sighup(self) -> None:
         """SIGHUP: reload what has a file; failures are logged, the broker carries on."""
         if self.acl_file:
             with contextlib.suppress(ReloadError):  # logged by reload: the running ACL stays
                 self.reload("SIGHUP")
+        if self.users_file:
+            with contextlib.suppress(ReloadError):  # logged: the running users stay
+                self.reload_users("SIGHUP")
         if self.tls is not None and self.server_ssl is not None:
             try:
                 reload_server_context(self.server_ssl, self.tls)

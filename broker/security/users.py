@@ -12,7 +12,8 @@ The hash is :mod:`broker.security.passwords`'s; roles are :mod:`broker.security.
 number (a plain-text password from the old ``name:password`` format included: hash it with
 ``qpid-ha users passwd``). Errors never echo a password or a hash.
 
-:class:`UserDatabase` is immutable: the broker reads one at start (``--sasl-users``) or
+:class:`UserDatabase` is immutable: the broker reads one at start (``--sasl-users``; again
+on SIGHUP or ``qpid-ha users reload``: :mod:`broker.security.broker_security`) or
 uses :meth:`UserDatabase.default` (guest/guest with every role, from loopback only by
 ``--loopback-users``). ``qpid-ha users`` edits copies (:meth:`UserDatabase.with_user`,
 :meth:`UserDatabase.without`) and writes them with :func:`save` (atomically, mode 0600).

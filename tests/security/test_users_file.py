@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import signal
 import stat
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pika
 import pytest
 from pika.exceptions import ProbableAuthenticationError
 
+from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 
 QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
@@ -109,3 +111,59 @@ def test_broker_reads_the_file_and_logs_no_password(tmp_path: Path) -> None:
     events = [e["event"] for e in broker.events()]
     assert "authentication_failed" in events and "management_auth_failed" in events
     assert secret not in logged and wrong not in logged
+
+
+def _login(port: int, user: str, password: str) -> bool:
+    params = pika.ConnectionParameters(
+        "127.0.0.1",
+        port,
+        credentials=pika.PlainCredentials(user, password),
+        connection_attempts=1,
+    )
+    try:
+        pika.BlockingConnection(params).close()
+    except ProbableAuthenticationError:
+        return False
+    return True
+
+
+def test_users_file_reloads_without_a_restart(tmp_path: Path) -> None:
+    """``qpid-ha users reload`` and SIGHUP apply a changed users file to later logins; a
+    bad file is refused and the running users stay."""
+    path = str(tmp_path / "users")
+    add = ("users", "add", "ops", "-f", path, "-r", "administrator", "--password-stdin")
+    assert qpid_ha(*add, stdin="ops-pw\n").returncode == 0
+    broker = BrokerProcess(tmp_path / "b", args=[f"--sasl-users={path}"]).start()
+    admin = ("-b", f"ops/ops-pw@127.0.0.1:{broker.mgmt_port}")
+    try:
+        added = qpid_ha("users", "add", "bob", "-f", path, "--password-stdin", stdin="bob-pw\n")
+        assert added.returncode == 0 and not _login(broker.port, "bob", "bob-pw")
+        reloaded = qpid_ha(*admin, "users", "reload")
+        assert reloaded.returncode == 0, reloaded.stderr
+        assert reloaded.stdout.strip() == f"reloaded {path}: 2 users"
+        assert _login(broker.port, "bob", "bob-pw")
+
+        assert qpid_ha("users", "delete", "bob", "-f", path).returncode == 0
+        broker.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+        poll_until(
+            lambda: any(
+                e["event"] == "users_reloaded" and e["users"] == 1 for e in broker.events()
+            ),
+            10,
+            "users_reloaded after SIGHUP",
+        )
+        assert not _login(broker.port, "bob", "bob-pw")
+
+        good = Path(path).read_text()
+        Path(path).write_text(good + "carol:plain-text-password:\n")
+        refused = qpid_ha(*admin, "users", "reload")
+        assert refused.returncode == 1 and f"{path}:3: user 'carol' has no password hash" in (
+            refused.stderr
+        ), refused.stderr
+        assert "plain-text-password" not in refused.stderr
+        assert _login(broker.port, "ops", "ops-pw")  # the running users stay
+        failed = [e for e in broker.events() if e["event"] == "users_reload_failed"]
+        assert failed and failed[-1]["level"] == "warning"
+    finally:
+        broker.stop()
+    assert "plain-text-password" not in broker.log_file.read_text()
