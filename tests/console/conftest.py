@@ -1,6 +1,6 @@
 """Fixtures of the console's browser tests: a real 3-node agent cluster with a users file,
-and one headless Chromium (Debian's ``chromium`` and ``chromium-driver``, installed by
-``make system-packages``), both shared by a module."""
+shared by a module, and one headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, installed by ``make system-packages``) for the session."""
 
 from __future__ import annotations
 
@@ -65,9 +65,10 @@ def console_cluster(
         cluster.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    """Headless Chromium through chromedriver (selenium), closed after the module."""
+    """Headless Chromium through chromedriver (selenium), one for the test worker's run
+    (the browser tests share an xdist group, so one worker and one browser)."""
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if shutil.which(p) is None]
     if missing:
         pytest.fail(
@@ -91,6 +92,7 @@ def browser() -> Iterator[Any]:
         "--disable-component-update",
         "--disable-sync",
         "--metrics-recording-only",
+        "--ignore-certificate-errors",  # the TLS test's own CA (loopback only)
     ):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
