@@ -3,7 +3,9 @@
 Exit codes (:class:`common.exit_status.ExitStatus`): SUCCESS 0 after SIGTERM/SIGINT; ERROR 1
 the broker could not start (its data directory, its listening sockets); USAGE 2 a bad option
 (:func:`broker.options.main_parse`), a bad users file or a log file that cannot be opened;
-FENCED 3 the HA role fenced the broker. Failures to start are mapped to their exit code and
+FENCED 3 the HA role fenced the broker; SHUT_DOWN 4 the broker stopped for a clean all-stop of its
+cluster (``POST /api/ha/shutdown``, ``qpid-ha shutdown --all``): whoever supervises it leaves it
+stopped. Failures to start are mapped to their exit code and
 one line, ``qpidd: error: ...``, in one place: :func:`raw_main`.
 """
 
@@ -53,6 +55,8 @@ async def run(options: BrokerOptions) -> ExitStatus:
     if broker.fenced_reason is not None:
         print(f"qpidd: fenced: {broker.fenced_reason}", file=sys.stderr)
         return ExitStatus.FENCED
+    if broker.data_dir is not None and broker.data_dir.closing_shutdown_id is not None:
+        return ExitStatus.SHUT_DOWN  # a cluster shutdown: nobody restarts it
     return ExitStatus.SUCCESS
 
 

@@ -16,6 +16,9 @@ program's own typed errors, never ``sys.exit`` with a bare number.
  3  FENCED       ``qpidd``: the broker stopped because it was fenced (the same number as
                  UNREACHABLE, which is what ``ExitStatus(3)`` reads as: each program uses
                  only one of the two)
+ 4  SHUT_DOWN    ``qpidd``: the broker stopped for a clean all-stop of its cluster
+                 (``qpid-ha shutdown --all``): a service manager (``RestartPreventExitStatus``)
+                 and an agent supervising it (``--broker-command``) leave it stopped
 130 INTERRUPTED  Ctrl-C (128 + SIGINT)
 === ============ ==========================================================================
 
@@ -36,6 +39,7 @@ class ExitStatus(IntEnum):
     USAGE = 2
     UNREACHABLE = 3
     FENCED = 3  # qpidd only; an alias of UNREACHABLE's number
+    SHUT_DOWN = 4  # qpidd only: stopped by qpid-ha shutdown --all; nobody restarts it
     INTERRUPTED = 130
 
 

@@ -51,6 +51,8 @@ Error Handling
   primary clients cannot reach is no primary.
 - The in-sync set's and the promotion's own errors: :mod:`ha_agent.in_sync_keeper`,
   :mod:`ha_agent.promoter`.
+- A supervised broker that exits with ``SHUT_DOWN`` (``qpid-ha shutdown --all``) is left
+  stopped and the agent stops (``agent_cluster_shut_down``, exit 0).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
+from common.exit_status import ExitStatus
 from common.log import set_log_context
 from ha_agent.broker_check import BrokerCheck
 from ha_agent.election import LeaderElection
@@ -338,8 +341,21 @@ class Agent:
         return False
 
     def _broker_exited(self, code: int) -> None:
-        """The supervisor's call (its thread), before it restarts the broker."""
+        """The supervisor's call (its thread), before it restarts the broker. A broker that
+        stopped for a cluster shutdown is not restarted, and the agent stops too (exit 0):
+        after ``qpid-ha shutdown --all`` nothing starts again until the operator starts
+        the agent."""
         self._reset_watch()
+        if code == ExitStatus.SHUT_DOWN:
+            _log.warning(
+                "agent_cluster_shut_down",
+                reason="the broker stopped for a cluster shutdown (qpid-ha shutdown --all):"
+                " the agent stops; start it again to restart the broker",
+            )
+            self.stop()
+            return
+        if self.promoter is not None:  # it did not stop for the shutdown: a failure
+            self.promoter.cluster_shutdown = None
         self.events.put(("broker_exited", code))
 
     def _reset_watch(self) -> None:
@@ -427,6 +443,9 @@ class Agent:
                 broker_epoch=None if view is None else view.epoch,
                 reason=self.broker_check.last_error or None,
             )
+        if view is None and promoter.cluster_shutdown is not None:
+            self._broker_shutting_down(promoter)
+            return
         if read_cluster:
             self._read_cluster(view, read_in_sync_set=not in_sync_read)
         election = self.election
@@ -462,6 +481,22 @@ class Agent:
             _log.info("promotion_eligibility", reason=decision.eligibility)
         for action in decision.actions:
             self._act(action, view)
+
+    def _broker_shutting_down(self, promoter: Promoter) -> None:
+        """The primary broker stopped answering after it announced a cluster shutdown
+        (``qpid-ha shutdown --all``; its lease answer told this agent before it stopped):
+        it is stopping cleanly, not failing. No fence (a SIGKILL would leave its store
+        dirty): resign, so that the primary record goes; a supervised broker's exit
+        (SHUT_DOWN) then stops the agent, an unsupervised one is left to its service
+        manager. A broker answering again is a new run: the agent decides as ever."""
+        if self.promoted_epoch is not None or (self.election and self.election.leading):
+            _log.warning(
+                "agent_cluster_shutting_down",
+                shutdown_id=promoter.cluster_shutdown,
+                reason="the primary broker stops for a cluster shutdown: resigning, no fence",
+            )
+            self._resign()
+        promoter.cluster_shutdown = None if self.supervisor is None else promoter.cluster_shutdown
 
     def _read_cluster(self, view: BrokerView | None, read_in_sync_set: bool = True) -> None:
         s = self.settings

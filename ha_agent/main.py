@@ -1,6 +1,8 @@
 """``qpid-ha-agent``: the command line of the agent (one per node).
 
-Exit codes (:class:`common.exit_status.ExitStatus`): SUCCESS 0 after SIGTERM/SIGINT, USAGE 2
+Exit codes (:class:`common.exit_status.ExitStatus`): SUCCESS 0 after SIGTERM/SIGINT or once its
+supervised broker stopped for a cluster shutdown; ERROR 1 a ``--designated-primary`` refused (one
+line saying why, :mod:`ha_agent.designated`); USAGE 2
 for a bad option value (one line naming it), and when ZooKeeper grants a session timeout far
 from ``--session-timeout`` (one line naming both, :mod:`ha_agent.session_grant`). Option
 errors become exit codes in one place, :func:`run`'s ``except CommandError``; the refused
@@ -18,6 +20,7 @@ import typer
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging
 from ha_agent.agent import Agent
+from ha_agent.designated import DesignatedPrimary
 from ha_agent.kazoo_log import route_kazoo_logging
 from ha_agent.settings import AgentSettings
 from ha_agent.vip import parse_vip
@@ -88,6 +91,23 @@ def run(
             " and writable by that user only",
         ),
     ] = None,
+    designated_primary: Annotated[
+        bool,
+        typer.Option(
+            "--designated-primary",
+            help="operator's override: run the broker as primary WITHOUT ZooKeeper (no quorum),"
+            " refused while a --peer answers as primary; may lose what the peer confirmed"
+            " alone (docs/agent.md)",
+        ),
+    ] = False,
+    peer: Annotated[
+        str | None,
+        typer.Option(
+            "--peer",
+            help="with --designated-primary: the other brokers' management addresses,"
+            " \\[user/password@]host:port[,...]",
+        ),
+    ] = None,
     log_file: Annotated[str | None, typer.Option("--log-file", help="JSON log file")] = None,
     log_format: Annotated[str, typer.Option("--log-format", help="json or console")] = "json",
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info ...")] = "info",
@@ -106,6 +126,8 @@ def run(
         vip_interface=vip_interface,
         vip_netns=vip_netns,
         watchdog_timeout=watchdog_timeout,
+        designated_primary=designated_primary,
+        peers=tuple(p.strip() for p in (peer or "").split(",") if p.strip()),
     )
     try:
         settings.zk_auth = parse_zk_auth(zk_auth) if zk_auth else None
@@ -127,6 +149,9 @@ def run(
     thread.start()
     while thread.is_alive():
         thread.join(0.2)
+    if isinstance(agent, DesignatedPrimary) and agent.refusal:
+        typer.echo(f"{PROGRAM}: error: {agent.refusal}", err=True)
+        raise typer.Exit(ExitStatus.ERROR)
     if agent.refusal:  # ZooKeeper's grant is too far from --session-timeout
         typer.echo(f"{PROGRAM}: error: {agent.refusal}", err=True)
         raise typer.Exit(ExitStatus.USAGE)
@@ -135,8 +160,9 @@ def run(
 
 def _agent(
     settings: AgentSettings, *, log_file: str | None, log_format: str, log_level: str
-) -> Agent:
-    """Check the options, set up logging, make the agent.
+) -> Agent | DesignatedPrimary:
+    """Check the options, set up logging, make the agent (the designated primary's with
+    ``--designated-primary``).
 
     :raises CommandError: USAGE, one line naming the bad value.
     """
@@ -153,6 +179,8 @@ def _agent(
             cluster=settings.cluster,
         )
         route_kazoo_logging()  # kazoo's plain-text lines as rate-limited JSON events
+        if settings.designated_primary:
+            return DesignatedPrimary(settings)
         return Agent(settings)
     except ValueError as exc:
         raise CommandError(str(exc), ExitStatus.USAGE) from None

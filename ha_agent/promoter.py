@@ -92,6 +92,9 @@ class Promoter:
         self.guard = guard
         #: when the broker last took a lease renewal (monotonic; 0: never)
         self.renewed_at = 0.0
+        #: the shutdown-id of a clean all-stop the broker announced in a lease answer
+        #: (written by the loop or the lease thread; read by the loop)
+        self.cluster_shutdown: str | None = None
 
     def promote(self, view: BrokerView, reason: str, cluster_view: ClusterView) -> Promotion:
         """Promote the broker seen in ``view`` (``cluster_view``: the one just decided on)."""
@@ -157,7 +160,11 @@ class Promoter:
         if lease is None:
             return  # the session guard fences; the broker's lease runs out by itself
         try:
-            self.broker_check.renew_lease(lease)
+            answer = self.broker_check.renew_lease(lease)
             self.renewed_at = time.monotonic()
+            if isinstance(answer.get("cluster_shutdown"), str):
+                # qpid-ha shutdown --all: the broker stops soon, cleanly (the agent neither
+                # fences nor restarts it); the broker waits for this answer to reach us.
+                self.cluster_shutdown = answer["cluster_shutdown"]
         except (PromoteRefused, ManagementError) as exc:
             _log.warning("lease_renewal_failed", reason=str(exc))

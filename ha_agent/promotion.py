@@ -327,9 +327,14 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
     among = f"{present} joining members"
     if record is not None and record.store_ids:
         # A total failure: only a store of the last in-sync set holds every confirmed
-        # message (each confirm waited for those disks); any other may lack some.
+        # message (each confirm waited for those disks); any other may lack some. A store
+        # at an epoch newer than the set's served (or followed) a primary promoted without
+        # ZooKeeper (--designated-primary, ha_agent.designated): what it confirmed is on
+        # that store, and it ranks first by its epoch.
         stores = record.store_ids
-        candidates = {n: m for n, m in view.members.items() if m.store_id in stores}
+        candidates = {
+            n: m for n, m in view.members.items() if m.store_id in stores or m.epoch > record.epoch
+        }
         held = f"the stores of the in-sync set of epoch {record.epoch}"
         if not candidates:
             return False, (

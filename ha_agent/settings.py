@@ -41,6 +41,10 @@ class AgentSettings:
     watchdog_timeout: float = 10.0
     #: ZooKeeper digest credentials (--zk-auth): the agent's znodes are theirs alone.
     zk_auth: ZkAuth | None = None
+    #: --designated-primary: run the broker as primary without ZooKeeper (ha_agent.designated)
+    designated_primary: bool = False
+    #: --peer: the other brokers' management addresses, checked before a designation
+    peers: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
@@ -62,3 +66,10 @@ class AgentSettings:
             raise ValueError(f"--watchdog-timeout must be 0 (off) or more: {self.watchdog_timeout}")
         if (self.vip is None) != (self.vip_interface is None):
             raise ValueError("--vip and --vip-interface go together")
+        if self.designated_primary and not self.peers:
+            raise ValueError(
+                "--designated-primary needs --peer: the other broker's management address"
+                " (it must not answer as primary)"
+            )
+        if self.peers and not self.designated_primary:
+            raise ValueError("--peer goes with --designated-primary")

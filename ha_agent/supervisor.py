@@ -6,7 +6,9 @@
 from ``min_delay`` doubling to ``max_delay``, reset once a run lasted ``stable_after``
 seconds), and kills it on demand: the agent's fence and watchdog. A broker killed this way
 comes back as a joining backup (a cluster member always starts as one) and follows the new
-primary by itself.
+primary by itself. A broker that exits with ``SHUT_DOWN`` (4: its cluster was stopped by
+``qpid-ha shutdown --all``) is not restarted (:attr:`BrokerSupervisor.shut_down`): after a
+clean all-stop nothing starts again until the operator starts it.
 
 Without ``--broker-command`` (systemd or another supervisor runs the broker), the agent
 fences with :func:`kill_pid`: SIGKILL to the PID the broker reported in ``/api/status``;
@@ -36,6 +38,8 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
+from common.exit_status import ExitStatus
+
 __all__ = ["BrokerSupervisor", "kill_pid", "restart_delay"]
 
 _log = structlog.get_logger("ha_agent.supervisor", component="agent")
@@ -62,7 +66,7 @@ class BrokerSupervisor:
     """Runs ``command`` and keeps it running until :meth:`stop`.
 
     ``on_exit(returncode)`` is called (in the supervisor's thread) each time the broker
-    exits, before it is restarted. THREAD SAFE.
+    exits, before it is restarted (or, after a cluster shutdown, not). THREAD SAFE.
     """
 
     def __init__(
@@ -85,6 +89,8 @@ class BrokerSupervisor:
         self.stable_after = stable_after
         self.log_file = log_file
         self.restarts = 0
+        #: True once the broker exited for a cluster shutdown: it is not restarted
+        self.shut_down = False
         self._process: subprocess.Popen[bytes] | None = None
         self._mutex = threading.Lock()
         self._stopping = threading.Event()
@@ -158,8 +164,17 @@ class BrokerSupervisor:
             code = process.wait()
             if self._stopping.is_set():
                 return
-            self.restarts += 1
             ran = time.monotonic() - started
+            if code == ExitStatus.SHUT_DOWN:
+                self.shut_down = True
+                _log.warning(
+                    "broker_process_shut_down", pid=process.pid, code=code, ran_s=round(ran, 3),
+                    reason="the cluster was shut down (qpid-ha shutdown --all): not restarted",
+                )  # fmt: skip
+                if self.on_exit is not None:
+                    self.on_exit(code)
+                return
+            self.restarts += 1
             failures = 0 if ran >= self.stable_after else failures + 1
             _log.warning("broker_process_exited", pid=process.pid, code=code, ran_s=round(ran, 3))
             if self.on_exit is not None:

@@ -10,10 +10,19 @@ body must say ``"cluster_manager": true`` (else 403), as qpid-ha reserves ``prom
 the cluster manager; a promotion or lease the role refuses (``PromoteError``) is a 409.
 A granted promotion is logged (``ha_promote_requested``) with the user and the new epoch.
 Leases are seconds, more than 0 and at most :data:`MAX_LEASE`.
+
+A clean all-stop and the cluster manager (issue 12): once ``POST /api/ha/shutdown`` asked
+for one, ``GET /api/ha`` and every lease answer carry ``cluster_shutdown`` (the
+shutdown-id). A primary the cluster manager leases stops only once a lease answer told the
+manager (waiting at most the lease left), so its agent knows before the broker stops
+answering: it neither fences the stopping broker (a SIGKILL would leave its store dirty)
+nor restarts it (``ha_agent.agent``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 from collections.abc import Callable
 from http import HTTPStatus
@@ -77,6 +86,10 @@ class HaEndpoints:
         self.broker = broker
         self.log = log
         self._stop = stop
+        #: the shutdown-id of a clean all-stop asked for (None: none)
+        self.cluster_shutdown: str | None = None
+        #: set once a lease answer told the cluster manager of ``cluster_shutdown``
+        self._manager_told = asyncio.Event()
 
     def _ha(self) -> Any:
         ha = getattr(self.broker, "ha", None)
@@ -87,6 +100,7 @@ class HaEndpoints:
     async def get_ha(self, request: web.Request) -> web.Response:
         status = self._ha().status()
         status["store_id"] = self.broker.store_id  # the data directory's, not the role's
+        status["cluster_shutdown"] = self.cluster_shutdown
         return json_response(status)
 
     async def promote(self, request: web.Request) -> web.Response:
@@ -140,7 +154,14 @@ class HaEndpoints:
             ha.grant_lease(lease)
         except PromoteError as exc:
             raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
-        return json_response({"state": ha.state.value, "lease": lease})
+        answer = {
+            "state": ha.state.value,
+            "lease": lease,
+            "cluster_shutdown": self.cluster_shutdown,
+        }
+        if self.cluster_shutdown is not None:
+            self._manager_told.set()
+        return json_response(answer)
 
     async def in_sync(self, request: web.Request) -> web.Response:
         """POST /api/ha/in-sync {"cluster_manager": true, "epoch": E, "members": [ids]}: the
@@ -192,6 +213,7 @@ class HaEndpoints:
         quiesce = data.get("quiesce", False)
         if not isinstance(quiesce, bool):
             raise ApiError(HTTPStatus.BAD_REQUEST, f"quiesce must be true or false: {quiesce!r}")
+        self.cluster_shutdown = shutdown_id
         closed = self.broker.prepare_cluster_shutdown(shutdown_id, quiesce=quiesce)
         self.log.info(
             "ha_shutdown_requested",
@@ -203,10 +225,28 @@ class HaEndpoints:
         answer = {"shutdown_id": shutdown_id, "stopping": not quiesce, "clients_closed": closed}
         response = json_response(answer)
         if not quiesce:
+            await self._tell_the_manager(self._ha())
             await response.prepare(request)
             await response.write_eof()  # the answer is out before the broker stops
             self._stop()
         return response
+
+    async def _tell_the_manager(self, ha: Any) -> None:
+        """A primary its cluster manager leases waits until a lease answer told the manager
+        of the shutdown (at most the lease left: a lease not renewed ends the primary anyway)."""
+        left = ha.status().get("lease_remaining")
+        if (
+            not isinstance(left, int | float)
+            or left <= 0
+            or ha.state.value
+            not in (
+                "active",
+                "recovering",
+            )
+        ):
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._manager_told.wait(), timeout=left)
 
     async def list_replications(self, request: web.Request) -> web.Response:
         replications = getattr(self.broker, "replications", {})

@@ -264,14 +264,16 @@ def test_total_failure_chooses_among_the_stores_of_the_set() -> None:
 @given(
     st.dictionaries(
         st.sampled_from(["n1", "n2", "n3", "n4"]),
-        st.tuples(st.sampled_from(["s1", "s2", "s3", "s4"]), st.integers(0, 3), st.integers(0, 9)),
+        st.tuples(st.sampled_from(["s1", "s2", "s3", "s4"]), st.integers(0, 4), st.integers(0, 9)),
         min_size=1,
     ),
     st.frozensets(st.sampled_from(["s1", "s2", "s3", "s4"]), min_size=1),
 )
 def test_a_total_failure_promotes_only_a_store_of_the_set(nodes, in_set) -> None:
     """Whatever the members' epochs and positions: a joining broker contends after a total
-    failure only if its store is in the recorded set, and at most one contends."""
+    failure only if its store is in the recorded set (epoch 3) or at a newer epoch (a
+    designated primary's, promoted without ZooKeeper), and at most one contends; a store at
+    a newer epoch is preferred to every store of the set."""
     primary, *backups = sorted(in_set)
     record = InSyncRecord(3, tuple(InSyncMember(f"b-{s}", "", "", s) for s in backups), primary)
     members = {n: stored(n, s, e, p) for n, (s, e, p) in nodes.items()}
@@ -280,11 +282,29 @@ def test_a_total_failure_promotes_only_a_store_of_the_set(nodes, in_set) -> None
         broker = BrokerView("joining", epoch, store_id=store)
         cluster = ClusterView(node, broker, members, in_sync=record, cluster_size=len(members))
         if Step.CONTEND in decide(cluster).steps:
-            assert store in in_set
+            assert store in in_set or epoch > 3
             contending.append(node)
     assert len(contending) <= 1
-    if any(s in in_set for s, _e, _p in nodes.values()):
+    if any(s in in_set or e > 3 for s, e, _p in nodes.values()):
         assert len(contending) == 1
+    if any(e > 3 for _s, e, _p in nodes.values()):
+        assert nodes[contending[0]][1] == 4
+
+
+def test_after_a_designated_primary_its_newer_store_is_chosen_over_the_sets() -> None:
+    """--designated-primary promoted n2 (out of the set) at epoch 4 without ZooKeeper, which
+    still records the set of epoch 3 (n1 primary alone). After a total failure n2's store
+    holds what it confirmed as primary: it wins over n1's, which the set names."""
+    record = InSyncRecord(3, (), primary_store_id="s1")
+    members = {"n1": stored("n1", "s1", 3, 50), "n2": stored("n2", "s2", 4, 10)}
+
+    def decided(node: str) -> Decision:
+        broker = BrokerView("joining", members[node].epoch, store_id=members[node].store_id)
+        return decide(ClusterView(node, broker, members, in_sync=record, cluster_size=2))
+
+    assert decided("n2").steps == (Step.CONTEND,)
+    assert decided("n1").steps == ()
+    assert "n2 is the most advanced of 2 joining members" in decided("n1").eligibility
 
 
 def test_a_primary_behind_the_sets_epoch_is_fenced() -> None:
