@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from operator import itemgetter
 
 from broker.store.records import Kind
 
@@ -51,22 +52,22 @@ class Ledger:
         *,
         records: dict[int, int],
         config: dict[int, int],
-        messages: dict[int, int],
+        messages: dict[int, list[int]],
         enqueues: dict[EnqueueKey, int],
         delivered: set[EnqueueKey],
     ) -> Ledger:
-        """The ledger of a recovered store, in one pass: ``records`` per segment, and the
-        segment of each live configuration record, message and enqueue."""
+        """The ledger of a recovered store, in one pass: ``records`` per segment, the segment
+        of each live configuration record and enqueue, and each live message's ``[segment,
+        live enqueues]``. The dicts and the set are taken over, not copied."""
         ledger = cls()
         live: Counter[int] = Counter(config.values())
-        live.update(messages.values())
+        live.update(map(itemgetter(0), messages.values()))
         live.update(enqueues.values())
         ledger.segments = {n: SegmentUse(count, live[n]) for n, count in records.items()}
-        ledger._config = dict(config)
-        refs: Counter[int] = Counter(key[1] for key in enqueues)
-        ledger._messages = {m: [segment, refs[m]] for m, segment in messages.items()}
-        ledger._enqueues = dict(enqueues)
-        ledger.delivered = set(delivered)
+        ledger._config = config
+        ledger._messages = messages
+        ledger._enqueues = enqueues
+        ledger.delivered = delivered
         return ledger
 
     # -- what was written ----------------------------------------------------------------

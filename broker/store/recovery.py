@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -309,17 +310,23 @@ class Recovery:
                 *(b.id for b in exchange_bindings),
             )
         }
+        # The hot loop of a restart (one pass over every enqueue): what is live, the
+        # ledger's message uses built on the way.
         used: dict[int, MessageRecord] = {}
+        uses: dict[int, list[int]] = {}  # message id -> [segment, live enqueues]
         live_enqueues: dict[tuple[int, int], int] = {}
         dequeued = self._dequeued
         delivered = self._delivered
         messages = self._messages
+        appends = {queue_id: queue.messages.append for queue_id, queue in queues.items()}
+        recovered = tuple.__new__
         for key, (position, expires_at_ms, segment) in self._enqueued.items():
-            queue = queues.get(key[0])
-            if queue is None or key in dequeued:
+            append = appends.get(key[0])
+            if append is None or key in dequeued:
                 continue
             message_id = key[1]
-            if message_id not in used:
+            use = uses.get(message_id)
+            if use is None:
                 content = messages.get(message_id)
                 if content is None:
                     # The enqueue of a message whose content never reached the disk: the
@@ -328,19 +335,23 @@ class Recovery:
                         segment, -1, f"message {message_id} enqueued but its content is missing"
                     )
                 used[message_id] = content
+                uses[message_id] = [where[message_id], 1]
+            else:
+                use[1] += 1
             live_enqueues[key] = segment
-            queue.messages.append(
-                RecoveredMessage(message_id, position, expires_at_ms, key in delivered)
+            append(
+                recovered(RecoveredMessage, (message_id, position, expires_at_ms, key in delivered))
             )
         ledger = Ledger.restore(
-            records=self._records_in,
+            records=dict(self._records_in),
             config=config,
-            messages={message_id: where[message_id] for message_id in used},
+            messages=uses,
             enqueues=live_enqueues,
             delivered=delivered & live_enqueues.keys(),
         )
+        by_position = itemgetter(1)
         for queue in queues.values():
-            queue.messages.sort(key=lambda m: m.position)
+            queue.messages.sort(key=by_position)
         return RecoveredState(
             exchanges=exchanges,
             queues=list(queues.values()),
