@@ -58,7 +58,7 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIEN
 	@touch $@
 
 unit: $(STAMP) system-packages $(NODE_CLIENT)/node_modules/.installed
-	$(BIN)/pytest -q -n 2 --dist loadgroup
+	$(BIN)/pytest -q -n 2 --dist loadgroup --durations=25
 
 test: lint typecheck unit
 
