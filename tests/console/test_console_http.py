@@ -118,9 +118,10 @@ def test_the_live_stream_sends_snapshots_of_the_same_views(qpidd: BrokerProcess)
     snapshots: list[dict[str, Any]] = []
     with urllib.request.urlopen(request, timeout=10) as stream:
         assert stream.headers["Content-Type"] == "text/event-stream"
-        # the first snapshot is the latest one, maybe older than the queue: a second a new one
-        while len(snapshots) < 3 and not any(
-            q["name"] == "live-q" for q in (snapshots[-1]["queues"] if snapshots else [])
+        # the first snapshot is built at once; the queue's history fills a sample a second
+        while len(snapshots) < 4 and not any(
+            q["name"] == "live-q" and q["history"]
+            for q in (snapshots[-1]["queues"] if snapshots else [])
         ):
             line = stream.readline()
             if line.startswith(b"data: "):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 from collections import deque
@@ -103,6 +102,7 @@ class LiveFeed:
         self._changed = asyncio.Condition()
         self._version = 0
         self.snapshot: dict[str, Any] | None = None
+        self.viewers = 0  #: open streams
         self.closing = False
         self._task: asyncio.Task[None] | None = None
         self.agents = _agents_view(broker)
@@ -212,7 +212,14 @@ class LiveFeed:
             del self.lag_history[gone]
         for gone in set(self.unacknowledged_since) - seen:
             del self.unacknowledged_since[gone]
-        self.snapshot = self._build(now, ha_status)
+        # only while someone watches: a snapshot of every object each second costs
+        self.snapshot = self._build(now, ha_status) if self.viewers else None
+
+    def fresh(self) -> dict[str, Any]:
+        """A snapshot now (for a stream that starts while nobody watched)."""
+        ha = getattr(self.broker, "ha", None)
+        self.snapshot = self._build(self.clock(), ha.status() if ha is not None else None)
+        return self.snapshot
 
     def _build(self, now: float, ha_status: dict[str, Any] | None) -> dict[str, Any]:
         broker = self.broker
@@ -291,25 +298,17 @@ class LiveFeed:
         def news() -> bool:
             return self.closing or self._version != seen
 
+        self.viewers += 1
         try:
             while not self.closing:
+                snapshot = self.snapshot or self.fresh()
+                data = dumps({**snapshot, "me": viewer})
+                await response.write(f"event: snapshot\ndata: {data}\n\n".encode())
+                seen = self._version
                 async with self._changed:
                     await self._changed.wait_for(news)
-                    seen = self._version
-                if self.closing or self.snapshot is None:
-                    break
-                data = dumps({**self.snapshot, "me": viewer})
-                await response.write(f"event: snapshot\ndata: {data}\n\n".encode())
         except ConnectionResetError:
             pass  # the client went
+        finally:
+            self.viewers -= 1
         return response
-
-
-def sse_lines(text: str) -> list[dict[str, Any]]:
-    """The ``snapshot`` events of an event-stream text, decoded (tests and tools)."""
-    found = []
-    for block in text.split("\n\n"):
-        for line in block.splitlines():
-            if line.startswith("data: "):
-                found.append(json.loads(line[6:]))
-    return found

@@ -1,0 +1,193 @@
+"""The agents' view of the cluster, read from ZooKeeper for the console's cluster page.
+
+:Status: Beta
+
+With ``--console-zk HOSTS`` and ``--console-cluster NAME`` (the agents' ``--zk`` and
+``--cluster``) the console reads, every :data:`PERIOD` seconds, what the agents record
+(``docs/agent.md``; the layout of ``ha_agent.zk_layout``, written out here because the
+broker never imports the agent): each agent's member record (its broker's state, epoch,
+URL, broker id), the primary record with the virtual IP its holder took, and the last
+epoch handed out. Read only, with a read-only client. This is ``qpid-ha --zk HOSTS
+--cluster NAME status --all`` in the page.
+
+Error Handling
+==============
+
+Nothing here raises to the console: ZooKeeper unreachable, no such cluster, a record that
+does not parse, each gives a view with ``error`` set (one line) and what could be read. The
+blocking reads run in a worker thread (:func:`asyncio.to_thread`), never on the event loop.
+A cluster whose znodes need ``--zk-auth`` credentials reads as an error (NoAuth): the
+console has no credentials option yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from typing import Any
+
+__all__ = ["PERIOD", "AgentsView", "cluster_paths"]
+
+#: Seconds between two reads.
+PERIOD = 2.0
+#: ``ha_agent.zk_layout.ROOT``.
+ROOT = "/qpid-ha"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+# kazoo logs every refused connection: the view says it once.
+_quiet = logging.getLogger("broker.console.kazoo")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+
+def cluster_paths(cluster: str) -> dict[str, str]:
+    """The znodes read for ``cluster`` (``ha_agent.zk_layout.ClusterLayout``'s paths).
+
+    :raises ValueError: for a name the agents could not have used.
+    """
+    if not _NAME.fullmatch(cluster):
+        raise ValueError(f"bad cluster name {cluster!r}")
+    root = f"{ROOT}/{cluster}"
+    return {
+        "root": root,
+        "members": f"{root}/members",
+        "primary": f"{root}/primary",
+        "epoch": f"{root}/epoch",
+    }
+
+
+def _json(data: bytes | None) -> Any:
+    try:
+        return json.loads(data or b"")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def parse_view(
+    cluster: str,
+    members: dict[str, bytes | None],
+    primary: bytes | None,
+    epoch: bytes | None,
+) -> dict[str, Any]:
+    """The view from the znodes' bytes (pure: tests feed it records)."""
+    problems: list[str] = []
+    rows = []
+    for node, data in sorted(members.items()):
+        record = _json(data)
+        if not isinstance(record, dict):
+            problems.append(f"member {node}: not a record")
+            continue
+        rows.append(
+            {
+                "node": node,
+                "state": record.get("ha_state"),
+                "epoch": record.get("epoch"),
+                "url": record.get("broker_url"),
+                "broker_id": record.get("broker_id"),
+                "store": record.get("store_status"),
+            }
+        )
+    body = _json(primary) if primary is not None else None
+    if primary is not None and not isinstance(body, dict):
+        problems.append("primary record: not a record")
+        body = None
+    text = (epoch or b"").strip()
+    last_epoch = int(text) if text.isdigit() and len(text) < 20 else None
+    return {
+        "cluster": cluster,
+        "primary": None if body is None else body.get("node"),
+        "primary_epoch": None if body is None else body.get("epoch"),
+        "primary_url": None if body is None else body.get("broker_url"),
+        "vip": None if body is None else body.get("vip"),
+        "epoch": last_epoch,
+        "members": rows,
+        "error": "; ".join(problems) or None,
+    }
+
+
+class AgentsView:
+    """One ZooKeeper client for the console, read every :data:`PERIOD` seconds."""
+
+    def __init__(self, hosts: str, cluster: str, timeout: float = 2.0) -> None:
+        self.hosts = hosts
+        self.cluster = cluster
+        self.timeout = timeout
+        self.view: dict[str, Any] | None = None
+        self._client: Any = None
+        self._next = 0.0
+
+    async def refresh(self) -> None:
+        """Read again when :data:`PERIOD` has passed since the last read."""
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + PERIOD
+        self.view = await asyncio.to_thread(self._read)
+
+    def _read(self) -> dict[str, Any]:
+        at = time.time()
+        try:
+            paths = cluster_paths(self.cluster)
+        except ValueError as exc:
+            return {"cluster": self.cluster, "error": str(exc), "members": [], "read_at": at}
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import KazooException, NoNodeError
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        try:
+            if self._client is None:
+                self._client = KazooClient(
+                    hosts=self.hosts, timeout=self.timeout, read_only=True, logger=_quiet
+                )
+                self._client.start(timeout=self.timeout)  # on a timeout: close() stops it
+            client = self._client
+            if client.exists(paths["root"]) is None:
+                raise LookupError(f"no cluster {self.cluster!r} in ZooKeeper at {self.hosts}")
+            members: dict[str, bytes | None] = {}
+            nodes = client.get_children(paths["members"]) if client.exists(paths["members"]) else []
+            for node in nodes:
+                try:
+                    members[node] = client.get(f"{paths['members']}/{node}")[0]
+                except NoNodeError:
+                    continue  # gone between the listing and the read
+            try:
+                primary: bytes | None = client.get(paths["primary"])[0]
+            except NoNodeError:
+                primary = None
+            try:
+                epoch: bytes | None = client.get(paths["epoch"])[0]
+            except NoNodeError:
+                epoch = None
+        except KazooTimeoutError:
+            self.close()
+            return self._error(f"cannot reach ZooKeeper at {self.hosts}", at)
+        except (KazooException, LookupError) as exc:
+            return self._error(str(exc) or type(exc).__name__, at)
+        return {**parse_view(self.cluster, members, primary, epoch), "read_at": at}
+
+    def _error(self, reason: str, at: float) -> dict[str, Any]:
+        previous = self.view or {}
+        return {
+            "cluster": self.cluster,
+            "members": previous.get("members", []),
+            "primary": previous.get("primary"),
+            "vip": previous.get("vip"),
+            "error": reason,
+            "read_at": at,
+            "stale": bool(previous.get("members")),
+        }
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.stop()
+                client.close()
+            except Exception:  # closing a client that never connected
+                pass
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)

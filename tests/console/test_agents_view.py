@@ -1,0 +1,64 @@
+"""The console's reading of the agents' records (pure parts, and a ZooKeeper that is not
+there); the browser tests read a real one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from broker.management.console.agents_view import AgentsView, cluster_paths, parse_view
+from common.polling import free_port
+from ha_agent.zk_layout import ClusterLayout
+
+
+def test_the_paths_are_the_agents() -> None:
+    layout = ClusterLayout("prod")
+    assert cluster_paths("prod") == {
+        "root": layout.root,
+        "members": layout.members,
+        "primary": layout.primary,
+        "epoch": layout.epoch,
+    }
+    with pytest.raises(ValueError, match="bad cluster name"):
+        cluster_paths("../x")
+
+
+def member(node: str, state: str) -> bytes:
+    record = {
+        "version": 1,
+        "node": node,
+        "broker_url": f"{node}:5672",
+        "ha_state": state,
+        "epoch": 3,
+        "store_status": "clean",
+        "replication_position": 0,
+        "broker_id": f"id-{node}",
+    }
+    return json.dumps(record).encode()
+
+
+def test_a_view_from_the_records() -> None:
+    primary = json.dumps(
+        {"version": 1, "node": "n1", "epoch": 3, "broker_url": "n1:5672", "vip": "10.0.0.9/24"}
+    ).encode()
+    view = parse_view(
+        "prod",
+        {"n2": member("n2", "ready"), "n1": member("n1", "active"), "n3": b"{broken"},
+        primary,
+        b"3\n",
+    )
+    assert view["primary"] == "n1" and view["vip"] == "10.0.0.9/24" and view["epoch"] == 3
+    assert [(m["node"], m["state"]) for m in view["members"]] == [("n1", "active"), ("n2", "ready")]
+    assert view["error"] == "member n3: not a record"
+    empty = parse_view("prod", {}, None, b"not a number")
+    assert empty["primary"] is None and empty["epoch"] is None and empty["error"] is None
+
+
+def test_zookeeper_not_there_is_one_line() -> None:
+    view = AgentsView(f"127.0.0.1:{free_port()}", "prod", timeout=0.5)
+    asyncio.run(view.refresh())
+    assert view.view is not None
+    assert view.view["error"].startswith("cannot reach ZooKeeper at 127.0.0.1:")
+    assert view._client is None  # stopped, not retrying in the background
