@@ -29,6 +29,7 @@ from broker.options import BrokerOptions
 from broker.security.broker_security import BrokerSecurity
 from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
+from broker.store.hot_backup import take_restored_marker
 from broker.store.journal import Journal, StoreError, SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.page_file import Pager
@@ -155,6 +156,9 @@ class Broker:
             store = MessageStore(journal, self.vhost)
             store.recover_into(state, crashed=data_dir.store_status == "dirty")
         journal.start()
+        restored = take_restored_marker(data_dir.path)  # qpid-ha restore's first start
+        if restored is not None:
+            log.warning("store_restored_from_backup", **restored)
         self.store = store
         self.context.store_barrier = store
         log.info(

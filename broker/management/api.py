@@ -40,6 +40,7 @@ from broker.management.http_log import http_logger
 from broker.management.managed import ManagedBroker
 from broker.management.objects import ObjectEndpoints
 from broker.management.status import StatusEndpoints
+from broker.management.store_backup import StoreBackupEndpoints
 from common.log import get_logger
 
 
@@ -56,6 +57,7 @@ class ManagementApi:
         self.ha = HaEndpoints(broker, self.log)
         self.acl = AclEndpoints(broker, self.log)
         self.admin = AdminEndpoints(broker, self.log)
+        self.store_backup = StoreBackupEndpoints(broker, get_logger("store"))
 
     def routes(self) -> list[web.RouteDef]:
         overview, objects, ha = self.overview, self.objects, self.ha
@@ -81,6 +83,7 @@ class ManagementApi:
             web.post("/api/ha/replicate", ha.replicate),
             *self.acl.routes(),  # GET /api/acl, POST /api/acl/reload
             *self.admin.routes(),  # DELETE /api/connections/{id}, POST /api/admin/stop
+            *self.store_backup.routes(),  # POST /api/store/backup (a hot backup, streamed)
             *self.console.routes(),  # /console/..., /api/console/live, purge, get, publish
         ]
 

@@ -17,13 +17,15 @@ status when the broker answered with an error (its JSON ``reason`` in the messag
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import os
 import ssl
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from common.url import BrokerUrl
 
@@ -69,6 +71,33 @@ class ManagementClient:
     ) -> Any:
         """GET ``path`` (POST ``body`` as JSON when given; ``method`` when given); the
         decoded JSON answer."""
+        try:
+            with self._open(path, body, method) as response:
+                return json.load(response)
+        except json.JSONDecodeError as exc:
+            raise ManagementError(f"{self.address} sent a non-JSON answer for {path}") from exc
+        except Exception as exc:
+            failure = self._failure(exc, path)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    @contextlib.contextmanager
+    def stream(self, path: str, body: dict[str, Any]) -> Iterator[BinaryIO]:
+        """POST ``body`` to ``path``; the answer's body as a file to read (a hot backup's
+        segments). Failures to connect or an error answer are :class:`ManagementError`;
+        errors while reading are the caller's (``OSError``)."""
+        try:
+            response = self._open(path, body, None)
+        except Exception as exc:
+            failure = self._failure(exc, path)
+            if failure is exc:
+                raise
+            raise failure from exc
+        with response:
+            yield response
+
+    def _open(self, path: str, body: dict[str, Any] | None, method: str | None) -> Any:
         address = self.address
         data = None if body is None else json.dumps(body).encode()
         https = self.url.addresses[0].scheme == "ssl"  # -b ssl:host:port: HTTPS
@@ -80,33 +109,30 @@ class ManagementClient:
         if self.url.user is not None:
             token = f"{self.url.user}:{self.url.password or ''}".encode()
             request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
-        try:
-            context = _tls_context() if https else None
-            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
-                return json.load(response)
-        except urllib.error.HTTPError as exc:
+        context = _tls_context() if https else None
+        return urllib.request.urlopen(request, timeout=self.timeout, context=context)
+
+    def _failure(self, exc: Exception, path: str) -> Exception:
+        """The :class:`ManagementError` for an exception of a call (others unchanged)."""
+        address = self.address
+        if isinstance(exc, urllib.error.HTTPError):
             try:
                 reason = str(json.load(exc).get("reason", ""))
             except (json.JSONDecodeError, AttributeError, OSError):
                 reason = ""
             detail = f": {reason}" if reason else ""
-            raise ManagementError(
+            return ManagementError(
                 f"{address} answered HTTP {exc.code} for {path}{detail}", status=exc.code
-            ) from exc
-        except http.client.HTTPException as exc:
+            )
+        if isinstance(exc, http.client.HTTPException):
             if isinstance(exc, ConnectionError):  # RemoteDisconnected: nothing answered
-                raise ManagementError(
-                    f"cannot reach broker {address}: {exc}", unreachable=True
-                ) from exc
-            raise ManagementError(
+                return ManagementError(f"cannot reach broker {address}: {exc}", unreachable=True)
+            return ManagementError(
                 f"{address} is not a management port: it does not answer HTTP (an AMQP port?"
                 " qpidd's management API listens on --mgmt-port, 8672 by default)",
                 unreachable=True,
-            ) from exc
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            )
+        if isinstance(exc, (urllib.error.URLError, OSError, TimeoutError)):
             why = getattr(exc, "reason", None) or exc
-            raise ManagementError(
-                f"cannot reach broker {address}: {why}", unreachable=True
-            ) from exc
-        except json.JSONDecodeError as exc:
-            raise ManagementError(f"{address} sent a non-JSON answer for {path}") from exc
+            return ManagementError(f"cannot reach broker {address}: {why}", unreachable=True)
+        return exc

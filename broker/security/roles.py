@@ -10,6 +10,9 @@ Three roles, named as RabbitMQ names its management tags where they match:
   ``in-sync`` set, stopping a broker (seed 001's "--cluster-manager": only the cluster
   manager, normally the HA agent, may promote).
 
+A hot backup (``POST /api/store/backup``) copies every stored message: either managing
+role may take one, monitoring may not.
+
 A user with no role may use AMQP but not the management API (403), as RabbitMQ's users
 without tags. The default user ``guest`` (from loopback only) has all three, so the agent,
 ``qpid-ha``, the OCF agent and ``make demo`` work on a first install.
@@ -42,20 +45,23 @@ class Permission(StrEnum):
     READ = "read"  #: GET anything
     CONFIGURE = "configure"  #: objects and connections
     STEER = "steer"  #: promote, lease, in-sync set, stop a broker
+    BACKUP = "backup"  #: copy the store (every message in it): the two managing roles
 
 
 ALL_ROLES = frozenset(Role)
 
 _GRANTS: dict[Role, frozenset[Permission]] = {
     Role.MONITORING: frozenset({Permission.READ}),
-    Role.ADMINISTRATOR: frozenset({Permission.READ, Permission.CONFIGURE}),
-    Role.CLUSTER_MANAGER: frozenset({Permission.READ, Permission.STEER}),
+    Role.ADMINISTRATOR: frozenset({Permission.READ, Permission.CONFIGURE, Permission.BACKUP}),
+    Role.CLUSTER_MANAGER: frozenset({Permission.READ, Permission.STEER, Permission.BACKUP}),
 }
 
 #: Non-GET requests that steer the cluster (the cluster manager's).
 _STEER_PATHS = frozenset(
     {"/api/ha/promote", "/api/ha/lease", "/api/ha/in-sync", "/api/admin/stop", "/api/ha/shutdown"}
 )
+#: Non-GET requests that copy the store (a hot backup: administrator or cluster manager).
+_BACKUP_PATHS = frozenset({"/api/store/backup"})
 
 
 def parse_roles(text: str) -> frozenset[Role]:
@@ -80,6 +86,8 @@ def required_permission(method: str, path: str) -> Permission:
         return Permission.READ
     if path.rstrip("/") in _STEER_PATHS:
         return Permission.STEER
+    if path.rstrip("/") in _BACKUP_PATHS:
+        return Permission.BACKUP
     return Permission.CONFIGURE
 
 

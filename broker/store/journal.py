@@ -120,6 +120,8 @@ class Journal:
         self._closing = False
         self._compacting: int | None = None
         self._compaction: asyncio.Task[None] | None = None
+        self._holds = 0  # hot backups holding segment deletions (broker/store/hot_backup.py)
+        self._held: tuple[int, int] | None = None  # a compacted segment not yet deleted
         self.failed: str | None = None  # the last write error, while it lasts
         #: Records appended so far (a backup acknowledges a batch that appended some only
         #: once they are durable).
@@ -360,6 +362,9 @@ class Journal:
 
     def _segment_compacted(self, number: int, copied: int, ok: bool) -> None:
         """The live records of the oldest segment are copied (and durable): delete it."""
+        if ok and not self._closing and self._holds:
+            self._held = (number, copied)  # deleted at release; nothing else compacts
+            return
         if ok and not self._closing:
             asyncio.get_running_loop().run_in_executor(self._executor, self._remove_segment, number)
             self.ledger.removed(number)
@@ -421,6 +426,29 @@ class Journal:
         if self.sync is SyncPolicy.FSYNC:
             with contextlib.suppress(OSError):
                 _fsync_dir(self.directory)
+
+    # -- hot backup ------------------------------------------------------------------------
+    def seal(self) -> int:
+        """Hot backup: the segment written so far is closed (appends go to a new one) and
+        compaction deletes no segment until :meth:`release`. Returns the sealed segment; its
+        records and every older segment's are on disk once an ``after_durable(written=True)``
+        registered after this call has run."""
+        self._holds += 1
+        sealed = self.current
+        self._open_segment(sealed + 1)
+        if self._wake is not None:
+            self._wake.set()
+        return sealed
+
+    def release(self) -> None:
+        """The end of a :meth:`seal`'s hold: a segment compaction finished meanwhile goes."""
+        self._holds -= 1
+        if self._holds == 0 and self._held is not None:
+            number, copied = self._held
+            self._held = None
+            self._segment_compacted(number, copied, True)
+            if not self._closing:
+                self._maybe_compact()
 
     # -- stop ------------------------------------------------------------------------------
     async def close(self) -> bool:

@@ -43,6 +43,7 @@ M, A, C = Role.MONITORING, Role.ADMINISTRATOR, Role.CLUSTER_MANAGER
         ("POST", "/api/admin/stop", Permission.STEER),
         ("POST", "/api/ha/promote/", Permission.STEER),
         ("PUT", "/api/ha/promote", Permission.STEER),
+        ("POST", "/api/store/backup", Permission.BACKUP),
     ],
 )
 def test_required_permission(method: str, path: str, needed: Permission) -> None:
@@ -53,8 +54,8 @@ def test_what_each_role_grants() -> None:
     table = {role: {p for p in Permission if allows(frozenset({role}), p)} for role in Role}
     assert table == {
         M: {Permission.READ},
-        A: {Permission.READ, Permission.CONFIGURE},
-        C: {Permission.READ, Permission.STEER},
+        A: {Permission.READ, Permission.CONFIGURE, Permission.BACKUP},
+        C: {Permission.READ, Permission.STEER, Permission.BACKUP},
     }
     assert not any(allows(frozenset(), p) for p in Permission)
 
