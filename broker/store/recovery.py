@@ -52,6 +52,12 @@ _Q = struct.Struct(">Q")
 _QQ = struct.Struct(">QQ")
 _QQQQ = struct.Struct(">QQQQ")
 _I = struct.Struct(">I")
+# The kinds of nearly every record, as plain ints for the hot loop (an IntEnum member is
+# looked up on its class at each use).
+_ENQUEUE = int(Kind.ENQUEUE)
+_MESSAGE = int(Kind.MESSAGE)
+_DEQUEUE = int(Kind.DEQUEUE)
+_DELIVERED = int(Kind.DELIVERED)
 
 
 class CorruptStore(Exception):
@@ -183,6 +189,7 @@ class Recovery:
         unpack_pair = _QQ.unpack_from
         unpack_id = _Q.unpack_from
         unpack_size = _I.unpack_from
+        new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__
         top = self._next_id - 1
         count = 0
         while pos < end:
@@ -205,12 +212,12 @@ class Recovery:
                 raise CorruptStore(number, bad.offset, bad.reason)
             count += 1
             try:
-                if kind == Kind.ENQUEUE:
+                if kind == _ENQUEUE:
                     queue_id, message_id, position, expires = unpack_enqueue(data, start)
                     enqueued[(queue_id, message_id)] = (position, expires, number)
                     if message_id > top:
                         top = message_id
-                elif kind == Kind.MESSAGE:
+                elif kind == _MESSAGE:
                     message_id = unpack_id(data, start)[0]
                     at = start + 8
                     exchange_end = at + 1 + data[at]
@@ -220,19 +227,22 @@ class Recovery:
                     properties_end = key_end + 4 + unpack_size(data, key_end)[0]
                     if properties_end > nxt:
                         raise FormatError("message properties run past the record")
-                    messages[message_id] = MessageRecord(
-                        message_id,
-                        data[at + 1 : exchange_end].decode(),
-                        data[exchange_end + 1 : key_end].decode(),
-                        data[key_end + 4 : properties_end],
-                        data[properties_end:nxt],
+                    messages[message_id] = new_tuple(
+                        MessageRecord,
+                        (
+                            message_id,
+                            data[at + 1 : exchange_end].decode(),
+                            data[exchange_end + 1 : key_end].decode(),
+                            data[key_end + 4 : properties_end],
+                            data[properties_end:nxt],
+                        ),
                     )
                     where[message_id] = number
                     if message_id > top:
                         top = message_id
-                elif kind == Kind.DEQUEUE:
+                elif kind == _DEQUEUE:
                     dequeued.add(unpack_pair(data, start))
-                elif kind == Kind.DELIVERED:
+                elif kind == _DELIVERED:
                     delivered.add(unpack_pair(data, start))
                 else:
                     self._apply(kind, data[start:nxt], number)
