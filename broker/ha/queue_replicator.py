@@ -56,10 +56,11 @@ class QueueReplicator:
 
     def ids(self) -> IdSet:
         """Replication ids held locally (the reconnect handshake's ``qpid.ha-ids``)."""
-        ids = IdSet()
-        for entry in self.queue.snapshot():
-            ids.add(entry.position)
-        return ids
+        positions = [entry.position for entry in self.queue.snapshot()]  # ascending
+        try:
+            return IdSet.from_ascending(positions)
+        except ValueError:  # the same position twice: not expected, but not fatal
+            return IdSet(positions)
 
     def apply(self, events: list[Event]) -> None:
         """Apply one batch, in order (a transaction's messages staged, and this queue's

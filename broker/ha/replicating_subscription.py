@@ -37,6 +37,7 @@ THREAD UNSAFE: the primary's event loop owns it. It calls the guard, not the rev
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import deque
 
 from broker.core.message import Entry, TxMark
@@ -69,14 +70,24 @@ class ReplicatingSubscription:
             self._pending_dequeues = IdSet()
             self._backlog: deque[Entry] = deque(snapshot)
         else:
-            primary_ids = IdSet.from_ascending(entry.position for entry in snapshot)
+            positions = [entry.position for entry in snapshot]  # ascending
+            primary_ids = IdSet.from_ascending(positions)
             self._pending_dequeues = backup_ids.difference(primary_ids)
             self._backlog = deque()
-            for entry in snapshot:
-                if entry.position not in backup_ids:
-                    self._backlog.append(entry)
-                elif guard is not None:
-                    guard.acknowledged(entry.position)  # the backup holds it already: safe
+            # Range by range of what the backup holds (a restarted backup: one or a few):
+            # what lies between them is to send, what lies in them it holds already.
+            first_guarded = guard.first_guarded if guard is not None else 0
+            send = self._backlog.extend
+            at = 0
+            for first, last in backup_ids.ranges():
+                lo = bisect_left(positions, first, at)
+                hi = bisect_right(positions, last, lo)
+                send(snapshot[at:lo])
+                if guard is not None:  # the backup holds them already: safe to confirm
+                    for position in positions[max(lo, bisect_left(positions, first_guarded)) : hi]:
+                        guard.acknowledged(position)
+                at = hi
+            send(snapshot[at:])
         self._dequeued_unsent: set[int] = set()
         # Entries after this position were seen enqueued (a transaction's are sent marked).
         self._live_after = queue.last_position

@@ -303,3 +303,34 @@ def test_decode_names_the_problem(data: bytes, problem: str) -> None:
 def test_decode_refuses_non_bytes() -> None:
     with pytest.raises(ValueError, match="must be bytes"):
         IdSet.decode("\x00")  # type: ignore[arg-type]
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(ids, spans).map(lambda t: _range(*t)), max_size=12))
+def test_from_ascending_of_a_list_finds_the_same_ranges_as_the_loop(
+    ranges: list[tuple[int, int]],
+) -> None:
+    """A list takes the fast path (C-speed checks, then halving until each piece is one
+    range): the same set, canonical, as the element-by-element loop over a generator."""
+    model = sorted(_model(ranges))
+    fast = IdSet.from_ascending(model)
+    assert fast == IdSet.from_ascending(i for i in model) == IdSet(model)
+    assert len(fast) == len(model)
+    _assert_canonical(fast)
+
+
+@pytest.mark.parametrize(
+    "bad", [[1, 1], [2, 1], [0, 5, 3], [-1, 0], [0, MAX_ID + 1], [1, 2.0], [True, 2]]
+)
+def test_from_ascending_of_a_bad_list_raises_as_the_loop_does(bad: list[object]) -> None:
+    with pytest.raises((ValueError, TypeError)) as fast:
+        IdSet.from_ascending(bad)  # type: ignore[arg-type]
+    with pytest.raises(fast.type):
+        IdSet.from_ascending(iter(bad))  # type: ignore[arg-type]
+
+
+def test_from_ascending_of_a_million_positions_in_two_ranges() -> None:
+    positions = [*range(10_001, 600_000), *range(600_001, 1_010_001)]
+    ids = IdSet.from_ascending(positions)
+    assert ids.ranges() == [(10_001, 599_999), (600_001, 1_010_000)]
+    assert len(ids) == len(positions)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -20,7 +20,7 @@ from broker.ha.id_set import IdSet
 from broker.ha.queue_guard import QueueGuard
 from broker.ha.queue_replicator import QueueReplicator
 from broker.ha.replicating_subscription import ReplicatingSubscription
-from broker.ha.wire import decode_batch
+from broker.ha.wire import Dequeue, Enqueue, decode_batch
 
 
 class Clock:
@@ -306,3 +306,31 @@ ReplicationMachine.TestCase.settings = settings(
     max_examples=60, stateful_step_count=30, deadline=None
 )
 TestReplicationMachine = ReplicationMachine.TestCase
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    on_primary=st.sets(st.integers(1, 60)),
+    backup_ranges=st.lists(st.tuples(st.integers(1, 70), st.integers(0, 12)), max_size=5),
+)
+def test_the_handshake_sends_what_the_backup_lacks_and_dequeues_what_it_should_not_hold(
+    on_primary: set[int], backup_ranges: list[tuple[int, int]]
+) -> None:
+    """Whatever the primary holds and the backup says it holds (queue positions, in ranges),
+    the first batches carry exactly the ids it lacks, ascending, and one dequeue of those
+    the primary no longer has (the range walk of the handshake against the set model)."""
+    queue = VirtualHost(clock=Clock()).declare_queue("q")
+    for position in sorted(on_primary):
+        queue.enqueue(Message("", "q", body=b"x"), position)
+    backup = IdSet.from_ranges((first, first + span) for first, span in backup_ranges)
+    sub = ReplicatingSubscription(queue, None, backup, max_batch_events=7)
+    sent: list[int] = []
+    dequeued: set[int] = set()
+    while (batch := sub.next_batch()) is not None:
+        for event in decode_batch(batch[1]):
+            if isinstance(event, Enqueue):
+                sent.append(event.id)
+            elif isinstance(event, Dequeue):
+                dequeued |= set(event.ids)
+    assert sent == sorted(on_primary - set(backup))
+    assert dequeued == set(backup) - on_primary
