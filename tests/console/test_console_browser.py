@@ -251,11 +251,48 @@ def test_an_administrator_purges_a_queue_after_confirming(
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: f"purged 5 messages from {PURGED}" in text(browser, "#toast"))
     seen(browser, lambda: text(browser, f"{row} td.ready") == "0", what="0 ready")
+    # a test message through the default exchange, then got and put back
+    browser.find_element(By.ID, "publish-to-queue").click()
+    seen(browser, lambda: text(browser, f"{row} td.ready") == "1", what="1 ready")
+    browser.find_element(By.ID, "get-message").click()
+    seen(browser, lambda: text(browser, "#got") == f"{PURGED}: hello from the console")
+    assert text(browser, f"{row} td.ready") == "1"
+    # a client's connection, closed after the confirmation: the client is told
+    parameters = pika.URLParameters(f"amqp://admin:admin-secret@127.0.0.1:{primary.port}/%2F")
+    client = pika.BlockingConnection(parameters)
+    try:
+        show(browser, "connections")
+        mine = "#connections tr[data-user='admin'] button"
+        seen(browser, lambda: browser.find_element(By.CSS_SELECTOR, mine), what="it").click()
+        assert "CONNECTION_FORCED" in text(browser, "#confirm-text")
+        browser.find_element(By.ID, "confirm-ok").click()
+        seen(browser, lambda: "closed connection" in text(browser, "#toast"))
+        with pytest.raises(pika.exceptions.ConnectionClosed):
+            poll_until(lambda: client.process_data_events(0.1) and False, 10, interval=0)
+    finally:
+        if client.is_open:
+            client.close()
     for page in ("exchanges", "connections", "users"):
         show(browser, page)
         seen(browser, rendered(browser, f"#{page} *"), what=page)
         browser.save_screenshot(str(shots / f"{page}.png"))
     assert "watcher" in text(browser, "#users-table")
+
+
+def test_only_the_cluster_manager_may_shut_down_or_promote(
+    console_cluster: AgentCluster, browser: Any
+) -> None:
+    primary = primary_of(console_cluster)
+    backup = next(n for n in console_cluster.nodes if n is not primary)
+    log_in(browser, backup, "admin")
+    seen(browser, lambda: text(browser, "#role-banner").startswith("BACKUP"))
+    assert not browser.find_elements(By.CSS_SELECTOR, "#cluster-actions button")
+    log_in(browser, backup, "manager")
+    seen(browser, lambda: browser.find_element(By.ID, "shutdown")).click()
+    assert "Shut down n" in text(browser, "#confirm-text")
+    browser.find_element(By.ID, "confirm-cancel").click()  # the confirmation step stops it
+    assert browser.find_element(By.ID, "promote").text == "Promote this broker"
+    assert console_cluster.states().count("ready") == 2
 
 
 def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(

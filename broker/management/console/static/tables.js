@@ -107,7 +107,7 @@
   }
 
   function renderConnections(s) {
-    replaceRows($("connections").tBodies[0], (s.connections || []).map((c) => el("tr", { "data-connection": c.id },
+    replaceRows($("connections").tBodies[0], (s.connections || []).map((c) => el("tr", { "data-connection": c.id, "data-user": c.user || "" },
       el("td", { class: "num", text: c.id }), el("td", { text: c.peer }), el("td", { text: c.user || "-" }),
       el("td", { text: c.state }), el("td", { text: [c.client_product, c.client_version].filter(Boolean).join(" ") || "-" }),
       el("td", { class: "num", text: fmt(c.channels) }), el("td", { class: "num", text: c.heartbeat ? `${c.heartbeat} s` : "none" }),
