@@ -334,6 +334,8 @@ def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(
     assert text(browser, f"{card} tr[data-phase='recovering'] td").endswith(" ms")
     assert "agents' logs" in text(browser, f"{card} tr[data-phase='election'] td")
     browser.save_screenshot(str(shots / "timeline.png"))
+    seen_events = [e for e in new.broker_events() if e["event"] == "console_failover_seen"]
+    assert seen_events and seen_events[-1]["old_primary"] == f"127.0.0.1:{old.port}"
     assert took < 20, f"the console showed the new primary {took:.1f} s after the kill"
     # the other backup's console points to the new primary
     other = next(n for n in backups if n is not new)

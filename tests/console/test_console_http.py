@@ -17,6 +17,7 @@ import pytest
 from broker.management.console.sessions import COOKIE
 from tests.broker_process import BrokerProcess
 from tests.console.support import Browserless, write_users
+from tests.drill.log_schema import check_log_file
 
 pytestmark = pytest.mark.xdist_group("console_http")
 
@@ -210,3 +211,15 @@ def test_the_page_and_its_files_come_from_the_package(qpidd: BrokerProcess) -> N
         assert body == (static / name).read_text()
         assert "http://" not in body.replace("http://www.w3.org/2000/svg", "")
         assert "https://" not in body
+
+
+def test_the_console_events_follow_the_log_schema(qpidd: BrokerProcess) -> None:
+    declare(qpidd, "schema-q", 1)
+    client = logged_in(qpidd, "admin")
+    client.login("admin", "wrong")
+    client.change("DELETE", "/api/queues/schema-q/contents")
+    client.request("POST", "/console/logout")
+    checked, found = check_log_file(qpidd.log_file)
+    assert checked and found == []
+    events = {e["event"] for e in qpidd.events()}
+    assert {"console_login", "console_login_failed", "console_logout", "queue_purged"} <= events
