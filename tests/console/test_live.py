@@ -1,0 +1,85 @@
+"""The console's sampler without sockets: rates from counters, lag histories, a backup
+silent with unacknowledged batches, snapshots only while someone watches. A real virtual
+host and queues (tests.management's stand-in broker), an HA role reduced to its status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.core.message import Message
+from broker.management.console.live import HISTORY, LiveFeed
+from common.log import get_logger
+from tests.management.support import FakeBroker
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Ha:
+    """What the sampler reads of an HA role: its status, with one backup."""
+
+    batches: int = 0
+    lag: int = 0
+    addresses: list[str] = field(default_factory=lambda: ["127.0.0.1:5001", "127.0.0.1:5002"])
+    replicate_default: Any = None
+
+    def status(self) -> dict[str, Any]:
+        row = {"queue": "q", "lag": self.lag, "unacknowledged_batches": self.batches}
+        return {"state": "active", "backups": [{"id": "b1", "queues": [row]}]}
+
+
+@dataclass
+class HaBroker(FakeBroker):
+    ha: Ha = field(default_factory=Ha)
+
+
+def publish(broker: FakeBroker, count: int) -> None:
+    vhost = broker.vhost
+    for _ in range(count):
+        vhost.publish(vhost.exchange(""), Message("", "q", body=b"x"))
+
+
+def test_rates_lags_and_silent_backups() -> None:
+    broker, clock = HaBroker(), Clock()
+    broker.vhost.declare_queue("q")
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    feed.sample()
+    publish(broker, 20)
+    broker.ha.lag, broker.ha.batches = 3, 2
+    clock.now += 2.0
+    feed.sample()
+    point = feed.queue_history["q"][-1]
+    assert point == {"messages": 20, "unacked": 0, "publish": 10.0, "deliver": 0.0, "ack": 0.0}
+    assert list(feed.lag_history["b1"]["q"]) == [0, 3]
+    assert feed.snapshot is None  # nobody watches
+    clock.now += 1.5
+    snapshot = feed.fresh()
+    feed.sample()
+    assert snapshot["lag_history"] == {"b1": {"q": [0, 3]}}
+    assert feed.unacknowledged_since == {"b1": 1002.0}
+    built = feed._build(clock.now, broker.ha.status())
+    assert built["unacknowledged_for"] == {"b1": 1.5}
+    assert built["configured_members"] == ["127.0.0.1:5001", "127.0.0.1:5002"]
+    broker.ha.batches = 0
+    feed.sample()
+    assert feed.unacknowledged_since == {}
+
+
+def test_histories_are_bounded_and_follow_the_queues() -> None:
+    broker, clock = HaBroker(), Clock()
+    broker.vhost.declare_queue("q")
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    for _ in range(HISTORY + 5):
+        clock.now += 1
+        feed.sample()
+    assert len(feed.queue_history["q"]) == HISTORY
+    broker.vhost.delete_queue("q")
+    feed.sample()
+    assert "q" not in feed.queue_history
