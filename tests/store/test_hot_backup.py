@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from broker.management.store_backup import take_snapshot
 from broker.security.roles import Permission, Role, allows, required_permission
 from broker.store.hot_backup import (
     MANIFEST,
@@ -29,7 +31,7 @@ from broker.store.hot_backup import (
     segment_name,
     sha256_hex,
 )
-from broker.store.journal import list_segments
+from broker.store.journal import list_segments, segment_path
 from broker.store.records import (
     Kind,
     QueueRecord,
@@ -214,3 +216,47 @@ def test_a_sealed_journal_deletes_no_segment_until_released(tmp_path: Path) -> N
     assert len(at_seal) >= 2
     assert set(at_seal) <= set(held)
     assert min(after) > max(at_seal)  # released: compaction went on
+
+
+def test_a_snapshot_keeps_its_segments_while_compaction_deletes_them(tmp_path: Path) -> None:
+    """The broker's side of a backup: once the sealed segments are open, compaction deletes
+    their files and the copy still reads them whole, recovery finding the old message."""
+
+    async def scenario() -> tuple[list[tuple[str, bytes]], int, list[int]]:
+        journal, _store, vhost, _ = open_store(tmp_path, segment_bytes=8192)
+        journal.start()
+        vhost.declare_queue("q", durable=True)
+        publish(vhost, b"the old one")
+        queue = vhost.queues["q"]
+        for i in range(150):
+            publish(vhost, b"%d" % i + b"." * 100)
+            queue.remove_positions({queue.last_position})
+            if i % 50 == 0:
+                await asyncio.sleep(0.001)
+        snapshot = await take_snapshot(journal)
+        for i in range(600):  # compaction goes on: the sealed segments' files go
+            publish(vhost, b"%d" % i + b"." * 100)
+            queue.remove_positions({queue.last_position})
+            if i % 50 == 0:
+                await asyncio.sleep(0.001)
+        gone = [n for n in snapshot.files if not segment_path(journal.directory, n).exists()]
+        copy = [
+            (segment_name(n), os.pread(fd, size, 0))
+            for n, (fd, size) in sorted(snapshot.files.items())
+        ]
+        snapshot.close()
+        for _ in range(500):  # let compaction settle before closing
+            idle: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            journal.after_durable(idle.set_result, written=True)
+            await idle
+            if journal._compacting is None:
+                break
+        assert await journal.close()
+        return copy, snapshot.point.sealed_segment, gone
+
+    copy, sealed, gone = asyncio.run(scenario())
+    assert gone  # compaction deleted sealed segments while the backup held them open
+    assert int(copy[-1][0][:20]) == sealed
+    entries = tuple(SegmentEntry(name, len(data), sha256_hex(data)) for name, data in copy)
+    state = recover_backup(Manifest(POINT, SOURCE, entries), copy)
+    assert [state.messages[m.message_id].body for m in state.queues[0].messages] == [b"the old one"]
