@@ -189,7 +189,7 @@ class Agent:
             timeout=s.session_timeout,
             connection_retry=dict(CONNECTION_RETRY),
             command_retry={"max_tries": 3, "delay": 0.05, "max_delay": 0.5},
-            **zk_security(s.zk_auth),  # --zk-auth: digest credentials and znode ACL
+            **zk_security(s.zk_auth, s.zk_tls),  # --zk-auth's digest and ACL, --zk-ssl*
         )
         self.client.add_listener(self._zookeeper_state)
         probe = GrantProbe(self.client, on_grant=self._granted)
@@ -356,6 +356,7 @@ class Agent:
             return
         if self.promoter is not None:  # it did not stop for the shutdown: a failure
             self.promoter.cluster_shutdown = None
+        self.broker_check.cluster_shutdown = None
         self.events.put(("broker_exited", code))
 
     def _reset_watch(self) -> None:
@@ -433,7 +434,11 @@ class Agent:
         in_sync_read = False
         if view is not None and view.is_primary and self.promoted_epoch is not None:
             promoter.renew_lease()  # first: a slow ZooKeeper below must not delay it
-            in_sync_read = keeper.keep(view, self.promoted_epoch, self.members)
+            if self._cluster_shutdown() is None:
+                in_sync_read = keeper.keep(view, self.promoted_epoch, self.members)
+            # else a cluster shutdown: its backups stop clean, each holding every confirmed
+            # message; committing their removal would leave only this store a candidate for
+            # the restart (the quiesced primary confirms nothing: it holds nothing for them)
         if (old is None) != (view is None) or (
             old is not None and view is not None and old.ha_state != view.ha_state
         ):
@@ -443,8 +448,11 @@ class Agent:
                 broker_epoch=None if view is None else view.epoch,
                 reason=self.broker_check.last_error or None,
             )
-        if view is None and promoter.cluster_shutdown is not None:
-            self._broker_shutting_down(promoter)
+        if view is not None and not view.is_primary and self.broker_check.cluster_shutdown is None:
+            promoter.cluster_shutdown = None  # a broker run without the announcement
+        shutdown = self._cluster_shutdown()
+        if shutdown is not None and (view is None or not view.is_primary):
+            self._broker_shutting_down(shutdown)
             return
         if read_cluster:
             self._read_cluster(view, read_in_sync_set=not in_sync_read)
@@ -482,21 +490,30 @@ class Agent:
         for action in decision.actions:
             self._act(action, view)
 
-    def _broker_shutting_down(self, promoter: Promoter) -> None:
-        """The primary broker stopped answering after it announced a cluster shutdown
-        (``qpid-ha shutdown --all``; its lease answer told this agent before it stopped):
-        it is stopping cleanly, not failing. No fence (a SIGKILL would leave its store
-        dirty): resign, so that the primary record goes; a supervised broker's exit
-        (SHUT_DOWN) then stops the agent, an unsupervised one is left to its service
-        manager. A broker answering again is a new run: the agent decides as ever."""
-        if self.promoted_epoch is not None or (self.election and self.election.leading):
+    def _cluster_shutdown(self) -> str | None:
+        """The shutdown-id of a cluster shutdown the broker announced (``qpid-ha shutdown
+        --all``): in its last ``/api/ha`` or a lease answer; None: none."""
+        promoter = self.promoter
+        told = None if promoter is None else promoter.cluster_shutdown
+        return told or self.broker_check.cluster_shutdown
+
+    def _broker_shutting_down(self, shutdown_id: str) -> None:
+        """The broker stops for a cluster shutdown (a backup, or a primary that stopped
+        answering; the broker told this agent before it stops): it is stopping cleanly, not
+        failing. No fence (a SIGKILL would leave its store dirty), no contending (winning
+        would fence it): resign or withdraw, so that the primary record goes and no agent
+        leads. A supervised broker's exit (SHUT_DOWN) then stops the agent; an unsupervised
+        one is left to its service manager. A broker answering again without the
+        announcement is a new run: the agent decides as ever."""
+        election = self.election
+        leadership = "idle" if election is None else election.state.value
+        if self.promoted_epoch is not None or leadership in ("contending", "leading"):
             _log.warning(
                 "agent_cluster_shutting_down",
-                shutdown_id=promoter.cluster_shutdown,
-                reason="the primary broker stops for a cluster shutdown: resigning, no fence",
+                shutdown_id=shutdown_id,
+                reason="the broker stops for a cluster shutdown: resigning, no fence",
             )
             self._resign()
-        promoter.cluster_shutdown = None if self.supervisor is None else promoter.cluster_shutdown
 
     def _read_cluster(self, view: BrokerView | None, read_in_sync_set: bool = True) -> None:
         s = self.settings

@@ -119,6 +119,9 @@ class BrokerCheck:
             raise ValueError(f"expected one broker address, got {address!r}")
         self.client = ManagementClient(url, timeout)
         self.last_error = ""
+        #: the shutdown-id of a cluster shutdown the broker announced at the last /api/ha
+        #: read (None: none; kept while the broker does not answer)
+        self.cluster_shutdown: str | None = None
 
     @property
     def address(self) -> str:
@@ -132,9 +135,13 @@ class BrokerCheck:
                 raise ManagementError(f"{self.address}: /api/status is not a JSON object")
             ha = None
             if status.get("ha_state") != "standalone":
-                ha = self.client.get("/api/ha")
+                # manager=1: the broker waits for this read before it stops for a cluster
+                # shutdown, so the agent learns of it first (broker.management.ha)
+                ha = self.client.get("/api/ha?manager=1")
                 if not isinstance(ha, dict):
                     raise ManagementError(f"{self.address}: /api/ha is not a JSON object")
+                shutdown = ha.get("cluster_shutdown")
+                self.cluster_shutdown = shutdown if isinstance(shutdown, str) else None
         except ManagementError as exc:
             self.last_error = str(exc)
             return None

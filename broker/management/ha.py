@@ -13,10 +13,13 @@ Leases are seconds, more than 0 and at most :data:`MAX_LEASE`.
 
 A clean all-stop and the cluster manager (issue 12): once ``POST /api/ha/shutdown`` asked
 for one, ``GET /api/ha`` and every lease answer carry ``cluster_shutdown`` (the
-shutdown-id). A primary the cluster manager leases stops only once a lease answer told the
-manager (waiting at most the lease left), so its agent knows before the broker stops
-answering: it neither fences the stopping broker (a SIGKILL would leave its store dirty)
-nor restarts it (``ha_agent.agent``).
+shutdown-id). A broker with an agent answers a shutdown step (the primary's quiesce, each
+stop) only once its agent was told: by a lease answer (a leased primary) or by the agent's
+health check, ``GET /api/ha?manager=1`` (a broker whose agent read it in the last 2 s); at
+most 5 s. So every agent knows before any broker stops: the primary's commits no backup's
+removal from the in-sync set (every clean store stays a candidate for the restart), and
+none contends, fences the stopping broker (a SIGKILL would leave its store dirty) or
+restarts it (``ha_agent.agent``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,13 @@ from broker.store.identity import parse_id
 
 #: The longest lease a cluster manager may grant at once (seconds).
 MAX_LEASE = 3600.0
+
+#: How long a leased primary's cluster shutdown waits for a lease answer to tell its cluster
+#: manager (seconds).
+MAX_TELL_WAIT = 5.0
+
+#: A broker whose agent read /api/ha this recently (seconds) has a cluster manager to tell.
+MANAGER_SEEN_WITHIN = 2.0
 
 #: The largest fencing epoch accepted (a signed 64-bit integer, as ZooKeeper keeps it).
 MAX_EPOCH = 2**63 - 1
@@ -88,8 +98,11 @@ class HaEndpoints:
         self._stop = stop
         #: the shutdown-id of a clean all-stop asked for (None: none)
         self.cluster_shutdown: str | None = None
-        #: set once a lease answer told the cluster manager of ``cluster_shutdown``
+        #: set once a lease answer or the agent's health check (``GET /api/ha?manager=1``)
+        #: told the cluster manager of ``cluster_shutdown``
         self._manager_told = asyncio.Event()
+        #: when the agent's health check last read /api/ha (the event loop's clock)
+        self._manager_read_at: float | None = None
 
     def _ha(self) -> Any:
         ha = getattr(self.broker, "ha", None)
@@ -101,6 +114,10 @@ class HaEndpoints:
         status = self._ha().status()
         status["store_id"] = self.broker.store_id  # the data directory's, not the role's
         status["cluster_shutdown"] = self.cluster_shutdown
+        if request.query.get("manager") == "1":  # the agent's health check
+            self._manager_read_at = asyncio.get_running_loop().time()
+            if self.cluster_shutdown is not None:
+                self._manager_told.set()
         return json_response(status)
 
     async def promote(self, request: web.Request) -> web.Response:
@@ -222,31 +239,35 @@ class HaEndpoints:
             quiesce=quiesce,
             clients_closed=closed,
         )
+        # Before the answer: qpid-ha stops the backups only after the primary's quiesce
+        # answered, so the primary's agent knows before a backup goes (it then commits no
+        # removal: the in-sync set keeps every clean store) and before the primary stops.
+        await self._tell_the_manager(self._ha())
         answer = {"shutdown_id": shutdown_id, "stopping": not quiesce, "clients_closed": closed}
         response = json_response(answer)
         if not quiesce:
-            await self._tell_the_manager(self._ha())
             await response.prepare(request)
             await response.write_eof()  # the answer is out before the broker stops
             self._stop()
         return response
 
     async def _tell_the_manager(self, ha: Any) -> None:
-        """A primary its cluster manager leases waits until a lease answer told the manager
-        of the shutdown (at most the lease left: a lease not renewed ends the primary anyway)."""
+        """Wait until the cluster manager was told of the shutdown: a primary it leases, by a
+        lease answer (at most the lease left: a lease not renewed ends the primary anyway);
+        a backup whose agent checks it, by the agent's next ``/api/ha``. At most
+        :data:`MAX_TELL_WAIT` (within qpid-ha's call timeout; an agent renews and checks
+        every check interval, 0.5 s by default). A broker nobody manages does not wait."""
+        wait = 0.0
         left = ha.status().get("lease_remaining")
-        if (
-            not isinstance(left, int | float)
-            or left <= 0
-            or ha.state.value
-            not in (
-                "active",
-                "recovering",
-            )
-        ):
+        if ha.state.value in ("active", "recovering") and isinstance(left, int | float):
+            wait = left
+        read_at, now = self._manager_read_at, asyncio.get_running_loop().time()
+        if read_at is not None and now - read_at <= MANAGER_SEEN_WITHIN:
+            wait = MAX_TELL_WAIT
+        if wait <= 0:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._manager_told.wait(), timeout=left)
+            await asyncio.wait_for(self._manager_told.wait(), timeout=min(wait, MAX_TELL_WAIT))
 
     async def list_replications(self, request: web.Request) -> web.Response:
         replications = getattr(self.broker, "replications", {})

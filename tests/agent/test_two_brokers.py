@@ -3,8 +3,8 @@
 - On one ZooKeeper server: SIGKILL of the primary broker fails over to the other with no
   confirmed message lost (a confirming publisher on the URL list); then ``qpid-ha shutdown
   --all`` stops both brokers for good (exit 4: the agents restart nothing and stop, exit 0),
-  leaving clean stores with one shutdown-id; the operator starts the agents again and every
-  confirmed message is there.
+  leaving clean stores with one shutdown-id, both still in the in-sync set; the operator
+  starts the old backup's agent first and alone, and every confirmed message is there.
 - On a 3-server ensemble: the same fail-over; ``--designated-primary`` refused while the
   other broker answers as primary; the ensemble loses its quorum (2 servers killed), the
   primary fences itself, its node is lost; the survivor, designated primary by the operator,
@@ -24,6 +24,7 @@ import pytest
 
 from broker.store.data_dir import inspect
 from common.polling import poll_until
+from ha_agent.in_sync import read_in_sync
 from tests.agent.agent_cluster import AGENT, AgentCluster, Node, read_events
 from tests.agent.test_agent_failover import Publisher, drain
 from tests.cli.conftest import qpid_ha
@@ -70,7 +71,7 @@ def test_two_brokers_fail_over_then_shut_down_for_good_and_restart_with_every_me
 ) -> None:
     pair.start()
     publisher = Publisher(pair.amqp_ports, "orders")
-    fail_over_by_sigkill(pair, publisher)
+    primary = fail_over_by_sigkill(pair, publisher)
     publisher.close()
     assert len(publisher.confirmed) == 400
 
@@ -92,13 +93,21 @@ def test_two_brokers_fail_over_then_shut_down_for_good_and_restart_with_every_me
     infos = [inspect(n.dir / "data") for n in pair.nodes]
     assert {(i.status, i.shutdown_id) for i in infos} == {("clean", shutdown_id)}
 
-    # the operator starts the agents again: the cluster is back with every message
-    for node in pair.nodes:
+    # the in-sync set still names both stores: either may be the first primary again
+    recorded = read_in_sync(pair.zk, pair.cluster)
+    assert recorded is not None and recorded.record.store_ids == {i.store_id for i in infos}
+
+    # the operator starts the agents again, the old backup first and alone: its clean store
+    # holds every message, so it needs nobody else (--cluster-size=1)
+    first = next(n for n in pair.nodes if n is not primary)
+    for node in (first, primary):
         node.start_agent(
-            pair.zk_hosts, pair.cluster, "--cluster-size=2", "--session-timeout=2",
+            pair.zk_hosts, pair.cluster, "--cluster-size=1", "--session-timeout=2",
             "--check-interval=0.1",
         )  # fmt: skip
-    pair.wait_settled(60)
+        if node is first:
+            poll_until(lambda: first.state() == "active", 60, "the old backup promoted")
+    assert pair.wait_settled(60) is first
     received = drain(pair.amqp_ports, "orders")
     lost = publisher.confirmed - set(received)
     assert not lost, f"confirmed messages lost: {sorted(lost)[:10]}"
