@@ -189,7 +189,7 @@ class Agent:
             timeout=s.session_timeout,
             connection_retry=dict(CONNECTION_RETRY),
             command_retry={"max_tries": 3, "delay": 0.05, "max_delay": 0.5},
-            **zk_security(s.zk_auth, s.zk_tls),  # --zk-auth's digest and ACL, --zk-ssl*
+            **zk_security(s.zk_auth),  # --zk-auth: digest credentials and znode ACL
         )
         self.client.add_listener(self._zookeeper_state)
         probe = GrantProbe(self.client, on_grant=self._granted)
