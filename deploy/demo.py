@@ -267,6 +267,7 @@ def main() -> int:
         qpid_ha("-b", f"guest/guest@127.0.0.1:{mgmt[primary]}", "status", "--all")
         consoles = ", ".join(f"http://127.0.0.1:{mgmt[n]}/console/" for n in NODES)
         print(f"web console (user guest, password guest; any member's): {consoles}")
+        print("  (the cluster stops at the demo's end; DEMO_HOLD=SECONDS keeps it up longer)")
 
         # The drill: a pika publisher with confirms and a consumer on the fail-over URL list.
         url = "amqp:guest/guest@" + ",".join(f"127.0.0.1:{ports[n]}" for n in reversed(NODES))
@@ -296,6 +297,7 @@ def main() -> int:
         wait(f"{primary} to come back as a ready backup", cluster.settled)
         qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
         ok = drill.returncode == 0
+        hold(consoles)
     finally:
         cluster.stop()
         print("stopped agents, brokers and ZooKeeper")
@@ -304,6 +306,21 @@ def main() -> int:
         ok = report(workdir)
     print("demo OK: automatic fail-over with nothing confirmed lost" if ok else "demo FAILED")
     return 0 if ok else 1
+
+
+def hold(consoles: str) -> None:
+    """With ``DEMO_HOLD=SECONDS``, keep the cluster up that long (or until ctrl-C) so that
+    its web console can be looked at: ``make demo DEMO_HOLD=600``."""
+    try:
+        seconds = float(os.environ.get("DEMO_HOLD", "0") or 0)
+    except ValueError:
+        print(f"DEMO_HOLD must be seconds, not {os.environ['DEMO_HOLD']!r}: not holding")
+        return
+    if seconds <= 0:
+        return
+    print(f"holding the cluster {seconds:g} s (ctrl-C to go on): {consoles}")
+    with contextlib.suppress(KeyboardInterrupt):
+        time.sleep(seconds)
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
