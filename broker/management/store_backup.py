@@ -9,8 +9,8 @@ Contract
   (:func:`~broker.store.hot_backup.encode_header`, :func:`~broker.store.hot_backup.encode_trailer`).
   Every message confirmed before the request was answered is in it.
 - 404 without a store (no ``--data-dir``); 503 when the store's write at the point failed
-  (a full disk: nothing is copied). A failure while streaming cuts the stream (no trailer):
-  the client refuses the copy.
+  (a full disk: nothing is copied). A failure while streaming (the client gone, a read
+  failed) aborts the connection: the stream has no trailer and the client refuses the copy.
 - Needs the administrator or the cluster-manager role (a backup reads every message;
   :mod:`broker.security.roles`). Logs ``store_backup_started`` and ``store_backup_finished``
   or ``store_backup_failed``; the broker serves its clients meanwhile.
@@ -140,10 +140,10 @@ class StoreBackupEndpoints:
         )
         loop = asyncio.get_running_loop()
         sent = 0
+        sizes = {n: size for n, (_fd, size) in snapshot.files.items()}
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
         try:
-            sizes = {n: size for n, (_fd, size) in snapshot.files.items()}
             header = encode_header(snapshot.point, self._source(), sizes)
-            response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
             await response.prepare(request)
             await response.write(header)
             digests: dict[int, str] = {}
@@ -161,7 +161,7 @@ class StoreBackupEndpoints:
                 digests[number] = digest.hexdigest()
             await response.write(encode_trailer(digests))
             await response.write_eof()
-        except (OSError, ConnectionError, asyncio.CancelledError) as exc:
+        except (OSError, asyncio.CancelledError) as exc:
             self.log.warning(
                 "store_backup_failed",
                 user=user,
@@ -169,7 +169,12 @@ class StoreBackupEndpoints:
                 bytes_sent=sent,
                 reason=str(exc) or type(exc).__name__,
             )
-            raise
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            # Cut the connection: the stream must not look complete (no trailer follows).
+            if request.transport is not None:
+                request.transport.abort()
+            return response
         finally:
             snapshot.close()
         self.log.info(

@@ -11,9 +11,13 @@ for those: a program start costs more than the check).
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -146,9 +150,28 @@ def one_line_error(result: subprocess.CompletedProcess[str] | Result, *words: st
         assert word in result.stderr, result.stderr
 
 
+MIB = 1 << 20
+
+
+def abandon_a_backup(broker: BrokerProcess) -> None:
+    """Ask for a backup, read its header line and hang up: the broker logs
+    store_backup_failed, and its next backup is whole (tested by the caller)."""
+    connection = http.client.HTTPConnection("127.0.0.1", broker.mgmt_port, timeout=10)
+    token = base64.b64encode(b"guest:guest").decode()
+    connection.request("POST", "/api/store/backup", b"{}", {"Authorization": f"Basic {token}"})
+    response = connection.getresponse()
+    assert response.status == 200
+    assert response.readline().startswith(b'{"format": "qpid-store-backup/1"')
+    connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    connection.close()  # a reset, the unread bytes in its buffer
+    (failed,) = poll_until(lambda: events(broker, "store_backup_failed"), 30)
+    assert failed["bytes_sent"] < 8 * MIB
+
+
 @pytest.fixture(scope="module")
 def good_backup(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A backup of a small store (a queue, 20 messages)."""
+    """A backup of a small store (queue q, 20 messages; queue big, 8 of 1 MiB), taken after
+    an abandoned one."""
     root = tmp_path_factory.mktemp("good")
     broker = BrokerProcess(root / "b", [f"--data-dir={root / 'b' / 'data'}"])
     try:
@@ -159,7 +182,11 @@ def good_backup(tmp_path_factory: pytest.TempPathFactory) -> Path:
         channel.queue_declare("q", durable=True)
         for i in range(20):
             channel.basic_publish("", "q", b"%d" % i, PERSISTENT)
+        channel.queue_declare("big", durable=True)
+        for i in range(8):  # more than the sockets' buffers hold
+            channel.basic_publish("", "big", bytes([i]) * MIB, PERSISTENT)
         connection.close()
+        abandon_a_backup(broker)
         result = qpid_ha("-b", mgmt(broker), "backup", "--to", str(root / "backup"))
         assert result.returncode == 0, result.stderr
         again = qpid_ha("-b", mgmt(broker), "backup", "--to", str(root / "backup"))
