@@ -64,6 +64,7 @@ def test_a_cluster_restored_from_a_backup_of_its_primary(tmp_path: Path) -> None
         restored = qpid_ha_here("restore", str(tmp_path / "backup"), "--data-dir", str(data))
         assert restored.exit_code == 0, restored.stderr
         new.start()
+        assert new.ha(0)["epoch"] == 1 and new.ha(1)["epoch"] == 0  # the source's epoch
         new.promote(0, epoch=2)
         new.wait_state(0, "active")
         new.wait_state(1, "ready", timeout=30)
