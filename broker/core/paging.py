@@ -193,7 +193,16 @@ class PagedMessages(deque[Entry]):
         self._page(entry, size)
 
     def extend(self, entries: Iterable[Entry]) -> None:
-        for entry in list(entries):
+        entries = list(entries)
+        if not self.paged:  # all in memory if all fit: as many appends would do, in bulk
+            size = sum([len(entry.message.body) for entry in entries])
+            size += ENTRY_OVERHEAD * len(entries)
+            budget = self.budget
+            if not budget.limit or budget.used + size <= budget.limit:
+                deque.extend(self, entries)
+                budget.used += size
+                return
+        for entry in entries:
             self.append(entry)
 
     def extendleft(self, entries: Iterable[Entry]) -> None:
@@ -220,6 +229,11 @@ class PagedMessages(deque[Entry]):
         return entry
 
     def __iter__(self) -> Iterator[Entry]:
+        if not self.paged:  # nothing on disk: the deque's own iterator, at C speed
+            return deque.__iter__(self)
+        return self._iter_with_pages()
+
+    def _iter_with_pages(self) -> Iterator[Entry]:
         paged = self._iter_paged()
         for entry in deque.__iter__(self):
             yield next(paged) if entry is PAGED else entry

@@ -49,6 +49,7 @@ def paged_list(directory: Path, limit: int, name: str = "1") -> PagedMessages:
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("append"), st.integers(0, 700)),
+        st.tuples(st.just("extend"), st.integers(1, 6)),
         st.tuples(st.just("popleft"), st.just(0)),
         st.tuples(st.just("head"), st.just(0)),
         st.tuples(st.just("requeue"), st.integers(1, 4)),
@@ -73,6 +74,11 @@ def test_paged_messages_behave_as_a_deque(ops: list[tuple[str, int]], limit: int
                 new = entry(position, arg)
                 paged.append(new)
                 model.append(new)
+            elif op == "extend":  # in bulk when all of it fits, else one by one
+                new_entries = [entry(position + k, 300) for k in range(1, arg + 1)]
+                position += arg
+                paged.extend(new_entries)
+                model.extend(new_entries)
             elif op == "popleft" and model:
                 got = paged.popleft()
                 assert same(got, model.popleft())
