@@ -28,8 +28,10 @@ The figures of a restart, from the backup's JSON log (timestamps, not polling):
   ``to link`` (``store_recovered`` to ``ha_link_up``: listening, connecting to the primary)
   and ``catch-up`` (``ha_link_up`` to ready: the reconnect handshake on the positions it
   recovered, then the messages it lacks);
-- the backup's CPU seconds by then (start-up included) and the primary's CPU during the
-  restart: on shared cores the wall-clock figures depend on others' work, the CPU far less;
+- the backup's CPU seconds by then (start-up included), and by phase (its CPU read when
+  ``store_recovered`` and ``ha_link_up`` show in its log, polled every 50 ms), and the
+  primary's CPU during the restart: on shared cores the wall-clock figures depend on
+  others' work, the CPU far less;
 - ``sent``: messages the primary's stream of the queue sent to the backup since it
   subscribed (GET /api/ha ``backups[].queues[].sent``): about --publish, not --messages,
   when the backup kept its store; ``recovered``: ``store_recovered`` ``messages``;
@@ -179,9 +181,22 @@ def restart_once(
     primary_cpu0 = process_cpu(primary.pid)
     backup.spawn()
     spawned = backup.started_at
-    backup.wait_listening(args.timeout)
-    backup.wait_state("ready", timeout=args.timeout)
-    backup_cpu = process_cpu(backup.pid)
+    pid = backup.pid
+    # The backup's CPU seconds when each phase's event shows in its log (read just before
+    # looking, so at most one polling interval of CPU late): on shared cores the phases'
+    # CPU says more than their wall-clock seconds.
+    cpu_at: dict[str, float | None] = {}
+
+    def ready() -> bool:
+        cpu = process_cpu(pid)
+        if backup.proc is not None and backup.proc.poll() is not None:
+            raise BrokerError(f"the backup exited with {backup.proc.returncode}")
+        for event in backup.events("store_recovered", "ha_link_up"):
+            cpu_at.setdefault(event["event"], cpu)
+        return "ha_link_up" in cpu_at and backup.state() == "ready"
+
+    wait_for("the backup to be ready", ready, args.timeout, 0.05)
+    backup_cpu = process_cpu(pid)
     primary_cpu1 = process_cpu(primary.pid)
     events = {e["event"]: e for e in reversed(backup.events())}  # the first of each
     ready_events = [e for e in backup.events("ha_state_changed") if e.get("new") == "ready"]
@@ -198,6 +213,8 @@ def restart_once(
     if not 0 <= sent <= args.publish:
         raise BrokerError(f"the primary sent {sent} messages, at most {args.publish} lacked")
     store_s = float(recovered["seconds"])
+    cpu_recovered, cpu_link = cpu_at.get("store_recovered"), cpu_at.get("ha_link_up")
+    known = None not in (backup_cpu, cpu_recovered, cpu_link)
     return {
         "stop": stop,
         "ready_s": ready_at - spawned,
@@ -206,6 +223,9 @@ def restart_once(
         "to_link_s": link_up - recovered_at,
         "catch_up_s": ready_at - link_up,
         "backup_cpu_s": backup_cpu,
+        "cpu_to_store_recovered_s": cpu_recovered,
+        "cpu_to_link_s": cpu_link - cpu_recovered if known else None,  # type: ignore[operator]
+        "cpu_catch_up_s": backup_cpu - cpu_link if known else None,  # type: ignore[operator]
         "primary_cpu_s": (
             None if primary_cpu0 is None or primary_cpu1 is None else primary_cpu1 - primary_cpu0
         ),
@@ -219,13 +239,18 @@ def restart_once(
     }
 
 
+def _s(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
+
+
 def _line(k: int, r: dict[str, Any]) -> str:
     cpu = r["backup_cpu_s"]
     return (
         f"{r['stop']} {k}: ready after {r['ready_s']:.2f} s = start {r['start_s']:.2f}"
         f" + store {r['store_s']:.2f} ({r['recovered']:,} msgs, {r['store_status']})"
         f" + to link {r['to_link_s']:.2f} + catch-up {r['catch_up_s']:.2f};"
-        f" backup CPU {cpu if cpu is None else round(cpu, 2)} s,"
+        f" backup CPU {_s(cpu)} s ({_s(r['cpu_to_store_recovered_s'])} to store_recovered,"
+        f" {_s(r['cpu_to_link_s'])} to link, {_s(r['cpu_catch_up_s'])} catch-up),"
         f" primary sent {r['sent']:,}, holds {r['held']:,};"
         f" peak RSS {r['peak_rss_mb']:,.0f} MB; load1 {r['load1']:.1f}"
     )
@@ -297,7 +322,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             verdict = "met" if ready < TARGET_S else "NOT met"
             parts = ", ".join(
                 f"{key} {value:.2f}"
-                for key in ("start_s", "store_s", "to_link_s", "catch_up_s", "backup_cpu_s")
+                for key in (
+                    "start_s",
+                    "store_s",
+                    "to_link_s",
+                    "catch_up_s",
+                    "backup_cpu_s",
+                    "cpu_to_store_recovered_s",
+                    "cpu_to_link_s",
+                    "cpu_catch_up_s",
+                    "primary_cpu_s",
+                )
                 if (value := _median(done, key)) is not None
             )
             print(
