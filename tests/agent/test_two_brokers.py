@@ -184,7 +184,11 @@ def test_two_brokers_on_an_ensemble_and_a_designated_primary_without_quorum(
     designated = designate(survivor, primary, agents.zk_hosts, agents.cluster)
     try:
         poll_until(lambda: survivor.state() == "active", 60, "the designated primary active")
-        [loud] = [e for e in read_events(log) if e["event"] == "designated_primary"]
+        [loud] = poll_until(
+            lambda: [e for e in read_events(log) if e["event"] == "designated_primary"],
+            10,
+            "the designated_primary event",
+        )
         assert loud["level"] == "critical" and "WITHOUT ZooKeeper" in loud["risk"]
         assert loud["was"] == "ready" and loud["new_epoch"] > 0
         assert {(p["via"], p["state"]) for p in loud["peers"]} >= {("management", None)}
