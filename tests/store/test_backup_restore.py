@@ -189,7 +189,7 @@ def good_backup(tmp_path_factory: pytest.TempPathFactory) -> Path:
         abandon_a_backup(broker)
         result = qpid_ha("-b", mgmt(broker), "backup", "--to", str(root / "backup"))
         assert result.returncode == 0, result.stderr
-        again = qpid_ha("-b", mgmt(broker), "backup", "--to", str(root / "backup"))
+        again = qpid_ha_here("-b", mgmt(broker), "backup", "--to", str(root / "backup"))
         one_line_error(again, "--to", "is not an empty directory")
     finally:
         broker.stop(signal.SIGKILL)
