@@ -205,8 +205,8 @@ def test_a_lagging_backup_is_marked(
         with pika.BlockingConnection(parameters) as connection:
             channel = connection.channel()  # no confirms: they would wait for the backup
             channel.queue_declare("console-lag")
-            for _ in range(3000):
-                channel.basic_publish("", "console-lag", b"x" * 1024)
+            for _ in range(300):  # light: a primary too busy to answer its agent is fenced
+                channel.basic_publish("", "console-lag", b"x" * 100)
         marked = seen(browser, flagged(browser, row), what="the stopped backup marked")
         assert marked in ("lagging", "down")
         role = text(browser, f"{row} td:nth-child(3)")
