@@ -87,7 +87,7 @@ from ha_agent.settings import AgentSettings
 from ha_agent.supervisor import BrokerSupervisor
 from ha_agent.vip import VirtualIp
 from ha_agent.watchdog import BrokerWatch
-from ha_agent.zk_auth import zk_security
+from ha_agent.zk_auth import ensure_shared_root, zk_security
 from ha_agent.zk_layout import ClusterLayout
 
 __all__ = ["Agent", "AgentSettings"]
@@ -189,7 +189,7 @@ class Agent:
             timeout=s.session_timeout,
             connection_retry=dict(CONNECTION_RETRY),
             command_retry={"max_tries": 3, "delay": 0.05, "max_delay": 0.5},
-            **zk_security(s.zk_auth),  # --zk-auth: digest credentials and znode ACL
+            **zk_security(s.zk_auth, s.zk_tls),  # --zk-auth's digest and ACL, --zk-ssl*
         )
         self.client.add_listener(self._zookeeper_state)
         probe = GrantProbe(self.client, on_grant=self._granted)
@@ -221,6 +221,7 @@ class Agent:
         while not self._stop.is_set():
             try:
                 self.client.start(timeout=self.settings.session_timeout)
+                ensure_shared_root(self.client, self.settings.zk_auth)  # not this cluster's
                 return
             except KazooTimeoutError:
                 _log.warning("zookeeper_unreachable", zk=self.settings.zk_hosts)

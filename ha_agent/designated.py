@@ -281,7 +281,7 @@ class DesignatedPrimary:
             hosts=s.zk_hosts,
             timeout=s.session_timeout,
             connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5},
-            **zk_security(s.zk_auth),
+            **zk_security(s.zk_auth, s.zk_tls),
         )
         try:
             client.start(timeout=s.session_timeout)

@@ -25,6 +25,7 @@ from ha_agent.kazoo_log import route_kazoo_logging
 from ha_agent.settings import AgentSettings
 from ha_agent.vip import parse_vip
 from ha_agent.zk_auth import parse_zk_auth
+from ha_agent.zk_tls import tls_refusal, zk_tls
 
 PROGRAM = "qpid-ha-agent"
 
@@ -91,6 +92,38 @@ def run(
             " and writable by that user only",
         ),
     ] = None,
+    zk_ssl: Annotated[
+        bool,
+        typer.Option(
+            "--zk-ssl",
+            help="TLS to ZooKeeper (--zk names its secureClientPort), checked against the"
+            " system's CAs; implied by the --zk-ssl-*-file options",
+        ),
+    ] = False,
+    zk_ssl_ca_file: Annotated[
+        str | None,
+        typer.Option(
+            "--zk-ssl-ca-file",
+            envvar="QPID_HA_ZK_SSL_CA_FILE",
+            help="CA certificates (PEM) ZooKeeper's certificate is checked against (TLS)",
+        ),
+    ] = None,
+    zk_ssl_cert_file: Annotated[
+        str | None,
+        typer.Option(
+            "--zk-ssl-cert-file",
+            envvar="QPID_HA_ZK_SSL_CERT_FILE",
+            help="client certificate (PEM) presented to ZooKeeper, with --zk-ssl-key-file",
+        ),
+    ] = None,
+    zk_ssl_key_file: Annotated[
+        str | None,
+        typer.Option(
+            "--zk-ssl-key-file",
+            envvar="QPID_HA_ZK_SSL_KEY_FILE",
+            help="the client certificate's private key (PEM)",
+        ),
+    ] = None,
     designated_primary: Annotated[
         bool,
         typer.Option(
@@ -131,6 +164,11 @@ def run(
     )
     try:
         settings.zk_auth = parse_zk_auth(zk_auth) if zk_auth else None
+        settings.zk_tls = zk_tls(zk_ssl, zk_ssl_ca_file, zk_ssl_cert_file, zk_ssl_key_file)
+        # kazoo would retry a refused certificate silently: say it now, in one line
+        refusal = None if settings.zk_tls is None else tls_refusal(zk, settings.zk_tls)
+        if refusal is not None:
+            raise ValueError(refusal)
     except ValueError as exc:  # one line, exit 2, never the password
         typer.echo(f"{PROGRAM}: error: {exc}", err=True)
         raise typer.Exit(2) from None

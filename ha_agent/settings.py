@@ -20,6 +20,7 @@ from typing import Any
 
 from ha_agent.zk_auth import ZkAuth
 from ha_agent.zk_layout import check_name
+from ha_agent.zk_tls import ZkTls
 
 __all__ = ["AgentSettings"]
 
@@ -41,6 +42,8 @@ class AgentSettings:
     watchdog_timeout: float = 10.0
     #: ZooKeeper digest credentials (--zk-auth): the agent's znodes are theirs alone.
     zk_auth: ZkAuth | None = None
+    #: TLS to ZooKeeper (--zk-ssl, --zk-ssl-ca-file ...): None, plain TCP.
+    zk_tls: ZkTls | None = None
     #: --designated-primary: run the broker as primary without ZooKeeper (ha_agent.designated)
     designated_primary: bool = False
     #: --peer: the other brokers' management addresses, checked before a designation

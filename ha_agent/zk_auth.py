@@ -9,7 +9,16 @@ znodes: nobody steers the cluster uninvited. Every agent of a cluster (and anyon
 it with ``qpid-ha --zk``) must use the same credentials. Without ``--zk-auth`` znodes are
 open (ZooKeeper's default ``world:anyone``), as before.
 
+The root every cluster shares, ``/qpid-ha``, is not one cluster's: :func:`ensure_shared_root`
+creates it (when missing) readable and creatable by anyone, so that the first agent with
+``--zk-auth`` on an ensemble does not lock the other clusters out of it (it did: they got
+NoAuth creating their own cluster's znode). Each cluster's znode and all below it are its
+user's alone.
+
 The password is never logged: :class:`ZkAuth`'s ``repr`` hides it.
+
+:func:`zk_security` also takes the TLS settings (:mod:`ha_agent.zk_tls`): one set of
+``KazooClient`` keyword arguments for every client the agent and ``qpid-ha`` make.
 """
 
 from __future__ import annotations
@@ -18,9 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kazoo.security import make_digest_acl
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.security import make_acl, make_digest_acl
 
-__all__ = ["ZkAuth", "parse_zk_auth", "zk_security"]
+from ha_agent.zk_layout import ROOT
+from ha_agent.zk_tls import ZkTls
+
+__all__ = ["ZkAuth", "ensure_shared_root", "parse_zk_auth", "zk_security"]
 
 
 @dataclass(frozen=True)
@@ -46,12 +60,33 @@ def parse_zk_auth(text: str) -> ZkAuth:
     return ZkAuth(user, password)
 
 
-def zk_security(auth: ZkAuth | None) -> dict[str, Any]:
+def zk_security(auth: ZkAuth | None, tls: ZkTls | None = None) -> dict[str, Any]:
     """``KazooClient`` keyword arguments: the digest credentials and the default ACL of
-    the znodes the session creates (empty without ``auth``)."""
+    the znodes the session creates (none without ``auth``), TLS options with ``tls``."""
+    options = {} if tls is None else tls.kazoo_options()
     if auth is None:
-        return {}
+        return options
     return {
+        **options,
         "auth_data": [("digest", f"{auth.user}:{auth.password}")],
         "default_acl": [make_digest_acl(auth.user, auth.password, all=True)],
     }
+
+
+def ensure_shared_root(client: KazooClient, auth: ZkAuth | None) -> None:
+    """With ``auth``: create ``/qpid-ha`` (when missing) readable and creatable by anyone,
+    everything else for ``auth``'s user only, before the session creates anything below it
+    (``makepath`` would give it the session's digest-only ACL). A failure is left to the
+    callers' own retries (the root then comes with their first ``makepath``)."""
+    if auth is None:
+        return
+    acl = [
+        make_acl("world", "anyone", read=True, create=True),
+        make_digest_acl(auth.user, auth.password, all=True),
+    ]
+    try:
+        client.create(ROOT, b"", acl=acl)
+    except NodeExistsError:
+        pass
+    except KazooException:
+        return

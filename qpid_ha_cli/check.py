@@ -130,7 +130,7 @@ def _link_line(s: CliSettings) -> str | None:
 
 def _zk_status(s: CliSettings, hosts: str, cluster: str, as_json: bool) -> None:
     try:
-        view = s.env.read_cluster(hosts, cluster, s.timeout)
+        view = s.env.read_cluster(hosts, cluster, s.timeout, auth=s.zk_auth, tls=s.zk_tls)
     except ValueError as exc:  # a bad cluster name
         raise CommandError(str(exc), ExitStatus.USAGE) from exc
     if as_json:

@@ -6,11 +6,17 @@ only. IN-SYNC is ``yes`` for a member whose broker (by the broker id it publishe
 committed in-sync set, ``no`` for one that is not, ``-`` for the primary (never a member)
 and when no set is recorded; the summary line ends with the set's epoch and its members.
 
+With ``--zk-auth`` (the agents' digest, :mod:`ha_agent.zk_auth`) it reads a cluster whose
+znodes only that user may read; with ``--zk-ssl*`` (:mod:`ha_agent.zk_tls`) it talks TLS to
+ZooKeeper's secureClientPort.
+
 Error Handling
 ==============
 
 :class:`ClusterViewError` with one line when ZooKeeper cannot be reached in ``timeout``
-seconds or the cluster has no znodes at all (a wrong ``--cluster``). An in-sync record that
+seconds, refuses the TLS handshake (the reason: ``certificate verify failed ...``), denies
+reading the cluster's znodes (NoAuth: no or other credentials), or the cluster has no znodes
+at all (a wrong ``--cluster``). An in-sync record that
 cannot be parsed is shown as such (``in_sync_error``), not raised.
 """
 
@@ -20,14 +26,16 @@ import logging
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ha_agent.epoch_counter import read_epoch
 from ha_agent.in_sync import InSyncRecordError, read_in_sync
 from ha_agent.membership import read_members
 from ha_agent.primary_record import read_primary_full
+from ha_agent.zk_auth import ZkAuth, zk_security
 from ha_agent.zk_layout import ClusterLayout
+from ha_agent.zk_tls import ZkTls, tls_refusal
 
 __all__ = ["ClusterViewError", "format_cluster", "position_text", "read_cluster"]
 
@@ -41,10 +49,28 @@ class ClusterViewError(Exception):
     """ZooKeeper unreachable, or no such cluster."""
 
 
-def read_cluster(hosts: str, cluster: str, timeout: float) -> dict[str, Any]:
-    """Members, primary, virtual IP owner and last epoch of ``cluster``, as plain data."""
+def read_cluster(
+    hosts: str,
+    cluster: str,
+    timeout: float,
+    *,
+    auth: ZkAuth | None = None,
+    tls: ZkTls | None = None,
+) -> dict[str, Any]:
+    """Members, primary, virtual IP owner and last epoch of ``cluster``, as plain data;
+    read with ``auth``'s digest and over ``tls`` when given."""
     layout = ClusterLayout(cluster)  # ValueError for a bad name
-    client = KazooClient(hosts=hosts, timeout=max(1.0, timeout), read_only=True, logger=_quiet)
+    if tls is not None:
+        refusal = tls_refusal(hosts, tls, timeout)
+        if refusal is not None:
+            raise ClusterViewError(refusal)
+    client = KazooClient(
+        hosts=hosts,
+        timeout=max(1.0, timeout),
+        read_only=True,
+        logger=_quiet,
+        **zk_security(auth, tls),
+    )
     try:
         try:
             client.start(timeout=timeout)
@@ -61,6 +87,12 @@ def read_cluster(hosts: str, cluster: str, timeout: float) -> dict[str, Any]:
                 versioned = read_in_sync(client, cluster)
             except InSyncRecordError as exc:
                 versioned, in_sync_error = None, str(exc)
+        except NoAuthError:
+            who = f"user {auth.user!r}" if auth is not None else "no credentials"
+            raise ClusterViewError(
+                f"ZooKeeper at {hosts} denied reading cluster {cluster!r} to {who} (NoAuth):"
+                " give the agents' --zk-auth"
+            ) from None
         except (KazooException, NoNodeError) as exc:
             raise ClusterViewError(f"ZooKeeper at {hosts}: {exc!r}") from None
     finally:

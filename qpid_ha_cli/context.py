@@ -22,6 +22,8 @@ import typer
 
 from broker.management.client import ManagementClient
 from common.url import BrokerUrl
+from ha_agent.zk_auth import ZkAuth
+from ha_agent.zk_tls import ZkTls
 from qpid_ha_cli.cluster_view import read_cluster
 
 if TYPE_CHECKING:  # typer's vendored click: the type of every context typer makes
@@ -58,7 +60,7 @@ class Environment:
     stdout: TextIO | None = None
     stderr: TextIO | None = None
     management_client: Callable[[BrokerUrl, float], ManagementClient] = ManagementClient
-    read_cluster: Callable[[str, str, float], dict[str, Any]] = read_cluster
+    read_cluster: Callable[..., dict[str, Any]] = read_cluster
 
     def out(self, text: str) -> None:
         """One line of the command's output."""
@@ -78,6 +80,8 @@ class CliSettings:
     cluster_manager: bool = False
     zk: str | None = None
     cluster: str | None = None
+    zk_auth: ZkAuth | None = None  #: --zk-auth: the agents' ZooKeeper digest
+    zk_tls: ZkTls | None = None  #: --zk-ssl*: TLS to ZooKeeper
     env: Environment = field(default_factory=Environment)
 
     def call(

@@ -31,6 +31,8 @@ from typer.exceptions import Abort
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
 from common.url import parse_url
+from ha_agent.zk_auth import parse_zk_auth
+from ha_agent.zk_tls import zk_tls
 from qpid_ha_cli import acl, admin, check, cluster_store, manage, store_backup, users
 from qpid_ha_cli.cluster_view import ClusterViewError
 from qpid_ha_cli.command_line import (
@@ -184,6 +186,35 @@ def main_options(
         str | None,
         typer.Option("--cluster", metavar="NAME", help="cluster name (with --zk; default: none)"),
     ] = None,
+    zk_auth: Annotated[
+        str | None,
+        typer.Option(
+            "--zk-auth",
+            envvar="QPID_HA_ZK_AUTH",
+            metavar="USER:PASSWORD|@FILE",
+            help="with --zk: the agents' ZooKeeper digest (their --zk-auth)",
+        ),
+    ] = None,
+    zk_ssl: Annotated[
+        bool, typer.Option("--zk-ssl", help="with --zk: TLS to ZooKeeper (its secureClientPort)")
+    ] = False,
+    zk_ssl_ca_file: Annotated[
+        str | None,
+        typer.Option(
+            "--zk-ssl-ca-file",
+            envvar="QPID_HA_ZK_SSL_CA_FILE",
+            metavar="FILE",
+            help="CA (PEM) ZooKeeper's certificate is checked against; implies --zk-ssl",
+        ),
+    ] = None,
+    zk_ssl_cert_file: Annotated[
+        str | None,
+        typer.Option("--zk-ssl-cert-file", metavar="FILE", help="client certificate (PEM)"),
+    ] = None,
+    zk_ssl_key_file: Annotated[
+        str | None,
+        typer.Option("--zk-ssl-key-file", metavar="FILE", help="its private key (PEM)"),
+    ] = None,
 ) -> None:
     try:
         url = parse_url(broker, default_port=DEFAULT_MGMT_PORT)
@@ -196,6 +227,14 @@ def main_options(
         )
     if (zk is None) != (cluster is None):
         raise typer.BadParameter("--zk and --cluster go together", param_hint="'--zk'")
+    try:
+        auth = parse_zk_auth(zk_auth) if zk_auth else None  # never echoes the password
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--zk-auth'") from None
+    try:
+        tls = zk_tls(zk_ssl, zk_ssl_ca_file, zk_ssl_cert_file, zk_ssl_key_file)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--zk-ssl'") from None
     given = ctx.obj if isinstance(ctx.obj, Environment) else Environment()
     ctx.obj = CliSettings(
         broker=with_default_credentials(url),
@@ -203,6 +242,8 @@ def main_options(
         cluster_manager=cluster_manager,
         zk=zk,
         cluster=cluster,
+        zk_auth=auth,
+        zk_tls=tls,
         env=given,
     )
 

@@ -34,7 +34,18 @@ from kazoo.client import KazooClient
 from common.polling import free_port, poll_until
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
-CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
+#: netty-codec and netty-resolver are not in zookeeper.jar's manifest (Debian 3.8.0): the
+#: Netty connection factory of a TLS port needs them (ClassNotFoundException:
+#: io.netty.handler.codec.ByteToMessageDecoder without).
+CLASSPATH = ":".join(
+    [
+        "/etc/zookeeper/conf",
+        "/usr/share/java/zookeeper.jar",
+        "/usr/share/java/slf4j-simple.jar",
+        "/usr/share/java/netty-codec.jar",
+        "/usr/share/java/netty-resolver.jar",
+    ]
+)
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 IMAGE = "zookeeper:3.8"
 #: ZooKeeper checks session expiry once a tick: a session expires T to T + a tick after its
@@ -155,6 +166,16 @@ class ZooKeeperProcess:
     # narrows them.
     min_session_ms: int = MIN_SESSION_MS
     max_session_ms: int = MAX_SESSION_MS
+    # TLS beside the plain port (ZooKeeper 3.5+ secureClientPort, Netty): the server's key
+    # and certificate in one PEM file, and the CA (PEM) client certificates are checked
+    # against (asked for, not required).
+    tls_key_and_cert: Path | None = None
+    tls_ca: Path | None = None
+    secure_port: int = 0
+
+    @property
+    def secure_hosts(self) -> str:
+        return f"{self.client_address}:{self.secure_port}"
 
     @property
     def hosts(self) -> str:
@@ -176,6 +197,17 @@ class ZooKeeperProcess:
             "admin.enableServer=false",
             "4lw.commands.whitelist=*",
         ]
+        if self.tls_key_and_cert is not None and self.tls_ca is not None:
+            lines += [
+                f"secureClientPort={self.secure_port}",
+                f"secureClientPortAddress={self.client_address}",
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                f"ssl.keyStore.location={self.tls_key_and_cert}",
+                "ssl.keyStore.type=PEM",
+                f"ssl.trustStore.location={self.tls_ca}",
+                "ssl.trustStore.type=PEM",
+                "ssl.clientAuth=want",
+            ]
         if self.servers:
             lines += [f"initLimit={INIT_LIMIT}", f"syncLimit={SYNC_LIMIT}", *self.servers]
         return "\n".join(lines) + "\n"
@@ -188,6 +220,8 @@ class ZooKeeperProcess:
                 "(make unit does it: apt-get install -y zookeeper)"
             )
         self.client_port = self.client_port or free_port()
+        if self.tls_key_and_cert is not None:
+            self.secure_port = self.secure_port or free_port()
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
         if self.myid is not None:
             (self.workdir / "data" / "myid").write_text(f"{self.myid}\n")

@@ -12,7 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from ha_agent.zk_auth import ZkAuth, parse_zk_auth, zk_security
+from ha_agent.zk_auth import ZkAuth, ensure_shared_root, parse_zk_auth, zk_security
 from tests.zookeeper import ZooKeeper
 
 AGENT = str(Path(sys.executable).with_name("qpid-ha-agent"))
@@ -40,6 +40,7 @@ def test_another_digest_is_denied_on_the_agents_znodes(zookeeper: ZooKeeper, clu
         client.start(timeout=15)
     try:
         path = f"/qpid-ha/{cluster}/primary"
+        ensure_shared_root(agent, ZkAuth("agent", "right"))  # as the agent does at start
         agent.create(path, b"node1", makepath=True)
         assert agent.get(path)[0] == b"node1"
         for client in (intruder, anonymous):
@@ -50,6 +51,9 @@ def test_another_digest_is_denied_on_the_agents_znodes(zookeeper: ZooKeeper, clu
             with pytest.raises(NoAuthError):
                 client.create(f"/qpid-ha/{cluster}/x", b"")
         assert agent.get(path)[0] == b"node1"
+        # /qpid-ha is every cluster's: another (no credentials) still makes its own there
+        anonymous.create(f"/qpid-ha/{cluster}-open/primary", b"n", makepath=True)
+        anonymous.delete(f"/qpid-ha/{cluster}-open/primary")  # the root's children stay
     finally:
         for client in clients:
             client.stop()
