@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.core.message import Message
+from broker.management.console import live
 from broker.management.console.live import HISTORY, LiveFeed
 from common.log import get_logger
 from tests.management.support import FakeBroker
@@ -83,3 +84,32 @@ def test_histories_are_bounded_and_follow_the_queues() -> None:
     broker.vhost.delete_queue("q")
     feed.sample()
     assert "q" not in feed.queue_history
+
+
+def test_lag_in_bytes_counts_what_is_past_the_last_sent(monkeypatch) -> None:
+    broker = HaBroker()
+    queue = broker.vhost.declare_queue("q")
+    vhost = broker.vhost
+    for size in (10, 20, 30, 40):
+        vhost.publish(vhost.exchange(""), Message("", "q", body=b"x" * size))
+    positions = [entry.position for entry in queue.entries()]
+    assert live.lag_bytes(queue, positions[1]) == (70, False)
+    assert live.lag_bytes(queue, 0) == (100, False)
+    assert live.lag_bytes(queue, positions[-1]) == (0, False)
+    monkeypatch.setattr(live, "LAG_BYTES_SCAN", 2)
+    assert live.lag_bytes(queue, 0) == (70, True)  # a lower bound: shown with a "+"
+    status = {
+        "backups": [
+            {"id": "b1", "queues": [{"queue": "q", "lag": 2, "last_sent_id": positions[1]}]}
+        ]
+    }
+    rows = live._with_lag_bytes(vhost.queues, status)["backups"][0]["queues"]
+    assert rows == [
+        {
+            "queue": "q",
+            "lag": 2,
+            "last_sent_id": positions[1],
+            "lag_bytes": 70,
+            "lag_bytes_partial": False,
+        }
+    ]

@@ -68,6 +68,43 @@ def _agents_view(broker: ManagedBroker) -> AgentsView | None:
     return AgentsView(hosts, cluster)
 
 
+#: Entries counted at most per backup and queue for ``lag_bytes`` (past it: a lower bound).
+LAG_BYTES_SCAN = 100_000
+
+
+def lag_bytes(queue: Any, last_sent: int) -> tuple[int, bool]:
+    """Body bytes of ``queue``'s messages past ``last_sent`` (what the primary still has to
+    send a backup), and whether the count stopped at :data:`LAG_BYTES_SCAN` entries."""
+    total = 0
+    for counted, entry in enumerate(reversed(queue.entries())):
+        if entry.position <= last_sent:
+            return total, False
+        if counted >= LAG_BYTES_SCAN:
+            return total, True
+        total += len(entry.message.body)
+    return total, False
+
+
+def _with_lag_bytes(queues: dict[str, Any], ha_status: dict[str, Any] | None) -> Any:
+    """``/api/ha``'s body with each backup's queue rows given ``lag_bytes`` (and
+    ``lag_bytes_partial``): the primary counts its backlog in messages only."""
+    if not ha_status or not ha_status.get("backups"):
+        return ha_status
+    backups = []
+    for backup in ha_status["backups"]:
+        rows = []
+        for row in backup.get("queues", []):
+            queue = queues.get(str(row.get("queue")))
+            last_sent = row.get("last_sent_id")
+            if queue is None or not isinstance(last_sent, int) or not row.get("lag"):
+                rows.append({**row, "lag_bytes": 0, "lag_bytes_partial": False})
+                continue
+            counted, partial = lag_bytes(queue, last_sent)
+            rows.append({**row, "lag_bytes": counted, "lag_bytes_partial": partial})
+        backups.append({**backup, "queues": rows})
+    return {**ha_status, "backups": backups}
+
+
 def _replication(broker: ManagedBroker, queue: Any) -> str | None:
     ha = getattr(broker, "ha", None)
     if ha is None:
@@ -244,7 +281,7 @@ class LiveFeed:
                 "queues": len(vhost.queues),
                 "exchanges": len(vhost.exchanges),
             },
-            "ha": ha_status,
+            "ha": _with_lag_bytes(vhost.queues, ha_status),
             "agents": None if self.agents is None else self.agents.view,
             "configured_members": [
                 str(a) for a in getattr(getattr(broker, "ha", None), "addresses", [])

@@ -36,6 +36,13 @@ function fmt(value) {
   return String(value);
 }
 
+function bytesText(n) {
+  if (n === null || n === undefined) return "-";
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
 function timeOf(seconds) {
   if (seconds === null || seconds === undefined) return "-";
   const d = new Date(seconds * 1000);
@@ -186,7 +193,8 @@ function memberRows(s) {
     for (const q of lags) {
       const series = history[q.queue] || [q.lag];
       lagCell.appendChild(el("span", { class: "lag", "data-queue": q.queue },
-        el("span", { text: `${q.queue}: ${fmt(q.lag)}` }), charts.sparkline(series, { color: q.lag > 0 ? "#b45309" : "#2563a8" })));
+        el("span", { text: `${q.queue}: ${fmt(q.lag)}${q.lag ? ` (${bytesText(q.lag_bytes)}${q.lag_bytes_partial ? "+" : ""})` : ""}` }),
+        charts.sparkline(series, { color: q.lag > 0 ? "#b45309" : "#2563a8" })));
     }
     const inSync = isPrimary(m) ? "-" : backup ? (backup.in_sync ? "yes" : "no") : "-";
     const agentRecord = agentOf(s, m);
