@@ -16,9 +16,13 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
+from common import failover_phases
+
 Row = dict[str, Any]
 
-PHASES = ("detection", "election", "promotion", "recovering")
+#: The phases a fail-over adds up from: :data:`common.failover_phases.PHASES` but the last
+#: (``failover``, their sum).
+PHASES = tuple(p.name for p in failover_phases.PHASES[:-1])
 #: What sets each phase, in the operator's words.
 SETTING = {
     "detection": "the agents' ZooKeeper --session-timeout (and the broker check interval)",

@@ -12,6 +12,10 @@ functions; the job may cut the lineage between steps (:data:`Checkpoint`).
    the configuration (:class:`Labels` from the command line win over the logs'). Exact
    definitions in ``docs/analytics.md``.
 
+The instants (``<instant>_us``), the phases and their arithmetic, the resignation events
+and the broker's failure events are :mod:`common.failover_phases`' (one definition, shared
+with the web console's fail-over timeline); the agent's failure events are this module's.
+
 Clocks of different machines are trusted as they are.
 """
 
@@ -24,21 +28,38 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from analytics.parse import US_PER_MS, micros
-from analytics.states import BROKER_END_EVENTS
+from common.failover_phases import BROKER_FAILURE_EVENTS, PHASES, RESIGN_EVENTS, Phase
+
+__all__ = [
+    "FAILURE_EVENTS", "RESIGN_EVENTS", "Checkpoint", "Labels", "failovers", "identity",
+    "phase_columns", "promotions",
+]  # fmt: skip
 
 #: Agent events that say the old primary's broker failed (with a null ``ha_state`` for
 #: ``broker_state``) or was fenced by its own agent, and broker events that say the broker
 #: stopped serving.
 FAILURE_EVENTS = (
     "broker_process_exited", "broker_killed", "broker_state", "zookeeper_session_fence",
-    "agent_fenced", *BROKER_END_EVENTS,
+    "agent_fenced", *BROKER_FAILURE_EVENTS,
 )  # fmt: skip
-#: Agent events by which the old primary's agent resigns.
-RESIGN_EVENTS = ("agent_fenced", "election_withdraw")
 
 
 def _ms(end: str, start: str) -> Column:
     return (F.col(end) - F.col(start)) / US_PER_MS
+
+
+def _phase_ms(phase: Phase) -> Column:
+    """``<phase>_ms``: :class:`~common.failover_phases.Phase` over the ``<instant>_us``
+    columns, as :func:`common.failover_phases.durations` computes it over one row."""
+    end = F.col(f"{phase.end}_us")
+    if phase.fallback is not None:
+        end = F.coalesce(end, F.col(f"{phase.fallback}_us"))
+    return ((end - F.col(f"{phase.start}_us")) / US_PER_MS).alias(f"{phase.name}_ms")
+
+
+def phase_columns() -> list[Column]:
+    """The ``<phase>_ms`` columns of :data:`common.failover_phases.PHASES`, in order."""
+    return [_phase_ms(phase) for phase in PHASES]
 
 
 def promotions(events: DataFrame) -> DataFrame:
@@ -248,13 +269,7 @@ def failovers(
         "promoted_us",
         "recovering_us",
         "active_us",
-        _ms("detected_us", "failure_us").alias("detection_ms"),
-        _ms("won_us", "detected_us").alias("election_ms"),
-        ((F.coalesce("recovering_us", "promoted_us") - F.col("won_us")) / US_PER_MS).alias(
-            "promotion_ms"
-        ),
-        _ms("active_us", "recovering_us").alias("recovering_ms"),
-        _ms("active_us", "failure_us").alias("failover_ms"),
+        *phase_columns(),
         _ms("promoted_us", "won_us").alias("agent_promote_ms"),
         F.coalesce("gap_outage_ms", "reconnect_outage_ms").alias("client_outage_ms"),
     )

@@ -42,7 +42,8 @@ from pyspark.sql import functions as F
 
 @dataclass(frozen=True)
 class Config:
-    """A configuration's label, session timeout and each phase's median (ms)."""
+    """A configuration's label, session timeout and each phase's median (ms); the brokers'
+    link heartbeat and ``ha-backup-timeout`` (s, logged in their ``ha_started``)."""
 
     label: str
     session_timeout: float
@@ -52,6 +53,8 @@ class Config:
     recovering_ms: float
     client_extra_ms: float
     sigma: float = 0.35
+    link_heartbeat: float = 1.0
+    backup_timeout: float = 10.0
 
 
 DEFAULT_CONFIGS = (
@@ -130,10 +133,14 @@ def _cluster(
     def change(node: str, us: int, old: str, new: str, epoch: int) -> None:
         broker(node, us, "ha_state_changed", epoch, old=old, new=new, reason="synthetic")
 
+    settings: dict[str, Any] = {
+        "link_heartbeat_interval": cfg.link_heartbeat,
+        "ha_backup_timeout": cfg.backup_timeout,
+    }
     for node in nodes:
         agent(node, t, "agent_started", None, session_timeout=cfg.session_timeout,
               cluster_size=3, supervise=True)  # fmt: skip
-        broker(node, t + 500_000, "ha_started", 0, state="joining")
+        broker(node, t + 500_000, "ha_started", 0, state="joining", **settings)
         broker(node, t + 500_100, "broker_started", 0, component="broker", ha_state="joining")
     primary, epoch = nodes[0], 1
     won = t + 1_000_000
@@ -171,7 +178,7 @@ def _cluster(
         change(other, active + 20_000, "ready", "catch-up", epoch)
         change(other, active + 40_000, "catch-up", "ready", epoch)
         restart = max(active, failure + 1_000_000)
-        broker(primary, restart, "ha_started", epoch - 1, state="joining")
+        broker(primary, restart, "ha_started", epoch - 1, state="joining", **settings)
         change(primary, restart + 60_000, "joining", "catch-up", epoch)
         change(primary, restart + 120_000, "catch-up", "ready", epoch)
         last_confirm = failure - int(rng.uniform(0, 10_000))

@@ -50,9 +50,11 @@ RAW_SCHEMA = T.StructType(
         T.StructField("session_timeout", T.DoubleType()),
         T.StructField("expected", T.ArrayType(T.StringType())),
         T.StructField("dropped", T.ArrayType(T.StringType())),
+        T.StructField("ha_backup_timeout", T.DoubleType()),
         # nemesis drill (component nemesis, in the drill's log)
         T.StructField("nemesis", T.StringType()),
         T.StructField("target", T.StringType()),
+        # also the brokers' (ha_started)
         T.StructField("link_heartbeat_interval", T.DoubleType()),
         # drill
         T.StructField("scenario", T.StringType()),

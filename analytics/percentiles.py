@@ -15,7 +15,10 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-PHASES = ("detection", "election", "promotion", "recovering", "failover", "client_outage")
+from common import failover_phases
+
+#: The phases of :data:`common.failover_phases.PHASES`, then the clients' outage.
+PHASES = (*(p.name for p in failover_phases.PHASES), failover_phases.CLIENT_OUTAGE)
 
 
 def phase_durations(fo: DataFrame) -> DataFrame:

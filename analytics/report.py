@@ -76,7 +76,8 @@ FAILOVER_COLUMNS = (
 )  # fmt: skip
 TUNING_COLUMNS = (
     "config", "failovers", "spurious", "incomplete", "session_timeout_s", "link_heartbeat_s",
-    "p50_detection_ms", "p90_detection_ms", "detection_p50_per_timeout", "p50_election_ms",
+    "ha_backup_timeout_s", "p50_detection_ms", "p90_detection_ms", "detection_p50_per_timeout",
+    "detection_p50_per_heartbeat", "p50_election_ms",
     "p50_promotion_ms", "p50_recovering_ms", "p50_failover_ms", "p90_failover_ms",
     "p50_client_outage_ms", "p90_client_outage_ms", "backup_timeout_fired",
 )  # fmt: skip

@@ -14,9 +14,12 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from common.failover_phases import BROKER_FAILURE_EVENTS
+
 PRIMARY_STATES = ("recovering", "active")
-#: Broker events that end a broker's current state: it stopped, was fenced or failed.
-BROKER_END_EVENTS = ("broker_stopped", "ha_fenced", "ha_illegal_transition")
+#: Broker events that end a broker's current state: it stopped, was fenced or failed (the
+#: web console's timeline reads the same list).
+BROKER_END_EVENTS = BROKER_FAILURE_EVENTS
 #: Agent events that say its broker process is gone.
 AGENT_DEATH_EVENTS = ("broker_process_exited", "broker_killed")
 

@@ -9,11 +9,13 @@ DataFrame-to-DataFrame functions. Exact definitions in ``docs/analytics.md``:
 - :func:`annotate` adds to each fail-over ``failure_kind`` (the nemesis drill's label, else
   one read from the failure event), ``spurious`` (the old primary's broker showed no failure
   of its own before it was fenced), ``evidence`` (``complete``, or what is missing),
-  ``session_timeout_s`` and ``link_heartbeat_s`` (as configured, when the logs say),
-  ``detection_per_timeout``, ``backups_dropped`` and ``backup_timeout_fired``.
+  ``session_timeout_s``, ``link_heartbeat_s`` and ``ha_backup_timeout_s`` (as configured,
+  when the logs say), ``detection_per_timeout``, ``detection_per_heartbeat``,
+  ``backups_dropped`` and ``backup_timeout_fired``.
 - :func:`tuning` gives one row per configuration: fail-overs, spurious ones, incomplete
   ones, the configured timeouts, the median and p90 of each phase and of the client
-  outage, and the ``ha-backup-timeout`` hits.
+  outage, detection's median against the session timeout and the link heartbeat, and the
+  ``ha-backup-timeout`` hits.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from analytics.parse import US_PER_MS
+from analytics.percentiles import PHASES
+from common import failover_phases
 
 #: A broker that did not answer its agent: a failure of its own, not a spurious fence.
 NO_ANSWER = "does not answer"
@@ -91,29 +95,43 @@ def _nemeses(events: DataFrame, fo: DataFrame) -> DataFrame:
 
 
 def _settings(events: DataFrame) -> DataFrame:
-    """(cluster, session_timeout_s, link_heartbeat_s): the agents' largest session timeout
-    (``agent_started``) and the nemesis drill's link heartbeat (``nemesis_cluster_started``,
-    the brokers log none)."""
+    """(cluster, session_timeout_s, link_heartbeat_s, ha_backup_timeout_s): the agents'
+    largest session timeout (``agent_started``), else the nemesis drill's; the brokers'
+    largest link heartbeat and ``ha-backup-timeout`` (``ha_started``), else the nemesis
+    drill's heartbeat (``nemesis_cluster_started``; brokers before issue 17 logged none)."""
     timeouts = (
         events.where((F.col("event") == "agent_started") & F.col("session_timeout").isNotNull())
         .groupBy("cluster")
         .agg(F.max("session_timeout").alias("session_timeout_s"))
     )
-    heartbeats = (
+    brokers = (
+        events.where((F.col("source") == "broker") & (F.col("event") == "ha_started"))
+        .groupBy("cluster")
+        .agg(
+            F.max("link_heartbeat_interval").alias("b_heartbeat"),
+            F.max("ha_backup_timeout").alias("ha_backup_timeout_s"),
+        )
+    )
+    nemesis = (
         events.where(
             (F.col("event") == "nemesis_cluster_started")
             & F.col("link_heartbeat_interval").isNotNull()
         )
         .groupBy("cluster")
         .agg(
-            F.max("link_heartbeat_interval").alias("link_heartbeat_s"),
+            F.max("link_heartbeat_interval").alias("n_heartbeat"),
             F.max("session_timeout").alias("n_timeout"),
         )
     )
-    return timeouts.join(heartbeats, "cluster", "full").select(
-        "cluster",
-        F.coalesce("session_timeout_s", "n_timeout").alias("session_timeout_s"),
-        "link_heartbeat_s",
+    return (
+        timeouts.join(brokers, "cluster", "full")
+        .join(nemesis, "cluster", "full")
+        .select(
+            "cluster",
+            F.coalesce("session_timeout_s", "n_timeout").alias("session_timeout_s"),
+            F.coalesce("b_heartbeat", "n_heartbeat").alias("link_heartbeat_s"),
+            "ha_backup_timeout_s",
+        )
     )
 
 
@@ -184,7 +202,8 @@ def _evidence(suspect: Sequence[str]) -> Column:
 
 def annotate(events: DataFrame, fo: DataFrame, suspect: Sequence[str] = ()) -> DataFrame:
     """``fo`` with ``failure_kind``, ``spurious``, ``evidence``, ``session_timeout_s``,
-    ``link_heartbeat_s``, ``detection_per_timeout``, ``backups_dropped``,
+    ``link_heartbeat_s``, ``ha_backup_timeout_s``, ``detection_per_timeout``,
+    ``detection_per_heartbeat``, ``backups_dropped``,
     ``backup_timeout_fired`` (see the module's docstring); ``suspect``: nodes whose files
     have unusable lines. Phases of a fail-over with ``bad_lines`` are left null: the lines
     that remain would give phases that never happened (a lost resignation makes the
@@ -213,12 +232,16 @@ def annotate(events: DataFrame, fo: DataFrame, suspect: Sequence[str] = ()) -> D
         )
         .withColumn("evidence", _evidence(suspect))
     )
-    for phase in ("detection", "election", "promotion", "recovering", "failover"):
+    for phase in (p.name for p in failover_phases.PHASES):
         out = out.withColumn(f"{phase}_ms", F.when(~bad, F.col(f"{phase}_ms")))
     return (
         out.withColumn(
             "detection_per_timeout",
             F.col("detection_ms") / (F.col("session_timeout_s") * US_PER_MS),
+        )
+        .withColumn(
+            "detection_per_heartbeat",
+            F.col("detection_ms") / (F.col("link_heartbeat_s") * US_PER_MS),
         )
         .withColumn(
             "backups_dropped",
@@ -235,14 +258,16 @@ def annotate(events: DataFrame, fo: DataFrame, suspect: Sequence[str] = ()) -> D
     )
 
 
-TUNING_PHASES = ("detection", "election", "promotion", "recovering", "failover", "client_outage")
+#: The phases and the client outage (:data:`analytics.percentiles.PHASES`).
+TUNING_PHASES = PHASES
 
 
 def tuning(fo: DataFrame) -> DataFrame:
     """One row per configuration over its fail-overs: ``failovers``, ``spurious``,
     ``incomplete`` (evidence not complete), ``session_timeout_s``, ``link_heartbeat_s``,
-    ``p50_<phase>_ms`` and ``p90_<phase>_ms`` for each phase and the client outage,
-    ``detection_p50_per_timeout``, ``backup_timeout_fired``."""
+    ``ha_backup_timeout_s``, ``p50_<phase>_ms`` and ``p90_<phase>_ms`` for each phase and
+    the client outage, ``detection_p50_per_timeout``, ``detection_p50_per_heartbeat``,
+    ``backup_timeout_fired``."""
     rows = fo.where(F.col("kind") == "failover")
     aggs = [
         F.count(F.lit(1)).alias("failovers"),
@@ -250,6 +275,7 @@ def tuning(fo: DataFrame) -> DataFrame:
         F.sum((F.col("evidence") != "complete").cast("int")).alias("incomplete"),
         F.max("session_timeout_s").alias("session_timeout_s"),
         F.max("link_heartbeat_s").alias("link_heartbeat_s"),
+        F.max("ha_backup_timeout_s").alias("ha_backup_timeout_s"),
         F.sum(F.coalesce(F.col("backup_timeout_fired"), F.lit(False)).cast("int")).alias(
             "backup_timeout_fired"
         ),
@@ -260,6 +286,7 @@ def tuning(fo: DataFrame) -> DataFrame:
     grouped = rows.groupBy("config").agg(*aggs)
     cols: list[Column | str] = [
         "config", "failovers", "spurious", "incomplete", "session_timeout_s", "link_heartbeat_s",
+        "ha_backup_timeout_s",
     ]  # fmt: skip
     for phase in TUNING_PHASES:
         cols += [
@@ -269,6 +296,9 @@ def tuning(fo: DataFrame) -> DataFrame:
     cols += [
         (F.col("q_detection")[0] / (F.col("session_timeout_s") * US_PER_MS)).alias(
             "detection_p50_per_timeout"
+        ),
+        (F.col("q_detection")[0] / (F.col("link_heartbeat_s") * US_PER_MS)).alias(
+            "detection_p50_per_heartbeat"
         ),
         "backup_timeout_fired",
     ]

@@ -54,19 +54,21 @@ BROKER_FAILURE_EVENTS = ("broker_stopped", "ha_fenced", "ha_illegal_transition")
 
 @dataclass(frozen=True)
 class Phase:
-    """One phase: the time from its ``start`` instant to its ``end`` instant."""
+    """One phase: the time from its ``start`` instant to its ``end`` instant (its
+    ``fallback`` instant when ``end`` is unknown and a fallback is named)."""
 
     name: str
     end: str
     start: str
     meaning: str
+    fallback: str | None = None
 
 
 #: The phases in order; ``failover`` is the sum of the four before it.
 PHASES = (
     Phase("detection", "detected", "failure", "until the old agent resigns or another wins"),
     Phase("election", "won", "detected", "until the next agent leads (0: the win detected)"),
-    Phase("promotion", "recovering", "won", "epoch, promote call, broker promoted"),
+    Phase("promotion", "recovering", "won", "epoch, promote call, broker promoted", "promoted"),
     Phase("recovering", "active", "recovering", "the new primary waits for its backups"),
     Phase("failover", "active", "failure", "the service is back"),
 )
@@ -83,14 +85,15 @@ def detected(instants: Mapping[str, float | None]) -> float | None:
 
 def durations(instants: Mapping[str, float | None]) -> dict[str, float | None]:
     """Each phase of :data:`PHASES` as ``end - start`` in the instants' unit, ``None`` when
-    one of its instants is unknown. ``promotion`` falls back to ``promoted - won`` without a
-    ``recovering`` instant, as the analytics report does."""
+    one of its instants is unknown. A phase with a ``fallback`` uses it for a missing end:
+    ``promotion`` is ``promoted - won`` without a ``recovering`` instant, as the analytics
+    report does."""
     known = dict(instants)
     known["detected"] = detected(instants)
     result: dict[str, float | None] = {}
     for phase in PHASES:
         end, start = known.get(phase.end), known.get(phase.start)
-        if phase.name == "promotion" and end is None:
-            end = known.get("promoted")
+        if end is None and phase.fallback is not None:
+            end = known.get(phase.fallback)
         result[phase.name] = None if end is None or start is None else end - start
     return result

@@ -290,6 +290,8 @@ class HaBroker:
             brokers_url=self.options.ha_brokers_url,
             public_url=self.public_url,
             replicate=self.replicate_default.value,
+            link_heartbeat_interval=self.options.link_heartbeat_interval,
+            ha_backup_timeout=self.options.ha_backup_timeout,
         )
         self.handle(Start())
 

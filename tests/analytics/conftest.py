@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from analytics import job
+from analytics import generate, job
 
 #: Time 0 of the hand-made logs.
 BASE = datetime(2026, 11, 22, tzinfo=UTC)
@@ -61,3 +61,17 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def generated(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[generate.Params, job.Result]:
+    """One generated log set through the whole job, shared by the modules that read it:
+    12 clusters, 10 fail-overs each, two configurations, 20,000 lines of connection noise
+    written by Spark, one drill with lost messages."""
+    logs = tmp_path_factory.mktemp("generated")
+    params = generate.generate(
+        logs, clusters=12, failovers=10, noise=20_000, seed=7, lost_runs=1, spark=spark
+    )
+    return params, job.run(spark, [str(logs)], tmp_path_factory.mktemp("report"))

@@ -1,7 +1,9 @@
 """The generator's known parameters recovered by the job, and the rendered HTML report.
 
-One generated log set (12 clusters, 10 fail-overs each, two configurations, connection
-noise written by Spark, one drill with lost messages) through the whole job."""
+One generated log set (``generated`` in ``conftest.py``: 12 clusters, 10 fail-overs each,
+two configurations, connection noise written by Spark, one drill with lost messages)
+through the whole job; ``test_phases_shared.py`` and ``test_report_browser.py`` read the
+same run."""
 
 from __future__ import annotations
 
@@ -14,17 +16,6 @@ from pyspark.sql import SparkSession
 from analytics import generate, job
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def generated(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[generate.Params, job.Result]:
-    logs = tmp_path_factory.mktemp("generated")
-    params = generate.generate(
-        logs, clusters=12, failovers=10, noise=20_000, seed=7, lost_runs=1, spark=spark
-    )
-    return params, job.run(spark, [str(logs)], tmp_path_factory.mktemp("report"))
 
 
 def test_every_line_read_and_every_failover_found(
@@ -55,6 +46,13 @@ def test_medians_recovered_within_tolerance(
         detection = rows[(cfg.label, "detection")]
         ratio = detection["p90_ms"] / detection["p50_ms"]
         assert ratio == pytest.approx(2.718281828 ** (1.2816 * cfg.sigma), rel=0.2)
+        tuning = next(r for r in result.tables["tuning"] if r["config"] == cfg.label)
+        # the brokers' settings from their ha_started lines
+        assert (tuning["link_heartbeat_s"], tuning["ha_backup_timeout_s"]) == (
+            cfg.link_heartbeat, cfg.backup_timeout)  # fmt: skip
+        assert tuning["detection_p50_per_heartbeat"] == pytest.approx(
+            tuning["p50_detection_ms"] / (cfg.link_heartbeat * 1000)
+        )
         outage = rows[(cfg.label, "client_outage")]
         assert outage["p50_ms"] > rows[(cfg.label, "failover")]["p50_ms"]
 

@@ -97,5 +97,8 @@ def test_sigkill_of_the_primary_one_failover_with_the_new_epoch_no_anomalies(
     assert fo["client_outage_ms"] is not None and fo["client_outage_ms"] > 0
     assert fo["scenario"] == "sigkill-primary-broker"
     assert fo["config"] == "session-timeout 2s"
+    # the brokers' settings from their ha_started (tests/agent/agent_cluster.py's options)
+    assert (fo["link_heartbeat_s"], fo["ha_backup_timeout_s"]) == (2.0, 5.0)
+    assert fo["detection_per_heartbeat"] == pytest.approx(fo["detection_ms"] / 2000.0)
     assert result.tables["anomalies"] == [], result.tables["anomalies"]
     assert "no anomalies" in result.html.read_text()

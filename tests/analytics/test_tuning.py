@@ -6,7 +6,8 @@ job run):
   recovering ended by ``ha-backup-timeout``; then a ``kill`` cycle: n2's broker exits, n3 is
   promoted;
 - ``t``: t1's broker exits and t2 is promoted, but the agents' log ends in a truncated line
-  (t1's ``agent_fenced``) and the first election is in the rotated ``t.agents.log.1``;
+  (t1's ``agent_fenced``) and the first election is in the rotated ``t.agents.log.1``; its
+  brokers log their link heartbeat (1.5 s) and ``ha-backup-timeout`` (5 s), no drill does;
 - ``u``: a line whose ``ts`` is a number (malformed in schema 1); ``notes.txt`` (unread).
 """
 
@@ -92,8 +93,8 @@ def cluster_t() -> dict[str, list[dict[str, Any]]]:
             agent(10420, "agent_promoted", "t2", t, new_epoch=2, epoch=2),
         ],
         "t.brokers.log": [
-            line(100, "ha_started", "t1", "ha", epoch=0, state="joining"),
-            line(100, "ha_started", "t2", "ha", epoch=0, state="joining"),
+            *[line(100, "ha_started", x, "ha", epoch=0, state="joining",
+                   link_heartbeat_interval=1.5, ha_backup_timeout=5.0) for x in ("t1", "t2")],
             change(1050, "t1", "joining", "recovering", 1),
             change(1060, "t1", "recovering", "active", 1),
             change(1200, "t2", "joining", "ready", 1),
@@ -134,6 +135,8 @@ def test_spurious_zk_loss_with_backup_timeout(result: job.Result) -> None:
         1000.0, 0.0, 50.0, 550.0)  # fmt: skip
     assert (fo["session_timeout_s"], fo["link_heartbeat_s"], fo["detection_per_timeout"]) == (
         2.0, 1.0, 0.5)  # fmt: skip
+    # the heartbeat from the nemesis drill's log: these brokers log none
+    assert (fo["detection_per_heartbeat"], fo["ha_backup_timeout_s"]) == (1.0, None)
     assert (fo["backups_dropped"], fo["backup_timeout_fired"]) == (1, True)
 
 
@@ -153,6 +156,9 @@ def test_truncated_line_marks_the_failover_incomplete_without_phases(result: job
     assert [fo[f"{p}_ms"] for p in ("detection", "election", "promotion", "failover")] == [
         None, None, None, None]  # fmt: skip
     assert not [r for r in result.tables["phases"] if r["cluster"] == "t"]
+    # the settings from the brokers' ha_started, without a drill
+    assert (fo["link_heartbeat_s"], fo["ha_backup_timeout_s"]) == (1.5, 5.0)
+    assert fo["detection_per_heartbeat"] is None
 
 
 def test_rotated_log_is_read(result: job.Result) -> None:
@@ -180,8 +186,11 @@ def test_tuning_table_per_configuration(result: job.Result) -> None:
     (row,) = [r for r in result.tables["tuning"] if r["failovers"] == 3]
     assert row["config"] == "session-timeout 2s"
     assert (row["spurious"], row["incomplete"], row["backup_timeout_fired"]) == (1, 1, 1)
-    assert (row["session_timeout_s"], row["link_heartbeat_s"]) == (2.0, 1.0)
+    # the largest of the configuration's clusters: n's drill says 1 s, t's brokers 1.5 s
+    assert (row["session_timeout_s"], row["link_heartbeat_s"], row["ha_backup_timeout_s"]) == (
+        2.0, 1.5, 5.0)  # fmt: skip
     assert row["p50_detection_ms"] == 600.0  # 1000 and 200; t's is unknown
+    assert row["detection_p50_per_heartbeat"] == pytest.approx(0.4)
     by_kind = {(r["failure_kind"], r["phase"]): r for r in result.tables["percentiles_by_kind"]}
     assert by_kind[("zk-loss", "detection")]["p50_ms"] == 1000.0
     assert by_kind[("kill", "detection")]["p50_ms"] == 200.0
