@@ -211,6 +211,14 @@ class BrokerOptions:
         metavar="NAME",
         default_text="none",
     )
+    console_agent_log: str | None = _option(
+        None,
+        non_empty,
+        "this node's qpid-ha-agent --log-file: the web console's fail-over timeline takes"
+        " the agent's election win and promotion from it",
+        metavar="FILE",
+        default_text="none",
+    )
     log_level: str = _option(
         "info",
         choice("debug", "info", "warning", "error", "critical"),

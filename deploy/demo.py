@@ -197,6 +197,7 @@ class LocalCluster:
                 "--ha-username=guest", "--ha-password=guest",
                 "--link-maintenance-interval=0.1", "--link-heartbeat-interval=2",
                 f"--console-zk={self.zk}", f"--console-cluster={CLUSTER}",  # the web console
+                f"--console-agent-log={workdir / f'{node}.agent.log'}",
             ]  # fmt: skip
             with open(workdir / f"{node}.agent.err", "wb") as err:
                 self.processes[node] = subprocess.Popen(

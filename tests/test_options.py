@@ -46,6 +46,7 @@ EXPECTED_DEFAULTS = {
     "require_encryption": False,
     "console_zk": None,
     "console_cluster": None,
+    "console_agent_log": None,
     "log_level": "info",
     "log_file": None,
     "log_format": "json",

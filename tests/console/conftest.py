@@ -57,6 +57,7 @@ def console_cluster(
                 f"--sasl-users={users}",
                 f"--console-zk={zookeeper.hosts}",  # the agents' view on the cluster page
                 f"--console-cluster={cluster.cluster}",
+                f"--console-agent-log={node.agent_log}",  # its agent's won and promoted
             ]
         cluster.start("--watchdog-timeout=0")  # a test stops a broker: keep it
         cluster.wait_settled(timeout=60)

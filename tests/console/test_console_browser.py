@@ -332,6 +332,10 @@ def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(
     failover = f"{card} tr[data-phase='failover'] td"
     seen(browser, lambda: text(browser, failover).endswith(" ms"), 15, "the new primary active")
     assert text(browser, f"{card} tr[data-phase='recovering'] td").endswith(" ms")
+    # this node's agent's log: when it won, and so the promotion
+    promotion = f"{card} tr[data-phase='promotion'] td"
+    seen(browser, lambda: text(browser, promotion).endswith(" ms"), 10, "the promotion phase")
+    assert text(browser, f"{card} tr[data-phase='until_won'] td").endswith(" ms")
     assert "agents' logs" in text(browser, f"{card} tr[data-phase='election'] td")
     browser.save_screenshot(str(shots / "timeline.png"))
     seen_events = [e for e in new.broker_events() if e["event"] == "console_failover_seen"]

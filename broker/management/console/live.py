@@ -39,6 +39,7 @@ from structlog.typing import FilteringBoundLogger
 
 from broker import __version__
 from broker.management.auth import current_user
+from broker.management.console.agent_log import promotion_instants, read_tail
 from broker.management.console.agents_view import AgentsView
 from broker.management.console.timeline import Timeline
 from broker.management.managed import ManagedBroker
@@ -55,6 +56,8 @@ __all__ = ["HISTORY", "PERIOD", "LiveFeed"]
 
 #: Seconds between two samples (and two snapshots).
 PERIOD = 1.0
+#: Reads of the agent's log for one promotion, a sample apart, before giving up.
+AGENT_LOG_TRIES = 30
 #: Samples (seconds) of history kept per queue and per backup's queue.
 HISTORY = 60
 
@@ -140,6 +143,7 @@ class LiveFeed:
         self._version = 0
         self.snapshot: dict[str, Any] | None = None
         self.viewers = 0  #: open streams
+        self._agent_tries: dict[int, int] = {}  #: epoch -> reads of the agent's log
         self.closing = False
         self._task: asyncio.Task[None] | None = None
         self.agents = _agents_view(broker)
@@ -249,8 +253,31 @@ class LiveFeed:
             del self.lag_history[gone]
         for gone in set(self.unacknowledged_since) - seen:
             del self.unacknowledged_since[gone]
+        self._agent_instants()
         # only while someone watches: a snapshot of every object each second costs
         self.snapshot = self._build(now, ha_status) if self.viewers else None
+
+    def _agent_instants(self) -> None:
+        """A new primary's fail-overs get this node's agent's won and promoted (its log may
+        be a moment behind: tried each second, :data:`AGENT_LOG_TRIES` times)."""
+        path = getattr(self.broker.options, "console_agent_log", None)
+        if not isinstance(path, str):
+            return
+        wanting = [
+            f
+            for f in self.timeline.failovers
+            if f.seen_by == "new primary"
+            and f.instants.get("promoted") is None
+            and self._agent_tries.get(f.epoch, 0) < AGENT_LOG_TRIES
+        ]
+        if not wanting:
+            return
+        lines = read_tail(path)
+        for failover in wanting:
+            self._agent_tries[failover.epoch] = self._agent_tries.get(failover.epoch, 0) + 1
+            found = promotion_instants(lines, failover.epoch)
+            if found["promoted"] is not None:
+                failover.instants.update(found)
 
     def fresh(self) -> dict[str, Any]:
         """A snapshot now (for a stream that starts while nobody watched)."""

@@ -15,8 +15,10 @@ analytics job reads, so the instants are the ones it would find in this broker's
 
 The agents' instants (``resigned``, ``won``, ``promoted``) are in the agents' logs, not in
 the broker: their phases (detection, election, promotion) stay ``None`` here, and the
-console shows their sum, ``failure`` to ``recovering``, as "until promoted". The
-analytics report (``docs/analytics.md``) splits them from all the logs.
+console shows their sum, ``failure`` to ``recovering``, as "until promoted". With this
+node's agent's log (:mod:`~broker.management.console.agent_log`) a new primary's record
+gets ``won`` and ``promoted``: then promotion is known, and detection plus election as
+"until won". The analytics report (``docs/analytics.md``) splits them from all the logs.
 """
 
 from __future__ import annotations
@@ -55,9 +57,14 @@ class Failover:
 
     def view(self) -> dict[str, Any]:
         """JSON-ready: instants in seconds, phases in milliseconds (None: not seen here)."""
+        known = durations(self.instants)
+        if self.instants.get("resigned") is None:
+            # detected is the earlier of resigned and won: without the old primary's
+            # agent's resignation (its log, on its node) neither detection nor election is
+            # known, only their sum (until_won_ms)
+            known["detection"] = known["election"] = None
         phases = {
-            name: None if value is None else round(value * 1000, 1)
-            for name, value in durations(self.instants).items()
+            name: None if value is None else round(value * 1000, 1) for name, value in known.items()
         }
         failure = self.instants.get("failure")
         after = self.instants.get("recovering") or self.instants.get("relinked")
@@ -70,6 +77,7 @@ class Failover:
             "instants": dict(self.instants),
             "phases_ms": phases,
             "until_promoted_ms": _ms(after, failure),
+            "until_won_ms": _ms(self.instants.get("won"), failure),
             "complete": self.complete,
         }
 

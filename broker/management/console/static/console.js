@@ -278,22 +278,28 @@ function renderTimeline(s) {
       ? `Epoch ${f.epoch}: first primary ${f.new_primary} (initial election)`
       : `Epoch ${f.epoch}: ${f.old_primary} → ${f.new_primary}`;
     const instants = Object.entries(f.instants).filter(([, v]) => v !== null)
-      .map(([k, v]) => `${k} ${timeOf(v)}`).join(" · ");
+      .sort((a, b) => a[1] - b[1]).map(([k, v]) => `${k} ${timeOf(v)}`).join(" · ");
     const rows = PHASE_NAMES.map((name) => {
       const ms = f.phases_ms[name];
       return el("tr", { "data-phase": name }, el("th", { text: name }),
         el("td", { text: ms === null ? "— (agents' logs)" : `${fmt(ms)} ms` }));
     });
-    rows.splice(3, 0, el("tr", { "data-phase": "until_promoted" }, el("th", { text: "until promoted (detection + election + promotion)" }),
+    rows.splice(2, 0, el("tr", { "data-phase": "until_won" }, el("th", { text: "until won (detection + election)" }),
+      el("td", { text: f.until_won_ms === null ? "— (this node's agent's log)" : `${fmt(f.until_won_ms)} ms` })));
+    rows.splice(4, 0, el("tr", { "data-phase": "until_promoted" }, el("th", { text: "until promoted (detection + election + promotion)" }),
       el("td", { text: f.until_promoted_ms === null ? "-" : `${fmt(f.until_promoted_ms)} ms` })));
-    const total = (f.until_promoted_ms || 0) + (f.phases_ms.recovering || 0);
+    const split = f.until_won_ms !== null && f.phases_ms.promotion !== null;
+    const segments = split
+      ? [["until", "until won", f.until_won_ms], ["promo", "promotion", f.phases_ms.promotion], ["recov", "recovering", f.phases_ms.recovering]]
+      : [["until", "until promoted", f.until_promoted_ms], ["recov", "recovering", f.phases_ms.recovering]];
+    const total = segments.reduce((sum, [, , ms]) => sum + (ms || 0), 0);
     const bar = el("div", { class: "bar" });
     if (total > 0) {
-      const until = el("div", { class: "until", title: "until promoted" });
-      until.style.width = `${(100 * (f.until_promoted_ms || 0)) / total}%`;
-      const recov = el("div", { class: "recov", title: "recovering" });
-      recov.style.width = `${(100 * (f.phases_ms.recovering || 0)) / total}%`;
-      bar.append(until, recov);
+      for (const [kind, title, ms] of segments) {
+        const part = el("div", { class: kind, title: `${title} ${fmt(ms || 0)} ms` });
+        part.style.width = `${(100 * (ms || 0)) / total}%`;
+        bar.appendChild(part);
+      }
     }
     return el("div", { class: "failover", "data-epoch": f.epoch },
       el("div", { class: "head", text: head }),
