@@ -230,6 +230,7 @@ def restart_once(
             None if primary_cpu0 is None or primary_cpu1 is None else primary_cpu1 - primary_cpu0
         ),
         "recovered": int(recovered["messages"]),
+        "records": int(recovered["records"]),
         "sent": sent,
         "held": on_primary,
         "store_status": recovered.get("store_status"),
@@ -247,7 +248,8 @@ def _line(k: int, r: dict[str, Any]) -> str:
     cpu = r["backup_cpu_s"]
     return (
         f"{r['stop']} {k}: ready after {r['ready_s']:.2f} s = start {r['start_s']:.2f}"
-        f" + store {r['store_s']:.2f} ({r['recovered']:,} msgs, {r['store_status']})"
+        f" + store {r['store_s']:.2f} ({r['recovered']:,} msgs, {r['records']:,} records,"
+        f" {r['store_status']})"
         f" + to link {r['to_link_s']:.2f} + catch-up {r['catch_up_s']:.2f};"
         f" backup CPU {_s(cpu)} s ({_s(r['cpu_to_store_recovered_s'])} to store_recovered,"
         f" {_s(r['cpu_to_link_s'])} to link, {_s(r['cpu_catch_up_s'])} catch-up),"
