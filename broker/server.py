@@ -298,6 +298,7 @@ class Broker:
                 self.log.error("tick_failed", part="vhost", exception=repr(exc))
             try:
                 self.resources.sample()
+                self.security.tick()  # a changed users file is read again
             except Exception as exc:
                 self.log.error("tick_failed", part="resources", exception=repr(exc))
             for protocol in list(self._protocols):

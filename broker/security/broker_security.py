@@ -7,9 +7,11 @@ the file again: a good file replaces the ACL at once for every later request, a 
 leaves the running ACL in place and says why (``acl_reload_failed``). The caller decides
 when: SIGHUP (:mod:`broker.main`) or ``POST /api/acl/reload``.
 
-The users file (``--sasl-users``) is read again the same way (:meth:`reload_users`: SIGHUP
-or ``POST /api/users/reload``): a good file replaces the users for every later login
-(``users_reloaded``), a bad one leaves the running users (``users_reload_failed``).
+The users file (``--sasl-users``) is read again the same way (:meth:`reload_users`: SIGHUP,
+``POST /api/users/reload``, or :meth:`tick` noticing the file changed: ``qpid-ha users``
+edits apply within :data:`USERS_CHECK_INTERVAL`): a good file replaces the users for every
+later login (``users_reloaded``), a bad one leaves the running users
+(``users_reload_failed``, once per change of the file).
 
 TLS (:mod:`broker.security.tls`): with ``--ssl-cert-file`` it makes the server context
 (:attr:`BrokerSecurity.server_ssl`) of the AMQPS listener it opens (:meth:`listen_tls`,
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 import time
 from collections.abc import Callable
@@ -36,7 +39,10 @@ from broker.security.sasl import is_loopback
 from broker.security.tls import TlsError, TlsSettings, reload_server_context, server_context
 from broker.security.users import load as load_users
 
-__all__ = ["BrokerSecurity", "ReloadError"]
+__all__ = ["USERS_CHECK_INTERVAL", "BrokerSecurity", "ReloadError"]
+
+#: Seconds between two looks (a stat) at the users file for a change.
+USERS_CHECK_INTERVAL = 1.0
 
 
 class ReloadError(Exception):
@@ -53,6 +59,8 @@ class BrokerSecurity:
         self.loaded_at: float | None = None
         self.users_file: str | None = options.sasl_users
         self.users_loaded_at: float | None = time.time() if self.users_file else None
+        self._users_seen = self._users_signature()  # the file as last read (or tried)
+        self._users_checked = time.monotonic()
         self.tls = TlsSettings.from_options(options)  # TlsError (a ValueError): exit 2
         self.server_ssl = None if self.tls is None else server_context(self.tls)
         self.ssl_port = 0
@@ -103,6 +111,7 @@ class BrokerSecurity:
         one (the running users stay)."""
         if not self.users_file:
             raise ReloadError("no users file is configured (--sasl-users)")
+        self._users_seen = self._users_signature()
         try:
             users = load_users(self.users_file)
         except ValueError as exc:  # names the file and line, never a hash
@@ -114,6 +123,28 @@ class BrokerSecurity:
         self.users_loaded_at = time.time()
         self.log.info("users_reloaded", file=self.users_file, users=len(users), by=reason)
         return self.users_status()
+
+    def _users_signature(self) -> tuple[int, int, int] | None:
+        if not self.users_file:
+            return None
+        try:
+            st = os.stat(self.users_file)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def tick(self) -> None:
+        """Called often (the broker's tick): at most each :data:`USERS_CHECK_INTERVAL`, read
+        the users file again when it changed (``qpid-ha users`` replaces it by a rename: a
+        new inode). A file gone is not a change: the running users stay."""
+        now = time.monotonic()
+        if not self.users_file or now - self._users_checked < USERS_CHECK_INTERVAL:
+            return
+        self._users_checked = now
+        seen = self._users_signature()
+        if seen is not None and seen != self._users_seen:
+            with contextlib.suppress(ReloadError):  # logged: the running users stay
+                self.reload_users("file changed")
 
     def on_sighup(self) -> None:
         """SIGHUP: reload what has a file; failures are logged, the broker carries on."""
