@@ -68,3 +68,33 @@ def test_a_backup_trusting_another_ca_stays_joining(tmp_path: Path, certs: Certs
         assert cluster.state(1) == "joining"
     finally:
         cluster.stop()
+
+
+def test_a_plain_link_to_a_primary_requiring_encryption_is_refused(
+    tmp_path: Path, certs: Certs
+) -> None:
+    """A backup dialling the plain port of a primary with ``--require-encryption`` is
+    refused at login (530, "encryption required") and stays joining, saying why."""
+    cluster, _ = tls_cluster(tmp_path, certs, certs.ca.cert, "--require-encryption=yes")
+    backup = cluster.brokers[1]
+    plain = ",".join(f"127.0.0.1:{port}" for port in cluster.ports)
+    backup.args = [
+        arg for arg in backup.args if not arg.startswith(("--ha-brokers-url", "--require-enc"))
+    ] + [f"--ha-brokers-url={plain}"]
+    try:
+        cluster.start()
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(0, "active")
+        primary = f"127.0.0.1:{cluster.ports[0]}"
+
+        def refused() -> dict[str, Any] | None:
+            error = cluster.ha(1)["link_error"]
+            return dict(error) if error and error["address"] == primary else None
+
+        error = poll_until(refused, 20, "the backup's link_error")
+        assert "encryption required" in error["reason"], error
+        assert cluster.state(1) == "joining"
+        events = cluster.brokers[0].events()
+        assert any(e["event"] == "connection_refused_unencrypted" for e in events)
+    finally:
+        cluster.stop()
