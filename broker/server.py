@@ -161,6 +161,7 @@ class Broker:
             log.warning("store_restored_from_backup", **restored)
         self.store = store
         self.context.store_barrier = store
+        self.context.store_transaction = store.journal.transaction
         log.info(
             "store_recovered",
             store_status=data_dir.store_status,

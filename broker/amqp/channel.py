@@ -19,6 +19,7 @@ THREAD UNSAFE: one event loop owns the channel (and its connection).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -370,18 +371,20 @@ class Channel(ConsumeMethods, PublishMethods):
             mark = TxMark()
             for _, message, _ in tx.publishes:
                 message.tx = mark
-        for exchange, message, mandatory in tx.publishes:
-            self._publish(exchange, message, mandatory, commit)
-        for ack in tx.acks:
-            tag = int(ack.delivery_tag or 0)
-            if isinstance(ack, commands.Basic.Ack):
-                self._settle(self._take_deliveries(tag, bool(ack.multiple)), True, False)
-            elif isinstance(ack, commands.Basic.Nack):
-                self._settle(
-                    self._take_deliveries(tag, bool(ack.multiple)), False, bool(ack.requeue)
-                )
-            elif isinstance(ack, commands.Basic.Reject):
-                self._settle(self._take_deliveries(tag, False), False, bool(ack.requeue))
+        stored = self.connection.ctx.store_transaction
+        with nullcontext() if stored is None else stored():  # on disk all or none
+            for exchange, message, mandatory in tx.publishes:
+                self._publish(exchange, message, mandatory, commit)
+            for ack in tx.acks:
+                tag = int(ack.delivery_tag or 0)
+                if isinstance(ack, commands.Basic.Ack):
+                    self._settle(self._take_deliveries(tag, bool(ack.multiple)), True, False)
+                elif isinstance(ack, commands.Basic.Nack):
+                    self._settle(
+                        self._take_deliveries(tag, bool(ack.multiple)), False, bool(ack.requeue)
+                    )
+                elif isinstance(ack, commands.Basic.Reject):
+                    self._settle(self._take_deliveries(tag, False), False, bool(ack.requeue))
         armed = True
         settled()
 

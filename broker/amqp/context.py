@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -109,6 +110,9 @@ class BrokerContext:
     barrier: ReplicationBarrier | None = None
     #: Holds them until the message store has them on disk (a broker with --data-dir).
     store_barrier: ReplicationBarrier | None = None
+    #: Around a ``tx.commit``: what the commit stores is written all or none (the store's
+    #: ``Journal.transaction``); None without a store.
+    store_transaction: Callable[[], AbstractContextManager[None]] | None = None
     #: Extra Connection.Start server properties, read at each handshake (HA status).
     server_properties: Callable[[], dict[str, Any]] | None = None
     log: Logger = field(default_factory=_NullLogger)

@@ -30,7 +30,7 @@ import contextlib
 import errno
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from pathlib import Path
@@ -46,6 +46,8 @@ from broker.store.records import (
     RECORD_HEADER,
     Kind,
     encode_queue_entry,
+    encode_tx,
+    iter_tx,
     segment_header,
 )
 from broker.store.recovery import CorruptStore, RecoveredState, Recovery
@@ -111,6 +113,7 @@ class Journal:
         self._size = 0  # bytes of the current segment, appended ones included
         self._next_id = 1
         self._pending: list[tuple[int, bytearray]] = []
+        self._group: bytearray | None = None  # records of a transaction (transaction())
         self._callbacks: list[Durable] = []
         self._written_segment = -1  # segment whose file is open for writing
         self._fd = -1
@@ -240,8 +243,15 @@ class Journal:
 
     def append(self, record: bytes, count: int = 1) -> int:
         """Buffer ``count`` encoded records (one string of bytes); returns the segment they
-        go to."""
+        go to. Inside a :meth:`transaction` they are held and written as one TX record."""
         size = len(record)
+        group = self._group
+        if group is not None:
+            group.extend(record)
+            self._size += size
+            self.appended += count
+            self.ledger.written(self.current, count)
+            return self.current
         if self._size + size > self.segment_bytes and self._size > HEADER.size:
             self._open_segment(self.current + 1)
         current = self.current
@@ -257,6 +267,31 @@ class Journal:
         if wake is not None and not wake.is_set():
             wake.set()
         return current
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """The records appended inside go to the disk as one TX record (``tx.commit``): a
+        crash keeps all of them or none. They go to the segment current at its start."""
+        if self._group is not None:  # nested: the outer one holds them
+            yield
+            return
+        if self._size > self.segment_bytes:
+            self._open_segment(self.current + 1)
+        self._group = group = bytearray()
+        try:
+            yield
+        finally:
+            self._group = None
+            if group:  # to the segment its records were counted in, whatever its size
+                framed = encode_tx(group)
+                self._size += len(framed) - len(group)
+                current, pending = self.current, self._pending
+                if pending and pending[-1][0] == current:
+                    pending[-1][1].extend(framed)
+                else:
+                    pending.append((current, bytearray(framed)))
+                if self._wake is not None:
+                    self._wake.set()
 
     def after_durable(self, callback: Durable, *, written: bool = False) -> None:
         """Call ``callback(ok)`` once every record appended so far is durable (as the sync
@@ -390,9 +425,9 @@ class Journal:
             nxt = pos + header.size + length
             if nxt > end:
                 break  # only a torn tail cut at recovery can end a segment early
-            ids = _leading_ids(data, pos, kind)
-            if ledger.is_live(number, kind, ids):
-                # Only what is copied is checked: a damaged record is never carried forward.
+            if kind == Kind.TX:
+                # A committed transaction: its live records are copied one by one (its
+                # all-or-none was for the crash during its commit, long past).
                 if crc32c(view[pos + 8 : nxt]) != crc:
                     self._log(
                         "error",
@@ -401,17 +436,44 @@ class Journal:
                         error=f"checksum mismatch at offset {pos}",
                     )
                     return  # keep _compacting set: the segment stays
-                segment = self.append(data[pos:nxt])
-                ledger.moved(kind, ids, number, segment)
-                copied += 1
-                if kind == Kind.ENQUEUE and (ids[0], ids[1]) in ledger.delivered:
-                    self.append(encode_queue_entry(Kind.DELIVERED, ids[0], ids[1]))
+                payload = data[pos + header.size : nxt]
+                inner = 0
+                for inner_kind, inner_payload in iter_tx(payload):
+                    size = header.size + len(inner_payload)
+                    record = payload[inner : inner + size]
+                    inner += size
+                    copied += self._copy_if_live(number, inner_kind, record)
+            else:
+                if ledger.is_live(number, kind, _leading_ids(data, pos, kind)):
+                    # Only what is copied is checked: a damaged record is never carried on.
+                    if crc32c(view[pos + 8 : nxt]) != crc:
+                        self._log(
+                            "error",
+                            "store_compaction_failed",
+                            segment=str(path),
+                            error=f"checksum mismatch at offset {pos}",
+                        )
+                        return  # keep _compacting set: the segment stays
+                    copied += self._copy_if_live(number, kind, data[pos:nxt])
             pos = nxt
             count += 1
             if count % 4096 == 0:
                 await asyncio.sleep(0)
 
         self.after_durable(lambda ok: self._segment_compacted(number, copied, ok), written=True)
+
+    def _copy_if_live(self, number: int, kind: int, record: bytes) -> int:
+        """Compaction: append ``record`` (one whole record of segment ``number``) if it is
+        live; 1 if it was copied."""
+        ledger = self.ledger
+        ids = _leading_ids(record, 0, kind)
+        if not ledger.is_live(number, kind, ids):
+            return 0
+        segment = self.append(record)
+        ledger.moved(kind, ids, number, segment)
+        if kind == Kind.ENQUEUE and (ids[0], ids[1]) in ledger.delivered:
+            self.append(encode_queue_entry(Kind.DELIVERED, ids[0], ids[1]))
+        return 1
 
     def _remove_segment(self, number: int) -> None:
         """Worker thread: the copies of its live records are written; make them durable

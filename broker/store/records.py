@@ -69,6 +69,7 @@ class Kind(IntEnum):
     DEQUEUE = 9  # it left that queue for good
     DELIVERED = 10  # it was delivered from that queue at least once
     EXCHANGE_BINDING = 11  # a binding from an exchange to another exchange (by names)
+    TX = 12  # a committed transaction: its records, framed, inside one record (all or none)
 
 
 class ExchangeRecord(NamedTuple):
@@ -285,6 +286,28 @@ def encode_queue_entry(kind: Kind, queue_id: int, message_id: int) -> bytes:
     if kind not in (Kind.DEQUEUE, Kind.DELIVERED):
         raise ValueError(f"not a queue entry event: {kind!r}")
     return _frame(kind, _QQ.pack(queue_id, message_id))
+
+
+def encode_tx(records: bytes | bytearray) -> bytes:
+    """One TX record holding ``records`` (each already framed): a crash never keeps part of
+    a transaction, since the TX record's one checksum covers them all."""
+    return _frame(Kind.TX, bytes(records))
+
+
+def iter_tx(payload: bytes) -> Iterator[tuple[int, bytes]]:
+    """The ``(kind, payload)`` of each record inside a TX record's payload. Raises
+    :class:`FormatError` when they do not fill it exactly or one fails its checksum."""
+    pos, end = 0, len(payload)
+    header_size = RECORD_HEADER.size
+    while pos < end:
+        reason = _check(payload, pos, end)
+        if reason is not None:
+            raise FormatError(f"record {pos} bytes into a transaction: {reason}")
+        length, _crc, kind = RECORD_HEADER.unpack_from(payload, pos)
+        if kind == Kind.TX:
+            raise FormatError("a transaction inside a transaction")
+        yield kind, payload[pos + header_size : pos + header_size + length]
+        pos += header_size + length
 
 
 # -- decoding ---------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from broker.store.records import (
     QueueRecord,
     bad_record_at,
     decode_payload,
+    iter_tx,
     read_header,
 )
 
@@ -258,6 +259,10 @@ class Recovery:
         return SegmentRecords(number, end)
 
     def _apply(self, kind: int, payload: bytes, segment: int) -> None:
+        if kind == Kind.TX:  # the transaction's records, counted one by one
+            for inner_kind, inner in iter_tx(payload):
+                self._apply(inner_kind, inner, segment)
+            return
         self._records += 1
         self._records_in[segment] += 1
         record = decode_payload(kind, payload)
