@@ -309,11 +309,13 @@ class Journal:
         assert self._wake is not None
         loop = asyncio.get_running_loop()
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            # Work left is done before waiting again: records a compaction appended while
+            # close() waited would otherwise wait for a wake-up nobody sends (a hang at stop).
             if not self._pending and not self._callbacks:
                 if self._closing:
                     return
+                await self._wake.wait()
+                self._wake.clear()
                 continue
             pending, self._pending = self._pending, []
             callbacks, self._callbacks = self._callbacks, []
