@@ -29,10 +29,8 @@ THREAD UNSAFE: the broker's event loop owns it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
@@ -40,6 +38,7 @@ from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
 from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
+from broker.ha.ha_status import ha_status
 from broker.ha.id_set import MAX_ID
 from broker.ha.names import (
     ADMIN_PROPERTY,
@@ -91,12 +90,7 @@ from broker.ha.role_events import (
 )
 from broker.ha.state import HaState
 from broker.ha.status_check import check_status
-from broker.ha.store_history import (
-    DISCARD_MARKER,
-    STORE_EPOCH_FILE,
-    diverged,
-    divergence_reason,
-)
+from broker.ha.store_lineage import StoreLineage
 from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
 from broker.security.tls import link_context
@@ -156,11 +150,8 @@ class HaBroker:
         self.disk = disk
         self.epoch_store = EpochStore(options.data_dir)
         self.epoch_store.load()
-        #: The last era this broker's store holds (broker.ha.store_history); as primary,
-        #: ``base_epoch`` is what it was at the promotion.
-        self.store_epoch = EpochStore(options.data_dir, STORE_EPOCH_FILE)
-        self.store_epoch.load()
-        self.base_epoch: int | None = None
+        #: The era this broker's store holds (broker.ha.store_history).
+        self.lineage = StoreLineage(options.data_dir, self.log_)
         self.role = HaRole(
             str(uuid.uuid4()),
             epoch=self.epoch_store.current,
@@ -225,13 +216,14 @@ class HaBroker:
                 self.log_.exception("ha_listener_failed", ha_event=event)
 
     def server_properties(self) -> dict[str, Any]:
+        base = self.lineage.base_epoch
         return {
             STATUS_PROPERTY: self.state.value,
             EPOCH_PROPERTY: self.epoch,
             BROKER_ID_PROPERTY: self.broker_id,
             PUBLIC_URL_PROPERTY: self.public_url,
             **self.identity.server_properties(),
-            **({} if self.base_epoch is None else {BASE_EPOCH_PROPERTY: self.base_epoch}),
+            **({} if base is None else {BASE_EPOCH_PROPERTY: base}),
         }
 
     def known_hosts(self) -> str:
@@ -340,7 +332,7 @@ class HaBroker:
     # -- backup link callbacks (LinkOwner) -------------------------------------------------
     def link_up(self, address: Address, primary_epoch: int) -> None:
         try:  # before anything of that era is applied to the store
-            self.store_epoch.observe(primary_epoch)
+            self.lineage.replicating(primary_epoch)
         except EpochError as exc:
             self.store_failed(str(exc))
             return
@@ -350,24 +342,8 @@ class HaBroker:
         """Before replicating from the primary at ``address``: None to go on, else why not.
         A store that diverged (it holds an era the primary's store never saw) is moved
         aside at the next start: the broker stops now (``on_refused``: exit 1)."""
-        store_epoch = self.store_epoch.current
-        if not diverged(store_epoch, base_epoch, primary_epoch):
-            return None
-        assert base_epoch is not None
-        reason = divergence_reason(store_epoch, base_epoch, primary_epoch, address)
-        self.log_.error(
-            "ha_store_diverged",
-            store_epoch=store_epoch,
-            base_epoch=base_epoch,
-            primary_epoch=primary_epoch,
-            primary=address,
-            reason=reason,
-        )
-        if self.options.data_dir:
-            marker = Path(self.options.data_dir) / DISCARD_MARKER
-            with contextlib.suppress(OSError):  # unwritable: the next dial says it again
-                marker.write_text(reason + "\n", encoding="utf-8")
-        if self._on_refused is not None:
+        reason = self.lineage.check(primary_epoch, base_epoch, address)
+        if reason is not None and self._on_refused is not None:
             self._on_refused(reason)
         return reason
 
@@ -562,8 +538,7 @@ class HaBroker:
         # of the old primary that never reached us, and a store recovered after a restart
         # may end below ids used before it (the reconnect handshake would take an old,
         # unconfirmed message for a new one). An era no earlier primary used avoids both.
-        self.base_epoch = self.store_epoch.current
-        self.store_epoch.observe(self.epoch_store.current)  # this era is the store's now
+        self.lineage.promoted(self.epoch_store.current)  # this era is the store's now
         era = self.epoch_store.current << ERA_SHIFT
         if era > MAX_ID:
             era = 0
@@ -614,74 +589,8 @@ class HaBroker:
         return _dicts(self.role.members())
 
     def status(self) -> dict[str, Any]:
-        """What GET /api/ha shows."""
-        queues: list[dict[str, Any]] = []
-        if self.link is not None and self.link.replicator.replicators:
-            for name, replicator in sorted(self.link.replicator.replicators.items()):
-                queues.append(
-                    {
-                        "name": name,
-                        "caught_up": replicator.caught_up,
-                        "messages": replicator.queue.message_count,
-                        "last_id": replicator.queue.last_position,
-                        "enqueued": replicator.enqueued_total,
-                        "dequeued": replicator.dequeued_total,
-                    }
-                )
-        else:
-            # A primary's queues, or what a joining broker recovered from its store (before
-            # its link replicates any): their last ids are its replication position, what
-            # a total failure compares.
-            for name, queue in sorted(self.vhost.queues.items()):
-                if queue.exclusive_owner is None:
-                    queues.append(
-                        {
-                            "name": name,
-                            "messages": queue.message_count,
-                            "last_id": queue.last_position,
-                        }
-                    )
-        now = self.context.clock()
-        return {
-            "state": self.state.value,
-            "epoch": self.epoch,
-            "broker_id": self.broker_id,
-            "cluster_id": self.identity.cluster_id,
-            "url": self.url,
-            "public_url": self.public_url,
-            "primary": self.primary_address if self.primary is None else self.url,
-            "members": self.membership() if self.primary is not None else self._last_members(),
-            "queues": queues,
-            "held_confirms": self.primary.held_confirms() if self.primary else 0,
-            "lease_remaining": (
-                None if self.lease_until is None else round(max(0.0, self.lease_until - now), 3)
-            ),
-            "orphan_queues": self.primary.orphans.waiting(now) if self.primary else {},
-            "backups": self._backups_status(),
-            "in_sync": self.in_sync_status() if self.primary is not None else None,
-            "link_error": self.link.link_error() if self.link is not None else None,
-        }
-
-    def _backups_status(self) -> list[dict[str, Any]]:
-        primary, streams = self.primary, self.streams
-        if primary is None or streams is None:
-            return []
-        rows = []
-        for backup_id, record in sorted(self.role.backups.items(), key=lambda b: b[1].url):
-            guards = primary.backups.get(backup_id)
-            rows.append(
-                {
-                    "id": backup_id,
-                    "url": record.url,
-                    "ready": record.ready and record.connected,
-                    "expected": backup_id in self.role.expected,
-                    "in_sync": record.in_sync,
-                    "pending_removal": record.gone,
-                    "held_confirms": guards.held() if guards is not None else 0,
-                    "queues": streams.positions(backup_id),
-                }
-            )
-        return rows
+        """What GET /api/ha shows (:func:`broker.ha.ha_status.ha_status`)."""
+        return ha_status(self)
 
 
 def _dicts(members: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:

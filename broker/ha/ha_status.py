@@ -1,0 +1,88 @@
+"""What ``GET /api/ha`` shows of an HA broker: its state, queues, backups and in-sync set.
+
+A primary's queues (or, before its link replicates any, what a joining broker recovered
+from its store) are listed with their last replication ids: the agent sums them into the
+broker's replication position, which a total failure compares (docs/agent.md). A backup's
+queues are those its link replicates, with what it applied.
+
+THREAD UNSAFE: read on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.ha.ha_broker import HaBroker
+
+
+def ha_status(ha: HaBroker) -> dict[str, Any]:
+    """What GET /api/ha shows."""
+    queues: list[dict[str, Any]] = []
+    if ha.link is not None and ha.link.replicator.replicators:
+        for name, replicator in sorted(ha.link.replicator.replicators.items()):
+            queues.append(
+                {
+                    "name": name,
+                    "caught_up": replicator.caught_up,
+                    "messages": replicator.queue.message_count,
+                    "last_id": replicator.queue.last_position,
+                    "enqueued": replicator.enqueued_total,
+                    "dequeued": replicator.dequeued_total,
+                }
+            )
+    else:
+        # A primary's queues, or what a joining broker recovered from its store (before
+        # its link replicates any): their last ids are its replication position, what
+        # a total failure compares.
+        for name, queue in sorted(ha.vhost.queues.items()):
+            if queue.exclusive_owner is None:
+                queues.append(
+                    {
+                        "name": name,
+                        "messages": queue.message_count,
+                        "last_id": queue.last_position,
+                    }
+                )
+    now = ha.context.clock()
+    return {
+        "state": ha.state.value,
+        "epoch": ha.epoch,
+        "broker_id": ha.broker_id,
+        "cluster_id": ha.identity.cluster_id,
+        "url": ha.url,
+        "public_url": ha.public_url,
+        "primary": ha.primary_address if ha.primary is None else ha.url,
+        "members": ha.membership() if ha.primary is not None else ha._last_members(),
+        "queues": queues,
+        "held_confirms": ha.primary.held_confirms() if ha.primary else 0,
+        "lease_remaining": (
+            None if ha.lease_until is None else round(max(0.0, ha.lease_until - now), 3)
+        ),
+        "orphan_queues": ha.primary.orphans.waiting(now) if ha.primary else {},
+        "backups": _backups_status(ha),
+        "in_sync": ha.in_sync_status() if ha.primary is not None else None,
+        "link_error": ha.link.link_error() if ha.link is not None else None,
+    }
+
+
+def _backups_status(ha: HaBroker) -> list[dict[str, Any]]:
+    primary, streams = ha.primary, ha.streams
+    if primary is None or streams is None:
+        return []
+    rows = []
+    for backup_id, record in sorted(ha.role.backups.items(), key=lambda b: b[1].url):
+        guards = primary.backups.get(backup_id)
+        rows.append(
+            {
+                "id": backup_id,
+                "url": record.url,
+                "ready": record.ready and record.connected,
+                "expected": backup_id in ha.role.expected,
+                "in_sync": record.in_sync,
+                "pending_removal": record.gone,
+                "held_confirms": guards.held() if guards is not None else 0,
+                "queues": streams.positions(backup_id),
+            }
+        )
+    return rows
