@@ -24,10 +24,13 @@ SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java
 	/usr/sbin/nft:nftables \
 	/usr/bin/node:nodejs /usr/bin/npm:npm \
 	/usr/bin/chromium:chromium /usr/bin/chromedriver:chromium-driver
+#: What the demo uses: a ZooKeeper server (its jar, slf4j and a headless JRE), nothing else.
+DEMO_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java:default-jre-headless \
+	/usr/share/java/slf4j-simple.jar:libslf4j-java
 NODE_CLIENT := tests/compat/node
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint typecheck unit bench bench-ha bench-store bench-security clean venv system-packages
+.PHONY: demo test lint typecheck unit bench bench-ha bench-store bench-security clean venv system-packages demo-packages
 
 venv: $(STAMP)
 
@@ -37,7 +40,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-demo: $(STAMP) system-packages
+demo: $(STAMP) demo-packages
 	$(BIN)/python deploy/demo.py
 
 lint: $(STAMP)
@@ -47,11 +50,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-system-packages:
-	@missing=$$(for e in $(SYSTEM_PACKAGES); do f=$${e%%:*}; p=$${e#*:}; \
+# Install the packages of a list (file:package entries) whose file is missing.
+define install_missing
+	@missing=$$(for e in $(1); do f=$${e%%:*}; p=$${e#*:}; \
 		[ -e "$$f" ] || echo "$$p"; done | sort -u); \
 	for p in $$missing; do dpkg -s "$$p" >/dev/null 2>&1 || want="$$want $$p"; done; \
 	if [ -n "$$want" ]; then $(SUDO) sh deploy/system-packages.sh $$want; fi
+endef
+
+system-packages:
+	$(call install_missing,$(SYSTEM_PACKAGES))
+
+demo-packages:
+	$(call install_missing,$(DEMO_PACKAGES))
 
 $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json | system-packages
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund
