@@ -44,12 +44,22 @@ def write_logs(directory: Path, files: dict[str, list[dict[str, Any]]]) -> Path:
     return directory
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every Spark test on one pytest-xdist worker: one Spark session, not one a worker."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every Spark test on one pytest-xdist worker: one Spark session, not one a worker.
+
+    Under ``--dist loadgroup`` the group is also written into the node id (``id@spark``),
+    the suffix the controller groups by: pytest-xdist 3.8 writes it into ``item._nodeid``,
+    which pytest 9 no longer reads (each test went to any worker, each worker then started
+    Spark and built the generated run)."""
+    from _pytest.nodeid import NodeId
+
     here = Path(__file__).parent
+    grouping = bool(getattr(config.option, "loadgroup", False))
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.xdist_group("spark"))
+            if grouping and "@" not in item.nodeid:
+                item._id = NodeId.parse(f"{item.nodeid}@spark")
 
 
 @pytest.fixture(scope="session")
