@@ -398,7 +398,8 @@ class Broker:
             await self._server.wait_closed()
         stored = True
         if self.store is not None:
-            self.store.mark_delivered()  # the clients are gone: their unacked are back
+            if self.ha is None or self.ha.primary is not None:  # a backup delivers nothing
+                self.store.mark_delivered()  # the clients are gone: their unacked are back
             stored = await self.store.journal.close()
         if self.pager is not None:
             self.pager.stop()
