@@ -5,7 +5,10 @@ For each P in --pairs, runs A, B, A, B ... (--repeat times each) so both brokers
 same machine conditions, then prints the medians and the ratio B/A of end-to-end msgs/s and
 of confirm latency. By default A is a throwaway RabbitMQ started with bench/rabbitmq.sh and
 B is a qpidd started here on free loopback ports; give --url-a/--url-b to compare any two
-running brokers instead.
+running brokers instead (bench/hold_brokers.py starts one, e.g. an HA cluster of another
+build); --pids-a/--pids-b name more processes whose CPU counts as that broker's (an HA
+primary's backups), --persistent publishes persistent messages to durable queues. Each run's
+row follows a line with the 1-minute load average when it started.
 
     .venv/bin/python bench/compare.py --pairs 1,4,16 --repeat 3
 """
@@ -79,6 +82,13 @@ def given(url: str) -> Iterator[str]:
     yield url
 
 
+def parse_pids(text: str) -> list[int]:
+    try:
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of PIDs: {text!r}") from None
+
+
 def _ratio(b: float, a: float) -> str:
     return f"{b / a:.2f}" if a > 0 else "n/a"
 
@@ -89,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--url-b", help="broker B (default: a qpidd started here)")
     ap.add_argument("--label-a", default="rabbitmq")
     ap.add_argument("--label-b", default="qpidd")
+    ap.add_argument("--pids-a", type=parse_pids, default=[], help="more PIDs of broker A")
+    ap.add_argument("--pids-b", type=parse_pids, default=[], help="more PIDs of broker B")
+    ap.add_argument("--persistent", action="store_true", help="durable queues, persistent messages")
     add_common_args(ap)
     args = ap.parse_args(argv)
     check_args(ap, args)
@@ -106,8 +119,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             n = messages_for(args, pairs)
             results: dict[str, list[RunResult]] = {args.label_a: [], args.label_b: []}
             for k in range(args.repeat):
-                for label, url in ((args.label_a, url_a), (args.label_b, url_b)):
-                    r = run_reported(args, url, pairs, n, k + 1, label)
+                for label, url, pids in (
+                    (args.label_a, url_a, args.pids_a),
+                    (args.label_b, url_b, args.pids_b),
+                ):
+                    print(f"# load1 {os.getloadavg()[0]:.2f}", flush=True)
+                    r = run_reported(
+                        args,
+                        url,
+                        pairs,
+                        n,
+                        k + 1,
+                        label,
+                        extra_pids=pids,
+                        persistent=args.persistent,
+                    )
                     ok &= r.ok
                     results[label].append(r)
             a, b = results[args.label_a], results[args.label_b]

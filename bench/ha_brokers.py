@@ -259,18 +259,21 @@ class Brokers:
     def standalone(self, name: str = "standalone", args: Sequence[str] = ()) -> Broker:
         return self._new(name, args).start()
 
-    def cluster_members(self, name: str, size: int) -> list[Broker]:
-        """``size`` cluster members, not started, that list each other in ha-brokers-url."""
+    def cluster_members(self, name: str, size: int, args: Sequence[str] = ()) -> list[Broker]:
+        """``size`` cluster members, not started, that list each other in ha-brokers-url
+        (``args``: more qpidd options for each)."""
         ports = [free_port() for _ in range(size)]
         url = ",".join(f"127.0.0.1:{p}" for p in ports)
         return [
-            self._new(f"{name}-{i}", [*HA_OPTIONS, f"--ha-brokers-url={url}"], port)
+            self._new(f"{name}-{i}", [*HA_OPTIONS, f"--ha-brokers-url={url}", *args], port)
             for i, port in enumerate(ports)
         ]
 
-    def cluster(self, name: str, backups: int, epoch: int = 1) -> list[Broker]:
+    def cluster(
+        self, name: str, backups: int, epoch: int = 1, args: Sequence[str] = ()
+    ) -> list[Broker]:
         """A primary (the first) and ``backups`` ready backups."""
-        members = self.cluster_members(name, backups + 1)
+        members = self.cluster_members(name, backups + 1, args)
         for broker in members:
             broker.spawn()
         for broker in members:

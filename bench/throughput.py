@@ -109,9 +109,11 @@ def run_reported(
     label: str,
     broker_pid: int | None = None,
     extra_pids: Sequence[int] = (),
+    persistent: bool = False,
 ) -> RunResult:
     """Run number ``run`` of :func:`run_once` with the command line's figures, then print its
-    row, its errors (on stderr) and, with --json, its JSON line."""
+    row, its errors (on stderr) and, with --json, its JSON line. ``persistent``: durable
+    queues and delivery_mode 2."""
     r = run_once(
         url,
         pairs,
@@ -124,6 +126,8 @@ def run_reported(
         label=label,
         broker_pid=broker_pid,
         extra_pids=extra_pids,
+        durable=persistent,
+        persistent=persistent,
     )
     print(row(r, str(run)), flush=True)
     for e in r.errors:
