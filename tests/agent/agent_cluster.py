@@ -223,7 +223,9 @@ class AgentCluster:
 
     def wait_settled(self, timeout: float = 30.0) -> Node:
         """One active primary, every other node a ready backup in the committed in-sync set
-        (only then may a backup be promoted); returns the primary."""
+        (only then may a backup be promoted), every store of the set named by its id (what a
+        total failure chooses by: a member is named once its agent published its record);
+        returns the primary."""
 
         def settled() -> bool:
             states = sorted(self.states())
@@ -232,7 +234,13 @@ class AgentCluster:
             members = self.members()
             (primary,) = self.primaries()
             ids = {m.broker_id for n, m in members.items() if n != primary.name}
-            return len(members) == len(self.nodes) and "" not in ids and ids == self.in_sync()
+            if len(members) != len(self.nodes) or "" in ids:
+                return False
+            read = read_in_sync(self.zk, self.cluster)
+            if read is None or set(read.record.broker_ids) != ids:
+                return False
+            record = read.record
+            return bool(record.primary_store_id) and all(m.store_id for m in record.members)
 
         try:
             poll_until(settled, timeout)

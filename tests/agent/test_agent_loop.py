@@ -165,7 +165,8 @@ def test_after_a_healed_partition_a_stale_primary_view_does_not_kill_the_restart
     make_loop_agent: Callable[[float], LoopAgent], zk: Any, cluster: str
 ) -> None:
     loop = make_loop_agent(0)  # no watchdog: only the fence could kill
-    record = read_primary(zk, cluster)
+    # the agent records itself primary just after its broker is active: wait for it
+    record = poll_until(lambda: read_primary(zk, cluster), 10, "the primary record")
     assert record is not None and record.node == "n1"
     port = loop.node.mgmt_port
 
@@ -190,7 +191,8 @@ def test_the_watchdog_waits_for_a_broker_restarted_after_a_fence_to_answer(
 ) -> None:
     watchdog = 1.0
     loop = make_loop_agent(watchdog)
-    record = read_primary(zk, cluster)
+    # the agent records itself primary just after its broker is active: wait for it
+    record = poll_until(lambda: read_primary(zk, cluster), 10, "the primary record")
     assert record is not None
     frozen: list[int] = []
 

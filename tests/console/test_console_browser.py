@@ -125,7 +125,13 @@ def test_login_then_the_primary_and_two_ready_backups(
     browser.find_element(By.ID, "user").send_keys("guest")
     browser.find_element(By.ID, "password").send_keys("wrong")
     browser.find_element(By.ID, "login-button").click()
-    assert "wrong user or password" in text(browser, "#login-error")
+    # the form posts and the page comes back with the message: wait for it, not for the
+    # page being replaced (its error paragraph is briefly not there)
+    assert seen(
+        browser,
+        lambda: "wrong user or password" in text(browser, "#login-error") or None,
+        what="the login error",
+    )
     log_in(browser, primary, "guest")
     banner = seen(browser, lambda: text(browser, "#role-banner").startswith("PRIMARY") or None)
     assert banner
