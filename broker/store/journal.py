@@ -427,9 +427,11 @@ class Journal:
             nxt = pos + header.size + length
             if nxt > end:
                 break  # only a torn tail cut at recovery can end a segment early
-            if kind == Kind.TX:
-                # A committed transaction: its live records are copied one by one (its
-                # all-or-none was for the crash during its commit, long past).
+            # A committed transaction's live records are copied one by one (its all or none
+            # was for the crash during its commit, long past); a record, if it is live.
+            tx = kind == Kind.TX
+            if tx or ledger.is_live(number, kind, _leading_ids(data, pos, kind)):
+                # Only what is copied is checked: a damaged record is never carried on.
                 if crc32c(view[pos + 8 : nxt]) != crc:
                     self._log(
                         "error",
@@ -438,25 +440,16 @@ class Journal:
                         error=f"checksum mismatch at offset {pos}",
                     )
                     return  # keep _compacting set: the segment stays
-                payload = data[pos + header.size : nxt]
-                inner = 0
-                for inner_kind, inner_payload in iter_tx(payload):
-                    size = header.size + len(inner_payload)
-                    record = payload[inner : inner + size]
-                    inner += size
-                    copied += self._copy_if_live(number, inner_kind, record)
-            else:
-                if ledger.is_live(number, kind, _leading_ids(data, pos, kind)):
-                    # Only what is copied is checked: a damaged record is never carried on.
-                    if crc32c(view[pos + 8 : nxt]) != crc:
-                        self._log(
-                            "error",
-                            "store_compaction_failed",
-                            segment=str(path),
-                            error=f"checksum mismatch at offset {pos}",
-                        )
-                        return  # keep _compacting set: the segment stays
+                if not tx:
                     copied += self._copy_if_live(number, kind, data[pos:nxt])
+                else:
+                    payload = data[pos + header.size : nxt]
+                    inner = 0
+                    for inner_kind, inner_payload in iter_tx(payload):
+                        size = header.size + len(inner_payload)
+                        record = payload[inner : inner + size]
+                        inner += size
+                        copied += self._copy_if_live(number, inner_kind, record)
             pos = nxt
             count += 1
             if count % 4096 == 0:

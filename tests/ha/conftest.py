@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from broker.core.message import TxMark
+from tests.ha.cluster import Cluster
 
 
 @pytest.fixture(autouse=True)
@@ -21,3 +23,13 @@ def fresh_transaction_ids() -> Iterator[None]:
         yield
     finally:
         TxMark._next_id = saved
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Cluster]:
+    """Two brokers of a cluster, started (not promoted), stopped by PID afterwards."""
+    cluster = Cluster(tmp_path, 2).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -6,25 +6,13 @@ new one's messages."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pika
-import pytest
 
 from common.polling import poll_until
 from tests.ha.cluster import Cluster
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
-
-
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, 2).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def publish(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pika
@@ -11,15 +10,6 @@ import pytest
 from common.polling import poll_until
 from tests.ha.cluster import Cluster
 from tests.ha.failover_clients import wait_members
-
-
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, 2).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def connect(port: int) -> pika.BlockingConnection:

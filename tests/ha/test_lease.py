@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pika
 import pika.exceptions
@@ -18,15 +16,6 @@ from common.polling import holds_for, poll_until
 from tests.ha.cluster import Cluster, http
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, 2).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def lease(cluster: Cluster, i: int, body: dict[str, object]) -> dict[str, object]:

@@ -5,8 +5,6 @@ dequeued away, and the backup catches up empty."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pika
 import pytest
@@ -42,15 +40,6 @@ def test_a_store_never_diverges_from_a_primary_of_its_own_lineage(store, base, p
         assert not diverged(store, base, primary)
     elif store < primary:
         assert diverged(store, base, primary)
-
-
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, 2).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def publish(port: int, bodies: list[str]) -> None:
