@@ -256,10 +256,17 @@ def stop_member(
     body = {"broker_id": chosen.broker_id} if chosen.broker_id else {}
     _call(s, chosen, "/api/admin/stop", body)
     s.env.out(f"stopping {chosen.url} ({chosen.state}, {chosen.broker_id or 'stand-alone'})")
+    wait_stopped(s, chosen)
+    s.env.out(f"stopped {chosen.url}")
+
+
+def wait_stopped(s: CliSettings, member: Member) -> None:
+    """Poll until ``member``'s management port no longer answers (within ``--timeout``).
+    :raises CommandError: it still answers."""
 
     def down() -> bool:
         try:
-            _call(s, chosen, "/api/status")
+            _call(s, member, "/api/status")
         except ManagementError as exc:
             return exc.unreachable
         return False
@@ -268,6 +275,5 @@ def stop_member(
         poll_until(down, s.timeout, "the member to stop", interval=0.05)
     except PollTimeout:
         raise CommandError(
-            f"{chosen.url} still answers at {_mgmt_text(s, chosen)} after {s.timeout:g} s"
+            f"{member.url} still answers at {_mgmt_text(s, member)} after {s.timeout:g} s"
         ) from None
-    s.env.out(f"stopped {chosen.url}")

@@ -42,7 +42,7 @@ from broker.store.data_dir import DataDirError, StoreInfo, inspect, mark_clean
 from broker.store.identity import new_id
 from common.exit_status import CommandError, ExitStatus
 from common.polling import PollTimeout, poll_until
-from qpid_ha_cli.admin import Member, _call, _members, _mgmt_text, _unknown
+from qpid_ha_cli.admin import Member, _call, _members, _unknown, wait_stopped
 from qpid_ha_cli.command_line import command_settings
 from qpid_ha_cli.context import CliSettings, environment, settings
 
@@ -143,20 +143,7 @@ def _stop(s: CliSettings, member: Member, shutdown_id: str | None, role: str) ->
         _call(s, member, "/api/admin/stop", body)
     else:
         _shutdown_call(s, member, shutdown_id, quiesce=False)
-
-    def down() -> bool:
-        try:
-            _call(s, member, "/api/status")
-        except ManagementError as exc:
-            return exc.unreachable
-        return False
-
-    try:
-        poll_until(down, s.timeout, "the member to stop", interval=0.05)
-    except PollTimeout:
-        raise CommandError(
-            f"{member.url} still answers at {_mgmt_text(s, member)} after {s.timeout:g} s"
-        ) from None
+    wait_stopped(s, member)
     s.env.out(f"stopped {member.url} ({role})")
 
 
