@@ -49,9 +49,17 @@ def solo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 @pytest.fixture(scope="session")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A primary (broker 0, epoch 1, active) and a ready backup (broker 1)."""
-    cluster = Cluster(tmp_path_factory.mktemp("pair"), 2)
+    for attempt in range(3):
+        cluster = Cluster(tmp_path_factory.mktemp("pair"), 2)
+        try:
+            cluster.start()  # a failed start stops what it started
+            break
+        except RuntimeError as exc:
+            # free_port's port can be taken by another worker's process before qpidd binds
+            # it: new ports and again (the fixture serves a whole module's tests)
+            if "address already in use" not in str(exc) or attempt == 2:
+                raise
     try:
-        cluster.start()
         cluster.promote(0, epoch=1)
         cluster.wait_state(0, "active")
         cluster.wait_state(1, "ready")
