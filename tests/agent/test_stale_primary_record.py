@@ -33,7 +33,8 @@ def test_a_primary_record_no_agent_leads_is_deleted_by_the_agent_that_wrote_it(
     make_loop_agent: Callable[[float], LoopAgent], zk: Any, cluster: str
 ) -> None:
     loop = make_loop_agent(0)
-    record = read_primary(zk, cluster)
+    # the agent records itself primary just after its broker is active: wait for it
+    record = poll_until(lambda: read_primary(zk, cluster), 10, "the primary record")
     assert record is not None and record.node == "n1"
     old_pid = loop.broker_pid()
 
