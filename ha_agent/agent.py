@@ -22,7 +22,8 @@ watch): its settings (:mod:`ha_agent.settings`); the in-sync set, kept on the pr
 and taken at a promotion (:class:`~ha_agent.in_sync_keeper.InSyncKeeper`, issue 10); the
 promotion steps and the broker's lease (:class:`~ha_agent.promoter.Promoter`: it returns
 what came of a promotion for the agent to carry out); the kill and the virtual IP
-(:class:`~ha_agent.fencer.Fencer`).
+(:class:`~ha_agent.fencer.Fencer`); the backups' link hints, its own published and the
+others' watched (:class:`~ha_agent.agent_hints.AgentHints`).
 
 Fresh views (issue 10, item 4): the check sends the broker check first and reads ZooKeeper
 after it, so the broker view is the older of the two. The agent notes when its ZooKeeper
@@ -72,12 +73,12 @@ from kazoo.protocol.states import KazooState
 
 from common.exit_status import ExitStatus
 from common.log import set_log_context
+from ha_agent.agent_hints import AgentHints
 from ha_agent.broker_check import BrokerCheck
 from ha_agent.election import LeaderElection
 from ha_agent.fencer import Fencer
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
 from ha_agent.in_sync_keeper import InSyncKeeper
-from ha_agent.link_hint import HintPublisher, LinkWatch, hints_against, read_hints
 from ha_agent.membership import Member, MemberPublisher, read_members
 from ha_agent.primary_record import delete_primary, read_primary
 from ha_agent.promoter import Promoter
@@ -88,7 +89,6 @@ from ha_agent.supervisor import BrokerSupervisor
 from ha_agent.vip import VirtualIp
 from ha_agent.watchdog import BrokerWatch
 from ha_agent.zk_auth import ensure_shared_root, zk_security
-from ha_agent.zk_layout import ClusterLayout
 
 __all__ = ["Agent", "AgentSettings"]
 
@@ -141,9 +141,8 @@ class Agent:
         self.granted_timeout: float | None = None
         #: why the agent refused to run ("": it did not); run() then returns 2
         self.refusal = ""
-        #: this agent's early hint (made in run() with the client)
-        self.hint_publisher: HintPublisher | None = None
-        self.link_watch = LinkWatch()
+        #: this agent's early hints (made in run() with the client)
+        self.hints: AgentHints | None = None
 
     @property
     def session_timeout(self) -> float:
@@ -209,8 +208,8 @@ class Agent:
                 on_leading=lambda: self.events.put(("won", None)),
                 on_ended=lambda reason: self.events.put(("ended", reason)),
             )
-            self.hint_publisher = HintPublisher(self.client, s.cluster, s.node)
-            self._watch_hints()
+            self.hints = AgentHints(self.client, s.cluster, s.node, self.events, self._stop)
+            self.hints.watch()
             threading.Thread(target=self._renew_leases, name="lease-renewer", daemon=True).start()
             self._loop()
         finally:
@@ -241,41 +240,6 @@ class Agent:
             if view.is_primary and time.monotonic() - promoter.renewed_at >= interval:
                 promoter.renew_lease()
 
-    def _watch_hints(self) -> None:
-        """Watch the backups' link hints (kazoo's thread calls back: queue an event)."""
-        hints = ClusterLayout(self.settings.cluster).hints
-        while not self._stop.is_set():
-            try:
-                self.client.ensure_path(hints)
-                self.client.ChildrenWatch(hints, self._hints_changed)
-                return
-            except (KazooException, KazooTimeoutError) as exc:
-                _log.warning("zookeeper_error", reason=repr(exc))
-
-    def _hints_changed(self, children: list[str]) -> bool:
-        if children:
-            self.events.put(("hints", None))
-        return not self._stop.is_set()  # False ends the watch
-
-    def _hinted(self) -> bool:
-        """A backup's hint names this agent's primary: True (logged) to check at once."""
-        if self.promoted_epoch is None:
-            return False
-        try:
-            hints = read_hints(self.client, self.settings.cluster)
-        except (KazooException, KazooTimeoutError) as exc:
-            _log.warning("zookeeper_error", reason=repr(exc))
-            return False
-        against = hints_against(hints, self.settings.node, self.promoted_epoch)
-        if not against:
-            return False
-        _log.info(
-            "link_hint_received",
-            backups=[h.node for h in against],
-            reasons=[h.reason for h in against],
-        )
-        return True
-
     def _drop_stale_primary_record(self) -> None:
         """A primary record naming this node while this agent neither leads nor promoted
         is stale (a promotion voided, a term that ended): delete it if this session wrote
@@ -293,21 +257,6 @@ class Agent:
                 reason="this agent does not lead: deleted its own primary record",
             )
             self.primary = None
-
-    def _publish_hint(self, view: BrokerView | None) -> None:
-        """Publish or withdraw this backup's hint (inside _read_cluster's ZooKeeper try)."""
-        publisher = self.hint_publisher
-        if publisher is None:
-            return
-        hint = self.link_watch.observe(self.settings.node, view, self.primary)
-        if publisher.publish(hint):
-            if hint is not None:
-                _log.info(
-                    "link_hint_published", primary=hint.primary, primary_epoch=hint.epoch,
-                    reason=hint.reason,
-                )  # fmt: skip
-            else:
-                _log.info("link_hint_withdrawn")
 
     def _granted(self, seconds: float) -> None:
         """The probe's call (kazoo's connection thread, before CONNECTED is reported):
@@ -408,7 +357,7 @@ class Agent:
                 return  # refused: _shutdown fences a primary, as any stop does
             if kind == "ended":
                 self.promoted_epoch = None
-            if kind == "hints" and not self._hinted():
+            if kind == "hints" and not (self.hints and self.hints.hinted(self.promoted_epoch)):
                 continue  # not about this agent's primary: the regular check is on time
             # Won, the supervised broker died, or the last view was stale: act on the
             # broker's state at once, with the cluster as last read (the broker refuses a
@@ -540,7 +489,8 @@ class Agent:
             self.members = read_members(self.client, s.cluster)
             self.primary = read_primary(self.client, s.cluster)
             self._drop_stale_primary_record()
-            self._publish_hint(view)
+            if self.hints is not None:
+                self.hints.publish(view, self.primary)
             if read_in_sync_set:
                 assert self.in_sync_keeper is not None
                 self.in_sync_keeper.read()
