@@ -10,7 +10,7 @@ A fail-over to epoch ``E`` is a row of instants (seconds or microseconds, any on
 ``resigned``
     the old primary's agent resigned (``agent_fenced``, ``election_withdraw``);
 ``detected``
-    the earlier of ``resigned`` and ``won``;
+    the earlier of ``resigned`` and ``won`` (only once ``failure`` is known);
 ``won``
     the new primary's agent won the election (its last ``election_won`` before promoting);
 ``promoted``
@@ -78,7 +78,11 @@ CLIENT_OUTAGE = "client_outage"
 
 
 def detected(instants: Mapping[str, float | None]) -> float | None:
-    """The earlier of ``resigned`` and ``won`` (the one known when only one is)."""
+    """The earlier of ``resigned`` and ``won`` (the one known when only one is), for a
+    fail-over whose ``failure`` is known; ``None`` without one (an initial election has
+    nothing to detect, so neither detection nor election is defined, as in the report)."""
+    if instants.get("failure") is None:
+        return None
     known = [t for t in (instants.get("resigned"), instants.get("won")) if t is not None]
     return min(known) if known else instants.get("detected")
 

@@ -38,6 +38,22 @@ def test_every_generated_failover_has_the_shared_phases(
         assert {n: row[f"{n}_ms"] for n in NAMES} == pytest.approx(expected), row
 
 
+def test_an_initial_election_has_the_shared_nulls(
+    generated: tuple[generate.Params, job.Result],
+) -> None:
+    """No failure, nothing detected: the job's detection and election are null, and so
+    are ``durations()``'s (it used to give an election of 0 here)."""
+    _params, result = generated
+    rows = [r for r in result.tables["failovers"] if r["kind"] == "initial"]
+    assert rows
+    for row in rows:
+        instants = {name: row[f"{name}_us"] for name in INSTANTS}
+        assert instants["failure"] is None and instants["won"] is not None, row
+        expected = ms(instants)
+        assert expected["detection"] is None and expected["election"] is None, row
+        assert {n: row[f"{n}_ms"] for n in NAMES} == pytest.approx(expected), row
+
+
 def test_missing_instants_give_the_same_nulls_and_fallbacks(spark: SparkSession) -> None:
     """A fail-over (its ``failure`` known) with each instant but ``failure`` missing in turn,
     none of the optional ones, and the usual row: the columns that
