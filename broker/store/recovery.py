@@ -17,6 +17,11 @@ segment and not followed by a valid record, a write cut short by a crash or a po
 cuts it off and logs where); anywhere else, corruption: :class:`CorruptStore` stops the
 start with the segment, the offset and the reason.
 
+Two walkers read a segment, with the same result: the native one
+(``broker/store/_walk.c``, built by ``pip install``; the CRC and the fold of the four
+common kinds in C) when it is there, else the pure-Python one, which stays the reference
+(``Recovery(native=False)``; tests/store/test_native_walk.py compares them).
+
 THREAD UNSAFE: one recovery per store, on one thread.
 """
 
@@ -48,6 +53,14 @@ from broker.store.records import (
     iter_tx,
     read_header,
 )
+
+try:
+    from broker.store import _walk as native_walk
+except ImportError:  # not built (no C compiler at install): the Python walker
+    native_walk = None  # type: ignore[assignment]
+
+#: Which walker a Recovery uses by default: "native" or "python".
+WALKER = "python" if native_walk is None else "native"
 
 _Q = struct.Struct(">Q")
 _QQ = struct.Struct(">QQ")
@@ -135,7 +148,9 @@ class SegmentRecords:
 class Recovery:
     """Folds records into the state they describe (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, native: bool = True) -> None:
+        #: Read with the native walker (when built); False: the pure-Python one.
+        self.native = native and native_walk is not None
         self._exchanges: dict[int, ExchangeRecord] = {}
         self._queues: dict[int, QueueRecord] = {}
         self._bindings: dict[int, BindingRecord] = {}
@@ -171,7 +186,42 @@ class Recovery:
         self._segments.append(number)
         self._records_in[number] = 0
         self._next_id = max(self._next_id, header.next_id)
+        if self.native:
+            return self._walk_records(number, data, last)
         return self._read_records(number, data, last)
+
+    def _walk_records(self, number: int, data: bytes, last: bool) -> SegmentRecords:
+        """:meth:`_read_records` with the native walker: it folds the common records and
+        stops at any other (decoded here), at a bad one or at the end."""
+        assert native_walk is not None
+        walk = native_walk.walk
+        pos = HEADER.size
+        top = self._next_id - 1
+        args = (self._enqueued, self._messages, self._where, self._dequeued, self._delivered)
+        while True:
+            pos, count, top, status, reason = walk(data, pos, number, top, *args, MessageRecord)
+            self._records += count
+            self._records_in[number] += count
+            self._next_id = max(self._next_id, top + 1)
+            if status == native_walk.END:
+                return SegmentRecords(number, pos)
+            if status == native_walk.UNDECODABLE:
+                raise CorruptStore(number, pos, reason)
+            if status == native_walk.BAD:
+                bad = bad_record_at(data, pos)
+                assert bad is not None
+                if last and not bad.followed:
+                    self._torn = TornTail(number, bad.offset, bad.reason)
+                    return SegmentRecords(number, bad.offset)
+                raise CorruptStore(number, bad.offset, bad.reason)
+            length, _crc, kind = RECORD_HEADER.unpack_from(data, pos)
+            nxt = pos + RECORD_HEADER.size + length
+            try:
+                self._apply(kind, data[pos + RECORD_HEADER.size : nxt], number)
+            except FormatError as exc:
+                raise CorruptStore(number, pos, str(exc)) from None
+            top = self._next_id - 1
+            pos = nxt
 
     def _read_records(self, number: int, data: bytes, last: bool) -> SegmentRecords:
         """The records of one segment: enqueues, messages, dequeues and deliveries (nearly
