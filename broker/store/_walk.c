@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -312,6 +313,313 @@ done:
     return result;
 }
 
+/* fold(enqueued, lists, dequeued, delivered, messages, where, used, uses, live, recovered_type)
+ *
+ * The hot loop of Recovery.state (one pass over every enqueue, see there): for each
+ * enqueue on a recovered queue (``lists``: queue id -> its list) and not dequeued, append a
+ * ``recovered_type`` (message id, position, expiry, delivered) to its queue's list, and fill
+ * the ledger's dicts: ``used`` (message id -> content), ``uses`` (message id -> [segment of
+ * its content, live enqueues]), ``live`` ((queue id, message id) -> segment). Returns None,
+ * or (segment, message id) of an enqueue whose content is missing (a damaged store). */
+static PyObject *fold(PyObject *self, PyObject *args) {
+    PyObject *enqueued, *lists, *dequeued, *delivered, *messages, *where, *used, *uses, *live;
+    PyTypeObject *recovered_type;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!O!O!", &PyDict_Type, &enqueued, &PyDict_Type,
+                          &lists, &PySet_Type, &dequeued, &PySet_Type, &delivered, &PyDict_Type,
+                          &messages, &PyDict_Type, &where, &PyDict_Type, &used, &PyDict_Type,
+                          &uses, &PyDict_Type, &live, &PyType_Type, &recovered_type))
+        return NULL;
+    if (!PyType_IsSubtype(recovered_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "recovered_type must be a tuple subclass");
+        return NULL;
+    }
+    Py_ssize_t i = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(enqueued, &i, &key, &value)) {
+        if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2 ||
+            !PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) != 3) {
+            PyErr_SetString(PyExc_TypeError, "enqueued: (queue, message) -> (pos, exp, seg)");
+            return NULL;
+        }
+        PyObject *list = PyDict_GetItemWithError(lists, PyTuple_GET_ITEM(key, 0));
+        if (list == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            continue;
+        }
+        if (!PyList_Check(list)) {
+            PyErr_SetString(PyExc_TypeError, "lists: queue id -> list");
+            return NULL;
+        }
+        int gone = PySet_Contains(dequeued, key);
+        if (gone < 0) return NULL;
+        if (gone) continue;
+        PyObject *message_id = PyTuple_GET_ITEM(key, 1);
+        PyObject *segment = PyTuple_GET_ITEM(value, 2);
+        PyObject *use = PyDict_GetItemWithError(uses, message_id);
+        if (use == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            PyObject *content = PyDict_GetItemWithError(messages, message_id);
+            if (content == NULL) {
+                if (PyErr_Occurred()) return NULL;
+                return Py_BuildValue("(OO)", segment, message_id);
+            }
+            PyObject *at = PyDict_GetItemWithError(where, message_id);
+            if (at == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, message_id);
+                return NULL;
+            }
+            if (PyDict_SetItem(used, message_id, content) < 0) return NULL;
+            PyObject *one = PyLong_FromLong(1);
+            PyObject *pair = one ? PyList_New(2) : NULL;
+            if (pair == NULL) {
+                Py_XDECREF(one);
+                return NULL;
+            }
+            Py_INCREF(at);
+            PyList_SET_ITEM(pair, 0, at);
+            PyList_SET_ITEM(pair, 1, one);
+            int failed = PyDict_SetItem(uses, message_id, pair) < 0;
+            Py_DECREF(pair);
+            if (failed) return NULL;
+        } else {
+            if (!PyList_Check(use) || PyList_GET_SIZE(use) != 2) {
+                PyErr_SetString(PyExc_TypeError, "uses: message id -> [segment, enqueues]");
+                return NULL;
+            }
+            long count = PyLong_AsLong(PyList_GET_ITEM(use, 1));
+            if (count == -1 && PyErr_Occurred()) return NULL;
+            PyObject *more = PyLong_FromLong(count + 1);
+            if (more == NULL || PyList_SetItem(use, 1, more) < 0) return NULL;
+        }
+        if (PyDict_SetItem(live, key, segment) < 0) return NULL;
+        int was_delivered = PySet_Contains(delivered, key);
+        if (was_delivered < 0) return NULL;
+        PyObject *recovered = recovered_type->tp_alloc(recovered_type, 4);
+        if (recovered == NULL) return NULL;
+        PyObject *flag = was_delivered ? Py_True : Py_False;
+        PyObject *items[4] = {message_id, PyTuple_GET_ITEM(value, 0),
+                              PyTuple_GET_ITEM(value, 1), flag};
+        for (int k = 0; k < 4; k++) {
+            Py_INCREF(items[k]);
+            PyTuple_SET_ITEM(recovered, k, items[k]);
+        }
+        int failed = PyList_Append(list, recovered) < 0;
+        Py_DECREF(recovered);
+        if (failed) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* -- objects from templates ------------------------------------------------------------
+ * The offsets of a __slots__ class's attributes, from its member descriptors (each an
+ * object slot, as __slots__ makes them). */
+typedef struct {
+    Py_ssize_t count;
+    Py_ssize_t offsets[32];
+} Slots;
+
+static int slots_of(PyTypeObject *type, PyObject *descriptors, Slots *slots) {
+    if (!PyTuple_Check(descriptors) || PyTuple_GET_SIZE(descriptors) > 32) {
+        PyErr_SetString(PyExc_TypeError, "slots: a tuple of at most 32 member descriptors");
+        return -1;
+    }
+    slots->count = PyTuple_GET_SIZE(descriptors);
+    for (Py_ssize_t i = 0; i < slots->count; i++) {
+        PyObject *d = PyTuple_GET_ITEM(descriptors, i);
+        if (!PyObject_TypeCheck(d, &PyMemberDescr_Type) ||
+            ((PyDescrObject *)d)->d_type != type) {
+            PyErr_SetString(PyExc_TypeError, "slots: member descriptors of the type");
+            return -1;
+        }
+        PyMemberDef *member = ((PyMemberDescrObject *)d)->d_member;
+        if (member->type != T_OBJECT_EX || member->offset < (Py_ssize_t)sizeof(PyObject) ||
+            member->offset + (Py_ssize_t)sizeof(PyObject *) > type->tp_basicsize) {
+            PyErr_SetString(PyExc_TypeError, "slots: object slots only");
+            return -1;
+        }
+        slots->offsets[i] = member->offset;
+    }
+    return 0;
+}
+
+#define SLOT(object, offset) (*(PyObject **)((char *)(object) + (offset)))
+
+/* A new object of ``template``'s type holding what it holds (a dict: a copy of it). */
+static PyObject *copy_of(PyObject *template, const Slots *slots) {
+    PyTypeObject *type = Py_TYPE(template);
+    PyObject *object = type->tp_alloc(type, 0);
+    if (object == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < slots->count; i++) {
+        PyObject *value = SLOT(template, slots->offsets[i]);
+        if (value != NULL && PyDict_CheckExact(value)) {
+            value = PyDict_Copy(value);
+            if (value == NULL) {
+                Py_DECREF(object);
+                return NULL;
+            }
+        } else {
+            Py_XINCREF(value);
+        }
+        SLOT(object, slots->offsets[i]) = value;
+    }
+    return object;
+}
+
+static void put(PyObject *object, Py_ssize_t offset, PyObject *value) {
+    PyObject *old = SLOT(object, offset);
+    Py_INCREF(value);
+    SLOT(object, offset) = value;
+    Py_XDECREF(old);
+}
+
+/* entries(recovered, contents, shared, make_message, message_slots, message_fields,
+ *         entry_template, entry_slots, entry_fields, now, wall_now_ms, crashed) -> list
+ *
+ * The hot loop of MessageStore.recover_into: one Entry per RecoveredMessage of
+ * ``recovered`` (message id, position, expiry ms, delivered), on a Message of its content
+ * (``contents``: message id -> MessageRecord). The first message of each distinct
+ * properties is made by ``make_message(exchange, routing_key, properties, body)`` (the
+ * class itself: everything it derives from the properties, computed once); the others are
+ * copies of it with their own exchange, routing key, body and store id (``message_fields``:
+ * those four descriptors). Entries are copies of ``entry_template`` with their message,
+ * position, expiry (``now`` + what is left of it, None for none) and delivery count
+ * (1 when delivered or ``crashed``). ``shared``: a dict (message id -> Message) when a
+ * message may be on several queues, else None. */
+static PyObject *entries(PyObject *self, PyObject *args) {
+    PyObject *recovered, *contents, *shared, *make_message, *message_descriptors,
+        *message_fields, *entry_template, *entry_descriptors, *entry_fields;
+    double now, wall_now_ms;
+    int crashed;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!OOO!O!OO!O!ddp", &PyList_Type, &recovered, &PyDict_Type,
+                          &contents, &shared, &make_message, &PyTuple_Type,
+                          &message_descriptors, &PyTuple_Type, &message_fields,
+                          &entry_template, &PyTuple_Type, &entry_descriptors, &PyTuple_Type,
+                          &entry_fields, &now, &wall_now_ms, &crashed))
+        return NULL;
+    if (shared != Py_None && !PyDict_Check(shared)) {
+        PyErr_SetString(PyExc_TypeError, "shared: a dict or None");
+        return NULL;
+    }
+    if (!PyType_Check(make_message)) {
+        PyErr_SetString(PyExc_TypeError, "make_message: the message class");
+        return NULL;
+    }
+    Slots message_slots, message_at, entry_slots, entry_at;
+    PyTypeObject *entry_type = Py_TYPE(entry_template);
+    if (slots_of((PyTypeObject *)make_message, message_descriptors, &message_slots) < 0 ||
+        slots_of((PyTypeObject *)make_message, message_fields, &message_at) < 0 ||
+        slots_of(entry_type, entry_descriptors, &entry_slots) < 0 ||
+        slots_of(entry_type, entry_fields, &entry_at) < 0)
+        return NULL;
+    if (message_at.count != 4 || entry_at.count != 4) {
+        PyErr_SetString(PyExc_TypeError, "fields: four descriptors each");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(recovered);
+    PyObject *out = PyList_New(n);
+    PyObject *templates = PyDict_New(); /* properties -> the first Message with them */
+    PyObject *one = PyLong_FromLong(1), *zero = PyLong_FromLong(0);
+    if (out == NULL || templates == NULL || one == NULL || zero == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(recovered, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4) {
+            PyErr_SetString(PyExc_TypeError, "recovered: (id, position, expiry, delivered)");
+            goto fail;
+        }
+        PyObject *message_id = PyTuple_GET_ITEM(item, 0);
+        PyObject *message = NULL;
+        if (shared != Py_None) {
+            message = PyDict_GetItemWithError(shared, message_id);
+            if (message == NULL && PyErr_Occurred()) goto fail;
+            Py_XINCREF(message);
+        }
+        if (message == NULL) {
+            PyObject *content = PyDict_GetItemWithError(contents, message_id);
+            if (content == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, message_id);
+                goto fail;
+            }
+            if (!PyTuple_Check(content) || PyTuple_GET_SIZE(content) != 5) {
+                PyErr_SetString(PyExc_TypeError, "contents: message id -> MessageRecord");
+                goto fail;
+            }
+            PyObject *exchange = PyTuple_GET_ITEM(content, 1);
+            PyObject *key = PyTuple_GET_ITEM(content, 2);
+            PyObject *properties = PyTuple_GET_ITEM(content, 3);
+            PyObject *body = PyTuple_GET_ITEM(content, 4);
+            PyObject *template = PyDict_GetItemWithError(templates, properties);
+            if (template == NULL) {
+                if (PyErr_Occurred()) goto fail;
+                message = PyObject_CallFunctionObjArgs(make_message, exchange, key, properties,
+                                                       body, NULL);
+                if (message == NULL) goto fail;
+                if (Py_TYPE(message) != (PyTypeObject *)make_message ||
+                    PyDict_SetItem(templates, properties, message) < 0) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_TypeError, "make_message made another type");
+                    Py_DECREF(message);
+                    goto fail;
+                }
+            } else {
+                message = copy_of(template, &message_slots);
+                if (message == NULL) goto fail;
+                put(message, message_at.offsets[0], exchange);
+                put(message, message_at.offsets[1], key);
+                put(message, message_at.offsets[2], body);
+            }
+            put(message, message_at.offsets[3], message_id);
+            if (shared != Py_None && PyDict_SetItem(shared, message_id, message) < 0) {
+                Py_DECREF(message);
+                goto fail;
+            }
+        }
+        PyObject *entry = copy_of(entry_template, &entry_slots);
+        if (entry == NULL) {
+            Py_DECREF(message);
+            goto fail;
+        }
+        put(entry, entry_at.offsets[0], message);
+        Py_DECREF(message);
+        put(entry, entry_at.offsets[1], PyTuple_GET_ITEM(item, 1));
+        PyObject *expiry = PyTuple_GET_ITEM(item, 2);
+        double expires_at_ms = PyFloat_AsDouble(expiry);
+        if (expires_at_ms == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(entry);
+            goto fail;
+        }
+        if (expires_at_ms != 0.0) {
+            PyObject *at = PyFloat_FromDouble(now + (expires_at_ms - wall_now_ms) / 1000.0);
+            if (at == NULL) {
+                Py_DECREF(entry);
+                goto fail;
+            }
+            put(entry, entry_at.offsets[2], at);
+            Py_DECREF(at);
+        } else {
+            put(entry, entry_at.offsets[2], Py_None);
+        }
+        int was_delivered = PyObject_IsTrue(PyTuple_GET_ITEM(item, 3));
+        if (was_delivered < 0) {
+            Py_DECREF(entry);
+            goto fail;
+        }
+        put(entry, entry_at.offsets[3], was_delivered || crashed ? one : zero);
+        PyList_SET_ITEM(out, i, entry);
+    }
+    Py_DECREF(templates);
+    Py_DECREF(one);
+    Py_DECREF(zero);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(templates);
+    Py_XDECREF(one);
+    Py_XDECREF(zero);
+    return NULL;
+}
+
 static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     Py_buffer buffer;
     unsigned int value = 0;
@@ -323,6 +631,8 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "Fold a segment's common records (see the module source)."},
+    {"fold", fold, METH_VARARGS, "Recovery.state's pass over the enqueues (see the source)."},
+    {"entries", entries, METH_VARARGS, "Entries and messages of a recovered queue (source)."},
     {"crc32c", py_crc32c, METH_VARARGS, "CRC-32C of bytes, continuing from a value."},
     {NULL, NULL, 0, NULL},
 };

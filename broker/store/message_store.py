@@ -37,6 +37,7 @@ from broker.store.records import (
     ExchangeBindingRecord,
     ExchangeRecord,
     Kind,
+    MessageRecord,
     QueueRecord,
     encode_binding,
     encode_deleted,
@@ -47,11 +48,56 @@ from broker.store.records import (
     encode_queue,
     encode_queue_entry,
 )
-from broker.store.recovery import RecoveredState
+from broker.store.recovery import RecoveredMessage, RecoveredState, native_walk
 
 BindingId = tuple[str, str, Any]  # (source exchange, destination, binding key)
 #: Marks an exchange destination in a BindingId (a queue may have an exchange's name).
 EXCHANGE_PREFIX = "\x00exchange:"
+
+
+def _descriptors(cls: type, *names: str) -> tuple[Any, ...]:
+    """The member descriptors of a __slots__ class, which the native walker copies and
+    sets (broker/store/_walk.c, entries())."""
+    return tuple(vars(cls)[name] for name in names)
+
+
+_MESSAGE_SLOTS = _descriptors(Message, *Message.__slots__)
+_MESSAGE_FIELDS = _descriptors(Message, "exchange", "routing_key", "body", "store_id")
+_ENTRY_TEMPLATE = Entry(Message("", ""), 0, None)
+_ENTRY_SLOTS = _descriptors(Entry, *Entry.__slots__)
+_ENTRY_FIELDS = _descriptors(Entry, "message", "position", "expires_at", "delivery_count")
+
+
+def _entries(
+    recovered: list[RecoveredMessage],
+    contents: dict[int, MessageRecord],
+    shared: dict[int, Message] | None,
+    now: float,
+    wall_now_ms: float,
+    crashed: bool,
+) -> list[Entry]:
+    """The entries of a recovered queue, on their messages (``shared``: by id, when a
+    message may be on several queues): the pure-Python twin of the native walker's
+    ``entries``."""
+    entries: list[Entry] = []
+    append = entries.append
+    for message_id, position, expires_at_ms, delivered in recovered:
+        message = None if shared is None else shared.get(message_id)
+        if message is None:
+            _id, exchange_name, routing_key, properties_raw, body = contents[message_id]
+            message = Message(exchange_name, routing_key, properties_raw, body)
+            message.store_id = message_id
+            if shared is not None:
+                shared[message_id] = message
+        entry = Entry(
+            message,
+            position,
+            now + (expires_at_ms - wall_now_ms) / 1000.0 if expires_at_ms else None,
+        )
+        if delivered or crashed:
+            entry.delivery_count = 1
+        append(entry)
+    return entries
 
 
 class MessageStore:
@@ -68,13 +114,20 @@ class MessageStore:
         vhost.listeners.append(self)
 
     # -- recovery --------------------------------------------------------------------------
-    def recover_into(self, state: RecoveredState, *, crashed: bool = False) -> None:
+    def recover_into(
+        self, state: RecoveredState, *, crashed: bool = False, native: bool = True
+    ) -> None:
         """Re-create the recovered exchanges, queues, bindings and messages in the vhost.
 
         ``crashed``: the previous broker did not stop in order, so which messages had been
         delivered is not known (DELIVERED records are written at a clean close): every
         recovered message is marked redelivered, as Qpid's store does after a crash;
-        after a clean stop, exactly those that had been delivered."""
+        after a clean stop, exactly those that had been delivered.
+
+        ``native``: the messages and entries made by the native walker when it is built
+        (copies of a Message made by its class for each distinct properties: the same
+        objects, tests/store/test_native_walk.py), else by :func:`_entries`."""
+        native = native and native_walk is not None
         vhost = self.vhost
         for exchange in state.exchanges:
             self._adopting = exchange.id
@@ -108,24 +161,24 @@ class MessageStore:
             self._adopting = None
             queue_names[record.id] = queue.name
             # The hot loop of a restart: Entry objects made here, put back in bulk.
-            entries: list[Entry] = []
-            append = entries.append
-            for message_id, position, expires_at_ms, delivered in recovered.messages:
-                message = objects.get(message_id) if shared else None
-                if message is None:
-                    _id, exchange_name, routing_key, properties_raw, body = contents[message_id]
-                    message = Message(exchange_name, routing_key, properties_raw, body)
-                    message.store_id = message_id
-                    if shared:
-                        objects[message_id] = message
-                entry = Entry(
-                    message,
-                    position,
-                    now + (expires_at_ms - wall_now_ms) / 1000.0 if expires_at_ms else None,
+            held = objects if shared else None
+            if native:
+                entries: list[Entry] = native_walk.entries(
+                    recovered.messages,
+                    contents,
+                    held,
+                    Message,
+                    _MESSAGE_SLOTS,
+                    _MESSAGE_FIELDS,
+                    _ENTRY_TEMPLATE,
+                    _ENTRY_SLOTS,
+                    _ENTRY_FIELDS,
+                    now,
+                    wall_now_ms,
+                    crashed,
                 )
-                if delivered or crashed:
-                    entry.delivery_count = 1
-                append(entry)
+            else:
+                entries = _entries(recovered.messages, contents, held, now, wall_now_ms, crashed)
             # On disk already: the store is not told of what it restores.
             observers = queue.observers
             at = observers.index(self) if self in observers else -1

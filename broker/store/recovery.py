@@ -55,9 +55,12 @@ from broker.store.records import (
 )
 
 try:
-    from broker.store import _walk as native_walk
+    from broker.store import _walk
 except ImportError:  # not built (no C compiler at install): the Python walker
-    native_walk = None  # type: ignore[assignment]
+    _walk = None  # type: ignore[assignment]
+
+#: The native walker's module (broker/store/_walk.c), None when it is not built.
+native_walk = _walk
 
 #: Which walker a Recovery uses by default: "native" or "python".
 WALKER = "python" if native_walk is None else "native"
@@ -383,29 +386,25 @@ class Recovery:
         dequeued = self._dequeued
         delivered = self._delivered
         messages = self._messages
-        appends = {queue_id: queue.messages.append for queue_id, queue in queues.items()}
-        recovered = tuple.__new__
-        for key, (position, expires_at_ms, segment) in self._enqueued.items():
-            append = appends.get(key[0])
-            if append is None or key in dequeued:
-                continue
-            message_id = key[1]
-            use = uses.get(message_id)
-            if use is None:
-                content = messages.get(message_id)
-                if content is None:
-                    # The enqueue of a message whose content never reached the disk: the
-                    # content record comes first, so only a damaged store gets here.
-                    raise CorruptStore(
-                        segment, -1, f"message {message_id} enqueued but its content is missing"
-                    )
-                used[message_id] = content
-                uses[message_id] = [where[message_id], 1]
-            else:
-                use[1] += 1
-            live_enqueues[key] = segment
-            append(
-                recovered(RecoveredMessage, (message_id, position, expires_at_ms, key in delivered))
+        fold = native_walk.fold if self.native else _fold
+        missing = fold(
+            self._enqueued,
+            {queue_id: queue.messages for queue_id, queue in queues.items()},
+            dequeued,
+            delivered,
+            messages,
+            where,
+            used,
+            uses,
+            live_enqueues,
+            RecoveredMessage,
+        )
+        if missing is not None:
+            # The enqueue of a message whose content never reached the disk: the content
+            # record comes first, so only a damaged store gets here.
+            segment, message_id = missing
+            raise CorruptStore(
+                segment, -1, f"message {message_id} enqueued but its content is missing"
             )
         ledger = Ledger.restore(
             records=dict(self._records_in),
@@ -429,3 +428,40 @@ class Recovery:
             ledger=ledger,
             segments=list(self._segments),
         )
+
+
+def _fold(
+    enqueued: dict[tuple[int, int], tuple[int, int, int]],
+    lists: dict[int, list[RecoveredMessage]],
+    dequeued: set[tuple[int, int]],
+    delivered: set[tuple[int, int]],
+    messages: dict[int, MessageRecord],
+    where: dict[int, int],
+    used: dict[int, MessageRecord],
+    uses: dict[int, list[int]],
+    live_enqueues: dict[tuple[int, int], int],
+    recovered_type: type[RecoveredMessage],
+) -> tuple[int, int] | None:
+    """The hot loop of :meth:`Recovery.state` (one pass over every enqueue): each live
+    enqueue of a recovered queue (``lists``) to its list, with the ledger's message uses
+    built on the way. None, or the (segment, message id) of an enqueue whose content is
+    missing. The pure-Python twin of the native walker's ``fold``."""
+    appends = {queue_id: messages_of.append for queue_id, messages_of in lists.items()}
+    recovered = tuple.__new__
+    for key, (position, expires_at_ms, segment) in enqueued.items():
+        append = appends.get(key[0])
+        if append is None or key in dequeued:
+            continue
+        message_id = key[1]
+        use = uses.get(message_id)
+        if use is None:
+            content = messages.get(message_id)
+            if content is None:
+                return segment, message_id
+            used[message_id] = content
+            uses[message_id] = [where[message_id], 1]
+        else:
+            use[1] += 1
+        live_enqueues[key] = segment
+        append(recovered(recovered_type, (message_id, position, expires_at_ms, key in delivered)))
+    return None

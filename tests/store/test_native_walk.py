@@ -5,6 +5,7 @@ anywhere. Sans-I/O: bytes in, recovered state out."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import crc32c
@@ -12,6 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.core.vhost import VirtualHost
+from broker.store.journal import Journal
+from broker.store.message_store import MessageStore
 from broker.store.records import (
     HEADER,
     RECORD_HEADER,
@@ -54,6 +58,13 @@ def test_crc32c_is_the_packages(data: bytes, start: int) -> None:
 
 
 QUEUES = (1, 2)
+#: Content header properties: none, delivery mode 2, a TTL, headers (decoded lazily).
+PROPERTIES = [
+    b"\x00\x00",
+    b"\x10\x00\x02",
+    b"\x11\x00\x02\x03100",
+    b"\x30\x00\x00\x00\x00\x04\x01at\x01\x02",
+]
 names = st.sampled_from(["", "q", "amq.direct", "ex", "k.ey", "é"])
 
 
@@ -73,7 +84,7 @@ def records(draw: st.DrawFn) -> list[bytes]:
         choice = draw(st.integers(0, 9))
         if choice <= 3 or not enqueued:
             body = draw(st.binary(max_size=300))
-            props = draw(st.sampled_from([b"", b"\x10\x00\x02", b"\x90\x00\x05hello\x02"]))
+            props = draw(st.sampled_from(PROPERTIES))
             queue = draw(st.sampled_from(QUEUES))
             exchange, key = draw(names), draw(names)
             if choice == 0:
@@ -98,7 +109,9 @@ def records(draw: st.DrawFn) -> list[bytes]:
         elif choice == 6:
             out.append(encode_queue_entry(Kind.DELIVERED, *draw(st.sampled_from(enqueued))))
         elif choice == 7:
-            inner = encode_message_with_enqueue(next_id, "", "q1", b"", b"tx", 1, next_id, 0)
+            inner = encode_message_with_enqueue(
+                next_id, "", "q1", b"\x00\x00", b"tx", 1, next_id, 0
+            )
             inner += encode_queue_entry(Kind.DEQUEUE, *draw(st.sampled_from(enqueued)))
             out.append(encode_tx(inner))
             enqueued.append((1, next_id))
@@ -178,3 +191,51 @@ def test_a_record_the_native_walker_cannot_decode_is_damage() -> None:
         with pytest.raises(CorruptStore) as caught:
             Recovery(native=native).add_segment(1, data, last=True)
         assert caught.value.offset == len(data) - len(record)
+
+
+def slots(obj: Any) -> dict[str, Any]:
+    return {name: getattr(obj, name, "<unset>") for name in type(obj).__slots__}
+
+
+@settings(deadline=None, max_examples=150)
+@given(records(), st.booleans())
+def test_native_and_python_entries_are_the_same_objects(log: list[bytes], crashed: bool) -> None:
+    """The native ``entries`` (copies of the first Message of each distinct properties)
+    makes what Message() and Entry() make: every slot equal, a message on two queues one
+    object, no dict shared between two messages."""
+    recovery = Recovery()
+    recovery.add_segment(1, segment_header(1, 5) + b"".join(log), last=True)
+    try:
+        state = recovery.state()
+    except CorruptStore:
+        return  # an enqueue of a message deleted with its queue's record: not this test's
+    made = []
+    for native in (True, False):
+        vhost = VirtualHost(clock=lambda: 100.0)
+        MessageStore(Journal(Path("/nonexistent")), vhost).recover_into(
+            state, crashed=crashed, native=native
+        )
+        made.append({name: q.snapshot() for name, q in sorted(vhost.queues.items())})
+    native_queues, python_queues = made
+    assert native_queues.keys() == python_queues.keys()
+    for name, entries in native_queues.items():
+        reference = python_queues[name]
+        assert len(entries) == len(reference)
+        for entry, expected in zip(entries, reference, strict=True):
+            got, want = slots(entry), slots(expected)
+            got_at, want_at = got.pop("expires_at"), want.pop("expires_at")
+            assert (got_at is None) == (want_at is None)
+            assert got_at is None or abs(got_at - want_at) < 5  # wall clock read twice
+            got_message, want_message = got.pop("message"), want.pop("message")
+            assert got == want
+            assert slots(got_message) == slots(want_message)
+    ids: dict[int, list[Any]] = {}
+    for entries in native_queues.values():
+        for entry in entries:
+            ids.setdefault(entry.message.store_id, []).append(entry.message)
+    for same in ids.values():
+        assert all(message is same[0] for message in same)
+    headers = [
+        m[0]._headers for m in ids.values() if isinstance(m[0]._headers, dict)
+    ]  # no headers: each message its own empty dict
+    assert len({id(h) for h in headers}) == len(headers)
