@@ -8,12 +8,15 @@ STAMP  := $(VENV)/.installed
 # and a headless JRE, not Debian's zookeeper package, whose zooinspector pulls a desktop JRE),
 # arping for the virtual IP's gratuitous ARP, ocf-tester (resource-agents, with xmllint)
 # and crm_resource (pacemaker-cli-utils) for the OCF agent, nft for the nemesis drill's
-# partitions. CI runs as root. deploy/system-packages.sh installs them without recommends,
+# partitions, ip (iproute2: network namespaces, the virtual IP). CI runs as root.
+# deploy/system-packages.sh installs them without recommends,
 # starts no service and leaves none enabled (README.md lists what comes with them).
 # pacemaker-cli-utils needs "pacemaker | pacemaker-remote": pacemaker-remote, asked for
-# with it, keeps out pacemaker itself, corosync and dbus (crm_resource --force-* runs the
-# agent without a cluster). Node.js and npm run the amqplib client of tests/compat (its
-# package, pinned in tests/compat/node/package-lock.json, comes from the npm registry).
+# with it, keeps out pacemaker itself and corosync (crm_resource --force-* runs the
+# agent without a cluster). Node.js runs the amqplib client of tests/compat; its package,
+# pinned in tests/compat/node/package-lock.json, comes from the npm registry through
+# deploy/node_lock_install.py (integrity checked), not npm: Debian's npm brings about 340
+# node-* packages to a bare Debian 12 for that one package.
 # Chromium and its chromedriver drive the web console's browser tests (tests/console).
 # Each entry: a file that shows the package is there, then the package.
 SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java:default-jre-headless \
@@ -22,7 +25,7 @@ SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java
 	/usr/sbin/ocf-tester:resource-agents /usr/bin/xmllint:libxml2-utils \
 	/usr/sbin/crm_resource:pacemaker-cli-utils /usr/sbin/crm_resource:pacemaker-remote \
 	/usr/sbin/nft:nftables \
-	/usr/bin/node:nodejs /usr/bin/npm:npm \
+	/usr/bin/node:nodejs /bin/ip:iproute2 \
 	/usr/bin/chromium:chromium /usr/bin/chromedriver:chromium-driver
 #: What the demo uses: a ZooKeeper server (its jar, slf4j and a headless JRE), nothing else.
 DEMO_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java:default-jre-headless \
@@ -64,9 +67,8 @@ system-packages:
 demo-packages:
 	$(call install_missing,$(DEMO_PACKAGES))
 
-$(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json | system-packages
-	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund
-	@touch $@
+$(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json | $(STAMP)
+	$(BIN)/python deploy/node_lock_install.py $(NODE_CLIENT)
 
 unit: $(STAMP) system-packages $(NODE_CLIENT)/node_modules/.installed
 	$(BIN)/pytest -q -n 2 --dist loadgroup --durations=25

@@ -11,7 +11,8 @@
 # - no service stays enabled: every unit the install enabled (a new link in a .wants or
 #   .requires directory under /etc/systemd/system, such as cluster-glue's logd.service or
 #   pacemaker-remote's pacemaker_remote.service) is disabled again with
-#   deb-systemd-helper, which also records it so that an upgrade does not enable it.
+#   deb-systemd-helper, which also records it so that an upgrade does not enable it; the
+#   install's new alias links to it (Alias=) go too.
 #
 # It prints what it installed and what it disabled.
 set -eu
@@ -20,9 +21,17 @@ set -eu
 links() {
     find /etc/systemd/system \( -path '*.wants/*' -o -path '*.requires/*' \) 2>/dev/null | sort
 }
+# An enabled unit's aliases (Alias= in its [Install]) are links at the top of
+# /etc/systemd/system: `systemctl is-enabled` says "enabled" while one is left
+# (pacemaker_remote.service's pacemaker-remote.service on a bare Debian 12).
+aliases() {
+    find /etc/systemd/system -maxdepth 1 -type l 2>/dev/null | sort
+}
 
 before=$(mktemp)
 links >"$before"
+before_aliases=$(mktemp)
+aliases >"$before_aliases"
 policy=/usr/sbin/policy-rc.d
 own_policy=
 if [ ! -e "$policy" ]; then
@@ -32,7 +41,7 @@ if [ ! -e "$policy" ]; then
 fi
 cleanup() {
     if [ -n "$own_policy" ]; then rm -f "$policy"; fi
-    rm -f "$before"
+    rm -f "$before" "$before_aliases"
 }
 trap cleanup EXIT
 
@@ -46,5 +55,8 @@ links | comm -13 "$before" - | xargs -r -n1 basename | sort -u | while read -r u
     fi
     # whatever deb-systemd-helper left (or without it): the new links themselves
     links | comm -13 "$before" - | grep "/$unit\$" | xargs -r rm -f
+    aliases | comm -13 "$before_aliases" - | while read -r alias; do
+        if [ "$(basename "$(readlink "$alias")")" = "$unit" ]; then rm -f "$alias"; fi
+    done
     echo "disabled $unit (installed for its tools only; the tests start what they need)"
 done
