@@ -220,11 +220,12 @@ class Queue:
             self.dispatch()
         return True
 
-    def restore(self, entries: list[Entry]) -> None:
+    def restore(self, entries: list[Entry], body_bytes: int | None = None) -> None:
         """Put back entries recovered from the message store, as ``enqueue`` would one by one
         at their positions (ascending) but in bulk: no limits (they were admitted before),
         their expiry times and delivery counts as the store gives them. Observers are told of
-        each (the store detaches itself: it restores them)."""
+        each (the store detaches itself: it restores them). ``body_bytes``: the sum of their
+        body sizes when the caller knows it (the store's recovery counts it on the way)."""
         if not entries:
             return
         messages = self._messages
@@ -235,7 +236,9 @@ class Queue:
         else:
             messages.extend(entries)
         self.last_position = max(self.last_position, entries[-1].position)
-        self._bytes += sum([len(entry.message.body) for entry in entries])
+        if body_bytes is None:
+            body_bytes = sum([len(entry.message.body) for entry in entries])
+        self._bytes += body_bytes
         self.enqueued_total += len(entries)
         for observer in self.observers:
             for entry in entries:

@@ -206,9 +206,16 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             uint64_t message_id = be64(payload + 8);
             PyObject *k = pair(be64(payload), message_id);
             if (k == NULL) goto done;
-            PyObject *v = Py_BuildValue("(KKO)", (unsigned long long)be64(payload + 16),
-                                        (unsigned long long)be64(payload + 24), number);
-            if (v == NULL || PyDict_SetItem(enqueued, k, v) < 0) {
+            PyObject *v = PyTuple_New(3);
+            PyObject *position = v ? PyLong_FromUnsignedLongLong(be64(payload + 16)) : NULL;
+            PyObject *expires = position ? PyLong_FromUnsignedLongLong(be64(payload + 24)) : NULL;
+            if (v != NULL) {
+                PyTuple_SET_ITEM(v, 0, position); /* NULL-safe: the tuple's dealloc skips */
+                PyTuple_SET_ITEM(v, 1, expires);
+                Py_INCREF(number);
+                PyTuple_SET_ITEM(v, 2, number);
+            }
+            if (expires == NULL || PyDict_SetItem(enqueued, k, v) < 0) {
                 Py_DECREF(k);
                 Py_XDECREF(v);
                 goto done;
@@ -474,7 +481,8 @@ static void put(PyObject *object, Py_ssize_t offset, PyObject *value) {
 }
 
 /* entries(recovered, contents, shared, make_message, message_slots, message_fields,
- *         entry_template, entry_slots, entry_fields, now, wall_now_ms, crashed) -> list
+ *         entry_template, entry_slots, entry_fields, now, wall_now_ms, crashed)
+ *     -> (entries, body bytes)
  *
  * The hot loop of MessageStore.recover_into: one Entry per RecoveredMessage of
  * ``recovered`` (message id, position, expiry ms, delivered), on a Message of its content
@@ -485,7 +493,8 @@ static void put(PyObject *object, Py_ssize_t offset, PyObject *value) {
  * those four descriptors). Entries are copies of ``entry_template`` with their message,
  * position, expiry (``now`` + what is left of it, None for none) and delivery count
  * (1 when delivered or ``crashed``). ``shared``: a dict (message id -> Message) when a
- * message may be on several queues, else None. */
+ * message may be on several queues, else None. ``body bytes``: the sum of the entries'
+ * message body sizes (what Queue.restore would count). */
 static PyObject *entries(PyObject *self, PyObject *args) {
     PyObject *recovered, *contents, *shared, *make_message, *message_descriptors,
         *message_fields, *entry_template, *entry_descriptors, *entry_fields;
@@ -518,6 +527,7 @@ static PyObject *entries(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(recovered);
+    Py_ssize_t body_bytes = 0;
     PyObject *out = PyList_New(n);
     PyObject *templates = PyDict_New(); /* properties -> the first Message with them */
     PyObject *one = PyLong_FromLong(1), *zero = PyLong_FromLong(0);
@@ -581,6 +591,8 @@ static PyObject *entries(PyObject *self, PyObject *args) {
             goto fail;
         }
         put(entry, entry_at.offsets[0], message);
+        PyObject *body_now = SLOT(message, message_at.offsets[2]);
+        if (body_now != NULL && PyBytes_Check(body_now)) body_bytes += PyBytes_GET_SIZE(body_now);
         Py_DECREF(message);
         put(entry, entry_at.offsets[1], PyTuple_GET_ITEM(item, 1));
         PyObject *expiry = PyTuple_GET_ITEM(item, 2);
@@ -611,7 +623,8 @@ static PyObject *entries(PyObject *self, PyObject *args) {
     Py_DECREF(templates);
     Py_DECREF(one);
     Py_DECREF(zero);
-    return out;
+    PyObject *result = Py_BuildValue("(Nn)", out, body_bytes);
+    return result;
 fail:
     Py_XDECREF(out);
     Py_XDECREF(templates);

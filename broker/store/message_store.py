@@ -75,10 +75,10 @@ def _entries(
     now: float,
     wall_now_ms: float,
     crashed: bool,
-) -> list[Entry]:
+) -> tuple[list[Entry], int]:
     """The entries of a recovered queue, on their messages (``shared``: by id, when a
-    message may be on several queues): the pure-Python twin of the native walker's
-    ``entries``."""
+    message may be on several queues), and the sum of their body sizes: the pure-Python
+    twin of the native walker's ``entries``."""
     entries: list[Entry] = []
     append = entries.append
     for message_id, position, expires_at_ms, delivered in recovered:
@@ -97,7 +97,7 @@ def _entries(
         if delivered or crashed:
             entry.delivery_count = 1
         append(entry)
-    return entries
+    return entries, sum([len(entry.message.body) for entry in entries])
 
 
 class MessageStore:
@@ -163,7 +163,7 @@ class MessageStore:
             # The hot loop of a restart: Entry objects made here, put back in bulk.
             held = objects if shared else None
             if native:
-                entries: list[Entry] = native_walk.entries(
+                entries, body_bytes = native_walk.entries(
                     recovered.messages,
                     contents,
                     held,
@@ -178,14 +178,16 @@ class MessageStore:
                     crashed,
                 )
             else:
-                entries = _entries(recovered.messages, contents, held, now, wall_now_ms, crashed)
+                entries, body_bytes = _entries(
+                    recovered.messages, contents, held, now, wall_now_ms, crashed
+                )
             # On disk already: the store is not told of what it restores.
             observers = queue.observers
             at = observers.index(self) if self in observers else -1
             if at >= 0:
                 del observers[at]
             try:
-                queue.restore(entries)
+                queue.restore(entries, body_bytes)
             finally:
                 if at >= 0:
                     observers.insert(at, self)
