@@ -299,8 +299,12 @@ class BackupLink:
             await self._close_client(self.client)
 
     async def _close_client(self, client: AmqpClient) -> None:
+        # asyncio.timeout, never wait_for: Python 3.11's wait_for returns normally when it
+        # is cancelled just as the close ends. The link task's cancellation was lost, it
+        # dialled on, and stop() (at promotion: DropLink) waited for it for ever.
         with contextlib.suppress(ClientError, OSError, TimeoutError):
-            await asyncio.wait_for(client.close(), timeout=2.0)
+            async with asyncio.timeout(2.0):
+                await client.close()
 
     # -- dialling ----------------------------------------------------------------------
     async def _run(self) -> None:

@@ -89,7 +89,8 @@ class QueueReplication:
                 await task
         if self._client is not None:
             with contextlib.suppress(ClientError, OSError, TimeoutError):
-                await asyncio.wait_for(self._client.close(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await self._client.close()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -179,5 +180,8 @@ class QueueReplication:
             if closed in done:
                 raise closed.result()
         finally:
+            # asyncio.timeout, never wait_for: Python 3.11's wait_for returns normally when
+            # it is cancelled just as the close ends, and stop() would wait for ever.
             with contextlib.suppress(ClientError, OSError, TimeoutError):
-                await asyncio.wait_for(client.close(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await client.close()
