@@ -24,6 +24,7 @@ from broker.core.alarms import ResourceAlarms, memory_limit_bytes
 from broker.core.errors import ReplyCode
 from broker.core.paging import PagingBudget
 from broker.core.vhost import VirtualHost
+from broker.core.vhosts import VirtualHosts
 from broker.ha.store_history import DISCARD_MARKER
 from broker.options import BrokerOptions
 from broker.security.broker_security import BrokerSecurity
@@ -53,12 +54,18 @@ class Broker:
         self.options = options
         self.log = get_logger("broker")
         self.started_at = time.time()
-        self.vhost = VirtualHost(default_queue_limit=options.default_queue_limit)
+        #: The virtual hosts; ``vhost`` is ``/``, the default one.
+        self.vhosts = VirtualHosts(
+            lambda name: VirtualHost(default_queue_limit=options.default_queue_limit, name=name)
+        )
+        self.vhost = self.vhosts.default
+        self.vhosts.vhost_listeners.append(self)
         users = (
             UserDatabase.load(options.sasl_users) if options.sasl_users else UserDatabase.default()
         )
         self.context = BrokerContext(
             vhost=self.vhost,
+            vhosts=self.vhosts,
             authenticator=Authenticator(
                 users, options.auth, frozenset(filter(None, options.loopback_users.split(",")))
             ),
@@ -114,7 +121,7 @@ class Broker:
         if limit:
             budget = PagingBudget(int(limit * PAGING_RATIO))
             self.pager = Pager(
-                self.vhost, data_dir / "paging", budget, on_write_failed=self._page_write_failed
+                self.vhosts, data_dir / "paging", budget, on_write_failed=self._page_write_failed
             ).start()
 
     def _page_write_failed(self, exc: OSError) -> None:
@@ -153,7 +160,7 @@ class Broker:
                 ) from None
             if state.torn_tail is not None:
                 data_dir.store_status = "dirty"  # a clean stop leaves no torn record
-            store = MessageStore(journal, self.vhost)
+            store = MessageStore(journal, self.vhosts)
             store.recover_into(state, crashed=data_dir.store_status == "dirty")
         journal.start()
         restored = take_restored_marker(data_dir.path)  # qpid-ha restore's first start
@@ -196,6 +203,21 @@ class Broker:
                 protocol.flush()
         self._stopped_by_fence.set()
 
+    # -- virtual hosts (VhostListener) -------------------------------------------------
+    def vhost_created(self, vhost: VirtualHost) -> None:
+        self.log.info("vhost_created", vhost=vhost.name)
+
+    def vhost_deleted(self, vhost: VirtualHost) -> None:
+        """Its objects are gone: its connections are closed (320), as RabbitMQ does."""
+        closed = 0
+        for protocol in list(self._protocols):
+            connection = protocol.connection
+            if connection is not None and connection.vhost is vhost and connection.is_open:
+                connection.close(ReplyCode.CONNECTION_FORCED, f"vhost '{vhost.name}' is deleted")
+                protocol.flush()
+                closed += 1
+        self.log.info("vhost_deleted", vhost=vhost.name, connections_closed=closed)
+
     def _refused(self, reason: str) -> None:
         """This broker must not run (its store belongs to another cluster): stop, exit 1."""
         self.refused_reason = reason
@@ -236,7 +258,7 @@ class Broker:
             from broker.ha.ha_broker import HaBroker
 
             self.ha = HaBroker(
-                self.vhost,
+                self.vhosts,
                 self.context,
                 options,
                 amqp_port=lambda: self.amqp_port,
@@ -292,7 +314,7 @@ class Broker:
             try:
                 # A backup never expires or dead-letters by itself: its primary does.
                 if ha is None or ha.state.is_primary:
-                    self.vhost.tick()
+                    self.vhosts.tick()
                 if ha is not None:
                     ha.tick()
             except Exception as exc:  # keep housekeeping alive; a bug is logged, not fatal

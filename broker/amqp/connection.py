@@ -464,11 +464,10 @@ class Connection:
 
     def _open(self, method: commands.Connection.Open) -> None:
         vhost = method.virtual_host or "/"
-        if vhost != self.vhost.name:
-            raise AmqpError(
-                ReplyCode.NOT_ALLOWED, f"access to vhost '{vhost}' refused: no such vhost", 10, 40
-            )
         ctx = self.ctx
+        found = ctx.find_vhost(vhost)
+        if found is None:  # RabbitMQ's words
+            raise AmqpError(ReplyCode.NOT_ALLOWED, f"vhost {vhost} not found", 10, 40)
         if ctx.acl is not None:
             denied = ctx.acl.check(self.user, self.name, "access", "virtualhost", {"name": vhost})
             if denied is not None:
@@ -487,6 +486,7 @@ class Connection:
                 ctx.connections_refused_total += 1
                 raise refusal
             self._admitted = True
+        self.vhost = found
         self._set_state(S.OPEN)
         ctx.connections_opened_total += 1
         known_hosts = ""

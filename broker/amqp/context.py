@@ -12,6 +12,7 @@ from broker import __version__
 from broker.amqp.stream_sink import StreamSink
 from broker.core.errors import AmqpError
 from broker.core.vhost import VirtualHost
+from broker.core.vhosts import VirtualHosts
 from broker.security.sasl import Authenticator
 
 if TYPE_CHECKING:
@@ -103,6 +104,8 @@ class BrokerContext:
 
     vhost: VirtualHost
     authenticator: Authenticator
+    #: Every virtual host, ``vhost`` (``/``) among them; None: ``vhost`` only.
+    vhosts: VirtualHosts | None = None
     settings: ConnectionSettings = field(default_factory=ConnectionSettings)
     admission: AdmissionPolicy | None = None
     streams: StreamHooks | None = None
@@ -127,6 +130,12 @@ class BrokerContext:
     connections_opened_total: int = 0
     connections_refused_total: int = 0
     protocol_errors_total: int = 0
+
+    def find_vhost(self, name: str) -> VirtualHost | None:
+        """The virtual host a connection.open names, None if there is none."""
+        if self.vhosts is not None:
+            return self.vhosts.get(name)
+        return self.vhost if name == self.vhost.name else None
 
     def open_connection_count(self) -> int:
         return sum(1 for c in self.connections.values() if c.is_open)

@@ -84,6 +84,8 @@ class Exchange(ABC):
     """Base class: bookkeeping of bindings; subclasses route."""
 
     type = ""
+    #: The name of the virtual host the exchange is in (set by it).
+    vhost: str = "/"
 
     def __init__(
         self,

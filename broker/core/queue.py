@@ -72,6 +72,9 @@ def consumer_priority(consumer: Consumer) -> int:
 class Queue:
     """A message queue (see the module docstring)."""
 
+    #: The name of the virtual host the queue is in (set by it).
+    vhost: str = "/"
+
     def __init__(
         self,
         name: str,

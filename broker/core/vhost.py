@@ -20,7 +20,6 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.core.dead_letter import dead_letter_copy, is_cycle
@@ -43,30 +42,16 @@ from broker.core.exchange import (
 )
 from broker.core.message import Entry, Message
 from broker.core.queue import REASON_REJECTED, Queue
-
-VHOST = "/"
-
-#: Exchanges every broker has, never replicated (seed 001, 1.12.7).
-BUILTIN_EXCHANGES = {
-    "amq.direct": "direct",
-    "amq.fanout": "fanout",
-    "amq.topic": "topic",
-    "amq.match": "headers",
-    "amq.headers": "headers",
-}
-
-#: Queue arguments compared when a queue is declared again (RabbitMQ's list).
-EQUIVALENCE_ARGS = (
-    "x-message-ttl",
-    "x-expires",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-overflow",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-priority",
-    "x-single-active-consumer",
+from broker.core.vhost_rules import (
+    BUILTIN_EXCHANGES,
+    EQUIVALENCE_ARGS,
+    VHOST,
+    PublishResult,
 )
+from broker.core.vhost_rules import flag as _flag
+from broker.core.vhost_rules import shown as _shown
+
+__all__ = ["BUILTIN_EXCHANGES", "EQUIVALENCE_ARGS", "VHOST", "PublishResult", "VirtualHost"]
 
 _MAX_DEAD_LETTER_DEPTH = 8
 
@@ -93,27 +78,6 @@ class QueueConsumerOwner(Protocol):
     def queue_deleted(self, queue: Queue) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class PublishResult:
-    """Where a publish went: routed to ``queues`` queues, refused by ``rejected`` of them."""
-
-    queues: int
-    rejected: int
-
-    @property
-    def routed(self) -> bool:
-        return self.queues > 0
-
-
-def _flag(value: bool) -> str:
-    return "true" if value else "false"
-
-
-def _shown(value: object) -> str:
-    """A value in an inequivalence message, as RabbitMQ words it ('none' when unset)."""
-    return "none" if value is None else f"'{value}'"
-
-
 class VirtualHost:
     """Exchanges, queues and bindings of one virtual host."""
 
@@ -137,6 +101,8 @@ class VirtualHost:
         }
         for ex_name, ex_type in BUILTIN_EXCHANGES.items():
             self.exchanges[ex_name] = EXCHANGE_TYPES[ex_type](ex_name, durable=True, builtin=True)
+        for builtin in self.exchanges.values():
+            builtin.vhost = name
         self._queue_bindings: dict[str, list[Binding]] = {}
         #: Exchange-to-exchange bindings by destination exchange name.
         self._exchange_bindings: dict[str, list[Binding]] = {}
@@ -191,6 +157,7 @@ class VirtualHost:
         exchange = cls(
             name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
         )
+        exchange.vhost = self.name
         self.exchanges[name] = exchange
         for listener in self.listeners:
             listener.exchange_declared(exchange)
@@ -323,6 +290,7 @@ class VirtualHost:
             default_limit_bytes=self.default_queue_limit,
             uuid=uuid,
         )
+        queue.vhost = self.name
         self.queues[name] = queue
         self._queue_bindings[name] = []
         for listener in self.listeners:

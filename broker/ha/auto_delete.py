@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from broker.core.queue import Queue
+from broker.core.vhosts import key_of
 
 #: Queue argument: seconds an unused auto-delete queue waits before it goes (Qpid's name).
 AUTO_DELETE_TIMEOUT_ARG = "qpid.auto_delete_timeout"
@@ -64,7 +65,7 @@ class OrphanedQueues:
 
     def __init__(self, queues: Iterable[Queue], *, now: float, default_grace: float) -> None:
         self._orphans: dict[str, Orphan] = {
-            q.name: Orphan(q, now + grace_of(q, default_grace))
+            key_of(q): Orphan(q, now + grace_of(q, default_grace))
             for q in queues
             if q.auto_delete and not q.deleted and q.consumer_count == 0
         }

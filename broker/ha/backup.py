@@ -49,7 +49,8 @@ from broker.amqp.client import (
 )
 from broker.amqp.client.handshake import NoUsableMechanism
 from broker.core.errors import ReplyCode
-from broker.core.vhost import VirtualHost
+from broker.core.vhost import VHOST, VirtualHost
+from broker.core.vhosts import VirtualHosts
 from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.names import (
     BACKUP_PROPERTY,
@@ -62,6 +63,7 @@ from broker.ha.names import (
     QUEUE_STREAM_PREFIX,
     STATUS_PROPERTY,
     URL_PROPERTY,
+    VHOST_ARGUMENT,
 )
 from broker.ha.queue_replicator import AckCoalescer, CatchUpGc
 from broker.ha.redial import Backoff, DialFailures, DialRefused, dial_loop
@@ -206,7 +208,7 @@ class BackupLink:
     def __init__(
         self,
         owner: LinkOwner,
-        vhost: VirtualHost,
+        vhost: VirtualHost | VirtualHosts,
         addresses: list[Address],
         *,
         user: str | None,
@@ -511,11 +513,11 @@ class BackupLink:
                     self._waiting.discard(name)
                     self._check_caught_up()
 
-            await channel.consume(
-                QUEUE_STREAM_PREFIX + name,
-                on_batch,
-                arguments={IDS_ARGUMENT: bytearray(replicator.ids().encode())},
-            )
+            arguments: dict[str, Any] = {IDS_ARGUMENT: bytearray(replicator.ids().encode())}
+            queue = replicator.queue  # name: its key; the stream names it in its vhost
+            if queue.vhost != VHOST:
+                arguments[VHOST_ARGUMENT] = queue.vhost
+            await channel.consume(QUEUE_STREAM_PREFIX + queue.name, on_batch, arguments=arguments)
         except ClientError as exc:
             # The queue may have gone on the primary meanwhile; its deletion event follows.
             self.owner.log("ha_subscribe_failed", queue=name, reason=str(exc))

@@ -4,12 +4,14 @@ BrokerReplicator (Qpid's name) keeps the backup's copy of the primary's replicat
 configuration.
 
 It applies the configuration stream (:class:`broker.ha.streams.ConfigStream`) to the
-backup's virtual host: a ``snapshot`` creates what is missing and deletes *leftovers*, the
-queues, exchanges and bindings the backup has but the primary no longer does (backups hold
-nothing of their own: clients cannot use them); later events create and delete one thing
-each. Every queue replicated with level ``all`` needs a
-:class:`~broker.ha.queue_replicator.QueueReplicator`; :meth:`apply` returns the names of
-queues that gained or lost one, for the link to subscribe or unsubscribe. ``membership``
+backup's virtual hosts: a ``snapshot`` creates what is missing and deletes *leftovers*, the
+vhosts, queues, exchanges and bindings the backup has but the primary no longer does
+(backups hold nothing of their own: clients cannot use them); later events create and
+delete one thing each, in the vhost the event names (``/`` when it names none). Every
+queue replicated with level ``all`` needs a
+:class:`~broker.ha.queue_replicator.QueueReplicator`; :meth:`apply` returns the keys
+(:func:`broker.core.vhosts.queue_key`: the name in ``/``) of queues that gained or lost
+one, for the link to subscribe or unsubscribe. ``membership``
 events are kept in :attr:`members`. The queue replicators share one
 :class:`~broker.ha.tx_staging.TxStaging` (:attr:`staging`): a transaction's messages are
 applied all together or not at all; a queue that goes takes its part of the staging along.
@@ -27,7 +29,8 @@ from typing import Any
 
 from broker.core.errors import AmqpError
 from broker.core.exchange import EXCHANGE, QUEUE, BindingKey, binding_key
-from broker.core.vhost import VirtualHost
+from broker.core.vhost import VHOST, VirtualHost
+from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.queue_replicator import QueueReplicator
 from broker.ha.tx_staging import TxStaging
 
@@ -43,12 +46,13 @@ class ConfigChanges:
 class BrokerReplicator:
     """Applies configuration events to the backup's virtual host."""
 
-    def __init__(self, vhost: VirtualHost) -> None:
-        self.vhost = vhost
+    def __init__(self, vhost: VirtualHosts | VirtualHost) -> None:
+        self.vhosts = vhost if isinstance(vhost, VirtualHosts) else VirtualHosts(default=vhost)
+        #: By queue key.
         self.replicators: dict[str, QueueReplicator] = {}
         #: Transactions staged across the replicators, until whole (or the link goes).
         self.staging = TxStaging()
-        #: Queues exclusive to a client connection of the primary (they die with it).
+        #: Keys of queues exclusive to a client connection of the primary (they die with it).
         self.exclusive: set[str] = set()
         self.members: list[dict[str, Any]] = []
         self.snapshots = 0
@@ -62,11 +66,15 @@ class BrokerReplicator:
             elif kind == "queue-declared":
                 self._declare_queue(event["queue"], changes)
             elif kind == "queue-deleted":
-                self._delete_queue(str(event["name"]), changes)
+                self._delete_queue(queue_key(_vhost_of(event), str(event["name"])), changes)
             elif kind == "exchange-declared":
                 self._declare_exchange(event["exchange"])
             elif kind == "exchange-deleted":
-                self.vhost.delete_exchange(str(event["name"]))
+                self._in(event).delete_exchange(str(event["name"]))
+            elif kind == "vhost-declared":
+                self.vhosts.create(str(event["name"]))
+            elif kind == "vhost-deleted":
+                self._delete_vhost(str(event["name"]), changes)
             elif kind == "bound":
                 self._bind(event["binding"])
             elif kind == "unbound":
@@ -77,24 +85,43 @@ class BrokerReplicator:
                 raise ValueError(f"unknown configuration event {kind!r}")
         except AmqpError as exc:
             raise ValueError(f"cannot apply {kind} event: {exc.reply_text}") from exc
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed {kind} event: {exc!r}") from exc
         return changes
+
+    def _in(self, config: dict[str, Any]) -> VirtualHost:
+        """The vhost an event (or its object) names; KeyError if the backup has none."""
+        name = _vhost_of(config)
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            raise KeyError(f"no vhost {name!r}")
+        return vhost
+
+    # -- virtual hosts -----------------------------------------------------------------
+    def _delete_vhost(self, name: str, changes: ConfigChanges) -> None:
+        vhost = self.vhosts.get(name)
+        if vhost is None or name == VHOST:
+            return
+        for queue_name in list(vhost.queues):
+            self._delete_queue(queue_key(name, queue_name), changes)
+        self.vhosts.delete(name)
 
     # -- queues ------------------------------------------------------------------------
     def _declare_queue(self, config: dict[str, Any], changes: ConfigChanges) -> None:
         name = str(config["name"])
+        vhost = self._in(config)
+        key = queue_key(vhost.name, name)
         arguments = dict(config.get("arguments") or {})
         uuid = str(config.get("uuid") or "") or None
-        existing = self.vhost.queues.get(name)
+        existing = vhost.queues.get(name)
         if existing is not None and (
             (uuid is not None and existing.uuid != uuid)  # deleted and declared again
             or existing.arguments != arguments
             or existing.durable != bool(config.get("durable"))
             or existing.auto_delete != bool(config.get("auto_delete"))
         ):
-            self._delete_queue(name, changes)  # replaced on the primary by another queue
-        queue = self.vhost.declare_queue(
+            self._delete_queue(key, changes)  # replaced on the primary by another queue
+        queue = vhost.declare_queue(
             name,
             durable=bool(config.get("durable")),
             auto_delete=bool(config.get("auto_delete")),
@@ -103,31 +130,32 @@ class BrokerReplicator:
             uuid=uuid,
         )
         if config.get("exclusive"):
-            self.exclusive.add(name)
+            self.exclusive.add(key)
         else:
-            self.exclusive.discard(name)
-        if config.get("replicate") == "all" and name not in self.replicators:
-            self.replicators[name] = QueueReplicator(queue, self.staging)
-            changes.subscribe.append(name)
+            self.exclusive.discard(key)
+        if config.get("replicate") == "all" and key not in self.replicators:
+            self.replicators[key] = QueueReplicator(queue, self.staging)
+            changes.subscribe.append(key)
 
-    def _delete_queue(self, name: str, changes: ConfigChanges) -> None:
-        self.exclusive.discard(name)
-        replicator = self.replicators.pop(name, None)
+    def _delete_queue(self, key: str, changes: ConfigChanges) -> None:
+        self.exclusive.discard(key)
+        replicator = self.replicators.pop(key, None)
         if replicator is not None:
-            changes.unsubscribe.append(name)
+            changes.unsubscribe.append(key)
             self.staging.queue_gone(replicator)
-        self.vhost.delete_queue(name)
+        self.vhosts.delete_queue(key)
 
     # -- exchanges and bindings --------------------------------------------------------
     def _declare_exchange(self, config: dict[str, Any]) -> None:
         name = str(config["name"])
-        existing = self.vhost.exchanges.get(name)
+        vhost = self._in(config)
+        existing = vhost.exchanges.get(name)
         arguments = dict(config.get("arguments") or {})
         if existing is not None and (
             existing.type != config.get("type") or existing.arguments != arguments
         ):
-            self.vhost.delete_exchange(name)
-        self.vhost.declare_exchange(
+            vhost.delete_exchange(name)
+        vhost.declare_exchange(
             name,
             str(config["type"]),
             durable=bool(config.get("durable")),
@@ -137,15 +165,16 @@ class BrokerReplicator:
         )
 
     def _bind(self, binding: dict[str, Any]) -> None:
+        vhost = self._in(binding)
         if binding.get("destination_type") == EXCHANGE:
-            self.vhost.bind_exchange(
+            vhost.bind_exchange(
                 str(binding["destination"]),
                 str(binding["exchange"]),
                 str(binding["routing_key"]),
                 dict(binding.get("arguments") or {}),
             )
             return
-        self.vhost.bind(
+        vhost.bind(
             str(binding["queue"]),
             str(binding["exchange"]),
             str(binding["routing_key"]),
@@ -153,15 +182,16 @@ class BrokerReplicator:
         )
 
     def _unbind(self, binding: dict[str, Any]) -> None:
+        vhost = self._in(binding)
         if binding.get("destination_type") == EXCHANGE:
-            self.vhost.unbind_exchange(
+            vhost.unbind_exchange(
                 str(binding["destination"]),
                 str(binding["exchange"]),
                 str(binding["routing_key"]),
                 dict(binding.get("arguments") or {}),
             )
             return
-        self.vhost.unbind(
+        vhost.unbind(
             str(binding["queue"]),
             str(binding["exchange"]),
             str(binding["routing_key"]),
@@ -169,10 +199,11 @@ class BrokerReplicator:
         )
 
     @staticmethod
-    def _key(binding: dict[str, Any]) -> tuple[str, BindingKey]:
-        """A binding event's identity: its exchange and its key there."""
+    def _key(binding: dict[str, Any]) -> tuple[str, str, BindingKey]:
+        """A binding event's identity: its vhost, its exchange and its key there."""
         to_exchange = binding.get("destination_type") == EXCHANGE
         return (
+            _vhost_of(binding),
             str(binding["exchange"]),
             binding_key(
                 str(binding["destination"] if to_exchange else binding["queue"]),
@@ -185,23 +216,37 @@ class BrokerReplicator:
     # -- snapshot ----------------------------------------------------------------------
     def _snapshot(self, event: dict[str, Any], changes: ConfigChanges) -> None:
         self.snapshots += 1
-        vhost = self.vhost
-        queues = {str(q["name"]): q for q in event.get("queues") or []}
-        exchanges = {str(e["name"]): e for e in event.get("exchanges") or []}
+        vhosts = {VHOST, *(str(v) for v in event.get("vhosts") or [])}
+        for vhost in list(self.vhosts):
+            if vhost.name not in vhosts:
+                self._delete_vhost(vhost.name, changes)  # leftovers absent on the primary
+        for name in sorted(vhosts):
+            self.vhosts.create(name)
+        queues = {queue_key(_vhost_of(q), str(q["name"])): q for q in event.get("queues") or []}
+        exchanges = {(_vhost_of(e), str(e["name"])): e for e in event.get("exchanges") or []}
         bindings = list(event.get("bindings") or [])
-        for name in [n for n in vhost.queues if n not in queues]:
-            self._delete_queue(name, changes)  # leftovers absent on the primary
-        for name, exchange in list(vhost.exchanges.items()):
-            if not exchange.builtin and name not in exchanges:
-                vhost.delete_exchange(name)
+        for queue in list(self.vhosts.queues.values()):
+            if key_of(queue) not in queues:
+                self._delete_queue(key_of(queue), changes)  # leftovers absent on the primary
+        for vhost in list(self.vhosts):
+            for name, exchange in list(vhost.exchanges.items()):
+                if not exchange.builtin and (vhost.name, name) not in exchanges:
+                    vhost.delete_exchange(name)
         for config in exchanges.values():
             self._declare_exchange(config)
         for config in queues.values():
             self._declare_queue(config, changes)
         wanted = {self._key(b) for b in bindings}
+        for vhost in list(self.vhosts):
+            self._unbind_leftovers(vhost, wanted)
+        for b in bindings:
+            self._bind(b)
+
+    @staticmethod
+    def _unbind_leftovers(vhost: VirtualHost, wanted: set[tuple[str, str, BindingKey]]) -> None:
         for binding in vhost.bindings():
             exchange = vhost.exchanges[binding.exchange]
-            if not exchange.builtin and (binding.exchange, binding.key) not in wanted:
+            if not exchange.builtin and (vhost.name, binding.exchange, binding.key) not in wanted:
                 destination = binding.destination.name
                 if binding.to_exchange:
                     vhost.unbind_exchange(
@@ -211,5 +256,8 @@ class BrokerReplicator:
                     vhost.unbind(
                         destination, binding.exchange, binding.routing_key, binding.arguments
                     )
-        for b in bindings:
-            self._bind(b)
+
+
+def _vhost_of(config: dict[str, Any]) -> str:
+    """The vhost an event or an object of one names: ``/`` when it names none."""
+    return str(config.get("vhost") or VHOST)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
+from broker.core.vhosts import key_of
 from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
 from broker.ha.cluster_identity import ClusterIdentity
@@ -320,14 +321,14 @@ class HaBroker:
             return
         primary.tick()
         for queue in primary.take_orphans():
-            if self.vhost.queues.get(queue.name) is queue:
+            if self.vhost.queues.get(key_of(queue)) is queue:
                 self.log_.info(
                     "ha_orphan_queue_deleted",
                     queue=queue.name,
                     messages=queue.message_count,
                     grace=grace_of(queue, primary.auto_delete_grace),
                 )
-                self.vhost.delete_queue(queue.name)
+                self.vhost.delete_queue(key_of(queue))
 
     # -- backup link callbacks (LinkOwner) -------------------------------------------------
     def link_up(self, address: Address, primary_epoch: int) -> None:
@@ -609,7 +610,7 @@ class _PrimaryListener:
 
     def queue_deleted(self, queue: Any) -> None:
         self.primary.queue_deleted(queue)
-        self.ha.queue_deleted(queue.name)
+        self.ha.queue_deleted(key_of(queue))
 
     def exchange_declared(self, exchange: Any) -> None:
         pass

@@ -20,10 +20,11 @@ def ha_status(ha: HaBroker) -> dict[str, Any]:
     """What GET /api/ha shows."""
     queues: list[dict[str, Any]] = []
     if ha.link is not None and ha.link.replicator.replicators:
-        for name, replicator in sorted(ha.link.replicator.replicators.items()):
+        for _key, replicator in sorted(ha.link.replicator.replicators.items()):
             queues.append(
                 {
-                    "name": name,
+                    "name": replicator.queue.name,
+                    "vhost": replicator.queue.vhost,
                     "caught_up": replicator.caught_up,
                     "messages": replicator.queue.message_count,
                     "last_id": replicator.queue.last_position,
@@ -35,11 +36,12 @@ def ha_status(ha: HaBroker) -> dict[str, Any]:
         # A primary's queues, or what a joining broker recovered from its store (before
         # its link replicates any): their last ids are its replication position, what
         # a total failure compares.
-        for name, queue in sorted(ha.vhost.queues.items()):
+        for _key, queue in sorted(ha.vhost.queues.items()):
             if queue.exclusive_owner is None:
                 queues.append(
                     {
-                        "name": name,
+                        "name": queue.name,
+                        "vhost": queue.vhost,
                         "messages": queue.message_count,
                         "last_id": queue.last_position,
                     }

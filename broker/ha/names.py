@@ -40,6 +40,8 @@ CONFIG_STREAM = "qpid.ha-config"
 QUEUE_STREAM_PREFIX = "qpid.ha-queue:"
 #: basic.consume argument of a queue stream: the replication ids the backup holds.
 IDS_ARGUMENT = "qpid.ha-ids"
+#: basic.consume argument of a queue stream: the queue's vhost (absent: "/").
+VHOST_ARGUMENT = "qpid.ha-vhost"
 
 # -- declare arguments -------------------------------------------------------------------
 #: Replication level of a queue or exchange (none, configuration, all).

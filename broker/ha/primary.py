@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
+from broker.core.vhosts import VirtualHosts, key_of
 from broker.ha.auto_delete import OrphanedQueues
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel, queue_level
@@ -39,7 +40,7 @@ class Primary:
 
     def __init__(
         self,
-        vhost: VirtualHost,
+        vhost: VirtualHost | VirtualHosts,
         *,
         replicate_default: ReplicateLevel,
         clock: Callable[[], float],
@@ -71,7 +72,8 @@ class Primary:
         ]
 
     def replicated_queue_names(self) -> frozenset[str]:
-        return frozenset(q.name for q in self.replicated_queues())
+        """Their keys (:func:`broker.core.vhosts.queue_key`): the name in vhost ``/``."""
+        return frozenset(key_of(q) for q in self.replicated_queues())
 
     # -- guards --------------------------------------------------------------------------
     def guard_backup(self, backup_id: str, url: str) -> RemoteBackup:
@@ -96,7 +98,7 @@ class Primary:
 
     def queue_deleted(self, queue: Queue) -> None:
         for backup in self.backups.values():
-            backup.queue_deleted(queue.name)
+            backup.queue_deleted(key_of(queue))
 
     # -- orphans -------------------------------------------------------------------------
     def tick(self) -> None:

@@ -18,6 +18,7 @@ THREAD UNSAFE: the primary's event loop owns it.
 from __future__ import annotations
 
 from broker.core.queue import Queue
+from broker.core.vhosts import key_of
 from broker.ha.config_guard import ConfigGuard
 from broker.ha.queue_guard import QueueGuard
 
@@ -28,17 +29,18 @@ class RemoteBackup:
     def __init__(self, backup_id: str, url: str, queues: list[Queue]) -> None:
         self.id = backup_id
         self.url = url
-        self.guards: dict[str, QueueGuard] = {q.name: QueueGuard(q, backup_id) for q in queues}
+        #: By queue key (broker.core.vhosts.queue_key).
+        self.guards: dict[str, QueueGuard] = {key_of(q): QueueGuard(q, backup_id) for q in queues}
         #: Replies to configuration changes held until this backup has them.
         self.config = ConfigGuard()
         self.cancelled = False
 
     def guard(self, queue: Queue) -> QueueGuard:
         """The guard of ``queue`` for this backup, created if the queue is new."""
-        guard = self.guards.get(queue.name)
+        guard = self.guards.get(key_of(queue))
         if guard is None or guard.queue is not queue:
             guard = QueueGuard(queue, self.id)
-            self.guards[queue.name] = guard
+            self.guards[key_of(queue)] = guard
         return guard
 
     def queue_created(self, queue: Queue) -> None:

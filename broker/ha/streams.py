@@ -4,8 +4,10 @@ A backup asks for a stream with basic.consume of a reserved queue name on a chan
 own (see docs/ha-design.md):
 
 - ``qpid.ha-config``: :class:`ConfigStream`, a snapshot of the replicated configuration
-  (queues, exchanges, bindings) followed by every change, one field-table event a delivery;
-- ``qpid.ha-queue:<name>`` with argument ``qpid.ha-ids`` (the ids the backup holds):
+  (virtual hosts, queues, exchanges, bindings) followed by every change, one field-table
+  event a delivery; an object outside vhost ``/`` carries a ``vhost`` field (none: ``/``);
+- ``qpid.ha-queue:<name>`` (its vhost in argument ``qpid.ha-vhost``, absent for ``/``) with
+  argument ``qpid.ha-ids`` (the ids the backup holds):
   :class:`QueueStream`, one :class:`~broker.ha.replicating_subscription.ReplicatingSubscription`
   whose batches travel as deliveries; the backup's acks release the queue guards.
 
@@ -31,6 +33,8 @@ from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
 from broker.core.exchange import EXCHANGE, Binding, Exchange
 from broker.core.message import Entry
 from broker.core.queue import Queue
+from broker.core.vhost import VHOST, VirtualHost
+from broker.core.vhosts import VirtualHosts, queue_key
 from broker.ha.config_guard import NEXT_STREAM, ConfigGuard, ReplyHandle
 from broker.ha.id_set import IdSet
 from broker.ha.names import (
@@ -41,6 +45,7 @@ from broker.ha.names import (
     QUEUE_STREAM_PREFIX,
     STREAM_PREFIX,
     URL_PROPERTY,
+    VHOST_ARGUMENT,
 )
 from broker.ha.primary import Primary
 from broker.ha.remote_backup import RemoteBackup
@@ -150,7 +155,19 @@ class QueueStream(_ChannelStream):
             observers.remove(self)
 
 
+def _in_vhost(config: dict[str, Any], vhost: str) -> dict[str, Any]:
+    """An event's object, with its vhost unless it is ``/`` (the events of a broker
+    without vhosts)."""
+    if vhost != VHOST:
+        config["vhost"] = vhost
+    return config
+
+
 def _queue_config(queue: Queue, level: ReplicateLevel) -> dict[str, Any]:
+    return _in_vhost(_queue_fields(queue, level), queue.vhost)
+
+
+def _queue_fields(queue: Queue, level: ReplicateLevel) -> dict[str, Any]:
     return {
         "name": queue.name,
         "replicate": level.value,
@@ -163,7 +180,7 @@ def _queue_config(queue: Queue, level: ReplicateLevel) -> dict[str, Any]:
 
 
 def _exchange_config(exchange: Exchange) -> dict[str, Any]:
-    return {
+    config = {
         "name": exchange.name,
         "type": exchange.type,
         "durable": exchange.durable,
@@ -171,6 +188,7 @@ def _exchange_config(exchange: Exchange) -> dict[str, Any]:
         "internal": exchange.internal,
         "arguments": dict(exchange.arguments),
     }
+    return _in_vhost(config, exchange.vhost)
 
 
 def _binding_config(binding: Binding) -> dict[str, Any]:
@@ -186,7 +204,7 @@ def _binding_config(binding: Binding) -> dict[str, Any]:
         config["destination_type"] = EXCHANGE
     else:
         config["queue"] = binding.destination.name
-    return config
+    return _in_vhost(config, binding.destination.vhost)
 
 
 class ConfigStream(_ChannelStream):
@@ -205,7 +223,8 @@ class ConfigStream(_ChannelStream):
         self.acked = 0
         self._sent: deque[tuple[int, int]] = deque()  # (delivery tag, event number)
         self._acked_tags: set[int] = set()
-        streams.vhost.listeners.append(self)
+        streams.vhosts.listeners.append(self)
+        streams.vhosts.vhost_listeners.append(self)
         self.request_pump()
 
     def push(self, event: dict[str, Any]) -> None:
@@ -239,9 +258,19 @@ class ConfigStream(_ChannelStream):
         if self.closed:
             return
         self._closed()
-        listeners = self.streams.vhost.listeners
+        listeners = self.streams.vhosts.listeners
         if self in listeners:
             listeners.remove(self)
+        vhost_listeners = self.streams.vhosts.vhost_listeners
+        if self in vhost_listeners:
+            vhost_listeners.remove(self)
+
+    # -- virtual hosts (VhostListener) -------------------------------------------------
+    def vhost_created(self, vhost: VirtualHost) -> None:
+        self.push({"type": "vhost-declared", "name": vhost.name})
+
+    def vhost_deleted(self, vhost: VirtualHost) -> None:
+        self.push({"type": "vhost-deleted", "name": vhost.name})
 
     # -- vhost config listener ---------------------------------------------------------
     def queue_declared(self, queue: Queue) -> None:
@@ -251,7 +280,7 @@ class ConfigStream(_ChannelStream):
 
     def queue_deleted(self, queue: Queue) -> None:
         if self.streams.queue_level(queue) is not ReplicateLevel.NONE:
-            self.push({"type": "queue-deleted", "name": queue.name})
+            self.push(_in_vhost({"type": "queue-deleted", "name": queue.name}, queue.vhost))
 
     def exchange_declared(self, exchange: Exchange) -> None:
         if self.streams.exchange_level(exchange) is not ReplicateLevel.NONE:
@@ -259,7 +288,9 @@ class ConfigStream(_ChannelStream):
 
     def exchange_deleted(self, exchange: Exchange) -> None:
         if self.streams.exchange_level(exchange) is not ReplicateLevel.NONE:
-            self.push({"type": "exchange-deleted", "name": exchange.name})
+            self.push(
+                _in_vhost({"type": "exchange-deleted", "name": exchange.name}, exchange.vhost)
+            )
 
     def bound(self, binding: Binding) -> None:
         if self.streams.binding_replicated(binding):
@@ -291,7 +322,9 @@ class PrimaryStreams:
     def __init__(self, primary: Primary, events: BackupEvents) -> None:
         self.primary = primary
         self.events = events
-        self.vhost = primary.vhost
+        vhost = primary.vhost
+        self.vhosts = vhost if isinstance(vhost, VirtualHosts) else VirtualHosts(default=vhost)
+        self.vhost = self.vhosts.default
         self.default = primary.replicate_default
         self._streams_of: dict[str, int] = {}
         #: The only user whose replication links are served (ha-username; None: any).
@@ -311,27 +344,36 @@ class PrimaryStreams:
         return exchange_replicated(exchange, self.default)
 
     def binding_replicated(self, binding: Binding) -> bool:
-        exchange = self.vhost.exchanges.get(binding.exchange)
+        vhost = self.vhosts.get(binding.destination.vhost)
+        exchange = None if vhost is None else vhost.exchanges.get(binding.exchange)
         return exchange is not None and binding_replicated(binding, self.default, exchange=exchange)
 
     def snapshot(self) -> dict[str, Any]:
-        vhost = self.vhost
-        return {
+        vhosts = list(self.vhosts)
+        snapshot: dict[str, Any] = {
             "type": "snapshot",
             "queues": [
                 _queue_config(q, self.queue_level(q))
+                for vhost in vhosts
                 for q in vhost.queues.values()
                 if self.queue_level(q) is not ReplicateLevel.NONE
             ],
             "exchanges": [
                 _exchange_config(e)
+                for vhost in vhosts
                 for e in vhost.exchanges.values()
                 if self.exchange_level(e) is not ReplicateLevel.NONE
             ],
             "bindings": [
-                _binding_config(b) for b in vhost.bindings() if self.binding_replicated(b)
+                _binding_config(b)
+                for vhost in vhosts
+                for b in vhost.bindings()
+                if self.binding_replicated(b)
             ],
         }
+        if len(vhosts) > 1:  # as a broker without vhosts sends it when there are none
+            snapshot["vhosts"] = [v.name for v in vhosts if v.name != VHOST]
+        return snapshot
 
     def serves(self, name: str) -> bool:
         return name.startswith(STREAM_PREFIX)
@@ -403,14 +445,16 @@ class PrimaryStreams:
             return stream
         if not name.startswith(QUEUE_STREAM_PREFIX):
             raise not_found(f"no HA stream '{name}'")
-        queue_name = name[len(QUEUE_STREAM_PREFIX) :]
-        queue = self.vhost.queues.get(queue_name)
+        plain = name[len(QUEUE_STREAM_PREFIX) :]
+        vhost = str(arguments.get(VHOST_ARGUMENT) or VHOST)
+        queue_name = queue_key(vhost, plain)
+        queue = self.vhosts.queue(queue_name)
         if queue is None:
-            raise not_found(f"no queue '{queue_name}' in vhost '{self.vhost.name}'")
+            raise not_found(f"no queue '{plain}' in vhost '{vhost}'")
         if self.queue_level(queue) is not ReplicateLevel.ALL:
             raise AmqpError(
                 ReplyCode.PRECONDITION_FAILED,
-                f"queue '{queue_name}' is not replicated with level all",
+                f"queue '{queue.name}' in vhost '{queue.vhost}' is not replicated with level all",
             )
         raw_ids = arguments.get(IDS_ARGUMENT, b"")
         if isinstance(raw_ids, str):
@@ -442,6 +486,7 @@ class PrimaryStreams:
             rows.append(
                 {
                     "queue": sub.queue.name,
+                    "vhost": sub.queue.vhost,
                     "last_sent_id": sub.last_sent,
                     "sent": sub.sent_total,
                     "last_id": sub.queue.last_position,
@@ -450,4 +495,4 @@ class PrimaryStreams:
                     "caught_up": sub.ready,
                 }
             )
-        return sorted(rows, key=lambda r: str(r["queue"]))
+        return sorted(rows, key=lambda r: (str(r["vhost"]), str(r["queue"])))

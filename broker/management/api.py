@@ -14,7 +14,8 @@ This module only assembles the app: the route table (:meth:`ManagementApi.routes
 endpoint in one place), the error middleware (outermost) and the authentication middleware
 (:mod:`broker.management.auth`), and the server (:func:`start_management`). The handlers
 live by concept: :mod:`~broker.management.status` (status, metrics),
-:mod:`~broker.management.objects` (queues, exchanges, bindings, connections) and
+:mod:`~broker.management.objects` (queues, exchanges, bindings, connections),
+:mod:`~broker.management.vhosts` (virtual hosts) and
 :mod:`~broker.management.ha` (HA role, promote, lease, queue replication) and
 :mod:`~broker.management.admin` (close a connection, stop the broker); the JSON shapes
 in :mod:`~broker.management.views`, request parsing in
@@ -41,6 +42,7 @@ from broker.management.managed import ManagedBroker
 from broker.management.objects import ObjectEndpoints
 from broker.management.status import StatusEndpoints
 from broker.management.store_backup import StoreBackupEndpoints
+from broker.management.vhosts import VhostEndpoints
 from common.log import get_logger
 
 
@@ -54,6 +56,7 @@ class ManagementApi:
         self.auth = BasicAuth(broker, self.log, sessions=self.console)
         self.overview = StatusEndpoints(broker)
         self.objects = ObjectEndpoints(broker, self.log)
+        self.vhosts = VhostEndpoints(broker, self.log)
         self.ha = HaEndpoints(broker, self.log)
         self.acl = AclEndpoints(broker, self.log)
         self.admin = AdminEndpoints(broker, self.log)
@@ -71,6 +74,7 @@ class ManagementApi:
             web.get("/api/exchanges/{name}", objects.get_exchange),
             web.put("/api/exchanges/{name}", objects.put_exchange),
             web.delete("/api/exchanges/{name}", objects.delete_exchange),
+            *self.vhosts.routes(),  # GET /api/vhosts[/{name}], PUT and DELETE /api/vhosts/{name}
             web.get("/api/bindings", objects.list_bindings),
             web.get("/api/connections", objects.list_connections),
             web.get("/metrics", overview.metrics),
@@ -85,6 +89,14 @@ class ManagementApi:
             *self.admin.routes(),  # DELETE /api/connections/{id}, POST /api/admin/stop
             *self.store_backup.routes(),  # POST /api/store/backup (a hot backup, streamed)
             *self.console.routes(),  # /console/..., /api/console/live, purge, get, publish
+            # After the console's /api/queues/{name}/contents and .../publish, which they
+            # would take: an object in a vhost other than "/" (RabbitMQ's paths).
+            web.get("/api/queues/{vhost}/{name}", objects.get_queue),
+            web.put("/api/queues/{vhost}/{name}", objects.put_queue),
+            web.delete("/api/queues/{vhost}/{name}", objects.delete_queue),
+            web.get("/api/exchanges/{vhost}/{name}", objects.get_exchange),
+            web.put("/api/exchanges/{vhost}/{name}", objects.put_exchange),
+            web.delete("/api/exchanges/{vhost}/{name}", objects.delete_exchange),
         ]
 
     @web.middleware

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from broker.core.vhosts import VirtualHosts
 from broker.management.metrics import BrokerView, ContextView, OptionsView
 from broker.security.roles import Role
 
@@ -52,3 +53,9 @@ class ManagedBroker(BrokerView, Protocol):
     def store_id(self) -> str | None: ...
 
     def prepare_cluster_shutdown(self, shutdown_id: str, *, quiesce: bool) -> int: ...
+
+
+def vhosts_of(broker: ManagedBroker) -> VirtualHosts:
+    """The broker's virtual hosts (a broker that has only ``vhost``: that one)."""
+    found = getattr(broker, "vhosts", None)
+    return found if isinstance(found, VirtualHosts) else VirtualHosts(default=broker.vhost)

@@ -2,6 +2,9 @@
 
 ``/api/queues[/{name}]`` and ``/api/exchanges[/{name}]`` (GET, PUT to declare, DELETE
 with ``if_unused``/``if_empty``), ``GET /api/bindings`` and ``GET /api/connections``.
+An object in a vhost other than ``/`` is ``/api/queues/{vhost}/{name}`` (RabbitMQ's path;
+``/`` is ``%2F`` there); the lists show every vhost's objects, each with its ``vhost``,
+or one vhost's with ``?vhost=NAME``; a vhost that does not exist is a 404.
 Handlers only translate HTTP into calls on the core's
 :class:`~broker.core.vhost.VirtualHost` and back (:mod:`broker.management.views` for the
 shapes); they keep no state. A declare answers 201 when it created the object and 200 when
@@ -20,9 +23,10 @@ from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
 from broker.core.errors import AmqpError
+from broker.core.vhost import VHOST, VirtualHost
 from broker.management.auth import current_user
 from broker.management.errors import ApiError, amqp_api_error
-from broker.management.managed import ManagedBroker
+from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.request_input import Body, check_name, query_flag, read_json_object
 from broker.management.responses import json_response
 from broker.management.views import binding_view, connection_view, exchange_view, queue_view
@@ -52,12 +56,31 @@ class ObjectEndpoints:
             self._audit(event, **fields)
         return json_response(view, 200 if existed else 201)
 
+    def _vhost(self, request: web.Request) -> VirtualHost:
+        """The vhost a path names (``/`` when it names none); 404 if there is none."""
+        return self._named_vhost(request.match_info.get("vhost", VHOST))
+
+    def _named_vhost(self, name: str) -> VirtualHost:
+        vhost = vhosts_of(self.broker).get(name)
+        if vhost is None:
+            raise ApiError(404, f"NOT_FOUND - no vhost '{name}'")
+        return vhost
+
+    def _listed(self, request: web.Request) -> list[VirtualHost]:
+        """The vhosts a list shows: ``?vhost=NAME``, else all of them."""
+        name = request.query.get("vhost")
+        return list(vhosts_of(self.broker)) if name is None else [self._named_vhost(name)]
+
     def _delete(
-        self, kind: str, name: str, present: Container[str], delete: Callable[[], _T]
+        self,
+        kind: str,
+        name: str,
+        vhost: VirtualHost,
+        present: Container[str],
+        delete: Callable[[], _T],
     ) -> _T:
         """``delete()`` an object known to be ``present``: 404 if not, 409 if a condition
         (if-unused, if-empty) does not hold."""
-        vhost = self.broker.vhost
         if name not in present:
             raise ApiError(404, f"NOT_FOUND - no {kind} '{name}' in vhost '{vhost.name}'")
         try:
@@ -67,11 +90,14 @@ class ObjectEndpoints:
 
     # queues -----------------------------------------------------------------------------
     async def list_queues(self, request: web.Request) -> web.Response:
-        queues = sorted(self.broker.vhost.queues.values(), key=lambda q: q.name)
+        queues = sorted(
+            (q for vhost in self._listed(request) for q in vhost.queues.values()),
+            key=lambda q: (q.vhost != VHOST, q.vhost, q.name),
+        )
         return json_response([queue_view(q) for q in queues])
 
     async def get_queue(self, request: web.Request) -> web.Response:
-        return json_response(queue_view(self.broker.vhost.queue(request.match_info["name"])))
+        return json_response(queue_view(self._vhost(request).queue(request.match_info["name"])))
 
     async def put_queue(self, request: web.Request) -> web.Response:
         name = check_name("queue", request.match_info["name"])
@@ -79,7 +105,7 @@ class ObjectEndpoints:
         durable = body.flag("durable")
         auto_delete = body.flag("auto_delete")
         arguments = body.table("arguments")
-        vhost = self.broker.vhost
+        vhost = self._vhost(request)
         existed = name in vhost.queues
         queue = vhost.declare_queue(
             name, durable=durable, auto_delete=auto_delete, arguments=arguments
@@ -89,6 +115,7 @@ class ObjectEndpoints:
             queue_view(queue),
             "queue_declared",
             queue=name,
+            vhost=vhost.name,
             durable=durable,
             auto_delete=auto_delete,
         )
@@ -97,15 +124,16 @@ class ObjectEndpoints:
         name = request.match_info["name"]
         if_unused = query_flag(request, "if_unused")
         if_empty = query_flag(request, "if_empty")
-        vhost = self.broker.vhost
+        vhost = self._vhost(request)
         count = self._delete(
             "queue",
             name,
+            vhost,
             vhost.queues,
             lambda: vhost.delete_queue(name, if_unused=if_unused, if_empty=if_empty),
         )
-        self._audit("queue_deleted", queue=name, messages=count)
-        return json_response({"name": name, "messages_deleted": count})
+        self._audit("queue_deleted", queue=name, vhost=vhost.name, messages=count)
+        return json_response({"name": name, "vhost": vhost.name, "messages_deleted": count})
 
     # exchanges --------------------------------------------------------------------------
     @staticmethod
@@ -114,12 +142,15 @@ class ObjectEndpoints:
         return "" if name == DEFAULT_EXCHANGE_ALIAS else name
 
     async def list_exchanges(self, request: web.Request) -> web.Response:
-        exchanges = sorted(self.broker.vhost.exchanges.values(), key=lambda e: e.name)
+        exchanges = sorted(
+            (e for vhost in self._listed(request) for e in vhost.exchanges.values()),
+            key=lambda e: (e.vhost != VHOST, e.vhost, e.name),
+        )
         return json_response([exchange_view(e) for e in exchanges])
 
     async def get_exchange(self, request: web.Request) -> web.Response:
         return json_response(
-            exchange_view(self.broker.vhost.exchange(self._exchange_name(request)))
+            exchange_view(self._vhost(request).exchange(self._exchange_name(request)))
         )
 
     async def put_exchange(self, request: web.Request) -> web.Response:
@@ -133,7 +164,7 @@ class ObjectEndpoints:
         auto_delete = body.flag("auto_delete")
         internal = body.flag("internal")
         arguments = body.table("arguments")
-        vhost = self.broker.vhost
+        vhost = self._vhost(request)
         existed = name in vhost.exchanges
         exchange = vhost.declare_exchange(
             name,
@@ -148,6 +179,7 @@ class ObjectEndpoints:
             exchange_view(exchange),
             "exchange_declared",
             exchange=name,
+            vhost=vhost.name,
             type=type_,
             durable=durable,
         )
@@ -155,21 +187,29 @@ class ObjectEndpoints:
     async def delete_exchange(self, request: web.Request) -> web.Response:
         name = self._exchange_name(request)
         if_unused = query_flag(request, "if_unused")
-        vhost = self.broker.vhost
+        vhost = self._vhost(request)
         self._delete(
             "exchange",
             name,
+            vhost,
             vhost.exchanges,
             lambda: vhost.delete_exchange(name, if_unused=if_unused),
         )
-        self._audit("exchange_deleted", exchange=name)
-        return json_response({"name": name})
+        self._audit("exchange_deleted", exchange=name, vhost=vhost.name)
+        return json_response({"name": name, "vhost": vhost.name})
 
     # bindings and connections -----------------------------------------------------------
     async def list_bindings(self, request: web.Request) -> web.Response:
         bindings = sorted(
-            self.broker.vhost.bindings(),
-            key=lambda b: (b.exchange, b.destination_type, b.destination.name, b.routing_key),
+            (b for vhost in self._listed(request) for b in vhost.bindings()),
+            key=lambda b: (
+                b.destination.vhost != VHOST,
+                b.destination.vhost,
+                b.exchange,
+                b.destination_type,
+                b.destination.name,
+                b.routing_key,
+            ),
         )
         return json_response([binding_view(b) for b in bindings])
 

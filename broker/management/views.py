@@ -17,6 +17,7 @@ from broker.management.metrics import ConnectionView
 def queue_view(queue: Queue) -> dict[str, Any]:
     return {
         "name": queue.name,
+        "vhost": queue.vhost,
         "durable": queue.durable,
         "auto_delete": queue.auto_delete,
         "exclusive": queue.exclusive_owner is not None,
@@ -37,6 +38,7 @@ def queue_view(queue: Queue) -> dict[str, Any]:
 def exchange_view(exchange: Exchange) -> dict[str, Any]:
     return {
         "name": exchange.name,
+        "vhost": exchange.vhost,
         "type": exchange.type,
         "durable": exchange.durable,
         "auto_delete": exchange.auto_delete,
@@ -52,6 +54,7 @@ def exchange_view(exchange: Exchange) -> dict[str, Any]:
 def binding_view(binding: Binding) -> dict[str, Any]:
     return {
         "source": binding.exchange,
+        "vhost": binding.destination.vhost,
         "destination": binding.destination.name,
         "destination_type": binding.destination_type,
         "routing_key": binding.routing_key,
@@ -75,6 +78,7 @@ def connection_view(connection: ConnectionView) -> dict[str, Any]:
         "name": connection.name,
         "peer": connection.peer,
         "user": connection.user,
+        "vhost": getattr(getattr(connection, "vhost", None), "name", "/"),
         "state": state.value if isinstance(state.value, str) else state.name.lower(),
         "client_product": _text(props.get("product")),
         "client_version": _text(props.get("version")),

@@ -550,7 +550,14 @@ def _leading_ids(data: bytes, offset: int, kind: int) -> tuple[int, ...]:
     start = offset + RECORD_HEADER.size
     if kind == Kind.ENQUEUE:
         return _IDS.unpack_from(data, start)
-    if kind in (Kind.MESSAGE, Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING, Kind.EXCHANGE_BINDING):
+    if kind in (
+        Kind.MESSAGE,
+        Kind.EXCHANGE,
+        Kind.QUEUE,
+        Kind.BINDING,
+        Kind.EXCHANGE_BINDING,
+        Kind.VHOST,
+    ):
         return _ID.unpack_from(data, start)
     return ()
 

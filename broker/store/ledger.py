@@ -136,7 +136,7 @@ class Ledger:
         if kind == Kind.MESSAGE:
             message = self._messages.get(ids[0])
             return message is not None and message[0] == segment
-        if kind in (Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING, Kind.EXCHANGE_BINDING):
+        if kind in (Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING, Kind.EXCHANGE_BINDING, Kind.VHOST):
             return self._config.get(ids[0]) == segment
         return False
 

@@ -31,6 +31,7 @@ from broker.core.exchange import Binding, Exchange
 from broker.core.message import Entry, Message
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
+from broker.core.vhosts import VirtualHosts
 from broker.store.journal import Journal
 from broker.store.records import (
     BindingRecord,
@@ -39,6 +40,7 @@ from broker.store.records import (
     Kind,
     MessageRecord,
     QueueRecord,
+    VhostRecord,
     encode_binding,
     encode_deleted,
     encode_enqueue,
@@ -47,10 +49,14 @@ from broker.store.records import (
     encode_message_with_enqueue,
     encode_queue,
     encode_queue_entry,
+    encode_vhost,
 )
 from broker.store.recovery import RecoveredMessage, RecoveredState, native_walk
 
-BindingId = tuple[str, str, Any]  # (source exchange, destination, binding key)
+#: (vhost, source exchange, destination, binding key)
+BindingId = tuple[str, str, str, Any]
+#: (vhost, name) of an exchange or a queue.
+Named = tuple[str, str]
 #: Marks an exchange destination in a BindingId (a queue may have an exchange's name).
 EXCHANGE_PREFIX = "\x00exchange:"
 
@@ -101,17 +107,25 @@ def _entries(
 
 
 class MessageStore:
-    """Writes the virtual host's durable state to a journal (see the module docstring)."""
+    """Writes the virtual hosts' durable state to a journal (see the module docstring).
 
-    def __init__(self, journal: Journal, vhost: VirtualHost) -> None:
+    Every vhost other than ``/`` has a VHOST record; each exchange, queue and exchange
+    binding record names its vhost (a queue binding is in its queue's)."""
+
+    def __init__(self, journal: Journal, vhosts: VirtualHosts | VirtualHost) -> None:
+        if isinstance(vhosts, VirtualHost):  # one vhost, "/" (tests, benches)
+            vhosts = VirtualHosts(default=vhosts)
         self.journal = journal
-        self.vhost = vhost
-        self._exchanges: dict[str, int] = {}
-        self._queues: dict[str, int] = {}
+        self.vhosts = vhosts
+        self.vhost = vhosts.default
+        self._vhosts: dict[str, int] = {}
+        self._exchanges: dict[Named, int] = {}
+        self._queues: dict[Named, int] = {}
         self._bindings: dict[BindingId, int] = {}
         self._adopting: int | None = None  # during recovery: the id of what is re-created
         self.recovered_messages = 0
-        vhost.listeners.append(self)
+        vhosts.listeners.append(self)
+        vhosts.vhost_listeners.append(self)
 
     # -- recovery --------------------------------------------------------------------------
     def recover_into(
@@ -128,8 +142,14 @@ class MessageStore:
         (copies of a Message made by its class for each distinct properties: the same
         objects, tests/store/test_native_walk.py), else by :func:`_entries`."""
         native = native and native_walk is not None
-        vhost = self.vhost
+        for vhost_record in state.vhosts:
+            self._adopting = vhost_record.id
+            self.vhosts.create(vhost_record.name)
+        self._adopting = None
         for exchange in state.exchanges:
+            vhost = self._recovered_in(exchange.vhost)
+            if vhost is None:
+                continue
             self._adopting = exchange.id
             vhost.declare_exchange(
                 exchange.name,
@@ -140,15 +160,18 @@ class MessageStore:
                 arguments=exchange.arguments,
             )
         wall_now_ms = time.time() * 1000.0
-        now = vhost.clock()
+        now = self.vhost.clock()
         contents = state.messages
         # One Message for all the queues it is on; not needed (nor kept) when each message
         # is on one queue, the usual case.
         shared = len(contents) < state.message_count
         objects: dict[int, Message] = {}
-        queue_names: dict[int, str] = {}
+        queues: dict[int, Queue] = {}
         for recovered in state.queues:
             record = recovered.record
+            vhost = self._recovered_in(record.vhost)
+            if vhost is None:
+                continue
             self._adopting = record.id
             queue = vhost.declare_queue(
                 record.name,
@@ -159,7 +182,7 @@ class MessageStore:
                 uuid=record.uuid or None,
             )
             self._adopting = None
-            queue_names[record.id] = queue.name
+            queues[record.id] = queue
             # The hot loop of a restart: Entry objects made here, put back in bulk.
             held = objects if shared else None
             if native:
@@ -193,16 +216,27 @@ class MessageStore:
                     observers.insert(at, self)
             self.recovered_messages += len(entries)
         for binding in state.bindings:
-            queue_name = queue_names.get(binding.queue_id)
-            if queue_name is None or binding.exchange not in vhost.exchanges:
+            bound = queues.get(binding.queue_id)
+            vhost = None if bound is None else self.vhosts.get(bound.vhost)
+            if bound is None or vhost is None or binding.exchange not in vhost.exchanges:
                 continue
             self._adopting = binding.id
-            vhost.bind(queue_name, binding.exchange, binding.routing_key, binding.arguments)
+            vhost.bind(bound.name, binding.exchange, binding.routing_key, binding.arguments)
         for link in state.exchange_bindings:
-            if link.source in vhost.exchanges and link.destination in vhost.exchanges:
+            vhost = self.vhosts.get(link.vhost)
+            if (
+                vhost is not None
+                and link.source in vhost.exchanges
+                and link.destination in vhost.exchanges
+            ):
                 self._adopting = link.id
                 vhost.bind_exchange(link.destination, link.source, link.routing_key, link.arguments)
         self._adopting = None
+
+    def _recovered_in(self, name: str) -> VirtualHost | None:
+        """The vhost of a recovered record; None (the record skipped) if its vhost's record
+        is gone, which deleting a vhost's objects first makes a damaged store's case."""
+        return self.vhosts.get(name)
 
     def _new_id(self) -> int:
         adopted = self._adopting
@@ -211,13 +245,26 @@ class MessageStore:
             return adopted
         return self.journal.new_id()
 
+    # -- virtual hosts (VhostListener) ----------------------------------------------------
+    def vhost_created(self, vhost: VirtualHost) -> None:
+        adopted = self._adopting is not None
+        object_id = self._new_id()
+        self._vhosts[vhost.name] = object_id
+        if adopted:
+            return
+        segment = self.journal.append(encode_vhost(VhostRecord(object_id, vhost.name)))
+        self.journal.ledger.config_created(object_id, segment)
+
+    def vhost_deleted(self, vhost: VirtualHost) -> None:
+        self._deleted(self._vhosts.pop(vhost.name, None), Kind.VHOST_DELETED)
+
     # -- configuration (vhost listener) ----------------------------------------------------
     def exchange_declared(self, exchange: Exchange) -> None:
         if not exchange.durable or exchange.builtin:
             return
         adopted = self._adopting is not None
         object_id = self._new_id()
-        self._exchanges[exchange.name] = object_id
+        self._exchanges[(exchange.vhost, exchange.name)] = object_id
         if adopted:
             return
         record = ExchangeRecord(
@@ -227,52 +274,67 @@ class MessageStore:
             exchange.auto_delete,
             exchange.internal,
             dict(exchange.arguments),
+            exchange.vhost,
         )
         segment = self.journal.append(encode_exchange(record))
         self.journal.ledger.config_created(object_id, segment)
 
     def exchange_deleted(self, exchange: Exchange) -> None:
-        self._deleted(self._exchanges.pop(exchange.name, None), Kind.EXCHANGE_DELETED)
+        self._deleted(
+            self._exchanges.pop((exchange.vhost, exchange.name), None), Kind.EXCHANGE_DELETED
+        )
 
     def queue_declared(self, queue: Queue) -> None:
         if not queue.durable or queue.exclusive_owner is not None:
             return
         adopted = self._adopting is not None
         object_id = self._new_id()
-        self._queues[queue.name] = object_id
+        self._queues[(queue.vhost, queue.name)] = object_id
         queue.observers.append(self)
         if adopted:
             return
         record = QueueRecord(
-            object_id, queue.name, queue.auto_delete, dict(queue.arguments), queue.uuid
+            object_id,
+            queue.name,
+            queue.auto_delete,
+            dict(queue.arguments),
+            queue.uuid,
+            queue.vhost,
         )
         segment = self.journal.append(encode_queue(record))
         self.journal.ledger.config_created(object_id, segment)
 
     def queue_deleted(self, queue: Queue) -> None:
-        object_id = self._queues.pop(queue.name, None)
+        object_id = self._queues.pop((queue.vhost, queue.name), None)
         if object_id is None:
             return
         ledger = self.journal.ledger
-        for key in [k for k in self._bindings if k[1] == queue.name]:
+        for key in [k for k in self._bindings if k[0] == queue.vhost and k[2] == queue.name]:
             ledger.config_deleted(self._bindings.pop(key))
         ledger.queue_deleted(object_id)  # its messages go with it, unacked ones included
         self._deleted(object_id, Kind.QUEUE_DELETED)
 
-    def _stored_or_builtin(self, exchange_name: str) -> bool:
-        exchange = self.vhost.exchanges.get(exchange_name)
-        return exchange is not None and (exchange.builtin or exchange_name in self._exchanges)
+    def _stored_or_builtin(self, vhost: str, exchange_name: str) -> Exchange | None:
+        """The exchange if it is built in or stored, else None."""
+        host = self.vhosts.get(vhost)
+        exchange = None if host is None else host.exchanges.get(exchange_name)
+        if exchange is None or not (exchange.builtin or (vhost, exchange_name) in self._exchanges):
+            return None
+        return exchange
 
     def _bound_exchange(self, binding: Binding, destination: Exchange) -> None:
-        if not (
-            self._stored_or_builtin(binding.exchange) and self._stored_or_builtin(destination.name)
-        ) or not (destination.durable and self.vhost.exchanges[binding.exchange].durable):
+        vhost = destination.vhost
+        source = self._stored_or_builtin(vhost, binding.exchange)
+        if (
+            source is None
+            or self._stored_or_builtin(vhost, destination.name) is None
+            or not (destination.durable and source.durable)
+        ):
             return
         adopted = self._adopting is not None
         object_id = self._new_id()
-        self._bindings[(binding.exchange, EXCHANGE_PREFIX + destination.name, binding.key)] = (
-            object_id
-        )
+        key = (vhost, binding.exchange, EXCHANGE_PREFIX + destination.name, binding.key)
+        self._bindings[key] = object_id
         if adopted:
             return
         record = ExchangeBindingRecord(
@@ -281,6 +343,7 @@ class MessageStore:
             destination.name,
             binding.routing_key,
             dict(binding.arguments),
+            vhost,
         )
         segment = self.journal.append(encode_exchange_binding(record))
         self.journal.ledger.config_created(object_id, segment)
@@ -290,21 +353,20 @@ class MessageStore:
         if isinstance(destination, Exchange):
             self._bound_exchange(binding, destination)
             return
-        queue_name = destination.name
-        if queue_name not in self._queues:
-            return
-        exchange = self.vhost.exchanges.get(binding.exchange)
-        if exchange is None or not (exchange.builtin or binding.exchange in self._exchanges):
+        queue_id = self._queues.get((destination.vhost, destination.name))
+        if queue_id is None or self._stored_or_builtin(destination.vhost, binding.exchange) is None:
             return
         adopted = self._adopting is not None
         object_id = self._new_id()
-        self._bindings[(binding.exchange, queue_name, binding.key)] = object_id
+        self._bindings[(destination.vhost, binding.exchange, destination.name, binding.key)] = (
+            object_id
+        )
         if adopted:
             return
         record = BindingRecord(
             object_id,
             binding.exchange,
-            self._queues[queue_name],
+            queue_id,
             binding.routing_key,
             dict(binding.arguments),
         )
@@ -316,7 +378,7 @@ class MessageStore:
         name = destination.name
         if isinstance(destination, Exchange):
             name = EXCHANGE_PREFIX + name
-        key = (binding.exchange, name, binding.key)
+        key = (destination.vhost, binding.exchange, name, binding.key)
         self._deleted(self._bindings.pop(key, None), Kind.UNBOUND)
 
     def _deleted(self, object_id: int | None, kind: Kind) -> None:
@@ -336,7 +398,7 @@ class MessageStore:
         message = entry.message
         if not message.persistent:
             return
-        queue_id = self._queues.get(queue.name)
+        queue_id = self._queues.get((queue.vhost, queue.name))
         if queue_id is None:
             return
         journal = self.journal
@@ -380,8 +442,9 @@ class MessageStore:
         written = 0
         journal = self.journal
         ledger = journal.ledger
-        for name, queue_id in self._queues.items():
-            queue = self.vhost.queues.get(name)
+        for (vhost, name), queue_id in self._queues.items():
+            host = self.vhosts.get(vhost)
+            queue = None if host is None else host.queues.get(name)
             if queue is None:
                 continue
             for entry in queue.snapshot():
@@ -398,7 +461,7 @@ class MessageStore:
         message_id = entry.message.store_id
         if not message_id:
             return
-        queue_id = self._queues.get(queue.name)
+        queue_id = self._queues.get((queue.vhost, queue.name))
         if queue_id is None:
             return
         key = (queue_id, message_id)

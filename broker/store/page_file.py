@@ -28,6 +28,7 @@ from broker.core.exchange import Binding, Exchange
 from broker.core.paging import PagedMessages, PagingBudget
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
+from broker.core.vhosts import VirtualHosts
 
 SEGMENT_BYTES = 64 * 1024 * 1024
 
@@ -135,7 +136,7 @@ class Pager:
 
     def __init__(
         self,
-        vhost: VirtualHost,
+        vhost: VirtualHost | VirtualHosts,
         directory: Path,
         budget: PagingBudget,
         *,
@@ -146,7 +147,7 @@ class Pager:
         self.budget = budget
         self.on_write_failed = on_write_failed
         self._names = itertools.count(1)
-        self.lists: dict[str, PagedMessages] = {}
+        self.lists: dict[tuple[str, str], PagedMessages] = {}  # by (vhost, queue)
 
     def start(self) -> Pager:
         """Empty the paging directory, page the queues there now and those declared later."""
@@ -171,7 +172,7 @@ class Pager:
 
     # -- ConfigListener ----------------------------------------------------------------
     def queue_declared(self, queue: Queue) -> None:
-        if queue.name in self.lists or queue.limits.max_priority:
+        if (queue.vhost, queue.name) in self.lists or queue.limits.max_priority:
             return  # a priority queue keeps its own order of messages, in memory
         messages = PagedMessages(
             self.budget,
@@ -179,10 +180,10 @@ class Pager:
             on_write_failed=self.on_write_failed,
         )
         queue.use_message_list(messages)
-        self.lists[queue.name] = messages
+        self.lists[(queue.vhost, queue.name)] = messages
 
     def queue_deleted(self, queue: Queue) -> None:
-        messages = self.lists.pop(queue.name, None)
+        messages = self.lists.pop((queue.vhost, queue.name), None)
         if messages is not None:
             messages.close()
 

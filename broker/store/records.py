@@ -70,6 +70,17 @@ class Kind(IntEnum):
     DELIVERED = 10  # it was delivered from that queue at least once
     EXCHANGE_BINDING = 11  # a binding from an exchange to another exchange (by names)
     TX = 12  # a committed transaction: its records, framed, inside one record (all or none)
+    VHOST = 13  # a virtual host other than "/" exists
+    VHOST_DELETED = 14
+
+
+#: The vhost of records written before there were vhosts, and of records in ``/``.
+DEFAULT_VHOST = "/"
+
+
+class VhostRecord(NamedTuple):
+    id: int
+    name: str
 
 
 class ExchangeRecord(NamedTuple):
@@ -79,6 +90,7 @@ class ExchangeRecord(NamedTuple):
     auto_delete: bool
     internal: bool
     arguments: dict[str, Any]
+    vhost: str = DEFAULT_VHOST
 
 
 class QueueRecord(NamedTuple):
@@ -89,6 +101,7 @@ class QueueRecord(NamedTuple):
     #: The queue's uuid (:attr:`broker.core.queue.Queue.uuid`, 32 hex digits); "" in
     #: records written before queues had one.
     uuid: str = ""
+    vhost: str = DEFAULT_VHOST
 
 
 class BindingRecord(NamedTuple):
@@ -105,6 +118,7 @@ class ExchangeBindingRecord(NamedTuple):
     destination: str
     routing_key: str
     arguments: dict[str, Any]
+    vhost: str = DEFAULT_VHOST
 
 
 class MessageRecord(NamedTuple):
@@ -147,6 +161,7 @@ Record = (
     | EnqueueRecord
     | Deleted
     | QueueEntryEvent
+    | VhostRecord
 )
 
 
@@ -187,6 +202,7 @@ def encode_exchange(record: ExchangeRecord) -> bytes:
         + _short(record.name)
         + _short(record.type)
         + _table(record.arguments)
+        + _vhost_suffix(record.vhost)
     )
     return _frame(Kind.EXCHANGE, payload)
 
@@ -196,7 +212,13 @@ def encode_queue(record: QueueRecord) -> bytes:
     if len(uuid) not in (0, 16):
         raise ValueError(f"a queue uuid is 16 bytes: {record.uuid!r}")
     flags = (1 if record.auto_delete else 0) | (_HAS_UUID if uuid else 0)
-    payload = _QB.pack(record.id, flags) + uuid + _short(record.name) + _table(record.arguments)
+    payload = (
+        _QB.pack(record.id, flags)
+        + uuid
+        + _short(record.name)
+        + _table(record.arguments)
+        + _vhost_suffix(record.vhost)
+    )
     return _frame(Kind.QUEUE, payload)
 
 
@@ -217,12 +239,23 @@ def encode_exchange_binding(record: ExchangeBindingRecord) -> bytes:
         + _short(record.destination)
         + _short(record.routing_key)
         + _table(record.arguments)
+        + _vhost_suffix(record.vhost)
     )
     return _frame(Kind.EXCHANGE_BINDING, payload)
 
 
+def _vhost_suffix(vhost: str) -> bytes:
+    """A configuration record's vhost, after its arguments: nothing for ``/`` (records
+    written before vhosts read as ``/``)."""
+    return b"" if vhost == DEFAULT_VHOST else _short(vhost)
+
+
+def encode_vhost(record: VhostRecord) -> bytes:
+    return _frame(Kind.VHOST, _Q.pack(record.id) + _short(record.name))
+
+
 def encode_deleted(kind: Kind, object_id: int) -> bytes:
-    if kind not in (Kind.EXCHANGE_DELETED, Kind.QUEUE_DELETED, Kind.UNBOUND):
+    if kind not in (Kind.EXCHANGE_DELETED, Kind.QUEUE_DELETED, Kind.UNBOUND, Kind.VHOST_DELETED):
         raise ValueError(f"not a deletion: {kind!r}")
     return _frame(kind, _Q.pack(object_id))
 
@@ -319,6 +352,11 @@ def _read_short(payload: bytes, pos: int) -> tuple[str, int]:
     return payload[pos + 1 : end].decode(), end
 
 
+def _read_vhost(payload: bytes, pos: int) -> str:
+    """The vhost suffix at ``pos`` (see :func:`_vhost_suffix`): ``/`` when there is none."""
+    return _read_short(payload, pos)[0] if pos < len(payload) else DEFAULT_VHOST
+
+
 def _read_table(payload: bytes, pos: int) -> tuple[dict[str, Any], int]:
     used, table = pamqp_decode.field_table(payload[pos:])
     return dict(table), pos + used
@@ -358,14 +396,25 @@ def _decode(kind: int, payload: bytes) -> Record:
     if kind in (Kind.DEQUEUE, Kind.DELIVERED):
         queue_id, message_id = _QQ.unpack(payload)
         return QueueEntryEvent(Kind(kind), queue_id, message_id)
-    if kind in (Kind.EXCHANGE_DELETED, Kind.QUEUE_DELETED, Kind.UNBOUND):
+    if kind in (Kind.EXCHANGE_DELETED, Kind.QUEUE_DELETED, Kind.UNBOUND, Kind.VHOST_DELETED):
         return Deleted(Kind(kind), _Q.unpack(payload)[0])
+    if kind == Kind.VHOST:
+        (object_id,) = _Q.unpack_from(payload)
+        return VhostRecord(object_id, _read_short(payload, 8)[0])
     if kind == Kind.EXCHANGE:
         object_id, flags = _QB.unpack_from(payload)
         name, pos = _read_short(payload, 9)
         type_, pos = _read_short(payload, pos)
         arguments, pos = _read_table(payload, pos)
-        return ExchangeRecord(object_id, name, type_, bool(flags & 1), bool(flags & 2), arguments)
+        return ExchangeRecord(
+            object_id,
+            name,
+            type_,
+            bool(flags & 1),
+            bool(flags & 2),
+            arguments,
+            _read_vhost(payload, pos),
+        )
     if kind == Kind.QUEUE:
         object_id, flags = _QB.unpack_from(payload)
         pos, uuid = 9, ""
@@ -373,7 +422,9 @@ def _decode(kind: int, payload: bytes) -> Record:
             pos, uuid = 25, payload[9:25].hex()
         name, pos = _read_short(payload, pos)
         arguments, pos = _read_table(payload, pos)
-        return QueueRecord(object_id, name, bool(flags & 1), arguments, uuid)
+        return QueueRecord(
+            object_id, name, bool(flags & 1), arguments, uuid, _read_vhost(payload, pos)
+        )
     if kind == Kind.BINDING:
         object_id, queue_id = _QQ.unpack_from(payload)
         exchange, pos = _read_short(payload, 16)
@@ -386,7 +437,9 @@ def _decode(kind: int, payload: bytes) -> Record:
         destination, pos = _read_short(payload, pos)
         routing_key, pos = _read_short(payload, pos)
         arguments, pos = _read_table(payload, pos)
-        return ExchangeBindingRecord(object_id, source, destination, routing_key, arguments)
+        return ExchangeBindingRecord(
+            object_id, source, destination, routing_key, arguments, _read_vhost(payload, pos)
+        )
     raise FormatError(f"unknown record kind {kind}")
 
 

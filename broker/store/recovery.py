@@ -48,6 +48,7 @@ from broker.store.records import (
     MessageRecord,
     QueueEntryEvent,
     QueueRecord,
+    VhostRecord,
     bad_record_at,
     decode_payload,
     iter_tx,
@@ -130,6 +131,8 @@ class RecoveredState:
     ledger: Ledger
     #: Segment numbers read, oldest first.
     segments: list[int]
+    #: Virtual hosts other than "/" (each exchange, queue and binding names its vhost).
+    vhosts: list[VhostRecord] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -158,6 +161,7 @@ class Recovery:
         self._queues: dict[int, QueueRecord] = {}
         self._bindings: dict[int, BindingRecord] = {}
         self._exchange_bindings: dict[int, ExchangeBindingRecord] = {}
+        self._vhosts: dict[int, VhostRecord] = {}
         self._deleted: set[int] = set()
         self._messages: dict[int, MessageRecord] = {}
         # (queue id, message id) -> (position, expires_at_ms, segment)
@@ -342,6 +346,8 @@ class Recovery:
                 self._queues[record.id] = record
             elif isinstance(record, ExchangeBindingRecord):
                 self._exchange_bindings[record.id] = record
+            elif isinstance(record, VhostRecord):
+                self._vhosts[record.id] = record
             else:
                 self._bindings[record.id] = record
             self._where[record.id] = segment
@@ -353,6 +359,7 @@ class Recovery:
 
     def state(self) -> RecoveredState:
         deleted = self._deleted
+        vhosts = [r for i, r in sorted(self._vhosts.items()) if i not in deleted]
         exchanges = [r for i, r in sorted(self._exchanges.items()) if i not in deleted]
         queues = {i: RecoveredQueue(r) for i, r in sorted(self._queues.items()) if i not in deleted}
         bindings = [
@@ -372,6 +379,7 @@ class Recovery:
         config = {
             object_id: where[object_id]
             for object_id in (
+                *(v.id for v in vhosts),
                 *(e.id for e in exchanges),
                 *queues,
                 *(b.id for b in bindings),
@@ -427,6 +435,7 @@ class Recovery:
             record_count=self._records,
             ledger=ledger,
             segments=list(self._segments),
+            vhosts=vhosts,
         )
 
 

@@ -23,6 +23,7 @@ def test_exchange_lifecycle() -> None:
         created = await response.json()
         assert created == {
             "name": "events",
+            "vhost": "/",
             "type": "topic",
             "durable": True,
             "auto_delete": False,
@@ -70,7 +71,7 @@ def test_exchange_lifecycle() -> None:
 
         deleted = await client.delete("/api/exchanges/events")
         assert deleted.status == 200
-        assert await deleted.json() == {"name": "events"}
+        assert await deleted.json() == {"name": "events", "vhost": "/"}
         assert (await client.get("/api/exchanges/events")).status == 404
         assert (await client.delete("/api/exchanges/events")).status == 404
 
@@ -176,6 +177,7 @@ def test_bindings_are_listed() -> None:
         assert response.status == 200
         assert await response.json() == [
             {
+                "vhost": "/",
                 "source": "amq.direct",
                 "destination": "q1",
                 "destination_type": "queue",
@@ -183,6 +185,7 @@ def test_bindings_are_listed() -> None:
                 "arguments": {},
             },
             {
+                "vhost": "/",
                 "source": "amq.headers",
                 "destination": "q1",
                 "destination_type": "queue",
@@ -190,6 +193,7 @@ def test_bindings_are_listed() -> None:
                 "arguments": {"x-match": "any", "h": "v"},
             },
             {
+                "vhost": "/",
                 "source": "amq.topic",
                 "destination": "q2",
                 "destination_type": "queue",

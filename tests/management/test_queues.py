@@ -59,7 +59,7 @@ def test_queue_lifecycle() -> None:
 
         deleted = await client.delete("/api/queues/orders")
         assert deleted.status == 200
-        assert await deleted.json() == {"name": "orders", "messages_deleted": 1}
+        assert await deleted.json() == {"name": "orders", "vhost": "/", "messages_deleted": 1}
         assert "orders" not in broker.vhost.queues
         missing = await client.get("/api/queues/orders")
         assert missing.status == 404

@@ -50,6 +50,7 @@ def test_connections_are_listed() -> None:
             "name": conn.conn.name,
             "peer": "test:1",
             "user": "guest",
+            "vhost": "/",
             "state": "open",
             "client_product": "test-client",
             "client_version": None,

@@ -1,0 +1,170 @@
+"""The broker's virtual hosts: a registry of :class:`~broker.core.vhost.VirtualHost` by name.
+
+``/`` exists from the start and is never deleted (the HA role, the message store and the
+stand-alone queue replication hang off it). :meth:`VirtualHosts.create` adds a vhost (a
+second create of the same name finds it: RabbitMQ's PUT is idempotent);
+:meth:`VirtualHosts.delete` deletes every queue and exchange of a vhost, so configuration
+listeners hear each deletion, then the vhost, so :class:`VhostListener` s hear it last (the
+broker shell closes its connections with 320 CONNECTION_FORCED, as RabbitMQ does).
+
+Every vhost shares one list of configuration listeners (:attr:`VirtualHosts.listeners`, the
+default vhost's own list): a listener added to ``/`` hears every vhost, and tells them
+apart by the ``vhost`` attribute of a queue or exchange. Queues of all vhosts are known to
+the HA role by a *key* (:func:`queue_key`): the name in ``/``, else the vhost and the name
+joined by :data:`KEY_SEPARATOR`, so two vhosts may hold a queue of the same name.
+:attr:`VirtualHosts.queues` maps keys to queues across every vhost.
+
+No I/O. THREAD UNSAFE: one event loop owns the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
+
+from broker.core.errors import AmqpError, ReplyCode
+from broker.core.queue import Queue
+from broker.core.vhost import VHOST, ConfigListener, VirtualHost
+
+#: Joins a vhost's name and a queue's name in a queue key (never in a name a client uses).
+KEY_SEPARATOR = "\x00"
+#: Longest vhost name: connection.open carries it as a short string.
+MAX_NAME_BYTES = 255
+
+
+def queue_key(vhost: str, name: str) -> str:
+    """The key of queue ``name`` in ``vhost``: the name itself in ``/``."""
+    return name if vhost == VHOST else f"{vhost}{KEY_SEPARATOR}{name}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """(vhost, queue name) of a queue key."""
+    vhost, sep, name = key.partition(KEY_SEPARATOR)
+    return (vhost, name) if sep else (VHOST, key)
+
+
+def key_of(queue: Queue) -> str:
+    return queue_key(queue.vhost, queue.name)
+
+
+def check_vhost_name(name: object) -> str:
+    """A valid vhost name, or ValueError naming what is wrong."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a vhost name must be a non-empty string, not {name!r}")
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise ValueError(f"vhost name longer than {MAX_NAME_BYTES} bytes: {name[:40]!r}...")
+    if KEY_SEPARATOR in name:
+        raise ValueError(f"vhost name {name!r} holds a NUL character")
+    return name
+
+
+class VhostListener(Protocol):
+    """Hears virtual hosts created and deleted (store, HA configuration stream, shell)."""
+
+    def vhost_created(self, vhost: VirtualHost) -> None: ...
+
+    def vhost_deleted(self, vhost: VirtualHost) -> None: ...
+
+
+class _AllQueues(Mapping[str, Queue]):
+    """Every vhost's queues by key (a live view)."""
+
+    def __init__(self, hosts: dict[str, VirtualHost]) -> None:
+        self._hosts = hosts
+
+    def __getitem__(self, key: str) -> Queue:
+        vhost, name = split_key(key)
+        return self._hosts[vhost].queues[name]
+
+    def __iter__(self) -> Iterator[str]:
+        for host in list(self._hosts.values()):
+            for name in list(host.queues):
+                yield queue_key(host.name, name)
+
+    def __len__(self) -> int:
+        return sum(len(host.queues) for host in self._hosts.values())
+
+
+class VirtualHosts:
+    """The registry (see the module docstring)."""
+
+    def __init__(
+        self,
+        factory: Callable[[str], VirtualHost] | None = None,
+        *,
+        default: VirtualHost | None = None,
+    ) -> None:
+        """``factory`` makes a vhost of a name; ``default``: the ``/`` to hold (else made)."""
+        self._factory = factory or (lambda name: VirtualHost(name=name))
+        self.default = default if default is not None else self._factory(VHOST)
+        #: Configuration listeners of every vhost (one list, shared).
+        self.listeners: list[ConfigListener] = self.default.listeners
+        self.vhost_listeners: list[VhostListener] = []
+        self._hosts: dict[str, VirtualHost] = {VHOST: self.default}
+        self.queues: Mapping[str, Queue] = _AllQueues(self._hosts)
+
+    @property
+    def name(self) -> str:
+        """The default vhost's name (messages that name one vhost name it)."""
+        return VHOST
+
+    def get(self, name: str) -> VirtualHost | None:
+        return self._hosts.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._hosts
+
+    def __iter__(self) -> Iterator[VirtualHost]:
+        return iter(list(self._hosts.values()))
+
+    def __len__(self) -> int:
+        return len(self._hosts)
+
+    def names(self) -> list[str]:
+        return sorted(self._hosts)
+
+    def create(self, name: str) -> tuple[VirtualHost, bool]:
+        """The vhost ``name``, created if new: (vhost, created). ValueError: a bad name."""
+        existing = self._hosts.get(check_vhost_name(name))
+        if existing is not None:
+            return existing, False
+        vhost = self._factory(name)
+        vhost.listeners = self.listeners
+        self._hosts[name] = vhost
+        for listener in list(self.vhost_listeners):
+            listener.vhost_created(vhost)
+        return vhost, True
+
+    def delete(self, name: str) -> VirtualHost:
+        """Delete the vhost ``name`` with everything in it (404 NOT_FOUND if there is none;
+        ``/`` is refused with 403 ACCESS_REFUSED)."""
+        vhost = self._hosts.get(name)
+        if vhost is None:
+            raise AmqpError(ReplyCode.NOT_FOUND, f"no vhost '{name}'")
+        if vhost is self.default:
+            raise AmqpError(ReplyCode.ACCESS_REFUSED, f"the default vhost '{VHOST}' stays")
+        for queue_name in list(vhost.queues):
+            vhost.delete_queue(queue_name)
+        for exchange in list(vhost.exchanges.values()):
+            if not exchange.builtin:
+                vhost.delete_exchange(exchange.name)
+        del self._hosts[name]
+        for listener in list(self.vhost_listeners):
+            listener.vhost_deleted(vhost)
+        return vhost
+
+    def queue(self, key: str) -> Queue | None:
+        """The queue of a key, None if there is none."""
+        vhost, name = split_key(key)
+        host = self._hosts.get(vhost)
+        return None if host is None else host.queues.get(name)
+
+    def delete_queue(self, key: str) -> int:
+        """Delete the queue of a key (nothing if it is gone); its ready message count."""
+        vhost, name = split_key(key)
+        host = self._hosts.get(vhost)
+        return 0 if host is None else host.delete_queue(name)
+
+    def tick(self) -> None:
+        for vhost in list(self._hosts.values()):
+            vhost.tick()
