@@ -5,7 +5,8 @@ It talks to a broker's management API (``-b host:port``): ``ping``; ``status`` (
 ``replicate QUEUE REMOTE_BROKER``; ``in-sync`` (the primary's in-sync set; ``--commit``
 is the cluster manager's); and ``promote``, which, as in Qpid, is a cluster-manager command
 refused without ``--cluster-manager``. ``drill`` runs a fail-over drill (``--nemesis``: on
-a cluster of its own in network namespaces).
+a cluster of its own in network namespaces). ``vhosts list|add|delete`` manages the
+broker's virtual hosts (:mod:`qpid_ha_cli.vhosts`).
 
 The verbs live in one module per group, each with its own ``typer.Typer()`` joined here
 with ``add_typer``: :mod:`qpid_ha_cli.check` (ping, status, query, ready),
@@ -33,7 +34,7 @@ from common.exit_status import CommandError, ExitStatus
 from common.url import parse_url
 from ha_agent.zk_auth import parse_zk_auth
 from ha_agent.zk_tls import zk_tls
-from qpid_ha_cli import acl, admin, check, cluster_store, manage, store_backup, users
+from qpid_ha_cli import acl, admin, check, cluster_store, manage, store_backup, users, vhosts
 from qpid_ha_cli.cluster_view import ClusterViewError
 from qpid_ha_cli.command_line import (
     OwnOptionsCommand,
@@ -142,6 +143,7 @@ app.add_typer(manage.app)  # promote, in-sync, replicate
 app.add_typer(admin.app)  # connections, disconnect, stop-member
 app.add_typer(users.app)  # users add|delete|list|passwd|roles: the users file
 app.add_typer(acl.app)  # acl show|reload
+app.add_typer(vhosts.app)  # vhosts list|add|delete
 app.add_typer(cluster_store.app)  # shutdown --all, store status|mark-clean DIR
 app.add_typer(store_backup.app)  # backup --to DIR, restore DIR --data-dir D
 

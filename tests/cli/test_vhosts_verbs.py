@@ -1,0 +1,46 @@
+"""``qpid-ha vhosts list|add|delete`` in process, against the shared primary and backup."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.polling import poll_until
+from tests.cli.conftest import address, qpid_ha
+from tests.ha.cluster import Cluster, http
+
+
+def backup_vhosts(pair: Cluster) -> list[str]:
+    return [v["name"] for v in http("GET", pair.brokers[1].mgmt_port, "/api/vhosts")]
+
+
+def test_add_list_and_delete_a_vhost_replicated_to_the_backup(pair: Cluster) -> None:
+    primary = address(pair.brokers[0])
+    added = qpid_ha("-b", primary, "vhosts", "add", "cli-tenant")
+    assert (added.exit_code, added.stdout, added.stderr) == (0, "vhost cli-tenant: created\n", "")
+    again = qpid_ha("-b", primary, "vhosts", "add", "cli-tenant")
+    assert again.stdout == "vhost cli-tenant: exists\n"
+    listed = qpid_ha("-b", primary, "vhosts", "list")
+    assert listed.exit_code == 0
+    lines = listed.stdout.splitlines()
+    assert lines[0].startswith("/  queues=")
+    assert "cli-tenant  queues=0 exchanges=6 messages=0 connections=0" in lines
+    poll_until(lambda: "cli-tenant" in backup_vhosts(pair), 10, "the vhost on the backup")
+    refused = qpid_ha("-b", address(pair.brokers[1]), "vhosts", "add", "elsewhere")
+    assert (refused.exit_code, refused.stdout) == (1, "")
+    assert "answered HTTP 409" in refused.stderr and "on the primary" in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    deleted = qpid_ha("-b", primary, "vhosts", "delete", "cli-tenant")
+    assert (deleted.exit_code, deleted.stdout) == (
+        0,
+        "vhost cli-tenant: deleted (0 connections closed)\n",
+    )
+    poll_until(lambda: "cli-tenant" not in backup_vhosts(pair), 10, "the vhost gone on the backup")
+    missing = qpid_ha("-b", primary, "vhosts", "delete", "cli-tenant")
+    assert missing.exit_code == 1 and "no vhost 'cli-tenant'" in missing.stderr
+
+
+@pytest.mark.parametrize("name", ["", "x" * 256])
+def test_a_bad_vhost_name_is_one_line_and_exit_2(pair: Cluster, name: str) -> None:
+    result = qpid_ha("-b", address(pair.brokers[0]), "vhosts", "add", name)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith("qpid-ha: error: ") and result.stderr.count("\n") == 1
