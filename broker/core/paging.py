@@ -192,6 +192,17 @@ class PagedMessages(deque[Entry]):
             return
         self._page(entry, size)
 
+    def adopt(self, entries: deque[Entry], body_bytes: int) -> None:
+        """:meth:`extend` with what a queue already knows: the sum of the entries' body
+        sizes (Queue.use_message_list, 1M recovered entries at a restart: no second pass)."""
+        budget = self.budget
+        size = body_bytes + ENTRY_OVERHEAD * len(entries)
+        if not self.paged and (not budget.limit or budget.used + size <= budget.limit):
+            deque.extend(self, entries)
+            budget.used += size
+            return
+        self.extend(entries)
+
     def extend(self, entries: Iterable[Entry]) -> None:
         entries = list(entries)
         if not self.paged:  # all in memory if all fit: as many appends would do, in bulk

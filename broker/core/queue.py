@@ -543,8 +543,13 @@ class Queue:
     # -- paging ------------------------------------------------------------------------
     def use_message_list(self, messages: deque[Entry]) -> None:
         """Keep the ready messages in ``messages`` from now on (broker.core.paging's
-        PagedMessages, a deque that pages its tail to disk); moves those already here."""
-        messages.extend(self._messages)
+        PagedMessages, a deque that pages its tail to disk); moves those already here (their
+        body sizes, which the queue counts, passed on when the list takes them)."""
+        adopt = getattr(messages, "adopt", None)
+        if adopt is not None:
+            adopt(self._messages, self._bytes)
+        else:
+            messages.extend(self._messages)
         self._messages = messages
 
     # -- admin -------------------------------------------------------------------------

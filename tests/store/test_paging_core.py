@@ -246,3 +246,32 @@ def test_the_pager_pages_every_queue_of_the_host_and_cleans_up(tmp_path: Path) -
     assert pager.paged == 15
     pager.stop()
     assert list((tmp_path / "paging").iterdir()) == []
+
+
+@settings(deadline=None)
+@given(st.lists(st.integers(0, 900), max_size=30), st.integers(0, 10), st.integers(0, 6000))
+def test_a_queue_moves_its_messages_to_a_paged_list_as_appends_would(
+    sizes: list[int], taken: int, limit: int
+) -> None:
+    """use_message_list hands over the body sizes the queue counts (PagedMessages.adopt):
+    the same budget and the same paging as one append per message, after a restore,
+    deliveries and requeues."""
+    with tempfile.TemporaryDirectory() as directory:
+        queue = Queue("q", clock=FakeClock())
+        restored = [entry(i + 1, size) for i, size in enumerate(sizes)]
+        queue.restore(restored[: len(restored) // 2])
+        for item in restored[len(restored) // 2 :]:
+            queue.enqueue(item.message)
+        consumer = FakeConsumer(credit=taken)
+        queue.add_consumer(consumer)
+        queue.remove_consumer(consumer)
+        queue.requeue(consumer.unacked[::2])  # some back on the queue, the rest unacked
+        ready = list(queue._messages)
+        paged = paged_list(Path(directory), limit)
+        queue.use_message_list(paged)
+        reference = paged_list(Path(directory), limit, "reference")
+        for item in ready:
+            reference.append(item)
+        assert paged.budget.used == reference.budget.used
+        assert paged.paged == reference.paged
+        assert [e.position for e in paged] == [e.position for e in ready]
