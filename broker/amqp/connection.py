@@ -37,6 +37,7 @@ from broker.amqp.context import BrokerContext
 from broker.amqp.handshake import (
     AdvertisesKnownHosts,
     OpenOkWithHosts,
+    client_description,
     negotiate_tune,
     start_method,
 )
@@ -498,16 +499,11 @@ class Connection:
             connection=self.name,
             peer=self.peer,
             user=self.user,
-            client=self._client_description(),
+            vhost=found.name,
+            client=client_description(self.client_properties),
             heartbeat=self.heartbeat,
             frame_max=self.frame_max,
         )
-
-    def _client_description(self) -> str:
-        props = self.client_properties
-        product = props.get("product", "?")
-        version = props.get("version", "")
-        return f"{product} {version}".strip()
 
     # -- channels ----------------------------------------------------------------------
     def _open_channel(self, number: int) -> None:

@@ -29,6 +29,13 @@ CAPABILITIES = {
 }
 
 
+def client_description(properties: dict[str, Any]) -> str:
+    """A client's product and version from its start-ok properties (``connection_opened``)."""
+    product = properties.get("product", "?")
+    version = properties.get("version", "")
+    return f"{product} {version}".strip()
+
+
 def start_method(
     settings: ConnectionSettings, extra: dict[str, Any], mechanisms: Iterable[str]
 ) -> commands.Connection.Start:

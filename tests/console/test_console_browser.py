@@ -184,6 +184,7 @@ def test_a_queue_a_client_made_appears_with_its_depth(
     publish(primary, 5)
     row = f"#queues tr[data-queue='{QUEUE}']"
     seen(browser, lambda: text(browser, f"{row} td.ready") == "5", what="5 ready in the row")
+    assert text(browser, f"{row} td.vhost") == "/"  # the vhost column
     browser.find_element(By.CSS_SELECTOR, row).click()
     seen(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "#queue-charts .chart"))
     assert "replication all" in text(browser, "#queue-charts")

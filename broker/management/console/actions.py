@@ -22,7 +22,8 @@ Contract
 Purge, publish and get need the administrator's role (:mod:`broker.security.roles`:
 every change does). On an HA backup they are refused with 409 naming the primary: a
 backup's queues are the primary's copies. 404 for a missing queue or exchange, 400 for bad
-input naming the field.
+input naming the field. Purge, get and publish act in vhost ``/``, or in the one
+``?vhost=NAME`` names (404 if there is none).
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from structlog.typing import FilteringBoundLogger
 
 from broker.core.errors import AmqpError
 from broker.core.message import Message
+from broker.core.vhost import VHOST, VirtualHost
 from broker.management.auth import current_user
 from broker.management.errors import ApiError, amqp_api_error
-from broker.management.managed import ManagedBroker
+from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.request_input import Body, read_json_object
 from broker.security.roles import Role
 
@@ -83,6 +85,14 @@ class ActionEndpoints:
             web.get("/api/users", self.users),
         ]
 
+    def _vhost(self, request: web.Request) -> VirtualHost:
+        """The vhost of ``?vhost=NAME`` (``/`` without it); 404 if there is none."""
+        name = request.query.get("vhost", VHOST)
+        vhost = vhosts_of(self.broker).get(name)
+        if vhost is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"NOT_FOUND - no vhost '{name}'")
+        return vhost
+
     def _not_backup(self) -> None:
         ha = getattr(self.broker, "ha", None)
         if ha is not None and not ha.state.is_primary:
@@ -96,7 +106,7 @@ class ActionEndpoints:
         name = request.match_info["name"]
         self._not_backup()
         try:
-            count = self.broker.vhost.purge_queue(name)
+            count = self._vhost(request).purge_queue(name)
         except AmqpError as exc:
             raise amqp_api_error(exc) from None
         self.log.info(
@@ -114,7 +124,7 @@ class ActionEndpoints:
         if len(routing_key.encode("utf-8")) > 255:
             raise ApiError(400, "field 'routing_key' is longer than 255 bytes")
         self._not_backup()
-        vhost = self.broker.vhost
+        vhost = self._vhost(request)
         exchange_name = "" if name == "amq.default" else name
         try:
             exchange = vhost.check_publish(exchange_name)
@@ -139,7 +149,7 @@ class ActionEndpoints:
         requeue = body.flag("requeue", True)
         self._not_backup()
         try:
-            queue = self.broker.vhost.queue(name)
+            queue = self._vhost(request).queue(name)
         except AmqpError as exc:
             raise amqp_api_error(exc) from None
         taken = []

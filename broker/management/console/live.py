@@ -31,18 +31,20 @@ import contextlib
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
 from broker import __version__
+from broker.core.vhost import VHOST
+from broker.core.vhosts import key_of, queue_key
 from broker.management.auth import current_user
 from broker.management.console.agent_log import promotion_instants, read_tail
 from broker.management.console.agents_view import AgentsView
 from broker.management.console.timeline import Timeline
-from broker.management.managed import ManagedBroker
+from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.responses import dumps
 from broker.management.views import (
     binding_view,
@@ -88,7 +90,7 @@ def lag_bytes(queue: Any, last_sent: int) -> tuple[int, bool]:
     return total, False
 
 
-def _with_lag_bytes(queues: dict[str, Any], ha_status: dict[str, Any] | None) -> Any:
+def _with_lag_bytes(queues: Mapping[str, Any], ha_status: dict[str, Any] | None) -> Any:
     """``/api/ha``'s body with each backup's queue rows given ``lag_bytes`` (and
     ``lag_bytes_partial``): the primary counts its backlog in messages only."""
     if not ha_status or not ha_status.get("backups"):
@@ -97,7 +99,7 @@ def _with_lag_bytes(queues: dict[str, Any], ha_status: dict[str, Any] | None) ->
     for backup in ha_status["backups"]:
         rows = []
         for row in backup.get("queues", []):
-            queue = queues.get(str(row.get("queue")))
+            queue = queues.get(queue_key(str(row.get("vhost") or VHOST), str(row.get("queue"))))
             last_sent = row.get("last_sent_id")
             if queue is None or not isinstance(last_sent, int) or not row.get("lag"):
                 rows.append({**row, "lag_bytes": 0, "lag_bytes_partial": False})
@@ -216,7 +218,7 @@ class LiveFeed:
     def sample(self) -> None:
         """Counters to rates and histories; then a new snapshot."""
         now = self.clock()
-        queues = self.broker.vhost.queues
+        queues = vhosts_of(self.broker).queues  # by key: the name in "/"
         for name in list(self.queue_history):
             if name not in queues:
                 del self.queue_history[name]
@@ -287,13 +289,14 @@ class LiveFeed:
 
     def _build(self, now: float, ha_status: dict[str, Any] | None) -> dict[str, Any]:
         broker = self.broker
-        vhost = broker.vhost
+        vhosts = sorted(vhosts_of(broker), key=lambda v: (v.name != VHOST, v.name))
         queues = []
-        for queue in sorted(vhost.queues.values(), key=lambda q: q.name):
-            view = queue_view(queue)
-            view["replication"] = _replication(broker, queue)
-            view["history"] = list(self.queue_history.get(queue.name, ()))
-            queues.append(view)
+        for vhost in vhosts:
+            for queue in sorted(vhost.queues.values(), key=lambda q: q.name):
+                view = queue_view(queue)
+                view["replication"] = _replication(broker, queue)
+                view["history"] = list(self.queue_history.get(key_of(queue), ()))
+                queues.append(view)
         return {
             "at": now,
             "status": {
@@ -305,10 +308,10 @@ class LiveFeed:
                 "store_status": broker.store_status,
                 "amqp_port": broker.amqp_port,
                 "connections": len(broker.context.connections),
-                "queues": len(vhost.queues),
-                "exchanges": len(vhost.exchanges),
+                "queues": sum(len(v.queues) for v in vhosts),
+                "exchanges": sum(len(v.exchanges) for v in vhosts),
             },
-            "ha": _with_lag_bytes(vhost.queues, ha_status),
+            "ha": _with_lag_bytes(vhosts_of(broker).queues, ha_status),
             "agents": None if self.agents is None else self.agents.view,
             "configured_members": [
                 str(a) for a in getattr(getattr(broker, "ha", None), "addresses", [])
@@ -323,14 +326,21 @@ class LiveFeed:
             "timeline": self.timeline.view(),
             "queues": queues,
             "exchanges": [
-                exchange_view(e) for e in sorted(vhost.exchanges.values(), key=lambda e: e.name)
+                exchange_view(e)
+                for v in vhosts
+                for e in sorted(v.exchanges.values(), key=lambda e: e.name)
             ],
             "bindings": [
                 binding_view(b)
+                for v in vhosts
                 for b in sorted(
-                    vhost.bindings(),
+                    v.bindings(),
                     key=lambda b: (b.exchange, b.destination_type, b.destination.name),
                 )
+            ],
+            "vhosts": [
+                {"name": v.name, "queues": len(v.queues), "exchanges": len(v.exchanges)}
+                for v in vhosts
             ],
             "connections": [
                 connection_view(c)

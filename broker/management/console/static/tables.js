@@ -13,11 +13,17 @@
     return history.length ? history[history.length - 1][key] : 0;
   }
 
+  // A queue is known by its vhost and name (two vhosts may hold queues of the same name).
+  const queueId = (q) => JSON.stringify([q.vhost || "/", q.name]);
+  // The ?vhost= of an action on an object outside "/".
+  const inVhost = (vhost) => (vhost && vhost !== "/" ? `?vhost=${enc(vhost)}` : "");
+
   function queueRow(q) {
     const history = q.history || [];
-    return el("tr", { class: `clickable${q.name === selectedQueue ? " selected" : ""}`, "data-queue": q.name,
-      onclick: () => { selectedQueue = q.name; app.state.renderers.queues(app.state.snapshot); } },
+    return el("tr", { class: `clickable${queueId(q) === selectedQueue ? " selected" : ""}`, "data-queue": q.name, "data-vhost": q.vhost || "/",
+      onclick: () => { selectedQueue = queueId(q); app.state.renderers.queues(app.state.snapshot); } },
       el("td", { text: q.name }),
+      el("td", { class: "vhost", text: q.vhost || "/" }),
       el("td", { class: "num ready", text: fmt(q.messages) }),
       el("td", { class: "num unacked", text: fmt(q.messages_unacked) }),
       el("td", {}, charts.sparkline(history.map((p) => p.messages))),
@@ -29,7 +35,9 @@
       el("td", { class: "args", text: argsText(q.arguments) }));
   }
 
-  function queueActions(name) {
+  function queueActions(name, vhost) {
+    const vq = inVhost(vhost);
+    const path = vhost && vhost !== "/" ? `/api/queues/${enc(vhost)}/${enc(name)}` : `/api/queues/${enc(name)}`;
     if (!canAdmin()) {
       return el("p", { class: "note", id: "queue-actions-none", text: "Purge, delete, publish and get need the administrator role." });
     }
@@ -38,17 +46,17 @@
     const box = el("div", { id: "queue-actions" },
       el("div", { class: "actions" },
         el("button", { id: "purge", class: "danger", onclick: () => confirmThen(`Purge the ready messages of queue ${name}?`,
-          async () => { const r = await api("DELETE", `/api/queues/${enc(name)}/contents`); return `purged ${r.messages_purged} messages from ${name}`; }) }, "Purge"),
+          async () => { const r = await api("DELETE", `/api/queues/${enc(name)}/contents${vq}`); return `purged ${r.messages_purged} messages from ${name}`; }) }, "Purge"),
         el("button", { id: "delete-queue", class: "danger", onclick: () => confirmThen(`Delete queue ${name} with its messages and bindings?`,
-          async () => { const r = await api("DELETE", `/api/queues/${enc(name)}`); selectedQueue = null; return `deleted queue ${name} (${r.messages_deleted} messages)`; }) }, "Delete"),
+          async () => { const r = await api("DELETE", path); selectedQueue = null; return `deleted queue ${name} (${r.messages_deleted} messages)`; }) }, "Delete"),
         el("button", { id: "get-message", onclick: () => runAction(async () => {
-          const r = await api("POST", `/api/queues/${enc(name)}/get`, { count: 1, requeue: true });
+          const r = await api("POST", `/api/queues/${enc(name)}/get${vq}`, { count: 1, requeue: true });
           got.className = "got";
           got.textContent = r.length ? r.map((m) => `${m.routing_key}: ${m.payload}${m.redelivered ? " (redelivered)" : ""}`).join("\n") : "(the queue is empty)";
           return `got ${r.length} message(s) from ${name}, put back`;
         }) }, "Get a message (requeue)")),
       el("form", { class: "inline", onsubmit: (event) => { event.preventDefault(); runAction(async () => {
-        const r = await api("POST", "/api/exchanges/amq.default/publish", { routing_key: name, payload: payload.value });
+        const r = await api("POST", `/api/exchanges/amq.default/publish${vq}`, { routing_key: name, payload: payload.value });
         return r.routed ? `published a test message to ${name}` : `the message was not routed`;
       }); } }, payload, el("button", { id: "publish-to-queue", type: "submit" }, "Publish to this queue")),
       got);
@@ -59,12 +67,13 @@
     const queues = s.queues || [];
     replaceRows($("queues").tBodies[0], queues.map(queueRow));
     const detail = $("queue-detail");
-    const q = queues.find((x) => x.name === selectedQueue);
+    const q = queues.find((x) => queueId(x) === selectedQueue);
     if (!q) { detail.replaceChildren(); builtFor = null; return; }
-    if (builtFor !== q.name) {
-      builtFor = q.name;
+    if (builtFor !== queueId(q)) {
+      builtFor = queueId(q);
+      const where = q.vhost && q.vhost !== "/" ? ` in vhost ${q.vhost}` : "";
       detail.replaceChildren(el("div", { class: "detail" },
-        el("h2", { text: `Queue ${q.name}` }), el("div", { class: "charts", id: "queue-charts" }), queueActions(q.name)));
+        el("h2", { text: `Queue ${q.name}${where}` }), el("div", { class: "charts", id: "queue-charts" }), queueActions(q.name, q.vhost)));
     }
     const history = q.history || [];
     $("queue-charts").replaceChildren(
@@ -83,6 +92,7 @@
   }
 
   let publishTo = null;
+  let publishVhost = "/";
 
   function renderPublishForm() {
     const box = $("publish-form");
@@ -90,19 +100,19 @@
     const key = el("input", { id: "publish-key", placeholder: "routing key" });
     const payload = el("input", { id: "publish-payload", placeholder: "payload", value: "test" });
     box.replaceChildren(el("form", { class: "inline", onsubmit: (event) => { event.preventDefault(); runAction(async () => {
-      const r = await api("POST", `/api/exchanges/${enc(publishTo || "amq.default")}/publish`, { routing_key: key.value, payload: payload.value });
+      const r = await api("POST", `/api/exchanges/${enc(publishTo || "amq.default")}/publish${inVhost(publishVhost)}`, { routing_key: key.value, payload: payload.value });
       return r.routed ? `published to ${publishTo || "the default exchange"}: ${r.queues} queue(s)` : "published, but no queue took it (unroutable)";
     }); } }, el("strong", { text: `Publish to ${publishTo || "(default)"}` }), key, payload, el("button", { type: "submit", id: "publish-send" }, "Publish")));
   }
 
   function renderExchanges(s) {
-    replaceRows($("exchanges").tBodies[0], (s.exchanges || []).map((x) => el("tr", { "data-exchange": x.name },
-      el("td", { text: x.name || "(default)" }), el("td", { text: x.type }), el("td", { text: x.durable ? "yes" : "no" }),
+    replaceRows($("exchanges").tBodies[0], (s.exchanges || []).map((x) => el("tr", { "data-exchange": x.name, "data-vhost": x.vhost || "/" },
+      el("td", { text: x.name || "(default)" }), el("td", { class: "vhost", text: x.vhost || "/" }), el("td", { text: x.type }), el("td", { text: x.durable ? "yes" : "no" }),
       el("td", { class: "num", text: fmt(x.bindings) }), el("td", { class: "num", text: fmt(x.routed_total) }),
       el("td", { class: "num", text: fmt(x.unroutable_total) }), el("td", { class: "args", text: argsText(x.arguments) }),
-      el("td", {}, canAdmin() && !x.internal ? el("button", { onclick: () => { publishTo = x.name; renderPublishForm(); } }, "Publish...") : null))));
+      el("td", {}, canAdmin() && !x.internal ? el("button", { onclick: () => { publishTo = x.name; publishVhost = x.vhost || "/"; renderPublishForm(); } }, "Publish...") : null))));
     replaceRows($("bindings").tBodies[0], (s.bindings || []).map((b) => el("tr", {},
-      el("td", { text: b.source || "(default)" }), el("td", { text: b.destination }), el("td", { text: b.destination_type }),
+      el("td", { class: "vhost", text: b.vhost || "/" }), el("td", { text: b.source || "(default)" }), el("td", { text: b.destination }), el("td", { text: b.destination_type }),
       el("td", { text: b.routing_key }), el("td", { class: "args", text: argsText(b.arguments) }))));
   }
 
@@ -118,7 +128,13 @@
 
   let usersLoaded = 0;
 
+  function renderVhosts(s) {
+    replaceRows($("vhosts").tBodies[0], (s.vhosts || []).map((v) => el("tr", { "data-vhost": v.name },
+      el("td", { text: v.name }), el("td", { class: "num", text: fmt(v.queues) }), el("td", { class: "num", text: fmt(v.exchanges) }))));
+  }
+
   function renderUsers(s) {
+    renderVhosts(s);
     const box = $("users");
     if (!s.me.auth) { box.replaceChildren(el("p", { class: "note", text: "Authentication is off: no users are checked." })); return; }
     if (!canAdmin()) { box.replaceChildren(el("p", { class: "note", id: "users-none", text: "Only administrators see the users." })); return; }
