@@ -12,6 +12,7 @@ setup(
         Extension(
             "broker.store._walk",
             ["broker/store/_walk.c"],
+            depends=["broker/store/_crc32c.h"],
             extra_compile_args=["-O2"],
             optional=True,
         )
