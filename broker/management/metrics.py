@@ -209,7 +209,9 @@ QUEUE_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
 def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
     """Every metric family of ``broker``, at wall-clock time ``now`` (default: now)."""
     now = time.time() if now is None else now
-    vhost = broker.vhost
+    # every vhost (a broker with one has only ``vhost``); a queue outside "/" is labelled
+    # with its vhost too, so that two vhosts' queues of one name are two series
+    vhosts: list[VirtualHost] = list(getattr(broker, "vhosts", None) or [broker.vhost])
     ctx = broker.context
     info = _gauge("qpidd_info", "Broker identity; the value is always 1.")
     info.add(1, node=broker.options.node_name, version=__version__, ha_state=broker.ha_state)
@@ -237,33 +239,39 @@ def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
             "Connections closed for a protocol error.",
             ctx.protocol_errors_total,
         ),
-        _gauge("qpidd_queues", "Queues in the virtual host.", len(vhost.queues)),
+        _gauge("qpidd_queues", "Queues in the virtual hosts.", sum(len(v.queues) for v in vhosts)),
         _gauge(
             "qpidd_exchanges",
-            "Exchanges in the virtual host (built-in ones included).",
-            len(vhost.exchanges),
+            "Exchanges in the virtual hosts (built-in ones included).",
+            sum(len(v.exchanges) for v in vhosts),
         ),
         _counter(
             "qpidd_messages_published_total",
             "Messages published to an exchange.",
-            vhost.published_total,
+            sum(v.published_total for v in vhosts),
         ),
         _counter(
             "qpidd_messages_unroutable_total",
             "Published messages that no queue took.",
-            vhost.unroutable_total,
+            sum(v.unroutable_total for v in vhosts),
         ),
         _counter(
             "qpidd_messages_dead_lettered_total",
             "Messages republished to a dead-letter exchange.",
-            vhost.dead_lettered_total,
+            sum(v.dead_lettered_total for v in vhosts),
         ),
     ]
-    queues = sorted(vhost.queues.values(), key=lambda q: q.name)
+    queues = sorted(
+        (q for v in vhosts for q in v.queues.values()),
+        key=lambda q: (q.vhost != "/", q.vhost, q.name),
+    )
     for name, kind, help, attribute in QUEUE_FAMILIES:
         family = Family(name, kind, help)
         for queue in queues:
-            family.add(getattr(queue, attribute), queue=queue.name)
+            if queue.vhost == "/":
+                family.add(getattr(queue, attribute), queue=queue.name)
+            else:
+                family.add(getattr(queue, attribute), queue=queue.name, vhost=queue.vhost)
         families.append(family)
     return families
 

@@ -14,7 +14,7 @@ import time
 from aiohttp import web
 
 from broker import __version__
-from broker.management.managed import ManagedBroker
+from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.metrics import CONTENT_TYPE, render_metrics
 from broker.management.responses import json_response
 
@@ -38,8 +38,9 @@ class StatusEndpoints:
                 "store_id": broker.store_id,
                 "amqp_port": broker.amqp_port,
                 "connections": len(broker.context.connections),
-                "queues": len(broker.vhost.queues),
-                "exchanges": len(broker.vhost.exchanges),
+                "queues": len(vhosts_of(broker).queues),
+                "exchanges": sum(len(v.exchanges) for v in vhosts_of(broker)),
+                "vhosts": len(vhosts_of(broker)),
             }
         )
 

@@ -1,5 +1,6 @@
-"""The console's snapshot with two virtual hosts: queues, exchanges and bindings of each,
-named by vhost; one history a queue even when two vhosts hold queues of the same name."""
+"""The console's snapshot, its actions and the metrics with two virtual hosts: queues,
+exchanges and bindings of each, named by vhost; one history (and one series) a queue even
+when two vhosts hold queues of the same name."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from aiohttp.test_utils import TestClient
 from broker.core.message import Message
 from broker.core.vhosts import VirtualHosts, queue_key
 from broker.management.console.live import LiveFeed
+from broker.management.metrics import render_metrics
 from common.log import get_logger
-from tests.management.support import FakeBroker, serve
+from tests.management.support import FakeBroker, parse_metrics, sample, serve
 
 
 class VhostsBroker(FakeBroker):
@@ -67,3 +69,15 @@ def test_purge_get_and_publish_act_in_the_vhost_named() -> None:
         assert "q" not in other.queues and "q" in broker.vhost.queues
 
     serve(broker, scenario)
+
+
+def test_metrics_count_every_vhost_and_label_a_queue_outside_the_default() -> None:
+    broker = VhostsBroker()
+    other, _ = broker.vhosts.create("other")
+    broker.vhost.declare_queue("q")
+    other.declare_queue("q")
+    other.publish(other.exchange(""), Message("", "q", body=b"1"))
+    samples = parse_metrics(render_metrics(broker, now=0.0))  # no duplicate series
+    assert sample(samples, "qpidd_queues") == 2
+    assert sample(samples, "qpidd_queue_messages", queue="q") == 0
+    assert sample(samples, "qpidd_queue_messages", queue="q", vhost="other") == 1
