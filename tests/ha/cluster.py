@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import signal
 import urllib.error
 import urllib.request
@@ -27,6 +28,18 @@ def http(method: str, port: int, path: str, body: dict[str, Any] | None = None) 
             return json.load(response)
     except urllib.error.HTTPError as exc:
         return {"http_status": exc.code, **json.load(exc)}
+
+
+#: Starts of a cluster tried before a port taken meanwhile fails the test.
+START_ATTEMPTS = 3
+
+
+def _moved_arg(arg: str, moved: dict[str, str]) -> str:
+    """``arg`` with each ``host:port`` of a comma-separated value replaced as ``moved`` says."""
+    name, equals, value = arg.partition("=")
+    if not equals:
+        return arg
+    return name + equals + ",".join(moved.get(part, part) for part in value.split(","))
 
 
 class Cluster:
@@ -58,14 +71,37 @@ class Cluster:
 
     def start(self) -> Cluster:
         """Start every broker; if one fails to start, stop those already started (callers
-        stop the cluster in a ``finally`` that a failed start never reaches)."""
-        try:
-            for broker in self.brokers:
-                broker.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        stop the cluster in a ``finally`` that a failed start never reaches).
+
+        A port from ``free_port`` can be taken by another process (another xdist worker's
+        test) before qpidd binds it: then the whole cluster starts again on new ports, from
+        empty directories (nothing has happened in it yet)."""
+        for attempt in range(START_ATTEMPTS):
+            try:
+                for broker in self.brokers:
+                    broker.start()
+                return self
+            except RuntimeError as exc:
+                self.stop()
+                if "address already in use" not in str(exc) or attempt == START_ATTEMPTS - 1:
+                    raise
+                self._move_to_new_ports()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
+
+    def _move_to_new_ports(self) -> None:
+        """New AMQP and management ports for every broker, in every argument naming them
+        (``--ha-brokers-url`` and any a test changed), and empty working directories."""
+        moved = {f"127.0.0.1:{p}": f"127.0.0.1:{free_port()}" for p in self.ports}
+        for broker in self.brokers:
+            broker.port = int(moved[f"127.0.0.1:{broker.port}"].rpartition(":")[2])
+            broker.mgmt_port = 0  # chosen again at start
+            broker.proc = None
+            broker.args = [_moved_arg(arg, moved) for arg in broker.args]
+            shutil.rmtree(broker.workdir, ignore_errors=True)
+        self.ports = [broker.port for broker in self.brokers]
 
     def stop(self) -> None:
         for broker in self.brokers:
