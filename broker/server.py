@@ -34,7 +34,7 @@ from broker.store.hot_backup import take_restored_marker
 from broker.store.journal import Journal, StoreError, SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.page_file import Pager
-from broker.store.recovery import CorruptStore
+from broker.store.recovery import WALKER, CorruptStore
 from broker.store.resource_monitor import ResourceMonitor, total_memory
 from common.log import get_logger
 
@@ -181,6 +181,7 @@ class Broker:
             segments=len(state.segments),
             seconds=round(time.monotonic() - started, 3),
             sync=journal.sync.value,
+            walker=WALKER,
         )
 
     def _store_write_failed(self, exc: OSError) -> None:
