@@ -35,6 +35,8 @@ The figures of a restart, from the backup's JSON log (timestamps, not polling):
 - ``sent``: messages the primary's stream of the queue sent to the backup since it
   subscribed (GET /api/ha ``backups[].queues[].sent``): about --publish, not --messages,
   when the backup kept its store; ``recovered``: ``store_recovered`` ``messages``;
+  ``walker``: which walker read the store (``native``, or ``python`` when the C walker is
+  not built, docs/store.md);
 - the 1-minute load average before the restart.
 
 Each restart checks that the backup recovered every message it held, that it holds what the
@@ -234,6 +236,7 @@ def restart_once(
         "sent": sent,
         "held": on_primary,
         "store_status": recovered.get("store_status"),
+        "walker": recovered.get("walker", "?"),  # not logged before ca5f594
         "meanwhile_s": meanwhile,
         "peak_rss_mb": (backup.peak_rss_bytes() or 0) / 2**20,
         "load1": load,
@@ -249,7 +252,7 @@ def _line(k: int, r: dict[str, Any]) -> str:
     return (
         f"{r['stop']} {k}: ready after {r['ready_s']:.2f} s = start {r['start_s']:.2f}"
         f" + store {r['store_s']:.2f} ({r['recovered']:,} msgs, {r['records']:,} records,"
-        f" {r['store_status']})"
+        f" {r['store_status']}, {r['walker']} walker)"
         f" + to link {r['to_link_s']:.2f} + catch-up {r['catch_up_s']:.2f};"
         f" backup CPU {_s(cpu)} s ({_s(r['cpu_to_store_recovered_s'])} to store_recovered,"
         f" {_s(r['cpu_to_link_s'])} to link, {_s(r['cpu_catch_up_s'])} catch-up),"
