@@ -7,9 +7,11 @@ core objects and can be driven by a test double. Types only: nothing here runs.
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Protocol
 
 from broker.core.vhosts import VirtualHosts
+from broker.management.errors import ApiError
 from broker.management.metrics import BrokerView, ContextView, OptionsView
 from broker.security.roles import Role
 
@@ -59,3 +61,15 @@ def vhosts_of(broker: ManagedBroker) -> VirtualHosts:
     """The broker's virtual hosts (a broker that has only ``vhost``: that one)."""
     found = getattr(broker, "vhosts", None)
     return found if isinstance(found, VirtualHosts) else VirtualHosts(default=broker.vhost)
+
+
+def refuse_on_backup(broker: ManagedBroker) -> None:
+    """409 on a backup of an HA cluster: its objects come from the primary by replication
+    only (a change made here would be a divergence the primary never sees)."""
+    ha = getattr(broker, "ha", None)
+    if ha is not None and not ha.state.is_primary:
+        primary = ha.primary_address or "not known yet"
+        raise ApiError(
+            HTTPStatus.CONFLICT,
+            f"this broker is an HA backup ({ha.state.value}): act on the primary ({primary})",
+        )

@@ -5,7 +5,8 @@ with ``if_unused``/``if_empty``), ``GET /api/bindings`` and ``GET /api/connectio
 An object in a vhost other than ``/`` is ``/api/queues/{vhost}/{name}`` (RabbitMQ's path;
 ``/`` is ``%2F`` there); the lists show every vhost's objects, each with its ``vhost``,
 or one vhost's with ``?vhost=NAME``; a vhost that does not exist is a 404.
-Handlers only translate HTTP into calls on the core's
+Changes (PUT, DELETE) on a backup of an HA cluster are 409: its objects come from the
+primary. Handlers only translate HTTP into calls on the core's
 :class:`~broker.core.vhost.VirtualHost` and back (:mod:`broker.management.views` for the
 shapes); they keep no state. A declare answers 201 when it created the object and 200 when
 it existed; a failed delete condition (406 PRECONDITION_FAILED) is a 409. Every change is
@@ -26,7 +27,7 @@ from broker.core.errors import AmqpError
 from broker.core.vhost import VHOST, VirtualHost
 from broker.management.auth import current_user
 from broker.management.errors import ApiError, amqp_api_error
-from broker.management.managed import ManagedBroker, vhosts_of
+from broker.management.managed import ManagedBroker, refuse_on_backup, vhosts_of
 from broker.management.request_input import Body, check_name, query_flag, read_json_object
 from broker.management.responses import json_response
 from broker.management.views import binding_view, connection_view, exchange_view, queue_view
@@ -100,6 +101,7 @@ class ObjectEndpoints:
         return json_response(queue_view(self._vhost(request).queue(request.match_info["name"])))
 
     async def put_queue(self, request: web.Request) -> web.Response:
+        refuse_on_backup(self.broker)
         name = check_name("queue", request.match_info["name"])
         body = Body(await read_json_object(request), ("durable", "auto_delete", "arguments"))
         durable = body.flag("durable")
@@ -121,6 +123,7 @@ class ObjectEndpoints:
         )
 
     async def delete_queue(self, request: web.Request) -> web.Response:
+        refuse_on_backup(self.broker)
         name = request.match_info["name"]
         if_unused = query_flag(request, "if_unused")
         if_empty = query_flag(request, "if_empty")
@@ -154,6 +157,7 @@ class ObjectEndpoints:
         )
 
     async def put_exchange(self, request: web.Request) -> web.Response:
+        refuse_on_backup(self.broker)
         name = check_name("exchange", self._exchange_name(request))
         body = Body(
             await read_json_object(request),
@@ -185,6 +189,7 @@ class ObjectEndpoints:
         )
 
     async def delete_exchange(self, request: web.Request) -> web.Response:
+        refuse_on_backup(self.broker)
         name = self._exchange_name(request)
         if_unused = query_flag(request, "if_unused")
         vhost = self._vhost(request)

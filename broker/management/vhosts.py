@@ -33,12 +33,8 @@ from broker.core.errors import AmqpError
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import check_vhost_name
 from broker.management.errors import ApiError, amqp_api_error
-from broker.management.managed import ManagedBroker, vhosts_of
+from broker.management.managed import ManagedBroker, refuse_on_backup, vhosts_of
 from broker.management.responses import json_response
-
-#: HA states in which this broker is not the primary: changes go to the primary.
-_PRIMARY_STATES = ("standalone", "recovering", "active")
-
 
 def vhost_view(vhost: VirtualHost, connections: int) -> dict[str, Any]:
     return {
@@ -82,12 +78,7 @@ class VhostEndpoints:
         return vhost
 
     def _on_primary(self) -> None:
-        state = self.broker.ha_state
-        if state not in _PRIMARY_STATES:
-            raise ApiError(
-                HTTPStatus.CONFLICT,
-                f"this broker is a backup ({state}): change vhosts on the primary",
-            )
+        refuse_on_backup(self.broker)
 
     async def list_vhosts(self, request: web.Request) -> web.Response:
         vhosts = sorted(vhosts_of(self.broker), key=lambda v: (v.name != VHOST, v.name))

@@ -44,3 +44,26 @@ def test_a_bad_vhost_name_is_one_line_and_exit_2(pair: Cluster, name: str) -> No
     result = qpid_ha("-b", address(pair.brokers[0]), "vhosts", "add", name)
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr.startswith("qpid-ha: error: ") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("PUT", "/api/queues/made-on-backup", {"durable": True}),
+        ("PUT", "/api/exchanges/made-on-backup", {"type": "fanout"}),
+        ("DELETE", "/api/exchanges/amq.fanout", None),
+        ("DELETE", "/api/queues/any", None),
+    ],
+)
+def test_object_changes_on_a_backup_are_409_naming_the_primary(
+    pair: Cluster, method: str, path: str, body: dict[str, object] | None
+) -> None:
+    """A backup's objects come from the primary only: a declare or delete through its
+    management API would be a divergence the primary never sees."""
+    backup = pair.brokers[1].mgmt_port
+    answer = http(method, backup, path, body)
+    assert answer["http_status"] == 409, answer
+    assert "HA backup" in answer["reason"] and "act on the primary" in answer["reason"], answer
+    queues = [q["name"] for q in http("GET", backup, "/api/queues")]
+    exchanges = [e["name"] for e in http("GET", backup, "/api/exchanges")]
+    assert "made-on-backup" not in queues + exchanges and "amq.fanout" in exchanges

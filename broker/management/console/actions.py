@@ -40,7 +40,7 @@ from broker.core.message import Message
 from broker.core.vhost import VHOST, VirtualHost
 from broker.management.auth import current_user
 from broker.management.errors import ApiError, amqp_api_error
-from broker.management.managed import ManagedBroker, vhosts_of
+from broker.management.managed import ManagedBroker, refuse_on_backup, vhosts_of
 from broker.management.request_input import Body, read_json_object
 from broker.security.roles import Role
 
@@ -94,13 +94,7 @@ class ActionEndpoints:
         return vhost
 
     def _not_backup(self) -> None:
-        ha = getattr(self.broker, "ha", None)
-        if ha is not None and not ha.state.is_primary:
-            primary = ha.primary_address or "not known yet"
-            raise ApiError(
-                HTTPStatus.CONFLICT,
-                f"this broker is an HA backup ({ha.state.value}): act on the primary ({primary})",
-            )
+        refuse_on_backup(self.broker)
 
     async def purge(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
