@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast, overload
@@ -204,11 +205,24 @@ def retry_until(
         time.sleep(interval)
 
 
+#: Ports :func:`free_port` gave out in this process (never given twice).
+_given_ports: set[int] = set()
+_given_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` just now (the kernel's choice)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port free on ``host`` just now (the kernel's choice), and one this process has
+    not been given before: the kernel may hand the same free port to two binds in a row,
+    and a cluster set up with two such calls would give two brokers one port (seen on a
+    fresh machine: a broker that could never start)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        with _given_lock:
+            if port not in _given_ports:
+                _given_ports.add(port)
+                return port
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:

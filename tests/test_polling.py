@@ -99,3 +99,10 @@ def test_free_port_and_port_open() -> None:
         server.bind(("127.0.0.1", port))
         server.listen()
         assert port_open(port)
+
+
+def test_free_port_never_gives_a_port_twice() -> None:
+    """The kernel may hand the same free port to binds in a row; free_port does not (two
+    brokers of one test cluster once got one port on a fresh machine)."""
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)

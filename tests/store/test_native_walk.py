@@ -64,6 +64,10 @@ def test_the_native_walker_is_built_where_it_can_be() -> None:
     assert Recovery().native and not Recovery(native=False).native
 
 
+@pytest.mark.skipif(
+    native_walk is None,
+    reason="no C walker on a machine without a compiler (the test above checks that is so)",
+)
 @settings(deadline=None)
 @given(st.binary(max_size=3000), st.integers(0, 2**32 - 1))
 def test_crc32c_is_the_packages(data: bytes, start: int) -> None:
