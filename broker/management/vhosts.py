@@ -36,6 +36,7 @@ from broker.management.errors import ApiError, amqp_api_error
 from broker.management.managed import ManagedBroker, refuse_on_backup, vhosts_of
 from broker.management.responses import json_response
 
+
 def vhost_view(vhost: VirtualHost, connections: int) -> dict[str, Any]:
     return {
         "name": vhost.name,
