@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,11 +19,10 @@ from typing import Any
 import pytest
 
 from analytics import generate, job
+from tests.chromium import headless_chromium
 
 pytestmark = pytest.mark.timeout(120)
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 WIDTH, HEIGHT = 1280, 900
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "analytics"
 #: The report's tables: what to change is prose; tuning, percentiles (2), anomalies,
@@ -35,32 +33,12 @@ TABLES = 7
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Chromium through chromedriver, its viewport exactly 1,280 x 900 CSS px."""
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if shutil.which(p) is None]
-    if missing:
-        pytest.fail(
-            f"{', '.join(missing)} missing: `make system-packages` installs Debian's chromium"
-            " and chromium-driver"
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        f"--window-size={WIDTH},{HEIGHT}", "--no-first-run", "--disable-extensions",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ):  # fmt: skip
-        options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    try:
+    with headless_chromium(WIDTH, HEIGHT) as driver:
         driver.execute_cdp_cmd(
             "Emulation.setDeviceMetricsOverride",
             {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
         )
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ shared by a module, and one headless Chromium (Debian's ``chromium`` and
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,13 +12,12 @@ from typing import Any
 import pytest
 
 from tests.agent.agent_cluster import AgentCluster
+from tests.chromium import headless_chromium
 from tests.console.support import screenshot_dir, write_users
 from tests.zookeeper import ZooKeeper
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 #: A laptop's screen.
-WINDOW = "1366,860"
+WINDOW = (1366, 860)
 
 
 @pytest.hookimpl(trylast=True)
@@ -70,37 +68,12 @@ def console_cluster(
 def browser() -> Iterator[Any]:
     """Headless Chromium through chromedriver (selenium), one for the test worker's run
     (the browser tests share an xdist group, so one worker and one browser)."""
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if shutil.which(p) is None]
-    if missing:
-        pytest.fail(
-            f"{', '.join(missing)} missing: `make system-packages` installs Debian's chromium"
-            " and chromium-driver"
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # root in CI
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        f"--window-size={WINDOW}",
-        "--no-first-run",
-        "--disable-extensions",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+    with headless_chromium(
+        *WINDOW,
         "--metrics-recording-only",
         "--ignore-certificate-errors",  # the TLS test's own CA (loopback only)
-    ):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    try:
+    ) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")
