@@ -54,11 +54,17 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
+def _header(column: str) -> str:
+    """A column name that may wrap after each underscore, so a table of many short numbers
+    fits the page with its full column names."""
+    return "_<wbr>".join(html.escape(part) for part in column.split("_"))
+
+
 def html_table(rows: list[Row], columns: Sequence[str], limit: int = HTML_ROWS) -> str:
     """A table in a box that scrolls sideways when it is wider than the page."""
     if not rows:
         return "<p class='none'>none</p>"
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "".join(f"<th>{_header(c)}</th>" for c in columns)
     body = "\n".join(
         "<tr>" + "".join(f"<td>{_cell(r.get(c))}</td>" for c in columns) + "</tr>"
         for r in rows[:limit]
@@ -67,6 +73,23 @@ def html_table(rows: list[Row], columns: Sequence[str], limit: int = HTML_ROWS) 
         f"<p>the first {limit} of {len(rows)} rows; all in the CSV</p>" if len(rows) > limit else ""
     )
     return f"<div class='wide'><table>\n<tr>{head}</tr>\n{body}\n</table></div>{more}"
+
+
+def html_table_by_column(rows: list[Row], columns: Sequence[str]) -> str:
+    """One row per measure and one column per configuration (``columns[0]`` names them):
+    the tuning table has many measures and few configurations, so it is read down a
+    configuration's column and across to compare, and it fits the page."""
+    if not rows:
+        return "<p class='none'>none</p>"
+    key, measures = columns[0], columns[1:]
+    head = f"<th>{_header(key)}</th>" + "".join(f"<th>{_cell(r.get(key))}</th>" for r in rows)
+    body = "\n".join(
+        f"<tr><th>{_header(m)}</th>"
+        + "".join(f"<td>{_cell(r.get(m))}</td>" for r in rows)
+        + "</tr>"
+        for m in measures
+    )
+    return f"<div class='wide'><table class='by-column'>\n<tr>{head}</tr>\n{body}\n</table></div>"
 
 
 FAILOVER_COLUMNS = (
@@ -97,7 +120,8 @@ h1, h2 { font-weight: 600; }
 .wide { overflow-x: auto; max-width: 100%; margin: 0.5em 0 1.5em; }
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #bbb; padding: 0.2em 0.45em; text-align: right; white-space: nowrap; }
-th { background: #eee; }
+th { background: #eee; white-space: normal; vertical-align: bottom; }
+.by-column th:first-child { text-align: left; }
 .bad { color: #b00; font-weight: bold; }
 .good { color: #070; font-weight: bold; }
 .paths, .files { overflow-wrap: anywhere; }
@@ -182,7 +206,7 @@ elections, in {summary.seconds:.1f} s, from {html.escape(", ".join(summary.paths
 <h2>What to change</h2>
 {what}
 <h2>Per configuration</h2>
-{html_table(tables.get("tuning", []), TUNING_COLUMNS)}
+{html_table_by_column(tables.get("tuning", []), TUNING_COLUMNS)}
 <h2>Percentiles by scenario, configuration and phase (ms)</h2>
 {html_table(tables.get("percentiles", []), PERCENTILE_COLUMNS)}
 <h2>Percentiles by configuration and kind of failure (ms)</h2>
