@@ -35,10 +35,14 @@ from broker.amqp import framing
 from broker.amqp.channel import Channel
 from broker.amqp.context import BrokerContext
 from broker.amqp.handshake import (
+    ENCRYPTION_REQUIRED,
     AdvertisesKnownHosts,
     OpenOkWithHosts,
     client_description,
+    close_method,
+    login_refused,
     negotiate_tune,
+    open_vhost,
     start_method,
 )
 from broker.amqp.state import ChannelState, ConnectionState, check_transition
@@ -410,13 +414,7 @@ class Connection:
             self.ctx.log.warning(
                 "connection_refused_unencrypted", connection=self.name, peer=self.peer
             )
-            raise AmqpError(
-                ReplyCode.NOT_ALLOWED,
-                "encryption required: this broker accepts TLS connections only"
-                " (require-encryption); connect to its ssl-port",
-                10,
-                11,
-            )
+            raise AmqpError(ReplyCode.NOT_ALLOWED, ENCRYPTION_REQUIRED, 10, 11)
         try:
             outcome = self.ctx.authenticator.begin(
                 mechanism, raw, self.peer_host, self.tls_identity
@@ -439,12 +437,7 @@ class Connection:
         self.ctx.log.warning(
             "authentication_failed", connection=self.name, mechanism=mechanism, reason=str(exc)
         )
-        return AmqpError(
-            ReplyCode.ACCESS_REFUSED,
-            f"Login was refused using authentication mechanism {mechanism}.",
-            10,
-            11,
-        )
+        return login_refused(mechanism)
 
     def _logged_in(self, user: str) -> None:
         self.user = user
@@ -464,23 +457,8 @@ class Connection:
         self._set_state(S.AWAIT_OPEN)
 
     def _open(self, method: commands.Connection.Open) -> None:
-        vhost = method.virtual_host or "/"
         ctx = self.ctx
-        found = ctx.find_vhost(vhost)
-        if found is None:  # RabbitMQ's words
-            raise AmqpError(ReplyCode.NOT_ALLOWED, f"vhost {vhost} not found", 10, 40)
-        if ctx.acl is not None:
-            denied = ctx.acl.check(self.user, self.name, "access", "virtualhost", {"name": vhost})
-            if denied is not None:
-                raise AmqpError(ReplyCode.ACCESS_REFUSED, denied.reply_text, 10, 40)
-        if ctx.open_connection_count() >= ctx.settings.max_connections:
-            ctx.connections_refused_total += 1
-            raise AmqpError(
-                ReplyCode.NOT_ALLOWED,
-                f"connection limit ({ctx.settings.max_connections}) reached",
-                10,
-                40,
-            )
+        found = open_vhost(ctx, self.user, self.name, method.virtual_host or "/")
         if ctx.admission is not None:
             refusal = ctx.admission.admit(self)
             if refusal is not None:
@@ -574,15 +552,8 @@ class Connection:
             return
         self.close_reason = f"{int(error.reply_code)} {error.reply_text}"
         self._cleanup()
-        self.send_method(
-            0,
-            commands.Connection.Close(
-                reply_code=int(error.reply_code),
-                reply_text=error.wire_text(),
-                class_id=error.class_id,
-                method_id=error.method_id,
-            ),
-        )
+        code = int(error.reply_code)
+        self.send_method(0, close_method(code, error.wire_text(), error.class_id, error.method_id))
         self._set_state(S.CLOSING)
         self._closing_since = ctx.clock()
 
@@ -591,15 +562,7 @@ class Connection:
         if self.state is S.OPEN:
             self.close_reason = f"{int(reply_code)} {text}"
             self._cleanup()
-            self.send_method(
-                0,
-                commands.Connection.Close(
-                    reply_code=int(reply_code),
-                    reply_text=f"{reply_code.name} - {text}",
-                    class_id=0,
-                    method_id=0,
-                ),
-            )
+            self.send_method(0, close_method(int(reply_code), f"{reply_code.name} - {text}"))
             self._set_state(S.CLOSING)
             self._closing_since = self.ctx.clock()
         elif self.state is not S.CLOSED and self.state is not S.CLOSING:

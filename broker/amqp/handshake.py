@@ -10,10 +10,12 @@ from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from pamqp import commands
+from pamqp.base import Frame as Method
 
 from broker.amqp import framing
-from broker.amqp.context import ConnectionSettings
+from broker.amqp.context import BrokerContext, ConnectionSettings
 from broker.core.errors import AmqpError, ReplyCode
+from broker.core.vhost import VirtualHost
 
 #: What the broker can do, as RabbitMQ's clients look for it in server_properties.
 CAPABILITIES = {
@@ -80,6 +82,53 @@ def negotiate_tune(
             31,
         )
     return frame_max, channel_max, int(method.heartbeat or 0)
+
+
+#: start-ok on a plain socket of a broker with --require-encryption.
+ENCRYPTION_REQUIRED = (
+    "encryption required: this broker accepts TLS connections only"
+    " (require-encryption); connect to its ssl-port"
+)
+
+
+def login_refused(mechanism: str) -> AmqpError:
+    """ACCESS_REFUSED (403) for a failed login, in RabbitMQ's words (the reason is logged,
+    never told to the client)."""
+    return AmqpError(
+        ReplyCode.ACCESS_REFUSED,
+        f"Login was refused using authentication mechanism {mechanism}.",
+        10,
+        11,
+    )
+
+
+def open_vhost(ctx: BrokerContext, user: str | None, connection: str, name: str) -> VirtualHost:
+    """connection.open's checks before admission: the virtual host exists, the ACL lets
+    ``user`` in and the connection limit is not reached. Raises NOT_ALLOWED (530) or
+    ACCESS_REFUSED (403) as RabbitMQ does; counts a refusal by the limit."""
+    found = ctx.find_vhost(name)
+    if found is None:  # RabbitMQ's words
+        raise AmqpError(ReplyCode.NOT_ALLOWED, f"vhost {name} not found", 10, 40)
+    if ctx.acl is not None:
+        denied = ctx.acl.check(user, connection, "access", "virtualhost", {"name": name})
+        if denied is not None:
+            raise AmqpError(ReplyCode.ACCESS_REFUSED, denied.reply_text, 10, 40)
+    if ctx.open_connection_count() >= ctx.settings.max_connections:
+        ctx.connections_refused_total += 1
+        raise AmqpError(
+            ReplyCode.NOT_ALLOWED,
+            f"connection limit ({ctx.settings.max_connections}) reached",
+            10,
+            40,
+        )
+    return found
+
+
+def close_method(reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0) -> Method:
+    """connection.close with a reply code and text (the failing method's ids, 0 for none)."""
+    return commands.Connection.Close(
+        reply_code=reply_code, reply_text=reply_text, class_id=class_id, method_id=method_id
+    )
 
 
 class OpenOkWithHosts(commands.Connection.OpenOk):

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.vhosts import key_of
+from broker.ha.admission import client_refusal, link_user_refusal
 from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
 from broker.ha.cluster_identity import ClusterIdentity
@@ -50,7 +51,7 @@ from broker.ha.names import (
     PUBLIC_URL_PROPERTY,
     STATUS_PROPERTY,
 )
-from broker.ha.primary import Primary
+from broker.ha.primary import Primary, PrimaryListener
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.role import HaRole
@@ -390,36 +391,17 @@ class HaBroker:
         props = connection.client_properties
         if props.get(ADMIN_PROPERTY):
             return None
-        if self.fenced or not self.may_confirm():
-            return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: not serving")
-        if self.state.is_primary:
-            if props.get(BACKUP_PROPERTY):
-                refusal = self._link_user_refusal(connection.user)
-                if refusal is not None:
-                    return refusal
+        refusal = client_refusal(self.state, self.fenced or not self.may_confirm(), self.public_url)
+        if refusal is None and props.get(BACKUP_PROPERTY):
+            refusal = link_user_refusal(self.options.ha_username, connection.user)
+            if refusal is None:
                 self.handle(EpochSeen(int(props.get(EPOCH_PROPERTY) or 0)))
                 if self.fenced:
                     return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: newer epoch")
-            return None
-        return AmqpError(
-            ReplyCode.NOT_ALLOWED,
-            f"HA backup: not the primary (state {self.state.value}); clients connect to"
-            f" {self.public_url}",
-        )
+        return refusal
 
     def released(self, connection: Connection) -> None:
         pass
-
-    def _link_user_refusal(self, user: str | None) -> AmqpError | None:
-        """Replication links only from ha-username (issue 13): another user is refused at
-        connection.open, so the backup's dial fails, says why and stays joining."""
-        link_user = self.options.ha_username
-        if link_user is None or user is None or user == link_user:
-            return None
-        return AmqpError(
-            ReplyCode.ACCESS_REFUSED,
-            f"replication links are served to user '{link_user}' only (ha-username), not '{user}'",
-        )
 
     # -- the cluster manager's lease ----------------------------------------------------
     def grant_lease(self, seconds: float) -> None:
@@ -557,7 +539,7 @@ class HaBroker:
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.context.streams = self.streams
         self.context.barrier = self.streams  # declare-ok and friends after the backups
-        self.vhost.listeners.append(_PrimaryListener(primary, self))
+        self.vhost.listeners.append(PrimaryListener(primary, self.queue_deleted))
         orphans = primary.orphans.waiting(self.context.clock())
         if orphans:
             self.log_.info("ha_orphan_queues", queues=orphans)
@@ -596,30 +578,3 @@ class HaBroker:
 
 def _dicts(members: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:
     return [{"id": i, "url": u, "state": s} for i, u, s in members]
-
-
-class _PrimaryListener:
-    """Tells the primary's guards and the role about queues created and deleted."""
-
-    def __init__(self, primary: Primary, ha: HaBroker) -> None:
-        self.primary = primary
-        self.ha = ha
-
-    def queue_declared(self, queue: Any) -> None:
-        self.primary.queue_declared(queue)
-
-    def queue_deleted(self, queue: Any) -> None:
-        self.primary.queue_deleted(queue)
-        self.ha.queue_deleted(key_of(queue))
-
-    def exchange_declared(self, exchange: Any) -> None:
-        pass
-
-    def exchange_deleted(self, exchange: Any) -> None:
-        pass
-
-    def bound(self, binding: Any) -> None:
-        pass
-
-    def unbound(self, binding: Any) -> None:
-        pass

@@ -129,3 +129,31 @@ class StandaloneBackups:
 
     def backup_gone(self, backup_id: str) -> None:
         self.primary.release(backup_id)
+
+
+class PrimaryListener:
+    """The primary's vhost listener: new and deleted queues get or lose their guards, and
+    a deleted queue is reported to the role (``queue_deleted``, by its (vhost, queue) key)."""
+
+    def __init__(self, primary: Primary, queue_deleted: Callable[[str], None]) -> None:
+        self.primary = primary
+        self._queue_deleted = queue_deleted
+
+    def queue_declared(self, queue: Queue) -> None:
+        self.primary.queue_declared(queue)
+
+    def queue_deleted(self, queue: Queue) -> None:
+        self.primary.queue_deleted(queue)
+        self._queue_deleted(key_of(queue))
+
+    def exchange_declared(self, exchange: object) -> None:
+        pass
+
+    def exchange_deleted(self, exchange: object) -> None:
+        pass
+
+    def bound(self, binding: object) -> None:
+        pass
+
+    def unbound(self, binding: object) -> None:
+        pass

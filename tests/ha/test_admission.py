@@ -1,0 +1,38 @@
+"""Whom an HA broker serves (broker/ha/admission.py), without sockets."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.core.errors import ReplyCode
+from broker.ha.admission import client_refusal, link_user_refusal
+from broker.ha.state import HaState
+
+URL = "amqp://n1:5672,n2:5672"
+
+
+@pytest.mark.parametrize("state", [HaState.RECOVERING, HaState.ACTIVE])
+def test_a_serving_primary_admits(state: HaState) -> None:
+    assert client_refusal(state, False, URL) is None
+
+
+@pytest.mark.parametrize("state", [HaState.JOINING, HaState.CATCHUP, HaState.READY])
+def test_a_backup_sends_clients_to_the_public_url(state: HaState) -> None:
+    refusal = client_refusal(state, False, URL)
+    assert refusal is not None and refusal.reply_code is ReplyCode.NOT_ALLOWED
+    assert f"state {state.value}" in refusal.reply_text and URL in refusal.reply_text
+
+
+@pytest.mark.parametrize("state", list(HaState))
+def test_a_broker_that_may_not_confirm_serves_nobody(state: HaState) -> None:
+    refusal = client_refusal(state, True, URL)
+    assert refusal is not None and refusal.reply_code is ReplyCode.NOT_ALLOWED
+    assert "fenced" in refusal.reply_text
+
+
+def test_links_only_from_ha_username() -> None:
+    assert link_user_refusal(None, "anyone") is None
+    assert link_user_refusal("replicator", "replicator") is None
+    refusal = link_user_refusal("replicator", "guest")
+    assert refusal is not None and refusal.reply_code is ReplyCode.ACCESS_REFUSED
+    assert "'replicator'" in refusal.reply_text and "'guest'" in refusal.reply_text
