@@ -240,6 +240,13 @@ class BrokerOptions:
         "AMQP heartbeat interval offered to clients, e.g. 60, 10s, 500ms (0 disables)",
         metavar="SECONDS",
     )
+    handshake_timeout: float = _option(
+        10.0,
+        positive_duration(3600.0),
+        "time a client has from connecting to connection.open before it is dropped, e.g. 10s"
+        " (RabbitMQ's handshake_timeout; greater than 0)",
+        metavar="SECONDS",
+    )
     max_connections: int = _option(
         500, int_range(1), "maximum number of open client connections", metavar="N"
     )

@@ -74,6 +74,7 @@ class Broker:
                 channel_max=options.max_channels,
                 heartbeat=int(options.heartbeat + 0.999) if options.heartbeat > 0 else 0,
                 max_connections=options.max_connections,
+                handshake_timeout=options.handshake_timeout,
                 node_name=options.node_name,
                 version=__version__,
             ),
