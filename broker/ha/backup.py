@@ -36,6 +36,7 @@ import re
 import ssl
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -166,6 +167,10 @@ class DiskSync(Protocol):
         """Call ``callback(ok)`` once every record appended so far is durable."""
         ...
 
+    def transaction(self) -> AbstractContextManager[None]:
+        """The records appended inside go to the disk as one record, all or none."""
+        ...
+
 
 class LinkOwner(Protocol):
     """What the link needs of the HA broker that owns it."""
@@ -246,6 +251,8 @@ class BackupLink:
         self.heartbeat = heartbeat
         self.credit = max(1, min(flow_messages // 32 or 1, 1000))
         self.replicator = BrokerReplicator(vhost)
+        if disk is not None:  # a replicated transaction: one TX record, as on the primary
+            self.replicator.staging.store_transaction = disk.transaction
         self.client: AmqpClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._waiting: set[str] = set()

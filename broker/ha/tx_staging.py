@@ -5,7 +5,8 @@ replicates over its own stream, so its parts reach a backup at different times. 
 promoted backup holds all of a transaction or none of it (docs/ha-design.md,
 "Transactions"), :class:`TxStaging` holds the messages that arrive after a ``Tx`` event
 (staged: not in the queue) until all ``total`` of them have arrived across the link's
-queues, then applies them together.
+queues, then applies them together: in one call, and, on a backup with a store, in one
+store transaction (one TX record on its disk, all or none after a crash, as on the primary).
 
 Staging rule
 ------------
@@ -40,6 +41,8 @@ THREAD UNSAFE: the backup's event loop owns it. Replicators call it; it calls th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,7 +51,11 @@ from broker.ha.wire import Enqueue, Event
 if TYPE_CHECKING:
     from broker.ha.queue_replicator import QueueReplicator
 
-__all__ = ["Discarded", "Pending", "TxStaging"]
+__all__ = ["Discarded", "Pending", "StoreTransaction", "TxStaging"]
+
+#: The store's transaction (:meth:`broker.store.journal.Journal.transaction`): the records
+#: appended inside go to the disk as one TX record, all or none.
+StoreTransaction = Callable[[], AbstractContextManager[None]]
 
 
 #: An item of a replicator's pending list: (transaction id, its enqueue) for a staged
@@ -88,7 +95,11 @@ class Discarded:
 class TxStaging:
     """Transactions staged across one link's queue replicators (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, store_transaction: StoreTransaction | None = None) -> None:
+        #: The backup's store, when it has one: a transaction applied whole is written in
+        #: one store transaction (one TX record), so a crash during its write leaves none
+        #: of it in the store, as on the primary (docs/store.md, "The promise").
+        self.store_transaction = store_transaction
         self._txs: dict[int, _Tx] = {}
         #: Per replicator, its stream's TxBase (transactions from it come whole).
         self._bases: dict[QueueReplicator, int] = {}
@@ -234,16 +245,20 @@ class TxStaging:
         return False
 
     def _apply_tx(self, tx: _Tx) -> None:
-        for replicator, left in tx.left.items():
-            pending = replicator.pending
-            run: list[Event] = []
-            while left:
-                head_tx, event = pending.popleft()
-                run.append(event)
-                if head_tx == tx.id:
-                    left -= 1
-            replicator._apply_now(run)
-            if not pending:
-                self._waiting.discard(replicator)
+        """Apply a whole transaction on every queue it staged on, in one store transaction
+        (the buffered events applied with it are in it too)."""
+        begin = self.store_transaction
+        with nullcontext() if begin is None else begin():
+            for replicator, left in tx.left.items():
+                pending = replicator.pending
+                run: list[Event] = []
+                while left:
+                    head_tx, event = pending.popleft()
+                    run.append(event)
+                    if head_tx == tx.id:
+                        left -= 1
+                replicator._apply_now(run)
+                if not pending:
+                    self._waiting.discard(replicator)
         del self._txs[tx.id]
         self.applied_total += 1
