@@ -257,7 +257,11 @@ class BrokerOptions:
         metavar="BYTES",
     )
     max_channels: int = _option(
-        65535, int_range(1, 65535), "most channels per connection (1..65535)", metavar="N"
+        2047,
+        int_range(1, 65535),
+        "most channels open at once per connection (1..65535; RabbitMQ's default 2047);"
+        " channel numbers may be anything in 1..65535",
+        metavar="N",
     )
     default_queue_limit: int = _option(
         104857600,

@@ -54,7 +54,7 @@ EXPECTED_DEFAULTS = {
     "handshake_timeout": 10.0,
     "max_connections": 500,
     "max_frame_size": 131072,
-    "max_channels": 65535,
+    "max_channels": 2047,
     "default_queue_limit": 104857600,
     "max_memory": "40%",
     "disk_free_limit": 50_000_000,

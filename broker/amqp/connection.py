@@ -485,10 +485,11 @@ class Connection:
 
     # -- channels ----------------------------------------------------------------------
     def _open_channel(self, number: int) -> None:
-        if number > self.channel_max:
+        if len(self.channels) >= self.channel_max:  # a count, as RabbitMQ: any number 1..65535
             raise AmqpError(
                 ReplyCode.NOT_ALLOWED,
-                f"channel {number} exceeds the negotiated channel-max {self.channel_max}",
+                f"number of channels opened ({len(self.channels)}) has reached the"
+                f" negotiated channel_max ({self.channel_max})",
                 20,
                 10,
             )

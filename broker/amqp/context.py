@@ -25,7 +25,7 @@ class ConnectionSettings:
     """Limits offered to clients in connection.tune, and handshake timing."""
 
     frame_max: int = 131072
-    channel_max: int = 65535
+    channel_max: int = 2047  # RabbitMQ's default
     heartbeat: int = 60
     max_connections: int = 500
     handshake_timeout: float = 10.0

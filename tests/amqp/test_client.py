@@ -63,7 +63,7 @@ def test_handshake_client_properties_and_mechanisms(broker: BrokerProcess) -> No
         )
         assert client.server_properties["product"] == "qpidd"
         assert client.server_properties["capabilities"]["publisher_confirms"] is True
-        assert client.frame_max == 131072 and client.channel_max == 65535
+        assert client.frame_max == 131072 and client.channel_max == 2047
         assert client.heartbeat == 60  # heartbeat=0 takes the broker's offer
         seen = await asyncio.to_thread(connection_named, broker, "ha-link-test")
         assert seen is not None

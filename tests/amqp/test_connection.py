@@ -35,7 +35,7 @@ def test_handshake_opens_and_offers_mechanisms() -> None:
         ),
     )
     tune = client.expect(commands.Connection.Tune)
-    assert tune.frame_max == 131072 and tune.channel_max == 65535
+    assert tune.frame_max == 131072 and tune.channel_max == 2047
     client.send(0, commands.Connection.TuneOk(channel_max=10, frame_max=8192, heartbeat=5))
     client.send(0, commands.Connection.Open(virtual_host="/"))
     client.expect(commands.Connection.OpenOk)
@@ -133,9 +133,12 @@ def test_method_on_unopened_channel_is_channel_error() -> None:
     assert close_code(client) == ReplyCode.CHANNEL_ERROR
 
 
-def test_channel_above_channel_max_not_allowed() -> None:
-    client = open_client(make_context(channel_max=4))
-    client.send(5, commands.Channel.Open())
+def test_channel_max_limits_open_channels_not_their_numbers() -> None:
+    """As RabbitMQ: channel-max counts the open channels; a number is any of 1..65535."""
+    client = open_client(make_context(channel_max=4))  # open_client opened channel 1
+    for number in (65535, 7, 5):
+        client.open_channel(number)
+    client.send(2, commands.Channel.Open())  # a fifth
     assert close_code(client) == ReplyCode.NOT_ALLOWED
 
 

@@ -1,0 +1,45 @@
+"""Gaps the client libraries' own test suites found against qpidd where RabbitMQ 3.10.8
+passes (issue 14; the runs are in docs/rabbitmq-compat.md), each with aiormq or pika over a
+real socket to a real qpidd with default options."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import aiormq
+import aiormq.exceptions
+import pytest
+
+from tests.broker_process import BrokerProcess
+
+TIMEOUT = 60.0
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    async def bounded() -> None:
+        async with asyncio.timeout(TIMEOUT):
+            await scenario()
+
+    asyncio.run(bounded())
+
+
+def test_channel_max_counts_open_channels(shared_broker: BrokerProcess) -> None:
+    """aiormq's test_no_free_channels and test_bad_channel: channel-max is 2047 as RabbitMQ's
+    and counts the channels open at once; the one past it closes the connection 530; a
+    channel number is anything in 1..65535."""
+
+    async def scenario() -> None:
+        connection = await aiormq.connect(shared_broker.url)
+        try:
+            assert connection.connection_tune.channel_max == 2047
+            high = await connection.channel(65535)
+            await high.queue_declare(exclusive=True)
+            await asyncio.gather(*(connection.channel(n) for n in range(1, 2047)))
+            with pytest.raises(aiormq.exceptions.ConnectionNotAllowed) as info:
+                await connection.channel()
+            assert "channel_max (2047)" in str(info.value)
+        finally:
+            await connection.close()
+
+    run(scenario)
