@@ -111,6 +111,10 @@ class Queue:
         self._rr_by_priority: dict[int, int] = {}
         #: Position of the latest enqueue (the HA replication id of that message).
         self.last_position = 0
+        #: Every message at a position up to this one may have been delivered before, by
+        #: another broker (an HA primary that failed over: ``broker.ha.queue_replicator``): it goes
+        #: out with ``redelivered`` set. 0: none.
+        self.redelivered_through = 0
         self._unacked_entries: dict[int, Entry] = {}
         self._bytes = 0
         self._dispatching = False
@@ -322,6 +326,8 @@ class Queue:
             if entry.expires_at is not None and entry.expires_at <= now:
                 self._expire_entry(entry)
                 continue
+            if entry.position <= self.redelivered_through and not entry.delivery_count:
+                entry.delivery_count = 1  # may have been delivered before a fail-over
             return entry
         return None
 

@@ -17,7 +17,11 @@ while this queue has staged messages, its later events wait behind them in :attr
 queue) a transaction's messages are applied as they come.
 
 A backup never delivers to clients, never expires or dead-letters on its own: those happen
-on the primary and arrive as dequeues.
+on the primary and arrive as dequeues. But the primary may have delivered any message it
+replicated, unacknowledged when it died: every message applied here is marked as possibly
+delivered (:attr:`~broker.core.queue.Queue.redelivered_through` raised to the highest id
+held), so a promoted backup sends it with ``redelivered`` set, as a store's recovery does.
+Messages the new primary enqueues are numbered above (its era) and go out unmarked.
 
 :class:`CatchUpGc` keeps a catch-up's messages out of the cyclic garbage collector's scans;
 :class:`AckCoalescer` acknowledges applied batches several at a time.
@@ -94,7 +98,11 @@ class QueueReplicator:
                 elif isinstance(event, Tx | TxBase):
                     return index
         finally:
-            self.enqueued_total += enqueued
+            if enqueued:
+                self.enqueued_total += enqueued
+                # The primary may deliver any message it replicates: promoted, this broker
+                # must send each one marked redelivered (docs/ha-design.md).
+                queue.redelivered_through = max(queue.redelivered_through, queue.last_position)
         return -1
 
     def _apply_transactional(self, events: list[Event], index: int) -> None:

@@ -1,0 +1,80 @@
+"""basic.deliver's ``redelivered`` across a fail-over (issue 14, item 2).
+
+AMQP: ``redelivered`` means "this message may have been delivered before"; consumers use it
+to decide whether to check for a duplicate, so a message the old primary delivered must come
+back from the new primary with ``redelivered=true`` (a false negative breaks that promise).
+A real pika consumer on the fail-over URL list takes messages without acknowledging them,
+the primary is killed with SIGKILL, and the consumer gets them again from the new primary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pika
+import pika.exceptions
+
+from common.polling import poll_until
+from tests.ha.cluster import Cluster
+from tests.ha.failover_clients import connect, connect_failover, publish
+
+
+def _take(channel: pika.adapters.blocking_connection.BlockingChannel, count: int) -> list[bytes]:
+    """``count`` deliveries of queue ``work``, not acknowledged."""
+    taken: list[bytes] = []
+    for method, _props, body in channel.consume("work", inactivity_timeout=10):
+        assert method is not None, f"only {len(taken)} of {count} deliveries"
+        assert not method.redelivered
+        taken.append(body)
+        if len(taken) == count:
+            return taken
+    raise AssertionError("unreachable")
+
+
+def test_unacknowledged_deliveries_come_back_redelivered(tmp_path: Path) -> None:
+    total, prefetch = 40, 10
+    cluster = Cluster(tmp_path, 2).start()
+    try:
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(1, "ready")
+        connection = connect(cluster.ports[0])
+        connection.channel().queue_declare("work", durable=True)
+        connection.close()
+        publish(cluster.ports[0], "work", [str(i).encode() for i in range(total)])
+        poll_until(lambda: cluster.queue_messages(1, "work") == total, 10)
+
+        # the consumer follows the fail-over URL list, as clients of a cluster do
+        consumer = connect_failover(cluster.ports)
+        channel = consumer.channel()
+        channel.basic_qos(prefetch_count=prefetch)
+        delivered = _take(channel, prefetch)  # received, never acknowledged
+        assert delivered == [str(i).encode() for i in range(prefetch)]
+
+        cluster.kill(0)
+        try:  # the consumer sees its broker die
+            consumer.process_data_events(time_limit=5)
+            consumer.close()
+        except (pika.exceptions.AMQPError, OSError):
+            pass
+        cluster.promote(1, epoch=2)
+        cluster.wait_state(1, "active")
+
+        again = connect_failover(cluster.ports)
+        try:
+            channel = again.channel()
+            channel.basic_qos(prefetch_count=total)
+            flags: dict[bytes, bool] = {}
+            for method, _props, body in channel.consume("work", inactivity_timeout=10):
+                assert method is not None, f"only {len(flags)} of {total} came back"
+                flags[body] = bool(method.redelivered)
+                channel.basic_ack(method.delivery_tag)
+                if len(flags) == total:
+                    break
+            channel.cancel()
+        finally:
+            again.close()
+        assert sorted(flags, key=int) == [str(i).encode() for i in range(total)]
+        # every message the old primary delivered may have been delivered: marked so
+        assert [body for body in delivered if not flags[body]] == []
+    finally:
+        cluster.stop()
