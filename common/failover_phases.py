@@ -33,11 +33,13 @@ from dataclasses import dataclass
 
 __all__ = [
     "BROKER_FAILURE_EVENTS",
+    "CLIENT_INSTANTS",
     "CLIENT_OUTAGE",
     "INSTANTS",
     "PHASES",
     "RESIGN_EVENTS",
     "Phase",
+    "client_outage",
     "detected",
     "durations",
 ]
@@ -76,6 +78,11 @@ PHASES = (
 #: The clients' side, measured by the drill (``qpid-ha drill``), not by the brokers.
 CLIENT_OUTAGE = "client_outage"
 
+#: The clients' return as the new primary sees it, best first: its first publisher confirm
+#: (``ha_first_client_confirm``) and its first client connection
+#: (``ha_first_client_connection``) since its promotion (the web console's timeline).
+CLIENT_INSTANTS = ("client_confirmed", "client_connected")
+
 
 def detected(instants: Mapping[str, float | None]) -> float | None:
     """The earlier of ``resigned`` and ``won`` (the one known when only one is), for a
@@ -101,3 +108,20 @@ def durations(instants: Mapping[str, float | None]) -> dict[str, float | None]:
             end = known.get(phase.fallback)
         result[phase.name] = None if end is None or start is None else end - start
     return result
+
+
+def client_outage(instants: Mapping[str, float | None]) -> tuple[float | None, str | None]:
+    """The client outage as a new primary sees it: ``failure`` to its first client confirm
+    (the end of the drill's ``confirm_gap``, ``first_confirm_ts``), else to its first client
+    connection (the drill's ``client_reconnected``) when no confirm went out yet; with the
+    instant it ends at (:data:`CLIENT_INSTANTS`), ``(None, None)`` when either is unknown.
+
+    The report's ``client_outage`` (``docs/analytics.md``) starts at the drill's last
+    confirm before the failure, which only the client saw: this one starts at ``failure``,
+    so it is shorter by at most the publisher's interval between confirms."""
+    failure = instants.get("failure")
+    for end in CLIENT_INSTANTS:
+        at = instants.get(end)
+        if failure is not None and at is not None:
+            return at - failure, end
+    return None, None

@@ -172,8 +172,11 @@ class Connection:
         ):
             channels = self._confirm_channels
             self._confirm_channels = set()
+            before = len(self._out)
             for channel in channels:
                 channel.send_confirm_replies()
+            if self._admitted and self.ctx.admission is not None and len(self._out) > before:
+                self.ctx.admission.confirms_sent(self)
         if not self._out:
             return b""
         data = b"".join(self._out)

@@ -50,6 +50,11 @@ class AdmissionPolicy(Protocol):
         policy fences the broker, and the held confirms are never sent.)"""
         ...
 
+    def confirms_sent(self, connection: Connection) -> None:
+        """Publisher confirms just went out on an admitted connection (a new primary's
+        first client confirm: the web console's client outage)."""
+        ...
+
 
 class Stream(Protocol):
     """A stream of deliveries a channel hands over to (the HA replication streams)."""

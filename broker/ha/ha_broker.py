@@ -169,6 +169,9 @@ class HaBroker:
         #: On a backup: the membership last heard from a primary.
         self.members: list[dict[str, Any]] = []
         self._promoting = asyncio.Lock()
+        #: Still to log since this broker's promotion: its first client connection and
+        #: first publisher confirm (the console's client outage, docs/log-schema.md).
+        self._clients_back: set[str] = set()
         context.admission = self
         context.server_properties = self.server_properties
         set_log_context(epoch=self.epoch)
@@ -255,6 +258,8 @@ class HaBroker:
                     "ha_state_changed", old=old.value, new=new.value, reason=reason, **dict(fields)
                 )
                 self._tell("ha_state_changed", {"old": old.value, "new": new.value, **dict(fields)})
+                if new is HaState.RECOVERING:
+                    self._clients_back = {"ha_first_client_connection", "ha_first_client_confirm"}
             case PersistEpoch(epoch):
                 self.epoch_store.observe(epoch)
                 set_log_context(epoch=self.epoch_store.current)
@@ -398,10 +403,23 @@ class HaBroker:
                 self.handle(EpochSeen(int(props.get(EPOCH_PROPERTY) or 0)))
                 if self.fenced:
                     return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: newer epoch")
+        elif refusal is None:
+            self._client_back("ha_first_client_connection", connection)
         return refusal
 
     def released(self, connection: Connection) -> None:
         pass
+
+    def confirms_sent(self, connection: Connection) -> None:
+        if self._clients_back and not connection.client_properties.get(BACKUP_PROPERTY):
+            self._client_back("ha_first_client_confirm", connection)
+
+    def _client_back(self, event: str, connection: Connection) -> None:
+        """Log (and tell the listeners) a client's first ``event`` since the promotion."""
+        if event in self._clients_back:
+            self._clients_back.discard(event)
+            self.log_.info(event, connection=connection.name, user=connection.user)
+            self._tell(event, {"connection": connection.name})
 
     # -- the cluster manager's lease ----------------------------------------------------
     def grant_lease(self, seconds: float) -> None:

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,10 +33,12 @@ from selenium.webdriver.common.by import By
 from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster, Node
 from tests.console.support import USERS
+from tests.drill.log_schema import check_log_file
 
 pytestmark = pytest.mark.xdist_group("console_browser")
 
 QUEUE = "console-orders"
+BACK = "console-back"
 WATCHED = "console-watched"
 PURGED = "console-purged"
 
@@ -302,6 +305,41 @@ def test_only_the_cluster_manager_may_shut_down_or_promote(
     assert console_cluster.states().count("ready") == 2
 
 
+class ReturningPublisher(threading.Thread):
+    """A client after its primary died: it dials the members in turn (a backup refuses it
+    with 530) until one takes it, then publishes with confirms, as the drill does."""
+
+    def __init__(self, nodes: list[Node]) -> None:
+        super().__init__(daemon=True)
+        self.nodes = nodes
+        self.confirmed_on: Node | None = None
+        self.error: BaseException | None = None
+
+    def attempt(self) -> bool:
+        for node in self.nodes:
+            parameters = pika.URLParameters(
+                f"amqp://guest:guest@127.0.0.1:{node.port}/%2F?connection_attempts=1"
+                "&socket_timeout=1&blocked_connection_timeout=5"
+            )
+            try:
+                with pika.BlockingConnection(parameters) as connection:
+                    channel = connection.channel()
+                    channel.confirm_delivery()
+                    channel.queue_declare(BACK, durable=True)
+                    channel.basic_publish("", BACK, b"back")  # returns once confirmed
+            except pika.exceptions.AMQPError:
+                continue  # a backup (530), or the old primary's port
+            self.confirmed_on = node
+            return True
+        return False
+
+    def run(self) -> None:
+        try:
+            poll_until(self.attempt, 30, "a member confirming a publish", interval=0.05)
+        except BaseException as exc:  # re-raised by the test
+            self.error = exc
+
+
 def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(
     console_cluster: AgentCluster, browser: Any, shots: Path
 ) -> None:
@@ -311,6 +349,8 @@ def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(
         log_in(browser, node, "guest", "cluster")
     killed_at = time.monotonic()
     os.kill(old.broker_pid(), signal.SIGKILL)
+    client = ReturningPublisher(backups)
+    client.start()
 
     def new_primary() -> Node | None:
         for node in backups:
@@ -344,9 +384,25 @@ def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(
     seen(browser, lambda: text(browser, promotion).endswith(" ms"), 10, "the promotion phase")
     assert text(browser, f"{card} tr[data-phase='until_won'] td").endswith(" ms")
     assert "agents' logs" in text(browser, f"{card} tr[data-phase='election'] td")
+    # the client outage: from the failure to the first client confirm the new primary sent
+    client.join(35)
+    assert client.error is None and client.confirmed_on is new, client.error
+    outage = f"{card} tr[data-phase='client_outage'] td"
+    seen(browser, lambda: text(browser, outage).endswith("(to the first client confirm)"))
+    outage_ms = float(text(browser, outage).split(" ms")[0].replace(",", ""))
+    until_promoted = text(browser, f"{card} tr[data-phase='until_promoted'] td")
+    assert outage_ms > float(until_promoted.split(" ms")[0].replace(",", ""))  # refused before
+    assert browser.find_elements(By.CSS_SELECTOR, f"{card} .outage-bar .outage")
     browser.save_screenshot(str(shots / "timeline.png"))
     seen_events = [e for e in new.broker_events() if e["event"] == "console_failover_seen"]
     assert seen_events and seen_events[-1]["old_primary"] == f"127.0.0.1:{old.port}"
+    back = [e for e in new.broker_events() if e["event"].startswith("ha_first_client_")]
+    assert [e["event"] for e in back[-2:]] == [
+        "ha_first_client_connection",
+        "ha_first_client_confirm",
+    ]
+    assert {e["epoch"] for e in back[-2:]} == {seen_events[-1]["new_epoch"]}
+    assert check_log_file(new.broker_log)[1] == []
     assert took < 20, f"the console showed the new primary {took:.1f} s after the kill"
     # the other backup's console points to the new primary
     other = next(n for n in backups if n is not new)

@@ -13,6 +13,7 @@ from common.failover_phases import (
     INSTANTS,
     PHASES,
     RESIGN_EVENTS,
+    client_outage,
     durations,
 )
 
@@ -68,6 +69,58 @@ def test_a_new_primary_sees_failure_recovering_and_active() -> None:
     }
     assert view["until_promoted_ms"] == pytest.approx(350.0)
     assert len(timeline.view()) == 1
+
+
+def client(event: str) -> tuple[str, dict[str, object]]:
+    return f"ha_first_client_{event}", {"connection": "127.0.0.1:40000 -> 127.0.0.1:5002"}
+
+
+def test_the_client_outage_ends_at_the_new_primarys_first_client_confirm() -> None:
+    """A client connects during recovering, its first confirm goes out after active: the
+    outage is failure to that confirm (failure to the connection until then)."""
+    timeline = Timeline()
+    (done,) = feed(
+        timeline,
+        NEW,
+        (11.0, 1, up(OLD)),
+        (20.0, 1, DOWN),
+        (20.35, 2, changed("recovering")),
+        (20.5, 2, client("connection")),
+        (20.9, 2, changed("active")),
+    )
+    view = done.view()
+    assert view["client_outage_ms"] == pytest.approx(500.0)
+    assert view["client_outage_until"] == "client_connected"
+    feed(timeline, NEW, (21.2, 2, client("confirm")), (21.9, 2, client("confirm")))
+    view = timeline.view()[0]
+    assert view["client_outage_ms"] == pytest.approx(1200.0)
+    assert view["client_outage_until"] == "client_confirmed"
+    assert view["instants"]["client_connected"] == 20.5
+
+
+def test_a_client_event_of_another_epoch_or_on_a_backup_changes_nothing() -> None:
+    timeline = Timeline()
+    feed(timeline, NEW, (1.0, 1, up(OLD)), (2.0, 1, DOWN), (2.5, 2, changed("recovering")))
+    feed(timeline, NEW, (3.0, 3, client("confirm")))  # a later epoch's: not this fail-over's
+    assert timeline.view()[0]["client_outage_ms"] is None
+    other = Timeline()
+    feed(
+        other,
+        OTHER,
+        (1.0, 1, up(OLD)),
+        (2.0, 1, DOWN),
+        (3.0, 2, up(NEW)),
+        (4, 2, client("confirm")),
+    )
+    assert other.view()[0]["client_outage_ms"] is None  # a backup's clients are refused
+
+
+def test_client_outage_prefers_the_confirm_and_needs_the_failure() -> None:
+    assert client_outage({"failure": 1.0, "client_connected": 1.5}) == (0.5, "client_connected")
+    both = {"failure": 1.0, "client_connected": 1.5, "client_confirmed": 2.0}
+    assert client_outage(both) == (1.0, "client_confirmed")
+    assert client_outage({"client_confirmed": 2.0}) == (None, None)  # an initial election
+    assert client_outage({"failure": 1.0}) == (None, None)
 
 
 def test_a_backup_sees_the_failure_and_its_link_to_the_new_primary() -> None:

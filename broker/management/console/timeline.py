@@ -11,7 +11,11 @@ analytics job reads, so the instants are the ones it would find in this broker's
 - ``failure``: ``ha_link_down`` while a backup (the old primary, as this backup lost it);
 - ``recovering`` and ``active``: ``ha_state_changed`` to those states, when this broker is
   the new primary;
-- ``relinked``: a backup's ``ha_link_up`` to a new primary (a backup of the new primary).
+- ``relinked``: a backup's ``ha_link_up`` to a new primary (a backup of the new primary);
+- ``client_connected`` and ``client_confirmed``: the new primary's first client connection
+  and first publisher confirm since its promotion (``ha_first_client_connection``,
+  ``ha_first_client_confirm``), maybe after ``active``: the client outage
+  (:func:`common.failover_phases.client_outage`).
 
 The agents' instants (``resigned``, ``won``, ``promoted``) are in the agents' logs, not in
 the broker: their phases (detection, election, promotion) stay ``None`` here, and the
@@ -27,12 +31,17 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.failover_phases import durations
+from common.failover_phases import CLIENT_INSTANTS, client_outage, durations
 
 __all__ = ["KEEP", "Failover", "Timeline"]
 
 #: How many fail-overs the console keeps (the newest).
 KEEP = 20
+
+#: The new primary's events of its clients' return -> the instants they give.
+_CLIENT_EVENTS = dict(
+    zip(("ha_first_client_confirm", "ha_first_client_connection"), CLIENT_INSTANTS, strict=True)
+)
 
 
 def _ms(end: float | None, start: float | None) -> float | None:
@@ -68,6 +77,7 @@ class Failover:
         }
         failure = self.instants.get("failure")
         after = self.instants.get("recovering") or self.instants.get("relinked")
+        outage, outage_until = client_outage(self.instants)
         return {
             "epoch": self.epoch,
             "initial": self.old_primary is None,
@@ -78,6 +88,8 @@ class Failover:
             "phases_ms": phases,
             "until_promoted_ms": _ms(after, failure),
             "until_won_ms": _ms(self.instants.get("won"), failure),
+            "client_outage_ms": None if outage is None else round(outage * 1000, 1),
+            "client_outage_until": outage_until,
             "complete": self.complete,
         }
 
@@ -93,6 +105,7 @@ class Timeline:
         self._primary: str | None = None  #: the last primary this broker linked to
         self._failure: float | None = None  #: when that link went down
         self._current: Failover | None = None  #: this broker's own promotion
+        self._own: Failover | None = None  #: its last one, completed or not
 
     def observe(
         self, at: float, event: str, fields: dict[str, Any], epoch: int, own_url: str
@@ -114,6 +127,10 @@ class Timeline:
                     self._primary = own_url
                     self._current = None
                     return current
+        elif event in _CLIENT_EVENTS:
+            own, instant = self._own, _CLIENT_EVENTS[event]
+            if own is not None and own.epoch == epoch and own.instants.get(instant) is None:
+                own.instants[instant] = at
         return None
 
     def _linked(self, at: float, primary: str, epoch: int) -> Failover | None:
@@ -140,6 +157,7 @@ class Timeline:
             instants={"failure": self._failure, "recovering": at},
         )
         self._failure = None
+        self._own = self._current
         self.failovers.appendleft(self._current)
 
     def view(self) -> list[dict[str, Any]]:

@@ -266,6 +266,16 @@ function renderClusterActions(s) {
 // -- fail-over timeline --------------------------------------------------------------------
 const PHASE_NAMES = ["detection", "election", "promotion", "recovering", "failover"];
 
+// the outage as the new primary saw its clients come back (common/failover_phases.py)
+function outageText(f) {
+  if (f.client_outage_ms !== null) {
+    const until = f.client_outage_until === "client_confirmed" ? "first client confirm" : "first client connection; no confirm yet";
+    return `${fmt(f.client_outage_ms)} ms (to the ${until})`;
+  }
+  if (f.seen_by !== "new primary") return "— (the new primary's console)";
+  return f.instants.failure === null || f.instants.failure === undefined ? "-" : "— (no client back yet)";
+}
+
 function renderTimeline(s) {
   const box = $("timeline");
   const failovers = s.timeline || [];
@@ -288,23 +298,36 @@ function renderTimeline(s) {
       el("td", { text: f.until_won_ms === null ? "— (this node's agent's log)" : `${fmt(f.until_won_ms)} ms` })));
     rows.splice(4, 0, el("tr", { "data-phase": "until_promoted" }, el("th", { text: "until promoted (detection + election + promotion)" }),
       el("td", { text: f.until_promoted_ms === null ? "-" : `${fmt(f.until_promoted_ms)} ms` })));
+    rows.push(el("tr", { "data-phase": "client_outage" }, el("th", { text: "client outage (failure to the clients back)" }),
+      el("td", { text: outageText(f) })));
     const split = f.until_won_ms !== null && f.phases_ms.promotion !== null;
     const segments = split
       ? [["until", "until won", f.until_won_ms], ["promo", "promotion", f.phases_ms.promotion], ["recov", "recovering", f.phases_ms.recovering]]
       : [["until", "until promoted", f.until_promoted_ms], ["recov", "recovering", f.phases_ms.recovering]];
     const total = segments.reduce((sum, [, , ms]) => sum + (ms || 0), 0);
+    // one scale for the phases and the client outage: which was longer shows
+    const scale = Math.max(total, f.client_outage_ms || 0);
     const bar = el("div", { class: "bar" });
-    if (total > 0) {
+    if (scale > 0) {
       for (const [kind, title, ms] of segments) {
         const part = el("div", { class: kind, title: `${title} ${fmt(ms || 0)} ms` });
-        part.style.width = `${(100 * (ms || 0)) / total}%`;
+        part.style.width = `${(100 * (ms || 0)) / scale}%`;
         bar.appendChild(part);
       }
     }
+    const outageBar = el("div", { class: "bar outage-bar" });
+    if (scale > 0 && f.client_outage_ms !== null) {
+      const part = el("div", { class: "outage", title: `client outage ${fmt(f.client_outage_ms)} ms` });
+      part.style.width = `${(100 * f.client_outage_ms) / scale}%`;
+      outageBar.appendChild(part);
+    }
+    const legend = el("div", { class: "legend" },
+      ...segments.map(([kind, title]) => el("span", {}, el("i", { class: kind }), title)),
+      el("span", {}, el("i", { class: "outage" }), "client outage"));
     return el("div", { class: "failover", "data-epoch": f.epoch },
       el("div", { class: "head", text: head }),
       el("div", { class: "note", text: `seen by this broker as the ${f.seen_by}; ${instants}` }),
-      bar, el("table", { class: "phases" }, el("tbody", {}, ...rows)));
+      bar, outageBar, legend, el("table", { class: "phases" }, el("tbody", {}, ...rows)));
   }));
 }
 
