@@ -15,6 +15,7 @@ endpoint in one place), the error middleware (outermost) and the authentication 
 (:mod:`broker.management.auth`), and the server (:func:`start_management`). The handlers
 live by concept: :mod:`~broker.management.status` (status, metrics),
 :mod:`~broker.management.objects` (queues, exchanges, bindings, connections),
+:mod:`~broker.management.channels` (the connections' channels),
 :mod:`~broker.management.vhosts` (virtual hosts) and
 :mod:`~broker.management.ha` (HA role, promote, lease, queue replication) and
 :mod:`~broker.management.admin` (close a connection, stop the broker); the JSON shapes
@@ -34,6 +35,7 @@ from broker.core.errors import AmqpError
 from broker.management.acl import AclEndpoints
 from broker.management.admin import AdminEndpoints
 from broker.management.auth import BasicAuth, Handler
+from broker.management.channels import ChannelEndpoints
 from broker.management.console import Console
 from broker.management.errors import ApiError, amqp_api_error, error_response
 from broker.management.ha import HaEndpoints
@@ -60,6 +62,7 @@ class ManagementApi:
         self.ha = HaEndpoints(broker, self.log)
         self.acl = AclEndpoints(broker, self.log)
         self.admin = AdminEndpoints(broker, self.log)
+        self.channels = ChannelEndpoints(broker)
         self.store_backup = StoreBackupEndpoints(broker, get_logger("store"))
 
     def routes(self) -> list[web.RouteDef]:
@@ -77,6 +80,7 @@ class ManagementApi:
             *self.vhosts.routes(),  # GET /api/vhosts[/{name}], PUT and DELETE /api/vhosts/{name}
             web.get("/api/bindings", objects.list_bindings),
             web.get("/api/connections", objects.list_connections),
+            *self.channels.routes(),  # GET /api/channels, /api/connections/{id}/channels
             web.get("/metrics", overview.metrics),
             web.get("/api/ha", ha.get_ha),
             web.post("/api/ha/promote", ha.promote),

@@ -39,6 +39,7 @@ pytestmark = pytest.mark.xdist_group("console_browser")
 
 QUEUE = "console-orders"
 BACK = "console-back"
+CONSUMED = "console-consumed"
 WATCHED = "console-watched"
 PURGED = "console-purged"
 
@@ -287,6 +288,35 @@ def test_an_administrator_purges_a_queue_after_confirming(
         seen(browser, rendered(browser, f"#{page} *"), what=page)
         browser.save_screenshot(str(shots / f"{page}.png"))
     assert "watcher" in text(browser, "#users-table")
+
+
+def test_a_connections_channels_when_it_is_clicked(
+    console_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    """A client with a consumer (prefetch 2, two messages unacknowledged), a channel in
+    confirm mode and one in a transaction: clicking its row shows each channel."""
+    primary = primary_of(console_cluster)
+    publish(primary, 3, CONSUMED)
+    parameters = pika.URLParameters(f"amqp://app:app-secret@127.0.0.1:{primary.port}/%2F")
+    with pika.BlockingConnection(parameters) as client:
+        consuming = client.channel()
+        consuming.basic_qos(prefetch_count=2)
+        consuming.basic_consume(CONSUMED, lambda *a: None, consumer_tag="orders-worker")
+        client.channel().confirm_delivery()
+        client.channel().tx_select()
+        log_in(browser, primary, "watcher", "connections")
+        row = "#connections tr[data-user='app']"
+        seen(browser, lambda: text(browser, f"{row} td.channels") == "3", what="3 channels")
+        browser.find_element(By.CSS_SELECTOR, row).click()
+        first = "#channels-table tr[data-channel='1']"
+        seen(browser, lambda: text(browser, f"{first} td.unacked") == "2", what="2 unacked")
+        assert text(browser, f"{first} td.prefetch") == "2"
+        assert text(browser, f"{first} td.consumers") == f"1: orders-worker on {CONSUMED}"
+        assert text(browser, "#channels-table tr[data-channel='2'] td.mode") == "confirm"
+        assert text(browser, "#channels-table tr[data-channel='3'] td.mode") == "transaction"
+        assert "selected" in str(browser.find_element(By.CSS_SELECTOR, row).get_attribute("class"))
+        browser.save_screenshot(str(shots / "connection-channels.png"))
+    seen(browser, lambda: browser.find_element(By.ID, "channels-gone"), what="closed")
 
 
 def test_only_the_cluster_manager_may_shut_down_or_promote(

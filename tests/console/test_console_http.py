@@ -15,6 +15,7 @@ import pika
 import pytest
 
 from broker.management.console.sessions import COOKIE
+from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 from tests.console.support import Browserless, write_users
 from tests.drill.log_schema import check_log_file
@@ -223,3 +224,55 @@ def test_the_console_events_follow_the_log_schema(qpidd: BrokerProcess) -> None:
     assert checked and found == []
     events = {e["event"] for e in qpidd.events()}
     assert {"console_login", "console_login_failed", "console_logout", "queue_purged"} <= events
+
+
+def test_the_channels_of_a_connection_as_rabbitmq_shows_them(qpidd: BrokerProcess) -> None:
+    """GET /api/connections/{id}/channels and /api/channels: prefetch, consumers, unacked,
+    confirm mode, a transaction, for a monitoring user; 400 and 404 for bad ids."""
+    declare(qpidd, "channels-q", 3)
+    params = pika.URLParameters(qpidd.url.replace("guest:guest", "app:app-secret"))
+    with pika.BlockingConnection(params) as connection:
+        consuming = connection.channel()
+        consuming.basic_qos(prefetch_count=2)
+        consuming.basic_consume("channels-q", lambda *a: None, consumer_tag="c-tag")
+        confirming = connection.channel()
+        confirming.confirm_delivery()
+        transacting = connection.channel()
+        transacting.tx_select()
+        transacting.basic_publish("", "channels-q", b"held")
+        client = logged_in(qpidd, "watcher")
+        mine = [c for c in client.request("GET", "/api/connections").json() if c["user"] == "app"]
+        assert len(mine) == 1 and mine[0]["channels"] == 3
+        path = f"/api/connections/{mine[0]['id']}/channels"
+
+        def delivered() -> list[dict[str, Any]] | None:
+            channels = client.request("GET", path).json()
+            return channels if channels[0]["messages_unacknowledged"] == 2 else None
+
+        channels = poll_until(delivered, 10, "two deliveries unacknowledged")
+        assert [c["number"] for c in channels] == [
+            consuming.channel_number,
+            confirming.channel_number,
+            transacting.channel_number,
+        ]
+        first, second, third = channels
+        assert first["prefetch_count"] == 2 and first["consumer_count"] == 1
+        assert first["consumers"] == [
+            {
+                "consumer_tag": "c-tag",
+                "queue": "channels-q",
+                "ack_required": True,
+                "prefetch_count": 2,
+                "unacked": 2,
+                "exclusive": False,
+            }
+        ]
+        assert (first["confirm"], first["transactional"]) == (False, False)
+        assert second["confirm"] and second["messages_unconfirmed"] == 0
+        assert third["transactional"] and third["messages_uncommitted"] == 1
+        assert {c["user"] for c in channels} == {"app"}
+        assert all(c["name"] == f"{c['connection_name']} ({c['number']})" for c in channels)
+        everyone = client.request("GET", "/api/channels").json()
+        assert [c for c in everyone if c["connection"] == mine[0]["id"]] == channels
+    assert client.request("GET", path).status == 404
+    assert client.request("GET", "/api/connections/x/channels").status == 400

@@ -116,14 +116,57 @@
       el("td", { text: b.routing_key }), el("td", { class: "args", text: argsText(b.arguments) }))));
   }
 
+  let selectedConnection = null;
+  let channelsAsked = 0;
+
   function renderConnections(s) {
-    replaceRows($("connections").tBodies[0], (s.connections || []).map((c) => el("tr", { "data-connection": c.id, "data-user": c.user || "" },
+    const connections = s.connections || [];
+    replaceRows($("connections").tBodies[0], connections.map((c) => el("tr", { "data-connection": c.id, "data-user": c.user || "",
+      class: `clickable${c.id === selectedConnection ? " selected" : ""}`,
+      onclick: () => { selectedConnection = c.id; channelsAsked = 0; renderConnections(app.state.snapshot); } },
       el("td", { class: "num", text: c.id }), el("td", { text: c.peer }), el("td", { text: c.user || "-" }),
       el("td", { text: c.state }), el("td", { text: [c.client_product, c.client_version].filter(Boolean).join(" ") || "-" }),
-      el("td", { class: "num", text: fmt(c.channels) }), el("td", { class: "num", text: c.heartbeat ? `${c.heartbeat} s` : "none" }),
+      el("td", { class: "num channels", text: fmt(c.channels) }), el("td", { class: "num", text: c.heartbeat ? `${c.heartbeat} s` : "none" }),
       el("td", { class: "num", text: fmt(c.messages_published) }), el("td", { class: "num", text: fmt(c.messages_delivered) }),
-      el("td", {}, canAdmin() ? el("button", { class: "danger", onclick: () => confirmThen(`Close connection ${c.id} (${c.peer}, ${c.user || "no user"})? The client gets 320 CONNECTION_FORCED.`,
-        async () => { await api("DELETE", `/api/connections/${c.id}`); return `closed connection ${c.id}`; }) }, "Close") : null))));
+      el("td", {}, canAdmin() ? el("button", { class: "danger", onclick: (event) => { event.stopPropagation(); confirmThen(`Close connection ${c.id} (${c.peer}, ${c.user || "no user"})? The client gets 320 CONNECTION_FORCED.`,
+        async () => { await api("DELETE", `/api/connections/${c.id}`); return `closed connection ${c.id}`; }); } }, "Close") : null))));
+    renderChannels(connections.find((c) => c.id === selectedConnection));
+  }
+
+  // The selected connection's channels, from GET /api/connections/{id}/channels (at most
+  // once a second: the page renders at each snapshot).
+  function renderChannels(connection) {
+    const box = $("connection-channels");
+    if (selectedConnection === null) {
+      box.replaceChildren(el("p", { class: "note", text: "Click a connection for its channels." }));
+      return;
+    }
+    if (!connection) {
+      box.replaceChildren(el("p", { class: "note", id: "channels-gone", text: `Connection ${selectedConnection} is closed.` }));
+      return;
+    }
+    if (Date.now() - channelsAsked < 900) return;
+    channelsAsked = Date.now();
+    const id = connection.id;
+    api("GET", `/api/connections/${id}/channels`).then((channels) => {
+      if (id !== selectedConnection) return;
+      const mode = (ch) => [ch.confirm ? "confirm" : null, ch.transactional ? "transaction" : null].filter(Boolean).join(", ") || "-";
+      const consumers = (ch) => ch.consumers.map((k) => `${k.consumer_tag} on ${k.queue}${k.ack_required ? "" : " (no ack)"}`).join("; ");
+      box.replaceChildren(el("h3", { text: `Channels of connection ${id} (${connection.peer}, ${connection.user || "no user"})` }),
+        el("table", { class: "grid", id: "channels-table" },
+          el("thead", {}, el("tr", {}, ...["Channel", "Prefetch", "Global prefetch", "Consumers", "Unacked", "Mode", "Unconfirmed", "Uncommitted", "State"].map((t) => el("th", { text: t })))),
+          el("tbody", {}, ...channels.map((ch) => el("tr", { "data-channel": ch.number },
+            el("td", { class: "num", text: ch.number }),
+            el("td", { class: "num prefetch", text: ch.prefetch_count ? fmt(ch.prefetch_count) : "none" }),
+            el("td", { class: "num", text: ch.global_prefetch_count ? fmt(ch.global_prefetch_count) : "none" }),
+            el("td", { class: "consumers", title: consumers(ch), text: ch.consumer_count ? `${ch.consumer_count}: ${consumers(ch)}` : (ch.replication_stream ? "HA replication stream" : "0") }),
+            el("td", { class: "num unacked", text: fmt(ch.messages_unacknowledged) }),
+            el("td", { class: "mode", text: mode(ch) }),
+            el("td", { class: "num", text: ch.confirm ? fmt(ch.messages_unconfirmed) : "-" }),
+            el("td", { class: "num", text: ch.transactional ? `${fmt(ch.messages_uncommitted)} msgs, ${fmt(ch.acks_uncommitted)} acks` : "-" }),
+            el("td", { text: ch.flow ? ch.state : `${ch.state}, flow stopped` }))))),
+        ...(channels.length ? [] : [el("p", { class: "note", text: "No channel open." })]));
+    }, (error) => box.replaceChildren(el("p", { class: "note", text: error.message })));
   }
 
   let usersLoaded = 0;

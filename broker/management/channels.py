@@ -1,0 +1,112 @@
+"""The channels of the AMQP connections: ``GET /api/channels`` and
+``GET /api/connections/{id}/channels`` (RabbitMQ's endpoints of those names).
+
+Contract
+========
+
+- ``GET /api/channels``: every channel of every connection, by connection id then number;
+  ``GET /api/connections/{id}/channels``: one connection's (400 for an id that is not a
+  positive integer, 404 for no such connection). Read permission (the monitoring role).
+- Each channel (:func:`channel_view`), with RabbitMQ's names where it has one:
+  ``connection`` (id), ``connection_name``, ``number``, ``name``
+  (``"<connection name> (<number>)"``), ``user``, ``vhost``, ``state``,
+  ``prefetch_count`` (basic.qos per consumer, RabbitMQ's meaning of ``global=false``),
+  ``global_prefetch_count`` (the channel's limit), ``consumer_count``, ``consumers``
+  (``consumer_tag``, ``queue``, ``ack_required``, ``prefetch_count``, ``unacked``,
+  ``exclusive``), ``messages_unacknowledged`` (delivered, not acknowledged),
+  ``confirm`` (confirm mode), ``messages_unconfirmed`` (published in confirm mode, not
+  settled yet), ``transactional`` (tx mode), ``messages_uncommitted`` and
+  ``acks_uncommitted`` (held by the open transaction), ``flow`` (false: channel.flow
+  stopped deliveries), ``replication_stream`` (an HA backup's stream on the primary).
+- Pure views, nothing changed; the web console shows them when a connection is opened.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, cast
+
+from aiohttp import web
+
+from broker.management.errors import ApiError
+from broker.management.managed import ManagedBroker
+from broker.management.responses import json_response
+
+if TYPE_CHECKING:
+    from broker.amqp.channel import Channel
+    from broker.amqp.connection import Connection
+
+__all__ = ["ChannelEndpoints", "channel_view"]
+
+
+def channel_view(connection: Connection, channel: Channel) -> dict[str, Any]:
+    confirms, tx = channel.confirms, channel.tx
+    return {
+        "connection": connection.id,
+        "connection_name": connection.name,
+        "number": channel.number,
+        "name": f"{connection.name} ({channel.number})",
+        "user": connection.user,
+        "vhost": getattr(channel.vhost, "name", "/"),
+        "state": channel.state.value,
+        "prefetch_count": channel.consumer_prefetch,
+        "global_prefetch_count": channel.prefetch_global,
+        "consumer_count": len(channel.consumers),
+        "consumers": [
+            {
+                "consumer_tag": consumer.tag,
+                "queue": consumer.queue.name,
+                "ack_required": not consumer.no_ack,
+                "prefetch_count": consumer.prefetch,
+                "unacked": consumer.unacked,
+                "exclusive": consumer.exclusive,
+            }
+            for consumer in channel.consumers.values()
+        ],
+        "messages_unacknowledged": len(channel.unacked),
+        "confirm": confirms is not None,
+        "messages_unconfirmed": 0 if confirms is None else confirms.outstanding,
+        "transactional": tx is not None,
+        "messages_uncommitted": 0 if tx is None else len(tx.publishes),
+        "acks_uncommitted": 0 if tx is None else len(tx.acks),
+        "flow": channel.flow_active,
+        "replication_stream": channel.stream is not None,
+    }
+
+
+class ChannelEndpoints:
+    """The channel handlers, bound to one broker."""
+
+    def __init__(self, broker: ManagedBroker) -> None:
+        self.broker = broker
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/channels", self.list_channels),
+            web.get("/api/connections/{id}/channels", self.connection_channels),
+        ]
+
+    def _connections(self) -> list[Connection]:
+        connections = self.broker.context.connections
+        return [cast("Connection", connections[key]) for key in sorted(connections)]
+
+    @staticmethod
+    def _views(connection: Connection) -> list[dict[str, Any]]:
+        return [
+            channel_view(connection, connection.channels[number])
+            for number in sorted(connection.channels)
+        ]
+
+    async def list_channels(self, request: web.Request) -> web.Response:
+        return json_response([v for c in self._connections() for v in self._views(c)])
+
+    async def connection_channels(self, request: web.Request) -> web.Response:
+        text = request.match_info["id"]
+        if not text.isdigit() or int(text) < 1:
+            raise ApiError(
+                HTTPStatus.BAD_REQUEST, f"a connection id is a positive integer, not {text!r}"
+            )
+        found = self.broker.context.connections.get(int(text))
+        if found is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"no connection {text}")
+        return json_response(self._views(cast("Connection", found)))
