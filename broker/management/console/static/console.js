@@ -172,6 +172,9 @@ function memberRows(s) {
     if (!members.some((m) => m.url === address)) members.push({ id: "", url: address, state: "not connected" });
   }
   const backups = Object.fromEntries((ha.backups || []).map((b) => [b.id, b]));
+  // an in-sync backup that went away: the primary holds its confirms until the cluster
+  // manager (its agent) commits the in-sync set without it
+  const pendingRemoval = new Set((ha.in_sync && ha.in_sync.pending_removal) || []);
   const isPrimary = (m) => m.state === "active" || m.state === "recovering";
   members.sort((a, b) => (isPrimary(b) - isPrimary(a)) || String(a.url).localeCompare(String(b.url)));
   return members.map((m) => {
@@ -181,12 +184,14 @@ function memberRows(s) {
     const totalLag = lags.reduce((sum, q) => sum + (q.lag || 0), 0);
     const silent = (s.unacknowledged_for || {})[m.id] || 0;
     const primaryHere = ha.state === "active" || ha.state === "recovering";
-    const missing = m.state === "not connected";
+    const gone = pendingRemoval.has(m.id);
+    const missing = m.state === "not connected" || gone;
     const lagging = !isPrimary(m) && !missing && (["joining", "catch-up"].includes(m.state) ||
       (primaryHere && (!backup || !backup.in_sync || !backup.ready || totalLag > 0 || silent >= LAG_SILENCE)));
     const history = (s.lag_history || {})[m.id] || {};
     const lagCell = el("td", {});
     if (isPrimary(m)) lagCell.appendChild(el("span", { class: "note", text: "(the primary: the others lag behind it)" }));
+    else if (gone) lagCell.appendChild(el("span", { class: "note", text: "gone: its confirms are held until the in-sync set is committed without it (qpid-ha in-sync --commit, or its agent)" }));
     else if (missing) lagCell.appendChild(el("span", { class: "note", text: "no member answers at this address of ha-brokers-url" }));
     else if (!backup) lagCell.appendChild(el("span", { class: "note", text: ha.state === "active" || ha.state === "recovering" ? "not linked" : "on the primary's console" }));
     else if (!lags.length) lagCell.appendChild(el("span", { class: "note", text: "no replicated queue" }));
@@ -201,13 +206,14 @@ function memberRows(s) {
     const agentCell = el("td", { class: "agent", text: agentRecord ? `${agentRecord.node}: ${agentRecord.state}${s.agents.primary === agentRecord.node ? " (primary record)" : ""}${s.agents.vip && s.agents.primary === agentRecord.node ? `, holds VIP ${s.agents.vip}` : ""}` : "-" });
     const why = silent >= LAG_SILENCE ? ` (no acknowledgement for ${silent} s)` : !backup && primaryHere ? " (not linked)" : "";
     const role = isPrimary(m) ? el("span", { class: "tag primary", text: "PRIMARY" })
+      : gone ? el("span", { class: "tag lag", text: "GONE, pending removal from the in-sync set" })
       : missing ? el("span", { class: "tag lag", text: "NOT CONNECTED (down, or cut off)" })
       : el("span", { class: lagging ? "tag lag" : "tag", text: lagging ? `backup, LAGGING${why}` : "backup" });
     const rowClass = [isPrimary(m) ? "is-primary" : "", lagging ? "lagging" : "", missing ? "down" : ""].join(" ").trim();
     return el("tr", { class: rowClass || null, "data-member": m.url, "data-state": m.state },
       el("td", {}, el("span", { text: m.url }), self ? el("span", { class: "note", text: ` (this broker, ${s.status.node})` }) : null,
         el("div", { class: "args", text: m.id })),
-      el("td", {}, el("span", { class: `pill ${missing ? "down" : m.state}`, text: m.state })),
+      el("td", {}, el("span", { class: `pill ${missing ? "down" : m.state}`, text: gone ? "gone" : m.state })),
       el("td", {}, role),
       el("td", { class: "num", text: self ? fmt(ha.epoch) : agentRecord ? fmt(agentRecord.epoch) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
       el("td", { text: inSync }),

@@ -1,0 +1,73 @@
+"""Driving the console's page in Chromium: its address, logging in, waiting for what it
+shows (the browser tests' helpers)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.common.by import By
+
+from common.polling import poll_until
+from tests.console.support import USERS
+
+
+class Member(Protocol):
+    """A broker whose console a test opens (an agent cluster's node, a BrokerProcess)."""
+
+    @property
+    def mgmt_port(self) -> int: ...
+
+
+def console_url(node: Member, page: str = "cluster") -> str:
+    return f"http://127.0.0.1:{node.mgmt_port}/console/#{page}"
+
+
+def seen(browser: Any, check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """Poll the page until ``check()`` is truthy (elements re-rendered meanwhile are
+    looked up again)."""
+
+    def attempt() -> Any:
+        try:
+            return check()
+        except (NoSuchElementException, StaleElementReferenceException):
+            return None
+
+    try:
+        return poll_until(attempt, timeout, what or None, interval=0.1)
+    except AssertionError as exc:  # what the page showed, for the report
+        picture = Path(tempfile.gettempdir()) / f"console-failed-{os.getpid()}.png"
+        browser.save_screenshot(str(picture))
+        raise AssertionError(f"{exc} (the page: {picture})") from None
+
+
+def text(browser: Any, css: str) -> str:
+    """The element's text; again if the page re-rendered it meanwhile (every second)."""
+    for _ in range(20):
+        try:
+            return str(browser.find_element(By.CSS_SELECTOR, css).text)
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{css} re-rendered 20 times in a row")
+
+
+def log_in(browser: Any, node: Member, user: str, page: str = "cluster") -> None:
+    """Open ``node``'s console as ``user`` (logging out whoever was logged in there)."""
+    browser.get(console_url(node, page))
+    if browser.find_elements(By.ID, "logout"):
+        seen(browser, lambda: browser.find_element(By.ID, "logout").is_displayed())
+        me = text(browser, "#me")
+        if me.startswith(f"{user} "):
+            return
+        browser.find_element(By.ID, "logout").click()
+        seen(browser, lambda: browser.find_elements(By.ID, "login-button"))
+    browser.find_element(By.ID, "user").send_keys(user)
+    browser.find_element(By.ID, "password").send_keys(USERS[user][0])
+    browser.find_element(By.ID, "login-button").click()
+    seen(browser, lambda: text(browser, "#me").startswith(f"{user} "), what=f"{user} logged in")
+    browser.get(console_url(node, page))
+    seen(browser, lambda: browser.find_element(By.ID, "live").get_attribute("class") == "live")
