@@ -29,25 +29,21 @@ import asyncio
 import contextlib
 import errno
 import os
-import struct
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from crc32c import crc32c
-
+from broker.store.compaction import CompactionPass, Steps, leading_ids
 from broker.store.data_dir import DataDirError
 from broker.store.ledger import Ledger
 from broker.store.records import (
     HEADER,
     MAGIC,
-    RECORD_HEADER,
     Kind,
     encode_queue_entry,
     encode_tx,
-    iter_tx,
     segment_header,
 )
 from broker.store.recovery import CorruptStore, RecoveredState, Recovery
@@ -55,8 +51,6 @@ from broker.store.recovery import CorruptStore, RecoveredState, Recovery
 STORE_DIR = "store"
 SEGMENT_SUFFIX = ".seg"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
-_IDS = struct.Struct(">QQ")
-_ID = struct.Struct(">Q")
 
 Durable = Callable[[bool], None]
 
@@ -118,6 +112,9 @@ class Journal:
         self._written_segment = -1  # segment whose file is open for writing
         self._fd = -1
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="store")
+        #: Compaction's reads: never queued behind, or ahead of, a group commit.
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="store-compact")
+        self.compaction_steps = Steps()
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -157,7 +154,7 @@ class Journal:
         torn = state.torn_tail
         if torn is not None:
             path = segment_path(self.directory, torn.segment)
-            self._log(
+            self.log_event(
                 "warning",
                 "store_torn_tail",
                 segment=str(path),
@@ -212,7 +209,7 @@ class Journal:
             moved.append(path.name)
         _fsync_dir(self.directory)
         _fsync_dir(parent)
-        self._log(
+        self.log_event(
             "warning",
             "store_cut_at_damage",
             segment=damage.segment,
@@ -325,11 +322,11 @@ class Journal:
                 self.on_write_failed(failure)
             if error is None:
                 if self.failed is not None:
-                    self._log("info", "store_write_recovered")
+                    self.log_event("info", "store_write_recovered")
                 self.failed = None
             else:
                 if self.failed != error:
-                    self._log("error", "store_write_failed", error=error)
+                    self.log_event("error", "store_write_failed", error=error)
                 self.failed = error
             ok = error is None
             for callback in callbacks:
@@ -399,76 +396,61 @@ class Journal:
 
     def _segment_compacted(self, number: int, copied: int, ok: bool) -> None:
         """The live records of the oldest segment are copied (and durable): delete it."""
-        if ok and not self._closing and self._holds:
+        if not ok:
+            # The copies were not written, yet the ledger counts them in the tail: a later
+            # pass would delete this segment without copying them. Keep it (and
+            # _compacting set: no more compaction until a restart reads the store again).
+            self.log_event(
+                "error",
+                "store_compaction_failed",
+                segment=str(segment_path(self.directory, number)),
+                error="the copies could not be written",
+            )
+            return
+        if not self._closing and self._holds:
             self._held = (number, copied)  # deleted at release; nothing else compacts
             return
-        if ok and not self._closing:
+        if not self._closing:
             asyncio.get_running_loop().run_in_executor(self._executor, self._remove_segment, number)
             self.ledger.removed(number)
             self.compacted_segments += 1
-            self._log("info", "store_segment_compacted", segment=number, copied=copied)
+            self.log_event("info", "store_segment_compacted", segment=number, copied=copied)
         self._compacting = None
 
     async def _compact(self, number: int) -> None:
-        loop = asyncio.get_running_loop()
-        path = segment_path(self.directory, number)
-        try:
-            data = await loop.run_in_executor(self._executor, path.read_bytes)
-        except OSError as exc:
-            self._log("error", "store_compaction_failed", segment=str(path), error=exc.strerror)
+        """Copy the live records of segment ``number`` forward (in steps, reading it off
+        the loop: :mod:`broker.store.compaction`), then delete it once they are written."""
+        compaction = CompactionPass(self, number, segment_path(self.directory, number))
+        if not await compaction.run(self._reader):
             return  # keep _compacting set: never retry a segment that cannot be read
-        ledger = self.ledger
-        copied = 0
-        view = memoryview(data)
-        header = RECORD_HEADER
-        pos, end, count = HEADER.size, len(data), 0
-        while pos + header.size <= end:
-            length, crc, kind = header.unpack_from(data, pos)
-            nxt = pos + header.size + length
-            if nxt > end:
-                break  # only a torn tail cut at recovery can end a segment early
-            # A committed transaction's live records are copied one by one (its all or none
-            # was for the crash during its commit, long past); a record, if it is live.
-            tx = kind == Kind.TX
-            if tx or ledger.is_live(number, kind, _leading_ids(data, pos, kind)):
-                # Only what is copied is checked: a damaged record is never carried on.
-                if crc32c(view[pos + 8 : nxt]) != crc:
-                    self._log(
-                        "error",
-                        "store_compaction_failed",
-                        segment=str(path),
-                        error=f"checksum mismatch at offset {pos}",
-                    )
-                    return  # keep _compacting set: the segment stays
-                if not tx:
-                    copied += self._copy_if_live(number, kind, data[pos:nxt])
-                else:
-                    payload = data[pos + header.size : nxt]
-                    inner = 0
-                    for inner_kind, inner_payload in iter_tx(payload):
-                        size = header.size + len(inner_payload)
-                        record = payload[inner : inner + size]
-                        inner += size
-                        copied += self._copy_if_live(number, inner_kind, record)
-            pos = nxt
-            count += 1
-            if count % 4096 == 0:
-                await asyncio.sleep(0)
-
+        copied = compaction.copied
         self.after_durable(lambda ok: self._segment_compacted(number, copied, ok), written=True)
 
-    def _copy_if_live(self, number: int, kind: int, record: bytes) -> int:
+    async def compaction_pause(self) -> None:
+        """Between two steps of a compaction pass: the event loop's turn."""
+        await asyncio.sleep(0)
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def compacting(self) -> int | None:
+        """The segment being compacted (or kept after a failed pass), None otherwise."""
+        return self._compacting
+
+    def copy_if_live(self, number: int, kind: int, record: bytes) -> bool:
         """Compaction: append ``record`` (one whole record of segment ``number``) if it is
-        live; 1 if it was copied."""
+        live; whether it was copied."""
         ledger = self.ledger
-        ids = _leading_ids(record, 0, kind)
+        ids = leading_ids(record, 0, kind)
         if not ledger.is_live(number, kind, ids):
-            return 0
+            return False
         segment = self.append(record)
         ledger.moved(kind, ids, number, segment)
         if kind == Kind.ENQUEUE and (ids[0], ids[1]) in ledger.delivered:
             self.append(encode_queue_entry(Kind.DELIVERED, ids[0], ids[1]))
-        return 1
+        return True
 
     def _remove_segment(self, number: int) -> None:
         """Worker thread: the copies of its live records are written; make them durable
@@ -513,6 +495,11 @@ class Journal:
         disk (the store may then be marked clean)."""
         self._closing = True
         ok = True
+        compaction = self._compaction
+        if compaction is not None and not compaction.done():
+            compaction.cancel()  # the segment stays; copies appended so far are written
+            with contextlib.suppress(asyncio.CancelledError):
+                await compaction
         if self._task is not None and self._wake is not None:
             done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
@@ -534,32 +521,16 @@ class Journal:
             os.close(self._fd)
             self._fd = -1
         self._executor.shutdown(wait=True)
+        self._reader.shutdown(wait=True)
         return ok and self.failed is None
 
-    def _log(self, level: str, event: str, **fields: Any) -> None:
+    def log_event(self, level: str, event: str, **fields: Any) -> None:
         if self.log is not None:
             getattr(self.log, level)(event, **fields)
 
 
 def _describe(exc: OSError) -> str:
     return f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, '?')})"
-
-
-def _leading_ids(data: bytes, offset: int, kind: int) -> tuple[int, ...]:
-    """The ids a live record is known by: (queue, message) of an enqueue, else its own."""
-    start = offset + RECORD_HEADER.size
-    if kind == Kind.ENQUEUE:
-        return _IDS.unpack_from(data, start)
-    if kind in (
-        Kind.MESSAGE,
-        Kind.EXCHANGE,
-        Kind.QUEUE,
-        Kind.BINDING,
-        Kind.EXCHANGE_BINDING,
-        Kind.VHOST,
-    ):
-        return _ID.unpack_from(data, start)
-    return ()
 
 
 __all__ = ["CorruptStore", "Journal", "StoreError", "SyncPolicy"]

@@ -1,0 +1,221 @@
+"""A compaction pass over one segment, in small steps (the I/O shell's part of compaction).
+
+The ledger (:mod:`broker.store.ledger`) says which records of the oldest segment are still
+live; a pass copies those to the tail of the log, and the journal deletes the segment once
+the copies are written and synced (:meth:`~broker.store.journal.Journal._segment_compacted`).
+A pass must not stall the event loop that serves every connection, nor the store's writer
+whose group commits release the publishers' confirms, however large the segment:
+
+- **Reads off the loop, in chunks.** The segment is read :data:`READ_BYTES` at a time (a
+  record larger than that in one read of its size) by its own thread, not the writer's: a
+  slow read never holds a group commit, and the pass holds about one chunk in memory, not
+  the segment.
+- **Small steps on the loop.** What needs the ledger (is this record live? then its
+  checksum and its copy) runs on the loop, at most :attr:`Steps.records` records or
+  :attr:`Steps.bytes` bytes checked and copied between two turns of the loop.
+- **The writer keeps up.** Once :attr:`Steps.backlog` bytes of copies are appended and not yet
+  written, the pass waits for the writer to write them (a group commit that carries the
+  confirms waiting with them), so a group commit carries a bounded share of copies.
+
+A crash at any step leaves the segment whole on disk and some of its live records copied
+(written twice): recovery reads the same state either way (records name what they change
+by id; the copies come after what they copy and before anything that cancels them).
+
+THREAD UNSAFE: the journal's event loop runs the pass; the reader thread only reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from crc32c import crc32c
+
+from broker.store.records import HEADER, RECORD_HEADER, Kind, iter_tx
+
+if TYPE_CHECKING:
+    from broker.store.journal import Journal
+
+#: Bytes of a segment read at a time (off the loop).
+READ_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Steps:
+    """How far a pass goes between two turns of the loop (``Journal.compaction_steps``)."""
+
+    #: At most this many records looked at...
+    records: int = 512
+    #: ... and at most this many bytes checked and copied.
+    bytes: int = 256 * 1024
+    #: Copies appended and not yet written before the pass waits for the writer.
+    backlog: int = 1 << 20
+
+
+class SegmentReader:
+    """Reads one segment file in chunks on its own thread (see the module docstring)."""
+
+    def __init__(self, path: os.PathLike[str] | str, executor: ThreadPoolExecutor) -> None:
+        self.path = path
+        self._executor = executor
+        self._fd = -1
+        self._offset = HEADER.size  # the next byte to read
+        self._buffer = b""
+        self._pos = 0  # the next record in the buffer
+
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._fd = await loop.run_in_executor(self._executor, os.open, self.path, os.O_RDONLY)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    async def next_record(self) -> tuple[bytes, int] | None:
+        """The next whole record (the buffer and its offset there), None at the end (only
+        a torn tail cut at recovery can end a segment early: what is left is ignored)."""
+        header = RECORD_HEADER.size
+        while True:
+            available = len(self._buffer) - self._pos
+            need = header
+            if available >= header:
+                need += RECORD_HEADER.unpack_from(self._buffer, self._pos)[0]
+                if available >= need:
+                    pos = self._pos
+                    self._pos += need
+                    return self._buffer, pos
+            if not await self._read(max(READ_BYTES, need - available)):
+                return None
+
+    def offset_of(self, pos: int) -> int:
+        """The file offset of ``pos`` in the buffer :meth:`next_record` returned."""
+        return self._offset - len(self._buffer) + pos
+
+    async def _read(self, size: int) -> bool:
+        loop = asyncio.get_running_loop()
+        chunk = await loop.run_in_executor(self._executor, os.pread, self._fd, size, self._offset)
+        if not chunk:
+            return False
+        self._offset += len(chunk)
+        self._buffer = self._buffer[self._pos :] + chunk
+        self._pos = 0
+        return True
+
+
+class CompactionPass:
+    """Copies the live records of segment ``number`` forward, in steps; ``True`` from
+    :meth:`run` once every record was looked at (the segment may go once they are written),
+    ``False`` when the pass stopped (the journal closes, a damaged record, a read error)."""
+
+    def __init__(self, journal: Journal, number: int, path: os.PathLike[str] | str) -> None:
+        self.journal = journal
+        self.number = number
+        self.path = path
+        self.copied = 0  # records copied
+        self.steps = 0  # turns of the loop given back
+        self._step_records = 0
+        self._step_bytes = 0
+        self._backlog = 0
+
+    async def run(self, executor: ThreadPoolExecutor) -> bool:
+        reader = SegmentReader(self.path, executor)
+        try:
+            await reader.open()
+            return await self._scan(reader)
+        except OSError as exc:
+            self._failed(exc.strerror or str(exc))
+            return False
+        finally:
+            reader.close()
+
+    async def _scan(self, reader: SegmentReader) -> bool:
+        journal = self.journal
+        ledger = journal.ledger
+        number = self.number
+        header = RECORD_HEADER
+        steps = journal.compaction_steps
+        while (found := await reader.next_record()) is not None:
+            if journal.closing:
+                return False
+            data, pos = found
+            length, crc, kind = header.unpack_from(data, pos)
+            end = pos + header.size + length
+            self._step_records += 1
+            # A committed transaction's live records are copied one by one (its all or none
+            # was for the crash during its commit, long past); a record, if it is live.
+            tx = kind == Kind.TX
+            if tx or ledger.is_live(number, kind, leading_ids(data, pos, kind)):
+                self._step_bytes += end - pos
+                # Only what is copied is checked: a damaged record is never carried on.
+                if crc32c(memoryview(data)[pos + 8 : end]) != crc:
+                    self._failed(f"checksum mismatch at offset {reader.offset_of(pos)}")
+                    return False
+                if not tx:
+                    self._copy(kind, data[pos:end])
+                else:
+                    payload = data[pos + header.size : end]
+                    inner = 0
+                    for inner_kind, inner_payload in iter_tx(payload):
+                        size = header.size + len(inner_payload)
+                        self._copy(inner_kind, payload[inner : inner + size])
+                        inner += size
+            full = self._step_records >= steps.records or self._step_bytes >= steps.bytes
+            if full and not await self._pause():
+                return False
+        return not journal.closing
+
+    def _copy(self, kind: int, record: bytes) -> None:
+        if self.journal.copy_if_live(self.number, kind, record):
+            self.copied += 1
+            self._backlog += len(record)
+
+    async def _pause(self) -> bool:
+        """Between two steps: give the loop a turn, and once the copies not yet written
+        pass :attr:`Steps.backlog`, wait until the writer has written them."""
+        self.steps += 1
+        self._step_records = self._step_bytes = 0
+        journal = self.journal
+        await journal.compaction_pause()
+        if self._backlog >= journal.compaction_steps.backlog and not journal.closing:
+            self._backlog = 0
+            written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+            def done(ok: bool) -> None:
+                if not written.done():
+                    written.set_result(ok)
+
+            journal.after_durable(done, written=True)
+            if not await written:
+                self._failed("the copies could not be written")
+                return False
+        return not journal.closing
+
+    def _failed(self, error: str) -> None:
+        journal = self.journal
+        journal.log_event("error", "store_compaction_failed", segment=str(self.path), error=error)
+
+
+_IDS = struct.Struct(">QQ")
+_ID = struct.Struct(">Q")
+
+
+def leading_ids(data: bytes, offset: int, kind: int) -> tuple[int, ...]:
+    """The ids a live record is known by: (queue, message) of an enqueue, else its own."""
+    start = offset + RECORD_HEADER.size
+    if kind == Kind.ENQUEUE:
+        return _IDS.unpack_from(data, start)
+    if kind in (
+        Kind.MESSAGE,
+        Kind.EXCHANGE,
+        Kind.QUEUE,
+        Kind.BINDING,
+        Kind.EXCHANGE_BINDING,
+        Kind.VHOST,
+    ):
+        return _ID.unpack_from(data, start)
+    return ()
