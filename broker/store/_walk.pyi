@@ -1,5 +1,6 @@
 """Types of the native segment walker (broker/store/_walk.c)."""
 
+import mmap
 from typing import Any
 
 END: int
@@ -9,7 +10,7 @@ UNDECODABLE: int
 HARDWARE_CRC: int
 
 def walk(
-    data: bytes,
+    data: bytes | mmap.mmap,
     pos: int,
     segment: int,
     top: int,

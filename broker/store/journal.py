@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import mmap
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -75,6 +76,19 @@ def list_segments(directory: Path) -> list[int]:
         if path.suffix == SEGMENT_SUFFIX and path.stem.isdigit():
             numbers.append(int(path.stem))
     return sorted(numbers)
+
+
+def _map(path: Path) -> mmap.mmap | bytes:
+    """A segment's bytes for recovery, mapped rather than read: the walker reads the page
+    cache in place (a read() copied the ~1 GiB of a 1M x 1 KiB store into fresh memory
+    first: 0.29 -> 0.18 CPU s for a pass over it, docs/benchmarks.md). Recovery copies what
+    it keeps out of it (bodies, names), so the map is closed after the segment's walk; no
+    one writes a segment while the store recovers. An empty file (a crash before its
+    header) is b""."""
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -180,10 +194,15 @@ class Journal:
         for i, number in enumerate(numbers):
             path = segment_path(self.directory, number)
             try:
-                data = path.read_bytes()
+                data = _map(path)
             except OSError as exc:
                 raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
-            recovery.add_segment(number, data, last=i == len(numbers) - 1)
+            try:
+                recovery.add_segment(number, data, last=i == len(numbers) - 1)
+            finally:
+                if isinstance(data, mmap.mmap):
+                    with contextlib.suppress(BufferError):  # a view still held: GC closes it
+                        data.close()
         return recovery.state()
 
     def _move_damaged(self, numbers: list[int], damage: CorruptStore) -> None:

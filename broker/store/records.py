@@ -27,6 +27,7 @@ THREAD SAFE: pure functions.
 from __future__ import annotations
 
 import functools
+import mmap
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -449,7 +450,7 @@ class SegmentHeader:
     next_id: int
 
 
-def read_header(data: bytes | memoryview) -> SegmentHeader:
+def read_header(data: bytes | memoryview | mmap.mmap) -> SegmentHeader:
     if len(data) < HEADER.size:
         raise FormatError(f"segment shorter than its {HEADER.size}-byte header")
     magic, number, next_id = HEADER.unpack_from(data)
@@ -494,7 +495,7 @@ def iter_records(
         pos += size
 
 
-def bad_record_at(data: bytes, pos: int) -> BadRecord | None:
+def bad_record_at(data: bytes | mmap.mmap, pos: int) -> BadRecord | None:
     """The :class:`BadRecord` at ``pos`` if the record there is not valid, else None."""
     end = len(data)
     reason = _check(data, pos, end)
@@ -503,7 +504,7 @@ def bad_record_at(data: bytes, pos: int) -> BadRecord | None:
     return BadRecord(pos, reason, _valid_follows(data, pos, end))
 
 
-def _check(data: bytes, pos: int, end: int) -> str | None:
+def _check(data: bytes | mmap.mmap, pos: int, end: int) -> str | None:
     header_size = RECORD_HEADER.size
     if pos + header_size > end:
         return f"{end - pos} bytes left, less than a record header"
@@ -518,7 +519,7 @@ def _check(data: bytes, pos: int, end: int) -> str | None:
     return None
 
 
-def _valid_follows(data: bytes, pos: int, end: int) -> bool:
+def _valid_follows(data: bytes | mmap.mmap, pos: int, end: int) -> bool:
     """Does a valid record start right after the (claimed) extent of the bad one?"""
     if pos + RECORD_HEADER.size > end:
         return False

@@ -27,6 +27,7 @@ THREAD UNSAFE: one recovery per store, on one thread.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -175,9 +176,10 @@ class Recovery:
         self._records = 0
         self._segments: list[int] = []
 
-    def add_segment(self, number: int, data: bytes, *, last: bool) -> SegmentRecords:
-        """Read segment ``number`` (its file name; oldest first); ``last``: the newest one,
-        where a torn tail may be. Raises :class:`CorruptStore`."""
+    def add_segment(self, number: int, data: bytes | mmap.mmap, *, last: bool) -> SegmentRecords:
+        """Read segment ``number`` (its file name; oldest first) from its bytes or its map
+        (what is kept is copied out of it); ``last``: the newest one, where a torn tail may
+        be. Raises :class:`CorruptStore`."""
         if self._segments and number <= self._segments[-1]:
             raise CorruptStore(number, 0, f"segment number not above {self._segments[-1]}")
         try:
@@ -197,7 +199,7 @@ class Recovery:
             return self._walk_records(number, data, last)
         return self._read_records(number, data, last)
 
-    def _walk_records(self, number: int, data: bytes, last: bool) -> SegmentRecords:
+    def _walk_records(self, number: int, data: bytes | mmap.mmap, last: bool) -> SegmentRecords:
         """:meth:`_read_records` with the native walker: it folds the common records and
         stops at any other (decoded here), at a bad one or at the end."""
         assert native_walk is not None
@@ -230,7 +232,7 @@ class Recovery:
             top = self._next_id - 1
             pos = nxt
 
-    def _read_records(self, number: int, data: bytes, last: bool) -> SegmentRecords:
+    def _read_records(self, number: int, data: bytes | mmap.mmap, last: bool) -> SegmentRecords:
         """The records of one segment: enqueues, messages, dequeues and deliveries (nearly
         every record) read in place; the rest through :func:`decode_payload`."""
         view = memoryview(data)

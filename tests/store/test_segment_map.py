@@ -1,0 +1,157 @@
+"""Recovery reads the segments through a map of each file (broker/store/journal.py, _map),
+not a read() into memory (issue 12, item 2): the same state as from the bytes, for both
+walkers, torn or damaged anywhere; no segment stays mapped once recovery is over (a torn
+tail is cut, a damaged segment moved aside, after the walk); an empty newest segment (a
+crash before its header was written) is a torn tail as before."""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.store.journal import Journal, _map, list_segments, segment_path
+from broker.store.records import (
+    Kind,
+    QueueRecord,
+    encode_message_with_enqueue,
+    encode_queue,
+    encode_queue_entry,
+    segment_header,
+)
+from broker.store.recovery import CorruptStore, Recovery, native_walk
+
+WALKERS = [False] if native_walk is None else [False, True]
+
+
+def _store(directory: Path, messages: int, dequeued: int, per_segment: int) -> list[Path]:
+    """A store of one queue: ``messages`` messages, ``per_segment`` a segment, the first
+    ``dequeued`` dequeued in the last one."""
+    store = directory / "store"
+    store.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    data = bytearray(segment_header(1, 1)) + encode_queue(QueueRecord(1, "q", False, {}))
+    number = 1
+    for i in range(messages):
+        if i and i % per_segment == 0:
+            paths.append(segment_path(store, number))
+            paths[-1].write_bytes(data)
+            number += 1
+            data = bytearray(segment_header(number, 2 + i))
+        body = b"%06d" % i * (1 + i % 5)
+        data += encode_message_with_enqueue(2 + i, "", "q", b"\x10\x00\x02", body, 1, i + 1, 0)
+    for i in range(dequeued):
+        data += encode_queue_entry(Kind.DEQUEUE, 1, 2 + i)
+    paths.append(segment_path(store, number))
+    paths[-1].write_bytes(data)
+    return paths
+
+
+def _state(numbers: list[int], datas: list[bytes | mmap.mmap], native: bool) -> object:
+    recovery = Recovery(native=native)
+    try:
+        for i, (number, data) in enumerate(zip(numbers, datas, strict=True)):
+            recovery.add_segment(number, data, last=i == len(numbers) - 1)
+    except CorruptStore as exc:
+        return ("corrupt", exc.segment, exc.offset, exc.reason)
+    state = recovery.state()
+    return (
+        [(q.record, q.messages) for q in state.queues],
+        state.messages,
+        state.next_id,
+        state.torn_tail,
+        state.record_count,
+        state.ledger.segments,
+    )
+
+
+def _mapped(path: Path) -> bool:
+    """Is ``path`` mapped into this process (Linux: /proc/self/maps)?"""
+    return str(path) in Path("/proc/self/maps").read_text()
+
+
+@pytest.mark.parametrize("native", WALKERS)
+@settings(
+    deadline=None, max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    messages=st.integers(1, 40),
+    dequeued=st.integers(0, 40),
+    cut=st.integers(0, 2000),
+    flip=st.one_of(st.none(), st.integers(0, 10_000)),
+)
+def test_a_mapped_segment_recovers_what_its_bytes_do(
+    tmp_path_factory: pytest.TempPathFactory,
+    native: bool,
+    messages: int,
+    dequeued: int,
+    cut: int,
+    flip: int | None,
+) -> None:
+    directory = tmp_path_factory.mktemp("store")
+    paths = _store(directory, messages, min(dequeued, messages), per_segment=7)
+    last = paths[-1]
+    data = bytearray(last.read_bytes())
+    if flip is not None:  # damage anywhere in the newest segment
+        data[flip % len(data)] ^= 0x41
+    last.write_bytes(bytes(data[: max(0, len(data) - cut)]))
+    numbers = list_segments(directory / "store")
+    from_bytes = _state(
+        numbers, [segment_path(directory / "store", n).read_bytes() for n in numbers], native
+    )
+    maps = [_map(segment_path(directory / "store", n)) for n in numbers]
+    try:
+        assert _state(numbers, maps, native) == from_bytes
+    finally:
+        for m in maps:
+            if isinstance(m, mmap.mmap):
+                m.close()
+
+
+def test_no_segment_stays_mapped_after_recovery(tmp_path: Path) -> None:
+    paths = _store(tmp_path, 50, 10, per_segment=10)
+    journal = Journal(tmp_path)
+    state = journal.recover()
+    assert state.message_count == 40
+    assert not any(_mapped(p) for p in paths)
+
+
+def test_a_torn_tail_is_cut_once_its_map_is_closed(tmp_path: Path) -> None:
+    paths = _store(tmp_path, 30, 0, per_segment=10)
+    whole = paths[-1].stat().st_size
+    with open(paths[-1], "ab") as file:
+        file.write(encode_message_with_enqueue(99, "", "q", b"", b"half", 1, 99, 0)[:20])
+    state = Journal(tmp_path).recover()
+    assert state.torn_tail is not None and state.message_count == 30
+    assert paths[-1].stat().st_size == whole
+    assert not _mapped(paths[-1])
+
+
+def test_an_empty_newest_segment_is_a_torn_tail(tmp_path: Path) -> None:
+    """A crash right after the segment's file was created, before its header was written:
+    a file of 0 bytes, which cannot be mapped."""
+    paths = _store(tmp_path, 20, 0, per_segment=10)
+    empty = segment_path(tmp_path / "store", 99)
+    empty.write_bytes(b"")
+    state = Journal(tmp_path).recover()
+    assert state.torn_tail is not None and state.torn_tail.segment == 99
+    assert state.message_count == 20
+    assert not empty.exists()
+    assert not any(_mapped(p) for p in paths)
+
+
+def test_damage_is_moved_aside_once_its_map_is_closed(tmp_path: Path) -> None:
+    paths = _store(tmp_path, 40, 0, per_segment=10)
+    data = bytearray(paths[1].read_bytes())
+    data[200] ^= 0x55
+    paths[1].write_bytes(bytes(data))
+    with pytest.raises(CorruptStore):
+        Journal(tmp_path).recover()
+    assert not any(_mapped(p) for p in paths)
+    state = Journal(tmp_path).recover(cut_damaged=True)
+    assert 10 <= state.message_count < 20
+    assert not any(_mapped(p) for p in paths)
+    assert list((tmp_path / "store.damaged.0001").iterdir())
