@@ -219,6 +219,43 @@ class BrokerOptions:
         metavar="FILE",
         default_text="none",
     )
+    console_zk_auth: str | None = _option(
+        None,
+        non_empty,
+        "the agents' --zk-auth digest (USER:PASSWORD, or @FILE holding that line), for the"
+        " web console's read of their znodes",
+        metavar="USER:PASSWORD|@FILE",
+        default_text="none",
+        secret=True,
+    )
+    console_zk_ssl: bool = _option(
+        False,
+        parse_bool,
+        "TLS to console-zk (ZooKeeper's secureClientPort), as the agents' --zk-ssl: the"
+        " server's certificate checked against console-zk-ssl-ca-file, else the system's CAs",
+        metavar="yes|no",
+    )
+    console_zk_ssl_ca_file: str | None = _option(
+        None,
+        non_empty,
+        "CA (PEM) ZooKeeper's certificate is checked against (TLS to console-zk)",
+        metavar="FILE",
+        default_text="none",
+    )
+    console_zk_ssl_cert_file: str | None = _option(
+        None,
+        non_empty,
+        "client certificate (PEM) for TLS to console-zk, with console-zk-ssl-key-file",
+        metavar="FILE",
+        default_text="none",
+    )
+    console_zk_ssl_key_file: str | None = _option(
+        None,
+        non_empty,
+        "key (PEM) of console-zk-ssl-cert-file",
+        metavar="FILE",
+        default_text="none",
+    )
     log_level: str = _option(
         "info",
         choice("debug", "info", "warning", "error", "critical"),

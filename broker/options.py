@@ -35,6 +35,7 @@ from broker.option_converters import parse_bool, show
 from broker.option_table import BY_DEST, BY_NAME, OPTION_SPECS, BrokerOptions, OptionSpec
 from common.exit_status import ExitStatus
 from common.url import BrokerUrl, format_url, parse_url
+from common.zk_access import check_tls_files, parse_digest
 
 __all__ = [
     "OPTION_SPECS",
@@ -175,6 +176,17 @@ def parse_options(argv: Sequence[str]) -> BrokerOptions:
     return options
 
 
+def _check_console_zk(options: BrokerOptions) -> None:
+    """The web console's ZooKeeper credentials and TLS files (common.zk_access)."""
+    try:
+        if options.console_zk_auth is not None:
+            parse_digest(options.console_zk_auth, "console-zk-auth")
+        ca, cert = options.console_zk_ssl_ca_file, options.console_zk_ssl_cert_file
+        check_tls_files("console-zk-ssl", ca, cert, options.console_zk_ssl_key_file)
+    except ValueError as exc:
+        raise OptionsError(str(exc)) from None
+
+
 def check_options(options: BrokerOptions) -> None:
     """The checks that involve more than one option (:func:`parse_options` runs them).
 
@@ -206,6 +218,7 @@ def check_options(options: BrokerOptions) -> None:
                     f"require-encryption: ha-brokers-url address {address.host}:{address.port}"
                     " is not ssl: (replication links must be encrypted; give ssl:HOST:SSL-PORT)"
                 )
+    _check_console_zk(options)
     if options.link_maintenance_interval <= 0:
         raise OptionsError(
             f"invalid value {show(options.link_maintenance_interval)!r} for option"

@@ -8,16 +8,20 @@ ZooKeeper's certificate, or TLS to the plain port, is one line naming the reason
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 
-from ha_agent.zk_auth import ZkAuth, zk_security
+from broker.management.console.agents_view import AgentsView, cluster_paths, zk_access
+from broker.options import parse_options
+from ha_agent.zk_auth import ZkAuth, ensure_shared_root, zk_security
 from tests.agent.agent_cluster import AgentCluster
 from tests.security.certs import Certs, make_certs
 from tests.zookeeper import ZOOKEEPER_JAR, ZooKeeperProcess
@@ -111,3 +115,50 @@ def test_agent_over_tls_and_qpid_ha_with_the_digest(
         assert "zk-pw" not in primary.agent_log.read_text()
     finally:
         agents.stop()
+
+
+def test_the_web_consoles_view_over_tls_with_the_digest(
+    tls_zookeeper: ZooKeeperProcess, certs: Certs
+) -> None:
+    """The broker's console reads the agents' znodes as ``qpid-ha --zk`` does: over TLS
+    with ``--console-zk-ssl-ca-file``, with the agents' digest (``--console-zk-auth``);
+    NoAuth without it, one line for a CA that did not sign ZooKeeper's certificate."""
+    cluster = f"v-{uuid.uuid4().hex[:12]}"
+    paths = cluster_paths(cluster)
+    digest = ZkAuth("agent", "zk-pw")
+    writer = KazooClient(hosts=tls_zookeeper.hosts, **zk_security(digest))
+    writer.start(timeout=10)
+    try:
+        ensure_shared_root(writer, digest)
+        member = b'{"ha_state": "active", "epoch": 4}'
+        writer.create(f"{paths['members']}/n1", member, makepath=True)
+        writer.create(paths["primary"], b'{"node": "n1", "epoch": 4}')
+    finally:
+        writer.stop()
+        writer.close()
+
+    def read(*options: str, timeout: float = 5.0) -> dict[str, Any]:
+        access = zk_access(parse_options(options))
+        view = AgentsView(tls_zookeeper.secure_hosts, cluster, timeout=timeout, access=access)
+        try:
+            asyncio.run(view.refresh())
+        finally:
+            view.close()
+        assert view.view is not None
+        return view.view
+
+    ca = f"--console-zk-ssl-ca-file={certs.ca.cert}"
+    good = read(ca, "--console-zk-auth=agent:zk-pw")
+    assert good["error"] is None and good["primary"] == "n1" and good["members"][0]["epoch"] == 4
+    assert read(ca)["error"] == (  # the cluster's znodes are the agents' alone
+        f"ZooKeeper denied reading cluster {cluster!r} to no credentials (NoAuth): give the"
+        " agents' --zk-auth as console-zk-auth"
+    )
+    other = read(ca, "--console-zk-auth=agent:wrong")["error"]
+    assert "to user 'agent' (NoAuth)" in other and "wrong" not in other
+    other_ca = f"--console-zk-ssl-ca-file={certs.other_ca.cert}"
+    wrong = read(other_ca, "--console-zk-auth=agent:zk-pw", timeout=1.0)  # kazoo: a timeout
+    assert wrong["error"] == (
+        f"ZooKeeper {tls_zookeeper.secure_hosts}: TLS: certificate verify failed: unable to"
+        " get local issuer certificate"
+    )

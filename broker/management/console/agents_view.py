@@ -16,8 +16,10 @@ Error Handling
 Nothing here raises to the console: ZooKeeper unreachable, no such cluster, a record that
 does not parse, each gives a view with ``error`` set (one line) and what could be read. The
 blocking reads run in a worker thread (:func:`asyncio.to_thread`), never on the event loop.
-A cluster whose znodes need ``--zk-auth`` credentials reads as an error (NoAuth): the
-console has no credentials option yet.
+A cluster whose znodes need the agents' ``--zk-auth`` credentials reads as an error
+(NoAuth) unless ``--console-zk-auth`` gives them; TLS to ZooKeeper's secureClientPort with
+``--console-zk-ssl*``, the agents' ``--zk-ssl*`` (:mod:`common.zk_access`). A TLS handshake
+that fails is said as such (kazoo only times out).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ import re
 import time
 from typing import Any
 
-__all__ = ["PERIOD", "AgentsView", "cluster_paths"]
+from common.zk_access import ZkAccess, kazoo_options, parse_digest, tls_problem
+
+__all__ = ["PERIOD", "AgentsView", "cluster_paths", "zk_access"]
 
 #: Seconds between two reads.
 PERIOD = 2.0
@@ -57,6 +61,21 @@ def cluster_paths(cluster: str) -> dict[str, str]:
         "primary": f"{root}/primary",
         "epoch": f"{root}/epoch",
     }
+
+
+def zk_access(options: Any) -> ZkAccess:
+    """``--console-zk-auth`` and ``--console-zk-ssl*`` (checked at start: check_options)."""
+    auth = getattr(options, "console_zk_auth", None)
+    files = [
+        getattr(options, f"console_zk_ssl_{name}_file", None) for name in ("ca", "cert", "key")
+    ]
+    return ZkAccess(
+        digest=parse_digest(auth, "console-zk-auth") if isinstance(auth, str) else None,
+        tls=bool(getattr(options, "console_zk_ssl", False)) or any(files),
+        ca_file=files[0],
+        cert_file=files[1],
+        key_file=files[2],
+    )
 
 
 def _json(data: bytes | None) -> Any:
@@ -111,10 +130,13 @@ def parse_view(
 class AgentsView:
     """One ZooKeeper client for the console, read every :data:`PERIOD` seconds."""
 
-    def __init__(self, hosts: str, cluster: str, timeout: float = 2.0) -> None:
+    def __init__(
+        self, hosts: str, cluster: str, timeout: float = 2.0, access: ZkAccess | None = None
+    ) -> None:
         self.hosts = hosts
         self.cluster = cluster
         self.timeout = timeout
+        self.access = access or ZkAccess()
         self.view: dict[str, Any] | None = None
         self._client: Any = None
         self._next = 0.0
@@ -134,13 +156,17 @@ class AgentsView:
         except ValueError as exc:
             return {"cluster": self.cluster, "error": str(exc), "members": [], "read_at": at}
         from kazoo.client import KazooClient
-        from kazoo.exceptions import KazooException, NoNodeError
+        from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
         from kazoo.handlers.threading import KazooTimeoutError
 
         try:
             if self._client is None:
                 self._client = KazooClient(
-                    hosts=self.hosts, timeout=self.timeout, read_only=True, logger=_quiet
+                    hosts=self.hosts,
+                    timeout=self.timeout,
+                    read_only=True,
+                    logger=_quiet,
+                    **kazoo_options(self.access),
                 )
                 self._client.start(timeout=self.timeout)  # on a timeout: close() stops it
             client = self._client
@@ -163,7 +189,19 @@ class AgentsView:
                 epoch = None
         except KazooTimeoutError:
             self.close()
-            return self._error(f"cannot reach ZooKeeper at {self.hosts}", at)
+            problem = tls_problem(self.hosts, self.access) if self.access.tls else None
+            reason = (
+                f"ZooKeeper {problem}" if problem else f"cannot reach ZooKeeper at {self.hosts}"
+            )
+            return self._error(reason, at)
+        except NoAuthError:
+            digest = self.access.digest
+            who = "no credentials" if digest is None else f"user {digest.user!r}"
+            return self._error(
+                f"ZooKeeper denied reading cluster {self.cluster!r} to {who} (NoAuth):"
+                " give the agents' --zk-auth as console-zk-auth",
+                at,
+            )
         except (KazooException, LookupError) as exc:
             return self._error(str(exc) or type(exc).__name__, at)
         return {**parse_view(self.cluster, members, primary, epoch), "read_at": at}

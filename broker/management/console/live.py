@@ -42,7 +42,7 @@ from broker.core.vhost import VHOST
 from broker.core.vhosts import key_of, queue_key
 from broker.management.auth import current_user
 from broker.management.console.agent_log import promotion_instants, read_tail
-from broker.management.console.agents_view import AgentsView
+from broker.management.console.agents_view import AgentsView, zk_access
 from broker.management.console.timeline import Timeline
 from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.responses import dumps
@@ -70,7 +70,7 @@ def _agents_view(broker: ManagedBroker) -> AgentsView | None:
     cluster = getattr(broker.options, "console_cluster", None)
     if not isinstance(hosts, str) or not isinstance(cluster, str):
         return None
-    return AgentsView(hosts, cluster)
+    return AgentsView(hosts, cluster, access=zk_access(broker.options))
 
 
 #: Entries counted at most per backup and queue for ``lag_bytes`` (past it: a lower bound).
