@@ -63,22 +63,28 @@ class SegmentReader:
         self.path = path
         self._executor = executor
         self._fd = -1
+        self._size = 0  # of the file: a segment compacted is written whole, never grows
         self._offset = HEADER.size  # the next byte to read
         self._buffer = b""
         self._pos = 0  # the next record in the buffer
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
-        self._fd = await loop.run_in_executor(self._executor, os.open, self.path, os.O_RDONLY)
+        self._fd, self._size = await loop.run_in_executor(self._executor, _open, self.path)
 
     def close(self) -> None:
+        """Closed on the reader's thread, after a read still under way (a cancelled pass)."""
         if self._fd >= 0:
-            os.close(self._fd)
+            try:
+                self._executor.submit(os.close, self._fd)
+            except RuntimeError:  # the reader is shut down: nothing reads any more
+                os.close(self._fd)
             self._fd = -1
 
     async def next_record(self) -> tuple[bytes, int] | None:
-        """The next whole record (the buffer and its offset there), None at the end (only
-        a torn tail cut at recovery can end a segment early: what is left is ignored)."""
+        """The next whole record (the buffer and its offset there), None at the end.
+        Raises :class:`EOFError` for a record that runs past the end of the file: only a
+        torn tail cut at recovery could end a segment early, so it is damage."""
         header = RECORD_HEADER.size
         while True:
             available = len(self._buffer) - self._pos
@@ -89,22 +95,37 @@ class SegmentReader:
                     pos = self._pos
                     self._pos += need
                     return self._buffer, pos
-            if not await self._read(max(READ_BYTES, need - available)):
-                return None
+            left = self._size - self._offset
+            if left <= 0 or need - available > left:
+                if available == 0 and left <= 0:
+                    return None
+                raise EOFError(
+                    f"a record at offset {self.offset_of(self._pos)} runs past the end"
+                    f" ({self._size} bytes)"
+                )
+            await self._read(min(left, max(READ_BYTES, need - available)))
 
     def offset_of(self, pos: int) -> int:
         """The file offset of ``pos`` in the buffer :meth:`next_record` returned."""
         return self._offset - len(self._buffer) + pos
 
-    async def _read(self, size: int) -> bool:
+    async def _read(self, size: int) -> None:
         loop = asyncio.get_running_loop()
         chunk = await loop.run_in_executor(self._executor, os.pread, self._fd, size, self._offset)
         if not chunk:
-            return False
+            raise EOFError(f"the segment ends at {self._offset}, not at {self._size}")
         self._offset += len(chunk)
         self._buffer = self._buffer[self._pos :] + chunk
         self._pos = 0
-        return True
+
+
+def _open(path: os.PathLike[str] | str) -> tuple[int, int]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return fd, os.fstat(fd).st_size
+    except OSError:
+        os.close(fd)
+        raise
 
 
 class CompactionPass:
@@ -129,6 +150,9 @@ class CompactionPass:
             return await self._scan(reader)
         except OSError as exc:
             self._failed(exc.strerror or str(exc))
+            return False
+        except EOFError as exc:
+            self._failed(str(exc))
             return False
         finally:
             reader.close()

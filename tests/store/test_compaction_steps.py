@@ -13,6 +13,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,7 @@ from broker.core.vhost import VirtualHost
 from broker.store.compaction import Steps
 from broker.store.journal import Journal, SyncPolicy, list_segments, segment_path
 from broker.store.message_store import MessageStore
+from broker.store.records import HEADER, RECORD_HEADER, Kind
 from broker.store.recovery import Recovery
 from tests.store.test_journal import PERSISTENT, bodies, run
 
@@ -224,3 +226,72 @@ def _run_workload(
     run(scenario())
     _journal, vhost = open_store(path, 2048)
     return crashes, confirmed, acked, bodies(vhost)
+
+
+@pytest.mark.parametrize("damage", ["live body", "dead length"])
+def test_a_damaged_segment_is_kept_and_the_store_goes_on(tmp_path: Path, damage: str) -> None:
+    """A live record whose checksum fails, or a dead one whose length runs past the end of
+    the file: the pass stops, logs ``store_compaction_failed`` and keeps the segment (never
+    deleted with live records unread); publishers are still confirmed."""
+
+    async def scenario() -> tuple[bool, list[str]]:
+        journal, vhost = open_store(tmp_path, 4096)
+        failures: list[str] = []
+        journal.log = Failures(failures)
+        journal.start()
+        queue = vhost.declare_queue("q", durable=True)
+        confirms = PublisherConfirms()
+        for i in range(20):
+            send(vhost, "q", b"%d." % i + b"z" * 100, confirms)
+        queue.remove_positions({e.position for e in queue.snapshot()[5:]})
+        await durable(journal)
+        first = segment_path(journal.directory, list_segments(journal.directory)[0])
+        data = bytearray(first.read_bytes())
+        target = b"2." if damage == "live body" else b"12."
+        pos = HEADER.size
+        while pos < len(data):
+            length, _crc, kind = RECORD_HEADER.unpack_from(data, pos)
+            end = pos + RECORD_HEADER.size + length
+            if kind == Kind.MESSAGE and data[pos:end].find(target + b"z") > 0:
+                if damage == "live body":
+                    data[end - 1] ^= 0x55
+                else:
+                    RECORD_HEADER.pack_into(data, pos, 1 << 30, _crc, kind)
+                break
+            pos = end
+        first.write_bytes(bytes(data))
+        vhost.declare_queue("later", durable=True)
+        for i in range(100):  # the next segments: the first becomes a candidate
+            send(vhost, "later", b"%d." % i + b"y" * 100, confirms)
+        last = send(vhost, "later", b"last", confirms)
+        await durable(journal)
+        for _ in range(1000):
+            if journal.compacting is not None:
+                break
+            await durable(journal)
+        await durable(journal)
+        kept = first.exists() and journal.compacting == int(first.stem)
+        assert await journal.close()
+        return kept and last.settled, failures
+
+    kept, failures = run(scenario())
+    assert kept
+    assert failures and (
+        "checksum" in failures[0] if damage == "live body" else "past the end" in failures[0]
+    )
+
+
+class Failures:
+    """The journal's log: keeps the errors of store_compaction_failed."""
+
+    def __init__(self, into: list[str]) -> None:
+        self.into = into
+
+    def error(self, event: str, **fields: object) -> None:
+        if event == "store_compaction_failed":
+            self.into.append(str(fields["error"]))
+
+    def info(self, event: str, **fields: object) -> None:
+        pass
+
+    warning = info
