@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.store import recovery
 from broker.store.journal import Journal, _map, list_segments, segment_path
 from broker.store.records import (
     Kind,
@@ -111,7 +112,16 @@ def test_a_mapped_segment_recovers_what_its_bytes_do(
                 m.close()
 
 
-def test_no_segment_stays_mapped_after_recovery(tmp_path: Path) -> None:
+@pytest.fixture(params=WALKERS, ids=lambda native: "native" if native else "python")
+def walker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Journal.recover with each walker (the Python one as without a C compiler)."""
+    if not request.param:
+        monkeypatch.setattr(recovery, "native_walk", None)
+    assert Recovery().native is bool(request.param)
+    return bool(request.param)
+
+
+def test_no_segment_stays_mapped_after_recovery(tmp_path: Path, walker: bool) -> None:
     paths = _store(tmp_path, 50, 10, per_segment=10)
     journal = Journal(tmp_path)
     state = journal.recover()
@@ -119,7 +129,7 @@ def test_no_segment_stays_mapped_after_recovery(tmp_path: Path) -> None:
     assert not any(_mapped(p) for p in paths)
 
 
-def test_a_torn_tail_is_cut_once_its_map_is_closed(tmp_path: Path) -> None:
+def test_a_torn_tail_is_cut_once_its_map_is_closed(tmp_path: Path, walker: bool) -> None:
     paths = _store(tmp_path, 30, 0, per_segment=10)
     whole = paths[-1].stat().st_size
     with open(paths[-1], "ab") as file:
@@ -130,7 +140,7 @@ def test_a_torn_tail_is_cut_once_its_map_is_closed(tmp_path: Path) -> None:
     assert not _mapped(paths[-1])
 
 
-def test_an_empty_newest_segment_is_a_torn_tail(tmp_path: Path) -> None:
+def test_an_empty_newest_segment_is_a_torn_tail(tmp_path: Path, walker: bool) -> None:
     """A crash right after the segment's file was created, before its header was written:
     a file of 0 bytes, which cannot be mapped."""
     paths = _store(tmp_path, 20, 0, per_segment=10)
@@ -143,7 +153,7 @@ def test_an_empty_newest_segment_is_a_torn_tail(tmp_path: Path) -> None:
     assert not any(_mapped(p) for p in paths)
 
 
-def test_damage_is_moved_aside_once_its_map_is_closed(tmp_path: Path) -> None:
+def test_damage_is_moved_aside_once_its_map_is_closed(tmp_path: Path, walker: bool) -> None:
     paths = _store(tmp_path, 40, 0, per_segment=10)
     data = bytearray(paths[1].read_bytes())
     data[200] ^= 0x55
