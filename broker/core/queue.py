@@ -50,6 +50,19 @@ class Consumer(Protocol):
     def deliver(self, queue: Queue, entry: Entry) -> None: ...
 
 
+class DeliveryGate(Protocol):
+    """Decides whether a queue may deliver a message now (an HA primary's delivery
+    watermark, :mod:`broker.ha.delivery_watermark`). Asked only for positions above the
+    queue's :attr:`Queue.gate_above`, which the gate sets; once it lets a refused position
+    through it calls :meth:`Queue.dispatch`."""
+
+    def may_deliver(self, queue: Queue, position: int) -> bool: ...
+
+
+#: ``Queue.gate_above`` without a gate: no position is above it.
+NO_GATE = 2**63
+
+
 class QueueObserver(Protocol):
     """Hears a queue's enqueues and dequeues (HA guards, replication)."""
 
@@ -115,6 +128,10 @@ class Queue:
         #: another broker (an HA primary that failed over: ``broker.ha.queue_replicator``): it goes
         #: out with ``redelivered`` set. 0: none.
         self.redelivered_through = 0
+        #: Asked before a message at a position above :attr:`gate_above` is delivered (None,
+        #: or ``gate_above`` at :data:`NO_GATE`: delivered at once). Set by the gate.
+        self.delivery_gate: DeliveryGate | None = None
+        self.gate_above = NO_GATE
         self._unacked_entries: dict[int, Entry] = {}
         self._bytes = 0
         self._dispatching = False
@@ -326,10 +343,18 @@ class Queue:
             if entry.expires_at is not None and entry.expires_at <= now:
                 self._expire_entry(entry)
                 continue
+            if entry.position > self.gate_above and not self._gate_allows(entry.position):
+                messages.extendleft((entry,))  # not yet: back at the head
+                self._bytes += len(entry.message.body)
+                return None
             if entry.position <= self.redelivered_through and not entry.delivery_count:
                 entry.delivery_count = 1  # may have been delivered before a fail-over
             return entry
         return None
+
+    def _gate_allows(self, position: int) -> bool:
+        gate = self.delivery_gate
+        return gate is None or gate.may_deliver(self, position)
 
     def dispatch(self) -> None:
         """Hand ready messages to consumers with credit, round robin."""
@@ -377,6 +402,8 @@ class Queue:
         consumers = self._consumers
         count = len(consumers)
         if self._dispatching or not count:
+            return False
+        if entry.position > self.gate_above and not self._gate_allows(entry.position):
             return False
         if self._ordered_dispatch:
             chosen = self._choose_ordered()

@@ -16,7 +16,7 @@ keeps what those decisions act on:
   shell deletes them (:mod:`broker.ha.auto_delete`).
 
 :class:`StandaloneBackups` serves a broker without an HA role (``ha-queue-replication``):
-a connected replica is guarded, a gone one released.
+a connected replica is guarded on the queues it copies, a gone one released.
 
 Time comes from the clock it is given; there is no loop inside.
 
@@ -122,7 +122,14 @@ class StandaloneBackups:
         self.primary = primary
 
     def backup_connected(self, backup_id: str, url: str) -> RemoteBackup:
-        return self.primary.guard_backup(backup_id, url)
+        """A replica copies the queues it subscribes to, and only those wait for it: its
+        guards are made by its queue streams (``RemoteBackup.guard``), not on every queue."""
+        backups = self.primary.backups
+        backup = backups.get(backup_id)
+        if backup is None or backup.cancelled:
+            backup = RemoteBackup(backup_id, url, [])
+            backups[backup_id] = backup
+        return backup
 
     def backup_queue_ready(self, backup_id: str, queue: str) -> None:
         pass

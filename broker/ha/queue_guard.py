@@ -16,6 +16,9 @@ invariant 1 of the architecture. Messages published without confirms are not tra
 ``first_guarded`` is the position of the first message the guard covers; the backup is
 caught up on this queue once it holds everything before it (Qpid's "guard position").
 
+Deliveries wait for the same backups: a guard is a member of its queue's
+:class:`~broker.ha.delivery_watermark.DeliveryWatermark` from creation to :meth:`cancel`.
+
 THREAD UNSAFE: the primary's event loop owns the guard. Call direction: the replicating
 subscription calls the guard, never the reverse.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 from broker.core.confirms import ConfirmHandle
 from broker.core.message import Entry
 from broker.core.queue import Queue
+from broker.ha.delivery_watermark import DeliveryWatermark
 
 
 class QueueGuard:
@@ -37,6 +41,7 @@ class QueueGuard:
         self._held: dict[int, ConfirmHandle] = {}
         self.cancelled = False
         queue.observers.append(self)
+        DeliveryWatermark.of(queue).join(self)
 
     @property
     def held(self) -> int:
@@ -76,6 +81,7 @@ class QueueGuard:
             handle.release()
         if self in self.queue.observers:
             self.queue.observers.remove(self)
+        DeliveryWatermark.of(self.queue).leave(self)
 
     def __repr__(self) -> str:
         return f"QueueGuard({self.queue.name!r}, backup={self.backup!r}, held={self.held})"

@@ -17,11 +17,13 @@ while this queue has staged messages, its later events wait behind them in :attr
 queue) a transaction's messages are applied as they come.
 
 A backup never delivers to clients, never expires or dead-letters on its own: those happen
-on the primary and arrive as dequeues. But the primary may have delivered any message it
-replicated, unacknowledged when it died: every message applied here is marked as possibly
-delivered (:attr:`~broker.core.queue.Queue.redelivered_through` raised to the highest id
-held), so a promoted backup sends it with ``redelivered`` set, as a store's recovery does.
-Messages the new primary enqueues are numbered above (its era) and go out unmarked.
+on the primary and arrive as dequeues. But the primary may have delivered a message it
+replicated, unacknowledged when it died: a ``Watermark`` event says up to which id it may
+deliver (it waits for this backup's acknowledgement before delivering beyond), and raises
+the queue's :attr:`~broker.core.queue.Queue.redelivered_through` to it, so a promoted backup
+sends those messages with ``redelivered`` set and the rest (never delivered) without
+(:mod:`broker.ha.delivery_watermark`). Messages the new primary enqueues are numbered above
+(its era).
 
 :class:`CatchUpGc` keeps a catch-up's messages out of the cyclic garbage collector's scans;
 :class:`AckCoalescer` acknowledges applied batches several at a time.
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING
 from broker.core.message import Message
 from broker.core.queue import Queue
 from broker.ha.id_set import IdSet
-from broker.ha.wire import Dequeue, Enqueue, Event, Ready, Tx, TxBase
+from broker.ha.wire import Dequeue, Enqueue, Event, Ready, Tx, TxBase, Watermark
 
 if TYPE_CHECKING:
     from broker.ha.tx_staging import Pending, TxStaging
@@ -97,13 +99,18 @@ class QueueReplicator:
                     self.caught_up = True
                 elif isinstance(event, Tx | TxBase):
                     return index
+                elif isinstance(event, Watermark):
+                    self._watermark(event.position)
         finally:
-            if enqueued:
-                self.enqueued_total += enqueued
-                # The primary may deliver any message it replicates: promoted, this broker
-                # must send each one marked redelivered (docs/ha-design.md).
-                queue.redelivered_through = max(queue.redelivered_through, queue.last_position)
+            self.enqueued_total += enqueued
         return -1
+
+    def _watermark(self, position: int) -> None:
+        """The primary may deliver ids up to ``position``: promoted, this broker sends the
+        ones it holds marked redelivered."""
+        queue = self.queue
+        if position > queue.redelivered_through:
+            queue.redelivered_through = position
 
     def _apply_transactional(self, events: list[Event], index: int) -> None:
         """The slow path, from ``events[index]``: batches with transactions, or while this
@@ -130,6 +137,8 @@ class QueueReplicator:
                     staging.base(self, event.first)
             elif isinstance(event, Ready):
                 self.caught_up = True  # caught up even with messages staged
+            elif isinstance(event, Watermark):
+                self._watermark(event.position)  # a number: no order to keep
             elif self.pending and staging is not None:
                 staging.buffer(self, [event])
             else:

@@ -28,6 +28,13 @@ first batch starts with ``TxBase``: the id of the first transaction committed af
 subscription started (omitted while no transaction was ever committed); a transaction with
 a smaller id may reach this stream in part, unmarked, or not at all.
 
+Delivery watermark (docs/ha-design.md, "Redelivered after a fail-over"): with a guard, the
+subscription sends its queue's :class:`~broker.ha.delivery_watermark.DeliveryWatermark`
+announcement (a ``Watermark`` event at the start of the next batch) whenever it rises, and
+reports it acknowledged when the backup acknowledges that batch: the queue delivers a
+message only once every guarded backup has acknowledged a watermark covering it.
+:attr:`wake` (the stream's pump request) is called when a new announcement is to be sent.
+
 Once every message up to the guard's first position has been sent, a ``Ready`` event
 follows; when the backup acknowledges that batch the subscription is :attr:`ready` (the
 backup is caught up on this queue).
@@ -39,9 +46,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
+from collections.abc import Callable
 
 from broker.core.message import Entry, TxMark
 from broker.core.queue import Queue
+from broker.ha.delivery_watermark import DeliveryWatermark
 from broker.ha.id_set import IdSet
 from broker.ha.queue_guard import QueueGuard
 from broker.ha.wire import Dequeue, EnqueuePacker, Event, Ready, encode_batch
@@ -104,7 +113,19 @@ class ReplicatingSubscription:
         self.sent_total = 0
         self.skipped_total = 0
         self.closed = False
+        #: The queue's delivery watermark (with a guard): announcements to send.
+        self._gate = DeliveryWatermark.of(queue) if guard is not None else None
+        self._watermark_sent = 0
+        self._watermarks: dict[int, int] = {}  # batch tag -> watermark it carried
+        #: Called when there is a new announcement to send (the stream asks for a pump).
+        self.wake: Callable[[], None] | None = None
+        if self._gate is not None:
+            self._gate.listeners.append(self._announced)
         queue.observers.append(self)
+
+    def _announced(self) -> None:
+        if self.wake is not None:
+            self.wake()
 
     # -- queue observer ----------------------------------------------------------------
     def enqueued(self, queue: Queue, entry: Entry) -> None:
@@ -132,6 +153,7 @@ class ReplicatingSubscription:
             self._backlog
             or len(self._pending_dequeues)
             or (self._ready_tag is None and not self.ready and self._caught_up())
+            or (self._gate is not None and self._gate.announced > self._watermark_sent)
         )
 
     def _caught_up(self) -> bool:
@@ -158,6 +180,11 @@ class ReplicatingSubscription:
         marked = not self._tx_base_sent
         if marked:
             parts.append(EnqueuePacker.tx_base(self._tx_base))
+        watermark = 0
+        gate = self._gate
+        if gate is not None and gate.announced > self._watermark_sent:
+            watermark = gate.announced
+            parts.append(EnqueuePacker.watermark(watermark))
         # The open run of a transaction's messages: its mark, the index of its Tx part and
         # len(ids) at its start. Checked once per message: a message's mark is run_tx
         # (None for a message outside any transaction) unless a run starts or ends.
@@ -211,7 +238,7 @@ class ReplicatingSubscription:
         if self._ready_tag is None and not self.ready and self._caught_up():
             events.append(Ready())
             self._ready_tag = tag
-        if not events and not ids:
+        if not events and not ids and not watermark:
             return None
         if marked:
             parts[0] = EnqueuePacker.VERSION_TX_BYTE
@@ -220,6 +247,9 @@ class ReplicatingSubscription:
             parts.append(encode_batch(events)[1:])  # without its version byte
         self._next_tag = tag + 1
         self._unacked[tag] = ids
+        if watermark:
+            self._watermark_sent = watermark
+            self._watermarks[tag] = watermark
         self.sent_total += len(ids)
         return tag, b"".join(parts)
 
@@ -231,6 +261,9 @@ class ReplicatingSubscription:
             ids = self._unacked.pop(t, None)
             if ids is None:
                 continue
+            watermark = self._watermarks.pop(t, 0)
+            if watermark and self._gate is not None:
+                self._gate.acknowledged(guard, watermark)
             # A guard covers only positions from its first_guarded on: a batch of the
             # backlog that was queued before the backup connected has nothing to release.
             if guard is not None and ids and ids[-1] >= guard.first_guarded:
@@ -255,3 +288,6 @@ class ReplicatingSubscription:
             self.queue.observers.remove(self)
         self._backlog.clear()
         self._unacked.clear()
+        self._watermarks.clear()
+        if self._gate is not None and self._announced in self._gate.listeners:
+            self._gate.listeners.remove(self._announced)

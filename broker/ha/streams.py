@@ -114,6 +114,7 @@ class QueueStream(_ChannelStream):
         self._on_ready = on_ready
         self._reported_ready = False
         self._batches: dict[int, int] = {}
+        subscription.wake = self.request_pump  # a new delivery watermark to announce
         subscription.queue.observers.append(self)
         self.request_pump()
 

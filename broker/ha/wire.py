@@ -4,7 +4,8 @@ The public face of three modules; import from here. Each module states its own c
 
 * :mod:`broker.ha.wire_batch` - the **per-queue stream** (consumer on
   ``qpid.ha-queue:<name>``): each AMQP body is one *batch* of :class:`Enqueue`,
-  :class:`Dequeue`, :class:`Ready`, :class:`Tx` and :class:`TxBase` events; the byte
+  :class:`Dequeue`, :class:`Ready`, :class:`Tx`, :class:`TxBase` and :class:`Watermark`
+  events; the byte
   layout, its bounds and errors, and the whole-batch codec :func:`encode_batch` /
   :func:`decode_batch`.
 * :mod:`broker.ha.wire_writers` - the incremental encoders of the same batches:
@@ -30,12 +31,14 @@ from broker.ha.wire_batch import (
     TXBASE,
     VERSION,
     VERSION_TX,
+    WATERMARK,
     Dequeue,
     Enqueue,
     Event,
     Ready,
     Tx,
     TxBase,
+    Watermark,
     decode_batch,
     encode_batch,
 )
@@ -50,6 +53,7 @@ __all__ = [
     "TXBASE",
     "VERSION",
     "VERSION_TX",
+    "WATERMARK",
     "BatchWriter",
     "Dequeue",
     "Enqueue",
@@ -58,6 +62,7 @@ __all__ = [
     "Ready",
     "Tx",
     "TxBase",
+    "Watermark",
     "decode_batch",
     "decode_config_event",
     "encode_batch",

@@ -15,6 +15,9 @@ Contract
   "Transactions": the backup stages them until all ``total`` have arrived);
 * :class:`TxBase` - every transaction with an id of at least ``first`` that enqueues on this
   queue comes whole on this stream, preceded by :class:`Tx`; one committed earlier may not.
+* :class:`Watermark` - the primary may deliver this queue's messages with ids up to
+  ``position`` to consumers (``docs/ha-design.md``, "Redelivered after a fail-over"): a
+  promoted backup sends those it holds marked redelivered.
 
 Batch layout (all integers big-endian)::
 
@@ -30,6 +33,8 @@ Batch layout (all integers big-endian)::
       TX (4)        u8 type, u64 transaction id, u32 total (1..), u32 count (1..total);
                     version 2 only; the next ``count`` events of the batch are ENQUEUEs
       TXBASE (5)    u8 type, u64 first transaction id; version 2 only
+      WATERMARK (6) u8 type, i64 position (0..2**63-1); in batches of either version (a
+                    broker that does not know it refuses the batch: unknown event type)
 
 An empty batch (just the version byte) is legal. A primary that never committed a
 transaction sends only version-1 batches, byte for byte as before version 2 existed.
@@ -69,12 +74,14 @@ __all__ = [
     "TXBASE",
     "VERSION",
     "VERSION_TX",
+    "WATERMARK",
     "Dequeue",
     "Enqueue",
     "Event",
     "Ready",
     "Tx",
     "TxBase",
+    "Watermark",
     "decode_batch",
     "encode_batch",
 ]
@@ -86,6 +93,7 @@ DEQUEUE = 2
 READY = 3
 TX = 4
 TXBASE = 5
+WATERMARK = 6
 
 # The layout's fixed pieces, shared with broker.ha.wire_writers (not part of the public API).
 VERSION_BYTE = bytes([VERSION])
@@ -94,6 +102,7 @@ TX_HEADER = struct.Struct(">BQII")  # type, transaction id, total, count
 TX_HEADER_SIZE = TX_HEADER.size  # 17
 TXBASE_HEADER = struct.Struct(">BQ")  # type, first transaction id
 READY_BYTE = bytes([READY])
+WATERMARK_HEADER = struct.Struct(">Bq")  # type, position
 ENQUEUE_HEADER = struct.Struct(">BqBBII")  # type, id, exchange, routing key, props, body
 ENQUEUE_HEADER_SIZE = ENQUEUE_HEADER.size  # 19
 DEQUEUE_HEADER = struct.Struct(">BI")  # type, id-set length
@@ -150,7 +159,14 @@ class TxBase:
     first: int
 
 
-Event = Enqueue | Dequeue | Ready | Tx | TxBase
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """The primary may deliver messages with ids up to ``position`` (its delivery watermark)."""
+
+    position: int
+
+
+Event = Enqueue | Dequeue | Ready | Tx | TxBase | Watermark
 
 # The slot descriptors' setters, for decode_batch's fast construction of Enqueue.
 _ENQUEUE_SETTERS = tuple(
@@ -207,6 +223,10 @@ def encode_batch(events: Sequence[Event]) -> bytes:
             elif type(event) is TxBase:
                 append(TXBASE_HEADER.pack(TXBASE, event.first))
                 parts[0] = VERSION_TX_BYTE
+            elif type(event) is Watermark:
+                if event.position < 0:
+                    raise ValueError
+                append(WATERMARK_HEADER.pack(WATERMARK, event.position))
             else:
                 raise TypeError
     except (struct.error, TypeError, AttributeError, UnicodeEncodeError, ValueError):
@@ -242,9 +262,15 @@ def diagnose(where: str, event: object) -> Exception:
         return ValueError(f"{where}: id set too large to encode")
     if isinstance(event, Tx | TxBase):
         return _diagnose_tx(where, event)
+    if isinstance(event, Watermark):
+        if type(event.position) is not int:
+            return TypeError(
+                f"{where}: Watermark.position must be an int, not {type(event.position).__name__}"
+            )
+        return ValueError(f"{where}: Watermark.position {event.position} out of range 0..{MAX_ID}")
     if not isinstance(event, Enqueue):
         return TypeError(
-            f"{where}: not an Enqueue, Dequeue, Ready, Tx or TxBase event: {event!r:.80}"
+            f"{where}: not an Enqueue, Dequeue, Ready, Tx, TxBase or Watermark event: {event!r:.80}"
         )
     if type(event.id) is not int:
         return TypeError(f"{where}: Enqueue.id must be an int, not {type(event.id).__name__}")
@@ -384,6 +410,16 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[Event]:
                     raise ValueError(_where(events, pos, f"tx count {count} not in 1..{total}"))
                 append(Tx(tx_id, total, count))
                 pos += TX_HEADER_SIZE
+            elif kind == WATERMARK:
+                if pos + WATERMARK_HEADER.size > end:
+                    raise ValueError(_where(events, pos, "truncated watermark"))
+                position = WATERMARK_HEADER.unpack_from(data, pos)[1]
+                if position < 0:
+                    raise ValueError(
+                        _where(events, pos, f"watermark {position + 2**64} > {MAX_ID}")
+                    )
+                append(Watermark(position))
+                pos += WATERMARK_HEADER.size
             elif kind == TXBASE and version == VERSION_TX:
                 if pos + TXBASE_HEADER.size > end:
                     raise ValueError(_where(events, pos, "truncated txbase"))

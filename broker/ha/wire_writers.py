@@ -32,12 +32,14 @@ from broker.ha.wire_batch import (
     TX_HEADER_SIZE,
     TXBASE,
     VERSION_TX_BYTE,
+    WATERMARK,
     Dequeue,
     Enqueue,
     Event,
     Ready,
     Tx,
     TxBase,
+    Watermark,
     diagnose,
 )
 from broker.ha.wire_batch import VERSION_BYTE as _VERSION_BYTE
@@ -51,6 +53,7 @@ _ENQUEUE_HEADER: struct.Struct = wire_batch.ENQUEUE_HEADER
 _DEQUEUE_HEADER: struct.Struct = wire_batch.DEQUEUE_HEADER
 _TX_HEADER: struct.Struct = wire_batch.TX_HEADER
 _TXBASE_HEADER: struct.Struct = wire_batch.TXBASE_HEADER
+_WATERMARK_HEADER: struct.Struct = wire_batch.WATERMARK_HEADER
 
 
 class _Unset:
@@ -102,6 +105,16 @@ class EnqueuePacker:
             return _TXBASE_HEADER.pack(TXBASE, first)
         except struct.error:
             raise diagnose("event", TxBase(first)) from None
+
+    @staticmethod
+    def watermark(position: int) -> bytes:
+        """A WATERMARK event: the primary may deliver ids up to ``position``."""
+        if type(position) is not int or position < 0:
+            raise diagnose("event", Watermark(position))
+        try:
+            return _WATERMARK_HEADER.pack(WATERMARK, position)
+        except struct.error:
+            raise diagnose("event", Watermark(position)) from None
 
     def __init__(self) -> None:
         self._exchange: object = _UNSET  # equal to no value: the first pack sets the route
@@ -283,6 +296,10 @@ def _event_parts(event: Event) -> tuple[list[bytes], int]:
             return [_TX_HEADER.pack(TX, event.id, event.total, event.count)], TX_HEADER_SIZE
         if type(event) is TxBase:
             return [_TXBASE_HEADER.pack(TXBASE, event.first)], _TXBASE_HEADER.size
+        if type(event) is Watermark:
+            if event.position < 0:
+                raise TypeError
+            return [_WATERMARK_HEADER.pack(WATERMARK, event.position)], _WATERMARK_HEADER.size
         raise TypeError
     except (struct.error, TypeError, AttributeError, UnicodeEncodeError):
         raise diagnose("event", event) from None

@@ -5,6 +5,8 @@ to decide whether to check for a duplicate, so a message the old primary deliver
 back from the new primary with ``redelivered=true`` (a false negative breaks that promise).
 A real pika consumer on the fail-over URL list takes messages without acknowledging them,
 the primary is killed with SIGKILL, and the consumer gets them again from the new primary.
+Messages published past the primary's delivery watermark and never delivered come back
+unmarked (``broker/ha/delivery_watermark.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 
+from broker.ha.delivery_watermark import WINDOW
 from common.polling import poll_until
 from tests.ha.cluster import Cluster
 from tests.ha.failover_clients import connect, connect_failover, publish
@@ -76,5 +79,57 @@ def test_unacknowledged_deliveries_come_back_redelivered(tmp_path: Path) -> None
         assert sorted(flags, key=int) == [str(i).encode() for i in range(total)]
         # every message the old primary delivered may have been delivered: marked so
         assert [body for body in delivered if not flags[body]] == []
+    finally:
+        cluster.stop()
+
+
+def test_messages_past_the_delivery_watermark_come_back_unmarked(tmp_path: Path) -> None:
+    prefetch, past = 10, 300
+    total = WINDOW + past  # the primary announced one window: the last ones are past it
+    cluster = Cluster(tmp_path, 2).start()
+    try:
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(1, "ready")
+        connection = connect(cluster.ports[0])
+        channel = connection.channel()
+        channel.queue_declare("work")
+        for i in range(total):
+            channel.basic_publish("", "work", str(i).encode())
+        connection.close()
+        poll_until(lambda: cluster.queue_messages(1, "work") == total, 30)
+
+        consumer = connect_failover(cluster.ports)
+        channel = consumer.channel()
+        channel.basic_qos(prefetch_count=prefetch)
+        delivered = _take(channel, prefetch)
+        cluster.kill(0)
+        try:
+            consumer.process_data_events(time_limit=5)
+            consumer.close()
+        except (pika.exceptions.AMQPError, OSError):
+            pass
+        cluster.promote(1, epoch=2)
+        cluster.wait_state(1, "active")
+
+        again = connect_failover(cluster.ports)
+        try:
+            channel = again.channel()
+            channel.basic_qos(prefetch_count=1000)
+            flags: list[bool] = []
+            for method, _props, body in channel.consume(
+                "work", auto_ack=True, inactivity_timeout=10
+            ):
+                assert method is not None, f"only {len(flags)} of {total} came back"
+                assert int(body) == len(flags)  # in order
+                flags.append(bool(method.redelivered))
+                if len(flags) == total:
+                    break
+            channel.cancel()
+        finally:
+            again.close()
+        assert delivered == [str(i).encode() for i in range(prefetch)]
+        assert all(flags[:prefetch])  # delivered before the kill: marked
+        # never delivered and past every announcement the old primary made: not marked
+        assert not any(flags[WINDOW + prefetch :])
     finally:
         cluster.stop()

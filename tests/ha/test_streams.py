@@ -8,11 +8,12 @@ from pamqp import commands
 
 from broker.amqp.context import BrokerContext
 from broker.core.errors import ReplyCode
+from broker.ha.delivery_watermark import WINDOW
 from broker.ha.id_set import IdSet
 from broker.ha.role_events import Tick
 from broker.ha.state import HaState
 from broker.ha.streams import PrimaryStreams
-from broker.ha.wire import Dequeue, Enqueue, Ready, decode_batch, decode_config_event
+from broker.ha.wire import Dequeue, Enqueue, Ready, Watermark, decode_batch, decode_config_event
 from tests.amqp.helpers import Client, make_context, open_client
 from tests.ha.role_driver import RoleDriver
 
@@ -68,7 +69,9 @@ def test_confirm_waits_for_the_backup_ack() -> None:
     backup.send(1, commands.Basic.Consume(queue="qpid.ha-queue:q", consumer_tag="q"))
     frames = backup.take()
     first = decode_batch(next(f.value for _, f in frames if type(f).__name__ == "ContentBody"))
-    assert first == [Ready()]  # empty queue: caught up at once
+    # empty queue: caught up at once; the delivery watermark covers a window (the backup
+    # joined: deliveries wait for its acknowledgement of it)
+    assert first == [Watermark(WINDOW), Ready()]
     backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(frames)[0]))
     assert primary.role.backups["b1"].ready
 

@@ -130,7 +130,7 @@ def test_events_are_frozen_slotted_dataclasses() -> None:
         (Enqueue(1.0, "", "", b"", b""), TypeError, "id must be an int"),  # type: ignore[arg-type]
         (Enqueue(1, None, "", b"", b""), TypeError, "exchange must be a str"),  # type: ignore[arg-type]
         (Dequeue({1, 2}), TypeError, "must be an IdSet"),  # type: ignore[arg-type]
-        ("READY", TypeError, "not an Enqueue, Dequeue, Ready, Tx or TxBase"),
+        ("READY", TypeError, "not an Enqueue, Dequeue, Ready, Tx, TxBase or Watermark"),
     ],
 )
 def test_encode_refuses_bad_events(event: Any, error: type[Exception], problem: str) -> None:
