@@ -121,7 +121,8 @@ class RecoveredState:
     bindings: list[BindingRecord]
     #: Exchange-to-exchange bindings whose two ends are recovered (or built in).
     exchange_bindings: list[ExchangeBindingRecord]
-    #: Message contents by id, for every message on some recovered queue.
+    #: Message contents by id, for every message on some recovered queue (until
+    #: MessageStore.recover_into takes them out as it re-creates their messages).
     messages: dict[int, MessageRecord]
     #: The first id the store may hand out.
     next_id: int
