@@ -19,7 +19,7 @@ import pika.exceptions
 from broker.ha.delivery_watermark import WINDOW
 from common.polling import poll_until
 from tests.ha.cluster import Cluster
-from tests.ha.failover_clients import connect, connect_failover, publish
+from tests.ha.failover_clients import connect, connect_failover, publish, wait_members
 
 
 def _take(channel: pika.adapters.blocking_connection.BlockingChannel, count: int) -> list[bytes]:
@@ -133,3 +133,118 @@ def test_messages_past_the_delivery_watermark_come_back_unmarked(tmp_path: Path)
         assert not any(flags[WINDOW + prefetch :])
     finally:
         cluster.stop()
+
+
+def test_a_second_failover_keeps_the_promise(tmp_path: Path) -> None:
+    """A (primary) delivers some, dies; B, promoted, delivers more (C, expected, joined
+    it); B dies; C, promoted, sends everything either of them delivered marked."""
+    total, prefetch = 60, 10
+    cluster = Cluster(tmp_path, 3).start()
+    try:
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(1, "ready")
+        cluster.wait_state(2, "ready")
+        wait_members(cluster, 1, ready=2)  # broker 1 will expect broker 2
+        connection = connect(cluster.ports[0])
+        connection.channel().queue_declare("work", durable=True)
+        connection.close()
+        publish(cluster.ports[0], "work", [str(i).encode() for i in range(total)])
+        poll_until(lambda: cluster.queue_messages(2, "work") == total, 10)
+
+        first = connect_failover(cluster.ports)
+        channel = first.channel()
+        channel.basic_qos(prefetch_count=prefetch)
+        delivered = _take(channel, prefetch)
+        cluster.kill(0)
+        _lose(first)
+        cluster.promote(1, epoch=2)
+        cluster.wait_state(1, "active")  # broker 2 came back: nothing held for it any more
+
+        second = connect_failover(cluster.ports)
+        channel = second.channel()
+        channel.basic_qos(prefetch_count=2 * prefetch)
+        # the first ten again (redelivered), then ten more, never delivered before
+        taken = _take_flagged(channel, 2 * prefetch)
+        again = [body for body, _flag in taken]
+        assert again[:prefetch] == delivered
+        assert [flag for _body, flag in taken[:prefetch]] == [True] * prefetch
+        delivered += again[prefetch:]
+        cluster.kill(1)
+        _lose(second)
+        cluster.promote(2, epoch=3)
+        cluster.wait_state(2, "active")
+
+        flags = dict(drain_flags(cluster.ports, total))
+        assert [body for body in delivered if not flags[body]] == []
+    finally:
+        cluster.stop()
+
+
+def test_an_expected_backup_holds_deliveries_until_it_is_removed(tmp_path: Path) -> None:
+    """After a promotion, an expected backup that does not come back holds deliveries (as it
+    holds confirms) until the cluster manager commits an in-sync set without it: it may be
+    promoted until then, and must know of every delivery."""
+    cluster = Cluster(tmp_path, 3).start()
+    try:
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(1, "ready")
+        cluster.wait_state(2, "ready")
+        wait_members(cluster, 1, ready=2)
+        connection = connect(cluster.ports[0])
+        connection.channel().queue_declare("work", durable=True)
+        connection.close()
+        publish(cluster.ports[0], "work", [b"a", b"b"])
+        poll_until(lambda: cluster.queue_messages(1, "work") == 2, 10)
+        cluster.kill(0)
+        cluster.kill(2)
+        assert cluster.promote(1, epoch=2)["state"] == "recovering"  # expects broker 2
+        client = connect(cluster.ports[1])
+        channel = client.channel()
+        method, _props, _body = channel.basic_get("work", auto_ack=True)
+        assert method is None  # held back: broker 2 has not acknowledged a watermark
+        cluster.commit_in_sync(1)  # broker 2 is removed from the in-sync set
+        method, _props, body = channel.basic_get("work", auto_ack=True)
+        assert method is not None and body == b"a" and method.redelivered
+        client.close()
+    finally:
+        cluster.stop()
+
+
+def _lose(connection: pika.BlockingConnection) -> None:
+    """The client sees its broker die."""
+    try:
+        connection.process_data_events(time_limit=5)
+        connection.close()
+    except (pika.exceptions.AMQPError, OSError):
+        pass
+
+
+def _take_flagged(
+    channel: pika.adapters.blocking_connection.BlockingChannel, count: int
+) -> list[tuple[bytes, bool]]:
+    """``count`` deliveries of queue ``work`` with their redelivered flags, not acknowledged."""
+    taken: list[tuple[bytes, bool]] = []
+    for method, _props, body in channel.consume("work", inactivity_timeout=10):
+        assert method is not None, f"only {len(taken)} of {count} deliveries"
+        taken.append((body, bool(method.redelivered)))
+        if len(taken) == count:
+            return taken
+    raise AssertionError("unreachable")
+
+
+def drain_flags(ports: list[int], total: int) -> list[tuple[bytes, bool]]:
+    """All ``total`` messages of ``work`` from the primary, with their redelivered flags."""
+    connection = connect_failover(ports)
+    try:
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=total)
+        taken: list[tuple[bytes, bool]] = []
+        for method, _props, body in channel.consume("work", auto_ack=True, inactivity_timeout=10):
+            assert method is not None, f"only {len(taken)} of {total} came back"
+            taken.append((body, bool(method.redelivered)))
+            if len(taken) == total:
+                break
+        channel.cancel()
+        return taken
+    finally:
+        connection.close()
