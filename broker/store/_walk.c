@@ -438,7 +438,7 @@ static void put(PyObject *object, Py_ssize_t offset, PyObject *value) {
  * message may be on several queues, else None. ``body bytes``: the sum of the entries'
  * message body sizes (what Queue.restore would count). Each content used is taken out of
  * ``contents`` once its message is made (a message on several queues: then it is in
- * ``shared``). */
+ * ``shared``), and ``recovered`` is emptied, each one freed once its entry is made. */
 static PyObject *entries(PyObject *self, PyObject *args) {
     PyObject *recovered, *contents, *shared, *make_message, *message_descriptors,
         *message_fields, *entry_template, *entry_descriptors, *entry_fields;
@@ -570,7 +570,12 @@ static PyObject *entries(PyObject *self, PyObject *args) {
         }
         put(entry, entry_at.offsets[3], was_delivered || crashed ? one : zero);
         PyList_SET_ITEM(out, i, entry);
+        /* The recovered message is used: freed now, while it is in the cache. */
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(recovered, i, Py_None);
+        Py_DECREF(item);
     }
+    if (PyList_SetSlice(recovered, 0, n, NULL) < 0) goto fail;
     Py_DECREF(templates);
     Py_DECREF(one);
     Py_DECREF(zero);

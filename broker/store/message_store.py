@@ -84,7 +84,8 @@ def _entries(
 ) -> tuple[list[Entry], int]:
     """The entries of a recovered queue, on their messages (``shared``: by id, when a
     message may be on several queues), and the sum of their body sizes; each content used
-    is taken out of ``contents``: the pure-Python twin of the native walker's ``entries``."""
+    is taken out of ``contents``, and ``recovered`` is emptied: the pure-Python twin of the
+    native walker's ``entries``."""
     entries: list[Entry] = []
     append = entries.append
     for message_id, position, expires_at_ms, delivered in recovered:
@@ -103,6 +104,7 @@ def _entries(
         if delivered or crashed:
             entry.delivery_count = 1
         append(entry)
+    recovered.clear()
     return entries, sum([len(entry.message.body) for entry in entries])
 
 
@@ -142,9 +144,10 @@ class MessageStore:
         (copies of a Message made by its class for each distinct properties: the same
         objects, tests/store/test_native_walk.py), else by :func:`_entries`.
 
-        It takes the contents of the messages it re-creates out of ``state.messages`` as it
-        goes (freed while their bodies are in the cache: freeing them all afterwards cost
-        0.3 CPU s for 1M x 1 KiB); what is left there belongs to no re-created queue."""
+        It takes the contents of the messages it re-creates out of ``state.messages``, and
+        empties each re-created queue's ``messages``, as it goes (each freed while it and
+        its body are in the cache: freeing them all afterwards cost 0.3 CPU s for 1M x 1 KiB);
+        what is left in ``state.messages`` belongs to no re-created queue."""
         native = native and native_walk is not None
         for vhost_record in state.vhosts:
             self._adopting = vhost_record.id

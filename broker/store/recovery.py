@@ -110,7 +110,7 @@ class RecoveredMessage(NamedTuple):
 @dataclass(slots=True)
 class RecoveredQueue:
     record: QueueRecord
-    #: Messages by position, lowest first.
+    #: Messages by position, lowest first (until MessageStore.recover_into takes them).
     messages: list[RecoveredMessage] = field(default_factory=list)
 
 

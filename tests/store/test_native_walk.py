@@ -230,9 +230,12 @@ def test_native_and_python_entries_are_the_same_objects(log: list[bytes], crashe
         return  # an enqueue of a message deleted with its queue's record: not this test's
     made = []
     contents = dict(state.messages)
+    lists = [list(q.messages) for q in state.queues]
     for native in (True, False):
         vhost = VirtualHost(clock=lambda: 100.0)
         state.messages = dict(contents)
+        for queue, recovered in zip(state.queues, lists, strict=True):
+            queue.messages = list(recovered)
         MessageStore(Journal(Path("/nonexistent")), vhost).recover_into(
             state, crashed=crashed, native=native
         )
@@ -241,6 +244,7 @@ def test_native_and_python_entries_are_the_same_objects(log: list[bytes], crashe
         # keeps them: each is freed then), the others left.
         placed = {e.message.store_id for q in vhost.queues.values() for e in q.snapshot()}
         assert state.messages == {i: c for i, c in contents.items() if i not in placed}
+        assert all(not q.messages for q in state.queues)  # every queue is re-created here
     native_queues, python_queues = made
     assert native_queues.keys() == python_queues.keys()
     for name, entries in native_queues.items():
