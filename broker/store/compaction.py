@@ -19,7 +19,10 @@ whose group commits release the publishers' confirms, however large the segment:
 
 A crash at any step leaves the segment whole on disk and some of its live records copied
 (written twice): recovery reads the same state either way (records name what they change
-by id; the copies come after what they copy and before anything that cancels them).
+by id; the copies come after what they copy and before anything that cancels them). A
+failed write (a full disk) during a pass may have dropped copies the ledger already counts
+in the tail: the pass is undone in the ledger (:meth:`CompactionPass.undo`), the segment
+stays, and it is compacted again after a later write.
 
 THREAD UNSAFE: the journal's event loop runs the pass; the reader thread only reads.
 """
@@ -138,6 +141,12 @@ class CompactionPass:
         self.number = number
         self.path = path
         self.copied = 0  # records copied
+        #: (kind, ids, segment) of each record copied: what :meth:`undo` counts back.
+        self.moves: list[tuple[int, tuple[int, ...], int]] = []
+        #: The pass stopped because a write of its copies failed.
+        self.copies_lost = False
+        #: The journal's failed writes when the pass began (any later one may hold copies).
+        self.failures_before = journal.write_failures
         self.steps = 0  # turns of the loop given back
         self._step_records = 0
         self._step_bytes = 0
@@ -194,9 +203,20 @@ class CompactionPass:
         return not journal.closing
 
     def _copy(self, kind: int, record: bytes) -> None:
-        if self.journal.copy_if_live(self.number, kind, record):
+        ids = leading_ids(record, 0, kind)
+        segment = self.journal.copy_if_live(self.number, kind, ids, record)
+        if segment is not None:
             self.copied += 1
             self._backlog += len(record)
+            self.moves.append((kind, ids, segment))
+
+    def undo(self) -> None:
+        """The copies may not all be on disk: the ledger counts each record copied (and
+        not settled since) in this segment again."""
+        ledger = self.journal.ledger
+        for kind, ids, segment in self.moves:
+            ledger.moved(kind, ids, segment, self.number)
+        self.moves.clear()
 
     async def _pause(self) -> bool:
         """Between two steps: give the loop a turn, and once the copies not yet written
@@ -214,8 +234,8 @@ class CompactionPass:
                     written.set_result(ok)
 
             journal.after_durable(done, written=True)
-            if not await written:
-                self._failed("the copies could not be written")
+            if not await written or journal.write_failures != self.failures_before:
+                self.copies_lost = True
                 return False
         return not journal.closing
 

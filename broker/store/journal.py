@@ -36,7 +36,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from broker.store.compaction import CompactionPass, Steps, leading_ids
+from broker.store.compaction import CompactionPass, Steps
 from broker.store.data_dir import DataDirError
 from broker.store.ledger import Ledger
 from broker.store.records import (
@@ -137,6 +137,7 @@ class Journal:
         self._holds = 0  # hot backups holding segment deletions (broker/store/hot_backup.py)
         self._held: tuple[int, int] | None = None  # a compacted segment not yet deleted
         self.failed: str | None = None  # the last write error, while it lasts
+        self.write_failures = 0  # writes that failed so far (compaction checks its copies')
         #: Records appended so far (a backup acknowledges a batch that appended some only
         #: once they are durable).
         self.appended = 0
@@ -348,6 +349,8 @@ class Journal:
                     self.log_event("error", "store_write_failed", error=error)
                 self.failed = error
             ok = error is None
+            if not ok:
+                self.write_failures += 1
             for callback in callbacks:
                 callback(ok)
             if ok and not self._closing:
@@ -415,21 +418,10 @@ class Journal:
 
     def _segment_compacted(self, number: int, copied: int, ok: bool) -> None:
         """The live records of the oldest segment are copied (and durable): delete it."""
-        if not ok:
-            # The copies were not written, yet the ledger counts them in the tail: a later
-            # pass would delete this segment without copying them. Keep it (and
-            # _compacting set: no more compaction until a restart reads the store again).
-            self.log_event(
-                "error",
-                "store_compaction_failed",
-                segment=str(segment_path(self.directory, number)),
-                error="the copies could not be written",
-            )
-            return
-        if not self._closing and self._holds:
+        if ok and not self._closing and self._holds:
             self._held = (number, copied)  # deleted at release; nothing else compacts
             return
-        if not self._closing:
+        if ok and not self._closing:
             asyncio.get_running_loop().run_in_executor(self._executor, self._remove_segment, number)
             self.ledger.removed(number)
             self.compacted_segments += 1
@@ -441,9 +433,19 @@ class Journal:
         the loop: :mod:`broker.store.compaction`), then delete it once they are written."""
         compaction = CompactionPass(self, number, segment_path(self.directory, number))
         if not await compaction.run(self._reader):
-            return  # keep _compacting set: never retry a segment that cannot be read
-        copied = compaction.copied
-        self.after_durable(lambda ok: self._segment_compacted(number, copied, ok), written=True)
+            if compaction.copies_lost:
+                self._copies_lost(compaction)
+            return  # else keep _compacting set: never retry a segment that cannot be read
+
+        def written(ok: bool) -> None:
+            # Any failed write since the pass began may have dropped copies, even one of an
+            # earlier group than this callback's.
+            if ok and self.write_failures == compaction.failures_before:
+                self._segment_compacted(number, compaction.copied, True)
+            else:
+                self._copies_lost(compaction)
+
+        self.after_durable(written, written=True)
 
     async def compaction_pause(self) -> None:
         """Between two steps of a compaction pass: the event loop's turn."""
@@ -458,18 +460,32 @@ class Journal:
         """The segment being compacted (or kept after a failed pass), None otherwise."""
         return self._compacting
 
-    def copy_if_live(self, number: int, kind: int, record: bytes) -> bool:
-        """Compaction: append ``record`` (one whole record of segment ``number``) if it is
-        live; whether it was copied."""
+    def copy_if_live(
+        self, number: int, kind: int, ids: tuple[int, ...], record: bytes
+    ) -> int | None:
+        """Compaction: append ``record`` (one whole record of segment ``number``, known by
+        ``ids``) if it is live; the segment it went to, else None."""
         ledger = self.ledger
-        ids = leading_ids(record, 0, kind)
         if not ledger.is_live(number, kind, ids):
-            return False
+            return None
         segment = self.append(record)
         ledger.moved(kind, ids, number, segment)
         if kind == Kind.ENQUEUE and (ids[0], ids[1]) in ledger.delivered:
             self.append(encode_queue_entry(Kind.DELIVERED, ids[0], ids[1]))
-        return True
+        return segment
+
+    def _copies_lost(self, compaction: CompactionPass) -> None:
+        """A write of the pass's copies failed (a full disk): the ledger counts them in the
+        tail, where some are not. Count them back in the segment, which stays, and compact
+        it again after a later write (copies that were written are read twice: harmless)."""
+        compaction.undo()
+        self.log_event(
+            "error",
+            "store_compaction_failed",
+            segment=str(compaction.path),
+            error="the copies could not be written; the segment stays, compacted again later",
+        )
+        self._compacting = None
 
     def _remove_segment(self, number: int) -> None:
         """Worker thread: the copies of its live records are written; make them durable

@@ -10,6 +10,8 @@ writes (under ``fsync`` what is written there is synced: a power cut leaves the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import tempfile
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from broker.store.journal import Journal, SyncPolicy, list_segments, segment_pat
 from broker.store.message_store import MessageStore
 from broker.store.records import HEADER, RECORD_HEADER, Kind
 from broker.store.recovery import Recovery
+from tests.store.small_disk import small_disk
 from tests.store.test_journal import PERSISTENT, bodies, run
 
 
@@ -295,3 +298,61 @@ class Failures:
         pass
 
     warning = info
+
+
+def test_a_full_disk_during_a_pass_loses_no_copy_and_the_pass_is_done_again(
+    tmp_path: Path,
+) -> None:
+    """The disk fills at the first step of a pass: the copies' write fails, the segment
+    stays (the ledger counts its records there again), and once space is back the pass
+    runs again and deletes it; every message not acknowledged is recovered, in order."""
+    with small_disk(tmp_path, "4m") as disk:
+        filler = disk / "filler"
+
+        async def scenario() -> tuple[list[str], int, list[bytes]]:
+            journal, vhost = open_store(disk, 16384)
+            failures: list[str] = []
+            journal.log = Failures(failures)
+            journal.compaction_steps = Steps(records=8, bytes=1024, backlog=1 << 20)
+            journal.start()
+            queue = vhost.declare_queue("q", durable=True)
+            confirms = PublisherConfirms()
+            for i in range(60):
+                send(vhost, "q", b"%d." % i + b"k" * 500, confirms)
+            kept = [e.message.body for k, e in enumerate(queue.snapshot()) if k % 4 == 0]
+            queue.remove_positions({e.position for k, e in enumerate(queue.snapshot()) if k % 4})
+            await durable(journal)
+
+            async def fill() -> None:
+                if not filler.exists():
+                    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+                    with contextlib.suppress(OSError):
+                        while True:
+                            os.write(fd, b"\0" * 65536)
+                    os.close(fd)
+
+            journal.at_step = fill
+            vhost.declare_queue("later", durable=True)
+            for i in range(40):  # the next segments: the first becomes a candidate
+                send(vhost, "later", b"%d." % i + b"y" * 500, confirms)
+            for _ in range(1000):
+                if failures:
+                    break
+                await asyncio.sleep(0.001)
+            assert failures and journal.compacted_segments == 0
+            journal.at_step = None
+            filler.unlink()  # space is back
+            for _ in range(1000):
+                if journal.compacted_segments:
+                    break
+                send(vhost, "later", b"more", confirms)
+                await durable(journal)
+            compacted = journal.compacted_segments
+            assert await journal.close()
+            return failures, compacted, kept
+
+        failures, compacted, kept = run(scenario())
+        assert "could not be written" in failures[0]
+        assert compacted >= 1
+        _journal, vhost = open_store(disk, 16384)
+        assert bodies(vhost) == kept
