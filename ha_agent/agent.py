@@ -422,6 +422,8 @@ class Agent:
             cluster_size=self.settings.cluster_size,
             broker_silent_for=silent_for,
             watchdog_timeout=self.settings.watchdog_timeout,
+            broker_timed_out=view is None and self.broker_check.last_timed_out,
+            broker_timeout=self.settings.broker_timeout,
             in_sync=None if keeper.in_sync is None else keeper.in_sync.record,
             in_sync_error=keeper.error,
             broker_read_at=sent,

@@ -110,6 +110,22 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
     )
 
 
+def timed_out(exc: BaseException) -> bool:
+    """The failure of a call was a time-out (connecting or reading), as opposed to a refused
+    connection (nothing listens: the broker is gone) or an error answer."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, TimeoutError):
+            return True
+        reason = getattr(cause, "reason", None)
+        if isinstance(reason, TimeoutError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 class BrokerCheck:
     """Reads the broker at ``address`` (``[user/password@]host[:port]``, the management port)."""
 
@@ -119,6 +135,8 @@ class BrokerCheck:
             raise ValueError(f"expected one broker address, got {address!r}")
         self.client = ManagementClient(url, timeout)
         self.last_error = ""
+        #: the last check timed out: the broker may be slow (not refused, not an error)
+        self.last_timed_out = False
         #: the shutdown-id of a cluster shutdown the broker announced at the last /api/ha
         #: read (None: none; kept while the broker does not answer)
         self.cluster_shutdown: str | None = None
@@ -144,8 +162,10 @@ class BrokerCheck:
                 self.cluster_shutdown = shutdown if isinstance(shutdown, str) else None
         except ManagementError as exc:
             self.last_error = str(exc)
+            self.last_timed_out = timed_out(exc)
             return None
         self.last_error = ""
+        self.last_timed_out = False
         return broker_view(status, ha)
 
     def promote(

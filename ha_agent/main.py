@@ -83,6 +83,15 @@ def run(
             "--watchdog-timeout", help="kill and restart a broker silent this long (0: off)"
         ),
     ] = 10.0,
+    broker_timeout: Annotated[
+        float,
+        typer.Option(
+            "--broker-timeout",
+            help="how long the primary's broker may leave health checks unanswered (timed"
+            " out) before the agent fences it and another node takes over; a refused check"
+            " (the broker is gone) fences at once (0: at the first one)",
+        ),
+    ] = 2.0,
     zk_auth: Annotated[
         str | None,
         typer.Option(
@@ -159,6 +168,7 @@ def run(
         vip_interface=vip_interface,
         vip_netns=vip_netns,
         watchdog_timeout=watchdog_timeout,
+        broker_timeout=broker_timeout,
         designated_primary=designated_primary,
         peers=tuple(p.strip() for p in (peer or "").split(",") if p.strip()),
     )

@@ -205,6 +205,11 @@ class ClusterView:
     #: seconds since the broker last answered (0 when it just did)
     broker_silent_for: float = 0.0
     watchdog_timeout: float = 0.0  # 0: no watchdog
+    #: the last check timed out (the broker may be slow): not refused, not an error answer
+    broker_timed_out: bool = False
+    #: how long a leader's broker may leave checks unanswered by timing out before the agent
+    #: fences it (``--broker-timeout``; 0: at the first one)
+    broker_timeout: float = 0.0
     #: the committed in-sync set (None: none recorded, a new or an older cluster)
     in_sync: InSyncRecord | None = None
     #: why the in-sync set could not be read ("" when it could): then nobody contends
@@ -407,6 +412,20 @@ def stale_view(view: ClusterView) -> str:
     return ""
 
 
+def slow_not_gone(view: ClusterView) -> bool:
+    """A leader's broker whose checks time out is given ``broker_timeout`` to answer again
+    before its agent fences it: a broker starved of CPU is slow, not gone, and fencing it is
+    a fail-over. Not when the check was refused or answered with an error (the broker is
+    gone or unwell), nor when it has not answered since it was (re)started (its silence is
+    unknown). Availability only: the broker's lease still ends its service if the agent
+    cannot renew it, and the session still decides who may be primary."""
+    return (
+        view.broker_timed_out
+        and view.broker_timeout > 0
+        and 0 < view.broker_silent_for < view.broker_timeout
+    )
+
+
 def decide(view: ClusterView) -> Decision:
     """The actions this agent should take now, given ``view``."""
     actions: list[Action] = []
@@ -431,7 +450,13 @@ def decide(view: ClusterView) -> Decision:
     if broker is None:
         reason = "the broker does not answer"
         if leadership == "leading":
-            actions.append(Action(Step.FENCE, reason))
+            if slow_not_gone(view):
+                reason += (
+                    f" (slow: silent for {view.broker_silent_for:.1f} s of"
+                    f" --broker-timeout {view.broker_timeout:g} s)"
+                )
+            else:
+                actions.append(Action(Step.FENCE, reason))
         elif in_election:
             actions.append(Action(Step.WITHDRAW, reason))
         if view.watchdog_timeout > 0 and view.broker_silent_for >= view.watchdog_timeout:

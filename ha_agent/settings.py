@@ -40,6 +40,9 @@ class AgentSettings:
     vip_interface: str | None = None
     vip_netns: str | None = None  # run the ip commands in this namespace (tests)
     watchdog_timeout: float = 10.0
+    #: how long a primary's broker may leave checks unanswered (timed out) before the agent
+    #: fences it; a refused check fences at once (ha_agent.promotion.slow_not_gone)
+    broker_timeout: float = 2.0
     #: ZooKeeper digest credentials (--zk-auth): the agent's znodes are theirs alone.
     zk_auth: ZkAuth | None = None
     #: TLS to ZooKeeper (--zk-ssl, --zk-ssl-ca-file ...): None, plain TCP.
@@ -65,6 +68,8 @@ class AgentSettings:
             )
         if self.cluster_size < 1:
             raise ValueError(f"--cluster-size must be at least 1: {self.cluster_size!r}")
+        if not 0 <= self.broker_timeout <= 60:
+            raise ValueError(f"--broker-timeout must be 0 to 60 s: {self.broker_timeout!r}")
         if self.watchdog_timeout < 0:
             raise ValueError(f"--watchdog-timeout must be 0 (off) or more: {self.watchdog_timeout}")
         if (self.vip is None) != (self.vip_interface is None):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import urllib.error
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ha_agent.broker_check import broker_view
+from broker.management.client import ManagementError
+from ha_agent.broker_check import BrokerCheck, broker_view, timed_out
 from ha_agent.membership import Member
 from ha_agent.promotion import (
     BrokerView,
@@ -240,3 +243,69 @@ def test_bad_agent_options_exit_2_with_a_message_naming_the_value(args, message)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_leader_gives_a_slow_broker_the_broker_timeout_before_it_fences() -> None:
+    """A check that timed out is a slow broker until --broker-timeout from its last answer;
+    a refused one (gone), one never answered since a restart, or no timeout fence at once."""
+    slow = dict(leadership="leading", promoted=True, broker_timed_out=True, broker_timeout=2.0)
+    waiting = decide(view(None, broker_silent_for=0.5, **slow))
+    assert waiting.steps == ()
+    assert "slow: silent for 0.5 s of --broker-timeout 2 s" in waiting.eligibility
+    assert decide(view(None, broker_silent_for=2.0, **slow)).steps == (Step.FENCE,)
+    assert decide(view(None, broker_silent_for=0.0, **slow)).steps == (Step.FENCE,)
+    refused = {**slow, "broker_timed_out": False}
+    assert decide(view(None, broker_silent_for=0.5, **refused)).steps == (Step.FENCE,)
+    no_patience = {**slow, "broker_timeout": 0.0}
+    assert decide(view(None, broker_silent_for=0.5, **no_patience)).steps == (Step.FENCE,)
+    # a contender still withdraws at once: it must not win with a broker that does not answer
+    contending = {**slow, "leadership": "contending", "promoted": False}
+    assert decide(view(None, broker_silent_for=0.5, **contending)).steps == (Step.WITHDRAW,)
+
+
+@given(
+    silent=st.floats(min_value=0, max_value=100, allow_nan=False),
+    timeout=st.floats(min_value=0, max_value=60, allow_nan=False),
+    timed_out=st.booleans(),
+)
+def test_a_slow_broker_is_fenced_no_later_than_the_broker_timeout(
+    silent: float, timeout: float, timed_out: bool
+) -> None:
+    decision = decide(
+        view(
+            None,
+            leadership="leading",
+            promoted=True,
+            broker_silent_for=silent,
+            broker_timed_out=timed_out,
+            broker_timeout=timeout,
+        )
+    )
+    waits = Step.FENCE not in decision.steps
+    assert waits == (timed_out and 0 < silent < timeout)
+
+
+def test_timed_out_tells_a_slow_broker_from_a_gone_one() -> None:
+    def failure(cause: BaseException) -> ManagementError:
+        try:
+            raise ManagementError("cannot reach broker") from cause
+        except ManagementError as exc:
+            return exc
+
+    assert timed_out(failure(TimeoutError("timed out")))
+    assert timed_out(failure(urllib.error.URLError(TimeoutError("timed out"))))
+    assert not timed_out(failure(ConnectionRefusedError(111, "refused")))
+    assert not timed_out(failure(urllib.error.URLError(ConnectionRefusedError(111, "refused"))))
+    assert not timed_out(ManagementError("answered HTTP 500", status=500))
+    # a real refused port: nothing listens there
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    check = BrokerCheck(f"127.0.0.1:{port}", timeout=1.0)
+    assert check.check() is None and not check.last_timed_out
+    # a real listener that never answers: the check times out
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        silent = BrokerCheck(f"127.0.0.1:{listener.getsockname()[1]}", timeout=0.3)
+        assert silent.check() is None and silent.last_timed_out
