@@ -1,6 +1,7 @@
 """Gaps the client libraries' own test suites found against qpidd where RabbitMQ 3.10.8
 passes (issue 14; the runs are in docs/rabbitmq-compat.md), each with aiormq or pika over a
-real socket to a real qpidd with default options."""
+real socket to a real qpidd with default options, and what RabbitMQ 3.10.8 does where a
+suite expects a newer RabbitMQ."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from collections.abc import Awaitable, Callable
 
 import aiormq
 import aiormq.exceptions
+import pika
+import pika.exceptions
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.e2e.support import unique
 
 TIMEOUT = 60.0
 
@@ -43,3 +47,19 @@ def test_channel_max_counts_open_channels(shared_broker: BrokerProcess) -> None:
             await connection.close()
 
     run(scenario)
+
+
+def test_unknown_exchange_type_closes_the_connection_503(shared_broker: BrokerProcess) -> None:
+    """pika's TestInvalidExchangeTypeRaisesConnectionClosed: RabbitMQ 3.10.8 closes the
+    connection with 503 (the suite, written for a newer RabbitMQ, wants a channel close 406
+    and fails against both); the same code and text here."""
+    connection = pika.BlockingConnection(pika.URLParameters(shared_broker.url))
+    try:
+        channel = connection.channel()
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            channel.exchange_declare(unique("ex"), exchange_type="ZZwwInvalid")
+        assert info.value.reply_code == 503
+        assert info.value.reply_text == "COMMAND_INVALID - unknown exchange type 'ZZwwInvalid'"
+    finally:
+        if connection.is_open:
+            connection.close()
