@@ -66,7 +66,7 @@ from broker.ha.names import (
     URL_PROPERTY,
     VHOST_ARGUMENT,
 )
-from broker.ha.queue_replicator import AckCoalescer, CatchUpGc
+from broker.ha.queue_replicator import AckCoalescer, BatchAcks, CatchUpGc
 from broker.ha.redial import Backoff, DialFailures, DialRefused, dial_loop
 from broker.ha.state import HaState
 from broker.ha.wire import decode_batch, decode_config_event
@@ -245,8 +245,8 @@ class BackupLink:
         #: ``check_cluster(primary's cluster id, address)``: None to join, else why not
         self.check_cluster = check_cluster
         self.disk = disk
-        #: Acknowledgements waiting for the disk (later ones wait behind them, in order).
-        self._acks_waiting = 0
+        #: When applied batches are acknowledged (a new one each link).
+        self._batch_acks = self._new_batch_acks()
         self.maintenance_interval = maintenance_interval
         self.heartbeat = heartbeat
         self.credit = max(1, min(flow_messages // 32 or 1, 1000))
@@ -267,6 +267,15 @@ class BackupLink:
         self._wall_clock = wall_clock
         self._failures = DialFailures(DIAL_FAILURE_LOG_INTERVAL)
         self._log = get_logger("ha")
+
+    def _new_batch_acks(self) -> BatchAcks:
+        """Acknowledge a batch once it is applied, not staged, and what it stored is durable
+        on this backup: the primary's confirm of a persistent message then means every
+        in-sync store has it, so a total failure (a power cut of every node) loses none
+        (issue 12). A store that cannot write stops this backup (fail-stop): acknowledging
+        would be a lie; restarted, it recovers what its disk has and fetches the rest."""
+        disk = self.disk
+        return BatchAcks(None if disk is None else disk.after_durable, self.owner.store_failed)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ha-backup-link")
@@ -424,6 +433,7 @@ class BackupLink:
         self._waiting = set()
         self._queue_channels = {}
         self._subscribed = set()
+        self._batch_acks = self._new_batch_acks()
         self._broken = asyncio.Event()
         epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
         self._failures.succeeded()
@@ -502,6 +512,11 @@ class BackupLink:
             )
 
             disk = self.disk
+            batch_acks = self._batch_acks
+
+            def ack(tag: int) -> None:
+                with contextlib.suppress(ClientError):  # the link is going down
+                    acks.applied(tag)
 
             def on_batch(delivery: Delivery) -> None:
                 appended = 0 if disk is None else disk.appended
@@ -510,10 +525,8 @@ class BackupLink:
                 except ValueError as exc:
                     self._fail(f"queue stream {name!r}: {exc}")
                     return
-                if disk is not None and (self._acks_waiting or disk.appended != appended):
-                    self._ack_when_durable(disk, acks, delivery.delivery_tag, name)
-                else:
-                    acks.applied(delivery.delivery_tag)
+                wrote = disk is not None and disk.appended != appended
+                batch_acks.applied(replicator, ack, delivery.delivery_tag, wrote)
                 if not self._caught_up_reported:
                     self._gc.applied()
                 if replicator.caught_up and name in self._waiting:
@@ -529,28 +542,10 @@ class BackupLink:
             # The queue may have gone on the primary meanwhile; its deletion event follows.
             self.owner.log("ha_subscribe_failed", queue=name, reason=str(exc))
             self.replicator.staging.queue_gone(replicator)  # its part of a transaction won't come
+            self._batch_acks.forget(replicator)
+            self._batch_acks.release()  # batches held behind that transaction
             self._waiting.discard(name)
             self._check_caught_up()
-
-    def _ack_when_durable(self, disk: DiskSync, acks: AckCoalescer, tag: int, name: str) -> None:
-        """Acknowledge a batch once what it stored is durable on this backup: the primary's
-        confirm of a persistent message then means every in-sync store has it, so a total
-        failure (a power cut of every node) loses none (issue 12). The journal calls back
-        in order, so acknowledgements keep their order."""
-        self._acks_waiting += 1
-
-        def durable(ok: bool) -> None:
-            self._acks_waiting -= 1
-            if not ok:
-                # The store cannot write: acknowledging would be a lie, and the messages
-                # this backup holds in memory are no longer all on its disk. It stops
-                # (fail-stop): restarted, it recovers what its disk has and fetches the rest.
-                self.owner.store_failed(f"queue stream {name!r}: the store cannot write")
-                return
-            with contextlib.suppress(ClientError):  # the link is going down
-                acks.applied(tag)
-
-        disk.after_durable(durable)
 
     def _check_caught_up(self) -> None:
         if not self._first_snapshot and not self._waiting and not self._caught_up_reported:

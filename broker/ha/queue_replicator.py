@@ -7,8 +7,8 @@ ids it holds (:meth:`ids`, sent in the subscribe request); then it applies the b
 primary's :class:`~broker.ha.replicating_subscription.ReplicatingSubscription` sends:
 an ``Enqueue`` adds the message at its replication id (ids are the queue positions on every
 broker), a ``Dequeue`` removes ids, ``Ready`` marks this queue caught up. The backup
-acknowledges a batch once :meth:`apply` has returned, so the primary may then release the
-publisher confirms it held.
+acknowledges a batch once every event in it is applied (:class:`BatchAcks`), so the primary
+may then release the publisher confirms it held.
 
 A transaction's messages (after a ``Tx`` event) go to the link's
 :class:`~broker.ha.tx_staging.TxStaging`, not to the queue, until the transaction is whole;
@@ -26,7 +26,10 @@ sends those messages with ``redelivered`` set and the rest (never delivered) wit
 (its era).
 
 :class:`CatchUpGc` keeps a catch-up's messages out of the cyclic garbage collector's scans;
-:class:`AckCoalescer` acknowledges applied batches several at a time.
+:class:`BatchAcks` decides when an applied batch may be acknowledged: not while any of its
+events is staged or buffered behind a staged transaction, and, on a backup with a store,
+once what applying it wrote is durable; :class:`AckCoalescer` acknowledges batches several
+at a time.
 
 THREAD UNSAFE: the backup's event loop owns it.
 """
@@ -56,6 +59,9 @@ class QueueReplicator:
         self.staging = staging
         #: Staged messages and the events behind them (see :mod:`broker.ha.tx_staging`).
         self.pending: deque[Pending] = deque()
+        #: Events ever put on :attr:`pending`: those up to ``pending_total - len(pending)``
+        #: are applied (:class:`BatchAcks` holds a batch's acknowledgement until then).
+        self.pending_total = 0
         self.caught_up = False
         self.enqueued_total = 0
         self.dequeued_total = 0
@@ -222,3 +228,99 @@ class AckCoalescer:
         self._scheduled = False
         with contextlib.suppress(*self._errors):
             self.flush()
+
+
+#: ``after_durable(callback)`` of the backup's store (:class:`~broker.store.journal.Journal`):
+#: ``callback(ok)`` once every record appended so far is durable.
+AfterDurable = Callable[[Callable[[bool], None]], None]
+
+
+#: A held batch: its replicator's ``pending_total`` once applied, its ack, its tag.
+_Held = deque[tuple[int, Callable[[int], None], int]]
+
+
+class BatchAcks:
+    """When a link's applied batches may be acknowledged (issue 10's promise: a confirm goes
+    out only once every guarded backup holds the message, and for a persistent message on a
+    backup with a store, has it on its disk).
+
+    Call :meth:`applied` after each batch's :meth:`QueueReplicator.apply` returned, in
+    delivery order per channel. A batch whose events are all applied is acknowledged at once
+    (``ack(tag)``), or, when ``after_durable`` is given (the backup's store) and it wrote
+    to the store or an acknowledgement is already waiting for the disk, once what is
+    appended so far is durable. A batch with events still on its replicator's
+    :attr:`~QueueReplicator.pending` list (a transaction's staged messages, or events
+    buffered behind one) is *held*, and every later batch of that channel behind it, until
+    the staging applied them (in a later batch of any of the link's queues, or when a
+    subscription fails): :meth:`release` (called by :meth:`applied`) then acknowledges them
+    once durable. Held batches go with their link (a new link's handshake skips what the
+    backup holds; what it lacks is sent again). The store's callbacks come in
+    order, so each channel's acknowledgements keep their order (one ``multiple`` ack covers
+    only applied and durable batches). A transaction's staged part is held too: its
+    commit-ok then implies it is applied, and durable, on every guarded backup.
+
+    No deadlock with the primary's credit: the oldest staged transaction's parts come, on
+    each queue, behind older (applicable) events only, so those batches are acknowledged and
+    the parts are sent.
+
+    ``failed(reason)``: the store cannot write; nothing more is acknowledged by that callback.
+    """
+
+    def __init__(self, after_durable: AfterDurable | None, failed: Callable[[str], None]) -> None:
+        self._after_durable = after_durable
+        self._failed = failed
+        self._held: dict[QueueReplicator, _Held] = {}
+        #: Acknowledgements waiting for the disk (later ones wait behind them, in order).
+        self.durable_waiting = 0
+
+    @property
+    def held(self) -> int:
+        """Batches held behind staged events."""
+        return sum(len(batches) for batches in self._held.values())
+
+    def applied(
+        self, replicator: QueueReplicator, ack: Callable[[int], None], tag: int, wrote: bool
+    ) -> None:
+        """``replicator`` applied the batch ``tag`` (``wrote``: it appended to the store)."""
+        held = self._held.get(replicator)
+        if held is not None or replicator.pending:
+            if held is None:
+                held = self._held[replicator] = deque()
+            held.append((replicator.pending_total, ack, tag))
+        else:
+            self._send(replicator, ack, tag, wrote)
+        if self._held:
+            self.release()
+
+    def release(self) -> None:
+        """Acknowledge the held batches whose events are all applied now."""
+        for replicator, batches in list(self._held.items()):
+            applied = replicator.pending_total - len(replicator.pending)
+            while batches and batches[0][0] <= applied:
+                _, ack, tag = batches.popleft()
+                self._send(replicator, ack, tag, True)  # the staging's apply may have written
+            if not batches:
+                del self._held[replicator]
+
+    def forget(self, replicator: QueueReplicator) -> None:
+        """``replicator``'s queue or channel is gone: drop its held acknowledgements."""
+        self._held.pop(replicator, None)
+
+    def _send(
+        self, replicator: QueueReplicator, ack: Callable[[int], None], tag: int, wrote: bool
+    ) -> None:
+        after_durable = self._after_durable
+        if after_durable is None or not (wrote or self.durable_waiting):
+            ack(tag)
+            return
+        self.durable_waiting += 1
+        name = replicator.queue.name
+
+        def durable(ok: bool) -> None:
+            self.durable_waiting -= 1
+            if not ok:
+                self._failed(f"queue stream {name!r}: the store cannot write")
+                return
+            ack(tag)
+
+        after_durable(durable)

@@ -31,9 +31,11 @@ Staging rule
   (``ha_tx_discarded``). After a link went down, the next link's reconnect handshake sends
   again what the backup lacks.
 
-Batches are acknowledged when :meth:`QueueReplicator.apply` returns, staged or not: the
-primary's commit-ok needs every message acknowledged by every guarded backup, so a
-commit-ok implies the transaction is whole on every such backup.
+A batch is acknowledged only once every event in it is applied (and durable on a backup
+with a store): not while staged or buffered (:class:`~broker.ha.queue_replicator.BatchAcks`,
+which reads :attr:`~broker.ha.queue_replicator.QueueReplicator.pending_total`, counted
+here). So a confirm of a message waiting behind a staged transaction, and the commit-ok
+of a transaction, imply it is in the queue (and on the disk) of every guarded backup.
 
 THREAD UNSAFE: the backup's event loop owns it. Replicators call it; it calls their
 ``_apply_now`` and reads their ``pending`` list (they are one unit, split for size).
@@ -137,6 +139,7 @@ class TxStaging:
         if not tx.released:
             tx.left[replicator] = tx.left.get(replicator, 0) + len(run)
         pending.extend((tx_id, event) for event in run)
+        replicator.pending_total += len(run)
         self._waiting.add(replicator)
 
     def base(self, replicator: QueueReplicator, first: int) -> None:
@@ -149,6 +152,7 @@ class TxStaging:
     def buffer(self, replicator: QueueReplicator, events: list[Event]) -> None:
         """Events of a queue that has pending ones: applied after them, in order."""
         replicator.pending.extend((None, event) for event in events)
+        replicator.pending_total += len(events)
         self._waiting.add(replicator)
 
     def drain(self) -> None:
