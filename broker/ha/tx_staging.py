@@ -192,12 +192,16 @@ class TxStaging:
                         {r.queue.name: n for r, n in tx.left.items() if n},
                     )
                 )
-        for replicator in list(self._waiting):
-            pending = replicator.pending
-            for tx_id, event in pending:
-                if tx_id is None or tx_id not in dropped:
-                    replicator._apply_now([event])
-            pending.clear()
+        # One store transaction: the whole transactions blocked behind a dropped one are
+        # written all or none, as when applied on time (none of it was acknowledged yet).
+        begin = self.store_transaction
+        with nullcontext() if begin is None else begin():
+            for replicator in list(self._waiting):
+                pending = replicator.pending
+                for tx_id, event in pending:
+                    if tx_id is None or tx_id not in dropped:
+                        replicator._apply_now([event])
+                pending.clear()
         self.discarded_total += len(discarded)
         self._txs.clear()
         self._bases.clear()

@@ -5,6 +5,7 @@ queue replicators sharing one TxStaging, batches delivered in any interleaving."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
@@ -170,6 +171,33 @@ def test_the_primary_dying_after_one_queues_batch_leaves_none_of_it() -> None:
     assert link.visible("q1") == [b"before", b"after"]
     assert link.visible("q2") == link.visible("q3") == []
     assert link.staging.staged == 0
+
+
+def test_abandon_writes_the_whole_transactions_behind_a_dropped_one_at_once() -> None:
+    """At promotion, a whole transaction blocked behind one that will never be whole is
+    applied inside one store transaction (one TX record on the backup's disk), as it would
+    have been on time: a crash during that write leaves none of it."""
+    link = Link()
+    written: list[dict[str, list[bytes]]] = []
+
+    @contextmanager
+    def store_transaction() -> Iterator[None]:
+        before = {name: len(link.visible(name)) for name in QUEUES}
+        yield
+        written.append({name: link.visible(name)[before[name] :] for name in QUEUES})
+
+    link.staging.store_transaction = store_transaction
+    for name in QUEUES:
+        link.subscribe(name)
+    link.commit(1, ["q1", "q2", "q3"])  # q3's part never arrives
+    link.commit(2, ["q1", "q2"])  # whole, but behind transaction 1 on q1 and q2
+    for name in ("q1", "q2"):
+        for body in link.batches(name):
+            link.replicators[name].apply(decode_batch(body))
+    assert written == [] and link.visible("q1") == link.visible("q2") == []
+    discarded = link.staging.abandon()
+    assert [d.total for d in discarded] == [3]
+    assert written == [{"q1": [b"t2-0"], "q2": [b"t2-1"], "q3": []}]
 
 
 def test_a_stream_started_after_a_commit_releases_it() -> None:
