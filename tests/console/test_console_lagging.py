@@ -1,0 +1,140 @@
+"""A backup that is connected and lagging, as the primary's console shows it (Chromium,
+a real 3-node agent cluster).
+
+The backup's broker is stopped (SIGSTOP) for a moment while a client publishes persistent
+messages without confirms (a confirm would wait for the in-sync backup): the primary's
+replication credit runs out, the queue's messages wait for the backup, and its row says
+LAGGING with the messages and bytes still to send. The backup runs again before the
+primary gives it up (a backup silent for twice the link heartbeat: 10 s here, so that a
+loaded machine still shows the lag first; the browser tests' cluster has 2 s), reads its
+backlog, and the lag goes back to 0. Photographed as ``cluster-lagging-backup.png``
+(``support.screenshot_dir``: ``docs/console/`` with ``CONSOLE_SCREENSHOTS=1``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from selenium.webdriver.common.by import By
+
+from tests.agent.agent_cluster import AgentCluster
+from tests.console.page import log_in, seen, text
+from tests.console.support import write_users
+from tests.zookeeper import ZooKeeper
+
+# the browser tests' group: the same worker, so the same browser
+pytestmark = pytest.mark.xdist_group("console_browser")
+
+QUEUE = "console-lagging"
+MESSAGES = 3000
+BODY = b"p" * 512
+
+#: "QUEUE: MESSAGES (BYTES)" in the lag column, e.g. "console-lagging: 2,871 (1.4 MiB)".
+LAG_TEXT = re.compile(r"^(?P<queue>\S+): (?P<messages>[\d,]+)(?: \((?P<bytes>[^)]+)\))?$")
+
+
+#: The link heartbeat: the primary gives a backup up after twice this silent.
+HEARTBEAT = 10
+
+
+@pytest.fixture(scope="module")
+def lagging_cluster(
+    tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeper
+) -> Iterator[AgentCluster]:
+    """The browser tests' cluster (``conftest.lagging_cluster``), with a link heartbeat
+    of :data:`HEARTBEAT` s; settled."""
+    root = tmp_path_factory.mktemp("console-lagging")
+    users = write_users(root / "users")
+    cluster = AgentCluster(root, zookeeper.hosts, f"lagging-{uuid.uuid4().hex[:8]}", size=3)
+    try:
+        for node in cluster.nodes:
+            node.broker_command = [
+                *(a for a in node.broker_command if not a.startswith("--link-heartbeat")),
+                f"--link-heartbeat-interval={HEARTBEAT}",
+                f"--sasl-users={users}",
+                f"--console-zk={zookeeper.hosts}",
+                f"--console-cluster={cluster.cluster}",
+                f"--console-agent-log={node.agent_log}",
+            ]
+        cluster.start("--watchdog-timeout=0")  # its agent leaves the stopped broker alone
+        cluster.wait_settled(timeout=60)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def lag_of(browser: Any, row: str) -> tuple[int, str]:
+    """The messages and bytes the row shows as still to send to that backup for QUEUE."""
+    shown = text(browser, f"{row} .lag[data-queue='{QUEUE}'] > span")
+    match = LAG_TEXT.match(shown)
+    assert match, f"lag shown as {shown!r}"
+    return int(match["messages"].replace(",", "")), match["bytes"] or ""
+
+
+def test_a_connected_lagging_backup_shows_its_lag(
+    lagging_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    primary = lagging_cluster.wait_settled(timeout=30)
+    backup = next(n for n in lagging_cluster.nodes if n is not primary)
+    log_in(browser, primary, "guest", "cluster")
+    row = f"#members tr[data-member='127.0.0.1:{backup.port}']"
+    parameters = pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{primary.port}/%2F")
+    with pika.BlockingConnection(parameters) as connection:
+        channel = connection.channel()  # no confirms: they would wait for the stopped backup
+        channel.queue_declare(QUEUE, durable=True)
+        seen(browser, lambda: lag_of(browser, row)[0] == 0, what="the queue replicated, no lag")
+        pid = backup.broker_pid()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            persistent = pika.BasicProperties(delivery_mode=2)
+            for _ in range(MESSAGES):
+                channel.basic_publish("", QUEUE, BODY, persistent)
+            connection.process_data_events(0)  # written out
+
+            # shown lagging while still linked: stopped well under the 20 s silence after
+            # which the primary gives it up
+            def behind() -> tuple[int, str] | None:
+                shown = lag_of(browser, row)
+                return shown if shown[0] > 0 else None
+
+            lag, lag_bytes = seen(
+                browser,
+                behind,
+                HEARTBEAT,
+                "the stopped backup's lag on the page",
+            )
+            classes = str(browser.find_element(By.CSS_SELECTOR, row).get_attribute("class"))
+            role = text(browser, f"{row} td:nth-child(3)")
+            browser.save_screenshot(str(shots / "cluster-lagging-backup.png"))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    # what a reader sees: the primary's row marked, the backup's row LAGGING with its lag
+    assert text(browser, "#members tbody tr.is-primary td:nth-child(3)") == "PRIMARY"
+    assert f"127.0.0.1:{primary.port}" in text(browser, "#members tbody tr.is-primary")
+    assert "lagging" in classes.split() and "down" not in classes.split(), classes
+    assert role.startswith("backup, LAGGING"), role
+    assert 0 < lag <= MESSAGES
+    assert lag_bytes.endswith(("B", "KiB", "MiB", "+")) and lag_bytes[0] != "0", lag_bytes
+    # running again, it reads its backlog: no lag, no mark, the same broker (not restarted)
+    seen(browser, lambda: lag_of(browser, row)[0] == 0, 20, "the lag back to 0")
+    seen(
+        browser,
+        lambda: (
+            "lagging" not in str(browser.find_element(By.CSS_SELECTOR, row).get_attribute("class"))
+        ),
+        10,
+        "the backup no longer marked",
+    )
+    assert text(browser, f"{row} td:nth-child(3)") == "backup"
+    assert backup.broker_pid() == pid
+    lagging_cluster.wait_settled(timeout=30)
