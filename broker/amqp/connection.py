@@ -38,6 +38,7 @@ from broker.amqp.handshake import (
     ENCRYPTION_REQUIRED,
     AdvertisesKnownHosts,
     OpenOkWithHosts,
+    channel_max_offer,
     client_description,
     close_method,
     login_refused,
@@ -449,14 +450,16 @@ class Connection:
         self.send_method(
             0,
             commands.Connection.Tune(
-                channel_max=settings.channel_max,
+                channel_max=channel_max_offer(settings, self.client_properties),
                 frame_max=settings.frame_max,
                 heartbeat=settings.heartbeat,
             ),
         )
 
     def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
-        self.frame_max, self.channel_max, self.heartbeat = negotiate_tune(self.ctx.settings, method)
+        settings = self.ctx.settings
+        offered = channel_max_offer(settings, self.client_properties)
+        self.frame_max, self.channel_max, self.heartbeat = negotiate_tune(settings, method, offered)
         self._set_state(S.AWAIT_OPEN)
 
     def _open(self, method: commands.Connection.Open) -> None:

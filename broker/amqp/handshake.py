@@ -60,13 +60,27 @@ def start_method(
     )
 
 
+#: The client property an HA backup sets on its replication link (``broker.ha.names``).
+HA_BACKUP_PROPERTY = "qpid.ha-backup"
+#: The protocol's largest channel-max.
+CHANNEL_MAX_LIMIT = 65535
+
+
+def channel_max_offer(settings: ConnectionSettings, client_properties: dict[str, Any]) -> int:
+    """channel-max for connection.tune: the setting (RabbitMQ's 2047 by default), but the
+    protocol's largest to an HA backup's link, which holds a channel per replicated queue."""
+    if client_properties.get(HA_BACKUP_PROPERTY):
+        return CHANNEL_MAX_LIMIT
+    return settings.channel_max
+
+
 def negotiate_tune(
-    settings: ConnectionSettings, method: commands.Connection.TuneOk
+    settings: ConnectionSettings, method: commands.Connection.TuneOk, channel_max_offered: int
 ) -> tuple[int, int, int]:
     """The client's connection.tune-ok checked against what was offered: (frame_max,
     channel_max, heartbeat); 0 means the offer. NOT_ALLOWED (530) beyond the offer."""
     frame_max = int(method.frame_max or 0) or settings.frame_max
-    channel_max = int(method.channel_max or 0) or settings.channel_max
+    channel_max = int(method.channel_max or 0) or channel_max_offered
     if frame_max < framing.FRAME_MIN_SIZE or frame_max > settings.frame_max:
         raise AmqpError(
             ReplyCode.NOT_ALLOWED,
@@ -74,10 +88,10 @@ def negotiate_tune(
             10,
             31,
         )
-    if channel_max > settings.channel_max:
+    if channel_max > channel_max_offered:
         raise AmqpError(
             ReplyCode.NOT_ALLOWED,
-            f"channel_max={channel_max} exceeds the broker's {settings.channel_max}",
+            f"channel_max={channel_max} exceeds the broker's {channel_max_offered}",
             10,
             31,
         )

@@ -8,8 +8,10 @@ import pytest
 from pamqp import commands, frame
 
 from broker.amqp import framing
+from broker.amqp.handshake import HA_BACKUP_PROPERTY
 from broker.amqp.state import ConnectionState
 from broker.core.errors import ReplyCode
+from broker.ha.names import BACKUP_PROPERTY
 from tests.amqp.helpers import Client, FakeClock, make_context, open_client
 
 
@@ -140,6 +142,15 @@ def test_channel_max_limits_open_channels_not_their_numbers() -> None:
         client.open_channel(number)
     client.send(2, commands.Channel.Open())  # a fifth
     assert close_code(client) == ReplyCode.NOT_ALLOWED
+
+
+def test_an_ha_backup_link_gets_channel_max_65535() -> None:
+    """A backup holds a channel per replicated queue on its link: 65535 is offered to it."""
+    assert HA_BACKUP_PROPERTY == BACKUP_PROPERTY  # the name the backups send
+    client = open_client(client_properties={BACKUP_PROPERTY: True})
+    assert client.conn.channel_max == 65535
+    client.open_channel(2048)
+    client.open_channel(4000)
 
 
 def test_reopening_an_open_channel_is_channel_error() -> None:

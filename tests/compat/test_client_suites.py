@@ -14,6 +14,7 @@ import pika
 import pika.exceptions
 import pytest
 
+from broker.ha.names import BACKUP_PROPERTY
 from tests.broker_process import BrokerProcess
 from tests.e2e.support import unique
 
@@ -63,3 +64,18 @@ def test_unknown_exchange_type_closes_the_connection_503(shared_broker: BrokerPr
     finally:
         if connection.is_open:
             connection.close()
+
+
+def test_an_ha_backup_link_is_offered_channel_max_65535(shared_broker: BrokerProcess) -> None:
+    """A backup holds a channel per replicated queue on its link to the primary, so the
+    connections flagged as HA backup links keep the protocol's 65535 (ordinary clients: 2047)."""
+
+    async def scenario() -> None:
+        link = await aiormq.connect(shared_broker.url, client_properties={BACKUP_PROPERTY: True})
+        try:
+            assert link.connection_tune.channel_max == 65535
+            await asyncio.gather(*(link.channel(n) for n in range(1, 2100)))
+        finally:
+            await link.close()
+
+    run(scenario)
