@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -272,6 +273,10 @@ def test_a_damaged_segment_is_kept_and_the_store_goes_on(tmp_path: Path, damage:
             if journal.compacting is not None:
                 break
             await durable(journal)
+        # the pass reads on a thread of its own: wait (with a deadline) until it stopped
+        deadline = time.monotonic() + 30
+        while not failures and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         await durable(journal)
         kept = first.exists() and journal.compacting == int(first.stem)
         assert await journal.close()
