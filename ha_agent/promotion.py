@@ -278,7 +278,14 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
     state = broker.ha_state
     record = view.in_sync
     if broker.is_primary:
-        if view.primary is not None and view.primary.node != view.node:
+        # A record of another node at an older epoch than the broker's is one this agent's
+        # promotion has not replaced yet (epochs come from ZooKeeper's counter: the newer
+        # promotion is this one); the older primary is fenced by the newer epoch.
+        if (
+            view.primary is not None
+            and view.primary.node != view.node
+            and view.primary.epoch >= broker.epoch
+        ):
             return (
                 False,
                 f"ZooKeeper names {view.primary.node} primary (epoch {view.primary.epoch})",

@@ -86,6 +86,15 @@ def test_a_primary_broker_fenced_when_zookeeper_names_another_primary() -> None:
     # its own record, or none: it contends to keep (or take back) its leadership
     assert decide(view("active", primary=PrimaryRecord("n1", 5))).steps == (Step.CONTEND,)
     assert decide(view("active")).steps == (Step.CONTEND,)
+    # just promoted at epoch 2, the record still names the old primary at epoch 1: this
+    # agent's record write has not been read back yet; fencing here killed the new primary
+    stale = PrimaryRecord("n3", 1)
+    just_promoted = view("recovering", epoch=2, primary=stale, leadership="leading")
+    assert Step.FENCE not in decide(just_promoted).steps
+    # the same epoch or newer on another node: fenced
+    for epoch in (2, 3):
+        newer = view("active", epoch=2, primary=PrimaryRecord("n3", epoch), leadership="leading")
+        assert decide(newer).steps == (Step.FENCE,)
 
 
 def test_a_new_cluster_waits_for_its_members_then_only_the_most_advanced_contends() -> None:
