@@ -45,6 +45,17 @@ def seen(browser: Any, check: Callable[[], Any], timeout: float = 10.0, what: st
         raise AssertionError(f"{exc} (the page: {picture})") from None
 
 
+def click(browser: Any, css: str, timeout: float = 10.0, what: str = "") -> None:
+    """Click the element ``css`` names in a live table (re-rendered every second): found
+    and clicked again when the page replaced it between the two."""
+
+    def clicked() -> bool:
+        browser.find_element(By.CSS_SELECTOR, css).click()
+        return True
+
+    seen(browser, clicked, timeout, what or css)
+
+
 def text(browser: Any, css: str) -> str:
     """The element's text; again if the page re-rendered it meanwhile (every second)."""
     for _ in range(20):

@@ -29,7 +29,7 @@ from selenium.webdriver.common.by import By
 
 from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster, Node
-from tests.console.page import console_url, log_in, seen, text
+from tests.console.page import click, console_url, log_in, seen, text
 from tests.drill.log_schema import check_log_file
 
 pytestmark = pytest.mark.xdist_group("console_browser")
@@ -136,7 +136,7 @@ def test_a_queue_a_client_made_appears_with_its_depth(
     row = f"#queues tr[data-queue='{QUEUE}']"
     seen(browser, lambda: text(browser, f"{row} td.ready") == "5", what="5 ready in the row")
     assert text(browser, f"{row} td.vhost") == "/"  # the vhost column
-    browser.find_element(By.CSS_SELECTOR, row).click()
+    click(browser, row)
     seen(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "#queue-charts .chart"))
     assert "replication all" in text(browser, "#queue-charts")
     browser.save_screenshot(str(shots / "queues.png"))
@@ -182,7 +182,7 @@ def test_a_monitoring_user_cannot_purge(console_cluster: AgentCluster, browser: 
     publish(primary, 5, WATCHED)
     log_in(browser, primary, "watcher", "queues")
     row = f"#queues tr[data-queue='{WATCHED}']"
-    seen(browser, lambda: browser.find_element(By.CSS_SELECTOR, row)).click()
+    click(browser, row)
     seen(browser, lambda: browser.find_element(By.ID, "queue-actions-none"))
     assert not browser.find_elements(By.ID, "purge")
     # and the API refuses what the page does not offer
@@ -202,7 +202,7 @@ def test_an_administrator_purges_a_queue_after_confirming(
     publish(primary, 5, PURGED)
     log_in(browser, primary, "admin", "queues")
     row = f"#queues tr[data-queue='{PURGED}']"
-    seen(browser, lambda: browser.find_element(By.CSS_SELECTOR, row)).click()
+    click(browser, row)
     seen(browser, lambda: browser.find_element(By.ID, "purge")).click()
     assert "Purge the ready messages of queue" in text(browser, "#confirm-text")
     browser.save_screenshot(str(shots / "confirm.png"))
@@ -221,7 +221,7 @@ def test_an_administrator_purges_a_queue_after_confirming(
     try:
         show(browser, "connections")
         mine = "#connections tr[data-user='admin'] button"
-        seen(browser, lambda: browser.find_element(By.CSS_SELECTOR, mine), what="it").click()
+        click(browser, mine, what="its close button")
         assert "CONNECTION_FORCED" in text(browser, "#confirm-text")
         browser.find_element(By.ID, "confirm-ok").click()
         seen(browser, lambda: "closed connection" in text(browser, "#toast"))
@@ -254,7 +254,7 @@ def test_a_connections_channels_when_it_is_clicked(
         log_in(browser, primary, "watcher", "connections")
         row = "#connections tr[data-user='app']"
         seen(browser, lambda: text(browser, f"{row} td.channels") == "3", what="3 channels")
-        browser.find_element(By.CSS_SELECTOR, row).click()
+        click(browser, row)
         first = "#channels-table tr[data-channel='1']"
         seen(browser, lambda: text(browser, f"{first} td.unacked") == "2", what="2 unacked")
         assert text(browser, f"{first} td.prefetch") == "2"
