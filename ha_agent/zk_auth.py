@@ -24,13 +24,13 @@ The password is never logged: :class:`ZkAuth`'s ``repr`` hides it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.security import make_acl, make_digest_acl
 
+from common.zk_access import parse_digest
 from ha_agent.zk_layout import ROOT
 from ha_agent.zk_tls import ZkTls
 
@@ -45,19 +45,9 @@ class ZkAuth:
 
 def parse_zk_auth(text: str) -> ZkAuth:
     """``USER:PASSWORD`` or ``@FILE`` (first line). :raises ValueError: naming the problem,
-    never the password."""
-    source = "--zk-auth"
-    if text.startswith("@"):
-        path = text[1:]
-        try:
-            text = Path(path).read_text(encoding="utf-8").splitlines()[0].strip()
-        except (OSError, UnicodeDecodeError, IndexError) as exc:
-            raise ValueError(f"--zk-auth: cannot read {path!r}: {type(exc).__name__}") from None
-        source = f"--zk-auth file {path!r}"
-    user, colon, password = text.partition(":")
-    if not colon or not user or not password:
-        raise ValueError(f"{source}: expected USER:PASSWORD")
-    return ZkAuth(user, password)
+    never the password (:func:`common.zk_access.parse_digest`, the console's parser too)."""
+    digest = parse_digest(text, "--zk-auth")
+    return ZkAuth(digest.user, digest.password)
 
 
 def zk_security(auth: ZkAuth | None, tls: ZkTls | None = None) -> dict[str, Any]:
