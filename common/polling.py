@@ -42,10 +42,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random
 import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar, cast, overload
 
 __all__ = [
@@ -210,11 +212,46 @@ _given_ports: set[int] = set()
 _given_lock = threading.Lock()
 
 
+#: The lowest port :func:`free_port` chooses (below it: well-known services).
+FIRST_CHOSEN_PORT = 10000
+#: Linux's default ephemeral range, when ``/proc`` does not say.
+_DEFAULT_EPHEMERAL = (32768, 60999)
+
+
+def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    """The kernel's ephemeral port range: where every outgoing connection and every bind to
+    port 0 (ZooKeeper, Spark, a browser driver) takes its local port."""
+    try:
+        low, high = (int(part) for part in Path(path).read_text().split())
+    except (OSError, ValueError):
+        return _DEFAULT_EPHEMERAL
+    return low, high
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` just now (the kernel's choice), and one this process has
-    not been given before: the kernel may hand the same free port to two binds in a row,
-    and a cluster set up with two such calls would give two brokers one port (seen on a
-    fresh machine: a broker that could never start)."""
+    """A TCP port free on ``host`` just now, one this process has not been given before,
+    chosen at random *below* the kernel's ephemeral range.
+
+    A port from the kernel's own choice (bind to 0) lies in the ephemeral range, where any
+    outgoing connection of any other process may take it between this call and the server's
+    bind: a CI run saw a broker's management port taken so (the broker exited with "address
+    already in use"). Below that range only another explicit choice can take it. Never
+    twice in one process: a cluster set up with two calls must get two ports. Falls back to
+    the kernel's choice when the band below the range is too small to choose from.
+    """
+    low = FIRST_CHOSEN_PORT
+    high = ephemeral_range()[0] - 1
+    for _ in range(200 if high - low >= 1000 else 0):
+        port = random.randint(low, high)
+        with _given_lock:
+            if port in _given_ports:
+                continue
+        if not _bindable(host, port):
+            continue
+        with _given_lock:
+            if port not in _given_ports:
+                _given_ports.add(port)
+                return port
     while True:
         with socket.socket() as sock:
             sock.bind((host, 0))
@@ -223,6 +260,17 @@ def free_port(host: str = "127.0.0.1") -> int:
             if port not in _given_ports:
                 _given_ports.add(port)
                 return port
+
+
+def _bindable(host: str, port: int) -> bool:
+    """True when a listening socket could bind ``host:port`` now (nothing listens or is
+    connected there)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.polling import PollTimeout, free_port, poll_until, port_open
+from common.polling import PollTimeout, free_port, poll_until
 
 QPIDD = str(Path(sys.executable).with_name("qpidd"))
 
@@ -57,12 +57,16 @@ class BrokerProcess:
             *self.args,
         ]
         self.workdir.mkdir(parents=True, exist_ok=True)
+        earlier_log = self.log_file.stat().st_size if self.log_file.exists() else 0
         with open(self.workdir / "stderr", "wb") as stderr:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
         proc = self.proc
 
         def listening() -> bool:
-            if port_open(self.port) and port_open(self.mgmt_port):
+            # Open ports alone do not say it is this qpidd that listens: another process
+            # may hold the management port while qpidd's bind of it is about to fail (a CI
+            # run took such a dead broker for started). broker_started comes after both.
+            if proc.poll() is None and self._started_logged(earlier_log):
                 return True
             if proc.poll() is not None:
                 raise RuntimeError(
@@ -76,6 +80,16 @@ class BrokerProcess:
             self.stop()
             raise RuntimeError("qpidd did not start listening in time") from None
         return self
+
+    def _started_logged(self, since: int) -> bool:
+        """Whether the log says ``broker_started`` after its first ``since`` bytes (those
+        of earlier runs in the same directory)."""
+        try:
+            with open(self.log_file, "rb") as log:
+                log.seek(since)
+                return any(b'"event": "broker_started"' in line for line in log)
+        except FileNotFoundError:
+            return False
 
     def events(self) -> list[dict[str, Any]]:
         if not self.log_file.exists():

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import socket
+from pathlib import Path
 
 import pytest
 
 from common.polling import (
+    FIRST_CHOSEN_PORT,
     PollTimeout,
+    ephemeral_range,
     free_port,
     holds_for,
     poll_until,
@@ -106,3 +110,32 @@ def test_free_port_never_gives_a_port_twice() -> None:
     brokers of one test cluster once got one port on a fresh machine)."""
     ports = [free_port() for _ in range(200)]
     assert len(set(ports)) == len(ports)
+
+
+def test_free_port_is_below_the_ephemeral_range_and_skips_a_taken_port() -> None:
+    """Outgoing connections take their local ports in the ephemeral range: a port chosen
+    there can be taken before the server binds it (a CI run lost a broker so)."""
+    low, _high = ephemeral_range()
+    ports = [free_port() for _ in range(50)]
+    assert all(FIRST_CHOSEN_PORT <= port < low for port in ports)
+
+
+def test_free_port_skips_a_port_something_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # a port free_port never gave
+        held = taken.getsockname()[1]
+        first = [held]
+        real = random.randint
+        monkeypatch.setattr(
+            "common.polling.random.randint", lambda a, b: first.pop() if first else real(a, b)
+        )
+        assert free_port() != held and not first
+
+
+def test_ephemeral_range_read_from_proc_or_the_linux_default(tmp_path: Path) -> None:
+    table = tmp_path / "ip_local_port_range"
+    table.write_text("40000\t50000\n")
+    assert ephemeral_range(str(table)) == (40000, 50000)
+    table.write_text("garbage\n")
+    assert ephemeral_range(str(table)) == (32768, 60999)
+    assert ephemeral_range(str(tmp_path / "missing")) == (32768, 60999)
