@@ -24,12 +24,16 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "TlsFileError",
     "ZkAccess",
     "ZkDigest",
     "check_tls_files",
     "kazoo_options",
     "parse_digest",
+    "tls_context",
+    "tls_failure",
     "tls_problem",
+    "tls_reason",
 ]
 
 
@@ -95,40 +99,77 @@ def kazoo_options(access: ZkAccess) -> dict[str, Any]:
     return options
 
 
-def tls_problem(hosts: str, access: ZkAccess, timeout: float = 2.0) -> str | None:
-    """Why TLS to ``hosts`` fails, as one line (kazoo only says it timed out): one handshake
-    to each address until one succeeds. None when one succeeded or none answered."""
+class TlsFileError(ValueError):
+    """A TLS file that does not load: the message names its option, ``reason`` says why."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def tls_context(
+    ca_file: str | None, cert_file: str | None, key_file: str | None, prefix: str
+) -> ssl.SSLContext:
+    """The client context kazoo makes from these files: the server's certificate checked
+    against ``ca_file`` (the system's CAs without one), ``cert_file``/``key_file`` presented.
+
+    :raises TlsFileError: a file that does not load, naming its option (``prefix``: the
+        options' common start, e.g. ``--zk-ssl``)."""
     context = ssl.create_default_context()
     try:
-        if access.ca_file:
-            context.load_verify_locations(access.ca_file)
-        if access.cert_file and access.key_file:
-            context.load_cert_chain(access.cert_file, access.key_file)
+        if ca_file:
+            context.load_verify_locations(ca_file)
     except (OSError, ssl.SSLError) as exc:
-        return f"TLS files: {_reason(exc)}"
-    problem = None
-    for item in hosts.split("/", 1)[0].split(","):  # a chroot path may follow the hosts
+        reason = tls_reason(exc)
+        raise TlsFileError(f"{prefix}-ca-file {ca_file!r}: {reason}", reason) from None
+    try:
+        if cert_file and key_file:
+            context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        reason = tls_reason(exc)
+        options = f"{prefix}-cert-file/{prefix}-key-file"
+        raise TlsFileError(f"{options} {cert_file!r}: {reason}", reason) from None
+    return context
+
+
+def tls_failure(hosts: str, context: ssl.SSLContext, timeout: float) -> str | None:
+    """One TLS handshake to each address of ``hosts`` (a ZooKeeper connection string; a
+    chroot path may follow), stopping at the first that succeeds: the first failure as
+    ``HOST:PORT: TLS: REASON``, or None when one succeeded or none answered at all (a server
+    down is not a TLS failure: kazoo retries)."""
+    failure = None
+    for item in hosts.split("/", 1)[0].split(","):
         host, _, port = item.strip().rpartition(":")
         host, port = (host, port) if host else (port, "2181")
+        name = host.strip("[]")
         try:
             with (
-                socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw,
-                context.wrap_socket(raw, server_hostname=host.strip("[]")),
+                socket.create_connection((name, int(port)), timeout=timeout) as raw,
+                context.wrap_socket(raw, server_hostname=name),
             ):
                 return None
         except ssl.SSLCertVerificationError as exc:
-            problem = problem or f"{host}:{port}: TLS: certificate verify failed: {_reason(exc)}"
+            reason = f"certificate verify failed: {tls_reason(exc)}"
         except ssl.SSLError as exc:
-            problem = problem or (
-                f"{host}:{port}: TLS: handshake failed ({_reason(exc)}):"
-                " is it ZooKeeper's secureClientPort?"
-            )
+            reason = f"handshake failed ({tls_reason(exc)}): is it ZooKeeper's secureClientPort?"
         except (OSError, ValueError):
-            continue  # not answering: not a TLS failure
-    return problem
+            continue  # not answering (or no port number): not a TLS failure
+        failure = failure or f"{host}:{port}: TLS: {reason}"
+    return failure
 
 
-def _reason(exc: BaseException) -> str:
+def tls_problem(hosts: str, access: ZkAccess, timeout: float = 2.0) -> str | None:
+    """Why TLS to ``hosts`` fails, as one line (kazoo only says it timed out): see
+    :func:`tls_failure`; a file that does not load as ``TLS files: REASON``."""
+    try:
+        context = tls_context(access.ca_file, access.cert_file, access.key_file, "tls")
+    except TlsFileError as exc:
+        return f"TLS files: {exc.reason}"
+    return tls_failure(hosts, context, timeout)
+
+
+def tls_reason(exc: BaseException) -> str:
+    """An SSL or OS error's reason in a few words (the verify message when there is one)."""
     if isinstance(exc, ssl.SSLError):
         return str(getattr(exc, "verify_message", None) or exc.reason or exc)
     if isinstance(exc, OSError) and exc.strerror:

@@ -15,11 +15,11 @@ unable to get local issuer certificate``), which the agent and ``qpid-ha`` print
 
 from __future__ import annotations
 
-import socket
 import ssl
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from common.zk_access import ZkAccess, check_tls_files, kazoo_options, tls_context, tls_failure
 
 __all__ = ["ZkTls", "tls_refusal", "zk_tls"]
 
@@ -31,32 +31,12 @@ class ZkTls:
     key_file: str | None = None
 
     def kazoo_options(self) -> dict[str, Any]:
-        return {
-            "use_ssl": True,
-            "ca": self.ca_file,
-            "certfile": self.cert_file,
-            "keyfile": self.key_file,
-            "verify_certs": True,
-            "check_hostname": True,
-        }
+        return kazoo_options(ZkAccess(None, True, self.ca_file, self.cert_file, self.key_file))
 
     def context(self) -> ssl.SSLContext:
         """The client context kazoo makes from :meth:`kazoo_options`.
         :raises ValueError: a file that cannot be loaded (naming the option)."""
-        context = ssl.create_default_context()
-        try:
-            if self.ca_file:
-                context.load_verify_locations(self.ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"--zk-ssl-ca-file {self.ca_file!r}: {_reason(exc)}") from None
-        try:
-            if self.cert_file and self.key_file:
-                context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise ValueError(
-                f"--zk-ssl-cert-file/--zk-ssl-key-file {self.cert_file!r}: {_reason(exc)}"
-            ) from None
-        return context
+        return tls_context(self.ca_file, self.cert_file, self.key_file, "--zk-ssl")
 
 
 def zk_tls(
@@ -67,60 +47,15 @@ def zk_tls(
     without its key, a file that does not load)."""
     if not (enabled or ca_file or cert_file or key_file):
         return None
-    if bool(cert_file) != bool(key_file):
-        raise ValueError("--zk-ssl-cert-file and --zk-ssl-key-file go together")
-    for option, path in (
-        ("--zk-ssl-ca-file", ca_file),
-        ("--zk-ssl-cert-file", cert_file),
-        ("--zk-ssl-key-file", key_file),
-    ):
-        if path and not Path(path).is_file():
-            raise ValueError(f"{option}: no such file {path!r}")
+    check_tls_files("--zk-ssl", ca_file, cert_file, key_file)
     tls = ZkTls(ca_file, cert_file, key_file)
     tls.context()  # a file that does not load: now, naming it
     return tls
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError):
-        return str(getattr(exc, "verify_message", None) or exc.reason or exc)
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc)
-
-
-def _addresses(hosts: str) -> list[tuple[str, int]]:
-    addresses = []
-    for item in hosts.split("/", 1)[0].split(","):  # a chroot path follows the hosts
-        host, _, port = item.strip().rpartition(":")
-        if not host:
-            host, port = port, "2181"
-        try:
-            addresses.append((host.strip("[]"), int(port)))
-        except ValueError:
-            continue
-    return addresses
 
 
 def tls_refusal(hosts: str, tls: ZkTls, timeout: float = 5.0) -> str | None:
     """One handshake to each of ``hosts`` (stopping at the first that succeeds): the first
     TLS failure as one line, ``ZooKeeper HOST:PORT: TLS: REASON``, or None when one
     succeeded or none answered at all (ZooKeeper down: kazoo retries)."""
-    context = tls.context()
-    refusal = None
-    for host, port in _addresses(hosts):
-        try:
-            with (
-                socket.create_connection((host, port), timeout=timeout) as raw,
-                context.wrap_socket(raw, server_hostname=host),
-            ):
-                return None
-        except ssl.SSLCertVerificationError as exc:
-            reason = f"certificate verify failed: {_reason(exc)}"
-            refusal = refusal or f"ZooKeeper {host}:{port}: TLS: {reason}"
-        except ssl.SSLError as exc:
-            reason = f"handshake failed ({_reason(exc)}): is it ZooKeeper's secureClientPort?"
-            refusal = refusal or f"ZooKeeper {host}:{port}: TLS: {reason}"
-        except OSError:
-            continue  # not answering: not a TLS failure
-    return refusal
+    failure = tls_failure(hosts, tls.context(), timeout)
+    return None if failure is None else f"ZooKeeper {failure}"
