@@ -8,7 +8,8 @@
 - On a 3-server ensemble: the same fail-over; ``--designated-primary`` refused while the
   other broker answers as primary; the ensemble loses its quorum (2 servers killed), the
   primary fences itself, its node is lost; the survivor, designated primary by the operator,
-  serves again with every confirmed message, and says so loudly.
+  serves again with every confirmed message, and says so loudly; its broker SIGKILLed and
+  started again, the designated agent promotes it again from its store.
 """
 
 from __future__ import annotations
@@ -196,6 +197,20 @@ def test_two_brokers_on_an_ensemble_and_a_designated_primary_without_quorum(
         after.sent = publisher.sent
         after.publish(100)
         after.close()
+
+        # the broker under the designated agent is SIGKILLed and started again (by hand,
+        # as systemd would): the agent checks the peer again and promotes it again, at a
+        # higher epoch, from its store
+        first_epoch = loud["new_epoch"]
+        os.kill(survivor.broker_pid(), signal.SIGKILL)
+        poll_until(lambda: survivor.status() is None, 10)
+        with open(survivor.dir / "qpidd.restarted.out", "ab") as out:
+            restarted = subprocess.Popen(survivor.broker_command, stdout=out, stderr=out)
+        survivor.broker_pids.add(restarted.pid)
+        poll_until(lambda: survivor.state() == "active", 60, "promoted again after a restart")
+        again = [e for e in read_events(log) if e["event"] == "designated_primary"]
+        assert len(again) == 2 and again[1]["was"] in ("joining", "ready")
+        assert again[1]["new_epoch"] > first_epoch
         received = drain([survivor.port], "orders")
         lost = (publisher.confirmed | after.confirmed) - set(received)
         assert not lost, f"confirmed messages lost: {sorted(lost)[:10]}"
