@@ -23,7 +23,7 @@ from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster
 from tests.agent.test_total_failure_cycles import AGENT_ARGS, kill_node
 from tests.cli.conftest import qpid_ha as qpid_ha_here
-from tests.store.test_backup_restore import QUEUES, Publisher, qpid_ha
+from tests.store.test_backup_restore import QUEUES, Publisher, back_up_under_load
 from tests.zookeeper import ZooKeeper
 
 pytestmark = pytest.mark.timeout(240)
@@ -42,19 +42,9 @@ def test_a_site_restored_from_a_backup_by_its_agents(
         for queue in QUEUES:
             setup.channel().queue_declare(queue, durable=True)
         setup.close()
-        publisher.start()
-        poll_until(lambda: len(publisher.confirmed) >= 40 or publisher.error, 30)
-        before = set(publisher.confirmed)
         backup = tmp_path / "backup"
-        result = qpid_ha(
-            "-b", f"guest/guest@127.0.0.1:{primary.mgmt_port}", "backup", "--to", str(backup)
-        )
-        assert result.returncode == 0, result.stderr
-        during = len(publisher.confirmed)
-        poll_until(lambda: len(publisher.confirmed) >= during + 20 or publisher.error, 30)
-        publisher.stop.set()
-        publisher.join(30)
-        assert publisher.error is None, publisher.error
+        management = f"guest/guest@127.0.0.1:{primary.mgmt_port}"
+        before, _result = back_up_under_load(publisher, management, backup)
 
         for node in agents.nodes:  # the whole site is lost
             kill_node(node)

@@ -22,7 +22,7 @@ from common.polling import poll_until
 from tests.cli.conftest import qpid_ha as qpid_ha_here
 from tests.ha.cluster import Cluster
 from tests.store.store_brokers import connect, drain, events
-from tests.store.test_backup_restore import QUEUES, Publisher, mgmt, qpid_ha
+from tests.store.test_backup_restore import QUEUES, Publisher, back_up_under_load, mgmt
 
 
 def test_a_cluster_restored_from_a_backup_of_its_primary(tmp_path: Path) -> None:
@@ -41,16 +41,7 @@ def test_a_cluster_restored_from_a_backup_of_its_primary(tmp_path: Path) -> None
             channel.queue_declare(queue, durable=True)
         setup.close()
         publisher = Publisher(primary.url)
-        publisher.start()
-        poll_until(lambda: len(publisher.confirmed) >= 40 or publisher.error, 30)
-        before = set(publisher.confirmed)
-        result = qpid_ha("-b", mgmt(primary), "backup", "--to", str(tmp_path / "backup"))
-        assert result.returncode == 0, result.stderr
-        during = len(publisher.confirmed)
-        poll_until(lambda: len(publisher.confirmed) >= during + 20 or publisher.error, 30)
-        publisher.stop.set()
-        publisher.join(30)
-        assert publisher.error is None, publisher.error
+        before, _result = back_up_under_load(publisher, mgmt(primary), tmp_path / "backup")
         published = publisher.published
         source = json.loads((tmp_path / "backup" / MANIFEST).read_text())["source"]
         assert source["ha_state"] == "active" and source["epoch"] == 1

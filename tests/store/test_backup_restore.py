@@ -73,6 +73,27 @@ class Publisher(threading.Thread):
             self.error = exc
 
 
+def back_up_under_load(
+    publisher: Publisher, management: str, to: Path, *, before: int = 40, after: int = 20
+) -> tuple[set[int], subprocess.CompletedProcess[str]]:
+    """Start ``publisher``; once ``before`` messages are confirmed, ``qpid-ha -b
+    MANAGEMENT backup --to TO`` (asserted to succeed) while it goes on publishing; stop it
+    once ``after`` more are confirmed. The numbers confirmed before the backup was asked
+    for, and qpid-ha's result."""
+    publisher.start()
+    poll_until(lambda: len(publisher.confirmed) >= before or publisher.error, 30)
+    confirmed = set(publisher.confirmed)
+    result = qpid_ha("-b", management, "backup", "--to", str(to))
+    assert result.returncode == 0, result.stderr
+    during = len(publisher.confirmed)
+    # under load: the publisher went on being confirmed after the backup
+    poll_until(lambda: len(publisher.confirmed) >= during + after or publisher.error, 30)
+    publisher.stop.set()
+    publisher.join(30)
+    assert publisher.error is None, publisher.error
+    return confirmed, result
+
+
 def test_a_backup_under_load_restores_every_confirmed_message(tmp_path: Path) -> None:
     source = BrokerProcess(tmp_path / "site", [f"--data-dir={tmp_path / 'site' / 'data'}"])
     restored = BrokerProcess(tmp_path / "new", [f"--data-dir={tmp_path / 'new' / 'data'}"])
@@ -85,18 +106,10 @@ def test_a_backup_under_load_restores_every_confirmed_message(tmp_path: Path) ->
             channel.queue_declare(queue, durable=True)
         setup.close()
         publisher = Publisher(source.url)
-        publisher.start()
-        poll_until(lambda: len(publisher.confirmed) >= 60 or publisher.error, 30)
-        before = set(publisher.confirmed)  # confirmed before the backup is asked for
-        result = qpid_ha("-b", mgmt(source), "backup", "--to", str(tmp_path / "backup"))
-        assert result.returncode == 0, result.stderr
+        before, result = back_up_under_load(
+            publisher, mgmt(source), tmp_path / "backup", before=60, after=30
+        )
         assert result.stdout.startswith("backup of ") and "messages ->" in result.stdout
-        during = len(publisher.confirmed)
-        # under load: the publisher went on being confirmed after the backup
-        poll_until(lambda: len(publisher.confirmed) >= during + 30 or publisher.error, 30)
-        publisher.stop.set()
-        publisher.join(30)
-        assert publisher.error is None, publisher.error
         published = publisher.published
         started = events(source, "store_backup_started")
         finished = events(source, "store_backup_finished")
