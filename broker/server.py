@@ -357,6 +357,7 @@ class Broker:
             maintenance_interval=options.link_maintenance_interval,
             heartbeat=options.link_heartbeat_interval,
             local_url=f"{options.node_name}:{self.amqp_port}",
+            disk=None if self.store is None else self.store.journal,
         )
         self.replications[queue] = replication
         replication.start()

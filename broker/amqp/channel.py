@@ -19,6 +19,7 @@ THREAD UNSAFE: one event loop owns the channel (and its connection).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -83,13 +84,12 @@ class Channel(ConsumeMethods, PublishMethods):
     def send(self, method: Method) -> None:
         self.connection.send_method(self.number, method)
 
-    def send_replicated(self, method: Method) -> None:
+    def send_replicated(self, method: Method, queues: tuple[Queue, ...] = ()) -> None:
         """Reply to a configuration change once the backups have it (the context's
-        barrier: an HA primary) and the store has it on disk (its store barrier); dropped
-        if the channel closed meanwhile."""
+        barrier: an HA primary; with ``queues``, and every dequeue of them so far) and the
+        store has it on disk (its store barrier); dropped if the channel closed meanwhile."""
         ctx = self.connection.ctx
-        barrier, store = ctx.barrier, ctx.store_barrier
-        if barrier is None and store is None:
+        if ctx.barrier is None and ctx.store_barrier is None:
             self.send(method)
             return
 
@@ -100,20 +100,30 @@ class Channel(ConsumeMethods, PublishMethods):
             ):
                 self.send(method)
 
+        self.after_replicated(reply, queues)
+
+    def after_replicated(self, done: Callable[[], None], queues: tuple[Queue, ...] = ()) -> None:
+        """Call ``done`` once the backups and the store have what is done so far (see
+        :meth:`send_replicated`)."""
+        ctx = self.connection.ctx
+        barrier, store = ctx.barrier, ctx.store_barrier
         if barrier is None or store is None:
-            only = barrier if barrier is not None else store
-            assert only is not None
-            only.after_replicated(reply)
+            if barrier is not None:
+                barrier.after_replicated(done, queues)
+            elif store is not None:
+                store.after_replicated(done)
+            else:
+                done()
             return
         waiting = [2]
 
         def one_done() -> None:
             waiting[0] -= 1
             if waiting[0] == 0:
-                reply()
+                done()
 
         store.after_replicated(one_done)
-        barrier.after_replicated(one_done)
+        barrier.after_replicated(one_done, queues)
 
     # -- methods -----------------------------------------------------------------------
     def method(self, method: Method) -> None:
@@ -296,9 +306,12 @@ class Channel(ConsumeMethods, PublishMethods):
         self.send_replicated(commands.Queue.UnbindOk())
 
     def _queue_purge(self, method: commands.Queue.Purge) -> None:
-        count = self.vhost.purge_queue(self._queue_name(method.queue), owner=self.connection)
-        if not method.nowait:
-            self.send_replicated(commands.Queue.PurgeOk(message_count=count))
+        name = self._queue_name(method.queue)
+        count = self.vhost.purge_queue(name, owner=self.connection)
+        if not method.nowait:  # a promise: the backups applied the purge (issue 10)
+            queue = self.vhost.queues.get(name)
+            queues = () if queue is None else (queue,)
+            self.send_replicated(commands.Queue.PurgeOk(message_count=count), queues)
 
     def _queue_delete(self, method: commands.Queue.Delete) -> None:
         count = self.vhost.delete_queue(
@@ -355,7 +368,7 @@ class Channel(ConsumeMethods, PublishMethods):
 
         def settled() -> None:
             nonlocal done
-            if armed and not done and commit.outstanding == 0:
+            if armed and not done and commit.outstanding == 0 and acks_replicated:
                 done = True
                 if (
                     self.state is ChannelState.OPEN
@@ -364,6 +377,9 @@ class Channel(ConsumeMethods, PublishMethods):
                     self.send(commands.Tx.CommitOk())
 
         armed = False
+        # Acknowledgements: commit-ok once the backups applied their dequeues, and the store
+        # wrote them (a promise: the messages do not come back after a fail-over).
+        acks_replicated = not tx.acks
         commit = PublisherConfirms(on_settled=settled)
         if tx.publishes:
             # One mark for the transaction's messages: an HA backup applies them all or
@@ -375,16 +391,26 @@ class Channel(ConsumeMethods, PublishMethods):
         with nullcontext() if stored is None else stored():  # on disk all or none
             for exchange, message, mandatory in tx.publishes:
                 self._publish(exchange, message, mandatory, commit)
+            acked: dict[int, Queue] = {}  # the queues the acknowledgements settle on
             for ack in tx.acks:
                 tag = int(ack.delivery_tag or 0)
+                if isinstance(ack, commands.Basic.Ack | commands.Basic.Nack):
+                    deliveries = self._take_deliveries(tag, bool(ack.multiple))
+                else:
+                    deliveries = self._take_deliveries(tag, False)
+                acked.update((id(d.queue), d.queue) for d in deliveries)
                 if isinstance(ack, commands.Basic.Ack):
-                    self._settle(self._take_deliveries(tag, bool(ack.multiple)), True, False)
-                elif isinstance(ack, commands.Basic.Nack):
-                    self._settle(
-                        self._take_deliveries(tag, bool(ack.multiple)), False, bool(ack.requeue)
-                    )
-                elif isinstance(ack, commands.Basic.Reject):
-                    self._settle(self._take_deliveries(tag, False), False, bool(ack.requeue))
+                    self._settle(deliveries, True, False)
+                elif isinstance(ack, commands.Basic.Nack | commands.Basic.Reject):
+                    self._settle(deliveries, False, bool(ack.requeue))
+        if tx.acks:
+
+            def acks_done() -> None:
+                nonlocal acks_replicated
+                acks_replicated = True
+                settled()
+
+            self.after_replicated(acks_done, tuple(acked.values()))
         armed = True
         settled()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from broker import __version__
 from broker.amqp.stream_sink import StreamSink
 from broker.core.errors import AmqpError
+from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.security.sasl import Authenticator
@@ -86,6 +87,16 @@ class ReplicationBarrier(Protocol):
         ...
 
 
+class HaBarrier(ReplicationBarrier, Protocol):
+    """The HA primary's barrier also holds answers that promise a removal (purge-ok, the
+    commit-ok of acknowledgements) until the backups applied the queues' dequeues."""
+
+    def after_replicated(self, reply: Callable[[], None], queues: Iterable[Queue] = ()) -> None:
+        """As :meth:`ReplicationBarrier.after_replicated`, and once every backup applied
+        every dequeue of ``queues`` so far."""
+        ...
+
+
 class Logger(Protocol):
     def info(self, event: str, **fields: Any) -> Any: ...
 
@@ -115,7 +126,7 @@ class BrokerContext:
     admission: AdmissionPolicy | None = None
     streams: StreamHooks | None = None
     #: Holds the replies to configuration changes until the backups have them (HA primary).
-    barrier: ReplicationBarrier | None = None
+    barrier: HaBarrier | None = None
     #: Holds them until the message store has them on disk (a broker with --data-dir).
     store_barrier: ReplicationBarrier | None = None
     #: Around a ``tx.commit``: what the commit stores is written all or none (the store's

@@ -462,14 +462,37 @@ class BackupLink:
             self._broken.set()
 
     def _config_callback(self, channel: ClientChannel) -> Callable[[Delivery], None]:
+        disk = self.disk
+        waiting = [0]  # acknowledgements waiting for the disk (later ones wait behind)
+
+        def ack(tag: int) -> None:
+            with contextlib.suppress(ClientError):  # the link is going down
+                channel.ack(tag)
+
         def on_config(delivery: Delivery) -> None:
+            appended = 0 if disk is None else disk.appended
             try:
                 event = decode_config_event(delivery.body)
                 changes = self.replicator.apply(event)
             except ValueError as exc:
                 self._fail(f"configuration stream: {exc}")
                 return
-            channel.ack(delivery.delivery_tag)
+            tag = delivery.delivery_tag
+            if disk is None or not (waiting[0] or disk.appended != appended):
+                ack(tag)
+            else:
+                # What applying it wrote (a durable queue deleted with its messages, ...)
+                # is on this backup's disk before the primary's delete-ok: a promise.
+                waiting[0] += 1
+
+                def durable(ok: bool) -> None:
+                    waiting[0] -= 1
+                    if not ok:
+                        self.owner.store_failed("configuration stream: the store cannot write")
+                        return
+                    ack(tag)
+
+                disk.after_durable(durable)
             subscribe = list(changes.subscribe)
             if event.get("type") == "snapshot" and self._first_snapshot:
                 # A new link: every replicated queue catches up again, including the ones

@@ -23,6 +23,12 @@ A backup the primary guards but that has no open configuration stream (an expect
 not back yet, or one whose link dropped) is held at :data:`NEXT_STREAM` of its last stream
 (0 when it had none): only a newer stream's snapshot releases it.
 
+:meth:`hold_next` holds a reply until the backup has the *next* event its newest stream
+will carry (:meth:`pushed` keeps count): a queue's deletion, when replies held on the
+queue's own stream (purge-ok) lose that stream (:meth:`QueueGuard.take_removals
+<broker.ha.queue_guard.QueueGuard.take_removals>`); the deletion is that next event,
+because the primary's guards hear of it before the configuration streams.
+
 THREAD UNSAFE: the primary's event loop owns it. Sans-I/O: no socket, no clock.
 """
 
@@ -74,6 +80,9 @@ class ConfigGuard:
         #: (stream key, position, handle), oldest first.
         self._holds: list[tuple[int, int, ReplyHandle]] = []
         self.cancelled = False
+        #: The newest configuration stream's key and the events pushed on it so far.
+        self.stream = 0
+        self.stream_pushed = 0
 
     @property
     def held(self) -> int:
@@ -85,6 +94,16 @@ class ConfigGuard:
             return
         handle.hold()
         self._holds.append((stream, position, handle))
+
+    def pushed(self, stream: int, position: int) -> None:
+        """``stream`` carries events up to ``position`` (1: its snapshot)."""
+        if stream >= self.stream:
+            self.stream, self.stream_pushed = stream, position
+
+    def hold_next(self, handle: ReplyHandle) -> None:
+        """Hold ``handle`` until the backup has the next event pushed on its newest stream
+        (or a newer stream's snapshot)."""
+        self.hold(self.stream, self.stream_pushed + 1, handle)
 
     def acknowledged(self, stream: int, position: int) -> None:
         """The backup holds the events of ``stream`` up to ``position`` (1: its snapshot)."""

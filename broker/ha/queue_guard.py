@@ -19,6 +19,18 @@ caught up on this queue once it holds everything before it (Qpid's "guard positi
 Deliveries wait for the same backups: a guard is a member of its queue's
 :class:`~broker.ha.delivery_watermark.DeliveryWatermark` from creation to :meth:`cancel`.
 
+Answers that promise a removal wait for the same backups too (issue 10): purge-ok, and the
+commit-ok of a transaction with acknowledgements, go out only once the backup has applied
+the dequeues (:meth:`hold_removal`, a :class:`~broker.ha.config_guard.ReplyHandle` held
+until the backup acknowledged the batch of the queue's stream that carries them). A hold
+is taken at a (stream key, batch tag): released when that stream has acknowledged every
+batch through the tag, or when a *newer* stream (keys grow) acknowledged its first batch,
+whose reconnect handshake dequeues whatever the backup holds that the primary does not
+(:meth:`removals_acknowledged`). A backup without an open stream on the queue is held at
+:data:`~broker.ha.config_guard.NEXT_STREAM`. :meth:`cancel` releases them with the confirms
+(the backup is dropped); a deleted queue's holds are handed to the backup's configuration
+guard by its owner (:meth:`take_removals`): the deletion event carries them.
+
 THREAD UNSAFE: the primary's event loop owns the guard. Call direction: the replicating
 subscription calls the guard, never the reverse.
 """
@@ -28,6 +40,7 @@ from __future__ import annotations
 from broker.core.confirms import ConfirmHandle
 from broker.core.message import Entry
 from broker.core.queue import Queue
+from broker.ha.config_guard import ReplyHandle
 from broker.ha.delivery_watermark import DeliveryWatermark
 
 
@@ -40,6 +53,8 @@ class QueueGuard:
         self.first_guarded = queue.last_position + 1
         self._held: dict[int, ConfirmHandle] = {}
         self.cancelled = False
+        #: Replies held until the backup applied a removal: (stream key, batch tag, reply).
+        self.removals: list[tuple[int, int, ReplyHandle]] = []
         queue.observers.append(self)
         DeliveryWatermark.of(queue).join(self)
 
@@ -71,6 +86,37 @@ class QueueGuard:
         if handle is not None:
             handle.release()
 
+    # -- removals (purge-ok, commit-ok of acknowledgements) -------------------------------
+    def hold_removal(self, handle: ReplyHandle, stream: int, through: int) -> None:
+        """Hold ``handle`` until ``stream`` acknowledged every batch through tag ``through``
+        (or a newer stream its first batch)."""
+        if self.cancelled:
+            return
+        handle.hold()
+        self.removals.append((stream, through, handle))
+
+    def removals_acknowledged(self, stream: int, through: int) -> None:
+        """``stream`` has every batch through tag ``through`` acknowledged (0: none yet)."""
+        if through < 1 or not self.removals:
+            return
+        kept: list[tuple[int, int, ReplyHandle]] = []
+        released: list[ReplyHandle] = []
+        for entry in self.removals:
+            key, tag, handle = entry
+            if (key == stream and tag <= through) or key < stream:
+                released.append(handle)
+            else:
+                kept.append(entry)
+        self.removals = kept
+        for handle in released:
+            handle.release()
+
+    def take_removals(self) -> list[ReplyHandle]:
+        """The held removal replies, no longer held here (the queue was deleted: the owner
+        holds them on the deletion's configuration event)."""
+        taken, self.removals = self.removals, []
+        return [handle for _key, _tag, handle in taken]
+
     def cancel(self) -> None:
         """The backup is gone: release every held confirm and stop guarding."""
         if self.cancelled:
@@ -79,6 +125,9 @@ class QueueGuard:
         held, self._held = self._held, {}
         for handle in held.values():
             handle.release()
+        removals, self.removals = self.removals, []
+        for _key, _tag, reply in removals:
+            reply.release()
         if self in self.queue.observers:
             self.queue.observers.remove(self)
         DeliveryWatermark.of(self.queue).leave(self)

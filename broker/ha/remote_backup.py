@@ -51,6 +51,10 @@ class RemoteBackup:
     def queue_deleted(self, name: str) -> None:
         guard = self.guards.pop(name, None)
         if guard is not None:
+            # Replies waiting for removals on the queue wait for its deletion instead.
+            for handle in guard.take_removals():
+                self.config.hold_next(handle)
+                handle.release()  # the guard's hold, now the configuration guard's
             guard.cancel()
 
     def held(self) -> int:

@@ -7,8 +7,11 @@ remote one serves queue streams (as a primary does, for every queue:
 :func:`serve_queue_streams`), the local one runs a :class:`QueueReplication` per replicated
 queue: it dials the remote broker, subscribes to ``qpid.ha-queue:<name>`` with the ids it
 already holds, applies the batches with a
-:class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges them, and re-dials
-every ``link-maintenance-interval`` when the connection drops
+:class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges them once applied and,
+when this broker has a store and a batch wrote to it (a durable local queue's persistent
+messages), once what it wrote is durable (:class:`~broker.ha.queue_replicator.BatchAcks`,
+as a cluster backup does): the source's publisher confirms wait for that acknowledgement.
+It re-dials every ``link-maintenance-interval`` when the connection drops
 (:func:`~broker.ha.redial.dial_loop` with a constant :class:`~broker.ha.redial.Backoff`).
 
 Not to be confused with :mod:`broker.ha.replicate_level` (*what* a cluster replicates) or
@@ -26,10 +29,10 @@ from typing import Any
 
 from broker.amqp.client import AmqpClient, ClientError, Delivery
 from broker.core.vhost import VirtualHost
-from broker.ha.backup import connect_as_backup
+from broker.ha.backup import DiskSync, connect_as_backup
 from broker.ha.names import IDS_ARGUMENT, QUEUE_STREAM_PREFIX
 from broker.ha.primary import Primary, StandaloneBackups
-from broker.ha.queue_replicator import QueueReplicator
+from broker.ha.queue_replicator import BatchAcks, QueueReplicator
 from broker.ha.redial import Backoff, dial_loop
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.streams import PrimaryStreams
@@ -61,7 +64,10 @@ class QueueReplication:
         maintenance_interval: float,
         heartbeat: float,
         local_url: str,
+        disk: DiskSync | None = None,
     ) -> None:
+        """``disk``: this broker's store; a batch that wrote to it is acknowledged only once
+        what it wrote is durable (the source's confirms wait for this copy's disk)."""
         self.queue_name = queue
         self.remote = remote
         self.user = user
@@ -70,6 +76,7 @@ class QueueReplication:
         self.maintenance_interval = maintenance_interval
         self.heartbeat = heartbeat
         self.local_url = local_url
+        self.disk = disk
         self.broker_id = f"replicate-{queue}-{uuid.uuid4()}"
         local = vhost.queues.get(queue) or vhost.declare_queue(queue, replicated=True)
         self.replicator = QueueReplicator(local)
@@ -154,14 +161,27 @@ class QueueReplication:
             broken = asyncio.Event()
             failure: list[str] = []
 
+            def store_failed(reason: str) -> None:
+                failure.append(reason)  # acknowledging would be a lie: stop replicating
+                broken.set()
+
+            disk = self.disk
+            acks = BatchAcks(None if disk is None else disk.after_durable, store_failed)
+
+            def ack(tag: int) -> None:
+                with contextlib.suppress(ClientError):  # the connection is going down
+                    channel.ack(tag)
+
             def on_batch(delivery: Delivery) -> None:
+                appended = 0 if disk is None else disk.appended
                 try:
                     replicator.apply(decode_batch(delivery.body))
                 except ValueError as exc:
                     failure.append(str(exc))
                     broken.set()
                     return
-                channel.ack(delivery.delivery_tag)
+                wrote = disk is not None and disk.appended != appended
+                acks.applied(replicator, ack, delivery.delivery_tag, wrote)
 
             await channel.consume(
                 QUEUE_STREAM_PREFIX + self.queue_name,

@@ -44,16 +44,21 @@ THREAD UNSAFE: the primary's event loop owns it. It calls the guard, not the rev
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 
 from broker.core.message import Entry, TxMark
 from broker.core.queue import Queue
+from broker.ha.config_guard import NEXT_STREAM, ReplyHandle
 from broker.ha.delivery_watermark import DeliveryWatermark
 from broker.ha.id_set import IdSet
 from broker.ha.queue_guard import QueueGuard
 from broker.ha.wire import Dequeue, EnqueuePacker, Event, Ready, encode_batch
+
+#: Subscription keys: a later subscription (of any queue, any backup) has a greater key.
+_keys = itertools.count(1)
 
 
 class ReplicatingSubscription:
@@ -70,6 +75,8 @@ class ReplicatingSubscription:
     ) -> None:
         self.queue = queue
         self.guard = guard
+        #: Greater than every earlier subscription's (the guard's removal holds use it).
+        self.key = next(_keys)
         self.max_batch_bytes = max_batch_bytes
         self.max_batch_events = max_batch_events
         snapshot = queue.snapshot()
@@ -104,8 +111,9 @@ class ReplicatingSubscription:
         self._tx_base_sent = self._tx_base == 1  # no transaction yet: nothing to say
         self._packer = EnqueuePacker()
         self._last_sent = 0
-        self._unacked: dict[int, list[int]] = {}
+        self._unacked: dict[int, list[int]] = {}  # in tag order: the oldest first
         self._next_tag = 1
+        self._dequeue_tag = 0  # the last batch that carried a Dequeue
         # Caught up once everything before the guard is on the backup.
         self.ready_position = (guard.first_guarded - 1) if guard else queue.last_position
         self._ready_tag: int | None = None
@@ -231,10 +239,11 @@ class ReplicatingSubscription:
         if ids:
             self._last_sent = ids[-1]
         events: list[Event] = []
+        tag = self._next_tag
         if len(self._pending_dequeues):
             events.append(Dequeue(self._pending_dequeues))
             self._pending_dequeues = IdSet()
-        tag = self._next_tag
+            self._dequeue_tag = tag
         if self._ready_tag is None and not self.ready and self._caught_up():
             events.append(Ready())
             self._ready_tag = tag
@@ -271,6 +280,38 @@ class ReplicatingSubscription:
                     guard.acknowledged(position)
             if t == self._ready_tag:
                 self.ready = True
+        if guard is not None and guard.removals:  # purge-ok and friends wait for this backup
+            guard.removals_acknowledged(self.key, self.acked_through)
+
+    def hold_removal(self, handle: ReplyHandle) -> None:
+        """Hold ``handle`` (purge-ok, the commit-ok of acknowledgements) on the guard until
+        the backup applied every dequeue seen so far (at once when it has)."""
+        guard = self.guard
+        if guard is None:
+            return
+        if self.closed:  # the next subscription's handshake dequeues what the backup lacks
+            guard.hold_removal(handle, self.key, NEXT_STREAM)
+            return
+        tag = self.removal_tag()
+        if tag is not None:
+            guard.hold_removal(handle, self.key, tag)
+
+    def removal_tag(self) -> int | None:
+        """The batch whose acknowledgement means the backup applied every dequeue seen so
+        far (purge-ok waits for it): the next one when dequeues wait to be sent, the last
+        one that carried any while it is unacknowledged; None when nothing is owed."""
+        if len(self._pending_dequeues):
+            return self._next_tag
+        if self._dequeue_tag in self._unacked:
+            return self._dequeue_tag
+        return None
+
+    @property
+    def acked_through(self) -> int:
+        """Every batch through this tag is acknowledged (0: none yet)."""
+        for oldest in self._unacked:
+            return oldest - 1
+        return self._next_tag - 1
 
     @property
     def last_sent(self) -> int:

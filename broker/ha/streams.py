@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
@@ -34,7 +34,7 @@ from broker.core.exchange import EXCHANGE, Binding, Exchange
 from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.core.vhost import VHOST, VirtualHost
-from broker.core.vhosts import VirtualHosts, queue_key
+from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.config_guard import NEXT_STREAM, ConfigGuard, ReplyHandle
 from broker.ha.id_set import IdSet
 from broker.ha.names import (
@@ -221,6 +221,7 @@ class ConfigStream(_ChannelStream):
         self.guard = guard
         self._pending: list[dict[str, Any]] = [streams.snapshot()]
         self.pushed = 1
+        guard.pushed(self.key, 1)
         self.acked = 0
         self._sent: deque[tuple[int, int]] = deque()  # (delivery tag, event number)
         self._acked_tags: set[int] = set()
@@ -231,6 +232,7 @@ class ConfigStream(_ChannelStream):
     def push(self, event: dict[str, Any]) -> None:
         self._pending.append(event)
         self.pushed += 1
+        self.guard.pushed(self.key, self.pushed)
         self.request_pump()
 
     def pump(self) -> None:
@@ -336,6 +338,8 @@ class PrimaryStreams:
         #: The newest configuration stream of each backup.
         self.config_stream_of: dict[str, ConfigStream] = {}
         self.queue_streams: dict[str, list[QueueStream]] = {}
+        #: The newest queue stream of each (backup, queue key).
+        self.queue_stream_of: dict[tuple[str, str], QueueStream] = {}
 
     # replication rules, with this broker's default
     def queue_level(self, queue: Queue) -> ReplicateLevel:
@@ -394,13 +398,17 @@ class PrimaryStreams:
         backup_url = str(props.get(URL_PROPERTY) or sink.peer)
         stream = self._open(sink, name, arguments, backup_id, backup_url)
         self._streams_of[backup_id] = self._streams_of.get(backup_id, 0) + 1
-        stream.on_close = lambda: self._stream_closed(backup_id)
+        stream.on_close = lambda: self._stream_closed(backup_id, stream)
         return stream
 
-    def after_replicated(self, reply: Callable[[], None]) -> None:
+    def after_replicated(self, reply: Callable[[], None], queues: Iterable[Queue] = ()) -> None:
         """Call ``reply`` once every guarded backup holds the configuration as it is now
-        (at once when none lacks anything): synchronous configuration."""
+        (at once when none lacks anything): synchronous configuration; and, for each of
+        ``queues``, has applied every dequeue of it so far (purge-ok, the commit-ok of a
+        transaction's acknowledgements: :meth:`QueueGuard.hold_removal
+        <broker.ha.queue_guard.QueueGuard.hold_removal>`)."""
         handle = ReplyHandle(reply)
+        keys = [(key_of(queue), queue) for queue in queues]
         for backup_id, backup in self.primary.backups.items():
             stream = self.config_stream_of.get(backup_id)
             if stream is None or stream.closed:
@@ -408,7 +416,22 @@ class PrimaryStreams:
                 backup.config.hold(0 if stream is None else stream.key, NEXT_STREAM, handle)
             elif stream.pushed > stream.acked:
                 backup.config.hold(stream.key, stream.pushed, handle)
+            for key, queue in keys:
+                self._hold_removal(backup_id, backup, key, queue, handle)
         handle.arm()
+
+    def _hold_removal(
+        self, backup_id: str, backup: RemoteBackup, key: str, queue: Queue, handle: ReplyHandle
+    ) -> None:
+        guard = backup.guards.get(key)
+        if guard is None or guard.queue is not queue:
+            return  # not replicated to this backup (or deleted: the deletion is configuration)
+        stream = self.queue_stream_of.get((backup_id, key))
+        if stream is None or stream.subscription.guard is not guard:
+            # Its next stream's handshake dequeues what the backup holds and the queue not.
+            guard.hold_removal(handle, 0, NEXT_STREAM)
+        else:
+            stream.subscription.hold_removal(handle)
 
     def broadcast(self, event: dict[str, Any]) -> None:
         """Send an event (membership) on every open configuration stream; a stream opened
@@ -419,7 +442,11 @@ class PrimaryStreams:
         for stream in self.config_streams:
             stream.push(event)
 
-    def _stream_closed(self, backup_id: str) -> None:
+    def _stream_closed(self, backup_id: str, stream: ConfigStream | QueueStream) -> None:
+        if isinstance(stream, QueueStream):
+            key = (backup_id, key_of(stream.subscription.queue))
+            if self.queue_stream_of.get(key) is stream:
+                del self.queue_stream_of[key]
         left = self._streams_of.get(backup_id, 0) - 1
         if left > 0:
             self._streams_of[backup_id] = left
@@ -475,6 +502,7 @@ class PrimaryStreams:
         )
         live = [s for s in self.queue_streams.get(backup_id, []) if not s.closed]
         self.queue_streams[backup_id] = [*live, queue_stream]
+        self.queue_stream_of[(backup_id, key_of(queue))] = queue_stream
         return queue_stream
 
     def positions(self, backup_id: str) -> list[dict[str, Any]]:
