@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 from pamqp.base import Frame as Method
 
-from broker.amqp.channel_consume import ChannelConsumer, ConsumeMethods, Delivery
+from broker.amqp.channel_consume import ChannelConsumer, ChannelGet, ConsumeMethods, Delivery
 from broker.amqp.channel_publish import PendingContent, PublishMethods, Transaction
 from broker.amqp.context import Stream
 from broker.amqp.state import ChannelState
@@ -75,6 +75,8 @@ class Channel(ConsumeMethods, PublishMethods):
         self.reply_queue: Queue | None = None
         self._stream_tag = b""
         self._stream_route = b""
+        self.held_get: ChannelGet | None = None
+        self.held_frames: list[tuple[int, bytes]] | None = None
 
     # -- state -------------------------------------------------------------------------
     @property
@@ -422,7 +424,10 @@ class Channel(ConsumeMethods, PublishMethods):
 
     # -- flow and cleanup --------------------------------------------------------------
     def release_resources(self) -> None:
-        """Cancel consumers, requeue unacknowledged deliveries, drop pending confirms."""
+        """Cancel consumers and a held basic.get, requeue unacknowledged deliveries, drop
+        pending confirms."""
+        if self.held_frames is not None:
+            self.cancel_held_get()
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:

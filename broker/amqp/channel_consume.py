@@ -95,6 +95,22 @@ class ChannelConsumer:
         self.channel.consumer_cancelled_by_broker(self)
 
 
+class ChannelGet:
+    """A basic.get its queue holds (:class:`~broker.core.queue.HeldGet`): the delivery
+    gate held back the head. The channel defers the frames that follow until it is
+    answered, so get-ok comes in order with the channel's other replies."""
+
+    __slots__ = ("channel", "no_ack", "queue")
+
+    def __init__(self, channel: ConsumeMethods, queue: Queue, no_ack: bool) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.no_ack = no_ack
+
+    def answer(self, queue: Queue, entry: Entry | None) -> None:
+        self.channel.held_get_answered(self, entry)
+
+
 @dataclass(slots=True)
 class Delivery:
     """An unacknowledged delivery."""
@@ -127,6 +143,10 @@ class ConsumeMethods:
     reply_queue: Queue | None
     _stream_tag: bytes
     _stream_route: bytes
+    #: A basic.get the queue holds, and the frames received on this channel since (replayed
+    #: in order once it is answered).
+    held_get: ChannelGet | None
+    held_frames: list[tuple[int, bytes]] | None
 
     if TYPE_CHECKING:  # provided by Channel
 
@@ -302,10 +322,52 @@ class ConsumeMethods:
 
     def _basic_get(self, method: commands.Basic.Get) -> None:
         queue = self.vhost.queue(self._queue_name(method.queue), owner=self.connection)
+        no_ack = bool(method.no_ack)
         entry = queue.get()
+        if entry is not None:
+            self._get_ok(queue, entry, no_ack)
+            return
+        held = ChannelGet(self, queue, no_ack)
+        if queue.hold_get(held):  # ready messages the delivery gate holds back: wait
+            self.held_get = held
+            conn = self.connection
+            conn.ctx.log.info(
+                "basic_get_held",
+                connection=conn.name,
+                channel=self.number,
+                queue=queue.name,
+                messages=queue.message_count,
+            )
+            if self.held_frames is None:
+                self.held_frames = []
+            return
+        self.send(commands.Basic.GetEmpty())
+
+    def held_get_answered(self, held: ChannelGet, entry: Entry | None) -> None:
+        """The queue answers a held basic.get; then the frames deferred behind it."""
+        if self.held_get is not held:
+            return
+        self.held_get = None
         if entry is None:
             self.send(commands.Basic.GetEmpty())
-            return
+        else:
+            self._get_ok(held.queue, entry, held.no_ack)
+        if self.held_frames:
+            self.connection.replay_held_frames(self.number)
+        else:
+            self.held_frames = None
+
+    def cancel_held_get(self) -> list[tuple[int, bytes]]:
+        """Forget the held basic.get (the message stays on its queue); returns the frames
+        deferred behind it."""
+        held, frames = self.held_get, self.held_frames
+        if held is not None:
+            held.queue.cancel_get(held)
+            self.held_get = None
+        self.held_frames = None
+        return frames or []
+
+    def _get_ok(self, queue: Queue, entry: Entry, no_ack: bool) -> None:
         message = entry.message
         tag = self._next_tag
         self._next_tag = tag + 1
@@ -326,7 +388,6 @@ class ConsumeMethods:
             )
         )
         conn.messages_delivered += 1
-        no_ack = bool(method.no_ack)
         queue.delivered(entry, no_ack)
         if not no_ack:
             self.unacked[tag] = Delivery(queue, entry, None)

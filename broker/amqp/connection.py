@@ -54,6 +54,7 @@ S = ConnectionState
 _ids = itertools.count(1)
 _FRAME_HEAD = struct.Struct(">BHI")
 _PUBLISH_ID = b"\x00\x3c\x00\x28"
+_CHANNEL_CLOSE_ID = b"\x00\x14\x00\x28"
 _CHANNEL_OPEN = ChannelState.OPEN
 
 
@@ -260,7 +261,7 @@ class Connection:
             if channel and self.state is S.OPEN:
                 # Hot path: publish, content header and body on an open channel.
                 ch = channels.get(channel)
-                if ch is not None and ch.state is _CHANNEL_OPEN:
+                if ch is not None and ch.state is _CHANNEL_OPEN and ch.held_frames is None:
                     if ftype == framing.FRAME_BODY:
                         ch.content_body(payload)
                         continue
@@ -297,6 +298,14 @@ class Connection:
 
     def _frame(self, ftype: int, channel: int, payload: bytes) -> None:
         state = self.state
+        if channel and state is S.OPEN:
+            held = self.channels.get(channel)
+            if (
+                held is not None
+                and held.held_frames is not None
+                and self._defer(held, ftype, payload)
+            ):
+                return
         if ftype == framing.FRAME_METHOD:
             if channel == 0:
                 self._connection_method(framing.unmarshal_method(payload))
@@ -351,6 +360,43 @@ class Connection:
                 raise AmqpError(ReplyCode.FRAME_ERROR, f"heartbeat frame on channel {channel}")
         else:
             raise AmqpError(ReplyCode.FRAME_ERROR, f"unknown frame type {ftype}")
+
+    # -- a held basic.get ----------------------------------------------------------------
+    def _defer(self, ch: Channel, ftype: int, payload: bytes) -> bool:
+        """A frame for a channel whose basic.get is held (or whose frames kept behind it
+        wait for replay): kept for later (True), except channel.close, which cancels the
+        get (its message stays queued) and goes on after the frames kept before it."""
+        if ftype != framing.FRAME_METHOD or payload[:4] != _CHANNEL_CLOSE_ID:
+            assert ch.held_frames is not None
+            ch.held_frames.append((ftype, payload))
+            return True
+        while ch.held_frames is not None:
+            for kept_type, kept in ch.cancel_held_get():
+                self._frame(kept_type, ch.number, kept)
+        return False
+
+    def replay_held_frames(self, number: int) -> None:
+        """A held basic.get was answered: process the frames its channel kept, in order,
+        before the next flush (not inside the queue's dispatch that answered it). Frames
+        that arrive meanwhile are kept behind them."""
+
+        def replay() -> None:
+            ch = self.channels.get(number)
+            if ch is None or ch.held_get is not None or ch.held_frames is None:
+                return
+            frames, ch.held_frames = ch.held_frames, None
+            for ftype, payload in frames:
+                if self.should_close or self.state is not S.OPEN:
+                    return
+                self._frame(ftype, number, payload)
+
+        def pump() -> None:
+            if self.state is S.OPEN and not self.should_close:
+                self._process(replay)
+                if self._pumps:  # held again and answered at once: flush again
+                    self._signal_output()
+
+        self.request_pump(-number, pump)
 
     # -- connection class --------------------------------------------------------------
     def _send_start(self) -> None:

@@ -63,6 +63,15 @@ class DeliveryGate(Protocol):
 NO_GATE = 2**63
 
 
+class HeldGet(Protocol):
+    """A basic.get the queue holds: it found ready messages but the delivery gate held
+    back the head (:meth:`Queue.hold_get`). Answered once, in the order held: with the
+    entry when the gate lets it through (booked as ``get`` books it), or None (get-empty)
+    when the queue has no ready message left."""
+
+    def answer(self, queue: Queue, entry: Entry | None) -> None: ...
+
+
 class QueueObserver(Protocol):
     """Hears a queue's enqueues and dequeues (HA guards, replication)."""
 
@@ -133,6 +142,7 @@ class Queue:
         self.delivery_gate: DeliveryGate | None = None
         self.gate_above = NO_GATE
         self._unacked_entries: dict[int, Entry] = {}
+        self._held_gets: deque[HeldGet] = deque()
         self._bytes = 0
         self._dispatching = False
         self._redispatch = False
@@ -333,6 +343,8 @@ class Queue:
             self._bytes -= len(head.message.body)
             self._expire_entry(head)
             count += 1
+        if self._held_gets and not messages:
+            self._answer_held_gets(now)
         return count
 
     def _pop_live(self, now: float) -> Entry | None:
@@ -375,6 +387,8 @@ class Queue:
         consumers = self._consumers
         messages = self._messages
         now = self._clock()
+        if self._held_gets:
+            self._answer_held_gets(now)
         ordered = self._ordered_dispatch
         while messages and consumers:
             chosen: Consumer | None = None
@@ -429,6 +443,42 @@ class Queue:
         if entry is not None:
             self.delivered_total += 1
         return entry
+
+    def hold_get(self, held: HeldGet) -> bool:
+        """After :meth:`get` found nothing: hold the basic.get while the delivery gate holds
+        back ready messages (an HA primary whose backups have not acknowledged a delivery
+        watermark yet) and answer it when the gate lets the head through; False when the
+        queue is empty (answer get-empty now)."""
+        if not self._messages:
+            return False
+        self._held_gets.append(held)
+        return True
+
+    def cancel_get(self, held: HeldGet) -> None:
+        """Forget a held basic.get (its channel closed): the message it would have taken
+        stays on the queue."""
+        if held in self._held_gets:
+            self._held_gets.remove(held)
+
+    @property
+    def held_gets(self) -> int:
+        """basic.get requests waiting for the delivery gate."""
+        return len(self._held_gets)
+
+    def _answer_held_gets(self, now: float) -> None:
+        """Answer held gets in order: each with the head while the gate lets it through,
+        all with None once no ready message is left."""
+        held = self._held_gets
+        while held:
+            entry = self._pop_live(now)
+            if entry is None:
+                if self._messages:
+                    return  # the gate still holds the head back
+                break
+            self.delivered_total += 1
+            held.popleft().answer(self, entry)
+        while held:
+            held.popleft().answer(self, None)
 
     def delivered(self, entry: Entry, no_ack: bool) -> None:
         """Book a delivery made through ``Consumer.deliver`` or ``get``.
@@ -593,6 +643,8 @@ class Queue:
             entry = self._messages.popleft()
             self._notify_dequeued(entry)
         self._bytes = 0
+        if self._held_gets:
+            self._answer_held_gets(self._clock())
         return count
 
     def close(self) -> list[Consumer]:

@@ -23,6 +23,8 @@ time. The window keeps the wait off the common path: a new announcement goes out
 deliveries come within half a window of the last one, and is acknowledged long before they
 reach it. A backup that connects joins with nothing acknowledged: the queue waits for its
 first batch (it carries the current watermark: every id the queue ever held, and a window).
+While the queue waits, a basic.get is held, not answered empty: the queue answers it when
+the gate reopens (``Queue.hold_get``; ``docs/ha-design.md``).
 
 :class:`DeliveryWatermark` is the queue's :class:`~broker.core.queue.DeliveryGate`; the
 guards :meth:`join` and :meth:`leave` it; the replicating subscriptions send

@@ -180,36 +180,6 @@ def test_a_second_failover_keeps_the_promise(tmp_path: Path) -> None:
         cluster.stop()
 
 
-def test_an_expected_backup_holds_deliveries_until_it_is_removed(tmp_path: Path) -> None:
-    """After a promotion, an expected backup that does not come back holds deliveries (as it
-    holds confirms) until the cluster manager commits an in-sync set without it: it may be
-    promoted until then, and must know of every delivery."""
-    cluster = Cluster(tmp_path, 3).start()
-    try:
-        cluster.promote(0, epoch=1)
-        cluster.wait_state(1, "ready")
-        cluster.wait_state(2, "ready")
-        wait_members(cluster, 1, ready=2)
-        connection = connect(cluster.ports[0])
-        connection.channel().queue_declare("work", durable=True)
-        connection.close()
-        publish(cluster.ports[0], "work", [b"a", b"b"])
-        poll_until(lambda: cluster.queue_messages(1, "work") == 2, 10)
-        cluster.kill(0)
-        cluster.kill(2)
-        assert cluster.promote(1, epoch=2)["state"] == "recovering"  # expects broker 2
-        client = connect(cluster.ports[1])
-        channel = client.channel()
-        method, _props, _body = channel.basic_get("work", auto_ack=True)
-        assert method is None  # held back: broker 2 has not acknowledged a watermark
-        cluster.commit_in_sync(1)  # broker 2 is removed from the in-sync set
-        method, _props, body = channel.basic_get("work", auto_ack=True)
-        assert method is not None and body == b"a" and method.redelivered
-        client.close()
-    finally:
-        cluster.stop()
-
-
 def _lose(connection: pika.BlockingConnection) -> None:
     """The client sees its broker die."""
     try:
