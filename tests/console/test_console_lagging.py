@@ -38,8 +38,10 @@ QUEUE = "console-lagging"
 MESSAGES = 3000
 BODY = b"p" * 512
 
-#: "QUEUE: MESSAGES (BYTES)" in the lag column, e.g. "console-lagging: 2,871 (1.4 MiB)".
-LAG_TEXT = re.compile(r"^(?P<queue>\S+): (?P<messages>[\d,]+)(?: \((?P<bytes>[^)]+)\))?$")
+#: "QUEUE: MESSAGES msgs (BYTES)" in the lag column, e.g. "console-lagging: 2,871 msgs (1.4 MiB)".
+LAG_TEXT = re.compile(r"^(?P<queue>\S+): (?P<messages>[\d,]+) msgs?(?: \((?P<bytes>[^)]+)\))?$")
+#: The sparkline's scale beside it: "max MESSAGES msgs" over the last 60 s.
+SCALE_TEXT = re.compile(r"^max (?P<messages>[\d,]+) msgs$")
 
 
 #: The link heartbeat: the primary gives a backup up after twice this silent.
@@ -114,6 +116,9 @@ def test_a_connected_lagging_backup_shows_its_lag(
             )
             classes = str(browser.find_element(By.CSS_SELECTOR, row).get_attribute("class"))
             role = text(browser, f"{row} td:nth-child(3)")
+            in_sync = text(browser, f"{row} td.in-sync")
+            summary = text(browser, "#in-sync-summary")
+            scale = text(browser, f"{row} .lag[data-queue='{QUEUE}'] .spark-scale")
             browser.save_screenshot(str(shots / "cluster-lagging-backup.png"))
         finally:
             with contextlib.suppress(ProcessLookupError):
@@ -122,7 +127,20 @@ def test_a_connected_lagging_backup_shows_its_lag(
     assert text(browser, "#members tbody tr.is-primary td:nth-child(3)") == "PRIMARY"
     assert f"127.0.0.1:{primary.port}" in text(browser, "#members tbody tr.is-primary")
     assert "lagging" in classes.split() and "down" not in classes.split(), classes
-    assert role.startswith("backup, LAGGING"), role
+    assert role.startswith("backup, LAGGING ("), role
+    assert " msgs behind" in role, role
+    # in the in-sync set and lagging at once, said without contradiction: the table and
+    # the header read the same set (the primary's), and say what a member means
+    assert in_sync == "member (confirms wait for it)", in_sync
+    assert summary.startswith("In-sync set: "), summary
+    assert backup.name in summary.split("(")[0], summary
+    assert "confirms wait for" in summary, summary
+    assert "none committed" not in text(browser, "#primary-card")
+    assert "In-sync set" in text(browser, "#members-legend")
+    # the sparkline's scale: its max, in messages, at least the lag shown now
+    scale_match = SCALE_TEXT.match(scale)
+    assert scale_match, f"scale shown as {scale!r}"
+    assert int(scale_match["messages"].replace(",", "")) >= lag
     assert 0 < lag <= MESSAGES
     assert lag_bytes.endswith(("B", "KiB", "MiB", "+")) and lag_bytes[0] != "0", lag_bytes
     # running again, it reads its backlog: no lag, no mark, the same broker (not restarted)

@@ -73,6 +73,14 @@ def test_a_cluster_manager_shuts_down_a_backup_then_promotes_one(
     pending = "GONE, pending removal from the in-sync set"  # no agent commits it here
     seen(browser, lambda: text(browser, role) == pending, 15, "the backup gone")
     assert "down" in str(browser.find_element(By.CSS_SELECTOR, gone).get_attribute("class"))
+    # still a member of the in-sync set until its removal is committed: card and table agree
+    assert text(browser, f"{gone} td.in-sync") == "member, gone: confirms held"
+    members = sorted(f"127.0.0.1:{b.port}" for b in (stays, leaving))
+    summary = text(browser, "#in-sync-summary")
+    assert summary == (
+        f"In-sync set: {', '.join(members)} (confirms wait for both) · 127.0.0.1:{leaving.port}"
+        " gone, pending removal from the set (its confirms held until then)"
+    ), summary
     browser.save_screenshot(str(shots / "cluster-shut-down.png"))
 
     # the primary fails; the cluster manager promotes the backup left, after confirming

@@ -38,6 +38,24 @@ function sparkline(values, options = {}) {
   return svg;
 }
 
+// A sparkline with its scale beside it: "max N UNIT" (the line spans 0 to that, over the
+// last 60 s), so a reader need not guess what the height means.
+function scaledSparkline(values, unit, options = {}) {
+  const box = document.createElement("span");
+  box.className = "spark-box";
+  const peak = values.length ? Math.max(...values) : 0;
+  const line = sparkline(values, options);
+  const title = svgElement("title", {});
+  title.textContent = `last 60 s, from 0 to ${peak.toLocaleString("en")} ${unit}`;
+  line.insertBefore(title, line.firstChild);
+  box.appendChild(line);
+  const scale = document.createElement("span");
+  scale.className = "spark-scale";
+  scale.textContent = `max ${peak.toLocaleString("en")} ${unit}`;
+  box.appendChild(scale);
+  return box;
+}
+
 const SERIES_COLORS = ["#2563a8", "#0b6e4f", "#b45309"];
 
 // A line chart of several series over the last samples, with a y scale and a legend.
@@ -78,4 +96,4 @@ function lineChart(title, series, options = {}) {
   return box;
 }
 
-window.charts = { sparkline, lineChart };
+window.charts = { sparkline, scaledSparkline, lineChart };

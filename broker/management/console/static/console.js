@@ -6,6 +6,8 @@
 const HEADER = "X-Qpidd-Console";
 // A backup that leaves replication batches unacknowledged this long (s) is lagging.
 const LAG_SILENCE = 1.0;
+// The agents' view is read every 2 s; older than this (s), the page says how old.
+const AGENTS_LATE = 6;
 const PAGES = ["cluster", "timeline", "queues", "exchanges", "connections", "users"];
 const state = { snapshot: null, renderers: {}, pending: null };
 
@@ -137,11 +139,36 @@ function renderBanner(s) {
   $("logout-form").className = me.auth ? "" : "hidden";
 }
 
-// The agent whose member record is this broker's (by broker id, else by URL).
+// "HOST:PORT" of an address however written ("amqp://user@HOST:PORT/vhost", "tcp:HOST:PORT").
+function hostPort(url) {
+  return String(url || "").replace(/^.*(\/\/|tcp:)/, "").replace(/^.*@/, "").replace(/\/.*$/, "");
+}
+
+// The node of each broker id and address an agent's record named once: an agent whose
+// broker stopped answering records neither (state "down", its management address).
+const knownNodes = new Map();
+
+// The agent whose member record is this broker's (by broker id, else by address, else by
+// the node that record had while its broker answered).
 function agentOf(s, m) {
   const agents = s.agents;
   if (!agents || !agents.members) return null;
-  return agents.members.find((a) => (m.id && a.broker_id === m.id)) || agents.members.find((a) => a.url === m.url) || null;
+  const address = m.url ? hostPort(m.url) : "";
+  const found = agents.members.find((a) => (m.id && a.broker_id === m.id)) ||
+    (address ? agents.members.find((a) => hostPort(a.url) === address) : null);
+  if (found) {
+    if (m.id) knownNodes.set(m.id, found.node);
+    if (address) knownNodes.set(address, found.node);
+    return found;
+  }
+  const node = knownNodes.get(m.id) || knownNodes.get(address);
+  return node ? agents.members.find((a) => a.node === node) || null : null;
+}
+
+// Seconds since the agents' view was read (0 when there is none).
+function agentsAge(s) {
+  const agents = s.agents;
+  return agents && agents.read_at && s.at ? Math.round(s.at - agents.read_at) : 0;
 }
 
 function renderAgents(s) {
@@ -158,7 +185,44 @@ function renderAgents(s) {
   if (agents.epoch !== undefined && agents.epoch !== null) parts.push(`last epoch handed out ${agents.epoch}`);
   parts.push(`${(agents.members || []).length} member records`);
   if (agents.error) parts.push(`(${agents.stale ? "last read shown; " : ""}${agents.error})`);
-  box.textContent = `Agents (ZooKeeper, cluster ${agents.cluster}): ${parts.join(" · ")}`;
+  // read every 2 s: an older view says its age, so that it is not taken for the present
+  const age = agentsAge(s);
+  const late = age >= AGENTS_LATE ? `, read ${age} s ago` : "";
+  box.classList.toggle("late", Boolean(late));
+  box.textContent = `Agents (ZooKeeper, cluster ${agents.cluster}${late}): ${parts.join(" · ")}`;
+}
+
+const IN_SYNC_HELP = "In-sync set: the backups the primary holds each publisher confirm for " +
+  "until they have the message; only a member may be promoted. A member may lag: its lag is " +
+  "messages not yet sent to it, whose confirms wait.";
+
+// The in-sync set as the primary reports it (GET /api/ha "in_sync"): its members now and
+// the ones gone, pending removal. The table and the header both read it from here.
+function inSyncSet(ha) {
+  const inSync = ha.in_sync || {};
+  return { members: new Set(inSync.wanted || []), pendingRemoval: new Set(inSync.pending_removal || []) };
+}
+
+// A backup's short name: its agent's node, else its address, else its id.
+function memberName(s, id) {
+  const b = (s.ha.backups || []).find((x) => x.id === id);
+  const agent = agentOf(s, { id, url: b ? b.url : "" });
+  return agent ? agent.node : b ? b.url : id;
+}
+
+// The primary's in-sync set in one line, under the header's facts.
+function inSyncSummary(s) {
+  const set = inSyncSet(s.ha);
+  // a member gone away is still a member (its confirms held) until its removal is committed
+  const names = [...set.members, ...set.pendingRemoval].map((id) => memberName(s, id)).sort();
+  const gone = [...set.pendingRemoval].map((id) => memberName(s, id)).sort();
+  const parts = [names.length
+    ? `In-sync set: ${names.join(", ")} (confirms wait for ${names.length === 1 ? "it" : names.length === 2 ? "both" : "all " + names.length})`
+    : "In-sync set: no backup (confirms wait for none)"];
+  if (gone.length) parts.push(`${gone.join(", ")} gone, pending removal from the set (its confirms held until then)`);
+  const committed = s.ha.in_sync && s.ha.in_sync.committed;
+  const title = IN_SYNC_HELP + (committed ? ` The cluster manager last committed a removal at epoch ${committed.epoch}.` : "");
+  return el("div", { class: "facts in-sync-line", id: "in-sync-summary", title, text: parts.join(" · ") });
 }
 
 function memberRows(s) {
@@ -172,9 +236,10 @@ function memberRows(s) {
     if (!members.some((m) => m.url === address)) members.push({ id: "", url: address, state: "not connected" });
   }
   const backups = Object.fromEntries((ha.backups || []).map((b) => [b.id, b]));
-  // an in-sync backup that went away: the primary holds its confirms until the cluster
-  // manager (its agent) commits the in-sync set without it
-  const pendingRemoval = new Set((ha.in_sync && ha.in_sync.pending_removal) || []);
+  // The in-sync set as the primary holds it (the header says the same, from the same
+  // field): its members, and the ones that went away whose confirms it holds until the
+  // cluster manager (its agent) commits the set without them.
+  const set = inSyncSet(ha);
   const isPrimary = (m) => m.state === "active" || m.state === "recovering";
   members.sort((a, b) => (isPrimary(b) - isPrimary(a)) || String(a.url).localeCompare(String(b.url)));
   return members.map((m) => {
@@ -184,10 +249,11 @@ function memberRows(s) {
     const totalLag = lags.reduce((sum, q) => sum + (q.lag || 0), 0);
     const silent = (s.unacknowledged_for || {})[m.id] || 0;
     const primaryHere = ha.state === "active" || ha.state === "recovering";
-    const gone = pendingRemoval.has(m.id);
+    const gone = set.pendingRemoval.has(m.id);
+    const member = set.members.has(m.id);
     const missing = m.state === "not connected" || gone;
     const lagging = !isPrimary(m) && !missing && (["joining", "catch-up"].includes(m.state) ||
-      (primaryHere && (!backup || !backup.in_sync || !backup.ready || totalLag > 0 || silent >= LAG_SILENCE)));
+      (primaryHere && (!backup || !member || !backup.ready || totalLag > 0 || silent >= LAG_SILENCE)));
     const history = (s.lag_history || {})[m.id] || {};
     const lagCell = el("td", {});
     if (isPrimary(m)) lagCell.appendChild(el("span", { class: "note", text: "(the primary: the others lag behind it)" }));
@@ -196,15 +262,30 @@ function memberRows(s) {
     else if (!backup) lagCell.appendChild(el("span", { class: "note", text: ha.state === "active" || ha.state === "recovering" ? "not linked" : "on the primary's console" }));
     else if (!lags.length) lagCell.appendChild(el("span", { class: "note", text: "no replicated queue" }));
     for (const q of lags) {
-      const series = history[q.queue] || [q.lag];
+      // the last 60 s of samples, ending at the lag shown (a snapshot made between two
+      // samples has a newer one): the scale's max is never below the value beside it
+      const sampled = history[q.queue] || [];
+      const series = sampled.length && sampled[sampled.length - 1] === q.lag ? sampled : [...sampled, q.lag];
       lagCell.appendChild(el("span", { class: "lag", "data-queue": q.queue },
-        el("span", { text: `${q.queue}: ${fmt(q.lag)}${q.lag ? ` (${bytesText(q.lag_bytes)}${q.lag_bytes_partial ? "+" : ""})` : ""}` }),
-        charts.sparkline(series, { color: q.lag > 0 ? "#b45309" : "#2563a8" })));
+        el("span", { text: `${q.queue}: ${fmt(q.lag)} ${q.lag === 1 ? "msg" : "msgs"}${q.lag ? ` (${bytesText(q.lag_bytes)}${q.lag_bytes_partial ? "+" : ""})` : ""}` }),
+        charts.scaledSparkline(series, "msgs", { color: q.lag > 0 ? "#b45309" : "#2563a8" })));
     }
-    const inSync = isPrimary(m) ? "-" : backup ? (backup.in_sync ? "yes" : "no") : "-";
+    const inSync = isPrimary(m) ? el("span", { class: "note", text: "-" })
+      : !primaryHere || (missing && !gone) ? el("span", { class: "note", text: "-" })
+      : gone ? el("span", { class: "tag lag", text: "member, gone: confirms held", title: IN_SYNC_HELP })
+      : member ? el("span", { class: "in-set", text: "member", title: IN_SYNC_HELP }, el("span", { class: "note", text: " (confirms wait for it)" }))
+      : el("span", { class: "tag lag", text: "not a member", title: IN_SYNC_HELP }, el("span", { class: "note", text: backup && !backup.ready ? " (catching up)" : "" }));
     const agentRecord = agentOf(s, m);
-    const agentCell = el("td", { class: "agent", text: agentRecord ? `${agentRecord.node}: ${agentRecord.state}${s.agents.primary === agentRecord.node ? " (primary record)" : ""}${s.agents.vip && s.agents.primary === agentRecord.node ? `, holds VIP ${s.agents.vip}` : ""}` : "-" });
-    const why = silent >= LAG_SILENCE ? ` (no acknowledgement for ${silent} s)` : !backup && primaryHere ? " (not linked)" : "";
+    const agentCell = el("td", { class: "agent", text: agentRecord ? `${agentRecord.node}: ${agentRecord.state}${s.agents.primary === agentRecord.node ? " (primary record)" : ""}${s.agents.vip && s.agents.primary === agentRecord.node ? `, holds VIP ${s.agents.vip}` : ""}${agentsAge(s) >= AGENTS_LATE ? ` (read ${agentsAge(s)} s ago)` : ""}` : "-" });
+    // why it is LAGGING, each reason said (lag in messages first: what an operator weighs)
+    const reasons = [];
+    if (!backup && primaryHere) reasons.push("not linked");
+    else if (!backup && ["joining", "catch-up"].includes(m.state)) reasons.push(m.state);
+    if (totalLag > 0) reasons.push(`${fmt(totalLag)} ${totalLag === 1 ? "msg" : "msgs"} behind`);
+    if (silent >= LAG_SILENCE) reasons.push(`no acknowledgement for ${silent} s`);
+    if (backup && !backup.ready) reasons.push("catching up");
+    if (backup && !member) reasons.push("not in the in-sync set");
+    const why = reasons.length ? ` (${reasons.join(", ")})` : "";
     const role = isPrimary(m) ? el("span", { class: "tag primary", text: "PRIMARY" })
       : gone ? el("span", { class: "tag lag", text: "GONE, pending removal from the in-sync set" })
       : missing ? el("span", { class: "tag lag", text: "NOT CONNECTED (down, or cut off)" })
@@ -216,7 +297,7 @@ function memberRows(s) {
       el("td", {}, el("span", { class: `pill ${missing ? "down" : m.state}`, text: gone ? "gone" : m.state })),
       el("td", {}, role),
       el("td", { class: "num", text: self ? fmt(ha.epoch) : agentRecord ? fmt(agentRecord.epoch) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
-      el("td", { text: inSync }),
+      el("td", { class: "in-sync" }, inSync),
       agentCell,
       lagCell);
   });
@@ -235,15 +316,14 @@ function renderCluster(s) {
   const facts = [`epoch ${ha.epoch}`, `broker id ${ha.broker_id}`, `cluster URL ${ha.public_url || "-"}`];
   if (primary) {
     facts.push(`held confirms ${ha.held_confirms}`, `lease ${ha.lease_remaining === null ? "none" : ha.lease_remaining + " s"}`);
-    const inSync = ha.in_sync || {};
-    const committed = inSync.committed ? `${inSync.committed.members.length} committed at epoch ${inSync.committed.epoch}` : "none committed";
-    facts.push(`in-sync set: ${committed}, ${(inSync.pending_removal || []).length} pending removal`);
   } else if (ha.link_error) {
     facts.push(`link: ${ha.link_error.reason}`);
   }
   card.replaceChildren(
     el("div", { class: "big", id: "primary-name", text: primary ? `Primary: this broker, ${s.status.node} (${ha.url})` : `The primary is ${ha.primary ? "at " + ha.primary : "not known yet"}` }),
-    el("div", { class: "facts", text: facts.join(" · ") }));
+    el("div", { class: "facts", text: facts.join(" · ") }),
+    primary ? inSyncSummary(s)
+      : el("div", { class: "facts in-sync-line", id: "in-sync-summary", text: `In-sync set and lag: on the primary's console${ha.primary ? ` (${ha.primary})` : ""}` }));
   replaceRows($("members").tBodies[0], memberRows(s));
   renderAgents(s);
   $("cluster-note").textContent = "Members as this broker knows them (the primary knows every backup, " +

@@ -26,7 +26,7 @@
       el("td", { class: "vhost", text: q.vhost || "/" }),
       el("td", { class: "num ready", text: fmt(q.messages) }),
       el("td", { class: "num unacked", text: fmt(q.messages_unacked) }),
-      el("td", {}, charts.sparkline(history.map((p) => p.messages))),
+      el("td", {}, charts.scaledSparkline(history.map((p) => p.messages), "msgs")),
       el("td", { class: "num", text: fmt(last(history, "publish")) }),
       el("td", { class: "num", text: fmt(last(history, "deliver")) }),
       el("td", { class: "num", text: fmt(last(history, "ack")) }),
