@@ -202,6 +202,9 @@ def test_a_stopped_backup_is_given_up_then_not_connected(
         column = in_sync_column(browser)
         assert column[f"127.0.0.1:{other.port}"] == "member (confirms wait for it)", column
         assert column[f"127.0.0.1:{backup.port}"] == "-", column
+        # its agent's record says down (no broker answers it), without an epoch 0
+        seen(browser, lambda: text(browser, f"{row} td.agent") == f"{backup.name}: down")
+        assert text(browser, f"{row} td:nth-child(4)") == "-"
         browser.save_screenshot(str(shots / "cluster-backup-not-connected.png"))
     finally:
         with contextlib.suppress(ProcessLookupError):  # gone: its agent starts another

@@ -296,7 +296,8 @@ function memberRows(s) {
         el("div", { class: "args", text: m.id })),
       el("td", {}, el("span", { class: `pill ${missing ? "down" : m.state}`, text: gone ? "gone" : m.state })),
       el("td", {}, role),
-      el("td", { class: "num", text: self ? fmt(ha.epoch) : agentRecord ? fmt(agentRecord.epoch) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
+      // an agent whose broker does not answer records epoch 0: no epoch to show
+      el("td", { class: "num", text: self ? fmt(ha.epoch) : agentRecord ? (agentRecord.state === "down" ? "-" : fmt(agentRecord.epoch)) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
       el("td", { class: "in-sync" }, inSync),
       agentCell,
       lagCell);
