@@ -150,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f" | throughput {args.label_b}/{args.label_a} = {_ratio(rate_b, rate_a)}"
                 f" | broker us/msg {median_known(a, 'broker_us_per_msg')}"
                 f" / {median_known(b, 'broker_us_per_msg')}"
+                f" | of which --pids {median_known(a, 'extra_us_per_msg', 1)}"
+                f" / {median_known(b, 'extra_us_per_msg', 1)}"
             )
     print_summary(
         f"\nmedians of {args.repeat} alternating runs, {args.size} B messages:", medians, lines

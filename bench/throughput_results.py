@@ -63,6 +63,9 @@ class RunResult:
     other_cpu_s: float | None = None  # everything else: other people's work on shared cores
     steal_s: float = 0.0  # taken by the hypervisor
     broker_us_per_msg: float | None = None
+    # the part of broker_us_per_msg spent by extra_pids (an HA primary's backups); the rest
+    # is the primary's
+    extra_us_per_msg: float | None = None
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -141,7 +144,7 @@ def median_of(runs: Sequence[RunResult]) -> RunResult:
         "steal_s",
     ):
         setattr(med, name, statistics.median(getattr(r, name) for r in runs))
-    for name in ("broker_cpu_s", "other_cpu_s", "broker_us_per_msg"):
+    for name in ("broker_cpu_s", "other_cpu_s", "broker_us_per_msg", "extra_us_per_msg"):
         known = [v for v in (getattr(r, name) for r in runs) if v is not None]
         setattr(med, name, statistics.median(known) if known else None)
     for name in ("received", "confirms", "missing", "duplicates", "foreign", "nacked"):

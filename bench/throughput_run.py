@@ -132,22 +132,30 @@ def run_once(
     declared = False
     interrupted = False
     ready_cpu: dict[tuple[str, int], float] = {}
-    # (time, host busy, host steal, this process, broker): at go, and once all have reported
-    cpu0: tuple[float, float, float, float, float | None] | None = None
-    cpu1: tuple[float, float, float, float, float | None] | None = None
+    # (time, host busy, host steal, this process, brokers, extra_pids): at go, and once all
+    # have reported
+    cpu0: tuple[float, float, float, float, float | None, float | None] | None = None
+    cpu1: tuple[float, float, float, float, float | None, float | None] | None = None
 
-    def brokers_cpu() -> float | None:
-        total = process_cpu(broker_pid)
+    def extra_cpu() -> float | None:
+        total = 0.0
         for pid in extra_pids:
             cpu = process_cpu(pid)
-            if total is None or cpu is None:
+            if cpu is None:
                 return None
             total += cpu
         return total
 
-    def cpu_now() -> tuple[float, float, float, float, float | None]:
+    def brokers_cpu() -> tuple[float | None, float | None]:
+        """(all the brokers' CPU seconds, those of extra_pids alone), None if unknown."""
+        main, extra = process_cpu(broker_pid), extra_cpu()
+        if main is None or extra is None:
+            return None, None
+        return main + extra, extra
+
+    def cpu_now() -> tuple[float, float, float, float, float | None, float | None]:
         busy, steal = host_cpu()
-        return (time.monotonic(), busy, steal, time.process_time(), brokers_cpu())
+        return (time.monotonic(), busy, steal, time.process_time(), *brokers_cpu())
 
     def wait_for(kind: str, role: str, until: float) -> None:
         """Collect messages until every `role` child has sent `kind` (ready or result)."""
@@ -257,6 +265,8 @@ def run_once(
             res.other_cpu_s = max(0.0, (cpu1[1] - cpu0[1]) - clients - res.broker_cpu_s)
             if res.received:
                 res.broker_us_per_msg = res.broker_cpu_s / res.received * 1e6
+                if extra_pids and cpu0[5] is not None and cpu1[5] is not None:
+                    res.extra_us_per_msg = (cpu1[5] - cpu0[5]) / res.received * 1e6
     return res
 
 
