@@ -84,32 +84,34 @@ class SegmentReader:
                 os.close(self._fd)
             self._fd = -1
 
-    async def next_record(self) -> tuple[bytes, int] | None:
-        """The next whole record (the buffer and its offset there), None at the end.
-        Raises :class:`EOFError` for a record that runs past the end of the file: only a
-        torn tail cut at recovery could end a segment early, so it is damage."""
+    async def more(self, pos: int) -> bytes | None:
+        """The scan is done with the buffer up to ``pos`` (what follows is no whole record):
+        the buffer from there on, read further until it holds the next whole record (at 0),
+        None at the end of the segment. Raises :class:`EOFError` for a record that runs past
+        the end of the file: only a torn tail cut at recovery could end a segment early, so
+        it is damage."""
         header = RECORD_HEADER.size
+        if pos:
+            self._buffer = self._buffer[pos:]  # less than a record: a short copy
         while True:
-            available = len(self._buffer) - self._pos
+            buffer = self._buffer
+            available = len(buffer)
             need = header
             if available >= header:
-                need += RECORD_HEADER.unpack_from(self._buffer, self._pos)[0]
+                need += RECORD_HEADER.unpack_from(buffer, 0)[0]
                 if available >= need:
-                    pos = self._pos
-                    self._pos += need
-                    return self._buffer, pos
+                    return buffer
             left = self._size - self._offset
             if left <= 0 or need - available > left:
                 if available == 0 and left <= 0:
                     return None
                 raise EOFError(
-                    f"a record at offset {self.offset_of(self._pos)} runs past the end"
-                    f" ({self._size} bytes)"
+                    f"a record at offset {self.offset_of(0)} runs past the end ({self._size} bytes)"
                 )
             await self._read(min(left, max(READ_BYTES, need - available)))
 
     def offset_of(self, pos: int) -> int:
-        """The file offset of ``pos`` in the buffer :meth:`next_record` returned."""
+        """The file offset of ``pos`` in the buffer :meth:`more` returned."""
         return self._offset - len(self._buffer) + pos
 
     async def _read(self, size: int) -> None:
@@ -118,8 +120,7 @@ class SegmentReader:
         if not chunk:
             raise EOFError(f"the segment ends at {self._offset}, not at {self._size}")
         self._offset += len(chunk)
-        self._buffer = self._buffer[self._pos :] + chunk
-        self._pos = 0
+        self._buffer = self._buffer + chunk if self._buffer else chunk
 
 
 def _open(path: os.PathLike[str] | str) -> tuple[int, int]:
@@ -148,8 +149,6 @@ class CompactionPass:
         #: The journal's failed writes when the pass began (any later one may hold copies).
         self.failures_before = journal.write_failures
         self.steps = 0  # turns of the loop given back
-        self._step_records = 0
-        self._step_bytes = 0
         self._backlog = 0
 
     async def run(self, executor: ThreadPoolExecutor) -> bool:
@@ -167,39 +166,66 @@ class CompactionPass:
             reader.close()
 
     async def _scan(self, reader: SegmentReader) -> bool:
+        """Looks at every record of the segment, a step at a time. Most are dead (a
+        consumed message's content, enqueue and dequeue), so the loop over a buffer's
+        records is one header unpack and at most one dict get per record, with no call
+        and no await; the loop's turns come between steps and reads (nothing else runs
+        meanwhile, so :attr:`Journal.closing` is looked at after each await only)."""
         journal = self.journal
-        ledger = journal.ledger
         number = self.number
-        header = RECORD_HEADER
+        unpack = RECORD_HEADER.unpack_from
+        header = RECORD_HEADER.size
         steps = journal.compaction_steps
-        while (found := await reader.next_record()) is not None:
+        max_records, max_bytes = steps.records, steps.bytes
+        records = nbytes = 0  # of this step
+        data = await reader.more(0)
+        pos = 0
+        while data is not None:
             if journal.closing:
                 return False
-            data, pos = found
-            length, crc, kind = header.unpack_from(data, pos)
-            end = pos + header.size + length
-            self._step_records += 1
-            # A committed transaction's live records are copied one by one (its all or none
-            # was for the crash during its commit, long past); a record, if it is live.
-            tx = kind == Kind.TX
-            if tx or ledger.is_live(number, kind, leading_ids(data, pos, kind)):
-                self._step_bytes += end - pos
-                # Only what is copied is checked: a damaged record is never carried on.
-                if crc32c(memoryview(data)[pos + 8 : end]) != crc:
-                    self._failed(f"checksum mismatch at offset {reader.offset_of(pos)}")
-                    return False
-                if not tx:
-                    self._copy(kind, data[pos:end])
+            # Fetched after each await: the ledger may have been replaced meanwhile.
+            enqueue_at, message_at, config_at = journal.ledger.lookups()
+            size = len(data)
+            while pos + header <= size:
+                length, crc, kind = unpack(data, pos)
+                end = pos + header + length
+                if end > size:
+                    break  # not whole in this buffer: read on
+                records += 1
+                # A committed transaction's live records are copied one by one (its all or
+                # none was for the crash during its commit, long past); a record, if live.
+                if kind == _ENQUEUE:
+                    live = enqueue_at(_IDS.unpack_from(data, pos + header)) == number
+                elif kind == _MESSAGE:
+                    message = message_at(_ID.unpack_from(data, pos + header)[0])
+                    live = message is not None and message[0] == number
+                elif kind in _CONFIG:
+                    live = config_at(_ID.unpack_from(data, pos + header)[0]) == number
                 else:
-                    payload = data[pos + header.size : end]
-                    inner = 0
-                    for inner_kind, inner_payload in iter_tx(payload):
-                        size = header.size + len(inner_payload)
-                        self._copy(inner_kind, payload[inner : inner + size])
-                        inner += size
-            full = self._step_records >= steps.records or self._step_bytes >= steps.bytes
-            if full and not await self._pause():
-                return False
+                    live = kind == _TX
+                if live:
+                    nbytes += end - pos
+                    # Only what is copied is checked: a damaged record is never carried on.
+                    if crc32c(memoryview(data)[pos + 8 : end]) != crc:
+                        self._failed(f"checksum mismatch at offset {reader.offset_of(pos)}")
+                        return False
+                    if kind != _TX:
+                        self._copy(kind, data[pos:end])
+                    else:
+                        payload = data[pos + header : end]
+                        inner = 0
+                        for inner_kind, inner_payload in iter_tx(payload):
+                            record_size = header + len(inner_payload)
+                            self._copy(inner_kind, payload[inner : inner + record_size])
+                            inner += record_size
+                pos = end
+                if records >= max_records or nbytes >= max_bytes:
+                    records = nbytes = 0
+                    if not await self._pause():
+                        return False
+                    enqueue_at, message_at, config_at = journal.ledger.lookups()
+            data = await reader.more(pos)
+            pos = 0
         return not journal.closing
 
     def _copy(self, kind: int, record: bytes) -> None:
@@ -222,7 +248,6 @@ class CompactionPass:
         """Between two steps: give the loop a turn, and once the copies not yet written
         pass :attr:`Steps.backlog`, wait until the writer has written them."""
         self.steps += 1
-        self._step_records = self._step_bytes = 0
         journal = self.journal
         await journal.compaction_pause()
         if self._backlog >= journal.compaction_steps.backlog and not journal.closing:
@@ -246,6 +271,13 @@ class CompactionPass:
 
 _IDS = struct.Struct(">QQ")
 _ID = struct.Struct(">Q")
+# The kinds as plain ints for the scan's loop (an IntEnum member is an attribute lookup).
+_ENQUEUE = int(Kind.ENQUEUE)
+_MESSAGE = int(Kind.MESSAGE)
+_TX = int(Kind.TX)
+_CONFIG = frozenset(
+    int(k) for k in (Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING, Kind.EXCHANGE_BINDING, Kind.VHOST)
+)
 
 
 def leading_ids(data: bytes, offset: int, kind: int) -> tuple[int, ...]:

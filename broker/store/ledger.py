@@ -19,6 +19,7 @@ THREAD UNSAFE: the store's event loop owns it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -28,6 +29,15 @@ from broker.store.records import Kind
 LIVE_SHARE_TO_COMPACT = 0.5
 
 EnqueueKey = tuple[int, int]  # (queue id, message id)
+
+
+#: :meth:`Ledger.lookups`: (enqueue key -> segment, message id -> [segment, enqueues],
+#: configuration id -> segment), None where there is none.
+Lookups = tuple[
+    Callable[[EnqueueKey], "int | None"],
+    Callable[[int], "list[int] | None"],
+    Callable[[int], "int | None"],
+]
 
 
 @dataclass(slots=True)
@@ -129,6 +139,14 @@ class Ledger:
         return len(self._messages)
 
     # -- compaction ----------------------------------------------------------------------
+    def lookups(self) -> Lookups:
+        """What :meth:`is_live` asks, as three lookups for a compaction pass's scan of a
+        segment (one dict get a record, no call through here): the segment of a live
+        enqueue by its key, ``[segment, enqueues]`` of a live message by its id, the segment
+        of a live configuration record by its id. They read this ledger as it is at each
+        call (views, not copies)."""
+        return self._enqueues.get, self._messages.get, self._config.get
+
     def is_live(self, segment: int, kind: int, ids: tuple[int, ...]) -> bool:
         """Is this record of ``segment`` (its kind and leading ids) still live *there*?"""
         if kind == Kind.ENQUEUE:
