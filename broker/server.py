@@ -296,7 +296,7 @@ class Broker:
         elif options.ha_queue_replication:
             from broker.ha.remote_queue_replication import serve_queue_streams
 
-            self.context.streams = serve_queue_streams(self.vhost, self.context.clock)
+            self.context.streams = serve_queue_streams(self.vhosts, self.context.clock)
         self._tick_task = asyncio.create_task(self._tick_loop())
         self.log.info(
             "broker_started",
@@ -336,19 +336,27 @@ class Broker:
     def connections(self) -> list[AmqpProtocol]:
         return list(self._protocols)
 
-    async def replicate(self, queue: str, remote: str) -> QueueReplication:
-        """Start copying ``queue`` from the broker at ``remote`` (ha-queue-replication)."""
+    async def replicate(self, queue: str, remote: str, vhost: str = "/") -> QueueReplication:
+        """Start copying ``queue`` of ``vhost`` from the broker at ``remote`` (the same
+        vhost there; ha-queue-replication)."""
+        from broker.core.vhosts import check_vhost_name, queue_key
         from broker.ha.remote_queue_replication import QueueReplication
         from common.url import parse_address
 
         options = self.options
         if not options.ha_queue_replication:
             raise ValueError("queue replication needs ha-queue-replication=yes on this broker")
-        if queue in self.replications:
-            raise ValueError(f"queue '{queue}' is already replicated from another broker")
+        host = self.vhosts.get(check_vhost_name(vhost))
+        if host is None:
+            raise ValueError(f"no vhost '{vhost}' on this broker")
+        key = queue_key(vhost, queue)
+        if key in self.replications:
+            raise ValueError(
+                f"queue '{queue}' in vhost '{vhost}' is already replicated from another broker"
+            )
         address = parse_address(remote)
         replication = QueueReplication(
-            self.vhost,
+            host,
             queue,
             address,
             user=options.ha_username,
@@ -359,9 +367,9 @@ class Broker:
             local_url=f"{options.node_name}:{self.amqp_port}",
             disk=None if self.store is None else self.store.journal,
         )
-        self.replications[queue] = replication
+        self.replications[key] = replication
         replication.start()
-        self.log.info("ha_queue_replication_started", queue=queue, remote=str(address))
+        self.log.info("ha_queue_replication_started", queue=queue, vhost=vhost, remote=str(address))
         return replication
 
     # -- stop --------------------------------------------------------------------------

@@ -13,7 +13,7 @@ Contract
 - Each is one POST on the broker's management API; the answer is printed in one line on
   the environment's stdout (:mod:`qpid_ha_cli.context`).
 - ``promote`` and ``in-sync --commit`` without the global ``--cluster-manager`` are refused
-  before any call: USAGE 2.
+  before any call: USAGE 2; so is a bad ``replicate --vhost`` name (empty, too long, a NUL).
   Every failure is raised and mapped to its exit code and one line in
   :mod:`qpid_ha_cli.main`.
 """
@@ -25,6 +25,7 @@ from typing import Annotated, Any
 
 import typer
 
+from broker.core.vhosts import check_vhost_name
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.command_line import command_settings
 from qpid_ha_cli.context import settings
@@ -191,11 +192,24 @@ def replicate(
     remote_broker: Annotated[
         str, typer.Argument(help="AMQP address host:port of the broker that has it")
     ],
+    vhost: Annotated[
+        str,
+        typer.Option(
+            "--vhost",
+            help="the virtual host the queue is in, on both brokers (default /)",
+        ),
+    ] = "/",
 ) -> None:
     """Replicate QUEUE from REMOTE_BROKER to this broker, outside a cluster.
 
-    Both brokers need ha-queue-replication=yes.
+    Both brokers need ha-queue-replication=yes; with --vhost the queue of that virtual
+    host (which must exist on both) is copied into the same one here.
     """
+    try:
+        check_vhost_name(vhost)
+    except ValueError as exc:
+        raise CommandError(f"--vhost: {exc}", ExitStatus.USAGE) from None
     s = settings(ctx)
-    answer = s.call("/api/ha/replicate", {"queue": queue, "broker": remote_broker})
-    s.env.out(f"replicating {answer.get('queue')} from {answer.get('remote')}")
+    answer = s.call("/api/ha/replicate", {"queue": queue, "broker": remote_broker, "vhost": vhost})
+    where = "" if answer.get("vhost", "/") == "/" else f" in vhost {answer.get('vhost')}"
+    s.env.out(f"replicating {answer.get('queue')}{where} from {answer.get('remote')}")

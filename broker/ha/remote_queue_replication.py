@@ -28,9 +28,10 @@ import uuid
 from typing import Any
 
 from broker.amqp.client import AmqpClient, ClientError, Delivery
-from broker.core.vhost import VirtualHost
+from broker.core.vhost import VHOST, VirtualHost
+from broker.core.vhosts import VirtualHosts
 from broker.ha.backup import DiskSync, connect_as_backup
-from broker.ha.names import IDS_ARGUMENT, QUEUE_STREAM_PREFIX
+from broker.ha.names import IDS_ARGUMENT, QUEUE_STREAM_PREFIX, VHOST_ARGUMENT
 from broker.ha.primary import Primary, StandaloneBackups
 from broker.ha.queue_replicator import BatchAcks, QueueReplicator
 from broker.ha.redial import Backoff, dial_loop
@@ -41,8 +42,9 @@ from common.log import get_logger
 from common.url import Address
 
 
-def serve_queue_streams(vhost: VirtualHost, clock: Any) -> PrimaryStreams:
-    """Stream hooks for a broker outside a cluster: every queue may be replicated."""
+def serve_queue_streams(vhost: VirtualHost | VirtualHosts, clock: Any) -> PrimaryStreams:
+    """Stream hooks for a broker outside a cluster: every queue, of every vhost, may be
+    replicated."""
     primary = Primary(
         vhost, replicate_default=ReplicateLevel.ALL, clock=clock, auto_delete_grace=0.0
     )
@@ -69,6 +71,7 @@ class QueueReplication:
         """``disk``: this broker's store; a batch that wrote to it is acknowledged only once
         what it wrote is durable (the source's confirms wait for this copy's disk)."""
         self.queue_name = queue
+        self.vhost_name = vhost.name
         self.remote = remote
         self.user = user
         self.password = password
@@ -102,6 +105,7 @@ class QueueReplication:
     def status(self) -> dict[str, Any]:
         return {
             "queue": self.queue_name,
+            "vhost": self.vhost_name,
             "remote": str(self.remote),
             "connected": self.connected,
             "caught_up": self.replicator.caught_up,
@@ -183,10 +187,11 @@ class QueueReplication:
                 wrote = disk is not None and disk.appended != appended
                 acks.applied(replicator, ack, delivery.delivery_tag, wrote)
 
+            arguments: dict[str, Any] = {IDS_ARGUMENT: bytearray(replicator.ids().encode())}
+            if self.vhost_name != VHOST:  # the remote queue is in the same vhost as this one
+                arguments[VHOST_ARGUMENT] = self.vhost_name
             await channel.consume(
-                QUEUE_STREAM_PREFIX + self.queue_name,
-                on_batch,
-                arguments={IDS_ARGUMENT: bytearray(replicator.ids().encode())},
+                QUEUE_STREAM_PREFIX + self.queue_name, on_batch, arguments=arguments
             )
             self.connected = True
             self.log.info("ha_queue_replication_up", queue=self.queue_name, remote=str(self.remote))

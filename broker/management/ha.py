@@ -274,15 +274,18 @@ class HaEndpoints:
         return json_response([r.status() for _, r in sorted(replications.items())])
 
     async def replicate(self, request: web.Request) -> web.Response:
-        """POST /api/ha/replicate {"queue": Q, "broker": "host:port"} (ha-queue-replication)."""
-        body = Body(await read_json_object(request), ("queue", "broker"))
+        """POST /api/ha/replicate {"queue": Q, "broker": "host:port", "vhost": V}
+        (ha-queue-replication; ``vhost``, "/" when absent: the queue's vhost, the same on
+        both brokers)."""
+        body = Body(await read_json_object(request), ("queue", "broker", "vhost"))
         queue = check_name("queue", body.string("queue"))
         remote = body.string("broker")
+        vhost = body.string("vhost", "/")
         start = getattr(self.broker, "replicate", None)
         if start is None:
             raise ApiError(HTTPStatus.NOT_FOUND, "this broker cannot replicate queues")
         try:
-            replication = await start(queue, remote)
+            replication = await start(queue, remote, vhost)
         except ValueError as exc:
             raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from exc
         return json_response(replication.status(), 201)

@@ -1,7 +1,10 @@
-"""``promote``, ``in-sync`` and ``replicate`` in process, against real brokers."""
+"""``promote``, ``in-sync`` and ``replicate`` in process (one ``replicate --vhost`` as a
+subprocess), against real brokers."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pika
@@ -11,6 +14,8 @@ from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 from tests.cli.conftest import REPLICATION_ARGS, address, qpid_ha
 from tests.ha.cluster import Cluster, http
+
+QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
 
 REFUSED = (
     "qpid-ha: error: promote is a cluster-manager command: only the cluster resource manager"
@@ -65,6 +70,59 @@ def test_replicate_copies_a_queue(
         )
     finally:
         source.stop()
+
+
+def test_replicate_copies_a_queue_of_a_vhost_as_a_subprocess(
+    solo: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``--vhost``: the queue of that vhost on the remote broker is copied into the same
+    vhost here (run as a subprocess, the option after the arguments)."""
+    source = BrokerProcess(tmp_path_factory.mktemp("source-eu"), args=REPLICATION_ARGS).start()
+    try:
+        for broker in (source, solo):
+            http("PUT", broker.mgmt_port, "/api/vhosts/cli-eu")
+        params = pika.ConnectionParameters("127.0.0.1", source.port, virtual_host="cli-eu")
+        connection = pika.BlockingConnection(params)
+        channel = connection.channel()
+        channel.queue_declare("cli-orders")
+        for i in range(3):
+            channel.basic_publish("", "cli-orders", f"eu{i}".encode())
+        connection.close()
+        remote = f"127.0.0.1:{source.port}"
+        result = subprocess.run(
+            [QPID_HA, "-b", address(solo), "replicate", "cli-orders", remote, "--vhost", "cli-eu"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (result.returncode, result.stderr) == (0, "")
+        assert result.stdout == f"replicating cli-orders in vhost cli-eu from {remote}\n"
+        path = "/api/queues/cli-eu/cli-orders"
+        poll_until(lambda: http("GET", solo.mgmt_port, path).get("messages") == 3, 10)
+        replications = http("GET", solo.mgmt_port, "/api/ha/replications")
+        assert {(r["queue"], r["vhost"]) for r in replications} >= {("cli-orders", "cli-eu")}
+    finally:
+        source.stop()
+
+
+@pytest.mark.parametrize(
+    ("vhost", "reason"),
+    [("", "a vhost name must be a non-empty string"), ("x" * 256, "longer than 255 bytes")],
+)
+def test_replicate_with_a_bad_vhost_is_usage_before_any_call(vhost: str, reason: str) -> None:
+    result = qpid_ha("-b", "127.0.0.1:1", "replicate", "q", "127.0.0.1:2", "--vhost", vhost)
+    assert (result.exit_code, result.stdout) == (2, "")  # 2, not 3: the broker was not called
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("qpid-ha: error: --vhost: ") and reason in result.stderr
+
+
+def test_replicate_into_a_vhost_this_broker_lacks_is_one_line_and_exit_1(
+    solo: BrokerProcess,
+) -> None:
+    result = qpid_ha("-b", address(solo), "replicate", "q", "127.0.0.1:1", "--vhost", "nowhere")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr.count("\n") == 1
+    assert "no vhost 'nowhere' on this broker" in result.stderr
 
 
 def test_replicate_refused_by_the_broker_is_one_line_and_exit_1(pair: Cluster) -> None:
