@@ -96,7 +96,7 @@ class ChannelConsumer:
 
 
 class ChannelGet:
-    """A basic.get its queue holds (:class:`~broker.core.queue.HeldGet`): the delivery
+    """A basic.get its queue holds (:class:`~broker.core.queue_contracts.HeldGet`): the delivery
     gate held back the head. The channel defers the frames that follow until it is
     answered, so get-ok comes in order with the channel's other replies."""
 

@@ -7,16 +7,18 @@ calls :meth:`Connection.tick` now and then for heartbeats and time-outs, and
 ``receive_data`` (a delivery caused by another connection's publish, a confirm released
 later) is signalled through the ``on_output`` callback so the shell can flush.
 
-The connection runs the handshake (start/start-ok, tune/tune-ok, open/open-ok; what is
-offered and negotiated in :mod:`broker.amqp.handshake`), checks
-framing (sizes, end octets, content sequence), and passes channel methods to
-:class:`~broker.amqp.channel.Channel`. An admission policy that also
-:class:`AdvertisesKnownHosts` (the HA role) names the hosts clients should use in
-connection.open-ok's ``known-hosts``. A login whose password needs the slow hash waits in
-``AWAIT_LOGIN`` with :attr:`Connection.login_check` set: the shell runs it off the event loop
-and calls :meth:`Connection.password_checked`; bytes read meanwhile wait in the buffer. A
-hard :class:`~broker.core.errors.AmqpError` sends connection.close with its reply code; the
-broker and every other connection carry on.
+The connection runs the handshake (start/start-ok, tune/tune-ok, open/open-ok: the
+connection class, :mod:`broker.amqp.connection_methods`; what is offered and negotiated in
+:mod:`broker.amqp.handshake`), checks framing (sizes, end octets, content sequence), and
+passes channel methods to :class:`~broker.amqp.channel.Channel`. While a channel's basic.get
+is held (its queue's delivery gate is closed), the frames that follow on that channel are
+kept and replayed once it is answered (:meth:`Connection.replay_held_frames`). An admission
+policy that also :class:`~broker.amqp.handshake.AdvertisesKnownHosts` (the HA role) names
+the hosts clients should use in connection.open-ok's ``known-hosts``. A login whose password
+needs the slow hash waits in ``AWAIT_LOGIN`` with :attr:`Connection.login_check` set: the
+shell runs it off the event loop and calls :meth:`Connection.password_checked`; bytes read
+meanwhile wait in the buffer. A hard :class:`~broker.core.errors.AmqpError` sends
+connection.close with its reply code; the broker and every other connection carry on.
 
 THREAD UNSAFE: one event loop owns the connection.
 """
@@ -33,22 +35,12 @@ from pamqp.base import Frame as Method
 
 from broker.amqp import framing
 from broker.amqp.channel import Channel
+from broker.amqp.connection_methods import ConnectionMethods
 from broker.amqp.context import BrokerContext
-from broker.amqp.handshake import (
-    ENCRYPTION_REQUIRED,
-    AdvertisesKnownHosts,
-    OpenOkWithHosts,
-    channel_max_offer,
-    client_description,
-    close_method,
-    login_refused,
-    negotiate_tune,
-    open_vhost,
-    start_method,
-)
+from broker.amqp.handshake import close_method
 from broker.amqp.state import ChannelState, ConnectionState, check_transition
 from broker.core.errors import AmqpError, ReplyCode
-from broker.security.sasl import AuthenticationError, PasswordCheck
+from broker.security.sasl import PasswordCheck
 
 S = ConnectionState
 _ids = itertools.count(1)
@@ -64,7 +56,7 @@ _HANDSHAKE = frozenset(
 )
 
 
-class Connection:
+class Connection(ConnectionMethods):
     """See the module docstring."""
 
     def __init__(
@@ -397,143 +389,6 @@ class Connection:
                     self._signal_output()
 
         self.request_pump(-number, pump)
-
-    # -- connection class --------------------------------------------------------------
-    def _send_start(self) -> None:
-        self._set_state(S.AWAIT_START_OK)
-        settings = self.ctx.settings
-        self.send_method(
-            0,
-            start_method(
-                settings,
-                self.ctx.server_properties() if self.ctx.server_properties else {},
-                self.ctx.authenticator.mechanisms(self.tls_identity),
-            ),
-        )
-
-    def _unexpected(self, method: Method) -> AmqpError:
-        return AmqpError(
-            ReplyCode.UNEXPECTED_FRAME,
-            f"{method.name} not expected in state {self.state.value}",
-            method.index >> 16,
-            method.index & 0xFFFF,
-        )
-
-    def _connection_method(self, method: Method) -> None:
-        state = self.state
-        if state is S.CLOSING:
-            if isinstance(method, commands.Connection.CloseOk | commands.Connection.Close):
-                if isinstance(method, commands.Connection.Close):
-                    self.send_method(0, commands.Connection.CloseOk())
-                self._closed()
-            return
-        if isinstance(method, commands.Connection.StartOk):
-            if state is not S.AWAIT_START_OK:
-                raise self._unexpected(method)
-            self._start_ok(method)
-        elif isinstance(method, commands.Connection.TuneOk):
-            if state is not S.AWAIT_TUNE_OK:
-                raise self._unexpected(method)
-            self._tune_ok(method)
-        elif isinstance(method, commands.Connection.Open):
-            if state is not S.AWAIT_OPEN:
-                raise self._unexpected(method)
-            self._open(method)
-        elif isinstance(method, commands.Connection.Close):
-            self.close_reason = f"client closed: {method.reply_code} {method.reply_text}"
-            self._cleanup()
-            self.send_method(0, commands.Connection.CloseOk())
-            self._closed()
-        elif isinstance(method, commands.Connection.UpdateSecret):
-            if state is not S.OPEN:
-                raise self._unexpected(method)
-            # A login's password does not expire: as RabbitMQ's internal user database,
-            # take the new secret (the token refresh of other back-ends) and carry on.
-            self.send_method(0, commands.Connection.UpdateSecretOk())
-        elif isinstance(method, commands.Connection.Blocked | commands.Connection.Unblocked):
-            return  # advisory notices; the broker does not act on them
-        else:
-            raise self._unexpected(method)
-
-    def _start_ok(self, method: commands.Connection.StartOk) -> None:
-        self.client_properties = dict(method.client_properties or {})
-        response = method.response
-        raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
-        mechanism = str(method.mechanism or "")
-        if self.ctx.require_encryption and not self.encrypted:
-            self.ctx.log.warning(
-                "connection_refused_unencrypted", connection=self.name, peer=self.peer
-            )
-            raise AmqpError(ReplyCode.NOT_ALLOWED, ENCRYPTION_REQUIRED, 10, 11)
-        try:
-            outcome = self.ctx.authenticator.begin(
-                mechanism, raw, self.peer_host, self.tls_identity
-            )
-        except AuthenticationError as exc:
-            raise self._login_refused(mechanism, exc) from exc
-        if isinstance(outcome, PasswordCheck):
-            self.login_check = outcome  # the shell runs the hash in a thread
-            self._set_state(S.AWAIT_LOGIN)
-            return
-        self._logged_in(outcome)
-
-    def _finish_login(self, check: PasswordCheck, matched: bool) -> str:
-        try:
-            return self.ctx.authenticator.finish(check, matched)
-        except AuthenticationError as exc:
-            raise self._login_refused(check.mechanism, exc) from exc
-
-    def _login_refused(self, mechanism: str, exc: AuthenticationError) -> AmqpError:
-        self.ctx.log.warning(
-            "authentication_failed", connection=self.name, mechanism=mechanism, reason=str(exc)
-        )
-        return login_refused(mechanism)
-
-    def _logged_in(self, user: str) -> None:
-        self.user = user
-        self._set_state(S.AWAIT_TUNE_OK)
-        settings = self.ctx.settings
-        self.send_method(
-            0,
-            commands.Connection.Tune(
-                channel_max=channel_max_offer(settings, self.client_properties),
-                frame_max=settings.frame_max,
-                heartbeat=settings.heartbeat,
-            ),
-        )
-
-    def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
-        settings = self.ctx.settings
-        offered = channel_max_offer(settings, self.client_properties)
-        self.frame_max, self.channel_max, self.heartbeat = negotiate_tune(settings, method, offered)
-        self._set_state(S.AWAIT_OPEN)
-
-    def _open(self, method: commands.Connection.Open) -> None:
-        ctx = self.ctx
-        found = open_vhost(ctx, self.user, self.name, method.virtual_host or "/")
-        if ctx.admission is not None:
-            refusal = ctx.admission.admit(self)
-            if refusal is not None:
-                ctx.connections_refused_total += 1
-                raise refusal
-            self._admitted = True
-        self.vhost = found
-        self._set_state(S.OPEN)
-        ctx.connections_opened_total += 1
-        known_hosts = ""
-        if isinstance(ctx.admission, AdvertisesKnownHosts):
-            known_hosts = ctx.admission.known_hosts()
-        self.send_method(0, OpenOkWithHosts(known_hosts=known_hosts))
-        ctx.log.info(
-            "connection_opened",
-            connection=self.name,
-            peer=self.peer,
-            user=self.user,
-            vhost=found.name,
-            client=client_description(self.client_properties),
-            heartbeat=self.heartbeat,
-            frame_max=self.frame_max,
-        )
 
     # -- channels ----------------------------------------------------------------------
     def _open_channel(self, number: int) -> None:

@@ -12,7 +12,14 @@ through a callback the virtual host gives it. It does no I/O and keeps no clock 
 
 Observers (the HA module's guards and replicating subscriptions) hear every enqueue and
 every dequeue: ``dequeued`` means the message left the queue for good (acknowledged,
-consumed with no-ack, expired, purged, dropped or dead-lettered).
+consumed with no-ack, expired, purged, dropped or dead-lettered). While a delivery gate (an
+HA primary's delivery watermark) holds the head back, a basic.get on ready messages is held
+(:meth:`Queue.hold_get`) and answered, first and in order, when the gate reopens.
+
+Written in three modules, one concept each: here the queue's messages, delivery and
+settlement; :mod:`broker.core.queue_contracts` what it asks of its consumers, gate, held
+gets and observers; :mod:`broker.core.queue_copy` the queue as a copy (entries at positions
+given by the store's recovery or an HA primary, snapshots).
 
 THREAD UNSAFE: one event loop owns the queue.
 """
@@ -20,13 +27,22 @@ THREAD UNSAFE: one event loop owns the queue.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Container, Iterable
-from operator import attrgetter
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any
 from uuid import uuid4
 
 from broker.core.message import Entry, Message
 from broker.core.priority import PriorityMessages
+from broker.core.queue_contracts import NO_GATE as NO_GATE  # re-exported
+from broker.core.queue_contracts import (
+    Consumer,
+    DeadLetter,
+    DeliveryGate,
+    HeldGet,
+    QueueObserver,
+    consumer_priority,
+)
+from broker.core.queue_copy import CopyMethods
 from broker.core.queue_limits import (
     OVERFLOW_DROP_HEAD,
     OVERFLOW_REJECT_PUBLISH_DLX,
@@ -39,59 +55,7 @@ REASON_EXPIRED = "expired"
 REASON_MAXLEN = "maxlen"
 
 
-class Consumer(Protocol):
-    """What a queue needs of a consumer: credit and a way to hand over an entry."""
-
-    tag: str
-    exclusive: bool
-
-    def can_deliver(self) -> bool: ...
-
-    def deliver(self, queue: Queue, entry: Entry) -> None: ...
-
-
-class DeliveryGate(Protocol):
-    """Decides whether a queue may deliver a message now (an HA primary's delivery
-    watermark, :mod:`broker.ha.delivery_watermark`). Asked only for positions above the
-    queue's :attr:`Queue.gate_above`, which the gate sets; once it lets a refused position
-    through it calls :meth:`Queue.dispatch`."""
-
-    def may_deliver(self, queue: Queue, position: int) -> bool: ...
-
-
-#: ``Queue.gate_above`` without a gate: no position is above it.
-NO_GATE = 2**63
-
-
-class HeldGet(Protocol):
-    """A basic.get the queue holds: it found ready messages but the delivery gate held
-    back the head (:meth:`Queue.hold_get`). Answered once, in the order held: with the
-    entry when the gate lets it through (booked as ``get`` books it), or None (get-empty)
-    when the queue has no ready message left."""
-
-    def answer(self, queue: Queue, entry: Entry | None) -> None: ...
-
-
-class QueueObserver(Protocol):
-    """Hears a queue's enqueues and dequeues (HA guards, replication)."""
-
-    def enqueued(self, queue: Queue, entry: Entry) -> None: ...
-
-    def dequeued(self, queue: Queue, entry: Entry) -> None: ...
-
-
-DeadLetter = Callable[["Queue", Entry, str], None]
-
-_by_position = attrgetter("position")
-
-
-def consumer_priority(consumer: Consumer) -> int:
-    """A consumer's priority (``x-priority``); consumers without one have 0."""
-    priority = getattr(consumer, "priority", 0)
-    return priority if isinstance(priority, int) else 0
-
-
-class Queue:
+class Queue(CopyMethods):
     """A message queue (see the module docstring)."""
 
     #: The name of the virtual host the queue is in (set by it).
@@ -248,45 +212,6 @@ class Queue:
             return True
         self._messages.append(entry)
         self._bytes += size
-        self.enqueued_total += 1
-        self._notify_enqueued(entry)
-        if self._consumers:
-            self.dispatch()
-        return True
-
-    def restore(self, entries: list[Entry], body_bytes: int | None = None) -> None:
-        """Put back entries recovered from the message store, as ``enqueue`` would one by one
-        at their positions (ascending) but in bulk: no limits (they were admitted before),
-        their expiry times and delivery counts as the store gives them. Observers are told of
-        each (the store detaches itself: it restores them). ``body_bytes``: the sum of their
-        body sizes when the caller knows it (the store's recovery counts it on the way)."""
-        if not entries:
-            return
-        messages = self._messages
-        if entries[0].position <= self.last_position:  # below what is here: merge in order
-            merged = sorted([*messages, *entries], key=_by_position)
-            messages.clear()
-            messages.extend(merged)
-        else:
-            messages.extend(entries)
-        self.last_position = max(self.last_position, entries[-1].position)
-        if body_bytes is None:
-            body_bytes = sum([len(entry.message.body) for entry in entries])
-        self._bytes += body_bytes
-        self.enqueued_total += len(entries)
-        for observer in self.observers:
-            for entry in entries:
-                observer.enqueued(self, entry)
-        if self._consumers:
-            self.dispatch()
-
-    def _insert_replicated(self, message: Message, position: int, now: float) -> bool:
-        """A replicated message older than the newest one here: insert in id order."""
-        entry = Entry(message, position, self._expiry(message, now))
-        merged = sorted([*self._messages, entry], key=lambda e: e.position)
-        self._messages.clear()
-        self._messages.extend(merged)
-        self._bytes += len(message.body)
         self.enqueued_total += 1
         self._notify_enqueued(entry)
         if self._consumers:
@@ -586,42 +511,6 @@ class Queue:
 
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self._consumers)
-
-    # -- replication -------------------------------------------------------------------
-    def snapshot(self) -> list[Entry]:
-        """Every message on the queue, ready or delivered but unacknowledged, by position."""
-        entries = [*self._messages, *self._unacked_entries.values()]
-        entries.sort(key=_by_position)
-        return entries
-
-    def remove_positions(self, positions: Container[int], expected: int | None = None) -> int:
-        """Remove ready messages at these positions (a backup applying dequeues).
-
-        With ``expected`` (how many positions there are), the queue is not scanned past
-        its head once that many were found there: the usual case, consumers on the primary
-        taking messages from the front.
-        """
-        messages = self._messages
-        removed = 0
-        while messages and messages[0].position in positions:
-            entry = messages.popleft()
-            self._bytes -= len(entry.message.body)
-            self._notify_dequeued(entry)
-            removed += 1
-        if expected is not None and removed >= expected:
-            return removed
-        if messages and any(e.position in positions for e in messages):
-            kept: list[Entry] = []
-            for entry in messages:
-                if entry.position in positions:
-                    self._bytes -= len(entry.message.body)
-                    self._notify_dequeued(entry)
-                    removed += 1
-                else:
-                    kept.append(entry)
-            messages.clear()
-            messages.extend(kept)
-        return removed
 
     # -- paging ------------------------------------------------------------------------
     def use_message_list(self, messages: deque[Entry]) -> None:

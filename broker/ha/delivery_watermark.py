@@ -26,7 +26,7 @@ first batch (it carries the current watermark: every id the queue ever held, and
 While the queue waits, a basic.get is held, not answered empty: the queue answers it when
 the gate reopens (``Queue.hold_get``; ``docs/ha-design.md``).
 
-:class:`DeliveryWatermark` is the queue's :class:`~broker.core.queue.DeliveryGate`; the
+:class:`DeliveryWatermark` is the queue's :class:`~broker.core.queue_contracts.DeliveryGate`; the
 guards :meth:`join` and :meth:`leave` it; the replicating subscriptions send
 :attr:`announced` and report :meth:`acknowledged` watermarks. :func:`next_announcement`
 and :func:`deliverable` are the rule as pure functions (hypothesis tests:
@@ -39,7 +39,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from broker.core.queue import NO_GATE, Queue
+from broker.core.queue import Queue
+from broker.core.queue_contracts import NO_GATE
 
 #: Ids a primary announces ahead of its deliveries (the precision given up for speed: at a
 #: fail-over, up to this many messages past the last delivery come back redelivered too).

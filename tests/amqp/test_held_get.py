@@ -166,7 +166,7 @@ _steps = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(steps=_steps, initial=st.integers(0, 3))
 def test_held_gets_lose_nothing_and_answer_in_order(
     steps: list[tuple[str, int, bool]], initial: int
