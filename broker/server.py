@@ -47,6 +47,15 @@ TICK_INTERVAL = 0.25
 PAGING_RATIO = 0.5
 
 
+#: What a confirm of a persistent message may lose under each weaker --store-sync.
+_SYNC_RISK = {
+    SyncPolicy.WRITE: "a confirmed persistent message is in the OS, not on the disk: a machine"
+    " crash or power cut loses the last writes",
+    SyncPolicy.NONE: "a confirm goes out before the message is written: a broker crash loses"
+    " what was not written yet",
+}
+
+
 class Broker:
     """One qpidd broker (stand-alone)."""
 
@@ -184,6 +193,14 @@ class Broker:
             sync=journal.sync.value,
             walker=WALKER,
         )
+        if journal.sync is not SyncPolicy.FSYNC:
+            # The operator's explicit choice (docs/store.md, "Sync policies"), said loudly:
+            # a confirm then no longer means "on the disk".
+            log.warning(
+                "store_sync_weakened",
+                sync=journal.sync.value,
+                risk=_SYNC_RISK[journal.sync],
+            )
 
     def _store_write_failed(self, exc: OSError) -> None:
         """A journal write failed (its publishes were nacked): ENOSPC raises the disk

@@ -27,6 +27,7 @@ from tests.store.store_brokers import (
     StoreBrokers,
     connect,
     drain,
+    events,
     status,
 )
 
@@ -222,6 +223,9 @@ def test_transactions_with_persistent_messages_are_recovered(brokers: StoreBroke
 def test_store_sync_none_publishes_and_a_crash_keeps_a_prefix(brokers: StoreBrokers) -> None:
     brokers.args = ["--store-sync=none"]
     broker = brokers.start()
+    (weakened,) = events(broker, "store_sync_weakened")  # said loudly at every start
+    assert weakened["level"] == "warning" and weakened["sync"] == "none"
+    assert "before the message is written" in weakened["risk"]
     connection = connect(broker)
     channel = connection.channel()
     channel.confirm_delivery()
@@ -327,6 +331,7 @@ def test_a_stop_during_pipelined_confirmed_publishing_keeps_a_gapless_prefix(
     (SIGTERM) keeps the same promise and leaves the store clean."""
     brokers.args = [f"--store-sync={sync}"]
     broker = brokers.start()
+    assert len(events(broker, "store_sync_weakened")) == (sync != "fsync")
     setup = connect(broker)
     for queue in ("a", "b"):
         setup.channel().queue_declare(queue, durable=True)
