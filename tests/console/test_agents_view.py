@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from pathlib import Path
+from typing import Any
 
 import pytest
+from kazoo.client import KazooClient
 
 from broker.management.console.agents_view import AgentsView, cluster_paths, parse_view
-from common.polling import free_port
+from common.polling import free_port, poll_until
 from ha_agent.zk_layout import ClusterLayout
+from tests.zookeeper import start_zookeeper
 
 
 def test_the_paths_are_the_agents() -> None:
@@ -62,3 +67,34 @@ def test_zookeeper_not_there_is_one_line() -> None:
     assert view.view is not None
     assert view.view["error"].startswith("cannot reach ZooKeeper at 127.0.0.1:")
     assert view._client is None  # stopped, not retrying in the background
+
+
+def test_a_frozen_zookeeper_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    """Reads while kazoo reconnects to a stalled server: each is bounded by the view's
+    timeout, so the page says ZooKeeper cannot be reached instead of showing a view read
+    before the stall (a plain client.get() waited without limit: 100 s and more)."""
+    server = start_zookeeper(tmp_path)
+    view = AgentsView(server.hosts, "prod", timeout=1.0)
+    try:
+        layout = ClusterLayout("prod")
+        writer = KazooClient(hosts=server.hosts)
+        writer.start(10)
+        writer.ensure_path(layout.members)
+        writer.create(layout.epoch, b"1")
+        writer.stop()
+        writer.close()
+        assert view._read()["error"] is None
+        server.pause()
+        for _ in range(3):  # the first finds the connection lost, the next ones reconnect
+            read: list[dict[str, Any]] = []
+            reader = threading.Thread(target=lambda into=read: into.append(view._read()))
+            reader.daemon = True
+            reader.start()
+            reader.join(30)
+            assert read and read[0]["error"], "a read of a frozen ZooKeeper did not return"
+        server.resume()
+        assert poll_until(lambda: view._read()["error"] is None, 20)
+    finally:
+        server.resume()
+        view.close()
+        server.stop()

@@ -170,21 +170,29 @@ class AgentsView:
                 )
                 self._client.start(timeout=self.timeout)  # on a timeout: close() stops it
             client = self._client
-            if client.exists(paths["root"]) is None:
+            timeout = self.timeout
+
+            def wait(pending: Any) -> Any:
+                # Each read bounded: a plain client.get() waits without limit while kazoo
+                # reconnects (the page once showed a view 10 s old, read before a stall).
+                return pending.get(timeout=timeout)
+
+            if wait(client.exists_async(paths["root"])) is None:
                 raise LookupError(f"no cluster {self.cluster!r} in ZooKeeper at {self.hosts}")
             members: dict[str, bytes | None] = {}
-            nodes = client.get_children(paths["members"]) if client.exists(paths["members"]) else []
+            listed = wait(client.exists_async(paths["members"]))
+            nodes = wait(client.get_children_async(paths["members"])) if listed else []
             for node in nodes:
                 try:
-                    members[node] = client.get(f"{paths['members']}/{node}")[0]
+                    members[node] = wait(client.get_async(f"{paths['members']}/{node}"))[0]
                 except NoNodeError:
                     continue  # gone between the listing and the read
             try:
-                primary: bytes | None = client.get(paths["primary"])[0]
+                primary: bytes | None = wait(client.get_async(paths["primary"]))[0]
             except NoNodeError:
                 primary = None
             try:
-                epoch: bytes | None = client.get(paths["epoch"])[0]
+                epoch: bytes | None = wait(client.get_async(paths["epoch"]))[0]
             except NoNodeError:
                 epoch = None
         except KazooTimeoutError:
