@@ -30,6 +30,7 @@ THREAD UNSAFE: one event loop owns the queues and the budget.
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from collections import deque
@@ -305,14 +306,47 @@ class PagedMessages(deque[Entry]):
         entries, self._pending, self._pending_bytes = self._pending, [], 0
         return entries
 
+    def insert_in_order(self, entry: Entry) -> None:
+        """Put ``entry`` before the first entry of a later position (a requeue in the middle
+        of a priority level: :mod:`broker.core.priority`). The entries in memory are looked
+        at first; only when every one of them is older is the oldest paged chunk read back
+        (a requeued entry belongs before the tail it was delivered ahead of)."""
+        position = entry.position
+        index = 0
+        while True:
+            for held in itertools.islice(deque.__iter__(self), index, None):
+                if held is PAGED or held.position > position:
+                    break
+                index += 1
+            else:
+                break  # every entry is older: it goes last
+            if held is not PAGED:
+                break
+            self._load_chunk_at(index)
+        deque.insert(self, index, entry)
+        self.budget.used += cost(entry)
+
+    def drop_pages(self) -> None:
+        """Remove the page files (the broker stops; pages never outlive it)."""
+        self.store.clear()
+
     def _load_head(self) -> None:
         """Replace the PAGED entries at the head by the oldest paged chunk."""
+        self._load_chunk_at(0)
+
+    def _load_chunk_at(self, index: int) -> None:
+        """Replace the first PAGED entries (the tail starts at ``index``, after the entries
+        in memory) by the oldest paged chunk."""
         entries = self._next_chunk()
+        if index:
+            self.rotate(-index)
         for _ in entries:
             if deque.popleft(self) is not PAGED:
-                raise AssertionError("paged entries are not at the head")
+                raise AssertionError("paged entries are not after those in memory")
         self.paged -= len(entries)
         deque.extendleft(self, reversed(entries))
+        if index:
+            self.rotate(index)
         self.budget.used += sum(cost(e) for e in entries)
         if not self.paged:
             self._drop_tail()

@@ -9,6 +9,13 @@ popleft and ``[0]`` (the head: the oldest entry of the highest priority held), e
 and iteration (delivery order). A backup replicating the queue holds the same arguments,
 so it keeps the same order and a promoted backup delivers as the primary would have. No I/O.
 
+Paging (:mod:`broker.core.paging`): with a memory budget, each priority's entries are a
+:class:`~broker.core.paging.PagedMessages` of their own (:meth:`PriorityMessages.page_levels`
+or the ``levels`` factory; the pager gives each its own page file), all sharing the broker's
+budget: a level keeps a head in memory and pages its tail, in position order, so delivery is
+still highest priority first and in order of arrival within a priority. A level emptied
+keeps its list (and page file name) for the next message of that priority.
+
 THREAD UNSAFE: the queue's event loop.
 """
 
@@ -16,11 +23,15 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import SupportsIndex
 
 from broker.core import properties
 from broker.core.message import Entry
+from broker.core.paging import PagedMessages
+
+#: Makes the list of one priority's entries (given the priority).
+LevelFactory = Callable[[int], deque[Entry]]
 
 #: The highest ``x-max-priority`` (RabbitMQ's limit).
 MAX_PRIORITY = 255
@@ -34,13 +45,19 @@ def message_priority(entry: Entry) -> int:
         return 0
 
 
+def _memory_level(_priority: int) -> deque[Entry]:
+    return deque()
+
+
 class PriorityMessages(deque[Entry]):
     """See the module docstring. The deque it subclasses stays empty: entries live in one
     deque per priority held."""
 
-    def __init__(self, max_priority: int) -> None:
+    def __init__(self, max_priority: int, levels: LevelFactory | None = None) -> None:
         super().__init__()
         self.max_priority = max_priority
+        self._new_level: LevelFactory = levels or _memory_level
+        #: One list per priority seen; those holding entries are in ``_order``.
         self._levels: dict[int, deque[Entry]] = {}
         #: The priorities held, as negative numbers in ascending order (highest first).
         self._order: list[int] = []
@@ -50,9 +67,34 @@ class PriorityMessages(deque[Entry]):
         priority = min(message_priority(entry), self.max_priority)
         level = self._levels.get(priority)
         if level is None:
-            level = self._levels[priority] = deque()
+            level = self._levels[priority] = self._new_level(priority)
+        if not level:
             insort(self._order, -priority)
         return level
+
+    def page_levels(self, levels: LevelFactory) -> None:
+        """Keep each priority's entries in ``levels(priority)`` from now on (a
+        :class:`~broker.core.paging.PagedMessages`); moves those already here, in order."""
+        self._new_level = levels
+        for priority, old in list(self._levels.items()):
+            level = self._levels[priority] = levels(priority)
+            level.extend(old)
+
+    @property
+    def paged(self) -> int:
+        """Entries on disk now, over every priority."""
+        return sum([getattr(level, "paged", 0) for level in self._levels.values()])
+
+    def drop_pages(self) -> None:
+        """Remove every priority's page files (the broker stops)."""
+        for level in self._levels.values():
+            if isinstance(level, PagedMessages):
+                level.drop_pages()
+
+    def close(self) -> None:
+        """The queue is gone: give back its memory and its pages."""
+        self.clear()
+        self._levels.clear()
 
     def priority_counts(self) -> dict[int, int]:
         """How many ready entries each priority held has."""
@@ -72,7 +114,9 @@ class PriorityMessages(deque[Entry]):
         for entry in entries:
             level = self._level(entry)
             if not level or entry.position < level[0].position:
-                level.appendleft(entry)
+                level.extendleft((entry,))
+            elif isinstance(level, PagedMessages):
+                level.insert_in_order(entry)
             else:
                 index = len(level)
                 while index and level[index - 1].position > entry.position:
@@ -83,12 +127,10 @@ class PriorityMessages(deque[Entry]):
     def popleft(self) -> Entry:
         if not self._order:
             raise IndexError("pop from an empty PriorityMessages")
-        priority = -self._order[0]
-        level = self._levels[priority]
+        level = self._levels[-self._order[0]]
         entry = level.popleft()
         self._size -= 1
         if not level:
-            del self._levels[priority]
             self._order.pop(0)
         return entry
 
@@ -107,7 +149,8 @@ class PriorityMessages(deque[Entry]):
         raise IndexError("PriorityMessages index out of range")  # pragma: no cover
 
     def clear(self) -> None:
-        self._levels.clear()
+        for priority in self._order:
+            self._levels[-priority].clear()
         self._order.clear()
         self._size = 0
 

@@ -452,7 +452,11 @@ class Queue(CopyMethods):
             entry.delivery_count = max(entry.delivery_count, 1)
             self._bytes += len(entry.message.body)
         messages = self._messages
-        if not messages or back[-1].position < messages[0].position:
+        if (
+            not messages
+            or back[-1].position < messages[0].position
+            or isinstance(messages, PriorityMessages)  # puts each in place in its priority
+        ):
             messages.extendleft(reversed(back))
         else:
             merged = sorted([*messages, *back], key=lambda e: e.position)

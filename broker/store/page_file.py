@@ -8,7 +8,10 @@ open. Writes are not synced: paging relieves memory, the journal is what keeps m
 
 :class:`Pager` gives every queue of a virtual host its :class:`~broker.core.paging.
 PagedMessages` (it listens to queue declarations; queues already there are converted when it
-is attached) and empties the paging directory at start: pages never outlive the broker.
+is attached) and empties the paging directory at start: pages never outlive the broker. A
+priority queue (``x-max-priority``) gets a :class:`~broker.core.priority.PriorityMessages`
+whose every priority is a ``PagedMessages`` with its own page file
+(``<n>.p<priority>.<segment>.page``), all under the one budget.
 
 THREAD UNSAFE: the broker's event loop owns them (the file calls are plain blocking calls,
 of about :data:`~broker.core.paging.CHUNK_BYTES` each, in the page cache).
@@ -26,6 +29,7 @@ from pathlib import Path
 
 from broker.core.exchange import Binding, Exchange
 from broker.core.paging import PagedMessages, PagingBudget
+from broker.core.priority import PriorityMessages
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
@@ -147,7 +151,8 @@ class Pager:
         self.budget = budget
         self.on_write_failed = on_write_failed
         self._names = itertools.count(1)
-        self.lists: dict[tuple[str, str], PagedMessages] = {}  # by (vhost, queue)
+        #: By (vhost, queue): a priority queue's lists are one PagedMessages per priority.
+        self.lists: dict[tuple[str, str], PagedMessages | PriorityMessages] = {}
 
     def start(self) -> Pager:
         """Empty the paging directory, page the queues there now and those declared later."""
@@ -162,7 +167,7 @@ class Pager:
         if self in self.vhost.listeners:
             self.vhost.listeners.remove(self)
         for messages in self.lists.values():
-            messages.store.clear()
+            messages.drop_pages()
         self.lists.clear()
 
     @property
@@ -172,15 +177,28 @@ class Pager:
 
     # -- ConfigListener ----------------------------------------------------------------
     def queue_declared(self, queue: Queue) -> None:
-        if (queue.vhost, queue.name) in self.lists or queue.limits.max_priority:
-            return  # a priority queue keeps its own order of messages, in memory
-        messages = PagedMessages(
+        key = (queue.vhost, queue.name)
+        if key in self.lists:
+            return
+        name = str(next(self._names))
+        messages: PagedMessages | PriorityMessages
+        if queue.limits.max_priority:
+            # One paged list (and page file) per priority: each level pages its own tail.
+            messages = PriorityMessages(
+                queue.limits.max_priority,
+                lambda priority: self._paged_list(f"{name}.p{priority}"),
+            )
+        else:
+            messages = self._paged_list(name)
+        queue.use_message_list(messages)
+        self.lists[key] = messages
+
+    def _paged_list(self, name: str) -> PagedMessages:
+        return PagedMessages(
             self.budget,
-            PageFile(self.directory, str(next(self._names))),
+            PageFile(self.directory, name),
             on_write_failed=self.on_write_failed,
         )
-        queue.use_message_list(messages)
-        self.lists[(queue.vhost, queue.name)] = messages
 
     def queue_deleted(self, queue: Queue) -> None:
         messages = self.lists.pop((queue.vhost, queue.name), None)
