@@ -121,6 +121,7 @@ OPS = st.lists(
         st.tuples(st.just("remove"), st.integers(0, 100)),
         st.tuples(st.just("consume"), st.integers(1, 6)),
         st.tuples(st.just("purge")),
+        st.tuples(st.just("replicate"), st.integers(0, MAX_PRIORITY), st.booleans()),
     ),
     min_size=20,
     max_size=150,
@@ -138,6 +139,7 @@ def test_a_paged_priority_queue_delivers_as_one_in_memory(
     queues = (reference, paged)
     unacked: tuple[list[Entry], list[Entry]] = ([], [])
     published = 0
+    gaps: list[int] = []
     for op in ops:
         kind = op[0]
         if kind == "publish":
@@ -184,6 +186,19 @@ def test_a_paged_priority_queue_delivers_as_one_in_memory(
             assert view(e for e, _ in ref_got) == view(e for e, _ in paged_got)
             for consumer, held in zip(consumers, unacked, strict=True):
                 held.extend(consumer.unacked)
+        elif kind == "replicate":
+            # A backup's enqueue at the primary's id: past a gap, or filling the oldest gap
+            # (Queue._insert_replicated: in id order among the ready messages).
+            if op[2] or not gaps:
+                position = reference.last_position + 2
+                gaps.append(position - 1)
+            else:
+                position = gaps.pop(0)
+            published += 1
+            for queue in queues:
+                props = {"priority": op[1]}
+                body = f"{published}:".encode() + bytes(50)
+                assert queue.enqueue(message(body, "pq", **props), position)
         elif kind == "purge":
             assert reference.purge() == paged.purge()
         assert view(reference.entries()) == view(paged.entries())
