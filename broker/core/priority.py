@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from typing import SupportsIndex
 
 from broker.core import properties
@@ -133,6 +133,22 @@ class PriorityMessages(deque[Entry]):
         if not level:
             self._order.pop(0)
         return entry
+
+    def pop_heads(self, positions: Container[int], expected: int | None = None) -> list[Entry]:
+        """Take the entries at ``positions`` found at the head of their priority, highest
+        priority first, until ``expected`` are taken (a backup applying the primary's
+        dequeues: what the primary delivered came from the heads)."""
+        taken: list[Entry] = []
+        for priority in list(self._order):
+            if expected is not None and len(taken) >= expected:
+                break
+            level = self._levels[-priority]
+            while level and level[0].position in positions:
+                taken.append(level.popleft())
+            if not level:
+                self._order.remove(priority)
+        self._size -= len(taken)
+        return taken
 
     def __getitem__(self, index: SupportsIndex, /) -> Entry:  # type: ignore[override]
         position = index.__index__()

@@ -106,10 +106,18 @@ class CopyMethods:
 
         With ``expected`` (how many positions there are), the queue is not scanned past
         its head once that many were found there: the usual case, consumers on the primary
-        taking messages from the front.
+        taking messages from the front. A priority queue looks at the head of each priority
+        (a message of a higher priority may have come after those the primary delivered):
+        a paged queue is not read and rewritten whole for an acknowledgement.
         """
         messages = self._messages
         removed = 0
+        heads = getattr(messages, "pop_heads", None)  # a priority queue: each priority's head
+        if heads is not None:
+            for entry in heads(positions, expected):
+                self._bytes -= len(entry.message.body)
+                self._notify_dequeued(entry)
+                removed += 1
         while messages and messages[0].position in positions:
             entry = messages.popleft()
             self._bytes -= len(entry.message.body)

@@ -278,3 +278,20 @@ def test_an_entry_put_back_after_those_in_memory_reads_the_oldest_chunk_first() 
     assert level.paged == 0
     assert [level.popleft().position for _ in range(len(level))] == [1, 3, 5, 6, 7, 8, 9, 10, 12]
     assert budget.used == 0
+
+
+def test_a_backup_removes_delivered_messages_from_below_a_newer_higher_priority() -> None:
+    """The primary delivered 1-3 (priority 0) before 41 (priority 5) arrived: the backup's
+    dequeue of 1-3 takes them from the head of priority 0, without reading and rewriting
+    the pages of the whole queue."""
+    queue, levels = paged_queue(DeadLetters(), 1)
+    for n in range(1, 41):
+        publish(queue, n, 0, 100, None)
+    publish(queue, 41, 5, 100, None)
+    written = levels.chunks_written
+    assert queue.remove_positions({1, 2, 3}, 3) == 3
+    assert levels.chunks_written == written
+    assert [e.position for e in queue.entries()] == [41, *range(4, 41)]
+    assert queue.message_count == 38
+    assert queue.remove_positions({41, 4, 20}, 3) == 3  # 20 is no head: the whole queue
+    assert [e.position for e in queue.entries()] == [*range(5, 20), *range(21, 41)]
