@@ -28,7 +28,7 @@ from pamqp.base import Frame as Method
 
 from broker.amqp.channel_consume import ChannelConsumer, ChannelGet, ConsumeMethods, Delivery
 from broker.amqp.channel_publish import PendingContent, PublishMethods, Transaction
-from broker.amqp.context import Stream
+from broker.amqp.context import Stream, after_replicated
 from broker.amqp.state import ChannelState
 from broker.core.confirms import PublisherConfirms
 from broker.core.direct_reply import REPLY_TO
@@ -108,24 +108,7 @@ class Channel(ConsumeMethods, PublishMethods):
         """Call ``done`` once the backups and the store have what is done so far (see
         :meth:`send_replicated`)."""
         ctx = self.connection.ctx
-        barrier, store = ctx.barrier, ctx.store_barrier
-        if barrier is None or store is None:
-            if barrier is not None:
-                barrier.after_replicated(done, queues)
-            elif store is not None:
-                store.after_replicated(done)
-            else:
-                done()
-            return
-        waiting = [2]
-
-        def one_done() -> None:
-            waiting[0] -= 1
-            if waiting[0] == 0:
-                done()
-
-        store.after_replicated(one_done)
-        barrier.after_replicated(one_done, queues)
+        after_replicated(ctx.barrier, ctx.store_barrier, done, queues)
 
     # -- methods -----------------------------------------------------------------------
     def method(self, method: Method) -> None:

@@ -97,6 +97,35 @@ class HaBarrier(ReplicationBarrier, Protocol):
         ...
 
 
+def after_replicated(
+    barrier: HaBarrier | None,
+    store: ReplicationBarrier | None,
+    done: Callable[[], None],
+    queues: Iterable[Queue] = (),
+) -> None:
+    """Call ``done`` once the backups (an HA primary's ``barrier``: every change so far, and
+    every dequeue of ``queues``) and the ``store`` (on disk) have what is done so far: what
+    a configuration answer (declare-ok, purge-ok, ...) or a management change promises. At
+    once without either."""
+    if barrier is None or store is None:
+        if barrier is not None:
+            barrier.after_replicated(done, queues)
+        elif store is not None:
+            store.after_replicated(done)
+        else:
+            done()
+        return
+    waiting = [2]
+
+    def one_done() -> None:
+        waiting[0] -= 1
+        if waiting[0] == 0:
+            done()
+
+    store.after_replicated(one_done)
+    barrier.after_replicated(one_done, queues)
+
+
 class Logger(Protocol):
     def info(self, event: str, **fields: Any) -> Any: ...
 

@@ -2,14 +2,19 @@
 
 The broker is described structurally, as :mod:`broker.management.metrics` does with
 :class:`~broker.management.metrics.BrokerView`, so that the API depends only on the plain
-core objects and can be driven by a test double. Types only: nothing here runs.
+core objects and can be driven by a test double. Types, and :func:`replicated`, the wait
+of every change's answer.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from http import HTTPStatus
 from typing import Protocol
 
+from broker.amqp.context import HaBarrier, ReplicationBarrier, after_replicated
+from broker.core.queue import Queue
 from broker.core.vhosts import VirtualHosts
 from broker.management.errors import ApiError
 from broker.management.metrics import BrokerView, ContextView, OptionsView
@@ -27,6 +32,12 @@ class Authenticator(Protocol):
 class ManagedContext(ContextView, Protocol):
     @property
     def authenticator(self) -> Authenticator: ...
+
+    @property
+    def barrier(self) -> HaBarrier | None: ...
+
+    @property
+    def store_barrier(self) -> ReplicationBarrier | None: ...
 
 
 class ManagedOptions(OptionsView, Protocol):
@@ -73,3 +84,23 @@ def refuse_on_backup(broker: ManagedBroker) -> None:
             HTTPStatus.CONFLICT,
             f"this broker is an HA backup ({ha.state.value}): act on the primary ({primary})",
         )
+
+
+async def replicated(broker: ManagedBroker, queues: Iterable[Queue] = ()) -> None:
+    """Return once the backups (an HA primary's) and the store have every change made so
+    far, and every dequeue of ``queues``: a management answer is a promise as declare-ok
+    and purge-ok are (docs/reliability.md). A primary whose in-sync backup is gone waits
+    until its removal is committed, as AMQP answers do."""
+    context = broker.context
+    barrier = getattr(context, "barrier", None)
+    store = getattr(context, "store_barrier", None)
+    if barrier is None and store is None:
+        return
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def settle() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    after_replicated(barrier, store, settle, tuple(queues))
+    await done

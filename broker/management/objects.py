@@ -27,7 +27,7 @@ from broker.core.errors import AmqpError
 from broker.core.vhost import VHOST, VirtualHost
 from broker.management.auth import current_user
 from broker.management.errors import ApiError, amqp_api_error
-from broker.management.managed import ManagedBroker, refuse_on_backup, vhosts_of
+from broker.management.managed import ManagedBroker, refuse_on_backup, replicated, vhosts_of
 from broker.management.request_input import Body, check_name, query_flag, read_json_object
 from broker.management.responses import json_response
 from broker.management.views import binding_view, connection_view, exchange_view, queue_view
@@ -49,10 +49,12 @@ class ObjectEndpoints:
         """Log a change made through the API, naming who made it."""
         self.log.info(event, **fields, via="management", user=current_user.get())
 
-    def _declared(
+    async def _declared(
         self, existed: bool, view: dict[str, Any], event: str, **fields: Any
     ) -> web.Response:
-        """The answer to a declare: 200 if the object existed, else 201 and ``event``."""
+        """The answer to a declare: 200 if the object existed, else 201 and ``event``; once
+        the backups and the store have it (:func:`~broker.management.managed.replicated`)."""
+        await replicated(self.broker)
         if not existed:
             self._audit(event, **fields)
         return json_response(view, 200 if existed else 201)
@@ -112,7 +114,7 @@ class ObjectEndpoints:
         queue = vhost.declare_queue(
             name, durable=durable, auto_delete=auto_delete, arguments=arguments
         )
-        return self._declared(
+        return await self._declared(
             existed,
             queue_view(queue),
             "queue_declared",
@@ -135,6 +137,7 @@ class ObjectEndpoints:
             vhost.queues,
             lambda: vhost.delete_queue(name, if_unused=if_unused, if_empty=if_empty),
         )
+        await replicated(self.broker)  # as delete-ok
         self._audit("queue_deleted", queue=name, vhost=vhost.name, messages=count)
         return json_response({"name": name, "vhost": vhost.name, "messages_deleted": count})
 
@@ -178,7 +181,7 @@ class ObjectEndpoints:
             internal=internal,
             arguments=arguments,
         )
-        return self._declared(
+        return await self._declared(
             existed,
             exchange_view(exchange),
             "exchange_declared",
@@ -200,6 +203,7 @@ class ObjectEndpoints:
             vhost.exchanges,
             lambda: vhost.delete_exchange(name, if_unused=if_unused),
         )
+        await replicated(self.broker)  # as delete-ok
         self._audit("exchange_deleted", exchange=name, vhost=vhost.name)
         return json_response({"name": name, "vhost": vhost.name})
 

@@ -33,7 +33,7 @@ from broker.core.errors import AmqpError
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import check_vhost_name
 from broker.management.errors import ApiError, amqp_api_error
-from broker.management.managed import ManagedBroker, refuse_on_backup, vhosts_of
+from broker.management.managed import ManagedBroker, refuse_on_backup, replicated, vhosts_of
 from broker.management.responses import json_response
 
 
@@ -103,6 +103,7 @@ class VhostEndpoints:
             raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
         self._on_primary()
         vhost, created = vhosts_of(self.broker).create(name)
+        await replicated(self.broker)
         return json_response(self._view(vhost), 201 if created else 200)
 
     async def delete_vhost(self, request: web.Request) -> web.Response:
@@ -114,4 +115,5 @@ class VhostEndpoints:
             vhosts_of(self.broker).delete(name)
         except AmqpError as exc:
             raise amqp_api_error(exc) from None
+        await replicated(self.broker)
         return json_response({"name": name, "connections_closed": connections})

@@ -6,7 +6,8 @@ Contract
 ========
 
 - ``DELETE /api/queues/{name}/contents``: purge the queue's ready messages (``queue.purge``;
-  unacknowledged ones stay). Answers ``{"name", "messages_purged"}``; logs ``queue_purged``.
+  unacknowledged ones stay). Answers ``{"name", "messages_purged"}`` as purge-ok does: once
+  every in-sync backup applied the purge (and the store has it); logs ``queue_purged``.
 - ``POST /api/exchanges/{name}/publish`` ``{"routing_key": K, "payload": TEXT}``: publish
   one transient test message (no properties, UTF-8 body of at most :data:`MAX_PAYLOAD`
   bytes) as a client would (routing, alternate exchanges, limits). Answers
@@ -40,7 +41,7 @@ from broker.core.message import Message
 from broker.core.vhost import VHOST, VirtualHost
 from broker.management.auth import current_user
 from broker.management.errors import ApiError, amqp_api_error
-from broker.management.managed import ManagedBroker, refuse_on_backup, vhosts_of
+from broker.management.managed import ManagedBroker, refuse_on_backup, replicated, vhosts_of
 from broker.management.request_input import Body, read_json_object
 from broker.security.roles import Role
 
@@ -99,10 +100,13 @@ class ActionEndpoints:
     async def purge(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         self._not_backup()
+        vhost = self._vhost(request)
         try:
-            count = self._vhost(request).purge_queue(name)
+            count = vhost.purge_queue(name)
         except AmqpError as exc:
             raise amqp_api_error(exc) from None
+        purged = vhost.queues.get(name)
+        await replicated(self.broker, () if purged is None else (purged,))  # as purge-ok
         self.log.info(
             "queue_purged", queue=name, messages=count, via="management", user=current_user.get()
         )
