@@ -81,7 +81,11 @@ class QueueReplication:
         self.local_url = local_url
         self.disk = disk
         self.broker_id = f"replicate-{queue}-{uuid.uuid4()}"
-        local = vhost.queues.get(queue) or vhost.declare_queue(queue, replicated=True)
+        # A copy created here is durable on a broker with a store: it exists to keep the
+        # source's messages, and a durable queue's persistent ones are what its disk keeps.
+        local = vhost.queues.get(queue) or vhost.declare_queue(
+            queue, durable=disk is not None, replicated=True
+        )
         self.replicator = QueueReplicator(local)
         self.connected = False
         self.log = get_logger("ha")

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pika
+import pytest
 
 from broker.store.journal import Journal
 from common.polling import poll_until
@@ -27,15 +28,21 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 MESSAGES = 300
 
 
-def test_a_confirm_means_the_copy_has_the_message_on_its_disk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "created-by-replicate"])
+def test_a_confirm_means_the_copy_has_the_message_on_its_disk(
+    tmp_path: Path, declared: bool
+) -> None:
+    """The local queue declared durable by the operator first, or created by replicate
+    itself: on a broker with a store that copy is durable too (a copy exists to keep)."""
     source = BrokerProcess(tmp_path / "source", args=ARGS).start()
     copy = BrokerProcess(
         tmp_path / "copy", args=[*ARGS, f"--data-dir={tmp_path / 'copy' / 'data'}"]
     ).start()
     try:
-        local = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", copy.port))
-        local.channel().queue_declare("orders", durable=True)  # the copy keeps it on disk
-        local.close()
+        if declared:
+            local = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", copy.port))
+            local.channel().queue_declare("orders", durable=True)  # the copy keeps it on disk
+            local.close()
         connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", source.port))
         channel = connection.channel()
         channel.queue_declare("orders", durable=True)
