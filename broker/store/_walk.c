@@ -58,9 +58,30 @@ static PyObject *short_text(ShortCache *cache, const unsigned char *p, Py_ssize_
     return text;
 }
 
-static PyObject *pair(uint64_t a, uint64_t b) {
-    PyObject *x = PyLong_FromUnsignedLongLong(a);
-    PyObject *y = x ? PyLong_FromUnsignedLongLong(b) : NULL;
+/* The int of an id, the previous one's object again when it is the same id: a queue id (a
+ * store holds few queues; fold() then finds the queue's list by identity), or a message id
+ * (a message's content record is followed by its enqueue: one int a message spared). */
+typedef struct {
+    PyObject *object;
+    uint64_t value;
+} IdCache;
+
+static PyObject *cached_id(IdCache *cache, uint64_t value) {
+    if (cache->object == NULL || cache->value != value) {
+        PyObject *object = PyLong_FromUnsignedLongLong(value);
+        if (object == NULL) return NULL;
+        Py_XDECREF(cache->object);
+        cache->object = object;
+        cache->value = value;
+    }
+    Py_INCREF(cache->object);
+    return cache->object;
+}
+
+/* (queue id, message id): a new tuple. */
+static PyObject *pair(IdCache *queues, IdCache *messages, uint64_t a, uint64_t b) {
+    PyObject *x = cached_id(queues, a);
+    PyObject *y = x ? cached_id(messages, b) : NULL;
     if (y == NULL) {
         Py_XDECREF(x);
         return NULL;
@@ -122,6 +143,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     PyObject *number = PyLong_FromUnsignedLongLong(segment);
     ShortCache exchange = {0}, key = {0};
+    IdCache queues = {0}, message_ids = {0};
     PyObject *properties = NULL; /* the previous message's, shared when the same */
     if (number == NULL) goto done;
     while (pos < end) {
@@ -146,7 +168,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                 goto done;
             }
             uint64_t message_id = be64(payload + 8);
-            PyObject *k = pair(be64(payload), message_id);
+            PyObject *k = pair(&queues, &message_ids, be64(payload), message_id);
             if (k == NULL) goto done;
             PyObject *v = PyTuple_New(3);
             PyObject *position = v ? PyLong_FromUnsignedLongLong(be64(payload + 16)) : NULL;
@@ -189,7 +211,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             }
             const unsigned char *body = props + properties_size;
             PyObject *items[5];
-            items[0] = PyLong_FromUnsignedLongLong(message_id);
+            items[0] = cached_id(&message_ids, message_id);
             items[1] = items[0] ? short_text(&exchange, x, x_end - x) : NULL;
             items[2] = items[1] ? short_text(&key, k, k_end - k) : NULL;
             if (items[2] == NULL) {
@@ -239,7 +261,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                                                       : "undecodable DELIVERED record");
                 goto done;
             }
-            PyObject *k = pair(be64(payload), be64(payload + 8));
+            PyObject *k = pair(&queues, &message_ids, be64(payload), be64(payload + 8));
             if (k == NULL || PySet_Add(kind == KIND_DEQUEUE ? dequeued : delivered, k) < 0) {
                 Py_XDECREF(k);
                 goto done;
@@ -257,27 +279,34 @@ done:
     Py_XDECREF(number);
     Py_XDECREF(exchange.text);
     Py_XDECREF(key.text);
+    Py_XDECREF(queues.object);
+    Py_XDECREF(message_ids.object);
     Py_XDECREF(properties);
     PyBuffer_Release(&buffer);
     return result;
 }
 
-/* fold(enqueued, lists, dequeued, delivered, messages, where, used, uses, live, recovered_type)
+/* fold(enqueued, lists, dequeued, delivered, messages, where, used, uses, live, recovered_type,
+ *      unsorted)
  *
  * The hot loop of Recovery.state (one pass over every enqueue, see there): for each
  * enqueue on a recovered queue (``lists``: queue id -> its list) and not dequeued, append a
  * ``recovered_type`` (message id, position, expiry, delivered) to its queue's list, and fill
  * the ledger's dicts: ``used`` (message id -> content), ``uses`` (message id -> [segment of
- * its content, live enqueues]), ``live`` ((queue id, message id) -> segment). Returns None,
+ * its content, live enqueues]), ``live`` ((queue id, message id) -> segment); ``unsorted``
+ * gets the id of each queue whose list is not in position order (an enqueue after one of a
+ * higher position: compaction moved it; the caller sorts those lists only). Returns None,
  * or (segment, message id) of an enqueue whose content is missing (a damaged store). */
 static PyObject *fold(PyObject *self, PyObject *args) {
-    PyObject *enqueued, *lists, *dequeued, *delivered, *messages, *where, *used, *uses, *live;
+    PyObject *enqueued, *lists, *dequeued, *delivered, *messages, *where, *used, *uses, *live,
+        *unsorted;
     PyTypeObject *recovered_type;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!O!O!", &PyDict_Type, &enqueued, &PyDict_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!O!O!O!", &PyDict_Type, &enqueued, &PyDict_Type,
                           &lists, &PySet_Type, &dequeued, &PySet_Type, &delivered, &PyDict_Type,
                           &messages, &PyDict_Type, &where, &PyDict_Type, &used, &PyDict_Type,
-                          &uses, &PyDict_Type, &live, &PyType_Type, &recovered_type))
+                          &uses, &PyDict_Type, &live, &PyType_Type, &recovered_type, &PySet_Type,
+                          &unsorted))
         return NULL;
     if (!PyType_IsSubtype(recovered_type, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "recovered_type must be a tuple subclass");
@@ -285,53 +314,79 @@ static PyObject *fold(PyObject *self, PyObject *args) {
     }
     Py_ssize_t i = 0;
     PyObject *key, *value;
+    /* The last queue id object and its list (the walk shares a queue id's int between
+     * consecutive records, so most lookups are an identity compare). */
+    PyObject *last_queue = NULL, *last_list = NULL;
+    /* Nearly always empty after a crash (DELIVERED records are written at a clean stop),
+     * and often small: no hash and probe of each key in an empty set. */
+    const int any_dequeued = PySet_GET_SIZE(dequeued) > 0;
+    const int any_delivered = PySet_GET_SIZE(delivered) > 0;
     while (PyDict_Next(enqueued, &i, &key, &value)) {
         if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2 ||
             !PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) != 3) {
             PyErr_SetString(PyExc_TypeError, "enqueued: (queue, message) -> (pos, exp, seg)");
             return NULL;
         }
-        PyObject *list = PyDict_GetItemWithError(lists, PyTuple_GET_ITEM(key, 0));
-        if (list == NULL) {
-            if (PyErr_Occurred()) return NULL;
-            continue;
+        PyObject *queue = PyTuple_GET_ITEM(key, 0);
+        PyObject *list;
+        if (queue == last_queue) {
+            list = last_list;
+        } else {
+            list = PyDict_GetItemWithError(lists, queue);
+            if (list == NULL && PyErr_Occurred()) return NULL;
+            if (list != NULL && !PyList_Check(list)) {
+                PyErr_SetString(PyExc_TypeError, "lists: queue id -> list");
+                return NULL;
+            }
+            last_queue = queue; /* borrowed: enqueued and lists hold them meanwhile */
+            last_list = list;
         }
-        if (!PyList_Check(list)) {
-            PyErr_SetString(PyExc_TypeError, "lists: queue id -> list");
-            return NULL;
+        if (list == NULL) continue;
+        if (any_dequeued) {
+            int gone = PySet_Contains(dequeued, key);
+            if (gone < 0) return NULL;
+            if (gone) continue;
         }
-        int gone = PySet_Contains(dequeued, key);
-        if (gone < 0) return NULL;
-        if (gone) continue;
         PyObject *message_id = PyTuple_GET_ITEM(key, 1);
         PyObject *segment = PyTuple_GET_ITEM(value, 2);
-        PyObject *use = PyDict_GetItemWithError(uses, message_id);
-        if (use == NULL) {
+        /* The usual case first: the message's first live enqueue. Its [segment, 1] is put
+         * in ``uses`` by one setdefault (a lookup and an insert in one probe); when
+         * another enqueue put it there before, that one's count goes up instead. */
+        PyObject *content = PyDict_GetItemWithError(messages, message_id);
+        if (content == NULL) {
             if (PyErr_Occurred()) return NULL;
-            PyObject *content = PyDict_GetItemWithError(messages, message_id);
-            if (content == NULL) {
+            if (PyDict_GetItemWithError(uses, message_id) == NULL) {
                 if (PyErr_Occurred()) return NULL;
                 return Py_BuildValue("(OO)", segment, message_id);
             }
+        }
+        PyObject *use = NULL;
+        if (content != NULL) {
             PyObject *at = PyDict_GetItemWithError(where, message_id);
             if (at == NULL) {
                 if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, message_id);
                 return NULL;
             }
-            if (PyDict_SetItem(used, message_id, content) < 0) return NULL;
             PyObject *one = PyLong_FromLong(1);
-            PyObject *pair = one ? PyList_New(2) : NULL;
-            if (pair == NULL) {
+            PyObject *fresh = one ? PyList_New(2) : NULL;
+            if (fresh == NULL) {
                 Py_XDECREF(one);
                 return NULL;
             }
             Py_INCREF(at);
-            PyList_SET_ITEM(pair, 0, at);
-            PyList_SET_ITEM(pair, 1, one);
-            int failed = PyDict_SetItem(uses, message_id, pair) < 0;
-            Py_DECREF(pair);
-            if (failed) return NULL;
+            PyList_SET_ITEM(fresh, 0, at);
+            PyList_SET_ITEM(fresh, 1, one);
+            use = PyDict_SetDefault(uses, message_id, fresh);
+            Py_DECREF(fresh); /* ``uses`` holds it when it was put there */
+            if (use == NULL) return NULL;
+            if (use == fresh) {
+                if (PyDict_SetItem(used, message_id, content) < 0) return NULL;
+                use = NULL;
+            }
         } else {
+            use = PyDict_GetItemWithError(uses, message_id);
+        }
+        if (use != NULL) {
             if (!PyList_Check(use) || PyList_GET_SIZE(use) != 2) {
                 PyErr_SetString(PyExc_TypeError, "uses: message id -> [segment, enqueues]");
                 return NULL;
@@ -342,13 +397,26 @@ static PyObject *fold(PyObject *self, PyObject *args) {
             if (more == NULL || PyList_SetItem(use, 1, more) < 0) return NULL;
         }
         if (PyDict_SetItem(live, key, segment) < 0) return NULL;
-        int was_delivered = PySet_Contains(delivered, key);
-        if (was_delivered < 0) return NULL;
+        int was_delivered = 0;
+        if (any_delivered) {
+            was_delivered = PySet_Contains(delivered, key);
+            if (was_delivered < 0) return NULL;
+        }
+        PyObject *position = PyTuple_GET_ITEM(value, 0);
+        Py_ssize_t size = PyList_GET_SIZE(list);
+        if (size > 0) {
+            PyObject *before = PyList_GET_ITEM(list, size - 1);
+            if (!PyTuple_Check(before) || PyTuple_GET_SIZE(before) != 4) {
+                PyErr_SetString(PyExc_TypeError, "lists: lists of recovered messages");
+                return NULL;
+            }
+            int lower = PyObject_RichCompareBool(position, PyTuple_GET_ITEM(before, 1), Py_LT);
+            if (lower < 0 || (lower && PySet_Add(unsorted, queue) < 0)) return NULL;
+        }
         PyObject *recovered = recovered_type->tp_alloc(recovered_type, 4);
         if (recovered == NULL) return NULL;
         PyObject *flag = was_delivered ? Py_True : Py_False;
-        PyObject *items[4] = {message_id, PyTuple_GET_ITEM(value, 0),
-                              PyTuple_GET_ITEM(value, 1), flag};
+        PyObject *items[4] = {message_id, position, PyTuple_GET_ITEM(value, 1), flag};
         for (int k = 0; k < 4; k++) {
             Py_INCREF(items[k]);
             PyTuple_SET_ITEM(recovered, k, items[k]);

@@ -34,6 +34,7 @@ def fold(
     uses: dict[int, list[int]],
     live_enqueues: dict[tuple[int, int], int],
     recovered_type: type[tuple[Any, ...]],
+    unsorted: set[int],
     /,
 ) -> tuple[int, int] | None: ...
 def entries(

@@ -394,6 +394,7 @@ class Recovery:
         used: dict[int, MessageRecord] = {}
         uses: dict[int, list[int]] = {}  # message id -> [segment, live enqueues]
         live_enqueues: dict[tuple[int, int], int] = {}
+        unsorted: set[int] = set()  # queues whose messages came out of position order
         dequeued = self._dequeued
         delivered = self._delivered
         messages = self._messages
@@ -409,6 +410,7 @@ class Recovery:
             uses,
             live_enqueues,
             RecoveredMessage,
+            unsorted,
         )
         if missing is not None:
             # The enqueue of a message whose content never reached the disk: the content
@@ -424,9 +426,12 @@ class Recovery:
             enqueues=live_enqueues,
             delivered=delivered & live_enqueues.keys(),
         )
+        # Enqueues are read in the order written, so nearly always in position order: only
+        # a queue some of whose enqueues compaction moved needs a sort (stable, as before;
+        # for 1M messages the key calls alone were 0.07 CPU s).
         by_position = itemgetter(1)
-        for queue in queues.values():
-            queue.messages.sort(key=by_position)
+        for queue_id in unsorted:
+            queues[queue_id].messages.sort(key=by_position)
         return RecoveredState(
             exchanges=exchanges,
             queues=list(queues.values()),
@@ -453,16 +458,17 @@ def _fold(
     uses: dict[int, list[int]],
     live_enqueues: dict[tuple[int, int], int],
     recovered_type: type[RecoveredMessage],
+    unsorted: set[int],
 ) -> tuple[int, int] | None:
     """The hot loop of :meth:`Recovery.state` (one pass over every enqueue): each live
     enqueue of a recovered queue (``lists``) to its list, with the ledger's message uses
-    built on the way. None, or the (segment, message id) of an enqueue whose content is
-    missing. The pure-Python twin of the native walker's ``fold``."""
-    appends = {queue_id: messages_of.append for queue_id, messages_of in lists.items()}
+    built on the way; ``unsorted`` gets the queues whose lists are out of position order.
+    None, or the (segment, message id) of an enqueue whose content is missing. The
+    pure-Python twin of the native walker's ``fold``."""
     recovered = tuple.__new__
     for key, (position, expires_at_ms, segment) in enqueued.items():
-        append = appends.get(key[0])
-        if append is None or key in dequeued:
+        messages_of = lists.get(key[0])
+        if messages_of is None or key in dequeued:
             continue
         message_id = key[1]
         use = uses.get(message_id)
@@ -475,5 +481,9 @@ def _fold(
         else:
             use[1] += 1
         live_enqueues[key] = segment
-        append(recovered(recovered_type, (message_id, position, expires_at_ms, key in delivered)))
+        if messages_of and position < messages_of[-1][1]:
+            unsorted.add(key[0])
+        messages_of.append(
+            recovered(recovered_type, (message_id, position, expires_at_ms, key in delivered))
+        )
     return None
