@@ -62,6 +62,10 @@ def lagging_cluster(
             node.broker_command = [
                 *(a for a in node.broker_command if not a.startswith("--link-heartbeat")),
                 f"--link-heartbeat-interval={HEARTBEAT}",
+                # two 64 KiB batches in flight at most: what the stopped backup cannot take
+                # stays on the primary as lag (with the default 1000 it could all go into
+                # the kernel's socket buffers, lag 0: a CI run saw that)
+                "--ha-flow-messages=2",
                 f"--sasl-users={users}",
                 f"--console-zk={zookeeper.hosts}",
                 f"--console-cluster={cluster.cluster}",
