@@ -98,6 +98,12 @@ def test_a_connected_lagging_backup_shows_its_lag(
         channel = connection.channel()  # no confirms: they would wait for the stopped backup
         channel.queue_declare(QUEUE, durable=True)
         seen(browser, lambda: lag_of(browser, row)[0] == 0, what="the queue replicated, no lag")
+        backups = [n.name for n in lagging_cluster.nodes if n is not primary]
+        seen(  # the agents' view read: the set is named by node (the page's first read is ~1 s)
+            browser,
+            lambda: all(name in text(browser, "#in-sync-summary") for name in backups),
+            what="the in-sync set named by node",
+        )
         pid = backup.broker_pid()
         os.kill(pid, signal.SIGSTOP)
         try:
