@@ -8,7 +8,6 @@ acknowledgement of the delivery watermark (docs/ha-design.md), and go on.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pika
@@ -16,7 +15,7 @@ import pika
 from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 from tests.ha.cluster import http
-from tests.ha.test_remote_queue_replication import ARGS, QPID_HA
+from tests.ha.test_remote_queue_replication import ARGS, replicate
 
 
 def test_other_queues_of_the_source_confirm_and_deliver_at_once(tmp_path: Path) -> None:
@@ -29,20 +28,7 @@ def test_other_queues_of_the_source_confirm_and_deliver_at_once(tmp_path: Path) 
         channel = connection.channel()
         channel.queue_declare("orders")
         channel.queue_declare("other")
-        result = subprocess.run(
-            [
-                QPID_HA,
-                "-b",
-                f"guest/guest@127.0.0.1:{copy.mgmt_port}",
-                "replicate",
-                "orders",
-                f"127.0.0.1:{source.port}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert result.returncode == 0, result.stderr
+        replicate(copy, "orders", source)
         poll_until(lambda: http("GET", copy.mgmt_port, "/api/ha/replications")[0]["caught_up"], 10)
 
         channel.confirm_delivery()  # a confirm held back would block basic_publish

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import subprocess
 from pathlib import Path
 
 import pika
@@ -22,7 +21,7 @@ from broker.store.journal import Journal
 from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 from tests.ha.cluster import http
-from tests.ha.test_remote_queue_replication import ARGS, QPID_HA
+from tests.ha.test_remote_queue_replication import ARGS, replicate
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 MESSAGES = 300
@@ -46,20 +45,7 @@ def test_a_confirm_means_the_copy_has_the_message_on_its_disk(
         connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", source.port))
         channel = connection.channel()
         channel.queue_declare("orders", durable=True)
-        result = subprocess.run(
-            [
-                QPID_HA,
-                "-b",
-                f"guest/guest@127.0.0.1:{copy.mgmt_port}",
-                "replicate",
-                "orders",
-                f"127.0.0.1:{source.port}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert result.returncode == 0, result.stderr
+        replicate(copy, "orders", source)
 
         def caught_up() -> bool:
             (status,) = http("GET", copy.mgmt_port, "/api/ha/replications")

@@ -22,6 +22,24 @@ ARGS = [
 ]
 
 
+def replicate(copy: BrokerProcess, queue: str, source: BrokerProcess) -> None:
+    """``qpid-ha -b COPY replicate QUEUE SOURCE`` as an operator runs it (asserted to work)."""
+    result = subprocess.run(
+        [
+            QPID_HA,
+            "-b",
+            f"guest/guest@127.0.0.1:{copy.mgmt_port}",
+            "replicate",
+            queue,
+            f"127.0.0.1:{source.port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_qpid_ha_replicate_copies_a_queue_and_follows_it(tmp_path: Path) -> None:
     source = BrokerProcess(tmp_path / "source", args=ARGS).start()
     copy = BrokerProcess(tmp_path / "copy", args=ARGS).start()
@@ -31,20 +49,7 @@ def test_qpid_ha_replicate_copies_a_queue_and_follows_it(tmp_path: Path) -> None
         channel.queue_declare("orders")
         for i in range(50):
             channel.basic_publish("", "orders", str(i).encode())
-        result = subprocess.run(
-            [
-                QPID_HA,
-                "-b",
-                f"guest/guest@127.0.0.1:{copy.mgmt_port}",
-                "replicate",
-                "orders",
-                f"127.0.0.1:{source.port}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert result.returncode == 0, result.stderr
+        replicate(copy, "orders", source)
 
         def copied() -> int:
             return int(http("GET", copy.mgmt_port, "/api/queues/orders").get("messages", -1))
