@@ -473,7 +473,7 @@ class Connection(ConnectionMethods):
             self.send_method(0, close_method(int(reply_code), f"{reply_code.name} - {text}"))
             self._set_state(S.CLOSING)
             self._closing_since = self.ctx.clock()
-        elif self.state is not S.CLOSED and self.state is not S.CLOSING:
+        elif self.state is not S.CLOSING:  # mid-handshake, or closed by the client already
             self.should_close = True
 
     def _closed(self) -> None:
@@ -481,11 +481,19 @@ class Connection(ConnectionMethods):
             self._set_state(S.CLOSED)
         self.should_close = True
 
+    def _closed_by_client(self) -> None:
+        """The client's connection.close is answered: as RabbitMQ, leave the socket for the
+        client to close after it reads close-ok (a client that sees EOF first may take the
+        close for a failure), and drop it ourselves after ``close_timeout``."""
+        if self.state is not S.CLOSED:
+            self._set_state(S.CLOSED)
+        self._closing_since = self.ctx.clock()
+
     def tick(self) -> None:
         """Heartbeats and time-outs; call at least twice per heartbeat interval."""
         now = self.ctx.clock()
         state = self.state
-        if state is S.CLOSING:
+        if state is S.CLOSING or state is S.CLOSED:
             if now - self._closing_since >= self.ctx.settings.close_timeout:
                 self.should_close = True
             return

@@ -75,6 +75,7 @@ class ConnectionMethods:
 
         @abstractmethod
         def _closed(self) -> None: ...
+        def _closed_by_client(self) -> None: ...
 
     def _send_start(self) -> None:
         self._set_state(S.AWAIT_START_OK)
@@ -120,7 +121,7 @@ class ConnectionMethods:
             self.close_reason = f"client closed: {method.reply_code} {method.reply_text}"
             self._cleanup()
             self.send_method(0, commands.Connection.CloseOk())
-            self._closed()
+            self._closed_by_client()
         elif isinstance(method, commands.Connection.UpdateSecret):
             if state is not S.OPEN:
                 raise self._unexpected(method)

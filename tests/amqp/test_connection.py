@@ -527,3 +527,46 @@ def test_unexpected_exception_closes_only_that_connection_with_541() -> None:
     assert close_code(client) == ReplyCode.INTERNAL_ERROR
     other.send(1, commands.Queue.Declare(queue="still-fine"))
     other.expect(commands.Queue.DeclareOk)
+
+
+def _client_close(client: Client) -> None:
+    client.send(
+        0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    )
+
+
+def test_client_close_leaves_the_socket_for_the_client_to_close() -> None:
+    """As RabbitMQ: close-ok tells the client it may close the socket, so the broker does
+    not hang up first (aiormq takes an EOF that races its close-ok for a failure); what the
+    client sends after its close is dropped; after close_timeout the broker hangs up."""
+    clock = FakeClock()
+    ctx = make_context(clock)
+    client = open_client(ctx)
+    client.take()
+    _client_close(client)
+    client.expect(commands.Connection.CloseOk)
+    assert client.conn.state is ConnectionState.CLOSED and not client.conn.should_close
+    client.send(2, commands.Channel.Open())
+    assert client.take() == []  # nothing answers after close-ok
+    clock.now += ctx.settings.close_timeout / 2
+    client.conn.tick()
+    assert not client.conn.should_close
+    clock.now += ctx.settings.close_timeout / 2
+    client.conn.tick()
+    assert client.conn.should_close
+
+
+def test_broker_shutdown_hangs_up_on_a_closed_connection_at_once() -> None:
+    client = open_client()
+    _client_close(client)
+    client.expect(commands.Connection.CloseOk)
+    client.conn.close(ReplyCode.CONNECTION_FORCED, "broker shutdown")
+    assert client.conn.should_close and client.take() == []
+
+
+def test_broker_initiated_close_hangs_up_on_close_ok() -> None:
+    client = open_client()
+    client.conn.close(ReplyCode.CONNECTION_FORCED, "broker shutdown")
+    client.expect(commands.Connection.Close)
+    client.send(0, commands.Connection.CloseOk())
+    assert client.conn.should_close

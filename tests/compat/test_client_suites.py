@@ -6,6 +6,7 @@ suite expects a newer RabbitMQ."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import aiormq
@@ -13,10 +14,11 @@ import aiormq.exceptions
 import pika
 import pika.exceptions
 import pytest
+from pamqp import commands
 
 from broker.ha.names import BACKUP_PROPERTY
 from tests.broker_process import BrokerProcess
-from tests.e2e.support import unique
+from tests.e2e.support import RawClient, unique
 
 TIMEOUT = 60.0
 
@@ -79,3 +81,24 @@ def test_an_ha_backup_link_is_offered_channel_max_65535(shared_broker: BrokerPro
             await link.close()
 
     run(scenario)
+
+
+def test_the_client_closes_the_socket_after_close_ok(shared_broker: BrokerProcess) -> None:
+    """aio-pika's test_create_channels_during_reconnect: RabbitMQ 3.10.8 answers a client's
+    connection.close with close-ok and leaves the socket for the client to close (close-ok
+    tells its recipient it may close the socket); qpidd hung up at once, an EOF that aiormq
+    can read before it has finished its own close. Now the broker waits, and hangs up by
+    itself only after its close timeout (2 s), should the client never close."""
+    with RawClient(shared_broker) as client:
+        client.handshake()
+        client.send_method(
+            0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+        )
+        client.expect(commands.Connection.CloseOk)
+        with pytest.raises(TimeoutError):  # still open: the broker does not hang up first
+            client.read_frame(timeout=0.5)
+        start = time.monotonic()
+        assert client.wait_eof(timeout=10.0) == []  # nothing more, then the broker's EOF
+        assert time.monotonic() - start < 5.0
+        closed = client.wait_for_event("connection_closed")
+        assert closed["reason"] == "client closed: 200 bye"
