@@ -498,7 +498,7 @@ class Connection(ConnectionMethods):
                 self.should_close = True
             return
         if state is not S.OPEN:
-            if state is not S.CLOSED and now - self.created >= self.ctx.settings.handshake_timeout:
+            if now - self.created >= self.ctx.settings.handshake_timeout:
                 self.close_reason = "handshake timeout"
                 self.ctx.log.warning("handshake_timeout", connection=self.name, state=state.value)
                 self.should_close = True
