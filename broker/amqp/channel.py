@@ -410,7 +410,7 @@ class Channel(ConsumeMethods, PublishMethods):
         """Cancel consumers and a held basic.get, requeue unacknowledged deliveries, drop
         pending confirms."""
         if self.held_frames is not None:
-            self.cancel_held_get()
+            self.connection.held_frames_dropped(self.cancel_held_get())
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:

@@ -12,7 +12,9 @@ connection class, :mod:`broker.amqp.connection_methods`; what is offered and neg
 :mod:`broker.amqp.handshake`), checks framing (sizes, end octets, content sequence), and
 passes channel methods to :class:`~broker.amqp.channel.Channel`. While a channel's basic.get
 is held (its queue's delivery gate is closed), the frames that follow on that channel are
-kept and replayed once it is answered (:meth:`Connection.replay_held_frames`). An admission
+kept and replayed once it is answered, with a bound on what is kept
+(:mod:`broker.amqp.held_frames`: past it the connection is not read, ``reading_paused`` as
+for a resource alarm; the shell follows it through ``on_reading_changed``). An admission
 policy that also :class:`~broker.amqp.handshake.AdvertisesKnownHosts` (the HA role) names
 the hosts clients should use in connection.open-ok's ``known-hosts``. A login whose password
 needs the slow hash waits in ``AWAIT_LOGIN`` with :attr:`Connection.login_check` set: the
@@ -38,6 +40,7 @@ from broker.amqp.channel import Channel
 from broker.amqp.connection_methods import ConnectionMethods
 from broker.amqp.context import BrokerContext
 from broker.amqp.handshake import close_method
+from broker.amqp.held_frames import HeldFrames
 from broker.amqp.state import ChannelState, ConnectionState, check_transition
 from broker.core.errors import AmqpError, ReplyCode
 from broker.security.sasl import PasswordCheck
@@ -46,7 +49,6 @@ S = ConnectionState
 _ids = itertools.count(1)
 _FRAME_HEAD = struct.Struct(">BHI")
 _PUBLISH_ID = b"\x00\x3c\x00\x28"
-_CHANNEL_CLOSE_ID = b"\x00\x14\x00\x28"
 _CHANNEL_OPEN = ChannelState.OPEN
 
 
@@ -56,7 +58,7 @@ _HANDSHAKE = frozenset(
 )
 
 
-class Connection(ConnectionMethods):
+class Connection(ConnectionMethods, HeldFrames):
     """See the module docstring."""
 
     def __init__(
@@ -109,7 +111,15 @@ class Connection(ConnectionMethods):
         #: A resource alarm's reason while publishers are blocked (RabbitMQ's "blocking");
         #: the shell stops reading while ``reading_paused`` (a publisher is "blocked").
         self.blocked_by: str | None = ctx.publish_alarm
+        #: Not to be read (the shell pauses the socket): blocked by an alarm, or too much
+        #: kept behind held basic.gets; read again only when neither holds.
         self.reading_paused = False
+        self._alarm_paused = False
+        self._held_paused = False
+        self.held_bytes = 0
+        #: Called when ``reading_paused`` changes (the shell pauses or resumes the socket);
+        #: also from a replay of kept frames, outside ``receive_data``.
+        self.on_reading_changed: Callable[[], None] | None = None
         ctx.connections[self.id] = self
 
     # -- properties --------------------------------------------------------------------
@@ -203,7 +213,7 @@ class Connection(ConnectionMethods):
             if first is not None:
                 first()
             self._parse()
-            if self.blocked_by is not None and self.messages_published and not self.reading_paused:
+            if self.blocked_by is not None and self.messages_published and not self._alarm_paused:
                 self._pause_reading()
         except AmqpError as error:
             self._buf.clear()
@@ -353,43 +363,6 @@ class Connection(ConnectionMethods):
         else:
             raise AmqpError(ReplyCode.FRAME_ERROR, f"unknown frame type {ftype}")
 
-    # -- a held basic.get ----------------------------------------------------------------
-    def _defer(self, ch: Channel, ftype: int, payload: bytes) -> bool:
-        """A frame for a channel whose basic.get is held (or whose frames kept behind it
-        wait for replay): kept for later (True), except channel.close, which cancels the
-        get (its message stays queued) and goes on after the frames kept before it."""
-        if ftype != framing.FRAME_METHOD or payload[:4] != _CHANNEL_CLOSE_ID:
-            assert ch.held_frames is not None
-            ch.held_frames.append((ftype, payload))
-            return True
-        while ch.held_frames is not None:
-            for kept_type, kept in ch.cancel_held_get():
-                self._frame(kept_type, ch.number, kept)
-        return False
-
-    def replay_held_frames(self, number: int) -> None:
-        """A held basic.get was answered: process the frames its channel kept, in order,
-        before the next flush (not inside the queue's dispatch that answered it). Frames
-        that arrive meanwhile are kept behind them."""
-
-        def replay() -> None:
-            ch = self.channels.get(number)
-            if ch is None or ch.held_get is not None or ch.held_frames is None:
-                return
-            frames, ch.held_frames = ch.held_frames, None
-            for ftype, payload in frames:
-                if self.should_close or self.state is not S.OPEN:
-                    return
-                self._frame(ftype, number, payload)
-
-        def pump() -> None:
-            if self.state is S.OPEN and not self.should_close:
-                self._process(replay)
-                if self._pumps:  # held again and answered at once: flush again
-                    self._signal_output()
-
-        self.request_pump(-number, pump)
-
     # -- channels ----------------------------------------------------------------------
     def _open_channel(self, number: int) -> None:
         if len(self.channels) >= self.channel_max:  # a count, as RabbitMQ: any number 1..65535
@@ -419,18 +392,31 @@ class Connection(ConnectionMethods):
         """
         self.blocked_by = reason
         if reason is not None:
-            if self.messages_published and not self.reading_paused:
+            if self.messages_published and not self._alarm_paused:
                 self._pause_reading()
-        elif self.reading_paused:
-            self.reading_paused = False
-            self._last_recv = self.ctx.clock()
+        elif self._alarm_paused:
+            self._alarm_paused = False
+            self._reading_changed()
             if self.state is S.OPEN and self.capability("connection.blocked"):
                 self.send_method(0, commands.Connection.Unblocked())
 
     def _pause_reading(self) -> None:
-        self.reading_paused = True
+        """Blocked by a resource alarm."""
+        self._alarm_paused = True
+        self._reading_changed()
         if self.state is S.OPEN and self.capability("connection.blocked"):
             self.send_method(0, commands.Connection.Blocked(reason=self.blocked_by or ""))
+
+    def _reading_changed(self) -> None:
+        """``reading_paused`` from its two reasons; the shell is told when it changes."""
+        paused = self._alarm_paused or self._held_paused
+        if paused == self.reading_paused:
+            return
+        self.reading_paused = paused
+        if not paused:  # the client's heartbeats were not read meanwhile
+            self._last_recv = self.ctx.clock()
+        if self.on_reading_changed is not None:
+            self.on_reading_changed()
 
     def set_writable(self, writable: bool) -> None:
         """The transport's write buffer crossed a water mark."""

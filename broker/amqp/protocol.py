@@ -6,7 +6,10 @@ back-pressure (``pause_writing``/``resume_writing``) stops and restarts deliveri
 connection's consumers. Losing the socket wakes everything through
 ``Connection.connection_lost``. A login's password hash runs in a thread
 (:func:`~broker.security.password_checks.run_password_check`), reading paused meanwhile: a
-burst of logins does not stall the loop.
+burst of logins does not stall the loop. The socket is also not read while the connection
+says ``reading_paused`` (a resource alarm, too much kept behind held basic.gets):
+:meth:`AmqpProtocol._follow_reading` after each read and whenever the connection says it
+changed.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class AmqpProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._flush_scheduled = False
         self._checking_login = False
+        self._reading_paused = False  # the transport's reading is paused
         self._loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -52,6 +56,7 @@ class AmqpProtocol(asyncio.Protocol):
             tls_identity=identity,
             encrypted=transport.get_extra_info("ssl_object") is not None,
         )
+        self.connection.on_reading_changed = self._follow_reading
 
     def data_received(self, data: bytes) -> None:
         connection = self.connection
@@ -61,16 +66,28 @@ class AmqpProtocol(asyncio.Protocol):
         self.flush()
         if connection.login_check is not None and not self._checking_login:
             self._check_login(connection)
-        elif connection.reading_paused and self.transport is not None:
-            self.transport.pause_reading()
+        elif connection.reading_paused:
+            self._follow_reading()
+
+    def _follow_reading(self) -> None:
+        """Pause or resume reading the socket as the connection (and a login check) say."""
+        connection, transport = self.connection, self.transport
+        if connection is None or transport is None or transport.is_closing():
+            return
+        paused = connection.reading_paused or self._checking_login
+        if paused != self._reading_paused:
+            self._reading_paused = paused
+            if paused:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
 
     def _check_login(self, connection: Connection) -> None:
         """Run the password hash in a thread; read nothing more until it is decided."""
         check = connection.login_check
         assert check is not None
         self._checking_login = True
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._follow_reading()
 
         def checked(future: asyncio.Future[bool]) -> None:
             self._checking_login = False
@@ -83,26 +100,18 @@ class AmqpProtocol(asyncio.Protocol):
                 )
             connection.password_checked(exc is None and bool(future.result()))
             self.flush()
-            transport = self.transport
-            ready = transport is not None and not transport.is_closing()
-            if ready and transport is not None and not connection.reading_paused:
-                transport.resume_reading()
+            self._follow_reading()
 
         run_password_check(check).add_done_callback(checked)
 
     def publishers_blocked(self, reason: str | None) -> None:
         """A resource alarm was raised or cleared: block or unblock this connection."""
-        connection, transport = self.connection, self.transport
+        connection = self.connection
         if connection is None:
             return
-        paused = connection.reading_paused
         connection.publishers_blocked(reason)
         self.flush()
-        if transport is not None and not transport.is_closing():
-            if connection.reading_paused and not paused:
-                transport.pause_reading()
-            elif paused and not connection.reading_paused:
-                transport.resume_reading()
+        self._follow_reading()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
