@@ -387,11 +387,13 @@ def test_a_channel_close_read_with_the_kept_frames_replays_them_then_closes() ->
     then the channel closes, and the connection is read again."""
     client = open_client()
     queue, _gate, _guard = _gated(client)
+    changes: list[bool] = []
+    client.conn.on_reading_changed = lambda: changes.append(client.conn.reading_paused)
     client.send(1, commands.Basic.Get(queue="q"))
     data = [bytes([i]) * 400_000 for i in range(3)]
     close = commands.Channel.Close(reply_code=200, reply_text="done", class_id=0, method_id=0)
     client.send_bytes(b"".join(_publish_bytes(d) for d in data) + amqp_frame.marshal(close, 1))
-    assert not client.conn.reading_paused and client.conn.held_bytes == 0
+    assert changes == [True, False] and client.conn.held_bytes == 0
     assert _kinds(client) == ["CloseOk"]
     assert [entry.message.body for entry in queue.entries()] == [b"a", *data]
 
