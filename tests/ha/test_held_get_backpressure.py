@@ -6,12 +6,17 @@ kept and replayed once it is answered (docs/ha-design.md). What is kept is bound
 protocol (broker/amqp/held_frames.py): past 1 MiB the broker stops reading the connection,
 so what the client sends waits in the kernel's socket buffers and then in the client's
 own socket write; it reads again once the gate opens and the kept frames are replayed.
-Real qpidd processes (a 2-broker cluster: the primary SIGKILLed, the backup promoted with
-the committed in-sync set naming both, so it waits for the old primary), a real pika client.
+A client that dies while its connection is not read is cleaned up all the same (the
+broker's heartbeat write finds the socket gone). Real qpidd processes (a 2-broker cluster:
+the primary SIGKILLed, the backup promoted with the committed in-sync set naming both, so it
+waits for the old primary), real pika clients.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -29,6 +34,17 @@ SIZE = 256 * 1024
 #: read (uvloop: 256000 bytes) adds to it, with each frame's cost.
 LIMIT = 1024 * 1024
 ONE_READ = 256_000 + 100 * (256_000 // SIZE + 3)
+
+
+#: A client in a process of its own: a held get, then a flood on its channel; SIGKILLed.
+_FLOODER = """
+import sys, pika
+parameters = pika.ConnectionParameters("127.0.0.1", int(sys.argv[1]), heartbeat=2)
+channel = pika.BlockingConnection(parameters).channel()
+channel._impl.basic_get("work", lambda *args: None, auto_ack=False)
+for i in range(256):
+    channel.basic_publish("", "work", bytes(262144))
+"""
 
 
 def _body(i: int) -> bytes:
@@ -88,28 +104,34 @@ def _rss(cluster: Cluster, i: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+def _recovering(cluster: Cluster) -> None:
+    """Queue ``work`` with one message ``a``; broker 0, the primary, SIGKILLed; broker 1
+    promoted with an in-sync set naming broker 0: it waits for it, its gate closed."""
+    cluster.promote(0, epoch=1)
+    cluster.wait_state(1, "ready")
+    ids = [str(cluster.ha(i)["broker_id"]) for i in range(2)]
+    connection = connect(cluster.ports[0])
+    connection.channel().queue_declare("work", durable=True)
+    connection.close()
+    publish(cluster.ports[0], "work", [b"a"])
+    poll_until(lambda: cluster.queue_messages(1, "work") == 1, 10)
+    cluster.kill(0)
+    promoted = http(
+        "POST",
+        cluster.brokers[1].mgmt_port,
+        "/api/ha/promote",
+        {"cluster_manager": True, "epoch": 2, "in_sync": ids},
+    )
+    assert promoted["state"] == "recovering"
+
+
 def test_a_publisher_behind_a_held_get_waits_in_its_socket_and_loses_nothing(
     tmp_path: Path,
 ) -> None:
     cluster = Cluster(tmp_path, 2).start()
     publisher: _Publisher | None = None
     try:
-        cluster.promote(0, epoch=1)
-        cluster.wait_state(1, "ready")
-        ids = [str(cluster.ha(i)["broker_id"]) for i in range(2)]
-        connection = connect(cluster.ports[0])
-        connection.channel().queue_declare("work", durable=True)
-        connection.close()
-        publish(cluster.ports[0], "work", [b"a"])
-        poll_until(lambda: cluster.queue_messages(1, "work") == 1, 10)
-        cluster.kill(0)
-        promoted = http(
-            "POST",
-            cluster.brokers[1].mgmt_port,
-            "/api/ha/promote",
-            {"cluster_manager": True, "epoch": 2, "in_sync": ids},
-        )
-        assert promoted["state"] == "recovering"  # waits for broker 0: the gate is closed
+        _recovering(cluster)
         port = cluster.ports[1]
         rss_before = _rss(cluster, 1)
 
@@ -144,4 +166,35 @@ def test_a_publisher_behind_a_held_get_waits_in_its_socket_and_loses_nothing(
     finally:
         if publisher is not None and publisher.is_alive():
             publisher.join(1)
+        cluster.stop()
+
+
+def test_a_client_killed_while_not_read_is_cleaned_up(tmp_path: Path) -> None:
+    """A client SIGKILLed while the broker does not read it: the broker's next heartbeat
+    write finds the socket gone, before the gate opens; what its connection kept is dropped
+    (never confirmed), and its held get took nothing."""
+    cluster = Cluster(tmp_path, 2).start()
+    flooder: subprocess.Popen[bytes] | None = None
+    try:
+        _recovering(cluster)
+        port = cluster.ports[1]
+        before = len(events(cluster, 1, "connection_closed"))  # the backup's own links
+        flooder = subprocess.Popen([sys.executable, "-c", _FLOODER, str(port)])
+        poll_until(lambda: events(cluster, 1, "held_frames_paused"), 15)
+        flooder.send_signal(signal.SIGKILL)
+        flooder.wait(10)
+        closed = poll_until(lambda: events(cluster, 1, "connection_closed")[before:], 15)
+        assert len(closed) == 1 and closed[0]["published"] == 0
+        assert closed[0]["reason"].startswith("socket error")  # a heartbeat's write
+        resumed = events(cluster, 1, "held_frames_resumed")
+        assert len(resumed) == 1 and resumed[0]["held_bytes"] == 0
+        assert cluster.state(1) == "recovering"  # the gate is still closed
+        assert cluster.queue_messages(1, "work") == 1
+
+        cluster.commit_in_sync(1)
+        assert drain_get(port, "work") == [b"a"]  # not taken, nothing kept went on
+    finally:
+        if flooder is not None and flooder.poll() is None:
+            flooder.kill()
+            flooder.wait(10)
         cluster.stop()
