@@ -138,6 +138,11 @@ class Connection(ConnectionMethods, HeldFrames):
 
     # -- output ------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
+        if self.state is S.CLOSED:
+            # Nothing follows close-ok: after a client's connection.close the socket stays
+            # open (until the client closes it, or close_timeout), and a reply a barrier
+            # releases meanwhile, or a confirm settled before the close, is dropped.
+            return
         self._out.append(data)
         self._signal_output()
 
