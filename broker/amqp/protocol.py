@@ -37,6 +37,9 @@ class AmqpProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         self._checking_login = False
         self._reading_paused = False  # the transport's reading is paused
+        #: When the shell closed the transport (the loop's clock): a transport whose peer
+        #: takes nothing of what is left to write is aborted after ``close_timeout``.
+        self._hung_up_at: float | None = None
         self._loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -128,12 +131,23 @@ class AmqpProtocol(asyncio.Protocol):
         if data:
             transport.write(data)
         if connection.should_close:
-            transport.close()
+            transport.close()  # once what is written has gone
+            self._hung_up_at = self._loop.time()
 
     def tick(self) -> None:
         if self.connection is not None:
             self.connection.tick()
             self.flush()
+        transport, hung_up_at = self.transport, self._hung_up_at
+        if (
+            transport is not None
+            and hung_up_at is not None
+            and self._loop.time() - hung_up_at >= self.ctx.settings.close_timeout
+        ):
+            # A peer that reads nothing (its window shut) would keep a closing transport,
+            # and the connection's resources, forever: what it has not taken is dropped.
+            self._hung_up_at = None
+            transport.abort()
 
     def pause_writing(self) -> None:
         if self.connection is not None:
