@@ -218,7 +218,12 @@ class Connection(ConnectionMethods, HeldFrames):
             if first is not None:
                 first()
             self._parse()
-            if self.blocked_by is not None and self.messages_published and not self._alarm_paused:
+            if (
+                self.state is S.OPEN
+                and self.blocked_by is not None
+                and self.messages_published
+                and not self._alarm_paused
+            ):
                 self._pause_reading()
         except AmqpError as error:
             self._buf.clear()

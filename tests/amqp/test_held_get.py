@@ -534,3 +534,20 @@ def test_held_frames_are_bounded_and_nothing_is_lost_or_reordered(
         mine = [m for m in remaining if m in bodies]
         assert mine == [m for m in bodies if m in mine]  # order kept
     assert sorted(remaining + got) == sorted(m for bodies in published.values() for m in bodies)
+
+
+def test_a_publish_and_close_read_together_under_an_alarm_leave_reading_on() -> None:
+    """A blocked connection's last publish and its connection.close in one read: the close
+    is answered and reading is not paused for the alarm, so the client's EOF is seen."""
+    client = open_client(capabilities=BLOCKED)
+    client.send(1, commands.Queue.Declare(queue="q"))
+    client.take()
+    client.conn.publishers_blocked("low on memory")
+    assert client.take() == [] and not client.conn.reading_paused  # blocked at its first publish
+    data = amqp_frame.marshal(commands.Basic.Publish(routing_key="q"), 1)
+    data += amqp_frame.marshal(header.ContentHeader(0, 1, commands.Basic.Properties()), 1)
+    data += amqp_frame.marshal(amqp_body.ContentBody(b"x"), 1)
+    data += amqp_frame.marshal(commands.Connection.Close(200, "bye", 0, 0), 0)
+    client.send_bytes(data)
+    assert _kinds(client) == ["CloseOk"]  # closed: not blocked, not paused
+    assert not client.conn.reading_paused
