@@ -75,6 +75,8 @@ class ConnectionMethods:
 
         @abstractmethod
         def _closed(self) -> None: ...
+
+        @abstractmethod
         def _closed_by_client(self) -> None: ...
 
     def _send_start(self) -> None:
