@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 
+from broker.ha.state import HaState
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.cluster_view import format_cluster
@@ -46,7 +47,9 @@ def status(
         str | None,
         typer.Option(
             "--expect",
-            help="exit 1 unless in this state; 'primary' means active or recovering",
+            help="exit 1 unless in this state (standalone, joining, catch-up, ready,"
+            " recovering, active); 'primary' means active or recovering; another name is"
+            " a wrong use (exit 2)",
         ),
     ] = None,
     is_primary: Annotated[
@@ -70,6 +73,8 @@ def status(
     """
     s = settings(ctx)
     out = s.env.out
+    if expect is not None:
+        expect = _expected_state(expect)
     if s.zk is not None and s.cluster is not None:
         if not show_all:
             raise CommandError("with --zk, use status --all", ExitStatus.USAGE)
@@ -110,6 +115,22 @@ def status(
         holds = state in PRIMARY_STATES if wanted == "primary" else state == wanted
         if not holds:
             raise typer.Exit(ExitStatus.ERROR)
+
+
+def _expected_state(text: str) -> str:
+    """``--expect``'s value as a state name ("catchup" is catch-up; "primary" as it is).
+
+    :raises CommandError: USAGE for a name that is no state: a typo must not read as a
+        broker in another state (exit 1)."""
+    if text.strip().lower() == "primary":
+        return "primary"
+    try:
+        return HaState.parse(text).value
+    except ValueError:
+        names = ", ".join(state.value for state in HaState)
+        raise CommandError(
+            f"--expect {text!r}: expected one of {names} or primary", ExitStatus.USAGE
+        ) from None
 
 
 def _link_line(s: CliSettings) -> str | None:

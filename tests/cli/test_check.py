@@ -109,3 +109,20 @@ def test_ready(solo: BrokerProcess, pair: Cluster) -> None:
     ]:
         result = qpid_ha("-b", b, "ready")
         assert (result.exit_code, result.stdout, result.stderr) == (code, f"{state}\n", "")
+
+
+def test_status_expect_of_an_unknown_state_is_a_wrong_use(solo: BrokerProcess) -> None:
+    """A typo (--expect=activ) exited 1 with the state, as if the broker were not in it: a
+    script could not tell a wrong command from a broker in another state. Now exit 2 with
+    one line naming the value, before asking the broker; catchup is catch-up."""
+    b = address(solo, "")
+    for value in ("activ", "bogus", ""):
+        result = qpid_ha("-b", b, "status", f"--expect={value}")
+        assert (result.exit_code, result.stdout) == (2, ""), value
+        assert result.stderr == (
+            f"qpid-ha: error: --expect {value!r}: expected one of standalone, joining,"
+            " catch-up, ready, recovering, active or primary\n"
+        )
+    result = qpid_ha("-b", b, "status", "--expect=Standalone")
+    assert (result.exit_code, result.stdout) == (0, "standalone\n")
+    assert qpid_ha("-b", b, "status", "--expect=catchup").exit_code == 1
