@@ -12,10 +12,14 @@ grant, known only once the agent runs, after its thread ends.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
-from typing import Annotated
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 import typer
+from typer._click.exceptions import ClickException
+from typer.core import TyperCommand
 
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging
@@ -29,10 +33,38 @@ from ha_agent.zk_tls import tls_refusal, zk_tls
 
 PROGRAM = "qpid-ha-agent"
 
-app = typer.Typer(add_completion=False)
+
+class AgentCommand(TyperCommand):
+    """The agent's command: click's usage errors (a missing or unknown option, a value of
+    the wrong type) are one line, ``qpid-ha-agent: error: MESSAGE (see 'qpid-ha-agent
+    --help')``, and exit 2, as the agent's own checks and ``qpid-ha`` do, not rich's box."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except ClickException as error:
+            message = " ".join(error.format_message().split())
+            typer.echo(f"{PROGRAM}: error: {message} (see '{PROGRAM} --help')", err=True)
+            sys.exit(error.exit_code)
+        sys.exit(code if isinstance(code, int) else ExitStatus.SUCCESS)
 
 
-@app.command(help="Elect, promote and fence qpidd brokers of an HA cluster through ZooKeeper.")
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@app.command(
+    cls=AgentCommand,
+    help="Elect, promote and fence qpidd brokers of an HA cluster through ZooKeeper.",
+)
 def run(
     zk: Annotated[str, typer.Option("--zk", help="ZooKeeper ensemble, host:port[,host:port...]")],
     cluster: Annotated[str, typer.Option("--cluster", help="cluster name")],
@@ -40,7 +72,7 @@ def run(
     broker: Annotated[
         str,
         typer.Option(
-            "--broker", help="management address of the local broker, \\[user/password@]host:port"
+            "--broker", help="management address of the local broker, [user/password@]host:port"
         ),
     ],
     broker_command: Annotated[
@@ -147,7 +179,7 @@ def run(
         typer.Option(
             "--peer",
             help="with --designated-primary: the other brokers' management addresses,"
-            " \\[user/password@]host:port[,...]",
+            " [user/password@]host:port[,...]",
         ),
     ] = None,
     log_file: Annotated[str | None, typer.Option("--log-file", help="JSON log file")] = None,
