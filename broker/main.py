@@ -16,7 +16,7 @@ import signal
 import sys
 
 from broker.options import BrokerOptions, main_parse
-from broker.server import Broker
+from broker.server import Broker, ListenError
 from broker.store.data_dir import DataDirError
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging, get_logger
@@ -36,9 +36,12 @@ async def run(options: BrokerOptions) -> ExitStatus:
     except DataDirError as exc:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
         raise CommandError(str(exc), ExitStatus.ERROR) from None
+    except ListenError as exc:
+        get_logger("broker").error("broker_start_failed", reason=str(exc))
+        raise CommandError(str(exc), ExitStatus.ERROR) from None
     except OSError as exc:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
-        raise CommandError(f"cannot listen: {exc}", ExitStatus.ERROR) from None
+        raise CommandError(f"cannot start: {exc}", ExitStatus.ERROR) from None
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

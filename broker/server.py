@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import errno
 import gc
+import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +56,35 @@ _SYNC_RISK = {
     SyncPolicy.NONE: "a confirm goes out before the message is written: a broker crash loses"
     " what was not written yet",
 }
+
+
+class ListenError(Exception):
+    """A listener could not be opened: ``str()`` is the one line naming it, the options
+    that set it, its address and why (``qpidd: error: cannot listen on ...``)."""
+
+
+def _host_port(host: str | None, port: int) -> str:
+    host = host or "0.0.0.0"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@contextlib.contextmanager
+def _listening(what: str, names: str, host: str | None, port: int) -> Iterator[None]:
+    """Turn a failure to bind ``host:port`` into a :class:`ListenError` naming the
+    listener (asyncio's text named neither the listener nor, for a name that does not
+    resolve, the address)."""
+    try:
+        yield
+    except socket.gaierror as exc:
+        reason = f"cannot resolve the address ({exc.strerror})"
+        raise ListenError(
+            f"cannot listen on {_host_port(host, port)} ({what}, {names}): {reason}"
+        ) from exc
+    except OSError as exc:
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise ListenError(
+            f"cannot listen on {_host_port(host, port)} ({what}, {names}): {reason}"
+        ) from exc
 
 
 class Broker:
@@ -286,25 +317,33 @@ class Broker:
                 on_refused=self._refused,
                 disk=None if self.store is None else self.store.journal,
             )
-        self._server = await loop.create_server(
-            self._protocol_factory,
-            host=options.interface,
-            port=options.port,
-            reuse_address=True,
-            backlog=1024,
-        )
+        with _listening("AMQP", "--interface/--port", options.interface, options.port):
+            self._server = await loop.create_server(
+                self._protocol_factory,
+                host=options.interface,
+                port=options.port,
+                reuse_address=True,
+                backlog=1024,
+            )
         sockets = self._server.sockets
         if sockets:
             self.amqp_port = sockets[0].getsockname()[1]
-        self._tls_server = await self.security.listen_tls(self._protocol_factory, options.interface)
+        with _listening(
+            "AMQP over TLS", "--interface/--ssl-port", options.interface, options.ssl_port
+        ):
+            self._tls_server = await self.security.listen_tls(
+                self._protocol_factory, options.interface
+            )
         if options.mgmt_port:
             from broker.management.api import start_management
 
+            what = ("management API", "--mgmt-interface/--mgmt-port")
             try:
-                self._management = await start_management(
-                    self, options.mgmt_interface, options.mgmt_port
-                )
-            except OSError:
+                with _listening(*what, options.mgmt_interface, options.mgmt_port):
+                    self._management = await start_management(
+                        self, options.mgmt_interface, options.mgmt_port
+                    )
+            except ListenError:
                 self._server.close()
                 await self._server.wait_closed()
                 raise

@@ -38,6 +38,30 @@ def test_port_in_use_is_a_clear_error(broker: BrokerProcess) -> None:
     assert "cannot listen" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_listen_error_names_the_listener_and_its_address(broker: BrokerProcess) -> None:
+    """It said "cannot listen: [Errno -2] Name or service not known" (which address? the
+    AMQP one or the management one?), or named a bound address without its option: an
+    operator beside another broker or RabbitMQ had to guess which port to move."""
+    result = run_qpidd("--port=0", f"--mgmt-port={broker.mgmt_port}")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines()[-1] == (
+        f"qpidd: error: cannot listen on 127.0.0.1:{broker.mgmt_port} (management API,"
+        " --mgmt-interface/--mgmt-port): address already in use"
+    )
+    result = run_qpidd(f"--port={broker.port}", "--mgmt-port=0")
+    assert result.stderr.splitlines()[-1] == (
+        f"qpidd: error: cannot listen on 127.0.0.1:{broker.port} (AMQP,"
+        " --interface/--port): address already in use"
+    )
+    port = free_port()
+    result = run_qpidd("--port=0", "--mgmt-interface=no-such-host.invalid", f"--mgmt-port={port}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith(
+        f"qpidd: error: cannot listen on no-such-host.invalid:{port} (management API,"
+        " --mgmt-interface/--mgmt-port): cannot resolve the address ("
+    ), result.stderr
+
+
 def test_bad_users_file_exit_2(tmp_path: Path) -> None:
     users = tmp_path / "users"
     users.write_text("alice\n")
