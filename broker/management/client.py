@@ -121,6 +121,9 @@ class ManagementClient:
             except (json.JSONDecodeError, AttributeError, OSError):
                 reason = ""
             detail = f": {reason}" if reason else ""
+            if exc.code == 401:  # which login was refused (qpid-ha's default is guest)
+                who = "no user" if self.url.user is None else f"user {self.url.user!r}"
+                detail = f"{detail or ':'} ({who})"
             return ManagementError(
                 f"{address} answered HTTP {exc.code} for {path}{detail}", status=exc.code
             )

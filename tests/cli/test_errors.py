@@ -4,12 +4,15 @@ usage exit 2 and never a traceback; the output streams are the environment's."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
+from broker.security.roles import Role
 from qpid_ha_cli.context import Environment
 from tests.broker_process import BrokerProcess, free_port
 from tests.cli.conftest import address, qpid_ha
+from tests.security.users import write_users
 
 
 @pytest.mark.parametrize("verb", [["ping"], ["status"], ["query"], ["ready"], ["status", "--all"]])
@@ -84,3 +87,22 @@ def test_the_management_client_comes_from_the_environment(solo: BrokerProcess) -
     result = qpid_ha("-b", address(solo, ""), "--timeout", "4", "status", env=env)
     assert result.exit_code == 0
     assert made == [(f"127.0.0.1:{solo.mgmt_port}", 4.0)]  # stand-alone: no /api/ha call
+
+
+def test_a_refused_login_names_the_user_tried(tmp_path: Path) -> None:
+    """The line "answered HTTP 401 for /api/connections: invalid credentials" did not say
+    that qpid-ha had logged in as guest/guest, -b naming no user: an operator whose users
+    file has no guest (docs/security.md) could not tell what was refused."""
+    users = write_users(tmp_path / "users", {"ops": "secret"}, {"ops": {Role.ADMINISTRATOR}})
+    broker = BrokerProcess(tmp_path / "b", args=[f"--sasl-users={users}"]).start()
+    try:
+        for credentials, user in (("", "guest"), ("ops/wrong", "ops")):
+            result = qpid_ha("-b", address(broker, credentials), "connections")
+            assert (result.exit_code, result.stdout) == (1, "")
+            assert result.stderr == (
+                f"qpid-ha: error: 127.0.0.1:{broker.mgmt_port} answered HTTP 401 for"
+                f" /api/connections: invalid credentials (user '{user}')\n"
+            )
+        assert qpid_ha("-b", address(broker, "ops/secret"), "connections").exit_code == 0
+    finally:
+        broker.stop()

@@ -39,7 +39,7 @@ def test_promote_with_bad_credentials_is_one_line_and_exit_1(pair: Cluster) -> N
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr == (
         f"qpid-ha: error: 127.0.0.1:{pair.brokers[1].mgmt_port} answered HTTP 401 for "
-        "/api/ha/promote: invalid credentials\n"
+        "/api/ha/promote: invalid credentials (user 'guest')\n"
     )
     assert pair.state(1) == "ready"
 
