@@ -109,3 +109,26 @@ def test_pacemaker_example_uses_the_agent_as_written() -> None:
     assert "pcs constraint colocation add qpid-vip with Promoted qpidd-clone INFINITY" in text
     assert "pcs constraint order promote qpidd-clone then start qpid-vip" in text
     assert "stonith-enabled=true" in text
+
+
+def test_the_docs_qpid_ha_examples_can_log_in_where_they_point() -> None:
+    """The management API listens on loopback by default (mgmt-interface=127.0.0.1, as in
+    deploy/qpidd.conf) and guest logs in from loopback only (docs/security.md), yet the
+    cluster docs checked a cluster with `qpid-ha -b node1:8672 status --all` and stopped it
+    with `qpid-ha -b node1:8672,node2:8672,node3:8672 shutdown --all`: refused on a real
+    node (node1 is its own address, not loopback), and guest refused off loopback. Every
+    example that points at a node by a non-loopback address names a user (not guest), and
+    the sample configuration says how to open the API for them."""
+    docs = ["README.md", "docs/deploy.md", "docs/store.md", "deploy/pacemaker.md"]
+    loopback = ("127.", "localhost", "[::1]")
+    for name in docs:
+        text = (DEPLOY.parent / name).read_text(encoding="utf-8")
+        for match in re.finditer(r"qpid-ha (?:-b|--broker)[ =]([^ `]+)", text):
+            for address in match.group(1).split(","):
+                credentials, _, host = address.rpartition("@")
+                if host.startswith(loopback) or address.isupper():  # loopback, or ADMIN
+                    continue
+                user = credentials or match.group(1).split(",")[0].rpartition("@")[0]
+                assert user and not user.startswith("guest/"), (name, match.group(0))
+    conf = (DEPLOY / "qpidd.conf").read_text(encoding="utf-8")
+    assert "# mgmt-interface=" in conf
