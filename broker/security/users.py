@@ -21,6 +21,7 @@ uses :meth:`UserDatabase.default` (guest/guest with every role, from loopback on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import hmac
@@ -214,8 +215,14 @@ def load(path: str | os.PathLike[str]) -> UserDatabase:
 
 
 def save(users: UserDatabase, path: str | os.PathLike[str]) -> None:
-    """Write ``users`` to ``path`` atomically (a temporary file renamed), mode 0600."""
+    """Write ``users`` to ``path`` atomically (a temporary file renamed), mode 0600, with
+    the owner and group of the file it replaces: root changing the file of a broker that
+    runs as another user (qpidd) leaves it readable by that broker."""
     target = Path(path)
+    try:
+        owner: os.stat_result | None = target.stat()
+    except FileNotFoundError:
+        owner = None
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -223,6 +230,9 @@ def save(users: UserDatabase, path: str | os.PathLike[str]) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, 0o600)
+        if owner is not None and (owner.st_uid, owner.st_gid) != (os.geteuid(), os.getegid()):
+            with contextlib.suppress(PermissionError):  # only root may give files away
+                os.chown(tmp, owner.st_uid, owner.st_gid)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import os
 import signal
 import stat
 import subprocess
@@ -168,3 +169,24 @@ def test_users_file_reloads_without_a_restart(tmp_path: Path) -> None:
     finally:
         broker.stop()
     assert "plain-text-password" not in broker.log_file.read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
+def test_a_change_by_root_keeps_the_files_owner(tmp_path: Path) -> None:
+    """The broker runs as qpidd (deploy/systemd) and the file is mode 0600: root running
+    `qpid-ha users add` (as docs/security.md shows) replaced qpidd's file by one of root's,
+    which the broker could no longer read (users_reload_failed; at the next start: cannot
+    read users file, exit 2). A rewrite keeps the owner and group of the file it replaces."""
+    users = tmp_path / "users"
+    assert (
+        qpid_ha("users", "add", "a", "--password-stdin", "-f", str(users), stdin="pw\n").returncode
+        == 0
+    )
+    os.chown(users, 65534, 65534)  # the broker's user (nobody here)
+    for args in (["add", "b"], ["passwd", "a"]):
+        result = qpid_ha("users", *args, "--password-stdin", "-f", str(users), stdin="pw\n")
+        assert result.returncode == 0, result.stderr
+        info = users.stat()
+        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (65534, 65534, 0o600)
+    assert qpid_ha("users", "delete", "b", "-f", str(users)).returncode == 0
+    assert (users.stat().st_uid, users.stat().st_gid) == (65534, 65534)
