@@ -11,6 +11,7 @@ from broker.options import parse_options
 from common.polling import free_port, poll_until
 from tests.broker_process import BrokerProcess
 from tests.deploy.conftest import AGENT_SOURCE, DEPLOY, QPID_HA
+from tests.security.users import write_users
 
 SEED_BROKERS = "20.0.20.1,20.0.20.2,20.0.20.3"
 
@@ -20,7 +21,11 @@ def test_sample_qpidd_conf_is_a_cluster_member_as_in_seed_001() -> None:
     assert options.ha_cluster is True
     assert options.ha_brokers_url == SEED_BROKERS
     assert options.ha_replicate == "all"
-    assert options.ha_username == "guest" and options.ha_password == "guest"
+    # Backups dial the primary from the other nodes: not guest, who logs in from loopback
+    # only (loopback-users, docs/security.md), but a user of the users file.
+    loopback_users = {u.strip() for u in options.loopback_users.split(",")}
+    assert options.ha_username not in loopback_users, options.ha_username
+    assert options.sasl_users == "/etc/qpidd/users"
     # Seed 001's "Slow recovery times" values.
     assert options.link_maintenance_interval == 0.1
     assert options.link_heartbeat_interval == 5.0
@@ -33,10 +38,12 @@ def test_qpidd_starts_with_the_sample_conf_as_a_joining_backup(tmp_path: Path) -
     (loopback ports, a temporary data dir, and brokers on loopback instead of 20.0.20.x)."""
     broker = BrokerProcess(tmp_path / "qpidd")
     broker.port = port = free_port()
+    users = write_users(tmp_path / "users", {"guest": "guest", "replicator": "CHANGE-ME"})
     broker.args = [
         f"--config={DEPLOY / 'qpidd.conf'}",
         f"--data-dir={tmp_path / 'data'}",
         f"--ha-brokers-url=127.0.0.1:{port}",
+        f"--sasl-users={users}",
     ]
     broker.start()
     try:
