@@ -21,7 +21,7 @@ import typer
 from broker.ha.state import HaState
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
-from qpid_ha_cli.cluster_view import format_cluster
+from qpid_ha_cli.cluster_view import format_cluster, two_primaries
 from qpid_ha_cli.command_line import command_settings
 from qpid_ha_cli.context import CliSettings, settings
 
@@ -69,7 +69,8 @@ def status(
 
     With --zk and --cluster, --all shows the cluster as the agents record it in ZooKeeper:
     members, states, epochs, whether each is in the in-sync set, the primary and the
-    virtual IP owner.
+    virtual IP owner; with more than one member serving as primary it says so on a last
+    "warning:" line and exits 1.
     """
     s = settings(ctx)
     out = s.env.out
@@ -159,6 +160,8 @@ def _zk_status(s: CliSettings, hosts: str, cluster: str, as_json: bool) -> None:
     else:
         for line in format_cluster(view):
             s.env.out(line)
+    if two_primaries(view):  # two brokers confirming apart: not a healthy cluster
+        raise typer.Exit(ExitStatus.ERROR)
 
 
 @app.command(**command_settings())

@@ -37,7 +37,7 @@ from ha_agent.zk_auth import ZkAuth, zk_security
 from ha_agent.zk_layout import ClusterLayout
 from ha_agent.zk_tls import ZkTls, tls_refusal
 
-__all__ = ["ClusterViewError", "format_cluster", "position_text", "read_cluster"]
+__all__ = ["ClusterViewError", "format_cluster", "position_text", "read_cluster", "two_primaries"]
 
 # kazoo logs every refused connection: the command says it once, in one line.
 _quiet = logging.getLogger("qpid_ha_cli.kazoo")
@@ -185,6 +185,7 @@ def format_cluster(view: dict[str, Any]) -> list[str]:
             f"{in_sync:<7}  {m['url']}{mark}"
         )
     primary = view["primary"] or "none"
+    warning = two_primaries(view)
     lines.append(
         f"cluster {view['cluster']}: primary {primary}"
         + (f" (epoch {view['primary_epoch']})" if view["primary"] else "")
@@ -192,4 +193,26 @@ def format_cluster(view: dict[str, Any]) -> list[str]:
         + (f", virtual IP {view['vip']} on {view['vip_owner']}" if view["vip"] else "")
         + _in_sync_summary(view)
     )
+    if warning:
+        lines.append(f"warning: {warning}")
     return lines
+
+
+def two_primaries(view: dict[str, Any]) -> str:
+    """Why more than one member serves as primary ("" when at most one does): e.g. a
+    backup promoted by hand beside the agents' primary, at an epoch ZooKeeper never
+    issued, which no agent fences."""
+    serving = [m for m in view["members"] if m["state"] in ("active", "recovering")]
+    if len(serving) < 2:
+        return ""
+    names = ", ".join(f"{m['node']} (epoch {m['epoch']})" for m in serving)
+    text = f"{len(serving)} members serve as primary: {names}"
+    text += f"; ZooKeeper's primary is {view['primary'] or 'none'}"
+    for m in serving:
+        if m["epoch"] > view["epoch"]:
+            text += (
+                f"; {m['node']}'s epoch {m['epoch']} is above ZooKeeper's last epoch"
+                f" {view['epoch']}: promoted outside the agents (qpid-ha --cluster-manager"
+                " promote?): stop it (qpid-ha stop-member)"
+            )
+    return text

@@ -15,6 +15,7 @@ from ha_agent.in_sync import write_in_sync
 from ha_agent.membership import Member, MemberPublisher
 from ha_agent.primary_record import write_primary
 from ha_agent.promotion import InSyncMember, InSyncRecord, PrimaryRecord
+from qpid_ha_cli.context import Environment
 from tests.broker_process import free_port
 from tests.cli.conftest import qpid_ha
 from tests.zookeeper import ZooKeeper
@@ -131,3 +132,34 @@ def test_a_cluster_without_an_in_sync_set(zookeeper: ZooKeeper, cluster: str) ->
     _header, row, summary = result.stdout.splitlines()
     assert row.split()[4] == "-"
     assert summary == f"cluster {cluster}: primary none, last epoch 0, no in-sync set"
+
+
+def test_two_primaries_are_called_out_and_exit_1() -> None:
+    """A backup promoted by hand (`qpid-ha --cluster-manager promote`) beside the agents'
+    primary: both served as active, and the table showed two `active` rows under "primary
+    n1" and exited 0. The view names every member serving as primary, says which epoch
+    ZooKeeper never issued, and exits 1 (for scripts and monitoring)."""
+    member = {"in_sync": None, "store": "clean", "broker_id": "x", "position": 0}
+    view = {
+        "cluster": "qa", "epoch": 3, "in_sync": None, "in_sync_error": None,
+        "primary": "n1", "primary_epoch": 3, "vip": None, "vip_owner": None,
+        "members": [
+            {**member, "node": "n1", "state": "active", "epoch": 3, "primary": True,
+             "url": "127.0.0.1:1"},
+            {**member, "node": "n2", "state": "active", "epoch": 4, "primary": False,
+             "url": "127.0.0.1:2"},
+            {**member, "node": "n3", "state": "ready", "epoch": 3, "primary": False,
+             "url": "127.0.0.1:3"},
+        ],
+    }  # fmt: skip
+    env = Environment(read_cluster=lambda *args, **kwargs: view)
+    result = qpid_ha("--zk", "127.0.0.1:1", "--cluster", "qa", "status", "--all", env=env)
+    assert result.exit_code == ExitStatus.ERROR
+    assert result.stdout.splitlines()[-1] == (
+        "warning: 2 members serve as primary: n1 (epoch 3), n2 (epoch 4); ZooKeeper's"
+        " primary is n1; n2's epoch 4 is above ZooKeeper's last epoch 3: promoted outside"
+        " the agents (qpid-ha --cluster-manager promote?): stop it (qpid-ha stop-member)"
+    )
+    assert "ERROR" not in result.stderr
+    view["members"][1]["state"] = "ready"  # type: ignore[index]
+    assert qpid_ha("--zk", "h:1", "--cluster", "qa", "status", "--all", env=env).exit_code == 0
