@@ -218,7 +218,11 @@ class InSyncKeeper:
         if not eligible:
             _log.info("election_withdraw", reason=f"won the election, but {why}")
             return None
-        epoch = next_epoch(self.client, self.cluster, minimum=view.epoch + 1)
+        # Above every epoch a member reports too: a broker promoted outside the agents
+        # (qpid-ha --cluster-manager promote) took one the counter never issued, and two
+        # primaries of one epoch would number their messages alike (epoch << 40).
+        seen = max((m.epoch for m in cluster_view.members.values()), default=0)
+        epoch = next_epoch(self.client, self.cluster, minimum=max(view.epoch, seen) + 1)
         _log.info("epoch_taken", new_epoch=epoch, reason=why)
         record = InSyncRecord(
             epoch, promotion_in_sync(None if read is None else read.record, view), view.store_id

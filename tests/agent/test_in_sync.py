@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from ha_agent.broker_check import broker_view
+from ha_agent.epoch_counter import next_epoch
 from ha_agent.in_sync import (
     InSyncEpochError,
     InSyncRecordError,
@@ -20,6 +21,7 @@ from ha_agent.in_sync import (
     read_in_sync,
     write_in_sync,
 )
+from ha_agent.in_sync_keeper import InSyncKeeper
 from ha_agent.membership import Member
 from ha_agent.promotion import (
     BrokerInSync,
@@ -459,3 +461,23 @@ def test_an_unparseable_record_is_an_error_naming_the_znode(zk: Any, cluster: st
     zk.create(path, b"nonsense", makepath=True)
     with pytest.raises(InSyncRecordError, match=f"{path}: not JSON"):
         read_in_sync(zk, cluster)
+
+
+def test_a_promotion_takes_an_epoch_above_every_members(zk: Any, cluster: str) -> None:
+    """A backup promoted by hand (`qpid-ha --cluster-manager promote`) takes its broker's
+    next epoch, 4, which ZooKeeper's counter (at 3) never issued; once it was stopped, the
+    agents' next promotion took 4 again: two primaries' eras, numbered from 4 << 40 both,
+    would share message ids. The epoch taken is above every member record's too."""
+    for _ in range(3):
+        next_epoch(zk, cluster)
+    write_in_sync(zk, cluster, isr(3, "b"), None)
+    members = {
+        "n1": member("n1", "active", "a", epoch=3),
+        "n2": member("n2", "ready", "b", epoch=3),
+        "n3": member("n3", "ready", "c", epoch=4),  # the hand-promoted one, restarted
+    }
+    broker = BrokerView("ready", epoch=3, broker_id="b")
+    cluster_view = ClusterView(node="n2", broker=broker, members=members)
+    keeper = InSyncKeeper(zk, cluster, broker_check=None)  # type: ignore[arg-type]
+    taken = keeper.take(broker, cluster_view)
+    assert taken is not None and taken[0] == 5
