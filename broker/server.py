@@ -126,6 +126,9 @@ class Broker:
         self.fenced_reason: str | None = None
         #: Why the broker must not run (its store belongs to another cluster): exit 1.
         self.refused_reason: str | None = None
+        #: What stopped the broker when nothing above did (the signal: "SIGTERM"), logged
+        #: in ``broker_stopped``.
+        self.stop_reason = ""
         self.data_dir: DataDir | None = None
         self.store: MessageStore | None = None
         self._protocols: set[AmqpProtocol] = set()
@@ -492,9 +495,26 @@ class Broker:
             stored = await self.store.journal.close()
         if self.pager is not None:
             self.pager.stop()
+        store_status = "unknown"
         if self.data_dir is not None:
             self.data_dir.close(clean=stored)
-        self.log.info("broker_stopped", uptime=round(time.time() - self.started_at, 3))
+            store_status = "clean" if stored else "dirty"
+        self.log.info(
+            "broker_stopped",
+            uptime=round(time.time() - self.started_at, 3),
+            reason=self._why_stopped(),
+            store_status=store_status,
+        )
+
+    def _why_stopped(self) -> str:
+        if self.fenced_reason is not None:
+            return f"fenced: {self.fenced_reason}"
+        if self.refused_reason is not None:
+            return f"refused: {self.refused_reason}"
+        shutdown_id = None if self.data_dir is None else self.data_dir.closing_shutdown_id
+        if shutdown_id is not None:
+            return f"cluster shutdown {shutdown_id}"
+        return self.stop_reason or "stopped"
 
     async def _confirm_what_is_stored(self, grace: float) -> None:
         """Before closing the clients: let the store write what it holds, and send the

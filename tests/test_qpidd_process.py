@@ -146,3 +146,20 @@ def test_store_status_empty_then_clean_after_sigterm_dirty_after_sigkill(tmp_pat
         assert status(no_dir) == "unknown"
     finally:
         no_dir.stop()
+
+
+def test_broker_stopped_says_why_and_how_the_store_was_left(tmp_path: Path) -> None:
+    """The last line of a stopped broker's log was `broker_stopped` with its uptime only:
+    an operator could not tell a SIGTERM (systemctl stop, qpid-ha stop-member) from an
+    interrupt, nor whether the store was left clean, without the next start's line."""
+    for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+        broker = BrokerProcess(tmp_path / name, args=[f"--data-dir={tmp_path / name / 'd'}"])
+        broker.start()
+        assert broker.stop(sig) == 0
+        stopped = [e for e in broker.events() if e.get("event") == "broker_stopped"]
+        assert len(stopped) == 1
+        assert (stopped[0]["reason"], stopped[0]["store_status"]) == (name, "clean")
+    broker = BrokerProcess(tmp_path / "nostore").start()
+    assert broker.stop() == 0
+    stopped = [e for e in broker.events() if e.get("event") == "broker_stopped"]
+    assert (stopped[0]["reason"], stopped[0]["store_status"]) == ("SIGTERM", "unknown")
