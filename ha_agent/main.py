@@ -21,6 +21,7 @@ import typer
 from typer._click.exceptions import ClickException
 from typer.core import TyperCommand
 
+from broker import __version__
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging
 from ha_agent.agent import Agent
@@ -59,6 +60,12 @@ class AgentCommand(TyperCommand):
 
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"{PROGRAM} {__version__}")
+        raise typer.Exit(ExitStatus.SUCCESS)
 
 
 @app.command(
@@ -185,6 +192,12 @@ def run(
     log_file: Annotated[str | None, typer.Option("--log-file", help="JSON log file")] = None,
     log_format: Annotated[str, typer.Option("--log-format", help="json or console")] = "json",
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info ...")] = "info",
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="print the version and exit"
+        ),
+    ] = False,
 ) -> None:
     settings = AgentSettings(
         zk_hosts=zk,

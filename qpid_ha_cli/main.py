@@ -29,6 +29,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperGroup
 from typer.exceptions import Abort
 
+from broker import __version__
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
 from common.url import parse_url
@@ -148,6 +149,12 @@ app.add_typer(cluster_store.app)  # shutdown --all, store status|mark-clean DIR
 app.add_typer(store_backup.app)  # backup --to DIR, restore DIR --data-dir D
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"{PROGRAM} {__version__}")
+        raise typer.Exit(ExitStatus.SUCCESS)
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
@@ -217,6 +224,15 @@ def main_options(
         str | None,
         typer.Option("--zk-ssl-key-file", metavar="FILE", help="its private key (PEM)"),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="print qpid-ha's version (the broker's release) and exit",
+        ),
+    ] = False,
 ) -> None:
     try:
         url = parse_url(broker, default_port=DEFAULT_MGMT_PORT)

@@ -186,3 +186,17 @@ def test_global_options_after_the_verb(solo: BrokerProcess) -> None:
 )  # fmt: skip
 def test_hoisting_global_options(given: list[str], read: list[str]) -> None:
     assert hoist_global_options(given, VERBS) == read
+
+
+def test_version_as_qpidd_says_it() -> None:
+    """`qpidd --version` printed its version; `qpid-ha --version` and `qpid-ha-agent
+    --version` were unknown options (exit 2): an operator checking that every node runs
+    the same release (rabbitmqctl version, qpid-ha --version in Qpid) had to ask pip."""
+    from broker import __version__
+
+    result = qpid_ha("--version")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, f"qpid-ha {__version__}\n", "")
+    agent = str(Path(sys.executable).with_name("qpid-ha-agent"))
+    done = subprocess.run([agent, "--version"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"qpid-ha-agent {__version__}\n", "")
+    assert "--version" in qpid_ha("--help").stdout
