@@ -41,7 +41,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from ha_agent.zk_layout import ClusterLayout
 
-__all__ = ["MAX_EPOCH", "EpochCounterError", "next_epoch", "read_epoch"]
+__all__ = ["MAX_EPOCH", "EpochCounterError", "next_epoch", "raise_epoch", "read_epoch"]
 
 #: The largest epoch: a signed 64-bit number, like the broker's ``ha-epoch`` file.
 MAX_EPOCH = 2**63 - 1
@@ -70,6 +70,25 @@ def _read_or_create(client: Any, path: str) -> tuple[int, int]:
                 client.retry(client.create, path, b"0", makepath=True)
             continue
         return _parse(path, data), int(stat.version)
+
+
+def raise_epoch(client: Any, cluster: str, epoch: int) -> int:
+    """Make the counter at least ``epoch`` (an epoch a broker reports that the counter
+    never handed out: a promotion outside the agents, ``qpid-ha --cluster-manager
+    promote``), so that no later promotion takes it again; never lowers it. Returns the
+    counter's value."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"not an epoch: {epoch!r}")
+    path = ClusterLayout(cluster).epoch
+    while True:
+        current, version = _read_or_create(client, path)
+        if current >= epoch:
+            return current
+        try:
+            client.retry(client.set, path, str(epoch).encode("ascii"), version=version)
+        except BadVersionError:
+            continue  # someone took an epoch since we read: read again
+        return epoch
 
 
 def read_epoch(client: Any, cluster: str) -> int:

@@ -10,7 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ha_agent.epoch_counter import MAX_EPOCH, EpochCounterError, next_epoch, read_epoch
+from ha_agent.epoch_counter import (
+    MAX_EPOCH,
+    EpochCounterError,
+    next_epoch,
+    raise_epoch,
+    read_epoch,
+)
 from ha_agent.zk_layout import ClusterLayout
 
 
@@ -102,3 +108,17 @@ def test_each_epoch_is_above_the_last_and_the_minimum(zk: Any, minimums: list[in
         epoch = next_epoch(zk, cluster, minimum=minimum)
         assert epoch == max(last + 1, minimum)
         last = epoch
+
+
+def test_an_epoch_a_broker_took_outside_the_counter_raises_it(zk: Any, cluster: str) -> None:
+    """A backup promoted by hand (`qpid-ha --cluster-manager promote`) takes its broker's
+    next epoch, which the counter never handed out; the agents then handed it out again
+    (seen: the hand-promoted broker at epoch 6 stopped, the agents promoted another broker
+    at 6). Its agent raises the counter to the epoch its broker reports, never lowers it."""
+    for _ in range(5):
+        next_epoch(zk, cluster)
+    assert raise_epoch(zk, cluster, 6) == 6 and read_epoch(zk, cluster) == 6
+    assert raise_epoch(zk, cluster, 4) == 6 and read_epoch(zk, cluster) == 6
+    assert next_epoch(zk, cluster) == 7
+    other = f"{cluster}-new"
+    assert raise_epoch(zk, other, 3) == 3 and next_epoch(zk, other) == 4
