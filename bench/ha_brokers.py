@@ -71,8 +71,17 @@ def log_time(ts: str) -> float:
 class Broker:
     """One qpidd process on loopback; ``stop()`` by PID."""
 
-    def __init__(self, name: str, workdir: Path, args: Sequence[str], port: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        args: Sequence[str],
+        port: int = 0,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
+        #: More environment for the process (e.g. PYTHONPATH: another build's tree).
+        self.env = env
         self.workdir = workdir
         self.port = port or free_port()
         self.mgmt_port = free_port()
@@ -118,7 +127,11 @@ class Broker:
         with open(self.workdir / "stderr", "ab") as stderr:
             self.started_at = time.time()
             self.proc = subprocess.Popen(
-                cmd, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+                env=None if self.env is None else {**os.environ, **self.env},
             )
 
     def wait_listening(self, timeout: float = 20.0) -> None:
@@ -246,18 +259,22 @@ class Brokers:
         finally:
             signal.signal(signal.SIGINT, old)
 
-    def _new(self, name: str, args: Sequence[str], port: int = 0) -> Broker:
+    def _new(
+        self, name: str, args: Sequence[str], port: int = 0, env: dict[str, str] | None = None
+    ) -> Broker:
         self._count += 1
-        broker = Broker(name, self.root / f"{self._count:02d}-{name}", args, port)
+        broker = Broker(name, self.root / f"{self._count:02d}-{name}", args, port, env)
         self.all.append(broker)
         return broker
 
     def replacement(self, broker: Broker, name: str) -> Broker:
         """A new broker (not started) with ``broker``'s port and options, in a fresh directory."""
-        return self._new(name, broker.args, broker.port)
+        return self._new(name, broker.args, broker.port, broker.env)
 
-    def standalone(self, name: str = "standalone", args: Sequence[str] = ()) -> Broker:
-        return self._new(name, args).start()
+    def standalone(
+        self, name: str = "standalone", args: Sequence[str] = (), env: dict[str, str] | None = None
+    ) -> Broker:
+        return self._new(name, args, env=env).start()
 
     def cluster_members(self, name: str, size: int, args: Sequence[str] = ()) -> list[Broker]:
         """``size`` cluster members, not started, that list each other in ha-brokers-url

@@ -15,7 +15,10 @@ message is on disk. The targets:
 - ``qpidd-write``: --store-sync write: confirmed once the OS has the bytes;
 - ``rabbitmq-classic``: RabbitMQ 3.10.8 (bench/rabbitmq.sh, default configuration),
   durable classic queues;
-- ``rabbitmq-quorum``: the same node, quorum queues (``x-queue-type: quorum``, one node).
+- ``rabbitmq-quorum``: the same node, quorum queues (``x-queue-type: quorum``, one node);
+- ``base-fsync`` (with ``--baseline DIR``): qpidd-fsync run from another build's source tree
+  (``PYTHONPATH=DIR``, e.g. a ``git worktree`` of main), for an A/B of two builds in the
+  same run, alternating with the others.
 
 Printed: one row per run (with the 1-minute load average when it started), then per P the
 medians and the ratios qpidd-fsync / rabbitmq-classic, qpidd-fsync / rabbitmq-quorum and
@@ -25,6 +28,8 @@ PID and its data removed at the end, also on ctrl-C.
 
     .venv/bin/python bench/store_bench.py --pairs 1,4,16,64 --repeat 3      # make bench-store
     .venv/bin/python bench/store_bench.py --targets qpidd-fsync,qpidd-write --pairs 1
+    git worktree add --detach /tmp/wt-main main   # then (the C walker: build_ext --inplace)
+    .venv/bin/python bench/store_bench.py --baseline /tmp/wt-main --targets qpidd-fsync --pairs 1
 """
 
 from __future__ import annotations
@@ -58,6 +63,9 @@ RATIOS = (
     ("qpidd-fsync", "rabbitmq-classic"),
     ("qpidd-fsync", "rabbitmq-quorum"),
     ("qpidd-write", "qpidd-fsync"),
+    ("qpidd-fsync", "base-fsync"),
+    ("base-fsync", "rabbitmq-classic"),
+    ("base-fsync", "rabbitmq-quorum"),
 )
 
 
@@ -133,6 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--rabbitmq-port", type=int, default=RABBITMQ_PORT)
     ap.add_argument("--keep", action="store_true", help="keep qpidd's directories (debugging)")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="another build's source tree: adds target base-fsync (qpidd-fsync from there)",
+    )
     add_common_args(ap)
     ap.set_defaults(pairs=[1, 4, 16, 64], repeat=3, queue_prefix="store-bench")
     args = ap.parse_args(argv)
@@ -148,6 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sync = name.removeprefix("qpidd-")
                 broker = brokers.standalone(name, [f"--store-sync={sync}"])
                 targets.append(Target(name, broker.url))
+        if args.baseline is not None:
+            base = brokers.standalone(
+                "base-fsync",
+                ["--store-sync=fsync"],
+                env={"PYTHONPATH": str(args.baseline.resolve())},
+            )
+            targets.append(Target("base-fsync", base.url))
         if any(t.startswith("rabbitmq-") for t in args.targets):
             url = stack.enter_context(rabbitmq(args.rabbitmq_port))
             if url is not None:
