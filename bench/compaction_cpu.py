@@ -80,12 +80,17 @@ async def _run(
     log = _Copied()
     journal = Journal(directory, sync=SyncPolicy.WRITE, log=log)
     journal.recover()
+    journal.compaction_lag = 1  # as the broker's (an attribute older builds do not read)
     if not compact:
         journal._maybe_compact = lambda: None  # type: ignore[method-assign]
     journal.start()
     ledger = journal.ledger
-    segment = journal.append(encode_queue(QueueRecord(QUEUE_ID, "bench", False, {})))
-    ledger.config_created(QUEUE_ID, segment)
+    queue_record = encode_queue(QueueRecord(QUEUE_ID, "bench", False, {}))
+    segment = journal.append(queue_record)
+    try:  # with its bytes, as MessageStore: compaction copies it without reading
+        ledger.config_created(QUEUE_ID, segment, queue_record)  # type: ignore[call-arg,unused-ignore]
+    except TypeError:  # a build before that
+        ledger.config_created(QUEUE_ID, segment)
     body = b"x" * size
     live: deque[int] = deque()
     props = b"\x10\x00\x02"  # delivery-mode 2

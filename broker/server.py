@@ -192,6 +192,7 @@ class Broker:
             sync=SyncPolicy(self.options.store_sync),
             log=log,
             on_write_failed=self._store_write_failed,
+            compaction_lag=1,  # read a segment a segment late: its messages are gone by then
         )
         with _gc_paused():
             try:

@@ -210,13 +210,13 @@ class CompactionPass:
                         self._failed(f"checksum mismatch at offset {reader.offset_of(pos)}")
                         return False
                     if kind != _TX:
-                        self._copy(kind, data[pos:end])
+                        self.copy(kind, data[pos:end])
                     else:
                         payload = data[pos + header : end]
                         inner = 0
                         for inner_kind, inner_payload in iter_tx(payload):
                             record_size = header + len(inner_payload)
-                            self._copy(inner_kind, payload[inner : inner + record_size])
+                            self.copy(inner_kind, payload[inner : inner + record_size])
                             inner += record_size
                 pos = end
                 if records >= max_records or nbytes >= max_bytes:
@@ -228,7 +228,8 @@ class CompactionPass:
             pos = 0
         return not journal.closing
 
-    def _copy(self, kind: int, record: bytes) -> None:
+    def copy(self, kind: int, record: bytes) -> None:
+        """Copy ``record`` (whole, of this segment) forward if it is live."""
         ids = leading_ids(record, 0, kind)
         segment = self.journal.copy_if_live(self.number, kind, ids, record)
         if segment is not None:

@@ -18,7 +18,9 @@ segment files under ``<data-dir>/store/``.
   once; writes happen in the background: a crash loses what was not written yet).
 - Compaction: after a write, when the oldest segment is mostly dead (the ledger says so),
   its live records are copied to the tail and, once that copy is durable, its file is
-  deleted.
+  deleted. It is read only when needed: a segment with nothing live goes at once, and one
+  whose live records are configuration records the ledger holds (the usual case while
+  consumers keep up) gets them copied from the ledger (:meth:`Ledger.rewritable`).
 
 THREAD UNSAFE: one event loop owns the journal; file writes run on its one worker thread.
 """
@@ -42,6 +44,7 @@ from broker.store.ledger import Ledger
 from broker.store.records import (
     HEADER,
     MAGIC,
+    RECORD_HEADER,
     Kind,
     encode_queue_entry,
     encode_tx,
@@ -54,6 +57,11 @@ SEGMENT_SUFFIX = ".seg"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 
 Durable = Callable[[bool], None]
+#: Where a record's kind is (RECORD_HEADER: length, checksum, kind).
+_KIND_AT = RECORD_HEADER.size - 1
+_CONFIG_KINDS = frozenset(
+    int(k) for k in (Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING, Kind.EXCHANGE_BINDING, Kind.VHOST)
+)
 
 
 class SyncPolicy(StrEnum):
@@ -110,6 +118,7 @@ class Journal:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         log: Any = None,
         on_write_failed: Callable[[OSError], None] | None = None,
+        compaction_lag: int = 0,
     ) -> None:
         self.directory = Path(data_dir) / STORE_DIR
         self.sync = sync
@@ -129,6 +138,12 @@ class Journal:
         #: Compaction's reads: never queued behind, or ahead of, a group commit.
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="store-compact")
         self.compaction_steps = Steps()
+        #: A segment compaction has to read waits until this many later segments were
+        #: started (see :meth:`_maybe_compact`); 0: read as soon as it is a candidate. The
+        #: broker uses 1: the messages in flight when a segment is closed (a window of
+        #: unconfirmed publishes, a prefetch of unacked deliveries) are settled a segment
+        #: later, so it goes unread, or its copies come from the ledger.
+        self.compaction_lag = compaction_lag
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -408,13 +423,32 @@ class Journal:
             # and the writer past it (a later write calls here again).
             if candidate >= self._written_segment or any(n <= candidate for n, _ in self._pending):
                 return
-            self._compacting = candidate
-            if self.ledger.segments[candidate].live > 0:
-                loop = asyncio.get_running_loop()
-                self._compaction = loop.create_task(self._compact(candidate), name="store-compact")
+            ledger = self.ledger
+            if ledger.segments[candidate].live <= 0:
+                # Nothing live in it: delete it without reading it, and look at the next one.
+                self._compacting = candidate
+                self._segment_compacted(candidate, 0, True)
+                continue
+            records = ledger.rewritable(candidate)
+            if records is not None:
+                # Its live records are configuration records the ledger holds: copied from
+                # there, the segment unread.
+                self._compacting = candidate
+                compaction = CompactionPass(
+                    self, candidate, segment_path(self.directory, candidate)
+                )
+                for record in records:
+                    compaction.copy(record[_KIND_AT], record)
+                self._delete_once_written(compaction)
                 return
-            # Nothing live in it: delete it without reading it, and look at the next one.
-            self._segment_compacted(candidate, 0, True)
+            if candidate + self.compaction_lag >= self.current:
+                # Read only once compaction_lag later segments were started: what was still
+                # in flight when it was closed is settled by then while consumers keep up.
+                return
+            self._compacting = candidate
+            loop = asyncio.get_running_loop()
+            self._compaction = loop.create_task(self._compact(candidate), name="store-compact")
+            return
 
     def _segment_compacted(self, number: int, copied: int, ok: bool) -> None:
         """The live records of the oldest segment are copied (and durable): delete it."""
@@ -436,12 +470,17 @@ class Journal:
             if compaction.copies_lost:
                 self._copies_lost(compaction)
             return  # else keep _compacting set: never retry a segment that cannot be read
+        self._delete_once_written(compaction)
+
+    def _delete_once_written(self, compaction: CompactionPass) -> None:
+        """The pass's copies are appended: delete its segment once they are written (or
+        count them back in it if a write failed meanwhile)."""
 
         def written(ok: bool) -> None:
             # Any failed write since the pass began may have dropped copies, even one of an
             # earlier group than this callback's.
             if ok and self.write_failures == compaction.failures_before:
-                self._segment_compacted(number, compaction.copied, True)
+                self._segment_compacted(compaction.number, compaction.copied, True)
             else:
                 self._copies_lost(compaction)
 
@@ -470,7 +509,9 @@ class Journal:
             return None
         segment = self.append(record)
         ledger.moved(kind, ids, number, segment)
-        if kind == Kind.ENQUEUE and (ids[0], ids[1]) in ledger.delivered:
+        if kind in _CONFIG_KINDS:
+            ledger.config_copied(ids[0], record)
+        elif kind == Kind.ENQUEUE and (ids[0], ids[1]) in ledger.delivered:
             self.append(encode_queue_entry(Kind.DELIVERED, ids[0], ids[1]))
         return segment
 

@@ -11,7 +11,12 @@ and that copy is on disk (:meth:`Ledger.compaction_candidate`, then :meth:`moved
 comes after it in the log, and the log only ever loses its head. A DELIVERED flag
 rides along: copying a live enqueue that was delivered writes a fresh DELIVERED record.
 
-No I/O; the journal shell reads the old segment and appends the copies.
+No I/O; the journal shell reads the old segment and appends the copies. It keeps the
+encoded bytes of the configuration records it knows (written by this broker, or copied by a
+pass since the start): when the oldest segment's live records are all such records, which
+is the normal case while consumers keep up (each segment holds a copy of the queues and
+exchanges, nothing else live), :meth:`Ledger.rewritable` hands them over and the journal
+copies them forward without reading the segment.
 
 THREAD UNSAFE: the store's event loop owns it.
 """
@@ -55,6 +60,9 @@ class Ledger:
         self._messages: dict[int, list[int]] = {}  # message id -> [segment, enqueues]
         self._enqueues: dict[EnqueueKey, int] = {}  # -> segment
         self.delivered: set[EnqueueKey] = set()
+        #: object id -> its encoded configuration record, where known, in the log's order
+        #: of the live copies (re-inserted when a copy is appended: see :meth:`moved`).
+        self._config_records: dict[int, bytes] = {}
 
     @classmethod
     def restore(
@@ -93,12 +101,17 @@ class Ledger:
         if use is not None:
             use.live += delta
 
-    def config_created(self, object_id: int, segment: int) -> None:
+    def config_created(self, object_id: int, segment: int, record: bytes | None = None) -> None:
+        """A configuration record was appended to ``segment``; ``record``: its bytes (the
+        whole record, header included), kept so that compaction can copy it unread."""
         self._config[object_id] = segment
         self._live(segment, 1)
+        if record is not None:
+            self._config_records[object_id] = record
 
     def config_deleted(self, object_id: int) -> None:
         segment = self._config.pop(object_id, None)
+        self._config_records.pop(object_id, None)
         if segment is not None:
             self._live(segment, -1)
 
@@ -157,6 +170,30 @@ class Ledger:
         if kind in (Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING, Kind.EXCHANGE_BINDING, Kind.VHOST):
             return self._config.get(ids[0]) == segment
         return False
+
+    def rewritable(self, segment: int) -> list[bytes] | None:
+        """The live records of ``segment`` when the ledger can give them without reading
+        it: every live record there is a configuration record whose bytes it knows (in the
+        order they were appended; recovery applies configuration records by id, so their
+        order does not matter). None when one is not (a message, an enqueue, a
+        configuration record recovered from disk and not copied since): read the segment."""
+        use = self.segments.get(segment)
+        if use is None or use.live <= 0:
+            return None
+        config = self._config
+        records = [
+            record
+            for object_id, record in self._config_records.items()
+            if config.get(object_id) == segment
+        ]
+        return records if len(records) == use.live else None
+
+    def config_copied(self, object_id: int, record: bytes) -> None:
+        """A configuration record was copied forward (after :meth:`moved`): its bytes, now
+        the newest in the log's order."""
+        if object_id in self._config:
+            self._config_records.pop(object_id, None)
+            self._config_records[object_id] = record
 
     def moved(self, kind: int, ids: tuple[int, ...], old: int, new: int) -> None:
         """A live record of segment ``old`` was copied to segment ``new``."""

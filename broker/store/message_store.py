@@ -259,8 +259,9 @@ class MessageStore:
         self._vhosts[vhost.name] = object_id
         if adopted:
             return
-        segment = self.journal.append(encode_vhost(VhostRecord(object_id, vhost.name)))
-        self.journal.ledger.config_created(object_id, segment)
+        encoded = encode_vhost(VhostRecord(object_id, vhost.name))
+        segment = self.journal.append(encoded)
+        self.journal.ledger.config_created(object_id, segment, encoded)
 
     def vhost_deleted(self, vhost: VirtualHost) -> None:
         self._deleted(self._vhosts.pop(vhost.name, None), Kind.VHOST_DELETED)
@@ -283,8 +284,9 @@ class MessageStore:
             dict(exchange.arguments),
             exchange.vhost,
         )
-        segment = self.journal.append(encode_exchange(record))
-        self.journal.ledger.config_created(object_id, segment)
+        encoded = encode_exchange(record)
+        segment = self.journal.append(encoded)
+        self.journal.ledger.config_created(object_id, segment, encoded)
 
     def exchange_deleted(self, exchange: Exchange) -> None:
         self._deleted(
@@ -308,8 +310,9 @@ class MessageStore:
             queue.uuid,
             queue.vhost,
         )
-        segment = self.journal.append(encode_queue(record))
-        self.journal.ledger.config_created(object_id, segment)
+        encoded = encode_queue(record)
+        segment = self.journal.append(encoded)
+        self.journal.ledger.config_created(object_id, segment, encoded)
 
     def queue_deleted(self, queue: Queue) -> None:
         object_id = self._queues.pop((queue.vhost, queue.name), None)
@@ -352,8 +355,9 @@ class MessageStore:
             dict(binding.arguments),
             vhost,
         )
-        segment = self.journal.append(encode_exchange_binding(record))
-        self.journal.ledger.config_created(object_id, segment)
+        encoded = encode_exchange_binding(record)
+        segment = self.journal.append(encoded)
+        self.journal.ledger.config_created(object_id, segment, encoded)
 
     def bound(self, binding: Binding) -> None:
         destination = binding.destination
@@ -377,8 +381,9 @@ class MessageStore:
             binding.routing_key,
             dict(binding.arguments),
         )
-        segment = self.journal.append(encode_binding(record))
-        self.journal.ledger.config_created(object_id, segment)
+        encoded = encode_binding(record)
+        segment = self.journal.append(encoded)
+        self.journal.ledger.config_created(object_id, segment, encoded)
 
     def unbound(self, binding: Binding) -> None:
         destination = binding.destination
