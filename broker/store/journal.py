@@ -294,7 +294,7 @@ class Journal:
             pending.append((current, bytearray(record)))
         self._size += size
         self.appended += count
-        self.ledger.written(current, count)
+        self.ledger.segments[current].records += count  # Ledger.written, inline
         wake = self._wake
         if wake is not None and not wake.is_set():
             wake.set()

@@ -124,17 +124,35 @@ class Ledger:
         self._live(segment, 1)
         self._messages[key[1]][1] += 1
 
-    def dequeued(self, key: EnqueueKey) -> None:
+    def message_enqueued(self, key: EnqueueKey, segment: int) -> None:
+        """:meth:`message_written` and :meth:`enqueued` in one (the publish path: a new
+        message's content and its first enqueue, appended together to ``segment``)."""
+        self._messages[key[1]] = [segment, 1]
+        self._enqueues[key] = segment
+        use = self.segments.get(segment)
+        if use is not None:
+            use.live += 2
+
+    def dequeued(self, key: EnqueueKey) -> bool:
+        """The enqueue ``key`` is settled; False (nothing changed) if it was not live."""
         segment = self._enqueues.pop(key, None)
         if segment is None:
-            return
-        self._live(segment, -1)
-        self.delivered.discard(key)
+            return False
+        segments = self.segments
+        use = segments.get(segment)
+        if use is not None:
+            use.live -= 1
+        delivered = self.delivered
+        if delivered:
+            delivered.discard(key)
         message = self._messages[key[1]]
         message[1] -= 1
         if message[1] <= 0:
             del self._messages[key[1]]
-            self._live(message[0], -1)
+            use = segments.get(message[0])
+            if use is not None:
+                use.live -= 1
+        return True
 
     def queue_deleted(self, queue_id: int) -> None:
         """Every enqueue on this queue is gone (one scan: deleting a queue is rare)."""

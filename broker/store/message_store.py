@@ -43,6 +43,7 @@ from broker.store.records import (
     VhostRecord,
     encode_binding,
     encode_deleted,
+    encode_dequeue,
     encode_enqueue,
     encode_exchange,
     encode_exchange_binding,
@@ -435,13 +436,12 @@ class MessageStore:
                 ),
                 2,
             )
-            ledger.message_written(message_id, segment)
+            ledger.message_enqueued((queue_id, message_id), segment)
         else:  # the same message on another queue: stored once
             segment = journal.append(
                 encode_enqueue(queue_id, message_id, entry.position, expires_ms)
             )
-        key = (queue_id, message_id)
-        ledger.enqueued(key, segment)
+            ledger.enqueued((queue_id, message_id), segment)
         handle = message.confirm
         if handle is not None and not handle.settled:
             handle.hold()
@@ -476,10 +476,7 @@ class MessageStore:
         queue_id = self._queues.get((queue.vhost, queue.name))
         if queue_id is None:
             return
-        key = (queue_id, message_id)
-        ledger = self.journal.ledger
-        if not ledger.has_enqueue(key):
-            return
-        ledger.dequeued(key)
-        if not queue.deleted:  # a deleted queue's record covers its messages
-            self.journal.append(encode_queue_entry(Kind.DEQUEUE, queue_id, message_id))
+        journal = self.journal
+        if journal.ledger.dequeued((queue_id, message_id)) and not queue.deleted:
+            # (a deleted queue's record covers its messages)
+            journal.append(encode_dequeue(queue_id, message_id))

@@ -316,6 +316,21 @@ def encode_enqueue(queue_id: int, message_id: int, position: int, expires_at_ms:
     return _frame(Kind.ENQUEUE, _QQQQ.pack(queue_id, message_id, position, expires_at_ms))
 
 
+_DEQUEUE_CRC = _KIND_CRC[Kind.DEQUEUE]
+_DEQUEUE_KIND = int(Kind.DEQUEUE)
+_DEQUEUE_SIZE = _QQ.size
+_pack_record_header = RECORD_HEADER.pack
+_pack_qq = _QQ.pack
+
+
+def encode_dequeue(queue_id: int, message_id: int) -> bytes:
+    """``encode_queue_entry(Kind.DEQUEUE, ...)``, the same bytes, for the ack path."""
+    payload = _pack_qq(queue_id, message_id)
+    return (
+        _pack_record_header(_DEQUEUE_SIZE, crc32c(payload, _DEQUEUE_CRC), _DEQUEUE_KIND) + payload
+    )
+
+
 def encode_queue_entry(kind: Kind, queue_id: int, message_id: int) -> bytes:
     if kind not in (Kind.DEQUEUE, Kind.DELIVERED):
         raise ValueError(f"not a queue entry event: {kind!r}")

@@ -26,6 +26,7 @@ from broker.store.records import (
     decode_payload,
     encode_binding,
     encode_deleted,
+    encode_dequeue,
     encode_enqueue,
     encode_exchange,
     encode_exchange_binding,
@@ -105,6 +106,7 @@ def test_enqueue_and_events_round_trip(q: int, m: int, pos: int, expires: int) -
     assert decoded(encode_enqueue(q, m, pos, expires)) == EnqueueRecord(q, m, pos, expires)
     for kind in (Kind.DEQUEUE, Kind.DELIVERED):
         assert decoded(encode_queue_entry(kind, q, m)) == QueueEntryEvent(kind, q, m)
+    assert encode_dequeue(q, m) == encode_queue_entry(Kind.DEQUEUE, q, m)  # the ack path's
     for kind in (Kind.EXCHANGE_DELETED, Kind.QUEUE_DELETED, Kind.UNBOUND):
         assert decoded(encode_deleted(kind, q)) == Deleted(kind, q)
 
