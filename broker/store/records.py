@@ -177,6 +177,7 @@ def segment_header(number: int, next_id: int) -> bytes:
 
 #: The CRC-32C of each kind byte alone: a record's checksum continues from it.
 _KIND_CRC = {kind: crc32c(bytes((kind,))) for kind in Kind}
+_pack_record_header = RECORD_HEADER.pack
 
 
 def _frame(kind: Kind, payload: bytes) -> bytes:
@@ -261,6 +262,19 @@ def encode_deleted(kind: Kind, object_id: int) -> bytes:
     return _frame(kind, _Q.pack(object_id))
 
 
+#: (exchange, routing key) -> the two short strings, for the publish path (few distinct
+#: pairs; bounded like broker/amqp/framing.py's route cache).
+_ROUTES: dict[tuple[str, str], bytes] = {}
+_ROUTES_LIMIT = 4096
+_MESSAGE_CRC = _KIND_CRC[Kind.MESSAGE]
+_MESSAGE_KIND = int(Kind.MESSAGE)
+_ENQUEUE_CRC = _KIND_CRC[Kind.ENQUEUE]
+_ENQUEUE_KIND = int(Kind.ENQUEUE)
+_pack_q = _Q.pack
+_pack_i = _I.pack
+_pack_qqqq = _QQQQ.pack
+
+
 def encode_message_with_enqueue(
     message_id: int,
     exchange: str,
@@ -271,26 +285,25 @@ def encode_message_with_enqueue(
     position: int,
     expires_at_ms: int,
 ) -> bytes:
-    """A MESSAGE record and its first ENQUEUE, as one string of bytes (the publish path)."""
-    head = b"".join(
-        (
-            _Q.pack(message_id),
-            _short(exchange),
-            _short(routing_key),
-            _I.pack(len(properties_raw)),
-            properties_raw,
-        )
-    )
-    crc = crc32c(body, crc32c(head, _KIND_CRC[Kind.MESSAGE]))
-    enqueue = _QQQQ.pack(queue_id, message_id, position, expires_at_ms)
+    """A MESSAGE record and its first ENQUEUE, as one string of bytes (the publish path):
+    the bytes of ``encode_message(...) + encode_enqueue(...)``, with fewer calls."""
+    key = (exchange, routing_key)
+    route = _ROUTES.get(key)
+    if route is None:
+        route = _short(exchange) + _short(routing_key)
+        if len(_ROUTES) >= _ROUTES_LIMIT:
+            _ROUTES.clear()
+        _ROUTES[key] = route
+    head = _pack_q(message_id) + route + _pack_i(len(properties_raw)) + properties_raw
+    enqueue = _pack_qqqq(queue_id, message_id, position, expires_at_ms)
     return b"".join(
         (
-            RECORD_HEADER.pack(len(head) + len(body), crc, Kind.MESSAGE),
+            _pack_record_header(
+                len(head) + len(body), crc32c(body, crc32c(head, _MESSAGE_CRC)), _MESSAGE_KIND
+            ),
             head,
             body,
-            RECORD_HEADER.pack(
-                len(enqueue), crc32c(enqueue, _KIND_CRC[Kind.ENQUEUE]), Kind.ENQUEUE
-            ),
+            _pack_record_header(_QQQQ.size, crc32c(enqueue, _ENQUEUE_CRC), _ENQUEUE_KIND),
             enqueue,
         )
     )
@@ -319,7 +332,6 @@ def encode_enqueue(queue_id: int, message_id: int, position: int, expires_at_ms:
 _DEQUEUE_CRC = _KIND_CRC[Kind.DEQUEUE]
 _DEQUEUE_KIND = int(Kind.DEQUEUE)
 _DEQUEUE_SIZE = _QQ.size
-_pack_record_header = RECORD_HEADER.pack
 _pack_qq = _QQ.pack
 
 
