@@ -9,6 +9,12 @@ commands: the
 body must say ``"cluster_manager": true`` (else 403), as qpid-ha reserves ``promote`` for
 the cluster manager; a promotion or lease the role refuses (``PromoteError``) is a 409.
 A granted promotion is logged (``ha_promote_requested``) with the user and the new epoch.
+
+A broker a qpid-ha-agent manages (its health check read ``GET /api/ha?manager=1&agent=NODE``
+since the broker started; ``managed_by`` in the answer) refuses, 409, a promotion without
+the agent's mark (``"agent": NODE``) or ``"force": true``: the rule and why are
+:mod:`broker.management.promote_guard`; a refusal is logged ``ha_promote_refused``, a forced
+promotion ``ha_promote_forced`` (both warning).
 Leases are seconds, more than 0 and at most :data:`MAX_LEASE`.
 
 A clean all-stop and the cluster manager (issue 12): once ``POST /api/ha/shutdown`` asked
@@ -38,6 +44,7 @@ from broker.management.admin import stop_this_process
 from broker.management.auth import current_user
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
+from broker.management.promote_guard import PromoteGuard, check_agent_name
 from broker.management.request_input import Body, check_name, read_json_object
 from broker.management.responses import json_response
 from broker.store.identity import parse_id
@@ -77,6 +84,17 @@ def _is_epoch(epoch: Any) -> bool:
     return not isinstance(epoch, bool) and isinstance(epoch, int) and 0 <= epoch <= MAX_EPOCH
 
 
+def _agent(value: Any, where: str) -> str:
+    name = check_agent_name(value)
+    if name is None:
+        raise ApiError(
+            HTTPStatus.BAD_REQUEST,
+            f"{where} must be the agent's node name (1 to 255 printable characters, no white"
+            f" space): {value!r}",
+        )
+    return name
+
+
 def _broker_ids(data: dict[str, Any], name: str) -> list[str]:
     value = data.get(name)
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
@@ -103,6 +121,8 @@ class HaEndpoints:
         self._manager_told = asyncio.Event()
         #: when the agent's health check last read /api/ha (the event loop's clock)
         self._manager_read_at: float | None = None
+        #: the agent that manages this broker, sticky until it restarts; who may promote it
+        self.promote_guard = PromoteGuard()
 
     def _ha(self) -> Any:
         ha = getattr(self.broker, "ha", None)
@@ -115,16 +135,22 @@ class HaEndpoints:
         status["store_id"] = self.broker.store_id  # the data directory's, not the role's
         status["cluster_shutdown"] = self.cluster_shutdown
         if request.query.get("manager") == "1":  # the agent's health check
+            if "agent" in request.query:  # this broker's own agent: it manages the broker
+                self.promote_guard.agent_seen(_agent(request.query["agent"], "agent"))
             self._manager_read_at = asyncio.get_running_loop().time()
             if self.cluster_shutdown is not None:
                 self._manager_told.set()
+        status["managed_by"] = self.promote_guard.managed_by
         return json_response(status)
 
     async def promote(self, request: web.Request) -> web.Response:
-        """POST /api/ha/promote {"cluster_manager": true, "epoch": N}: cluster managers only."""
+        """POST /api/ha/promote {"cluster_manager": true, "epoch": N}: cluster managers only;
+        on a broker an agent manages, only with the agent's mark (``"agent": NODE``) or
+        ``"force": true``."""
         ha = self._ha()
         data = await read_json_object(request)
-        unknown = sorted(set(data) - {"cluster_manager", "epoch", "lease", "in_sync"})
+        fields = {"cluster_manager", "epoch", "lease", "in_sync", "agent", "force"}
+        unknown = sorted(set(data) - fields)
         if unknown:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
         if data.get("cluster_manager") is not True:
@@ -138,6 +164,18 @@ class HaEndpoints:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"epoch must be 0..{MAX_EPOCH}: {epoch!r}")
         lease = _lease_seconds(data)
         in_sync = _broker_ids(data, "in_sync") if "in_sync" in data else None
+        agent = _agent(data["agent"], "agent") if "agent" in data else None
+        force = data.get("force", False)
+        if not isinstance(force, bool):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"force must be true or false: {force!r}")
+        managed_by = self.promote_guard.managed_by
+        refusal = self.promote_guard.refusal(agent, force)
+        user = current_user.get()
+        if refusal is not None:
+            self.log.warning("ha_promote_refused", user=user, managed_by=managed_by)
+            raise ApiError(HTTPStatus.CONFLICT, refusal)
+        if force and agent is None and managed_by is not None:
+            self.log.warning("ha_promote_forced", user=user, managed_by=managed_by)
         from broker.ha.ha_broker import PromoteError
 
         try:
@@ -146,7 +184,7 @@ class HaEndpoints:
                 ha.grant_lease(lease)
         except PromoteError as exc:
             raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
-        self.log.info("ha_promote_requested", user=current_user.get(), epoch=ha.epoch)
+        self.log.info("ha_promote_requested", user=user, epoch=ha.epoch, agent=agent)
         return json_response({"state": state.value, "epoch": ha.epoch})
 
     async def lease(self, request: web.Request) -> web.Response:
