@@ -105,8 +105,8 @@ class Agent:
     def __init__(self, settings: AgentSettings) -> None:
         settings.check()
         self.settings = settings
-        self.broker_check = BrokerCheck(
-            settings.broker, timeout=min(2.0, settings.check_interval * 4)
+        self.broker_check = BrokerCheck(  # its own broker: refuses promotions by hand
+            settings.broker, timeout=min(2.0, settings.check_interval * 4), agent=settings.node
         )
         vip = (
             VirtualIp(settings.vip, settings.vip_interface, netns=settings.vip_netns)

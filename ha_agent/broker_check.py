@@ -15,6 +15,14 @@ A primary's ``/api/ha`` ``in_sync`` (``wanted``, ``pending_removal``) becomes th
 primary which in-sync set ZooKeeper committed (``POST /api/ha/in-sync``), so that it releases
 the confirms it holds for the backups removed from it.
 
+The agent's own broker: a check made with ``agent`` (the agent's node name) reads
+``/api/ha?manager=1&agent=NODE``, which marks the broker as managed by this agent until it
+restarts, and its :meth:`BrokerCheck.promote` carries the mark (``"agent": NODE``): such a
+broker refuses a promotion without it (``qpid-ha promote`` by hand,
+:mod:`broker.management.promote_guard`). The mark is sent only to a broker whose last
+``/api/ha`` answered ``managed_by`` (one that knows the mark: an older broker would refuse
+the unknown field). A designated agent's checks of its ``--peer`` brokers send no ``agent``.
+
 Error Handling
 ==============
 
@@ -28,6 +36,7 @@ with the broker's reason (a 409 from a broker in catch-up, an older epoch ...) o
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from broker.management.client import ManagementClient, ManagementError
 from common.url import parse_url
@@ -129,7 +138,7 @@ def timed_out(exc: BaseException) -> bool:
 class BrokerCheck:
     """Reads the broker at ``address`` (``[user/password@]host[:port]``, the management port)."""
 
-    def __init__(self, address: str, timeout: float = 2.0) -> None:
+    def __init__(self, address: str, timeout: float = 2.0, agent: str | None = None) -> None:
         url = parse_url(address, default_port=DEFAULT_MGMT_PORT)  # ValueError names it
         if len(url.addresses) != 1:
             raise ValueError(f"expected one broker address, got {address!r}")
@@ -140,6 +149,10 @@ class BrokerCheck:
         #: the shutdown-id of a cluster shutdown the broker announced at the last /api/ha
         #: read (None: none; kept while the broker does not answer)
         self.cluster_shutdown: str | None = None
+        #: the node name of the agent whose own broker this is (None: a peer's check)
+        self.agent = agent
+        #: the broker's last /api/ha answered ``managed_by``: its promotions take the mark
+        self.takes_mark = False
 
     @property
     def address(self) -> str:
@@ -155,9 +168,13 @@ class BrokerCheck:
             if status.get("ha_state") != "standalone":
                 # manager=1: the broker waits for this read before it stops for a cluster
                 # shutdown, so the agent learns of it first (broker.management.ha)
-                ha = self.client.get("/api/ha?manager=1")
+                path = "/api/ha?manager=1"
+                if self.agent is not None:  # the broker is ours: it refuses hand promotions
+                    path += f"&agent={quote(self.agent, safe='')}"
+                ha = self.client.get(path)
                 if not isinstance(ha, dict):
                     raise ManagementError(f"{self.address}: /api/ha is not a JSON object")
+                self.takes_mark = "managed_by" in ha
                 shutdown = ha.get("cluster_shutdown")
                 self.cluster_shutdown = shutdown if isinstance(shutdown, str) else None
         except ManagementError as exc:
@@ -180,6 +197,8 @@ class BrokerCheck:
         broker's answer. ``timeout`` replaces the check timeout for this call (a promotion
         does more than answer a status)."""
         body: dict[str, Any] = {"cluster_manager": True, "epoch": epoch}
+        if self.agent is not None and self.takes_mark:
+            body["agent"] = self.agent  # the agent's own promotion (not one by hand)
         if lease is not None:
             body["lease"] = lease
         if in_sync is not None:

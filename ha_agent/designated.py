@@ -123,8 +123,8 @@ class DesignatedPrimary:
     def __init__(self, settings: AgentSettings) -> None:
         settings.check()
         self.settings = settings
-        self.broker_check = BrokerCheck(
-            settings.broker, timeout=min(2.0, settings.check_interval * 4)
+        self.broker_check = BrokerCheck(  # its own broker: refuses promotions by hand
+            settings.broker, timeout=min(2.0, settings.check_interval * 4), agent=settings.node
         )
         try:
             self.peers = [BrokerCheck(peer, timeout=2.0) for peer in settings.peers]
