@@ -12,6 +12,9 @@ Contract
 
 - Each is one POST on the broker's management API; the answer is printed in one line on
   the environment's stdout (:mod:`qpid_ha_cli.context`).
+- A broker a qpid-ha-agent manages refuses ``promote`` (HTTP 409, ERROR 1 and the broker's
+  reason in one line): its agent promotes it; ``promote --force`` overrides that, for when
+  no agent runs any more (``docs/agent.md``).
 - ``promote`` and ``in-sync --commit`` without the global ``--cluster-manager`` are refused
   before any call: USAGE 2; so is a bad ``replicate --vhost`` name (empty, too long, a NUL).
   Every failure is raised and mapped to its exit code and one line in
@@ -70,12 +73,24 @@ def promote(
             " backups the new primary expects and guards",
         ),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="promote a broker a qpid-ha-agent manages (it refuses otherwise): only when"
+            " no agent runs any more; beside a primary of the agents it makes two primaries",
+        ),
+    ] = False,
 ) -> None:
     """Promote the broker to primary. Cluster managers only: needs --cluster-manager.
 
     Promoting by hand can create two primaries, which loses data: leave it to the cluster
     manager (qpid-ha-agent, Pacemaker). A manager that keeps the in-sync set passes it with
     --in-sync; without it the new primary expects the backups it last saw ready.
+
+    A broker a qpid-ha-agent manages refuses (exit 1): its agent promotes it. --force
+    overrides that, for when the agents are all gone: with an agents' primary still
+    serving, the two primaries both confirm and confirmed messages can be lost.
     """
     s = settings(ctx)
     if not s.cluster_manager:
@@ -90,6 +105,8 @@ def promote(
         body["epoch"] = epoch
     if members is not None:
         body["in_sync"] = members
+    if force:
+        body["force"] = True
     answer = s.call("/api/ha/promote", body)
     s.env.out(f"{answer.get('state')} (epoch {answer.get('epoch')})")
 

@@ -296,3 +296,35 @@ def test_promote_in_sync_is_the_set_the_new_primary_expects(tmp_path: Path) -> N
         assert cluster.ha(1)["in_sync"]["wanted"] == ["ghost-1"]
     finally:
         cluster.stop()
+
+
+def test_promote_of_a_broker_an_agent_manages_is_refused_unless_forced(tmp_path: Path) -> None:
+    """A broker whose qpid-ha-agent read it (``/api/ha?manager=1&agent=NODE``) refuses a
+    promotion by hand: one line, exit 1 (the broker refused the call), nothing changed;
+    ``--force`` promotes it (its own cluster: the forced promotion makes a second primary)."""
+    cluster = Cluster(tmp_path, 2).start()
+    try:
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(1, "ready")
+        port = cluster.brokers[1].mgmt_port
+        assert http("GET", port, "/api/ha?manager=1&agent=n2")["managed_by"] == "n2"
+        b1 = address(cluster.brokers[1])
+        result = qpid_ha("-b", b1, "--cluster-manager", "promote", "--epoch=2")
+        assert (result.exit_code, result.stdout) == (1, "")
+        assert result.stderr.startswith(
+            f"qpid-ha: error: 127.0.0.1:{port} answered HTTP 409 for /api/ha/promote: refused:"
+            " qpid-ha-agent of node n2 manages this broker"
+        )
+        assert result.stderr.count("\n") == 1 and "--force" in result.stderr
+        assert cluster.state(1) == "ready" and cluster.ha(1)["epoch"] == 1
+        forced = qpid_ha("-b", b1, "--cluster-manager", "promote", "--epoch=2", "--force")
+        assert (forced.exit_code, forced.stderr) == (0, "")
+        assert forced.stdout in ("active (epoch 2)\n", "recovering (epoch 2)\n")
+    finally:
+        cluster.stop()
+
+
+def test_promote_force_is_in_the_help() -> None:
+    result = qpid_ha("promote", "--help")
+    assert result.exit_code == 0
+    assert "--force" in result.stdout and "no agent runs any more" in result.stdout
