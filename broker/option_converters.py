@@ -82,6 +82,13 @@ def non_empty(text: str) -> str:
     return value
 
 
+def agent_name(text: str) -> str:
+    """A qpid-ha-agent's node name: 1 to 255 printable characters, no white space."""
+    if not 0 < len(text) <= 255 or not text.isprintable() or any(c.isspace() for c in text):
+        raise ValueError("expected the agent's node name (no white space, at most 255)")
+    return text
+
+
 def name_list(text: str) -> str:
     """Comma-separated names, normalised to ``a,b`` (empty: none)."""
     names = [name.strip() for name in text.split(",")]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from broker.option_converters import (
+    agent_name,
     broker_url,
     byte_size,
     choice,
@@ -387,6 +388,14 @@ class BrokerOptions:
         upper_choice("PLAIN", "AMQPLAIN", "ANONYMOUS"),
         "SASL mechanism HA brokers authenticate with to each other: PLAIN, AMQPLAIN or ANONYMOUS",
         metavar="MECHANISM",
+    )
+    ha_agent: str | None = _option(
+        None,
+        agent_name,
+        "node name of the qpid-ha-agent that runs this broker: from its start the broker refuses"
+        " promotions that are not that agent's (else from the agent's first health check on)",
+        metavar="NODE",
+        default_text="none",
     )
     ha_backup_timeout: float = _option(
         10.0,

@@ -9,13 +9,13 @@ commands: the
 body must say ``"cluster_manager": true`` (else 403), as qpid-ha reserves ``promote`` for
 the cluster manager; a promotion or lease the role refuses (``PromoteError``) is a 409.
 A granted promotion is logged (``ha_promote_requested``) with the user and the new epoch.
-
-A broker a qpid-ha-agent manages (its health check read ``GET /api/ha?manager=1&agent=NODE``
-since the broker started; ``managed_by`` in the answer) refuses, 409, a promotion without
-the agent's mark (``"agent": NODE``) or ``"force": true``: the rule and why are
-:mod:`broker.management.promote_guard`; a refusal is logged ``ha_promote_refused``, a forced
-promotion ``ha_promote_forced`` (both warning).
 Leases are seconds, more than 0 and at most :data:`MAX_LEASE`.
+
+A broker a qpid-ha-agent manages (started with ``ha-agent=NODE``, or its health check read
+``GET /api/ha?manager=1&agent=NODE`` since it started; ``managed_by`` in the answer)
+refuses, 409, a promotion without the agent's mark (``"agent": NODE``) or ``"force":
+true``: the rule and why are :mod:`broker.management.promote_guard`. A refusal is logged
+``ha_promote_refused``, a forced promotion ``ha_promote_forced`` (both warning).
 
 A clean all-stop and the cluster manager (issue 12): once ``POST /api/ha/shutdown`` asked
 for one, ``GET /api/ha`` and every lease answer carry ``cluster_shutdown`` (the
@@ -122,7 +122,7 @@ class HaEndpoints:
         #: when the agent's health check last read /api/ha (the event loop's clock)
         self._manager_read_at: float | None = None
         #: the agent that manages this broker, sticky until it restarts; who may promote it
-        self.promote_guard = PromoteGuard()
+        self.promote_guard = PromoteGuard(managed_by=broker.options.ha_agent)
 
     def _ha(self) -> Any:
         ha = getattr(self.broker, "ha", None)

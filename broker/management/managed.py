@@ -44,6 +44,9 @@ class ManagedOptions(OptionsView, Protocol):
     @property
     def auth(self) -> bool: ...
 
+    @property
+    def ha_agent(self) -> str | None: ...
+
 
 class ManagedBroker(BrokerView, Protocol):
     """What the management API reads of :class:`broker.server.Broker`."""

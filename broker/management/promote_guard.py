@@ -10,7 +10,9 @@ refuses it.
 
 How the broker knows (:class:`PromoteGuard`, one per broker, in memory):
 
-- **Managed**: the agent's health check reads ``GET /api/ha?manager=1&agent=NODE``; the
+- **Managed**: a broker started with ``ha-agent=NODE`` is managed by ``NODE`` from its
+  start (nothing to wait for after a restart, even while its agent is down). Else the
+  agent's health check reads ``GET /api/ha?manager=1&agent=NODE``; the
   first such read (or an agent's promotion) marks the broker managed by ``NODE``, sticky
   until the broker restarts (a later read with another name replaces the name only).
   ``manager=1`` alone does not mark (an agent of an older version, and a designated agent
@@ -27,20 +29,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PromoteGuard", "check_agent_name", "promote_refusal"]
+from broker.option_converters import agent_name
 
-#: The longest agent (node) name accepted; ZooKeeper node names are far shorter in practice.
-MAX_AGENT_NAME = 255
+__all__ = ["PromoteGuard", "check_agent_name", "promote_refusal"]
 
 
 def check_agent_name(name: object) -> str | None:
     """``name`` when it is an agent's node name (1 to 255 printable characters, no white
-    space), else None."""
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_AGENT_NAME:
+    space, as ``ha-agent`` takes it), else None."""
+    if not isinstance(name, str):
         return None
-    if not name.isprintable() or any(c.isspace() for c in name):
+    try:
+        return agent_name(name)
+    except ValueError:
         return None
-    return name
 
 
 def promote_refusal(managed_by: str | None, agent: str | None, force: bool) -> str | None:

@@ -328,3 +328,20 @@ def test_promote_force_is_in_the_help() -> None:
     result = qpid_ha("promote", "--help")
     assert result.exit_code == 0
     assert "--force" in result.stdout and "no agent runs any more" in result.stdout
+
+
+def test_a_broker_started_with_ha_agent_refuses_promote_from_its_start(tmp_path: Path) -> None:
+    """``ha-agent=NODE``: managed before any agent read it (a restart while its agent is
+    down leaves no window)."""
+    cluster = Cluster(tmp_path, 2)
+    cluster.brokers[1].args.append("--ha-agent=n2")
+    cluster.start()
+    try:
+        cluster.promote(0, epoch=1)
+        cluster.wait_state(1, "ready")
+        assert cluster.ha(1)["managed_by"] == "n2" and cluster.ha(0)["managed_by"] is None
+        result = qpid_ha("-b", address(cluster.brokers[1]), "--cluster-manager", "promote")
+        assert result.exit_code == 1 and "qpid-ha-agent of node n2" in result.stderr
+        assert cluster.state(1) == "ready"
+    finally:
+        cluster.stop()

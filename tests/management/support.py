@@ -39,6 +39,7 @@ GUEST = basic("guest", "guest")
 class FakeOptions:
     node_name: str = "node-a"
     auth: bool = False
+    ha_agent: str | None = None
 
 
 @dataclass

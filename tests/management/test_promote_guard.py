@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from broker.management.promote_guard import PromoteGuard, check_agent_name, promote_refusal
-from tests.management.support import GUEST, FakeBroker, serve
+from tests.management.support import GUEST, FakeBroker, FakeOptions, serve
 
 
 # -- the rule ---------------------------------------------------------------------------
@@ -207,5 +207,16 @@ def test_without_cluster_manager_the_answer_is_403_before_the_guard() -> None:
         await get_ha(client, "?manager=1&agent=n2")
         response = await client.post("/api/ha/promote", json={"force": True}, headers=GUEST)
         assert response.status == 403
+
+    serve(broker, scenario)
+
+
+def test_a_broker_started_with_ha_agent_is_managed_from_its_start() -> None:
+    broker = HaBroker(options=FakeOptions(ha_agent="n2"))
+
+    async def scenario(client: Client) -> None:
+        assert (await get_ha(client))["managed_by"] == "n2"
+        assert (await promote(client, epoch=4))[0] == 409
+        assert (await promote(client, epoch=4, agent="n2"))[0] == 200
 
     serve(broker, scenario)
