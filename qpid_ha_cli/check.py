@@ -63,9 +63,9 @@ def status(
     """Print the broker's HA state (and with --all, every member's).
 
     A backup whose link to the primary is down prints why on a second line
-    ("link: ADDRESS: REASON ..."). A broker with a store (--data-dir) prints how its
-    store was left: "store: empty|clean|dirty" (not with --is-primary or --expect, whose
-    output stays one line for scripts).
+    ("link: ADDRESS: REASON ..."). A broker with a store (--data-dir) prints how it found
+    its store when it started: "store: empty|clean|dirty at start" (not the store's state
+    now; not with --is-primary or --expect, whose output stays one line for scripts).
 
     With --zk and --cluster, --all shows the cluster as the agents record it in ZooKeeper:
     members, states, epochs, whether each is in the in-sync set, the primary and the
@@ -110,7 +110,8 @@ def status(
                 out(link)
         store = data.get("store_status")
         if store not in (None, "unknown") and not is_primary and expect is None:
-            out(f"store: {store}")  # empty, clean or dirty (docs/store.md)
+            # empty, clean or dirty: how the store was found at start (docs/store.md)
+            out(f"store: {store} at start")
     wanted = "primary" if is_primary else expect
     if wanted is not None:
         holds = state in PRIMARY_STATES if wanted == "primary" else state == wanted

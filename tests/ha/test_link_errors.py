@@ -67,7 +67,7 @@ def test_auth_no_everywhere_needs_no_link_credentials(
     cluster.wait_state(1, "ready")
     assert cluster.ha(1)["link_error"] is None
     assert cluster.ha(0)["link_error"] is None
-    assert qpid_ha_status(cluster, 1) == "ready\nstore: empty\n"  # no link: line
+    assert qpid_ha_status(cluster, 1) == "ready\nstore: empty at start\n"  # no link: line
     links = [
         e
         for e in cluster.brokers[0].events()
@@ -110,5 +110,5 @@ def test_a_wrong_ha_password_is_logged_and_shown(
     assert "wrong" not in str(lines)  # the password is never logged
 
     state, link, *rest = qpid_ha_status(cluster, 1).splitlines()
-    assert state == "joining" and rest == ["store: empty"]
+    assert state == "joining" and rest == ["store: empty at start"]
     assert link.startswith(f"link: {primary}: login refused: ACCESS_REFUSED - "), link
