@@ -125,9 +125,14 @@ def _call(s: CliSettings, member: Member, path: str, body: dict[str, Any] | None
     raise CommandError(_unknown(member), ExitStatus.ERROR)
 
 
+def _id_text(member: Member) -> str:
+    """The member's broker id, or ``stand-alone`` for a broker outside a cluster (id "")."""
+    return member.broker_id or "stand-alone"
+
+
 def _unknown(member: Member) -> str:
     return (
-        f"{member.url} ({member.broker_id}): management address unknown; give every member's"
+        f"{member.url} ({_id_text(member)}): management address unknown; give every member's"
         " management address in -b, comma separated"
     )
 
@@ -249,13 +254,13 @@ def stop_member(
     members = _members(s)
     chosen = next((m for m in members if member in (m.url, m.broker_id)), None)
     if chosen is None:
-        names = ", ".join(f"{m.url} ({m.broker_id})" for m in members) or "none"
+        names = ", ".join(f"{m.url} ({_id_text(m)})" for m in members) or "none"
         raise CommandError(f"no member {member} in the cluster (members: {names})")
     if chosen.mgmt is None:
         raise CommandError(_unknown(chosen))
     body = {"broker_id": chosen.broker_id} if chosen.broker_id else {}
     _call(s, chosen, "/api/admin/stop", body)
-    s.env.out(f"stopping {chosen.url} ({chosen.state}, {chosen.broker_id or 'stand-alone'})")
+    s.env.out(f"stopping {chosen.url} ({chosen.state}, {_id_text(chosen)})")
     wait_stopped(s, chosen)
     s.env.out(f"stopped {chosen.url}")
 

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_MGMT_PORT",
     "CliSettings",
     "Environment",
+    "counted",
     "environment",
     "settings",
     "with_default_credentials",
@@ -128,3 +129,9 @@ def environment(ctx: Context) -> Environment:
         return found.env
     given = ctx.find_object(Environment)
     return given if given is not None else Environment()
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 queue``, ``2 queues``, ``0 queues``: a count and its noun for people (the nouns
+    the CLI counts take an ``s``)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

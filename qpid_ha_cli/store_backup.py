@@ -61,7 +61,7 @@ from broker.store.identity import BACKUP_PREFIX, parse_id
 from broker.store.recovery import RecoveredState
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.command_line import command_settings
-from qpid_ha_cli.context import settings
+from qpid_ha_cli.context import counted, settings
 
 __all__ = ["app", "check_backup", "receive_backup", "restore_into"]
 
@@ -176,9 +176,9 @@ def backup(
     c = manifest.contents
     s.env.out(
         f"backup of {source.get('node')} (store {source.get('store_id') or '-'}) at segment"
-        f" {manifest.point.sealed_segment}, {manifest.point.taken_at}: {len(manifest.segments)}"
-        f" segments, {manifest.total_bytes} bytes, {c.queues} queues, {c.messages} messages"
-        f" -> {to}"
+        f" {manifest.point.sealed_segment}, {manifest.point.taken_at}:"
+        f" {counted(len(manifest.segments), 'segment')}, {counted(manifest.total_bytes, 'byte')},"
+        f" {counted(c.queues, 'queue')}, {counted(c.messages, 'message')} -> {to}"
     )
 
 
@@ -304,6 +304,7 @@ def restore(
     aside = f"; what it held is in {moved}" if moved is not None else ""
     s.env.out(
         f"restored the backup of {manifest.source.get('node')} at"
-        f" {manifest.point.taken_at} ({len(state.queues)} queues, {state.message_count}"
-        f" messages) into {data_dir}{aside}; start qpidd --data-dir {data_dir}"
+        f" {manifest.point.taken_at} ({counted(len(state.queues), 'queue')},"
+        f" {counted(state.message_count, 'message')}) into {data_dir}{aside};"
+        f" start qpidd --data-dir {data_dir}"
     )

@@ -19,6 +19,7 @@ import pika.exceptions
 import pytest
 
 from common.polling import poll_until
+from tests.broker_process import BrokerProcess
 from tests.cli.conftest import address, qpid_ha
 from tests.ha.cluster import Cluster, http
 
@@ -146,6 +147,16 @@ def test_stop_member_of_an_unknown_member_is_exit_1(trio: Cluster) -> None:
     result = qpid_ha("-b", every_member(trio), "stop-member", "127.0.0.1:1")
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr.startswith("qpid-ha: error: no member 127.0.0.1:1 in the cluster")
+
+
+def test_stop_member_on_a_stand_alone_broker_names_it_stand_alone(solo: BrokerProcess) -> None:
+    result = qpid_ha("-b", address(solo), "stop-member", "x")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"qpid-ha: error: no member x in the cluster (members: 127.0.0.1:{solo.mgmt_port}"
+        " (stand-alone))\n"
+    )
+    assert solo.alive()
 
 
 def test_stop_member_stops_a_backup_as_sigterm_does(trio: Cluster) -> None:
