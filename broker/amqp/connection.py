@@ -42,7 +42,7 @@ from broker.amqp.context import BrokerContext
 from broker.amqp.handshake import close_method
 from broker.amqp.held_frames import HeldFrames
 from broker.amqp.state import ChannelState, ConnectionState, check_transition
-from broker.core.errors import AmqpError, ReplyCode
+from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.security.sasl import PasswordCheck
 
 S = ConnectionState
@@ -442,9 +442,13 @@ class Connection(ConnectionMethods, HeldFrames):
         """Close the whole connection with the error's reply code."""
         ctx = self.ctx
         ctx.protocol_errors_total += 1
-        ctx.log.warning(
+        # A routine refusal (an HA backup sending a client on) is normal operation: info.
+        log = ctx.log.info if isinstance(error, RoutineRefusal) else ctx.log.warning
+        log(
             "protocol_error",
             connection=self.name,
+            peer=self.peer,
+            user=self.user,
             reply_code=int(error.reply_code),
             reply_text=error.reply_text,
             scope="connection",

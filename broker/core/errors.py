@@ -74,6 +74,12 @@ class AmqpError(Exception):
         return text.encode("utf-8")[:255].decode("utf-8", "ignore")
 
 
+class RoutineRefusal(AmqpError):
+    """A connection refused as part of normal operation, not for anything the client did
+    wrong: an HA backup (or a primary not serving) sending a client on to the next address
+    of its URL list. Closes the connection like any :class:`AmqpError`; logged at info."""
+
+
 def not_found(what: str) -> AmqpError:
     return AmqpError(ReplyCode.NOT_FOUND, what)
 

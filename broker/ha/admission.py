@@ -9,17 +9,19 @@ next address of their URL list; a replication link (``qpid.ha-backup``) is serve
 
 from __future__ import annotations
 
-from broker.core.errors import AmqpError, ReplyCode
+from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.ha.state import HaState
 
 
 def client_refusal(state: HaState, not_serving: bool, public_url: str) -> AmqpError | None:
-    """None when a client (or a backup's link) may connect: a primary that serves."""
+    """None when a client (or a backup's link) may connect: a primary that serves. A
+    refusal is routine (:class:`RoutineRefusal`, logged at info): clients with a URL list
+    meet it whenever they try a backup first."""
     if not_serving:
-        return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: not serving")
+        return RoutineRefusal(ReplyCode.NOT_ALLOWED, "HA broker fenced: not serving")
     if state.is_primary:
         return None
-    return AmqpError(
+    return RoutineRefusal(
         ReplyCode.NOT_ALLOWED,
         f"HA backup: not the primary (state {state.value}); clients connect to {public_url}",
     )

@@ -93,6 +93,29 @@ def test_backup_refuses_clients_but_admits_admin(tmp_path: Path) -> None:
     admin.expect(commands.Connection.OpenOk)
 
 
+class LoggedEvents:
+    """The broker context's log lines: (level, event, fields)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda event, **fields: self.lines.append((level, event, fields))
+
+
+def test_a_backup_logs_its_refusal_of_a_client_at_info_with_the_peer(tmp_path: Path) -> None:
+    """Sending a client on to the primary is normal operation: info, saying who it was."""
+    ha, _ = ha_broker(tmp_path)
+    ha.context.log = log = LoggedEvents()
+    client = open_connection(ha, {})
+    client.expect(commands.Connection.Close)
+    [(level, _, fields)] = [line for line in log.lines if line[1] == "protocol_error"]
+    assert level == "info"
+    assert fields["peer"] == client.conn.peer and fields["user"] == "guest"
+    assert fields["reply_code"] == ReplyCode.NOT_ALLOWED
+    assert fields["reply_text"].startswith("HA backup: not the primary (state joining)")
+
+
 def test_primary_fences_itself_on_a_newer_epoch(tmp_path: Path) -> None:
     ha, fenced = ha_broker(tmp_path)
     asyncio.run(ha.promote(epoch=3))
