@@ -17,8 +17,12 @@ says why it failed. The password is never in a message nor a ``repr``.
 
 from __future__ import annotations
 
+import errno
+import os
+import selectors
 import socket
 import ssl
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ __all__ = [
     "ZkAccess",
     "ZkDigest",
     "check_tls_files",
+    "connect_refusal",
     "kazoo_options",
     "parse_digest",
     "tls_context",
@@ -156,6 +161,77 @@ def tls_failure(hosts: str, context: ssl.SSLContext, timeout: float) -> str | No
             continue  # not answering (or no port number): not a TLS failure
         failure = failure or f"{host}:{port}: TLS: {reason}"
     return failure
+
+
+def _addresses(hosts: str) -> list[tuple[str, str, int | None]]:
+    """``(NAME, HOST, PORT)`` of each item of a ZooKeeper connection string (a chroot path
+    may follow; the port defaults to 2181); PORT None when it is no number."""
+    found: list[tuple[str, str, int | None]] = []
+    for item in hosts.split("/", 1)[0].split(","):
+        host, _, port = item.strip().rpartition(":")
+        host, port = (host, port) if host else (port, "2181")
+        found.append((f"{host}:{port}", host.strip("[]"), int(port) if port.isdigit() else None))
+    return found
+
+
+def connect_refusal(hosts: str, timeout: float) -> tuple[bool, str | None]:
+    """A TCP connection to every address of ``hosts`` at once, for at most ``timeout``
+    seconds, to tell a ZooKeeper that is not there from one that does not answer (kazoo
+    retries a refused connection until its own timeout, saying nothing).
+
+    ``(True, None)`` as soon as one address accepts; ``(False, REASON)`` when every address
+    failed for certain (``connection refused``, a name that does not resolve: one line,
+    ``NAME: REASON; ...`` when the reasons differ); ``(False, None)`` when some did not
+    answer in time. The connections are closed at once."""
+    deadline = time.monotonic() + timeout
+    reasons: dict[str, str] = {}
+    pending: dict[socket.socket, str] = {}
+    selector = selectors.DefaultSelector()
+    try:
+        for name, host, port in _addresses(hosts):
+            if port is None:
+                reasons.setdefault(name, "no port number")
+                continue
+            try:
+                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                reasons.setdefault(name, f"cannot resolve {host!r} ({exc.strerror or exc})")
+                continue
+            for family, kind, proto, _, address in infos:
+                sock = socket.socket(family, kind, proto)
+                sock.setblocking(False)
+                code = sock.connect_ex(address)
+                if code == 0:
+                    sock.close()
+                    return True, None
+                if code not in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+                    sock.close()
+                    reasons.setdefault(name, os.strerror(code).lower())
+                    continue
+                pending[sock] = name
+                selector.register(sock, selectors.EVENT_WRITE)
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False, None
+            for key, _ in selector.select(left):
+                ready = key.fileobj
+                assert isinstance(ready, socket.socket)
+                sock = ready
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if code == 0:
+                    return True, None
+                name = pending.pop(sock)
+                selector.unregister(sock)
+                sock.close()
+                reasons.setdefault(name, os.strerror(code).lower())
+    finally:
+        for sock in pending:
+            sock.close()
+        selector.close()
+    if len(set(reasons.values())) == 1:
+        return False, next(iter(reasons.values()))
+    return False, "; ".join(f"{name}: {reason}" for name, reason in reasons.items()) or None
 
 
 def tls_problem(hosts: str, access: ZkAccess, timeout: float = 2.0) -> str | None:

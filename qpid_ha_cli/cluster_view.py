@@ -14,21 +14,24 @@ Error Handling
 ==============
 
 :class:`ClusterViewError` with one line when ZooKeeper cannot be reached in ``timeout``
-seconds, refuses the TLS handshake (the reason: ``certificate verify failed ...``), denies
-reading the cluster's znodes (NoAuth: no or other credentials), or the cluster has no znodes
-at all (a wrong ``--cluster``). An in-sync record that
-cannot be parsed is shown as such (``in_sync_error``), not raised.
+seconds (at once, ``...: connection refused``, when every address refuses the connection:
+:func:`common.zk_access.connect_refusal`), refuses the TLS handshake (the reason:
+``certificate verify failed ...``), denies reading the cluster's znodes (NoAuth: no or
+other credentials), or the cluster has no znodes at all (a wrong ``--cluster``). An in-sync
+record that cannot be parsed is shown as such (``in_sync_error``), not raised.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from common.zk_access import connect_refusal
 from ha_agent.epoch_counter import read_epoch
 from ha_agent.in_sync import InSyncRecordError, read_in_sync
 from ha_agent.membership import read_members
@@ -60,6 +63,13 @@ def read_cluster(
     """Members, primary, virtual IP owner and last epoch of ``cluster``, as plain data;
     read with ``auth``'s digest and over ``tls`` when given."""
     layout = ClusterLayout(cluster)  # ValueError for a bad name
+    started = time.monotonic()
+    answered, refusal = connect_refusal(hosts, timeout)
+    if not answered:  # kazoo would retry a refused connection for the whole timeout
+        raise ClusterViewError(
+            f"cannot reach ZooKeeper at {hosts}" + (f": {refusal}" if refusal else "")
+        )
+    timeout = max(0.1, timeout - (time.monotonic() - started))
     if tls is not None:
         refusal = tls_refusal(hosts, tls, timeout)
         if refusal is not None:

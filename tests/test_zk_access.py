@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from common.polling import free_port
-from common.zk_access import TlsFileError, ZkAccess, tls_context, tls_failure, tls_problem
+from common.zk_access import (
+    TlsFileError,
+    ZkAccess,
+    connect_refusal,
+    tls_context,
+    tls_failure,
+    tls_problem,
+)
 from ha_agent.zk_tls import ZkTls, tls_refusal, zk_tls
 
 
@@ -70,3 +77,18 @@ def test_the_agent_says_zookeeper_and_the_kazoo_options_are_the_consoles(not_tls
         "verify_certs": True,
         "check_hostname": True,
     }
+
+
+def test_connect_refusal_tells_a_listening_port_from_a_closed_one() -> None:
+    closed = free_port()
+    assert connect_refusal(f"127.0.0.1:{closed}", 5) == (False, "connection refused")
+    assert connect_refusal(f"127.0.0.1:{closed},127.0.0.1:{free_port()}/chroot", 5) == (
+        False,
+        "connection refused",
+    )
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert connect_refusal(f"127.0.0.1:{closed},127.0.0.1:{port}", 5) == (True, None)
+    assert connect_refusal("127.0.0.1:x", 5) == (False, "no port number")
