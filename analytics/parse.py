@@ -16,8 +16,9 @@ DataFrame-to-DataFrame functions: nothing here reads or writes files or collects
 3. :func:`relevant`: the kept lines parsed with :data:`RAW_SCHEMA`; :func:`malformed`: the
    kept lines that are not JSON or have no readable ``ts``, by file and node.
 4. :func:`normalise`: drop lines that are not events, time as integer microseconds ``us``,
-   ``source`` (broker, agent, drill), the cluster of broker events (the broker logs none)
-   from the agent of the same node (:func:`node_clusters`).
+   ``source`` (broker, agent, drill), the cluster of broker events that log none (a
+   broker without ``--ha-cluster-name``) from the agent of the same node
+   (:func:`node_clusters`).
 
 Times are microseconds since the Unix epoch (``us``, exact integers, :func:`micros`);
 durations are milliseconds (``*_ms``, doubles: microseconds / :data:`US_PER_MS`).
@@ -239,8 +240,8 @@ def malformed(summary: DataFrame) -> DataFrame:
 
 
 def node_clusters(events: DataFrame) -> DataFrame:
-    """``node`` -> ``cluster`` from the agents' events (a broker logs no cluster name; its
-    node name is its agent's ``--node``). A node name seen in several clusters takes the
+    """``node`` -> ``cluster`` from the agents' events (for a broker that logs no cluster
+    name: its node name is its agent's ``--node``). A node name seen in several clusters takes the
     smallest name."""
     return (
         events.where((F.col("component") == "agent") & F.col("cluster").isNotNull())
@@ -252,8 +253,9 @@ def node_clusters(events: DataFrame) -> DataFrame:
 def normalise(raw: DataFrame) -> DataFrame:
     """Events with ``us`` (microseconds), ``source`` and a ``cluster`` on every line.
 
-    Lines without ``event`` or a parsable ``ts`` are dropped; broker events take the
-    cluster of their node's agent; a line with no cluster at all gets ``""``.
+    Lines without ``event`` or a parsable ``ts`` are dropped; a line without a cluster (a
+    broker's without ``--ha-cluster-name``) takes the cluster of its node's agent; a line
+    with no cluster at all gets ``""``.
     """
     events = (
         raw.withColumn("us", micros(F.col("ts")))

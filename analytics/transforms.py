@@ -14,7 +14,7 @@ The pipeline, one module a step (:func:`analyse` composes steps 2 to 6 on the ev
    :func:`~analytics.parse.relevant` keep and parse the lines the analysis uses;
    :func:`~analytics.parse.normalise`: drop lines that are not events, time as integer
    microseconds ``us``, ``source`` (broker, agent, drill), the cluster of broker events
-   (the broker logs none) from the agent of the same node.
+   that log none from the agent of the same node.
 2. :mod:`analytics.states`: :func:`~analytics.states.state_intervals`: each broker's HA
    state from one ``ha_state_changed`` to the next, ended by its stop, fence or death (its
    agent's ``broker_process_exited`` or ``broker_killed``) or by the end of its log;

@@ -15,7 +15,7 @@ import asyncio
 import signal
 import sys
 
-from broker.options import BrokerOptions, main_parse
+from broker.options import BrokerOptions, log_cluster, main_parse
 from broker.server import Broker, ListenError
 from broker.store.data_dir import DataDirError
 from common.exit_status import CommandError, ExitStatus
@@ -78,6 +78,7 @@ def raw_main(options: BrokerOptions) -> ExitStatus:
                 file=options.log_file,
                 node=options.node_name,
                 component="broker",
+                cluster=log_cluster(options),
             )
         except OSError as exc:
             raise CommandError(

@@ -339,6 +339,14 @@ class BrokerOptions:
         "join an active-passive HA cluster (needs ha-brokers-url)",
         metavar="yes|no",
     )
+    ha_cluster_name: str | None = _option(
+        None,
+        non_empty,
+        "the cluster's name in this broker's logs (their cluster field): the agents'"
+        " --cluster; when unset, console-cluster's (needs ha-cluster=yes)",
+        metavar="NAME",
+        default_text="console-cluster, else none",
+    )
     ha_queue_replication: bool = _option(
         False,
         parse_bool,

@@ -44,6 +44,7 @@ __all__ = [
     "OptionsError",
     "build_parser",
     "check_options",
+    "log_cluster",
     "main_parse",
     "parse_bool",
     "parse_options",
@@ -196,6 +197,10 @@ def check_options(options: BrokerOptions) -> None:
         raise OptionsError(
             "ha-cluster=yes needs ha-brokers-url (the addresses of every broker in the cluster)"
         )
+    if options.ha_cluster_name is not None and not options.ha_cluster:
+        raise OptionsError(
+            "ha-cluster-name needs ha-cluster=yes (it names the cluster in the logs)"
+        )
     if options.ha_cluster:
         size = len((public_url(options) or "").encode())
         if size > KNOWN_HOSTS_MAX:
@@ -245,6 +250,15 @@ def public_url(options: BrokerOptions) -> str | None:
     if text is None:
         return None
     return format_url(BrokerUrl(parse_url(text).addresses))
+
+
+def log_cluster(options: BrokerOptions) -> str | None:
+    """The ``cluster`` field of this broker's log lines: ``ha-cluster-name``, else
+    ``console-cluster`` (both the agents' ``--cluster``) for a cluster member; None outside
+    a cluster, and for a member given neither (docs/log-schema.md)."""
+    if not options.ha_cluster:
+        return None
+    return options.ha_cluster_name or options.console_cluster
 
 
 def main_parse(argv: Sequence[str]) -> BrokerOptions:

@@ -208,6 +208,7 @@ class DesignatedPrimary:
             _log.warning("promotion_failed", reason=str(exc))
             return True  # tried again at the next check
         self.epoch = epoch
+        set_log_context(epoch=epoch)  # agent events: the epoch it promoted its broker with
         _log.critical(
             "designated_primary",
             new_epoch=epoch,

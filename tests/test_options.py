@@ -66,6 +66,7 @@ EXPECTED_DEFAULTS = {
     "disk_free_limit": 50_000_000,
     "config": None,
     "ha_cluster": False,
+    "ha_cluster_name": None,
     "ha_queue_replication": False,
     "ha_brokers_url": None,
     "ha_public_url": None,

@@ -11,6 +11,7 @@ import pytest
 
 from common.polling import free_port, poll_until
 from tests.broker_process import QPIDD, BrokerProcess
+from tests.drill.log_schema import problems
 from tests.security.users import write_users
 
 
@@ -78,6 +79,7 @@ def test_bad_users_file_exit_2(tmp_path: Path) -> None:
         ["--auth=maybe"],
         ["--log-format=xml"],
         ["--no-such-option"],
+        ["--ha-cluster-name=prod"],  # names a cluster this broker is not in
     ],
 )
 def test_bad_option_exit_2(args: list[str]) -> None:
@@ -163,3 +165,28 @@ def test_broker_stopped_says_why_and_how_the_store_was_left(tmp_path: Path) -> N
     assert broker.stop() == 0
     stopped = [e for e in broker.events() if e.get("event") == "broker_stopped"]
     assert (stopped[0]["reason"], stopped[0]["store_status"]) == ("SIGTERM", "unknown")
+
+
+@pytest.mark.parametrize(
+    ("args", "cluster"),
+    [
+        (["--ha-cluster=yes", "--ha-cluster-name=prod"], "prod"),
+        (["--ha-cluster=yes", "--console-cluster=east"], "east"),  # the agents' --cluster
+        (["--ha-cluster=yes"], None),  # a member not told its cluster's name
+        (["--console-cluster=east"], None),  # outside a cluster
+    ],
+)
+def test_a_cluster_members_log_lines_name_its_cluster(
+    tmp_path: Path, args: list[str], cluster: str | None
+) -> None:
+    """docs/log-schema.md: ``cluster`` is the cluster's name, null outside a cluster."""
+    if "--ha-cluster=yes" in args:
+        args = [*args, "--ha-brokers-url=127.0.0.1:1"]
+    broker = BrokerProcess(tmp_path, args=args).start()
+    try:
+        lines = broker.events()
+    finally:
+        broker.stop()
+    assert "broker_started" in [e["event"] for e in lines]
+    assert {e["cluster"] for e in lines} == {cluster}
+    assert [p for e in lines for p in problems(e)] == []

@@ -193,6 +193,7 @@ class Node:
             f"--log-file={self.broker_log}",
             "--log-format=json",
             "--ha-cluster=yes",
+            f"--ha-cluster-name={s.cluster}",  # the agents' --cluster, in the broker's logs
             f"--ha-brokers-url={s.brokers_url}",
             "--ha-replicate=all",
             "--ha-username=guest",

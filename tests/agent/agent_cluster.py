@@ -102,13 +102,15 @@ class Node:
         return self.dir / "agent.log"
 
     def start_agent(self, zk_hosts: str, cluster: str, *extra: str) -> None:
+        # the broker's log lines name the agents' cluster (docs/log-schema.md)
+        broker = [*self.broker_command, f"--ha-cluster-name={cluster}"]
         cmd = [
             AGENT,
             f"--zk={zk_hosts}",
             f"--cluster={cluster}",
             f"--node={self.name}",
             f"--broker=guest/guest@127.0.0.1:{self.mgmt_port}",
-            f"--broker-command={shlex.join(self.broker_command)}",
+            f"--broker-command={shlex.join(broker)}",
             f"--broker-log={self.dir / 'qpidd.out'}",
             f"--log-file={self.agent_log}",
             *extra,

@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ha_agent.designated import PeerStatus, designated_epoch, refusal
+from common.log import get_log_context, reset_logging
+from ha_agent.designated import DesignatedPrimary, PeerStatus, designated_epoch, refusal
 from ha_agent.promotion import PRIMARY_STATES, BrokerView
+from ha_agent.settings import AgentSettings
 from tests.agent.agent_cluster import AGENT
 
 STATES = ["joining", "catch-up", "ready", "active", "recovering", "standalone", None]
@@ -78,3 +80,29 @@ def test_bad_options_are_one_line_and_exit_2(args: list[str], message: str) -> N
     )
     assert run.returncode == 2, run.stderr
     assert run.stderr.count("\n") == 1 and message in run.stderr
+
+
+class PromotingBroker:
+    """A broker check whose promote is answered (no I/O)."""
+
+    address = "127.0.0.1:8672"
+
+    def promote(self, epoch: int, timeout: float, in_sync: list[str]) -> dict[str, str]:
+        return {"state": "recovering"}
+
+
+def test_a_designated_promotion_sets_the_agents_log_epoch() -> None:
+    """docs/log-schema.md: an agent's ``epoch`` is the epoch it last promoted its broker
+    with; the designated primary's promotion is one."""
+    settings = AgentSettings(
+        "127.0.0.1:1", "c", "n1", "127.0.0.1:8672", designated_primary=True,
+        peers=("127.0.0.1:8673",),
+    )  # fmt: skip
+    designated = DesignatedPrimary(settings)
+    designated.broker_check = PromotingBroker()  # type: ignore[assignment]
+    reset_logging()
+    try:
+        assert designated._promote(BrokerView("ready", 3), [peer(None, 5)])
+        assert designated.epoch == 6 and get_log_context()["epoch"] == 6
+    finally:
+        reset_logging()

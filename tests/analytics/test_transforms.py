@@ -7,7 +7,8 @@ Three clusters in one log directory, written line by line below:
   agent withdraws (epoch 3, a3); the drill saw a confirm gap in the first and a reconnection
   in the second, and lost 2 confirmed messages;
 - ``b`` (agents, session timeout 4 s): b1 is primary, its node freezes (last event at
-  4000 ms), b3 is promoted from joining while b2 was ready, b1 is killed on resume;
+  4000 ms), b3 is promoted from joining while b2 was ready, b1 is killed on resume; its
+  brokers log their cluster's name (``--ha-cluster-name``), the others' log null;
 - no agents (so cluster ``""``): c1 primary, c2 promoted while c1 still logs as primary.
 """
 
@@ -118,14 +119,15 @@ def cluster_b() -> dict[str, list[dict[str, Any]]]:
             agent(12000, "zookeeper_session_fence", "b1", b, reason="session_lost"),
             agent(12001, "broker_killed", "b1", b, pid=3, reason="fence"),
         ],
-        "b.brokers.log": [
+        # these brokers name their cluster (--ha-cluster-name), a1's and c1's do not
+        "b.brokers.log": [{**e, "cluster": b} for e in [
             started(100, "b1"), started(100, "b2"), started(100, "b3"),
             change(1100, "b1", "joining", "recovering", 1),
             change(1110, "b1", "recovering", "active", 1),
             *catches_up(1300, "b2", 1),
             change(9100, "b3", "joining", "recovering", 2),
             change(9200, "b3", "recovering", "active", 2),
-        ],
+        ]],
     }  # fmt: skip
 
 

@@ -4,6 +4,8 @@ and refuses bad ones. (Real logs are checked in test_drill_command and test_dril
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +27,9 @@ GOOD: list[dict[str, Any]] = [
     {"event": "ha_state_changed", "component": "ha", "old": "ready", "new": "recovering",
      "reason": "promoted", "expected": ["127.0.0.1:5673"]},
     {"event": "election_won", "component": "agent"},
+    {"event": "broker_started", "component": "broker", "cluster": "prod"},
+    {"event": "nemesis_cycle_started", "component": "nemesis", "cluster": "nemesis",
+     "cycle": 1, "nemesis": "kill", "target": "n1"},
     {"event": "agent_promoted", "component": "agent", "new_epoch": 2, "ha_state": "recovering",
      "reason": "a ready backup", "took_ms": 12.5},
     {"event": "broker_state", "component": "agent", "ha_state": None, "broker_epoch": None,
@@ -92,3 +97,12 @@ def test_every_common_field_is_required(field: str) -> None:
     event = {**COMMON, **GOOD[0]}
     del event[field]
     assert any(f"'{field}' is a required property" in p for p in problems(event))
+
+
+def test_the_docs_and_the_schema_list_the_same_components() -> None:
+    """docs/log-schema.md's common ``component`` row and the schema's enum agree."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "log-schema.md").read_text()
+    [row] = [line for line in docs.splitlines() if line.startswith("| `component` |")]
+    listed = re.findall(r"`(\w+)`", row.split("|")[3])
+    schema = json.loads(SCHEMA_FILE.read_text())
+    assert listed == schema["properties"]["component"]["enum"]
