@@ -19,6 +19,7 @@ from broker.store.compaction import CompactionPass, Steps, leading_ids
 from broker.store.journal import Journal, SyncPolicy, list_segments, segment_path
 from broker.store.message_store import MessageStore
 from broker.store.records import iter_records
+from tests.store.queue_ops import apply_queue_op
 from tests.store.test_ledger import PERSISTENT, operations
 
 
@@ -49,17 +50,7 @@ def test_a_pass_copies_exactly_the_live_records(ops: list[tuple[str, str]]) -> N
                     message = Message(exchange, name, PERSISTENT, b"%d" % i * 40)
                     vhost.publish(vhost.exchange(exchange), message)
                     continue
-                queue = vhost.queues[name]
-                if op in ("consume", "deliver"):
-                    entry = queue.get()
-                    if entry is not None:
-                        queue.delivered(entry, no_ack=op == "consume")
-                elif op == "purge":
-                    vhost.purge_queue(name)
-                else:
-                    vhost.delete_queue(name)
-                    vhost.declare_queue(name, durable=True)
-                    vhost.bind(name, "fan", "")
+                apply_queue_op(vhost, op, name)
             written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             journal.after_durable(written.set_result, written=True)
             assert await written

@@ -27,6 +27,7 @@ from broker.store.journal import Journal, SyncPolicy, list_segments, segment_pat
 from broker.store.ledger import Ledger
 from broker.store.message_store import MessageStore
 from broker.store.records import Kind, QueueRecord, encode_queue, iter_records
+from tests.store.queue_ops import apply_queue_op
 from tests.store.test_ledger import PERSISTENT
 
 T = TypeVar("T")
@@ -59,17 +60,7 @@ def apply(vhost: VirtualHost, ops: list[tuple[str, str]]) -> None:
             else:
                 vhost.declare_exchange(name, "direct", durable=True)
             continue
-        queue = vhost.queues[name]
-        if op in ("consume", "deliver"):
-            entry = queue.get()
-            if entry is not None:
-                queue.delivered(entry, no_ack=op == "consume")
-        elif op == "purge":
-            vhost.purge_queue(name)
-        else:
-            vhost.delete_queue(name)
-            vhost.declare_queue(name, durable=True)
-            vhost.bind(name, "fan", "")
+        apply_queue_op(vhost, op, name)
 
 
 def declare(vhost: VirtualHost) -> None:

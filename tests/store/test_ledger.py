@@ -15,6 +15,7 @@ from broker.core.vhost import VirtualHost
 from broker.store.journal import Journal, SyncPolicy
 from broker.store.ledger import Ledger
 from broker.store.message_store import MessageStore
+from tests.store.queue_ops import apply_queue_op
 
 PERSISTENT = bytes.fromhex("1000") + b"\x02"
 
@@ -56,17 +57,7 @@ def test_running_and_recovered_ledgers_agree(ops: list[tuple[str, str]]) -> None
                     message = Message(exchange, name, PERSISTENT, b"%d" % i)
                     vhost.publish(vhost.exchange(exchange), message)
                     continue
-                queue = vhost.queues[name]
-                if op in ("consume", "deliver"):
-                    entry = queue.get()
-                    if entry is not None:
-                        queue.delivered(entry, no_ack=op == "consume")
-                elif op == "purge":
-                    vhost.purge_queue(name)
-                else:
-                    vhost.delete_queue(name)
-                    vhost.declare_queue(name, durable=True)
-                    vhost.bind(name, "fan", "")
+                apply_queue_op(vhost, op, name)
             counts = live_counts(journal.ledger)
             assert await journal.close()
             return counts
