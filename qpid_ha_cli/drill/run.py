@@ -112,7 +112,10 @@ class DrillRun:
                 connection = pika.BlockingConnection(self._params)
                 channel = connection.channel()
                 channel.queue_declare(self.settings.queue, durable=True)
-            except (pika.exceptions.AMQPError, OSError) as exc:
+            except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
+                # ValueError: pika's own word for a socket reset between the TCP connect
+                # and its getpeername() ("Expected connected socket"), as when the broker
+                # is SIGKILLed with this connection in its accept queue: a failed attempt.
                 reason = self._last_failure = _reason(exc)
                 if deadline is not None and time.monotonic() >= deadline:
                     raise Unreachable(reason) from None

@@ -1,0 +1,55 @@
+"""The drill's connect loop takes every way pika reports a failed attempt as one, and tries
+again: pika 1.4 raises ValueError ("Expected connected socket, but getpeername() failed")
+when the socket is reset between the TCP connect and its check, as when the broker is
+SIGKILLed with the connection in its accept queue (seen in CI: the publisher thread died
+and the drill went on without it). A real qpidd and real pika; only the first attempt's
+failure is the one pika raised in that run."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pika
+
+from qpid_ha_cli.drill.run import DrillRun
+from qpid_ha_cli.drill.settings import DrillSettings, parse_drill_url
+from tests.broker_process import BrokerProcess
+
+PIKA_RESET = (
+    "Expected connected socket, but getpeername() failed: error=OSError(107, 'Transport"
+    " endpoint is not connected')"
+)
+
+
+def test_a_socket_reset_during_connect_is_a_failed_attempt_tried_again(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "b").start()
+    try:
+        _connect_after_a_reset(broker)
+    finally:
+        broker.stop()
+
+
+def _connect_after_a_reset(broker: BrokerProcess) -> None:
+    settings = DrillSettings(url=parse_drill_url(f"amqp:guest/guest@127.0.0.1:{broker.port}")[0])
+    run = DrillRun(settings)
+    attempts: list[int] = []
+
+    def blocking_connection(params: Any) -> Any:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ValueError(PIKA_RESET)
+        return pika.BlockingConnection(params)
+
+    run._pika = SimpleNamespace(BlockingConnection=blocking_connection, exceptions=pika.exceptions)
+    got = run._connect("publisher", time.monotonic() + 30, threading.Event())
+    assert got is not None
+    connection, _channel, address = got
+    try:
+        assert len(attempts) == 2 and address == f"127.0.0.1:{broker.port}"
+        assert run._last_failure is not None and run._last_failure.startswith("ValueError:")
+    finally:
+        connection.close()
