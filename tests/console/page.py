@@ -9,11 +9,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By
 
 from common.polling import poll_until
 from tests.console.support import USERS
+
+
+def _replaced(exc: WebDriverException) -> bool:
+    """The element went with the document it was found in: stale, or (Chromium, while a
+    form post brings a new page) "Node with given id does not belong to the document"."""
+    return isinstance(exc, StaleElementReferenceException) or (
+        "does not belong to the document" in str(exc.msg)
+    )
 
 
 class Member(Protocol):
@@ -34,8 +46,12 @@ def seen(browser: Any, check: Callable[[], Any], timeout: float = 10.0, what: st
     def attempt() -> Any:
         try:
             return check()
-        except (NoSuchElementException, StaleElementReferenceException):
+        except NoSuchElementException:
             return None
+        except WebDriverException as exc:
+            if _replaced(exc):
+                return None
+            raise
 
     try:
         return poll_until(attempt, timeout, what or None, interval=0.1)
@@ -61,8 +77,9 @@ def text(browser: Any, css: str) -> str:
     for _ in range(20):
         try:
             return str(browser.find_element(By.CSS_SELECTOR, css).text)
-        except StaleElementReferenceException:
-            continue
+        except WebDriverException as exc:
+            if not _replaced(exc):
+                raise
     raise AssertionError(f"{css} re-rendered 20 times in a row")
 
 
