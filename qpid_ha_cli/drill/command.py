@@ -22,7 +22,7 @@ import typer
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging
 from qpid_ha_cli.context import environment
-from qpid_ha_cli.drill.run import DrillRun, Unreachable
+from qpid_ha_cli.drill.run import DrillRun, Unreachable, WorkerFailed
 from qpid_ha_cli.drill.settings import UsageError, settings_from_options
 
 __all__ = ["ExitStatus", "drill"]
@@ -183,6 +183,8 @@ def drill(
             f"no broker of {settings.url.redacted()} could be reached: {exc}",
             ExitStatus.UNREACHABLE,
         ) from None
+    except WorkerFailed as exc:
+        raise CommandError(f"drill FAILED: {exc}", ExitStatus.ERROR) from None
     environment(ctx).out(check.line())
     if not check.ok:
         raise typer.Exit(ExitStatus.ERROR)

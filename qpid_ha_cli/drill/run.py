@@ -42,6 +42,11 @@ class Unreachable(Exception):
     """No broker of the URL list could be reached within the connect timeout."""
 
 
+class WorkerFailed(Exception):
+    """The publisher or the consumer thread stopped on an error the drill does not expect:
+    what it checked would be a part of the run only, so the drill fails."""
+
+
 class DrillRun:
     """Runs one drill: the publisher and consumer threads, the drain, the check.
 
@@ -64,6 +69,8 @@ class DrillRun:
         self._stop_publishing = threading.Event()
         self._stop_consuming = threading.Event()
         self._unreachable: str | None = None
+        #: why a worker thread stopped on an unexpected error ("publisher: TypeError: ...")
+        self._failed: str | None = None
         #: why the last connection attempt failed (a drill that never connected says it)
         self._last_failure: str | None = None
         self._params = [
@@ -248,6 +255,17 @@ class DrillRun:
             except (pika.exceptions.AMQPError, OSError) as exc:
                 self._lost("consumer", address, exc, connection)
 
+    def _worker(self, role: str, target: Callable[[], None]) -> None:
+        """Run a worker thread's loop; an error it does not expect stops the whole drill."""
+        try:
+            target()
+        except Exception as exc:
+            with self._lock:
+                if self._failed is None:
+                    self._failed = f"the {role} stopped on {_reason(exc)}"
+            self._stop_publishing.set()
+            self._stop_consuming.set()
+
     # -- the whole drill ------------------------------------------------------------------
     def run(self) -> DrillCheck:
         """Publish, drain, check. :raises Unreachable: no broker could ever be reached."""
@@ -270,14 +288,26 @@ class DrillRun:
                 )
             ]
         )
-        consumer = threading.Thread(target=self._consumer, name="drill-consumer", daemon=True)
-        publisher = threading.Thread(target=self._publisher, name="drill-publisher", daemon=True)
+        consumer = threading.Thread(
+            target=self._worker,
+            args=("consumer", self._consumer),
+            name="drill-consumer",
+            daemon=True,
+        )
+        publisher = threading.Thread(
+            target=self._worker,
+            args=("publisher", self._publisher),
+            name="drill-publisher",
+            daemon=True,
+        )
         consumer.start()
         publisher.start()
         try:
             publisher.join()
             deadline = time.monotonic() + s.drain_timeout
-            while self._unreachable is None and time.monotonic() < deadline:
+            while (
+                self._unreachable is None and self._failed is None and time.monotonic() < deadline
+            ):
                 with self._lock:
                     if self.core.drained():
                         break
@@ -293,6 +323,9 @@ class DrillRun:
             # The publishing time ended before any broker answered (--duration shorter
             # than --connect-timeout): nothing was tested, which is not a pass.
             self._unreachable = self._last_failure or "no broker answered"
+        if self._failed is not None:
+            self._log.error("drill_failed", reason=self._failed)
+            raise WorkerFailed(self._failed)
         if self._unreachable is not None:
             self._log.error("drill_unreachable", url=s.url.redacted(), reason=self._unreachable)
             raise Unreachable(self._unreachable)

@@ -1,9 +1,8 @@
-"""The drill's connect loop takes every way pika reports a failed attempt as one, and tries
-again: pika 1.4 raises ValueError ("Expected connected socket, but getpeername() failed")
-when the socket is reset between the TCP connect and its check, as when the broker is
-SIGKILLed with the connection in its accept queue (seen in CI: the publisher thread died
-and the drill went on without it). A real qpidd and real pika; only the first attempt's
-failure is the one pika raised in that run."""
+"""A drill whose worker thread dies fails; its connect loop takes every way pika reports a
+failed attempt as one, and tries again: pika 1.4 raises ValueError ("Expected connected
+socket, but getpeername() failed") when the socket is reset between the TCP connect and its
+check, as when the broker is SIGKILLed with the connection in its accept queue (seen in CI:
+the publisher thread died and the drill went on without it). A real qpidd and real pika."""
 
 from __future__ import annotations
 
@@ -14,8 +13,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pika
+import pytest
 
-from qpid_ha_cli.drill.run import DrillRun
+from qpid_ha_cli.drill.run import DrillRun, WorkerFailed
 from qpid_ha_cli.drill.settings import DrillSettings, parse_drill_url
 from tests.broker_process import BrokerProcess
 
@@ -53,3 +53,24 @@ def _connect_after_a_reset(broker: BrokerProcess) -> None:
         assert run._last_failure is not None and run._last_failure.startswith("ValueError:")
     finally:
         connection.close()
+
+
+def test_a_worker_thread_that_dies_fails_the_drill(tmp_path: Path) -> None:
+    """A consumer that stops on an error the drill does not expect: the drill fails with its
+    reason (before, the thread died with a traceback and the drill said OK for the part it
+    saw)."""
+    broker = BrokerProcess(tmp_path / "b").start()
+    try:
+        url = parse_drill_url(f"amqp:guest/guest@127.0.0.1:{broker.port}")[0]
+        run = DrillRun(DrillSettings(url=url, duration=30.0, rate=50.0))
+
+        def consumer() -> None:
+            raise RuntimeError("boom")
+
+        run._consumer = consumer  # type: ignore[method-assign]
+        started = time.monotonic()
+        with pytest.raises(WorkerFailed, match="the consumer stopped on RuntimeError: boom"):
+            run.run()
+        assert time.monotonic() - started < 25  # it stopped the publisher, not ran its 30 s
+    finally:
+        broker.stop()
