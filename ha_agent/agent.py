@@ -76,7 +76,7 @@ from common.log import set_log_context
 from ha_agent.agent_hints import AgentHints
 from ha_agent.broker_check import BrokerCheck
 from ha_agent.election import LeaderElection
-from ha_agent.epoch_counter import raise_epoch, read_epoch
+from ha_agent.epoch_counter import cover_epoch
 from ha_agent.fencer import Fencer
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
 from ha_agent.in_sync_keeper import InSyncKeeper
@@ -470,22 +470,6 @@ class Agent:
             )
             self._resign()
 
-    def _cover_broker_epoch(self, epoch: int) -> None:
-        """Raise ZooKeeper's epoch counter to the broker's epoch when the counter never
-        handed it out (the broker was promoted outside the agents: qpid-ha
-        --cluster-manager promote), so that no promotion takes that epoch again."""
-        counter = read_epoch(self.client, self.settings.cluster)
-        if counter < epoch:
-            counter = raise_epoch(self.client, self.settings.cluster, epoch)
-            _log.warning(
-                "epoch_counter_raised",
-                broker_epoch=epoch,
-                new_epoch=counter,
-                reason="the broker is at an epoch ZooKeeper never handed out: promoted"
-                " outside the agents (qpid-ha --cluster-manager promote?)",
-            )
-        self.epoch_floor = max(counter, epoch)
-
     def _read_cluster(self, view: BrokerView | None, read_in_sync_set: bool = True) -> None:
         s = self.settings
         member = Member(
@@ -508,7 +492,7 @@ class Agent:
                 changes = {k: getattr(member, k) for k in asdict(member) if k != "node"}
                 self.publisher.update(**changes)
             if member.epoch > self.epoch_floor:
-                self._cover_broker_epoch(member.epoch)
+                self.epoch_floor = cover_epoch(self.client, s.cluster, member.epoch)
             self.members = read_members(self.client, s.cluster)
             self.primary = read_primary(self.client, s.cluster)
             self._drop_stale_primary_record()

@@ -37,11 +37,21 @@ import contextlib
 import re
 from typing import Any
 
+import structlog
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from ha_agent.zk_layout import ClusterLayout
 
-__all__ = ["MAX_EPOCH", "EpochCounterError", "next_epoch", "raise_epoch", "read_epoch"]
+__all__ = [
+    "MAX_EPOCH",
+    "EpochCounterError",
+    "cover_epoch",
+    "next_epoch",
+    "raise_epoch",
+    "read_epoch",
+]
+
+_log = structlog.get_logger("ha_agent.epoch_counter", component="agent")
 
 #: The largest epoch: a signed 64-bit number, like the broker's ``ha-epoch`` file.
 MAX_EPOCH = 2**63 - 1
@@ -89,6 +99,24 @@ def raise_epoch(client: Any, cluster: str, epoch: int) -> int:
         except BadVersionError:
             continue  # someone took an epoch since we read: read again
         return epoch
+
+
+def cover_epoch(client: Any, cluster: str, epoch: int) -> int:
+    """A broker reports ``epoch``: raise the counter to it when the counter never handed it
+    out (the broker was promoted outside the agents: qpid-ha --cluster-manager promote), so
+    that no promotion takes that epoch again (``epoch_counter_raised``). Returns the epoch
+    the counter is known to have reached, at least ``epoch``."""
+    counter = read_epoch(client, cluster)
+    if counter < epoch:
+        counter = raise_epoch(client, cluster, epoch)
+        _log.warning(
+            "epoch_counter_raised",
+            broker_epoch=epoch,
+            new_epoch=counter,
+            reason="the broker is at an epoch ZooKeeper never handed out: promoted"
+            " outside the agents (qpid-ha --cluster-manager promote?)",
+        )
+    return max(counter, epoch)
 
 
 def read_epoch(client: Any, cluster: str) -> int:
