@@ -3,7 +3,20 @@ delete-and-declare-again), applied to a durable queue bound to the fanout exchan
 
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
 from broker.core.vhost import VirtualHost
+
+#: One step of a random history on queues "a" and "b" and the fanout exchange "fan":
+#: publishes (to one queue or fanned out), consumes, deliveries, purges, and queues deleted
+#: and declared again.
+history_step = st.one_of(
+    st.tuples(st.just("publish"), st.sampled_from(["a", "b", "fan"])),
+    st.tuples(st.just("consume"), st.sampled_from(["a", "b"])),
+    st.tuples(st.just("deliver"), st.sampled_from(["a", "b"])),
+    st.tuples(st.just("purge"), st.sampled_from(["a", "b"])),
+    st.tuples(st.just("recreate"), st.sampled_from(["a", "b"])),
+)
 
 
 def apply_queue_op(vhost: VirtualHost, op: str, name: str) -> None:

@@ -15,20 +15,11 @@ from broker.core.vhost import VirtualHost
 from broker.store.journal import Journal, SyncPolicy
 from broker.store.ledger import Ledger
 from broker.store.message_store import MessageStore
-from tests.store.queue_ops import apply_queue_op
+from tests.store.queue_ops import apply_queue_op, history_step
 
 PERSISTENT = bytes.fromhex("1000") + b"\x02"
 
-operations = st.lists(
-    st.one_of(
-        st.tuples(st.just("publish"), st.sampled_from(["a", "b", "fan"])),
-        st.tuples(st.just("consume"), st.sampled_from(["a", "b"])),
-        st.tuples(st.just("deliver"), st.sampled_from(["a", "b"])),
-        st.tuples(st.just("purge"), st.sampled_from(["a", "b"])),
-        st.tuples(st.just("recreate"), st.sampled_from(["a", "b"])),
-    ),
-    max_size=60,
-)
+operations = st.lists(history_step, max_size=60)
 
 
 def live_counts(ledger: Ledger) -> dict[int, int]:
