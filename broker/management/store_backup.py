@@ -35,7 +35,8 @@ from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
 from broker.management.request_input import Body, read_json_object
 from broker.store.hot_backup import BackupPoint, encode_header, encode_trailer
-from broker.store.journal import Journal, segment_path
+from broker.store.journal import Journal
+from broker.store.segment_files import segment_path
 
 __all__ = ["StoreBackupEndpoints", "take_snapshot"]
 

@@ -39,6 +39,7 @@ from broker.store.identity import (
     next_backup_name,
     parse_id,
 )
+from broker.store.segment_files import SEGMENT_SUFFIX, fsync_directory
 from common.log import get_logger
 
 CLEAN_SHUTDOWN = "clean-shutdown"
@@ -48,7 +49,6 @@ EPOCH_FILE = "ha-epoch"
 #: The journal's directory (broker.store.journal.STORE_DIR) and the page files'.
 JOURNAL_DIR = "store"
 PAGING_DIR = "paging"
-_SEGMENT_SUFFIX = ".seg"
 
 
 class DataDirError(Exception):
@@ -149,8 +149,8 @@ class DataDir:
                     continue
                 os.rename(self.path / name, target / name)
             (target / "reason").write_text(reason + "\n", encoding="utf-8")
-            _fsync_directory(target)
-            _fsync_directory(self.path)
+            fsync_directory(target)
+            fsync_directory(self.path)
             self.store_id = new_id()
             write_id_file(self.path, STORE_ID, self.store_id)
         except OSError as exc:
@@ -212,7 +212,7 @@ def inspect(path: str | os.PathLike[str]) -> StoreInfo:
     try:
         names = sorted(p.name for p in root.iterdir())
         in_use_by = _lock_holder(root)
-        segments = [p for p in (root / JOURNAL_DIR).glob(f"*{_SEGMENT_SUFFIX}") if p.is_file()]
+        segments = [p for p in (root / JOURNAL_DIR).glob(f"*{SEGMENT_SUFFIX}") if p.is_file()]
         size = sum(p.stat().st_size for p in segments)
         marker = root / CLEAN_SHUTDOWN
         if in_use_by is not None:
@@ -307,7 +307,7 @@ def write_id_file(directory: Path, name: str, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    _fsync_directory(directory)
+    fsync_directory(directory)
 
 
 def _read_id(path: Path, *, empty_ok: bool = False) -> str | None:
@@ -327,11 +327,3 @@ def _read_id(path: Path, *, empty_ok: bool = False) -> str | None:
     if parsed is None:
         raise DataDirError(f"{path} does not hold an id (a UUID): {text[:40]!r}")
     return parsed
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

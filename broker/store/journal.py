@@ -51,9 +51,9 @@ from broker.store.records import (
     segment_header,
 )
 from broker.store.recovery import CorruptStore, RecoveredState, Recovery
+from broker.store.segment_files import fsync_directory, list_segments, map_segment, segment_path
 
 STORE_DIR = "store"
-SEGMENT_SUFFIX = ".seg"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 
 Durable = Callable[[bool], None]
@@ -72,39 +72,6 @@ class SyncPolicy(StrEnum):
 
 class StoreError(DataDirError):
     """The store cannot be opened (the message names the file and what is wrong)."""
-
-
-def segment_path(directory: Path, number: int) -> Path:
-    return directory / f"{number:020d}{SEGMENT_SUFFIX}"
-
-
-def list_segments(directory: Path) -> list[int]:
-    numbers: list[int] = []
-    for path in directory.iterdir():
-        if path.suffix == SEGMENT_SUFFIX and path.stem.isdigit():
-            numbers.append(int(path.stem))
-    return sorted(numbers)
-
-
-def _map(path: Path) -> mmap.mmap | bytes:
-    """A segment's bytes for recovery, mapped rather than read: the walker reads the page
-    cache in place (a read() copied the ~1 GiB of a 1M x 1 KiB store into fresh memory
-    first: 0.29 -> 0.18 CPU s for a pass over it, docs/benchmarks.md). Recovery copies what
-    it keeps out of it (bodies, names), so the map is closed after the segment's walk; no
-    one writes a segment while the store recovers. An empty file (a crash before its
-    header) is b""."""
-    with open(path, "rb") as file:
-        if os.fstat(file.fileno()).st_size == 0:
-            return b""
-        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Journal:
@@ -210,7 +177,7 @@ class Journal:
         for i, number in enumerate(numbers):
             path = segment_path(self.directory, number)
             try:
-                data = _map(path)
+                data = map_segment(path)
             except OSError as exc:
                 raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
             try:
@@ -242,8 +209,8 @@ class Journal:
             else:
                 path.rename(aside / path.name)
             moved.append(path.name)
-        _fsync_dir(self.directory)
-        _fsync_dir(parent)
+        fsync_directory(self.directory)
+        fsync_directory(parent)
         self.log_event(
             "warning",
             "store_cut_at_damage",
@@ -397,7 +364,7 @@ class Journal:
             if self.sync is SyncPolicy.FSYNC:
                 os.fdatasync(self._fd)
                 if directory_changed:
-                    _fsync_dir(self.directory)
+                    fsync_directory(self.directory)
                 self.syncs += 1
         except OSError as exc:
             return exc
@@ -540,7 +507,7 @@ class Journal:
             segment_path(self.directory, number).unlink()
         if self.sync is SyncPolicy.FSYNC:
             with contextlib.suppress(OSError):
-                _fsync_dir(self.directory)
+                fsync_directory(self.directory)
 
     # -- hot backup ------------------------------------------------------------------------
     def seal(self) -> int:

@@ -27,8 +27,9 @@ from broker.ha.queue_replicator import BatchAcks, QueueReplicator
 from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.ha.tx_staging import TxStaging
 from broker.ha.wire import Enqueue, decode_batch
-from broker.store.journal import Journal, SyncPolicy, list_segments, segment_path
+from broker.store.journal import Journal, SyncPolicy
 from broker.store.message_store import MessageStore
+from broker.store.segment_files import list_segments, segment_path
 from tests.ha.test_tx_staging import QUEUES, Link, workloads
 from tests.store.test_backup_tx_records import recovered
 from tests.store.test_journal import PERSISTENT

@@ -23,10 +23,11 @@ from broker.ha.queue_replicator import QueueReplicator
 from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.ha.tx_staging import TxStaging
 from broker.ha.wire import decode_batch
-from broker.store.journal import Journal, SyncPolicy, list_segments, segment_path
+from broker.store.journal import Journal, SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.records import HEADER, RECORD_HEADER, Kind, iter_tx
 from broker.store.recovery import Recovery
+from broker.store.segment_files import list_segments, segment_path
 from tests.store.test_journal import PERSISTENT
 
 QUEUES = ("q1", "q2")

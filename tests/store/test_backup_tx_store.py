@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pika
 
-from broker.store.journal import Journal, SyncPolicy, list_segments, segment_path
+from broker.store.journal import Journal, SyncPolicy
 from broker.store.records import HEADER, RECORD_HEADER, Kind
+from broker.store.segment_files import list_segments, segment_path
 from common.polling import poll_until
 from tests.ha.failover_clients import connect, queue_names
 from tests.ha.test_sync_config import in_sync_pair

@@ -16,9 +16,10 @@ from broker.core.message import Message
 from broker.core.vhost import VirtualHost
 from broker.store import compaction
 from broker.store.compaction import CompactionPass, Steps, leading_ids
-from broker.store.journal import Journal, SyncPolicy, list_segments, segment_path
+from broker.store.journal import Journal, SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.records import iter_records
+from broker.store.segment_files import list_segments, segment_path
 from tests.store.queue_ops import apply_queue_op
 from tests.store.test_ledger import PERSISTENT, operations
 

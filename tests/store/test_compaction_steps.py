@@ -24,10 +24,11 @@ from broker.core.confirms import ConfirmHandle, PublisherConfirms
 from broker.core.message import Message
 from broker.core.vhost import VirtualHost
 from broker.store.compaction import Steps
-from broker.store.journal import Journal, SyncPolicy, list_segments, segment_path
+from broker.store.journal import Journal, SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.records import HEADER, RECORD_HEADER, Kind
 from broker.store.recovery import Recovery
+from broker.store.segment_files import list_segments, segment_path
 from tests.store.small_disk import small_disk
 from tests.store.test_journal import PERSISTENT, bodies, run
 

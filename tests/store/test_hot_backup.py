@@ -31,7 +31,6 @@ from broker.store.hot_backup import (
     segment_name,
     sha256_hex,
 )
-from broker.store.journal import list_segments, segment_path
 from broker.store.records import (
     Kind,
     QueueRecord,
@@ -40,6 +39,7 @@ from broker.store.records import (
     encode_queue_entry,
     segment_header,
 )
+from broker.store.segment_files import list_segments, segment_path
 from qpid_ha_cli.store_backup import check_backup, receive_backup
 from tests.store.test_journal import open_store, publish
 

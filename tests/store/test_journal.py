@@ -18,10 +18,11 @@ import pytest
 from broker.core.confirms import PublisherConfirms
 from broker.core.message import Message
 from broker.core.vhost import VirtualHost
-from broker.store.journal import Journal, SyncPolicy, list_segments
+from broker.store.journal import Journal, SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.records import encode_message
 from broker.store.recovery import CorruptStore
+from broker.store.segment_files import list_segments
 from tests.store.small_disk import small_disk
 
 PERSISTENT = bytes.fromhex("1000") + b"\x02"  # property flags: delivery-mode only; mode 2

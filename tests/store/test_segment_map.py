@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.store import recovery
-from broker.store.journal import Journal, _map, list_segments, segment_path
+from broker.store.journal import Journal
 from broker.store.records import (
     Kind,
     QueueRecord,
@@ -24,6 +24,7 @@ from broker.store.records import (
     segment_header,
 )
 from broker.store.recovery import CorruptStore, Recovery, native_walk
+from broker.store.segment_files import list_segments, map_segment, segment_path
 
 WALKERS = [False] if native_walk is None else [False, True]
 
@@ -103,7 +104,7 @@ def test_a_mapped_segment_recovers_what_its_bytes_do(
     from_bytes = _state(
         numbers, [segment_path(directory / "store", n).read_bytes() for n in numbers], native
     )
-    maps = [_map(segment_path(directory / "store", n)) for n in numbers]
+    maps = [map_segment(segment_path(directory / "store", n)) for n in numbers]
     try:
         assert _state(numbers, maps, native) == from_bytes
     finally:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.store.journal import Journal, SyncPolicy, list_segments, segment_path
+from broker.store.journal import Journal, SyncPolicy
 from broker.store.records import (
     RECORD_HEADER,
     FormatError,
@@ -27,6 +27,7 @@ from broker.store.records import (
     segment_header,
 )
 from broker.store.recovery import Recovery
+from broker.store.segment_files import list_segments, segment_path
 from tests.store.test_journal import bodies, open_store, publish, run
 
 

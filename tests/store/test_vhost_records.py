@@ -10,7 +10,7 @@ from pathlib import Path
 from broker.core.message import Message
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
-from broker.store.journal import Journal, list_segments
+from broker.store.journal import Journal
 from broker.store.message_store import MessageStore
 from broker.store.records import (
     RECORD_HEADER,
@@ -26,6 +26,7 @@ from broker.store.records import (
     iter_records,
 )
 from broker.store.recovery import Recovery
+from broker.store.segment_files import list_segments
 
 PERSISTENT = bytes.fromhex("1000") + b"\x02"
 
