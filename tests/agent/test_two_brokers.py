@@ -20,6 +20,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,7 +209,14 @@ def test_two_brokers_on_an_ensemble_and_a_designated_primary_without_quorum(
             restarted = subprocess.Popen(survivor.broker_command, stdout=out, stderr=out)
         survivor.broker_pids.add(restarted.pid)
         poll_until(lambda: survivor.state() == "active", 60, "promoted again after a restart")
-        again = [e for e in read_events(log) if e["event"] == "designated_primary"]
+
+        # the agent logs its promotion once the broker answered it: the broker can be
+        # active a moment before the line is written
+        def promotions() -> list[dict[str, Any]] | None:
+            found = [e for e in read_events(log) if e["event"] == "designated_primary"]
+            return found if len(found) >= 2 else None
+
+        again = poll_until(promotions, 10, "the second designated_primary event")
         assert len(again) == 2 and again[1]["was"] in ("joining", "ready")
         assert again[1]["new_epoch"] > first_epoch
         received = drain([survivor.port], "orders")
