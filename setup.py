@@ -1,8 +1,11 @@
-"""The one compiled part: the store's segment walker (broker/store/_walk.c, docs/store.md).
+"""The compiled parts of the store (docs/store.md): the segment walker of its recovery
+(broker/store/_walk.c) and its group writer thread (broker/store/_group_write.c).
 
-Optional: without a C compiler and Python's headers the install goes on, and recovery uses
-the pure-Python walker (the same records, about 2x slower: docs/benchmarks.md, issue 12).
-Everything else is in pyproject.toml.
+Optional: without a C compiler and Python's headers the install goes on; recovery then uses
+the pure-Python walker (the same records, about 2x slower: docs/benchmarks.md, issue 12),
+and the journal the Python writer thread (the same writes; confirms wait longer for the
+GIL: docs/benchmarks.md, "Group commit without the GIL"). Everything else is in
+pyproject.toml.
 """
 
 from setuptools import Extension, setup
@@ -15,6 +18,12 @@ setup(
             depends=["broker/store/_crc32c.h"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        Extension(
+            "broker.store._group_write",
+            ["broker/store/_group_write.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

@@ -9,9 +9,12 @@ segment files under ``<data-dir>/store/``.
 - :meth:`Journal.append` adds an encoded record to the write buffer (no I/O);
   :meth:`Journal.after_durable` calls back once everything appended so far is as durable
   as the sync policy makes it, with ``ok=False`` if writing it failed (a full disk).
-- Group commit ("coalescing sync"): one writer task takes everything appended while the
-  previous write was in progress, writes it and syncs it once, in a worker thread, then
-  runs the callbacks. Concurrent publishers share each fsync.
+- Group commit ("coalescing sync"): at each turn of the event loop, what was appended
+  during it is handed to the group writer thread (:mod:`broker.store.group_writer`, in C
+  when built: it never waits for the GIL). The thread takes everything handed over while
+  its previous write and sync ran, writes it and syncs it once, and signals an eventfd;
+  the loop then runs the callbacks of every hand-over that is done, in order. Concurrent
+  publishers share each fsync.
 - Sync policies (``--store-sync``): ``fsync`` (``os.fdatasync`` before the callbacks: what
   was confirmed survives a power cut), ``write`` (the callbacks run once the OS has the
   bytes: survives the broker's crash, not the machine's), ``none`` (the callbacks run at
@@ -22,7 +25,8 @@ segment files under ``<data-dir>/store/``.
   whose live records are configuration records the ledger holds (the usual case while
   consumers keep up) gets them copied from the ledger (:meth:`Ledger.rewritable`).
 
-THREAD UNSAFE: one event loop owns the journal; file writes run on its one worker thread.
+THREAD UNSAFE: one event loop owns the journal and opens and closes its files; the group
+writer thread writes and syncs them; segment deletions run on a worker thread.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import contextlib
 import errno
 import mmap
 import os
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
@@ -40,6 +45,7 @@ from typing import Any
 
 from broker.store.compaction import CompactionPass, Steps
 from broker.store.data_dir import DataDirError
+from broker.store.group_writer import GroupWriter, group_writer
 from broker.store.ledger import Ledger
 from broker.store.records import (
     HEADER,
@@ -52,6 +58,8 @@ from broker.store.records import (
 )
 from broker.store.recovery import CorruptStore, RecoveredState, Recovery
 from broker.store.segment_files import fsync_directory, list_segments, map_segment, segment_path
+
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 STORE_DIR = "store"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
@@ -86,6 +94,7 @@ class Journal:
         log: Any = None,
         on_write_failed: Callable[[OSError], None] | None = None,
         compaction_lag: int = 0,
+        native_writer: bool | None = None,
     ) -> None:
         self.directory = Path(data_dir) / STORE_DIR
         self.sync = sync
@@ -101,6 +110,20 @@ class Journal:
         self._callbacks: list[Durable] = []
         self._written_segment = -1  # segment whose file is open for writing
         self._fd = -1
+        self._native_writer = native_writer
+        self._writer_thread: GroupWriter | None = None
+        self._done_fd = -1  # the eventfd the group writer signals
+        self._dir_fd = -1  # the store directory, fsynced after a new segment's first write
+        self._headers: dict[int, bytes] = {}  # segment -> its header (rewritten if lost)
+        self._flushes = 0  # hand-overs to the writer so far
+        self._done_upto = 0  # every hand-over up to this one is done
+        self._last_flush: dict[int, int] = {}  # segment -> the last hand-over with its bytes
+        self._retired: list[tuple[int, int]] = []  # (fd, last hand-over) to close once done
+        self._force_sync = False  # the next hand-over syncs whatever the policy
+        self._failures: dict[int, OSError] = {}  # hand-over -> its failure, until done
+        #: Callbacks per hand-over, run once it is done.
+        self._waiting: deque[tuple[int, list[Durable]]] = deque()
+        #: Segment deletions (unlink and directory sync), off the loop.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="store")
         #: Compaction's reads: never queued behind, or ahead of, a group commit.
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="store-compact")
@@ -124,8 +147,6 @@ class Journal:
         #: once they are durable).
         self.appended = 0
         # figures for /api/status and the bench
-        self.syncs = 0
-        self.bytes_written = 0
         self.compacted_segments = 0
 
     # -- start -----------------------------------------------------------------------------
@@ -226,10 +247,16 @@ class Journal:
         self.current = number
         self.ledger.opened(number)
         header = segment_header(number, self._next_id)
+        self._headers[number] = header
         self._pending.append((number, bytearray(header)))
         self._size = len(header)
 
     def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._done_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._dir_fd = os.open(self.directory, os.O_RDONLY | os.O_CLOEXEC)
+        self._writer_thread = group_writer(self._done_fd, native=self._native_writer)
+        loop.add_reader(self._done_fd, self._on_done)
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._writer(), name="store-writer")
         self._wake.set()  # the new segment's header
@@ -305,80 +332,118 @@ class Journal:
 
     # -- the writer ------------------------------------------------------------------------
     async def _writer(self) -> None:
-        assert self._wake is not None
-        loop = asyncio.get_running_loop()
+        """Hands what each turn of the loop appended to the group writer thread."""
+        wake = self._wake
+        assert wake is not None
         while True:
             # Work left is done before waiting again: records a compaction appended while
             # close() waited would otherwise wait for a wake-up nobody sends (a hang at stop).
-            if not self._pending and not self._callbacks:
-                if self._closing:
-                    return
-                await self._wake.wait()
-                self._wake.clear()
-                continue
-            pending, self._pending = self._pending, []
-            callbacks, self._callbacks = self._callbacks, []
-            failure = await loop.run_in_executor(self._executor, self._write, pending)
-            error = None if failure is None else _describe(failure)
-            if failure is not None and self.on_write_failed is not None:
-                self.on_write_failed(failure)
-            if error is None:
-                if self.failed is not None:
-                    self.log_event("info", "store_write_recovered")
-                self.failed = None
+            if self._pending or self._callbacks:
+                self._flush()
+            elif self._closing and not self._waiting:
+                return
             else:
-                if self.failed != error:
-                    self.log_event("error", "store_write_failed", error=error)
-                self.failed = error
-            ok = error is None
-            if not ok:
-                self.write_failures += 1
-            for callback in callbacks:
-                callback(ok)
-            if ok and not self._closing:
-                self._maybe_compact()
+                await wake.wait()
+                wake.clear()
 
-    def _write(self, pending: list[tuple[int, bytearray]]) -> OSError | None:
-        """Worker thread: write the chunks, each to its segment's file, and sync."""
-        directory_changed = False
-        try:
-            for number, data in pending:
-                if number != self._written_segment:
-                    self._switch_file(number)
-                    directory_changed = True
-                start = os.lseek(self._fd, 0, os.SEEK_END)
-                if start == 0 and not data.startswith(MAGIC):
-                    # An earlier write of this segment's header failed: write it first.
-                    data = bytearray(segment_header(number, self._next_id)) + data
-                try:
-                    view = memoryview(data)
-                    while view:
-                        written = os.write(self._fd, view)
-                        view = view[written:]
-                except OSError:
-                    # Leave no partial record behind: the next write starts at a boundary.
-                    with contextlib.suppress(OSError):
-                        os.ftruncate(self._fd, start)
-                    raise
-                self.bytes_written += len(data)
-            if self.sync is SyncPolicy.FSYNC:
-                os.fdatasync(self._fd)
-                if directory_changed:
-                    fsync_directory(self.directory)
-                self.syncs += 1
-        except OSError as exc:
-            return exc
-        return None
+    def _flush(self) -> None:
+        writer = self._writer_thread
+        assert writer is not None
+        pending, self._pending = self._pending, []
+        callbacks, self._callbacks = self._callbacks, []
+        self._flushes = number = self._flushes + 1
+        self._waiting.append((number, callbacks))
+        sync = self.sync is SyncPolicy.FSYNC or self._force_sync
+        self._force_sync = False
+        last = len(pending) - 1
+        for i, (segment, data) in enumerate(pending):
+            new_file = segment != self._written_segment
+            if new_file:
+                self._switch_file(segment)
+            self._last_flush[segment] = number
+            writer.submit(
+                number,
+                self._fd,
+                data,
+                sync,
+                self._dir_fd if new_file and sync else -1,
+                None if data.startswith(MAGIC) else self._headers.get(segment),
+                i == last,
+            )
+        if not pending:  # callbacks only: a sync of what earlier hand-overs wrote
+            writer.submit(number, self._fd, None, sync and self._fd >= 0)
 
     def _switch_file(self, number: int) -> None:
+        """On the loop: open segment ``number``'s file; the previous one is closed once
+        the writer is done with it."""
         if self._fd >= 0:
-            if self.sync is SyncPolicy.FSYNC:
-                os.fdatasync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
-        path = segment_path(self.directory, number)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+            self._retired.append((self._fd, self._flushes))
+        self._fd = -1
+        try:
+            self._fd = os.open(segment_path(self.directory, number), _OPEN_FLAGS, 0o640)
+        except OSError as exc:
+            # Its jobs fail (EBADF on -1), their callbacks hear it; a later write tries
+            # to open it again.
+            self.log_event("error", "store_write_failed", error=_describe(exc))
+            return
         self._written_segment = number
+
+    def _on_done(self) -> None:
+        """The eventfd: run the callbacks of every hand-over the writer is done with."""
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._done_fd)
+        writer = self._writer_thread
+        if writer is None:
+            return
+        upto, errors = writer.take_done()
+        failures = self._failures
+        for number, code in errors:
+            failures.setdefault(number, OSError(code, os.strerror(code)))
+        if upto > self._done_upto:
+            self._done_upto = upto
+        waiting = self._waiting
+        any_ok = False
+        while waiting and waiting[0][0] <= self._done_upto:
+            number, callbacks = waiting.popleft()
+            ok = self._written(failures.pop(number, None) if failures else None)
+            any_ok = any_ok or ok
+            for callback in callbacks:
+                callback(ok)
+        retired = self._retired
+        while retired and retired[0][1] <= self._done_upto:
+            with contextlib.suppress(OSError):
+                os.close(retired.pop(0)[0])
+        if self._closing:
+            if self._wake is not None:
+                self._wake.set()
+        elif any_ok:
+            self._maybe_compact()
+
+    def _written(self, failure: OSError | None) -> bool:
+        """One hand-over is done: note its failure (or the recovery from earlier ones)."""
+        if failure is None:
+            if self.failed is not None:
+                self.log_event("info", "store_write_recovered")
+            self.failed = None
+            return True
+        if self.on_write_failed is not None:
+            self.on_write_failed(failure)
+        error = _describe(failure)
+        if self.failed != error:
+            self.log_event("error", "store_write_failed", error=error)
+        self.failed = error
+        self.write_failures += 1
+        return False
+
+    @property
+    def syncs(self) -> int:
+        writer = self._writer_thread
+        return 0 if writer is None else writer.syncs
+
+    @property
+    def bytes_written(self) -> int:
+        writer = self._writer_thread
+        return 0 if writer is None else writer.bytes_written
 
     # -- compaction ------------------------------------------------------------------------
     def _maybe_compact(self) -> None:
@@ -388,7 +453,11 @@ class Journal:
                 return
             # Only a segment written whole: none of its bytes still waiting in the buffer,
             # and the writer past it (a later write calls here again).
-            if candidate >= self._written_segment or any(n <= candidate for n, _ in self._pending):
+            if (
+                candidate >= self._written_segment
+                or self._last_flush.get(candidate, 0) > self._done_upto
+                or any(n <= candidate for n, _ in self._pending)
+            ):
                 return
             ledger = self.ledger
             if ledger.segments[candidate].live <= 0:
@@ -423,8 +492,9 @@ class Journal:
             self._held = (number, copied)  # deleted at release; nothing else compacts
             return
         if ok and not self._closing:
-            asyncio.get_running_loop().run_in_executor(self._executor, self._remove_segment, number)
+            self._remove_once_synced(number)
             self.ledger.removed(number)
+            self._last_flush.pop(number, None)
             self.compacted_segments += 1
             self.log_event("info", "store_segment_compacted", segment=number, copied=copied)
         self._compacting = None
@@ -495,14 +565,21 @@ class Journal:
         )
         self._compacting = None
 
+    def _remove_once_synced(self, number: int) -> None:
+        """Delete segment ``number`` once the copies of its live records (written) are
+        durable whatever the policy: a hand-over that syncs comes first."""
+
+        def synced(ok: bool) -> None:
+            if ok:  # else it stays; recovery reads its records and their copies: harmless
+                self._executor.submit(self._remove_segment, number)
+
+        self._force_sync = True
+        self._callbacks.append(synced)
+        if self._wake is not None:
+            self._wake.set()
+
     def _remove_segment(self, number: int) -> None:
-        """Worker thread: the copies of its live records are written; make them durable
-        whatever the policy, then delete the segment."""
-        if self._fd >= 0 and self.sync is not SyncPolicy.FSYNC:
-            try:
-                os.fsync(self._fd)
-            except OSError:
-                return
+        """Worker thread: unlink a compacted segment (and sync the directory)."""
         with contextlib.suppress(FileNotFoundError):
             segment_path(self.directory, number).unlink()
         if self.sync is SyncPolicy.FSYNC:
@@ -550,19 +627,22 @@ class Journal:
                 if not done.done():
                     done.set_result(good)
 
+            self._force_sync = True  # whatever the policy: a clean stop leaves it on disk
             self._callbacks.append(finished)
             self._wake.set()
             ok = await done
             self._wake.set()
             await self._task
-        if self.sync is not SyncPolicy.FSYNC and self._fd >= 0:
-            try:
-                os.fsync(self._fd)
-            except OSError:
-                ok = False
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        writer = self._writer_thread
+        if writer is not None:
+            writer.close()  # nothing is left to write: the thread ends at once
+            asyncio.get_running_loop().remove_reader(self._done_fd)
+        for fd in [self._fd, self._dir_fd, self._done_fd, *(f for f, _ in self._retired)]:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._dir_fd = self._done_fd = -1
+        self._retired.clear()
         self._executor.shutdown(wait=True)
         self._reader.shutdown(wait=True)
         return ok and self.failed is None

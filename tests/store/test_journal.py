@@ -18,6 +18,7 @@ import pytest
 from broker.core.confirms import PublisherConfirms
 from broker.core.message import Message
 from broker.core.vhost import VirtualHost
+from broker.store import group_writer as group_writer_module
 from broker.store.journal import Journal, SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.records import encode_message
@@ -26,6 +27,16 @@ from broker.store.segment_files import list_segments
 from tests.store.small_disk import small_disk
 
 PERSISTENT = bytes.fromhex("1000") + b"\x02"  # property flags: delivery-mode only; mode 2
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def group_writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs with the C group writer and with the Python one."""
+    if request.param == "python":
+        monkeypatch.setattr(group_writer_module, "_group_write", None)
+    elif not group_writer_module.NATIVE:
+        pytest.skip("broker/store/_group_write.c is not built (no C compiler)")
+    return str(request.param)
 
 
 class Events:
