@@ -5,7 +5,8 @@ The record format and recovery are sans-I/O (:mod:`broker.store.records`,
 segment files under ``<data-dir>/store/``.
 
 - :meth:`Journal.recover` (blocking, at start) reads every segment, cuts a torn tail off the
-  newest one (logging the segment and the offset), and opens a new segment for writing.
+  newest one (logging the segment and the offset: :mod:`broker.store.store_files`), and
+  opens a new segment for writing.
 - :meth:`Journal.append` adds an encoded record to the write buffer (no I/O);
   :meth:`Journal.after_durable` calls back once everything appended so far is as durable
   as the sync policy makes it, with ``ok=False`` if writing it failed (a full disk).
@@ -34,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import mmap
 import os
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 from broker.store.compaction import CompactionPass, Steps
-from broker.store.data_dir import DataDirError
 from broker.store.group_writer import GroupWriter, group_writer
 from broker.store.ledger import Ledger
 from broker.store.records import (
@@ -56,8 +55,9 @@ from broker.store.records import (
     encode_tx,
     segment_header,
 )
-from broker.store.recovery import CorruptStore, RecoveredState, Recovery
-from broker.store.segment_files import fsync_directory, list_segments, map_segment, segment_path
+from broker.store.recovery import CorruptStore, RecoveredState
+from broker.store.segment_files import fsync_directory, segment_path
+from broker.store.store_files import StoreError, read_store
 
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
@@ -76,10 +76,6 @@ class SyncPolicy(StrEnum):
     FSYNC = "fsync"
     WRITE = "write"
     NONE = "none"
-
-
-class StoreError(DataDirError):
-    """The store cannot be opened (the message names the file and what is wrong)."""
 
 
 class Journal:
@@ -151,96 +147,16 @@ class Journal:
 
     # -- start -----------------------------------------------------------------------------
     def recover(self, *, cut_damaged: bool = False) -> RecoveredState:
-        """Read the store (blocking). Raises :class:`CorruptStore` or :class:`StoreError`.
-
-        ``cut_damaged`` (``--store-cut-damaged``, the way out of a damaged store): keep what
-        precedes the first damaged record; move the damaged segment and every later one to
-        ``store.damaged.NNNN`` beside the store (never deleted), and log where.
-        """
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            numbers = list_segments(self.directory)
-        except OSError as exc:
-            raise StoreError(f"cannot read store {self.directory}: {exc.strerror}") from exc
-        try:
-            state = self._read(numbers)
-        except CorruptStore as exc:
-            if not cut_damaged or exc.offset < 0:
-                raise
-            self._move_damaged(numbers, exc)
-            state = self._read(list_segments(self.directory))
-        torn = state.torn_tail
-        if torn is not None:
-            path = segment_path(self.directory, torn.segment)
-            self.log_event(
-                "warning",
-                "store_torn_tail",
-                segment=str(path),
-                offset=torn.offset,
-                cut_bytes=path.stat().st_size - torn.offset,
-                reason=torn.reason,
-            )
-            if torn.offset < HEADER.size:
-                path.unlink()
-            else:
-                with open(path, "r+b") as file:
-                    file.truncate(torn.offset)
-                    os.fsync(file.fileno())
+        """Read the store (blocking; :func:`broker.store.store_files.read_store`). Raises
+        :class:`CorruptStore` or :class:`StoreError`; ``cut_damaged`` is
+        ``--store-cut-damaged``, the way out of a damaged store."""
+        state = read_store(self.directory, cut_damaged=cut_damaged, log_event=self.log_event)
         self.ledger = state.ledger
         self._next_id = state.next_id
         last = max(state.segments, default=0)
         self.current = last + 1
         self._open_segment(self.current)
         return state
-
-    def _read(self, numbers: list[int]) -> RecoveredState:
-        recovery = Recovery()
-        for i, number in enumerate(numbers):
-            path = segment_path(self.directory, number)
-            try:
-                data = map_segment(path)
-            except OSError as exc:
-                raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
-            try:
-                recovery.add_segment(number, data, last=i == len(numbers) - 1)
-            finally:
-                if isinstance(data, mmap.mmap):
-                    with contextlib.suppress(BufferError):  # a view still held: GC closes it
-                        data.close()
-        return recovery.state()
-
-    def _move_damaged(self, numbers: list[int], damage: CorruptStore) -> None:
-        """Move the damaged segment and the later ones aside; keep the damaged segment's
-        records before the damage (a copy of the whole file goes aside too)."""
-        parent = self.directory.parent
-        taken = [int(p.name.rsplit(".", 1)[1]) for p in parent.glob("store.damaged.[0-9]*")]
-        aside = parent / f"store.damaged.{max(taken, default=0) + 1:04d}"
-        aside.mkdir()
-        moved: list[str] = []
-        for number in numbers:
-            if number < damage.segment:
-                continue
-            path = segment_path(self.directory, number)
-            if number == damage.segment and damage.offset >= HEADER.size:
-                target = aside / path.name
-                target.write_bytes(path.read_bytes())
-                with open(path, "r+b") as file:
-                    file.truncate(damage.offset)
-                    os.fsync(file.fileno())
-            else:
-                path.rename(aside / path.name)
-            moved.append(path.name)
-        fsync_directory(self.directory)
-        fsync_directory(parent)
-        self.log_event(
-            "warning",
-            "store_cut_at_damage",
-            segment=damage.segment,
-            offset=damage.offset,
-            reason=damage.reason,
-            moved_to=str(aside),
-            segments=moved,
-        )
 
     def _open_segment(self, number: int) -> None:
         """Start segment ``number`` in the buffer (its file is created by the writer)."""

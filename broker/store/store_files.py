@@ -1,0 +1,121 @@
+"""Reading the store's segment files at start (blocking, before the event loop serves).
+
+:func:`read_store` lists the segments, has :class:`~broker.store.recovery.Recovery` (sans-I/O)
+read them, cuts a torn tail off the newest one (logging the segment and the offset) and,
+with ``cut_damaged`` (``--store-cut-damaged``), moves a damaged segment and every later one
+aside. The journal (:mod:`broker.store.journal`) writes the files afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.store.data_dir import DataDirError
+from broker.store.records import HEADER
+from broker.store.recovery import CorruptStore, RecoveredState, Recovery
+from broker.store.segment_files import fsync_directory, list_segments, map_segment, segment_path
+
+__all__ = ["StoreError", "read_store"]
+
+LogEvent = Callable[..., None]
+
+
+class StoreError(DataDirError):
+    """The store cannot be opened (the message names the file and what is wrong)."""
+
+
+def read_store(directory: Path, *, cut_damaged: bool, log_event: LogEvent) -> RecoveredState:
+    """Read the store under ``directory`` (created if missing). Raises
+    :class:`CorruptStore` or :class:`StoreError`.
+
+    ``cut_damaged`` (the way out of a damaged store): keep what precedes the first damaged
+    record; move the damaged segment and every later one to ``store.damaged.NNNN`` beside
+    the store (never deleted), and log where. ``log_event(level, event, **fields)``.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        numbers = list_segments(directory)
+    except OSError as exc:
+        raise StoreError(f"cannot read store {directory}: {exc.strerror}") from exc
+    try:
+        state = _read(directory, numbers)
+    except CorruptStore as exc:
+        if not cut_damaged or exc.offset < 0:
+            raise
+        _move_damaged(directory, numbers, exc, log_event)
+        state = _read(directory, list_segments(directory))
+    torn = state.torn_tail
+    if torn is not None:
+        path = segment_path(directory, torn.segment)
+        log_event(
+            "warning",
+            "store_torn_tail",
+            segment=str(path),
+            offset=torn.offset,
+            cut_bytes=path.stat().st_size - torn.offset,
+            reason=torn.reason,
+        )
+        if torn.offset < HEADER.size:
+            path.unlink()
+        else:
+            with open(path, "r+b") as file:
+                file.truncate(torn.offset)
+                os.fsync(file.fileno())
+    return state
+
+
+def _read(directory: Path, numbers: list[int]) -> RecoveredState:
+    recovery = Recovery()
+    for i, number in enumerate(numbers):
+        path = segment_path(directory, number)
+        try:
+            data = map_segment(path)
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
+        try:
+            recovery.add_segment(number, data, last=i == len(numbers) - 1)
+        finally:
+            if isinstance(data, mmap.mmap):
+                with contextlib.suppress(BufferError):  # a view still held: GC closes it
+                    data.close()
+    return recovery.state()
+
+
+def _move_damaged(
+    directory: Path, numbers: list[int], damage: CorruptStore, log_event: LogEvent
+) -> None:
+    """Move the damaged segment and the later ones aside; keep the damaged segment's
+    records before the damage (a copy of the whole file goes aside too)."""
+    parent = directory.parent
+    taken = [int(p.name.rsplit(".", 1)[1]) for p in parent.glob("store.damaged.[0-9]*")]
+    aside = parent / f"store.damaged.{max(taken, default=0) + 1:04d}"
+    aside.mkdir()
+    moved: list[str] = []
+    for number in numbers:
+        if number < damage.segment:
+            continue
+        path = segment_path(directory, number)
+        if number == damage.segment and damage.offset >= HEADER.size:
+            target = aside / path.name
+            target.write_bytes(path.read_bytes())
+            with open(path, "r+b") as file:
+                file.truncate(damage.offset)
+                os.fsync(file.fileno())
+        else:
+            path.rename(aside / path.name)
+        moved.append(path.name)
+    fsync_directory(directory)
+    fsync_directory(parent)
+    log_event(
+        "warning",
+        "store_cut_at_damage",
+        segment=damage.segment,
+        offset=damage.offset,
+        reason=damage.reason,
+        moved_to=str(aside),
+        segments=moved,
+    )
