@@ -214,6 +214,8 @@ class Broker:
         self.store = store
         self.context.store_barrier = store
         self.context.store_transaction = store.journal.transaction
+        self.context.after_read = store.journal.hand_over
+        self.context.between_publishes = store.journal.between_publishes
         log.info(
             "store_recovered",
             store_status=data_dir.store_status,

@@ -177,6 +177,9 @@ class PublishMethods:
             self.tx.publishes.append((pending.exchange, message, pending.mandatory))
             return
         self._publish(pending.exchange, message, pending.mandatory)
+        between = self.connection.ctx.between_publishes
+        if between is not None:
+            between()  # the store: a long read's records start going to disk
 
     def _direct_reply_to(self, raw: bytes) -> bytes | None:
         """A request whose reply_to is ``amq.rabbitmq.reply-to``: the properties with this

@@ -161,6 +161,11 @@ class BrokerContext:
     #: Around a ``tx.commit``: what the commit stores is written all or none (the store's
     #: ``Journal.transaction``); None without a store.
     store_transaction: Callable[[], AbstractContextManager[None]] | None = None
+    #: Called after the frames of each read are processed, before the connection's output
+    #: is written (the store's ``Journal.hand_over``); None without a store.
+    after_read: Callable[[], None] | None = None
+    #: Called after each publish is routed (the store's ``Journal.between_publishes``).
+    between_publishes: Callable[[], None] | None = None
     #: Extra Connection.Start server properties, read at each handshake (HA status).
     server_properties: Callable[[], dict[str, Any]] | None = None
     log: Logger = field(default_factory=_NullLogger)

@@ -66,6 +66,9 @@ class AmqpProtocol(asyncio.Protocol):
         if connection is None:
             return
         connection.receive_data(data)
+        after_read = connection.ctx.after_read
+        if after_read is not None:
+            after_read()  # the store: what the read appended goes to disk now
         self.flush()
         if connection.login_check is not None and not self._checking_login:
             self._check_login(connection)

@@ -63,6 +63,10 @@ _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 STORE_DIR = "store"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
+#: Past this many bytes appended since the last hand-over, :meth:`Journal.between_publishes`
+#: hands over at once (else at the end of the read or of the loop's turn): the writer
+#: starts while the rest of a long read is processed.
+HAND_OVER_BYTES = 32 * 1024
 
 Durable = Callable[[bool], None]
 #: Where a record's kind is (RECORD_HEADER: length, checksum, kind).
@@ -116,6 +120,7 @@ class Journal:
         self._last_flush: dict[int, int] = {}  # segment -> the last hand-over with its bytes
         self._retired: list[tuple[int, int]] = []  # (fd, last hand-over) to close once done
         self._force_sync = False  # the next hand-over syncs whatever the policy
+        self._unflushed = 0  # bytes appended since the last hand-over
         self._failures: dict[int, OSError] = {}  # hand-over -> its failure, until done
         #: Callbacks per hand-over, run once it is done.
         self._waiting: deque[tuple[int, list[Durable]]] = deque()
@@ -205,6 +210,7 @@ class Journal:
         self._size += size
         self.appended += count
         self.ledger.segments[current].records += count  # Ledger.written, inline
+        self._unflushed += size
         wake = self._wake
         if wake is not None and not wake.is_set():
             wake.set()
@@ -267,6 +273,7 @@ class Journal:
         assert writer is not None
         pending, self._pending = self._pending, []
         callbacks, self._callbacks = self._callbacks, []
+        self._unflushed = 0
         self._flushes = number = self._flushes + 1
         self._waiting.append((number, callbacks))
         sync = self.sync is SyncPolicy.FSYNC or self._force_sync
@@ -304,10 +311,35 @@ class Journal:
             return
         self._written_segment = number
 
+    def between_publishes(self) -> None:
+        """After a publish is routed (its records appended and its confirm's callback
+        registered, together): hand over at once when much was appended since the last
+        hand-over. Never between a record and the callback that covers it: a callback must
+        be in the hand-over of its records or a later one, and a failed write fails the
+        callbacks of its own hand-over only."""
+        if self._unflushed >= HAND_OVER_BYTES and self._task is not None and not self._closing:
+            self._flush()
+
+    def hand_over(self) -> None:
+        """Within a turn of the event loop, at a point where callbacks may run (after a
+        read's frames are processed): hand what was appended so far to the writer now,
+        not at the turn's end, and run the callbacks of the writes done meanwhile (their
+        confirms go out with the connection's next write). A turn can process many reads;
+        without this, a read's records waited for the rest of the turn, and a done write's
+        confirms for the next poll."""
+        if self._writer_thread is None or self._closing:
+            return
+        if self._pending or self._callbacks:
+            self._flush()
+        self._reap()
+
     def _on_done(self) -> None:
         """The eventfd: run the callbacks of every hand-over the writer is done with."""
         with contextlib.suppress(BlockingIOError):
             os.eventfd_read(self._done_fd)
+        self._reap()
+
+    def _reap(self) -> None:
         writer = self._writer_thread
         if writer is None:
             return

@@ -19,7 +19,7 @@ from broker.core.confirms import PublisherConfirms
 from broker.core.message import Message
 from broker.core.vhost import VirtualHost
 from broker.store import group_writer as group_writer_module
-from broker.store.journal import Journal, SyncPolicy
+from broker.store.journal import HAND_OVER_BYTES, Journal, SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.records import encode_message
 from broker.store.recovery import CorruptStore
@@ -104,6 +104,43 @@ def test_confirms_wait_for_the_write_and_share_syncs(tmp_path: Path) -> None:
     assert syncs < 500 / 4  # group commit: many publishes per fsync
     _journal, _store, vhost, _ = open_store(tmp_path)
     assert bodies(vhost) == [b"m%d" % i for i in range(500)]
+
+
+def test_a_read_hands_over_and_releases_confirms_without_waiting_for_the_loop(
+    tmp_path: Path,
+) -> None:
+    """``hand_over`` (after each read, in a broker) gives the writer what was appended and
+    runs the callbacks of writes done meanwhile, within the same turn of the event loop; a
+    long read hands over after a publish once HAND_OVER_BYTES are waiting."""
+
+    async def scenario() -> None:
+        journal, _store, vhost, _ = open_store(tmp_path)
+        journal.start()
+        vhost.declare_queue("q", durable=True)
+        await asyncio.sleep(0.05)  # the writer task's first turn: the segment's header
+        confirms = PublisherConfirms()
+        publish(vhost, b"small", confirms)
+        journal.between_publishes()  # under HAND_OVER_BYTES: nothing yet
+        journal.hand_over()  # the end of the read: to the writer now
+        deadline = time.monotonic() + 10
+        while confirms.outstanding:  # no await: the loop takes no turn meanwhile
+            assert time.monotonic() < deadline, "not released without a turn of the loop"
+            journal.hand_over()
+        assert [r.ack for r in confirms.take_replies()] == [True]
+        written = journal.bytes_written
+        publish(vhost, b"L" * HAND_OVER_BYTES, confirms)
+        journal.between_publishes()  # a long read: handed over at once
+        while journal.bytes_written < written + HAND_OVER_BYTES:  # no hand_over, no await
+            assert time.monotonic() < deadline, "between_publishes did not hand over"
+        while confirms.outstanding:
+            assert time.monotonic() < deadline, "not released without a turn of the loop"
+            journal.hand_over()
+        assert [r.ack for r in confirms.take_replies()] == [True]
+        assert await journal.close()
+
+    run(scenario())
+    _journal, _store, vhost, _ = open_store(tmp_path)
+    assert bodies(vhost) == [b"small", b"L" * HAND_OVER_BYTES]
 
 
 def test_transient_messages_and_queues_never_wait_nor_survive(tmp_path: Path) -> None:
@@ -280,6 +317,9 @@ def test_a_full_disk_nacks_and_loses_nothing_confirmed(tiny_disk: Path) -> None:
         finally:
             os.close(fd)
         publish(vhost, b"X" * 200_000, confirms)
+        # As a broker does after each publish: past HAND_OVER_BYTES this hands the record
+        # and its confirm's callback over at once, together (a failed write nacks it).
+        journal.between_publishes()
         while confirms.outstanding:
             await asyncio.sleep(0.005)
         nacked = [r.delivery_tag for r in confirms.take_replies() if not r.ack]
