@@ -10,9 +10,11 @@ segment files under ``<data-dir>/store/``.
 - :meth:`Journal.append` adds an encoded record to the write buffer (no I/O);
   :meth:`Journal.after_durable` calls back once everything appended so far is as durable
   as the sync policy makes it, with ``ok=False`` if writing it failed (a full disk).
-- Group commit ("coalescing sync"): at each turn of the event loop, what was appended
-  during it is handed to the group writer thread (:mod:`broker.store.group_writer`, in C
-  when built: it never waits for the GIL). The thread takes everything handed over while
+- Group commit ("coalescing sync"): what was appended is handed to the group writer
+  thread (:mod:`broker.store.group_writer`, in C when built: it never waits for the GIL)
+  after each read (:meth:`Journal.hand_over`), between publishes past
+  :data:`HAND_OVER_BYTES` (:meth:`Journal.between_publishes`) and at the end of each turn
+  of the event loop. The thread takes everything handed over while
   its previous write and sync ran, writes it and syncs it once, and signals an eventfd;
   the loop then runs the callbacks of every hand-over that is done, in order. Concurrent
   publishers share each fsync.
