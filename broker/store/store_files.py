@@ -1,7 +1,8 @@
 """Reading the store's segment files at start (blocking, before the event loop serves).
 
 :func:`read_store` lists the segments, has :class:`~broker.store.recovery.Recovery` (sans-I/O)
-read them, cuts a torn tail off the newest one (logging the segment and the offset) and,
+read them, cuts a torn tail off the newest one (logging the segment and the offset; newer
+files that hold no segment header yet, created ahead of the journal's writer, go) and,
 with ``cut_damaged`` (``--store-cut-damaged``), moves a damaged segment and every later one
 aside. The journal (:mod:`broker.store.journal`) writes the files afterwards.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from broker.store.data_dir import DataDirError
 from broker.store.records import HEADER
-from broker.store.recovery import CorruptStore, RecoveredState, Recovery
+from broker.store.recovery import CorruptStore, RecoveredState, Recovery, TornTail
 from broker.store.segment_files import fsync_directory, list_segments, map_segment, segment_path
 
 __all__ = ["StoreError", "read_store"]
@@ -39,15 +40,30 @@ def read_store(directory: Path, *, cut_damaged: bool, log_event: LogEvent) -> Re
     try:
         directory.mkdir(parents=True, exist_ok=True)
         numbers = list_segments(directory)
+        ahead = _ahead_of_the_writer(directory, numbers)
     except OSError as exc:
         raise StoreError(f"cannot read store {directory}: {exc.strerror}") from exc
     try:
-        state = _read(directory, numbers)
+        state = _read(directory, numbers[: len(numbers) - len(ahead)])
     except CorruptStore as exc:
         if not cut_damaged or exc.offset < 0:
             raise
-        _move_damaged(directory, numbers, exc, log_event)
+        _move_damaged(directory, numbers, exc, log_event)  # the ones ahead go aside too
+        ahead = []
         state = _read(directory, list_segments(directory))
+    for number, size in ahead:
+        path = segment_path(directory, number)
+        log_event(
+            "warning",
+            "store_torn_tail",
+            segment=str(path),
+            offset=0,
+            cut_bytes=size,
+            reason=AHEAD,
+        )
+        path.unlink()
+    if ahead:
+        fsync_directory(directory)
     torn = state.torn_tail
     if torn is not None:
         path = segment_path(directory, torn.segment)
@@ -65,7 +81,32 @@ def read_store(directory: Path, *, cut_damaged: bool, log_event: LogEvent) -> Re
             with open(path, "r+b") as file:
                 file.truncate(torn.offset)
                 os.fsync(file.fileno())
+    elif ahead:  # what a crash leaves, as a torn tail is (the store is dirty)
+        state.torn_tail = TornTail(ahead[0][0], 0, AHEAD)
     return state
+
+
+#: Why a segment ahead of the writer (see :func:`_ahead_of_the_writer`) is removed.
+AHEAD = "no segment header yet: created ahead of the writer"
+
+
+def _ahead_of_the_writer(directory: Path, numbers: list[int]) -> list[tuple[int, int]]:
+    """(number, size) of the newest segments, oldest first, that hold less than a segment
+    header, when an older one is there: nothing in them was written yet when the broker
+    stopped. The journal creates a segment's file when it hands the segment's first records
+    to its writer thread, which may still be writing older segments then (it writes the
+    segments in order, and under ``fsync`` syncs each one before it writes the next). A
+    crash can so leave empty files after the segment being written, whose tail may be
+    torn: they are removed, and the torn tail is looked for in the newest segment that has
+    a header (the oldest of such files, with no older one, is a torn tail as before)."""
+    ahead: list[tuple[int, int]] = []
+    for number in reversed(numbers[1:]):
+        size = segment_path(directory, number).stat().st_size
+        if size >= HEADER.size:
+            break
+        ahead.append((number, size))
+    ahead.reverse()
+    return ahead
 
 
 def _read(directory: Path, numbers: list[int]) -> RecoveredState:

@@ -154,6 +154,37 @@ def test_an_empty_newest_segment_is_a_torn_tail(tmp_path: Path, walker: bool) ->
     assert not any(_mapped(p) for p in paths)
 
 
+@pytest.mark.parametrize("torn", [False, True])
+def test_files_ahead_of_the_writer_are_removed_behind_a_torn_tail(
+    tmp_path: Path, walker: bool, torn: bool
+) -> None:
+    """The loop creates a segment's file before the writer reaches it (broker/store/journal.py,
+    _switch_file): a crash may leave newer files shorter than a header behind the segment
+    being written. They are removed; the torn tail, if any, is cut in that segment."""
+    paths = _store(tmp_path, 20, 0, per_segment=10)
+    whole = paths[-1].read_bytes()
+    if torn:
+        paths[-1].write_bytes(whole + encode_queue_entry(Kind.DEQUEUE, 1, 2)[:-3])
+    store = tmp_path / "store"
+    ahead = [segment_path(store, 3), segment_path(store, 4), segment_path(store, 5)]
+    ahead[0].write_bytes(b"QPIDSEG1\x00")  # its header was being written
+    ahead[1].write_bytes(b"")
+    ahead[2].write_bytes(b"")
+    state = Journal(tmp_path).recover()
+    assert state.message_count == 20 and state.torn_tail is not None
+    assert not any(p.exists() for p in ahead)
+    assert paths[-1].read_bytes() == whole
+    assert not any(_mapped(p) for p in paths)
+
+
+def test_an_empty_segment_before_one_with_records_is_damage(tmp_path: Path, walker: bool) -> None:
+    paths = _store(tmp_path, 20, 0, per_segment=10)
+    paths[0].write_bytes(b"")
+    with pytest.raises(CorruptStore, match=paths[0].name):
+        Journal(tmp_path).recover()
+    assert paths[0].exists()
+
+
 def test_damage_is_moved_aside_once_its_map_is_closed(tmp_path: Path, walker: bool) -> None:
     paths = _store(tmp_path, 40, 0, per_segment=10)
     data = bytearray(paths[1].read_bytes())
