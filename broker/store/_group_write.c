@@ -186,6 +186,8 @@ static int GroupWriter_init(GroupWriter *self, PyObject *args, PyObject *kwds) {
     pthread_cond_init(&self->wake, NULL);
     int error = pthread_create(&self->thread, NULL, writer_main, self);
     if (error) {
+        pthread_mutex_destroy(&self->lock);
+        pthread_cond_destroy(&self->wake);
         errno = error;
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
@@ -236,13 +238,13 @@ fail:
 /* (highest flush number whose last job is done, [(number, errno), ...] of the jobs that
  * failed). */
 static PyObject *GroupWriter_take_done(GroupWriter *self, PyObject *unused) {
+    PyObject *errors = PyList_New(0);
+    if (errors == NULL) return NULL; /* the jobs stay on the done list for the next call */
     pthread_mutex_lock(&self->lock);
     Job *done = self->done;
     self->done = self->done_tail = NULL;
     pthread_mutex_unlock(&self->lock);
     long long upto = 0;
-    PyObject *errors = PyList_New(0);
-    if (errors == NULL) return NULL; /* the jobs stay unreleased: memory is short anyway */
     while (done != NULL) {
         Job *job = done;
         done = job->next;

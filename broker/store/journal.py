@@ -284,6 +284,11 @@ class Journal:
         for i, (segment, data) in enumerate(pending):
             new_file = segment != self._written_segment
             if new_file:
+                if not sync and self._fd >= 0:
+                    # Whatever the policy, a segment is synced before the next one is
+                    # written: a compacted segment's copies may be in it, and the forced
+                    # sync before its deletion covers only the current file.
+                    writer.submit(number, self._fd, None, True, -1, None, False)
                 self._switch_file(segment)
             self._last_flush[segment] = number
             writer.submit(

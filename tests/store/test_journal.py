@@ -144,6 +144,33 @@ def test_a_read_hands_over_and_releases_confirms_without_waiting_for_the_loop(
     assert bodies(vhost) == [b"small", b"L" * HAND_OVER_BYTES]
 
 
+def test_under_write_each_segment_is_synced_before_the_next_is_written(tmp_path: Path) -> None:
+    """--store-sync write syncs no group, but a segment is synced once the writer moves on
+    (a compacted segment's copies may be in it, and its deletion's sync covers only the
+    file being written)."""
+
+    async def scenario() -> tuple[int, int]:
+        journal, _store, vhost, _ = open_store(tmp_path, SyncPolicy.WRITE, segment_bytes=4096)
+        journal.start()
+        vhost.declare_queue("q", durable=True)
+        await asyncio.sleep(0)
+        for i in range(100):
+            publish(vhost, b"%03d" % i + b"." * 200)
+            journal.hand_over()
+        deadline = time.monotonic() + 10
+        while journal.bytes_written < 100 * 200:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.005)
+        syncs_before_close = journal.syncs
+        segments = len(list_segments(tmp_path / "store"))
+        assert await journal.close()
+        return syncs_before_close, segments
+
+    syncs, segments = run(scenario())
+    assert segments >= 5
+    assert syncs >= segments - 1
+
+
 def test_transient_messages_and_queues_never_wait_nor_survive(tmp_path: Path) -> None:
     async def scenario() -> None:
         journal, _store, vhost, _ = open_store(tmp_path)
