@@ -132,10 +132,8 @@ class Journal:
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="store-compact")
         self.compaction_steps = Steps()
         #: A segment compaction has to read waits until this many later segments were
-        #: started (see :meth:`_maybe_compact`); 0: read as soon as it is a candidate. The
-        #: broker uses 1: the messages in flight when a segment is closed (a window of
-        #: unconfirmed publishes, a prefetch of unacked deliveries) are settled a segment
-        #: later, so it goes unread, or its copies come from the ledger.
+        #: started (:meth:`_maybe_compact`). The broker uses 1: what was in flight when a
+        #: segment was closed is settled a segment later, so it goes unread.
         self.compaction_lag = compaction_lag
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -149,8 +147,7 @@ class Journal:
         #: Records appended so far (a backup acknowledges a batch that appended some only
         #: once they are durable).
         self.appended = 0
-        # figures for /api/status and the bench
-        self.compacted_segments = 0
+        self.compacted_segments = 0  # for /api/status and the bench
 
     # -- start -----------------------------------------------------------------------------
     def recover(self, *, cut_damaged: bool = False) -> RecoveredState:
@@ -284,10 +281,8 @@ class Journal:
         for i, (segment, data) in enumerate(pending):
             new_file = segment != self._written_segment
             if new_file:
-                if not sync and self._fd >= 0:
-                    # Whatever the policy, a segment is synced before the next one is
-                    # written: a compacted segment's copies may be in it, and the forced
-                    # sync before its deletion covers only the current file.
+                if not sync and self._fd >= 0:  # synced whatever the policy: copies may be
+                    # in it, and the sync before a compacted segment's deletion is the tail's
                     writer.submit(number, self._fd, None, True, -1, None, False)
                 self._switch_file(segment)
             self._last_flush[segment] = number
@@ -319,21 +314,16 @@ class Journal:
         self._written_segment = number
 
     def between_publishes(self) -> None:
-        """After a publish is routed (its records appended and its confirm's callback
-        registered, together): hand over at once when much was appended since the last
-        hand-over. Never between a record and the callback that covers it: a callback must
-        be in the hand-over of its records or a later one, and a failed write fails the
-        callbacks of its own hand-over only."""
+        """After a publish is routed: hand over at once past HAND_OVER_BYTES. Only here, never
+        between a record and its confirm's callback (a failed write fails the callbacks of
+        its own hand-over only)."""
         if self._unflushed >= HAND_OVER_BYTES and self._task is not None and not self._closing:
             self._flush()
 
     def hand_over(self) -> None:
-        """Within a turn of the event loop, at a point where callbacks may run (after a
-        read's frames are processed): hand what was appended so far to the writer now,
-        not at the turn's end, and run the callbacks of the writes done meanwhile (their
-        confirms go out with the connection's next write). A turn can process many reads;
-        without this, a read's records waited for the rest of the turn, and a done write's
-        confirms for the next poll."""
+        """After a read's frames are processed (a turn of the loop can process many): hand
+        over now, and run the callbacks of the writes done meanwhile (their confirms go out
+        with the connection's next write)."""
         if self._writer_thread is None or self._closing:
             return
         if self._pending or self._callbacks:
@@ -392,13 +382,11 @@ class Journal:
 
     @property
     def syncs(self) -> int:
-        writer = self._writer_thread
-        return 0 if writer is None else writer.syncs
+        return 0 if self._writer_thread is None else self._writer_thread.syncs
 
     @property
     def bytes_written(self) -> int:
-        writer = self._writer_thread
-        return 0 if writer is None else writer.bytes_written
+        return 0 if self._writer_thread is None else self._writer_thread.bytes_written
 
     # -- compaction ------------------------------------------------------------------------
     def _maybe_compact(self) -> None:
