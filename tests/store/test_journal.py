@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from broker.store.journal import HAND_OVER_BYTES, Journal, SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.records import encode_message
 from broker.store.recovery import CorruptStore
-from broker.store.segment_files import list_segments, segment_path
+from broker.store.segment_files import list_segments
 from tests.store.small_disk import small_disk
 
 PERSISTENT = bytes.fromhex("1000") + b"\x02"  # property flags: delivery-mode only; mode 2
@@ -448,76 +447,3 @@ def test_after_a_crash_every_recovered_message_is_marked_redelivered(tmp_path: P
     assert [e.redelivered for e in vhost.queues["q"].entries()] == [True]
     _journal, _store, clean, _ = open_store(tmp_path)
     assert [e.redelivered for e in clean.queues["q"].entries()] == [False]
-
-
-def test_a_crash_while_the_writer_is_behind_the_loop_loses_nothing_confirmed(
-    tmp_path: Path, group_writer: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The loop creates a segment's file when it hands the segment's first records over,
-    while the writer thread may still be writing older ones: a crash then leaves newer
-    files that are empty behind the segment being written (whose tail may be torn).
-    Recovery starts from that image, with everything confirmed before."""
-    if group_writer != "python":
-        pytest.skip("the writer is held up through the Python one")
-    live, crash = tmp_path / "live", tmp_path / "crash"
-    image: dict[str, bytes] = {}
-    hold = threading.Event()
-    hold.set()
-    run_batch = group_writer_module.ThreadGroupWriter._run_batch
-
-    def held(self: Any, batch: Any) -> None:  # a write or sync that takes a while
-        assert hold.wait(10)
-        run_batch(self, batch)
-
-    monkeypatch.setattr(group_writer_module.ThreadGroupWriter, "_run_batch", held)
-
-    async def scenario() -> list[bytes]:
-        journal, _store, vhost, _ = open_store(live, segment_bytes=4096)
-        journal.start()
-        vhost.declare_queue("q", durable=True)
-        confirms = PublisherConfirms()
-        confirmed = [b"c%d" % i + b"." * 100 for i in range(5)]
-        for body in confirmed:
-            publish(vhost, body, confirms)
-        while confirms.outstanding:
-            await asyncio.sleep(0.005)
-        assert all(r.ack for r in confirms.take_replies())
-        hold.clear()
-        try:
-            before = len(list_segments(journal.directory))
-            for i in range(3):  # two segments later: their files are created, not written
-                publish(vhost, b"u%d" % i + b"." * 3000, confirms)
-                journal.hand_over()
-            store = journal.directory
-            for number in list_segments(store):  # the crash: the files as they are now
-                path = segment_path(store, number)
-                image[path.name] = path.read_bytes()
-            assert len(image) >= before + 2
-            assert not confirms.take_replies()
-        finally:
-            hold.set()
-        while confirms.outstanding:
-            await asyncio.sleep(0.005)
-        assert await journal.close()
-        return confirmed
-
-    confirmed = run(scenario())
-    names = sorted(image)
-    assert [len(image[n]) for n in names[-2:]] == [0, 0]
-    (crash / "store").mkdir(parents=True)
-    for name in names:
-        (crash / "store" / name).write_bytes(image[name])
-    _journal, _store, vhost, _ = open_store(crash, segment_bytes=4096)
-    assert bodies(vhost) == confirmed
-    # Had it crashed in the middle of that write, the segment being written would end in
-    # half a record: cut off, whatever newer (empty) files the loop had created.
-    torn = tmp_path / "torn"
-    (torn / "store").mkdir(parents=True)
-    written = [n for n in names if image[n]][-1]
-    half = encode_message(99, "", "q", b"", b"half written")[:-4]
-    for name in names:
-        (torn / "store" / name).write_bytes(image[name] + (half if name == written else b""))
-    _journal, _store, vhost, events = open_store(torn, segment_bytes=4096)
-    assert bodies(vhost) == confirmed
-    assert events.named("store_torn_tail")
-    assert (torn / "store" / written).read_bytes() == image[written]
