@@ -241,9 +241,13 @@ class Broker:
 
     def _store_write_failed(self, exc: OSError) -> None:
         """A journal write failed (its publishes were nacked): ENOSPC raises the disk
-        alarm at once, before the next sample."""
+        alarm at once, before the next sample. A backup stops (HaBroker.store_write_failed):
+        what it acknowledges may not be on its disk."""
         if exc.errno == errno.ENOSPC:
             self.resources.write_failed()
+        if self.ha is not None:
+            code = errno.errorcode.get(exc.errno or 0, "?")
+            self.ha.store_write_failed(f"{exc.strerror or exc} ({code})")
 
     @property
     def ha_state(self) -> str:

@@ -362,6 +362,14 @@ class HaBroker:
         self.log_.error("ha_store_failed", reason=reason)
         self._on_fenced(reason)
 
+    def store_write_failed(self, error: str) -> None:
+        """A write of this broker's store failed. A primary's journal nacked the publishes
+        it held. A backup stops, whether or not an acknowledgement waited on that write: an
+        acknowledgement registered later (a batch held behind a staged transaction) covers
+        records the failed write held, and it would otherwise go out on a later write."""
+        if self.state.is_backup:
+            self.store_failed(f"the store cannot write: {error}")
+
     def check_cluster(self, primary_cluster_id: str | None, address: str) -> str | None:
         """Before replicating from the primary at ``address``: None to go on (its cluster
         id recorded in this store), else why not; a store of another cluster stops the

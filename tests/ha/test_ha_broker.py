@@ -126,3 +126,25 @@ def test_primary_fences_itself_on_a_newer_epoch(tmp_path: Path) -> None:
     assert fenced and "epoch 4" in fenced[0]
     refused = open_connection(ha, {})
     assert refused.expect(commands.Connection.Close).reply_code == ReplyCode.NOT_ALLOWED
+
+
+@pytest.mark.parametrize("state", ["joining", "catch-up", "ready"])
+def test_a_backup_stops_on_any_failed_store_write(tmp_path: Path, state: str) -> None:
+    """Not only when an acknowledgement waited on the failed write: one registered later
+    (a batch held behind a staged transaction) would cover records that write lost."""
+    ha, fenced = ha_broker(tmp_path)
+    if state != "joining":
+        ha.handle(LinkUp("primary:5672", 3))  # catch-up
+    if state == "ready":
+        ha.handle(CaughtUp())
+    assert ha.state.value == state
+    ha.store_write_failed("No space left on device (ENOSPC)")
+    assert fenced == ["the store cannot write: No space left on device (ENOSPC)"]
+
+
+def test_a_primary_goes_on_after_a_failed_store_write(tmp_path: Path) -> None:
+    """Its journal nacked the publishes the write held; the next write may work."""
+    ha, fenced = ha_broker(tmp_path)
+    assert asyncio.run(ha.promote()) is HaState.ACTIVE
+    ha.store_write_failed("No space left on device (ENOSPC)")
+    assert fenced == []
