@@ -363,10 +363,8 @@ class HaBroker:
         self._on_fenced(reason)
 
     def store_write_failed(self, error: str) -> None:
-        """A write of this broker's store failed. A primary's journal nacked the publishes
-        it held. A backup stops, whether or not an acknowledgement waited on that write: an
-        acknowledgement registered later (a batch held behind a staged transaction) covers
-        records the failed write held, and it would otherwise go out on a later write."""
+        """A store write failed: a backup stops (a later acknowledgement, e.g. of a batch
+        held behind a staged transaction, may cover what it lost); a primary nacked."""
         if self.state.is_backup:
             self.store_failed(f"the store cannot write: {error}")
 
