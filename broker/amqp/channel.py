@@ -40,19 +40,6 @@ if TYPE_CHECKING:
     from broker.amqp.connection import Connection
 
 
-_NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:@#,/+ ")
-
-
-def _check_name(kind: str, name: str, class_id: int, method_id: int) -> None:
-    if any(c not in _NAME_OK for c in name):
-        raise AmqpError(
-            ReplyCode.PRECONDITION_FAILED,
-            f"invalid {kind} name {name!r}: use letters, digits and -_.:@#,/+ or space",
-            class_id,
-            method_id,
-        )
-
-
 class Channel(ConsumeMethods, PublishMethods):
     """See the module docstring."""
 
@@ -194,7 +181,6 @@ class Channel(ConsumeMethods, PublishMethods):
     # -- exchange class ----------------------------------------------------------------
     def _exchange_declare(self, method: commands.Exchange.Declare) -> None:
         name = method.exchange or ""
-        _check_name("exchange", name, 40, 10)
         self.vhost.declare_exchange(
             name,
             method.exchange_type or "direct",
@@ -242,7 +228,6 @@ class Channel(ConsumeMethods, PublishMethods):
 
     def _queue_declare(self, method: commands.Queue.Declare) -> None:
         name = method.queue or ""
-        _check_name("queue", name, 50, 10)
         if method.passive and (name == REPLY_TO or name in self.vhost.replies.queues):
             # Direct reply-to's pseudo-queue, and reply names in use, exist (RabbitMQ).
             if not method.nowait:

@@ -36,6 +36,42 @@ PUBLISH_INDEX = 0x003C0028  # basic.publish (60, 40)
 
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
+#: pamqp commands whose ``validate()`` checks only names (and a ticket of 0) against rules
+#: narrower than AMQP 0-9-1's: a pattern of ASCII letters, digits and ``-_.:@#,/+`` and
+#: space, at most 127 characters for an exchange. A queue or exchange name is a short
+#: string, any UTF-8 of at most 255 bytes (RabbitMQ accepts any; issue 24). pamqp runs those
+#: checks when a method is made and again when it is encoded, so the broker could not answer
+#: a declare of ``t.a=b`` nor return a message published to a 200-character exchange, and a
+#: backup could not consume such a queue's stream. Their ``validate`` is replaced, once, at
+#: import, by :func:`_names_as_short_strings`: pamqp's encoder still refuses a short string
+#: over 255 bytes, and the broker checks names itself (the virtual host, the HA contract).
+NAMED_COMMANDS: tuple[type[Method], ...] = (
+    commands.Basic.Consume,
+    commands.Basic.Deliver,
+    commands.Basic.Get,
+    commands.Basic.GetOk,
+    commands.Basic.Publish,
+    commands.Basic.Return,
+    commands.Exchange.Bind,
+    commands.Exchange.Declare,
+    commands.Exchange.Delete,
+    commands.Exchange.Unbind,
+    commands.Queue.Bind,
+    commands.Queue.Declare,
+    commands.Queue.DeclareOk,
+    commands.Queue.Delete,
+    commands.Queue.Purge,
+    commands.Queue.Unbind,
+)
+
+
+def _names_as_short_strings(self: Method) -> None:
+    """Names are short strings: pamqp's encoder checks their length in bytes."""
+
+
+for _command in NAMED_COMMANDS:
+    _command.validate = _names_as_short_strings  # type: ignore[method-assign]
+
 _FRAME_HEAD = struct.Struct(">BHI")
 _METHOD_INDEX = struct.Struct(">I")
 _HEADER_HEAD = struct.Struct(">HHQ")
