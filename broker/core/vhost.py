@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from broker.core.dead_letter import dead_letter_copy, is_cycle
+from broker.core.declare_contract import DeclareContract
 from broker.core.direct_reply import DirectReplies
 from broker.core.errors import (
     AmqpError,
@@ -107,6 +108,9 @@ class VirtualHost:
         #: Exchange-to-exchange bindings by destination exchange name.
         self._exchange_bindings: dict[str, list[Binding]] = {}
         self.listeners: list[ConfigListener] = []
+        #: Asked before a client's new queue, exchange or binding is created (an HA
+        #: cluster member's replication contract); None: nothing to ask.
+        self.contract: DeclareContract | None = None
         self._dead_letter_depth = 0
         self.dead_lettered_total = 0
         self.published_total = 0
@@ -129,8 +133,11 @@ class VirtualHost:
         auto_delete: bool = False,
         internal: bool = False,
         arguments: dict[str, Any] | None = None,
+        replicated: bool = False,
     ) -> Exchange:
-        """exchange.declare: create, or check an existing exchange is equivalent."""
+        """exchange.declare: create, or check an existing exchange is equivalent.
+        ``replicated``: made by HA replication or store recovery, not a client's (the
+        contract is not asked)."""
         arguments = dict(arguments or {})
         existing = self.exchanges.get(name)
         if name == "":
@@ -154,6 +161,8 @@ class VirtualHost:
                 existing, type, durable, auto_delete, internal, arguments
             )
             return existing
+        if self.contract is not None and not replicated:
+            self.contract.check_exchange(self.name, name, arguments)
         exchange = cls(
             name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
         )
@@ -279,6 +288,8 @@ class VirtualHost:
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
             existing.touch()
             return existing
+        if self.contract is not None and not replicated:
+            self.contract.check_queue(self.name, name, arguments)
         queue = Queue(
             name,
             clock=self.clock,
@@ -377,7 +388,9 @@ class VirtualHost:
         routing_key: str,
         arguments: dict[str, Any] | None = None,
         owner: object | None = None,
+        replicated: bool = False,
     ) -> Binding:
+        """queue.bind (``replicated``: by HA replication or store recovery)."""
         arguments = dict(arguments or {})
         if exchange_name == "":
             raise access_refused("operation not permitted on the default exchange")
@@ -389,6 +402,8 @@ class VirtualHost:
         if existing is not None:
             return existing
         binding = Binding(exchange_name, queue, routing_key, arguments)
+        if self.contract is not None and not replicated:
+            self.contract.check_binding(self.name, binding, exchange)
         exchange.bind(binding)
         self._queue_bindings[queue.name].append(binding)
         for listener in self.listeners:
@@ -431,9 +446,11 @@ class VirtualHost:
         source_name: str,
         routing_key: str,
         arguments: dict[str, Any] | None = None,
+        replicated: bool = False,
     ) -> Binding:
         """exchange.bind: messages the source routes by this binding go on to the
-        destination exchange (RabbitMQ's exchange-to-exchange bindings)."""
+        destination exchange (RabbitMQ's exchange-to-exchange bindings); ``replicated``:
+        by HA replication or store recovery."""
         arguments = dict(arguments or {})
         if destination_name == "" or source_name == "":
             raise access_refused("operation not permitted on the default exchange")
@@ -445,6 +462,8 @@ class VirtualHost:
         if existing is not None:
             return existing
         binding = Binding(source_name, destination, routing_key, arguments)
+        if self.contract is not None and not replicated:
+            self.contract.check_binding(self.name, binding, source)
         source.bind(binding)
         self._exchange_bindings.setdefault(destination_name, []).append(binding)
         for listener in self.listeners:

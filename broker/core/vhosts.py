@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
+from broker.core.declare_contract import DeclareContract
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.queue import Queue
 from broker.core.vhost import VHOST, ConfigListener, VirtualHost
@@ -108,6 +109,12 @@ class VirtualHosts:
         """The default vhost's name (messages that name one vhost name it)."""
         return VHOST
 
+    def hold_contract(self, contract: DeclareContract | None) -> None:
+        """Every vhost, and every one created later, asks ``contract`` before it creates
+        what a client declared (:mod:`broker.core.declare_contract`)."""
+        for vhost in self._hosts.values():
+            vhost.contract = contract
+
     def get(self, name: str) -> VirtualHost | None:
         return self._hosts.get(name)
 
@@ -130,6 +137,7 @@ class VirtualHosts:
             return existing, False
         vhost = self._factory(name)
         vhost.listeners = self.listeners
+        vhost.contract = self.default.contract
         self._hosts[name] = vhost
         for listener in list(self.vhost_listeners):
             listener.vhost_created(vhost)

@@ -162,6 +162,7 @@ class BrokerReplicator:
             auto_delete=bool(config.get("auto_delete")),
             internal=bool(config.get("internal")),
             arguments=arguments,
+            replicated=True,
         )
 
     def _bind(self, binding: dict[str, Any]) -> None:
@@ -172,6 +173,7 @@ class BrokerReplicator:
                 str(binding["exchange"]),
                 str(binding["routing_key"]),
                 dict(binding.get("arguments") or {}),
+                replicated=True,
             )
             return
         vhost.bind(
@@ -179,6 +181,7 @@ class BrokerReplicator:
             str(binding["exchange"]),
             str(binding["routing_key"]),
             dict(binding.get("arguments") or {}),
+            replicated=True,
         )
 
     def _unbind(self, binding: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
-from broker.core.vhosts import key_of
+from broker.core.vhosts import VirtualHosts, key_of
 from broker.ha.admission import client_refusal, link_user_refusal
 from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
@@ -54,6 +54,7 @@ from broker.ha.names import (
 from broker.ha.primary import Primary, PrimaryListener
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
+from broker.ha.replication_contract import ReplicationContract
 from broker.ha.role import HaRole
 from broker.ha.role_events import (
     Action,
@@ -163,6 +164,12 @@ class HaBroker:
         #: What clients are told to connect to (canonical, no credentials).
         self.public_url = public_url(options) or ""
         self.replicate_default = ReplicateLevel.parse(options.ha_replicate)
+        # What a client declares must be what the replication wire carries (issue 24).
+        contract = ReplicationContract(self.replicate_default)
+        if isinstance(vhost, VirtualHosts):
+            vhost.hold_contract(contract)
+        else:
+            vhost.contract = contract
         self.primary: Primary | None = None
         self.streams: PrimaryStreams | None = None
         self.link: BackupLink | None = None

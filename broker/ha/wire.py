@@ -26,6 +26,7 @@ from __future__ import annotations
 from broker.ha.wire_batch import (
     DEQUEUE,
     ENQUEUE,
+    MAX_SHORT_STRING,
     READY,
     TX,
     TXBASE,
@@ -42,12 +43,17 @@ from broker.ha.wire_batch import (
     decode_batch,
     encode_batch,
 )
+from broker.ha.wire_config import MAX_DEPTH as CONFIG_MAX_DEPTH
+from broker.ha.wire_config import MAX_KEY_BYTES as CONFIG_MAX_KEY_BYTES
 from broker.ha.wire_config import decode_config_event, encode_config_event
 from broker.ha.wire_writers import BatchWriter, EnqueuePacker
 
 __all__ = [
+    "CONFIG_MAX_DEPTH",
+    "CONFIG_MAX_KEY_BYTES",
     "DEQUEUE",
     "ENQUEUE",
+    "MAX_SHORT_STRING",
     "READY",
     "TX",
     "TXBASE",

@@ -69,6 +69,7 @@ from broker.ha.id_set import MAX_ID, IdSet
 __all__ = [
     "DEQUEUE",
     "ENQUEUE",
+    "MAX_SHORT_STRING",
     "READY",
     "TX",
     "TXBASE",
@@ -109,7 +110,8 @@ DEQUEUE_HEADER = struct.Struct(">BI")  # type, id-set length
 
 _ENQUEUE_REST = struct.Struct(">qBBII")  # the same header after the type byte
 _U32 = struct.Struct(">I")
-_MAX_SHORT = 255
+#: Longest exchange name or routing key of an ENQUEUE, in bytes of UTF-8 (a short string).
+MAX_SHORT_STRING = 255
 _MAX_LONG = 2**32 - 1
 
 
@@ -284,9 +286,9 @@ def diagnose(where: str, event: object) -> Exception:
             size = len(value.encode())
         except UnicodeEncodeError as err:
             return ValueError(f"{where}: Enqueue.{name} is not encodable as UTF-8: {err}")
-        if size > _MAX_SHORT:
+        if size > MAX_SHORT_STRING:
             return ValueError(
-                f"{where}: Enqueue.{name} is {size} bytes of UTF-8, more than {_MAX_SHORT}"
+                f"{where}: Enqueue.{name} is {size} bytes of UTF-8, more than {MAX_SHORT_STRING}"
             )
     for name in ("properties", "body"):
         value = getattr(event, name)

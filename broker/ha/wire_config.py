@@ -26,11 +26,14 @@ from typing import Any
 
 from pamqp import encode as pamqp_encode
 
-__all__ = ["decode_config_event", "encode_config_event"]
+__all__ = ["MAX_DEPTH", "MAX_KEY_BYTES", "decode_config_event", "encode_config_event"]
 
 _U32 = struct.Struct(">I")
-_MAX_KEY_BYTES = 128  # pamqp truncates longer field names; we refuse them
-_MAX_DEPTH = 32  # nesting of tables and arrays
+#: Longest field name, in bytes of UTF-8 (pamqp truncates longer ones; we refuse them).
+MAX_KEY_BYTES = 128
+#: Deepest nesting of tables and arrays in an event, the event itself at depth 0 (a value
+#: at a deeper level, scalar or not, is refused).
+MAX_DEPTH = 32
 
 
 def encode_config_event(event: dict[str, Any]) -> bytes:
@@ -52,8 +55,8 @@ def encode_config_event(event: dict[str, Any]) -> bytes:
 
 
 def _check_encodable(value: object, depth: int) -> None:
-    if depth > _MAX_DEPTH:
-        raise ValueError(f"config event nested more than {_MAX_DEPTH} deep")
+    if depth > MAX_DEPTH:
+        raise ValueError(f"config event nested more than {MAX_DEPTH} deep")
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
@@ -62,9 +65,9 @@ def _check_encodable(value: object, depth: int) -> None:
                 size = len(key.encode())
             except UnicodeEncodeError as err:
                 raise ValueError(f"config event key {key!r:.80} is not UTF-8: {err}") from None
-            if size > _MAX_KEY_BYTES:
+            if size > MAX_KEY_BYTES:
                 raise ValueError(
-                    f"config event key {key[:40]!r}... is {size} bytes, more than {_MAX_KEY_BYTES}"
+                    f"config event key {key[:40]!r}... is {size} bytes, more than {MAX_KEY_BYTES}"
                 )
             _check_encodable(item, depth + 1)
     elif isinstance(value, list):
@@ -106,8 +109,8 @@ def _length(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
 
 
 def _table(data: bytes, pos: int, end: int, depth: int) -> tuple[dict[str, Any], int]:
-    if depth > _MAX_DEPTH:
-        raise ValueError(f"config event: tables/arrays nested more than {_MAX_DEPTH} deep")
+    if depth > MAX_DEPTH:
+        raise ValueError(f"config event: tables/arrays nested more than {MAX_DEPTH} deep")
     pos, stop = _length(data, pos, end, "field table")
     table: dict[str, Any] = {}
     while pos < stop:
@@ -125,8 +128,8 @@ def _table(data: bytes, pos: int, end: int, depth: int) -> tuple[dict[str, Any],
 
 
 def _array(data: bytes, pos: int, end: int, depth: int) -> tuple[list[Any], int]:
-    if depth > _MAX_DEPTH:
-        raise ValueError(f"config event: tables/arrays nested more than {_MAX_DEPTH} deep")
+    if depth > MAX_DEPTH:
+        raise ValueError(f"config event: tables/arrays nested more than {MAX_DEPTH} deep")
     pos, stop = _length(data, pos, end, "field array")
     items: list[Any] = []
     while pos < stop:

@@ -166,6 +166,7 @@ class MessageStore:
                 auto_delete=exchange.auto_delete,
                 internal=exchange.internal,
                 arguments=exchange.arguments,
+                replicated=True,  # recovered: not a client's declare
             )
         wall_now_ms = time.time() * 1000.0
         now = self.vhost.clock()
@@ -229,7 +230,13 @@ class MessageStore:
             if bound is None or vhost is None or binding.exchange not in vhost.exchanges:
                 continue
             self._adopting = binding.id
-            vhost.bind(bound.name, binding.exchange, binding.routing_key, binding.arguments)
+            vhost.bind(
+                bound.name,
+                binding.exchange,
+                binding.routing_key,
+                binding.arguments,
+                replicated=True,
+            )
         for link in state.exchange_bindings:
             vhost = self.vhosts.get(link.vhost)
             if (
@@ -238,7 +245,13 @@ class MessageStore:
                 and link.destination in vhost.exchanges
             ):
                 self._adopting = link.id
-                vhost.bind_exchange(link.destination, link.source, link.routing_key, link.arguments)
+                vhost.bind_exchange(
+                    link.destination,
+                    link.source,
+                    link.routing_key,
+                    link.arguments,
+                    replicated=True,
+                )
         self._adopting = None
 
     def _recovered_in(self, name: str) -> VirtualHost | None:
