@@ -21,7 +21,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from common.polling import poll_until
-from tests.ha.cluster import Cluster
+from tests.ha.cluster import Cluster, http
 
 #: What "promptly" means for a refused declare (today: never).
 ANSWER_WITHIN = 10.0
@@ -132,3 +132,27 @@ def test_a_250_byte_queue_name_is_refused_and_the_cluster_keeps_confirming(
     text = _refused_declare(trio, lambda ch: ch.queue_declare(name, durable=True))
     assert "250" in text and "255" in text, text
     _confirmed_publish_and_in_sync(trio, "after-long")
+
+
+def test_names_of_any_utf8_replicate_to_both_backups(trio: Cluster) -> None:
+    """Names RabbitMQ takes (pamqp's pattern refused them in a backup's subscribe)."""
+    names = ["t.a=b", "t.é", "t.a*b", "%", "<img src=x onerror=alert(1)>", "é" * 120]
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", trio.ports[0]))
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for name in names:
+            _within(ANSWER_WITHIN, lambda n=name: channel.queue_declare(n, durable=True))
+            _within(ANSWER_WITHIN, lambda n=name: channel.basic_publish("", n, b"m"))
+    finally:
+        _within(ANSWER_WITHIN, connection.close)
+    from urllib.parse import quote
+
+    for i in (1, 2):
+        for name in names:
+            path = f"/api/queues/%2F/{quote(name, safe='')}"
+            poll_until(
+                lambda i=i, p=path: http("GET", trio.brokers[i].mgmt_port, p).get("messages") == 1,
+                10,
+            )
+    assert _in_sync_backups(trio) == 2
