@@ -18,6 +18,7 @@ import sys
 from broker.options import BrokerOptions, log_cluster, main_parse
 from broker.server import Broker, ListenError
 from broker.store.data_dir import DataDirError
+from common import loop_errors
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging, get_logger
 
@@ -27,6 +28,8 @@ async def run(options: BrokerOptions) -> ExitStatus:
 
     :raises CommandError: the broker could not start.
     """
+    # asyncio's "Exception in callback" and "Task exception was never retrieved" are events.
+    loop_errors.install(asyncio.get_running_loop(), get_logger("broker"))
     try:
         broker = Broker(options)
     except ValueError as exc:  # a bad users file: bad configuration

@@ -30,7 +30,7 @@ __all__ = ["PRIMARY_STATES", "app"]
 app = typer.Typer(rich_markup_mode=None)
 
 PRIMARY_STATES = ("active", "recovering")
-#: States of a backup, whose status shows why its link is down (:func:`_link_line`).
+#: States of a backup, whose status shows why its link is down (:func:`_problem_lines`).
 BACKUP_STATES = ("joining", "catch-up", "ready")
 
 
@@ -63,9 +63,12 @@ def status(
     """Print the broker's HA state (and with --all, every member's).
 
     A backup whose link to the primary is down prints why on a second line
-    ("link: ADDRESS: REASON ..."). A broker with a store (--data-dir) prints how it found
-    its store when it started: "store: empty|clean|dirty at start" (not the store's state
-    now; not with --is-primary or --expect, whose output stays one line for scripts).
+    ("link: ADDRESS: REASON ..."), and its latest replication error ("replication error:
+    OBJECT: REASON ..."); a primary prints a line for each backup whose replication failed
+    ("backup URL (ID): replication error: ...": which backup, which object, why). A broker
+    with a store (--data-dir) prints how it found its store when it started: "store:
+    empty|clean|dirty at start" (not the store's state now; not with --is-primary or
+    --expect, whose output stays one line for scripts).
 
     With --zk and --cluster, --all shows the cluster as the agents record it in ZooKeeper:
     members, states, epochs, whether each is in the in-sync set, the primary and the
@@ -104,10 +107,9 @@ def status(
         out(json.dumps(data, indent=2, sort_keys=True))
     else:
         out(state)
-        if state in BACKUP_STATES:
-            link = _link_line(s)
-            if link is not None:
-                out(link)
+        if state in BACKUP_STATES or (state in PRIMARY_STATES and not is_primary):
+            for line in _problem_lines(s, state):
+                out(line)
         store = data.get("store_status")
         if store not in (None, "unknown") and not is_primary and expect is None:
             # empty, clean or dirty: how the store was found at start (docs/store.md)
@@ -135,20 +137,40 @@ def _expected_state(text: str) -> str:
         ) from None
 
 
-def _link_line(s: CliSettings) -> str | None:
-    """A backup's second status line: why its link to the primary is not up (``/api/ha``'s
-    ``link_error``), or None. Best effort: the state line stands alone when ``/api/ha``
-    cannot be read (e.g. no credentials for a broker with authentication on)."""
+def _problem_lines(s: CliSettings, state: str) -> list[str]:
+    """The status lines after the state: on a backup, why its link to the primary is not up
+    (``/api/ha``'s ``link_error``: "link: ...") and its latest replication error
+    ("replication error: OBJECT: REASON ..."); on a primary, each backup whose replication
+    failed ("backup URL (ID): replication error: ..."). Best effort: the state line stands
+    alone when ``/api/ha`` cannot be read (e.g. no credentials for a broker with
+    authentication on)."""
     try:
-        error = s.call("/api/ha").get("link_error")
+        ha = s.call("/api/ha")
     except ManagementError:
-        return None
-    if not error:
-        return None
-    return (
-        f"link: {error['address']}: {error['reason']}"
-        f" ({error['count']} failed dials since {error['since']})"
-    )
+        return []
+    lines = []
+    if state in BACKUP_STATES:
+        link = ha.get("link_error")
+        if link:
+            lines.append(
+                f"link: {link['address']}: {link['reason']}"
+                f" ({link['count']} failed dials since {link['since']})"
+            )
+        error = ha.get("replication_error")
+        if error:
+            lines.append(f"replication error: {_error_text(error)}")
+    for error in ha.get("replication_errors") or []:
+        lines.append(
+            f"backup {error.get('url')} ({error.get('backup')}): replication error:"
+            f" {_error_text(error)}"
+        )
+    return lines
+
+
+def _error_text(error: dict[str, object]) -> str:
+    count = error.get("count")
+    times = "once" if count == 1 else f"{count} times"
+    return f"{error.get('reason')} ({times} since {error.get('since')})"
 
 
 def _zk_status(s: CliSettings, hosts: str, cluster: str, as_json: bool) -> None:

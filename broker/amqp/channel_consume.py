@@ -272,6 +272,13 @@ class ConsumeMethods:
     def request_pump(self, key: int, pump: Callable[[], None]) -> None:
         self.connection.request_pump(key, pump)
 
+    def fail(self, text: str) -> None:
+        self.connection.connection_error(AmqpError(ReplyCode.INTERNAL_ERROR, text))
+
+    @property
+    def close_reason(self) -> str | None:
+        return self.connection.close_reason
+
     def _basic_cancel(self, method: commands.Basic.Cancel) -> None:
         tag = method.consumer_tag or ""
         consumer = self.consumers.pop(tag, None)

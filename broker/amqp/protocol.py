@@ -21,6 +21,7 @@ from broker.amqp.connection import Connection
 from broker.amqp.context import BrokerContext
 from broker.security.password_checks import run_password_check
 from broker.security.tls import certificate_identity
+from common.loop_errors import where_raised
 
 #: Transport write buffer water marks: deliveries pause above HIGH, resume below LOW.
 HIGH_WATER = 4 * 1024 * 1024
@@ -130,7 +131,18 @@ class AmqpProtocol(asyncio.Protocol):
         connection, transport = self.connection, self.transport
         if connection is None or transport is None or transport.is_closing():
             return
-        data = connection.data_to_send()
+        try:
+            data = connection.data_to_send()
+        except Exception as exc:  # a bug behind the flush (a stream's pump): an event, and
+            # this connection dropped, rather than a traceback and output never written
+            self.ctx.log.error(
+                "internal_error",
+                connection=connection.name,
+                exception=f"{type(exc).__name__}: {exc}",
+                where=where_raised(exc),
+            )
+            transport.abort()
+            return
         if data:
             transport.write(data)
         if connection.should_close:

@@ -10,7 +10,11 @@ A :class:`~broker.amqp.context.StreamHooks` (on the primary, the HA replication 
   and :attr:`~StreamSink.can_deliver` (channel open, flow on, connection writable);
 - output: :meth:`~StreamSink.deliver_stream` writes one basic.deliver with an opaque body
   and returns its delivery tag; :meth:`~StreamSink.request_pump` asks for a callback just
-  before the connection's next flush, so one flush carries everything pending.
+  before the connection's next flush, so one flush carries everything pending;
+- failure: :meth:`~StreamSink.fail` closes the connection with 541 INTERNAL_ERROR and a
+  text naming what could not be sent (a stream that cannot go on never stalls in silence);
+  :attr:`~StreamSink.close_reason` is why the connection closed, once it has (the
+  backup's own connection.close text when it gave up on a stream).
 
 The channel keeps the delivery-tag sequence and the framing; the stream keeps its own
 accounting (in flight, credit) and is told of acks and of the channel's end through
@@ -67,4 +71,13 @@ class StreamSink(Protocol):
     def request_pump(self, key: int, pump: Callable[[], None]) -> None:
         """Run ``pump`` once before the connection's next flush, however often asked
         (``key`` identifies the asker)."""
+        ...
+
+    def fail(self, text: str) -> None:
+        """Close the connection: 541 INTERNAL_ERROR with ``text`` (the stream cannot go on)."""
+        ...
+
+    @property
+    def close_reason(self) -> str | None:
+        """Why the connection closed (None: open, or no reason known)."""
         ...

@@ -116,6 +116,10 @@ class VirtualHost:
         self.published_total = 0
         self.unroutable_total = 0
 
+    def hold_contract(self, contract: DeclareContract | None) -> None:
+        """Ask ``contract`` before creating what a client declares (as VirtualHosts's)."""
+        self.contract = contract
+
     # -- exchanges ---------------------------------------------------------------------
     def exchange(self, name: str) -> Exchange:
         try:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import ssl
 import time
 from collections.abc import Callable
@@ -44,114 +43,36 @@ from broker.amqp.client import (
     AmqpClient,
     ClientChannel,
     ClientError,
-    ConnectionRefusedByBroker,
+    ConnectionClosedByBroker,
     Delivery,
-    connect,
 )
 from broker.amqp.client.handshake import NoUsableMechanism
 from broker.core.errors import ReplyCode
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts
+from broker.ha.backup_dial import (
+    PRIMARY_STATES,
+    NotPrimary,
+    connect_as_backup,
+    describe_dial_failure,
+)
 from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.names import (
-    BACKUP_PROPERTY,
     BASE_EPOCH_PROPERTY,
-    BROKER_ID_PROPERTY,
     CLUSTER_ID_PROPERTY,
     CONFIG_STREAM,
     EPOCH_PROPERTY,
     IDS_ARGUMENT,
     QUEUE_STREAM_PREFIX,
     STATUS_PROPERTY,
-    URL_PROPERTY,
     VHOST_ARGUMENT,
 )
 from broker.ha.queue_replicator import AckCoalescer, BatchAcks, CatchUpGc
 from broker.ha.redial import Backoff, DialFailures, DialRefused, dial_loop
-from broker.ha.state import HaState
+from broker.ha.replication_errors import ReplicationErrors, event_object, object_named
 from broker.ha.wire import decode_batch, decode_config_event
 from common.log import get_logger
 from common.url import Address
-
-_PRIMARY_STATES = (HaState.RECOVERING.value, HaState.ACTIVE.value)
-#: States of a broker that may yet become the primary: refusals from them are routine.
-_BACKUP_STATES = (HaState.JOINING.value, HaState.CATCHUP.value, HaState.READY.value)
-#: The text of a backup's 530 refusal (:meth:`~broker.ha.ha_broker.HaBroker.admit`).
-_NOT_PRIMARY = re.compile(r"^HA backup: not the primary \(state (?P<state>[\w-]+)\)")
-
-
-class NotPrimary(DialRefused):
-    """The broker dialled answered but is not an HA primary; ``state`` is its HA status
-    (None: not an HA broker)."""
-
-    def __init__(self, state: str | None) -> None:
-        super().__init__(f"not a primary ({state or 'not an HA broker'})")
-        self.state = state
-
-
-def describe_dial_failure(address: Address, exc: Exception) -> tuple[str, bool]:
-    """``(reason, routine)`` of a failed dial: one line for the log and ``/api/ha``, and
-    whether it is normal while a cluster starts or fails over (the broker dialled is a
-    backup, not yet the primary)."""
-    if isinstance(exc, NotPrimary):
-        return str(exc), exc.state in _BACKUP_STATES
-    if isinstance(exc, ConnectionRefusedByBroker):
-        try:
-            name = ReplyCode(exc.reply_code).name
-        except ValueError:
-            name = str(exc.reply_code)
-        text = exc.reply_text.removeprefix(f"{name} - ")  # our broker's "NAME - text"
-        match = _NOT_PRIMARY.match(text)
-        if exc.reply_code == ReplyCode.NOT_ALLOWED and match:
-            return f"not a primary ({match['state']})", True
-        what = "login refused" if exc.reply_code == ReplyCode.ACCESS_REFUSED else "refused"
-        return f"{what}: {name} - {text}", False
-    if isinstance(exc, NoUsableMechanism):
-        return f"cannot log in: {exc}", False
-    cause = exc.__cause__
-    if isinstance(cause, ConnectionRefusedError):
-        return "connection refused", False
-    text = " ".join(str(exc).split())
-    return text.removeprefix(f"{address.host}:{address.port}: ") or type(exc).__name__, False
-
-
-async def connect_as_backup(
-    address: Address,
-    *,
-    user: str | None,
-    password: str | None,
-    mechanism: str,
-    heartbeat: float,
-    product: str,
-    broker_id: str,
-    url: str,
-    epoch: int | None = None,
-    anonymous_fallback: bool = False,
-    tls: ssl.SSLContext | None = None,
-) -> AmqpClient:
-    """Open a replication link to ``address``, flagged as an HA backup connection
-    (``anonymous_fallback``: see :func:`~broker.amqp.client.handshake.choose_mechanism`);
-    an ``ssl:`` address is dialled with TLS (``tls``, else the system's CAs)."""
-    properties: dict[str, Any] = {
-        "product": product,
-        BACKUP_PROPERTY: True,
-        BROKER_ID_PROPERTY: broker_id,
-        URL_PROPERTY: url,
-    }
-    if epoch is not None:
-        properties[EPOCH_PROPERTY] = epoch
-    return await connect(
-        address.host,
-        address.port,
-        user=user,
-        password=password,
-        mechanism=mechanism,
-        client_properties=properties,
-        heartbeat=max(1, int(heartbeat)),
-        timeout=max(1.0, min(10.0, heartbeat)),
-        anonymous_fallback=anonymous_fallback,
-        tls=(tls or ssl.create_default_context()) if address.scheme == "ssl" else None,
-    )
 
 
 class DiskSync(Protocol):
@@ -266,6 +187,12 @@ class BackupLink:
         self._clock = clock
         self._wall_clock = wall_clock
         self._failures = DialFailures(DIAL_FAILURE_LOG_INTERVAL)
+        #: This link's latest replication error (``/api/ha``'s ``replication_error``).
+        self.errors = ReplicationErrors(wall_clock)
+        #: Why this link gave up replicating (a stream it could not apply): closed with it.
+        self._gave_up: str | None = None
+        #: The primary's 541 text when it closed the link for a stream it could not send.
+        self._primary_gave_up: str | None = None
         self._log = get_logger("ha")
 
     def _new_batch_acks(self) -> BatchAcks:
@@ -285,7 +212,12 @@ class BackupLink:
         """The dial loop ends only when cancelled, or on a bug: never silently."""
         exc = None if task.cancelled() else task.exception()
         if exc is not None:
-            self.owner.log("ha_link_error", reason=f"the link stopped: {type(exc).__name__}: {exc}")
+            self.owner.log("ha_link_error", reason=f"the link stopped: {_described(exc)}")
+            self.errors.failed("link", f"the link stopped: {_described(exc)}")
+
+    def replication_error(self) -> dict[str, Any] | None:
+        """The latest replication error of this backup, until a link catches up."""
+        return self.errors.view("link")
 
     def link_error(self) -> dict[str, Any] | None:
         """Why the link is not up (``/api/ha``'s ``link_error``): the latest failed dial that
@@ -316,13 +248,20 @@ class BackupLink:
         if self.client is not None:
             await self._close_client(self.client)
 
-    async def _close_client(self, client: AmqpClient) -> None:
+    async def _close_client(self, client: AmqpClient, gave_up: str | None = None) -> None:
+        """Close the link; ``gave_up``: a replication error, sent to the primary as
+        connection.close 541 ``replication error: <object>: <reason>`` (its ``/api/ha``
+        shows it on this backup's row)."""
+        code, text = ReplyCode.REPLY_SUCCESS, ""
+        if gave_up is not None:
+            code = ReplyCode.INTERNAL_ERROR
+            text = f"replication error: {gave_up}".encode()[:250].decode("utf-8", "ignore")
         # asyncio.timeout, never wait_for: Python 3.11's wait_for returns normally when it
         # is cancelled just as the close ends. The link task's cancellation was lost, it
         # dialled on, and stop() (at promotion: DropLink) waited for it for ever.
         with contextlib.suppress(ClientError, OSError, TimeoutError):
             async with asyncio.timeout(2.0):
-                await client.close()
+                await client.close(code, text)
 
     # -- dialling ----------------------------------------------------------------------
     async def _run(self) -> None:
@@ -372,7 +311,7 @@ class BackupLink:
         except ValueError as exc:  # e.g. ha-username without ha-password
             raise DialRefused(f"link configuration: {exc}") from exc
         status = client.server_properties.get(STATUS_PROPERTY)
-        if status not in _PRIMARY_STATES:
+        if status not in PRIMARY_STATES:
             # Not (yet) an HA primary: e.g. a broker still starting, listening before its
             # HA role admits or refuses connections. Following it would mean catch-up forever.
             await self._close_client(client)
@@ -401,7 +340,10 @@ class BackupLink:
             raise DialRefused(refusal)
         return client
 
-    async def _session(self, client: AmqpClient, address: Address) -> None:
+    async def _session(self, client: AmqpClient, address: Address) -> bool:
+        """Replicate over ``client`` until the link drops: True, unless this backup gave
+        up on a stream (a replication error: the next dial backs off, never at once)."""
+        self._gave_up = self._primary_gave_up = None
         try:
             await self._replicate(client, address)
         except (ClientError, ValueError, OSError) as exc:
@@ -410,7 +352,8 @@ class BackupLink:
             self.client = None
             self._gc.end()
             self.abandon_transactions("link down")
-            await self._close_client(client)
+            await self._close_client(client, self._gave_up)
+        return self._gave_up is None and self._primary_gave_up is None
 
     def abandon_transactions(self, reason: str) -> None:
         """Drop the staged transactions not yet whole (a promoted backup must hold all of a
@@ -454,10 +397,27 @@ class BackupLink:
         if closed.done() and not closed.cancelled():
             result = closed.result()
             reason = str(result) if result is not None else reason
+            if (
+                isinstance(result, ConnectionClosedByBroker)
+                and result.reply_code == ReplyCode.INTERNAL_ERROR
+                and self._primary_gave_up is None
+            ):
+                # The primary could not send a stream (its 541 names the object): back off.
+                text = result.reply_text.removeprefix(f"{ReplyCode.INTERNAL_ERROR.name} - ")
+                self._primary_gave_up = text
+                self._log.warning("ha_replication_error", object="primary", reason=reason)
+                self.errors.failed("link", f"closed by the primary: {text}")
         self.owner.link_down(reason)
 
-    def _fail(self, reason: str) -> None:
-        self.owner.log("ha_link_error", reason=reason)
+    def _fail(self, what: str, reason: str) -> None:
+        """This backup cannot apply what the primary sent about ``what`` (an object: ``queue
+        'q' in vhost '/'``): log it, show it, and close the link saying why. The primary
+        then counts this backup gone, as any whose link went: it leaves the in-sync set
+        only by the cluster manager's committed removal."""
+        if self._gave_up is None:
+            self._gave_up = f"{what}: {reason}"
+        self._log.warning("ha_replication_error", object=what, reason=reason)
+        self.errors.failed("link", f"{what}: {reason}")
         if self._broken is not None:
             self._broken.set()
 
@@ -471,11 +431,12 @@ class BackupLink:
 
         def on_config(delivery: Delivery) -> None:
             appended = 0 if disk is None else disk.appended
+            event: dict[str, Any] | None = None
             try:
                 event = decode_config_event(delivery.body)
                 changes = self.replicator.apply(event)
-            except ValueError as exc:
-                self._fail(f"configuration stream: {exc}")
+            except Exception as exc:  # the shell: any failure is an event, never a traceback
+                self._fail(event_object(event), _described(exc))
                 return
             tag = delivery.delivery_tag
             if disk is None or not (waiting[0] or disk.appended != appended):
@@ -519,7 +480,15 @@ class BackupLink:
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         self._subscribing.add(task)
-        task.add_done_callback(self._subscribing.discard)
+        task.add_done_callback(self._spawned_done)
+
+    def _spawned_done(self, task: asyncio.Future[Any]) -> None:
+        """A subscribe or a channel close ended: an exception it let through is a
+        replication error (an event), never asyncio's "exception was never retrieved"."""
+        self._subscribing.discard(task)
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None and not isinstance(exc, ClientError):
+            self._fail("a queue stream", _described(exc))
 
     async def _subscribe(self, name: str) -> None:
         client = self.client
@@ -545,8 +514,8 @@ class BackupLink:
                 appended = 0 if disk is None else disk.appended
                 try:
                     replicator.apply(decode_batch(delivery.body))
-                except ValueError as exc:
-                    self._fail(f"queue stream {name!r}: {exc}")
+                except Exception as exc:  # the shell: any failure is an event
+                    self._fail(_queue_object(replicator.queue), _described(exc))
                     return
                 wrote = disk is not None and disk.appended != appended
                 batch_acks.applied(replicator, ack, delivery.delivery_tag, wrote)
@@ -561,6 +530,8 @@ class BackupLink:
             if queue.vhost != VHOST:
                 arguments[VHOST_ARGUMENT] = queue.vhost
             await channel.consume(QUEUE_STREAM_PREFIX + queue.name, on_batch, arguments=arguments)
+        except (ValueError, TypeError) as exc:  # e.g. a stream name the link cannot carry
+            self._fail(_queue_object(replicator.queue), _described(exc))
         except ClientError as exc:
             # The queue may have gone on the primary meanwhile; its deletion event follows.
             self.owner.log("ha_subscribe_failed", queue=name, reason=str(exc))
@@ -573,5 +544,16 @@ class BackupLink:
     def _check_caught_up(self) -> None:
         if not self._first_snapshot and not self._waiting and not self._caught_up_reported:
             self._caught_up_reported = True
+            self.errors.cleared("link")
             self._gc.end()
             self.owner.caught_up()
+
+
+def _described(exc: BaseException) -> str:
+    """An exception as one line: its type and text (no traceback)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _queue_object(queue: Any) -> str:
+    return object_named("queue", queue.name, queue.vhost)

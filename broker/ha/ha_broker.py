@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
-from broker.core.vhosts import VirtualHosts, key_of
+from broker.core.vhosts import key_of
 from broker.ha.admission import client_refusal, link_user_refusal
 from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
@@ -55,6 +55,7 @@ from broker.ha.primary import Primary, PrimaryListener
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import ReplicationContract
+from broker.ha.replication_errors import ReplicationErrors
 from broker.ha.role import HaRole
 from broker.ha.role_events import (
     Action,
@@ -165,13 +166,11 @@ class HaBroker:
         self.public_url = public_url(options) or ""
         self.replicate_default = ReplicateLevel.parse(options.ha_replicate)
         # What a client declares must be what the replication wire carries (issue 24).
-        contract = ReplicationContract(self.replicate_default)
-        if isinstance(vhost, VirtualHosts):
-            vhost.hold_contract(contract)
-        else:
-            vhost.contract = contract
+        vhost.hold_contract(ReplicationContract(self.replicate_default))
         self.primary: Primary | None = None
         self.streams: PrimaryStreams | None = None
+        #: As a primary: each backup's latest replication error (``/api/ha``).
+        self.backup_errors = ReplicationErrors()
         self.link: BackupLink | None = None
         #: On a backup: the membership last heard from a primary.
         self.members: list[dict[str, Any]] = []
@@ -400,6 +399,12 @@ class HaBroker:
 
     def backup_gone(self, backup_id: str) -> None:
         self.handle(BackupGone(backup_id))
+
+    def backup_failed(self, backup_id: str, reason: str) -> None:
+        record = self.role.backups.get(backup_id)
+        url = None if record is None else record.url
+        self.backup_errors.failed(backup_id, reason, url)
+        self.log_.warning("ha_replication_error", backup=backup_id, url=url, reason=reason)
 
     def queue_deleted(self, name: str) -> None:
         self.handle(QueueDeleted(name))

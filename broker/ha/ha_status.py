@@ -64,8 +64,18 @@ def ha_status(ha: HaBroker) -> dict[str, Any]:
         "orphan_queues": ha.primary.orphans.waiting(now) if ha.primary else {},
         "backups": _backups_status(ha),
         "in_sync": ha.in_sync_status() if ha.primary is not None else None,
+        # A primary's backups whose replication failed (linked now or not) and that are not
+        # ready again: which backup, which object, why.
+        "replication_errors": ha.backup_errors.views(lambda backup_id: _ready(ha, backup_id)),
         "link_error": ha.link.link_error() if ha.link is not None else None,
+        # A backup's latest replication error (object and reason), until a link catches up.
+        "replication_error": ha.link.replication_error() if ha.link is not None else None,
     }
+
+
+def _ready(ha: HaBroker, backup_id: str) -> bool:
+    record = ha.role.backups.get(backup_id)
+    return record is not None and record.ready and record.connected
 
 
 def _backups_status(ha: HaBroker) -> list[dict[str, Any]]:
@@ -75,16 +85,19 @@ def _backups_status(ha: HaBroker) -> list[dict[str, Any]]:
     rows = []
     for backup_id, record in sorted(ha.role.backups.items(), key=lambda b: b[1].url):
         guards = primary.backups.get(backup_id)
+        ready = record.ready and record.connected
         rows.append(
             {
                 "id": backup_id,
                 "url": record.url,
-                "ready": record.ready and record.connected,
+                "ready": ready,
                 "expected": backup_id in ha.role.expected,
                 "in_sync": record.in_sync,
                 "pending_removal": record.gone,
                 "held_confirms": guards.held() if guards is not None else 0,
                 "queues": streams.positions(backup_id),
+                # Why replication to it failed (which object, why), while it is not ready.
+                "replication_error": None if ready else ha.backup_errors.view(backup_id),
             }
         )
     return rows

@@ -137,6 +137,9 @@ class StandaloneBackups:
     def backup_gone(self, backup_id: str) -> None:
         self.primary.release(backup_id)
 
+    def backup_failed(self, backup_id: str, reason: str) -> None:
+        pass  # a stand-alone broker's streams log nothing of their own; the link closes
+
 
 class PrimaryListener:
     """The primary's vhost listener: new and deleted queues get or lose their guards, and

@@ -11,6 +11,9 @@ One *round* dials each address in turn. A dial that succeeds runs the session (r
 until the link drops) and then the round goes on with the next address; a dial that fails
 hands its reason to ``on_dial_failed`` (the one place a failed dial is seen) and the round
 goes on. After the round the loop sleeps for :meth:`Backoff.next_delay` and starts again.
+A session that ends by giving up (it returns False: a replication error, issue 24) does not
+reset the backoff: a link that comes up and fails at once is redialled ever more slowly
+(exponential, capped by the maintenance interval), never dozens of times a second.
 
 Who calls whom: the owner starts :func:`dial_loop` as its task and cancels it to stop; the
 loop calls the owner's ``dial``, ``session`` and ``on_dial_failed``, never the reverse. The
@@ -183,7 +186,7 @@ def _ignore(address: Address, reason: Exception) -> None:
 async def dial_loop(
     addresses: Sequence[Address],
     dial: Callable[[Address], Awaitable[C]],
-    session: Callable[[C, Address], Awaitable[None]],
+    session: Callable[[C, Address], Awaitable[bool | None]],
     backoff: Backoff,
     *,
     dial_errors: tuple[type[Exception], ...] = (),
@@ -196,7 +199,8 @@ async def dial_loop(
     :param dial: opens a connection to one address, or raises :class:`DialRefused` or one
         of ``dial_errors``; anything else it raises ends the loop.
     :param session: replicates over one connection until the link drops, handles its own
-        errors and closes the connection; afterwards :meth:`Backoff.succeeded` is called.
+        errors and closes the connection; afterwards :meth:`Backoff.succeeded` is called,
+        unless it returned False (it gave up: a replication error).
     :param backoff: the pause after each round (:meth:`Backoff.next_delay`).
     :param on_dial_failed: called with the address and the exception of each failed dial.
     :param sleep: ``asyncio.sleep``; tests pass a fake.
@@ -209,6 +213,6 @@ async def dial_loop(
             except failures as exc:
                 on_dial_failed(address, exc)
                 continue
-            await session(connection, address)
-            backoff.succeeded()
+            if await session(connection, address) is not False:
+                backoff.succeeded()
         await sleep(backoff.next_delay())

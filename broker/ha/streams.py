@@ -56,12 +56,17 @@ from broker.ha.replicate_level import (
     queue_level,
 )
 from broker.ha.replicating_subscription import ReplicatingSubscription
+from broker.ha.replication_errors import event_object, object_named
 from broker.ha.wire import encode_config_event
 
 if TYPE_CHECKING:
     from broker.amqp.stream_sink import StreamSink
 
 DEFAULT_CREDIT = 32
+#: How a backup's connection.close reads when it gave up on a stream (541 INTERNAL_ERROR,
+#: text ``replication error: <object>: <reason>``; ``broker.ha.backup``): the connection's
+#: close reason starts so.
+_BACKUP_GAVE_UP = "client closed: 541 replication error: "
 
 _ids = iter(range(1, 2**62))
 
@@ -72,6 +77,9 @@ class _ChannelStream(ABC):
     def __init__(self, sink: StreamSink) -> None:
         self.sink = sink
         self.on_close: Callable[[], None] | None = None
+        #: Told ``(object, reason)`` when this stream cannot send what it must: the
+        #: backup's link is then closed (541), never left to stall.
+        self.on_failed: Callable[[str, str], None] | None = None
         self.key = next(_ids)
         self.credit = sink.consumer_prefetch or DEFAULT_CREDIT
         self.in_flight = 0
@@ -89,6 +97,12 @@ class _ChannelStream(ABC):
         self.closed = True
         if self.on_close is not None:
             self.on_close()
+
+    def _failed(self, what: str, reason: str) -> None:
+        """What this stream must send cannot be sent: say so, and close the link."""
+        if self.on_failed is not None:
+            self.on_failed(what, reason)
+        self.sink.fail(f"replication error: {what}: {reason}")
 
     def _deliver(self, body: bytes) -> int:
         tag = self.sink.deliver_stream(body)
@@ -128,7 +142,12 @@ class QueueStream(_ChannelStream):
     def pump(self) -> None:
         subscription = self.subscription
         while self.can_send and subscription.has_work:
-            batch = subscription.next_batch()
+            try:
+                batch = subscription.next_batch()
+            except (ValueError, TypeError) as exc:  # a message the batch format cannot carry
+                queue = subscription.queue
+                self._failed(object_named("queue", queue.name, queue.vhost), str(exc))
+                return
             if batch is None:
                 break
             batch_tag, body = batch
@@ -238,7 +257,14 @@ class ConfigStream(_ChannelStream):
     def pump(self) -> None:
         while self._pending and self.can_send:
             number = self.pushed - len(self._pending) + 1
-            tag = self._deliver(encode_config_event(self._pending.pop(0)))
+            event = self._pending[0]
+            try:
+                body = encode_config_event(event)
+            except ValueError as exc:  # outside the replication contract: a bug, not a stall
+                self._failed(event_object(event), str(exc))
+                return
+            del self._pending[0]
+            tag = self._deliver(body)
             self._sent.append((tag, number))
 
     def acknowledged(self, delivery_tag: int, multiple: bool) -> None:
@@ -316,6 +342,13 @@ class BackupEvents(Protocol):
 
     def backup_gone(self, backup_id: str) -> None:
         """The backup's last stream closed: its link is gone."""
+        ...
+
+    def backup_failed(self, backup_id: str, reason: str) -> None:
+        """Replication to the backup failed: a stream here could not send (``reason``
+        names the object), or the backup closed its link with a replication error (its
+        text). The link closes; the backup leaves the in-sync set only as any backup whose
+        link went does (the committed removal)."""
         ...
 
 
@@ -399,6 +432,9 @@ class PrimaryStreams:
         stream = self._open(sink, name, arguments, backup_id, backup_url)
         self._streams_of[backup_id] = self._streams_of.get(backup_id, 0) + 1
         stream.on_close = lambda: self._stream_closed(backup_id, stream)
+        stream.on_failed = lambda what, reason: self.events.backup_failed(
+            backup_id, f"primary: {what}: {reason}"
+        )
         return stream
 
     def after_replicated(self, reply: Callable[[], None], queues: Iterable[Queue] = ()) -> None:
@@ -452,6 +488,9 @@ class PrimaryStreams:
             self._streams_of[backup_id] = left
             return
         self._streams_of.pop(backup_id, None)
+        closed = stream.sink.close_reason or ""
+        if closed.startswith(_BACKUP_GAVE_UP):  # the backup's own replication error
+            self.events.backup_failed(backup_id, "backup: " + closed[len(_BACKUP_GAVE_UP) :])
         self.events.backup_gone(backup_id)  # its link is gone
 
     def _open(

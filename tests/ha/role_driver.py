@@ -55,6 +55,8 @@ class RoleDriver:
         self.clock = clock
         self.replicate_default = replicate_default
         self.role = HaRole("me", epoch=0, backup_timeout=backup_timeout)
+        #: ``backup_failed`` calls: (backup id, reason).
+        self.failures: list[tuple[str, str]] = []
         #: The orphans' default grace (the broker's is ha-backup-timeout).
         self.auto_delete_grace = backup_timeout
         self.primary: Primary | None = None
@@ -120,6 +122,9 @@ class RoleDriver:
 
     def backup_gone(self, backup_id: str) -> None:
         self.handle(BackupGone(backup_id))
+
+    def backup_failed(self, backup_id: str, reason: str) -> None:
+        self.failures.append((backup_id, reason))
 
     def queue_deleted(self, queue: Queue) -> None:
         assert self.primary is not None

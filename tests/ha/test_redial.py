@@ -306,3 +306,20 @@ def test_same_dials_sessions_and_pauses_as_the_queue_replication_before(
         )
     )
     assert after.trace == before.trace
+
+
+def test_a_session_that_gives_up_does_not_reset_the_backoff() -> None:
+    """A link that comes up and fails at once (a replication error: the session returns
+    False) is redialled ever more slowly, up to the cap; a session that ends otherwise
+    (the link dropped) resets the pause to the minimum (issue 24)."""
+    fake = Fake([True] * 12, rounds=9)
+    results = [None, False, False, False, False, False, False, True, False]
+
+    async def session(connection: str, address: Address) -> bool | None:
+        fake.trace.append(("session", connection))
+        return results.pop(0)
+
+    run(dial_loop([A], fake.dial, session, Backoff(0.01, 0.08), sleep=fake.sleep))
+    sleeps = [delay for kind, delay in fake.trace if kind == "sleep"]
+    assert sleeps == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08, 0.08, 0.01, 0.02]
+    # so a link failing at once for a second is redialled about 1 / cap times, not 100

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 import pika
 import pytest
@@ -142,17 +144,16 @@ def test_names_of_any_utf8_replicate_to_both_backups(trio: Cluster) -> None:
         channel = connection.channel()
         channel.confirm_delivery()
         for name in names:
-            _within(ANSWER_WITHIN, lambda n=name: channel.queue_declare(n, durable=True))
-            _within(ANSWER_WITHIN, lambda n=name: channel.basic_publish("", n, b"m"))
+            _within(ANSWER_WITHIN, partial(channel.queue_declare, name, durable=True))
+            _within(ANSWER_WITHIN, partial(channel.basic_publish, "", name, b"m"))
     finally:
         _within(ANSWER_WITHIN, connection.close)
-    from urllib.parse import quote
+
+    def on_backup(port: int, path: str) -> bool:
+        return bool(http("GET", port, path).get("messages") == 1)
 
     for i in (1, 2):
         for name in names:
             path = f"/api/queues/%2F/{quote(name, safe='')}"
-            poll_until(
-                lambda i=i, p=path: http("GET", trio.brokers[i].mgmt_port, p).get("messages") == 1,
-                10,
-            )
+            poll_until(partial(on_backup, trio.brokers[i].mgmt_port, path), 10)
     assert _in_sync_backups(trio) == 2

@@ -261,6 +261,12 @@ function memberRows(s) {
     else if (missing) lagCell.appendChild(el("span", { class: "note", text: "no member answers at this address of ha-brokers-url" }));
     else if (!backup) lagCell.appendChild(el("span", { class: "note", text: ha.state === "active" || ha.state === "recovering" ? "not linked" : "on the primary's console" }));
     else if (!lags.length) lagCell.appendChild(el("span", { class: "note", text: "no replicated queue" }));
+    // why replication to this backup failed: which object, why (GET /api/ha, issue 24)
+    const failed = (ha.replication_errors || []).find((x) => x.backup === m.id);
+    if (failed) {
+      const e = failed;
+      lagCell.prepend(el("div", { class: "tag lag replication-error", text: `replication error: ${e.reason} (${e.count === 1 ? "once" : e.count + " times"} since ${e.since})` }));
+    }
     for (const q of lags) {
       // the last 60 s of samples, ending at the lag shown (a snapshot made between two
       // samples has a newer one): the scale's max is never below the value beside it
@@ -283,6 +289,7 @@ function memberRows(s) {
     else if (!backup && ["joining", "catch-up"].includes(m.state)) reasons.push(m.state);
     if (totalLag > 0) reasons.push(`${fmt(totalLag)} ${totalLag === 1 ? "msg" : "msgs"} behind`);
     if (silent >= LAG_SILENCE) reasons.push(`no acknowledgement for ${silent} s`);
+    if (failed) reasons.push("replication error");
     if (backup && !backup.ready) reasons.push("catching up");
     if (backup && !member) reasons.push("not in the in-sync set");
     const why = reasons.length ? ` (${reasons.join(", ")})` : "";
@@ -320,6 +327,7 @@ function renderCluster(s) {
   } else if (ha.link_error) {
     facts.push(`link: ${ha.link_error.reason}`);
   }
+  if (!primary && ha.replication_error) facts.push(`replication error: ${ha.replication_error.reason}`);
   card.replaceChildren(
     el("div", { class: "big", id: "primary-name", text: primary ? `Primary: this broker, ${s.status.node} (${ha.url})` : `The primary is ${ha.primary ? "at " + ha.primary : "not known yet"}` }),
     el("div", { class: "facts", text: facts.join(" · ") }),
