@@ -10,6 +10,7 @@ name; the console shows each literally in its tables and in a queue's detail, it
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -71,6 +72,10 @@ def test_the_api_finds_each_name_by_its_encoded_path(named_broker: BrokerProcess
     assert set(NAMES) <= {q["name"] for q in http("GET", port, "/api/queues")}
 
 
+def _shows(browser: Any, css: str, wanted: str) -> bool:
+    return wanted in text(browser, css)
+
+
 def _no_script_ran(browser: Any) -> None:
     assert browser.execute_script("return window.__named === undefined")
     with pytest.raises(NoAlertPresentException):
@@ -94,9 +99,9 @@ def test_the_console_shows_each_name_literally_and_runs_none(
         rows = browser.find_elements(By.CSS_SELECTOR, "#queues tbody tr")
         index = [str(r.get_attribute("data-queue")) for r in rows].index(name)
         click(browser, f"#queues tbody tr:nth-child({index + 1})", what=f"queue {name!r}")
-        seen(browser, lambda n=name: text(browser, "#queue-detail h2") == f"Queue {n}")
+        seen(browser, partial(_shows, browser, "#queue-detail h2", f"Queue {name}"))
         click(browser, "#get-message")
-        seen(browser, lambda n=name: f"to {n}" in text(browser, "#got"), what="its message")
+        seen(browser, partial(_shows, browser, "#got", f"{name}: to {name}"), what="its message")
         _no_script_ran(browser)
     browser.execute_script("window.location.hash = '#exchanges'")
 
