@@ -72,6 +72,15 @@ def test_the_api_finds_each_name_by_its_encoded_path(named_broker: BrokerProcess
     assert set(NAMES) <= {q["name"] for q in http("GET", port, "/api/queues")}
 
 
+def _cells(browser: Any, css: str, value: str) -> list[str]:
+    """``value`` (JavaScript of ``r``) of every element ``css`` selects, read at once (the
+    tables are re-rendered every second: elements found one call earlier may be gone)."""
+    found = browser.execute_script(
+        f"return [...document.querySelectorAll({css!r})].map((r) => {value})"
+    )
+    return [str(v) for v in found]
+
+
 def _shows(browser: Any, css: str, wanted: str) -> bool:
     return wanted in text(browser, css)
 
@@ -88,16 +97,14 @@ def test_the_console_shows_each_name_literally_and_runs_none(
     log_in(browser, named_broker, "admin", "queues")
 
     def queue_names() -> list[str] | None:
-        cells = browser.find_elements(By.CSS_SELECTOR, "#queues tbody tr td:first-child")
-        names = [str(c.get_attribute("textContent")) for c in cells]
+        names = _cells(browser, "#queues tbody tr td:first-child", "r.textContent")
         return names if set(NAMES) <= set(names) else None
 
     shown = seen(browser, queue_names, what="every queue listed")
     assert all(shown.count(name) == 1 for name in NAMES)
     _no_script_ran(browser)
     for name in ("<img src=x onerror=alert(1)>", "a/b%2Fc", "t.é", "n" * 255):
-        rows = browser.find_elements(By.CSS_SELECTOR, "#queues tbody tr")
-        index = [str(r.get_attribute("data-queue")) for r in rows].index(name)
+        index = _cells(browser, "#queues tbody tr", "r.dataset.queue").index(name)
         click(browser, f"#queues tbody tr:nth-child({index + 1})", what=f"queue {name!r}")
         seen(browser, partial(_shows, browser, "#queue-detail h2", f"Queue {name}"))
         click(browser, "#get-message")
@@ -106,8 +113,7 @@ def test_the_console_shows_each_name_literally_and_runs_none(
     browser.execute_script("window.location.hash = '#exchanges'")
 
     def exchange_names() -> set[str] | None:
-        cells = browser.find_elements(By.CSS_SELECTOR, "#exchanges tbody tr td:first-child")
-        names = {str(c.get_attribute("textContent")) for c in cells}
+        names = set(_cells(browser, "#exchanges tbody tr td:first-child", "r.textContent"))
         return names if set(NAMES) <= names else None
 
     seen(browser, exchange_names, what="every exchange listed")
