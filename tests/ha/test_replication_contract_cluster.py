@@ -157,3 +157,22 @@ def test_names_of_any_utf8_replicate_to_both_backups(trio: Cluster) -> None:
             path = f"/api/queues/%2F/{quote(name, safe='')}"
             poll_until(partial(on_backup, trio.brokers[i].mgmt_port, path), 10)
     assert _in_sync_backups(trio) == 2
+
+
+def test_the_management_api_is_held_to_the_same_contract(trio: Cluster) -> None:
+    """PUT /api/queues and /api/exchanges go through the same virtual host: 400 naming the
+    limit, nothing created, the backups still in sync."""
+    port = trio.brokers[0].mgmt_port
+    deep = http("PUT", port, "/api/queues/%2F/api-deep", {"arguments": {"x": _nested(39)}})
+    assert deep["http_status"] == 400 and "nest 40" in deep["reason"], deep
+    name = "e" * 250
+    long = http("PUT", port, f"/api/queues/%2F/{name}", {"durable": True})
+    assert long["http_status"] == 400 and "250 bytes" in long["reason"], long
+    exchange = http(
+        "PUT", port, "/api/exchanges/%2F/api-x", {"type": "direct", "arguments": {"f": 0.1}}
+    )
+    assert exchange["http_status"] == 400 and "32-bit" in exchange["reason"], exchange
+    reserved = http("PUT", port, "/api/queues/%2F/qpid.ha-queue:x", {})
+    assert reserved["http_status"] == 403, reserved
+    assert http("GET", port, "/api/queues/%2F/api-deep")["http_status"] == 404
+    assert _in_sync_backups(trio) == 2
