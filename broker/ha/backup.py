@@ -348,6 +348,9 @@ class BackupLink:
             await self._replicate(client, address)
         except (ClientError, ValueError, OSError) as exc:
             self.owner.link_down(f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug: an event, the link closed, dialled again later
+            self._fail("the link", _described(exc))
+            self.owner.link_down(f"replication error: {_described(exc)}")
         finally:
             self.client = None
             self._gc.end()
