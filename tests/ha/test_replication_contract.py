@@ -113,13 +113,17 @@ def _round_trip(event: dict[str, Any]) -> dict[str, Any]:
     return decode_config_event(encode_config_event(event))
 
 
-def _carried_everywhere(arguments: dict[str, Any]) -> bool:
+def _carried_everywhere(arguments: dict[str, Any]) -> bool | None:
     """The real streams' events with ``arguments`` on a queue, an exchange and a binding,
-    through the real codec: all back equal."""
+    through the real codec: all back equal (None: the virtual host refuses these arguments
+    for its own reasons, e.g. a bad ``x-overflow``; no declare gets as far as the wire)."""
     vhost = VirtualHost()
-    queue = vhost.declare_queue("q", arguments=arguments)
-    exchange = vhost.declare_exchange("e", "direct", arguments=arguments)
-    binding = vhost.bind("q", "e", "k", arguments)
+    try:
+        queue = vhost.declare_queue("q", arguments=arguments)
+        exchange = vhost.declare_exchange("e", "direct", arguments=arguments)
+        binding = vhost.bind("q", "e", "k", arguments)
+    except AmqpError:
+        return None
     level = ReplicateLevel.ALL
     events: list[dict[str, Any]] = [
         {"type": "queue-declared", "queue": _queue_config(queue, level)},
@@ -154,6 +158,8 @@ def test_what_the_contract_accepts_the_wire_carries_and_only_that(raw: dict[str,
     if arguments is None:
         return
     carried = _carried_everywhere(arguments)
+    if carried is None:
+        return  # refused before the contract is asked
     if _accepted(arguments):
         assert carried, arguments
     else:
@@ -191,7 +197,7 @@ def test_plain_arguments_within_the_limits_are_accepted(arguments: dict[str, Any
 
     if depth(arguments) <= ARGUMENTS_MAX_DEPTH:
         assert _accepted(arguments)
-        assert _carried_everywhere(arguments)
+        assert _carried_everywhere(arguments) is not False
 
 
 def _nested_exactly(levels: int) -> dict[str, Any]:
