@@ -128,7 +128,10 @@ class Link:
         replicator = self.replicator.replicators[key]
         sink = Sink(self)
         arguments = {IDS_ARGUMENT: bytearray(replicator.ids().encode())}
-        stream = self.streams.subscribe(sink, QUEUE_STREAM_PREFIX + key, arguments)
+        try:
+            stream = self.streams.subscribe(sink, QUEUE_STREAM_PREFIX + key, arguments)
+        except AmqpError:  # gone on the primary meanwhile: its deletion event follows (as
+            return  # the link's ha_subscribe_failed)
         assert isinstance(stream, QueueStream)
         self.queue_streams[key] = (sink, stream)
 
