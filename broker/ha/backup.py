@@ -53,6 +53,7 @@ from broker.core.errors import ReplyCode
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.ha.broker_replicator import BrokerReplicator
+from broker.ha.link_format import CODECS, NoCommonFormat, codec_of, link_format
 from broker.ha.names import (
     BACKUP_PROPERTY,
     BASE_EPOCH_PROPERTY,
@@ -60,6 +61,7 @@ from broker.ha.names import (
     CLUSTER_ID_PROPERTY,
     CONFIG_STREAM,
     EPOCH_PROPERTY,
+    FORMATS_PROPERTY,
     IDS_ARGUMENT,
     QUEUE_STREAM_PREFIX,
     STATUS_PROPERTY,
@@ -69,15 +71,26 @@ from broker.ha.names import (
 from broker.ha.queue_replicator import AckCoalescer, BatchAcks, CatchUpGc
 from broker.ha.redial import Backoff, DialFailures, DialRefused, dial_loop
 from broker.ha.state import HaState
-from broker.ha.wire import decode_batch, decode_config_event
+from common.formats import FormatRange
 from common.log import get_logger
 from common.url import Address
+from common.version import REPLICATION_FORMATS
 
 _PRIMARY_STATES = (HaState.RECOVERING.value, HaState.ACTIVE.value)
 #: States of a broker that may yet become the primary: refusals from them are routine.
 _BACKUP_STATES = (HaState.JOINING.value, HaState.CATCHUP.value, HaState.READY.value)
 #: The text of a backup's 530 refusal (:meth:`~broker.ha.ha_broker.HaBroker.admit`).
 _NOT_PRIMARY = re.compile(r"^HA backup: not the primary \(state (?P<state>[\w-]+)\)")
+
+
+def format_refusal(exc: Exception) -> bool:
+    """Whether a failed dial is a replication format refusal: this backup's own
+    (:class:`~broker.ha.link_format.NoCommonFormat`) or the primary's connection.close 540."""
+    return isinstance(exc, NoCommonFormat) or (
+        isinstance(exc, ConnectionRefusedByBroker)
+        and exc.reply_code == ReplyCode.NOT_IMPLEMENTED
+        and "no common replication format" in exc.reply_text
+    )
 
 
 class NotPrimary(DialRefused):
@@ -108,6 +121,8 @@ def describe_dial_failure(address: Address, exc: Exception) -> tuple[str, bool]:
         return f"{what}: {name} - {text}", False
     if isinstance(exc, NoUsableMechanism):
         return f"cannot log in: {exc}", False
+    if isinstance(exc, NoCommonFormat):
+        return str(exc), False
     cause = exc.__cause__
     if isinstance(cause, ConnectionRefusedError):
         return "connection refused", False
@@ -128,15 +143,18 @@ async def connect_as_backup(
     epoch: int | None = None,
     anonymous_fallback: bool = False,
     tls: ssl.SSLContext | None = None,
+    formats: FormatRange = REPLICATION_FORMATS,
 ) -> AmqpClient:
     """Open a replication link to ``address``, flagged as an HA backup connection
-    (``anonymous_fallback``: see :func:`~broker.amqp.client.handshake.choose_mechanism`);
-    an ``ssl:`` address is dialled with TLS (``tls``, else the system's CAs)."""
+    (``anonymous_fallback``: see :func:`~broker.amqp.client.handshake.choose_mechanism`)
+    and announcing the replication ``formats`` it speaks; an ``ssl:`` address is dialled
+    with TLS (``tls``, else the system's CAs)."""
     properties: dict[str, Any] = {
         "product": product,
         BACKUP_PROPERTY: True,
         BROKER_ID_PROPERTY: broker_id,
         URL_PROPERTY: url,
+        FORMATS_PROPERTY: formats.text,
     }
     if epoch is not None:
         properties[EPOCH_PROPERTY] = epoch
@@ -228,11 +246,13 @@ class BackupLink:
         tls: ssl.SSLContext | None = None,
         check_cluster: Callable[[str | None, str], str | None] | None = None,
         disk: DiskSync | None = None,
+        formats: FormatRange = REPLICATION_FORMATS,
     ) -> None:
         """``auth_here``: whether this broker requires authentication; off, or without a
         ``user``, the link falls back to ANONYMOUS where its mechanism cannot be used.
         ``disk``: this broker's store; a batch that wrote to it is acknowledged only once
-        what it wrote is durable."""
+        what it wrote is durable. ``formats``: the replication formats it speaks; each link
+        reads the highest its primary speaks too (:mod:`broker.ha.link_format`)."""
         self.owner = owner
         self.vhost = vhost
         self.addresses = addresses
@@ -245,6 +265,9 @@ class BackupLink:
         #: ``check_cluster(primary's cluster id, address)``: None to join, else why not
         self.check_cluster = check_cluster
         self.disk = disk
+        self.formats = formats
+        #: The codec of the link's replication format (set at each dial).
+        self.codec = codec_of(formats.highest if formats.highest in CODECS else 1)
         #: When applied batches are acknowledged (a new one each link).
         self._batch_acks = self._new_batch_acks()
         self.maintenance_interval = maintenance_interval
@@ -351,7 +374,8 @@ class BackupLink:
         if line is None:
             return
         log = self._log.debug if routine else self._log.warning
-        log("ha_link_dial_failed", address=str(address), reason=reason, repeated=line.repeated)
+        event = "ha_link_format_refused" if format_refusal(exc) else "ha_link_dial_failed"
+        log(event, address=str(address), reason=reason, repeated=line.repeated)
 
     async def _dial(self, address: Address) -> AmqpClient:
         owner = self.owner
@@ -368,6 +392,7 @@ class BackupLink:
                 epoch=owner.epoch,
                 anonymous_fallback=self.anonymous_fallback,
                 tls=self.tls,
+                formats=self.formats,
             )
         except ValueError as exc:  # e.g. ha-username without ha-password
             raise DialRefused(f"link configuration: {exc}") from exc
@@ -377,6 +402,12 @@ class BackupLink:
             # HA role admits or refuses connections. Following it would mean catch-up forever.
             await self._close_client(client)
             raise NotPrimary(None if status is None else str(status))
+        try:  # a primary that speaks formats refuses this link itself at connection.open
+            wire_format = link_format(self.formats, client.server_properties, f"primary {address}")
+        except NoCommonFormat:
+            await self._close_client(client)
+            raise
+        self.codec = codec_of(wire_format)
         epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
         if epoch < owner.epoch:
             owner.log(
@@ -472,7 +503,7 @@ class BackupLink:
         def on_config(delivery: Delivery) -> None:
             appended = 0 if disk is None else disk.appended
             try:
-                event = decode_config_event(delivery.body)
+                event = self.codec.decode_config_event(delivery.body)
                 changes = self.replicator.apply(event)
             except ValueError as exc:
                 self._fail(f"configuration stream: {exc}")
@@ -536,6 +567,7 @@ class BackupLink:
 
             disk = self.disk
             batch_acks = self._batch_acks
+            decode_batch = self.codec.decode_batch
 
             def ack(tag: int) -> None:
                 with contextlib.suppress(ClientError):  # the link is going down
@@ -544,7 +576,7 @@ class BackupLink:
             def on_batch(delivery: Delivery) -> None:
                 appended = 0 if disk is None else disk.appended
                 try:
-                    replicator.apply(decode_batch(delivery.body))
+                    replicator.apply(decode_batch(delivery.body))  # the link's format
                 except ValueError as exc:
                     self._fail(f"queue stream {name!r}: {exc}")
                     return

@@ -37,6 +37,7 @@ from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.config_guard import NEXT_STREAM, ConfigGuard, ReplyHandle
 from broker.ha.id_set import IdSet
+from broker.ha.link_format import Codec, NoCommonFormat, codec_of, link_format
 from broker.ha.names import (
     BACKUP_PROPERTY,
     BROKER_ID_PROPERTY,
@@ -56,7 +57,8 @@ from broker.ha.replicate_level import (
     queue_level,
 )
 from broker.ha.replicating_subscription import ReplicatingSubscription
-from broker.ha.wire import encode_config_event
+from common.formats import FormatRange
+from common.version import REPLICATION_FORMATS
 
 if TYPE_CHECKING:
     from broker.amqp.stream_sink import StreamSink
@@ -215,10 +217,13 @@ class ConfigStream(_ChannelStream):
     highest number the backup has acknowledged with every one before it, reported to the
     backup's :class:`~broker.ha.config_guard.ConfigGuard` (synchronous configuration)."""
 
-    def __init__(self, sink: StreamSink, streams: PrimaryStreams, guard: ConfigGuard) -> None:
+    def __init__(
+        self, sink: StreamSink, streams: PrimaryStreams, guard: ConfigGuard, codec: Codec
+    ) -> None:
         super().__init__(sink)
         self.streams = streams
         self.guard = guard
+        self._encode = codec.encode_config_event  # the link's replication format
         self._pending: list[dict[str, Any]] = [streams.snapshot()]
         self.pushed = 1
         guard.pushed(self.key, 1)
@@ -238,7 +243,7 @@ class ConfigStream(_ChannelStream):
     def pump(self) -> None:
         while self._pending and self.can_send:
             number = self.pushed - len(self._pending) + 1
-            tag = self._deliver(encode_config_event(self._pending.pop(0)))
+            tag = self._deliver(self._encode(self._pending.pop(0)))
             self._sent.append((tag, number))
 
     def acknowledged(self, delivery_tag: int, multiple: bool) -> None:
@@ -322,9 +327,13 @@ class BackupEvents(Protocol):
 class PrimaryStreams:
     """The channel hook serving ``qpid.ha-*`` consumes on the primary."""
 
-    def __init__(self, primary: Primary, events: BackupEvents) -> None:
+    def __init__(
+        self, primary: Primary, events: BackupEvents, formats: FormatRange = REPLICATION_FORMATS
+    ) -> None:
         self.primary = primary
         self.events = events
+        #: The replication formats served; each link gets the highest its backup speaks too.
+        self.formats = formats
         vhost = primary.vhost
         self.vhosts = vhost if isinstance(vhost, VirtualHosts) else VirtualHosts(default=vhost)
         self.vhost = self.vhosts.default
@@ -396,7 +405,11 @@ class PrimaryStreams:
             )
         backup_id = str(props.get(BROKER_ID_PROPERTY) or sink.connection_name)
         backup_url = str(props.get(URL_PROPERTY) or sink.peer)
-        stream = self._open(sink, name, arguments, backup_id, backup_url)
+        try:  # an HA primary refused such a link at connection.open: a stand-alone did not
+            wire_format = link_format(self.formats, props, f"backup {backup_url}")
+        except NoCommonFormat as exc:
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, str(exc)) from None
+        stream = self._open(sink, name, arguments, backup_id, backup_url, codec_of(wire_format))
         self._streams_of[backup_id] = self._streams_of.get(backup_id, 0) + 1
         stream.on_close = lambda: self._stream_closed(backup_id, stream)
         return stream
@@ -461,10 +474,11 @@ class PrimaryStreams:
         arguments: dict[str, Any],
         backup_id: str,
         backup_url: str,
+        codec: Codec,
     ) -> ConfigStream | QueueStream:
         if name == CONFIG_STREAM:
             backup = self.events.backup_connected(backup_id, backup_url)
-            stream = ConfigStream(sink, self, backup.config)
+            stream = ConfigStream(sink, self, backup.config, codec)
             self.config_streams.append(stream)
             self.config_stream_of[backup_id] = stream
             if self._membership is not None:
@@ -494,7 +508,9 @@ class PrimaryStreams:
                 ReplyCode.PRECONDITION_FAILED, f"bad {IDS_ARGUMENT} argument: {exc}"
             ) from exc
         backup = self.events.backup_connected(backup_id, backup_url)
-        subscription = ReplicatingSubscription(queue, backup.guard(queue), backup_ids)
+        subscription = ReplicatingSubscription(
+            queue, backup.guard(queue), backup_ids, wire_format=codec.format
+        )
         queue_stream = QueueStream(
             sink,
             subscription,
