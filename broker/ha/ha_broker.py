@@ -93,9 +93,9 @@ from broker.ha.role_events import (
     Tick,
 )
 from broker.ha.state import HaState
-from broker.ha.status_check import check_status
 from broker.ha.store_lineage import StoreLineage
 from broker.ha.streams import PrimaryStreams
+from broker.management.status_check import check_status
 from broker.options import public_url
 from broker.security.tls import link_context
 from common.log import get_logger, set_log_context
