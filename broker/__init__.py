@@ -1,3 +1,5 @@
 """qpidd: an AMQP 0-9-1 broker with active-passive high availability."""
 
-__version__ = "0.1.0"
+from common.version import __version__
+
+__all__ = ["__version__"]

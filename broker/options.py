@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from broker import __version__
 from broker.option_converters import parse_bool, show
 from broker.option_table import BY_DEST, BY_NAME, OPTION_SPECS, BrokerOptions, OptionSpec
 from common.exit_status import ExitStatus
 from common.url import BrokerUrl, format_url, parse_url
+from common.version import version_line
 from common.zk_access import check_tls_files, parse_digest
 
 __all__ = [
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         argument_default=argparse.SUPPRESS,
     )
-    parser.add_argument("--version", action="version", version=f"qpidd {__version__}")
+    parser.add_argument("--version", action="version", version=version_line("qpidd"))
     for spec in OPTION_SPECS:
         help_text = f"{spec.help} (default: {spec.show_default()})"
         parser.add_argument(

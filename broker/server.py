@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from broker import __version__
 from broker.amqp.context import BrokerContext, ConnectionSettings
 from broker.amqp.protocol import AmqpProtocol
+from broker.broker_security import BrokerSecurity
 from broker.core.alarms import ResourceAlarms, memory_limit_bytes
 from broker.core.errors import ReplyCode
 from broker.core.paging import PagingBudget
@@ -29,7 +30,6 @@ from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.ha.store_history import DISCARD_MARKER
 from broker.options import BrokerOptions
-from broker.security.broker_security import BrokerSecurity
 from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
 from broker.store.hot_backup import take_restored_marker

@@ -73,6 +73,7 @@ from kazoo.protocol.states import KazooState
 
 from common.exit_status import ExitStatus
 from common.log import set_log_context
+from common.version import REPLICATION_FORMATS
 from ha_agent.agent_hints import AgentHints
 from ha_agent.broker_check import BrokerCheck
 from ha_agent.election import LeaderElection
@@ -90,10 +91,12 @@ from ha_agent.supervisor import BrokerSupervisor
 from ha_agent.vip import VirtualIp
 from ha_agent.watchdog import BrokerWatch
 from ha_agent.zk_auth import ensure_shared_root, zk_security
+from ha_agent.zk_format import FormatFaults, ZkFormatError
 
 __all__ = ["Agent", "AgentSettings"]
 
 _log = structlog.get_logger("ha_agent.agent", component="agent")
+
 
 #: kazoo reconnects quickly (its default backs off to a minute).
 CONNECTION_RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
@@ -144,6 +147,8 @@ class Agent:
         self.granted_timeout: float | None = None
         #: why the agent refused to run ("": it did not); run() then returns 2
         self.refusal = ""
+        #: the ZooKeeper records of a format it cannot read, at the last read
+        self.format_faults = FormatFaults()
         #: this agent's early hints (made in run() with the client)
         self.hints: AgentHints | None = None
 
@@ -429,6 +434,7 @@ class Agent:
             broker_timeout=self.settings.broker_timeout,
             in_sync=None if keeper.in_sync is None else keeper.in_sync.record,
             in_sync_error=keeper.error,
+            format_error=self.format_faults.error,
             broker_read_at=sent,
             connected_at=self.connected_at,
             broker_reset_at=reset_at,
@@ -481,6 +487,8 @@ class Agent:
             replication_position=0 if view is None else view.replication_position,
             broker_id="" if view is None else view.broker_id,
             store_id="" if view is None else view.store_id,
+            # the broker's; this package's (the broker's once restarted) while it is silent
+            replication_formats=(view and view.replication_formats) or REPLICATION_FORMATS.text,
         )
         sent = time.monotonic()
         try:
@@ -493,8 +501,14 @@ class Agent:
                 self.publisher.update(**changes)
             if member.epoch > self.epoch_floor:
                 self.epoch_floor = cover_epoch(self.client, s.cluster, member.epoch)
-            self.members = read_members(self.client, s.cluster)
-            self.primary = read_primary(self.client, s.cluster)
+            unreadable: list[ZkFormatError] = []
+            self.members = read_members(self.client, s.cluster, unreadable)
+            try:
+                self.primary = read_primary(self.client, s.cluster)
+            except ZkFormatError as exc:  # not "no primary": a record it cannot read
+                self.primary = None
+                unreadable.append(exc)
+            self.format_faults.note(unreadable)
             self._drop_stale_primary_record()
             if self.hints is not None:
                 self.hints.publish(view, self.primary)

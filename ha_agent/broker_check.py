@@ -81,10 +81,12 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
     """A :class:`BrokerView` from the JSON of ``/api/status`` and ``/api/ha`` (None if none)."""
     state = str(status.get("ha_state", "unknown"))
     epoch = position = 0
-    url = broker_id = store_id = ""
+    url = broker_id = store_id = formats = ""
     in_sync = None
     if ha is not None:
         url = str(ha.get("url") or "")
+        raw_formats = ha.get("replication_formats")
+        formats = raw_formats if isinstance(raw_formats, str) else ""
         raw_id = ha.get("broker_id")
         broker_id = raw_id if isinstance(raw_id, str) else ""
         raw_store = ha.get("store_id")
@@ -116,6 +118,7 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         in_sync=in_sync,
         link_up=link_up,
         link_error=link_error,
+        replication_formats=formats,
     )
 
 

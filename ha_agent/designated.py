@@ -57,8 +57,8 @@ from typing import Any
 import structlog
 from kazoo.client import KazooClient
 
-from broker.ha.status_check import check_status
 from broker.management.client import ManagementError
+from broker.management.status_check import check_status
 from common.log import set_log_context
 from common.url import parse_url
 from ha_agent.broker_check import BrokerCheck, PromoteRefused

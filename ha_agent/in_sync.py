@@ -38,7 +38,9 @@ Error Handling
 ==============
 
 - :func:`read_in_sync` returns None when there is no record, and raises
-  :class:`InSyncRecordError` for one it cannot parse (the agent then lets nobody contend).
+  :class:`InSyncRecordError` for one it cannot parse (the agent then lets nobody contend),
+  :class:`InSyncFormatError` (an InSyncRecordError too) for one of a ZooKeeper format it
+  cannot read (:mod:`ha_agent.zk_format`).
 - :func:`write_in_sync` raises :class:`InSyncEpochError` (nothing written) when the record
   read has a newer epoch than the one given; kazoo's ``BadVersionError`` when the record
   changed since it was read, ``NodeExistsError`` when it was created since it was read
@@ -57,11 +59,13 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from ha_agent.promotion import InSyncMember, InSyncRecord
+from ha_agent.zk_format import WRITTEN_FORMAT, ZkFormatError, record_format
 from ha_agent.zk_layout import ClusterLayout
 
 __all__ = [
     "IN_SYNC_SCHEMA",
     "InSyncEpochError",
+    "InSyncFormatError",
     "InSyncRecordError",
     "VersionedInSync",
     "decode_in_sync",
@@ -70,12 +74,20 @@ __all__ = [
     "write_in_sync",
 ]
 
-#: Version of the record written by this code.
-IN_SYNC_SCHEMA = 1
+#: Version (the ZooKeeper format) of the record written by this code.
+IN_SYNC_SCHEMA = WRITTEN_FORMAT
 
 
 class InSyncRecordError(ValueError):
-    """The in-sync znode holds something that is not a version-1 record."""
+    """The in-sync znode holds something that is not an in-sync record this agent reads."""
+
+
+class InSyncFormatError(InSyncRecordError):
+    """The in-sync record is of a ZooKeeper format this agent cannot read (``found``)."""
+
+    def __init__(self, message: str, found: int) -> None:
+        super().__init__(message)
+        self.found = found
 
 
 class InSyncEpochError(Exception):
@@ -120,8 +132,12 @@ def decode_in_sync(data: bytes | None) -> InSyncRecord:
         raise InSyncRecordError(f"not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InSyncRecordError(f"not a JSON object: {type(body).__name__}")
-    if body.get("version") != IN_SYNC_SCHEMA:
-        raise InSyncRecordError(f"unknown record version {body.get('version')!r}")
+    try:
+        record_format(body, "the in-sync record")
+    except ZkFormatError as exc:
+        raise InSyncFormatError(str(exc), exc.found) from None
+    except ValueError as exc:
+        raise InSyncRecordError(str(exc)) from None
     epoch, members = body.get("epoch"), body.get("members")
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
         raise InSyncRecordError(f"epoch must be a non-negative integer: {epoch!r}")
@@ -150,6 +166,8 @@ def read_in_sync(client: Any, cluster: str) -> VersionedInSync | None:
         return None
     try:
         record = decode_in_sync(data)
+    except InSyncFormatError as exc:
+        raise InSyncFormatError(f"{path}: {exc}", exc.found) from None
     except InSyncRecordError as exc:
         raise InSyncRecordError(f"{path}: {exc}") from None
     return VersionedInSync(record, int(stat.version))

@@ -53,6 +53,7 @@ from ha_agent.broker_check import BrokerCheck, PromoteRefused
 from ha_agent.epoch_counter import next_epoch
 from ha_agent.in_sync import (
     InSyncEpochError,
+    InSyncFormatError,
     InSyncRecordError,
     VersionedInSync,
     read_in_sync,
@@ -70,6 +71,7 @@ from ha_agent.promotion import (
     promotion_in_sync,
     releasable,
 )
+from ha_agent.zk_layout import ClusterLayout
 
 __all__ = ["InSyncKeeper"]
 
@@ -94,7 +96,10 @@ class InSyncKeeper:
         try:
             self.in_sync = read_in_sync(self.client, self.cluster)
         except InSyncRecordError as exc:
-            if str(exc) != self.error:
+            if str(exc) != self.error and isinstance(exc, InSyncFormatError):
+                path = ClusterLayout(self.cluster).in_sync
+                _log.error("zk_record_format_unknown", path=path, found=exc.found, reason=str(exc))
+            elif str(exc) != self.error:
                 _log.error("in_sync_record_invalid", reason=str(exc))
             self.in_sync, self.error = None, str(exc)
             return None

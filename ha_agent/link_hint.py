@@ -49,6 +49,7 @@ import structlog
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from ha_agent.promotion import BrokerView, PrimaryRecord
+from ha_agent.zk_format import WRITTEN_FORMAT, ZkFormatError, record_format
 from ha_agent.zk_layout import ClusterLayout, check_name
 
 __all__ = ["HintPublisher", "LinkHint", "LinkWatch", "hint_for", "hints_against", "read_hints"]
@@ -69,7 +70,8 @@ class LinkHint:
     reason: str = ""
 
     def to_json(self) -> bytes:
-        return json.dumps({"version": 1, **asdict(self)}, sort_keys=True).encode("utf-8")
+        body = {"version": WRITTEN_FORMAT, **asdict(self)}
+        return json.dumps(body, sort_keys=True).encode("utf-8")
 
     @classmethod
     def from_json(cls, data: bytes | None) -> LinkHint:
@@ -77,8 +79,13 @@ class LinkHint:
             record = json.loads(data or b"")
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not JSON: {exc}") from None
-        if not isinstance(record, dict) or record.pop("version", None) != 1:
-            raise ValueError("not a version-1 link hint")
+        if not isinstance(record, dict):
+            raise ValueError("not a link hint")
+        try:  # a hint of a format this agent cannot read is not acted on: left out
+            record_format(record, "a link hint")
+        except ZkFormatError as exc:
+            raise ValueError(str(exc)) from None
+        record.pop("version", None)
         try:
             hint = cls(**record)
         except TypeError as exc:

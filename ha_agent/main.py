@@ -21,9 +21,9 @@ import typer
 from typer._click.exceptions import ClickException
 from typer.core import TyperCommand
 
-from broker import __version__
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging
+from common.version import version_line
 from ha_agent.agent import Agent
 from ha_agent.designated import DesignatedPrimary
 from ha_agent.kazoo_log import route_kazoo_logging
@@ -64,7 +64,7 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"{PROGRAM} {__version__}")
+        typer.echo(version_line(PROGRAM))
         raise typer.Exit(ExitStatus.SUCCESS)
 
 

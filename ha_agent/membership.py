@@ -4,11 +4,13 @@
 
 Each agent owns ``/qpid-ha/<cluster>/members/<node>``: an *ephemeral* znode, so it goes
 away when the agent's ZooKeeper session ends (crash, partition past the session timeout,
-clean exit). It holds a JSON object (:class:`Member`, schema version 1)::
+clean exit). It holds a JSON object (:class:`Member`, ZooKeeper format 1, in ``version``:
+:mod:`ha_agent.zk_format`)::
 
     {"version": 1, "node": "n1", "broker_url": "amqp://10.0.0.1:5672",
      "ha_state": "ready", "epoch": 7, "store_status": "clean",
-     "replication_position": 1234, "broker_id": "6f1c..."}
+     "replication_position": 1234, "broker_id": "6f1c...",
+     "replication_formats": "1-1", "zookeeper_formats": "1-1"}
 
 ``replication_position`` is one number that orders brokers of the same epoch (larger is
 more advanced); the agent derives it from its broker's ``/api/ha``. ``store_status`` is
@@ -17,6 +19,11 @@ in ``/api/ha`` (new at each broker start; "" while it does not answer): the in-s
 (:mod:`ha_agent.in_sync`) names brokers by it. It was added to schema 1 compatibly: a
 record without it reads as "" (but an agent older than the field refuses records with it,
 so upgrade every agent of a cluster together).
+
+``replication_formats`` (its broker's, from ``/api/ha``) and ``zookeeper_formats`` (the
+agent's) are the formats the member speaks, ``"LOW-HIGH"`` (:mod:`common.formats`; added in
+release 0.1.0: a record without them is of an earlier build and reads as ``"1-1"``). A new
+feature of a format is used only once every member speaks it: :func:`cluster_speaks`.
 
 :class:`MemberPublisher` creates and updates this agent's record; :func:`read_members`
 returns everyone's.
@@ -34,9 +41,12 @@ Error Handling
   runs with the same ``--node``, or this agent restarted before ZooKeeper expired its
   previous session. :meth:`MemberPublisher.publish` can wait for the old record to vanish
   (``timeout``); it never deletes another session's record.
-- A record that cannot be parsed (another version, a hand-made znode) is left out of
-  :func:`read_members` with a ``member_record_invalid`` warning; :meth:`Member.from_json`
-  raises :class:`MemberRecordError`.
+- A record that cannot be parsed (a hand-made znode) is left out of :func:`read_members`
+  with a ``member_record_invalid`` warning; :meth:`Member.from_json` raises
+  :class:`MemberRecordError`. A record of a ZooKeeper format this agent cannot read is a
+  fault, not garbage: :meth:`Member.from_json` raises
+  :class:`~ha_agent.zk_format.ZkFormatError`, and :func:`read_members` leaves it out and
+  hands its line to the caller (``unreadable``), which then does not contend.
 - Blocking calls: run them in a thread, not on an event loop.
 """
 
@@ -45,12 +55,16 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import structlog
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from common.formats import parse_range
+from common.version import REPLICATION_FORMATS, ZOOKEEPER_FORMATS
+from ha_agent.zk_format import WRITTEN_FORMAT, ZkFormatError, record_format
 from ha_agent.zk_layout import ClusterLayout, check_name
 
 __all__ = [
@@ -60,11 +74,15 @@ __all__ = [
     "MemberConflictError",
     "MemberPublisher",
     "MemberRecordError",
+    "cluster_speaks",
     "read_members",
 ]
 
-#: Version of the member record written by this code.
-MEMBER_SCHEMA = 1
+#: Version (the ZooKeeper format) of the member record written by this code.
+MEMBER_SCHEMA = WRITTEN_FORMAT
+
+#: What a member record of a build before release 0.1.0 speaks (it does not say).
+_BEFORE_0_1_0 = "1-1"
 
 #: The store statuses a record may carry.
 STORE_STATUSES = frozenset({"empty", "clean", "dirty", "unknown"})
@@ -112,6 +130,9 @@ class Member:
     replication_position: int = 0
     broker_id: str = ""
     store_id: str = ""  # the broker's store, kept across its restarts ("" unknown)
+    #: the formats the member speaks (its broker's replication, its agent's ZooKeeper)
+    replication_formats: str = REPLICATION_FORMATS.text
+    zookeeper_formats: str = ZOOKEEPER_FORMATS.text
 
     def __post_init__(self) -> None:
         try:
@@ -124,6 +145,11 @@ class Member:
         _str("store_id", self.store_id)
         _int("epoch", self.epoch)
         _int("replication_position", self.replication_position)
+        for name in ("replication_formats", "zookeeper_formats"):
+            try:
+                parse_range(getattr(self, name))
+            except ValueError as exc:
+                raise MemberRecordError(f"{name}: {exc}") from None
         if self.store_status not in STORE_STATUSES:
             raise MemberRecordError(
                 f"store_status must be one of {sorted(STORE_STATUSES)}: {self.store_status!r}"
@@ -136,27 +162,49 @@ class Member:
 
     @classmethod
     def from_json(cls, data: bytes | None) -> Member:
-        """Parse a znode's content; MemberRecordError if it is not a version-1 record."""
+        """Parse a znode's content; MemberRecordError if it is not a member record,
+        :class:`~ha_agent.zk_format.ZkFormatError` if it is one of a ZooKeeper format this
+        agent cannot read."""
         try:
             record = json.loads(data or b"")
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise MemberRecordError(f"not JSON: {exc}") from None
         if not isinstance(record, dict):
             raise MemberRecordError(f"not a JSON object: {type(record).__name__}")
-        version = record.pop("version", None)
-        if version != MEMBER_SCHEMA:
-            raise MemberRecordError(f"unknown record version {version!r}")
+        try:
+            record_format(record, "a member record")
+        except ValueError as exc:
+            raise MemberRecordError(str(exc)) from None
+        record.pop("version", None)
         fields = {"node", "broker_url", "ha_state", "epoch", "store_status"}
         fields |= {"replication_position"}
-        optional = {"broker_id", "store_id"}
+        optional = {"broker_id", "store_id", "replication_formats", "zookeeper_formats"}
         missing, unknown = fields - record.keys(), record.keys() - fields - optional
         if missing or unknown:
             raise MemberRecordError(f"fields missing {sorted(missing)}, unknown {sorted(unknown)}")
+        record.setdefault("replication_formats", _BEFORE_0_1_0)
+        record.setdefault("zookeeper_formats", _BEFORE_0_1_0)
         return cls(**record)
 
 
-def read_members(client: Any, cluster: str) -> dict[str, Member]:
-    """Every member record of ``cluster`` by node name (empty when there is none)."""
+def cluster_speaks(members: Mapping[str, Member], kind: str, format_: int) -> bool:
+    """Whether every member speaks ``format_`` of ``kind`` ("replication" or "zookeeper"):
+    the condition to use a feature of that format (docs/ha-design.md, "Format versions").
+    A record of a build before 0.1.0 speaks format 1 only; no members: False."""
+    if kind not in ("replication", "zookeeper"):
+        raise ValueError(f"bad format kind {kind!r}: replication or zookeeper")
+    spoken = [parse_range(getattr(m, f"{kind}_formats")) for m in members.values()]
+    return bool(spoken) and all(format_ in formats for formats in spoken)
+
+
+def read_members(
+    client: Any, cluster: str, unreadable: list[ZkFormatError] | None = None
+) -> dict[str, Member]:
+    """Every member record of ``cluster`` by node name (empty when there is none).
+
+    A record of a ZooKeeper format this agent cannot read is left out; its error goes to
+    ``unreadable`` when given (the agent logs it once and does not contend), else to the
+    log (``zk_record_format_unknown``)."""
     layout = ClusterLayout(cluster)
     try:
         children = client.retry(client.get_children, layout.members)
@@ -173,6 +221,14 @@ def read_members(client: Any, cluster: str) -> dict[str, Member]:
             member = Member.from_json(data)
             if member.node != child:
                 raise MemberRecordError(f"record of node {member.node!r} under {child!r}")
+        except ZkFormatError as exc:
+            if unreadable is None:
+                _log.warning(
+                    "zk_record_format_unknown", path=path, found=exc.found, reason=str(exc.at(path))
+                )
+            else:
+                unreadable.append(exc.at(path))
+            continue
         except MemberRecordError as exc:
             _log.warning("member_record_invalid", cluster=cluster, path=path, reason=str(exc))
             continue

@@ -13,7 +13,9 @@ Error Handling
 ==============
 
 - :func:`read_primary` returns None when there is no record, and also for a record that
-  cannot be parsed (logged as ``primary_record_invalid``).
+  cannot be parsed (logged as ``primary_record_invalid``). A record of a ZooKeeper format
+  this agent cannot read is not "no primary": it raises
+  :class:`~ha_agent.zk_format.ZkFormatError` (the agent then does not contend).
 - :func:`write_primary` replaces a record left by this session, and raises kazoo's
   ``NodeExistsError`` when another live session holds one (two leaders would be a bug of
   the election: the caller resigns).
@@ -30,11 +32,12 @@ import structlog
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from ha_agent.promotion import PrimaryRecord
+from ha_agent.zk_format import WRITTEN_FORMAT, ZkFormatError, record_format
 from ha_agent.zk_layout import ClusterLayout
 
 __all__ = ["delete_primary", "read_primary", "write_primary"]
 
-RECORD_VERSION = 1
+RECORD_VERSION = WRITTEN_FORMAT
 
 _log = structlog.get_logger("ha_agent.primary_record", component="agent")
 
@@ -45,11 +48,14 @@ def _encode(record: PrimaryRecord, vip: str | None) -> bytes:
 
 
 def decode_primary(data: bytes | None) -> tuple[PrimaryRecord, str | None] | None:
-    """The record and its virtual IP from a znode's bytes; None when it is not a record."""
+    """The record and its virtual IP from a znode's bytes; None when it is not a record,
+    :class:`~ha_agent.zk_format.ZkFormatError` when it is one of a format this agent cannot
+    read."""
     try:
         body = json.loads(data or b"")
-        if not isinstance(body, dict) or body.get("version") != RECORD_VERSION:
+        if not isinstance(body, dict):
             return None
+        record_format(body, "the primary record")  # ZkFormatError: a fault, not garbage
         node, epoch, url = body["node"], body["epoch"], body.get("broker_url", "")
         vip = body.get("vip")
         if not isinstance(node, str) or not isinstance(url, str):
@@ -57,7 +63,7 @@ def decode_primary(data: bytes | None) -> tuple[PrimaryRecord, str | None] | Non
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             return None
         return PrimaryRecord(node, epoch, url), vip if isinstance(vip, str) else None
-    except (KeyError, UnicodeDecodeError, json.JSONDecodeError):
+    except (KeyError, ValueError, UnicodeDecodeError):  # json.JSONDecodeError is a ValueError
         return None
 
 
@@ -67,7 +73,10 @@ def read_primary_full(client: Any, cluster: str) -> tuple[PrimaryRecord, str | N
         data, _ = client.retry(client.get, path)
     except NoNodeError:
         return None
-    decoded = decode_primary(data)
+    try:
+        decoded = decode_primary(data)
+    except ZkFormatError as exc:
+        raise exc.at(path) from None
     if decoded is None:
         _log.warning("primary_record_invalid", cluster=cluster, path=path)
     return decoded

@@ -119,6 +119,8 @@ class BrokerView:
     #: backup, or a broker that does not say
     link_up: bool | None = None
     link_error: str = ""  # why the backup's link is down, as the broker reports it
+    #: the replication formats the broker speaks, "LOW-HIGH" ("" from one that does not say)
+    replication_formats: str = ""
 
     @property
     def is_primary(self) -> bool:
@@ -214,6 +216,9 @@ class ClusterView:
     in_sync: InSyncRecord | None = None
     #: why the in-sync set could not be read ("" when it could): then nobody contends
     in_sync_error: str = ""
+    #: a ZooKeeper record of a format this agent cannot read ("" none): a backup's agent
+    #: does not contend (ha_agent.zk_format)
+    format_error: str = ""
     # Freshness (the agent's monotonic clock; None: unknown, no constraint):
     #: when the broker check behind ``broker`` was sent
     broker_read_at: float | None = None
@@ -296,6 +301,8 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
                 f"{broker.epoch}: another primary took it over"
             )
         return True, f"the broker is already the primary ({state})"
+    if view.format_error:
+        return False, f"a ZooKeeper record this agent cannot read: {view.format_error}"
     if state in ("ready", "joining") and view.in_sync_error:
         return False, f"the in-sync set cannot be read: {view.in_sync_error}"
     if state == "ready":

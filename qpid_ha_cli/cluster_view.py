@@ -37,6 +37,7 @@ from ha_agent.in_sync import InSyncRecordError, read_in_sync
 from ha_agent.membership import read_members
 from ha_agent.primary_record import read_primary_full
 from ha_agent.zk_auth import ZkAuth, zk_security
+from ha_agent.zk_format import ZkFormatError
 from ha_agent.zk_layout import ClusterLayout
 from ha_agent.zk_tls import ZkTls, tls_refusal
 
@@ -97,6 +98,8 @@ def read_cluster(
                 versioned = read_in_sync(client, cluster)
             except InSyncRecordError as exc:
                 versioned, in_sync_error = None, str(exc)
+        except ZkFormatError as exc:  # a record of a format this qpid-ha cannot read
+            raise ClusterViewError(str(exc)) from None
         except NoAuthError:
             who = f"user {auth.user!r}" if auth is not None else "no credentials"
             raise ClusterViewError(

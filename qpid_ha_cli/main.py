@@ -29,10 +29,10 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperGroup
 from typer.exceptions import Abort
 
-from broker import __version__
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
 from common.url import parse_url
+from common.version import version_line
 from ha_agent.zk_auth import parse_zk_auth
 from ha_agent.zk_tls import zk_tls
 from qpid_ha_cli import acl, admin, check, cluster_store, manage, store_backup, users, vhosts
@@ -151,7 +151,7 @@ app.add_typer(store_backup.app)  # backup --to DIR, restore DIR --data-dir D
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"{PROGRAM} {__version__}")
+        typer.echo(version_line(PROGRAM))
         raise typer.Exit(ExitStatus.SUCCESS)
 
 

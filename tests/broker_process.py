@@ -33,6 +33,8 @@ class BrokerProcess:
     port: int = 0
     mgmt_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    #: Environment variables added to the broker's (e.g. a test-only format override).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def log_file(self) -> Path:
@@ -59,7 +61,8 @@ class BrokerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         earlier_log = self.log_file.stat().st_size if self.log_file.exists() else 0
         with open(self.workdir / "stderr", "wb") as stderr:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
+            env = {**os.environ, **self.env} if self.env else None
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
         proc = self.proc
 
         def listening() -> bool:

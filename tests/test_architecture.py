@@ -3,8 +3,10 @@
 Every ``import`` of the product's own modules is collected with :mod:`ast` (imports under
 ``if TYPE_CHECKING:`` count for the package rules, not for cycles: they never run). The
 rules: ``common`` imports nothing of ours; ``broker.core`` nothing above it; ``broker.amqp``
-never ``broker.ha``; the broker never the agent, the CLI or analytics; the agent never the
-CLI; and no module imports itself back through a chain at run time.
+never ``broker.ha``; ``broker.security`` (decisions the protocols ask for) no protocol and
+no HA; the broker never the agent, the CLI or analytics; the agent never the
+CLI, nor the broker's insides (only ``broker.management``'s client and probe); and
+no module imports itself back through a chain at run time.
 """
 
 from __future__ import annotations
@@ -22,8 +24,19 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "common": ("broker", "ha_agent", "qpid_ha_cli", "analytics"),
     "broker.core": ("broker.amqp", "broker.ha", "broker.management", "broker.server"),
     "broker.amqp": ("broker.ha", "broker.management", "broker.server"),
+    "broker.security": ("broker.amqp", "broker.ha", "broker.management", "broker.server"),
     "broker": ("ha_agent", "qpid_ha_cli", "analytics"),
-    "ha_agent": ("qpid_ha_cli", "analytics"),
+    # The agent speaks to its broker only over HTTP and AMQP probes (broker.management).
+    "ha_agent": (
+        "qpid_ha_cli",
+        "analytics",
+        "broker.ha",
+        "broker.amqp",
+        "broker.core",
+        "broker.store",
+        "broker.security",
+        "broker.server",
+    ),
     "analytics": ("broker.amqp", "broker.ha", "ha_agent", "qpid_ha_cli"),
 }
 

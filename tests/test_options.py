@@ -308,7 +308,10 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main_parse(["--version"])
     assert info.value.code == 0
-    assert capsys.readouterr().out == f"qpidd {__version__}\n"
+    assert (
+        capsys.readouterr().out
+        == f"qpidd {__version__} (replication format 1, zookeeper format 1)\n"
+    )
 
 
 # -- the HA options (seed 001, section 1.12.3) ----------------------------------------

@@ -4,13 +4,20 @@
 connection but HA admin ones (``qpid.ha-admin``): a backup, or a primary that is fenced
 or may not confirm, refuses clients with 530 NOT_ALLOWED and words that send them on to the
 next address of their URL list; a replication link (``qpid.ha-backup``) is served only to
-``ha-username`` (issue 13).
+``ha-username`` (issue 13), and only if it speaks a replication format this broker speaks
+(:func:`link_format_refusal`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
+from broker.ha.link_format import NoCommonFormat, link_format
+from broker.ha.names import URL_PROPERTY
 from broker.ha.state import HaState
+from common.formats import FormatRange
 
 
 def client_refusal(state: HaState, not_serving: bool, public_url: str) -> AmqpError | None:
@@ -36,3 +43,16 @@ def link_user_refusal(link_user: str | None, user: str | None) -> AmqpError | No
         ReplyCode.ACCESS_REFUSED,
         f"replication links are served to user '{link_user}' only (ha-username), not '{user}'",
     )
+
+
+def link_format_refusal(
+    ours: FormatRange, properties: Mapping[str, Any], peer: str
+) -> AmqpError | None:
+    """None when a backup's link speaks a replication format this broker speaks, else the
+    refusal at connection.open: 540 NOT_IMPLEMENTED, its text the one line both sides log
+    (:func:`broker.ha.link_format.link_format`)."""
+    try:
+        link_format(ours, properties, f"backup {properties.get(URL_PROPERTY) or peer}")
+    except NoCommonFormat as exc:
+        return AmqpError(ReplyCode.NOT_IMPLEMENTED, str(exc))
+    return None

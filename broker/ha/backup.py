@@ -45,34 +45,86 @@ from broker.amqp.client import (
     ClientError,
     ConnectionClosedByBroker,
     Delivery,
+    connect,
 )
 from broker.amqp.client.handshake import NoUsableMechanism
 from broker.core.errors import ReplyCode
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts
-from broker.ha.backup_dial import (
-    PRIMARY_STATES,
-    NotPrimary,
-    connect_as_backup,
-    describe_dial_failure,
-)
 from broker.ha.broker_replicator import BrokerReplicator
+from broker.ha.dial_failure import NotPrimary, describe_dial_failure, format_refusal
+from broker.ha.link_format import CODECS, NoCommonFormat, codec_of, link_format
 from broker.ha.names import (
+    BACKUP_PROPERTY,
     BASE_EPOCH_PROPERTY,
+    BROKER_ID_PROPERTY,
     CLUSTER_ID_PROPERTY,
     CONFIG_STREAM,
     EPOCH_PROPERTY,
+    FORMATS_PROPERTY,
     IDS_ARGUMENT,
     QUEUE_STREAM_PREFIX,
     STATUS_PROPERTY,
+    URL_PROPERTY,
     VHOST_ARGUMENT,
 )
 from broker.ha.queue_replicator import AckCoalescer, BatchAcks, CatchUpGc
 from broker.ha.redial import Backoff, DialFailures, DialRefused, dial_loop
-from broker.ha.replication_errors import ReplicationErrors, event_object, object_named
-from broker.ha.wire import decode_batch, decode_config_event
+from broker.ha.replication_errors import (
+    ReplicationErrors,
+    described,
+    event_object,
+    queue_object,
+)
+from broker.ha.state import HaState
+from common.formats import FormatRange
 from common.log import get_logger
 from common.url import Address
+from common.version import REPLICATION_FORMATS
+
+_PRIMARY_STATES = (HaState.RECOVERING.value, HaState.ACTIVE.value)
+
+
+async def connect_as_backup(
+    address: Address,
+    *,
+    user: str | None,
+    password: str | None,
+    mechanism: str,
+    heartbeat: float,
+    product: str,
+    broker_id: str,
+    url: str,
+    epoch: int | None = None,
+    anonymous_fallback: bool = False,
+    tls: ssl.SSLContext | None = None,
+    formats: FormatRange = REPLICATION_FORMATS,
+) -> AmqpClient:
+    """Open a replication link to ``address``, flagged as an HA backup connection
+    (``anonymous_fallback``: see :func:`~broker.amqp.client.handshake.choose_mechanism`)
+    and announcing the replication ``formats`` it speaks; an ``ssl:`` address is dialled
+    with TLS (``tls``, else the system's CAs)."""
+    properties: dict[str, Any] = {
+        "product": product,
+        BACKUP_PROPERTY: True,
+        BROKER_ID_PROPERTY: broker_id,
+        URL_PROPERTY: url,
+        FORMATS_PROPERTY: formats.text,
+    }
+    if epoch is not None:
+        properties[EPOCH_PROPERTY] = epoch
+    return await connect(
+        address.host,
+        address.port,
+        user=user,
+        password=password,
+        mechanism=mechanism,
+        client_properties=properties,
+        heartbeat=max(1, int(heartbeat)),
+        timeout=max(1.0, min(10.0, heartbeat)),
+        anonymous_fallback=anonymous_fallback,
+        tls=(tls or ssl.create_default_context()) if address.scheme == "ssl" else None,
+    )
 
 
 class DiskSync(Protocol):
@@ -149,11 +201,13 @@ class BackupLink:
         tls: ssl.SSLContext | None = None,
         check_cluster: Callable[[str | None, str], str | None] | None = None,
         disk: DiskSync | None = None,
+        formats: FormatRange = REPLICATION_FORMATS,
     ) -> None:
         """``auth_here``: whether this broker requires authentication; off, or without a
         ``user``, the link falls back to ANONYMOUS where its mechanism cannot be used.
         ``disk``: this broker's store; a batch that wrote to it is acknowledged only once
-        what it wrote is durable."""
+        what it wrote is durable. ``formats``: the replication formats it speaks; each link
+        reads the highest its primary speaks too (:mod:`broker.ha.link_format`)."""
         self.owner = owner
         self.vhost = vhost
         self.addresses = addresses
@@ -166,6 +220,9 @@ class BackupLink:
         #: ``check_cluster(primary's cluster id, address)``: None to join, else why not
         self.check_cluster = check_cluster
         self.disk = disk
+        self.formats = formats
+        #: The codec of the link's replication format (set at each dial).
+        self.codec = codec_of(formats.highest if formats.highest in CODECS else 1)
         #: When applied batches are acknowledged (a new one each link).
         self._batch_acks = self._new_batch_acks()
         self.maintenance_interval = maintenance_interval
@@ -212,8 +269,8 @@ class BackupLink:
         """The dial loop ends only when cancelled, or on a bug: never silently."""
         exc = None if task.cancelled() else task.exception()
         if exc is not None:
-            self.owner.log("ha_link_error", reason=f"the link stopped: {_described(exc)}")
-            self.errors.failed("link", f"the link stopped: {_described(exc)}")
+            self.owner.log("ha_link_error", reason=f"the link stopped: {described(exc)}")
+            self.errors.failed("link", f"the link stopped: {described(exc)}")
 
     def replication_error(self) -> dict[str, Any] | None:
         """The latest replication error of this backup, until a link catches up."""
@@ -290,7 +347,8 @@ class BackupLink:
         if line is None:
             return
         log = self._log.debug if routine else self._log.warning
-        log("ha_link_dial_failed", address=str(address), reason=reason, repeated=line.repeated)
+        event = "ha_link_format_refused" if format_refusal(exc) else "ha_link_dial_failed"
+        log(event, address=str(address), reason=reason, repeated=line.repeated)
 
     async def _dial(self, address: Address) -> AmqpClient:
         owner = self.owner
@@ -307,15 +365,22 @@ class BackupLink:
                 epoch=owner.epoch,
                 anonymous_fallback=self.anonymous_fallback,
                 tls=self.tls,
+                formats=self.formats,
             )
         except ValueError as exc:  # e.g. ha-username without ha-password
             raise DialRefused(f"link configuration: {exc}") from exc
         status = client.server_properties.get(STATUS_PROPERTY)
-        if status not in PRIMARY_STATES:
+        if status not in _PRIMARY_STATES:
             # Not (yet) an HA primary: e.g. a broker still starting, listening before its
             # HA role admits or refuses connections. Following it would mean catch-up forever.
             await self._close_client(client)
             raise NotPrimary(None if status is None else str(status))
+        try:  # a primary that speaks formats refuses this link itself at connection.open
+            wire_format = link_format(self.formats, client.server_properties, f"primary {address}")
+        except NoCommonFormat:
+            await self._close_client(client)
+            raise
+        self.codec = codec_of(wire_format)
         epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
         if epoch < owner.epoch:
             owner.log(
@@ -349,8 +414,8 @@ class BackupLink:
         except (ClientError, ValueError, OSError) as exc:
             self.owner.link_down(f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a bug: an event, the link closed, dialled again later
-            self._fail("the link", _described(exc))
-            self.owner.link_down(f"replication error: {_described(exc)}")
+            self._fail("the link", described(exc))
+            self.owner.link_down(f"replication error: {described(exc)}")
         finally:
             self.client = None
             self._gc.end()
@@ -436,10 +501,10 @@ class BackupLink:
             appended = 0 if disk is None else disk.appended
             event: dict[str, Any] | None = None
             try:
-                event = decode_config_event(delivery.body)
+                event = self.codec.decode_config_event(delivery.body)
                 changes = self.replicator.apply(event)
             except Exception as exc:  # the shell: any failure is an event, never a traceback
-                self._fail(event_object(event), _described(exc))
+                self._fail(event_object(event), described(exc))
                 return
             tag = delivery.delivery_tag
             if disk is None or not (waiting[0] or disk.appended != appended):
@@ -491,7 +556,7 @@ class BackupLink:
         self._subscribing.discard(task)
         exc = None if task.cancelled() else task.exception()
         if exc is not None and not isinstance(exc, ClientError):
-            self._fail("a queue stream", _described(exc))
+            self._fail("a queue stream", described(exc))
 
     async def _subscribe(self, name: str) -> None:
         client = self.client
@@ -508,6 +573,7 @@ class BackupLink:
 
             disk = self.disk
             batch_acks = self._batch_acks
+            decode_batch = self.codec.decode_batch
 
             def ack(tag: int) -> None:
                 with contextlib.suppress(ClientError):  # the link is going down
@@ -516,9 +582,9 @@ class BackupLink:
             def on_batch(delivery: Delivery) -> None:
                 appended = 0 if disk is None else disk.appended
                 try:
-                    replicator.apply(decode_batch(delivery.body))
+                    replicator.apply(decode_batch(delivery.body))  # the link's format
                 except Exception as exc:  # the shell: any failure is an event
-                    self._fail(_queue_object(replicator.queue), _described(exc))
+                    self._fail(queue_object(replicator.queue), described(exc))
                     return
                 wrote = disk is not None and disk.appended != appended
                 batch_acks.applied(replicator, ack, delivery.delivery_tag, wrote)
@@ -534,7 +600,7 @@ class BackupLink:
                 arguments[VHOST_ARGUMENT] = queue.vhost
             await channel.consume(QUEUE_STREAM_PREFIX + queue.name, on_batch, arguments=arguments)
         except (ValueError, TypeError) as exc:  # e.g. a stream name the link cannot carry
-            self._fail(_queue_object(replicator.queue), _described(exc))
+            self._fail(queue_object(replicator.queue), described(exc))
         except ClientError as exc:
             # The queue may have gone on the primary meanwhile; its deletion event follows.
             self.owner.log("ha_subscribe_failed", queue=name, reason=str(exc))
@@ -550,13 +616,3 @@ class BackupLink:
             self.errors.cleared("link")
             self._gc.end()
             self.owner.caught_up()
-
-
-def _described(exc: BaseException) -> str:
-    """An exception as one line: its type and text (no traceback)."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _queue_object(queue: Any) -> str:
-    return object_named("queue", queue.name, queue.vhost)

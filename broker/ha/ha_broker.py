@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.vhosts import key_of
-from broker.ha.admission import client_refusal, link_user_refusal
+from broker.ha.admission import client_refusal, link_format_refusal, link_user_refusal
 from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
 from broker.ha.cluster_identity import ClusterIdentity
@@ -48,10 +48,12 @@ from broker.ha.names import (
     BASE_EPOCH_PROPERTY,
     BROKER_ID_PROPERTY,
     EPOCH_PROPERTY,
+    FORMATS_PROPERTY,
     PUBLIC_URL_PROPERTY,
     STATUS_PROPERTY,
 )
 from broker.ha.primary import Primary, PrimaryListener
+from broker.ha.redial import DialFailures
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import ReplicationContract
@@ -93,13 +95,14 @@ from broker.ha.role_events import (
     Tick,
 )
 from broker.ha.state import HaState
-from broker.ha.status_check import check_status
 from broker.ha.store_lineage import StoreLineage
 from broker.ha.streams import PrimaryStreams
+from broker.management.status_check import check_status
 from broker.options import public_url
 from broker.security.tls import link_context
 from common.log import get_logger, set_log_context
 from common.url import Address, parse_url
+from common.version import replication_formats
 
 if TYPE_CHECKING:
     from broker.amqp.connection import Connection
@@ -167,6 +170,10 @@ class HaBroker:
         self.replicate_default = ReplicateLevel.parse(options.ha_replicate)
         # What a client declares must be what the replication wire carries (issue 24).
         vhost.hold_contract(ReplicationContract(self.replicate_default))
+        #: The replication formats this broker speaks (announced, and asked of backups).
+        self.formats = replication_formats()
+        #: Format refusals logged: the same one (backup and ranges) once a minute at most.
+        self._refusals = DialFailures(60.0)
         self.primary: Primary | None = None
         self.streams: PrimaryStreams | None = None
         #: As a primary: each backup's latest replication error (``/api/ha``).
@@ -233,6 +240,7 @@ class HaBroker:
             EPOCH_PROPERTY: self.epoch,
             BROKER_ID_PROPERTY: self.broker_id,
             PUBLIC_URL_PROPERTY: self.public_url,
+            FORMATS_PROPERTY: self.formats.text,
             **self.identity.server_properties(),
             **({} if base is None else {BASE_EPOCH_PROPERTY: base}),
         }
@@ -316,6 +324,7 @@ class HaBroker:
             tls=link_context(options),  # for ssl: addresses of ha-brokers-url
             check_cluster=self.check_cluster,
             disk=self.disk,
+            formats=self.formats,
         )
         self.link.start()
 
@@ -421,6 +430,10 @@ class HaBroker:
                 self.handle(EpochSeen(int(props.get(EPOCH_PROPERTY) or 0)))
                 if self.fenced:
                     return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: newer epoch")
+                refusal = link_format_refusal(self.formats, props, connection.peer)
+                now, text = self.context.clock(), refusal and refusal.reply_text
+                if text and self._refusals.failed(text, text, now):
+                    self.log_.warning("ha_link_format_refused", peer=connection.peer, reason=text)
         elif refusal is None:
             self._client_back("ha_first_client_connection", connection)
         return refusal
@@ -571,7 +584,7 @@ class HaBroker:
             auto_delete_grace=self.options.ha_backup_timeout,
         )
         self.primary = primary
-        self.streams = PrimaryStreams(primary, self)
+        self.streams = PrimaryStreams(primary, self, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.context.streams = self.streams
         self.context.barrier = self.streams  # declare-ok and friends after the backups

@@ -52,6 +52,7 @@ def ha_status(ha: HaBroker) -> dict[str, Any]:
         "epoch": ha.epoch,
         "broker_id": ha.broker_id,
         "cluster_id": ha.identity.cluster_id,
+        "replication_formats": ha.formats.text,
         "url": ha.url,
         "public_url": ha.public_url,
         "primary": ha.primary_address if ha.primary is None else ha.url,

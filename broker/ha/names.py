@@ -22,12 +22,16 @@ PUBLIC_URL_PROPERTY = "qpid.ha-public-url"
 CLUSTER_ID_PROPERTY = "qpid.ha-cluster-id"
 #: A primary's base epoch: the era of the store it was promoted from (broker.ha.store_history).
 BASE_EPOCH_PROPERTY = "qpid.ha-base-epoch"
+#: The replication formats the broker speaks, "LOW-HIGH" (common.formats; a backup's
+#: start-ok carries its own): the primary encodes each link in the highest both speak.
+FORMATS_PROPERTY = "qpid.ha-replication-formats"
 
 # -- connection.start-ok client properties -----------------------------------------------
 #: Set by a backup's replication link.
 BACKUP_PROPERTY = "qpid.ha-backup"
 #: A backup's own address, as the primary lists it in the membership.
 URL_PROPERTY = "qpid.ha-url"
+#: A backup announces its replication formats with :data:`FORMATS_PROPERTY` too.
 #: An admin connection (status checks, tools): admitted by a backup too.
 ADMIN_PROPERTY = "qpid.ha-admin"
 

@@ -72,9 +72,13 @@ class ReplicatingSubscription:
         *,
         max_batch_bytes: int = 64 * 1024,
         max_batch_events: int = 256,
+        wire_format: int = 1,
     ) -> None:
         self.queue = queue
         self.guard = guard
+        #: The link's replication format (broker.ha.link_format): format 1 is the only one
+        #: yet; a format that writes batches differently branches on it in next_batch.
+        self.wire_format = wire_format
         #: Greater than every earlier subscription's (the guard's removal holds use it).
         self.key = next(_keys)
         self.max_batch_bytes = max_batch_bytes

@@ -25,7 +25,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["ReplicationError", "ReplicationErrors", "event_object", "object_named", "shown_name"]
+__all__ = [
+    "ReplicationError",
+    "ReplicationErrors",
+    "described",
+    "event_object",
+    "object_named",
+    "queue_object",
+    "shown_name",
+]
 
 
 #: Longest name shown whole in an error (a longer one is cut, with its size in bytes).
@@ -112,3 +120,14 @@ def event_object(event: object) -> str:
     if "name" in event:
         return f"{kind} " + object_named("object", event["name"], event.get("vhost"))
     return f"configuration stream ({kind} event)"
+
+
+def queue_object(queue: Any) -> str:
+    """A queue (anything with ``name`` and ``vhost``) for an error line."""
+    return object_named("queue", queue.name, queue.vhost)
+
+
+def described(exc: BaseException) -> str:
+    """An exception as one line: its type and text (no traceback)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

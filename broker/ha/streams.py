@@ -37,6 +37,7 @@ from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.config_guard import NEXT_STREAM, ConfigGuard, ReplyHandle
 from broker.ha.id_set import IdSet
+from broker.ha.link_format import Codec, NoCommonFormat, codec_of, link_format
 from broker.ha.names import (
     BACKUP_PROPERTY,
     BROKER_ID_PROPERTY,
@@ -57,7 +58,8 @@ from broker.ha.replicate_level import (
 )
 from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.ha.replication_errors import event_object, object_named
-from broker.ha.wire import encode_config_event
+from common.formats import FormatRange
+from common.version import REPLICATION_FORMATS
 
 if TYPE_CHECKING:
     from broker.amqp.stream_sink import StreamSink
@@ -234,10 +236,13 @@ class ConfigStream(_ChannelStream):
     highest number the backup has acknowledged with every one before it, reported to the
     backup's :class:`~broker.ha.config_guard.ConfigGuard` (synchronous configuration)."""
 
-    def __init__(self, sink: StreamSink, streams: PrimaryStreams, guard: ConfigGuard) -> None:
+    def __init__(
+        self, sink: StreamSink, streams: PrimaryStreams, guard: ConfigGuard, codec: Codec
+    ) -> None:
         super().__init__(sink)
         self.streams = streams
         self.guard = guard
+        self._encode = codec.encode_config_event  # the link's replication format
         self._pending: list[dict[str, Any]] = [streams.snapshot()]
         self.pushed = 1
         guard.pushed(self.key, 1)
@@ -259,7 +264,7 @@ class ConfigStream(_ChannelStream):
             number = self.pushed - len(self._pending) + 1
             event = self._pending[0]
             try:
-                body = encode_config_event(event)
+                body = self._encode(event)
             except ValueError as exc:  # outside the replication contract: a bug, not a stall
                 self._failed(event_object(event), str(exc))
                 return
@@ -355,9 +360,13 @@ class BackupEvents(Protocol):
 class PrimaryStreams:
     """The channel hook serving ``qpid.ha-*`` consumes on the primary."""
 
-    def __init__(self, primary: Primary, events: BackupEvents) -> None:
+    def __init__(
+        self, primary: Primary, events: BackupEvents, formats: FormatRange = REPLICATION_FORMATS
+    ) -> None:
         self.primary = primary
         self.events = events
+        #: The replication formats served; each link gets the highest its backup speaks too.
+        self.formats = formats
         vhost = primary.vhost
         self.vhosts = vhost if isinstance(vhost, VirtualHosts) else VirtualHosts(default=vhost)
         self.vhost = self.vhosts.default
@@ -429,7 +438,11 @@ class PrimaryStreams:
             )
         backup_id = str(props.get(BROKER_ID_PROPERTY) or sink.connection_name)
         backup_url = str(props.get(URL_PROPERTY) or sink.peer)
-        stream = self._open(sink, name, arguments, backup_id, backup_url)
+        try:  # an HA primary refused such a link at connection.open: a stand-alone did not
+            wire_format = link_format(self.formats, props, f"backup {backup_url}")
+        except NoCommonFormat as exc:
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, str(exc)) from None
+        stream = self._open(sink, name, arguments, backup_id, backup_url, codec_of(wire_format))
         self._streams_of[backup_id] = self._streams_of.get(backup_id, 0) + 1
         stream.on_close = lambda: self._stream_closed(backup_id, stream)
         stream.on_failed = lambda what, reason: self.events.backup_failed(
@@ -500,10 +513,11 @@ class PrimaryStreams:
         arguments: dict[str, Any],
         backup_id: str,
         backup_url: str,
+        codec: Codec,
     ) -> ConfigStream | QueueStream:
         if name == CONFIG_STREAM:
             backup = self.events.backup_connected(backup_id, backup_url)
-            stream = ConfigStream(sink, self, backup.config)
+            stream = ConfigStream(sink, self, backup.config, codec)
             self.config_streams.append(stream)
             self.config_stream_of[backup_id] = stream
             if self._membership is not None:
@@ -533,7 +547,9 @@ class PrimaryStreams:
                 ReplyCode.PRECONDITION_FAILED, f"bad {IDS_ARGUMENT} argument: {exc}"
             ) from exc
         backup = self.events.backup_connected(backup_id, backup_url)
-        subscription = ReplicatingSubscription(queue, backup.guard(queue), backup_ids)
+        subscription = ReplicatingSubscription(
+            queue, backup.guard(queue), backup_ids, wire_format=codec.format
+        )
         queue_stream = QueueStream(
             sink,
             subscription,

@@ -3,7 +3,7 @@ and ``POST /api/acl/reload`` (read the file again; ``qpid-ha acl reload``); the 
 ``POST /api/users/reload`` (``qpid-ha users reload``).
 
 Handlers only translate HTTP into calls on the broker's
-:class:`~broker.security.broker_security.BrokerSecurity`. A reload refused (no ACL file, or
+:class:`~broker.broker_security.BrokerSecurity`. A reload refused (no ACL file, or
 a bad one: the running ACL stays) is a 409 naming the file and line; so is a users file
 reload refused. Reading needs the
 monitoring role, reloading the administrator's (:mod:`broker.security.roles`).
@@ -48,7 +48,7 @@ class AclEndpoints:
     async def reload(self, request: web.Request) -> web.Response:
         Body(await read_json_object(request), ())
         security = self._security()
-        from broker.security.broker_security import ReloadError
+        from broker.broker_security import ReloadError
 
         try:
             status = security.reload(f"management ({current_user.get()})")
@@ -59,7 +59,7 @@ class AclEndpoints:
     async def reload_users(self, request: web.Request) -> web.Response:
         Body(await read_json_object(request), ())
         security = self._security()
-        from broker.security.broker_security import ReloadError
+        from broker.broker_security import ReloadError
 
         try:
             status = security.reload_users(f"management ({current_user.get()})")

@@ -13,7 +13,7 @@ number (a plain-text password from the old ``name:password`` format included: ha
 ``qpid-ha users passwd``). Errors never echo a password or a hash.
 
 :class:`UserDatabase` is immutable: the broker reads one at start (``--sasl-users``; again
-on SIGHUP or ``qpid-ha users reload``: :mod:`broker.security.broker_security`) or
+on SIGHUP or ``qpid-ha users reload``: :mod:`broker.broker_security`) or
 uses :meth:`UserDatabase.default` (guest/guest with every role, from loopback only by
 ``--loopback-users``). ``qpid-ha users`` edits copies (:meth:`UserDatabase.with_user`,
 :meth:`UserDatabase.without`) and writes them with :func:`save` (atomically, mode 0600).

@@ -32,16 +32,15 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from crc32c import crc32c
 
+from broker.store.ledger import Ledger
 from broker.store.records import HEADER, RECORD_HEADER, Kind, iter_tx
-
-if TYPE_CHECKING:
-    from broker.store.journal import Journal
 
 #: Bytes of a segment read at a time (off the loop).
 READ_BYTES = 1 << 20
@@ -132,12 +131,39 @@ def _open(path: os.PathLike[str] | str) -> tuple[int, int]:
         raise
 
 
+class CompactingJournal(Protocol):
+    """What a compaction pass needs of the journal it compacts (the port; the journal
+    implements it: :class:`broker.store.journal.Journal`)."""
+
+    #: Writes that failed so far: a pass checks its copies' writes by this count.
+    write_failures: int
+    #: How far a pass goes between two turns of the loop.
+    compaction_steps: Steps
+    #: Which segment holds which live record.
+    ledger: Ledger
+
+    @property
+    def closing(self) -> bool: ...
+
+    def copy_if_live(
+        self, number: int, kind: int, ids: tuple[int, ...], record: bytes
+    ) -> int | None: ...
+
+    def after_durable(self, callback: Callable[[bool], None], *, written: bool = False) -> None: ...
+
+    async def compaction_pause(self) -> None: ...
+
+    def log_event(self, level: str, event: str, **fields: Any) -> None: ...
+
+
 class CompactionPass:
     """Copies the live records of segment ``number`` forward, in steps; ``True`` from
     :meth:`run` once every record was looked at (the segment may go once they are written),
     ``False`` when the pass stopped (the journal closes, a damaged record, a read error)."""
 
-    def __init__(self, journal: Journal, number: int, path: os.PathLike[str] | str) -> None:
+    def __init__(
+        self, journal: CompactingJournal, number: int, path: os.PathLike[str] | str
+    ) -> None:
         self.journal = journal
         self.number = number
         self.path = path

@@ -92,6 +92,10 @@ class Node:
         ]
         self.agent: subprocess.Popen[bytes] | None = None
         self.broker_pids: set[int] = set()
+        #: where the programs come from (the tests' venv; tests/upgrade: a release's)
+        self.bin_dir = Path(AGENT).parent
+        #: environment variables added to the agent's (and so its broker's)
+        self.env: dict[str, str] = {}
 
     @property
     def broker_log(self) -> Path:
@@ -103,9 +107,10 @@ class Node:
 
     def start_agent(self, zk_hosts: str, cluster: str, *extra: str) -> None:
         # the broker's log lines name the agents' cluster (docs/log-schema.md)
-        broker = [*self.broker_command, f"--ha-cluster-name={cluster}"]
+        qpidd = str(self.bin_dir / "qpidd")
+        broker = [qpidd, *self.broker_command[1:], f"--ha-cluster-name={cluster}"]
         cmd = [
-            AGENT,
+            str(self.bin_dir / "qpid-ha-agent"),
             f"--zk={zk_hosts}",
             f"--cluster={cluster}",
             f"--node={self.name}",
@@ -117,8 +122,9 @@ class Node:
         ]
         if self.host is not None:
             cmd = self.host.exec_argv(cmd)
+        env = {**os.environ, **self.env} if self.env else None
         with open(self.dir / "agent.err", "ab") as err:
-            self.agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+            self.agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
 
     def status(self) -> dict[str, Any] | None:
         try:
@@ -196,15 +202,19 @@ class AgentCluster:
 
     def start(self, *extra: str, session_timeout: float = 2.0) -> AgentCluster:
         for node in self.nodes:
-            node.start_agent(
-                self.zk_hosts,
-                self.cluster,
-                f"--cluster-size={len(self.nodes)}",
-                f"--session-timeout={session_timeout}",
-                "--check-interval=0.1",
-                *extra,
-            )
+            self.start_node(node, *extra, session_timeout=session_timeout)
         return self
+
+    def start_node(self, node: Node, *extra: str, session_timeout: float = 2.0) -> None:
+        """Start one node's agent (and so its broker), as :meth:`start` does each."""
+        node.start_agent(
+            self.zk_hosts,
+            self.cluster,
+            f"--cluster-size={len(self.nodes)}",
+            f"--session-timeout={session_timeout}",
+            "--check-interval=0.1",
+            *extra,
+        )
 
     def stop(self) -> None:
         """Stop every process (by PID); again is harmless (a test may stop first to read

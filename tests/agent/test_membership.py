@@ -57,8 +57,8 @@ def test_a_record_without_broker_id_reads_as_empty() -> None:
         (b"", "not JSON"),
         (b"\xff", "not JSON"),
         (b"[]", "not a JSON object"),
-        (b'{"node": "a", "broker_url": "u"}', "version"),
-        (b'{"version": 2, "node": "a", "broker_url": "u"}', "version"),
+        (b'{"node": "a", "broker_url": "u"}', "missing"),  # no version: format 1
+        (b'{"version": "2", "node": "a", "broker_url": "u"}', "bad version"),
         (b'{"version": 1, "node": "a", "broker_url": "u"}', "missing"),
     ],
 )

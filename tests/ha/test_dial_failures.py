@@ -3,7 +3,7 @@
 - :class:`~broker.ha.redial.DialFailures`: which failed dials get a log line (a new reason
   at once, otherwise at most once per interval per address, with a ``repeated`` count) and
   which failure ``/api/ha`` shows; the clock is a number passed in.
-- :func:`~broker.ha.backup_dial.describe_dial_failure`: each failure as one line.
+- :func:`~broker.ha.dial_failure.describe_dial_failure`: each failure as one line.
 - :func:`~broker.amqp.client.handshake.choose_mechanism`: when the link logs in with
   ANONYMOUS instead of its mechanism (docs/ha-design.md, "The link").
 - :meth:`BackupLink._dial_failed` and :meth:`BackupLink.link_error` with a fake clock.
@@ -26,7 +26,7 @@ from structlog.testing import capture_logs
 from broker.amqp.client import ConnectionFailed, ConnectionRefusedByBroker
 from broker.amqp.client.handshake import NoUsableMechanism, choose_mechanism
 from broker.ha.backup import BackupLink
-from broker.ha.backup_dial import NotPrimary, describe_dial_failure
+from broker.ha.dial_failure import NotPrimary, describe_dial_failure
 from broker.ha.redial import DialFailures, DialRefused
 from common.url import Address
 

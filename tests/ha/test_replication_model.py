@@ -33,6 +33,7 @@ from broker.ha.names import (
     BACKUP_PROPERTY,
     BROKER_ID_PROPERTY,
     CONFIG_STREAM,
+    FORMATS_PROPERTY,
     IDS_ARGUMENT,
     QUEUE_STREAM_PREFIX,
 )
@@ -41,6 +42,7 @@ from broker.ha.replicate_level import ReplicateLevel, exchange_replicated, queue
 from broker.ha.replication_contract import ReplicationContract
 from broker.ha.streams import ConfigStream, PrimaryStreams, QueueStream
 from broker.ha.wire import decode_batch, decode_config_event
+from common.version import REPLICATION_FORMATS
 
 
 class Sink:
@@ -48,7 +50,11 @@ class Sink:
 
     def __init__(self, link: Link) -> None:
         self.link = link
-        self.client_properties = {BACKUP_PROPERTY: True, BROKER_ID_PROPERTY: "backup-1"}
+        self.client_properties = {
+            BACKUP_PROPERTY: True,
+            BROKER_ID_PROPERTY: "backup-1",
+            FORMATS_PROPERTY: REPLICATION_FORMATS.text,  # format 1: the wire module's codecs
+        }
         self.connection_name = "model #1"
         self.peer = "model:1"
         self.user: str | None = None

@@ -17,7 +17,12 @@ from broker.ha.wire import Dequeue, Enqueue, Ready, Watermark, decode_batch, dec
 from tests.amqp.helpers import Client, make_context, open_client
 from tests.ha.role_driver import RoleDriver
 
-BACKUP_PROPS = {"qpid.ha-backup": True, "qpid.ha-broker-id": "b1", "qpid.ha-url": "h1:5672"}
+BACKUP_PROPS = {
+    "qpid.ha-backup": True,
+    "qpid.ha-broker-id": "b1",
+    "qpid.ha-url": "h1:5672",
+    "qpid.ha-replication-formats": "1-1",
+}
 
 
 def primary_context(expected: dict[str, str] | None = None) -> tuple[BrokerContext, RoleDriver]:

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pamqp import commands
 from pamqp.base import Frame as Method
@@ -58,9 +58,6 @@ from broker.amqp.client.wire import (
 )
 from broker.core.errors import ReplyCode
 
-if TYPE_CHECKING:
-    from broker.amqp.client.connection import AmqpClient
-
 # content kinds a channel may be assembling
 _NONE, _DELIVERY, _GET, _RETURN = 0, 1, 2, 3
 
@@ -71,13 +68,41 @@ _Reply = tuple[
 ]
 
 
+class ChannelLink(Protocol):
+    """What a channel needs of its connection (the port; :class:`AmqpClient` implements it)."""
+
+    #: The negotiated frame-max: content is cut into frames of at most this size.
+    frame_max: int
+
+    @property
+    def close_reason(self) -> ClientError | None:
+        """Why the connection ended; None while it is open."""
+        ...
+
+    def check_open(self) -> None:
+        """Raise the connection's end (or that it is closing) if it is not open."""
+        ...
+
+    def write(self, data: bytes) -> None:
+        """Write frames now (no flow control: :meth:`drain` waits for it)."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait until the socket takes more; a failed drain ends the connection."""
+        ...
+
+    def forget_channel(self, channel: ClientChannel) -> None:
+        """The channel is closed: its number may be used again."""
+        ...
+
+
 class ClientChannel:
     """One channel of an :class:`AmqpClient`; build it with :meth:`AmqpClient.open_channel`."""
 
-    def __init__(self, connection: AmqpClient, number: int) -> None:
+    def __init__(self, connection: ChannelLink, number: int) -> None:
         self.connection = connection
         self.number = number
-        self._loop = connection._loop
+        self._loop = asyncio.get_running_loop()
         self._reason: ClientError | None = None
         self._closing = False
         self._closed: asyncio.Future[ClientError] = self._loop.create_future()
@@ -114,7 +139,7 @@ class ClientChannel:
             raise _fresh(self._reason)
         if self._closing:
             raise ChannelClosedByClient(ReplyCode.REPLY_SUCCESS, "channel is closing")
-        self.connection._check_open()
+        self.connection.check_open()
 
     def _closed_by(self, reason: ClientError) -> None:
         if self._reason is not None:
@@ -132,7 +157,7 @@ class ClientChannel:
                 future.set_exception(_fresh(reason))
         self._consumers.clear()
         self._c_parts = []
-        self.connection._forget_channel(self)
+        self.connection.forget_channel(self)
 
     # -- calls ---------------------------------------------------------------------------
     async def _call(
@@ -153,15 +178,15 @@ class ClientChannel:
         on_reply: Callable[[Method], None] | None = None,
     ) -> Any:
         connection = self.connection
-        connection._write(frame)
+        connection.write(frame)
         future: asyncio.Future[Any] = self._loop.create_future()
         self._pending.append((expect, future, on_reply))
-        await connection._drain()
+        await connection.drain()
         return await future
 
     def _send(self, method: Method) -> None:
         """Write an asynchronous method (no reply awaited, no drain)."""
-        self.connection._write(_method_frame(method, self.number))
+        self.connection.write(_method_frame(method, self.number))
 
     async def qos(self, prefetch_count: int, prefetch_size: int = 0) -> None:
         """basic.qos for this channel's consumers (``prefetch_count`` 0: no limit)."""
@@ -271,14 +296,13 @@ class ClientChannel:
         if self._reason is not None:
             raise _fresh(self._reason)
         connection = self.connection
-        if connection._reason is not None:
-            raise _fresh(connection._reason)
-        connection._writer.write(
+        if connection.close_reason is not None:
+            raise _fresh(connection.close_reason)
+        connection.write(
             _ACK_FRAME.pack(
                 _FRAME_METHOD, self.number, 13, _ACK, delivery_tag, 1 if multiple else 0, _FRAME_END
             )
         )
-        connection._sent = True
 
     def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
         """basic.nack, written at once."""
@@ -306,17 +330,17 @@ class ClientChannel:
         self._check_open()
         connection = self.connection
         number = self.number
-        connection._write(
+        connection.write(
             framing.marshal_publish(number, exchange, routing_key, False)
             + framing.content_frames(number, properties_raw, body, connection.frame_max)
         )
         if not self._confirming:
-            await connection._drain()
+            await connection.drain()
             return
         self._publish_seq += 1
         future: asyncio.Future[None] = self._loop.create_future()
         self._unconfirmed[self._publish_seq] = future
-        await connection._drain()
+        await connection.drain()
         await future
 
     async def get(self, queue: str, *, no_ack: bool = False) -> Delivery | None:

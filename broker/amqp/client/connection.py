@@ -13,11 +13,12 @@ Contract:
   :meth:`AmqpClient.wait_closed` returns the reason, a
   :class:`~broker.amqp.client.errors.ClientError`; every channel and pending call fails
   with it.
-- Writes go straight to the ``StreamWriter``; :meth:`AmqpClient._drain` turns a failed
+- Writes go straight to the ``StreamWriter``; :meth:`AmqpClient.drain` turns a failed
   drain into the connection's end.
 
 Call direction: the connection creates channels and feeds them frames; a channel calls
-back only ``_write``, ``_drain``, ``_check_open`` and ``_forget_channel``.
+back only through its port, :class:`~broker.amqp.client.channel.ChannelLink`: ``write``,
+``drain``, ``check_open``, ``forget_channel``, ``close_reason`` and ``frame_max``.
 
 THREAD UNSAFE: the event loop that ran :func:`~broker.amqp.client.handshake.connect` owns it.
 """
@@ -112,18 +113,18 @@ class AmqpClient:
         """
         return await asyncio.shield(self._closed)
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._reason is not None:
             raise _fresh(self._reason)
         if self._closing:
             raise ConnectionClosedByClient(ReplyCode.REPLY_SUCCESS, "connection is closing")
 
     # -- output --------------------------------------------------------------------------
-    def _write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         self._writer.write(data)
         self._sent = True
 
-    async def _drain(self) -> None:
+    async def drain(self) -> None:
         try:
             await self._writer.drain()
         except (OSError, RuntimeError) as exc:
@@ -135,7 +136,7 @@ class AmqpClient:
     # -- channels ------------------------------------------------------------------------
     async def open_channel(self) -> ClientChannel:
         """Open a new channel (numbers are handed out in turn, not reused at once)."""
-        self._check_open()
+        self.check_open()
         limit = self.channel_max
         if len(self._channels) >= limit:
             raise ClientError(f"all {limit} channels are in use")
@@ -148,7 +149,7 @@ class AmqpClient:
         await channel._call(commands.Channel.Open(), commands.Channel.OpenOk)
         return channel
 
-    def _forget_channel(self, channel: ClientChannel) -> None:
+    def forget_channel(self, channel: ClientChannel) -> None:
         if self._channels.get(channel.number) is channel:
             del self._channels[channel.number]
 
@@ -161,7 +162,7 @@ class AmqpClient:
             self._closing = True
             reason = ConnectionClosedByClient(int(reply_code), text or "closed by client")
             self._client_close = reason
-            self._write(
+            self.write(
                 _method_frame(
                     commands.Connection.Close(
                         reply_code=int(reply_code), reply_text=text, class_id=0, method_id=0
@@ -172,7 +173,7 @@ class AmqpClient:
             try:
                 with contextlib.suppress(TimeoutError, ClientError):
                     async with asyncio.timeout(timeout or CLOSE_TIMEOUT):
-                        await self._drain()
+                        await self.drain()
                         await asyncio.shield(self._closed)  # the reader sees close-ok or EOF
             finally:  # even when the caller cancels the close
                 self._fail(reason)
@@ -226,7 +227,7 @@ class AmqpClient:
         if self._reason is not None:
             return
         with contextlib.suppress(Exception):
-            self._write(
+            self.write(
                 _method_frame(
                     commands.Connection.Close(
                         reply_code=reply_code,
@@ -336,7 +337,7 @@ class AmqpClient:
             raise _ProtocolError(ReplyCode.COMMAND_INVALID, f"frame type {ftype} on channel 0")
         method = framing.unmarshal_method(payload)
         if isinstance(method, commands.Connection.Close):
-            self._write(_method_frame(commands.Connection.CloseOk(), 0))
+            self.write(_method_frame(commands.Connection.CloseOk(), 0))
             self._fail(
                 ConnectionClosedByBroker(int(method.reply_code or 0), _text(method.reply_text))
             )
