@@ -45,27 +45,23 @@ from broker.amqp.client import (
     ClientError,
     ConnectionClosedByBroker,
     Delivery,
-    connect,
 )
 from broker.amqp.client.handshake import NoUsableMechanism
 from broker.core.errors import ReplyCode
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts
+from broker.ha.backup_dial import PRIMARY_STATES, connect_as_backup
 from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.dial_failure import NotPrimary, describe_dial_failure, format_refusal
 from broker.ha.link_format import CODECS, NoCommonFormat, codec_of, link_format
 from broker.ha.names import (
-    BACKUP_PROPERTY,
     BASE_EPOCH_PROPERTY,
-    BROKER_ID_PROPERTY,
     CLUSTER_ID_PROPERTY,
     CONFIG_STREAM,
     EPOCH_PROPERTY,
-    FORMATS_PROPERTY,
     IDS_ARGUMENT,
     QUEUE_STREAM_PREFIX,
     STATUS_PROPERTY,
-    URL_PROPERTY,
     VHOST_ARGUMENT,
 )
 from broker.ha.queue_replicator import AckCoalescer, BatchAcks, CatchUpGc
@@ -76,55 +72,10 @@ from broker.ha.replication_errors import (
     event_object,
     queue_object,
 )
-from broker.ha.state import HaState
 from common.formats import FormatRange
 from common.log import get_logger
 from common.url import Address
 from common.version import REPLICATION_FORMATS
-
-_PRIMARY_STATES = (HaState.RECOVERING.value, HaState.ACTIVE.value)
-
-
-async def connect_as_backup(
-    address: Address,
-    *,
-    user: str | None,
-    password: str | None,
-    mechanism: str,
-    heartbeat: float,
-    product: str,
-    broker_id: str,
-    url: str,
-    epoch: int | None = None,
-    anonymous_fallback: bool = False,
-    tls: ssl.SSLContext | None = None,
-    formats: FormatRange = REPLICATION_FORMATS,
-) -> AmqpClient:
-    """Open a replication link to ``address``, flagged as an HA backup connection
-    (``anonymous_fallback``: see :func:`~broker.amqp.client.handshake.choose_mechanism`)
-    and announcing the replication ``formats`` it speaks; an ``ssl:`` address is dialled
-    with TLS (``tls``, else the system's CAs)."""
-    properties: dict[str, Any] = {
-        "product": product,
-        BACKUP_PROPERTY: True,
-        BROKER_ID_PROPERTY: broker_id,
-        URL_PROPERTY: url,
-        FORMATS_PROPERTY: formats.text,
-    }
-    if epoch is not None:
-        properties[EPOCH_PROPERTY] = epoch
-    return await connect(
-        address.host,
-        address.port,
-        user=user,
-        password=password,
-        mechanism=mechanism,
-        client_properties=properties,
-        heartbeat=max(1, int(heartbeat)),
-        timeout=max(1.0, min(10.0, heartbeat)),
-        anonymous_fallback=anonymous_fallback,
-        tls=(tls or ssl.create_default_context()) if address.scheme == "ssl" else None,
-    )
 
 
 class DiskSync(Protocol):
@@ -370,7 +321,7 @@ class BackupLink:
         except ValueError as exc:  # e.g. ha-username without ha-password
             raise DialRefused(f"link configuration: {exc}") from exc
         status = client.server_properties.get(STATUS_PROPERTY)
-        if status not in _PRIMARY_STATES:
+        if status not in PRIMARY_STATES:
             # Not (yet) an HA primary: e.g. a broker still starting, listening before its
             # HA role admits or refuses connections. Following it would mean catch-up forever.
             await self._close_client(client)

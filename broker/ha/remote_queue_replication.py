@@ -30,7 +30,8 @@ from typing import Any
 from broker.amqp.client import AmqpClient, ClientError, Delivery
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts
-from broker.ha.backup import DiskSync, connect_as_backup
+from broker.ha.backup import DiskSync
+from broker.ha.backup_dial import connect_as_backup
 from broker.ha.names import IDS_ARGUMENT, QUEUE_STREAM_PREFIX, VHOST_ARGUMENT
 from broker.ha.primary import Primary, StandaloneBackups
 from broker.ha.queue_replicator import BatchAcks, QueueReplicator
