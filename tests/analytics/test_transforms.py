@@ -181,7 +181,10 @@ def test_lines_counted_and_non_events_skipped(result: job.Result, logs: Path) ->
     # 66 events in the hand-made files, one ZooKeeper line; *.txt is not read
     assert (result.lines, result.skipped) == (67, 1)
     assert result.problems == [] and result.warnings == [
-        f"1 file(s) not read (not matching {job.DEFAULT_GLOB}): {logs / 'ignored.txt'}"
+        f"1 file(s) not read (not matching {job.DEFAULT_GLOB}): {logs / 'ignored.txt'}",
+        # b's frozen primary and c's broker-only fail-over: their failure is a guess
+        "2 fail-over(s) withheld from the percentiles (missing or contradictory evidence): "
+        "- e2 (failure_inferred); b e2 (failure_inferred)",
     ]
 
 
@@ -214,7 +217,6 @@ def test_failovers_golden_rows(result: job.Result) -> None:
         "silent_node", False, "failure_inferred")  # fmt: skip
     # a guessed failure: kept in the table, out of the percentiles, and said so
     assert b2["withheld"] == "failure_inferred"
-    assert "b e2 (failure_inferred)" in " ".join(result.warnings)
 
     c2 = rows[("", 2)]  # broker logs only: no agent, so no detection nor election
     assert (c2["old_node"], c2["failure_by"], c2["failure_us"]) == ("c1", "last_seen", us(110))

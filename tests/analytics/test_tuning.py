@@ -174,7 +174,11 @@ def test_problems_and_unread_files_reported(result: job.Result, logs: Path) -> N
         f"{logs / 'u.agent.log'}: 1 malformed line(s)",
     ]
     assert result.unread == [str(logs / "notes.txt")]
-    assert len(result.warnings) == 2
+    assert len(result.warnings) == 3
+    assert result.warnings[2] == (
+        "1 fail-over(s) withheld from the percentiles (missing or contradictory evidence): "
+        "t e2 (bad_lines)"
+    )
     assert result.warnings[0].startswith("1 truncated and 1 malformed line(s) in 2 file(s)")
     assert result.warnings[0].endswith("fail-overs of t1, t2, u1 marked incomplete")
     assert "notes.txt" in result.warnings[1]
