@@ -187,39 +187,40 @@ def pairs(events: DataFrame) -> list[Pair]:
         .agg(F.min("us").alias("e_us"))
         .withColumn("kind", F.lit("client_reconnected after the promotion it names"))
     )
-    found: list[Pair] = []
-    for effects in (ups, back):
-        joined = effects.join(rec, ["cluster", "epoch"]).where(F.col("node") != F.col("c_node"))
-        for r in _rows(joined.select("kind", "cluster", "c_node", "c_us", "node", "e_us")):
-            found.append(
-                Pair(r["kind"], (r["cluster"], r["c_node"]), int(r["c_us"]),
-                     (r["cluster"], r["node"]), int(r["e_us"]))
-            )  # fmt: skip
+    columns = ["kind", "c_cluster", "c_node", "c_us", "cluster", "node", "e_us"]
+    promoted = (
+        ups.unionByName(back)
+        .join(rec, ["cluster", "epoch"])
+        .where(F.col("node") != F.col("c_node"))
+        .withColumn("c_cluster", F.col("cluster"))
+        .select(*columns)
+    )
     kills = events.where(
         (F.col("source") == "drill") & (F.col("event") == "broker_sigkilled")
     ).select(
-        F.col("cluster").alias("k_cluster"), F.col("node").alias("k_node"),
-        F.col("us").alias("k_us"), "target", F.col("event").alias("k_event"),
+        F.col("cluster").alias("c_cluster"), F.col("node").alias("c_node"),
+        F.col("us").alias("c_us"), "target",
     )  # fmt: skip
-    effects = events.where(
+    exits = events.where(
         (F.col("event") == "broker_process_exited") & (F.col("source") == "agent")
-    ).select("cluster", "node", "us", "event")
+    ).select("cluster", "node", "us")
     near = (
         kills.join(
-            effects,
-            ((F.col("k_cluster") == F.col("cluster")) | (F.col("k_cluster") == ""))
-            & (F.abs(F.col("us") - F.col("k_us")) <= MAX_OFFSET_US)
+            exits,
+            ((F.col("c_cluster") == F.col("cluster")) | (F.col("c_cluster") == ""))
+            & (F.abs(F.col("us") - F.col("c_us")) <= MAX_OFFSET_US)
             & (F.col("node") == F.col("target")),
         )
-        .groupBy("k_cluster", "k_node", "k_us", "cluster", "node", "event")
-        .agg(F.min_by("us", F.abs(F.col("us") - F.col("k_us"))).alias("e_us"))
+        .groupBy("c_cluster", "c_node", "c_us", "cluster", "node")
+        .agg(F.min_by("us", F.abs(F.col("us") - F.col("c_us"))).alias("e_us"))
+        .withColumn("kind", F.lit("broker_process_exited after the drill's kill"))
+        .select(*columns)
     )  # fmt: skip
-    for r in _rows(near):
-        found.append(
-            Pair(f"{r['event']} after the drill's kill", (r["k_cluster"], r["k_node"]),
-                 int(r["k_us"]), (r["cluster"], r["node"]), int(r["e_us"]))
-        )  # fmt: skip
-    return found
+    return [
+        Pair(r["kind"], (r["c_cluster"], r["c_node"]), int(r["c_us"]),
+             (r["cluster"], r["node"]), int(r["e_us"]))
+        for r in _rows(promoted.unionByName(near))
+    ]  # fmt: skip
 
 
 OFFSET_SCHEMA = T.StructType(
