@@ -168,8 +168,129 @@ def across(rows: Sequence[Row]) -> list[str]:
     return [f"Detection at the median by session timeout: {parts}."]
 
 
-def advice(rows: Sequence[Row]) -> list[str]:
-    """Every sentence of the "what to change" section."""
+#: The option that sets detection, by kind of failure, with the column of its value:
+#: a process that exits is seen by the agent's next broker check; a broker that stops
+#: answering (its process alive) is fenced after ``--broker-timeout``; a node that is
+#: lost, frozen or cut off (its agent with it) is seen when its ZooKeeper session expires,
+#: as is a primary fenced for ZooKeeper's loss (the next leader waits for the old
+#: session).
+DETECTOR: dict[str, tuple[str, str]] = {
+    "kill": ("the agents' --check-interval (a process exit is seen at the next check)",
+             "check_interval_s"),
+    "process_exit": ("the agents' --check-interval (a process exit is seen at the next "
+                     "check)", "check_interval_s"),
+    "pause": ("the agents' --broker-timeout (a broker that stops answering is fenced after "
+              "it)", "broker_timeout_s"),
+    "unresponsive": ("the agents' --broker-timeout (a broker that stops answering is "
+                     "fenced after it)", "broker_timeout_s"),
+    "kill-node": ("the agents' --session-timeout (the lost node's session must expire)",
+                  "session_timeout_s"),
+    "pause-node": ("the agents' --session-timeout (the frozen node's session must expire)",
+                   "session_timeout_s"),
+    "partition": ("the agents' --session-timeout (the cut-off node's session must expire)",
+                  "session_timeout_s"),
+    "stale-backup": ("the agents' --session-timeout (the lost node's session must expire)",
+                     "session_timeout_s"),
+    "silent_node": ("the agents' --session-timeout (the silent node's session must expire)",
+                    "session_timeout_s"),
+    "zk-loss": ("the agents' --session-timeout (after ZooKeeper's return the next leader "
+                "waits for the fenced primary's session)", "session_timeout_s"),
+    "zookeeper_fence": ("the agents' --session-timeout (the fenced primary's session must "
+                        "expire)", "session_timeout_s"),
+}  # fmt: skip
+#: What sets the other phases, by kind-independent rule.
+OTHER_SETTING = {
+    "election": "ZooKeeper's expiry of the old leader's session (--session-timeout)",
+    "promotion": "no setting: the epoch, the promote call and the broker's promotion",
+    "recovering": "the backups' return to the new primary: link-maintenance-interval (how "
+    "often a backup dials) and, when a backup does not come back, ha-backup-timeout",
+}
+#: Clients' outage beyond the fail-over by more than this (ms, and half the fail-over):
+#: the clients' own reconnection is worth tuning.
+CLIENT_EXTRA_MS = 500.0
+
+
+def for_kind(row: Row) -> list[str]:
+    """Sentences for one (configuration, kind of failure) row of ``tuning_by_kind``: the
+    dominant phase at the median and the option that sets it, checked against the
+    measured median; the spurious fail-overs split by what would have avoided them; the
+    clients' reconnection when it adds much."""
+    config, kind, n = row.get("config"), row.get("failure_kind"), int(row.get("failovers") or 0)
+    head = f"{config}, {kind} ({n} fail-over{'s' if n != 1 else ''})"
+    out: list[str] = []
+    top = dominant(row)
+    if top is None:
+        withheld = int(row.get("withheld") or 0)
+        out.append(
+            f"{head}: not split into phases ({withheld} withheld, or no agent logs): "
+            f"nothing to say about the settings."
+        )
+    else:
+        phase, median, share = top
+        sentence = (
+            f"{head}: {phase} dominates ({_ms(median)} of {_ms(row.get('p50_failover_ms'))} "
+            f"at the median, {share:.0%} of the phases)"
+        )
+        if phase == "detection" and str(kind) in DETECTOR:
+            setting, column = DETECTOR[str(kind)]
+            value = row.get(column)
+            sentence += f"; it is set by {setting}"
+            if value:
+                ratio = median / (float(value) * 1000.0)
+                sentence += f": {ratio:.2f} x its {float(value):g} s"
+                if 0.5 <= ratio <= 1.5:
+                    sentence += ", so lowering it shortens these fail-overs about in proportion"
+                elif ratio < 0.5:
+                    sentence += ", well under it: something else detected these failures first"
+                else:
+                    sentence += ", well over it: detection waits for more than this option"
+            else:
+                sentence += " (its value is not in these logs)"
+            sentence += "."
+        elif phase == "detection":
+            sentence += f"; it is set by {SETTING['detection']}."
+        else:
+            sentence += f"; it is set by {OTHER_SETTING[phase]}."
+        out.append(sentence)
+    spurious = int(row.get("spurious") or 0)
+    if spurious:
+        longer = int(row.get("spurious_longer_timeout") or 0)
+        never = int(row.get("spurious_no_timeout") or 0)
+        out.append(
+            f"{head}: {spurious} spurious (a healthy primary fenced): {longer} a longer "
+            f"--session-timeout would have avoided (ZooKeeper was back within the longest "
+            f"one), {never} no timeout would have, {spurious - longer - never} unknown."
+        )
+    outage, failover = row.get("p50_client_outage_ms"), row.get("p50_failover_ms")
+    if outage is not None and failover is not None:
+        extra = float(outage) - float(failover)
+        if extra > max(CLIENT_EXTRA_MS, 0.5 * float(failover)):
+            out.append(
+                f"{head}: clients saw {_ms(outage)} at the median, {_ms(extra)} more than the "
+                f"fail-over: their reconnection (the clients' heartbeat and connection retry "
+                f"interval) sets the rest."
+            )
+    return out
+
+
+def advice(rows: Sequence[Row], by_kind: Sequence[Row] = ()) -> list[str]:
+    """Every sentence of the "what to change" section: by configuration and kind of
+    failure when the ``tuning_by_kind`` rows are given (a configuration's fail-overs of
+    different kinds are set by different options), else by configuration."""
     scales = detection_scales(rows)
-    out = [s for r in rows if int(r.get("failovers") or 0) for s in for_config(r, scales)]
+    out: list[str] = []
+    for r in rows:
+        if not int(r.get("failovers") or 0):
+            continue
+        kinds = [k for k in by_kind if k.get("config") == r.get("config")]
+        if not kinds:
+            out += for_config(r, scales)
+            continue
+        out += [s for k in kinds if int(k.get("failovers") or 0) for s in for_kind(k)]
+        withheld = int(r.get("withheld") or 0)
+        if withheld:
+            out.append(
+                f"{r.get('config')}: {withheld} of {r.get('failovers')} fail-overs withheld from "
+                f"the percentiles (missing or contradictory evidence: see the withheld column)."
+            )
     return out + across(rows)

@@ -16,7 +16,7 @@ The instants (``<instant>_us``), the phases and their arithmetic, the resignatio
 and the broker's failure events are :mod:`common.failover_phases`' (one definition, shared
 with the web console's fail-over timeline); the agent's failure events are this module's.
 
-Clocks of different machines are trusted as they are.
+Clocks were checked against causality and corrected before (:mod:`analytics.clocks`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from analytics import faults
 from analytics.parse import US_PER_MS, micros
 from common.failover_phases import BROKER_FAILURE_EVENTS, PHASES, RESIGN_EVENTS, Phase
 
@@ -178,8 +179,9 @@ def failovers(
     ).select(
         "cluster", F.col("node").alias("prev_node"), F.col("us").alias("f_us"), "event", "reason"
     )
+    failure_marks = faults.check_sent(events, failure_marks)
     in_window = (F.col("f_us") > F.col("prev_us")) & (F.col("f_us") <= F.col("bound_us"))
-    window = p.select("cluster", "epoch", "prev_node", "prev_us", "bound_us")
+    window = p.select("cluster", "epoch", "prev_node", "prev_epoch", "prev_us", "bound_us")
     failure = (
         window.join(failure_marks, ["cluster", "prev_node"])
         .where(in_window)
@@ -197,21 +199,40 @@ def failovers(
         .groupBy(*keys)
         .agg(F.max("f_us").alias("seen_us"))
     )
+    # the earliest evidence: the old primary's own failure event or the backups' link-down
+    own_first = F.col("fail_us").isNotNull() & (
+        F.col("link_us").isNull() | (F.col("fail_us") <= F.col("link_us"))
+    )
+    evidence_us = F.least("fail_us", "link_us")
     fw = checkpoint(
         p.join(failure, keys, "left")
         .join(last_seen, keys, "left")
+        .join(faults.recorded(events, window), keys, "left")
+        .join(faults.link_evidence(events, window), keys, "left")
         .withColumn(
             "failure_us",
-            F.when(F.col("prev_node").isNotNull(), F.coalesce("fail_us", "seen_us")),
+            F.when(F.col("prev_node").isNotNull(), F.coalesce("rec_us", evidence_us, "seen_us")),
         )
         .withColumn(
             "failure_by",
             F.when(F.col("prev_node").isNull(), F.lit(None).cast("string"))
-            .when(F.col("fail_us").isNotNull(), F.col("fail_by"))
+            .when(F.col("rec_us").isNotNull(), F.col("rec_by"))
+            .when(own_first, F.col("fail_by"))
+            .when(F.col("link_us").isNotNull(), F.lit("ha_link_down"))
             .when(F.col("seen_us").isNotNull(), F.lit("last_seen")),
         )
+        .withColumn(
+            "failure_source",
+            F.when(F.col("prev_node").isNull(), F.lit(None).cast("string"))
+            .when(F.col("rec_us").isNotNull(), F.lit("drill"))
+            .when(own_first, F.lit("old primary"))
+            .when(F.col("link_us").isNotNull(), F.lit("backups"))
+            .when(F.col("seen_us").isNotNull(), F.lit("old primary's last line")),
+        )
+        # the old primary's own first failure event, whatever the failure was timed by
+        .withColumn("own_failure_by", F.col("fail_by"))
         .withColumn("failure_reason", F.when(F.col("fail_us").isNotNull(), F.col("fail_reason")))
-        .drop("fail_us", "fail_by", "fail_reason", "seen_us")
+        .drop("fail_us", "fail_by", "fail_reason", "seen_us", "rec_us", "rec_by", "link_us")
     )
 
     resign_marks = events.where(
@@ -261,6 +282,8 @@ def failovers(
         F.col("prev_epoch").alias("old_epoch"),
         "old_state",
         "failure_by",
+        "failure_source",
+        "own_failure_by",
         "failure_reason",
         "failure_us",
         "resigned_us",
@@ -281,15 +304,19 @@ def _same_cluster(drill_cluster: Column) -> Column:
 
 
 def _client_outage(events: DataFrame, fw: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(cluster, epoch, gap_outage_ms) and (cluster, epoch, reconnect_outage_ms)."""
+    """(cluster, epoch, gap_outage_ms) and (cluster, epoch, reconnect_outage_ms). Times in
+    the drill's fields are corrected by its clock's offset (``clock_offset_us``, when the
+    job found one: :mod:`analytics.clocks`)."""
+    has_offset = "clock_offset_us" in events.columns
+    offset = F.col("clock_offset_us") if has_offset else F.lit(0)
     gaps = events.where(F.col("event") == "confirm_gap").select(
         F.col("cluster").alias("d_cluster"),
         "gap_ms",
         F.coalesce(
-            micros(F.col("last_confirm_ts")),
+            micros(F.col("last_confirm_ts")) + offset,
             F.col("us") - (F.col("gap_ms") * US_PER_MS).cast("long"),
         ).alias("g_start"),
-        F.coalesce(micros(F.col("first_confirm_ts")), F.col("us")).alias("g_end"),
+        F.coalesce(micros(F.col("first_confirm_ts")) + offset, F.col("us")).alias("g_end"),
     )
     by_gap = (
         fw.where(F.col("failure_us").isNotNull())
@@ -328,7 +355,15 @@ def _scenarios(events: DataFrame, fw: DataFrame) -> DataFrame:
         .join(starts, _same_cluster(F.col("d_cluster")) & (F.col("d_us") <= F.col("at_us")))
         .groupBy("cluster", "epoch")
         .agg(F.max_by("scenario", "d_us").alias("d_scenario"))
+        .withColumn("d_scenario", _without_cycle(F.col("d_scenario")))
     )
+
+
+def _without_cycle(scenario: Column) -> Column:
+    """The nemesis drill labels its clients ``<nemesis>-<cycle>`` (``kill-3``): a scenario
+    is the nemesis, never one cycle (a group a cycle is one sample)."""
+    kinds = "|".join(k.replace("-", "\\-") for k in faults.KIND_EVENTS)
+    return F.regexp_replace(scenario, f"^({kinds})-[0-9]+$", "$1")
 
 
 def _session_timeouts(events: DataFrame) -> DataFrame:

@@ -45,7 +45,7 @@ from typing import Any, TextIO
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from analytics import failover, inputs, parse, report, transforms
+from analytics import clocks, failover, inputs, parse, report, runs, transforms
 
 DEFAULT_GLOB = inputs.DEFAULT_GLOB
 #: Rows of a table shown in the HTML page (the CSV and Parquet files have them all).
@@ -299,6 +299,35 @@ def warnings_for(
     return out
 
 
+def withheld_warnings(failovers: Sequence[dict[str, Any]]) -> list[str]:
+    """One line naming the fail-overs left out of the percentiles, and why."""
+    held = [r for r in failovers if r.get("kind") == "failover" and r.get("withheld")]
+    if not held:
+        return []
+    named = "; ".join(f"{r['cluster'] or '-'} e{r['epoch']} ({r['withheld']})" for r in held[:10])
+    return [
+        f"{len(held)} fail-over(s) withheld from the percentiles (missing or contradictory "
+        f"evidence): {named}{' ...' if len(held) > 10 else ''}"
+    ]
+
+
+def _identities_and_clocks(
+    spark: SparkSession, events: DataFrame
+) -> tuple[DataFrame, clocks.Clocks, list[str]]:
+    """Cluster names holding several clusters split into runs (:mod:`analytics.runs`),
+    then clocks checked and corrected (:mod:`analytics.clocks`): the events to analyse,
+    the clocks found and a warning line for each thing changed or withheld."""
+    assignment = runs.split(runs.units(events))
+    if assignment.rows:
+        events = runs.apply(spark, events, assignment).localCheckpoint(eager=True)
+    clocked = clocks.estimate(clocks.pairs(events))
+    if clocked.offsets:
+        events = clocks.apply(spark, events, clocked).localCheckpoint(eager=True)
+    else:
+        events = clocks.apply(spark, events, clocked)
+    return events, clocked, assignment.warnings + clocked.warnings
+
+
 def run(
     spark: SparkSession,
     paths: Sequence[str],
@@ -337,29 +366,41 @@ def run(
         raise
     progress.log(f"{lines} lines, {skipped} not events, {truncated} truncated")
     with progress.stage("parse the used events", spark):
-        events = parse.normalise(parse.relevant(summary)).cache()
+        events = parsed = parse.normalise(parse.relevant(summary)).cache()
         used = events.count()
         bad = _rows(parse.malformed(summary))
     problems = inputs.line_problems(stats, bad)
     warnings = warnings_for(problems, listing.unread, glob)
     progress.log(f"{used} events used")
+    with progress.stage("tell runs apart, check clocks against causality", spark):
+        events, clocked, truth = _identities_and_clocks(spark, events)
+    warnings += truth
+    for line in truth:
+        progress.log(f"warning: {line}")
     # small tables from here on: interpreted plans start faster than compiled ones
     spark.conf.set("spark.sql.codegen.wholeStage", "false")
     with progress.stage("analyse fail-overs, phases, percentiles, anomalies", spark):
         tables = transforms.analyse(
-            events, labels, checkpoint, suspect=inputs.suspect_nodes(problems)
+            events,
+            labels,
+            checkpoint,
+            suspect=inputs.suspect_nodes(problems),
+            unclocked=sorted(clocked.unresolved),
         )
         named: dict[str, DataFrame] = {
             "failovers": _with_times(tables.failovers).orderBy("cluster", "epoch"),
             "percentiles": tables.percentiles,
             "percentiles_by_kind": tables.percentiles_by_kind,
             "tuning": tables.tuning,
+            "tuning_by_kind": tables.tuning_by_kind,
             "phases": tables.phases.orderBy("cluster", "epoch"),
             "anomalies": _with_times(tables.anomalies).orderBy("at_us"),
             "primary_stints": _with_times(tables.primary_stints).orderBy("cluster", "start_us"),
             "event_counts": counts.orderBy(F.desc("lines")),
         }
         collected = {name: _rows(df) for name, df in named.items()}
+    withheld_lines = withheld_warnings(collected["failovers"])
+    warnings += withheld_lines
     out.mkdir(parents=True, exist_ok=True)
     with progress.stage("write tables (CSV, Parquet)", spark):
         parquet_root = parquet or (out / "parquet").resolve().as_uri()
@@ -379,9 +420,10 @@ def run(
                 problems=[p.describe() for p in problems],
                 suspect_nodes=inputs.suspect_nodes(problems),
                 unread=[inputs.local_name(f) for f in listing.unread],
+                warnings=truth + withheld_lines,
             ),
         )  # fmt: skip
-    events.unpersist()
+    parsed.unpersist()
     counts.unpersist()
     summary.unpersist()
     return Result(

@@ -55,6 +55,16 @@ RAW_SCHEMA = T.StructType(
         # nemesis drill (component nemesis, in the drill's log)
         T.StructField("nemesis", T.StringType()),
         T.StructField("target", T.StringType()),
+        T.StructField("run_id", T.StringType()),
+        # the store's cluster id (ha_cluster_id_created, ha_cluster_id_adopted)
+        T.StructField("cluster_id", T.StringType()),
+        # ha_link_up: the primary's epoch (a backup links to a primary once it is promoted)
+        T.StructField("primary_epoch", T.LongType()),
+        T.StructField("primary", T.StringType()),
+        # the agents' options (agent_started), the brokers' (ha_started)
+        T.StructField("check_interval", T.DoubleType()),
+        T.StructField("broker_timeout", T.DoubleType()),
+        T.StructField("link_maintenance_interval", T.DoubleType()),
         # also the brokers' (ha_started)
         T.StructField("link_heartbeat_interval", T.DoubleType()),
         # drill
@@ -98,6 +108,17 @@ RELEVANT_EVENTS = (
     "ha_backup_removal_pending",
     "nemesis_cluster_started",
     "nemesis_cycle_started",
+    "nemesis_cycle_checked",
+    "nemesis_teardown_started",
+    "broker_sigkilled",
+    "node_sigkilled",
+    "broker_paused",
+    "node_paused",
+    "node_partitioned",
+    "zk_ensemble_paused",
+    "zk_ensemble_resumed",
+    "ha_cluster_id_created",
+    "ha_cluster_id_adopted",
 )
 #: The log schema versions this job reads (``docs/log-schema.md``).
 SUPPORTED_SCHEMAS = ("1",)
@@ -116,6 +137,9 @@ DRILL_EVENTS = (
     "drill_started", "client_connected", "client_disconnected", "client_reconnected",
     "client_gave_up", "confirm_gap", "drill_unreachable", "drill_finished",
     "nemesis_cluster_started", "nemesis_cycle_started", "nemesis_cycle_checked",
+    "nemesis_teardown_started", "broker_sigkilled", "node_sigkilled", "broker_paused",
+    "node_paused", "node_partitioned", "zk_ensemble_paused", "zk_ensemble_resumed",
+    "new_primary_seen",
 )  # fmt: skip
 
 #: Microseconds in a millisecond: durations in ``*_ms`` are differences of ``us`` over this.
@@ -239,14 +263,30 @@ def malformed(summary: DataFrame) -> DataFrame:
     )
 
 
+def _directory(file: Column) -> Column:
+    return F.regexp_replace(file, r"/[^/]*$", "")
+
+
 def node_clusters(events: DataFrame) -> DataFrame:
-    """``node`` -> ``cluster`` from the agents' events (for a broker that logs no cluster
-    name: its node name is its agent's ``--node``). A node name seen in several clusters takes the
-    smallest name."""
-    return (
-        events.where((F.col("component") == "agent") & F.col("cluster").isNotNull())
-        .groupBy("node")
-        .agg(F.min("cluster").alias("agent_cluster"))
+    """(``directory``, ``node``) -> ``cluster`` from the agents' events (for a broker that
+    logs no cluster name: its node name is its agent's ``--node``): the cluster of the
+    agent of that node name whose log is in the same directory, else of the only cluster
+    with an agent of that name. A node name of several clusters' agents, none beside the
+    broker's log, gives none (``""``): brokers of two clusters with the same node names
+    are never read as one cluster (a false split-brain)."""
+    agents = events.where((F.col("component") == "agent") & F.col("cluster").isNotNull())
+    by_directory = agents.groupBy(_directory(F.col("file")).alias("dir"), "node").agg(
+        F.min("cluster").alias("dir_cluster"),
+        F.countDistinct("cluster").alias("dir_clusters"),
+    )
+    by_name = agents.groupBy("node").agg(
+        F.min("cluster").alias("name_cluster"), F.countDistinct("cluster").alias("clusters")
+    )
+    return by_directory.join(by_name, "node", "full").select(
+        "dir",
+        "node",
+        F.when(F.col("dir_clusters") == 1, F.col("dir_cluster")).alias("dir_cluster"),
+        F.when(F.col("clusters") == 1, F.col("name_cluster")).alias("name_cluster"),
     )
 
 
@@ -263,8 +303,12 @@ def normalise(raw: DataFrame) -> DataFrame:
         .withColumn("source", _source(F.col("component")))
     )
     clusters = node_clusters(events)
+    in_dir = clusters.select("dir", "node", "dir_cluster").where(F.col("dir").isNotNull())
+    by_name = clusters.groupBy("node").agg(F.max("name_cluster").alias("name_cluster"))
     return (
-        events.join(F.broadcast(clusters), "node", "left")
-        .withColumn("cluster", F.coalesce("cluster", "agent_cluster", F.lit("")))
-        .drop("agent_cluster")
+        events.withColumn("dir", _directory(F.coalesce(F.col("file"), F.lit(""))))
+        .join(F.broadcast(in_dir), ["dir", "node"], "left")
+        .join(F.broadcast(by_name), "node", "left")
+        .withColumn("cluster", F.coalesce("cluster", "dir_cluster", "name_cluster", F.lit("")))
+        .drop("dir", "dir_cluster", "name_cluster")
     )

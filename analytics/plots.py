@@ -144,41 +144,54 @@ def cdf_points(values: Sequence[float]) -> tuple[list[float], list[float]]:
     return [xs[0], *xs], [0.0, *[(i + 1) / n for i in range(n)]]
 
 
+#: A group with fewer samples is drawn as points (its samples), not as a CDF.
+MIN_CDF_SAMPLES = 5
+#: Marker of each kind of failure (cycled), so kinds read apart in one colour.
+KIND_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def _group(r: Row) -> str:
+    """A fail-over's group: its kind of failure (never its cycle)."""
+    return str(r.get("failure_kind") or r.get("scenario") or "unlabelled")
+
+
 def plot_cdf(rows: Sequence[Row], path: Path) -> None:
-    """CDF of the client outage by scenario and configuration (solid), and of the
-    fail-over from failure to active (dashed); a marker on every sample, ``n`` in the
-    legend."""
+    """The client outage by kind of failure and configuration: a CDF (a step, a marker at
+    every sample, ``n`` in the legend) for groups of at least :data:`MIN_CDF_SAMPLES`;
+    the samples of a smaller group as points on their own row below, never a CDF.
+    Failure to active where no drill measured the clients. Withheld fail-overs are left
+    out. One colour per configuration, one marker per kind of failure."""
     fig, ax = plt.subplots(figsize=(WIDTH, 4.8))
-    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
-    for r in rows:
-        groups[(str(r.get("scenario")), str(r.get("config")))].append(r)
+    shown = [r for r in rows if not r.get("withheld")]
+    with_outage = any(r.get("client_outage_ms") is not None for r in shown)
+    key = "client_outage_ms" if with_outage else "failover_ms"
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in shown:
+        if r.get(key) is not None:
+            groups[(_group(r), str(r.get("config")))].append(float(r[key]))
     colours = config_colours(rows)
-    drawn = 0
-    for (scenario, config), members in sorted(groups.items()):
-        colour = colours[config]
-        outage = [float(r["client_outage_ms"]) for r in members
-                  if r.get("client_outage_ms") is not None]  # fmt: skip
-        total = [float(r["failover_ms"]) for r in members if r.get("failover_ms") is not None]
-        if outage:
-            label = f"client outage: {scenario}, {config} (n={len(outage)})"
-            ax.step(*cdf_points(outage), where="post", marker="o", markersize=4, label=label,
-                    color=colour)  # fmt: skip
-            drawn += 1
-        if total:
-            ax.step(*cdf_points(total), where="post", linestyle="--", marker="s", markersize=4,
-                    color=colour, alpha=0.7,
-                    label=f"failure to active: {scenario}, {config} (n={len(total)})")  # fmt: skip
-            drawn += 1
-    if not drawn:
+    kinds = sorted({k for k, _ in groups})
+    markers = {k: KIND_MARKERS[i % len(KIND_MARKERS)] for i, k in enumerate(kinds)}
+    small = [g for g in sorted(groups) if len(groups[g]) < MIN_CDF_SAMPLES]
+    for kind, config in sorted(groups):
+        values = groups[(kind, config)]
+        label = f"{kind}, {config} (n={len(values)})"
+        if len(values) >= MIN_CDF_SAMPLES:
+            ax.step(*cdf_points(values), where="post", marker=markers[kind], markersize=4,
+                    color=colours[config], label=label)  # fmt: skip
+        else:
+            row = -0.08 - 0.06 * small.index((kind, config))
+            ax.scatter(values, [row] * len(values), marker=markers[kind], s=36,
+                       color=colours[config], label=f"{label}: points, too few")  # fmt: skip
+    if not groups:
         _empty(ax, "no fail-over in these logs")
     else:
-        if not any(r.get("client_outage_ms") is not None for r in rows):
-            ax.set_title("CDF of failure to active (no drill events: client outage unknown)")
-        else:
-            ax.set_title("CDF of client outage and fail-over time")
+        what = "client outage" if with_outage else "failure to active (no drill events)"
+        ax.set_title(f"CDF of the {what} by kind of failure and configuration")
         ax.set_xlabel("ms")
         ax.set_ylabel("fraction of fail-overs")
-        ax.set_ylim(0, 1.04)
+        ax.set_ylim(-0.1 - 0.06 * len(small), 1.04)
+        ax.axhline(0, color="#999999", linewidth=0.6)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     _save(fig, path)

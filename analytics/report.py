@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analytics import advice, plots
+from analytics import advice, percentiles, plots
 
 HTML_ROWS = 200
 #: Rows of the line-count table: every HA, agent and drill event, then the busiest others.
@@ -40,6 +40,9 @@ class Summary:
     problems: list[str] = field(default_factory=list)
     suspect_nodes: list[str] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)
+    #: what the job changed or withheld so as not to answer wrong in silence (runs split,
+    #: clocks corrected, fail-overs withheld), one line each
+    warnings: list[str] = field(default_factory=list)
 
 
 def _failover_rows(tables: dict[str, list[Row]]) -> list[Row]:
@@ -93,22 +96,31 @@ def html_table_by_column(rows: list[Row], columns: Sequence[str]) -> str:
 
 
 FAILOVER_COLUMNS = (
-    "cluster", "epoch", "config", "failure_kind", "spurious", "old_node", "node",
-    "failure_ts", "detection_ms", "election_ms", "promotion_ms", "recovering_ms",
-    "failover_ms", "client_outage_ms", "backup_timeout_fired", "evidence",
+    "cluster", "epoch", "config", "failure_kind", "spurious", "spurious_avoidable", "old_node",
+    "node", "failure_ts", "failure_by", "failure_source", "detection_ms", "election_ms",
+    "promotion_ms", "recovering_ms", "failover_ms", "client_outage_ms", "backup_timeout_fired",
+    "evidence", "withheld",
 )  # fmt: skip
 TUNING_COLUMNS = (
-    "config", "failovers", "spurious", "incomplete", "session_timeout_s", "link_heartbeat_s",
-    "ha_backup_timeout_s", "p50_detection_ms", "p90_detection_ms", "detection_p50_per_timeout",
-    "detection_p50_per_heartbeat", "p50_election_ms",
+    "config", "failovers", "spurious", "spurious_longer_timeout", "spurious_no_timeout",
+    "incomplete", "withheld", "session_timeout_s", "broker_timeout_s", "check_interval_s",
+    "link_heartbeat_s", "ha_backup_timeout_s", "p50_detection_ms", "p90_detection_ms",
+    "detection_p50_per_timeout", "detection_p50_per_heartbeat", "p50_election_ms",
     "p50_promotion_ms", "p50_recovering_ms", "p50_failover_ms", "p90_failover_ms",
     "p50_client_outage_ms", "p90_client_outage_ms", "backup_timeout_fired",
 )  # fmt: skip
+BY_KIND_COLUMNS = (
+    "config", "failure_kind", "failovers", "spurious", "withheld", "p50_detection_ms",
+    "p50_election_ms", "p50_promotion_ms", "p50_recovering_ms", "p50_failover_ms",
+    "p50_client_outage_ms",
+)  # fmt: skip
 PERCENTILE_COLUMNS = (
     "scenario", "config", "phase", "failovers", "p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms",
+    "samples_ms",
 )  # fmt: skip
 KIND_COLUMNS = (
     "config", "failure_kind", "phase", "failovers", "p50_ms", "p90_ms", "p99_ms", "max_ms",
+    "samples_ms",
 )  # fmt: skip
 ANOMALY_COLUMNS = ("kind", "cluster", "epoch", "node", "other_node", "at_ts", "ms", "detail")
 STINT_COLUMNS = ("cluster", "node", "epoch", "start_ts", "end_ts", "end_by")
@@ -163,6 +175,7 @@ def _input_section(summary: Summary) -> str:
             + (" ..." if len(summary.unread) > 20 else "")
             + "</li>"
         )
+    items += [f"<li class='bad'>{html.escape(w)}</li>" for w in summary.warnings]
     if not items:
         return "<p class='good'>every line read was usable</p>"
     return "<ul class='files'>" + "".join(items) + "</ul>"
@@ -185,7 +198,7 @@ def render(out: Path, tables: dict[str, list[Row]], summary: Summary) -> Path:
     initial = [r for r in tables.get("failovers", []) if r.get("kind") == "initial"]
     spurious = sum(1 for r in rows if r.get("spurious"))
     incomplete = sum(1 for r in rows if r.get("evidence") != "complete")
-    sentences = advice.advice(tables.get("tuning", []))
+    sentences = advice.advice(tables.get("tuning", []), tables.get("tuning_by_kind", []))
     what = (
         "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in sentences) + "</ul>"
         if sentences
@@ -207,10 +220,14 @@ elections, in {summary.seconds:.1f} s, from {html.escape(", ".join(summary.paths
 {what}
 <h2>Per configuration</h2>
 {html_table_by_column(tables.get("tuning", []), TUNING_COLUMNS)}
+<h2>Per configuration and kind of failure (medians, ms)</h2>
+{html_table(tables.get("tuning_by_kind", []), BY_KIND_COLUMNS)}
+<h2>Percentiles by configuration and kind of failure (ms)</h2>
+<p>A group of fewer than {percentiles.MIN_SAMPLES} fail-overs has no percentiles: its
+samples are listed (samples_ms). Withheld fail-overs are in none.</p>
+{html_table(tables.get("percentiles_by_kind", []), KIND_COLUMNS)}
 <h2>Percentiles by scenario, configuration and phase (ms)</h2>
 {html_table(tables.get("percentiles", []), PERCENTILE_COLUMNS)}
-<h2>Percentiles by configuration and kind of failure (ms)</h2>
-{html_table(tables.get("percentiles_by_kind", []), KIND_COLUMNS)}
 <h2>Phases per fail-over, slowest first</h2>
 <img src="plots/phases.png" alt="stacked phase bars per fail-over, slowest first">
 <h2>Client outage</h2>

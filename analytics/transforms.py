@@ -36,7 +36,8 @@ The pipeline, one module a step (:func:`analyse` composes steps 2 to 6 on the ev
    lost).
 
 Times are microseconds since the Unix epoch (``us``, exact integers); durations are
-milliseconds (``*_ms``, doubles). Clocks of different machines are trusted as they are.
+milliseconds (``*_ms``, doubles). Clocks are checked and corrected first
+(:mod:`analytics.clocks`, in the job).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Tables:
     percentiles: DataFrame
     percentiles_by_kind: DataFrame
     tuning: DataFrame
+    tuning_by_kind: DataFrame
     anomalies: DataFrame
     primary_stints: DataFrame
 
@@ -71,13 +73,18 @@ def analyse(
     labels: Labels | None = None,
     checkpoint: Checkpoint = identity,
     suspect: Sequence[str] = (),
+    unclocked: Sequence[tuple[str, str]] = (),
 ) -> Tables:
     """The whole pipeline on normalised events (see the module's docstring);
     ``checkpoint`` cuts the lineage between steps (see :data:`Checkpoint`); ``suspect``:
-    nodes whose files have unusable lines (their fail-overs are marked incomplete)."""
+    nodes whose files have unusable lines (their fail-overs are marked incomplete);
+    ``unclocked``: (cluster, node) whose clock could not be placed (their fail-overs keep
+    no phases: :mod:`analytics.clocks`)."""
     intervals = checkpoint(state_intervals(events))
     promoted = checkpoint(promotions(events))
-    fo = checkpoint(annotate(events, failovers(events, promoted, labels, checkpoint), suspect))
+    fo = checkpoint(
+        annotate(events, failovers(events, promoted, labels, checkpoint), suspect, unclocked)
+    )
     phases = checkpoint(phase_durations(fo))
     stints = checkpoint(primary_stints(intervals))
     return Tables(
@@ -86,6 +93,7 @@ def analyse(
         percentiles=percentiles(phases),
         percentiles_by_kind=percentiles(phases, ("config", "failure_kind")),
         tuning=tuning(fo),
+        tuning_by_kind=tuning(fo, ("config", "failure_kind")),
         anomalies=anomalies(events, intervals, promoted, stints),
         primary_stints=stints,
     )

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from analytics import faults
 from analytics.parse import US_PER_MS
 from analytics.percentiles import PHASES
 from common import failover_phases
@@ -41,7 +42,15 @@ EVIDENCE = (
     "no_recovering",  # no broker line of the promotion
     "not_active",  # the new primary never logged active
     "bad_lines",  # a file holding the old or new primary's events has unusable lines
+    "clock_unresolved",  # the old or new primary's clock could not be placed (analytics.clocks)
+    "inconsistent",  # a phase is negative: its instants are not of one fail-over
 )
+#: Evidence that withholds a fail-over from the percentiles (``withheld``): its failure is
+#: missing or a guess, or its instants cannot be trusted together. The others only lack a
+#: phase, which then adds nothing to the percentiles.
+WITHHOLD = ("no_failure", "failure_inferred", "bad_lines", "clock_unresolved", "inconsistent")
+#: A phase shorter than this (ms) is a contradiction, not noise (analytics.clocks' tolerance).
+NEGATIVE_MS = -100.0
 
 
 def _spurious(failure_by: Column, reason: Column) -> Column:
@@ -68,7 +77,7 @@ def _kind_from_logs(failure_by: Column, reason: Column) -> Column:
         .when(failure_by == "zookeeper_session_fence", F.lit("zookeeper_fence"))
         .when(text.contains("ZooKeeper"), F.lit("zookeeper_fence"))
         .when(failure_by.isin("agent_fenced", "broker_killed", "ha_fenced"), F.lit("fenced"))
-        .when(failure_by == "broker_stopped", F.lit("stopped"))
+        .when(failure_by == "broker_stopped", F.lit("operator-stop"))
         .when(failure_by == "last_seen", F.lit("silent_node"))
         .otherwise(F.coalesce(failure_by, F.lit("unknown")))
     )
@@ -78,19 +87,48 @@ def _same_cluster(other: Column) -> Column:
     return (other == F.lit("")) | (other == F.col("cluster"))
 
 
+#: The nemesis drill's marks of a cycle's start and end and of its final stops.
+CYCLE_MARKS = ("nemesis_cycle_started", "nemesis_cycle_checked", "nemesis_teardown_started")
+
+
 def _nemeses(events: DataFrame, fo: DataFrame) -> DataFrame:
-    """(cluster, epoch, nemesis): the nemesis of the last ``nemesis_cycle_started`` at or
-    before the failure (or the election, without one), of the cluster or of none."""
-    starts = events.where(F.col("event") == "nemesis_cycle_started").select(
-        F.col("cluster").alias("n_cluster"), F.col("us").alias("n_us"), "nemesis"
+    """(cluster, epoch, nemesis, teardown): the nemesis of the last ``nemesis_cycle_started``
+    at or before the failure (or the election, without one), of the cluster or of none;
+    ``teardown`` when the last of the drill's marks before it ends a cycle
+    (``nemesis_cycle_checked``) or starts the drill's final stops
+    (``nemesis_teardown_started``): no fault was on, the drill was stopping its cluster."""
+    marks = events.where(F.col("event").isin(*CYCLE_MARKS)).select(
+        F.col("cluster").alias("n_cluster"),
+        F.col("us").alias("n_us"),
+        F.when(F.col("event") == "nemesis_cycle_started", F.col("nemesis")).alias("n_nemesis"),
+        F.col("event").alias("n_event"),
+        # at one time a cycle's check comes after its start
+        F.when(F.col("event") == "nemesis_cycle_started", 0).otherwise(1).alias("n_order"),
     )
-    at = F.coalesce("failure_us", "won_us", "recovering_us")
+    # a guessed failure (the old primary's last line) may lie in an earlier cycle: the
+    # cycle is then the election's
+    guessed = F.col("failure_by") == "last_seen"
+    at = F.when(guessed, F.coalesce("won_us", "recovering_us", "failure_us")).otherwise(
+        F.coalesce("failure_us", "won_us", "recovering_us")
+    )
+    last = F.max_by(F.struct("n_event", "n_nemesis"), F.struct("n_us", "n_order"))
     return (
         fo.where(F.col("kind") == "failover")
         .select("cluster", "epoch", at.alias("at_us"))
-        .join(starts, _same_cluster(F.col("n_cluster")) & (F.col("n_us") <= F.col("at_us")))
+        .join(marks, _same_cluster(F.col("n_cluster")) & (F.col("n_us") <= F.col("at_us")))
         .groupBy("cluster", "epoch")
-        .agg(F.max_by("nemesis", "n_us").alias("nemesis"))
+        .agg(
+            last.alias("last"),
+            F.max_by("n_nemesis", F.when(F.col("n_nemesis").isNotNull(), F.col("n_us"))).alias(
+                "nemesis"
+            ),
+        )
+        .select(
+            "cluster",
+            "epoch",
+            "nemesis",
+            (F.col("last.n_event") != "nemesis_cycle_started").alias("teardown"),
+        )
     )
 
 
@@ -102,7 +140,11 @@ def _settings(events: DataFrame) -> DataFrame:
     timeouts = (
         events.where((F.col("event") == "agent_started") & F.col("session_timeout").isNotNull())
         .groupBy("cluster")
-        .agg(F.max("session_timeout").alias("session_timeout_s"))
+        .agg(
+            F.max("session_timeout").alias("session_timeout_s"),
+            F.max("broker_timeout").alias("broker_timeout_s"),
+            F.max("check_interval").alias("check_interval_s"),
+        )
     )
     brokers = (
         events.where((F.col("source") == "broker") & (F.col("event") == "ha_started"))
@@ -129,6 +171,8 @@ def _settings(events: DataFrame) -> DataFrame:
         .select(
             "cluster",
             F.coalesce("session_timeout_s", "n_timeout").alias("session_timeout_s"),
+            "broker_timeout_s",
+            "check_interval_s",
             F.coalesce("b_heartbeat", "n_heartbeat").alias("link_heartbeat_s"),
             "ha_backup_timeout_s",
         )
@@ -176,12 +220,24 @@ def _backup_timeouts(events: DataFrame, fo: DataFrame) -> DataFrame:
     )
 
 
-def _evidence(suspect: Sequence[str]) -> Column:
+def _involves(nodes: Sequence[tuple[str, str]]) -> Column:
+    """The fail-over's old or new primary is one of these (cluster, node)."""
+    out = F.lit(False)
+    for cluster, node in nodes:
+        here = F.col("cluster") == cluster
+        out = out | (here & ((F.col("node") == node) | (F.col("old_node") == node)))
+    return F.coalesce(out, F.lit(False))
+
+
+def _evidence(suspect: Sequence[str], unclocked: Sequence[tuple[str, str]] = ()) -> Column:
     bad = F.lit(False)
     if suspect:
         bad = F.col("node").isin(*suspect) | F.coalesce(
             F.col("old_node").isin(*suspect), F.lit(False)
         )
+    negative = F.lit(False)
+    for phase in (p.name for p in failover_phases.PHASES):
+        negative = negative | F.coalesce(F.col(f"{phase}_ms") < NEGATIVE_MS, F.lit(False))
     checks = {
         "no_failure": F.col("failure_us").isNull(),
         "failure_inferred": F.col("failure_by") == "last_seen",
@@ -189,18 +245,32 @@ def _evidence(suspect: Sequence[str]) -> Column:
         "no_recovering": F.col("recovering_us").isNull(),
         "not_active": F.col("active_us").isNull(),
         "bad_lines": bad,
+        "clock_unresolved": _involves(unclocked),
+        "inconsistent": negative,
     }
     codes = F.concat_ws(
         ", ", *[F.when(F.coalesce(checks[c], F.lit(False)), F.lit(c)) for c in EVIDENCE]
     )
     return (
-        F.when(F.col("kind") != "failover", F.lit("initial"))
+        F.when(F.col("kind") == "teardown", F.lit("teardown"))
+        .when(F.col("kind") != "failover", F.lit("initial"))
         .when(codes == "", F.lit("complete"))
         .otherwise(codes)
     )
 
 
-def annotate(events: DataFrame, fo: DataFrame, suspect: Sequence[str] = ()) -> DataFrame:
+def _withheld(evidence: Column) -> Column:
+    """The evidence codes of :data:`WITHHOLD` in ``evidence`` (null: none)."""
+    codes = F.concat_ws(", ", *[F.when(evidence.contains(c), F.lit(c)) for c in WITHHOLD])
+    return F.when(codes != "", codes)
+
+
+def annotate(
+    events: DataFrame,
+    fo: DataFrame,
+    suspect: Sequence[str] = (),
+    unclocked: Sequence[tuple[str, str]] = (),
+) -> DataFrame:
     """``fo`` with ``failure_kind``, ``spurious``, ``evidence``, ``session_timeout_s``,
     ``link_heartbeat_s``, ``ha_backup_timeout_s``, ``detection_per_timeout``,
     ``detection_per_heartbeat``, ``backups_dropped``,
@@ -209,17 +279,28 @@ def annotate(events: DataFrame, fo: DataFrame, suspect: Sequence[str] = ()) -> D
     that remain would give phases that never happened (a lost resignation makes the
     detection end at the election)."""
     is_failover = F.col("kind") == "failover"
-    bad = F.col("evidence").contains("bad_lines")
+    bad = F.col("evidence").contains("bad_lines") | F.col("evidence").contains("clock_unr")
     out = (
         fo.join(_nemeses(events, fo), ["cluster", "epoch"], "left")
         .join(_settings(events), "cluster", "left")
         .join(_backup_timeouts(events, fo), ["cluster", "epoch"], "left")
+        .join(faults.zookeeper_gaps(events, fo), ["cluster", "epoch"], "left")
+        .withColumn(
+            "kind",
+            F.when(F.coalesce("teardown", F.lit(False)), F.lit("teardown")).otherwise(
+                F.col("kind")
+            ),
+        )
         .withColumn(
             "failure_kind",
             F.when(
                 is_failover,
                 F.coalesce(
-                    "nemesis", _kind_from_logs(F.col("failure_by"), F.col("failure_reason"))
+                    "nemesis",
+                    faults.record_kind(F.col("failure_by")),
+                    _kind_from_logs(
+                        F.coalesce("own_failure_by", "failure_by"), F.col("failure_reason")
+                    ),
                 ),
             ),
         )
@@ -227,10 +308,19 @@ def annotate(events: DataFrame, fo: DataFrame, suspect: Sequence[str] = ()) -> D
             "spurious",
             F.when(
                 is_failover,
-                F.coalesce(_spurious(F.col("failure_by"), F.col("failure_reason")), F.lit(False)),
+                # a fault the drill injected at the primary is a failure of its own
+                (F.coalesce(F.col("failure_source"), F.lit("")) != "drill")
+                & F.coalesce(
+                    _spurious(F.col("own_failure_by"), F.col("failure_reason")), F.lit(False)
+                ),
             ),
         )
-        .withColumn("evidence", _evidence(suspect))
+        .withColumn(
+            "spurious_avoidable",
+            faults.avoidable(F.col("spurious"), F.col("zk_lost"), F.col("zk_gap_s")),
+        )
+        .withColumn("evidence", _evidence(suspect, unclocked))
+        .withColumn("withheld", _withheld(F.col("evidence")))
     )
     for phase in (p.name for p in failover_phases.PHASES):
         out = out.withColumn(f"{phase}_ms", F.when(~bad, F.col(f"{phase}_ms")))
@@ -254,39 +344,48 @@ def annotate(events: DataFrame, fo: DataFrame, suspect: Sequence[str] = ()) -> D
                 (F.coalesce("backup_timeout_hits", F.lit(0)) > 0) | (F.col("backups_dropped") > 0),
             ),
         )
-        .drop("nemesis", "backup_timeout_hits")
+        .drop("nemesis", "teardown", "zk_lost", "backup_timeout_hits")
     )
 
 
 #: The phases and the client outage (:data:`analytics.percentiles.PHASES`).
 TUNING_PHASES = PHASES
+#: The settings the logs give, as ``<name>_s`` columns (seconds).
+SETTINGS = ("session_timeout", "broker_timeout", "check_interval", "link_heartbeat",
+            "ha_backup_timeout")  # fmt: skip
 
 
-def tuning(fo: DataFrame) -> DataFrame:
-    """One row per configuration over its fail-overs: ``failovers``, ``spurious``,
-    ``incomplete`` (evidence not complete), ``session_timeout_s``, ``link_heartbeat_s``,
-    ``ha_backup_timeout_s``, ``p50_<phase>_ms`` and ``p90_<phase>_ms`` for each phase and
-    the client outage, ``detection_p50_per_timeout``, ``detection_p50_per_heartbeat``,
-    ``backup_timeout_fired``."""
+def tuning(fo: DataFrame, by: Sequence[str] = ("config",)) -> DataFrame:
+    """One row per configuration (or per ``by``: the job also groups by configuration and
+    kind of failure) over its fail-overs: ``failovers``, ``spurious`` (and of them
+    ``spurious_longer_timeout``, ``spurious_no_timeout``: see
+    :func:`analytics.faults.avoidable`), ``incomplete`` (evidence not complete),
+    ``withheld`` (left out of the percentiles), the settings (``session_timeout_s``,
+    ``broker_timeout_s``, ``check_interval_s``, ``link_heartbeat_s``,
+    ``ha_backup_timeout_s``), ``p50_<phase>_ms`` and ``p90_<phase>_ms`` for each phase and
+    the client outage (fail-overs not withheld), ``detection_p50_per_timeout``,
+    ``detection_p50_per_heartbeat``, ``backup_timeout_fired``."""
     rows = fo.where(F.col("kind") == "failover")
+    avoidable = F.coalesce(F.col("spurious_avoidable"), F.lit(""))
     aggs = [
         F.count(F.lit(1)).alias("failovers"),
         F.sum(F.col("spurious").cast("int")).alias("spurious"),
+        F.sum((avoidable == "longer timeout").cast("int")).alias("spurious_longer_timeout"),
+        F.sum((avoidable == "no timeout").cast("int")).alias("spurious_no_timeout"),
         F.sum((F.col("evidence") != "complete").cast("int")).alias("incomplete"),
-        F.max("session_timeout_s").alias("session_timeout_s"),
-        F.max("link_heartbeat_s").alias("link_heartbeat_s"),
-        F.max("ha_backup_timeout_s").alias("ha_backup_timeout_s"),
+        F.sum(F.col("withheld").isNotNull().cast("int")).alias("withheld"),
+        *[F.max(f"{name}_s").alias(f"{name}_s") for name in SETTINGS],
         F.sum(F.coalesce(F.col("backup_timeout_fired"), F.lit(False)).cast("int")).alias(
             "backup_timeout_fired"
         ),
     ]
     for phase in TUNING_PHASES:
-        q = F.percentile(F.col(f"{phase}_ms"), [0.5, 0.9])
+        q = F.percentile(F.when(F.col("withheld").isNull(), F.col(f"{phase}_ms")), [0.5, 0.9])
         aggs.append(q.alias(f"q_{phase}"))
-    grouped = rows.groupBy("config").agg(*aggs)
+    grouped = rows.groupBy(*by).agg(*aggs)
     cols: list[Column | str] = [
-        "config", "failovers", "spurious", "incomplete", "session_timeout_s", "link_heartbeat_s",
-        "ha_backup_timeout_s",
+        *by, "failovers", "spurious", "spurious_longer_timeout", "spurious_no_timeout",
+        "incomplete", "withheld", *[f"{name}_s" for name in SETTINGS],
     ]  # fmt: skip
     for phase in TUNING_PHASES:
         cols += [
@@ -302,4 +401,4 @@ def tuning(fo: DataFrame) -> DataFrame:
         ),
         "backup_timeout_fired",
     ]
-    return grouped.select(*cols).orderBy("config")
+    return grouped.select(*cols).orderBy(*by)

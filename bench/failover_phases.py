@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Where a nemesis drill's fail-over time goes, per cycle, from its logs (not a test).
 
-Reads a ``qpid-ha drill --nemesis kill,kill-node ...`` work directory (``drill.log``,
-``n*/agent.log``, ``n*/qpidd.log``) and prints, for every ``kill`` and ``kill-node`` cycle,
-milliseconds from the SIGKILL to: the new primary's agent winning the election
-(``election_won``), its broker promoted (``ha_promote_requested``), active (the remaining
-in-sync backup is back), the publisher reconnected, and the first confirm after the kill
-(the outage the drill reports). Then the median of each column per nemesis.
+Reads a ``qpid-ha drill --nemesis ...`` work directory (``drill.log``, ``n*/agent.log``,
+``n*/qpidd.log``) and prints, for every cycle whose fault the drill recorded
+(:data:`common.failover_phases.FAULT_RECORDS`: ``kill``, ``kill-node``, ``pause``,
+``pause-node``, ``partition``, and ``stale-backup``'s node kill), the phases of
+:data:`common.failover_phases.PHASES` in milliseconds, as the analytics job and the web
+console define them (:func:`common.failover_phases.durations`), from the fault's record
+(``failure``) to the new primary's broker active, then the drill's own outage for the
+cycle (its longest time between two confirms). Then the median of each column per kind.
+One clock: the drill and the nodes run on one host.
 
     .venv/bin/python bench/failover_phases.py /tmp/drill-workdir
 """
@@ -20,8 +23,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-KILLS = {"broker_sigkilled": "kill", "node_sigkilled": "kill-node"}
-COLUMNS = ("won", "promoted", "active", "reconnected", "confirm")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common.failover_phases import FAULT_RECORDS, PHASES, RESIGN_EVENTS, durations
+
+COLUMNS = (*(p.name for p in PHASES), "drill_outage")
 
 
 def events(path: Path) -> list[dict[str, Any]]:
@@ -36,11 +42,11 @@ def events(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def first_after(items: list[dict[str, Any]], t: float, name: str, **match: Any) -> float | None:
+def first(items: list[dict[str, Any]], after: float, name: str, **match: Any) -> dict[str, Any]:
     for e in items:
-        if e["t"] >= t and e["event"] == name and all(e.get(k) == v for k, v in match.items()):
-            return float(e["t"])
-    return None
+        if e["t"] >= after and e["event"] == name and all(e.get(k) == v for k, v in match.items()):
+            return e
+    return {}
 
 
 def phases(workdir: Path) -> list[tuple[str, dict[str, float | None]]]:
@@ -49,26 +55,36 @@ def phases(workdir: Path) -> list[tuple[str, dict[str, float | None]]]:
     agent = sorted((e for n in nodes for e in events(n / "agent.log")), key=lambda e: e["t"])
     broker = sorted((e for n in nodes for e in events(n / "qpidd.log")), key=lambda e: e["t"])
     rows = []
-    for kill in (e for e in drill if e["event"] in KILLS):
-        t = kill["t"]
-        gap = next(
-            (e for e in drill if e["event"] == "confirm_gap" and e["t"] >= t),
-            None,
-        )
-        active = first_after(broker, t, "ha_state_changed", new="active")
-        row = {
-            "won": first_after(agent, t, "election_won"),
-            "promoted": first_after(broker, t, "ha_promote_requested"),
-            "active": active,
-            "reconnected": first_after(drill, t, "client_reconnected", role="publisher"),
-            "confirm": None if gap is None else float(gap["t"]),
+    cycle = ""
+    for record in drill:
+        if record["event"] == "nemesis_cycle_started":
+            cycle = str(record["nemesis"])
+        if record["event"] not in FAULT_RECORDS:
+            continue
+        t, old = record["t"], record["target"]
+        promoted = next(
+            (e for e in agent if e["t"] >= t and e["event"] == "agent_promoted"
+             and e["node"] != old), {},
+        )  # fmt: skip
+        new, epoch = promoted.get("node"), promoted.get("new_epoch")
+        won = [e["t"] for e in agent if e["event"] == "election_won" and e["node"] == new
+               and t <= e["t"] <= promoted.get("t", t)]  # fmt: skip
+        resigned = next((e["t"] for e in agent if e["t"] >= t and e["node"] == old
+                         and e["event"] in RESIGN_EVENTS), None)  # fmt: skip
+        recovering = first(broker, t, "ha_state_changed", node=new, new="recovering", epoch=epoch)
+        active = first(broker, t, "ha_state_changed", node=new, new="active", epoch=epoch)
+        instants = {
+            "failure": t,
+            "resigned": resigned if resigned is not None and won and resigned <= won[-1] else None,
+            "won": won[-1] if won else None,
+            "promoted": promoted.get("t"),
+            "recovering": recovering.get("t"),
+            "active": active.get("t"),
         }
-        rows.append(
-            (
-                KILLS[kill["event"]],
-                {k: None if v is None else (v - t) * 1000 for k, v in row.items()},
-            )
-        )
+        row = {k: None if v is None else v * 1000 for k, v in durations(instants).items()}
+        checked = first(drill, t, "nemesis_cycle_checked")
+        row["drill_outage"] = checked.get("outage_ms")
+        rows.append((cycle or FAULT_RECORDS[record["event"]], row))
     return rows
 
 
@@ -77,7 +93,7 @@ def main() -> int:
         print("usage: failover_phases.py DRILL_WORK_DIR (with drill.log)", file=sys.stderr)
         return 2
     rows = phases(Path(sys.argv[1]))
-    print("| nemesis | " + " | ".join(f"{c} ms" for c in COLUMNS) + " |")
+    print("| kind | " + " | ".join(f"{c} ms" for c in COLUMNS) + " |")
     print("| --- |" + " ---: |" * len(COLUMNS))
     for name, row in rows:
         cells = " | ".join("-" if row[c] is None else f"{row[c]:.0f}" for c in COLUMNS)

@@ -6,7 +6,9 @@
 A fail-over to epoch ``E`` is a row of instants (seconds or microseconds, any one clock):
 
 ``failure``
-    the old primary failed or was fenced (the first failure event of its node);
+    the old primary failed or was fenced: the fault the drill injected, as it recorded it
+    (:data:`FAULT_RECORDS`), else the earliest evidence of it from any node (the old
+    primary's first failure event, the backups' link-down);
 ``resigned``
     the old primary's agent resigned (``agent_fenced``, ``election_withdraw``);
 ``detected``
@@ -35,6 +37,7 @@ __all__ = [
     "BROKER_FAILURE_EVENTS",
     "CLIENT_INSTANTS",
     "CLIENT_OUTAGE",
+    "FAULT_RECORDS",
     "INSTANTS",
     "PHASES",
     "RESIGN_EVENTS",
@@ -52,6 +55,20 @@ RESIGN_EVENTS = ("agent_fenced", "election_withdraw")
 
 #: Broker events that end a broker's serving (``analytics.states.BROKER_END_EVENTS``).
 BROKER_FAILURE_EVENTS = ("broker_stopped", "ha_fenced", "ha_illegal_transition")
+
+#: The nemesis drill's records of a fault that stops the primary serving at once (its
+#: ``target`` the primary's node, its time the exact instant of ``failure``), and the kind
+#: of failure each is (``qpid_ha_cli/nemesis/nemeses.py``). ``zk-loss`` is not here: the
+#: primary serves on through ZooKeeper's loss until its agent fences it, so its failure is
+#: that fence. ``stale-backup`` kills the primary's node (``node_sigkilled``) in a cycle
+#: of its own name.
+FAULT_RECORDS = {
+    "broker_sigkilled": "kill",
+    "node_sigkilled": "kill-node",
+    "broker_paused": "pause",
+    "node_paused": "pause-node",
+    "node_partitioned": "partition",
+}
 
 
 @dataclass(frozen=True)

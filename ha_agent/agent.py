@@ -178,6 +178,9 @@ class Agent:
             broker=self.broker_check.address,
             supervise=s.broker_command is not None,
             session_timeout=s.session_timeout,
+            check_interval=s.check_interval,
+            broker_timeout=s.broker_timeout,
+            watchdog_timeout=s.watchdog_timeout,
             cluster_size=s.cluster_size,
             vip=s.vip,
         )

@@ -304,6 +304,7 @@ class HaBroker:
             public_url=self.public_url,
             replicate=self.replicate_default.value,
             link_heartbeat_interval=self.options.link_heartbeat_interval,
+            link_maintenance_interval=self.options.link_maintenance_interval,
             ha_backup_timeout=self.options.ha_backup_timeout,
         )
         self.handle(Start())

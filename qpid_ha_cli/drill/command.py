@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 from common.exit_status import CommandError, ExitStatus
-from common.log import configure_logging
+from common.log import configure_logging, set_log_context
 from qpid_ha_cli.context import environment
 from qpid_ha_cli.drill.run import DrillRun, Unreachable, WorkerFailed
 from qpid_ha_cli.drill.settings import UsageError, settings_from_options
@@ -110,7 +110,7 @@ def drill(
         typer.Option(
             metavar="LIST",
             help="build a local cluster in network namespaces (root) and run these faults"
-            " under the drill: kill,kill-node,pause,partition,stale-backup,zk-loss",
+            " under the drill: kill,kill-node,pause,pause-node,partition,stale-backup,zk-loss",
         ),
     ] = None,
     cycles: Annotated[int, typer.Option(metavar="N", help="with --nemesis: rounds")] = 1,
@@ -176,6 +176,7 @@ def drill(
         run = DrillRun(settings)
     except ImportError as exc:
         raise UsageError(f"the drill needs pika (pip install pika): {exc}") from None
+    set_log_context(run_id=run.run_id)  # on every line: runs are told apart by it
     try:
         check = run.run()
     except Unreachable as exc:

@@ -54,6 +54,11 @@ class DrillRun:
     wall-clock time at start, so a clock step does not make a gap.
     """
 
+    @property
+    def run_id(self) -> str:
+        """This run's identity: in every message body and on ``drill_started``."""
+        return self._run_id
+
     def __init__(self, settings: DrillSettings, clock: Callable[[], float] | None = None) -> None:
         import pika  # the shell only: the core and the CLI's --help work without it
         import pika.exceptions

@@ -15,8 +15,9 @@ A node's broker serves as primary from its ``ha_state_changed`` into ``active`` 
 ``broker_started`` (the process died in between), its agent's ``broker_killed`` or
 ``broker_process_exited``, or the drill's own ``broker_sigkilled``/``node_sigkilled`` for
 that node. Time the drill held the broker SIGSTOPped (``broker_paused`` to
-``broker_resumed``) is cut out: a stopped process serves nobody. :func:`overlap_seconds`
-adds up the time two such spans of different nodes overlap inside a window: it must be 0.
+``broker_resumed``, or its whole node: ``node_paused`` to ``node_resumed``) is cut out: a
+stopped process serves nobody. :func:`overlap_seconds` adds up the time two such spans of
+different nodes overlap inside a window: it must be 0.
 """
 
 from __future__ import annotations
@@ -93,9 +94,9 @@ def primary_spans(
     for e in drill_events:
         if e.get("target") != node:
             continue
-        if e.get("event") == "broker_paused":
+        if e.get("event") in ("broker_paused", "node_paused"):
             paused.append((parse_ts(str(e["ts"])), until))
-        elif e.get("event") == "broker_resumed" and paused:
+        elif e.get("event") in ("broker_resumed", "node_resumed") and paused:
             paused[-1] = (paused[-1][0], parse_ts(str(e["ts"])))
     spans: list[Span] = []
     start: float | None = None

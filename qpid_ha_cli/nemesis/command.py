@@ -21,12 +21,13 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from common.exit_status import CommandError, ExitStatus
-from common.log import configure_logging
+from common.log import configure_logging, set_log_context
 from common.polling import PollTimeout
 from qpid_ha_cli.nemesis.checks import CycleResult, summary
 from qpid_ha_cli.nemesis.nemeses import NEMESES
@@ -90,6 +91,9 @@ def run_nemesis(
         component="nemesis",
         cluster="nemesis",
     )
+    # every line of this run's drill.log (its clients' too) says which run it is: two runs
+    # of the same cluster name are told apart by it (analytics), never by name alone
+    set_log_context(run_id=uuid.uuid4().hex[:12])
     settings = NemesisSettings(
         names, cycles, session_timeout, link_heartbeat_interval, rate, workdir, via_vip
     )

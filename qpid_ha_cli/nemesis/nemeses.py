@@ -11,6 +11,10 @@ kill-node      SIGKILL the primary's agent, then its broker (node loss); wait fo
                primary (after the agent's ZooKeeper session expires). Heal: restart the
                agent (which starts the broker)
 pause          SIGSTOP the primary's broker; wait for another primary. Heal: SIGCONT
+pause-node     SIGSTOP the primary's agent and broker (a frozen machine: a VM's pause, a
+               long GC of the whole node); wait for another primary (after the agent's
+               ZooKeeper session expires). Heal: SIGCONT the agent, wait until it fenced
+               (killed) its broker, then SIGCONT the broker if it is still there
 partition      nft in the primary's namespace drops everything to and from the other
                nodes and ZooKeeper (clients still reach it); wait for another primary.
                Heal: delete the rules
@@ -26,13 +30,14 @@ zk-loss        SIGKILL the ZooKeeper leader of 3; hold a session timeout; SIGSTO
 =============  ===========================================================================
 
 Every step is noted through :attr:`Context.note` (the drill's log: ``broker_sigkilled``,
-``node_sigkilled``, ``broker_paused``... with ``target`` the node), which is what the
-two-primary check (:mod:`~qpid_ha_cli.nemesis.checks`) reads besides the brokers' logs.
+``node_sigkilled``, ``broker_paused``, ``node_paused``... with ``target`` the node), which
+is what the two-primary check (:mod:`~qpid_ha_cli.nemesis.checks`) reads besides the brokers' logs.
 Waits poll with deadlines (:class:`Timing`); holds are the fault's length, on purpose.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from abc import ABC, abstractmethod
@@ -40,9 +45,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from common.polling import poll_until
+from common.polling import PollTimeout, poll_until
 from qpid_ha_cli.nemesis.cluster import Cluster
 from qpid_ha_cli.nemesis.processes import AMQP_PORT, Node
+from qpid_ha_cli.nemesis.topology import in_namespace
 
 __all__ = ["NEMESES", "Context", "Nemesis", "Timing", "nemesis_named"]
 
@@ -139,6 +145,32 @@ class Pause(Nemesis):
         ctx.note("broker_resumed", target=ctx.primary.name, pid=self.pid)
 
 
+class PauseNode(Nemesis):
+    name = "pause-node"
+    pid: int | None = None
+
+    def inject(self, ctx: Context) -> None:
+        self.pid = ctx.primary.broker_pid()
+        ctx.primary.signal_agent(signal.SIGSTOP)
+        ctx.primary.signal_broker(signal.SIGSTOP, self.pid)
+        ctx.note("node_paused", target=ctx.primary.name, pid=self.pid)
+        ctx.await_new_primary()
+
+    def heal(self, ctx: Context) -> None:
+        ctx.primary.signal_agent(signal.SIGCONT)
+        pid, node = self.pid, ctx.primary
+        # the agent runs first: it finds its session gone and fences (kills) its broker,
+        # stopped or not; the broker is let run only once that is done (or never happened)
+        with contextlib.suppress(PollTimeout):
+            poll_until(
+                lambda: pid is None or not in_namespace(pid, node.host.namespace),
+                ctx.timing.failover,
+                f"{node.name}'s agent fencing its paused broker",
+            )
+        node.signal_broker(signal.SIGCONT, pid)
+        ctx.note("node_resumed", target=node.name, pid=pid)
+
+
 class Partition(Nemesis):
     name = "partition"
 
@@ -222,7 +254,7 @@ class ZkLoss(Nemesis):
 
 
 NEMESES: dict[str, type[Nemesis]] = {
-    n.name: n for n in (Kill, KillNode, Pause, Partition, StaleBackup, ZkLoss)
+    n.name: n for n in (Kill, KillNode, Pause, PauseNode, Partition, StaleBackup, ZkLoss)
 }
 
 

@@ -293,6 +293,12 @@ class Node:
                 os.kill(pid, sig)
         return pid
 
+    def signal_agent(self, sig: int) -> None:
+        """Send ``sig`` to the agent (``ip netns exec`` execs it: the child's PID is its)."""
+        if self.agent is not None and self.agent.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.agent.pid, sig)
+
     def kill_agent(self) -> None:
         if self.agent is not None and self.agent.poll() is None:
             os.kill(self.agent.pid, signal.SIGKILL)

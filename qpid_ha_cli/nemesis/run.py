@@ -205,6 +205,9 @@ class NemesisRun:
                         return self.results
             return self.results
         finally:
+            # the stops below hand the primary role on: promotions after this line are the
+            # drill's teardown, not faults (analytics leaves them out)
+            self.note("nemesis_teardown_started", cycles=len(self.results))
             self.cluster.stop()
             signal.signal(signal.SIGTERM, previous)
 

@@ -74,18 +74,20 @@ def test_report_has_its_plots_and_tables(generated: tuple[generate.Params, job.R
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     # column names may wrap after an underscore (<wbr>)
     tables = re.findall(r"<table[^>]*>.*?</table>", page.replace("<wbr>", ""), flags=re.S)
-    # tuning, percentiles (2), anomalies, fail-overs, primaries, line counts
-    assert len(tables) == 7
+    # tuning, tuning by kind, percentiles (2), anomalies, fail-overs, primaries, line counts
+    assert len(tables) == 8
     # the tuning table: a row per measure, a column per configuration
     assert "<tr><th>spurious</th>" in tables[0]
     assert "<th>session-timeout 2s</th><th>session-timeout 4s</th>" in tables[0]
-    assert "<th>p99_ms</th>" in tables[1] and "session-timeout 4s" in tables[1]
-    assert "<th>failure_kind</th>" in tables[2] and "process_exit" in tables[2]
-    assert "confirmed_lost" in tables[3]
+    assert "<th>failure_kind</th>" in tables[1] and "process_exit" in tables[1]
+    assert "<th>p99_ms</th>" in tables[2] and "<th>failure_kind</th>" in tables[2]
+    assert "<th>scenario</th>" in tables[3] and "session-timeout 4s" in tables[3]
+    assert "confirmed_lost" in tables[4]
     assert "1 anomalies" in page
     assert "every line read was usable" in page
-    # what to change: detection dominates both configurations, well under the timeout
-    assert "session-timeout 4s: detection dominates the fail-over" in page
+    # what to change, by kind: a process exit's detection is the agents' check
+    assert "session-timeout 4s, process_exit (60 fail-overs): detection dominates" in page
+    assert "--check-interval" in page
     for name in ("failovers", "percentiles", "percentiles_by_kind", "tuning", "phases",
                  "anomalies", "primary_stints"):  # fmt: skip
         csv = result.out / "tables" / f"{name}.csv"

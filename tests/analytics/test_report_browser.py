@@ -25,9 +25,9 @@ pytestmark = pytest.mark.timeout(120)
 
 WIDTH, HEIGHT = 1280, 900
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "analytics"
-#: The report's tables: what to change is prose; tuning, percentiles (2), anomalies,
-#: fail-overs, primaries, line counts.
-TABLES = 7
+#: The report's tables: what to change is prose; tuning, tuning by kind, percentiles
+#: (2), anomalies, fail-overs, primaries, line counts.
+TABLES = 8
 
 
 @pytest.fixture(scope="module")

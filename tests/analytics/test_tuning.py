@@ -174,7 +174,11 @@ def test_problems_and_unread_files_reported(result: job.Result, logs: Path) -> N
         f"{logs / 'u.agent.log'}: 1 malformed line(s)",
     ]
     assert result.unread == [str(logs / "notes.txt")]
-    assert len(result.warnings) == 2
+    assert len(result.warnings) == 3
+    assert result.warnings[2] == (
+        "1 fail-over(s) withheld from the percentiles (missing or contradictory evidence): "
+        "t e2 (bad_lines)"
+    )
     assert result.warnings[0].startswith("1 truncated and 1 malformed line(s) in 2 file(s)")
     assert result.warnings[0].endswith("fail-overs of t1, t2, u1 marked incomplete")
     assert "notes.txt" in result.warnings[1]
@@ -192,8 +196,10 @@ def test_tuning_table_per_configuration(result: job.Result) -> None:
     assert row["p50_detection_ms"] == 600.0  # 1000 and 200; t's is unknown
     assert row["detection_p50_per_heartbeat"] == pytest.approx(0.4)
     by_kind = {(r["failure_kind"], r["phase"]): r for r in result.tables["percentiles_by_kind"]}
-    assert by_kind[("zk-loss", "detection")]["p50_ms"] == 1000.0
-    assert by_kind[("kill", "detection")]["p50_ms"] == 200.0
+    # one sample each: no percentiles, the sample
+    assert by_kind[("zk-loss", "detection")]["samples_ms"] == "1000"
+    assert by_kind[("kill", "detection")]["samples_ms"] == "200"
+    assert by_kind[("kill", "detection")]["p50_ms"] is None
     assert ("process_exit", "detection") not in by_kind
 
 

@@ -92,6 +92,14 @@ def test_time_paused_is_cut_out_of_a_span() -> None:
     assert spans == [Span("n1", T0 + 1, T0 + 2), Span("n1", T0 + 6, T0 + 6.01)]
 
 
+def test_time_a_whole_node_was_paused_is_cut_out_too() -> None:
+    drill = [event(2, "node_paused", target="n1"), event(6, "node_resumed", target="n1"),
+             event(7, "node_paused", target="n2")]  # fmt: skip
+    broker = [state(1, "active"), event(6.01, "ha_fenced")]
+    spans = primary_spans("n1", broker, [], drill, until=T0 + 60)
+    assert spans == [Span("n1", T0 + 1, T0 + 2), Span("n1", T0 + 6, T0 + 6.01)]
+
+
 def test_overlap_counts_only_two_nodes_at_once_inside_the_window() -> None:
     spans = [Span("n1", 0, 10), Span("n2", 8, 20), Span("n3", 9, 12), Span("n1", 15, 16)]
     # n1+n2 8-10 (2 s, n3 joins 9-10: counted once), n2+n3 10-12, n1+n2 15-16

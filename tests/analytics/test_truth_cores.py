@@ -1,0 +1,86 @@
+"""The pure cores behind "never a silent wrong answer" (no Spark): the clock offsets that
+cause and effect show (:func:`analytics.clocks.estimate`) and the runs of one cluster name
+(:func:`analytics.runs.split`). The job on real drill logs: ``test_drill_truth.py``."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from analytics.clocks import TOLERANCE_US, Pair, estimate
+from analytics.runs import Unit, split
+
+S = 1_000_000
+
+
+def link_ups(offsets: dict[str, int], delay: int = 30_000) -> list[Pair]:
+    """Each node promoted in turn and the two others linking to it ``delay`` later, each
+    time as its own clock (true time + offset) logs it."""
+    nodes = sorted(offsets)
+    out = []
+    for i, primary in enumerate(nodes * 2):
+        at = (i + 1) * 10 * S
+        for backup in nodes:
+            if backup != primary:
+                out.append(Pair("ha_link_up", ("c", primary), at + offsets[primary],
+                                ("c", backup), at + delay + offsets[backup]))  # fmt: skip
+    return out
+
+
+def test_agreeing_clocks_change_nothing() -> None:
+    found = estimate(link_ups({"n1": 0, "n2": 0, "n3": 0}))
+    assert (found.offsets, found.unresolved, found.warnings) == ({}, set(), [])
+
+
+def test_a_node_2_s_ahead_is_corrected_by_about_2_s() -> None:
+    found = estimate(link_ups({"n1": 0, "n2": 2 * S, "n3": 0}))
+    assert set(found.offsets) == {("c", "n2")} and not found.unresolved
+    assert abs(found.offsets[("c", "n2")] + 2 * S) <= 50_000
+    (line,) = found.warnings
+    assert line.startswith("clock: n2 (cluster c) is about 2.0") and "ahead of" in line
+
+
+@given(st.integers(min_value=-5 * S, max_value=5 * S))
+def test_one_clock_off_by_any_amount_is_placed_within_tolerance_and_delay(off: int) -> None:
+    # what is left after the correction: at most the tolerance and the link's delay (an
+    # offset under them shows no effect before its cause: it is noise, left alone)
+    found = estimate(link_ups({"n1": 0, "n2": 0, "n3": off}))
+    assert not found.unresolved and set(found.offsets) <= {("c", "n3")}
+    assert abs(found.offsets.get(("c", "n3"), 0) + off) <= TOLERANCE_US + 30_000
+
+
+def test_two_nodes_that_only_contradict_each_other_are_unresolved() -> None:
+    pairs = [Pair("client_reconnected", ("c", "n1"), 10 * S, ("c", "d"), 7 * S)]
+    found = estimate(pairs)
+    assert found.unresolved == {("c", "n1"), ("c", "d")} and found.offsets == {}
+    (line,) = found.warnings
+    assert "nothing else tells which clock is off" in line and "withheld" in line
+
+
+def unit(file: str, first: int, last: int, *ids: tuple[int, str], run: str = "") -> Unit:
+    return Unit(file, "nemesis", run, first, last, tuple(ids))
+
+
+def test_one_cluster_id_a_name_is_left_alone() -> None:
+    units = [unit("/r1/n1/qpidd.log", 0, 9, (1, "aaaaaaaa-1")), unit("/r1/drill.log", 0, 9)]
+    assert split(units).rows == []
+
+
+def test_two_runs_of_one_name_each_line_placed() -> None:
+    units = [
+        unit("/r1/n1/qpidd.log", 0, 90, (5, "aaaaaaaa-1")),
+        unit("/r1/n1/agent.log", 0, 90),  # beside a file that names its run
+        unit("/r1/drill.log", 0, 90, run="x"),  # above its nodes' directories
+        unit("/r2/n1/qpidd.log", 100, 190, (105, "bbbbbbbb-2")),
+        unit("/r2/n1/agent.log", 100, 190),
+        unit("/logs/drill.log", 100, 190, run="y"),  # elsewhere: by its time
+    ]
+    found = split(units)
+    placed = {(file, run): name for file, _c, run, _f, name in found.rows}
+    assert placed == {
+        ("/r1/n1/qpidd.log", ""): "nemesis@aaaaaaaa", ("/r1/n1/agent.log", ""): "nemesis@aaaaaaaa",
+        ("/r1/drill.log", "x"): "nemesis@aaaaaaaa", ("/r2/n1/qpidd.log", ""): "nemesis@bbbbbbbb",
+        ("/r2/n1/agent.log", ""): "nemesis@bbbbbbbb", ("/logs/drill.log", "y"): "nemesis@bbbbbbbb",
+    }  # fmt: skip
+    (line,) = found.warnings
+    assert "cluster name 'nemesis' holds 2 clusters" in line and "placed in none" not in line
