@@ -114,7 +114,7 @@ class Agent:
             else None
         )
         #: kills the broker, drops the VIP (the loop's thread and the session watcher's)
-        self.fencer = Fencer(vip, broker_pid=self._broker_pid, on_kill=self._reset_watch)
+        self.fencer = Fencer(vip, on_kill=self._reset_watch)
         self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._stop = threading.Event()
         self.client: Any = None
@@ -130,7 +130,11 @@ class Agent:
         self._watch_lock = threading.Lock()
         #: when the ZooKeeper connection was last established (kazoo's thread writes it)
         self.connected_at: float | None = None
+        #: the broker instance (pid) that last answered a check counted by the watch
         self.last_pid: int | None = None
+        #: the broker instance (pid) that may serve as primary: the one this agent promoted
+        #: or is promoting, or one a check saw primary; what a fence means (issue 25)
+        self.serving_pid: int | None = None
         self.promoted_epoch: int | None = None
         self.members: dict[str, Member] = {}
         self.primary: PrimaryRecord | None = None
@@ -329,7 +333,9 @@ class Agent:
             if self.supervisor is not None:
                 self.supervisor.stop()
             else:  # nobody would stop an unmanaged primary: never leave one serving
-                self._kill_broker("agent stopping while its broker is the primary")
+                self.fencer.kill_broker(
+                    "agent stopping while its broker is the primary", self._fence_target()
+                )
             with contextlib.suppress(KazooException, KazooTimeoutError):
                 delete_primary(self.client, self.settings.cluster)
         if self.election is not None:
@@ -382,6 +388,8 @@ class Agent:
                 self.last_pid = view.pid
         old = self.view
         self.view = view
+        if view is not None and view.is_primary and view.pid is not None:
+            self.serving_pid = view.pid
         keeper, promoter = self.in_sync_keeper, self.promoter
         assert keeper is not None and promoter is not None
         in_sync_read = False
@@ -526,8 +534,8 @@ class Agent:
                 self._fence("cannot take the virtual IP")
         elif step is Step.FENCE:
             self._fence(action.reason)
-        elif step is Step.KILL_BROKER:
-            self._kill_broker(f"watchdog: {action.reason}")
+        elif step is Step.KILL_BROKER:  # the instance whose silence the watchdog counted
+            self.fencer.kill_broker(f"watchdog: {action.reason}", self.last_pid)
 
     def _resign(self) -> None:
         election = self.election
@@ -536,12 +544,14 @@ class Agent:
             with contextlib.suppress(KazooException, KazooTimeoutError):
                 delete_primary(self.client, self.settings.cluster)
         self.promoted_epoch = None
+        self.serving_pid = None
         election.cancel(timeout=1.0)
 
     def _promote(self, view: BrokerView, reason: str) -> None:
         """Carry out a promotion (:class:`~ha_agent.promoter.Promoter`) and what came of it."""
         promoter = self.promoter
         assert promoter is not None and self.cluster_view is not None
+        self.serving_pid = view.pid  # before the request: a fence meanwhile means this one
         promotion = promoter.promote(view, reason, self.cluster_view)
         election = self.election
         if promotion.epoch is not None and election is not None and not election.leading:
@@ -559,17 +569,23 @@ class Agent:
         else:
             self._resign()
 
-    def _kill_broker(self, reason: str) -> bool:
-        return self.fencer.kill_broker(reason)
-
-    def _broker_pid(self) -> int | None:
-        """The broker's pid as last seen (the fencer's, when the agent supervises no broker)."""
-        pid = self.view.pid if self.view is not None else None
-        return pid or self.last_pid
+    def _fence_target(self) -> int | None:
+        """The broker instance (pid) a fence decided now means: the one that may serve as
+        primary. A view that answered as primary names it; else the instance promoted (or
+        being promoted) or seen primary; else, a view that answered as a backup: nothing
+        to kill; no answer: the last instance that answered. A supervisor kills it only if it is the
+        process it runs now (issue 25: a fence decided about the broker that died hit the
+        one started 2-68 ms later)."""
+        view = self.view
+        if view is not None and view.is_primary:
+            return view.pid
+        if self.serving_pid is not None:  # killed only if it is still the one running
+            return self.serving_pid
+        return None if view is not None else self.last_pid
 
     def _fence(self, reason: str) -> None:
         """Stop the broker serving (kill it; it restarts as a backup), drop the VIP, resign."""
-        self.fencer.fence(reason)
+        self.fencer.fence(reason, self._fence_target())
         self._resign()
         self.view = None
 
@@ -585,5 +601,10 @@ class Agent:
             broker_primary=primary,
         )
         if leading or primary:
-            self.fencer.fence(f"ZooKeeper {fence.reason}", announce=False)
+            # The instance that may serve: the one promoted (or being promoted) or seen
+            # primary; not a broker the supervisor started since (after a ZooKeeper outage
+            # the loop's fence killed the restarted, joining broker: 4 of 4 cycles).
+            view = self.view
+            target = self.serving_pid or (view.pid if view is not None and primary else None)
+            self.fencer.fence(f"ZooKeeper {fence.reason}", target, announce=False)
         self.events.put(("session_fenced", fence.reason))
