@@ -100,6 +100,7 @@ from common.log import get_logger, set_log_context
 from common.url import Address, parse_url
 
 if TYPE_CHECKING:
+    from broker.liveness import LeaseOffers
     from broker.amqp.connection import Connection
     from broker.options import BrokerOptions
     from broker.store.data_dir import DataDir
@@ -164,6 +165,8 @@ class HaBroker:
         self.public_url = public_url(options) or ""
         self.replicate_default = ReplicateLevel.parse(options.ha_replicate)
         self.primary: Primary | None = None
+        #: lease renewals taken off the loop (broker.liveness), applied before a lease check
+        self.lease_offers: LeaseOffers | None = None
         self.streams: PrimaryStreams | None = None
         self.link: BackupLink | None = None
         #: On a backup: the membership last heard from a primary.
@@ -322,6 +325,7 @@ class HaBroker:
         primary = self.primary
         if primary is None:
             return
+        self.take_offered_lease()
         self.handle(Tick(self.context.clock()))
         if self.fenced:
             return
@@ -467,13 +471,21 @@ class HaBroker:
             ),
         }
 
+    def take_offered_lease(self) -> None:
+        """Apply a renewal the liveness thread took (as received: its time, not now)."""
+        offer = None if self.lease_offers is None else self.lease_offers.take()
+        if offer is not None:
+            self.handle(LeaseGranted(*offer))  # a refusal (no longer primary): nothing
+
     def lease_expired(self) -> bool:
+        self.take_offered_lease()
         return self.role.lease_expired(self.context.clock())
 
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while the lease holds (admission policy hook)."""
         if self.role.fenced:
             return False
+        self.take_offered_lease()
         if self.role.lease_expired(self.context.clock()):
             self.handle(Fence("the cluster manager's lease ran out"))
             return False
@@ -597,6 +609,7 @@ class HaBroker:
 
     def status(self) -> dict[str, Any]:
         """What GET /api/ha shows (:func:`broker.ha.ha_status.ha_status`)."""
+        self.take_offered_lease()
         return ha_status(self)
 
 

@@ -1,0 +1,291 @@
+"""The shells of :mod:`broker.liveness`: a thread that answers liveness and lease renewals
+without the event loop, and the loop's side (the progress callback, the callback timer,
+the periodic ``loop_lag`` event).
+
+:Status: Beta
+
+:class:`LivenessServer` is a small HTTP server (``http.server``, one thread per request,
+on the management interface, HTTPS when the management API is) on its own port
+(``--ha-liveness-port``; 0, the default, lets the system pick one: the broker names it in
+``GET /api/ha``):
+
+- ``GET /liveness``: :meth:`broker.liveness.LoopProgress.answer`, open (like
+  ``/api/status``);
+- ``POST /lease`` ``{"lease": seconds}`` with the header ``X-Qpidd-Lease-Token``: the
+  token ``GET /api/ha`` gives a user who may renew the lease (the cluster manager), new at
+  each broker start (so it also names this broker instance). The answer is that of
+  ``POST /api/ha/lease``: ``state``, ``lease``, ``cluster_shutdown``; 409 when the broker
+  is not the primary, 403 without the token.
+
+:func:`watch_loop` runs on the loop: every :data:`PROGRESS_INTERVAL` it bumps the
+progress counter and publishes the role; every :data:`LAG_LOG_INTERVAL` it logs
+``loop_lag`` (p50/p99/max of one callback's run time on the loop thread, garbage collection
+included, over the interval). :func:`time_callbacks` times every callback of the process's
+event loops (``asyncio.Handle._run``, once per process).
+
+Error Handling
+==============
+
+Bad requests get a JSON error (400 malformed, 403 token, 404 path, 409 refused); the
+server never raises into the broker. A port that cannot be bound is the broker's
+``ListenError`` (exit 2, one line), as for the other listeners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import math
+import os
+import secrets
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+from broker.liveness import LeaseOffers, LoopLag, LoopProgress, RoleNote
+from common.log import get_logger
+
+__all__ = ["LAG", "BrokerLiveness", "LivenessServer", "time_callbacks", "watch_loop"]
+
+#: How often the loop bumps its progress counter (seconds).
+PROGRESS_INTERVAL = 0.05
+#: How often the loop logs its callbacks' run times (seconds).
+LAG_LOG_INTERVAL = 10.0
+#: The header that carries the lease token.
+TOKEN_HEADER = "X-Qpidd-Lease-Token"
+#: The longest lease accepted (seconds), as ``POST /api/ha/lease``.
+MAX_LEASE = 3600.0
+
+#: The process's loop lag (one event loop per broker process).
+LAG = LoopLag()
+_timed = False
+
+
+def time_callbacks(lag: LoopLag = LAG) -> None:
+    """Time every callback the process's event loops run (once per process): a task's step,
+    a protocol's ``data_received``, a timer. The wrapper costs two clock reads."""
+    global _timed
+    if _timed:
+        return
+    _timed = True
+    original = asyncio.events.Handle._run
+    clock, record = time.perf_counter, lag.record
+
+    def _run(self: asyncio.Handle) -> None:
+        start = clock()
+        try:
+            original(self)
+        finally:
+            record(clock() - start)
+
+    asyncio.events.Handle._run = _run  # type: ignore[method-assign]
+
+
+async def watch_loop(
+    progress: LoopProgress,
+    role: Callable[[], RoleNote],
+    lag: LoopLag = LAG,
+    interval: float = PROGRESS_INTERVAL,
+    log_interval: float = LAG_LOG_INTERVAL,
+) -> None:
+    """The loop's side: bump the progress counter with the role; log ``loop_lag``."""
+    log = get_logger("broker")
+    lag.window()  # start the first window now
+    next_log = time.monotonic() + log_interval
+    while True:
+        await asyncio.sleep(interval)
+        now = time.monotonic()
+        progress.progressed(now, role())
+        if now >= next_log:
+            next_log = now + log_interval
+            summary = lag.window()
+            if summary.count:
+                log.info("loop_lag", **summary.as_ms())
+
+
+class LivenessServer:
+    """See the module docstring. :meth:`start`, then :meth:`stop` (any thread)."""
+
+    def __init__(
+        self,
+        progress: LoopProgress,
+        offers: LeaseOffers,
+        token: str,
+        *,
+        on_told: Callable[[], None] = lambda: None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.progress = progress
+        self.offers = offers
+        self.token = token
+        #: called (in the server's thread) when a lease answer carried a cluster shutdown
+        self.on_told = on_told
+        self.tls = tls
+        self.port = 0
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, host: str, port: int) -> LivenessServer:
+        server = ThreadingHTTPServer((host or "0.0.0.0", port), _handler(self))
+        server.daemon_threads = True
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
+        self.port = int(server.server_address[1])
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="liveness",
+            daemon=True,
+        )  # fmt: skip
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    # -- the answers (the server's threads) ---------------------------------------------
+    def liveness(self) -> tuple[int, dict[str, Any]]:
+        return HTTPStatus.OK, self.progress.answer(time.monotonic())
+
+    def lease(self, token: str | None, body: bytes) -> tuple[int, dict[str, Any]]:
+        received = time.monotonic()  # before anything else: the lease counts from here
+        if token is None or not hmac.compare_digest(token.encode(), self.token.encode()):
+            return HTTPStatus.FORBIDDEN, _error(
+                HTTPStatus.FORBIDDEN, f"the lease needs the {TOKEN_HEADER} of GET /api/ha"
+            )
+        try:
+            data = json.loads(body or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return HTTPStatus.BAD_REQUEST, _error(HTTPStatus.BAD_REQUEST, "the body is not JSON")
+        lease = data.get("lease") if isinstance(data, dict) else None
+        if (
+            isinstance(lease, bool)
+            or not isinstance(lease, int | float)
+            or not 0 < lease <= MAX_LEASE
+            or not math.isfinite(lease)
+        ):
+            return HTTPStatus.BAD_REQUEST, _error(
+                HTTPStatus.BAD_REQUEST,
+                f"lease must be seconds, more than 0 and at most {MAX_LEASE:g}: {lease!r}",
+            )
+        role = self.progress.role
+        refusal = self.offers.offer(float(lease), received, role)
+        if refusal is not None:
+            return HTTPStatus.CONFLICT, _error(HTTPStatus.CONFLICT, refusal)
+        if role.cluster_shutdown is not None:
+            self.on_told()
+        return HTTPStatus.OK, {
+            "state": role.ha_state,
+            "lease": float(lease),
+            "cluster_shutdown": role.cluster_shutdown,
+        }
+
+
+def _error(status: HTTPStatus, reason: str) -> dict[str, Any]:
+    return {"error": status.phrase, "reason": reason}
+
+
+def _handler(owner: LivenessServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "qpidd-liveness"
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if self.path.split("?")[0] != "/liveness":
+                self._send(HTTPStatus.NOT_FOUND, _error(HTTPStatus.NOT_FOUND, self.path))
+                return
+            self._send(*owner.liveness())
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(min(length, 65536))
+            if self.path != "/lease":
+                self._send(HTTPStatus.NOT_FOUND, _error(HTTPStatus.NOT_FOUND, self.path))
+                return
+            self._send(*owner.lease(self.headers.get(TOKEN_HEADER), body))
+
+        def _send(self, status: int, answer: dict[str, Any]) -> None:
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            return  # requests are not logged (one a check interval)
+
+    return Handler
+
+
+class HaRole(Protocol):
+    """What the liveness reads of the broker's HA role (:class:`broker.ha.ha_broker.HaBroker`)."""
+
+    @property
+    def broker_id(self) -> str: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def fenced(self) -> bool: ...
+
+
+class BrokerLiveness:
+    """One broker's liveness: the progress, the lease offers, the token, the server and the
+    loop's watch; owned by :class:`broker.server.Broker`, read by ``GET /api/ha``."""
+
+    def __init__(self) -> None:
+        self.progress = LoopProgress(time.monotonic(), os.getpid())
+        self.offers = LeaseOffers()
+        #: new at each start: proves a lease came from one who read GET /api/ha here
+        self.token = secrets.token_urlsafe(18)
+        #: set by ``POST /api/ha/shutdown`` (the loop): lease answers carry it
+        self.cluster_shutdown: str | None = None
+        self.server: LivenessServer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int | None:
+        return None if self.server is None else self.server.port
+
+    def start(
+        self,
+        ha: HaRole | None,
+        ha_state: Callable[[], str],
+        listen: tuple[str, int] | None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """On the loop: time its callbacks, start the progress watch, and, for a cluster
+        member with a management API (``listen``: its interface and the liveness port),
+        the server."""
+        if ha is not None:
+            self.progress.broker_id = ha.broker_id
+
+        def role() -> RoleNote:
+            return RoleNote(
+                ha_state=ha_state(),
+                epoch=0 if ha is None else ha.epoch,
+                fenced=False if ha is None else ha.fenced,
+                cluster_shutdown=self.cluster_shutdown,
+            )
+
+        self.progress.note_role(role())
+        time_callbacks()
+        self._task = asyncio.create_task(watch_loop(self.progress, role))
+        if ha is not None and listen is not None:
+            self.server = LivenessServer(self.progress, self.offers, self.token, tls=tls)
+            self.server.start(*listen)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self.server is not None:
+            self.server.stop()
