@@ -4,8 +4,8 @@ the periodic ``loop_lag`` event).
 
 :Status: Beta
 
-:class:`LivenessServer` is a small HTTP server (``http.server``, one thread per request,
-on the management interface, HTTPS when the management API is) on its own port
+:class:`LivenessServer` is a small HTTP server (one thread, one connection at a time, on
+the management interface, HTTPS when the management API is) on its own port
 (``--ha-liveness-port``; 0, the default, lets the system pick one: the broker names it in
 ``GET /api/ha``):
 
@@ -34,17 +34,18 @@ server never raises into the broker. A port that cannot be bound is the broker's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import math
 import os
 import secrets
+import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from broker.liveness import LeaseOffers, LoopLag, LoopProgress, RoleNote
@@ -58,6 +59,10 @@ PROGRESS_INTERVAL = 0.05
 LAG_LOG_INTERVAL = 10.0
 #: The header that carries the lease token.
 TOKEN_HEADER = "X-Qpidd-Lease-Token"
+#: How long one connection may take to send its request (seconds).
+CONNECTION_TIMEOUT = 0.5
+#: The largest request read (bytes).
+MAX_REQUEST = 65536
 #: The longest lease accepted (seconds), as ``POST /api/ha/lease``.
 MAX_LEASE = 3600.0
 
@@ -97,15 +102,46 @@ async def watch_loop(
     log = get_logger("broker")
     lag.window()  # start the first window now
     next_log = time.monotonic() + log_interval
+    busy = BusyLoopHook(os.environ.get(BUSY_LOOP_VARIABLE))
     while True:
         await asyncio.sleep(interval)
         now = time.monotonic()
         progress.progressed(now, role())
+        busy.run(now)
         if now >= next_log:
             next_log = now + log_interval
             summary = lag.window()
             if summary.count:
                 log.info("loop_lag", **summary.as_ms())
+
+
+#: TEST ONLY: the path of a file that makes the loop busy (see :class:`BusyLoopHook`).
+BUSY_LOOP_VARIABLE = "QPIDD_TEST_BUSY_LOOP_FILE"
+
+
+class BusyLoopHook:
+    """TEST ONLY (``$QPIDD_TEST_BUSY_LOOP_FILE``): while the file holds ``BLOCK_MS
+    EVERY_MS``, the loop spins ``BLOCK_MS`` in one callback every ``EVERY_MS`` (busy but
+    progressing when the blocks are short, blocked when one is long). The tests of "slow
+    is not dead" use it on a settled cluster; a broker without the variable never reads
+    a file. A file that does not parse is ignored."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._next = 0.0
+
+    def run(self, now: float) -> None:
+        if not self.path or now < self._next:
+            return
+        try:
+            with open(self.path, encoding="ascii") as spec:
+                block_ms, every_ms = (float(v) for v in spec.read().split())
+        except (OSError, ValueError):
+            return
+        self._next = now + every_ms / 1000.0
+        until = time.perf_counter() + block_ms / 1000.0
+        while time.perf_counter() < until:  # holds the loop as a CPU-heavy callback does
+            pass
 
 
 class LivenessServer:
@@ -127,28 +163,80 @@ class LivenessServer:
         self.on_told = on_told
         self.tls = tls
         self.port = 0
-        self._server: ThreadingHTTPServer | None = None
+        self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
 
     def start(self, host: str, port: int) -> LivenessServer:
-        server = ThreadingHTTPServer((host or "0.0.0.0", port), _handler(self))
-        server.daemon_threads = True
-        if self.tls is not None:
-            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
-        self.port = int(server.server_address[1])
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="liveness",
-            daemon=True,
-        )  # fmt: skip
+        listener = socket.create_server((host or "0.0.0.0", port), backlog=16)
+        listener.settimeout(0.5)  # so that stop() is seen
+        self.port = int(listener.getsockname()[1])
+        self._listener = listener
+        self._thread = threading.Thread(target=self._serve, name="liveness", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+
+    def _serve(self) -> None:
+        """One connection at a time, each with a short time-out: few system calls, so few
+        waits for the interpreter lock while the loop's thread is busy (``http.server``
+        took up to 0.24 s an answer beside a spinning loop; this takes a few ms)."""
+        while True:
+            listener = self._listener
+            if listener is None:
+                return
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with contextlib.suppress(OSError, ssl.SSLError, ValueError):
+                conn.settimeout(CONNECTION_TIMEOUT)
+                if self.tls is not None:
+                    conn = self.tls.wrap_socket(conn, server_side=True)
+                self._answer(conn)
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def _answer(self, conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(4096)
+            if not chunk or len(data) > MAX_REQUEST:
+                return
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path = [*lines[0].split(), "", ""][:2]
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = min(int(headers.get("content-length") or 0), MAX_REQUEST)
+        while len(body) < length:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            body += chunk
+        path = path.split("?")[0]
+        if method == "GET" and path == "/liveness":
+            status, answer = self.liveness()
+        elif method == "POST" and path == "/lease":
+            status, answer = self.lease(headers.get(TOKEN_HEADER.lower()), body[:length])
+        else:
+            status = HTTPStatus.NOT_FOUND
+            answer = _error(status, f"no such resource: {method} {path}")
+        payload = json.dumps(answer).encode()
+        phrase = HTTPStatus(status).phrase
+        conn.sendall(
+            f"HTTP/1.1 {int(status)} {phrase}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+            + payload
+        )
 
     # -- the answers (the server's threads) ---------------------------------------------
     def liveness(self) -> tuple[int, dict[str, Any]]:
@@ -190,39 +278,6 @@ class LivenessServer:
 
 def _error(status: HTTPStatus, reason: str) -> dict[str, Any]:
     return {"error": status.phrase, "reason": reason}
-
-
-def _handler(owner: LivenessServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "qpidd-liveness"
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path.split("?")[0] != "/liveness":
-                self._send(HTTPStatus.NOT_FOUND, _error(HTTPStatus.NOT_FOUND, self.path))
-                return
-            self._send(*owner.liveness())
-
-        def do_POST(self) -> None:  # noqa: N802
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(min(length, 65536))
-            if self.path != "/lease":
-                self._send(HTTPStatus.NOT_FOUND, _error(HTTPStatus.NOT_FOUND, self.path))
-                return
-            self._send(*owner.lease(self.headers.get(TOKEN_HEADER), body))
-
-        def _send(self, status: int, answer: dict[str, Any]) -> None:
-            data = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            return  # requests are not logged (one a check interval)
-
-    return Handler
 
 
 class HaRole(Protocol):

@@ -74,7 +74,7 @@ from kazoo.protocol.states import KazooState
 from common.exit_status import ExitStatus
 from common.log import set_log_context
 from ha_agent.agent_hints import AgentHints
-from ha_agent.broker_check import BrokerCheck
+from ha_agent.broker_check import BrokerCheck, LivenessView
 from ha_agent.election import LeaderElection
 from ha_agent.epoch_counter import cover_epoch
 from ha_agent.fencer import Fencer
@@ -124,6 +124,8 @@ class Agent:
         #: the epoch ZooKeeper's counter is known to have reached (its broker's checked)
         self.epoch_floor = 0
         self.view: BrokerView | None = None
+        #: the broker's last liveness answer, off its loop (None: none)
+        self.live: LivenessView | None = None
         #: the broker's answers, kills and exits (the watchdog's clock, a view's freshness);
         #: written by the loop, the session watcher and the supervisor: under _watch_lock
         self.watch = BrokerWatch()
@@ -241,11 +243,18 @@ class Agent:
         comes from the session guard, so who sends it changes nothing for safety."""
         interval = min(self.settings.check_interval, self.session_timeout / 10)
         while not self._stop.wait(interval):
-            promoter, view = self.promoter, self.view
-            if promoter is None or self.promoted_epoch is None or view is None:
+            promoter = self.promoter
+            if promoter is None or self.promoted_epoch is None:
                 continue
-            if view.is_primary and time.monotonic() - promoter.renewed_at >= interval:
+            if self._serves() and time.monotonic() - promoter.renewed_at >= interval:
                 promoter.renew_lease()
+
+    def _serves(self) -> bool:
+        """The broker answered as the primary: its full view, or, busy, its liveness."""
+        view, live = self.view, self.live
+        if view is not None:
+            return view.is_primary
+        return live is not None and live.is_primary
 
     def _drop_stale_primary_record(self) -> None:
         """A primary record naming this node while this agent neither leads nor promoted
@@ -379,20 +388,30 @@ class Agent:
 
     def _check(self, read_cluster: bool = True) -> None:
         sent = time.monotonic()
+        live = self.broker_check.liveness()  # off the broker's loop: first, and quick
         view = self.broker_check.check()
         now = time.monotonic()
+        # The full answer is as fresh as now; the liveness answer says when the broker's
+        # loop last made progress: a busy broker is not a silent one (issue 25).
+        answer = None
         if view is not None:
+            answer = (now, view.pid)
+        elif live is not None:
+            answer = (now - live.last_progress, live.pid)
+        if answer is not None:
             with self._watch_lock:
-                counted = self.watch.answered(sent, now)
-            if counted and view.pid is not None:
-                self.last_pid = view.pid
+                counted = self.watch.answered(sent, answer[0])
+            if counted and answer[1] is not None:
+                self.last_pid = answer[1]
         old = self.view
-        self.view = view
+        self.view, self.live = view, live
         if view is not None and view.is_primary and view.pid is not None:
             self.serving_pid = view.pid
         keeper, promoter = self.in_sync_keeper, self.promoter
         assert keeper is not None and promoter is not None
         in_sync_read = False
+        if view is None and live is not None and live.is_primary and self.promoted_epoch:
+            promoter.renew_lease()  # a busy primary: its lease is renewed off its loop too
         if view is not None and view.is_primary and self.promoted_epoch is not None:
             promoter.renew_lease()  # first: a slow ZooKeeper below must not delay it
             if self._cluster_shutdown() is None:
@@ -433,7 +452,7 @@ class Agent:
             cluster_size=self.settings.cluster_size,
             broker_silent_for=silent_for,
             watchdog_timeout=self.settings.watchdog_timeout,
-            broker_timed_out=view is None and self.broker_check.last_timed_out,
+            broker_timed_out=view is None and self._slow_not_gone(live),
             broker_timeout=self.settings.broker_timeout,
             in_sync=None if keeper.in_sync is None else keeper.in_sync.record,
             in_sync_error=keeper.error,
@@ -452,6 +471,13 @@ class Agent:
             _log.info("promotion_eligibility", reason=decision.eligibility)
         for action in decision.actions:
             self._act(action, view)
+
+    def _slow_not_gone(self, live: LivenessView | None) -> bool:
+        """The broker did not answer its check, but is not gone: its loop's progress was
+        answered off the loop, or the check timed out while nothing refused the liveness
+        probe. A refused liveness probe: nothing listens, the broker is gone."""
+        check = self.broker_check
+        return live is not None or (check.last_timed_out and not check.liveness_refused)
 
     def _cluster_shutdown(self) -> str | None:
         """The shutdown-id of a cluster shutdown the broker announced (``qpid-ha shutdown
@@ -593,7 +619,7 @@ class Agent:
         """The session watcher's call (its own thread): the lease on the session ran out."""
         election = self.election
         leading = election is not None and election.leading
-        primary = self.view is not None and self.view.is_primary
+        primary = self._serves()
         _log.warning(
             "zookeeper_session_fence",
             reason=fence.reason,
@@ -604,7 +630,8 @@ class Agent:
             # The instance that may serve: the one promoted (or being promoted) or seen
             # primary; not a broker the supervisor started since (after a ZooKeeper outage
             # the loop's fence killed the restarted, joining broker: 4 of 4 cycles).
-            view = self.view
-            target = self.serving_pid or (view.pid if view is not None and primary else None)
+            view, live = self.view, self.live
+            seen = view.pid if view is not None else None if live is None else live.pid
+            target = self.serving_pid or (seen if primary else None)
             self.fencer.fence(f"ZooKeeper {fence.reason}", target, announce=False)
         self.events.put(("session_fenced", fence.reason))

@@ -4,12 +4,13 @@
 
 :class:`BrokerSupervisor` starts the broker command, restarts it when it exits (back-off
 from ``min_delay`` doubling to ``max_delay``, reset once a run lasted ``stable_after``
-seconds), and kills it on demand: the agent's fence and watchdog, each naming the instance (its pid) it
-decided about, so a kill never hits the broker started after it (issue 25). A broker killed this way
-comes back as a joining backup (a cluster member always starts as one) and follows the new
-primary by itself. A broker that exits with ``SHUT_DOWN`` (4: its cluster was stopped by
-``qpid-ha shutdown --all``) is not restarted (:attr:`BrokerSupervisor.shut_down`): after a
-clean all-stop nothing starts again until the operator starts it.
+seconds), and kills it on demand: the agent's fence and watchdog, each naming the instance
+(its pid) it decided about, so a kill never hits the broker started after it (issue 25). A
+broker killed this way comes back as a joining backup (a cluster member always starts as
+one) and follows the new primary by itself. A broker that exits with ``SHUT_DOWN`` (4: its
+cluster was stopped by ``qpid-ha shutdown --all``) is not restarted
+(:attr:`BrokerSupervisor.shut_down`): after a clean all-stop nothing starts again until the
+operator starts it.
 
 Without ``--broker-command`` (systemd or another supervisor runs the broker), the agent
 fences with :func:`kill_pid`: SIGKILL to the PID the broker reported in ``/api/status``;

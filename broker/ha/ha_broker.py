@@ -100,8 +100,8 @@ from common.log import get_logger, set_log_context
 from common.url import Address, parse_url
 
 if TYPE_CHECKING:
-    from broker.liveness import LeaseOffers
     from broker.amqp.connection import Connection
+    from broker.liveness import LeaseOffers
     from broker.options import BrokerOptions
     from broker.store.data_dir import DataDir
 

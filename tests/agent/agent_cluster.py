@@ -92,6 +92,8 @@ class Node:
         ]
         self.agent: subprocess.Popen[bytes] | None = None
         self.broker_pids: set[int] = set()
+        #: extra environment of the agent and so of its broker (a test-only hook's file)
+        self.env: dict[str, str] = {}
 
     @property
     def broker_log(self) -> Path:
@@ -118,7 +120,8 @@ class Node:
         if self.host is not None:
             cmd = self.host.exec_argv(cmd)
         with open(self.dir / "agent.err", "ab") as err:
-            self.agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+            env = {**os.environ, **self.env}
+            self.agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
 
     def status(self) -> dict[str, Any] | None:
         try:

@@ -13,8 +13,8 @@ fault.
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta
 import signal
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -71,6 +71,7 @@ def test_after_a_zookeeper_outage_the_old_leader_does_not_kill_its_restarted_bro
         primary_pid = old.broker_pid()
         own_zookeeper.pause()  # the whole ensemble gone: every session's guard runs out
         try:
+
             def fenced() -> bool:
                 return any(
                     e["event"] == "zookeeper_session_fence" for e in old.agent_events()[mark:]
