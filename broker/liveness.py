@@ -17,8 +17,9 @@ grant with the time it arrived; the loop applies it before it next asks its leas
 confirm, a tick, a status), as :class:`~broker.ha.role_events.LeaseGranted` with that time.
 Why it is safe: ``docs/reliability.md``, "Slow is not dead".
 
-:class:`LoopLag` keeps how long the loop's callbacks run (the loop thread's wall time of one
-callback, garbage collection included): ``/metrics`` and the periodic ``loop_lag`` event.
+:class:`LoopLag` keeps the loop's lag: the scheduling delay of its progress timer (how
+late it ran: the work the loop ran before it, garbage collection included, and on a loaded
+machine the wait for a CPU), for ``/metrics`` and the periodic ``loop_lag`` event.
 
 Everything here is plain data and arithmetic; times come in as numbers (the monotonic
 clock, the same in the loop and the thread). THREAD SAFE: each object has a lock; the loop
@@ -40,7 +41,7 @@ from typing import Any
 
 __all__ = ["LagSummary", "LeaseOffers", "LoopLag", "LoopProgress", "RoleNote"]
 
-#: Callback run times the histogram tells apart (seconds, upper bounds; more goes last).
+#: Delays the histogram tells apart (seconds, upper bounds; more goes last).
 LAG_BOUNDS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0,
@@ -133,7 +134,7 @@ class LeaseOffers:
 
 @dataclass(frozen=True)
 class LagSummary:
-    """Callback run times over a window: count, p50, p99 and max (seconds)."""
+    """Delays over a window: count, p50, p99 and max (seconds)."""
 
     count: int = 0
     p50: float = 0.0
@@ -142,7 +143,7 @@ class LagSummary:
 
     def as_ms(self) -> dict[str, float | int]:
         return {
-            "callbacks": self.count,
+            "samples": self.count,
             "p50_ms": round(self.p50 * 1000.0, 3),
             "p99_ms": round(self.p99 * 1000.0, 3),
             "max_ms": round(self.max * 1000.0, 3),
@@ -150,7 +151,7 @@ class LagSummary:
 
 
 class LoopLag:
-    """A histogram of the loop's callback run times: a window (since the last
+    """A histogram of the loop's lag (delays of its progress timer): a window (since the last
     :meth:`window`, for the periodic log event) and the whole run (for ``/metrics``).
     Percentiles are the upper bound of the bucket they fall in (the exact max is kept)."""
 
@@ -164,7 +165,7 @@ class LoopLag:
         self._last = LagSummary()
 
     def record(self, seconds: float) -> None:
-        """One callback ran ``seconds`` (the loop thread; the lock is uncontended)."""
+        """One delay of ``seconds`` (the loop thread; the lock is uncontended)."""
         i = bisect.bisect_left(LAG_BOUNDS, seconds)
         with self._lock:
             self._window[i] += 1

@@ -1,6 +1,6 @@
 """The shells of :mod:`broker.liveness`: a thread that answers liveness and lease renewals
-without the event loop, and the loop's side (the progress callback, the callback timer,
-the periodic ``loop_lag`` event).
+without the event loop, and the loop's side (the progress timer, which also measures the
+loop's lag, and the periodic ``loop_lag`` event).
 
 :Status: Beta
 
@@ -17,11 +17,10 @@ the management interface, HTTPS when the management API is) on its own port
   ``POST /api/ha/lease``: ``state``, ``lease``, ``cluster_shutdown``; 409 when the broker
   is not the primary, 403 without the token.
 
-:func:`watch_loop` runs on the loop: every :data:`PROGRESS_INTERVAL` it bumps the
-progress counter and publishes the role; every :data:`LAG_LOG_INTERVAL` it logs
-``loop_lag`` (p50/p99/max of one callback's run time on the loop thread, garbage collection
-included, over the interval). :func:`time_callbacks` times every callback of the process's
-event loops (``asyncio.Handle._run``, once per process).
+:class:`LoopWatch` runs on the loop: every :data:`PROGRESS_INTERVAL` it bumps the
+progress counter, publishes the role and records its own scheduling delay (how late the
+timer ran); every :data:`LAG_LOG_INTERVAL` it logs ``loop_lag`` (p50/p99/max of that delay
+over the interval). :class:`BrokerLiveness` owns the parts, for the broker.
 
 Error Handling
 ==============
@@ -51,7 +50,7 @@ from typing import Any, Protocol
 from broker.liveness import LeaseOffers, LoopLag, LoopProgress, RoleNote
 from common.log import get_logger
 
-__all__ = ["LAG", "BrokerLiveness", "LivenessServer", "time_callbacks", "watch_loop"]
+__all__ = ["BrokerLiveness", "LivenessServer", "LoopWatch"]
 
 #: How often the loop bumps its progress counter (seconds).
 PROGRESS_INTERVAL = 0.05
@@ -66,53 +65,57 @@ MAX_REQUEST = 65536
 #: The longest lease accepted (seconds), as ``POST /api/ha/lease``.
 MAX_LEASE = 3600.0
 
-#: The process's loop lag (one event loop per broker process).
-LAG = LoopLag()
-_timed = False
 
+class LoopWatch:
+    """The loop's side, a timer callback every :data:`PROGRESS_INTERVAL`: it records how
+    late it runs (the scheduling delay: how long the loop was held by the work before it,
+    plus, on a loaded machine, the wait for a CPU), bumps the progress counter with the
+    role, and logs ``loop_lag`` every :data:`LAG_LOG_INTERVAL`. (The loop is uvloop's,
+    whose callbacks cannot be timed one by one from Python: the delay of this one timer
+    bounds the longest stretch of work the loop ran without turning.)"""
 
-def time_callbacks(lag: LoopLag = LAG) -> None:
-    """Time every callback the process's event loops run (once per process): a task's step,
-    a protocol's ``data_received``, a timer. The wrapper costs two clock reads."""
-    global _timed
-    if _timed:
-        return
-    _timed = True
-    original = asyncio.events.Handle._run
-    clock, record = time.perf_counter, lag.record
+    def __init__(
+        self,
+        progress: LoopProgress,
+        role: Callable[[], RoleNote],
+        lag: LoopLag,
+        interval: float = PROGRESS_INTERVAL,
+        log_interval: float = LAG_LOG_INTERVAL,
+    ) -> None:
+        self.progress, self.role, self.lag = progress, role, lag
+        self.interval, self.log_interval = interval, log_interval
+        self._log = get_logger("broker")
+        self._busy = BusyLoopHook(os.environ.get(BUSY_LOOP_VARIABLE))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._due = self._next_log = 0.0
 
-    def _run(self: asyncio.Handle) -> None:
-        start = clock()
-        try:
-            original(self)
-        finally:
-            record(clock() - start)
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.lag.window()  # the first window starts now
+        self._next_log = time.monotonic() + self.log_interval
+        self._schedule(time.monotonic())
 
-    asyncio.events.Handle._run = _run  # type: ignore[method-assign]
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
 
+    def _schedule(self, now: float) -> None:
+        assert self._loop is not None
+        self._due = now + self.interval
+        self._handle = self._loop.call_later(self.interval, self._turn)
 
-async def watch_loop(
-    progress: LoopProgress,
-    role: Callable[[], RoleNote],
-    lag: LoopLag = LAG,
-    interval: float = PROGRESS_INTERVAL,
-    log_interval: float = LAG_LOG_INTERVAL,
-) -> None:
-    """The loop's side: bump the progress counter with the role; log ``loop_lag``."""
-    log = get_logger("broker")
-    lag.window()  # start the first window now
-    next_log = time.monotonic() + log_interval
-    busy = BusyLoopHook(os.environ.get(BUSY_LOOP_VARIABLE))
-    while True:
-        await asyncio.sleep(interval)
+    def _turn(self) -> None:
         now = time.monotonic()
-        progress.progressed(now, role())
-        busy.run(now)
-        if now >= next_log:
-            next_log = now + log_interval
-            summary = lag.window()
+        self.lag.record(max(0.0, now - self._due))
+        self._schedule(now)  # first: the work below counts in the next delay
+        self.progress.progressed(now, self.role())
+        self._busy.run(now)
+        if now >= self._next_log:
+            self._next_log = now + self.log_interval
+            summary = self.lag.window()
             if summary.count:
-                log.info("loop_lag", **summary.as_ms())
+                self._log.info("loop_lag", **summary.as_ms())
 
 
 #: TEST ONLY: the path of a file that makes the loop busy (see :class:`BusyLoopHook`).
@@ -305,7 +308,13 @@ class BrokerLiveness:
         #: set by ``POST /api/ha/shutdown`` (the loop): lease answers carry it
         self.cluster_shutdown: str | None = None
         self.server: LivenessServer | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._lag = LoopLag()
+        self._watch: LoopWatch | None = None
+
+    @property
+    def lag(self) -> LoopLag:
+        """The process's loop lag (``/metrics``)."""
+        return self._lag
 
     @property
     def port(self) -> int | None:
@@ -333,14 +342,14 @@ class BrokerLiveness:
             )
 
         self.progress.note_role(role())
-        time_callbacks()
-        self._task = asyncio.create_task(watch_loop(self.progress, role))
+        self._watch = LoopWatch(self.progress, role, self._lag)
+        self._watch.start()
         if ha is not None and listen is not None:
             self.server = LivenessServer(self.progress, self.offers, self.token, tls=tls)
             self.server.start(*listen)
 
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        if self._watch is not None:
+            self._watch.stop()
         if self.server is not None:
             self.server.stop()
