@@ -40,7 +40,7 @@ from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
 from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
-from broker.ha.ha_status import ha_status
+from broker.ha.ha_status import ha_status, in_sync_status, member_dicts
 from broker.ha.id_set import MAX_ID
 from broker.ha.names import (
     ADMIN_PROPERTY,
@@ -276,7 +276,7 @@ class HaBroker:
                     self.primary.release(backup_id)
             case SendMembership(members):
                 if self.streams is not None:
-                    self.streams.broadcast({"type": "membership", "members": _dicts(members)})
+                    self.streams.broadcast({"type": "membership", "members": member_dicts(members)})
             case FenceBroker(reason):
                 self._on_fenced(reason)
             case _:
@@ -459,17 +459,7 @@ class HaBroker:
         return released
 
     def in_sync_status(self) -> dict[str, Any]:
-        role = self.role
-        committed = role.committed_in_sync
-        return {
-            "wanted": role.in_sync_wanted(),
-            "pending_removal": role.pending_removal(),
-            "committed": (
-                None
-                if committed is None
-                else {"epoch": committed[0], "members": sorted(committed[1])}
-            ),
-        }
+        return in_sync_status(self.role)
 
     def take_offered_lease(self) -> None:
         """Apply a renewal the liveness thread took (as received: its time, not now)."""
@@ -605,13 +595,9 @@ class HaBroker:
 
     # -- status ------------------------------------------------------------------------
     def membership(self) -> list[dict[str, Any]]:
-        return _dicts(self.role.members())
+        return member_dicts(self.role.members())
 
     def status(self) -> dict[str, Any]:
         """What GET /api/ha shows (:func:`broker.ha.ha_status.ha_status`)."""
         self.take_offered_lease()
         return ha_status(self)
-
-
-def _dicts(members: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:
-    return [{"id": i, "url": u, "state": s} for i, u, s in members]
