@@ -405,6 +405,13 @@ class BrokerOptions:
         metavar="NODE",
         default_text="none",
     )
+    ha_liveness_port: int = _option(
+        0,
+        int_range(0, 65535),
+        "port of the liveness answer and lease renewal served off the event loop, on"
+        " mgmt-interface (0 picks a free port; GET /api/ha names it)",
+        metavar="PORT",
+    )
     ha_backup_timeout: float = _option(
         10.0,
         duration(65535.0),

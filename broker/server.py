@@ -29,6 +29,7 @@ from broker.core.paging import PagingBudget
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.ha.store_history import DISCARD_MARKER
+from broker.liveness_server import BrokerLiveness
 from broker.options import BrokerOptions
 from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
@@ -136,6 +137,8 @@ class Broker:
         self._tls_server: asyncio.Server | None = None
         self._management: Any = None
         self._tick_task: asyncio.Task[None] | None = None
+        #: liveness and lease renewals answered off the loop (broker.liveness_server)
+        self.liveness = BrokerLiveness()
         self._stopped = asyncio.Event()
         self._stopped_by_fence = asyncio.Event()
         self.amqp_port = options.port
@@ -327,6 +330,7 @@ class Broker:
                 on_refused=self._refused,
                 disk=None if self.store is None else self.store.journal,
             )
+            self.ha.lease_offers = self.liveness.offers
         with _listening("AMQP", "--interface/--port", options.interface, options.port):
             self._server = await loop.create_server(
                 self._protocol_factory,
@@ -364,6 +368,11 @@ class Broker:
 
             self.context.streams = serve_queue_streams(self.vhosts, self.context.clock)
         self._tick_task = asyncio.create_task(self._tick_loop())
+        at = (options.mgmt_interface, options.ha_liveness_port)  # a member with an API only
+        listen = at if self.ha is not None and options.mgmt_port else None
+        with _listening("liveness", "--mgmt-interface/--ha-liveness-port", *at):
+            tls = None if listen is None else self.security.mgmt_ssl()
+            self.liveness.start(self.ha, lambda: self.ha_state, listen, tls)
         self.log.info(
             "broker_started",
             version=__version__,
@@ -491,6 +500,7 @@ class Broker:
                 protocol.transport.abort()
         if self._tick_task is not None:
             self._tick_task.cancel()
+        self.liveness.stop()
         if self._management is not None:
             await self._management.cleanup()
         if self._server is not None:

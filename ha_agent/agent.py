@@ -22,8 +22,14 @@ watch): its settings (:mod:`ha_agent.settings`); the in-sync set, kept on the pr
 and taken at a promotion (:class:`~ha_agent.in_sync_keeper.InSyncKeeper`, issue 10); the
 promotion steps and the broker's lease (:class:`~ha_agent.promoter.Promoter`: it returns
 what came of a promotion for the agent to carry out); the kill and the virtual IP
-(:class:`~ha_agent.fencer.Fencer`); the backups' link hints, its own published and the
-others' watched (:class:`~ha_agent.agent_hints.AgentHints`).
+(:class:`~ha_agent.fencer.Fencer`); what it has seen of its broker and which instance a
+kill means (:class:`~ha_agent.local_broker.LocalBroker`, issue 25); the back-off of
+silence fences in a cascade (:class:`~ha_agent.fence_brake.FenceBrake`); the backups' link
+hints, its own published and the others' watched (:class:`~ha_agent.agent_hints.AgentHints`).
+
+Slow is not dead (issue 25): each check reads the broker's liveness, answered off the
+broker's event loop, before its status; a broker whose loop progresses is busy, not silent,
+and its lease is renewed off its loop too.
 
 Fresh views (issue 10, item 4): the check sends the broker check first and reads ZooKeeper
 after it, so the broker view is the older of the two. The agent notes when its ZooKeeper
@@ -75,12 +81,14 @@ from common.exit_status import ExitStatus
 from common.log import set_log_context
 from common.version import REPLICATION_FORMATS
 from ha_agent.agent_hints import AgentHints
-from ha_agent.broker_check import BrokerCheck
+from ha_agent.broker_check import BrokerCheck, LivenessView
 from ha_agent.election import LeaderElection
 from ha_agent.epoch_counter import cover_epoch
+from ha_agent.fence_brake import FenceBrake
 from ha_agent.fencer import Fencer
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
 from ha_agent.in_sync_keeper import InSyncKeeper
+from ha_agent.local_broker import LocalBroker
 from ha_agent.membership import Member, MemberPublisher, read_members
 from ha_agent.primary_record import delete_primary, read_primary
 from ha_agent.promoter import Promoter
@@ -89,7 +97,6 @@ from ha_agent.session_grant import GrantProbe, judge_grant
 from ha_agent.settings import AgentSettings
 from ha_agent.supervisor import BrokerSupervisor
 from ha_agent.vip import VirtualIp
-from ha_agent.watchdog import BrokerWatch
 from ha_agent.zk_auth import ensure_shared_root, zk_security
 from ha_agent.zk_format import FormatFaults, ZkFormatError
 
@@ -117,7 +124,7 @@ class Agent:
             else None
         )
         #: kills the broker, drops the VIP (the loop's thread and the session watcher's)
-        self.fencer = Fencer(vip, broker_pid=self._broker_pid, on_kill=self._reset_watch)
+        self.fencer = Fencer(vip, on_kill=lambda: self.broker.reset(time.monotonic()))
         self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._stop = threading.Event()
         self.client: Any = None
@@ -126,14 +133,12 @@ class Agent:
         self.publisher: MemberPublisher | None = None
         #: the epoch ZooKeeper's counter is known to have reached (its broker's checked)
         self.epoch_floor = 0
-        self.view: BrokerView | None = None
-        #: the broker's answers, kills and exits (the watchdog's clock, a view's freshness);
-        #: written by the loop, the session watcher and the supervisor: under _watch_lock
-        self.watch = BrokerWatch()
-        self._watch_lock = threading.Lock()
+        #: the broker's answers, its instances, its watch (the watchdog's clock, a view's
+        #: freshness), which instance a kill means: the loop, the session watcher and the
+        #: supervisor use it
+        self.broker = LocalBroker()
         #: when the ZooKeeper connection was last established (kazoo's thread writes it)
         self.connected_at: float | None = None
-        self.last_pid: int | None = None
         self.promoted_epoch: int | None = None
         self.members: dict[str, Member] = {}
         self.primary: PrimaryRecord | None = None
@@ -149,6 +154,8 @@ class Agent:
         self.refusal = ""
         #: the ZooKeeper records of a format it cannot read, at the last read
         self.format_faults = FormatFaults()
+        #: the back-off of silence fences while primaries follow each other quickly
+        self.brake = FenceBrake()
         #: this agent's early hints (made in run() with the client)
         self.hints: AgentHints | None = None
 
@@ -245,10 +252,10 @@ class Agent:
         comes from the session guard, so who sends it changes nothing for safety."""
         interval = min(self.settings.check_interval, self.session_timeout / 10)
         while not self._stop.wait(interval):
-            promoter, view = self.promoter, self.view
-            if promoter is None or self.promoted_epoch is None or view is None:
+            promoter = self.promoter
+            if promoter is None or self.promoted_epoch is None:
                 continue
-            if view.is_primary and time.monotonic() - promoter.renewed_at >= interval:
+            if self.broker.serves() and time.monotonic() - promoter.renewed_at >= interval:
                 promoter.renew_lease()
 
     def _drop_stale_primary_record(self) -> None:
@@ -306,7 +313,7 @@ class Agent:
         stopped for a cluster shutdown is not restarted, and the agent stops too (exit 0):
         after ``qpid-ha shutdown --all`` nothing starts again until the operator starts
         the agent."""
-        self._reset_watch()
+        self.broker.reset(time.monotonic())
         if code == ExitStatus.SHUT_DOWN:
             _log.warning(
                 "agent_cluster_shut_down",
@@ -320,24 +327,20 @@ class Agent:
         self.broker_check.cluster_shutdown = None
         self.events.put(("broker_exited", code))
 
-    def _reset_watch(self) -> None:
-        """The broker was killed or exited: its silence counts again once it answered, and
-        views read before now are stale."""
-        with self._watch_lock:
-            self.watch.reset(time.monotonic())
-
     def _shutdown(self) -> None:
         _log.info("agent_stopping")
         if self.watcher is not None:
             self.watcher.stop()  # before the client: stopping a client reports LOST
         leading = self.election is not None and self.election.leading
-        if leading or (self.view is not None and self.view.is_primary):
+        if leading or self.broker.serves():
             # The broker stops serving first; only then may another agent win.
             self.fencer.drop_vip()
             if self.supervisor is not None:
                 self.supervisor.stop()
             else:  # nobody would stop an unmanaged primary: never leave one serving
-                self._kill_broker("agent stopping while its broker is the primary")
+                self.fencer.kill_broker(
+                    "agent stopping while its broker is the primary", self.broker.fence_target()
+                )
             with contextlib.suppress(KazooException, KazooTimeoutError):
                 delete_primary(self.client, self.settings.cluster)
         if self.election is not None:
@@ -381,18 +384,16 @@ class Agent:
 
     def _check(self, read_cluster: bool = True) -> None:
         sent = time.monotonic()
+        live = self.broker_check.liveness()  # off the broker's loop: first, and quick
         view = self.broker_check.check()
         now = time.monotonic()
-        if view is not None:
-            with self._watch_lock:
-                counted = self.watch.answered(sent, now)
-            if counted and view.pid is not None:
-                self.last_pid = view.pid
-        old = self.view
-        self.view = view
+        old = self.broker.view
+        self.broker.answered(sent, now, view, live)
         keeper, promoter = self.in_sync_keeper, self.promoter
         assert keeper is not None and promoter is not None
         in_sync_read = False
+        if view is None and live is not None and live.is_primary and self.promoted_epoch:
+            promoter.renew_lease()  # a busy primary: its lease is renewed off its loop too
         if view is not None and view.is_primary and self.promoted_epoch is not None:
             promoter.renew_lease()  # first: a slow ZooKeeper below must not delay it
             if self._cluster_shutdown() is None:
@@ -420,8 +421,7 @@ class Agent:
         election = self.election
         assert election is not None and self.watcher is not None
         now = time.monotonic()
-        with self._watch_lock:
-            silent_for, reset_at = self.watch.silent_for(now), self.watch.reset_at
+        silent_for, reset_at = self.broker.silence(now)
         cluster_view = ClusterView(
             node=self.settings.node,
             broker=view,
@@ -433,8 +433,8 @@ class Agent:
             cluster_size=self.settings.cluster_size,
             broker_silent_for=silent_for,
             watchdog_timeout=self.settings.watchdog_timeout,
-            broker_timed_out=view is None and self.broker_check.last_timed_out,
-            broker_timeout=self.settings.broker_timeout,
+            broker_timed_out=view is None and self._slow_not_gone(live),
+            broker_timeout=self.brake.patience(self.settings.broker_timeout, now),
             in_sync=None if keeper.in_sync is None else keeper.in_sync.record,
             in_sync_error=keeper.error,
             format_error=self.format_faults.error,
@@ -453,6 +453,28 @@ class Agent:
             _log.info("promotion_eligibility", reason=decision.eligibility)
         for action in decision.actions:
             self._act(action, view)
+
+    def _note_primary(self, epoch: int) -> None:
+        """A primary epoch read in ZooKeeper: the brake counts promotions; the first time
+        it engages in a cascade, the alarm (``agent_fence_cascade``)."""
+        now = time.monotonic()
+        was = self.brake.engaged(now)
+        if self.brake.note_primary(epoch, now) and not was and self.brake.engaged(now):
+            _log.error(
+                "agent_fence_cascade",
+                promotions=self.brake.recent(now),
+                window_s=self.brake.window,
+                patience_s=self.brake.patience(self.settings.broker_timeout, now),
+                reason="primaries replaced in quick succession: a silent (not gone) primary"
+                " is given longer before it is fenced",
+            )
+
+    def _slow_not_gone(self, live: LivenessView | None) -> bool:
+        """The broker did not answer its check, but is not gone: its loop's progress was
+        answered off the loop, or the check timed out while nothing refused the liveness
+        probe. A refused liveness probe: nothing listens, the broker is gone."""
+        check = self.broker_check
+        return live is not None or (check.last_timed_out and not check.liveness_refused)
 
     def _cluster_shutdown(self) -> str | None:
         """The shutdown-id of a cluster shutdown the broker announced (``qpid-ha shutdown
@@ -512,6 +534,8 @@ class Agent:
                 self.primary = None
                 unreadable.append(exc)
             self.format_faults.note(unreadable)
+            if self.primary is not None:
+                self._note_primary(self.primary.epoch)
             self._drop_stale_primary_record()
             if self.hints is not None:
                 self.hints.publish(view, self.primary)
@@ -543,8 +567,8 @@ class Agent:
                 self._fence("cannot take the virtual IP")
         elif step is Step.FENCE:
             self._fence(action.reason)
-        elif step is Step.KILL_BROKER:
-            self._kill_broker(f"watchdog: {action.reason}")
+        elif step is Step.KILL_BROKER:  # the instance whose silence the watchdog counted
+            self.fencer.kill_broker(f"watchdog: {action.reason}", self.broker.last_pid)
 
     def _resign(self) -> None:
         election = self.election
@@ -553,12 +577,14 @@ class Agent:
             with contextlib.suppress(KazooException, KazooTimeoutError):
                 delete_primary(self.client, self.settings.cluster)
         self.promoted_epoch = None
+        self.broker.resigned()
         election.cancel(timeout=1.0)
 
     def _promote(self, view: BrokerView, reason: str) -> None:
         """Carry out a promotion (:class:`~ha_agent.promoter.Promoter`) and what came of it."""
         promoter = self.promoter
         assert promoter is not None and self.cluster_view is not None
+        self.broker.promoting(view.pid)  # before the request: a fence meanwhile means it
         promotion = promoter.promote(view, reason, self.cluster_view)
         election = self.election
         if promotion.epoch is not None and election is not None and not election.leading:
@@ -576,25 +602,17 @@ class Agent:
         else:
             self._resign()
 
-    def _kill_broker(self, reason: str) -> bool:
-        return self.fencer.kill_broker(reason)
-
-    def _broker_pid(self) -> int | None:
-        """The broker's pid as last seen (the fencer's, when the agent supervises no broker)."""
-        pid = self.view.pid if self.view is not None else None
-        return pid or self.last_pid
-
     def _fence(self, reason: str) -> None:
         """Stop the broker serving (kill it; it restarts as a backup), drop the VIP, resign."""
-        self.fencer.fence(reason)
+        self.fencer.fence(reason, self.broker.fence_target())
         self._resign()
-        self.view = None
+        self.broker.view = None
 
     def _session_fenced(self, fence: Fence) -> None:
         """The session watcher's call (its own thread): the lease on the session ran out."""
         election = self.election
         leading = election is not None and election.leading
-        primary = self.view is not None and self.view.is_primary
+        primary = self.broker.serves()
         _log.warning(
             "zookeeper_session_fence",
             reason=fence.reason,
@@ -602,5 +620,9 @@ class Agent:
             broker_primary=primary,
         )
         if leading or primary:
-            self.fencer.fence(f"ZooKeeper {fence.reason}", announce=False)
+            # The instance that may serve: the one promoted (or being promoted) or seen
+            # primary; not a broker the supervisor started since (after a ZooKeeper outage
+            # the loop's fence killed the restarted, joining broker: 4 of 4 cycles).
+            target = self.broker.session_fence_target()
+            self.fencer.fence(f"ZooKeeper {fence.reason}", target, announce=False)
         self.events.put(("session_fenced", fence.reason))

@@ -35,6 +35,7 @@ with the broker's reason (a 409 from a broker in catch-up, an older epoch ...) o
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -42,7 +43,50 @@ from broker.management.client import ManagementClient, ManagementError
 from common.url import parse_url
 from ha_agent.promotion import BrokerInSync, BrokerView
 
-__all__ = ["DEFAULT_MGMT_PORT", "BrokerCheck", "PromoteRefused", "broker_view"]
+__all__ = [
+    "DEFAULT_MGMT_PORT",
+    "BrokerCheck",
+    "LivenessView",
+    "PromoteRefused",
+    "broker_view",
+    "liveness_view",
+]
+
+#: The header that carries the lease token (broker.liveness_server).
+TOKEN_HEADER = "X-Qpidd-Lease-Token"
+
+
+@dataclass(frozen=True)
+class LivenessView:
+    """What the broker's off-loop liveness answer said (``GET /liveness``)."""
+
+    last_progress: float  # seconds since its event loop last made progress
+    ha_state: str
+    epoch: int = 0
+    pid: int | None = None
+    broker_id: str = ""
+
+    @property
+    def is_primary(self) -> bool:
+        return self.ha_state in ("active", "recovering")
+
+
+def liveness_view(answer: Any) -> LivenessView | None:
+    """A :class:`LivenessView` from the JSON of ``GET /liveness`` (None: not one)."""
+    if not isinstance(answer, dict) or answer.get("alive") is not True:
+        return None
+    ms = answer.get("last_progress_ms")
+    if isinstance(ms, bool) or not isinstance(ms, int | float) or not ms >= 0:
+        return None
+    pid = answer.get("pid")
+    return LivenessView(
+        last_progress=float(ms) / 1000.0,
+        ha_state=str(answer.get("ha_state", "unknown")),
+        epoch=_non_negative(answer.get("epoch")),
+        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
+        broker_id=str(answer.get("broker_id") or ""),
+    )
+
 
 DEFAULT_MGMT_PORT = 8672
 
@@ -156,6 +200,12 @@ class BrokerCheck:
         self.agent = agent
         #: the broker's last /api/ha answered ``managed_by``: its promotions take the mark
         self.takes_mark = False
+        #: where the broker answers liveness and leases off its event loop (its last
+        #: /api/ha's ``liveness``: None, an older broker or none learnt yet), and the token
+        self.liveness_client: ManagementClient | None = None
+        self.lease_token: str | None = None
+        #: the last liveness probe was refused: nothing listens there (the broker is gone)
+        self.liveness_refused = False
 
     @property
     def address(self) -> str:
@@ -178,6 +228,7 @@ class BrokerCheck:
                 if not isinstance(ha, dict):
                     raise ManagementError(f"{self.address}: /api/ha is not a JSON object")
                 self.takes_mark = "managed_by" in ha
+                self._learn_liveness(ha.get("liveness"))
                 shutdown = ha.get("cluster_shutdown")
                 self.cluster_shutdown = shutdown if isinstance(shutdown, str) else None
         except ManagementError as exc:
@@ -187,6 +238,33 @@ class BrokerCheck:
         self.last_error = ""
         self.last_timed_out = False
         return broker_view(status, ha)
+
+    def _learn_liveness(self, liveness: Any) -> None:
+        port = liveness.get("port") if isinstance(liveness, dict) else None
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            self.liveness_client, self.lease_token = None, None
+            return
+        token = liveness.get("token")
+        self.lease_token = token if isinstance(token, str) and token else None
+        url = self.client.url
+        address = replace(url.addresses[0], port=port)
+        if self.liveness_client is None or self.liveness_client.url.addresses[0] != address:
+            self.liveness_client = ManagementClient(
+                replace(url, addresses=(address,)), self.client.timeout
+            )
+
+    def liveness(self) -> LivenessView | None:
+        """The broker's off-loop liveness answer, or None (none learnt, no answer: then
+        :attr:`liveness_refused` says whether nothing listened)."""
+        client = self.liveness_client
+        self.liveness_refused = False
+        if client is None:
+            return None
+        try:
+            return liveness_view(client.get("/liveness"))
+        except ManagementError as exc:
+            self.liveness_refused = exc.status is None and not timed_out(exc)
+            return None
 
     def promote(
         self,
@@ -217,8 +295,18 @@ class BrokerCheck:
         return self._post("/api/ha/in-sync", body)
 
     def renew_lease(self, lease: float) -> dict[str, Any]:
-        """``POST /api/ha/lease``: the primary may serve ``lease`` seconds more."""
-        return self._post("/api/ha/lease", {"cluster_manager": True, "lease": lease})
+        """The primary may serve ``lease`` seconds more: off the broker's event loop when it
+        named where (``POST /lease`` with the token), else ``POST /api/ha/lease``."""
+        client, token = self.liveness_client, self.lease_token
+        if client is None or token is None:
+            return self._post("/api/ha/lease", {"cluster_manager": True, "lease": lease})
+        try:
+            answer = client.call("/lease", {"lease": lease}, headers={TOKEN_HEADER: token})
+        except ManagementError as exc:
+            if exc.status is not None:
+                raise PromoteRefused(str(exc)) from exc
+            raise
+        return answer if isinstance(answer, dict) else {}
 
     def _post(
         self, path: str, body: dict[str, Any], timeout: float | None = None

@@ -6,18 +6,20 @@
 :func:`~ha_agent.promotion.decide` decides when the loop fences, withdraws or lets the
 watchdog kill. :class:`Fencer` carries that out on the node:
 
-- :meth:`Fencer.kill_broker` SIGKILLs the local broker (any reason: fence, watchdog,
-  shutdown) through its :class:`~ha_agent.supervisor.BrokerSupervisor` (which restarts it,
-  as a backup), else by the pid it last reported (``broker_pid``), then calls ``on_kill``:
-  the broker that comes back is new (the agent's :class:`~ha_agent.watchdog.BrokerWatch`
-  starts again).
+- :meth:`Fencer.kill_broker` SIGKILLs one broker *instance*, named by its pid (any reason:
+  fence, watchdog, shutdown), through its :class:`~ha_agent.supervisor.BrokerSupervisor`
+  (which restarts it, as a backup) or by the pid itself, then calls ``on_kill``: the broker
+  that comes back is new (the agent's :class:`~ha_agent.watchdog.BrokerWatch` starts
+  again). A kill decided about an instance that is gone hits nothing (``broker_kill_skipped``):
+  the supervisor's next broker, started 2-68 ms after the old one died, was killed by a
+  fence meant for the dead one (3 of 4 broker kills in the nemesis harness, issue 25).
 - :meth:`Fencer.fence` kills the broker and drops the virtual IP; :meth:`Fencer.take_vip`
   and :meth:`Fencer.drop_vip` add and remove the virtual IP (:mod:`ha_agent.vip`).
 
 THREAD SAFE: the agent's loop and the session watcher's thread both call :meth:`Fencer.fence`,
 one fence at a time (its lock): a fence must not wait for the loop. The rest is the loop's,
 and the agent's shutdown. Calls go from the agent to the fencer, and back only through
-``broker_pid`` and ``on_kill``.
+``on_kill``.
 
 Error Handling
 ==============
@@ -44,39 +46,38 @@ _log = structlog.get_logger("ha_agent.fencer", component="agent")
 
 
 class Fencer:
-    """See the module docstring. ``broker_pid`` (asked only when there is no supervisor) and
-    ``on_kill`` (after every kill) run in the killer's thread."""
+    """See the module docstring. ``on_kill`` (after every kill) runs in the killer's
+    thread."""
 
-    def __init__(
-        self,
-        vip: VirtualIp | None,
-        broker_pid: Callable[[], int | None],
-        on_kill: Callable[[], None],
-    ) -> None:
+    def __init__(self, vip: VirtualIp | None, on_kill: Callable[[], None]) -> None:
         self.vip = vip
         #: the local broker's supervisor when the agent runs one (set once, by the agent)
         self.supervisor: BrokerSupervisor | None = None
-        self._broker_pid = broker_pid
         self._on_kill = on_kill
         self._lock = threading.Lock()
 
-    def kill_broker(self, reason: str) -> bool:
-        """SIGKILL the broker (through its supervisor, else its pid), then ``on_kill``."""
-        try:
-            if self.supervisor is not None:
-                return self.supervisor.kill(reason)
-            pid = self._broker_pid()
-            return pid is not None and kill_pid(pid, reason)
-        finally:
+    def kill_broker(self, reason: str, pid: int | None) -> bool:
+        """SIGKILL the broker instance ``pid`` (through the supervisor, which kills only
+        the process it runs now if that is ``pid``; else the pid itself), then
+        ``on_kill``. None, or an instance no longer running: nothing is killed."""
+        if self.supervisor is not None:
+            killed = self.supervisor.kill(reason, pid)
+        else:
+            killed = pid is not None and kill_pid(pid, reason)
+        if killed:
             self._on_kill()  # after the signal: no answer sent later is the old broker's
+        else:
+            _log.info("broker_kill_skipped", pid=pid, reason=reason)
+        return killed
 
-    def fence(self, reason: str, *, announce: bool = True) -> None:
-        """Stop the broker serving (kill it, ``fenced: <reason>``; it restarts as a backup)
-        and drop the VIP. ``announce``: log ``agent_fenced`` first, under the lock."""
+    def fence(self, reason: str, pid: int | None, *, announce: bool = True) -> None:
+        """Stop the broker instance ``pid`` serving (kill it, ``fenced: <reason>``; it
+        restarts as a backup) and drop the VIP. ``announce``: log ``agent_fenced`` first,
+        under the lock."""
         with self._lock:
             if announce:
-                _log.warning("agent_fenced", reason=reason)
-            self.kill_broker(f"fenced: {reason}")
+                _log.warning("agent_fenced", reason=reason, pid=pid)
+            self.kill_broker(f"fenced: {reason}", pid)
             self.drop_vip()
 
     def take_vip(self) -> bool:

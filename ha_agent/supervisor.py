@@ -4,11 +4,13 @@
 
 :class:`BrokerSupervisor` starts the broker command, restarts it when it exits (back-off
 from ``min_delay`` doubling to ``max_delay``, reset once a run lasted ``stable_after``
-seconds), and kills it on demand: the agent's fence and watchdog. A broker killed this way
-comes back as a joining backup (a cluster member always starts as one) and follows the new
-primary by itself. A broker that exits with ``SHUT_DOWN`` (4: its cluster was stopped by
-``qpid-ha shutdown --all``) is not restarted (:attr:`BrokerSupervisor.shut_down`): after a
-clean all-stop nothing starts again until the operator starts it.
+seconds), and kills it on demand: the agent's fence and watchdog, each naming the instance
+(its pid) it decided about, so a kill never hits the broker started after it (issue 25). A
+broker killed this way comes back as a joining backup (a cluster member always starts as
+one) and follows the new primary by itself. A broker that exits with ``SHUT_DOWN`` (4: its
+cluster was stopped by ``qpid-ha shutdown --all``) is not restarted
+(:attr:`BrokerSupervisor.shut_down`): after a clean all-stop nothing starts again until the
+operator starts it.
 
 Without ``--broker-command`` (systemd or another supervisor runs the broker), the agent
 fences with :func:`kill_pid`: SIGKILL to the PID the broker reported in ``/api/status``;
@@ -107,10 +109,16 @@ class BrokerSupervisor:
         self._thread.start()
         return self
 
-    def kill(self, reason: str) -> bool:
-        """SIGKILL the broker now (it is restarted); False when it was not running."""
-        pid = self.pid
-        return pid is not None and kill_pid(pid, reason)
+    def kill(self, reason: str, pid: int | None) -> bool:
+        """SIGKILL the broker instance ``pid`` now (it is restarted); False when that
+        instance is not the one running (it exited; the broker running now was started
+        after it, as a backup, and is not what the kill was decided about) or none runs.
+        Under the lock that replaces the process, so a restart cannot slip in between."""
+        with self._mutex:
+            process = self._process
+            if pid is None or process is None or process.pid != pid or process.poll() is not None:
+                return False
+            return kill_pid(pid, reason)
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """Stop supervising: SIGTERM the broker, SIGKILL after ``timeout``; its exit code."""

@@ -43,8 +43,8 @@ class BrokerWatch:
     def answered(self, sent_at: float, at: float) -> bool:
         """A check sent at ``sent_at`` was answered at ``at``. False (not counted) when it
         was sent before the last reset: the answer may be the killed broker's."""
-        if self.reset_at is not None and sent_at < self.reset_at:
-            return False
+        if self.reset_at is not None and (sent_at < self.reset_at or at < self.reset_at):
+            return False  # (a liveness answer's ``at`` is when the loop last progressed)
         if self.answered_at is None or at > self.answered_at:
             self.answered_at = at
         return True

@@ -75,6 +75,7 @@ EXPECTED_DEFAULTS = {
     "ha_password": None,
     "ha_mechanism": "PLAIN",
     "ha_agent": None,
+    "ha_liveness_port": 0,
     "ha_backup_timeout": 10.0,
     "ha_flow_messages": 1000,
     "link_maintenance_interval": 2.0,

@@ -40,7 +40,7 @@ from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
 from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
-from broker.ha.ha_status import ha_status
+from broker.ha.ha_status import ha_status, in_sync_status, member_dicts
 from broker.ha.id_set import MAX_ID
 from broker.ha.names import (
     ADMIN_PROPERTY,
@@ -106,6 +106,7 @@ from common.version import replication_formats
 
 if TYPE_CHECKING:
     from broker.amqp.connection import Connection
+    from broker.liveness import LeaseOffers
     from broker.options import BrokerOptions
     from broker.store.data_dir import DataDir
 
@@ -175,6 +176,8 @@ class HaBroker:
         #: Format refusals logged: the same one (backup and ranges) once a minute at most.
         self._refusals = DialFailures(60.0)
         self.primary: Primary | None = None
+        #: lease renewals taken off the loop (broker.liveness), applied before a lease check
+        self.lease_offers: LeaseOffers | None = None
         self.streams: PrimaryStreams | None = None
         #: As a primary: each backup's latest replication error (``/api/ha``).
         self.backup_errors = ReplicationErrors()
@@ -287,7 +290,7 @@ class HaBroker:
                     self.primary.release(backup_id)
             case SendMembership(members):
                 if self.streams is not None:
-                    self.streams.broadcast({"type": "membership", "members": _dicts(members)})
+                    self.streams.broadcast({"type": "membership", "members": member_dicts(members)})
             case FenceBroker(reason):
                 self._on_fenced(reason)
             case _:
@@ -338,6 +341,7 @@ class HaBroker:
         primary = self.primary
         if primary is None:
             return
+        self.take_offered_lease()
         self.handle(Tick(self.context.clock()))
         if self.fenced:
             return
@@ -481,25 +485,23 @@ class HaBroker:
         return released
 
     def in_sync_status(self) -> dict[str, Any]:
-        role = self.role
-        committed = role.committed_in_sync
-        return {
-            "wanted": role.in_sync_wanted(),
-            "pending_removal": role.pending_removal(),
-            "committed": (
-                None
-                if committed is None
-                else {"epoch": committed[0], "members": sorted(committed[1])}
-            ),
-        }
+        return in_sync_status(self.role)
+
+    def take_offered_lease(self) -> None:
+        """Apply a renewal the liveness thread took (as received: its time, not now)."""
+        offer = None if self.lease_offers is None else self.lease_offers.take()
+        if offer is not None:
+            self.handle(LeaseGranted(*offer))  # a refusal (no longer primary): nothing
 
     def lease_expired(self) -> bool:
+        self.take_offered_lease()
         return self.role.lease_expired(self.context.clock())
 
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while the lease holds (admission policy hook)."""
         if self.role.fenced:
             return False
+        self.take_offered_lease()
         if self.role.lease_expired(self.context.clock()):
             self.handle(Fence("the cluster manager's lease ran out"))
             return False
@@ -619,12 +621,9 @@ class HaBroker:
 
     # -- status ------------------------------------------------------------------------
     def membership(self) -> list[dict[str, Any]]:
-        return _dicts(self.role.members())
+        return member_dicts(self.role.members())
 
     def status(self) -> dict[str, Any]:
         """What GET /api/ha shows (:func:`broker.ha.ha_status.ha_status`)."""
+        self.take_offered_lease()
         return ha_status(self)
-
-
-def _dicts(members: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:
-    return [{"id": i, "url": u, "state": s} for i, u, s in members]

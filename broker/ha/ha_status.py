@@ -14,6 +14,24 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from broker.ha.ha_broker import HaBroker
+    from broker.ha.role import HaRole
+
+
+def member_dicts(members: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:
+    """The role's members (id, url, state) as the membership message and status show them."""
+    return [{"id": i, "url": u, "state": s} for i, u, s in members]
+
+
+def in_sync_status(role: HaRole) -> dict[str, Any]:
+    """A primary's in-sync set: whom it counts, whose removal waits, what was committed."""
+    committed = role.committed_in_sync
+    return {
+        "wanted": role.in_sync_wanted(),
+        "pending_removal": role.pending_removal(),
+        "committed": (
+            None if committed is None else {"epoch": committed[0], "members": sorted(committed[1])}
+        ),
+    }
 
 
 def ha_status(ha: HaBroker) -> dict[str, Any]:

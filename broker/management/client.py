@@ -67,12 +67,17 @@ class ManagementClient:
         return self.call(path, body)
 
     def call(
-        self, path: str, body: dict[str, Any] | None = None, *, method: str | None = None
+        self,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        method: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
-        """GET ``path`` (POST ``body`` as JSON when given; ``method`` when given); the
-        decoded JSON answer."""
+        """GET ``path`` (POST ``body`` as JSON when given; ``method`` when given; extra
+        ``headers``); the decoded JSON answer."""
         try:
-            with self._open(path, body, method) as response:
+            with self._open(path, body, method, headers) as response:
                 return json.load(response)
         except json.JSONDecodeError as exc:
             raise ManagementError(f"{self.address} sent a non-JSON answer for {path}") from exc
@@ -97,7 +102,13 @@ class ManagementClient:
         with response:
             yield response
 
-    def _open(self, path: str, body: dict[str, Any] | None, method: str | None) -> Any:
+    def _open(
+        self,
+        path: str,
+        body: dict[str, Any] | None,
+        method: str | None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
         address = self.address
         data = None if body is None else json.dumps(body).encode()
         https = self.url.addresses[0].scheme == "ssl"  # -b ssl:host:port: HTTPS
@@ -106,6 +117,8 @@ class ManagementClient:
         )
         if data is not None:
             request.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         if self.url.user is not None:
             token = f"{self.url.user}:{self.url.password or ''}".encode()
             request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())

@@ -47,6 +47,7 @@ from broker.management.managed import ManagedBroker
 from broker.management.promote_guard import PromoteGuard, check_agent_name
 from broker.management.request_input import Body, check_name, read_json_object
 from broker.management.responses import json_response
+from broker.security.roles import allows, required_permission
 from broker.store.identity import parse_id
 
 #: The longest lease a cluster manager may grant at once (seconds).
@@ -141,7 +142,21 @@ class HaEndpoints:
             if self.cluster_shutdown is not None:
                 self._manager_told.set()
         status["managed_by"] = self.promote_guard.managed_by
+        status["liveness"] = self._liveness()
         return json_response(status)
+
+    def _liveness(self) -> dict[str, Any] | None:
+        """Where liveness and lease renewals are answered off the event loop: the port,
+        and the lease token for a user who may renew the lease (None: not served)."""
+        liveness = getattr(self.broker, "liveness", None)
+        if liveness is None or liveness.port is None:
+            return None
+        user = current_user.get()
+        may_renew = user is None or allows(
+            self.broker.context.authenticator.roles(user),
+            required_permission("POST", "/api/ha/lease"),
+        )
+        return {"port": liveness.port, "token": liveness.token if may_renew else None}
 
     async def promote(self, request: web.Request) -> web.Response:
         """POST /api/ha/promote {"cluster_manager": true, "epoch": N}: cluster managers only;
@@ -269,6 +284,12 @@ class HaEndpoints:
         if not isinstance(quiesce, bool):
             raise ApiError(HTTPStatus.BAD_REQUEST, f"quiesce must be true or false: {quiesce!r}")
         self.cluster_shutdown = shutdown_id
+        liveness = getattr(self.broker, "liveness", None)
+        if liveness is not None:  # lease answers off the loop tell the manager too
+            liveness.cluster_shutdown = shutdown_id
+            if liveness.server is not None:
+                told, loop = self._manager_told, asyncio.get_running_loop()
+                liveness.server.on_told = lambda: loop.call_soon_threadsafe(told.set)
         closed = self.broker.prepare_cluster_shutdown(shutdown_id, quiesce=quiesce)
         self.log.info(
             "ha_shutdown_requested",

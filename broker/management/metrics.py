@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from broker import __version__
 from broker.core.vhost import VirtualHost
+from broker.liveness import LoopLag
 
 #: The Content-Type of the text format, as Prometheus expects it.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -261,6 +262,9 @@ def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
             sum(v.dead_lettered_total for v in vhosts),
         ),
     ]
+    lag = getattr(getattr(broker, "liveness", None), "lag", None)
+    if isinstance(lag, LoopLag):
+        families.extend(_loop_lag(lag))
     queues = sorted(
         (q for v in vhosts for q in v.queues.values()),
         key=lambda q: (q.vhost != "/", q.vhost, q.name),
@@ -274,6 +278,29 @@ def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
                 family.add(getattr(queue, attribute), queue=queue.name, vhost=queue.vhost)
         families.append(family)
     return families
+
+
+def _loop_lag(lag: LoopLag) -> list[Family]:
+    """The event loop's lag (:mod:`broker.liveness`: the scheduling delay of its 50 ms
+    progress timer): quantiles of the last window (10 s, the ``loop_lag`` event's), the
+    samples and the largest since the start."""
+    window = lag.last
+    quantiles = Family(
+        "qpidd_loop_lag_seconds",
+        "gauge",
+        "Scheduling delay of the event loop's 50 ms progress timer, last 10 s.",
+    )
+    for q, value in (("0.5", window.p50), ("0.99", window.p99), ("1", window.max)):
+        quantiles.add(round(value, 6), quantile=q)
+    return [
+        quantiles,
+        _counter("qpidd_loop_lag_samples_total", "Loop lag samples taken.", sum(lag.total)),
+        _gauge(
+            "qpidd_loop_lag_max_seconds",
+            "The longest scheduling delay of the progress timer since the broker started.",
+            round(lag.total_max, 6),
+        ),
+    ]
 
 
 def render_metrics(broker: BrokerView, now: float | None = None) -> str:

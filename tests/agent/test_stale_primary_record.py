@@ -43,7 +43,7 @@ def test_a_primary_record_no_agent_leads_is_deleted_by_the_agent_that_wrote_it(
         assert agent.election is not None
         agent.election.cancel(timeout=5)  # the term ended (as on a LOST session)...
         agent.promoted_epoch = None
-        agent.fencer.kill_broker("test: the lease ran out")  # ...the broker comes back joining
+        agent.fencer.kill_broker("test: the lease ran out", old_pid)  # ...back joining
         poll_until(
             lambda: (p := loop.broker_pid()) is not None and p != old_pid,
             30,
@@ -59,4 +59,9 @@ def test_a_primary_record_no_agent_leads_is_deleted_by_the_agent_that_wrote_it(
 
     # Before the fix: "joining a cluster whose primary is n1" for ever.
     poll_until(primary_again, 40, lambda: f"a new primary; broker {loop.node.state()}")
-    assert loop.agent.promoted_epoch == read_primary(zk, cluster).epoch  # type: ignore[union-attr]
+    # the agent notes its epoch once the promotion's steps returned: just after the record
+    poll_until(
+        lambda: loop.agent.promoted_epoch == read_primary(zk, cluster).epoch,  # type: ignore[union-attr]
+        10,
+        "the agent's promoted epoch",
+    )

@@ -1,0 +1,73 @@
+"""Which broker instance a kill means (ha_agent/local_broker.py), without processes; and
+the supervisor killing only the instance named (a real child process)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from common.polling import poll_until
+from ha_agent.broker_check import LivenessView
+from ha_agent.local_broker import LocalBroker
+from ha_agent.promotion import BrokerView
+from ha_agent.supervisor import BrokerSupervisor
+
+
+def seen(view: BrokerView | None, live: LivenessView | None = None) -> LocalBroker:
+    broker = LocalBroker()
+    broker.answered(0.0, 0.1, view, live)
+    return broker
+
+
+def test_a_primary_that_answered_is_the_one_fenced() -> None:
+    broker = seen(BrokerView("active", pid=10))
+    assert broker.fence_target() == 10 == broker.session_fence_target()
+
+
+def test_the_promoted_instance_is_meant_after_it_died_not_its_successor() -> None:
+    broker = seen(BrokerView("active", pid=10))
+    broker.answered(1.0, 1.1, None, None)  # it died: no answer
+    assert broker.fence_target() == 10  # the supervisor's new broker is not pid 10
+    broker.answered(2.0, 2.1, BrokerView("joining", pid=11), None)  # its successor
+    assert broker.fence_target() == 10 and broker.session_fence_target() == 10
+
+
+def test_a_backup_that_answered_is_not_fenced_when_nothing_was_promoted() -> None:
+    broker = seen(BrokerView("joining", pid=11))
+    assert broker.fence_target() is None and broker.session_fence_target() is None
+    broker.answered(1.0, 1.1, None, None)
+    assert broker.fence_target() == 11  # no answer: the last that answered
+
+
+def test_a_promotion_names_its_instance_and_resigning_forgets_it() -> None:
+    broker = seen(BrokerView("ready", pid=12))
+    broker.promoting(12)
+    assert broker.fence_target() == 12 and broker.session_fence_target() == 12
+    broker.resigned()
+    assert broker.fence_target() is None
+
+
+def test_a_busy_primary_serves_by_its_liveness() -> None:
+    broker = seen(None, LivenessView(last_progress=0.2, ha_state="active", pid=13))
+    assert broker.serves() and broker.session_fence_target() == 13
+    assert broker.last_pid == 13
+    silent, _reset = broker.silence(0.5)
+    assert silent == pytest.approx(0.6)  # counted from its loop's last progress (at -0.1)
+
+
+def test_the_supervisor_kills_only_the_instance_named() -> None:
+    exits: list[int] = []
+    supervisor = BrokerSupervisor(
+        [sys.executable, "-c", "import time; time.sleep(60)"], on_exit=exits.append,
+        min_delay=0.05,
+    ).start()  # fmt: skip
+    try:
+        first = poll_until(lambda: supervisor.pid, 10)
+        assert supervisor.kill("test", first)
+        second = poll_until(lambda: (p := supervisor.pid) is not None and p != first and p, 10)
+        assert not supervisor.kill("test: meant for the first", first)  # gone: nothing
+        assert not supervisor.kill("test: none named", None)
+        assert supervisor.pid == second
+    finally:
+        supervisor.stop(timeout=5)
