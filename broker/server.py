@@ -175,8 +175,8 @@ class Broker:
 
     @property
     def store_status(self) -> str:
-        """``empty``, ``clean`` or ``dirty`` (the data directory), ``unknown`` without one."""
-        return "unknown" if self.data_dir is None else self.data_dir.store_status
+        """``empty``, ``clean`` or ``dirty`` (the data directory), ``none`` without one."""
+        return "none" if self.data_dir is None else self.data_dir.store_status
 
     @property
     def store_id(self) -> str | None:
@@ -502,7 +502,7 @@ class Broker:
             stored = await self.store.journal.close()
         if self.pager is not None:
             self.pager.stop()
-        store_status = "unknown"
+        store_status = "none"  # no --data-dir: no store
         if self.data_dir is not None:
             self.data_dir.close(clean=stored)
             store_status = "clean" if stored else "dirty"

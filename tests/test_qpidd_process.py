@@ -145,7 +145,7 @@ def test_store_status_empty_then_clean_after_sigterm_dirty_after_sigkill(tmp_pat
     assert seen == ["empty", "clean", "dirty", "clean"]
     no_dir = BrokerProcess(tmp_path / "n").start()
     try:
-        assert status(no_dir) == "unknown"
+        assert status(no_dir) == "none"  # no --data-dir: no store (docs/store.md)
     finally:
         no_dir.stop()
 
@@ -164,7 +164,9 @@ def test_broker_stopped_says_why_and_how_the_store_was_left(tmp_path: Path) -> N
     broker = BrokerProcess(tmp_path / "nostore").start()
     assert broker.stop() == 0
     stopped = [e for e in broker.events() if e.get("event") == "broker_stopped"]
-    assert (stopped[0]["reason"], stopped[0]["store_status"]) == ("SIGTERM", "unknown")
+    # It said "unknown", a word docs/log-schema.md did not have: "none" is (no store).
+    assert (stopped[0]["reason"], stopped[0]["store_status"]) == ("SIGTERM", "none")
+    assert problems(stopped[0]) == []
 
 
 @pytest.mark.parametrize(
