@@ -6,7 +6,9 @@ the broker could not start (its data directory, its listening sockets); USAGE 2 
 FENCED 3 the HA role fenced the broker; SHUT_DOWN 4 the broker stopped for a clean all-stop of its
 cluster (``POST /api/ha/shutdown``, ``qpid-ha shutdown --all``): whoever supervises it leaves it
 stopped. Failures to start are mapped to their exit code and
-one line, ``qpidd: error: ...``, in one place: :func:`raw_main`.
+one line, ``qpidd: error: ...``, in one place: :func:`raw_main`. That line is all a failed
+start prints on stderr: log lines for stderr wait until the broker listens (a log file
+still gets them, ``broker_start_failed`` among them).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from broker.options import BrokerOptions, log_cluster, main_parse
 from broker.server import Broker, ListenError
 from broker.store.data_dir import DataDirError
 from common.exit_status import CommandError, ExitStatus
-from common.log import configure_logging, get_logger
+from common.log import configure_logging, drop_held_lines, get_logger, release_held_lines
 
 
 async def run(options: BrokerOptions) -> ExitStatus:
@@ -42,6 +44,7 @@ async def run(options: BrokerOptions) -> ExitStatus:
     except OSError as exc:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
         raise CommandError(f"cannot start: {exc}", ExitStatus.ERROR) from None
+    release_held_lines()  # started: what was logged on the way goes to stderr now
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -79,6 +82,7 @@ def raw_main(options: BrokerOptions) -> ExitStatus:
                 node=options.node_name,
                 component="broker",
                 cluster=log_cluster(options),
+                hold_stderr=True,
             )
         except OSError as exc:
             raise CommandError(
@@ -90,8 +94,11 @@ def raw_main(options: BrokerOptions) -> ExitStatus:
             return asyncio.run(run(options))
         return uvloop.run(run(options))
     except CommandError as error:
+        drop_held_lines()
         print(f"qpidd: error: {error}", file=sys.stderr)
         return error.status
+    finally:
+        release_held_lines()  # an unexpected error: what was logged before it, then it
 
 
 def main(argv: list[str] | None = None) -> None:
