@@ -17,8 +17,9 @@ import asyncio
 import signal
 import sys
 
+from broker.listen import ListenError
 from broker.options import BrokerOptions, log_cluster, main_parse
-from broker.server import Broker, ListenError
+from broker.server import Broker
 from broker.store.data_dir import DataDirError
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging, drop_held_lines, get_logger, release_held_lines
