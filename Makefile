@@ -55,8 +55,11 @@ $(WHEELHOUSE)/.done: $(STAMP)
 	$(BIN)/python -m pip wheel -q -w $(WHEELHOUSE) -r $(VENV)/runtime-requirements.txt 'setuptools>=77' wheel
 	@touch $@
 
+# make demo HOLD=1: after the fail-over the cluster stays up for its web console until
+# ctrl-C (HOLD=SECONDS: that long); the same as DEMO_HOLD=forever|SECONDS.
+HOLD ?=
 demo: $(STAMP) demo-packages
-	$(BIN)/python deploy/demo.py
+	$(if $(HOLD),DEMO_HOLD=$(if $(filter 1 yes,$(HOLD)),forever,$(HOLD)) )$(BIN)/python deploy/demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
