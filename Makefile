@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # and crm_resource (pacemaker-cli-utils) for the OCF agent, nft for the nemesis drill's
 # partitions, ip (iproute2: network namespaces, the virtual IP). CI runs as root.
 # deploy/system-packages.sh installs them without recommends,
-# starts no service and leaves none enabled (README.md lists what comes with them).
+# starts no service and leaves none enabled (docs/install.md lists what comes with them).
 # pacemaker-cli-utils needs "pacemaker | pacemaker-remote": pacemaker-remote, asked for
 # with it, keeps out pacemaker itself and corosync (crm_resource --force-* runs the
 # agent without a cluster). Node.js runs the amqplib client of tests/compat; its package,
