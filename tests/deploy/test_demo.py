@@ -85,12 +85,20 @@ def test_hold_forever_goes_on_at_ctrl_c(tmp_path: Path) -> None:
     env = {**os.environ, "DEMO_HOLD": "forever", "PYTHONPATH": str(REPO)}
     out = tmp_path / "out"
     with open(out, "w") as sink:
-        proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=sink, cwd=REPO)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=env,
+            stdout=sink,
+            cwd=REPO,
+            # as from a terminal: ctrl-C's default action (a pytest-xdist worker ignores
+            # SIGINT, and a child that starts with SIGINT ignored gets no KeyboardInterrupt)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
         poll_until(lambda: "until ctrl-C" in out.read_text(), 30, "the demo to hold")
         assert proc.poll() is None  # still holding
         proc.send_signal(signal.SIGINT)
-        poll_until(lambda: proc.poll() is not None, 10, "the demo to go on after ctrl-C")
+        poll_until(lambda: proc.poll() is not None, 30, "the demo to go on after ctrl-C")
         assert proc.returncode == 0
         assert out.read_text().splitlines()[-1] == "went on"
     finally:
