@@ -34,6 +34,17 @@ async def run(options: BrokerOptions) -> ExitStatus:
         broker = Broker(options)
     except ValueError as exc:  # a bad users file: bad configuration
         raise CommandError(str(exc), ExitStatus.USAGE) from None
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        broker.stop_reason = broker.stop_reason or sig.name
+        stop.set()
+
+    # Before the start, which logs broker_started: a SIGTERM right after that line (a
+    # supervisor that waited for it) stops the broker in order, never kills it mid-way.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await broker.start()
     except DataDirError as exc:
@@ -46,15 +57,6 @@ async def run(options: BrokerOptions) -> ExitStatus:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
         raise CommandError(f"cannot start: {exc}", ExitStatus.ERROR) from None
     release_held_lines()  # started: what was logged on the way goes to stderr now
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-
-    def on_signal(sig: signal.Signals) -> None:
-        broker.stop_reason = broker.stop_reason or sig.name
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
     loop.add_signal_handler(signal.SIGHUP, broker.security.on_sighup)  # reload the ACL
     waiters = {asyncio.create_task(stop.wait()), asyncio.create_task(broker.wait_stopped())}
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
