@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # and crm_resource (pacemaker-cli-utils) for the OCF agent, nft for the nemesis drill's
 # partitions, ip (iproute2: network namespaces, the virtual IP). CI runs as root.
 # deploy/system-packages.sh installs them without recommends,
-# starts no service and leaves none enabled (README.md lists what comes with them).
+# starts no service and leaves none enabled (docs/install.md lists what comes with them).
 # pacemaker-cli-utils needs "pacemaker | pacemaker-remote": pacemaker-remote, asked for
 # with it, keeps out pacemaker itself and corosync (crm_resource --force-* runs the
 # agent without a cluster). Node.js runs the amqplib client of tests/compat; its package,
@@ -31,6 +31,10 @@ SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java
 DEMO_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java:default-jre-headless \
 	/usr/share/java/slf4j-simple.jar:libslf4j-java
 NODE_CLIENT := tests/compat/node
+#: Wheels of the broker's runtime dependencies and of its build backend, fetched once here so
+#: that tests/test_wheel_install.py installs the built wheel into a clean venv without the
+#: network (pip --no-index --find-links).
+WHEELHOUSE := $(VENV)/wheelhouse
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint typecheck unit bench bench-ha bench-store bench-security clean venv system-packages demo-packages
@@ -44,8 +48,18 @@ $(STAMP): pyproject.toml setup.py broker/store/_walk.c broker/store/_crc32c.h br
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
+# The runtime dependencies only (pyproject.toml's [project] dependencies: no extra), and
+# setuptools and wheel to build with.
+$(WHEELHOUSE)/.done: $(STAMP)
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > $(VENV)/runtime-requirements.txt
+	$(BIN)/python -m pip wheel -q -w $(WHEELHOUSE) -r $(VENV)/runtime-requirements.txt 'setuptools>=77' wheel
+	@touch $@
+
+# make demo HOLD=1: after the fail-over the cluster stays up for its web console until
+# ctrl-C (HOLD=SECONDS: that long); the same as DEMO_HOLD=forever|SECONDS.
+HOLD ?=
 demo: $(STAMP) demo-packages
-	$(BIN)/python deploy/demo.py
+	$(if $(HOLD),DEMO_HOLD=$(if $(filter 1 yes,$(HOLD)),forever,$(HOLD)) )$(BIN)/python deploy/demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -71,7 +85,7 @@ demo-packages:
 $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json | $(STAMP)
 	$(BIN)/python deploy/node_lock_install.py $(NODE_CLIENT)
 
-unit: $(STAMP) system-packages $(NODE_CLIENT)/node_modules/.installed
+unit: $(STAMP) $(WHEELHOUSE)/.done system-packages $(NODE_CLIENT)/node_modules/.installed
 	$(BIN)/pytest -q -n 2 --dist loadgroup --durations=25
 
 test: lint typecheck unit

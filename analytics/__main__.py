@@ -7,19 +7,25 @@ Usage: ``qpid-ha-analytics PATH... [--out DIR] [--master URL] [--scenario S] [--
 another Spark master (``spark://host:7077``, ``yarn``...): the same job runs there
 unchanged. Prints where the report is, after a warning line for unusable lines and
 unread files. Bad usage or unusable input (no log files, an unknown schema version): one
-line on stderr, exit 2; ``--strict``: exit 1 when lines could not be used.
+line on stderr, exit 2; ``--strict``: exit 1 when lines could not be used. Installed
+without the ``analytics`` extra (no PySpark or matplotlib: ``pip install qpid-ha-py``
+alone): one line saying what to install, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from analytics import failover, job
+if TYPE_CHECKING:
+    from analytics import job
 
 PROG = "qpid-ha-analytics"
+#: What the job imports that only the ``analytics`` extra installs (pyproject.toml).
+EXTRA_MODULES = ("pyspark", "matplotlib")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +42,21 @@ EPILOG = (
 )
 
 
+def missing_extra() -> str | None:
+    """The one line to print when the ``analytics`` extra is not installed, else None."""
+    missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (
+        f"{PROG}: error: the fail-over report needs {' and '.join(missing)}: install"
+        " qpid-ha-py[analytics] (pip install 'qpid-ha-py[analytics]'; the broker, the agent"
+        " and qpid-ha do not need it)"
+    )
+
+
 def parser() -> argparse.ArgumentParser:
+    from analytics import job
+
     p = _Parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG)
     p.add_argument(
         "paths",
@@ -81,6 +101,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    missing = missing_extra()
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 2
+    from analytics import failover, job
+
     args = parser().parse_args(argv)
     try:
         listing = job.check_paths(args.paths, args.glob)

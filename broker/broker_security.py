@@ -34,6 +34,7 @@ from typing import Any
 
 from broker.amqp.access import AccessControl
 from broker.amqp.context import BrokerContext
+from broker.listen import Listener, serve
 from broker.security.acl import Acl, AclError, load_acl
 from broker.security.sasl import is_loopback
 from broker.security.tls import TlsError, TlsSettings, reload_server_context, server_context
@@ -170,25 +171,27 @@ class BrokerSecurity:
             if choice == "yes":
                 raise TlsError("mgmt-ssl=yes needs ssl-cert-file and ssl-key-file")
             return None
-        if choice == "auto" and is_loopback(self.options.mgmt_interface):
+        addresses = self.options.mgmt_interface.split(",")
+        if choice == "auto" and all(is_loopback(a.strip()) for a in addresses if a.strip()):
             return None
         return self.server_ssl
 
     async def listen_tls(
         self, factory: Callable[[], asyncio.Protocol], interface: str
-    ) -> asyncio.Server | None:
-        """The AMQPS listener on ``--ssl-port`` (None without TLS); the port chosen is in
-        :attr:`ssl_port`."""
+    ) -> Listener | None:
+        """The AMQPS listener on ``--ssl-port`` (None without TLS) on ``--interface``'s
+        addresses (broker.listen); the port chosen is in :attr:`ssl_port`.
+
+        :raises ListenError: naming the address that could not be bound."""
         if self.server_ssl is None:
             return None
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(
+        server = await serve(
             factory,
-            host=interface,
-            port=self.options.ssl_port,
+            "AMQP over TLS",
+            "--interface/--ssl-port",
+            interface,
+            self.options.ssl_port,
             ssl=self.server_ssl,
-            reuse_address=True,
-            backlog=1024,
         )
-        self.ssl_port = int(server.sockets[0].getsockname()[1]) if server.sockets else 0
+        self.ssl_port = server.port
         return server

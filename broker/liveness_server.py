@@ -39,6 +39,7 @@ import json
 import math
 import os
 import secrets
+import select
 import socket
 import ssl
 import threading
@@ -47,6 +48,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, Protocol
 
+from broker.listen import open_sockets
 from broker.liveness import LeaseOffers, LoopLag, LoopProgress, RoleNote
 from common.log import get_logger
 
@@ -166,21 +168,28 @@ class LivenessServer:
         self.on_told = on_told
         self.tls = tls
         self.port = 0
-        self._listener: socket.socket | None = None
+        self._listeners: list[socket.socket] = []
         self._thread: threading.Thread | None = None
 
     def start(self, host: str, port: int) -> LivenessServer:
-        listener = socket.create_server((host or "0.0.0.0", port), backlog=16)
-        listener.settimeout(0.5)  # so that stop() is seen
-        self.port = int(listener.getsockname()[1])
-        self._listener = listener
+        """Listen on every address of ``host`` (an interface option: one address or a
+        comma-separated list, as ``--mgmt-interface``), all on one port.
+
+        :raises ListenError: naming the listener, its options and the address that failed.
+        """
+        listeners = open_sockets("liveness", "--mgmt-interface/--ha-liveness-port", host, port)
+        for listener in listeners:
+            listener.listen(16)
+            listener.setblocking(False)
+        self.port = int(listeners[0].getsockname()[1])
+        self._listeners = listeners
         self._thread = threading.Thread(target=self._serve, name="liveness", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None:
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
             listener.close()
 
     def _serve(self) -> None:
@@ -188,22 +197,28 @@ class LivenessServer:
         waits for the interpreter lock while the loop's thread is busy (``http.server``
         took up to 0.24 s an answer beside a spinning loop; this takes a few ms)."""
         while True:
-            listener = self._listener
-            if listener is None:
+            listeners = self._listeners
+            if not listeners:
                 return
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
+            try:  # a time-out so that stop() is seen
+                ready, _, _ = select.select(listeners, [], [], 0.5)
+            except (OSError, ValueError):  # closed by stop()
                 return
-            with contextlib.suppress(OSError, ssl.SSLError, ValueError):
-                conn.settimeout(CONNECTION_TIMEOUT)
-                if self.tls is not None:
-                    conn = self.tls.wrap_socket(conn, server_side=True)
-                self._answer(conn)
-            with contextlib.suppress(OSError):
-                conn.close()
+            for listener in ready:
+                try:
+                    conn, _ = listener.accept()
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    return
+                with contextlib.suppress(OSError, ssl.SSLError, ValueError):
+                    conn.setblocking(True)
+                    conn.settimeout(CONNECTION_TIMEOUT)
+                    if self.tls is not None:
+                        conn = self.tls.wrap_socket(conn, server_side=True)
+                    self._answer(conn)
+                with contextlib.suppress(OSError):
+                    conn.close()
 
     def _answer(self, conn: socket.socket) -> None:
         data = b""

@@ -6,7 +6,9 @@ the broker could not start (its data directory, its listening sockets); USAGE 2 
 FENCED 3 the HA role fenced the broker; SHUT_DOWN 4 the broker stopped for a clean all-stop of its
 cluster (``POST /api/ha/shutdown``, ``qpid-ha shutdown --all``): whoever supervises it leaves it
 stopped. Failures to start are mapped to their exit code and
-one line, ``qpidd: error: ...``, in one place: :func:`raw_main`.
+one line, ``qpidd: error: ...``, in one place: :func:`raw_main`. That line is all a failed
+start prints on stderr: log lines for stderr wait until the broker listens (a log file
+still gets them, ``broker_start_failed`` among them).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import asyncio
 import signal
 import sys
 
+from broker.listen import ListenError
 from broker.options import BrokerOptions, log_cluster, main_parse
-from broker.server import Broker, ListenError
+from broker.server import Broker
 from broker.store.data_dir import DataDirError
 from common import loop_errors
 from common.exit_status import CommandError, ExitStatus
-from common.log import configure_logging, get_logger
+from common.log import configure_logging, drop_held_lines, get_logger, release_held_lines
 
 
 async def run(options: BrokerOptions) -> ExitStatus:
@@ -34,6 +37,17 @@ async def run(options: BrokerOptions) -> ExitStatus:
         broker = Broker(options)
     except ValueError as exc:  # a bad users file: bad configuration
         raise CommandError(str(exc), ExitStatus.USAGE) from None
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        broker.stop_reason = broker.stop_reason or sig.name
+        stop.set()
+
+    # Before the start, which logs broker_started: a SIGTERM right after that line (a
+    # supervisor that waited for it) stops the broker in order, never kills it mid-way.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await broker.start()
     except DataDirError as exc:
@@ -45,15 +59,7 @@ async def run(options: BrokerOptions) -> ExitStatus:
     except OSError as exc:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
         raise CommandError(f"cannot start: {exc}", ExitStatus.ERROR) from None
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-
-    def on_signal(sig: signal.Signals) -> None:
-        broker.stop_reason = broker.stop_reason or sig.name
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
+    release_held_lines()  # started: what was logged on the way goes to stderr now
     loop.add_signal_handler(signal.SIGHUP, broker.security.on_sighup)  # reload the ACL
     waiters = {asyncio.create_task(stop.wait()), asyncio.create_task(broker.wait_stopped())}
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -82,6 +88,7 @@ def raw_main(options: BrokerOptions) -> ExitStatus:
                 node=options.node_name,
                 component="broker",
                 cluster=log_cluster(options),
+                hold_stderr=True,
             )
         except OSError as exc:
             raise CommandError(
@@ -93,8 +100,11 @@ def raw_main(options: BrokerOptions) -> ExitStatus:
             return asyncio.run(run(options))
         return uvloop.run(run(options))
     except CommandError as error:
+        drop_held_lines()
         print(f"qpidd: error: {error}", file=sys.stderr)
         return error.status
+    finally:
+        release_held_lines()  # an unexpected error: what was logged before it, then it
 
 
 def main(argv: list[str] | None = None) -> None:

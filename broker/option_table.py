@@ -89,7 +89,14 @@ class BrokerOptions:
     port: int = _option(
         5672, int_range(0, 65535), "AMQP listen port (0 picks a free port)", metavar="PORT"
     )
-    interface: str = _option("0.0.0.0", non_empty, "address to bind the AMQP port", metavar="ADDR")
+    interface: str = _option(
+        "::",
+        non_empty,
+        "address(es) to bind the AMQP port, comma-separated: :: is every IPv6 and IPv4"
+        " address (one dual-stack socket; IPv4 only where the host has no IPv6), 0.0.0.0"
+        " every IPv4 one",
+        metavar="ADDR[,ADDR]",
+    )
     mgmt_port: int = _option(
         8672,
         int_range(0, 65535),
@@ -97,11 +104,12 @@ class BrokerOptions:
         metavar="PORT",
     )
     mgmt_interface: str = _option(
-        "127.0.0.1",
+        "127.0.0.1,::1",
         non_empty,
-        "address to bind the management HTTP API (loopback only by default: give an"
-        " address or 0.0.0.0 to open it to the network)",
-        metavar="ADDR",
+        "address(es) to bind the management HTTP API, comma-separated (loopback only by"
+        " default, IPv4 and IPv6: give an address, or :: or 0.0.0.0, to open it to the"
+        " network)",
+        metavar="ADDR[,ADDR]",
     )
     data_dir: str | None = _option(
         None, non_empty, "directory for durable state", metavar="DIR", default_text="none"

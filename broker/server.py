@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import errno
 import gc
-import os
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +27,7 @@ from broker.core.paging import PagingBudget
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.ha.store_history import DISCARD_MARKER
+from broker.listen import Listener, ListenError, serve
 from broker.liveness_server import BrokerLiveness
 from broker.options import BrokerOptions
 from broker.security.sasl import Authenticator, UserDatabase
@@ -57,35 +56,6 @@ _SYNC_RISK = {
     SyncPolicy.NONE: "a confirm goes out before the message is written: a broker crash loses"
     " what was not written yet",
 }
-
-
-class ListenError(Exception):
-    """A listener could not be opened: ``str()`` is the one line naming it, the options
-    that set it, its address and why (``qpidd: error: cannot listen on ...``)."""
-
-
-def _host_port(host: str | None, port: int) -> str:
-    host = host or "0.0.0.0"
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-@contextlib.contextmanager
-def _listening(what: str, names: str, host: str | None, port: int) -> Iterator[None]:
-    """Turn a failure to bind ``host:port`` into a :class:`ListenError` naming the
-    listener (asyncio's text named neither the listener nor, for a name that does not
-    resolve, the address)."""
-    try:
-        yield
-    except socket.gaierror as exc:
-        reason = f"cannot resolve the address ({exc.strerror})"
-        raise ListenError(
-            f"cannot listen on {_host_port(host, port)} ({what}, {names}): {reason}"
-        ) from exc
-    except OSError as exc:
-        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-        raise ListenError(
-            f"cannot listen on {_host_port(host, port)} ({what}, {names}): {reason}"
-        ) from exc
 
 
 class Broker:
@@ -133,8 +103,8 @@ class Broker:
         self.data_dir: DataDir | None = None
         self.store: MessageStore | None = None
         self._protocols: set[AmqpProtocol] = set()
-        self._server: asyncio.Server | None = None
-        self._tls_server: asyncio.Server | None = None
+        self._server: Listener | None = None
+        self._tls_server: Listener | None = None
         self._management: Any = None
         self._tick_task: asyncio.Task[None] | None = None
         #: liveness and lease renewals answered off the loop (broker.liveness_server)
@@ -178,8 +148,8 @@ class Broker:
 
     @property
     def store_status(self) -> str:
-        """``empty``, ``clean`` or ``dirty`` (the data directory), ``unknown`` without one."""
-        return "unknown" if self.data_dir is None else self.data_dir.store_status
+        """``empty``, ``clean`` or ``dirty`` (the data directory), ``none`` without one."""
+        return "none" if self.data_dir is None else self.data_dir.store_status
 
     @property
     def store_id(self) -> str | None:
@@ -302,7 +272,6 @@ class Broker:
         return _Tracked(self.context)
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         options = self.options
         if options.data_dir:
             self.data_dir = DataDir(options.data_dir).open()
@@ -331,36 +300,26 @@ class Broker:
                 disk=None if self.store is None else self.store.journal,
             )
             self.ha.lease_offers = self.liveness.offers
-        with _listening("AMQP", "--interface/--port", options.interface, options.port):
-            self._server = await loop.create_server(
-                self._protocol_factory,
-                host=options.interface,
-                port=options.port,
-                reuse_address=True,
-                backlog=1024,
-            )
-        sockets = self._server.sockets
-        if sockets:
-            self.amqp_port = sockets[0].getsockname()[1]
-        with _listening(
-            "AMQP over TLS", "--interface/--ssl-port", options.interface, options.ssl_port
-        ):
+        self._server = await serve(
+            self._protocol_factory, "AMQP", "--interface/--port", options.interface, options.port
+        )
+        self.amqp_port = self._server.port
+        try:
             self._tls_server = await self.security.listen_tls(
                 self._protocol_factory, options.interface
             )
-        if options.mgmt_port:
-            from broker.management.api import start_management
+            if options.mgmt_port:
+                from broker.management.api import start_management
 
-            what = ("management API", "--mgmt-interface/--mgmt-port")
-            try:
-                with _listening(*what, options.mgmt_interface, options.mgmt_port):
-                    self._management = await start_management(
-                        self, options.mgmt_interface, options.mgmt_port
-                    )
-            except ListenError:
-                self._server.close()
-                await self._server.wait_closed()
-                raise
+                self._management = await start_management(
+                    self, options.mgmt_interface, options.mgmt_port
+                )
+        except ListenError:
+            for server in (self._server, self._tls_server):
+                if server is not None:
+                    server.close()
+                    await server.wait_closed()
+            raise
         if self.ha is not None:
             self.ha.start()
         elif options.ha_queue_replication:
@@ -370,9 +329,8 @@ class Broker:
         self._tick_task = asyncio.create_task(self._tick_loop())
         at = (options.mgmt_interface, options.ha_liveness_port)  # a member with an API only
         listen = at if self.ha is not None and options.mgmt_port else None
-        with _listening("liveness", "--mgmt-interface/--ha-liveness-port", *at):
-            tls = None if listen is None else self.security.mgmt_ssl()
-            self.liveness.start(self.ha, lambda: self.ha_state, listen, tls)
+        tls = None if listen is None else self.security.mgmt_ssl()
+        self.liveness.start(self.ha, lambda: self.ha_state, listen, tls)  # ListenError
         self.log.info(
             "broker_started",
             version=__version__,
@@ -512,7 +470,7 @@ class Broker:
             stored = await self.store.journal.close()
         if self.pager is not None:
             self.pager.stop()
-        store_status = "unknown"
+        store_status = "none"  # no --data-dir: no store
         if self.data_dir is not None:
             self.data_dir.close(clean=stored)
             store_status = "clean" if stored else "dirty"

@@ -14,7 +14,10 @@ Every event carries at least (see :data:`LOG_FIELDS`)::
 plus the event's own fields. The schema is a public interface: change a field's meaning
 only together with :data:`LOG_SCHEMA_VERSION`.
 
-Call :func:`configure_logging` once at start-up, before logging; :func:`set_log_context`
+Call :func:`configure_logging` once at start-up, before logging (``hold_stderr=True``: the
+lines meant for stderr wait until :func:`release_held_lines`, or are dropped by
+:func:`drop_held_lines` when the program fails to start and says why in one line of its
+own); :func:`set_log_context`
 changes node, cluster or epoch for every later event (the HA code sets the epoch).
 :func:`get_logger` returns a structlog logger whose filtered-out levels are no-ops.
 In JSON mode an exception becomes a structured ``exception`` field, never a multi-line
@@ -27,7 +30,7 @@ import logging
 import sys
 from collections.abc import Mapping, MutableMapping
 from datetime import UTC, datetime
-from typing import IO, Any, cast
+from typing import IO, Any, TextIO, cast
 
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
@@ -37,8 +40,10 @@ __all__ = [
     "LOG_FIELDS",
     "LOG_SCHEMA_VERSION",
     "configure_logging",
+    "drop_held_lines",
     "get_log_context",
     "get_logger",
+    "release_held_lines",
     "reset_logging",
     "set_log_context",
 ]
@@ -69,6 +74,42 @@ _DEFAULT_CONTEXT: dict[str, Any] = {
 _context: dict[str, Any] = dict(_DEFAULT_CONTEXT)
 _opened: IO[str] | None = None
 _configured = False
+
+
+class _HeldStream:
+    """stderr, holding the lines written to it until :meth:`release` (then written, and
+    every later line at once) or :meth:`drop`. A program's start-up: a failed start prints
+    its one-line error alone, not the JSON lines logged before it (a log file gets them)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._held: list[str] | None = []
+
+    def write(self, text: str) -> int:
+        if self._held is None:
+            return self._stream.write(text)
+        self._held.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._held is None:
+            self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            self._stream.write("".join(held))
+            self._stream.flush()
+
+    def drop(self) -> None:
+        if self._held is not None:
+            self._held = []
+
+
+_held: _HeldStream | None = None
 
 
 def set_log_context(**fields: Any) -> None:
@@ -116,23 +157,30 @@ def configure_logging(
     node: str,
     component: str = "broker",
     cluster: str | None = None,
+    hold_stderr: bool = False,
 ) -> None:
     """Send every later event, at ``level`` or above, to ``file`` (appended, line by line)
     or to stderr, as JSON lines (``fmt="json"``) or for humans (``fmt="console"``).
+    ``hold_stderr``: lines for stderr wait for :func:`release_held_lines` (a file is
+    written at once).
 
     Can be called again (tests do); a file opened by an earlier call is closed.
 
     :raises ValueError: for an unknown level or format.
     :raises OSError: if ``file`` cannot be opened.
     """
-    global _opened, _configured
+    global _opened, _configured, _held
     if level not in LEVELS:
         raise ValueError(f"invalid log level {level!r}: expected one of {', '.join(LEVELS)}")
     if fmt not in ("json", "console"):
         raise ValueError(f"invalid log format {fmt!r}: expected json or console")
-    stream: IO[str]
+    stream: TextIO
+    _held = None
     if file is None:
         stream = sys.stderr
+        if hold_stderr:
+            _held = _HeldStream(sys.stderr)
+            stream = cast(TextIO, _held)
         opened = None
     else:
         stream = opened = open(file, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
@@ -174,12 +222,27 @@ def configure_logging(
         previous.close()
 
 
+def release_held_lines() -> None:
+    """Write the stderr lines held since :func:`configure_logging` (``hold_stderr``) and
+    every later one at once: the program has started."""
+    if _held is not None:
+        _held.release()
+
+
+def drop_held_lines() -> None:
+    """Forget the stderr lines held so far (the program failed to start and prints its
+    one-line error instead); later lines are still held until released."""
+    if _held is not None:
+        _held.drop()
+
+
 def reset_logging() -> None:
     """Undo :func:`configure_logging`: close its file, restore structlog's defaults and
     the default context (for tests)."""
-    global _opened, _configured
+    global _opened, _configured, _held
     structlog.reset_defaults()
     _configured = False
+    _held = None
     if _opened is not None:
         _opened.close()
         _opened = None

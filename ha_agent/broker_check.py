@@ -149,6 +149,7 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         if isinstance(error, dict):
             link_error = str(error.get("reason") or "")
     pid = status.get("pid")
+    # empty, clean or dirty; a broker without a store says none, the member record unknown
     store = str(status.get("store_status", "unknown"))
     return BrokerView(
         ha_state=state,

@@ -111,7 +111,7 @@ def status(
             for line in _problem_lines(s, state):
                 out(line)
         store = data.get("store_status")
-        if store not in (None, "unknown") and not is_primary and expect is None:
+        if store not in (None, "none", "unknown") and not is_primary and expect is None:
             # empty, clean or dirty: how the store was found at start (docs/store.md)
             out(f"store: {store} at start")
     wanted = "primary" if is_primary else expect

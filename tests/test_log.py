@@ -15,8 +15,10 @@ from common.log import (
     LOG_FIELDS,
     LOG_SCHEMA_VERSION,
     configure_logging,
+    drop_held_lines,
     get_log_context,
     get_logger,
+    release_held_lines,
     reset_logging,
     set_log_context,
 )
@@ -181,6 +183,26 @@ def test_stderr_by_default(capsys: pytest.CaptureFixture[str]) -> None:
     captured = capsys.readouterr()
     assert json.loads(captured.err)["event"] == "to_stderr"
     assert captured.out == ""
+
+
+def test_held_stderr_lines_wait_for_release_or_are_dropped(
+    capsys: pytest.CaptureFixture[str], log_file: Path
+) -> None:
+    """qpidd's start-up: stderr lines wait until it listens; a failed start drops them."""
+    configure_logging(level="info", fmt="json", file=None, node="n1", hold_stderr=True)
+    get_logger().info("on_the_way")
+    assert capsys.readouterr().err == ""
+    drop_held_lines()
+    get_logger().info("started")
+    release_held_lines()
+    get_logger().info("serving")
+    assert [json.loads(x)["event"] for x in capsys.readouterr().err.splitlines()] == [
+        "started",
+        "serving",
+    ]
+    configure_logging(level="info", fmt="json", file=str(log_file), node="n1", hold_stderr=True)
+    get_logger().info("to_the_file")  # a file is written at once
+    assert [e["event"] for e in lines(log_file)] == ["to_the_file"]
 
 
 def test_console_format(log_file: Path) -> None:

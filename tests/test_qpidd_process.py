@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from pathlib import Path
@@ -61,6 +62,32 @@ def test_a_listen_error_names_the_listener_and_its_address(broker: BrokerProcess
         f"qpidd: error: cannot listen on no-such-host.invalid:{port} (management API,"
         " --mgmt-interface/--mgmt-port): cannot resolve the address ("
     ), result.stderr
+
+
+def test_a_failed_start_prints_its_one_line_alone(broker: BrokerProcess, tmp_path: Path) -> None:
+    """A failed start printed the JSON lines logged on the way (store_recovered,
+    broker_start_failed) before its ``qpidd: error:`` line: now that line is all of stderr
+    (logging to stderr, the default); a --log-file still gets broker_start_failed."""
+    data = tmp_path / "data"
+    cases = [  # (arguments, exit status, what the line says)
+        ([f"--port={broker.port}", "--mgmt-port=0", f"--data-dir={data}"], 1, "cannot listen"),
+        (["--port=0", f"--mgmt-port={broker.mgmt_port}"], 1, "management API"),
+        (["--port=0", "--mgmt-port=0", "--data-dir=/proc/no-such-dir"], 1, "data directory"),
+        (["--port=0", "--mgmt-port=0", f"--sasl-users={tmp_path}"], 2, "users file"),
+        (["--port=0", "--mgmt-port=0", f"--acl-file={tmp_path}"], 2, "ACL file"),
+        ([f"--config={tmp_path / 'none.conf'}"], 2, "config file"),
+        (["--port=0", "--max-memory=lots"], 2, "max-memory"),
+    ]
+    for args, status, words in cases:
+        result = run_qpidd(*args)
+        lines = result.stderr.splitlines()
+        assert (result.returncode, result.stdout, len(lines)) == (status, "", 1), (args, lines)
+        assert lines[0].startswith("qpidd: error:") and words in lines[0], (args, lines)
+    log = tmp_path / "qpidd.log"
+    result = run_qpidd(f"--port={broker.port}", "--mgmt-port=0", f"--log-file={log}")
+    assert (result.returncode, len(result.stderr.splitlines())) == (1, 1)
+    events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
+    assert events[-1] == "broker_start_failed"
 
 
 def test_bad_users_file_exit_2(tmp_path: Path) -> None:
@@ -145,7 +172,7 @@ def test_store_status_empty_then_clean_after_sigterm_dirty_after_sigkill(tmp_pat
     assert seen == ["empty", "clean", "dirty", "clean"]
     no_dir = BrokerProcess(tmp_path / "n").start()
     try:
-        assert status(no_dir) == "unknown"
+        assert status(no_dir) == "none"  # no --data-dir: no store (docs/store.md)
     finally:
         no_dir.stop()
 
@@ -164,7 +191,9 @@ def test_broker_stopped_says_why_and_how_the_store_was_left(tmp_path: Path) -> N
     broker = BrokerProcess(tmp_path / "nostore").start()
     assert broker.stop() == 0
     stopped = [e for e in broker.events() if e.get("event") == "broker_stopped"]
-    assert (stopped[0]["reason"], stopped[0]["store_status"]) == ("SIGTERM", "unknown")
+    # It said "unknown", a word docs/log-schema.md did not have: "none" is (no store).
+    assert (stopped[0]["reason"], stopped[0]["store_status"]) == ("SIGTERM", "none")
+    assert problems(stopped[0]) == []
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from typing import cast
 
 from broker.amqp.connection import Connection
 from broker.amqp.context import BrokerContext
+from broker.listen import peer_address
 from broker.security.password_checks import run_password_check
 from broker.security.tls import certificate_identity
 from common.loop_errors import where_raised
@@ -48,9 +49,8 @@ class AmqpProtocol(asyncio.Protocol):
         tcp = cast(asyncio.Transport, transport)
         self.transport = tcp
         tcp.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
-        peername = transport.get_extra_info("peername")
-        host = str(peername[0]) if isinstance(peername, tuple) else str(peername)
-        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        # an IPv4 client of the dual-stack listener as IPv4 (loopback rule, names, logs)
+        host, peer = peer_address(transport.get_extra_info("peername"))
         identity = certificate_identity(transport.get_extra_info("peercert"))  # TLS only
         self.connection = Connection(
             self.ctx,

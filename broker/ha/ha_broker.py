@@ -219,7 +219,7 @@ class HaBroker:
 
     @property
     def url(self) -> str:
-        host = self.options.interface
+        host = self.options.interface.split(",")[0].strip().strip("[]")  # the first address
         if host in ("0.0.0.0", "::", ""):
             host = self.options.node_name
         return str(Address(host, self._amqp_port()))
@@ -608,8 +608,9 @@ class HaBroker:
         """The address of a reachable broker beyond joining, or None (a new cluster)."""
         for address in self.addresses:
             if address.port == self._amqp_port() and address.host in (
-                self.options.interface,
+                *(a.strip().strip("[]") for a in self.options.interface.split(",")),
                 "127.0.0.1",
+                "::1",
                 "localhost",
                 self.options.node_name,
             ):

@@ -32,6 +32,7 @@ import asyncio
 from aiohttp import web
 
 from broker.core.errors import AmqpError
+from broker.listen import open_sockets
 from broker.management.acl import AclEndpoints
 from broker.management.admin import AdminEndpoints
 from broker.management.auth import BasicAuth, Handler
@@ -144,7 +145,10 @@ def create_app(broker: ManagedBroker) -> web.Application:
 
 
 async def start_management(broker: ManagedBroker, interface: str, port: int) -> web.AppRunner:
-    """Serve the management API on ``interface:port``; return the runner to clean up.
+    """Serve the management API on ``interface:port`` (each address of a comma-separated
+    list); return the runner to clean up.
+
+    :raises broker.listen.ListenError: an address could not be bound.
 
     With ``port`` 0 the system picks a free port, written back to ``broker.mgmt_port``.
     """
@@ -155,8 +159,10 @@ async def start_management(broker: ManagedBroker, interface: str, port: int) -> 
     try:
         security = getattr(broker, "security", None)  # HTTPS per --mgmt-ssl
         tls = None if security is None else security.mgmt_ssl()
-        site = web.TCPSite(runner, interface or None, port, ssl_context=tls)
-        await site.start()
+        # every address of --mgmt-interface on one port (broker.listen: IPv6 and IPv4)
+        what, names = "management API", "--mgmt-interface/--mgmt-port"
+        for sock in open_sockets(what, names, interface, port):
+            await web.SockSite(runner, sock, ssl_context=tls).start()
     except BaseException:
         await runner.cleanup()
         raise

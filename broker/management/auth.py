@@ -32,6 +32,7 @@ from typing import Protocol
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
+from broker.listen import unmapped
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
 from broker.security.password_checks import off_loop
@@ -132,7 +133,7 @@ class BasicAuth:
                 self.broker.context.authenticator.authenticate,
                 "PLAIN",
                 b"\0" + user + b"\0" + password,
-                remote or "",
+                unmapped(remote or ""),  # an IPv4 client of a dual-stack socket as IPv4
             )
         except AuthenticationError:
             self.log.info("management_auth_failed", user=user.decode("utf-8", "replace"))

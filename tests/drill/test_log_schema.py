@@ -54,9 +54,16 @@ GOOD: list[dict[str, Any]] = [
     {"event": "confirm_gap", "component": "drill", "gap_ms": 120.5, "stall_ms": 100.0,
      "last_confirm_ts": "2026-11-22T07:42:02.000001Z",
      "first_confirm_ts": "2026-11-22T07:42:02.120501Z", "message": 9},
+    {"event": "broker_stopped", "component": "broker", "uptime": 3.5, "reason": "SIGTERM",
+     "store_status": "none"},
+    {"event": "store_recovered", "component": "store", "store_status": "empty"},
 ]  # fmt: skip
 
 BAD: list[tuple[dict[str, Any], str]] = [
+    ({"event": "broker_stopped", "component": "broker", "uptime": 1, "reason": "SIGTERM",
+      "store_status": "unknown"}, "store_status"),  # the word before "none"
+    ({"event": "store_recovered", "component": "store", "store_status": "none"},
+     "store_status"),  # a recovered store is empty, clean or dirty
     ({"event": "broker_started", "component": "broker", "ts": "2026-11-22 07:42:02"}, "ts"),
     ({"event": "Broker Started", "component": "broker"}, "event"),
     ({"event": "broker_started", "component": "spark"}, "component"),

@@ -49,7 +49,7 @@ class FakeBroker:
     ha_state: str = "standalone"
     started_at: float = field(default_factory=lambda: time.time() - 5.0)
     amqp_port: int = 5672
-    store_status: str = "unknown"
+    store_status: str = "none"
     store_id: str | None = None
     mgmt_port: int = 0
 

@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from broker.listen import ListenError
 from broker.management.api import start_management
 from common.polling import free_port, poll_until_async
 from tests.management.support import GUEST, FakeBroker, parse_metrics, sample
@@ -32,12 +33,14 @@ def test_start_management_reports_the_bound_port() -> None:
     asyncio.run(main())
 
 
-def test_start_management_on_a_busy_port_raises_oserror() -> None:
+def test_start_management_on_a_busy_port_raises_listen_error() -> None:
+    """The error names the listener and the address (broker.listen)."""
+
     async def main() -> None:
         with socket.socket() as busy:
             busy.bind(("127.0.0.1", 0))
             busy.listen()
-            with pytest.raises(OSError):
+            with pytest.raises(ListenError, match=r"management API.*address already in use"):
                 await start_management(FakeBroker(), "127.0.0.1", busy.getsockname()[1])
 
     asyncio.run(main())

@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
+from broker.listen import unmapped
 from broker.management.console.sessions import COOKIE, CSRF_HEADER, SessionStore
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
@@ -168,7 +169,7 @@ class Pages:
             name = authenticator.authenticate(
                 "PLAIN",
                 b"\0" + user.encode() + b"\0" + password.encode(),
-                request.remote or "",
+                unmapped(request.remote or ""),
             )
             if not authenticator.roles(name):
                 raise AuthenticationError(f"user {name!r} has no management role")
