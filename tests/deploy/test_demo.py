@@ -65,9 +65,12 @@ def test_the_console_line_names_the_primary_and_its_console() -> None:
 )  # fmt: skip
 def test_make_demo_hold(hold: str | None, env: str) -> None:
     """The Makefile's HOLD variable, as make expands it (dry run: nothing is started)."""
-    argv = ["make", "-n", "demo", *([f"HOLD={hold}"] if hold else [])]
+    argv = ["make", "-n", "--no-print-directory", "demo", *([f"HOLD={hold}"] if hold else [])]
+    # Under make test this make is a sub-make: without its parent's flags, it prints only
+    # the commands (no "make[1]: Entering directory" lines).
+    outside = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     out = subprocess.run(
-        argv, cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+        argv, cwd=REPO, env=outside, capture_output=True, text=True, timeout=60, check=True
     ).stdout
     assert out.splitlines()[-1] == f"{env}.venv/bin/python deploy/demo.py"
 
