@@ -13,6 +13,7 @@ import signal
 import struct
 from pathlib import Path
 
+from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 from tests.store.store_brokers import (
     PERSISTENT,
@@ -120,7 +121,14 @@ def test_a_torn_tail_is_cut_off_logged_and_loses_nothing_confirmed(
     broker = brokers.start()
     torn = _torn_tail(broker)
     assert (torn["segment"], torn["offset"]) == (str(partial), 0)
-    assert not partial.exists() or partial.read_bytes().startswith(b"QPIDSEG1" + bytes(7))
+    # Removed, or made again by the journal for its next records: the loop creates a
+    # segment's file when it hands its first records over and the group writer writes its
+    # header after that (docs/store.md), so an empty file may be seen in between.
+    poll_until(
+        lambda: not partial.exists() or partial.read_bytes().startswith(b"QPIDSEG1" + bytes(7)),
+        10.0,
+        f"{partial} removed, or made again with a whole header",
+    )
     assert _content(broker) == confirmed
     connection = connect(broker)
     assert [body for body, _, _ in drain(connection.channel(), "q")] == confirmed
