@@ -17,9 +17,10 @@ grant with the time it arrived; the loop applies it before it next asks its leas
 confirm, a tick, a status), as :class:`~broker.ha.role_events.LeaseGranted` with that time.
 Why it is safe: ``docs/reliability.md``, "Slow is not dead".
 
-:class:`LoopLag` keeps the loop's lag: the scheduling delay of its progress timer (how
-late it ran: the work the loop ran before it, garbage collection included, and on a loaded
-machine the wait for a CPU), for ``/metrics`` and the periodic ``loop_lag`` event.
+:class:`Durations` is a histogram of durations with a window; it keeps the loop's lag: the
+scheduling delay of its progress timer (how late it ran: the work the loop ran before it,
+garbage collection included, and on a loaded machine the wait for a CPU), for ``/metrics``
+and the periodic ``loop_lag`` event, and the loop's steps (:mod:`broker.loop_steps`).
 
 Everything here is plain data and arithmetic; times come in as numbers (the monotonic
 clock, the same in the loop and the thread). THREAD SAFE: each object has a lock; the loop
@@ -39,7 +40,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LagSummary", "LeaseOffers", "LoopLag", "LoopProgress", "RoleNote"]
+__all__ = ["Durations", "LagSummary", "LeaseOffers", "LoopProgress", "RoleNote"]
 
 #: Delays the histogram tells apart (seconds, upper bounds; more goes last).
 LAG_BOUNDS = (
@@ -150,9 +151,10 @@ class LagSummary:
         }
 
 
-class LoopLag:
-    """A histogram of the loop's lag (delays of its progress timer): a window (since the last
-    :meth:`window`, for the periodic log event) and the whole run (for ``/metrics``).
+class Durations:
+    """A histogram of durations (the loop's lag: delays of its progress timer; the loop's
+    steps): a window (since the last :meth:`window`, for the periodic log event) and the
+    whole run (for ``/metrics``).
     Percentiles are the upper bound of the bucket they fall in (the exact max is kept)."""
 
     def __init__(self) -> None:

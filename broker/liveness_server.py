@@ -49,7 +49,9 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 from broker.listen import open_sockets
-from broker.liveness import LeaseOffers, LoopLag, LoopProgress, RoleNote
+from broker.liveness import Durations, LeaseOffers, LoopProgress, RoleNote
+from broker.loop_step_watch import StepWatch
+from broker.loop_steps import LoopSteps
 from common.log import get_logger
 
 __all__ = ["BrokerLiveness", "LivenessServer", "LoopWatch"]
@@ -80,11 +82,12 @@ class LoopWatch:
         self,
         progress: LoopProgress,
         role: Callable[[], RoleNote],
-        lag: LoopLag,
+        lag: Durations,
         interval: float = PROGRESS_INTERVAL,
         log_interval: float = LAG_LOG_INTERVAL,
+        steps: LoopSteps | None = None,
     ) -> None:
-        self.progress, self.role, self.lag = progress, role, lag
+        self.progress, self.role, self.lag, self.steps = progress, role, lag, steps
         self.interval, self.log_interval = interval, log_interval
         self._log = get_logger("broker")
         self._busy = BusyLoopHook(os.environ.get(BUSY_LOOP_VARIABLE))
@@ -95,6 +98,8 @@ class LoopWatch:
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.lag.window()  # the first window starts now
+        if self.steps is not None:
+            self.steps.window()
         self._next_log = time.monotonic() + self.log_interval
         self._schedule(time.monotonic())
 
@@ -116,8 +121,14 @@ class LoopWatch:
         if now >= self._next_log:
             self._next_log = now + self.log_interval
             summary = self.lag.window()
+            fields: dict[str, Any] = {}
+            if self.steps is not None:
+                steps, gc_longest = self.steps.window()
+                fields = {f"step_{name}": value for name, value in steps.as_ms().items()} | {
+                    "gc_max_ms": round(gc_longest * 1000.0, 3)
+                }
             if summary.count:
-                self._log.info("loop_lag", **summary.as_ms())
+                self._log.info("loop_lag", **summary.as_ms(), **fields)
 
 
 #: TEST ONLY: the path of a file that makes the loop busy (see :class:`BusyLoopHook`).
@@ -323,11 +334,14 @@ class BrokerLiveness:
         #: set by ``POST /api/ha/shutdown`` (the loop): lease answers carry it
         self.cluster_shutdown: str | None = None
         self.server: LivenessServer | None = None
-        self._lag = LoopLag()
+        self._lag = Durations()
         self._watch: LoopWatch | None = None
+        #: the loop's steps as CPU time (broker.loop_steps): /metrics, /api/status, the log
+        self.steps = LoopSteps()
+        self._step_watch = StepWatch(self.steps)
 
     @property
-    def lag(self) -> LoopLag:
+    def lag(self) -> Durations:
         """The process's loop lag (``/metrics``)."""
         return self._lag
 
@@ -357,13 +371,15 @@ class BrokerLiveness:
             )
 
         self.progress.note_role(role())
-        self._watch = LoopWatch(self.progress, role, self._lag)
+        self._step_watch.start()
+        self._watch = LoopWatch(self.progress, role, self._lag, steps=self.steps)
         self._watch.start()
         if ha is not None and listen is not None:
             self.server = LivenessServer(self.progress, self.offers, self.token, tls=tls)
             self.server.start(*listen)
 
     def stop(self) -> None:
+        self._step_watch.stop()
         if self._watch is not None:
             self._watch.stop()
         if self.server is not None:

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from broker import __version__
 from broker.core.vhost import VirtualHost
-from broker.liveness import LoopLag
+from broker.liveness import Durations
+from broker.loop_steps import LoopSteps
 
 #: The Content-Type of the text format, as Prometheus expects it.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -262,9 +263,13 @@ def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
             sum(v.dead_lettered_total for v in vhosts),
         ),
     ]
-    lag = getattr(getattr(broker, "liveness", None), "lag", None)
-    if isinstance(lag, LoopLag):
+    liveness = getattr(broker, "liveness", None)
+    lag = getattr(liveness, "lag", None)
+    if isinstance(lag, Durations):
         families.extend(_loop_lag(lag))
+    steps = getattr(liveness, "steps", None)
+    if isinstance(steps, LoopSteps):
+        families.extend(_loop_steps(steps))
     queues = sorted(
         (q for v in vhosts for q in v.queues.values()),
         key=lambda q: (q.vhost != "/", q.vhost, q.name),
@@ -280,7 +285,7 @@ def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
     return families
 
 
-def _loop_lag(lag: LoopLag) -> list[Family]:
+def _loop_lag(lag: Durations) -> list[Family]:
     """The event loop's lag (:mod:`broker.liveness`: the scheduling delay of its 50 ms
     progress timer): quantiles of the last window (10 s, the ``loop_lag`` event's), the
     samples and the largest since the start."""
@@ -299,6 +304,47 @@ def _loop_lag(lag: LoopLag) -> list[Family]:
             "qpidd_loop_lag_max_seconds",
             "The longest scheduling delay of the progress timer since the broker started.",
             round(lag.total_max, 6),
+        ),
+    ]
+
+
+def _loop_steps(steps: LoopSteps) -> list[Family]:
+    """The event loop's steps as CPU time (:mod:`broker.loop_steps`: the work between two
+    turns of its 10 ms tick, other threads' garbage collections included): quantiles of the
+    last window (10 s, the ``loop_lag`` event's), the count and the longest since the
+    start; the garbage collector's pauses."""
+    window = steps.steps.last
+    quantiles = Family(
+        "qpidd_loop_step_seconds",
+        "gauge",
+        "CPU time of the event loop's steps (between two turns of its 10 ms tick), last 10 s.",
+    )
+    for q, value in (("0.5", window.p50), ("0.99", window.p99), ("1", window.max)):
+        quantiles.add(round(value, 6), quantile=q)
+    view = steps.view(0.0)
+    return [
+        quantiles,
+        _counter("qpidd_loop_steps_total", "Loop steps measured.", sum(steps.steps.total)),
+        _gauge(
+            "qpidd_loop_step_max_seconds",
+            "The longest step of the event loop (CPU time) since the broker started.",
+            round(view["step_max_ms"] / 1000.0, 6),
+        ),
+        _counter(
+            "qpidd_loop_long_steps_total",
+            "Steps of the event loop of 100 ms of CPU or more since the broker started.",
+            steps.long_total,
+        ),
+        _counter("qpidd_gc_pauses_total", "Garbage collections (any thread).", steps.gc.count),
+        _counter(
+            "qpidd_gc_pause_seconds_total",
+            "CPU time of garbage collections.",
+            round(steps.gc.total, 6),
+        ),
+        _gauge(
+            "qpidd_gc_pause_max_seconds",
+            "The longest garbage collection (CPU time) since the broker started.",
+            round(steps.gc.longest, 6),
         ),
     ]
 

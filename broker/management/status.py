@@ -14,6 +14,7 @@ import time
 from aiohttp import web
 
 from broker import __version__
+from broker.loop_steps import LoopSteps
 from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.metrics import CONTENT_TYPE, render_metrics
 from broker.management.responses import json_response
@@ -41,9 +42,17 @@ class StatusEndpoints:
                 "queues": len(vhosts_of(broker).queues),
                 "exchanges": sum(len(v.exchanges) for v in vhosts_of(broker)),
                 "vhosts": len(vhosts_of(broker)),
+                "loop": _loop(broker),
             }
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
         text = render_metrics(self.broker)
         return web.Response(body=text.encode("utf-8"), headers={"Content-Type": CONTENT_TYPE})
+
+
+def _loop(broker: ManagedBroker) -> dict[str, object] | None:
+    """The event loop's steps (:meth:`broker.loop_steps.LoopSteps.view`: the longest since
+    the start with where it was, the last long ones), None where they are not measured."""
+    steps = getattr(getattr(broker, "liveness", None), "steps", None)
+    return steps.view(time.monotonic()) if isinstance(steps, LoopSteps) else None

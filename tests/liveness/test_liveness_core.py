@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.liveness import LAG_BOUNDS, LeaseOffers, LoopLag, LoopProgress, RoleNote, summarise
+from broker.liveness import LAG_BOUNDS, Durations, LeaseOffers, LoopProgress, RoleNote, summarise
 
 
 def test_the_answer_says_how_long_ago_the_loop_last_made_progress() -> None:
@@ -51,7 +51,7 @@ def test_a_lease_is_offered_only_to_a_primary_and_the_latest_offer_wins() -> Non
 
 
 def test_loop_lag_windows_and_totals() -> None:
-    lag = LoopLag()
+    lag = Durations()
     for seconds in (0.0002, 0.0002, 0.003, 0.150):
         lag.record(seconds)
     window = lag.window()
@@ -66,7 +66,7 @@ def test_loop_lag_windows_and_totals() -> None:
 
 @given(st.lists(st.floats(min_value=0.0, max_value=30.0), min_size=1, max_size=200))
 def test_quantiles_are_ordered_and_the_max_is_exact(delays: list[float]) -> None:
-    lag = LoopLag()
+    lag = Durations()
     for d in delays:
         lag.record(d)
     summary = lag.window()

@@ -1,0 +1,197 @@
+"""The event loop's steps, measured as CPU time on its thread (issue 25, "no long stalls").
+
+:Status: Beta
+
+A *step* is the work the loop ran between two turns of its step tick (a callback every
+:data:`TICK_INTERVAL`): the CPU time the loop's thread used between the two turns, plus
+the garbage collections other threads ran meanwhile (a collection holds the interpreter
+lock: the loop waits for it). One callback that holds the loop makes one long step; a turn
+of many short callbacks makes a step as long as their sum, which holds every other client
+of the loop just as long. So a step bounds one callback's run time from above (by at most a
+tick interval's worth of other work: uvloop does not let Python time its callbacks one by
+one). CPU time, not wall-clock: on a loaded machine the wall-clock gap between two turns
+also counts the wait for a CPU, which is the machine's doing, not the loop's (that is the
+loop's *lag*, :class:`broker.liveness.Durations` in the progress timer).
+
+The shells (:mod:`broker.loop_step_watch`) feed this core: the tick with the monotonic time
+and the loop thread's CPU time, the garbage collector's callbacks with each pause, and a
+sampler thread with where the loop was while a step grew long (the stack it saw). The
+core keeps:
+
+- a histogram of the steps (:class:`~broker.liveness.Durations`: a window for the periodic
+  ``loop_lag`` event, the whole run for ``/metrics``);
+- the longest step since the start and the last long ones (at least :data:`LONG_STEP`),
+  each with where the sampler saw the loop (``GET /api/status``'s ``loop``, the
+  ``loop_step_long`` event);
+- the garbage collector's pauses (count, total and longest, those of the loop's thread
+  and those of the others).
+
+Plain data and arithmetic, times passed in (seconds). THREAD SAFE: one lock; the loop's
+thread, the sampler thread and any thread that collects garbage call it.
+
+Error Handling
+==============
+
+Raises nothing. A CPU clock that goes backwards (it does not) would count as a step of 0.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from broker.liveness import Durations, LagSummary
+
+__all__ = ["LONG_STEP", "TICK_INTERVAL", "GcPauses", "LongStep", "LoopSteps"]
+
+#: How often the loop turns its step tick (seconds).
+TICK_INTERVAL = 0.01
+#: A step at least this long (CPU seconds) is a long one: logged, kept with where it was.
+LONG_STEP = 0.1
+#: A step in progress this long (CPU seconds) has its stack taken by the sampler.
+WHERE_AFTER = 0.03
+#: Long steps kept for the status (the latest).
+LONG_STEPS_KEPT = 10
+
+
+@dataclass(frozen=True)
+class LongStep:
+    """One long step: its CPU time, when it ended (monotonic seconds), the part of it that
+    was other threads' garbage collection, and where the sampler saw the loop."""
+
+    cpu: float
+    ended_at: float
+    foreign_gc: float = 0.0
+    where: str | None = None
+
+    def view(self, now: float) -> dict[str, Any]:
+        return {
+            "cpu_ms": round(self.cpu * 1000.0, 1),
+            "ago_s": round(max(0.0, now - self.ended_at), 1),
+            "gc_ms": round(self.foreign_gc * 1000.0, 1),
+            "where": self.where,
+        }
+
+
+@dataclass
+class GcPauses:
+    """The garbage collector's pauses: count, total and longest (CPU seconds)."""
+
+    count: int = 0
+    total: float = 0.0
+    longest: float = 0.0
+    window_longest: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.total += seconds
+        self.longest = max(self.longest, seconds)
+        self.window_longest = max(self.window_longest, seconds)
+
+
+class LoopSteps:
+    """See the module docstring. The tick calls :meth:`tick`, the collector's callback
+    :meth:`gc_paused`, the sampler :meth:`in_progress` and :meth:`note_where`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.steps = Durations()
+        self.gc = GcPauses()
+        self.longest: LongStep | None = None
+        self.long_steps: deque[LongStep] = deque(maxlen=LONG_STEPS_KEPT)
+        #: long steps since the start
+        self.long_total = 0
+        self._last: tuple[float, float] | None = None  # (monotonic, loop CPU) of the last turn
+        self._turns = 0
+        self._foreign_gc = 0.0  # other threads' collections since the last turn
+        self._where: tuple[int, str] | None = None  # (turn, stack) the sampler noted
+
+    # the loop's tick ----------------------------------------------------------------------
+    def tick(self, now: float, cpu: float) -> LongStep | None:
+        """A turn of the tick at ``now`` with the loop thread's CPU clock at ``cpu``: the
+        step since the last turn is recorded; the step when it was a long one."""
+        with self._lock:
+            last, self._last = self._last, (now, cpu)
+            turn, self._turns = self._turns, self._turns + 1
+            foreign, self._foreign_gc = self._foreign_gc, 0.0
+            noted, self._where = self._where, None
+            if last is None:
+                return None
+            step = max(0.0, cpu - last[1]) + foreign
+            self.steps.record(step)
+            where = noted[1] if noted is not None and noted[0] == turn else None
+            longer = self.longest is None or step > self.longest.cpu
+            if not longer and step < LONG_STEP:
+                return None
+            record = LongStep(step, now, foreign, where)
+            if longer:
+                self.longest = record
+            if step < LONG_STEP:
+                return None
+            self.long_steps.append(record)
+            self.long_total += 1
+            return record
+
+    # the garbage collector ---------------------------------------------------------------
+    def gc_paused(self, seconds: float, on_loop: bool) -> None:
+        """A collection took ``seconds`` of CPU; ``on_loop``: on the loop's thread (whose
+        CPU clock counts it already), else it is added to the step in progress."""
+        with self._lock:
+            self.gc.add(seconds)
+            if not on_loop:
+                self._foreign_gc += seconds
+
+    # the sampler ----------------------------------------------------------------------------
+    def in_progress(self, now: float, cpu: float) -> tuple[int, float, float]:
+        """(turn, seconds since the last turn, CPU seconds since it) for the sampler, which
+        reads the loop thread's CPU clock at ``now``."""
+        with self._lock:
+            if self._last is None:
+                return self._turns, 0.0, 0.0
+            return (
+                self._turns,
+                max(0.0, now - self._last[0]),
+                max(0.0, cpu - self._last[1]) + self._foreign_gc,
+            )
+
+    def wants_where(self, turn: int) -> bool:
+        """Whether the step after ``turn`` turns has no stack noted yet."""
+        with self._lock:
+            return self._where is None or self._where[0] != turn
+
+    def note_where(self, turn: int, where: str) -> None:
+        """Where the loop was during the step after ``turn`` turns (the first stack seen
+        once it passed :data:`WHERE_AFTER` is kept)."""
+        with self._lock:
+            if self._turns == turn and (self._where is None or self._where[0] != turn):
+                self._where = (turn, where)
+
+    # what is shown ------------------------------------------------------------------------
+    def window(self) -> tuple[LagSummary, float]:
+        """The steps' summary since the last call and the longest collection meanwhile."""
+        summary = self.steps.window()
+        with self._lock:
+            gc_longest, self.gc.window_longest = self.gc.window_longest, 0.0
+        return summary, gc_longest
+
+    def view(self, now: float) -> dict[str, Any]:
+        """The status's ``loop``: the longest step since the start, the last window's p50
+        and p99, the long steps kept (latest last) and the collector's pauses."""
+        with self._lock:
+            longest = self.longest
+            long_steps = list(self.long_steps)
+            long_total = self.long_total
+            gc = GcPauses(self.gc.count, self.gc.total, self.gc.longest)
+        last = self.steps.last
+        return {
+            "step_max_ms": 0.0 if longest is None else round(longest.cpu * 1000.0, 1),
+            "step_max_where": None if longest is None else longest.where,
+            "step_p50_ms": round(last.p50 * 1000.0, 3),
+            "step_p99_ms": round(last.p99 * 1000.0, 3),
+            "long_steps_total": long_total,
+            "long_steps": [step.view(now) for step in long_steps],
+            "gc_pauses": gc.count,
+            "gc_max_ms": round(gc.longest * 1000.0, 1),
+        }
