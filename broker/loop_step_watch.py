@@ -122,7 +122,7 @@ class StepWatch:
             self._log.warning(
                 "loop_step_long",
                 cpu_ms=round(long_step.cpu * 1000.0, 1),
-                gc_ms=round(long_step.foreign_gc * 1000.0, 1),
+                gc_ms=round(long_step.gc * 1000.0, 1),
                 where=long_step.where,
             )
 

@@ -59,18 +59,19 @@ LONG_STEPS_KEPT = 10
 @dataclass(frozen=True)
 class LongStep:
     """One long step: its CPU time, when it ended (monotonic seconds), the part of it that
-    was other threads' garbage collection, and where the sampler saw the loop."""
+    was garbage collection (the loop thread's and other threads'), and where the sampler
+    saw the loop."""
 
     cpu: float
     ended_at: float
-    foreign_gc: float = 0.0
+    gc: float = 0.0
     where: str | None = None
 
     def view(self, now: float) -> dict[str, Any]:
         return {
             "cpu_ms": round(self.cpu * 1000.0, 1),
             "ago_s": round(max(0.0, now - self.ended_at), 1),
-            "gc_ms": round(self.foreign_gc * 1000.0, 1),
+            "gc_ms": round(self.gc * 1000.0, 1),
             "where": self.where,
         }
 
@@ -106,6 +107,7 @@ class LoopSteps:
         self._last: tuple[float, float] | None = None  # (monotonic, loop CPU) of the last turn
         self._turns = 0
         self._foreign_gc = 0.0  # other threads' collections since the last turn
+        self._step_gc = 0.0  # every thread's collections since the last turn
         self._where: tuple[int, str] | None = None  # (turn, stack) the sampler noted
 
     # the loop's tick ----------------------------------------------------------------------
@@ -116,6 +118,7 @@ class LoopSteps:
             last, self._last = self._last, (now, cpu)
             turn, self._turns = self._turns, self._turns + 1
             foreign, self._foreign_gc = self._foreign_gc, 0.0
+            collected, self._step_gc = self._step_gc, 0.0
             noted, self._where = self._where, None
             if last is None:
                 return None
@@ -125,7 +128,7 @@ class LoopSteps:
             longer = self.longest is None or step > self.longest.cpu
             if not longer and step < LONG_STEP:
                 return None
-            record = LongStep(step, now, foreign, where)
+            record = LongStep(step, now, collected, where)
             if longer:
                 self.longest = record
             if step < LONG_STEP:
@@ -140,6 +143,7 @@ class LoopSteps:
         CPU clock counts it already), else it is added to the step in progress."""
         with self._lock:
             self.gc.add(seconds)
+            self._step_gc += seconds
             if not on_loop:
                 self._foreign_gc += seconds
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
@@ -208,8 +208,11 @@ QUEUE_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
-    """Every metric family of ``broker``, at wall-clock time ``now`` (default: now)."""
+def collect(
+    broker: BrokerView, now: float | None = None, *, with_queues: bool = True
+) -> list[Family]:
+    """Every metric family of ``broker``, at wall-clock time ``now`` (default: now);
+    ``with_queues`` False: the broker's own only (:func:`render_slices` adds the queues')."""
     now = time.time() if now is None else now
     # every vhost (a broker with one has only ``vhost``); a queue outside "/" is labelled
     # with its vhost too, so that two vhosts' queues of one name are two series
@@ -270,19 +273,30 @@ def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
     steps = getattr(liveness, "steps", None)
     if isinstance(steps, LoopSteps):
         families.extend(_loop_steps(steps))
-    queues = sorted(
+    if not with_queues:
+        return families
+    queues = _queues(vhosts)
+    for name, kind, help, attribute in QUEUE_FAMILIES:
+        family = Family(name, kind, help)
+        _add_queues(family, attribute, queues)
+        families.append(family)
+    return families
+
+
+def _queues(vhosts: Iterable[VirtualHost]) -> list[Any]:
+    """Every queue, those of vhost ``/`` first, by vhost and name."""
+    return sorted(
         (q for v in vhosts for q in v.queues.values()),
         key=lambda q: (q.vhost != "/", q.vhost, q.name),
     )
-    for name, kind, help, attribute in QUEUE_FAMILIES:
-        family = Family(name, kind, help)
-        for queue in queues:
-            if queue.vhost == "/":
-                family.add(getattr(queue, attribute), queue=queue.name)
-            else:
-                family.add(getattr(queue, attribute), queue=queue.name, vhost=queue.vhost)
-        families.append(family)
-    return families
+
+
+def _add_queues(family: Family, attribute: str, queues: Iterable[Any]) -> None:
+    for queue in queues:
+        if queue.vhost == "/":
+            family.add(getattr(queue, attribute), queue=queue.name)
+        else:
+            family.add(getattr(queue, attribute), queue=queue.name, vhost=queue.vhost)
 
 
 def _loop_lag(lag: Durations) -> list[Family]:
@@ -349,9 +363,34 @@ def _loop_steps(steps: LoopSteps) -> list[Family]:
     ]
 
 
+#: Samples rendered in one slice of :func:`render_slices`.
+SLICE = 500
+
+
+def render_slices(broker: BrokerView, now: float | None = None, size: int = SLICE) -> Iterator[str]:
+    """The Prometheus text exposition of ``broker`` in slices of about ``size`` samples
+    (the text is their concatenation; it ends with a newline). The management API renders
+    one slice per turn of the event loop: with thousands of queues, the whole text in one
+    callback held the loop for tens of milliseconds. The queues are listed once, first;
+    the counters each slice reads are those of its own turn (a scrape is no atomic snapshot
+    either way)."""
+    vhosts: list[VirtualHost] = list(getattr(broker, "vhosts", None) or [broker.vhost])
+    queues = _queues(vhosts)
+    lines: list[str] = []
+    for family in collect(broker, now, with_queues=False):
+        lines.extend(family.render())
+    yield "\n".join(lines) + "\n"
+    for name, kind, help, attribute in QUEUE_FAMILIES:
+        for start in range(0, max(1, len(queues)), size):
+            family = Family(name, kind, help)
+            _add_queues(family, attribute, queues[start : start + size])
+            rendered = list(family.render())
+            if start:
+                rendered = rendered[2:]  # HELP and TYPE once, before the first slice
+            if rendered:
+                yield "\n".join(rendered) + "\n"
+
+
 def render_metrics(broker: BrokerView, now: float | None = None) -> str:
     """The Prometheus text exposition of ``broker`` (ends with a newline)."""
-    lines: list[str] = []
-    for family in collect(broker, now):
-        lines.extend(family.render())
-    return "\n".join(lines) + "\n"
+    return "".join(render_slices(broker, now))

@@ -3,11 +3,13 @@
 Both are read-only and served without credentials even with authentication on (health
 checks and scrapers: :data:`broker.management.auth.OPEN_PATHS`). ``/api/status`` is a
 one-object summary of the broker; ``/metrics`` is the Prometheus text that
-:func:`broker.management.metrics.render_metrics` renders, given its content type here.
+:func:`broker.management.metrics.render_slices` renders (a slice a turn of the event
+loop), given its content type here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -16,7 +18,7 @@ from aiohttp import web
 from broker import __version__
 from broker.loop_steps import LoopSteps
 from broker.management.managed import ManagedBroker, vhosts_of
-from broker.management.metrics import CONTENT_TYPE, render_metrics
+from broker.management.metrics import CONTENT_TYPE, render_slices
 from broker.management.responses import json_response
 
 
@@ -47,8 +49,11 @@ class StatusEndpoints:
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
-        text = render_metrics(self.broker)
-        return web.Response(body=text.encode("utf-8"), headers={"Content-Type": CONTENT_TYPE})
+        parts: list[bytes] = []
+        for text in render_slices(self.broker):  # one slice a turn: the loop serves between
+            parts.append(text.encode("utf-8"))
+            await asyncio.sleep(0)
+        return web.Response(body=b"".join(parts), headers={"Content-Type": CONTENT_TYPE})
 
 
 def _loop(broker: ManagedBroker) -> dict[str, object] | None:

@@ -50,8 +50,8 @@ class ScaleRun:
     def long_steps(self) -> list[str]:
         """Every long step a broker kept, one line each (empty: none)."""
         return [
-            f"{broker}: {step['cpu_ms']} ms CPU ({step['gc_ms']} ms of it other threads'"
-            f" garbage collection), {step['ago_s']} s before the end, at {step['where']}"
+            f"{broker}: {step['cpu_ms']} ms CPU ({step['gc_ms']} ms of it garbage collection),"
+            f" {step['ago_s']} s before the end, at {step['where']}"
             for broker, loop in self.loops.items()
             for step in loop["long_steps"]
         ]

@@ -126,3 +126,19 @@ def test_metrics_endpoint_changes_after_creating_a_queue() -> None:
         assert sample(after, "qpidd_messages_published_total") == 1
 
     serve(broker, scenario)
+
+
+def test_metrics_in_slices_are_the_same_text_a_few_samples_at_a_time() -> None:
+    """The endpoint renders a slice a turn of the loop (issue 25): the slices make the text
+    of one render, each family's HELP and TYPE once, no slice over its size."""
+    from broker.management.metrics import collect, render_slices
+
+    broker = FakeBroker()
+    for i in range(5):
+        broker.vhost.declare_queue(f"q{i}")
+    slices = list(render_slices(broker, now=broker.started_at, size=2))
+    whole = "\n".join(line for f in collect(broker, broker.started_at) for line in f.render())
+    assert "".join(slices) == whole + "\n"
+    queue_slices = [s for s in slices if s.startswith(("qpidd_queue_", "# HELP qpidd_queue_"))]
+    assert all(sum(not line.startswith("#") for line in s.splitlines()) <= 2 for s in queue_slices)
+    assert "".join(slices).count("# TYPE qpidd_queue_messages gauge") == 1

@@ -1,0 +1,51 @@
+"""No long stalls of the event loop at scale (issue 25, item 2), shortened for make test.
+
+A primary and a backup with :data:`QUEUES` durable queues (half bound to a topic
+exchange) and a backlog on a few go through the scale scenario
+(``tests/ha/scale_scenario.py``): the backup's catch-up, the status and every management
+list, ``/metrics`` and a console viewer, the primary SIGKILLed and the backup promoted, the
+old primary recovered from its store and caught up as the new primary's backup. The test
+fails when any broker's loop ran a step of :data:`~broker.loop_steps.LONG_STEP` (100 ms)
+of CPU or more, garbage collections included, naming where the loop was. The full-size run
+(10,000 queues) is ``bench/loop_steps_scale.py`` (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.loop_steps import LONG_STEP
+from tests.ha.cluster import Cluster
+from tests.ha.scale_scenario import get, make_cluster, run
+
+#: Queues of the shortened run (about 8-12 s on 2 loaded cores).
+QUEUES = 1500
+#: Messages on a few queues before the fail-over.
+BACKLOG = {"q1": 1000, "q2": 1000, "q3": 1000}
+
+
+@pytest.fixture
+def scale_pair(tmp_path: Path) -> Iterator[Cluster]:
+    cluster = make_cluster(tmp_path).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_no_step_of_the_scale_scenario_holds_the_loop_100_ms(scale_pair: Cluster) -> None:
+    result = run(scale_pair, QUEUES, BACKLOG)
+    # the scenario did its work: the new primary has the backlog, its backup every queue
+    assert scale_pair.queue_messages(1, "q1") == 1000
+    assert result.loops["restarted backup"]["step_max_ms"] > 0.0  # measured, not absent
+    metrics = get(scale_pair.brokers[1].mgmt_port, "/metrics").decode()
+    assert 'qpidd_loop_step_seconds{quantile="1"}' in metrics
+    assert result.long_steps() == [], (
+        f"steps of {LONG_STEP * 1000:.0f} ms of CPU or more (phases {result.phases}):\n"
+        + "\n".join(result.long_steps())
+    )
+    for name, loop in result.loops.items():
+        assert loop["step_max_ms"] < LONG_STEP * 1000, (name, loop)

@@ -1,0 +1,136 @@
+"""The loop-step core (broker/loop_steps.py) without a loop, and its shell on a real one:
+a step is the loop thread's CPU time between two turns, other threads' collections added;
+a long step keeps where the sampler saw the loop; time spent waiting (asleep, or for a CPU)
+is not a step."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.loop_step_watch import StepWatch, where_of
+from broker.loop_steps import LONG_STEP, LoopSteps
+from common.polling import poll_until
+
+
+def test_a_step_is_the_cpu_time_between_two_turns() -> None:
+    steps = LoopSteps()
+    assert steps.tick(now=1.0, cpu=0.5) is None  # the first turn opens the first step
+    assert steps.tick(now=1.01, cpu=0.502) is None
+    long_step = steps.tick(now=3.0, cpu=0.652)  # 2 s of wall, 150 ms of it CPU
+    assert long_step is not None and round(long_step.cpu, 6) == 0.15
+    view = steps.view(now=4.0)
+    assert view["step_max_ms"] == 150.0 and view["long_steps_total"] == 1
+    assert view["long_steps"] == [{"cpu_ms": 150.0, "ago_s": 1.0, "gc_ms": 0.0, "where": None}]
+
+
+def test_other_threads_collections_are_added_and_the_loops_own_are_not_counted_twice() -> None:
+    steps = LoopSteps()
+    steps.tick(0.0, 0.0)
+    steps.gc_paused(0.04, on_loop=True)  # inside the loop thread's CPU time already
+    steps.gc_paused(0.07, on_loop=False)  # another thread held the interpreter lock
+    long_step = steps.tick(0.2, 0.05)
+    assert long_step is not None
+    assert round(long_step.cpu, 6) == 0.12 and round(long_step.gc, 6) == 0.11
+    assert steps.gc.count == 2 and steps.gc.longest == 0.07
+    assert steps.view(0.2)["gc_max_ms"] == 70.0
+
+
+def test_the_sampler_sees_a_step_grow_and_names_where_it_is() -> None:
+    steps = LoopSteps()
+    steps.tick(0.0, 0.0)
+    turn, since, cpu = steps.in_progress(now=0.3, cpu=0.25)
+    assert (since, cpu) == (0.3, 0.25)
+    assert steps.wants_where(turn)
+    steps.note_where(turn, "broker/x.py:1 slow")
+    steps.note_where(turn, "broker/x.py:2 later")  # the first one seen is kept
+    assert not steps.wants_where(turn)
+    long_step = steps.tick(0.31, 0.26)
+    assert long_step is not None and long_step.where == "broker/x.py:1 slow"
+    steps.note_where(turn, "stale")  # a note for a step that ended is dropped
+    assert steps.tick(0.32, 0.261) is None
+    assert steps.view(1.0)["step_max_where"] == "broker/x.py:1 slow"
+
+
+@given(st.lists(st.integers(0, 500).filter(lambda ms: ms != 100), min_size=1, max_size=100))
+def test_the_max_is_the_longest_step_and_long_ones_are_those_over_the_bound(
+    cpu_ms: list[int],
+) -> None:
+    steps = LoopSteps()
+    steps.tick(0.0, 0.0)
+    for i, _ms in enumerate(cpu_ms, 1):
+        steps.tick(float(i), sum(cpu_ms[:i]) / 1000.0)
+    view = steps.view(float(len(cpu_ms)))
+    assert abs(view["step_max_ms"] - max(cpu_ms)) < 0.11
+    assert view["long_steps_total"] == sum(1 for ms in cpu_ms if ms > LONG_STEP * 1000)
+    summary, _gc = steps.window()
+    assert summary.count == len(cpu_ms)
+    assert summary.p50 <= summary.p99 <= summary.max
+
+
+def _spin(seconds: float) -> None:
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
+def test_on_a_real_loop_cpu_counts_and_sleeping_does_not() -> None:
+    steps = LoopSteps()
+
+    async def scenario() -> None:
+        watch = StepWatch(steps)
+        watch.start()
+        try:
+            await asyncio.sleep(0.05)
+            time.sleep(0.3)  # the loop blocked, but not on the CPU: not a long step
+            await asyncio.sleep(0.03)
+            assert steps.view(time.monotonic())["long_steps_total"] == 0
+            _spin(0.2)  # a callback that holds the loop on the CPU
+            await asyncio.sleep(0.03)
+        finally:
+            watch.stop()
+
+    asyncio.run(scenario())
+    view = steps.view(time.monotonic())
+    assert view["long_steps_total"] == 1
+    (long_step,) = view["long_steps"]
+    assert 190.0 <= long_step["cpu_ms"] < 400.0
+    assert long_step["where"] is not None and "test_loop_steps.py" in long_step["where"]
+    assert "_spin" in long_step["where"]
+
+
+def test_a_collection_in_another_thread_is_counted_in_the_step() -> None:
+    steps = LoopSteps()
+    garbage = [[i] for i in range(300_000)]  # something for the collector to walk
+
+    async def scenario() -> None:
+        watch = StepWatch(steps)
+        watch.start()
+        try:
+            await asyncio.sleep(0.03)
+            thread = threading.Thread(target=gc.collect)
+            thread.start()
+            await asyncio.to_thread(thread.join)
+            await asyncio.sleep(0.03)
+        finally:
+            watch.stop()
+
+    asyncio.run(scenario())
+    assert len(garbage) == 300_000
+    poll_until(lambda: steps.gc.count > 0, 2, "a collection timed")
+    assert steps.gc.longest > 0.0
+    # the other thread's collection held the loop: it is in the step it fell in
+    assert steps.view(time.monotonic())["step_max_ms"] >= round(steps.gc.longest * 1000, 1) - 0.2
+
+
+def test_where_names_our_frames_after_the_innermost_one() -> None:
+    import sys
+
+    where = where_of(sys._getframe())
+    assert where.startswith("tests/") or "test_loop_steps.py" in where
+    assert "test_where_names_our_frames_after_the_innermost_one" in where
