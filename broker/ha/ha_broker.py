@@ -38,9 +38,10 @@ from broker.core.vhosts import key_of
 from broker.ha.admission import client_refusal, link_format_refusal, link_user_refusal
 from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
+from broker.ha.beyond_joining import cluster_beyond_joining
 from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
-from broker.ha.ha_status import ha_status, in_sync_status, member_dicts
+from broker.ha.ha_status import ha_status_steps, in_sync_status, member_dicts
 from broker.ha.id_set import MAX_ID
 from broker.ha.names import (
     ADMIN_PROPERTY,
@@ -97,10 +98,10 @@ from broker.ha.role_events import (
 from broker.ha.state import HaState
 from broker.ha.store_lineage import StoreLineage
 from broker.ha.streams import PrimaryStreams
-from broker.management.status_check import check_status
 from broker.options import public_url
 from broker.security.tls import link_context
 from common.log import get_logger, set_log_context
+from common.slices import Steps, run_steps
 from common.url import Address, parse_url
 from common.version import replication_formats
 
@@ -543,7 +544,11 @@ class HaBroker:
             case Refuse(reason):
                 raise PromoteError(reason)
             case CheckCluster():
-                return self.handle(ClusterChecked(await self._cluster_beyond_joining()))
+                options = self.options
+                beyond = await cluster_beyond_joining(
+                    self.addresses, self._amqp_port(), options.interface, options.node_name
+                )
+                return self.handle(ClusterChecked(beyond))
             case PersistPromotionEpoch(new_epoch):
                 await asyncio.to_thread(self.epoch_store.observe, new_epoch)
                 set_log_context(epoch=self.epoch_store.current)
@@ -608,27 +613,15 @@ class HaBroker:
             return list(self.link.replicator.members)
         return self.members
 
-    async def _cluster_beyond_joining(self) -> str | None:
-        """The address of a reachable broker beyond joining, or None (a new cluster)."""
-        for address in self.addresses:
-            if address.port == self._amqp_port() and address.host in (
-                *(a.strip().strip("[]") for a in self.options.interface.split(",")),
-                "127.0.0.1",
-                "::1",
-                "localhost",
-                self.options.node_name,
-            ):
-                continue
-            status = await check_status(address)
-            if status and status not in (HaState.JOINING.value, HaState.STANDALONE.value):
-                return f"{address} ({status})"
-        return None
-
     # -- status ------------------------------------------------------------------------
     def membership(self) -> list[dict[str, Any]]:
         return member_dicts(self.role.members())
 
     def status(self) -> dict[str, Any]:
         """What GET /api/ha shows (:func:`broker.ha.ha_status.ha_status`)."""
+        return run_steps(self.status_steps())
+
+    def status_steps(self) -> Steps[dict[str, Any]]:
+        """:meth:`status` in slices (:func:`broker.ha.ha_status.ha_status_steps`)."""
         self.take_offered_lease()
-        return ha_status(self)
+        return ha_status_steps(self)

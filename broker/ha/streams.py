@@ -59,6 +59,7 @@ from broker.ha.replicate_level import (
 from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.ha.replication_errors import event_object, object_named
 from common.formats import FormatRange
+from common.slices import SLICE, Steps, rows_in_slices, run_steps
 from common.version import REPLICATION_FORMATS
 
 if TYPE_CHECKING:
@@ -571,21 +572,24 @@ class PrimaryStreams:
 
     def positions(self, backup_id: str) -> list[dict[str, Any]]:
         """Replication position and lag of each queue streamed to a backup."""
-        rows = []
-        for stream in self.queue_streams.get(backup_id, []):
-            if stream.closed:
-                continue
-            sub = stream.subscription
-            rows.append(
-                {
-                    "queue": sub.queue.name,
-                    "vhost": sub.queue.vhost,
-                    "last_sent_id": sub.last_sent,
-                    "sent": sub.sent_total,
-                    "last_id": sub.queue.last_position,
-                    "lag": sub.backlog,
-                    "unacknowledged_batches": sub.unacknowledged_batches,
-                    "caught_up": sub.ready,
-                }
-            )
+        return run_steps(self.positions_steps(backup_id))
+
+    def positions_steps(self, backup_id: str, size: int = SLICE) -> Steps[list[dict[str, Any]]]:
+        """:meth:`positions` in slices of ``size`` rows (:mod:`broker.ha.ha_status`): the
+        streams are listed at once, each row read when its slice runs."""
+        live = [s.subscription for s in self.queue_streams.get(backup_id, []) if not s.closed]
+        rows = yield from rows_in_slices(live, _position, size)
         return sorted(rows, key=lambda r: (str(r["vhost"]), str(r["queue"])))
+
+
+def _position(sub: ReplicatingSubscription) -> dict[str, Any]:
+    return {
+        "queue": sub.queue.name,
+        "vhost": sub.queue.vhost,
+        "last_sent_id": sub.last_sent,
+        "sent": sub.sent_total,
+        "last_id": sub.queue.last_position,
+        "lag": sub.backlog,
+        "unacknowledged_batches": sub.unacknowledged_batches,
+        "caught_up": sub.ready,
+    }

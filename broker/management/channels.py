@@ -30,7 +30,8 @@ from aiohttp import web
 
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
-from broker.management.responses import json_response
+from broker.management.responses import json_response, json_response_sliced, run_sliced
+from common.slices import rows_in_slices
 
 if TYPE_CHECKING:
     from broker.amqp.channel import Channel
@@ -98,7 +99,8 @@ class ChannelEndpoints:
         ]
 
     async def list_channels(self, request: web.Request) -> web.Response:
-        return json_response([v for c in self._connections() for v in self._views(c)])
+        views = await run_sliced(rows_in_slices(self._connections(), self._views))
+        return await json_response_sliced([v for per_connection in views for v in per_connection])
 
     async def connection_channels(self, request: web.Request) -> web.Response:
         text = request.match_info["id"]

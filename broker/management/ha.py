@@ -46,7 +46,7 @@ from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
 from broker.management.promote_guard import PromoteGuard, check_agent_name
 from broker.management.request_input import Body, check_name, read_json_object
-from broker.management.responses import json_response
+from broker.management.responses import json_response, json_response_sliced, run_sliced
 from broker.security.roles import allows, required_permission
 from broker.store.identity import parse_id
 
@@ -132,7 +132,8 @@ class HaEndpoints:
         return ha
 
     async def get_ha(self, request: web.Request) -> web.Response:
-        status = self._ha().status()
+        # a slice of rows a turn of the loop: 10,000 queues at once held it 0.5-0.8 s
+        status = await run_sliced(self._ha().status_steps())
         status["store_id"] = self.broker.store_id  # the data directory's, not the role's
         status["cluster_shutdown"] = self.cluster_shutdown
         if request.query.get("manager") == "1":  # the agent's health check
@@ -143,7 +144,7 @@ class HaEndpoints:
                 self._manager_told.set()
         status["managed_by"] = self.promote_guard.managed_by
         status["liveness"] = self._liveness()
-        return json_response(status)
+        return await json_response_sliced(status)
 
     def _liveness(self) -> dict[str, Any] | None:
         """Where liveness and lease renewals are answered off the event loop: the port,

@@ -29,8 +29,9 @@ from broker.management.auth import current_user
 from broker.management.errors import ApiError, amqp_api_error
 from broker.management.managed import ManagedBroker, refuse_on_backup, replicated, vhosts_of
 from broker.management.request_input import Body, check_name, query_flag, read_json_object
-from broker.management.responses import json_response
+from broker.management.responses import json_response, json_response_sliced, run_sliced
 from broker.management.views import binding_view, connection_view, exchange_view, queue_view
+from common.slices import rows_in_slices
 
 #: How the default exchange (named "") is addressed in a path, as in RabbitMQ.
 DEFAULT_EXCHANGE_ALIAS = "amq.default"
@@ -97,7 +98,7 @@ class ObjectEndpoints:
             (q for vhost in self._listed(request) for q in vhost.queues.values()),
             key=lambda q: (q.vhost != VHOST, q.vhost, q.name),
         )
-        return json_response([queue_view(q) for q in queues])
+        return await json_response_sliced(await run_sliced(rows_in_slices(queues, queue_view)))
 
     async def get_queue(self, request: web.Request) -> web.Response:
         return json_response(queue_view(self._vhost(request).queue(request.match_info["name"])))
@@ -152,7 +153,9 @@ class ObjectEndpoints:
             (e for vhost in self._listed(request) for e in vhost.exchanges.values()),
             key=lambda e: (e.vhost != VHOST, e.vhost, e.name),
         )
-        return json_response([exchange_view(e) for e in exchanges])
+        return await json_response_sliced(
+            await run_sliced(rows_in_slices(exchanges, exchange_view))
+        )
 
     async def get_exchange(self, request: web.Request) -> web.Response:
         return json_response(
@@ -220,8 +223,10 @@ class ObjectEndpoints:
                 b.routing_key,
             ),
         )
-        return json_response([binding_view(b) for b in bindings])
+        return await json_response_sliced(await run_sliced(rows_in_slices(bindings, binding_view)))
 
     async def list_connections(self, request: web.Request) -> web.Response:
         connections = sorted(self.broker.context.connections.values(), key=lambda c: c.id)
-        return json_response([connection_view(c) for c in connections])
+        return await json_response_sliced(
+            await run_sliced(rows_in_slices(connections, connection_view))
+        )

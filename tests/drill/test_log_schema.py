@@ -57,9 +57,20 @@ GOOD: list[dict[str, Any]] = [
     {"event": "broker_stopped", "component": "broker", "uptime": 3.5, "reason": "SIGTERM",
      "store_status": "none"},
     {"event": "store_recovered", "component": "store", "store_status": "empty"},
+    {"event": "loop_step_long", "component": "broker", "level": "warning", "cpu_ms": 142.5,
+     "gc_ms": 61.0, "where": "broker/management/metrics.py:281 collect"},
+    {"event": "loop_lag", "component": "broker", "samples": 200, "p50_ms": 0.25, "p99_ms": 5.0,
+     "max_ms": 12.1, "step_samples": 1000, "step_p50_ms": 0.1, "step_p99_ms": 2.5,
+     "step_max_ms": 40.2, "gc_max_ms": 20.0},
+    {"event": "loop_lag", "component": "broker", "samples": 200, "p50_ms": 0.25, "p99_ms": 5.0,
+     "max_ms": 12.1},  # before the steps were measured
 ]  # fmt: skip
 
 BAD: list[tuple[dict[str, Any], str]] = [
+    ({"event": "loop_step_long", "component": "broker", "level": "warning", "cpu_ms": 50.0,
+      "gc_ms": 0.0, "where": None}, "cpu_ms"),  # not a long step
+    ({"event": "loop_step_long", "component": "broker", "level": "warning", "cpu_ms": 150.0,
+      "gc_ms": 0.0}, "'where' is a required property"),
     ({"event": "broker_stopped", "component": "broker", "uptime": 1, "reason": "SIGTERM",
       "store_status": "unknown"}, "store_status"),  # the word before "none"
     ({"event": "store_recovered", "component": "store", "store_status": "none"},

@@ -18,6 +18,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from broker.management.promote_guard import PromoteGuard, check_agent_name, promote_refusal
+from common.slices import Steps
 from tests.management.support import GUEST, FakeBroker, FakeOptions, serve
 
 
@@ -82,6 +83,10 @@ class FakeHa:
 
     def status(self) -> dict[str, Any]:
         return {"state": self.state.value, "epoch": self.epoch}
+
+    def status_steps(self) -> Steps[dict[str, Any]]:
+        yield  # one slice, as HaBroker's status in slices
+        return self.status()
 
     async def promote(self, epoch: int | None, in_sync: list[str] | None) -> State:
         self.promotions.append((epoch, in_sync))

@@ -45,7 +45,7 @@ from broker.management.console.agent_log import promotion_instants, read_tail
 from broker.management.console.agents_view import AgentsView, zk_access
 from broker.management.console.timeline import Timeline
 from broker.management.managed import ManagedBroker, vhosts_of
-from broker.management.responses import dumps
+from broker.management.responses import dumps, dumps_sliced, run_sliced
 from broker.management.views import (
     binding_view,
     connection_view,
@@ -53,6 +53,7 @@ from broker.management.views import (
     queue_view,
 )
 from broker.security.roles import Role
+from common.slices import SLICE, Steps, rows_in_slices, run_steps
 
 __all__ = ["HISTORY", "PERIOD", "LiveFeed"]
 
@@ -144,6 +145,9 @@ class LiveFeed:
         self._changed = asyncio.Condition()
         self._version = 0
         self.snapshot: dict[str, Any] | None = None
+        #: the snapshot encoded (the snapshot, its JSON text), shared by every viewer
+        self._text: tuple[dict[str, Any], str] | None = None
+        self._encoding = asyncio.Lock()
         self.viewers = 0  #: open streams
         self._agent_tries: dict[int, int] = {}  #: epoch -> reads of the agent's log
         self.closing = False
@@ -178,7 +182,7 @@ class LiveFeed:
     async def _run(self) -> None:
         while not self.closing:
             try:
-                self.sample()
+                await run_sliced(self.sample_steps())
                 async with self._changed:
                     self._version += 1
                     self._changed.notify_all()
@@ -217,13 +221,32 @@ class LiveFeed:
 
     def sample(self) -> None:
         """Counters to rates and histories; then a new snapshot."""
+        run_steps(self.sample_steps())
+
+    def sample_steps(self) -> Steps[None]:
+        """:meth:`sample` in slices of :data:`~common.slices.SLICE` queues (the sampler
+        runs a slice a turn of the event loop: 10,000 queues at once held it 0.1-0.25 s
+        every second). The queues are listed when the first slice runs."""
         now = self.clock()
         queues = vhosts_of(self.broker).queues  # by key: the name in "/"
         for name in list(self.queue_history):
             if name not in queues:
                 del self.queue_history[name]
                 self._counters.pop(name, None)
-        for name, queue in queues.items():
+        items = list(queues.items())
+        for start in range(0, len(items), SLICE):
+            if start:
+                yield
+            self._sample_queues(now, items[start : start + SLICE])
+        ha = getattr(self.broker, "ha", None)
+        ha_status = None if ha is None else (yield from _status_steps(ha))
+        self._sample_backups(now, ha_status)
+        self._agent_instants()
+        # only while someone watches: a snapshot of every object each second costs
+        self.snapshot = (yield from self._build_steps(now, ha_status)) if self.viewers else None
+
+    def _sample_queues(self, now: float, items: list[tuple[str, Any]]) -> None:
+        for name, queue in items:
             counters = (now, queue.enqueued_total, queue.delivered_total, queue.acked_total)
             before = self._counters.get(name, counters)
             self._counters[name] = counters
@@ -236,8 +259,8 @@ class LiveFeed:
                 "ack": round(max(0, counters[3] - before[3]) / span, 2),
             }
             self.queue_history.setdefault(name, deque(maxlen=HISTORY)).append(point)
-        ha = getattr(self.broker, "ha", None)
-        ha_status = ha.status() if ha is not None else None
+
+    def _sample_backups(self, now: float, ha_status: dict[str, Any] | None) -> None:
         seen: set[str] = set()
         for backup in (ha_status or {}).get("backups", []):
             backup_id = str(backup["id"])
@@ -255,9 +278,6 @@ class LiveFeed:
             del self.lag_history[gone]
         for gone in set(self.unacknowledged_since) - seen:
             del self.unacknowledged_since[gone]
-        self._agent_instants()
-        # only while someone watches: a snapshot of every object each second costs
-        self.snapshot = self._build(now, ha_status) if self.viewers else None
 
     def _agent_instants(self) -> None:
         """A new primary's fail-overs get this node's agent's won and promoted (its log may
@@ -287,16 +307,42 @@ class LiveFeed:
         self.snapshot = self._build(self.clock(), ha.status() if ha is not None else None)
         return self.snapshot
 
+    async def fresh_sliced(self) -> dict[str, Any]:
+        """:meth:`fresh`, a slice a turn of the event loop."""
+        ha = getattr(self.broker, "ha", None)
+        ha_status = None if ha is None else await run_sliced(_status_steps(ha))
+        self.snapshot = await run_sliced(self._build_steps(self.clock(), ha_status))
+        return self.snapshot
+
     def _build(self, now: float, ha_status: dict[str, Any] | None) -> dict[str, Any]:
+        return run_steps(self._build_steps(now, ha_status))
+
+    def _queue_view(self, queue: Any) -> dict[str, Any]:
+        view = queue_view(queue)
+        view["replication"] = _replication(self.broker, queue)
+        view["history"] = list(self.queue_history.get(key_of(queue), ()))
+        return view
+
+    def _build_steps(self, now: float, ha_status: dict[str, Any] | None) -> Steps[dict[str, Any]]:
+        """The snapshot in slices of :data:`~common.slices.SLICE` objects: the objects are
+        listed when the first slice runs, each read when its slice runs."""
         broker = self.broker
         vhosts = sorted(vhosts_of(broker), key=lambda v: (v.name != VHOST, v.name))
-        queues = []
-        for vhost in vhosts:
-            for queue in sorted(vhost.queues.values(), key=lambda q: q.name):
-                view = queue_view(queue)
-                view["replication"] = _replication(broker, queue)
-                view["history"] = list(self.queue_history.get(key_of(queue), ()))
-                queues.append(view)
+        listed = [q for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
+        queues = yield from rows_in_slices(listed, self._queue_view)
+        exchanges = [e for v in vhosts for e in sorted(v.exchanges.values(), key=lambda e: e.name)]
+        bindings = [
+            b
+            for v in vhosts
+            for b in sorted(
+                v.bindings(), key=lambda b: (b.exchange, b.destination_type, b.destination.name)
+            )
+        ]
+        yield
+        exchange_views = yield from rows_in_slices(exchanges, exchange_view)
+        binding_views = yield from rows_in_slices(bindings, binding_view)
+        connections = sorted(broker.context.connections.values(), key=lambda c: c.id)
+        connection_views = yield from rows_in_slices(connections, connection_view)
         return {
             "at": now,
             "status": {
@@ -325,30 +371,25 @@ class LiveFeed:
             },
             "timeline": self.timeline.view(),
             "queues": queues,
-            "exchanges": [
-                exchange_view(e)
-                for v in vhosts
-                for e in sorted(v.exchanges.values(), key=lambda e: e.name)
-            ],
-            "bindings": [
-                binding_view(b)
-                for v in vhosts
-                for b in sorted(
-                    v.bindings(),
-                    key=lambda b: (b.exchange, b.destination_type, b.destination.name),
-                )
-            ],
+            "exchanges": exchange_views,
+            "bindings": binding_views,
             "vhosts": [
                 {"name": v.name, "queues": len(v.queues), "exchanges": len(v.exchanges)}
                 for v in vhosts
             ],
-            "connections": [
-                connection_view(c)
-                for c in sorted(broker.context.connections.values(), key=lambda c: c.id)
-            ],
+            "connections": connection_views,
         }
 
     # the stream -------------------------------------------------------------------------
+    async def _encoded(self) -> str:
+        """The current snapshot's JSON text, encoded once for every viewer, a slice a turn
+        of the event loop (a snapshot of 10,000 queues is megabytes of text)."""
+        async with self._encoding:
+            snapshot = self.snapshot or await self.fresh_sliced()
+            if self._text is None or self._text[0] is not snapshot:
+                self._text = (snapshot, await dumps_sliced(snapshot))
+            return self._text[1]
+
     def viewer(self, user: str | None) -> dict[str, Any]:
         """Who is watching: the user and roles (every role with authentication off)."""
         if user is None or not self.broker.options.auth:
@@ -373,10 +414,11 @@ class LiveFeed:
             return self.closing or self._version != seen
 
         self.viewers += 1
+        me = dumps(viewer)
         try:
             while not self.closing:
-                snapshot = self.snapshot or self.fresh()
-                data = dumps({**snapshot, "me": viewer})
+                text = await self._encoded()
+                data = f'{text[:-1]}, "me": {me}}}'  # the snapshot's object, with "me" last
                 await response.write(f"event: snapshot\ndata: {data}\n\n".encode())
                 seen = self._version
                 async with self._changed:
@@ -386,3 +428,13 @@ class LiveFeed:
         finally:
             self.viewers -= 1
         return response
+
+
+def _status_steps(ha: Any) -> Steps[dict[str, Any]]:
+    """The HA role's status (``GET /api/ha``'s body) in slices where the role offers them
+    (:func:`broker.ha.ha_status.ha_status_steps`), else at once."""
+    steps = getattr(ha, "status_steps", None)
+    if steps is None:
+        return dict(ha.status())
+    status: dict[str, Any] = yield from steps()
+    return status
