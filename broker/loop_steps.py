@@ -26,8 +26,10 @@ core keeps:
 - the garbage collector's pauses (count, total and longest, those of the loop's thread
   and those of the others).
 
-Plain data and arithmetic, times passed in (seconds). THREAD SAFE: one lock; the loop's
-thread, the sampler thread and any thread that collects garbage call it.
+Plain data and arithmetic, times passed in (seconds). THREAD SAFE: one lock for the loop's
+thread and the sampler thread; the collector's callback takes no lock (it runs in whatever
+thread allocated, possibly the loop's inside this very lock: it would wait for itself) and
+only appends to a deque, which the next turn of the tick reads.
 
 Error Handling
 ==============
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,19 +109,24 @@ class LoopSteps:
         self.long_total = 0
         self._last: tuple[float, float] | None = None  # (monotonic, loop CPU) of the last turn
         self._turns = 0
-        self._foreign_gc = 0.0  # other threads' collections since the last turn
-        self._step_gc = 0.0  # every thread's collections since the last turn
+        #: collections not read yet (seconds, on the loop's thread?): appended by the
+        #: collector's callback without a lock, read by the tick and the sampler
+        self._collections: deque[tuple[float, bool]] = deque()
         self._where: tuple[int, str] | None = None  # (turn, stack) the sampler noted
 
     # the loop's tick ----------------------------------------------------------------------
     def tick(self, now: float, cpu: float) -> LongStep | None:
         """A turn of the tick at ``now`` with the loop thread's CPU clock at ``cpu``: the
         step since the last turn is recorded; the step when it was a long one."""
+        foreign = collected = 0.0
+        for seconds, on_loop in _drain(self._collections):
+            self.gc.add(seconds)
+            collected += seconds
+            if not on_loop:
+                foreign += seconds
         with self._lock:
             last, self._last = self._last, (now, cpu)
             turn, self._turns = self._turns, self._turns + 1
-            foreign, self._foreign_gc = self._foreign_gc, 0.0
-            collected, self._step_gc = self._step_gc, 0.0
             noted, self._where = self._where, None
             if last is None:
                 return None
@@ -140,24 +148,22 @@ class LoopSteps:
     # the garbage collector ---------------------------------------------------------------
     def gc_paused(self, seconds: float, on_loop: bool) -> None:
         """A collection took ``seconds`` of CPU; ``on_loop``: on the loop's thread (whose
-        CPU clock counts it already), else it is added to the step in progress."""
-        with self._lock:
-            self.gc.add(seconds)
-            self._step_gc += seconds
-            if not on_loop:
-                self._foreign_gc += seconds
+        CPU clock counts it already), else it is added to the step in progress. No lock
+        (see the module docstring): a deque's append is atomic."""
+        self._collections.append((seconds, on_loop))
 
     # the sampler ----------------------------------------------------------------------------
     def in_progress(self, now: float, cpu: float) -> tuple[int, float, float]:
         """(turn, seconds since the last turn, CPU seconds since it) for the sampler, which
         reads the loop thread's CPU clock at ``now``."""
+        foreign = sum(seconds for seconds, on_loop in list(self._collections) if not on_loop)
         with self._lock:
             if self._last is None:
                 return self._turns, 0.0, 0.0
             return (
                 self._turns,
                 max(0.0, now - self._last[0]),
-                max(0.0, cpu - self._last[1]) + self._foreign_gc,
+                max(0.0, cpu - self._last[1]) + foreign,
             )
 
     def wants_where(self, turn: int) -> bool:
@@ -176,8 +182,7 @@ class LoopSteps:
     def window(self) -> tuple[LagSummary, float]:
         """The steps' summary since the last call and the longest collection meanwhile."""
         summary = self.steps.window()
-        with self._lock:
-            gc_longest, self.gc.window_longest = self.gc.window_longest, 0.0
+        gc_longest, self.gc.window_longest = self.gc.window_longest, 0.0
         return summary, gc_longest
 
     def view(self, now: float) -> dict[str, Any]:
@@ -187,7 +192,7 @@ class LoopSteps:
             longest = self.longest
             long_steps = list(self.long_steps)
             long_total = self.long_total
-            gc = GcPauses(self.gc.count, self.gc.total, self.gc.longest)
+        gc = GcPauses(self.gc.count, self.gc.total, self.gc.longest)
         last = self.steps.last
         return {
             "step_max_ms": 0.0 if longest is None else round(longest.cpu * 1000.0, 1),
@@ -199,3 +204,12 @@ class LoopSteps:
             "gc_pauses": gc.count,
             "gc_max_ms": round(gc.longest * 1000.0, 1),
         }
+
+
+def _drain(collections: deque[tuple[float, bool]]) -> Iterator[tuple[float, bool]]:
+    """What the collector's callback appended so far (it may append meanwhile)."""
+    while True:
+        try:
+            yield collections.popleft()
+        except IndexError:
+            return

@@ -134,3 +134,25 @@ def test_where_names_our_frames_after_the_innermost_one() -> None:
     where = where_of(sys._getframe())
     assert where.startswith("tests/") or "test_loop_steps.py" in where
     assert "test_where_names_our_frames_after_the_innermost_one" in where
+
+
+def test_a_collection_inside_the_cores_lock_does_not_wait_for_itself() -> None:
+    """The collector's callback runs in whatever thread allocated, possibly the loop's
+    inside the core's lock (a turn creating its LongStep): it must take no lock. (With one,
+    a 10,000-queue broker hung for good on its first such collection.)"""
+    steps = LoopSteps()
+    steps.tick(0.0, 0.0)
+    done = threading.Event()
+
+    def collect_inside_the_lock() -> None:
+        with steps._lock:
+            steps.gc_paused(0.02, on_loop=False)
+        done.set()
+
+    thread = threading.Thread(target=collect_inside_the_lock, daemon=True)
+    thread.start()
+    assert done.wait(5.0), "the collector's callback waited for the lock its thread held"
+    assert round(steps.in_progress(0.1, 0.01)[2], 6) == 0.03  # seen by the sampler already
+    long_step = steps.tick(0.2, 0.09)  # 90 ms on the loop's CPU + 20 ms of the other thread
+    assert long_step is not None and round(long_step.cpu, 6) == 0.11
+    assert steps.gc.count == 1

@@ -61,8 +61,12 @@ def test_the_loop_runs_other_work_between_slices() -> None:
         async def other() -> None:
             ran.append("other")
 
+        def row(i: int) -> int:
+            ran.append("row")
+            return i
+
         task = asyncio.ensure_future(other())
-        rows = await run_sliced(rows_in_slices(list(range(1500)), lambda i: ran.append("row") or i))
+        rows = await run_sliced(rows_in_slices(list(range(1500)), row))
         await task
         assert rows == list(range(1500))
         text = await dumps_sliced({"rows": rows})
