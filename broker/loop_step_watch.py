@@ -15,7 +15,9 @@ garbage collector's callback.
   step; the sampler still sees it grow.
 - ``gc.callbacks`` times each collection with the CPU clock of the thread that runs it
   (a collection holds the interpreter lock: a collection in another thread stops the loop
-  too, and is added to its step).
+  too, and is added to its step); after a full collection of 50 ms or more the tick
+  freezes the heap (``gc.freeze()``, :meth:`LoopSteps.take_freeze`), logged as
+  ``gc_frozen``.
 
 Costs: 100 tick callbacks a second (a few microseconds each), 50 wake-ups of the sampler
 (a clock read and a lock), two short calls per collection.
@@ -118,6 +120,9 @@ class StepWatch:
         assert self._loop is not None
         self._handle = self._loop.call_later(self.interval, self._turn)
         long_step = self.steps.tick(time.monotonic(), time.thread_time())
+        if self.steps.take_freeze():
+            gc.freeze()  # constant time: the collector's lists are moved, not walked
+            self._log.info("gc_frozen", freezes=self.steps.freezes)
         if long_step is not None:
             self._log.warning(
                 "loop_step_long",
@@ -134,6 +139,7 @@ class StepWatch:
             self.steps.gc_paused(
                 max(0.0, time.thread_time() - self._gc_started),
                 on_loop=threading.get_ident() == self._ident,
+                generation=int(info.get("generation", 0)),
             )
 
     # the sampler thread ----------------------------------------------------------------------

@@ -24,7 +24,8 @@ core keeps:
   each with where the sampler saw the loop (``GET /api/status``'s ``loop``, the
   ``loop_step_long`` event);
 - the garbage collector's pauses (count, total and longest, those of the loop's thread
-  and those of the others).
+  and those of the others), and when to freeze the heap after a long full collection
+  (:meth:`LoopSteps.take_freeze`).
 
 Plain data and arithmetic, times passed in (seconds). THREAD SAFE: one lock for the loop's
 thread and the sampler thread; the collector's callback takes no lock (it runs in whatever
@@ -57,6 +58,9 @@ LONG_STEP = 0.1
 WHERE_AFTER = 0.03
 #: Long steps kept for the status (the latest).
 LONG_STEPS_KEPT = 10
+#: A full collection (generation 2) at least this long (CPU seconds) has what survived it
+#: frozen (see :meth:`LoopSteps.take_freeze`).
+FREEZE_AFTER = 0.05
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,10 @@ class LoopSteps:
         self._turns = 0
         #: collections not read yet (seconds, on the loop's thread?): appended by the
         #: collector's callback without a lock, read by the tick and the sampler
-        self._collections: deque[tuple[float, bool]] = deque()
+        self._collections: deque[tuple[float, bool, int]] = deque()
+        self._freeze = False
+        #: the heap was frozen after a long full collection, how many times
+        self.freezes = 0
         self._where: tuple[int, str] | None = None  # (turn, stack) the sampler noted
 
     # the loop's tick ----------------------------------------------------------------------
@@ -119,11 +126,13 @@ class LoopSteps:
         """A turn of the tick at ``now`` with the loop thread's CPU clock at ``cpu``: the
         step since the last turn is recorded; the step when it was a long one."""
         foreign = collected = 0.0
-        for seconds, on_loop in _drain(self._collections):
+        for seconds, on_loop, generation in _drain(self._collections):
             self.gc.add(seconds)
             collected += seconds
             if not on_loop:
                 foreign += seconds
+            if generation == 2 and seconds >= FREEZE_AFTER:
+                self._freeze = True
         with self._lock:
             last, self._last = self._last, (now, cpu)
             turn, self._turns = self._turns, self._turns + 1
@@ -146,17 +155,34 @@ class LoopSteps:
             return record
 
     # the garbage collector ---------------------------------------------------------------
-    def gc_paused(self, seconds: float, on_loop: bool) -> None:
-        """A collection took ``seconds`` of CPU; ``on_loop``: on the loop's thread (whose
-        CPU clock counts it already), else it is added to the step in progress. No lock
-        (see the module docstring): a deque's append is atomic."""
-        self._collections.append((seconds, on_loop))
+    def gc_paused(self, seconds: float, on_loop: bool, generation: int = 0) -> None:
+        """A collection of ``generation`` took ``seconds`` of CPU; ``on_loop``: on the
+        loop's thread (whose CPU clock counts it already), else it is added to the step in
+        progress. No lock (see the module docstring): a deque's append is atomic."""
+        self._collections.append((seconds, on_loop, generation))
+
+    def take_freeze(self) -> bool:
+        """Whether to freeze the heap now (``gc.freeze()``), once: a full collection took
+        :data:`FREEZE_AFTER` or more since the last call. A full collection walks every
+        object the collector tracks; with thousands of queues that is hundreds of
+        milliseconds in one step (10,000 queues: 250-460 ms), however the rest of the work
+        is sliced. Frozen objects are walked no more (the next full collections walk what
+        came after), so one long collection is followed by short ones. The price: a
+        reference cycle among frozen objects that dies later is not freed (reference
+        counting frees the rest as always) until a backup's catch-up ends
+        (``broker.ha.queue_replicator.CatchUpGc`` unfreezes), as after a store's recovery
+        (``broker.server``); docs/reliability.md, "No long stalls"."""
+        if not self._freeze:
+            return False
+        self._freeze = False
+        self.freezes += 1
+        return True
 
     # the sampler ----------------------------------------------------------------------------
     def in_progress(self, now: float, cpu: float) -> tuple[int, float, float]:
         """(turn, seconds since the last turn, CPU seconds since it) for the sampler, which
         reads the loop thread's CPU clock at ``now``."""
-        foreign = sum(seconds for seconds, on_loop in list(self._collections) if not on_loop)
+        foreign = sum(seconds for seconds, on_loop, _g in list(self._collections) if not on_loop)
         with self._lock:
             if self._last is None:
                 return self._turns, 0.0, 0.0
@@ -203,10 +229,11 @@ class LoopSteps:
             "long_steps": [step.view(now) for step in long_steps],
             "gc_pauses": gc.count,
             "gc_max_ms": round(gc.longest * 1000.0, 1),
+            "gc_freezes": self.freezes,
         }
 
 
-def _drain(collections: deque[tuple[float, bool]]) -> Iterator[tuple[float, bool]]:
+def _drain(collections: deque[tuple[float, bool, int]]) -> Iterator[tuple[float, bool, int]]:
     """What the collector's callback appended so far (it may append meanwhile)."""
     while True:
         try:

@@ -64,6 +64,7 @@ GOOD: list[dict[str, Any]] = [
      "step_max_ms": 40.2, "gc_max_ms": 20.0},
     {"event": "loop_lag", "component": "broker", "samples": 200, "p50_ms": 0.25, "p99_ms": 5.0,
      "max_ms": 12.1},  # before the steps were measured
+    {"event": "gc_frozen", "component": "broker", "freezes": 1},
 ]  # fmt: skip
 
 BAD: list[tuple[dict[str, Any], str]] = [

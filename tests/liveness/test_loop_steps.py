@@ -156,3 +156,17 @@ def test_a_collection_inside_the_cores_lock_does_not_wait_for_itself() -> None:
     long_step = steps.tick(0.2, 0.09)  # 90 ms on the loop's CPU + 20 ms of the other thread
     assert long_step is not None and round(long_step.cpu, 6) == 0.11
     assert steps.gc.count == 1
+
+
+def test_a_long_full_collection_asks_for_one_freeze() -> None:
+    steps = LoopSteps()
+    steps.tick(0.0, 0.0)
+    steps.gc_paused(0.2, on_loop=True, generation=1)  # long, but not a full collection
+    steps.gc_paused(0.01, on_loop=True, generation=2)  # full, but short
+    steps.tick(0.5, 0.3)
+    assert not steps.take_freeze()
+    steps.gc_paused(0.08, on_loop=False, generation=2)
+    assert not steps.take_freeze()  # seen at the next turn
+    steps.tick(0.6, 0.31)
+    assert steps.take_freeze() and not steps.take_freeze()  # once
+    assert steps.view(0.6)["gc_freezes"] == 1
