@@ -21,8 +21,8 @@ from broker.loop_steps import LONG_STEP
 from tests.ha.cluster import Cluster
 from tests.ha.scale_scenario import get, make_cluster, run
 
-#: Queues of the shortened run (about 8-12 s on 2 loaded cores).
-QUEUES = 1500
+#: Queues of the shortened run (about 12-15 s on 2 loaded cores, cluster start included).
+QUEUES = 1200
 #: Messages on a few queues before the fail-over.
 BACKLOG = {"q1": 1000, "q2": 1000, "q3": 1000}
 

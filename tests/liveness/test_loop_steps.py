@@ -116,7 +116,7 @@ def test_on_a_real_loop_cpu_counts_and_sleeping_does_not() -> None:
 
 def test_a_collection_in_another_thread_is_counted_in_the_step() -> None:
     steps = LoopSteps()
-    garbage = [[i] for i in range(300_000)]  # something for the collector to walk
+    garbage = [[i] for i in range(100_000)]  # something for the collector to walk
 
     async def scenario() -> None:
         watch = StepWatch(steps)
@@ -131,7 +131,7 @@ def test_a_collection_in_another_thread_is_counted_in_the_step() -> None:
             watch.stop()
 
     asyncio.run(scenario())
-    assert len(garbage) == 300_000
+    assert len(garbage) == 100_000
     poll_until(lambda: steps.gc.count > 0, 2, "a collection timed")
     assert steps.gc.longest > 0.0
     # the other thread's collection held the loop: it is in the step it fell in

@@ -23,7 +23,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=100)
+@settings(max_examples=40)
 @given(JSON, st.integers(1, 6))
 def test_the_pieces_make_the_text_of_one_dumps(data: Any, size: int) -> None:
     text = "".join(encode_slices(data, size))
