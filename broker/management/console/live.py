@@ -244,6 +244,8 @@ class LiveFeed:
         self._agent_instants()
         # only while someone watches: a snapshot of every object each second costs
         self.snapshot = (yield from self._build_steps(now, ha_status)) if self.viewers else None
+        if self.snapshot is None:
+            self._text = None  # megabytes at 10,000 queues: not kept for nobody
 
     def _sample_queues(self, now: float, items: list[tuple[str, Any]]) -> None:
         for name, queue in items:
