@@ -618,7 +618,7 @@ class HaBroker:
         return member_dicts(self.role.members())
 
     def status(self) -> dict[str, Any]:
-        """What GET /api/ha shows (:func:`broker.ha.ha_status.ha_status`)."""
+        """What GET /api/ha shows, at once (:meth:`status_steps`)."""
         return run_steps(self.status_steps())
 
     def status_steps(self) -> Steps[dict[str, Any]]:

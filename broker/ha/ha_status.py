@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from common.slices import SLICE, Steps, rows_in_slices, run_steps
+from common.slices import SLICE, Steps, rows_in_slices
 
 if TYPE_CHECKING:
     from broker.core.queue import Queue
@@ -35,11 +35,6 @@ def in_sync_status(role: HaRole) -> dict[str, Any]:
             None if committed is None else {"epoch": committed[0], "members": sorted(committed[1])}
         ),
     }
-
-
-def ha_status(ha: HaBroker) -> dict[str, Any]:
-    """What GET /api/ha shows."""
-    return run_steps(ha_status_steps(ha))
 
 
 def ha_status_steps(ha: HaBroker) -> Steps[dict[str, Any]]:
