@@ -47,6 +47,9 @@ class ManagedOptions(OptionsView, Protocol):
     @property
     def ha_agent(self) -> str | None: ...
 
+    @property
+    def metrics_per_queue(self) -> bool: ...
+
 
 class ManagedBroker(BrokerView, Protocol):
     """What the management API reads of :class:`broker.server.Broker`."""

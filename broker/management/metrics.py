@@ -207,8 +207,9 @@ QUEUE_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
-    """Every metric family of ``broker``, at wall-clock time ``now`` (default: now)."""
+def collect(broker: BrokerView, now: float | None = None, per_queue: bool = True) -> list[Family]:
+    """Every metric family of ``broker``, at wall-clock time ``now`` (default: now); the
+    per-queue series (labelled with queue names) only with ``per_queue``."""
     now = time.time() if now is None else now
     # every vhost (a broker with one has only ``vhost``); a queue outside "/" is labelled
     # with its vhost too, so that two vhosts' queues of one name are two series
@@ -265,6 +266,8 @@ def collect(broker: BrokerView, now: float | None = None) -> list[Family]:
     lag = getattr(getattr(broker, "liveness", None), "lag", None)
     if isinstance(lag, LoopLag):
         families.extend(_loop_lag(lag))
+    if not per_queue:
+        return families
     queues = sorted(
         (q for v in vhosts for q in v.queues.values()),
         key=lambda q: (q.vhost != "/", q.vhost, q.name),
@@ -303,9 +306,10 @@ def _loop_lag(lag: LoopLag) -> list[Family]:
     ]
 
 
-def render_metrics(broker: BrokerView, now: float | None = None) -> str:
-    """The Prometheus text exposition of ``broker`` (ends with a newline)."""
+def render_metrics(broker: BrokerView, now: float | None = None, per_queue: bool = True) -> str:
+    """The Prometheus text exposition of ``broker`` (ends with a newline): aggregates, and
+    the per-queue series with ``per_queue``."""
     lines: list[str] = []
-    for family in collect(broker, now):
+    for family in collect(broker, now, per_queue):
         lines.extend(family.render())
     return "\n".join(lines) + "\n"

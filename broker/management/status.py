@@ -4,6 +4,9 @@ Both are read-only and served without credentials even with authentication on (h
 checks and scrapers: :data:`broker.management.auth.OPEN_PATHS`). ``/api/status`` is a
 one-object summary of the broker; ``/metrics`` is the Prometheus text that
 :func:`broker.management.metrics.render_metrics` renders, given its content type here.
+Without a login ``/metrics`` holds the aggregates only, no queue name (RabbitMQ's default);
+with one (:data:`broker.management.auth.LOGIN_SHOWS_MORE`), with authentication off or with
+``--metrics-per-queue`` the per-queue series too.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from aiohttp import web
 
 from broker import __version__
+from broker.management.auth import current_user
 from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.metrics import CONTENT_TYPE, render_metrics
 from broker.management.responses import json_response
@@ -45,5 +49,8 @@ class StatusEndpoints:
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
-        text = render_metrics(self.broker)
+        # Queue names only to a login (RabbitMQ's default): anyone may scrape the aggregates.
+        options = self.broker.options
+        per_queue = not options.auth or options.metrics_per_queue or current_user.get() is not None
+        text = render_metrics(self.broker, per_queue=per_queue)
         return web.Response(body=text.encode("utf-8"), headers={"Content-Type": CONTENT_TYPE})
