@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -43,14 +44,31 @@ from broker.security.file_modes import (
     check_not_writable_by_others,
     readable_by_others,
 )
+from broker.security.login_backoff import LoginBackoff, replication_exemption
 from broker.security.sasl import is_loopback
 from broker.security.tls import TlsError, TlsSettings, reload_server_context, server_context
 from broker.security.users import load as load_users
+from common.url import parse_url
 
 __all__ = ["USERS_CHECK_INTERVAL", "BrokerSecurity", "ReloadError"]
 
 #: Seconds between two looks (a stat) at the users file for a change.
 USERS_CHECK_INTERVAL = 1.0
+
+
+def brokers_addresses(options: Any) -> list[str]:
+    """The IP addresses of ``ha-brokers-url``'s hosts (a name resolved once, at start; one
+    that does not resolve is left out): where replication links come from."""
+    if not options.ha_brokers_url:
+        return []
+    found: list[str] = []
+    for address in parse_url(options.ha_brokers_url).addresses:
+        try:
+            infos = socket.getaddrinfo(address.host, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            continue
+        found.extend(str(info[4][0]) for info in infos)
+    return found
 
 
 class ReloadError(Exception):
@@ -78,6 +96,9 @@ class BrokerSecurity:
         self.server_ssl = None if self.tls is None else server_context(self.tls)
         self.ssl_port = 0
         context.require_encryption = bool(options.require_encryption)  # plain AMQP refused
+        # The wait after failed logins, the replication user from the brokers exempt
+        exempt = replication_exemption(options.ha_username, brokers_addresses(options))
+        context.authenticator.backoff = LoginBackoff(exempt=exempt)
         self.mgmt_ssl()  # TlsError now (exit 2) rather than when the API starts
         if acl_file:
             acl = load_acl(acl_file)  # AclError (a ValueError): bad configuration

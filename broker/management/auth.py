@@ -36,7 +36,7 @@ from structlog.typing import FilteringBoundLogger
 from broker.listen import unmapped
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
-from broker.security.password_checks import off_loop
+from broker.security.password_checks import authenticate
 from broker.security.roles import Role, allows, required_permission
 from broker.security.sasl import AuthenticationError
 
@@ -137,8 +137,8 @@ class BasicAuth:
         if not colon:
             raise ApiError(401, "malformed Basic credentials", headers=challenge)
         try:
-            return await off_loop(  # the scrypt hash: not on the event loop
-                self.broker.context.authenticator.authenticate,
+            return await authenticate(  # the back-off, then the hash off the event loop
+                self.broker.context.authenticator,
                 "PLAIN",
                 b"\0" + user + b"\0" + password,
                 unmapped(remote or ""),  # an IPv4 client of a dual-stack socket as IPv4

@@ -73,8 +73,8 @@ def cross_site_reason(method: str, headers: Mapping[str, str], host: str) -> str
         return None
     fetch_site = headers.get("Sec-Fetch-Site")
     if fetch_site is not None and fetch_site.strip().lower() not in OWN_FETCH_SITES:
-        origin = headers.get("Origin", "an unnamed origin")
-        return f"a page of another site ({origin}, Sec-Fetch-Site: {fetch_site.strip()[:40]})"
+        named = headers.get("Origin", "an unnamed origin")
+        return f"a page of another site ({named[:100]}, Sec-Fetch-Site: {fetch_site.strip()[:40]})"
     origin = headers.get("Origin")
     if origin is None:
         return None

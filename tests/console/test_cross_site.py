@@ -116,8 +116,8 @@ def test_a_page_of_another_origin_cannot_act_with_the_browsers_basic_login(
         pages["/stop"] = attack_page(f"{api}/api/admin/stop", False)
         for page in ("/publish", "/stop"):
             browser.get(other + page)
-            refused = poll_until(
-                lambda: "another site" in body_text(browser) and body_text(browser), 10
+            refused = str(
+                poll_until(lambda: "another site" in body_text(browser) and body_text(browser), 10)
             )
             assert other in refused and "whatever the credentials" in refused, refused
 
