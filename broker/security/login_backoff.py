@@ -70,9 +70,9 @@ class BackoffPolicy:
         steps = math.ceil(math.log2(max(self.max_delay / self.first_delay, 1.0)))
         return self.free_failures + steps + 1
 
-    def delay_of(self, failures: float) -> float:
+    def delay_of(self, failures: int) -> float:
         """The wait of a login whose source or user has ``failures`` recent failures."""
-        over = math.floor(failures) - self.free_failures
+        over = failures - self.free_failures
         if over < 0:
             return 0.0
         return min(self.max_delay, self.first_delay * 2.0 ** min(over, 64))
@@ -162,11 +162,13 @@ class LoginBackoff:
         """Sources and users tracked."""
         return len(self._sources.counts) + len(self._users.counts)
 
-    def failures(self, source: str | None, user: str, now: float) -> float:
-        """The recent failures that decide the wait of a login (the larger count)."""
+    def failures(self, source: str | None, user: str, now: float) -> int:
+        """The recent failures that decide the wait of a login (the larger count; a failure
+        partly forgotten still counts whole)."""
         if self.exempt(source, user):
-            return 0.0
-        return max(self._sources.current(source_key(source), now), self._users.current(user, now))
+            return 0
+        left = max(self._sources.current(source_key(source), now), self._users.current(user, now))
+        return math.ceil(left - 1e-9)
 
     def delay(self, source: str | None, user: str, now: float) -> float:
         """Seconds a login of ``user`` from ``source`` waits before its password is

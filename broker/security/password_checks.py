@@ -71,7 +71,7 @@ async def _backed_off(check: PasswordCheck) -> bool:
             peer=check.peer_host,
             user=check.user,
             delay=round(delay, 3),
-            failures=int(backoff.failures(check.peer_host, check.user, loop.time())),
+            failures=backoff.failures(check.peer_host, check.user, loop.time()),
         )
         await asyncio.sleep(delay)
     matched = await loop.run_in_executor(_executor(), check.run)
