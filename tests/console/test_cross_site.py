@@ -27,6 +27,7 @@ from selenium.webdriver.common.by import By
 from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 from tests.console.support import USERS, write_users
+from tests.drill.log_schema import check_log_file
 
 pytestmark = pytest.mark.xdist_group("console_browser")
 
@@ -129,6 +130,7 @@ def test_a_page_of_another_origin_cannot_act_with_the_browsers_basic_login(
             ("/api/admin/stop", other),
         ]
         assert not [e for e in broker.events() if e["event"] == "management_auth_failed"]
+        assert check_log_file(broker.log_file)[1] == []  # as the log schema says
 
         # The same change from a program with the same credentials: published.
         token = base64.b64encode(f"guest:{password}".encode()).decode()

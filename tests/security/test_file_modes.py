@@ -15,6 +15,7 @@ import pytest
 from broker.security.file_modes import FileModeError, readable_by_others
 from tests.broker_process import QPIDD, BrokerProcess
 from tests.console.support import write_users
+from tests.drill.log_schema import check_log_file
 
 ACL = "acl allow all all\n"
 
@@ -62,6 +63,7 @@ def test_a_file_readable_by_others_warns_once_and_reload_refuses_writable(
     try:
         warnings = [e for e in broker.events() if e["event"] == "security_file_readable"]
         assert [(e["file"], e["level"]) for e in warnings] == [(str(users), "warning")]
+        assert check_log_file(broker.log_file)[1] == []
         os.chmod(users, 0o666)  # then made writable by others: a reload keeps the users
         connection = http.client.HTTPConnection("127.0.0.1", broker.mgmt_port, timeout=10)
         token = base64.b64encode(b"guest:guest").decode()

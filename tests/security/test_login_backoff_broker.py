@@ -30,6 +30,7 @@ from broker.security.login_backoff import BackoffPolicy
 from broker.security.roles import Role
 from common.polling import poll_until
 from tests.broker_process import BrokerProcess
+from tests.drill.log_schema import check_log_file
 from tests.ha.cluster import Cluster
 from tests.ha.cluster import http as ha_http
 from tests.security.users import write_users
@@ -151,6 +152,7 @@ def test_guessing_is_delayed_while_another_client_stays_fast(tmp_path: Path) -> 
     assert {(e["peer"], e["user"]) for e in delayed} == set(targets.items())
     assert max(e["delay"] for e in delayed) == POLICY.delay_of(GUESSES)
     assert other_login is not None and other_login < 1.0, other_login  # app: no wait
+    assert check_log_file(broker.log_file)[1] == []  # login_delayed as the schema says
     assert statistics.median(trips) < 0.05, f"round trips slowed: {statistics.median(trips)}"
 
 
