@@ -17,11 +17,14 @@ Contract
 - A request that cannot change anything (``GET``, ``HEAD``, ``OPTIONS``) passes, except a
   WebSocket upgrade, which is judged as a change (a page of another site must not read the
   live feed with the browser's credentials).
-- A browser names where a request comes from: ``Sec-Fetch-Site`` (Chromium, Firefox,
-  Safari) and ``Origin`` (every browser, on every POST, PUT and DELETE). A change passes only
-  when ``Sec-Fetch-Site``, if sent, is ``same-origin`` or ``none`` (typed by the user), and
-  ``Origin``, if sent, is this API's own origin (its ``Host``). ``same-site`` is refused:
-  another port of the same host is another origin, and any page served there could act.
+- A browser names where a request comes from: ``Sec-Fetch-Site`` (Chromium, Firefox 90,
+  Safari 16.4 and later; no page can set it) and ``Origin`` (every browser, on every POST,
+  PUT and DELETE). When ``Sec-Fetch-Site`` is sent it decides: a change passes only when it
+  is ``same-origin`` or ``none`` (typed by the user); ``same-site`` is refused (another port
+  of the same host is another origin, and any page served there could act). Without it, a
+  change passes only when ``Origin``, if sent, is this API's own origin (its ``Host``). The
+  console's pages send ``Referrer-Policy: no-referrer``, under which a browser names their
+  own form posts' origin ``null``: ``Sec-Fetch-Site`` tells those apart.
 - A request with neither header passes: it comes from a program, not a page (``qpid-ha``,
   the agents of any version, the OCF script, curl, Prometheus). A browser always sends at
   least ``Origin`` with a cross-origin form POST, whatever its ``Content-Type``.
@@ -72,7 +75,9 @@ def cross_site_reason(method: str, headers: Mapping[str, str], host: str) -> str
     if method.upper() in SAFE_METHODS and not upgrade:
         return None
     fetch_site = headers.get("Sec-Fetch-Site")
-    if fetch_site is not None and fetch_site.strip().lower() not in OWN_FETCH_SITES:
+    if fetch_site is not None:  # the browser's own word, which no page can set: it decides
+        if fetch_site.strip().lower() in OWN_FETCH_SITES:
+            return None
         named = headers.get("Origin", "an unnamed origin")
         return f"a page of another site ({named[:100]}, Sec-Fetch-Site: {fetch_site.strip()[:40]})"
     origin = headers.get("Origin")

@@ -25,6 +25,8 @@ HOST = "127.0.0.1:8672"
         ("POST", {"Origin": "HTTP://127.0.0.1:8672"}),
         ("PUT", {"Sec-Fetch-Site": "none"}),  # typed by the user
         ("POST", {"Sec-Fetch-Site": "same-origin"}),
+        # the console's own login form under Referrer-Policy: no-referrer
+        ("POST", {"Origin": "null", "Sec-Fetch-Site": "same-origin"}),
     ],
 )
 def test_passes(method: str, headers: dict[str, str]) -> None:
