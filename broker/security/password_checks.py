@@ -43,6 +43,8 @@ class LoginSteps(Protocol):
 THREADS = 2
 
 _pool: ThreadPoolExecutor | None = None
+#: The checks waiting for their back-off or hash.
+_waiting: set[asyncio.Future[bool]] = set()
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -57,7 +59,10 @@ def run_password_check(check: PasswordCheck) -> asyncio.Future[bool]:
     True when the password matched."""
     if check.backoff is None:
         return asyncio.get_running_loop().run_in_executor(_executor(), check.run)
-    return asyncio.ensure_future(_backed_off(check))
+    task = asyncio.ensure_future(_backed_off(check))
+    _waiting.add(task)  # held until done (the loop keeps only a weak reference to a task)
+    task.add_done_callback(_waiting.discard)
+    return task
 
 
 async def _backed_off(check: PasswordCheck) -> bool:
