@@ -5,9 +5,10 @@
 A browser that logged in to the API with HTTP Basic (the API's ``WWW-Authenticate``
 challenge invites it) sends those credentials again with every later request to this
 origin, also when a page of another site submits a form to it. Without this guard such a
-page could publish as that user, or stop the broker (``POST /api/admin/stop``). The console's
-own cookie is ``SameSite=Strict`` and its changes need the :data:`~broker.management.console.
-sessions.CSRF_HEADER`; this guard covers Basic credentials, and the console too.
+page could publish as that user, or stop the broker (``POST /api/admin/stop``). The
+console's own cookie is ``SameSite=Strict`` and its changes need its header
+(:data:`broker.management.console.sessions.CSRF_HEADER`); this guard covers Basic
+credentials, and the console too.
 
 Contract
 ========
