@@ -2,10 +2,12 @@
 reload``, ``qpid-ha users reload``).
 
 :class:`BrokerSecurity` reads ``--acl-file`` at start (a bad file stops the start, exit 2,
-naming the line) and installs the ACL on the connections' context. :meth:`reload` reads
-the file again: a good file replaces the ACL at once for every later request, a bad one
-leaves the running ACL in place and says why (``acl_reload_failed``). The caller decides
-when: SIGHUP (:mod:`broker.main`) or ``POST /api/acl/reload``.
+naming the line; so does a users file or ACL that others may write, and one they may read is
+a ``security_file_readable`` warning: :mod:`broker.security.file_modes`) and installs the
+ACL on the connections' context. :meth:`reload` reads the file again: a good file replaces
+the ACL at once for every later request, a bad one leaves the running ACL in place and says
+why (``acl_reload_failed``). The caller decides when: SIGHUP (:mod:`broker.main`) or ``POST
+/api/acl/reload``.
 
 The users file (``--sasl-users``) is read again the same way (:meth:`reload_users`: SIGHUP,
 ``POST /api/users/reload``, or :meth:`tick` noticing the file changed: ``qpid-ha users``
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -36,14 +39,36 @@ from broker.amqp.access import AccessControl
 from broker.amqp.context import BrokerContext
 from broker.listen import Listener, serve
 from broker.security.acl import Acl, AclError, load_acl
+from broker.security.file_modes import (
+    FileModeError,
+    check_not_writable_by_others,
+    readable_by_others,
+)
+from broker.security.login_backoff import LoginBackoff, replication_exemption
 from broker.security.sasl import is_loopback
 from broker.security.tls import TlsError, TlsSettings, reload_server_context, server_context
 from broker.security.users import load as load_users
+from common.url import parse_url
 
 __all__ = ["USERS_CHECK_INTERVAL", "BrokerSecurity", "ReloadError"]
 
 #: Seconds between two looks (a stat) at the users file for a change.
 USERS_CHECK_INTERVAL = 1.0
+
+
+def brokers_addresses(options: Any) -> list[str]:
+    """The IP addresses of ``ha-brokers-url``'s hosts (a name resolved once, at start; one
+    that does not resolve is left out): where replication links come from."""
+    if not options.ha_brokers_url:
+        return []
+    found: list[str] = []
+    for address in parse_url(options.ha_brokers_url).addresses:
+        try:
+            infos = socket.getaddrinfo(address.host, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            continue
+        found.extend(str(info[4][0]) for info in infos)
+    return found
 
 
 class ReloadError(Exception):
@@ -59,6 +84,11 @@ class BrokerSecurity:
         self.log = log
         self.loaded_at: float | None = None
         self.users_file: str | None = options.sasl_users
+        # FileModeError (a ValueError): exit 2, naming the file; readable by others: a warning
+        for path, what in ((self.users_file, "users file"), (acl_file, "ACL file")):
+            warning = None if path is None else readable_by_others(path, what)
+            if warning is not None:
+                log.warning("security_file_readable", file=path, reason=warning)
         self.users_loaded_at: float | None = time.time() if self.users_file else None
         self._users_seen = self._users_signature()  # the file as last read (or tried)
         self._users_checked = time.monotonic()
@@ -66,6 +96,9 @@ class BrokerSecurity:
         self.server_ssl = None if self.tls is None else server_context(self.tls)
         self.ssl_port = 0
         context.require_encryption = bool(options.require_encryption)  # plain AMQP refused
+        # The wait after failed logins, the replication user from the brokers exempt
+        exempt = replication_exemption(options.ha_username, brokers_addresses(options))
+        context.authenticator.backoff = LoginBackoff(exempt=exempt)
         self.mgmt_ssl()  # TlsError now (exit 2) rather than when the API starts
         if acl_file:
             acl = load_acl(acl_file)  # AclError (a ValueError): bad configuration
@@ -90,8 +123,9 @@ class BrokerSecurity:
         if not self.acl_file or self.context.acl is None:
             raise ReloadError("no ACL file is configured (--acl-file)")
         try:
+            check_not_writable_by_others(self.acl_file, "ACL file")
             acl = load_acl(self.acl_file)
-        except AclError as exc:
+        except (AclError, FileModeError) as exc:
             self.log.warning("acl_reload_failed", file=self.acl_file, reason=str(exc), by=reason)
             raise ReloadError(f"{exc} (the running ACL stays)") from None
         self.context.acl.replace(acl)
@@ -114,6 +148,7 @@ class BrokerSecurity:
             raise ReloadError("no users file is configured (--sasl-users)")
         self._users_seen = self._users_signature()
         try:
+            check_not_writable_by_others(self.users_file, "users file")
             users = load_users(self.users_file)
         except ValueError as exc:  # names the file and line, never a hash
             self.log.warning(

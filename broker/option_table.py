@@ -191,6 +191,13 @@ class BrokerOptions:
         " them in as its common name)",
         metavar="yes|no",
     )
+    metrics_per_queue: bool = _option(
+        False,
+        parse_bool,
+        "serve /metrics' per-queue series (queue names) without a login too, as RabbitMQ's"
+        " prometheus.return_per_object_metrics; with a login they are always served",
+        metavar="yes|no",
+    )
     mgmt_ssl: str = _option(
         "auto",
         choice("auto", "yes", "no"),

@@ -43,6 +43,7 @@ EXPECTED_DEFAULTS = {
     "ssl_key_file": None,
     "ssl_ca_file": None,
     "ssl_require_client_authentication": False,
+    "metrics_per_queue": False,
     "mgmt_ssl": "auto",
     "require_encryption": False,
     "console_zk": None,

@@ -11,9 +11,11 @@ When the broker runs with authentication on (``options.auth``), every request ex
 credentials, checked with the broker's SASL authenticator as a PLAIN response.
 
 This module only assembles the app: the route table (:meth:`ManagementApi.routes`, every
-endpoint in one place), the error middleware (outermost) and the authentication middleware
-(:mod:`broker.management.auth`), and the server (:func:`start_management`). The handlers
-live by concept: :mod:`~broker.management.status` (status, metrics),
+endpoint in one place), the error middleware (outermost), the guard that refuses changes
+asked by another site's page (:mod:`broker.management.origin_guard`) and the
+authentication middleware (:mod:`broker.management.auth`), and the server
+(:func:`start_management`). The handlers live by concept:
+:mod:`~broker.management.status` (status, metrics),
 :mod:`~broker.management.objects` (queues, exchanges, bindings, connections),
 :mod:`~broker.management.channels` (the connections' channels),
 :mod:`~broker.management.vhosts` (virtual hosts) and
@@ -43,6 +45,7 @@ from broker.management.ha import HaEndpoints
 from broker.management.http_log import http_logger
 from broker.management.managed import ManagedBroker
 from broker.management.objects import ObjectEndpoints
+from broker.management.origin_guard import OriginGuard
 from broker.management.status import StatusEndpoints
 from broker.management.store_backup import StoreBackupEndpoints
 from broker.management.vhosts import VhostEndpoints
@@ -56,6 +59,7 @@ class ManagementApi:
         self.broker = broker
         self.log = get_logger("management")
         self.console = Console(broker, self.log)  # the web console, docs/console.md
+        self.origin_guard = OriginGuard(self.log)  # no change asked by another site's page
         self.auth = BasicAuth(broker, self.log, sessions=self.console)
         self.overview = StatusEndpoints(broker)
         self.objects = ObjectEndpoints(broker, self.log)
@@ -138,7 +142,9 @@ class ManagementApi:
 def create_app(broker: ManagedBroker) -> web.Application:
     """The management application for ``broker`` (also used by tests with a TestServer)."""
     api = ManagementApi(broker)
-    app = web.Application(middlewares=[api.errors, api.auth.middleware])
+    app = web.Application(
+        middlewares=[api.errors, api.origin_guard.middleware, api.auth.middleware]
+    )
     app.add_routes(api.routes())
     api.console.attach(app)
     return app

@@ -3,12 +3,13 @@ authenticator as a PLAIN response.
 
 Contract: with ``options.auth`` off every request passes and :data:`current_user` is
 ``None``. With it on, every request except those to :data:`OPEN_PATHS` (health checks and
-scrapers) needs valid Basic credentials, else :class:`~broker.management.errors.ApiError`
-401 with a ``WWW-Authenticate`` challenge; a wrong password is logged
-(``management_auth_failed``). Then the user's roles must grant what the request needs
-(:mod:`broker.security.roles`: monitoring reads, administrator changes objects and
-connections, cluster-manager promotes, grants the lease, commits the in-sync set and stops
-the broker), else 403 and ``management_access_denied``. The user is published in
+scrapers) needs valid Basic credentials (on :data:`LOGIN_SHOWS_MORE`, ``/metrics``,
+credentials are optional: checked when given, the handler shows more to a login), else
+:class:`~broker.management.errors.ApiError` 401 with a ``WWW-Authenticate`` challenge; a
+wrong password is logged (``management_auth_failed``). Then the user's roles must grant what
+the request needs (:mod:`broker.security.roles`: monitoring reads, administrator changes
+objects and connections, cluster-manager promotes, grants the lease, commits the in-sync set
+and stops the broker), else 403 and ``management_access_denied``. The user is published in
 :data:`current_user` for the handler of that request only, which names it in the events it
 logs.
 
@@ -35,12 +36,15 @@ from structlog.typing import FilteringBoundLogger
 from broker.listen import unmapped
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
-from broker.security.password_checks import off_loop
+from broker.security.password_checks import authenticate
 from broker.security.roles import Role, allows, required_permission
 from broker.security.sasl import AuthenticationError
 
 #: Paths served without credentials even when authentication is on.
 OPEN_PATHS = frozenset({"/api/status", "/metrics"})
+#: Open paths that show more to a login: credentials given there are checked (401 when
+#: wrong, 403 without a management role), none give the anonymous view.
+LOGIN_SHOWS_MORE = frozenset({"/metrics"})
 
 REALM = "qpidd"
 
@@ -78,16 +82,20 @@ class BasicAuth:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """HTTP Basic, checked by the broker's authenticator, when ``options.auth`` is on."""
         user = None
-        console_page = request.path == "/console" or request.path.startswith("/console/")
-        if self.broker.options.auth and request.path not in OPEN_PATHS and not console_page:
+        path = request.path
+        console_page = path == "/console" or path.startswith("/console/")
+        checked = path not in OPEN_PATHS or path in LOGIN_SHOWS_MORE
+        if self.broker.options.auth and checked and not console_page:
             header = request.headers.get("Authorization")
             cookie_user = None
             if not header and self.sessions is not None:
                 cookie_user = self.sessions.cookie_user(request)
-                if cookie_user is None and self.sessions.is_console(request):
+                anonymous = cookie_user is None and path not in OPEN_PATHS
+                if anonymous and self.sessions.is_console(request):
                     raise ApiError(401, "not logged in to the console (or the session ended)")
-            user = cookie_user or await self._authenticate(header, request.remote)
-            self._authorize(user, request.method, request.path)
+            if header or cookie_user is not None or path not in OPEN_PATHS:
+                user = cookie_user or await self._authenticate(header, request.remote)
+                self._authorize(user, request.method, path)
         token = current_user.set(user)
         try:
             return await handler(request)
@@ -129,8 +137,8 @@ class BasicAuth:
         if not colon:
             raise ApiError(401, "malformed Basic credentials", headers=challenge)
         try:
-            return await off_loop(  # the scrypt hash: not on the event loop
-                self.broker.context.authenticator.authenticate,
+            return await authenticate(  # the back-off, then the hash off the event loop
+                self.broker.context.authenticator,
                 "PLAIN",
                 b"\0" + user + b"\0" + password,
                 unmapped(remote or ""),  # an IPv4 client of a dual-stack socket as IPv4

@@ -18,13 +18,13 @@ from broker.core.queue import Queue
 from broker.core.vhosts import VirtualHosts
 from broker.management.errors import ApiError
 from broker.management.metrics import BrokerView, ContextView, OptionsView
+from broker.security.password_checks import LoginSteps
 from broker.security.roles import Role
 
 
-class Authenticator(Protocol):
-    """:class:`broker.security.sasl.Authenticator`: the user name, or AuthenticationError."""
-
-    def authenticate(self, mechanism: str, response: bytes, peer_host: str | None, /) -> str: ...
+class Authenticator(LoginSteps, Protocol):
+    """:class:`broker.security.sasl.Authenticator`: the user name, or AuthenticationError
+    (``begin``, the hash, ``finish``: :func:`broker.security.password_checks.authenticate`)."""
 
     def roles(self, user: str, /) -> frozenset[Role]: ...
 
@@ -46,6 +46,9 @@ class ManagedOptions(OptionsView, Protocol):
 
     @property
     def ha_agent(self) -> str | None: ...
+
+    @property
+    def metrics_per_queue(self) -> bool: ...
 
 
 class ManagedBroker(BrokerView, Protocol):

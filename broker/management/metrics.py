@@ -367,19 +367,23 @@ def _loop_steps(steps: LoopSteps) -> list[Family]:
 SLICE = 500
 
 
-def render_slices(broker: BrokerView, now: float | None = None, size: int = SLICE) -> Iterator[str]:
+def render_slices(
+    broker: BrokerView, now: float | None = None, size: int = SLICE, *, per_queue: bool = True
+) -> Iterator[str]:
     """The Prometheus text exposition of ``broker`` in slices of about ``size`` samples
     (the text is their concatenation; it ends with a newline). The management API renders
     one slice per turn of the event loop: with thousands of queues, the whole text in one
     callback held the loop for tens of milliseconds. The queues are listed once, first;
     the counters each slice reads are those of its own turn (a scrape is no atomic snapshot
-    either way)."""
+    either way). Without ``per_queue``, the aggregates only (no queue name)."""
     vhosts: list[VirtualHost] = list(getattr(broker, "vhosts", None) or [broker.vhost])
-    queues = _queues(vhosts)
+    queues = _queues(vhosts) if per_queue else []
     lines: list[str] = []
     for family in collect(broker, now, with_queues=False):
         lines.extend(family.render())
     yield "\n".join(lines) + "\n"
+    if not per_queue:
+        return
     for name, kind, help, attribute in QUEUE_FAMILIES:
         for start in range(0, max(1, len(queues)), size):
             family = Family(name, kind, help)
@@ -391,6 +395,7 @@ def render_slices(broker: BrokerView, now: float | None = None, size: int = SLIC
                 yield "\n".join(rendered) + "\n"
 
 
-def render_metrics(broker: BrokerView, now: float | None = None) -> str:
-    """The Prometheus text exposition of ``broker`` (ends with a newline)."""
-    return "".join(render_slices(broker, now))
+def render_metrics(broker: BrokerView, now: float | None = None, per_queue: bool = True) -> str:
+    """The Prometheus text exposition of ``broker`` (ends with a newline): aggregates, and
+    the per-queue series with ``per_queue``."""
+    return "".join(render_slices(broker, now, per_queue=per_queue))

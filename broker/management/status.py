@@ -4,7 +4,10 @@ Both are read-only and served without credentials even with authentication on (h
 checks and scrapers: :data:`broker.management.auth.OPEN_PATHS`). ``/api/status`` is a
 one-object summary of the broker; ``/metrics`` is the Prometheus text that
 :func:`broker.management.metrics.render_slices` renders (a slice a turn of the event
-loop), given its content type here.
+loop), given its content type here. Without a login ``/metrics`` holds the aggregates
+only, no queue name (RabbitMQ's default); with one
+(:data:`broker.management.auth.LOGIN_SHOWS_MORE`), with authentication off or with
+``--metrics-per-queue`` the per-queue series too.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from aiohttp import web
 
 from broker import __version__
 from broker.loop_steps import LoopSteps
+from broker.management.auth import current_user
 from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.metrics import CONTENT_TYPE, render_slices
 from broker.management.responses import json_response
@@ -49,8 +53,12 @@ class StatusEndpoints:
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
+        # Queue names only to a login (RabbitMQ's default): anyone may scrape the aggregates.
+        options = self.broker.options
+        per_queue = not options.auth or options.metrics_per_queue or current_user.get() is not None
         parts: list[bytes] = []
-        for text in render_slices(self.broker):  # one slice a turn: the loop serves between
+        # one slice a turn: the loop serves between
+        for text in render_slices(self.broker, per_queue=per_queue):
             parts.append(text.encode("utf-8"))
             await asyncio.sleep(0)
         return web.Response(body=b"".join(parts), headers={"Content-Type": CONTENT_TYPE})

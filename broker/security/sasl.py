@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from pamqp import decode
 
+from broker.security.login_backoff import LoginBackoff
 from broker.security.roles import Role
 from broker.security.users import UserDatabase
 
@@ -81,6 +82,9 @@ class Authenticator:
         self.users = users
         self.auth_enabled = auth_enabled
         self.loopback_users = loopback_users
+        #: The wait after failed logins (:mod:`broker.security.login_backoff`), carried by
+        #: each :class:`PasswordCheck` to the shell that runs it; None: no wait.
+        self.backoff: LoginBackoff | None = None
 
     def roles(self, user: str) -> frozenset[Role]:
         """``user``'s management roles (:mod:`broker.security.roles`)."""
@@ -146,7 +150,7 @@ class Authenticator:
             return user or ANONYMOUS_USER
         if not user:
             raise AuthenticationError(f"{mechanism}: empty user name")
-        check = PasswordCheck(self.users, mechanism, user, password, peer_host)
+        check = PasswordCheck(self.users, mechanism, user, password, peer_host, self.backoff)
         if self.users.check_remembered(user, password):
             return self.finish(check, True)
         return check
@@ -174,13 +178,17 @@ class Authenticator:
 class PasswordCheck:
     """A login waiting for its password hash: :meth:`run` it (blocking, about 50 ms of
     CPU; thread-safe), then :meth:`Authenticator.finish` with the result. The password is
-    not in the ``repr``."""
+    not in the ``repr``. The shell that runs it on the broker's loop
+    (:func:`~broker.security.password_checks.run_password_check`) first waits what
+    ``backoff`` says, and counts a wrong password there."""
 
     users: UserDatabase
     mechanism: str
     user: str
     password: str = field(repr=False)
     peer_host: str | None = None
+    #: The back-off that delays this check and counts its failure (None: neither).
+    backoff: LoginBackoff | None = field(default=None, repr=False, compare=False)
 
     def run(self) -> bool:
         return self.users.check(self.user, self.password)

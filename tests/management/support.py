@@ -40,6 +40,7 @@ class FakeOptions:
     node_name: str = "node-a"
     auth: bool = False
     ha_agent: str | None = None
+    metrics_per_queue: bool = False
 
 
 @dataclass

@@ -11,6 +11,7 @@ from tests.management.support import (
     GUEST,
     FakeBroker,
     FakeOptions,
+    basic,
     parse_metrics,
     publish,
     sample,
@@ -119,7 +120,15 @@ def test_metrics_endpoint_changes_after_creating_a_queue() -> None:
         assert (await client.put("/api/queues/jobs", headers=GUEST)).status == 201
         publish(broker, "", "jobs", b"12345")
 
-        after = parse_metrics(await (await client.get("/metrics")).text())
+        # Without a login the aggregates only: no queue name (RabbitMQ's default).
+        anonymous = await (await client.get("/metrics")).text()
+        assert "jobs" not in anonymous and "qpidd_queue_messages" not in anonymous
+        assert sample(parse_metrics(anonymous), "qpidd_queues") == 1
+        assert sample(parse_metrics(anonymous), "qpidd_messages_published_total") == 1
+        # Credentials given are checked; a login sees the per-queue series.
+        wrong = await client.get("/metrics", headers=basic("guest", "wrong"))
+        assert wrong.status == 401
+        after = parse_metrics(await (await client.get("/metrics", headers=GUEST)).text())
         assert sample(after, "qpidd_queues") == 1
         assert sample(after, "qpidd_queue_messages", queue="jobs") == 1
         assert sample(after, "qpidd_queue_bytes", queue="jobs") == 5
@@ -142,3 +151,15 @@ def test_metrics_in_slices_are_the_same_text_a_few_samples_at_a_time() -> None:
     queue_slices = [s for s in slices if s.startswith(("qpidd_queue_", "# HELP qpidd_queue_"))]
     assert all(sum(not line.startswith("#") for line in s.splitlines()) <= 2 for s in queue_slices)
     assert "".join(slices).count("# TYPE qpidd_queue_messages gauge") == 1
+
+
+def test_metrics_per_queue_without_a_login_when_configured_or_auth_off() -> None:
+    for options in (FakeOptions(auth=True, metrics_per_queue=True), FakeOptions(auth=False)):
+        broker = FakeBroker(options=options)
+
+        async def scenario(client: Any) -> None:
+            assert (await client.put("/api/queues/jobs", headers=GUEST)).status == 201
+            samples = parse_metrics(await (await client.get("/metrics")).text())
+            assert sample(samples, "qpidd_queue_messages", queue="jobs") == 0
+
+        serve(broker, scenario)

@@ -107,7 +107,7 @@ def test_real_broker_over_http_and_amqp() -> None:
                     assert connections[0]["client_product"]
                     assert connections[0]["messages_published"] == 1
 
-                    async with http.get(f"{base}/metrics") as r:
+                    async with http.get(f"{base}/metrics", headers=GUEST) as r:
                         samples = parse_metrics(await r.text())
                     assert sample(samples, "qpidd_connections") == 1
                     assert sample(samples, "qpidd_queue_messages", queue="jobs") == 1
@@ -125,7 +125,7 @@ def test_real_broker_over_http_and_amqp() -> None:
 
                 async with http.delete(f"{base}/api/queues/jobs", headers=GUEST) as r:
                     assert r.status == 200
-                async with http.get(f"{base}/metrics") as r:
+                async with http.get(f"{base}/metrics", headers=GUEST) as r:
                     samples = parse_metrics(await r.text())
                 assert sample(samples, "qpidd_queues") == 0
                 assert ("qpidd_queue_messages", frozenset({("queue", "jobs")})) not in samples

@@ -4,14 +4,17 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 
 from common.polling import free_port, poll_until
 from tests.ha.cluster import Cluster
 from tests.security.certs import Certs, make_certs
+from tests.security.test_tls import client_context, pika_params
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +40,10 @@ def tls_cluster(
     return cluster, ssl_ports
 
 
-def test_replication_link_over_tls(tmp_path: Path, certs: Certs) -> None:
-    """With ``--require-encryption`` too: the link is TLS, nothing plain is needed."""
+def test_replication_link_over_tls_and_a_fail_over(tmp_path: Path, certs: Certs) -> None:
+    """With ``--require-encryption`` too: the link is TLS, nothing plain is needed. Then the
+    primary is killed, the backup promoted, and every message confirmed over TLS by the old
+    primary is on the new one (issue 30, item 3)."""
     cluster, ssl_ports = tls_cluster(tmp_path, certs, certs.ca.cert, "--require-encryption=yes")
     try:
         cluster.start()
@@ -47,6 +52,34 @@ def test_replication_link_over_tls(tmp_path: Path, certs: Certs) -> None:
         cluster.wait_state(1, "ready", timeout=30)
         ups = [e for e in cluster.brokers[1].events() if e.get("event") == "ha_link_up"]
         assert ups and ups[-1]["primary"] == f"127.0.0.1:{ssl_ports[0]}"
+
+        context = client_context(certs.ca.cert)
+        connection = pika.BlockingConnection(pika_params(ssl_ports[0], context))
+        channel = connection.channel()
+        channel.confirm_delivery()  # each publish returns once confirmed (or raises)
+        channel.queue_declare("tls-orders", durable=True)
+        bodies = [f"order-{i}".encode() for i in range(50)]
+        for body in bodies:
+            channel.basic_publish("", "tls-orders", body, pika.BasicProperties(delivery_mode=2))
+        with contextlib.suppress(Exception):
+            connection.close()
+        cluster.kill(0)
+        cluster.promote(1, epoch=2)
+        cluster.wait_state(1, "active", timeout=30)
+        connection = pika.BlockingConnection(pika_params(ssl_ports[1], context))
+        try:
+            got = []
+            for _method, _props, body in connection.channel().consume(
+                "tls-orders", auto_ack=True, inactivity_timeout=10
+            ):
+                if body is None:
+                    break
+                got.append(body)
+                if len(got) == len(bodies):
+                    break
+        finally:
+            connection.close()
+        assert got == bodies  # nothing confirmed lost, in order
     finally:
         cluster.stop()
 

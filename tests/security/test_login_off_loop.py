@@ -28,13 +28,15 @@ LOGINS_IN_FLIGHT = 12
 LOGINS = 30
 
 
-def _refused_login(port: int) -> bool:
+def _refused_login(port: int, source: str, user: str) -> bool:
     """One AMQP login with a wrong password, raw: True when the broker refused it."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    with socket.create_connection(
+        ("127.0.0.1", port), timeout=10, source_address=(source, 0)
+    ) as sock:
         sock.sendall(framing.PROTOCOL_HEADER)
         sock.recv(4096)  # connection.start
         start_ok = commands.Connection.StartOk(
-            client_properties={"product": "hammer"}, mechanism="PLAIN", response="\0app\0wrong"
+            client_properties={"product": "hammer"}, mechanism="PLAIN", response=f"\0{user}\0wrong"
         )
         sock.sendall(frame.marshal(start_ok, 0))
         answer = b""
@@ -57,11 +59,15 @@ def test_logins_do_not_stall_a_consumer(tmp_path: Path) -> None:
     stop = threading.Event()
     refused: list[bool] = []
 
-    def hammer() -> None:
+    def hammer(i: int) -> None:
+        # each from its own source as its own (unknown: same hash) user, so that the
+        # back-off after failed logins (test_login_backoff_broker.py) does not slow them
         while not stop.is_set():
-            refused.append(_refused_login(broker.port))
+            refused.append(_refused_login(broker.port, f"127.0.0.{10 + i}", f"app{i}"))
 
-    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(LOGINS_IN_FLIGHT)]
+    threads = [
+        threading.Thread(target=hammer, args=(i,), daemon=True) for i in range(LOGINS_IN_FLIGHT)
+    ]
     try:
         connection = pika.BlockingConnection(pika.URLParameters(broker.url))
         channel = connection.channel()

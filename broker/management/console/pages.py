@@ -30,6 +30,7 @@ from broker.listen import unmapped
 from broker.management.console.sessions import COOKIE, CSRF_HEADER, SessionStore
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker
+from broker.security.password_checks import authenticate
 from broker.security.sasl import AuthenticationError
 
 __all__ = ["STATIC_FILES", "Pages"]
@@ -166,7 +167,8 @@ class Pages:
             return self._form("give a user name and a password", user[:_MAX_FIELD], 400)
         authenticator = self.broker.context.authenticator
         try:
-            name = authenticator.authenticate(
+            name = await authenticate(  # the back-off, then the hash off the event loop
+                authenticator,
                 "PLAIN",
                 b"\0" + user.encode() + b"\0" + password.encode(),
                 unmapped(request.remote or ""),
