@@ -8,10 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.agent.agent_cluster import AgentCluster
 from tests.broker_process import BrokerProcess
 from tests.zookeeper import ZooKeeper, start_zookeeper
+
+# No per-example deadline for any property test: on 2 loaded cores hypothesis's default
+# 200 ms deadline fails a correct example now and then (DeadlineExceeded, then Flaky). A
+# test's own @settings keep what they set; what they leave out comes from this profile.
+settings.register_profile("qpidd", deadline=None)
+settings.load_profile("qpidd")
 
 
 @pytest.fixture
