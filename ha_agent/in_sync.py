@@ -45,6 +45,8 @@ Error Handling
   read has a newer epoch than the one given; kazoo's ``BadVersionError`` when the record
   changed since it was read, ``NodeExistsError`` when it was created since it was read
   absent: read again and decide again (the agent does so at its next check).
+- A write retried after a lost answer that fails for its own commit is committed, not a
+  conflict: it is read back (:mod:`ha_agent.zk_commit`).
 - Other kazoo errors (connection loss, session expiry) propagate: the write may or may not
   have been applied; the next read tells.
 - Blocking calls: run them in a thread, not on an event loop.
@@ -59,6 +61,7 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from ha_agent.promotion import InSyncMember, InSyncRecord
+from ha_agent.zk_commit import create_absent, set_if_version
 from ha_agent.zk_format import WRITTEN_FORMAT, ZkFormatError, record_format
 from ha_agent.zk_layout import ClusterLayout
 
@@ -179,16 +182,14 @@ def write_in_sync(
     """Commit ``record`` if the znode is still as ``read`` (None: absent) and its epoch is
     not newer than ``record.epoch``; returns what is now committed (with its version).
 
-    Not retried on connection loss by this function beyond the client's retry policy: a
-    ``set`` retried after it was applied fails with ``BadVersionError``, which the caller
-    treats like any other conflict (read again).
+    A ``set`` (or ``create``) that the client's retry sent again after a lost answer and
+    that failed for its own commit is read back and taken as committed
+    (:mod:`ha_agent.zk_commit`): only a write that lost to another raises.
     """
     path = ClusterLayout(cluster).in_sync
     data = encode_in_sync(record)
     if read is None:
-        client.retry(client.create, path, data, makepath=True)  # NodeExistsError: not absent
-        return VersionedInSync(record, 0)
+        return VersionedInSync(record, create_absent(client, path, data))  # or NodeExists
     if read.record.epoch > record.epoch:
         raise InSyncEpochError(read.record.epoch, record.epoch)
-    stat = client.retry(client.set, path, data, version=read.version)
-    return VersionedInSync(record, int(stat.version))
+    return VersionedInSync(record, set_if_version(client, path, data, read.version))
