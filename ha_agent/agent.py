@@ -212,7 +212,7 @@ class Agent:
         )
         self.client.add_listener(self._zookeeper_state)
         probe = GrantProbe(self.client, on_grant=self._granted)
-        self.in_sync_keeper = InSyncKeeper(self.client, s.cluster, self.broker_check)
+        self.in_sync_keeper = InSyncKeeper(self.client, s.cluster, self.broker_check, s.node)
         try:
             if not self._connect():
                 return 0  # stopped before ZooKeeper answered

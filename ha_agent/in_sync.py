@@ -5,7 +5,7 @@
 A *persistent* znode (it must outlive every session: it is what a total failure or the next
 election reads) holding compact JSON::
 
-    {"version": 1, "epoch": 7, "primary_store_id": "0b4e...",
+    {"version": 1, "epoch": 7, "primary_store_id": "0b4e...", "primary_node": "n1",
      "members": [{"broker_id": "6f1c...", "node": "n2", "url": "10.0.0.2:5672",
                   "store_id": "9a2d..."}]}
 
@@ -16,7 +16,10 @@ URL are only shown (``qpid-ha --zk ... status --all``). ``store_id`` (each membe
 its agent's member record) and ``primary_store_id`` (the primary's) name the stores that
 hold every confirmed message of the epoch, which is what a total failure chooses from
 (:func:`ha_agent.promotion.eligibility`); records written before stores had ids lack them
-(read as "").
+(read as ""). ``primary_node`` (that primary's node, only shown: which broker a cluster
+without a primary needs, :mod:`ha_agent.store_choice`) was added to format 1 compatibly:
+release 0.1.0's agents ignore it, and a record without it reads as "" (no format bump:
+docs/ha-design.md, "Format versions").
 
 Contract
 ========
@@ -124,6 +127,8 @@ def encode_in_sync(record: InSyncRecord) -> bytes:
         "members": members,
         "primary_store_id": record.primary_store_id,
     }
+    if record.primary_node:  # added compatibly: agents that do not know it ignore it
+        body["primary_node"] = record.primary_node
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
@@ -157,7 +162,10 @@ def decode_in_sync(data: bytes | None) -> InSyncRecord:
     primary_store = body.get("primary_store_id", "")
     if not isinstance(primary_store, str):
         raise InSyncRecordError(f"primary_store_id must be a string: {primary_store!r}")
-    return InSyncRecord(epoch, tuple(parsed), primary_store)
+    primary_node = body.get("primary_node", "")
+    if not isinstance(primary_node, str):
+        raise InSyncRecordError(f"primary_node must be a string: {primary_node!r}")
+    return InSyncRecord(epoch, tuple(parsed), primary_store, primary_node)
 
 
 def read_in_sync(client: Any, cluster: str) -> VersionedInSync | None:
