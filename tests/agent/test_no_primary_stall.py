@@ -22,6 +22,7 @@ import pika
 import pytest
 
 from common.polling import poll_until
+from ha_agent.agent_status import read_statuses
 from tests.agent.agent_cluster import AgentCluster
 from tests.agent.netns_client import confirming_channel
 from tests.zookeeper import ZooKeeper
@@ -77,6 +78,11 @@ def test_the_store_the_empty_set_names_is_promoted_and_the_ready_backup_follows(
     poll_until(lambda: sorted(agents.states()) == ["active", "ready"], 20)
     for backup in backups:
         assert not [e for e in backup.agent_events() if e["event"] == "agent_promoted"]
+    # each agent says why in its status record (qpid-ha status --all, the console)
+    names = {n.name for n in agents.nodes}
+    poll_until(lambda: set(read_statuses(agents.zk, agents.cluster)) == names, 5)
+    said = read_statuses(agents.zk, agents.cluster)
+    assert said[primary.name].eligibility.startswith("the broker is already the primary")
     connection = pika.BlockingConnection(
         pika.ConnectionParameters("127.0.0.1", primary.port, socket_timeout=5)
     )
