@@ -266,7 +266,7 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
 
 def _by_store(view: ClusterView, record: InSyncRecord) -> tuple[bool, str]:
     """Eligible when this node's store is the one :func:`choose_store` chooses."""
-    choice = choose_store(view.members, record)
+    choice = choose_store(view.members, record, view.cluster_size)
     if choice.chosen == view.node:
         return True, f"its store is chosen: {choice.reason}"
     broker = view.broker

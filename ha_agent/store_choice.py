@@ -12,10 +12,13 @@ confirmed. When the set is empty, or none of its members is live in the set (the
 restarted with new broker ids, are catching up, or are gone), the agents need no operator:
 they promote the **most advanced of the named stores** that are back (:func:`rank`: epoch,
 replication position, store status, node), as after a total failure, and whatever state
-the other brokers are in. A store the record does not name is never promoted: it may lack
-confirmed messages. A store at an epoch newer than the record's served (or followed) a
-primary promoted without ZooKeeper (``--designated-primary``): what that primary confirmed
-is on it, and it ranks first by its epoch.
+the other brokers are in. They choose once every named store is back, or once the
+cluster's ``--cluster-size`` members are present (the total-failure rule), so that the
+choice is the same whatever order the stores come back in (issue 12). A store the record
+does not name is never promoted: it may lack confirmed messages. A store at an epoch newer
+than the record's served (or followed) a primary promoted without ZooKeeper
+(``--designated-primary``): what that primary confirmed is on it, and it ranks first by its
+epoch.
 
 A candidate's broker must be promotable: joining (it recovered its store) or ready; a
 broker in catch-up is not (seed 001), nor one that does not answer. While a member serves
@@ -75,10 +78,14 @@ def named_stores(members: Mapping[str, Member], record: InSyncRecord) -> list[tu
     return out
 
 
-def choose_store(members: Mapping[str, Member], record: InSyncRecord) -> StoreChoice:
+def choose_store(
+    members: Mapping[str, Member], record: InSyncRecord, cluster_size: int | None = 1
+) -> StoreChoice:
     """The most advanced promotable member whose store ``record`` names (see the module
-    docstring). ``record.store_ids`` must not be empty (a record before stores had ids
-    names none: the caller keeps the older rules)."""
+    docstring), once every named store is back or ``cluster_size`` members are present
+    (None: not known here, as in ``qpid-ha``: it waits for every named store).
+    ``record.store_ids`` must not be empty (a record before stores had ids names none: the
+    caller keeps the older rules)."""
     stores = record.store_ids
     held = f"the stores the in-sync record of epoch {record.epoch} names"
     serving = sorted(n for n, m in members.items() if m.ha_state in PRIMARY_STATES)
@@ -89,6 +96,21 @@ def choose_store(members: Mapping[str, Member], record: InSyncRecord) -> StoreCh
         )
     named = {n: m for n, m in members.items() if m.store_id in stores or m.epoch > record.epoch}
     candidates = {n: m for n, m in named.items() if m.ha_state in PROMOTABLE}
+    names = named_stores(members, record)
+    missing = [who for sid, who in names if not any(m.store_id == sid for m in named.values())]
+    if candidates and missing and (cluster_size is None or len(members) < cluster_size):
+        # Wait for the rest: every agent that chooses has then seen the same stores, so
+        # the choice does not depend on the order they come back in (issue 12).
+        size = (
+            "the agents' --cluster-size members"
+            if cluster_size is None
+            else f"{cluster_size} members ({len(members)} present)"
+        )
+        needed = (
+            f"{', '.join(missing)} (of {held}) or {size} are needed before the most"
+            " advanced is chosen"
+        )
+        return StoreChoice(None, f"waiting: {needed}", needed)
     best = most_advanced(candidates)
     if best is not None:
         return StoreChoice(
@@ -97,10 +119,8 @@ def choose_store(members: Mapping[str, Member], record: InSyncRecord) -> StoreCh
             f" ({', '.join(sorted(candidates))}; epoch {best.epoch}, position"
             f" {best.replication_position}, {best.store_status})",
         )
-    names = named_stores(members, record)
     listed = ", ".join(who for _, who in names)
     unfit = [f"{n} is {m.ha_state}" for n, m in sorted(named.items())]
-    missing = [who for sid, who in names if not any(m.store_id == sid for m in named.values())]
     why = "; ".join(unfit + ([f"{', '.join(missing)}: not back"] if missing else []))
     one = f"{listed} is" if len(names) == 1 else f"one of {listed} is"
     needed = (

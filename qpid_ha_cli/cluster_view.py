@@ -173,7 +173,7 @@ def _choice(
         return None
     if any(m.broker_id and m.broker_id in in_sync.broker_ids for m in members.values()):
         return None  # a live member of the set contends: the usual way
-    choice = choose_store(members, in_sync)
+    choice = choose_store(members, in_sync, cluster_size=None)
     return {"chosen": choice.chosen, "reason": choice.reason, "needed": choice.needed or None}
 
 

@@ -206,7 +206,10 @@ class HaEndpoints:
         from broker.ha.ha_broker import PromoteError
 
         try:
-            state = await ha.promote(epoch, in_sync, store_named=named is not None)
+            if named is None:
+                state = await ha.promote(epoch, in_sync)
+            else:
+                state = await ha.promote(epoch, in_sync, store_named=True)
             if lease is not None:
                 ha.grant_lease(lease)
         except PromoteError as exc:

@@ -112,7 +112,7 @@ def test_the_agents_words_an_engaged_brake_and_without_a_primary_why_each_waits(
     braked.decided("no safe choice: n1 (the primary's store) is needed: ...")
     quiet = AgentReport("n3", broker_timeout=2.0)
     quiet.decided("a ready backup out of the in-sync set (epoch 3): n2 in it")
-    agents = {
+    agents: dict[str, bytes | None] = {
         "n2": braked.status(0.0).to_json(),
         "n3": quiet.status(0.0).to_json(),
         "n4": b"{broken",
