@@ -543,6 +543,8 @@ class Agent:
                 self._fence("cannot take the virtual IP")
         elif step is Step.FENCE:
             self._fence(action.reason)
+        elif step is Step.RESTART_BROKER and self.supervisor is not None:
+            self.fencer.kill_broker(f"restart to join: {action.reason}", self.broker.last_pid)
         elif step is Step.KILL_BROKER:  # the instance whose silence the watchdog counted
             self.fencer.kill_broker(f"watchdog: {action.reason}", self.broker.last_pid)
 

@@ -71,7 +71,7 @@ from ha_agent.cluster_records import (
     rank,
 )
 from ha_agent.membership import Member
-from ha_agent.store_choice import choose_store
+from ha_agent.store_choice import choose_store, restart_to_join
 
 __all__ = [
     "PRIMARY_STATES",
@@ -105,6 +105,8 @@ class Step(StrEnum):
     TAKE_VIP = "take_vip"  # make sure the virtual IP is here (idempotent)
     FENCE = "fence"  # kill the broker (it restarts as a backup), drop the VIP, withdraw
     KILL_BROKER = "kill_broker"  # the watchdog: SIGKILL a silent broker (then restart)
+    #: a broker stuck in catch-up whose store is needed: restart it to join with its store
+    RESTART_BROKER = "restart_broker"
     RECHECK = "recheck"  # the broker view is stale: read the broker again, then decide
 
 
@@ -437,4 +439,10 @@ def decide(view: ClusterView) -> Decision:
         actions.append(Action(Step.CONTEND, why))
     elif not eligible and leadership == "contending":
         actions.append(Action(Step.WITHDRAW, why))
+    record = view.in_sync
+    if record is not None and view.primary is None and not _live_in_sync(view, record):
+        restart = restart_to_join(view.members, record, broker.ha_state, broker.store_id)
+        if restart:
+            actions.append(Action(Step.RESTART_BROKER, restart))
+            why = f"{why}: {restart}"
     return Decision(tuple(actions), why)

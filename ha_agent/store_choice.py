@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from ha_agent.cluster_records import PRIMARY_STATES, InSyncRecord, most_advanced
 from ha_agent.membership import Member
 
-__all__ = ["PROMOTABLE", "StoreChoice", "choose_store", "named_stores"]
+__all__ = ["PROMOTABLE", "StoreChoice", "choose_store", "named_stores", "restart_to_join"]
 
 #: Broker states a named store may be promoted from.
 PROMOTABLE = frozenset({"joining", "ready"})
@@ -130,3 +130,24 @@ def choose_store(
         else f"{one} needed: only {held} hold every confirmed message ({why})"
     )
     return StoreChoice(None, f"no safe choice: {needed}", needed)
+
+
+def restart_to_join(
+    members: Mapping[str, Member], record: InSyncRecord, state: str, store_id: str
+) -> str:
+    """Why a broker in catch-up (``state``, with ``store_id``) should be restarted, "" when
+    it should not: its store is one ``record`` names, no named store is on a promotable
+    broker and none serves. A backup whose primary died while it caught up stays in
+    catch-up (seed 001: never promoted); restarted, it recovers its store and joins, and
+    the named stores can be chosen from again. Its agent restarts it (a supervised broker)."""
+    if state != "catch-up" or not store_id or store_id not in record.store_ids:
+        return ""
+    for m in members.values():
+        named = m.store_id in record.store_ids or m.epoch > record.epoch
+        if m.ha_state in PRIMARY_STATES or (named and m.ha_state in PROMOTABLE):
+            return ""
+    return (
+        f"its store is one the in-sync record of epoch {record.epoch} names and no other"
+        " named store can be promoted; in catch-up it cannot be: restarted, it joins with"
+        " its store"
+    )

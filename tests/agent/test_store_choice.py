@@ -89,8 +89,11 @@ def test_only_a_named_store_is_promoted_and_it_holds_every_confirmed_message(
             )
         )
         view = ClusterView(node, broker, members, in_sync=record, cluster_size=len(NODES))
-        if decide(view).steps == (Step.CONTEND,):
+        steps = decide(view).steps
+        if steps == (Step.CONTEND,):
             contenders.append(node)
+        if Step.RESTART_BROKER in steps:  # only a named store stuck in catch-up
+            assert node in named and m.ha_state == "catch-up"
     for node in contenders:
         assert node in named, f"{node}'s store is not named by the record"
         assert confirmed <= holds[node]
@@ -146,3 +149,34 @@ def test_no_safe_choice_names_the_broker_needed() -> None:
         " store): not back); a broker in catch-up is promotable once restarted (it joins with"
         " its store)"
     )
+
+
+def test_a_named_store_stuck_in_catch_up_is_restarted_to_join_only_when_nothing_else_can_be() -> (
+    None
+):
+    """Its primary died while it caught up (a restarted member of the set): in catch-up it
+    is never promoted, and it stays there without a primary. Its agent restarts it when no
+    other named store can be promoted and nobody serves; restarted, it joins and is chosen."""
+    record = InSyncRecord(
+        5, (InSyncMember("b-n2", "n2", "", "s-n2"),), primary_store_id="s-n1", primary_node="n1"
+    )
+    stuck = member("n2", "catch-up", "new-n2", 5, 3)
+    broker = BrokerView("catch-up", 5, 3, "clean", broker_id="new-n2", store_id="s-n2")
+
+    def decided(**others: Member) -> tuple[tuple[Step, ...], str]:
+        members = {"n2": stuck, **others}
+        decision = decide(ClusterView("n2", broker, members, in_sync=record, cluster_size=3))
+        return decision.steps, decision.eligibility
+
+    steps, why = decided(n3=member("n3", "ready", "new-n3", 5, 9))  # n3: not named
+    assert steps == (Step.RESTART_BROKER,)
+    assert why.endswith("in catch-up it cannot be: restarted, it joins with its store")
+    assert decided(n1=member("n1", "joining", "new-n1", 5, 1))[0] == ()  # n1 can be chosen
+    assert decided(n3=member("n3", "active", "new-n3", 6, 9))[0] == ()  # someone serves
+    primary = ClusterView(
+        "n2", broker, {"n2": stuck}, primary=PrimaryRecord("n3", 6), in_sync=record
+    )
+    assert decide(primary).steps == ()  # it catches up with a primary
+    outside = BrokerView("catch-up", 5, 3, "clean", broker_id="new-n4", store_id="s-n4")
+    members = {"n4": member("n4", "catch-up", "new-n4", 5, 3)}
+    assert decide(ClusterView("n4", outside, members, in_sync=record)).steps == ()
