@@ -92,7 +92,10 @@ class AgentReport:
         return AgentStatus(self.node, self.eligibility, brake)
 
     def publish(self, client: Any, cluster: str) -> None:
-        """Write the status record when it changed (any ZooKeeper error: logged)."""
+        """Write the status record when it changed (any ZooKeeper error: logged; not tried
+        while the client is disconnected: the check goes on, the next one writes it)."""
+        if not getattr(client, "connected", True):
+            return
         if self.publisher is None:
             self.publisher = StatusPublisher(client, cluster, self.node)
         try:

@@ -218,15 +218,13 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
         if view.primary is None and record.store_ids:
             return _by_store(view, record)  # empty, or no member live in it
         if not record.members:
-            return False, (
-                f"{out}, which is empty: waiting for the primary to add it"
-                + (
-                    ""
-                    if view.primary is not None
-                    else " (a record without stores: for an"
-                    " operator to restart the backups: they join, and the most advanced wins)"
-                )
+            hint = (
+                ""
+                if view.primary is not None
+                else " (a record without stores: for an operator to restart the backups:"
+                " they join, and the most advanced wins)"
             )
+            return False, f"{out}, which is empty: waiting for the primary to add it{hint}"
         return False, (
             f"a ready backup out of the in-sync set (epoch {record.epoch}: {_set_names(record)}),"
             " whose members are all gone: waiting for one of them to return"
