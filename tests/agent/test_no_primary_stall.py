@@ -43,7 +43,7 @@ def test_the_store_the_empty_set_names_is_promoted_and_the_ready_backup_follows(
     pair: AgentCluster,
 ) -> None:
     agents = pair
-    agents.start()
+    agents.start("--watchdog-timeout=0")  # the frozen brokers are frozen on purpose
     primary = agents.wait_settled()
     backups = [n for n in agents.nodes if n is not primary]
     first = agents.primary_record()
@@ -64,7 +64,7 @@ def test_the_store_the_empty_set_names_is_promoted_and_the_ready_backup_follows(
     assert agents.in_sync() == set()
     dead = primary.broker_pid()
     os.kill(dead, signal.SIGKILL)  # its agent restarts it: joining
-    poll_until(lambda: primary.state() == "joining", 15)
+    poll_until(lambda: primary.state() == "joining", 30)
     for pid in frozen:
         os.kill(pid, signal.SIGCONT)  # ready again, out of the (empty) set
 
@@ -72,10 +72,10 @@ def test_the_store_the_empty_set_names_is_promoted_and_the_ready_backup_follows(
         record = agents.primary_record()
         return record is not None and record.epoch > first.epoch
 
-    poll_until(promoted_again, 20)
+    poll_until(promoted_again, 30)
     record = agents.primary_record()
     assert record is not None and record.node == primary.name  # the one store named
-    poll_until(lambda: sorted(agents.states()) == ["active", "ready"], 20)
+    poll_until(lambda: sorted(agents.states()) == ["active", "ready"], 30)
     for backup in backups:
         assert not [e for e in backup.agent_events() if e["event"] == "agent_promoted"]
     # each agent says why in its status record (qpid-ha status --all, the console)
