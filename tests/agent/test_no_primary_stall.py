@@ -80,13 +80,13 @@ def test_the_store_the_empty_set_names_is_promoted_and_the_ready_backup_follows(
         assert not [e for e in backup.agent_events() if e["event"] == "agent_promoted"]
     # each agent says why in its status record (qpid-ha status --all, the console)
     names = {n.name for n in agents.nodes}
-    poll_until(lambda: set(read_statuses(agents.zk, agents.cluster)) == names, 5)
+    poll_until(lambda: set(read_statuses(agents.zk, agents.cluster)) == names, 15)
 
     def says_primary() -> bool:
         said = read_statuses(agents.zk, agents.cluster).get(primary.name)
         return said is not None and said.eligibility.startswith("the broker is already the")
 
-    poll_until(says_primary, 5)
+    poll_until(says_primary, 15)
     connection = pika.BlockingConnection(
         pika.ConnectionParameters("127.0.0.1", primary.port, socket_timeout=5)
     )
