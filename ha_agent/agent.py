@@ -24,8 +24,9 @@ promotion steps and the broker's lease (:class:`~ha_agent.promoter.Promoter`: it
 what came of a promotion for the agent to carry out); the kill and the virtual IP
 (:class:`~ha_agent.fencer.Fencer`); what it has seen of its broker and which instance a
 kill means (:class:`~ha_agent.local_broker.LocalBroker`, issue 25); the back-off of
-silence fences in a cascade (:class:`~ha_agent.fence_brake.FenceBrake`); the backups' link
-hints, its own published and the others' watched (:class:`~ha_agent.agent_hints.AgentHints`).
+silence fences in a cascade and the reason it decides by, logged and published for
+operators (:class:`~ha_agent.agent_report.AgentReport`); the backups' link hints, its own
+published and the others' watched (:class:`~ha_agent.agent_hints.AgentHints`).
 
 Slow is not dead (issue 25): each check reads the broker's liveness, answered off the
 broker's event loop, before its status; a broker whose loop progresses is busy, not silent,
@@ -81,10 +82,10 @@ from common.exit_status import ExitStatus
 from common.log import set_log_context
 from common.version import REPLICATION_FORMATS
 from ha_agent.agent_hints import AgentHints
+from ha_agent.agent_report import AgentReport
 from ha_agent.broker_check import BrokerCheck, LivenessView
 from ha_agent.election import LeaderElection
 from ha_agent.epoch_counter import cover_epoch
-from ha_agent.fence_brake import FenceBrake
 from ha_agent.fencer import Fencer
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
 from ha_agent.in_sync_keeper import InSyncKeeper
@@ -97,7 +98,8 @@ from ha_agent.session_grant import GrantProbe, judge_grant
 from ha_agent.settings import AgentSettings
 from ha_agent.supervisor import BrokerSupervisor
 from ha_agent.vip import VirtualIp
-from ha_agent.zk_auth import ensure_shared_root, zk_security
+from ha_agent.zk_auth import zk_security
+from ha_agent.zk_connect import connect_until_stopped
 from ha_agent.zk_format import FormatFaults, ZkFormatError
 
 __all__ = ["Agent", "AgentSettings"]
@@ -107,8 +109,6 @@ _log = structlog.get_logger("ha_agent.agent", component="agent")
 
 #: kazoo reconnects quickly (its default backs off to a minute).
 CONNECTION_RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
-#: How often a wait for ZooKeeper's first answer looks whether the agent was stopped.
-STOP_POLL = 0.05
 
 
 class Agent:
@@ -149,15 +149,14 @@ class Agent:
         #: the promotion steps and the lease (made in run() with the session watcher)
         self.promoter: Promoter | None = None
         self.cluster_view: ClusterView | None = None
-        self._eligibility = ""
         #: the session timeout ZooKeeper granted (None before the first connect answer)
         self.granted_timeout: float | None = None
         #: why the agent refused to run ("": it did not); run() then returns 2
         self.refusal = ""
         #: the ZooKeeper records of a format it cannot read, at the last read
         self.format_faults = FormatFaults()
-        #: the back-off of silence fences while primaries follow each other quickly
-        self.brake = FenceBrake()
+        #: what it tells operators: its reason, its fence brake (log, status record)
+        self.report = AgentReport(settings.node, settings.broker_timeout)
         #: this agent's early hints (made in run() with the client)
         self.hints: AgentHints | None = None
 
@@ -212,9 +211,9 @@ class Agent:
         )
         self.client.add_listener(self._zookeeper_state)
         probe = GrantProbe(self.client, on_grant=self._granted)
-        self.in_sync_keeper = InSyncKeeper(self.client, s.cluster, self.broker_check)
+        self.in_sync_keeper = InSyncKeeper(self.client, s.cluster, self.broker_check, s.node)
         try:
-            if not self._connect():
+            if not connect_until_stopped(self.client, s, self._stop):
                 return 0  # stopped before ZooKeeper answered
             granted = probe.wait(s.session_timeout)
             if granted is None or not self._judge(granted):
@@ -236,32 +235,6 @@ class Agent:
         finally:
             self._shutdown()
         return 2 if self.refusal else 0
-
-    def _connect(self) -> bool:
-        """Connect to ZooKeeper: True once connected, False as soon as :meth:`stop` is
-        called. Unreachable for a session timeout: logged, and the client starts again.
-        The wait is kazoo's ``start`` in 50 ms slices, so that a SIGTERM without a
-        ZooKeeper ends the agent at once (it waited up to a session timeout, then the
-        grant's, about 7 s with the defaults)."""
-        while not self._stop.is_set():
-            connected = self.client.start_async()
-            deadline = time.monotonic() + self.settings.session_timeout
-            while not connected.is_set() and not self._stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                connected.wait(min(STOP_POLL, left))
-            if self._stop.is_set():
-                return False
-            if self.client.connected:
-                try:
-                    ensure_shared_root(self.client, self.settings.zk_auth)  # not this cluster's
-                    return True
-                except KazooTimeoutError:
-                    pass
-            _log.warning("zookeeper_unreachable", zk=self.settings.zk_hosts)
-            self.client.stop()
-        return False
 
     def _renew_leases(self) -> None:
         """Renew a promoted primary's lease between checks (its own thread). The loop renews
@@ -453,7 +426,7 @@ class Agent:
             broker_silent_for=silent_for,
             watchdog_timeout=self.settings.watchdog_timeout,
             broker_timed_out=view is None and self._slow_not_gone(live),
-            broker_timeout=self.brake.patience(self.settings.broker_timeout, now),
+            broker_timeout=self.report.patience(now),
             in_sync=None if keeper.in_sync is None else keeper.in_sync.record,
             in_sync_error=keeper.error,
             format_error=self.format_faults.error,
@@ -467,26 +440,10 @@ class Agent:
             _log.info("broker_recheck", reason=decision.eligibility)
             self.events.put(("recheck", None))
             return
-        if decision.eligibility != self._eligibility:
-            self._eligibility = decision.eligibility
-            _log.info("promotion_eligibility", reason=decision.eligibility)
+        self.report.decided(decision.eligibility)
+        self.report.publish(self.client, self.settings.cluster)
         for action in decision.actions:
             self._act(action, view)
-
-    def _note_primary(self, epoch: int) -> None:
-        """A primary epoch read in ZooKeeper: the brake counts promotions; the first time
-        it engages in a cascade, the alarm (``agent_fence_cascade``)."""
-        now = time.monotonic()
-        was = self.brake.engaged(now)
-        if self.brake.note_primary(epoch, now) and not was and self.brake.engaged(now):
-            _log.error(
-                "agent_fence_cascade",
-                promotions=self.brake.recent(now),
-                window_s=self.brake.window,
-                patience_s=self.brake.patience(self.settings.broker_timeout, now),
-                reason="primaries replaced in quick succession: a silent (not gone) primary"
-                " is given longer before it is fenced",
-            )
 
     def _slow_not_gone(self, live: LivenessView | None) -> bool:
         """The broker did not answer its check, but is not gone: its loop's progress was
@@ -554,7 +511,7 @@ class Agent:
                 unreadable.append(exc)
             self.format_faults.note(unreadable)
             if self.primary is not None:
-                self._note_primary(self.primary.epoch)
+                self.report.note_primary(self.primary.epoch, time.monotonic())
             self._drop_stale_primary_record()
             if self.hints is not None:
                 self.hints.publish(view, self.primary)
@@ -586,6 +543,8 @@ class Agent:
                 self._fence("cannot take the virtual IP")
         elif step is Step.FENCE:
             self._fence(action.reason)
+        elif step is Step.RESTART_BROKER and self.supervisor is not None:
+            self.fencer.kill_broker(f"restart to join: {action.reason}", self.broker.last_pid)
         elif step is Step.KILL_BROKER:  # the instance whose silence the watchdog counted
             self.fencer.kill_broker(f"watchdog: {action.reason}", self.broker.last_pid)
 

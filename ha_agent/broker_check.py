@@ -118,6 +118,7 @@ def broker_in_sync(ha: dict[str, Any]) -> BrokerInSync | None:
         wanted=_ids(in_sync.get("wanted")),
         pending_removal=_ids(in_sync.get("pending_removal")),
         urls=tuple(sorted(urls)),
+        awaited=_ids(in_sync.get("awaited")),
     )
 
 
@@ -273,11 +274,13 @@ class BrokerCheck:
         lease: float | None = None,
         timeout: float | None = None,
         in_sync: list[str] | None = None,
+        committed_store: str | None = None,
     ) -> dict[str, Any]:
         """``POST /api/ha/promote`` as the cluster manager, with the primary's first lease
         (seconds) and the backups it must expect (``in_sync``, broker ids) when given; the
         broker's answer. ``timeout`` replaces the check timeout for this call (a promotion
-        does more than answer a status)."""
+        does more than answer a status). ``committed_store``: the committed in-sync record
+        names the broker's store, this one (a joining broker beside backups: issue 25)."""
         body: dict[str, Any] = {"cluster_manager": True, "epoch": epoch}
         if self.agent is not None and self.takes_mark:
             body["agent"] = self.agent  # the agent's own promotion (not one by hand)
@@ -285,6 +288,8 @@ class BrokerCheck:
             body["lease"] = lease
         if in_sync is not None:
             body["in_sync"] = in_sync
+        if committed_store is not None:
+            body["committed_store"] = committed_store
         return self._post("/api/ha/promote", body, timeout)
 
     def commit_in_sync(self, epoch: int, members: list[str]) -> dict[str, Any]:

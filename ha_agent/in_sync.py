@@ -5,7 +5,7 @@
 A *persistent* znode (it must outlive every session: it is what a total failure or the next
 election reads) holding compact JSON::
 
-    {"version": 1, "epoch": 7, "primary_store_id": "0b4e...",
+    {"version": 1, "epoch": 7, "primary_store_id": "0b4e...", "primary_node": "n1",
      "members": [{"broker_id": "6f1c...", "node": "n2", "url": "10.0.0.2:5672",
                   "store_id": "9a2d..."}]}
 
@@ -16,7 +16,10 @@ URL are only shown (``qpid-ha --zk ... status --all``). ``store_id`` (each membe
 its agent's member record) and ``primary_store_id`` (the primary's) name the stores that
 hold every confirmed message of the epoch, which is what a total failure chooses from
 (:func:`ha_agent.promotion.eligibility`); records written before stores had ids lack them
-(read as "").
+(read as ""). ``primary_node`` (that primary's node, only shown: which broker a cluster
+without a primary needs, :mod:`ha_agent.store_choice`) was added to format 1 compatibly:
+release 0.1.0's agents ignore it, and a record without it reads as "" (no format bump:
+docs/ha-design.md, "Format versions").
 
 Contract
 ========
@@ -45,6 +48,8 @@ Error Handling
   read has a newer epoch than the one given; kazoo's ``BadVersionError`` when the record
   changed since it was read, ``NodeExistsError`` when it was created since it was read
   absent: read again and decide again (the agent does so at its next check).
+- A write retried after a lost answer that fails for its own commit is committed, not a
+  conflict: it is read back (:mod:`ha_agent.zk_commit`).
 - Other kazoo errors (connection loss, session expiry) propagate: the write may or may not
   have been applied; the next read tells.
 - Blocking calls: run them in a thread, not on an event loop.
@@ -59,6 +64,7 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from ha_agent.promotion import InSyncMember, InSyncRecord
+from ha_agent.zk_commit import create_absent, set_if_version
 from ha_agent.zk_format import WRITTEN_FORMAT, ZkFormatError, record_format
 from ha_agent.zk_layout import ClusterLayout
 
@@ -121,6 +127,8 @@ def encode_in_sync(record: InSyncRecord) -> bytes:
         "members": members,
         "primary_store_id": record.primary_store_id,
     }
+    if record.primary_node:  # added compatibly: agents that do not know it ignore it
+        body["primary_node"] = record.primary_node
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
@@ -154,7 +162,10 @@ def decode_in_sync(data: bytes | None) -> InSyncRecord:
     primary_store = body.get("primary_store_id", "")
     if not isinstance(primary_store, str):
         raise InSyncRecordError(f"primary_store_id must be a string: {primary_store!r}")
-    return InSyncRecord(epoch, tuple(parsed), primary_store)
+    primary_node = body.get("primary_node", "")
+    if not isinstance(primary_node, str):
+        raise InSyncRecordError(f"primary_node must be a string: {primary_node!r}")
+    return InSyncRecord(epoch, tuple(parsed), primary_store, primary_node)
 
 
 def read_in_sync(client: Any, cluster: str) -> VersionedInSync | None:
@@ -179,16 +190,14 @@ def write_in_sync(
     """Commit ``record`` if the znode is still as ``read`` (None: absent) and its epoch is
     not newer than ``record.epoch``; returns what is now committed (with its version).
 
-    Not retried on connection loss by this function beyond the client's retry policy: a
-    ``set`` retried after it was applied fails with ``BadVersionError``, which the caller
-    treats like any other conflict (read again).
+    A ``set`` (or ``create``) that the client's retry sent again after a lost answer and
+    that failed for its own commit is read back and taken as committed
+    (:mod:`ha_agent.zk_commit`): only a write that lost to another raises.
     """
     path = ClusterLayout(cluster).in_sync
     data = encode_in_sync(record)
     if read is None:
-        client.retry(client.create, path, data, makepath=True)  # NodeExistsError: not absent
-        return VersionedInSync(record, 0)
+        return VersionedInSync(record, create_absent(client, path, data))  # or NodeExists
     if read.record.epoch > record.epoch:
         raise InSyncEpochError(read.record.epoch, record.epoch)
-    stat = client.retry(client.set, path, data, version=read.version)
-    return VersionedInSync(record, int(stat.version))
+    return VersionedInSync(record, set_if_version(client, path, data, read.version))

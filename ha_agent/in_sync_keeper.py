@@ -41,7 +41,7 @@ Error Handling
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -68,12 +68,13 @@ from ha_agent.promotion import (
     InSyncRecord,
     eligibility,
     isr_update,
+    known_gone,
     promotion_in_sync,
     releasable,
 )
 from ha_agent.zk_layout import ClusterLayout
 
-__all__ = ["InSyncKeeper"]
+__all__ = ["InSyncKeeper", "Taken"]
 
 _log = structlog.get_logger("ha_agent.in_sync_keeper", component="agent")
 
@@ -81,10 +82,14 @@ _log = structlog.get_logger("ha_agent.in_sync_keeper", component="agent")
 class InSyncKeeper:
     """See the module docstring. ``client`` is the agent's KazooClient."""
 
-    def __init__(self, client: Any, cluster: str, broker_check: BrokerCheck) -> None:
+    def __init__(
+        self, client: Any, cluster: str, broker_check: BrokerCheck, node: str = ""
+    ) -> None:
         self.client = client
         self.cluster = cluster
         self.broker_check = broker_check
+        #: this agent's node: the set it keeps names it as its primary's (only shown)
+        self.node = node
         #: the committed in-sync set as last read or written (None: none recorded)
         self.in_sync: VersionedInSync | None = None
         #: why the record could not be parsed at the last read ("" when it could)
@@ -143,22 +148,27 @@ class InSyncKeeper:
         """The committed set after writing the update, if any; None when a write lost a race
         (nothing is known committed then). ``store_id``: the primary broker's store."""
         old = None if read is None else read.record
-        ids = isr_update(old, broker)
+        ids = isr_update(old, broker, members)
         if ids is None:
             assert old is not None and read is not None
             # Same set; name a member recorded before its agent published its broker id
             # and store id (this write changes no member).
             named = tuple(_named(m, broker, members) for m in old.members)
-            if named == old.members and old.primary_store_id == store_id:
+            if (named, old.primary_store_id, old.primary_node) == (
+                old.members,
+                store_id,
+                self.node,
+            ):
                 return read
             ids = tuple(sorted(old.broker_ids))
-            record = InSyncRecord(epoch, named, store_id)
+            record = InSyncRecord(epoch, named, store_id, self.node)
         else:
             kept = {} if old is None else {m.broker_id: m for m in old.members}
             record = InSyncRecord(
                 epoch,
                 tuple(_named(kept.get(i) or InSyncMember(i), broker, members) for i in ids),
                 store_id,
+                self.node,
             )
         try:
             committed = write_in_sync(self.client, self.cluster, record, read)
@@ -171,6 +181,7 @@ class InSyncKeeper:
             "in_sync_changed",
             added=sorted(set(ids) - before),
             removed=sorted(before - set(ids)),
+            known_gone=sorted(known_gone(old, broker, members) & (before - set(ids))),
             members=[m.node or m.broker_id for m in record.members],
             in_sync_epoch=epoch,
             version=committed.version,
@@ -204,12 +215,13 @@ class InSyncKeeper:
             )
 
     # -- this agent is about to promote its broker ------------------------------------
-    def take(self, view: BrokerView, cluster_view: ClusterView) -> tuple[int, list[str]] | None:
+    def take(self, view: BrokerView, cluster_view: ClusterView) -> Taken | None:
         """Before a promotion: read the in-sync set, check eligibility against it (with
         ``cluster_view``, the one the loop last decided on, given this broker ``view`` and
         the set just read), take the next epoch and commit the set at that epoch
-        (conditionally on the version read). Returns the epoch and the broker ids the new
-        primary must expect; None (logged) when this broker may not be promoted after all
+        (conditionally on the version read). Returns the epoch, the broker ids the new
+        primary must expect and, for a joining broker whose store the set read names, that
+        store (:class:`Taken`); None (logged) when this broker may not be promoted after all
         or the write lost a race. kazoo's connection errors propagate (nothing promoted
         yet)."""
         read = self.read()
@@ -229,9 +241,8 @@ class InSyncKeeper:
         seen = max((m.epoch for m in cluster_view.members.values()), default=0)
         epoch = next_epoch(self.client, self.cluster, minimum=max(view.epoch, seen) + 1)
         _log.info("epoch_taken", new_epoch=epoch, reason=why)
-        record = InSyncRecord(
-            epoch, promotion_in_sync(None if read is None else read.record, view), view.store_id
-        )
+        old = None if read is None else read.record
+        record = InSyncRecord(epoch, promotion_in_sync(old, view), view.store_id, self.node)
         try:
             committed = write_in_sync(self.client, self.cluster, record, read)
         except (BadVersionError, NodeExistsError, InSyncEpochError) as exc:
@@ -246,7 +257,24 @@ class InSyncKeeper:
             in_sync_epoch=epoch,
             version=committed.version,
         )
-        return epoch, sorted(record.broker_ids)
+        named = (
+            view.store_id
+            if view.ha_state == "joining" and old is not None and view.store_id in old.store_ids
+            else None
+        )
+        return Taken(epoch, sorted(record.broker_ids), named)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What :meth:`InSyncKeeper.take` committed for a promotion: its ``epoch``, the broker
+    ids the new primary must ``expect``, and ``committed_store``: the broker's store when
+    it is joining and the set read names it (the broker then needs no other joining
+    broker: :mod:`ha_agent.store_choice`), else None."""
+
+    epoch: int
+    expect: list[str]
+    committed_store: str | None = None
 
 
 def _named(

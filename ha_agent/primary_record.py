@@ -32,6 +32,7 @@ import structlog
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from ha_agent.promotion import PrimaryRecord
+from ha_agent.zk_commit import set_if_version
 from ha_agent.zk_format import WRITTEN_FORMAT, ZkFormatError, record_format
 from ha_agent.zk_layout import ClusterLayout
 
@@ -105,7 +106,7 @@ def write_primary(client: Any, cluster: str, record: PrimaryRecord, vip: str | N
     _, stat = client.retry(client.get, path)
     if stat.ephemeralOwner != _session_id(client):
         raise NodeExistsError(f"{path} is held by session {stat.ephemeralOwner:#x}")
-    client.retry(client.set, path, data, version=stat.version)
+    set_if_version(client, path, data, int(stat.version))  # its own, retried: committed
 
 
 def delete_primary(client: Any, cluster: str) -> bool:

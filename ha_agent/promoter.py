@@ -102,10 +102,10 @@ class Promoter:
         started = time.monotonic()
         answer: dict[str, Any] | None = None
         try:
-            in_sync = self.keeper.take(view, cluster_view)
-            if in_sync is None:
+            taken = self.keeper.take(view, cluster_view)
+            if taken is None:
                 return Promotion()
-            epoch, expected = in_sync
+            epoch = taken.epoch
             lease = self.lease()
             if lease is None:
                 raise PromoteRefused("no lease left on the ZooKeeper session")
@@ -113,7 +113,13 @@ class Promoter:
             # unknown (see below).
             timeout = min(PROMOTE_TIMEOUT, max(0.5, lease * 0.8))
             try:
-                answer = self.broker_check.promote(epoch, lease, timeout=timeout, in_sync=expected)
+                answer = self.broker_check.promote(
+                    epoch,
+                    lease,
+                    timeout=timeout,
+                    in_sync=taken.expect,
+                    committed_store=taken.committed_store,
+                )
             except ManagementError as exc:
                 # No answer: the broker may yet become primary after this agent resigned,
                 # beside the next one. Fence it (it restarts as a backup), then resign.

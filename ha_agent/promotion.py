@@ -60,7 +60,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ha_agent.cluster_records import (
+    PRIMARY_STATES,
+    BrokerInSync,
+    BrokerView,
+    InSyncMember,
+    InSyncRecord,
+    PrimaryRecord,
+    most_advanced,
+    rank,
+)
 from ha_agent.membership import Member
+from ha_agent.store_choice import choose_store, restart_to_join
 
 __all__ = [
     "PRIMARY_STATES",
@@ -76,99 +87,13 @@ __all__ = [
     "decide",
     "eligibility",
     "isr_update",
+    "known_gone",
     "most_advanced",
     "promotion_in_sync",
     "rank",
     "releasable",
     "stale_view",
 ]
-
-#: States of a broker that serves clients.
-PRIMARY_STATES = frozenset({"active", "recovering"})
-
-#: Store statuses from best to worst (seed 002: a clean store before a dirty one).
-_STORE_ORDER = {"clean": 3, "empty": 2, "unknown": 1, "dirty": 0}
-
-
-@dataclass(frozen=True)
-class BrokerInSync:
-    """A primary broker's ``/api/ha`` ``in_sync``: the backups it counts as in sync now
-    (``wanted``), those gone while in sync whose held confirms wait for a committed removal
-    (``pending_removal``), and the broker ids' AMQP addresses from its ``backups``."""
-
-    wanted: frozenset[str] = frozenset()
-    pending_removal: frozenset[str] = frozenset()
-    urls: tuple[tuple[str, str], ...] = ()  # (broker id, url) of the backups it knows
-
-
-@dataclass(frozen=True)
-class BrokerView:
-    """What a health check of the local broker read (``None`` in a view: it did not answer)."""
-
-    ha_state: str
-    epoch: int = 0
-    replication_position: int = 0
-    store_status: str = "unknown"
-    pid: int | None = None
-    url: str = ""  # the broker's AMQP address as it reports it
-    broker_id: str = ""  # new at each broker start ("" from a broker that does not say)
-    #: the broker's store (its data directory's id, kept across restarts; "" unknown)
-    store_id: str = ""
-    in_sync: BrokerInSync | None = None  # on a primary that reports it
-    #: a backup's replication link: True up, False down (with ``link_error``), None: not a
-    #: backup, or a broker that does not say
-    link_up: bool | None = None
-    link_error: str = ""  # why the backup's link is down, as the broker reports it
-    #: the replication formats the broker speaks, "LOW-HIGH" ("" from one that does not say)
-    replication_formats: str = ""
-
-    @property
-    def is_primary(self) -> bool:
-        return self.ha_state in PRIMARY_STATES
-
-
-@dataclass(frozen=True)
-class PrimaryRecord:
-    """The content of ``/qpid-ha/<cluster>/primary``: who leads, with which epoch."""
-
-    node: str
-    epoch: int
-    broker_url: str = ""
-
-
-@dataclass(frozen=True)
-class InSyncMember:
-    """One backup of the in-sync set: its broker id (what counts while it runs), node and
-    URL (to show), and its store id (what counts after a total failure; "" unknown)."""
-
-    broker_id: str
-    node: str = ""
-    url: str = ""
-    store_id: str = ""
-
-
-@dataclass(frozen=True)
-class InSyncRecord:
-    """The content of ``/qpid-ha/<cluster>/in-sync``: the backups that hold every confirmed
-    message of the primary of ``epoch`` (the primary itself is not a member)."""
-
-    epoch: int
-    members: tuple[InSyncMember, ...] = ()
-    #: the store of the primary that keeps the set ("" unknown, or a record before stores)
-    primary_store_id: str = ""
-
-    @property
-    def broker_ids(self) -> frozenset[str]:
-        return frozenset(m.broker_id for m in self.members)
-
-    @property
-    def store_ids(self) -> frozenset[str]:
-        """The stores that hold every confirmed message of this epoch: the primary's and
-        its in-sync backups' (each confirm waited for their disks). Empty when the record
-        names none (written before stores had ids): then nothing is known of them."""
-        ids = {m.store_id for m in self.members} | {self.primary_store_id}
-        ids.discard("")
-        return frozenset(ids)
 
 
 class Step(StrEnum):
@@ -180,6 +105,8 @@ class Step(StrEnum):
     TAKE_VIP = "take_vip"  # make sure the virtual IP is here (idempotent)
     FENCE = "fence"  # kill the broker (it restarts as a backup), drop the VIP, withdraw
     KILL_BROKER = "kill_broker"  # the watchdog: SIGKILL a silent broker (then restart)
+    #: a broker stuck in catch-up whose store is needed: restart it to join with its store
+    RESTART_BROKER = "restart_broker"
     RECHECK = "recheck"  # the broker view is stale: read the broker again, then decide
 
 
@@ -239,36 +166,10 @@ class Decision:
         return tuple(action.step for action in self.actions)
 
 
-def rank(member: Member) -> tuple[int, int, int, str]:
-    """Sort key of promotion candidates: larger is more advanced.
-
-    Highest epoch, then replication position, then store (clean, empty, unknown, dirty);
-    the node name last (descending names rank lower) makes the order total, so every agent
-    computes the same winner from the same records.
-    """
-    name_key = "".join(chr(0x10FFFF - ord(c)) for c in member.node)
-    store = _STORE_ORDER.get(member.store_status, 1)
-    return (member.epoch, member.replication_position, store, name_key)
-
-
-def most_advanced(members: Mapping[str, Member]) -> Member | None:
-    """The member a total failure or a new cluster should promote (None when empty)."""
-    return max(members.values(), key=rank, default=None)
-
-
 def _live_in_sync(view: ClusterView, record: InSyncRecord) -> list[str]:
     """Nodes of the live members whose broker is in ``record`` (by broker id)."""
     ids = record.broker_ids
     return sorted(n for n, m in view.members.items() if m.broker_id and m.broker_id in ids)
-
-
-def _store_names(record: InSyncRecord) -> str:
-    """The in-sync set's stores for people: each member's node (or store id), and the
-    primary's store id (the record does not name the primary's node)."""
-    names = sorted(m.node or m.store_id[:8] for m in record.members if m.store_id)
-    if record.primary_store_id:
-        names.append(f"the primary's store {record.primary_store_id[:8]}")
-    return ", ".join(names)
 
 
 def _set_names(record: InSyncRecord) -> str:
@@ -310,21 +211,23 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
             return True, "a ready backup (no in-sync set recorded)"
         if broker.broker_id and broker.broker_id in record.broker_ids:
             return True, f"a ready backup in the in-sync set (epoch {record.epoch})"
+        out = f"a ready backup out of the in-sync set (epoch {record.epoch})"
         live = _live_in_sync(view, record)
+        if live:
+            return False, f"{out}: {', '.join(live)} in it"
+        if view.primary is None and record.store_ids:
+            return _by_store(view, record)  # empty, or no member live in it
         if not record.members:
-            return False, (
-                f"a ready backup out of the in-sync set (epoch {record.epoch}), which is "
-                "empty: waiting for the primary to add it (without a primary, for an "
-                "operator to restart the backups: they join, and the most advanced wins)"
+            hint = (
+                ""
+                if view.primary is not None
+                else " (a record without stores: for an operator to restart the backups:"
+                " they join, and the most advanced wins)"
             )
-        if not live:
-            return False, (
-                f"a ready backup out of the in-sync set (epoch {record.epoch}: "
-                f"{_set_names(record)}), whose members are all gone: waiting for one of "
-                "them to return"
-            )
+            return False, f"{out}, which is empty: waiting for the primary to add it{hint}"
         return False, (
-            f"a ready backup out of the in-sync set (epoch {record.epoch}): {', '.join(live)} in it"
+            f"a ready backup out of the in-sync set (epoch {record.epoch}: {_set_names(record)}),"
+            " whose members are all gone: waiting for one of them to return"
         )
     if state == "catch-up":
         return False, "the broker is still catching up"
@@ -332,40 +235,23 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
         return False, f"the broker is {state}"
     if view.primary is not None:
         return False, f"joining a cluster whose primary is {view.primary.node}"
-    present = len(view.members)
-    if present < view.cluster_size:
-        return False, f"a new cluster: waiting for {view.cluster_size} members, {present} present"
     if record is not None:
         live = _live_in_sync(view, record)
         if live:
             return False, f"{', '.join(live)} in the in-sync set (epoch {record.epoch})"
+        if record.store_ids:
+            # After the set (a total failure, or the set empty or gone): only a store the
+            # record names holds every confirmed message; the other brokers' states do
+            # not matter (issue 25, item 3).
+            return _by_store(view, record)
+    present = len(view.members)
+    if present < view.cluster_size:
+        return False, f"a new cluster: waiting for {view.cluster_size} members, {present} present"
     beyond = sorted(n for n, m in view.members.items() if m.ha_state != "joining")
     if beyond:
         return False, f"not every member is joining: {', '.join(beyond)}"
-    candidates: Mapping[str, Member] = view.members
     among = f"{present} joining members"
-    if record is not None and record.store_ids:
-        # A total failure: only a store of the last in-sync set holds every confirmed
-        # message (each confirm waited for those disks); any other may lack some. A store
-        # at an epoch newer than the set's served (or followed) a primary promoted without
-        # ZooKeeper (--designated-primary, ha_agent.designated): what it confirmed is on
-        # that store, and it ranks first by its epoch.
-        stores = record.store_ids
-        candidates = {
-            n: m for n, m in view.members.items() if m.store_id in stores or m.epoch > record.epoch
-        }
-        held = f"the stores of the in-sync set of epoch {record.epoch}"
-        if not candidates:
-            return False, (
-                f"a total failure: none of {held} ({_store_names(record)}) is back: waiting "
-                "for one of them (any other store may lack confirmed messages)"
-            )
-        among = f"{len(candidates)} joining members with {held}"
-        if view.node not in candidates:
-            return False, (
-                f"its store is not one of {held} ({', '.join(sorted(candidates))} present)"
-            )
-    best = most_advanced(candidates)
+    best = most_advanced(view.members)
     if best is None or best.node != view.node:
         assert best is not None
         return False, (
@@ -378,27 +264,73 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
     )
 
 
-def isr_update(record: InSyncRecord | None, broker_in_sync: BrokerInSync) -> tuple[str, ...] | None:
+def _by_store(view: ClusterView, record: InSyncRecord) -> tuple[bool, str]:
+    """Eligible when this node's store is the one :func:`choose_store` chooses."""
+    choice = choose_store(view.members, record, view.cluster_size)
+    if choice.chosen == view.node:
+        return True, f"its store is chosen: {choice.reason}"
+    broker = view.broker
+    outside = broker is not None and broker.store_id not in record.store_ids
+    if outside and broker is not None and broker.epoch <= record.epoch:
+        named = f"the stores the in-sync record of epoch {record.epoch} names"
+        return False, f"its store is not one of {named}: {choice.reason}"
+    return False, choice.reason
+
+
+def isr_update(
+    record: InSyncRecord | None,
+    broker_in_sync: BrokerInSync,
+    members_now: Mapping[str, Member] | None = None,
+) -> tuple[str, ...] | None:
     """The in-sync set (broker ids, sorted) the primary's agent should write, given the
-    committed ``record`` and the primary broker's ``in_sync``; None when nothing changes.
+    committed ``record``, the primary broker's ``in_sync`` and the member records
+    (``members_now``); None when nothing changes.
 
     The set becomes what the broker counts as in sync (``wanted``) less the backups whose
-    removal waits (``pending_removal``). Adding a backup is safe once the broker counts it
-    (it is guarded: no confirm goes out without it); removing one is always safe for the
-    data (fewer backups may be promoted), and it is what lets the broker release it.
+    removal waits (``pending_removal``) and the awaited backups known gone
+    (:func:`known_gone`). Adding a backup is safe once the broker counts it (it is guarded:
+    no confirm goes out without it); removing one is always safe for the data (fewer
+    backups may be promoted), and it is what lets the broker release it.
     """
-    members = broker_in_sync.wanted - broker_in_sync.pending_removal
+    gone = known_gone(record, broker_in_sync, members_now)
+    members = broker_in_sync.wanted - broker_in_sync.pending_removal - gone
     if record is not None and members == record.broker_ids:
         return None
     return tuple(sorted(members))
 
 
+def known_gone(
+    record: InSyncRecord | None,
+    broker_in_sync: BrokerInSync,
+    members_now: Mapping[str, Member] | None,
+) -> frozenset[str]:
+    """The awaited backups (a recovering primary's expected, not connected) that will not
+    come: the set names the node of each, and that node's agent record is gone (its agent's
+    session ended) or names another broker (it restarted: the instance awaited is no
+    more). Issue 26, item 3: their removal is committed at once instead of after
+    ``ha-backup-timeout``; the broker releases them only once it is committed. A backup
+    whose node the record does not name is not known gone."""
+    if record is None or members_now is None:
+        return frozenset()
+    nodes = {m.broker_id: m.node for m in record.members}
+    gone = set()
+    for backup_id in broker_in_sync.awaited:
+        node = nodes.get(backup_id, "")
+        if not node:
+            continue
+        now = members_now.get(node)
+        if now is None or (now.broker_id and now.broker_id != backup_id):
+            gone.add(backup_id)
+    return frozenset(gone)
+
+
 def releasable(record: InSyncRecord | None, broker_in_sync: BrokerInSync) -> tuple[str, ...]:
-    """The pending-removal backups whose removal ``record`` (committed) shows: the primary
-    may release their held confirms (sorted; empty without a record)."""
+    """The pending-removal and awaited backups whose removal ``record`` (committed) shows:
+    the primary may release their held confirms (sorted; empty without a record)."""
     if record is None:
         return ()
-    return tuple(sorted(broker_in_sync.pending_removal - record.broker_ids))
+    left = broker_in_sync.pending_removal | broker_in_sync.awaited
+    return tuple(sorted(left - record.broker_ids))
 
 
 def promotion_in_sync(record: InSyncRecord | None, broker: BrokerView) -> tuple[InSyncMember, ...]:
@@ -505,4 +437,10 @@ def decide(view: ClusterView) -> Decision:
         actions.append(Action(Step.CONTEND, why))
     elif not eligible and leadership == "contending":
         actions.append(Action(Step.WITHDRAW, why))
+    record = view.in_sync
+    if record is not None and view.primary is None and not _live_in_sync(view, record):
+        restart = restart_to_join(view.members, record, broker.ha_state, broker.store_id)
+        if restart:
+            actions.append(Action(Step.RESTART_BROKER, restart))
+            why = f"{why}: {restart}"
     return Decision(tuple(actions), why)

@@ -12,6 +12,9 @@ Layout (docs: /work/shared/ARCHITECTURE.md, "ZooKeeper layout")::
     /qpid-ha/<cluster>/in-sync          persistent, JSON: the in-sync set (ha_agent.in_sync)
     /qpid-ha/<cluster>/hints/<node>     ephemeral, JSON: a backup's link to the primary is
                                         down (ha_agent.link_hint)
+    /qpid-ha/<cluster>/agents/<node>    ephemeral, JSON: what the agent tells operators: its
+                                        fence brake, why it waits (ha_agent.agent_status;
+                                        added after 0.1.0, whose agents never read it)
 
 Error Handling
 ==============
@@ -94,6 +97,15 @@ class ClusterLayout:
     def hints(self) -> str:
         """``/qpid-ha/<cluster>/hints``: the parent of the backups' link hints."""
         return f"{self.root}/hints"
+
+    @property
+    def agents(self) -> str:
+        """``/qpid-ha/<cluster>/agents``: the parent of the agents' status records."""
+        return f"{self.root}/agents"
+
+    def agent(self, node: str) -> str:
+        """``/qpid-ha/<cluster>/agents/<node>``: one agent's ephemeral status record."""
+        return f"{self.agents}/{check_name('node', node)}"
 
     def hint(self, node: str) -> str:
         """``/qpid-ha/<cluster>/hints/<node>``: one backup's ephemeral link hint."""

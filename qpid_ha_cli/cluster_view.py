@@ -5,6 +5,9 @@ set (the layout of :mod:`ha_agent.zk_layout`) and renders them as a table or JSO
 only. IN-SYNC is ``yes`` for a member whose broker (by the broker id it publishes) is in the
 committed in-sync set, ``no`` for one that is not, ``-`` for the primary (never a member)
 and when no set is recorded; the summary line ends with the set's epoch and its members.
+Each agent's status record (:mod:`ha_agent.agent_status`) adds a warning line for an
+engaged fence brake; without a primary, the store the agents choose or which broker is
+needed and why (:mod:`ha_agent.store_choice`), and each agent's reason.
 
 With ``--zk-auth`` (the agents' digest, :mod:`ha_agent.zk_auth`) it reads a cluster whose
 znodes only that user may read; with ``--zk-ssl*`` (:mod:`ha_agent.zk_tls`) it talks TLS to
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -32,10 +36,13 @@ from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from common.zk_access import connect_refusal
+from ha_agent.agent_status import AgentStatus, BrakeStatus, brake_text, read_statuses
+from ha_agent.cluster_records import InSyncRecord, PrimaryRecord
 from ha_agent.epoch_counter import read_epoch
 from ha_agent.in_sync import InSyncRecordError, read_in_sync
-from ha_agent.membership import read_members
+from ha_agent.membership import Member, read_members
 from ha_agent.primary_record import read_primary_full
+from ha_agent.store_choice import choose_store
 from ha_agent.zk_auth import ZkAuth, zk_security
 from ha_agent.zk_format import ZkFormatError
 from ha_agent.zk_layout import ClusterLayout
@@ -91,6 +98,7 @@ def read_cluster(
             if client.exists(layout.root) is None:
                 raise ClusterViewError(f"no cluster {cluster!r} in ZooKeeper at {hosts}")
             members = read_members(client, cluster)
+            agents = read_statuses(client, cluster)
             primary = read_primary_full(client, cluster)
             epoch = read_epoch(client, cluster)
             in_sync_error = None
@@ -151,7 +159,22 @@ def read_cluster(
             ],
         },
         "in_sync_error": in_sync_error,
+        "agents": [asdict(a) for a in agents.values()],
+        "choice": _choice(members, record, in_sync),
     }
+
+
+def _choice(
+    members: dict[str, Member], primary: PrimaryRecord | None, in_sync: InSyncRecord | None
+) -> dict[str, Any] | None:
+    """Without a primary and without a live member of the set: the store the agents choose
+    by protocol, or which broker is needed and why (:mod:`ha_agent.store_choice`)."""
+    if primary is not None or in_sync is None or not in_sync.store_ids:
+        return None
+    if any(m.broker_id and m.broker_id in in_sync.broker_ids for m in members.values()):
+        return None  # a live member of the set contends: the usual way
+    choice = choose_store(members, in_sync, cluster_size=None)
+    return {"chosen": choice.chosen, "reason": choice.reason, "needed": choice.needed or None}
 
 
 def _in_sync_cell(value: bool | None) -> str:
@@ -208,6 +231,20 @@ def format_cluster(view: dict[str, Any]) -> list[str]:
     )
     if warning:
         lines.append(f"warning: {warning}")
+    agents = view.get("agents") or []
+    for agent in agents:
+        brake = brake_text(AgentStatus(agent["node"], brake=BrakeStatus(**agent["brake"])))
+        if brake:
+            lines.append(f"warning: {brake}")
+    choice = view.get("choice")
+    if not view["primary"] and choice is not None:
+        lines.append(
+            f"no primary: {choice['needed']}"
+            if choice["needed"]
+            else f"no primary: the agents promote {choice['chosen']}: {choice['reason']}"
+        )
+    if not view["primary"]:
+        lines.extend(f"{a['node']}'s agent: {a['eligibility']}" for a in agents)
     return lines
 
 

@@ -18,15 +18,22 @@ _LOCAL_NAMES = ("127.0.0.1", "::1", "localhost")
 
 
 async def cluster_beyond_joining(
-    addresses: Iterable[Address], own_port: int, interface: str, node_name: str
+    addresses: Iterable[Address],
+    own_port: int,
+    interface: str,
+    node_name: str,
+    primaries_only: bool = False,
 ) -> str | None:
     """The address of a reachable broker beyond joining (with its state), or None (a new
-    cluster). This broker's own address (``own_port`` on one of its names) is skipped."""
+    cluster); ``primaries_only``: only a broker serving as primary counts. This broker's own
+    address (``own_port`` on one of its names) is skipped."""
     own_hosts = (*(a.strip().strip("[]") for a in interface.split(",")), *_LOCAL_NAMES, node_name)
     for address in addresses:
         if address.port == own_port and address.host in own_hosts:
             continue
         status = await check_status(address)
-        if status and status not in (HaState.JOINING.value, HaState.STANDALONE.value):
+        beyond = status not in (HaState.JOINING.value, HaState.STANDALONE.value)
+        serving = status in (HaState.ACTIVE.value, HaState.RECOVERING.value)
+        if status and beyond and (serving or not primaries_only):
             return f"{address} ({status})"
     return None

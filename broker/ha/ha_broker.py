@@ -477,14 +477,15 @@ class HaBroker:
 
     def commit_in_sync(self, epoch: int, members: list[str]) -> list[str]:
         """The cluster manager committed the in-sync set ``members`` at ``epoch``: release
-        the confirms held for every backup that went away and is not in it. Returns the
-        backups released; :class:`PromoteError` when the role refuses (not a primary, or
-        another epoch's set)."""
-        before = set(self.role.pending_removal())
+        the confirms held for every backup that went away (or, expected, never came) and is
+        not in it. Returns the backups released; :class:`PromoteError` when the role refuses
+        (not a primary, or another epoch's set)."""
+        role = self.role
+        before = set(role.pending_removal()) | set(role.awaited())
         for action in self.handle(InSyncCommitted(epoch, frozenset(members))):
             if isinstance(action, Refuse):
                 raise PromoteError(action.reason)
-        released = sorted(before - set(self.role.pending_removal()))
+        released = sorted(before - set(role.pending_removal()) - set(role.awaited()))
         if released:
             self.log_.info("ha_in_sync_committed", epoch=epoch, released=released)
         return released
@@ -517,16 +518,19 @@ class HaBroker:
         self.handle(Fence(reason))
 
     # -- promotion ---------------------------------------------------------------------
-    async def promote(self, epoch: int | None = None, in_sync: list[str] | None = None) -> HaState:
+    async def promote(
+        self, epoch: int | None = None, in_sync: list[str] | None = None, store_named: bool = False
+    ) -> HaState:
         """Become the primary (cluster-manager only), expecting the backups of the
-        committed in-sync set ``in_sync`` (broker ids) when the cluster manager keeps one.
-        Returns the new state.
+        committed in-sync set ``in_sync`` (broker ids) when the cluster manager keeps one;
+        ``store_named``: its committed record names this broker's store (a joining broker
+        is then refused only beside a serving primary). Returns the new state.
 
         One promotion at a time: a second request waits for the first and then finds the
         broker primary already (or fenced)."""
         members = None if in_sync is None else frozenset(in_sync)
         async with self._promoting:
-            pending = self.handle(PromoteRequested(epoch, members))
+            pending = self.handle(PromoteRequested(epoch, members, store_named))
             try:
                 while pending:
                     action = pending.pop(0)
@@ -543,10 +547,14 @@ class HaBroker:
         match action:
             case Refuse(reason):
                 raise PromoteError(reason)
-            case CheckCluster():
+            case CheckCluster(primaries_only):
                 options = self.options
                 beyond = await cluster_beyond_joining(
-                    self.addresses, self._amqp_port(), options.interface, options.node_name
+                    self.addresses,
+                    self._amqp_port(),
+                    options.interface,
+                    options.node_name,
+                    primaries_only,
                 )
                 return self.handle(ClusterChecked(beyond))
             case PersistPromotionEpoch(new_epoch):

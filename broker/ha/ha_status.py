@@ -31,6 +31,7 @@ def in_sync_status(role: HaRole) -> dict[str, Any]:
     return {
         "wanted": role.in_sync_wanted(),
         "pending_removal": role.pending_removal(),
+        "awaited": role.awaited(),
         "committed": (
             None if committed is None else {"epoch": committed[0], "members": sorted(committed[1])}
         ),

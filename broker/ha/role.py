@@ -178,6 +178,15 @@ class HaRole:
         """In-sync backups that went away: their confirms wait for a committed removal."""
         return sorted(b for b, r in self.backups.items() if r.gone)
 
+    def awaited(self) -> list[str]:
+        """Expected backups (the committed set at promotion) not connected yet: a
+        recovering primary waits for them; a committed set without one releases it."""
+        return sorted(b for b in self.expected if not self._connected(b))
+
+    def _connected(self, backup_id: str) -> bool:
+        record = self.backups.get(backup_id)
+        return record is not None and record.connected
+
     # -- the one entry point -------------------------------------------------------------
     def handle(self, event: Event) -> list[Action]:
         """Apply one event; the actions to perform, in order."""
@@ -241,7 +250,7 @@ class HaRole:
             self._promotion_epoch = epoch if epoch is not None else self.epoch + 1
             self._promotion_in_sync = event.in_sync
             if state is HaState.JOINING:
-                self._emit(CheckCluster())
+                self._emit(CheckCluster(primaries_only=event.store_named))
             else:
                 self._emit(PersistPromotionEpoch(self._promotion_epoch))
 
@@ -358,8 +367,12 @@ class HaRole:
             )
             return
         self.committed_in_sync = (event.epoch, event.members)
+        awaited = set(self.awaited())
         for backup_id, record in sorted(self.backups.items()):
-            if record.gone and backup_id not in event.members:
+            # gone, or expected and never back: the committed set without it releases it
+            # (issue 26, item 3: no ha-backup-timeout for a backup known gone)
+            left = record.gone or backup_id in awaited
+            if left and backup_id not in event.members:
                 self._drop(backup_id)
         self._check_active()
         self._membership()

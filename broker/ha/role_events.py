@@ -44,10 +44,14 @@ class CaughtUp:
 class PromoteRequested:
     """The cluster manager asks this broker to become primary (with an epoch, or the next),
     expecting the backups of the committed in-sync set ``in_sync`` (broker ids) when it
-    keeps one, else the ready members last heard of."""
+    keeps one, else the ready members last heard of. ``store_named``: the cluster manager's
+    committed in-sync record names this broker's store, which holds every confirmed message
+    (issue 25, item 3): a joining broker is then refused only beside a serving primary, not
+    beside backups."""
 
     epoch: int | None = None
     in_sync: frozenset[str] | None = None
+    store_named: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +190,10 @@ class DropLink:
 
 @dataclass(frozen=True, slots=True)
 class CheckCluster:
-    """Ask the other brokers their state; answer with ClusterChecked."""
+    """Ask the other brokers their state; answer with ClusterChecked (the first beyond
+    joining; with ``primaries_only``, the first that serves as primary)."""
+
+    primaries_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,10 +162,13 @@ class HaEndpoints:
     async def promote(self, request: web.Request) -> web.Response:
         """POST /api/ha/promote {"cluster_manager": true, "epoch": N}: cluster managers only;
         on a broker an agent manages, only with the agent's mark (``"agent": NODE``) or
-        ``"force": true``."""
+        ``"force": true``. ``"committed_store": ID``: the agent's committed in-sync record
+        names this broker's store (refused, 409, when this broker's store is another): a
+        joining broker is then refused only beside a serving primary (issue 25, item 3)."""
         ha = self._ha()
         data = await read_json_object(request)
         fields = {"cluster_manager", "epoch", "lease", "in_sync", "agent", "force"}
+        fields.add("committed_store")
         unknown = sorted(set(data) - fields)
         if unknown:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
@@ -184,6 +187,15 @@ class HaEndpoints:
         force = data.get("force", False)
         if not isinstance(force, bool):
             raise ApiError(HTTPStatus.BAD_REQUEST, f"force must be true or false: {force!r}")
+        named = data.get("committed_store")
+        if named is not None and not isinstance(named, str):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"committed_store must be a string: {named!r}")
+        if named is not None and named != self.broker.store_id:
+            raise ApiError(
+                HTTPStatus.CONFLICT,
+                f"the committed in-sync record names store {named!r}; this broker's store is"
+                f" {self.broker.store_id!r}",
+            )
         managed_by = self.promote_guard.managed_by
         refusal = self.promote_guard.refusal(agent, force)
         user = current_user.get()
@@ -195,7 +207,10 @@ class HaEndpoints:
         from broker.ha.ha_broker import PromoteError
 
         try:
-            state = await ha.promote(epoch, in_sync)
+            if named is None:
+                state = await ha.promote(epoch, in_sync)
+            else:
+                state = await ha.promote(epoch, in_sync, store_named=True)
             if lease is not None:
                 ha.grant_lease(lease)
         except PromoteError as exc:

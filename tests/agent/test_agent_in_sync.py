@@ -44,6 +44,15 @@ def events(node: Node, name: str) -> list[dict[str, Any]]:
 def test_a_frozen_backup_is_removed_from_the_set_before_its_confirms_are_released_then_rejoins(
     agents: AgentCluster,
 ) -> None:
+    """... and, re-added, it is promoted when the primary's node and the other backup's
+    are lost: it serves without waiting ``ha-backup-timeout`` (30 s here) for the other
+    backup, whose agent record is gone: its agent commits the removal at once and only that
+    commit releases it (issue 26, item 3; 12-15 s before, at the default 10 s)."""
+    for node in agents.nodes:
+        node.broker_command = [
+            "--ha-backup-timeout=30" if a.startswith("--ha-backup-timeout=") else a
+            for a in node.broker_command
+        ]
     agents.start()
     primary = agents.wait_settled()
     stale, other = (n for n in agents.nodes if n is not primary)
@@ -90,6 +99,22 @@ def test_a_frozen_backup_is_removed_from_the_set_before_its_confirms_are_release
     poll_until(lambda: in_sync_ids(agents) == {new_id, other_id}, 10)
     rejoined = [e for e in events(primary, "in_sync_changed") if new_id in e["added"]]
     assert rejoined, events(primary, "in_sync_changed")
+
+    for lost in (primary, other):  # the whole node: agent and broker
+        pid = lost.broker_pid()
+        lost.signal_agent(signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
+    poll_until(lambda: stale.state() == "active", 30)
+    changes = [e for e in stale.broker_events() if e["event"] == "ha_state_changed"]
+    recovering = next(e for e in changes if e["new"] == "recovering")
+    active = next(e for e in changes if e["new"] == "active")
+    waited = _epoch_seconds(active["ts"]) - _epoch_seconds(recovering["ts"])
+    assert waited < 10.0, f"recovering for {waited:.1f} s"  # ha-backup-timeout is 30 s
+    released = [e for e in stale.broker_events() if e["event"] == "ha_in_sync_committed"]
+    assert [e["released"] for e in released] == [[other_id]]
+    gone = [e for e in events(stale, "in_sync_changed") if e.get("known_gone")]
+    assert [e["known_gone"] for e in gone] == [[other_id]]
+    assert not [e for e in stale.broker_events() if e["event"] == "ha_backup_removal_pending"]
 
 
 def _epoch_seconds(stamp: Any) -> float:

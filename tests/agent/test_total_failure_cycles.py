@@ -108,7 +108,7 @@ def one_failure(agents: AgentCluster, cycle: int, order: tuple[str, ...]) -> Non
     winner = agents.wait_settled(timeout=60)
     assert winner is not stale, f"cycle {cycle}, order {order}: the stale store won"
     promoted = [e for e in winner.agent_events() if e["event"] == "agent_promoted"][-1]
-    assert "with the stores of the in-sync set" in str(promoted["reason"])
+    assert "of the stores the in-sync record of epoch" in str(promoted["reason"])
     assert drain(winner.port, "orders") == before + after, f"cycle {cycle}, order {order}"
 
 

@@ -266,6 +266,7 @@ def test_in_sync_commit_of_a_given_set_releases_only_what_it_excludes(tmp_path: 
         assert cluster.ha(0)["in_sync"] == {
             "wanted": [],
             "pending_removal": [],
+            "awaited": [],
             "committed": {"epoch": 3, "members": []},
         }
     finally:

@@ -11,6 +11,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from common.exit_status import ExitStatus
+from ha_agent.agent_report import AgentReport
 from ha_agent.epoch_counter import next_epoch
 from ha_agent.in_sync import write_in_sync
 from ha_agent.membership import Member, MemberPublisher
@@ -170,3 +171,48 @@ def test_two_primaries_are_called_out_and_exit_1() -> None:
     assert "ERROR" not in result.stderr
     view["members"][1]["state"] = "ready"  # type: ignore[index]
     assert qpid_ha("--zk", "h:1", "--cluster", "qa", "status", "--all", env=env).exit_code == 0
+
+
+def test_no_primary_says_which_broker_is_needed_and_an_engaged_brake(
+    zookeeper: ZooKeeper, cluster: str
+) -> None:
+    """Issue 25: without a primary, the store the last in-sync record names (n1's, the
+    primary's) is needed and not back; n2's agent says why it waits, and its fence brake
+    (engaged: three promotions within the window) is a warning line. Records written by
+    the agents' own code (their status records: ha_agent.agent_report)."""
+    client = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    client.start(timeout=15)
+    try:
+        for _ in range(3):
+            next_epoch(client, cluster)
+        member = Member("n2", "127.0.0.1:5673", "ready", 3, broker_id="id-n2", store_id="s2")
+        MemberPublisher(client, cluster, member).publish()
+        record = InSyncRecord(3, (), primary_store_id="s1-store", primary_node="n1")
+        write_in_sync(client, cluster, record, None)
+        report = AgentReport("n2", broker_timeout=2.0)
+        for epoch in (1, 2, 3):
+            report.note_primary(epoch, time.monotonic())
+        report.decided("its store is not one of the stores ...: no safe choice: n1 ...")
+        report.publish(client, cluster)
+        result = qpid_ha("--zk", zookeeper.hosts, "--cluster", cluster, "status", "--all")
+        args = ("--zk", zookeeper.hosts, "--cluster", cluster, "status", "--all", "--json")
+        view = json.loads(qpid_ha(*args).stdout)
+    finally:
+        client.stop()
+        client.close()
+    assert (result.exit_code, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    brake = next(line for line in lines if line.startswith("warning: fence brake"))
+    assert brake.startswith("warning: fence brake engaged on n2's agent since 20")
+    assert brake.endswith(
+        ": 3 promotions within 60 s; a silent (not gone) primary is given 4 s"
+        " (--broker-timeout 2 s) before it is fenced"
+    )
+    assert lines[-2] == (
+        "no primary: n1 (the primary's store) is needed: only the stores the in-sync record"
+        " of epoch 3 names hold every confirmed message (n1 (the primary's store): not back)"
+    )
+    assert lines[-1] == "n2's agent: its store is not one of the stores ...: no safe choice: n1 ..."
+    assert view["choice"]["chosen"] is None and "n1" in view["choice"]["needed"]
+    (agent,) = view["agents"]
+    assert agent["brake"]["engaged"] is True and agent["brake"]["promotions"] == 3

@@ -14,6 +14,7 @@ from kazoo.client import KazooClient
 
 from broker.management.console.agents_view import AgentsView, cluster_paths, parse_view
 from common.polling import free_port, poll_until
+from ha_agent.agent_report import AgentReport
 from ha_agent.zk_layout import ClusterLayout
 from tests.zookeeper import start_zookeeper
 
@@ -25,6 +26,7 @@ def test_the_paths_are_the_agents() -> None:
         "members": layout.members,
         "primary": layout.primary,
         "epoch": layout.epoch,
+        "agents": layout.agents,
     }
     with pytest.raises(ValueError, match="bad cluster name"):
         cluster_paths("../x")
@@ -99,3 +101,31 @@ def test_a_frozen_zookeeper_is_an_error_not_a_hang(tmp_path: Path) -> None:
         server.resume()
         view.close()
         server.stop()
+
+
+def test_the_agents_words_an_engaged_brake_and_without_a_primary_why_each_waits() -> None:
+    """Issue 25: the agents' status records (written by ha_agent.agent_report) become the
+    page's alert lines: the fence brake while engaged; without a primary, each reason."""
+    braked = AgentReport("n2", broker_timeout=2.0)
+    for epoch in (1, 2, 3):
+        braked.note_primary(epoch, 0.0)
+    braked.decided("no safe choice: n1 (the primary's store) is needed: ...")
+    quiet = AgentReport("n3", broker_timeout=2.0)
+    quiet.decided("a ready backup out of the in-sync set (epoch 3): n2 in it")
+    agents: dict[str, bytes | None] = {
+        "n2": braked.status(0.0).to_json(),
+        "n3": quiet.status(0.0).to_json(),
+        "n4": b"{broken",
+    }
+    view = parse_view("prod", {}, None, b"3", agents)
+    since = braked.engaged_since
+    assert since.startswith("20") and since.endswith("Z")
+    assert view["alerts"] == [
+        f"fence brake engaged on n2's agent since {since}: 3 promotions within 60.0 s; a"
+        " silent (not gone) primary is given 4.0 s (--broker-timeout 2.0 s) before it is"
+        " fenced",
+        "no primary: n2's agent: no safe choice: n1 (the primary's store) is needed: ...",
+        "no primary: n3's agent: a ready backup out of the in-sync set (epoch 3): n2 in it",
+    ]
+    primary = json.dumps({"version": 1, "node": "n1", "epoch": 3}).encode()
+    assert parse_view("prod", {}, primary, b"3", agents)["alerts"] == view["alerts"][:1]

@@ -130,6 +130,30 @@ BACKUP_TIMEOUT: list[Step] = [
     (InSyncCommitted(5, frozenset()), ["ReleaseGuards", "SendMembership"], S.ACTIVE),
 ]
 
+EXPECTED_LEFT_OUT: list[Step] = [  # issue 26, item 3: released by the commit, at once
+    (LinkUp("p:5672", 1), ["PersistEpoch", "ChangeState"], S.CATCHUP),
+    (CaughtUp(), ["ChangeState"], S.READY),
+    (PromoteRequested(5, frozenset({"b1", "b2"})), ["PersistPromotionEpoch"], S.READY),
+    (EpochPersisted(5, READY_B1), ["DropLink", "StartPrimary"], S.READY),
+    (
+        PrimaryStarted("me:5672", QUEUES, 100.0),
+        ["GuardBackup", "GuardBackup", "ChangeState", "SendMembership"],
+        S.RECOVERING,
+    ),
+    (BackupConnected("b2", "h2:5672", QUEUES), ["SendMembership"], S.RECOVERING),
+    (Tick(101.0), [], S.RECOVERING),
+    (InSyncCommitted(5, frozenset({"b1", "b2"})), [], S.RECOVERING),  # still in it: held
+    # b2 is connected (catching up): never released by leaving it out; b1 never came
+    (InSyncCommitted(5, frozenset()), ["ReleaseGuards", "SendMembership"], S.RECOVERING),
+    (BackupQueueReady("b2", "q1"), [], S.RECOVERING),
+    (BackupQueueReady("b2", "q2"), ["ChangeState", "SendMembership"], S.ACTIVE),
+]
+
+STORE_NAMED: list[Step] = [  # issue 25, item 3: only a serving primary refuses it
+    (PromoteRequested(None, None, store_named=True), ["CheckCluster"], S.JOINING),
+    (ClusterChecked(None), ["PersistPromotionEpoch"], S.JOINING),
+]
+
 IN_SYNC_SET: list[Step] = [
     (PromoteRequested(None), ["CheckCluster"], S.JOINING),
     (ClusterChecked(None), ["PersistPromotionEpoch"], S.JOINING),
@@ -220,6 +244,8 @@ SCRIPTS = {
     "promote a ready backup expecting b1": PROMOTE_READY_EXPECTING_B1,
     "promote in a new cluster": PROMOTE_NEW_CLUSTER,
     "ha-backup-timeout": BACKUP_TIMEOUT,
+    "an expected backup left out of the committed set": EXPECTED_LEFT_OUT,
+    "a joining broker whose store the record names": STORE_NAMED,
     "refusals": REFUSALS,
     "lease and fencing": LEASE_AND_FENCING,
     "a newer epoch fences the primary": NEWER_EPOCH_FENCES,

@@ -6,9 +6,10 @@ With ``--console-zk HOSTS`` and ``--console-cluster NAME`` (the agents' ``--zk``
 ``--cluster``) the console reads, every :data:`PERIOD` seconds, what the agents record
 (``docs/agent.md``; the layout of ``ha_agent.zk_layout``, written out here because the
 broker never imports the agent): each agent's member record (its broker's state, epoch,
-URL, broker id), the primary record with the virtual IP its holder took, and the last
-epoch handed out. Read only, with a read-only client. This is ``qpid-ha --zk HOSTS
---cluster NAME status --all`` in the page.
+URL, broker id), the primary record with the virtual IP its holder took, the last
+epoch handed out, and each agent's status record (``alerts``: an engaged fence brake;
+without a primary, why each agent waits: which broker is needed). Read only, with a
+read-only client. This is ``qpid-ha --zk HOSTS --cluster NAME status --all`` in the page.
 
 Error Handling
 ==============
@@ -60,6 +61,7 @@ def cluster_paths(cluster: str) -> dict[str, str]:
         "members": f"{root}/members",
         "primary": f"{root}/primary",
         "epoch": f"{root}/epoch",
+        "agents": f"{root}/agents",
     }
 
 
@@ -85,11 +87,35 @@ def _json(data: bytes | None) -> Any:
         return None
 
 
+def _alerts(agents: dict[str, bytes | None], primary: bool) -> list[str]:
+    """Lines for people from the agents' status records (``ha_agent.agent_status``): an
+    engaged fence brake; without a primary, each agent's reason (which broker is needed)."""
+    lines = []
+    for node, data in sorted(agents.items()):
+        record = _json(data)
+        if not isinstance(record, dict):
+            continue
+        raw = record.get("brake")
+        brake: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        if brake.get("engaged") is True:
+            lines.append(
+                f"fence brake engaged on {node}'s agent since {brake.get('since') or '?'}:"
+                f" {brake.get('promotions')} promotions within {brake.get('window_s')} s; a"
+                f" silent (not gone) primary is given {brake.get('patience_s')} s"
+                f" (--broker-timeout {brake.get('broker_timeout_s')} s) before it is fenced"
+            )
+        reason = record.get("eligibility")
+        if not primary and isinstance(reason, str) and reason:
+            lines.append(f"no primary: {node}'s agent: {reason}")
+    return lines
+
+
 def parse_view(
     cluster: str,
     members: dict[str, bytes | None],
     primary: bytes | None,
     epoch: bytes | None,
+    agents: dict[str, bytes | None] | None = None,
 ) -> dict[str, Any]:
     """The view from the znodes' bytes (pure: tests feed it records)."""
     problems: list[str] = []
@@ -123,6 +149,7 @@ def parse_view(
         "vip": None if body is None else body.get("vip"),
         "epoch": last_epoch,
         "members": rows,
+        "alerts": _alerts(agents or {}, body is not None),
         "error": "; ".join(problems) or None,
     }
 
@@ -195,6 +222,13 @@ class AgentsView:
                 epoch: bytes | None = wait(client.get_async(paths["epoch"]))[0]
             except NoNodeError:
                 epoch = None
+            agents: dict[str, bytes | None] = {}
+            listed = wait(client.exists_async(paths["agents"]))
+            for node in wait(client.get_children_async(paths["agents"])) if listed else []:
+                try:
+                    agents[node] = wait(client.get_async(f"{paths['agents']}/{node}"))[0]
+                except NoNodeError:
+                    continue
         except KazooTimeoutError:
             self.close()
             problem = tls_problem(self.hosts, self.access) if self.access.tls else None
@@ -212,7 +246,7 @@ class AgentsView:
             )
         except (KazooException, LookupError) as exc:
             return self._error(str(exc) or type(exc).__name__, at)
-        return {**parse_view(self.cluster, members, primary, epoch), "read_at": at}
+        return {**parse_view(self.cluster, members, primary, epoch, agents), "read_at": at}
 
     def _error(self, reason: str, at: float) -> dict[str, Any]:
         previous = self.view or {}

@@ -190,6 +190,8 @@ function renderAgents(s) {
   const late = age >= AGENTS_LATE ? `, read ${age} s ago` : "";
   box.classList.toggle("late", Boolean(late));
   box.textContent = `Agents (ZooKeeper, cluster ${agents.cluster}${late}): ${parts.join(" · ")}`;
+  // the agents' own words: an engaged fence brake; without a primary, which broker is needed
+  for (const alert of agents.alerts || []) box.appendChild(el("div", { class: "alert", text: alert }));
 }
 
 const IN_SYNC_HELP = "In-sync set: the backups the primary holds each publisher confirm for " +
