@@ -14,9 +14,11 @@ passes channel methods to :class:`~broker.amqp.channel.Channel`. While a channel
 is held (its queue's delivery gate is closed), the frames that follow on that channel are
 kept and replayed once it is answered, with a bound on what is kept
 (:mod:`broker.amqp.held_frames`: past it the connection is not read, ``reading_paused`` as
-for a resource alarm; the shell follows it through ``on_reading_changed``). An admission
-policy that also :class:`~broker.amqp.handshake.AdvertisesKnownHosts` (the HA role) names
-the hosts clients should use in connection.open-ok's ``known-hosts``. A login whose password
+for a resource alarm; the shell follows it through ``on_reading_changed``; both reasons
+are weighed in one place, the connection's
+:class:`~broker.amqp.flow_control.FlowControl`). An admission policy that also
+:class:`~broker.amqp.handshake.AdvertisesKnownHosts` (the HA role) names the hosts clients
+should use in connection.open-ok's ``known-hosts``. A login whose password
 needs the slow hash waits in ``AWAIT_LOGIN`` with :attr:`Connection.login_check` set: the
 shell runs it off the event loop and calls :meth:`Connection.password_checked`; bytes read
 meanwhile wait in the buffer. A hard :class:`~broker.core.errors.AmqpError` sends
@@ -39,8 +41,9 @@ from broker.amqp import framing
 from broker.amqp.channel import Channel
 from broker.amqp.connection_methods import ConnectionMethods
 from broker.amqp.context import BrokerContext
+from broker.amqp.flow_control import FlowControl
 from broker.amqp.handshake import close_method
-from broker.amqp.held_frames import HeldFrames, KeepingChannel
+from broker.amqp.held_frames import HeldFrames
 from broker.amqp.state import ChannelState, ConnectionState, check_transition
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.security.sasl import PasswordCheck
@@ -110,18 +113,10 @@ class Connection:
         self.admitted = False
         self.messages_published = 0
         self.messages_delivered = 0
-        #: A resource alarm's reason while publishers are blocked (RabbitMQ's "blocking");
-        #: the shell stops reading while ``reading_paused`` (a publisher is "blocked").
-        self.blocked_by: str | None = ctx.publish_alarm
-        #: Not to be read (the shell pauses the socket): blocked by an alarm, or too much
-        #: kept behind held basic.gets; read again only when neither holds.
-        self.reading_paused = False
-        self._alarm_paused = False
-        #: Called when ``reading_paused`` changes (the shell pauses or resumes the socket);
-        #: also from a replay of kept frames, outside ``receive_data``.
-        self.on_reading_changed: Callable[[], None] | None = None
         self.methods = ConnectionMethods(self, ctx)
-        self._held = HeldFrames(self, self.name, ctx.log)
+        self._held = HeldFrames(self, self.channels, self.name, ctx.log)
+        #: Whether it is read (resource alarms, held frames): the shell follows it.
+        self.flow = FlowControl(self, self._held, ctx.publish_alarm)
         ctx.connections[self.id] = self
 
     # -- properties --------------------------------------------------------------------
@@ -226,13 +221,8 @@ class Connection:
             if first is not None:
                 first()
             self._parse()
-            if (
-                self.state is S.OPEN
-                and self.blocked_by is not None
-                and self.messages_published
-                and not self._alarm_paused
-            ):
-                self._pause_reading()
+            if self.state is S.OPEN and self.flow.blocked_by is not None:
+                self.flow.after_read()
         except AmqpError as error:
             self._buf.clear()
             self.connection_error(error)
@@ -251,11 +241,11 @@ class Connection:
         if self.state is S.AWAIT_HEADER:
             if len(buf) < 8:
                 if not framing.PROTOCOL_HEADER.startswith(bytes(buf[:4])[: len(buf)]):
-                    self._bad_protocol_header(bytes(buf))
+                    self.methods.bad_protocol_header(bytes(buf))
                 return
             header = bytes(buf[:8])
             if header != framing.PROTOCOL_HEADER:
-                self._bad_protocol_header(header)
+                self.methods.bad_protocol_header(header)
                 return
             pos = 8
             self.methods.send_start()
@@ -302,19 +292,6 @@ class Connection:
             if self.login_check is not None:
                 break  # AWAIT_LOGIN: the rest waits for the password check
         del buf[:pos]
-
-    def _bad_protocol_header(self, header: bytes) -> None:
-        # Spec 4.2.2: answer with the header we support and close.
-        self.ctx.protocol_errors_total += 1
-        self.ctx.log.warning(
-            "protocol_error",
-            connection=self.name,
-            reply_code=None,
-            reason=f"bad protocol header {header[:8]!r}",
-        )
-        self.write(framing.PROTOCOL_HEADER)
-        self.close_reason = "bad protocol header"
-        self.should_close = True
 
     def frame(self, ftype: int, channel: int, payload: bytes) -> None:
         """Handle one frame (errors raise: :meth:`process` closes the connection)."""
@@ -412,9 +389,6 @@ class Connection:
         flush."""
         self._held.replay(number)
 
-    def keeping_channel(self, number: int) -> KeepingChannel | None:
-        return self.channels.get(number)
-
     @property
     def replaying(self) -> bool:
         return self.state is S.OPEN and not self.should_close
@@ -423,40 +397,35 @@ class Connection:
         if self._pumps:
             self.signal_output()
 
+    # -- reading (its FlowControl) -----------------------------------------------------
+    @property
+    def reading_paused(self) -> bool:
+        """Not to be read (the shell pauses the socket); see :mod:`.flow_control`."""
+        return self.flow.reading_paused
+
+    @property
+    def blocked_by(self) -> str | None:
+        """A resource alarm's reason while publishers are blocked."""
+        return self.flow.blocked_by
+
+    @property
+    def on_reading_changed(self) -> Callable[[], None] | None:
+        """Called when ``reading_paused`` changes (the shell pauses or resumes reading)."""
+        return self.flow.on_reading_changed
+
+    @on_reading_changed.setter
+    def on_reading_changed(self, callback: Callable[[], None] | None) -> None:
+        self.flow.on_reading_changed = callback
+
     def publishers_blocked(self, reason: str | None) -> None:
-        """A resource alarm was raised (``reason``) or the last one cleared (None).
-
-        A connection that has published stops being read (the shell pauses its socket),
-        after connection.blocked when the client has the ``connection.blocked``
-        capability; one that has not is blocked on its first publish.
-        """
-        self.blocked_by = reason
-        if reason is not None:
-            if self.messages_published and not self._alarm_paused:
-                self._pause_reading()
-        elif self._alarm_paused:
-            self._alarm_paused = False
-            self.reading_changed()
-            if self.state is S.OPEN and self.capability("connection.blocked"):
-                self.send_method(0, commands.Connection.Unblocked())
-
-    def _pause_reading(self) -> None:
-        """Blocked by a resource alarm."""
-        self._alarm_paused = True
-        self.reading_changed()
-        if self.state is S.OPEN and self.capability("connection.blocked"):
-            self.send_method(0, commands.Connection.Blocked(reason=self.blocked_by or ""))
+        """A resource alarm was raised (``reason``) or the last one cleared (None)."""
+        self.flow.publishers_blocked(reason)
 
     def reading_changed(self) -> None:
-        """``reading_paused`` from its two reasons; the shell is told when it changes."""
-        paused = self._alarm_paused or self._held.paused
-        if paused == self.reading_paused:
-            return
-        self.reading_paused = paused
-        if not paused:  # the client's heartbeats were not read meanwhile
-            self._last_recv = self.ctx.clock()
-        if self.on_reading_changed is not None:
-            self.on_reading_changed()
+        self.flow.reading_changed()
+
+    def reading_resumed(self) -> None:
+        self._last_recv = self.ctx.clock()  # the client's heartbeats were not read meanwhile
 
     def set_writable(self, writable: bool) -> None:
         """The transport's write buffer crossed a water mark."""

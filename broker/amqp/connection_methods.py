@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from pamqp import commands
 from pamqp.base import Frame as Method
 
+from broker.amqp import framing
 from broker.amqp.context import BrokerContext
 from broker.amqp.handshake import (
     ENCRYPTION_REQUIRED,
@@ -72,8 +73,11 @@ class ConnectionMethodsHost(Protocol):
     heartbeat: int
     close_reason: str | None
     admitted: bool
+    should_close: bool
 
     def send_method(self, channel: int, method: Method) -> None: ...
+
+    def write(self, data: bytes) -> None: ...
 
     def set_state(self, new: ConnectionState) -> None:
         """Move to ``new`` (checked against the transition table)."""
@@ -98,6 +102,20 @@ class ConnectionMethods:
     def __init__(self, host: ConnectionMethodsHost, ctx: BrokerContext) -> None:
         self.host = host
         self.ctx = ctx
+
+    def bad_protocol_header(self, header: bytes) -> None:
+        # Spec 4.2.2: answer with the header we support and close.
+        host = self.host
+        self.ctx.protocol_errors_total += 1
+        self.ctx.log.warning(
+            "protocol_error",
+            connection=host.name,
+            reply_code=None,
+            reason=f"bad protocol header {header[:8]!r}",
+        )
+        host.write(framing.PROTOCOL_HEADER)
+        host.close_reason = "bad protocol header"
+        host.should_close = True
 
     def send_start(self) -> None:
         host = self.host

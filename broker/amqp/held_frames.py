@@ -15,16 +15,16 @@ with a held get pays for any of this: the connection's hot path tests
 ``held_frames is None`` as before.
 
 :class:`HeldFrames` is owned by a :class:`~broker.amqp.connection.Connection` (one per
-connection), built with a :class:`HeldFramesHost` (the connection: its channels as
-:class:`KeepingChannel`, handle one frame, process under its error handling, a pump before
-the next flush, the reading pause) and nothing else of it.
+connection), built with a :class:`HeldFramesHost` (the connection: handle one frame,
+process under its error handling, a pump before the next flush, the reading pause) and its
+channels as :class:`KeepingChannel`, nothing else of it.
 
 THREAD UNSAFE: the connection's event loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from broker.amqp import framing
@@ -69,8 +69,6 @@ class HeldFramesHost(Protocol):
         """May kept frames be handled now (the connection open, not closing)?"""
         ...
 
-    def keeping_channel(self, number: int) -> KeepingChannel | None: ...
-
     def frame(self, ftype: int, channel: int, payload: bytes) -> None:
         """Handle one frame as if just read (errors raise, as there)."""
         ...
@@ -93,8 +91,16 @@ class HeldFramesHost(Protocol):
 class HeldFrames:
     """Frames kept behind held gets; see the module docstring."""
 
-    def __init__(self, host: HeldFramesHost, name: str, log: Logger) -> None:
+    def __init__(
+        self,
+        host: HeldFramesHost,
+        channels: Mapping[int, KeepingChannel],
+        name: str,
+        log: Logger,
+    ) -> None:
         self._host = host
+        #: The connection's open channels by number.
+        self._channels = channels
         self._name = name
         self._log = log
         #: Bytes of the frames kept behind held basic.gets (:data:`KEPT_FRAME_COST` each
@@ -155,7 +161,7 @@ class HeldFrames:
         host = self._host
 
         def replay() -> None:
-            ch = host.keeping_channel(number)
+            ch = self._channels.get(number)
             if ch is None or ch.get_is_held or ch.held_frames is None:
                 return
             frames, ch.held_frames = ch.held_frames, None
