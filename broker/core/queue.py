@@ -43,6 +43,7 @@ from broker.core.queue_contracts import (
     Consumer,
     DeliveryGate,
     HeldGet,
+    ObserverRole,
     QueueObserver,
 )
 from broker.core.queue_copy import QueueCopy
@@ -117,7 +118,10 @@ class Queue:
         self._bytes = 0
         self._dispatching = False
         self._redispatch = False
+        #: Told of every enqueue and dequeue, in :class:`ObserverRole` order: register
+        #: through :meth:`observe` and :meth:`unobserve` (read it, never edit it).
         self.observers: list[QueueObserver[Queue]] = []
+        self._observer_roles: dict[int, ObserverRole] = {}
         self.unacked = 0
         self.had_consumers = False
         self.deleted = False
@@ -466,6 +470,23 @@ class Queue:
 
     def has_exclusive_consumer(self) -> bool:
         return self._ring.has_exclusive()
+
+    # -- observers -------------------------------------------------------------------
+    def observe(self, observer: QueueObserver[Queue], role: ObserverRole) -> None:
+        """Tell ``observer`` of every enqueue and dequeue from now on: after the observers
+        of earlier roles and those of ``role`` already here, before those of later roles."""
+        roles = self._observer_roles
+        at = len(self.observers)
+        while at and roles.get(id(self.observers[at - 1]), ObserverRole.STREAM) > role:
+            at -= 1
+        self.observers.insert(at, observer)
+        roles[id(observer)] = role
+
+    def unobserve(self, observer: QueueObserver[Queue]) -> None:
+        """Stop telling ``observer`` (nothing when it was not told)."""
+        if observer in self.observers:
+            self.observers.remove(observer)
+            self._observer_roles.pop(id(observer), None)
 
     # -- the queue as a copy (its QueueCopy, broker.core.queue_copy) -------------------
     def restore(self, entries: list[Entry], body_bytes: int | None = None) -> None:
