@@ -1,12 +1,14 @@
 """The packages' arrows (docs/ha-design.md, "Packages and their arrows"), read from the code.
 
 Every ``import`` of the product's own modules is collected with :mod:`ast` (imports under
-``if TYPE_CHECKING:`` count for the package rules, not for cycles: they never run). The
-rules: ``common`` imports nothing of ours; ``broker.core`` nothing above it; ``broker.amqp``
-never ``broker.ha``; ``broker.security`` (decisions the protocols ask for) no protocol and
-no HA; the broker never the agent, the CLI or analytics; the agent never the
-CLI, nor the broker's insides (only ``broker.management``'s client and probe); and
-no module imports itself back through a chain at run time.
+``if TYPE_CHECKING:`` and inside functions count too: a type-only arrow is still an
+arrow). The rules: ``common`` imports nothing of ours; ``broker.core`` nothing above it;
+``broker.amqp`` never ``broker.ha``; ``broker.security`` (decisions the protocols ask for)
+no protocol and no HA; the broker never the agent, the CLI or analytics; the agent never
+the CLI, nor the broker's insides (only ``broker.management``'s client and probe); and no
+module imports itself back through a chain, file by file, at run time or for types only
+(a part a big class gives away takes a small Protocol of what it needs, never an import
+of its host: ``broker/amqp/stream_sink.py``, ``broker/amqp/ports.py``).
 """
 
 from __future__ import annotations
@@ -123,30 +125,75 @@ def test_no_arrow_back_up(importer: str) -> None:
     assert wrong == []
 
 
-def test_no_import_cycle() -> None:
-    runtime = {
-        name: {t for t, rt in targets if rt and t in GRAPH and t != name}
-        for name, targets in GRAPH.items()
-    }
-    cycles: list[list[str]] = []
-    state: dict[str, int] = {}  # 1 visiting, 2 done
+#: Import circles still there, each the set of its modules, to be cut (issue 27, item 3:
+#: ``HaBroker`` and its status view). Remove an entry once its circle is gone.
+KNOWN_CIRCLES: list[frozenset[str]] = [
+    frozenset({"broker.ha.ha_broker", "broker.ha.ha_status"}),
+]
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm),
+    and the modules that import themselves."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
     stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[frozenset[str]] = []
 
-    def walk(node: str) -> None:
-        state[node] = 1
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
         stack.append(node)
-        for nxt in sorted(runtime[node]):
-            if state.get(nxt) == 1:
-                cycles.append([*stack[stack.index(nxt) :], nxt])
-            elif nxt not in state:
-                walk(nxt)
-        stack.pop()
-        state[node] = 2
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            members = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                members.add(member)
+                if member == node:
+                    break
+            if len(members) > 1 or node in graph[node]:
+                circles.append(frozenset(members))
 
-    for name in sorted(runtime):
-        if name not in state:
-            walk(name)
-    assert cycles == []
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return circles
+
+
+def _all_arrows() -> dict[str, set[str]]:
+    """Every arrow between two of our modules: at run time, type-only or in a function."""
+    return {name: {t for t, _ in targets if t in GRAPH} for name, targets in GRAPH.items()}
+
+
+def test_no_import_cycle() -> None:
+    new = [
+        sorted(circle) for circle in import_circles(_all_arrows()) if circle not in KNOWN_CIRCLES
+    ]
+    assert new == []
+
+
+def test_the_cycle_check_finds_a_type_only_circle(tmp_path: Path) -> None:
+    """A part that names its host for types only still makes a circle: the check fails."""
+    host, part = tmp_path / "host.py", tmp_path / "part.py"
+    host.write_text("from broker.zz.part import Part\n")
+    part.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from broker.zz.host import Host\n"
+    )
+    known = {"broker.zz.host": host, "broker.zz.part": part}
+    arrows = {
+        name: {t for t, _ in imports(path, name, known) if t in known}
+        for name, path in known.items()
+    }
+    assert import_circles(arrows) == [frozenset(known)]
+    assert import_circles({"broker.zz.host": {"broker.zz.part"}, "broker.zz.part": set()}) == []
 
 
 def test_the_graph_is_read() -> None:

@@ -6,13 +6,20 @@ publisher confirms and transactions. A soft :class:`~broker.core.errors.AmqpErro
 only this channel (channel.close with the reply code); a hard one propagates to the
 connection.
 
-:class:`Channel` is one object written in three modules, one concept each:
+:class:`Channel` owns two parts, each built with a small port of what it needs (the
+channel itself, and the connection as a :class:`~broker.amqp.ports.Wire`):
 
-- here: its state, method dispatch (``_HANDLERS``), the channel, exchange and queue
-  classes, confirm and tx modes, and the release of everything it holds when it closes;
-- :mod:`broker.amqp.channel_consume`: consumers, deliveries, basic.get, acknowledgements,
-  and the :class:`~broker.amqp.stream_sink.StreamSink` an HA stream writes to;
-- :mod:`broker.amqp.channel_publish`: basic.publish, its content, routing.
+- its :class:`~broker.amqp.channel_consume.Deliveries` (consumers, deliveries, basic.get,
+  acknowledgements, prefetch, delivery tags; :mod:`broker.amqp.channel_consume`);
+- its :class:`~broker.amqp.channel_publish.Publisher` (basic.publish, its content,
+  routing, confirm and tx modes; :mod:`broker.amqp.channel_publish`).
+
+The channel keeps its state, the method dispatch (``_HANDLERS``, to itself or a part), the
+channel, exchange and queue classes, tx.commit (which settles the publisher's transaction
+and the deliveries it acknowledges), the frames its connection keeps behind a held
+basic.get, the :class:`~broker.amqp.stream_sink.StreamSink` an HA stream writes to, and the
+release of everything it holds when it closes. It knows its connection only as a
+:class:`~broker.amqp.ports.ChannelConnection`.
 
 THREAD UNSAFE: one event loop owns the channel (and its connection).
 """
@@ -21,57 +28,139 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pamqp import commands
 from pamqp.base import Frame as Method
 
-from broker.amqp.channel_consume import ChannelConsumer, ChannelGet, ConsumeMethods, Delivery
-from broker.amqp.channel_publish import PendingContent, PublishMethods, Transaction
-from broker.amqp.context import Stream, after_replicated
+from broker.amqp.channel_consume import Deliveries
+from broker.amqp.channel_publish import Publisher, Transaction
+from broker.amqp.context import after_replicated
+from broker.amqp.ports import ChannelConnection
 from broker.amqp.state import ChannelState
 from broker.core.confirms import PublisherConfirms
 from broker.core.direct_reply import REPLY_TO
 from broker.core.errors import AmqpError, ReplyCode, precondition_failed
-from broker.core.message import Entry, TxMark
+from broker.core.message import TxMark
 from broker.core.queue import Queue
 
-if TYPE_CHECKING:
-    from broker.amqp.connection import Connection
+_Handler = Any
 
 
-class Channel(ConsumeMethods, PublishMethods):
+class Channel:
     """See the module docstring."""
 
-    def __init__(self, connection: Connection, number: int) -> None:
+    def __init__(self, connection: ChannelConnection, number: int) -> None:
         self.connection = connection
         self.number = number
         self.vhost = connection.vhost
         self.state = ChannelState.OPEN
-        self.consumers: dict[str, ChannelConsumer] = {}
-        self.unacked: dict[int, Delivery] = {}
-        self._next_tag = 1
-        self.prefetch_global = 0
-        self.consumer_prefetch = 0
         self.flow_active = True
-        self.confirms: PublisherConfirms | None = None
-        self.tx: Transaction | None = None
-        self._content: PendingContent | None = None
         self.last_queue = ""
-        self.stream: Stream | None = None
-        self.reply_queue: Queue | None = None
-        self._stream_tag = b""
-        self._stream_route = b""
-        self.held_get: ChannelGet | None = None
+        #: The frames received on this channel since its basic.get was held (replayed in
+        #: order once it is answered); None: none held (the connection's hot path).
         self.held_frames: list[tuple[int, bytes]] | None = None
+        ctx = connection.ctx
+        self.deliveries = Deliveries(self, connection, self.vhost, connection, ctx.streams, ctx.log)
+        self.publisher = Publisher(
+            self,
+            connection,
+            self.vhost,
+            connection.user,
+            ctx.settings.max_body_size,
+            ctx.between_publishes,
+        )
 
     # -- state -------------------------------------------------------------------------
     @property
     def can_deliver(self) -> bool:
         return self.state is ChannelState.OPEN and self.flow_active and self.connection.writable
 
+    @property
+    def is_open(self) -> bool:
+        return self.state is ChannelState.OPEN
+
     def send(self, method: Method) -> None:
         self.connection.send_method(self.number, method)
+
+    def capability(self, name: str) -> bool:
+        return self.connection.capability(name)
+
+    @property
+    def reply_queue(self) -> Queue | None:
+        return self.deliveries.reply_queue
+
+    def confirms_settled(self) -> None:
+        self.connection.confirms_settled(self)
+
+    # -- the frames kept behind a held basic.get (for the deliveries) ------------------
+    def keep_frames(self) -> None:
+        if self.held_frames is None:
+            self.held_frames = []
+
+    def held_get_answered(self) -> None:
+        if self.held_frames:
+            self.connection.replay_held_frames(self.number)
+        else:
+            self.held_frames = None
+
+    @property
+    def get_is_held(self) -> bool:
+        return self.deliveries.held_get is not None
+
+    def cancel_held_get(self) -> list[tuple[int, bytes]]:
+        """Forget the held basic.get (the message stays on its queue); returns the frames
+        deferred behind it."""
+        self.deliveries.cancel_held_get()
+        frames, self.held_frames = self.held_frames, None
+        return frames or []
+
+    # -- the stream's sink (broker.amqp.stream_sink.StreamSink) ------------------------
+    @property
+    def client_properties(self) -> dict[str, Any]:
+        return self.connection.client_properties
+
+    @property
+    def connection_name(self) -> str:
+        return self.connection.name
+
+    @property
+    def peer(self) -> str:
+        return self.connection.peer
+
+    @property
+    def user(self) -> str | None:
+        return self.connection.user
+
+    @property
+    def consumer_prefetch(self) -> int:
+        return self.deliveries.consumer_prefetch
+
+    def deliver_stream(self, body: bytes) -> int:
+        return self.deliveries.deliver_stream(body)
+
+    def request_pump(self, key: int, pump: Callable[[], None]) -> None:
+        self.connection.request_pump(key, pump)
+
+    def fail(self, text: str) -> None:
+        self.connection.connection_error(AmqpError(ReplyCode.INTERNAL_ERROR, text))
+
+    @property
+    def close_reason(self) -> str | None:
+        return self.connection.close_reason
+
+    # -- publishing (the connection's frames for the publisher) ------------------------
+    def publish_method(self, payload: bytes) -> None:
+        """basic.publish (decoded by the lean codec); the content follows."""
+        self.publisher.publish_method(payload)
+
+    def content_header(self, payload: bytes) -> None:
+        if self.state is ChannelState.OPEN:  # else discarded: the channel is closing
+            self.publisher.content_header(payload)
+
+    def content_body(self, payload: bytes) -> None:
+        if self.state is ChannelState.OPEN:
+            self.publisher.content_body(payload)
 
     def send_replicated(self, method: Method, queues: tuple[Queue, ...] = ()) -> None:
         """Reply to a configuration change once the backups have it (the context's
@@ -107,7 +196,7 @@ class Channel(ConsumeMethods, PublishMethods):
                 self.send(commands.Channel.CloseOk())
                 self._finish_close()
             return
-        if self._content is not None:
+        if self.publisher.content is not None:
             raise AmqpError(
                 ReplyCode.UNEXPECTED_FRAME,
                 f"expected content header for basic.publish, got {method.name}",
@@ -176,7 +265,7 @@ class Channel(ConsumeMethods, PublishMethods):
         self.flow_active = bool(method.active)
         self.send(commands.Channel.FlowOk(active=self.flow_active))
         if self.flow_active:
-            self.resume_deliveries()
+            self.deliveries.resume_deliveries()
 
     # -- exchange class ----------------------------------------------------------------
     def _exchange_declare(self, method: commands.Exchange.Declare) -> None:
@@ -219,7 +308,7 @@ class Channel(ConsumeMethods, PublishMethods):
             self.send_replicated(commands.Exchange.UnbindOk())
 
     # -- queue class -------------------------------------------------------------------
-    def _queue_name(self, name: str | None) -> str:
+    def queue_name(self, name: str | None) -> str:
         if name:
             return name
         if not self.last_queue:
@@ -253,7 +342,7 @@ class Channel(ConsumeMethods, PublishMethods):
             )
 
     def _queue_bind(self, method: commands.Queue.Bind) -> None:
-        queue = self._queue_name(method.queue)
+        queue = self.queue_name(method.queue)
         routing_key = method.routing_key or ("" if method.queue else queue)
         self.vhost.bind(
             queue,
@@ -267,7 +356,7 @@ class Channel(ConsumeMethods, PublishMethods):
 
     def _queue_unbind(self, method: commands.Queue.Unbind) -> None:
         self.vhost.unbind(
-            self._queue_name(method.queue),
+            self.queue_name(method.queue),
             method.exchange or "",
             method.routing_key or "",
             dict(method.arguments or {}),
@@ -276,7 +365,7 @@ class Channel(ConsumeMethods, PublishMethods):
         self.send_replicated(commands.Queue.UnbindOk())
 
     def _queue_purge(self, method: commands.Queue.Purge) -> None:
-        name = self._queue_name(method.queue)
+        name = self.queue_name(method.queue)
         count = self.vhost.purge_queue(name, owner=self.connection)
         if not method.nowait:  # a promise: the backups applied the purge (issue 10)
             queue = self.vhost.queues.get(name)
@@ -285,7 +374,7 @@ class Channel(ConsumeMethods, PublishMethods):
 
     def _queue_delete(self, method: commands.Queue.Delete) -> None:
         count = self.vhost.delete_queue(
-            self._queue_name(method.queue),
+            self.queue_name(method.queue),
             if_unused=bool(method.if_unused),
             if_empty=bool(method.if_empty),
             owner=self.connection,
@@ -294,44 +383,16 @@ class Channel(ConsumeMethods, PublishMethods):
             self.send_replicated(commands.Queue.DeleteOk(message_count=count))
 
     # -- confirm and tx classes --------------------------------------------------------
-    def _confirm_select(self, method: commands.Confirm.Select) -> None:
-        if self.tx is not None:
-            raise precondition_failed("cannot switch from tx to confirm mode")
-        if self.confirms is None:
-            self.confirms = PublisherConfirms(
-                on_settled=lambda: self.connection.confirms_settled(self)
-            )
-        if not method.nowait:
-            self.send(commands.Confirm.SelectOk())
-
     def send_confirm_replies(self) -> None:
-        confirms = self.confirms
-        if confirms is None or self.state is not ChannelState.OPEN:
-            return
-        for reply in confirms.take_replies():
-            method: Method
-            if reply.ack:
-                method = commands.Basic.Ack(
-                    delivery_tag=reply.delivery_tag, multiple=reply.multiple
-                )
-            else:
-                method = commands.Basic.Nack(
-                    delivery_tag=reply.delivery_tag, multiple=reply.multiple, requeue=False
-                )
-            self.send(method)
-
-    def _tx_select(self, method: commands.Tx.Select) -> None:
-        if self.confirms is not None:
-            raise precondition_failed("cannot switch from confirm to tx mode")
-        if self.tx is None:
-            self.tx = Transaction()
-        self.send(commands.Tx.SelectOk())
+        if self.state is ChannelState.OPEN:
+            self.publisher.send_confirm_replies()
 
     def _tx_commit(self, method: commands.Tx.Commit) -> None:
-        tx = self.tx
+        publisher, deliveries = self.publisher, self.deliveries
+        tx = publisher.tx
         if tx is None:
             raise precondition_failed("channel is not transactional")
-        self.tx = Transaction()
+        publisher.tx = Transaction()
         # commit-ok once every publish of the transaction is settled: routed and, on an HA
         # primary, held by every guarded backup (the queue guards hold these confirms).
         done = False
@@ -360,19 +421,19 @@ class Channel(ConsumeMethods, PublishMethods):
         stored = self.connection.ctx.store_transaction
         with nullcontext() if stored is None else stored():  # on disk all or none
             for exchange, message, mandatory in tx.publishes:
-                self._publish(exchange, message, mandatory, commit)
+                publisher.publish(exchange, message, mandatory, commit)
             acked: dict[int, Queue] = {}  # the queues the acknowledgements settle on
             for ack in tx.acks:
                 tag = int(ack.delivery_tag or 0)
                 if isinstance(ack, commands.Basic.Ack | commands.Basic.Nack):
-                    deliveries = self._take_deliveries(tag, bool(ack.multiple))
+                    taken = deliveries.take_deliveries(tag, bool(ack.multiple))
                 else:
-                    deliveries = self._take_deliveries(tag, False)
-                acked.update((id(d.queue), d.queue) for d in deliveries)
+                    taken = deliveries.take_deliveries(tag, False)
+                acked.update((id(d.queue), d.queue) for d in taken)
                 if isinstance(ack, commands.Basic.Ack):
-                    self._settle(deliveries, True, False)
+                    deliveries.settle(taken, True, False)
                 elif isinstance(ack, commands.Basic.Nack | commands.Basic.Reject):
-                    self._settle(deliveries, False, bool(ack.requeue))
+                    deliveries.settle(taken, False, bool(ack.requeue))
         if tx.acks:
 
             def acks_done() -> None:
@@ -384,11 +445,29 @@ class Channel(ConsumeMethods, PublishMethods):
         armed = True
         settled()
 
-    def _tx_rollback(self, method: commands.Tx.Rollback) -> None:
-        if self.tx is None:
-            raise precondition_failed("channel is not transactional")
-        self.tx = Transaction()
-        self.send(commands.Tx.RollbackOk())
+    # -- basic: acknowledgements (held in the transaction of a tx channel) ------------
+    def _basic_ack(self, method: commands.Basic.Ack) -> None:
+        deliveries, tx = self.deliveries, self.publisher.tx
+        if tx is not None and deliveries.stream is None:
+            deliveries.check_tag(int(method.delivery_tag or 0), bool(method.multiple))
+            tx.acks.append(method)
+            return
+        deliveries.basic_ack(method)
+
+    def _basic_nack(self, method: commands.Basic.Nack) -> None:
+        self._refuse(method, bool(method.multiple))
+
+    def _basic_reject(self, method: commands.Basic.Reject) -> None:
+        self._refuse(method, False)
+
+    def _refuse(self, method: commands.Basic.Nack | commands.Basic.Reject, multiple: bool) -> None:
+        """basic.nack or basic.reject: requeue or drop now, or at commit on a tx channel."""
+        tx = self.publisher.tx
+        if tx is not None:
+            self.deliveries.check_tag(int(method.delivery_tag or 0), multiple)
+            tx.acks.append(method)
+            return
+        self.deliveries.refuse(method, multiple)
 
     # -- flow and cleanup --------------------------------------------------------------
     def release_resources(self) -> None:
@@ -396,28 +475,28 @@ class Channel(ConsumeMethods, PublishMethods):
         pending confirms."""
         if self.held_frames is not None:
             self.connection.held_frames_dropped(self.cancel_held_get())
-        consumers = list(self.consumers.values())
-        self.consumers.clear()
-        for consumer in consumers:
-            self._remove_consumer(consumer)
-        if self.unacked:
-            deliveries = list(self.unacked.values())
-            self.unacked.clear()
-            requeues: dict[Queue, list[Entry]] = {}
-            for delivery in deliveries:
-                requeues.setdefault(delivery.queue, []).append(delivery.entry)
-            for queue, entries in requeues.items():
-                queue.requeue(entries)
-        if self.confirms is not None:
-            self.confirms.close()
-        if self.stream is not None:
-            self.stream.close()
-            self.stream = None
-        self._content = None
-        self.tx = None
+        self.deliveries.release()
+        self.publisher.release()
 
 
-_Handler = Any
+def _to_deliveries(handler: Callable[[Deliveries, Any], None]) -> _Handler:
+    """A method the channel's deliveries handle."""
+
+    def handle(channel: Channel, method: Any) -> None:
+        handler(channel.deliveries, method)
+
+    return handle
+
+
+def _to_publisher(handler: Callable[[Publisher, Any], None]) -> _Handler:
+    """A method the channel's publisher handles."""
+
+    def handle(channel: Channel, method: Any) -> None:
+        handler(channel.publisher, method)
+
+    return handle
+
+
 _HANDLERS: dict[type[Method], _Handler] = {
     commands.Channel.Open: Channel._channel_open,
     commands.Channel.Close: Channel._channel_close,
@@ -432,19 +511,19 @@ _HANDLERS: dict[type[Method], _Handler] = {
     commands.Queue.Unbind: Channel._queue_unbind,
     commands.Queue.Purge: Channel._queue_purge,
     commands.Queue.Delete: Channel._queue_delete,
-    commands.Basic.Qos: Channel._basic_qos,
-    commands.Basic.Consume: Channel._basic_consume,
-    commands.Basic.Cancel: Channel._basic_cancel,
-    commands.Basic.Get: Channel._basic_get,
+    commands.Basic.Qos: _to_deliveries(Deliveries.basic_qos),
+    commands.Basic.Consume: _to_deliveries(Deliveries.basic_consume),
+    commands.Basic.Cancel: _to_deliveries(Deliveries.basic_cancel),
+    commands.Basic.Get: _to_deliveries(Deliveries.basic_get),
     commands.Basic.Ack: Channel._basic_ack,
     commands.Basic.Nack: Channel._basic_nack,
     commands.Basic.Reject: Channel._basic_reject,
-    commands.Basic.Recover: Channel._basic_recover,
-    commands.Basic.RecoverAsync: Channel._basic_recover_async,
-    commands.Confirm.Select: Channel._confirm_select,
-    commands.Tx.Select: Channel._tx_select,
+    commands.Basic.Recover: _to_deliveries(Deliveries.basic_recover),
+    commands.Basic.RecoverAsync: _to_deliveries(Deliveries.basic_recover_async),
+    commands.Confirm.Select: _to_publisher(Publisher.confirm_select),
+    commands.Tx.Select: _to_publisher(Publisher.tx_select),
     commands.Tx.Commit: Channel._tx_commit,
-    commands.Tx.Rollback: Channel._tx_rollback,
+    commands.Tx.Rollback: _to_publisher(Publisher.tx_rollback),
 }
 
 #: Valid AMQP 0-9-1 channel methods this broker does not implement (540).

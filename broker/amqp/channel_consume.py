@@ -1,15 +1,22 @@
-"""Consuming on a channel: consumers, deliveries, basic.get, acknowledgements.
+"""A channel's deliveries: consumers, deliveries, basic.get, acknowledgements.
 
-Contract: :class:`ConsumeMethods` (a part of :class:`~broker.amqp.channel.Channel`) serves
-basic.qos, basic.consume (a :class:`ChannelConsumer` the queue calls, or an HA stream when
-the broker's :class:`~broker.amqp.context.StreamHooks` serve the name), basic.cancel,
-basic.get, basic.ack/nack/reject and basic.recover. It numbers deliveries (one delivery-tag
-sequence per channel, streams included), books every unacknowledged one as a
-:class:`Delivery` until it is settled, and counts prefetch credit per consumer and per
+Contract: :class:`Deliveries` (owned by a :class:`~broker.amqp.channel.Channel`, one per
+channel) serves basic.qos, basic.consume (a :class:`ChannelConsumer` the queue calls, or an
+HA stream when the broker's :class:`~broker.amqp.context.StreamHooks` serve the name),
+basic.cancel, basic.get, basic.ack/nack/reject and basic.recover. It numbers deliveries
+(one delivery-tag sequence per channel, streams included), books every unacknowledged one
+as a :class:`Delivery` until it is settled, and counts prefetch credit per consumer and per
 channel. Settling re-dispatches the queues that may deliver again. An unknown delivery tag
-closes the channel (406); acks on a tx channel wait for commit.
+closes the channel (406). (Acks on a tx channel wait for commit: the channel keeps them in
+its publisher's transaction and settles them here at commit.)
 
-Call direction: queues call :class:`ChannelConsumer`; the consumer calls its channel.
+It is built with two ports and nothing else of the channel or the connection: a
+:class:`DeliveriesHost` (its channel: send a method, may it deliver, the frames kept behind
+a held basic.get, the channel as a :class:`~broker.amqp.stream_sink.StreamSink`) and a
+:class:`~broker.amqp.ports.Wire` (write bytes, frame size).
+
+Call direction: queues call :class:`ChannelConsumer`; the consumer calls its
+:class:`Deliveries`; the deliveries call their ports.
 
 THREAD UNSAFE: the channel's event loop.
 """
@@ -18,18 +25,17 @@ from __future__ import annotations
 
 import base64
 import secrets
-from abc import abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from pamqp import commands
 from pamqp.base import Frame as Method
 
 from broker.amqp import framing
-from broker.amqp.channel_publish import Transaction
-from broker.amqp.context import Stream, StreamHooks
-from broker.amqp.state import ChannelState
+from broker.amqp.context import Logger, Stream, StreamHooks
+from broker.amqp.ports import Wire
+from broker.amqp.stream_sink import StreamSink
 from broker.core import properties
 from broker.core.direct_reply import REPLY_TO
 from broker.core.errors import AmqpError, ReplyCode, precondition_failed
@@ -37,8 +43,36 @@ from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 
-if TYPE_CHECKING:
-    from broker.amqp.connection import Connection
+
+class DeliveriesHost(StreamSink, Protocol):
+    """What :class:`Deliveries` need of their channel (which also is the
+    :class:`~broker.amqp.stream_sink.StreamSink` an HA stream writes to)."""
+
+    #: The channel's number (the frames' channel field).
+    number: int
+
+    @property
+    def is_open(self) -> bool:
+        """Not closing or closed (a broker-side basic.cancel goes out only then)."""
+        ...
+
+    def send(self, method: Method) -> None: ...
+
+    def queue_name(self, name: str | None) -> str:
+        """``name``, or the channel's last declared queue when empty (404 without one)."""
+        ...
+
+    def capability(self, name: str) -> bool:
+        """A flag from the client's ``capabilities`` table."""
+        ...
+
+    def keep_frames(self) -> None:
+        """A basic.get is held: keep the frames that follow on the channel."""
+        ...
+
+    def held_get_answered(self) -> None:
+        """The held basic.get was answered: replay the frames kept behind it."""
+        ...
 
 
 class ChannelConsumer:
@@ -58,7 +92,7 @@ class ChannelConsumer:
 
     def __init__(
         self,
-        channel: ConsumeMethods,
+        channel: Deliveries,
         tag: str,
         queue: Queue,
         no_ack: bool,
@@ -79,7 +113,7 @@ class ChannelConsumer:
 
     def can_deliver(self) -> bool:
         channel = self.channel
-        if not channel.can_deliver:
+        if not channel.host.can_deliver:
             return False
         if self.no_ack:
             return True
@@ -102,7 +136,7 @@ class ChannelGet:
 
     __slots__ = ("channel", "no_ack", "queue")
 
-    def __init__(self, channel: ConsumeMethods, queue: Queue, no_ack: bool) -> None:
+    def __init__(self, channel: Deliveries, queue: Queue, no_ack: bool) -> None:
         self.channel = channel
         self.queue = queue
         self.no_ack = no_ack
@@ -124,44 +158,45 @@ def _make_tag(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode()[:22]
 
 
-class ConsumeMethods:
-    """Consumers, deliveries and acknowledgements; see the module docstring."""
+class Deliveries:
+    """Consumers, deliveries and acknowledgements of one channel; see the module docstring."""
 
-    # Set by Channel.__init__ (broker/amqp/channel.py).
-    connection: Connection
-    number: int
-    vhost: VirtualHost
-    state: ChannelState
-    consumers: dict[str, ChannelConsumer]
-    unacked: dict[int, Delivery]
-    _next_tag: int
-    prefetch_global: int
-    consumer_prefetch: int
-    tx: Transaction | None
-    stream: Stream | None
-    #: The queue of this channel's direct reply-to consumer, if it has one.
-    reply_queue: Queue | None
-    _stream_tag: bytes
-    _stream_route: bytes
-    #: A basic.get the queue holds, and the frames received on this channel since (replayed
-    #: in order once it is answered).
-    held_get: ChannelGet | None
-    held_frames: list[tuple[int, bytes]] | None
+    def __init__(
+        self,
+        host: DeliveriesHost,
+        wire: Wire,
+        vhost: VirtualHost,
+        owner: object,
+        streams: StreamHooks | None,
+        log: Logger,
+    ) -> None:
+        self.host = host
+        self._wire = wire
+        self.number = host.number
+        self.vhost = vhost
+        #: Who owns the exclusive queues this channel declares (its connection).
+        self._owner = owner
+        self._streams = streams
+        self._log = log
+        self.consumers: dict[str, ChannelConsumer] = {}
+        self.unacked: dict[int, Delivery] = {}
+        self._next_tag = 1
+        self.prefetch_global = 0
+        self.consumer_prefetch = 0
+        self.stream: Stream | None = None
+        #: The queue of this channel's direct reply-to consumer, if it has one.
+        self.reply_queue: Queue | None = None
+        self._stream_tag = b""
+        self._stream_route = b""
+        #: A basic.get the queue holds (the channel keeps the frames received since, and
+        #: replays them in order once it is answered).
+        self.held_get: ChannelGet | None = None
 
-    if TYPE_CHECKING:  # provided by Channel
-
-        @property
-        @abstractmethod
-        def can_deliver(self) -> bool: ...
-
-        @abstractmethod
-        def send(self, method: Method) -> None: ...
-
-        @abstractmethod
-        def _queue_name(self, name: str | None) -> str: ...
+    def send(self, method: Method) -> None:
+        self.host.send(method)
 
     # -- basic: consuming --------------------------------------------------------------
-    def _basic_qos(self, method: commands.Basic.Qos) -> None:
+    def basic_qos(self, method: commands.Basic.Qos) -> None:
         if method.prefetch_size:
             raise AmqpError(ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
         count = int(method.prefetch_count or 0)
@@ -172,8 +207,8 @@ class ConsumeMethods:
         self.send(commands.Basic.QosOk())
         self.resume_deliveries()
 
-    def _basic_consume(self, method: commands.Basic.Consume) -> None:
-        hooks = self.connection.ctx.streams
+    def basic_consume(self, method: commands.Basic.Consume) -> None:
+        hooks = self._streams
         name = method.queue or ""
         if hooks is not None and hooks.serves(name):
             self._stream_consume(hooks, name, method)
@@ -181,7 +216,7 @@ class ConsumeMethods:
         if name == REPLY_TO:
             self._reply_consume(method)
             return
-        queue = self.vhost.queue(self._queue_name(method.queue), owner=self.connection)
+        queue = self.vhost.queue(self.host.queue_name(method.queue), owner=self._owner)
         tag = method.consumer_tag or _make_tag("amq.ctag-")
         if tag in self.consumers:
             raise AmqpError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
@@ -219,7 +254,7 @@ class ConsumeMethods:
         tag = method.consumer_tag or _make_tag("amq.ctag-")
         if tag in self.consumers:
             raise AmqpError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
-        queue = self.vhost.replies.open(self.connection)
+        queue = self.vhost.replies.open(self._owner)
         consumer = ChannelConsumer(self, tag, queue, no_ack=True, exclusive=True, prefetch=0)
         self.consumers[tag] = consumer
         self.reply_queue = queue
@@ -237,57 +272,31 @@ class ConsumeMethods:
         tag = method.consumer_tag or _make_tag("amq.ctag-")
         self._stream_tag = framing.short_str_bytes(tag)
         self._stream_route = framing.encoded_route("", name)
-        self.stream = hooks.subscribe(self, name, dict(method.arguments or {}))
+        self.stream = hooks.subscribe(self.host, name, dict(method.arguments or {}))
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
 
-    # -- the stream's sink (broker.amqp.stream_sink.StreamSink) ------------------------
-    @property
-    def client_properties(self) -> dict[str, Any]:
-        return self.connection.client_properties
-
-    @property
-    def connection_name(self) -> str:
-        return self.connection.name
-
-    @property
-    def peer(self) -> str:
-        return self.connection.peer
-
-    @property
-    def user(self) -> str | None:
-        return self.connection.user
-
+    # -- the stream's deliveries (for the channel as a StreamSink) -----------------------
     def deliver_stream(self, body: bytes) -> int:
         tag = self._next_tag
         self._next_tag = tag + 1
         number = self.number
-        connection = self.connection
-        connection.write(
+        wire = self._wire
+        wire.write(
             framing.deliver_method(number, self._stream_tag, tag, False, self._stream_route)
-            + framing.content_frames(number, properties.EMPTY, body, connection.frame_max)
+            + framing.content_frames(number, properties.EMPTY, body, wire.frame_max)
         )
         return tag
 
-    def request_pump(self, key: int, pump: Callable[[], None]) -> None:
-        self.connection.request_pump(key, pump)
-
-    def fail(self, text: str) -> None:
-        self.connection.connection_error(AmqpError(ReplyCode.INTERNAL_ERROR, text))
-
-    @property
-    def close_reason(self) -> str | None:
-        return self.connection.close_reason
-
-    def _basic_cancel(self, method: commands.Basic.Cancel) -> None:
+    def basic_cancel(self, method: commands.Basic.Cancel) -> None:
         tag = method.consumer_tag or ""
         consumer = self.consumers.pop(tag, None)
         if consumer is not None:
-            self._remove_consumer(consumer)
+            self.remove_consumer(consumer)
         if not method.nowait:
             self.send(commands.Basic.CancelOk(consumer_tag=tag))
 
-    def _remove_consumer(self, consumer: ChannelConsumer) -> None:
+    def remove_consumer(self, consumer: ChannelConsumer) -> None:
         queue = consumer.queue
         if queue is self.reply_queue:
             self.reply_queue = None
@@ -298,7 +307,7 @@ class ConsumeMethods:
         """The consumer's queue was deleted: tell the client if it understands."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
-        if self.state is ChannelState.OPEN and self.connection.capability("consumer_cancel_notify"):
+        if self.host.is_open and self.host.capability("consumer_cancel_notify"):
             self.send(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
 
     def deliver(self, consumer: ChannelConsumer, queue: Queue, entry: Entry) -> None:
@@ -310,7 +319,7 @@ class ConsumeMethods:
             message.encoded_route = route
         tag = self._next_tag
         self._next_tag = tag + 1
-        conn = self.connection
+        conn = self._wire
         conn.write(
             framing.deliver_method(
                 self.number, consumer.tag_bytes, tag, entry.delivery_count > 0, route
@@ -327,8 +336,8 @@ class ConsumeMethods:
             self.unacked[tag] = Delivery(queue, entry, consumer)
             consumer.unacked += 1
 
-    def _basic_get(self, method: commands.Basic.Get) -> None:
-        queue = self.vhost.queue(self._queue_name(method.queue), owner=self.connection)
+    def basic_get(self, method: commands.Basic.Get) -> None:
+        queue = self.vhost.queue(self.host.queue_name(method.queue), owner=self._owner)
         no_ack = bool(method.no_ack)
         entry = queue.get()
         if entry is not None:
@@ -337,16 +346,14 @@ class ConsumeMethods:
         held = ChannelGet(self, queue, no_ack)
         if queue.hold_get(held):  # ready messages the delivery gate holds back: wait
             self.held_get = held
-            conn = self.connection
-            conn.ctx.log.info(
+            self._log.info(
                 "basic_get_held",
-                connection=conn.name,
+                connection=self.host.connection_name,
                 channel=self.number,
                 queue=queue.name,
                 messages=queue.message_count,
             )
-            if self.held_frames is None:
-                self.held_frames = []
+            self.host.keep_frames()
             return
         self.send(commands.Basic.GetEmpty())
 
@@ -359,26 +366,20 @@ class ConsumeMethods:
             self.send(commands.Basic.GetEmpty())
         else:
             self._get_ok(held.queue, entry, held.no_ack)
-        if self.held_frames:
-            self.connection.replay_held_frames(self.number)
-        else:
-            self.held_frames = None
+        self.host.held_get_answered()
 
-    def cancel_held_get(self) -> list[tuple[int, bytes]]:
-        """Forget the held basic.get (the message stays on its queue); returns the frames
-        deferred behind it."""
-        held, frames = self.held_get, self.held_frames
+    def cancel_held_get(self) -> None:
+        """Forget the held basic.get (the message stays on its queue)."""
+        held = self.held_get
         if held is not None:
             held.queue.cancel_get(held)
             self.held_get = None
-        self.held_frames = None
-        return frames or []
 
     def _get_ok(self, queue: Queue, entry: Entry, no_ack: bool) -> None:
         message = entry.message
         tag = self._next_tag
         self._next_tag = tag + 1
-        conn = self.connection
+        conn = self._wire
         conn.write(
             framing.marshal_method(
                 commands.Basic.GetOk(
@@ -400,7 +401,7 @@ class ConsumeMethods:
             self.unacked[tag] = Delivery(queue, entry, None)
 
     # -- basic: acknowledgements -------------------------------------------------------
-    def _take_deliveries(self, tag: int, multiple: bool) -> list[Delivery]:
+    def take_deliveries(self, tag: int, multiple: bool) -> list[Delivery]:
         if multiple:
             if tag >= self._next_tag:
                 raise precondition_failed(f"unknown delivery tag {tag}")
@@ -419,7 +420,7 @@ class ConsumeMethods:
             raise precondition_failed(f"unknown delivery tag {tag}")
         return [delivery]
 
-    def _settle(self, deliveries: Iterable[Delivery], ack: bool, requeue: bool) -> None:
+    def settle(self, deliveries: Iterable[Delivery], ack: bool, requeue: bool) -> None:
         touched: set[Queue] = set()
         requeues: dict[Queue, list[Entry]] = {}
         for delivery in deliveries:
@@ -442,47 +443,33 @@ class ConsumeMethods:
             if not queue.deleted:
                 queue.dispatch()
 
-    def _basic_ack(self, method: commands.Basic.Ack) -> None:
+    def basic_ack(self, method: commands.Basic.Ack) -> None:
         if self.stream is not None:
             self.stream.acknowledged(int(method.delivery_tag or 0), bool(method.multiple))
             return
-        if self.tx is not None:
-            self._check_tag(int(method.delivery_tag or 0), bool(method.multiple))
-            self.tx.acks.append(method)
-            return
-        self._settle(
-            self._take_deliveries(int(method.delivery_tag or 0), bool(method.multiple)),
+        self.settle(
+            self.take_deliveries(int(method.delivery_tag or 0), bool(method.multiple)),
             ack=True,
             requeue=False,
         )
 
-    def _basic_nack(self, method: commands.Basic.Nack) -> None:
-        self._refuse(method, bool(method.multiple))
-
-    def _basic_reject(self, method: commands.Basic.Reject) -> None:
-        self._refuse(method, False)
-
-    def _refuse(self, method: commands.Basic.Nack | commands.Basic.Reject, multiple: bool) -> None:
-        """basic.nack or basic.reject: requeue or drop now, or at commit on a tx channel."""
+    def refuse(self, method: commands.Basic.Nack | commands.Basic.Reject, multiple: bool) -> None:
+        """basic.nack or basic.reject: requeue or drop now."""
         tag = int(method.delivery_tag or 0)
-        if self.tx is not None:
-            self._check_tag(tag, multiple)
-            self.tx.acks.append(method)
-            return
-        self._settle(self._take_deliveries(tag, multiple), ack=False, requeue=bool(method.requeue))
+        self.settle(self.take_deliveries(tag, multiple), ack=False, requeue=bool(method.requeue))
 
-    def _check_tag(self, tag: int, multiple: bool) -> None:
+    def check_tag(self, tag: int, multiple: bool) -> None:
         if multiple:
             if tag >= self._next_tag:
                 raise precondition_failed(f"unknown delivery tag {tag}")
         elif tag not in self.unacked:
             raise precondition_failed(f"unknown delivery tag {tag}")
 
-    def _basic_recover(self, method: commands.Basic.Recover) -> None:
+    def basic_recover(self, method: commands.Basic.Recover) -> None:
         self._recover(bool(method.requeue))
         self.send(commands.Basic.RecoverOk())
 
-    def _basic_recover_async(self, method: commands.Basic.RecoverAsync) -> None:
+    def basic_recover_async(self, method: commands.Basic.RecoverAsync) -> None:
         self._recover(bool(method.requeue))
 
     def _recover(self, requeue: bool) -> None:
@@ -491,7 +478,27 @@ class ConsumeMethods:
             raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "requeue=false")
         deliveries = list(self.unacked.values())
         self.unacked.clear()
-        self._settle(deliveries, ack=False, requeue=True)
+        self.settle(deliveries, ack=False, requeue=True)
+
+    def release(self) -> None:
+        """The channel closes: cancel its consumers and its held basic.get, requeue its
+        unacknowledged deliveries, end its stream."""
+        self.cancel_held_get()
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        for consumer in consumers:
+            self.remove_consumer(consumer)
+        if self.unacked:
+            deliveries = list(self.unacked.values())
+            self.unacked.clear()
+            requeues: dict[Queue, list[Entry]] = {}
+            for delivery in deliveries:
+                requeues.setdefault(delivery.queue, []).append(delivery.entry)
+            for queue, entries in requeues.items():
+                queue.requeue(entries)
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
 
     def resume_deliveries(self) -> None:
         """Credit or writability came back: let the queues deliver again."""

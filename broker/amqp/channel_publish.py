@@ -1,28 +1,34 @@
 """Publishing on a channel: basic.publish, its content, and routing into the vhost.
 
-Contract: :class:`PublishMethods` (a part of :class:`~broker.amqp.channel.Channel`)
-assembles a basic.publish from its method, content-header and body frames (the
-connection calls :meth:`~PublishMethods.publish_method`, :meth:`~PublishMethods.content_header`
-and :meth:`~PublishMethods.content_body` straight from its hot path), builds the
+Contract: :class:`Publisher` (owned by a :class:`~broker.amqp.channel.Channel`, one per
+channel) assembles a basic.publish from its method, content-header and body frames (the
+connection calls :meth:`~Publisher.content_header` and :meth:`~Publisher.content_body`
+straight from its hot path, on an open channel only), builds the
 :class:`~broker.core.message.Message`, holds it in the :class:`Transaction` of a tx channel
 or routes it at once, returns it (basic.return 312) when mandatory and unrouted, and takes
-a publisher-confirm handle for it in confirm mode. A message larger than
-``max_body_size`` or with bad properties closes the channel (406); a frame out of order is a
-connection error (505, 501).
+a publisher-confirm handle for it in confirm mode (confirm.select; the replies go out
+through :meth:`~Publisher.send_confirm_replies` at the connection's flush). A message
+larger than ``max_body_size`` or with bad properties closes the channel (406); a frame out
+of order is a connection error (505, 501).
+
+It is built with two ports and nothing else of the channel or the connection: a
+:class:`PublisherHost` (its channel: send a method, a soft error, the reply-to queue, that
+confirms settled) and a :class:`~broker.amqp.ports.Wire` (write bytes, frame size).
 
 THREAD UNSAFE: the channel's event loop.
 """
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pamqp import commands
+from pamqp.base import Frame as Method
 
 from broker.amqp import framing
-from broker.amqp.state import ChannelState
+from broker.amqp.ports import Wire
 from broker.core import properties
 from broker.core.confirms import PublisherConfirms
 from broker.core.errors import AmqpError, ReplyCode, precondition_failed
@@ -31,8 +37,27 @@ from broker.core.message import Message
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 
-if TYPE_CHECKING:
-    from broker.amqp.connection import Connection
+
+class PublisherHost(Protocol):
+    """What a :class:`Publisher` needs of its channel."""
+
+    #: The channel's number (the frames' channel field).
+    number: int
+
+    @property
+    def reply_queue(self) -> Queue | None:
+        """The queue of the channel's direct reply-to consumer, if it has one."""
+        ...
+
+    def send(self, method: Method) -> None: ...
+
+    def channel_error(self, error: AmqpError) -> None:
+        """Close the channel with a soft error (the connection carries on)."""
+        ...
+
+    def confirms_settled(self) -> None:
+        """Confirm replies are ready: send them at the connection's next flush."""
+        ...
 
 
 @dataclass(slots=True)
@@ -58,27 +83,38 @@ class Transaction:
     )
 
 
-class PublishMethods:
-    """basic.publish and its content; see the module docstring."""
+class Publisher:
+    """basic.publish, its content, confirms and transactions; see the module docstring."""
 
-    # Set by Channel.__init__ (broker/amqp/channel.py).
-    connection: Connection
-    number: int
-    vhost: VirtualHost
-    state: ChannelState
-    confirms: PublisherConfirms | None
-    tx: Transaction | None
-    reply_queue: Queue | None
-    _content: PendingContent | None
+    def __init__(
+        self,
+        host: PublisherHost,
+        wire: Wire,
+        vhost: VirtualHost,
+        user: str | None,
+        max_body_size: int,
+        between_publishes: Callable[[], None] | None,
+    ) -> None:
+        self.host = host
+        self._wire = wire
+        self.number = host.number
+        self.vhost = vhost
+        #: The connection's authenticated user (a message's ``user_id`` must be it).
+        self._user = user
+        self._max_body_size = max_body_size
+        #: Called after each publish is routed (the store's ``Journal.between_publishes``).
+        self._between_publishes = between_publishes
+        self.confirms: PublisherConfirms | None = None
+        self.tx: Transaction | None = None
+        #: A basic.publish waiting for its content.
+        self.content: PendingContent | None = None
 
-    if TYPE_CHECKING:  # provided by Channel
-
-        @abstractmethod
-        def channel_error(self, error: AmqpError) -> None: ...
+    def channel_error(self, error: AmqpError) -> None:
+        self.host.channel_error(error)
 
     def publish_method(self, payload: bytes) -> None:
         """basic.publish (decoded by the lean codec); the content follows."""
-        if self._content is not None:
+        if self.content is not None:
             raise AmqpError(
                 ReplyCode.UNEXPECTED_FRAME,
                 "expected content header for basic.publish, got Basic.Publish",
@@ -94,20 +130,19 @@ class PublishMethods:
             error.class_id, error.method_id = 60, 40
             self.channel_error(error)
             return
-        self._content = PendingContent(exchange, routing_key, mandatory)
+        self.content = PendingContent(exchange, routing_key, mandatory)
 
     def content_header(self, payload: bytes) -> None:
-        if self.state is not ChannelState.OPEN:
-            return  # discarded: the channel is closing
-        pending = self._content
+        """A content header on the open channel (its channel discards one while closing)."""
+        pending = self.content
         if pending is None or pending.body_size >= 0:
             raise AmqpError(ReplyCode.UNEXPECTED_FRAME, "content header without basic.publish")
         body_size, raw = framing.unmarshal_content_header(payload)
         pending.body_size = body_size
         pending.properties_raw = raw
-        limit = self.connection.ctx.settings.max_body_size
+        limit = self._max_body_size
         if body_size > limit:
-            self._content = None
+            self.content = None
             self.channel_error(
                 precondition_failed(f"message size {body_size} is larger than max size {limit}")
             )
@@ -116,9 +151,8 @@ class PublishMethods:
             self._complete_publish(pending, b"")
 
     def content_body(self, payload: bytes) -> None:
-        if self.state is not ChannelState.OPEN:
-            return
-        pending = self._content
+        """A content body frame on the open channel (as :meth:`content_header`)."""
+        pending = self.content
         if pending is None or pending.body_size < 0:
             raise AmqpError(ReplyCode.UNEXPECTED_FRAME, "content body without content header")
         pending.received += len(payload)
@@ -139,17 +173,17 @@ class PublishMethods:
             pending.chunks.append(payload)
 
     def _complete_publish(self, pending: PendingContent, body: bytes) -> None:
-        self._content = None
+        self.content = None
         try:
             scanned = properties.scan(pending.properties_raw)
         except ValueError as exc:
             raise AmqpError(ReplyCode.SYNTAX_ERROR, f"malformed content header: {exc}") from exc
-        if scanned.user_id is not None and scanned.user_id != self.connection.user:
+        if scanned.user_id is not None and scanned.user_id != self._user:
             self.channel_error(
                 AmqpError(
                     ReplyCode.PRECONDITION_FAILED,
                     f"user_id property set to '{scanned.user_id}' but authenticated user was"
-                    f" '{self.connection.user}'",
+                    f" '{self._user}'",
                     60,
                     40,
                 )
@@ -172,12 +206,12 @@ class PublishMethods:
         except ValueError as exc:
             self.channel_error(AmqpError(ReplyCode.PRECONDITION_FAILED, str(exc), 60, 40))
             return
-        self.connection.messages_published += 1
+        self._wire.messages_published += 1
         if self.tx is not None:
             self.tx.publishes.append((pending.exchange, message, pending.mandatory))
             return
-        self._publish(pending.exchange, message, pending.mandatory)
-        between = self.connection.ctx.between_publishes
+        self.publish(pending.exchange, message, pending.mandatory)
+        between = self._between_publishes
         if between is not None:
             between()  # the store: a long read's records start going to disk
 
@@ -185,7 +219,7 @@ class PublishMethods:
         """A request whose reply_to is ``amq.rabbitmq.reply-to``: the properties with this
         channel's reply name instead; None (the channel closed, 406) when it has no reply
         consumer."""
-        reply_queue = self.reply_queue
+        reply_queue = self.host.reply_queue
         if reply_queue is None:
             error = precondition_failed("fast reply consumer does not exist")
             error.class_id, error.method_id = 60, 40
@@ -195,7 +229,7 @@ class PublishMethods:
         props.reply_to = reply_queue.name
         return properties.encode(props)
 
-    def _publish(
+    def publish(
         self,
         exchange: Exchange,
         message: Message,
@@ -214,7 +248,7 @@ class PublishMethods:
             result = self.vhost.publish(exchange, message)
             result_routed, rejected = result.routed, result.rejected
         if not result_routed and mandatory:
-            conn = self.connection
+            conn = self._wire
             conn.write(
                 framing.marshal_method(
                     commands.Basic.Return(
@@ -231,3 +265,51 @@ class PublishMethods:
             )
         if handle is not None:
             handle.release(ok=rejected == 0)
+
+    # -- confirm and tx classes --------------------------------------------------------
+    def confirm_select(self, method: commands.Confirm.Select) -> None:
+        if self.tx is not None:
+            raise precondition_failed("cannot switch from tx to confirm mode")
+        if self.confirms is None:
+            self.confirms = PublisherConfirms(on_settled=self.host.confirms_settled)
+        if not method.nowait:
+            self.host.send(commands.Confirm.SelectOk())
+
+    def send_confirm_replies(self) -> None:
+        """Send the confirm replies settled so far (basic.ack or basic.nack, ``multiple``
+        where they run on); the connection calls it at its flush, the channel open."""
+        confirms = self.confirms
+        if confirms is None:
+            return
+        send = self.host.send
+        for reply in confirms.take_replies():
+            method: Method
+            if reply.ack:
+                method = commands.Basic.Ack(
+                    delivery_tag=reply.delivery_tag, multiple=reply.multiple
+                )
+            else:
+                method = commands.Basic.Nack(
+                    delivery_tag=reply.delivery_tag, multiple=reply.multiple, requeue=False
+                )
+            send(method)
+
+    def tx_select(self, method: commands.Tx.Select) -> None:
+        if self.confirms is not None:
+            raise precondition_failed("cannot switch from confirm to tx mode")
+        if self.tx is None:
+            self.tx = Transaction()
+        self.host.send(commands.Tx.SelectOk())
+
+    def tx_rollback(self, method: commands.Tx.Rollback) -> None:
+        if self.tx is None:
+            raise precondition_failed("channel is not transactional")
+        self.tx = Transaction()
+        self.host.send(commands.Tx.RollbackOk())
+
+    def release(self) -> None:
+        """The channel closes: drop pending confirms, the content and the transaction."""
+        if self.confirms is not None:
+            self.confirms.close()
+        self.content = None
+        self.tx = None

@@ -14,9 +14,11 @@ passes channel methods to :class:`~broker.amqp.channel.Channel`. While a channel
 is held (its queue's delivery gate is closed), the frames that follow on that channel are
 kept and replayed once it is answered, with a bound on what is kept
 (:mod:`broker.amqp.held_frames`: past it the connection is not read, ``reading_paused`` as
-for a resource alarm; the shell follows it through ``on_reading_changed``). An admission
-policy that also :class:`~broker.amqp.handshake.AdvertisesKnownHosts` (the HA role) names
-the hosts clients should use in connection.open-ok's ``known-hosts``. A login whose password
+for a resource alarm; the shell follows it through ``on_reading_changed``; both reasons
+are weighed in one place, the connection's
+:class:`~broker.amqp.flow_control.FlowControl`). An admission policy that also
+:class:`~broker.amqp.handshake.AdvertisesKnownHosts` (the HA role) names the hosts clients
+should use in connection.open-ok's ``known-hosts``. A login whose password
 needs the slow hash waits in ``AWAIT_LOGIN`` with :attr:`Connection.login_check` set: the
 shell runs it off the event loop and calls :meth:`Connection.password_checked`; bytes read
 meanwhile wait in the buffer. A hard :class:`~broker.core.errors.AmqpError` sends
@@ -39,6 +41,7 @@ from broker.amqp import framing
 from broker.amqp.channel import Channel
 from broker.amqp.connection_methods import ConnectionMethods
 from broker.amqp.context import BrokerContext
+from broker.amqp.flow_control import FlowControl
 from broker.amqp.handshake import close_method
 from broker.amqp.held_frames import HeldFrames
 from broker.amqp.state import ChannelState, ConnectionState, check_transition
@@ -58,8 +61,9 @@ _HANDSHAKE = frozenset(
 )
 
 
-class Connection(ConnectionMethods, HeldFrames):
-    """See the module docstring."""
+class Connection:
+    """See the module docstring; it owns its :class:`ConnectionMethods` (the connection
+    class) and its :class:`HeldFrames`, each built with the connection as a small port."""
 
     def __init__(
         self,
@@ -105,21 +109,14 @@ class Connection(ConnectionMethods, HeldFrames):
         self._confirm_channels: set[Channel] = set()
         self._pumps: dict[int, Callable[[], None]] = {}
         self._cleaned_up = False
-        self._admitted = False
+        #: The admission policy admitted it (it is told when the connection goes).
+        self.admitted = False
         self.messages_published = 0
         self.messages_delivered = 0
-        #: A resource alarm's reason while publishers are blocked (RabbitMQ's "blocking");
-        #: the shell stops reading while ``reading_paused`` (a publisher is "blocked").
-        self.blocked_by: str | None = ctx.publish_alarm
-        #: Not to be read (the shell pauses the socket): blocked by an alarm, or too much
-        #: kept behind held basic.gets; read again only when neither holds.
-        self.reading_paused = False
-        self._alarm_paused = False
-        self._held_paused = False
-        self.held_bytes = 0
-        #: Called when ``reading_paused`` changes (the shell pauses or resumes the socket);
-        #: also from a replay of kept frames, outside ``receive_data``.
-        self.on_reading_changed: Callable[[], None] | None = None
+        self.methods = ConnectionMethods(self, ctx)
+        self._held = HeldFrames(self, self.channels, self.name, ctx.log)
+        #: Whether it is read (resource alarms, held frames): the shell follows it.
+        self.flow = FlowControl(self, self._held, ctx.publish_alarm)
         ctx.connections[self.id] = self
 
     # -- properties --------------------------------------------------------------------
@@ -132,7 +129,12 @@ class Connection(ConnectionMethods, HeldFrames):
         caps = self.client_properties.get("capabilities")
         return isinstance(caps, dict) and bool(caps.get(name))
 
-    def _set_state(self, new: ConnectionState) -> None:
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the frames kept behind held basic.gets (see :mod:`.held_frames`)."""
+        return self._held.held_bytes
+
+    def set_state(self, new: ConnectionState) -> None:
         check_transition(self.state, new)
         self.state = new
 
@@ -144,9 +146,9 @@ class Connection(ConnectionMethods, HeldFrames):
             # releases meanwhile, or a confirm settled before the close, is dropped.
             return
         self._out.append(data)
-        self._signal_output()
+        self.signal_output()
 
-    def _signal_output(self) -> None:
+    def signal_output(self) -> None:
         if not self._in_receive and not self._output_signalled and self.on_output is not None:
             self._output_signalled = True
             self.on_output()
@@ -157,7 +159,7 @@ class Connection(ConnectionMethods, HeldFrames):
     def confirms_settled(self, channel: Channel) -> None:
         """A channel has confirm replies to send (called by its PublisherConfirms)."""
         self._confirm_channels.add(channel)
-        self._signal_output()
+        self.signal_output()
 
     def request_pump(self, key: int, pump: Callable[[], None]) -> None:
         """Run ``pump`` (once, however often asked) before the next flush.
@@ -166,7 +168,7 @@ class Connection(ConnectionMethods, HeldFrames):
         there is new work and write everything pending when it runs.
         """
         self._pumps[key] = pump
-        self._signal_output()
+        self.signal_output()
 
     def data_to_send(self) -> bytes:
         """Everything to write now (confirm replies included)."""
@@ -184,7 +186,7 @@ class Connection(ConnectionMethods, HeldFrames):
             before = len(self._out)
             for channel in channels:
                 channel.send_confirm_replies()
-            if self._admitted and self.ctx.admission is not None and len(self._out) > before:
+            if self.admitted and self.ctx.admission is not None and len(self._out) > before:
                 self.ctx.admission.confirms_sent(self)
         if not self._out:
             return b""
@@ -200,7 +202,7 @@ class Connection(ConnectionMethods, HeldFrames):
             return
         self._buf += data
         self._last_recv = self.ctx.clock()
-        self._process()
+        self.process()
 
     def password_checked(self, matched: bool) -> None:
         """The shell ran :attr:`login_check` (``matched``: the password is right): log in
@@ -209,22 +211,18 @@ class Connection(ConnectionMethods, HeldFrames):
         if check is None or self.state is not S.AWAIT_LOGIN:
             return  # closed meanwhile
         self.login_check = None
-        self._process(lambda: self._logged_in(self._finish_login(check, matched)))
+        methods = self.methods
+        self.process(lambda: methods.logged_in(methods.finish_login(check, matched)))
 
-    def _process(self, first: Callable[[], None] | None = None) -> None:
+    def process(self, first: Callable[[], None] | None = None) -> None:
         """``first`` (if any), then parse the buffer; errors close this connection only."""
         self._in_receive = True
         try:
             if first is not None:
                 first()
             self._parse()
-            if (
-                self.state is S.OPEN
-                and self.blocked_by is not None
-                and self.messages_published
-                and not self._alarm_paused
-            ):
-                self._pause_reading()
+            if self.state is S.OPEN and self.flow.blocked_by is not None:
+                self.flow.after_read()
         except AmqpError as error:
             self._buf.clear()
             self.connection_error(error)
@@ -243,14 +241,14 @@ class Connection(ConnectionMethods, HeldFrames):
         if self.state is S.AWAIT_HEADER:
             if len(buf) < 8:
                 if not framing.PROTOCOL_HEADER.startswith(bytes(buf[:4])[: len(buf)]):
-                    self._bad_protocol_header(bytes(buf))
+                    self.methods.bad_protocol_header(bytes(buf))
                 return
             header = bytes(buf[:8])
             if header != framing.PROTOCOL_HEADER:
-                self._bad_protocol_header(header)
+                self.methods.bad_protocol_header(header)
                 return
             pos = 8
-            self._send_start()
+            self.methods.send_start()
         limit = self.frame_max
         channels = self.channels
         end_of_data = len(buf)
@@ -275,10 +273,10 @@ class Connection(ConnectionMethods, HeldFrames):
                 ch = channels.get(channel)
                 if ch is not None and ch.state is _CHANNEL_OPEN and ch.held_frames is None:
                     if ftype == framing.FRAME_BODY:
-                        ch.content_body(payload)
+                        ch.publisher.content_body(payload)
                         continue
                     if ftype == framing.FRAME_HEADER:
-                        ch.content_header(payload)
+                        ch.publisher.content_header(payload)
                         continue
                     if (
                         ftype == framing.FRAME_METHOD
@@ -287,7 +285,7 @@ class Connection(ConnectionMethods, HeldFrames):
                     ):
                         ch.publish_method(payload)
                         continue
-            self._frame(ftype, channel, payload)
+            self.frame(ftype, channel, payload)
             if self.should_close or self.state is S.CLOSED:
                 pos = end_of_data
                 break
@@ -295,32 +293,20 @@ class Connection(ConnectionMethods, HeldFrames):
                 break  # AWAIT_LOGIN: the rest waits for the password check
         del buf[:pos]
 
-    def _bad_protocol_header(self, header: bytes) -> None:
-        # Spec 4.2.2: answer with the header we support and close.
-        self.ctx.protocol_errors_total += 1
-        self.ctx.log.warning(
-            "protocol_error",
-            connection=self.name,
-            reply_code=None,
-            reason=f"bad protocol header {header[:8]!r}",
-        )
-        self.write(framing.PROTOCOL_HEADER)
-        self.close_reason = "bad protocol header"
-        self.should_close = True
-
-    def _frame(self, ftype: int, channel: int, payload: bytes) -> None:
+    def frame(self, ftype: int, channel: int, payload: bytes) -> None:
+        """Handle one frame (errors raise: :meth:`process` closes the connection)."""
         state = self.state
         if channel and state is S.OPEN:
             held = self.channels.get(channel)
             if (
                 held is not None
                 and held.held_frames is not None
-                and self._defer(held, ftype, payload)
+                and self._held.defer(held, ftype, payload)
             ):
                 return
         if ftype == framing.FRAME_METHOD:
             if channel == 0:
-                self._connection_method(framing.unmarshal_method(payload))
+                self.methods.method(framing.unmarshal_method(payload))
                 return
             if state is not S.OPEN:
                 if state is S.CLOSING:
@@ -393,40 +379,53 @@ class Connection(ConnectionMethods, HeldFrames):
             del self.channels[channel.number]
         self._confirm_channels.discard(channel)
 
+    # -- the frames kept behind held basic.gets (HeldFrames and its port) --------------
+    def held_frames_dropped(self, frames: list[tuple[int, bytes]]) -> None:
+        """A channel closed or released while its get was held: its kept frames are gone."""
+        self._held.dropped(frames)
+
+    def replay_held_frames(self, number: int) -> None:
+        """A held basic.get was answered: replay what its channel kept, before the next
+        flush."""
+        self._held.replay(number)
+
+    @property
+    def replaying(self) -> bool:
+        return self.state is S.OPEN and not self.should_close
+
+    def pumps_requested(self) -> None:
+        if self._pumps:
+            self.signal_output()
+
+    # -- reading (its FlowControl) -----------------------------------------------------
+    @property
+    def reading_paused(self) -> bool:
+        """Not to be read (the shell pauses the socket); see :mod:`.flow_control`."""
+        return self.flow.reading_paused
+
+    @property
+    def blocked_by(self) -> str | None:
+        """A resource alarm's reason while publishers are blocked."""
+        return self.flow.blocked_by
+
+    @property
+    def on_reading_changed(self) -> Callable[[], None] | None:
+        """Called when ``reading_paused`` changes (the shell pauses or resumes reading)."""
+        return self.flow.on_reading_changed
+
+    @on_reading_changed.setter
+    def on_reading_changed(self, callback: Callable[[], None] | None) -> None:
+        self.flow.on_reading_changed = callback
+
     def publishers_blocked(self, reason: str | None) -> None:
-        """A resource alarm was raised (``reason``) or the last one cleared (None).
+        """A resource alarm was raised (``reason``) or the last one cleared (None)."""
+        self.flow.publishers_blocked(reason)
 
-        A connection that has published stops being read (the shell pauses its socket),
-        after connection.blocked when the client has the ``connection.blocked``
-        capability; one that has not is blocked on its first publish.
-        """
-        self.blocked_by = reason
-        if reason is not None:
-            if self.messages_published and not self._alarm_paused:
-                self._pause_reading()
-        elif self._alarm_paused:
-            self._alarm_paused = False
-            self._reading_changed()
-            if self.state is S.OPEN and self.capability("connection.blocked"):
-                self.send_method(0, commands.Connection.Unblocked())
+    def reading_changed(self) -> None:
+        self.flow.reading_changed()
 
-    def _pause_reading(self) -> None:
-        """Blocked by a resource alarm."""
-        self._alarm_paused = True
-        self._reading_changed()
-        if self.state is S.OPEN and self.capability("connection.blocked"):
-            self.send_method(0, commands.Connection.Blocked(reason=self.blocked_by or ""))
-
-    def _reading_changed(self) -> None:
-        """``reading_paused`` from its two reasons; the shell is told when it changes."""
-        paused = self._alarm_paused or self._held_paused
-        if paused == self.reading_paused:
-            return
-        self.reading_paused = paused
-        if not paused:  # the client's heartbeats were not read meanwhile
-            self._last_recv = self.ctx.clock()
-        if self.on_reading_changed is not None:
-            self.on_reading_changed()
+    def reading_resumed(self) -> None:
+        self._last_recv = self.ctx.clock()  # the client's heartbeats were not read meanwhile
 
     def set_writable(self, writable: bool) -> None:
         """The transport's write buffer crossed a water mark."""
@@ -435,7 +434,7 @@ class Connection(ConnectionMethods, HeldFrames):
         self.writable = writable
         if writable:
             for channel in list(self.channels.values()):
-                channel.resume_deliveries()
+                channel.deliveries.resume_deliveries()
 
     # -- errors and closing ------------------------------------------------------------
     def connection_error(self, error: AmqpError) -> None:
@@ -459,34 +458,34 @@ class Connection(ConnectionMethods, HeldFrames):
             self.should_close = True
             return
         self.close_reason = f"{int(error.reply_code)} {error.reply_text}"
-        self._cleanup()
+        self.cleanup()
         code = int(error.reply_code)
         self.send_method(0, close_method(code, error.wire_text(), error.class_id, error.method_id))
-        self._set_state(S.CLOSING)
+        self.set_state(S.CLOSING)
         self._closing_since = ctx.clock()
 
     def close(self, reply_code: ReplyCode, text: str) -> None:
         """Broker-initiated close (shutdown, fencing): connection.close then wait."""
         if self.state is S.OPEN:
             self.close_reason = f"{int(reply_code)} {text}"
-            self._cleanup()
+            self.cleanup()
             self.send_method(0, close_method(int(reply_code), f"{reply_code.name} - {text}"))
-            self._set_state(S.CLOSING)
+            self.set_state(S.CLOSING)
             self._closing_since = self.ctx.clock()
         elif self.state is not S.CLOSING:  # mid-handshake, or closed by the client already
             self.should_close = True
 
-    def _closed(self) -> None:
+    def closed(self) -> None:
         if self.state is not S.CLOSED:
-            self._set_state(S.CLOSED)
+            self.set_state(S.CLOSED)
         self.should_close = True
 
-    def _closed_by_client(self) -> None:
+    def closed_by_client(self) -> None:
         """The client's connection.close is answered: as RabbitMQ, leave the socket for the
         client to close after it reads close-ok (a client that sees EOF first may take the
         close for a failure), and drop it ourselves after ``close_timeout``."""
         if self.state is not S.CLOSED:
-            self._set_state(S.CLOSED)
+            self.set_state(S.CLOSED)
         self._closing_since = self.ctx.clock()
 
     def tick(self) -> None:
@@ -514,7 +513,7 @@ class Connection(ConnectionMethods, HeldFrames):
             if now - self._last_send >= self.heartbeat / 2 and not self._out:
                 self.write(framing.HEARTBEAT_FRAME)
 
-    def _cleanup(self) -> None:
+    def cleanup(self) -> None:
         if self._cleaned_up:
             return
         self._cleaned_up = True
@@ -526,12 +525,12 @@ class Connection(ConnectionMethods, HeldFrames):
         """The socket is gone: release everything, log the close."""
         was_open = self.state in (S.OPEN, S.CLOSING) or self.close_reason is not None
         handshake = self.state  # where a client that hung up mid-handshake stopped
-        self._cleanup()
+        self.cleanup()
         self.channels.clear()
         if self.state is not S.CLOSED:
             self.state = S.CLOSED
         self.ctx.connections.pop(self.id, None)
-        if self._admitted and self.ctx.admission is not None:
+        if self.admitted and self.ctx.admission is not None:
             self.ctx.admission.released(self)
         if handshake in _HANDSHAKE and self.user is None and not self.should_close:
             # The client hung up (or reset) before logging in; a bare TCP probe at debug.

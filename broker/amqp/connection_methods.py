@@ -1,7 +1,9 @@
 """The connection class of AMQP 0-9-1 on a connection: its handshake and its close.
 
-Contract: :class:`ConnectionMethods` (a part of :class:`~broker.amqp.connection.Connection`)
-sends connection.start, takes start-ok (the login: at once, or a password hash the shell
+Contract: :class:`ConnectionMethods` (owned by a :class:`~broker.amqp.connection.Connection`,
+one per connection, built with a :class:`ConnectionMethodsHost`: what it reads of the
+connection, the fields the handshake fills in, and its state moves) sends
+connection.start, takes start-ok (the login: at once, or a password hash the shell
 checks off the loop while the connection waits in ``AWAIT_LOGIN``), tune-ok and open (the
 virtual host, the admission policy, connection.open-ok's ``known-hosts``), and answers
 connection.close, update-secret and the blocked/unblocked notices. What is offered and
@@ -12,12 +14,12 @@ THREAD UNSAFE: the connection's event loop.
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol
 
 from pamqp import commands
 from pamqp.base import Frame as Method
 
+from broker.amqp import framing
 from broker.amqp.context import BrokerContext
 from broker.amqp.handshake import (
     ENCRYPTION_REQUIRED,
@@ -35,23 +37,33 @@ from broker.core.errors import AmqpError, ReplyCode
 from broker.core.vhost import VirtualHost
 from broker.security.sasl import AuthenticationError, PasswordCheck
 
-if TYPE_CHECKING:
-    from broker.amqp.connection import Connection
-
 S = ConnectionState
 
 
-class ConnectionMethods:
-    """The connection class; see the module docstring."""
+class ConnectionMethodsHost(Protocol):
+    """What :class:`ConnectionMethods` need of their connection: who is at the other end,
+    the fields the handshake fills in, sending a method, and the connection's state moves."""
 
-    # Set by Connection.__init__ (broker/amqp/connection.py).
-    ctx: BrokerContext
-    state: ConnectionState
-    name: str
-    peer: str
-    peer_host: str | None
-    tls_identity: str | None
-    encrypted: bool
+    # Read: who connected, and how.
+    @property
+    def state(self) -> ConnectionState: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def peer_host(self) -> str | None: ...
+
+    @property
+    def tls_identity(self) -> str | None: ...
+
+    @property
+    def encrypted(self) -> bool: ...
+
+    # Filled in by the handshake.
     client_properties: dict[str, Any]
     login_check: PasswordCheck | None
     user: str | None
@@ -60,52 +72,81 @@ class ConnectionMethods:
     channel_max: int
     heartbeat: int
     close_reason: str | None
-    _admitted: bool
+    admitted: bool
+    should_close: bool
 
-    if TYPE_CHECKING:  # provided by Connection
+    def send_method(self, channel: int, method: Method) -> None: ...
 
-        @abstractmethod
-        def send_method(self, channel: int, method: Method) -> None: ...
+    def write(self, data: bytes) -> None: ...
 
-        @abstractmethod
-        def _set_state(self, new: ConnectionState) -> None: ...
+    def set_state(self, new: ConnectionState) -> None:
+        """Move to ``new`` (checked against the transition table)."""
+        ...
 
-        @abstractmethod
-        def _cleanup(self) -> None: ...
+    def cleanup(self) -> None:
+        """Release the channels and what the connection owns (once)."""
+        ...
 
-        @abstractmethod
-        def _closed(self) -> None: ...
+    def closed(self) -> None:
+        """The close handshake finished: drop the socket."""
+        ...
 
-        @abstractmethod
-        def _closed_by_client(self) -> None: ...
+    def closed_by_client(self) -> None:
+        """The client's connection.close was answered."""
+        ...
 
-    def _send_start(self) -> None:
-        self._set_state(S.AWAIT_START_OK)
+
+class ConnectionMethods:
+    """The connection class; see the module docstring."""
+
+    def __init__(self, host: ConnectionMethodsHost, ctx: BrokerContext) -> None:
+        self.host = host
+        self.ctx = ctx
+
+    def bad_protocol_header(self, header: bytes) -> None:
+        # Spec 4.2.2: answer with the header we support and close.
+        host = self.host
+        self.ctx.protocol_errors_total += 1
+        self.ctx.log.warning(
+            "protocol_error",
+            connection=host.name,
+            reply_code=None,
+            reason=f"bad protocol header {header[:8]!r}",
+        )
+        host.write(framing.PROTOCOL_HEADER)
+        host.close_reason = "bad protocol header"
+        host.should_close = True
+
+    def send_start(self) -> None:
+        host = self.host
+        host.set_state(S.AWAIT_START_OK)
         settings = self.ctx.settings
-        self.send_method(
+        host.send_method(
             0,
             start_method(
                 settings,
                 self.ctx.server_properties() if self.ctx.server_properties else {},
-                self.ctx.authenticator.mechanisms(self.tls_identity),
+                self.ctx.authenticator.mechanisms(host.tls_identity),
             ),
         )
 
     def _unexpected(self, method: Method) -> AmqpError:
+        host = self.host
         return AmqpError(
             ReplyCode.UNEXPECTED_FRAME,
-            f"{method.name} not expected in state {self.state.value}",
+            f"{method.name} not expected in state {host.state.value}",
             method.index >> 16,
             method.index & 0xFFFF,
         )
 
-    def _connection_method(self, method: Method) -> None:
-        state = self.state
+    def method(self, method: Method) -> None:
+        host = self.host
+        state = host.state
         if state is S.CLOSING:
             if isinstance(method, commands.Connection.CloseOk | commands.Connection.Close):
                 if isinstance(method, commands.Connection.Close):
-                    self.send_method(0, commands.Connection.CloseOk())
-                self._closed()
+                    host.send_method(0, commands.Connection.CloseOk())
+                host.closed()
             return
         if isinstance(method, commands.Connection.StartOk):
             if state is not S.AWAIT_START_OK:
@@ -120,97 +161,102 @@ class ConnectionMethods:
                 raise self._unexpected(method)
             self._open(method)
         elif isinstance(method, commands.Connection.Close):
-            self.close_reason = f"client closed: {method.reply_code} {method.reply_text}"
-            self._cleanup()
-            self.send_method(0, commands.Connection.CloseOk())
-            self._closed_by_client()
+            host.close_reason = f"client closed: {method.reply_code} {method.reply_text}"
+            host.cleanup()
+            host.send_method(0, commands.Connection.CloseOk())
+            host.closed_by_client()
         elif isinstance(method, commands.Connection.UpdateSecret):
             if state is not S.OPEN:
                 raise self._unexpected(method)
             # A login's password does not expire: as RabbitMQ's internal user database,
             # take the new secret (the token refresh of other back-ends) and carry on.
-            self.send_method(0, commands.Connection.UpdateSecretOk())
+            host.send_method(0, commands.Connection.UpdateSecretOk())
         elif isinstance(method, commands.Connection.Blocked | commands.Connection.Unblocked):
             return  # advisory notices; the broker does not act on them
         else:
             raise self._unexpected(method)
 
     def _start_ok(self, method: commands.Connection.StartOk) -> None:
-        self.client_properties = dict(method.client_properties or {})
+        host = self.host
+        host.client_properties = dict(method.client_properties or {})
         response = method.response
         raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
         mechanism = str(method.mechanism or "")
-        if self.ctx.require_encryption and not self.encrypted:
+        if self.ctx.require_encryption and not host.encrypted:
             self.ctx.log.warning(
-                "connection_refused_unencrypted", connection=self.name, peer=self.peer
+                "connection_refused_unencrypted", connection=host.name, peer=host.peer
             )
             raise AmqpError(ReplyCode.NOT_ALLOWED, ENCRYPTION_REQUIRED, 10, 11)
         try:
             outcome = self.ctx.authenticator.begin(
-                mechanism, raw, self.peer_host, self.tls_identity
+                mechanism, raw, host.peer_host, host.tls_identity
             )
         except AuthenticationError as exc:
             raise self._login_refused(mechanism, exc) from exc
         if isinstance(outcome, PasswordCheck):
-            self.login_check = outcome  # the shell runs the hash in a thread
-            self._set_state(S.AWAIT_LOGIN)
+            host.login_check = outcome  # the shell runs the hash in a thread
+            host.set_state(S.AWAIT_LOGIN)
             return
-        self._logged_in(outcome)
+        self.logged_in(outcome)
 
-    def _finish_login(self, check: PasswordCheck, matched: bool) -> str:
+    def finish_login(self, check: PasswordCheck, matched: bool) -> str:
         try:
             return self.ctx.authenticator.finish(check, matched)
         except AuthenticationError as exc:
             raise self._login_refused(check.mechanism, exc) from exc
 
     def _login_refused(self, mechanism: str, exc: AuthenticationError) -> AmqpError:
+        host = self.host
         self.ctx.log.warning(
-            "authentication_failed", connection=self.name, mechanism=mechanism, reason=str(exc)
+            "authentication_failed", connection=host.name, mechanism=mechanism, reason=str(exc)
         )
         return login_refused(mechanism)
 
-    def _logged_in(self, user: str) -> None:
-        self.user = user
-        self._set_state(S.AWAIT_TUNE_OK)
+    def logged_in(self, user: str) -> None:
+        host = self.host
+        host.user = user
+        host.set_state(S.AWAIT_TUNE_OK)
         settings = self.ctx.settings
-        self.send_method(
+        host.send_method(
             0,
             commands.Connection.Tune(
-                channel_max=channel_max_offer(settings, self.client_properties),
+                channel_max=channel_max_offer(settings, host.client_properties),
                 frame_max=settings.frame_max,
                 heartbeat=settings.heartbeat,
             ),
         )
 
     def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
+        host = self.host
         settings = self.ctx.settings
-        offered = channel_max_offer(settings, self.client_properties)
-        self.frame_max, self.channel_max, self.heartbeat = negotiate_tune(settings, method, offered)
-        self._set_state(S.AWAIT_OPEN)
+        offered = channel_max_offer(settings, host.client_properties)
+        host.frame_max, host.channel_max, host.heartbeat = negotiate_tune(settings, method, offered)
+        host.set_state(S.AWAIT_OPEN)
 
     def _open(self, method: commands.Connection.Open) -> None:
+        host = self.host
         ctx = self.ctx
-        found = open_vhost(ctx, self.user, self.name, method.virtual_host or "/")
+        found = open_vhost(ctx, host.user, host.name, method.virtual_host or "/")
         if ctx.admission is not None:
-            refusal = ctx.admission.admit(cast("Connection", self))
+            refusal = ctx.admission.admit(host)
             if refusal is not None:
                 ctx.connections_refused_total += 1
                 raise refusal
-            self._admitted = True
-        self.vhost = found
-        self._set_state(S.OPEN)
+            host.admitted = True
+        host.vhost = found
+        host.set_state(S.OPEN)
         ctx.connections_opened_total += 1
         known_hosts = ""
         if isinstance(ctx.admission, AdvertisesKnownHosts):
             known_hosts = ctx.admission.known_hosts()
-        self.send_method(0, OpenOkWithHosts(known_hosts=known_hosts))
+        host.send_method(0, OpenOkWithHosts(known_hosts=known_hosts))
         ctx.log.info(
             "connection_opened",
-            connection=self.name,
-            peer=self.peer,
-            user=self.user,
+            connection=host.name,
+            peer=host.peer,
+            user=host.user,
             vhost=found.name,
-            client=client_description(self.client_properties),
-            heartbeat=self.heartbeat,
-            frame_max=self.frame_max,
+            client=client_description(host.client_properties),
+            heartbeat=host.heartbeat,
+            frame_max=host.frame_max,
         )

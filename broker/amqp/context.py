@@ -18,7 +18,6 @@ from broker.security.sasl import Authenticator
 
 if TYPE_CHECKING:
     from broker.amqp.access import AccessControl
-    from broker.amqp.connection import Connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +37,14 @@ class ConnectionSettings:
 
 
 class AdmissionPolicy(Protocol):
-    """Decides whether an authenticated connection may open (the HA role asks here)."""
+    """Decides whether an authenticated connection may open (the HA role asks here).
 
-    def admit(self, connection: Connection) -> AmqpError | None: ...
+    ``connection`` is the :class:`~broker.amqp.connection.Connection` (typed ``Any`` here:
+    this module is below the connection's, which imports it; no import circle)."""
 
-    def released(self, connection: Connection) -> None:
+    def admit(self, connection: Any) -> AmqpError | None: ...
+
+    def released(self, connection: Any) -> None:
         """An admitted connection closed."""
         ...
 
@@ -51,7 +53,7 @@ class AdmissionPolicy(Protocol):
         policy fences the broker, and the held confirms are never sent.)"""
         ...
 
-    def confirms_sent(self, connection: Connection) -> None:
+    def confirms_sent(self, connection: Any) -> None:
         """Publisher confirms just went out on an admitted connection (a new primary's
         first client confirm: the web console's client outage)."""
         ...
@@ -176,7 +178,9 @@ class BrokerContext:
     #: The reason publishers are blocked by a resource alarm (broker.core.alarms), or None.
     publish_alarm: str | None = None
     clock: Callable[[], float] = time.monotonic
-    connections: dict[int, Connection] = field(default_factory=dict)
+    #: The open connections by id (:class:`~broker.amqp.connection.Connection`; ``Any``
+    #: as for :class:`AdmissionPolicy`).
+    connections: dict[int, Any] = field(default_factory=dict)
     connections_opened_total: int = 0
     connections_refused_total: int = 0
     protocol_errors_total: int = 0

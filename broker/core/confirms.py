@@ -3,8 +3,10 @@
 Every publish on a channel in confirm mode gets a :class:`ConfirmHandle`. The handle starts
 with one hold (the publishing channel's own, released once routing is done); anything else
 that must happen before the publisher may be told "safe" takes a hold of its own and releases
-it later. Today only routing holds; the HA module's queue guards hold a confirm until every
-backup has the message (or it was consumed), exactly the step Qpid's ``QueueGuard`` adds.
+it later: the message store until the message is on disk, the HA module's queue guards until
+every backup has the message (or it was consumed), exactly the step Qpid's ``QueueGuard``
+adds. Which holds, in what order, is one table: ``PUBLISH_HOLDS`` in
+:mod:`broker.core.queue_contracts`.
 
 When the last hold is released the publish is *settled*, as an ack or, if any holder
 rejected it, as a nack. :meth:`PublisherConfirms.take_replies` turns the settled publishes

@@ -16,10 +16,14 @@ consumed with no-ack, expired, purged, dropped or dead-lettered). While a delive
 HA primary's delivery watermark) holds the head back, a basic.get on ready messages is held
 (:meth:`Queue.hold_get`) and answered, first and in order, when the gate reopens.
 
-Written in three modules, one concept each: here the queue's messages, delivery and
-settlement; :mod:`broker.core.queue_contracts` what it asks of its consumers, gate, held
-gets and observers; :mod:`broker.core.queue_copy` the queue as a copy (entries at positions
-given by the store's recovery or an HA primary, snapshots).
+Beside it, one concept each: :mod:`broker.core.queue_consumers` its consumers in the
+order it serves them (a :class:`~broker.core.queue_consumers.QueueConsumers` it owns);
+:mod:`broker.core.queue_contracts` what it asks of its
+consumers, gate, held gets and observers (protocols generic in the queue, so that module
+does not import this one); :mod:`broker.core.queue_copy` the queue as a copy (entries at
+positions given by the store's recovery or an HA primary, snapshots): a
+:class:`~broker.core.queue_copy.QueueCopy` the queue owns, which works on the queue through
+its small :class:`~broker.core.queue_copy.CopyHost` port.
 
 THREAD UNSAFE: one event loop owns the queue.
 """
@@ -27,22 +31,22 @@ THREAD UNSAFE: one event loop owns the queue.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 from uuid import uuid4
 
 from broker.core.message import Entry, Message
 from broker.core.priority import PriorityMessages
+from broker.core.queue_consumers import QueueConsumers
 from broker.core.queue_contracts import NO_GATE as NO_GATE  # re-exported
 from broker.core.queue_contracts import (
     Consumer,
-    DeadLetter,
     DeliveryGate,
     HeldGet,
+    ObserverRole,
     QueueObserver,
-    consumer_priority,
 )
-from broker.core.queue_copy import CopyMethods
+from broker.core.queue_copy import QueueCopy
 from broker.core.queue_limits import (
     OVERFLOW_DROP_HEAD,
     OVERFLOW_REJECT_PUBLISH_DLX,
@@ -54,8 +58,11 @@ REASON_REJECTED = "rejected"
 REASON_EXPIRED = "expired"
 REASON_MAXLEN = "maxlen"
 
+#: How a queue dead-letters an entry (the virtual host's): (queue, entry, reason).
+DeadLetter = Callable[["Queue", Entry, str], None]
 
-class Queue(CopyMethods):
+
+class Queue:
     """A message queue (see the module docstring)."""
 
     #: The name of the virtual host the queue is in (set by it).
@@ -90,11 +97,12 @@ class Queue(CopyMethods):
         self._messages: deque[Entry] = (
             PriorityMessages(self.limits.max_priority) if self.limits.max_priority else deque()
         )
-        self._consumers: list[Consumer] = []
-        self._rr = 0
-        #: Single active consumer or consumer priorities: choose by _choose_ordered.
-        self._ordered_dispatch = self.limits.single_active_consumer
-        self._rr_by_priority: dict[int, int] = {}
+        #: Its consumers, in the order it serves them (round robin, priorities, single
+        #: active); ``_consumers`` is their list, read here.
+        self._ring: QueueConsumers[Consumer[Queue]] = QueueConsumers(
+            self.limits.single_active_consumer
+        )
+        self._consumers = self._ring.members
         #: Position of the latest enqueue (the HA replication id of that message).
         self.last_position = 0
         #: Every message at a position up to this one may have been delivered before, by
@@ -103,14 +111,17 @@ class Queue(CopyMethods):
         self.redelivered_through = 0
         #: Asked before a message at a position above :attr:`gate_above` is delivered (None,
         #: or ``gate_above`` at :data:`NO_GATE`: delivered at once). Set by the gate.
-        self.delivery_gate: DeliveryGate | None = None
+        self.delivery_gate: DeliveryGate[Queue] | None = None
         self.gate_above = NO_GATE
         self._unacked_entries: dict[int, Entry] = {}
-        self._held_gets: deque[HeldGet] = deque()
+        self._held_gets: deque[HeldGet[Queue]] = deque()
         self._bytes = 0
         self._dispatching = False
         self._redispatch = False
-        self.observers: list[QueueObserver] = []
+        #: Told of every enqueue and dequeue, in :class:`ObserverRole` order: register
+        #: through :meth:`observe` and :meth:`unobserve` (read it, never edit it).
+        self.observers: list[QueueObserver[Queue]] = []
+        self._observer_roles: dict[int, ObserverRole] = {}
         self.unacked = 0
         self.had_consumers = False
         self.deleted = False
@@ -126,6 +137,7 @@ class Queue(CopyMethods):
         self.expired_total = 0
         self.dropped_total = 0
         self.rejected_publishes = 0
+        self._copy = QueueCopy(self)
 
     # -- inspection --------------------------------------------------------------------
     @property
@@ -142,7 +154,7 @@ class Queue(CopyMethods):
         return self._bytes
 
     @property
-    def consumers(self) -> tuple[Consumer, ...]:
+    def consumers(self) -> tuple[Consumer[Queue], ...]:
         return tuple(self._consumers)
 
     def entries(self) -> tuple[Entry, ...]:
@@ -157,7 +169,8 @@ class Queue(CopyMethods):
         self.last_used = self._clock()
 
     # -- enqueue -----------------------------------------------------------------------
-    def _expiry(self, message: Message, now: float) -> float | None:
+    def expiry(self, message: Message, now: float) -> float | None:
+        """When ``message``, put on the queue ``now``, expires (None: never)."""
         ttl = self.limits.message_ttl_ms
         if message.expiration_ms is not None:
             ttl = message.expiration_ms if ttl is None else min(ttl, message.expiration_ms)
@@ -200,9 +213,9 @@ class Queue(CopyMethods):
         if position is None:
             position = self.last_position + 1
         elif position <= self.last_position:
-            return self._insert_replicated(message, position, now)
+            return self._copy.insert_replicated(message, position, now)
         self.last_position = position
-        entry = Entry(message, position, self._expiry(message, now))
+        entry = Entry(message, position, self.expiry(message, now))
         if entry.expires_at is not None and entry.expires_at <= now:
             # Expired on arrival (ttl 0): only a consumer that can take it at once gets it.
             self.enqueued_total += 1
@@ -314,20 +327,9 @@ class Queue(CopyMethods):
         now = self._clock()
         if self._held_gets:
             self._answer_held_gets(now)
-        ordered = self._ordered_dispatch
+        next_with_credit = self._ring.next_with_credit
         while messages and consumers:
-            chosen: Consumer | None = None
-            if ordered:
-                chosen = self._choose_ordered()
-            else:
-                count = len(consumers)
-                start = self._rr % count
-                for i in range(count):
-                    candidate = consumers[(start + i) % count]
-                    if candidate.can_deliver():
-                        chosen = candidate
-                        self._rr = (start + i + 1) % count
-                        break
+            chosen = next_with_credit()
             if chosen is None:
                 return
             entry = self._pop_live(now)
@@ -338,28 +340,16 @@ class Queue(CopyMethods):
 
     def _offer(self, entry: Entry) -> bool:
         """Deliver ``entry`` now to the next consumer with credit; False when none has."""
-        consumers = self._consumers
-        count = len(consumers)
-        if self._dispatching or not count:
+        if self._dispatching or not self._consumers:
             return False
         if entry.position > self.gate_above and not self._gate_allows(entry.position):
             return False
-        if self._ordered_dispatch:
-            chosen = self._choose_ordered()
-            if chosen is None:
-                return False
-            self.delivered_total += 1
-            chosen.deliver(self, entry)
-            return True
-        start = self._rr % count
-        for i in range(count):
-            candidate = consumers[(start + i) % count]
-            if candidate.can_deliver():
-                self._rr = (start + i + 1) % count
-                self.delivered_total += 1
-                candidate.deliver(self, entry)
-                return True
-        return False
+        chosen = self._ring.next_with_credit()
+        if chosen is None:
+            return False
+        self.delivered_total += 1
+        chosen.deliver(self, entry)
+        return True
 
     def get(self) -> Entry | None:
         """Take the head message for basic.get (the caller settles or requeues it)."""
@@ -369,7 +359,7 @@ class Queue(CopyMethods):
             self.delivered_total += 1
         return entry
 
-    def hold_get(self, held: HeldGet) -> bool:
+    def hold_get(self, held: HeldGet[Queue]) -> bool:
         """After :meth:`get` found nothing: hold the basic.get while the delivery gate holds
         back ready messages (an HA primary whose backups have not acknowledged a delivery
         watermark yet) and answer it when the gate lets the head through; False when the
@@ -379,7 +369,7 @@ class Queue(CopyMethods):
         self._held_gets.append(held)
         return True
 
-    def cancel_get(self, held: HeldGet) -> None:
+    def cancel_get(self, held: HeldGet[Queue]) -> None:
         """Forget a held basic.get (its channel closed): the message it would have taken
         stays on the queue."""
         if held in self._held_gets:
@@ -464,57 +454,72 @@ class Queue(CopyMethods):
             messages.extend(merged)
         self.dispatch()
 
-    def _choose_ordered(self) -> Consumer | None:
-        """The consumer for the next message when the queue has a single active consumer
-        (the earliest subscribed, if it has credit) or consumer priorities (round robin
-        among the highest-priority consumers with credit)."""
-        consumers = self._consumers
-        if self.limits.single_active_consumer:
-            first = consumers[0] if consumers else None
-            return first if first is not None and first.can_deliver() else None
-        index, count = 0, len(consumers)
-        while index < count:
-            priority = consumer_priority(consumers[index])
-            end = index + 1
-            while end < count and consumer_priority(consumers[end]) == priority:
-                end += 1
-            size = end - index
-            start = self._rr_by_priority.get(priority, 0) % size
-            for i in range(size):
-                candidate = consumers[index + (start + i) % size]
-                if candidate.can_deliver():
-                    self._rr_by_priority[priority] = (start + i + 1) % size
-                    return candidate
-            index = end
-        return None
-
     # -- consumers ---------------------------------------------------------------------
-    def add_consumer(self, consumer: Consumer) -> None:
-        priority = consumer_priority(consumer)
-        if priority or self._ordered_dispatch:
-            # Highest priority first; among equals, in the order they subscribed.
-            self._ordered_dispatch = True
-            index = len(self._consumers)
-            while index and consumer_priority(self._consumers[index - 1]) < priority:
-                index -= 1
-            self._consumers.insert(index, consumer)
-        else:
-            self._consumers.append(consumer)
+    def add_consumer(self, consumer: Consumer[Queue]) -> None:
+        self._ring.add(consumer)
         self.had_consumers = True
         self.touch()
         self.dispatch()
 
-    def remove_consumer(self, consumer: Consumer) -> bool:
+    def remove_consumer(self, consumer: Consumer[Queue]) -> bool:
         """Remove a consumer; True when an auto-delete queue lost its last consumer."""
-        try:
-            self._consumers.remove(consumer)
-        except ValueError:
+        if not self._ring.remove(consumer):
             return False
         self.touch()
         return self.auto_delete and not self._consumers
 
     def has_exclusive_consumer(self) -> bool:
-        return any(c.exclusive for c in self._consumers)
+        return self._ring.has_exclusive()
+
+    # -- observers -------------------------------------------------------------------
+    def observe(self, observer: QueueObserver[Queue], role: ObserverRole) -> None:
+        """Tell ``observer`` of every enqueue and dequeue from now on: after the observers
+        of earlier roles and those of ``role`` already here, before those of later roles."""
+        roles = self._observer_roles
+        at = len(self.observers)
+        while at and roles.get(id(self.observers[at - 1]), ObserverRole.STREAM) > role:
+            at -= 1
+        self.observers.insert(at, observer)
+        roles[id(observer)] = role
+
+    def unobserve(self, observer: QueueObserver[Queue]) -> None:
+        """Stop telling ``observer`` (nothing when it was not told)."""
+        if observer in self.observers:
+            self.observers.remove(observer)
+            self._observer_roles.pop(id(observer), None)
+
+    # -- the queue as a copy (its QueueCopy, broker.core.queue_copy) -------------------
+    def restore(self, entries: list[Entry], body_bytes: int | None = None) -> None:
+        """Put back entries the message store recovered (:meth:`QueueCopy.restore`)."""
+        self._copy.restore(entries, body_bytes)
+
+    def snapshot(self) -> list[Entry]:
+        """Every message, ready or unacknowledged, by position (:meth:`QueueCopy.snapshot`)."""
+        return self._copy.snapshot()
+
+    def remove_positions(self, positions: Container[int], expected: int | None = None) -> int:
+        """Remove ready messages at these positions (:meth:`QueueCopy.remove_positions`)."""
+        return self._copy.remove_positions(positions, expected)
+
+    @property
+    def ready(self) -> deque[Entry]:
+        return self._messages
+
+    def unacked_entries(self) -> Iterable[Entry]:
+        return self._unacked_entries.values()
+
+    def added(self, entries: Sequence[Entry], body_bytes: int) -> None:
+        self._bytes += body_bytes
+        self.enqueued_total += len(entries)
+        for observer in self.observers:
+            for entry in entries:
+                observer.enqueued(self, entry)
+        if self._consumers:
+            self.dispatch()
+
+    def removed(self, entry: Entry) -> None:
+        self._bytes -= len(entry.message.body)
+        self._notify_dequeued(entry)
 
     # -- paging ------------------------------------------------------------------------
     def use_message_list(self, messages: deque[Entry]) -> None:
@@ -540,7 +545,7 @@ class Queue(CopyMethods):
             self._answer_held_gets(self._clock())
         return count
 
-    def close(self) -> list[Consumer]:
+    def close(self) -> list[Consumer[Queue]]:
         """The queue is deleted: drop its messages, return the consumers it had."""
         self.deleted = True
         self.purge()

@@ -3,23 +3,27 @@
 A :class:`~broker.core.queue.Queue` hands entries to :class:`Consumer` objects (a channel's
 subscriptions), asks a :class:`DeliveryGate` (an HA primary's delivery watermark) before it
 delivers, answers a :class:`HeldGet` (a basic.get it holds while that gate is closed), tells
-each :class:`QueueObserver` of its enqueues and dequeues, and dead-letters through a
-:data:`DeadLetter` callback. Protocols only, so the core names none of the packages that
-implement them.
+each :class:`QueueObserver` of its enqueues and dequeues (in the order of their
+:class:`ObserverRole`), and dead-letters through a ``DeadLetter`` callback
+(``broker.core.queue``). :data:`PUBLISH_HOLDS` is what holds a publish's confirm, in the
+order the holds are taken: invariant 1 in one place. Protocols only, so the core names none of
+the packages that implement them. Each is generic in the queue it is handed (``Q``: the
+queue module uses ``Consumer[Queue]`` and so on), so this module does not import the
+queue's, which imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from enum import Enum, IntEnum
+from typing import Any, Protocol, TypeVar
 
 from broker.core.message import Entry
 
-if TYPE_CHECKING:
-    from broker.core.queue import Queue
+#: The queue a contract's methods are handed (``broker.core.queue.Queue``).
+Q = TypeVar("Q", contravariant=True)
 
 
-class Consumer(Protocol):
+class Consumer(Protocol[Q]):
     """What a queue needs of a consumer: credit and a way to hand over an entry."""
 
     tag: str
@@ -27,43 +31,80 @@ class Consumer(Protocol):
 
     def can_deliver(self) -> bool: ...
 
-    def deliver(self, queue: Queue, entry: Entry) -> None: ...
+    def deliver(self, queue: Q, entry: Entry) -> None: ...
 
 
-class DeliveryGate(Protocol):
+class DeliveryGate(Protocol[Q]):
     """Decides whether a queue may deliver a message now (an HA primary's delivery
     watermark, :mod:`broker.ha.delivery_watermark`). Asked only for positions above the
     queue's :attr:`Queue.gate_above`, which the gate sets; once it lets a refused position
     through it calls :meth:`Queue.dispatch`."""
 
-    def may_deliver(self, queue: Queue, position: int) -> bool: ...
+    def may_deliver(self, queue: Q, position: int) -> bool: ...
 
 
 #: ``Queue.gate_above`` without a gate: no position is above it.
 NO_GATE = 2**63
 
 
-class HeldGet(Protocol):
+class HeldGet(Protocol[Q]):
     """A basic.get the queue holds: it found ready messages but the delivery gate held
     back the head (:meth:`Queue.hold_get`). Answered once, in the order held: with the
     entry when the gate lets it through (booked as ``get`` books it), or None (get-empty)
     when the queue has no ready message left."""
 
-    def answer(self, queue: Queue, entry: Entry | None) -> None: ...
+    def answer(self, queue: Q, entry: Entry | None) -> None: ...
 
 
-class QueueObserver(Protocol):
+class QueueObserver(Protocol[Q]):
     """Hears a queue's enqueues and dequeues (HA guards, replication)."""
 
-    def enqueued(self, queue: Queue, entry: Entry) -> None: ...
+    def enqueued(self, queue: Q, entry: Entry) -> None: ...
 
-    def dequeued(self, queue: Queue, entry: Entry) -> None: ...
-
-
-DeadLetter = Callable[["Queue", Entry, str], None]
+    def dequeued(self, queue: Q, entry: Entry) -> None: ...
 
 
-def consumer_priority(consumer: Consumer) -> int:
+class ObserverRole(IntEnum):
+    """Who hears a queue's enqueues and dequeues. A queue tells its observers in this
+    order (``Queue.observe``), those of one role in the order they came."""
+
+    #: The message store (``broker/store/message_store.py``): writes the enqueue and
+    #: dequeue records; holds a persistent message's confirm until its enqueue is on disk.
+    STORE = 1
+    #: An HA primary's ``QueueGuard``, one per backup it guards: holds the confirm until
+    #: that backup acknowledged the message (or it was dequeued, or the backup dropped).
+    GUARD = 2
+    #: An HA primary's ``ReplicatingSubscription``: notes what to send its backup.
+    REPLICATION = 3
+    #: The stream carrying a subscription (``broker/ha/streams.py``): asks for a pump.
+    STREAM = 4
+
+
+class Hold(Enum):
+    """A hold on a publish's confirm (``ConfirmHandle.hold``)."""
+
+    ROUTING = "routing"
+    DISK = "disk"
+    BACKUP = "backup"
+
+
+#: What holds a publish's confirm, in the order the holds are taken, with who takes each
+#: (None: the publishing channel) and what releases it. The channel takes ROUTING when the
+#: publish gets its confirm handle and releases it once ``VirtualHost.publish`` returned;
+#: meanwhile each queue the message is routed to (in routing order) tells its observers of
+#: the enqueue in :class:`ObserverRole` order, and the STORE and each GUARD take their hold
+#: there. So every hold is taken before ROUTING is released, and the confirm (basic.ack;
+#: basic.nack if a queue refused the message) goes out only once the last is released:
+#: invariant 1 of docs/ha-design.md ("What holds a publish"). A tx.commit-ok waits for the
+#: same holds on each of its publishes.
+PUBLISH_HOLDS: tuple[tuple[Hold, ObserverRole | None, str], ...] = (
+    (Hold.ROUTING, None, "routing done: every queue took the message or refused it"),
+    (Hold.DISK, ObserverRole.STORE, "the enqueue record is on disk (durable queue)"),
+    (Hold.BACKUP, ObserverRole.GUARD, "that backup acknowledged the message, or lost it"),
+)
+
+
+def consumer_priority(consumer: Consumer[Any]) -> int:
     """A consumer's priority (``x-priority``); consumers without one have 0."""
     priority = getattr(consumer, "priority", 0)
     return priority if isinstance(priority, int) else 0

@@ -1,60 +1,70 @@
 """The queue as a copy: entries at positions given from outside, not numbered here.
 
-A queue's message store gives back what it held at a restart (:meth:`CopyMethods.restore`,
+A queue's message store gives back what it held at a restart (:meth:`QueueCopy.restore`,
 in bulk), an HA backup's replicator enqueues the primary's messages at the primary's ids
 (``Queue.enqueue`` with a ``position``: one older than the newest here goes in id order,
-:meth:`CopyMethods._insert_replicated`) and applies its dequeues
-(:meth:`CopyMethods.remove_positions`); replication and the store read every message,
-ready or unacknowledged, by position (:meth:`CopyMethods.snapshot`).
+:meth:`QueueCopy.insert_replicated`) and applies its dequeues
+(:meth:`QueueCopy.remove_positions`); replication and the store read every message,
+ready or unacknowledged, by position (:meth:`QueueCopy.snapshot`).
 
-:class:`CopyMethods` is a part of :class:`~broker.core.queue.Queue` (as the channel's
-methods are parts of ``Channel``); it keeps no state of its own.
+:class:`QueueCopy` is owned by a :class:`~broker.core.queue.Queue` (one per queue) and
+keeps no state of its own: it works on the queue's ready messages through a
+:class:`CopyHost` (the ready list, the unacknowledged entries, the newest position, a
+message's expiry, and the bookkeeping of entries put in or taken out), nothing else of the
+queue. Call direction: the queue calls its copy, the copy calls its host.
 
 THREAD UNSAFE: one event loop owns the queue.
 """
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections import deque
-from collections.abc import Container
+from collections.abc import Container, Iterable, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, cast
+from typing import Protocol
 
 from broker.core.message import Entry, Message
-from broker.core.queue_contracts import Consumer, QueueObserver
-
-if TYPE_CHECKING:
-    from broker.core.queue import Queue
 
 _by_position = attrgetter("position")
 
 
-class CopyMethods:
+class CopyHost(Protocol):
+    """What a :class:`QueueCopy` needs of its queue."""
+
+    #: Position of the newest entry (the HA replication id of that message).
+    last_position: int
+
+    @property
+    def ready(self) -> deque[Entry]:
+        """The ready messages, in position order (per priority on a priority queue)."""
+        ...
+
+    def unacked_entries(self) -> Iterable[Entry]:
+        """The delivered, unacknowledged entries."""
+        ...
+
+    def expiry(self, message: Message, now: float) -> float | None:
+        """When a message put on the queue ``now`` expires (None: never)."""
+        ...
+
+    def added(self, entries: Sequence[Entry], body_bytes: int) -> None:
+        """``entries`` (their bodies ``body_bytes`` in all) were put among the ready
+        messages: count them, tell the observers of each, dispatch."""
+        ...
+
+    def removed(self, entry: Entry) -> None:
+        """``entry`` was taken from the ready messages for good: uncount it, tell the
+        observers."""
+        ...
+
+
+class QueueCopy:
     """Restore, replicated inserts and removals, snapshots; see the module docstring."""
 
-    # Set by Queue.__init__ (broker/core/queue.py).
-    _messages: deque[Entry]
-    _bytes: int
-    _consumers: list[Consumer]
-    _unacked_entries: dict[int, Entry]
-    last_position: int
-    enqueued_total: int
-    observers: list[QueueObserver]
+    __slots__ = ("_host",)
 
-    if TYPE_CHECKING:  # provided by Queue
-
-        @abstractmethod
-        def dispatch(self) -> None: ...
-
-        @abstractmethod
-        def _expiry(self, message: Message, now: float) -> float | None: ...
-
-        @abstractmethod
-        def _notify_enqueued(self, entry: Entry) -> None: ...
-
-        @abstractmethod
-        def _notify_dequeued(self, entry: Entry) -> None: ...
+    def __init__(self, host: CopyHost) -> None:
+        self._host = host
 
     def restore(self, entries: list[Entry], body_bytes: int | None = None) -> None:
         """Put back entries recovered from the message store, as ``enqueue`` would one by one
@@ -64,40 +74,34 @@ class CopyMethods:
         body sizes when the caller knows it (the store's recovery counts it on the way)."""
         if not entries:
             return
-        messages = self._messages
-        if entries[0].position <= self.last_position:  # below what is here: merge in order
+        host = self._host
+        messages = host.ready
+        if entries[0].position <= host.last_position:  # below what is here: merge in order
             merged = sorted([*messages, *entries], key=_by_position)
             messages.clear()
             messages.extend(merged)
         else:
             messages.extend(entries)
-        self.last_position = max(self.last_position, entries[-1].position)
+        host.last_position = max(host.last_position, entries[-1].position)
         if body_bytes is None:
             body_bytes = sum([len(entry.message.body) for entry in entries])
-        self._bytes += body_bytes
-        self.enqueued_total += len(entries)
-        for observer in self.observers:
-            for entry in entries:
-                observer.enqueued(cast("Queue", self), entry)
-        if self._consumers:
-            self.dispatch()
+        host.added(entries, body_bytes)
 
-    def _insert_replicated(self, message: Message, position: int, now: float) -> bool:
+    def insert_replicated(self, message: Message, position: int, now: float) -> bool:
         """A replicated message older than the newest one here: insert in id order."""
-        entry = Entry(message, position, self._expiry(message, now))
-        merged = sorted([*self._messages, entry], key=lambda e: e.position)
-        self._messages.clear()
-        self._messages.extend(merged)
-        self._bytes += len(message.body)
-        self.enqueued_total += 1
-        self._notify_enqueued(entry)
-        if self._consumers:
-            self.dispatch()
+        host = self._host
+        entry = Entry(message, position, host.expiry(message, now))
+        messages = host.ready
+        merged = sorted([*messages, entry], key=lambda e: e.position)
+        messages.clear()
+        messages.extend(merged)
+        host.added((entry,), len(message.body))
         return True
 
     def snapshot(self) -> list[Entry]:
         """Every message on the queue, ready or delivered but unacknowledged, by position."""
-        entries = [*self._messages, *self._unacked_entries.values()]
+        host = self._host
+        entries = [*host.ready, *host.unacked_entries()]
         entries.sort(key=_by_position)
         return entries
 
@@ -110,18 +114,18 @@ class CopyMethods:
         (a message of a higher priority may have come after those the primary delivered):
         a paged queue is not read and rewritten whole for an acknowledgement.
         """
-        messages = self._messages
+        host = self._host
+        messages = host.ready
+        removed_one = host.removed
         removed = 0
         heads = getattr(messages, "pop_heads", None)  # a priority queue: each priority's head
         if heads is not None:
             for entry in heads(positions, expected):
-                self._bytes -= len(entry.message.body)
-                self._notify_dequeued(entry)
+                removed_one(entry)
                 removed += 1
         while messages and messages[0].position in positions:
             entry = messages.popleft()
-            self._bytes -= len(entry.message.body)
-            self._notify_dequeued(entry)
+            removed_one(entry)
             removed += 1
         if expected is not None and removed >= expected:
             return removed
@@ -129,8 +133,7 @@ class CopyMethods:
             kept: list[Entry] = []
             for entry in messages:
                 if entry.position in positions:
-                    self._bytes -= len(entry.message.body)
-                    self._notify_dequeued(entry)
+                    removed_one(entry)
                     removed += 1
                 else:
                     kept.append(entry)

@@ -48,9 +48,9 @@ from broker.core.vhost_rules import (
     EQUIVALENCE_ARGS,
     VHOST,
     PublishResult,
+    check_exchange_equivalent,
+    check_queue_equivalent,
 )
-from broker.core.vhost_rules import flag as _flag
-from broker.core.vhost_rules import shown as _shown
 
 __all__ = ["BUILTIN_EXCHANGES", "EQUIVALENCE_ARGS", "VHOST", "PublishResult", "VirtualHost"]
 
@@ -161,8 +161,8 @@ class VirtualHost:
                 f"invalid arg 'alternate-exchange' for exchange '{name}': {alternate!r}"
             )
         if existing is not None:
-            self._check_exchange_equivalent(
-                existing, type, durable, auto_delete, internal, arguments
+            check_exchange_equivalent(
+                self.name, existing, type, durable, auto_delete, internal, arguments
             )
             return existing
         if self.contract is not None and not replicated:
@@ -175,33 +175,6 @@ class VirtualHost:
         for listener in self.listeners:
             listener.exchange_declared(exchange)
         return exchange
-
-    def _check_exchange_equivalent(
-        self,
-        existing: Exchange,
-        type: str,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        for field, received, current in (
-            ("type", type, existing.type),
-            ("durable", _flag(durable), _flag(existing.durable)),
-            ("auto_delete", _flag(auto_delete), _flag(existing.auto_delete)),
-            ("internal", _flag(internal), _flag(existing.internal)),
-            (
-                "alternate-exchange",
-                arguments.get("alternate-exchange"),
-                existing.arguments.get("alternate-exchange"),
-            ),
-        ):
-            if received != current:
-                raise precondition_failed(
-                    f"inequivalent arg '{field}' for exchange '{existing.name}' in vhost"
-                    f" '{self.name}': received {_shown(received)} but current is"
-                    f" {_shown(current)}"
-                )
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
         """exchange.delete; deleting an exchange that does not exist succeeds (RabbitMQ)."""
@@ -289,7 +262,7 @@ class VirtualHost:
                     f" '{self.name}'. The exclusive property value does not match that of"
                     " the original declaration.",
                 )
-            self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
+            check_queue_equivalent(self.name, existing, durable, exclusive, auto_delete, arguments)
             existing.touch()
             return existing
         if self.contract is not None and not replicated:
@@ -311,29 +284,6 @@ class VirtualHost:
         for listener in self.listeners:
             listener.queue_declared(queue)
         return queue
-
-    def _check_queue_equivalent(
-        self,
-        queue: Queue,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        checks: list[tuple[str, object, object]] = [
-            ("durable", _flag(durable), _flag(queue.durable)),
-            ("exclusive", _flag(exclusive), _flag(queue.exclusive_owner is not None)),
-            ("auto_delete", _flag(auto_delete), _flag(queue.auto_delete)),
-        ]
-        for arg in EQUIVALENCE_ARGS:
-            checks.append((arg, arguments.get(arg), queue.arguments.get(arg)))
-        for field, received, current in checks:
-            if received != current:
-                raise precondition_failed(
-                    f"inequivalent arg '{field}' for queue '{queue.name}' in vhost"
-                    f" '{self.name}': received {_shown(received)} but current is"
-                    f" {_shown(current)}"
-                )
 
     def delete_queue(
         self,

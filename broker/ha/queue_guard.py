@@ -40,6 +40,7 @@ from __future__ import annotations
 from broker.core.confirms import ConfirmHandle
 from broker.core.message import Entry
 from broker.core.queue import Queue
+from broker.core.queue_contracts import ObserverRole
 from broker.ha.config_guard import ReplyHandle
 from broker.ha.delivery_watermark import DeliveryWatermark
 
@@ -55,7 +56,7 @@ class QueueGuard:
         self.cancelled = False
         #: Replies held until the backup applied a removal: (stream key, batch tag, reply).
         self.removals: list[tuple[int, int, ReplyHandle]] = []
-        queue.observers.append(self)
+        queue.observe(self, ObserverRole.GUARD)
         DeliveryWatermark.of(queue).join(self)
 
     @property
@@ -128,8 +129,7 @@ class QueueGuard:
         removals, self.removals = self.removals, []
         for _key, _tag, reply in removals:
             reply.release()
-        if self in self.queue.observers:
-            self.queue.observers.remove(self)
+        self.queue.unobserve(self)
         DeliveryWatermark.of(self.queue).leave(self)
 
     def __repr__(self) -> str:

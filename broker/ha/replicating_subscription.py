@@ -51,6 +51,7 @@ from collections.abc import Callable
 
 from broker.core.message import Entry, TxMark
 from broker.core.queue import Queue
+from broker.core.queue_contracts import ObserverRole
 from broker.ha.config_guard import NEXT_STREAM, ReplyHandle
 from broker.ha.delivery_watermark import DeliveryWatermark
 from broker.ha.id_set import IdSet
@@ -133,7 +134,7 @@ class ReplicatingSubscription:
         self.wake: Callable[[], None] | None = None
         if self._gate is not None:
             self._gate.listeners.append(self._announced)
-        queue.observers.append(self)
+        queue.observe(self, ObserverRole.REPLICATION)
 
     def _announced(self) -> None:
         if self.wake is not None:
@@ -329,8 +330,7 @@ class ReplicatingSubscription:
     def close(self) -> None:
         """Stop replicating (the backup went away); the guard is cancelled by its owner."""
         self.closed = True
-        if self in self.queue.observers:
-            self.queue.observers.remove(self)
+        self.queue.unobserve(self)
         self._backlog.clear()
         self._unacked.clear()
         self._watermarks.clear()

@@ -33,6 +33,7 @@ from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
 from broker.core.exchange import EXCHANGE, Binding, Exchange
 from broker.core.message import Entry
 from broker.core.queue import Queue
+from broker.core.queue_contracts import ObserverRole
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.config_guard import NEXT_STREAM, ConfigGuard, ReplyHandle
@@ -135,7 +136,7 @@ class QueueStream(_ChannelStream):
         self._reported_ready = False
         self._batches: dict[int, int] = {}
         subscription.wake = self.request_pump  # a new delivery watermark to announce
-        subscription.queue.observers.append(self)
+        subscription.queue.observe(self, ObserverRole.STREAM)
         self.request_pump()
 
     # queue observer: new work, pump soon
@@ -176,9 +177,7 @@ class QueueStream(_ChannelStream):
             return
         self._closed()
         self.subscription.close()
-        observers = self.subscription.queue.observers
-        if self in observers:
-            observers.remove(self)
+        self.subscription.queue.unobserve(self)
 
 
 def _in_vhost(config: dict[str, Any], vhost: str) -> dict[str, Any]:

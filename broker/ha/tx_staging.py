@@ -38,20 +38,20 @@ here). So a confirm of a message waiting behind a staged transaction, and the co
 of a transaction, imply it is in the queue (and on the disk) of every guarded backup.
 
 THREAD UNSAFE: the backup's event loop owns it. Replicators call it; it calls their
-``_apply_now`` and reads their ``pending`` list (they are one unit, split for size).
+``_apply_now`` and reads their ``pending`` list, and knows nothing else of them: a
+replicator is a :class:`StagedReplicator` here (this module does not import theirs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from broker.core.queue import Queue
 from broker.ha.wire import Enqueue, Event
-
-if TYPE_CHECKING:
-    from broker.ha.queue_replicator import QueueReplicator
 
 __all__ = ["Discarded", "Pending", "StoreTransaction", "TxStaging"]
 
@@ -65,13 +65,32 @@ StoreTransaction = Callable[[], AbstractContextManager[None]]
 Pending = tuple[int | None, Event]
 
 
+class StagedReplicator(Protocol):
+    """A :class:`~broker.ha.queue_replicator.QueueReplicator`, as the staging sees it."""
+
+    #: Staged messages and the events behind them, in the primary's order.
+    pending: deque[Pending]
+    #: Events ever put on ``pending`` (the batch acknowledgements count applied ones).
+    pending_total: int
+
+    @property
+    def queue(self) -> Queue:
+        """The queue it replicates to."""
+        ...
+
+    def _apply_now(self, events: Sequence[Event]) -> int:
+        """Apply ``events`` to the queue up to the first ``Tx`` or ``TxBase``; its index,
+        or -1 when there is none."""
+        ...
+
+
 @dataclass
 class _Tx:
     id: int
     total: int
     arrived: int = 0
     #: Messages staged per queue and not yet applied.
-    left: dict[QueueReplicator, int] = field(default_factory=dict)
+    left: dict[StagedReplicator, int] = field(default_factory=dict)
     released: bool = False
 
     @property
@@ -104,9 +123,9 @@ class TxStaging:
         self.store_transaction = store_transaction
         self._txs: dict[int, _Tx] = {}
         #: Per replicator, its stream's TxBase (transactions from it come whole).
-        self._bases: dict[QueueReplicator, int] = {}
+        self._bases: dict[StagedReplicator, int] = {}
         #: Replicators with a non-empty pending list.
-        self._waiting: set[QueueReplicator] = set()
+        self._waiting: set[StagedReplicator] = set()
         self.applied_total = 0  # transactions applied whole
         self.released_total = 0
         self.discarded_total = 0
@@ -118,7 +137,7 @@ class TxStaging:
 
     # -- called by the queue replicators ------------------------------------------------
     def stage(
-        self, replicator: QueueReplicator, tx_id: int, total: int, run: list[Enqueue]
+        self, replicator: StagedReplicator, tx_id: int, total: int, run: list[Enqueue]
     ) -> None:
         """``run``: messages of transaction ``tx_id`` (of ``total``) on ``replicator``'s queue."""
         tx = self._txs.get(tx_id)
@@ -142,14 +161,14 @@ class TxStaging:
         replicator.pending_total += len(run)
         self._waiting.add(replicator)
 
-    def base(self, replicator: QueueReplicator, first: int) -> None:
+    def base(self, replicator: StagedReplicator, first: int) -> None:
         """``replicator``'s stream started before transaction ``first``: release the older."""
         self._bases[replicator] = first
         for tx in list(self._txs.values()):
             if tx.id < first and not tx.released:
                 self._release(tx)
 
-    def buffer(self, replicator: QueueReplicator, events: list[Event]) -> None:
+    def buffer(self, replicator: StagedReplicator, events: list[Event]) -> None:
         """Events of a queue that has pending ones: applied after them, in order."""
         replicator.pending.extend((None, event) for event in events)
         replicator.pending_total += len(events)
@@ -165,7 +184,7 @@ class TxStaging:
                 if self._advance(replicator):
                     progress = True
 
-    def queue_gone(self, replicator: QueueReplicator) -> None:
+    def queue_gone(self, replicator: StagedReplicator) -> None:
         """``replicator``'s queue is gone (deleted, or its subscription failed): its pending
         events go with it, and a transaction that is not whole may miss a part there."""
         self._bases.pop(replicator, None)
@@ -214,7 +233,7 @@ class TxStaging:
         tx.left.clear()
         self.released_total += 1
 
-    def _advance(self, replicator: QueueReplicator) -> bool:
+    def _advance(self, replicator: StagedReplicator) -> bool:
         """Apply the head of ``replicator``'s pending list as far as possible."""
         pending = replicator.pending
         progress = False
@@ -235,7 +254,7 @@ class TxStaging:
             self._waiting.discard(replicator)
         return progress
 
-    def _at_head(self, replicator: QueueReplicator, tx_id: int) -> bool:
+    def _at_head(self, replicator: StagedReplicator, tx_id: int) -> bool:
         """Whether ``tx_id`` is next on ``replicator`` once its buffered events before it
         (and released transactions' messages) are applied, which this applies."""
         pending = replicator.pending

@@ -41,7 +41,8 @@ __all__ = ["ChannelEndpoints", "channel_view"]
 
 
 def channel_view(connection: Connection, channel: Channel) -> dict[str, Any]:
-    confirms, tx = channel.confirms, channel.tx
+    deliveries, publisher = channel.deliveries, channel.publisher
+    confirms, tx = publisher.confirms, publisher.tx
     return {
         "connection": connection.id,
         "connection_name": connection.name,
@@ -50,9 +51,9 @@ def channel_view(connection: Connection, channel: Channel) -> dict[str, Any]:
         "user": connection.user,
         "vhost": getattr(channel.vhost, "name", "/"),
         "state": channel.state.value,
-        "prefetch_count": channel.consumer_prefetch,
-        "global_prefetch_count": channel.prefetch_global,
-        "consumer_count": len(channel.consumers),
+        "prefetch_count": deliveries.consumer_prefetch,
+        "global_prefetch_count": deliveries.prefetch_global,
+        "consumer_count": len(deliveries.consumers),
         "consumers": [
             {
                 "consumer_tag": consumer.tag,
@@ -62,16 +63,16 @@ def channel_view(connection: Connection, channel: Channel) -> dict[str, Any]:
                 "unacked": consumer.unacked,
                 "exclusive": consumer.exclusive,
             }
-            for consumer in channel.consumers.values()
+            for consumer in deliveries.consumers.values()
         ],
-        "messages_unacknowledged": len(channel.unacked),
+        "messages_unacknowledged": len(deliveries.unacked),
         "confirm": confirms is not None,
         "messages_unconfirmed": 0 if confirms is None else confirms.outstanding,
         "transactional": tx is not None,
         "messages_uncommitted": 0 if tx is None else len(tx.publishes),
         "acks_uncommitted": 0 if tx is None else len(tx.acks),
         "flow": channel.flow_active,
-        "replication_stream": channel.stream is not None,
+        "replication_stream": deliveries.stream is not None,
     }
 
 

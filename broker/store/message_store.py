@@ -30,6 +30,7 @@ from typing import Any
 from broker.core.exchange import Binding, Exchange
 from broker.core.message import Entry, Message
 from broker.core.queue import Queue
+from broker.core.queue_contracts import ObserverRole
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.store.journal import Journal
@@ -214,15 +215,14 @@ class MessageStore:
                     recovered.messages, contents, held, now, wall_now_ms, crashed
                 )
             # On disk already: the store is not told of what it restores.
-            observers = queue.observers
-            at = observers.index(self) if self in observers else -1
-            if at >= 0:
-                del observers[at]
+            told = self in queue.observers
+            if told:
+                queue.unobserve(self)
             try:
                 queue.restore(entries, body_bytes)
             finally:
-                if at >= 0:
-                    observers.insert(at, self)
+                if told:  # back in its place: the observers are in role order
+                    queue.observe(self, ObserverRole.STORE)
             self.recovered_messages += len(entries)
         for binding in state.bindings:
             bound = queues.get(binding.queue_id)
@@ -313,7 +313,7 @@ class MessageStore:
         adopted = self._adopting is not None
         object_id = self._new_id()
         self._queues[(queue.vhost, queue.name)] = object_id
-        queue.observers.append(self)
+        queue.observe(self, ObserverRole.STORE)
         if adopted:
             return
         record = QueueRecord(

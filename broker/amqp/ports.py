@@ -1,0 +1,89 @@
+"""What a channel and its parts need of the connection they run on: :class:`Wire` and
+:class:`ChannelConnection`.
+
+A connection (:class:`~broker.amqp.connection.Connection`) is both, structurally: it
+builds its channels with itself as their :class:`ChannelConnection`, and a channel hands
+its parts (:class:`~broker.amqp.channel_consume.Deliveries`,
+:class:`~broker.amqp.channel_publish.Publisher`) the connection as their :class:`Wire`
+only. So neither a channel nor its parts import the connection's module, and a part
+written against these ports (AMQP 1.0's links) needs no 0-9-1 connection.
+
+Call direction: the connection calls its channels, a channel calls its parts; the parts
+call back only through these ports and their channel's own small ports.
+
+THREAD UNSAFE: the connection's event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from pamqp.base import Frame as Method
+
+from broker.amqp.context import BrokerContext
+from broker.core.errors import AmqpError
+from broker.core.vhost import VirtualHost
+
+
+class Wire(Protocol):
+    """The connection's output, as a channel's parts write to it."""
+
+    #: The negotiated frame-max (content is cut into body frames of at most this).
+    frame_max: int
+    #: Counters of the connection (logged when it closes; management reads them).
+    messages_published: int
+    messages_delivered: int
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` (whole frames) for the next flush; dropped once closed."""
+        ...
+
+
+class ChannelConnection(Wire, Protocol):
+    """What a :class:`~broker.amqp.channel.Channel` needs of its connection."""
+
+    ctx: BrokerContext
+    vhost: VirtualHost
+    #: The transport accepts more output (the shell's write buffer is under its mark).
+    writable: bool
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def user(self) -> str | None: ...
+
+    @property
+    def client_properties(self) -> dict[str, Any]: ...
+
+    @property
+    def close_reason(self) -> str | None: ...
+
+    @property
+    def channels(self) -> Mapping[int, object]:
+        """The open channels by number (a channel still there is not closed)."""
+        ...
+
+    def send_method(self, channel: int, method: Method) -> None: ...
+
+    def capability(self, name: str) -> bool: ...
+
+    def channel_closed(self, channel: Any) -> None:
+        """The channel's close handshake finished: its number may be reused."""
+        ...
+
+    def confirms_settled(self, channel: Any) -> None:
+        """The channel has confirm replies to send at the next flush."""
+        ...
+
+    def held_frames_dropped(self, frames: list[tuple[int, bytes]]) -> None: ...
+
+    def replay_held_frames(self, number: int) -> None: ...
+
+    def request_pump(self, key: int, pump: Callable[[], None]) -> None: ...
+
+    def connection_error(self, error: AmqpError) -> None: ...
