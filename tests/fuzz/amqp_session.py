@@ -25,6 +25,7 @@ Violations are returned as findings (one line each); nothing raises for the brok
 from __future__ import annotations
 
 import random
+import re
 import socket
 import struct
 import time
@@ -62,6 +63,8 @@ class Tally:
     closed_confirms: int = 0  # publishes whose channel or connection closed first
     commits: int = 0
     closes: Counter[int] = field(default_factory=Counter)
+    #: Reply texts of closes, digits and quoted names blanked (what was refused, roughly).
+    reasons: Counter[str] = field(default_factory=Counter)
     contract_refusals: int = 0
     findings: list[str] = field(default_factory=list)
 
@@ -74,6 +77,7 @@ class Tally:
         self.closed_confirms += other.closed_confirms
         self.commits += other.commits
         self.closes.update(other.closes)
+        self.reasons.update(other.reasons)
         self.contract_refusals += other.contract_refusals
         self.findings += other.findings
 
@@ -130,6 +134,12 @@ class Wire:
         self.sock.close()
 
 
+def reason(code: int, text: str) -> str:
+    """``text`` without its names and numbers: the kind of refusal."""
+    text = re.sub(r"'[^']*'", "'.'", text)
+    return f"{code} " + re.sub(r"[0-9]+", "N", text)[:70]
+
+
 def _is_contract_refusal(text: str) -> bool:
     return "bytes" in text or "nest" in text or "32-bit" in text
 
@@ -172,6 +182,7 @@ class Session:
 
     def _closed_by_broker(self, code: int, text: str, scope: str) -> None:
         self.tally.closes[code] += 1
+        self.tally.reasons[reason(code, text)] += 1
         if code not in KNOWN_CODES:
             self.tally.findings.append(f"{scope} closed with {code}: {text}")
         if code == ReplyCode.PRECONDITION_FAILED and _is_contract_refusal(text):
@@ -198,7 +209,14 @@ class Session:
             self._handle(channel, value)
 
     def call(self, method: Method, *answers: type[Method]) -> Any:
+        """Send ``method`` and wait for one of ``answers``; now and then with ``nowait``
+        set where the method has it (no answer then: a refusal closes the channel, met
+        by a later wait)."""
         self.tally.operations += 1
+        if hasattr(method, "nowait") and self.rng.random() < 0.1:
+            method.nowait = True
+            self.wire.method(self.channel, method)
+            return None
         self.wire.method(self.channel, method)
         return self.await_answer(*answers, what=method.name)
 
@@ -239,7 +257,11 @@ class Session:
             self.open_channel()
             if self.rng.random() < 0.7:  # most sessions work on a queue that is there
                 self.call(
-                    unchecked(commands.Queue.Declare, queue=self.rng.choice(traffic.QUEUES[:4])),
+                    unchecked(
+                        commands.Queue.Declare,
+                        queue=(name := self.rng.choice(traffic.QUEUES[:4])),
+                        arguments=traffic.USUAL_ARGUMENTS[name],
+                    ),
                     commands.Queue.DeclareOk,
                 )
             for _ in range(self.rng.randint(3, 20)):
@@ -251,12 +273,11 @@ class Session:
                     self.open_channel()
             self.wait_confirms()
             if self.rng.random() < 0.7:
-                self.call(
-                    commands.Connection.Close(
-                        reply_code=200, reply_text="bye", class_id=0, method_id=0
-                    ),
-                    commands.Connection.CloseOk,
+                self.channel = 0  # connection.close goes on channel 0
+                close = commands.Connection.Close(
+                    reply_code=200, reply_text="bye", class_id=0, method_id=0
                 )
+                self.call(close, commands.Connection.CloseOk)
         except (Closed, ChannelClosed):
             pass
         except OSError as exc:  # a reset: the broker closed the socket without a close
@@ -283,15 +304,16 @@ class Session:
         rng = self.rng
         roll = rng.random()
         if roll < 0.12:
+            name = traffic.queue_name(rng)
             self.call(
                 unchecked(
                     commands.Queue.Declare,
-                    queue=traffic.queue_name(rng),
+                    queue=name,
                     passive=rng.random() < 0.1,
                     durable=rng.random() < 0.5,
                     exclusive=rng.random() < 0.1,
                     auto_delete=rng.random() < 0.1,
-                    arguments=traffic.queue_arguments(rng),
+                    arguments=traffic.queue_arguments(rng, name),
                 ),
                 commands.Queue.DeclareOk,
             )
@@ -299,7 +321,7 @@ class Session:
             self.call(
                 unchecked(
                     commands.Exchange.Declare,
-                    exchange=traffic.exchange_name(rng),
+                    exchange=traffic.declared_exchange(rng),
                     exchange_type=rng.choice((*traffic.EXCHANGE_TYPES, "bogus")),
                     passive=rng.random() < 0.05,
                     durable=rng.random() < 0.5,
@@ -317,7 +339,7 @@ class Session:
                 unchecked(
                     kind,
                     queue=traffic.queue_name(rng),
-                    exchange=traffic.exchange_name(rng),
+                    exchange=traffic.declared_exchange(rng),
                     routing_key=traffic.routing_key(rng),
                     arguments=traffic.binding_arguments(rng),
                 ),
@@ -330,8 +352,8 @@ class Session:
             self.call(
                 unchecked(
                     ekind,
-                    destination=traffic.exchange_name(rng),
-                    source=traffic.exchange_name(rng),
+                    destination=traffic.declared_exchange(rng),
+                    source=traffic.declared_exchange(rng),
                     routing_key=traffic.routing_key(rng),
                     arguments=traffic.binding_arguments(rng),
                 ),
@@ -364,14 +386,18 @@ class Session:
         elif roll < 0.7:
             for _ in range(rng.randint(1, 5)):
                 self.publish()
+            if rng.random() < 0.4:
+                self.wait_confirms()  # as a client waiting for its confirms does
         elif roll < 0.8:
             self.get()
         elif roll < 0.84:
             self.consume()
         elif roll < 0.93:
             self.settle()
-        else:
+        elif roll < 0.97:
             self.transaction()
+        else:
+            self.odd()
 
     def publish(self) -> None:
         rng = self.rng
@@ -381,7 +407,7 @@ class Session:
         frames = frame.marshal(
             unchecked(
                 commands.Basic.Publish,
-                exchange=traffic.exchange_name(rng),
+                exchange="" if rng.random() < 0.6 else traffic.exchange_name(rng),
                 routing_key=traffic.queue_name(rng)
                 if rng.random() < 0.6
                 else traffic.routing_key(rng),
@@ -458,6 +484,9 @@ class Session:
         """Ack, reject or nack (requeue or not) held deliveries; now and then a tag never
         delivered (the broker closes the channel with 406)."""
         rng = self.rng
+        if not self.deliveries and rng.random() < 0.8:
+            self.publish()
+            return
         self.tally.operations += 1
         if not self.deliveries or rng.random() < 0.05:
             tag = rng.randint(1, 1000)
@@ -476,6 +505,22 @@ class Session:
                 commands.Basic.Nack, delivery_tag=tag, multiple=rng.random() < 0.2, requeue=requeue
             )
         self.wire.method(self.channel, method)
+
+    def odd(self) -> None:
+        """A method clients seldom send, or one the channel's mode refuses (406)."""
+        choice = self.rng.randrange(5)
+        if choice == 0:
+            self.call(unchecked(commands.Basic.Recover, requeue=True), commands.Basic.RecoverOk)
+        elif choice == 1:
+            self.call(commands.Channel.Flow(active=True), commands.Channel.FlowOk)
+        elif choice == 2:
+            self.call(commands.Confirm.Select(), commands.Confirm.SelectOk)  # 406 in tx mode
+        elif choice == 3:
+            self.call(commands.Tx.Select(), commands.Tx.SelectOk)  # 406 in confirm mode
+        else:
+            self.tally.operations += 1
+            publish = unchecked(commands.Basic.Publish, routing_key="fz.q", immediate=True)
+            self.wire.method(self.channel, publish)  # refused (540): its content never sent
 
     def transaction(self) -> None:
         if self.mode != "tx" and self.rng.random() < 0.8:

@@ -68,6 +68,7 @@ class Figures:
             "commits": self.amqp.commits,
             "closes": {str(k): v for k, v in sorted(self.amqp.closes.items())},
             "contract_refusals": self.amqp.contract_refusals,
+            "top_refusals": dict(self.amqp.reasons.most_common(12)),
             "http_requests": self.http_requests,
             "http_statuses": {str(k): v for k, v in sorted(self.http_statuses.items())},
             "batches": self.batches,
@@ -97,8 +98,8 @@ def _request(rng: random.Random) -> tuple[str, str, bytes | None]:
     roll = rng.random()
     vhost = "/%2F" if rng.random() < 0.7 else ""
     if roll < 0.3:
-        arguments = {k: v for k, v in traffic.queue_arguments(rng).items() if _plain(v)}
         name = traffic.queue_name(rng) or "fz.api"
+        arguments = {k: v for k, v in traffic.queue_arguments(rng, name).items() if _plain(v)}
         body = {
             "durable": rng.random() < 0.5,
             "auto_delete": rng.random() < 0.1,

@@ -33,7 +33,7 @@ from tests.fuzz.ha_fuzz import run
 from tests.ha.cluster import Cluster
 
 #: Seconds of fuzzing in ``make test`` (HA_FUZZ_SECONDS to run longer by hand).
-FUZZ_SECONDS = float(os.environ.get("HA_FUZZ_SECONDS", "3"))
+FUZZ_SECONDS = float(os.environ.get("HA_FUZZ_SECONDS", "2.5"))
 FUZZ_SEED = int(os.environ.get("HA_FUZZ_SEED", "20261129"))
 
 
