@@ -29,6 +29,7 @@ client reconnects, and the steps go on against the new pair.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -57,6 +58,8 @@ QUEUES = ["q", "t.a=b", "t.é", "<img src=x>"]
 EXCHANGES = ["e", "t.a*b"]
 KEYS = ["k", "#", "q"]
 CONFIRM, TX = "confirm", "tx"
+#: A message removed from a queue: (queue name, replication id).
+Removed = tuple[str, int]
 
 
 class Pair:
@@ -104,11 +107,17 @@ class Session:
         self.published: dict[int, bytes] = {}
         self.acked: set[int] = set()
         self.confirmed: set[bytes] = set()
-        #: The transaction being built (bodies), the committed ones not yet answered, and
-        #: those answered (commit-ok).
+        #: The transaction being built (bodies, and the messages its acks remove), the
+        #: committed ones not yet answered, and those answered (commit-ok).
         self.tx_bodies: list[bytes] = []
-        self.tx_waiting: list[list[bytes]] = []
+        self.tx_removes: set[Removed] = set()
+        self.tx_waiting: list[tuple[list[bytes], set[Removed]]] = []
         self.tx_committed: list[list[bytes]] = []
+        #: The messages each purge sent removes, until its purge-ok.
+        self.purges: list[set[Removed]] = []
+        #: Messages whose removal was promised (purge-ok, commit-ok of an ack): they must
+        #: never come back, on a promoted backup either.
+        self.removed: set[Removed] = set()
         self.deliveries: dict[str, list[int]] = {CONFIRM: [], TX: []}
         self._open(CONFIRM)
         self._open(TX)
@@ -123,9 +132,9 @@ class Session:
         )
         self.deliveries[kind] = []
         if kind == CONFIRM:
-            self.published, self.acked = {}, set()
+            self.published, self.acked, self.purges = {}, set(), []
         else:
-            self.tx_bodies, self.tx_waiting = [], []
+            self.tx_bodies, self.tx_waiting, self.tx_removes = [], [], set()
         self.read()
 
     def send(self, kind: str, method: Method) -> None:
@@ -159,7 +168,11 @@ class Session:
             elif isinstance(frame, commands.Basic.GetOk):
                 self.deliveries[kind].append(frame.delivery_tag or 0)
             elif isinstance(frame, commands.Tx.CommitOk):
-                self.tx_committed.append(self.tx_waiting.pop(0))
+                committed, removes = self.tx_waiting.pop(0)
+                self.tx_committed.append(committed)
+                self.removed |= removes
+            elif isinstance(frame, commands.Queue.PurgeOk):
+                self.removed |= self.purges.pop(0)
             elif isinstance(frame, commands.Channel.Close):
                 assert frame.reply_code in (404, 405, 406), frame
                 self.client.send(number, commands.Channel.CloseOk())
@@ -283,6 +296,10 @@ class Model:
         self.count = 0
         self.commits = 0
         self.confirmed = 0  # confirms received before the last fail-over
+        #: What sessions before the last fail-over were promised: confirmed or committed
+        #: messages (kept while a queue holds them), removed ones (never back).
+        self.promised: set[bytes] = set()
+        self.removed: set[Removed] = set()
 
     def body(self) -> bytes:
         self.count += 1
@@ -315,6 +332,9 @@ class Model:
         elif kind == "delete_queue":
             s.send(CONFIRM, unchecked(commands.Queue.Delete, queue=args[0]))
         elif kind == "purge":
+            queue = self.pair.vhost.queues.get(args[0])
+            ready = () if queue is None else queue.entries()
+            s.purges.append({(args[0], entry.position) for entry in ready})
             s.send(CONFIRM, unchecked(commands.Queue.Purge, queue=args[0]))
         elif kind == "delete_exchange":
             s.send(CONFIRM, unchecked(commands.Exchange.Delete, exchange=args[0]))
@@ -327,18 +347,21 @@ class Model:
             self._settle(*args)
         elif kind == "tx_ack":
             if s.deliveries[TX]:
-                s.send(TX, commands.Basic.Ack(delivery_tag=s.deliveries[TX].pop(0)))
+                tag = s.deliveries[TX].pop(0)
+                delivery = s.client.conn.channels[s.numbers[TX]].unacked[tag]
+                s.tx_removes.add((delivery.queue.name, delivery.entry.position))
+                s.send(TX, commands.Basic.Ack(delivery_tag=tag))
         elif kind == "tx_commit":
             self.commits += 1
-            s.tx_waiting.append(s.tx_bodies)
-            s.tx_bodies = []
+            s.tx_waiting.append((s.tx_bodies, s.tx_removes))
+            s.tx_bodies, s.tx_removes = [], set()
             s.send(TX, commands.Tx.Commit())
         elif kind == "time":  # expiry: the primary's clock (the backup's is its own)
             self.clock.now += args[0]
             for queue in self.pair.vhost.queues.values():
                 queue.expire()
         elif kind == "tx_rollback":
-            s.tx_bodies = []
+            s.tx_bodies, s.tx_removes = [], set()
             s.send(TX, commands.Tx.Rollback())
         s.read()
 
@@ -369,7 +392,8 @@ class Model:
         old, backup = self.pair.vhost, self.pair.link.backup.default
         s = self.session
         unacked = s.unacked()
-        promised = s.confirmed | {b for tx in s.tx_committed for b in tx}
+        promised = self.promised | s.confirmed | {b for tx in s.tx_committed for b in tx}
+        removed = self.removed | s.removed
         for name, q in old.queues.items():
             if queue_level(q, DEFAULT) is not ReplicateLevel.ALL:
                 continue
@@ -379,17 +403,24 @@ class Model:
             assert not missing, (name, missing)
         everywhere = {b for name in old.queues for b in bodies(old, name, unacked)}
         on_backup_all = {b for name in backup.queues for b in bodies(backup, name)}
-        for tx in s.tx_waiting:  # committed, not answered: all or none
+        for tx, _ in s.tx_waiting:  # committed, not answered: all or none
             if set(tx) <= everywhere:
                 kept = set(tx) & on_backup_all
                 assert kept in (set(), set(tx)), ("part of a transaction", tx, kept)
+        back = {(name, position) for name in backup.queues for position, _ in held(backup, name)}
+        assert not back & removed, ("removed messages came back", back & removed)
+        self.promised, self.removed = promised, removed
         self.backups += 1
         self.pair = self.pair.promote_backup(self.clock, f"backup-{self.backups}")
         self.confirmed += len(s.confirmed)
         self.session = Session(self.pair.ctx)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("MODEL_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(st.lists(STEPS, min_size=8, max_size=40))
 def test_the_backup_holds_every_promise_and_the_promoted_backup_keeps_them(
     steps: list[tuple[tuple[Any, ...], bool]],
