@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common.polling import poll_until  # noqa: E402
+from tests.fuzz.cluster_check import LINK_HEARTBEAT  # noqa: E402
 from tests.fuzz.ha_fuzz import run  # noqa: E402
 from tests.ha.cluster import Cluster  # noqa: E402
 
@@ -48,7 +49,7 @@ def main() -> int:
     seed = random.randrange(2**31) if args.seed is None else args.seed
     load_before = os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="ha-fuzz-"))
-    cluster = Cluster(root, 3).start()
+    cluster = Cluster(root, 3, LINK_HEARTBEAT).start()
     try:
         cluster.promote(0, epoch=1)
         cluster.wait_state(0, "active")

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from pika.adapters.blocking_connection import BlockingChannel
 
 from common.polling import poll_until
-from tests.fuzz.cluster_check import LogScan, quiescent_check
+from tests.fuzz.cluster_check import LINK_HEARTBEAT, LogScan, quiescent_check
 from tests.fuzz.ha_fuzz import run
 from tests.ha.cluster import Cluster
 
@@ -62,7 +62,7 @@ def _start_side_by_side(cluster: Cluster) -> None:
 
 @pytest.fixture(scope="module")
 def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path_factory.mktemp("fuzz"), 3)
+    cluster = Cluster(tmp_path_factory.mktemp("fuzz"), 3, LINK_HEARTBEAT)
     _start_side_by_side(cluster)
     try:
         cluster.promote(0, epoch=1)
