@@ -229,7 +229,7 @@ def test_an_ack_after_close_began_is_refused_and_never_written(broker: BrokerPro
     """An acknowledgement due when the channel's close was already sent (an HA backup's
     delayed batch acknowledgement on a queue stream it stopped): written after
     channel.close, the broker read it on a closed channel and closed the whole connection
-    with 504 (the fuzzer saw backups' links drop so, both at once, 25 times in 10 minutes)."""
+    with 504 (the HA fuzzer saw 26 such link drops in 10 minutes, docs/reliability.md)."""
 
     async def main() -> None:
         client = await guest(broker)
