@@ -37,7 +37,7 @@ NODE_CLIENT := tests/compat/node
 WHEELHOUSE := $(VENV)/wheelhouse
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint typecheck unit bench bench-ha bench-store bench-security clean venv system-packages demo-packages
+.PHONY: demo test lint typecheck unit bench bench-ha bench-store bench-security bench-ha-fuzz clean venv system-packages demo-packages
 
 venv: $(STAMP)
 
@@ -109,3 +109,9 @@ bench-store: $(STAMP)
 # against a real broker; crashes, hangs, fd leaks (docs/security.md). About 4 minutes.
 bench-security: $(STAMP)
 	$(BIN)/python bench/security_fuzz.py
+
+# The long fuzz run of the HA path (issue 24): valid and garbled AMQP sessions and management
+# requests against a primary with two backups for 10 minutes, invariants after every batch
+# (docs/reliability.md, "Fuzzing the HA path").
+bench-ha-fuzz: $(STAMP)
+	$(BIN)/python bench/ha_fuzz.py --seconds 600

@@ -193,8 +193,9 @@ class Channel:
             if isinstance(method, commands.Channel.CloseOk):
                 self._finish_close()
             elif isinstance(method, commands.Channel.Close):
+                # Both sides closed at once: answer, and wait for the peer's close-ok of
+                # ours (as RabbitMQ does); freed now, that close-ok met a closed channel: 504.
                 self.send(commands.Channel.CloseOk())
-                self._finish_close()
             return
         if self.publisher.content is not None:
             raise AmqpError(

@@ -225,6 +225,33 @@ def test_channel_closed_by_broker_fails_the_call(broker: BrokerProcess) -> None:
     asyncio.run(main())
 
 
+def test_an_ack_after_close_began_is_refused_and_never_written(broker: BrokerProcess) -> None:
+    """An acknowledgement due when the channel's close was already sent (an HA backup's
+    delayed batch acknowledgement on a queue stream it stopped): written after
+    channel.close, the broker read it on a closed channel and closed the whole connection
+    with 504 (the HA fuzzer saw 26 such link drops in 10 minutes, docs/reliability.md)."""
+
+    async def main() -> None:
+        client = await guest(broker)
+        channel = await client.open_channel()
+        await channel.declare_queue("late-ack")
+        await channel.publish("", "late-ack", b"x")
+        got: list[Delivery] = []
+        await channel.consume("late-ack", got.append)
+        await poll_until_async(lambda: got, 5.0, interval=0.01)
+        closing = asyncio.ensure_future(channel.close())
+        await asyncio.sleep(0)  # close() has written channel.close, awaits close-ok
+        with pytest.raises(ChannelClosedByClient):
+            channel.ack(got[0].delivery_tag)
+        await closing
+        other = await client.open_channel()  # the connection carries on
+        assert await other.declare_queue("late-ack", passive=True) == ("late-ack", 1, 0)
+        assert not client.is_closed
+        await client.close()
+
+    asyncio.run(main())
+
+
 def test_consumer_cancelled_by_broker_and_raising_callback(broker: BrokerProcess) -> None:
     async def main() -> None:
         client = await guest(broker)

@@ -173,6 +173,25 @@ def test_soft_error_closes_only_the_channel() -> None:
     client.expect(commands.Queue.DeclareOk)
 
 
+def test_both_sides_closing_a_channel_at_once_keep_the_connection() -> None:
+    """The broker closes a channel (404) while the client closes it too (an HA backup
+    stopping a queue stream as its queue is deleted): each answers the other's close, and
+    the broker's channel ends at the client's close-ok of the broker's close. Before, the
+    broker freed the channel at the client's close and took that close-ok for a method on
+    a closed channel: 504, and the backup's whole link went down."""
+    client = open_client()
+    client.send(1, commands.Queue.Declare(queue="missing", passive=True))
+    assert client.expect(commands.Channel.Close, 1).reply_code == ReplyCode.NOT_FOUND
+    client.send(1, commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0))
+    client.expect(commands.Channel.CloseOk, 1)
+    client.send(1, commands.Channel.CloseOk())  # the answer to the broker's close
+    assert client.conn.is_open
+    assert not [f for _, f in client.take() if isinstance(f, commands.Connection.Close)]
+    client.open_channel(1)  # the number is free again
+    client.send(1, commands.Queue.Declare(queue="q"))
+    client.expect(commands.Queue.DeclareOk)
+
+
 def test_content_header_without_publish_is_unexpected() -> None:
     client = open_client()
     from pamqp import header

@@ -292,9 +292,17 @@ class ClientChannel:
         )
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
-        """basic.ack, written at once (no drain: call from a delivery callback freely)."""
+        """basic.ack, written at once (no drain: call from a delivery callback freely).
+
+        Refused (ChannelClosedByClient) once :meth:`close` has sent channel.close: written
+        after it, the broker would read it on a channel it has closed at the close, a
+        connection error (504) that takes every other channel of the connection with it
+        (an HA backup's whole link, for an acknowledgement due on a queue it stopped
+        replicating)."""
         if self._reason is not None:
             raise _fresh(self._reason)
+        if self._closing:
+            raise ChannelClosedByClient(ReplyCode.REPLY_SUCCESS, "channel is closing")
         connection = self.connection
         if connection.close_reason is not None:
             raise _fresh(connection.close_reason)
