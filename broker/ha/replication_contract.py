@@ -52,6 +52,7 @@ THREAD UNSAFE: a virtual host calls it on its loop.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -226,9 +227,22 @@ def carried(arguments: Mapping[str, Any], codec: Codec = FORMAT_1) -> str | None
         back = codec.decode_config_event(codec.encode_config_event(event))
     except (ValueError, TypeError, RecursionError) as exc:
         return f"not carried by replication format {codec.format}: {exc}"
-    if back["queues"][0]["arguments"] != dict(arguments):
+    if not _equal(back["queues"][0]["arguments"], dict(arguments)):
         return f"not carried unchanged by replication format {codec.format}"
     return None
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """``a == b``, but a NaN equal to a NaN (a client may send one; format 2 carries it)."""
+    if a == b:
+        return True
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isnan(a) and math.isnan(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    return False
 
 
 def check_arguments(what: str, arguments: Mapping[str, Any], floor: Floor | None = None) -> None:
