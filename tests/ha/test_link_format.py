@@ -59,7 +59,7 @@ def test_no_common_format_is_one_line(announcement: str | None, words: str) -> N
 
 
 def test_format_1_is_the_wire_of_release_0_1_0() -> None:
-    assert REPLICATION_FORMATS == FormatRange(1, 2) and set(CODECS) == {1, 2}
+    assert FormatRange(1, 2) == REPLICATION_FORMATS and set(CODECS) == {1, 2}
     codec = codec_of(1)
     assert codec.encode_config_event is wire.encode_config_event
     assert codec.decode_config_event is wire.decode_config_event

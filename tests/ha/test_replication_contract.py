@@ -49,6 +49,7 @@ from broker.ha.wire import (
     encode_config_event,
 )
 
+
 def _format_1() -> Floor:
     """The floor of a cluster with a member of release 0.1.0."""
     return Floor(1, "member n3 speaks no higher")
