@@ -402,6 +402,11 @@ class ContractFloor:
         self._members = floor
         return floor
 
+    @property
+    def members_floor(self) -> Floor:
+        """The floor the members last reported set (this broker's highest before any)."""
+        return self._members
+
     def __call__(self) -> Floor:
         floor = self._members
         for format_, backup in self._links.values():

@@ -29,6 +29,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from common.polling import poll_until
 from common.version import TEST_REPLICATION_FORMATS_ENV
+from tests.drill.log_schema import problems
 from tests.ha.cluster import Cluster, http
 
 #: What "promptly" means for a refused declare (today: never).
@@ -126,7 +127,15 @@ LONG = "q" * 250
 DEEP = "deep"
 #: The objects of this module only format 2 carries (a format-1 backup is refused while
 #: the primary holds one).
-FORMAT_2_ONLY = [LONG, DEEP, "e" * 250, "api-deep", "f" * 250, "api-x"]
+FORMAT_2_ONLY = [LONG, DEEP, "e" * 250, "api-deep", "f" * 250, "api-x", "m" * 250]
+
+
+def _messages_are(port: int, path: str, count: int) -> bool:
+    return bool(http("GET", port, path).get("messages") == count)
+
+
+def _has_arguments(port: int, path: str) -> bool:
+    return "arguments" in http("GET", port, path)
 
 
 def _declared_and_confirmed_on_both_backups(
@@ -147,7 +156,7 @@ def _declared_and_confirmed_on_both_backups(
     path = f"/api/queues/%2F/{quote(queue, safe='')}"
     for i in (1, 2):
         port = cluster.brokers[i].mgmt_port
-        poll_until(lambda port=port: http("GET", port, path).get("messages") == 1, 10)
+        poll_until(partial(_messages_are, port, path, 1), 10)
         assert http("GET", port, path)["arguments"] == (arguments or {})
     _confirmed_publish_and_in_sync(cluster, "after-" + queue[:20])
 
@@ -260,7 +269,30 @@ def test_the_management_api_is_held_to_the_same_contract(trio: Cluster) -> None:
     assert http("GET", port, "/api/queues/%2F/api-deeper")["http_status"] == 404
     for i in (1, 2):
         backup = trio.brokers[i].mgmt_port
-        poll_until(lambda b=backup: "arguments" in http("GET", b, "/api/queues/%2F/api-deep"), 10)
-        poll_until(lambda b=backup: http("GET", b, "/api/exchanges/%2F/api-x").get("arguments"), 10)
+        poll_until(partial(_has_arguments, backup, "/api/queues/%2F/api-deep"), 10)
+        poll_until(partial(_has_arguments, backup, "/api/exchanges/%2F/api-x"), 10)
         assert http("GET", backup, "/api/exchanges/%2F/api-x")["arguments"] == {"f": 0.1}
     assert _in_sync_backups(trio) == 2
+
+
+def test_members_the_cluster_manager_reports_hold_declares_to_their_format(trio: Cluster) -> None:
+    """``POST /api/ha/members`` (an agent, from ZooKeeper's member records): while a member
+    speaks only format 1, declares only format 2 carries are refused, naming it."""
+    port = trio.brokers[0].mgmt_port
+    members = {"b0": "1-2", "b1": "1-2", "n3": "1-1"}
+    refused = http("POST", port, "/api/ha/members", {"replication_formats": members})
+    assert refused["http_status"] == 403, refused
+    bad = {"cluster_manager": True, "replication_formats": {"n3": "one"}}
+    assert http("POST", port, "/api/ha/members", bad)["http_status"] == 400
+    body = {"cluster_manager": True, "replication_formats": members}
+    try:
+        answer = http("POST", port, "/api/ha/members", body)
+        assert answer == {"format": 1, "why": "member n3 speaks no higher"}, answer
+        text = _refused_declare(trio, lambda ch: ch.queue_declare("m" * 250, durable=True))
+        assert "replication format 1 (member n3 speaks no higher)" in text, text
+        [line] = [e for e in trio.brokers[0].events() if e.get("event") == "ha_contract_format"]
+        assert line["format"] == 1 and problems(line) == [], line
+    finally:
+        body["replication_formats"] = {"b0": "1-2", "b1": "1-2", "b2": "1-2"}
+        assert http("POST", port, "/api/ha/members", body) == {"format": 2, "why": ""}
+    _declared_and_confirmed_on_both_backups(trio, "m" * 250)

@@ -268,7 +268,7 @@ def test_any_name_of_1_to_255_bytes_has_a_format_2_stream(name: str) -> None:
         return
     stream, arguments = CODEC.queue_stream(name)
     frame = marshal_method(commands.Basic.Consume(queue=stream, arguments=arguments), 1)
-    consume = unmarshal_method(frame[7:-1])
+    consume: Any = unmarshal_method(frame[7:-1])
     assert consume.queue == QUEUE_STREAM and consume.arguments[QUEUE_ARGUMENT] == name
     event = {"type": "queue-declared", "queue": {"name": name, "arguments": {}}}
     assert CODEC.decode_config_event(CODEC.encode_config_event(event)) == event
