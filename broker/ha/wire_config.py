@@ -1,4 +1,6 @@
-"""Format of the HA configuration stream, primary -> backup (docs/ha-design.md "Streams").
+"""Format of the HA configuration stream in replication format 1, primary -> backup
+(docs/ha-design.md "Streams"; format 2's encoder is :mod:`broker.ha.wire_config2`, which
+decodes with this module's decoder and its own :class:`Grammar`).
 
 Contract
 --------
