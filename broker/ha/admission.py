@@ -20,7 +20,7 @@ from broker.core.vhost import VirtualHost
 from broker.ha.link_format import NoCommonFormat, link_format
 from broker.ha.names import URL_PROPERTY
 from broker.ha.replicate_level import ReplicateLevel
-from broker.ha.replication_contract import first_uncarried
+from broker.ha.replication_contract import Uncarried
 from broker.ha.state import HaState
 from common.formats import FormatRange
 
@@ -64,17 +64,23 @@ def link_format_refusal(
 
 
 def link_carry_refusal(
-    vhosts: Iterable[VirtualHost], default: ReplicateLevel, format_: int, backup: str
+    vhosts: Iterable[VirtualHost],
+    default: ReplicateLevel,
+    format_: int,
+    backup: str,
+    uncarried: Uncarried | None = None,
 ) -> AmqpError | None:
     """None when replication format ``format_`` (a backup's link) carries every replicated
     object in ``vhosts``, else the refusal at connection.open: 540 NOT_IMPLEMENTED naming
     the backup, its format and the first object it could not apply (never a link that
-    stalls on it: a declare-ok or confirm held, a stream that cannot be named)."""
-    uncarried = first_uncarried(vhosts, default, format_)
-    if uncarried is None:
+    stalls on it: a declare-ok or confirm held, a stream that cannot be named).
+    ``uncarried``: the broker's memory of earlier scans (each dial of a refused backup
+    scans again)."""
+    found = (uncarried or Uncarried()).first(vhosts, default, format_)
+    if found is None:
         return None
     return AmqpError(
         ReplyCode.NOT_IMPLEMENTED,
         f"no common replication format carries this primary's configuration: backup {backup}"
-        f" speaks replication format {format_} at most: upgrade it; {uncarried}",
+        f" speaks replication format {format_} at most: upgrade it; {found}",
     )

@@ -63,7 +63,7 @@ from broker.ha.primary import Primary, PrimaryListener
 from broker.ha.redial import DialFailures
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
-from broker.ha.replication_contract import ContractFloor, ReplicationContract
+from broker.ha.replication_contract import ContractFloor, ReplicationContract, Uncarried
 from broker.ha.replication_errors import ReplicationErrors
 from broker.ha.role import HaRole
 from broker.ha.role_events import (
@@ -181,6 +181,8 @@ class HaBroker:
         #: Which format's limits a client's declare is held to (the lowest the cluster may
         #: use: backup links admitted, members the cluster manager reported).
         self.contract_floor = ContractFloor(self.formats)
+        #: What a backup of a lower format could not apply, remembered per object.
+        self._uncarried = Uncarried()
         # What a client declares must be what the replication wire carries (issue 24).
         vhost.hold_contract(ReplicationContract(self.replicate_default, self.contract_floor))
         #: Format refusals logged: the same one (backup and ranges) once a minute at most.
@@ -462,7 +464,8 @@ class HaBroker:
         backup = str(props.get(URL_PROPERTY) or connection.peer)
         format_ = link_format(self.formats, props, f"backup {backup}")
         vhosts = self.vhost if isinstance(self.vhost, VirtualHosts) else [self.vhost]
-        refusal = link_carry_refusal(vhosts, self.replicate_default, format_, backup)
+        default = self.replicate_default
+        refusal = link_carry_refusal(vhosts, default, format_, backup, self._uncarried)
         if refusal is None:
             self.contract_floor.link_admitted(connection, format_, backup)
         return refusal

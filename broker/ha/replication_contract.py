@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,7 @@ __all__ = [
     "ContractFloor",
     "Floor",
     "ReplicationContract",
+    "Uncarried",
     "arguments_max_depth",
     "carried",
     "check_arguments",
@@ -154,25 +155,33 @@ def check_queue_name(name: str, floor: Floor | None = None) -> None:
         )
 
 
-def _first_fault(value: Any, codec: Codec) -> str | None:
+#: Scalars every format carries exactly once :func:`_scalar_fault` passed them (no round
+#: trip needed): the codec's encoding of each is fixed by its type and value.
+_PLAIN = (bool, type(None), int, float, str)
+
+
+def _first_fault(value: Any, codec: Codec) -> tuple[str | None, bool]:
     """The first value in ``value`` the wire could not carry unchanged (None: none), found
-    without recursion (``value`` nests at most :data:`MAX_DEPTH` deep)."""
+    without recursion (``value`` nests at most :data:`MAX_DEPTH` deep); and whether every
+    scalar in it is plain (:data:`_PLAIN`: then the codec's round trip cannot differ)."""
     stack: list[Any] = [value]
+    plain = True
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
             for key, child in item.items():
                 fault = _key_fault(key, codec)
                 if fault is not None:
-                    return fault
+                    return fault, plain
                 stack.append(child)
         elif isinstance(item, list):
             stack.extend(item)
         else:
+            plain = plain and isinstance(item, _PLAIN)
             fault = _scalar_fault(item, codec)
             if fault is not None:
-                return fault
-    return None
+                return fault, plain
+    return None, plain
 
 
 def _key_fault(key: object, codec: Codec) -> str | None:
@@ -260,8 +269,8 @@ def check_arguments(what: str, arguments: Mapping[str, Any], floor: Floor | None
             f"arguments of {what} nest {deepest}{more} tables or arrays deep:"
             f" {floor.words} carries at most {limit}"
         )
-    fault = _first_fault(dict(arguments), codec)
-    if fault is None:
+    fault, plain = _first_fault(dict(arguments), codec)
+    if fault is None and not plain:  # decimals, timestamps, bytes...: the codec decides
         fault = carried(arguments, codec)
     if fault is not None:
         why = f" ({floor.why})" if floor.why else ""
@@ -307,32 +316,75 @@ def _check_queue(what: str, name: str, level: ReplicateLevel, arguments: Any, fl
     check_arguments(what, arguments, floor)
 
 
+def _objects(vhosts: Iterable[VirtualHost]) -> Iterator[tuple[VirtualHost, object]]:
+    """Every queue, exchange and binding in ``vhosts``, with its vhost."""
+    for vhost in vhosts:
+        for queue in vhost.queues.values():
+            yield vhost, queue
+        for exchange in vhost.exchanges.values():
+            yield vhost, exchange
+        for binding in vhost.bindings():
+            yield vhost, binding
+
+
+def _check_held(vhost: VirtualHost, obj: object, default: ReplicateLevel, floor: Floor) -> None:
+    """406 if ``obj`` is replicated and ``floor``'s format cannot carry it."""
+    if isinstance(obj, Binding):
+        source = vhost.exchanges.get(obj.exchange)
+        if source is not None and binding_replicated(obj, default, exchange=source):
+            check_arguments(_binding_what(vhost.name, obj, source), obj.arguments, floor)
+    elif isinstance(obj, Exchange):
+        if exchange_replicated(obj, default) is not ReplicateLevel.NONE:
+            check_arguments(_where("exchange", obj.name, vhost.name), obj.arguments, floor)
+    else:
+        queue: Any = obj
+        what = _where("queue", queue.name, vhost.name)
+        level = queue_level(queue, default)
+        _check_queue(what, queue.name, level, queue.arguments, floor)
+
+
+class Uncarried:
+    """Finds the first replicated object a replication format cannot carry, remembering
+    each object's verdict (an object's name, arguments and level never change), so the
+    scan a backup's every dial asks for costs a look-up per object after the first."""
+
+    def __init__(self) -> None:
+        self._verdicts: dict[int, tuple[object, int, str | None]] = {}
+
+    def first(
+        self, vhosts: Iterable[VirtualHost], default: ReplicateLevel, format_: int
+    ) -> str | None:
+        """``<object>: <why>`` of the first replicated object in ``vhosts`` that format
+        ``format_`` cannot carry (None: it carries all): a backup of that format could not
+        apply this primary's configuration, so its link is refused."""
+        if format_ >= REPLICATION_FORMATS.highest:
+            return None  # the widest format this code writes: the contract held every declare
+        floor, known, seen = Floor(format_), self._verdicts, {}
+        found = None
+        for vhost, obj in _objects(vhosts):
+            entry = known.get(id(obj))
+            if entry is not None and entry[0] is obj and entry[1] == format_:
+                verdict = entry[2]
+            else:
+                try:
+                    _check_held(vhost, obj, default, floor)
+                    verdict = None
+                except AmqpError as refused:
+                    verdict = refused.reply_text.removesuffix(" (HA replication contract)")
+            seen[id(obj)] = (obj, format_, verdict)
+            if verdict is not None:
+                found = verdict
+                break
+        # what was not seen again is gone (its id may be another object's next)
+        self._verdicts = seen if found is None else {**known, **seen}
+        return found
+
+
 def first_uncarried(
     vhosts: Iterable[VirtualHost], default: ReplicateLevel, format_: int
 ) -> str | None:
-    """The first replicated object in ``vhosts`` that replication format ``format_`` cannot
-    carry, as ``<object>: <why>`` (None: it carries all): a backup of that format could not
-    apply this primary's configuration, so its link is refused."""
-    if format_ >= REPLICATION_FORMATS.highest:
-        return None  # the widest format this code writes: the contract held every declare
-    floor = Floor(format_)
-    try:
-        for vhost in vhosts:
-            for queue in vhost.queues.values():
-                what = _where("queue", queue.name, vhost.name)
-                _check_queue(what, queue.name, queue_level(queue, default), queue.arguments, floor)
-            for exchange in vhost.exchanges.values():
-                if exchange_replicated(exchange, default) is not ReplicateLevel.NONE:
-                    what = _where("exchange", exchange.name, vhost.name)
-                    check_arguments(what, exchange.arguments, floor)
-            for binding in vhost.bindings():
-                source = vhost.exchanges.get(binding.exchange)
-                if source is not None and binding_replicated(binding, default, exchange=source):
-                    what = _binding_what(vhost.name, binding, source)
-                    check_arguments(what, binding.arguments, floor)
-    except AmqpError as refused:
-        return refused.reply_text.removesuffix(" (HA replication contract)")
-    return None
+    """:meth:`Uncarried.first` without a memory of earlier scans."""
+    return Uncarried().first(vhosts, default, format_)
 
 
 class ReplicationContract:

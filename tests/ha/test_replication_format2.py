@@ -42,6 +42,7 @@ from broker.ha.replication_contract import (
     ContractFloor,
     Floor,
     ReplicationContract,
+    Uncarried,
     arguments_max_depth,
     check_arguments,
     first_uncarried,
@@ -351,3 +352,20 @@ def test_first_uncarried_names_the_object_and_skips_what_is_not_replicated() -> 
     found = first_uncarried([vhost], ReplicateLevel.ALL, 1)
     assert found is not None and found.startswith("arguments of binding of queue 'b'")
     assert first_uncarried([vhost], ReplicateLevel.ALL, 2) is None
+
+
+def test_a_scan_remembers_each_object_s_verdict_and_forgets_deleted_ones() -> None:
+    """Each dial of a refused backup scans again: a look-up per object after the first, and
+    a queue deleted and declared again under the same name is judged again."""
+    vhost = VirtualHost()
+    for i in range(100):
+        vhost.declare_queue(f"q{i}", arguments={"x": {"y": 1}})
+    scans = Uncarried()
+    assert scans.first([vhost], ReplicateLevel.ALL, 1) is None
+    vhost.delete_queue("q7")
+    vhost.declare_queue("q7", arguments={"f": 0.1})  # format 1 carries no such float
+    found = scans.first([vhost], ReplicateLevel.ALL, 1)
+    assert found is not None and found.startswith("arguments of queue 'q7': float 0.1"), found
+    vhost.delete_queue("q7")
+    assert scans.first([vhost], ReplicateLevel.ALL, 1) is None
+    assert scans.first([vhost], ReplicateLevel.ALL, 2) is None  # the widest: nothing to scan
