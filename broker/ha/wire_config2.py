@@ -15,7 +15,8 @@ it:
 - field names of up to 255 bytes of UTF-8 (an AMQP short string, the codec's own limit);
 - every value the AMQP decoder gives: bool ``t``, int ``l`` (64-bit signed: every AMQP
   integer fits), float ``d`` (64 bits), str ``S``, bytes ``S`` (a long string that is not
-  UTF-8, as pamqp hands it over, comes back as bytes), bytearray ``x``, None ``V``,
+  UTF-8, as pamqp hands it over, comes back as bytes; bytes that are UTF-8 come back a str,
+  as in format 1), bytearray ``x``, None ``V``,
   Decimal ``D`` (scale u8, mantissa i64: wider than AMQP's), datetime ``T`` (u64 seconds,
   or milliseconds when the value has a fraction of a second or lies past 2106: as pamqp
   reads it), dicts ``F`` and lists ``A``.
@@ -133,23 +134,14 @@ def _value(value: object, depth: int) -> bytes:
         return b"d" + _F64.pack(value)
     if isinstance(value, bytearray):
         return b"x" + _U32.pack(len(value)) + bytes(value)
-    if isinstance(value, bytes):
-        return b"S" + _U32.pack(len(value)) + _not_utf8(value)
+    if isinstance(value, bytes):  # pamqp's bytes: a long string that is not UTF-8 (one that
+        # is comes back a str, as format 1 brings it: the contract's round trip sees that)
+        return b"S" + _U32.pack(len(value)) + value
     if isinstance(value, decimal.Decimal):
         return b"D" + _decimal(value)
     if isinstance(value, datetime.datetime):
         return b"T" + _U64.pack(_timestamp(value))
     raise ValueError(f"config event value of type {type(value).__name__} cannot be carried")
-
-
-def _not_utf8(value: bytes) -> bytes:
-    """Bytes go as a long string that is not UTF-8 (pamqp's bytes); UTF-8 bytes would come
-    back as a str."""
-    try:
-        value.decode()
-    except UnicodeDecodeError:
-        return value
-    raise ValueError(f"config event bytes {value!r:.60} are UTF-8: they would come back a str")
 
 
 def _decimal(value: decimal.Decimal) -> bytes:
