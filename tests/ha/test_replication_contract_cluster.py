@@ -156,7 +156,7 @@ def _declared_and_confirmed_on_both_backups(
     path = f"/api/queues/%2F/{quote(queue, safe='')}"
     for i in (1, 2):
         port = cluster.brokers[i].mgmt_port
-        poll_until(partial(_messages_are, port, path, 1), 10)
+        poll_until(partial(_messages_are, port, path, 1), 30)
         assert http("GET", port, path)["arguments"] == (arguments or {})
     _confirmed_publish_and_in_sync(cluster, "after-" + queue[:20])
 
@@ -190,7 +190,7 @@ def test_a_format_1_backup_is_refused_then_holds_declares_to_format_1(
     _declared_and_confirmed_on_both_backups(trio, "f" * 250)
     _restart(trio, 2, **{TEST_REPLICATION_FORMATS_ENV: "1-1"})
     try:
-        [backup_line] = poll_until(lambda: _format_refusals(trio, 2), 15, "broker 2 refused")
+        [backup_line] = poll_until(lambda: _format_refusals(trio, 2), 30, "broker 2 refused")
         assert (
             "NOT_IMPLEMENTED - no common replication format carries this primary's"
             in (backup_line["reason"])
@@ -206,7 +206,7 @@ def test_a_format_1_backup_is_refused_then_holds_declares_to_format_1(
         for name in FORMAT_2_ONLY:
             http("DELETE", port, f"/api/queues/%2F/{quote(name, safe='')}")
             http("DELETE", port, f"/api/exchanges/%2F/{quote(name, safe='')}")
-        trio.wait_state(2, "ready")
+        trio.wait_state(2, "ready", timeout=30)
         # ... and from now on such declares are refused at once, naming the backup
         text = _refused_declare(trio, lambda ch: ch.queue_declare(LONG, durable=True))
         assert "250" in text and "255" in text, text
@@ -216,12 +216,12 @@ def test_a_format_1_backup_is_refused_then_holds_declares_to_format_1(
         )
         assert "nest 40" in text and "at most 29" in text, text
         assert trio.queue_messages(0, DEEP) == -1  # never created
-        poll_until(lambda: _in_sync_backups(trio) == 2, 15)
+        poll_until(lambda: _in_sync_backups(trio) == 2, 30)
         _confirmed_publish_and_in_sync(trio, "after-format-1")
     finally:
         _restart(trio, 2)  # this tree's formats again: the other tests' cluster
-        trio.wait_state(2, "ready")
-        poll_until(lambda: _in_sync_backups(trio) == 2, 15)
+        trio.wait_state(2, "ready", timeout=30)
+        poll_until(lambda: _in_sync_backups(trio) == 2, 30)
 
 
 def test_names_of_any_utf8_replicate_to_both_backups(trio: Cluster) -> None:
@@ -269,8 +269,8 @@ def test_the_management_api_is_held_to_the_same_contract(trio: Cluster) -> None:
     assert http("GET", port, "/api/queues/%2F/api-deeper")["http_status"] == 404
     for i in (1, 2):
         backup = trio.brokers[i].mgmt_port
-        poll_until(partial(_has_arguments, backup, "/api/queues/%2F/api-deep"), 10)
-        poll_until(partial(_has_arguments, backup, "/api/exchanges/%2F/api-x"), 10)
+        poll_until(partial(_has_arguments, backup, "/api/queues/%2F/api-deep"), 30)
+        poll_until(partial(_has_arguments, backup, "/api/exchanges/%2F/api-x"), 30)
         assert http("GET", backup, "/api/exchanges/%2F/api-x")["arguments"] == {"f": 0.1}
     assert _in_sync_backups(trio) == 2
 

@@ -110,7 +110,7 @@ def test_a_queue_no_backup_s_format_can_carry_is_a_refusal_a_status_and_a_slow_r
 
     why = "speaks replication format 1 at most: upgrade it; queue name is 250 bytes"
     for i in (1, 2):
-        error = poll_until(partial(refused, i), 15)
+        error = poll_until(partial(refused, i), 30)
         assert error["reason"].startswith("refused: NOT_IMPLEMENTED - no common replication")
         assert why in error["reason"], error
         [line] = _refusals(cluster, i)  # once, not at every redial
