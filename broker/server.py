@@ -323,9 +323,10 @@ class Broker:
         if self.ha is not None:
             self.ha.start()
         elif options.ha_queue_replication:
-            from broker.ha.remote_queue_replication import serve_queue_streams
+            from broker.ha.remote_queue_replication import serve_queue_streams, stream_formats
 
             self.context.streams = serve_queue_streams(self.vhosts, self.context.clock)
+            self.context.server_properties = stream_formats  # which stream names it serves
         self._tick_task = asyncio.create_task(self._tick_loop())
         at = (options.mgmt_interface, options.ha_liveness_port)  # a member with an API only
         listen = at if self.ha is not None and options.mgmt_port else None

@@ -90,6 +90,7 @@ from ha_agent.fencer import Fencer
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
 from ha_agent.in_sync_keeper import InSyncKeeper
 from ha_agent.local_broker import LocalBroker
+from ha_agent.member_formats import MemberFormats
 from ha_agent.membership import Member, MemberPublisher, read_members
 from ha_agent.primary_record import delete_primary, read_primary
 from ha_agent.promoter import Promoter
@@ -157,6 +158,8 @@ class Agent:
         self.format_faults = FormatFaults()
         #: what it tells operators: its reason, its fence brake (log, status record)
         self.report = AgentReport(settings.node, settings.broker_timeout)
+        #: the members' replication formats, as last told to a primary broker
+        self.member_formats = MemberFormats()
         #: this agent's early hints (made in run() with the client)
         self.hints: AgentHints | None = None
 
@@ -390,6 +393,7 @@ class Agent:
             promoter.renew_lease()  # first: a slow ZooKeeper below must not delay it
             if self._cluster_shutdown() is None:
                 in_sync_read = keeper.keep(view, self.promoted_epoch, self.members)
+                self.member_formats.tell(self.broker_check, view.broker_id, self.members)
             # else a cluster shutdown: its backups stop clean, each holding every confirmed
             # message; committing their removal would leave only this store a candidate for
             # the restart (the quiesced primary confirms nothing: it holds nothing for them)

@@ -300,6 +300,13 @@ class BrokerCheck:
         body = {"cluster_manager": True, "epoch": epoch, "members": members}
         return self._post("/api/ha/in-sync", body)
 
+    def tell_member_formats(self, formats: dict[str, str]) -> dict[str, Any]:
+        """``POST /api/ha/members``: the replication formats of every member ZooKeeper lists
+        (node -> "LOW-HIGH"); the broker holds declares to the lowest a link would use
+        (:mod:`ha_agent.member_formats`). Answers that ``format`` and ``why``."""
+        body = {"cluster_manager": True, "replication_formats": formats}
+        return self._post("/api/ha/members", body)
+
     def renew_lease(self, lease: float) -> dict[str, Any]:
         """The primary may serve ``lease`` seconds more: off the broker's event loop when it
         named where (``POST /lease`` with the token), else ``POST /api/ha/lease``."""

@@ -4,18 +4,23 @@
 connection but HA admin ones (``qpid.ha-admin``): a backup, or a primary that is fenced
 or may not confirm, refuses clients with 530 NOT_ALLOWED and words that send them on to the
 next address of their URL list; a replication link (``qpid.ha-backup``) is served only to
-``ha-username`` (issue 13), and only if it speaks a replication format this broker speaks
-(:func:`link_format_refusal`).
+``ha-username`` (issue 13), only if it speaks a replication format this broker speaks
+(:func:`link_format_refusal`), and only if that format carries every replicated object this
+broker holds (:func:`link_carry_refusal`: a backup of an older release joining a cluster
+whose primary accepted what only a newer format carries).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
+from broker.core.vhost import VirtualHost
 from broker.ha.link_format import NoCommonFormat, link_format
 from broker.ha.names import URL_PROPERTY
+from broker.ha.replicate_level import ReplicateLevel
+from broker.ha.replication_contract import Uncarried
 from broker.ha.state import HaState
 from common.formats import FormatRange
 
@@ -56,3 +61,26 @@ def link_format_refusal(
     except NoCommonFormat as exc:
         return AmqpError(ReplyCode.NOT_IMPLEMENTED, str(exc))
     return None
+
+
+def link_carry_refusal(
+    vhosts: Iterable[VirtualHost],
+    default: ReplicateLevel,
+    format_: int,
+    backup: str,
+    uncarried: Uncarried | None = None,
+) -> AmqpError | None:
+    """None when replication format ``format_`` (a backup's link) carries every replicated
+    object in ``vhosts``, else the refusal at connection.open: 540 NOT_IMPLEMENTED naming
+    the backup, its format and the first object it could not apply (never a link that
+    stalls on it: a declare-ok or confirm held, a stream that cannot be named).
+    ``uncarried``: the broker's memory of earlier scans (each dial of a refused backup
+    scans again)."""
+    found = (uncarried or Uncarried()).first(vhosts, default, format_)
+    if found is None:
+        return None
+    return AmqpError(
+        ReplyCode.NOT_IMPLEMENTED,
+        f"no common replication format carries this primary's configuration: backup {backup}"
+        f" speaks replication format {format_} at most: upgrade it; {found}",
+    )

@@ -60,7 +60,6 @@ from broker.ha.names import (
     CONFIG_STREAM,
     EPOCH_PROPERTY,
     IDS_ARGUMENT,
-    QUEUE_STREAM_PREFIX,
     STATUS_PROPERTY,
     VHOST_ARGUMENT,
 )
@@ -545,11 +544,12 @@ class BackupLink:
                     self._waiting.discard(name)
                     self._check_caught_up()
 
-            arguments: dict[str, Any] = {IDS_ARGUMENT: bytearray(replicator.ids().encode())}
             queue = replicator.queue  # name: its key; the stream names it in its vhost
+            stream, arguments = self.codec.queue_stream(queue.name)  # the link's format
+            arguments[IDS_ARGUMENT] = bytearray(replicator.ids().encode())
             if queue.vhost != VHOST:
                 arguments[VHOST_ARGUMENT] = queue.vhost
-            await channel.consume(QUEUE_STREAM_PREFIX + queue.name, on_batch, arguments=arguments)
+            await channel.consume(stream, on_batch, arguments=arguments)
         except (ValueError, TypeError) as exc:  # e.g. a stream name the link cannot carry
             self._fail(queue_object(replicator.queue), described(exc))
         except ClientError as exc:

@@ -34,8 +34,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.core.errors import AmqpError, ReplyCode
-from broker.core.vhosts import key_of
-from broker.ha.admission import client_refusal, link_format_refusal, link_user_refusal
+from broker.core.vhosts import VirtualHosts, key_of
+from broker.ha.admission import (
+    client_refusal,
+    link_carry_refusal,
+    link_format_refusal,
+    link_user_refusal,
+)
 from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
 from broker.ha.beyond_joining import cluster_beyond_joining
@@ -43,6 +48,7 @@ from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
 from broker.ha.ha_status import ha_status_steps, in_sync_status, member_dicts
 from broker.ha.id_set import MAX_ID
+from broker.ha.link_format import link_format
 from broker.ha.names import (
     ADMIN_PROPERTY,
     BACKUP_PROPERTY,
@@ -52,12 +58,13 @@ from broker.ha.names import (
     FORMATS_PROPERTY,
     PUBLIC_URL_PROPERTY,
     STATUS_PROPERTY,
+    URL_PROPERTY,
 )
 from broker.ha.primary import Primary, PrimaryListener
 from broker.ha.redial import DialFailures
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
-from broker.ha.replication_contract import ReplicationContract
+from broker.ha.replication_contract import ContractFloor, ReplicationContract, Uncarried
 from broker.ha.replication_errors import ReplicationErrors
 from broker.ha.role import HaRole
 from broker.ha.role_events import (
@@ -170,10 +177,15 @@ class HaBroker:
         #: What clients are told to connect to (canonical, no credentials).
         self.public_url = public_url(options) or ""
         self.replicate_default = ReplicateLevel.parse(options.ha_replicate)
-        # What a client declares must be what the replication wire carries (issue 24).
-        vhost.hold_contract(ReplicationContract(self.replicate_default))
         #: The replication formats this broker speaks (announced, and asked of backups).
         self.formats = replication_formats()
+        #: Which format's limits a client's declare is held to (the lowest the cluster may
+        #: use: backup links admitted, members the cluster manager reported).
+        self.contract_floor = ContractFloor(self.formats)
+        #: What a backup of a lower format could not apply, remembered per object.
+        self._uncarried = Uncarried()
+        # What a client declares must be what the replication wire carries (issue 24).
+        vhost.hold_contract(ReplicationContract(self.replicate_default, self.contract_floor))
         #: Format refusals logged: the same one (backup and ranges) once a minute at most.
         self._refusals = DialFailures(60.0)
         self.primary: Primary | None = None
@@ -441,6 +453,8 @@ class HaBroker:
                 if self.fenced:
                     return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: newer epoch")
                 refusal = link_format_refusal(self.formats, props, connection.peer)
+                if refusal is None:
+                    refusal = self._link_carry(connection)
                 now, text = self.context.clock(), refusal and refusal.reply_text
                 if text and self._refusals.failed(text, text, now):
                     self.log_.warning("ha_link_format_refused", peer=connection.peer, reason=text)
@@ -448,8 +462,21 @@ class HaBroker:
             self._client_back("ha_first_client_connection", connection)
         return refusal
 
+    def _link_carry(self, connection: Connection) -> AmqpError | None:
+        """Admit a backup's link of a format that carries what this broker holds (and
+        count it in the contract's floor from now on), else refuse it (540)."""
+        props = connection.client_properties
+        backup = str(props.get(URL_PROPERTY) or connection.peer)
+        format_ = link_format(self.formats, props, f"backup {backup}")
+        vhosts = self.vhost if isinstance(self.vhost, VirtualHosts) else [self.vhost]
+        default = self.replicate_default
+        refusal = link_carry_refusal(vhosts, default, format_, backup, self._uncarried)
+        if refusal is None:
+            self.contract_floor.link_admitted(connection, format_, backup)
+        return refusal
+
     def released(self, connection: Connection) -> None:
-        pass
+        self.contract_floor.link_released(connection)
 
     def confirms_sent(self, connection: Connection) -> None:
         if self._clients_back and not connection.client_properties.get(BACKUP_PROPERTY):

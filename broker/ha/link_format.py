@@ -14,9 +14,19 @@ whose wire may lack events format 1 has: refused rather than guessed) raise
 primary closes the link with connection.close 540 NOT_IMPLEMENTED carrying that line, the
 backup backs off as after any refused dial (:mod:`broker.ha.redial`).
 
-Adding format 2 (the checklist is in docs/ha-design.md): raise
-:data:`common.version.REPLICATION_FORMATS`, add its :class:`Codec` to :data:`CODECS`, and
-branch on the link's format where the encoders differ.
+The formats (the checklist for the next one is in docs/ha-design.md):
+
+- **1**, release 0.1.0's wire: configuration events by :mod:`broker.ha.wire_config`
+  (pamqp's field tables: 32 levels, field names of 128 bytes, floats in 32 bits), a queue's
+  stream named ``qpid.ha-queue:<name>`` (a short string: names of at most 241 bytes);
+- **2**: configuration events by :mod:`broker.ha.wire_config2` (every field table the AMQP
+  codec accepts), a queue's stream named ``qpid.ha-queue`` with the queue's name in the
+  consume argument ``qpid.ha-queue`` (any name). Queue batches are format 1's, byte for
+  byte (:mod:`broker.ha.wire_batch`): the publish path is the same in both.
+
+What a format can carry is what a primary may accept from clients while a link of that
+format may exist (:mod:`broker.ha.replication_contract`): the limits are read from the
+:class:`Codec`.
 """
 
 from __future__ import annotations
@@ -25,12 +35,31 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.ha.names import FORMATS_PROPERTY
+from broker.ha import wire_config2
+from broker.ha.names import FORMATS_PROPERTY, QUEUE_ARGUMENT, QUEUE_STREAM, QUEUE_STREAM_PREFIX
 from broker.ha.redial import DialRefused
-from broker.ha.wire import Event, decode_batch, decode_config_event, encode_config_event
+from broker.ha.wire import (
+    CONFIG_MAX_DEPTH,
+    CONFIG_MAX_KEY_BYTES,
+    Event,
+    decode_batch,
+    decode_config_event,
+    encode_config_event,
+)
 from common.formats import FormatRange, choose, no_common_format, parse_range
 
-__all__ = ["CODECS", "Codec", "NoCommonFormat", "announced", "codec_of", "link_format"]
+#: The longest AMQP short string (a basic.consume's queue name), in bytes.
+SHORT_STRING_MAX_BYTES = 255
+
+__all__ = [
+    "CODECS",
+    "SHORT_STRING_MAX_BYTES",
+    "Codec",
+    "NoCommonFormat",
+    "announced",
+    "codec_of",
+    "link_format",
+]
 
 
 class NoCommonFormat(DialRefused):
@@ -47,11 +76,49 @@ class Codec:
     encode_config_event: Callable[[dict[str, Any]], bytes]
     decode_config_event: Callable[[bytes], dict[str, Any]]
     decode_batch: Callable[[bytes], list[Event]]
+    #: Deepest nesting in a configuration event, the event at depth 0.
+    config_max_depth: int
+    #: Longest field name in a configuration event (bytes of UTF-8).
+    config_max_key_bytes: int
+    #: Floats in configuration events travel in this many bits (32: a double changes).
+    float_bits: int
+    #: Longest name of a queue this format can stream (bytes of UTF-8).
+    queue_name_max_bytes: int
+    #: Whether a queue's stream is the fixed :data:`~broker.ha.names.QUEUE_STREAM` with
+    #: the name in an argument (format 2) rather than ``qpid.ha-queue:<name>`` (format 1).
+    stream_name_argument: bool
+
+    def queue_stream(self, queue: str) -> tuple[str, dict[str, Any]]:
+        """The basic.consume queue name and the arguments naming ``queue``'s stream."""
+        if self.stream_name_argument:
+            return QUEUE_STREAM, {QUEUE_ARGUMENT: queue}
+        return QUEUE_STREAM_PREFIX + queue, {}
 
 
-#: Every format this code can write and read, by number. Format 1: release 0.1.0's wire.
+#: Every format this code can write and read, by number (see the module docstring).
 CODECS: Mapping[int, Codec] = {
-    1: Codec(1, encode_config_event, decode_config_event, decode_batch),
+    1: Codec(
+        1,
+        encode_config_event,
+        decode_config_event,
+        decode_batch,
+        config_max_depth=CONFIG_MAX_DEPTH,
+        config_max_key_bytes=CONFIG_MAX_KEY_BYTES,
+        float_bits=32,
+        queue_name_max_bytes=SHORT_STRING_MAX_BYTES - len(QUEUE_STREAM_PREFIX.encode()),
+        stream_name_argument=False,
+    ),
+    2: Codec(
+        2,
+        wire_config2.encode_config_event,
+        wire_config2.decode_config_event,
+        decode_batch,
+        config_max_depth=wire_config2.MAX_DEPTH,
+        config_max_key_bytes=wire_config2.MAX_KEY_BYTES,
+        float_bits=64,
+        queue_name_max_bytes=SHORT_STRING_MAX_BYTES,
+        stream_name_argument=True,
+    ),
 }
 
 

@@ -40,8 +40,14 @@ ADMIN_PROPERTY = "qpid.ha-admin"
 STREAM_PREFIX = "qpid.ha-"
 #: The configuration stream: a snapshot, then every change.
 CONFIG_STREAM = "qpid.ha-config"
-#: One queue's stream: ``qpid.ha-queue:<name>``.
+#: One queue's stream in replication format 1: ``qpid.ha-queue:<name>`` (a short string,
+#: so the name may hold at most 241 bytes).
 QUEUE_STREAM_PREFIX = "qpid.ha-queue:"
+#: One queue's stream from replication format 2: this fixed name, the queue's name in the
+#: basic.consume argument :data:`QUEUE_ARGUMENT` (a long string: any name fits).
+QUEUE_STREAM = "qpid.ha-queue"
+#: basic.consume argument of a format-2 queue stream: the queue's name.
+QUEUE_ARGUMENT = "qpid.ha-queue"
 #: basic.consume argument of a queue stream: the replication ids the backup holds.
 IDS_ARGUMENT = "qpid.ha-ids"
 #: basic.consume argument of a queue stream: the queue's vhost (absent: "/").

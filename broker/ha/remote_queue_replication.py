@@ -5,8 +5,10 @@ Seed 001 section 1.13, "Replicating Queues with the HA module": with
 remote broker (``qpid-ha replicate QUEUE REMOTE_BROKER``). Both brokers need the option: the
 remote one serves queue streams (as a primary does, for every queue:
 :func:`serve_queue_streams`), the local one runs a :class:`QueueReplication` per replicated
-queue: it dials the remote broker, subscribes to ``qpid.ha-queue:<name>`` with the ids it
-already holds, applies the batches with a
+queue: it dials the remote broker, subscribes to the queue's stream (named as the highest
+replication format both brokers speak names it: ``qpid.ha-queue:<name>`` in format 1, the
+name in an argument from format 2; a remote that announces no formats is named as format 1
+names it) with the ids it already holds, applies the batches with a
 :class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges them once applied and,
 when this broker has a store and a batch wrote to it (a durable local queue's persistent
 messages), once what it wrote is durable (:class:`~broker.ha.queue_replicator.BatchAcks`,
@@ -32,7 +34,8 @@ from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.ha.backup import DiskSync
 from broker.ha.backup_dial import connect_as_backup
-from broker.ha.names import IDS_ARGUMENT, QUEUE_STREAM_PREFIX, VHOST_ARGUMENT
+from broker.ha.link_format import CODECS, NoCommonFormat, codec_of, link_format
+from broker.ha.names import FORMATS_PROPERTY, IDS_ARGUMENT, VHOST_ARGUMENT
 from broker.ha.primary import Primary, StandaloneBackups
 from broker.ha.queue_replicator import BatchAcks, QueueReplicator
 from broker.ha.redial import Backoff, dial_loop
@@ -41,6 +44,26 @@ from broker.ha.streams import PrimaryStreams
 from broker.ha.wire import decode_batch
 from common.log import get_logger
 from common.url import Address
+from common.version import REPLICATION_FORMATS
+
+
+def stream_formats() -> dict[str, Any]:
+    """connection.start's server properties of a broker serving queue streams outside a
+    cluster: the replication formats it speaks (so a replica names the stream as its
+    format does)."""
+    return {FORMATS_PROPERTY: REPLICATION_FORMATS.text}
+
+
+def stream_format(server_properties: dict[str, Any], remote: str) -> int:
+    """The format a replica names its stream in: the highest both speak; format 1 with a
+    remote that announces none (or none in common: its consume then says why)."""
+    if FORMATS_PROPERTY not in server_properties:
+        return 1
+    try:
+        chosen = link_format(REPLICATION_FORMATS, server_properties, f"broker {remote}")
+    except NoCommonFormat:
+        return 1
+    return chosen if chosen in CODECS else 1
 
 
 def serve_queue_streams(vhost: VirtualHost | VirtualHosts, clock: Any) -> PrimaryStreams:
@@ -192,12 +215,12 @@ class QueueReplication:
                 wrote = disk is not None and disk.appended != appended
                 acks.applied(replicator, ack, delivery.delivery_tag, wrote)
 
-            arguments: dict[str, Any] = {IDS_ARGUMENT: bytearray(replicator.ids().encode())}
+            codec = codec_of(stream_format(client.server_properties, str(self.remote)))
+            stream, arguments = codec.queue_stream(self.queue_name)
+            arguments[IDS_ARGUMENT] = bytearray(replicator.ids().encode())
             if self.vhost_name != VHOST:  # the remote queue is in the same vhost as this one
                 arguments[VHOST_ARGUMENT] = self.vhost_name
-            await channel.consume(
-                QUEUE_STREAM_PREFIX + self.queue_name, on_batch, arguments=arguments
-            )
+            await channel.consume(stream, on_batch, arguments=arguments)
             self.connected = True
             self.log.info("ha_queue_replication_up", queue=self.queue_name, remote=str(self.remote))
             closed = asyncio.ensure_future(client.wait_closed())

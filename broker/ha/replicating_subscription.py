@@ -77,8 +77,8 @@ class ReplicatingSubscription:
     ) -> None:
         self.queue = queue
         self.guard = guard
-        #: The link's replication format (broker.ha.link_format): format 1 is the only one
-        #: yet; a format that writes batches differently branches on it in next_batch.
+        #: The link's replication format (broker.ha.link_format): formats 1 and 2 write the
+        #: same batches; a format that writes them differently branches on it in next_batch.
         self.wire_format = wire_format
         #: Greater than every earlier subscription's (the guard's removal holds use it).
         self.key = next(_keys)

@@ -6,8 +6,10 @@ own (see docs/ha-design.md):
 - ``qpid.ha-config``: :class:`ConfigStream`, a snapshot of the replicated configuration
   (virtual hosts, queues, exchanges, bindings) followed by every change, one field-table
   event a delivery; an object outside vhost ``/`` carries a ``vhost`` field (none: ``/``);
-- ``qpid.ha-queue:<name>`` (its vhost in argument ``qpid.ha-vhost``, absent for ``/``) with
-  argument ``qpid.ha-ids`` (the ids the backup holds):
+- ``qpid.ha-queue:<name>`` (replication format 1), or ``qpid.ha-queue`` with the name in
+  argument ``qpid.ha-queue`` (format 2: any name fits), its vhost in argument
+  ``qpid.ha-vhost`` (absent for ``/``), with argument ``qpid.ha-ids`` (the ids the backup
+  holds):
   :class:`QueueStream`, one :class:`~broker.ha.replicating_subscription.ReplicatingSubscription`
   whose batches travel as deliveries; the backup's acks release the queue guards.
 
@@ -44,6 +46,8 @@ from broker.ha.names import (
     BROKER_ID_PROPERTY,
     CONFIG_STREAM,
     IDS_ARGUMENT,
+    QUEUE_ARGUMENT,
+    QUEUE_STREAM,
     QUEUE_STREAM_PREFIX,
     STREAM_PREFIX,
     URL_PROPERTY,
@@ -528,9 +532,19 @@ class PrimaryStreams:
                 # Sent before this stream existed (its own connection may have changed it).
                 stream.push(self._membership)
             return stream
-        if not name.startswith(QUEUE_STREAM_PREFIX):
+        if name == QUEUE_STREAM:  # format 2: the name in an argument, any name fits
+            plain = arguments.get(QUEUE_ARGUMENT)
+            if isinstance(plain, bytes | bytearray):
+                plain = bytes(plain).decode("utf-8", "replace")
+            if not isinstance(plain, str) or not plain:
+                raise AmqpError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"'{QUEUE_STREAM}' needs the queue's name in argument '{QUEUE_ARGUMENT}'",
+                )
+        elif name.startswith(QUEUE_STREAM_PREFIX):  # format 1
+            plain = name[len(QUEUE_STREAM_PREFIX) :]
+        else:
             raise not_found(f"no HA stream '{name}'")
-        plain = name[len(QUEUE_STREAM_PREFIX) :]
         vhost = str(arguments.get(VHOST_ARGUMENT) or VHOST)
         queue_name = queue_key(vhost, plain)
         queue = self.vhosts.queue(queue_name)

@@ -1,4 +1,6 @@
-"""Format of the HA configuration stream, primary -> backup (docs/ha-design.md "Streams").
+"""Format of the HA configuration stream in replication format 1, primary -> backup
+(docs/ha-design.md "Streams"; format 2's encoder is :mod:`broker.ha.wire_config2`, which
+decodes with this module's decoder and its own :class:`Grammar`).
 
 Contract
 --------
@@ -22,11 +24,20 @@ from __future__ import annotations
 import datetime
 import decimal
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from pamqp import encode as pamqp_encode
 
-__all__ = ["MAX_DEPTH", "MAX_KEY_BYTES", "decode_config_event", "encode_config_event"]
+__all__ = [
+    "FORMAT_1",
+    "MAX_DEPTH",
+    "MAX_KEY_BYTES",
+    "Grammar",
+    "decode_config_event",
+    "decode_event",
+    "encode_config_event",
+]
 
 _U32 = struct.Struct(">I")
 #: Longest field name, in bytes of UTF-8 (pamqp truncates longer ones; we refuse them).
@@ -85,11 +96,32 @@ def decode_config_event(data: bytes | bytearray | memoryview) -> dict[str, Any]:
 
     The whole of ``data`` must be one field table and it must have a str ``"type"``.
     """
+    return decode_event(data, FORMAT_1)
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """What a configuration event's decoder accepts (one per replication format: format
+    2's is in :mod:`broker.ha.wire_config2`)."""
+
+    #: Deepest table or array, the event itself at depth 0.
+    max_depth: int
+    #: A long string that is not UTF-8 decodes as bytes (as pamqp does) instead of failing.
+    raw_strings: bool
+    #: The layout of a decimal after its ``D``: scale (u8), then the mantissa.
+    decimal: struct.Struct
+
+
+FORMAT_1 = Grammar(MAX_DEPTH, raw_strings=False, decimal=struct.Struct(">Bi"))
+
+
+def decode_event(data: bytes | bytearray | memoryview, grammar: Grammar) -> dict[str, Any]:
+    """:func:`decode_config_event` by ``grammar``'s rules."""
     if type(data) is not bytes:
         if not isinstance(data, bytearray | memoryview):
             raise ValueError(f"config event must be bytes, not {type(data).__name__}")
         data = bytes(data)
-    table, pos = _table(data, 0, len(data), 0)
+    table, pos = _table(data, 0, len(data), 0, grammar)
     if pos != len(data):
         raise ValueError(f"config event: {len(data) - pos} trailing bytes after the field table")
     kind = table.get("type")
@@ -108,9 +140,11 @@ def _length(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
     return pos + 4, stop
 
 
-def _table(data: bytes, pos: int, end: int, depth: int) -> tuple[dict[str, Any], int]:
-    if depth > MAX_DEPTH:
-        raise ValueError(f"config event: tables/arrays nested more than {MAX_DEPTH} deep")
+def _table(
+    data: bytes, pos: int, end: int, depth: int, grammar: Grammar
+) -> tuple[dict[str, Any], int]:
+    if depth > grammar.max_depth:
+        raise ValueError(f"config event: tables/arrays nested more than {grammar.max_depth} deep")
     pos, stop = _length(data, pos, end, "field table")
     table: dict[str, Any] = {}
     while pos < stop:
@@ -123,17 +157,17 @@ def _table(data: bytes, pos: int, end: int, depth: int) -> tuple[dict[str, Any],
             raise ValueError(f"config event: field name at byte {pos} is not UTF-8") from None
         if key in table:
             raise ValueError(f"config event: duplicate field {key!r}")
-        table[key], pos = _value(data, key_stop, stop, depth)
+        table[key], pos = _value(data, key_stop, stop, depth, grammar)
     return table, pos
 
 
-def _array(data: bytes, pos: int, end: int, depth: int) -> tuple[list[Any], int]:
-    if depth > MAX_DEPTH:
-        raise ValueError(f"config event: tables/arrays nested more than {MAX_DEPTH} deep")
+def _array(data: bytes, pos: int, end: int, depth: int, grammar: Grammar) -> tuple[list[Any], int]:
+    if depth > grammar.max_depth:
+        raise ValueError(f"config event: tables/arrays nested more than {grammar.max_depth} deep")
     pos, stop = _length(data, pos, end, "field array")
     items: list[Any] = []
     while pos < stop:
-        item, pos = _value(data, pos, stop, depth)
+        item, pos = _value(data, pos, stop, depth, grammar)
         items.append(item)
     return items, pos
 
@@ -150,11 +184,10 @@ _FIXED: dict[int, struct.Struct] = {
     ord("f"): struct.Struct(">f"),
     ord("d"): struct.Struct(">d"),
 }
-_DECIMAL = struct.Struct(">Bi")
 _TIMESTAMP = struct.Struct(">Q")
 
 
-def _value(data: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+def _value(data: bytes, pos: int, end: int, depth: int, grammar: Grammar) -> tuple[Any, int]:
     """One typed field value at ``pos``, which must end by ``end``: (value, next position)."""
     if pos >= end:
         raise ValueError(f"config event: missing field value at byte {pos}")
@@ -170,11 +203,13 @@ def _value(data: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
         try:
             return data[start:stop].decode(), stop
         except UnicodeDecodeError:
+            if grammar.raw_strings:
+                return data[start:stop], stop
             raise ValueError(f"config event: string at byte {pos} is not UTF-8") from None
     if kind == 0x46:  # 'F' table
-        return _table(data, pos, end, depth + 1)
+        return _table(data, pos, end, depth + 1, grammar)
     if kind == 0x41:  # 'A' array
-        return _array(data, pos, end, depth + 1)
+        return _array(data, pos, end, depth + 1, grammar)
     if kind == 0x74:  # 't' boolean
         if pos >= end:
             raise ValueError(f"config event: truncated boolean at byte {pos - 1}")
@@ -185,10 +220,11 @@ def _value(data: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
         start, stop = _length(data, pos, end, "byte array")
         return bytearray(data[start:stop]), stop
     if kind == 0x44:  # 'D' decimal
-        if pos + 5 > end:
+        layout = grammar.decimal
+        if pos + layout.size > end:
             raise ValueError(f"config event: truncated decimal at byte {pos - 1}")
-        scale, mantissa = _DECIMAL.unpack_from(data, pos)
-        return decimal.Decimal(mantissa) * (decimal.Decimal(10) ** -scale), pos + 5
+        scale, mantissa = layout.unpack_from(data, pos)
+        return decimal.Decimal(mantissa) * (decimal.Decimal(10) ** -scale), pos + layout.size
     if kind == 0x54:  # 'T' timestamp, seconds (or, past 2106, milliseconds, as pamqp reads it)
         if pos + 8 > end:
             raise ValueError(f"config event: truncated timestamp at byte {pos - 1}")

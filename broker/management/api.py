@@ -91,6 +91,7 @@ class ManagementApi:
             web.post("/api/ha/promote", ha.promote),
             web.post("/api/ha/lease", ha.lease),
             web.post("/api/ha/in-sync", ha.in_sync),
+            web.post("/api/ha/members", ha.members),
             web.post("/api/ha/shutdown", ha.shutdown),
             web.get("/api/ha/replications", ha.list_replications),
             web.post("/api/ha/replicate", ha.replicate),

@@ -1,12 +1,13 @@
 """The HA endpoints: ``GET /api/ha``, ``POST /api/ha/promote``, ``POST /api/ha/lease``,
-``POST /api/ha/in-sync``, ``POST /api/ha/shutdown``, ``GET /api/ha/replications`` and
-``POST /api/ha/replicate``.
+``POST /api/ha/in-sync``, ``POST /api/ha/members``, ``POST /api/ha/shutdown``,
+``GET /api/ha/replications`` and ``POST /api/ha/replicate``.
 
 Handlers only translate HTTP into calls on the broker's HA role (``broker.ha``, a
 :class:`broker.ha.ha_broker.HaBroker`) and back; the role decides. A broker that is not an
 HA cluster member answers 404. ``promote``, ``lease`` and ``in-sync`` are cluster-manager
-commands: the
-body must say ``"cluster_manager": true`` (else 403), as qpid-ha reserves ``promote`` for
+commands (``members`` too: the replication formats of the members ZooKeeper lists, which
+the replication contract's limits follow, :class:`broker.ha.replication_contract.ContractFloor`):
+the body must say ``"cluster_manager": true`` (else 403), as qpid-ha reserves ``promote`` for
 the cluster manager; a promotion or lease the role refuses (``PromoteError``) is a 409.
 A granted promotion is logged (``ha_promote_requested``) with the user and the new epoch.
 Leases are seconds, more than 0 and at most :data:`MAX_LEASE`.
@@ -49,6 +50,7 @@ from broker.management.request_input import Body, check_name, read_json_object
 from broker.management.responses import json_response, json_response_sliced, run_sliced
 from broker.security.roles import allows, required_permission
 from broker.store.identity import parse_id
+from common.formats import parse_range
 
 #: The longest lease a cluster manager may grant at once (seconds).
 MAX_LEASE = 3600.0
@@ -277,6 +279,34 @@ class HaEndpoints:
         return json_response(
             {"released": released, "pending_removal": ha.in_sync_status()["pending_removal"]}
         )
+
+    async def members(self, request: web.Request) -> web.Response:
+        """POST /api/ha/members {"cluster_manager": true, "replication_formats": {node:
+        "LOW-HIGH"}}: the formats of every member ZooKeeper lists; a client's declare is
+        held to the lowest format a link to one of them would use (cluster managers only).
+        Answers that floor: ``{"format": N, "why": ...}``."""
+        ha = self._ha()
+        data = await read_json_object(request)
+        unknown = sorted(set(data) - {"cluster_manager", "replication_formats"})
+        if unknown:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
+        if data.get("cluster_manager") is not True:
+            raise ApiError(
+                HTTPStatus.FORBIDDEN,
+                "the members' formats are the cluster manager's (send cluster_manager: true)",
+            )
+        raw = data.get("replication_formats")
+        if not isinstance(raw, dict):
+            raise ApiError(HTTPStatus.BAD_REQUEST, "replication_formats must be an object")
+        try:
+            ranges = {str(node): parse_range(text) for node, text in raw.items()}
+        except ValueError as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"replication_formats: {exc}") from exc
+        before = ha.contract_floor.members_floor
+        floor = ha.contract_floor.members(ranges)
+        if floor != before:
+            self.log.info("ha_contract_format", format=floor.format, reason=floor.why or None)
+        return json_response({"format": floor.format, "why": floor.why})
 
     async def shutdown(self, request: web.Request) -> web.StreamResponse:
         """POST /api/ha/shutdown {"cluster_manager": true, "shutdown_id": UUID, "quiesce":

@@ -58,7 +58,14 @@ _GRANTS: dict[Role, frozenset[Permission]] = {
 
 #: Non-GET requests that steer the cluster (the cluster manager's).
 _STEER_PATHS = frozenset(
-    {"/api/ha/promote", "/api/ha/lease", "/api/ha/in-sync", "/api/admin/stop", "/api/ha/shutdown"}
+    {
+        "/api/ha/promote",
+        "/api/ha/lease",
+        "/api/ha/in-sync",
+        "/api/ha/members",
+        "/api/admin/stop",
+        "/api/ha/shutdown",
+    }
 )
 #: Non-GET requests that copy the store (a hot backup: administrator or cluster manager).
 _BACKUP_PATHS = frozenset({"/api/store/backup"})

@@ -81,7 +81,7 @@ def test_a_record_of_a_newer_format_is_a_fault_not_garbage() -> None:
 def test_what_this_agent_writes_is_format_1_and_says_what_it_speaks() -> None:
     body = json.loads(Member("n1", "u").to_json())
     assert body["version"] == 1
-    assert (body["replication_formats"], body["zookeeper_formats"]) == ("1-1", "1-1")
+    assert (body["replication_formats"], body["zookeeper_formats"]) == ("1-2", "1-1")
 
 
 @st.composite

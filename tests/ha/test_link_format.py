@@ -59,17 +59,28 @@ def test_no_common_format_is_one_line(announcement: str | None, words: str) -> N
 
 
 def test_format_1_is_the_wire_of_release_0_1_0() -> None:
-    assert REPLICATION_FORMATS == ONE and set(CODECS) == {1}
+    assert FormatRange(1, 2) == REPLICATION_FORMATS and set(CODECS) == {1, 2}
     codec = codec_of(1)
     assert codec.encode_config_event is wire.encode_config_event
     assert codec.decode_config_event is wire.decode_config_event
     assert codec.decode_batch is wire.decode_batch
+    assert codec.queue_stream("q") == ("qpid.ha-queue:q", {})
+
+
+def test_format_2_streams_batches_as_format_1_does() -> None:
+    """The publish path is the same in both formats: only configuration events and the
+    stream's name differ."""
+    codec = codec_of(2)
+    assert codec.decode_batch is wire.decode_batch
+    assert codec.queue_stream("q" * 255) == ("qpid.ha-queue", {"qpid.ha-queue": "q" * 255})
+    assert link_format(REPLICATION_FORMATS, {FORMATS_PROPERTY: "1-1"}, "backup b") == 1
+    assert link_format(REPLICATION_FORMATS, {FORMATS_PROPERTY: "1-2"}, "backup b") == 2
 
 
 def test_the_primary_refuses_a_backup_of_no_common_format(tmp_path: Path) -> None:
     ha, _ = ha_broker(tmp_path)
     asyncio_run_promote(ha)
-    assert ha.server_properties()[FORMATS_PROPERTY] == "1-1"
+    assert ha.server_properties()[FORMATS_PROPERTY] == "1-2"
     link = {"qpid.ha-backup": True, "qpid.ha-url": "n3:5672"}
     for announcement, words in [
         ("99-99", "backup n3:5672 replication format 99"),
@@ -81,7 +92,7 @@ def test_the_primary_refuses_a_backup_of_no_common_format(tmp_path: Path) -> Non
         close = open_connection(ha, properties).expect(commands.Connection.Close)
         assert close.reply_code == ReplyCode.NOT_IMPLEMENTED
         assert close.reply_text.startswith("NOT_IMPLEMENTED - no common replication format: ")
-        assert words in close.reply_text and "this broker speaks replication format 1" in (
+        assert words in close.reply_text and "this broker speaks replication formats 1-2" in (
             close.reply_text
         )
     ok = open_connection(ha, {**link, FORMATS_PROPERTY: "1-3"})
@@ -133,7 +144,7 @@ def test_a_backup_of_an_unknown_format_is_refused_with_one_line(tmp_path: Path) 
         [primary_line] = format_refusals(cluster, 0)
         assert primary_line["level"] == "warning" and problems(primary_line) == []
         assert primary_line["reason"].startswith(
-            "no common replication format: this broker speaks replication format 1, backup "
+            "no common replication format: this broker speaks replication formats 1-2, backup "
         )
         for i in (0, 1):
             assert not [e for e in cluster.brokers[i].events() if "traceback" in str(e).lower()]

@@ -63,6 +63,15 @@ def test_qpid_ha_replicate_copies_a_queue_and_follows_it(tmp_path: Path) -> None
         poll_until(lambda: copied() == 31, 10)
         (status,) = http("GET", copy.mgmt_port, "/api/ha/replications")
         assert status["connected"] and status["caught_up"] and status["queue"] == "orders"
+        # a name of 250 bytes: its stream is named as replication format 2 names it
+        long = "r" * 250
+        channel.queue_declare(long)
+        for i in range(3):
+            channel.basic_publish("", long, str(i).encode())
+        body = {"queue": long, "broker": f"127.0.0.1:{source.port}"}
+        assert "http_status" not in http("POST", copy.mgmt_port, "/api/ha/replicate", body)
+        path = f"/api/queues/%2F/{long}"
+        poll_until(lambda: http("GET", copy.mgmt_port, path).get("messages") == 3, 10)
         connection.close()
     finally:
         copy.stop()

@@ -1,4 +1,6 @@
-"""The replication contract against the real wire codecs (issue 24, item 1).
+"""The replication contract against the real wire codecs (issue 24, item 1), in replication
+format 1 (release 0.1.0's wire: the limits a cluster with a member of that release holds;
+format 2's are in tests/ha/test_replication_format2.py).
 
 Arguments are drawn as a client sends them: any field value the AMQP codec accepts, put in
 a real queue.declare frame by pamqp and decoded by the broker's own frame decoder, nested up
@@ -32,6 +34,7 @@ from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import (
     ARGUMENTS_MAX_DEPTH,
     QUEUE_NAME_MAX_BYTES,
+    Floor,
     ReplicationContract,
     check_arguments,
 )
@@ -45,6 +48,12 @@ from broker.ha.wire import (
     encode_batch,
     encode_config_event,
 )
+
+
+def _format_1() -> Floor:
+    """The floor of a cluster with a member of release 0.1.0."""
+    return Floor(1, "member n3 speaks no higher")
+
 
 _SCALARS = st.one_of(
     st.none(),
@@ -226,7 +235,7 @@ _NAMES = st.text(min_size=1, max_size=255).filter(lambda n: 0 < len(n.encode()) 
 @settings(max_examples=300, deadline=None)
 @given(_NAMES, st.sampled_from(["all", "configuration", "none"]))
 def test_an_accepted_queue_name_has_a_stream_name(name: str, level: str) -> None:
-    contract = ReplicationContract(ReplicateLevel.ALL)
+    contract = ReplicationContract(ReplicateLevel.ALL, _format_1)
     try:
         contract.check_queue("/", name, {"qpid.replicate": level})
     except AmqpError as refused:
@@ -276,7 +285,7 @@ def test_a_vhost_asks_its_contract_for_clients_only() -> None:
     """A client's declare, bind and exchange-to-exchange bind are checked; what HA
     replication or store recovery creates (``replicated``) and what exists already are not."""
     vhost = VirtualHost()
-    vhost.contract = ReplicationContract(ReplicateLevel.ALL)
+    vhost.contract = ReplicationContract(ReplicateLevel.ALL, _format_1)
     deep = {"x": _nested_exactly(40)}
     for declare in (
         lambda: vhost.declare_queue("q1", arguments=deep),
@@ -286,6 +295,7 @@ def test_a_vhost_asks_its_contract_for_clients_only() -> None:
         with pytest.raises(AmqpError) as refused:
             declare()
         assert refused.value.reply_code is ReplyCode.PRECONDITION_FAILED
+        assert "replication format 1 (member n3 speaks no higher)" in refused.value.reply_text
     assert "q1" not in vhost.queues and "e1" not in vhost.exchanges
     vhost.declare_queue("q", durable=True)
     vhost.declare_exchange("e", "direct")

@@ -2,13 +2,21 @@
 
 The replication contract keeps clients from declaring what the wire cannot carry, but a
 store written before it (a stand-alone broker's, then made a cluster member) may hold such
-a queue: here one named with 250 bytes, whose stream name no backup can consume. Promoted,
-that broker has two backups that cannot replicate it. Each backup logs
-``ha_replication_error`` naming the queue and why, closes its link saying so (541), and
-dials again ever more slowly (exponential, capped by the link-maintenance interval: a few
-relinks in three seconds, never dozens a second); the primary's ``/api/ha`` shows on each
-backup's row which object and why, the backup's own status shows it, ``qpid-ha status``
-prints it on both, and no broker writes a traceback or a line outside the log schema.
+an object. Promoted, that broker has two backups that cannot replicate it:
+
+- a queue whose arguments nest 70 deep (a stand-alone broker's management API took them;
+  the AMQP codec stops at 64, and so does replication format 2): the primary cannot encode
+  its snapshot; it logs ``ha_replication_error`` naming the backup and why, closes the link
+  (541), and each backup says so and dials again ever more slowly (exponential, capped by
+  the link-maintenance interval: a few relinks in three seconds, never dozens a second);
+- a queue named with 250 bytes, and backups that speak only replication format 1 (release
+  0.1.0's wire, whose stream names cannot hold it): each backup's link is refused at
+  connection.open (540) with one line naming the queue, ``ha_link_format_refused`` on both
+  sides, the backup's ``link_error`` and ``qpid-ha status`` say so, and it dials again every
+  link-maintenance interval, never in a tight loop.
+
+In both, the statuses say which object and why, and no broker writes a traceback or a line
+outside the log schema.
 """
 
 from __future__ import annotations
@@ -23,15 +31,13 @@ import pytest
 from typer.testing import CliRunner
 
 from common.polling import holds_for, poll_until
+from common.version import TEST_REPLICATION_FORMATS_ENV
 from qpid_ha_cli.main import app
 from tests.broker_process import BrokerProcess
 from tests.drill.log_schema import problems
-from tests.ha.cluster import Cluster
+from tests.ha.cluster import Cluster, http
 
 LONG = "q" * 250
-#: How the errors name that queue, and why its stream cannot be consumed.
-SHOWN = f"queue '{'q' * 40}...' (250 bytes) in vhost '/'"
-WHY = "TypeError: string exceeds maximum length of 255 bytes"
 #: The links' maintenance interval here: the cap of the backoff between relinks.
 INTERVAL = 1.0
 
@@ -46,8 +52,9 @@ def _nested(levels: int) -> dict[str, Any]:
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """Three brokers; broker 0's store holds what a stand-alone broker was given: a queue
-    named with 250 bytes (``request.param`` "long") or one with arguments nested 40 deep
-    ("deep"), both before the replication contract could refuse them."""
+    named with 250 bytes (``request.param`` "long", the backups then speaking only
+    replication format 1) or one with arguments nested 70 deep ("deep"), both before the
+    replication contract could refuse them."""
     alone = BrokerProcess(tmp_path / "alone", args=[f"--data-dir={tmp_path / 'b0' / 'data'}"])
     alone.start()
     try:
@@ -56,12 +63,17 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]
         if request.param == "long":
             channel.queue_declare(LONG, durable=True)
         else:
-            channel.queue_declare("deep", durable=True, arguments={"x-n": _nested(39)})
+            body = {"durable": True, "arguments": {"x": _nested(69)}}
+            created = http("PUT", alone.mgmt_port, "/api/queues/%2F/deep", body)
+            assert "http_status" not in created, created
         channel.queue_declare("fine", durable=True)
         connection.close()
     finally:
         alone.stop()
     trio = Cluster(tmp_path, 3, f"--link-maintenance-interval={INTERVAL}")
+    if request.param == "long":
+        for backup in trio.brokers[1:]:
+            backup.env = {TEST_REPLICATION_FORMATS_ENV: "1-1"}
     trio.start()
     try:
         yield trio
@@ -85,43 +97,49 @@ def _errors(cluster: Cluster, i: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("cluster", ["long"], indirect=True)
-def test_a_stream_no_backup_can_consume_is_an_event_a_status_and_a_slow_redial(
+def test_a_queue_no_backup_s_format_can_carry_is_a_refusal_a_status_and_a_slow_redial(
     cluster: Cluster,
 ) -> None:
     cluster.promote(0, epoch=1)
     cluster.wait_state(0, "active")
-    primary = cluster.ha
+    primary = f"127.0.0.1:{cluster.ports[0]}"
 
-    def failed_backups() -> list[dict[str, Any]] | None:
-        errors = list(primary(0)["replication_errors"])
-        return errors if len(errors) == 2 else None
+    def refused(i: int) -> dict[str, Any] | None:
+        error = cluster.ha(i)["link_error"]
+        return dict(error) if error and error["address"] == primary else None
 
-    urls = {f"127.0.0.1:{cluster.ports[i]}" for i in (1, 2)}
-    errors = poll_until(failed_backups, 15)
-    assert {e["url"] for e in errors} == urls
-    for error in errors:
-        assert error["reason"] == f"backup: {SHOWN}: {WHY}", error
-        assert error["count"] >= 1 and error["since"].endswith("Z")
-    for row in primary(0)["backups"]:  # a backup linked at this moment: on its row too
-        assert not row["ready"]
-        assert row["replication_error"] is None or row["replication_error"]["reason"].startswith(
-            f"backup: {SHOWN}: "
-        )
+    why = "speaks replication format 1 at most: upgrade it; queue name is 250 bytes"
     for i in (1, 2):
-        own = cluster.ha(i)["replication_error"]
-        assert own is not None and own["reason"] == f"{SHOWN}: {WHY}", own
-        [first, *_] = _errors(cluster, i)
-        assert first["level"] == "warning" and first["object"] == SHOWN
-        assert first["reason"] == WHY
-        assert f"replication error: {SHOWN}: {WHY}" in _status(cluster, i)
-    primary_status = _status(cluster, 0)
-    assert primary_status.startswith("active\n")
-    assert primary_status.count(f"replication error: backup: {SHOWN}: {WHY}") == 2, primary_status
-    assert any(e.get("event") == "ha_replication_error" for e in cluster.brokers[0].events())
+        error = poll_until(partial(refused, i), 30)
+        assert error["reason"].startswith("refused: NOT_IMPLEMENTED - no common replication")
+        assert why in error["reason"], error
+        [line] = _refusals(cluster, i)  # once, not at every redial
+        assert line["level"] == "warning" and why in line["reason"], line
+        assert why in _status(cluster, i)
+        assert cluster.state(i) == "joining"
+    lines = _refusals(cluster, 0)
+    assert {line["reason"].split("backup ")[1].split(" ")[0] for line in lines} == {
+        f"127.0.0.1:{cluster.ports[i]}" for i in (1, 2)
+    }
+    assert all(why in line["reason"] for line in lines)
+    assert not cluster.ha(0)["backups"]  # never linked: no guard, nothing held for them
 
-    # Relinks back off: over three seconds, a handful, not dozens a second.
-    _backs_off(cluster)
+    # Redials are paced by the link-maintenance interval: a handful in three seconds.
+    before = {i: poll_until(partial(refused, i), 5)["count"] for i in (1, 2)}
+
+    def few_redials() -> bool:
+        return all(
+            (refused(i) or {"count": 0})["count"] - before[i] <= 3.0 / INTERVAL + 2 for i in (1, 2)
+        )
+
+    holds_for(few_redials, 3.0, interval=0.1)
+    assert all((refused(i) or {"count": 0})["count"] > before[i] for i in (1, 2))  # trying
     _no_traceback_and_schema(cluster)
+
+
+def _refusals(cluster: Cluster, i: int) -> list[dict[str, Any]]:
+    events = cluster.brokers[i].events()
+    return [e for e in events if e.get("event") == "ha_link_format_refused"]
 
 
 def _backs_off(cluster: Cluster) -> None:
@@ -149,7 +167,7 @@ def test_a_snapshot_the_primary_cannot_send_is_an_event_and_a_slow_redial(
     cluster: Cluster,
 ) -> None:
     """The primary's side: its configuration snapshot cannot be encoded (arguments nested
-    deeper than the wire takes). It logs which backup, which event and why, closes the
+    deeper than any replication format takes). It logs which backup, which event and why, closes the
     backup's link with 541 naming them, and each backup says so and backs off."""
     cluster.promote(0, epoch=1)
     cluster.wait_state(0, "active")
@@ -160,11 +178,11 @@ def test_a_snapshot_the_primary_cannot_send_is_an_event_and_a_slow_redial(
 
     for error in poll_until(failed_backups, 15):
         assert error["reason"].startswith("primary: configuration stream (snapshot event): ")
-        assert "nested more than 32 deep" in error["reason"], error
+        assert "nested more than 67 deep" in error["reason"], error
     for i in (1, 2):
         own = poll_until(partial(_own_error, cluster, i), 10)
         assert own["reason"].startswith("closed by the primary: replication error: "), own
-        assert "nested more than 32 deep" in own["reason"]
+        assert "nested more than 67 deep" in own["reason"]
         [first, *_] = _errors(cluster, i)
         assert first["object"] == "primary" and "541" in first["reason"]
     _backs_off(cluster)

@@ -40,6 +40,7 @@ M, A, C = Role.MONITORING, Role.ADMINISTRATOR, Role.CLUSTER_MANAGER
         ("POST", "/api/ha/promote", Permission.STEER),
         ("POST", "/api/ha/lease", Permission.STEER),
         ("POST", "/api/ha/in-sync", Permission.STEER),
+        ("POST", "/api/ha/members", Permission.STEER),
         ("POST", "/api/admin/stop", Permission.STEER),
         ("POST", "/api/ha/promote/", Permission.STEER),
         ("PUT", "/api/ha/promote", Permission.STEER),

@@ -7,16 +7,20 @@ and the procedure runs all the same). Three nodes of it (agent and supervised br
 on a real ZooKeeper, a pika publisher sending persistent messages with confirms through
 the URL list; then node by node to the tree: each backup (stop, start on the tree, ready
 and back in the in-sync set), one fail-over (the primary's node stopped: an upgraded
-backup is promoted), then the old primary's node, which first comes up forced to speak
-only replication format 99 (the test-only environment variable): a mix the code cannot
-serve, refused with one line on each side, the node left joining, not a hang; restarted
-without it, it joins. At the end every confirmed message is on the primary, the publisher
-reconnected once (the fail-over), and every broker runs the tree.
+backup is promoted), then the old primary's node: first back on the release, a member
+that speaks only replication format 1 beside a primary of the tree, which then refuses
+what only format 2 carries (a 250-byte queue name, arguments 40 deep: issue 24) with 406
+naming the limit; then forced to speak only replication format 99 (the test-only
+environment variable): a mix the code cannot serve, refused with one line on each side,
+the node left joining, not a hang; restarted without it, it joins, and those declares are
+accepted and replicated. At the end every confirmed message is on the primary, the
+publisher reconnected once (the fail-over), and every broker runs the tree.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 import time
@@ -32,11 +36,17 @@ from common.polling import poll_until
 from common.version import TEST_REPLICATION_FORMATS_ENV
 from tests.agent.agent_cluster import AGENT, AgentCluster, Node
 from tests.drill.log_schema import problems
+from tests.ha.cluster import http
 from tests.ha.failover_clients import connect_failover
 from tests.upgrade.releases import build, previous_release
 from tests.zookeeper import ZooKeeper
 
 QUEUE = "upgrade-load"
+#: What only replication format 2 carries (issue 24): a long name, arguments 40 deep.
+LONG = "u" * 250
+DEEP: dict[str, Any] = {"leaf": 1}
+for _ in range(38):  # 39 levels; 40 in its arguments table
+    DEEP = {"x": DEEP}
 
 
 @pytest.fixture
@@ -129,6 +139,29 @@ def drain(ports: list[int]) -> set[int]:
         connection.close()
 
 
+def declare(port: int, name: str, arguments: dict[str, Any] | None = None) -> str | None:
+    """Declare ``name`` with a confirmed publish to it: None when both are answered, else
+    the 406's text."""
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        try:
+            channel.queue_declare(name, durable=True, arguments=arguments)
+        except pika.exceptions.ChannelClosedByBroker as refused:
+            assert refused.reply_code == 406, refused
+            return str(refused.reply_text)
+        channel.basic_publish("", name, b"m", mandatory=True)
+        return None
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def holds_a_message(node: Node, path: str) -> bool:
+    return bool(http("GET", node.mgmt_port, path).get("messages", 0) >= 1)
+
+
 def refusals(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e.get("event") == "ha_link_format_refused"]
 
@@ -170,7 +203,16 @@ def test_rolling_upgrade_from_the_previous_release(
     poll_until(lambda: len(load.confirmed) > before + 20, 30, "confirms from the new primary")
     successor = agents.primaries()[0]
 
-    # 3. the old primary's node on the tree, first forced to a format nobody speaks
+    # 3. the old primary's node back on the release first: a member of format 1 is there,
+    # so what only format 2 carries is refused up front (never accepted, then stalled)
+    restart(agents, primary, old)
+    agents.wait_settled(timeout=40)
+    text = declare(successor.port, LONG)
+    assert text is not None and "250" in text and "replication format 1 (" in text, text
+    text = declare(successor.port, "deep", {"x-nested": DEEP})
+    assert text is not None and "nest 40" in text and "at most 29" in text, text
+
+    # 4. then on the tree, first forced to a format nobody speaks
     restart(agents, primary, new, **{TEST_REPLICATION_FORMATS_ENV: "99-99"})
     poll_until(lambda: refusals(primary.broker_events()), 20, "the forced backup's refusal")
     poll_until(lambda: refusals(successor.broker_events()), 10, "the primary's refusal")
@@ -178,11 +220,20 @@ def test_rolling_upgrade_from_the_previous_release(
     assert backup_line["reason"].startswith("refused: NOT_IMPLEMENTED - no common replication")
     assert "replication format 99" in backup_line["reason"] and problems(backup_line) == []
     [primary_line] = refusals(successor.broker_events())
-    assert "this broker speaks replication format 1" in primary_line["reason"]
+    assert "this broker speaks replication formats 1-2" in primary_line["reason"]
     assert "replication format 99: upgrade this broker" in primary_line["reason"]
     assert primary.state() == "joining"  # not a hang: refused, and it says so
     restart(agents, primary, new)
     agents.wait_settled(timeout=40)
+
+    # every member speaks format 2 now: accepted, replicated, confirmed
+    poll_until(lambda: declare(successor.port, LONG) is None, 15, "the long name accepted")
+    assert declare(successor.port, "deep", {"x-nested": DEEP}) is None
+    for node in agents.nodes:
+        if node is not successor:
+            for name in (LONG, "deep"):
+                path = f"/api/queues/%2F/{name}"
+                poll_until(functools.partial(holds_a_message, node, path), 15)
 
     load.finish()
     assert {program_of(n) for n in agents.nodes} == {str(new / "qpidd")}
