@@ -183,7 +183,9 @@ class Session:
     def unacked(self) -> list[Delivery]:
         """The deliveries not yet acknowledged on the primary (on every channel)."""
         return [
-            d for channel in self.client.conn.channels.values() for d in channel.unacked.values()
+            d
+            for channel in self.client.conn.channels.values()
+            for d in channel.deliveries.unacked.values()
         ]
 
     def all_answered(self) -> str | None:
@@ -348,7 +350,7 @@ class Model:
         elif kind == "tx_ack":
             if s.deliveries[TX]:
                 tag = s.deliveries[TX].pop(0)
-                delivery = s.client.conn.channels[s.numbers[TX]].unacked[tag]
+                delivery = s.client.conn.channels[s.numbers[TX]].deliveries.unacked[tag]
                 s.tx_removes.add((delivery.queue.name, delivery.entry.position))
                 s.send(TX, commands.Basic.Ack(delivery_tag=tag))
         elif kind == "tx_commit":
