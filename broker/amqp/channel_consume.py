@@ -28,7 +28,7 @@ from pamqp.base import Frame as Method
 
 from broker.amqp import framing
 from broker.amqp.channel_publish import Transaction
-from broker.amqp.context import Stream, StreamHooks
+from broker.amqp.context import Stream, StreamHooks, after_replicated
 from broker.amqp.state import ChannelState
 from broker.core import properties
 from broker.core.direct_reply import REPLY_TO
@@ -295,11 +295,23 @@ class ConsumeMethods:
         self.vhost.consumer_cancelled(queue)
 
     def consumer_cancelled_by_broker(self, consumer: ChannelConsumer) -> None:
-        """The consumer's queue was deleted: tell the client if it understands."""
+        """The consumer's queue was deleted: tell the client if it understands, once the
+        store and the backups hold the deletion, as the deleter's delete-ok (RabbitMQ sends
+        the two together: amqplib's suite closes the channel on the cancel and drops what
+        comes after; and a client told so finds the queue gone after a failover too)."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
-        if self.state is ChannelState.OPEN and self.connection.capability("consumer_cancel_notify"):
-            self.send(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+        if not self.connection.capability("consumer_cancel_notify"):
+            return
+        cancel = commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
+
+        def notify() -> None:
+            current = self.connection.channels.get(self.number) is self
+            if current and self.state is ChannelState.OPEN:
+                self.send(cancel)
+
+        ctx = self.connection.ctx
+        after_replicated(ctx.barrier, ctx.store_barrier, notify)
 
     def deliver(self, consumer: ChannelConsumer, queue: Queue, entry: Entry) -> None:
         """Send basic.deliver with the content; book it until acknowledged."""
