@@ -104,8 +104,9 @@ class Channel(ConsumeMethods, PublishMethods):
             if isinstance(method, commands.Channel.CloseOk):
                 self._finish_close()
             elif isinstance(method, commands.Channel.Close):
+                # The two closes crossed: answer the peer's and wait for its close-ok to
+                # ours (frames it sent before that are still for this channel), as RabbitMQ.
                 self.send(commands.Channel.CloseOk())
-                self._finish_close()
             return
         if self._content is not None:
             raise AmqpError(

@@ -14,7 +14,7 @@ import aiormq.exceptions
 import pika
 import pika.exceptions
 import pytest
-from pamqp import commands
+from pamqp import commands, frame
 
 from broker.ha.names import BACKUP_PROPERTY
 from tests.broker_process import BrokerProcess
@@ -120,3 +120,25 @@ def test_the_broker_says_it_is_qpidd(shared_broker: BrokerProcess) -> None:
             await connection.close()
 
     run(scenario)
+
+
+def test_crossing_channel_closes_wait_for_the_close_ok(shared_broker: BrokerProcess) -> None:
+    """Found by the suites against an HA primary: a backup closed a stream's channel as the
+    primary closed it (404, its queue deleted); the primary answered the backup's close and
+    forgot the channel, so the backup's close-ok (and an ack sent before it) hit an unknown
+    channel: 504 on the whole replication link, and the backup pending removal. As RabbitMQ,
+    a channel whose close crossed the peer's answers it and waits for the close-ok."""
+    with RawClient(shared_broker) as client:
+        client.handshake()
+        client.open_channel(1)
+        missing = commands.Basic.Consume(queue=unique("gone"))
+        client.send(frame.marshal(missing, 1) + frame.marshal(_close(), 1))
+        assert client.expect(commands.Channel.Close).reply_code == 404
+        client.expect(commands.Channel.CloseOk)  # the answer to our close
+        client.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))  # ignored
+        client.send_method(1, commands.Channel.CloseOk())
+        client.open_channel(1)  # the connection is open and channel 1 free again
+
+
+def _close() -> commands.Channel.Close:
+    return commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
