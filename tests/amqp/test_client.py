@@ -225,6 +225,32 @@ def test_channel_closed_by_broker_fails_the_call(broker: BrokerProcess) -> None:
     asyncio.run(main())
 
 
+def test_no_ack_after_the_channel_sent_close(broker: BrokerProcess) -> None:
+    """An HA backup's deferred acknowledgement (after its disk, coalesced) of a stream it
+    had closed went out after channel.close: the primary, which had answered the close and
+    forgotten the channel, closed the whole replication link with 504 (found running pika's
+    suite against an HA primary). Once close is sent, ack raises and writes nothing."""
+
+    async def main() -> None:
+        client = await guest(broker)
+        channel = await client.open_channel()
+        await channel.declare_queue("acked-late")
+        await channel.publish("", "acked-late", b"x")
+        got: list[Delivery] = []
+        await channel.consume("acked-late", got.append)
+        await poll_until_async(lambda: len(got) == 1, 5.0, interval=0.01)
+        closing = asyncio.create_task(channel.close())
+        await asyncio.sleep(0)  # channel.close is on the wire, close-ok not yet read
+        with pytest.raises(ChannelClosedByClient):
+            channel.ack(got[0].delivery_tag)
+        await closing
+        again = await client.open_channel()  # the connection carries on
+        assert await again.declare_queue("acked-late", passive=True) == ("acked-late", 1, 0)
+        await client.close()
+
+    asyncio.run(main())
+
+
 def test_consumer_cancelled_by_broker_and_raising_callback(broker: BrokerProcess) -> None:
     async def main() -> None:
         client = await guest(broker)

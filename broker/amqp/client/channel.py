@@ -292,9 +292,13 @@ class ClientChannel:
         )
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
-        """basic.ack, written at once (no drain: call from a delivery callback freely)."""
+        """basic.ack, written at once (no drain: call from a delivery callback freely); once
+        this channel sent channel.close, nothing (the broker may have forgotten the channel
+        by the time it arrives: 504 on the whole connection, an HA backup's link)."""
         if self._reason is not None:
             raise _fresh(self._reason)
+        if self._closing:
+            raise ChannelClosedByClient(ReplyCode.REPLY_SUCCESS, "channel is closing")
         connection = self.connection
         if connection.close_reason is not None:
             raise _fresh(connection.close_reason)
