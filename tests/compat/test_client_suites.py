@@ -115,7 +115,9 @@ def test_the_broker_says_it_is_qpidd(shared_broker: BrokerProcess) -> None:
         try:
             properties = connection.server_properties
             assert properties["product"] == "qpidd"
-            assert properties["capabilities"]["consumer_cancel_notify"] is True
+            capabilities = properties["capabilities"]
+            assert isinstance(capabilities, dict)
+            assert capabilities["consumer_cancel_notify"] is True
         finally:
             await connection.close()
 
