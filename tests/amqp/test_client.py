@@ -238,7 +238,7 @@ def test_no_ack_after_the_channel_sent_close(broker: BrokerProcess) -> None:
         await channel.publish("", "acked-late", b"x")
         got: list[Delivery] = []
         await channel.consume("acked-late", got.append)
-        await poll_until_async(lambda: len(got) == 1, 5.0, interval=0.01)
+        await poll_until_async(lambda: len(got) == 1, 15.0, interval=0.01)
         closing = asyncio.create_task(channel.close())
         await asyncio.sleep(0)  # channel.close is on the wire, close-ok not yet read
         with pytest.raises(ChannelClosedByClient):

@@ -57,4 +57,4 @@ def test_a_deleted_queue_cancels_its_consumer_with_the_delete_ok(
     cancel, too, waits for the store (and an HA primary's backups), as RabbitMQ 3.10.8
     sends both together."""
     broker = start_broker(f"--data-dir={tmp_path / 'data'}")
-    assert run_node("cancelled_consumer.js", broker, "20") == [{"messageCount": 0}] * 20
+    assert run_node("cancelled_consumer.js", broker, "10") == [{"messageCount": 0}] * 10
