@@ -11,6 +11,10 @@
 # The node listens on 127.0.0.1:PORT only, its Erlang distribution port is PORT+20000 and it
 # uses a private epmd on 127.0.0.1:PORT+30000, so stopping it touches no other Erlang node.
 # Clients use amqp://guest:guest@127.0.0.1:PORT/%2F (guest works from localhost only).
+#
+# A TLS listener too (the client libraries' suites, docs/rabbitmq-compat.md), when
+# RMQ_TLS_PORT is set: RMQ_TLS_CERT, RMQ_TLS_KEY, RMQ_TLS_CA (PEM files) and
+# RMQ_TLS_REQUIRE_CLIENT_CERT=true|false (default false).
 set -euo pipefail
 
 cmd="${1:-}"
@@ -82,6 +86,16 @@ loopback_users.guest = true
 log.console = false
 log.file.level = warning
 EOF
+    if [[ -n "${RMQ_TLS_PORT:-}" ]]; then
+        cat >>"$dir/rabbitmq.conf" <<EOF
+listeners.ssl.1 = 127.0.0.1:$RMQ_TLS_PORT
+ssl_options.cacertfile = $RMQ_TLS_CA
+ssl_options.certfile = $RMQ_TLS_CERT
+ssl_options.keyfile = $RMQ_TLS_KEY
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = ${RMQ_TLS_REQUIRE_CLIENT_CERT:-false}
+EOF
+    fi
     echo "[]." >"$dir/enabled_plugins"
     echo "[]." >"$dir/advanced.config"
     : >"$dir/rabbitmq-env.conf"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -72,6 +72,10 @@ class DeliveriesHost(StreamSink, Protocol):
 
     def held_get_answered(self) -> None:
         """The held basic.get was answered: replay the frames kept behind it."""
+        ...
+
+    def after_replicated(self, done: Callable[[], None], queues: tuple[Queue, ...] = ()) -> None:
+        """Call ``done`` once the store and the backups hold what is done so far."""
         ...
 
 
@@ -304,11 +308,21 @@ class Deliveries:
         self.vhost.consumer_cancelled(queue)
 
     def consumer_cancelled_by_broker(self, consumer: ChannelConsumer) -> None:
-        """The consumer's queue was deleted: tell the client if it understands."""
+        """The consumer's queue was deleted: tell the client if it understands, once the
+        store and the backups hold the deletion, as the deleter's delete-ok (RabbitMQ sends
+        the two together: amqplib's suite closes the channel on the cancel and drops what
+        comes after; and a client told so finds the queue gone after a failover too)."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
-        if self.host.is_open and self.host.capability("consumer_cancel_notify"):
-            self.send(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+        if not self.host.capability("consumer_cancel_notify"):
+            return
+        cancel = commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
+
+        def notify() -> None:
+            if self.host.is_open:  # a channel closed meanwhile is not reopened
+                self.send(cancel)
+
+        self.host.after_replicated(notify)
 
     def deliver(self, consumer: ChannelConsumer, queue: Queue, entry: Entry) -> None:
         """Send basic.deliver with the content; book it until acknowledged."""

@@ -311,11 +311,12 @@ class VirtualHost:
             if exchange is not None:
                 exchange.unbind(binding.key)
                 self._maybe_auto_delete_exchange(exchange)
-        for consumer in queue.close():
+        consumers = queue.close()
+        for listener in self.listeners:  # the store and the backups first: a consumer is
+            listener.queue_deleted(queue)  # told once they hold the deletion (channel_consume)
+        for consumer in consumers:
             if hasattr(consumer, "queue_deleted"):
                 consumer.queue_deleted(queue)
-        for listener in self.listeners:
-            listener.queue_deleted(queue)
         return count
 
     def purge_queue(self, name: str, owner: object | None = None) -> int:

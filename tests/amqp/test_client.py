@@ -238,7 +238,7 @@ def test_an_ack_after_close_began_is_refused_and_never_written(broker: BrokerPro
         await channel.publish("", "late-ack", b"x")
         got: list[Delivery] = []
         await channel.consume("late-ack", got.append)
-        await poll_until_async(lambda: got, 5.0, interval=0.01)
+        await poll_until_async(lambda: got, 15.0, interval=0.01)
         closing = asyncio.ensure_future(channel.close())
         await asyncio.sleep(0)  # close() has written channel.close, awaits close-ok
         with pytest.raises(ChannelClosedByClient):

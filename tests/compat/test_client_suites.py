@@ -14,7 +14,7 @@ import aiormq.exceptions
 import pika
 import pika.exceptions
 import pytest
-from pamqp import commands
+from pamqp import commands, frame
 
 from broker.ha.names import BACKUP_PROPERTY
 from tests.broker_process import BrokerProcess
@@ -102,3 +102,45 @@ def test_the_client_closes_the_socket_after_close_ok(shared_broker: BrokerProces
         assert time.monotonic() - start < 5.0
         closed = client.wait_for_event("connection_closed")
         assert closed["reason"] == "client closed: 200 bye"
+
+
+def test_the_broker_says_it_is_qpidd(shared_broker: BrokerProcess) -> None:
+    """amqplib's connect.test.js "serverProperties" asserts product 'RabbitMQ': the one test
+    of its suite that passes against RabbitMQ 3.10.8 and not here, by design (listed in
+    docs/rabbitmq-compat.md): the broker names itself, so a client or an operator can tell
+    which broker it talks to; the capabilities it has are in the capabilities table."""
+
+    async def scenario() -> None:
+        connection = await aiormq.connect(shared_broker.url)
+        try:
+            properties = connection.server_properties
+            assert properties["product"] == "qpidd"
+            capabilities = properties["capabilities"]
+            assert isinstance(capabilities, dict)
+            assert capabilities["consumer_cancel_notify"] is True
+        finally:
+            await connection.close()
+
+    run(scenario)
+
+
+def test_crossing_channel_closes_wait_for_the_close_ok(shared_broker: BrokerProcess) -> None:
+    """Found by the suites against an HA primary: a backup closed a stream's channel as the
+    primary closed it (404, its queue deleted); the primary answered the backup's close and
+    forgot the channel, so the backup's close-ok (and an ack sent before it) hit an unknown
+    channel: 504 on the whole replication link, and the backup pending removal. As RabbitMQ,
+    a channel whose close crossed the peer's answers it and waits for the close-ok."""
+    with RawClient(shared_broker) as client:
+        client.handshake()
+        client.open_channel(1)
+        missing = commands.Basic.Consume(queue=unique("gone"))
+        client.send(frame.marshal(missing, 1) + frame.marshal(_close(), 1))
+        assert client.expect(commands.Channel.Close).reply_code == 404
+        client.expect(commands.Channel.CloseOk)  # the answer to our close
+        client.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))  # ignored
+        client.send_method(1, commands.Channel.CloseOk())
+        client.open_channel(1)  # the connection is open and channel 1 free again
+
+
+def _close() -> commands.Channel.Close:
+    return commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
