@@ -589,7 +589,7 @@ class HaBroker:
                 set_log_context(epoch=self.epoch_store.current)
                 members = tuple(
                     (str(m.get("id")), str(m.get("url")), str(m.get("state")))
-                    for m in self._last_members()
+                    for m in self.last_members()
                 )
                 return self.handle(EpochPersisted(new_epoch, members))
             case DropLink():
@@ -643,7 +643,10 @@ class HaBroker:
         left = self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
         return left + self.handle(Tick(now))  # active at once when nobody is expected
 
-    def _last_members(self) -> list[dict[str, Any]]:
+    def now(self) -> float:
+        return float(self.context.clock())
+
+    def last_members(self) -> list[dict[str, Any]]:
         if self.link is not None and self.link.replicator.members:
             return list(self.link.replicator.members)
         return self.members
