@@ -28,7 +28,7 @@ from broker.ha.state import HaState
 from common.formats import FormatRange
 
 if TYPE_CHECKING:
-    from broker.amqp.connection import Connection
+    from broker.amqp.context import AdmittedConnection
 
 
 def client_refusal(state: HaState, not_serving: bool, public_url: str) -> AmqpError | None:
@@ -162,7 +162,7 @@ class HaAdmission:
         """connection.open-ok's known-hosts for an admitted client: the public URL."""
         return self._public_url
 
-    def admit(self, connection: Connection) -> AmqpError | None:
+    def admit(self, connection: AdmittedConnection) -> AmqpError | None:
         host = self._host
         props = connection.client_properties
         if props.get(ADMIN_PROPERTY):
@@ -186,7 +186,7 @@ class HaAdmission:
             self._client_back("ha_first_client_connection", connection)
         return refusal
 
-    def _link_carry(self, connection: Connection) -> AmqpError | None:
+    def _link_carry(self, connection: AdmittedConnection) -> AmqpError | None:
         """Admit a backup's link of a format that carries what this broker holds (and
         count it in the contract's floor from now on), else refuse it (540)."""
         props = connection.client_properties
@@ -197,18 +197,18 @@ class HaAdmission:
             self._floor.link_admitted(connection, format_, backup)
         return refusal
 
-    def released(self, connection: Connection) -> None:
+    def released(self, connection: AdmittedConnection) -> None:
         self._floor.link_released(connection)
 
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while the lease holds."""
         return self._host.may_confirm()
 
-    def confirms_sent(self, connection: Connection) -> None:
+    def confirms_sent(self, connection: AdmittedConnection) -> None:
         if self._clients_back and not connection.client_properties.get(BACKUP_PROPERTY):
             self._client_back("ha_first_client_confirm", connection)
 
-    def _client_back(self, event: str, connection: Connection) -> None:
+    def _client_back(self, event: str, connection: AdmittedConnection) -> None:
         """Log (and tell the listeners) a client's first ``event`` since the promotion."""
         if event in self._clients_back:
             self._clients_back.discard(event)

@@ -102,6 +102,7 @@ from common.url import Address, parse_url
 from common.version import replication_formats
 
 if TYPE_CHECKING:
+    from broker.amqp.context import BrokerContext
     from broker.liveness import LeaseOffers
     from broker.options import BrokerOptions
     from broker.store.data_dir import DataDir
@@ -121,7 +122,7 @@ class HaBroker:
     def __init__(
         self,
         vhost: Any,
-        context: Any,
+        context: BrokerContext,
         options: BrokerOptions,
         *,
         amqp_port: Callable[[], int],
@@ -567,7 +568,7 @@ class HaBroker:
         return left + self.handle(Tick(now))  # active at once when nobody is expected
 
     def now(self) -> float:
-        return float(self.context.clock())
+        return self.context.clock()
 
     def last_members(self) -> list[dict[str, Any]]:
         if self.link is not None and self.link.replicator.members:
