@@ -125,11 +125,9 @@ def test_no_arrow_back_up(importer: str) -> None:
     assert wrong == []
 
 
-#: Import circles still there, each the set of its modules, to be cut (issue 27, item 3:
-#: ``HaBroker`` and its status view). Remove an entry once its circle is gone.
-KNOWN_CIRCLES: list[frozenset[str]] = [
-    frozenset({"broker.ha.ha_broker", "broker.ha.ha_status"}),
-]
+#: Import circles still there, each the set of its modules, to be cut; none is left (issue
+#: 27 cut the last, ``HaBroker`` and its status view). Remove an entry once its circle is gone.
+KNOWN_CIRCLES: list[frozenset[str]] = []
 
 
 def import_circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,15 +36,38 @@ class ConnectionSettings:
     node_name: str = ""
 
 
+class AdmittedConnection(Protocol):
+    """What an admission policy reads of a connection (the
+    :class:`~broker.amqp.connection.Connection`: this module is below the connection's,
+    which imports it; no import circle)."""
+
+    @property
+    def client_properties(self) -> Mapping[str, Any]:
+        """connection.start-ok's client properties."""
+        ...
+
+    @property
+    def user(self) -> str | None:
+        """The authenticated user (None before start-ok)."""
+        ...
+
+    @property
+    def peer(self) -> str:
+        """The client's address."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The connection's name in logs (its peer and id)."""
+        ...
+
+
 class AdmissionPolicy(Protocol):
-    """Decides whether an authenticated connection may open (the HA role asks here).
+    """Decides whether an authenticated connection may open (the HA role asks here)."""
 
-    ``connection`` is the :class:`~broker.amqp.connection.Connection` (typed ``Any`` here:
-    this module is below the connection's, which imports it; no import circle)."""
+    def admit(self, connection: AdmittedConnection) -> AmqpError | None: ...
 
-    def admit(self, connection: Any) -> AmqpError | None: ...
-
-    def released(self, connection: Any) -> None:
+    def released(self, connection: AdmittedConnection) -> None:
         """An admitted connection closed."""
         ...
 
@@ -53,7 +76,7 @@ class AdmissionPolicy(Protocol):
         policy fences the broker, and the held confirms are never sent.)"""
         ...
 
-    def confirms_sent(self, connection: Any) -> None:
+    def confirms_sent(self, connection: AdmittedConnection) -> None:
         """Publisher confirms just went out on an admitted connection (a new primary's
         first client confirm: the web console's client outage)."""
         ...
@@ -178,8 +201,8 @@ class BrokerContext:
     #: The reason publishers are blocked by a resource alarm (broker.core.alarms), or None.
     publish_alarm: str | None = None
     clock: Callable[[], float] = time.monotonic
-    #: The open connections by id (:class:`~broker.amqp.connection.Connection`; ``Any``
-    #: as for :class:`AdmissionPolicy`).
+    #: The open connections by id (:class:`~broker.amqp.connection.Connection`; ``Any``:
+    #: that module imports this one, and the management API reads most of a connection).
     connections: dict[int, Any] = field(default_factory=dict)
     connections_opened_total: int = 0
     connections_refused_total: int = 0

@@ -1,6 +1,7 @@
-"""Whom an HA broker serves, sans-I/O: the refusals of its connection admission.
+"""Whom an HA broker serves: the refusals of its connection admission (sans-I/O), and
+:class:`HaAdmission`, the admission policy an HA broker hands its connections.
 
-:meth:`broker.ha.ha_broker.HaBroker.admit` asks these at connection.open for every
+:meth:`HaAdmission.admit` asks these at connection.open for every
 connection but HA admin ones (``qpid.ha-admin``): a backup, or a primary that is fenced
 or may not confirm, refuses clients with 530 NOT_ALLOWED and words that send them on to the
 next address of their URL list; a replication link (``qpid.ha-backup``) is served only to
@@ -13,16 +14,21 @@ whose primary accepted what only a newer format carries).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.core.vhost import VirtualHost
 from broker.ha.link_format import NoCommonFormat, link_format
-from broker.ha.names import URL_PROPERTY
+from broker.ha.names import ADMIN_PROPERTY, BACKUP_PROPERTY, EPOCH_PROPERTY, URL_PROPERTY
+from broker.ha.redial import DialFailures
 from broker.ha.replicate_level import ReplicateLevel
-from broker.ha.replication_contract import Uncarried
+from broker.ha.replication_contract import ContractFloor, Uncarried
+from broker.ha.role_events import Action, EpochSeen, Event
 from broker.ha.state import HaState
 from common.formats import FormatRange
+
+if TYPE_CHECKING:
+    from broker.amqp.context import AdmittedConnection
 
 
 def client_refusal(state: HaState, not_serving: bool, public_url: str) -> AmqpError | None:
@@ -84,3 +90,127 @@ def link_carry_refusal(
         f"no common replication format carries this primary's configuration: backup {backup}"
         f" speaks replication format {format_} at most: upgrade it; {found}",
     )
+
+
+class AdmissionHost(Protocol):
+    """What :class:`HaAdmission` needs of the HA broker that owns it."""
+
+    @property
+    def state(self) -> HaState: ...
+
+    @property
+    def fenced(self) -> bool: ...
+
+    def may_confirm(self) -> bool:
+        """Does the cluster manager's lease hold (a primary whose lease ran out fences)?"""
+        ...
+
+    def handle(self, event: Event) -> list[Action]:
+        """Feed one event to the role and perform its actions."""
+        ...
+
+    def now(self) -> float: ...
+
+    def tell(self, event: str, fields: dict[str, Any]) -> None:
+        """Hand an HA event just logged to the broker's listeners."""
+        ...
+
+
+class HaAdmission:
+    """The connection admission policy of an HA broker (``BrokerContext.admission``): a
+    backup refuses every connection except HA admin ones with 530 NOT_ALLOWED ("HA backup:
+    not the primary ..."), so clients move on to the next address of their URL list; the
+    primary accepts clients and backup links of ``ha-username`` whose format carries what
+    it holds (counted in the contract's floor while open). It logs a new primary's first
+    client connection and first publisher confirm (the console's client outage).
+
+    THREAD UNSAFE: the broker's event loop owns it."""
+
+    def __init__(
+        self,
+        host: AdmissionHost,
+        log: Any,
+        *,
+        public_url: str,
+        link_user: str | None,
+        formats: FormatRange,
+        vhosts: Iterable[VirtualHost],
+        replicate_default: ReplicateLevel,
+        contract_floor: ContractFloor,
+    ) -> None:
+        self._host = host
+        self._log = log
+        self._public_url = public_url
+        self._link_user = link_user
+        self._formats = formats
+        self._vhosts = vhosts
+        self._default = replicate_default
+        self._floor = contract_floor
+        #: What a backup of a lower format could not apply, remembered per object.
+        self._uncarried = Uncarried()
+        #: Format refusals logged: the same one (backup and ranges) once a minute at most.
+        self._refusals = DialFailures(60.0)
+        #: Still to log since this broker's promotion: its first client connection and
+        #: first publisher confirm (the console's client outage, docs/log-schema.md).
+        self._clients_back: set[str] = set()
+
+    def recovering(self) -> None:
+        """The broker was just promoted: log its first client connection and confirm."""
+        self._clients_back = {"ha_first_client_connection", "ha_first_client_confirm"}
+
+    def known_hosts(self) -> str:
+        """connection.open-ok's known-hosts for an admitted client: the public URL."""
+        return self._public_url
+
+    def admit(self, connection: AdmittedConnection) -> AmqpError | None:
+        host = self._host
+        props = connection.client_properties
+        if props.get(ADMIN_PROPERTY):
+            return None
+        refusal = client_refusal(
+            host.state, host.fenced or not host.may_confirm(), self._public_url
+        )
+        if refusal is None and props.get(BACKUP_PROPERTY):
+            refusal = link_user_refusal(self._link_user, connection.user)
+            if refusal is None:
+                host.handle(EpochSeen(int(props.get(EPOCH_PROPERTY) or 0)))
+                if host.fenced:
+                    return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: newer epoch")
+                refusal = link_format_refusal(self._formats, props, connection.peer)
+                if refusal is None:
+                    refusal = self._link_carry(connection)
+                now, text = host.now(), refusal and refusal.reply_text
+                if text and self._refusals.failed(text, text, now):
+                    self._log.warning("ha_link_format_refused", peer=connection.peer, reason=text)
+        elif refusal is None:
+            self._client_back("ha_first_client_connection", connection)
+        return refusal
+
+    def _link_carry(self, connection: AdmittedConnection) -> AmqpError | None:
+        """Admit a backup's link of a format that carries what this broker holds (and
+        count it in the contract's floor from now on), else refuse it (540)."""
+        props = connection.client_properties
+        backup = str(props.get(URL_PROPERTY) or connection.peer)
+        format_ = link_format(self._formats, props, f"backup {backup}")
+        refusal = link_carry_refusal(self._vhosts, self._default, format_, backup, self._uncarried)
+        if refusal is None:
+            self._floor.link_admitted(connection, format_, backup)
+        return refusal
+
+    def released(self, connection: AdmittedConnection) -> None:
+        self._floor.link_released(connection)
+
+    def may_confirm(self) -> bool:
+        """Publisher confirms go out only while the lease holds."""
+        return self._host.may_confirm()
+
+    def confirms_sent(self, connection: AdmittedConnection) -> None:
+        if self._clients_back and not connection.client_properties.get(BACKUP_PROPERTY):
+            self._client_back("ha_first_client_confirm", connection)
+
+    def _client_back(self, event: str, connection: AdmittedConnection) -> None:
+        """Log (and tell the listeners) a client's first ``event`` since the promotion."""
+        if event in self._clients_back:
+            self._clients_back.discard(event)
+            self._log.info(event, connection=connection.name, user=connection.user)
+            self._host.tell(event, {"connection": connection.name})

@@ -24,7 +24,7 @@ __all__ = ["NotPrimary", "describe_dial_failure", "format_refusal"]
 
 #: States of a broker that may yet become the primary: refusals from them are routine.
 _BACKUP_STATES = (HaState.JOINING.value, HaState.CATCHUP.value, HaState.READY.value)
-#: The text of a backup's 530 refusal (:meth:`~broker.ha.ha_broker.HaBroker.admit`).
+#: The text of a backup's 530 refusal (:meth:`~broker.ha.admission.HaAdmission.admit`).
 _NOT_PRIMARY = re.compile(r"^HA backup: not the primary \(state (?P<state>[\w-]+)\)")
 
 

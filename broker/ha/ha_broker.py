@@ -8,9 +8,10 @@ what happens (link callbacks, streams opened and closed, management calls, ticks
 events and performs the actions it returns (:meth:`HaBroker._perform`), in order. It
 
 - logs every transition (``ha_state_changed``); an illegal one stops the broker (fail-stop);
-- is the connection admission policy: a backup refuses every connection except HA admin
-  ones with 530 NOT_ALLOWED ("HA backup: not the primary ..."), so clients move on to the
-  next address of their URL list; the primary accepts clients and backup links;
+- owns the connection admission policy (:class:`~broker.ha.admission.HaAdmission`): a
+  backup refuses every connection except HA admin ones with 530 NOT_ALLOWED ("HA backup:
+  not the primary ..."), so clients move on to the next address of their URL list; the
+  primary accepts clients and backup links;
 - runs the :class:`~broker.ha.backup.BackupLink` while a backup, and the
   :class:`~broker.ha.primary.Primary` role with its replication streams once promoted;
 - keeps the fencing epoch (:class:`~broker.ha.epoch.EpochStore`): a primary that sees a
@@ -33,38 +34,27 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from broker.core.errors import AmqpError, ReplyCode
 from broker.core.vhosts import VirtualHosts, key_of
-from broker.ha.admission import (
-    client_refusal,
-    link_carry_refusal,
-    link_format_refusal,
-    link_user_refusal,
-)
+from broker.ha.admission import HaAdmission
 from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
 from broker.ha.beyond_joining import cluster_beyond_joining
 from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
 from broker.ha.ha_status import ha_status_steps, in_sync_status, member_dicts
-from broker.ha.id_set import MAX_ID
-from broker.ha.link_format import link_format
+from broker.ha.id_era import enter_era
 from broker.ha.names import (
-    ADMIN_PROPERTY,
-    BACKUP_PROPERTY,
     BASE_EPOCH_PROPERTY,
     BROKER_ID_PROPERTY,
     EPOCH_PROPERTY,
     FORMATS_PROPERTY,
     PUBLIC_URL_PROPERTY,
     STATUS_PROPERTY,
-    URL_PROPERTY,
 )
 from broker.ha.primary import Primary, PrimaryListener
-from broker.ha.redial import DialFailures
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
-from broker.ha.replication_contract import ContractFloor, ReplicationContract, Uncarried
+from broker.ha.replication_contract import ContractFloor, ReplicationContract
 from broker.ha.replication_errors import ReplicationErrors
 from broker.ha.role import HaRole
 from broker.ha.role_events import (
@@ -79,7 +69,6 @@ from broker.ha.role_events import (
     Dial,
     DropLink,
     EpochPersisted,
-    EpochSeen,
     Event,
     Fence,
     FenceBroker,
@@ -113,18 +102,10 @@ from common.url import Address, parse_url
 from common.version import replication_formats
 
 if TYPE_CHECKING:
-    from broker.amqp.connection import Connection
+    from broker.amqp.context import BrokerContext
     from broker.liveness import LeaseOffers
     from broker.options import BrokerOptions
     from broker.store.data_dir import DataDir
-
-
-#: A primary promoted at epoch E numbers new messages on every queue from ``E << ERA_SHIFT``
-#: (its *era*): ids are unique per queue across primaries, restarts and stores. 2**40 ids
-#: per queue per era; epochs up to 2**23 fit in the 63 bits of an id.
-ERA_SHIFT = 40
-#: Ids a new primary skips at least on every queue (when its era cannot: epoch >= 2**23).
-REPLICATION_ID_GAP = 2**32
 
 
 class PromoteError(Exception):
@@ -141,7 +122,7 @@ class HaBroker:
     def __init__(
         self,
         vhost: Any,
-        context: Any,
+        context: BrokerContext,
         options: BrokerOptions,
         *,
         amqp_port: Callable[[], int],
@@ -182,12 +163,8 @@ class HaBroker:
         #: Which format's limits a client's declare is held to (the lowest the cluster may
         #: use: backup links admitted, members the cluster manager reported).
         self.contract_floor = ContractFloor(self.formats)
-        #: What a backup of a lower format could not apply, remembered per object.
-        self._uncarried = Uncarried()
         # What a client declares must be what the replication wire carries (issue 24).
         vhost.hold_contract(ReplicationContract(self.replicate_default, self.contract_floor))
-        #: Format refusals logged: the same one (backup and ranges) once a minute at most.
-        self._refusals = DialFailures(60.0)
         self.primary: Primary | None = None
         #: lease renewals taken off the loop (broker.liveness), applied before a lease check
         self.lease_offers: LeaseOffers | None = None
@@ -198,10 +175,18 @@ class HaBroker:
         #: On a backup: the membership last heard from a primary.
         self.members: list[dict[str, Any]] = []
         self._promoting = asyncio.Lock()
-        #: Still to log since this broker's promotion: its first client connection and
-        #: first publisher confirm (the console's client outage, docs/log-schema.md).
-        self._clients_back: set[str] = set()
-        context.admission = self
+        #: Whom this broker serves (``BrokerContext.admission``).
+        self.admission = HaAdmission(
+            self,
+            self.log_,
+            public_url=self.public_url,
+            link_user=options.ha_username,
+            formats=self.formats,
+            vhosts=vhost if isinstance(vhost, VirtualHosts) else [vhost],  # read at each admit
+            replicate_default=self.replicate_default,
+            contract_floor=self.contract_floor,
+        )
+        context.admission = self.admission
         context.server_properties = self.server_properties
         set_log_context(epoch=self.epoch)
 
@@ -240,7 +225,7 @@ class HaBroker:
     def log(self, event: str, **fields: Any) -> None:
         self.log_.info(event, **fields)
 
-    def _tell(self, event: str, fields: dict[str, Any]) -> None:
+    def tell(self, event: str, fields: dict[str, Any]) -> None:
         """Hand an HA event just logged to :attr:`listeners`; a listener that fails is
         logged and never stops the role."""
         for listener in self.listeners:
@@ -261,10 +246,6 @@ class HaBroker:
             **({} if base is None else {BASE_EPOCH_PROPERTY: base}),
         }
 
-    def known_hosts(self) -> str:
-        """connection.open-ok's known-hosts for an admitted client: the public URL."""
-        return self.public_url
-
     # -- events in, actions out ----------------------------------------------------------
     def handle(self, event: Event) -> list[Action]:
         """Feed one event to the role and perform its actions; the actions left to the
@@ -282,14 +263,14 @@ class HaBroker:
         match action:
             case Log(event, level, fields):
                 getattr(self.log_, level)(event, **dict(fields))
-                self._tell(event, dict(fields))
+                self.tell(event, dict(fields))
             case ChangeState(old, new, reason, fields):
                 self.log_.info(
                     "ha_state_changed", old=old.value, new=new.value, reason=reason, **dict(fields)
                 )
-                self._tell("ha_state_changed", {"old": old.value, "new": new.value, **dict(fields)})
+                self.tell("ha_state_changed", {"old": old.value, "new": new.value, **dict(fields)})
                 if new is HaState.RECOVERING:
-                    self._clients_back = {"ha_first_client_connection", "ha_first_client_confirm"}
+                    self.admission.recovering()
             case PersistEpoch(epoch):
                 self.epoch_store.observe(epoch)
                 set_log_context(epoch=self.epoch_store.current)
@@ -440,55 +421,6 @@ class HaBroker:
     def queue_deleted(self, name: str) -> None:
         self.handle(QueueDeleted(name))
 
-    # -- admission ---------------------------------------------------------------------
-    def admit(self, connection: Connection) -> AmqpError | None:
-        props = connection.client_properties
-        if props.get(ADMIN_PROPERTY):
-            return None
-        refusal = client_refusal(self.state, self.fenced or not self.may_confirm(), self.public_url)
-        if refusal is None and props.get(BACKUP_PROPERTY):
-            refusal = link_user_refusal(self.options.ha_username, connection.user)
-            if refusal is None:
-                self.handle(EpochSeen(int(props.get(EPOCH_PROPERTY) or 0)))
-                if self.fenced:
-                    return AmqpError(ReplyCode.NOT_ALLOWED, "HA broker fenced: newer epoch")
-                refusal = link_format_refusal(self.formats, props, connection.peer)
-                if refusal is None:
-                    refusal = self._link_carry(connection)
-                now, text = self.context.clock(), refusal and refusal.reply_text
-                if text and self._refusals.failed(text, text, now):
-                    self.log_.warning("ha_link_format_refused", peer=connection.peer, reason=text)
-        elif refusal is None:
-            self._client_back("ha_first_client_connection", connection)
-        return refusal
-
-    def _link_carry(self, connection: Connection) -> AmqpError | None:
-        """Admit a backup's link of a format that carries what this broker holds (and
-        count it in the contract's floor from now on), else refuse it (540)."""
-        props = connection.client_properties
-        backup = str(props.get(URL_PROPERTY) or connection.peer)
-        format_ = link_format(self.formats, props, f"backup {backup}")
-        vhosts = self.vhost if isinstance(self.vhost, VirtualHosts) else [self.vhost]
-        default = self.replicate_default
-        refusal = link_carry_refusal(vhosts, default, format_, backup, self._uncarried)
-        if refusal is None:
-            self.contract_floor.link_admitted(connection, format_, backup)
-        return refusal
-
-    def released(self, connection: Connection) -> None:
-        self.contract_floor.link_released(connection)
-
-    def confirms_sent(self, connection: Connection) -> None:
-        if self._clients_back and not connection.client_properties.get(BACKUP_PROPERTY):
-            self._client_back("ha_first_client_confirm", connection)
-
-    def _client_back(self, event: str, connection: Connection) -> None:
-        """Log (and tell the listeners) a client's first ``event`` since the promotion."""
-        if event in self._clients_back:
-            self._clients_back.discard(event)
-            self.log_.info(event, connection=connection.name, user=connection.user)
-            self._tell(event, {"connection": connection.name})
-
     # -- the cluster manager's lease ----------------------------------------------------
     def grant_lease(self, seconds: float) -> None:
         """The cluster manager vouches for this primary for ``seconds`` more.
@@ -589,7 +521,7 @@ class HaBroker:
                 set_log_context(epoch=self.epoch_store.current)
                 members = tuple(
                     (str(m.get("id")), str(m.get("url")), str(m.get("state")))
-                    for m in self._last_members()
+                    for m in self.last_members()
                 )
                 return self.handle(EpochPersisted(new_epoch, members))
             case DropLink():
@@ -613,16 +545,8 @@ class HaBroker:
         self.link = None
 
     def _start_primary(self, expected: dict[str, str]) -> list[Action]:
-        # Never reuse a replication id: another backup may hold ids past ours for messages
-        # of the old primary that never reached us, and a store recovered after a restart
-        # may end below ids used before it (the reconnect handshake would take an old,
-        # unconfirmed message for a new one). An era no earlier primary used avoids both.
         self.lineage.promoted(self.epoch_store.current)  # this era is the store's now
-        era = self.epoch_store.current << ERA_SHIFT
-        if era > MAX_ID:
-            era = 0
-        for queue in self.vhost.queues.values():
-            queue.last_position = max(era, queue.last_position + REPLICATION_ID_GAP)
+        enter_era(self.vhost.queues.values(), self.epoch_store.current)  # no id reused
         self.identity.promoted()  # the cluster's first primary creates its id
         primary = Primary(
             self.vhost,
@@ -643,7 +567,10 @@ class HaBroker:
         left = self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
         return left + self.handle(Tick(now))  # active at once when nobody is expected
 
-    def _last_members(self) -> list[dict[str, Any]]:
+    def now(self) -> float:
+        return self.context.clock()
+
+    def last_members(self) -> list[dict[str, Any]]:
         if self.link is not None and self.link.replicator.members:
             return list(self.link.replicator.members)
         return self.members

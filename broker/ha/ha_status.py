@@ -10,14 +10,82 @@ THREAD UNSAFE: read on the broker's event loop.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from common.slices import SLICE, Steps, rows_in_slices
 
 if TYPE_CHECKING:
     from broker.core.queue import Queue
-    from broker.ha.ha_broker import HaBroker
+    from broker.ha.backup import BackupLink
+    from broker.ha.cluster_identity import ClusterIdentity
+    from broker.ha.primary import Primary
+    from broker.ha.replication_errors import ReplicationErrors
     from broker.ha.role import HaRole
+    from broker.ha.state import HaState
+    from broker.ha.streams import PrimaryStreams
+    from common.formats import FormatRange
+
+
+class HaStatusSource(Protocol):
+    """What the status view reads of an HA broker (:class:`~broker.ha.ha_broker.HaBroker`):
+    its public members only, each read when the slice that shows it runs."""
+
+    @property
+    def state(self) -> HaState: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def broker_id(self) -> str: ...
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def public_url(self) -> str: ...
+
+    @property
+    def primary_address(self) -> str | None: ...
+
+    @property
+    def lease_until(self) -> float | None: ...
+
+    @property
+    def identity(self) -> ClusterIdentity: ...
+
+    @property
+    def formats(self) -> FormatRange: ...
+
+    @property
+    def role(self) -> HaRole: ...
+
+    @property
+    def vhost(self) -> Any: ...
+
+    @property
+    def link(self) -> BackupLink | None: ...
+
+    @property
+    def primary(self) -> Primary | None: ...
+
+    @property
+    def streams(self) -> PrimaryStreams | None: ...
+
+    @property
+    def backup_errors(self) -> ReplicationErrors: ...
+
+    def now(self) -> float:
+        """The broker's clock."""
+        ...
+
+    def membership(self) -> list[dict[str, Any]]:
+        """A primary's members, as its membership message shows them."""
+        ...
+
+    def last_members(self) -> list[dict[str, Any]]:
+        """A backup's membership last heard from a primary."""
+        ...
 
 
 def member_dicts(members: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:
@@ -38,7 +106,7 @@ def in_sync_status(role: HaRole) -> dict[str, Any]:
     }
 
 
-def ha_status_steps(ha: HaBroker) -> Steps[dict[str, Any]]:
+def ha_status_steps(ha: HaStatusSource) -> Steps[dict[str, Any]]:
     """What GET /api/ha shows, in slices of :data:`SLICE` rows (the management API runs a
     slice a turn of the event loop: 10,000 queues in one callback held it 0.5-0.8 s). The
     queues and each backup's streams are listed when the first slice runs; each row reads
@@ -55,7 +123,7 @@ def ha_status_steps(ha: HaBroker) -> Steps[dict[str, Any]]:
         own = [q for _key, q in sorted(ha.vhost.queues.items()) if q.exclusive_owner is None]
         queues = yield from rows_in_slices(own, _queue_row)
     backups = yield from _backups_status(ha)
-    now = ha.context.clock()
+    now = ha.now()
     return {
         "state": ha.state.value,
         "epoch": ha.epoch,
@@ -65,7 +133,7 @@ def ha_status_steps(ha: HaBroker) -> Steps[dict[str, Any]]:
         "url": ha.url,
         "public_url": ha.public_url,
         "primary": ha.primary_address if ha.primary is None else ha.url,
-        "members": ha.membership() if ha.primary is not None else ha._last_members(),
+        "members": ha.membership() if ha.primary is not None else ha.last_members(),
         "queues": queues,
         "held_confirms": ha.primary.held_confirms() if ha.primary else 0,
         "lease_remaining": (
@@ -73,7 +141,7 @@ def ha_status_steps(ha: HaBroker) -> Steps[dict[str, Any]]:
         ),
         "orphan_queues": ha.primary.orphans.waiting(now) if ha.primary else {},
         "backups": backups,
-        "in_sync": ha.in_sync_status() if ha.primary is not None else None,
+        "in_sync": in_sync_status(ha.role) if ha.primary is not None else None,
         # A primary's backups whose replication failed (linked now or not) and that are not
         # ready again: which backup, which object, why.
         "replication_errors": ha.backup_errors.views(lambda backup_id: _ready(ha, backup_id)),
@@ -104,12 +172,12 @@ def _queue_row(queue: Queue) -> dict[str, Any]:
     }
 
 
-def _ready(ha: HaBroker, backup_id: str) -> bool:
+def _ready(ha: HaStatusSource, backup_id: str) -> bool:
     record = ha.role.backups.get(backup_id)
     return record is not None and record.ready and record.connected
 
 
-def _backups_status(ha: HaBroker) -> Steps[list[dict[str, Any]]]:
+def _backups_status(ha: HaStatusSource) -> Steps[list[dict[str, Any]]]:
     primary, streams = ha.primary, ha.streams
     if primary is None or streams is None:
         return []

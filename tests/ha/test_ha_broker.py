@@ -10,7 +10,8 @@ import pytest
 from pamqp import commands
 
 from broker.core.errors import ReplyCode
-from broker.ha.ha_broker import ERA_SHIFT, HaBroker, PromoteError
+from broker.ha.ha_broker import HaBroker, PromoteError
+from broker.ha.id_era import ERA_SHIFT
 from broker.ha.role_events import CaughtUp, LinkUp
 from broker.ha.state import HaState
 from broker.options import parse_options

@@ -40,7 +40,7 @@ from pamqp.base import Frame as Method
 from broker.amqp.channel_consume import Delivery
 from broker.amqp.context import BrokerContext
 from broker.core.vhost import VirtualHost
-from broker.ha.ha_broker import REPLICATION_ID_GAP
+from broker.ha.id_era import REPLICATION_ID_GAP
 from broker.ha.primary import PrimaryListener
 from broker.ha.replicate_level import ReplicateLevel, exchange_replicated, queue_level
 from broker.ha.replication_contract import ReplicationContract
