@@ -66,6 +66,19 @@ MANAGER_SEEN_WITHIN = 2.0
 MAX_EPOCH = 2**63 - 1
 
 
+async def _manager_command(request: web.Request, fields: set[str], refusal: str) -> dict[str, Any]:
+    """The JSON body of a cluster manager's command (promote, lease, in-sync, members,
+    shutdown): 400 for a field outside ``fields``, then 403 with ``refusal`` unless it says
+    ``cluster_manager: true``."""
+    data = await read_json_object(request)
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
+    if data.get("cluster_manager") is not True:
+        raise ApiError(HTTPStatus.FORBIDDEN, refusal)
+    return data
+
+
 def _lease_seconds(data: dict[str, Any]) -> float | None:
     lease = data.get("lease")
     if lease is None:
@@ -168,18 +181,12 @@ class HaEndpoints:
         names this broker's store (refused, 409, when this broker's store is another): a
         joining broker is then refused only beside a serving primary (issue 25, item 3)."""
         ha = self._ha()
-        data = await read_json_object(request)
-        fields = {"cluster_manager", "epoch", "lease", "in_sync", "agent", "force"}
-        fields.add("committed_store")
-        unknown = sorted(set(data) - fields)
-        if unknown:
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
-        if data.get("cluster_manager") is not True:
-            raise ApiError(
-                HTTPStatus.FORBIDDEN,
-                "promote is a cluster-manager command: only the cluster manager may promote"
-                " (send cluster_manager: true)",
-            )
+        data = await _manager_command(
+            request,
+            {"cluster_manager", "epoch", "lease", "in_sync", "agent", "force", "committed_store"},
+            "promote is a cluster-manager command: only the cluster manager may promote"
+            " (send cluster_manager: true)",
+        )
         epoch = data.get("epoch")
         if epoch is not None and not _is_epoch(epoch):
             raise ApiError(HTTPStatus.BAD_REQUEST, f"epoch must be 0..{MAX_EPOCH}: {epoch!r}")
@@ -224,15 +231,11 @@ class HaEndpoints:
         """POST /api/ha/lease {"cluster_manager": true, "lease": seconds}: renew the primary's
         lease (cluster managers only); a primary whose lease runs out fences itself."""
         ha = self._ha()
-        data = await read_json_object(request)
-        unknown = sorted(set(data) - {"cluster_manager", "lease"})
-        if unknown:
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
-        if data.get("cluster_manager") is not True:
-            raise ApiError(
-                HTTPStatus.FORBIDDEN,
-                "the lease is a cluster-manager command (send cluster_manager: true)",
-            )
+        data = await _manager_command(
+            request,
+            {"cluster_manager", "lease"},
+            "the lease is a cluster-manager command (send cluster_manager: true)",
+        )
         lease = _lease_seconds(data)
         if lease is None:
             raise ApiError(HTTPStatus.BAD_REQUEST, "lease (seconds) is required")
@@ -256,15 +259,11 @@ class HaEndpoints:
         in-sync set committed at epoch E; the primary releases the confirms it holds for
         every backup that went away and is not in it (cluster managers only)."""
         ha = self._ha()
-        data = await read_json_object(request)
-        unknown = sorted(set(data) - {"cluster_manager", "epoch", "members"})
-        if unknown:
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
-        if data.get("cluster_manager") is not True:
-            raise ApiError(
-                HTTPStatus.FORBIDDEN,
-                "the in-sync set is the cluster manager's (send cluster_manager: true)",
-            )
+        data = await _manager_command(
+            request,
+            {"cluster_manager", "epoch", "members"},
+            "the in-sync set is the cluster manager's (send cluster_manager: true)",
+        )
         epoch = data.get("epoch")
         if not _is_epoch(epoch):
             raise ApiError(HTTPStatus.BAD_REQUEST, f"epoch must be 0..{MAX_EPOCH}: {epoch!r}")
@@ -286,15 +285,11 @@ class HaEndpoints:
         held to the lowest format a link to one of them would use (cluster managers only).
         Answers that floor: ``{"format": N, "why": ...}``."""
         ha = self._ha()
-        data = await read_json_object(request)
-        unknown = sorted(set(data) - {"cluster_manager", "replication_formats"})
-        if unknown:
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
-        if data.get("cluster_manager") is not True:
-            raise ApiError(
-                HTTPStatus.FORBIDDEN,
-                "the members' formats are the cluster manager's (send cluster_manager: true)",
-            )
+        data = await _manager_command(
+            request,
+            {"cluster_manager", "replication_formats"},
+            "the members' formats are the cluster manager's (send cluster_manager: true)",
+        )
         raw = data.get("replication_formats")
         if not isinstance(raw, dict):
             raise ApiError(HTTPStatus.BAD_REQUEST, "replication_formats must be an object")
@@ -314,15 +309,11 @@ class HaEndpoints:
         only). ``quiesce``: stop serving clients (the primary, first) and answer; else answer,
         then stop as on SIGTERM, leaving the store clean with ``shutdown_id``."""
         self._ha()
-        data = await read_json_object(request)
-        unknown = sorted(set(data) - {"cluster_manager", "shutdown_id", "quiesce"})
-        if unknown:
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown field(s): {', '.join(unknown)}")
-        if data.get("cluster_manager") is not True:
-            raise ApiError(
-                HTTPStatus.FORBIDDEN,
-                "shutdown is a cluster-manager command (send cluster_manager: true)",
-            )
+        data = await _manager_command(
+            request,
+            {"cluster_manager", "shutdown_id", "quiesce"},
+            "shutdown is a cluster-manager command (send cluster_manager: true)",
+        )
         shutdown_id = data.get("shutdown_id")
         if not isinstance(shutdown_id, str) or parse_id(shutdown_id) != shutdown_id:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"shutdown_id must be a UUID: {shutdown_id!r}")
