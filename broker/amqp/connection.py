@@ -83,6 +83,9 @@ class Connection:
         self.name = f"{peer} #{self.id}"
         self.vhost = ctx.vhost
         self.on_output = on_output
+        #: Offered the bytes read when the protocol header is not 0-9-1's: True when
+        #: another protocol's connection takes the socket (AMQP 1.0: the shell's).
+        self.on_other_header: Callable[[bytes], bool] | None = None
         self.state = S.AWAIT_HEADER
         self.channels: dict[int, Channel] = {}
         self.client_properties: dict[str, Any] = {}
@@ -245,6 +248,11 @@ class Connection:
                 return
             header = bytes(buf[:8])
             if header != framing.PROTOCOL_HEADER:
+                other = self.on_other_header
+                if other is not None and other(bytes(buf)):
+                    buf.clear()  # another protocol's connection took the socket
+                    self.ctx.connections.pop(self.id, None)
+                    return
                 self.methods.bad_protocol_header(header)
                 return
             pos = 8

@@ -1,5 +1,6 @@
 """What a channel and its parts need of the connection they run on: :class:`Wire` and
-:class:`ChannelConnection`.
+:class:`ChannelConnection`; and what the socket's shell needs of either protocol's
+connection: :class:`ShellConnection`.
 
 A connection (:class:`~broker.amqp.connection.Connection`) is both, structurally: it
 builds its channels with itself as their :class:`ChannelConnection`, and a channel hands
@@ -22,8 +23,9 @@ from typing import Any, Protocol
 from pamqp.base import Frame as Method
 
 from broker.amqp.context import BrokerContext
-from broker.core.errors import AmqpError
+from broker.core.errors import AmqpError, ReplyCode
 from broker.core.vhost import VirtualHost
+from broker.security.sasl import PasswordCheck
 
 
 class Wire(Protocol):
@@ -87,3 +89,47 @@ class ChannelConnection(Wire, Protocol):
     def request_pump(self, key: int, pump: Callable[[], None]) -> None: ...
 
     def connection_error(self, error: AmqpError) -> None: ...
+
+
+class ShellConnection(Protocol):
+    """What the asyncio shell (:class:`~broker.amqp.protocol.AmqpProtocol`) and the broker
+    (shutdown, fencing, a deleted vhost, resource alarms) need of a connection core: the
+    0-9-1 :class:`~broker.amqp.connection.Connection` or, after an AMQP 1.0 protocol
+    header, :class:`broker.amqp10.connection.Connection`."""
+
+    ctx: BrokerContext
+    vhost: VirtualHost
+    should_close: bool
+    close_reason: str | None
+    on_reading_changed: Callable[[], None] | None
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def is_open(self) -> bool: ...
+
+    @property
+    def reading_paused(self) -> bool: ...
+
+    @property
+    def login_check(self) -> PasswordCheck | None: ...
+
+    @property
+    def client_properties(self) -> Mapping[str, Any]: ...
+
+    def receive_data(self, data: bytes) -> None: ...
+
+    def data_to_send(self) -> bytes: ...
+
+    def password_checked(self, matched: bool) -> None: ...
+
+    def publishers_blocked(self, reason: str | None) -> None: ...
+
+    def set_writable(self, writable: bool) -> None: ...
+
+    def tick(self) -> None: ...
+
+    def close(self, reply_code: ReplyCode, text: str) -> None: ...
+
+    def connection_lost(self) -> None: ...

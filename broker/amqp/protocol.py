@@ -10,6 +10,13 @@ burst of logins does not stall the loop. The socket is also not read while the c
 says ``reading_paused`` (a resource alarm, too much kept behind held basic.gets):
 :meth:`AmqpProtocol._follow_reading` after each read and whenever the connection says it
 changed.
+
+The same port serves AMQP 1.0: the 0-9-1 connection reads the protocol header, and one of
+1.0's (:func:`broker.amqp10.framing.is_amqp10_header`) is handed back here
+(``on_other_header``), where a :class:`broker.amqp10.connection.Connection` takes the socket
+from its first byte on; the shell then serves it through the same calls
+(:class:`~broker.amqp.ports.ShellConnection`). The 0-9-1 path pays nothing for it: the
+hand-over is decided once, at the header.
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ from typing import cast
 
 from broker.amqp.connection import Connection
 from broker.amqp.context import BrokerContext
+from broker.amqp.ports import ShellConnection
+from broker.amqp10.connection import Connection as Amqp10Connection
+from broker.amqp10.framing import is_amqp10_header
 from broker.listen import peer_address
 from broker.security.password_checks import run_password_check
 from broker.security.tls import certificate_identity
@@ -34,7 +44,7 @@ class AmqpProtocol(asyncio.Protocol):
 
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self.connection: Connection | None = None
+        self.connection: ShellConnection | None = None
         self.transport: asyncio.Transport | None = None
         self._flush_scheduled = False
         self._checking_login = False
@@ -52,7 +62,7 @@ class AmqpProtocol(asyncio.Protocol):
         # an IPv4 client of the dual-stack listener as IPv4 (loopback rule, names, logs)
         host, peer = peer_address(transport.get_extra_info("peername"))
         identity = certificate_identity(transport.get_extra_info("peercert"))  # TLS only
-        self.connection = Connection(
+        connection = Connection(
             self.ctx,
             peer,
             on_output=self._schedule_flush,
@@ -60,7 +70,30 @@ class AmqpProtocol(asyncio.Protocol):
             tls_identity=identity,
             encrypted=transport.get_extra_info("ssl_object") is not None,
         )
-        self.connection.on_reading_changed = self._follow_reading
+        connection.on_reading_changed = self._follow_reading
+        connection.on_other_header = self._other_header
+        self.connection = connection
+
+    def _other_header(self, data: bytes) -> bool:
+        """The 0-9-1 connection read a protocol header not its own (``data``: everything
+        read so far): an AMQP 1.0 connection takes the socket, or False."""
+        old = self.connection
+        if not is_amqp10_header(data[:8]) or not isinstance(old, Connection):
+            return False
+        new = Amqp10Connection(
+            self.ctx,
+            old.peer,
+            on_output=self._schedule_flush,
+            peer_host=old.peer_host,
+            tls_identity=old.tls_identity,
+            encrypted=old.encrypted,
+        )
+        self.connection = new
+        new.receive_data(data)
+        self.flush()
+        if new.login_check is not None and not self._checking_login:
+            self._check_login(new)
+        return True
 
     def data_received(self, data: bytes) -> None:
         connection = self.connection
@@ -89,7 +122,7 @@ class AmqpProtocol(asyncio.Protocol):
             else:
                 transport.resume_reading()
 
-    def _check_login(self, connection: Connection) -> None:
+    def _check_login(self, connection: ShellConnection) -> None:
         """Run the password hash in a thread; read nothing more until it is decided."""
         check = connection.login_check
         assert check is not None

@@ -1,0 +1,21 @@
+"""AMQP 1.0 (OASIS/ISO), beside 0-9-1 on the same ports and over the same broker core.
+
+The listener reads the 8-byte protocol header; an AMQP 1.0 one hands the socket to a
+:class:`~broker.amqp10.connection.Connection` (:mod:`broker.amqp.protocol`). Layers, each
+sans-I/O (bytes or values in, bytes or values out), bottom up:
+
+- :mod:`.types`, :mod:`.codec`: the type system and its encoding (ours: why, in
+  :mod:`.codec`); :mod:`.composite`: described lists with named, typed fields;
+- :mod:`.performatives` (open ... close, SASL, delivery states, termini),
+  :mod:`.sections` (a message's sections), :mod:`.framing` (headers, frames);
+- :mod:`.connection` (headers, SASL through :mod:`.sasl`, open/close, heartbeats, errors in
+  their scope: :mod:`.errors`), :mod:`.session` (windows, attach, dispositions),
+  :mod:`.receiver` (the client publishes: credit, the confirm holds 0-9-1's publishes take)
+  and :mod:`.sender` (the client consumes: a queue consumer with credit);
+- :mod:`.addresses` (what a terminus names), :mod:`.mapping` (a 1.0 message as the 0-9-1
+  message the broker stores, and back: RabbitMQ 4's mapping).
+
+No 1.0 path goes through the 0-9-1 Channel: links publish through
+``VirtualHost.publish`` and consume as ``Queue`` consumers, the broker core both protocols
+share. docs/amqp-1-0.md says what is there and what is not yet.
+"""

@@ -1,0 +1,606 @@
+"""One AMQP 1.0 connection, without I/O: bytes in, bytes out (part 2, sections 2.2-2.4).
+
+The asyncio shell (:class:`broker.amqp.protocol.AmqpProtocol`, after the listener read an
+AMQP 1.0 protocol header: :func:`broker.amqp10.framing.is_amqp10_header`) feeds what it
+reads to :meth:`Connection.receive_data`, writes what :meth:`Connection.data_to_send`
+returns, calls :meth:`Connection.tick` for heartbeats and time-outs and
+:meth:`Connection.connection_lost` when the socket goes: the same calls as the 0-9-1
+:class:`~broker.amqp.connection.Connection`, so one shell serves both.
+
+The header decides the layer:
+
+- ``AMQP 3 1 0 0`` (SASL): our header and ``sasl-mechanisms``; ``sasl-init`` logs in
+  (:mod:`broker.amqp10.sasl`; a password hash waits in ``AWAIT_LOGIN`` with
+  :attr:`Connection.login_check` set, for the shell to run off the loop); ``sasl-outcome``;
+  then the client's ``AMQP 0 1 0 0`` and ours.
+- ``AMQP 0 1 0 0`` straight away: only with authentication off (``--auth no``), as the
+  user ``anonymous``; otherwise answered with the SASL header and closed, never logged in.
+- ``AMQP 2 1 0 0`` (TLS inside AMQP): answered with the SASL header and closed (TLS is the
+  TLS port's, ``--ssl-port``).
+
+Then ``open`` (its ``hostname`` ``vhost:NAME`` names a virtual host, any other the default
+one; the ACL's ``access``, the connection limit and the HA admission policy as for 0-9-1),
+sessions (:class:`~broker.amqp10.session.Session`), idle-time-out heartbeats both ways, and
+``close``. An error is answered in its scope (:class:`~broker.amqp10.errors.Amqp10Error`):
+a connection error with ``close`` (after an ``open`` of ours if none was sent yet), and
+the broker and every other connection carry on.
+
+THREAD UNSAFE: one event loop owns the connection.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from broker.amqp.context import BrokerContext
+from broker.amqp.handshake import open_vhost
+from broker.amqp10 import codec, sasl
+from broker.amqp10.codec import DecodeError
+from broker.amqp10.errors import (
+    CONNECTION_FORCED,
+    DECODE_ERROR,
+    FRAME_SIZE_TOO_SMALL,
+    FRAMING_ERROR,
+    ILLEGAL_STATE,
+    INTERNAL_ERROR,
+    RESOURCE_LIMIT_EXCEEDED,
+    Amqp10Error,
+    Scope,
+    from_core,
+)
+from broker.amqp10.framing import (
+    AMQP_HEADER,
+    EMPTY_FRAME,
+    FRAME_AMQP,
+    FRAME_SASL,
+    MIN_MAX_FRAME_SIZE,
+    SASL_HEADER,
+    frame,
+    read_frame,
+)
+from broker.amqp10.performatives import (
+    SASL_AUTH,
+    SASL_OK,
+    Begin,
+    Close,
+    End,
+    Error,
+    Open,
+    SaslInit,
+    SaslMechanisms,
+    SaslOutcome,
+)
+from broker.amqp10.session import Session
+from broker.core.errors import AmqpError, ReplyCode
+from broker.security.sasl import AuthenticationError, PasswordCheck
+
+
+class State(Enum):
+    AWAIT_HEADER = "await-header"
+    AWAIT_SASL_INIT = "await-sasl-init"
+    AWAIT_LOGIN = "await-login"
+    AWAIT_AMQP_HEADER = "await-amqp-header"
+    AWAIT_OPEN = "await-open"
+    OPEN = "open"
+    CLOSE_SENT = "close-sent"
+    CLOSED = "closed"
+
+
+S = State
+#: The legal moves (any state may also go to CLOSED).
+TRANSITIONS: dict[State, frozenset[State]] = {
+    S.AWAIT_HEADER: frozenset({S.AWAIT_SASL_INIT, S.AWAIT_OPEN}),
+    S.AWAIT_SASL_INIT: frozenset({S.AWAIT_LOGIN, S.AWAIT_AMQP_HEADER}),
+    S.AWAIT_LOGIN: frozenset({S.AWAIT_AMQP_HEADER}),
+    S.AWAIT_AMQP_HEADER: frozenset({S.AWAIT_OPEN}),
+    S.AWAIT_OPEN: frozenset({S.OPEN, S.CLOSE_SENT}),
+    S.OPEN: frozenset({S.CLOSE_SENT}),
+    S.CLOSE_SENT: frozenset(),
+    S.CLOSED: frozenset(),
+}
+_HANDSHAKE = frozenset(
+    {S.AWAIT_HEADER, S.AWAIT_SASL_INIT, S.AWAIT_LOGIN, S.AWAIT_AMQP_HEADER, S.AWAIT_OPEN}
+)
+_ids = itertools.count(1)
+#: A client's open names a virtual host with this prefix on its hostname (RabbitMQ's).
+VHOST_PREFIX = "vhost:"
+
+
+class Connection:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        ctx: BrokerContext,
+        peer: str,
+        on_output: Callable[[], None] | None = None,
+        peer_host: str | None = None,
+        tls_identity: str | None = None,
+        encrypted: bool = False,
+    ) -> None:
+        self.ctx = ctx
+        self.id = next(_ids)
+        self.peer = peer
+        self.peer_host = peer_host
+        self.tls_identity = tls_identity
+        self.encrypted = encrypted
+        self.name = f"{peer} #1.0-{self.id}"
+        self.vhost = ctx.vhost
+        self.on_output = on_output
+        self.on_reading_changed: Callable[[], None] | None = None
+        self.state = S.AWAIT_HEADER
+        self.user: str | None = None
+        self.client_properties: dict[str, Any] = {}
+        self.login_check: PasswordCheck | None = None
+        self.container_id = ""
+        settings = ctx.settings
+        self.max_frame_size = max(settings.frame_max, MIN_MAX_FRAME_SIZE)
+        self.peer_max_frame_size = MIN_MAX_FRAME_SIZE
+        self.channel_max = settings.channel_max
+        #: Our idle time-out (ms; 0: none) and the client's (we send at least that often).
+        self.idle_timeout_ms = settings.heartbeat * 1000
+        self.peer_idle_timeout_ms = 0
+        self.writable = True
+        self.should_close = False
+        self.close_reason: str | None = None
+        self.admitted = False
+        self.messages_published = 0
+        self.messages_delivered = 0
+        self.sessions: dict[int, Session] = {}  # by the client's channel
+        self._ending: set[int] = set()  # client channels we ended with an error
+        self._dispositions: set[Session] = set()
+        self._open_sent = False
+        self._buf = bytearray()
+        self._out: list[bytes] = []
+        self._in_receive = False
+        self._output_signalled = False
+        now = ctx.clock()
+        self.created = now
+        self._last_recv = now
+        self._last_send = now
+        self._closing_since = 0.0
+
+    # -- what the shell and the broker read ----------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self.state is S.OPEN
+
+    @property
+    def reading_paused(self) -> bool:
+        return False  # publishers are held back by credit, not by an unread socket
+
+    def set_state(self, new: State) -> None:
+        if new is not S.CLOSED and new not in TRANSITIONS[self.state]:
+            raise RuntimeError(f"AMQP 1.0 connection: illegal move {self.state} -> {new}")
+        self.state = new
+
+    # -- output --------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        if self.state is S.CLOSED:
+            return
+        self._out.append(data)
+        if not self._in_receive and not self._output_signalled and self.on_output is not None:
+            self._output_signalled = True
+            self.on_output()
+
+    def send_frame(self, channel: int, performative: Any, kind: int = FRAME_AMQP) -> None:
+        self.write(frame(channel, performative, kind=kind))
+
+    def session_has_dispositions(self, session: Session) -> None:
+        self._dispositions.add(session)
+        if not self._in_receive and not self._output_signalled and self.on_output is not None:
+            self._output_signalled = True
+            self.on_output()
+
+    def data_to_send(self) -> bytes:
+        self._output_signalled = False
+        if self._dispositions and (self.ctx.admission is None or self.ctx.admission.may_confirm()):
+            sessions = self._dispositions
+            self._dispositions = set()
+            for session in sessions:
+                if not session.ended:
+                    session.send_dispositions()
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out.clear()
+        self._last_send = self.ctx.clock()
+        return data
+
+    # -- input ---------------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> None:
+        if self.state is S.CLOSED or self.should_close:
+            return
+        self._buf += data
+        self._last_recv = self.ctx.clock()
+        self.process()
+
+    def process(self, first: Callable[[], None] | None = None) -> None:
+        self._in_receive = True
+        try:
+            if first is not None:
+                first()
+            self._parse()
+        except Amqp10Error as error:
+            self._buf.clear()
+            self.connection_error(error)
+        except Exception as exc:  # a broker bug: close this connection only, say why
+            self._buf.clear()
+            self.ctx.log.error("internal_error", connection=self.name, exception=repr(exc))
+            self.connection_error(Amqp10Error(INTERNAL_ERROR, "internal error"))
+        finally:
+            self._in_receive = False
+
+    def _parse(self) -> None:
+        buf = self._buf
+        pos = 0
+        try:
+            while not self.should_close:
+                state = self.state
+                if state is S.AWAIT_HEADER or state is S.AWAIT_AMQP_HEADER:
+                    if len(buf) - pos < 8:
+                        break
+                    header = bytes(buf[pos : pos + 8])
+                    pos += 8
+                    self._header(header)
+                    continue
+                if state is S.AWAIT_LOGIN or state is S.CLOSED:
+                    break
+                found = read_frame(buf, pos, self.max_frame_size)
+                if found is None:
+                    break
+                kind, channel, start, end = found
+                body = bytes(buf[start:end])
+                pos = end
+                self._frame(kind, channel, body)
+        finally:
+            del buf[:pos]
+
+    def _header(self, header: bytes) -> None:
+        auth = self.ctx.authenticator.auth_enabled
+        if self.state is S.AWAIT_AMQP_HEADER:
+            if header != AMQP_HEADER:
+                self._refuse_header(AMQP_HEADER, f"expected the AMQP header, got {header!r}")
+                return
+            self.write(AMQP_HEADER)
+            self.set_state(S.AWAIT_OPEN)
+        elif header == SASL_HEADER:
+            self.write(SASL_HEADER)
+            mechanisms = sasl.offered(self.ctx.authenticator, self.tls_identity)
+            self.send_frame(0, SaslMechanisms(mechanisms), FRAME_SASL)
+            self.set_state(S.AWAIT_SASL_INIT)
+        elif header == AMQP_HEADER and not auth:
+            self.write(AMQP_HEADER)
+            self.user = "anonymous"
+            self.set_state(S.AWAIT_OPEN)
+        else:
+            why = "without SASL while authentication is on" if header == AMQP_HEADER else ""
+            self._refuse_header(SASL_HEADER, f"protocol header {header!r} {why}".strip())
+
+    def _refuse_header(self, ours: bytes, reason: str) -> None:
+        self.ctx.protocol_errors_total += 1
+        self.ctx.log.warning("protocol_error", connection=self.name, reply_code=None, reason=reason)
+        self.write(ours)
+        self.close_reason = reason
+        self.should_close = True
+
+    def _frame(self, kind: int, channel: int, body: bytes) -> None:
+        state = self.state
+        if state is S.AWAIT_SASL_INIT:
+            self._sasl_frame(kind, body)
+            return
+        if kind != FRAME_AMQP:
+            raise Amqp10Error(FRAMING_ERROR, f"frame of type {kind} after the SASL layer")
+        if not body:
+            return  # an empty frame: a heartbeat
+        try:
+            performative, at = codec.decode(body)
+        except DecodeError as exc:
+            raise Amqp10Error(DECODE_ERROR, str(exc)) from None
+        if state is S.CLOSE_SENT:
+            if isinstance(performative, Close):
+                self.closed()
+            return
+        if state is S.AWAIT_OPEN:
+            if not isinstance(performative, Open):
+                raise Amqp10Error(
+                    ILLEGAL_STATE, f"expected open, got {type(performative).__name__}"
+                )
+            self._open(performative)
+            return
+        if isinstance(performative, Close):
+            self._client_close(performative)
+            return
+        if isinstance(performative, Begin):
+            self._begin(channel, performative)
+            return
+        session = self.sessions.get(channel)
+        if session is None:
+            if channel in self._ending:
+                if isinstance(performative, End):
+                    self._ending.discard(channel)
+                return
+            raise Amqp10Error(
+                ILLEGAL_STATE, f"{type(performative).__name__} on channel {channel} without begin"
+            )
+        if isinstance(performative, End):
+            self._end(channel, session)
+            return
+        try:
+            session.received(performative, body[at:])
+        except Amqp10Error as error:
+            if error.scope is not Scope.SESSION:
+                raise
+            self._end_with_error(channel, session, error)
+
+    # -- SASL ----------------------------------------------------------------------------
+    def _sasl_frame(self, kind: int, body: bytes) -> None:
+        try:
+            init, _ = codec.decode(body) if kind == FRAME_SASL else (None, 0)
+        except DecodeError:
+            init = None
+        if not isinstance(init, SaslInit):
+            self._sasl_failed("?", "expected sasl-init")
+            return
+        mechanism = str(init.mechanism)
+        try:
+            outcome = sasl.begin_login(
+                self.ctx.authenticator,
+                mechanism,
+                bytes(init.initial_response or b""),
+                self.peer_host,
+                self.tls_identity,
+            )
+        except AuthenticationError as exc:
+            self._sasl_failed(mechanism, str(exc))
+            return
+        if isinstance(outcome, PasswordCheck):
+            self.login_check = outcome  # the shell runs the hash in a thread
+            self.set_state(S.AWAIT_LOGIN)
+            return
+        self._logged_in(outcome)
+
+    def password_checked(self, matched: bool) -> None:
+        """The shell ran :attr:`login_check`; go on with what came meanwhile."""
+        check = self.login_check
+        if check is None or self.state is not S.AWAIT_LOGIN:
+            return
+        self.login_check = None
+
+        def decide() -> None:
+            try:
+                user = self.ctx.authenticator.finish(check, matched)
+            except AuthenticationError as exc:
+                self._sasl_failed(check.mechanism, str(exc))
+                return
+            self._logged_in(user)
+
+        self.process(decide)
+
+    def _logged_in(self, user: str) -> None:
+        self.user = user
+        self.send_frame(0, SaslOutcome(code=SASL_OK), FRAME_SASL)
+        self.set_state(S.AWAIT_AMQP_HEADER)
+
+    def _sasl_failed(self, mechanism: str, reason: str) -> None:
+        self.ctx.log.warning(
+            "authentication_failed", connection=self.name, mechanism=mechanism, reason=reason
+        )
+        self.send_frame(0, SaslOutcome(code=SASL_AUTH), FRAME_SASL)
+        self.close_reason = f"SASL: {reason}"
+        self.should_close = True
+
+    # -- open, begin, end, close ---------------------------------------------------------
+    def _open(self, received: Open) -> None:
+        ctx = self.ctx
+        self.container_id = received.container_id
+        self.peer_max_frame_size = min(int(received.max_frame_size), 0xFFFFFFFF)
+        self.peer_idle_timeout_ms = int(received.idle_time_out or 0)
+        self.channel_max = min(self.channel_max, int(received.channel_max))
+        properties = received.properties or {}
+        self.client_properties = {str(k): v for k, v in properties.items()}
+        if self.peer_max_frame_size < MIN_MAX_FRAME_SIZE:
+            raise Amqp10Error(
+                FRAME_SIZE_TOO_SMALL,
+                f"max-frame-size {self.peer_max_frame_size} is below {MIN_MAX_FRAME_SIZE}",
+            )
+        hostname = received.hostname or ""
+        name = hostname[len(VHOST_PREFIX) :] if hostname.startswith(VHOST_PREFIX) else "/"
+        try:
+            found = open_vhost(ctx, self.user, self.name, name)
+            if ctx.admission is not None:
+                refusal = ctx.admission.admit(self)
+                if refusal is not None:
+                    ctx.connections_refused_total += 1
+                    raise refusal
+                self.admitted = True
+        except AmqpError as error:
+            raise from_core(error, Scope.CONNECTION) from None
+        self.vhost = found
+        self._send_open()
+        self.set_state(S.OPEN)
+        ctx.connections_opened_total += 1
+        product = self.client_properties.get("product")
+        ctx.log.info(
+            "connection_opened",
+            connection=self.name,
+            peer=self.peer,
+            user=self.user,
+            vhost=found.name,
+            client=f"AMQP 1.0 {product or received.container_id}",
+            heartbeat=self.peer_idle_timeout_ms / 1000,
+            frame_max=self.peer_max_frame_size,
+        )
+
+    def _send_open(self) -> None:
+        settings = self.ctx.settings
+        self._open_sent = True
+        self.send_frame(
+            0,
+            Open(
+                container_id=settings.node_name or "qpidd",
+                max_frame_size=self.max_frame_size,
+                channel_max=self.channel_max,
+                idle_time_out=self.idle_timeout_ms or None,
+                properties={"product": settings.product, "version": settings.version},
+            ),
+        )
+
+    def _begin(self, channel: int, begin: Begin) -> None:
+        if begin.remote_channel is not None:
+            raise Amqp10Error(ILLEGAL_STATE, "begin answering a session the broker never began")
+        if channel in self.sessions or channel in self._ending:
+            raise Amqp10Error(ILLEGAL_STATE, f"channel {channel} is in use")
+        if channel > self.channel_max:
+            raise Amqp10Error(
+                RESOURCE_LIMIT_EXCEEDED,
+                f"channel {channel} is above channel-max {self.channel_max}",
+            )
+        session = Session(self, channel, begin)  # our channel: the same number
+        self.sessions[channel] = session
+        self.send_frame(channel, session.begin_reply(channel))
+
+    def _end(self, channel: int, session: Session) -> None:
+        session.release()
+        del self.sessions[channel]
+        self._dispositions.discard(session)
+        self.send_frame(channel, End())
+
+    def _end_with_error(self, channel: int, session: Session, error: Amqp10Error) -> None:
+        session.release()
+        del self.sessions[channel]
+        self._dispositions.discard(session)
+        self._ending.add(channel)
+        self._log_error(error, "session")
+        self.send_frame(channel, End(error=Error(error.condition, error.description)))
+
+    def _client_close(self, received: Close) -> None:
+        error = received.error
+        why = f"{error.condition} {error.description or ''}".strip() if error else "normal"
+        self.close_reason = f"client closed: {why}"
+        self.cleanup()
+        self.send_frame(0, Close())
+        self.set_state(S.CLOSE_SENT)
+        self.closed()
+
+    # -- errors and closing --------------------------------------------------------------
+    def _log_error(self, error: Amqp10Error, scope: str) -> None:
+        self.ctx.protocol_errors_total += 1
+        self.ctx.log.warning(
+            "protocol_error",
+            connection=self.name,
+            peer=self.peer,
+            user=self.user,
+            reply_code=None,
+            reason=f"{error.condition}: {error.description}",
+            scope=scope,
+        )
+
+    def connection_error(self, error: Amqp10Error) -> None:
+        """Close the connection with ``error`` (an open of ours first if none was sent)."""
+        self._log_error(error, "connection")
+        if self.state in (S.CLOSE_SENT, S.CLOSED) or self.should_close:
+            return
+        if self.state in (S.AWAIT_HEADER, S.AWAIT_SASL_INIT, S.AWAIT_LOGIN, S.AWAIT_AMQP_HEADER):
+            self.close_reason = f"{error.condition}: {error.description}"
+            self.should_close = True
+            return
+        self.close_reason = f"{error.condition}: {error.description}"
+        self.cleanup()
+        if not self._open_sent:
+            self._send_open()
+        self.send_frame(0, Close(error=Error(error.condition, error.description)))
+        self.set_state(S.CLOSE_SENT)
+        self._closing_since = self.ctx.clock()
+
+    def close(self, reply_code: ReplyCode, text: str) -> None:
+        """Broker-initiated close (shutdown, a deleted vhost): close with
+        ``amqp:connection:forced``."""
+        if self.state is S.OPEN:
+            self.close_reason = f"{int(reply_code)} {text}"
+            self.cleanup()
+            self.send_frame(0, Close(error=Error(CONNECTION_FORCED, text)))
+            self.set_state(S.CLOSE_SENT)
+            self._closing_since = self.ctx.clock()
+        elif self.state is not S.CLOSE_SENT:
+            self.should_close = True
+
+    def closed(self) -> None:
+        self.state = S.CLOSED
+        self.should_close = True
+
+    def publishers_blocked(self, reason: str | None) -> None:
+        """A resource alarm was raised (``reason``: no credit) or the last one cleared."""
+        for session in self.sessions.values():
+            session.publishers_blocked(reason is not None)
+
+    def set_writable(self, writable: bool) -> None:
+        if writable == self.writable:
+            return
+        self.writable = writable
+        if writable:
+            for session in list(self.sessions.values()):
+                session.writable_again()
+
+    def tick(self) -> None:
+        """Heartbeats and time-outs; call at least twice per idle time-out."""
+        now = self.ctx.clock()
+        state = self.state
+        settings = self.ctx.settings
+        if state is S.CLOSE_SENT or state is S.CLOSED:
+            if now - self._closing_since >= settings.close_timeout:
+                self.should_close = True
+            return
+        if state is not S.OPEN:
+            if now - self.created >= settings.handshake_timeout:
+                self.close_reason = "handshake timeout"
+                self.ctx.log.warning("handshake_timeout", connection=self.name, state=state.value)
+                self.should_close = True
+            return
+        if self.idle_timeout_ms and now - self._last_recv > self.idle_timeout_ms / 1000:
+            self.ctx.log.warning(
+                "heartbeat_timeout", connection=self.name, heartbeat=self.idle_timeout_ms / 1000
+            )
+            self.connection_error(
+                Amqp10Error(RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
+            )
+            return
+        peer = self.peer_idle_timeout_ms
+        if peer and now - self._last_send >= peer / 2000 and not self._out:
+            self.write(EMPTY_FRAME)
+
+    def cleanup(self) -> None:
+        for session in self.sessions.values():
+            session.release()
+        self.sessions.clear()
+        self._dispositions.clear()
+        self.vhost.owner_closed(self)
+
+    def connection_lost(self) -> None:
+        """The socket is gone: release everything, log the close."""
+        stopped_at = self.state
+        handshake = stopped_at in _HANDSHAKE
+        self.cleanup()
+        self.state = S.CLOSED
+        if self.admitted and self.ctx.admission is not None:
+            self.ctx.admission.released(self)
+        if handshake and self.user is None and not self.should_close:
+            self.ctx.log.info(
+                "handshake_abandoned",
+                connection=self.name,
+                peer=self.peer,
+                state=stopped_at.value,
+                reason=self.close_reason or "socket closed",
+            )
+        else:
+            self.ctx.log.info(
+                "connection_closed",
+                connection=self.name,
+                peer=self.peer,
+                reason=self.close_reason or "socket closed",
+                published=self.messages_published,
+                delivered=self.messages_delivered,
+            )

@@ -1,0 +1,124 @@
+"""AMQP 1.0 framing (part 2, section 2.3): protocol headers, frames, and a transfer cut
+into frames of at most the peer's max-frame-size. Bytes only, no state.
+
+A frame is ``size`` (4 bytes, the whole frame), ``doff`` (the data offset in 4-byte words,
+at least 2), ``type`` (0: AMQP, 1: SASL), a type-specific 2 bytes (the channel), an
+extended header (skipped), then the body: one performative and, for a transfer, the payload
+after it. A frame of 8 bytes has no body: an empty frame, the idle-timeout heartbeat.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from broker.amqp10 import codec
+from broker.amqp10.errors import Amqp10Error, Scope
+from broker.amqp10.performatives import Transfer
+
+#: The protocol headers: AMQP (id 0), TLS (2) and SASL (3), each version 1.0.0.
+AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
+TLS_HEADER = b"AMQP\x02\x01\x00\x00"
+SASL_HEADER = b"AMQP\x03\x01\x00\x00"
+HEADERS_1_0 = frozenset({AMQP_HEADER, TLS_HEADER, SASL_HEADER})
+
+FRAME_AMQP = 0
+FRAME_SASL = 1
+#: The smallest max-frame-size a peer may set (part 2, section 2.7.1: MIN-MAX-FRAME-SIZE).
+MIN_MAX_FRAME_SIZE = 512
+#: An empty AMQP frame on channel 0: the heartbeat.
+EMPTY_FRAME = b"\x00\x00\x00\x08\x02\x00\x00\x00"
+
+_HEAD = struct.Struct(">IBBH")
+
+
+def is_amqp10_header(header: bytes) -> bool:
+    """Whether an 8-byte protocol header asks for AMQP 1.0 (any of its three layers)."""
+    return header in HEADERS_1_0
+
+
+def frame(channel: int, performative: Any, payload: bytes = b"", kind: int = FRAME_AMQP) -> bytes:
+    """One frame carrying ``performative`` (and a transfer's ``payload``)."""
+    body = codec.encode(performative)
+    return _HEAD.pack(8 + len(body) + len(payload), 2, kind, channel) + body + payload
+
+
+def read_frame(buf: bytearray, pos: int, limit: int) -> tuple[int, int, int, int] | None:
+    """The frame at ``pos`` as (type, channel, body start, end), or None when it has not
+    all arrived.
+
+    :raises Amqp10Error: ``amqp:connection:framing-error`` for a frame larger than
+        ``limit`` (our max-frame-size) or a data offset outside the frame.
+    """
+    if len(buf) - pos < 8:
+        return None
+    size, doff, kind, channel = _HEAD.unpack_from(buf, pos)
+    if size > limit:
+        raise Amqp10Error(
+            "amqp:connection:framing-error",
+            f"frame of {size} bytes exceeds max-frame-size {limit}",
+            Scope.CONNECTION,
+        )
+    if size < 8 or doff < 2 or doff * 4 > size:
+        raise Amqp10Error(
+            "amqp:connection:framing-error",
+            f"frame of {size} bytes with data offset {doff}",
+            Scope.CONNECTION,
+        )
+    if len(buf) - pos < size:
+        return None
+    return kind, channel, pos + doff * 4, pos + size
+
+
+def transfer_frames(
+    channel: int, transfer: Transfer, payload: bytes, max_frame_size: int
+) -> tuple[bytes, int]:
+    """A transfer of ``payload`` in as many frames as ``max_frame_size`` needs (``more`` on
+    every frame but the last; the frames after the first carry only the handle), and how
+    many frames that is."""
+    first = codec.encode(transfer)
+    if 8 + len(first) + len(payload) <= max_frame_size:
+        return _HEAD.pack(
+            8 + len(first) + len(payload), 2, FRAME_AMQP, channel
+        ) + first + payload, 1
+    out = bytearray()
+    count = 0
+    offset = 0
+    head = Transfer(
+        handle=transfer.handle,
+        delivery_id=transfer.delivery_id,
+        delivery_tag=transfer.delivery_tag,
+        message_format=transfer.message_format,
+        settled=transfer.settled,
+        more=True,
+    )
+    middle = Transfer(handle=transfer.handle, more=True)
+    performative = codec.encode(head)
+    while True:
+        room = max_frame_size - 8 - len(performative)
+        if room <= 0:
+            raise Amqp10Error(
+                "amqp:frame-size-too-small",
+                f"a transfer does not fit in frames of {max_frame_size} bytes",
+                Scope.CONNECTION,
+            )
+        chunk = payload[offset : offset + room]
+        offset += len(chunk)
+        if offset >= len(payload):
+            last = Transfer(
+                handle=transfer.handle,
+                settled=transfer.settled,
+                state=transfer.state,
+            )
+            performative = codec.encode(last)
+            if 8 + len(performative) + len(chunk) > max_frame_size:
+                offset -= len(chunk)  # the closing performative is longer: one frame more
+                performative = codec.encode(middle)
+                continue
+            out += _HEAD.pack(8 + len(performative) + len(chunk), 2, FRAME_AMQP, channel)
+            out += performative + chunk
+            return bytes(out), count + 1
+        out += _HEAD.pack(8 + len(performative) + len(chunk), 2, FRAME_AMQP, channel)
+        out += performative + chunk
+        count += 1
+        performative = codec.encode(middle)

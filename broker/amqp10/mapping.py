@@ -1,0 +1,204 @@
+"""An AMQP 1.0 message as the broker stores it (a 0-9-1 message: content-header
+properties and a body) and back: RabbitMQ 4's mapping (its "Inter-Protocol Property
+Conversions" page), in the part that is implemented; ``docs/amqp-1-0.md`` has the table.
+
+1.0 to 0-9-1 (:func:`to_properties`): ``header.durable`` -> ``delivery_mode`` 2 (else 1),
+``priority``, ``ttl`` -> ``expiration`` (milliseconds as text); ``message-id`` and
+``correlation-id`` as text when they are a short string, a ulong or a uuid
+(``urn:uuid:...``), else (binary, or text over 255 bytes) in the ``x-message-id`` /
+``x-correlation-id`` header; ``user-id``, ``reply-to``, ``content-type``,
+``content-encoding``; ``creation-time`` -> ``timestamp`` (seconds); ``group-id`` ->
+``app_id``; application properties -> headers; message annotations whose key starts with
+``x-`` -> headers. A body of one ``data`` section is the 0-9-1 body as is; any other body
+(``amqp-value``, ``amqp-sequence``, several ``data``) is kept encoded, its sections as they
+came, with ``type`` ``amqp-1.0``.
+
+0-9-1 to 1.0 (:func:`to_message`): the reverse; a ``urn:uuid:`` id as a uuid; headers whose
+key starts with ``x-`` (but ``x-message-id``/``x-correlation-id``) as message annotations,
+the others as application properties (values that are tables or arrays are left out, as
+1.0 allows no compound there); ``type`` as the annotation ``x-basic-type``; a body of
+``type`` ``amqp-1.0`` as the sections it holds, any other as one ``data`` section.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from pamqp import commands
+
+from broker.amqp10.sections import AmqpMessage, Data, Header, Properties
+from broker.amqp10.types import Symbol, Timestamp, UInt
+from broker.core import properties as basic_properties
+
+#: The 0-9-1 ``type`` of a body that holds AMQP 1.0 sections (RabbitMQ's).
+AMQP_1_0_TYPE = "amqp-1.0"
+_UUID_PREFIX = "urn:uuid:"
+
+
+def _short(value: str) -> bool:
+    return len(value.encode()) < 256 and "\x00" not in value
+
+
+def _id_text(value: Any) -> str | None:
+    """A message or correlation id as a 0-9-1 short string, or None when it is not one."""
+    if isinstance(value, uuid.UUID):
+        return _UUID_PREFIX + str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and _short(value):
+        return value
+    return None
+
+
+def _header_value(value: Any) -> Any:
+    """An application property's value as a 0-9-1 field value."""
+    if isinstance(value, Timestamp):
+        return datetime.datetime.fromtimestamp(int(value) / 1000, datetime.UTC)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, str | bytes | bool | int | float) or value is None:
+        return str(value) if isinstance(value, Symbol) else value
+    if isinstance(value, list):
+        return [_header_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _header_value(v) for k, v in value.items()}
+    return repr(value)
+
+
+def to_properties(message: AmqpMessage) -> tuple[commands.Basic.Properties, bytes]:
+    """The 0-9-1 properties and body of a 1.0 message (see the module docstring)."""
+    props = commands.Basic.Properties()
+    headers: dict[str, Any] = {}
+    header = message.header
+    props.delivery_mode = 2 if header is not None and header.durable else 1
+    if header is not None:
+        if header.priority != 4:
+            props.priority = min(int(header.priority), 255)
+        if header.ttl is not None:
+            props.expiration = str(int(header.ttl))
+    p = message.properties
+    if p is not None:
+        for field, key in (("message_id", "x-message-id"), ("correlation_id", "x-correlation-id")):
+            value = getattr(p, field)
+            if value is None:
+                continue
+            text = _id_text(value)
+            if text is not None:
+                setattr(props, field, text)
+            else:
+                headers[key] = value
+        if p.user_id is not None:
+            try:
+                user = bytes(p.user_id).decode("utf-8")
+            except UnicodeDecodeError:
+                user = None
+            if user is not None and _short(user):
+                props.user_id = user
+        if p.reply_to is not None and _short(p.reply_to):
+            props.reply_to = p.reply_to
+        if p.content_type is not None:
+            props.content_type = str(p.content_type)
+        if p.content_encoding is not None:
+            props.content_encoding = str(p.content_encoding)
+        if p.creation_time is not None:
+            props.timestamp = datetime.datetime.fromtimestamp(
+                int(p.creation_time) // 1000, datetime.UTC
+            )
+        if p.group_id is not None and _short(p.group_id):
+            props.app_id = p.group_id
+    for key, value in (message.application_properties or {}).items():
+        if isinstance(key, str) and _short(key):
+            headers[str(key)] = _header_value(value)
+    for key, value in (message.message_annotations or {}).items():
+        if isinstance(key, str) and key.startswith("x-") and _short(key):
+            headers[str(key)] = _header_value(value)
+    if headers:
+        props.headers = headers
+    body = message.data
+    if body is None:
+        body = message.body_raw
+        props.message_type = AMQP_1_0_TYPE
+    return props, body
+
+
+def _id_value(text: str) -> Any:
+    if text.startswith(_UUID_PREFIX):
+        try:
+            return uuid.UUID(text[len(_UUID_PREFIX) :])
+        except ValueError:
+            return text
+    return text
+
+
+def _amqp_value(value: Any) -> Any:
+    """A 0-9-1 header value as an AMQP 1.0 simple value (None: not carried)."""
+    if isinstance(value, datetime.datetime):
+        return Timestamp(int(value.timestamp() * 1000))
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, dict | list):
+        return None
+    return value
+
+
+def to_message(raw_properties: bytes, body: bytes, delivery_count: int) -> bytes:
+    """The 1.0 encoding (its sections) of a stored 0-9-1 message, for a delivery after
+    ``delivery_count`` earlier ones."""
+    props = basic_properties.decode(raw_properties)
+    header = Header(
+        durable=props.delivery_mode == 2,
+        priority=int(props.priority) if props.priority is not None else 4,
+        ttl=UInt(int(props.expiration))
+        if props.expiration and props.expiration.isdigit()
+        else None,
+        first_acquirer=delivery_count == 0,
+        delivery_count=UInt(delivery_count),
+    )
+    headers = dict(props.headers or {})
+    message_id: Any = _id_value(props.message_id) if props.message_id else None
+    correlation_id: Any = _id_value(props.correlation_id) if props.correlation_id else None
+    if message_id is None and isinstance(headers.get("x-message-id"), bytes | str):
+        message_id = headers.pop("x-message-id")
+    if correlation_id is None and isinstance(headers.get("x-correlation-id"), bytes | str):
+        correlation_id = headers.pop("x-correlation-id")
+    properties = Properties(
+        message_id=message_id,
+        user_id=props.user_id.encode() if props.user_id else None,
+        reply_to=props.reply_to or None,
+        correlation_id=correlation_id,
+        content_type=Symbol(props.content_type) if props.content_type else None,
+        content_encoding=Symbol(props.content_encoding) if props.content_encoding else None,
+        creation_time=(
+            Timestamp(int(props.timestamp.timestamp()) * 1000) if props.timestamp else None
+        ),
+        group_id=props.app_id or None,
+    )
+    annotations: dict[Any, Any] = {}
+    application: dict[Any, Any] = {}
+    for key, value in headers.items():
+        converted = _amqp_value(value)
+        if converted is None and value is not None:
+            continue
+        if key.startswith("x-"):
+            annotations[Symbol(key)] = converted
+        else:
+            application[key] = converted
+    amqp_body = props.message_type == AMQP_1_0_TYPE
+    if props.message_type and not amqp_body:
+        annotations[Symbol("x-basic-type")] = props.message_type
+    message = AmqpMessage(
+        header=header,
+        message_annotations=annotations or None,
+        properties=properties if properties != Properties() else None,
+        application_properties=application or None,
+    )
+    if amqp_body:
+        message.body_raw = body
+    else:
+        message.body = [Data(body)]
+    return message.encode()

@@ -1,0 +1,76 @@
+"""What a link needs of its session: :class:`LinkSession`.
+
+A :class:`~broker.amqp10.session.Session` is one, structurally; the links
+(:class:`~broker.amqp10.receiver.ReceiverLink`, :class:`~broker.amqp10.sender.SenderLink`)
+import this module, never the session's, so the session can import them.
+
+Call direction: the connection calls its sessions, a session its links; a link calls back
+only through this port.
+
+THREAD UNSAFE: the connection's event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from broker.amqp.context import BrokerContext
+from broker.amqp10.performatives import Transfer
+from broker.core.message import Entry
+from broker.core.queue import Queue
+from broker.core.vhost import VirtualHost
+
+
+class LinkSession(Protocol):
+    """A link's session (and, through it, its connection)."""
+
+    ctx: BrokerContext
+
+    @property
+    def vhost(self) -> VirtualHost: ...
+
+    @property
+    def user(self) -> str | None: ...
+
+    @property
+    def connection_name(self) -> str: ...
+
+    @property
+    def owner(self) -> object:
+        """The connection, as the owner of exclusive queues."""
+        ...
+
+    def send(self, performative: Any) -> None:
+        """Write one frame on the session's channel."""
+        ...
+
+    def can_send(self) -> bool:
+        """May a transfer go out now (the peer's incoming window is open, the transport
+        takes more)?"""
+        ...
+
+    def send_transfer(self, transfer: Transfer, payload: bytes) -> None:
+        """Write a transfer, in as many frames as the peer's max-frame-size needs."""
+        ...
+
+    def next_delivery_id(self) -> int: ...
+
+    def sent_unsettled(self, delivery_id: int, link: Any, queue: Queue, entry: Entry) -> None:
+        """An unsettled delivery went out: its disposition will name ``delivery_id``."""
+        ...
+
+    def confirms_settled(self, link: Any) -> None:
+        """A receiver link has dispositions to send at the next flush."""
+        ...
+
+    def link_lost(self, link: Any, condition: str, description: str) -> None:
+        """The broker ends ``link`` (its queue was deleted): detach it with the error."""
+        ...
+
+    def published(self) -> None:
+        """Count a message published on this connection."""
+        ...
+
+    def delivered(self) -> None:
+        """Count a message delivered on this connection."""
+        ...

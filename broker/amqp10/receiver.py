@@ -1,0 +1,267 @@
+"""A link on which the client sends and the broker receives: :class:`ReceiverLink`.
+
+Contract: made by a :class:`~broker.amqp10.session.Session` for an attach whose role is
+sender, with its target resolved to an exchange and routing key (a queue: the default
+exchange and the queue's name, as 0-9-1's ``basic.publish`` to ``""``). It grants credit
+(:data:`CREDIT`, topped up when half is used; none while a resource alarm blocks
+publishers), assembles a delivery from its transfer frames (``more``; ``aborted`` drops it;
+over ``max_body_size`` detaches with ``amqp:link:message-size-exceeded``), maps the message
+to 0-9-1 properties (:mod:`broker.amqp10.mapping`) and routes it through the virtual host
+as a 0-9-1 publish does, so the store writes a durable message of a durable queue and the
+HA module replicates it.
+
+Settlement: a pre-settled delivery is routed and forgotten. An unsettled one takes a
+:class:`~broker.core.confirms.ConfirmHandle` exactly as a 0-9-1 publish in confirm mode
+(``PUBLISH_HOLDS``: routing, then the disk, then each HA backup), and its disposition goes
+out only when the handle settles: ``accepted``; ``released`` when it routed nowhere;
+``rejected`` when a queue refused it. Dispositions cover runs of delivery ids, settled at
+once (``rcv-settle-mode`` first).
+
+THREAD UNSAFE: the connection's event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.amqp10.codec import DecodeError
+from broker.amqp10.errors import (
+    DECODE_ERROR,
+    INVALID_FIELD,
+    MESSAGE_SIZE_EXCEEDED,
+    UNAUTHORIZED_ACCESS,
+    Amqp10Error,
+    Scope,
+)
+from broker.amqp10.mapping import to_properties
+from broker.amqp10.performatives import (
+    RCV_FIRST,
+    RECEIVER,
+    Accepted,
+    Attach,
+    Disposition,
+    Error,
+    Flow,
+    Rejected,
+    Released,
+    Transfer,
+)
+from broker.amqp10.ports import LinkSession
+from broker.amqp10.sections import parse_message
+from broker.core import properties
+from broker.core.confirms import PublisherConfirms
+from broker.core.message import Message
+
+#: The credit a receiver link grants; topped up when it falls under half.
+CREDIT = 256
+
+_ACCEPTED = Accepted()
+_RELEASED = Released()
+
+
+class ReceiverLink:
+    """See the module docstring."""
+
+    def __init__(
+        self, session: LinkSession, attach: Attach, exchange: str, routing_key: str
+    ) -> None:
+        self.session = session
+        self.name = attach.name
+        self.handle = int(attach.handle)
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.attach = attach
+        #: The sender's delivery-count as we know it (advances with each delivery).
+        self.delivery_count = int(attach.initial_delivery_count or 0)
+        self.credit = 0
+        self.blocked = False
+        self.confirms: PublisherConfirms | None = None
+        #: The unsettled deliveries' delivery ids by confirm number, in order.
+        self._pending: dict[int, int] = {}
+        #: Confirm numbers whose message routed nowhere (released).
+        self._unrouted: set[int] = set()
+        #: The delivery being assembled: (delivery id, settled, its frames' payloads).
+        self._partial: tuple[int, bool, list[bytes]] | None = None
+        self._partial_size = 0
+        self.detached = False
+
+    def attach_reply(self) -> Attach:
+        """Our attach: the receiving end, settling first."""
+        a = self.attach
+        return Attach(
+            name=a.name,
+            handle=a.handle,
+            role=RECEIVER,
+            snd_settle_mode=a.snd_settle_mode,
+            rcv_settle_mode=RCV_FIRST,
+            source=a.source,
+            target=a.target,
+            max_message_size=self.session.ctx.settings.max_body_size,
+        )
+
+    # -- credit --------------------------------------------------------------------------
+    def top_up(self, force: bool = False) -> None:
+        """Grant credit back up to CREDIT once half is used (``force``: whatever is left);
+        none while publishers are blocked."""
+        if self.detached or self.blocked:
+            return
+        if force or self.credit <= CREDIT // 2:
+            self.credit = CREDIT
+            self.session.send(self._flow())
+
+    def _flow(self) -> Flow:
+        return Flow(  # the session fields are filled in by the session
+            handle=self.handle, delivery_count=self.delivery_count, link_credit=self.credit
+        )
+
+    def peer_flow(self, flow: Flow) -> None:
+        """The sender's flow: its delivery-count (and ``echo``: ours back)."""
+        if flow.delivery_count is not None:
+            self.delivery_count = int(flow.delivery_count)
+        if flow.echo:
+            self.session.send(self._flow())
+
+    def publishers_blocked(self, blocked: bool) -> None:
+        """A resource alarm was raised (no credit is granted) or cleared (credit again)."""
+        self.blocked = blocked
+        if not blocked:
+            self.top_up()
+
+    # -- transfers -----------------------------------------------------------------------
+    def transfer(self, transfer: Transfer, payload: bytes) -> None:
+        """One transfer frame of this link."""
+        partial = self._partial
+        if partial is None:
+            if transfer.delivery_id is None:
+                raise Amqp10Error(
+                    INVALID_FIELD, "the first transfer of a delivery has no delivery-id"
+                )
+            if self.credit <= 0:
+                raise Amqp10Error(
+                    "amqp:link:transfer-limit-exceeded",
+                    f"link {self.name!r} has no credit",
+                    Scope.LINK,
+                )
+            self.credit -= 1
+            self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
+            partial = (int(transfer.delivery_id), bool(transfer.settled), [])
+            self._partial = partial
+            self._partial_size = 0
+        delivery_id, settled, chunks = partial
+        if transfer.settled:
+            settled = True
+            self._partial = partial = (delivery_id, True, chunks)
+        if transfer.aborted:
+            self._partial = None
+            return
+        self._partial_size += len(payload)
+        limit = self.session.ctx.settings.max_body_size
+        if self._partial_size > limit:
+            self._partial = None
+            raise Amqp10Error(
+                MESSAGE_SIZE_EXCEEDED,
+                f"message of more than {limit} bytes (max-message-size)",
+                Scope.LINK,
+            )
+        chunks.append(payload)
+        if transfer.more:
+            return
+        self._partial = None
+        whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._publish(delivery_id, settled, whole)
+        self.top_up()
+
+    def _publish(self, delivery_id: int, settled: bool, payload: bytes) -> None:
+        session = self.session
+        try:
+            message = parse_message(payload)
+        except DecodeError as exc:
+            raise Amqp10Error(DECODE_ERROR, f"malformed message: {exc}", Scope.LINK) from None
+        props, body = to_properties(message)
+        user = session.user
+        if props.user_id is not None and props.user_id != user:
+            raise Amqp10Error(
+                UNAUTHORIZED_ACCESS,
+                f"user-id {props.user_id!r} is not the authenticated user {user!r}",
+                Scope.LINK,
+            )
+        exchange_name = self.exchange
+        routing_key = self.routing_key
+        try:
+            stored = Message(exchange_name, routing_key, properties.encode(props), body)
+        except ValueError as exc:
+            raise Amqp10Error(INVALID_FIELD, str(exc), Scope.LINK) from None
+        session.published()
+        handle = None
+        if not settled:
+            confirms = self.confirms
+            if confirms is None:
+                confirms = self.confirms = PublisherConfirms(on_settled=self._settled)
+            handle = confirms.publish()
+            self._pending[handle.seq] = delivery_id
+            stored.confirm = handle
+        vhost = session.vhost
+        exchange = vhost.exchanges.get(exchange_name)
+        routed, rejected = False, 0
+        if exchange is not None:
+            result = vhost.publish(exchange, stored)
+            routed, rejected = bool(result.routed), result.rejected
+        if handle is not None:
+            if not routed:
+                self._unrouted.add(handle.seq)
+            handle.release(ok=rejected == 0)
+        between = session.ctx.between_publishes
+        if between is not None:
+            between()  # the store: a long read's records start going to disk
+
+    def _settled(self) -> None:
+        self.session.confirms_settled(self)
+
+    def take_dispositions(self) -> list[Disposition]:
+        """The dispositions for the deliveries settled since the last call: runs of
+        consecutive delivery ids with one outcome each."""
+        confirms = self.confirms
+        if confirms is None or self.detached:
+            return []
+        outcomes: list[tuple[int, Any]] = []
+        pending = self._pending
+        for reply in confirms.take_replies():
+            if reply.multiple:
+                seqs = [s for s in pending if s <= reply.delivery_tag]
+            else:
+                seqs = [reply.delivery_tag] if reply.delivery_tag in pending else []
+            for seq in seqs:
+                delivery_id = pending.pop(seq)
+                if not reply.ack:
+                    outcome: Any = Rejected(
+                        Error("amqp:precondition-failed", "a queue refused the message")
+                    )
+                elif seq in self._unrouted:
+                    self._unrouted.discard(seq)
+                    outcome = _RELEASED
+                else:
+                    outcome = _ACCEPTED
+                outcomes.append((delivery_id, outcome))
+        outcomes.sort(key=lambda pair: pair[0])
+        dispositions: list[Disposition] = []
+        for delivery_id, outcome in outcomes:
+            if dispositions:
+                last = dispositions[-1]
+                end = last.first if last.last is None else last.last
+                if delivery_id == end + 1 and last.state == outcome:
+                    dispositions[-1] = Disposition(
+                        role=RECEIVER, first=last.first, last=delivery_id, settled=True,
+                        state=outcome,
+                    )  # fmt: skip
+                    continue
+            dispositions.append(
+                Disposition(role=RECEIVER, first=delivery_id, settled=True, state=outcome)
+            )
+        return dispositions
+
+    def detach(self) -> None:
+        """The link is gone: settlements after this are dropped."""
+        self.detached = True
+        self._partial = None
+        if self.confirms is not None:
+            self.confirms.close()
