@@ -374,6 +374,7 @@ class Session:
             )
         )
         self._log_refusal(attach.name, error)
+        self._detaching.add(int(attach.handle))  # until the client's detach
         self.send(
             Detach(
                 handle=attach.handle, closed=True, error=Error(error.condition, error.description)

@@ -110,10 +110,11 @@ def test_a_receiver_gets_what_its_credit_allows_and_settles_by_outcome() -> None
     client.credit(1, 2)
     sent = client.transfers()
     assert [parse_message(p).data for _, p in sent] == [b"m0", b"m1"]
-    assert parse_message(sent[0][1]).properties.content_type == "text/plain"
+    properties = parse_message(sent[0][1]).properties
+    assert properties is not None and properties.content_type == "text/plain"
     assert all(t.settled is False for t, _ in sent)
     assert queue.message_count == 1 and queue.unacked == 2
-    first, second = (int(t.delivery_id) for t, _ in sent)
+    first, second = (int(t.delivery_id or 0) for t, _ in sent)
     client.send(0, Disposition(role=True, first=first, settled=True, state=Accepted()))
     assert queue.unacked == 1 and queue.acked_total == 1
     client.send(0, Disposition(role=True, first=second, settled=True, state=Released()))
@@ -122,8 +123,8 @@ def test_a_receiver_gets_what_its_credit_allows_and_settles_by_outcome() -> None
     again = client.transfers()
     assert [parse_message(p).data for _, p in again] == [b"m1", b"m2"]
     header = parse_message(again[0][1]).header
-    assert header.delivery_count == 1 and not header.first_acquirer
-    ids = [int(t.delivery_id) for t, _ in again]
+    assert header is not None and header.delivery_count == 1 and not header.first_acquirer
+    ids = [int(t.delivery_id or 0) for t, _ in again]
     client.send(
         0,
         Disposition(role=True, first=ids[0], last=ids[1], settled=True,
