@@ -75,7 +75,7 @@ def test_send_and_receive_unsettled(broker: BrokerProcess) -> None:
         got = []
         for _ in range(N):
             message = receiver.receive(timeout=10)
-            properties = message.properties or {}
+            properties: dict[str, Any] = message.properties or {}
             got.append((message.body, properties.get("i"), message.durable))
             receiver.accept()
         assert got == [(f"m{i}", i, True) for i in range(N)]
