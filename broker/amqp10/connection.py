@@ -200,9 +200,12 @@ class Connection:
         if self._dispositions and (self.ctx.admission is None or self.ctx.admission.may_confirm()):
             sessions = self._dispositions
             self._dispositions = set()
+            before = len(self._out)
             for session in sessions:
                 if not session.ended:
                     session.send_dispositions()
+            if self.admitted and self.ctx.admission is not None and len(self._out) > before:
+                self.ctx.admission.confirms_sent(self)
         if not self._out:
             return b""
         data = b"".join(self._out)
