@@ -3,12 +3,13 @@
 Every ``import`` of the product's own modules is collected with :mod:`ast` (imports under
 ``if TYPE_CHECKING:`` and inside functions count too: a type-only arrow is still an
 arrow). The rules: ``common`` imports nothing of ours; ``broker.core`` nothing above it;
-``broker.amqp`` never ``broker.ha``; ``broker.security`` (decisions the protocols ask for)
-no protocol and no HA; the broker never the agent, the CLI or analytics; the agent never
-the CLI, nor the broker's insides (only ``broker.management``'s client and probe); and no
-module imports itself back through a chain, file by file, at run time or for types only
-(a part a big class gives away takes a small Protocol of what it needs, never an import
-of its host: ``broker/amqp/stream_sink.py``, ``broker/amqp/ports.py``).
+``broker.amqp`` never ``broker.ha``; ``broker.amqp10`` (AMQP 1.0) neither, nor the 0-9-1
+channel; ``broker.security`` (decisions the protocols ask for) no protocol and no HA; the
+broker never the agent, the CLI or analytics; the agent never the CLI, nor the broker's
+insides (only ``broker.management``'s client and probe); and no module imports itself back
+through a chain, file by file, at run time or for types only (a part a big class gives
+away takes a small Protocol of what it needs, never an import of its host:
+``broker/amqp/stream_sink.py``, ``broker/amqp/ports.py``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,31 @@ PACKAGES = ("common", "broker", "ha_agent", "qpid_ha_cli", "analytics")
 #: importer prefix -> prefixes it must never import.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "common": ("broker", "ha_agent", "qpid_ha_cli", "analytics"),
-    "broker.core": ("broker.amqp", "broker.ha", "broker.management", "broker.server"),
+    "broker.core": (
+        "broker.amqp",
+        "broker.amqp10",
+        "broker.ha",
+        "broker.management",
+        "broker.server",
+    ),
     "broker.amqp": ("broker.ha", "broker.management", "broker.server"),
-    "broker.security": ("broker.amqp", "broker.ha", "broker.management", "broker.server"),
+    # AMQP 1.0 beside 0-9-1: the broker core and the 0-9-1 context and login, never the
+    # 0-9-1 channel (docs/amqp-1-0.md), HA, management or the server.
+    "broker.amqp10": (
+        "broker.amqp.channel",
+        "broker.amqp.channel_consume",
+        "broker.amqp.channel_publish",
+        "broker.ha",
+        "broker.management",
+        "broker.server",
+    ),
+    "broker.security": (
+        "broker.amqp",
+        "broker.amqp10",
+        "broker.ha",
+        "broker.management",
+        "broker.server",
+    ),
     "broker": ("ha_agent", "qpid_ha_cli", "analytics"),
     # The agent speaks to its broker only over HTTP and AMQP probes (broker.management).
     "ha_agent": (
@@ -34,12 +57,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "analytics",
         "broker.ha",
         "broker.amqp",
+        "broker.amqp10",
         "broker.core",
         "broker.store",
         "broker.security",
         "broker.server",
     ),
-    "analytics": ("broker.amqp", "broker.ha", "ha_agent", "qpid_ha_cli"),
+    "analytics": ("broker.amqp", "broker.amqp10", "broker.ha", "ha_agent", "qpid_ha_cli"),
 }
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
 from broker.amqp.context import BrokerContext
@@ -74,36 +73,11 @@ from broker.amqp10.performatives import (
     SaslOutcome,
 )
 from broker.amqp10.session import Session
+from broker.amqp10.state import HANDSHAKE, TRANSITIONS, State
 from broker.core.errors import AmqpError, ReplyCode
 from broker.security.sasl import AuthenticationError, PasswordCheck
 
-
-class State(Enum):
-    AWAIT_HEADER = "await-header"
-    AWAIT_SASL_INIT = "await-sasl-init"
-    AWAIT_LOGIN = "await-login"
-    AWAIT_AMQP_HEADER = "await-amqp-header"
-    AWAIT_OPEN = "await-open"
-    OPEN = "open"
-    CLOSE_SENT = "close-sent"
-    CLOSED = "closed"
-
-
 S = State
-#: The legal moves (any state may also go to CLOSED).
-TRANSITIONS: dict[State, frozenset[State]] = {
-    S.AWAIT_HEADER: frozenset({S.AWAIT_SASL_INIT, S.AWAIT_OPEN}),
-    S.AWAIT_SASL_INIT: frozenset({S.AWAIT_LOGIN, S.AWAIT_AMQP_HEADER}),
-    S.AWAIT_LOGIN: frozenset({S.AWAIT_AMQP_HEADER}),
-    S.AWAIT_AMQP_HEADER: frozenset({S.AWAIT_OPEN}),
-    S.AWAIT_OPEN: frozenset({S.OPEN, S.CLOSE_SENT}),
-    S.OPEN: frozenset({S.CLOSE_SENT}),
-    S.CLOSE_SENT: frozenset(),
-    S.CLOSED: frozenset(),
-}
-_HANDSHAKE = frozenset(
-    {S.AWAIT_HEADER, S.AWAIT_SASL_INIT, S.AWAIT_LOGIN, S.AWAIT_AMQP_HEADER, S.AWAIT_OPEN}
-)
 _ids = itertools.count(1)
 #: A client's open names a virtual host with this prefix on its hostname (RabbitMQ's).
 VHOST_PREFIX = "vhost:"
@@ -585,7 +559,7 @@ class Connection:
     def connection_lost(self) -> None:
         """The socket is gone: release everything, log the close."""
         stopped_at = self.state
-        handshake = stopped_at in _HANDSHAKE
+        handshake = stopped_at in HANDSHAKE
         self.cleanup()
         self.state = S.CLOSED
         if self.admitted and self.ctx.admission is not None:
