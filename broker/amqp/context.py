@@ -204,6 +204,9 @@ class BrokerContext:
     #: The open connections by id (:class:`~broker.amqp.connection.Connection`; ``Any``:
     #: that module imports this one, and the management API reads most of a connection).
     connections: dict[int, Any] = field(default_factory=dict)
+    #: The open AMQP 1.0 connections by id (:class:`broker.amqp10.connection.Connection`):
+    #: counted against ``max_connections``, not yet shown by the management API.
+    connections_1_0: dict[int, Any] = field(default_factory=dict)
     connections_opened_total: int = 0
     connections_refused_total: int = 0
     protocol_errors_total: int = 0
@@ -215,4 +218,6 @@ class BrokerContext:
         return self.vhost if name == self.vhost.name else None
 
     def open_connection_count(self) -> int:
-        return sum(1 for c in self.connections.values() if c.is_open)
+        """Open connections of either protocol (``max_connections`` counts them all)."""
+        opened = sum(1 for c in self.connections.values() if c.is_open)
+        return opened + sum(1 for c in self.connections_1_0.values() if c.is_open)

@@ -136,6 +136,7 @@ class Connection:
         self._last_recv = now
         self._last_send = now
         self._closing_since = 0.0
+        ctx.connections_1_0[self.id] = self
 
     # -- what the shell and the broker read ----------------------------------------------
     @property
@@ -562,6 +563,7 @@ class Connection:
         handshake = stopped_at in HANDSHAKE
         self.cleanup()
         self.state = S.CLOSED
+        self.ctx.connections_1_0.pop(self.id, None)
         if self.admitted and self.ctx.admission is not None:
             self.ctx.admission.released(self)
         if handshake and self.user is None and not self.should_close:

@@ -396,3 +396,18 @@ def test_a_broker_close_is_connection_forced() -> None:
     client.conn.close(ReplyCode.CONNECTION_FORCED, "broker shutdown")
     (closed,) = client.take(Close)
     assert error_of(closed) == "amqp:connection:forced"
+
+
+def test_the_connection_limit_counts_both_protocols() -> None:
+    ctx = make_context(max_connections=1)
+    first = Client10(ctx)
+    first.connect()
+    assert first.conn.is_open and ctx.open_connection_count() == 1
+    second = Client10(ctx)
+    second.login()
+    second.take()
+    second.open()
+    (closed,) = second.take(Close)
+    assert error_of(closed) == "amqp:not-allowed" and "connection limit" in str(closed.error)
+    first.conn.connection_lost()
+    assert ctx.open_connection_count() == 0
