@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from broker.amqp.context import BrokerContext
+from broker.amqp.context import BrokerContext, ConnectionSettings
 from broker.amqp10 import codec
 from broker.amqp10.connection import Connection
 from broker.amqp10.framing import AMQP_HEADER, FRAME_AMQP, FRAME_SASL, SASL_HEADER, frame
@@ -22,11 +22,29 @@ from broker.amqp10.performatives import (
     Transfer,
 )
 from broker.amqp10.sections import AmqpMessage, Data, Header, Properties
-from tests.amqp.helpers import FakeClock, make_context
+from broker.core.vhost import VirtualHost
+from broker.security.sasl import Authenticator, UserDatabase
+from tests.amqp.helpers import FakeClock
 
 __all__ = ["Client10", "FakeClock", "make_context"]
 
 _HEAD = struct.Struct(">IBBH")
+#: One user database for every test: guest's password is hashed (slowly) once, then
+#: remembered, so each test's login is quick.
+_USERS = UserDatabase.default()
+
+
+def make_context(clock: FakeClock | None = None, **settings: Any) -> BrokerContext:
+    """A broker context (the default vhost, guest/guest, authentication on)."""
+    clock = clock or FakeClock()
+    return BrokerContext(
+        vhost=VirtualHost(clock=clock),
+        authenticator=Authenticator(_USERS, True),
+        settings=ConnectionSettings(**settings),
+        clock=clock,
+    )
+
+
 AMQP, SASL = FRAME_AMQP, FRAME_SASL
 
 

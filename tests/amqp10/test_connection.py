@@ -4,7 +4,12 @@ scope."""
 
 from __future__ import annotations
 
+import functools
+import struct
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.amqp10.framing import AMQP_HEADER, SASL_HEADER, TLS_HEADER, frame
 from broker.amqp10.performatives import (
@@ -411,3 +416,32 @@ def test_the_connection_limit_counts_both_protocols() -> None:
     assert error_of(closed) == "amqp:not-allowed" and "connection limit" in str(closed.error)
     first.conn.connection_lost()
     assert ctx.open_connection_count() == 0
+
+
+@functools.cache
+def _fuzz_context() -> Any:
+    """One broker context for every example (a fresh connection each)."""
+    ctx = make_context()
+    ctx.authenticator = Authenticator(UserDatabase.default(), False)  # no password hash
+    queue_with(ctx.vhost)
+    return ctx
+
+
+@settings(max_examples=60)
+@given(st.binary(max_size=300), st.booleans())
+def test_arbitrary_bytes_never_escape_as_an_exception(data: bytes, framed: bool) -> None:
+    """Whatever follows the login (raw, or inside a well-sized frame) is read, or answered
+    with a close naming a condition: never a traceback."""
+    client = Client10(_fuzz_context())
+    client.send_bytes(AMQP_HEADER)
+    client.open()
+    client.send(0, Begin(next_outgoing_id=0, incoming_window=10, outgoing_window=10))
+    client.attach_sender("q", settled=True)
+    client.take()
+    if framed:
+        data = struct.pack(">IBBH", 8 + len(data), 2, 0, 0) + data
+    client.send_bytes(data)
+    closes = client.take(Close)
+    assert not closes or closes[0].error is not None
+    if closes:
+        assert str(closes[0].error.condition).startswith("amqp:")
