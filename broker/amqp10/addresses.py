@@ -13,6 +13,7 @@ The forms (``docs/amqp-1-0.md``, "Addresses"):
 ``/topic/KEY``                 ``amq.topic``, routing key KEY (v1; a target only)
 =============================  ==========================================================
 
+A target without an address is the anonymous relay: each message's ``to`` is its address.
 A source (the broker sends from it) must name a queue; an exchange source (a temporary
 queue bound for the link) is not implemented yet. A malformed address is
 ``amqp:invalid-field``. No I/O.
@@ -79,6 +80,16 @@ def parse(address: str) -> Address:
     if head == "topic" and len(parts) == 2:
         return ExchangeAddress("amq.topic", parts[1])
     raise _bad(address, "not a queue name, /queues/NAME, /exchanges/X/KEY or a v1 address")
+
+
+def route_of(address: Address) -> tuple[str, str]:
+    """The exchange and routing key a message sent to ``address`` is published with: a
+    queue through the default exchange under its name (0-9-1's ``basic.publish`` to
+    ``""``), ``amq.default`` as the default exchange."""
+    if isinstance(address, QueueAddress):
+        return "", address.queue
+    exchange = "" if address.exchange == "amq.default" else address.exchange
+    return exchange, address.routing_key
 
 
 def parse_source(address: str | None) -> QueueAddress:

@@ -423,6 +423,7 @@ class Connection:
                 max_frame_size=self.max_frame_size,
                 channel_max=self.channel_max,
                 idle_time_out=self.idle_timeout_ms or None,
+                offered_capabilities=("ANONYMOUS-RELAY",),
                 properties={"product": settings.product, "version": settings.version},
             ),
         )

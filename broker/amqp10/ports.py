@@ -63,6 +63,10 @@ class LinkSession(Protocol):
         """A receiver link has dispositions to send at the next flush."""
         ...
 
+    def check_publish(self, exchange: str, routing_key: str) -> None:
+        """The ACL's ``publish`` check; raises ``amqp:unauthorized-access``."""
+        ...
+
     def link_lost(self, link: Any, condition: str, description: str) -> None:
         """The broker ends ``link`` (its queue was deleted): detach it with the error."""
         ...

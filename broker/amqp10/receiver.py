@@ -2,8 +2,10 @@
 
 Contract: made by a :class:`~broker.amqp10.session.Session` for an attach whose role is
 sender, with its target resolved to an exchange and routing key (a queue: the default
-exchange and the queue's name, as 0-9-1's ``basic.publish`` to ``""``). It grants credit
-(:data:`CREDIT`, topped up when half is used; none while a resource alarm blocks
+exchange and the queue's name, as 0-9-1's ``basic.publish`` to ``""``), or without a target
+address: the anonymous relay, where each message's ``to`` is resolved (and the ACL asked)
+as a target's address is; a ``to`` naming nothing is ``released``, as any unroutable one.
+It grants credit (:data:`CREDIT`, topped up when half is used; none while a resource alarm blocks
 publishers), assembles a delivery from its transfer frames (``more``; ``aborted`` drops it;
 over ``max_body_size`` detaches with ``amqp:link:message-size-exceeded``), maps the message
 to 0-9-1 properties (:mod:`broker.amqp10.mapping`) and routes it through the virtual host
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.amqp10 import addresses
 from broker.amqp10.codec import DecodeError
 from broker.amqp10.errors import (
     DECODE_ERROR,
@@ -47,7 +50,7 @@ from broker.amqp10.performatives import (
     Transfer,
 )
 from broker.amqp10.ports import LinkSession
-from broker.amqp10.sections import parse_message
+from broker.amqp10.sections import AmqpMessage, parse_message
 from broker.core import properties
 from broker.core.confirms import PublisherConfirms
 from broker.core.message import Message
@@ -63,11 +66,12 @@ class ReceiverLink:
     """See the module docstring."""
 
     def __init__(
-        self, session: LinkSession, attach: Attach, exchange: str, routing_key: str
+        self, session: LinkSession, attach: Attach, exchange: str | None, routing_key: str
     ) -> None:
         self.session = session
         self.name = attach.name
         self.handle = int(attach.handle)
+        #: None: the anonymous relay (each message's ``to`` names where it goes).
         self.exchange = exchange
         self.routing_key = routing_key
         self.attach = attach
@@ -185,8 +189,7 @@ class ReceiverLink:
                 f"user-id {props.user_id!r} is not the authenticated user {user!r}",
                 Scope.LINK,
             )
-        exchange_name = self.exchange
-        routing_key = self.routing_key
+        exchange_name, routing_key = self._route(message)
         try:
             stored = Message(exchange_name, routing_key, properties.encode(props), body)
         except ValueError as exc:
@@ -213,6 +216,19 @@ class ReceiverLink:
         between = session.ctx.between_publishes
         if between is not None:
             between()  # the store: a long read's records start going to disk
+
+    def _route(self, message: AmqpMessage) -> tuple[str, str]:
+        """Where a message goes: the link's target, or (anonymous relay) its ``to``."""
+        if self.exchange is not None:
+            return self.exchange, self.routing_key
+        to = message.properties.to if message.properties is not None else None
+        if not to:
+            raise Amqp10Error(
+                INVALID_FIELD, "a message without 'to' on an anonymous relay link", Scope.LINK
+            )
+        exchange, key = addresses.route_of(addresses.parse(to))
+        self.session.check_publish(exchange, key)
+        return exchange, key
 
     def _settled(self) -> None:
         self.session.confirms_settled(self)

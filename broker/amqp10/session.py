@@ -391,27 +391,17 @@ class Session:
                 raise Amqp10Error(
                     NOT_IMPLEMENTED, "transactions (a coordinator target)", Scope.LINK
                 )
-            if not isinstance(target, Target) or target.dynamic or not target.address:
-                raise Amqp10Error(
-                    NOT_IMPLEMENTED,
-                    "a target without an address (anonymous relay, dynamic nodes)",
-                    Scope.LINK,
-                )
+            if not isinstance(target, Target) or target.dynamic:
+                raise Amqp10Error(NOT_IMPLEMENTED, "a dynamic or missing target", Scope.LINK)
+            if not target.address:
+                return ReceiverLink(self, attach, None, "")  # the anonymous relay
             address = addresses.parse(target.address)
+            exchange, key = addresses.route_of(address)
             if isinstance(address, addresses.QueueAddress):
                 vhost.queue(address.queue, owner=self.owner)  # not-found, resource-locked
-                exchange, key = "", address.queue
             else:
-                exchange = "" if address.exchange == "amq.default" else address.exchange
-                key = address.routing_key
                 vhost.check_publish(exchange)
-            if acl is not None:
-                denied = acl.check(
-                    self.user, self.connection_name, "publish", "exchange",
-                    {"name": exchange, "routingkey": key},
-                )  # fmt: skip
-                if denied is not None:
-                    raise Amqp10Error(UNAUTHORIZED_ACCESS, denied.reply_text, Scope.LINK)
+            self.check_publish(exchange, key)
             return ReceiverLink(self, attach, exchange, key)
         source = attach.source
         if not isinstance(source, Source) or source.dynamic:
@@ -429,6 +419,21 @@ class Session:
                 RESOURCE_LOCKED, f"queue '{queue.name}' has an exclusive consumer", Scope.LINK
             )
         return SenderLink(self, attach, queue)
+
+    def check_publish(self, exchange: str, routing_key: str) -> None:
+        """The ACL's ``publish exchange`` for this connection's user.
+
+        :raises Amqp10Error: ``amqp:unauthorized-access`` (link scope) when denied.
+        """
+        acl = self.ctx.acl
+        if acl is None:
+            return
+        denied = acl.check(
+            self.user, self.connection_name, "publish", "exchange",
+            {"name": exchange, "routingkey": routing_key},
+        )  # fmt: skip
+        if denied is not None:
+            raise Amqp10Error(UNAUTHORIZED_ACCESS, denied.reply_text, Scope.LINK)
 
     # -- output at the connection's flush --------------------------------------------------
     def send_dispositions(self) -> None:

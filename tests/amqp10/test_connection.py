@@ -26,6 +26,8 @@ from broker.amqp10.performatives import (
     Released,
     SaslMechanisms,
     SaslOutcome,
+    Source,
+    Target,
     Transfer,
 )
 from broker.amqp10.sections import parse_message
@@ -445,3 +447,28 @@ def test_arbitrary_bytes_never_escape_as_an_exception(data: bytes, framed: bool)
     assert not closes or closes[0].error is not None
     if closes:
         assert str(closes[0].error.condition).startswith("amqp:")
+
+
+def test_the_anonymous_relay_routes_each_message_by_its_to() -> None:
+    ctx = make_context()
+    first, second = queue_with(ctx.vhost, "a"), queue_with(ctx.vhost, "b")
+    client = Client10(ctx)
+    client.connect()
+    (opened,) = client.take(Open)
+    assert "ANONYMOUS-RELAY" in (opened.offered_capabilities or ())
+    client.send(
+        0,
+        Attach(name="relay", handle=0, role=False, source=Source(address="c"),
+               target=Target(), initial_delivery_count=0),
+    )  # fmt: skip
+    client.take()
+    client.transfer(0, 0, b"to a", to="a")
+    client.transfer(0, 1, b"to b", to="/queues/b")
+    client.transfer(0, 2, b"nowhere", to="/queues/missing")
+    states = [d.state for d in client.take(Disposition)]
+    assert states[-1] == Released() and Accepted() in states
+    assert [e.message.body for e in first.entries()] == [b"to a"]
+    assert [e.message.body for e in second.entries()] == [b"to b"]
+    client.transfer(0, 3, b"no to")
+    (detach,) = client.take(Detach)
+    assert error_of(detach) == "amqp:invalid-field"

@@ -129,6 +129,21 @@ def test_proton_to_pika_and_pika_to_proton(broker: BrokerProcess) -> None:
         connection.close()
 
 
+def test_the_anonymous_relay(broker: BrokerProcess) -> None:
+    declare(broker, "p-relay-1", "p-relay-2")
+    connection = proton(broker)
+    try:
+        sender = connection.create_sender(None)  # no target address: each message's to
+        sender.send(Message(address="p-relay-1", body="one"))
+        sender.send(Message(address="/queues/p-relay-2", body="two"))
+        for name, body in (("p-relay-1", "one"), ("p-relay-2", "two")):
+            receiver = connection.create_receiver(name)
+            assert receiver.receive(timeout=10).body == body
+            receiver.accept()
+    finally:
+        connection.close()
+
+
 def test_an_attach_to_a_missing_queue_is_not_found(broker: BrokerProcess) -> None:
     connection = proton(broker)
     try:
