@@ -52,9 +52,12 @@ class Client10:
     """Feeds bytes to a 1.0 Connection and decodes what it sends back: ``frames`` holds
     (type, channel, performative, payload), ``headers`` the protocol headers seen."""
 
-    def __init__(self, ctx: BrokerContext, peer_host: str | None = "127.0.0.1") -> None:
+    def __init__(
+        self, ctx: BrokerContext, peer_host: str | None = "127.0.0.1",
+        tls_identity: str | None = None,
+    ) -> None:  # fmt: skip
         self.ctx = ctx
-        self.conn = Connection(ctx, "test:1", peer_host=peer_host)
+        self.conn = Connection(ctx, "test:1", peer_host=peer_host, tls_identity=tls_identity)
         self.frames: list[tuple[int, int, Any, bytes]] = []
         self.headers: list[bytes] = []
         self._pending = b""

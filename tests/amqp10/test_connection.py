@@ -472,3 +472,16 @@ def test_the_anonymous_relay_routes_each_message_by_its_to() -> None:
     client.transfer(0, 3, b"no to")
     (detach,) = client.take(Detach)
     assert error_of(detach) == "amqp:invalid-field"
+
+
+def test_external_with_a_verified_certificate() -> None:
+    from broker.amqp10.framing import FRAME_SASL
+    from broker.amqp10.performatives import SaslInit
+
+    client = Client10(make_context(), tls_identity="guest")
+    client.send_bytes(SASL_HEADER)
+    (mechanisms,) = client.take(SaslMechanisms)
+    assert mechanisms.sasl_server_mechanisms[0] == "EXTERNAL"
+    client.send_bytes(frame(0, SaslInit(mechanism="EXTERNAL"), kind=FRAME_SASL))
+    (outcome,) = client.take(SaslOutcome)
+    assert outcome.code == 0 and client.conn.user == "guest"
