@@ -8,8 +8,9 @@ Conversions" page), in the part that is implemented; ``docs/amqp-1-0.md`` has th
 (``urn:uuid:...``), else (binary, or text over 255 bytes) in the ``x-message-id`` /
 ``x-correlation-id`` header; ``user-id``, ``reply-to``, ``content-type``,
 ``content-encoding``; ``creation-time`` -> ``timestamp`` (seconds); ``group-id`` ->
-``app_id``; application properties -> headers; message annotations whose key starts with
-``x-`` -> headers. A body of one ``data`` section is the 0-9-1 body as is; any other body
+``app_id``; application properties -> headers (binary as a byte array; a double as the
+0-9-1 float pamqp encodes, 32 bits); message annotations whose key starts with ``x-`` ->
+headers. A body of one ``data`` section is the 0-9-1 body as is; any other body
 (``amqp-value``, ``amqp-sequence``, several ``data``) is kept encoded, its sections as they
 came, with ``type`` ``amqp-1.0``.
 
@@ -59,7 +60,9 @@ def _header_value(value: Any) -> Any:
         return datetime.datetime.fromtimestamp(int(value) / 1000, datetime.UTC)
     if isinstance(value, uuid.UUID):
         return str(value)
-    if isinstance(value, str | bytes | bool | int | float) or value is None:
+    if isinstance(value, bytes):
+        return bytearray(value)  # a 0-9-1 byte array ('x'), as pamqp encodes one
+    if isinstance(value, str | bool | int | float) or value is None:
         return str(value) if isinstance(value, Symbol) else value
     if isinstance(value, list):
         return [_header_value(v) for v in value]
@@ -89,7 +92,7 @@ def to_properties(message: AmqpMessage) -> tuple[commands.Basic.Properties, byte
             if text is not None:
                 setattr(props, field, text)
             else:
-                headers[key] = value
+                headers[key] = _header_value(value)
         if p.user_id is not None:
             try:
                 user = bytes(p.user_id).decode("utf-8")
@@ -162,10 +165,12 @@ def to_message(raw_properties: bytes, body: bytes, delivery_count: int) -> bytes
     headers = dict(props.headers or {})
     message_id: Any = _id_value(props.message_id) if props.message_id else None
     correlation_id: Any = _id_value(props.correlation_id) if props.correlation_id else None
-    if message_id is None and isinstance(headers.get("x-message-id"), bytes | str):
-        message_id = headers.pop("x-message-id")
-    if correlation_id is None and isinstance(headers.get("x-correlation-id"), bytes | str):
-        correlation_id = headers.pop("x-correlation-id")
+    if message_id is None and isinstance(headers.get("x-message-id"), bytearray | bytes | str):
+        message_id = _amqp_value(headers.pop("x-message-id"))
+    if correlation_id is None and isinstance(
+        headers.get("x-correlation-id"), bytearray | bytes | str
+    ):
+        correlation_id = _amqp_value(headers.pop("x-correlation-id"))
     properties = Properties(
         message_id=message_id,
         user_id=props.user_id.encode() if props.user_id else None,

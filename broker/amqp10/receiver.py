@@ -24,6 +24,7 @@ THREAD UNSAFE: the connection's event loop.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from broker.amqp10 import addresses
@@ -191,9 +192,13 @@ class ReceiverLink:
             )
         exchange_name, routing_key = self._route(message)
         try:
-            stored = Message(exchange_name, routing_key, properties.encode(props), body)
-        except ValueError as exc:
-            raise Amqp10Error(INVALID_FIELD, str(exc), Scope.LINK) from None
+            raw = properties.encode(props)
+            stored = Message(exchange_name, routing_key, raw, body)
+        except (ValueError, TypeError, OverflowError, struct.error) as exc:
+            # a value 0-9-1 cannot carry (an application property of 2**64 - 1...)
+            raise Amqp10Error(
+                INVALID_FIELD, f"the message does not map to 0-9-1: {exc}", Scope.LINK
+            ) from None
         session.published()
         handle = None
         if not settled:

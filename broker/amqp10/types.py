@@ -76,6 +76,8 @@ class _Ranged(int):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({int(self)})"
 
+    __str__ = int.__repr__  # the number, as for any int (not the repr above)
+
 
 class UByte(_Ranged):
     HIGH = 0xFF
@@ -116,6 +118,8 @@ class Float(float):
 
     def __repr__(self) -> str:
         return f"Float({float(self)!r})"
+
+    __str__ = float.__repr__
 
 
 class Symbol(str):
