@@ -30,6 +30,7 @@ from typing import Any
 
 from pamqp import commands
 
+from broker.amqp10 import codec
 from broker.amqp10.sections import AmqpMessage, Data, Header, Properties
 from broker.amqp10.types import Symbol, Timestamp, UInt
 from broker.core import properties as basic_properties
@@ -122,7 +123,7 @@ def to_properties(message: AmqpMessage) -> tuple[commands.Basic.Properties, byte
         props.headers = headers
     body = message.data
     if body is None:
-        body = message.body_raw
+        body = message.body_raw or b"".join(codec.encode(section) for section in message.body)
         props.message_type = AMQP_1_0_TYPE
     return props, body
 
