@@ -102,7 +102,6 @@ def random_garbage(seed: int, size: int = 256) -> bytes:
         pytest.param(random_garbage(1), id="random-bytes"),
         pytest.param(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", id="http-request"),
         pytest.param(b"AMQP\x01\x01\x00\x0a", id="amqp-0-10-header"),
-        pytest.param(b"AMQP\x00\x01\x00\x00", id="amqp-1-0-header"),
         pytest.param(b"AMQP\x00\x00\x09\x00", id="amqp-0-9-0-header"),
         pytest.param(b"AMQP\x00\x00\x08\x00", id="amqp-0-8-header"),
         pytest.param(b"\x16\x03\x01\x02\x00\x01\x00\x01", id="tls-client-hello"),
@@ -117,6 +116,27 @@ def test_bad_protocol_header_gets_ours_back_and_a_close(
         event = client.wait_for_event("protocol_error")
     assert event["reply_code"] is None
     assert "bad protocol header" in event["reason"]
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        pytest.param(b"AMQP\x00\x01\x00\x00", id="amqp-1-0-without-sasl"),
+        pytest.param(b"AMQP\x02\x01\x00\x00", id="amqp-1-0-tls-layer"),
+    ],
+)
+def test_an_amqp_1_0_header_without_sasl_gets_the_sasl_header_and_a_close(
+    shared_broker: BrokerProcess, sent: bytes
+) -> None:
+    """AMQP 1.0 is served on this port (docs/amqp-1-0.md), through SASL only while
+    authentication is on: its plain and TLS-layer headers get the SASL header back."""
+    with RawClient(shared_broker) as client:
+        client.send(sent)
+        assert client.read_exact(8) == b"AMQP\x03\x01\x00\x00"
+        assert client.wait_eof() == []
+        event = client.wait_for_event("protocol_error")
+    assert event["reply_code"] is None
+    assert f"protocol header {sent!r}" in event["reason"]
 
 
 # -- malformed frames after a valid handshake -----------------------------------------------
