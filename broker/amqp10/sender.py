@@ -40,6 +40,7 @@ from broker.amqp10.performatives import (
     Transfer,
 )
 from broker.amqp10.ports import LinkSession
+from broker.amqp10.sections import AmqpMessage, Data
 from broker.core.message import Entry
 from broker.core.queue import Queue
 
@@ -92,7 +93,14 @@ class SenderLink:
         earlier = entry.delivery_count
         queue.delivered(entry, self.presettled)
         message = entry.message
-        payload = to_message(message.properties_raw, message.body, earlier)
+        try:
+            payload = to_message(message.properties_raw, message.body, earlier)
+        except Exception as exc:  # a bug in the mapping must not fail the queue's dispatch
+            session.ctx.log.error(
+                "internal_error", connection=session.connection_name,
+                exception=f"mapping to AMQP 1.0: {type(exc).__name__}: {exc}",
+            )  # fmt: skip
+            payload = AmqpMessage(body=[Data(message.body)]).encode()
         delivery_id = session.next_delivery_id()
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _SEQUENCE
