@@ -485,3 +485,32 @@ def test_external_with_a_verified_certificate() -> None:
     client.send_bytes(frame(0, SaslInit(mechanism="EXTERNAL"), kind=FRAME_SASL))
     (outcome,) = client.take(SaslOutcome)
     assert outcome.code == 0 and client.conn.user == "guest"
+
+
+def test_the_acl_is_asked_for_publish_and_consume() -> None:
+    from broker.amqp.access import AccessControl
+    from broker.security.acl import Acl
+
+    ctx = make_context()
+    queue_with(ctx.vhost, "ok.1")
+    queue_with(ctx.vhost, "no.1")
+    ctx.acl = AccessControl(
+        Acl.parse(
+            "acl allow all access virtualhost\n"
+            "acl allow guest consume queue name=ok.*\n"
+            "acl allow guest publish exchange routingkey=ok.*\n"
+            "acl deny all all\n"
+        ),
+        ctx.log,
+    )
+    client = Client10(ctx)
+    client.connect()
+    client.take()
+    client.attach_sender("ok.1", handle=0)
+    client.attach_receiver("ok.1", handle=1)
+    assert [a.handle for a in client.take(Attach)] == [0, 1] and not client.take(Detach)
+    client.attach_sender("no.1", handle=2)
+    client.attach_receiver("no.1", handle=3)
+    denied = client.take(Detach)
+    assert [d.handle for d in denied] == [2, 3]
+    assert all(error_of(d) == "amqp:unauthorized-access" for d in denied)
