@@ -59,7 +59,7 @@ def test_rates_lags_and_silent_backups() -> None:
     point = feed.queue_history["q"][-1]
     assert point == {"messages": 20, "unacked": 0, "publish": 10.0, "deliver": 0.0, "ack": 0.0}
     assert list(feed.lag_history["b1"]["q"]) == [0, 3]
-    assert feed.snapshot is None  # nobody watches
+    assert feed.state is None  # nobody follows
     clock.now += 1.5
     snapshot = feed.fresh()
     feed.sample()

@@ -23,7 +23,7 @@ def _run(ticks: list[list[tuple[str, str, int | None]]], partial: bool) -> Any:
     """Drive a journal through ``ticks``; the lists after each version."""
     journal = DeltaJournal(LISTS, kept=8)
     truth: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in LISTS}
-    history = {0: {name: {} for name in LISTS}}
+    history: dict[int, dict[str, dict[str, Any]]] = {0: {name: {} for name in LISTS}}
     for operations in ticks:
         touched: dict[str, set[str]] = {name: set() for name in LISTS}
         for name, key, value in operations:
