@@ -138,7 +138,9 @@ def test_a_viewers_page_gets_only_what_moved_on_it() -> None:
         return None if text is None else json.loads(text)
 
     feed.sample()
-    first = json.loads(run_steps(feed.lists.page_steps(page, whole=True)))
+    whole = run_steps(feed.lists.page_steps(page, whole=True))
+    assert whole is not None
+    first = json.loads(whole)
     assert first["keys"] == ["q0000", "q0001", "q0002", "q0003", "q0004"]
     assert (first["filtered_count"], first["total_count"]) == (100, 1200)
     assert set(first["rows"]) == set(first["history"]) == set(first["keys"])
