@@ -133,7 +133,14 @@ def phase(broker: BrokerProcess, window: float) -> dict[str, float]:
         time.sleep(min(10.0, left))  # the metric's window is 10 s
         steps.append(longest_step(broker.mgmt_port))
     cpu1, t1 = process_cpu(pid) or 0.0, time.monotonic()
-    return {"cpu": (cpu1 - cpu0) / (t1 - t0), "step_max": max(steps, default=0.0)}
+    loop = json.loads(http(broker.mgmt_port, "/api/status"))["loop"]
+    return {
+        "cpu": (cpu1 - cpu0) / (t1 - t0),
+        "step_max": max(steps, default=0.0),
+        "steps": steps,
+        "gc_pauses": loop["gc_pauses"],
+        "gc_max_ms": loop["gc_max_ms"],
+    }
 
 
 def stream_bytes(port: int, seconds: float) -> tuple[float, int]:
@@ -191,6 +198,7 @@ def main() -> int:
                 results["with"].append(measured)
                 print(json.dumps({"without": results["without"][-1], "with": measured}), flush=True)
         rate, first = stream_bytes(broker.mgmt_port, 20.0)
+        loop_at_end = json.loads(http(broker.mgmt_port, "/api/status"))["loop"]
     finally:
         if traffic is not None:
             traffic.close()
@@ -209,6 +217,7 @@ def main() -> int:
         "viewer_start_s": [round(r["start_s"], 2) for r in results["with"]],
         "stream_bytes_per_s": round(rate),
         "stream_first_bytes": first,
+        "loop_at_end": loop_at_end,
         "runs": results,
         "load": os.getloadavg(),
     }

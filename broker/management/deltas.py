@@ -150,6 +150,16 @@ class DeltaJournal:
         self._ticks.clear()
         self._oldest = self.version
 
+    def clear(self) -> None:
+        """Drop every row (the lists are not followed any more) and the ticks kept; a new
+        version, so that every one before needs a snapshot."""
+        self.version += 1
+        for name in self.names:
+            self.rows[name].clear()
+            self.row_versions[name].clear()
+            self.membership[name] = self.version
+        self.forget()
+
     def since(self, version: int) -> Delta | None:
         """What changed after ``version``, or None when this journal cannot tell (older
         than the ticks kept, or not a version it handed out)."""

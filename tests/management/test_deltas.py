@@ -99,3 +99,12 @@ def test_unchanged_rows_are_not_sent_and_versions_out_of_range_need_a_snapshot()
     assert journal.since(2) is not None
     with pytest.raises(ValueError, match="no row for the new key"):
         journal.advance({"queues": ListUpdate({"a", "b", "c"}, {})})
+
+
+def test_a_cleared_journal_keeps_its_version_and_starts_again() -> None:
+    journal = DeltaJournal(["queues"])
+    journal.advance({"queues": ListUpdate.whole({"a": {"m": 1}})})
+    journal.clear()
+    assert journal.snapshot() == {"queues": {}} and journal.since(1) is None
+    delta = journal.advance({"queues": ListUpdate.whole({"a": {"m": 1}})})
+    assert delta.version == 3 and delta.lists["queues"].added == {"a": {"m": 1}}

@@ -267,6 +267,8 @@ class LiveFeed:
         if following:
             yield from self._follow_steps(now, ha_status)
         else:
+            if self._followed:
+                self.lists.release()
             self.state, self._text, self._followed = None, None, False
             self._signatures.clear()
 
@@ -302,15 +304,12 @@ class LiveFeed:
                 "ack": round(max(0, counters[3] - before[3]) / span, 2),
             }
             self.queue_history.setdefault(name, deque(maxlen=HISTORY)).append(point)
-            if following:  # what a queue's row shows that may move
+            if following:  # what moves a queue's row (the rest: every 30 s, FULL_EVERY)
                 signature = (
-                    *counters[1:],
-                    *point.values(),
+                    counters[1:],
+                    point["messages"],
+                    point["unacked"],
                     queue.consumer_count,
-                    queue.bytes,
-                    queue.expired_total,
-                    queue.dropped_total,
-                    queue.rejected_publishes,
                 )
                 if self._signatures.get(name) != signature:
                     self._signatures[name] = signature

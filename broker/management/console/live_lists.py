@@ -122,7 +122,9 @@ class LiveLists:
                 yield
             for key, queue in queues[start : start + SLICE]:
                 if full or key not in known or (moved is not None and key in moved):
-                    rows[key] = self.queue_row(queue)
+                    row = self.queue_row(queue)
+                    if known.get(key) != row:  # compared here, a slice a step
+                        rows[key] = row
         yield
         exchanges = {
             queue_key(e.vhost, e.name): exchange_view(e)
@@ -175,6 +177,16 @@ class LiveLists:
                     rows[entry[1]] = binding_view(binding)
         self._binding_keys = cache
         return ListUpdate(keys, rows)
+
+    def release(self) -> None:
+        """Nobody follows any more: the rows and their texts go (megabytes at 10,000
+        queues); the next tick that follows rebuilds them."""
+        self.journal.clear()
+        self._texts.clear()
+        self._orders.clear()
+        self._binding_keys.clear()
+        self._default = (-1, [])
+        self._delta_text = self._snapshot_text = None
 
     def follow(self, now: float) -> None:
         """A reader of ``GET /api/changes`` keeps the lists followed a while."""
