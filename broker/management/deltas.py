@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,33 +106,26 @@ class DeltaJournal:
     def totals(self) -> dict[str, int]:
         return {name: len(rows) for name, rows in self.rows.items()}
 
-    def advance(self, updates: Mapping[str, ListUpdate]) -> Delta:
+    def advance(self, updates: Mapping[str, ListUpdate]) -> int:
         """The next version, with the lists as ``updates`` say (a list not named is
-        unchanged); its delta since the version before."""
+        unchanged). Its delta is ``since(version - 1)``, built when asked (a first tick of
+        10,000 rows is not made into a delta nobody reads)."""
         version = self.version + 1
         tick: dict[str, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {}
         for name, update in updates.items():
             rows, versions = self.rows[name], self.row_versions[name]
-            present = update.keys if isinstance(update.keys, set | frozenset) else set(update.keys)
-            removed = frozenset(key for key in rows if key not in present)
-            added: set[str] = set()
-            changed: set[str] = set()
+            present = update.keys if isinstance(update.keys, AbstractSet) else set(update.keys)
+            removed = frozenset(rows.keys() - present)  # set operations: C speed
             for key in removed:
                 del rows[key]
                 del versions[key]
-            for key, row in update.rows.items():
-                if key not in present:
-                    continue
-                old = rows.get(key)
-                if old is None:
-                    added.add(key)
-                elif old == row:
-                    continue
-                else:
-                    changed.add(key)
-                rows[key] = row
-                versions[key] = version
-            missing = [key for key in present if key not in rows]
+            given = update.rows.keys() & present
+            # set operations and dict updates at C speed: a first tick of 10,000 rows
+            added = given - rows.keys()
+            changed = {key for key in given - added if rows[key] != update.rows[key]}
+            rows.update({key: update.rows[key] for key in added | changed})
+            versions.update(dict.fromkeys(added | changed, version))
+            missing = present - rows.keys()
             if missing:
                 raise ValueError(f"{name}: no row for the new key(s) {sorted(missing)[:5]}")
             if added or removed:
@@ -140,9 +134,7 @@ class DeltaJournal:
         self.version = version
         self._ticks.append(_Tick(version, tick))
         self._oldest = max(self._oldest, self._ticks[0].version - 1)
-        delta = self.since(version - 1)
-        assert delta is not None
-        return delta
+        return version
 
     def forget(self) -> None:
         """Drop the ticks kept: every older version gets None from :meth:`since` (the

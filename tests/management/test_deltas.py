@@ -38,8 +38,8 @@ def _run(ticks: list[list[tuple[str, str, int | None]]], partial: bool) -> Any:
             # a shell may rebuild only the rows it knows moved (here: those touched)
             rebuilt = {k: dict(rows[k]) for k in rows if not partial or k in touched[name]}
             updates[name] = ListUpdate(set(rows), rebuilt)
-        delta = journal.advance(updates)
-        assert delta.version == journal.version
+        delta = journal.since(journal.advance(updates) - 1)
+        assert delta is not None and delta.version == journal.version
         assert delta.totals == {name: len(truth[name]) for name in LISTS}
         history[journal.version] = {name: dict(rows) for name, rows in truth.items()}
     return journal, history
@@ -76,7 +76,9 @@ def test_one_tick_at_a_time_gives_the_same_lists(ticks) -> None:
                 truth[name].pop(key, None)
             else:
                 truth[name][key] = {"messages": value}
-        delta = journal.advance({n: ListUpdate.whole(dict(truth[n])) for n in LISTS})
+        version = journal.advance({n: ListUpdate.whole(dict(truth[n])) for n in LISTS})
+        delta = journal.since(version - 1)
+        assert delta is not None
         held = apply(held, delta)
         assert held == truth
 
@@ -84,8 +86,10 @@ def test_one_tick_at_a_time_gives_the_same_lists(ticks) -> None:
 def test_unchanged_rows_are_not_sent_and_versions_out_of_range_need_a_snapshot() -> None:
     journal = DeltaJournal(["queues"])
     journal.advance({"queues": ListUpdate.whole({"a": {"m": 1}, "b": {"m": 2}})})
-    delta = journal.advance({"queues": ListUpdate.whole({"a": {"m": 1}, "b": {"m": 3}})})
-    assert delta.view() == {
+    delta = journal.since(
+        journal.advance({"queues": ListUpdate.whole({"a": {"m": 1}, "b": {"m": 3}})}) - 1
+    )
+    assert delta is not None and delta.view() == {
         "since": 1,
         "version": 2,
         "lists": {"queues": {"added": {}, "changed": {"b": {"m": 3}}, "removed": []}},
@@ -106,5 +110,7 @@ def test_a_cleared_journal_keeps_its_version_and_starts_again() -> None:
     journal.advance({"queues": ListUpdate.whole({"a": {"m": 1}})})
     journal.clear()
     assert journal.snapshot() == {"queues": {}} and journal.since(1) is None
-    delta = journal.advance({"queues": ListUpdate.whole({"a": {"m": 1}})})
-    assert delta.version == 3 and delta.lists["queues"].added == {"a": {"m": 1}}
+    delta = journal.since(journal.advance({"queues": ListUpdate.whole({"a": {"m": 1}})}) - 1)
+    assert (
+        delta is not None and delta.version == 3 and delta.lists["queues"].added == {"a": {"m": 1}}
+    )

@@ -33,9 +33,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.core.vhost import VHOST
-from broker.core.vhosts import queue_key
-from broker.management.deltas import Delta, DeltaJournal, ListUpdate
+from broker.core.vhosts import KEY_SEPARATOR, queue_key
+from broker.management.deltas import DeltaJournal, ListUpdate
 from broker.management.list_query import ListQuery, select_steps
 from broker.management.lists import QUEUES, ListKind
 from broker.management.managed import ManagedBroker, vhosts_of
@@ -75,12 +74,14 @@ class QueuePage:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _default_order(rows: Mapping[str, Row]) -> list[str]:
-    def order(key: str) -> tuple[bool, str, str]:
-        row = rows[key]
-        return (row["vhost"] != VHOST, row["vhost"], row["name"])
-
-    return sorted(rows, key=order)
+def _default_order(keys: Iterable[str]) -> list[str]:
+    """Queue keys in the lists' order: vhost ``/`` first, then by vhost and name. A key is
+    the name in ``/`` and ``vhost NUL name`` elsewhere, so plain sorts give that order
+    (at C speed: 10,000 keys with a key function took 10-16 ms in one step)."""
+    listed = list(keys)
+    return sorted([k for k in listed if KEY_SEPARATOR not in k]) + sorted(
+        [k for k in listed if KEY_SEPARATOR in k]
+    )
 
 
 class LiveLists:
@@ -109,22 +110,28 @@ class LiveLists:
         self._snapshot_text: tuple[int, str] | None = None
 
     # the journal --------------------------------------------------------------------------
-    def update_steps(self, moved: set[str] | None) -> Steps[Delta]:
+    def update_steps(
+        self, moved: set[str] | None, queues: list[tuple[str, Any]] | None = None
+    ) -> Steps[int]:
         """A tick: the lists as they are now, into the journal. ``moved``: the queue keys
-        the sampler saw change (None: rebuild every row)."""
+        the sampler saw change (None: rebuild every row); ``queues``: (key, queue) of every
+        queue, as the sampler listed them (else listed here)."""
         self.ticks += 1
         full = moved is None or self.ticks % FULL_EVERY == 1
         known = self.journal.rows["queues"]
-        queues = list(vhosts_of(self.broker).queues.items())
+        by_key = dict(vhosts_of(self.broker).queues.items() if queues is None else queues)
+        present = by_key.keys()
+        # the new keys and the moved ones by set operations, at C speed
+        fresh = (present - known.keys()) | (present & (moved or set()))
+        todo = list(present if full else fresh)
         rows: dict[str, Row] = {}
-        for start in range(0, len(queues), SLICE):
+        for start in range(0, len(todo), SLICE):
             if start:
                 yield
-            for key, queue in queues[start : start + SLICE]:
-                if full or key not in known or (moved is not None and key in moved):
-                    row = self.queue_row(queue)
-                    if known.get(key) != row:  # compared here, a slice a step
-                        rows[key] = row
+            for key in todo[start : start + SLICE]:
+                row = self.queue_row(by_key[key])
+                if known.get(key) != row:  # compared here, a slice a step
+                    rows[key] = row
         yield
         exchanges = {
             queue_key(e.vhost, e.name): exchange_view(e)
@@ -139,7 +146,7 @@ class LiveLists:
         }
         return self.journal.advance(
             {
-                "queues": ListUpdate({key for key, _ in queues}, rows),
+                "queues": ListUpdate(present, rows),
                 "exchanges": ListUpdate.whole(exchanges),
                 "bindings": bindings,
                 "connections": ListUpdate.whole(connections),

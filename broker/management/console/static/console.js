@@ -455,7 +455,11 @@ function connect() {
     render();
   };
   mine.addEventListener("snapshot", (event) => show(lists.snapshot(JSON.parse(event.data))));
-  mine.addEventListener("page", (event) => { const whole = lists.page(JSON.parse(event.data)); if (whole) show(lists.view()); });
+  // a whole page comes just after a snapshot: drawn at once on the queues page only (the
+  // other pages were drawn with the snapshot; each delta draws the page shown again)
+  mine.addEventListener("page", (event) => {
+    if (lists.page(JSON.parse(event.data)) && currentPage() === "queues") show(lists.view());
+  });
   mine.addEventListener("delta", (event) => show(lists.delta(JSON.parse(event.data))));
   mine.onerror = () => {
     if (mine !== source) return;
