@@ -165,6 +165,76 @@ def stream_bytes(port: int, seconds: float) -> tuple[float, int]:
     return 0.0, first
 
 
+def in_process(queues: int, ticks: int = 5) -> dict[str, Any]:
+    """The viewer's work on the loop without sockets: the sampler's ticks of a stand-in
+    broker with ``queues`` queues (half bound to a topic exchange), nobody following and
+    then one viewer, each step's CPU time (``time.thread_time``); a whole page, a page
+    delta, the shared snapshot."""
+    import gc
+
+    from broker.core.message import Message
+    from broker.management.console.live import LiveFeed
+    from broker.management.console.live_lists import CONSOLE_QUEUES, QueuePage
+    from broker.management.lists import parse_query
+    from common.log import get_logger
+    from tests.management.support import FakeBroker
+
+    broker = FakeBroker()
+    vhost = broker.vhost
+    vhost.declare_exchange("cv-topic", "topic")
+    for i in range(queues):
+        vhost.declare_queue(f"cv-{i:05d}")
+        if i % 2:
+            vhost.bind(f"cv-{i:05d}", "cv-topic", f"cv.{i}.#")
+    feed = LiveFeed(broker, get_logger("bench"))
+    gc.disable()  # the collector's pauses are the broker's, measured apart (loop_steps)
+
+    def run(steps: Any) -> tuple[float, float]:
+        total = longest = 0.0
+        while True:
+            began = time.thread_time()
+            try:
+                next(steps)
+            except StopIteration:
+                return total + (spent := time.thread_time() - began), max(longest, spent)
+            spent = time.thread_time() - began
+            total, longest = total + spent, max(longest, spent)
+
+    def traffic() -> None:
+        for q in BUSY:
+            vhost.publish(vhost.exchange(""), Message("", q, body=b"x"))
+
+    idle = [run(feed.sample_steps()) for _ in range(ticks) if traffic() is None]
+    feed.viewers = 1
+    first = run(feed.sample_steps())
+    page = QueuePage(parse_query({"page": "1", "page_size": "50"}, CONSOLE_QUEUES))
+    whole = run(feed.lists.page_steps(page, True))
+    snapshot = run(feed.lists.shared_snapshot_steps("{}"))
+    followed = []
+    for _ in range(ticks):
+        traffic()
+        tick = run(feed.sample_steps())
+        delta = run(feed.lists.page_steps(page, False))
+        shared = run(feed.lists.shared_delta_steps("{}"))
+        followed.append((tick[0] + delta[0] + shared[0], max(tick[1], delta[1], shared[1])))
+    gc.enable()
+
+    def ms(value: float) -> float:
+        return round(1000 * value, 1)
+
+    return {
+        "tick_ms_nobody": ms(statistics.median(t for t, _ in idle)),
+        "tick_ms_one_viewer": ms(statistics.median(t for t, _ in followed)),
+        "longest_step_ms_nobody": ms(max(s for _, s in idle)),
+        "longest_step_ms_one_viewer": ms(max(s for _, s in followed)),
+        "first_tick_followed_ms": ms(first[0]),
+        "first_tick_longest_step_ms": ms(first[1]),
+        "whole_page_ms": ms(whole[0]),
+        "shared_snapshot_ms": ms(snapshot[0]),
+        "shared_snapshot_longest_step_ms": ms(snapshot[1]),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queues", type=int, default=10_000)
@@ -172,7 +242,13 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=30.0, help="seconds a phase")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--in-process", action="store_true", help="the steps of the viewer's work, no sockets"
+    )
     args = parser.parse_args()
+    if args.in_process:
+        print(json.dumps({"queues": args.queues, **in_process(args.queues)}, indent=1))
+        return 0
     root = Path(tempfile.mkdtemp(prefix="console-viewer-scale-"))
     users = write_users(root / "users")
     broker = BrokerProcess(root / "qpidd", args=[f"--sasl-users={users}"]).start()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.management.deltas import DeltaJournal, ListUpdate, apply
@@ -17,6 +17,8 @@ KEYS = st.sampled_from([f"k{i}" for i in range(6)])
 # one operation: (list, key, value): value None removes, else adds or changes the row
 OPERATION = st.tuples(st.sampled_from(LISTS), KEYS, st.none() | st.integers(0, 3))
 TICKS = st.lists(st.lists(OPERATION, max_size=6), min_size=1, max_size=12)
+#: examples a property is tried on (about a second each on an idle machine)
+EXAMPLES = settings(max_examples=60)
 
 
 def _run(ticks: list[list[tuple[str, str, int | None]]], partial: bool) -> Any:
@@ -45,6 +47,7 @@ def _run(ticks: list[list[tuple[str, str, int | None]]], partial: bool) -> Any:
     return journal, history
 
 
+@EXAMPLES
 @given(TICKS, st.booleans())
 def test_applying_the_deltas_to_an_old_snapshot_gives_the_new_one(ticks, partial) -> None:
     journal, history = _run(ticks, partial)
@@ -64,6 +67,7 @@ def test_applying_the_deltas_to_an_old_snapshot_gives_the_new_one(ticks, partial
             assert set(change.removed) <= set(then[name]) - set(now[name])
 
 
+@EXAMPLES
 @given(TICKS)
 def test_one_tick_at_a_time_gives_the_same_lists(ticks) -> None:
     """A viewer that applies each tick's delta in turn holds the lists."""
