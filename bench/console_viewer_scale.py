@@ -204,7 +204,10 @@ def in_process(queues: int, ticks: int = 5) -> dict[str, Any]:
         for q in BUSY:
             vhost.publish(vhost.exchange(""), Message("", q, body=b"x"))
 
-    idle = [run(feed.sample_steps()) for _ in range(ticks) if traffic() is None]
+    idle = []
+    for _ in range(ticks):
+        traffic()
+        idle.append(run(feed.sample_steps()))
     feed.viewers = 1
     first = run(feed.sample_steps())
     page = QueuePage(parse_query({"page": "1", "page_size": "50"}, CONSOLE_QUEUES))
