@@ -17,11 +17,12 @@ authentication middleware (:mod:`broker.management.auth`), and the server
 (:func:`start_management`). The handlers live by concept:
 :mod:`~broker.management.status` (status, metrics),
 :mod:`~broker.management.objects` (queues, exchanges, bindings, connections),
-:mod:`~broker.management.channels` (the connections' channels),
+:mod:`~broker.management.channels` (the connections' channels and consumers),
 :mod:`~broker.management.vhosts` (virtual hosts) and
 :mod:`~broker.management.ha` (HA role, promote, lease, queue replication) and
 :mod:`~broker.management.admin` (close a connection, stop the broker); the JSON shapes
-in :mod:`~broker.management.views`, request parsing in
+in :mod:`~broker.management.views`, every list's filter, sort and pages in
+:mod:`~broker.management.lists` (over :mod:`~broker.management.list_query`), request parsing in
 :mod:`~broker.management.request_input`, errors in :mod:`~broker.management.errors`.
 
 See ``docs/management.md`` for the endpoints with examples.

@@ -4,7 +4,8 @@
 Contract
 ========
 
-- ``GET /api/channels``: every channel of every connection, by connection id then number;
+- ``GET /api/channels``: every channel of every connection, by connection id then number
+  (the list query of :mod:`broker.management.list_query`: filter, sort, page, columns);
   ``GET /api/connections/{id}/channels``: one connection's (400 for an id that is not a
   positive integer, 404 for no such connection). Read permission (the monitoring role).
 - Each channel (:func:`channel_view`), with RabbitMQ's names where it has one:
@@ -18,6 +19,11 @@ Contract
   settled yet), ``transactional`` (tx mode), ``messages_uncommitted`` and
   ``acks_uncommitted`` (held by the open transaction), ``flow`` (false: channel.flow
   stopped deliveries), ``replication_stream`` (an HA backup's stream on the primary).
+- ``GET /api/consumers``: every consumer of every channel (:func:`consumer_views`:
+  ``consumer_tag``, ``queue`` ``{name, vhost}``, ``vhost``, ``channel_details``
+  ``{connection, connection_name, number, name, user}``, ``ack_required``, ``exclusive``,
+  ``prefetch_count``, ``unacked``), with the same list query; ``name`` filters on the tag
+  and the queue's name.
 - Pure views, nothing changed; the web console shows them when a connection is opened.
 """
 
@@ -29,15 +35,16 @@ from typing import TYPE_CHECKING, Any, cast
 from aiohttp import web
 
 from broker.management.errors import ApiError
+from broker.management.lists import CHANNELS, CONSUMERS, parse_query, respond
 from broker.management.managed import ManagedBroker
-from broker.management.responses import json_response, json_response_sliced, run_sliced
+from broker.management.responses import json_response, run_sliced
 from common.slices import rows_in_slices
 
 if TYPE_CHECKING:
     from broker.amqp.channel import Channel
     from broker.amqp.connection import Connection
 
-__all__ = ["ChannelEndpoints", "channel_view"]
+__all__ = ["ChannelEndpoints", "channel_view", "consumer_views"]
 
 
 def channel_view(connection: Connection, channel: Channel) -> dict[str, Any]:
@@ -76,6 +83,31 @@ def channel_view(connection: Connection, channel: Channel) -> dict[str, Any]:
     }
 
 
+def consumer_views(channel: dict[str, Any]) -> list[dict[str, Any]]:
+    """The consumers of a channel's view, each as ``GET /api/consumers`` shows it
+    (RabbitMQ's fields: ``queue`` and ``channel_details`` are objects)."""
+    details = {
+        "connection": channel["connection"],
+        "connection_name": channel["connection_name"],
+        "number": channel["number"],
+        "name": channel["name"],
+        "user": channel["user"],
+    }
+    return [
+        {
+            "consumer_tag": consumer["consumer_tag"],
+            "queue": {"name": consumer["queue"], "vhost": channel["vhost"]},
+            "vhost": channel["vhost"],
+            "channel_details": details,
+            "ack_required": consumer["ack_required"],
+            "exclusive": consumer["exclusive"],
+            "prefetch_count": consumer["prefetch_count"],
+            "unacked": consumer["unacked"],
+        }
+        for consumer in channel["consumers"]
+    ]
+
+
 class ChannelEndpoints:
     """The channel handlers, bound to one broker."""
 
@@ -86,6 +118,7 @@ class ChannelEndpoints:
         return [
             web.get("/api/channels", self.list_channels),
             web.get("/api/connections/{id}/channels", self.connection_channels),
+            web.get("/api/consumers", self.list_consumers),
         ]
 
     def _connections(self) -> list[Connection]:
@@ -99,9 +132,19 @@ class ChannelEndpoints:
             for number in sorted(connection.channels)
         ]
 
-    async def list_channels(self, request: web.Request) -> web.Response:
+    async def _channels(self) -> list[dict[str, Any]]:
         views = await run_sliced(rows_in_slices(self._connections(), self._views))
-        return await json_response_sliced([v for per_connection in views for v in per_connection])
+        return [v for per_connection in views for v in per_connection]
+
+    async def list_channels(self, request: web.Request) -> web.Response:
+        query = parse_query(request.query, CHANNELS)
+        return await respond(query, CHANNELS, await self._channels())
+
+    async def list_consumers(self, request: web.Request) -> web.Response:
+        query = parse_query(request.query, CONSUMERS)
+        channels = await self._channels()
+        rows = await run_sliced(rows_in_slices(channels, consumer_views))
+        return await respond(query, CONSUMERS, [c for per_channel in rows for c in per_channel])
 
     async def connection_channels(self, request: web.Request) -> web.Response:
         text = request.match_info["id"]

@@ -2,6 +2,8 @@
 
 ``/api/queues[/{name}]`` and ``/api/exchanges[/{name}]`` (GET, PUT to declare, DELETE
 with ``if_unused``/``if_empty``), ``GET /api/bindings`` and ``GET /api/connections``.
+Every list takes the query parameters of :mod:`broker.management.list_query` (filter,
+sort, page, columns: RabbitMQ's), answered by :func:`broker.management.lists.list_response`.
 An object in a vhost other than ``/`` is ``/api/queues/{vhost}/{name}`` (RabbitMQ's path;
 ``/`` is ``%2F`` there); the lists show every vhost's objects, each with its ``vhost``,
 or one vhost's with ``?vhost=NAME``; a vhost that does not exist is a 404.
@@ -27,11 +29,11 @@ from broker.core.errors import AmqpError
 from broker.core.vhost import VHOST, VirtualHost
 from broker.management.auth import current_user
 from broker.management.errors import ApiError, amqp_api_error
+from broker.management.lists import BINDINGS, CONNECTIONS, EXCHANGES, QUEUES, list_response
 from broker.management.managed import ManagedBroker, refuse_on_backup, replicated, vhosts_of
 from broker.management.request_input import Body, check_name, query_flag, read_json_object
-from broker.management.responses import json_response, json_response_sliced, run_sliced
+from broker.management.responses import json_response
 from broker.management.views import binding_view, connection_view, exchange_view, queue_view
-from common.slices import rows_in_slices
 
 #: How the default exchange (named "") is addressed in a path, as in RabbitMQ.
 DEFAULT_EXCHANGE_ALIAS = "amq.default"
@@ -98,7 +100,7 @@ class ObjectEndpoints:
             (q for vhost in self._listed(request) for q in vhost.queues.values()),
             key=lambda q: (q.vhost != VHOST, q.vhost, q.name),
         )
-        return await json_response_sliced(await run_sliced(rows_in_slices(queues, queue_view)))
+        return await list_response(request, QUEUES, queues, queue_view)
 
     async def get_queue(self, request: web.Request) -> web.Response:
         return json_response(queue_view(self._vhost(request).queue(request.match_info["name"])))
@@ -153,9 +155,7 @@ class ObjectEndpoints:
             (e for vhost in self._listed(request) for e in vhost.exchanges.values()),
             key=lambda e: (e.vhost != VHOST, e.vhost, e.name),
         )
-        return await json_response_sliced(
-            await run_sliced(rows_in_slices(exchanges, exchange_view))
-        )
+        return await list_response(request, EXCHANGES, exchanges, exchange_view)
 
     async def get_exchange(self, request: web.Request) -> web.Response:
         return json_response(
@@ -223,10 +223,8 @@ class ObjectEndpoints:
                 b.routing_key,
             ),
         )
-        return await json_response_sliced(await run_sliced(rows_in_slices(bindings, binding_view)))
+        return await list_response(request, BINDINGS, bindings, binding_view)
 
     async def list_connections(self, request: web.Request) -> web.Response:
         connections = sorted(self.broker.context.connections.values(), key=lambda c: c.id)
-        return await json_response_sliced(
-            await run_sliced(rows_in_slices(connections, connection_view))
-        )
+        return await list_response(request, CONNECTIONS, connections, connection_view)

@@ -109,32 +109,50 @@ def test_a_change_with_the_cookie_needs_the_console_header(qpidd: BrokerProcess)
     assert client.change("PUT", "/api/queues/csrf-q", {}).status == 201
 
 
-def test_the_live_stream_sends_snapshots_of_the_same_views(qpidd: BrokerProcess) -> None:
+def test_the_live_stream_sends_a_snapshot_the_page_asked_then_deltas(qpidd: BrokerProcess) -> None:
+    """A viewer gets a snapshot (state, lists, who it is) and its page of queues (filtered,
+    sorted and paged by the server, with histories), then each second a delta; a bad
+    query is a 400 naming the value."""
     declare(qpidd, "live-q", 3)
+    declare(qpidd, "live-r", 1)
     client = logged_in(qpidd, "watcher")
     cookie = next(c for c in client.jar)
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{qpidd.mgmt_port}/api/console/live",
-        headers={"Cookie": f"{cookie.name}={cookie.value}"},
-    )
-    snapshots: list[dict[str, Any]] = []
-    with urllib.request.urlopen(request, timeout=10) as stream:
+    headers = {"Cookie": f"{cookie.name}={cookie.value}"}
+    base = f"http://127.0.0.1:{qpidd.mgmt_port}/api/console/live"
+    query = "?name=live-&sort=messages&sort_reverse=true&page=1&page_size=1"
+    events: list[tuple[str, dict[str, Any]]] = []
+    with urllib.request.urlopen(
+        urllib.request.Request(base + query, headers=headers), timeout=10
+    ) as stream:
         assert stream.headers["Content-Type"] == "text/event-stream"
-        # the first snapshot is built at once; the queue's history fills a sample a second
-        while len(snapshots) < 4 and not any(
-            q["name"] == "live-q" and q["history"]
-            for q in (snapshots[-1]["queues"] if snapshots else [])
-        ):
+        kind = ""
+        while sum(1 for k, _ in events if k == "delta") < 2:
             line = stream.readline()
-            if line.startswith(b"data: "):
-                snapshots.append(json.loads(line[6:]))
-    snapshot = snapshots[-1]
+            if line.startswith(b"event: "):
+                kind = line[7:].strip().decode()
+            elif line.startswith(b"data: "):
+                events.append((kind, json.loads(line[6:])))
+    assert [k for k, _ in events[:2]] == ["snapshot", "page"]
+    snapshot, page = events[0][1], events[1][1]
     assert snapshot["me"] == {"user": "watcher", "roles": ["monitoring"], "auth": True}
-    queue = next(q for q in snapshot["queues"] if q["name"] == "live-q")
-    assert queue["messages"] == 3 and queue["history"]
-    assert snapshot["status"]["ha_state"] == "standalone" and snapshot["ha"] is None
-    assert snapshot["timeline"] == []
-    assert {"exchanges", "bindings", "connections", "lag_history"} <= set(snapshot)
+    assert (
+        snapshot["state"]["status"]["ha_state"] == "standalone" and snapshot["state"]["ha"] is None
+    )
+    assert snapshot["state"]["timeline"] == []
+    assert {"exchanges", "bindings", "connections"} == set(snapshot["lists"])
+    assert page["whole"] and page["keys"] == ["live-q"]  # the fuller of the two
+    assert (page["filtered_count"], page["page_count"], page["item_count"]) == (2, 2, 1)
+    assert page["rows"]["live-q"]["messages"] == 3 and "live-q" in page["history"]
+    deltas = [d for k, d in events if k == "delta"]
+    assert deltas[0]["since"] == page["version"] and deltas[1]["since"] == deltas[0]["version"]
+    assert set(deltas[0]["lists"]) == {"exchanges", "bindings", "connections"}
+    bad = client.request("GET", "/api/console/live?name=(a%2B)%2B&use_regex=true")
+    assert bad.status == 400 and "repeats a repetition" in bad.json()["reason"]
+    changes = client.request("GET", "/api/changes").json()
+    assert changes["snapshot"] and changes["lists"]["queues"]["live-q"]["messages"] == 3
+    later = client.request("GET", f"/api/changes?since={changes['version']}").json()
+    assert not later["snapshot"] and later["since"] == changes["version"]
+    assert client.request("GET", "/api/changes?since=x").status == 400
 
 
 def test_an_administrator_purges_gets_and_publishes(qpidd: BrokerProcess) -> None:

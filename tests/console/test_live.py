@@ -4,6 +4,7 @@ host and queues (tests.management's stand-in broker), an HA role reduced to its 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +60,7 @@ def test_rates_lags_and_silent_backups() -> None:
     point = feed.queue_history["q"][-1]
     assert point == {"messages": 20, "unacked": 0, "publish": 10.0, "deliver": 0.0, "ack": 0.0}
     assert list(feed.lag_history["b1"]["q"]) == [0, 3]
-    assert feed.snapshot is None  # nobody watches
+    assert feed.state is None  # nobody follows
     clock.now += 1.5
     snapshot = feed.fresh()
     feed.sample()
@@ -113,3 +114,50 @@ def test_lag_in_bytes_counts_what_is_past_the_last_sent(monkeypatch) -> None:
             "lag_bytes_partial": False,
         }
     ]
+
+
+def test_a_viewers_page_gets_only_what_moved_on_it() -> None:
+    """The lists are followed while someone watches: a page event holds the rows of the
+    page that moved since the viewer's last (a publish, and the rate falling back to 0 a
+    tick later), nothing when nothing on it moved; a queue deleted leaves the page."""
+    from broker.management.console.live_lists import CONSOLE_QUEUES, QueuePage
+    from broker.management.lists import parse_query
+    from common.slices import run_steps
+
+    broker, clock = HaBroker(), Clock()
+    for i in range(1200):
+        broker.vhost.declare_queue(f"q{i:04d}")
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    feed.viewers = 1
+    page = QueuePage(parse_query({"name": "q00", "page": "1", "page_size": "5"}, CONSOLE_QUEUES))
+
+    def tick() -> dict[str, Any] | None:
+        clock.now += 1.0
+        feed.sample()
+        text = run_steps(feed.lists.page_steps(page, whole=False))
+        return None if text is None else json.loads(text)
+
+    feed.sample()
+    whole = run_steps(feed.lists.page_steps(page, whole=True))
+    assert whole is not None
+    first = json.loads(whole)
+    assert first["keys"] == ["q0000", "q0001", "q0002", "q0003", "q0004"]
+    assert (first["filtered_count"], first["total_count"]) == (100, 1200)
+    assert set(first["rows"]) == set(first["history"]) == set(first["keys"])
+    assert tick() is None  # nothing moved
+    vhost = broker.vhost
+    vhost.publish(vhost.exchange(""), Message("", "q0003", body=b"x"))
+    vhost.publish(vhost.exchange(""), Message("", "q0900", body=b"x"))  # not on the page
+    moved = tick()
+    assert moved is not None and list(moved["rows"]) == ["q0003"] and not moved["history"]
+    assert moved["rows"]["q0003"]["messages"] == 1 and moved["rows"]["q0003"]["publish_rate"] == 1.0
+    settled = tick()  # its rate fell back to 0
+    assert settled is not None and settled["rows"]["q0003"]["publish_rate"] == 0.0
+    assert tick() is None
+    vhost.delete_queue("q0001")
+    gone = tick()
+    assert gone is not None and gone["keys"] == ["q0000", "q0002", "q0003", "q0004", "q0005"]
+    assert list(gone["rows"]) == list(gone["history"]) == ["q0005"]  # new to the page
+    changes = feed.lists.journal.since(first["version"])
+    assert changes is not None and changes.lists["queues"].removed == ["q0001"]
+    assert set(changes.lists["queues"].changed) == {"q0003", "q0900"}

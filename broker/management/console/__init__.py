@@ -49,6 +49,7 @@ class Console:
         return [
             *self.pages.routes(),
             web.get("/api/console/live", self.live.stream),
+            web.get("/api/changes", self.live.changes),
             *self.actions.routes(),
         ]
 

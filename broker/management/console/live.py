@@ -13,15 +13,23 @@ the socket buffers); then it builds a snapshot for the streams. With ``--console
 ``--console-cluster``, a second task reads the agents' view from ZooKeeper
 (:class:`~broker.management.console.agents_view.AgentsView`).
 
-A snapshot holds the bodies of the endpoints the CLI reads, built by the same functions
-(``/api/status``'s fields, ``/api/ha``, ``/api/queues``, ``/api/exchanges``,
-``/api/bindings``, ``/api/connections``: :mod:`broker.management.views`), plus what the
-console derives: rates, histories, the timeline.
+The state the pages show is built by the functions of the endpoints the CLI reads
+(``/api/status``'s fields, ``/api/ha``), plus what the console derives: histories, the
+timeline. The lists (queues, exchanges, bindings, connections) are followed by
+:class:`~broker.management.console.live_lists.LiveLists`: a journal of what changed each
+tick, while someone follows them.
 
-``GET /api/console/live`` is a stream of server-sent events (``text/event-stream``), one
-``snapshot`` event a second, for any user with the monitoring role (authentication as for
-every ``/api`` path). The stream ends when the client goes or the management API stops
-(the app's shutdown wakes every stream, so a stop never waits on an open console).
+``GET /api/console/live`` is a stream of server-sent events (``text/event-stream``) for any
+user with the monitoring role (authentication as for every ``/api`` path); its query is the
+queue table's (the list query of :mod:`broker.management.list_query`, 400 when bad). A
+viewer that starts, or fell behind, gets a ``snapshot`` event (the state, every exchange,
+binding and connection, ``me``) and a whole ``page`` event (its page of queues, with their
+histories); then each tick a ``page`` event when something on its page changed and a
+``delta`` event (the state and what changed in the other lists), encoded once for every
+viewer. ``GET /api/changes?since=V`` is the same journal for any reader: what changed in
+every list since version V (docs/management.md). The stream ends when the client goes or
+the management API stops (the app's shutdown wakes every stream, so a stop never waits on
+an open console).
 """
 
 from __future__ import annotations
@@ -43,17 +51,19 @@ from broker.core.vhosts import key_of, queue_key
 from broker.management.auth import current_user
 from broker.management.console.agent_log import promotion_instants, read_tail
 from broker.management.console.agents_view import AgentsView, zk_access
-from broker.management.console.timeline import Timeline
-from broker.management.managed import ManagedBroker, vhosts_of
-from broker.management.responses import dumps, dumps_sliced, run_sliced
-from broker.management.views import (
-    binding_view,
-    connection_view,
-    exchange_view,
-    queue_view,
+from broker.management.console.live_lists import (
+    CONSOLE_QUEUES,
+    LiveLists,
+    QueuePage,
 )
+from broker.management.console.timeline import Timeline
+from broker.management.errors import ApiError
+from broker.management.lists import parse_query
+from broker.management.managed import ManagedBroker, vhosts_of
+from broker.management.responses import dumps, dumps_sliced, json_response_sliced, run_sliced
+from broker.management.views import queue_view
 from broker.security.roles import Role
-from common.slices import SLICE, Steps, rows_in_slices, run_steps
+from common.slices import SLICE, Steps, run_steps
 
 __all__ = ["HISTORY", "PERIOD", "LiveFeed"]
 
@@ -144,10 +154,18 @@ class LiveFeed:
         self._counters: dict[str, tuple[float, int, int, int]] = {}
         self._changed = asyncio.Condition()
         self._version = 0
-        self.snapshot: dict[str, Any] | None = None
-        #: the snapshot encoded (the snapshot, its JSON text), shared by every viewer
+        #: the pages' state (status, HA, agents, timeline...) of the last tick followed
+        self.state: dict[str, Any] | None = None
+        #: the state encoded (the state, its JSON text), shared by every viewer
         self._text: tuple[dict[str, Any], str] | None = None
         self._encoding = asyncio.Lock()
+        self._sampling = asyncio.Lock()
+        self.lists = LiveLists(broker, self._queue_row, self._history)
+        #: queue key -> what the sampler read of it last (while the lists are followed)
+        self._signatures: dict[str, tuple[Any, ...]] = {}
+        self._moved: set[str] = set()
+        self._moved_before: set[str] = set()
+        self._followed = False  #: the lists were followed at the last tick
         self.viewers = 0  #: open streams
         self._agent_tries: dict[int, int] = {}  #: epoch -> reads of the agent's log
         self.closing = False
@@ -182,7 +200,8 @@ class LiveFeed:
     async def _run(self) -> None:
         while not self.closing:
             try:
-                await run_sliced(self.sample_steps())
+                async with self._sampling:
+                    await run_sliced(self.sample_steps())
                 async with self._changed:
                     self._version += 1
                     self._changed.notify_all()
@@ -229,25 +248,55 @@ class LiveFeed:
         every second). The queues are listed when the first slice runs."""
         now = self.clock()
         queues = vhosts_of(self.broker).queues  # by key: the name in "/"
-        for name in list(self.queue_history):
-            if name not in queues:
-                del self.queue_history[name]
-                self._counters.pop(name, None)
         items = list(queues.items())
+        # the queues gone, by set operations (10,000 look-ups by key took milliseconds)
+        for name in self.queue_history.keys() - {key for key, _ in items}:
+            del self.queue_history[name]
+            self._counters.pop(name, None)
+            self._signatures.pop(name, None)
+        following = self.following(now)
+        self._moved_before, self._moved = self._moved, set()
         for start in range(0, len(items), SLICE):
             if start:
                 yield
-            self._sample_queues(now, items[start : start + SLICE])
+            self._sample_queues(now, items[start : start + SLICE], following)
         ha = getattr(self.broker, "ha", None)
         ha_status = None if ha is None else (yield from _status_steps(ha))
         self._sample_backups(now, ha_status)
         self._agent_instants()
-        # only while someone watches: a snapshot of every object each second costs
-        self.snapshot = (yield from self._build_steps(now, ha_status)) if self.viewers else None
-        if self.snapshot is None:
-            self._text = None  # megabytes at 10,000 queues: not kept for nobody
+        # only while someone follows: the lists' journal and the pages' state
+        if following:
+            yield from self._follow_steps(now, ha_status, items)
+        else:
+            if self._followed:
+                self.lists.release()
+            self.state, self._text, self._followed = None, None, False
+            self._signatures.clear()
 
-    def _sample_queues(self, now: float, items: list[tuple[str, Any]]) -> None:
+    def following(self, now: float) -> bool:
+        """Whether someone follows the lists: a viewer, or a recent reader of
+        ``GET /api/changes``."""
+        return self.viewers > 0 or now < self.lists.followed_until
+
+    def _follow_steps(
+        self,
+        now: float,
+        ha_status: dict[str, Any] | None,
+        queues: list[tuple[str, Any]] | None = None,
+    ) -> Steps[None]:
+        """The lists into the journal (every row rebuilt when they were not followed at
+        the last tick: the versions before are forgotten), then the state."""
+        if not self._followed:
+            self.lists.journal.forget()
+            moved: set[str] | None = None
+        else:  # a rate that fell to 0 moves a queue once more after its counters stop
+            moved = self._moved | self._moved_before
+        yield from self.lists.update_steps(moved, queues)
+        self.lists.prune_texts()
+        self._followed = True
+        self.state = yield from self._build_steps(now, ha_status)
+
+    def _sample_queues(self, now: float, items: list[tuple[str, Any]], following: bool) -> None:
         for name, queue in items:
             counters = (now, queue.enqueued_total, queue.delivered_total, queue.acked_total)
             before = self._counters.get(name, counters)
@@ -261,6 +310,18 @@ class LiveFeed:
                 "ack": round(max(0, counters[3] - before[3]) / span, 2),
             }
             self.queue_history.setdefault(name, deque(maxlen=HISTORY)).append(point)
+            if following:  # what moves a queue's row (the rest: every 30 s, FULL_EVERY)
+                signature = (
+                    counters[1:],
+                    point["messages"],
+                    point["unacked"],
+                    queue.consumer_count,
+                )
+                read_before = self._signatures.get(name)
+                if read_before != signature:
+                    self._signatures[name] = signature
+                    if read_before is not None:  # a first reading: its row is built anyway
+                        self._moved.add(name)
 
     def _sample_backups(self, now: float, ha_status: dict[str, Any] | None) -> None:
         seen: set[str] = set()
@@ -304,47 +365,75 @@ class LiveFeed:
                 failover.instants.update(found)
 
     def fresh(self) -> dict[str, Any]:
-        """A snapshot now (for a stream that starts while nobody watched)."""
+        """The state and every list now, in the lists' order (the journal brought up to
+        date at once: for tests and tools, not the event loop)."""
         ha = getattr(self.broker, "ha", None)
-        self.snapshot = self._build(self.clock(), ha.status() if ha is not None else None)
-        return self.snapshot
+        run_steps(self._follow_steps(self.clock(), ha.status() if ha is not None else None))
+        return self.whole()
 
-    async def fresh_sliced(self) -> dict[str, Any]:
-        """:meth:`fresh`, a slice a turn of the event loop."""
-        ha = getattr(self.broker, "ha", None)
-        ha_status = None if ha is None else await run_sliced(_status_steps(ha))
-        self.snapshot = await run_sliced(self._build_steps(self.clock(), ha_status))
-        return self.snapshot
+    async def fresh_sliced(self) -> None:
+        """The journal and the state brought up to date now, a slice a turn of the event
+        loop (a viewer that starts while nobody followed, a reader of the changes)."""
+        async with self._sampling:
+            ha = getattr(self.broker, "ha", None)
+            ha_status = None if ha is None else await run_sliced(_status_steps(ha))
+            await run_sliced(self._follow_steps(self.clock(), ha_status))
+        async with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    def whole(self) -> dict[str, Any]:
+        """The state with every list as an array in its order (queues by vhost and name,
+        each with its history)."""
+        assert self.state is not None
+        rows = self.lists.journal.rows
+        queues = [
+            {**rows["queues"][k], "history": self._history(k)}
+            for k in sorted(rows["queues"], key=lambda k: _order(rows["queues"][k]))
+        ]
+        exchanges = sorted(rows["exchanges"].values(), key=_order)
+        bindings = sorted(
+            rows["bindings"].values(),
+            key=lambda b: (
+                b["vhost"] != VHOST,
+                b["vhost"],
+                b["source"],
+                b["destination_type"],
+                b["destination"],
+            ),
+        )
+        connections = sorted(rows["connections"].values(), key=lambda c: int(c["id"]))
+        return {
+            **self.state,
+            "queues": queues,
+            "exchanges": exchanges,
+            "bindings": bindings,
+            "connections": connections,
+        }
 
     def _build(self, now: float, ha_status: dict[str, Any] | None) -> dict[str, Any]:
         return run_steps(self._build_steps(now, ha_status))
 
-    def _queue_view(self, queue: Any) -> dict[str, Any]:
+    def _queue_row(self, queue: Any) -> dict[str, Any]:
+        """A queue's row in the console's lists: the API's view, its replication level
+        and the rates of the last sample (per second)."""
         view = queue_view(queue)
         view["replication"] = _replication(self.broker, queue)
-        view["history"] = list(self.queue_history.get(key_of(queue), ()))
+        samples = self.queue_history.get(key_of(queue))
+        point = samples[-1] if samples else {}
+        for rate in ("publish", "deliver", "ack"):
+            view[f"{rate}_rate"] = point.get(rate, 0.0)
         return view
 
+    def _history(self, key: str) -> list[dict[str, float]]:
+        return list(self.queue_history.get(key, ()))
+
     def _build_steps(self, now: float, ha_status: dict[str, Any] | None) -> Steps[dict[str, Any]]:
-        """The snapshot in slices of :data:`~common.slices.SLICE` objects: the objects are
-        listed when the first slice runs, each read when its slice runs."""
+        """The pages' state (everything but the lists), in slices where the HA status
+        offers them."""
         broker = self.broker
         vhosts = sorted(vhosts_of(broker), key=lambda v: (v.name != VHOST, v.name))
-        listed = [q for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
-        queues = yield from rows_in_slices(listed, self._queue_view)
-        exchanges = [e for v in vhosts for e in sorted(v.exchanges.values(), key=lambda e: e.name)]
-        bindings = [
-            b
-            for v in vhosts
-            for b in sorted(
-                v.bindings(), key=lambda b: (b.exchange, b.destination_type, b.destination.name)
-            )
-        ]
         yield
-        exchange_views = yield from rows_in_slices(exchanges, exchange_view)
-        binding_views = yield from rows_in_slices(bindings, binding_view)
-        connections = sorted(broker.context.connections.values(), key=lambda c: c.id)
-        connection_views = yield from rows_in_slices(connections, connection_view)
         return {
             "at": now,
             "status": {
@@ -372,24 +461,24 @@ class LiveFeed:
                 backup: round(now - since, 1) for backup, since in self.unacknowledged_since.items()
             },
             "timeline": self.timeline.view(),
-            "queues": queues,
-            "exchanges": exchange_views,
-            "bindings": binding_views,
             "vhosts": [
                 {"name": v.name, "queues": len(v.queues), "exchanges": len(v.exchanges)}
                 for v in vhosts
             ],
-            "connections": connection_views,
         }
 
     # the stream -------------------------------------------------------------------------
-    async def _encoded(self) -> str:
-        """The current snapshot's JSON text, encoded once for every viewer, a slice a turn
-        of the event loop (a snapshot of 10,000 queues is megabytes of text)."""
+    async def _state_text(self) -> str:
+        """The state's JSON text, encoded once for every viewer, a slice a turn of the
+        event loop (the HA status of thousands of queues is megabytes)."""
         async with self._encoding:
-            snapshot = self.snapshot or await self.fresh_sliced()
-            if self._text is None or self._text[0] is not snapshot:
-                self._text = (snapshot, await dumps_sliced(snapshot))
+            state = self.state
+            if state is None:
+                await self.fresh_sliced()
+                state = self.state
+                assert state is not None
+            if self._text is None or self._text[0] is not state:
+                self._text = (state, await dumps_sliced(state))
             return self._text[1]
 
     def viewer(self, user: str | None) -> dict[str, Any]:
@@ -400,7 +489,9 @@ class LiveFeed:
         return {"user": user, "roles": sorted(role.value for role in roles), "auth": True}
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        """GET /api/console/live: a ``snapshot`` event a second until the client goes."""
+        """GET /api/console/live: a snapshot and the viewer's page, then each tick what
+        changed, until the client goes."""
+        page = QueuePage(parse_query(request.query, CONSOLE_QUEUES))
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -409,20 +500,35 @@ class LiveFeed:
             }
         )
         await response.prepare(request)
-        viewer = self.viewer(current_user.get())
+        me = dumps(self.viewer(current_user.get()))
+        held = -1  # the journal version this viewer holds
         seen = -1
 
         def news() -> bool:
             return self.closing or self._version != seen
 
         self.viewers += 1
-        me = dumps(viewer)
         try:
+            if not self._followed:
+                await self.fresh_sliced()
             while not self.closing:
-                text = await self._encoded()
-                data = f'{text[:-1]}, "me": {me}}}'  # the snapshot's object, with "me" last
-                await response.write(f"event: snapshot\ndata: {data}\n\n".encode())
                 seen = self._version
+                state = await self._state_text()
+                lists = self.lists
+                version = lists.journal.version
+                if version != held:
+                    whole = held != version - 1  # starts, or fell behind: a snapshot
+                    text = await run_sliced(lists.page_steps(page, whole))
+                    if whole:
+                        snapshot = await run_sliced(lists.shared_snapshot_steps(state))
+                        data = f'{snapshot[:-1]}, "me": {me}}}'  # "me" last
+                        await response.write(f"event: snapshot\ndata: {data}\n\n".encode())
+                    if text is not None:
+                        await response.write(f"event: page\ndata: {text}\n\n".encode())
+                    if not whole:
+                        delta = await run_sliced(lists.shared_delta_steps(state))
+                        await response.write(f"event: delta\ndata: {delta}\n\n".encode())
+                    held = version
                 async with self._changed:
                     await self._changed.wait_for(news)
         except ConnectionResetError:
@@ -430,6 +536,32 @@ class LiveFeed:
         finally:
             self.viewers -= 1
         return response
+
+    async def changes(self, request: web.Request) -> web.Response:
+        """GET /api/changes[?since=V]: what changed in the lists since version V, or every
+        row when V is absent or older than the journal holds (``"snapshot": true``)."""
+        text = request.query.get("since")
+        if text is not None and not text.isdigit():
+            raise ApiError(400, f"since must be a version (an integer of 0 or more), not {text!r}")
+        self.lists.follow(self.clock())
+        if not self._followed:
+            await self.fresh_sliced()
+        journal = self.lists.journal
+        delta = None if text is None else journal.since(int(text))
+        if delta is not None:
+            return await json_response_sliced({**delta.view(), "snapshot": False})
+        return await json_response_sliced(
+            {
+                "version": journal.version,
+                "snapshot": True,
+                "lists": journal.snapshot(),
+                "totals": journal.totals(),
+            }
+        )
+
+
+def _order(row: Any) -> tuple[bool, str, str]:
+    return (row["vhost"] != VHOST, row["vhost"], row["name"])
 
 
 def _status_steps(ha: Any) -> Steps[dict[str, Any]]:

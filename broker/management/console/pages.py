@@ -41,6 +41,7 @@ STATIC_FILES = {
     "console.css": "text/css",
     "charts.js": "text/javascript",
     "tables.js": "text/javascript",
+    "lists.js": "text/javascript",
     "login.css": "text/css",
 }
 #: Served without a session (the login form's style).

@@ -439,16 +439,32 @@ function render() {
   else if (state.renderers[page]) state.renderers[page](s);
 }
 
+// The live stream (tables.js's consoleLists holds the lists and the page of queues): a
+// snapshot and the viewer's page first, then each second a page when it changed and a
+// delta. Opened again when the queue table's query changes.
+let source = null;
+
 function connect() {
-  const source = new EventSource("/api/console/live");
-  source.addEventListener("snapshot", (event) => {
-    state.snapshot = JSON.parse(event.data);
+  const lists = window.consoleLists;
+  if (source) source.close();
+  const mine = new EventSource("/api/console/live" + lists.query());
+  source = mine;
+  const show = (snapshot) => {
+    state.snapshot = snapshot;
     $("live").className = "live";
     render();
+  };
+  mine.addEventListener("snapshot", (event) => show(lists.snapshot(JSON.parse(event.data))));
+  // a whole page comes just after a snapshot: drawn at once on the queues page only (the
+  // other pages were drawn with the snapshot; each delta draws the page shown again)
+  mine.addEventListener("page", (event) => {
+    if (lists.page(JSON.parse(event.data)) && currentPage() === "queues") show(lists.view());
   });
-  source.onerror = () => {
+  mine.addEventListener("delta", (event) => show(lists.delta(JSON.parse(event.data))));
+  mine.onerror = () => {
+    if (mine !== source) return;
     $("live").className = "live off";
-    if (source.readyState === EventSource.CLOSED) {
+    if (mine.readyState === EventSource.CLOSED) {
       fetch("/console/static/console.css", { credentials: "same-origin" }).then((r) => {
         if (r.status === 401) window.location.assign("/console/login");
         else setTimeout(connect, 1000);
@@ -469,4 +485,4 @@ document.addEventListener("DOMContentLoaded", () => {
   connect();
 });
 
-window.consoleApp = { state, el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, toast, $ };
+window.consoleApp = { state, el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, toast, $, connect, render };

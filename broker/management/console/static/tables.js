@@ -1,5 +1,6 @@
-// The console's object pages: queues (with charts and actions), exchanges and bindings,
-// connections, users. Registered as renderers with console.js.
+// The console's object pages: queues (a page of them, filtered and sorted by the server,
+// with charts and actions), exchanges and bindings, connections, users. Registered as
+// renderers with console.js; the lists they show are held by lists.js.
 "use strict";
 
 (function () {
@@ -8,10 +9,6 @@
   const enc = encodeURIComponent;
   let selectedQueue = null;
   let builtFor = null;
-
-  function last(history, key) {
-    return history.length ? history[history.length - 1][key] : 0;
-  }
 
   // A queue is known by its vhost and name (two vhosts may hold queues of the same name).
   const queueId = (q) => JSON.stringify([q.vhost || "/", q.name]);
@@ -27,9 +24,9 @@
       el("td", { class: "num ready", text: fmt(q.messages) }),
       el("td", { class: "num unacked", text: fmt(q.messages_unacked) }),
       el("td", {}, charts.scaledSparkline(history.map((p) => p.messages), "msgs")),
-      el("td", { class: "num", text: fmt(last(history, "publish")) }),
-      el("td", { class: "num", text: fmt(last(history, "deliver")) }),
-      el("td", { class: "num", text: fmt(last(history, "ack")) }),
+      el("td", { class: "num", text: fmt(q.publish_rate) }),
+      el("td", { class: "num", text: fmt(q.deliver_rate) }),
+      el("td", { class: "num", text: fmt(q.ack_rate) }),
       el("td", { class: "num", text: fmt(q.consumers) }),
       el("td", { text: q.replication || "-" }),
       el("td", { class: "args", text: argsText(q.arguments) }));
@@ -63,8 +60,76 @@
     return box;
   }
 
+  // The queue table's query (filter, sort, page): held by lists.js, answered by the server
+  // (the live stream's page); a change opens the stream again. A filter is first tried on
+  // GET /api/queues, whose 400 names what is wrong with it.
+  const lists = window.consoleLists;
+  const query = lists.queueQuery;
+
+  function requery() { app.connect(); }
+
+  let filterTimer = null;
+  function filterChanged() {
+    clearTimeout(filterTimer);
+    filterTimer = setTimeout(async () => {
+      const name = $("queue-filter").value;
+      const useRegex = $("queue-regex").checked;
+      const box = $("queue-query-error");
+      if (name) {
+        try {
+          await api("GET", `/api/queues?page=1&page_size=1&name=${enc(name)}${useRegex ? "&use_regex=true" : ""}`);
+        } catch (error) {
+          box.textContent = error.message;
+          return;
+        }
+      }
+      box.textContent = "";
+      if (name === query.name && useRegex === query.use_regex) return;
+      query.name = name;
+      query.use_regex = useRegex;
+      query.page = 1;
+      requery();
+    }, 300);
+  }
+
+  function wireQueueQuery() {
+    $("queue-query").addEventListener("submit", (event) => { event.preventDefault(); filterChanged(); });
+    $("queue-filter").addEventListener("input", filterChanged);
+    $("queue-regex").addEventListener("change", filterChanged);
+    $("queue-page-size").addEventListener("change", () => { query.page_size = Number($("queue-page-size").value); query.page = 1; requery(); });
+    $("queue-prev").addEventListener("click", () => { if (query.page > 1) { query.page -= 1; requery(); } });
+    $("queue-next").addEventListener("click", () => {
+      const counts = (app.state.snapshot && app.state.snapshot.queuePage) || {};
+      if (query.page < (counts.page_count || 1)) { query.page += 1; requery(); }
+    });
+    for (const th of $("queues").tHead.querySelectorAll("th[data-sort]")) {
+      th.addEventListener("click", () => {
+        const field = th.dataset.sort;
+        if (query.sort === field) query.sort_reverse = !query.sort_reverse;
+        else { query.sort = field; query.sort_reverse = false; }
+        query.page = 1;
+        requery();
+      });
+    }
+  }
+
+  function renderQueryState(s) {
+    const counts = s.queuePage || {};
+    const total = counts.total_count || 0;
+    const shown = counts.filtered_count === total ? `${fmt(total)} queues` : `${fmt(counts.filtered_count || 0)} of ${fmt(total)} queues`;
+    $("queue-page-info").textContent = `page ${counts.page || 1} of ${counts.page_count || 1} · ${shown}`;
+    $("queue-prev").disabled = (counts.page || 1) <= 1;
+    $("queue-next").disabled = (counts.page || 1) >= (counts.page_count || 1);
+    for (const th of $("queues").tHead.querySelectorAll("th[data-sort]")) {
+      const on = th.dataset.sort === query.sort;
+      th.classList.toggle("sorted-asc", on && !query.sort_reverse);
+      th.classList.toggle("sorted-desc", on && query.sort_reverse);
+    }
+  }
+
   function renderQueues(s) {
     const queues = s.queues || [];
+    renderQueryState(s);
     replaceRows($("queues").tBodies[0], queues.map(queueRow));
     const detail = $("queue-detail");
     const q = queues.find((x) => queueId(x) === selectedQueue);
@@ -190,6 +255,7 @@
     }, (error) => box.replaceChildren(el("p", { class: "note", text: error.message })));
   }
 
+  wireQueueQuery();
   app.state.renderers.queues = renderQueues;
   app.state.renderers.exchanges = (s) => { renderExchanges(s); if (!$("publish-form").firstChild) renderPublishForm(); };
   app.state.renderers.connections = renderConnections;
