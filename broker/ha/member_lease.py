@@ -212,6 +212,25 @@ class GrantLedger:
         """Has every grant to an epoch older than ``epoch`` lapsed by ``now``?"""
         return now >= self.lapse_at(epoch)
 
+    def answer(self, epoch: int | None, now: float) -> dict[str, object]:
+        """``GET /grant`` (the liveness thread): has every grant to an epoch older than
+        ``epoch`` lapsed (None: older than the newest granted plus one, i.e. every grant)?
+        With the newest epoch granted and each grant's milliseconds left."""
+        grants = self.grants  # one read: the loop may replace it meanwhile
+        newest = grants[-1][0] if grants else None
+        asked = (0 if newest is None else newest + 1) if epoch is None else epoch
+        lapse = max((until for e, until in grants if e < asked), default=-math.inf)
+        return {
+            "epoch": newest,
+            "asked_epoch": asked,
+            "lapsed": now >= lapse,
+            "remaining_ms": round(max(0.0, lapse - now) * 1000.0, 1),
+            "grants": [
+                {"epoch": e, "remaining_ms": round(max(0.0, until - now) * 1000.0, 1)}
+                for e, until in grants
+            ],
+        }
+
     def last(self) -> tuple[int, float] | None:
         """The newest epoch granted and when its grant lapses."""
         grants = self.grants
