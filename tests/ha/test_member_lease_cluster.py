@@ -20,6 +20,7 @@ import pika.exceptions
 import pytest
 
 from common.polling import poll_until
+from tests.drill.log_schema import problems
 from tests.ha.cluster import Cluster, http
 
 pytestmark = pytest.mark.timeout(120)
@@ -130,6 +131,10 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
         poll_until(lambda: refused(cluster.ports[2]) is None, 10, "the new primary serves")
         assert grant(cluster, 2, "?epoch=2")["lapsed"]
         assert grant(cluster, 2, "?epoch=x").get("http_status") == 400
+        for i in (0, 2):  # the new events follow the log schema
+            for event in cluster.brokers[i].events():
+                if str(event["event"]).startswith("member_lease"):
+                    assert problems(event) == [], event
     finally:
         if stopped is not None:
             os.kill(stopped, signal.SIGCONT)
