@@ -504,6 +504,8 @@ class HaBroker:
             if now < leases.not_before:
                 return False  # a promotion's wait, logged when it began
             for member, age in leases.lapsed(now):
+                if age is None:
+                    continue  # never granted this primary yet (just promoted): status shows it
                 record = self.role.backups.get(member)
                 self.log_.warning(
                     "member_lease_lapsed",
