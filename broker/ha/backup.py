@@ -455,11 +455,12 @@ class BackupLink:
 
         def on_request(delivery: Delivery) -> None:
             try:
-                _seq, epoch, duration = decode_request(delivery.body)
+                _seq, epoch, duration, needed = decode_request(delivery.body)
             except ValueError as exc:
                 self._fail("the lease stream", str(exc))
                 return
-            self.owner.member_grant(epoch, duration)
+            if needed:  # a promise only when the primary counts it
+                self.owner.member_grant(epoch, duration)
             with contextlib.suppress(ClientError):  # the link is going down
                 channel.ack(delivery.delivery_tag)
 

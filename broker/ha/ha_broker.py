@@ -458,8 +458,8 @@ class HaBroker:
         streams = self.streams
         stream = None if streams is None else streams.lease_streams.get(backup_id)
         if stream is not None:
-            seq = self.member_leases.requested(backup_id, now)
-            stream.request(seq, self.epoch, self.lease_times.duration)
+            seq, needed = self.member_leases.requested(backup_id, now)
+            stream.request(seq, self.epoch, self.lease_times.duration, needed)
 
     def _lease_turn(self) -> None:
         """Every :attr:`LeaseTimes.interval` on a primary: the set and whether the lease is
@@ -478,9 +478,15 @@ class HaBroker:
         self._lease_timer = loop.call_later(self.lease_times.interval, self._lease_turn)
 
     def _update_lease_set(self) -> None:
+        """The lease in force or not, and the set; a member new to it is asked at once
+        (its earlier answers promised nothing)."""
         leases = self.member_leases
+        before = leases.members if leases.enabled else frozenset()
         leases.set_enabled(self.contract_floor().format >= MEMBER_LEASE_FORMAT)
         leases.set_members(self.role.lease_set())
+        now = self.context.clock()
+        for backup_id in (leases.members if leases.enabled else frozenset()) - before:
+            self._request_grant(backup_id, now)
 
     def may_serve(self) -> bool:
         """Does the member lease let this primary serve now (every committed member's grant
@@ -588,7 +594,7 @@ class HaBroker:
         """The in-sync set in ``GET /api/ha``: while the member lease is in force a backup
         joins it only once it granted (a member of the committed set stays)."""
         leases = self.member_leases
-        joined = (set(leases.expiry) | self.role.lease_set()) if leases.enabled else None
+        joined = (leases.answered | self.role.lease_set()) if leases.enabled else None
         return in_sync_status(self.role, joined)
 
     def take_offered_lease(self) -> None:

@@ -3,13 +3,14 @@
 
 A backup whose link speaks format 3 consumes :data:`~broker.ha.names.LEASE_STREAM` on a
 channel of its own. The primary delivers a *lease request* on it every
-:attr:`~broker.ha.member_lease.LeaseTimes.interval`: a body of 20 bytes, its sequence
-number, its epoch and the lease's duration in milliseconds (:func:`encode_request`). The
-backup's answer is the basic.ack of that delivery, sent as the request is read (no disk,
-no replication work before it): its *grant*. The request rides its own channel, never
-behind a queue's credit; what can be ahead of it on the wire is at most the streams'
-batches in flight (each bounded by its channel's prefetch), so a busy backup answers in
-time and only a stopped or cut-off one does not.
+:attr:`~broker.ha.member_lease.LeaseTimes.interval`: a body holding its sequence
+number, its epoch, the lease's duration in milliseconds and whether the primary needs this
+backup's grant (:func:`encode_request`, 21 bytes). The backup's answer is the basic.ack of
+that delivery, sent as the request is read (no disk, no replication work before it): for a
+needed request, its *grant* (a promise, :class:`~broker.ha.member_lease.GrantLedger`). The
+request rides its own channel, never behind a queue's credit; what can be ahead of it on the
+wire is at most the streams' batches in flight (each bounded by its channel's prefetch), so
+a busy backup answers in time and only a stopped or cut-off one does not.
 
 :class:`LeaseStream` is the primary's side of one link: it sends requests when asked
 (:meth:`LeaseStream.request`, the sequence number from
@@ -31,21 +32,24 @@ if TYPE_CHECKING:
 
 __all__ = ["LEASE_CREDIT", "LeaseStream", "decode_request", "encode_request"]
 
-_REQUEST = struct.Struct(">QQI")
+_REQUEST = struct.Struct(">QQIB")
 #: Unanswered requests a link holds at most (a stopped backup is sent no more).
 LEASE_CREDIT = 8
 
 
-def encode_request(seq: int, epoch: int, duration: float) -> bytes:
-    return _REQUEST.pack(seq, epoch, max(1, round(duration * 1000.0)))
+def encode_request(seq: int, epoch: int, duration: float, needed: bool) -> bytes:
+    return _REQUEST.pack(seq, epoch, max(1, round(duration * 1000.0)), 1 if needed else 0)
 
 
-def decode_request(body: bytes) -> tuple[int, int, float]:
-    """(sequence, epoch, duration in seconds); ValueError for a body that is not one."""
+def decode_request(body: bytes) -> tuple[int, int, float, bool]:
+    """(sequence, epoch, duration in seconds, needed); ValueError for a body that is not
+    one."""
     if len(body) != _REQUEST.size:
         raise ValueError(f"a lease request is {_REQUEST.size} bytes, not {len(body)}")
-    seq, epoch, millis = _REQUEST.unpack(body)
-    return seq, epoch, millis / 1000.0
+    seq, epoch, millis, needed = _REQUEST.unpack(body)
+    if needed > 1:
+        raise ValueError(f"a lease request's last byte is 0 or 1, not {needed}")
+    return seq, epoch, millis / 1000.0, bool(needed)
 
 
 class LeaseStream:
@@ -71,12 +75,13 @@ class LeaseStream:
     def can_send(self) -> bool:
         return not self.closed and len(self._sent) < LEASE_CREDIT and self.sink.can_deliver
 
-    def request(self, seq: int, epoch: int, duration: float) -> bool:
+    def request(self, seq: int, epoch: int, duration: float, needed: bool) -> bool:
         """Send request ``seq``; False when it cannot go now (closed, or too many unanswered:
         the caller's sequence number is then simply never answered)."""
         if not self.can_send:
             return False
-        self._sent[self.sink.deliver_stream(encode_request(seq, epoch, duration))] = seq
+        body = encode_request(seq, epoch, duration, needed)
+        self._sent[self.sink.deliver_stream(body)] = seq
         return True
 
     def acknowledged(self, delivery_tag: int, multiple: bool) -> None:

@@ -2,14 +2,17 @@
 the primary a lease over its replication link, and a promoted broker waits out its own.
 
 **On the primary** (:class:`MemberLeases`): every :attr:`LeaseTimes.interval` it sends each
-linked backup a *lease request* (a sequence number, its epoch and the lease's duration) and
-notes the time it sent it on its monotonic clock. The backup's answer (a *grant*) extends
-that backup's lease to ``sent + duration``: counted from when the primary sent the request,
-never from when the answer came. :meth:`MemberLeases.may_serve` is whether every member of
-the committed in-sync set holds an unexpired grant (an empty set: the agent's ZooKeeper
-lease alone governs, as before; the broker composes the two). It is one comparison: the
-earliest expiry over the members is cached and recomputed only when a grant or the set
-changes (a confirm asks it).
+linked backup a *lease request* (a sequence number, its epoch, the lease's duration, and
+whether it needs this backup's grant: the lease in force and the backup a member) and notes
+the time it sent it on its monotonic clock. The backup's answer to a needed request (a
+*grant*) extends that backup's lease to ``sent + duration``: counted from when the primary
+sent the request, never from when the answer came. A request that needs no grant asks no
+promise and its answer extends nothing (so a backup promoted by hand, outside any set, waits
+for nothing); it only shows the backup answers (it may join the set).
+:meth:`MemberLeases.may_serve` is whether every member of the committed in-sync set holds an
+unexpired grant (an empty set: the agent's ZooKeeper lease alone governs, as before; the
+broker composes the two). It is one comparison: the earliest expiry over the members is
+cached and recomputed only when a grant or the set changes (a confirm asks it).
 
 **On a backup** (:class:`GrantLedger`): answering a request is a promise, "I will not serve
 as primary (nor help promote another) for the epoch after yours until my grant lapsed". The
@@ -87,8 +90,11 @@ class MemberLeases:
         self.enabled = False
         #: The grant expiry of each backup that granted (the primary's clock).
         self.expiry: dict[str, float] = {}
-        #: Requests sent and not answered: backup -> sequence -> sent at.
-        self._sent: dict[str, dict[int, float]] = {}
+        #: Requests sent and not answered: backup -> sequence -> (sent at, needed).
+        self._sent: dict[str, dict[int, tuple[float, bool]]] = {}
+        #: Backups that answered a request of this primary (needed or not): a backup joins
+        #: the in-sync set only once it did.
+        self.answered: set[str] = set()
         self._seq = 0
         #: Not before this time (a promoted broker's own older grant, plus drift).
         self.not_before = -math.inf
@@ -110,26 +116,39 @@ class MemberLeases:
         """Serve no earlier than ``at`` (a promoted broker's grant to an older epoch)."""
         self.not_before = at
 
-    def requested(self, backup: str, now: float) -> int:
+    def needs(self, backup: str) -> bool:
+        """Does this primary need ``backup``'s grant now (the lease in force, a member)?
+        A request says so: only a needed grant is a promise, and only it is counted."""
+        return self.enabled and backup in self.members
+
+    def requested(self, backup: str, now: float) -> tuple[int, bool]:
         """A request goes to ``backup`` at ``now``: its sequence number (the answer names
-        it). At most :attr:`LeaseTimes.requests` + 4 are kept unanswered per backup: an
-        older unanswered one could only extend less than a newer answer."""
+        it) and whether it asks for a promise (:meth:`needs`). At most
+        :attr:`LeaseTimes.requests` + 4 are kept unanswered per backup: an older unanswered
+        one could only extend less than a newer answer."""
         self._seq += 1
+        needed = self.needs(backup)
         pending = self._sent.setdefault(backup, {})
-        pending[self._seq] = now
+        pending[self._seq] = (now, needed)
         if len(pending) > self.times.requests + 4:
             del pending[min(pending)]
-        return self._seq
+        return self._seq, needed
 
     def granted(self, backup: str, seq: int) -> bool:
-        """``backup`` answered request ``seq``: its grant lasts from when that request was
-        sent. False for an answer to no request of ours (unknown, or forgotten)."""
+        """``backup`` answered request ``seq``: a needed one's grant lasts from when that
+        request was sent (an answer to a request that asked no promise counts only as an
+        answer). False for an answer to no request of ours (unknown, or forgotten) or
+        one that promised nothing."""
         pending = self._sent.get(backup)
-        sent = None if pending is None else pending.pop(seq, None)
-        if sent is None or pending is None:
+        request = None if pending is None else pending.pop(seq, None)
+        if request is None or pending is None:
             return False
+        self.answered.add(backup)
         for older in [s for s in pending if s < seq]:  # answered in order: lost, or late
             del pending[older]
+        sent, needed = request
+        if not needed:
+            return False
         until = sent + self.times.duration
         if until > self.expiry.get(backup, -math.inf):
             self.expiry[backup] = until
@@ -145,6 +164,7 @@ class MemberLeases:
     def forget(self, backup: str) -> None:
         """``backup`` left for good (dropped by the primary)."""
         self._sent.pop(backup, None)
+        self.answered.discard(backup)
         if self.expiry.pop(backup, None) is not None and backup in self.members:
             self._recompute()
 

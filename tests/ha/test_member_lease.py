@@ -48,7 +48,7 @@ class LeaseNetwork(RuleBasedStateMachine):
         self.primary_clock = Clock(1.0, 0.0)
         self.clocks = {b: Clock(1.0, 0.0) for b in BACKUPS}
         self.ledgers = {b: GrantLedger(self.times) for b in BACKUPS}
-        self.requests: list[tuple[str, int, float]] = []  # (backup, seq, duration)
+        self.requests: list[tuple[str, int, float, bool]] = []  # (backup, seq, lease, needed)
         self.answers: list[tuple[str, int]] = []
 
     @initialize(primary=rates, a=rates, b=rates, c=rates, offset=st.floats(-1e6, 1e6))
@@ -63,17 +63,18 @@ class LeaseNetwork(RuleBasedStateMachine):
 
     @rule(backup=st.sampled_from(BACKUPS))
     def request(self, backup: str) -> None:
-        seq = self.leases.requested(backup, self.primary_clock.at(self.real))
-        self.requests.append((backup, seq, self.times.duration))
+        seq, needed = self.leases.requested(backup, self.primary_clock.at(self.real))
+        self.requests.append((backup, seq, self.times.duration, needed))
 
     @precondition(lambda self: self.requests)
     @rule(data=st.data(), lose=st.booleans())
     def deliver_request(self, data: st.DataObject, lose: bool) -> None:
         i = data.draw(st.integers(0, len(self.requests) - 1))
-        backup, seq, duration = self.requests.pop(i)
+        backup, seq, duration, needed = self.requests.pop(i)
         if lose:
             return
-        self.ledgers[backup].grant(EPOCH, duration, self.clocks[backup].at(self.real))
+        if needed:  # as the backup does: a promise only when asked for one
+            self.ledgers[backup].grant(EPOCH, duration, self.clocks[backup].at(self.real))
         self.answers.append((backup, seq))
 
     @precondition(lambda self: self.answers)
@@ -144,8 +145,8 @@ def test_an_empty_set_needs_no_grant_and_a_disabled_lease_none() -> None:
     leases.set_enabled(True)
     assert not leases.may_serve(0.0)
     assert leases.lapsed(0.0) == [("a", None)]
-    seq = leases.requested("a", 10.0)
-    assert leases.granted("a", seq)
+    seq, needed = leases.requested("a", 10.0)
+    assert needed and leases.granted("a", seq)
     assert leases.may_serve(10.5) and not leases.may_serve(11.0)
     assert leases.lapsed(11.5) == [("a", 0.5)]
     assert leases.remaining(10.25) == pytest.approx(0.75)
@@ -172,10 +173,22 @@ def test_answers_to_unknown_or_forgotten_requests_extend_nothing() -> None:
     leases.set_enabled(True)
     leases.set_members(frozenset({"a"}))
     assert not leases.granted("a", 99)
-    seq = leases.requested("a", 0.0)
+    seq, _ = leases.requested("a", 0.0)
     leases.link_gone("a")
     assert not leases.granted("a", seq)
     assert not leases.may_serve(0.1)
+
+
+def test_an_answer_to_a_request_that_needed_no_grant_counts_as_an_answer_only() -> None:
+    leases = MemberLeases(LeaseTimes(1.0, 0.0))
+    leases.set_enabled(True)
+    seq, needed = leases.requested("a", 0.0)  # not a member yet: no promise asked
+    assert not needed
+    leases.set_members(frozenset({"a"}))
+    assert not leases.granted("a", seq)  # answered, but it promised nothing
+    assert leases.answered == {"a"} and not leases.may_serve(0.1)
+    seq, needed = leases.requested("a", 0.2)
+    assert needed and leases.granted("a", seq) and leases.may_serve(1.1)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])

@@ -61,7 +61,8 @@ def events(log: LoggedEvents, name: str) -> list[dict[str, Any]]:
 
 
 def grant(ha: HaBroker, backup: str = "b1") -> None:
-    seq = ha.member_leases.requested(backup, ha.now())
+    seq, needed = ha.member_leases.requested(backup, ha.now())
+    assert needed
     ha.lease_granted(backup, seq)
 
 
