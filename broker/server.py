@@ -307,7 +307,7 @@ class Broker:
                 disk=None if self.store is None else self.store.journal,
             )
             self.ha.lease_offers = self.liveness.offers
-            self.ha.on_serving_resumed = self._serving_resumed
+            self.ha.lease.on_serving_resumed = self._serving_resumed
         self._server = await serve(
             self._protocol_factory, "AMQP", "--interface/--port", options.interface, options.port
         )

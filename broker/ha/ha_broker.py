@@ -43,8 +43,8 @@ from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
 from broker.ha.ha_status import ha_status_steps, in_sync_status, member_dicts
 from broker.ha.id_era import enter_era
-from broker.ha.link_format import MEMBER_LEASE_FORMAT
-from broker.ha.member_lease import GrantLedger, LeaseTimes, MemberLeases
+from broker.ha.lease_keeper import LeaseKeeper
+from broker.ha.member_lease import GrantLedger, LeaseTimes
 from broker.ha.names import (
     BASE_EPOCH_PROPERTY,
     BROKER_ID_PROPERTY,
@@ -168,19 +168,8 @@ class HaBroker:
         # What a client declares must be what the replication wire carries (issue 24).
         vhost.hold_contract(ReplicationContract(self.replicate_default, self.contract_floor))
         self.primary: Primary | None = None
-        #: The member lease (issue 26): the grants this primary holds, the ones this
-        #: broker gave as a backup (read off the loop too: GET /grant), the wait at its
-        #: last promotion for its own older grant to lapse (seconds).
-        self.lease_times = LeaseTimes(options.ha_member_lease, options.ha_clock_drift)
-        self.member_leases = MemberLeases(self.lease_times)
-        self.grants = GrantLedger(self.lease_times)
-        self.promotion_wait = 0.0
-        #: Called when the primary serves again after its member lease lapsed (the server
-        #: wakes every connection's held output).
-        self.on_serving_resumed: Callable[[], None] | None = None
-        self._serving = True
-        self._lapsed_at: float | None = None
-        self._lease_timer: asyncio.TimerHandle | None = None
+        #: The member lease (issue 26): its grants, promises and serving check.
+        self.lease = LeaseKeeper(self, LeaseTimes(options.ha_member_lease, options.ha_clock_drift))
         #: lease renewals taken off the loop (broker.liveness), applied before a lease check
         self.lease_offers: LeaseOffers | None = None
         self.streams: PrimaryStreams | None = None
@@ -342,8 +331,7 @@ class HaBroker:
         self.link.start()
 
     async def stop(self) -> None:
-        if self._lease_timer is not None:
-            self._lease_timer.cancel()
+        self.lease.stop()
         if self.link is not None:
             await self.link.stop()
             self.link = None
@@ -427,7 +415,7 @@ class HaBroker:
         self.handle(BackupQueueReady(backup_id, queue))
 
     def backup_gone(self, backup_id: str) -> None:
-        self.member_leases.link_gone(backup_id)
+        self.lease.leases.link_gone(backup_id)
         self.handle(BackupGone(backup_id))
 
     def backup_failed(self, backup_id: str, reason: str) -> None:
@@ -439,126 +427,25 @@ class HaBroker:
     def queue_deleted(self, name: str) -> None:
         self.handle(QueueDeleted(name))
 
-    # -- the member lease (broker.ha.member_lease) ----------------------------------------
+    # -- the member lease (broker.ha.lease_keeper) --------------------------------------
     def member_grant(self, epoch: int, duration: float) -> None:
-        """As a backup: grant the primary of ``epoch`` a member lease (its request just
-        read); the promise is in :attr:`grants`."""
-        self.grants.grant(epoch, duration, self.context.clock())
+        """As a backup: grant the primary of ``epoch`` a member lease (LinkOwner)."""
+        self.lease.member_grant(epoch, duration)
 
-    def lease_granted(self, backup_id: str, seq: int) -> None:
-        """As the primary: ``backup_id`` answered lease request ``seq``."""
-        if self.member_leases.granted(backup_id, seq):
-            self._check_serving(self.context.clock())
-
-    def lease_stream_opened(self, backup_id: str) -> None:
-        """A backup's lease stream opened: ask it at once (a new link grants within ms)."""
-        self._request_grant(backup_id, self.context.clock())
-
-    def _request_grant(self, backup_id: str, now: float) -> None:
-        streams = self.streams
-        stream = None if streams is None else streams.lease_streams.get(backup_id)
-        if stream is not None:
-            seq, needed = self.member_leases.requested(backup_id, now)
-            stream.request(seq, self.epoch, self.lease_times.duration, needed)
-
-    def _lease_turn(self) -> None:
-        """Every :attr:`LeaseTimes.interval` on a primary: the set and whether the lease is
-        in force (every link and member speaks format 3), a request to every backup with a
-        lease stream, and the serving check."""
-        self._lease_timer = None
-        if self.primary is None or self.fenced:
-            return
-        now = self.context.clock()
-        self._update_lease_set()
-        streams = self.streams
-        for backup_id in [] if streams is None else list(streams.lease_streams):
-            self._request_grant(backup_id, now)
-        self._check_serving(now)
-        loop = asyncio.get_running_loop()
-        self._lease_timer = loop.call_later(self.lease_times.interval, self._lease_turn)
-
-    def _update_lease_set(self) -> None:
-        """The lease in force or not, and the set; a member new to it is asked at once
-        (its earlier answers promised nothing)."""
-        leases = self.member_leases
-        before = leases.members if leases.enabled else frozenset()
-        leases.set_enabled(self.contract_floor().format >= MEMBER_LEASE_FORMAT)
-        leases.set_members(self.role.lease_set())
-        now = self.context.clock()
-        for backup_id in (leases.members if leases.enabled else frozenset()) - before:
-            self._request_grant(backup_id, now)
+    @property
+    def grants(self) -> GrantLedger:
+        """The member-lease grants this broker gave as a backup (``GET /grant``)."""
+        return self.lease.grants
 
     def may_serve(self) -> bool:
-        """Does the member lease let this primary serve now (every committed member's grant
-        unexpired, a promotion's wait over)? One comparison while nothing changes."""
-        now = self.context.clock()
-        serving = self.member_leases.may_serve(now)
-        if serving != self._serving:
-            self._check_serving(now)
-        return serving
+        """Does the member lease let this primary serve now? (admission policy hook)"""
+        return self.lease.may_serve()
 
-    def _check_serving(self, now: float) -> bool:
-        """Log and act on a change of :meth:`may_serve`: a lapse stops serving (confirms,
-        deliveries and get-oks held, clients refused), a grant or a new set resumes it."""
-        leases = self.member_leases
-        serving = leases.may_serve(now)
-        if serving == self._serving:
-            return serving
-        self._serving = serving
-        if not serving:
-            self._lapsed_at = now
-            if now < leases.not_before:
-                return False  # a promotion's wait, logged when it began
-            for member, age in leases.lapsed(now):
-                if age is None:
-                    continue  # never granted this primary yet (just promoted): status shows it
-                record = self.role.backups.get(member)
-                self.log_.warning(
-                    "member_lease_lapsed",
-                    member=member,
-                    url=None if record is None else record.url,
-                    age_ms=None if age is None else round(age * 1000.0, 1),
-                    epoch=self.epoch,
-                )
-                self.tell("member_lease_lapsed", {"member": member})
-            return False
-        held = 0.0 if self._lapsed_at is None else now - self._lapsed_at
-        self.log_.info("member_lease_serving", held_ms=round(held * 1000.0, 1), epoch=self.epoch)
-        if self.on_serving_resumed is not None:
-            self.on_serving_resumed()
-        return True
-
-    def not_serving_reason(self, now: float | None = None) -> str:
-        """Why :meth:`may_serve` is False, in a client's refusal."""
-        now = self.context.clock() if now is None else now
-        leases = self.member_leases
-        if now < leases.not_before:
-            wait = leases.not_before - now
-            return f"HA primary not serving yet: its grant to an older epoch lapses in {wait:.3f} s"
-        lapsed = ", ".join(m for m, _ in leases.lapsed(now)) or "a member"
-        return f"HA primary not serving: the member lease of {lapsed} lapsed"
+    def not_serving_reason(self) -> str:
+        return self.lease.not_serving_reason()
 
     def lease_status(self) -> dict[str, Any]:
-        """The member lease in ``GET /api/ha``: in force or not, the members' grants
-        (seconds left), a promotion's wait, and this broker's last grant as a backup."""
-        now = self.context.clock()
-        leases = self.member_leases
-        last = self.grants.last()
-        return {
-            "enabled": leases.enabled,
-            "serving": leases.may_serve(now),
-            "members": {
-                m: round(leases.expiry[m] - now, 3) if m in leases.expiry else None
-                for m in sorted(leases.members)
-            },
-            "remaining": leases.remaining(now),
-            "promotion_wait": round(self.promotion_wait, 3),
-            "granted": (
-                None
-                if last is None
-                else {"epoch": last[0], "remaining": round(max(0.0, last[1] - now), 3)}
-            ),
-        }
+        return self.lease.status()
 
     # -- the cluster manager's lease ----------------------------------------------------
     def grant_lease(self, seconds: float) -> None:
@@ -583,8 +470,7 @@ class HaBroker:
         for action in self.handle(InSyncCommitted(epoch, frozenset(members))):
             if isinstance(action, Refuse):
                 raise PromoteError(action.reason)
-        self._update_lease_set()
-        self._check_serving(self.context.clock())
+        self.lease.set_changed()
         released = sorted(before - set(role.pending_removal()) - set(role.awaited()))
         if released:
             self.log_.info("ha_in_sync_committed", epoch=epoch, released=released)
@@ -593,9 +479,7 @@ class HaBroker:
     def in_sync_status(self) -> dict[str, Any]:
         """The in-sync set in ``GET /api/ha``: while the member lease is in force a backup
         joins it only once it granted (a member of the committed set stays)."""
-        leases = self.member_leases
-        joined = (leases.answered | self.role.lease_set()) if leases.enabled else None
-        return in_sync_status(self.role, joined)
+        return in_sync_status(self.role, self.lease.joined())
 
     def take_offered_lease(self) -> None:
         """Apply a renewal the liveness thread took (as received: its time, not now)."""
@@ -621,7 +505,7 @@ class HaBroker:
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while both leases hold: the cluster manager's
         and the member lease (admission policy hook)."""
-        return self.lease_holds() and self.may_serve()
+        return self.lease_holds() and self.lease.may_serve()
 
     def fence(self, reason: str) -> None:
         """Stop serving at once (a newer primary exists)."""
@@ -708,7 +592,7 @@ class HaBroker:
         self.primary = primary
         self.streams = PrimaryStreams(primary, self, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
-        self.streams.lease_events = self  # the member lease's grants
+        self.streams.lease_events = self.lease  # the member lease's grants
         self.context.streams = self.streams
         self.context.barrier = self.streams  # declare-ok and friends after the backups
         self.vhost.listeners.append(PrimaryListener(primary, self.queue_deleted))
@@ -716,30 +600,10 @@ class HaBroker:
         if orphans:
             self.log_.info("ha_orphan_queues", queues=orphans)
         now = self.context.clock()
-        self._wait_for_own_grant(now)
+        self.lease.promoted(self.epoch_store.current, now)  # waits out its own grant
         left = self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
-        self._update_lease_set()
-        self._lease_timer = asyncio.get_running_loop().call_later(
-            self.lease_times.interval, self._lease_turn
-        )
+        self.lease.start()
         return left + self.handle(Tick(now))  # active at once when nobody is expected
-
-    def _wait_for_own_grant(self, now: float) -> None:
-        """Whatever promoted it: serve no earlier than this broker's last grant to an older
-        epoch lapsed (its link is dropped: it grants no more), logged and counted."""
-        lapse = self.grants.lapse_at(self.epoch_store.current)
-        self.member_leases.serve_after(lapse)
-        self.promotion_wait = max(0.0, lapse - now)
-        if self.promotion_wait > 0:
-            last = self.grants.last()
-            self.log_.info(
-                "member_lease_promotion_wait",
-                epoch=self.epoch_store.current,
-                granted_epoch=None if last is None else last[0],
-                wait_ms=round(self.promotion_wait * 1000.0, 1),
-            )
-            self._serving = False
-            self._lapsed_at = now
 
     def now(self) -> float:
         return self.context.clock()

@@ -61,16 +61,16 @@ def events(log: LoggedEvents, name: str) -> list[dict[str, Any]]:
 
 
 def grant(ha: HaBroker, backup: str = "b1") -> None:
-    seq, needed = ha.member_leases.requested(backup, ha.now())
+    seq, needed = ha.lease.leases.requested(backup, ha.now())
     assert needed
-    ha.lease_granted(backup, seq)
+    ha.lease.lease_granted(backup, seq)
 
 
 def test_the_primary_serves_only_while_every_member_grants(tmp_path: Path) -> None:
     ha, clock, log = ha_broker(tmp_path)
     asyncio.run(ha.promote(epoch=1, in_sync=["b1"]))
-    ha._update_lease_set()
-    assert ha.member_leases.members == {"b1"} and ha.member_leases.enabled
+    ha.lease.set_changed()
+    assert ha.lease.leases.members == {"b1"} and ha.lease.leases.enabled
     text = refusal(ha)  # b1 never granted: clients go elsewhere
     assert text is not None and "member lease of b1" in text
     assert not ha.may_confirm()
@@ -98,8 +98,8 @@ def test_a_format_2_link_leaves_the_agents_lease_alone(tmp_path: Path) -> None:
     ha, _, _ = ha_broker(tmp_path)
     asyncio.run(ha.promote(epoch=1, in_sync=["b1"]))
     open_connection(ha, link("1-2")).expect(commands.Connection.OpenOk)
-    ha._update_lease_set()
-    assert not ha.member_leases.enabled
+    ha.lease.set_changed()
+    assert not ha.lease.leases.enabled
     assert ha.may_confirm() and refusal(ha) is None
 
 
@@ -119,5 +119,5 @@ def test_a_promoted_backup_waits_for_its_own_grant_to_lapse(tmp_path: Path) -> N
     assert not ha.may_confirm()
     clock.now = granted_at + held
     assert ha.may_confirm() and refusal(ha) is None
-    assert ha.grants.answer(4, clock.now)["lapsed"]
+    assert ha.lease.grants.answer(4, clock.now)["lapsed"]
     assert not ha.grants.answer(4, granted_at + 1.0)["lapsed"]
