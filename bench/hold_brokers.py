@@ -12,6 +12,9 @@ directories.
 
     PYTHONPATH=/tmp/wt-old .venv/bin/python bench/hold_brokers.py --backups 1 \\
         --broker-arg=--store-sync=fsync
+
+``--in-sync`` commits the backups as the in-sync set, as the agent would: the member lease
+(issue 26) is then in force, on the confirm path.
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--broker-arg", action="append", default=[], help="one more qpidd option (repeatable)"
     )
+    ap.add_argument(
+        "--in-sync",
+        action="store_true",
+        help="commit every backup as the in-sync set (as the agent does): the member lease"
+        " of replication format 3 is then in force on builds that have it",
+    )
     args = ap.parse_args(argv)
     if args.backups < 0:
         ap.error(f"--backups must be 0 or more, not {args.backups}")
@@ -51,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 members = [brokers.standalone(args.name, args.broker_arg)]
             else:
                 members = brokers.cluster(args.name, args.backups, args=args.broker_arg)
+                if args.in_sync:
+                    ids = [b.ha()["broker_id"] for b in members[1:]]
+                    body = {"cluster_manager": True, "epoch": 1, "members": ids}
+                    members[0].http("POST", "/api/ha/in-sync", body)
             print(
                 json.dumps(
                     {

@@ -11,6 +11,12 @@ the management interface, HTTPS when the management API is) on its own port
 
 - ``GET /liveness``: :meth:`broker.liveness.LoopProgress.answer`, open (like
   ``/api/status``);
+- ``GET /grant[?epoch=N]``: the member lease this broker granted as a backup
+  (:meth:`broker.ha.member_lease.GrantLedger.answer`): ``epoch`` (the newest granted),
+  ``lapsed`` (every grant to an epoch older than N has lapsed, plus the drift bound; no N:
+  every grant), ``remaining_ms``, ``grants`` and ``formats`` (the replication formats this
+  broker speaks). Open, like ``/liveness``; what a cluster manager asks before promoting
+  this broker, answered however busy the loop;
 - ``POST /lease`` ``{"lease": seconds}`` with the header ``X-Qpidd-Lease-Token``: the
   token ``GET /api/ha`` gives a user who may renew the lease (the cluster manager), new at
   each broker start (so it also names this broker instance). The answer is that of
@@ -171,8 +177,13 @@ class LivenessServer:
         *,
         on_told: Callable[[], None] = lambda: None,
         tls: ssl.SSLContext | None = None,
+        grants: GrantAnswers | None = None,
+        formats: str = "",
     ) -> None:
         self.progress = progress
+        #: the member-lease grants this broker gave (GET /grant), and its formats
+        self.grants = grants
+        self.formats = formats
         self.offers = offers
         self.token = token
         #: called (in the server's thread) when a lease answer carried a cluster shutdown
@@ -251,9 +262,11 @@ class LivenessServer:
             if not chunk:
                 return
             body += chunk
-        path = path.split("?")[0]
+        path, _, query = path.partition("?")
         if method == "GET" and path == "/liveness":
             status, answer = self.liveness()
+        elif method == "GET" and path == "/grant":
+            status, answer = self.grant(query)
         elif method == "POST" and path == "/lease":
             status, answer = self.lease(headers.get(TOKEN_HEADER.lower()), body[:length])
         else:
@@ -270,6 +283,21 @@ class LivenessServer:
     # -- the answers (the server's threads) ---------------------------------------------
     def liveness(self) -> tuple[int, dict[str, Any]]:
         return HTTPStatus.OK, self.progress.answer(time.monotonic())
+
+    def grant(self, query: str) -> tuple[int, dict[str, Any]]:
+        now = time.monotonic()
+        grants = self.grants
+        if grants is None:
+            return HTTPStatus.NOT_FOUND, _error(HTTPStatus.NOT_FOUND, "not an HA cluster member")
+        epoch: int | None = None
+        for pair in query.split("&") if query else ():
+            name, _, value = pair.partition("=")
+            if name != "epoch" or not value.isdigit() or len(value) > 18:
+                return HTTPStatus.BAD_REQUEST, _error(
+                    HTTPStatus.BAD_REQUEST, f"expected ?epoch=N (N a whole number), not {pair!r}"
+                )
+            epoch = int(value)
+        return HTTPStatus.OK, {**grants.answer(epoch, now), "formats": self.formats}
 
     def lease(self, token: str | None, body: bytes) -> tuple[int, dict[str, Any]]:
         received = time.monotonic()  # before anything else: the lease counts from here
@@ -309,8 +337,20 @@ def _error(status: HTTPStatus, reason: str) -> dict[str, Any]:
     return {"error": status.phrase, "reason": reason}
 
 
+class GrantAnswers(Protocol):
+    """The grants a backup gave (:class:`broker.ha.member_lease.GrantLedger`), read here."""
+
+    def answer(self, epoch: int | None, now: float) -> dict[str, object]: ...
+
+
 class HaRole(Protocol):
     """What the liveness reads of the broker's HA role (:class:`broker.ha.ha_broker.HaBroker`)."""
+
+    @property
+    def grants(self) -> GrantAnswers: ...
+
+    @property
+    def formats(self) -> Any: ...
 
     @property
     def broker_id(self) -> str: ...
@@ -375,7 +415,14 @@ class BrokerLiveness:
         self._watch = LoopWatch(self.progress, role, self._lag, steps=self.steps)
         self._watch.start()
         if ha is not None and listen is not None:
-            self.server = LivenessServer(self.progress, self.offers, self.token, tls=tls)
+            self.server = LivenessServer(
+                self.progress,
+                self.offers,
+                self.token,
+                tls=tls,
+                grants=ha.grants,
+                formats=str(ha.formats.text),
+            )
             self.server.start(*listen)
 
     def stop(self) -> None:

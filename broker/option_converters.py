@@ -125,6 +125,23 @@ def positive_duration(maximum: float) -> Callable[[str], float]:
     return convert
 
 
+def fraction_below(limit: float) -> Callable[[str], float]:
+    """A fraction from 0 up to (not including) ``limit``, e.g. 0.01."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(
+                f"expected a fraction, e.g. 0.01 (at least 0, below {limit:g})"
+            ) from None
+        if not 0.0 <= value < limit:
+            raise ValueError(f"expected a fraction at least 0 and below {limit:g}")
+        return value
+
+    return convert
+
+
 def upper_choice(*choices: str) -> Callable[[str], str]:
     """One of ``choices`` (upper case names, e.g. SASL mechanisms), any case accepted."""
 

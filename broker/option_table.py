@@ -28,6 +28,7 @@ from broker.option_converters import (
     byte_size,
     choice,
     duration,
+    fraction_below,
     int_range,
     memory_amount,
     name_list,
@@ -432,6 +433,20 @@ class BrokerOptions:
         duration(65535.0),
         "longest a recovering primary waits for an expected backup to connect and be ready",
         metavar="SECONDS",
+    )
+    ha_member_lease: float = _option(
+        2.0,
+        positive_duration(3600.0),
+        "the member lease: how long each in-sync backup's grant lets the primary serve,"
+        " counted from the request (asked every quarter of it; replication format 3)",
+        metavar="SECONDS",
+    )
+    ha_clock_drift: float = _option(
+        0.01,
+        fraction_below(0.5),
+        "the bound on clock rate drift between brokers, a fraction (0.01: 1 %); a backup"
+        " keeps its member-lease grant that much longer",
+        metavar="FRACTION",
     )
     ha_flow_messages: int = _option(
         1000,

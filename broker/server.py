@@ -236,6 +236,13 @@ class Broker:
                 protocol.flush()
         self._stopped_by_fence.set()
 
+    def _serving_resumed(self) -> None:
+        """The HA primary serves again (its member lease holds): every connection's
+        held output (deliveries, get-oks, confirms) goes out now."""
+        for protocol in list(self._protocols):
+            if protocol.connection is not None:
+                protocol.connection.signal_output()
+
     # -- virtual hosts (VhostListener) -------------------------------------------------
     def vhost_created(self, vhost: VirtualHost) -> None:
         self.log.info("vhost_created", vhost=vhost.name)
@@ -300,6 +307,7 @@ class Broker:
                 disk=None if self.store is None else self.store.journal,
             )
             self.ha.lease_offers = self.liveness.offers
+            self.ha.lease.on_serving_resumed = self._serving_resumed
         self._server = await serve(
             self._protocol_factory, "AMQP", "--interface/--port", options.interface, options.port
         )

@@ -31,8 +31,9 @@ __all__ = [
 __version__ = "0.1.0"
 
 #: The replication formats this broker speaks: 1, the wire of release 0.1.0; 2, every name
-#: and field table a client may declare (broker.ha.link_format).
-REPLICATION_FORMATS = FormatRange(1, 2)
+#: and field table a client may declare; 3, format 2 and the member lease
+#: (broker.ha.link_format).
+REPLICATION_FORMATS = FormatRange(1, 3)
 
 #: The ZooKeeper formats this agent reads (and writes, the highest every member speaks).
 ZOOKEEPER_FORMATS = FormatRange(1, 1)
@@ -53,7 +54,7 @@ def replication_formats() -> FormatRange:
 
 
 def version_line(program: str) -> str:
-    """``qpidd 0.1.0 (replication formats 1-2, zookeeper format 1)``: one line for
+    """``qpidd 0.1.0 (replication formats 1-3, zookeeper format 1)``: one line for
     --version."""
     formats = f"replication {REPLICATION_FORMATS}, zookeeper {ZOOKEEPER_FORMATS}"
     return f"{program} {__version__} ({formats})"

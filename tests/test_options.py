@@ -78,6 +78,8 @@ EXPECTED_DEFAULTS = {
     "ha_agent": None,
     "ha_liveness_port": 0,
     "ha_backup_timeout": 10.0,
+    "ha_member_lease": 2.0,
+    "ha_clock_drift": 0.01,
     "ha_flow_messages": 1000,
     "link_maintenance_interval": 2.0,
     "link_heartbeat_interval": 120.0,
@@ -169,6 +171,9 @@ def test_bool_spellings(words: list[str], value: bool) -> None:
         (["stray"], "unexpected argument 'stray'"),
         (["--port"], "argument --port: expected one argument"),
         (["--port", "abc"], "invalid value 'abc' for option --port: expected an integer"),
+        (["--ha-member-lease", "0"], "invalid value '0' for option --ha-member-lease"),
+        (["--ha-clock-drift", "0.5"], "invalid value '0.5' for option --ha-clock-drift"),
+        (["--ha-clock-drift", "x"], "invalid value 'x' for option --ha-clock-drift: expected a"),
         (["--port", "65536"], "invalid value '65536' for option --port"),
         (["--port=-1"], "invalid value '-1' for option --port"),
         (["--mgmt-port", "1.5"], "invalid value '1.5' for option --mgmt-port"),
@@ -312,7 +317,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 0
     assert (
         capsys.readouterr().out
-        == f"qpidd {__version__} (replication formats 1-2, zookeeper format 1)\n"
+        == f"qpidd {__version__} (replication formats 1-3, zookeeper format 1)\n"
     )
 
 
@@ -335,6 +340,8 @@ HA_SETTINGS = [
     ("ha-mechanism", "amqplain", "ha_mechanism", "AMQPLAIN"),
     ("ha-agent", "node-2", "ha_agent", "node-2"),
     ("ha-backup-timeout", "2.5", "ha_backup_timeout", 2.5),
+    ("ha-member-lease", "500ms", "ha_member_lease", 0.5),
+    ("ha-clock-drift", "0.05", "ha_clock_drift", 0.05),
     ("ha-flow-messages", "50", "ha_flow_messages", 50),
     ("link-maintenance-interval", "100ms", "link_maintenance_interval", 0.1),
     ("link-heartbeat-interval", "10s", "link_heartbeat_interval", 10.0),

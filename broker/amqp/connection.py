@@ -176,6 +176,9 @@ class Connection:
     def data_to_send(self) -> bytes:
         """Everything to write now (confirm replies included)."""
         self._output_signalled = False
+        admission = self.ctx.admission
+        if admission is not None and self.admitted and admission.holds_output(self):
+            return b""  # an HA primary not serving: woken when it serves again
         if self._pumps:
             pumps = list(self._pumps.values())
             self._pumps.clear()

@@ -76,6 +76,12 @@ class AdmissionPolicy(Protocol):
         policy fences the broker, and the held confirms are never sent.)"""
         ...
 
+    def holds_output(self, connection: AdmittedConnection) -> bool:
+        """Must everything an admitted connection would be sent wait now? (True: an HA
+        primary whose member lease lapsed holds its clients' deliveries, get-oks and
+        confirms until it serves again, then wakes every connection.)"""
+        ...
+
     def confirms_sent(self, connection: AdmittedConnection) -> None:
         """Publisher confirms just went out on an admitted connection (a new primary's
         first client confirm: the web console's client outage)."""

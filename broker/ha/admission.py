@@ -102,7 +102,20 @@ class AdmissionHost(Protocol):
     def fenced(self) -> bool: ...
 
     def may_confirm(self) -> bool:
+        """Do both leases hold (the cluster manager's: a primary whose lease ran out
+        fences; the member lease)?"""
+        ...
+
+    def lease_holds(self) -> bool:
         """Does the cluster manager's lease hold (a primary whose lease ran out fences)?"""
+        ...
+
+    def may_serve(self) -> bool:
+        """Does the member lease let the primary serve clients now?"""
+        ...
+
+    def not_serving_reason(self) -> str:
+        """Why :meth:`may_serve` is False, for a client's refusal."""
         ...
 
     def handle(self, event: Event) -> list[Action]:
@@ -167,10 +180,15 @@ class HaAdmission:
         props = connection.client_properties
         if props.get(ADMIN_PROPERTY):
             return None
+        link = bool(props.get(BACKUP_PROPERTY))
         refusal = client_refusal(
-            host.state, host.fenced or not host.may_confirm(), self._public_url
+            host.state, host.fenced or not host.lease_holds(), self._public_url
         )
-        if refusal is None and props.get(BACKUP_PROPERTY):
+        if refusal is None and not link and not host.may_serve():
+            # The member lease lapsed (or a promotion waits for its own): clients go on to
+            # the next address; backup links are admitted (their grants restore it).
+            refusal = RoutineRefusal(ReplyCode.NOT_ALLOWED, host.not_serving_reason())
+        if refusal is None and link:
             refusal = link_user_refusal(self._link_user, connection.user)
             if refusal is None:
                 host.handle(EpochSeen(int(props.get(EPOCH_PROPERTY) or 0)))
@@ -201,8 +219,17 @@ class HaAdmission:
         self._floor.link_released(connection)
 
     def may_confirm(self) -> bool:
-        """Publisher confirms go out only while the lease holds."""
+        """Publisher confirms go out only while both leases hold."""
         return self._host.may_confirm()
+
+    def holds_output(self, connection: AdmittedConnection) -> bool:
+        """Whether a client's output waits (deliveries, get-oks, confirms: everything it
+        would be sent) because the member lease lapsed; never a backup link's or an HA
+        admin's (the link carries the grants that restore it)."""
+        if self._host.may_serve():
+            return False
+        props = connection.client_properties
+        return not (props.get(BACKUP_PROPERTY) or props.get(ADMIN_PROPERTY))
 
     def confirms_sent(self, connection: AdmittedConnection) -> None:
         if self._clients_back and not connection.client_properties.get(BACKUP_PROPERTY):

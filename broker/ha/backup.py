@@ -53,6 +53,7 @@ from broker.core.vhosts import VirtualHosts
 from broker.ha.backup_dial import PRIMARY_STATES, connect_as_backup
 from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.dial_failure import NotPrimary, describe_dial_failure, format_refusal
+from broker.ha.lease_stream import decode_request
 from broker.ha.link_format import CODECS, NoCommonFormat, codec_of, link_format
 from broker.ha.names import (
     BASE_EPOCH_PROPERTY,
@@ -60,6 +61,7 @@ from broker.ha.names import (
     CONFIG_STREAM,
     EPOCH_PROPERTY,
     IDS_ARGUMENT,
+    LEASE_STREAM,
     STATUS_PROPERTY,
     VHOST_ARGUMENT,
 )
@@ -120,6 +122,11 @@ class LinkOwner(Protocol):
     ) -> str | None: ...
 
     def log(self, event: str, **fields: Any) -> None: ...
+
+    def member_grant(self, epoch: int, duration: float) -> None:
+        """Grant the primary of ``epoch`` a member lease of ``duration`` (its count),
+        received now (broker.ha.member_lease)."""
+        ...
 
 
 #: First redial delay after a lost link (seconds); it doubles up to link-maintenance-interval.
@@ -402,6 +409,9 @@ class BackupLink:
         config = await client.open_channel()
         await config.qos(self.credit)
         await config.consume(CONFIG_STREAM, self._config_callback(config))
+        if self.codec.member_lease:  # replication format 3: grant the primary its lease
+            lease = await client.open_channel()
+            await lease.consume(LEASE_STREAM, self._lease_callback(lease))
         closed = asyncio.ensure_future(client.wait_closed())
         broken = asyncio.ensure_future(self._broken.wait())
         try:
@@ -438,6 +448,23 @@ class BackupLink:
         self.errors.failed("link", f"{what}: {reason}")
         if self._broken is not None:
             self._broken.set()
+
+    def _lease_callback(self, channel: ClientChannel) -> Callable[[Delivery], None]:
+        """Answer each lease request at once: the grant is noted, then acknowledged
+        (broker.ha.lease_stream; nothing waits for the disk or for replication)."""
+
+        def on_request(delivery: Delivery) -> None:
+            try:
+                _seq, epoch, duration, needed = decode_request(delivery.body)
+            except ValueError as exc:
+                self._fail("the lease stream", str(exc))
+                return
+            if needed:  # a promise only when the primary counts it
+                self.owner.member_grant(epoch, duration)
+            with contextlib.suppress(ClientError):  # the link is going down
+                channel.ack(delivery.delivery_tag)
+
+        return on_request
 
     def _config_callback(self, channel: ClientChannel) -> Callable[[Delivery], None]:
         disk = self.disk

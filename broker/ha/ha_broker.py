@@ -43,6 +43,8 @@ from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
 from broker.ha.ha_status import ha_status_steps, in_sync_status, member_dicts
 from broker.ha.id_era import enter_era
+from broker.ha.lease_keeper import LeaseKeeper
+from broker.ha.member_lease import GrantLedger, LeaseTimes
 from broker.ha.names import (
     BASE_EPOCH_PROPERTY,
     BROKER_ID_PROPERTY,
@@ -166,6 +168,8 @@ class HaBroker:
         # What a client declares must be what the replication wire carries (issue 24).
         vhost.hold_contract(ReplicationContract(self.replicate_default, self.contract_floor))
         self.primary: Primary | None = None
+        #: The member lease (issue 26): its grants, promises and serving check.
+        self.lease = LeaseKeeper(self, LeaseTimes(options.ha_member_lease, options.ha_clock_drift))
         #: lease renewals taken off the loop (broker.liveness), applied before a lease check
         self.lease_offers: LeaseOffers | None = None
         self.streams: PrimaryStreams | None = None
@@ -327,6 +331,7 @@ class HaBroker:
         self.link.start()
 
     async def stop(self) -> None:
+        self.lease.stop()
         if self.link is not None:
             await self.link.stop()
             self.link = None
@@ -410,6 +415,7 @@ class HaBroker:
         self.handle(BackupQueueReady(backup_id, queue))
 
     def backup_gone(self, backup_id: str) -> None:
+        self.lease.leases.link_gone(backup_id)
         self.handle(BackupGone(backup_id))
 
     def backup_failed(self, backup_id: str, reason: str) -> None:
@@ -420,6 +426,26 @@ class HaBroker:
 
     def queue_deleted(self, name: str) -> None:
         self.handle(QueueDeleted(name))
+
+    # -- the member lease (broker.ha.lease_keeper) --------------------------------------
+    def member_grant(self, epoch: int, duration: float) -> None:
+        """As a backup: grant the primary of ``epoch`` a member lease (LinkOwner)."""
+        self.lease.member_grant(epoch, duration)
+
+    @property
+    def grants(self) -> GrantLedger:
+        """The member-lease grants this broker gave as a backup (``GET /grant``)."""
+        return self.lease.grants
+
+    def may_serve(self) -> bool:
+        """Does the member lease let this primary serve now? (admission policy hook)"""
+        return self.lease.may_serve()
+
+    def not_serving_reason(self) -> str:
+        return self.lease.not_serving_reason()
+
+    def lease_status(self) -> dict[str, Any]:
+        return self.lease.status()
 
     # -- the cluster manager's lease ----------------------------------------------------
     def grant_lease(self, seconds: float) -> None:
@@ -444,13 +470,16 @@ class HaBroker:
         for action in self.handle(InSyncCommitted(epoch, frozenset(members))):
             if isinstance(action, Refuse):
                 raise PromoteError(action.reason)
+        self.lease.set_changed()
         released = sorted(before - set(role.pending_removal()) - set(role.awaited()))
         if released:
             self.log_.info("ha_in_sync_committed", epoch=epoch, released=released)
         return released
 
     def in_sync_status(self) -> dict[str, Any]:
-        return in_sync_status(self.role)
+        """The in-sync set in ``GET /api/ha``: while the member lease is in force a backup
+        joins it only once it granted (a member of the committed set stays)."""
+        return in_sync_status(self.role, self.lease.joined())
 
     def take_offered_lease(self) -> None:
         """Apply a renewal the liveness thread took (as received: its time, not now)."""
@@ -462,8 +491,9 @@ class HaBroker:
         self.take_offered_lease()
         return self.role.lease_expired(self.context.clock())
 
-    def may_confirm(self) -> bool:
-        """Publisher confirms go out only while the lease holds (admission policy hook)."""
+    def lease_holds(self) -> bool:
+        """The cluster manager's lease holds (not fenced; a primary whose lease ran out
+        fences here)."""
         if self.role.fenced:
             return False
         self.take_offered_lease()
@@ -471,6 +501,11 @@ class HaBroker:
             self.handle(Fence("the cluster manager's lease ran out"))
             return False
         return True
+
+    def may_confirm(self) -> bool:
+        """Publisher confirms go out only while both leases hold: the cluster manager's
+        and the member lease (admission policy hook)."""
+        return self.lease_holds() and self.lease.may_serve()
 
     def fence(self, reason: str) -> None:
         """Stop serving at once (a newer primary exists)."""
@@ -557,6 +592,7 @@ class HaBroker:
         self.primary = primary
         self.streams = PrimaryStreams(primary, self, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
+        self.streams.lease_events = self.lease  # the member lease's grants
         self.context.streams = self.streams
         self.context.barrier = self.streams  # declare-ok and friends after the backups
         self.vhost.listeners.append(PrimaryListener(primary, self.queue_deleted))
@@ -564,7 +600,9 @@ class HaBroker:
         if orphans:
             self.log_.info("ha_orphan_queues", queues=orphans)
         now = self.context.clock()
+        self.lease.promoted(self.epoch_store.current, now)  # waits out its own grant
         left = self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
+        self.lease.start()
         return left + self.handle(Tick(now))  # active at once when nobody is expected
 
     def now(self) -> float:

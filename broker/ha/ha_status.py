@@ -10,6 +10,7 @@ THREAD UNSAFE: read on the broker's event loop.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Protocol
 
 from common.slices import SLICE, Steps, rows_in_slices
@@ -87,17 +88,30 @@ class HaStatusSource(Protocol):
         """A backup's membership last heard from a primary."""
         ...
 
+    def lease_status(self) -> dict[str, Any]:
+        """The member lease: the primary's grants, a backup's own last grant."""
+        ...
+
+    def in_sync_status(self) -> dict[str, Any]:
+        """A primary's in-sync set (:func:`in_sync_status`)."""
+        ...
+
 
 def member_dicts(members: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:
     """The role's members (id, url, state) as the membership message and status show them."""
     return [{"id": i, "url": u, "state": s} for i, u, s in members]
 
 
-def in_sync_status(role: HaRole) -> dict[str, Any]:
-    """A primary's in-sync set: whom it counts, whose removal waits, what was committed."""
+def in_sync_status(role: HaRole, granted: Collection[str] | None = None) -> dict[str, Any]:
+    """A primary's in-sync set: whom it counts, whose removal waits, what was committed.
+    ``granted``: while the member lease is in force, the backups that granted this
+    primary a lease; a backup is wanted only once it did (a member must grant)."""
     committed = role.committed_in_sync
+    wanted = role.in_sync_wanted()
+    if granted is not None:
+        wanted = [b for b in wanted if b in granted]
     return {
-        "wanted": role.in_sync_wanted(),
+        "wanted": wanted,
         "pending_removal": role.pending_removal(),
         "awaited": role.awaited(),
         "committed": (
@@ -141,7 +155,8 @@ def ha_status_steps(ha: HaStatusSource) -> Steps[dict[str, Any]]:
         ),
         "orphan_queues": ha.primary.orphans.waiting(now) if ha.primary else {},
         "backups": backups,
-        "in_sync": in_sync_status(ha.role) if ha.primary is not None else None,
+        "in_sync": ha.in_sync_status() if ha.primary is not None else None,
+        "member_lease": ha.lease_status(),
         # A primary's backups whose replication failed (linked now or not) and that are not
         # ready again: which backup, which object, why.
         "replication_errors": ha.backup_errors.views(lambda backup_id: _ready(ha, backup_id)),

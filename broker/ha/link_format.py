@@ -23,6 +23,10 @@ The formats (the checklist for the next one is in docs/ha-design.md):
   codec accepts), a queue's stream named ``qpid.ha-queue`` with the queue's name in the
   consume argument ``qpid.ha-queue`` (any name). Queue batches are format 1's, byte for
   byte (:mod:`broker.ha.wire_batch`): the publish path is the same in both.
+- **3**: format 2 and the member lease (issue 26): the backup consumes
+  :data:`~broker.ha.names.LEASE_STREAM` as well, the primary's lease requests, and answers
+  each with basic.ack, its grant (:mod:`broker.ha.lease_stream`). A link of format 1 or 2
+  has no lease: the agent's ZooKeeper lease alone governs, as before.
 
 What a format can carry is what a primary may accept from clients while a link of that
 format may exist (:mod:`broker.ha.replication_contract`): the limits are read from the
@@ -53,6 +57,7 @@ SHORT_STRING_MAX_BYTES = 255
 
 __all__ = [
     "CODECS",
+    "MEMBER_LEASE_FORMAT",
     "SHORT_STRING_MAX_BYTES",
     "Codec",
     "NoCommonFormat",
@@ -87,6 +92,8 @@ class Codec:
     #: Whether a queue's stream is the fixed :data:`~broker.ha.names.QUEUE_STREAM` with
     #: the name in an argument (format 2) rather than ``qpid.ha-queue:<name>`` (format 1).
     stream_name_argument: bool
+    #: Whether the link carries the member lease (format 3: the lease stream).
+    member_lease: bool = False
 
     def queue_stream(self, queue: str) -> tuple[str, dict[str, Any]]:
         """The basic.consume queue name and the arguments naming ``queue``'s stream."""
@@ -119,7 +126,22 @@ CODECS: Mapping[int, Codec] = {
         queue_name_max_bytes=SHORT_STRING_MAX_BYTES,
         stream_name_argument=True,
     ),
+    3: Codec(
+        3,
+        wire_config2.encode_config_event,
+        wire_config2.decode_config_event,
+        decode_batch,
+        config_max_depth=wire_config2.MAX_DEPTH,
+        config_max_key_bytes=wire_config2.MAX_KEY_BYTES,
+        float_bits=64,
+        queue_name_max_bytes=SHORT_STRING_MAX_BYTES,
+        stream_name_argument=True,
+        member_lease=True,
+    ),
 }
+
+#: The lowest format that carries the member lease.
+MEMBER_LEASE_FORMAT = 3
 
 
 def announced(properties: Mapping[str, Any]) -> FormatRange | None:

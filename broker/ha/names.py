@@ -46,6 +46,9 @@ QUEUE_STREAM_PREFIX = "qpid.ha-queue:"
 #: One queue's stream from replication format 2: this fixed name, the queue's name in the
 #: basic.consume argument :data:`QUEUE_ARGUMENT` (a long string: any name fits).
 QUEUE_STREAM = "qpid.ha-queue"
+#: The member lease's stream (replication format 3): the primary's lease requests, each
+#: answered by the backup's basic.ack, its grant (broker.ha.lease_stream).
+LEASE_STREAM = "qpid.ha-lease"
 #: basic.consume argument of a format-2 queue stream: the queue's name.
 QUEUE_ARGUMENT = "qpid.ha-queue"
 #: basic.consume argument of a queue stream: the replication ids the backup holds.

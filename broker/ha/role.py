@@ -138,6 +138,8 @@ class HaRole:
         self.dropped: list[str] = []
         #: The in-sync set last committed by the cluster manager: (epoch, broker ids).
         self.committed_in_sync: tuple[int, frozenset[str]] | None = None
+        #: The in-sync set this primary was promoted with (the cluster manager's, if any).
+        self.promotion_in_sync: frozenset[str] | None = None
         self.url = ""
         self.promoted_at: float | None = None
         self._ready_before_link = False
@@ -157,6 +159,14 @@ class HaRole:
     def may_confirm(self, now: float) -> bool:
         """Whether publisher confirms may go out (not fenced, lease not run out)."""
         return not self.fenced and not self.lease_expired(now)
+
+    def lease_set(self) -> frozenset[str]:
+        """Whose member-lease grants this primary needs: the committed in-sync set (the
+        one it was promoted with until the cluster manager commits another), itself
+        excluded; empty without a cluster manager's set."""
+        committed = self.committed_in_sync
+        members = committed[1] if committed is not None else self.promotion_in_sync
+        return frozenset() if members is None else members - {self.broker_id}
 
     def members(self) -> tuple[tuple[str, str, str], ...]:
         """(id, url, state) of this primary and each backup it guards."""
@@ -271,6 +281,7 @@ class HaRole:
         self._starting = True
         self.epoch = max(self.epoch, event.epoch)
         in_sync = self._promotion_in_sync
+        self.promotion_in_sync = in_sync
         if in_sync is not None:
             # The committed in-sync set: exactly the backups that hold every confirmed
             # message. Each is guarded and awaited, whatever it last reported.

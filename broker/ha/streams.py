@@ -40,12 +40,14 @@ from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.config_guard import NEXT_STREAM, ConfigGuard, ReplyHandle
 from broker.ha.id_set import IdSet
+from broker.ha.lease_stream import LeaseStream
 from broker.ha.link_format import Codec, NoCommonFormat, codec_of, link_format
 from broker.ha.names import (
     BACKUP_PROPERTY,
     BROKER_ID_PROPERTY,
     CONFIG_STREAM,
     IDS_ARGUMENT,
+    LEASE_STREAM,
     QUEUE_ARGUMENT,
     QUEUE_STREAM,
     QUEUE_STREAM_PREFIX,
@@ -364,6 +366,18 @@ class BackupEvents(Protocol):
         ...
 
 
+class LeaseEvents(Protocol):
+    """What the lease streams tell the HA broker (an HA primary only)."""
+
+    def lease_granted(self, backup_id: str, seq: int) -> None:
+        """The backup answered lease request ``seq`` (broker.ha.lease_stream)."""
+        ...
+
+    def lease_stream_opened(self, backup_id: str) -> None:
+        """The backup's lease stream is open: ask it for a grant now."""
+        ...
+
+
 class PrimaryStreams:
     """The channel hook serving ``qpid.ha-*`` consumes on the primary."""
 
@@ -390,6 +404,10 @@ class PrimaryStreams:
         self._prune_at: dict[str, int] = {}  #: backup id -> length that prunes its list
         #: The newest queue stream of each (backup, queue key).
         self.queue_stream_of: dict[tuple[str, str], QueueStream] = {}
+        #: The lease stream of each backup whose link speaks replication format 3, and who
+        #: hears their grants (None: no member lease, a stand-alone broker's replica).
+        self.lease_streams: dict[str, LeaseStream] = {}
+        self.lease_events: LeaseEvents | None = None
 
     # replication rules, with this broker's default
     def queue_level(self, queue: Queue) -> ReplicateLevel:
@@ -435,7 +453,7 @@ class PrimaryStreams:
 
     def subscribe(
         self, sink: StreamSink, name: str, arguments: dict[str, Any]
-    ) -> ConfigStream | QueueStream:
+    ) -> ConfigStream | QueueStream | LeaseStream:
         props = sink.client_properties
         if not props.get(BACKUP_PROPERTY):
             raise access_refused(f"'{name}' is reserved for HA backup links")
@@ -499,7 +517,11 @@ class PrimaryStreams:
         for stream in self.config_streams:
             stream.push(event)
 
-    def _stream_closed(self, backup_id: str, stream: ConfigStream | QueueStream) -> None:
+    def _stream_closed(
+        self, backup_id: str, stream: ConfigStream | QueueStream | LeaseStream
+    ) -> None:
+        if isinstance(stream, LeaseStream) and self.lease_streams.get(backup_id) is stream:
+            del self.lease_streams[backup_id]
         if isinstance(stream, QueueStream):
             key = (backup_id, key_of(stream.subscription.queue))
             if self.queue_stream_of.get(key) is stream:
@@ -522,7 +544,17 @@ class PrimaryStreams:
         backup_id: str,
         backup_url: str,
         codec: Codec,
-    ) -> ConfigStream | QueueStream:
+    ) -> ConfigStream | QueueStream | LeaseStream:
+        events = self.lease_events
+        if name == LEASE_STREAM and codec.member_lease and events is not None:
+            lease = LeaseStream(
+                sink,
+                backup_id,
+                lambda seq: events.lease_granted(backup_id, seq),
+                lambda: events.lease_stream_opened(backup_id),
+            )
+            self.lease_streams[backup_id] = lease
+            return lease
         if name == CONFIG_STREAM:
             backup = self.events.backup_connected(backup_id, backup_url)
             stream = ConfigStream(sink, self, backup.config, codec)

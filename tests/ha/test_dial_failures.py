@@ -303,6 +303,9 @@ class FakeOwner:
     def log(self, event: str, **fields: Any) -> None:
         self.logged.append((event, fields))
 
+    def member_grant(self, epoch: int, duration: float) -> None:
+        pass
+
 
 class FakeClock:
     def __init__(self) -> None:

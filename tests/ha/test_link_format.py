@@ -59,7 +59,7 @@ def test_no_common_format_is_one_line(announcement: str | None, words: str) -> N
 
 
 def test_format_1_is_the_wire_of_release_0_1_0() -> None:
-    assert FormatRange(1, 2) == REPLICATION_FORMATS and set(CODECS) == {1, 2}
+    assert FormatRange(1, 3) == REPLICATION_FORMATS and set(CODECS) == {1, 2, 3}
     codec = codec_of(1)
     assert codec.encode_config_event is wire.encode_config_event
     assert codec.decode_config_event is wire.decode_config_event
@@ -77,10 +77,20 @@ def test_format_2_streams_batches_as_format_1_does() -> None:
     assert link_format(REPLICATION_FORMATS, {FORMATS_PROPERTY: "1-2"}, "backup b") == 2
 
 
+def test_format_3_is_format_2_with_the_member_lease() -> None:
+    """Format 3 adds the lease stream; its events, streams and batches are format 2's."""
+    two, three = codec_of(2), codec_of(3)
+    assert not two.member_lease and three.member_lease
+    assert three.encode_config_event is two.encode_config_event
+    assert three.decode_batch is two.decode_batch
+    assert three.queue_stream("q") == two.queue_stream("q")
+    assert link_format(REPLICATION_FORMATS, {FORMATS_PROPERTY: "1-3"}, "backup b") == 3
+
+
 def test_the_primary_refuses_a_backup_of_no_common_format(tmp_path: Path) -> None:
     ha, _ = ha_broker(tmp_path)
     asyncio_run_promote(ha)
-    assert ha.server_properties()[FORMATS_PROPERTY] == "1-2"
+    assert ha.server_properties()[FORMATS_PROPERTY] == "1-3"
     link = {"qpid.ha-backup": True, "qpid.ha-url": "n3:5672"}
     for announcement, words in [
         ("99-99", "backup n3:5672 replication format 99"),
@@ -92,7 +102,7 @@ def test_the_primary_refuses_a_backup_of_no_common_format(tmp_path: Path) -> Non
         close = open_connection(ha, properties).expect(commands.Connection.Close)
         assert close.reply_code == ReplyCode.NOT_IMPLEMENTED
         assert close.reply_text.startswith("NOT_IMPLEMENTED - no common replication format: ")
-        assert words in close.reply_text and "this broker speaks replication formats 1-2" in (
+        assert words in close.reply_text and "this broker speaks replication formats 1-3" in (
             close.reply_text
         )
     ok = open_connection(ha, {**link, FORMATS_PROPERTY: "1-3"})
@@ -144,7 +154,7 @@ def test_a_backup_of_an_unknown_format_is_refused_with_one_line(tmp_path: Path) 
         [primary_line] = format_refusals(cluster, 0)
         assert primary_line["level"] == "warning" and problems(primary_line) == []
         assert primary_line["reason"].startswith(
-            "no common replication format: this broker speaks replication formats 1-2, backup "
+            "no common replication format: this broker speaks replication formats 1-3, backup "
         )
         for i in (0, 1):
             assert not [e for e in cluster.brokers[i].events() if "traceback" in str(e).lower()]

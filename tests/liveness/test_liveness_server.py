@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from broker.ha.member_lease import GrantLedger, LeaseTimes
 from broker.liveness import LeaseOffers, LoopProgress, RoleNote
 from broker.liveness_server import TOKEN_HEADER, LivenessServer
 
@@ -107,3 +108,18 @@ def test_it_answers_in_milliseconds_beside_a_spinning_thread(server: LivenessSer
         stop.set()
         spinner.join()
     assert sorted(took)[5] < 0.1, took  # median well under the agent's 0.4 s check
+
+
+def test_the_grant_answer_is_the_ledger_read_off_the_loop(server: LivenessServer) -> None:
+    assert call(server, "/grant")[0] == 404  # not an HA member: no ledger
+    ledger = GrantLedger(LeaseTimes(2.0, 0.0))
+    ledger.grant(3, 2.0, time.monotonic())
+    server.grants, server.formats = ledger, "1-3"
+    status, answer = call(server, "/grant")
+    assert status == 200 and answer["epoch"] == 3 and answer["asked_epoch"] == 4
+    assert not answer["lapsed"] and 0 < answer["remaining_ms"] <= 2000
+    assert answer["formats"] == "1-3" and answer["grants"][0]["epoch"] == 3
+    assert call(server, "/grant?epoch=3")[1]["lapsed"]  # nothing granted before epoch 3
+    for bad in ("?epoch=x", "?epoch=-1", "?other=1"):
+        status, answer = call(server, "/grant" + bad)
+        assert status == 400 and "epoch=N" in answer["reason"], bad

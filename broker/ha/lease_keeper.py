@@ -1,0 +1,232 @@
+"""LeaseKeeper: the member lease's shell in an HA broker (issue 26; the core is
+:mod:`broker.ha.member_lease`, the wire :mod:`broker.ha.lease_stream`).
+
+As a backup it keeps the promises its link made (:meth:`LeaseKeeper.member_grant`, into the
+:class:`~broker.ha.member_lease.GrantLedger` the liveness thread reads for ``GET /grant``).
+As the primary it asks every linked backup for a grant every
+:attr:`~broker.ha.member_lease.LeaseTimes.interval` (and a new link or a backup new to the
+set at once), hears the answers, keeps the set and whether the lease is in force (every
+link and member speaks replication format 3: the contract floor), and answers
+:meth:`LeaseKeeper.may_serve`, which the broker asks with the agent's lease before every
+confirm, admission and write to a client. A change of that answer is logged
+(``member_lease_lapsed`` per lapsed member, ``member_lease_serving``) and serving again
+wakes every connection (``on_serving_resumed``). Promoted, it serves only once its own
+grants to older epochs have lapsed (``member_lease_promotion_wait``).
+
+THREAD UNSAFE: the broker's event loop owns it (the ledger alone is read off the loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any, Protocol
+
+from broker.ha.link_format import MEMBER_LEASE_FORMAT
+from broker.ha.member_lease import GrantLedger, LeaseTimes, MemberLeases
+
+if TYPE_CHECKING:
+    from broker.ha.replication_contract import ContractFloor
+    from broker.ha.role import HaRole
+    from broker.ha.streams import PrimaryStreams
+
+__all__ = ["LeaseHost", "LeaseKeeper"]
+
+
+class LeaseHost(Protocol):
+    """What the keeper reads of its HA broker (:class:`~broker.ha.ha_broker.HaBroker`)."""
+
+    @property
+    def role(self) -> HaRole: ...
+
+    @property
+    def streams(self) -> PrimaryStreams | None: ...
+
+    @property
+    def contract_floor(self) -> ContractFloor: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def fenced(self) -> bool: ...
+
+    @property
+    def log_(self) -> Any: ...
+
+    def now(self) -> float: ...
+
+    def tell(self, event: str, fields: dict[str, Any]) -> None: ...
+
+
+class LeaseKeeper:
+    """See the module docstring."""
+
+    def __init__(self, host: LeaseHost, times: LeaseTimes) -> None:
+        self.host = host
+        self.times = times
+        #: The grants this broker holds as the primary.
+        self.leases = MemberLeases(times)
+        #: The grants this broker gave as a backup (read off the loop too: GET /grant).
+        self.grants = GrantLedger(times)
+        #: The wait at its last promotion for its own older grant to lapse (seconds).
+        self.promotion_wait = 0.0
+        #: Called when the primary serves again (the server wakes every connection).
+        self.on_serving_resumed: Callable[[], None] | None = None
+        self._serving = True
+        self._lapsed_at: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._primary = False
+
+    # -- as a backup -------------------------------------------------------------------
+    def member_grant(self, epoch: int, duration: float) -> None:
+        """Grant the primary of ``epoch`` a member lease (its request just read)."""
+        self.grants.grant(epoch, duration, self.host.now())
+
+    # -- promotion ---------------------------------------------------------------------
+    def promoted(self, epoch: int, now: float) -> None:
+        """Whatever promoted it: serve no earlier than this broker's last grant to an older
+        epoch lapsed (its link is dropped: it grants no more), logged and counted."""
+        lapse = self.grants.lapse_at(epoch)
+        self.leases.serve_after(lapse)
+        self.promotion_wait = max(0.0, lapse - now)
+        if self.promotion_wait > 0:
+            last = self.grants.last()
+            self.host.log_.info(
+                "member_lease_promotion_wait",
+                epoch=epoch,
+                granted_epoch=None if last is None else last[0],
+                wait_ms=round(self.promotion_wait * 1000.0, 1),
+            )
+            self._serving = False
+            self._lapsed_at = now
+
+    def start(self) -> None:
+        """The primary runs: the set now, and a request to every backup each interval."""
+        self._primary = True
+        self.set_changed()
+        self._timer = asyncio.get_running_loop().call_later(self.times.interval, self._turn)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- as the primary (LeaseEvents of the streams) --------------------------------------
+    def lease_granted(self, backup_id: str, seq: int) -> None:
+        """``backup_id`` answered lease request ``seq``."""
+        if self.leases.granted(backup_id, seq):
+            self._check(self.host.now())
+
+    def lease_stream_opened(self, backup_id: str) -> None:
+        """A backup's lease stream opened: ask it at once (a new link grants within ms)."""
+        self._request(backup_id, self.host.now())
+
+    def _request(self, backup_id: str, now: float) -> None:
+        streams = self.host.streams
+        stream = None if streams is None else streams.lease_streams.get(backup_id)
+        if stream is not None:
+            seq, needed = self.leases.requested(backup_id, now)
+            stream.request(seq, self.host.epoch, self.times.duration, needed)
+
+    def _turn(self) -> None:
+        self._timer = None
+        if self.host.fenced:
+            return
+        now = self.host.now()
+        self.set_changed()
+        streams = self.host.streams
+        for backup_id in [] if streams is None else list(streams.lease_streams):
+            self._request(backup_id, now)
+        self._check(now)
+        self._timer = asyncio.get_running_loop().call_later(self.times.interval, self._turn)
+
+    def set_changed(self) -> None:
+        """Read the set and whether the lease is in force again; a member new to the set
+        is asked at once (its earlier answers promised nothing); serving is checked."""
+        leases, host = self.leases, self.host
+        before = leases.members if leases.enabled else frozenset()
+        leases.set_enabled(host.contract_floor().format >= MEMBER_LEASE_FORMAT)
+        leases.set_members(host.role.lease_set())
+        now = host.now()
+        for backup_id in (leases.members if leases.enabled else frozenset()) - before:
+            self._request(backup_id, now)
+        self._check(now)
+
+    # -- the check ---------------------------------------------------------------------
+    def may_serve(self) -> bool:
+        """Every committed member's grant unexpired, a promotion's wait over: one
+        comparison while nothing changes."""
+        now = self.host.now()
+        serving = self.leases.may_serve(now)
+        if serving != self._serving:
+            self._check(now)
+        return serving
+
+    def _check(self, now: float) -> bool:
+        """Log and act on a change of :meth:`may_serve`: a lapse stops serving (confirms,
+        deliveries and get-oks held, clients refused), a grant or a new set resumes it."""
+        leases, host = self.leases, self.host
+        serving = leases.may_serve(now)
+        if serving == self._serving:
+            return serving
+        self._serving = serving
+        if not serving:
+            self._lapsed_at = now
+            if now < leases.not_before:
+                return False  # a promotion's wait, logged when it began
+            for member, age in leases.lapsed(now):
+                if age is None:
+                    continue  # never granted this primary yet (just promoted): status shows it
+                record = host.role.backups.get(member)
+                host.log_.warning(
+                    "member_lease_lapsed",
+                    member=member,
+                    url=None if record is None else record.url,
+                    age_ms=round(age * 1000.0, 1),
+                    epoch=host.epoch,
+                )
+                host.tell("member_lease_lapsed", {"member": member})
+            return False
+        held = 0.0 if self._lapsed_at is None else now - self._lapsed_at
+        host.log_.info("member_lease_serving", held_ms=round(held * 1000.0, 1), epoch=host.epoch)
+        if self.on_serving_resumed is not None:
+            self.on_serving_resumed()
+        return True
+
+    # -- what others read --------------------------------------------------------------
+    def joined(self) -> Collection[str] | None:
+        """While the lease is in force, the backups that may be in the in-sync set: those
+        that answered this primary, and the committed members (None: any)."""
+        leases = self.leases
+        return (leases.answered | self.host.role.lease_set()) if leases.enabled else None
+
+    def not_serving_reason(self) -> str:
+        """Why :meth:`may_serve` is False, in a client's refusal."""
+        now, leases = self.host.now(), self.leases
+        if now < leases.not_before:
+            wait = leases.not_before - now
+            return f"HA primary not serving yet: its grant to an older epoch lapses in {wait:.3f} s"
+        lapsed = ", ".join(m for m, _ in leases.lapsed(now)) or "a member"
+        return f"HA primary not serving: the member lease of {lapsed} lapsed"
+
+    def status(self) -> dict[str, Any]:
+        """``GET /api/ha`` ``member_lease``: in force or not, the members' grants (seconds
+        left), a promotion's wait, and this broker's last grant as a backup."""
+        now, leases = self.host.now(), self.leases
+        last = self.grants.last()
+        return {
+            "enabled": leases.enabled,
+            "serving": leases.may_serve(now),
+            "members": {
+                m: round(leases.expiry[m] - now, 3) if m in leases.expiry else None
+                for m in sorted(leases.members)
+            },
+            "remaining": leases.remaining(now),
+            "promotion_wait": round(self.promotion_wait, 3),
+            "granted": (
+                None
+                if last is None
+                else {"epoch": last[0], "remaining": round(max(0.0, last[1] - now), 3)}
+            ),
+        }

@@ -1,0 +1,257 @@
+"""The member lease (issue 26), sans-I/O: every member of the committed in-sync set grants
+the primary a lease over its replication link, and a promoted broker waits out its own.
+
+**On the primary** (:class:`MemberLeases`): every :attr:`LeaseTimes.interval` it sends each
+linked backup a *lease request* (a sequence number, its epoch, the lease's duration, and
+whether it needs this backup's grant: the lease in force and the backup a member) and notes
+the time it sent it on its monotonic clock. The backup's answer to a needed request (a
+*grant*) extends that backup's lease to ``sent + duration``: counted from when the primary
+sent the request, never from when the answer came. A request that needs no grant asks no
+promise and its answer extends nothing (so a backup promoted by hand, outside any set, waits
+for nothing); it only shows the backup answers (it may join the set).
+:meth:`MemberLeases.may_serve` is whether every member of the committed in-sync set holds an
+unexpired grant (an empty set: the agent's ZooKeeper lease alone governs, as before; the
+broker composes the two). It is one comparison: the earliest expiry over the members is
+cached and recomputed only when a grant or the set changes (a confirm asks it).
+
+**On a backup** (:class:`GrantLedger`): answering a request is a promise, "I will not serve
+as primary (nor help promote another) for the epoch after yours until my grant lapsed". The
+backup counts it from when it received the request, for the duration stretched by the
+clock-drift bound (:meth:`LeaseTimes.held`), and keeps the latest lapse per epoch granted.
+Whatever promotes it, the broker refuses to serve as primary until every grant it gave an
+older epoch has lapsed (:meth:`GrantLedger.lapse_at`). The ledger is read by the liveness
+thread (``GET /grant``) as well as the loop: it is one immutable tuple swapped whole.
+
+**Why the primary never counts longer than the backup holds** (tests/ha/test_member_lease.py
+checks it with hypothesis): the request is received after it was sent, so in real time the
+backup's promise starts no earlier than the primary's count. Clocks tick at rates within
+``1 ± drift`` of real time; the primary's ``duration`` on its clock lasts at most
+``duration / (1 - drift)`` real seconds, the backup's ``held`` on its clock at least
+``held / (1 + drift)``, and :meth:`LeaseTimes.held` is ``duration * (1 + drift) / (1 -
+drift)``: the backup's promise outlasts the primary's count. Losses, delays and reordering
+only shorten what the primary counts (an answer that never comes extends nothing; an old
+answer extends to its own old send time).
+
+THREAD UNSAFE: :class:`MemberLeases` belongs to the primary's event loop. :class:`GrantLedger`
+is written by the loop and read by any thread (one attribute, replaced whole).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["GrantLedger", "LeaseTimes", "MemberLeases"]
+
+#: How many epochs a ledger keeps (a backup grants the newest primary's; older ones matter
+#: only until they lapse, a few seconds).
+LEDGER_EPOCHS = 4
+
+
+@dataclass(frozen=True)
+class LeaseTimes:
+    """The member lease's settings (``--ha-member-lease``, ``--ha-clock-drift``)."""
+
+    #: Seconds a grant lasts on the primary, counted from its request's send time.
+    duration: float
+    #: The bound on clock rate drift, a fraction: every clock ticks at ``1 ± drift`` times
+    #: real time (0.01: 1 %, far beyond a working quartz clock's 0.01 %).
+    drift: float
+    #: Requests per lease (the primary asks every ``duration / requests``).
+    requests: int = 4
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.duration) and self.duration > 0):
+            raise ValueError(f"member lease must be seconds above 0, not {self.duration!r}")
+        if not (math.isfinite(self.drift) and 0 <= self.drift < 0.5):
+            raise ValueError(f"clock drift must be a fraction in [0, 0.5), not {self.drift!r}")
+
+    @property
+    def interval(self) -> float:
+        """How often the primary asks every backup for a grant."""
+        return self.duration / self.requests
+
+    def held(self, duration: float) -> float:
+        """How long a backup keeps a grant of ``duration`` (the primary's count), on its
+        own clock: long enough that, at the drift bound, it outlasts the primary's count."""
+        return duration * (1.0 + self.drift) / (1.0 - self.drift)
+
+
+class MemberLeases:
+    """The primary's side: the grants of its backups, and whether it may serve."""
+
+    def __init__(self, times: LeaseTimes) -> None:
+        self.times = times
+        #: The members whose grants the primary needs (the committed in-sync set, itself
+        #: excluded); empty: none needed (the agent's lease alone).
+        self.members: frozenset[str] = frozenset()
+        #: Whether the member lease is used at all: only once every member and every link
+        #: speaks replication format 3 (the shell says so); else the agent's lease alone.
+        self.enabled = False
+        #: The grant expiry of each backup that granted (the primary's clock).
+        self.expiry: dict[str, float] = {}
+        #: Requests sent and not answered: backup -> sequence -> (sent at, needed).
+        self._sent: dict[str, dict[int, tuple[float, bool]]] = {}
+        #: Backups that answered a request of this primary (needed or not): a backup joins
+        #: the in-sync set only once it did.
+        self.answered: set[str] = set()
+        self._seq = 0
+        #: Not before this time (a promoted broker's own older grant, plus drift).
+        self.not_before = -math.inf
+        self._earliest = math.inf
+
+    # -- events ------------------------------------------------------------------------
+    def set_members(self, members: frozenset[str]) -> None:
+        """The committed in-sync set changed (this broker excluded)."""
+        if members != self.members:
+            self.members = members
+            self._recompute()
+
+    def set_enabled(self, enabled: bool) -> None:
+        if enabled != self.enabled:
+            self.enabled = enabled
+            self._recompute()
+
+    def serve_after(self, at: float) -> None:
+        """Serve no earlier than ``at`` (a promoted broker's grant to an older epoch)."""
+        self.not_before = at
+
+    def needs(self, backup: str) -> bool:
+        """Does this primary need ``backup``'s grant now (the lease in force, a member)?
+        A request says so: only a needed grant is a promise, and only it is counted."""
+        return self.enabled and backup in self.members
+
+    def requested(self, backup: str, now: float) -> tuple[int, bool]:
+        """A request goes to ``backup`` at ``now``: its sequence number (the answer names
+        it) and whether it asks for a promise (:meth:`needs`). At most
+        :attr:`LeaseTimes.requests` + 4 are kept unanswered per backup: an older unanswered
+        one could only extend less than a newer answer."""
+        self._seq += 1
+        needed = self.needs(backup)
+        pending = self._sent.setdefault(backup, {})
+        pending[self._seq] = (now, needed)
+        if len(pending) > self.times.requests + 4:
+            del pending[min(pending)]
+        return self._seq, needed
+
+    def granted(self, backup: str, seq: int) -> bool:
+        """``backup`` answered request ``seq``: a needed one's grant lasts from when that
+        request was sent (an answer to a request that asked no promise counts only as an
+        answer). False for an answer to no request of ours (unknown, or forgotten) or
+        one that promised nothing."""
+        pending = self._sent.get(backup)
+        request = None if pending is None else pending.pop(seq, None)
+        if request is None or pending is None:
+            return False
+        self.answered.add(backup)
+        for older in [s for s in pending if s < seq]:  # answered in order: lost, or late
+            del pending[older]
+        sent, needed = request
+        if not needed:
+            return False
+        until = sent + self.times.duration
+        if until > self.expiry.get(backup, -math.inf):
+            self.expiry[backup] = until
+            if backup in self.members:
+                self._recompute()
+        return True
+
+    def link_gone(self, backup: str) -> None:
+        """``backup``'s link closed: its unanswered requests will never be answered (its
+        grant stays until it expires: the backup keeps its promise whatever the link)."""
+        self._sent.pop(backup, None)
+
+    def forget(self, backup: str) -> None:
+        """``backup`` left for good (dropped by the primary)."""
+        self._sent.pop(backup, None)
+        self.answered.discard(backup)
+        if self.expiry.pop(backup, None) is not None and backup in self.members:
+            self._recompute()
+
+    # -- queries -----------------------------------------------------------------------
+    def may_serve(self, now: float) -> bool:
+        """Every member's grant unexpired (and a promoted broker's wait over): O(1)."""
+        return self.not_before <= now < self._earliest
+
+    def granted_by(self, backup: str, now: float) -> bool:
+        """Does ``backup`` hold an unexpired grant? (A backup joins the set only so.)"""
+        return self.expiry.get(backup, -math.inf) > now
+
+    def lapsed(self, now: float) -> list[tuple[str, float | None]]:
+        """The members whose grant is lapsed or missing, with how long ago it lapsed
+        (None: never granted), when the lease is enabled."""
+        if not self.enabled:
+            return []
+        out: list[tuple[str, float | None]] = []
+        for member in sorted(self.members):
+            until = self.expiry.get(member)
+            if until is None:
+                out.append((member, None))
+            elif until <= now:
+                out.append((member, now - until))
+        return out
+
+    def remaining(self, now: float) -> float | None:
+        """Seconds until the earliest member grant lapses (None: none needed)."""
+        if not self.enabled or not self.members:
+            return None
+        return max(0.0, self._earliest - now)
+
+    def _recompute(self) -> None:
+        if not self.enabled:
+            self._earliest = math.inf
+            return
+        self._earliest = min(
+            (self.expiry.get(m, -math.inf) for m in self.members), default=math.inf
+        )
+
+
+class GrantLedger:
+    """A backup's side: the grants it gave, per epoch, and when each lapses (its clock)."""
+
+    def __init__(self, times: LeaseTimes) -> None:
+        self.times = times
+        #: ((epoch, lapses at), ...), newest epoch last; replaced whole (read off the loop).
+        self.grants: tuple[tuple[int, float], ...] = ()
+
+    def grant(self, epoch: int, duration: float, now: float) -> None:
+        """Grant the primary of ``epoch`` a lease of ``duration`` (its count), the request
+        received at ``now``: this broker's promise holds until ``now + held(duration)``."""
+        until = now + self.times.held(duration)
+        kept = dict(self.grants)
+        if until > kept.get(epoch, -math.inf):
+            kept[epoch] = until
+            self.grants = tuple(sorted(kept.items())[-LEDGER_EPOCHS:])
+
+    def lapse_at(self, epoch: int) -> float:
+        """When every grant this broker gave an epoch older than ``epoch`` has lapsed
+        (-inf: none given)."""
+        return max((until for e, until in self.grants if e < epoch), default=-math.inf)
+
+    def grant_lapsed(self, epoch: int, now: float) -> bool:
+        """Has every grant to an epoch older than ``epoch`` lapsed by ``now``?"""
+        return now >= self.lapse_at(epoch)
+
+    def answer(self, epoch: int | None, now: float) -> dict[str, object]:
+        """``GET /grant`` (the liveness thread): has every grant to an epoch older than
+        ``epoch`` lapsed (None: older than the newest granted plus one, i.e. every grant)?
+        With the newest epoch granted and each grant's milliseconds left."""
+        grants = self.grants  # one read: the loop may replace it meanwhile
+        newest = grants[-1][0] if grants else None
+        asked = (0 if newest is None else newest + 1) if epoch is None else epoch
+        lapse = max((until for e, until in grants if e < asked), default=-math.inf)
+        return {
+            "epoch": newest,
+            "asked_epoch": asked,
+            "lapsed": now >= lapse,
+            "remaining_ms": round(max(0.0, lapse - now) * 1000.0, 1),
+            "grants": [
+                {"epoch": e, "remaining_ms": round(max(0.0, until - now) * 1000.0, 1)}
+                for e, until in grants
+            ],
+        }
+
+    def last(self) -> tuple[int, float] | None:
+        """The newest epoch granted and when its grant lapses."""
+        grants = self.grants
+        return grants[-1] if grants else None

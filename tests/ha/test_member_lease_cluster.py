@@ -1,0 +1,155 @@
+"""The member lease end to end (issue 26 item 1): three real brokers, a real client.
+
+One test, in steps, to keep ``make test`` short: a stopped (SIGSTOP) member of the
+committed in-sync set stops the primary serving within the lease plus the drift bound (no
+confirm, no new client) and it serves again when the member resumes or the set changes; a
+backup whose primary is gone stops granting (``GET /grant`` on its liveness port lapses);
+and a backup promoted right away waits for its own grant to the older epoch to lapse
+before it serves (measured and logged).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import pika
+import pika.exceptions
+import pytest
+
+from common.polling import poll_until
+from tests.drill.log_schema import problems
+from tests.ha.cluster import Cluster, http
+
+pytestmark = pytest.mark.timeout(120)
+
+LEASE = 1.5
+DRIFT = 0.01
+HELD = LEASE * (1 + DRIFT) / (1 - DRIFT)
+
+
+def grant(cluster: Cluster, i: int, query: str = "") -> dict[str, Any]:
+    port = cluster.ha(i)["liveness"]["port"]
+    return dict(http("GET", port, "/grant" + query))
+
+
+def connect(port: int) -> pika.BlockingConnection:
+    params = pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1, socket_timeout=5)
+    return pika.BlockingConnection(params)
+
+
+def refused(port: int) -> str | None:
+    """The refusal text of a client connection to ``port`` (None: admitted)."""
+    try:
+        connect(port).close()
+    except pika.exceptions.AMQPConnectionError as exc:  # 530 while tuning: "probable access"
+        return str(exc)
+    return None
+
+
+def lease_of(cluster: Cluster, i: int) -> dict[str, Any]:
+    return dict(cluster.ha(i)["member_lease"])
+
+
+def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_path: Any) -> None:
+    cluster = Cluster(
+        tmp_path, 3, f"--ha-member-lease={LEASE}", f"--ha-clock-drift={DRIFT}"
+    ).start()
+    stopped: int | None = None
+    try:
+        ids = {i: cluster.ha(i)["broker_id"] for i in (1, 2)}
+        body = {"cluster_manager": True, "epoch": 1, "in_sync": [ids[1], ids[2]]}
+        assert http("POST", cluster.brokers[0].mgmt_port, "/api/ha/promote", body)["state"]
+        poll_until(lambda: lease_of(cluster, 0)["serving"], 15, "both members grant")
+        status = lease_of(cluster, 0)
+        assert status["enabled"] and set(status["members"]) == {ids[1], ids[2]}
+        assert grant(cluster, 1)["epoch"] == 1 and not grant(cluster, 1)["lapsed"]
+        assert grant(cluster, 1)["formats"] == "1-3"
+
+        connection = connect(cluster.ports[0])
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("q")
+        channel.basic_publish("", "q", b"before")  # confirmed: returns
+
+        # 1. a member stops: the primary stops serving within the lease plus the bound
+        proc = cluster.brokers[1].proc
+        assert proc is not None
+        stopped = proc.pid
+        os.kill(stopped, signal.SIGSTOP)
+        began = time.monotonic()
+        poll_until(lambda: not lease_of(cluster, 0)["serving"], 10, "the lease lapses")
+        took = time.monotonic() - began
+        assert took < LEASE + LEASE / 4 + 1.0, took  # the lease, one request's lag, polling
+        lapsed = poll_until(
+            lambda: [e for e in cluster.brokers[0].events() if e["event"] == "member_lease_lapsed"],
+            5,
+            "member_lease_lapsed",
+        )
+        assert [e["member"] for e in lapsed] == [ids[1]], lapsed
+        assert lapsed[0]["level"] == "warning" and lapsed[0]["age_ms"] >= 0
+        text = refused(cluster.ports[0])
+        assert text is not None and "member lease" in text, text
+
+        # 2. the member resumes: grants again, the primary serves and confirms
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+        poll_until(lambda: lease_of(cluster, 0)["serving"], 10, "the member grants again")
+        channel.basic_publish("", "q", b"after")  # confirmed
+        assert refused(cluster.ports[0]) is None
+        served = poll_until(
+            lambda: [
+                e
+                for e in cluster.brokers[0].events()
+                if e["event"] == "member_lease_serving" and e["ts"] > lapsed[0]["ts"]
+            ],
+            5,
+            "member_lease_serving after the lapse",
+        )
+        assert 0 < served[-1]["held_ms"] < 60_000
+
+        # 3. the set changes: a member stopped no longer matters once it is out of the set
+        os.kill(proc.pid, signal.SIGSTOP)
+        stopped = proc.pid
+        poll_until(lambda: not lease_of(cluster, 0)["serving"], 10, "the lease lapses again")
+        body = {"cluster_manager": True, "epoch": 1, "members": [ids[2]]}
+        assert "released" in http("POST", cluster.brokers[0].mgmt_port, "/api/ha/in-sync", body)
+        assert lease_of(cluster, 0)["serving"] and refused(cluster.ports[0]) is None
+        connection.close()
+
+        # 4. the primary dies: broker 2's grant lapses; promoted at once, it waits for it
+        cluster.kill(0)
+        before = grant(cluster, 2)
+        assert before["epoch"] == 1
+        promoted = http(
+            "POST",
+            cluster.brokers[2].mgmt_port,
+            "/api/ha/promote",
+            {"cluster_manager": True, "epoch": 2, "in_sync": []},
+        )
+        assert promoted["state"] in ("recovering", "active"), promoted
+        waits = poll_until(
+            lambda: [
+                e
+                for e in cluster.brokers[2].events()
+                if e["event"] == "member_lease_promotion_wait"
+            ],
+            10,
+        )
+        wait_ms = waits[0]["wait_ms"]
+        print(f"member lease: lapse seen after {took:.2f} s, promotion wait {wait_ms} ms")
+        assert 0 < wait_ms <= HELD * 1000 + 1, waits
+        assert lease_of(cluster, 2)["promotion_wait"] == pytest.approx(wait_ms / 1000, abs=0.01)
+        poll_until(lambda: refused(cluster.ports[2]) is None, 10, "the new primary serves")
+        assert grant(cluster, 2, "?epoch=2")["lapsed"]
+        assert grant(cluster, 2, "?epoch=x").get("http_status") == 400
+        for i in (0, 2):  # the new events follow the log schema
+            for event in cluster.brokers[i].events():
+                if str(event["event"]).startswith("member_lease"):
+                    assert problems(event) == [], event
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        cluster.stop()
