@@ -157,6 +157,11 @@ class Connection:
         if self.state is S.CLOSED:
             return
         self._out.append(data)
+        self.signal_output()
+
+    def signal_output(self) -> None:
+        """Ask the shell for a flush (once until it takes the output), as when the HA
+        primary serves again and its held dispositions may go out."""
         if not self._in_receive and not self._output_signalled and self.on_output is not None:
             self._output_signalled = True
             self.on_output()
@@ -166,9 +171,7 @@ class Connection:
 
     def session_has_dispositions(self, session: Session) -> None:
         self._dispositions.add(session)
-        if not self._in_receive and not self._output_signalled and self.on_output is not None:
-            self._output_signalled = True
-            self.on_output()
+        self.signal_output()
 
     def data_to_send(self) -> bytes:
         self._output_signalled = False
