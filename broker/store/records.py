@@ -16,6 +16,17 @@ messages), never by position in the log, so a live record copied to the tail by 
 means the same thing there: the state is the set of records created and not deleted,
 whatever their order.
 
+**Store formats** (:data:`common.version.STORE_FORMATS`, docs/store.md): format 1 is
+release 0.1.0's records, whose arguments (of exchanges, queues and bindings) are pamqp's
+field tables: floats in 32 bits, field names cut at 128 bytes. Format 2 adds
+:attr:`Kind.EXCHANGE_2`, :attr:`Kind.QUEUE_2`, :attr:`Kind.BINDING_2` and
+:attr:`Kind.EXCHANGE_BINDING_2`: the same layouts, the arguments in the core's lossless
+codec (:mod:`broker.core.field_table_codec`, the one replication format 2 uses), so every
+field table a client may declare comes back exactly. This code writes format 2's kinds and
+reads both; a kind above every known one is a newer format's, refused with one line naming
+it (:func:`unknown_kind`), never skipped. Release 0.1.0 refuses format 2's kinds the same way
+(``unknown record kind 16``): it never misreads them.
+
 CRC-32C (Castagnoli, the ``crc32c`` package) rather than zlib's CRC-32: it is the checksum
 storage formats use (Kafka record batches, ext4 metadata, iSCSI), it detects more error
 patterns at these record sizes, and the package computes it with the CPU's CRC instruction,
@@ -36,7 +47,10 @@ from typing import Any, NamedTuple
 
 from crc32c import crc32c
 from pamqp import decode as pamqp_decode
-from pamqp import encode as pamqp_encode
+
+from broker.core.field_table_codec import encode_table, lossless_grammar, read_table
+from broker.core.field_tables import MAX_DEPTH
+from common.version import STORE_FORMATS
 
 MAGIC = b"QPIDSEG1"
 HEADER = struct.Struct(">8sQQ")
@@ -73,6 +87,35 @@ class Kind(IntEnum):
     TX = 12  # a committed transaction: its records, framed, inside one record (all or none)
     VHOST = 13  # a virtual host other than "/" exists
     VHOST_DELETED = 14
+    # Store format 2 (issue 24): EXCHANGE, QUEUE, BINDING and EXCHANGE_BINDING again, the
+    # same layout with the arguments in the core's lossless codec instead of pamqp's.
+    EXCHANGE_2 = 15
+    QUEUE_2 = 16
+    BINDING_2 = 17
+    EXCHANGE_BINDING_2 = 18
+
+
+#: The store format of each record kind (docs/store.md, "Store formats"): format 1 is
+#: release 0.1.0's records, format 2 adds the configuration records whose arguments come
+#: back exactly (64-bit floats, field names of 255 bytes, 64 levels...).
+KIND_FORMAT: dict[int, int] = {kind: 2 if kind >= Kind.EXCHANGE_2 else 1 for kind in Kind}
+
+#: The configuration records (an exchange, queue, binding or vhost that exists), of both
+#: formats: live until their object's deletion record.
+CONFIG_KINDS = frozenset(
+    int(k)
+    for k in (
+        Kind.EXCHANGE,
+        Kind.QUEUE,
+        Kind.BINDING,
+        Kind.EXCHANGE_BINDING,
+        Kind.VHOST,
+        Kind.EXCHANGE_2,
+        Kind.QUEUE_2,
+        Kind.BINDING_2,
+        Kind.EXCHANGE_BINDING_2,
+    )
+)
 
 
 #: The vhost of records written before there were vhosts, and of records in ``/``.
@@ -193,8 +236,16 @@ def _short(text: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
+#: How the arguments of a format-2 record are read: the AMQP codec's depth (the arguments
+#: table at depth 0), every value the codec gives.
+ARGUMENTS_GRAMMAR = lossless_grammar(MAX_DEPTH, "store arguments")
+
+
 def _table(arguments: dict[str, Any]) -> bytes:
-    return bytes(pamqp_encode.field_table(arguments))
+    """A format-2 record's arguments (:func:`broker.core.field_table_codec.encode_table`);
+    ValueError naming what it cannot carry exactly (the declare contract refuses that
+    before: :func:`broker.core.field_tables.check_arguments`)."""
+    return encode_table(arguments, max_depth=MAX_DEPTH, what="store arguments")
 
 
 def encode_exchange(record: ExchangeRecord) -> bytes:
@@ -206,7 +257,7 @@ def encode_exchange(record: ExchangeRecord) -> bytes:
         + _table(record.arguments)
         + _vhost_suffix(record.vhost)
     )
-    return _frame(Kind.EXCHANGE, payload)
+    return _frame(Kind.EXCHANGE_2, payload)
 
 
 def encode_queue(record: QueueRecord) -> bytes:
@@ -221,7 +272,7 @@ def encode_queue(record: QueueRecord) -> bytes:
         + _table(record.arguments)
         + _vhost_suffix(record.vhost)
     )
-    return _frame(Kind.QUEUE, payload)
+    return _frame(Kind.QUEUE_2, payload)
 
 
 def encode_binding(record: BindingRecord) -> bytes:
@@ -231,7 +282,7 @@ def encode_binding(record: BindingRecord) -> bytes:
         + _short(record.routing_key)
         + _table(record.arguments)
     )
-    return _frame(Kind.BINDING, payload)
+    return _frame(Kind.BINDING_2, payload)
 
 
 def encode_exchange_binding(record: ExchangeBindingRecord) -> bytes:
@@ -243,7 +294,7 @@ def encode_exchange_binding(record: ExchangeBindingRecord) -> bytes:
         + _table(record.arguments)
         + _vhost_suffix(record.vhost)
     )
-    return _frame(Kind.EXCHANGE_BINDING, payload)
+    return _frame(Kind.EXCHANGE_BINDING_2, payload)
 
 
 def _vhost_suffix(vhost: str) -> bytes:
@@ -385,7 +436,11 @@ def _read_vhost(payload: bytes, pos: int) -> str:
     return _read_short(payload, pos)[0] if pos < len(payload) else DEFAULT_VHOST
 
 
-def _read_table(payload: bytes, pos: int) -> tuple[dict[str, Any], int]:
+def _read_table(payload: bytes, pos: int, kind: int) -> tuple[dict[str, Any], int]:
+    """A record's arguments: by the core's lossless codec in a format-2 record, by pamqp (as
+    release 0.1.0 wrote and read them) in a format-1 one."""
+    if kind >= Kind.EXCHANGE_2:
+        return read_table(payload, pos, ARGUMENTS_GRAMMAR)
     used, table = pamqp_decode.field_table(payload[pos:])
     return dict(table), pos + used
 
@@ -405,6 +460,18 @@ def _kind_name(kind: int) -> str:
         return Kind(kind).name
     except ValueError:
         return f"kind {kind}"
+
+
+def unknown_kind(kind: int) -> str:
+    """Why a record of ``kind`` cannot be read: a kind above every known one is of a newer
+    store format (a store written by a newer release), anything else damage."""
+    if kind > max(Kind):
+        return (
+            f"record kind {kind} is of a store format newer than this build reads"
+            f" ({STORE_FORMATS}): the store was written by a newer release of qpidd;"
+            " run that release (docs/deploy.md, 'Upgrading a cluster')"
+        )
+    return f"unknown record kind {kind}"
 
 
 def _decode(kind: int, payload: bytes) -> Record:
@@ -429,11 +496,11 @@ def _decode(kind: int, payload: bytes) -> Record:
     if kind == Kind.VHOST:
         (object_id,) = _Q.unpack_from(payload)
         return VhostRecord(object_id, _read_short(payload, 8)[0])
-    if kind == Kind.EXCHANGE:
+    if kind in (Kind.EXCHANGE, Kind.EXCHANGE_2):
         object_id, flags = _QB.unpack_from(payload)
         name, pos = _read_short(payload, 9)
         type_, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos)
+        arguments, pos = _read_table(payload, pos, kind)
         return ExchangeRecord(
             object_id,
             name,
@@ -443,32 +510,32 @@ def _decode(kind: int, payload: bytes) -> Record:
             arguments,
             _read_vhost(payload, pos),
         )
-    if kind == Kind.QUEUE:
+    if kind in (Kind.QUEUE, Kind.QUEUE_2):
         object_id, flags = _QB.unpack_from(payload)
         pos, uuid = 9, ""
         if flags & _HAS_UUID:
             pos, uuid = 25, payload[9:25].hex()
         name, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos)
+        arguments, pos = _read_table(payload, pos, kind)
         return QueueRecord(
             object_id, name, bool(flags & 1), arguments, uuid, _read_vhost(payload, pos)
         )
-    if kind == Kind.BINDING:
+    if kind in (Kind.BINDING, Kind.BINDING_2):
         object_id, queue_id = _QQ.unpack_from(payload)
         exchange, pos = _read_short(payload, 16)
         routing_key, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos)
+        arguments, pos = _read_table(payload, pos, kind)
         return BindingRecord(object_id, exchange, queue_id, routing_key, arguments)
-    if kind == Kind.EXCHANGE_BINDING:
+    if kind in (Kind.EXCHANGE_BINDING, Kind.EXCHANGE_BINDING_2):
         (object_id,) = _Q.unpack_from(payload)
         source, pos = _read_short(payload, 8)
         destination, pos = _read_short(payload, pos)
         routing_key, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos)
+        arguments, pos = _read_table(payload, pos, kind)
         return ExchangeBindingRecord(
             object_id, source, destination, routing_key, arguments, _read_vhost(payload, pos)
         )
-    raise FormatError(f"unknown record kind {kind}")
+    raise FormatError(unknown_kind(kind))
 
 
 @dataclass(frozen=True, slots=True)
