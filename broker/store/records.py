@@ -213,6 +213,11 @@ class FormatError(Exception):
     """Bytes that are not a valid segment or record (the message says what and where)."""
 
 
+class NewerFormat(FormatError):
+    """A record of a store format newer than this build reads: not damage, a newer
+    release's store (never cut or skipped)."""
+
+
 # -- encoding ---------------------------------------------------------------------------
 def segment_header(number: int, next_id: int) -> bytes:
     return HEADER.pack(MAGIC, number, next_id)
@@ -468,7 +473,7 @@ def unknown_kind(kind: int) -> str:
     if kind > max(Kind):
         return (
             f"record kind {kind} is of a store format newer than this build reads"
-            f" ({STORE_FORMATS}): the store was written by a newer release of qpidd;"
+            f" (store {STORE_FORMATS}): the store was written by a newer release of qpidd;"
             " run that release (docs/deploy.md, 'Upgrading a cluster')"
         )
     return f"unknown record kind {kind}"
@@ -535,6 +540,8 @@ def _decode(kind: int, payload: bytes) -> Record:
         return ExchangeBindingRecord(
             object_id, source, destination, routing_key, arguments, _read_vhost(payload, pos)
         )
+    if kind > max(Kind):
+        raise NewerFormat(unknown_kind(kind))
     raise FormatError(unknown_kind(kind))
 
 
