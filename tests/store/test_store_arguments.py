@@ -75,7 +75,7 @@ def _round_trips(arguments: dict[str, Any]) -> None:
         assert same(back.arguments, arguments), (back.arguments, arguments)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw_arguments())
 def test_every_field_table_the_amqp_codec_accepts_comes_back_from_the_store(table: bytes) -> None:
     arguments = as_the_broker_decodes(table)
@@ -97,7 +97,7 @@ _JSON = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.dictionaries(_JSON_KEYS, _JSON, max_size=4))
 def test_every_table_the_management_api_accepts_comes_back_from_the_store(
     arguments: dict[str, Any],
