@@ -23,9 +23,9 @@ field tables: floats in 32 bits, field names cut at 128 bytes. Format 2 adds
 :attr:`Kind.EXCHANGE_BINDING_2`: the same layouts, the arguments in the core's lossless
 codec (:mod:`broker.core.field_table_codec`, the one replication format 2 uses), so every
 field table a client may declare comes back exactly. This code writes format 2's kinds and
-reads both; a kind above every known one is a newer format's, refused with one line naming
-it (:func:`unknown_kind`), never skipped. Release 0.1.0 refuses format 2's kinds the same way
-(``unknown record kind 16``): it never misreads them.
+reads both (:mod:`broker.store.record_decode`); a kind above every known one is a newer
+format's, refused with one line naming it, never skipped. Release 0.1.0 refuses format 2's
+kinds the same way (``unknown record kind 16``): it never misreads them.
 
 CRC-32C (Castagnoli, the ``crc32c`` package) rather than zlib's CRC-32: it is the checksum
 storage formats use (Kafka record batches, ext4 metadata, iSCSI), it detects more error
@@ -46,11 +46,9 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
-from pamqp import decode as pamqp_decode
 
-from broker.core.field_table_codec import encode_table, lossless_grammar, read_table
+from broker.core.field_table_codec import encode_table
 from broker.core.field_tables import MAX_DEPTH
-from common.version import STORE_FORMATS
 
 MAGIC = b"QPIDSEG1"
 HEADER = struct.Struct(">8sQQ")
@@ -64,7 +62,7 @@ _QB = struct.Struct(">QB")
 _I = struct.Struct(">I")
 
 #: QUEUE record flag: the queue's 16-byte uuid follows the flags.
-_HAS_UUID = 4
+HAS_UUID = 4
 
 #: Largest payload accepted when reading: a length above it is corruption, not a record.
 MAX_PAYLOAD = 1 << 30
@@ -94,11 +92,6 @@ class Kind(IntEnum):
     BINDING_2 = 17
     EXCHANGE_BINDING_2 = 18
 
-
-#: The store format of each record kind (docs/store.md, "Store formats"): format 1 is
-#: release 0.1.0's records, format 2 adds the configuration records whose arguments come
-#: back exactly (64-bit floats, field names of 255 bytes, 64 levels...).
-KIND_FORMAT: dict[int, int] = {kind: 2 if kind >= Kind.EXCHANGE_2 else 1 for kind in Kind}
 
 #: The configuration records (an exchange, queue, binding or vhost that exists), of both
 #: formats: live until their object's deletion record.
@@ -241,11 +234,6 @@ def _short(text: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
-#: How the arguments of a format-2 record are read: the AMQP codec's depth (the arguments
-#: table at depth 0), every value the codec gives.
-ARGUMENTS_GRAMMAR = lossless_grammar(MAX_DEPTH, "store arguments")
-
-
 def _table(arguments: dict[str, Any]) -> bytes:
     """A format-2 record's arguments (:func:`broker.core.field_table_codec.encode_table`);
     ValueError naming what it cannot carry exactly (the declare contract refuses that
@@ -269,7 +257,7 @@ def encode_queue(record: QueueRecord) -> bytes:
     uuid = bytes.fromhex(record.uuid) if record.uuid else b""
     if len(uuid) not in (0, 16):
         raise ValueError(f"a queue uuid is 16 bytes: {record.uuid!r}")
-    flags = (1 if record.auto_delete else 0) | (_HAS_UUID if uuid else 0)
+    flags = (1 if record.auto_delete else 0) | (HAS_UUID if uuid else 0)
     payload = (
         _QB.pack(record.id, flags)
         + uuid
@@ -425,124 +413,6 @@ def iter_tx(payload: bytes) -> Iterator[tuple[int, bytes]]:
             raise FormatError("a transaction inside a transaction")
         yield kind, payload[pos + header_size : pos + header_size + length]
         pos += header_size + length
-
-
-# -- decoding ---------------------------------------------------------------------------
-def _read_short(payload: bytes, pos: int) -> tuple[str, int]:
-    size = payload[pos]
-    end = pos + 1 + size
-    if end > len(payload):
-        raise FormatError("short string runs past the record")
-    return payload[pos + 1 : end].decode(), end
-
-
-def _read_vhost(payload: bytes, pos: int) -> str:
-    """The vhost suffix at ``pos`` (see :func:`_vhost_suffix`): ``/`` when there is none."""
-    return _read_short(payload, pos)[0] if pos < len(payload) else DEFAULT_VHOST
-
-
-def _read_table(payload: bytes, pos: int, kind: int) -> tuple[dict[str, Any], int]:
-    """A record's arguments: by the core's lossless codec in a format-2 record, by pamqp (as
-    release 0.1.0 wrote and read them) in a format-1 one."""
-    if kind >= Kind.EXCHANGE_2:
-        return read_table(payload, pos, ARGUMENTS_GRAMMAR)
-    used, table = pamqp_decode.field_table(payload[pos:])
-    return dict(table), pos + used
-
-
-def decode_payload(kind: int, payload: bytes) -> Record:
-    """One record from its kind and payload (checksum already verified)."""
-    try:
-        return _decode(kind, payload)
-    except FormatError:
-        raise
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
-        raise FormatError(f"undecodable {_kind_name(kind)} record: {exc}") from None
-
-
-def _kind_name(kind: int) -> str:
-    try:
-        return Kind(kind).name
-    except ValueError:
-        return f"kind {kind}"
-
-
-def unknown_kind(kind: int) -> str:
-    """Why a record of ``kind`` cannot be read: a kind above every known one is of a newer
-    store format (a store written by a newer release), anything else damage."""
-    if kind > max(Kind):
-        return (
-            f"record kind {kind} is of a store format newer than this build reads"
-            f" (store {STORE_FORMATS}): the store was written by a newer release of qpidd;"
-            " run that release (docs/deploy.md, 'Upgrading a cluster')"
-        )
-    return f"unknown record kind {kind}"
-
-
-def _decode(kind: int, payload: bytes) -> Record:
-    if kind == Kind.ENQUEUE:
-        return EnqueueRecord(*_QQQQ.unpack(payload))
-    if kind == Kind.MESSAGE:
-        (message_id,) = _Q.unpack_from(payload)
-        exchange, pos = _read_short(payload, 8)
-        routing_key, pos = _read_short(payload, pos)
-        (size,) = _I.unpack_from(payload, pos)
-        pos += 4
-        if pos + size > len(payload):
-            raise FormatError("message properties run past the record")
-        return MessageRecord(
-            message_id, exchange, routing_key, payload[pos : pos + size], payload[pos + size :]
-        )
-    if kind in (Kind.DEQUEUE, Kind.DELIVERED):
-        queue_id, message_id = _QQ.unpack(payload)
-        return QueueEntryEvent(Kind(kind), queue_id, message_id)
-    if kind in (Kind.EXCHANGE_DELETED, Kind.QUEUE_DELETED, Kind.UNBOUND, Kind.VHOST_DELETED):
-        return Deleted(Kind(kind), _Q.unpack(payload)[0])
-    if kind == Kind.VHOST:
-        (object_id,) = _Q.unpack_from(payload)
-        return VhostRecord(object_id, _read_short(payload, 8)[0])
-    if kind in (Kind.EXCHANGE, Kind.EXCHANGE_2):
-        object_id, flags = _QB.unpack_from(payload)
-        name, pos = _read_short(payload, 9)
-        type_, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos, kind)
-        return ExchangeRecord(
-            object_id,
-            name,
-            type_,
-            bool(flags & 1),
-            bool(flags & 2),
-            arguments,
-            _read_vhost(payload, pos),
-        )
-    if kind in (Kind.QUEUE, Kind.QUEUE_2):
-        object_id, flags = _QB.unpack_from(payload)
-        pos, uuid = 9, ""
-        if flags & _HAS_UUID:
-            pos, uuid = 25, payload[9:25].hex()
-        name, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos, kind)
-        return QueueRecord(
-            object_id, name, bool(flags & 1), arguments, uuid, _read_vhost(payload, pos)
-        )
-    if kind in (Kind.BINDING, Kind.BINDING_2):
-        object_id, queue_id = _QQ.unpack_from(payload)
-        exchange, pos = _read_short(payload, 16)
-        routing_key, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos, kind)
-        return BindingRecord(object_id, exchange, queue_id, routing_key, arguments)
-    if kind in (Kind.EXCHANGE_BINDING, Kind.EXCHANGE_BINDING_2):
-        (object_id,) = _Q.unpack_from(payload)
-        source, pos = _read_short(payload, 8)
-        destination, pos = _read_short(payload, pos)
-        routing_key, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos, kind)
-        return ExchangeBindingRecord(
-            object_id, source, destination, routing_key, arguments, _read_vhost(payload, pos)
-        )
-    if kind > max(Kind):
-        raise NewerFormat(unknown_kind(kind))
-    raise FormatError(unknown_kind(kind))
 
 
 @dataclass(frozen=True, slots=True)

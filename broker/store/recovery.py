@@ -36,6 +36,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from broker.store.ledger import Ledger
+from broker.store.record_decode import decode_payload
 from broker.store.records import (
     HEADER,
     RECORD_HEADER,
@@ -52,7 +53,6 @@ from broker.store.records import (
     QueueRecord,
     VhostRecord,
     bad_record_at,
-    decode_payload,
     iter_tx,
     read_header,
 )

@@ -33,6 +33,7 @@ from pamqp import encode as pamqp_encode
 
 from broker.core.errors import AmqpError
 from broker.core.field_tables import MAX_DEPTH, check_arguments
+from broker.store.record_decode import decode_payload
 from broker.store.records import (
     RECORD_HEADER,
     BindingRecord,
@@ -41,7 +42,6 @@ from broker.store.records import (
     FormatError,
     Kind,
     QueueRecord,
-    decode_payload,
     encode_binding,
     encode_exchange,
     encode_exchange_binding,
