@@ -36,7 +36,7 @@ from broker.store.hot_backup import take_restored_marker
 from broker.store.journal import Journal, StoreError, SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.page_file import Pager
-from broker.store.recovery import WALKER, CorruptStore
+from broker.store.recovery import WALKER, CorruptStore, NewerStore
 from broker.store.resource_monitor import ResourceMonitor, total_memory
 from common.log import get_logger
 
@@ -170,6 +170,10 @@ class Broker:
         with _gc_paused():
             try:
                 state = journal.recover(cut_damaged=self.options.store_cut_damaged)
+            except NewerStore as exc:
+                raise StoreError(
+                    f"the store in {journal.directory} is not damaged: {exc}"
+                ) from None
             except CorruptStore as exc:
                 raise StoreError(
                     f"the store in {journal.directory} is damaged ({exc}); to start from what"

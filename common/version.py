@@ -1,8 +1,8 @@
 """The package's version and the formats this code speaks: one source for every program.
 
 ``__version__`` is the release (pyproject.toml reads it: ``[tool.setuptools.dynamic]``);
-CHANGELOG.md lists each release with its formats and its commit. :data:`REPLICATION_FORMATS`
-and :data:`ZOOKEEPER_FORMATS` are the ranges this code reads and writes
+CHANGELOG.md lists each release with its formats and its commit. :data:`REPLICATION_FORMATS`,
+:data:`ZOOKEEPER_FORMATS` and :data:`STORE_FORMATS` are the ranges this code reads and writes
 (:mod:`common.formats`; docs/ha-design.md, "Format versions", says how to bump one).
 :func:`version_line` is what ``qpidd --version``, ``qpid-ha-agent --version`` and
 ``qpid-ha --version`` print.
@@ -21,6 +21,7 @@ from common.formats import FormatRange, parse_range
 
 __all__ = [
     "REPLICATION_FORMATS",
+    "STORE_FORMATS",
     "TEST_REPLICATION_FORMATS_ENV",
     "ZOOKEEPER_FORMATS",
     "__version__",
@@ -38,6 +39,11 @@ REPLICATION_FORMATS = FormatRange(1, 3)
 #: The ZooKeeper formats this agent reads (and writes, the highest every member speaks).
 ZOOKEEPER_FORMATS = FormatRange(1, 1)
 
+#: The store formats this broker reads (it writes the highest): 1, release 0.1.0's records;
+#: 2, configuration records whose arguments come back exactly (broker.store.records). A
+#: store is read only by the broker that wrote it or a newer one: nothing to negotiate.
+STORE_FORMATS = FormatRange(1, 2)
+
 #: Test-only override of :data:`REPLICATION_FORMATS` ("LOW-HIGH"), see the module docstring.
 TEST_REPLICATION_FORMATS_ENV = "QPID_HA_TEST_REPLICATION_FORMATS"
 
@@ -54,7 +60,9 @@ def replication_formats() -> FormatRange:
 
 
 def version_line(program: str) -> str:
-    """``qpidd 0.1.0 (replication formats 1-3, zookeeper format 1)``: one line for
-    --version."""
-    formats = f"replication {REPLICATION_FORMATS}, zookeeper {ZOOKEEPER_FORMATS}"
+    """``qpidd 0.1.0 (replication formats 1-3, zookeeper format 1, store formats 1-2)``: one
+    line for --version."""
+    formats = (
+        f"replication {REPLICATION_FORMATS}, zookeeper {ZOOKEEPER_FORMATS}, store {STORE_FORMATS}"
+    )
     return f"{program} {__version__} ({formats})"

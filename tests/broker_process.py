@@ -35,6 +35,8 @@ class BrokerProcess:
     proc: subprocess.Popen[bytes] | None = None
     #: Environment variables added to the broker's (e.g. a test-only format override).
     env: dict[str, str] = field(default_factory=dict)
+    #: The qpidd program (a release's, tests/upgrade; default: the tree's).
+    program: str = QPIDD
 
     @property
     def log_file(self) -> Path:
@@ -48,7 +50,7 @@ class BrokerProcess:
         self.port = self.port or free_port()
         self.mgmt_port = self.mgmt_port or free_port()
         cmd = [
-            QPIDD,
+            self.program,
             "--interface=127.0.0.1",
             f"--port={self.port}",
             "--mgmt-interface=127.0.0.1",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from common.version import REPLICATION_FORMATS, ZOOKEEPER_FORMATS, __version__
+from common.version import REPLICATION_FORMATS, STORE_FORMATS, ZOOKEEPER_FORMATS, __version__
 
 
 @pytest.mark.parametrize("program", ["qpidd", "qpid-ha-agent", "qpid-ha"])
@@ -25,10 +25,11 @@ def test_version_names_the_program_release_and_formats(program: str) -> None:
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == (
         f"{program} {__version__} (replication {REPLICATION_FORMATS},"
-        f" zookeeper {ZOOKEEPER_FORMATS})\n"
+        f" zookeeper {ZOOKEEPER_FORMATS}, store {STORE_FORMATS})\n"
     )
     assert re.fullmatch(
-        r"\S+ \d+\.\d+\.\d+ \(replication formats? [0-9-]+, zookeeper formats? [0-9-]+\)\n",
+        r"\S+ \d+\.\d+\.\d+ \(replication formats? [0-9-]+, zookeeper formats? [0-9-]+,"
+        r" store formats? [0-9-]+\)\n",
         done.stdout,
     )
 

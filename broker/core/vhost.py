@@ -41,6 +41,7 @@ from broker.core.exchange import (
     Exchange,
     binding_key,
 )
+from broker.core.field_tables import check_arguments
 from broker.core.message import Entry, Message
 from broker.core.queue import REASON_REJECTED, Queue
 from broker.core.vhost_rules import (
@@ -50,6 +51,7 @@ from broker.core.vhost_rules import (
     PublishResult,
     check_exchange_equivalent,
     check_queue_equivalent,
+    where,
 )
 
 __all__ = ["BUILTIN_EXCHANGES", "EQUIVALENCE_ARGS", "VHOST", "PublishResult", "VirtualHost"]
@@ -165,8 +167,10 @@ class VirtualHost:
                 self.name, existing, type, durable, auto_delete, internal, arguments
             )
             return existing
-        if self.contract is not None and not replicated:
-            self.contract.check_exchange(self.name, name, arguments)
+        if not replicated:
+            check_arguments(where(self.name, f"exchange '{name}'"), arguments)
+            if self.contract is not None:
+                self.contract.check_exchange(self.name, name, arguments)
         exchange = cls(
             name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
         )
@@ -265,8 +269,10 @@ class VirtualHost:
             check_queue_equivalent(self.name, existing, durable, exclusive, auto_delete, arguments)
             existing.touch()
             return existing
-        if self.contract is not None and not replicated:
-            self.contract.check_queue(self.name, name, arguments)
+        if not replicated:
+            check_arguments(where(self.name, f"queue '{name}'"), arguments)
+            if self.contract is not None:
+                self.contract.check_queue(self.name, name, arguments)
         queue = Queue(
             name,
             clock=self.clock,
@@ -357,8 +363,10 @@ class VirtualHost:
         if existing is not None:
             return existing
         binding = Binding(exchange_name, queue, routing_key, arguments)
-        if self.contract is not None and not replicated:
-            self.contract.check_binding(self.name, binding, exchange)
+        if not replicated:
+            check_arguments(where(self.name, f"binding of queue '{queue.name}'"), arguments)
+            if self.contract is not None:
+                self.contract.check_binding(self.name, binding, exchange)
         exchange.bind(binding)
         self._queue_bindings[queue.name].append(binding)
         for listener in self.listeners:
@@ -417,8 +425,12 @@ class VirtualHost:
         if existing is not None:
             return existing
         binding = Binding(source_name, destination, routing_key, arguments)
-        if self.contract is not None and not replicated:
-            self.contract.check_binding(self.name, binding, source)
+        if not replicated:
+            check_arguments(
+                where(self.name, f"binding of exchange '{destination_name}'"), arguments
+            )
+            if self.contract is not None:
+                self.contract.check_binding(self.name, binding, source)
         source.bind(binding)
         self._exchange_bindings.setdefault(destination_name, []).append(binding)
         for listener in self.listeners:

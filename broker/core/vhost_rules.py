@@ -52,6 +52,11 @@ class PublishResult:
         return self.queues > 0
 
 
+def where(vhost: str, what: str) -> str:
+    """``what`` (``queue 'q'``), and its vhost unless it is ``/``, for a refusal's text."""
+    return what if vhost == VHOST else f"{what} in vhost '{vhost}'"
+
+
 def flag(value: bool) -> str:
     return "true" if value else "false"
 

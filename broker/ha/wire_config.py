@@ -10,9 +10,11 @@ key (``snapshot``, ``queue-declared``, ...). :func:`encode_config_event` encodes
 :func:`decode_config_event` parses the same format with a linear-time decoder of its own,
 giving the values :func:`pamqp.decode.field_table` gives for every well-formed table, because
 pamqp's decoder copies the rest of the buffer for every value (quadratic: 12 s for a
-5,000-queue snapshot, 150 s for 20,000) and is lenient. Ours is strict: a value that overruns
-its table or array, a string that is not UTF-8 (pamqp would hand back bytes), a duplicate
-field name, an unknown type, nesting deeper than 32, trailing bytes: :class:`ValueError`.
+5,000-queue snapshot, 150 s for 20,000) and is lenient. Ours (the core's,
+:func:`broker.core.field_table_codec.decode_table`, with :data:`FORMAT_1`) is strict: a value
+that overruns its table or array, a string that is not UTF-8 (pamqp would hand back bytes), a
+duplicate field name, an unknown type, nesting deeper than 32, trailing bytes:
+:class:`ValueError`.
 pamqp encodes floats as 32-bit: keep config values to str, int, bool, None, lists and dicts.
 
 No I/O here; both functions are pure functions of their arguments.
@@ -21,13 +23,12 @@ Import the public names from :mod:`broker.ha.wire`.
 
 from __future__ import annotations
 
-import datetime
-import decimal
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 from pamqp import encode as pamqp_encode
+
+from broker.core.field_table_codec import Grammar, decode_table
 
 __all__ = [
     "FORMAT_1",
@@ -99,140 +100,15 @@ def decode_config_event(data: bytes | bytearray | memoryview) -> dict[str, Any]:
     return decode_event(data, FORMAT_1)
 
 
-@dataclass(frozen=True)
-class Grammar:
-    """What a configuration event's decoder accepts (one per replication format: format
-    2's is in :mod:`broker.ha.wire_config2`)."""
-
-    #: Deepest table or array, the event itself at depth 0.
-    max_depth: int
-    #: A long string that is not UTF-8 decodes as bytes (as pamqp does) instead of failing.
-    raw_strings: bool
-    #: The layout of a decimal after its ``D``: scale (u8), then the mantissa.
-    decimal: struct.Struct
-
-
-FORMAT_1 = Grammar(MAX_DEPTH, raw_strings=False, decimal=struct.Struct(">Bi"))
+#: Format 1's decoder: the core's strict decoder (:mod:`broker.core.field_table_codec`),
+#: 32 levels, strings UTF-8 only, AMQP's decimals (scale u8, mantissa i32).
+FORMAT_1 = Grammar(MAX_DEPTH, raw_strings=False, decimal=struct.Struct(">Bi"), what="config event")
 
 
 def decode_event(data: bytes | bytearray | memoryview, grammar: Grammar) -> dict[str, Any]:
     """:func:`decode_config_event` by ``grammar``'s rules."""
-    if type(data) is not bytes:
-        if not isinstance(data, bytearray | memoryview):
-            raise ValueError(f"config event must be bytes, not {type(data).__name__}")
-        data = bytes(data)
-    table, pos = _table(data, 0, len(data), 0, grammar)
-    if pos != len(data):
-        raise ValueError(f"config event: {len(data) - pos} trailing bytes after the field table")
+    table = decode_table(data, grammar)
     kind = table.get("type")
     if not isinstance(kind, str):
         raise ValueError(f"config event has no str 'type' (got {kind!r:.80})")
     return table
-
-
-def _length(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
-    """A u32 length at ``pos`` and the end of the ``what`` it announces, checked against end."""
-    if pos + 4 > end:
-        raise ValueError(f"config event: truncated {what} length at byte {pos}")
-    stop = pos + 4 + _U32.unpack_from(data, pos)[0]
-    if stop > end:
-        raise ValueError(f"config event: {what} at byte {pos} runs past its container")
-    return pos + 4, stop
-
-
-def _table(
-    data: bytes, pos: int, end: int, depth: int, grammar: Grammar
-) -> tuple[dict[str, Any], int]:
-    if depth > grammar.max_depth:
-        raise ValueError(f"config event: tables/arrays nested more than {grammar.max_depth} deep")
-    pos, stop = _length(data, pos, end, "field table")
-    table: dict[str, Any] = {}
-    while pos < stop:
-        key_stop = pos + 1 + data[pos]
-        if key_stop > stop:
-            raise ValueError(f"config event: field name at byte {pos} runs past its table")
-        try:
-            key = data[pos + 1 : key_stop].decode()
-        except UnicodeDecodeError:
-            raise ValueError(f"config event: field name at byte {pos} is not UTF-8") from None
-        if key in table:
-            raise ValueError(f"config event: duplicate field {key!r}")
-        table[key], pos = _value(data, key_stop, stop, depth, grammar)
-    return table, pos
-
-
-def _array(data: bytes, pos: int, end: int, depth: int, grammar: Grammar) -> tuple[list[Any], int]:
-    if depth > grammar.max_depth:
-        raise ValueError(f"config event: tables/arrays nested more than {grammar.max_depth} deep")
-    pos, stop = _length(data, pos, end, "field array")
-    items: list[Any] = []
-    while pos < stop:
-        item, pos = _value(data, pos, stop, depth, grammar)
-        items.append(item)
-    return items, pos
-
-
-_FIXED: dict[int, struct.Struct] = {
-    ord("b"): struct.Struct(">b"),
-    ord("B"): struct.Struct(">B"),
-    ord("s"): struct.Struct(">h"),
-    ord("u"): struct.Struct(">H"),
-    ord("I"): struct.Struct(">i"),
-    ord("i"): struct.Struct(">I"),
-    ord("l"): struct.Struct(">q"),
-    ord("L"): struct.Struct(">q"),  # as pamqp reads it
-    ord("f"): struct.Struct(">f"),
-    ord("d"): struct.Struct(">d"),
-}
-_TIMESTAMP = struct.Struct(">Q")
-
-
-def _value(data: bytes, pos: int, end: int, depth: int, grammar: Grammar) -> tuple[Any, int]:
-    """One typed field value at ``pos``, which must end by ``end``: (value, next position)."""
-    if pos >= end:
-        raise ValueError(f"config event: missing field value at byte {pos}")
-    kind = data[pos]
-    pos += 1
-    fixed = _FIXED.get(kind)
-    if fixed is not None:
-        if pos + fixed.size > end:
-            raise ValueError(f"config event: truncated {chr(kind)!r} value at byte {pos - 1}")
-        return fixed.unpack_from(data, pos)[0], pos + fixed.size
-    if kind == 0x53:  # 'S' long string
-        start, stop = _length(data, pos, end, "string")
-        try:
-            return data[start:stop].decode(), stop
-        except UnicodeDecodeError:
-            if grammar.raw_strings:
-                return data[start:stop], stop
-            raise ValueError(f"config event: string at byte {pos} is not UTF-8") from None
-    if kind == 0x46:  # 'F' table
-        return _table(data, pos, end, depth + 1, grammar)
-    if kind == 0x41:  # 'A' array
-        return _array(data, pos, end, depth + 1, grammar)
-    if kind == 0x74:  # 't' boolean
-        if pos >= end:
-            raise ValueError(f"config event: truncated boolean at byte {pos - 1}")
-        return data[pos] != 0, pos + 1
-    if kind in (0x56, 0x00):  # 'V' void (and NUL, seen in the wild)
-        return None, pos
-    if kind == 0x78:  # 'x' byte array
-        start, stop = _length(data, pos, end, "byte array")
-        return bytearray(data[start:stop]), stop
-    if kind == 0x44:  # 'D' decimal
-        layout = grammar.decimal
-        if pos + layout.size > end:
-            raise ValueError(f"config event: truncated decimal at byte {pos - 1}")
-        scale, mantissa = layout.unpack_from(data, pos)
-        return decimal.Decimal(mantissa) * (decimal.Decimal(10) ** -scale), pos + layout.size
-    if kind == 0x54:  # 'T' timestamp, seconds (or, past 2106, milliseconds, as pamqp reads it)
-        if pos + 8 > end:
-            raise ValueError(f"config event: truncated timestamp at byte {pos - 1}")
-        seconds: float = _TIMESTAMP.unpack_from(data, pos)[0]
-        if seconds > 0xFFFFFFFF:
-            seconds /= 1000.0
-        try:
-            return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC), pos + 8
-        except (OverflowError, OSError, ValueError):
-            raise ValueError(f"config event: timestamp out of range at byte {pos - 1}") from None
-    raise ValueError(f"config event: unknown field type {bytes([kind])!r} at byte {pos - 1}")

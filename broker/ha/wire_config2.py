@@ -21,7 +21,8 @@ it:
   or milliseconds when the value has a fraction of a second or lies past 2106: as pamqp
   reads it), dicts ``F`` and lists ``A``.
 
-The encoder is our own (no pamqp): a value it cannot carry exactly is a
+The codec is the core's (:mod:`broker.core.field_table_codec`, the one the store's records
+of store format 2 use too; no pamqp): a value it cannot carry exactly is a
 :class:`ValueError` naming it, never a changed value. The replication contract's last word
 is this codec's round trip (:func:`broker.ha.replication_contract.carried`).
 
@@ -30,13 +31,11 @@ No I/O; pure functions.
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import struct
 from typing import Any
 
+from broker.core.field_table_codec import MAX_KEY_BYTES, encode_table, lossless_grammar
 from broker.core.field_tables import MAX_DEPTH as AMQP_MAX_DEPTH
-from broker.ha.wire_config import Grammar, decode_event
+from broker.ha.wire_config import decode_event
 
 __all__ = [
     "ENVELOPE_LEVELS",
@@ -52,19 +51,8 @@ ENVELOPE_LEVELS = 3
 #: Deepest nesting of tables and arrays in an event, the event itself at depth 0 (a value at
 #: a deeper level is refused): arguments as deep as the AMQP codec accepts, in a snapshot.
 MAX_DEPTH = AMQP_MAX_DEPTH + ENVELOPE_LEVELS
-#: Longest field name in bytes of UTF-8: an AMQP short string.
-MAX_KEY_BYTES = 255
-
-_DECIMAL = struct.Struct(">Bq")
-#: Format 2's decoder: format 1's, deeper, with pamqp's bytes for non-UTF-8 strings and
-#: wider decimals.
-GRAMMAR = Grammar(MAX_DEPTH, raw_strings=True, decimal=_DECIMAL)
-
-_U32 = struct.Struct(">I")
-_I64 = struct.Struct(">q")
-_F64 = struct.Struct(">d")
-_U64 = struct.Struct(">Q")
-_SECONDS_MAX = 0xFFFFFFFF  # above it, a timestamp reads as milliseconds (pamqp's rule)
+#: Format 2's decoder: the core's lossless grammar, as deep as a snapshot needs.
+GRAMMAR = lossless_grammar(MAX_DEPTH, "config event")
 
 
 def encode_config_event(event: dict[str, Any]) -> bytes:
@@ -76,95 +64,9 @@ def encode_config_event(event: dict[str, Any]) -> bytes:
         raise ValueError(f"config event must be a dict, not {type(event).__name__}")
     if not isinstance(event.get("type"), str):
         raise ValueError(f"config event needs a str 'type', got {event.get('type')!r:.80}")
-    return _table(event, 0)
+    return encode_table(event, max_depth=MAX_DEPTH, what="config event")
 
 
 def decode_config_event(data: bytes | bytearray | memoryview) -> dict[str, Any]:
     """The format-2 configuration event in ``data``; :class:`ValueError` naming the problem."""
     return decode_event(data, GRAMMAR)
-
-
-def _table(table: dict[Any, Any], depth: int) -> bytes:
-    parts = []
-    for key, value in table.items():
-        if not isinstance(key, str):
-            raise ValueError(f"config event key {key!r:.80} is not a str")
-        try:
-            raw = key.encode()
-        except UnicodeEncodeError as err:
-            raise ValueError(f"config event key {key!r:.80} is not UTF-8: {err}") from None
-        if len(raw) > MAX_KEY_BYTES:
-            raise ValueError(
-                f"config event key {key[:40]!r}... is {len(raw)} bytes, more than {MAX_KEY_BYTES}"
-            )
-        parts.append(bytes((len(raw),)))
-        parts.append(raw)
-        parts.append(_value(value, depth + 1))
-    body = b"".join(parts)
-    return _U32.pack(len(body)) + body
-
-
-def _array(items: list[Any] | tuple[Any, ...], depth: int) -> bytes:
-    body = b"".join([_value(item, depth + 1) for item in items])
-    return _U32.pack(len(body)) + body
-
-
-def _value(value: object, depth: int) -> bytes:
-    if depth > MAX_DEPTH:
-        raise ValueError(f"config event nested more than {MAX_DEPTH} deep")
-    if isinstance(value, str):
-        try:
-            raw = value.encode()
-        except UnicodeEncodeError as err:
-            raise ValueError(f"config event string {value!r:.80} is not UTF-8: {err}") from None
-        return b"S" + _U32.pack(len(raw)) + raw
-    if isinstance(value, bool):
-        return b"t\x01" if value else b"t\x00"
-    if isinstance(value, int):
-        if not -(2**63) <= value < 2**63:
-            raise ValueError(f"config event integer {value} does not fit in 64 bits")
-        return b"l" + _I64.pack(value)
-    if value is None:
-        return b"V"
-    if isinstance(value, dict):
-        return b"F" + _table(value, depth)
-    if isinstance(value, list | tuple):
-        return b"A" + _array(value, depth)
-    if isinstance(value, float):
-        return b"d" + _F64.pack(value)
-    if isinstance(value, bytearray):
-        return b"x" + _U32.pack(len(value)) + bytes(value)
-    if isinstance(value, bytes):  # pamqp's bytes: a long string that is not UTF-8 (one that
-        # is comes back a str, as format 1 brings it: the contract's round trip sees that)
-        return b"S" + _U32.pack(len(value)) + value
-    if isinstance(value, decimal.Decimal):
-        return b"D" + _decimal(value)
-    if isinstance(value, datetime.datetime):
-        return b"T" + _U64.pack(_timestamp(value))
-    raise ValueError(f"config event value of type {type(value).__name__} cannot be carried")
-
-
-def _decimal(value: decimal.Decimal) -> bytes:
-    if not value.is_finite():
-        raise ValueError(f"config event decimal {value} is not finite")
-    sign, digits, exponent = value.as_tuple()
-    assert isinstance(exponent, int)  # finite
-    mantissa = int("".join(map(str, digits)) or "0")
-    if exponent > 0:
-        mantissa, exponent = mantissa * 10**exponent, 0
-    if sign:
-        mantissa = -mantissa
-    if -exponent > 255 or not -(2**63) <= mantissa < 2**63:
-        raise ValueError(f"config event decimal {value} does not fit a scale of 0-255 and 64 bits")
-    return _DECIMAL.pack(-exponent, mantissa)
-
-
-def _timestamp(value: datetime.datetime) -> int:
-    """The u64 that decodes to ``value``: whole seconds up to 2106, else milliseconds."""
-    seconds = value.timestamp()
-    if seconds >= 0 and seconds == int(seconds) and seconds <= _SECONDS_MAX:
-        return int(seconds)
-    millis = round(seconds * 1000)
-    if not _SECONDS_MAX < millis < 2**64:
-        raise ValueError(f"config event timestamp {value.isoformat()} cannot be carried")
-    return millis

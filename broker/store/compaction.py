@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from crc32c import crc32c
 
 from broker.store.ledger import Ledger
-from broker.store.records import HEADER, RECORD_HEADER, Kind, iter_tx
+from broker.store.records import CONFIG_KINDS, HEADER, RECORD_HEADER, Kind, iter_tx
 
 #: Bytes of a segment read at a time (off the loop).
 READ_BYTES = 1 << 20
@@ -302,9 +302,7 @@ _ID = struct.Struct(">Q")
 _ENQUEUE = int(Kind.ENQUEUE)
 _MESSAGE = int(Kind.MESSAGE)
 _TX = int(Kind.TX)
-_CONFIG = frozenset(
-    int(k) for k in (Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING, Kind.EXCHANGE_BINDING, Kind.VHOST)
-)
+_CONFIG = CONFIG_KINDS
 
 
 def leading_ids(data: bytes, offset: int, kind: int) -> tuple[int, ...]:
@@ -312,13 +310,6 @@ def leading_ids(data: bytes, offset: int, kind: int) -> tuple[int, ...]:
     start = offset + RECORD_HEADER.size
     if kind == Kind.ENQUEUE:
         return _IDS.unpack_from(data, start)
-    if kind in (
-        Kind.MESSAGE,
-        Kind.EXCHANGE,
-        Kind.QUEUE,
-        Kind.BINDING,
-        Kind.EXCHANGE_BINDING,
-        Kind.VHOST,
-    ):
+    if kind == Kind.MESSAGE or kind in CONFIG_KINDS:
         return _ID.unpack_from(data, start)
     return ()

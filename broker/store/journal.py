@@ -49,6 +49,7 @@ from broker.store.compaction import CompactionPass, Steps
 from broker.store.group_writer import GroupWriter, group_writer
 from broker.store.ledger import Ledger
 from broker.store.records import (
+    CONFIG_KINDS,
     HEADER,
     MAGIC,
     RECORD_HEADER,
@@ -73,9 +74,7 @@ HAND_OVER_BYTES = 32 * 1024
 Durable = Callable[[bool], None]
 #: Where a record's kind is (RECORD_HEADER: length, checksum, kind).
 _KIND_AT = RECORD_HEADER.size - 1
-_CONFIG_KINDS = frozenset(
-    int(k) for k in (Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING, Kind.EXCHANGE_BINDING, Kind.VHOST)
-)
+_CONFIG_KINDS = CONFIG_KINDS
 
 
 class SyncPolicy(StrEnum):

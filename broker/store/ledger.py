@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 
-from broker.store.records import Kind
+from broker.store.records import CONFIG_KINDS, Kind
 
 #: Compact the oldest segment when less than this share of its records is live.
 LIVE_SHARE_TO_COMPACT = 0.5
@@ -185,7 +185,7 @@ class Ledger:
         if kind == Kind.MESSAGE:
             message = self._messages.get(ids[0])
             return message is not None and message[0] == segment
-        if kind in (Kind.EXCHANGE, Kind.QUEUE, Kind.BINDING, Kind.EXCHANGE_BINDING, Kind.VHOST):
+        if kind in CONFIG_KINDS:
             return self._config.get(ids[0]) == segment
         return False
 

@@ -16,6 +16,17 @@ messages), never by position in the log, so a live record copied to the tail by 
 means the same thing there: the state is the set of records created and not deleted,
 whatever their order.
 
+**Store formats** (:data:`common.version.STORE_FORMATS`, docs/store.md): format 1 is
+release 0.1.0's records, whose arguments (of exchanges, queues and bindings) are pamqp's
+field tables: floats in 32 bits, field names cut at 128 bytes. Format 2 adds
+:attr:`Kind.EXCHANGE_2`, :attr:`Kind.QUEUE_2`, :attr:`Kind.BINDING_2` and
+:attr:`Kind.EXCHANGE_BINDING_2`: the same layouts, the arguments in the core's lossless
+codec (:mod:`broker.core.field_table_codec`, the one replication format 2 uses), so every
+field table a client may declare comes back exactly. This code writes format 2's kinds and
+reads both (:mod:`broker.store.record_decode`); a kind above every known one is a newer
+format's, refused with one line naming it, never skipped. Release 0.1.0 refuses format 2's
+kinds the same way (``unknown record kind 16``): it never misreads them.
+
 CRC-32C (Castagnoli, the ``crc32c`` package) rather than zlib's CRC-32: it is the checksum
 storage formats use (Kafka record batches, ext4 metadata, iSCSI), it detects more error
 patterns at these record sizes, and the package computes it with the CPU's CRC instruction,
@@ -35,8 +46,9 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
-from pamqp import decode as pamqp_decode
-from pamqp import encode as pamqp_encode
+
+from broker.core.field_table_codec import encode_table
+from broker.core.field_tables import MAX_DEPTH
 
 MAGIC = b"QPIDSEG1"
 HEADER = struct.Struct(">8sQQ")
@@ -50,7 +62,7 @@ _QB = struct.Struct(">QB")
 _I = struct.Struct(">I")
 
 #: QUEUE record flag: the queue's 16-byte uuid follows the flags.
-_HAS_UUID = 4
+HAS_UUID = 4
 
 #: Largest payload accepted when reading: a length above it is corruption, not a record.
 MAX_PAYLOAD = 1 << 30
@@ -73,6 +85,30 @@ class Kind(IntEnum):
     TX = 12  # a committed transaction: its records, framed, inside one record (all or none)
     VHOST = 13  # a virtual host other than "/" exists
     VHOST_DELETED = 14
+    # Store format 2 (issue 24): EXCHANGE, QUEUE, BINDING and EXCHANGE_BINDING again, the
+    # same layout with the arguments in the core's lossless codec instead of pamqp's.
+    EXCHANGE_2 = 15
+    QUEUE_2 = 16
+    BINDING_2 = 17
+    EXCHANGE_BINDING_2 = 18
+
+
+#: The configuration records (an exchange, queue, binding or vhost that exists), of both
+#: formats: live until their object's deletion record.
+CONFIG_KINDS = frozenset(
+    int(k)
+    for k in (
+        Kind.EXCHANGE,
+        Kind.QUEUE,
+        Kind.BINDING,
+        Kind.EXCHANGE_BINDING,
+        Kind.VHOST,
+        Kind.EXCHANGE_2,
+        Kind.QUEUE_2,
+        Kind.BINDING_2,
+        Kind.EXCHANGE_BINDING_2,
+    )
+)
 
 
 #: The vhost of records written before there were vhosts, and of records in ``/``.
@@ -170,6 +206,11 @@ class FormatError(Exception):
     """Bytes that are not a valid segment or record (the message says what and where)."""
 
 
+class NewerFormat(FormatError):
+    """A record of a store format newer than this build reads: not damage, a newer
+    release's store (never cut or skipped)."""
+
+
 # -- encoding ---------------------------------------------------------------------------
 def segment_header(number: int, next_id: int) -> bytes:
     return HEADER.pack(MAGIC, number, next_id)
@@ -194,7 +235,10 @@ def _short(text: str) -> bytes:
 
 
 def _table(arguments: dict[str, Any]) -> bytes:
-    return bytes(pamqp_encode.field_table(arguments))
+    """A format-2 record's arguments (:func:`broker.core.field_table_codec.encode_table`);
+    ValueError naming what it cannot carry exactly (the declare contract refuses that
+    before: :func:`broker.core.field_tables.check_arguments`)."""
+    return encode_table(arguments, max_depth=MAX_DEPTH, what="store arguments")
 
 
 def encode_exchange(record: ExchangeRecord) -> bytes:
@@ -206,14 +250,14 @@ def encode_exchange(record: ExchangeRecord) -> bytes:
         + _table(record.arguments)
         + _vhost_suffix(record.vhost)
     )
-    return _frame(Kind.EXCHANGE, payload)
+    return _frame(Kind.EXCHANGE_2, payload)
 
 
 def encode_queue(record: QueueRecord) -> bytes:
     uuid = bytes.fromhex(record.uuid) if record.uuid else b""
     if len(uuid) not in (0, 16):
         raise ValueError(f"a queue uuid is 16 bytes: {record.uuid!r}")
-    flags = (1 if record.auto_delete else 0) | (_HAS_UUID if uuid else 0)
+    flags = (1 if record.auto_delete else 0) | (HAS_UUID if uuid else 0)
     payload = (
         _QB.pack(record.id, flags)
         + uuid
@@ -221,7 +265,7 @@ def encode_queue(record: QueueRecord) -> bytes:
         + _table(record.arguments)
         + _vhost_suffix(record.vhost)
     )
-    return _frame(Kind.QUEUE, payload)
+    return _frame(Kind.QUEUE_2, payload)
 
 
 def encode_binding(record: BindingRecord) -> bytes:
@@ -231,7 +275,7 @@ def encode_binding(record: BindingRecord) -> bytes:
         + _short(record.routing_key)
         + _table(record.arguments)
     )
-    return _frame(Kind.BINDING, payload)
+    return _frame(Kind.BINDING_2, payload)
 
 
 def encode_exchange_binding(record: ExchangeBindingRecord) -> bytes:
@@ -243,7 +287,7 @@ def encode_exchange_binding(record: ExchangeBindingRecord) -> bytes:
         + _table(record.arguments)
         + _vhost_suffix(record.vhost)
     )
-    return _frame(Kind.EXCHANGE_BINDING, payload)
+    return _frame(Kind.EXCHANGE_BINDING_2, payload)
 
 
 def _vhost_suffix(vhost: str) -> bytes:
@@ -369,106 +413,6 @@ def iter_tx(payload: bytes) -> Iterator[tuple[int, bytes]]:
             raise FormatError("a transaction inside a transaction")
         yield kind, payload[pos + header_size : pos + header_size + length]
         pos += header_size + length
-
-
-# -- decoding ---------------------------------------------------------------------------
-def _read_short(payload: bytes, pos: int) -> tuple[str, int]:
-    size = payload[pos]
-    end = pos + 1 + size
-    if end > len(payload):
-        raise FormatError("short string runs past the record")
-    return payload[pos + 1 : end].decode(), end
-
-
-def _read_vhost(payload: bytes, pos: int) -> str:
-    """The vhost suffix at ``pos`` (see :func:`_vhost_suffix`): ``/`` when there is none."""
-    return _read_short(payload, pos)[0] if pos < len(payload) else DEFAULT_VHOST
-
-
-def _read_table(payload: bytes, pos: int) -> tuple[dict[str, Any], int]:
-    used, table = pamqp_decode.field_table(payload[pos:])
-    return dict(table), pos + used
-
-
-def decode_payload(kind: int, payload: bytes) -> Record:
-    """One record from its kind and payload (checksum already verified)."""
-    try:
-        return _decode(kind, payload)
-    except FormatError:
-        raise
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
-        raise FormatError(f"undecodable {_kind_name(kind)} record: {exc}") from None
-
-
-def _kind_name(kind: int) -> str:
-    try:
-        return Kind(kind).name
-    except ValueError:
-        return f"kind {kind}"
-
-
-def _decode(kind: int, payload: bytes) -> Record:
-    if kind == Kind.ENQUEUE:
-        return EnqueueRecord(*_QQQQ.unpack(payload))
-    if kind == Kind.MESSAGE:
-        (message_id,) = _Q.unpack_from(payload)
-        exchange, pos = _read_short(payload, 8)
-        routing_key, pos = _read_short(payload, pos)
-        (size,) = _I.unpack_from(payload, pos)
-        pos += 4
-        if pos + size > len(payload):
-            raise FormatError("message properties run past the record")
-        return MessageRecord(
-            message_id, exchange, routing_key, payload[pos : pos + size], payload[pos + size :]
-        )
-    if kind in (Kind.DEQUEUE, Kind.DELIVERED):
-        queue_id, message_id = _QQ.unpack(payload)
-        return QueueEntryEvent(Kind(kind), queue_id, message_id)
-    if kind in (Kind.EXCHANGE_DELETED, Kind.QUEUE_DELETED, Kind.UNBOUND, Kind.VHOST_DELETED):
-        return Deleted(Kind(kind), _Q.unpack(payload)[0])
-    if kind == Kind.VHOST:
-        (object_id,) = _Q.unpack_from(payload)
-        return VhostRecord(object_id, _read_short(payload, 8)[0])
-    if kind == Kind.EXCHANGE:
-        object_id, flags = _QB.unpack_from(payload)
-        name, pos = _read_short(payload, 9)
-        type_, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos)
-        return ExchangeRecord(
-            object_id,
-            name,
-            type_,
-            bool(flags & 1),
-            bool(flags & 2),
-            arguments,
-            _read_vhost(payload, pos),
-        )
-    if kind == Kind.QUEUE:
-        object_id, flags = _QB.unpack_from(payload)
-        pos, uuid = 9, ""
-        if flags & _HAS_UUID:
-            pos, uuid = 25, payload[9:25].hex()
-        name, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos)
-        return QueueRecord(
-            object_id, name, bool(flags & 1), arguments, uuid, _read_vhost(payload, pos)
-        )
-    if kind == Kind.BINDING:
-        object_id, queue_id = _QQ.unpack_from(payload)
-        exchange, pos = _read_short(payload, 16)
-        routing_key, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos)
-        return BindingRecord(object_id, exchange, queue_id, routing_key, arguments)
-    if kind == Kind.EXCHANGE_BINDING:
-        (object_id,) = _Q.unpack_from(payload)
-        source, pos = _read_short(payload, 8)
-        destination, pos = _read_short(payload, pos)
-        routing_key, pos = _read_short(payload, pos)
-        arguments, pos = _read_table(payload, pos)
-        return ExchangeBindingRecord(
-            object_id, source, destination, routing_key, arguments, _read_vhost(payload, pos)
-        )
-    raise FormatError(f"unknown record kind {kind}")
 
 
 @dataclass(frozen=True, slots=True)

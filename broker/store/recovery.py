@@ -36,6 +36,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from broker.store.ledger import Ledger
+from broker.store.record_decode import decode_payload
 from broker.store.records import (
     HEADER,
     RECORD_HEADER,
@@ -47,11 +48,11 @@ from broker.store.records import (
     FormatError,
     Kind,
     MessageRecord,
+    NewerFormat,
     QueueEntryEvent,
     QueueRecord,
     VhostRecord,
     bad_record_at,
-    decode_payload,
     iter_tx,
     read_header,
 )
@@ -87,6 +88,18 @@ class CorruptStore(Exception):
         self.segment = segment
         self.offset = offset
         self.reason = reason
+
+
+class NewerStore(CorruptStore):
+    """A record of a newer store format (a store a newer release wrote): not damage, so
+    ``--store-cut-damaged`` never cuts it; the start is refused naming it."""
+
+
+def _refusal(segment: int, offset: int, exc: FormatError) -> CorruptStore:
+    """The exception a record that cannot be read stops recovery with."""
+    if isinstance(exc, NewerFormat):
+        return NewerStore(segment, offset, str(exc))
+    return CorruptStore(segment, offset, str(exc))
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +242,7 @@ class Recovery:
             try:
                 self._apply(kind, data[pos + RECORD_HEADER.size : nxt], number)
             except FormatError as exc:
-                raise CorruptStore(number, pos, str(exc)) from None
+                raise _refusal(number, pos, exc) from None
             top = self._next_id - 1
             pos = nxt
 
@@ -309,7 +322,7 @@ class Recovery:
                     self._apply(kind, data[start:nxt], number)
                     count -= 1  # counted there
             except FormatError as exc:
-                raise CorruptStore(number, pos, str(exc)) from None
+                raise _refusal(number, pos, exc) from None
             except (struct.error, IndexError, UnicodeDecodeError) as exc:
                 raise CorruptStore(number, pos, f"undecodable record: {exc}") from None
             pos = nxt

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from broker.store.data_dir import DataDirError
 from broker.store.records import HEADER
-from broker.store.recovery import CorruptStore, RecoveredState, Recovery, TornTail
+from broker.store.recovery import CorruptStore, NewerStore, RecoveredState, Recovery, TornTail
 from broker.store.segment_files import fsync_directory, list_segments, map_segment, segment_path
 
 __all__ = ["StoreError", "read_store"]
@@ -46,7 +46,7 @@ def read_store(directory: Path, *, cut_damaged: bool, log_event: LogEvent) -> Re
     try:
         state = _read(directory, numbers[: len(numbers) - len(ahead)])
     except CorruptStore as exc:
-        if not cut_damaged or exc.offset < 0:
+        if not cut_damaged or exc.offset < 0 or isinstance(exc, NewerStore):
             raise
         _move_damaged(directory, numbers, exc, log_event)  # the ones ahead go aside too
         ahead = []

@@ -4,8 +4,10 @@ The replication contract keeps clients from declaring what the wire cannot carry
 store written before it (a stand-alone broker's, then made a cluster member) may hold such
 an object. Promoted, that broker has two backups that cannot replicate it:
 
-- a queue whose arguments nest 70 deep (a stand-alone broker's management API took them;
-  the AMQP codec stops at 64, and so does replication format 2): the primary cannot encode
+- a queue whose arguments nest 70 deep (release 0.1.0's stand-alone management API took
+  them; the AMQP codec stops at 64, and so do the declare contract since, replication format
+  2 and the store's format 2; the tree recovers 0.1.0's record as 0.1.0 wrote it): the
+  primary cannot encode
   its snapshot; it logs ``ha_replication_error`` naming the backup and why, closes the link
   (541), and each backup says so and dials again ever more slowly (exponential, capped by
   the link-maintenance interval: a few relinks in three seconds, never dozens a second);
@@ -36,6 +38,7 @@ from qpid_ha_cli.main import app
 from tests.broker_process import BrokerProcess
 from tests.drill.log_schema import problems
 from tests.ha.cluster import Cluster, http
+from tests.upgrade.releases import build, previous_release
 
 LONG = "q" * 250
 #: The links' maintenance interval here: the cap of the backoff between relinks.
@@ -53,9 +56,11 @@ def _nested(levels: int) -> dict[str, Any]:
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """Three brokers; broker 0's store holds what a stand-alone broker was given: a queue
     named with 250 bytes (``request.param`` "long", the backups then speaking only
-    replication format 1) or one with arguments nested 70 deep ("deep"), both before the
-    replication contract could refuse them."""
+    replication format 1) or one with arguments nested 70 deep ("deep", given to a broker of
+    release 0.1.0, before the declare contract could refuse them)."""
     alone = BrokerProcess(tmp_path / "alone", args=[f"--data-dir={tmp_path / 'b0' / 'data'}"])
+    if request.param == "deep":
+        alone.program = str(build(previous_release(), tmp_path / "release") / "qpidd")
     alone.start()
     try:
         connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", alone.port))

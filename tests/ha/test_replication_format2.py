@@ -49,108 +49,11 @@ from broker.ha.replication_contract import (
 )
 from broker.ha.streams import _binding_config, _exchange_config, _queue_config
 from common.formats import FormatRange
+from tests.field_table_strategies import as_the_broker_decodes, long_bytes, raw_arguments, same
 from tests.ha.test_ha_broker import ha_broker, open_connection
 
 FORMAT_2 = Floor(2)
 CODEC = CODECS[2]
-
-
-# -- raw AMQP field tables of every type --------------------------------------------------
-def _long(data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + data
-
-
-_U64_SECONDS = st.integers(0, 0xFFFFFFFF)
-# past 2106 a timestamp reads as milliseconds (pamqp); up to year 9999
-_U64_MILLIS = st.integers(0xFFFFFFFF + 1, 253402300799000)
-
-_RAW_SCALARS = st.one_of(
-    st.booleans().map(lambda b: b"t" + bytes([b])),
-    st.integers(-(2**7), 2**7 - 1).map(lambda v: b"b" + struct.pack(">b", v)),
-    st.integers(0, 2**8 - 1).map(lambda v: b"B" + struct.pack(">B", v)),
-    st.integers(-(2**15), 2**15 - 1).map(lambda v: b"s" + struct.pack(">h", v)),
-    st.integers(0, 2**16 - 1).map(lambda v: b"u" + struct.pack(">H", v)),
-    st.integers(-(2**31), 2**31 - 1).map(lambda v: b"I" + struct.pack(">i", v)),
-    st.integers(0, 2**32 - 1).map(lambda v: b"i" + struct.pack(">I", v)),
-    st.integers(-(2**63), 2**63 - 1).map(lambda v: b"l" + struct.pack(">q", v)),
-    st.integers(-(2**63), 2**63 - 1).map(lambda v: b"L" + struct.pack(">q", v)),
-    st.floats(width=32).map(lambda v: b"f" + struct.pack(">f", v)),
-    st.floats(width=64).map(lambda v: b"d" + struct.pack(">d", v)),
-    st.tuples(st.integers(0, 255), st.integers(0, 2**32 - 1)).map(
-        lambda d: b"D" + struct.pack(">BI", *d)
-    ),
-    st.one_of(st.text(max_size=20).map(str.encode), st.binary(max_size=12)).map(
-        lambda v: b"S" + _long(v)
-    ),
-    st.one_of(_U64_SECONDS, _U64_MILLIS).map(lambda v: b"T" + struct.pack(">Q", v)),
-    st.just(b"V"),
-    st.binary(max_size=12).map(lambda v: b"x" + _long(v)),
-)
-_RAW_KEYS = st.one_of(
-    st.text(max_size=12),
-    st.text(min_size=60, max_size=255).filter(lambda k: len(k.encode()) <= 255),
-).map(lambda k: bytes([len(k.encode())]) + k.encode())
-
-
-def _raw_table(items: list[tuple[bytes, bytes]]) -> bytes:
-    seen: set[bytes] = set()
-    body = b""
-    for key, value in items:
-        if key not in seen:  # a duplicate name: pamqp keeps the last; draw them unique
-            seen.add(key)
-            body += key + value
-    return b"F" + _long(body)
-
-
-def _containers(leaves: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
-    return st.one_of(
-        st.lists(leaves, max_size=3).map(lambda vs: b"A" + _long(b"".join(vs))),
-        st.lists(st.tuples(_RAW_KEYS, leaves), max_size=3).map(_raw_table),
-    )
-
-
-_RAW_VALUES = st.recursive(_RAW_SCALARS, _containers, max_leaves=10)
-
-
-@st.composite
-def _raw_arguments(draw: st.DrawFn) -> bytes:
-    """The bytes of an arguments table (its length first), some values wrapped up to the
-    AMQP codec's 64 levels deep."""
-    items = []
-    for _ in range(draw(st.integers(0, 4))):
-        value = draw(_RAW_VALUES)
-        wraps = st.one_of(st.integers(0, 4), st.integers(AMQP_MAX_DEPTH - 6, AMQP_MAX_DEPTH))
-        for _ in range(draw(wraps)):
-            value = (
-                _raw_table([(draw(_RAW_KEYS), value)])
-                if draw(st.booleans())
-                else (b"A" + _long(value))
-            )
-        items.append((draw(_RAW_KEYS), value))
-    return _raw_table(items)[1:]
-
-
-def _as_the_broker_decodes(table: bytes) -> dict[str, Any] | None:
-    """A queue.declare frame with the raw ``table`` as its arguments, through the broker's
-    frame decoder (None: the AMQP codec refuses it, e.g. nested past 64)."""
-    empty = marshal_method(commands.Queue.Declare(queue="q"), 1)[7:-1]
-    assert empty.endswith(b"\x00\x00\x00\x00")
-    try:
-        method = unmarshal_method(empty[:-4] + table)
-    except AmqpError:
-        return None
-    return dict(getattr(method, "arguments", None) or {})
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal, NaN equal to NaN (a client may send one)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
-        return math.isnan(b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(map(_same, a, b))
-    return type(a) is type(b) and a == b
 
 
 def _carried_in_every_event(arguments: dict[str, Any]) -> bool | None:
@@ -170,14 +73,14 @@ def _carried_in_every_event(arguments: dict[str, Any]) -> bool | None:
     }
     back = CODEC.decode_config_event(CODEC.encode_config_event(snapshot))
     return all(
-        _same(back[kind][0]["arguments"], arguments) for kind in ("queues", "exchanges", "bindings")
+        same(back[kind][0]["arguments"], arguments) for kind in ("queues", "exchanges", "bindings")
     )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_raw_arguments())
+@given(raw_arguments())
 def test_every_field_table_the_amqp_codec_accepts_replicates_in_format_2(table: bytes) -> None:
-    arguments = _as_the_broker_decodes(table)
+    arguments = as_the_broker_decodes(table)
     if arguments is None:
         return
     check_arguments("queue 'q'", arguments, FORMAT_2)  # accepted: no 406
@@ -243,10 +146,10 @@ def test_format_2_nests_to_the_codec_s_limit_in_a_snapshot_and_no_further() -> N
         wire_config2.encode_config_event({"type": "t", "v": nested(wire_config2.MAX_DEPTH)})
     deeper = b"A" + struct.pack(">I", 5) + b"A" + struct.pack(">I", 0)
     for _ in range(wire_config2.MAX_DEPTH):
-        deeper = b"A" + _long(deeper)
+        deeper = b"A" + long_bytes(deeper)
     body = b"\x01v" + deeper
     with pytest.raises(ValueError, match="nested more than 67 deep"):
-        wire_config2.decode_config_event(_long(b"\x04typeS" + _long(b"t") + body))
+        wire_config2.decode_config_event(long_bytes(b"\x04typeS" + long_bytes(b"t") + body))
 
 
 @settings(max_examples=200, deadline=None)

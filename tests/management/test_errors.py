@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from typing import Any
 
 import pytest
@@ -70,13 +72,16 @@ def test_an_unexpected_error_is_a_json_500_without_traceback() -> None:
 
 def test_non_json_argument_values_are_rendered() -> None:
     broker = FakeBroker()
-    broker.vhost.declare_queue("q", arguments={"x-blob": b"\x00ab", "x-other": {1, 2}})
+    when = datetime.datetime(2030, 1, 2, tzinfo=datetime.UTC)
+    arguments = {"x-blob": b"\x00ab", "x-other": decimal.Decimal("1.5"), "x-when": when}
+    broker.vhost.declare_queue("q", arguments=arguments)
 
     async def scenario(client: Any) -> None:
         response = await client.get("/api/queues/q")
         assert response.status == 200
         arguments = (await response.json())["arguments"]
         assert arguments["x-blob"] == "\x00ab"
-        assert sorted(arguments["x-other"]) == [1, 2]
+        assert arguments["x-other"] == "1.5"
+        assert arguments["x-when"] == "2030-01-02T00:00:00+00:00"
 
     serve(broker, scenario)

@@ -109,7 +109,7 @@ def recovered(data: bytes) -> dict[str, list[bytes]]:
 def test_the_backup_writes_the_replicated_transaction_as_one_tx_record() -> None:
     data = backup_segment()
     kinds = [kind for _pos, kind in records(data)]
-    assert kinds == [Kind.QUEUE, Kind.QUEUE, Kind.MESSAGE, Kind.ENQUEUE, Kind.TX]
+    assert kinds == [Kind.QUEUE_2, Kind.QUEUE_2, Kind.MESSAGE, Kind.ENQUEUE, Kind.TX]
     offset = tx_offset(data)
     payload = data[offset + RECORD_HEADER.size :]
     inner = [kind for kind, _payload in iter_tx(payload)]

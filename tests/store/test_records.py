@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.store.record_decode import decode_payload
 from broker.store.records import (
     HEADER,
     RECORD_HEADER,
@@ -23,7 +24,6 @@ from broker.store.records import (
     MessageRecord,
     QueueEntryEvent,
     QueueRecord,
-    decode_payload,
     encode_binding,
     encode_deleted,
     encode_dequeue,

@@ -106,7 +106,7 @@ def test_the_journal_writes_a_transaction_as_one_record_and_compacts_it(tmp_path
             length, _crc, kind = RECORD_HEADER.unpack_from(data, pos)
             kinds.append(kind)
             pos += RECORD_HEADER.size + length
-        assert kinds == [Kind.QUEUE, Kind.TX]
+        assert kinds == [Kind.QUEUE_2, Kind.TX]
         assert await journal.close()
         again = Journal(tmp_path, sync=SyncPolicy.WRITE)
         state = again.recover()

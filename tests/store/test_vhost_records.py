@@ -12,13 +12,13 @@ from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.store.journal import Journal
 from broker.store.message_store import MessageStore
+from broker.store.record_decode import decode_payload
 from broker.store.records import (
     RECORD_HEADER,
     ExchangeBindingRecord,
     ExchangeRecord,
     QueueRecord,
     VhostRecord,
-    decode_payload,
     encode_exchange,
     encode_exchange_binding,
     encode_queue,
