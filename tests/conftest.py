@@ -20,6 +20,36 @@ from tests.zookeeper import ZooKeeper, start_zookeeper
 settings.register_profile("qpidd", deadline=None)
 settings.load_profile("qpidd")
 
+#: The longest tests outside the xdist groups (tens of seconds each, quiet), longest
+#: first. ``--dist loadgroup`` hands out the groups first (most tests first: the Spark
+#: group, then the console's), then the other tests in collection order: listed here they
+#: start early, not last, where one would run on while the other worker has nothing left.
+#: A node-id prefix each (a whole file only where all its tests are long, so a module's
+#: fixtures are not set up twice); tests/test_slow_first.py checks each still matches.
+SLOW_FIRST = (
+    "tests/upgrade/test_rolling_upgrade.py",
+    "tests/agent/test_total_failure_cycles.py",
+    "tests/nemesis/test_nemesis_drill.py::test_kill_partition_and_stale_backup",
+    "tests/test_wheel_install.py",
+    "tests/drill/test_drill_failover.py",
+    "tests/agent/test_agent_netns.py",
+)
+
+
+def slow_first_rank(nodeid: str) -> int:
+    """Where a test goes in :data:`SLOW_FIRST`'s order; after them all when not listed."""
+    for rank, prefix in enumerate(SLOW_FIRST):
+        if nodeid.startswith(prefix):
+            return rank
+    return len(SLOW_FIRST)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of :data:`SLOW_FIRST` first, in its order; the others keep theirs (a
+    stable sort: every worker collects the same order, as xdist requires)."""
+    items.sort(key=lambda item: slow_first_rank(item.nodeid))
+
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
