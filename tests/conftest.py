@@ -20,6 +20,53 @@ from tests.zookeeper import ZooKeeper, start_zookeeper
 settings.register_profile("qpidd", deadline=None)
 settings.load_profile("qpidd")
 
+#: The longest tests outside the xdist groups, longest first (``--durations`` of a whole
+#: run at load 30-70, 2026-11-29). ``--dist loadgroup`` hands out the groups first (most
+#: tests first: the Spark group, then the console's and the CLI's), then the other tests
+#: in collection order: listed here they start early, not last, where one would run on
+#: while the other worker has nothing left (the rolling upgrade and the wheel install came
+#: last). A node-id prefix each (a whole file where its module fixture serves all its
+#: tests, so that it is not set up twice); tests/test_slow_first.py checks each matches.
+SLOW_FIRST = (
+    "tests/deploy/test_ocf_agent.py::test_ocf_tester_passes_with_a_real_broker",
+    "tests/ha/test_replication_contract.py::test_what_the_contract_accepts_the_wire_carries",
+    "tests/nemesis/test_nemesis_drill.py::test_kill_partition_and_stale_backup",
+    "tests/ha/test_public_url.py::test_public_url_reaches_clients_and_operators",
+    "tests/deploy/test_ocf_in_sync.py",
+    "tests/deploy/test_ocf_agent.py::test_two_brokers_one_promoted_the_other_ready",
+    "tests/ha/test_replication_format2.py::test_every_field_table_the_amqp_codec_accepts",
+    "tests/security/test_ha_tls.py",
+    "tests/security/test_fuzz.py::test_mutated_amqp_sessions",
+    "tests/agent/test_total_failure_cycles.py",
+    "tests/deploy/test_ocf_agent.py::test_crm_resource_force_actions_give_pacemakers_codes",
+    "tests/ha/test_replication_errors_cluster.py::test_a_snapshot_the_primary_cannot_send",
+    "tests/security/test_zk_tls.py::test_agent_over_tls_and_qpid_ha_with_the_digest",
+    "tests/security/test_users_file.py::test_users_verbs",
+    "tests/ha/test_queue_replication_durable.py::test_a_confirm_means_the_copy_has",
+    "tests/deploy/test_ocf_agent.py::test_a_joining_broker_is_not_promoted_while_another",
+    "tests/ha/test_store_history.py::test_a_diverged_backup_moves_its_store_aside",
+    "tests/store/test_priority_paging.py::test_a_backup_pages_its_copy_of_a_priority_queue",
+    "tests/drill/test_drill_failover.py",
+    "tests/upgrade/test_rolling_upgrade.py",
+    "tests/test_wheel_install.py",
+    "tests/agent/test_agent_netns.py",
+)
+
+
+def slow_first_rank(nodeid: str) -> int:
+    """Where a test goes in :data:`SLOW_FIRST`'s order; after them all when not listed."""
+    for rank, prefix in enumerate(SLOW_FIRST):
+        if nodeid.startswith(prefix):
+            return rank
+    return len(SLOW_FIRST)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of :data:`SLOW_FIRST` first, in its order; the others keep theirs (a
+    stable sort: every worker collects the same order, as xdist requires)."""
+    items.sort(key=lambda item: slow_first_rank(item.nodeid))
+
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:

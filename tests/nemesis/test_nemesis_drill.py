@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -41,7 +42,13 @@ def test_an_unknown_nemesis_is_one_usage_line() -> None:
     ]
 
 
-@pytest.mark.timeout(150)
+#: The run's own bound, then the time its clean-up after a SIGTERM may take: both inside
+#: the test's timeout (pytest-timeout's would leave the cluster and its namespaces behind).
+RUN_TIMEOUT = 115
+CLEANUP_TIMEOUT = 30
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + CLEANUP_TIMEOUT + 5)
 @pytest.mark.skipif(
     bool(missing_requirements(os.geteuid(), shutil.which, os.path.exists)),
     reason="the nemesis drill needs root, ip, nft, java, ZooKeeper (CI runs as root)",
@@ -50,7 +57,7 @@ def test_kill_partition_and_stale_backup_lose_nothing_and_never_two_primaries(
     tmp_path: Path,
 ) -> None:
     began = time.monotonic()
-    done = subprocess.run(
+    drill = subprocess.Popen(
         [
             QPID_HA,
             "drill",
@@ -58,11 +65,24 @@ def test_kill_partition_and_stale_backup_lose_nothing_and_never_two_primaries(
             "--cycles=1",
             f"--work-dir={tmp_path}",
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=140,
-        check=False,
     )
+    try:
+        try:
+            out, err = drill.communicate(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            # SIGTERM, not subprocess.run's SIGKILL: the command stops its agents, brokers
+            # and ZooKeeper and removes its namespaces (exit 130) before the test fails
+            drill.send_signal(signal.SIGTERM)
+            out, err = drill.communicate(timeout=CLEANUP_TIMEOUT)
+            pytest.fail(f"still running after {RUN_TIMEOUT} s, stopped: {out}{err[-3000:]}")
+    finally:
+        if drill.poll() is None:
+            drill.kill()
+            drill.wait()
+    done = subprocess.CompletedProcess(drill.args, drill.returncode, out, err)
     took = time.monotonic() - began
     print(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
