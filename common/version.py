@@ -34,8 +34,11 @@ __version__ = "0.1.0"
 #: and field table a client may declare (broker.ha.link_format).
 REPLICATION_FORMATS = FormatRange(1, 2)
 
-#: The ZooKeeper formats this agent reads (and writes, the highest every member speaks).
-ZOOKEEPER_FORMATS = FormatRange(1, 1)
+#: The ZooKeeper formats this agent reads (and writes, the highest every member speaks): 1,
+#: the records of release 0.1.0; 2, the same records, an in-sync record at version 2 telling
+#: that promotions are decided by a ZooKeeper multi-op without the election lock
+#: (ha_agent.promotion_txn; docs/agent.md, "Promotion by one transaction").
+ZOOKEEPER_FORMATS = FormatRange(1, 2)
 
 #: Test-only override of :data:`REPLICATION_FORMATS` ("LOW-HIGH"), see the module docstring.
 TEST_REPLICATION_FORMATS_ENV = "QPID_HA_TEST_REPLICATION_FORMATS"
@@ -53,7 +56,7 @@ def replication_formats() -> FormatRange:
 
 
 def version_line(program: str) -> str:
-    """``qpidd 0.1.0 (replication formats 1-2, zookeeper format 1)``: one line for
+    """``qpidd 0.1.0 (replication formats 1-2, zookeeper formats 1-2)``: one line for
     --version."""
     formats = f"replication {REPLICATION_FORMATS}, zookeeper {ZOOKEEPER_FORMATS}"
     return f"{program} {__version__} ({formats})"

@@ -312,7 +312,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 0
     assert (
         capsys.readouterr().out
-        == f"qpidd {__version__} (replication formats 1-2, zookeeper format 1)\n"
+        == f"qpidd {__version__} (replication formats 1-2, zookeeper formats 1-2)\n"
     )
 
 
