@@ -110,8 +110,9 @@ class InSyncEpochError(Exception):
 @dataclass(frozen=True)
 class VersionedInSync:
     """A record as read, with the znode version a conditional write must name and the
-    ZooKeeper format it was written in (2: every member spoke format 2 then, and promotions
-    are decided without the election lock: :func:`ha_agent.promotion_txn.needs_lock`)."""
+    ZooKeeper format it was written in (2: every member spoke format 2 when it was first
+    so written, and promotions are decided without the election lock:
+    :func:`ha_agent.promotion_txn.needs_lock`)."""
 
     record: InSyncRecord
     version: int

@@ -154,7 +154,7 @@ class InSyncKeeper:
         (nothing is known committed then). ``store_id``: the primary broker's store."""
         old = None if read is None else read.record
         ids = isr_update(old, broker, members)
-        format_ = set_format(members)  # 2 once every member speaks it; back to 1 if not
+        format_ = set_format(members, read)  # 2 once every member speaks it, then for good
         if ids is None:
             assert old is not None and read is not None
             # Same set; name a member recorded before its agent published its broker id
@@ -254,12 +254,11 @@ class InSyncKeeper:
             _log.info("election_withdraw", reason=f"won the election, but {why}")
             return None
         members = cluster_view.members
-        if not promotion.locked and needs_lock(members, read):
+        if not promotion.locked and needs_lock(read):
             _log.info(
                 "election_withdraw",
-                reason="won without the election lock, but an agent of ZooKeeper format 1"
-                " may promote too (a member speaks only format 1, or the in-sync set is not"
-                " in format 2): contending with the lock",
+                reason="won without the election lock, but the in-sync set is not in"
+                " ZooKeeper format 2 (an agent of 0.1.0 may promote): contending with the lock",
             )
             return None
         old_primary = read_primary_versioned(self.client, self.cluster)
@@ -287,7 +286,7 @@ class InSyncKeeper:
                 minimum=minimum,
                 read=read,
                 record=record,
-                format_=set_format(members),
+                format_=set_format(members, read),
                 primary=primary,
                 replace=takeover.replace,
             )

@@ -11,10 +11,11 @@ promotes, which commits only through the promotion's multi-op
 one commit, the others resign and claim again (they then wait for the new record).
 Leading here means "may try the multi-op", never "is primary".
 
-With ``lock=True`` (:func:`ha_agent.promotion_txn.needs_lock`: a member of release 0.1.0
-may promote, under the lock) the claim first wins kazoo's ``Election`` under
-``/qpid-ha/<cluster>/election``, as 0.1.0's agents do, and waits for the rule while
-holding it; :attr:`PrimaryClaim.locked` says so to the promotion.
+With ``lock=True`` (:func:`ha_agent.promotion_txn.needs_lock`: the in-sync set is in
+ZooKeeper format 1, from which an agent of release 0.1.0 may promote, under the lock)
+the claim first wins kazoo's ``Election`` under ``/qpid-ha/<cluster>/election``, as
+0.1.0's agents do, and waits for the rule while holding it; :attr:`PrimaryClaim.locked`
+says so to the promotion.
 
 Its interface is :class:`ha_agent.election.LeaderElection`'s (state, :attr:`leading`,
 :meth:`contend`, :meth:`cancel`, ``on_leading``, ``on_ended``), so the agent's rules
@@ -125,8 +126,7 @@ class PrimaryClaim:
         context). A claim waiting without the lock withdraws itself once the lock is needed
         (the agent claims again at its next check)."""
         if lock is None:
-            in_sync, members = self.context()
-            lock = needs_lock(members, in_sync)
+            lock = needs_lock(self.context()[0])
         with self._mutex:
             term = self._term
             if term is None:
@@ -188,8 +188,8 @@ class PrimaryClaim:
         except ZkFormatError:
             return False  # a record this agent cannot read: not "no primary"
         in_sync, members = self.context()
-        if not term.lock and needs_lock(members, in_sync):
-            self._withdraw(term, "the lock is needed: a member speaks only ZooKeeper format 1")
+        if not term.lock and needs_lock(in_sync):
+            self._withdraw(term, "the lock is needed: the in-sync set is in ZooKeeper format 1")
             return False
         record = None if in_sync is None else in_sync.record
         return self.rule.may_take_over(TakeoverView(old, record, members)).allowed

@@ -20,15 +20,18 @@ on a version (or on the primary record's ``create``) and applies nothing. Its an
 this promotion's bytes and belongs to this session (a retried write would report
 BadVersion for its own commit and make the winner resign, leaving no primary).
 
-**When the election lock is still taken** (:func:`needs_lock`): while a member record
-announces only ZooKeeper format 1 (an agent of release 0.1.0, which promotes under kazoo's
-lock and writes the set with a separate epoch take), or while the in-sync set was not
-written in format 2. An agent writes the set in format 2 only while every member speaks
-it (:func:`set_format`), and a 0.1.0 agent cannot read a format-2 set (it then does not
-contend), so a 0.1.0 agent promotes only from a format-1 set and a lock-free promotion
-only from a format-2 set: every move between the two is a write of the set, which both
-promotions check by version. An agent of 0.1.0 and one of this code never both believe
-they are primary (docs/ha-design.md, "Format versions").
+**When the election lock is still taken** (:func:`needs_lock`): while the in-sync set is
+absent or written in ZooKeeper format 1. An agent of release 0.1.0 promotes under kazoo's
+lock and takes the epoch apart from its write of the set; it reads only format 1. The set
+is first written in format 2 once every member record announces format 2
+(:func:`set_format`), and then stays in format 2. So a 0.1.0 agent promotes only from a
+format-1 set, under the lock, which every agent of this code then takes too; a lock-free
+promotion only from a format-2 set, which a 0.1.0 agent cannot read (it logs
+``zk_record_format_unknown`` and does not contend). The move from one to the other is a
+write of the set, which both kinds of promotion check by version. An agent of 0.1.0 and
+one of this code never both believe they are primary (docs/ha-design.md, "Format
+versions"). The cost: a node put back on 0.1.0 beside a format-2 set is never promoted
+(a downgrade is not supported).
 
 Error Handling
 ==============
@@ -68,19 +71,18 @@ class PromotionConflict(Exception):
     """ZooKeeper refused the promotion's multi-op: nothing of it was applied."""
 
 
-def set_format(members: Mapping[str, Member]) -> int:
-    """The format to write the in-sync set in: 2 once every member speaks it, else 1."""
+def set_format(members: Mapping[str, Member], read: VersionedInSync | None) -> int:
+    """The format to write the in-sync set in: 2 once every member speaks it or the set
+    read is already in format 2 (it never goes back), else 1."""
+    if read is not None and read.format >= LOCK_FREE_FORMAT:
+        return read.format
     return LOCK_FREE_FORMAT if cluster_speaks(members, "zookeeper", LOCK_FREE_FORMAT) else 1
 
 
-def needs_lock(members: Mapping[str, Member], in_sync: VersionedInSync | None) -> bool:
+def needs_lock(in_sync: VersionedInSync | None) -> bool:
     """Whether a promotion must hold kazoo's election lock too (see the module docstring):
-    a member speaks only format 1, or the set is absent or not written in format 2."""
-    return (
-        in_sync is None
-        or in_sync.format < LOCK_FREE_FORMAT
-        or set_format(members) < LOCK_FREE_FORMAT
-    )
+    the set is absent, or written in format 1 (where an agent of 0.1.0 may promote)."""
+    return in_sync is None or in_sync.format < LOCK_FREE_FORMAT
 
 
 def _why(exc: MultiConflict, layout: ClusterLayout) -> str:
