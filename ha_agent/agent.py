@@ -13,9 +13,10 @@ Every ``check_interval`` (and at once on any event) the loop
 3. reads the members, the primary record and the in-sync set from ZooKeeper and publishes
    its own member record when it changed;
 4. asks :func:`~ha_agent.promotion.decide` what to do, logs why when that changes, and
-   carries out the actions: contend / withdraw (kazoo's Election recipe), promote (next
-   epoch from ZooKeeper, the in-sync set at that epoch, ``POST /api/ha/promote``, then the
-   primary record), take the virtual IP, fence, watchdog kill.
+   carries out the actions: contend / withdraw (a claim that waits for the takeover rule,
+   :mod:`ha_agent.primary_claim`), promote (one ZooKeeper multi-op: the next epoch, the
+   in-sync set at that epoch and the primary record; then ``POST /api/ha/promote``), take
+   the virtual IP, fence, watchdog kill.
 
 The agent owns its parts and calls them (the fencer calls back only to reset the broker's
 watch): its settings (:mod:`ha_agent.settings`); the in-sync set, kept on the primary's node

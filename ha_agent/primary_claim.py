@@ -17,8 +17,9 @@ the claim first wins kazoo's ``Election`` under ``/qpid-ha/<cluster>/election``,
 0.1.0's agents do, and waits for the rule while holding it; :attr:`PrimaryClaim.locked`
 says so to the promotion.
 
-Its interface is :class:`ha_agent.election.LeaderElection`'s (state, :attr:`leading`,
-:meth:`contend`, :meth:`cancel`, ``on_leading``, ``on_ended``), so the agent's rules
+It replaces the former ``ha_agent.election.LeaderElection`` with the same interface
+(:class:`Leadership` states, :attr:`~PrimaryClaim.leading`, :meth:`~PrimaryClaim.contend`,
+:meth:`~PrimaryClaim.cancel`, ``on_leading``, ``on_ended``), so the agent's rules
 (:func:`ha_agent.promotion.decide`) read it the same way. Calls go from the agent to the
 claim, and back only through ``on_leading`` and ``on_ended``.
 
@@ -40,12 +41,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import structlog
 from kazoo.protocol.states import KazooState
 
-from ha_agent.election import Leadership
 from ha_agent.in_sync import VersionedInSync
 from ha_agent.membership import Member
 from ha_agent.primary_record import read_primary_versioned
@@ -54,12 +55,21 @@ from ha_agent.takeover import TakeoverRule, TakeoverView
 from ha_agent.zk_format import ZkFormatError
 from ha_agent.zk_layout import ClusterLayout, check_name
 
-__all__ = ["RECHECK", "PrimaryClaim"]
+__all__ = ["RECHECK", "Leadership", "PrimaryClaim"]
 
 _log = structlog.get_logger("ha_agent.primary_claim", component="agent")
 
 #: How often a waiting claim reads the primary record without a watch event (seconds).
 RECHECK = 1.0
+
+
+class Leadership(StrEnum):
+    """Where a :class:`PrimaryClaim` stands."""
+
+    IDLE = "idle"  # not claiming
+    CONTENDING = "contending"  # waiting (for the lock, then for the takeover rule)
+    LEADING = "leading"  # the rule allowed: on_leading was called, it may promote
+    RESIGNING = "resigning"  # told to stop; releasing the lock, if it holds it
 
 
 @dataclass(eq=False)
@@ -72,6 +82,10 @@ class _Term:
     election: Any = None
     thread: threading.Thread | None = None
     reason: str = "cancelled"
+
+    def woken(self, _event: object) -> None:
+        """The primary record's watch (one function a term: kazoo keeps it once)."""
+        self.wake.set()
 
 
 #: The in-sync set and the member records as the agent last read them.
@@ -147,6 +161,11 @@ class PrimaryClaim:
         term.thread.start()
         return True
 
+    def contenders(self) -> list[str]:
+        """Node names of the election lock's contenders, the holder first (reads
+        ZooKeeper; only claims with the lock are there)."""
+        return list(self.client.Election(self.layout.election).contenders())
+
     def cancel(self, timeout: float | None = 5.0) -> bool:
         """Withdraw the claim, resigning if leading; True once it has ended."""
         term = self._term
@@ -182,7 +201,7 @@ class PrimaryClaim:
     def _allowed(self, term: _Term) -> bool:
         """Read the primary record (watching it) and ask the rule."""
         term.wake.clear()
-        self.client.retry(self.client.exists, self.layout.primary, watch=lambda _e: term.wake.set())
+        self.client.retry(self.client.exists, self.layout.primary, watch=term.woken)
         try:
             old = read_primary_versioned(self.client, self.cluster)
         except ZkFormatError:

@@ -1,4 +1,10 @@
-"""Leader election through kazoo's recipe, against a real ZooKeeper."""
+"""A claim to become primary, against a real ZooKeeper (:mod:`ha_agent.primary_claim`).
+
+With the lock (an in-sync set in ZooKeeper format 1) a claim behaves as kazoo's election
+did: one leader at a time, handed over when the leader's session closes or it resigns.
+Without it, every claim waits for the primary record to go and then leads at once: the
+promotion's multi-op, not the claim, decides which one commits.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +13,43 @@ import time
 from typing import Any
 
 from common.polling import poll_until
-from ha_agent.election import LeaderElection, Leadership
+from ha_agent.in_sync import VersionedInSync
+from ha_agent.primary_claim import RECHECK, Leadership, PrimaryClaim
+from ha_agent.primary_record import delete_primary, encode_primary
+from ha_agent.promotion import InSyncRecord, PrimaryRecord
+from ha_agent.takeover import OldPrimaryGone
+from ha_agent.zk_layout import ClusterLayout
 
 
 class Contender:
-    """A LeaderElection with its callbacks recorded."""
+    """A PrimaryClaim with its callbacks recorded; ``lock``: claims take kazoo's lock."""
 
-    def __init__(self, client: Any, cluster: str, node: str, fail: bool = False) -> None:
+    def __init__(
+        self,
+        client: Any,
+        cluster: str,
+        node: str,
+        fail: bool = False,
+        lock: bool = True,
+        in_sync: VersionedInSync | None = None,
+    ) -> None:
         self.led = threading.Event()
         self.led_at = 0.0
         self.ended: list[str] = []
         self.fail = fail
-        self.election = LeaderElection(client, cluster, node, self.on_leading, self.ended.append)
+        self.election = PrimaryClaim(
+            client,
+            cluster,
+            node,
+            OldPrimaryGone(),
+            lambda: (in_sync, {}),
+            self.on_leading,
+            self.ended.append,
+        )
+        self.lock = lock
+
+    def contend(self) -> bool:
+        return self.election.contend(lock=self.lock)
 
     def on_leading(self) -> None:
         self.led_at = time.monotonic()
@@ -31,8 +62,8 @@ def test_contends_only_when_told(zk: Any, cluster: str) -> None:
     a = Contender(zk, cluster, "a")
     assert a.election.state is Leadership.IDLE
     assert a.election.contenders() == []
-    assert a.election.contend() is True
-    assert a.election.contend() is False  # one contention at a time
+    assert a.contend() is True
+    assert a.contend() is False  # one contention at a time
     assert a.led.wait(5)
     assert a.election.leading
     assert a.election.contenders() == ["a"]
@@ -45,9 +76,9 @@ def test_contends_only_when_told(zk: Any, cluster: str) -> None:
 def test_the_other_leads_when_the_leaders_session_closes(make_client: Any, cluster: str) -> None:
     a = Contender(make_client(), cluster, "a")
     b = Contender(make_client(), cluster, "b")
-    a.election.contend()
+    a.contend()
     assert a.led.wait(5)
-    b.election.contend()
+    b.contend()
     poll_until(lambda: a.election.contenders() == ["a", "b"], 5, "b contending")
     assert not b.led.is_set() and b.election.state is Leadership.CONTENDING
 
@@ -66,9 +97,9 @@ def test_the_other_leads_when_the_leaders_session_closes(make_client: Any, clust
 def test_cancel_resigns_and_hands_over(make_client: Any, cluster: str) -> None:
     a = Contender(make_client(), cluster, "a")
     b = Contender(make_client(), cluster, "b")
-    a.election.contend()
+    a.contend()
     assert a.led.wait(5)
-    b.election.contend()
+    b.contend()
     poll_until(lambda: len(a.election.contenders()) == 2, 5, "b contending")
     assert a.election.cancel() is True
     assert b.led.wait(5)
@@ -79,9 +110,9 @@ def test_cancel_resigns_and_hands_over(make_client: Any, cluster: str) -> None:
 def test_a_contender_cancelled_before_winning_never_leads(make_client: Any, cluster: str) -> None:
     a = Contender(make_client(), cluster, "a")
     b = Contender(make_client(), cluster, "b")
-    a.election.contend()
+    a.contend()
     assert a.led.wait(5)
-    b.election.contend()
+    b.contend()
     poll_until(lambda: len(a.election.contenders()) == 2, 5, "b contending")
     assert b.election.cancel() is True
     assert b.ended == ["cancelled"]
@@ -89,7 +120,7 @@ def test_a_contender_cancelled_before_winning_never_leads(make_client: Any, clus
     a.election.cancel()
     assert not b.led.is_set()
     # and b can contend again later
-    b.election.contend()
+    b.contend()
     assert b.led.wait(5)
     b.election.cancel()
 
@@ -98,10 +129,50 @@ def test_a_failing_callback_gives_up_the_leadership(make_client: Any, cluster: s
     a = Contender(make_client(), cluster, "a", fail=True)
     b = Contender(make_client(), cluster, "b")
     b_client = b.election.client
-    a.election.contend()
+    a.contend()
     assert a.led.wait(5)
     poll_until(lambda: a.ended == ["callback_failed"], 5, "a gave up")
-    b.election.contend()
+    b.contend()
     assert b.led.wait(5)
-    assert LeaderElection(b_client, cluster, "x", lambda: None).contenders() == ["b"]
+    assert Contender(b_client, cluster, "x").election.contenders() == ["b"]
     b.election.cancel()
+
+
+def test_without_the_lock_claims_wait_for_the_record_to_go(make_client: Any, cluster: str) -> None:
+    """Lock-free claims lead only once the primary record is gone, all of them at once
+    (the multi-op decides), and a claim's watch wakes it at once, not at its recheck."""
+    holder = make_client()
+    path = ClusterLayout(cluster).primary
+    holder.create(path, encode_primary(PrimaryRecord("n1", 1), None), ephemeral=True, makepath=True)
+    in_format_2 = VersionedInSync(InSyncRecord(1), 0, format=2)
+    b = Contender(make_client(), cluster, "b", lock=False, in_sync=in_format_2)
+    c = Contender(make_client(), cluster, "c", lock=False, in_sync=in_format_2)
+    b.contend()
+    c.contend()
+    poll_until(lambda: b.election.state is Leadership.CONTENDING, 5, "b claiming")
+    assert not b.led.wait(RECHECK * 1.5) and not c.led.is_set()  # the record is there
+    assert b.election.contenders() == []  # no lock taken
+    gone_at = time.monotonic()
+    assert delete_primary(holder, cluster)
+    assert b.led.wait(5) and c.led.wait(5)
+    print(f"claims led {(max(b.led_at, c.led_at) - gone_at) * 1000:.0f} ms after the record went")
+    assert max(b.led_at, c.led_at) - gone_at < RECHECK  # the watch, not the recheck
+    assert b.election.leading and c.election.leading and not b.election.locked
+    b.election.cancel()
+    c.election.cancel()
+    assert b.ended == ["cancelled"] and c.ended == ["cancelled"]
+
+
+def test_a_lock_free_claim_withdraws_once_the_set_needs_the_lock(
+    make_client: Any, cluster: str
+) -> None:
+    """A claim without the lock that sees the set in format 1 (or none) withdraws: the
+    agent claims again, with the lock."""
+    holder = make_client()
+    path = ClusterLayout(cluster).primary
+    holder.create(path, encode_primary(PrimaryRecord("n1", 1), None), ephemeral=True, makepath=True)
+    a = Contender(make_client(), cluster, "a", lock=False)  # its context: no set at all
+    a.contend()
+    poll_until(lambda: a.ended != [], 5, "the claim withdrawn")
+    assert a.ended == ["the lock is needed: the in-sync set is in ZooKeeper format 1"]
+    assert not a.led.is_set()

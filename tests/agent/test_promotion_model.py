@@ -376,9 +376,10 @@ class PromotionModel(RuleBasedStateMachine):
         self.promote_broker(node, taken.epoch, taken.expect)
         agent.promoted = taken.epoch
 
-    def old_agent_promotes(self, node: str) -> None:
+    def old_agent_promotes(self, _node: str) -> None:
         """A step of an agent of 0.1.0: the lock; the epoch; the set (format 1, conditional); the
         broker promoted; then the primary record (NodeExists: it fences its broker)."""
+        node = next((n for n in NODES if self.agents[n].old), NODES[0])
         agent, broker = self.agents[node], self.brokers[node]
         if not agent.old or not self.live(node) or agent.promoted or broker.state == "down":
             return
@@ -419,14 +420,13 @@ class PromotionModel(RuleBasedStateMachine):
         except KazooException:
             pass
 
-    def hand_commit(self, node: str) -> None:
+    def hand_commit(self, _node: str) -> None:
         """``qpid-ha in-sync --commit --members <the set ZooKeeper holds>`` on the primary."""
-        broker, agent = self.brokers[node], self.agents[node]
-        if broker.state != "active" or agent.client is None:
-            return
         read = read_in_sync(self.zk.connect(), CLUSTER)
-        if read is not None and read.record.epoch == broker.epoch:
-            BrokerPort(self, broker).commit_in_sync(broker.epoch, sorted(read.record.broker_ids))
+        for broker in self.primaries():
+            if read is not None and read.record.epoch == broker.epoch:
+                members = sorted(read.record.broker_ids)
+                BrokerPort(self, broker).commit_in_sync(broker.epoch, members)
 
     def crash_broker(self, node: str) -> None:
         self.brokers[node].state = "down"
