@@ -5,8 +5,9 @@ Three nodes (agent supervising its broker; ``--session-timeout 4 --check-interva
 the defaults) on a standalone ZooKeeper of the tests (``tickTime=100``). Each cycle waits
 for a settled cluster, SIGKILLs the primary's agent and broker together (a node lost: the
 record goes only when ZooKeeper expires the dead session), and times, from a watching
-client, the deletion of ``/qpid-ha/<cluster>/primary`` and the creation of the next one.
-The killed node is started again before the next cycle.
+client, the deletion of ``/qpid-ha/<cluster>/primary`` and the creation of the next one,
+and from the agents' logs the new primary's ``agent_promoted`` (its broker answered the
+promotion). The killed node is started again before the next cycle.
 
 ``--source DIR`` runs the agents (and brokers) of another tree (e.g. main's, exported with
 ``git archive``) through PYTHONPATH: the before/after comparison of docs/agent.md.
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -64,6 +66,10 @@ class RecordWatch:
                 self.deleted.append(time.time())
         threading.Thread(target=self._arm, daemon=True).start()
 
+    def gone_after(self, since: float) -> float | None:
+        with self.lock:
+            return next((t for t in self.deleted if t >= since), None)
+
     def gap_after(self, since: float) -> float | None:
         """Seconds from the first deletion after ``since`` (wall clock) to the next
         creation."""
@@ -73,6 +79,17 @@ class RecordWatch:
                 return None
             back = next((t for t in sorted(self.created) if t >= gone - 0.05), None)
         return None if back is None else max(0.0, back - gone)
+
+
+def promoted_after(cluster: AgentCluster, since: float) -> float | None:
+    """Wall-clock time of the first ``agent_promoted`` logged after ``since``."""
+    times = [
+        datetime.fromisoformat(event["ts"].replace("Z", "+00:00")).timestamp()
+        for node in cluster.nodes
+        for event in node.agent_events()
+        if event.get("event") == "agent_promoted"
+    ]
+    return min((t for t in times if t >= since), default=None)
 
 
 def main() -> int:
@@ -89,6 +106,7 @@ def main() -> int:
     watcher = KazooClient(hosts=server.hosts, timeout=10.0)
     watcher.start(timeout=10)
     gaps: list[float] = []
+    promoted: list[float] = []
     try:
         defaults = ("--check-interval=0.5",)  # after the harness's 0.1: the default wins
         cluster.start(*defaults, session_timeout=4.0)
@@ -107,20 +125,33 @@ def main() -> int:
                 return watch.gap_after(since) is not None
 
             poll_until(taken_over, 30, "a new primary record")
-            gap = watch.gap_after(since)
-            assert gap is not None
+            gap, gone = watch.gap_after(since), watch.gone_after(since)
+            assert gap is not None and gone is not None
+
+            def logged(gone: float = gone) -> bool:
+                return promoted_after(cluster, gone) is not None
+
+            poll_until(logged, 30, "agent_promoted")
+            serving = (promoted_after(cluster, gone) or gone) - gone
             gaps.append(gap)
-            print(f"cycle {cycle + 1}: record gone -> new record {gap * 1000:.0f} ms", flush=True)
+            promoted.append(serving)
+            print(
+                f"cycle {cycle + 1}: record gone -> new record {gap * 1000:.0f} ms,"
+                f" -> agent_promoted {serving * 1000:.0f} ms",
+                flush=True,
+            )
             cluster.start_node(primary, *defaults, session_timeout=4.0)
     finally:
         cluster.stop()
         watcher.stop()
         watcher.close()
         server.stop()
-    print(
-        f"takeover gap over {len(gaps)} cycles: median {statistics.median(gaps) * 1000:.0f} ms,"
-        f" min {min(gaps) * 1000:.0f}, max {max(gaps) * 1000:.0f}"
-    )
+    for what, values in (("new record", gaps), ("agent_promoted", promoted)):
+        print(
+            f"record gone -> {what} over {len(values)} cycles: median"
+            f" {statistics.median(values) * 1000:.0f} ms, min {min(values) * 1000:.0f},"
+            f" max {max(values) * 1000:.0f}"
+        )
     return 0
 
 
