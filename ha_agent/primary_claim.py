@@ -161,6 +161,14 @@ class PrimaryClaim:
         term.thread.start()
         return True
 
+    def wake(self) -> None:
+        """Ask the takeover rule again now (a rule whose answer changes with time, e.g. a
+        grant that lapses, calls it when it may; else the claim asks on the primary
+        record's changes and every :data:`RECHECK` seconds)."""
+        term = self._term
+        if term is not None:
+            term.wake.set()
+
     def contenders(self) -> list[str]:
         """Node names of the election lock's contenders, the holder first (reads
         ZooKeeper; only claims with the lock are there)."""

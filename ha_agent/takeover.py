@@ -24,6 +24,12 @@ answers ``Takeover(True, replace=view.old, ...)`` for a record still there; comb
 read (never a ``setData`` on the dead session's node, whose expiry would delete the new
 record), so a record that changed since fails the transaction, and nothing else changes.
 
+Who asks: the claim's thread (:class:`ha_agent.primary_claim.PrimaryClaim`, whenever the
+primary record changes, every second, and on :meth:`~ha_agent.primary_claim.PrimaryClaim.wake`)
+and the agent's loop thread just before the multi-op
+(:meth:`ha_agent.in_sync_keeper.InSyncKeeper.take`, with the record it deletes). A rule is
+thread-safe and quick (an answer from the broker's liveness thread, not its event loop).
+
 No I/O; raises nothing.
 """
 
