@@ -169,9 +169,9 @@ def test_a_promotion_whose_answer_was_lost_is_read_back_as_committed(
 ) -> None:
     client = KazooClient(
         hosts=own_zookeeper.hosts,
-        timeout=10.0,  # outlives the restart: the same session, its ephemerals kept
+        timeout=40.0,  # outlives the restart, even on a loaded machine: the same session
         connection_retry=dict(FAST_RECONNECT),
-        command_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5, "deadline": 20},
+        command_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5, "deadline": 60},
     )
     client.start(timeout=10)
     try:
