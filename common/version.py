@@ -36,8 +36,11 @@ __version__ = "0.1.0"
 #: (broker.ha.link_format).
 REPLICATION_FORMATS = FormatRange(1, 3)
 
-#: The ZooKeeper formats this agent reads (and writes, the highest every member speaks).
-ZOOKEEPER_FORMATS = FormatRange(1, 1)
+#: The ZooKeeper formats this agent reads (and writes, the highest every member speaks): 1,
+#: the records of release 0.1.0; 2, the same records, an in-sync record at version 2 telling
+#: that promotions are decided by a ZooKeeper multi-op without the election lock
+#: (ha_agent.promotion_txn; docs/agent.md, "Promotion by one transaction").
+ZOOKEEPER_FORMATS = FormatRange(1, 2)
 
 #: The store formats this broker reads (it writes the highest): 1, release 0.1.0's records;
 #: 2, configuration records whose arguments come back exactly (broker.store.records). A
@@ -60,7 +63,7 @@ def replication_formats() -> FormatRange:
 
 
 def version_line(program: str) -> str:
-    """``qpidd 0.1.0 (replication formats 1-3, zookeeper format 1, store formats 1-2)``: one
+    """``qpidd 0.1.0 (replication formats 1-3, zookeeper formats 1-2, store formats 1-2)``: one
     line for --version."""
     formats = (
         f"replication {REPLICATION_FORMATS}, zookeeper {ZOOKEEPER_FORMATS}, store {STORE_FORMATS}"

@@ -13,9 +13,10 @@ Every ``check_interval`` (and at once on any event) the loop
 3. reads the members, the primary record and the in-sync set from ZooKeeper and publishes
    its own member record when it changed;
 4. asks :func:`~ha_agent.promotion.decide` what to do, logs why when that changes, and
-   carries out the actions: contend / withdraw (kazoo's Election recipe), promote (next
-   epoch from ZooKeeper, the in-sync set at that epoch, ``POST /api/ha/promote``, then the
-   primary record), take the virtual IP, fence, watchdog kill.
+   carries out the actions: contend / withdraw (a claim that waits for the takeover rule,
+   :mod:`ha_agent.primary_claim`), promote (one ZooKeeper multi-op: the next epoch, the
+   in-sync set at that epoch and the primary record; then ``POST /api/ha/promote``), take
+   the virtual IP, fence, watchdog kill.
 
 The agent owns its parts and calls them (the fencer calls back only to reset the broker's
 watch): its settings (:mod:`ha_agent.settings`); the in-sync set, kept on the primary's node
@@ -84,7 +85,6 @@ from common.version import REPLICATION_FORMATS
 from ha_agent.agent_hints import AgentHints
 from ha_agent.agent_report import AgentReport
 from ha_agent.broker_check import BrokerCheck, LivenessView
-from ha_agent.election import LeaderElection
 from ha_agent.epoch_counter import cover_epoch
 from ha_agent.fencer import Fencer
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
@@ -92,12 +92,14 @@ from ha_agent.in_sync_keeper import InSyncKeeper
 from ha_agent.local_broker import LocalBroker
 from ha_agent.member_formats import MemberFormats
 from ha_agent.membership import Member, MemberPublisher, read_members
+from ha_agent.primary_claim import PrimaryClaim
 from ha_agent.primary_record import delete_primary, read_primary
 from ha_agent.promoter import Promoter
 from ha_agent.promotion import Action, BrokerView, ClusterView, PrimaryRecord, Step, decide
-from ha_agent.session_grant import GrantProbe, judge_grant
+from ha_agent.session_grant import GrantProbe, log_grant
 from ha_agent.settings import AgentSettings
 from ha_agent.supervisor import BrokerSupervisor
+from ha_agent.takeover import TakeoverRule
 from ha_agent.vip import VirtualIp
 from ha_agent.zk_auth import zk_security
 from ha_agent.zk_connect import connect_until_stopped
@@ -115,9 +117,10 @@ CONNECTION_RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay":
 class Agent:
     """See the module docstring. :meth:`run` until :meth:`stop`."""
 
-    def __init__(self, settings: AgentSettings) -> None:
+    def __init__(self, settings: AgentSettings, takeover: TakeoverRule | None = None) -> None:
         settings.check()
         self.settings = settings
+        self.takeover = takeover  # None: the old primary's record gone (ha_agent.takeover)
         self.broker_check = BrokerCheck(  # its own broker: refuses promotions by hand
             settings.broker, timeout=min(2.0, settings.check_interval * 4), agent=settings.node
         )
@@ -131,7 +134,7 @@ class Agent:
         self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._stop = threading.Event()
         self.client: Any = None
-        self.election: LeaderElection | None = None
+        self.election: PrimaryClaim | None = None
         self.watcher: SessionWatcher | None = None
         self.publisher: MemberPublisher | None = None
         #: the epoch ZooKeeper's counter is known to have reached (its broker's checked)
@@ -223,11 +226,15 @@ class Agent:
                 return 2 if self.refusal else 0
             guard = SessionGuard(granted)
             self.watcher = SessionWatcher(self.client, guard, self._session_fenced).start()
-            self.promoter = Promoter(s, self.client, self.broker_check, self.in_sync_keeper, guard)
-            self.election = LeaderElection(
+            keeper = self.in_sync_keeper
+            checker = self.broker_check
+            self.promoter = Promoter(s, self.client, checker, keeper, guard, self.takeover)
+            self.election = PrimaryClaim(  # the promotion's multi-op decides, not a lock
                 self.client,
                 s.cluster,
                 s.node,
+                self.promoter.takeover,
+                lambda: (keeper.in_sync, self.members),
                 on_leading=lambda: self.events.put(("won", None)),
                 on_ended=lambda reason: self.events.put(("ended", reason)),
             )
@@ -281,19 +288,8 @@ class Agent:
 
     def _judge(self, granted: float) -> bool:
         """Log the grant; False (and :attr:`refusal`) when it is too far from the request."""
-        judgement = judge_grant(self.settings.session_timeout, granted)
-        if judgement.refusal:
-            self.refusal = judgement.refusal
-            _log.error(
-                "zookeeper_session_refused",
-                requested=judgement.requested,
-                granted=judgement.granted,
-                reason=judgement.refusal,
-            )
-            return False
-        level = _log.warning if judgement.differs else _log.info
-        level("zookeeper_session_granted", requested=judgement.requested, granted=granted)
-        return True
+        self.refusal = log_grant(self.settings.session_timeout, granted)
+        return not self.refusal
 
     def _zookeeper_state(self, state: str) -> bool:
         """kazoo's listener (its thread, never blocks): note when a connection is
@@ -555,8 +551,8 @@ class Agent:
     def _resign(self) -> None:
         election = self.election
         assert election is not None
-        if self.promoted_epoch is not None:
-            with contextlib.suppress(KazooException, KazooTimeoutError):
+        if self.promoted_epoch is not None or election.leading:  # its multi-op may have
+            with contextlib.suppress(KazooException, KazooTimeoutError):  # recorded it
                 delete_primary(self.client, self.settings.cluster)
         self.promoted_epoch = None
         self.broker.resigned()
@@ -567,8 +563,9 @@ class Agent:
         promoter = self.promoter
         assert promoter is not None and self.cluster_view is not None
         self.broker.promoting(view.pid)  # before the request: a fence meanwhile means it
-        promotion = promoter.promote(view, reason, self.cluster_view)
         election = self.election
+        locked = election is not None and election.locked
+        promotion = promoter.promote(view, reason, self.cluster_view, locked)
         if promotion.epoch is not None and election is not None and not election.leading:
             # The term ended while the promotion ran (the session expired during a ZooKeeper
             # outage): the broker was promoted and recorded by a leader that no longer

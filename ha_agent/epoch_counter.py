@@ -48,6 +48,7 @@ __all__ = [
     "cover_epoch",
     "next_epoch",
     "raise_epoch",
+    "read_counter",
     "read_epoch",
 ]
 
@@ -80,6 +81,13 @@ def _read_or_create(client: Any, path: str) -> tuple[int, int]:
                 client.retry(client.create, path, b"0", makepath=True)
             continue
         return _parse(path, data), int(stat.version)
+
+
+def read_counter(client: Any, cluster: str) -> tuple[int, int]:
+    """(the last epoch handed out, the counter znode's version), creating it at 0 when
+    absent: a promotion's multi-op sets it at that version (:mod:`ha_agent.promotion_txn`),
+    a change of the in-sync set checks it."""
+    return _read_or_create(client, ClusterLayout(cluster).epoch)
 
 
 def raise_epoch(client: Any, cluster: str, epoch: int) -> int:

@@ -4,7 +4,7 @@
 
 kazoo reports LOST only once it reconnects and hears that the session expired; a leader cut
 off from ZooKeeper can stay SUSPENDED for ever while the others, seeing its session expire,
-elect a new leader (:mod:`ha_agent.election`). So a leader must stop acting as one *before*
+elect a new leader (:mod:`ha_agent.primary_claim`). So a leader must stop acting as one *before*
 its session can expire. Two pieces:
 
 :class:`SessionGuard`

@@ -64,7 +64,7 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from ha_agent.promotion import InSyncMember, InSyncRecord
-from ha_agent.zk_commit import create_absent, set_if_version
+from ha_agent.zk_commit import Op, commit_multi, create_absent, holds, set_if_version
 from ha_agent.zk_format import WRITTEN_FORMAT, ZkFormatError, record_format
 from ha_agent.zk_layout import ClusterLayout
 
@@ -109,20 +109,25 @@ class InSyncEpochError(Exception):
 
 @dataclass(frozen=True)
 class VersionedInSync:
-    """A record as read, with the znode version a conditional write must name."""
+    """A record as read, with the znode version a conditional write must name and the
+    ZooKeeper format it was written in (2: every member spoke format 2 when it was first
+    so written, and promotions are decided without the election lock:
+    :func:`ha_agent.promotion_txn.needs_lock`)."""
 
     record: InSyncRecord
     version: int
+    format: int = 1
 
 
-def encode_in_sync(record: InSyncRecord) -> bytes:
-    """The znode's content: compact JSON, keys sorted, members sorted by broker id."""
+def encode_in_sync(record: InSyncRecord, format_: int = IN_SYNC_SCHEMA) -> bytes:
+    """The znode's content: compact JSON, keys sorted, members sorted by broker id, in
+    ZooKeeper format ``format_`` (1 or 2: the same fields)."""
     members = [
         {"broker_id": m.broker_id, "node": m.node, "url": m.url, "store_id": m.store_id}
         for m in sorted(record.members, key=lambda m: m.broker_id)
     ]
     body = {
-        "version": IN_SYNC_SCHEMA,
+        "version": format_,
         "epoch": record.epoch,
         "members": members,
         "primary_store_id": record.primary_store_id,
@@ -134,6 +139,11 @@ def encode_in_sync(record: InSyncRecord) -> bytes:
 
 def decode_in_sync(data: bytes | None) -> InSyncRecord:
     """Parse a znode's content; InSyncRecordError naming what is wrong."""
+    return _decode(data)[0]
+
+
+def _decode(data: bytes | None) -> tuple[InSyncRecord, int]:
+    """The record and its ZooKeeper format."""
     try:
         body = json.loads(data or b"")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -141,7 +151,7 @@ def decode_in_sync(data: bytes | None) -> InSyncRecord:
     if not isinstance(body, dict):
         raise InSyncRecordError(f"not a JSON object: {type(body).__name__}")
     try:
-        record_format(body, "the in-sync record")
+        found = record_format(body, "the in-sync record")
     except ZkFormatError as exc:
         raise InSyncFormatError(str(exc), exc.found) from None
     except ValueError as exc:
@@ -165,7 +175,7 @@ def decode_in_sync(data: bytes | None) -> InSyncRecord:
     primary_node = body.get("primary_node", "")
     if not isinstance(primary_node, str):
         raise InSyncRecordError(f"primary_node must be a string: {primary_node!r}")
-    return InSyncRecord(epoch, tuple(parsed), primary_store, primary_node)
+    return InSyncRecord(epoch, tuple(parsed), primary_store, primary_node), found
 
 
 def read_in_sync(client: Any, cluster: str) -> VersionedInSync | None:
@@ -176,28 +186,54 @@ def read_in_sync(client: Any, cluster: str) -> VersionedInSync | None:
     except NoNodeError:
         return None
     try:
-        record = decode_in_sync(data)
+        record, found = _decode(data)
     except InSyncFormatError as exc:
         raise InSyncFormatError(f"{path}: {exc}", exc.found) from None
     except InSyncRecordError as exc:
         raise InSyncRecordError(f"{path}: {exc}") from None
-    return VersionedInSync(record, int(stat.version))
+    return VersionedInSync(record, int(stat.version), found)
 
 
 def write_in_sync(
-    client: Any, cluster: str, record: InSyncRecord, read: VersionedInSync | None
+    client: Any,
+    cluster: str,
+    record: InSyncRecord,
+    read: VersionedInSync | None,
+    format_: int = IN_SYNC_SCHEMA,
+    epoch_version: int | None = None,
 ) -> VersionedInSync:
     """Commit ``record`` if the znode is still as ``read`` (None: absent) and its epoch is
     not newer than ``record.epoch``; returns what is now committed (with its version).
+
+    ``epoch_version``: the epoch counter's znode version the writer read; the write is then
+    one multi-op with a check of it (issue 26: a change of the set commits only while no
+    promotion took an epoch since the writer read), ``MultiConflict`` otherwise.
 
     A ``set`` (or ``create``) that the client's retry sent again after a lost answer and
     that failed for its own commit is read back and taken as committed
     (:mod:`ha_agent.zk_commit`): only a write that lost to another raises.
     """
-    path = ClusterLayout(cluster).in_sync
-    data = encode_in_sync(record)
-    if read is None:
-        return VersionedInSync(record, create_absent(client, path, data))  # or NodeExists
-    if read.record.epoch > record.epoch:
+    layout = ClusterLayout(cluster)
+    path = layout.in_sync
+    data = encode_in_sync(record, format_)
+    if read is not None and read.record.epoch > record.epoch:
         raise InSyncEpochError(read.record.epoch, record.epoch)
-    return VersionedInSync(record, set_if_version(client, path, data, read.version))
+    if epoch_version is not None:
+        write = (
+            Op("create", path, data)
+            if read is None
+            else Op("set", path, data, version=read.version)
+        )
+        results = commit_multi(
+            client,
+            [Op("check", layout.epoch, version=epoch_version), write],
+            lambda: holds(client, path, data) is not None,
+        )
+        if not results:  # its answer lost, found committed: its version as read back
+            version = holds(client, path, data)
+        else:
+            version = 0 if read is None else int(results[1].version)
+        return VersionedInSync(record, -1 if version is None else version, format_)
+    if read is None:
+        return VersionedInSync(record, create_absent(client, path, data), format_)
+    return VersionedInSync(record, set_if_version(client, path, data, read.version), format_)

@@ -50,7 +50,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from broker.management.client import ManagementError
 from ha_agent.broker_check import BrokerCheck, PromoteRefused
-from ha_agent.epoch_counter import next_epoch
+from ha_agent.epoch_counter import read_counter
 from ha_agent.in_sync import (
     InSyncEpochError,
     InSyncFormatError,
@@ -60,21 +60,26 @@ from ha_agent.in_sync import (
     write_in_sync,
 )
 from ha_agent.membership import Member
+from ha_agent.primary_record import encode_primary, read_primary_versioned
 from ha_agent.promotion import (
     BrokerInSync,
     BrokerView,
     ClusterView,
     InSyncMember,
     InSyncRecord,
+    PrimaryRecord,
     eligibility,
     isr_update,
     known_gone,
     promotion_in_sync,
     releasable,
 )
+from ha_agent.promotion_txn import PromotionConflict, commit_promotion, needs_lock, set_format
+from ha_agent.takeover import TakeoverRule, TakeoverView
+from ha_agent.zk_commit import MultiConflict
 from ha_agent.zk_layout import ClusterLayout
 
-__all__ = ["InSyncKeeper", "Taken"]
+__all__ = ["InSyncKeeper", "PromotionRequest", "Taken"]
 
 _log = structlog.get_logger("ha_agent.in_sync_keeper", component="agent")
 
@@ -149,15 +154,18 @@ class InSyncKeeper:
         (nothing is known committed then). ``store_id``: the primary broker's store."""
         old = None if read is None else read.record
         ids = isr_update(old, broker, members)
+        format_ = set_format(members, read)  # 2 once every member speaks it, then for good
         if ids is None:
             assert old is not None and read is not None
             # Same set; name a member recorded before its agent published its broker id
-            # and store id (this write changes no member).
+            # and store id, or write it in the format the members speak now (this write
+            # changes no member).
             named = tuple(_named(m, broker, members) for m in old.members)
-            if (named, old.primary_store_id, old.primary_node) == (
+            if (named, old.primary_store_id, old.primary_node, read.format) == (
                 old.members,
                 store_id,
                 self.node,
+                format_,
             ):
                 return read
             ids = tuple(sorted(old.broker_ids))
@@ -171,8 +179,12 @@ class InSyncKeeper:
                 self.node,
             )
         try:
-            committed = write_in_sync(self.client, self.cluster, record, read)
-        except (BadVersionError, NodeExistsError, InSyncEpochError) as exc:
+            # checked against the epoch counter too: no promotion took an epoch since
+            _, epoch_version = read_counter(self.client, self.cluster)
+            committed = write_in_sync(
+                self.client, self.cluster, record, read, format_, epoch_version=epoch_version
+            )
+        except (BadVersionError, NodeExistsError, InSyncEpochError, MultiConflict) as exc:
             _log.warning("in_sync_conflict", reason=repr(exc))
             return None
         before = set() if old is None else old.broker_ids
@@ -215,15 +227,21 @@ class InSyncKeeper:
             )
 
     # -- this agent is about to promote its broker ------------------------------------
-    def take(self, view: BrokerView, cluster_view: ClusterView) -> Taken | None:
+    def take(
+        self,
+        view: BrokerView,
+        cluster_view: ClusterView,
+        promotion: PromotionRequest,
+    ) -> Taken | None:
         """Before a promotion: read the in-sync set, check eligibility against it (with
         ``cluster_view``, the one the loop last decided on, given this broker ``view`` and
-        the set just read), take the next epoch and commit the set at that epoch
-        (conditionally on the version read). Returns the epoch, the broker ids the new
-        primary must expect and, for a joining broker whose store the set read names, that
-        store (:class:`Taken`); None (logged) when this broker may not be promoted after all
-        or the write lost a race. kazoo's connection errors propagate (nothing promoted
-        yet)."""
+        the set just read), ask the takeover rule about the primary record, and commit the
+        promotion as one multi-op (:func:`~ha_agent.promotion_txn.commit_promotion`: the
+        next epoch, the set at that epoch, the primary record). Returns the epoch, the
+        broker ids the new primary must expect and, for a joining broker whose store the
+        set read names, that store (:class:`Taken`); None (logged) when this broker may not
+        be promoted after all or the multi-op lost. kazoo's connection errors propagate
+        (nothing promoted yet)."""
         read = self.read()
         fresh = replace(
             cluster_view,
@@ -235,20 +253,48 @@ class InSyncKeeper:
         if not eligible:
             _log.info("election_withdraw", reason=f"won the election, but {why}")
             return None
+        members = cluster_view.members
+        if not promotion.locked and needs_lock(read):
+            _log.info(
+                "election_withdraw",
+                reason="won without the election lock, but the in-sync set is not in"
+                " ZooKeeper format 2 (an agent of 0.1.0 may promote): contending with the lock",
+            )
+            return None
+        old_primary = read_primary_versioned(self.client, self.cluster)
+        takeover = promotion.rule.may_take_over(
+            TakeoverView(old_primary, None if read is None else read.record, members)
+        )
+        if not takeover.allowed:
+            _log.info("election_withdraw", reason=f"won the election, but {takeover.reason}")
+            return None
         # Above every epoch a member reports too: a broker promoted outside the agents
         # (qpid-ha --cluster-manager promote) took one the counter never issued, and two
         # primaries of one epoch would number their messages alike (epoch << 40).
-        seen = max((m.epoch for m in cluster_view.members.values()), default=0)
-        epoch = next_epoch(self.client, self.cluster, minimum=max(view.epoch, seen) + 1)
-        _log.info("epoch_taken", new_epoch=epoch, reason=why)
+        seen = max((m.epoch for m in members.values()), default=0)
+        minimum = max(view.epoch, seen) + 1
+        counter = read_counter(self.client, self.cluster)
+        epoch = max(counter[0] + 1, minimum)
         old = None if read is None else read.record
         record = InSyncRecord(epoch, promotion_in_sync(old, view), view.store_id, self.node)
+        primary = encode_primary(PrimaryRecord(self.node, epoch, view.url), promotion.vip)
         try:
-            committed = write_in_sync(self.client, self.cluster, record, read)
-        except (BadVersionError, NodeExistsError, InSyncEpochError) as exc:
-            _log.warning("in_sync_conflict", reason=repr(exc), new_epoch=epoch)
+            committed = commit_promotion(
+                self.client,
+                self.cluster,
+                counter=counter,
+                minimum=minimum,
+                read=read,
+                record=record,
+                format_=set_format(members, read),
+                primary=primary,
+                replace=takeover.replace,
+            )
+        except (PromotionConflict, InSyncEpochError) as exc:
+            _log.warning("promotion_conflict", reason=str(exc), new_epoch=epoch)
             return None
         self.in_sync = committed
+        _log.info("epoch_taken", new_epoch=epoch, reason=f"{why}; {takeover.reason}")
         _log.info(
             "in_sync_changed",
             added=[],
@@ -263,6 +309,17 @@ class InSyncKeeper:
             else None
         )
         return Taken(epoch, sorted(record.broker_ids), named)
+
+
+@dataclass(frozen=True)
+class PromotionRequest:
+    """How a promotion is asked for: the takeover ``rule`` (:mod:`ha_agent.takeover`),
+    whether the claim holds kazoo's election lock (``locked``), and the virtual IP the
+    primary record names."""
+
+    rule: TakeoverRule
+    locked: bool
+    vip: str | None = None
 
 
 @dataclass(frozen=True)

@@ -32,18 +32,27 @@ import structlog
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from ha_agent.promotion import PrimaryRecord
+from ha_agent.takeover import OldPrimary
 from ha_agent.zk_commit import set_if_version
 from ha_agent.zk_format import WRITTEN_FORMAT, ZkFormatError, record_format
 from ha_agent.zk_layout import ClusterLayout
 
-__all__ = ["delete_primary", "read_primary", "write_primary"]
+__all__ = [
+    "delete_primary",
+    "encode_primary",
+    "read_primary",
+    "read_primary_versioned",
+    "session_id",
+    "write_primary",
+]
 
 RECORD_VERSION = WRITTEN_FORMAT
 
 _log = structlog.get_logger("ha_agent.primary_record", component="agent")
 
 
-def _encode(record: PrimaryRecord, vip: str | None) -> bytes:
+def encode_primary(record: PrimaryRecord, vip: str | None) -> bytes:
+    """The record's bytes (canonical JSON: a promotion's read-back compares them)."""
     body: dict[str, Any] = {"version": RECORD_VERSION, **asdict(record), "vip": vip}
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
@@ -89,7 +98,25 @@ def read_primary(client: Any, cluster: str) -> PrimaryRecord | None:
     return None if decoded is None else decoded[0]
 
 
-def _session_id(client: Any) -> int | None:
+def read_primary_versioned(client: Any, cluster: str) -> OldPrimary | None:
+    """The primary record with its znode version and owning session (None: none), for a
+    takeover (:mod:`ha_agent.takeover`); a record that cannot be parsed has ``record``
+    None, one of a format this agent cannot read raises ZkFormatError."""
+    path = ClusterLayout(cluster).primary
+    try:
+        data, stat = client.retry(client.get, path)
+    except NoNodeError:
+        return None
+    try:
+        decoded = decode_primary(data)
+    except ZkFormatError as exc:
+        raise exc.at(path) from None
+    record = None if decoded is None else decoded[0]
+    return OldPrimary(record, int(stat.version), int(stat.ephemeralOwner))
+
+
+def session_id(client: Any) -> int | None:
+    """This client's ZooKeeper session id (None before it has one)."""
     client_id = client.client_id
     return None if client_id is None else int(client_id[0])
 
@@ -97,14 +124,14 @@ def _session_id(client: Any) -> int | None:
 def write_primary(client: Any, cluster: str, record: PrimaryRecord, vip: str | None = None) -> None:
     """Record ``record`` as the primary, ephemeral to this client's session."""
     path = ClusterLayout(cluster).primary
-    data = _encode(record, vip)
+    data = encode_primary(record, vip)
     try:
         client.retry(client.create, path, data, ephemeral=True, makepath=True)
         return
     except NodeExistsError:
         pass
     _, stat = client.retry(client.get, path)
-    if stat.ephemeralOwner != _session_id(client):
+    if stat.ephemeralOwner != session_id(client):
         raise NodeExistsError(f"{path} is held by session {stat.ephemeralOwner:#x}")
     set_if_version(client, path, data, int(stat.version))  # its own, retried: committed
 
@@ -114,7 +141,7 @@ def delete_primary(client: Any, cluster: str) -> bool:
     path = ClusterLayout(cluster).primary
     try:
         _, stat = client.retry(client.get, path)
-        if stat.ephemeralOwner != _session_id(client):
+        if stat.ephemeralOwner != session_id(client):
             return False
         client.retry(client.delete, path, version=stat.version)
     except NoNodeError:

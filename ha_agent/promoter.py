@@ -5,12 +5,14 @@
 :meth:`Promoter.promote` carries out :attr:`~ha_agent.promotion.Step.PROMOTE`, in this
 order:
 
-1. the in-sync set (:meth:`~ha_agent.in_sync_keeper.InSyncKeeper.take`): eligibility
-   re-checked against a fresh read, the next epoch from ZooKeeper, the set written at that
-   epoch (conditionally);
+1. the promotion's multi-op (:meth:`~ha_agent.in_sync_keeper.InSyncKeeper.take`):
+   eligibility re-checked against a fresh read, the takeover rule asked
+   (:mod:`ha_agent.takeover`), then one ZooKeeper transaction commits the next epoch, the
+   in-sync set at that epoch and the ephemeral primary record
+   (:mod:`ha_agent.promotion_txn`): this, not the election lock, decides the promotion;
 2. ``POST /api/ha/promote`` with that epoch, the lease and the members to expect, within
-   the lease (at most :data:`PROMOTE_TIMEOUT`);
-3. the primary record (:mod:`ha_agent.primary_record`).
+   the lease (at most :data:`PROMOTE_TIMEOUT`). The primary record is already there: the
+   agent deletes it when it resigns or fences (a broker that refused stays a backup).
 
 It returns a :class:`Promotion` saying what came of it; the agent carries that out (record
 the epoch, resign, or fence), the way :func:`~ha_agent.promotion.decide` returns actions.
@@ -30,9 +32,8 @@ Error Handling
   is logged (``promotion_refused``): resign.
 - A promotion call with no answer is logged (``promotion_failed``): the broker may yet
   become primary after this agent resigned, beside the next one: fence it.
-- ZooKeeper errors are logged (``promotion_failed``; ``primary_record_conflict`` when
-  another primary record exists): fence when the broker was promoted (it must not serve
-  unrecorded), else resign.
+- ZooKeeper errors and a multi-op that lost (``promotion_conflict``) are logged: resign;
+  nothing was promoted.
 - A lease renewal that fails is logged (``lease_renewal_failed``) and tried at the next
   check; a lease that has run out is the session guard's to fence.
 """
@@ -44,17 +45,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from broker.management.client import ManagementError
 from common.log import set_log_context
 from ha_agent.broker_check import BrokerCheck, PromoteRefused
 from ha_agent.fencing import SessionGuard
-from ha_agent.in_sync_keeper import InSyncKeeper
-from ha_agent.primary_record import write_primary
-from ha_agent.promotion import BrokerView, ClusterView, PrimaryRecord
+from ha_agent.in_sync_keeper import InSyncKeeper, PromotionRequest
+from ha_agent.promotion import BrokerView, ClusterView
 from ha_agent.settings import AgentSettings
+from ha_agent.takeover import OldPrimaryGone, TakeoverRule
 
 __all__ = ["PROMOTE_TIMEOUT", "Promoter", "Promotion"]
 
@@ -84,8 +85,11 @@ class Promoter:
         broker_check: BrokerCheck,
         keeper: InSyncKeeper,
         guard: SessionGuard,
+        takeover: TakeoverRule | None = None,
     ) -> None:
         self.settings = settings
+        #: when a candidate may take the primary record over (ha_agent.takeover)
+        self.takeover: TakeoverRule = takeover or OldPrimaryGone()
         self.client = client
         self.broker_check = broker_check
         self.keeper = keeper
@@ -96,13 +100,17 @@ class Promoter:
         #: (written by the loop or the lease thread; read by the loop)
         self.cluster_shutdown: str | None = None
 
-    def promote(self, view: BrokerView, reason: str, cluster_view: ClusterView) -> Promotion:
-        """Promote the broker seen in ``view`` (``cluster_view``: the one just decided on)."""
+    def promote(
+        self, view: BrokerView, reason: str, cluster_view: ClusterView, locked: bool
+    ) -> Promotion:
+        """Promote the broker seen in ``view`` (``cluster_view``: the one just decided on;
+        ``locked``: the claim holds kazoo's election lock)."""
         s = self.settings
         started = time.monotonic()
         answer: dict[str, Any] | None = None
         try:
-            taken = self.keeper.take(view, cluster_view)
+            request = PromotionRequest(self.takeover, locked, s.vip)
+            taken = self.keeper.take(view, cluster_view, request)
             if taken is None:
                 return Promotion()
             epoch = taken.epoch
@@ -125,20 +133,12 @@ class Promoter:
                 # beside the next one. Fence it (it restarts as a backup), then resign.
                 _log.warning("promotion_failed", reason=str(exc))
                 return Promotion(fence=f"promotion of unknown outcome: {exc}")
-            record = PrimaryRecord(s.node, epoch, view.url)
-            write_primary(self.client, s.cluster, record, s.vip)
         except PromoteRefused as exc:
             _log.warning("promotion_refused", reason=str(exc))
             return Promotion()
         except (KazooException, KazooTimeoutError) as exc:
-            if isinstance(exc, NodeExistsError):
-                _log.error("primary_record_conflict", reason=str(exc))
-            else:
-                _log.warning("promotion_failed", reason=repr(exc))
-            if answer is not None:
-                # promoted, but not recorded: another agent must not meet it serving
-                return Promotion(fence="promoted, but the primary record could not be written")
-            return Promotion()
+            _log.warning("promotion_failed", reason=repr(exc))
+            return Promotion()  # nothing promoted: the multi-op comes first
         set_log_context(epoch=epoch)
         _log.info(
             "agent_promoted",

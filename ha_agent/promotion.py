@@ -124,7 +124,7 @@ class ClusterView:
     broker: BrokerView | None  # None: the broker did not answer its last check
     members: Mapping[str, Member] = field(default_factory=dict)
     primary: PrimaryRecord | None = None
-    #: "idle", "contending", "leading" or "resigning" (ha_agent.election.Leadership)
+    #: "idle", "contending", "leading" or "resigning" (ha_agent.primary_claim.Leadership)
     leadership: str = "idle"
     #: True once this agent promoted its broker during the current leadership
     promoted: bool = False

@@ -88,6 +88,23 @@ def judge_grant(requested: float, granted: float) -> GrantJudgement:
     return GrantJudgement(requested, granted, refusal=why)
 
 
+def log_grant(requested: float, granted: float) -> str:
+    """Judge and log a grant (``zookeeper_session_granted``, a warning when it differs from
+    the request; ``zookeeper_session_refused``); the refusal ("" when it may be used)."""
+    judgement = judge_grant(requested, granted)
+    if judgement.refusal:
+        _log.error(
+            "zookeeper_session_refused",
+            requested=judgement.requested,
+            granted=judgement.granted,
+            reason=judgement.refusal,
+        )
+        return judgement.refusal
+    level = _log.warning if judgement.differs else _log.info
+    level("zookeeper_session_granted", requested=judgement.requested, granted=granted)
+    return ""
+
+
 class GrantProbe:
     """Reports the session timeout (seconds) of each connect answer of ``client`` to
     ``on_grant`` (kazoo's connection thread, before kazoo reports CONNECTED)."""

@@ -6,8 +6,12 @@
 Layout (docs: /work/shared/ARCHITECTURE.md, "ZooKeeper layout")::
 
     /qpid-ha/<cluster>/members/<node>   ephemeral, JSON member record (ha_agent.membership)
-    /qpid-ha/<cluster>/election/        kazoo Election (Lock) contenders (ha_agent.election)
+    /qpid-ha/<cluster>/election/        kazoo Election (Lock) contenders, taken while the
+                                        in-sync set is in ZooKeeper format 1
+                                        (ha_agent.primary_claim)
     /qpid-ha/<cluster>/primary          ephemeral, JSON: node, epoch, url of the primary
+                                        (created by a promotion's multi-op:
+                                        ha_agent.promotion_txn)
     /qpid-ha/<cluster>/epoch            the fencing epoch counter (ha_agent.epoch_counter)
     /qpid-ha/<cluster>/in-sync          persistent, JSON: the in-sync set (ha_agent.in_sync)
     /qpid-ha/<cluster>/hints/<node>     ephemeral, JSON: a backup's link to the primary is

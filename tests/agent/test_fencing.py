@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from kazoo.protocol.states import KazooState
 
 from common.polling import poll_until
-from ha_agent.election import LeaderElection
 from ha_agent.epoch_counter import next_epoch
 from ha_agent.fencing import Fence, GuardState, SessionGuard, SessionWatcher
+from ha_agent.primary_claim import PrimaryClaim
+from ha_agent.takeover import OldPrimaryGone
 from tests.agent.conftest import SESSION_TIMEOUT
 from tests.zookeeper import ZooKeeperEnsemble
 
@@ -216,8 +217,13 @@ def test_killing_the_zookeeper_leader_fences_nobody(
     fences = Fences()
     watcher = SessionWatcher(leader_client, SessionGuard(timeout), fences).start()
     led = threading.Event()
-    a = LeaderElection(leader_client, cluster, "a", led.set)
-    b = LeaderElection(other_client, cluster, "b", lambda: pytest.fail("b led"))
+    rule = OldPrimaryGone()
+
+    def context() -> tuple[None, dict[str, Any]]:
+        return None, {}
+
+    a = PrimaryClaim(leader_client, cluster, "a", rule, context, led.set)
+    b = PrimaryClaim(other_client, cluster, "b", rule, context, lambda: pytest.fail("b led"))
     try:
         a.contend()
         assert led.wait(5)

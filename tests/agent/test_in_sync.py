@@ -21,7 +21,7 @@ from ha_agent.in_sync import (
     read_in_sync,
     write_in_sync,
 )
-from ha_agent.in_sync_keeper import InSyncKeeper
+from ha_agent.in_sync_keeper import InSyncKeeper, PromotionRequest
 from ha_agent.membership import Member
 from ha_agent.promotion import (
     BrokerInSync,
@@ -38,6 +38,7 @@ from ha_agent.promotion import (
     promotion_in_sync,
     releasable,
 )
+from ha_agent.takeover import OldPrimaryGone
 from ha_agent.zk_layout import ClusterLayout
 
 
@@ -415,7 +416,7 @@ def test_the_record_round_trips_as_compact_sorted_json() -> None:
     [
         (b"", "not JSON"),
         (b"[]", "not a JSON object"),
-        (b'{"version":2,"epoch":1,"members":[]}', "in ZooKeeper format 2; this agent reads"),
+        (b'{"version":3,"epoch":1,"members":[]}', "in ZooKeeper format 3; this agent reads"),
         (b'{"version":1,"epoch":-1,"members":[]}', "epoch must be"),
         (b'{"version":1,"epoch":1,"members":{}}', "members must be a list"),
         (b'{"version":1,"epoch":1,"members":[{"node":"n2"}]}', "needs a broker_id"),
@@ -484,5 +485,5 @@ def test_a_promotion_takes_an_epoch_above_every_members(zk: Any, cluster: str) -
     broker = BrokerView("ready", epoch=3, broker_id="b")
     cluster_view = ClusterView(node="n2", broker=broker, members=members)
     keeper = InSyncKeeper(zk, cluster, broker_check=None)  # type: ignore[arg-type]
-    taken = keeper.take(broker, cluster_view)
+    taken = keeper.take(broker, cluster_view, PromotionRequest(OldPrimaryGone(), locked=True))
     assert taken is not None and taken.epoch == 5

@@ -48,7 +48,9 @@ def test_a_record_without_broker_id_reads_as_empty() -> None:
         b'{"version": 1, "node": "a", "broker_url": "u", "ha_state": "ready", "epoch": 2,'
         b' "store_status": "clean", "replication_position": 5}'
     )
-    expected = Member("a", "u", "ready", 2, "clean", 5, "", replication_formats="1-1")
+    expected = Member(
+        "a", "u", "ready", 2, "clean", 5, "", replication_formats="1-1", zookeeper_formats="1-1"
+    )
     assert Member.from_json(old) == expected  # and of a build before 0.1.0: format 1
 
 

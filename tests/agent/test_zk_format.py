@@ -44,8 +44,8 @@ OLD_HINT = b'{"epoch": 3, "node": "n2", "primary": "n1", "reason": "", "version"
 def test_a_record_without_a_version_is_format_1() -> None:
     assert record_format({}, "a record") == 1
     assert record_format({"version": 1}, "a record") == 1
-    with pytest.raises(ZkFormatError, match=r"^a record is in ZooKeeper format 2; this agent"):
-        record_format({"version": 2}, "a record")
+    with pytest.raises(ZkFormatError, match=r"^a record is in ZooKeeper format 3; this agent"):
+        record_format({"version": 3}, "a record")
     for bad in ("1", 0, True, None):
         with pytest.raises(ValueError, match="bad version"):
             record_format({"version": bad}, "a record")
@@ -63,25 +63,25 @@ def test_the_records_of_main_before_0_1_0_read_as_before() -> None:
 
 
 def newer(data: bytes) -> bytes:
-    return json.dumps({**json.loads(data), "version": 2}).encode()
+    return json.dumps({**json.loads(data), "version": 3}).encode()
 
 
 def test_a_record_of_a_newer_format_is_a_fault_not_garbage() -> None:
-    with pytest.raises(ZkFormatError, match="a member record is in ZooKeeper format 2"):
+    with pytest.raises(ZkFormatError, match="a member record is in ZooKeeper format 3"):
         Member.from_json(newer(OLD_MEMBER))
-    with pytest.raises(ZkFormatError, match="the primary record is in ZooKeeper format 2"):
+    with pytest.raises(ZkFormatError, match="the primary record is in ZooKeeper format 3"):
         decode_primary(newer(OLD_PRIMARY))  # not None: "no primary" would be a misreading
     with pytest.raises(InSyncFormatError) as info:
         decode_in_sync(newer(OLD_IN_SYNC))
-    assert isinstance(info.value, InSyncRecordError) and info.value.found == 2
-    with pytest.raises(ValueError, match="a link hint is in ZooKeeper format 2"):
+    assert isinstance(info.value, InSyncRecordError) and info.value.found == 3
+    with pytest.raises(ValueError, match="a link hint is in ZooKeeper format 3"):
         LinkHint.from_json(newer(OLD_HINT))  # left out of read_hints: a hint is advice
 
 
 def test_what_this_agent_writes_is_format_1_and_says_what_it_speaks() -> None:
     body = json.loads(Member("n1", "u").to_json())
     assert body["version"] == 1
-    assert (body["replication_formats"], body["zookeeper_formats"]) == ("1-2", "1-1")
+    assert (body["replication_formats"], body["zookeeper_formats"]) == ("1-2", "1-2")
 
 
 @st.composite
@@ -112,7 +112,7 @@ def test_a_member_of_main_before_0_1_0_speaks_format_1_only() -> None:
 
 
 def test_a_backup_s_agent_does_not_contend_while_it_cannot_read_the_cluster() -> None:
-    fault = "/qpid-ha/c/primary: the primary record is in ZooKeeper format 2; ..."
+    fault = "/qpid-ha/c/primary: the primary record is in ZooKeeper format 3; ..."
     ready = BrokerView("ready", epoch=1)
     assert decide(ClusterView(node="n1", broker=ready)).steps == (Step.CONTEND,)
     decision = decide(ClusterView(node="n1", broker=ready, format_error=fault))
@@ -152,6 +152,6 @@ def test_records_of_a_newer_format_in_a_real_zookeeper(zk: Any, cluster: str) ->
     assert str(member_fault).startswith(f"{layout.member('n2')}: a member record is in")
     with pytest.raises(ZkFormatError) as info:
         read_primary(zk, cluster)
-    assert info.value.path == layout.primary and info.value.found == 2
+    assert info.value.path == layout.primary and info.value.found == 3
     with pytest.raises(InSyncFormatError, match=f"^{layout.in_sync}: the in-sync record is in"):
         read_in_sync(zk, cluster)

@@ -1,0 +1,197 @@
+"""A promotion is one multi-op on a real ZooKeeper (issue 26, item 1).
+
+Two candidates that read the same state: one commits, the other's transaction applies
+nothing. A takeover deletes the old record and creates the new, ephemeral one: the old
+session's expiry then leaves the new record alone (a ``setData`` on the old node would have
+been deleted with it). A change of the set commits only while no epoch was taken since its
+read. And a promotion whose answer was lost (the server restarted right after it committed)
+is read back over the new connection as committed, where sending it again would fail on its
+own commit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
+
+from ha_agent.epoch_counter import next_epoch, read_counter
+from ha_agent.in_sync import VersionedInSync, read_in_sync, write_in_sync
+from ha_agent.primary_record import encode_primary, read_primary_versioned
+from ha_agent.promotion import InSyncMember, InSyncRecord, PrimaryRecord
+from ha_agent.promotion_txn import PromotionConflict, commit_promotion, needs_lock, set_format
+from ha_agent.takeover import AnyOf, OldPrimary, OldPrimaryGone, TakeoverView
+from ha_agent.zk_commit import MultiConflict
+from tests.agent.conftest import FAST_RECONNECT
+from tests.zookeeper import ZooKeeperProcess, expire_session
+
+
+def isr(epoch: int, *ids: str) -> InSyncRecord:
+    return InSyncRecord(epoch, tuple(InSyncMember(i, f"n-{i}") for i in ids), "s-p", "p")
+
+
+def promote(client: Any, cluster: str, node: str, replace: OldPrimary | None = None) -> Any:
+    """One candidate's promotion from what it reads now."""
+    read = read_in_sync(client, cluster)
+    counter = read_counter(client, cluster)
+    epoch = counter[0] + 1
+    return commit_promotion(
+        client,
+        cluster,
+        counter=counter,
+        minimum=1,
+        read=read,
+        record=isr(epoch, "b2"),
+        format_=2,
+        primary=encode_primary(PrimaryRecord(node, epoch, f"{node}:5672"), None),
+        replace=replace,
+    )
+
+
+def test_of_two_candidates_that_read_the_same_state_one_commits(
+    make_client: Any, cluster: str
+) -> None:
+    a, b = make_client(), make_client()
+    write_in_sync(a, cluster, isr(1, "b1", "b2"), None)
+    reads = [(c, read_in_sync(c, cluster), read_counter(c, cluster)) for c in (a, b)]
+    outcomes: list[VersionedInSync | PromotionConflict] = []
+    for client, read, counter in reads:  # both decided on the same read
+        try:
+            outcomes.append(
+                commit_promotion(
+                    client,
+                    cluster,
+                    counter=counter,
+                    minimum=1,
+                    read=read,
+                    record=isr(counter[0] + 1, "b2"),
+                    format_=2,
+                    primary=encode_primary(PrimaryRecord(f"n{len(outcomes)}", 1), None),
+                )
+            )
+        except PromotionConflict as exc:
+            outcomes.append(exc)
+    assert isinstance(outcomes[0], VersionedInSync) and isinstance(outcomes[1], PromotionConflict)
+    assert "an epoch was taken since the read" in str(outcomes[1])
+    old = read_primary_versioned(b, cluster)
+    assert old is not None and old.record == PrimaryRecord("n0", 1)
+    assert old.owner == a.client_id[0]
+    assert read_counter(b, cluster)[0] == 1 and read_in_sync(b, cluster) == outcomes[0]
+    # the loser, reading again, finds the record: today's rule does not let it take over
+    rule = AnyOf(OldPrimaryGone())
+    answer = rule.may_take_over(TakeoverView(old))
+    assert not answer.allowed and "n0 (epoch 1)" in answer.reason
+    assert rule.may_take_over(TakeoverView(None)).allowed
+
+
+def test_a_takeover_replaces_the_record_and_survives_the_old_sessions_expiry(
+    zookeeper: Any, make_client: Any, cluster: str
+) -> None:
+    old_agent, candidate, late = make_client(), make_client(), make_client()
+    promote(old_agent, cluster, "n1")
+    seen = read_primary_versioned(candidate, cluster)
+    assert seen is not None and seen.owner == old_agent.client_id[0]
+    stale = (read_in_sync(late, cluster), read_counter(late, cluster))
+    promote(candidate, cluster, "n2", replace=seen)  # a rule that allows replacing it
+    expire_session(old_agent, zookeeper.hosts)  # the old primary's session ends later
+    now = read_primary_versioned(candidate, cluster)
+    assert now is not None and now.record == PrimaryRecord("n2", 2, "n2:5672")
+    assert now.owner == candidate.client_id[0]
+    # a takeover decided on the same, older read commits nothing (the new record's
+    # version is 0 again: the epoch and the set's versions are what refuse it)
+    with pytest.raises(PromotionConflict, match="an epoch was taken since"):
+        commit_promotion(
+            late,
+            cluster,
+            counter=stale[1],
+            minimum=1,
+            read=stale[0],
+            record=isr(2, "b2"),
+            format_=2,
+            primary=encode_primary(PrimaryRecord("n3", 2), None),
+            replace=seen,
+        )
+    assert read_primary_versioned(late, cluster) == now
+
+
+def test_a_change_of_the_set_commits_only_while_no_epoch_was_taken(zk: Any, cluster: str) -> None:
+    first = write_in_sync(zk, cluster, isr(1, "b1", "b2"), None)
+    _, version = read_counter(zk, cluster)
+    second = write_in_sync(zk, cluster, isr(1, "b1"), first, 1, epoch_version=version)
+    assert read_in_sync(zk, cluster) == second and second.version == first.version + 1
+    next_epoch(zk, cluster)  # a promotion took an epoch since the read
+    with pytest.raises(MultiConflict, match=r"check .*/epoch: BadVersionError"):
+        write_in_sync(zk, cluster, isr(1), second, 1, epoch_version=version)
+    assert read_in_sync(zk, cluster) == second
+
+
+def test_the_lock_is_taken_until_every_member_wrote_format_2(zk: Any, cluster: str) -> None:
+    assert needs_lock(None)
+    one = write_in_sync(zk, cluster, isr(1), None)
+    assert needs_lock(read_in_sync(zk, cluster)) and one.format == 1
+    two = write_in_sync(zk, cluster, isr(1, "b"), one, 2)
+    assert read_in_sync(zk, cluster) == two and not needs_lock(two)
+    assert set_format({}, two) == 2  # never back to 1
+
+
+class LostAfterCommit:
+    """A real client whose next multi-op commits on the real server, which then restarts
+    before the answer is read: ConnectionLoss, and the connection comes back."""
+
+    def __init__(self, client: KazooClient, server: ZooKeeperProcess) -> None:
+        self.client, self.server = client, server
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def transaction(self) -> Any:
+        real = self.client.transaction()
+        server = self.server
+
+        class Transaction:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+            def commit(self) -> list[Any]:
+                real.commit()  # applied by ZooKeeper
+                server.stop()
+                server.start()
+                raise ConnectionLoss("the answer was lost: the server restarted")
+
+        return Transaction()
+
+
+def test_a_promotion_whose_answer_was_lost_is_read_back_as_committed(
+    own_zookeeper: ZooKeeperProcess, tmp_path: Path, cluster: str
+) -> None:
+    client = KazooClient(
+        hosts=own_zookeeper.hosts,
+        timeout=40.0,  # outlives the restart, even on a loaded machine: the same session
+        connection_retry=dict(FAST_RECONNECT),
+        command_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5, "deadline": 60},
+    )
+    client.start(timeout=10)
+    try:
+        lossy = LostAfterCommit(client, own_zookeeper)
+        committed = promote(lossy, cluster, "n1")  # read back: committed, no conflict
+        assert committed.record.epoch == 1 and committed.format == 2
+        old = read_primary_versioned(client, cluster)
+        assert old is not None and old.record == PrimaryRecord("n1", 1, "n1:5672")
+        assert old.owner == client.client_id[0]
+        with pytest.raises(PromotionConflict):  # what a retry of it would have said
+            commit_promotion(
+                client,
+                cluster,
+                counter=(0, 0),
+                minimum=1,
+                read=None,
+                record=committed.record,
+                format_=2,
+                primary=encode_primary(PrimaryRecord("n1", 1, "n1:5672"), None),
+            )
+    finally:
+        client.stop()
+        client.close()
