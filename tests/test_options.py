@@ -316,8 +316,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main_parse(["--version"])
     assert info.value.code == 0
     assert (
-        capsys.readouterr().out
-        == f"qpidd {__version__} "
+        capsys.readouterr().out == f"qpidd {__version__} "
         "(replication formats 1-3, zookeeper formats 1-2, store formats 1-2)\n"
     )
 
