@@ -46,7 +46,9 @@ from broker.ha.wire import (
     decode_config_event,
     encode_config_event,
 )
+from broker.ha.wire_config import FORMAT_1, Grammar, decode_event_steps
 from common.formats import FormatRange, choose, no_common_format, parse_range
+from common.slices import Steps
 
 #: The longest AMQP short string (a basic.consume's queue name), in bytes.
 SHORT_STRING_MAX_BYTES = 255
@@ -87,6 +89,12 @@ class Codec:
     #: Whether a queue's stream is the fixed :data:`~broker.ha.names.QUEUE_STREAM` with
     #: the name in an argument (format 2) rather than ``qpid.ha-queue:<name>`` (format 1).
     stream_name_argument: bool
+    #: The rules its configuration events are decoded by.
+    config_grammar: Grammar = FORMAT_1
+
+    def decode_config_steps(self, data: bytes) -> Steps[dict[str, Any]]:
+        """:attr:`decode_config_event` in slices (a snapshot's thousands of objects)."""
+        return decode_event_steps(data, self.config_grammar)
 
     def queue_stream(self, queue: str) -> tuple[str, dict[str, Any]]:
         """The basic.consume queue name and the arguments naming ``queue``'s stream."""
@@ -118,6 +126,7 @@ CODECS: Mapping[int, Codec] = {
         float_bits=64,
         queue_name_max_bytes=SHORT_STRING_MAX_BYTES,
         stream_name_argument=True,
+        config_grammar=wire_config2.GRAMMAR,
     ),
 }
 

@@ -29,6 +29,8 @@ from typing import Any
 
 from pamqp import encode as pamqp_encode
 
+from common.slices import SLICE, Steps
+
 __all__ = [
     "FORMAT_1",
     "MAX_DEPTH",
@@ -36,6 +38,7 @@ __all__ = [
     "Grammar",
     "decode_config_event",
     "decode_event",
+    "decode_event_steps",
     "encode_config_event",
 ]
 
@@ -148,17 +151,63 @@ def _table(
     pos, stop = _length(data, pos, end, "field table")
     table: dict[str, Any] = {}
     while pos < stop:
-        key_stop = pos + 1 + data[pos]
-        if key_stop > stop:
-            raise ValueError(f"config event: field name at byte {pos} runs past its table")
-        try:
-            key = data[pos + 1 : key_stop].decode()
-        except UnicodeDecodeError:
-            raise ValueError(f"config event: field name at byte {pos} is not UTF-8") from None
-        if key in table:
-            raise ValueError(f"config event: duplicate field {key!r}")
+        key, key_stop = _field_name(data, pos, stop, table)
         table[key], pos = _value(data, key_stop, stop, depth, grammar)
     return table, pos
+
+
+def _field_name(data: bytes, pos: int, stop: int, table: dict[str, Any]) -> tuple[str, int]:
+    """The field name at ``pos`` of a table ending at ``stop``, new in ``table``, and where
+    its value starts."""
+    key_stop = pos + 1 + data[pos]
+    if key_stop > stop:
+        raise ValueError(f"config event: field name at byte {pos} runs past its table")
+    try:
+        key = data[pos + 1 : key_stop].decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"config event: field name at byte {pos} is not UTF-8") from None
+    if key in table:
+        raise ValueError(f"config event: duplicate field {key!r}")
+    return key, key_stop
+
+
+def decode_event_steps(
+    data: bytes | bytearray | memoryview, grammar: Grammar, size: int = SLICE
+) -> Steps[dict[str, Any]]:
+    """:func:`decode_event` in slices (:mod:`common.slices`): the items of the event's
+    arrays (a snapshot's queues, exchanges and bindings) ``size`` a slice; the same result
+    and the same errors. A snapshot of 10,000 queues at once was 90 ms of CPU."""
+    if type(data) is not bytes:
+        if not isinstance(data, bytearray | memoryview):
+            raise ValueError(f"config event must be bytes, not {type(data).__name__}")
+        data = bytes(data)
+    pos, stop = _length(data, 0, len(data), "field table")
+    table: dict[str, Any] = {}
+    decoded = 0
+    while pos < stop:
+        key, pos = _field_name(data, pos, stop, table)
+        if pos >= stop or data[pos] != 0x41:  # not an array: at once
+            table[key], pos = _value(data, pos, stop, 0, grammar)
+            continue
+        if grammar.max_depth < 1:
+            raise ValueError(
+                f"config event: tables/arrays nested more than {grammar.max_depth} deep"
+            )
+        pos, array_stop = _length(data, pos + 1, stop, "field array")
+        items: list[Any] = []
+        while pos < array_stop:
+            item, pos = _value(data, pos, array_stop, 1, grammar)
+            items.append(item)
+            decoded += 1
+            if decoded % size == 0:
+                yield
+        table[key] = items
+    if pos != len(data):
+        raise ValueError(f"config event: {len(data) - pos} trailing bytes after the field table")
+    kind = table.get("type")
+    if not isinstance(kind, str):
+        raise ValueError(f"config event has no str 'type' (got {kind!r:.80})")
+    return table
 
 
 def _array(data: bytes, pos: int, end: int, depth: int, grammar: Grammar) -> tuple[list[Any], int]:
