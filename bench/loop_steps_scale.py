@@ -6,7 +6,10 @@ half bound to a topic exchange, a backlog on a few; catch-up, the management lis
 ``/metrics`` and a console viewer, the primary SIGKILLed and the backup promoted, the old
 primary recovered and caught up) and prints each phase's wall time and each broker's loop
 view (``GET /api/status``'s ``loop``): the longest step of CPU, the long ones (100 ms or
-more) with where they were, the longest garbage collection.
+more) with where they were, the longest garbage collection. Then, per phase and broker,
+from the brokers' logs: the longest step and the highest p99 of the 1-second windows of
+``loop_lag`` the phase overlaps (the brokers log one a second here,
+``$QPIDD_TEST_LOOP_LAG_INTERVAL``), and the steps of 100 ms or more (``loop_step_long``).
 
     .venv/bin/python bench/loop_steps_scale.py --queues 10000
 """
@@ -17,14 +20,72 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.ha.scale_scenario import make_cluster, run  # noqa: E402
+from tests.ha.scale_scenario import ScaleRun, make_cluster, run  # noqa: E402
+
+#: The brokers' ``loop_lag`` interval in this benchmark (seconds).
+WINDOW = 1.0
+#: Which broker serves in which phase (index in the cluster, its role then).
+ROLES = {
+    "declare": ((0, "primary"), (1, "backup")),
+    "catch-up": ((0, "primary"), (1, "backup")),
+    "management": ((0, "primary"), (1, "backup")),
+    "promotion": ((1, "new primary"),),
+    "recovery and catch-up": ((1, "new primary"), (0, "restarted backup")),
+    "management after": ((1, "new primary"), (0, "restarted backup")),
+}
+
+
+def _events(log: Path) -> list[tuple[float, dict[str, Any]]]:
+    """(time, event) of each ``loop_lag`` and ``loop_step_long`` in a broker's log."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        if '"loop_lag"' not in line and '"loop_step_long"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+            ts = datetime.fromisoformat(event["ts"]).timestamp()
+        except (ValueError, KeyError):
+            continue
+        found.append((ts, event))
+    return found
+
+
+def phase_steps(result: ScaleRun, logs: list[Path]) -> list[dict[str, Any]]:
+    """Per phase and serving broker: the longest step and highest p99 of the windows the
+    phase overlaps (ms of CPU), and its long steps."""
+    events = [_events(log) for log in logs]
+    rows = []
+    for phase, (start, end) in result.spans.items():
+        for i, role in ROLES.get(phase, ()):
+            windows = [
+                e for ts, e in events[i] if e["event"] == "loop_lag" and start < ts <= end + WINDOW
+            ]
+            long_steps = [
+                e for ts, e in events[i] if e["event"] == "loop_step_long" and start <= ts <= end
+            ]
+            rows.append(
+                {
+                    "phase": phase,
+                    "broker": role,
+                    "windows": len(windows),
+                    "max_ms": max((float(e.get("step_max_ms", 0.0)) for e in windows), default=0.0),
+                    "p99_ms": max((float(e.get("step_p99_ms", 0.0)) for e in windows), default=0.0),
+                    "long_steps": len(long_steps),
+                    "long_max_ms": max((float(e["cpu_ms"]) for e in long_steps), default=0.0),
+                    "where": [e.get("where") for e in long_steps],
+                }
+            )
+    return rows
 
 
 def main() -> int:
@@ -32,10 +93,13 @@ def main() -> int:
     parser.add_argument("--queues", type=int, default=10_000)
     parser.add_argument("--backlog", type=int, default=5_000, help="messages on each of 10 queues")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the brokers' directories")
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    cluster = make_cluster(Path(tempfile.mkdtemp(prefix="loop-steps-scale-"))).start()
+    os.environ["QPIDD_TEST_LOOP_LAG_INTERVAL"] = str(WINDOW)
+    root = Path(tempfile.mkdtemp(prefix="loop-steps-scale-"))
+    cluster = make_cluster(root).start()
     try:
         result = run(
             cluster,
@@ -46,8 +110,22 @@ def main() -> int:
         )
     finally:
         cluster.stop()
+    rows = phase_steps(result, [broker.log_file for broker in cluster.brokers])
+    load = os.getloadavg()
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
     if args.json:
-        print(json.dumps({"queues": args.queues, "phases": result.phases, "loops": result.loops}))
+        print(
+            json.dumps(
+                {
+                    "queues": args.queues,
+                    "phases": result.phases,
+                    "loops": result.loops,
+                    "steps": rows,
+                    "load": load,
+                }
+            )
+        )
         return 0
     for name, loop in result.loops.items():
         print(
@@ -57,7 +135,13 @@ def main() -> int:
         )
     for line in result.long_steps():
         print("  " + line)
-    print(f"load average: {os.getloadavg()}")
+    print("phase | broker | longest step ms | p99 ms (1-s windows) | steps >= 100 ms")
+    for row in rows:
+        print(
+            f"{row['phase']} | {row['broker']} | {row['max_ms']} | {row['p99_ms']} |"
+            f" {row['long_steps']}" + (f" (max {row['long_max_ms']})" if row["long_steps"] else "")
+        )
+    print(f"load average: {load}")
     return 0
 
 

@@ -60,7 +60,7 @@ WHERE_AFTER = 0.03
 LONG_STEPS_KEPT = 10
 #: A full collection (generation 2) at least this long (CPU seconds) has what survived it
 #: frozen (see :meth:`LoopSteps.take_freeze`).
-FREEZE_AFTER = 0.05
+FREEZE_AFTER = 0.025
 
 
 @dataclass(frozen=True)

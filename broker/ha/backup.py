@@ -54,6 +54,7 @@ from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.ha.backup_dial import PRIMARY_STATES, connect_as_backup
 from broker.ha.broker_replicator import BrokerReplicator, ConfigChanges
+from broker.ha.config_apply import ConfigApplier
 from broker.ha.dial_failure import NotPrimary, describe_dial_failure, format_refusal
 from broker.ha.link_format import CODECS, NoCommonFormat, codec_of, link_format
 from broker.ha.names import (
@@ -75,7 +76,6 @@ from broker.ha.replication_errors import (
 )
 from common.formats import FormatRange
 from common.log import get_logger
-from common.slices import Steps, run_steps
 from common.url import Address
 from common.version import REPLICATION_FORMATS
 
@@ -204,8 +204,8 @@ class BackupLink:
         self._subscribed: set[str] = set()
         self._to_subscribe = SubscribeQueue()
         self._subscribing: set[asyncio.Task[None]] = set()
-        #: The configuration event being applied in slices (:meth:`_apply_sliced`).
-        self._applying: Steps[ConfigChanges] | None = None
+        #: The link's configuration stream, applied in slices.
+        self._config: ConfigApplier | None = None
         self._broken: asyncio.Event | None = None
         self._gc = CatchUpGc()
         self._clock = clock
@@ -419,7 +419,17 @@ class BackupLink:
         self.owner.link_up(address, epoch)
         config = await client.open_channel()
         await config.qos(self.credit)
-        await config.consume(CONFIG_STREAM, self._config_callback(config))
+        self._config = ConfigApplier(
+            config.ack,
+            self.codec,
+            self.replicator,
+            self.disk,
+            spawn=self._spawn,
+            failed=lambda event, exc: self._fail(event_object(event), described(exc)),
+            store_failed=self.owner.store_failed,
+            applied=self._config_applied,
+        )
+        await config.consume(CONFIG_STREAM, self._config.delivered)
         closed = asyncio.ensure_future(client.wait_closed())
         broken = asyncio.ensure_future(self._broken.wait())
         try:
@@ -429,7 +439,8 @@ class BackupLink:
                 waiter.cancel()
             for task in list(self._subscribing):
                 task.cancel()
-            self._finish_config()
+            if self._config is not None:
+                self._config.finish()  # never half a snapshot after the link
         reason = "link closed"
         if closed.done() and not closed.cancelled():
             result = closed.result()
@@ -457,99 +468,6 @@ class BackupLink:
         self.errors.failed("link", f"{what}: {reason}")
         if self._broken is not None:
             self._broken.set()
-
-    def _config_callback(self, channel: ClientChannel) -> Callable[[Delivery], None]:
-        """The configuration stream's deliveries, applied one after the other, each decoded
-        and applied a slice a turn of the loop (a snapshot of 10,000 queues at once was
-        one step of 270-380 ms); nothing else of the stream is applied meanwhile."""
-        disk = self.disk
-        waiting = [0]  # acknowledgements waiting for the disk (later ones wait behind)
-        pending: deque[Delivery] = deque()
-
-        def ack(tag: int) -> None:
-            with contextlib.suppress(ClientError):  # the link is going down
-                channel.ack(tag)
-
-        def on_config(delivery: Delivery) -> None:
-            pending.append(delivery)
-            if len(pending) == 1:
-                self._spawn(apply_pending())
-
-        async def apply_pending() -> None:
-            while pending:
-                applied = await self._apply_sliced(pending[0])
-                pending.popleft()
-                if applied is None:
-                    return  # failed: the link closes
-                event, changes, appended, tag = applied
-                acknowledge(tag, appended)
-                self._config_applied(event, changes)
-
-        def acknowledge(tag: int, appended: int) -> None:
-            if disk is None or not (waiting[0] or disk.appended != appended):
-                ack(tag)
-                return
-            # What applying it wrote (a durable queue deleted with its messages, ...)
-            # is on this backup's disk before the primary's delete-ok: a promise.
-            waiting[0] += 1
-
-            def durable(ok: bool) -> None:
-                waiting[0] -= 1
-                if not ok:
-                    self.owner.store_failed("configuration stream: the store cannot write")
-                    return
-                ack(tag)
-
-            disk.after_durable(durable)
-
-        return on_config
-
-    async def _apply_sliced(
-        self, delivery: Delivery
-    ) -> tuple[dict[str, Any], ConfigChanges, int, int] | None:
-        """Decode and apply one event of the configuration stream, a slice a turn: (the
-        event, what changed, the disk's records before, its tag), or None when it could
-        not be applied (:meth:`_fail`). If the link stops meanwhile, :meth:`_replicate`
-        finishes it at once (:meth:`_finish_config`): whoever comes next (a promotion)
-        never sees half a snapshot, as when it was applied in one step."""
-        appended = 0 if self.disk is None else self.disk.appended
-        event: dict[str, Any] | None = None
-        decoded = self.codec.decode_config_steps(delivery.body)
-        try:
-            while True:
-                try:
-                    next(decoded)
-                except StopIteration as done:
-                    event = done.value
-                    break
-                await asyncio.sleep(0)
-            assert event is not None
-            steps = self.replicator.apply_steps(event)
-            self._applying = steps
-            try:
-                while True:
-                    try:
-                        next(steps)
-                    except StopIteration as done:
-                        changes: ConfigChanges = done.value
-                        break
-                    await asyncio.sleep(0)
-                    if self._applying is not steps:
-                        return None  # finished by the link's end
-            finally:
-                if self._applying is steps:
-                    self._applying = None
-        except Exception as exc:  # the shell: any failure is an event, never a traceback
-            self._fail(event_object(event), described(exc))
-            return None
-        return event, changes, appended, delivery.delivery_tag
-
-    def _finish_config(self) -> None:
-        """The link stops: a configuration event being applied is applied to its end."""
-        steps, self._applying = self._applying, None
-        if steps is not None:
-            with contextlib.suppress(Exception):  # the next link's snapshot repairs
-                run_steps(steps)
 
     def _config_applied(self, event: dict[str, Any], changes: ConfigChanges) -> None:
         """After a configuration event: the queue streams to open and to close."""

@@ -40,12 +40,16 @@ class ScaleRun:
     queues: int
     phases: dict[str, float] = field(default_factory=dict)
     loops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Each phase's start and end (wall clock, seconds since the epoch): the brokers' logs
+    #: say what their loops did meanwhile (``bench/loop_steps_scale.py``).
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        started = time.monotonic()
+        started, wall = time.monotonic(), time.time()
         yield
         self.phases[name] = round(time.monotonic() - started, 2)
+        self.spans[name] = (wall, time.time())
 
     def long_steps(self) -> list[str]:
         """Every long step a broker kept, one line each (empty: none)."""
