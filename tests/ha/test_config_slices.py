@@ -3,14 +3,17 @@ applied a slice a turn of the loop, with the result and the errors of doing it a
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.amqp.client import Delivery
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
+from broker.ha.config_apply import ConfigApplier
 from broker.ha.link_format import CODECS
 from broker.ha.wire_config import decode_event, decode_event_steps
 from common.slices import Steps, run_steps
@@ -28,6 +31,7 @@ def _slices(steps: Steps[Any]) -> tuple[Any, int]:
         turns += 1
 
 
+@settings(max_examples=40)
 @given(config_events, st.sampled_from(sorted(CODECS)), st.integers(1, 3))
 def test_decoded_in_slices_as_at_once(event: dict[str, Any], fmt: int, size: int) -> None:
     codec = CODECS[fmt]
@@ -37,6 +41,7 @@ def test_decoded_in_slices_as_at_once(event: dict[str, Any], fmt: int, size: int
     assert run_steps(codec.decode_config_steps(data)) == codec.decode_config_event(data)
 
 
+@settings(max_examples=40)
 @given(config_events, st.data())
 def test_a_broken_event_fails_in_slices_as_at_once(event: dict[str, Any], data: Any) -> None:
     codec = CODECS[2]
@@ -99,3 +104,74 @@ def test_a_bad_event_in_slices_is_a_value_error_naming_it() -> None:
     replicator = BrokerReplicator(VirtualHost())
     with pytest.raises(ValueError, match="unknown configuration event 'nonsense'"):
         run_steps(replicator.apply_steps({"type": "nonsense"}))
+
+
+# -- the link's applier (broker.ha.config_apply) ---------------------------------------------
+
+
+def _delivery(tag: int, event: dict[str, Any]) -> Delivery:
+    return Delivery(tag, False, "", "", b"", CODECS[2].encode_config_event(event), "c")
+
+
+class _Applier:
+    """A :class:`ConfigApplier` on a fresh backup's replicator, its spawned tasks kept."""
+
+    def __init__(self) -> None:
+        self.replicator = BrokerReplicator(VirtualHost())
+        self.acked: list[int] = []
+        self.applied: list[str] = []
+        self.failed: list[str] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.applier = ConfigApplier(
+            self.acked.append,
+            CODECS[2],
+            self.replicator,
+            None,
+            spawn=lambda coro: self.tasks.append(asyncio.ensure_future(coro)),
+            failed=lambda _event, exc: self.failed.append(str(exc)),
+            store_failed=self.failed.append,
+            applied=lambda event, _changes: self.applied.append(str(event["type"])),
+        )
+
+    @property
+    def queues(self) -> int:
+        return len(self.replicator.vhosts.default.queues)
+
+
+def test_the_stream_is_applied_in_order_a_slice_a_turn() -> None:
+    async def scenario() -> tuple[_Applier, int]:
+        link = _Applier()
+        link.applier.delivered(_delivery(1, _snapshot(1200, range(0, 1200, 2))))
+        link.applier.delivered(
+            _delivery(2, {"type": "queue-deleted", "name": "q7"})  # waits for the snapshot
+        )
+        turns = 0
+        while link.tasks and not link.tasks[-1].done():
+            await asyncio.sleep(0)
+            turns += 1
+        return link, turns
+
+    link, turns = asyncio.run(scenario())
+    assert turns >= 6 and link.failed == []
+    assert link.acked == [1, 2] and link.applied == ["snapshot", "queue-deleted"]
+    assert link.queues == 1199 and "q7" not in link.replicator.replicators
+
+
+def test_a_snapshot_half_applied_when_the_link_stops_is_finished_at_once() -> None:
+    """A promotion after the link never starts from half a snapshot."""
+
+    async def scenario() -> _Applier:
+        link = _Applier()
+        link.applier.delivered(_delivery(1, _snapshot(1500, range(0))))
+        while not 0 < link.queues < 1500:
+            await asyncio.sleep(0)
+        for task in link.tasks:
+            task.cancel()
+        link.applier.finish()  # as BackupLink._replicate does at the link's end
+        assert link.queues == 1500  # at once, before anything else runs
+        await asyncio.gather(*link.tasks, return_exceptions=True)
+        return link
+
+    link = asyncio.run(scenario())
+    assert link.queues == 1500 and len(link.replicator.replicators) == 1500
+    assert link.acked == [] and link.applied == [] and link.failed == []
