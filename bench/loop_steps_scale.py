@@ -7,9 +7,11 @@ half bound to a topic exchange, a backlog on a few; catch-up, the management lis
 primary recovered and caught up) and prints each phase's wall time and each broker's loop
 view (``GET /api/status``'s ``loop``): the longest step of CPU, the long ones (100 ms or
 more) with where they were, the longest garbage collection. Then, per phase and broker,
-from the brokers' logs: the longest step and the highest p99 of the 1-second windows of
-``loop_lag`` the phase overlaps (the brokers log one a second here,
-``$QPIDD_TEST_LOOP_LAG_INTERVAL``), and the steps of 100 ms or more (``loop_step_long``).
+from the brokers' logs, the longest step of the 1-second windows of ``loop_lag`` the phase
+overlaps (the brokers log one a second here, ``$QPIDD_TEST_LOOP_LAG_INTERVAL``) and the
+steps of 100 ms or more (``loop_step_long``); from ``GET /api/status``'s
+``loop.step_counts`` at the phase's start and end, its steps' p99 (the upper bound of its
+bucket: 10, 25, 50, 100 ms...).
 
     .venv/bin/python bench/loop_steps_scale.py --queues 10000
 """
@@ -60,13 +62,28 @@ def _events(log: Path) -> list[tuple[float, dict[str, Any]]]:
     return found
 
 
+def p99(counts: list[list[Any]]) -> float | None:
+    """The p99 of steps counted by bucket (``[upper bound ms or None, count]``), as the
+    upper bound of its bucket (as ``/metrics`` gives it); None: nothing counted, or past
+    the last bound."""
+    total = sum(count for _bound, count in counts)
+    seen = 0
+    for bound, count in counts:
+        seen += count
+        if total and seen >= 0.99 * total:
+            return None if bound is None else float(bound)
+    return None
+
+
 def phase_steps(result: ScaleRun, logs: list[Path]) -> list[dict[str, Any]]:
-    """Per phase and serving broker: the longest step and highest p99 of the windows the
-    phase overlaps (ms of CPU), and its long steps."""
+    """Per phase and serving broker: the longest step of the 1-s windows the phase
+    overlaps (ms of CPU), the phase's p99 (the bucket bound, from ``loop.step_counts``), and
+    its long steps."""
     events = [_events(log) for log in logs]
     rows = []
     for phase, (start, end) in result.spans.items():
         for i, role in ROLES.get(phase, ()):
+            counts = result.counts.get(phase, {}).get(i, [])
             windows = [
                 e for ts, e in events[i] if e["event"] == "loop_lag" and start < ts <= end + WINDOW
             ]
@@ -79,7 +96,8 @@ def phase_steps(result: ScaleRun, logs: list[Path]) -> list[dict[str, Any]]:
                     "broker": role,
                     "windows": len(windows),
                     "max_ms": max((float(e.get("step_max_ms", 0.0)) for e in windows), default=0.0),
-                    "p99_ms": max((float(e.get("step_p99_ms", 0.0)) for e in windows), default=0.0),
+                    "p99_ms": p99(counts),
+                    "steps": sum(count for _bound, count in counts),
                     "long_steps": len(long_steps),
                     "long_max_ms": max((float(e["cpu_ms"]) for e in long_steps), default=0.0),
                     "where": [e.get("where") for e in long_steps],
@@ -135,10 +153,11 @@ def main() -> int:
         )
     for line in result.long_steps():
         print("  " + line)
-    print("phase | broker | longest step ms | p99 ms (1-s windows) | steps >= 100 ms")
+    print("phase | broker | steps | longest step ms | p99 ms (bucket bound) | steps >= 100 ms")
     for row in rows:
         print(
-            f"{row['phase']} | {row['broker']} | {row['max_ms']} | {row['p99_ms']} |"
+            f"{row['phase']} | {row['broker']} | {row['steps']} | {row['max_ms']} |"
+            f" {row['p99_ms']} |"
             f" {row['long_steps']}" + (f" (max {row['long_max_ms']})" if row["long_steps"] else "")
         )
     print(f"load average: {load}")

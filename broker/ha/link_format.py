@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.ha import wire_config2
+from broker.ha import wire_config, wire_config2
 from broker.ha.names import FORMATS_PROPERTY, QUEUE_ARGUMENT, QUEUE_STREAM, QUEUE_STREAM_PREFIX
 from broker.ha.redial import DialRefused
 from broker.ha.wire import (
@@ -89,6 +89,8 @@ class Codec:
     #: Whether a queue's stream is the fixed :data:`~broker.ha.names.QUEUE_STREAM` with
     #: the name in an argument (format 2) rather than ``qpid.ha-queue:<name>`` (format 1).
     stream_name_argument: bool
+    #: :attr:`encode_config_event` in slices (a snapshot's thousands of objects).
+    encode_config_steps: Callable[[dict[str, Any]], Steps[bytes]] = wire_config.encode_config_steps
     #: The rules its configuration events are decoded by.
     config_grammar: Grammar = FORMAT_1
 
@@ -126,6 +128,7 @@ CODECS: Mapping[int, Codec] = {
         float_bits=64,
         queue_name_max_bytes=SHORT_STRING_MAX_BYTES,
         stream_name_argument=True,
+        encode_config_steps=wire_config2.encode_config_steps,
         config_grammar=wire_config2.GRAMMAR,
     ),
 }

@@ -7,6 +7,7 @@ by the scale test (tests/ha/test_loop_steps_scale.py)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import pytest
@@ -76,7 +77,7 @@ def test_a_flush_runs_its_pumps_a_slice_at_a_time_in_order(clock: StepClock) -> 
     conn.on_output = lambda: signals.append(1)
     ran: list[int] = []
     for key in range(6):
-        conn.request_pump(key, lambda key=key: ran.append(key))
+        conn.request_pump(key, functools.partial(ran.append, key))
     conn.data_to_send()
     assert ran == [0, 1, 2] and signals  # 8 ms a pump: the rest at the next flush, asked for
     conn.request_pump(0, lambda: ran.append(10))  # asked again meanwhile: after the rest

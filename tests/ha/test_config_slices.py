@@ -42,6 +42,35 @@ def test_decoded_in_slices_as_at_once(event: dict[str, Any], fmt: int, size: int
 
 
 @settings(max_examples=40)
+@given(
+    st.one_of(config_events, st.builds(lambda e: {**e, "queues": [e, e, e]}, config_events)),
+    st.sampled_from(sorted(CODECS)),
+    st.integers(1, 3),
+)
+def test_encoded_in_slices_as_at_once(event: dict[str, Any], fmt: int, size: int) -> None:
+    codec = CODECS[fmt]
+    try:
+        expected: Any = codec.encode_config_event(event)
+    except ValueError:
+        expected = ValueError
+    try:
+        got: Any = run_steps(codec.encode_config_steps(event, size))  # type: ignore[call-arg]
+    except ValueError:
+        got = ValueError
+    assert got == expected
+
+
+def test_an_event_the_format_cannot_carry_fails_in_slices_too() -> None:
+    for fmt, event in (
+        (1, {"type": "snapshot", "queues": [{"name": "q", "arguments": {"x": 2.5j}}]}),
+        (2, {"type": "snapshot", "queues": [{"name": "q", "arguments": {"x": 2.5j}}]}),
+        (1, {"type": "snapshot", "queues": [{"k" * 129: 1}]}),
+    ):
+        with pytest.raises(ValueError, match="config event"):
+            run_steps(CODECS[fmt].encode_config_steps(event))
+
+
+@settings(max_examples=40)
 @given(config_events, st.data())
 def test_a_broken_event_fails_in_slices_as_at_once(event: dict[str, Any], data: Any) -> None:
     codec = CODECS[2]
