@@ -117,7 +117,7 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     os.environ["QPIDD_TEST_LOOP_LAG_INTERVAL"] = str(WINDOW)
     root = Path(tempfile.mkdtemp(prefix="loop-steps-scale-"))
-    cluster = make_cluster(root).start()
+    cluster = make_cluster(root).start(timeout=120)  # a start at load 50 takes its time
     try:
         result = run(
             cluster,
