@@ -31,7 +31,7 @@ def _slices(steps: Steps[Any]) -> tuple[Any, int]:
         turns += 1
 
 
-@settings(max_examples=40)
+@settings(max_examples=25)
 @given(config_events, st.sampled_from(sorted(CODECS)), st.integers(1, 3))
 def test_decoded_in_slices_as_at_once(event: dict[str, Any], fmt: int, size: int) -> None:
     codec = CODECS[fmt]
@@ -41,7 +41,7 @@ def test_decoded_in_slices_as_at_once(event: dict[str, Any], fmt: int, size: int
     assert run_steps(codec.decode_config_steps(data)) == codec.decode_config_event(data)
 
 
-@settings(max_examples=40)
+@settings(max_examples=25)
 @given(
     st.one_of(config_events, st.builds(lambda e: {**e, "queues": [e, e, e]}, config_events)),
     st.sampled_from(sorted(CODECS)),
@@ -70,7 +70,7 @@ def test_an_event_the_format_cannot_carry_fails_in_slices_too() -> None:
             run_steps(CODECS[fmt].encode_config_steps(event))
 
 
-@settings(max_examples=40)
+@settings(max_examples=25)
 @given(config_events, st.data())
 def test_a_broken_event_fails_in_slices_as_at_once(event: dict[str, Any], data: Any) -> None:
     codec = CODECS[2]
