@@ -66,6 +66,9 @@ __all__ = ["BrokerLiveness", "LivenessServer", "LoopWatch"]
 PROGRESS_INTERVAL = 0.05
 #: How often the loop logs its callbacks' run times (seconds).
 LAG_LOG_INTERVAL = 10.0
+#: BENCHMARK ONLY: another interval for ``loop_lag`` (seconds; ``bench/loop_steps_scale.py``
+#: reads each phase's steps from the log, a second at a time).
+LAG_LOG_VARIABLE = "QPIDD_TEST_LOOP_LAG_INTERVAL"
 #: The header that carries the lease token.
 TOKEN_HEADER = "X-Qpidd-Lease-Token"
 #: How long one connection may take to send its request (seconds).
@@ -412,7 +415,9 @@ class BrokerLiveness:
 
         self.progress.note_role(role())
         self._step_watch.start()
-        self._watch = LoopWatch(self.progress, role, self._lag, steps=self.steps)
+        self._watch = LoopWatch(
+            self.progress, role, self._lag, log_interval=_lag_log_interval(), steps=self.steps
+        )
         self._watch.start()
         if ha is not None and listen is not None:
             self.server = LivenessServer(
@@ -431,3 +436,11 @@ class BrokerLiveness:
             self._watch.stop()
         if self.server is not None:
             self.server.stop()
+
+
+def _lag_log_interval() -> float:
+    """:data:`LAG_LOG_INTERVAL`, or a benchmark's (:data:`LAG_LOG_VARIABLE`, 0.1 s or more)."""
+    try:
+        return max(0.1, float(os.environ[LAG_LOG_VARIABLE]))
+    except (KeyError, ValueError):
+        return LAG_LOG_INTERVAL

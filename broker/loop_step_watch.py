@@ -15,7 +15,7 @@ garbage collector's callback.
   step; the sampler still sees it grow.
 - ``gc.callbacks`` times each collection with the CPU clock of the thread that runs it
   (a collection holds the interpreter lock: a collection in another thread stops the loop
-  too, and is added to its step); after a full collection of 50 ms or more the tick
+  too, and is added to its step); after a full collection of 25 ms or more the tick
   freezes the heap (``gc.freeze()``, :meth:`LoopSteps.take_freeze`), logged as
   ``gc_frozen``.
 

@@ -46,7 +46,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from broker.liveness import Durations, LagSummary
+from broker.liveness import LAG_BOUNDS, Durations, LagSummary
 
 __all__ = ["LONG_STEP", "TICK_INTERVAL", "GcPauses", "LongStep", "LoopSteps"]
 
@@ -60,7 +60,7 @@ WHERE_AFTER = 0.03
 LONG_STEPS_KEPT = 10
 #: A full collection (generation 2) at least this long (CPU seconds) has what survived it
 #: frozen (see :meth:`LoopSteps.take_freeze`).
-FREEZE_AFTER = 0.05
+FREEZE_AFTER = 0.025
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,9 @@ class LoopSteps:
 
     def view(self, now: float) -> dict[str, Any]:
         """The status's ``loop``: the longest step since the start, the last window's p50
-        and p99, the long steps kept (latest last) and the collector's pauses."""
+        and p99, the long steps kept (latest last), the collector's pauses, and the steps
+        since the start by bucket (``[upper bound ms or None, count]``: a client's diff of
+        two reads is what the loop ran between them)."""
         with self._lock:
             longest = self.longest
             long_steps = list(self.long_steps)
@@ -230,6 +232,10 @@ class LoopSteps:
             "gc_pauses": gc.count,
             "gc_max_ms": round(gc.longest * 1000.0, 1),
             "gc_freezes": self.freezes,
+            "step_counts": [
+                [None if i == len(LAG_BOUNDS) else round(LAG_BOUNDS[i] * 1000.0, 3), count]
+                for i, count in enumerate(list(self.steps.total))
+            ],
         }
 
 

@@ -102,6 +102,8 @@ class ShellConnection(Protocol):
     should_close: bool
     close_reason: str | None
     on_reading_changed: Callable[[], None] | None
+    #: Frames of the last read wait for a later turn of the loop (:meth:`parse_more`).
+    unparsed: bool
 
     @property
     def name(self) -> str: ...
@@ -119,6 +121,8 @@ class ShellConnection(Protocol):
     def client_properties(self) -> Mapping[str, Any]: ...
 
     def receive_data(self, data: bytes) -> None: ...
+
+    def parse_more(self) -> None: ...
 
     def data_to_send(self) -> bytes: ...
 

@@ -7,7 +7,9 @@ connection's consumers. Losing the socket wakes everything through
 ``Connection.connection_lost``. A login's password hash runs in a thread
 (:func:`~broker.security.password_checks.run_password_check`), reading paused meanwhile: a
 burst of logins does not stall the loop. The socket is also not read while the connection
-says ``reading_paused`` (a resource alarm, too much kept behind held basic.gets):
+says ``reading_paused`` (a resource alarm, too much kept behind held basic.gets), nor
+while the frames of the last read wait for the next turn of the loop (``unparsed``: a read
+of many methods is handled a slice a turn, :data:`~broker.amqp.connection.READ_SLICE`):
 :meth:`AmqpProtocol._follow_reading` after each read and whenever the connection says it
 changed.
 
@@ -49,6 +51,7 @@ class AmqpProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         self._checking_login = False
         self._reading_paused = False  # the transport's reading is paused
+        self._parse_scheduled = False  # the rest of a read's frames, next turn of the loop
         #: When the shell closed the transport (the loop's clock): a transport whose peer
         #: takes nothing of what is left to write is aborted after ``close_timeout``.
         self._hung_up_at: float | None = None
@@ -100,21 +103,44 @@ class AmqpProtocol(asyncio.Protocol):
         if connection is None:
             return
         connection.receive_data(data)
+        self._parsed(connection)
+
+    def _parsed(self, connection: ShellConnection) -> None:
+        """After the connection handled (part of) what was read."""
         after_read = connection.ctx.after_read
         if after_read is not None:
             after_read()  # the store: what the read appended goes to disk now
         self.flush()
         if connection.login_check is not None and not self._checking_login:
             self._check_login(connection)
+        elif connection.unparsed:
+            self._parse_later()
         elif connection.reading_paused:
             self._follow_reading()
+
+    def _parse_later(self) -> None:
+        """The read's slice was spent: the rest of its frames next turn, nothing read
+        meanwhile (so the buffer holds one read at most)."""
+        if not self._parse_scheduled:
+            self._parse_scheduled = True
+            self._follow_reading()
+            self._loop.call_soon(self._parse_more)
+
+    def _parse_more(self) -> None:
+        self._parse_scheduled = False
+        connection = self.connection
+        if connection is None or self.transport is None:
+            return
+        connection.parse_more()
+        self._parsed(connection)
+        self._follow_reading()
 
     def _follow_reading(self) -> None:
         """Pause or resume reading the socket as the connection (and a login check) say."""
         connection, transport = self.connection, self.transport
         if connection is None or transport is None or transport.is_closing():
             return
-        paused = connection.reading_paused or self._checking_login
+        paused = connection.reading_paused or self._checking_login or self._parse_scheduled
         if paused != self._reading_paused:
             self._reading_paused = paused
             if paused:
@@ -140,6 +166,8 @@ class AmqpProtocol(asyncio.Protocol):
                 )
             connection.password_checked(exc is None and bool(future.result()))
             self.flush()
+            if connection.unparsed:
+                self._parse_later()
             self._follow_reading()
 
         run_password_check(check).add_done_callback(checked)

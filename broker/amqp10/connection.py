@@ -105,6 +105,8 @@ class Connection:
         self.vhost = ctx.vhost
         self.on_output = on_output
         self.on_reading_changed: Callable[[], None] | None = None
+        #: Every read is parsed whole (the 0-9-1 connection's per-read slice is not here).
+        self.unparsed = False
         self.state = S.AWAIT_HEADER
         self.user: str | None = None
         self.client_properties: dict[str, Any] = {}
@@ -198,6 +200,9 @@ class Connection:
         self._buf += data
         self._last_recv = self.ctx.clock()
         self.process()
+
+    def parse_more(self) -> None:
+        """Nothing waits for a later turn: a read is parsed whole (:attr:`unparsed`)."""
 
     def process(self, first: Callable[[], None] | None = None) -> None:
         self._in_receive = True

@@ -99,7 +99,7 @@ from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
 from broker.security.tls import link_context
 from common.log import get_logger, set_log_context
-from common.slices import Steps, run_steps
+from common.slices import Steps, run_in_turns, run_steps
 from common.url import Address, parse_url
 from common.version import replication_formats
 
@@ -280,8 +280,10 @@ class HaBroker:
                 set_log_context(epoch=self.epoch_store.current)
             case Dial():
                 self._start_link()
-            case GuardBackup(backup_id, url):
-                if self.primary is not None:
+            case GuardBackup(backup_id, url, sliced):
+                if self.primary is not None and sliced:  # not in sync: a slice a turn
+                    run_in_turns(self.primary.guard_backup_steps(backup_id, url), _call_soon())
+                elif self.primary is not None:
                     self.primary.guard_backup(backup_id, url)
             case ReleaseGuards(backup_id):
                 if self.primary is not None:
@@ -625,3 +627,11 @@ class HaBroker:
         """:meth:`status` in slices (:func:`broker.ha.ha_status.ha_status_steps`)."""
         self.take_offered_lease()
         return ha_status_steps(self)
+
+
+def _call_soon() -> Callable[[Callable[[], None]], object] | None:
+    """The running loop's ``call_soon``; None outside a loop (a test driving the role)."""
+    try:
+        return asyncio.get_running_loop().call_soon
+    except RuntimeError:
+        return None

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.ha import wire_config2
+from broker.ha import wire_config, wire_config2
 from broker.ha.names import FORMATS_PROPERTY, QUEUE_ARGUMENT, QUEUE_STREAM, QUEUE_STREAM_PREFIX
 from broker.ha.redial import DialRefused
 from broker.ha.wire import (
@@ -50,7 +50,9 @@ from broker.ha.wire import (
     decode_config_event,
     encode_config_event,
 )
+from broker.ha.wire_config import FORMAT_1, Grammar, decode_event_steps
 from common.formats import FormatRange, choose, no_common_format, parse_range
+from common.slices import Steps
 
 #: The longest AMQP short string (a basic.consume's queue name), in bytes.
 SHORT_STRING_MAX_BYTES = 255
@@ -94,6 +96,14 @@ class Codec:
     stream_name_argument: bool
     #: Whether the link carries the member lease (format 3: the lease stream).
     member_lease: bool = False
+    #: :attr:`encode_config_event` in slices (a snapshot's thousands of objects).
+    encode_config_steps: Callable[[dict[str, Any]], Steps[bytes]] = wire_config.encode_config_steps
+    #: The rules its configuration events are decoded by.
+    config_grammar: Grammar = FORMAT_1
+
+    def decode_config_steps(self, data: bytes) -> Steps[dict[str, Any]]:
+        """:attr:`decode_config_event` in slices (a snapshot's thousands of objects)."""
+        return decode_event_steps(data, self.config_grammar)
 
     def queue_stream(self, queue: str) -> tuple[str, dict[str, Any]]:
         """The basic.consume queue name and the arguments naming ``queue``'s stream."""
@@ -125,6 +135,8 @@ CODECS: Mapping[int, Codec] = {
         float_bits=64,
         queue_name_max_bytes=SHORT_STRING_MAX_BYTES,
         stream_name_argument=True,
+        encode_config_steps=wire_config2.encode_config_steps,
+        config_grammar=wire_config2.GRAMMAR,
     ),
     3: Codec(
         3,
@@ -136,6 +148,8 @@ CODECS: Mapping[int, Codec] = {
         float_bits=64,
         queue_name_max_bytes=SHORT_STRING_MAX_BYTES,
         stream_name_argument=True,
+        encode_config_steps=wire_config2.encode_config_steps,
+        config_grammar=wire_config2.GRAMMAR,
         member_lease=True,
     ),
 }

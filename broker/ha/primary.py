@@ -33,6 +33,7 @@ from broker.core.vhosts import VirtualHosts, key_of
 from broker.ha.auto_delete import OrphanedQueues
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel, queue_level
+from common.slices import SLICE, Steps
 
 
 class Primary:
@@ -84,6 +85,18 @@ class Primary:
             self.backups[backup_id] = backup
         backup.url = url
         return backup
+
+    def guard_backup_steps(self, backup_id: str, url: str, size: int = SLICE) -> Steps[None]:
+        """:meth:`guard_backup` in slices of ``size`` queues (:meth:`RemoteBackup.guard_steps`),
+        for a backup that is not in sync: the backup is known at the first slice, its guards
+        come a slice a turn."""
+        backup = self.backups.get(backup_id)
+        if backup is None or backup.cancelled:
+            backup = RemoteBackup(backup_id, url, [])
+            self.backups[backup_id] = backup
+            backup.url = url
+            yield from backup.guard_steps(self.replicated_queues(), size)
+        backup.url = url
 
     def release(self, backup_id: str) -> None:
         """Stop waiting for a backup: release every confirm held for it."""

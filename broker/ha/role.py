@@ -336,7 +336,7 @@ class HaRole:
         if record is None:
             record = BackupRecord(event.url, set(event.queues))
             self.backups[event.backup_id] = record
-            self._emit(GuardBackup(event.backup_id, event.url))
+            self._emit(GuardBackup(event.backup_id, event.url, sliced=True))
         elif record.gone:
             # Back before its removal was committed: its guards held all along.
             record.gone = False

@@ -219,10 +219,17 @@ class StartPrimary:
 
 @dataclass(frozen=True, slots=True)
 class GuardBackup:
-    """Hold publisher confirms for this backup on every replicated queue from now on."""
+    """Hold publisher confirms for this backup on every replicated queue from now on.
+
+    ``sliced``: the guards may be made a slice a turn of the loop (a backup that just
+    connected, not in sync: it counts as ready only once each queue of its catch-up set
+    reported ready through its stream, and a stream takes its queue's guard before it
+    sends anything, so every guard exists by then). An expected, in-sync backup at a
+    promotion is guarded at once: clients may publish as soon as the state says primary."""
 
     backup_id: str
     url: str
+    sliced: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -251,7 +251,9 @@ class ConfigStream(_ChannelStream):
         super().__init__(sink)
         self.streams = streams
         self.guard = guard
-        self._encode = codec.encode_config_event  # the link's replication format
+        self._encode = codec.encode_config_steps  # the link's replication format
+        #: The first pending event's encoding in progress (a snapshot: a slice a pump).
+        self._encoding: Steps[bytes] | None = None
         self._pending: list[dict[str, Any]] = [streams.snapshot()]
         self.pushed = 1
         guard.pushed(self.key, 1)
@@ -272,11 +274,20 @@ class ConfigStream(_ChannelStream):
         while self._pending and self.can_send:
             number = self.pushed - len(self._pending) + 1
             event = self._pending[0]
+            if self._encoding is None:
+                self._encoding = self._encode(event)
             try:
-                body = self._encode(event)
+                next(self._encoding)
+            except StopIteration as done:
+                body: bytes = done.value
             except ValueError as exc:  # outside the replication contract: a bug, not a stall
+                self._encoding = None
                 self._failed(event_object(event), str(exc))
                 return
+            else:  # a slice of a snapshot encoded: the next at a later pump (a turn later)
+                self.request_pump()
+                return
+            self._encoding = None
             del self._pending[0]
             tag = self._deliver(body)
             self._sent.append((tag, number))

@@ -28,7 +28,8 @@ from typing import Any
 
 from pamqp import encode as pamqp_encode
 
-from broker.core.field_table_codec import Grammar, decode_table
+from broker.core.field_table_codec import Grammar, decode_table, decode_table_steps
+from common.slices import SLICE, Steps
 
 __all__ = [
     "FORMAT_1",
@@ -37,7 +38,9 @@ __all__ = [
     "Grammar",
     "decode_config_event",
     "decode_event",
+    "decode_event_steps",
     "encode_config_event",
+    "encode_config_steps",
 ]
 
 _U32 = struct.Struct(">I")
@@ -64,6 +67,48 @@ def encode_config_event(event: dict[str, Any]) -> bytes:
         return pamqp_encode.field_table(event)
     except (TypeError, ValueError, OverflowError, struct.error) as err:
         raise ValueError(f"config event {event['type']!r} not encodable: {err}") from None
+
+
+def encode_config_steps(event: dict[str, Any], size: int = SLICE) -> Steps[bytes]:
+    """:func:`encode_config_event` in slices (:mod:`common.slices`): the items of the
+    event's arrays (a snapshot's queues, exchanges, bindings) checked and encoded ``size``
+    a slice; the same bytes (pamqp's, key by key) and a :class:`ValueError` where it fails."""
+    if not isinstance(event, dict):
+        raise ValueError(f"config event must be a dict, not {type(event).__name__}")
+    if not isinstance(event.get("type"), str):
+        raise ValueError(f"config event needs a str 'type', got {event.get('type')!r:.80}")
+    _check_encodable({key: None for key in event}, 0)  # the field names
+    data = []
+    try:
+        for key, item in sorted(event.items()):
+            data.append(pamqp_encode.short_string(key))
+            if not isinstance(item, list):
+                _check_encodable(item, 1)
+                data.append(_table_value(key, item))
+                continue
+            items = []
+            for i, element in enumerate(item, 1):
+                _check_encodable(element, 2)
+                items.append(_table_value(key, element))
+                if i % size == 0:
+                    yield
+            body = b"".join(items)
+            data.append(b"A" + _U32.pack(len(body)) + body)
+    except (TypeError, ValueError, OverflowError, struct.error) as err:
+        if isinstance(err, ValueError) and str(err).startswith("config event"):
+            raise
+        raise ValueError(f"config event {event['type']!r} not encodable: {err}") from None
+    body = b"".join(data)
+    return _U32.pack(len(body)) + body
+
+
+def _table_value(key: str, value: object) -> bytes:
+    """pamqp's encoding of one value of field ``key`` (its error names the key, as
+    :func:`pamqp.encode.field_table`'s does)."""
+    try:
+        return pamqp_encode.encode_table_value(value)  # type: ignore[arg-type]
+    except TypeError as err:
+        raise TypeError(f"{key} error: {err}") from err
 
 
 def _check_encodable(value: object, depth: int) -> None:
@@ -108,6 +153,19 @@ FORMAT_1 = Grammar(MAX_DEPTH, raw_strings=False, decimal=struct.Struct(">Bi"), w
 def decode_event(data: bytes | bytearray | memoryview, grammar: Grammar) -> dict[str, Any]:
     """:func:`decode_config_event` by ``grammar``'s rules."""
     table = decode_table(data, grammar)
+    kind = table.get("type")
+    if not isinstance(kind, str):
+        raise ValueError(f"config event has no str 'type' (got {kind!r:.80})")
+    return table
+
+
+def decode_event_steps(
+    data: bytes | bytearray | memoryview, grammar: Grammar, size: int = SLICE
+) -> Steps[dict[str, Any]]:
+    """:func:`decode_event` in slices (:mod:`common.slices`): the items of the event's
+    arrays ``size`` a slice (:func:`broker.core.field_table_codec.decode_table_steps`); the
+    same result and the same errors."""
+    table = yield from decode_table_steps(data, grammar, size)
     kind = table.get("type")
     if not isinstance(kind, str):
         raise ValueError(f"config event has no str 'type' (got {kind!r:.80})")

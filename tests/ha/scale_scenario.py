@@ -40,12 +40,24 @@ class ScaleRun:
     queues: int
     phases: dict[str, float] = field(default_factory=dict)
     loops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Each phase's start and end (wall clock, seconds since the epoch): the brokers' logs
+    #: say what their loops did meanwhile (``bench/loop_steps_scale.py``).
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: Each phase's steps of the brokers watched, by bucket (``loop.step_counts`` at its end
+    #: less at its start; a broker started during the phase counts from 0).
+    counts: dict[str, dict[int, list[list[Any]]]] = field(default_factory=dict)
 
     @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        started = time.monotonic()
+    def phase(self, name: str, cluster: Cluster | None = None, *watched: int) -> Iterator[None]:
+        before = {i: _step_counts(cluster, i) for i in watched} if cluster else {}
+        started, wall = time.monotonic(), time.time()
         yield
         self.phases[name] = round(time.monotonic() - started, 2)
+        self.spans[name] = (wall, time.time())
+        if cluster is not None:
+            self.counts[name] = {
+                i: _counts_between(before[i], _step_counts(cluster, i)) for i in watched
+            }
 
     def long_steps(self) -> list[str]:
         """Every long step a broker kept, one line each (empty: none)."""
@@ -55,6 +67,24 @@ class ScaleRun:
             for broker, loop in self.loops.items()
             for step in loop["long_steps"]
         ]
+
+
+def _step_counts(cluster: Cluster, i: int) -> list[list[Any]] | None:
+    """A live broker's ``loop.step_counts``; None when it does not answer."""
+    try:
+        return list(loop_view(cluster, i).get("step_counts") or []) or None
+    except OSError:
+        return None
+
+
+def _counts_between(
+    before: list[list[Any]] | None, after: list[list[Any]] | None
+) -> list[list[Any]]:
+    if after is None:
+        return []
+    if before is None or len(before) != len(after):
+        return after
+    return [[bound, count - old] for (bound, count), (_b, old) in zip(after, before, strict=True)]
 
 
 def make_cluster(root: Path) -> Cluster:
@@ -145,15 +175,15 @@ def run(
 
     cluster.promote(0, epoch=1)
     cluster.wait_state(1, "ready", timeout=timeout)
-    with result.phase("declare"):
+    with result.phase("declare", cluster, 0, 1):
         asyncio.run(_declare(cluster.ports[0], queues, backlog))
     done("declare")
-    with result.phase("catch-up"):
+    with result.phase("catch-up", cluster, 0, 1):
         poll_until(lambda: held(cluster, 1, queues), timeout, "the backup to hold every queue")
         cluster.wait_state(1, "ready", timeout=timeout)
     done("catch-up")
     mgmt = cluster.brokers[0].mgmt_port
-    with result.phase("management"):
+    with result.phase("management", cluster, 0, 1):
         for path in (
             "/api/status",
             "/api/queues",
@@ -168,16 +198,16 @@ def run(
         one_console_snapshot(mgmt)
     done("management")
     result.loops["primary before the fail-over"] = loop_view(cluster, 0)
-    with result.phase("promotion"):
+    with result.phase("promotion", cluster, 1):
         cluster.kill(0)
         cluster.promote(1, epoch=2)
         cluster.wait_state(1, "active", timeout=timeout)
     done("promotion")
-    with result.phase("recovery and catch-up"):
+    with result.phase("recovery and catch-up", cluster, 1, 0):
         cluster.brokers[0].start(timeout=timeout)
         cluster.wait_state(0, "ready", timeout=timeout)
     done("recovery and catch-up")
-    with result.phase("management after"):
+    with result.phase("management after", cluster, 1, 0):
         for path in ("/api/queues", "/metrics"):
             get(cluster.brokers[1].mgmt_port, path)
         one_console_snapshot(cluster.brokers[1].mgmt_port)

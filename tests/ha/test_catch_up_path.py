@@ -243,7 +243,7 @@ def test_apply_takes_enqueue_subclasses() -> None:
 
 def test_catch_up_gc_freezes_while_active_and_unfreezes_at_the_end() -> None:
     assert gc.get_freeze_count() == 0
-    policy = CatchUpGc()
+    policy = CatchUpGc(unfreeze_max=10**9)  # whatever this test process holds
     policy.end()  # not active: nothing to undo
     keep = [object() for _ in range(10)]  # noqa: F841 - alive while frozen
     try:
@@ -252,7 +252,22 @@ def test_catch_up_gc_freezes_while_active_and_unfreezes_at_the_end() -> None:
         policy.applied()
     finally:
         policy.end()
-    assert not policy.active and gc.get_freeze_count() == 0
+    assert not policy.active and gc.get_freeze_count() == 0 and policy.kept_frozen == 0
+
+
+def test_catch_up_gc_keeps_a_big_heap_frozen_at_the_end() -> None:
+    """Unfrozen, a heap of more than ``unfreeze_max`` objects would be walked by the next
+    full collection in one step of the loop: it stays frozen."""
+    assert gc.get_freeze_count() == 0
+    policy = CatchUpGc(unfreeze_max=5)
+    keep = [object() for _ in range(10)]  # noqa: F841 - alive while frozen
+    try:
+        policy.applied()
+        policy.end()
+        assert not policy.active and policy.kept_frozen == 1
+        assert gc.get_freeze_count() > 5
+    finally:
+        gc.unfreeze()
 
 
 # -- AckCoalescer -------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ BACKLOG = {"q1": 1000, "q2": 1000, "q3": 1000}
 
 @pytest.fixture
 def scale_pair(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = make_cluster(tmp_path).start()
+    cluster = make_cluster(tmp_path).start(timeout=60)  # two brokers start in 4-15 s at load 20-50
     try:
         yield cluster
     finally:

@@ -1,0 +1,159 @@
+"""Backup side, asyncio shell: one link's configuration stream, applied in order, in slices.
+
+Each delivery of the configuration stream (``qpid.ha-config``) is decoded
+(:meth:`~broker.ha.link_format.Codec.decode_config_steps`) and applied
+(:meth:`~broker.ha.broker_replicator.BrokerReplicator.apply_steps`) a slice a turn of the
+event loop: a snapshot of 10,000 queues at once was one step of 270-380 ms of CPU
+(docs/reliability.md, "No long stalls"). Deliveries are applied one after the other, in
+the stream's order; the next waits for the one before to be applied. Each is acknowledged
+once applied, and once what applying it wrote is durable on this backup's disk.
+
+Atomic for whoever acts on the configuration: when the link stops with an event half
+applied, :meth:`ConfigApplier.finish` applies the rest at once, before the link's end is
+reported, so a promotion never starts from half a snapshot. Management reads meanwhile
+may see part of it (they promise nothing).
+
+THREAD UNSAFE: runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+from broker.amqp.client import ClientError, Delivery
+from broker.ha.broker_replicator import BrokerReplicator, ConfigChanges
+from broker.ha.link_format import Codec
+from common.slices import Steps, run_steps
+
+__all__ = ["AppliedDisk", "ConfigApplier"]
+
+
+class AppliedDisk(Protocol):
+    """What the applier needs of the backup's store (its journal)."""
+
+    @property
+    def appended(self) -> int:
+        """Records appended so far."""
+        ...
+
+    def after_durable(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(ok)`` once every record appended so far is durable."""
+        ...
+
+
+class ConfigApplier:
+    """See the module docstring. :meth:`delivered` is the stream's consumer callback."""
+
+    def __init__(
+        self,
+        ack: Callable[[int], None],
+        codec: Codec,
+        replicator: BrokerReplicator,
+        disk: AppliedDisk | None,
+        *,
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        failed: Callable[[dict[str, Any] | None, Exception], None],
+        store_failed: Callable[[str], None],
+        applied: Callable[[dict[str, Any], ConfigChanges], None],
+    ) -> None:
+        self._ack = ack
+        self._codec = codec
+        self._replicator = replicator
+        self._disk = disk
+        self._spawn = spawn
+        self._failed = failed
+        self._store_failed = store_failed
+        self._applied = applied
+        self._pending: deque[Delivery] = deque()
+        self._waiting = 0  # acknowledgements waiting for the disk (later ones wait behind)
+        #: The event being applied in slices.
+        self._applying: Steps[ConfigChanges] | None = None
+
+    def delivered(self, delivery: Delivery) -> None:
+        self._pending.append(delivery)
+        if len(self._pending) == 1:
+            self._spawn(self._apply_pending())
+
+    def finish(self) -> None:
+        """The link stops: the event being applied is applied to its end, now."""
+        steps, self._applying = self._applying, None
+        if steps is not None:
+            with contextlib.suppress(Exception):  # the next link's snapshot repairs
+                run_steps(steps)
+
+    async def _apply_pending(self) -> None:
+        pending = self._pending
+        while pending:
+            applied = await self._apply(pending[0])
+            pending.popleft()
+            if applied is None:
+                return  # failed: the link closes
+            event, changes, appended, tag = applied
+            self._acknowledge(tag, appended)
+            self._applied(event, changes)
+
+    async def _apply(
+        self, delivery: Delivery
+    ) -> tuple[dict[str, Any], ConfigChanges, int, int] | None:
+        """(the event, what changed, the disk's records before, its tag), or None when it
+        could not be applied (``failed``) or the link's end finished it."""
+        appended = 0 if self._disk is None else self._disk.appended
+        event: dict[str, Any] | None = None
+        try:
+            event = await _sliced(self._codec.decode_config_steps(delivery.body))
+            steps = self._replicator.apply_steps(event)
+            self._applying = steps
+            try:
+                while True:
+                    try:
+                        next(steps)
+                    except StopIteration as done:
+                        changes: ConfigChanges = done.value
+                        break
+                    await asyncio.sleep(0)
+                    if self._applying is not steps:
+                        return None  # finished by the link's end
+            finally:
+                if self._applying is steps:
+                    self._applying = None
+        except Exception as exc:  # the shell: any failure is an event, never a traceback
+            self._failed(event, exc)
+            return None
+        return event, changes, appended, delivery.delivery_tag
+
+    def _acknowledge(self, tag: int, appended: int) -> None:
+        disk = self._disk
+        if disk is None or not (self._waiting or disk.appended != appended):
+            self._ack_now(tag)
+            return
+        # What applying it wrote (a durable queue deleted with its messages, ...) is on
+        # this backup's disk before the primary's delete-ok: a promise.
+        self._waiting += 1
+
+        def durable(ok: bool) -> None:
+            self._waiting -= 1
+            if not ok:
+                self._store_failed("configuration stream: the store cannot write")
+                return
+            self._ack_now(tag)
+
+        disk.after_durable(durable)
+
+    def _ack_now(self, tag: int) -> None:
+        with contextlib.suppress(ClientError):  # the link is going down
+            self._ack(tag)
+
+
+async def _sliced(steps: Steps[dict[str, Any]]) -> dict[str, Any]:
+    """The result of ``steps``, a slice a turn of the loop."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: dict[str, Any] = done.value
+            return result
+        await asyncio.sleep(0)

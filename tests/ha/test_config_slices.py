@@ -1,0 +1,206 @@
+"""The configuration stream's snapshot in slices (issue 25, "no long stalls"): decoded and
+applied a slice a turn of the loop, with the result and the errors of doing it at once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.amqp.client import Delivery
+from broker.core.vhost import VirtualHost
+from broker.ha.broker_replicator import BrokerReplicator
+from broker.ha.config_apply import ConfigApplier
+from broker.ha.link_format import CODECS
+from broker.ha.wire_config import decode_event, decode_event_steps
+from common.slices import Steps, run_steps
+from tests.ha.test_wire import config_events
+
+
+def _slices(steps: Steps[Any]) -> tuple[Any, int]:
+    """The result of ``steps`` and how many slices it took."""
+    turns = 1
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value, turns
+        turns += 1
+
+
+@settings(max_examples=25)
+@given(config_events, st.sampled_from(sorted(CODECS)), st.integers(1, 3))
+def test_decoded_in_slices_as_at_once(event: dict[str, Any], fmt: int, size: int) -> None:
+    codec = CODECS[fmt]
+    data = codec.encode_config_event(event)
+    grammar = codec.config_grammar
+    assert run_steps(decode_event_steps(data, grammar, size)) == decode_event(data, grammar)
+    assert run_steps(codec.decode_config_steps(data)) == codec.decode_config_event(data)
+
+
+@settings(max_examples=25)
+@given(
+    st.one_of(config_events, st.builds(lambda e: {**e, "queues": [e, e, e]}, config_events)),
+    st.sampled_from(sorted(CODECS)),
+    st.integers(1, 3),
+)
+def test_encoded_in_slices_as_at_once(event: dict[str, Any], fmt: int, size: int) -> None:
+    codec = CODECS[fmt]
+    try:
+        expected: Any = codec.encode_config_event(event)
+    except ValueError:
+        expected = ValueError
+    try:
+        got: Any = run_steps(codec.encode_config_steps(event, size))  # type: ignore[call-arg]
+    except ValueError:
+        got = ValueError
+    assert got == expected
+
+
+def test_an_event_the_format_cannot_carry_fails_in_slices_too() -> None:
+    for fmt, event in (
+        (1, {"type": "snapshot", "queues": [{"name": "q", "arguments": {"x": 2.5j}}]}),
+        (2, {"type": "snapshot", "queues": [{"name": "q", "arguments": {"x": 2.5j}}]}),
+        (1, {"type": "snapshot", "queues": [{"k" * 129: 1}]}),
+    ):
+        with pytest.raises(ValueError, match="config event"):
+            run_steps(CODECS[fmt].encode_config_steps(event))
+
+
+@settings(max_examples=25)
+@given(config_events, st.data())
+def test_a_broken_event_fails_in_slices_as_at_once(event: dict[str, Any], data: Any) -> None:
+    codec = CODECS[2]
+    body = codec.encode_config_event(event)
+    cut = data.draw(st.integers(0, len(body) - 1))
+    broken = body[:cut] + bytes([data.draw(st.integers(0, 255))]) + body[cut + 1 :]
+    for candidate in (body[:cut], broken):
+        try:
+            expected: Any = decode_event(candidate, codec.config_grammar)
+        except ValueError as exc:
+            expected = str(exc)
+        try:
+            got: Any = run_steps(decode_event_steps(candidate, codec.config_grammar, 1))
+        except ValueError as exc:
+            got = str(exc)
+        assert got == expected
+
+
+def _snapshot(queues: int, bound: range) -> dict[str, Any]:
+    return {
+        "type": "snapshot",
+        "queues": [
+            {"name": f"q{i}", "replicate": "all", "durable": True, "arguments": {}}
+            for i in range(queues)
+        ],
+        "exchanges": [{"name": "t", "type": "topic", "durable": True, "arguments": {}}],
+        "bindings": [
+            {"queue": f"q{i}", "exchange": "t", "routing_key": f"k{i}", "arguments": {}}
+            for i in bound
+        ],
+    }
+
+
+def test_a_snapshot_is_applied_in_slices_as_at_once() -> None:
+    """A backup holding leftovers (queues and bindings the primary no longer has) reaches
+    the same configuration, in slices of 7 objects, as in one step; the decode of 1,000
+    queues takes slices too."""
+    sliced, whole = BrokerReplicator(VirtualHost()), BrokerReplicator(VirtualHost())
+    for replicator in (sliced, whole):
+        replicator.apply(_snapshot(60, range(0, 60, 2)))
+    event = _snapshot(40, range(1, 40, 3))
+    changes, turns = _slices(sliced.apply_steps(event, size=7))
+    assert turns > 10
+    assert changes == whole.apply(event)
+    assert sorted(changes.unsubscribe) == [f"q{i}" for i in range(40, 60)]
+
+    def view(replicator: BrokerReplicator) -> tuple[list[str], list[tuple[str, str, str]]]:
+        vhost = replicator.vhosts.default
+        return sorted(vhost.queues), sorted(
+            (b.exchange, b.destination.name, b.routing_key) for b in vhost.bindings()
+        )
+
+    assert view(sliced) == view(whole)
+    assert sorted(sliced.replicators) == sorted(whole.replicators) == sorted(view(whole)[0])
+    body = CODECS[2].encode_config_event(_snapshot(1000, range(0)))
+    assert _slices(CODECS[2].decode_config_steps(body))[1] >= 2
+
+
+def test_a_bad_event_in_slices_is_a_value_error_naming_it() -> None:
+    replicator = BrokerReplicator(VirtualHost())
+    with pytest.raises(ValueError, match="unknown configuration event 'nonsense'"):
+        run_steps(replicator.apply_steps({"type": "nonsense"}))
+
+
+# -- the link's applier (broker.ha.config_apply) ---------------------------------------------
+
+
+def _delivery(tag: int, event: dict[str, Any]) -> Delivery:
+    return Delivery(tag, False, "", "", b"", CODECS[2].encode_config_event(event), "c")
+
+
+class _Applier:
+    """A :class:`ConfigApplier` on a fresh backup's replicator, its spawned tasks kept."""
+
+    def __init__(self) -> None:
+        self.replicator = BrokerReplicator(VirtualHost())
+        self.acked: list[int] = []
+        self.applied: list[str] = []
+        self.failed: list[str] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.applier = ConfigApplier(
+            self.acked.append,
+            CODECS[2],
+            self.replicator,
+            None,
+            spawn=lambda coro: self.tasks.append(asyncio.ensure_future(coro)),
+            failed=lambda _event, exc: self.failed.append(str(exc)),
+            store_failed=self.failed.append,
+            applied=lambda event, _changes: self.applied.append(str(event["type"])),
+        )
+
+    @property
+    def queues(self) -> int:
+        return len(self.replicator.vhosts.default.queues)
+
+
+def test_the_stream_is_applied_in_order_a_slice_a_turn() -> None:
+    async def scenario() -> tuple[_Applier, int]:
+        link = _Applier()
+        link.applier.delivered(_delivery(1, _snapshot(1200, range(0, 1200, 2))))
+        link.applier.delivered(
+            _delivery(2, {"type": "queue-deleted", "name": "q7"})  # waits for the snapshot
+        )
+        turns = 0
+        while link.tasks and not link.tasks[-1].done():
+            await asyncio.sleep(0)
+            turns += 1
+        return link, turns
+
+    link, turns = asyncio.run(scenario())
+    assert turns >= 6 and link.failed == []
+    assert link.acked == [1, 2] and link.applied == ["snapshot", "queue-deleted"]
+    assert link.queues == 1199 and "q7" not in link.replicator.replicators
+
+
+def test_a_snapshot_half_applied_when_the_link_stops_is_finished_at_once() -> None:
+    """A promotion after the link never starts from half a snapshot."""
+
+    async def scenario() -> _Applier:
+        link = _Applier()
+        link.applier.delivered(_delivery(1, _snapshot(1500, range(0))))
+        while not 0 < link.queues < 1500:
+            await asyncio.sleep(0)
+        for task in link.tasks:
+            task.cancel()
+        link.applier.finish()  # as BackupLink._replicate does at the link's end
+        assert link.queues == 1500  # at once, before anything else runs
+        await asyncio.gather(*link.tasks, return_exceptions=True)
+        return link
+
+    link = asyncio.run(scenario())
+    assert link.queues == 1500 and len(link.replicator.replicators) == 1500
+    assert link.acked == [] and link.applied == [] and link.failed == []
