@@ -12,9 +12,10 @@ confirms).
 
 One job run reads them with variants made here from the 2 s run, each under its own
 cluster name: a node's clock 2 s ahead (``skew-node``), the drill host's clock 3 s behind
-(``skew-drill``), no fault records and one node's agent log missing (``no-records``), and
-two copies as older brokers wrote them, cluster null and no cluster id, with the same
-node names (``old-a``, ``old-b``).
+(``skew-drill``), no fault records and one node's agent log missing (``no-records``), no
+drill log at all, so the drill's final stop of the primary is an operator's stop
+(``no-drill``), and two copies as older brokers wrote them, cluster null and no cluster id,
+with the same node names (``old-a``, ``old-b``).
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def result(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> job
     variant(st2, logs / "skew-node", "skew-node", clock("n2", 2000.0))
     variant(st2, logs / "skew-drill", "skew-drill", clock("nemesis", -3000.0))
     variant(st2, logs / "no-records", "no-records", no_records, drop=("n2/agent.log",))
+    variant(st2, logs / "no-drill", "no-drill", drop=("drill.log",))
     variant(st2, logs / "old-a", "old-a", older_brokers)
     variant(st2, logs / "old-b", "old-b", older_brokers)
     return job.run(spark, [str(logs)], tmp_path_factory.mktemp("drill-truth-report"))
@@ -207,15 +209,67 @@ def test_the_drill_hosts_clock_off_by_3_s_is_found_and_corrected(result: job.Res
 
 
 def test_without_records_nor_one_agent_log_right_or_withheld(result: job.Result) -> None:
+    """n2's agent log missing: the fail-overs from n2 have no detection nor election (no
+    resignation to split them by) and no spurious verdict, those to n2 no election; a
+    silent node's failure without a record is a guess, withheld; every other fail-over
+    within 10 % of the drill's outage, and no phase longer than its fail-over (a later
+    resignation borrowed: detection 14 s inside a 4.8 s fail-over)."""
     truth = measured(DATA / "nemesis-st2")
     rows = by_kind(failovers(result, "no-records"))
+    assert set(rows) == KINDS
+    (missing,) = [w for w in result.warnings if w.startswith("no agent log of n2 (cluster no-r")]
+    (held_line,) = [w for w in result.warnings if "withheld from the percentiles" in w]
     for kind, r in rows.items():
-        assert r["failure_source"] != "drill"
-        assert r["withheld"] is not None or close(r["failover_ms"], truth[kind]), (kind, r)
-    held = [r for r in rows.values() if r["withheld"]]
-    if held:
-        (line,) = [w for w in result.warnings if "withheld from the percentiles" in w]
-        assert all(f"no-records e{r['epoch']}" in line for r in held), line
+        at = f"e{r['epoch']}"
+        assert r["failure_source"] != "drill", r
+        if r["withheld"]:
+            assert f"no-records {at} ({r['withheld']})" in held_line, (held_line, r)
+        else:
+            assert close(r["failover_ms"], truth[kind]), (kind, r["failover_ms"], truth[kind])
+        if "n2" in (r["node"], r["old_node"]):
+            assert "agent_log_missing" in r["evidence"] and at in missing, (missing, r)
+        if r["old_node"] == "n2":
+            assert (r["detection_ms"], r["election_ms"], r["spurious"]) == (None,) * 3, r
+        for phase in ("detection", "election", "promotion", "recovering"):
+            part = r[f"{phase}_ms"]
+            assert part is None or part <= r["failover_ms"] + 100, (phase, r)
+    # a node cut off or frozen logs nothing: without the drill's record, and before the
+    # election nobody else saw it (the backups' heartbeats ran out after it)
+    assert {k for k, r in rows.items() if r["withheld"]} == {"pause-node", "partition"}
+    assert {r["withheld"] for r in rows.values() if r["withheld"]} == {"failure_inferred"}
+    phases = {r["epoch"] for r in result.tables["phases"] if r["cluster"] == "no-records"}
+    assert phases and not phases & {r["epoch"] for r in rows.values() if r["withheld"]}
+
+
+def test_without_the_drills_log_a_stop_of_the_primary_is_an_operator_stop(
+    result: job.Result,
+) -> None:
+    """The drill's final SIGTERM of the primary, its log left out: nothing tells it from an
+    operator's stop (``broker_stopped``), a kind of its own; no fail-over takes a drill's
+    kind without the drill's log."""
+    rows = failovers(result, "no-drill")
+    assert len(rows) == 8 and not failovers(result, "no-drill", "teardown")
+    (stop,) = [r for r in rows if r["failure_kind"] == "operator-stop"]
+    # the backups' links went down as it began to stop, before its own last line
+    assert (stop["own_failure_by"], stop["failure_source"]) == ("broker_stopped", "backups")
+    assert stop["spurious"] is False and stop["withheld"] is None, stop
+    assert not {r["failure_kind"] for r in rows} & KINDS
+    assert all(r["failure_source"] != "drill" for r in rows)
+
+
+def test_partition_and_pause_count_the_time_before_the_fence(result: job.Result) -> None:
+    """A cut or frozen primary is fenced one timeout after the fault: the fail-over starts
+    at the fault (the drill's record), and its detection holds that timeout."""
+    for run in ("nemesis-st2", "nemesis-st4"):
+        rows = by_kind(failovers(result, f"nemesis@{cluster_id(DATA / run)}"))
+        session = rows["partition"]["session_timeout_s"] * 1000
+        assert session == float(run[-1]) * 1000
+        for kind in ("partition", "pause-node", "kill-node"):
+            assert rows[kind]["detection_ms"] >= 0.9 * session, (kind, rows[kind])
+        assert rows["pause"]["detection_ms"] >= 0.9 * rows["pause"]["broker_timeout_s"] * 1000
+        # the old primary's own fence came that long after the cut, and is not the failure
+        assert rows["partition"]["own_failure_by"] == "zookeeper_session_fence"
+        assert rows["partition"]["failure_by"] == "node_partitioned"
 
 
 def test_older_brokers_with_the_same_node_names_are_two_clusters(result: job.Result) -> None:

@@ -1,6 +1,7 @@
 """The pure cores behind "never a silent wrong answer" (no Spark): the clock offsets that
-cause and effect show (:func:`analytics.clocks.estimate`) and the runs of one cluster name
-(:func:`analytics.runs.split`). The job on real drill logs: ``test_drill_truth.py``."""
+cause and effect show (:func:`analytics.clocks.estimate`), the runs of one cluster name
+(:func:`analytics.runs.split`) and the agents' logs missing from the input
+(:mod:`analytics.missing_logs`). The job on real drill logs: ``test_drill_truth.py``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from analytics.clocks import TOLERANCE_US, Pair, estimate
+from analytics.missing_logs import NodeLogs, agentless, warnings
 from analytics.runs import Unit, split
 
 S = 1_000_000
@@ -84,3 +86,30 @@ def test_two_runs_of_one_name_each_line_placed() -> None:
     }  # fmt: skip
     (line,) = found.warnings
     assert "cluster name 'nemesis' holds 2 clusters" in line and "placed in none" not in line
+
+
+def logs(cluster: str, node: str, *sources: str) -> NodeLogs:
+    return NodeLogs(cluster, node, frozenset(sources))
+
+
+def test_a_node_whose_agent_log_is_missing_is_named_with_its_failovers() -> None:
+    nodes = [
+        logs("c", "n1", "broker", "agent"), logs("c", "n2", "broker"),
+        logs("c", "n3", "broker", "agent"), logs("c", "drill", "drill"),
+        # brokers alone: no agent log was given, none is missing
+        logs("b", "n1", "broker"), logs("b", "n2", "broker"),
+        # an agent whose broker logged nothing (a node lost before it started): no broker
+        logs("d", "n1", "broker", "agent"), logs("d", "n2", "agent"),
+    ]  # fmt: skip
+    missing = agentless(nodes)
+    assert missing == [("c", "n2")]
+    rows = [
+        {"cluster": "c", "epoch": 2, "kind": "failover", "old_node": "n1", "node": "n2"},
+        {"cluster": "c", "epoch": 3, "kind": "failover", "old_node": "n2", "node": "n3"},
+        {"cluster": "c", "epoch": 4, "kind": "teardown", "old_node": "n3", "node": "n2"},
+        {"cluster": "b", "epoch": 2, "kind": "failover", "old_node": "n1", "node": "n2"},
+    ]
+    (line,) = warnings(missing, rows)
+    assert line.startswith("no agent log of n2 (cluster c)"), line
+    assert "from it e3: detection and election withheld" in line, line
+    assert "to it e2: election and promotion withheld" in line and "e4" not in line, line
