@@ -14,8 +14,9 @@ One job run reads them with variants made here from the 2 s run, each under its 
 cluster name: a node's clock 2 s ahead (``skew-node``), the drill host's clock 3 s behind
 (``skew-drill``), no fault records and one node's agent log missing (``no-records``), no
 drill log at all, so the drill's final stop of the primary is an operator's stop
-(``no-drill``), and two copies as older brokers wrote them, cluster null and no cluster id,
-with the same node names (``old-a``, ``old-b``).
+(``no-drill``), and copies as older brokers wrote them, cluster null and no cluster id,
+with the same node names: the 2 s run twice (``old-a``, ``old-b``), and the 4 s run under
+the name ``old-a`` too (two runs of one name that no cluster id tells apart).
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ def result(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> job
     variant(st2, logs / "no-drill", "no-drill", drop=("drill.log",))
     variant(st2, logs / "old-a", "old-a", older_brokers)
     variant(st2, logs / "old-b", "old-b", older_brokers)
+    variant(DATA / "nemesis-st4", logs / "old-r4", "old-a", older_brokers)
     return job.run(spark, [str(logs)], tmp_path_factory.mktemp("drill-truth-report"))
 
 
@@ -169,7 +171,8 @@ def test_two_runs_of_one_cluster_name_are_told_apart(result: job.Result) -> None
     assert all(f"nemesis@{i}" in line for i in ids), line
     assert not failovers(result, "nemesis")
     tuning = {r["config"]: r for r in result.tables["tuning"]}
-    assert tuning["session-timeout 4s"]["failovers"] == 7
+    # the 4 s run, and its copy as older brokers wrote it
+    assert tuning["session-timeout 4s"]["failovers"] == 14
 
 
 def test_the_drills_teardown_is_no_fault(result: job.Result) -> None:
@@ -272,12 +275,36 @@ def test_partition_and_pause_count_the_time_before_the_fence(result: job.Result)
         assert rows["partition"]["failure_by"] == "node_partitioned"
 
 
+def run_id(run: Path) -> str:
+    return str(json.loads((run / "drill.log").read_text().splitlines()[0])["run_id"])[:8]
+
+
 def test_older_brokers_with_the_same_node_names_are_two_clusters(result: job.Result) -> None:
-    for cluster in ("old-a", "old-b"):
+    for cluster in ("old-b", f"old-a@{run_id(DATA / 'nemesis-st2')}"):
         assert set(by_kind(failovers(result, cluster))) == KINDS
     truth = anomalies(result, f"nemesis@{cluster_id(DATA / 'nemesis-st2')}")
-    assert anomalies(result, "old-a") == anomalies(result, "old-b") == truth
+    assert anomalies(result, f"old-a@{run_id(DATA / 'nemesis-st2')}") == truth
+    assert anomalies(result, "old-b") == truth
     assert not [a for a in truth if a[0] == "two_primaries"]
+
+
+def test_older_brokers_two_runs_of_one_name_told_apart_by_the_drills_run_ids(
+    result: job.Result,
+) -> None:
+    """No cluster id in either run: their epochs start again, and the nemesis drills' run
+    ids split them (each one's fail-overs its own, right, and no false split-brain)."""
+    (line,) = [w for w in result.warnings if "cluster name 'old-a'" in w]
+    assert "promoted after epoch" in line and "read as 2 runs" in line, line
+    assert not failovers(result, "old-a")
+    for run in ("nemesis-st2", "nemesis-st4"):
+        rows = by_kind(failovers(result, f"old-a@{run_id(DATA / run)}"))
+        assert set(rows) == KINDS
+        truth = measured(DATA / run)
+        for kind, r in rows.items():
+            assert close(r["failover_ms"], truth[kind]), (run, kind, r["failover_ms"])
+            assert r["config"] == f"session-timeout {run[-1]}s"
+        two = [a for a in anomalies(result, rows["kill"]["cluster"]) if a[0] == "two_primaries"]
+        assert not two
 
 
 def test_advice_names_the_option_that_sets_the_dominant_phase(result: job.Result) -> None:
@@ -298,13 +325,14 @@ def test_advice_names_the_option_that_sets_the_dominant_phase(result: job.Result
 
 
 def test_small_groups_are_points_not_percentiles(result: job.Result) -> None:
-    # 4 s: one run, one fail-over a kind; 2 s: the run and its five variants
+    # 4 s: one run and its copy, two fail-overs a kind; 2 s: the run and its variants
     rows = [r for r in result.tables["percentiles_by_kind"] if r["phase"] == "failover"]
     small = [r for r in rows if r["config"] == "session-timeout 4s"]
-    assert len(small) == 7 and all(r["failovers"] == 1 for r in small)
+    assert len(small) == 7 and all(r["failovers"] == 2 for r in small)
     for r in small:
         assert (r["p50_ms"], r["p90_ms"], r["p99_ms"], r["mean_ms"]) == (None,) * 4, r
-        assert r["samples_ms"] == f"{r['max_ms']:.0f}", r
+        low, high = (float(x) for x in r["samples_ms"].split(", "))
+        assert low <= high == round(r["max_ms"]), r
     big = [r for r in rows if r["failovers"] >= 5]
     assert big and all(r["p50_ms"] is not None and r["samples_ms"] is None for r in big)
 

@@ -113,3 +113,52 @@ def test_a_node_whose_agent_log_is_missing_is_named_with_its_failovers() -> None
     assert line.startswith("no agent log of n2 (cluster c)"), line
     assert "from it e3: detection and election withheld" in line, line
     assert "to it e2: election and promotion withheld" in line and "e4" not in line, line
+
+
+def test_older_brokers_two_runs_of_one_name_told_apart_by_the_drills_run_ids() -> None:
+    """No cluster id (brokers older than it): a promotion to epoch 2 after epoch 3 says two
+    clusters; the nemesis drills' run ids tell them apart (each drill client's own run id,
+    inside its nemesis run's lines, is that run's); the nodes' files go with the drill's
+    log in the directory above them."""
+    units = [
+        Unit("/r1/drill.log", "old", "nem1", 0, 90),
+        Unit("/r1/drill.log", "old", "client1", 10, 10),
+        Unit("/r1/n1/qpidd.log", "old", "", 0, 90, promotions=((5, 1), (50, 3))),
+        Unit("/r1/n1/agent.log", "old", "", 0, 90),
+        Unit("/r2/drill.log", "old", "nem2", 100, 190),
+        Unit("/r2/drill.log", "old", "client2", 110, 110),
+        Unit("/r2/n1/qpidd.log", "old", "", 100, 190, promotions=((105, 1), (150, 2))),
+    ]
+    found = split(units)
+    placed = {(file, run): name for file, _c, run, _f, name in found.rows}
+    assert placed == {
+        ("/r1/drill.log", "nem1"): "old@nem1", ("/r1/drill.log", "client1"): "old@nem1",
+        ("/r1/n1/qpidd.log", ""): "old@nem1", ("/r1/n1/agent.log", ""): "old@nem1",
+        ("/r2/drill.log", "nem2"): "old@nem2", ("/r2/drill.log", "client2"): "old@nem2",
+        ("/r2/n1/qpidd.log", ""): "old@nem2",
+    }  # fmt: skip
+    (line,) = found.warnings
+    assert "epoch 1 promoted after epoch 3" in line and "read as 2 runs" in line, line
+
+
+def test_epochs_that_only_rise_are_one_cluster_whatever_the_run_ids() -> None:
+    """Two drills against one cluster: two run ids, epochs rising: nothing split."""
+    units = [
+        Unit("/l/drill-a.log", "c", "a", 0, 50),
+        Unit("/l/drill-b.log", "c", "b", 60, 90),
+        Unit("/l/n1/qpidd.log", "c", "", 0, 90, promotions=((5, 1), (55, 2), (70, 3))),
+    ]
+    assert split(units).rows == [] and split(units).warnings == []
+
+
+def test_epochs_that_start_again_without_run_ids_are_named_not_split() -> None:
+    units = [
+        Unit("/a/n1/qpidd.log", "c", "", 0, 50, promotions=((5, 1), (20, 2))),
+        Unit("/b/n1/qpidd.log", "c", "", 60, 90, promotions=((65, 1),)),
+    ]
+    found = split(units)
+    (line,) = found.warnings
+    assert (
+        found.rows == [] and "'c' holds several clusters (epoch 1 promoted after epoch 2)" in line
+    )
+    assert "fail-overs are mixed" in line
