@@ -15,8 +15,9 @@ cluster name: a node's clock 2 s ahead (``skew-node``), the drill host's clock 3
 (``skew-drill``), no fault records and one node's agent log missing (``no-records``), no
 drill log at all, so the drill's final stop of the primary is an operator's stop
 (``no-drill``), and copies as older brokers wrote them, cluster null and no cluster id,
-with the same node names: the 2 s run twice (``old-a``, ``old-b``), and the 4 s run under
-the name ``old-a`` too (two runs of one name that no cluster id tells apart).
+with the same node names: the 2 s run twice (``old-a``, and ``old-b`` whose drill log ends
+before ZooKeeper came back in the zk-loss cycle), and the 4 s run under the name ``old-a``
+too (two runs of one name that no cluster id tells apart).
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ def older_brokers(e: dict[str, Any]) -> dict[str, Any] | None:
     return {**e, "cluster": None} if e["component"] in ("ha", "broker", "management") else e
 
 
+def zookeeper_never_back(e: dict[str, Any]) -> dict[str, Any] | None:
+    """As older brokers logged, and the drill's log ends before ZooKeeper came back."""
+    return None if e["event"] == "zk_ensemble_resumed" else older_brokers(e)
+
+
 def measured(run: Path) -> dict[str, float]:
     """The drill's outage per nemesis (``nemesis_cycle_checked``)."""
     out = {}
@@ -127,7 +133,7 @@ def result(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> job
     variant(st2, logs / "no-records", "no-records", no_records, drop=("n2/agent.log",))
     variant(st2, logs / "no-drill", "no-drill", drop=("drill.log",))
     variant(st2, logs / "old-a", "old-a", older_brokers)
-    variant(st2, logs / "old-b", "old-b", older_brokers)
+    variant(st2, logs / "old-b", "old-b", zookeeper_never_back)
     variant(DATA / "nemesis-st4", logs / "old-r4", "old-a", older_brokers)
     return job.run(spark, [str(logs)], tmp_path_factory.mktemp("drill-truth-report"))
 
@@ -286,6 +292,16 @@ def test_older_brokers_with_the_same_node_names_are_two_clusters(result: job.Res
     assert anomalies(result, f"old-a@{run_id(DATA / 'nemesis-st2')}") == truth
     assert anomalies(result, "old-b") == truth
     assert not [a for a in truth if a[0] == "two_primaries"]
+
+
+def test_a_spurious_failover_no_timeout_would_have_avoided(result: job.Result) -> None:
+    """ZooKeeper away for 3 s: a longer session timeout rides it out; away to the end of
+    the logs: no timeout would have (and the tuning table counts each so)."""
+    for cluster, avoidable in (("old-b", "no timeout"), ("skew-drill", "longer timeout")):
+        zk = by_kind(failovers(result, cluster))["zk-loss"]
+        assert (zk["spurious"], zk["spurious_avoidable"]) == (True, avoidable), zk
+    (row,) = [r for r in result.tables["tuning"] if r["config"] == "session-timeout 2s"]
+    assert row["spurious_no_timeout"] == 1 and row["spurious_longer_timeout"] >= 4, row
 
 
 def test_older_brokers_two_runs_of_one_name_told_apart_by_the_drills_run_ids(
