@@ -44,7 +44,7 @@ EVIDENCE = (
     "bad_lines",  # a file holding the old or new primary's events has unusable lines
     "clock_unresolved",  # the old or new primary's clock could not be placed (analytics.clocks)
     "agent_log_missing",  # the old or new primary's agent's log is not among the inputs
-    "inconsistent",  # a phase is negative or longer than the fail-over: instants of two
+    "inconsistent",  # a phase negative or longer than the fail-over: two fail-overs mixed
 )
 #: Evidence that withholds a fail-over from the percentiles (``withheld``): its failure is
 #: missing or a guess, or its instants cannot be trusted together. The others only lack a
