@@ -152,7 +152,8 @@ def failovers(
     ``agent_fenced``; broker ``broker_stopped``, ``ha_fenced``; ``failure_reason`` its
     ``reason``), else its last event of any kind (``failure_by`` ``last_seen``: a frozen
     node). ``resigned_us``: its agent's first ``agent_fenced`` or ``election_withdraw`` at
-    or after the failure, if not after ``won_us``. ``detected_us``: the earlier of
+    or after the failure, if not after ``won_us`` (``recovering_us``, else
+    ``promoted_us``, without the new primary's agent's election). ``detected_us``: the earlier of
     ``resigned_us`` and ``won_us``. Phases (ms): detection = detected - failure, election =
     won - detected, promotion = (recovering, else agent_promoted) - won, recovering = active -
     recovering, failover = active - failure; ``agent_promote_ms`` = agent_promoted - won.
@@ -239,12 +240,11 @@ def failovers(
         (F.col("source") == "agent") & F.col("event").isin(*RESIGN_EVENTS)
     ).select("cluster", F.col("node").alias("prev_node"), F.col("us").alias("r_us"))
     resigned = (
-        fw.select("cluster", "epoch", "prev_node", "failure_us", "won_us")
+        fw.select("cluster", "epoch", "prev_node", "failure_us", "bound_us")
         .join(resign_marks, ["cluster", "prev_node"])
-        .where(
-            (F.col("r_us") >= F.col("failure_us"))
-            & (F.col("won_us").isNull() | (F.col("r_us") <= F.col("won_us")))
-        )
+        # at or before the new primary's election (its promotion, without its agent's
+        # log): a later resignation is another fail-over's, never this one's detection
+        .where((F.col("r_us") >= F.col("failure_us")) & (F.col("r_us") <= F.col("bound_us")))
         .groupBy(*keys)
         .agg(F.min("r_us").alias("resigned_us"))
     )

@@ -45,7 +45,7 @@ from typing import Any, TextIO
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from analytics import clocks, failover, inputs, parse, report, runs, transforms
+from analytics import clocks, failover, inputs, missing_logs, parse, report, runs, transforms
 
 DEFAULT_GLOB = inputs.DEFAULT_GLOB
 #: Rows of a table shown in the HTML page (the CSV and Parquet files have them all).
@@ -374,6 +374,7 @@ def run(
     progress.log(f"{used} events used")
     with progress.stage("tell runs apart, check clocks against causality", spark):
         events, clocked, truth = _identities_and_clocks(spark, events)
+        agentless = missing_logs.agentless(missing_logs.node_logs(events))
     warnings += truth
     for line in truth:
         progress.log(f"warning: {line}")
@@ -386,6 +387,7 @@ def run(
             checkpoint,
             suspect=inputs.suspect_nodes(problems),
             unclocked=sorted(clocked.unresolved),
+            agentless=agentless,
         )
         named: dict[str, DataFrame] = {
             "failovers": _with_times(tables.failovers).orderBy("cluster", "epoch"),
@@ -399,7 +401,8 @@ def run(
             "event_counts": counts.orderBy(F.desc("lines")),
         }
         collected = {name: _rows(df) for name, df in named.items()}
-    withheld_lines = withheld_warnings(collected["failovers"])
+    withheld_lines = missing_logs.warnings(agentless, collected["failovers"])
+    withheld_lines += withheld_warnings(collected["failovers"])
     warnings += withheld_lines
     out.mkdir(parents=True, exist_ok=True)
     with progress.stage("write tables (CSV, Parquet)", spark):

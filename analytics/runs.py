@@ -7,14 +7,19 @@ A cluster's identity is its store's cluster id (``ha_cluster_id_created`` by its
 primary, ``ha_cluster_id_adopted`` by each backup: seed 002); a drill's is its run id
 (``run_id`` on every line of ``qpid-ha drill``'s log, and of a nemesis drill's). Epochs
 start again at 1 in a new cluster, so two runs read under one name would pair promotions
-of one run with failures of the other.
+of one run with failures of the other. Brokers older than the cluster id log none: a name
+whose promotions' epochs start again (a promotion to an epoch no higher than an earlier
+one's) holds several clusters, told apart by the drills' run ids when there are several,
+else named in a warning (its fail-overs are mixed; nothing in the logs tells them apart).
 
 - :func:`units` (Spark): the log's units, one per file, cluster name and run id, with
   their first and last times and the cluster ids they logged (small: a row per file).
-- :func:`split` (pure, no Spark): for every cluster name with more than one cluster id, the
-  run each unit belongs to, by the first rule that gives one: the ids it logged itself
-  (from each id's first time on); else those of the files in its directory; else those of
-  the files under it (a nemesis drill's ``drill.log`` sits above ``n1/qpidd.log``); else the
+- :func:`split` (pure, no Spark): for every cluster name with more than one cluster id (or
+  with epochs that start again and more than one drill run id: the ids are then the run
+  ids), the run each unit belongs to, by the first rule that gives one: the ids it logged
+  itself (from each id's first time on); else those of the files in its directory; else
+  those of the files under it (a nemesis drill's ``drill.log`` sits above
+  ``n1/qpidd.log``); else those of the files in the nearest directory above it; else the
   run whose time span overlaps it most. Such a name's events take the cluster
   ``name@<first 8 characters of the id>``; a unit no rule places is named in a warning
   and keeps the bare name (its events then match no run's fail-overs).
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import posixpath
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-__all__ = ["ID_EVENTS", "Assignment", "Unit", "apply", "split", "units"]
+__all__ = ["ID_EVENTS", "Assignment", "Unit", "apply", "restart", "split", "units"]
 
 #: The events that name a broker's cluster id.
 ID_EVENTS = ("ha_cluster_id_created", "ha_cluster_id_adopted")
@@ -54,6 +59,8 @@ class Unit:
     last_us: int
     #: (first time, cluster id) of each id this unit logged
     ids: tuple[tuple[int, str], ...] = ()
+    #: (time, epoch) of each promotion this unit logged (a broker's move to recovering)
+    promotions: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -80,6 +87,14 @@ def units(events: DataFrame) -> list[Unit]:
                     F.struct("us", "cluster_id"),
                 )
             ).alias("ids"),
+            F.collect_set(
+                F.when(
+                    (F.col("event") == "ha_state_changed")
+                    & (F.col("new") == "recovering")
+                    & F.col("epoch").isNotNull(),
+                    F.struct("us", "epoch"),
+                )
+            ).alias("promotions"),
         )
         .collect()
     )
@@ -96,6 +111,7 @@ def units(events: DataFrame) -> list[Unit]:
                 first_us=int(r["first_us"]),
                 last_us=int(r["last_us"]),
                 ids=tuple(sorted((at, cid) for cid, at in first.items())),
+                promotions=tuple(sorted((int(at), int(e)) for at, e in r["promotions"] or ())),
             )
         )
     return out
@@ -109,55 +125,139 @@ def _under(directory: str, other: str) -> bool:
     return other != directory and other.startswith(directory.rstrip("/") + "/")
 
 
+def restart(members: Sequence[Unit]) -> tuple[int, int, int] | None:
+    """The first promotion of these units, in time order, to an epoch no higher than an
+    earlier one's: ``(time, epoch, the highest before)``; None when epochs only rise (one
+    cluster: every promotion takes a higher epoch)."""
+    highest: int | None = None
+    for at, epoch in sorted({p for u in members for p in u.promotions}):
+        if highest is not None and epoch <= highest:
+            return at, epoch, highest
+        highest = epoch if highest is None else max(highest, epoch)
+    return None
+
+
+def _run_identity(members: Sequence[Unit]) -> Callable[[Unit], tuple[tuple[int, str], ...]]:
+    """A unit's drill run id as its identity, a run nested in another run's span of the
+    same file taken as that one (a nemesis drill's clients log their own run ids on
+    ``drill_started``, inside the nemesis run's lines)."""
+    outer: dict[tuple[str, str], str] = {}
+    for u in members:
+        around = [
+            o
+            for o in members
+            if o.file == u.file and o.run_id and o.run_id != u.run_id
+            and o.first_us <= u.first_us and u.last_us <= o.last_us
+        ]  # fmt: skip
+        if u.run_id and around:
+            outer[(u.file, u.run_id)] = max(around, key=lambda o: o.last_us - o.first_us).run_id
+
+    def identity(u: Unit) -> tuple[tuple[int, str], ...]:
+        if not u.run_id:
+            return ()
+        return ((u.first_us, outer.get((u.file, u.run_id), u.run_id)),)
+
+    return identity
+
+
+def _cluster_ids(u: Unit) -> tuple[tuple[int, str], ...]:
+    return u.ids
+
+
 def split(all_units: Sequence[Unit]) -> Assignment:
-    """The run of every unit of a cluster name with several cluster ids (see the module)."""
+    """The run of every unit of a cluster name with several cluster ids, or with epochs
+    that start again and several drill run ids (see the module)."""
     by_name: dict[str, list[Unit]] = defaultdict(list)
     for u in all_units:
         by_name[u.cluster].append(u)
     out = Assignment()
     for name, members in sorted(by_name.items()):
+        identity: Callable[[Unit], tuple[tuple[int, str], ...]] = _cluster_ids
         ids = sorted({cid for u in members for _, cid in u.ids})
+        what = "clusters (store cluster ids"
         if len(ids) < 2:
-            continue
-        out.split_names.append(name)
-        span: dict[str, list[int]] = {}
-        for u in members:
-            for cid in {c for _, c in u.ids}:
-                lo, hi = span.get(cid, [u.first_us, u.last_us])
-                span[cid] = [min(lo, u.first_us), max(hi, u.last_us)]
-        unplaced = []
-        for u in members:
-            row = (u.file, u.cluster, u.run_id)
-            if u.ids:
-                for i, (at, cid) in enumerate(u.ids):
-                    out.rows.append((*row, -(2**62) if i == 0 else at, _label(name, cid)))
+            again = restart(members)
+            if again is None:
                 continue
-            directory = posixpath.dirname(u.file)
-            near = {c for o in members for _, c in o.ids if posixpath.dirname(o.file) == directory}
-            if len(near) != 1:
-                near = {
-                    c
-                    for o in members
-                    for _, c in o.ids
-                    if _under(directory, posixpath.dirname(o.file))
-                }
-            if len(near) != 1:
-                overlap = {
-                    cid: min(u.last_us, hi) - max(u.first_us, lo) for cid, (lo, hi) in span.items()
-                }
-                best = max(overlap, key=lambda c: overlap[c])
-                near = {best} if overlap[best] >= 0 else set()
-            if len(near) == 1:
-                out.rows.append((*row, -(2**62), _label(name, next(iter(near)))))
-            else:
-                unplaced.append(u.file + (f" (run {u.run_id})" if u.run_id else ""))
+            identity = _run_identity(members)
+            ids = sorted({c for u in members for _, c in identity(u)})
+            what = (
+                f"clusters (epoch {again[1]} promoted after epoch {again[2]}, and no cluster "
+                f"id: drill run ids"
+            )
+            if len(ids) < 2:
+                out.warnings.append(
+                    f"cluster name {name!r} holds several clusters (epoch {again[1]} promoted "
+                    f"after epoch {again[2]}) and no cluster id nor drill run id tells them "
+                    f"apart: its fail-overs are mixed (give each run its own --cluster)"
+                )
+                continue
+        out.split_names.append(name)
+        unplaced = _place(name, members, identity, out)
         out.warnings.append(
-            f"cluster name {name!r} holds {len(ids)} clusters (store cluster ids "
+            f"cluster name {name!r} holds {len(ids)} {what} "
             f"{', '.join(i[:ID_CHARS] for i in ids)}): read as {len(ids)} runs, named "
             f"{', '.join(_label(name, i) for i in ids)}"
             + (f"; lines placed in none: {', '.join(sorted(unplaced)[:5])}" if unplaced else "")
         )
     return out
+
+
+def _nearby(
+    directory: str,
+    members: Sequence[Unit],
+    identity: Callable[[Unit], tuple[tuple[int, str], ...]],
+) -> set[str]:
+    """The ids of the files in ``directory``; else of the files under it; else of the
+    files in the nearest directory above it that holds any (empty or several: no answer
+    here)."""
+    where: dict[str, set[str]] = defaultdict(set)
+    for o in members:
+        for _, c in identity(o):
+            where[posixpath.dirname(o.file)].add(c)
+    near = where.get(directory, set())
+    if len(near) != 1:
+        near = {c for d, cs in where.items() if _under(directory, d) for c in cs}
+    up = directory
+    while len(near) != 1 and not where.get(up) and posixpath.dirname(up) != up:
+        up = posixpath.dirname(up)
+        near = where.get(up, set())
+    return near
+
+
+def _place(
+    name: str,
+    members: Sequence[Unit],
+    identity: Callable[[Unit], tuple[tuple[int, str], ...]],
+    out: Assignment,
+) -> list[str]:
+    """Rows of ``out`` for every unit of ``members`` (see the module); the units no rule
+    places."""
+    span: dict[str, list[int]] = {}
+    for u in members:
+        for cid in {c for _, c in identity(u)}:
+            lo, hi = span.get(cid, [u.first_us, u.last_us])
+            span[cid] = [min(lo, u.first_us), max(hi, u.last_us)]
+    unplaced = []
+    for u in members:
+        row = (u.file, u.cluster, u.run_id)
+        own = identity(u)
+        if own:
+            for i, (at, cid) in enumerate(own):
+                out.rows.append((*row, -(2**62) if i == 0 else at, _label(name, cid)))
+            continue
+        near = _nearby(posixpath.dirname(u.file), members, identity)
+        if len(near) != 1:
+            overlap = {
+                cid: min(u.last_us, hi) - max(u.first_us, lo) for cid, (lo, hi) in span.items()
+            }
+            best = max(overlap, key=lambda c: overlap[c])
+            near = {best} if overlap[best] >= 0 else set()
+        if len(near) == 1:
+            out.rows.append((*row, -(2**62), _label(name, next(iter(near)))))
+        else:
+            unplaced.append(u.file + (f" (run {u.run_id})" if u.run_id else ""))
+    return unplaced
 
 
 ASSIGNMENT_SCHEMA = T.StructType(

@@ -74,16 +74,24 @@ def analyse(
     checkpoint: Checkpoint = identity,
     suspect: Sequence[str] = (),
     unclocked: Sequence[tuple[str, str]] = (),
+    agentless: Sequence[tuple[str, str]] = (),
 ) -> Tables:
     """The whole pipeline on normalised events (see the module's docstring);
     ``checkpoint`` cuts the lineage between steps (see :data:`Checkpoint`); ``suspect``:
     nodes whose files have unusable lines (their fail-overs are marked incomplete);
     ``unclocked``: (cluster, node) whose clock could not be placed (their fail-overs keep
-    no phases: :mod:`analytics.clocks`)."""
+    no phases: :mod:`analytics.clocks`); ``agentless``: (cluster, node) whose agent's log
+    is missing (:mod:`analytics.missing_logs`)."""
     intervals = checkpoint(state_intervals(events))
     promoted = checkpoint(promotions(events))
     fo = checkpoint(
-        annotate(events, failovers(events, promoted, labels, checkpoint), suspect, unclocked)
+        annotate(
+            events,
+            failovers(events, promoted, labels, checkpoint),
+            suspect,
+            unclocked,
+            agentless,
+        )
     )
     phases = checkpoint(phase_durations(fo))
     stints = checkpoint(primary_stints(intervals))

@@ -43,13 +43,15 @@ EVIDENCE = (
     "not_active",  # the new primary never logged active
     "bad_lines",  # a file holding the old or new primary's events has unusable lines
     "clock_unresolved",  # the old or new primary's clock could not be placed (analytics.clocks)
-    "inconsistent",  # a phase is negative: its instants are not of one fail-over
+    "agent_log_missing",  # the old or new primary's agent's log is not among the inputs
+    "inconsistent",  # a phase negative or longer than the fail-over: two fail-overs mixed
 )
 #: Evidence that withholds a fail-over from the percentiles (``withheld``): its failure is
 #: missing or a guess, or its instants cannot be trusted together. The others only lack a
 #: phase, which then adds nothing to the percentiles.
 WITHHOLD = ("no_failure", "failure_inferred", "bad_lines", "clock_unresolved", "inconsistent")
-#: A phase shorter than this (ms) is a contradiction, not noise (analytics.clocks' tolerance).
+#: A phase shorter than this (ms), or longer than the fail-over by more than its opposite, is
+#: a contradiction, not noise (analytics.clocks' tolerance).
 NEGATIVE_MS = -100.0
 
 
@@ -220,16 +222,24 @@ def _backup_timeouts(events: DataFrame, fo: DataFrame) -> DataFrame:
     )
 
 
-def _involves(nodes: Sequence[tuple[str, str]]) -> Column:
-    """The fail-over's old or new primary is one of these (cluster, node)."""
+def _involves(
+    nodes: Sequence[tuple[str, str]], roles: Sequence[str] = ("node", "old_node")
+) -> Column:
+    """The fail-over's old or new primary (``roles``: its columns) is one of these
+    (cluster, node)."""
     out = F.lit(False)
     for cluster, node in nodes:
         here = F.col("cluster") == cluster
-        out = out | (here & ((F.col("node") == node) | (F.col("old_node") == node)))
+        for role in roles:
+            out = out | (here & (F.col(role) == node))
     return F.coalesce(out, F.lit(False))
 
 
-def _evidence(suspect: Sequence[str], unclocked: Sequence[tuple[str, str]] = ()) -> Column:
+def _evidence(
+    suspect: Sequence[str],
+    unclocked: Sequence[tuple[str, str]] = (),
+    agentless: Sequence[tuple[str, str]] = (),
+) -> Column:
     bad = F.lit(False)
     if suspect:
         bad = F.col("node").isin(*suspect) | F.coalesce(
@@ -238,6 +248,9 @@ def _evidence(suspect: Sequence[str], unclocked: Sequence[tuple[str, str]] = ())
     negative = F.lit(False)
     for phase in (p.name for p in failover_phases.PHASES):
         negative = negative | F.coalesce(F.col(f"{phase}_ms") < NEGATIVE_MS, F.lit(False))
+        # a part longer than the whole: a resignation or an election of another fail-over
+        longer = F.col(f"{phase}_ms") > F.col("failover_ms") - NEGATIVE_MS
+        negative = negative | F.coalesce(longer, F.lit(False))
     checks = {
         "no_failure": F.col("failure_us").isNull(),
         "failure_inferred": F.col("failure_by") == "last_seen",
@@ -246,6 +259,7 @@ def _evidence(suspect: Sequence[str], unclocked: Sequence[tuple[str, str]] = ())
         "not_active": F.col("active_us").isNull(),
         "bad_lines": bad,
         "clock_unresolved": _involves(unclocked),
+        "agent_log_missing": _involves(agentless),
         "inconsistent": negative,
     }
     codes = F.concat_ws(
@@ -270,16 +284,23 @@ def annotate(
     fo: DataFrame,
     suspect: Sequence[str] = (),
     unclocked: Sequence[tuple[str, str]] = (),
+    agentless: Sequence[tuple[str, str]] = (),
 ) -> DataFrame:
     """``fo`` with ``failure_kind``, ``spurious``, ``evidence``, ``session_timeout_s``,
     ``link_heartbeat_s``, ``ha_backup_timeout_s``, ``detection_per_timeout``,
     ``detection_per_heartbeat``, ``backups_dropped``,
     ``backup_timeout_fired`` (see the module's docstring); ``suspect``: nodes whose files
-    have unusable lines. Phases of a fail-over with ``bad_lines`` are left null: the lines
-    that remain would give phases that never happened (a lost resignation makes the
-    detection end at the election)."""
+    have unusable lines; ``unclocked``: (cluster, node) whose clock could not be placed;
+    ``agentless``: (cluster, node) whose agent's log is missing
+    (:func:`analytics.missing_logs.agentless`). Phases of a fail-over with ``bad_lines`` or
+    ``clock_unresolved`` are left null: the lines that remain would give phases that never
+    happened (a lost resignation makes the detection end at the election). Without the old
+    primary's agent's log its resignation is unknown: detection and election are null and
+    ``spurious`` is unknown (null), unless the drill recorded the fault."""
     is_failover = F.col("kind") == "failover"
     bad = F.col("evidence").contains("bad_lines") | F.col("evidence").contains("clock_unr")
+    # the old primary's agent's log missing: no resignation to split detection from election
+    unsplit = _involves(agentless, ("old_node",))
     out = (
         fo.join(_nemeses(events, fo), ["cluster", "epoch"], "left")
         .join(_settings(events), "cluster", "left")
@@ -307,7 +328,7 @@ def annotate(
         .withColumn(
             "spurious",
             F.when(
-                is_failover,
+                is_failover & ((F.col("failure_source") == "drill") | ~unsplit),
                 # a fault the drill injected at the primary is a failure of its own
                 (F.coalesce(F.col("failure_source"), F.lit("")) != "drill")
                 & F.coalesce(
@@ -319,11 +340,13 @@ def annotate(
             "spurious_avoidable",
             faults.avoidable(F.col("spurious"), F.col("zk_lost"), F.col("zk_gap_s")),
         )
-        .withColumn("evidence", _evidence(suspect, unclocked))
+        .withColumn("evidence", _evidence(suspect, unclocked, agentless))
         .withColumn("withheld", _withheld(F.col("evidence")))
     )
     for phase in (p.name for p in failover_phases.PHASES):
         out = out.withColumn(f"{phase}_ms", F.when(~bad, F.col(f"{phase}_ms")))
+    for phase in ("detection", "election"):
+        out = out.withColumn(f"{phase}_ms", F.when(~unsplit, F.col(f"{phase}_ms")))
     return (
         out.withColumn(
             "detection_per_timeout",

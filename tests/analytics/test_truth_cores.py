@@ -1,6 +1,7 @@
 """The pure cores behind "never a silent wrong answer" (no Spark): the clock offsets that
-cause and effect show (:func:`analytics.clocks.estimate`) and the runs of one cluster name
-(:func:`analytics.runs.split`). The job on real drill logs: ``test_drill_truth.py``."""
+cause and effect show (:func:`analytics.clocks.estimate`), the runs of one cluster name
+(:func:`analytics.runs.split`) and the agents' logs missing from the input
+(:mod:`analytics.missing_logs`). The job on real drill logs: ``test_drill_truth.py``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from analytics.clocks import TOLERANCE_US, Pair, estimate
+from analytics.missing_logs import NodeLogs, agentless, warnings
 from analytics.runs import Unit, split
 
 S = 1_000_000
@@ -84,3 +86,79 @@ def test_two_runs_of_one_name_each_line_placed() -> None:
     }  # fmt: skip
     (line,) = found.warnings
     assert "cluster name 'nemesis' holds 2 clusters" in line and "placed in none" not in line
+
+
+def logs(cluster: str, node: str, *sources: str) -> NodeLogs:
+    return NodeLogs(cluster, node, frozenset(sources))
+
+
+def test_a_node_whose_agent_log_is_missing_is_named_with_its_failovers() -> None:
+    nodes = [
+        logs("c", "n1", "broker", "agent"), logs("c", "n2", "broker"),
+        logs("c", "n3", "broker", "agent"), logs("c", "drill", "drill"),
+        # brokers alone: no agent log was given, none is missing
+        logs("b", "n1", "broker"), logs("b", "n2", "broker"),
+        # an agent whose broker logged nothing (a node lost before it started): no broker
+        logs("d", "n1", "broker", "agent"), logs("d", "n2", "agent"),
+    ]  # fmt: skip
+    missing = agentless(nodes)
+    assert missing == [("c", "n2")]
+    rows = [
+        {"cluster": "c", "epoch": 2, "kind": "failover", "old_node": "n1", "node": "n2"},
+        {"cluster": "c", "epoch": 3, "kind": "failover", "old_node": "n2", "node": "n3"},
+        {"cluster": "c", "epoch": 4, "kind": "teardown", "old_node": "n3", "node": "n2"},
+        {"cluster": "b", "epoch": 2, "kind": "failover", "old_node": "n1", "node": "n2"},
+    ]
+    (line,) = warnings(missing, rows)
+    assert line.startswith("no agent log of n2 (cluster c)"), line
+    assert "from it e3: detection and election withheld" in line, line
+    assert "to it e2: election and promotion withheld" in line and "e4" not in line, line
+
+
+def test_older_brokers_two_runs_of_one_name_told_apart_by_the_drills_run_ids() -> None:
+    """No cluster id (brokers older than it): a promotion to epoch 2 after epoch 3 says two
+    clusters; the nemesis drills' run ids tell them apart (each drill client's own run id,
+    inside its nemesis run's lines, is that run's); the nodes' files go with the drill's
+    log in the directory above them."""
+    units = [
+        Unit("/r1/drill.log", "old", "nem1", 0, 90),
+        Unit("/r1/drill.log", "old", "client1", 10, 10),
+        Unit("/r1/n1/qpidd.log", "old", "", 0, 90, promotions=((5, 1), (50, 3))),
+        Unit("/r1/n1/agent.log", "old", "", 0, 90),
+        Unit("/r2/drill.log", "old", "nem2", 100, 190),
+        Unit("/r2/drill.log", "old", "client2", 110, 110),
+        Unit("/r2/n1/qpidd.log", "old", "", 100, 190, promotions=((105, 1), (150, 2))),
+    ]
+    found = split(units)
+    placed = {(file, run): name for file, _c, run, _f, name in found.rows}
+    assert placed == {
+        ("/r1/drill.log", "nem1"): "old@nem1", ("/r1/drill.log", "client1"): "old@nem1",
+        ("/r1/n1/qpidd.log", ""): "old@nem1", ("/r1/n1/agent.log", ""): "old@nem1",
+        ("/r2/drill.log", "nem2"): "old@nem2", ("/r2/drill.log", "client2"): "old@nem2",
+        ("/r2/n1/qpidd.log", ""): "old@nem2",
+    }  # fmt: skip
+    (line,) = found.warnings
+    assert "epoch 1 promoted after epoch 3" in line and "read as 2 runs" in line, line
+
+
+def test_epochs_that_only_rise_are_one_cluster_whatever_the_run_ids() -> None:
+    """Two drills against one cluster: two run ids, epochs rising: nothing split."""
+    units = [
+        Unit("/l/drill-a.log", "c", "a", 0, 50),
+        Unit("/l/drill-b.log", "c", "b", 60, 90),
+        Unit("/l/n1/qpidd.log", "c", "", 0, 90, promotions=((5, 1), (55, 2), (70, 3))),
+    ]
+    assert split(units).rows == [] and split(units).warnings == []
+
+
+def test_epochs_that_start_again_without_run_ids_are_named_not_split() -> None:
+    units = [
+        Unit("/a/n1/qpidd.log", "c", "", 0, 50, promotions=((5, 1), (20, 2))),
+        Unit("/b/n1/qpidd.log", "c", "", 60, 90, promotions=((65, 1),)),
+    ]
+    found = split(units)
+    (line,) = found.warnings
+    assert (
+        found.rows == [] and "'c' holds several clusters (epoch 1 promoted after epoch 2)" in line
+    )
+    assert "fail-overs are mixed" in line
