@@ -66,6 +66,15 @@ class _Parser(argparse.ArgumentParser):
         raise OptionsError(message)
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``: the one version line as it is (argparse's own action wraps it at the
+    terminal's width, and the line is read by scripts and tests)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        print(version_line("qpidd"))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser; every option's value is kept as text (converted later)."""
     parser = _Parser(
@@ -79,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         argument_default=argparse.SUPPRESS,
     )
-    parser.add_argument("--version", action="version", version=version_line("qpidd"))
+    parser.add_argument(
+        "--version",
+        action=_PrintVersion,
+        nargs=0,
+        help="print the version and the formats, then exit",
+    )
     for spec in OPTION_SPECS:
         help_text = f"{spec.help} (default: {spec.show_default()})"
         parser.add_argument(

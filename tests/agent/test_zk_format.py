@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.formats import FormatRange
+from common.version import REPLICATION_FORMATS, ZOOKEEPER_FORMATS
 from ha_agent.in_sync import InSyncFormatError, InSyncRecordError, decode_in_sync, read_in_sync
 from ha_agent.link_hint import LinkHint
 from ha_agent.membership import Member, MemberPublisher, cluster_speaks, read_members
@@ -81,7 +82,10 @@ def test_a_record_of_a_newer_format_is_a_fault_not_garbage() -> None:
 def test_what_this_agent_writes_is_format_1_and_says_what_it_speaks() -> None:
     body = json.loads(Member("n1", "u").to_json())
     assert body["version"] == 1
-    assert (body["replication_formats"], body["zookeeper_formats"]) == ("1-2", "1-2")
+    assert (body["replication_formats"], body["zookeeper_formats"]) == (
+        str(REPLICATION_FORMATS),
+        str(ZOOKEEPER_FORMATS),
+    )
 
 
 @st.composite

@@ -28,7 +28,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from common.polling import poll_until
-from common.version import TEST_REPLICATION_FORMATS_ENV
+from common.version import REPLICATION_FORMATS, TEST_REPLICATION_FORMATS_ENV
 from tests.drill.log_schema import problems
 from tests.ha.cluster import Cluster, http
 
@@ -293,6 +293,8 @@ def test_members_the_cluster_manager_reports_hold_declares_to_their_format(trio:
         [line] = [e for e in trio.brokers[0].events() if e.get("event") == "ha_contract_format"]
         assert line["format"] == 1 and problems(line) == [], line
     finally:
-        body["replication_formats"] = {"b0": "1-2", "b1": "1-2", "b2": "1-2"}
-        assert http("POST", port, "/api/ha/members", body) == {"format": 2, "why": ""}
+        every = str(REPLICATION_FORMATS)  # every member speaks what this build speaks
+        body["replication_formats"] = {"b0": every, "b1": every, "b2": every}
+        top = REPLICATION_FORMATS.highest
+        assert http("POST", port, "/api/ha/members", body) == {"format": top, "why": ""}
     _declared_and_confirmed_on_both_backups(trio, "m" * 250)
