@@ -424,6 +424,12 @@ class BackupLink:
         epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
         self._failures.succeeded()
         self.owner.link_up(address, epoch)
+        if self.codec.member_lease:  # replication format 3: grant the primary its lease
+            # Before the configuration stream: its snapshot may fail on the primary, which
+            # closes the link (541) at once; the wait below reads that close, a channel
+            # still being opened would only raise it.
+            lease = await client.open_channel()
+            await lease.consume(LEASE_STREAM, self._lease_callback(lease))
         config = await client.open_channel()
         await config.qos(self.credit)
         self._config = ConfigApplier(
@@ -437,9 +443,6 @@ class BackupLink:
             applied=self._config_applied,
         )
         await config.consume(CONFIG_STREAM, self._config.delivered)
-        if self.codec.member_lease:  # replication format 3: grant the primary its lease
-            lease = await client.open_channel()
-            await lease.consume(LEASE_STREAM, self._lease_callback(lease))
         closed = asyncio.ensure_future(client.wait_closed())
         broken = asyncio.ensure_future(self._broken.wait())
         try:
