@@ -83,8 +83,8 @@ def test_what_this_agent_writes_is_format_1_and_says_what_it_speaks() -> None:
     body = json.loads(Member("n1", "u").to_json())
     assert body["version"] == 1
     assert (body["replication_formats"], body["zookeeper_formats"]) == (
-        str(REPLICATION_FORMATS),
-        str(ZOOKEEPER_FORMATS),
+        REPLICATION_FORMATS.text,
+        ZOOKEEPER_FORMATS.text,
     )
 
 

@@ -293,7 +293,7 @@ def test_members_the_cluster_manager_reports_hold_declares_to_their_format(trio:
         [line] = [e for e in trio.brokers[0].events() if e.get("event") == "ha_contract_format"]
         assert line["format"] == 1 and problems(line) == [], line
     finally:
-        every = str(REPLICATION_FORMATS)  # every member speaks what this build speaks
+        every = REPLICATION_FORMATS.text  # every member speaks what this build speaks
         body["replication_formats"] = {"b0": every, "b1": every, "b2": every}
         top = REPLICATION_FORMATS.highest
         assert http("POST", port, "/api/ha/members", body) == {"format": top, "why": ""}
