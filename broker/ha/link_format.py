@@ -36,7 +36,7 @@ format may exist (:mod:`broker.ha.replication_contract`): the limits are read fr
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from broker.ha import wire_config, wire_config2
@@ -112,6 +112,21 @@ class Codec:
         return QUEUE_STREAM_PREFIX + queue, {}
 
 
+#: Format 2: every name and field table a client may declare (wire_config2).
+_FORMAT_2 = Codec(
+    2,
+    wire_config2.encode_config_event,
+    wire_config2.decode_config_event,
+    decode_batch,
+    config_max_depth=wire_config2.MAX_DEPTH,
+    config_max_key_bytes=wire_config2.MAX_KEY_BYTES,
+    float_bits=64,
+    queue_name_max_bytes=SHORT_STRING_MAX_BYTES,
+    stream_name_argument=True,
+    encode_config_steps=wire_config2.encode_config_steps,
+    config_grammar=wire_config2.GRAMMAR,
+)
+
 #: Every format this code can write and read, by number (see the module docstring).
 CODECS: Mapping[int, Codec] = {
     1: Codec(
@@ -125,33 +140,9 @@ CODECS: Mapping[int, Codec] = {
         queue_name_max_bytes=SHORT_STRING_MAX_BYTES - len(QUEUE_STREAM_PREFIX.encode()),
         stream_name_argument=False,
     ),
-    2: Codec(
-        2,
-        wire_config2.encode_config_event,
-        wire_config2.decode_config_event,
-        decode_batch,
-        config_max_depth=wire_config2.MAX_DEPTH,
-        config_max_key_bytes=wire_config2.MAX_KEY_BYTES,
-        float_bits=64,
-        queue_name_max_bytes=SHORT_STRING_MAX_BYTES,
-        stream_name_argument=True,
-        encode_config_steps=wire_config2.encode_config_steps,
-        config_grammar=wire_config2.GRAMMAR,
-    ),
-    3: Codec(
-        3,
-        wire_config2.encode_config_event,
-        wire_config2.decode_config_event,
-        decode_batch,
-        config_max_depth=wire_config2.MAX_DEPTH,
-        config_max_key_bytes=wire_config2.MAX_KEY_BYTES,
-        float_bits=64,
-        queue_name_max_bytes=SHORT_STRING_MAX_BYTES,
-        stream_name_argument=True,
-        encode_config_steps=wire_config2.encode_config_steps,
-        config_grammar=wire_config2.GRAMMAR,
-        member_lease=True,
-    ),
+    2: _FORMAT_2,
+    # Format 3 is format 2 and the member lease (the lease stream).
+    3: replace(_FORMAT_2, format=3, member_lease=True),
 }
 
 #: The lowest format that carries the member lease.
