@@ -75,6 +75,9 @@ class Connection:
     """See the module docstring; it owns its :class:`ConnectionMethods` (the connection
     class) and its :class:`HeldFrames`, each built with the connection as a small port."""
 
+    #: The management API's ``protocol`` of a connection (RabbitMQ's words).
+    protocol = "AMQP 0-9-1"
+
     def __init__(
         self,
         ctx: BrokerContext,

@@ -210,8 +210,9 @@ class BrokerContext:
     #: The open connections by id (:class:`~broker.amqp.connection.Connection`; ``Any``:
     #: that module imports this one, and the management API reads most of a connection).
     connections: dict[int, Any] = field(default_factory=dict)
-    #: The open AMQP 1.0 connections by id (:class:`broker.amqp10.connection.Connection`):
-    #: counted against ``max_connections``, not yet shown by the management API.
+    #: The open AMQP 1.0 connections by id (:class:`broker.amqp10.connection.Connection`;
+    #: its id is the 0-9-1 connection's that handed it the socket, one series): counted
+    #: against ``max_connections``, listed by ``/api/connections``, in ``qpidd_connections``.
     connections_1_0: dict[int, Any] = field(default_factory=dict)
     connections_opened_total: int = 0
     connections_refused_total: int = 0

@@ -26,15 +26,20 @@ from broker.ha.replication_contract import ContractFloor, Uncarried
 from broker.ha.role_events import Action, EpochSeen, Event
 from broker.ha.state import HaState
 from common.formats import FormatRange
+from common.url import Address, parse_url
 
 if TYPE_CHECKING:
     from broker.amqp.context import AdmittedConnection
 
 
-def client_refusal(state: HaState, not_serving: bool, public_url: str) -> AmqpError | None:
+def client_refusal(
+    state: HaState, not_serving: bool, public_url: str, redirect: Address | None = None
+) -> AmqpError | None:
     """None when a client (or a backup's link) may connect: a primary that serves. A
     refusal is routine (:class:`RoutineRefusal`, logged at info): clients with a URL list
-    meet it whenever they try a backup first."""
+    meet it whenever they try a backup first. A backup's refusal names ``redirect`` (see
+    :func:`redirect_address`) for the clients that can be told where to go (AMQP 1.0's
+    ``amqp:connection:redirect``)."""
     if not_serving:
         return RoutineRefusal(ReplyCode.NOT_ALLOWED, "HA broker fenced: not serving")
     if state.is_primary:
@@ -42,7 +47,22 @@ def client_refusal(state: HaState, not_serving: bool, public_url: str) -> AmqpEr
     return RoutineRefusal(
         ReplyCode.NOT_ALLOWED,
         f"HA backup: not the primary (state {state.value}); clients connect to {public_url}",
+        redirect=None if redirect is None else (redirect.host, redirect.port),
     )
+
+
+def redirect_address(explicit_public_url: str | None, primary: str | None) -> Address | None:
+    """Where a backup sends a client that can be redirected: the first address of
+    ``ha-public-url`` when it is set (``explicit_public_url``: a virtual IP or a name that
+    follows the primary), else the primary this backup replicates from (``primary``, its
+    link's ``host:port``), else None (no link: the client tries its next address)."""
+    for text in (explicit_public_url, primary):
+        if text:
+            try:
+                return parse_url(text).addresses[0]
+            except ValueError:
+                continue
+    return None
 
 
 def link_user_refusal(link_user: str | None, user: str | None) -> AmqpError | None:
@@ -122,6 +142,11 @@ class AdmissionHost(Protocol):
         """Feed one event to the role and perform its actions."""
         ...
 
+    @property
+    def primary_address(self) -> str | None:
+        """On a backup: the primary its link replicates from (``host:port``), if linked."""
+        ...
+
     def now(self) -> float: ...
 
     def tell(self, event: str, fields: dict[str, Any]) -> None:
@@ -145,6 +170,7 @@ class HaAdmission:
         log: Any,
         *,
         public_url: str,
+        explicit_public_url: str | None = None,
         link_user: str | None,
         formats: FormatRange,
         vhosts: Iterable[VirtualHost],
@@ -154,6 +180,7 @@ class HaAdmission:
         self._host = host
         self._log = log
         self._public_url = public_url
+        self._explicit_public_url = explicit_public_url
         self._link_user = link_user
         self._formats = formats
         self._vhosts = vhosts
@@ -181,8 +208,12 @@ class HaAdmission:
         if props.get(ADMIN_PROPERTY):
             return None
         link = bool(props.get(BACKUP_PROPERTY))
+        state = host.state
+        redirect = None
+        if not state.is_primary:
+            redirect = redirect_address(self._explicit_public_url, host.primary_address)
         refusal = client_refusal(
-            host.state, host.fenced or not host.lease_holds(), self._public_url
+            state, host.fenced or not host.lease_holds(), self._public_url, redirect
         )
         if refusal is None and not link and not host.may_serve():
             # The member lease lapsed (or a promotion waits for its own): clients go on to

@@ -184,6 +184,7 @@ class HaBroker:
             self,
             self.log_,
             public_url=self.public_url,
+            explicit_public_url=options.ha_public_url,
             link_user=options.ha_username,
             formats=self.formats,
             vhosts=vhost if isinstance(vhost, VirtualHosts) else [vhost],  # read at each admit

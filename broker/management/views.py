@@ -87,4 +87,5 @@ def connection_view(connection: ConnectionView) -> dict[str, Any]:
         "frame_max": connection.frame_max,
         "messages_published": connection.messages_published,
         "messages_delivered": connection.messages_delivered,
+        "protocol": connection.protocol,
     }

@@ -8,8 +8,10 @@ before or after."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +19,7 @@ import pika
 import pytest
 from proton import Message
 from proton.reactor import AtMostOnce
-from proton.utils import BlockingConnection, LinkDetached
+from proton.utils import BlockingConnection, ConnectionClosed, LinkDetached
 
 from broker.amqp10 import codec
 from broker.amqp10.framing import AMQP_HEADER, FRAME_SASL, SASL_HEADER, frame
@@ -32,6 +34,8 @@ from broker.amqp10.performatives import (
     Transfer,
 )
 from tests.broker_process import BrokerProcess
+from tests.ha.cluster import AUTH, http
+from tests.management.support import parse_metrics, sample
 
 #: Meant for one worker; the broker fixture is per worker and per run all the same (this
 #: environment's pytest 9.2 / pytest-xdist 3.8 do not honour xdist_group: a worker that
@@ -303,3 +307,33 @@ def test_a_durable_message_is_stored_before_accepted(broker: BrokerProcess) -> N
         receiver.accept()
     finally:
         connection.close()
+
+
+def test_a_proton_connection_in_the_management_api_and_metrics(broker: BrokerProcess) -> None:
+    """Listed by ``/api/connections`` (ids one series with 0-9-1's), counted by
+    ``/metrics``, closed by ``DELETE /api/connections/{id}`` with connection:forced."""
+    declare(broker, "p-api")
+    connection = proton(broker)
+    try:
+        connection.create_receiver("p-api")  # a session and a link
+        rows = [
+            row
+            for row in http("GET", broker.mgmt_port, "/api/connections")
+            if row["protocol"] == "AMQP 1.0" and row["state"] == "open"
+        ]
+        assert len(rows) == 1 and rows[0]["user"] == "guest" and rows[0]["vhost"] == "/"
+        assert rows[0]["channels"] == 1 and rows[0]["frame_max"] >= 512
+        request = urllib.request.Request(f"http://127.0.0.1:{broker.mgmt_port}/metrics")
+        request.add_header("Authorization", AUTH)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            samples = parse_metrics(response.read().decode())
+        assert sample(samples, "qpidd_connections_amqp_1_0") >= 1
+        assert sample(samples, "qpidd_connections") >= sample(samples, "qpidd_connections_amqp_1_0")
+        closed = http("DELETE", broker.mgmt_port, f"/api/connections/{rows[0]['id']}")
+        assert closed["protocol"] == "AMQP 1.0"
+        with pytest.raises(ConnectionClosed) as raised:
+            connection.create_sender("nowhere-needed")
+        assert "amqp:connection:forced" in str(raised.value)
+    finally:
+        with contextlib.suppress(Exception):
+            connection.close()
