@@ -13,10 +13,11 @@ STAMP  := $(VENV)/.installed
 # starts no service and leaves none enabled (docs/install.md lists what comes with them).
 # pacemaker-cli-utils needs "pacemaker | pacemaker-remote": pacemaker-remote, asked for
 # with it, keeps out pacemaker itself and corosync (crm_resource --force-* runs the
-# agent without a cluster). Node.js runs the amqplib client of tests/compat; its package,
-# pinned in tests/compat/node/package-lock.json, comes from the npm registry through
+# agent without a cluster). Node.js runs the amqplib client of tests/compat and the rhea
+# (AMQP 1.0) client of tests/amqp10; their packages (amqplib; rhea with debug and ms),
+# pinned in tests/compat/node/package-lock.json, come from the npm registry through
 # deploy/node_lock_install.py (integrity checked), not npm: Debian's npm brings about 340
-# node-* packages to a bare Debian 12 for that one package.
+# node-* packages to a bare Debian 12 for those four plain packages.
 # Chromium and its chromedriver drive the web console's browser tests (tests/console).
 # Each entry: a file that shows the package is there, then the package.
 SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java:default-jre-headless \

@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import pika
+
 from broker.amqp.context import BrokerContext, ConnectionSettings
 from broker.amqp10 import codec
 from broker.amqp10.connection import Connection
@@ -25,8 +27,9 @@ from broker.amqp10.sections import AmqpMessage, Data, Header, Properties
 from broker.core.vhost import VirtualHost
 from broker.security.sasl import Authenticator, UserDatabase
 from tests.amqp.helpers import FakeClock
+from tests.broker_process import BrokerProcess
 
-__all__ = ["Client10", "FakeClock", "make_context"]
+__all__ = ["Client10", "FakeClock", "declare", "make_context"]
 
 _HEAD = struct.Struct(">IBBH")
 #: One user database for every test: guest's password is hashed (slowly) once, then
@@ -181,3 +184,13 @@ class Client10:
         found = [(p, payload) for _, _, p, payload in self.frames if isinstance(p, Transfer)]
         self.frames = [f for f in self.frames if not isinstance(f[2], Transfer)]
         return found
+
+
+def declare(broker: BrokerProcess, *names: str) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    try:
+        channel = connection.channel()
+        for name in names:
+            channel.queue_declare(name, durable=True)
+    finally:
+        connection.close()

@@ -12,7 +12,6 @@ import contextlib
 import socket
 import struct
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pika
@@ -33,6 +32,7 @@ from broker.amqp10.performatives import (
     SaslOutcome,
     Transfer,
 )
+from tests.amqp10.helpers import declare
 from tests.broker_process import BrokerProcess
 from tests.ha.cluster import AUTH, http
 from tests.management.support import parse_metrics, sample
@@ -43,26 +43,6 @@ from tests.management.support import parse_metrics, sample
 pytestmark = pytest.mark.xdist_group("amqp10_proton")
 N = 20
 _HEAD = struct.Struct(">IBBH")
-
-
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    workdir = tmp_path_factory.mktemp("amqp10")
-    process = BrokerProcess(workdir / "qpidd", args=[f"--data-dir={workdir / 'data'}"]).start()
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
-def declare(broker: BrokerProcess, *names: str) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    try:
-        channel = connection.channel()
-        for name in names:
-            channel.queue_declare(name, durable=True)
-    finally:
-        connection.close()
 
 
 def proton(broker: BrokerProcess) -> BlockingConnection:
