@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from broker.amqp10 import codec
 from broker.amqp10.codec import DecodeError
+from broker.amqp10.framing import first_transfer
 from broker.amqp10.performatives import (
     Accepted,
     Attach,
@@ -310,3 +311,21 @@ def test_uuid_and_symbol_keys() -> None:
     value = {Symbol("x-opt"): uuid.UUID(int=5), "k": [Symbol("a")]}
     decoded, _ = codec.decode(codec.encode(value))
     assert same(decoded, value)
+
+
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+    st.binary(max_size=300),
+    st.sampled_from([0, 1, 2**32 - 1]),
+    st.booleans(),
+)
+def test_a_delivery_transfer_framed_by_hand_is_the_codecs(
+    handle: int, delivery_id: int, tag: bytes, fmt: int, settled: bool
+) -> None:
+    transfer = Transfer(
+        handle=handle, delivery_id=delivery_id, delivery_tag=tag, message_format=fmt,
+        settled=settled,
+    )  # fmt: skip
+    encoded = first_transfer(transfer)
+    assert codec.decode(encoded) == (transfer, len(encoded))
