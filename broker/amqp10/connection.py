@@ -57,6 +57,7 @@ from broker.amqp10.framing import (
     FRAME_SASL,
     MIN_MAX_FRAME_SIZE,
     SASL_HEADER,
+    decode_transfer,
     frame,
     read_frame,
 )
@@ -310,7 +311,8 @@ class Connection:
         if not body:
             return  # an empty frame: a heartbeat
         try:
-            performative, at = codec.decode(body)
+            found = decode_transfer(body)  # most frames: read by hand, else by the codec
+            performative, at = codec.decode(body) if found is None else found
         except DecodeError as exc:
             raise Amqp10Error(DECODE_ERROR, str(exc)) from None
         if state is S.CLOSE_SENT:
