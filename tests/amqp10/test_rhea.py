@@ -6,41 +6,14 @@ deploy/node_lock_install.py), as for amqplib."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-from pathlib import Path
-
-import pytest
-
-from tests.amqp10.helpers import declare
+from tests.amqp10.helpers import declare, rhea_expected, run_rhea
 from tests.broker_process import BrokerProcess
 
-NODE_DIR = Path(__file__).resolve().parents[1] / "compat" / "node"
 N = 20
 
 
 def test_rhea_sends_and_receives(broker: BrokerProcess) -> None:
-    node = shutil.which("node")
-    if node is None or not (NODE_DIR / "node_modules" / "rhea").is_dir():
-        pytest.fail("Node.js or rhea missing: run `make test` (it installs both)")
     declare(broker, "rhea-q")
-    done = subprocess.run(
-        [node, str(NODE_DIR / "rhea_client.js"), "127.0.0.1", str(broker.port), "rhea-q", str(N)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_rhea(broker.port, "rhea-q", N)
     assert result["accepted"] == N and result["product"] == "qpidd"
-    assert result["received"] == [
-        {
-            "body": f"r{i}",
-            "colour": "red" if i % 2 else "blue",
-            "durable": True,
-            "delivery_count": 0,
-        }
-        for i in range(N)
-    ]
+    assert result["received"] == rhea_expected(N)
