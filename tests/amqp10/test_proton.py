@@ -317,3 +317,42 @@ def test_a_proton_connection_in_the_management_api_and_metrics(broker: BrokerPro
     finally:
         with contextlib.suppress(Exception):
             connection.close()
+
+
+def test_request_reply_through_a_dynamic_queue(broker: BrokerProcess) -> None:
+    """Proton's request/reply: the client's reply queue is a dynamic source (a temporary
+    queue named by the broker), the server answers through the anonymous relay to the
+    request's ``reply_to``; the queue goes with the link."""
+    declare(broker, "p-requests")
+    client, server = proton(broker), proton(broker)
+    try:
+        replies = client.create_receiver(None, dynamic=True, credit=5)
+        reply_to = replies.remote_source.address
+        assert reply_to and reply_to.startswith("amq.gen-")
+        requests = client.create_sender("p-requests")
+        for word in ("alpha", "beta"):
+            requests.send(Message(body=word, reply_to=reply_to, correlation_id=word))
+        incoming = server.create_receiver("p-requests", credit=5)
+        relay = server.create_sender(None)
+        for _ in range(2):
+            request = incoming.receive(timeout=10)
+            relay.send(
+                Message(
+                    address=request.reply_to, body=str(request.body).upper(),
+                    correlation_id=request.correlation_id,
+                )
+            )  # fmt: skip
+            incoming.accept()
+        answers = []
+        for _ in range(2):
+            answer = replies.receive(timeout=10)
+            answers.append((answer.correlation_id, answer.body))
+            replies.accept()
+        assert answers == [("alpha", "ALPHA"), ("beta", "BETA")]
+        replies.close()
+        names = {q["name"] for q in http("GET", broker.mgmt_port, "/api/queues")}
+        assert reply_to not in names  # deleted with its only consumer's link
+    finally:
+        for connection in (client, server):
+            with contextlib.suppress(Exception):
+                connection.close()
