@@ -15,7 +15,8 @@ from tests.broker_process import BrokerProcess
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     workdir = tmp_path_factory.mktemp("amqp10")
-    process = BrokerProcess(workdir / "qpidd", args=[f"--data-dir={workdir / 'data'}"]).start()
+    process = BrokerProcess(workdir / "qpidd", args=[f"--data-dir={workdir / 'data'}"])
+    process.start(timeout=40)  # slow when the machine is loaded; quick otherwise
     try:
         yield process
     finally:
