@@ -130,7 +130,7 @@ def _close(connection: BlockingConnection | None) -> None:
 def test_redirect_then_accepted_messages_and_delivery_counts_survive_a_primary_kill(
     tmp_path: Path,
 ) -> None:
-    cluster = Cluster(tmp_path, 2).start()
+    cluster = Cluster(tmp_path, 2).start(timeout=40)  # slow to start at load 30+
     publisher: Publisher | None = None
     held: BlockingConnection | None = None
     try:
