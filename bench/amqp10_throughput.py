@@ -16,7 +16,8 @@ For each P in --pairs and each target, alternating: P queues, P consumers and P 
 
 Reported per run: msgs/s end to end (received / time from go to the last receipt),
 settlement (1.0) or confirm (0-9-1) latency p50/p99 in ms, the broker's CPU microseconds
-per message and other% (other processes' CPU meanwhile, in % of one core: the load). Both
+per message, the clients' (producers' and consumers' together) CPU microseconds per message,
+and other% (other processes' CPU meanwhile, in % of one core: the load). Both
 brokers are on this machine; qpidd is started here (``--default-queue-limit=0``) unless
 ``--qpidd-url`` names one. RabbitMQ: ``RMQ_PLUGINS=rabbitmq_amqp1_0 bench/rabbitmq.sh
 start PORT`` first (3.10.8's plugin serves 1.0 on the 0-9-1 port). Exits 1 if a message
@@ -67,6 +68,7 @@ class Result:
     p50_ms: float = 0.0
     p99_ms: float = 0.0
     broker_us_per_msg: float | None = None
+    clients_us_per_msg: float | None = None
     other_pct: float | None = None
     errors: list[str] = field(default_factory=list)
 
@@ -152,17 +154,21 @@ def _child(role: str, spec: dict[str, Any], go: Any, results: Any) -> None:
         if role == "consumer":
             handler: Any = Consumer(spec["url"], spec["address"], spec["count"], spec["prefetch"])
             results.put(("ready", role))
+            cpu = time.process_time()
             Container(handler).run()
             results.put((role, {"received": len(handler.seen), "duplicates": handler.duplicates,
-                                "last_at": handler.last_at}))  # fmt: skip
+                                "last_at": handler.last_at,
+                                "cpu_s": time.process_time() - cpu}))  # fmt: skip
         else:
             results.put(("ready", role))
             go.wait()
+            cpu = time.process_time()
             handler = Producer(spec["url"], spec["address"], spec["idx"], spec["count"],
                                spec["size"], spec["window"], go)  # fmt: skip
             Container(handler).run()
             results.put((role, {"accepted": handler.accepted, "refused": handler.refused,
-                                "latencies": handler.latencies}))  # fmt: skip
+                                "latencies": handler.latencies,
+                                "cpu_s": time.process_time() - cpu}))  # fmt: skip
     except Exception as exc:  # one line back to the parent
         results.put((role, {"error": f"{type(exc).__name__}: {exc}"}))
 
@@ -217,8 +223,10 @@ def run_amqp10(url: str, target: str, args: argparse.Namespace, pairs: int) -> R
         if proc.is_alive():
             proc.kill()
     latencies: list[float] = []
+    clients_cpu = 0.0
     last = start
     for role, data in got:
+        clients_cpu += data.get("cpu_s", 0.0)
         if "error" in data:
             result.errors.append(f"{role}: {data['error']}")
         elif role == "consumer":
@@ -238,11 +246,13 @@ def run_amqp10(url: str, target: str, args: argparse.Namespace, pairs: int) -> R
     if latencies:
         result.p50_ms = percentile(latencies, 0.5) * 1000
         result.p99_ms = percentile(latencies, 0.99) * 1000
+    if result.received:
+        result.clients_us_per_msg = clients_cpu / result.received * 1e6
     if cpu0 is not None and cpu1 is not None and result.received:
         broker = cpu1 - cpu0
         result.broker_us_per_msg = broker / result.received * 1e6
         window = max(result.seconds, 1e-6)
-        result.other_pct = max(0.0, (host1 - host0) - broker) / window * 100
+        result.other_pct = max(0.0, (host1 - host0) - broker - clients_cpu) / window * 100
     _declare(url, queues, delete=True)
     return result
 
@@ -254,25 +264,27 @@ def run_amqp091(url: str, target: str, args: argparse.Namespace, pairs: int) -> 
     other = None
     if r.other_cpu_s is not None and r.window_s:
         other = r.other_cpu_s / r.window_s * 100
+    clients = r.clients_cpu_s / r.received * 1e6 if r.received else None
     return Result(
         target, pairs, r.messages, r.received, r.seconds, r.msgs_per_s, r.confirm_p50_ms,
-        r.confirm_p99_ms, r.broker_us_per_msg, other,
+        r.confirm_p99_ms, r.broker_us_per_msg, clients, other,
         list(r.errors) + ([] if r.ok else ["lost, duplicated or nacked"]),
     )  # fmt: skip
 
 
 HEAD = (
     f"{'target':<18} {'P':>3} {'run':>3} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
-    f" {'us/msg':>7} {'other%':>7}"
+    f" {'us/msg':>7} {'client':>7} {'other%':>7}"
 )
 
 
 def line(r: Result, run: str) -> str:
     us = "-" if r.broker_us_per_msg is None else f"{r.broker_us_per_msg:.0f}"
     other = "-" if r.other_pct is None else f"{r.other_pct:.0f}"
+    clients = "-" if r.clients_us_per_msg is None else f"{r.clients_us_per_msg:.0f}"
     return (
         f"{r.target:<18} {r.pairs:>3} {run:>3} {r.msgs_per_s:>9,.0f} {r.p50_ms:>8.1f}"
-        f" {r.p99_ms:>8.1f} {us:>7} {other:>7}"
+        f" {r.p99_ms:>8.1f} {us:>7} {clients:>7} {other:>7}"
     )
 
 
@@ -280,12 +292,14 @@ def median(runs: list[Result]) -> Result:
     first = runs[0]
     known = [r.broker_us_per_msg for r in runs if r.broker_us_per_msg is not None]
     others = [r.other_pct for r in runs if r.other_pct is not None]
+    clients = [r.clients_us_per_msg for r in runs if r.clients_us_per_msg is not None]
     return Result(
         first.target, first.pairs, first.messages,
         msgs_per_s=statistics.median(r.msgs_per_s for r in runs),
         p50_ms=statistics.median(r.p50_ms for r in runs),
         p99_ms=statistics.median(r.p99_ms for r in runs),
         broker_us_per_msg=statistics.median(known) if known else None,
+        clients_us_per_msg=statistics.median(clients) if clients else None,
         other_pct=statistics.median(others) if others else None,
     )  # fmt: skip
 
