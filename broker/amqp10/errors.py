@@ -88,8 +88,8 @@ def from_core(error: AmqpError, scope: Scope) -> Amqp10Error:
     primary not serving, sending a client on) is ``amqp:connection:redirect`` naming the
     address it gives (``network-host``, ``port``, and ``hostname`` for the client's next
     open), else ``amqp:connection:forced``: the condition 1.0 clients take as "connect
-    again" (python-qpid-proton reconnects through its URL list on it, as a 0-9-1 client
-    moves on after 530), where ``amqp:not-allowed`` would make them give up."""
+    again" (python-qpid-proton reconnects on it, where ``amqp:not-allowed`` or a redirect
+    make it give up; docs/amqp-1-0.md says how far that gets a URL list)."""
     if isinstance(error, RoutineRefusal):
         if error.redirect is None:
             return Amqp10Error(CONNECTION_FORCED, error.reply_text, scope, routine=True)
