@@ -38,7 +38,7 @@ NODE_CLIENT := tests/compat/node
 WHEELHOUSE := $(VENV)/wheelhouse
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint typecheck unit bench bench-ha bench-store bench-security bench-ha-fuzz clean venv system-packages demo-packages
+.PHONY: demo test lint typecheck unit bench bench-ha bench-store bench-security bench-ha-fuzz bench-amqp10 clean venv system-packages demo-packages
 
 venv: $(STAMP)
 
@@ -116,3 +116,10 @@ bench-security: $(STAMP)
 # (docs/reliability.md, "Fuzzing the HA path").
 bench-ha-fuzz: $(STAMP)
 	$(BIN)/python bench/ha_fuzz.py --seconds 600
+
+# AMQP 1.0 (Proton) against 0-9-1 (pika) on qpidd, and on RabbitMQ with its 1.0 plugin when
+# RMQ_PORT names one (RMQ_PLUGINS=rabbitmq_amqp1_0 bench/rabbitmq.sh start PORT first);
+# docs/benchmarks.md, "AMQP 1.0 throughput".
+RMQ_PORT ?=
+bench-amqp10: $(STAMP)
+	$(BIN)/python bench/amqp10_throughput.py --pairs 1,4 --repeat 3$(if $(RMQ_PORT), --rabbitmq-port $(RMQ_PORT))
