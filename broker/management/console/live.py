@@ -148,9 +148,17 @@ class LiveFeed:
         self.timeline = Timeline()
         self.queue_history: dict[str, deque[dict[str, float]]] = {}
         self.lag_history: dict[str, dict[str, deque[int]]] = {}
-        #: backup id -> since when it has had batches sent and not acknowledged (a backup
-        #: that stopped reading: its lag in messages stays in the socket buffers).
+        #: backup id -> since when it has left batches unacknowledged with nothing
+        #: acknowledged meanwhile (a backup that stopped reading: its lag in messages stays
+        #: in the socket buffers). A batch in flight at each sample of a busy, healthy
+        #: backup is not silence: the primary sends on acknowledgements (its credit), so
+        #: messages sent since the last sample mean something was acknowledged.
         self.unacknowledged_since: dict[str, float] = {}
+        #: backup id -> messages sent to it in all, at the last sample
+        self._sent: dict[str, int] = {}
+        #: the agent that manages this broker (``GET /api/ha``'s ``managed_by``): the
+        #: management app sets it to its promote guard's (a promotion by hand is refused)
+        self.managed_by: Callable[[], str | None] = lambda: _agent_option(broker)
         self._counters: dict[str, tuple[float, int, int, int]] = {}
         self._changed = asyncio.Condition()
         self._version = 0
@@ -329,11 +337,14 @@ class LiveFeed:
             backup_id = str(backup["id"])
             lags = self.lag_history.setdefault(backup_id, {})
             seen.add(backup_id)
-            waiting = 0
+            waiting = sent = 0
             for row in backup.get("queues", []):
                 lags.setdefault(str(row["queue"]), deque(maxlen=HISTORY)).append(int(row["lag"]))
                 waiting += int(row.get("unacknowledged_batches") or 0)
-            if waiting:
+                sent += int(row.get("sent") or 0)
+            progressed = sent != self._sent.get(backup_id, -1)
+            self._sent[backup_id] = sent
+            if waiting and not progressed:
                 self.unacknowledged_since.setdefault(backup_id, now)
             else:
                 self.unacknowledged_since.pop(backup_id, None)
@@ -341,6 +352,8 @@ class LiveFeed:
             del self.lag_history[gone]
         for gone in set(self.unacknowledged_since) - seen:
             del self.unacknowledged_since[gone]
+        for gone in set(self._sent) - seen:
+            del self._sent[gone]
 
     def _agent_instants(self) -> None:
         """A new primary's fail-overs get this node's agent's won and promoted (its log may
@@ -448,7 +461,9 @@ class LiveFeed:
                 "queues": sum(len(v.queues) for v in vhosts),
                 "exchanges": sum(len(v.exchanges) for v in vhosts),
             },
-            "ha": _with_lag_bytes(vhosts_of(broker).queues, ha_status),
+            "ha": _with_managed_by(
+                _with_lag_bytes(vhosts_of(broker).queues, ha_status), self.managed_by()
+            ),
             "agents": None if self.agents is None else self.agents.view,
             "configured_members": [
                 str(a) for a in getattr(getattr(broker, "ha", None), "addresses", [])
@@ -531,6 +546,10 @@ class LiveFeed:
                     held = version
                 async with self._changed:
                     await self._changed.wait_for(news)
+            # the broker stops: the page is told why, so that it does not show the last
+            # state as the present (a broker killed says nothing: the page sees it gone)
+            stopping = dumps({"node": self.broker.options.node_name, "reason": _why(self.broker)})
+            await response.write(f"event: stopping\ndata: {stopping}\n\n".encode())
         except ConnectionResetError:
             pass  # the client went
         finally:
@@ -558,6 +577,29 @@ class LiveFeed:
                 "totals": journal.totals(),
             }
         )
+
+
+def _agent_option(broker: ManagedBroker) -> str | None:
+    agent = getattr(broker.options, "ha_agent", None)
+    return agent if isinstance(agent, str) else None
+
+
+def _with_managed_by(ha_status: dict[str, Any] | None, agent: str | None) -> Any:
+    """``/api/ha``'s ``managed_by`` (the agent that manages this broker: a promotion by
+    hand is refused), which the HA role's own status does not hold."""
+    return None if ha_status is None else {**ha_status, "managed_by": agent}
+
+
+def _why(broker: ManagedBroker) -> str:
+    """Why the broker stops, as its ``broker_stopped`` event says (fenced, refused...)."""
+    fenced = getattr(broker, "fenced_reason", None)
+    if isinstance(fenced, str):
+        return f"fenced: {fenced}"
+    refused = getattr(broker, "refused_reason", None)
+    if isinstance(refused, str):
+        return f"refused: {refused}"
+    reason = getattr(broker, "stop_reason", None)
+    return reason if isinstance(reason, str) and reason else "stopped"
 
 
 def _order(row: Any) -> tuple[bool, str, str]:

@@ -4,12 +4,21 @@
 "use strict";
 
 const HEADER = "X-Qpidd-Console";
-// A backup that leaves replication batches unacknowledged this long (s) is lagging.
-const LAG_SILENCE = 1.0;
+// The lagging rule (docs/console.md): a backup is LAGGING when it has messages still to
+// send in each of the last LAG_SAMPLES samples (a second apart: one late acknowledgement
+// is not lag), or has left batches unacknowledged with nothing acknowledged for
+// LAG_SILENCE s, or is catching up, not linked, or its replication failed.
+const LAG_SAMPLES = 3;
+const LAG_SILENCE = 2.0;
+// The live stream sends a delta every second: none for this long (s) and the page says
+// its broker is not answering (paused, too busy or cut off) and shows its last state as such.
+const STALE_AFTER = 3.5;
 // The agents' view is read every 2 s; older than this (s), the page says how old.
 const AGENTS_LATE = 6;
 const PAGES = ["cluster", "timeline", "queues", "exchanges", "connections", "users"];
-const state = { snapshot: null, renderers: {}, pending: null };
+// lastEventAt: when the stream last said anything; lostAt: when it broke (the broker
+// killed, stopped or cut off); stopped: the broker said it stops, and why (fenced...)
+const state = { snapshot: null, renderers: {}, pending: null, lastEventAt: Date.now(), lostAt: null, stopped: null };
 
 function $(id) { return document.getElementById(id); }
 
@@ -59,6 +68,13 @@ function argsText(args) {
 function roles() { return (state.snapshot && state.snapshot.me && state.snapshot.me.roles) || []; }
 function canAdmin() { return roles().includes("administrator"); }
 function canSteer() { return roles().includes("cluster-manager"); }
+// Where changes to queues and messages can work: a stand-alone broker or the primary (a
+// backup refuses them, 409 naming the primary). Null when they can, else why not.
+function changesRefused() {
+  const ha = state.snapshot && state.snapshot.ha;
+  if (!ha || ha.state === "active" || ha.state === "recovering") return null;
+  return `This broker is a backup (${ha.state}): purge, delete, publish and get are the primary's${ha.primary ? " (its console: the primary at " + ha.primary + ")" : " (no primary is reachable now)"}.`;
+}
 
 function toast(text, error = false) {
   const box = $("toast");
@@ -77,7 +93,7 @@ async function api(method, path, body) {
   const response = await fetch(path, options);
   let data = null;
   try { data = await response.json(); } catch (e) { data = null; }
-  if (response.status === 401) { window.location.assign("/console/login"); }
+  if (response.status === 401) { window.location.assign("/console/login?ended=session"); }
   if (!response.ok) throw new Error((data && data.reason) || `HTTP ${response.status}`);
   return data;
 }
@@ -98,7 +114,7 @@ async function runAction(action) {
   try {
     toast(await action());
   } catch (error) {
-    toast(`refused: ${error.message}`, true);
+    toast(`refused: ${error.message.replace(/^refused: /, "")}`, true);
   }
 }
 
@@ -120,19 +136,46 @@ function showPage() {
 }
 
 // -- header and cluster --------------------------------------------------------------------
+// Whether what the page shows is the present: null while the stream is live, else why
+// not (the broker said it stops, the stream broke, or it has been silent).
+function staleness() {
+  if (state.stopped) return "stopped";
+  if (state.lostAt) return "unreachable";
+  if ((Date.now() - state.lastEventAt) / 1000 >= STALE_AFTER) return "silent";
+  return null;
+}
+
+function clockTime(ms) { return timeOf(ms / 1000).replace(/\.\d+$/, ""); }
+
 function renderBanner(s) {
   const banner = $("role-banner");
   const ha = s.ha;
   const node = s.status.node;
-  if (!ha) {
+  const stale = staleness();
+  document.body.classList.toggle("stale", Boolean(stale));
+  const asOf = `Below: its last state, as of ${timeOf(s.at).replace(/\.\d+$/, "")}, not the present.`;
+  if (stale === "stopped") {
+    banner.textContent = `STOPPED: ${node}: ${state.stopped.reason} (at ${clockTime(state.stopped.at)}). ${asOf}`;
+    banner.className = "banner down";
+  } else if (stale === "unreachable") {
+    banner.textContent = `UNREACHABLE: ${node} has not answered since ${clockTime(state.lostAt)} (killed, stopped or cut off; another member's console shows the cluster now). ${asOf}`;
+    banner.className = "banner down";
+  } else if (stale === "silent") {
+    banner.textContent = `NO UPDATE from ${node} for ${Math.round((Date.now() - state.lastEventAt) / 1000)} s (paused, too busy or cut off). ${asOf}`;
+    banner.className = "banner down";
+  } else if (!ha) {
     banner.textContent = `STAND-ALONE broker ${node} (not in an HA cluster)`;
     banner.className = "banner other";
   } else if (ha.state === "active" || ha.state === "recovering") {
     banner.textContent = `PRIMARY: ${node} (${ha.url}), epoch ${ha.epoch}, ${ha.state}`;
     banner.className = "banner primary";
-  } else {
-    banner.textContent = `BACKUP ${node} (${ha.state}): the primary is ${ha.primary ? "at " + ha.primary : "not known yet"}`;
+  } else if (ha.primary) {
+    banner.textContent = `BACKUP ${node} (${ha.state}): the primary is at ${ha.primary}`;
     banner.className = "banner backup";
+  } else {
+    const link = ha.link_error ? ` (${hostPort(ha.link_error.address)}: ${ha.link_error.reason})` : "";
+    banner.textContent = `BACKUP ${node} (${ha.state}): NO PRIMARY reachable${link}`;
+    banner.className = "banner backup no-primary";
   }
   const me = s.me || {};
   $("me").textContent = me.auth ? `${me.user} (${(me.roles || []).join(", ") || "no role"})` : "authentication off";
@@ -227,6 +270,18 @@ function inSyncSummary(s) {
   return el("div", { class: "facts in-sync-line", id: "in-sync-summary", title, text: parts.join(" · ") });
 }
 
+// The last n values of a series ([0] while shorter: not all n are known yet).
+function lastSamples(series, n) {
+  return series.length >= n ? series.slice(-n) : [0];
+}
+
+// The replication error a primary holds for this member (by broker id, else by address:
+// a backup whose link the primary closed is no member until it links again).
+function replicationError(ha, m) {
+  const address = hostPort(m.url);
+  return (ha.replication_errors || []).find((x) => (m.id && x.backup === m.id) || (x.url && hostPort(x.url) === address)) || null;
+}
+
 function memberRows(s) {
   const ha = s.ha;
   const members = (ha.members || []).map((m) => ({ ...m }));
@@ -238,6 +293,7 @@ function memberRows(s) {
     if (!members.some((m) => m.url === address)) members.push({ id: "", url: address, state: "not connected" });
   }
   const backups = Object.fromEntries((ha.backups || []).map((b) => [b.id, b]));
+  const histories = s.lag_history || {};
   // The in-sync set as the primary holds it (the header says the same, from the same
   // field): its members, and the ones that went away whose confirms it holds until the
   // cluster manager (its agent) commits the set without them.
@@ -247,6 +303,7 @@ function memberRows(s) {
   return members.map((m) => {
     const self = m.id === ha.broker_id;
     const backup = backups[m.id];
+    const history = histories[m.id] || {};
     const lags = (backup && backup.queues) || [];
     const totalLag = lags.reduce((sum, q) => sum + (q.lag || 0), 0);
     const silent = (s.unacknowledged_for || {})[m.id] || 0;
@@ -254,17 +311,20 @@ function memberRows(s) {
     const gone = set.pendingRemoval.has(m.id);
     const member = set.members.has(m.id);
     const missing = m.state === "not connected" || gone;
+    // why replication to this backup failed: which object, why (GET /api/ha, issue 24)
+    const failed = primaryHere ? replicationError(ha, m) : null;
+    // on a backup whose link is down, the primary it last heard of is not reachable
+    const lostPrimary = !primaryHere && !ha.primary && isPrimary(m);
+    const behind = lags.some((q) => q.lag > 0 && lastSamples((history[q.queue] || []), LAG_SAMPLES).every((v) => v > 0));
     const lagging = !isPrimary(m) && !missing && (["joining", "catch-up"].includes(m.state) ||
-      (primaryHere && (!backup || !member || !backup.ready || totalLag > 0 || silent >= LAG_SILENCE)));
-    const history = (s.lag_history || {})[m.id] || {};
+      (primaryHere && (!backup || !member || !backup.ready || behind || silent >= LAG_SILENCE)));
     const lagCell = el("td", {});
     if (isPrimary(m)) lagCell.appendChild(el("span", { class: "note", text: "(the primary: the others lag behind it)" }));
     else if (gone) lagCell.appendChild(el("span", { class: "note", text: "gone: its confirms are held until the in-sync set is committed without it (qpid-ha in-sync --commit, or its agent)" }));
-    else if (missing) lagCell.appendChild(el("span", { class: "note", text: "no member answers at this address of ha-brokers-url" }));
+    else if (lostPrimary) lagCell.appendChild(el("span", { class: "note", text: `this backup's link to it is down${ha.link_error ? ": " + ha.link_error.reason : ""}` }));
+    else if (missing && !failed) lagCell.appendChild(el("span", { class: "note", text: "no member answers at this address of ha-brokers-url" }));
     else if (!backup) lagCell.appendChild(el("span", { class: "note", text: ha.state === "active" || ha.state === "recovering" ? "not linked" : "on the primary's console" }));
     else if (!lags.length) lagCell.appendChild(el("span", { class: "note", text: "no replicated queue" }));
-    // why replication to this backup failed: which object, why (GET /api/ha, issue 24)
-    const failed = (ha.replication_errors || []).find((x) => x.backup === m.id);
     if (failed) {
       const e = failed;
       lagCell.prepend(el("div", { class: "tag lag replication-error", text: `replication error: ${e.reason} (${e.count === 1 ? "once" : e.count + " times"} since ${e.since})` }));
@@ -279,6 +339,7 @@ function memberRows(s) {
         charts.scaledSparkline(series, "msgs", { color: q.lag > 0 ? "#b45309" : "#2563a8" })));
     }
     const inSync = isPrimary(m) ? el("span", { class: "note", text: "-" })
+      : primaryHere && failed && !member && !gone ? el("span", { class: "tag lag", text: "not a member (replication failed)", title: IN_SYNC_HELP })
       : !primaryHere || (missing && !gone) ? el("span", { class: "note", text: "-" })
       : gone ? el("span", { class: "tag lag", text: "member, gone: confirms held", title: IN_SYNC_HELP })
       : member ? el("span", { class: "in-set", text: "member", title: IN_SYNC_HELP }, el("span", { class: "note", text: " (confirms wait for it)" }))
@@ -289,21 +350,23 @@ function memberRows(s) {
     const reasons = [];
     if (!backup && primaryHere) reasons.push("not linked");
     else if (!backup && ["joining", "catch-up"].includes(m.state)) reasons.push(m.state);
-    if (totalLag > 0) reasons.push(`${fmt(totalLag)} ${totalLag === 1 ? "msg" : "msgs"} behind`);
+    if (behind) reasons.push(`${fmt(totalLag)} ${totalLag === 1 ? "msg" : "msgs"} behind`);
     if (silent >= LAG_SILENCE) reasons.push(`no acknowledgement for ${silent} s`);
     if (failed) reasons.push("replication error");
     if (backup && !backup.ready) reasons.push("catching up");
     if (backup && !member) reasons.push("not in the in-sync set");
     const why = reasons.length ? ` (${reasons.join(", ")})` : "";
-    const role = isPrimary(m) ? el("span", { class: "tag primary", text: "PRIMARY" })
+    const role = lostPrimary ? el("span", { class: "tag lag", text: "PRIMARY when last heard; NOT REACHABLE now" })
+      : isPrimary(m) ? el("span", { class: "tag primary", text: "PRIMARY" })
       : gone ? el("span", { class: "tag lag", text: "GONE, pending removal from the in-sync set" })
+      : missing && failed ? el("span", { class: "tag lag", text: "REPLICATION FAILED (it dials again)" })
       : missing ? el("span", { class: "tag lag", text: "NOT CONNECTED (down, or cut off)" })
       : el("span", { class: lagging ? "tag lag" : "tag", text: lagging ? `backup, LAGGING${why}` : "backup" });
-    const rowClass = [isPrimary(m) ? "is-primary" : "", lagging ? "lagging" : "", missing ? "down" : ""].join(" ").trim();
+    const rowClass = [isPrimary(m) && !lostPrimary ? "is-primary" : "", lagging ? "lagging" : "", missing || lostPrimary ? "down" : "", failed ? "failed" : ""].join(" ").trim();
     return el("tr", { class: rowClass || null, "data-member": m.url, "data-state": m.state },
       el("td", {}, el("span", { text: m.url }), self ? el("span", { class: "note", text: ` (this broker, ${s.status.node})` }) : null,
         el("div", { class: "args", text: m.id })),
-      el("td", {}, el("span", { class: `pill ${missing ? "down" : m.state}`, text: gone ? "gone" : m.state })),
+      el("td", {}, el("span", { class: `pill ${missing || lostPrimary ? "down" : m.state}`, text: gone ? "gone" : lostPrimary ? `${m.state} when last heard` : m.state })),
       el("td", {}, role),
       // an agent whose broker does not answer records epoch 0: no epoch to show
       el("td", { class: "num", text: self ? fmt(ha.epoch) : agentRecord ? (agentRecord.state === "down" ? "-" : fmt(agentRecord.epoch)) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
@@ -327,29 +390,71 @@ function renderCluster(s) {
   if (primary) {
     facts.push(`held confirms ${ha.held_confirms}`, `lease ${ha.lease_remaining === null ? "none" : ha.lease_remaining + " s"}`);
   } else if (ha.link_error) {
-    facts.push(`link: ${ha.link_error.reason}`);
+    const l = ha.link_error;
+    facts.push(`link to ${hostPort(l.address)}: ${l.reason} (${l.count} failed ${l.count === 1 ? "dial" : "dials"} since ${l.since})`);
   }
-  if (!primary && ha.replication_error) facts.push(`replication error: ${ha.replication_error.reason}`);
+  const alerts = [];
+  if (!primary && ha.replication_error) {
+    const e = ha.replication_error;
+    alerts.push(el("div", { class: "alert", id: "replication-error", text: `Replication failed: ${e.reason} (${e.count === 1 ? "once" : e.count + " times"} since ${e.since}). This backup is not in sync until a link catches up again.` }));
+  }
+  if (primary) {
+    for (const e of ha.replication_errors || []) {
+      alerts.push(el("div", { class: "alert replication-failed", text: `Replication to ${e.url || e.backup} failed: ${e.reason} (${e.count === 1 ? "once" : e.count + " times"} since ${e.since}): not in the in-sync set until it catches up.` }));
+    }
+  }
+  const next = nextStep(s);
+  if (next) alerts.push(el("div", { class: "alert next-step", id: "next-step", text: next }));
   card.replaceChildren(
-    el("div", { class: "big", id: "primary-name", text: primary ? `Primary: this broker, ${s.status.node} (${ha.url})` : `The primary is ${ha.primary ? "at " + ha.primary : "not known yet"}` }),
+    el("div", { class: "big", id: "primary-name", text: primary ? `Primary: this broker, ${s.status.node} (${ha.url}), ${ha.state}` : ha.primary ? `The primary is at ${ha.primary}` : "No primary reachable from this backup" }),
     el("div", { class: "facts", text: facts.join(" · ") }),
     primary ? inSyncSummary(s)
-      : el("div", { class: "facts in-sync-line", id: "in-sync-summary", text: `In-sync set and lag: on the primary's console${ha.primary ? ` (${ha.primary})` : ""}` }));
+      : el("div", { class: "facts in-sync-line", id: "in-sync-summary", text: `In-sync set and lag: on the primary's console${ha.primary ? ` (${ha.primary})` : ""}` }),
+    ...alerts);
   replaceRows($("members").tBodies[0], memberRows(s));
   renderAgents(s);
-  $("cluster-note").textContent = "Members as this broker knows them (the primary knows every backup, " +
-    "a backup what the primary last told it), and every address of ha-brokers-url.";
+  $("cluster-note").textContent = primary || ha.primary
+    ? "Members as this broker knows them (the primary knows every backup, a backup what the primary last told it), and every address of ha-brokers-url."
+    : "Members as the primary last told this backup, before its link went down: they may have changed since (another member's console, or qpid-ha status, shows them now).";
   renderClusterActions(s);
+}
+
+// What an operator does next, in the words of the agents or of the broker's own rules
+// (null when nothing is wrong): a backup with no primary; a primary waiting in recovering.
+function nextStep(s) {
+  const ha = s.ha;
+  if (ha.state === "recovering") {
+    const awaited = (ha.in_sync && ha.in_sync.awaited) || [];
+    const names = awaited.map((id) => memberName(s, id)).join(", ");
+    return `Recovering: promoted, this primary waits for ${names ? "its expected backups (" + names + ")" : "its expected backups"} to be ready, or for ha-backup-timeout; until then it holds publisher confirms. Next: nothing, unless a backup never comes back (start it, or its agent commits the in-sync set without it).`;
+  }
+  if (ha.state === "active" || ha.primary) return null;
+  const alerts = (s.agents && s.agents.alerts) || [];
+  if (alerts.length) return `No primary. The agents say: ${alerts.join(" · ")}`;
+  if (ha.managed_by) return `No primary. Next: the agent of node ${ha.managed_by} promotes a ready backup by itself once the old primary's ZooKeeper session ends; if none is promoted, qpid-ha --zk HOSTS --cluster NAME status --all says why.`;
+  if (ha.state === "ready") return "No primary. Next: no agent manages this broker: once the old primary is surely stopped, a cluster manager promotes the most advanced ready backup (Promote this broker, or qpid-ha --cluster-manager promote).";
+  return `No primary. This broker is ${ha.state}, not fit to be promoted: promote a ready backup, or start the old primary again.`;
+}
+
+// Why Promote is not offered here (null: it is): only where it can work.
+function promoteWithheld(ha) {
+  if (ha.state !== "ready") return null; // a primary, or a backup not caught up: no button, nothing to say
+  if (ha.managed_by) return `Promotion: the agent of node ${ha.managed_by} promotes by itself (a promotion by hand is refused; qpid-ha promote --force only when no agent runs any more).`;
+  if (ha.primary) return `Promotion: not while the primary at ${ha.primary} serves (two primaries would confirm apart).`;
+  return null;
 }
 
 function renderClusterActions(s) {
   const box = $("cluster-actions");
   if (!canSteer() || !s.ha) { box.replaceChildren(); return; }
-  if (box.dataset.state === `${s.ha.state}/${s.ha.broker_id}`) return;
-  box.dataset.state = `${s.ha.state}/${s.ha.broker_id}`;
+  const key = `${s.ha.state}/${s.ha.broker_id}/${s.ha.managed_by}/${s.ha.primary}`;
+  if (box.dataset.state === key) return;
+  box.dataset.state = key;
   const node = s.status.node;
   const buttons = [];
-  if (s.ha.state === "ready") {
+  const withheld = promoteWithheld(s.ha);
+  if (withheld) buttons.push(el("p", { class: "note", id: "promote-note", text: withheld }));
+  else if (s.ha.state === "ready") {
     buttons.push(el("button", { id: "promote", class: "danger", onclick: () => confirmThen(
       `Promote ${node} to primary? Only when no agent manages this cluster: the agents promote by themselves, with the next epoch from ZooKeeper.`,
       async () => { const r = await api("POST", "/api/ha/promote", { cluster_manager: true }); return `promoted ${node}: ${r.state}, epoch ${r.epoch}`; }) }, "Promote this broker"));
@@ -380,6 +485,10 @@ function renderTimeline(s) {
     box.replaceChildren(el("p", { class: "note", id: "no-failover", text: "No fail-over seen since this broker started." }));
     return;
   }
+  // one time scale for every fail-over's bars: which took longer shows
+  const totalOf = (f) => (f.until_won_ms !== null && f.phases_ms.promotion !== null
+    ? (f.until_won_ms || 0) + (f.phases_ms.promotion || 0) : (f.until_promoted_ms || 0)) + (f.phases_ms.recovering || 0);
+  const scale = Math.max(0, ...failovers.map((f) => Math.max(totalOf(f), f.client_outage_ms || 0)));
   box.replaceChildren(...failovers.map((f) => {
     const head = f.initial
       ? `Epoch ${f.epoch}: first primary ${f.new_primary} (initial election)`
@@ -401,9 +510,6 @@ function renderTimeline(s) {
     const segments = split
       ? [["until", "until won", f.until_won_ms], ["promo", "promotion", f.phases_ms.promotion], ["recov", "recovering", f.phases_ms.recovering]]
       : [["until", "until promoted", f.until_promoted_ms], ["recov", "recovering", f.phases_ms.recovering]];
-    const total = segments.reduce((sum, [, , ms]) => sum + (ms || 0), 0);
-    // one scale for the phases and the client outage: which was longer shows
-    const scale = Math.max(total, f.client_outage_ms || 0);
     const bar = el("div", { class: "bar" });
     if (scale > 0) {
       for (const [kind, title, ms] of segments) {
@@ -451,6 +557,9 @@ function connect() {
   source = mine;
   const show = (snapshot) => {
     state.snapshot = snapshot;
+    state.lastEventAt = Date.now();
+    state.lostAt = null;
+    state.stopped = null;
     $("live").className = "live";
     render();
   };
@@ -461,12 +570,18 @@ function connect() {
     if (lists.page(JSON.parse(event.data)) && currentPage() === "queues") show(lists.view());
   });
   mine.addEventListener("delta", (event) => show(lists.delta(JSON.parse(event.data))));
+  // the broker stops, and says why (fenced, refused, an operator's stop)
+  mine.addEventListener("stopping", (event) => {
+    state.stopped = { ...JSON.parse(event.data), at: Date.now() };
+    render();
+  });
   mine.onerror = () => {
     if (mine !== source) return;
     $("live").className = "live off";
+    if (!state.lostAt) { state.lostAt = Date.now(); render(); }
     if (mine.readyState === EventSource.CLOSED) {
       fetch("/console/static/console.css", { credentials: "same-origin" }).then((r) => {
-        if (r.status === 401) window.location.assign("/console/login");
+        if (r.status === 401) window.location.assign("/console/login?ended=session");
         else setTimeout(connect, 1000);
       }, () => setTimeout(connect, 1000));
     }
@@ -483,6 +598,8 @@ document.addEventListener("DOMContentLoaded", () => {
   window.addEventListener("hashchange", showPage);
   showPage();
   connect();
+  // the banner says when the page stopped hearing from its broker, stream or no stream
+  setInterval(() => { if (state.snapshot && staleness()) renderBanner(state.snapshot); }, 1000);
 });
 
-window.consoleApp = { state, el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, toast, $, connect, render };
+window.consoleApp = { state, el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, changesRefused, toast, $, connect, render };

@@ -5,7 +5,7 @@
 
 (function () {
   const app = window.consoleApp;
-  const { el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, $ } = app;
+  const { el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, changesRefused, $ } = app;
   const enc = encodeURIComponent;
   let selectedQueue = null;
   let builtFor = null;
@@ -38,6 +38,8 @@
     if (!canAdmin()) {
       return el("p", { class: "note", id: "queue-actions-none", text: "Purge, delete, publish and get need the administrator role." });
     }
+    const refused = changesRefused();
+    if (refused) return el("p", { class: "note", id: "queue-actions-none", text: refused });
     const got = el("pre", { class: "got hidden", id: "got" });
     const payload = el("input", { id: "queue-payload", placeholder: "test message", value: "hello from the console" });
     const box = el("div", { id: "queue-actions" },
@@ -134,8 +136,10 @@
     const detail = $("queue-detail");
     const q = queues.find((x) => queueId(x) === selectedQueue);
     if (!q) { detail.replaceChildren(); builtFor = null; return; }
-    if (builtFor !== queueId(q)) {
-      builtFor = queueId(q);
+    // built again when the broker's role changes (a backup offers no change)
+    const built = `${queueId(q)}/${changesRefused()}`;
+    if (builtFor !== built) {
+      builtFor = built;
       const where = q.vhost && q.vhost !== "/" ? ` in vhost ${q.vhost}` : "";
       detail.replaceChildren(el("div", { class: "detail" },
         el("h2", { text: `Queue ${q.name}${where}` }), el("div", { class: "charts", id: "queue-charts" }), queueActions(q.name, q.vhost)));
@@ -161,7 +165,7 @@
 
   function renderPublishForm() {
     const box = $("publish-form");
-    if (publishTo === null || !canAdmin()) { box.replaceChildren(); return; }
+    if (publishTo === null || !canAdmin() || changesRefused()) { box.replaceChildren(); return; }
     const key = el("input", { id: "publish-key", placeholder: "routing key" });
     const payload = el("input", { id: "publish-payload", placeholder: "payload", value: "test" });
     box.replaceChildren(el("form", { class: "inline", onsubmit: (event) => { event.preventDefault(); runAction(async () => {
@@ -175,7 +179,7 @@
       el("td", { text: x.name || "(default)" }), el("td", { class: "vhost", text: x.vhost || "/" }), el("td", { text: x.type }), el("td", { text: x.durable ? "yes" : "no" }),
       el("td", { class: "num", text: fmt(x.bindings) }), el("td", { class: "num", text: fmt(x.routed_total) }),
       el("td", { class: "num", text: fmt(x.unroutable_total) }), el("td", { class: "args", text: argsText(x.arguments) }),
-      el("td", {}, canAdmin() && !x.internal ? el("button", { onclick: () => { publishTo = x.name; publishVhost = x.vhost || "/"; renderPublishForm(); } }, "Publish...") : null))));
+      el("td", {}, canAdmin() && !x.internal && !changesRefused() ? el("button", { onclick: () => { publishTo = x.name; publishVhost = x.vhost || "/"; renderPublishForm(); } }, "Publish...") : null))));
     replaceRows($("bindings").tBodies[0], (s.bindings || []).map((b) => el("tr", {},
       el("td", { class: "vhost", text: b.vhost || "/" }), el("td", { text: b.source || "(default)" }), el("td", { text: b.destination }), el("td", { text: b.destination_type }),
       el("td", { text: b.routing_key }), el("td", { class: "args", text: argsText(b.arguments) }))));
@@ -190,12 +194,20 @@
       class: `clickable${c.id === selectedConnection ? " selected" : ""}`,
       onclick: () => { selectedConnection = c.id; channelsAsked = 0; renderConnections(app.state.snapshot); } },
       el("td", { class: "num", text: c.id }), el("td", { text: c.peer }), el("td", { text: c.user || "-" }),
-      el("td", { text: c.state }), el("td", { text: [c.client_product, c.client_version].filter(Boolean).join(" ") || "-" }),
+      el("td", { text: c.state }),
+      el("td", {}, c.ha_backup ? el("span", { class: "tag ha-link", text: `HA replication link of backup ${c.ha_backup}` }) : [c.client_product, c.client_version].filter(Boolean).join(" ") || "-"),
       el("td", { class: "num channels", text: fmt(c.channels) }), el("td", { class: "num", text: c.heartbeat ? `${c.heartbeat} s` : "none" }),
       el("td", { class: "num", text: fmt(c.messages_published) }), el("td", { class: "num", text: fmt(c.messages_delivered) }),
-      el("td", {}, canAdmin() ? el("button", { class: "danger", onclick: (event) => { event.stopPropagation(); confirmThen(`Close connection ${c.id} (${c.peer}, ${c.user || "no user"})? The client gets 320 CONNECTION_FORCED.`,
-        async () => { await api("DELETE", `/api/connections/${c.id}`); return `closed connection ${c.id}`; }); } }, "Close") : null))));
+      el("td", {}, canAdmin() ? el("button", { class: "danger", onclick: (event) => { event.stopPropagation(); confirmThen(closeText(c),
+        async () => { await api("DELETE", `/api/connections/${c.id}`); return `closed connection ${c.id}`; }); } }, c.ha_backup ? "Close link" : "Close") : null))));
     renderChannels(connections.find((c) => c.id === selectedConnection));
+  }
+
+  // What closing a connection does: a client is told 320; a backup's replication link is
+  // no client, and closing it costs that backup its place until it catches up again.
+  function closeText(c) {
+    if (!c.ha_backup) return `Close connection ${c.id} (${c.peer}, ${c.user || "no user"})? The client gets 320 CONNECTION_FORCED.`;
+    return `WARNING: connection ${c.id} is the HA replication link of backup ${c.ha_backup}, not a client. Closing it cuts that backup off: it dials again and catches up, and while it is away the primary holds publisher confirms for it until its removal from the in-sync set is committed. Close it anyway?`;
   }
 
   // The selected connection's channels, from GET /api/connections/{id}/channels (at most
