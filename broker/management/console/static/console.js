@@ -319,9 +319,9 @@ function memberRows(s) {
     const lagging = !isPrimary(m) && !missing && (["joining", "catch-up"].includes(m.state) ||
       (primaryHere && (!backup || !member || !backup.ready || behind || silent >= LAG_SILENCE)));
     const lagCell = el("td", {});
-    if (isPrimary(m)) lagCell.appendChild(el("span", { class: "note", text: "(the primary: the others lag behind it)" }));
+    if (lostPrimary) lagCell.appendChild(el("span", { class: "note", text: `this backup's link to it is down${ha.link_error ? ": " + ha.link_error.reason : ""}` }));
+    else if (isPrimary(m)) lagCell.appendChild(el("span", { class: "note", text: "(the primary: the others lag behind it)" }));
     else if (gone) lagCell.appendChild(el("span", { class: "note", text: "gone: its confirms are held until the in-sync set is committed without it (qpid-ha in-sync --commit, or its agent)" }));
-    else if (lostPrimary) lagCell.appendChild(el("span", { class: "note", text: `this backup's link to it is down${ha.link_error ? ": " + ha.link_error.reason : ""}` }));
     else if (missing && !failed) lagCell.appendChild(el("span", { class: "note", text: "no member answers at this address of ha-brokers-url" }));
     else if (!backup) lagCell.appendChild(el("span", { class: "note", text: ha.state === "active" || ha.state === "recovering" ? "not linked" : "on the primary's console" }));
     else if (!lags.length) lagCell.appendChild(el("span", { class: "note", text: "no replicated queue" }));
@@ -409,7 +409,7 @@ function renderCluster(s) {
     el("div", { class: "big", id: "primary-name", text: primary ? `Primary: this broker, ${s.status.node} (${ha.url}), ${ha.state}` : ha.primary ? `The primary is at ${ha.primary}` : "No primary reachable from this backup" }),
     el("div", { class: "facts", text: facts.join(" · ") }),
     primary ? inSyncSummary(s)
-      : el("div", { class: "facts in-sync-line", id: "in-sync-summary", text: `In-sync set and lag: on the primary's console${ha.primary ? ` (${ha.primary})` : ""}` }),
+      : el("div", { class: "facts in-sync-line", id: "in-sync-summary", text: ha.primary ? `In-sync set and lag: on the primary's console (${ha.primary})` : "In-sync set and lag: on the primary's console (none reachable now)" }),
     ...alerts);
   replaceRows($("members").tBodies[0], memberRows(s));
   renderAgents(s);
