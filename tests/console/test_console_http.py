@@ -65,6 +65,11 @@ def test_anonymous_visitors_get_the_login_form_only(qpidd: BrokerProcess) -> Non
     live = client.request("GET", "/api/console/live")
     assert live.status == 401 and "WWW-Authenticate" in live.headers
     assert client.request("GET", "/console/static/../../etc/passwd").status == 404
+    # a page whose session ended under it (the broker restarted) says so, in a fixed text
+    ended = client.request("GET", "/console/login?ended=session")
+    assert "Your session ended: this broker no longer knows it" in ended.text
+    odd = client.request("GET", "/console/login?ended=%3Cscript%3E")
+    assert "<script>" not in odd.text and "session ended" not in odd.text
 
 
 def test_a_wrong_password_or_a_user_without_a_role_is_refused(qpidd: BrokerProcess) -> None:

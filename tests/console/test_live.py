@@ -29,11 +29,13 @@ class Ha:
 
     batches: int = 0
     lag: int = 0
+    sent: int = 0
     addresses: list[str] = field(default_factory=lambda: ["127.0.0.1:5001", "127.0.0.1:5002"])
     replicate_default: Any = None
 
     def status(self) -> dict[str, Any]:
         row = {"queue": "q", "lag": self.lag, "unacknowledged_batches": self.batches}
+        row["sent"] = self.sent
         return {"state": "active", "backups": [{"id": "b1", "queues": [row]}]}
 
 
@@ -70,6 +72,31 @@ def test_rates_lags_and_silent_backups() -> None:
     assert built["unacknowledged_for"] == {"b1": 1.5}
     assert built["configured_members"] == ["127.0.0.1:5001", "127.0.0.1:5002"]
     broker.ha.batches = 0
+    feed.sample()
+    assert feed.unacknowledged_since == {}
+
+
+def test_a_busy_backup_with_a_batch_in_flight_at_each_sample_is_not_silent() -> None:
+    """Issue 30: healthy backups flickered LAGGING ("no acknowledgement for 1 s") under
+    load, a batch being in flight at each sample. The primary sends on acknowledgements, so
+    messages sent since the last sample mean something was acknowledged: not silence.
+    Silence starts at the first sample with batches waiting and nothing sent since."""
+    broker, clock = HaBroker(), Clock()
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    broker.ha.batches = 1
+    for _ in range(10):
+        broker.ha.sent += 64
+        clock.now += 1.0
+        feed.sample()
+        assert feed.unacknowledged_since == {}
+    clock.now += 1.0
+    feed.sample()  # nothing sent since: the batch waits, and so does the backup
+    assert feed.unacknowledged_since == {"b1": clock.now}
+    clock.now += 1.0
+    feed.sample()
+    assert feed.unacknowledged_since == {"b1": clock.now - 1.0}
+    broker.ha.sent += 1
+    clock.now += 1.0
     feed.sample()
     assert feed.unacknowledged_since == {}
 
