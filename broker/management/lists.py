@@ -110,6 +110,7 @@ CONNECTIONS = ListKind(
         "frame_max",
         "messages_published",
         "messages_delivered",
+        "ha_backup",
     ),
     lambda row: (row.get("name"), row.get("user")),
 )

@@ -160,6 +160,40 @@ def test_the_live_stream_sends_a_snapshot_the_page_asked_then_deltas(qpidd: Brok
     assert client.request("GET", "/api/changes?since=x").status == 400
 
 
+def test_a_viewer_that_pages_a_list_gets_its_page_not_the_whole_list(
+    qpidd: BrokerProcess,
+) -> None:
+    """``exchanges.page=...``: the exchanges come as that viewer's page (filtered and
+    paged by the server), not in its snapshot and deltas; the other lists as before."""
+    client = logged_in(qpidd, "watcher")
+    cookie = next(c for c in client.jar)
+    headers = {"Cookie": f"{cookie.name}={cookie.value}"}
+    query = "?page=1&page_size=1&exchanges.page=1&exchanges.page_size=2&exchanges.name=amq."
+    url = f"http://127.0.0.1:{qpidd.mgmt_port}/api/console/live{query}"
+    events: list[tuple[str, dict[str, Any]]] = []
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as got:
+        kind = ""
+        while not any(k == "delta" for k, _ in events):
+            line = got.readline()
+            if line.startswith(b"event: "):
+                kind = line[7:].strip().decode()
+            elif line.startswith(b"data: "):
+                events.append((kind, json.loads(line[6:])))
+    snapshot = next(data for k, data in events if k == "snapshot")
+    assert set(snapshot["lists"]) == {"bindings", "connections"}
+    pages = {data.get("list"): data for k, data in events if k == "page"}
+    exchanges = pages["exchanges"]
+    assert exchanges["whole"] and len(exchanges["keys"]) == 2
+    assert all(key.startswith("amq.") for key in exchanges["keys"])
+    assert (
+        exchanges["filtered_count"] > 2 and exchanges["total_count"] > exchanges["filtered_count"]
+    )
+    delta = next(data for k, data in events if k == "delta")
+    assert set(delta["lists"]) == {"bindings", "connections"}
+    bad = client.request("GET", "/api/console/live?exchanges.sort=nope")
+    assert bad.status == 400 and "nope" in bad.json()["reason"]
+
+
 def test_an_administrator_purges_gets_and_publishes(qpidd: BrokerProcess) -> None:
     declare(qpidd, "act-q", 4)
     client = logged_in(qpidd, "admin")

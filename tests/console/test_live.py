@@ -147,7 +147,7 @@ def test_a_viewers_page_gets_only_what_moved_on_it() -> None:
     """The lists are followed while someone watches: a page event holds the rows of the
     page that moved since the viewer's last (a publish, and the rate falling back to 0 a
     tick later), nothing when nothing on it moved; a queue deleted leaves the page."""
-    from broker.management.console.live_lists import CONSOLE_QUEUES, QueuePage
+    from broker.management.console.live_lists import CONSOLE_QUEUES, ListPage
     from broker.management.lists import parse_query
     from common.slices import run_steps
 
@@ -156,7 +156,7 @@ def test_a_viewers_page_gets_only_what_moved_on_it() -> None:
         broker.vhost.declare_queue(f"q{i:04d}")
     feed = LiveFeed(broker, get_logger("management"), clock)
     feed.viewers = 1
-    page = QueuePage(parse_query({"name": "q00", "page": "1", "page_size": "5"}, CONSOLE_QUEUES))
+    page = ListPage(parse_query({"name": "q00", "page": "1", "page_size": "5"}, CONSOLE_QUEUES))
 
     def tick() -> dict[str, Any] | None:
         clock.now += 1.0

@@ -21,12 +21,15 @@ tick, while someone follows them.
 
 ``GET /api/console/live`` is a stream of server-sent events (``text/event-stream``) for any
 user with the monitoring role (authentication as for every ``/api`` path); its query is the
-queue table's (the list query of :mod:`broker.management.list_query`, 400 when bad). A
-viewer that starts, or fell behind, gets a ``snapshot`` event (the state, every exchange,
-binding and connection, ``me``) and a whole ``page`` event (its page of queues, with their
-histories); then each tick a ``page`` event when something on its page changed and a
-``delta`` event (the state and what changed in the other lists), encoded once for every
-viewer. ``GET /api/changes?since=V`` is the same journal for any reader: what changed in
+queue table's (the list query of :mod:`broker.management.list_query`, 400 when bad), and
+for each other list the viewer pages rather than holds whole, the same parameters prefixed
+with the list's name and a dot (``exchanges.page=1&exchanges.page_size=50&exchanges.name=x``).
+A viewer that starts, or fell behind, gets a ``snapshot`` event (the state, every row of
+the lists it holds whole, ``me``) and a whole ``page`` event per list it pages (the queues
+with their histories); then each tick a ``page`` event for each of its pages where
+something changed and a ``delta`` event (the state and what changed in the lists it holds
+whole), encoded once for every viewer. When the broker stops, a ``stopping`` event says
+why. ``GET /api/changes?since=V`` is the same journal for any reader: what changed in
 every list since version V (docs/management.md). The stream ends when the client goes or
 the management API stops (the app's shutdown wakes every stream, so a stop never waits on
 an open console).
@@ -52,9 +55,11 @@ from broker.management.auth import current_user
 from broker.management.console.agent_log import promotion_instants, read_tail
 from broker.management.console.agents_view import AgentsView, zk_access
 from broker.management.console.live_lists import (
+    CONSOLE_KINDS,
     CONSOLE_QUEUES,
+    LIVE_LISTS,
+    ListPage,
     LiveLists,
-    QueuePage,
 )
 from broker.management.console.timeline import Timeline
 from broker.management.errors import ApiError
@@ -506,7 +511,14 @@ class LiveFeed:
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """GET /api/console/live: a snapshot and the viewer's page, then each tick what
         changed, until the client goes."""
-        page = QueuePage(parse_query(request.query, CONSOLE_QUEUES))
+        pages = [ListPage(parse_query(request.query, CONSOLE_QUEUES))]
+        for name in LIVE_LISTS[1:]:
+            prefix = f"{name}."
+            params = {k[len(prefix) :]: v for k, v in request.query.items() if k.startswith(prefix)}
+            if params:
+                pages.append(ListPage(parse_query(params, CONSOLE_KINDS[name]), name))
+        paged = {page.name for page in pages}
+        whole_lists = tuple(name for name in LIVE_LISTS[1:] if name not in paged)
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -533,15 +545,16 @@ class LiveFeed:
                 version = lists.journal.version
                 if version != held:
                     whole = held != version - 1  # starts, or fell behind: a snapshot
-                    text = await run_sliced(lists.page_steps(page, whole))
+                    texts = [await run_sliced(lists.page_steps(page, whole)) for page in pages]
                     if whole:
-                        snapshot = await run_sliced(lists.shared_snapshot_steps(state))
+                        snapshot = await run_sliced(lists.shared_snapshot_steps(state, whole_lists))
                         data = f'{snapshot[:-1]}, "me": {me}}}'  # "me" last
                         await response.write(f"event: snapshot\ndata: {data}\n\n".encode())
-                    if text is not None:
-                        await response.write(f"event: page\ndata: {text}\n\n".encode())
+                    for text in texts:
+                        if text is not None:
+                            await response.write(f"event: page\ndata: {text}\n\n".encode())
                     if not whole:
-                        delta = await run_sliced(lists.shared_delta_steps(state))
+                        delta = await run_sliced(lists.shared_delta_steps(state, whole_lists))
                         await response.write(f"event: delta\ndata: {delta}\n\n".encode())
                     held = version
                 async with self._changed:

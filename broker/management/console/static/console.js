@@ -545,9 +545,9 @@ function render() {
   else if (state.renderers[page]) state.renderers[page](s);
 }
 
-// The live stream (tables.js's consoleLists holds the lists and the page of queues): a
-// snapshot and the viewer's page first, then each second a page when it changed and a
-// delta. Opened again when the queue table's query changes.
+// The live stream (lists.js's consoleLists holds the pages of the lists): a snapshot and
+// the viewer's pages first, then each second the pages that changed and a delta. Opened
+// again when a table's query changes.
 let source = null;
 
 function connect() {
@@ -564,10 +564,10 @@ function connect() {
     render();
   };
   mine.addEventListener("snapshot", (event) => show(lists.snapshot(JSON.parse(event.data))));
-  // a whole page comes just after a snapshot: drawn at once on the queues page only (the
-  // other pages were drawn with the snapshot; each delta draws the page shown again)
+  // whole pages come just after a snapshot: drawn at once on the list pages (each delta
+  // draws the page shown again)
   mine.addEventListener("page", (event) => {
-    if (lists.page(JSON.parse(event.data)) && currentPage() === "queues") show(lists.view());
+    if (lists.page(JSON.parse(event.data)) && !["cluster", "timeline"].includes(currentPage())) show(lists.view());
   });
   mine.addEventListener("delta", (event) => show(lists.delta(JSON.parse(event.data))));
   // the broker stops, and says why (fenced, refused, an operator's stop)

@@ -1,5 +1,6 @@
 // The console's object pages: queues (a page of them, filtered and sorted by the server,
-// with charts and actions), exchanges and bindings, connections, users. Registered as
+// with charts and actions), exchanges and bindings, connections (a page of each, filtered
+// and paged by the server), users. Registered as
 // renderers with console.js; the lists they show are held by lists.js.
 "use strict";
 
@@ -174,7 +175,57 @@
     }); } }, el("strong", { text: `Publish to ${publishTo || "(default)"}` }), key, payload, el("button", { type: "submit", id: "publish-send" }, "Publish")));
   }
 
+  // The exchanges', bindings' and connections' tables: a filter (a regular expression
+  // with "regex") and pages, answered by the server like the queue table's.
+  const PLURAL = { exchanges: "exchanges", bindings: "bindings", connections: "connections" };
+
+  function wireListQuery(name) {
+    const q = lists.queries[name];
+    let timer = null;
+    const changed = () => {
+      clearTimeout(timer);
+      timer = setTimeout(async () => {
+        const filter = $(`${name}-filter`).value;
+        const useRegex = $(`${name}-regex`).checked;
+        const box = $(`${name}-query-error`);
+        if (filter) {
+          try {
+            await api("GET", `/api/${name}?page=1&page_size=1&name=${enc(filter)}${useRegex ? "&use_regex=true" : ""}`);
+          } catch (error) {
+            box.textContent = error.message;
+            return;
+          }
+        }
+        box.textContent = "";
+        if (filter === q.name && useRegex === q.use_regex) return;
+        q.name = filter;
+        q.use_regex = useRegex;
+        q.page = 1;
+        requery();
+      }, 300);
+    };
+    $(`${name}-query`).addEventListener("submit", (event) => { event.preventDefault(); changed(); });
+    $(`${name}-filter`).addEventListener("input", changed);
+    $(`${name}-regex`).addEventListener("change", changed);
+    $(`${name}-prev`).addEventListener("click", () => { if (q.page > 1) { q.page -= 1; requery(); } });
+    $(`${name}-next`).addEventListener("click", () => {
+      const counts = (app.state.snapshot && app.state.snapshot[`${name}Page`]) || {};
+      if (q.page < (counts.page_count || 1)) { q.page += 1; requery(); }
+    });
+  }
+
+  function renderListQuery(s, name) {
+    const counts = s[`${name}Page`] || {};
+    const total = counts.total_count || 0;
+    const shown = counts.filtered_count === total ? `${fmt(total)} ${PLURAL[name]}` : `${fmt(counts.filtered_count || 0)} of ${fmt(total)} ${PLURAL[name]}`;
+    $(`${name}-page-info`).textContent = `page ${counts.page || 1} of ${counts.page_count || 1} · ${shown}`;
+    $(`${name}-prev`).disabled = (counts.page || 1) <= 1;
+    $(`${name}-next`).disabled = (counts.page || 1) >= (counts.page_count || 1);
+  }
+
   function renderExchanges(s) {
+    renderListQuery(s, "exchanges");
+    renderListQuery(s, "bindings");
     replaceRows($("exchanges").tBodies[0], (s.exchanges || []).map((x) => el("tr", { "data-exchange": x.name, "data-vhost": x.vhost || "/" },
       el("td", { text: x.name || "(default)" }), el("td", { class: "vhost", text: x.vhost || "/" }), el("td", { text: x.type }), el("td", { text: x.durable ? "yes" : "no" }),
       el("td", { class: "num", text: fmt(x.bindings) }), el("td", { class: "num", text: fmt(x.routed_total) }),
@@ -189,6 +240,7 @@
   let channelsAsked = 0;
 
   function renderConnections(s) {
+    renderListQuery(s, "connections");
     const connections = s.connections || [];
     replaceRows($("connections").tBodies[0], connections.map((c) => el("tr", { "data-connection": c.id, "data-user": c.user || "",
       class: `clickable${c.id === selectedConnection ? " selected" : ""}`,
@@ -219,7 +271,7 @@
       return;
     }
     if (!connection) {
-      box.replaceChildren(el("p", { class: "note", id: "channels-gone", text: `Connection ${selectedConnection} is closed.` }));
+      box.replaceChildren(el("p", { class: "note", id: "channels-gone", text: `Connection ${selectedConnection} is closed, or not on this page of the list.` }));
       return;
     }
     if (Date.now() - channelsAsked < 900) return;
@@ -268,6 +320,7 @@
   }
 
   wireQueueQuery();
+  for (const name of ["exchanges", "bindings", "connections"]) wireListQuery(name);
   app.state.renderers.queues = renderQueues;
   app.state.renderers.exchanges = (s) => { renderExchanges(s); if (!$("publish-form").firstChild) renderPublishForm(); };
   app.state.renderers.connections = renderConnections;
