@@ -264,7 +264,7 @@ def test_the_page_and_its_files_come_from_the_package(qpidd: BrokerProcess) -> N
     page = client.request("GET", "/console/").text
     static = Path(__file__).resolve().parents[2] / "broker/management/console/static"
     assert page == (static / "index.html").read_text()
-    for name in ("console.js", "tables.js", "charts.js", "console.css"):
+    for name in ("console.js", "cluster.js", "tables.js", "charts.js", "console.css"):
         body = client.request("GET", f"/console/static/{name}").text
         assert body == (static / name).read_text()
         assert "http://" not in body.replace("http://www.w3.org/2000/svg", "")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.core.message import Message
-from broker.management.console import live
+from broker.management.console import ha_view
 from broker.management.console.live import HISTORY, LiveFeed
 from common.log import get_logger
 from tests.management.support import FakeBroker
@@ -121,17 +121,17 @@ def test_lag_in_bytes_counts_what_is_past_the_last_sent(monkeypatch) -> None:
     for size in (10, 20, 30, 40):
         vhost.publish(vhost.exchange(""), Message("", "q", body=b"x" * size))
     positions = [entry.position for entry in queue.entries()]
-    assert live.lag_bytes(queue, positions[1]) == (70, False)
-    assert live.lag_bytes(queue, 0) == (100, False)
-    assert live.lag_bytes(queue, positions[-1]) == (0, False)
-    monkeypatch.setattr(live, "LAG_BYTES_SCAN", 2)
-    assert live.lag_bytes(queue, 0) == (70, True)  # a lower bound: shown with a "+"
+    assert ha_view.lag_bytes(queue, positions[1]) == (70, False)
+    assert ha_view.lag_bytes(queue, 0) == (100, False)
+    assert ha_view.lag_bytes(queue, positions[-1]) == (0, False)
+    monkeypatch.setattr(ha_view, "LAG_BYTES_SCAN", 2)
+    assert ha_view.lag_bytes(queue, 0) == (70, True)  # a lower bound: shown with a "+"
     status = {
         "backups": [
             {"id": "b1", "queues": [{"queue": "q", "lag": 2, "last_sent_id": positions[1]}]}
         ]
     }
-    rows = live._with_lag_bytes(vhost.queues, status)["backups"][0]["queues"]
+    rows = ha_view.with_lag_bytes(vhost.queues, status)["backups"][0]["queues"]
     assert rows == [
         {
             "queue": "q",

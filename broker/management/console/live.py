@@ -42,7 +42,7 @@ import contextlib
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -50,10 +50,11 @@ from structlog.typing import FilteringBoundLogger
 
 from broker import __version__
 from broker.core.vhost import VHOST
-from broker.core.vhosts import key_of, queue_key
+from broker.core.vhosts import key_of
 from broker.management.auth import current_user
 from broker.management.console.agent_log import promotion_instants, read_tail
 from broker.management.console.agents_view import AgentsView, zk_access
+from broker.management.console.ha_view import agent_option, with_lag_bytes, with_managed_by
 from broker.management.console.live_lists import (
     CONSOLE_KINDS,
     CONSOLE_QUEUES,
@@ -87,43 +88,6 @@ def _agents_view(broker: ManagedBroker) -> AgentsView | None:
     if not isinstance(hosts, str) or not isinstance(cluster, str):
         return None
     return AgentsView(hosts, cluster, access=zk_access(broker.options))
-
-
-#: Entries counted at most per backup and queue for ``lag_bytes`` (past it: a lower bound).
-LAG_BYTES_SCAN = 100_000
-
-
-def lag_bytes(queue: Any, last_sent: int) -> tuple[int, bool]:
-    """Body bytes of ``queue``'s messages past ``last_sent`` (what the primary still has to
-    send a backup), and whether the count stopped at :data:`LAG_BYTES_SCAN` entries."""
-    total = 0
-    for counted, entry in enumerate(reversed(queue.entries())):
-        if entry.position <= last_sent:
-            return total, False
-        if counted >= LAG_BYTES_SCAN:
-            return total, True
-        total += len(entry.message.body)
-    return total, False
-
-
-def _with_lag_bytes(queues: Mapping[str, Any], ha_status: dict[str, Any] | None) -> Any:
-    """``/api/ha``'s body with each backup's queue rows given ``lag_bytes`` (and
-    ``lag_bytes_partial``): the primary counts its backlog in messages only."""
-    if not ha_status or not ha_status.get("backups"):
-        return ha_status
-    backups = []
-    for backup in ha_status["backups"]:
-        rows = []
-        for row in backup.get("queues", []):
-            queue = queues.get(queue_key(str(row.get("vhost") or VHOST), str(row.get("queue"))))
-            last_sent = row.get("last_sent_id")
-            if queue is None or not isinstance(last_sent, int) or not row.get("lag"):
-                rows.append({**row, "lag_bytes": 0, "lag_bytes_partial": False})
-                continue
-            counted, partial = lag_bytes(queue, last_sent)
-            rows.append({**row, "lag_bytes": counted, "lag_bytes_partial": partial})
-        backups.append({**backup, "queues": rows})
-    return {**ha_status, "backups": backups}
 
 
 def _replication(broker: ManagedBroker, queue: Any) -> str | None:
@@ -163,7 +127,7 @@ class LiveFeed:
         self._sent: dict[str, int] = {}
         #: the agent that manages this broker (``GET /api/ha``'s ``managed_by``): the
         #: management app sets it to its promote guard's (a promotion by hand is refused)
-        self.managed_by: Callable[[], str | None] = lambda: _agent_option(broker)
+        self.managed_by: Callable[[], str | None] = lambda: agent_option(broker)
         self._counters: dict[str, tuple[float, int, int, int]] = {}
         self._changed = asyncio.Condition()
         self._version = 0
@@ -466,8 +430,8 @@ class LiveFeed:
                 "queues": sum(len(v.queues) for v in vhosts),
                 "exchanges": sum(len(v.exchanges) for v in vhosts),
             },
-            "ha": _with_managed_by(
-                _with_lag_bytes(vhosts_of(broker).queues, ha_status), self.managed_by()
+            "ha": with_managed_by(
+                with_lag_bytes(vhosts_of(broker).queues, ha_status), self.managed_by()
             ),
             "agents": None if self.agents is None else self.agents.view,
             "configured_members": [
@@ -590,17 +554,6 @@ class LiveFeed:
                 "totals": journal.totals(),
             }
         )
-
-
-def _agent_option(broker: ManagedBroker) -> str | None:
-    agent = getattr(broker.options, "ha_agent", None)
-    return agent if isinstance(agent, str) else None
-
-
-def _with_managed_by(ha_status: dict[str, Any] | None, agent: str | None) -> Any:
-    """``/api/ha``'s ``managed_by`` (the agent that manages this broker: a promotion by
-    hand is refused), which the HA role's own status does not hold."""
-    return None if ha_status is None else {**ha_status, "managed_by": agent}
 
 
 def _why(broker: ManagedBroker) -> str:

@@ -38,6 +38,7 @@ __all__ = ["STATIC_FILES", "Pages"]
 #: File name -> content type of what ``static/`` holds.
 STATIC_FILES = {
     "console.js": "text/javascript",
+    "cluster.js": "text/javascript",
     "console.css": "text/css",
     "charts.js": "text/javascript",
     "tables.js": "text/javascript",
