@@ -111,6 +111,7 @@ CONNECTIONS = ListKind(
         "messages_published",
         "messages_delivered",
         "protocol",
+        "ha_backup",
     ),
     lambda row: (row.get("name"), row.get("user")),
 )
