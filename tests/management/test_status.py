@@ -60,6 +60,7 @@ def test_connections_are_listed() -> None:
             "messages_published": 1,
             "messages_delivered": 0,
             "protocol": "AMQP 0-9-1",
+            "ha_backup": None,
         }
 
     serve(broker, scenario)
