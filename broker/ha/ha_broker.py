@@ -489,24 +489,27 @@ class HaBroker:
         if offer is not None:
             self.handle(LeaseGranted(*offer))  # a refusal (no longer primary): nothing
 
-    def lease_expired(self) -> bool:
-        self.take_offered_lease()
-        return self.role.lease_expired(self.context.clock())
-
     def lease_holds(self) -> bool:
-        """The cluster manager's lease holds (not fenced; a primary whose lease ran out
-        fences here)."""
-        if self.role.fenced:
+        """Does the cluster manager's lease hold now (not fenced, not run out)? A query that
+        changes nothing, asked as confirms are written (:meth:`may_confirm`) and at
+        admission: a renewal the liveness thread took is read as the next :meth:`tick` will
+        apply it, and the fencing decision is the role's, on that tick (a primary whose
+        lease ran out confirms nothing meanwhile: this answers False)."""
+        role = self.role
+        if role.fenced:
             return False
-        self.take_offered_lease()
-        if self.role.lease_expired(self.context.clock()):
-            self.handle(Fence("the cluster manager's lease ran out"))
-            return False
-        return True
+        now = self.context.clock()
+        offer = None if self.lease_offers is None else self.lease_offers.peek()
+        if offer is not None and role.state.is_primary:
+            seconds, received = offer  # the latest renewal wins, as LeaseGranted applies it
+            return now <= received + seconds
+        return not role.lease_expired(now)
 
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while both leases hold: the cluster manager's
-        and the member lease (admission policy hook)."""
+        and the member lease (admission policy hook; the confirm path's last step, after
+        its holds: ``CONFIRM_PATH`` in broker/core/queue_contracts.py). It decides
+        nothing: the fence is the role's (its Tick), a lapse the lease keeper's."""
         return self.lease_holds() and self.lease.may_serve()
 
     def fence(self, reason: str) -> None:
