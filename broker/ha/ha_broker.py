@@ -172,6 +172,9 @@ class HaBroker:
         self.lease = LeaseKeeper(self, LeaseTimes(options.ha_member_lease, options.ha_clock_drift))
         #: lease renewals taken off the loop (broker.liveness), applied before a lease check
         self.lease_offers: LeaseOffers | None = None
+        #: A timer at the end of the cluster manager's lease: the role fences then, if no
+        #: renewal came (the confirm path's gate holds confirms from that instant anyway).
+        self._lease_end: asyncio.TimerHandle | None = None
         self.streams: PrimaryStreams | None = None
         #: As a primary: each backup's latest replication error (``/api/ha``).
         self.backup_errors = ReplicationErrors()
@@ -334,6 +337,9 @@ class HaBroker:
 
     async def stop(self) -> None:
         self.lease.stop()
+        if self._lease_end is not None:
+            self._lease_end.cancel()
+            self._lease_end = None
         if self.link is not None:
             await self.link.stop()
             self.link = None
@@ -461,6 +467,7 @@ class HaBroker:
         for action in self.handle(LeaseGranted(seconds, self.context.clock())):
             if isinstance(action, Refuse):
                 raise PromoteError(action.reason)
+        self._arm_lease_end()
 
     def commit_in_sync(self, epoch: int, members: list[str]) -> list[str]:
         """The cluster manager committed the in-sync set ``members`` at ``epoch``: release
@@ -488,6 +495,26 @@ class HaBroker:
         offer = None if self.lease_offers is None else self.lease_offers.take()
         if offer is not None:
             self.handle(LeaseGranted(*offer))  # a refusal (no longer primary): nothing
+            self._arm_lease_end()
+
+    def _arm_lease_end(self) -> None:
+        """Tick when the cluster manager's lease ends (a stalled loop: on its first turn
+        after), so the role fences then rather than at the next 0.25 s tick. Availability
+        only: the gate compares the lease with the clock as confirms are written."""
+        until = self.role.lease_until
+        call_later = _call_later()
+        role = self.role
+        if until is None or call_later is None or role.fenced or not role.state.is_primary:
+            return
+        if self._lease_end is not None:
+            self._lease_end.cancel()
+        self._lease_end = call_later(max(until - self.context.clock(), 0.001), self._lease_ended)
+
+    def _lease_ended(self) -> None:
+        self._lease_end = None
+        self.tick()  # applies a renewal taken meanwhile, else the role fences
+        if self._lease_end is None:
+            self._arm_lease_end()  # woken a hair early, or renewed: the lease's new end
 
     def lease_holds(self) -> bool:
         """Does the cluster manager's lease hold now (not fenced, not run out)? A query that
@@ -630,6 +657,14 @@ class HaBroker:
         """:meth:`status` in slices (:func:`broker.ha.ha_status.ha_status_steps`)."""
         self.take_offered_lease()
         return ha_status_steps(self)
+
+
+def _call_later() -> Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None:
+    """The running loop's ``call_later``; None outside a loop (a test driving the role)."""
+    try:
+        return asyncio.get_running_loop().call_later
+    except RuntimeError:
+        return None
 
 
 def _call_soon() -> Callable[[Callable[[], None]], object] | None:

@@ -155,6 +155,13 @@ def test_the_confirm_path_is_the_holds_then_the_serving_gate() -> None:
 def _leased_primary(tmp_path: Path) -> tuple[HaBroker, FakeClock, list[str]]:
     """An HA primary in process (no backups, no store) whose cluster manager granted it a
     1.5 s lease; its fences noted."""
+    ha, clock, fences = _ha_broker(tmp_path)
+    asyncio.run(ha.promote(epoch=1))
+    ha.handle(LeaseGranted(1.5, clock.now))
+    return ha, clock, fences
+
+
+def _ha_broker(tmp_path: Path) -> tuple[HaBroker, FakeClock, list[str]]:
     options = parse_options(
         ["--ha-cluster=yes", "--ha-brokers-url=127.0.0.1:1", "--ha-replicate=all"]
     )
@@ -163,8 +170,6 @@ def _leased_primary(tmp_path: Path) -> tuple[HaBroker, FakeClock, list[str]]:
     fences: list[str] = []
     ha = HaBroker(ctx.vhost, ctx, options, amqp_port=lambda: 5672, on_fenced=fences.append)
     ha.lease_offers = LeaseOffers()
-    asyncio.run(ha.promote(epoch=1))
-    ha.handle(LeaseGranted(1.5, clock.now))
     return ha, clock, fences
 
 
@@ -212,3 +217,19 @@ def test_a_renewal_taken_off_the_loop_counts_before_it_is_applied(tmp_path: Path
     assert ha.role.lease_expired(clock.now)  # the asking applied nothing
     ha.tick()
     assert not ha.role.lease_expired(clock.now) and not ha.role.fenced and fences == []
+
+
+def test_the_role_fences_when_the_lease_ends_not_at_a_flush(tmp_path: Path) -> None:
+    """No flush and no housekeeping tick: the timer at the lease's end has the role fence."""
+
+    async def scenario() -> None:
+        ha, clock, fences = _ha_broker(tmp_path)
+        await ha.promote(epoch=1)
+        ha.grant_lease(0.2)
+        assert ha._lease_end is not None
+        clock.now += 0.3  # read when the timer fires, 0.2 s from now
+        await poll_until_async(lambda: bool(fences), 10, "the fence at the lease's end")
+        assert ha.role.fenced and "lease ran out" in fences[0]
+        await ha.stop()
+
+    asyncio.run(scenario())
