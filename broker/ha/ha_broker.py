@@ -44,6 +44,7 @@ from broker.ha.epoch import EpochError, EpochStore
 from broker.ha.ha_status import ha_status_steps, in_sync_status, member_dicts
 from broker.ha.id_era import enter_era
 from broker.ha.lease_keeper import LeaseKeeper
+from broker.ha.manager_lease import ManagerLease
 from broker.ha.member_lease import GrantLedger, LeaseTimes
 from broker.ha.names import (
     BASE_EPOCH_PROPERTY,
@@ -76,7 +77,6 @@ from broker.ha.role_events import (
     FenceBroker,
     GuardBackup,
     InSyncCommitted,
-    LeaseGranted,
     LinkDown,
     LinkUp,
     Log,
@@ -171,10 +171,8 @@ class HaBroker:
         #: The member lease (issue 26): its grants, promises and serving check.
         self.lease = LeaseKeeper(self, LeaseTimes(options.ha_member_lease, options.ha_clock_drift))
         #: lease renewals taken off the loop (broker.liveness), applied before a lease check
-        self.lease_offers: LeaseOffers | None = None
-        #: A timer at the end of the cluster manager's lease: the role fences then, if no
-        #: renewal came (the confirm path's gate holds confirms from that instant anyway).
-        self._lease_end: asyncio.TimerHandle | None = None
+        #: The cluster manager's lease (renewals taken off the loop, a timer at its end).
+        self.manager_lease = ManagerLease(self)
         self.streams: PrimaryStreams | None = None
         #: As a primary: each backup's latest replication error (``/api/ha``).
         self.backup_errors = ReplicationErrors()
@@ -337,9 +335,7 @@ class HaBroker:
 
     async def stop(self) -> None:
         self.lease.stop()
-        if self._lease_end is not None:
-            self._lease_end.cancel()
-            self._lease_end = None
+        self.manager_lease.stop()
         if self.link is not None:
             await self.link.stop()
             self.link = None
@@ -464,10 +460,9 @@ class HaBroker:
         (stops serving, exits 3; its supervisor restarts it as a backup): a primary whose
         agent died, froze or lost ZooKeeper never serves beside the next one.
         """
-        for action in self.handle(LeaseGranted(seconds, self.context.clock())):
+        for action in self.manager_lease.grant(seconds):
             if isinstance(action, Refuse):
                 raise PromoteError(action.reason)
-        self._arm_lease_end()
 
     def commit_in_sync(self, epoch: int, members: list[str]) -> list[str]:
         """The cluster manager committed the in-sync set ``members`` at ``epoch``: release
@@ -490,47 +485,22 @@ class HaBroker:
         joins it only once it granted (a member of the committed set stays)."""
         return in_sync_status(self.role, self.lease.joined())
 
+    @property
+    def lease_offers(self) -> LeaseOffers | None:
+        """Renewals the liveness thread takes off the loop (``ManagerLease.offers``)."""
+        return self.manager_lease.offers
+
+    @lease_offers.setter
+    def lease_offers(self, offers: LeaseOffers | None) -> None:
+        self.manager_lease.offers = offers
+
     def take_offered_lease(self) -> None:
         """Apply a renewal the liveness thread took (as received: its time, not now)."""
-        offer = None if self.lease_offers is None else self.lease_offers.take()
-        if offer is not None:
-            self.handle(LeaseGranted(*offer))  # a refusal (no longer primary): nothing
-            self._arm_lease_end()
-
-    def _arm_lease_end(self) -> None:
-        """Tick when the cluster manager's lease ends (a stalled loop: on its first turn
-        after), so the role fences then rather than at the next 0.25 s tick. Availability
-        only: the gate compares the lease with the clock as confirms are written."""
-        until = self.role.lease_until
-        call_later = _call_later()
-        role = self.role
-        if until is None or call_later is None or role.fenced or not role.state.is_primary:
-            return
-        if self._lease_end is not None:
-            self._lease_end.cancel()
-        self._lease_end = call_later(max(until - self.context.clock(), 0.001), self._lease_ended)
-
-    def _lease_ended(self) -> None:
-        self._lease_end = None
-        self.tick()  # applies a renewal taken meanwhile, else the role fences
-        if self._lease_end is None:
-            self._arm_lease_end()  # woken a hair early, or renewed: the lease's new end
+        self.manager_lease.take_offered()
 
     def lease_holds(self) -> bool:
-        """Does the cluster manager's lease hold now (not fenced, not run out)? A query that
-        changes nothing, asked as confirms are written (:meth:`may_confirm`) and at
-        admission: a renewal the liveness thread took is read as the next :meth:`tick` will
-        apply it, and the fencing decision is the role's, on that tick (a primary whose
-        lease ran out confirms nothing meanwhile: this answers False)."""
-        role = self.role
-        if role.fenced:
-            return False
-        now = self.context.clock()
-        offer = None if self.lease_offers is None else self.lease_offers.peek()
-        if offer is not None and role.state.is_primary:
-            seconds, received = offer  # the latest renewal wins, as LeaseGranted applies it
-            return now <= received + seconds
-        return not role.lease_expired(now)
+        """Does the cluster manager's lease hold now? A query (``ManagerLease.holds``)."""
+        return self.manager_lease.holds()
 
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while both leases hold: the cluster manager's
@@ -657,14 +627,6 @@ class HaBroker:
         """:meth:`status` in slices (:func:`broker.ha.ha_status.ha_status_steps`)."""
         self.take_offered_lease()
         return ha_status_steps(self)
-
-
-def _call_later() -> Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None:
-    """The running loop's ``call_later``; None outside a loop (a test driving the role)."""
-    try:
-        return asyncio.get_running_loop().call_later
-    except RuntimeError:
-        return None
 
 
 def _call_soon() -> Callable[[Callable[[], None]], object] | None:

@@ -226,7 +226,7 @@ def test_the_role_fences_when_the_lease_ends_not_at_a_flush(tmp_path: Path) -> N
         ha, clock, fences = _ha_broker(tmp_path)
         await ha.promote(epoch=1)
         ha.grant_lease(0.2)
-        assert ha._lease_end is not None
+        assert ha.manager_lease.timer_armed
         clock.now += 0.3  # read when the timer fires, 0.2 s from now
         await poll_until_async(lambda: bool(fences), 10, "the fence at the lease's end")
         assert ha.role.fenced and "lease ran out" in fences[0]
