@@ -132,6 +132,7 @@ class HaBroker:
         data_dir: DataDir | None = None,
         on_refused: Callable[[str], None] | None = None,
         disk: DiskSync | None = None,
+        lease_offers: LeaseOffers | None = None,
     ) -> None:
         self.vhost = vhost
         self.context = context
@@ -170,9 +171,9 @@ class HaBroker:
         self.primary: Primary | None = None
         #: The member lease (issue 26): its grants, promises and serving check.
         self.lease = LeaseKeeper(self, LeaseTimes(options.ha_member_lease, options.ha_clock_drift))
-        #: lease renewals taken off the loop (broker.liveness), applied before a lease check
-        #: The cluster manager's lease (renewals taken off the loop, a timer at its end).
-        self.manager_lease = ManagerLease(self)
+        #: The cluster manager's lease: renewals ``lease_offers`` takes off the loop
+        #: (broker.liveness), applied at each tick; a timer at its end.
+        self.manager_lease = ManagerLease(self, lease_offers)
         self.streams: PrimaryStreams | None = None
         #: As a primary: each backup's latest replication error (``/api/ha``).
         self.backup_errors = ReplicationErrors()
@@ -489,10 +490,6 @@ class HaBroker:
     def lease_offers(self) -> LeaseOffers | None:
         """Renewals the liveness thread takes off the loop (``ManagerLease.offers``)."""
         return self.manager_lease.offers
-
-    @lease_offers.setter
-    def lease_offers(self, offers: LeaseOffers | None) -> None:
-        self.manager_lease.offers = offers
 
     def take_offered_lease(self) -> None:
         """Apply a renewal the liveness thread took (as received: its time, not now)."""

@@ -42,10 +42,10 @@ class ManagerLeaseHost(Protocol):
 class ManagerLease:
     """The cluster manager's lease of one HA broker (see the module docstring)."""
 
-    def __init__(self, host: ManagerLeaseHost) -> None:
+    def __init__(self, host: ManagerLeaseHost, offers: LeaseOffers | None = None) -> None:
         self._host = host
         #: Renewals the liveness thread took (None: renewals come through the loop only).
-        self.offers: LeaseOffers | None = None
+        self.offers = offers
         self._end: asyncio.TimerHandle | None = None
 
     def grant(self, seconds: float) -> list[Action]:

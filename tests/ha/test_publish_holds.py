@@ -168,8 +168,14 @@ def _ha_broker(tmp_path: Path) -> tuple[HaBroker, FakeClock, list[str]]:
     clock = FakeClock()
     ctx = make_context(clock)
     fences: list[str] = []
-    ha = HaBroker(ctx.vhost, ctx, options, amqp_port=lambda: 5672, on_fenced=fences.append)
-    ha.lease_offers = LeaseOffers()
+    ha = HaBroker(
+        ctx.vhost,
+        ctx,
+        options,
+        amqp_port=lambda: 5672,
+        on_fenced=fences.append,
+        lease_offers=LeaseOffers(),
+    )
     return ha, clock, fences
 
 
