@@ -206,7 +206,7 @@ def test_aio_pikas_unclosed_channels_go_with_its_close_callbacks(
     never more than those callbacks still to run, and once they ran none is left."""
 
     async def scenario() -> None:
-        for _ in range(5):
+        for _ in range(3):
             connection = await aio_pika.connect(shared_broker.url)
             channels: weakref.WeakSet[aio_pika.abc.AbstractChannel] = weakref.WeakSet()
             async with connection:
