@@ -309,8 +309,8 @@ class Broker:
                 data_dir=self.data_dir,
                 on_refused=self._refused,
                 disk=None if self.store is None else self.store.journal,
+                lease_offers=self.liveness.offers,
             )
-            self.ha.lease_offers = self.liveness.offers
             self.ha.lease.on_serving_resumed = self._serving_resumed
         self._server = await serve(
             self._protocol_factory, "AMQP", "--interface/--port", options.interface, options.port

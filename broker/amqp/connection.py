@@ -191,7 +191,11 @@ class Connection:
         self.signal_output()
 
     def data_to_send(self) -> bytes:
-        """Everything to write now (confirm replies included)."""
+        """Everything to write now (confirm replies included). The admission policy's
+        answers are queries that change nothing (whether a lapsed member lease holds this
+        connection's output; ``may_confirm``, the confirm path's gate after its holds:
+        ``CONFIRM_PATH`` in broker/core/queue_contracts.py); what to do about a lease that
+        ran out (fence) or lapsed is decided by the HA broker, not here."""
         self._output_signalled = False
         admission = self.ctx.admission
         if admission is not None and self.admitted and admission.holds_output(self):

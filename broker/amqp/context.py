@@ -72,14 +72,18 @@ class AdmissionPolicy(Protocol):
         ...
 
     def may_confirm(self) -> bool:
-        """May publisher confirms go out now? (False: a primary whose lease ran out; the
-        policy fences the broker, and the held confirms are never sent.)"""
+        """May publisher confirms go out now? The confirm path's gate
+        (``CONFIRM_GATES`` in broker/core/queue_contracts.py): a query the connection asks
+        as it writes, which changes nothing. False: an HA primary fenced, or whose cluster
+        manager's lease ran out (its role fences on the next tick; the held confirms are
+        never sent) or whose member lease lapsed (sent once it serves again)."""
         ...
 
     def holds_output(self, connection: AdmittedConnection) -> bool:
-        """Must everything an admitted connection would be sent wait now? (True: an HA
-        primary whose member lease lapsed holds its clients' deliveries, get-oks and
-        confirms until it serves again, then wakes every connection.)"""
+        """Must everything an admitted connection would be sent wait now? A query, asked
+        as the connection writes. (True: an HA primary whose member lease lapsed holds its
+        clients' deliveries, get-oks and confirms until it serves again, then wakes every
+        connection.)"""
         ...
 
     def confirms_sent(self, connection: AdmittedConnection) -> None:

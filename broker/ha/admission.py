@@ -122,12 +122,12 @@ class AdmissionHost(Protocol):
     def fenced(self) -> bool: ...
 
     def may_confirm(self) -> bool:
-        """Do both leases hold (the cluster manager's: a primary whose lease ran out
-        fences; the member lease)?"""
+        """Do both leases hold, the cluster manager's and the member lease? A query."""
         ...
 
     def lease_holds(self) -> bool:
-        """Does the cluster manager's lease hold (a primary whose lease ran out fences)?"""
+        """Does the cluster manager's lease hold now? A query (the role fences a primary
+        whose lease ran out on its next tick)."""
         ...
 
     def may_serve(self) -> bool:
@@ -250,7 +250,7 @@ class HaAdmission:
         self._floor.link_released(connection)
 
     def may_confirm(self) -> bool:
-        """Publisher confirms go out only while both leases hold."""
+        """Publisher confirms go out only while both leases hold (a query)."""
         return self._host.may_confirm()
 
     def holds_output(self, connection: AdmittedConnection) -> bool:

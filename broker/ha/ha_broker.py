@@ -44,6 +44,7 @@ from broker.ha.epoch import EpochError, EpochStore
 from broker.ha.ha_status import ha_status_steps, in_sync_status, member_dicts
 from broker.ha.id_era import enter_era
 from broker.ha.lease_keeper import LeaseKeeper
+from broker.ha.manager_lease import ManagerLease
 from broker.ha.member_lease import GrantLedger, LeaseTimes
 from broker.ha.names import (
     BASE_EPOCH_PROPERTY,
@@ -76,7 +77,6 @@ from broker.ha.role_events import (
     FenceBroker,
     GuardBackup,
     InSyncCommitted,
-    LeaseGranted,
     LinkDown,
     LinkUp,
     Log,
@@ -132,6 +132,7 @@ class HaBroker:
         data_dir: DataDir | None = None,
         on_refused: Callable[[str], None] | None = None,
         disk: DiskSync | None = None,
+        lease_offers: LeaseOffers | None = None,
     ) -> None:
         self.vhost = vhost
         self.context = context
@@ -170,8 +171,9 @@ class HaBroker:
         self.primary: Primary | None = None
         #: The member lease (issue 26): its grants, promises and serving check.
         self.lease = LeaseKeeper(self, LeaseTimes(options.ha_member_lease, options.ha_clock_drift))
-        #: lease renewals taken off the loop (broker.liveness), applied before a lease check
-        self.lease_offers: LeaseOffers | None = None
+        #: The cluster manager's lease: renewals ``lease_offers`` takes off the loop
+        #: (broker.liveness), applied at each tick; a timer at its end.
+        self.manager_lease = ManagerLease(self, lease_offers)
         self.streams: PrimaryStreams | None = None
         #: As a primary: each backup's latest replication error (``/api/ha``).
         self.backup_errors = ReplicationErrors()
@@ -335,6 +337,7 @@ class HaBroker:
 
     async def stop(self) -> None:
         self.lease.stop()
+        self.manager_lease.stop()
         if self.link is not None:
             await self.link.stop()
             self.link = None
@@ -459,7 +462,7 @@ class HaBroker:
         (stops serving, exits 3; its supervisor restarts it as a backup): a primary whose
         agent died, froze or lost ZooKeeper never serves beside the next one.
         """
-        for action in self.handle(LeaseGranted(seconds, self.context.clock())):
+        for action in self.manager_lease.grant(seconds):
             if isinstance(action, Refuse):
                 raise PromoteError(action.reason)
 
@@ -484,30 +487,24 @@ class HaBroker:
         joins it only once it granted (a member of the committed set stays)."""
         return in_sync_status(self.role, self.lease.joined())
 
+    @property
+    def lease_offers(self) -> LeaseOffers | None:
+        """Renewals the liveness thread takes off the loop (``ManagerLease.offers``)."""
+        return self.manager_lease.offers
+
     def take_offered_lease(self) -> None:
         """Apply a renewal the liveness thread took (as received: its time, not now)."""
-        offer = None if self.lease_offers is None else self.lease_offers.take()
-        if offer is not None:
-            self.handle(LeaseGranted(*offer))  # a refusal (no longer primary): nothing
-
-    def lease_expired(self) -> bool:
-        self.take_offered_lease()
-        return self.role.lease_expired(self.context.clock())
+        self.manager_lease.take_offered()
 
     def lease_holds(self) -> bool:
-        """The cluster manager's lease holds (not fenced; a primary whose lease ran out
-        fences here)."""
-        if self.role.fenced:
-            return False
-        self.take_offered_lease()
-        if self.role.lease_expired(self.context.clock()):
-            self.handle(Fence("the cluster manager's lease ran out"))
-            return False
-        return True
+        """Does the cluster manager's lease hold now? A query (``ManagerLease.holds``)."""
+        return self.manager_lease.holds()
 
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while both leases hold: the cluster manager's
-        and the member lease (admission policy hook)."""
+        and the member lease (admission policy hook; the confirm path's last step, after
+        its holds: ``CONFIRM_PATH`` in broker/core/queue_contracts.py). It decides
+        nothing: the fence is the role's (its Tick), a lapse the lease keeper's."""
         return self.lease_holds() and self.lease.may_serve()
 
     def fence(self, reason: str) -> None:
