@@ -191,6 +191,23 @@ class MemberLeases:
                 out.append((member, now - until))
         return out
 
+    def close_clients_due(self, now: float, not_serving_since: float | None) -> bool:
+        """Should the primary close its clients' connections now (issue 26, item 4)? When it
+        has not served for one request :attr:`~LeaseTimes.interval` since it stopped
+        (``not_serving_since``; None: it serves): a primary that was only slow (a stalled
+        loop, a paused machine) asks every backup at once when it finds its lease lapsed
+        and serves again within a round trip, keeping its clients; one that was replaced
+        gets no grant back, and its clients go on to the next address of their URL list.
+        Never during a promoted broker's wait for its own older grant (its clients are
+        refused at admission anyway). Availability only: nothing is confirmed, delivered
+        or got while it does not serve, closed or not."""
+        return (
+            not_serving_since is not None
+            and now >= self.not_before
+            and not self.may_serve(now)
+            and now - not_serving_since >= self.times.interval
+        )
+
     def remaining(self, now: float) -> float | None:
         """Seconds until the earliest member grant lapses (None: none needed)."""
         if not self.enabled or not self.members:
