@@ -11,11 +11,11 @@ link and member speaks replication format 3: the contract floor), and answers
 confirm, admission and write to a client. A change of that answer is logged
 (``member_lease_lapsed`` per lapsed member, ``member_lease_serving``) and serving again
 wakes every connection (``on_serving_resumed``). A lapse asks every backup again at once;
-still not serving one request interval later (:meth:`MemberLeases.close_clients_due`), it
-has the broker close its clients' connections (``on_close_clients``: 320
-CONNECTION_FORCED, ``member_lease_clients_closed``), so they go on to the next address of
-their URL list (issue 26, item 4). Promoted, it serves only once its own grants to older
-epochs have lapsed (``member_lease_promotion_wait``).
+still not serving one request interval later, for a member not known to be leaving
+(:meth:`MemberLeases.close_clients_due`), it has the broker close its clients' connections
+(``on_close_clients``: 320 CONNECTION_FORCED, ``member_lease_clients_closed``), so they go
+on to the next address of their URL list (issue 26, item 4). Promoted, it serves only once
+its own grants to older epochs have lapsed (``member_lease_promotion_wait``).
 
 THREAD UNSAFE: the broker's event loop owns it (the ledger alone is read off the loop).
 """
@@ -234,7 +234,10 @@ class LeaseKeeper:
             return
         serving = self.may_serve()  # notes a change first
         since = None if serving else self._lapsed_at
-        if not self.leases.close_clients_due(now, since) or self.on_close_clients is None:
+        role = host.role
+        leaving = {*role.pending_removal(), *role.awaited()}
+        due = self.leases.close_clients_due(now, since, leaving)
+        if not due or self.on_close_clients is None:
             return
         self._clients_closed = True
         reason = self.not_serving_reason()
