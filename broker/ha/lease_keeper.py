@@ -224,11 +224,15 @@ class LeaseKeeper:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # asked off a running loop: the next turn checks
             return
-        self._close_timer = loop.call_later(self.times.interval, self._close_clients)
+        self._close_timer = loop.call_later(self.times.interval, self._close_timer_fired)
+
+    def _close_timer_fired(self) -> None:
+        self._close_timer = None
+        self._close_clients()
 
     def _close_clients(self) -> None:
-        """Carry out :meth:`MemberLeases.close_clients_due`: once per time it stops serving."""
-        self._close_timer = None
+        """Carry out :meth:`MemberLeases.close_clients_due`: once per time it stops serving
+        (at the timer a lapse set, and at every turn)."""
         host, now = self.host, self.host.now()
         if self._clients_closed or host.fenced or not self._primary:
             return
