@@ -112,9 +112,15 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
         closed = closed_by_broker(connection, LEASE / 4 + 2.0)
         closed_after = time.monotonic() - began
         assert closed.reply_code == 320 and "member lease" in closed.reply_text, closed
-        closes = [
-            e for e in cluster.brokers[0].events() if e["event"] == "member_lease_clients_closed"
-        ]
+        closes = poll_until(  # logged once the close is written: it may come after it
+            lambda: [
+                e
+                for e in cluster.brokers[0].events()
+                if e["event"] == "member_lease_clients_closed"
+            ],
+            5,
+            "member_lease_clients_closed",
+        )
         assert len(closes) == 1 and closes[0]["connections"] == 1, closes
         assert closes[0]["not_serving_ms"] >= LEASE / 4 * 1000, closes
 
