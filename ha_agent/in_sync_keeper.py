@@ -276,7 +276,9 @@ class InSyncKeeper:
         counter = read_counter(self.client, self.cluster)
         epoch = max(counter[0] + 1, minimum)
         old = None if read is None else read.record
-        record = InSyncRecord(epoch, promotion_in_sync(old, view), view.store_id, self.node)
+        members_in = promotion_in_sync(old, view, members)  # less those known gone
+        ids = {m.broker_id for m in members_in}
+        record = InSyncRecord(epoch, members_in, view.store_id, self.node)
         primary = encode_primary(PrimaryRecord(self.node, epoch, view.url), promotion.vip)
         try:
             committed = commit_promotion(
@@ -295,10 +297,12 @@ class InSyncKeeper:
             return None
         self.in_sync = committed
         _log.info("epoch_taken", new_epoch=epoch, reason=f"{why}; {takeover.reason}")
+        before = set() if read is None else read.record.broker_ids
         _log.info(
             "in_sync_changed",
             added=[],
-            removed=sorted((set() if read is None else read.record.broker_ids) - record.broker_ids),
+            removed=sorted(before - record.broker_ids),
+            known_gone=sorted({m.broker_id for m in promotion_in_sync(old, view)} - set(ids)),
             members=[m.node or m.broker_id for m in record.members],
             in_sync_epoch=epoch,
             version=committed.version,

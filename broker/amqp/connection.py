@@ -522,6 +522,12 @@ class Connection:
         self.set_state(S.CLOSING)
         self._closing_since = ctx.clock()
 
+    def drop_unsent(self) -> None:
+        """Forget the output not written yet: an HA primary that stopped serving holds it
+        (deliveries, get-oks, confirms) and, closing the connection, must not send it; the
+        deliveries go back to their queues with the channels at the close."""
+        self._out.clear()
+
     def close(self, reply_code: ReplyCode, text: str) -> None:
         """Broker-initiated close (shutdown, fencing): connection.close then wait."""
         if self.state is S.OPEN:

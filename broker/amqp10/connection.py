@@ -534,6 +534,11 @@ class Connection:
         self.set_state(S.CLOSE_SENT)
         self._closing_since = self.ctx.clock()
 
+    def drop_unsent(self) -> None:
+        """Forget the output not written yet (an HA primary that stopped serving closes
+        its clients: nothing it held may reach them)."""
+        self._out.clear()
+
     def close(self, reply_code: ReplyCode, text: str) -> None:
         """Broker-initiated close (shutdown, a deleted vhost): close with
         ``amqp:connection:forced``."""

@@ -13,6 +13,7 @@ whose primary accepted what only a newer format carries).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -193,6 +194,9 @@ class HaAdmission:
         #: Still to log since this broker's promotion: its first client connection and
         #: first publisher confirm (the console's client outage, docs/log-schema.md).
         self._clients_back: set[str] = set()
+        #: Clients closed because the primary does not serve: their connection.close goes
+        #: out (what was held was dropped first: :meth:`let_close`).
+        self._closing: weakref.WeakSet[AdmittedConnection] = weakref.WeakSet()
 
     def recovering(self) -> None:
         """The broker was just promoted: log its first client connection and confirm."""
@@ -257,10 +261,16 @@ class HaAdmission:
         """Whether a client's output waits (deliveries, get-oks, confirms: everything it
         would be sent) because the member lease lapsed; never a backup link's or an HA
         admin's (the link carries the grants that restore it)."""
-        if self._host.may_serve():
+        if self._host.may_serve() or connection in self._closing:
             return False
         props = connection.client_properties
         return not (props.get(BACKUP_PROPERTY) or props.get(ADMIN_PROPERTY))
+
+    def let_close(self, connection: AdmittedConnection) -> None:
+        """``connection`` (a client whose output is held) is being closed while the primary
+        does not serve: its output is no longer held, so its connection.close goes out (the
+        broker drops what was held first: nothing else is left to write)."""
+        self._closing.add(connection)
 
     def confirms_sent(self, connection: AdmittedConnection) -> None:
         if self._clients_back and not connection.client_properties.get(BACKUP_PROPERTY):

@@ -39,6 +39,7 @@ is written by the loop and read by any thread (one attribute, replaced whole).
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 __all__ = ["GrantLedger", "LeaseTimes", "MemberLeases"]
@@ -190,6 +191,28 @@ class MemberLeases:
             elif until <= now:
                 out.append((member, now - until))
         return out
+
+    def close_clients_due(
+        self, now: float, not_serving_since: float | None, leaving: Collection[str] = ()
+    ) -> bool:
+        """Should the primary close its clients' connections now (issue 26, item 4)? When it
+        has not served for one request :attr:`~LeaseTimes.interval` since it stopped
+        (``not_serving_since``; None: it serves) and a member whose grant lapsed is not
+        known to be ``leaving`` (pending removal or awaited: its link closed or went silent,
+        and the commit of its removal is what makes the primary serve again; the confirms
+        held for it meanwhile are the in-sync set's promise, kept for its clients). A
+        primary that was only slow (a stalled loop, a paused machine) asks every backup at
+        once when it finds its lease lapsed and serves again within a round trip, keeping
+        its clients. Never during a promoted broker's wait for its own older grant (its
+        clients are refused at admission anyway). Availability only: nothing is
+        confirmed, delivered or got while it does not serve, closed or not."""
+        return (
+            not_serving_since is not None
+            and now >= self.not_before
+            and not self.may_serve(now)
+            and now - not_serving_since >= self.times.interval
+            and any(member not in leaving for member, _ in self.lapsed(now))
+        )
 
     def remaining(self, now: float) -> float | None:
         """Seconds until the earliest member grant lapses (None: none needed)."""

@@ -143,6 +143,31 @@ def test_a_promotion_takes_the_old_members_less_itself() -> None:
     assert promotion_in_sync(isr(4, "a", "b"), BrokerView("joining", broker_id="x")) == ()
 
 
+def test_a_promotion_leaves_out_the_members_known_gone() -> None:
+    """Issue 26, item 3: a member whose node's agent record is gone, or names another
+    broker (it restarted), is left out at the promotion itself; a member whose record is
+    there (its agent lives) is kept, and so is one whose node the set does not name."""
+    ready = BrokerView("ready", broker_id="a")
+    old = InSyncRecord(
+        1,
+        (
+            InSyncMember("a", "node-a"),
+            InSyncMember("b", "node-b"),  # its record gone: its agent's session ended
+            InSyncMember("c", "node-c"),  # restarted: its record names broker c2
+            InSyncMember("d", "node-d"),  # alive
+            InSyncMember("e", ""),  # no node named: not known gone
+        ),
+    )
+    members = {
+        "node-a": member("node-a", "ready", "a"),
+        "node-c": member("node-c", "joining", "c2"),
+        "node-d": member("node-d", "ready", "d"),
+    }
+    kept = promotion_in_sync(old, ready, members)
+    assert [m.broker_id for m in kept] == ["d", "e"]
+    assert [m.broker_id for m in promotion_in_sync(old, ready)] == ["b", "c", "d", "e"]
+
+
 # -- eligibility ----------------------------------------------------------------------------
 
 

@@ -191,6 +191,31 @@ def test_an_answer_to_a_request_that_needed_no_grant_counts_as_an_answer_only() 
     assert needed and leases.granted("a", seq) and leases.may_serve(1.1)
 
 
+def test_clients_are_closed_one_interval_after_a_lapse_unless_it_serves_again() -> None:
+    """Issue 26, item 4: a lapse that lasts one request interval closes the clients; one a
+    grant ends sooner (a slow primary) and a promotion's wait never do."""
+    leases = MemberLeases(LeaseTimes(2.0, 0.0))  # interval 0.5 s
+    leases.set_enabled(True)
+    leases.set_members(frozenset({"a"}))
+    seq, _ = leases.requested("a", 0.0)
+    assert leases.granted("a", seq)
+    assert not leases.close_clients_due(1.9, None)  # serving
+    lapsed = 2.0
+    assert not leases.may_serve(lapsed)
+    assert not leases.close_clients_due(lapsed + 0.49, lapsed)
+    assert leases.close_clients_due(lapsed + 0.5, lapsed)
+    # its link closed or went silent (pending removal): the commit of its removal makes
+    # the primary serve again, and the confirms held for it meanwhile stay with the clients
+    assert not leases.close_clients_due(lapsed + 5.0, lapsed, leaving={"a"})
+    seq, _ = leases.requested("a", lapsed)  # asked again at once: the grant comes back
+    assert leases.granted("a", seq)
+    assert not leases.close_clients_due(lapsed + 0.5, lapsed)  # it serves again
+    waiting = MemberLeases(LeaseTimes(2.0, 0.0))
+    waiting.serve_after(10.0)  # a promoted broker waits for its own older grant
+    assert not waiting.close_clients_due(9.9, 0.0)
+    assert waiting.may_serve(10.0) and not waiting.close_clients_due(10.0, 0.0)
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
 def test_bad_settings_are_refused(bad: float) -> None:
     with pytest.raises(ValueError, match="member lease"):

@@ -121,3 +121,28 @@ def test_a_promoted_backup_waits_for_its_own_grant_to_lapse(tmp_path: Path) -> N
     assert ha.may_confirm() and refusal(ha) is None
     assert ha.lease.grants.answer(4, clock.now)["lapsed"]
     assert not ha.grants.answer(4, granted_at + 1.0)["lapsed"]
+
+
+def test_a_client_closed_while_not_serving_gets_the_close_and_nothing_it_held(
+    tmp_path: Path,
+) -> None:
+    """Issue 26, item 4: the broker closes the clients of a primary that does not serve;
+    what it held for them (here a channel.open-ok) is dropped, connection.close goes out."""
+    ha, clock, _ = ha_broker(tmp_path)
+    asyncio.run(ha.promote(epoch=1, in_sync=["b1"]))
+    ha.lease.set_changed()
+    backup = open_connection(ha, link("1-3"))
+    backup.expect(commands.Connection.OpenOk)
+    grant(ha)
+    client = open_connection(ha, {})
+    client.expect(commands.Connection.OpenOk)
+    clock.now += LEASE  # the grant lapses: the client's output is held
+    client.send(1, commands.Channel.Open())
+    assert ha.admission.holds_output(client.conn) and client.take() == []
+    assert not ha.admission.holds_output(backup.conn)  # a link is never held nor closed
+
+    ha.admission.let_close(client.conn)
+    client.conn.drop_unsent()
+    client.conn.close(ReplyCode.CONNECTION_FORCED, "HA primary not serving")
+    assert [type(m) for m in client.methods()] == [commands.Connection.Close]
+    assert not ha.admission.holds_output(client.conn)  # its close-ok is read as usual

@@ -2,7 +2,9 @@
 
 One test, in steps, to keep ``make test`` short: a stopped (SIGSTOP) member of the
 committed in-sync set stops the primary serving within the lease plus the drift bound (no
-confirm, no new client) and it serves again when the member resumes or the set changes; a
+confirm, no new client), and one request interval later the primary closes its client
+connections (320, so they go on to their URL list: issue 26, item 4); it serves again when
+the member resumes or the set changes; a
 backup whose primary is gone stops granting (``GET /grant`` on its liveness port lapses);
 and a backup promoted right away waits for its own grant to the older epoch to lapse
 before it serves (measured and logged).
@@ -49,6 +51,19 @@ def refused(port: int) -> str | None:
     return None
 
 
+def closed_by_broker(
+    connection: pika.BlockingConnection, timeout: float
+) -> pika.exceptions.ConnectionClosedByBroker:
+    """The broker's connection.close of ``connection``, read within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            connection.process_data_events(time_limit=0.05)
+        except pika.exceptions.ConnectionClosedByBroker as exc:
+            return exc
+    raise AssertionError(f"the broker did not close the connection within {timeout} s")
+
+
 def lease_of(cluster: Cluster, i: int) -> dict[str, Any]:
     return dict(cluster.ha(i)["member_lease"])
 
@@ -92,11 +107,30 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
         assert lapsed[0]["level"] == "warning" and lapsed[0]["age_ms"] >= 0
         text = refused(cluster.ports[0])
         assert text is not None and "member lease" in text, text
+        # ... and, still not serving one request interval (LEASE / 4) after the lapse, it
+        # closes the client's connection with 320: it goes on to its URL list
+        closed = closed_by_broker(connection, LEASE / 4 + 2.0)
+        closed_after = time.monotonic() - began
+        assert closed.reply_code == 320 and "member lease" in closed.reply_text, closed
+        closes = poll_until(  # logged once the close is written: it may come after it
+            lambda: [
+                e
+                for e in cluster.brokers[0].events()
+                if e["event"] == "member_lease_clients_closed"
+            ],
+            5,
+            "member_lease_clients_closed",
+        )
+        assert len(closes) == 1 and closes[0]["connections"] == 1, closes
+        assert closes[0]["not_serving_ms"] >= LEASE / 4 * 1000, closes
 
         # 2. the member resumes: grants again, the primary serves and confirms
         os.kill(stopped, signal.SIGCONT)
         stopped = None
         poll_until(lambda: lease_of(cluster, 0)["serving"], 10, "the member grants again")
+        connection = connect(cluster.ports[0])
+        channel = connection.channel()
+        channel.confirm_delivery()
         channel.basic_publish("", "q", b"after")  # confirmed
         assert refused(cluster.ports[0]) is None
         served = poll_until(
@@ -139,7 +173,10 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
             10,
         )
         wait_ms = waits[0]["wait_ms"]
-        print(f"member lease: lapse seen after {took:.2f} s, promotion wait {wait_ms} ms")
+        print(
+            f"member lease: lapse seen after {took:.2f} s, client closed after"
+            f" {closed_after:.2f} s, promotion wait {wait_ms} ms"
+        )
         assert 0 < wait_ms <= HELD * 1000 + 1, waits
         assert lease_of(cluster, 2)["promotion_wait"] == pytest.approx(wait_ms / 1000, abs=0.01)
         poll_until(lambda: refused(cluster.ports[2]) is None, 10, "the new primary serves")
