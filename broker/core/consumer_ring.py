@@ -14,11 +14,12 @@ How, without asking every consumer: each consumer gets a subscription number, an
 priority level keeps the sorted numbers of its consumers not known to lack credit (its
 *ready* list) and the number of the last one served. The next is the first ready number
 after that one (a bisection, wrapping round; a round ends with the latest subscribed, so a
-consumer that subscribes meanwhile waits for the next round). A ready consumer found without credit is
-*parked*: out of the ready list until :meth:`ConsumerRing.credit_returned` says it may have
-credit again. So a choice asks ``can_deliver`` of the consumer it returns and of each
-consumer at most once each time that consumer runs out of credit; the lists are searched by
-bisection and kept by C-level insertion, never walked in Python.
+consumer that subscribes meanwhile waits for the next round). A ready consumer found
+without credit is *parked*: out of the ready list until
+:meth:`ConsumerRing.credit_returned` says it may have credit again. So a choice asks
+``can_deliver`` of the consumer it returns and of each consumer at most once each time that
+consumer runs out of credit; the lists are searched by bisection and kept by C-level
+insertion, never walked in Python.
 
 Contract: whoever may give a consumer its credit back (an acknowledgement, basic.qos,
 channel.flow, a socket writable again, an AMQP 1.0 flow) calls :meth:`credit_returned`

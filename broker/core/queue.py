@@ -36,8 +36,8 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 from uuid import uuid4
 
-from broker.core.message import Entry, Message
 from broker.core.consumer_ring import ConsumerRing
+from broker.core.message import Entry, Message
 from broker.core.priority import PriorityMessages
 from broker.core.queue_contracts import NO_GATE as NO_GATE  # re-exported
 from broker.core.queue_contracts import (
@@ -100,9 +100,7 @@ class Queue:
         )
         #: Its consumers, in the order it serves them (round robin, priorities, single
         #: active); ``_consumers`` is their list, read here.
-        self._ring: ConsumerRing[Consumer[Queue]] = ConsumerRing(
-            self.limits.single_active_consumer
-        )
+        self._ring: ConsumerRing[Consumer[Queue]] = ConsumerRing(self.limits.single_active_consumer)
         self._consumers = self._ring.members
         #: Position of the latest enqueue (the HA replication id of that message).
         self.last_position = 0

@@ -18,7 +18,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from broker.core.consumer_ring import ConsumerRing
 from tests.core.reference_chooser import QueueConsumers
 
-
 #: Examples of the state machine (``CONSUMER_RING_EXAMPLES=3000`` for a long run by hand).
 EXAMPLES = int(os.environ.get("CONSUMER_RING_EXAMPLES", "150"))
 
@@ -195,7 +194,7 @@ def test_consumers_without_credit_are_asked_once_until_credit_comes_back() -> No
     assert ring.parked == 1000
     for consumer in consumers:
         consumer.asked = 0
-    for round_ in range(3):
+    for _round in range(3):
         for consumer in consumers[::7]:
             consumer.unacked = 0
             ring.credit_returned(consumer)
