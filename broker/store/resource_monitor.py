@@ -88,6 +88,7 @@ class ResourceMonitor:
         memory: Callable[[], int] = resident_memory,
         disk: Callable[[str | os.PathLike[str]], int] = free_space,
         held: Callable[[], int] | None = None,
+        trim: Callable[[], None] | None = None,
     ) -> None:
         self.alarms = alarms
         self.data_dir = data_dir
@@ -95,7 +96,7 @@ class ResourceMonitor:
         self.on_block = on_block
         self._memory = memory
         self._disk = disk
-        self._trim = _malloc_trim()
+        self._trim = _malloc_trim() if trim is None else trim
         #: Bytes of the messages the broker holds (None: not watched).
         self._held = held
         self.heap_return = HeapReturn()
