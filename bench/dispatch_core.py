@@ -5,7 +5,8 @@ In this process (the ``broker`` on PYTHONPATH, so two builds can be compared), o
 :class:`~broker.core.queue.Queue` with C consumers that count credit as a 0-9-1 channel's
 consumers do (a prefetch each, acknowledged one at a time, then ``credit_returned`` and
 ``dispatch`` as ``Deliveries.settle`` does). A backlog of ``--backlog`` messages keeps every
-consumer at its prefetch; then each step acknowledges one delivery of a random consumer
+consumer at its prefetch (the same length for every C: the queue's length is not what is
+compared); then each step acknowledges one delivery of a random consumer
 (acknowledgements come in any order, as from many connections) and publishes one message.
 Reported: CPU microseconds per message (thread time, median of ``--repeat``) and the
 collector's share (``gc.callbacks``). The chooser's cost is the difference between C = 16
@@ -53,14 +54,16 @@ class _Consumer:
         self.unacked.append(entry)
 
 
-def run(consumers: int, messages: int, prefetch: int, seed: int) -> tuple[float, float]:
+def run(
+    consumers: int, messages: int, prefetch: int, seed: int, backlog: int
+) -> tuple[float, float]:
     queue = Queue("q", clock=time.monotonic)
     members = [_Consumer(f"c{i}", prefetch) for i in range(consumers)]
     for consumer in members:
         queue.add_consumer(consumer)
     body = b"x" * 100
     credit_returned: Any = getattr(queue, "credit_returned", None)
-    for _ in range(consumers * prefetch * 2):  # every consumer full, a backlog behind
+    for _ in range(max(backlog, consumers * prefetch * 2)):  # every consumer full, and more
         queue.enqueue(Message("", "q", properties.EMPTY, body))
     rng = random.Random(seed)
     picks = [rng.randrange(consumers) for _ in range(messages)]
@@ -96,13 +99,17 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--prefetch", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--backlog", type=int, default=20_000, help="messages queued first")
     opts = ap.parse_args()
     import broker
 
     print(f"broker from {Path(broker.__file__).parent}")
     print(f"{'consumers':>9} {'us/msg':>7} {'gc us/msg':>9}  (median of {opts.repeat})")
     for count in [int(x) for x in opts.consumers.split(",")]:
-        runs = [run(count, opts.messages, opts.prefetch, seed) for seed in range(opts.repeat)]
+        runs = [
+            run(count, opts.messages, opts.prefetch, seed, opts.backlog)
+            for seed in range(opts.repeat)
+        ]
         print(
             f"{count:>9} {statistics.median(r[0] for r in runs):>7.2f}"
             f" {statistics.median(r[1] for r in runs):>9.2f}",
