@@ -121,6 +121,7 @@ class Broker:
             options.data_dir,
             self.log,
             self._publishers_blocked,
+            held=self._bytes_held,
         )
         #: Pages ready messages to the data directory past a share of --max-memory.
         self.pager: Pager | None = None
@@ -130,6 +131,10 @@ class Broker:
         self.context.publish_alarm = reason
         for protocol in list(self._protocols):
             protocol.publishers_blocked(reason)
+
+    def _bytes_held(self) -> int:
+        """Bytes of the ready messages of every queue (for the heap's return)."""
+        return sum(q.bytes for vhost in self.vhosts for q in vhost.queues.values())
 
     def _start_paging(self, data_dir: Path) -> None:
         """Queues keep ready messages in memory up to PAGING_RATIO of --max-memory, the

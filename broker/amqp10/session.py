@@ -279,6 +279,7 @@ class Session:
         if opened:
             for link in list(self.links.values()):
                 if isinstance(link, SenderLink):
+                    link.queue.credit_returned(link)
                     link.queue.dispatch()
 
     def _disposition(self, disposition: Disposition) -> None:
@@ -453,6 +454,7 @@ class Session:
         """The transport takes output again: the links send what they can."""
         for link in list(self.links.values()):
             if isinstance(link, SenderLink):
+                link.queue.credit_returned(link)
                 link.queue.dispatch()
 
     def publishers_blocked(self, blocked: bool) -> None:
