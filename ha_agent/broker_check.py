@@ -42,6 +42,7 @@ from urllib.parse import quote
 from broker.management.client import ManagementClient, ManagementError
 from common.url import parse_url
 from ha_agent.promotion import BrokerInSync, BrokerView
+from ha_agent.takeover import GrantView
 
 __all__ = [
     "DEFAULT_MGMT_PORT",
@@ -49,6 +50,7 @@ __all__ = [
     "LivenessView",
     "PromoteRefused",
     "broker_view",
+    "grant_view",
     "liveness_view",
 ]
 
@@ -85,6 +87,25 @@ def liveness_view(answer: Any) -> LivenessView | None:
         epoch=_non_negative(answer.get("epoch")),
         pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
         broker_id=str(answer.get("broker_id") or ""),
+    )
+
+
+def grant_view(answer: Any) -> GrantView | None:
+    """A :class:`GrantView` from the JSON of ``GET /grant`` (None: not one)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("lapsed"), bool):
+        return None
+    ms = answer.get("remaining_ms")
+    if isinstance(ms, bool) or not isinstance(ms, int | float) or not ms >= 0:
+        return None
+    grants = answer.get("grants")
+    needed = frozenset(
+        g["epoch"]
+        for g in (grants if isinstance(grants, list) else [])
+        if isinstance(g, dict) and g.get("needed") is True and _non_negative(g.get("epoch"))
+    )
+    formats = answer.get("formats")
+    return GrantView(
+        answer["lapsed"], float(ms) / 1000.0, needed, formats if isinstance(formats, str) else ""
     )
 
 
@@ -266,6 +287,18 @@ class BrokerCheck:
             return liveness_view(client.get("/liveness"))
         except ManagementError as exc:
             self.liveness_refused = exc.status is None and not timed_out(exc)
+            return None
+
+    def grant(self, epoch: int) -> GrantView | None:
+        """The broker's member-lease grants to epochs older than ``epoch``, answered off its
+        event loop (``GET /grant?epoch=N``); None: no liveness port learnt, no answer, or
+        an older broker without it (then nothing is known: a takeover waits)."""
+        client = self.liveness_client
+        if client is None:
+            return None
+        try:
+            return grant_view(client.get(f"/grant?epoch={int(epoch)}"))
+        except ManagementError:
             return None
 
     def promote(

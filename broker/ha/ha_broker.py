@@ -434,6 +434,10 @@ class HaBroker:
         """As a backup: grant the primary of ``epoch`` a member lease (LinkOwner)."""
         self.lease.member_grant(epoch, duration)
 
+    def member_asked(self, epoch: int) -> None:
+        """As a backup: the primary of ``epoch`` asked for no promise (LinkOwner)."""
+        self.lease.grants.asked(epoch)
+
     @property
     def grants(self) -> GrantLedger:
         """The member-lease grants this broker gave as a backup (``GET /grant``)."""

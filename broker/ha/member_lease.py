@@ -213,6 +213,10 @@ class GrantLedger:
         self.times = times
         #: ((epoch, lapses at), ...), newest epoch last; replaced whole (read off the loop).
         self.grants: tuple[tuple[int, float], ...] = ()
+        #: The epochs granted whose primary's newest request asked no promise: it no longer
+        #: counts this backup (it left that primary's set). A takeover by the lapse of this
+        #: backup's grant needs the old primary to have counted it (ha_agent.takeover).
+        self.unneeded: frozenset[int] = frozenset()
 
     def grant(self, epoch: int, duration: float, now: float) -> None:
         """Grant the primary of ``epoch`` a lease of ``duration`` (its count), the request
@@ -222,6 +226,14 @@ class GrantLedger:
         if until > kept.get(epoch, -math.inf):
             kept[epoch] = until
             self.grants = tuple(sorted(kept.items())[-LEDGER_EPOCHS:])
+        if epoch in self.unneeded:
+            self.unneeded = self.unneeded - {epoch}
+
+    def asked(self, epoch: int) -> None:
+        """The primary of ``epoch`` sent a request that asks no promise: it does not count
+        this backup now (the grant already given still holds until it lapses)."""
+        if epoch not in self.unneeded and any(e == epoch for e, _ in self.grants):
+            self.unneeded = self.unneeded | {epoch}
 
     def lapse_at(self, epoch: int) -> float:
         """When every grant this broker gave an epoch older than ``epoch`` has lapsed
@@ -235,8 +247,10 @@ class GrantLedger:
     def answer(self, epoch: int | None, now: float) -> dict[str, object]:
         """``GET /grant`` (the liveness thread): has every grant to an epoch older than
         ``epoch`` lapsed (None: older than the newest granted plus one, i.e. every grant)?
-        With the newest epoch granted and each grant's milliseconds left."""
+        With the newest epoch granted, and each grant's milliseconds left and whether that
+        epoch's primary still counted this backup at its newest request (``needed``)."""
         grants = self.grants  # one read: the loop may replace it meanwhile
+        unneeded = self.unneeded
         newest = grants[-1][0] if grants else None
         asked = (0 if newest is None else newest + 1) if epoch is None else epoch
         lapse = max((until for e, until in grants if e < asked), default=-math.inf)
@@ -246,7 +260,11 @@ class GrantLedger:
             "lapsed": now >= lapse,
             "remaining_ms": round(max(0.0, lapse - now) * 1000.0, 1),
             "grants": [
-                {"epoch": e, "remaining_ms": round(max(0.0, until - now) * 1000.0, 1)}
+                {
+                    "epoch": e,
+                    "remaining_ms": round(max(0.0, until - now) * 1000.0, 1),
+                    "needed": e not in unneeded,
+                }
                 for e, until in grants
             ],
         }

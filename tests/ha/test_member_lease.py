@@ -197,3 +197,19 @@ def test_bad_settings_are_refused(bad: float) -> None:
         LeaseTimes(bad, 0.01)
     with pytest.raises(ValueError, match="clock drift"):
         LeaseTimes(1.0, bad if bad != 0.0 else 0.5)
+
+
+def test_a_request_that_asks_no_promise_says_the_primary_no_longer_counts_this_backup() -> None:
+    ledger = GrantLedger(LeaseTimes(1.0, 0.0))
+    ledger.asked(3)  # nothing granted yet: nothing to mark
+    assert ledger.unneeded == frozenset()
+    ledger.grant(3, 1.0, 100.0)
+    assert ledger.answer(4, 100.0)["grants"] == [
+        {"epoch": 3, "remaining_ms": 1000.0, "needed": True}
+    ]
+    ledger.asked(3)  # it left that primary's set: its grant still holds, not counted
+    answer = ledger.answer(4, 100.5)
+    assert answer["grants"] == [{"epoch": 3, "remaining_ms": 500.0, "needed": False}]
+    assert ledger.lapse_at(4) == 101.0
+    ledger.grant(3, 1.0, 100.6)  # counted again
+    assert ledger.unneeded == frozenset()
