@@ -135,11 +135,18 @@ def broker_in_sync(ha: dict[str, Any]) -> BrokerInSync | None:
     for backup in ha.get("backups") or []:
         if isinstance(backup, dict) and isinstance(backup.get("id"), str):
             urls.append((backup["id"], str(backup.get("url") or "")))
+    told = in_sync.get("committed")
+    committed = None  # a broker that does not say
+    if isinstance(told, dict) and _non_negative(told.get("epoch")):
+        committed = (int(told["epoch"]), _ids(told.get("members")))
+    elif "committed" in in_sync and told is None:
+        committed = (0, frozenset())  # told nothing since its promotion
     return BrokerInSync(
         wanted=_ids(in_sync.get("wanted")),
         pending_removal=_ids(in_sync.get("pending_removal")),
         urls=tuple(sorted(urls)),
         awaited=_ids(in_sync.get("awaited")),
+        committed=committed,
     )
 
 

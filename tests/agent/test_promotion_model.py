@@ -100,6 +100,8 @@ class Broker:
     synced_to: str | None = None
     #: a primary's: whose member-lease grants it needs (broker ids)
     lease_set: set[str] = field(default_factory=set)
+    #: a primary's: the committed set its agent told it (epoch 0: none since promoted)
+    told: tuple[int, frozenset[str]] = (0, frozenset())
     #: a backup's member-lease grants, epoch -> live; the epochs no longer counted
     grants: dict[int, bool] = field(default_factory=dict)
     unneeded: set[int] = field(default_factory=set)
@@ -117,6 +119,7 @@ class Broker:
         self.state, self.synced_to = "joining", None
         self.guarded, self.pending, self.held = set(), set(), set()
         self.lease_set, self.grants, self.unneeded = set(), {}, set()
+        self.told = (0, frozenset())
 
     def grant_answer(self, epoch: int) -> GrantView | None:
         """``GET /grant?epoch=N`` (None: the broker is down)."""
@@ -131,7 +134,11 @@ class Broker:
             return None
         in_sync = None
         if self.state == "active":
-            in_sync = BrokerInSync(frozenset(self.guarded - self.pending), frozenset(self.pending))
+            in_sync = BrokerInSync(
+                frozenset(self.guarded - self.pending),
+                frozenset(self.pending),
+                committed=self.told,
+            )
         return BrokerView(
             self.state,
             epoch=self.epoch,
@@ -157,6 +164,7 @@ class BrokerPort:
         broker.pending -= set(released)
         if epoch == broker.epoch:
             broker.lease_set = set(members) - {broker.broker_id}
+            broker.told = (epoch, frozenset(members))
         self.model.settle(broker)
         return {"released": released, "pending_removal": sorted(broker.pending)}
 
@@ -304,7 +312,7 @@ class PromotionModel(RuleBasedStateMachine):
         broker.state, broker.epoch, broker.synced_to = "active", epoch, None
         live = {b.broker_id for b in self.brokers.values() if b.state in ("ready", "joining")}
         broker.guarded, broker.held = set(expect), set()
-        broker.lease_set = set(expect)
+        broker.lease_set, broker.told = set(expect), (0, frozenset())
         broker.pending = broker.guarded - live  # awaited, gone: held for them
         for other in self.brokers.values():
             if other is broker or other.state in ("down", "active"):
@@ -383,8 +391,9 @@ class PromotionModel(RuleBasedStateMachine):
     @rule(order=st.permutations(NODES), promote=st.booleans())
     def every_agent_takes_a_turn(self, order: list[str], promote: bool) -> None:
         """The agents' usual turn: each one's check, each one's claim, the brokers whose
-        promotion committed promoted (or not yet), the backups catching up, and every
-        linked backup answering its primary's lease requests."""
+        promotion committed promoted (or not yet), the backups catching up, and a lease's
+        time: every grant lapses unless renewed, every linked backup answering its
+        primary's lease requests."""
         for node in order:
             self.check(node)
         for node in order:
@@ -393,6 +402,8 @@ class PromotionModel(RuleBasedStateMachine):
             if promote and self.agents[node].taken is not None:
                 self.promote(node)
             self.catch_up(node)
+        for broker in self.brokers.values():  # a lease's time passes: only renewed grants
+            broker.grants = dict.fromkeys(broker.grants, False)
         self.lease_requests(set(NODES))
 
     def check(self, node: str) -> None:
