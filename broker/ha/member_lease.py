@@ -9,10 +9,25 @@ the time it sent it on its monotonic clock. The backup's answer to a needed requ
 sent the request, never from when the answer came. A request that needs no grant asks no
 promise and its answer extends nothing (so a backup promoted by hand, outside any set, waits
 for nothing); it only shows the backup answers (it may join the set).
-:meth:`MemberLeases.may_serve` is whether every member of the committed in-sync set holds an
-unexpired grant (an empty set: the agent's ZooKeeper lease alone governs, as before; the
-broker composes the two). It is one comparison: the earliest expiry over the members is
-cached and recomputed only when a grant or the set changes (a confirm asks it).
+:meth:`MemberLeases.may_serve` is whether every member of the committed in-sync set that
+this primary has *asked* for a grant holds an unexpired grant (none asked, or an empty
+set: the agent's ZooKeeper lease alone governs, as before; the broker composes the two).
+A member is asked from the first needed request sent to it (before any answer) and stays
+asked until it leaves the set for good (:meth:`MemberLeases.forget`).
+
+**Why a member never asked need not grant** (a recovering primary whose set names a
+backup that is dead, or not linked yet): the lease is there so that a member may take the
+primary's place by the lapse of its grant (:class:`ha_agent.takeover.LapsedGrant`), and a
+member may do so only with a grant to this primary's epoch that this primary counted
+(its ledger's ``needed``). Such a grant answers a needed request; from the moment the
+first one is sent, the primary counts that member. Until then the member holds no such
+grant, so it can take over only once the primary's ZooKeeper record is gone, which the
+agent's lease covers, as with an empty set. So the primary admits clients and confirms
+(confirms still wait for every member of the set by protocol) while an unreachable member
+is being removed, instead of refusing everyone.
+
+:meth:`MemberLeases.may_serve` is one comparison: the earliest expiry over the asked
+members is cached and recomputed only when a grant or the set changes (a confirm asks it).
 
 **On a backup** (:class:`GrantLedger`): answering a request is a promise, "I will not serve
 as primary (nor help promote another) for the epoch after yours until my grant lapsed". The
@@ -95,6 +110,8 @@ class MemberLeases:
         #: Backups that answered a request of this primary (needed or not): a backup joins
         #: the in-sync set only once it did.
         self.answered: set[str] = set()
+        #: Members sent a needed request (they may hold a counted grant): only they count.
+        self.asked: set[str] = set()
         self._seq = 0
         #: Not before this time (a promoted broker's own older grant, plus drift).
         self.not_before = -math.inf
@@ -128,6 +145,9 @@ class MemberLeases:
         one could only extend less than a newer answer."""
         self._seq += 1
         needed = self.needs(backup)
+        if needed and backup not in self.asked:
+            self.asked.add(backup)  # counted from now on: it may grant
+            self._recompute()
         pending = self._sent.setdefault(backup, {})
         pending[self._seq] = (now, needed)
         if len(pending) > self.times.requests + 4:
@@ -165,12 +185,14 @@ class MemberLeases:
         """``backup`` left for good (dropped by the primary)."""
         self._sent.pop(backup, None)
         self.answered.discard(backup)
-        if self.expiry.pop(backup, None) is not None and backup in self.members:
+        self.asked.discard(backup)
+        self.expiry.pop(backup, None)
+        if backup in self.members:
             self._recompute()
 
     # -- queries -----------------------------------------------------------------------
     def may_serve(self, now: float) -> bool:
-        """Every member's grant unexpired (and a promoted broker's wait over): O(1)."""
+        """Every asked member's grant unexpired (and a promoted broker's wait over): O(1)."""
         return self.not_before <= now < self._earliest
 
     def granted_by(self, backup: str, now: float) -> bool:
@@ -178,12 +200,12 @@ class MemberLeases:
         return self.expiry.get(backup, -math.inf) > now
 
     def lapsed(self, now: float) -> list[tuple[str, float | None]]:
-        """The members whose grant is lapsed or missing, with how long ago it lapsed
+        """The asked members whose grant is lapsed or missing, with how long ago it lapsed
         (None: never granted), when the lease is enabled."""
         if not self.enabled:
             return []
         out: list[tuple[str, float | None]] = []
-        for member in sorted(self.members):
+        for member in sorted(self.members & self.asked):
             until = self.expiry.get(member)
             if until is None:
                 out.append((member, None))
@@ -193,7 +215,7 @@ class MemberLeases:
 
     def remaining(self, now: float) -> float | None:
         """Seconds until the earliest member grant lapses (None: none needed)."""
-        if not self.enabled or not self.members:
+        if not self.enabled or not self.members & self.asked:
             return None
         return max(0.0, self._earliest - now)
 
@@ -202,7 +224,8 @@ class MemberLeases:
             self._earliest = math.inf
             return
         self._earliest = min(
-            (self.expiry.get(m, -math.inf) for m in self.members), default=math.inf
+            (self.expiry.get(m, -math.inf) for m in self.members & self.asked),
+            default=math.inf,
         )
 
 

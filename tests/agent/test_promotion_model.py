@@ -26,11 +26,11 @@ of its lease set (the set it was promoted with, then each committed one) grants 
 lapses at any step (requests lost, the node gone); the primary's count ends with the
 backup's promise (the worst case the drift argument allows: tests/ha/test_member_lease.py
 checks the timing). A primary *serves* (confirms, counts in the invariant) only while
-every member of its lease set holds a live grant to its epoch (an empty set: its agent's
-ZooKeeper lease, as before) and, once promoted, only after every grant it gave an older
-epoch has lapsed. A restarted broker forgets its grants (it has a new broker id, so no set
-names it). The candidate's takeover rule reads its own broker's grants as ``GET /grant``
-answers them.
+every member of its lease set it has asked holds a live grant to its epoch (none asked, or
+an empty set: its agent's ZooKeeper lease, as before) and, once promoted, only after every
+grant it gave an older epoch has lapsed. A restarted broker forgets its grants (it has a
+new broker id, so no set names it). The candidate's takeover rule reads its own broker's
+grants as ``GET /grant`` answers them.
 
 Invariants: no two brokers serve at once, no epoch is promoted twice, and a new primary's
 store holds every confirmed message. ``PROMOTION_MODEL_EXAMPLES`` runs it longer by hand
@@ -100,6 +100,8 @@ class Broker:
     synced_to: str | None = None
     #: a primary's: whose member-lease grants it needs (broker ids)
     lease_set: set[str] = field(default_factory=set)
+    #: a primary's: the members it sent a needed request (only they count)
+    asked: set[str] = field(default_factory=set)
     #: a primary's: the committed set its agent told it (epoch 0: none since promoted)
     told: tuple[int, frozenset[str]] = (0, frozenset())
     #: a backup's member-lease grants, epoch -> live; the epochs no longer counted
@@ -119,7 +121,7 @@ class Broker:
         self.state, self.synced_to = "joining", None
         self.guarded, self.pending, self.held = set(), set(), set()
         self.lease_set, self.grants, self.unneeded = set(), {}, set()
-        self.told = (0, frozenset())
+        self.told, self.asked = (0, frozenset()), set()
 
     def grant_answer(self, epoch: int) -> GrantView | None:
         """``GET /grant?epoch=N`` (None: the broker is down)."""
@@ -228,7 +230,7 @@ class PromotionModel(RuleBasedStateMachine):
         if any(up for e, up in primary.grants.items() if e < primary.epoch):
             return False  # a promotion's wait
         by_id = {b.broker_id: b for b in self.brokers.values()}
-        for member in primary.lease_set:
+        for member in primary.lease_set & primary.asked:  # a member never asked holds none
             backup = by_id.get(member)
             if backup is None or not backup.grants.get(primary.epoch, False):
                 return False
@@ -312,7 +314,7 @@ class PromotionModel(RuleBasedStateMachine):
         broker.state, broker.epoch, broker.synced_to = "active", epoch, None
         live = {b.broker_id for b in self.brokers.values() if b.state in ("ready", "joining")}
         broker.guarded, broker.held = set(expect), set()
-        broker.lease_set, broker.told = set(expect), (0, frozenset())
+        broker.lease_set, broker.told, broker.asked = set(expect), (0, frozenset()), set()
         broker.pending = broker.guarded - live  # awaited, gone: held for them
         for other in self.brokers.values():
             if other is broker or other.state in ("down", "active"):
@@ -354,6 +356,8 @@ class PromotionModel(RuleBasedStateMachine):
         for primary in self.primaries():
             for backup in self.brokers.values():
                 linked = backup.state == "ready" and backup.synced_to == primary.node
+                if linked and backup.broker_id in primary.lease_set:
+                    primary.asked.add(backup.broker_id)  # sent: counted from now on
                 if not linked or backup.node not in granting:
                     continue
                 if backup.broker_id in primary.lease_set:

@@ -112,18 +112,23 @@ class LeaseNetwork(RuleBasedStateMachine):
             assert ends_on_primary <= ends_on_backup + 1e-6
 
     @invariant()
-    def serving_needs_every_member(self) -> None:
+    def serving_needs_every_member_that_may_hold_a_grant(self) -> None:
+        """Serving: every asked member's grant is unexpired on both sides, and a member
+        never asked holds no grant to this epoch (it cannot take over by a lapse)."""
         now = self.primary_clock.at(self.real)
         if self.leases.may_serve(now):
             for member in self.leases.members:
-                assert self.leases.granted_by(member, now)
                 ledger = self.ledgers[member]
-                assert not ledger.grant_lapsed(EPOCH + 1, self.clocks[member].at(self.real))
+                if member in self.leases.asked:
+                    assert self.leases.granted_by(member, now)
+                    assert not ledger.grant_lapsed(EPOCH + 1, self.clocks[member].at(self.real))
+                else:
+                    assert ledger.lapse_at(EPOCH + 1) == -math.inf
 
     @invariant()
     def cached_answer_is_the_full_check(self) -> None:
         now = self.primary_clock.at(self.real)
-        full = all(self.leases.granted_by(m, now) for m in self.leases.members)
+        full = all(self.leases.granted_by(m, now) for m in self.leases.members & self.leases.asked)
         assert self.leases.may_serve(now) == full
 
 
@@ -143,10 +148,12 @@ def test_an_empty_set_needs_no_grant_and_a_disabled_lease_none() -> None:
     leases.set_members(frozenset({"a"}))
     assert leases.may_serve(0.0)  # not enabled: the agent's lease alone
     leases.set_enabled(True)
-    assert not leases.may_serve(0.0)
-    assert leases.lapsed(0.0) == [("a", None)]
+    assert leases.may_serve(0.0)  # never asked: it holds no grant it could take over by
+    assert leases.lapsed(0.0) == []
     seq, needed = leases.requested("a", 10.0)
-    assert needed and leases.granted("a", seq)
+    assert needed and not leases.may_serve(10.0)  # asked: counted before it answers
+    assert leases.lapsed(10.0) == [("a", None)]
+    assert leases.granted("a", seq)
     assert leases.may_serve(10.5) and not leases.may_serve(11.0)
     assert leases.lapsed(11.5) == [("a", 0.5)]
     assert leases.remaining(10.25) == pytest.approx(0.75)
@@ -186,9 +193,10 @@ def test_an_answer_to_a_request_that_needed_no_grant_counts_as_an_answer_only() 
     assert not needed
     leases.set_members(frozenset({"a"}))
     assert not leases.granted("a", seq)  # answered, but it promised nothing
-    assert leases.answered == {"a"} and not leases.may_serve(0.1)
+    assert leases.answered == {"a"} and leases.may_serve(0.1)  # a member not asked yet
     seq, needed = leases.requested("a", 0.2)
-    assert needed and leases.granted("a", seq) and leases.may_serve(1.1)
+    assert needed and not leases.may_serve(0.2)  # asked: its answer is awaited
+    assert leases.granted("a", seq) and leases.may_serve(1.1)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
