@@ -337,7 +337,9 @@ class BrokerCheck:
         in-sync set at ``epoch``; the primary releases the confirms it holds for the
         pending-removal backups not among them. Answers ``released`` and
         ``pending_removal``; PromoteRefused (409) when ``epoch`` is not the broker's."""
-        body = {"cluster_manager": True, "epoch": epoch, "members": members}
+        body: dict[str, Any] = {"cluster_manager": True, "epoch": epoch, "members": members}
+        if self.agent is not None and self.takes_mark:
+            body["agent"] = self.agent  # the agent's own commit (not one by hand)
         return self._post("/api/ha/in-sync", body)
 
     def tell_member_formats(self, formats: dict[str, str]) -> dict[str, Any]:
