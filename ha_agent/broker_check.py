@@ -104,8 +104,13 @@ def grant_view(answer: Any) -> GrantView | None:
         if isinstance(g, dict) and g.get("needed") is True and _non_negative(g.get("epoch"))
     )
     formats = answer.get("formats")
+    linked = answer.get("linked_epoch")
     return GrantView(
-        answer["lapsed"], float(ms) / 1000.0, needed, formats if isinstance(formats, str) else ""
+        answer["lapsed"],
+        float(ms) / 1000.0,
+        needed,
+        formats if isinstance(formats, str) else "",
+        linked if isinstance(linked, int) and not isinstance(linked, bool) else None,
     )
 
 

@@ -23,7 +23,9 @@ member lease shows it can no longer serve. The candidate's own broker says (``GE
 - the primary of epoch ``E`` (the record's) *counted* its grant: its newest request from
   that primary asked a promise, so this broker is in that primary's lease set (a primary
   serves only while every member of its set grants it), and
-- every grant it gave an epoch before ``E+1`` has lapsed, the drift bound included.
+- every grant it gave an epoch before ``E+1`` has lapsed, the drift bound included,
+- and its replication link to that primary is down (a primary whose link is up is slow,
+  not dead: a loop held longer than the lease; its link's heartbeat, or its agent, decides).
 
 Then the old primary cannot serve: its count of this broker's grant (from its own send
 time) ended, in real time, no later than this broker's promise
@@ -123,6 +125,8 @@ class GrantView:
     remaining: float
     needed: frozenset[int] = frozenset()
     formats: str = ""
+    #: the epoch of the primary its replication link is up to (None: none)
+    linked: int | None = None
 
 
 class TakeoverRule(Protocol):
@@ -199,6 +203,12 @@ class LapsedGrant:
         if epoch not in answer.needed:
             return Takeover(
                 False, f"the primary of epoch {epoch} does not count this broker's grant"
+            )
+        if answer.linked == epoch:
+            return Takeover(
+                False,
+                f"this broker's link to the primary of epoch {epoch} is up: slow, not dead"
+                " (its link's heartbeat or its agent decides)",
             )
         if not answer.lapsed:
             return Takeover(

@@ -364,6 +364,7 @@ class HaBroker:
         except EpochError as exc:
             self.store_failed(str(exc))
             return
+        self.lease.grants.linked = primary_epoch
         self.handle(LinkUp(str(address), primary_epoch))
 
     def check_history(self, primary_epoch: int, base_epoch: int | None, address: str) -> str | None:
@@ -399,6 +400,7 @@ class HaBroker:
         return refusal
 
     def link_down(self, reason: str) -> None:
+        self.lease.grants.linked = None
         self.handle(LinkDown(reason))
         if self.link is not None:
             self.members = list(self.link.replicator.members)

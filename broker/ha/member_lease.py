@@ -240,6 +240,9 @@ class GrantLedger:
         #: counts this backup (it left that primary's set). A takeover by the lapse of this
         #: backup's grant needs the old primary to have counted it (ha_agent.takeover).
         self.unneeded: frozenset[int] = frozenset()
+        #: The epoch of the primary this backup's link is up to (None: no link). A primary
+        #: whose link is up is slow, not dead: no takeover by a lapse (ha_agent.takeover).
+        self.linked: int | None = None
 
     def grant(self, epoch: int, duration: float, now: float) -> None:
         """Grant the primary of ``epoch`` a lease of ``duration`` (its count), the request
@@ -282,6 +285,7 @@ class GrantLedger:
             "asked_epoch": asked,
             "lapsed": now >= lapse,
             "remaining_ms": round(max(0.0, lapse - now) * 1000.0, 1),
+            "linked_epoch": self.linked,
             "grants": [
                 {
                     "epoch": e,

@@ -45,6 +45,15 @@ def test_a_lapsed_grant_the_old_primary_counted_replaces_its_record() -> None:
     assert asked == [8]  # every grant to an epoch before the next one
 
 
+def test_a_primary_whose_link_is_still_up_is_slow_not_dead() -> None:
+    answer = rule(GrantView(True, 0.0, frozenset({7}), linked=7))[0].may_take_over(
+        TakeoverView(OLD, SET, members())
+    )
+    assert not answer.allowed and "slow, not dead" in answer.reason
+    relinked = rule(GrantView(True, 0.0, frozenset({7}), linked=8))[0]  # another primary's
+    assert relinked.may_take_over(TakeoverView(OLD, SET, members())).allowed
+
+
 def test_an_unexpired_grant_says_when_to_ask_again() -> None:
     answer = rule(GrantView(False, 0.42, frozenset({7})))[0].may_take_over(
         TakeoverView(OLD, SET, members())
@@ -96,8 +105,9 @@ def test_the_broker_answer_is_read_strictly() -> None:
         "remaining_ms": 0.0,
         "grants": [{"epoch": 6, "needed": False}, {"epoch": 7, "needed": True}],
         "formats": "1-3",
+        "linked_epoch": 7,
     }
-    assert grant_view(answer) == GrantView(True, 0.0, frozenset({7}), "1-3")
+    assert grant_view(answer) == GrantView(True, 0.0, frozenset({7}), "1-3", 7)
     bad: list[object] = [{}, {"lapsed": 1, "remaining_ms": 0}, {"lapsed": True, "remaining_ms": -1}]
     for answer_ in [*bad, []]:
         assert grant_view(answer_) is None

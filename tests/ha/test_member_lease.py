@@ -218,6 +218,7 @@ def test_a_request_that_asks_no_promise_says_the_primary_no_longer_counts_this_b
     ledger.asked(3)  # it left that primary's set: its grant still holds, not counted
     answer = ledger.answer(4, 100.5)
     assert answer["grants"] == [{"epoch": 3, "remaining_ms": 500.0, "needed": False}]
+    assert answer["linked_epoch"] is None
     assert ledger.lapse_at(4) == 101.0
     ledger.grant(3, 1.0, 100.6)  # counted again
     assert ledger.unneeded == frozenset()
