@@ -15,8 +15,9 @@ primary at once.
 - (The first test, continued, to share its cluster.) The link between the new primary and
   one member of its in-sync set cut (nft in the primary's namespace, both ways): the
   primary stops serving once that member's grant lapses (the member lease, issue 26), a
-  primary serves again after the lapse (the member promoted by its lapsed grant, or the
-  old primary once its agent removed the member), and no confirmed message is lost.
+  primary serves again after the lapse (once the member's link to the old primary timed
+  out: by its lapsed grant, or the old record gone; or the old primary once its agent
+  removed the member), and no confirmed message is lost.
 """
 
 from __future__ import annotations
