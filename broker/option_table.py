@@ -435,7 +435,7 @@ class BrokerOptions:
         metavar="SECONDS",
     )
     ha_member_lease: float = _option(
-        2.0,
+        0.8,
         positive_duration(3600.0),
         "the member lease: how long each in-sync backup's grant lets the primary serve,"
         " counted from the request (asked every quarter of it; replication format 3)",

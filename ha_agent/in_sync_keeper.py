@@ -202,11 +202,16 @@ class InSyncKeeper:
 
     def _post(self, committed: VersionedInSync, broker: BrokerInSync) -> None:
         """Tell the broker the committed set when it leaves out backups whose held
-        confirms wait for their removal (only a committed record gets here)."""
-        released = releasable(committed.record, broker)
-        if not released:
-            return
+        confirms wait for their removal, or when it adds members the broker was not told
+        of (the member lease counts the grants of the set the broker was told: a member
+        it was not told of could be promoted only after the old primary's session ends)
+        (only a committed record gets here)."""
         record = committed.record
+        released = releasable(record, broker)
+        told = broker.committed
+        added = told is not None and (told[0] != record.epoch or not record.broker_ids <= told[1])
+        if not released and not added:
+            return
         members = sorted(record.broker_ids)
         try:
             answer = self.broker_check.commit_in_sync(record.epoch, members)

@@ -78,7 +78,7 @@ EXPECTED_DEFAULTS = {
     "ha_agent": None,
     "ha_liveness_port": 0,
     "ha_backup_timeout": 5.0,
-    "ha_member_lease": 2.0,
+    "ha_member_lease": 0.8,
     "ha_clock_drift": 0.01,
     "ha_flow_messages": 1000,
     "link_maintenance_interval": 0.1,

@@ -120,6 +120,7 @@ class Connection:
         self._closing_since = 0.0
         self._buf = bytearray()
         self._out: list[bytes] = []
+        self._heartbeat_due = False  # one goes out alone while output is held (HA lease)
         self._in_receive = False
         self._output_signalled = False
         self._confirm_channels: set[Channel] = set()
@@ -199,7 +200,13 @@ class Connection:
         self._output_signalled = False
         admission = self.ctx.admission
         if admission is not None and self.admitted and admission.holds_output(self):
-            return b""  # an HA primary not serving: woken when it serves again
+            # an HA primary not serving: woken when it serves again; heartbeats still go
+            if not self._heartbeat_due:
+                return b""
+            self._heartbeat_due = False
+            self._last_send = self.ctx.clock()
+            return framing.HEARTBEAT_FRAME
+        self._heartbeat_due = False
         if self._pumps:
             self._run_pumps()
         if self._confirm_channels and (
@@ -574,8 +581,12 @@ class Connection:
                 )
                 self.should_close = True
                 return
-            if now - self._last_send >= self.heartbeat / 2 and not self._out:
-                self.write(framing.HEARTBEAT_FRAME)
+            if now - self._last_send >= self.heartbeat / 2:
+                if not self._out:
+                    self.write(framing.HEARTBEAT_FRAME)
+                else:  # output waiting: flushed soon, or held (then the heartbeat alone)
+                    self._heartbeat_due = True
+                    self.signal_output()
 
     def cleanup(self) -> None:
         if self._cleaned_up:

@@ -170,7 +170,15 @@ class HaBroker:
         vhost.hold_contract(ReplicationContract(self.replicate_default, self.contract_floor))
         self.primary: Primary | None = None
         #: The member lease (issue 26): its grants, promises and serving check.
-        self.lease = LeaseKeeper(self, LeaseTimes(options.ha_member_lease, options.ha_clock_drift))
+        self.lease = LeaseKeeper(
+            self,
+            LeaseTimes.for_links(
+                options.ha_member_lease,
+                options.ha_clock_drift,
+                options.link_heartbeat_interval,
+                options.link_maintenance_interval,
+            ),
+        )
         #: The cluster manager's lease: renewals ``lease_offers`` takes off the loop
         #: (broker.liveness), applied at each tick; a timer at its end.
         self.manager_lease = ManagerLease(self, lease_offers)
@@ -368,6 +376,7 @@ class HaBroker:
         except EpochError as exc:
             self.store_failed(str(exc))
             return
+        self.lease.grants.linked = primary_epoch
         self.handle(LinkUp(str(address), primary_epoch))
 
     def check_history(self, primary_epoch: int, base_epoch: int | None, address: str) -> str | None:
@@ -403,6 +412,7 @@ class HaBroker:
         return refusal
 
     def link_down(self, reason: str) -> None:
+        self.lease.grants.linked = None
         self.handle(LinkDown(reason))
         if self.link is not None:
             self.members = list(self.link.replicator.members)
@@ -437,6 +447,10 @@ class HaBroker:
     def member_grant(self, epoch: int, duration: float) -> None:
         """As a backup: grant the primary of ``epoch`` a member lease (LinkOwner)."""
         self.lease.member_grant(epoch, duration)
+
+    def member_asked(self, epoch: int) -> None:
+        """As a backup: the primary of ``epoch`` asked for no promise (LinkOwner)."""
+        self.lease.grants.asked(epoch)
 
     @property
     def grants(self) -> GrantLedger:

@@ -11,9 +11,10 @@ link and member speaks replication format 3: the contract floor), and answers
 confirm, admission and write to a client. A change of that answer is logged
 (``member_lease_lapsed`` per lapsed member, ``member_lease_serving``) and serving again
 wakes every connection (``on_serving_resumed``). A lapse asks every backup again at once;
-still not serving one request interval later, for a member not known to be leaving
-(:meth:`MemberLeases.close_clients_due`), it has the broker close its clients' connections
-(``on_close_clients``: 320 CONNECTION_FORCED, ``member_lease_clients_closed``), so they go
+still not serving after the close grace (:attr:`LeaseTimes.close_after`), for a member
+not known to be leaving (:meth:`MemberLeases.close_clients_due`), it has the broker close
+its clients' connections (``on_close_clients``: 320 CONNECTION_FORCED,
+``member_lease_clients_closed``), so they go
 on to the next address of their URL list (issue 26, item 4). Promoted, it serves only once
 its own grants to older epochs have lapsed (``member_lease_promotion_wait``).
 
@@ -209,9 +210,9 @@ class LeaseKeeper:
 
     def _ask_again(self, now: float) -> None:
         """The lease lapsed: ask every linked backup at once (a primary that was only slow
-        serves again within a round trip), and see one interval later whether it still
-        does not serve (then its clients go elsewhere). Only once :meth:`start` ran (a
-        primary on its loop)."""
+        serves again within a round trip), and see after the close grace
+        (:attr:`LeaseTimes.close_after`) whether it still does not serve (then its clients go
+        elsewhere). Only once :meth:`start` ran (a primary on its loop)."""
         if not self._primary:
             return
         streams = self.host.streams
@@ -224,7 +225,7 @@ class LeaseKeeper:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # asked off a running loop: the next turn checks
             return
-        self._close_timer = loop.call_later(self.times.interval, self._close_timer_fired)
+        self._close_timer = loop.call_later(self.times.close_after, self._close_timer_fired)
 
     def _close_timer_fired(self) -> None:
         self._close_timer = None

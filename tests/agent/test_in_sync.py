@@ -411,7 +411,14 @@ def test_broker_view_reads_the_primarys_in_sync_and_broker_id() -> None:
     seen = broker_view({"ha_state": "active"}, ha)
     assert seen.broker_id == "p"
     assert seen.in_sync == BrokerInSync(
-        frozenset({"a", "b"}), frozenset({"b"}), (("a", "h:1"), ("b", "h:2"))
+        frozenset({"a", "b"}),
+        frozenset({"b"}),
+        (("a", "h:1"), ("b", "h:2")),
+        committed=(0, frozenset()),  # told no set since its promotion
+    )
+    ha["in_sync"] = {"committed": {"epoch": 2, "members": ["a"]}}
+    assert broker_view({"ha_state": "active"}, ha).in_sync == BrokerInSync(
+        urls=(("a", "h:1"), ("b", "h:2")), committed=(2, frozenset({"a"}))
     )
     backup = broker_view({"ha_state": "ready"}, {"broker_id": "a", "in_sync": None})
     assert (backup.broker_id, backup.in_sync) == ("a", None)

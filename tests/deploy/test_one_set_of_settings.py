@@ -15,6 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from broker.ha.member_lease import LeaseTimes
 from broker.options import BrokerOptions, parse_options
 from ha_agent.settings import AgentSettings
 from qpid_ha_cli.drill.command import drill
@@ -30,7 +31,7 @@ BROKER_TIMINGS = {
     "link_heartbeat_interval": 1.0,
     "link_maintenance_interval": 0.1,
     "ha_backup_timeout": 5.0,
-    "ha_member_lease": 2.0,
+    "ha_member_lease": 0.8,
     "ha_clock_drift": 0.01,
 }
 #: The agent's timings (its options) and the chosen value of each.
@@ -142,9 +143,18 @@ def test_the_zookeeper_timings_are_one_set(tmp_path: Path) -> None:
     assert low <= AGENT_TIMINGS["session-timeout"] <= high
 
 
-def test_a_lost_backup_is_dead_within_the_member_lease() -> None:
-    """Why the link heartbeat is 1 s: a primary finds a silent backup dead after twice the
-    heartbeat, as soon as the backup's member-lease grant (2 s) runs out; a longer one
-    would leave the primary not serving (its lease lapsed) until the link is found dead."""
+def test_a_lost_backup_never_closes_the_primarys_clients() -> None:
+    """Why the close grace is twice the link heartbeat and two maintenance intervals: a
+    backup lost without a FIN lets its member-lease grant (0.8 s) lapse before its link is
+    found dead (twice the heartbeat); the primary holds its output meanwhile, and closes its
+    clients only if it still does not serve once that backup is known to be leaving."""
     options = BrokerOptions()
-    assert 2 * options.link_heartbeat_interval <= options.ha_member_lease
+    found_dead = 2 * options.link_heartbeat_interval + options.link_maintenance_interval
+    broker = LeaseTimes.for_links(
+        options.ha_member_lease,
+        options.ha_clock_drift,
+        options.link_heartbeat_interval,
+        options.link_maintenance_interval,
+    )
+    assert broker.close_after > found_dead
+    assert broker.close_after >= broker.interval

@@ -9,6 +9,7 @@ from typing import Any
 
 from pamqp import commands
 
+from broker.amqp.framing import HEARTBEAT_FRAME
 from broker.core.errors import ReplyCode
 from broker.ha.ha_broker import HaBroker
 from broker.ha.names import BACKUP_PROPERTY, BROKER_ID_PROPERTY, FORMATS_PROPERTY, URL_PROPERTY
@@ -71,12 +72,15 @@ def test_the_primary_serves_only_while_every_member_grants(tmp_path: Path) -> No
     asyncio.run(ha.promote(epoch=1, in_sync=["b1"]))
     ha.lease.set_changed()
     assert ha.lease.leases.members == {"b1"} and ha.lease.leases.enabled
-    text = refusal(ha)  # b1 never granted: clients go elsewhere
-    assert text is not None and "member lease of b1" in text
-    assert not ha.may_confirm()
+    # b1 never asked (no link yet: dead, or not back): it holds no grant it could take
+    # over by, so the agent's lease alone governs and clients are admitted
+    assert ha.may_confirm() and refusal(ha) is None
     open_connection(ha, link("1-3")).expect(commands.Connection.OpenOk)  # its link: admitted
-
-    grant(ha)
+    seq, needed = ha.lease.leases.requested("b1", ha.now())  # asked: counted from now on
+    assert needed and not ha.may_confirm()
+    text = refusal(ha)  # asked, not answered yet: clients go elsewhere
+    assert text is not None and "member lease of b1" in text
+    ha.lease.lease_granted("b1", seq)
     assert ha.may_confirm() and refusal(ha) is None
     client = open_connection(ha, {})
     client.expect(commands.Connection.OpenOk)
@@ -85,13 +89,20 @@ def test_the_primary_serves_only_while_every_member_grants(tmp_path: Path) -> No
     clock.now += LEASE  # the grant lapses: output held, clients refused, logged
     assert ha.admission.holds_output(client.conn) and not ha.may_confirm()
     assert client.conn.data_to_send() == b""
+    # heartbeats keep flowing while the output is held (a client would drop the link)
+    client.conn.heartbeat = 2
+    client.conn.write(b"held frame")
+    clock.now += 1.0
+    client.conn.tick()
+    assert client.conn.data_to_send() == HEARTBEAT_FRAME
+    assert client.conn.data_to_send() == b""  # the held frame stays held
     [lapsed] = events(log, "member_lease_lapsed")
     assert lapsed["member"] == "b1" and lapsed["age_ms"] == 0.0
     assert refusal(ha) is not None
 
     ha.commit_in_sync(1, [])  # the set without b1: serving again, at once
     assert ha.may_confirm() and refusal(ha) is None
-    assert events(log, "member_lease_serving")[-1]["held_ms"] == 0.0
+    assert events(log, "member_lease_serving")[-1]["held_ms"] == 1000.0  # the heartbeat's second
 
 
 def test_a_format_2_link_leaves_the_agents_lease_alone(tmp_path: Path) -> None:

@@ -77,7 +77,11 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
         ids = {i: cluster.ha(i)["broker_id"] for i in (1, 2)}
         body = {"cluster_manager": True, "epoch": 1, "in_sync": [ids[1], ids[2]]}
         assert http("POST", cluster.brokers[0].mgmt_port, "/api/ha/promote", body)["state"]
-        poll_until(lambda: lease_of(cluster, 0)["serving"], 15, "both members grant")
+        poll_until(
+            lambda: (s := lease_of(cluster, 0))["serving"] and None not in s["members"].values(),
+            15,
+            "both members grant",
+        )
         status = lease_of(cluster, 0)
         assert status["enabled"] and set(status["members"]) == {ids[1], ids[2]}
         assert grant(cluster, 1)["epoch"] == 1 and not grant(cluster, 1)["lapsed"]
