@@ -111,27 +111,27 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
         assert lapsed[0]["level"] == "warning" and lapsed[0]["age_ms"] >= 0
         text = refused(cluster.ports[0])
         assert text is not None and "member lease" in text, text
-        # ... and, still not serving one request interval (LEASE / 4) after the lapse, it
-        # closes the client's connection with 320: it goes on to its URL list
-        closed = closed_by_broker(connection, LEASE / 4 + 2.0)
-        closed_after = time.monotonic() - began
-        assert closed.reply_code == 320 and "member lease" in closed.reply_text, closed
-        closes = poll_until(  # logged once the close is written: it may come after it
-            lambda: [
-                e
-                for e in cluster.brokers[0].events()
-                if e["event"] == "member_lease_clients_closed"
-            ],
-            5,
-            "member_lease_clients_closed",
+        # ... and its client stays connected: the stopped member's link goes silent and it
+        # is pending removal before the close grace (twice the link heartbeat and two
+        # maintenance intervals) runs out, so the primary keeps its clients (losing a backup
+        # never closes them; the commit of its removal is what resumes serving)
+        poll_until(
+            lambda: ids[1] in cluster.ha(0)["in_sync"]["pending_removal"],
+            10,
+            "the stopped member pending removal",
         )
-        assert len(closes) == 1 and closes[0]["connections"] == 1, closes
-        assert closes[0]["not_serving_ms"] >= LEASE / 4 * 1000, closes
+        connection.process_data_events(time_limit=0.1)
+        assert connection.is_open
+        assert not [
+            e for e in cluster.brokers[0].events() if e["event"] == "member_lease_clients_closed"
+        ]
+        held = connection  # closed once the primary serves again: its close-ok is held too
 
         # 2. the member resumes: grants again, the primary serves and confirms
         os.kill(stopped, signal.SIGCONT)
         stopped = None
         poll_until(lambda: lease_of(cluster, 0)["serving"], 10, "the member grants again")
+        held.close()
         connection = connect(cluster.ports[0])
         channel = connection.channel()
         channel.confirm_delivery()
@@ -177,10 +177,7 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
             10,
         )
         wait_ms = waits[0]["wait_ms"]
-        print(
-            f"member lease: lapse seen after {took:.2f} s, client closed after"
-            f" {closed_after:.2f} s, promotion wait {wait_ms} ms"
-        )
+        print(f"member lease: lapse seen after {took:.2f} s, promotion wait {wait_ms} ms")
         assert 0 < wait_ms <= HELD * 1000 + 1, waits
         assert lease_of(cluster, 2)["promotion_wait"] == pytest.approx(wait_ms / 1000, abs=0.01)
         poll_until(lambda: refused(cluster.ports[2]) is None, 10, "the new primary serves")
