@@ -5,9 +5,10 @@ A primary and a backup (real qpidd processes, a real store each) with ``queues``
 queues, half of them bound to a topic exchange, a backlog on a few; then, in order: the
 backup's catch-up, ``GET /api/status`` and every management list, ``/metrics`` and a
 console viewer (one snapshot of the live feed) on the primary; the primary SIGKILLed and
-the backup promoted; the old primary restarted on its store (recovery) and caught up as
-the new primary's backup. Each phase's wall time is kept, and each broker's event loop
-steps (``GET /api/status``'s ``loop``: :mod:`broker.loop_steps`).
+the backup promoted with the old primary as its in-sync set (an expected backup, guarded on
+every queue before the new primary serves); the old primary restarted on its store
+(recovery) and caught up as the new primary's backup. Each phase's wall time is kept, and
+each broker's event loop steps (``GET /api/status``'s ``loop``: :mod:`broker.loop_steps`).
 """
 
 from __future__ import annotations
@@ -198,14 +199,18 @@ def run(
         one_console_snapshot(mgmt)
     done("management")
     result.loops["primary before the fail-over"] = loop_view(cluster, 0)
+    old_primary = str(cluster.ha(0)["broker_id"])
     with result.phase("promotion", cluster, 1):
         cluster.kill(0)
-        cluster.promote(1, epoch=2)
-        cluster.wait_state(1, "active", timeout=timeout)
+        # The old primary is the in-sync set's backup (as a recovering primary's expected
+        # backup: guarded on every queue before the new primary serves; it comes back below).
+        cluster.promote(1, epoch=2, in_sync=[old_primary])
+        cluster.wait_state(1, "recovering", "active", timeout=timeout)
     done("promotion")
     with result.phase("recovery and catch-up", cluster, 1, 0):
         cluster.brokers[0].start(timeout=timeout)
         cluster.wait_state(0, "ready", timeout=timeout)
+        cluster.wait_state(1, "active", timeout=timeout)
     done("recovery and catch-up")
     with result.phase("management after", cluster, 1, 0):
         for path in ("/api/queues", "/metrics"):
