@@ -631,11 +631,13 @@ class HaBroker:
         """What GET /api/ha shows, at once (:meth:`status_steps`)."""
         return run_steps(self.status_steps())
 
-    def status_steps(self, rows: bool = True) -> Steps[dict[str, Any]]:
+    def status_steps(
+        self, rows: bool = True, positions: bool | None = None
+    ) -> Steps[dict[str, Any]]:
         """:meth:`status` in slices (:func:`broker.ha.ha_status.ha_status_steps`); ``rows``
-        False: without the per-queue rows."""
+        False: without the per-queue rows (``positions``: but with each backup's)."""
         self.take_offered_lease()
-        return ha_status_steps(self, rows)
+        return ha_status_steps(self, rows, positions)
 
 
 async def _in_turns(steps: Steps[None]) -> None:

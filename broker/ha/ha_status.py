@@ -120,7 +120,9 @@ def in_sync_status(role: HaRole, granted: Collection[str] | None = None) -> dict
     }
 
 
-def ha_status_steps(ha: HaStatusSource, rows: bool = True) -> Steps[dict[str, Any]]:
+def ha_status_steps(
+    ha: HaStatusSource, rows: bool = True, positions: bool | None = None
+) -> Steps[dict[str, Any]]:
     """What GET /api/ha shows, in slices of :data:`SLICE` rows (the management API runs a
     slice a turn of the event loop: 10,000 queues in one callback held it 0.5-0.8 s). The
     queues and each backup's streams are listed when the first slice runs; each row reads
@@ -130,7 +132,9 @@ def ha_status_steps(ha: HaStatusSource, rows: bool = True) -> Steps[dict[str, An
     ``replication_position`` is the sum of the queues' last ids (what a total failure
     compares). ``rows`` False: without the per-queue rows (``queues``, and each backup's
     ``queues``), the position alone: what the agent's health check reads twice a second
-    (``GET /api/ha?queues=summary``; at 10,000 queues the rows are megabytes of JSON)."""
+    (``GET /api/ha?queues=summary``; at 10,000 queues the rows are megabytes of JSON).
+    ``positions`` (default: ``rows``): each backup's ``queues`` alone (the console's
+    sampler, whose lag histories read them every second, with nobody viewing)."""
     queues: list[dict[str, Any]] | None = None
     if ha.link is not None and ha.link.replicator.replicators:
         replicators = [r for _key, r in sorted(ha.link.replicator.replicators.items())]
@@ -149,7 +153,7 @@ def ha_status_steps(ha: HaStatusSource, rows: bool = True) -> Steps[dict[str, An
             ids = yield from rows_in_slices(own, _last_id)
     if queues is not None:
         ids = [row["last_id"] for row in queues]
-    backups = yield from _backups_status(ha, rows)
+    backups = yield from _backups_status(ha, rows if positions is None else positions)
     now = ha.now()
     status = {
         "state": ha.state.value,

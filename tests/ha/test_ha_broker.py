@@ -16,6 +16,7 @@ from broker.ha.id_era import ERA_SHIFT
 from broker.ha.role_events import CaughtUp, LinkUp
 from broker.ha.state import HaState
 from broker.options import parse_options
+from common.slices import run_steps
 from tests.amqp.helpers import Client, make_context
 from tests.ha.test_primary import publish
 
@@ -185,3 +186,20 @@ def test_a_promotions_expected_backup_is_guarded_in_slices_before_it_serves(
     assert ha.primary is not None
     assert len(ha.primary.backups["b1"].guards) == 1200
     assert publish(ha.vhost, "s1199", PublisherConfirms()).settled is False
+
+
+def test_the_status_says_the_replication_position_with_or_without_its_rows(
+    tmp_path: Path,
+) -> None:
+    """``replication_position`` is the queues' last ids summed, what the agent compares;
+    without rows (``GET /api/ha?queues=summary``, the console's sampler with nobody
+    viewing) the status has no row per queue."""
+    ha, _ = ha_broker(tmp_path)
+    for i, last in enumerate((3, 4, 0)):
+        ha.vhost.declare_queue(f"s{i}").last_position = last  # as recovered from a store
+    whole = run_steps(ha.status_steps())
+    assert [(q["name"], q["last_id"]) for q in whole["queues"]] == [("s0", 3), ("s1", 4), ("s2", 0)]
+    assert whole["replication_position"] == 7
+    summary = run_steps(ha.status_steps(rows=False))
+    assert "queues" not in summary and summary["replication_position"] == 7
+    assert {k: v for k, v in whole.items() if k != "queues"} == summary

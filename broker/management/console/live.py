@@ -261,7 +261,8 @@ class LiveFeed:
                 yield
             self._sample_queues(now, items[start : start + SLICE], following)
         ha = getattr(self.broker, "ha", None)
-        ha_status = None if ha is None else (yield from _status_steps(ha))
+        # nobody viewing: the backups' positions (the lag histories), not a row per queue
+        ha_status = None if ha is None else (yield from _status_steps(ha, rows=following))
         self._sample_backups(now, ha_status)
         self._agent_instants()
         # only while someone follows: the lists' journal and the pages' state
@@ -564,11 +565,12 @@ def _order(row: Any) -> tuple[bool, str, str]:
     return (row["vhost"] != VHOST, row["vhost"], row["name"])
 
 
-def _status_steps(ha: Any) -> Steps[dict[str, Any]]:
+def _status_steps(ha: Any, rows: bool = True) -> Steps[dict[str, Any]]:
     """The HA role's status (``GET /api/ha``'s body) in slices where the role offers them
-    (:func:`broker.ha.ha_status.ha_status_steps`), else at once."""
+    (:func:`broker.ha.ha_status.ha_status_steps`), else at once; ``rows`` False: without
+    the broker's own row per queue (each backup's positions kept)."""
     steps = getattr(ha, "status_steps", None)
     if steps is None:
         return dict(ha.status())
-    status: dict[str, Any] = yield from steps()
+    status: dict[str, Any] = yield from (steps() if rows else steps(rows=False, positions=True))
     return status
