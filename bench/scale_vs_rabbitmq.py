@@ -116,7 +116,9 @@ async def close_all(clients: list[AmqpClient]) -> None:
 
 def measure_broker(name: str, port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     """Declare time, RSS per idle queue and per idle connection of one broker."""
-    asyncio.run(close_all(asyncio.run(open_idle(port, 1))))  # warm: one login's code paths
+    # warm: logins' code paths and memory (qpidd checks a password with scrypt, 16 MiB in
+    # each of its hash threads; 50 at once use every thread) before the first reading
+    asyncio.run(close_all(asyncio.run(open_idle(port, 50))))
     time.sleep(args.settle)
     before = rss_kib(pid)
     load_before = load()
@@ -169,8 +171,20 @@ def qpidd_standalone(root: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def rabbitmq(args: argparse.Namespace) -> dict[str, Any]:
     port = args.rabbitmq_port
-    subprocess.run([str(RABBITMQ_SH), "start", str(port)], check=True)
     try:
+        # rabbitmq.sh waits 90 s for the node's boot; at load 30 it may take longer
+        subprocess.run([str(RABBITMQ_SH), "start", str(port)], check=False)
+        poll_until(
+            lambda: (
+                subprocess.run(
+                    [str(RABBITMQ_SH), "status", str(port)], capture_output=True
+                ).returncode
+                == 0
+            ),
+            300,
+            "RabbitMQ to serve",
+            interval=2.0,
+        )
         pid = int(Path(f"/tmp/rmq-bench-{port}/rabbitmq.pid").read_text().strip())
         version = subprocess.run(
             [str(RABBITMQ_SH), "ctl", str(port), "version"], capture_output=True, text=True
@@ -274,6 +288,7 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before each RSS")
     parser.add_argument("--rabbitmq-port", type=int, default=5680)
     parser.add_argument("--no-rabbitmq", action="store_true")
+    parser.add_argument("--no-qpidd", action="store_true", help="no stand-alone qpidd row")
     parser.add_argument("--failover", action="store_true", help="also 1 vs --queues fail-over")
     parser.add_argument("--active", type=int, default=10, help="queues with a publisher")
     parser.add_argument("--repeat", type=int, default=1, help="fail-over pairs (1, N queues)")
@@ -283,7 +298,8 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="scale-vs-rabbitmq-"))
     rows: list[dict[str, Any]] = []
     try:
-        rows.append(qpidd_standalone(root, args))
+        if not args.no_qpidd:
+            rows.append(qpidd_standalone(root, args))
         if not args.no_rabbitmq:
             rows.append(rabbitmq(args))
         if args.failover:
