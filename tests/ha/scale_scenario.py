@@ -234,7 +234,7 @@ class Clients:
                     await channel.publish("", ACTIVE, b"m", PERSISTENT)
                     self.confirmed += 1
                     self.confirmed_after += port == self.ports[1]
-                    await asyncio.sleep(0.02)
+                    await asyncio.sleep(0.1)
             except asyncio.CancelledError:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(client.close(), 5)
