@@ -263,7 +263,7 @@ class LiveFeed:
         ha = getattr(self.broker, "ha", None)
         # nobody viewing: the backups' positions (the lag histories), not a row per queue
         ha_status = None if ha is None else (yield from _status_steps(ha, rows=following))
-        self._sample_backups(now, ha_status)
+        yield from self._sample_backups_steps(now, ha_status)
         self._agent_instants()
         # only while someone follows: the lists' journal and the pages' state
         if following:
@@ -324,16 +324,20 @@ class LiveFeed:
                     if read_before is not None:  # a first reading: its row is built anyway
                         self._moved.add(name)
 
-    def _sample_backups(self, now: float, ha_status: dict[str, Any] | None) -> None:
+    def _sample_backups_steps(self, now: float, ha_status: dict[str, Any] | None) -> Steps[None]:
+        """Each backup's queue lags into its histories, :data:`SLICE` rows a slice (two
+        backups of 10,000 queues at once: one step of 100-130 ms every second)."""
         seen: set[str] = set()
         for backup in (ha_status or {}).get("backups", []):
             backup_id = str(backup["id"])
             lags = self.lag_history.setdefault(backup_id, {})
             seen.add(backup_id)
             waiting = 0
-            for row in backup.get("queues", []):
+            for i, row in enumerate(backup.get("queues", []), 1):
                 lags.setdefault(str(row["queue"]), deque(maxlen=HISTORY)).append(int(row["lag"]))
                 waiting += int(row.get("unacknowledged_batches") or 0)
+                if i % SLICE == 0:
+                    yield
             if waiting:
                 self.unacknowledged_since.setdefault(backup_id, now)
             else:
