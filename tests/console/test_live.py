@@ -12,6 +12,7 @@ from broker.core.message import Message
 from broker.management.console import live
 from broker.management.console.live import HISTORY, LiveFeed
 from common.log import get_logger
+from common.slices import SLICE
 from tests.management.support import FakeBroker
 
 
@@ -189,6 +190,6 @@ def test_the_backups_lags_are_sampled_a_slice_at_a_time() -> None:
         except StopIteration:
             break
         slices += 1
-    assert slices >= 2 * 1200 // live.SLICE
+    assert slices >= 2 * 1200 // SLICE
     assert all(len(feed.lag_history[b]) == 1200 for b in ("b1", "b2"))
     assert list(feed.lag_history["b2"]["s1199"]) == [1]
