@@ -171,9 +171,12 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         store_id = raw_store if isinstance(raw_store, str) else ""
         in_sync = broker_in_sync(ha)
         epoch = _non_negative(ha.get("epoch"))
-        for queue in ha.get("queues") or []:
-            if isinstance(queue, dict):
-                position += _non_negative(queue.get("last_id"))
+        if "replication_position" in ha:
+            position = _non_negative(ha.get("replication_position"))
+        else:  # a broker before replication_position: its rows
+            for queue in ha.get("queues") or []:
+                if isinstance(queue, dict):
+                    position += _non_negative(queue.get("last_id"))
     link_up: bool | None = None
     link_error = ""
     if ha is not None and state in ("ready", "catch-up"):
@@ -256,7 +259,9 @@ class BrokerCheck:
             if status.get("ha_state") != "standalone":
                 # manager=1: the broker waits for this read before it stops for a cluster
                 # shutdown, so the agent learns of it first (broker.management.ha)
-                path = "/api/ha?manager=1"
+                # queues=summary: the position without a row per queue (a broker that
+                # does not know it sends the rows, summed below)
+                path = "/api/ha?manager=1&queues=summary"
                 if self.agent is not None:  # the broker is ours: it refuses hand promotions
                     path += f"&agent={quote(self.agent, safe='')}"
                 ha = self.client.get(path)

@@ -42,7 +42,7 @@ from broker.ha.beyond_joining import cluster_beyond_joining
 from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
 from broker.ha.ha_status import ha_status_steps, in_sync_status, member_dicts
-from broker.ha.id_era import enter_era
+from broker.ha.id_era import enter_era_steps
 from broker.ha.lease_keeper import LeaseKeeper
 from broker.ha.manager_lease import ManagerLease
 from broker.ha.member_lease import GrantLedger, LeaseTimes
@@ -577,7 +577,7 @@ class HaBroker:
                 await self._drop_link()
                 return []
             case StartPrimary(expected):
-                return self._start_primary(dict(expected))
+                return await self._start_primary(dict(expected))
         raise AssertionError(f"not a promotion action: {action!r}")
 
     async def _drop_link(self) -> None:
@@ -593,9 +593,15 @@ class HaBroker:
             self.vhost.delete_queue(name)
         self.link = None
 
-    def _start_primary(self, expected: dict[str, str]) -> list[Action]:
+    async def _start_primary(self, expected: dict[str, str]) -> list[Action]:
+        """Become the primary's shell. The work over every queue (the new era's ids, the
+        expected backups' guards: at 10,000 queues 50-100 ms each) runs a slice a turn of
+        the loop, before the role hears PrimaryStarted: until then the broker is not
+        primary (no client is admitted, its link is dropped), so nothing is enqueued that
+        a guard made in a later slice would miss."""
         self.lineage.promoted(self.epoch_store.current)  # this era is the store's now
-        enter_era(self.vhost.queues.values(), self.epoch_store.current)  # no id reused
+        queues = list(self.vhost.queues.values())
+        await _in_turns(enter_era_steps(queues, self.epoch_store.current))  # no id reused
         self.identity.promoted()  # the cluster's first primary creates its id
         primary = Primary(
             self.vhost,
@@ -603,6 +609,8 @@ class HaBroker:
             clock=self.context.clock,
             auto_delete_grace=self.options.ha_backup_timeout,
         )
+        for backup_id, url in sorted(expected.items()):  # the role's GuardBackup finds them
+            await _in_turns(primary.guard_backup_steps(backup_id, url))
         self.primary = primary
         self.streams = PrimaryStreams(primary, self, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
@@ -635,10 +643,19 @@ class HaBroker:
         """What GET /api/ha shows, at once (:meth:`status_steps`)."""
         return run_steps(self.status_steps())
 
-    def status_steps(self) -> Steps[dict[str, Any]]:
-        """:meth:`status` in slices (:func:`broker.ha.ha_status.ha_status_steps`)."""
+    def status_steps(
+        self, rows: bool = True, positions: bool | None = None
+    ) -> Steps[dict[str, Any]]:
+        """:meth:`status` in slices (:func:`broker.ha.ha_status.ha_status_steps`); ``rows``
+        False: without the per-queue rows (``positions``: but with each backup's)."""
         self.take_offered_lease()
-        return ha_status_steps(self)
+        return ha_status_steps(self, rows, positions)
+
+
+async def _in_turns(steps: Steps[None]) -> None:
+    """Run ``steps``, a slice a turn of the loop."""
+    for _ in steps:
+        await asyncio.sleep(0)
 
 
 def _call_soon() -> Callable[[Callable[[], None]], object] | None:

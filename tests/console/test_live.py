@@ -12,6 +12,7 @@ from broker.core.message import Message
 from broker.management.console import ha_view
 from broker.management.console.live import HISTORY, LiveFeed
 from common.log import get_logger
+from common.slices import SLICE
 from tests.management.support import FakeBroker
 
 
@@ -188,3 +189,34 @@ def test_a_viewers_page_gets_only_what_moved_on_it() -> None:
     changes = feed.lists.journal.since(first["version"])
     assert changes is not None and changes.lists["queues"].removed == ["q0001"]
     assert set(changes.lists["queues"].changed) == {"q0003", "q0900"}
+
+
+@dataclass
+class ManyQueuesHa(Ha):
+    """Two backups with a row for each of ``queues`` queues."""
+
+    queues: int = 1200
+
+    def status(self) -> dict[str, Any]:
+        rows = [
+            {"queue": f"s{i}", "lag": 1, "unacknowledged_batches": 0} for i in range(self.queues)
+        ]
+        return {"state": "active", "backups": [{"id": b, "queues": rows} for b in ("b1", "b2")]}
+
+
+def test_the_backups_lags_are_sampled_a_slice_at_a_time() -> None:
+    """Two backups of 10,000 queues were one step of 100-130 ms a second: their lag rows go
+    into the histories 500 a slice (issue 25)."""
+    broker, clock = HaBroker(ha=ManyQueuesHa()), Clock()
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    slices = 1
+    steps = feed.sample_steps()
+    while True:
+        try:
+            next(steps)
+        except StopIteration:
+            break
+        slices += 1
+    assert slices >= 2 * 1200 // SLICE
+    assert all(len(feed.lag_history[b]) == 1200 for b in ("b1", "b2"))
+    assert list(feed.lag_history["b2"]["s1199"]) == [1]

@@ -90,7 +90,7 @@ class FakeHa:
     def status(self) -> dict[str, Any]:
         return {"state": self.state.value, "epoch": self.epoch}
 
-    def status_steps(self) -> Steps[dict[str, Any]]:
+    def status_steps(self, rows: bool = True) -> Steps[dict[str, Any]]:
         yield  # one slice, as HaBroker's status in slices
         return self.status()
 
