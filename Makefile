@@ -1,5 +1,8 @@
 # Two commands for a newcomer: `make demo` and `make test`. Both install what they need.
 PYTHON ?= python3
+# pytest-xdist workers of make unit/test (at 2 the suite keeps about 1.2 of 2 cores busy:
+# it mostly waits on brokers, sessions and JVMs); make test TEST_WORKERS=3 to try more
+TEST_WORKERS ?= 2
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -87,7 +90,7 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIEN
 	$(BIN)/python deploy/node_lock_install.py $(NODE_CLIENT)
 
 unit: $(STAMP) $(WHEELHOUSE)/.done system-packages $(NODE_CLIENT)/node_modules/.installed
-	$(BIN)/pytest -q -n 2 --dist loadgroup --durations=25
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 test: lint typecheck unit
 
