@@ -262,6 +262,13 @@ class Node:
         status = self.status()
         return "down" if status is None else str(status.get("ha_state"))
 
+    def serving(self) -> bool:
+        """Does this broker serve clients, as far as its member lease says (``GET /api/ha``
+        ``member_lease.serving``; unreadable or absent: assumed to, which only over-counts)?"""
+        ha = self.get("/api/ha?queues=summary")
+        lease = ha.get("member_lease") if isinstance(ha, dict) else None
+        return not (isinstance(lease, dict) and lease.get("serving") is False)
+
     def broker_pid(self) -> int | None:
         status = self.status()
         return None if status is None else int(status["pid"])
