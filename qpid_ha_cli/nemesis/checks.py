@@ -20,8 +20,8 @@ stopped process serves nobody. So is the time its member lease had lapsed (its f
 ``member_lease_lapsed`` to its next ``member_lease_serving``): a primary checks its lease
 before every confirm, delivery, get-ok and admission, and logs the lapse at the first check
 that finds it, so it served nothing from that line on (issue 26; a cut-off old primary stays
-``active`` until its agent fences it, but does not serve). :func:`overlap_seconds` adds up the time two such spans of
-different nodes overlap inside a window: it must be 0.
+``active`` until its agent fences it, but does not serve). :func:`overlap_seconds` adds up
+the time two such spans of different nodes overlap inside a window: it must be 0.
 """
 
 from __future__ import annotations
