@@ -1,6 +1,5 @@
-"""Fixtures of the analytics tests: one Spark session (``local[2]``, loopback, quiet) per
-group of Spark tests for the whole test session (its start dominates), and hand-made JSON
-log files.
+"""Fixtures of the analytics tests: ONE Spark session (``local[2]``, loopback, quiet) for
+the whole test session (its start dominates), and hand-made JSON log files.
 
 The test JVMs compile with the client compiler only (:data:`FAST_JIT`): a test job is a
 few hundred tiny stages, where the server compiler's work never pays back (half the CPU
@@ -71,16 +70,8 @@ def fast_jit_driver() -> Iterator[None]:
             os.environ["SPARK_SUBMIT_OPTS"] = before
 
 
-#: Modules whose Spark tests run on a second worker with a Spark session of their own:
-#: their tests are long (a standalone cluster, a real cluster's drill, the job's subprocess
-#: runs) and share nothing with the generated run, so the two groups end together instead
-#: of one worker running every Spark test while the others wait at the end of the suite.
-SECOND_SPARK = frozenset({"test_cluster_mode.py", "test_real_failover.py", "test_inputs.py"})
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The Spark tests on two pytest-xdist workers, one Spark session each (``spark``, and
-    ``spark-b`` for :data:`SECOND_SPARK`); tests that start no Spark go to any worker.
+    """Every Spark test on one pytest-xdist worker: one Spark session, not one a worker.
 
     Under ``--dist loadgroup`` the group is also written into the node id (``id@spark``),
     the suffix the controller groups by: pytest-xdist 3.8 writes it into ``item._nodeid``,
@@ -91,13 +82,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     here = Path(__file__).parent
     grouping = bool(getattr(config.option, "loadgroup", False))
     for item in items:
-        path = Path(item.path)
-        if here not in path.parents or "spark" not in getattr(item, "fixturenames", ()):
-            continue
-        group = "spark-b" if path.name in SECOND_SPARK else "spark"
-        item.add_marker(pytest.mark.xdist_group(group))
-        if grouping and "@" not in item.nodeid:
-            item._id = NodeId.parse(f"{item.nodeid}@{group}")
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+            if grouping and "@" not in item.nodeid:
+                item._id = NodeId.parse(f"{item.nodeid}@spark")
 
 
 @pytest.fixture(scope="session")
