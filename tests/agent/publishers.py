@@ -26,6 +26,8 @@ import pika.exceptions
 from kombu.connection import Connection as KombuConnection
 from kombu.entity import Queue as KombuQueue
 
+from common.polling import poll_until
+
 #: The clients' heartbeat (seconds), as docs/clients.md sets it.
 HEARTBEAT = 1
 #: A client's longest wait for one broker of its list to connect and open (seconds).
@@ -226,10 +228,21 @@ PUBLISHERS: dict[str, Callable[[Confirms, list[int]], Publisher]] = {
 }
 
 
+def _admitted(port: int) -> pika.BlockingConnection | None:
+    """A connection to ``port``, or None while the broker refuses clients (a primary whose
+    member lease lapsed for a moment answers 530 until a grant or the set's commit)."""
+    try:
+        return pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1, socket_timeout=5)
+        )
+    except pika.exceptions.AMQPConnectionError:
+        return None
+
+
 def drain(port: int, queue: str) -> list[int]:
     """Every message of ``queue`` on the broker at ``port`` (got, not acknowledged)."""
-    connection = pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1, socket_timeout=5)
+    connection: pika.BlockingConnection = poll_until(
+        lambda: _admitted(port), 20, f"the broker at {port} admitting a client"
     )
     try:
         channel = connection.channel()
