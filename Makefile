@@ -1,5 +1,8 @@
 # Two commands for a newcomer: `make demo` and `make test`. Both install what they need.
 PYTHON ?= python3
+# pytest-xdist workers of make unit/test (at 2 the suite keeps about 1.2 of 2 cores busy:
+# it mostly waits on brokers, sessions and JVMs); make test TEST_WORKERS=3 to try more
+TEST_WORKERS ?= 2
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -13,10 +16,11 @@ STAMP  := $(VENV)/.installed
 # starts no service and leaves none enabled (docs/install.md lists what comes with them).
 # pacemaker-cli-utils needs "pacemaker | pacemaker-remote": pacemaker-remote, asked for
 # with it, keeps out pacemaker itself and corosync (crm_resource --force-* runs the
-# agent without a cluster). Node.js runs the amqplib client of tests/compat; its package,
-# pinned in tests/compat/node/package-lock.json, comes from the npm registry through
+# agent without a cluster). Node.js runs the amqplib client of tests/compat and the rhea
+# (AMQP 1.0) client of tests/amqp10; their packages (amqplib; rhea with debug and ms),
+# pinned in tests/compat/node/package-lock.json, come from the npm registry through
 # deploy/node_lock_install.py (integrity checked), not npm: Debian's npm brings about 340
-# node-* packages to a bare Debian 12 for that one package.
+# node-* packages to a bare Debian 12 for those four plain packages.
 # Chromium and its chromedriver drive the web console's browser tests (tests/console).
 # Each entry: a file that shows the package is there, then the package.
 SYSTEM_PACKAGES := /usr/share/java/zookeeper.jar:libzookeeper-java /usr/bin/java:default-jre-headless \
@@ -37,7 +41,7 @@ NODE_CLIENT := tests/compat/node
 WHEELHOUSE := $(VENV)/wheelhouse
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint typecheck unit bench bench-ha bench-store bench-security bench-ha-fuzz clean venv system-packages demo-packages
+.PHONY: demo test lint typecheck unit bench bench-ha bench-store bench-security bench-ha-fuzz bench-amqp10 clean venv system-packages demo-packages
 
 venv: $(STAMP)
 
@@ -86,7 +90,7 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIEN
 	$(BIN)/python deploy/node_lock_install.py $(NODE_CLIENT)
 
 unit: $(STAMP) $(WHEELHOUSE)/.done system-packages $(NODE_CLIENT)/node_modules/.installed
-	$(BIN)/pytest -q -n 2 --dist loadgroup --durations=25
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 test: lint typecheck unit
 
@@ -115,3 +119,10 @@ bench-security: $(STAMP)
 # (docs/reliability.md, "Fuzzing the HA path").
 bench-ha-fuzz: $(STAMP)
 	$(BIN)/python bench/ha_fuzz.py --seconds 600
+
+# AMQP 1.0 (Proton) against 0-9-1 (pika) on qpidd, and on RabbitMQ with its 1.0 plugin when
+# RMQ_PORT names one (RMQ_PLUGINS=rabbitmq_amqp1_0 bench/rabbitmq.sh start PORT first);
+# docs/benchmarks.md, "AMQP 1.0 throughput".
+RMQ_PORT ?=
+bench-amqp10: $(STAMP)
+	$(BIN)/python bench/amqp10_throughput.py --pairs 1,4 --repeat 3$(if $(RMQ_PORT), --rabbitmq-port $(RMQ_PORT))

@@ -20,6 +20,14 @@ pairs are cause and effect whatever the clocks say (``docs/analytics.md``, "Cloc
     broker exit (``broker_process_exited``); the exit nearest the record within
     :data:`MAX_OFFSET_US` is taken. (The backups' ``ha_link_down`` is no such pair: a
     stale backup's link was cut on purpose before the kill.)
+``resign``
+    the promotion to ``E`` (``ha_state_changed`` to recovering) comes after the resignation
+    it followed: the first ``agent_fenced`` or ``election_withdraw`` of the previous
+    primary's agent after its own promotion, when no ``zookeeper_session_fence`` nor
+    ``agent_started`` of that agent came between (it still held its session, so its
+    resignation deleted the primary record the next claim waited for; after a session
+    fence or a restart the record went with the expired session instead, and a frozen
+    node's resignation can come after the promotion). Within :data:`MAX_OFFSET_US`.
 
 :func:`pairs` (Spark) collects them (a few rows per fail-over); :func:`estimate` (pure)
 finds the offsets: for each node, the largest amount by which its effects precede their
@@ -40,9 +48,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
+from common.failover_phases import RESIGN_EVENTS
 
 __all__ = ["MAX_OFFSET_US", "TOLERANCE_US", "Clocks", "Pair", "apply", "estimate", "pairs"]
 
@@ -219,8 +229,46 @@ def pairs(events: DataFrame) -> list[Pair]:
     return [
         Pair(r["kind"], (r["c_cluster"], r["c_node"]), int(r["c_us"]),
              (r["cluster"], r["node"]), int(r["e_us"]))
-        for r in _rows(promoted.unionByName(near))
+        for r in _rows(promoted.unionByName(near).unionByName(_resigned(events, rec)))
     ]  # fmt: skip
+
+
+def _resigned(events: DataFrame, rec: DataFrame) -> DataFrame:
+    """The ``resign`` pairs (see the module): cause the previous primary's resignation,
+    effect the next promotion's move to recovering, in :func:`pairs`' columns."""
+    turns = rec.select(
+        "cluster", "epoch", F.col("c_node").alias("node"), F.col("c_us").alias("e_us"),
+        F.lag("c_node").over(Window.partitionBy("cluster").orderBy("epoch")).alias("x_node"),
+        F.lag("c_us").over(Window.partitionBy("cluster").orderBy("epoch")).alias("x_us"),
+    ).where(F.col("x_node").isNotNull() & (F.col("x_node") != F.col("node")))  # fmt: skip
+    agent = events.where(F.col("source") == "agent")
+    resigns = agent.where(F.col("event").isin(*RESIGN_EVENTS)).select(
+        "cluster", F.col("node").alias("x_node"), F.col("us").alias("r_us")
+    )
+    first = (
+        turns.join(resigns, ["cluster", "x_node"])
+        .where(F.col("r_us") > F.col("x_us"))
+        .groupBy("cluster", "epoch", "node", "e_us", "x_node", "x_us")
+        .agg(F.min("r_us").alias("r_us"))
+    )
+    sessionless = agent.where(
+        F.col("event").isin("zookeeper_session_fence", "agent_started")
+    ).select("cluster", F.col("node").alias("x_node"), F.col("us").alias("s_us"))
+    lost = (
+        first.join(sessionless, ["cluster", "x_node"])
+        .where((F.col("s_us") > F.col("x_us")) & (F.col("s_us") <= F.col("r_us")))
+        .select("cluster", "epoch")
+        .distinct()
+    )
+    return (
+        first.join(lost, ["cluster", "epoch"], "left_anti")
+        .where(F.abs(F.col("r_us") - F.col("e_us")) <= MAX_OFFSET_US)
+        .select(
+            F.lit("recovering after the resignation it followed").alias("kind"),
+            F.col("cluster").alias("c_cluster"), F.col("x_node").alias("c_node"),
+            F.col("r_us").alias("c_us"), "cluster", "node", "e_us",
+        )
+    )  # fmt: skip
 
 
 OFFSET_SCHEMA = T.StructType(

@@ -174,7 +174,7 @@ def in_process(queues: int, ticks: int = 5) -> dict[str, Any]:
 
     from broker.core.message import Message
     from broker.management.console.live import LiveFeed
-    from broker.management.console.live_lists import CONSOLE_QUEUES, QueuePage
+    from broker.management.console.live_lists import CONSOLE_QUEUES, ListPage
     from broker.management.lists import parse_query
     from common.log import get_logger
     from tests.management.support import FakeBroker
@@ -210,7 +210,7 @@ def in_process(queues: int, ticks: int = 5) -> dict[str, Any]:
         idle.append(run(feed.sample_steps()))
     feed.viewers = 1
     first = run(feed.sample_steps())
-    page = QueuePage(parse_query({"page": "1", "page_size": "50"}, CONSOLE_QUEUES))
+    page = ListPage(parse_query({"page": "1", "page_size": "50"}, CONSOLE_QUEUES))
     whole = run(feed.lists.page_steps(page, True))
     snapshot = run(feed.lists.shared_snapshot_steps("{}"))
     followed = []

@@ -38,10 +38,10 @@ from tests.ha.scale_scenario import ScaleRun, make_cluster, run  # noqa: E402
 WINDOW = 1.0
 #: Which broker serves in which phase (index in the cluster, its role then).
 ROLES = {
-    "declare": ((0, "primary"), (1, "backup")),
-    "catch-up": ((0, "primary"), (1, "backup")),
+    "declare": ((0, "primary"), (1, "backup"), (2, "second backup")),
+    "catch-up": ((0, "primary"), (1, "backup"), (2, "second backup")),
     "management": ((0, "primary"), (1, "backup")),
-    "promotion": ((1, "new primary"),),
+    "promotion": ((1, "new primary"), (2, "expected backup")),
     "recovery and catch-up": ((1, "new primary"), (0, "restarted backup")),
     "management after": ((1, "new primary"), (0, "restarted backup")),
 }
@@ -83,6 +83,8 @@ def phase_steps(result: ScaleRun, logs: list[Path]) -> list[dict[str, Any]]:
     rows = []
     for phase, (start, end) in result.spans.items():
         for i, role in ROLES.get(phase, ()):
+            if i >= len(logs):
+                continue
             counts = result.counts.get(phase, {}).get(i, [])
             windows = [
                 e for ts, e in events[i] if e["event"] == "loop_lag" and start < ts <= end + WINDOW
@@ -110,6 +112,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queues", type=int, default=10_000)
     parser.add_argument("--backlog", type=int, default=5_000, help="messages on each of 10 queues")
+    parser.add_argument(
+        "--brokers", type=int, default=3, choices=(2, 3), help="3: a second backup, expected"
+    )
+    parser.add_argument(
+        "--connections", type=int, default=500, help="idle connections to the primary"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the brokers' directories")
     args = parser.parse_args()
@@ -117,13 +125,14 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     os.environ["QPIDD_TEST_LOOP_LAG_INTERVAL"] = str(WINDOW)
     root = Path(tempfile.mkdtemp(prefix="loop-steps-scale-"))
-    cluster = make_cluster(root).start(timeout=120)  # a start at load 50 takes its time
+    cluster = make_cluster(root, args.brokers).start(timeout=120)  # slow at load 50
     try:
         result = run(
             cluster,
             args.queues,
             {f"q{i}": args.backlog for i in range(1, 11)},
             timeout=600,
+            connections=args.connections,
             note=lambda line: print(line, flush=True),
         )
     finally:

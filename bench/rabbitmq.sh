@@ -12,6 +12,9 @@
 # uses a private epmd on 127.0.0.1:PORT+30000, so stopping it touches no other Erlang node.
 # Clients use amqp://guest:guest@127.0.0.1:PORT/%2F (guest works from localhost only).
 #
+# RMQ_PLUGINS: plugins to enable, comma-separated Erlang atoms (e.g. rabbitmq_amqp1_0, the
+# AMQP 1.0 plugin of bench/amqp10_throughput.py, which serves 1.0 on the same port).
+#
 # A TLS listener too (the client libraries' suites, docs/rabbitmq-compat.md), when
 # RMQ_TLS_PORT is set: RMQ_TLS_CERT, RMQ_TLS_KEY, RMQ_TLS_CA (PEM files) and
 # RMQ_TLS_REQUIRE_CLIENT_CERT=true|false (default false).
@@ -96,7 +99,7 @@ ssl_options.verify = verify_peer
 ssl_options.fail_if_no_peer_cert = ${RMQ_TLS_REQUIRE_CLIENT_CERT:-false}
 EOF
     fi
-    echo "[]." >"$dir/enabled_plugins"
+    echo "[${RMQ_PLUGINS:-}]." >"$dir/enabled_plugins"
     echo "[]." >"$dir/advanced.config"
     : >"$dir/rabbitmq-env.conf"
     # Detached from this shell: the node outlives it, and stop finds it by its pid file.

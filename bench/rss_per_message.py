@@ -13,8 +13,14 @@ It prints the RSS growth per message over the whole run and the marginal growth 
 over the last half (for ``paged``: messages that all went to disk). Targets: under 1.5 KiB
 per message in memory, under 0.3 KiB per paged message (1 KiB bodies).
 
+``--release drain`` (consume every message, acknowledged in batches) or ``--release delete``
+(delete the queue) then empties the queue and reads the RSS ``--settle`` seconds later (issue
+32: within 20 % of its level before the fill, 30 s after a 300,000-message queue is drained
+or deleted); ``after/base`` is that ratio.
+
     .venv/bin/python bench/rss_per_message.py --count 1000000
     .venv/bin/python bench/rss_per_message.py --count 5000000 --modes paged
+    .venv/bin/python bench/rss_per_message.py --count 300000 --modes memory --release delete
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pika
 
@@ -42,7 +49,27 @@ def rss(pid: int) -> int:
         return int(statm.read().split()[1]) * PAGE
 
 
-def run(mode: str, count: int, size: int, step: int, max_memory: str) -> dict[str, float]:
+def _release(channel: Any, how: str, count: int) -> None:
+    """Empty the queue: consume and acknowledge every message, or delete the queue."""
+    if how == "delete":
+        channel.queue_delete("rss")
+        return
+    channel.basic_qos(prefetch_count=1000)
+    for taken, (method, _props, _body) in enumerate(
+        channel.consume("rss", inactivity_timeout=30), 1
+    ):
+        if method is None:
+            raise RuntimeError(f"drain stalled after {taken - 1} of {count} messages")
+        if taken % 500 == 0 or taken == count:
+            channel.basic_ack(method.delivery_tag, multiple=True)
+        if taken == count:
+            break
+    channel.cancel()
+
+
+def run(
+    mode: str, count: int, size: int, step: int, max_memory: str, release: str, settle: float
+) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="rss-bench-"))
     port = free_port()
     args = [
@@ -82,7 +109,14 @@ def run(mode: str, count: int, size: int, step: int, max_memory: str) -> dict[st
             poll_until(lambda: queued() == sent, 120, f"{sent} messages queued")  # noqa: B023
             samples.append((sent, rss(proc.pid)))
         seconds = time.monotonic() - started
-        connection.close()
+        after = 0
+        if release:
+            _release(channel, release, count)
+            connection.close()
+            time.sleep(settle)
+            after = rss(proc.pid)
+        else:
+            connection.close()
         end = samples[-1][1]
         half_n, half_rss = samples[len(samples) // 2]
         paged = 0
@@ -96,6 +130,7 @@ def run(mode: str, count: int, size: int, step: int, max_memory: str) -> dict[st
             "marginal_b": (end - half_rss) / max(1, count - half_n),
             "page_mb": paged / 1e6,
             "publish_s": seconds,
+            "after_mb": after / 1e6,
         }
     finally:
         proc.terminate()
@@ -114,17 +149,25 @@ def main() -> None:
     ap.add_argument("--step", type=int, default=50_000, help="messages between RSS samples")
     ap.add_argument("--max-memory", default="400MB", help="qpidd --max-memory in paged mode")
     ap.add_argument("--modes", default="memory,paged")
+    ap.add_argument("--release", choices=["", "drain", "delete"], default="")
+    ap.add_argument("--settle", type=float, default=30.0, help="seconds after the release")
     opts = ap.parse_args()
     print(
         f"{'mode':8} {'count':>9} {'size':>6} {'base MB':>8} {'end MB':>8} {'B/msg':>7}"
         f" {'marginal B/msg':>15} {'pages MB':>9} {'publish s':>10}"
+        + (f" {'after MB':>9} {'after/base':>10}" if opts.release else "")
     )
     for mode in opts.modes.split(","):
-        r = run(mode, opts.count, opts.size, opts.step, opts.max_memory)
+        r = run(mode, opts.count, opts.size, opts.step, opts.max_memory, opts.release, opts.settle)
         print(
             f"{mode:8} {opts.count:>9} {opts.size:>6} {r['base_mb']:>8.1f} {r['end_mb']:>8.1f}"
             f" {r['per_msg_b']:>7.0f} {r['marginal_b']:>15.0f} {r['page_mb']:>9.1f}"
-            f" {r['publish_s']:>10.1f}",
+            f" {r['publish_s']:>10.1f}"
+            + (
+                f" {r['after_mb']:>9.1f} {r['after_mb'] / r['base_mb']:>10.2f}"
+                if opts.release
+                else ""
+            ),
             flush=True,
         )
 

@@ -126,6 +126,12 @@ class LeaseOffers:
             self._offer = (seconds, now)
         return None
 
+    def peek(self) -> tuple[float, float] | None:
+        """The latest offer not applied yet, (seconds, received at), left for :meth:`take`
+        (a query that changes nothing: the flush's ``may_confirm``)."""
+        with self._lock:
+            return self._offer
+
     def take(self) -> tuple[float, float] | None:
         """The latest offer not applied yet, (seconds, received at), and forget it."""
         with self._lock:

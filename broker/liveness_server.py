@@ -14,9 +14,10 @@ the management interface, HTTPS when the management API is) on its own port
 - ``GET /grant[?epoch=N]``: the member lease this broker granted as a backup
   (:meth:`broker.ha.member_lease.GrantLedger.answer`): ``epoch`` (the newest granted),
   ``lapsed`` (every grant to an epoch older than N has lapsed, plus the drift bound; no N:
-  every grant), ``remaining_ms``, ``grants`` and ``formats`` (the replication formats this
-  broker speaks). Open, like ``/liveness``; what a cluster manager asks before promoting
-  this broker, answered however busy the loop;
+  every grant), ``remaining_ms``, ``grants`` (each epoch's ``remaining_ms``, and
+  ``needed``: that epoch's primary counted this broker at its newest request) and
+  ``formats`` (the replication formats this broker speaks). Open, like ``/liveness``;
+  what a cluster manager asks before promoting this broker, answered however busy the loop;
 - ``POST /lease`` ``{"lease": seconds}`` with the header ``X-Qpidd-Lease-Token``: the
   token ``GET /api/ha`` gives a user who may renew the lease (the cluster manager), new at
   each broker start (so it also names this broker instance). The answer is that of

@@ -17,6 +17,7 @@ import asyncio
 import signal
 import sys
 
+from broker.collector import tune_after_start
 from broker.listen import ListenError
 from broker.options import BrokerOptions, log_cluster, main_parse
 from broker.server import Broker
@@ -60,6 +61,7 @@ async def run(options: BrokerOptions) -> ExitStatus:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
         raise CommandError(f"cannot start: {exc}", ExitStatus.ERROR) from None
     release_held_lines()  # started: what was logged on the way goes to stderr now
+    tune_after_start()  # the collector set for a broker (broker.collector)
     loop.add_signal_handler(signal.SIGHUP, broker.security.on_sighup)  # reload the ACL
     waiters = {asyncio.create_task(stop.wait()), asyncio.create_task(broker.wait_stopped())}
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)

@@ -429,13 +429,13 @@ class BrokerOptions:
         metavar="PORT",
     )
     ha_backup_timeout: float = _option(
-        10.0,
+        5.0,
         duration(65535.0),
         "longest a recovering primary waits for an expected backup to connect and be ready",
         metavar="SECONDS",
     )
     ha_member_lease: float = _option(
-        2.0,
+        0.8,
         positive_duration(3600.0),
         "the member lease: how long each in-sync backup's grant lets the primary serve,"
         " counted from the request (asked every quarter of it; replication format 3)",
@@ -455,14 +455,14 @@ class BrokerOptions:
         metavar="N",
     )
     link_maintenance_interval: float = _option(
-        2.0,
+        0.1,
         positive_duration(65535.0),
         "how often a backup checks its link to the primary and reconnects if need be"
         " (greater than 0), e.g. 2, 100ms",
         metavar="SECONDS",
     )
     link_heartbeat_interval: float = _option(
-        120.0,
+        1.0,
         positive_duration(65535.0),
         "heartbeat interval of HA links; a backup silent for twice this is dead (greater than 0)",
         metavar="SECONDS",

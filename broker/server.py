@@ -121,6 +121,7 @@ class Broker:
             options.data_dir,
             self.log,
             self._publishers_blocked,
+            held=self._bytes_held,
         )
         #: Pages ready messages to the data directory past a share of --max-memory.
         self.pager: Pager | None = None
@@ -130,6 +131,10 @@ class Broker:
         self.context.publish_alarm = reason
         for protocol in list(self._protocols):
             protocol.publishers_blocked(reason)
+
+    def _bytes_held(self) -> int:
+        """Bytes of the ready messages of every queue (for the heap's return)."""
+        return sum(q.bytes for vhost in self.vhosts for q in vhost.queues.values())
 
     def _start_paging(self, data_dir: Path) -> None:
         """Queues keep ready messages in memory up to PAGING_RATIO of --max-memory, the
@@ -247,6 +252,27 @@ class Broker:
             if protocol.connection is not None:
                 protocol.connection.signal_output()
 
+    def _close_clients_not_served(self, reason: str) -> int:
+        """The HA primary has not served for a while (its member lease lapsed): close
+        every client connection whose output it holds (320 CONNECTION_FORCED, what they
+        were not sent yet dropped: nothing held may reach them), so they reconnect to the
+        next address of their URL list; backup links and HA admin connections stay (the
+        grants that would restore it come over the links). How many were closed."""
+        assert self.ha is not None
+        admission = self.ha.admission
+        closed = 0
+        for protocol in list(self._protocols):
+            connection = protocol.connection
+            if connection is None or not connection.is_open:
+                continue
+            if admission.holds_output(connection):
+                admission.let_close(connection)
+                connection.drop_unsent()
+                connection.close(ReplyCode.CONNECTION_FORCED, reason)
+                protocol.flush()
+                closed += 1
+        return closed
+
     # -- virtual hosts (VhostListener) -------------------------------------------------
     def vhost_created(self, vhost: VirtualHost) -> None:
         self.log.info("vhost_created", vhost=vhost.name)
@@ -309,9 +335,10 @@ class Broker:
                 data_dir=self.data_dir,
                 on_refused=self._refused,
                 disk=None if self.store is None else self.store.journal,
+                lease_offers=self.liveness.offers,
             )
-            self.ha.lease_offers = self.liveness.offers
             self.ha.lease.on_serving_resumed = self._serving_resumed
+            self.ha.lease.on_close_clients = self._close_clients_not_served
         self._server = await serve(
             self._protocol_factory, "AMQP", "--interface/--port", options.interface, options.port
         )

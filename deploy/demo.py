@@ -161,9 +161,10 @@ class Clients:
 class LocalCluster:
     """One ZooKeeper and three agents supervising their brokers, on loopback free ports."""
 
-    def __init__(self, workdir: Path, session_timeout: float = 2.0) -> None:
+    def __init__(self, workdir: Path, session_timeout: float | None = None) -> None:
         self.workdir = workdir
-        self.session_timeout = session_timeout  # the agents' --session-timeout
+        #: the agents' --session-timeout (None: their built-in default, as deployed)
+        self.session_timeout = session_timeout
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.broker_pids: set[int] = set()
         self.zk_port = free_port()
@@ -171,16 +172,50 @@ class LocalCluster:
         self.ports = {n: free_port() for n in NODES}
         self.mgmt = {n: free_port() for n in NODES}
 
+    def zoo_cfg(self) -> str:
+        """The ZooKeeper server's configuration: the tick, session range and limits of
+        ``deploy/zoo.cfg`` (docs/deploy.md, "One set of settings"), one server on loopback."""
+        return (
+            "tickTime=100\nminSessionTimeout=1000\nmaxSessionTimeout=60000\n"
+            f"dataDir={self.workdir / 'zookeeper'}\nclientPort={self.zk_port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
+        )
+
+    def broker_command(self, node: str) -> list[str]:
+        """``node``'s qpidd: every timing at its built-in default (the deployed set)."""
+        brokers_url = ",".join(f"127.0.0.1:{self.ports[n]}" for n in NODES)
+        workdir = self.workdir
+        return [
+            str(BIN / "qpidd"), "--interface=127.0.0.1", f"--port={self.ports[node]}",
+            "--mgmt-interface=127.0.0.1", f"--mgmt-port={self.mgmt[node]}",
+            f"--node-name={node}", f"--data-dir={workdir / node}",
+            f"--log-file={workdir / f'{node}.broker.log'}", "--ha-cluster=yes",
+            f"--ha-brokers-url={brokers_url}", "--ha-replicate=all",
+            "--ha-username=guest", "--ha-password=guest",
+            f"--console-zk={self.zk}", f"--console-cluster={CLUSTER}",  # the web console
+            f"--console-agent-log={workdir / f'{node}.agent.log'}",
+        ]  # fmt: skip
+
+    def agent_command(self, node: str) -> list[str]:
+        """``node``'s qpid-ha-agent supervising :meth:`broker_command`: every timing at its
+        built-in default, unless this cluster was given a session timeout."""
+        workdir = self.workdir
+        session = (
+            [] if self.session_timeout is None else [f"--session-timeout={self.session_timeout:g}"]
+        )
+        return [
+            str(BIN / "qpid-ha-agent"), f"--zk={self.zk}", f"--cluster={CLUSTER}",
+            f"--node={node}", f"--broker=guest/guest@127.0.0.1:{self.mgmt[node]}",
+            f"--broker-command={shlex.join(self.broker_command(node))}", "--cluster-size=3",
+            *session, f"--log-file={workdir / f'{node}.agent.log'}",
+            f"--broker-log={workdir / f'{node}.broker.out'}",
+        ]  # fmt: skip
+
     def start(self) -> LocalCluster:
         workdir = self.workdir
         zk_dir = workdir / "zookeeper"
         zk_dir.mkdir()
-        (zk_dir / "zoo.cfg").write_text(
-            # expiry is checked once a tick; sessions of 1 to 60 s granted as asked
-            f"tickTime=100\nminSessionTimeout=1000\nmaxSessionTimeout=60000\n"
-            f"dataDir={zk_dir}\nclientPort={self.zk_port}\n"
-            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
-        )
+        (zk_dir / "zoo.cfg").write_text(self.zoo_cfg())
         with open(zk_dir / "zookeeper.log", "wb") as zk_log:
             self.processes["zookeeper"] = subprocess.Popen(
                 ["java", "-cp", ZOOKEEPER_CLASSPATH,
@@ -188,29 +223,9 @@ class LocalCluster:
                 stdout=zk_log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         wait("ZooKeeper", lambda: zookeeper_serving(self.zk_port))
-        brokers_url = ",".join(f"127.0.0.1:{self.ports[n]}" for n in NODES)
         for node in NODES:
-            broker = [
-                str(BIN / "qpidd"), "--interface=127.0.0.1", f"--port={self.ports[node]}",
-                "--mgmt-interface=127.0.0.1", f"--mgmt-port={self.mgmt[node]}",
-                f"--node-name={node}", f"--data-dir={workdir / node}",
-                f"--log-file={workdir / f'{node}.broker.log'}", "--ha-cluster=yes",
-                f"--ha-brokers-url={brokers_url}", "--ha-replicate=all",
-                "--ha-username=guest", "--ha-password=guest",
-                "--link-maintenance-interval=0.1", "--link-heartbeat-interval=2",
-                f"--console-zk={self.zk}", f"--console-cluster={CLUSTER}",  # the web console
-                f"--console-agent-log={workdir / f'{node}.agent.log'}",
-            ]  # fmt: skip
             with open(workdir / f"{node}.agent.err", "wb") as err:
-                self.processes[node] = subprocess.Popen(
-                    [str(BIN / "qpid-ha-agent"), f"--zk={self.zk}", f"--cluster={CLUSTER}",
-                     f"--node={node}", f"--broker=guest/guest@127.0.0.1:{self.mgmt[node]}",
-                     f"--broker-command={shlex.join(broker)}", "--cluster-size=3",
-                     f"--session-timeout={self.session_timeout:g}", "--check-interval=0.1",
-                     f"--log-file={workdir / f'{node}.agent.log'}",
-                     f"--broker-log={workdir / f'{node}.broker.out'}"],
-                    stderr=err,
-                )  # fmt: skip
+                self.processes[node] = subprocess.Popen(self.agent_command(node), stderr=err)
         return self
 
     def states(self) -> list[str]:

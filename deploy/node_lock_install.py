@@ -11,8 +11,8 @@ entry is fetched from its ``resolved`` URL, or from the registry's standard tarb
 ``DIR/node_modules/<name>``; then ``DIR/node_modules/.installed`` is written.
 
 Why not npm: Debian's ``npm`` package brings about 340 other packages (its ``node-*``
-libraries) to a bare Debian 12, for the one package (amqplib, no dependencies) that
-``tests/compat/node`` uses. Node.js itself (``nodejs``) is all the test runs.
+libraries) to a bare Debian 12, for the four plain packages (amqplib; rhea, with debug and
+ms) that ``tests/compat/node`` pins. Node.js itself (``nodejs``) is all the test runs.
 
 Errors (one line on stderr, exit 1): a package with an install script (npm would run it:
 use npm), a missing ``integrity``, a download that fails, a digest that does not match, an

@@ -99,7 +99,7 @@ from ha_agent.promotion import Action, BrokerView, ClusterView, PrimaryRecord, S
 from ha_agent.session_grant import GrantProbe, log_grant
 from ha_agent.settings import AgentSettings
 from ha_agent.supervisor import BrokerSupervisor
-from ha_agent.takeover import TakeoverRule
+from ha_agent.takeover import TakeoverRule, default_rule
 from ha_agent.vip import VirtualIp
 from ha_agent.zk_auth import zk_security
 from ha_agent.zk_connect import connect_until_stopped
@@ -120,10 +120,12 @@ class Agent:
     def __init__(self, settings: AgentSettings, takeover: TakeoverRule | None = None) -> None:
         settings.check()
         self.settings = settings
-        self.takeover = takeover  # None: the old primary's record gone (ha_agent.takeover)
         self.broker_check = BrokerCheck(  # its own broker: refuses promotions by hand
             settings.broker, timeout=min(2.0, settings.check_interval * 4), agent=settings.node
         )
+        #: when a candidate may take the primary record over: the old record gone, else its
+        #: broker's grant to the old primary (which counted it) lapsed (ha_agent.takeover)
+        self.takeover = takeover or default_rule(settings.node, self.broker_check.grant)
         vip = (
             VirtualIp(settings.vip, settings.vip_interface, netns=settings.vip_netns)
             if settings.vip is not None and settings.vip_interface is not None

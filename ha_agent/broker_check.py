@@ -42,6 +42,7 @@ from urllib.parse import quote
 from broker.management.client import ManagementClient, ManagementError
 from common.url import parse_url
 from ha_agent.promotion import BrokerInSync, BrokerView
+from ha_agent.takeover import GrantView
 
 __all__ = [
     "DEFAULT_MGMT_PORT",
@@ -49,6 +50,7 @@ __all__ = [
     "LivenessView",
     "PromoteRefused",
     "broker_view",
+    "grant_view",
     "liveness_view",
 ]
 
@@ -88,6 +90,30 @@ def liveness_view(answer: Any) -> LivenessView | None:
     )
 
 
+def grant_view(answer: Any) -> GrantView | None:
+    """A :class:`GrantView` from the JSON of ``GET /grant`` (None: not one)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("lapsed"), bool):
+        return None
+    ms = answer.get("remaining_ms")
+    if isinstance(ms, bool) or not isinstance(ms, int | float) or not ms >= 0:
+        return None
+    grants = answer.get("grants")
+    needed = frozenset(
+        g["epoch"]
+        for g in (grants if isinstance(grants, list) else [])
+        if isinstance(g, dict) and g.get("needed") is True and _non_negative(g.get("epoch"))
+    )
+    formats = answer.get("formats")
+    linked = answer.get("linked_epoch")
+    return GrantView(
+        answer["lapsed"],
+        float(ms) / 1000.0,
+        needed,
+        formats if isinstance(formats, str) else "",
+        linked if isinstance(linked, int) and not isinstance(linked, bool) else None,
+    )
+
+
 DEFAULT_MGMT_PORT = 8672
 
 
@@ -114,11 +140,18 @@ def broker_in_sync(ha: dict[str, Any]) -> BrokerInSync | None:
     for backup in ha.get("backups") or []:
         if isinstance(backup, dict) and isinstance(backup.get("id"), str):
             urls.append((backup["id"], str(backup.get("url") or "")))
+    told = in_sync.get("committed")
+    committed = None  # a broker that does not say
+    if isinstance(told, dict) and _non_negative(told.get("epoch")):
+        committed = (int(told["epoch"]), _ids(told.get("members")))
+    elif "committed" in in_sync and told is None:
+        committed = (0, frozenset())  # told nothing since its promotion
     return BrokerInSync(
         wanted=_ids(in_sync.get("wanted")),
         pending_removal=_ids(in_sync.get("pending_removal")),
         urls=tuple(sorted(urls)),
         awaited=_ids(in_sync.get("awaited")),
+        committed=committed,
     )
 
 
@@ -138,9 +171,12 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         store_id = raw_store if isinstance(raw_store, str) else ""
         in_sync = broker_in_sync(ha)
         epoch = _non_negative(ha.get("epoch"))
-        for queue in ha.get("queues") or []:
-            if isinstance(queue, dict):
-                position += _non_negative(queue.get("last_id"))
+        if "replication_position" in ha:
+            position = _non_negative(ha.get("replication_position"))
+        else:  # a broker before replication_position: its rows
+            for queue in ha.get("queues") or []:
+                if isinstance(queue, dict):
+                    position += _non_negative(queue.get("last_id"))
     link_up: bool | None = None
     link_error = ""
     if ha is not None and state in ("ready", "catch-up"):
@@ -223,7 +259,9 @@ class BrokerCheck:
             if status.get("ha_state") != "standalone":
                 # manager=1: the broker waits for this read before it stops for a cluster
                 # shutdown, so the agent learns of it first (broker.management.ha)
-                path = "/api/ha?manager=1"
+                # queues=summary: the position without a row per queue (a broker that
+                # does not know it sends the rows, summed below)
+                path = "/api/ha?manager=1&queues=summary"
                 if self.agent is not None:  # the broker is ours: it refuses hand promotions
                     path += f"&agent={quote(self.agent, safe='')}"
                 ha = self.client.get(path)
@@ -268,6 +306,18 @@ class BrokerCheck:
             self.liveness_refused = exc.status is None and not timed_out(exc)
             return None
 
+    def grant(self, epoch: int) -> GrantView | None:
+        """The broker's member-lease grants to epochs older than ``epoch``, answered off its
+        event loop (``GET /grant?epoch=N``); None: no liveness port learnt, no answer, or
+        an older broker without it (then nothing is known: a takeover waits)."""
+        client = self.liveness_client
+        if client is None:
+            return None
+        try:
+            return grant_view(client.get(f"/grant?epoch={int(epoch)}"))
+        except ManagementError:
+            return None
+
     def promote(
         self,
         epoch: int,
@@ -297,7 +347,9 @@ class BrokerCheck:
         in-sync set at ``epoch``; the primary releases the confirms it holds for the
         pending-removal backups not among them. Answers ``released`` and
         ``pending_removal``; PromoteRefused (409) when ``epoch`` is not the broker's."""
-        body = {"cluster_manager": True, "epoch": epoch, "members": members}
+        body: dict[str, Any] = {"cluster_manager": True, "epoch": epoch, "members": members}
+        if self.agent is not None and self.takes_mark:
+            body["agent"] = self.agent  # the agent's own commit (not one by hand)
         return self._post("/api/ha/in-sync", body)
 
     def tell_member_formats(self, formats: dict[str, str]) -> dict[str, Any]:

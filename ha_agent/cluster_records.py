@@ -50,6 +50,10 @@ class BrokerInSync:
     #: a recovering primary's expected backups not connected yet (``awaited``): left out
     #: of a committed set, they are released (issue 26, item 3)
     awaited: frozenset[str] = frozenset()
+    #: the committed set the broker was last told (``committed``: epoch, broker ids; epoch
+    #: 0: none since its promotion; None: a broker that does not say): the member lease
+    #: counts the grants of its members
+    committed: tuple[int, frozenset[str]] | None = None
 
 
 @dataclass(frozen=True)

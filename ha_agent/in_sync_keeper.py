@@ -202,11 +202,16 @@ class InSyncKeeper:
 
     def _post(self, committed: VersionedInSync, broker: BrokerInSync) -> None:
         """Tell the broker the committed set when it leaves out backups whose held
-        confirms wait for their removal (only a committed record gets here)."""
-        released = releasable(committed.record, broker)
-        if not released:
-            return
+        confirms wait for their removal, or when it adds members the broker was not told
+        of (the member lease counts the grants of the set the broker was told: a member
+        it was not told of could be promoted only after the old primary's session ends)
+        (only a committed record gets here)."""
         record = committed.record
+        released = releasable(record, broker)
+        told = broker.committed
+        added = told is not None and (told[0] != record.epoch or not record.broker_ids <= told[1])
+        if not released and not added:
+            return
         members = sorted(record.broker_ids)
         try:
             answer = self.broker_check.commit_in_sync(record.epoch, members)
@@ -276,7 +281,9 @@ class InSyncKeeper:
         counter = read_counter(self.client, self.cluster)
         epoch = max(counter[0] + 1, minimum)
         old = None if read is None else read.record
-        record = InSyncRecord(epoch, promotion_in_sync(old, view), view.store_id, self.node)
+        members_in = promotion_in_sync(old, view, members)  # less those known gone
+        ids = {m.broker_id for m in members_in}
+        record = InSyncRecord(epoch, members_in, view.store_id, self.node)
         primary = encode_primary(PrimaryRecord(self.node, epoch, view.url), promotion.vip)
         try:
             committed = commit_promotion(
@@ -295,10 +302,12 @@ class InSyncKeeper:
             return None
         self.in_sync = committed
         _log.info("epoch_taken", new_epoch=epoch, reason=f"{why}; {takeover.reason}")
+        before = set() if read is None else read.record.broker_ids
         _log.info(
             "in_sync_changed",
             added=[],
-            removed=sorted((set() if read is None else read.record.broker_ids) - record.broker_ids),
+            removed=sorted(before - record.broker_ids),
+            known_gone=sorted({m.broker_id for m in promotion_in_sync(old, view)} - set(ids)),
             members=[m.node or m.broker_id for m in record.members],
             in_sync_epoch=epoch,
             version=committed.version,

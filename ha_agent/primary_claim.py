@@ -33,7 +33,9 @@ Error Handling
   does not (the session guard decides about fencing).
 - :meth:`PrimaryClaim.cancel` waits at most ``timeout``; ``on_ended`` tells when it ended.
 - The primary record's watch only wakes the claim; it also looks again every
-  :data:`RECHECK` seconds, so a lost watch delays, never blocks, a takeover.
+  :data:`RECHECK` seconds (sooner when the rule says a grant lapses sooner:
+  :attr:`~ha_agent.takeover.Takeover.retry_in`), so a lost watch delays, never blocks, a
+  takeover.
 """
 
 from __future__ import annotations
@@ -55,12 +57,15 @@ from ha_agent.takeover import TakeoverRule, TakeoverView
 from ha_agent.zk_format import ZkFormatError
 from ha_agent.zk_layout import ClusterLayout, check_name
 
-__all__ = ["RECHECK", "Leadership", "PrimaryClaim"]
+__all__ = ["GRANT_SLACK", "RECHECK", "Leadership", "PrimaryClaim"]
 
 _log = structlog.get_logger("ha_agent.primary_claim", component="agent")
 
 #: How often a waiting claim reads the primary record without a watch event (seconds).
 RECHECK = 1.0
+#: Asked again this long after a grant is due to lapse (seconds): the broker's answer
+#: counts to the millisecond; a little after, it says lapsed.
+GRANT_SLACK = 0.005
 
 
 class Leadership(StrEnum):
@@ -206,26 +211,34 @@ class PrimaryClaim:
                 self._withdraw(term, "session_lost")
         return False
 
-    def _allowed(self, term: _Term) -> bool:
-        """Read the primary record (watching it) and ask the rule."""
+    def _allowed(self, term: _Term) -> float | None:
+        """Read the primary record (watching it) and ask the rule: None when it allows,
+        else how long to wait before asking again (at most :data:`RECHECK`; sooner when a
+        grant lapses sooner)."""
         term.wake.clear()
         self.client.retry(self.client.exists, self.layout.primary, watch=term.woken)
         try:
             old = read_primary_versioned(self.client, self.cluster)
         except ZkFormatError:
-            return False  # a record this agent cannot read: not "no primary"
+            return RECHECK  # a record this agent cannot read: not "no primary"
         in_sync, members = self.context()
         if not term.lock and needs_lock(in_sync):
             self._withdraw(term, "the lock is needed: the in-sync set is in ZooKeeper format 1")
-            return False
+            return RECHECK
         record = None if in_sync is None else in_sync.record
-        return self.rule.may_take_over(TakeoverView(old, record, members)).allowed
+        answer = self.rule.may_take_over(TakeoverView(old, record, members))
+        if answer.allowed:
+            return None
+        if answer.retry_in is None:
+            return RECHECK
+        return min(RECHECK, answer.retry_in + GRANT_SLACK)
 
     def _claim(self, term: _Term) -> None:
         while not term.resign.is_set():
-            if self._allowed(term):
+            wait = self._allowed(term)
+            if wait is None:
                 break
-            term.wake.wait(RECHECK)
+            term.wake.wait(wait)
         with self._mutex:
             if term.resign.is_set():
                 return

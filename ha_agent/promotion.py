@@ -313,15 +313,20 @@ def known_gone(
     if record is None or members_now is None:
         return frozenset()
     nodes = {m.broker_id: m.node for m in record.members}
-    gone = set()
-    for backup_id in broker_in_sync.awaited:
-        node = nodes.get(backup_id, "")
-        if not node:
-            continue
-        now = members_now.get(node)
-        if now is None or (now.broker_id and now.broker_id != backup_id):
-            gone.add(backup_id)
-    return frozenset(gone)
+    return frozenset(
+        backup_id
+        for backup_id in broker_in_sync.awaited
+        if _member_gone(nodes.get(backup_id, ""), backup_id, members_now)
+    )
+
+
+def _member_gone(node: str, broker_id: str, members_now: Mapping[str, Member]) -> bool:
+    """The set's member ``broker_id`` on ``node`` will not come: its node's agent record
+    is gone, or names another broker (it restarted). Never for an unnamed node."""
+    if not node:
+        return False
+    now = members_now.get(node)
+    return now is None or bool(now.broker_id and now.broker_id != broker_id)
 
 
 def releasable(record: InSyncRecord | None, broker_in_sync: BrokerInSync) -> tuple[str, ...]:
@@ -333,14 +338,25 @@ def releasable(record: InSyncRecord | None, broker_in_sync: BrokerInSync) -> tup
     return tuple(sorted(left - record.broker_ids))
 
 
-def promotion_in_sync(record: InSyncRecord | None, broker: BrokerView) -> tuple[InSyncMember, ...]:
+def promotion_in_sync(
+    record: InSyncRecord | None,
+    broker: BrokerView,
+    members_now: Mapping[str, Member] | None = None,
+) -> tuple[InSyncMember, ...]:
     """The in-sync set a promotion of ``broker`` writes (at the new epoch) and hands the
-    broker to expect: the committed set less the broker itself. A joining broker (a new
-    cluster, total failure) starts with an empty set: the old members' broker ids belong to
-    brokers that have all restarted since (ids are new at each start)."""
+    broker to expect: the committed set less the broker itself and less the members known
+    gone in ``members_now`` (the member records: :func:`known_gone`'s rule; issue 26, item
+    3: the new primary neither waits for them nor needs their member-lease grant, where
+    it waited for the next check's commit). A joining broker (a new cluster, total
+    failure) starts with an empty set: the old members' broker ids belong to brokers that
+    have all restarted since (ids are new at each start). Leaving a member out is always
+    safe for the data: fewer brokers may be promoted."""
     if record is None or broker.ha_state == "joining":
         return ()
-    return tuple(m for m in record.members if m.broker_id != broker.broker_id)
+    kept = (m for m in record.members if m.broker_id != broker.broker_id)
+    if members_now is None:
+        return tuple(kept)
+    return tuple(m for m in kept if not _member_gone(m.node, m.broker_id, members_now))
 
 
 def stale_view(view: ClusterView) -> str:

@@ -9,20 +9,39 @@ old record that is still there, is decided here and nowhere else: by a
 :class:`TakeoverRule`, asked with a :class:`TakeoverView` (the primary record as read, with
 its znode version and owning session; the committed in-sync set; the member records).
 
-The rule today is :class:`OldPrimaryGone`: **only once the old primary's record is gone**,
+The first rule is :class:`OldPrimaryGone`: **only once the old primary's record is gone**,
 that is, its agent deleted it (it fenced its broker or resigned) or its ZooKeeper session
 expired (the node is lost: ZooKeeper deletes the ephemeral record at the expiry, after the
 session guard fenced the old broker, docs/agent.md, "Fencing: the timing argument"). It
 never deletes a record: a record that is there belongs to a primary that may still serve.
 
-The hook for the lease (issue 26, item 1's broker half, the next session): a second source,
-"my broker's grant to the old epoch has lapsed, and every member of the committed set
-supports the fast path", is one more :class:`TakeoverRule` whose :meth:`may_take_over`
-answers ``Takeover(True, replace=view.old, ...)`` for a record still there; combined with
-:class:`AnyOf` (``AnyOf(OldPrimaryGone(), LapsedGrant(...))``) and handed to the agent
-(``Agent(settings, takeover=...)``). The multi-op then deletes that record at the version
-read (never a ``setData`` on the dead session's node, whose expiry would delete the new
-record), so a record that changed since fails the transaction, and nothing else changes.
+The second is :class:`LapsedGrant` (issue 26, item 1: node loss in about a second): the
+old primary's record is still there (its agent's session has not expired yet), but the
+member lease shows it can no longer serve. The candidate's own broker says (``GET
+/grant?epoch=E+1``, :class:`GrantView`, answered off its event loop) that
+
+- the primary of epoch ``E`` (the record's) *counted* its grant: its newest request from
+  that primary asked a promise, so this broker is in that primary's lease set (a primary
+  serves only while every member of its set grants it), and
+- every grant it gave an epoch before ``E+1`` has lapsed, the drift bound included,
+- and its replication link to that primary is down (a primary whose link is up is slow,
+  not dead: a loop held longer than the lease; its link's heartbeat, or its agent, decides).
+
+Then the old primary cannot serve: its count of this broker's grant (from its own send
+time) ended, in real time, no later than this broker's promise
+(:mod:`broker.ha.member_lease`), and it cannot confirm, deliver or admit without it. Every
+message it confirmed, it confirmed while this broker was in its committed set, so this
+broker holds it. A grant given after this read (a late request) is waited out by the new
+primary itself (whatever promotes a broker, it serves only after its own grants to older
+epochs lapsed); once promoted it grants no more. The old primary could stop counting this
+broker only through a set change in ZooKeeper, which changes the set's version, and the
+promotion's multi-op is checked against the version read: such a change fails it.
+Used only while every member speaks replication format 3 (the member lease) and ZooKeeper
+format 2 (promotion by multi-op); else only the old record's going promotes.
+Combined as ``AnyOf(OldPrimaryGone(), LapsedGrant(...))`` (the agent's default,
+:func:`default_rule`). The multi-op deletes the old record at the version read (never a
+``setData`` on the dead session's node, whose expiry would delete the new record), so a
+record that changed since fails the transaction, and nothing else changes.
 
 Who asks: the claim's thread (:class:`ha_agent.primary_claim.PrimaryClaim`, whenever the
 primary record changes, every second, and on :meth:`~ha_agent.primary_claim.PrimaryClaim.wake`)
@@ -30,19 +49,35 @@ and the agent's loop thread just before the multi-op
 (:meth:`ha_agent.in_sync_keeper.InSyncKeeper.take`, with the record it deletes). A rule is
 thread-safe and quick (an answer from the broker's liveness thread, not its event loop).
 
-No I/O; raises nothing.
+No I/O of its own (:class:`LapsedGrant` is given its reader); raises nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ha_agent.cluster_records import InSyncRecord, PrimaryRecord
-from ha_agent.membership import Member
+from ha_agent.membership import Member, cluster_speaks
 
-__all__ = ["AnyOf", "OldPrimary", "OldPrimaryGone", "Takeover", "TakeoverRule", "TakeoverView"]
+__all__ = [
+    "LEASE_REPLICATION_FORMAT",
+    "AnyOf",
+    "GrantView",
+    "LapsedGrant",
+    "OldPrimary",
+    "OldPrimaryGone",
+    "Takeover",
+    "TakeoverRule",
+    "TakeoverView",
+    "default_rule",
+]
+
+#: The replication format that carries the member lease (broker.ha.link_format).
+LEASE_REPLICATION_FORMAT = 3
+#: The ZooKeeper format whose promotions are multi-ops (ha_agent.promotion_txn).
+MULTI_OP_ZOOKEEPER_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -74,6 +109,24 @@ class Takeover:
     allowed: bool
     reason: str
     replace: OldPrimary | None = None
+    #: Refused for now, but ask again in this many seconds (a grant that lapses then).
+    retry_in: float | None = None
+
+
+@dataclass(frozen=True)
+class GrantView:
+    """What a broker's ``GET /grant?epoch=N`` said (the member lease it granted as a
+    backup, :class:`broker.ha.member_lease.GrantLedger`): ``lapsed``: every grant to an
+    epoch older than N has lapsed (the drift bound included); ``remaining``: seconds until
+    it does; ``needed``: the epochs whose primary counted this broker at its newest request
+    (it was in that primary's set); ``formats``: the replication formats it speaks."""
+
+    lapsed: bool
+    remaining: float
+    needed: frozenset[int] = frozenset()
+    formats: str = ""
+    #: the epoch of the primary its replication link is up to (None: none)
+    linked: int | None = None
 
 
 class TakeoverRule(Protocol):
@@ -104,10 +157,73 @@ class AnyOf:
         self.rules = rules
 
     def may_take_over(self, view: TakeoverView) -> Takeover:
-        refused = Takeover(False, "no rule")
+        reasons: list[str] = []
+        retry: list[float] = []
         for rule in self.rules:
             answer = rule.may_take_over(view)
             if answer.allowed:
                 return answer
-            refused = answer if refused.reason == "no rule" else refused
-        return refused
+            if answer.retry_in is not None:
+                retry.append(answer.retry_in)
+            reasons.append(answer.reason)
+        return Takeover(False, "; ".join(reasons) or "no rule", retry_in=min(retry, default=None))
+
+
+class LapsedGrant:
+    """The old primary's record is there, but this node's broker's grant to it, which that
+    primary counted, has lapsed (module docstring). ``grant(epoch)`` reads the broker's
+    ``GET /grant?epoch=N`` (None: no answer); ``node``: this agent's node."""
+
+    def __init__(self, node: str, grant: Callable[[int], GrantView | None]) -> None:
+        self.node = node
+        self.grant = grant
+
+    def may_take_over(self, view: TakeoverView) -> Takeover:
+        old = view.old
+        if old is None or old.record is None:
+            return Takeover(False, "no readable primary record to replace")
+        epoch = old.record.epoch
+        if old.record.node == self.node:
+            return Takeover(False, "the primary record is this node's own")
+        if view.in_sync is None or view.in_sync.epoch != epoch:
+            return Takeover(False, f"the in-sync set is not the one of epoch {epoch}")
+        members = view.members
+        if not (
+            cluster_speaks(members, "replication", LEASE_REPLICATION_FORMAT)
+            and cluster_speaks(members, "zookeeper", MULTI_OP_ZOOKEEPER_FORMAT)
+        ):
+            return Takeover(
+                False,
+                f"not every member speaks replication format {LEASE_REPLICATION_FORMAT} and"
+                f" ZooKeeper format {MULTI_OP_ZOOKEEPER_FORMAT} (the member lease)",
+            )
+        answer = self.grant(epoch + 1)
+        if answer is None:
+            return Takeover(False, "the broker does not say what it granted (GET /grant)")
+        if epoch not in answer.needed:
+            return Takeover(
+                False, f"the primary of epoch {epoch} does not count this broker's grant"
+            )
+        if answer.linked == epoch:
+            return Takeover(
+                False,
+                f"this broker's link to the primary of epoch {epoch} is up: slow, not dead"
+                " (its link's heartbeat or its agent decides)",
+            )
+        if not answer.lapsed:
+            return Takeover(
+                False,
+                f"this broker's grant to epoch {epoch} lapses in {answer.remaining:.3f} s",
+                retry_in=answer.remaining,
+            )
+        return Takeover(
+            True,
+            f"this broker's grant to {old.record.node} (epoch {epoch}), which it counted,"
+            " has lapsed",
+            replace=old,
+        )
+
+
+def default_rule(node: str, grant: Callable[[int], GrantView | None]) -> TakeoverRule:
+    """The agent's rule: the old record gone, else this broker's counted grant lapsed."""
+    return AnyOf(OldPrimaryGone(), LapsedGrant(node, grant))

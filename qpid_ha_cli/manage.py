@@ -135,6 +135,14 @@ def in_sync(
         int | None,
         typer.Option("--epoch", min=0, help="with --commit and --members: the set's epoch"),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="with --commit: commit on a broker a qpid-ha-agent manages (refused without:"
+            " its agent keeps the set; only when no agent runs any more)",
+        ),
+    ] = False,
     ids: Annotated[
         bool,
         typer.Option(
@@ -152,7 +160,8 @@ def in_sync(
     away can no longer be promoted (stopped, or known to be behind). A cluster manager that
     stores the set itself (the OCF agent, in Pacemaker's CIB) commits what it stored:
     --commit --members ID,... --epoch E, so the primary releases only the backups that set
-    excludes.
+    excludes. A broker a qpid-ha-agent manages refuses a commit by hand (exit 1): its agent
+    keeps the set in ZooKeeper; --force overrides, only when no agent runs any more.
     """
     s = settings(ctx)
     given = (members is not None, epoch is not None)
@@ -160,6 +169,8 @@ def in_sync(
         raise CommandError("--members and --epoch go together", ExitStatus.USAGE)
     if members is not None and not commit:
         raise CommandError("--members and --epoch are for --commit", ExitStatus.USAGE)
+    if force and not commit:
+        raise CommandError("--force is for --commit", ExitStatus.USAGE)
     if ids and commit:
         raise CommandError("--ids shows the set; it does not go with --commit", ExitStatus.USAGE)
     chosen = None if members is None else broker_ids("--members", members)
@@ -195,6 +206,8 @@ def in_sync(
             "epoch": ha.get("epoch") if epoch is None else epoch,
             "members": wanted if chosen is None else chosen,
         }
+        if force:
+            body["force"] = True
         answer = s.call("/api/ha/in-sync", body)
         s.env.out(f"released: {names(list(answer.get('released') or []))}")
         return

@@ -62,10 +62,29 @@ def slow_first_rank(nodeid: str) -> int:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of :data:`SLOW_FIRST` first, in its order; the others keep theirs (a
-    stable sort: every worker collects the same order, as xdist requires)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every ``xdist_group`` kept (:func:`keep_xdist_groups`); then the tests of
+    :data:`SLOW_FIRST` first, in its order, the others keeping theirs (a stable sort: every
+    worker collects the same order, as xdist requires)."""
+    keep_xdist_groups(config, items)
     items.sort(key=lambda item: slow_first_rank(item.nodeid))
+
+
+def keep_xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` pytest-xdist 3.8 marks a test's group by rewriting
+    ``item._nodeid`` (``id@group``), but pytest 9 reads a node id from ``item._id``: the
+    suffix was lost and a group's tests went to any worker (tests/cli/test_admin.py's
+    cluster, meant to be started once, was started by each worker that got one of its
+    tests). Where xdist left the suffix, it is put where pytest reads it, for every group
+    (tests/console and tests/analytics did it for theirs)."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        grouped = item.__dict__.get("_nodeid")
+        if isinstance(grouped, str) and "@" in grouped and grouped != item.nodeid:
+            item._id = NodeId.parse(grouped)
 
 
 @pytest.fixture

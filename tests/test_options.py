@@ -77,12 +77,12 @@ EXPECTED_DEFAULTS = {
     "ha_mechanism": "PLAIN",
     "ha_agent": None,
     "ha_liveness_port": 0,
-    "ha_backup_timeout": 10.0,
-    "ha_member_lease": 2.0,
+    "ha_backup_timeout": 5.0,
+    "ha_member_lease": 0.8,
     "ha_clock_drift": 0.01,
     "ha_flow_messages": 1000,
-    "link_maintenance_interval": 2.0,
-    "link_heartbeat_interval": 120.0,
+    "link_maintenance_interval": 0.1,
+    "link_heartbeat_interval": 1.0,
 }
 
 
@@ -379,7 +379,7 @@ def test_seed_cluster_config(tmp_path: Path) -> None:
     assert options.ha_brokers_url == "20.0.20.1,20.0.20.2,20.0.20.3"
     # Everything else keeps its default.
     assert options.ha_replicate == "none"
-    assert options.link_maintenance_interval == 2.0
+    assert options.link_maintenance_interval == 0.1
 
 
 def test_ha_option_spellings() -> None:
@@ -557,10 +557,10 @@ def test_help_lists_the_ha_options(capsys: pytest.CaptureFixture[str]) -> None:
         ("--ha-username USER", "(default: none)"),
         ("--ha-password PASS", "(default: none)"),
         ("--ha-mechanism MECHANISM", "(default: PLAIN)"),
-        ("--ha-backup-timeout SECONDS", "(default: 10s)"),
+        ("--ha-backup-timeout SECONDS", "(default: 5s)"),
         ("--ha-flow-messages N", "(default: 1000)"),
-        ("--link-maintenance-interval SECONDS", "(default: 2s)"),
-        ("--link-heartbeat-interval SECONDS", "(default: 120s)"),
+        ("--link-maintenance-interval SECONDS", "(default: 100ms)"),
+        ("--link-heartbeat-interval SECONDS", "(default: 1s)"),
     ]:
         assert flag in out
         start = out.index(flag) + len(flag)

@@ -436,12 +436,13 @@ class Deliveries:
 
     def settle(self, deliveries: Iterable[Delivery], ack: bool, requeue: bool) -> None:
         touched: set[Queue] = set()
+        credited: dict[int, ChannelConsumer] = {}
         requeues: dict[Queue, list[Entry]] = {}
         for delivery in deliveries:
             consumer = delivery.consumer
             if consumer is not None:
                 consumer.unacked -= 1
-                touched.add(consumer.queue)
+                credited[id(consumer)] = consumer
             queue = delivery.queue
             if ack:
                 queue.settle(delivery.entry)
@@ -449,10 +450,14 @@ class Deliveries:
                 requeues.setdefault(queue, []).append(delivery.entry)
             else:
                 queue.reject(delivery.entry, False)
+        if self.prefetch_global:  # the channel's count fell: each of its consumers
+            credited.update((id(c), c) for c in self.consumers.values())
+        # Credit back before the requeues, which dispatch: as the consumers' counts are.
+        for consumer in credited.values():
+            consumer.queue.credit_returned(consumer)
+            touched.add(consumer.queue)
         for queue, entries in requeues.items():
             queue.requeue(entries)
-        if self.prefetch_global:
-            touched.update(c.queue for c in self.consumers.values())
         for queue in touched:
             if not queue.deleted:
                 queue.dispatch()
@@ -516,6 +521,11 @@ class Deliveries:
 
     def resume_deliveries(self) -> None:
         """Credit or writability came back: let the queues deliver again."""
-        for queue in {c.queue for c in self.consumers.values()}:
+        queues: dict[int, Queue] = {}
+        for consumer in self.consumers.values():
+            queue = consumer.queue
+            queue.credit_returned(consumer)
+            queues[id(queue)] = queue
+        for queue in queues.values():
             if not queue.deleted:
                 queue.dispatch()

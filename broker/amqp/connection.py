@@ -75,6 +75,9 @@ class Connection:
     """See the module docstring; it owns its :class:`ConnectionMethods` (the connection
     class) and its :class:`HeldFrames`, each built with the connection as a small port."""
 
+    #: The management API's ``protocol`` of a connection (RabbitMQ's words).
+    protocol = "AMQP 0-9-1"
+
     def __init__(
         self,
         ctx: BrokerContext,
@@ -117,6 +120,7 @@ class Connection:
         self._closing_since = 0.0
         self._buf = bytearray()
         self._out: list[bytes] = []
+        self._heartbeat_due = False  # one goes out alone while output is held (HA lease)
         self._in_receive = False
         self._output_signalled = False
         self._confirm_channels: set[Channel] = set()
@@ -188,11 +192,21 @@ class Connection:
         self.signal_output()
 
     def data_to_send(self) -> bytes:
-        """Everything to write now (confirm replies included)."""
+        """Everything to write now (confirm replies included). The admission policy's
+        answers are queries that change nothing (whether a lapsed member lease holds this
+        connection's output; ``may_confirm``, the confirm path's gate after its holds:
+        ``CONFIRM_PATH`` in broker/core/queue_contracts.py); what to do about a lease that
+        ran out (fence) or lapsed is decided by the HA broker, not here."""
         self._output_signalled = False
         admission = self.ctx.admission
         if admission is not None and self.admitted and admission.holds_output(self):
-            return b""  # an HA primary not serving: woken when it serves again
+            # an HA primary not serving: woken when it serves again; heartbeats still go
+            if not self._heartbeat_due:
+                return b""
+            self._heartbeat_due = False
+            self._last_send = self.ctx.clock()
+            return framing.HEARTBEAT_FRAME
+        self._heartbeat_due = False
         if self._pumps:
             self._run_pumps()
         if self._confirm_channels and (
@@ -515,6 +529,12 @@ class Connection:
         self.set_state(S.CLOSING)
         self._closing_since = ctx.clock()
 
+    def drop_unsent(self) -> None:
+        """Forget the output not written yet: an HA primary that stopped serving holds it
+        (deliveries, get-oks, confirms) and, closing the connection, must not send it; the
+        deliveries go back to their queues with the channels at the close."""
+        self._out.clear()
+
     def close(self, reply_code: ReplyCode, text: str) -> None:
         """Broker-initiated close (shutdown, fencing): connection.close then wait."""
         if self.state is S.OPEN:
@@ -561,8 +581,12 @@ class Connection:
                 )
                 self.should_close = True
                 return
-            if now - self._last_send >= self.heartbeat / 2 and not self._out:
-                self.write(framing.HEARTBEAT_FRAME)
+            if now - self._last_send >= self.heartbeat / 2:
+                if not self._out:
+                    self.write(framing.HEARTBEAT_FRAME)
+                else:  # output waiting: flushed soon, or held (then the heartbeat alone)
+                    self._heartbeat_due = True
+                    self.signal_output()
 
     def cleanup(self) -> None:
         if self._cleaned_up:

@@ -72,14 +72,18 @@ class AdmissionPolicy(Protocol):
         ...
 
     def may_confirm(self) -> bool:
-        """May publisher confirms go out now? (False: a primary whose lease ran out; the
-        policy fences the broker, and the held confirms are never sent.)"""
+        """May publisher confirms go out now? The confirm path's gate
+        (``CONFIRM_GATES`` in broker/core/queue_contracts.py): a query the connection asks
+        as it writes, which changes nothing. False: an HA primary fenced, or whose cluster
+        manager's lease ran out (its role fences on the next tick; the held confirms are
+        never sent) or whose member lease lapsed (sent once it serves again)."""
         ...
 
     def holds_output(self, connection: AdmittedConnection) -> bool:
-        """Must everything an admitted connection would be sent wait now? (True: an HA
-        primary whose member lease lapsed holds its clients' deliveries, get-oks and
-        confirms until it serves again, then wakes every connection.)"""
+        """Must everything an admitted connection would be sent wait now? A query, asked
+        as the connection writes. (True: an HA primary whose member lease lapsed holds its
+        clients' deliveries, get-oks and confirms until it serves again, then wakes every
+        connection.)"""
         ...
 
     def confirms_sent(self, connection: AdmittedConnection) -> None:
@@ -210,8 +214,9 @@ class BrokerContext:
     #: The open connections by id (:class:`~broker.amqp.connection.Connection`; ``Any``:
     #: that module imports this one, and the management API reads most of a connection).
     connections: dict[int, Any] = field(default_factory=dict)
-    #: The open AMQP 1.0 connections by id (:class:`broker.amqp10.connection.Connection`):
-    #: counted against ``max_connections``, not yet shown by the management API.
+    #: The open AMQP 1.0 connections by id (:class:`broker.amqp10.connection.Connection`;
+    #: its id is the 0-9-1 connection's that handed it the socket, one series): counted
+    #: against ``max_connections``, listed by ``/api/connections``, in ``qpidd_connections``.
     connections_1_0: dict[int, Any] = field(default_factory=dict)
     connections_opened_total: int = 0
     connections_refused_total: int = 0

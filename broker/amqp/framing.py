@@ -74,6 +74,10 @@ for _command in NAMED_COMMANDS:
 
 _FRAME_HEAD = struct.Struct(">BHI")
 _METHOD_INDEX = struct.Struct(">I")
+#: basic.ack's arguments after its method id: delivery-tag, then the ``multiple`` bit.
+_ACK_ARGS = struct.Struct(">QB")
+_ACK_INDEX = 0x003C0050  # basic.ack (60, 80)
+_ACK_SIZE = 4 + _ACK_ARGS.size
 _HEADER_HEAD = struct.Struct(">HHQ")
 _DELIVER_TAIL = struct.Struct(">QB")
 _CONTENT_HEAD = struct.Struct(">BHIHHQ")
@@ -92,6 +96,12 @@ def unmarshal_method(payload: bytes) -> Method:
     if len(payload) < 4:
         raise AmqpError(ReplyCode.FRAME_ERROR, "method frame shorter than its method id")
     (index,) = _METHOD_INDEX.unpack_from(payload, 0)
+    if index == _ACK_INDEX and len(payload) == _ACK_SIZE:
+        # One per delivery: built directly, without pamqp's field-by-field decoder.
+        ack = commands.Basic.Ack.__new__(commands.Basic.Ack)
+        ack.delivery_tag, bits = _ACK_ARGS.unpack_from(payload, 4)
+        ack.multiple = bool(bits & 1)
+        return ack
     cls = cast("type[Method] | None", commands.INDEX_MAPPING.get(index))
     if cls is None:
         raise AmqpError(

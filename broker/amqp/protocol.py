@@ -90,6 +90,7 @@ class AmqpProtocol(asyncio.Protocol):
             peer_host=old.peer_host,
             tls_identity=old.tls_identity,
             encrypted=old.encrypted,
+            connection_id=old.id,
         )
         self.connection = new
         new.receive_data(data)

@@ -95,7 +95,7 @@ def route_of(address: Address) -> tuple[str, str]:
 def parse_source(address: str | None) -> QueueAddress:
     """The queue a receiving client's link (our sending end) takes messages from.
 
-    :raises Amqp10Error: no address (dynamic sources are not implemented yet), a
+    :raises Amqp10Error: no address (a dynamic source is the session's, not an address), a
         malformed one, or an exchange (not implemented yet).
     """
     if not address:

@@ -57,6 +57,7 @@ from broker.amqp10.framing import (
     FRAME_SASL,
     MIN_MAX_FRAME_SIZE,
     SASL_HEADER,
+    decode_transfer,
     frame,
     read_frame,
 )
@@ -94,9 +95,12 @@ class Connection:
         peer_host: str | None = None,
         tls_identity: str | None = None,
         encrypted: bool = False,
+        connection_id: int | None = None,
     ) -> None:
         self.ctx = ctx
-        self.id = next(_ids)
+        #: The 0-9-1 connection's id that handed over the socket (ids are one series, so
+        #: ``/api/connections`` lists both protocols), or our own in tests.
+        self.id = next(_ids) if connection_id is None else connection_id
         self.peer = peer
         self.peer_host = peer_host
         self.tls_identity = tls_identity
@@ -141,6 +145,23 @@ class Connection:
         ctx.connections_1_0[self.id] = self
 
     # -- what the shell and the broker read ----------------------------------------------
+    #: The management API's ``protocol`` of a connection.
+    protocol = "AMQP 1.0"
+
+    @property
+    def channels(self) -> dict[int, Session]:
+        """The sessions, by the client's channel (``/api/connections``' ``channels``)."""
+        return self.sessions
+
+    @property
+    def heartbeat(self) -> int:
+        """The client's idle time-out in whole seconds (0: none)."""
+        return round(self.peer_idle_timeout_ms / 1000)
+
+    @property
+    def frame_max(self) -> int:
+        return self.peer_max_frame_size
+
     @property
     def is_open(self) -> bool:
         return self.state is S.OPEN
@@ -176,16 +197,23 @@ class Connection:
         self.signal_output()
 
     def data_to_send(self) -> bytes:
+        """Everything to write now. An HA primary whose member lease lapsed holds it all
+        (deliveries, dispositions: ``holds_output``, as for a 0-9-1 client) until it serves
+        again and wakes the connection (:meth:`signal_output`); dispositions also wait for
+        ``may_confirm``, as 0-9-1's confirms do."""
         self._output_signalled = False
-        if self._dispositions and (self.ctx.admission is None or self.ctx.admission.may_confirm()):
+        admission = self.ctx.admission
+        if admission is not None and self.admitted and admission.holds_output(self):
+            return b""
+        if self._dispositions and (admission is None or admission.may_confirm()):
             sessions = self._dispositions
             self._dispositions = set()
             before = len(self._out)
             for session in sessions:
                 if not session.ended:
                     session.send_dispositions()
-            if self.admitted and self.ctx.admission is not None and len(self._out) > before:
-                self.ctx.admission.confirms_sent(self)
+            if self.admitted and admission is not None and len(self._out) > before:
+                admission.confirms_sent(self)
         if not self._out:
             return b""
         data = b"".join(self._out)
@@ -283,7 +311,8 @@ class Connection:
         if not body:
             return  # an empty frame: a heartbeat
         try:
-            performative, at = codec.decode(body)
+            found = decode_transfer(body)  # most frames: read by hand, else by the codec
+            performative, at = codec.decode(body) if found is None else found
         except DecodeError as exc:
             raise Amqp10Error(DECODE_ERROR, str(exc)) from None
         if state is S.CLOSE_SENT:
@@ -476,7 +505,9 @@ class Connection:
     # -- errors and closing --------------------------------------------------------------
     def _log_error(self, error: Amqp10Error, scope: str) -> None:
         self.ctx.protocol_errors_total += 1
-        self.ctx.log.warning(
+        # A routine refusal (an HA backup sending a client on) is normal operation: info.
+        log = self.ctx.log.info if error.routine else self.ctx.log.warning
+        log(
             "protocol_error",
             connection=self.name,
             peer=self.peer,
@@ -499,9 +530,14 @@ class Connection:
         self.cleanup()
         if not self._open_sent:
             self._send_open()
-        self.send_frame(0, Close(error=Error(error.condition, error.description)))
+        self.send_frame(0, Close(error=Error(error.condition, error.description, error.info)))
         self.set_state(S.CLOSE_SENT)
         self._closing_since = self.ctx.clock()
+
+    def drop_unsent(self) -> None:
+        """Forget the output not written yet (an HA primary that stopped serving closes
+        its clients: nothing it held may reach them)."""
+        self._out.clear()
 
     def close(self, reply_code: ReplyCode, text: str) -> None:
         """Broker-initiated close (shutdown, a deleted vhost): close with

@@ -9,8 +9,10 @@ and answers with the performative of its scope, naming the condition and a descr
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
-from broker.core.errors import AmqpError, ReplyCode
+from broker.amqp10.types import UShort
+from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 
 #: The conditions this broker sends, by name in the specification.
 INTERNAL_ERROR = "amqp:internal-error"
@@ -46,13 +48,24 @@ class Scope(Enum):
 
 
 class Amqp10Error(Exception):
-    """A condition to answer with (see the module docstring)."""
+    """A condition to answer with (see the module docstring). ``info``: the error's info
+    map (a redirect's ``network-host`` and ``port``); ``routine``: a refusal that is normal
+    operation (an HA backup sending a client on), logged at info, not as a warning."""
 
-    def __init__(self, condition: str, description: str, scope: Scope = Scope.CONNECTION):
+    def __init__(
+        self,
+        condition: str,
+        description: str,
+        scope: Scope = Scope.CONNECTION,
+        info: dict[str, Any] | None = None,
+        routine: bool = False,
+    ):
         super().__init__(f"{condition}: {description}")
         self.condition = condition
         self.description = description
         self.scope = scope
+        self.info = info
+        self.routine = routine
 
 
 #: The condition of a broker-core error, by its 0-9-1 reply code.
@@ -69,6 +82,19 @@ _CONDITIONS = {
 
 
 def from_core(error: AmqpError, scope: Scope) -> Amqp10Error:
-    """A broker-core refusal (a missing queue: 404...) as the 1.0 condition it means."""
+    """A broker-core refusal (a missing queue: 404...) as the 1.0 condition it means.
+
+    A routine refusal (:class:`~broker.core.errors.RoutineRefusal`: an HA backup, or a
+    primary not serving, sending a client on) is ``amqp:connection:redirect`` naming the
+    address it gives (``network-host``, ``port``, and ``hostname`` for the client's next
+    open), else ``amqp:connection:forced``: the condition 1.0 clients take as "connect
+    again" (python-qpid-proton reconnects on it, where ``amqp:not-allowed`` or a redirect
+    make it give up; docs/amqp-1-0.md says how far that gets a URL list)."""
+    if isinstance(error, RoutineRefusal):
+        if error.redirect is None:
+            return Amqp10Error(CONNECTION_FORCED, error.reply_text, scope, routine=True)
+        host, port = error.redirect
+        info = {"hostname": host, "network-host": host, "port": UShort(port)}
+        return Amqp10Error(REDIRECT, error.reply_text, scope, info=info, routine=True)
     condition = _CONDITIONS.get(ReplyCode(int(error.reply_code)), INTERNAL_ERROR)
     return Amqp10Error(condition, error.reply_text, scope)

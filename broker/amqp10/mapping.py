@@ -24,14 +24,16 @@ the others as application properties (values that are tables or arrays are left 
 from __future__ import annotations
 
 import datetime
+import functools
 import uuid
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from pamqp import commands
 
 from broker.amqp10 import codec
-from broker.amqp10.sections import AmqpMessage, Data, Header, Properties
+from broker.amqp10.codec import DecodeError
+from broker.amqp10.sections import AmqpMessage, Data, Header, Properties, parse_message
 from broker.amqp10.types import Symbol, Timestamp, UInt
 from broker.core import properties as basic_properties
 
@@ -128,6 +130,81 @@ def to_properties(message: AmqpMessage) -> tuple[commands.Basic.Properties, byte
     return props, body
 
 
+class Stored(NamedTuple):
+    """A received 1.0 message as the broker stores it, and what the link checks of it."""
+
+    properties: bytes  # the 0-9-1 content-header properties, encoded
+    body: bytes
+    user_id: str | None
+    to: str | None
+
+
+#: Sections before a data body up to this size are mapped through a cache.
+_PREFIX_CACHED = 1024
+
+
+def stored_form(payload: bytes) -> Stored:
+    """:func:`to_properties` of a transfer's payload, encoded. A message whose body is one
+    ``data`` section at its end (the usual case) is split there without decoding the body,
+    and the sections before it, which most messages of a stream share, are mapped once
+    per distinct value (a small cache); any other message is parsed whole. The split is
+    the parse: AMQP values are self-delimiting, so sections that decode exactly up to a
+    data section running to the end are the message's sections.
+
+    :raises DecodeError: not a message. ``ValueError``, ``TypeError``, ``OverflowError``,
+        ``struct.error``: a value 0-9-1 cannot carry.
+    """
+    split = _data_split(payload)
+    if split is not None:
+        start, body_at = split
+        prefix = bytes(payload[:start])
+        try:
+            if len(prefix) <= _PREFIX_CACHED:
+                raw, user, to = _cached_prefix(prefix)
+            else:
+                raw, user, to = _map_prefix(prefix)
+            return Stored(raw, bytes(payload[body_at:]), user, to)
+        except DecodeError:
+            pass  # a data section's bytes inside an earlier section: parse it whole
+    message = parse_message(payload)
+    props, body = to_properties(message)
+    to = message.properties.to if message.properties is not None else None
+    return Stored(basic_properties.encode(props), body, props.user_id, to)
+
+
+def _data_split(payload: bytes) -> tuple[int, int] | None:
+    """Where a ``data`` section that runs to the end of ``payload`` starts, and where its
+    bytes start; None if there is none."""
+    size = len(payload)
+    at = payload.find(_DATA)
+    while at != -1 and at + 4 < size:
+        code = payload[at + 3]
+        if code == 0xA0 and payload[at + 4] == size - at - 5:
+            return at, at + 5
+        if (
+            code == 0xB0
+            and at + 8 <= size
+            and int.from_bytes(payload[at + 4 : at + 8], "big") == size - at - 8
+        ):
+            return at, at + 8
+        at = payload.find(_DATA, at + 1)
+    return None
+
+
+def _map_prefix(prefix: bytes) -> tuple[bytes, str | None, str | None]:
+    """The encoded 0-9-1 properties, user-id and ``to`` of the sections before a data body."""
+    message = parse_message(prefix)  # decoded alone: it must end exactly where the body starts
+    if message.body or message.footer is not None:
+        raise DecodeError("a body or footer before the trailing data section")
+    message.body = [Data(b"")]
+    props, _ = to_properties(message)
+    to = message.properties.to if message.properties is not None else None
+    return basic_properties.encode(props), props.user_id, to
+
+
+_cached_prefix = functools.lru_cache(maxsize=256)(_map_prefix)
+
+
 def _id_value(text: str) -> Any:
     if text.startswith(_UUID_PREFIX):
         try:
@@ -152,16 +229,62 @@ def _amqp_value(value: Any) -> Any:
 
 def to_message(raw_properties: bytes, body: bytes, delivery_count: int) -> bytes:
     """The 1.0 encoding (its sections) of a stored 0-9-1 message, for a delivery after
-    ``delivery_count`` earlier ones."""
-    props = basic_properties.decode(raw_properties)
+    ``delivery_count`` earlier ones.
+
+    Only the header depends on the delivery; the sections after it (annotations,
+    properties, application properties) depend only on the 0-9-1 properties, which most
+    messages of a stream share: both are encoded once per distinct value (small caches),
+    and a ``data`` body is framed by hand, so a delivery costs two lookups and a join."""
+    header_key, before_body, amqp_body = _bare_sections(raw_properties)
+    if delivery_count <= _COUNTS_CACHED:
+        header = _cached_header(*header_key, delivery_count)
+    else:
+        header = _header(*header_key, delivery_count)
+    if amqp_body:
+        return header + before_body + body
+    return b"".join((header, before_body, data_section(body)))
+
+
+#: Headers of deliveries up to this count come from a cache (the later ones are rare).
+_COUNTS_CACHED = 8
+_DATA = b"\x00\x53\x75"  # the data section's descriptor: smallulong 0x75
+
+
+def data_section(body: bytes) -> bytes:
+    """One ``data`` section holding ``body`` (vbin8 or vbin32), as the codec encodes it."""
+    size = len(body)
+    if size < 256:
+        return _DATA + b"\xa0" + bytes((size,)) + body
+    return _DATA + b"\xb0" + size.to_bytes(4, "big") + body
+
+
+def _header(durable: bool, priority: int, ttl: int | None, delivery_count: int) -> bytes:
+    """The encoded header section of a delivery after ``delivery_count`` earlier ones."""
     header = Header(
-        durable=props.delivery_mode == 2,
-        priority=int(props.priority) if props.priority is not None else 4,
-        ttl=UInt(int(props.expiration))
-        if props.expiration and props.expiration.isdigit()
-        else None,
+        durable=durable,
+        priority=priority,
+        ttl=None if ttl is None else UInt(ttl),
         first_acquirer=delivery_count == 0,
         delivery_count=UInt(delivery_count),
+    )
+    return codec.encode(header)
+
+
+_cached_header = functools.lru_cache(maxsize=256)(_header)
+
+
+@functools.lru_cache(maxsize=1024)
+def _bare_sections(
+    raw_properties: bytes,
+) -> tuple[tuple[bool, int, int | None], bytes, bool]:
+    """What a stored message's 0-9-1 properties give its 1.0 form: the header's fields
+    (durable, priority, ttl), the sections between the header and the body, encoded, and
+    whether the body is 1.0 sections kept encoded (``type`` ``amqp-1.0``)."""
+    props = basic_properties.decode(raw_properties)
+    header_key = (
+        props.delivery_mode == 2,
+        int(props.priority) if props.priority is not None else 4,
+        int(props.expiration) if props.expiration and props.expiration.isdigit() else None,
     )
     headers = dict(props.headers or {})
     message_id: Any = _id_value(props.message_id) if props.message_id else None
@@ -198,13 +321,8 @@ def to_message(raw_properties: bytes, body: bytes, delivery_count: int) -> bytes
     if props.message_type and not amqp_body:
         annotations[Symbol("x-basic-type")] = props.message_type
     message = AmqpMessage(
-        header=header,
         message_annotations=annotations or None,
         properties=properties if properties != Properties() else None,
         application_properties=application or None,
     )
-    if amqp_body:
-        message.body_raw = body
-    else:
-        message.body = [Data(body)]
-    return message.encode()
+    return header_key, message.encode(), amqp_body

@@ -37,7 +37,7 @@ from broker.amqp10.errors import (
     Amqp10Error,
     Scope,
 )
-from broker.amqp10.mapping import to_properties
+from broker.amqp10.mapping import stored_form
 from broker.amqp10.performatives import (
     RCV_FIRST,
     RECEIVER,
@@ -51,8 +51,6 @@ from broker.amqp10.performatives import (
     Transfer,
 )
 from broker.amqp10.ports import LinkSession
-from broker.amqp10.sections import AmqpMessage, parse_message
-from broker.core import properties
 from broker.core.confirms import PublisherConfirms
 from broker.core.message import Message
 
@@ -179,26 +177,24 @@ class ReceiverLink:
     def _publish(self, delivery_id: int, settled: bool, payload: bytes) -> None:
         session = self.session
         try:
-            message = parse_message(payload)
+            found = stored_form(payload)
         except DecodeError as exc:
             raise Amqp10Error(DECODE_ERROR, f"malformed message: {exc}", Scope.LINK) from None
-        props, body = to_properties(message)
-        user = session.user
-        if props.user_id is not None and props.user_id != user:
-            raise Amqp10Error(
-                UNAUTHORIZED_ACCESS,
-                f"user-id {props.user_id!r} is not the authenticated user {user!r}",
-                Scope.LINK,
-            )
-        exchange_name, routing_key = self._route(message)
-        try:
-            raw = properties.encode(props)
-            stored = Message(exchange_name, routing_key, raw, body)
         except (ValueError, TypeError, OverflowError, struct.error) as exc:
             # a value 0-9-1 cannot carry (an application property of 2**64 - 1...)
             raise Amqp10Error(
                 INVALID_FIELD, f"the message does not map to 0-9-1: {exc}", Scope.LINK
             ) from None
+        raw, body, user_id, to = found
+        user = session.user
+        if user_id is not None and user_id != user:
+            raise Amqp10Error(
+                UNAUTHORIZED_ACCESS,
+                f"user-id {user_id!r} is not the authenticated user {user!r}",
+                Scope.LINK,
+            )
+        exchange_name, routing_key = self._route(to)
+        stored = Message(exchange_name, routing_key, raw, body)
         session.published()
         handle = None
         if not settled:
@@ -222,11 +218,10 @@ class ReceiverLink:
         if between is not None:
             between()  # the store: a long read's records start going to disk
 
-    def _route(self, message: AmqpMessage) -> tuple[str, str]:
+    def _route(self, to: str | None) -> tuple[str, str]:
         """Where a message goes: the link's target, or (anonymous relay) its ``to``."""
         if self.exchange is not None:
             return self.exchange, self.routing_key
-        to = message.properties.to if message.properties is not None else None
         if not to:
             raise Amqp10Error(
                 INVALID_FIELD, "a message without 'to' on an anonymous relay link", Scope.LINK

@@ -132,6 +132,7 @@ class SenderLink:
             theirs = self.delivery_count if flow.delivery_count is None else flow.delivery_count
             self.credit = max(0, (int(theirs) + int(flow.link_credit) - self.delivery_count))
         self.drain = bool(flow.drain)
+        self.queue.credit_returned(self)
         self.queue.dispatch()
         if self.drain and self.credit > 0 and not self.detached:
             self.delivery_count = (self.delivery_count + self.credit) % _SEQUENCE

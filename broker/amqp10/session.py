@@ -279,6 +279,7 @@ class Session:
         if opened:
             for link in list(self.links.values()):
                 if isinstance(link, SenderLink):
+                    link.queue.credit_returned(link)
                     link.queue.dispatch()
 
     def _disposition(self, disposition: Disposition) -> None:
@@ -404,8 +405,14 @@ class Session:
             self.check_publish(exchange, key)
             return ReceiverLink(self, attach, exchange, key)
         source = attach.source
-        if not isinstance(source, Source) or source.dynamic:
-            raise Amqp10Error(NOT_IMPLEMENTED, "a dynamic or missing source", Scope.LINK)
+        if not isinstance(source, Source):
+            raise Amqp10Error(NOT_IMPLEMENTED, "a missing source", Scope.LINK)
+        if source.dynamic:  # a temporary queue for this link (request/reply)
+            queue = vhost.declare_queue("", exclusive=True, auto_delete=True, owner=self.owner)
+            attach = dataclasses.replace(
+                attach, source=dataclasses.replace(source, address=queue.name)
+            )
+            return SenderLink(self, attach, queue)
         queue_address = addresses.parse_source(source.address)
         queue = vhost.queue(queue_address.queue, owner=self.owner)
         if acl is not None:
@@ -447,6 +454,7 @@ class Session:
         """The transport takes output again: the links send what they can."""
         for link in list(self.links.values()):
             if isinstance(link, SenderLink):
+                link.queue.credit_returned(link)
                 link.queue.dispatch()
 
     def publishers_blocked(self, blocked: bool) -> None:

@@ -79,6 +79,15 @@ class RoutineRefusal(AmqpError):
     wrong: an HA backup (or a primary not serving) sending a client on to the next address
     of its URL list. Closes the connection like any :class:`AmqpError`; logged at info."""
 
+    def __init__(
+        self, reply_code: ReplyCode, reply_text: str, redirect: tuple[str, int] | None = None
+    ) -> None:
+        super().__init__(reply_code, reply_text)
+        #: Where the client should connect instead (host, port), when the refuser knows:
+        #: an AMQP 1.0 client is told with ``amqp:connection:redirect``; 0-9-1 has no
+        #: redirect and reads it in the reply text.
+        self.redirect = redirect
+
 
 def not_found(what: str) -> AmqpError:
     return AmqpError(ReplyCode.NOT_FOUND, what)

@@ -16,8 +16,9 @@ consumed with no-ack, expired, purged, dropped or dead-lettered). While a delive
 HA primary's delivery watermark) holds the head back, a basic.get on ready messages is held
 (:meth:`Queue.hold_get`) and answered, first and in order, when the gate reopens.
 
-Beside it, one concept each: :mod:`broker.core.queue_consumers` its consumers in the
-order it serves them (a :class:`~broker.core.queue_consumers.QueueConsumers` it owns);
+Beside it, one concept each: :mod:`broker.core.consumer_ring` its consumers and whose turn
+is next, found without scanning them (a :class:`~broker.core.consumer_ring.ConsumerRing` it
+owns; whoever gives a consumer credit back tells the queue, :meth:`Queue.credit_returned`);
 :mod:`broker.core.queue_contracts` what it asks of its
 consumers, gate, held gets and observers (protocols generic in the queue, so that module
 does not import this one); :mod:`broker.core.queue_copy` the queue as a copy (entries at
@@ -35,9 +36,9 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 from uuid import uuid4
 
+from broker.core.consumer_ring import ConsumerRing
 from broker.core.message import Entry, Message
 from broker.core.priority import PriorityMessages
-from broker.core.queue_consumers import QueueConsumers
 from broker.core.queue_contracts import NO_GATE as NO_GATE  # re-exported
 from broker.core.queue_contracts import (
     Consumer,
@@ -99,9 +100,7 @@ class Queue:
         )
         #: Its consumers, in the order it serves them (round robin, priorities, single
         #: active); ``_consumers`` is their list, read here.
-        self._ring: QueueConsumers[Consumer[Queue]] = QueueConsumers(
-            self.limits.single_active_consumer
-        )
+        self._ring: ConsumerRing[Consumer[Queue]] = ConsumerRing(self.limits.single_active_consumer)
         self._consumers = self._ring.members
         #: Position of the latest enqueue (the HA replication id of that message).
         self.last_position = 0
@@ -306,8 +305,16 @@ class Queue:
         gate = self.delivery_gate
         return gate is None or gate.may_deliver(self, position)
 
+    def credit_returned(self, consumer: Consumer[Queue] | None = None) -> None:
+        """``consumer`` (None: any of this queue's consumers) may take messages again: an
+        acknowledgement, basic.qos, channel.flow, a writable socket or a link's credit gave
+        it credit back. The queue asks it again at its next turn (a consumer found without
+        credit is not asked again until this is called); call :meth:`dispatch` after."""
+        self._ring.credit_returned(consumer)
+
     def dispatch(self) -> None:
-        """Hand ready messages to consumers with credit, round robin."""
+        """Hand ready messages to consumers with credit, round robin (those found without
+        credit once wait for :meth:`credit_returned`)."""
         if self._dispatching:
             self._redispatch = True
             return
@@ -549,9 +556,7 @@ class Queue:
         """The queue is deleted: drop its messages, return the consumers it had."""
         self.deleted = True
         self.purge()
-        consumers = list(self._consumers)
-        self._consumers.clear()
-        return consumers
+        return self._ring.clear()
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, {len(self._messages)} ready, {self.unacked} unacked)"

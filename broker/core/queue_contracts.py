@@ -6,10 +6,11 @@ delivers, answers a :class:`HeldGet` (a basic.get it holds while that gate is cl
 each :class:`QueueObserver` of its enqueues and dequeues (in the order of their
 :class:`ObserverRole`), and dead-letters through a ``DeadLetter`` callback
 (``broker.core.queue``). :data:`PUBLISH_HOLDS` is what holds a publish's confirm, in the
-order the holds are taken: invariant 1 in one place. Protocols only, so the core names none of
-the packages that implement them. Each is generic in the queue it is handed (``Q``: the
-queue module uses ``Consumer[Queue]`` and so on), so this module does not import the
-queue's, which imports it.
+order the holds are taken, and :data:`CONFIRM_PATH` that sequence with the gate its reply
+passes as it is written (:data:`CONFIRM_GATES`): invariant 1 in one place. Protocols
+only, so the core names none of the packages that implement them. Each is generic in the
+queue it is handed (``Q``: the queue module uses ``Consumer[Queue]`` and so on), so this
+module does not import the queue's, which imports it.
 """
 
 from __future__ import annotations
@@ -101,6 +102,36 @@ PUBLISH_HOLDS: tuple[tuple[Hold, ObserverRole | None, str], ...] = (
     (Hold.ROUTING, None, "routing done: every queue took the message or refused it"),
     (Hold.DISK, ObserverRole.STORE, "the enqueue record is on disk (durable queue)"),
     (Hold.BACKUP, ObserverRole.GUARD, "that backup acknowledged the message, or lost it"),
+)
+
+
+class Gate(Enum):
+    """What a settled confirm's reply waits for after its holds, as it is written."""
+
+    #: The broker serves: an HA primary not fenced, whose cluster manager's lease and
+    #: member lease hold (``AdmissionPolicy.may_confirm``; always, stand-alone).
+    SERVING = "serving"
+
+
+#: After the holds, the gates a settled confirm's reply passes as its connection writes it,
+#: with who asks and what opens each. A gate is a query that changes nothing (the wire asks
+#: it; the decisions are taken elsewhere: the HA role fences on its Tick when the cluster
+#: manager's lease ran out, the lease keeper notes a lapse), and it holds the reply, never
+#: the settlement: the publish stays settled and its reply goes out once the gate opens
+#: (woken when the primary serves again), or never (fenced).
+CONFIRM_GATES: tuple[tuple[Gate, str, str], ...] = (
+    (
+        Gate.SERVING,
+        "the publisher's connection, as it writes (AdmissionPolicy.may_confirm)",
+        "the primary serves: not fenced, both leases hold",
+    ),
+)
+
+#: The confirm path as one sequence (invariant 1 of docs/ha-design.md, "What holds a
+#: publish"): the holds in the order they are taken, then the gates of the reply.
+CONFIRM_PATH: tuple[Hold | Gate, ...] = (
+    *(hold for hold, _role, _released in PUBLISH_HOLDS),
+    *(gate for gate, _asker, _opens in CONFIRM_GATES),
 )
 
 

@@ -13,6 +13,7 @@ whose primary accepted what only a newer format carries).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,15 +27,20 @@ from broker.ha.replication_contract import ContractFloor, Uncarried
 from broker.ha.role_events import Action, EpochSeen, Event
 from broker.ha.state import HaState
 from common.formats import FormatRange
+from common.url import Address, parse_url
 
 if TYPE_CHECKING:
     from broker.amqp.context import AdmittedConnection
 
 
-def client_refusal(state: HaState, not_serving: bool, public_url: str) -> AmqpError | None:
+def client_refusal(
+    state: HaState, not_serving: bool, public_url: str, redirect: Address | None = None
+) -> AmqpError | None:
     """None when a client (or a backup's link) may connect: a primary that serves. A
     refusal is routine (:class:`RoutineRefusal`, logged at info): clients with a URL list
-    meet it whenever they try a backup first."""
+    meet it whenever they try a backup first. A backup's refusal names ``redirect`` (see
+    :func:`redirect_address`) for the clients that can be told where to go (AMQP 1.0's
+    ``amqp:connection:redirect``)."""
     if not_serving:
         return RoutineRefusal(ReplyCode.NOT_ALLOWED, "HA broker fenced: not serving")
     if state.is_primary:
@@ -42,7 +48,22 @@ def client_refusal(state: HaState, not_serving: bool, public_url: str) -> AmqpEr
     return RoutineRefusal(
         ReplyCode.NOT_ALLOWED,
         f"HA backup: not the primary (state {state.value}); clients connect to {public_url}",
+        redirect=None if redirect is None else (redirect.host, redirect.port),
     )
+
+
+def redirect_address(explicit_public_url: str | None, primary: str | None) -> Address | None:
+    """Where a backup sends a client that can be redirected: the first address of
+    ``ha-public-url`` when it is set (``explicit_public_url``: a virtual IP or a name that
+    follows the primary), else the primary this backup replicates from (``primary``, its
+    link's ``host:port``), else None (no link: the client tries its next address)."""
+    for text in (explicit_public_url, primary):
+        if text:
+            try:
+                return parse_url(text).addresses[0]
+            except ValueError:
+                continue
+    return None
 
 
 def link_user_refusal(link_user: str | None, user: str | None) -> AmqpError | None:
@@ -102,12 +123,12 @@ class AdmissionHost(Protocol):
     def fenced(self) -> bool: ...
 
     def may_confirm(self) -> bool:
-        """Do both leases hold (the cluster manager's: a primary whose lease ran out
-        fences; the member lease)?"""
+        """Do both leases hold, the cluster manager's and the member lease? A query."""
         ...
 
     def lease_holds(self) -> bool:
-        """Does the cluster manager's lease hold (a primary whose lease ran out fences)?"""
+        """Does the cluster manager's lease hold now? A query (the role fences a primary
+        whose lease ran out on its next tick)."""
         ...
 
     def may_serve(self) -> bool:
@@ -120,6 +141,11 @@ class AdmissionHost(Protocol):
 
     def handle(self, event: Event) -> list[Action]:
         """Feed one event to the role and perform its actions."""
+        ...
+
+    @property
+    def primary_address(self) -> str | None:
+        """On a backup: the primary its link replicates from (``host:port``), if linked."""
         ...
 
     def now(self) -> float: ...
@@ -145,6 +171,7 @@ class HaAdmission:
         log: Any,
         *,
         public_url: str,
+        explicit_public_url: str | None = None,
         link_user: str | None,
         formats: FormatRange,
         vhosts: Iterable[VirtualHost],
@@ -154,6 +181,7 @@ class HaAdmission:
         self._host = host
         self._log = log
         self._public_url = public_url
+        self._explicit_public_url = explicit_public_url
         self._link_user = link_user
         self._formats = formats
         self._vhosts = vhosts
@@ -166,6 +194,9 @@ class HaAdmission:
         #: Still to log since this broker's promotion: its first client connection and
         #: first publisher confirm (the console's client outage, docs/log-schema.md).
         self._clients_back: set[str] = set()
+        #: Clients closed because the primary does not serve: their connection.close goes
+        #: out (what was held was dropped first: :meth:`let_close`).
+        self._closing: weakref.WeakSet[AdmittedConnection] = weakref.WeakSet()
 
     def recovering(self) -> None:
         """The broker was just promoted: log its first client connection and confirm."""
@@ -181,8 +212,12 @@ class HaAdmission:
         if props.get(ADMIN_PROPERTY):
             return None
         link = bool(props.get(BACKUP_PROPERTY))
+        state = host.state
+        redirect = None
+        if not state.is_primary:
+            redirect = redirect_address(self._explicit_public_url, host.primary_address)
         refusal = client_refusal(
-            host.state, host.fenced or not host.lease_holds(), self._public_url
+            state, host.fenced or not host.lease_holds(), self._public_url, redirect
         )
         if refusal is None and not link and not host.may_serve():
             # The member lease lapsed (or a promotion waits for its own): clients go on to
@@ -219,17 +254,23 @@ class HaAdmission:
         self._floor.link_released(connection)
 
     def may_confirm(self) -> bool:
-        """Publisher confirms go out only while both leases hold."""
+        """Publisher confirms go out only while both leases hold (a query)."""
         return self._host.may_confirm()
 
     def holds_output(self, connection: AdmittedConnection) -> bool:
         """Whether a client's output waits (deliveries, get-oks, confirms: everything it
         would be sent) because the member lease lapsed; never a backup link's or an HA
         admin's (the link carries the grants that restore it)."""
-        if self._host.may_serve():
+        if self._host.may_serve() or connection in self._closing:
             return False
         props = connection.client_properties
         return not (props.get(BACKUP_PROPERTY) or props.get(ADMIN_PROPERTY))
+
+    def let_close(self, connection: AdmittedConnection) -> None:
+        """``connection`` (a client whose output is held) is being closed while the primary
+        does not serve: its output is no longer held, so its connection.close goes out (the
+        broker drops what was held first: nothing else is left to write)."""
+        self._closing.add(connection)
 
     def confirms_sent(self, connection: AdmittedConnection) -> None:
         if self._clients_back and not connection.client_properties.get(BACKUP_PROPERTY):

@@ -131,6 +131,10 @@ class LinkOwner(Protocol):
         received now (broker.ha.member_lease)."""
         ...
 
+    def member_asked(self, epoch: int) -> None:
+        """The primary of ``epoch`` asked for no promise (it does not count this backup)."""
+        ...
+
 
 #: Queue streams subscribed at a time (each: channel.open, basic.qos, basic.consume).
 SUBSCRIBERS = 64
@@ -494,6 +498,8 @@ class BackupLink:
                 return
             if needed:  # a promise only when the primary counts it
                 self.owner.member_grant(epoch, duration)
+            else:  # that primary does not count this backup (now)
+                self.owner.member_asked(epoch)
             with contextlib.suppress(ClientError):  # the link is going down
                 channel.ack(delivery.delivery_tag)
 

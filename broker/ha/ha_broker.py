@@ -42,8 +42,9 @@ from broker.ha.beyond_joining import cluster_beyond_joining
 from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.epoch import EpochError, EpochStore
 from broker.ha.ha_status import ha_status_steps, in_sync_status, member_dicts
-from broker.ha.id_era import enter_era
+from broker.ha.id_era import enter_era_steps
 from broker.ha.lease_keeper import LeaseKeeper
+from broker.ha.manager_lease import ManagerLease
 from broker.ha.member_lease import GrantLedger, LeaseTimes
 from broker.ha.names import (
     BASE_EPOCH_PROPERTY,
@@ -76,7 +77,6 @@ from broker.ha.role_events import (
     FenceBroker,
     GuardBackup,
     InSyncCommitted,
-    LeaseGranted,
     LinkDown,
     LinkUp,
     Log,
@@ -132,6 +132,7 @@ class HaBroker:
         data_dir: DataDir | None = None,
         on_refused: Callable[[str], None] | None = None,
         disk: DiskSync | None = None,
+        lease_offers: LeaseOffers | None = None,
     ) -> None:
         self.vhost = vhost
         self.context = context
@@ -169,9 +170,18 @@ class HaBroker:
         vhost.hold_contract(ReplicationContract(self.replicate_default, self.contract_floor))
         self.primary: Primary | None = None
         #: The member lease (issue 26): its grants, promises and serving check.
-        self.lease = LeaseKeeper(self, LeaseTimes(options.ha_member_lease, options.ha_clock_drift))
-        #: lease renewals taken off the loop (broker.liveness), applied before a lease check
-        self.lease_offers: LeaseOffers | None = None
+        self.lease = LeaseKeeper(
+            self,
+            LeaseTimes.for_links(
+                options.ha_member_lease,
+                options.ha_clock_drift,
+                options.link_heartbeat_interval,
+                options.link_maintenance_interval,
+            ),
+        )
+        #: The cluster manager's lease: renewals ``lease_offers`` takes off the loop
+        #: (broker.liveness), applied at each tick; a timer at its end.
+        self.manager_lease = ManagerLease(self, lease_offers)
         self.streams: PrimaryStreams | None = None
         #: As a primary: each backup's latest replication error (``/api/ha``).
         self.backup_errors = ReplicationErrors()
@@ -184,6 +194,7 @@ class HaBroker:
             self,
             self.log_,
             public_url=self.public_url,
+            explicit_public_url=options.ha_public_url,
             link_user=options.ha_username,
             formats=self.formats,
             vhosts=vhost if isinstance(vhost, VirtualHosts) else [vhost],  # read at each admit
@@ -334,6 +345,7 @@ class HaBroker:
 
     async def stop(self) -> None:
         self.lease.stop()
+        self.manager_lease.stop()
         if self.link is not None:
             await self.link.stop()
             self.link = None
@@ -364,6 +376,7 @@ class HaBroker:
         except EpochError as exc:
             self.store_failed(str(exc))
             return
+        self.lease.grants.linked = primary_epoch
         self.handle(LinkUp(str(address), primary_epoch))
 
     def check_history(self, primary_epoch: int, base_epoch: int | None, address: str) -> str | None:
@@ -399,6 +412,7 @@ class HaBroker:
         return refusal
 
     def link_down(self, reason: str) -> None:
+        self.lease.grants.linked = None
         self.handle(LinkDown(reason))
         if self.link is not None:
             self.members = list(self.link.replicator.members)
@@ -434,6 +448,10 @@ class HaBroker:
         """As a backup: grant the primary of ``epoch`` a member lease (LinkOwner)."""
         self.lease.member_grant(epoch, duration)
 
+    def member_asked(self, epoch: int) -> None:
+        """As a backup: the primary of ``epoch`` asked for no promise (LinkOwner)."""
+        self.lease.grants.asked(epoch)
+
     @property
     def grants(self) -> GrantLedger:
         """The member-lease grants this broker gave as a backup (``GET /grant``)."""
@@ -458,7 +476,7 @@ class HaBroker:
         (stops serving, exits 3; its supervisor restarts it as a backup): a primary whose
         agent died, froze or lost ZooKeeper never serves beside the next one.
         """
-        for action in self.handle(LeaseGranted(seconds, self.context.clock())):
+        for action in self.manager_lease.grant(seconds):
             if isinstance(action, Refuse):
                 raise PromoteError(action.reason)
 
@@ -483,30 +501,24 @@ class HaBroker:
         joins it only once it granted (a member of the committed set stays)."""
         return in_sync_status(self.role, self.lease.joined())
 
+    @property
+    def lease_offers(self) -> LeaseOffers | None:
+        """Renewals the liveness thread takes off the loop (``ManagerLease.offers``)."""
+        return self.manager_lease.offers
+
     def take_offered_lease(self) -> None:
         """Apply a renewal the liveness thread took (as received: its time, not now)."""
-        offer = None if self.lease_offers is None else self.lease_offers.take()
-        if offer is not None:
-            self.handle(LeaseGranted(*offer))  # a refusal (no longer primary): nothing
-
-    def lease_expired(self) -> bool:
-        self.take_offered_lease()
-        return self.role.lease_expired(self.context.clock())
+        self.manager_lease.take_offered()
 
     def lease_holds(self) -> bool:
-        """The cluster manager's lease holds (not fenced; a primary whose lease ran out
-        fences here)."""
-        if self.role.fenced:
-            return False
-        self.take_offered_lease()
-        if self.role.lease_expired(self.context.clock()):
-            self.handle(Fence("the cluster manager's lease ran out"))
-            return False
-        return True
+        """Does the cluster manager's lease hold now? A query (``ManagerLease.holds``)."""
+        return self.manager_lease.holds()
 
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while both leases hold: the cluster manager's
-        and the member lease (admission policy hook)."""
+        and the member lease (admission policy hook; the confirm path's last step, after
+        its holds: ``CONFIRM_PATH`` in broker/core/queue_contracts.py). It decides
+        nothing: the fence is the role's (its Tick), a lapse the lease keeper's."""
         return self.lease_holds() and self.lease.may_serve()
 
     def fence(self, reason: str) -> None:
@@ -565,7 +577,7 @@ class HaBroker:
                 await self._drop_link()
                 return []
             case StartPrimary(expected):
-                return self._start_primary(dict(expected))
+                return await self._start_primary(dict(expected))
         raise AssertionError(f"not a promotion action: {action!r}")
 
     async def _drop_link(self) -> None:
@@ -581,9 +593,15 @@ class HaBroker:
             self.vhost.delete_queue(name)
         self.link = None
 
-    def _start_primary(self, expected: dict[str, str]) -> list[Action]:
+    async def _start_primary(self, expected: dict[str, str]) -> list[Action]:
+        """Become the primary's shell. The work over every queue (the new era's ids, the
+        expected backups' guards: at 10,000 queues 50-100 ms each) runs a slice a turn of
+        the loop, before the role hears PrimaryStarted: until then the broker is not
+        primary (no client is admitted, its link is dropped), so nothing is enqueued that
+        a guard made in a later slice would miss."""
         self.lineage.promoted(self.epoch_store.current)  # this era is the store's now
-        enter_era(self.vhost.queues.values(), self.epoch_store.current)  # no id reused
+        queues = list(self.vhost.queues.values())
+        await _in_turns(enter_era_steps(queues, self.epoch_store.current))  # no id reused
         self.identity.promoted()  # the cluster's first primary creates its id
         primary = Primary(
             self.vhost,
@@ -591,6 +609,8 @@ class HaBroker:
             clock=self.context.clock,
             auto_delete_grace=self.options.ha_backup_timeout,
         )
+        for backup_id, url in sorted(expected.items()):  # the role's GuardBackup finds them
+            await _in_turns(primary.guard_backup_steps(backup_id, url))
         self.primary = primary
         self.streams = PrimaryStreams(primary, self, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
@@ -623,10 +643,19 @@ class HaBroker:
         """What GET /api/ha shows, at once (:meth:`status_steps`)."""
         return run_steps(self.status_steps())
 
-    def status_steps(self) -> Steps[dict[str, Any]]:
-        """:meth:`status` in slices (:func:`broker.ha.ha_status.ha_status_steps`)."""
+    def status_steps(
+        self, rows: bool = True, positions: bool | None = None
+    ) -> Steps[dict[str, Any]]:
+        """:meth:`status` in slices (:func:`broker.ha.ha_status.ha_status_steps`); ``rows``
+        False: without the per-queue rows (``positions``: but with each backup's)."""
         self.take_offered_lease()
-        return ha_status_steps(self)
+        return ha_status_steps(self, rows, positions)
+
+
+async def _in_turns(steps: Steps[None]) -> None:
+    """Run ``steps``, a slice a turn of the loop."""
+    for _ in steps:
+        await asyncio.sleep(0)
 
 
 def _call_soon() -> Callable[[Callable[[], None]], object] | None:

@@ -120,25 +120,42 @@ def in_sync_status(role: HaRole, granted: Collection[str] | None = None) -> dict
     }
 
 
-def ha_status_steps(ha: HaStatusSource) -> Steps[dict[str, Any]]:
+def ha_status_steps(
+    ha: HaStatusSource, rows: bool = True, positions: bool | None = None
+) -> Steps[dict[str, Any]]:
     """What GET /api/ha shows, in slices of :data:`SLICE` rows (the management API runs a
     slice a turn of the event loop: 10,000 queues in one callback held it 0.5-0.8 s). The
     queues and each backup's streams are listed when the first slice runs; each row reads
     its queue when its slice runs; everything else is read in the last slice, at once (the
-    state, epoch, in-sync set and lease answer for one instant)."""
-    queues: list[dict[str, Any]]
+    state, epoch, in-sync set and lease answer for one instant).
+
+    ``replication_position`` is the sum of the queues' last ids (what a total failure
+    compares). ``rows`` False: without the per-queue rows (``queues``, and each backup's
+    ``queues``), the position alone: what the agent's health check reads twice a second
+    (``GET /api/ha?queues=summary``; at 10,000 queues the rows are megabytes of JSON).
+    ``positions`` (default: ``rows``): each backup's ``queues`` alone (the console's
+    sampler, whose lag histories read them every second, with nobody viewing)."""
+    queues: list[dict[str, Any]] | None = None
     if ha.link is not None and ha.link.replicator.replicators:
         replicators = [r for _key, r in sorted(ha.link.replicator.replicators.items())]
-        queues = yield from rows_in_slices(replicators, _replicator_row)
+        if rows:
+            queues = yield from rows_in_slices(replicators, _replicator_row)
+        else:
+            ids = yield from rows_in_slices(replicators, _replicator_last_id)
     else:
         # A primary's queues, or what a joining broker recovered from its store (before
         # its link replicates any): their last ids are its replication position, what
         # a total failure compares.
         own = [q for _key, q in sorted(ha.vhost.queues.items()) if q.exclusive_owner is None]
-        queues = yield from rows_in_slices(own, _queue_row)
-    backups = yield from _backups_status(ha)
+        if rows:
+            queues = yield from rows_in_slices(own, _queue_row)
+        else:
+            ids = yield from rows_in_slices(own, _last_id)
+    if queues is not None:
+        ids = [row["last_id"] for row in queues]
+    backups = yield from _backups_status(ha, rows if positions is None else positions)
     now = ha.now()
-    return {
+    status = {
         "state": ha.state.value,
         "epoch": ha.epoch,
         "broker_id": ha.broker_id,
@@ -148,7 +165,7 @@ def ha_status_steps(ha: HaStatusSource) -> Steps[dict[str, Any]]:
         "public_url": ha.public_url,
         "primary": ha.primary_address if ha.primary is None else ha.url,
         "members": ha.membership() if ha.primary is not None else ha.last_members(),
-        "queues": queues,
+        "queues": queues or [],
         "held_confirms": ha.primary.held_confirms() if ha.primary else 0,
         "lease_remaining": (
             None if ha.lease_until is None else round(max(0.0, ha.lease_until - now), 3)
@@ -163,7 +180,11 @@ def ha_status_steps(ha: HaStatusSource) -> Steps[dict[str, Any]]:
         "link_error": ha.link.link_error() if ha.link is not None else None,
         # A backup's latest replication error (object and reason), until a link catches up.
         "replication_error": ha.link.replication_error() if ha.link is not None else None,
+        "replication_position": sum(ids),
     }
+    if queues is None:
+        del status["queues"]
+    return status
 
 
 def _replicator_row(replicator: Any) -> dict[str, Any]:
@@ -176,6 +197,14 @@ def _replicator_row(replicator: Any) -> dict[str, Any]:
         "enqueued": replicator.enqueued_total,
         "dequeued": replicator.dequeued_total,
     }
+
+
+def _replicator_last_id(replicator: Any) -> int:
+    return int(replicator.queue.last_position)
+
+
+def _last_id(queue: Queue) -> int:
+    return queue.last_position
 
 
 def _queue_row(queue: Queue) -> dict[str, Any]:
@@ -192,27 +221,29 @@ def _ready(ha: HaStatusSource, backup_id: str) -> bool:
     return record is not None and record.ready and record.connected
 
 
-def _backups_status(ha: HaStatusSource) -> Steps[list[dict[str, Any]]]:
+def _backups_status(ha: HaStatusSource, positions: bool = True) -> Steps[list[dict[str, Any]]]:
+    """Each backup's row; ``positions``: with its streams' positions (``queues``)."""
     primary, streams = ha.primary, ha.streams
     if primary is None or streams is None:
         return []
     rows = []
     for backup_id, record in sorted(ha.role.backups.items(), key=lambda b: b[1].url):
-        positions = yield from streams.positions_steps(backup_id, SLICE)
+        queues = (yield from streams.positions_steps(backup_id, SLICE)) if positions else None
         guards = primary.backups.get(backup_id)
         ready = record.ready and record.connected
-        rows.append(
-            {
-                "id": backup_id,
-                "url": record.url,
-                "ready": ready,
-                "expected": backup_id in ha.role.expected,
-                "in_sync": record.in_sync,
-                "pending_removal": record.gone,
-                "held_confirms": guards.held() if guards is not None else 0,
-                "queues": positions,
-                # Why replication to it failed (which object, why), while it is not ready.
-                "replication_error": None if ready else ha.backup_errors.view(backup_id),
-            }
-        )
+        row = {
+            "id": backup_id,
+            "url": record.url,
+            "ready": ready,
+            "expected": backup_id in ha.role.expected,
+            "in_sync": record.in_sync,
+            "pending_removal": record.gone,
+            "held_confirms": guards.held() if guards is not None else 0,
+            "queues": queues,
+            # Why replication to it failed (which object, why), while it is not ready.
+            "replication_error": None if ready else ha.backup_errors.view(backup_id),
+        }
+        if queues is None:
+            del row["queues"]
+        rows.append(row)
     return rows

@@ -8,10 +8,11 @@ messages from an era no earlier primary used, which avoids both (:func:`enter_er
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from broker.ha.id_set import MAX_ID
+from common.slices import SLICE, Steps
 
 if TYPE_CHECKING:
     from broker.core.queue import Queue
@@ -32,3 +33,11 @@ def enter_era(queues: Iterable[Queue], epoch: int) -> None:
         era = 0
     for queue in queues:
         queue.last_position = max(era, queue.last_position + REPLICATION_ID_GAP)
+
+
+def enter_era_steps(queues: Sequence[Queue], epoch: int, size: int = SLICE) -> Steps[None]:
+    """:func:`enter_era` over ``queues``, ``size`` a slice (:mod:`common.slices`)."""
+    for start in range(0, len(queues), size):
+        if start:
+            yield
+        enter_era(queues[start : start + size], epoch)

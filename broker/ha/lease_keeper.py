@@ -10,8 +10,13 @@ link and member speaks replication format 3: the contract floor), and answers
 :meth:`LeaseKeeper.may_serve`, which the broker asks with the agent's lease before every
 confirm, admission and write to a client. A change of that answer is logged
 (``member_lease_lapsed`` per lapsed member, ``member_lease_serving``) and serving again
-wakes every connection (``on_serving_resumed``). Promoted, it serves only once its own
-grants to older epochs have lapsed (``member_lease_promotion_wait``).
+wakes every connection (``on_serving_resumed``). A lapse asks every backup again at once;
+still not serving after the close grace (:attr:`LeaseTimes.close_after`), for a member
+not known to be leaving (:meth:`MemberLeases.close_clients_due`), it has the broker close
+its clients' connections (``on_close_clients``: 320 CONNECTION_FORCED,
+``member_lease_clients_closed``), so they go
+on to the next address of their URL list (issue 26, item 4). Promoted, it serves only once
+its own grants to older epochs have lapsed (``member_lease_promotion_wait``).
 
 THREAD UNSAFE: the broker's event loop owns it (the ledger alone is read off the loop).
 """
@@ -73,9 +78,14 @@ class LeaseKeeper:
         self.promotion_wait = 0.0
         #: Called when the primary serves again (the server wakes every connection).
         self.on_serving_resumed: Callable[[], None] | None = None
+        #: Called (with the reason) when the primary has not served long enough that its
+        #: clients should go elsewhere; the server closes them and returns how many.
+        self.on_close_clients: Callable[[str], int] | None = None
         self._serving = True
         self._lapsed_at: float | None = None
+        self._clients_closed = False
         self._timer: asyncio.TimerHandle | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
         self._primary = False
 
     # -- as a backup -------------------------------------------------------------------
@@ -108,9 +118,10 @@ class LeaseKeeper:
         self._timer = asyncio.get_running_loop().call_later(self.times.interval, self._turn)
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._close_timer):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._close_timer = None
 
     # -- as the primary (LeaseEvents of the streams) --------------------------------------
     def lease_granted(self, backup_id: str, seq: int) -> None:
@@ -139,6 +150,7 @@ class LeaseKeeper:
         for backup_id in [] if streams is None else list(streams.lease_streams):
             self._request(backup_id, now)
         self._check(now)
+        self._close_clients()
         self._timer = asyncio.get_running_loop().call_later(self.times.interval, self._turn)
 
     def set_changed(self) -> None:
@@ -187,12 +199,61 @@ class LeaseKeeper:
                     epoch=host.epoch,
                 )
                 host.tell("member_lease_lapsed", {"member": member})
+            self._ask_again(now)
             return False
+        self._clients_closed = False
         held = 0.0 if self._lapsed_at is None else now - self._lapsed_at
         host.log_.info("member_lease_serving", held_ms=round(held * 1000.0, 1), epoch=host.epoch)
         if self.on_serving_resumed is not None:
             self.on_serving_resumed()
         return True
+
+    def _ask_again(self, now: float) -> None:
+        """The lease lapsed: ask every linked backup at once (a primary that was only slow
+        serves again within a round trip), and see after the close grace
+        (:attr:`LeaseTimes.close_after`) whether it still does not serve (then its clients go
+        elsewhere). Only once :meth:`start` ran (a primary on its loop)."""
+        if not self._primary:
+            return
+        streams = self.host.streams
+        for backup_id in [] if streams is None else list(streams.lease_streams):
+            self._request(backup_id, now)
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # asked off a running loop: the next turn checks
+            return
+        self._close_timer = loop.call_later(self.times.close_after, self._close_timer_fired)
+
+    def _close_timer_fired(self) -> None:
+        self._close_timer = None
+        self._close_clients()
+
+    def _close_clients(self) -> None:
+        """Carry out :meth:`MemberLeases.close_clients_due`: once per time it stops serving
+        (at the timer a lapse set, and at every turn)."""
+        host, now = self.host, self.host.now()
+        if self._clients_closed or host.fenced or not self._primary:
+            return
+        serving = self.may_serve()  # notes a change first
+        since = None if serving else self._lapsed_at
+        role = host.role
+        leaving = {*role.pending_removal(), *role.awaited()}
+        due = self.leases.close_clients_due(now, since, leaving)
+        if not due or self.on_close_clients is None:
+            return
+        self._clients_closed = True
+        reason = self.not_serving_reason()
+        closed = self.on_close_clients(reason)
+        host.log_.warning(
+            "member_lease_clients_closed",
+            connections=closed,
+            not_serving_ms=round((now - (since or now)) * 1000.0, 1),
+            reason=reason,
+            epoch=host.epoch,
+        )
 
     # -- what others read --------------------------------------------------------------
     def joined(self) -> Collection[str] | None:

@@ -9,10 +9,25 @@ the time it sent it on its monotonic clock. The backup's answer to a needed requ
 sent the request, never from when the answer came. A request that needs no grant asks no
 promise and its answer extends nothing (so a backup promoted by hand, outside any set, waits
 for nothing); it only shows the backup answers (it may join the set).
-:meth:`MemberLeases.may_serve` is whether every member of the committed in-sync set holds an
-unexpired grant (an empty set: the agent's ZooKeeper lease alone governs, as before; the
-broker composes the two). It is one comparison: the earliest expiry over the members is
-cached and recomputed only when a grant or the set changes (a confirm asks it).
+:meth:`MemberLeases.may_serve` is whether every member of the committed in-sync set that
+this primary has *asked* for a grant holds an unexpired grant (none asked, or an empty
+set: the agent's ZooKeeper lease alone governs, as before; the broker composes the two).
+A member is asked from the first needed request sent to it (before any answer) and stays
+asked until it leaves the set for good (:meth:`MemberLeases.forget`).
+
+**Why a member never asked need not grant** (a recovering primary whose set names a
+backup that is dead, or not linked yet): the lease is there so that a member may take the
+primary's place by the lapse of its grant (:class:`ha_agent.takeover.LapsedGrant`), and a
+member may do so only with a grant to this primary's epoch that this primary counted
+(its ledger's ``needed``). Such a grant answers a needed request; from the moment the
+first one is sent, the primary counts that member. Until then the member holds no such
+grant, so it can take over only once the primary's ZooKeeper record is gone, which the
+agent's lease covers, as with an empty set. So the primary admits clients and confirms
+(confirms still wait for every member of the set by protocol) while an unreachable member
+is being removed, instead of refusing everyone.
+
+:meth:`MemberLeases.may_serve` is one comparison: the earliest expiry over the asked
+members is cached and recomputed only when a grant or the set changes (a confirm asks it).
 
 **On a backup** (:class:`GrantLedger`): answering a request is a promise, "I will not serve
 as primary (nor help promote another) for the epoch after yours until my grant lapsed". The
@@ -39,6 +54,7 @@ is written by the loop and read by any thread (one attribute, replaced whole).
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 __all__ = ["GrantLedger", "LeaseTimes", "MemberLeases"]
@@ -59,6 +75,12 @@ class LeaseTimes:
     drift: float
     #: Requests per lease (the primary asks every ``duration / requests``).
     requests: int = 4
+    #: Seconds a primary stays not serving before it closes its clients (at least one
+    #: :attr:`interval`): the time a backup lost without a FIN takes to be found dead (twice
+    #: the link heartbeat and two maintenance intervals), so that losing a backup, or a brief
+    #: lapse on a loaded machine, never closes the clients; a primary cut off still closes
+    #: them long before its agent's fence would.
+    close_grace: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.duration) and self.duration > 0):
@@ -70,6 +92,20 @@ class LeaseTimes:
     def interval(self) -> float:
         """How often the primary asks every backup for a grant."""
         return self.duration / self.requests
+
+    @classmethod
+    def for_links(
+        cls, duration: float, drift: float, link_heartbeat: float, link_maintenance: float
+    ) -> LeaseTimes:
+        """The lease's times beside the replication links' (``--link-heartbeat-interval``,
+        ``--link-maintenance-interval``): the close grace outlasts the time a backup lost
+        without a FIN takes to be found dead."""
+        return cls(duration, drift, close_grace=2 * link_heartbeat + 2 * link_maintenance)
+
+    @property
+    def close_after(self) -> float:
+        """How long a primary may stay not serving before it closes its clients."""
+        return max(self.interval, self.close_grace)
 
     def held(self, duration: float) -> float:
         """How long a backup keeps a grant of ``duration`` (the primary's count), on its
@@ -95,6 +131,8 @@ class MemberLeases:
         #: Backups that answered a request of this primary (needed or not): a backup joins
         #: the in-sync set only once it did.
         self.answered: set[str] = set()
+        #: Members sent a needed request (they may hold a counted grant): only they count.
+        self.asked: set[str] = set()
         self._seq = 0
         #: Not before this time (a promoted broker's own older grant, plus drift).
         self.not_before = -math.inf
@@ -128,6 +166,9 @@ class MemberLeases:
         one could only extend less than a newer answer."""
         self._seq += 1
         needed = self.needs(backup)
+        if needed and backup not in self.asked:
+            self.asked.add(backup)  # counted from now on: it may grant
+            self._recompute()
         pending = self._sent.setdefault(backup, {})
         pending[self._seq] = (now, needed)
         if len(pending) > self.times.requests + 4:
@@ -165,12 +206,14 @@ class MemberLeases:
         """``backup`` left for good (dropped by the primary)."""
         self._sent.pop(backup, None)
         self.answered.discard(backup)
-        if self.expiry.pop(backup, None) is not None and backup in self.members:
+        self.asked.discard(backup)
+        self.expiry.pop(backup, None)
+        if backup in self.members:
             self._recompute()
 
     # -- queries -----------------------------------------------------------------------
     def may_serve(self, now: float) -> bool:
-        """Every member's grant unexpired (and a promoted broker's wait over): O(1)."""
+        """Every asked member's grant unexpired (and a promoted broker's wait over): O(1)."""
         return self.not_before <= now < self._earliest
 
     def granted_by(self, backup: str, now: float) -> bool:
@@ -178,12 +221,12 @@ class MemberLeases:
         return self.expiry.get(backup, -math.inf) > now
 
     def lapsed(self, now: float) -> list[tuple[str, float | None]]:
-        """The members whose grant is lapsed or missing, with how long ago it lapsed
+        """The asked members whose grant is lapsed or missing, with how long ago it lapsed
         (None: never granted), when the lease is enabled."""
         if not self.enabled:
             return []
         out: list[tuple[str, float | None]] = []
-        for member in sorted(self.members):
+        for member in sorted(self.members & self.asked):
             until = self.expiry.get(member)
             if until is None:
                 out.append((member, None))
@@ -191,9 +234,31 @@ class MemberLeases:
                 out.append((member, now - until))
         return out
 
+    def close_clients_due(
+        self, now: float, not_serving_since: float | None, leaving: Collection[str] = ()
+    ) -> bool:
+        """Should the primary close its clients' connections now (issue 26, item 4)? When it
+        has not served for :attr:`~LeaseTimes.close_after` since it stopped
+        (``not_serving_since``; None: it serves) and a member whose grant lapsed is not
+        known to be ``leaving`` (pending removal or awaited: its link closed or went silent,
+        and the commit of its removal is what makes the primary serve again; the confirms
+        held for it meanwhile are the in-sync set's promise, kept for its clients). A
+        primary that was only slow (a stalled loop, a paused machine) asks every backup at
+        once when it finds its lease lapsed and serves again within a round trip, keeping
+        its clients. Never during a promoted broker's wait for its own older grant (its
+        clients are refused at admission anyway). Availability only: nothing is
+        confirmed, delivered or got while it does not serve, closed or not."""
+        return (
+            not_serving_since is not None
+            and now >= self.not_before
+            and not self.may_serve(now)
+            and now - not_serving_since >= self.times.close_after
+            and any(member not in leaving for member, _ in self.lapsed(now))
+        )
+
     def remaining(self, now: float) -> float | None:
         """Seconds until the earliest member grant lapses (None: none needed)."""
-        if not self.enabled or not self.members:
+        if not self.enabled or not self.members & self.asked:
             return None
         return max(0.0, self._earliest - now)
 
@@ -202,7 +267,8 @@ class MemberLeases:
             self._earliest = math.inf
             return
         self._earliest = min(
-            (self.expiry.get(m, -math.inf) for m in self.members), default=math.inf
+            (self.expiry.get(m, -math.inf) for m in self.members & self.asked),
+            default=math.inf,
         )
 
 
@@ -213,6 +279,13 @@ class GrantLedger:
         self.times = times
         #: ((epoch, lapses at), ...), newest epoch last; replaced whole (read off the loop).
         self.grants: tuple[tuple[int, float], ...] = ()
+        #: The epochs granted whose primary's newest request asked no promise: it no longer
+        #: counts this backup (it left that primary's set). A takeover by the lapse of this
+        #: backup's grant needs the old primary to have counted it (ha_agent.takeover).
+        self.unneeded: frozenset[int] = frozenset()
+        #: The epoch of the primary this backup's link is up to (None: no link). A primary
+        #: whose link is up is slow, not dead: no takeover by a lapse (ha_agent.takeover).
+        self.linked: int | None = None
 
     def grant(self, epoch: int, duration: float, now: float) -> None:
         """Grant the primary of ``epoch`` a lease of ``duration`` (its count), the request
@@ -222,6 +295,14 @@ class GrantLedger:
         if until > kept.get(epoch, -math.inf):
             kept[epoch] = until
             self.grants = tuple(sorted(kept.items())[-LEDGER_EPOCHS:])
+        if epoch in self.unneeded:
+            self.unneeded = self.unneeded - {epoch}
+
+    def asked(self, epoch: int) -> None:
+        """The primary of ``epoch`` sent a request that asks no promise: it does not count
+        this backup now (the grant already given still holds until it lapses)."""
+        if epoch not in self.unneeded and any(e == epoch for e, _ in self.grants):
+            self.unneeded = self.unneeded | {epoch}
 
     def lapse_at(self, epoch: int) -> float:
         """When every grant this broker gave an epoch older than ``epoch`` has lapsed
@@ -235,8 +316,10 @@ class GrantLedger:
     def answer(self, epoch: int | None, now: float) -> dict[str, object]:
         """``GET /grant`` (the liveness thread): has every grant to an epoch older than
         ``epoch`` lapsed (None: older than the newest granted plus one, i.e. every grant)?
-        With the newest epoch granted and each grant's milliseconds left."""
+        With the newest epoch granted, and each grant's milliseconds left and whether that
+        epoch's primary still counted this backup at its newest request (``needed``)."""
         grants = self.grants  # one read: the loop may replace it meanwhile
+        unneeded = self.unneeded
         newest = grants[-1][0] if grants else None
         asked = (0 if newest is None else newest + 1) if epoch is None else epoch
         lapse = max((until for e, until in grants if e < asked), default=-math.inf)
@@ -245,8 +328,13 @@ class GrantLedger:
             "asked_epoch": asked,
             "lapsed": now >= lapse,
             "remaining_ms": round(max(0.0, lapse - now) * 1000.0, 1),
+            "linked_epoch": self.linked,
             "grants": [
-                {"epoch": e, "remaining_ms": round(max(0.0, until - now) * 1000.0, 1)}
+                {
+                    "epoch": e,
+                    "remaining_ms": round(max(0.0, until - now) * 1000.0, 1),
+                    "needed": e not in unneeded,
+                }
                 for e, until in grants
             ],
         }

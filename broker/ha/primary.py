@@ -87,9 +87,10 @@ class Primary:
         return backup
 
     def guard_backup_steps(self, backup_id: str, url: str, size: int = SLICE) -> Steps[None]:
-        """:meth:`guard_backup` in slices of ``size`` queues (:meth:`RemoteBackup.guard_steps`),
-        for a backup that is not in sync: the backup is known at the first slice, its guards
-        come a slice a turn."""
+        """:meth:`guard_backup` in slices of ``size`` queues (:meth:`RemoteBackup.guard_steps`):
+        the backup is known at the first slice, its guards come a slice a turn. For a backup
+        that is not in sync, or for the expected backups of a promotion before the broker
+        serves (``HaBroker._start_primary``: nothing is enqueued meanwhile)."""
         backup = self.backups.get(backup_id)
         if backup is None or backup.cancelled:
             backup = RemoteBackup(backup_id, url, [])

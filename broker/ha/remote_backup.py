@@ -59,6 +59,9 @@ class RemoteBackup:
             for queue in queues[start : start + size]:
                 if not queue.deleted:
                     self.guard(queue)
+        # A queue deleted after its slice (before a promotion's primary hears deletions).
+        for key in [key for key, guard in self.guards.items() if guard.queue.deleted]:
+            self.queue_deleted(key)
 
     def queue_created(self, queue: Queue) -> None:
         """A queue replicated with level ``all`` appeared after the backup connected."""

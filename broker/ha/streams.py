@@ -32,13 +32,20 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
-from broker.core.exchange import EXCHANGE, Binding, Exchange
+from broker.core.exchange import Binding, Exchange
 from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.core.queue_contracts import ObserverRole
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.config_guard import NEXT_STREAM, ConfigGuard, ReplyHandle
+from broker.ha.config_objects import (
+    binding_config,
+    exchange_config,
+    in_vhost,
+    queue_config,
+    snapshot_steps,
+)
 from broker.ha.id_set import IdSet
 from broker.ha.lease_stream import LeaseStream
 from broker.ha.link_format import Codec, NoCommonFormat, codec_of, link_format
@@ -186,58 +193,6 @@ class QueueStream(_ChannelStream):
         self.subscription.queue.unobserve(self)
 
 
-def _in_vhost(config: dict[str, Any], vhost: str) -> dict[str, Any]:
-    """An event's object, with its vhost unless it is ``/`` (the events of a broker
-    without vhosts)."""
-    if vhost != VHOST:
-        config["vhost"] = vhost
-    return config
-
-
-def _queue_config(queue: Queue, level: ReplicateLevel) -> dict[str, Any]:
-    return _in_vhost(_queue_fields(queue, level), queue.vhost)
-
-
-def _queue_fields(queue: Queue, level: ReplicateLevel) -> dict[str, Any]:
-    return {
-        "name": queue.name,
-        "replicate": level.value,
-        "durable": queue.durable,
-        "auto_delete": queue.auto_delete,
-        "exclusive": queue.exclusive_owner is not None,
-        "arguments": dict(queue.arguments),
-        "uuid": queue.uuid,
-    }
-
-
-def _exchange_config(exchange: Exchange) -> dict[str, Any]:
-    config = {
-        "name": exchange.name,
-        "type": exchange.type,
-        "durable": exchange.durable,
-        "auto_delete": exchange.auto_delete,
-        "internal": exchange.internal,
-        "arguments": dict(exchange.arguments),
-    }
-    return _in_vhost(config, exchange.vhost)
-
-
-def _binding_config(binding: Binding) -> dict[str, Any]:
-    """A binding: ``queue`` names a queue destination; an exchange-to-exchange binding
-    names its ``destination`` with ``destination_type`` ``exchange`` instead."""
-    config: dict[str, Any] = {
-        "exchange": binding.exchange,
-        "routing_key": binding.routing_key,
-        "arguments": dict(binding.arguments),
-    }
-    if binding.to_exchange:
-        config["destination"] = binding.destination.name
-        config["destination_type"] = EXCHANGE
-    else:
-        config["queue"] = binding.destination.name
-    return _in_vhost(config, binding.destination.vhost)
-
-
 class ConfigStream(_ChannelStream):
     """Replicated configuration: a snapshot, then every change (a vhost config listener).
 
@@ -254,7 +209,8 @@ class ConfigStream(_ChannelStream):
         self._encode = codec.encode_config_steps  # the link's replication format
         #: The first pending event's encoding in progress (a snapshot: a slice a pump).
         self._encoding: Steps[bytes] | None = None
-        self._pending: list[dict[str, Any]] = [streams.snapshot()]
+        #: Events to send; the first, the snapshot, is built a slice a pump, then encoded.
+        self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = [streams.snapshot_steps()]
         self.pushed = 1
         guard.pushed(self.key, 1)
         self.acked = 0
@@ -274,6 +230,14 @@ class ConfigStream(_ChannelStream):
         while self._pending and self.can_send:
             number = self.pushed - len(self._pending) + 1
             event = self._pending[0]
+            if not isinstance(event, dict):  # the snapshot's rows, a slice a pump
+                try:
+                    next(event)
+                except StopIteration as built:
+                    event = self._pending[0] = built.value
+                else:
+                    self.request_pump()
+                    return
             if self._encoding is None:
                 self._encoding = self._encode(event)
             try:
@@ -330,29 +294,27 @@ class ConfigStream(_ChannelStream):
     def queue_declared(self, queue: Queue) -> None:
         level = self.streams.queue_level(queue)
         if level is not ReplicateLevel.NONE:
-            self.push({"type": "queue-declared", "queue": _queue_config(queue, level)})
+            self.push({"type": "queue-declared", "queue": queue_config(queue, level)})
 
     def queue_deleted(self, queue: Queue) -> None:
         if self.streams.queue_level(queue) is not ReplicateLevel.NONE:
-            self.push(_in_vhost({"type": "queue-deleted", "name": queue.name}, queue.vhost))
+            self.push(in_vhost({"type": "queue-deleted", "name": queue.name}, queue.vhost))
 
     def exchange_declared(self, exchange: Exchange) -> None:
         if self.streams.exchange_level(exchange) is not ReplicateLevel.NONE:
-            self.push({"type": "exchange-declared", "exchange": _exchange_config(exchange)})
+            self.push({"type": "exchange-declared", "exchange": exchange_config(exchange)})
 
     def exchange_deleted(self, exchange: Exchange) -> None:
         if self.streams.exchange_level(exchange) is not ReplicateLevel.NONE:
-            self.push(
-                _in_vhost({"type": "exchange-deleted", "name": exchange.name}, exchange.vhost)
-            )
+            self.push(in_vhost({"type": "exchange-deleted", "name": exchange.name}, exchange.vhost))
 
     def bound(self, binding: Binding) -> None:
         if self.streams.binding_replicated(binding):
-            self.push({"type": "bound", "binding": _binding_config(binding)})
+            self.push({"type": "bound", "binding": binding_config(binding)})
 
     def unbound(self, binding: Binding) -> None:
         if self.streams.binding_replicated(binding):
-            self.push({"type": "unbound", "binding": _binding_config(binding)})
+            self.push({"type": "unbound", "binding": binding_config(binding)})
 
 
 class BackupEvents(Protocol):
@@ -433,31 +395,15 @@ class PrimaryStreams:
         return exchange is not None and binding_replicated(binding, self.default, exchange=exchange)
 
     def snapshot(self) -> dict[str, Any]:
-        vhosts = list(self.vhosts)
-        snapshot: dict[str, Any] = {
-            "type": "snapshot",
-            "queues": [
-                _queue_config(q, self.queue_level(q))
-                for vhost in vhosts
-                for q in vhost.queues.values()
-                if self.queue_level(q) is not ReplicateLevel.NONE
-            ],
-            "exchanges": [
-                _exchange_config(e)
-                for vhost in vhosts
-                for e in vhost.exchanges.values()
-                if self.exchange_level(e) is not ReplicateLevel.NONE
-            ],
-            "bindings": [
-                _binding_config(b)
-                for vhost in vhosts
-                for b in vhost.bindings()
-                if self.binding_replicated(b)
-            ],
-        }
-        if len(vhosts) > 1:  # as a broker without vhosts sends it when there are none
-            snapshot["vhosts"] = [v.name for v in vhosts if v.name != VHOST]
-        return snapshot
+        """The replicated configuration now, at once (:meth:`snapshot_steps`)."""
+        return run_steps(self.snapshot_steps())
+
+    def snapshot_steps(self, size: int = SLICE) -> Steps[dict[str, Any]]:
+        """The replicated configuration as of this call, in slices
+        (:func:`broker.ha.config_objects.snapshot_steps`)."""
+        return snapshot_steps(
+            list(self.vhosts), self.queue_level, self.exchange_level, self.binding_replicated, size
+        )
 
     def serves(self, name: str) -> bool:
         return name.startswith(STREAM_PREFIX)

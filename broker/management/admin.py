@@ -83,7 +83,8 @@ class AdminEndpoints:
             raise ApiError(
                 HTTPStatus.BAD_REQUEST, f"a connection id is a positive integer, not {text!r}"
             )
-        found = self.broker.context.connections.get(int(text))
+        ctx = self.broker.context
+        found = ctx.connections.get(int(text)) or ctx.connections_1_0.get(int(text))
         if found is None:
             raise ApiError(HTTPStatus.NOT_FOUND, f"no connection {text}")
         connection = cast(ClosableConnection, found)

@@ -66,6 +66,7 @@ class ManagementApi:
         self.objects = ObjectEndpoints(broker, self.log)
         self.vhosts = VhostEndpoints(broker, self.log)
         self.ha = HaEndpoints(broker, self.log)
+        self.console.live.managed_by = lambda: self.ha.promote_guard.managed_by
         self.acl = AclEndpoints(broker, self.log)
         self.admin = AdminEndpoints(broker, self.log)
         self.channels = ChannelEndpoints(broker)

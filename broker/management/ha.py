@@ -147,8 +147,13 @@ class HaEndpoints:
         return ha
 
     async def get_ha(self, request: web.Request) -> web.Response:
+        """GET /api/ha[?queues=summary]: ``summary`` leaves out the per-queue rows (the
+        broker's and each backup's ``queues``), ``replication_position`` says their sum."""
+        shown = request.query.get("queues", "rows")
+        if shown not in ("rows", "summary"):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"queues must be rows or summary: {shown!r}")
         # a slice of rows a turn of the loop: 10,000 queues at once held it 0.5-0.8 s
-        status = await run_sliced(self._ha().status_steps())
+        status = await run_sliced(self._ha().status_steps(rows=shown == "rows"))
         status["store_id"] = self.broker.store_id  # the data directory's, not the role's
         status["cluster_shutdown"] = self.cluster_shutdown
         if request.query.get("manager") == "1":  # the agent's health check
@@ -257,17 +262,31 @@ class HaEndpoints:
     async def in_sync(self, request: web.Request) -> web.Response:
         """POST /api/ha/in-sync {"cluster_manager": true, "epoch": E, "members": [ids]}: the
         in-sync set committed at epoch E; the primary releases the confirms it holds for
-        every backup that went away and is not in it (cluster managers only)."""
+        every backup that went away and is not in it (cluster managers only). On a broker
+        an agent manages, only with the agent's mark (``"agent": NODE``) or ``"force":
+        true`` (:func:`broker.management.promote_guard.commit_refusal`)."""
         ha = self._ha()
         data = await _manager_command(
             request,
-            {"cluster_manager", "epoch", "members"},
+            {"cluster_manager", "epoch", "members", "agent", "force"},
             "the in-sync set is the cluster manager's (send cluster_manager: true)",
         )
         epoch = data.get("epoch")
         if not _is_epoch(epoch):
             raise ApiError(HTTPStatus.BAD_REQUEST, f"epoch must be 0..{MAX_EPOCH}: {epoch!r}")
         members = _broker_ids(data, "members")
+        agent = _agent(data["agent"], "agent") if "agent" in data else None
+        force = data.get("force", False)
+        if not isinstance(force, bool):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"force must be true or false: {force!r}")
+        refusal = self.promote_guard.commit_refusal(agent, force)
+        if refusal is not None:
+            self.log.warning(
+                "ha_in_sync_refused",
+                user=current_user.get(),
+                managed_by=self.promote_guard.managed_by,
+            )
+            raise ApiError(HTTPStatus.CONFLICT, refusal)
         from broker.ha.ha_broker import PromoteError
 
         try:

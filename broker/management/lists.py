@@ -110,6 +110,8 @@ CONNECTIONS = ListKind(
         "frame_max",
         "messages_published",
         "messages_delivered",
+        "protocol",
+        "ha_backup",
     ),
     lambda row: (row.get("name"), row.get("user")),
 )

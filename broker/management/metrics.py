@@ -64,12 +64,20 @@ class ConnectionView(Protocol):
     @property
     def messages_delivered(self) -> int: ...
 
+    @property
+    def protocol(self) -> str:
+        """``AMQP 0-9-1`` or ``AMQP 1.0``."""
+        ...
+
 
 class ContextView(Protocol):
     """The connection registry and counters (:class:`broker.amqp.context.BrokerContext`)."""
 
     @property
     def connections(self) -> Mapping[int, ConnectionView]: ...
+
+    @property
+    def connections_1_0(self) -> Mapping[int, ConnectionView]: ...
 
     @property
     def connections_opened_total(self) -> int: ...
@@ -228,7 +236,16 @@ def collect(
             "Seconds since the broker started.",
             round(max(0.0, now - broker.started_at), 3),
         ),
-        _gauge("qpidd_connections", "AMQP connections (in any state).", len(ctx.connections)),
+        _gauge(
+            "qpidd_connections",
+            "AMQP connections of either protocol (in any state).",
+            len(ctx.connections) + len(ctx.connections_1_0),
+        ),
+        _gauge(
+            "qpidd_connections_amqp_1_0",
+            "AMQP 1.0 connections (in any state; counted in qpidd_connections too).",
+            len(ctx.connections_1_0),
+        ),
         _counter(
             "qpidd_connections_opened_total",
             "AMQP connections accepted since the broker started.",

@@ -226,5 +226,7 @@ class ObjectEndpoints:
         return await list_response(request, BINDINGS, bindings, binding_view)
 
     async def list_connections(self, request: web.Request) -> web.Response:
-        connections = sorted(self.broker.context.connections.values(), key=lambda c: c.id)
+        ctx = self.broker.context
+        both = [*ctx.connections.values(), *ctx.connections_1_0.values()]
+        connections = sorted(both, key=lambda c: c.id)
         return await list_response(request, CONNECTIONS, connections, connection_view)

@@ -23,6 +23,14 @@ How the broker knows (:class:`PromoteGuard`, one per broker, in memory):
   anyway, for when no agent runs any more; the handler logs it at level warning.
 
 :func:`promote_refusal` is the rule: the reason to refuse, or None.
+
+The same holds for a commit of the in-sync set (``POST /api/ha/in-sync``, ``qpid-ha
+in-sync --commit`` by hand) on a managed primary (issue 26, item 2): its agent keeps the
+set in ZooKeeper and commits it there first; a set committed by hand that leaves out a
+member ZooKeeper still holds releases the confirms held for that member, which may still
+be promoted without those messages (the promotion model found it). The agent's commit
+carries its mark; ``--force`` overrides, for when no agent runs any more
+(:func:`commit_refusal`).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from dataclasses import dataclass
 
 from broker.option_converters import agent_name
 
-__all__ = ["PromoteGuard", "check_agent_name", "promote_refusal"]
+__all__ = ["PromoteGuard", "check_agent_name", "commit_refusal", "promote_refusal"]
 
 
 def check_agent_name(name: object) -> str | None:
@@ -62,6 +70,20 @@ def promote_refusal(managed_by: str | None, agent: str | None, force: bool) -> s
     )
 
 
+def commit_refusal(managed_by: str | None, agent: str | None, force: bool) -> str | None:
+    """Why a commit of the in-sync set must be refused, or None to go on (the arguments as
+    :func:`promote_refusal`'s)."""
+    if managed_by is None or agent is not None or force:
+        return None
+    return (
+        f"refused: qpid-ha-agent of node {managed_by} manages this broker and keeps its"
+        " in-sync set in ZooKeeper; a set committed by hand that leaves out a member"
+        " ZooKeeper holds releases confirms that member may be promoted without. The agent"
+        " commits removals itself; only when no agent runs any more, commit with --force"
+        " (qpid-ha --cluster-manager in-sync --commit --force)"
+    )
+
+
 @dataclass
 class PromoteGuard:
     """The broker's memory of its agent (sticky until the broker restarts) and the rule."""
@@ -78,3 +100,9 @@ class PromoteGuard:
         if agent is not None:
             self.agent_seen(agent)
         return promote_refusal(self.managed_by, agent, force)
+
+    def commit_refusal(self, agent: str | None, force: bool) -> str | None:
+        """:func:`commit_refusal` for this broker; an agent's mark marks it managed."""
+        if agent is not None:
+            self.agent_seen(agent)
+        return commit_refusal(self.managed_by, agent, force)

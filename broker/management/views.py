@@ -11,6 +11,7 @@ from typing import Any
 
 from broker.core.exchange import Binding, Exchange
 from broker.core.queue import Queue
+from broker.ha.names import BACKUP_PROPERTY, URL_PROPERTY
 from broker.management.metrics import ConnectionView
 
 
@@ -87,4 +88,8 @@ def connection_view(connection: ConnectionView) -> dict[str, Any]:
         "frame_max": connection.frame_max,
         "messages_published": connection.messages_published,
         "messages_delivered": connection.messages_delivered,
+        "protocol": connection.protocol,
+        # an HA backup's replication link, not a client (closing it makes that backup
+        # relink and catch up): the backup's address, else None
+        "ha_backup": _text(props.get(URL_PROPERTY) or "?") if props.get(BACKUP_PROPERTY) else None,
     }

@@ -6,7 +6,9 @@ free space of the data directory's filesystem with ``statvfs``, feeds them to th
 carries out what they return: log ``resource_alarm_raised``/``resource_alarm_cleared`` and
 call ``on_block`` with the reason (block publishers) or None (unblock). While the memory
 alarm is raised, each sample also hands freed heap pages back to the kernel
-(``malloc_trim``) so that resident memory can fall once messages are consumed.
+(``malloc_trim``) so that resident memory can fall once messages are consumed; so does a
+sample after the messages the broker holds (``held``) fell by 32 MiB or more
+(:class:`~broker.core.heap_return.HeapReturn`), alarm or not.
 
 The store's journal calls :meth:`ResourceMonitor.write_failed` when a write fails with
 ``ENOSPC``: the disk alarm goes up at once.
@@ -33,6 +35,7 @@ from broker.core.alarms import (
     ResourceAlarms,
     UnblockPublishers,
 )
+from broker.core.heap_return import HeapReturn
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -84,6 +87,8 @@ class ResourceMonitor:
         *,
         memory: Callable[[], int] = resident_memory,
         disk: Callable[[str | os.PathLike[str]], int] = free_space,
+        held: Callable[[], int] | None = None,
+        trim: Callable[[], None] | None = None,
     ) -> None:
         self.alarms = alarms
         self.data_dir = data_dir
@@ -91,13 +96,20 @@ class ResourceMonitor:
         self.on_block = on_block
         self._memory = memory
         self._disk = disk
-        self._trim = _malloc_trim()
+        self._trim = _malloc_trim() if trim is None else trim
+        #: Bytes of the messages the broker holds (None: not watched).
+        self._held = held
+        self.heap_return = HeapReturn()
 
     def sample(self) -> None:
         """Take one sample of each resource and act on what changed."""
         alarms = self.alarms
+        trimmed = False
+        if self._held is not None and self.heap_return.sample(self._held()):
+            self._trim()
+            trimmed = True
         if alarms.memory_limit:
-            if Resource.MEMORY in alarms.raised:
+            if Resource.MEMORY in alarms.raised and not trimmed:
                 self._trim()
             self._act(alarms.memory_sample(self._memory()))
         if self.data_dir is not None:

@@ -16,8 +16,12 @@ A node's broker serves as primary from its ``ha_state_changed`` into ``active`` 
 ``broker_process_exited``, or the drill's own ``broker_sigkilled``/``node_sigkilled`` for
 that node. Time the drill held the broker SIGSTOPped (``broker_paused`` to
 ``broker_resumed``, or its whole node: ``node_paused`` to ``node_resumed``) is cut out: a
-stopped process serves nobody. :func:`overlap_seconds` adds up the time two such spans of
-different nodes overlap inside a window: it must be 0.
+stopped process serves nobody. So is the time its member lease had lapsed (its first
+``member_lease_lapsed`` to its next ``member_lease_serving``): a primary checks its lease
+before every confirm, delivery, get-ok and admission, and logs the lapse at the first check
+that finds it, so it served nothing from that line on (issue 26; a cut-off old primary stays
+``active`` until its agent fences it, but does not serve). :func:`overlap_seconds` adds up
+the time two such spans of different nodes overlap inside a window: it must be 0.
 """
 
 from __future__ import annotations
@@ -98,6 +102,18 @@ def primary_spans(
             paused.append((parse_ts(str(e["ts"])), until))
         elif e.get("event") in ("broker_resumed", "node_resumed") and paused:
             paused[-1] = (paused[-1][0], parse_ts(str(e["ts"])))
+    lapsed: list[tuple[float, float]] = []
+    lapsed_from: float | None = None
+    for e in broker_events:
+        if e.get("ts") is None:
+            continue
+        if e.get("event") == "member_lease_lapsed" and lapsed_from is None:
+            lapsed_from = parse_ts(str(e["ts"]))
+        elif e.get("event") == "member_lease_serving" and lapsed_from is not None:
+            lapsed.append((lapsed_from, parse_ts(str(e["ts"]))))
+            lapsed_from = None
+    if lapsed_from is not None:
+        lapsed.append((lapsed_from, until))
     spans: list[Span] = []
     start: float | None = None
 
@@ -120,7 +136,7 @@ def primary_spans(
             start = None
     if start is not None:
         close(until)
-    return _cut(spans, paused)
+    return _cut(spans, paused + lapsed)
 
 
 def overlap_seconds(spans: Sequence[Span], window: tuple[float, float]) -> float:

@@ -136,8 +136,13 @@ class Cluster:
         return found
 
     def watch_primaries(self) -> list[str]:
-        """The nodes whose brokers say they are primary right now (a live sample)."""
-        return sorted(n.name for n in self.primaries())
+        """The nodes whose brokers serve as primary right now (a live sample): in a primary
+        state, and, when two or more are, not stopped by a lapsed member lease (a cut-off old
+        primary stays ``active`` until its agent fences it, but serves nobody)."""
+        primaries = self.primaries()
+        if len(primaries) >= 2:
+            primaries = [n for n in primaries if n.serving()]
+        return sorted(n.name for n in primaries)
 
     # -- the end -------------------------------------------------------------------------
     def stop(self) -> None:

@@ -100,6 +100,7 @@ def test_a_frozen_backup_is_removed_from_the_set_before_its_confirms_are_release
     rejoined = [e for e in events(primary, "in_sync_changed") if new_id in e["added"]]
     assert rejoined, events(primary, "in_sync_changed")
 
+    killed_at = time.time()
     for lost in (primary, other):  # the whole node: agent and broker
         pid = lost.broker_pid()
         lost.signal_agent(signal.SIGKILL)
@@ -109,11 +110,21 @@ def test_a_frozen_backup_is_removed_from_the_set_before_its_confirms_are_release
     recovering = next(e for e in changes if e["new"] == "recovering")
     active = next(e for e in changes if e["new"] == "active")
     waited = _epoch_seconds(active["ts"]) - _epoch_seconds(recovering["ts"])
+    outage = _epoch_seconds(active["ts"]) - killed_at
+    print(
+        f"known gone: recovering for {waited * 1000:.0f} ms, active {outage:.2f} s after the kill"
+    )
     assert waited < 10.0, f"recovering for {waited:.1f} s"  # ha-backup-timeout is 30 s
-    released = [e for e in stale.broker_events() if e["event"] == "ha_in_sync_committed"]
-    assert [e["released"] for e in released] == [[other_id]]
+    # The other backup is left out at the promotion when its record was already gone then
+    # (the new primary never awaits it), else removed by the next check's commit, which
+    # alone releases it (never its record's expiry, nor the timeout)
     gone = [e for e in events(stale, "in_sync_changed") if e.get("known_gone")]
     assert [e["known_gone"] for e in gone] == [[other_id]]
+    awaited = any(url.endswith(f":{other.port}") for url in recovering["expected"])
+    released = [
+        e["released"] for e in stale.broker_events() if e["event"] == "ha_in_sync_committed"
+    ]
+    assert released == ([[other_id]] if awaited else []), (recovering, released)
     assert not [e for e in stale.broker_events() if e["event"] == "ha_backup_removal_pending"]
 
 

@@ -11,6 +11,13 @@ ZooKeeper and a client, on one bridge (``10.77.0.0/24``, nothing routed outside)
 
 Both check from the logs that the virtual IP never had two holders and no two brokers were
 primary at once.
+
+- (The first test, continued, to share its cluster.) The link between the new primary and
+  one member of its in-sync set cut (nft in the primary's namespace, both ways): the
+  primary stops serving once that member's grant lapses (the member lease, issue 26), a
+  primary serves again after the lapse (once the member's link to the old primary timed
+  out: by its lapsed grant, or the old record gone; or the old primary once its agent
+  removed the member), and no confirmed message is lost.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,6 +58,7 @@ ZK_PORT = 2181
 VIP = "10.77.0.100"
 SESSION_TIMEOUT = 2.0
 CLIENT = str(Path(__file__).with_name("netns_client.py"))
+NFT = shutil.which("nft") or "/usr/sbin/nft"
 PRIMARY_STATES = ("active", "recovering")
 
 
@@ -117,6 +126,10 @@ class NetnsCluster:
 
     def broker_id(self, node: Node) -> str:
         """The broker's HA id (``/api/ha``), as clients see it in ``qpid.ha-broker-id``."""
+        return str(self.ha(node)["broker_id"])
+
+    def ha(self, node: Node) -> Any:
+        """The broker's ``GET /api/ha``."""
         request = urllib.request.Request(
             f"http://127.0.0.1:{MGMT_PORT}/api/ha",
             headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
@@ -126,14 +139,29 @@ class NetnsCluster:
             with urllib.request.urlopen(request, timeout=2) as answer:
                 return json.load(answer)
 
-        return str(self.host(node).call(fetch)["broker_id"])
+        return self.host(node).call(fetch)
+
+    def cut(self, node: Node, peer: Node, cut: bool = True) -> None:
+        """Drop every packet between ``node`` and ``peer`` (nft in ``node``'s namespace,
+        both ways), or remove that rule."""
+        address = self.host(peer).address
+        rules = (
+            "table inet qha_cut {\n"
+            f"  chain i {{ type filter hook input priority 0; ip saddr {address} drop; }}\n"
+            f"  chain o {{ type filter hook output priority 0; ip daddr {address} drop; }}\n"
+            "}\n"
+            if cut
+            else "delete table inet qha_cut\n"
+        )
+        argv = self.host(node).exec_argv([NFT, "-f", "-"])
+        subprocess.run(argv, input=rules, text=True, check=True, timeout=10)
 
     def vip_holders(self) -> list[str]:
         return [n.name for n in self.nodes if VIP in self.host(n).addresses()]
 
-    def client(self, queue: str) -> Client:
+    def client(self, queue: str, address: str = VIP) -> Client:
         assert self.client_host is not None
-        argv = self.client_host.exec_argv([sys.executable, CLIENT, VIP, queue])
+        argv = self.client_host.exec_argv([sys.executable, CLIENT, address, queue])
         with open(self.root / f"client-{queue}.err", "w") as err:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True
@@ -290,6 +318,59 @@ def test_virtual_ip_moves_to_the_new_primary_and_a_client_on_a_third_host_follow
     assert not lost, f"confirmed messages lost: {sorted(lost)[:10]}"
     assert resumed_after < 30
     print(f"\nvirtual IP fail-over: client resumed {resumed_after:.2f} s after the SIGKILL")
+    _cut_the_primary_from_a_member(agents, new)
+
+
+def _cut_the_primary_from_a_member(agents: NetnsCluster, primary: Node) -> None:
+    """The link between the primary and one member cut: the member's grant lapses, the
+    primary stops serving, and a primary serves again after the lapse, nothing lost.
+    Clients by address (the virtual IP's move is the first part's)."""
+
+    def counted() -> bool:  # the primary counts both members' grants
+        lease = agents.ha(primary)["member_lease"]
+        members = lease["members"]
+        return bool(lease["serving"]) and len(members) == 2 and None not in members.values()
+
+    poll_until(counted, 20, "both members grant the primary")
+    before = agents.client("lease", agents.host(primary).address).ask("publish 100 30")
+    assert len(before["confirmed"]) == 100
+    member = next(n for n in agents.nodes if n is not primary)
+    agents.cut(primary, member)
+    cut_at = time.monotonic()
+    try:
+        poll_until(
+            lambda: not agents.ha(primary)["member_lease"]["serving"], 10, "the lease lapses"
+        )
+        stopped_after = time.monotonic() - cut_at
+
+        def serves() -> Node | None:
+            for node in agents.nodes:
+                with contextlib.suppress(Exception):
+                    lease = agents.ha(node)
+                    if lease["state"] in PRIMARY_STATES and lease["member_lease"]["serving"]:
+                        return node
+            return None
+
+        serving = poll_until(serves, 30, "a primary serves again")
+        resumed_after = time.monotonic() - cut_at
+        after = agents.client("lease", agents.host(serving).address)
+        third = after.ask("publish 100 30")
+        received = sorted(after.ask("drain 30")["received"])
+    finally:
+        agents.cut(primary, member, cut=False)
+    assert len(third["confirmed"]) == 100
+    lapsed = [e for e in primary.broker_events() if e["event"] == "member_lease_lapsed"]
+    assert lapsed and lapsed[0]["member"] == agents.broker_id(member)
+    if serving is not primary:  # promoted by its lapsed grant: only after the old one stopped
+        promoted = events(serving, "agent_promoted")[-1]
+        assert lapsed[0]["ts"] < promoted["ts"], (lapsed[0], promoted)
+    # both clients number from 0: every number twice, none lost, none twice more
+    assert received == sorted(before["confirmed"] + third["confirmed"]), received
+    taken = [e["reason"] for e in events(serving, "epoch_taken")][-1:]
+    print(
+        f"link cut: not serving {stopped_after:.2f} s after the cut, {serving.name} serving"
+        f" {resumed_after:.2f} s after it ({taken})"
+    )
 
 
 def test_primary_host_cut_off_is_fenced_before_another_broker_is_promoted(

@@ -8,7 +8,9 @@ With real agents, brokers and ZooKeeper at ``--broker-timeout 2``:
   50 ms watch: its management API times out the agent's 0.4 s checks) is not fenced, and
   its lease holds;
 - a primary whose loop is blocked in one callback is fenced (its liveness says the loop
-  stopped making progress), and so is a SIGSTOPped one (nothing answers at all).
+  stopped making progress), and so is a SIGSTOPped one (nothing answers at all), whose
+  clients (pika, aio-pika, kombu) publish on the new primary within the fail-over time
+  plus two client heartbeats, nothing confirmed lost (issue 26, item 4).
 
 The busy loop is the broker's test-only hook ``$QPIDD_TEST_BUSY_LOOP_FILE``
 (:class:`broker.liveness_server.BusyLoopHook`): a file the test writes once the cluster
@@ -18,6 +20,7 @@ settled, so only the primary is busy, and only then.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -26,6 +29,7 @@ import pytest
 
 from common.polling import holds_for, poll_until
 from tests.agent.agent_cluster import AgentCluster, Node
+from tests.agent.publishers import HEARTBEAT, PUBLISHERS, Confirms, drain
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -34,6 +38,10 @@ BUSY = "QPIDD_TEST_BUSY_LOOP_FILE"
 
 def events(node: Node, name: str, after: int = 0) -> list[dict[str, object]]:
     return [e for e in node.agent_events()[after:] if e["event"] == name]
+
+
+def confirmed_at_least(confirms: Confirms, count: int) -> bool:
+    return len(confirms.confirmed) >= count
 
 
 def start(agents: AgentCluster) -> Node:
@@ -82,16 +90,55 @@ def test_a_primary_whose_loop_is_blocked_is_fenced(agents: AgentCluster) -> None
     assert new is not primary
 
 
-def test_a_sigstopped_primary_is_fenced(agents: AgentCluster) -> None:
+def test_a_sigstopped_primary_is_fenced_and_its_clients_leave_it(agents: AgentCluster) -> None:
+    """... and clients leave it (issue 26, item 4): real pika, aio-pika and kombu clients,
+    each with the settings docs/clients.md documents (heartbeat 1 s, the brokers' URL list,
+    a connect and a confirm deadline), publish with confirms throughout. Each publishes with
+    confirms on the new primary within the fail-over time plus two client heartbeats, and
+    every message any of them had confirmed is on the new primary."""
     primary = start(agents)
-    mark = len(primary.agent_events())
-    pid = primary.broker_pid()
-    os.kill(pid, signal.SIGSTOP)
+    ports = agents.amqp_ports  # every client's URL list
+    confirms = {name: Confirms(name, f"frozen-{name}") for name in PUBLISHERS}
+    publishers = [PUBLISHERS[name](confirms[name], ports).start() for name in PUBLISHERS]
     try:
-        poll_until(
-            lambda: [e for e in events(primary, "broker_killed", mark) if e["pid"] == pid], 20
+        for c in confirms.values():
+            poll_until(functools.partial(confirmed_at_least, c, 5), 20, f"{c.name} publishes")
+        mark = len(primary.agent_events())
+        pid = primary.broker_pid()
+        os.kill(pid, signal.SIGSTOP)  # its sockets stay open; nothing answers
+        frozen_at = time.monotonic()
+        try:
+            poll_until(
+                lambda: [e for e in events(primary, "broker_killed", mark) if e["pid"] == pid], 20
+            )
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        new = poll_until(lambda: next(iter(agents.primaries()), None), 30, "a new primary")
+        poll_until(lambda: new.state() == "active", 30, "the new primary active")
+        failover = time.monotonic() - frozen_at
+        assert new is not primary
+        bound = failover + 2 * HEARTBEAT
+        took = {}
+        for c in confirms.values():
+            there = functools.partial(c.first_on, {new.port}, frozen_at)
+            first = poll_until(there, bound + 5, f"{c.name} there")
+            took[c.name] = first - frozen_at
+        print(
+            f"SIGSTOPped primary: the new primary active after {failover:.2f} s; the first"
+            " confirm there: "
+            + ", ".join(f"{name} {t:.2f} s" for name, t in took.items())
+            + f" (bound {bound:.2f} s)"
         )
+        for name, t in took.items():
+            assert t <= bound, (name, t, bound, confirms[name].errors[-3:])
+        for c in confirms.values():  # and they go on publishing there
+            more = functools.partial(confirmed_at_least, c, len(c.confirmed) + 5)
+            poll_until(more, 10, c.name)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
-    assert agents.wait_settled(timeout=40) is not primary
+        for publisher in publishers:
+            publisher.stop()
+    for c in confirms.values():
+        lost = sorted(set(c.numbers()) - set(drain(new.port, c.queue)))
+        assert not lost, (c.name, len(lost), lost[:10])
+    assert agents.wait_settled(timeout=40) is new

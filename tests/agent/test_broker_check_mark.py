@@ -38,7 +38,7 @@ def check_with(ha: dict[str, Any], agent: str | None) -> tuple[BrokerCheck, Fake
 def test_the_agents_check_names_it_and_its_promotion_carries_the_mark() -> None:
     check, client = check_with({"epoch": 3, "managed_by": "n2"}, agent="n2")
     assert check.check() is not None
-    assert client.gets == ["/api/status", "/api/ha?manager=1&agent=n2"]
+    assert client.gets == ["/api/status", "/api/ha?manager=1&queues=summary&agent=n2"]
     check.promote(4, lease=2.0)
     assert client.posts == [
         ("/api/ha/promote", {"cluster_manager": True, "epoch": 4, "agent": "n2", "lease": 2.0})
@@ -48,7 +48,7 @@ def test_the_agents_check_names_it_and_its_promotion_carries_the_mark() -> None:
 def test_a_peers_check_marks_nothing_and_promotes_without_a_mark() -> None:
     check, client = check_with({"epoch": 3, "managed_by": None}, agent=None)
     assert check.check() is not None
-    assert client.gets == ["/api/status", "/api/ha?manager=1"]
+    assert client.gets == ["/api/status", "/api/ha?manager=1&queues=summary"]
     check.promote(4)
     assert client.posts == [("/api/ha/promote", {"cluster_manager": True, "epoch": 4})]
 
@@ -64,4 +64,4 @@ def test_a_broker_that_does_not_know_the_mark_is_promoted_without_it() -> None:
 def test_the_agent_name_is_quoted_in_the_query() -> None:
     check, client = check_with({"managed_by": "a&b"}, agent="a&b")
     check.check()
-    assert client.gets[-1] == "/api/ha?manager=1&agent=a%26b"
+    assert client.gets[-1] == "/api/ha?manager=1&queues=summary&agent=a%26b"

@@ -143,6 +143,31 @@ def test_a_promotion_takes_the_old_members_less_itself() -> None:
     assert promotion_in_sync(isr(4, "a", "b"), BrokerView("joining", broker_id="x")) == ()
 
 
+def test_a_promotion_leaves_out_the_members_known_gone() -> None:
+    """Issue 26, item 3: a member whose node's agent record is gone, or names another
+    broker (it restarted), is left out at the promotion itself; a member whose record is
+    there (its agent lives) is kept, and so is one whose node the set does not name."""
+    ready = BrokerView("ready", broker_id="a")
+    old = InSyncRecord(
+        1,
+        (
+            InSyncMember("a", "node-a"),
+            InSyncMember("b", "node-b"),  # its record gone: its agent's session ended
+            InSyncMember("c", "node-c"),  # restarted: its record names broker c2
+            InSyncMember("d", "node-d"),  # alive
+            InSyncMember("e", ""),  # no node named: not known gone
+        ),
+    )
+    members = {
+        "node-a": member("node-a", "ready", "a"),
+        "node-c": member("node-c", "joining", "c2"),
+        "node-d": member("node-d", "ready", "d"),
+    }
+    kept = promotion_in_sync(old, ready, members)
+    assert [m.broker_id for m in kept] == ["d", "e"]
+    assert [m.broker_id for m in promotion_in_sync(old, ready)] == ["b", "c", "d", "e"]
+
+
 # -- eligibility ----------------------------------------------------------------------------
 
 
@@ -386,7 +411,14 @@ def test_broker_view_reads_the_primarys_in_sync_and_broker_id() -> None:
     seen = broker_view({"ha_state": "active"}, ha)
     assert seen.broker_id == "p"
     assert seen.in_sync == BrokerInSync(
-        frozenset({"a", "b"}), frozenset({"b"}), (("a", "h:1"), ("b", "h:2"))
+        frozenset({"a", "b"}),
+        frozenset({"b"}),
+        (("a", "h:1"), ("b", "h:2")),
+        committed=(0, frozenset()),  # told no set since its promotion
+    )
+    ha["in_sync"] = {"committed": {"epoch": 2, "members": ["a"]}}
+    assert broker_view({"ha_state": "active"}, ha).in_sync == BrokerInSync(
+        urls=(("a", "h:1"), ("b", "h:2")), committed=(2, frozenset({"a"}))
     )
     backup = broker_view({"ha_state": "ready"}, {"broker_id": "a", "in_sync": None})
     assert (backup.broker_id, backup.in_sync) == ("a", None)

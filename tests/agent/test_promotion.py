@@ -213,6 +213,10 @@ def test_broker_view_reads_state_epoch_position_and_pid() -> None:
     )
     odd = broker_view({"ha_state": "joining", "pid": True}, {"epoch": -1, "queues": [1]})
     assert odd == BrokerView("joining")
+    # a broker that sums its position (GET /api/ha?queues=summary) is read by that sum
+    summed = broker_view(status, {"epoch": 3, "replication_position": 12})
+    assert summed.replication_position == 12
+    assert broker_view(status, {"replication_position": -4}).replication_position == 0
 
 
 def test_restart_back_off_doubles_up_to_the_maximum() -> None:

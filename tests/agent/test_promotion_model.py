@@ -5,8 +5,9 @@ Three agents, each beside a modelled broker, in any interleaving hypothesis find
 publishes (a message lost on its way to a backup), backups catching up, the primary's agent
 keeping the in-sync set (the real :class:`~ha_agent.in_sync_keeper.InSyncKeeper`:
 removals are multi-ops checked against the epoch counter and the set's version), claims
-(the real :meth:`~ha_agent.in_sync_keeper.InSyncKeeper.take`: eligibility, the takeover
-rule :class:`~ha_agent.takeover.OldPrimaryGone`, the promotion's multi-op) and the broker's
+(the real :meth:`~ha_agent.in_sync_keeper.InSyncKeeper.take`: eligibility, the agent's
+takeover rule :func:`~ha_agent.takeover.default_rule` (the old record gone, or the
+candidate's own counted grant lapsed), the promotion's multi-op) and the broker's
 promotion as a separate step after it, brokers and whole nodes crashing, sessions expiring
 (a partition: the session guard fenced the broker first), a connection lost right after a
 commit (the writer does not know), an empty set, a cascade of fenced primaries, a hand-run
@@ -18,6 +19,18 @@ The brokers are modelled, not run: a primary confirms a message once every backu
 guards has it (the guarded backups include every member of the committed set: a backup
 leaves the guard only once its removal is committed); a backup that missed one is pending
 removal, and the messages waiting for it are confirmed when the removal is committed.
+
+The member lease (issue 26): a primary asks the backups linked to it for grants; a member
+of its lease set (the set it was promoted with, then each committed one) grants it
+(needed), another is only asked (its grant for that epoch no longer counted). A grant
+lapses at any step (requests lost, the node gone); the primary's count ends with the
+backup's promise (the worst case the drift argument allows: tests/ha/test_member_lease.py
+checks the timing). A primary *serves* (confirms, counts in the invariant) only while
+every member of its lease set it has asked holds a live grant to its epoch (none asked, or
+an empty set: its agent's ZooKeeper lease, as before) and, once promoted, only after every
+grant it gave an older epoch has lapsed. A restarted broker forgets its grants (it has a
+new broker id, so no set names it). The candidate's takeover rule reads its own broker's
+grants as ``GET /grant`` answers them.
 
 Invariants: no two brokers serve at once, no epoch is promoted twice, and a new primary's
 store holds every confirmed message. ``PROMOTION_MODEL_EXAMPLES`` runs it longer by hand
@@ -33,6 +46,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError
 
@@ -51,7 +65,7 @@ from ha_agent.promotion import (
     promotion_in_sync,
 )
 from ha_agent.promotion_txn import needs_lock
-from ha_agent.takeover import OldPrimaryGone
+from ha_agent.takeover import GrantView, default_rule
 from ha_agent.zk_layout import ClusterLayout
 from tests.agent.zk_model import ModelClient, ModelZooKeeper
 
@@ -62,6 +76,12 @@ EXAMPLES = int(os.environ.get("PROMOTION_MODEL_EXAMPLES", "40"))
 STEPS = int(os.environ.get("PROMOTION_MODEL_STEPS", "100"))
 
 nodes = st.sampled_from(NODES)
+
+
+def note(text: str) -> None:
+    """A hypothesis event (statistics); nothing when a test drives the model by hand."""
+    with contextlib.suppress(InvalidArgument):
+        event(text)
 
 
 @dataclass
@@ -78,6 +98,15 @@ class Broker:
     held: set[int] = field(default_factory=set)
     #: a backup's: the node of the primary it is in sync with
     synced_to: str | None = None
+    #: a primary's: whose member-lease grants it needs (broker ids)
+    lease_set: set[str] = field(default_factory=set)
+    #: a primary's: the members it sent a needed request (only they count)
+    asked: set[str] = field(default_factory=set)
+    #: a primary's: the committed set its agent told it (epoch 0: none since promoted)
+    told: tuple[int, frozenset[str]] = (0, frozenset())
+    #: a backup's member-lease grants, epoch -> live; the epochs no longer counted
+    grants: dict[int, bool] = field(default_factory=dict)
+    unneeded: set[int] = field(default_factory=set)
 
     @property
     def broker_id(self) -> str:
@@ -91,13 +120,27 @@ class Broker:
         self.starts += 1
         self.state, self.synced_to = "joining", None
         self.guarded, self.pending, self.held = set(), set(), set()
+        self.lease_set, self.grants, self.unneeded = set(), {}, set()
+        self.told, self.asked = (0, frozenset()), set()
+
+    def grant_answer(self, epoch: int) -> GrantView | None:
+        """``GET /grant?epoch=N`` (None: the broker is down)."""
+        if self.state == "down":
+            return None
+        live = any(up for e, up in self.grants.items() if e < epoch)
+        needed = frozenset(e for e in self.grants if e not in self.unneeded)
+        return GrantView(not live, 1.0 if live else 0.0, needed)
 
     def view(self) -> BrokerView | None:
         if self.state == "down":
             return None
         in_sync = None
         if self.state == "active":
-            in_sync = BrokerInSync(frozenset(self.guarded - self.pending), frozenset(self.pending))
+            in_sync = BrokerInSync(
+                frozenset(self.guarded - self.pending),
+                frozenset(self.pending),
+                committed=self.told,
+            )
         return BrokerView(
             self.state,
             epoch=self.epoch,
@@ -121,6 +164,9 @@ class BrokerPort:
         released = sorted(broker.pending - set(members)) if epoch == broker.epoch else []
         broker.guarded -= set(released)
         broker.pending -= set(released)
+        if epoch == broker.epoch:
+            broker.lease_set = set(members) - {broker.broker_id}
+            broker.told = (epoch, frozenset(members))
         self.model.settle(broker)
         return {"released": released, "pending_removal": sorted(broker.pending)}
 
@@ -176,6 +222,23 @@ class PromotionModel(RuleBasedStateMachine):
     def primaries(self) -> list[Broker]:
         return [b for b in self.brokers.values() if b.state == "active"]
 
+    def serves(self, primary: Broker) -> bool:
+        """Active, every member of its lease set granting its epoch, its own older grants
+        lapsed (the member lease; an empty set: its agent's lease, as before)."""
+        if primary.state != "active":
+            return False
+        if any(up for e, up in primary.grants.items() if e < primary.epoch):
+            return False  # a promotion's wait
+        by_id = {b.broker_id: b for b in self.brokers.values()}
+        for member in primary.lease_set & primary.asked:  # a member never asked holds none
+            backup = by_id.get(member)
+            if backup is None or not backup.grants.get(primary.epoch, False):
+                return False
+        return True
+
+    def serving(self) -> list[Broker]:
+        return [b for b in self.primaries() if self.serves(b)]
+
     def publish_member(self, node: str) -> None:
         agent, broker = self.agents[node], self.brokers[node]
         assert agent.client is not None
@@ -212,7 +275,9 @@ class PromotionModel(RuleBasedStateMachine):
         )
 
     def settle(self, primary: Broker) -> None:
-        """Confirm the held messages every guarded backup now has."""
+        """Confirm the held messages every guarded backup now has (while it serves)."""
+        if not self.serves(primary):
+            return
         holders = [b for b in self.brokers.values() if b.broker_id in primary.guarded]
         for message in sorted(primary.held):
             if len(holders) == len(primary.guarded) and all(message in b.store for b in holders):
@@ -243,17 +308,16 @@ class PromotionModel(RuleBasedStateMachine):
         assert epoch not in self.epochs, f"epoch {epoch} promoted twice"
         self.epochs.append(epoch)
         if self.confirmed and len(self.epochs) > 1:
-            event("a fail-over with confirmed messages")
+            note("a fail-over with confirmed messages")
         if len(self.epochs) > 2:
-            event("a cascade: a third primary")
+            note("a cascade: a third primary")
         broker.state, broker.epoch, broker.synced_to = "active", epoch, None
         live = {b.broker_id for b in self.brokers.values() if b.state in ("ready", "joining")}
         broker.guarded, broker.held = set(expect), set()
+        broker.lease_set, broker.told, broker.asked = set(expect), (0, frozenset()), set()
         broker.pending = broker.guarded - live  # awaited, gone: held for them
-        serving = [b.node for b in self.primaries() if b is not broker]
-        assert not serving, f"{node} promoted at epoch {epoch} while {serving} serve"
         for other in self.brokers.values():
-            if other is broker or other.state == "down":
+            if other is broker or other.state in ("down", "active"):
                 continue
             if other.broker_id in broker.guarded:
                 other.store = set(broker.store)  # it follows the new primary, in sync
@@ -262,10 +326,10 @@ class PromotionModel(RuleBasedStateMachine):
                 other.state, other.synced_to = "joining", None
 
     # -- rules --------------------------------------------------------------------------
-    @precondition(lambda self: bool(self.primaries()))
+    @precondition(lambda self: bool(self.serving()))
     @rule(lost=st.sets(nodes))
     def publish(self, lost: set[str]) -> None:
-        for primary in self.primaries():
+        for primary in self.serving():
             message, self.next_message = self.next_message, self.next_message + 1
             primary.store.add(message)
             by_id = {b.broker_id: b for b in self.brokers.values()}
@@ -284,6 +348,42 @@ class PromotionModel(RuleBasedStateMachine):
             primary.held.add(message)
             self.settle(primary)
 
+    @rule(granting=st.sets(nodes))
+    def lease_requests(self, granting: set[str]) -> None:
+        """Each primary asks the backups linked to it (those in ``granting`` answer): a
+        member of its lease set grants, another is only asked. A backup whose broker was
+        promoted grants no more (it is not linked)."""
+        for primary in self.primaries():
+            for backup in self.brokers.values():
+                linked = backup.state == "ready" and backup.synced_to == primary.node
+                if linked and backup.broker_id in primary.lease_set:
+                    primary.asked.add(backup.broker_id)  # sent: counted from now on
+                if not linked or backup.node not in granting:
+                    continue
+                if backup.broker_id in primary.lease_set:
+                    backup.grants[primary.epoch] = True
+                    backup.unneeded.discard(primary.epoch)
+                elif primary.epoch in backup.grants:
+                    backup.unneeded.add(primary.epoch)
+            self.settle(primary)
+
+    @rule(node=nodes)
+    def grants_lapse(self, node: str) -> None:
+        """Time passes without requests reaching ``node``: its grants lapse."""
+        backup = self.brokers[node]
+        backup.grants = dict.fromkeys(backup.grants, False)
+        if any(b.grants for b in self.brokers.values()):
+            note("a grant lapsed")
+        for primary in self.primaries():
+            self.settle(primary)
+
+    @rule()
+    def primary_cut_off(self) -> None:
+        """The primary's links are cut (its node alive, its agent too, not checking yet):
+        every grant lapses."""
+        for node in NODES:
+            self.grants_lapse(node)
+
     def catch_up(self, node: str) -> None:
         backup = self.brokers[node]
         for primary in self.primaries():
@@ -295,7 +395,9 @@ class PromotionModel(RuleBasedStateMachine):
     @rule(order=st.permutations(NODES), promote=st.booleans())
     def every_agent_takes_a_turn(self, order: list[str], promote: bool) -> None:
         """The agents' usual turn: each one's check, each one's claim, the brokers whose
-        promotion committed promoted (or not yet), the backups catching up."""
+        promotion committed promoted (or not yet), the backups catching up, and a lease's
+        time: every grant lapses unless renewed, every linked backup answering its
+        primary's lease requests."""
         for node in order:
             self.check(node)
         for node in order:
@@ -304,6 +406,9 @@ class PromotionModel(RuleBasedStateMachine):
             if promote and self.agents[node].taken is not None:
                 self.promote(node)
             self.catch_up(node)
+        for broker in self.brokers.values():  # a lease's time passes: only renewed grants
+            broker.grants = dict.fromkeys(broker.grants, False)
+        self.lease_requests(set(NODES))
 
     def check(self, node: str) -> None:
         """The agent's check: its member record, the set kept on the primary's node, and a
@@ -353,7 +458,8 @@ class PromotionModel(RuleBasedStateMachine):
                 if not self.zk.try_lock(agent.client.session):
                     return
                 agent.locked = True
-            request = PromotionRequest(OldPrimaryGone(), agent.locked, None)
+            rule_ = default_rule(node, broker.grant_answer)
+            request = PromotionRequest(rule_, agent.locked, None)
             view = broker.view()
             assert view is not None
             agent.taken = agent.keeper.take(view, cluster_view, request)
@@ -362,7 +468,9 @@ class PromotionModel(RuleBasedStateMachine):
         if agent.taken is None:
             self.resign(node)
         else:
-            event("promoted with the lock" if agent.locked else "promoted without the lock")
+            note("promoted with the lock" if agent.locked else "promoted without the lock")
+            if any(b.state == "active" for b in self.brokers.values()):
+                note("taken over by a lapsed grant, the old primary still active")
 
     def promote(self, node: str) -> None:
         """The broker's promotion, after the multi-op committed (a separate step)."""
@@ -409,9 +517,9 @@ class PromotionModel(RuleBasedStateMachine):
             epoch = agent.old_epoch
             self.promote_broker(node, epoch, sorted(record.broker_ids))
             agent.promoted, agent.old_epoch = epoch, None
-            event("an agent of 0.1.0 promoted its broker")
+            note("an agent of 0.1.0 promoted its broker")
             write_primary(client, CLUSTER, PrimaryRecord(node, epoch, view.url))
-            event("an agent of 0.1.0 promoted")
+            note("an agent of 0.1.0 promoted")
         except (BadVersionError, NodeExistsError, InSyncRecordError):
             if broker.state == "active":
                 self.fence(node)  # promoted, not recorded: 0.1.0 fences it
@@ -476,7 +584,7 @@ class PromotionModel(RuleBasedStateMachine):
     # -- invariants --------------------------------------------------------------------
     @invariant()
     def never_two_primaries(self) -> None:
-        serving = [b.node for b in self.primaries()]
+        serving = [b.node for b in self.serving()]
         assert len(serving) <= 1, f"two primaries serve at once: {serving}"
 
 

@@ -142,3 +142,20 @@ def test_publish_decoder_matches_pamqp(
 def test_scan_never_crashes_on_garbage(garbage: bytes) -> None:
     with contextlib.suppress(ValueError):
         properties.scan(garbage)
+
+
+@settings(max_examples=200)
+@given(tag=st.integers(0, 2**64 - 1), multiple=st.booleans(), other_bits=st.integers(0, 127))
+def test_ack_decoder_matches_pamqp(tag: int, multiple: bool, other_bits: int) -> None:
+    """basic.ack, decoded without pamqp on the hot path, reads as pamqp reads it; a tag of
+    2**63 or more as the unsigned number the spec says it is (pamqp: a negative one)."""
+    payload = framing._METHOD_INDEX.pack(framing._ACK_INDEX) + framing._ACK_ARGS.pack(
+        tag, (other_bits << 1) | int(multiple)
+    )
+    ours = framing.unmarshal_method(payload)
+    theirs = commands.Basic.Ack()
+    theirs.unmarshal(payload[4:])
+    assert type(ours) is commands.Basic.Ack
+    assert (ours.delivery_tag, ours.multiple) == (tag, multiple)
+    assert ours.delivery_tag % 2**64 == theirs.delivery_tag % 2**64
+    assert ours.multiple == theirs.multiple

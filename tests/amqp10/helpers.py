@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import struct
+import subprocess
+from pathlib import Path
 from typing import Any
+
+import pika
+import pytest
 
 from broker.amqp.context import BrokerContext, ConnectionSettings
 from broker.amqp10 import codec
@@ -25,8 +32,9 @@ from broker.amqp10.sections import AmqpMessage, Data, Header, Properties
 from broker.core.vhost import VirtualHost
 from broker.security.sasl import Authenticator, UserDatabase
 from tests.amqp.helpers import FakeClock
+from tests.broker_process import BrokerProcess
 
-__all__ = ["Client10", "FakeClock", "make_context"]
+__all__ = ["Client10", "FakeClock", "declare", "make_context", "rhea_expected", "run_rhea"]
 
 _HEAD = struct.Struct(">IBBH")
 #: One user database for every test: guest's password is hashed (slowly) once, then
@@ -181,3 +189,42 @@ class Client10:
         found = [(p, payload) for _, _, p, payload in self.frames if isinstance(p, Transfer)]
         self.frames = [f for f in self.frames if not isinstance(f[2], Transfer)]
         return found
+
+
+def declare(broker: BrokerProcess, *names: str) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    try:
+        channel = connection.channel()
+        for name in names:
+            channel.queue_declare(name, durable=True)
+    finally:
+        connection.close()
+
+
+NODE_DIR = Path(__file__).resolve().parents[1] / "compat" / "node"
+
+
+def run_rhea(port: int, queue: str, count: int) -> Any:
+    """What tests/compat/node/rhea_client.js printed (one JSON line) after sending and
+    receiving ``count`` messages on ``queue`` at ``port``."""
+    node = shutil.which("node")
+    if node is None or not (NODE_DIR / "node_modules" / "rhea").is_dir():
+        pytest.fail("Node.js or rhea missing: run `make test` (it installs both)")
+    done = subprocess.run(
+        [node, str(NODE_DIR / "rhea_client.js"), "127.0.0.1", str(port), queue, str(count)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rhea_expected(count: int) -> list[dict[str, Any]]:
+    """What rhea_client.js receives of its own ``count`` messages."""
+    return [
+        {"body": f"r{i}", "colour": "red" if i % 2 else "blue", "durable": True,
+         "delivery_count": 0}
+        for i in range(count)
+    ]  # fmt: skip

@@ -514,3 +514,25 @@ def test_the_acl_is_asked_for_publish_and_consume() -> None:
     denied = client.take(Detach)
     assert [d.handle for d in denied] == [2, 3]
     assert all(error_of(d) == "amqp:unauthorized-access" for d in denied)
+
+
+def test_a_resource_alarm_grants_publishers_no_credit_until_it_clears() -> None:
+    from broker.amqp10.receiver import CREDIT
+
+    ctx = make_context()
+    queue_with(ctx.vhost)
+    client = Client10(ctx)
+    client.connect()
+    client.attach_sender("q", settled=True)
+    (granted,) = [f for f in client.take(Flow) if f.handle == 0]
+    assert granted.link_credit == CREDIT
+    ctx.publish_alarm = "memory"
+    client.conn.publishers_blocked("memory")
+    for i in range(CREDIT // 2 + 1):  # past the point where credit is topped up
+        client.transfer(0, i, b"m", settled=True)
+    client.attach_sender("q", handle=5, settled=True)  # a link attached during the alarm
+    assert [f for f in client.take(Flow) if f.handle is not None] == []
+    ctx.publish_alarm = None
+    client.conn.publishers_blocked(None)
+    flows = {int(f.handle): f.link_credit for f in client.take(Flow) if f.handle is not None}
+    assert flows == {0: CREDIT, 5: CREDIT}

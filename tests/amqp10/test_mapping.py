@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.amqp10.mapping import AMQP_1_0_TYPE, to_message, to_properties
+from broker.amqp10 import codec
+from broker.amqp10.mapping import (
+    AMQP_1_0_TYPE,
+    data_section,
+    stored_form,
+    to_message,
+    to_properties,
+)
 from broker.amqp10.sections import (
     AmqpMessage,
     AmqpSequence,
@@ -128,3 +135,50 @@ def test_a_0_9_1_message_as_1_0() -> None:
     assert back.application_properties == {"a": 1}  # a table value does not cross
     assert back.message_annotations == {"x-b": "c", "x-basic-type": "order"}
     assert back.properties is not None and back.properties.content_type == "application/json"
+
+
+@given(st.binary(max_size=300))
+def test_a_data_section_framed_by_hand_is_the_codecs(body: bytes) -> None:
+    assert data_section(body) == codec.encode(Data(body))
+
+
+def test_deliveries_past_the_cached_counts_and_shared_properties() -> None:
+    from pamqp import commands
+
+    raw = basic.encode(commands.Basic.Properties(delivery_mode=2, priority=7))
+    for count in (0, 1, 8, 9, 300):
+        message = parse_message(to_message(raw, b"body", count))
+        assert message.header is not None and message.header.delivery_count == count
+        assert message.header.first_acquirer is (count == 0) and message.header.durable
+        assert message.header.priority == 7 and message.data == b"body"
+
+
+@settings(max_examples=60)
+@given(
+    st.booleans(),
+    st.none() | ids,
+    st.none() | short,
+    application,
+    st.lists(st.binary(max_size=300), min_size=1, max_size=2),
+    st.booleans(),
+)
+def test_the_stored_form_is_the_whole_parse(
+    durable: bool, message_id: Any, to: str | None, app: dict[str, Any], bodies: list[bytes],
+    value_body: bool,
+) -> None:  # fmt: skip
+    """The split at a trailing data section (and its cache) gives what parsing the whole
+    message gives, for data bodies, several data sections, amqp-value bodies, and bodies
+    or properties that hold a data section's own bytes."""
+    sections: list[Any] = [AmqpValue(bodies[0])] if value_body else [Data(b) for b in bodies]
+    app = {**app, "trap": b"\x00\x53\x75\xa0\x05"}  # a data section's start, inside a map
+    message = AmqpMessage(
+        header=Header(durable=durable),
+        properties=Properties(message_id=message_id, to=to or None),
+        application_properties=app,
+        body=sections,
+    )
+    payload = message.encode()
+    props, body = to_properties(parse_message(payload))
+    found = stored_form(payload)
+    assert found == (basic.encode(props), body, props.user_id, to or None)
+    assert stored_form(payload) == found  # from the cache

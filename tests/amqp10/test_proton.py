@@ -8,16 +8,17 @@ before or after."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
-from collections.abc import Iterator
+import urllib.request
 from typing import Any
 
 import pika
 import pytest
 from proton import Message
 from proton.reactor import AtMostOnce
-from proton.utils import BlockingConnection, LinkDetached
+from proton.utils import BlockingConnection, ConnectionClosed, LinkDetached
 
 from broker.amqp10 import codec
 from broker.amqp10.framing import AMQP_HEADER, FRAME_SASL, SASL_HEADER, frame
@@ -31,7 +32,10 @@ from broker.amqp10.performatives import (
     SaslOutcome,
     Transfer,
 )
+from tests.amqp10.helpers import declare
 from tests.broker_process import BrokerProcess
+from tests.ha.cluster import AUTH, http
+from tests.management.support import parse_metrics, sample
 
 #: Meant for one worker; the broker fixture is per worker and per run all the same (this
 #: environment's pytest 9.2 / pytest-xdist 3.8 do not honour xdist_group: a worker that
@@ -39,26 +43,6 @@ from tests.broker_process import BrokerProcess
 pytestmark = pytest.mark.xdist_group("amqp10_proton")
 N = 20
 _HEAD = struct.Struct(">IBBH")
-
-
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    workdir = tmp_path_factory.mktemp("amqp10")
-    process = BrokerProcess(workdir / "qpidd", args=[f"--data-dir={workdir / 'data'}"]).start()
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
-def declare(broker: BrokerProcess, *names: str) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    try:
-        channel = connection.channel()
-        for name in names:
-            channel.queue_declare(name, durable=True)
-    finally:
-        connection.close()
 
 
 def proton(broker: BrokerProcess) -> BlockingConnection:
@@ -303,3 +287,72 @@ def test_a_durable_message_is_stored_before_accepted(broker: BrokerProcess) -> N
         receiver.accept()
     finally:
         connection.close()
+
+
+def test_a_proton_connection_in_the_management_api_and_metrics(broker: BrokerProcess) -> None:
+    """Listed by ``/api/connections`` (ids one series with 0-9-1's), counted by
+    ``/metrics``, closed by ``DELETE /api/connections/{id}`` with connection:forced."""
+    declare(broker, "p-api")
+    connection = proton(broker)
+    try:
+        connection.create_receiver("p-api")  # a session and a link
+        rows = [
+            row
+            for row in http("GET", broker.mgmt_port, "/api/connections")
+            if row["protocol"] == "AMQP 1.0" and row["state"] == "open"
+        ]
+        assert len(rows) == 1 and rows[0]["user"] == "guest" and rows[0]["vhost"] == "/"
+        assert rows[0]["channels"] == 1 and rows[0]["frame_max"] >= 512
+        request = urllib.request.Request(f"http://127.0.0.1:{broker.mgmt_port}/metrics")
+        request.add_header("Authorization", AUTH)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            samples = parse_metrics(response.read().decode())
+        assert sample(samples, "qpidd_connections_amqp_1_0") >= 1
+        assert sample(samples, "qpidd_connections") >= sample(samples, "qpidd_connections_amqp_1_0")
+        closed = http("DELETE", broker.mgmt_port, f"/api/connections/{rows[0]['id']}")
+        assert closed["protocol"] == "AMQP 1.0"
+        with pytest.raises(ConnectionClosed) as raised:
+            connection.create_sender("nowhere-needed")
+        assert "amqp:connection:forced" in str(raised.value)
+    finally:
+        with contextlib.suppress(Exception):
+            connection.close()
+
+
+def test_request_reply_through_a_dynamic_queue(broker: BrokerProcess) -> None:
+    """Proton's request/reply: the client's reply queue is a dynamic source (a temporary
+    queue named by the broker), the server answers through the anonymous relay to the
+    request's ``reply_to``; the queue goes with the link."""
+    declare(broker, "p-requests")
+    client, server = proton(broker), proton(broker)
+    try:
+        replies = client.create_receiver(None, dynamic=True, credit=5)
+        reply_to = replies.remote_source.address
+        assert reply_to and reply_to.startswith("amq.gen-")
+        requests = client.create_sender("p-requests")
+        for word in ("alpha", "beta"):
+            requests.send(Message(body=word, reply_to=reply_to, correlation_id=word))
+        incoming = server.create_receiver("p-requests", credit=5)
+        relay = server.create_sender(None)
+        for _ in range(2):
+            request = incoming.receive(timeout=10)
+            relay.send(
+                Message(
+                    address=request.reply_to, body=str(request.body).upper(),
+                    correlation_id=request.correlation_id,
+                )
+            )  # fmt: skip
+            incoming.accept()
+        answers = []
+        for _ in range(2):
+            answer = replies.receive(timeout=10)
+            answers.append((answer.correlation_id, answer.body))
+            replies.accept()
+        assert answers == [("alpha", "ALPHA"), ("beta", "BETA")]
+        replies.close()
+        names = {q["name"] for q in http("GET", broker.mgmt_port, "/api/queues")}
+        assert reply_to not in names  # deleted with its only consumer's link
+    finally:
+        for connection in (client, server):
+            with contextlib.suppress(Exception):
+                connection.close()

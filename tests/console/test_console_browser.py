@@ -256,6 +256,12 @@ def test_an_administrator_purges_a_queue_after_confirming(
     client = pika.BlockingConnection(parameters)
     try:
         show(browser, "connections")
+        # the backups' replication links are marked, and closing one is warned against
+        link = "#connections tr:has(.ha-link) button"
+        click(browser, link, what="a replication link's close button")
+        assert text(browser, "#confirm-text").startswith("WARNING: connection ")
+        assert "is the HA replication link of backup 127.0.0.1:" in text(browser, "#confirm-text")
+        browser.find_element(By.ID, "confirm-cancel").click()
         mine = "#connections tr[data-user='admin'] button"
         click(browser, mine, what="its close button")
         assert "CONNECTION_FORCED" in text(browser, "#confirm-text")
@@ -310,11 +316,18 @@ def test_only_the_cluster_manager_may_shut_down_or_promote(
     log_in(browser, backup, "admin")
     seen(browser, lambda: text(browser, "#role-banner").startswith("BACKUP"))
     assert not browser.find_elements(By.CSS_SELECTOR, "#cluster-actions button")
+    # a backup refuses changes to queues and messages: an administrator is offered none
+    show(browser, "exchanges")
+    seen(browser, rendered(browser, "#exchanges tbody tr"), what="the exchanges")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#exchanges button")
     log_in(browser, backup, "manager")
     seen(browser, lambda: browser.find_element(By.ID, "shutdown")).click()
     assert "Shut down n" in text(browser, "#confirm-text")
     browser.find_element(By.ID, "confirm-cancel").click()  # the confirmation step stops it
-    assert browser.find_element(By.ID, "promote").text == "Promote this broker"
+    # its agent promotes it, and the broker refuses a promotion by hand: not offered
+    assert not browser.find_elements(By.ID, "promote")
+    note = text(browser, "#promote-note")
+    assert note.startswith(f"Promotion: the agent of node {backup.name} promotes by itself"), note
     assert console_cluster.states().count("ready") == 2
 
 

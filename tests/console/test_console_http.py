@@ -65,6 +65,11 @@ def test_anonymous_visitors_get_the_login_form_only(qpidd: BrokerProcess) -> Non
     live = client.request("GET", "/api/console/live")
     assert live.status == 401 and "WWW-Authenticate" in live.headers
     assert client.request("GET", "/console/static/../../etc/passwd").status == 404
+    # a page whose session ended under it (the broker restarted) says so, in a fixed text
+    ended = client.request("GET", "/console/login?ended=session")
+    assert "Your session ended: this broker no longer knows it" in ended.text
+    odd = client.request("GET", "/console/login?ended=%3Cscript%3E")
+    assert "<script>" not in odd.text and "session ended" not in odd.text
 
 
 def test_a_wrong_password_or_a_user_without_a_role_is_refused(qpidd: BrokerProcess) -> None:
@@ -155,6 +160,40 @@ def test_the_live_stream_sends_a_snapshot_the_page_asked_then_deltas(qpidd: Brok
     assert client.request("GET", "/api/changes?since=x").status == 400
 
 
+def test_a_viewer_that_pages_a_list_gets_its_page_not_the_whole_list(
+    qpidd: BrokerProcess,
+) -> None:
+    """``exchanges.page=...``: the exchanges come as that viewer's page (filtered and
+    paged by the server), not in its snapshot and deltas; the other lists as before."""
+    client = logged_in(qpidd, "watcher")
+    cookie = next(c for c in client.jar)
+    headers = {"Cookie": f"{cookie.name}={cookie.value}"}
+    query = "?page=1&page_size=1&exchanges.page=1&exchanges.page_size=2&exchanges.name=amq."
+    url = f"http://127.0.0.1:{qpidd.mgmt_port}/api/console/live{query}"
+    events: list[tuple[str, dict[str, Any]]] = []
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as got:
+        kind = ""
+        while not any(k == "delta" for k, _ in events):
+            line = got.readline()
+            if line.startswith(b"event: "):
+                kind = line[7:].strip().decode()
+            elif line.startswith(b"data: "):
+                events.append((kind, json.loads(line[6:])))
+    snapshot = next(data for k, data in events if k == "snapshot")
+    assert set(snapshot["lists"]) == {"bindings", "connections"}
+    pages = {data.get("list"): data for k, data in events if k == "page"}
+    exchanges = pages["exchanges"]
+    assert exchanges["whole"] and len(exchanges["keys"]) == 2
+    assert all(key.startswith("amq.") for key in exchanges["keys"])
+    assert (
+        exchanges["filtered_count"] > 2 and exchanges["total_count"] > exchanges["filtered_count"]
+    )
+    delta = next(data for k, data in events if k == "delta")
+    assert set(delta["lists"]) == {"bindings", "connections"}
+    bad = client.request("GET", "/api/console/live?exchanges.sort=nope")
+    assert bad.status == 400 and "nope" in bad.json()["reason"]
+
+
 def test_an_administrator_purges_gets_and_publishes(qpidd: BrokerProcess) -> None:
     declare(qpidd, "act-q", 4)
     client = logged_in(qpidd, "admin")
@@ -225,7 +264,7 @@ def test_the_page_and_its_files_come_from_the_package(qpidd: BrokerProcess) -> N
     page = client.request("GET", "/console/").text
     static = Path(__file__).resolve().parents[2] / "broker/management/console/static"
     assert page == (static / "index.html").read_text()
-    for name in ("console.js", "tables.js", "charts.js", "console.css"):
+    for name in ("console.js", "cluster.js", "tables.js", "charts.js", "console.css"):
         body = client.request("GET", f"/console/static/{name}").text
         assert body == (static / name).read_text()
         assert "http://" not in body.replace("http://www.w3.org/2000/svg", "")

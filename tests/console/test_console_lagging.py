@@ -113,10 +113,11 @@ def test_a_connected_lagging_backup_shows_its_lag(
             connection.process_data_events(0)  # written out
 
             # shown lagging while still linked: stopped well under the 20 s silence after
-            # which the primary gives it up
+            # which the primary gives it up (LAGGING once its lag held 3 samples in a row)
             def behind() -> tuple[int, str] | None:
                 shown = lag_of(browser, row)
-                return shown if shown[0] > 0 else None
+                lagging = " msgs behind" in text(browser, f"{row} td:nth-child(3)")
+                return shown if shown[0] > 0 and lagging else None
 
             lag, lag_bytes = seen(
                 browser,

@@ -1,6 +1,8 @@
 """The console's queue table in Chromium on a broker with a few hundred queues: the server
 filters (a regular expression), sorts and pages it, and the page follows the queues live
-(a message published shows in its row within the next ticks, by a delta)."""
+(a message published shows in its row within the next ticks, by a delta). The exchanges'
+table the same way (the server filters and pages it: the live stream carries no whole
+list)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from tests.console.support import write_users
 pytestmark = pytest.mark.xdist_group("console_browser")  # the module's browser
 
 QUEUES = 300
+EXCHANGES = 60
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,8 @@ def qpidd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
             channel = connection.channel()
             for i in range(QUEUES):
                 channel.queue_declare(f"t-{i:03d}")
+            for i in range(EXCHANGES):
+                channel.exchange_declare(f"x-{i:03d}", "fanout")
             for name, count in (("t-007", 5), ("t-123", 2)):
                 for _ in range(count):
                     channel.basic_publish("", name, b"m")
@@ -84,3 +89,26 @@ def test_filter_sort_and_page_the_queue_table(browser: Any, qpidd: BrokerProcess
     with pika.BlockingConnection(pika.URLParameters(qpidd.url)) as connection:
         connection.channel().basic_publish("", "t-150", b"m")
     seen(browser, lambda: text(browser, "#queues tbody tr td.ready") == "1", what="live depth")
+
+
+def exchange_names(browser: Any) -> list[str]:
+    rows = browser.find_elements(By.CSS_SELECTOR, "#exchanges tbody tr")
+    return [str(row.get_attribute("data-exchange")) for row in rows]
+
+
+def test_the_exchanges_table_is_filtered_and_paged_by_the_server(
+    browser: Any, qpidd: BrokerProcess
+) -> None:
+    log_in(browser, qpidd, "watcher", page="exchanges")
+    seen(browser, lambda: len(exchange_names(browser)) == 50, what="a page of 50 exchanges")
+    info = text(browser, "#exchanges-page-info")
+    assert info.startswith("page 1 of 2 · ") and info.endswith(" exchanges"), info
+    total = int(info.split(" · ")[1].split()[0])
+    assert total > EXCHANGES  # and the built-in ones
+    click(browser, "#exchanges-next")
+    seen(browser, lambda: len(exchange_names(browser)) == total - 50, what="page 2")
+    browser.find_element(By.ID, "exchanges-regex").click()
+    browser.find_element(By.ID, "exchanges-filter").send_keys("^x-05")
+    wanted = {f"x-05{i}" for i in range(10)}
+    seen(browser, lambda: set(exchange_names(browser)) == wanted, what="filtered to x-05x")
+    assert text(browser, "#exchanges-page-info") == f"page 1 of 1 · 10 of {total} exchanges"

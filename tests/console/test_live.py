@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.core.message import Message
-from broker.management.console import live
+from broker.management.console import ha_view
 from broker.management.console.live import HISTORY, LiveFeed
 from common.log import get_logger
+from common.slices import SLICE
 from tests.management.support import FakeBroker
 
 
@@ -29,11 +30,13 @@ class Ha:
 
     batches: int = 0
     lag: int = 0
+    sent: int = 0
     addresses: list[str] = field(default_factory=lambda: ["127.0.0.1:5001", "127.0.0.1:5002"])
     replicate_default: Any = None
 
     def status(self) -> dict[str, Any]:
         row = {"queue": "q", "lag": self.lag, "unacknowledged_batches": self.batches}
+        row["sent"] = self.sent
         return {"state": "active", "backups": [{"id": "b1", "queues": [row]}]}
 
 
@@ -74,6 +77,31 @@ def test_rates_lags_and_silent_backups() -> None:
     assert feed.unacknowledged_since == {}
 
 
+def test_a_busy_backup_with_a_batch_in_flight_at_each_sample_is_not_silent() -> None:
+    """Issue 30: healthy backups flickered LAGGING ("no acknowledgement for 1 s") under
+    load, a batch being in flight at each sample. The primary sends on acknowledgements, so
+    messages sent since the last sample mean something was acknowledged: not silence.
+    Silence starts at the first sample with batches waiting and nothing sent since."""
+    broker, clock = HaBroker(), Clock()
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    broker.ha.batches = 1
+    for _ in range(10):
+        broker.ha.sent += 64
+        clock.now += 1.0
+        feed.sample()
+        assert feed.unacknowledged_since == {}
+    clock.now += 1.0
+    feed.sample()  # nothing sent since: the batch waits, and so does the backup
+    assert feed.unacknowledged_since == {"b1": clock.now}
+    clock.now += 1.0
+    feed.sample()
+    assert feed.unacknowledged_since == {"b1": clock.now - 1.0}
+    broker.ha.sent += 1
+    clock.now += 1.0
+    feed.sample()
+    assert feed.unacknowledged_since == {}
+
+
 def test_histories_are_bounded_and_follow_the_queues() -> None:
     broker, clock = HaBroker(), Clock()
     broker.vhost.declare_queue("q")
@@ -94,17 +122,17 @@ def test_lag_in_bytes_counts_what_is_past_the_last_sent(monkeypatch) -> None:
     for size in (10, 20, 30, 40):
         vhost.publish(vhost.exchange(""), Message("", "q", body=b"x" * size))
     positions = [entry.position for entry in queue.entries()]
-    assert live.lag_bytes(queue, positions[1]) == (70, False)
-    assert live.lag_bytes(queue, 0) == (100, False)
-    assert live.lag_bytes(queue, positions[-1]) == (0, False)
-    monkeypatch.setattr(live, "LAG_BYTES_SCAN", 2)
-    assert live.lag_bytes(queue, 0) == (70, True)  # a lower bound: shown with a "+"
+    assert ha_view.lag_bytes(queue, positions[1]) == (70, False)
+    assert ha_view.lag_bytes(queue, 0) == (100, False)
+    assert ha_view.lag_bytes(queue, positions[-1]) == (0, False)
+    monkeypatch.setattr(ha_view, "LAG_BYTES_SCAN", 2)
+    assert ha_view.lag_bytes(queue, 0) == (70, True)  # a lower bound: shown with a "+"
     status = {
         "backups": [
             {"id": "b1", "queues": [{"queue": "q", "lag": 2, "last_sent_id": positions[1]}]}
         ]
     }
-    rows = live._with_lag_bytes(vhost.queues, status)["backups"][0]["queues"]
+    rows = ha_view.with_lag_bytes(vhost.queues, status)["backups"][0]["queues"]
     assert rows == [
         {
             "queue": "q",
@@ -120,7 +148,7 @@ def test_a_viewers_page_gets_only_what_moved_on_it() -> None:
     """The lists are followed while someone watches: a page event holds the rows of the
     page that moved since the viewer's last (a publish, and the rate falling back to 0 a
     tick later), nothing when nothing on it moved; a queue deleted leaves the page."""
-    from broker.management.console.live_lists import CONSOLE_QUEUES, QueuePage
+    from broker.management.console.live_lists import CONSOLE_QUEUES, ListPage
     from broker.management.lists import parse_query
     from common.slices import run_steps
 
@@ -129,7 +157,7 @@ def test_a_viewers_page_gets_only_what_moved_on_it() -> None:
         broker.vhost.declare_queue(f"q{i:04d}")
     feed = LiveFeed(broker, get_logger("management"), clock)
     feed.viewers = 1
-    page = QueuePage(parse_query({"name": "q00", "page": "1", "page_size": "5"}, CONSOLE_QUEUES))
+    page = ListPage(parse_query({"name": "q00", "page": "1", "page_size": "5"}, CONSOLE_QUEUES))
 
     def tick() -> dict[str, Any] | None:
         clock.now += 1.0
@@ -161,3 +189,34 @@ def test_a_viewers_page_gets_only_what_moved_on_it() -> None:
     changes = feed.lists.journal.since(first["version"])
     assert changes is not None and changes.lists["queues"].removed == ["q0001"]
     assert set(changes.lists["queues"].changed) == {"q0003", "q0900"}
+
+
+@dataclass
+class ManyQueuesHa(Ha):
+    """Two backups with a row for each of ``queues`` queues."""
+
+    queues: int = 1200
+
+    def status(self) -> dict[str, Any]:
+        rows = [
+            {"queue": f"s{i}", "lag": 1, "unacknowledged_batches": 0} for i in range(self.queues)
+        ]
+        return {"state": "active", "backups": [{"id": b, "queues": rows} for b in ("b1", "b2")]}
+
+
+def test_the_backups_lags_are_sampled_a_slice_at_a_time() -> None:
+    """Two backups of 10,000 queues were one step of 100-130 ms a second: their lag rows go
+    into the histories 500 a slice (issue 25)."""
+    broker, clock = HaBroker(ha=ManyQueuesHa()), Clock()
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    slices = 1
+    steps = feed.sample_steps()
+    while True:
+        try:
+            next(steps)
+        except StopIteration:
+            break
+        slices += 1
+    assert slices >= 2 * 1200 // SLICE
+    assert all(len(feed.lag_history[b]) == 1200 for b in ("b1", "b2"))
+    assert list(feed.lag_history["b2"]["s1199"]) == [1]

@@ -152,6 +152,7 @@ def test_consumer_priorities_serve_the_highest_with_credit_round_robin() -> None
     assert high_a.bodies == [b"0", b"2"] and high_b.bodies == [b"1"]
     assert mid.bodies == [b"3"] and low.bodies == [b"4", b"5"]
     high_b.credit = 1
+    queue.credit_returned(high_b)
     queue.enqueue(message("6", "q"))
     assert high_b.bodies == [b"1", b"6"]
 
@@ -218,6 +219,7 @@ def test_deliveries_go_to_the_highest_priority_consumer_with_credit(
         else:
             consumer = everyone[value % len(everyone)]
             consumer.credit = (consumer.credit or 0) + 1
+            queue.credit_returned(consumer)
             queue.dispatch()
         delivered = sum(len(c.deliveries) for c in everyone)
         # every message went to someone as long as anyone had credit, in arrival order

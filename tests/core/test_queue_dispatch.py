@@ -43,6 +43,7 @@ def test_backlog_dispatched_to_new_consumer_round_robin() -> None:
     queue.add_consumer(b)
     assert queue.message_count == 5
     a.credit = b.credit = 10
+    queue.credit_returned()
     queue.dispatch()
     assert sorted(a.bodies + b.bodies) == [b"0", b"1", b"2", b"3", b"4"]
     assert abs(len(a.bodies) - len(b.bodies)) <= 1
@@ -57,9 +58,11 @@ def test_credit_is_respected() -> None:
     assert queue.message_count == 3
     assert ready(queue) == [b"2", b"3", b"4"]
     consumer.credit = 1
+    queue.credit_returned(consumer)
     queue.dispatch()
     assert consumer.bodies == [b"0", b"1", b"2"]
     consumer.credit = None
+    queue.credit_returned(consumer)
     queue.dispatch()
     assert consumer.bodies == [b"0", b"1", b"2", b"3", b"4"]
     assert queue.message_count == 0
@@ -151,6 +154,7 @@ def test_requeue_restores_original_order_and_marks_redelivered() -> None:
     assert queue.bytes == 5
     assert [e.redelivered for e in queue.entries()] == [True, True, True, False, False]
     consumer.credit = None
+    queue.credit_returned(consumer)
     queue.dispatch()
     assert consumer.deliveries[4:] == [
         (e0, True),
@@ -187,6 +191,7 @@ def test_reject_with_requeue_puts_back_at_head() -> None:
     assert ready(queue) == [b"a", b"b"]
     assert queue.unacked == 0
     consumer.credit = 1
+    queue.credit_returned(consumer)
     queue.dispatch()
     assert consumer.deliveries[-1][0].message.body == b"a"
     assert consumer.deliveries[-1][1] is True

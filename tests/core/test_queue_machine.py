@@ -144,6 +144,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 100), credit=st.none() | st.integers(0, 3))
     def set_credit(self, index: int, credit: int | None) -> None:
         self.consumers[index % len(self.consumers)].credit = credit
+        self.q.credit_returned(self.consumers[index % len(self.consumers)])
         self.q.dispatch()
 
     @rule(no_ack=st.booleans())

@@ -26,9 +26,10 @@ def test_sample_qpidd_conf_is_a_cluster_member_as_in_seed_001() -> None:
     loopback_users = {u.strip() for u in options.loopback_users.split(",")}
     assert options.ha_username not in loopback_users, options.ha_username
     assert options.sasl_users == "/etc/qpidd/users"
-    # Seed 001's "Slow recovery times" values.
+    # Faster than seed 001's "Slow recovery times" example (heartbeat 5 s): the one set of
+    # settings (tests/deploy/test_one_set_of_settings.py).
     assert options.link_maintenance_interval == 0.1
-    assert options.link_heartbeat_interval == 5.0
+    assert options.link_heartbeat_interval == 1.0
     assert options.data_dir == "/var/lib/qpidd/node1"
     assert options.node_name == "node1"
 
@@ -81,12 +82,15 @@ def test_sample_zoo_cfg_is_a_three_server_ensemble() -> None:
     for key in ("tickTime", "initLimit", "syncLimit", "dataDir", "clientPort"):
         assert key in settings
     assert settings["admin.enableServer"] == "false"
-    # The agents' sample session timeout (4 s) lies in ZooKeeper's range, 2 to 20 ticks.
+    # The agents' sample session timeout (4 s) lies in the range ZooKeeper grants: the
+    # min/maxSessionTimeout given, else 2 to 20 ticks.
     tick = int(settings["tickTime"]) / 1000
+    low = int(settings.get("minSessionTimeout", 2000 * tick)) / 1000
+    high = int(settings.get("maxSessionTimeout", 20000 * tick)) / 1000
     agent_env = (DEPLOY / "systemd" / "agent.env").read_text()
     session = re.search(r"--session-timeout (\S+)", agent_env)
     assert session is not None
-    assert 2 * tick <= float(session.group(1)) <= 20 * tick
+    assert low <= float(session.group(1)) <= high
     zk = re.search(r"^QPID_HA_ZK=(.*)$", agent_env, re.MULTILINE)
     assert zk is not None
     hosts = {address.split(":")[0] for address in servers.values()}

@@ -42,6 +42,8 @@ GOOD: list[dict[str, Any]] = [
      "managed_by": "n2"},
     {"event": "ha_promote_forced", "component": "management", "user": None,
      "managed_by": "n2"},
+    {"event": "ha_in_sync_refused", "component": "management", "user": "guest",
+     "managed_by": "n2"},
     {"event": "ha_replication_error", "component": "ha", "level": "warning",
      "object": "queue 'q' in vhost '/'", "reason": "ValueError: bad batch"},
     {"event": "ha_replication_error", "component": "ha", "level": "warning", "backup": "b-1",

@@ -119,10 +119,16 @@ class Cluster:
     def wait_state(self, i: int, *states: str, timeout: float = 15.0) -> None:
         poll_until(lambda: self.state(i) in states, timeout)
 
-    def promote(self, i: int, epoch: int | None = None) -> dict[str, Any]:
+    def promote(
+        self, i: int, epoch: int | None = None, in_sync: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Promote broker ``i`` as a cluster manager does; ``in_sync``: the committed
+        in-sync set (broker ids) it expects."""
         body: dict[str, Any] = {"cluster_manager": True}
         if epoch is not None:
             body["epoch"] = epoch
+        if in_sync is not None:
+            body["in_sync"] = in_sync
         return dict(http("POST", self.brokers[i].mgmt_port, "/api/ha/promote", body))
 
     def commit_in_sync(self, i: int, *, wait_pending: int = 1) -> dict[str, Any]:

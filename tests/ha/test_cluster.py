@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pika
 import pytest
 
 from common.polling import poll_until
-from tests.ha.cluster import Cluster
+from tests.ha.cluster import Cluster, http
 from tests.ha.failover_clients import wait_members
 
 
@@ -251,3 +252,14 @@ def test_api_ha_shows_positions_and_lag(pair: Cluster) -> None:
     assert queue["lag"] == 0 and queue["caught_up"]
     (copy,) = pair.ha(1)["queues"]
     assert copy["name"] == "q" and copy["last_id"] == 10 and copy["messages"] == 10
+    assert status["replication_position"] == pair.ha(1)["replication_position"] == 10
+    # the agent's health check: the same without a row per queue (megabytes at 10,000)
+    for i in (0, 1):
+        summary = http("GET", pair.brokers[i].mgmt_port, "/api/ha?queues=summary")
+        assert "queues" not in summary and summary["replication_position"] == 10
+        assert all("queues" not in row for row in summary["backups"])
+        assert [row["id"] for row in summary["backups"]] == ([backup["id"]] if i == 0 else [])
+        assert summary["state"] == pair.ha(i)["state"]
+    bad = http("GET", pair.brokers[0].mgmt_port, "/api/ha?queues=all")
+    assert bad["http_status"] == 400
+    assert "queues must be rows or summary: 'all'" in json.dumps(bad)

@@ -249,6 +249,7 @@ def test_nothing_that_may_have_been_delivered_is_ever_unmarked(
                 published += 1
         elif step == "credit":
             consumer.credit = (consumer.credit or 0) + count
+            queue.credit_returned(consumer)
             queue.dispatch()
         elif step == "ack":
             unacked = [*unacked, *consumer.unacked]
@@ -282,6 +283,7 @@ def test_nothing_that_may_have_been_delivered_is_ever_unmarked(
     # liveness: with every batch through, everything on the queue can be delivered (each
     # round delivers up to an announcement and sends the next one)
     consumer.credit = None
+    queue.credit_returned(consumer)
     for _ in range(published + 1):
         queue.dispatch()
         for backup in backups:

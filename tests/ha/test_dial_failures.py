@@ -306,6 +306,9 @@ class FakeOwner:
     def member_grant(self, epoch: int, duration: float) -> None:
         pass
 
+    def member_asked(self, epoch: int) -> None:
+        pass
+
 
 class FakeClock:
     def __init__(self) -> None:

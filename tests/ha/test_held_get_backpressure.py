@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from common.polling import poll_until
-from common.version import TEST_REPLICATION_FORMATS_ENV
 from tests.ha.cluster import Cluster, http
 from tests.ha.failover_clients import connect, drain_get, events, publish
 
@@ -46,17 +45,6 @@ channel._impl.basic_get("work", lambda *args: None, auto_ack=False)
 for i in range(256):
     channel.basic_publish("", "work", bytes(262144))
 """
-
-
-def _lease_free_pair(tmp_path: Path) -> Cluster:
-    """Two brokers on replication formats 1-2: no member lease (format 3), so the promoted
-    backup admits clients while it waits for its expected backup, as a cluster of mixed
-    releases does; with the lease it refuses them until every member grants, and the
-    held get this file is about never comes (tests/ha/test_member_lease_cluster.py)."""
-    cluster = Cluster(tmp_path, 2)
-    for broker in cluster.brokers:
-        broker.env = {TEST_REPLICATION_FORMATS_ENV: "1-2"}
-    return cluster.start()
 
 
 def _body(i: int) -> bytes:
@@ -140,7 +128,7 @@ def _recovering(cluster: Cluster) -> None:
 def test_a_publisher_behind_a_held_get_waits_in_its_socket_and_loses_nothing(
     tmp_path: Path,
 ) -> None:
-    cluster = _lease_free_pair(tmp_path)
+    cluster = Cluster(tmp_path, 2).start()
     publisher: _Publisher | None = None
     try:
         _recovering(cluster)
@@ -185,7 +173,7 @@ def test_a_client_killed_while_not_read_is_cleaned_up(tmp_path: Path) -> None:
     """A client SIGKILLed while the broker does not read it: the broker's next heartbeat
     write finds the socket gone, before the gate opens; what its connection kept is dropped
     (never confirmed), and its held get took nothing."""
-    cluster = _lease_free_pair(tmp_path)
+    cluster = Cluster(tmp_path, 2).start()
     flooder: subprocess.Popen[bytes] | None = None
     try:
         _recovering(cluster)

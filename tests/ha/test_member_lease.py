@@ -112,18 +112,23 @@ class LeaseNetwork(RuleBasedStateMachine):
             assert ends_on_primary <= ends_on_backup + 1e-6
 
     @invariant()
-    def serving_needs_every_member(self) -> None:
+    def serving_needs_every_member_that_may_hold_a_grant(self) -> None:
+        """Serving: every asked member's grant is unexpired on both sides, and a member
+        never asked holds no grant to this epoch (it cannot take over by a lapse)."""
         now = self.primary_clock.at(self.real)
         if self.leases.may_serve(now):
             for member in self.leases.members:
-                assert self.leases.granted_by(member, now)
                 ledger = self.ledgers[member]
-                assert not ledger.grant_lapsed(EPOCH + 1, self.clocks[member].at(self.real))
+                if member in self.leases.asked:
+                    assert self.leases.granted_by(member, now)
+                    assert not ledger.grant_lapsed(EPOCH + 1, self.clocks[member].at(self.real))
+                else:
+                    assert ledger.lapse_at(EPOCH + 1) == -math.inf
 
     @invariant()
     def cached_answer_is_the_full_check(self) -> None:
         now = self.primary_clock.at(self.real)
-        full = all(self.leases.granted_by(m, now) for m in self.leases.members)
+        full = all(self.leases.granted_by(m, now) for m in self.leases.members & self.leases.asked)
         assert self.leases.may_serve(now) == full
 
 
@@ -143,10 +148,12 @@ def test_an_empty_set_needs_no_grant_and_a_disabled_lease_none() -> None:
     leases.set_members(frozenset({"a"}))
     assert leases.may_serve(0.0)  # not enabled: the agent's lease alone
     leases.set_enabled(True)
-    assert not leases.may_serve(0.0)
-    assert leases.lapsed(0.0) == [("a", None)]
+    assert leases.may_serve(0.0)  # never asked: it holds no grant it could take over by
+    assert leases.lapsed(0.0) == []
     seq, needed = leases.requested("a", 10.0)
-    assert needed and leases.granted("a", seq)
+    assert needed and not leases.may_serve(10.0)  # asked: counted before it answers
+    assert leases.lapsed(10.0) == [("a", None)]
+    assert leases.granted("a", seq)
     assert leases.may_serve(10.5) and not leases.may_serve(11.0)
     assert leases.lapsed(11.5) == [("a", 0.5)]
     assert leases.remaining(10.25) == pytest.approx(0.75)
@@ -186,9 +193,35 @@ def test_an_answer_to_a_request_that_needed_no_grant_counts_as_an_answer_only() 
     assert not needed
     leases.set_members(frozenset({"a"}))
     assert not leases.granted("a", seq)  # answered, but it promised nothing
-    assert leases.answered == {"a"} and not leases.may_serve(0.1)
+    assert leases.answered == {"a"} and leases.may_serve(0.1)  # a member not asked yet
     seq, needed = leases.requested("a", 0.2)
-    assert needed and leases.granted("a", seq) and leases.may_serve(1.1)
+    assert needed and not leases.may_serve(0.2)  # asked: its answer is awaited
+    assert leases.granted("a", seq) and leases.may_serve(1.1)
+
+
+def test_clients_are_closed_one_interval_after_a_lapse_unless_it_serves_again() -> None:
+    """Issue 26, item 4: a lapse that lasts one request interval closes the clients; one a
+    grant ends sooner (a slow primary) and a promotion's wait never do."""
+    leases = MemberLeases(LeaseTimes(2.0, 0.0))  # interval 0.5 s
+    leases.set_enabled(True)
+    leases.set_members(frozenset({"a"}))
+    seq, _ = leases.requested("a", 0.0)
+    assert leases.granted("a", seq)
+    assert not leases.close_clients_due(1.9, None)  # serving
+    lapsed = 2.0
+    assert not leases.may_serve(lapsed)
+    assert not leases.close_clients_due(lapsed + 0.49, lapsed)
+    assert leases.close_clients_due(lapsed + 0.5, lapsed)
+    # its link closed or went silent (pending removal): the commit of its removal makes
+    # the primary serve again, and the confirms held for it meanwhile stay with the clients
+    assert not leases.close_clients_due(lapsed + 5.0, lapsed, leaving={"a"})
+    seq, _ = leases.requested("a", lapsed)  # asked again at once: the grant comes back
+    assert leases.granted("a", seq)
+    assert not leases.close_clients_due(lapsed + 0.5, lapsed)  # it serves again
+    waiting = MemberLeases(LeaseTimes(2.0, 0.0))
+    waiting.serve_after(10.0)  # a promoted broker waits for its own older grant
+    assert not waiting.close_clients_due(9.9, 0.0)
+    assert waiting.may_serve(10.0) and not waiting.close_clients_due(10.0, 0.0)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
@@ -197,3 +230,20 @@ def test_bad_settings_are_refused(bad: float) -> None:
         LeaseTimes(bad, 0.01)
     with pytest.raises(ValueError, match="clock drift"):
         LeaseTimes(1.0, bad if bad != 0.0 else 0.5)
+
+
+def test_a_request_that_asks_no_promise_says_the_primary_no_longer_counts_this_backup() -> None:
+    ledger = GrantLedger(LeaseTimes(1.0, 0.0))
+    ledger.asked(3)  # nothing granted yet: nothing to mark
+    assert ledger.unneeded == frozenset()
+    ledger.grant(3, 1.0, 100.0)
+    assert ledger.answer(4, 100.0)["grants"] == [
+        {"epoch": 3, "remaining_ms": 1000.0, "needed": True}
+    ]
+    ledger.asked(3)  # it left that primary's set: its grant still holds, not counted
+    answer = ledger.answer(4, 100.5)
+    assert answer["grants"] == [{"epoch": 3, "remaining_ms": 500.0, "needed": False}]
+    assert answer["linked_epoch"] is None
+    assert ledger.lapse_at(4) == 101.0
+    ledger.grant(3, 1.0, 100.6)  # counted again
+    assert ledger.unneeded == frozenset()

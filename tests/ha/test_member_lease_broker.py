@@ -9,6 +9,7 @@ from typing import Any
 
 from pamqp import commands
 
+from broker.amqp.framing import HEARTBEAT_FRAME
 from broker.core.errors import ReplyCode
 from broker.ha.ha_broker import HaBroker
 from broker.ha.names import BACKUP_PROPERTY, BROKER_ID_PROPERTY, FORMATS_PROPERTY, URL_PROPERTY
@@ -71,12 +72,15 @@ def test_the_primary_serves_only_while_every_member_grants(tmp_path: Path) -> No
     asyncio.run(ha.promote(epoch=1, in_sync=["b1"]))
     ha.lease.set_changed()
     assert ha.lease.leases.members == {"b1"} and ha.lease.leases.enabled
-    text = refusal(ha)  # b1 never granted: clients go elsewhere
-    assert text is not None and "member lease of b1" in text
-    assert not ha.may_confirm()
+    # b1 never asked (no link yet: dead, or not back): it holds no grant it could take
+    # over by, so the agent's lease alone governs and clients are admitted
+    assert ha.may_confirm() and refusal(ha) is None
     open_connection(ha, link("1-3")).expect(commands.Connection.OpenOk)  # its link: admitted
-
-    grant(ha)
+    seq, needed = ha.lease.leases.requested("b1", ha.now())  # asked: counted from now on
+    assert needed and not ha.may_confirm()
+    text = refusal(ha)  # asked, not answered yet: clients go elsewhere
+    assert text is not None and "member lease of b1" in text
+    ha.lease.lease_granted("b1", seq)
     assert ha.may_confirm() and refusal(ha) is None
     client = open_connection(ha, {})
     client.expect(commands.Connection.OpenOk)
@@ -85,13 +89,20 @@ def test_the_primary_serves_only_while_every_member_grants(tmp_path: Path) -> No
     clock.now += LEASE  # the grant lapses: output held, clients refused, logged
     assert ha.admission.holds_output(client.conn) and not ha.may_confirm()
     assert client.conn.data_to_send() == b""
+    # heartbeats keep flowing while the output is held (a client would drop the link)
+    client.conn.heartbeat = 2
+    client.conn.write(b"held frame")
+    clock.now += 1.0
+    client.conn.tick()
+    assert client.conn.data_to_send() == HEARTBEAT_FRAME
+    assert client.conn.data_to_send() == b""  # the held frame stays held
     [lapsed] = events(log, "member_lease_lapsed")
     assert lapsed["member"] == "b1" and lapsed["age_ms"] == 0.0
     assert refusal(ha) is not None
 
     ha.commit_in_sync(1, [])  # the set without b1: serving again, at once
     assert ha.may_confirm() and refusal(ha) is None
-    assert events(log, "member_lease_serving")[-1]["held_ms"] == 0.0
+    assert events(log, "member_lease_serving")[-1]["held_ms"] == 1000.0  # the heartbeat's second
 
 
 def test_a_format_2_link_leaves_the_agents_lease_alone(tmp_path: Path) -> None:
@@ -121,3 +132,28 @@ def test_a_promoted_backup_waits_for_its_own_grant_to_lapse(tmp_path: Path) -> N
     assert ha.may_confirm() and refusal(ha) is None
     assert ha.lease.grants.answer(4, clock.now)["lapsed"]
     assert not ha.grants.answer(4, granted_at + 1.0)["lapsed"]
+
+
+def test_a_client_closed_while_not_serving_gets_the_close_and_nothing_it_held(
+    tmp_path: Path,
+) -> None:
+    """Issue 26, item 4: the broker closes the clients of a primary that does not serve;
+    what it held for them (here a channel.open-ok) is dropped, connection.close goes out."""
+    ha, clock, _ = ha_broker(tmp_path)
+    asyncio.run(ha.promote(epoch=1, in_sync=["b1"]))
+    ha.lease.set_changed()
+    backup = open_connection(ha, link("1-3"))
+    backup.expect(commands.Connection.OpenOk)
+    grant(ha)
+    client = open_connection(ha, {})
+    client.expect(commands.Connection.OpenOk)
+    clock.now += LEASE  # the grant lapses: the client's output is held
+    client.send(1, commands.Channel.Open())
+    assert ha.admission.holds_output(client.conn) and client.take() == []
+    assert not ha.admission.holds_output(backup.conn)  # a link is never held nor closed
+
+    ha.admission.let_close(client.conn)
+    client.conn.drop_unsent()
+    client.conn.close(ReplyCode.CONNECTION_FORCED, "HA primary not serving")
+    assert [type(m) for m in client.methods()] == [commands.Connection.Close]
+    assert not ha.admission.holds_output(client.conn)  # its close-ok is read as usual

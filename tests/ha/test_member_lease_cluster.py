@@ -2,7 +2,9 @@
 
 One test, in steps, to keep ``make test`` short: a stopped (SIGSTOP) member of the
 committed in-sync set stops the primary serving within the lease plus the drift bound (no
-confirm, no new client) and it serves again when the member resumes or the set changes; a
+confirm, no new client), and one request interval later the primary closes its client
+connections (320, so they go on to their URL list: issue 26, item 4); it serves again when
+the member resumes or the set changes; a
 backup whose primary is gone stops granting (``GET /grant`` on its liveness port lapses);
 and a backup promoted right away waits for its own grant to the older epoch to lapse
 before it serves (measured and logged).
@@ -49,6 +51,19 @@ def refused(port: int) -> str | None:
     return None
 
 
+def closed_by_broker(
+    connection: pika.BlockingConnection, timeout: float
+) -> pika.exceptions.ConnectionClosedByBroker:
+    """The broker's connection.close of ``connection``, read within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            connection.process_data_events(time_limit=0.05)
+        except pika.exceptions.ConnectionClosedByBroker as exc:
+            return exc
+    raise AssertionError(f"the broker did not close the connection within {timeout} s")
+
+
 def lease_of(cluster: Cluster, i: int) -> dict[str, Any]:
     return dict(cluster.ha(i)["member_lease"])
 
@@ -62,7 +77,11 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
         ids = {i: cluster.ha(i)["broker_id"] for i in (1, 2)}
         body = {"cluster_manager": True, "epoch": 1, "in_sync": [ids[1], ids[2]]}
         assert http("POST", cluster.brokers[0].mgmt_port, "/api/ha/promote", body)["state"]
-        poll_until(lambda: lease_of(cluster, 0)["serving"], 15, "both members grant")
+        poll_until(
+            lambda: (s := lease_of(cluster, 0))["serving"] and None not in s["members"].values(),
+            15,
+            "both members grant",
+        )
         status = lease_of(cluster, 0)
         assert status["enabled"] and set(status["members"]) == {ids[1], ids[2]}
         assert grant(cluster, 1)["epoch"] == 1 and not grant(cluster, 1)["lapsed"]
@@ -92,11 +111,30 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
         assert lapsed[0]["level"] == "warning" and lapsed[0]["age_ms"] >= 0
         text = refused(cluster.ports[0])
         assert text is not None and "member lease" in text, text
+        # ... and its client stays connected: the stopped member's link goes silent and it
+        # is pending removal before the close grace (twice the link heartbeat and two
+        # maintenance intervals) runs out, so the primary keeps its clients (losing a backup
+        # never closes them; the commit of its removal is what resumes serving)
+        poll_until(
+            lambda: ids[1] in cluster.ha(0)["in_sync"]["pending_removal"],
+            10,
+            "the stopped member pending removal",
+        )
+        connection.process_data_events(time_limit=0.1)
+        assert connection.is_open
+        assert not [
+            e for e in cluster.brokers[0].events() if e["event"] == "member_lease_clients_closed"
+        ]
+        held = connection  # closed once the primary serves again: its close-ok is held too
 
         # 2. the member resumes: grants again, the primary serves and confirms
         os.kill(stopped, signal.SIGCONT)
         stopped = None
         poll_until(lambda: lease_of(cluster, 0)["serving"], 10, "the member grants again")
+        held.close()
+        connection = connect(cluster.ports[0])
+        channel = connection.channel()
+        channel.confirm_delivery()
         channel.basic_publish("", "q", b"after")  # confirmed
         assert refused(cluster.ports[0]) is None
         served = poll_until(

@@ -12,15 +12,30 @@ import asyncio
 import sys
 from pathlib import Path
 
+from pamqp import commands
+
 from broker.core.confirms import ConfirmHandle, PublisherConfirms
 from broker.core.message import Entry, Message
 from broker.core.queue import Queue
-from broker.core.queue_contracts import PUBLISH_HOLDS, Hold, ObserverRole
+from broker.core.queue_contracts import (
+    CONFIRM_GATES,
+    CONFIRM_PATH,
+    PUBLISH_HOLDS,
+    Gate,
+    Hold,
+    ObserverRole,
+)
 from broker.core.vhost import VirtualHost
+from broker.ha.ha_broker import HaBroker
 from broker.ha.queue_guard import QueueGuard
+from broker.ha.role_events import LeaseGranted
+from broker.liveness import LeaseOffers, RoleNote
+from broker.options import parse_options
 from broker.store.journal import Journal, SyncPolicy
 from broker.store.message_store import MessageStore
 from common.polling import poll_until_async
+from tests.amqp.helpers import Client, FakeClock, make_context
+from tests.ha.test_ha_broker import open_connection
 
 PERSISTENT = bytes.fromhex("1000") + b"\x02"  # property flags: delivery-mode only; mode 2
 
@@ -130,3 +145,97 @@ def test_observers_are_told_in_role_order_whatever_order_they_came_in() -> None:
     heard.clear()
     queue.enqueue(Message("", "q", PERSISTENT, b"y"))
     assert heard == ["store", "guard-2", "subscription", "stream"]
+
+
+def test_the_confirm_path_is_the_holds_then_the_serving_gate() -> None:
+    assert CONFIRM_PATH == (Hold.ROUTING, Hold.DISK, Hold.BACKUP, Gate.SERVING)
+    assert [gate for gate, _asker, _opens in CONFIRM_GATES] == [Gate.SERVING]
+
+
+def _leased_primary(tmp_path: Path) -> tuple[HaBroker, FakeClock, list[str]]:
+    """An HA primary in process (no backups, no store) whose cluster manager granted it a
+    1.5 s lease; its fences noted."""
+    ha, clock, fences = _ha_broker(tmp_path)
+    asyncio.run(ha.promote(epoch=1))
+    ha.handle(LeaseGranted(1.5, clock.now))
+    return ha, clock, fences
+
+
+def _ha_broker(tmp_path: Path) -> tuple[HaBroker, FakeClock, list[str]]:
+    options = parse_options(
+        ["--ha-cluster=yes", "--ha-brokers-url=127.0.0.1:1", "--ha-replicate=all"]
+    )
+    clock = FakeClock()
+    ctx = make_context(clock)
+    fences: list[str] = []
+    ha = HaBroker(
+        ctx.vhost,
+        ctx,
+        options,
+        amqp_port=lambda: 5672,
+        on_fenced=fences.append,
+        lease_offers=LeaseOffers(),
+    )
+    return ha, clock, fences
+
+
+def _confirm_channel(ha: HaBroker) -> Client:
+    """A client of ``ha`` with channel 1 in confirm mode and a queue "leased"."""
+    client = open_connection(ha, {})
+    client.expect(commands.Connection.OpenOk)
+    client.send(1, commands.Channel.Open())
+    client.send(1, commands.Confirm.Select())
+    client.send(1, commands.Queue.Declare(queue="leased"))
+    client.take()
+    return client
+
+
+def _publish(client: Client) -> list[int]:
+    """Publish once: the confirms written (delivery tags)."""
+    client.publish(1, b"m", routing_key="leased")
+    return [f.delivery_tag for _, f in client.take() if isinstance(f, commands.Basic.Ack)]
+
+
+def test_the_gate_is_asked_as_the_reply_is_written_and_decides_nothing(tmp_path: Path) -> None:
+    """The wire's flush asks the gate; the fence is the role's, on its tick: a primary whose
+    lease ran out writes no confirm, is not fenced by the asking, and fences at the tick."""
+    ha, clock, fences = _leased_primary(tmp_path)
+    client = _confirm_channel(ha)
+    assert _publish(client) == [1]  # within the lease
+    clock.now += 2.0  # the lease ran out
+    assert _publish(client) == []  # settled (routed, nothing else holds it), held
+    assert not ha.role.fenced and fences == []  # asking decided nothing
+    ha.tick()
+    assert ha.role.fenced and fences and "lease ran out" in fences[0]
+
+
+def test_a_renewal_taken_off_the_loop_counts_before_it_is_applied(tmp_path: Path) -> None:
+    """A renewal the liveness thread took is read by the gate as the next tick applies it:
+    the confirm goes out, and the role's lease is applied only by that tick."""
+    ha, clock, fences = _leased_primary(tmp_path)
+    client = _confirm_channel(ha)
+    clock.now += 1.0
+    assert ha.lease_offers is not None
+    assert ha.lease_offers.offer(1.5, clock.now, RoleNote(ha.state.value, 1)) is None
+    clock.now += 1.0  # past the first lease, within the renewal
+    assert ha.role.lease_expired(clock.now)  # not applied yet
+    assert _publish(client) == [1]
+    assert ha.role.lease_expired(clock.now)  # the asking applied nothing
+    ha.tick()
+    assert not ha.role.lease_expired(clock.now) and not ha.role.fenced and fences == []
+
+
+def test_the_role_fences_when_the_lease_ends_not_at_a_flush(tmp_path: Path) -> None:
+    """No flush and no housekeeping tick: the timer at the lease's end has the role fence."""
+
+    async def scenario() -> None:
+        ha, clock, fences = _ha_broker(tmp_path)
+        await ha.promote(epoch=1)
+        ha.grant_lease(0.2)
+        assert ha.manager_lease.timer_armed
+        clock.now += 0.3  # read when the timer fires, 0.2 s from now
+        await poll_until_async(lambda: bool(fences), 10, "the fence at the lease's end")
+        assert ha.role.fenced and "lease ran out" in fences[0]
+        await ha.stop()
+
+    asyncio.run(scenario())

@@ -29,6 +29,7 @@ from broker.amqp.framing import marshal_method, unmarshal_method
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.field_tables import MAX_DEPTH as AMQP_MAX_DEPTH
 from broker.core.vhost import VirtualHost
+from broker.ha.config_objects import binding_config, exchange_config, queue_config
 from broker.ha.names import QUEUE_STREAM_PREFIX
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import (
@@ -38,7 +39,6 @@ from broker.ha.replication_contract import (
     ReplicationContract,
     check_arguments,
 )
-from broker.ha.streams import _binding_config, _exchange_config, _queue_config
 from broker.ha.wire import (
     CONFIG_MAX_DEPTH,
     CONFIG_MAX_KEY_BYTES,
@@ -135,14 +135,14 @@ def _carried_everywhere(arguments: dict[str, Any]) -> bool | None:
         return None
     level = ReplicateLevel.ALL
     events: list[dict[str, Any]] = [
-        {"type": "queue-declared", "queue": _queue_config(queue, level)},
-        {"type": "exchange-declared", "exchange": _exchange_config(exchange)},
-        {"type": "bound", "binding": _binding_config(binding)},
+        {"type": "queue-declared", "queue": queue_config(queue, level)},
+        {"type": "exchange-declared", "exchange": exchange_config(exchange)},
+        {"type": "bound", "binding": binding_config(binding)},
         {
             "type": "snapshot",
-            "queues": [_queue_config(queue, level)],
-            "exchanges": [_exchange_config(exchange)],
-            "bindings": [_binding_config(binding)],
+            "queues": [queue_config(queue, level)],
+            "exchanges": [exchange_config(exchange)],
+            "bindings": [binding_config(binding)],
         },
     ]
     try:

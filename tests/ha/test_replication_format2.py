@@ -35,6 +35,7 @@ from broker.core.errors import AmqpError, ReplyCode
 from broker.core.field_tables import MAX_DEPTH as AMQP_MAX_DEPTH
 from broker.core.vhost import VirtualHost
 from broker.ha import wire_config2
+from broker.ha.config_objects import binding_config, exchange_config, queue_config
 from broker.ha.link_format import CODECS
 from broker.ha.names import FORMATS_PROPERTY, QUEUE_ARGUMENT, QUEUE_STREAM
 from broker.ha.replicate_level import ReplicateLevel
@@ -47,7 +48,6 @@ from broker.ha.replication_contract import (
     check_arguments,
     first_uncarried,
 )
-from broker.ha.streams import _binding_config, _exchange_config, _queue_config
 from common.formats import FormatRange
 from tests.field_table_strategies import as_the_broker_decodes, long_bytes, raw_arguments, same
 from tests.ha.test_ha_broker import ha_broker, open_connection
@@ -67,9 +67,9 @@ def _carried_in_every_event(arguments: dict[str, Any]) -> bool | None:
     level = ReplicateLevel.ALL
     snapshot = {
         "type": "snapshot",
-        "queues": [_queue_config(queue, level)],
-        "exchanges": [_exchange_config(exchange)],
-        "bindings": [_binding_config(binding)],
+        "queues": [queue_config(queue, level)],
+        "exchanges": [exchange_config(exchange)],
+        "bindings": [binding_config(binding)],
     }
     back = CODEC.decode_config_event(CODEC.encode_config_event(snapshot))
     return all(

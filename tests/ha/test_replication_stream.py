@@ -244,6 +244,7 @@ class ReplicationMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 4))
     def consume(self, n: int) -> None:
         self.taker.credit += n
+        self.pair.queue.credit_returned(self.taker)
         self.pair.queue.dispatch()
 
     @rule()

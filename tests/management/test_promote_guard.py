@@ -17,7 +17,12 @@ import structlog
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from broker.management.promote_guard import PromoteGuard, check_agent_name, promote_refusal
+from broker.management.promote_guard import (
+    PromoteGuard,
+    check_agent_name,
+    commit_refusal,
+    promote_refusal,
+)
 from common.slices import Steps
 from tests.management.support import GUEST, FakeBroker, FakeOptions, serve
 
@@ -80,11 +85,12 @@ class FakeHa:
     state: State = State.READY
     epoch: int = 3
     promotions: list[tuple[int | None, list[str] | None]] = field(default_factory=list)
+    commits: list[tuple[int, list[str]]] = field(default_factory=list)
 
     def status(self) -> dict[str, Any]:
         return {"state": self.state.value, "epoch": self.epoch}
 
-    def status_steps(self) -> Steps[dict[str, Any]]:
+    def status_steps(self, rows: bool = True) -> Steps[dict[str, Any]]:
         yield  # one slice, as HaBroker's status in slices
         return self.status()
 
@@ -97,6 +103,13 @@ class FakeHa:
 
     def grant_lease(self, seconds: float) -> None:
         pass
+
+    def commit_in_sync(self, epoch: int, members: list[str]) -> list[str]:
+        self.commits.append((epoch, members))
+        return []
+
+    def in_sync_status(self) -> dict[str, Any]:
+        return {"pending_removal": []}
 
 
 @dataclass
@@ -225,3 +238,35 @@ def test_a_broker_started_with_ha_agent_is_managed_from_its_start() -> None:
         assert (await promote(client, epoch=4, agent="n2"))[0] == 200
 
     serve(broker, scenario)
+
+
+def test_a_managed_primary_refuses_an_in_sync_commit_by_hand() -> None:
+    """Issue 26 item 2: a set committed by hand that leaves out a member ZooKeeper holds
+    releases confirms that member may be promoted without (the promotion model found it).
+    The agent's commit carries its mark; --force overrides; an unmanaged broker (the OCF
+    agent) commits as before."""
+    assert commit_refusal(None, None, False) is None
+    assert commit_refusal("n2", "n2", False) is None and commit_refusal("n2", None, True) is None
+    reason = commit_refusal("n2", None, False)
+    assert reason is not None and "qpid-ha-agent of node n2" in reason and "--force" in reason
+    broker = HaBroker()
+
+    async def commit(client: Client, **body: Any) -> tuple[int, Any]:
+        body = {"cluster_manager": True, "epoch": 3, "members": ["b1"], **body}
+        response = await client.post("/api/ha/in-sync", json=body, headers=GUEST)
+        return response.status, await response.json()
+
+    async def scenario(client: Client) -> None:
+        assert (await commit(client))[0] == 200  # nobody manages it yet
+        await get_ha(client, "?manager=1&agent=n2")
+        with structlog.testing.capture_logs() as logs:
+            status, answer = await commit(client)
+        assert status == 409 and "keeps its in-sync set in ZooKeeper" in answer["reason"]
+        refused = [e for e in logs if e["event"] == "ha_in_sync_refused"]
+        assert [(e["log_level"], e["managed_by"]) for e in refused] == [("warning", "n2")]
+        assert (await commit(client, agent="n2"))[0] == 200
+        assert (await commit(client, force=True))[0] == 200
+        assert (await commit(client, force="yes"))[0] == 400
+
+    serve(broker, scenario)
+    assert len(broker.ha.commits) == 3

@@ -59,6 +59,8 @@ def test_connections_are_listed() -> None:
             "frame_max": 131072,
             "messages_published": 1,
             "messages_delivered": 0,
+            "protocol": "AMQP 0-9-1",
+            "ha_backup": None,
         }
 
     serve(broker, scenario)

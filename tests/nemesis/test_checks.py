@@ -100,6 +100,17 @@ def test_time_a_whole_node_was_paused_is_cut_out_too() -> None:
     assert spans == [Span("n1", T0 + 1, T0 + 2), Span("n1", T0 + 6, T0 + 6.01)]
 
 
+def test_time_the_member_lease_had_lapsed_is_cut_out() -> None:
+    # a cut-off old primary stays active until fenced, but serves nothing from its first
+    # lapse line to its next serving line (two members lapsing: one gap)
+    broker = [state(1, "active"), event(2, "member_lease_lapsed", member="b"),
+              event(2.1, "member_lease_lapsed", member="c"), event(3, "member_lease_serving"),
+              event(5, "member_lease_lapsed", member="b"), event(9, "ha_fenced")]  # fmt: skip
+    spans = primary_spans("n1", broker, [], [], until=T0 + 60)
+    assert spans == [Span("n1", T0 + 1, T0 + 2), Span("n1", T0 + 3, T0 + 5)]
+    assert overlap_seconds([*spans, Span("n2", T0 + 5.5, T0 + 20)], (T0, T0 + 60)) == 0
+
+
 def test_overlap_counts_only_two_nodes_at_once_inside_the_window() -> None:
     spans = [Span("n1", 0, 10), Span("n2", 8, 20), Span("n3", 9, 12), Span("n1", 15, 16)]
     # n1+n2 8-10 (2 s, n3 joins 9-10: counted once), n2+n3 10-12, n1+n2 15-16

@@ -223,6 +223,7 @@ def test_a_paged_queue_delivers_in_order_and_expires_at_the_head(tmp_path: Path)
     queue.add_consumer(consumer)
     assert [b[:3] for b in consumer.bodies] == [f"{n:03d}".encode() for n in range(100, 110)]
     consumer.credit = None
+    queue.credit_returned(consumer)
     queue.dispatch()
     assert [b[:3] for b in consumer.bodies] == [f"{n:03d}".encode() for n in range(100, 150)]
     assert queue.message_count == 0

@@ -21,12 +21,15 @@ tick, while someone follows them.
 
 ``GET /api/console/live`` is a stream of server-sent events (``text/event-stream``) for any
 user with the monitoring role (authentication as for every ``/api`` path); its query is the
-queue table's (the list query of :mod:`broker.management.list_query`, 400 when bad). A
-viewer that starts, or fell behind, gets a ``snapshot`` event (the state, every exchange,
-binding and connection, ``me``) and a whole ``page`` event (its page of queues, with their
-histories); then each tick a ``page`` event when something on its page changed and a
-``delta`` event (the state and what changed in the other lists), encoded once for every
-viewer. ``GET /api/changes?since=V`` is the same journal for any reader: what changed in
+queue table's (the list query of :mod:`broker.management.list_query`, 400 when bad), and
+for each other list the viewer pages rather than holds whole, the same parameters prefixed
+with the list's name and a dot (``exchanges.page=1&exchanges.page_size=50&exchanges.name=x``).
+A viewer that starts, or fell behind, gets a ``snapshot`` event (the state, every row of
+the lists it holds whole, ``me``) and a whole ``page`` event per list it pages (the queues
+with their histories); then each tick a ``page`` event for each of its pages where
+something changed and a ``delta`` event (the state and what changed in the lists it holds
+whole), encoded once for every viewer. When the broker stops, a ``stopping`` event says
+why. ``GET /api/changes?since=V`` is the same journal for any reader: what changed in
 every list since version V (docs/management.md). The stream ends when the client goes or
 the management API stops (the app's shutdown wakes every stream, so a stop never waits on
 an open console).
@@ -39,7 +42,7 @@ import contextlib
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -47,14 +50,17 @@ from structlog.typing import FilteringBoundLogger
 
 from broker import __version__
 from broker.core.vhost import VHOST
-from broker.core.vhosts import key_of, queue_key
+from broker.core.vhosts import key_of
 from broker.management.auth import current_user
 from broker.management.console.agent_log import promotion_instants, read_tail
 from broker.management.console.agents_view import AgentsView, zk_access
+from broker.management.console.ha_view import agent_option, with_lag_bytes, with_managed_by
 from broker.management.console.live_lists import (
+    CONSOLE_KINDS,
     CONSOLE_QUEUES,
+    LIVE_LISTS,
+    ListPage,
     LiveLists,
-    QueuePage,
 )
 from broker.management.console.timeline import Timeline
 from broker.management.errors import ApiError
@@ -84,43 +90,6 @@ def _agents_view(broker: ManagedBroker) -> AgentsView | None:
     return AgentsView(hosts, cluster, access=zk_access(broker.options))
 
 
-#: Entries counted at most per backup and queue for ``lag_bytes`` (past it: a lower bound).
-LAG_BYTES_SCAN = 100_000
-
-
-def lag_bytes(queue: Any, last_sent: int) -> tuple[int, bool]:
-    """Body bytes of ``queue``'s messages past ``last_sent`` (what the primary still has to
-    send a backup), and whether the count stopped at :data:`LAG_BYTES_SCAN` entries."""
-    total = 0
-    for counted, entry in enumerate(reversed(queue.entries())):
-        if entry.position <= last_sent:
-            return total, False
-        if counted >= LAG_BYTES_SCAN:
-            return total, True
-        total += len(entry.message.body)
-    return total, False
-
-
-def _with_lag_bytes(queues: Mapping[str, Any], ha_status: dict[str, Any] | None) -> Any:
-    """``/api/ha``'s body with each backup's queue rows given ``lag_bytes`` (and
-    ``lag_bytes_partial``): the primary counts its backlog in messages only."""
-    if not ha_status or not ha_status.get("backups"):
-        return ha_status
-    backups = []
-    for backup in ha_status["backups"]:
-        rows = []
-        for row in backup.get("queues", []):
-            queue = queues.get(queue_key(str(row.get("vhost") or VHOST), str(row.get("queue"))))
-            last_sent = row.get("last_sent_id")
-            if queue is None or not isinstance(last_sent, int) or not row.get("lag"):
-                rows.append({**row, "lag_bytes": 0, "lag_bytes_partial": False})
-                continue
-            counted, partial = lag_bytes(queue, last_sent)
-            rows.append({**row, "lag_bytes": counted, "lag_bytes_partial": partial})
-        backups.append({**backup, "queues": rows})
-    return {**ha_status, "backups": backups}
-
-
 def _replication(broker: ManagedBroker, queue: Any) -> str | None:
     ha = getattr(broker, "ha", None)
     if ha is None:
@@ -148,9 +117,17 @@ class LiveFeed:
         self.timeline = Timeline()
         self.queue_history: dict[str, deque[dict[str, float]]] = {}
         self.lag_history: dict[str, dict[str, deque[int]]] = {}
-        #: backup id -> since when it has had batches sent and not acknowledged (a backup
-        #: that stopped reading: its lag in messages stays in the socket buffers).
+        #: backup id -> since when it has left batches unacknowledged with nothing
+        #: acknowledged meanwhile (a backup that stopped reading: its lag in messages stays
+        #: in the socket buffers). A batch in flight at each sample of a busy, healthy
+        #: backup is not silence: the primary sends on acknowledgements (its credit), so
+        #: messages sent since the last sample mean something was acknowledged.
         self.unacknowledged_since: dict[str, float] = {}
+        #: backup id -> messages sent to it in all, at the last sample
+        self._sent: dict[str, int] = {}
+        #: the agent that manages this broker (``GET /api/ha``'s ``managed_by``): the
+        #: management app sets it to its promote guard's (a promotion by hand is refused)
+        self.managed_by: Callable[[], str | None] = lambda: agent_option(broker)
         self._counters: dict[str, tuple[float, int, int, int]] = {}
         self._changed = asyncio.Condition()
         self._version = 0
@@ -261,8 +238,9 @@ class LiveFeed:
                 yield
             self._sample_queues(now, items[start : start + SLICE], following)
         ha = getattr(self.broker, "ha", None)
-        ha_status = None if ha is None else (yield from _status_steps(ha))
-        self._sample_backups(now, ha_status)
+        # nobody viewing: the backups' positions (the lag histories), not a row per queue
+        ha_status = None if ha is None else (yield from _status_steps(ha, rows=following))
+        yield from self._sample_backups_steps(now, ha_status)
         self._agent_instants()
         # only while someone follows: the lists' journal and the pages' state
         if following:
@@ -323,17 +301,24 @@ class LiveFeed:
                     if read_before is not None:  # a first reading: its row is built anyway
                         self._moved.add(name)
 
-    def _sample_backups(self, now: float, ha_status: dict[str, Any] | None) -> None:
+    def _sample_backups_steps(self, now: float, ha_status: dict[str, Any] | None) -> Steps[None]:
+        """Each backup's queue lags into its histories, :data:`SLICE` rows a slice (two
+        backups of 10,000 queues at once: one step of 100-130 ms every second)."""
         seen: set[str] = set()
         for backup in (ha_status or {}).get("backups", []):
             backup_id = str(backup["id"])
             lags = self.lag_history.setdefault(backup_id, {})
             seen.add(backup_id)
-            waiting = 0
-            for row in backup.get("queues", []):
+            waiting = sent = 0
+            for i, row in enumerate(backup.get("queues", []), 1):
                 lags.setdefault(str(row["queue"]), deque(maxlen=HISTORY)).append(int(row["lag"]))
                 waiting += int(row.get("unacknowledged_batches") or 0)
-            if waiting:
+                sent += int(row.get("sent") or 0)
+                if i % SLICE == 0:
+                    yield
+            progressed = sent != self._sent.get(backup_id, -1)
+            self._sent[backup_id] = sent
+            if waiting and not progressed:
                 self.unacknowledged_since.setdefault(backup_id, now)
             else:
                 self.unacknowledged_since.pop(backup_id, None)
@@ -341,6 +326,8 @@ class LiveFeed:
             del self.lag_history[gone]
         for gone in set(self.unacknowledged_since) - seen:
             del self.unacknowledged_since[gone]
+        for gone in set(self._sent) - seen:
+            del self._sent[gone]
 
     def _agent_instants(self) -> None:
         """A new primary's fail-overs get this node's agent's won and promoted (its log may
@@ -448,7 +435,9 @@ class LiveFeed:
                 "queues": sum(len(v.queues) for v in vhosts),
                 "exchanges": sum(len(v.exchanges) for v in vhosts),
             },
-            "ha": _with_lag_bytes(vhosts_of(broker).queues, ha_status),
+            "ha": with_managed_by(
+                with_lag_bytes(vhosts_of(broker).queues, ha_status), self.managed_by()
+            ),
             "agents": None if self.agents is None else self.agents.view,
             "configured_members": [
                 str(a) for a in getattr(getattr(broker, "ha", None), "addresses", [])
@@ -491,7 +480,14 @@ class LiveFeed:
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """GET /api/console/live: a snapshot and the viewer's page, then each tick what
         changed, until the client goes."""
-        page = QueuePage(parse_query(request.query, CONSOLE_QUEUES))
+        pages = [ListPage(parse_query(request.query, CONSOLE_QUEUES))]
+        for name in LIVE_LISTS[1:]:
+            prefix = f"{name}."
+            params = {k[len(prefix) :]: v for k, v in request.query.items() if k.startswith(prefix)}
+            if params:
+                pages.append(ListPage(parse_query(params, CONSOLE_KINDS[name]), name))
+        paged = {page.name for page in pages}
+        whole_lists = tuple(name for name in LIVE_LISTS[1:] if name not in paged)
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -518,19 +514,24 @@ class LiveFeed:
                 version = lists.journal.version
                 if version != held:
                     whole = held != version - 1  # starts, or fell behind: a snapshot
-                    text = await run_sliced(lists.page_steps(page, whole))
+                    texts = [await run_sliced(lists.page_steps(page, whole)) for page in pages]
                     if whole:
-                        snapshot = await run_sliced(lists.shared_snapshot_steps(state))
+                        snapshot = await run_sliced(lists.shared_snapshot_steps(state, whole_lists))
                         data = f'{snapshot[:-1]}, "me": {me}}}'  # "me" last
                         await response.write(f"event: snapshot\ndata: {data}\n\n".encode())
-                    if text is not None:
-                        await response.write(f"event: page\ndata: {text}\n\n".encode())
+                    for text in texts:
+                        if text is not None:
+                            await response.write(f"event: page\ndata: {text}\n\n".encode())
                     if not whole:
-                        delta = await run_sliced(lists.shared_delta_steps(state))
+                        delta = await run_sliced(lists.shared_delta_steps(state, whole_lists))
                         await response.write(f"event: delta\ndata: {delta}\n\n".encode())
                     held = version
                 async with self._changed:
                     await self._changed.wait_for(news)
+            # the broker stops: the page is told why, so that it does not show the last
+            # state as the present (a broker killed says nothing: the page sees it gone)
+            stopping = dumps({"node": self.broker.options.node_name, "reason": _why(self.broker)})
+            await response.write(f"event: stopping\ndata: {stopping}\n\n".encode())
         except ConnectionResetError:
             pass  # the client went
         finally:
@@ -560,15 +561,28 @@ class LiveFeed:
         )
 
 
+def _why(broker: ManagedBroker) -> str:
+    """Why the broker stops, as its ``broker_stopped`` event says (fenced, refused...)."""
+    fenced = getattr(broker, "fenced_reason", None)
+    if isinstance(fenced, str):
+        return f"fenced: {fenced}"
+    refused = getattr(broker, "refused_reason", None)
+    if isinstance(refused, str):
+        return f"refused: {refused}"
+    reason = getattr(broker, "stop_reason", None)
+    return reason if isinstance(reason, str) and reason else "stopped"
+
+
 def _order(row: Any) -> tuple[bool, str, str]:
     return (row["vhost"] != VHOST, row["vhost"], row["name"])
 
 
-def _status_steps(ha: Any) -> Steps[dict[str, Any]]:
+def _status_steps(ha: Any, rows: bool = True) -> Steps[dict[str, Any]]:
     """The HA role's status (``GET /api/ha``'s body) in slices where the role offers them
-    (:func:`broker.ha.ha_status.ha_status_steps`), else at once."""
+    (:func:`broker.ha.ha_status.ha_status_steps`), else at once; ``rows`` False: without
+    the broker's own row per queue (each backup's positions kept)."""
     steps = getattr(ha, "status_steps", None)
     if steps is None:
         return dict(ha.status())
-    status: dict[str, Any] = yield from steps()
+    status: dict[str, Any] = yield from (steps() if rows else steps(rows=False, positions=True))
     return status

@@ -12,13 +12,14 @@ every :data:`FULL_EVERY` ticks), the exchanges and connections (rebuilt), the bi
 (rows built once: a binding does not change). The journal keeps what changed.
 
 What is serialised once for every viewer: each row's JSON text (per row version,
-:meth:`LiveLists.row_text`), the tick's delta of the exchanges, bindings and connections,
-and the snapshot of them for a viewer that starts or fell behind. What is a viewer's own:
-its page of queues (:class:`QueuePage`: the console's filter, sort and page, the list
-query of :mod:`broker.management.list_query`), sent only when its rows or order changed,
-as the keys in order and the texts of the rows it does not hold yet. The order of a
-filter and sort is computed once a tick for every viewer that asks it (none again while
-the queues present did not change, when the sort is by a field that does not change).
+:meth:`LiveLists.row_text`), the tick's delta of the exchanges, bindings and connections
+a viewer holds whole, and the snapshot of them for a viewer that starts or fell behind.
+What is a viewer's own: its page of queues, and of each other list it pages rather than
+holds whole (:class:`ListPage`: the console's filter, sort and page, the list query of
+:mod:`broker.management.list_query`), sent only when its rows or order changed, as the
+keys in order and the texts of the rows it does not hold yet. The order of a filter and
+sort is computed once a tick for every viewer that asks it (none again while the rows
+present did not change, when the sort is by a field that does not change).
 
 Error Handling
 ==============
@@ -36,13 +37,21 @@ from typing import Any
 from broker.core.vhosts import KEY_SEPARATOR, queue_key
 from broker.management.deltas import DeltaJournal, ListUpdate
 from broker.management.list_query import ListQuery, select_steps
-from broker.management.lists import QUEUES, ListKind
+from broker.management.lists import BINDINGS, CONNECTIONS, EXCHANGES, QUEUES, ListKind
 from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.responses import dumps
 from broker.management.views import binding_view, connection_view, exchange_view
 from common.slices import SLICE, Steps
 
-__all__ = ["CONSOLE_QUEUES", "FOLLOW_FOR", "FULL_EVERY", "LIVE_LISTS", "LiveLists", "QueuePage"]
+__all__ = [
+    "CONSOLE_KINDS",
+    "CONSOLE_QUEUES",
+    "FOLLOW_FOR",
+    "FULL_EVERY",
+    "LIVE_LISTS",
+    "ListPage",
+    "LiveLists",
+]
 
 #: Seconds a read of ``GET /api/changes`` keeps the lists followed.
 FOLLOW_FOR = 10.0
@@ -56,18 +65,42 @@ CONSOLE_QUEUES = ListKind(
     (*QUEUES.fields, "replication", "publish_rate", "deliver_rate", "ack_rate"),
     QUEUES.names,
 )
-#: Fields of a queue's row that no tick changes: a sort by one keeps its order until a
-#: queue is added or removed.
-STATIC_FIELDS = frozenset({"name", "vhost", "durable", "auto_delete", "exclusive", "arguments"})
+#: Each list's console rows: what a page's sort may name and its filter reads.
+CONSOLE_KINDS: dict[str, ListKind] = {
+    "queues": CONSOLE_QUEUES,
+    "exchanges": EXCHANGES,
+    "bindings": BINDINGS,
+    "connections": CONNECTIONS,
+}
+#: Fields of a row that no tick changes: a sort by one keeps its order until a row is
+#: added or removed.
+STATIC_FIELDS = frozenset(
+    {
+        "name",
+        "vhost",
+        "durable",
+        "auto_delete",
+        "exclusive",
+        "arguments",
+        "type",
+        "source",
+        "destination",
+        "destination_type",
+        "routing_key",
+        "id",
+    }
+)
 
 Row = Mapping[str, Any]
 
 
 @dataclass
-class QueuePage:
-    """One viewer's page of queues: its query and what it holds."""
+class ListPage:
+    """One viewer's page of a list (``name``, the queues by default): its query and what
+    it holds."""
 
     query: ListQuery
+    name: str = "queues"
     keys: list[str] = field(default_factory=list)
     #: the journal version of the rows it holds (-1: none)
     seen: int = -1
@@ -77,11 +110,26 @@ class QueuePage:
 def _default_order(keys: Iterable[str]) -> list[str]:
     """Queue keys in the lists' order: vhost ``/`` first, then by vhost and name. A key is
     the name in ``/`` and ``vhost NUL name`` elsewhere, so plain sorts give that order
-    (at C speed: 10,000 keys with a key function took 10-16 ms in one step)."""
+    (at C speed: 10,000 keys with a key function took 10-16 ms in one step). The same for
+    exchanges (keyed alike)."""
     listed = list(keys)
     return sorted([k for k in listed if KEY_SEPARATOR not in k]) + sorted(
         [k for k in listed if KEY_SEPARATOR in k]
     )
+
+
+def _list_order(name: str, keys: Iterable[str]) -> list[str]:
+    """A list's keys in its own order: queues and exchanges by vhost and name, bindings
+    by their key (the JSON text of vhost, source, kind, destination, routing key,
+    arguments: vhost ``/`` first), connections by id."""
+    if name == "bindings":
+        listed = list(keys)
+        return sorted([k for k in listed if k.startswith('["/",')]) + sorted(
+            [k for k in listed if not k.startswith('["/",')]
+        )
+    if name == "connections":
+        return sorted(keys, key=int)
+    return _default_order(keys)
 
 
 class LiveLists:
@@ -102,12 +150,13 @@ class LiveLists:
         self.ticks = 0
         self._binding_keys: dict[int, tuple[Any, str]] = {}
         self._texts: dict[tuple[str, str], tuple[int, str]] = {}
-        #: (query's filter and sort) -> (membership version, journal version, keys)
+        #: (list, query's filter and sort) -> (membership version, journal version, keys)
         self._orders: dict[tuple[Any, ...], tuple[int, int, list[str]]] = {}
-        self._default: tuple[int, list[str]] = (-1, [])
-        #: (version, text) of the shared delta and snapshot
-        self._delta_text: tuple[int, str] | None = None
-        self._snapshot_text: tuple[int, str] | None = None
+        #: list -> (membership version, its keys in its own order)
+        self._default: dict[str, tuple[int, list[str]]] = {}
+        #: the lists held whole -> (version, text) of the shared delta and snapshot
+        self._delta_texts: dict[tuple[str, ...], tuple[int, str]] = {}
+        self._snapshot_texts: dict[tuple[str, ...], tuple[int, str]] = {}
 
     # the journal --------------------------------------------------------------------------
     def update_steps(
@@ -192,8 +241,9 @@ class LiveLists:
         self._texts.clear()
         self._orders.clear()
         self._binding_keys.clear()
-        self._default = (-1, [])
-        self._delta_text = self._snapshot_text = None
+        self._default.clear()
+        self._delta_texts.clear()
+        self._snapshot_texts.clear()
 
     def follow(self, now: float) -> None:
         """A reader of ``GET /api/changes`` keeps the lists followed a while."""
@@ -224,16 +274,19 @@ class LiveLists:
                 yield
         return "{" + ", ".join(parts) + "}"
 
-    def shared_delta_steps(self, state_text: str) -> Steps[str]:
+    def shared_delta_steps(
+        self, state_text: str, whole: tuple[str, ...] = LIVE_LISTS[1:]
+    ) -> Steps[str]:
         """The tick's ``delta`` event for every viewer that holds the version before: the
-        state (``state_text``) and what changed in the exchanges, bindings and
-        connections; encoded once a version."""
+        state (``state_text``) and what changed in the lists it holds whole (``whole``: of
+        the exchanges, bindings and connections); encoded once a version."""
         version = self.journal.version
-        if self._delta_text is None or self._delta_text[0] != version:
+        cached = self._delta_texts.get(whole)
+        if cached is None or cached[0] != version:
             delta = self.journal.since(version - 1)
             assert delta is not None
             parts = []
-            for name in LIVE_LISTS[1:]:
+            for name in whole:
                 change = delta.lists[name]
                 added = yield from self._rows_text_steps(name, change.added)
                 changed = yield from self._rows_text_steps(name, change.changed)
@@ -245,37 +298,41 @@ class LiveLists:
                 f'{{"version": {version}, "since": {version - 1}, "state": {state_text}, '
                 f'"lists": {{{", ".join(parts)}}}, "totals": {dumps(delta.totals)}}}'
             )
-            self._delta_text = (version, text)
-        return self._delta_text[1]
+            cached = self._delta_texts[whole] = (version, text)
+        return cached[1]
 
-    def shared_snapshot_steps(self, state_text: str) -> Steps[str]:
-        """The ``snapshot`` event: the state and every exchange, binding and connection
-        (for a viewer that starts or fell behind); encoded once a version."""
+    def shared_snapshot_steps(
+        self, state_text: str, whole: tuple[str, ...] = LIVE_LISTS[1:]
+    ) -> Steps[str]:
+        """The ``snapshot`` event: the state and every row of the lists held whole
+        (``whole``), for a viewer that starts or fell behind; encoded once a version."""
         version = self.journal.version
-        if self._snapshot_text is None or self._snapshot_text[0] != version:
+        cached = self._snapshot_texts.get(whole)
+        if cached is None or cached[0] != version:
             rows = self.journal.rows
             parts = []
-            for name in LIVE_LISTS[1:]:
+            for name in whole:
                 text = yield from self._rows_text_steps(name, list(rows[name]))
                 parts.append(f"{dumps(name)}: {text}")
             text = (
                 f'{{"version": {version}, "state": {state_text}, "lists": {{{", ".join(parts)}}}, '
                 f'"totals": {dumps(self.journal.totals())}}}'
             )
-            self._snapshot_text = (version, text)
-        return self._snapshot_text[1]
+            cached = self._snapshot_texts[whole] = (version, text)
+        return cached[1]
 
     # a viewer's page ----------------------------------------------------------------------
-    def _ordered_steps(self, query: ListQuery) -> Steps[list[str]]:
-        """The queue keys ``query``'s filter keeps, in its order; computed once a tick
-        for every viewer, kept while it cannot change."""
+    def _ordered_steps(self, name: str, query: ListQuery) -> Steps[list[str]]:
+        """The keys of list ``name`` that ``query``'s filter keeps, in its order; computed
+        once a tick for every viewer, kept while it cannot change."""
         journal = self.journal
-        rows = journal.rows["queues"]
-        membership = journal.membership["queues"]
-        if self._default[0] != membership:
-            self._default = (membership, _default_order(rows))
+        rows = journal.rows[name]
+        membership = journal.membership[name]
+        default = self._default.get(name)
+        if default is None or default[0] != membership:
+            default = self._default[name] = (membership, _list_order(name, rows))
         static = query.sort is None or query.sort[0] in STATIC_FIELDS
-        signature = (query.name, query.use_regex, query.sort, query.sort_reverse)
+        signature = (name, query.name, query.use_regex, query.sort, query.sort_reverse)
         cached = self._orders.get(signature)
         current = cached is not None and cached[0] == membership
         if cached is not None and current and (static or cached[1] == journal.version):
@@ -287,7 +344,7 @@ class LiveLists:
             sort_reverse=query.sort_reverse,
         )
         selection = yield from select_steps(
-            self._default[1], unpaged, rows.__getitem__, CONSOLE_QUEUES.names
+            default[1], unpaged, rows.__getitem__, CONSOLE_KINDS[name].names
         )
         self._orders[signature] = (membership, journal.version, selection.items)
         if len(self._orders) > 64:  # viewers' old queries
@@ -295,12 +352,14 @@ class LiveLists:
                 del self._orders[old]
         return selection.items
 
-    def page_steps(self, page: QueuePage, whole: bool) -> Steps[str | None]:
-        """The viewer's ``page`` event (its rows that changed or are new to it, its keys
-        in order, the counts), or None when nothing on its page changed; ``whole``: every
-        row of the page, with its history (a viewer that starts or fell behind)."""
+    def page_steps(self, page: ListPage, whole: bool) -> Steps[str | None]:
+        """The viewer's ``page`` event of one list (its rows that changed or are new to
+        it, its keys in order, the counts), or None when nothing on its page changed;
+        ``whole``: every row of the page, with its history for queues (a viewer that
+        starts or fell behind)."""
         journal = self.journal
-        ordered = yield from self._ordered_steps(page.query)
+        name = page.name
+        ordered = yield from self._ordered_steps(name, page.query)
         size = page.query.page_size
         page_count = max(1, -(-len(ordered) // size))
         number = min(page.query.page, page_count)
@@ -311,9 +370,9 @@ class LiveLists:
             "page_count": page_count,
             "filtered_count": len(ordered),
             "item_count": len(keys),
-            "total_count": len(journal.rows["queues"]),
+            "total_count": len(journal.rows[name]),
         }
-        versions = journal.row_versions["queues"]
+        versions = journal.row_versions[name]
         held = set() if whole else set(page.keys)
         fresh = [k for k in keys if k not in held]
         send = fresh + [k for k in keys if k in held and versions[k] > page.seen]
@@ -321,10 +380,12 @@ class LiveLists:
             page.seen = journal.version
             return None
         page.keys, page.seen, page.counts = keys, journal.version, counts
-        history = ", ".join(f"{dumps(k)}: {dumps(self.history(k))}" for k in fresh)
-        rows = yield from self._rows_text_steps("queues", send)
+        queues = name == "queues"
+        history = ", ".join(f"{dumps(k)}: {dumps(self.history(k))}" for k in fresh if queues)
+        rows = yield from self._rows_text_steps(name, send)
         return (
-            f'{{"version": {journal.version}, "whole": {dumps(whole)}, "keys": {dumps(keys)}, '
+            f'{{"list": {dumps(name)}, "version": {journal.version}, "whole": {dumps(whole)}, '
+            f'"keys": {dumps(keys)}, '
             f'"rows": {rows}, "history": {{{history}}}, '
             f"{dumps(counts)[1:-1]}}}"
         )

@@ -38,12 +38,19 @@ __all__ = ["STATIC_FILES", "Pages"]
 #: File name -> content type of what ``static/`` holds.
 STATIC_FILES = {
     "console.js": "text/javascript",
+    "cluster.js": "text/javascript",
     "console.css": "text/css",
     "charts.js": "text/javascript",
     "tables.js": "text/javascript",
     "lists.js": "text/javascript",
     "login.css": "text/css",
 }
+#: Why the page sent its viewer back to the login form (``?ended=``).
+_ENDED = {
+    "session": "Your session ended: this broker no longer knows it (it restarted, and"
+    " sessions live in its memory, or you logged out elsewhere). Log in again.",
+}
+
 #: Served without a session (the login form's style).
 _PUBLIC = frozenset({"login.css"})
 
@@ -154,7 +161,9 @@ class Pages:
     async def login_page(self, request: web.Request) -> web.StreamResponse:
         if not self.broker.options.auth:
             raise web.HTTPSeeOther("/console/")
-        return self._form()
+        # the page's session ended under it: said, not a bare form (a fixed text, never
+        # the query's)
+        return self._form(_ENDED.get(request.query.get("ended", ""), ""))
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         if not self.broker.options.auth:

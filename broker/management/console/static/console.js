@@ -1,15 +1,17 @@
-// The qpidd console: live snapshots over server-sent events, the cluster and fail-over
-// pages, the confirmation dialog and the calls to the management API. Tables of queues,
-// exchanges, connections and users are in tables.js.
+// The qpidd console: live snapshots over server-sent events, the header (the broker's role,
+// or why what is shown is not the present), the confirmation dialog and the calls to the
+// management API. The cluster and fail-over pages are in cluster.js; the tables of
+// queues, exchanges, connections and users in tables.js.
 "use strict";
 
 const HEADER = "X-Qpidd-Console";
-// A backup that leaves replication batches unacknowledged this long (s) is lagging.
-const LAG_SILENCE = 1.0;
-// The agents' view is read every 2 s; older than this (s), the page says how old.
-const AGENTS_LATE = 6;
+// The live stream sends a delta every second: none for this long (s) and the page says
+// its broker is not answering (paused, too busy or cut off) and shows its last state as such.
+const STALE_AFTER = 3.5;
 const PAGES = ["cluster", "timeline", "queues", "exchanges", "connections", "users"];
-const state = { snapshot: null, renderers: {}, pending: null };
+// lastEventAt: when the stream last said anything; lostAt: when it broke (the broker
+// killed, stopped or cut off); stopped: the broker said it stops, and why (fenced...)
+const state = { snapshot: null, renderers: {}, pending: null, lastEventAt: Date.now(), lostAt: null, stopped: null };
 
 function $(id) { return document.getElementById(id); }
 
@@ -59,6 +61,13 @@ function argsText(args) {
 function roles() { return (state.snapshot && state.snapshot.me && state.snapshot.me.roles) || []; }
 function canAdmin() { return roles().includes("administrator"); }
 function canSteer() { return roles().includes("cluster-manager"); }
+// Where changes to queues and messages can work: a stand-alone broker or the primary (a
+// backup refuses them, 409 naming the primary). Null when they can, else why not.
+function changesRefused() {
+  const ha = state.snapshot && state.snapshot.ha;
+  if (!ha || ha.state === "active" || ha.state === "recovering") return null;
+  return `This broker is a backup (${ha.state}): purge, delete, publish and get are the primary's${ha.primary ? " (its console: the primary at " + ha.primary + ")" : " (no primary is reachable now)"}.`;
+}
 
 function toast(text, error = false) {
   const box = $("toast");
@@ -77,7 +86,7 @@ async function api(method, path, body) {
   const response = await fetch(path, options);
   let data = null;
   try { data = await response.json(); } catch (e) { data = null; }
-  if (response.status === 401) { window.location.assign("/console/login"); }
+  if (response.status === 401) { window.location.assign("/console/login?ended=session"); }
   if (!response.ok) throw new Error((data && data.reason) || `HTTP ${response.status}`);
   return data;
 }
@@ -98,7 +107,7 @@ async function runAction(action) {
   try {
     toast(await action());
   } catch (error) {
-    toast(`refused: ${error.message}`, true);
+    toast(`refused: ${error.message.replace(/^refused: /, "")}`, true);
   }
 }
 
@@ -119,313 +128,51 @@ function showPage() {
   render();
 }
 
-// -- header and cluster --------------------------------------------------------------------
+// -- header --------------------------------------------------------------------------
+// Whether what the page shows is the present: null while the stream is live, else why
+// not (the broker said it stops, the stream broke, or it has been silent).
+function staleness() {
+  if (state.stopped) return "stopped";
+  if (state.lostAt) return "unreachable";
+  if ((Date.now() - state.lastEventAt) / 1000 >= STALE_AFTER) return "silent";
+  return null;
+}
+
+function clockTime(ms) { return timeOf(ms / 1000).replace(/\.\d+$/, ""); }
+
 function renderBanner(s) {
   const banner = $("role-banner");
   const ha = s.ha;
   const node = s.status.node;
-  if (!ha) {
+  const stale = staleness();
+  document.body.classList.toggle("stale", Boolean(stale));
+  const asOf = `Below: its last state, as of ${timeOf(s.at).replace(/\.\d+$/, "")}, not the present.`;
+  if (stale === "stopped") {
+    banner.textContent = `STOPPED: ${node}: ${state.stopped.reason} (at ${clockTime(state.stopped.at)}). ${asOf}`;
+    banner.className = "banner down";
+  } else if (stale === "unreachable") {
+    banner.textContent = `UNREACHABLE: ${node} has not answered since ${clockTime(state.lostAt)} (killed, stopped or cut off; another member's console shows the cluster now). ${asOf}`;
+    banner.className = "banner down";
+  } else if (stale === "silent") {
+    banner.textContent = `NO UPDATE from ${node} for ${Math.round((Date.now() - state.lastEventAt) / 1000)} s (paused, too busy or cut off). ${asOf}`;
+    banner.className = "banner down";
+  } else if (!ha) {
     banner.textContent = `STAND-ALONE broker ${node} (not in an HA cluster)`;
     banner.className = "banner other";
   } else if (ha.state === "active" || ha.state === "recovering") {
     banner.textContent = `PRIMARY: ${node} (${ha.url}), epoch ${ha.epoch}, ${ha.state}`;
     banner.className = "banner primary";
-  } else {
-    banner.textContent = `BACKUP ${node} (${ha.state}): the primary is ${ha.primary ? "at " + ha.primary : "not known yet"}`;
+  } else if (ha.primary) {
+    banner.textContent = `BACKUP ${node} (${ha.state}): the primary is at ${ha.primary}`;
     banner.className = "banner backup";
+  } else {
+    const link = ha.link_error ? ` (${hostPort(ha.link_error.address)}: ${ha.link_error.reason})` : "";
+    banner.textContent = `BACKUP ${node} (${ha.state}): NO PRIMARY reachable${link}`;
+    banner.className = "banner backup no-primary";
   }
   const me = s.me || {};
   $("me").textContent = me.auth ? `${me.user} (${(me.roles || []).join(", ") || "no role"})` : "authentication off";
   $("logout-form").className = me.auth ? "" : "hidden";
-}
-
-// "HOST:PORT" of an address however written ("amqp://user@HOST:PORT/vhost", "tcp:HOST:PORT").
-function hostPort(url) {
-  return String(url || "").replace(/^.*(\/\/|tcp:)/, "").replace(/^.*@/, "").replace(/\/.*$/, "");
-}
-
-// The node of each broker id and address an agent's record named once: an agent whose
-// broker stopped answering records neither (state "down", its management address).
-const knownNodes = new Map();
-
-// The agent whose member record is this broker's (by broker id, else by address, else by
-// the node that record had while its broker answered).
-function agentOf(s, m) {
-  const agents = s.agents;
-  if (!agents || !agents.members) return null;
-  const address = m.url ? hostPort(m.url) : "";
-  const found = agents.members.find((a) => (m.id && a.broker_id === m.id)) ||
-    (address ? agents.members.find((a) => hostPort(a.url) === address) : null);
-  if (found) {
-    if (m.id) knownNodes.set(m.id, found.node);
-    if (address) knownNodes.set(address, found.node);
-    return found;
-  }
-  const node = knownNodes.get(m.id) || knownNodes.get(address);
-  return node ? agents.members.find((a) => a.node === node) || null : null;
-}
-
-// Seconds since the agents' view was read (0 when there is none).
-function agentsAge(s) {
-  const agents = s.agents;
-  return agents && agents.read_at && s.at ? Math.round(s.at - agents.read_at) : 0;
-}
-
-function renderAgents(s) {
-  const box = $("agents");
-  const agents = s.agents;
-  if (agents === undefined || agents === null) {
-    box.textContent = s.ha ? "The agents' view is not read here: start the brokers with --console-zk HOSTS --console-cluster NAME (or: qpid-ha --zk HOSTS --cluster NAME status --all)." : "";
-    return;
-  }
-  const parts = [];
-  if (agents.primary) parts.push(`primary record ${agents.primary} at epoch ${agents.primary_epoch}`);
-  else parts.push("no primary record");
-  parts.push(agents.vip ? `virtual IP ${agents.vip} held by ${agents.primary}` : "no virtual IP");
-  if (agents.epoch !== undefined && agents.epoch !== null) parts.push(`last epoch handed out ${agents.epoch}`);
-  parts.push(`${(agents.members || []).length} member records`);
-  if (agents.error) parts.push(`(${agents.stale ? "last read shown; " : ""}${agents.error})`);
-  // read every 2 s: an older view says its age, so that it is not taken for the present
-  const age = agentsAge(s);
-  const late = age >= AGENTS_LATE ? `, read ${age} s ago` : "";
-  box.classList.toggle("late", Boolean(late));
-  box.textContent = `Agents (ZooKeeper, cluster ${agents.cluster}${late}): ${parts.join(" · ")}`;
-  // the agents' own words: an engaged fence brake; without a primary, which broker is needed
-  for (const alert of agents.alerts || []) box.appendChild(el("div", { class: "alert", text: alert }));
-}
-
-const IN_SYNC_HELP = "In-sync set: the backups the primary holds each publisher confirm for " +
-  "until they have the message; only a member may be promoted. A member may lag: its lag is " +
-  "messages not yet sent to it, whose confirms wait.";
-
-// The in-sync set as the primary reports it (GET /api/ha "in_sync"): its members now and
-// the ones gone, pending removal. The table and the header both read it from here.
-function inSyncSet(ha) {
-  const inSync = ha.in_sync || {};
-  return { members: new Set(inSync.wanted || []), pendingRemoval: new Set(inSync.pending_removal || []) };
-}
-
-// A backup's short name: its agent's node, else its address, else its id.
-function memberName(s, id) {
-  const b = (s.ha.backups || []).find((x) => x.id === id);
-  const agent = agentOf(s, { id, url: b ? b.url : "" });
-  return agent ? agent.node : b ? b.url : id;
-}
-
-// The primary's in-sync set in one line, under the header's facts.
-function inSyncSummary(s) {
-  const set = inSyncSet(s.ha);
-  // a member gone away is still a member (its confirms held) until its removal is committed
-  const names = [...set.members, ...set.pendingRemoval].map((id) => memberName(s, id)).sort();
-  const gone = [...set.pendingRemoval].map((id) => memberName(s, id)).sort();
-  const parts = [names.length
-    ? `In-sync set: ${names.join(", ")} (confirms wait for ${names.length === 1 ? "it" : names.length === 2 ? "both" : "all " + names.length})`
-    : "In-sync set: no backup (confirms wait for none)"];
-  if (gone.length) parts.push(`${gone.join(", ")} gone, pending removal from the set (its confirms held until then)`);
-  const committed = s.ha.in_sync && s.ha.in_sync.committed;
-  const title = IN_SYNC_HELP + (committed ? ` The cluster manager last committed a removal at epoch ${committed.epoch}.` : "");
-  return el("div", { class: "facts in-sync-line", id: "in-sync-summary", title, text: parts.join(" · ") });
-}
-
-function memberRows(s) {
-  const ha = s.ha;
-  const members = (ha.members || []).map((m) => ({ ...m }));
-  if (!members.some((m) => m.id === ha.broker_id)) {
-    members.push({ id: ha.broker_id, url: ha.url, state: ha.state });
-  }
-  // every address of ha-brokers-url: one no member answers for is shown, not left out
-  for (const address of s.configured_members || []) {
-    if (!members.some((m) => m.url === address)) members.push({ id: "", url: address, state: "not connected" });
-  }
-  const backups = Object.fromEntries((ha.backups || []).map((b) => [b.id, b]));
-  // The in-sync set as the primary holds it (the header says the same, from the same
-  // field): its members, and the ones that went away whose confirms it holds until the
-  // cluster manager (its agent) commits the set without them.
-  const set = inSyncSet(ha);
-  const isPrimary = (m) => m.state === "active" || m.state === "recovering";
-  members.sort((a, b) => (isPrimary(b) - isPrimary(a)) || String(a.url).localeCompare(String(b.url)));
-  return members.map((m) => {
-    const self = m.id === ha.broker_id;
-    const backup = backups[m.id];
-    const lags = (backup && backup.queues) || [];
-    const totalLag = lags.reduce((sum, q) => sum + (q.lag || 0), 0);
-    const silent = (s.unacknowledged_for || {})[m.id] || 0;
-    const primaryHere = ha.state === "active" || ha.state === "recovering";
-    const gone = set.pendingRemoval.has(m.id);
-    const member = set.members.has(m.id);
-    const missing = m.state === "not connected" || gone;
-    const lagging = !isPrimary(m) && !missing && (["joining", "catch-up"].includes(m.state) ||
-      (primaryHere && (!backup || !member || !backup.ready || totalLag > 0 || silent >= LAG_SILENCE)));
-    const history = (s.lag_history || {})[m.id] || {};
-    const lagCell = el("td", {});
-    if (isPrimary(m)) lagCell.appendChild(el("span", { class: "note", text: "(the primary: the others lag behind it)" }));
-    else if (gone) lagCell.appendChild(el("span", { class: "note", text: "gone: its confirms are held until the in-sync set is committed without it (qpid-ha in-sync --commit, or its agent)" }));
-    else if (missing) lagCell.appendChild(el("span", { class: "note", text: "no member answers at this address of ha-brokers-url" }));
-    else if (!backup) lagCell.appendChild(el("span", { class: "note", text: ha.state === "active" || ha.state === "recovering" ? "not linked" : "on the primary's console" }));
-    else if (!lags.length) lagCell.appendChild(el("span", { class: "note", text: "no replicated queue" }));
-    // why replication to this backup failed: which object, why (GET /api/ha, issue 24)
-    const failed = (ha.replication_errors || []).find((x) => x.backup === m.id);
-    if (failed) {
-      const e = failed;
-      lagCell.prepend(el("div", { class: "tag lag replication-error", text: `replication error: ${e.reason} (${e.count === 1 ? "once" : e.count + " times"} since ${e.since})` }));
-    }
-    for (const q of lags) {
-      // the last 60 s of samples, ending at the lag shown (a snapshot made between two
-      // samples has a newer one): the scale's max is never below the value beside it
-      const sampled = history[q.queue] || [];
-      const series = sampled.length && sampled[sampled.length - 1] === q.lag ? sampled : [...sampled, q.lag];
-      lagCell.appendChild(el("span", { class: "lag", "data-queue": q.queue },
-        el("span", { text: `${q.queue}: ${fmt(q.lag)} ${q.lag === 1 ? "msg" : "msgs"}${q.lag ? ` (${bytesText(q.lag_bytes)}${q.lag_bytes_partial ? "+" : ""})` : ""}` }),
-        charts.scaledSparkline(series, "msgs", { color: q.lag > 0 ? "#b45309" : "#2563a8" })));
-    }
-    const inSync = isPrimary(m) ? el("span", { class: "note", text: "-" })
-      : !primaryHere || (missing && !gone) ? el("span", { class: "note", text: "-" })
-      : gone ? el("span", { class: "tag lag", text: "member, gone: confirms held", title: IN_SYNC_HELP })
-      : member ? el("span", { class: "in-set", text: "member", title: IN_SYNC_HELP }, el("span", { class: "note", text: " (confirms wait for it)" }))
-      : el("span", { class: "tag lag", text: "not a member", title: IN_SYNC_HELP }, el("span", { class: "note", text: backup && !backup.ready ? " (catching up)" : "" }));
-    const agentRecord = agentOf(s, m);
-    const agentCell = el("td", { class: "agent", text: agentRecord ? `${agentRecord.node}: ${agentRecord.state}${s.agents.primary === agentRecord.node ? " (primary record)" : ""}${s.agents.vip && s.agents.primary === agentRecord.node ? `, holds VIP ${s.agents.vip}` : ""}${agentsAge(s) >= AGENTS_LATE ? ` (read ${agentsAge(s)} s ago)` : ""}` : "-" });
-    // why it is LAGGING, each reason said (lag in messages first: what an operator weighs)
-    const reasons = [];
-    if (!backup && primaryHere) reasons.push("not linked");
-    else if (!backup && ["joining", "catch-up"].includes(m.state)) reasons.push(m.state);
-    if (totalLag > 0) reasons.push(`${fmt(totalLag)} ${totalLag === 1 ? "msg" : "msgs"} behind`);
-    if (silent >= LAG_SILENCE) reasons.push(`no acknowledgement for ${silent} s`);
-    if (failed) reasons.push("replication error");
-    if (backup && !backup.ready) reasons.push("catching up");
-    if (backup && !member) reasons.push("not in the in-sync set");
-    const why = reasons.length ? ` (${reasons.join(", ")})` : "";
-    const role = isPrimary(m) ? el("span", { class: "tag primary", text: "PRIMARY" })
-      : gone ? el("span", { class: "tag lag", text: "GONE, pending removal from the in-sync set" })
-      : missing ? el("span", { class: "tag lag", text: "NOT CONNECTED (down, or cut off)" })
-      : el("span", { class: lagging ? "tag lag" : "tag", text: lagging ? `backup, LAGGING${why}` : "backup" });
-    const rowClass = [isPrimary(m) ? "is-primary" : "", lagging ? "lagging" : "", missing ? "down" : ""].join(" ").trim();
-    return el("tr", { class: rowClass || null, "data-member": m.url, "data-state": m.state },
-      el("td", {}, el("span", { text: m.url }), self ? el("span", { class: "note", text: ` (this broker, ${s.status.node})` }) : null,
-        el("div", { class: "args", text: m.id })),
-      el("td", {}, el("span", { class: `pill ${missing ? "down" : m.state}`, text: gone ? "gone" : m.state })),
-      el("td", {}, role),
-      // an agent whose broker does not answer records epoch 0: no epoch to show
-      el("td", { class: "num", text: self ? fmt(ha.epoch) : agentRecord ? (agentRecord.state === "down" ? "-" : fmt(agentRecord.epoch)) : isPrimary(m) || backup ? fmt(ha.epoch) : "-" }),
-      el("td", { class: "in-sync" }, inSync),
-      agentCell,
-      lagCell);
-  });
-}
-
-function renderCluster(s) {
-  const card = $("primary-card");
-  const ha = s.ha;
-  if (!ha) {
-    card.replaceChildren(el("div", { class: "big", text: `Stand-alone broker ${s.status.node}` }),
-      el("div", { class: "facts", text: "not an HA cluster member: no other members, no fail-overs" }));
-    replaceRows($("members").tBodies[0], []);
-    return;
-  }
-  const primary = ha.state === "active" || ha.state === "recovering";
-  const facts = [`epoch ${ha.epoch}`, `broker id ${ha.broker_id}`, `cluster URL ${ha.public_url || "-"}`];
-  if (primary) {
-    facts.push(`held confirms ${ha.held_confirms}`, `lease ${ha.lease_remaining === null ? "none" : ha.lease_remaining + " s"}`);
-  } else if (ha.link_error) {
-    facts.push(`link: ${ha.link_error.reason}`);
-  }
-  if (!primary && ha.replication_error) facts.push(`replication error: ${ha.replication_error.reason}`);
-  card.replaceChildren(
-    el("div", { class: "big", id: "primary-name", text: primary ? `Primary: this broker, ${s.status.node} (${ha.url})` : `The primary is ${ha.primary ? "at " + ha.primary : "not known yet"}` }),
-    el("div", { class: "facts", text: facts.join(" · ") }),
-    primary ? inSyncSummary(s)
-      : el("div", { class: "facts in-sync-line", id: "in-sync-summary", text: `In-sync set and lag: on the primary's console${ha.primary ? ` (${ha.primary})` : ""}` }));
-  replaceRows($("members").tBodies[0], memberRows(s));
-  renderAgents(s);
-  $("cluster-note").textContent = "Members as this broker knows them (the primary knows every backup, " +
-    "a backup what the primary last told it), and every address of ha-brokers-url.";
-  renderClusterActions(s);
-}
-
-function renderClusterActions(s) {
-  const box = $("cluster-actions");
-  if (!canSteer() || !s.ha) { box.replaceChildren(); return; }
-  if (box.dataset.state === `${s.ha.state}/${s.ha.broker_id}`) return;
-  box.dataset.state = `${s.ha.state}/${s.ha.broker_id}`;
-  const node = s.status.node;
-  const buttons = [];
-  if (s.ha.state === "ready") {
-    buttons.push(el("button", { id: "promote", class: "danger", onclick: () => confirmThen(
-      `Promote ${node} to primary? Only when no agent manages this cluster: the agents promote by themselves, with the next epoch from ZooKeeper.`,
-      async () => { const r = await api("POST", "/api/ha/promote", { cluster_manager: true }); return `promoted ${node}: ${r.state}, epoch ${r.epoch}`; }) }, "Promote this broker"));
-  }
-  buttons.push(el("button", { id: "shutdown", class: "danger", onclick: () => confirmThen(
-    `Shut down ${node}? It stops as on SIGTERM; a broker an agent supervises is started again by its agent.`,
-    async () => { const r = await api("POST", "/api/admin/stop", { broker_id: s.ha.broker_id }); return `${node} is stopping (pid ${r.pid})`; }) }, "Shut down this broker"));
-  box.replaceChildren(...buttons);
-}
-
-// -- fail-over timeline --------------------------------------------------------------------
-const PHASE_NAMES = ["detection", "election", "promotion", "recovering", "failover"];
-
-// the outage as the new primary saw its clients come back (common/failover_phases.py)
-function outageText(f) {
-  if (f.client_outage_ms !== null) {
-    const until = f.client_outage_until === "client_confirmed" ? "first client confirm" : "first client connection; no confirm yet";
-    return `${fmt(f.client_outage_ms)} ms (to the ${until})`;
-  }
-  if (f.seen_by !== "new primary") return "— (the new primary's console)";
-  return f.instants.failure === null || f.instants.failure === undefined ? "-" : "— (no client back yet)";
-}
-
-function renderTimeline(s) {
-  const box = $("timeline");
-  const failovers = s.timeline || [];
-  if (!failovers.length) {
-    box.replaceChildren(el("p", { class: "note", id: "no-failover", text: "No fail-over seen since this broker started." }));
-    return;
-  }
-  box.replaceChildren(...failovers.map((f) => {
-    const head = f.initial
-      ? `Epoch ${f.epoch}: first primary ${f.new_primary} (initial election)`
-      : `Epoch ${f.epoch}: ${f.old_primary} → ${f.new_primary}`;
-    const instants = Object.entries(f.instants).filter(([, v]) => v !== null)
-      .sort((a, b) => a[1] - b[1]).map(([k, v]) => `${k} ${timeOf(v)}`).join(" · ");
-    const rows = PHASE_NAMES.map((name) => {
-      const ms = f.phases_ms[name];
-      return el("tr", { "data-phase": name }, el("th", { text: name }),
-        el("td", { text: ms === null ? "— (agents' logs)" : `${fmt(ms)} ms` }));
-    });
-    rows.splice(2, 0, el("tr", { "data-phase": "until_won" }, el("th", { text: "until won (detection + election)" }),
-      el("td", { text: f.until_won_ms === null ? "— (this node's agent's log)" : `${fmt(f.until_won_ms)} ms` })));
-    rows.splice(4, 0, el("tr", { "data-phase": "until_promoted" }, el("th", { text: "until promoted (detection + election + promotion)" }),
-      el("td", { text: f.until_promoted_ms === null ? "-" : `${fmt(f.until_promoted_ms)} ms` })));
-    rows.push(el("tr", { "data-phase": "client_outage" }, el("th", { text: "client outage (failure to the clients back)" }),
-      el("td", { text: outageText(f) })));
-    const split = f.until_won_ms !== null && f.phases_ms.promotion !== null;
-    const segments = split
-      ? [["until", "until won", f.until_won_ms], ["promo", "promotion", f.phases_ms.promotion], ["recov", "recovering", f.phases_ms.recovering]]
-      : [["until", "until promoted", f.until_promoted_ms], ["recov", "recovering", f.phases_ms.recovering]];
-    const total = segments.reduce((sum, [, , ms]) => sum + (ms || 0), 0);
-    // one scale for the phases and the client outage: which was longer shows
-    const scale = Math.max(total, f.client_outage_ms || 0);
-    const bar = el("div", { class: "bar" });
-    if (scale > 0) {
-      for (const [kind, title, ms] of segments) {
-        const part = el("div", { class: kind, title: `${title} ${fmt(ms || 0)} ms` });
-        part.style.width = `${(100 * (ms || 0)) / scale}%`;
-        bar.appendChild(part);
-      }
-    }
-    const outageBar = el("div", { class: "bar outage-bar" });
-    if (scale > 0 && f.client_outage_ms !== null) {
-      const part = el("div", { class: "outage", title: `client outage ${fmt(f.client_outage_ms)} ms` });
-      part.style.width = `${(100 * f.client_outage_ms) / scale}%`;
-      outageBar.appendChild(part);
-    }
-    const legend = el("div", { class: "legend" },
-      ...segments.map(([kind, title]) => el("span", {}, el("i", { class: kind }), title)),
-      el("span", {}, el("i", { class: "outage" }), "client outage"));
-    return el("div", { class: "failover", "data-epoch": f.epoch },
-      el("div", { class: "head", text: head }),
-      el("div", { class: "note", text: `seen by this broker as the ${f.seen_by}; ${instants}` }),
-      bar, outageBar, legend, el("table", { class: "phases" }, el("tbody", {}, ...rows)));
-  }));
 }
 
 // -- live updates --------------------------------------------------------------------------
@@ -439,9 +186,9 @@ function render() {
   else if (state.renderers[page]) state.renderers[page](s);
 }
 
-// The live stream (tables.js's consoleLists holds the lists and the page of queues): a
-// snapshot and the viewer's page first, then each second a page when it changed and a
-// delta. Opened again when the queue table's query changes.
+// The live stream (lists.js's consoleLists holds the pages of the lists): a snapshot and
+// the viewer's pages first, then each second the pages that changed and a delta. Opened
+// again when a table's query changes.
 let source = null;
 
 function connect() {
@@ -451,22 +198,31 @@ function connect() {
   source = mine;
   const show = (snapshot) => {
     state.snapshot = snapshot;
+    state.lastEventAt = Date.now();
+    state.lostAt = null;
+    state.stopped = null;
     $("live").className = "live";
     render();
   };
   mine.addEventListener("snapshot", (event) => show(lists.snapshot(JSON.parse(event.data))));
-  // a whole page comes just after a snapshot: drawn at once on the queues page only (the
-  // other pages were drawn with the snapshot; each delta draws the page shown again)
+  // whole pages come just after a snapshot: drawn at once on the list pages (each delta
+  // draws the page shown again)
   mine.addEventListener("page", (event) => {
-    if (lists.page(JSON.parse(event.data)) && currentPage() === "queues") show(lists.view());
+    if (lists.page(JSON.parse(event.data)) && !["cluster", "timeline"].includes(currentPage())) show(lists.view());
   });
   mine.addEventListener("delta", (event) => show(lists.delta(JSON.parse(event.data))));
+  // the broker stops, and says why (fenced, refused, an operator's stop)
+  mine.addEventListener("stopping", (event) => {
+    state.stopped = { ...JSON.parse(event.data), at: Date.now() };
+    render();
+  });
   mine.onerror = () => {
     if (mine !== source) return;
     $("live").className = "live off";
+    if (!state.lostAt) { state.lostAt = Date.now(); render(); }
     if (mine.readyState === EventSource.CLOSED) {
       fetch("/console/static/console.css", { credentials: "same-origin" }).then((r) => {
-        if (r.status === 401) window.location.assign("/console/login");
+        if (r.status === 401) window.location.assign("/console/login?ended=session");
         else setTimeout(connect, 1000);
       }, () => setTimeout(connect, 1000));
     }
@@ -483,6 +239,8 @@ document.addEventListener("DOMContentLoaded", () => {
   window.addEventListener("hashchange", showPage);
   showPage();
   connect();
+  // the banner says when the page stopped hearing from its broker, stream or no stream
+  setInterval(() => { if (state.snapshot && staleness()) renderBanner(state.snapshot); }, 1000);
 });
 
-window.consoleApp = { state, el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, toast, $, connect, render };
+window.consoleApp = { state, el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, changesRefused, toast, $, connect, render };

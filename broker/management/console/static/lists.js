@@ -1,50 +1,50 @@
 // The lists the console holds from the live stream (GET /api/console/live, docs/console.md):
-// every exchange, binding and connection, kept by key from a snapshot and each second's
-// delta; the page of queues the table shows (the server filters, sorts and pages them),
-// kept from its page events; and the page's histories (60 samples a queue, a sample a
-// second taken from its row). The queue table's query lives here too: changing it opens
-// the stream again, which starts with a snapshot and the new page.
+// a page of each list the tables show (queues, exchanges, bindings, connections), filtered,
+// sorted and paged by the server and kept from its page events, and the queue page's
+// histories (60 samples a queue, a sample a second taken from its row). The tables'
+// queries live here too: changing one opens the stream again, which starts with a snapshot
+// (the state) and the new pages.
 "use strict";
 
 (function () {
   const HISTORY = 60;
-  const LISTS = ["exchanges", "bindings", "connections"];
-  const held = {
-    version: -1, state: null, me: null,
-    maps: Object.fromEntries(LISTS.map((name) => [name, new Map()])),
-    arrays: Object.fromEntries(LISTS.map((name) => [name, []])),
-    page: { keys: [], rows: new Map(), history: new Map(), counts: {} },
-  };
-  // The queue table's query: RabbitMQ's parameters (docs/management.md).
-  const query = { page: 1, page_size: 50, name: "", use_regex: false, sort: "", sort_reverse: false };
+  const LISTS = ["queues", "exchanges", "bindings", "connections"];
+  const emptyPage = () => ({ keys: [], rows: new Map(), history: new Map(), counts: {} });
+  const held = { version: -1, state: null, me: null, pages: Object.fromEntries(LISTS.map((name) => [name, emptyPage()])) };
+  // Each table's query: RabbitMQ's parameters (docs/management.md); the queues' plain, the
+  // others' prefixed with the list's name and a dot.
+  const newQuery = () => ({ page: 1, page_size: 50, name: "", use_regex: false, sort: "", sort_reverse: false });
+  const queries = Object.fromEntries(LISTS.map((name) => [name, newQuery()]));
 
   function queryString() {
-    const params = new URLSearchParams({ page: String(query.page), page_size: String(query.page_size) });
-    if (query.name) params.set("name", query.name);
-    if (query.use_regex) params.set("use_regex", "true");
-    if (query.sort) params.set("sort", query.sort);
-    if (query.sort_reverse) params.set("sort_reverse", "true");
+    const params = new URLSearchParams();
+    for (const name of LISTS) {
+      const query = queries[name];
+      const prefix = name === "queues" ? "" : `${name}.`;
+      params.set(`${prefix}page`, String(query.page));
+      params.set(`${prefix}page_size`, String(query.page_size));
+      if (query.name) params.set(`${prefix}name`, query.name);
+      if (query.use_regex) params.set(`${prefix}use_regex`, "true");
+      if (query.sort) params.set(`${prefix}sort`, query.sort);
+      if (query.sort_reverse) params.set(`${prefix}sort_reverse`, "true");
+    }
     return "?" + params.toString();
   }
 
-  const byVhostThen = (...fields) => (a, b) =>
-    ((a.vhost || "/") !== "/") - ((b.vhost || "/") !== "/") ||
-    String(a.vhost).localeCompare(String(b.vhost)) ||
-    fields.reduce((order, f) => order || String(a[f]).localeCompare(String(b[f])), 0);
-  const ORDER = {
-    exchanges: byVhostThen("name"),
-    bindings: byVhostThen("source", "destination_type", "destination", "routing_key"),
-    connections: (a, b) => a.id - b.id,
-  };
-
-  function rebuild(name) {
-    held.arrays[name] = [...held.maps[name].values()].sort(ORDER[name]);
+  function rowsOf(name) {
+    const page = held.pages[name];
+    if (name !== "queues") return page.keys.map((key) => ({ ...page.rows.get(key), key }));
+    return page.keys.map((key) => ({ ...page.rows.get(key), key, history: page.history.get(key) || [] }));
   }
 
   function view() {
-    const page = held.page;
-    const queues = page.keys.map((key) => ({ ...page.rows.get(key), key, history: page.history.get(key) || [] }));
-    return { ...held.state, me: held.me, ...held.arrays, queues, queuePage: page.counts };
+    const shown = { ...held.state, me: held.me };
+    for (const name of LISTS) {
+      shown[name] = rowsOf(name);
+      shown[`${name}Page`] = held.pages[name].counts;
+    }
+    shown.queuePage = held.pages.queues.counts;
+    return shown;
   }
 
   function pointOf(row) {
@@ -53,32 +53,21 @@
 
   window.consoleLists = {
     query: queryString,
-    queueQuery: query,
+    queueQuery: queries.queues,
+    queries,
     view,
-    // A viewer's first message, or after it fell behind: the state and whole lists.
+    // A viewer's first message, or after it fell behind: the state (the lists come as pages).
     snapshot(data) {
       held.version = data.version;
       held.state = data.state;
       held.me = data.me;
-      for (const name of LISTS) {
-        held.maps[name] = new Map(Object.entries(data.lists[name]));
-        rebuild(name);
-      }
       return view();
     },
-    // Each second: the state and what changed in the lists; a sample for each queue shown.
+    // Each second: the state; a sample for each queue shown.
     delta(data) {
       held.version = data.version;
       held.state = data.state;
-      for (const name of LISTS) {
-        const change = data.lists[name];
-        const map = held.maps[name];
-        for (const key of change.removed) map.delete(key);
-        for (const [key, row] of Object.entries(change.added)) map.set(key, row);
-        for (const [key, row] of Object.entries(change.changed)) map.set(key, row);
-        if (change.removed.length || Object.keys(change.added).length || Object.keys(change.changed).length) rebuild(name);
-      }
-      const page = held.page;
+      const page = held.pages.queues;
       for (const key of page.keys) {
         const samples = page.history.get(key) || [];
         samples.push(pointOf(page.rows.get(key)));
@@ -87,19 +76,20 @@
       }
       return view();
     },
-    // The page of queues: its keys in order, the rows new to it or changed, the histories
-    // of the rows new to it; true when it is a whole page (the view is then new).
+    // A page of a list: its keys in order, the rows new to it or changed, the histories of
+    // the queues new to it; true when it is a whole page (the view is then new).
     page(data) {
-      const page = held.page;
+      const name = data.list || "queues";
+      const page = held.pages[name];
       const keep = new Set(data.keys);
       for (const key of [...page.rows.keys()]) {
         if (!keep.has(key)) { page.rows.delete(key); page.history.delete(key); }
       }
       for (const [key, row] of Object.entries(data.rows)) page.rows.set(key, row);
-      for (const [key, samples] of Object.entries(data.history)) page.history.set(key, samples);
+      for (const [key, samples] of Object.entries(data.history || {})) page.history.set(key, samples);
       page.keys = data.keys;
       page.counts = { page: data.page, page_size: data.page_size, page_count: data.page_count, filtered_count: data.filtered_count, item_count: data.item_count, total_count: data.total_count };
-      query.page = data.page;
+      queries[name].page = data.page;
       return data.whole;
     },
   };

@@ -1,11 +1,12 @@
 // The console's object pages: queues (a page of them, filtered and sorted by the server,
-// with charts and actions), exchanges and bindings, connections, users. Registered as
+// with charts and actions), exchanges and bindings, connections (a page of each, filtered
+// and paged by the server), users. Registered as
 // renderers with console.js; the lists they show are held by lists.js.
 "use strict";
 
 (function () {
   const app = window.consoleApp;
-  const { el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, $ } = app;
+  const { el, api, fmt, argsText, confirmThen, runAction, replaceRows, canAdmin, changesRefused, $ } = app;
   const enc = encodeURIComponent;
   let selectedQueue = null;
   let builtFor = null;
@@ -38,6 +39,8 @@
     if (!canAdmin()) {
       return el("p", { class: "note", id: "queue-actions-none", text: "Purge, delete, publish and get need the administrator role." });
     }
+    const refused = changesRefused();
+    if (refused) return el("p", { class: "note", id: "queue-actions-none", text: refused });
     const got = el("pre", { class: "got hidden", id: "got" });
     const payload = el("input", { id: "queue-payload", placeholder: "test message", value: "hello from the console" });
     const box = el("div", { id: "queue-actions" },
@@ -134,8 +137,10 @@
     const detail = $("queue-detail");
     const q = queues.find((x) => queueId(x) === selectedQueue);
     if (!q) { detail.replaceChildren(); builtFor = null; return; }
-    if (builtFor !== queueId(q)) {
-      builtFor = queueId(q);
+    // built again when the broker's role changes (a backup offers no change)
+    const built = `${queueId(q)}/${changesRefused()}`;
+    if (builtFor !== built) {
+      builtFor = built;
       const where = q.vhost && q.vhost !== "/" ? ` in vhost ${q.vhost}` : "";
       detail.replaceChildren(el("div", { class: "detail" },
         el("h2", { text: `Queue ${q.name}${where}` }), el("div", { class: "charts", id: "queue-charts" }), queueActions(q.name, q.vhost)));
@@ -161,7 +166,7 @@
 
   function renderPublishForm() {
     const box = $("publish-form");
-    if (publishTo === null || !canAdmin()) { box.replaceChildren(); return; }
+    if (publishTo === null || !canAdmin() || changesRefused()) { box.replaceChildren(); return; }
     const key = el("input", { id: "publish-key", placeholder: "routing key" });
     const payload = el("input", { id: "publish-payload", placeholder: "payload", value: "test" });
     box.replaceChildren(el("form", { class: "inline", onsubmit: (event) => { event.preventDefault(); runAction(async () => {
@@ -170,12 +175,62 @@
     }); } }, el("strong", { text: `Publish to ${publishTo || "(default)"}` }), key, payload, el("button", { type: "submit", id: "publish-send" }, "Publish")));
   }
 
+  // The exchanges', bindings' and connections' tables: a filter (a regular expression
+  // with "regex") and pages, answered by the server like the queue table's.
+  const PLURAL = { exchanges: "exchanges", bindings: "bindings", connections: "connections" };
+
+  function wireListQuery(name) {
+    const q = lists.queries[name];
+    let timer = null;
+    const changed = () => {
+      clearTimeout(timer);
+      timer = setTimeout(async () => {
+        const filter = $(`${name}-filter`).value;
+        const useRegex = $(`${name}-regex`).checked;
+        const box = $(`${name}-query-error`);
+        if (filter) {
+          try {
+            await api("GET", `/api/${name}?page=1&page_size=1&name=${enc(filter)}${useRegex ? "&use_regex=true" : ""}`);
+          } catch (error) {
+            box.textContent = error.message;
+            return;
+          }
+        }
+        box.textContent = "";
+        if (filter === q.name && useRegex === q.use_regex) return;
+        q.name = filter;
+        q.use_regex = useRegex;
+        q.page = 1;
+        requery();
+      }, 300);
+    };
+    $(`${name}-query`).addEventListener("submit", (event) => { event.preventDefault(); changed(); });
+    $(`${name}-filter`).addEventListener("input", changed);
+    $(`${name}-regex`).addEventListener("change", changed);
+    $(`${name}-prev`).addEventListener("click", () => { if (q.page > 1) { q.page -= 1; requery(); } });
+    $(`${name}-next`).addEventListener("click", () => {
+      const counts = (app.state.snapshot && app.state.snapshot[`${name}Page`]) || {};
+      if (q.page < (counts.page_count || 1)) { q.page += 1; requery(); }
+    });
+  }
+
+  function renderListQuery(s, name) {
+    const counts = s[`${name}Page`] || {};
+    const total = counts.total_count || 0;
+    const shown = counts.filtered_count === total ? `${fmt(total)} ${PLURAL[name]}` : `${fmt(counts.filtered_count || 0)} of ${fmt(total)} ${PLURAL[name]}`;
+    $(`${name}-page-info`).textContent = `page ${counts.page || 1} of ${counts.page_count || 1} · ${shown}`;
+    $(`${name}-prev`).disabled = (counts.page || 1) <= 1;
+    $(`${name}-next`).disabled = (counts.page || 1) >= (counts.page_count || 1);
+  }
+
   function renderExchanges(s) {
+    renderListQuery(s, "exchanges");
+    renderListQuery(s, "bindings");
     replaceRows($("exchanges").tBodies[0], (s.exchanges || []).map((x) => el("tr", { "data-exchange": x.name, "data-vhost": x.vhost || "/" },
       el("td", { text: x.name || "(default)" }), el("td", { class: "vhost", text: x.vhost || "/" }), el("td", { text: x.type }), el("td", { text: x.durable ? "yes" : "no" }),
       el("td", { class: "num", text: fmt(x.bindings) }), el("td", { class: "num", text: fmt(x.routed_total) }),
       el("td", { class: "num", text: fmt(x.unroutable_total) }), el("td", { class: "args", text: argsText(x.arguments) }),
-      el("td", {}, canAdmin() && !x.internal ? el("button", { onclick: () => { publishTo = x.name; publishVhost = x.vhost || "/"; renderPublishForm(); } }, "Publish...") : null))));
+      el("td", {}, canAdmin() && !x.internal && !changesRefused() ? el("button", { onclick: () => { publishTo = x.name; publishVhost = x.vhost || "/"; renderPublishForm(); } }, "Publish...") : null))));
     replaceRows($("bindings").tBodies[0], (s.bindings || []).map((b) => el("tr", {},
       el("td", { class: "vhost", text: b.vhost || "/" }), el("td", { text: b.source || "(default)" }), el("td", { text: b.destination }), el("td", { text: b.destination_type }),
       el("td", { text: b.routing_key }), el("td", { class: "args", text: argsText(b.arguments) }))));
@@ -185,17 +240,26 @@
   let channelsAsked = 0;
 
   function renderConnections(s) {
+    renderListQuery(s, "connections");
     const connections = s.connections || [];
     replaceRows($("connections").tBodies[0], connections.map((c) => el("tr", { "data-connection": c.id, "data-user": c.user || "",
       class: `clickable${c.id === selectedConnection ? " selected" : ""}`,
       onclick: () => { selectedConnection = c.id; channelsAsked = 0; renderConnections(app.state.snapshot); } },
       el("td", { class: "num", text: c.id }), el("td", { text: c.peer }), el("td", { text: c.user || "-" }),
-      el("td", { text: c.state }), el("td", { text: [c.client_product, c.client_version].filter(Boolean).join(" ") || "-" }),
+      el("td", { text: c.state }),
+      el("td", {}, c.ha_backup ? el("span", { class: "tag ha-link", text: `HA replication link of backup ${c.ha_backup}` }) : [c.client_product, c.client_version].filter(Boolean).join(" ") || "-"),
       el("td", { class: "num channels", text: fmt(c.channels) }), el("td", { class: "num", text: c.heartbeat ? `${c.heartbeat} s` : "none" }),
       el("td", { class: "num", text: fmt(c.messages_published) }), el("td", { class: "num", text: fmt(c.messages_delivered) }),
-      el("td", {}, canAdmin() ? el("button", { class: "danger", onclick: (event) => { event.stopPropagation(); confirmThen(`Close connection ${c.id} (${c.peer}, ${c.user || "no user"})? The client gets 320 CONNECTION_FORCED.`,
-        async () => { await api("DELETE", `/api/connections/${c.id}`); return `closed connection ${c.id}`; }); } }, "Close") : null))));
+      el("td", {}, canAdmin() ? el("button", { class: "danger", onclick: (event) => { event.stopPropagation(); confirmThen(closeText(c),
+        async () => { await api("DELETE", `/api/connections/${c.id}`); return `closed connection ${c.id}`; }); } }, c.ha_backup ? "Close link" : "Close") : null))));
     renderChannels(connections.find((c) => c.id === selectedConnection));
+  }
+
+  // What closing a connection does: a client is told 320; a backup's replication link is
+  // no client, and closing it costs that backup its place until it catches up again.
+  function closeText(c) {
+    if (!c.ha_backup) return `Close connection ${c.id} (${c.peer}, ${c.user || "no user"})? The client gets 320 CONNECTION_FORCED.`;
+    return `WARNING: connection ${c.id} is the HA replication link of backup ${c.ha_backup}, not a client. Closing it cuts that backup off: it dials again and catches up, and while it is away the primary holds publisher confirms for it until its removal from the in-sync set is committed. Close it anyway?`;
   }
 
   // The selected connection's channels, from GET /api/connections/{id}/channels (at most
@@ -207,7 +271,7 @@
       return;
     }
     if (!connection) {
-      box.replaceChildren(el("p", { class: "note", id: "channels-gone", text: `Connection ${selectedConnection} is closed.` }));
+      box.replaceChildren(el("p", { class: "note", id: "channels-gone", text: `Connection ${selectedConnection} is closed, or not on this page of the list.` }));
       return;
     }
     if (Date.now() - channelsAsked < 900) return;
@@ -256,6 +320,7 @@
   }
 
   wireQueueQuery();
+  for (const name of ["exchanges", "bindings", "connections"]) wireListQuery(name);
   app.state.renderers.queues = renderQueues;
   app.state.renderers.exchanges = (s) => { renderExchanges(s); if (!$("publish-form").firstChild) renderPublishForm(); };
   app.state.renderers.connections = renderConnections;

@@ -1,4 +1,15 @@
-"""A queue's consumers, in the order the queue serves them: :class:`QueueConsumers`.
+"""The test's reference model of a queue's choice of consumer: :class:`QueueConsumers`.
+
+This is the chooser the broker used until ``broker/core/consumer_ring.py`` replaced it (it
+asked every consumer's ``can_deliver`` in turn: O(consumers) per delivery), kept here to
+check the ring against (``tests/core/test_consumer_ring.py``). Two changes, both marked
+``FIX``, make it mean what its docstring says when consumers come and go: a cancel no
+longer moves the turn past the next consumer (the turn was a list index; removing a
+consumer before it made it skip one), and the first consumer with a priority no longer
+restarts the turn of the consumers already there (it moved from ``_rr`` to a fresh
+``_rr_by_priority`` entry); a priority left without consumers forgets its turn.
+
+It was:
 
 Round robin among the consumers with credit (the consumer says so: ``can_deliver``); with
 consumer priorities (a consumer's ``priority``, RabbitMQ's ``x-priority``) round robin
@@ -41,6 +52,8 @@ class QueueConsumers(Generic[C]):
         priority = consumer_priority(consumer)
         if priority or self._ordered:
             # Highest priority first; among equals, in the order they subscribed.
+            if not self._ordered:  # FIX: priority 0 keeps its turn
+                self._rr_by_priority[0] = self._rr
             self._ordered = True
             index = len(members)
             while index and consumer_priority(members[index - 1]) < priority:
@@ -51,10 +64,25 @@ class QueueConsumers(Generic[C]):
 
     def remove(self, consumer: C) -> bool:
         """Remove ``consumer``; False when it was not here."""
-        try:
-            self.members.remove(consumer)
-        except ValueError:
+        members = self.members
+        if consumer not in members:
             return False
+        index = members.index(consumer)
+        priority = consumer_priority(consumer)
+        del members[index]
+        # FIX: the turn is an index; one removed before it moves it back by one.
+        if not self._ordered:
+            if index < self._rr:
+                self._rr -= 1
+            return True
+        group_start = index
+        while group_start and consumer_priority(members[group_start - 1]) == priority:
+            group_start -= 1
+        turn = self._rr_by_priority.get(priority, 0)
+        if index - group_start < turn:
+            self._rr_by_priority[priority] = turn - 1
+        if not any(consumer_priority(m) == priority for m in members):
+            self._rr_by_priority.pop(priority, None)
         return True
 
     def has_exclusive(self) -> bool:

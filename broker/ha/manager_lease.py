@@ -1,0 +1,114 @@
+"""The cluster manager's lease on an HA primary (the agent's: docs/agent.md, "Fencing: the
+timing argument"): the renewals the liveness thread took off the loop, applied by the loop;
+whether the lease holds now, a query that changes nothing (the confirm path's gate asks it as
+confirms are written: ``CONFIRM_PATH`` in broker/core/queue_contracts.py); and a timer at its
+end, so the role fences then (its Tick) instead of at the next housekeeping tick.
+
+The role machine keeps the lease itself (``HaRole.lease_until``, set by ``LeaseGranted``)
+and decides the fence; this object only feeds it and asks it.
+
+THREAD UNSAFE: the broker's event loop owns it (:class:`~broker.liveness.LeaseOffers`
+is the one part a thread touches).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol
+
+from broker.ha.role import HaRole
+from broker.ha.role_events import Action, Event, LeaseGranted
+from broker.liveness import LeaseOffers
+
+
+class ManagerLeaseHost(Protocol):
+    """What the lease needs of the HA broker that owns it."""
+
+    @property
+    def role(self) -> HaRole: ...
+
+    def handle(self, event: Event) -> list[Action]:
+        """Feed one event to the role and perform its actions."""
+        ...
+
+    def now(self) -> float: ...
+
+    def tick(self) -> None:
+        """The broker's housekeeping tick (applies a renewal taken, then the role's Tick)."""
+        ...
+
+
+class ManagerLease:
+    """The cluster manager's lease of one HA broker (see the module docstring)."""
+
+    def __init__(self, host: ManagerLeaseHost, offers: LeaseOffers | None = None) -> None:
+        self._host = host
+        #: Renewals the liveness thread took (None: renewals come through the loop only).
+        self.offers = offers
+        self._end: asyncio.TimerHandle | None = None
+
+    def grant(self, seconds: float) -> list[Action]:
+        """The cluster manager vouches for this primary for ``seconds`` more from now: the
+        role's answer's actions left to the caller (a Refuse: not a primary)."""
+        host = self._host
+        left = host.handle(LeaseGranted(seconds, host.now()))
+        self._arm()
+        return left
+
+    def take_offered(self) -> None:
+        """Apply a renewal the liveness thread took (as received: its time, not now)."""
+        offer = None if self.offers is None else self.offers.take()
+        if offer is not None:
+            self._host.handle(LeaseGranted(*offer))  # a refusal (no longer primary): nothing
+            self._arm()
+
+    def holds(self) -> bool:
+        """Does the lease hold now (not fenced, not run out)? A query that changes nothing:
+        a renewal taken and not yet applied counts as the next tick will apply it, and the
+        fence is the role's decision, on that tick or at the lease's end (meanwhile this
+        answers False, so nothing is confirmed)."""
+        role = self._host.role
+        if role.fenced:
+            return False
+        now = self._host.now()
+        offer = None if self.offers is None else self.offers.peek()
+        if offer is not None and role.state.is_primary:
+            seconds, received = offer  # the latest renewal wins, as LeaseGranted applies it
+            return now <= received + seconds
+        return not role.lease_expired(now)
+
+    def stop(self) -> None:
+        if self._end is not None:
+            self._end.cancel()
+            self._end = None
+
+    @property
+    def timer_armed(self) -> bool:
+        """Is a timer set at the lease's end?"""
+        return self._end is not None
+
+    def _arm(self) -> None:
+        """Tick when the lease ends (a stalled loop: on its first turn after). Availability
+        only: the gate compares the lease with the clock as confirms are written."""
+        role = self._host.role
+        until = role.lease_until
+        call_later = _call_later()
+        if until is None or call_later is None or role.fenced or not role.state.is_primary:
+            return
+        self.stop()
+        self._end = call_later(max(until - self._host.now(), 0.001), self._ended)
+
+    def _ended(self) -> None:
+        self._end = None
+        self._host.tick()  # applies a renewal taken meanwhile, else the role fences
+        if self._end is None:
+            self._arm()  # woken a hair early, or renewed: the lease's new end
+
+
+def _call_later() -> Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None:
+    """The running loop's ``call_later``; None outside a loop (a test driving the role)."""
+    try:
+        return asyncio.get_running_loop().call_later
+    except RuntimeError:
+        return None

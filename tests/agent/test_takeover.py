@@ -1,0 +1,113 @@
+"""The takeover rules (:mod:`ha_agent.takeover`): when a candidate may replace the old
+primary's record. :class:`LapsedGrant` is the node-loss path of issue 26: the record is
+still there, but the candidate's own grant, which the old primary counted, has lapsed."""
+
+from __future__ import annotations
+
+from ha_agent.broker_check import grant_view
+from ha_agent.cluster_records import InSyncMember, InSyncRecord, PrimaryRecord
+from ha_agent.membership import Member
+from ha_agent.takeover import (
+    AnyOf,
+    GrantView,
+    LapsedGrant,
+    OldPrimary,
+    OldPrimaryGone,
+    TakeoverView,
+    default_rule,
+)
+
+OLD = OldPrimary(PrimaryRecord("n1", 7), version=0, owner=0x51)
+SET = InSyncRecord(7, (InSyncMember("b2", "n2"), InSyncMember("b3", "n3")))
+
+
+def members(replication: str = "1-3", zookeeper: str = "1-2") -> dict[str, Member]:
+    return {
+        n: Member(n, f"amqp://{n}", replication_formats=replication, zookeeper_formats=zookeeper)
+        for n in ("n1", "n2", "n3")
+    }
+
+
+def rule(answer: GrantView | None) -> tuple[LapsedGrant, list[int]]:
+    asked: list[int] = []
+
+    def grant(epoch: int) -> GrantView | None:
+        asked.append(epoch)
+        return answer
+
+    return LapsedGrant("n2", grant), asked
+
+
+def test_a_lapsed_grant_the_old_primary_counted_replaces_its_record() -> None:
+    lapsed, asked = rule(GrantView(True, 0.0, frozenset({7})))
+    answer = lapsed.may_take_over(TakeoverView(OLD, SET, members()))
+    assert answer.allowed and answer.replace == OLD
+    assert asked == [8]  # every grant to an epoch before the next one
+
+
+def test_a_primary_whose_link_is_still_up_is_slow_not_dead() -> None:
+    answer = rule(GrantView(True, 0.0, frozenset({7}), linked=7))[0].may_take_over(
+        TakeoverView(OLD, SET, members())
+    )
+    assert not answer.allowed and "slow, not dead" in answer.reason
+    relinked = rule(GrantView(True, 0.0, frozenset({7}), linked=8))[0]  # another primary's
+    assert relinked.may_take_over(TakeoverView(OLD, SET, members())).allowed
+
+
+def test_an_unexpired_grant_says_when_to_ask_again() -> None:
+    answer = rule(GrantView(False, 0.42, frozenset({7})))[0].may_take_over(
+        TakeoverView(OLD, SET, members())
+    )
+    assert not answer.allowed and answer.retry_in == 0.42
+
+
+def test_refused_without_proof_the_old_primary_counted_this_broker() -> None:
+    # never granted (the set just committed), or no longer counted (left its set), or a
+    # broker that does not answer: nothing shows the old primary stopped serving
+    for grants in (GrantView(True, 0.0), GrantView(True, 0.0, frozenset({6})), None):
+        answer = rule(grants)[0].may_take_over(TakeoverView(OLD, SET, members()))
+        assert not answer.allowed and answer.replace is None
+
+
+def test_refused_unless_every_member_speaks_the_lease_and_multi_op_formats() -> None:
+    lapsed, asked = rule(GrantView(True, 0.0, frozenset({7})))
+    for older in (members(replication="1-2"), members(zookeeper="1-1")):
+        assert not lapsed.may_take_over(TakeoverView(OLD, SET, older)).allowed
+    assert asked == []  # not even asked
+
+
+def test_refused_for_its_own_record_another_epochs_set_or_no_record() -> None:
+    lapsed = rule(GrantView(True, 0.0, frozenset({7})))[0]
+    own = OldPrimary(PrimaryRecord("n2", 7), 0, 1)
+    for view in (
+        TakeoverView(own, SET, members()),
+        TakeoverView(OLD, InSyncRecord(8, SET.members), members()),
+        TakeoverView(OLD, None, members()),
+        TakeoverView(OldPrimary(None, 0, 1), SET, members()),
+        TakeoverView(None, SET, members()),
+    ):
+        assert not lapsed.may_take_over(view).allowed
+
+
+def test_any_of_takes_the_first_yes_and_the_soonest_retry() -> None:
+    combined = default_rule("n2", lambda _e: GrantView(False, 0.3, frozenset({7})))
+    refused = combined.may_take_over(TakeoverView(OLD, SET, members()))
+    assert not refused.allowed and refused.retry_in == 0.3
+    assert "waiting for it to go" in refused.reason and "lapses in 0.300 s" in refused.reason
+    gone = AnyOf(OldPrimaryGone(), rule(None)[0]).may_take_over(TakeoverView(None, SET))
+    assert gone.allowed and gone.replace is None
+
+
+def test_the_broker_answer_is_read_strictly() -> None:
+    answer = {
+        "epoch": 7,
+        "lapsed": True,
+        "remaining_ms": 0.0,
+        "grants": [{"epoch": 6, "needed": False}, {"epoch": 7, "needed": True}],
+        "formats": "1-3",
+        "linked_epoch": 7,
+    }
+    assert grant_view(answer) == GrantView(True, 0.0, frozenset({7}), "1-3", 7)
+    bad: list[object] = [{}, {"lapsed": 1, "remaining_ms": 0}, {"lapsed": True, "remaining_ms": -1}]
+    for answer_ in [*bad, []]:
+        assert grant_view(answer_) is None

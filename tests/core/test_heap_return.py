@@ -1,0 +1,41 @@
+"""When freed heap memory is handed back (HeapReturn), and the monitor that does it."""
+
+from __future__ import annotations
+
+from broker.core.alarms import ResourceAlarms
+from broker.core.heap_return import RELEASE_STEP, HeapReturn
+from broker.store.resource_monitor import ResourceMonitor
+
+MIB = 1024 * 1024
+
+
+def test_a_trim_once_the_held_bytes_fell_by_a_step_never_while_they_grow() -> None:
+    rule = HeapReturn(release_step=32 * MIB)
+    assert not any(rule.sample(n * MIB) for n in range(0, 500, 10))  # a queue fills
+    assert not rule.sample(470 * MIB)  # 20 MiB released: not yet
+    assert rule.sample(450 * MIB)  # 40 MiB since the high of 490
+    assert not rule.sample(440 * MIB)  # 10 since the last trim
+    assert rule.sample(415 * MIB)
+    assert [rule.sample(n * MIB) for n in (0, 0, 0)] == [True, False, False]  # deleted
+    assert rule.trims == 3
+
+
+def test_the_monitor_trims_when_the_broker_released_messages() -> None:
+    held = [0]
+    trims: list[int] = []
+    monitor = ResourceMonitor(
+        ResourceAlarms(0, 0),
+        None,
+        log=None,
+        on_block=lambda _reason: None,
+        held=lambda: held[0],
+        trim=lambda: trims.append(held[0]),
+    )
+    for size in (100 * MIB, 300 * MIB, 300 * MIB, 300 * MIB - RELEASE_STEP + 1):
+        held[0] = size
+        monitor.sample()
+    assert trims == []
+    held[0] = 0  # the queue was deleted
+    monitor.sample()
+    monitor.sample()
+    assert trims == [0]

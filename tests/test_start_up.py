@@ -1,0 +1,31 @@
+"""What a process of ours pays at start-up: qpidd, the agent and qpid-ha each import
+structlog through ``common.log``, which keeps rich (installed with typer) out of structlog's
+import: its rich renderers are never used here (plain tracebacks, no locals), and importing
+rich was a fifth of a start-up's CPU, paid at every broker, agent and qpid-ha start (the
+test suite starts many hundreds). rich itself still imports afterwards (typer's
+help)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import importlib, sys
+importlib.import_module(sys.argv[1])
+import structlog.dev, structlog.tracebacks
+assert structlog.dev.rich is None and structlog.tracebacks.rich is None, "rich imported"
+assert "rich" not in sys.modules, "rich imported"
+import rich
+print("ok", rich.__name__)
+"""
+
+
+@pytest.mark.parametrize("entry", ["broker.main", "ha_agent.main", "qpid_ha_cli.main"])
+def test_the_entry_points_import_structlog_without_rich(entry: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, entry], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "ok rich\n"), done.stderr
