@@ -4,20 +4,23 @@ Two candidates that read the same state: one commits, the other's transaction ap
 nothing. A takeover deletes the old record and creates the new, ephemeral one: the old
 session's expiry then leaves the new record alone (a ``setData`` on the old node would have
 been deleted with it). A change of the set commits only while no epoch was taken since its
-read. And a promotion whose answer was lost (the server restarted right after it committed)
-is read back over the new connection as committed, where sending it again would fail on its
-own commit.
+read. And a promotion whose answer was lost (a relay drops it, then cuts the connection
+once ZooKeeper committed) is read back over the new connection as committed, where sending
+it again would fail on its own commit.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import contextlib
+import socket
+import threading
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 
+from common.polling import poll_until
 from ha_agent.epoch_counter import next_epoch, read_counter
 from ha_agent.in_sync import VersionedInSync, read_in_sync, write_in_sync
 from ha_agent.primary_record import encode_primary, read_primary_versioned
@@ -26,7 +29,7 @@ from ha_agent.promotion_txn import PromotionConflict, commit_promotion, needs_lo
 from ha_agent.takeover import AnyOf, OldPrimary, OldPrimaryGone, TakeoverView
 from ha_agent.zk_commit import MultiConflict
 from tests.agent.conftest import FAST_RECONNECT
-from tests.zookeeper import ZooKeeperProcess, expire_session
+from tests.zookeeper import expire_session
 
 
 def isr(epoch: int, *ids: str) -> InSyncRecord:
@@ -137,46 +140,122 @@ def test_the_lock_is_taken_until_every_member_wrote_format_2(zk: Any, cluster: s
     assert set_format({}, two) == 2  # never back to 1
 
 
-class LostAfterCommit:
-    """A real client whose next multi-op commits on the real server, which then restarts
-    before the answer is read: ConnectionLoss, and the connection comes back."""
+class AnswerCutter:
+    """A TCP relay between one kazoo client and the real server that can lose the
+    server's answers: :meth:`hold` stops passing them on (they are dropped), :meth:`cut`
+    closes every connection through it, and new connections are relayed whole again."""
 
-    def __init__(self, client: KazooClient, server: ZooKeeperProcess) -> None:
-        self.client, self.server = client, server
+    def __init__(self, server: str) -> None:
+        host, port = server.rsplit(":", 1)
+        self.server = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.hosts = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.lock = threading.Lock()
+        self.links: list[tuple[socket.socket, socket.socket, threading.Event]] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self.server, timeout=10)
+            upstream.settimeout(None)
+            held = threading.Event()
+            with self.lock:
+                self.links.append((client, upstream, held))
+            threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, held), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket, held: threading.Event | None) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if held is None or not held.is_set():
+                    sink.sendall(chunk)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def hold(self) -> None:
+        """From now on the server's answers on the open connections are dropped."""
+        with self.lock:
+            for _, _, held in self.links:
+                held.set()
+
+    def cut(self) -> None:
+        """Close every open connection (both sides); later ones are relayed whole."""
+        with self.lock:
+            links, self.links = self.links, []
+        for client, upstream, _ in links:
+            for sock in (client, upstream):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
+
+
+class LostAfterCommit:
+    """A real client whose next multi-op ZooKeeper commits while its answer is lost: the
+    relay drops the server's answers, a second client sees the commit, then the relay cuts
+    the connection (kazoo's own ConnectionLoss) and the client reconnects to its session."""
+
+    def __init__(self, client: KazooClient, relay: AnswerCutter, witness: KazooClient) -> None:
+        self.client, self.relay, self.witness = client, relay, witness
+        self.lost: list[ConnectionLoss] = []  # the answers kazoo reported lost
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
 
     def transaction(self) -> Any:
         real = self.client.transaction()
-        server = self.server
+        relay, witness, lost = self.relay, self.witness, self.lost
 
         class Transaction:
             def __getattr__(self, name: str) -> Any:
                 return getattr(real, name)
 
             def commit(self) -> list[Any]:
-                real.commit()  # applied by ZooKeeper
-                server.stop()
-                server.start()
-                raise ConnectionLoss("the answer was lost: the server restarted")
+                path = next(op.path for op in real.operations if type(op).__name__ == "Create")
+
+                def cut_once_committed() -> None:
+                    poll_until(lambda: witness.exists(path) is not None, 30, f"{path} created")
+                    relay.cut()
+
+                relay.hold()
+                cutter = threading.Thread(target=cut_once_committed, daemon=True)
+                cutter.start()
+                try:
+                    return list(real.commit())
+                except ConnectionLoss as exc:  # its answer never came
+                    lost.append(exc)
+                    raise
+                finally:
+                    cutter.join(timeout=35)
 
         return Transaction()
 
 
 def test_a_promotion_whose_answer_was_lost_is_read_back_as_committed(
-    own_zookeeper: ZooKeeperProcess, tmp_path: Path, cluster: str
+    zookeeper: Any, make_client: Any, cluster: str
 ) -> None:
+    relay = AnswerCutter(zookeeper.hosts)
     client = KazooClient(
-        hosts=own_zookeeper.hosts,
-        timeout=40.0,  # outlives the restart, even on a loaded machine: the same session
+        hosts=relay.hosts,
+        timeout=10.0,
         connection_retry=dict(FAST_RECONNECT),
         command_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5, "deadline": 60},
     )
     client.start(timeout=10)
     try:
-        lossy = LostAfterCommit(client, own_zookeeper)
+        lossy = LostAfterCommit(client, relay, make_client())
         committed = promote(lossy, cluster, "n1")  # read back: committed, no conflict
+        assert len(lossy.lost) == 1
         assert committed.record.epoch == 1 and committed.format == 2
         old = read_primary_versioned(client, cluster)
         assert old is not None and old.record == PrimaryRecord("n1", 1, "n1:5672")
@@ -195,3 +274,4 @@ def test_a_promotion_whose_answer_was_lost_is_read_back_as_committed(
     finally:
         client.stop()
         client.close()
+        relay.close()
