@@ -191,8 +191,15 @@ class StaleBackup(Nemesis):
 
     def inject(self, ctx: Context) -> None:
         stale = self.stale = next(n for n in ctx.cluster.nodes if n is not ctx.primary)
-        ha = stale.get("/api/ha") or {}
-        stale_id = str(ha.get("broker_id"))
+        # its id, asked until it answers: a loaded machine lets a GET time out, and an id
+        # of None would never be found released
+        stale_id = str(
+            poll_until(
+                lambda: (stale.get("/api/ha") or {}).get("broker_id"),
+                ctx.timing.removal,
+                f"{stale.name}'s broker id",
+            )
+        )
         stale.host.block([ctx.primary.host.address], port=AMQP_PORT)
         cut_at = time.monotonic()
         ctx.note("link_cut", target=stale.name, primary=ctx.primary.name)
@@ -203,7 +210,15 @@ class StaleBackup(Nemesis):
                 for e in ctx.primary.broker_events("ha_in_sync_committed")
             )
 
-        poll_until(removed, ctx.timing.removal, f"{stale.name}'s removal from the in-sync set")
+        def why() -> str:  # what the primary said, for a wait that fails
+            said = [e.get("released") for e in ctx.primary.broker_events("ha_in_sync_committed")]
+            return (
+                f"{stale.name}'s removal from the in-sync set (broker id {stale_id}; the"
+                f" primary released {said[-3:]}, its /api/ha in_sync"
+                f" {(ctx.primary.get('/api/ha') or {}).get('in_sync')})"
+            )
+
+        poll_until(removed, ctx.timing.removal, why)
         ctx.facts["removal_s"] = round(time.monotonic() - cut_at, 3)
         ctx.note("stale_removed", target=stale.name, after_s=ctx.facts["removal_s"])
         ctx.hold(1.0)  # publish on with the other backup only
