@@ -18,7 +18,8 @@ own tab:
    dead primary's row is not a green PRIMARY; Promote is offered (no agent manages it);
 5. **recovering**: promoted expecting the fenced broker, the new primary says whom it waits
    for (and holds confirms meanwhile);
-6. **a dead primary**: the new primary SIGKILLed, its page says UNREACHABLE.
+6. **a paused primary**: the new primary SIGSTOPped, its page says NO UPDATE for N s;
+7. **a dead primary**: then SIGKILLed, its page says UNREACHABLE.
 
 Photographed (``support.screenshot_dir``: ``docs/console/`` with ``CONSOLE_SCREENSHOTS=1``).
 """
@@ -193,9 +194,16 @@ def _fenced_then_no_primary(
     assert not browser.find_elements(By.ID, "promote")
     # (active after ha-backup-timeout: not waited for here, to keep make test short)
 
-    # the new primary killed: its page says it does not answer
+    # the new primary paused (SIGSTOP: its socket open, nothing said): after 3.5 s of
+    # silence its page says so, its last state greyed; then killed: it does not answer
     assert backup.proc is not None
     pid = backup.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    silent = "NO UPDATE from b1 for "
+    seen(browser, lambda: text(browser, "#role-banner").startswith(silent), 10, silent)
+    assert "(paused, too busy or cut off)" in text(browser, "#role-banner")
+    assert "stale" in classes(browser, "body")
+    assert not browser.find_element(By.ID, "shutdown").is_displayed()  # no action offered
     os.kill(pid, signal.SIGKILL)
     gone = "UNREACHABLE: b1 has not answered since "
     seen(browser, lambda: text(browser, "#role-banner").startswith(gone), 10, gone)
