@@ -6,7 +6,9 @@ list)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -18,6 +20,7 @@ from selenium.webdriver.support.ui import Select
 from tests.broker_process import BrokerProcess
 from tests.console.page import click, log_in, seen, text
 from tests.console.support import write_users
+from tests.ha.cluster import http
 
 pytestmark = pytest.mark.xdist_group("console_browser")  # the module's browser
 
@@ -133,7 +136,7 @@ def shown(browser: Any, page: str, box: str, filter_text: str) -> None:
 
 
 def test_an_administrator_adds_binds_publishes_gets_and_removes(
-    browser: Any, qpidd: BrokerProcess
+    browser: Any, qpidd: BrokerProcess, shots: Path
 ) -> None:
     """RabbitMQ's object pages in one walk, as an administrator: add a queue (with an
     argument) and an exchange; bind them from the queue's page; publish to the exchange
@@ -142,7 +145,23 @@ def test_an_administrator_adds_binds_publishes_gets_and_removes(
     client's own name for its connection; the bindings and connections sorted by a
     click."""
     queue, exchange, app_name = "made-in-console", "console-direct", "orders-app (pika)"
-    log_in(browser, qpidd, "admin", page="queues")
+    log_in(browser, qpidd, "admin", page="overview")
+    # the Overview (RabbitMQ's first page): totals as the API counts them, node figures
+    listed = http("GET", qpidd.mgmt_port, "/api/queues")
+    ready = sum(q["messages"] for q in listed)
+    totals = (f"{len(listed):,}", f"{ready:,}")
+    shown_totals = ("#ov-queues .value", "#ov-ready .value")
+    seen(
+        browser, lambda: tuple(text(browser, css) for css in shown_totals) == totals, what="totals"
+    )
+    assert text(browser, "#ov-publish .value").endswith("/s")
+    node = "#overview-node tbody tr"
+    assert re.fullmatch(r"\d+ / [\d,]+ available", text(browser, f"{node} td.fds"))
+    assert re.fullmatch(r"[\d.]+ MiB.*", text(browser, f"{node} td.memory"))
+    listeners = text(browser, f"{node} td.listeners")
+    assert listeners == f"amqp {qpidd.port}, http {qpidd.mgmt_port}", listeners
+    browser.save_screenshot(str(shots / "overview.png"))
+    browser.execute_script("window.location.hash = '#queues'")
     seen(browser, lambda: browser.find_element(By.ID, "add-queue"), what="the add form")
     browser.find_element(By.CSS_SELECTOR, "#add-queue summary").click()
     browser.find_element(By.ID, "new-queue-name").send_keys(queue)
@@ -211,6 +230,7 @@ def test_an_administrator_adds_binds_publishes_gets_and_removes(
     for part in ('"delivery_mode":2', '"content_type":"text/plain"', '"region":"eu"'):
         assert part in got, got
     seen(browser, lambda: text(browser, f"{mine} td.ready") == "0", what="taken away")
+    browser.save_screenshot(str(shots / "queue-page.png"))
 
     # unbind from the queue's page, then delete the exchange (each after confirming)
     click(browser, f"{bound} button.unbind")

@@ -62,6 +62,7 @@ from broker.management.console.live_lists import (
     ListPage,
     LiveLists,
 )
+from broker.management.console.overview import Overview
 from broker.management.console.timeline import Timeline
 from broker.management.errors import ApiError
 from broker.management.lists import parse_query
@@ -115,6 +116,7 @@ class LiveFeed:
         self.log = log
         self.clock = wall_clock
         self.timeline = Timeline()
+        self.overview = Overview(broker)  # RabbitMQ's Overview: totals, rates, node figures
         self.queue_history: dict[str, deque[dict[str, float]]] = {}
         self.lag_history: dict[str, dict[str, deque[int]]] = {}
         #: backup id -> since when it has left batches unacknowledged with nothing
@@ -450,6 +452,7 @@ class LiveFeed:
                 backup: round(now - since, 1) for backup, since in self.unacknowledged_since.items()
             },
             "timeline": self.timeline.view(),
+            "overview": self.overview.sample(now),
             "vhosts": [
                 {"name": v.name, "queues": len(v.queues), "exchanges": len(v.exchanges)}
                 for v in vhosts

@@ -44,6 +44,7 @@ STATIC_FILES = {
     "tables.js": "text/javascript",
     "lists.js": "text/javascript",
     "queue_page.js": "text/javascript",
+    "overview.js": "text/javascript",
     "login.css": "text/css",
 }
 #: Why the page sent its viewer back to the login form (``?ended=``).
