@@ -196,6 +196,18 @@ def test_an_administrator_adds_binds_publishes_gets_and_removes(
         channel.basic_consume(queue, lambda *a: None, consumer_tag="orders-worker")
         tag = "#queue-consumers tr[data-tag='orders-worker'] td.tag-name"
         seen(browser, lambda: text(browser, tag) == "orders-worker", what="its consumer")
+        # the Channels and Consumers tabs (RabbitMQ's) list it too
+        browser.execute_script("window.location.hash = '#consumers'")
+        consumer = "#consumers-table tr[data-tag='orders-worker']"
+        seen(browser, lambda: text(browser, f"{consumer} td.queue") == queue, what="consumers")
+        on = text(browser, f"{consumer} td.channel")
+        browser.execute_script("window.location.hash = '#channels'")
+        mine_channel = f"#channels-table tr[data-channel='{on}']"
+        seen(
+            browser,
+            lambda: text(browser, f"{mine_channel} td.consumers") == "1",
+            what="its channel",
+        )
         channel.basic_cancel("orders-worker")  # the message below is the get's
         # the client's own name for its connection; the connections sorted by user
         shown(browser, "connections", "connections", "")

@@ -45,6 +45,7 @@ STATIC_FILES = {
     "lists.js": "text/javascript",
     "queue_page.js": "text/javascript",
     "overview.js": "text/javascript",
+    "activity.js": "text/javascript",
     "login.css": "text/css",
 }
 #: Why the page sent its viewer back to the login form (``?ended=``).
