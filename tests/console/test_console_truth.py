@@ -8,6 +8,9 @@ given to a stand-alone broker of release 0.1.0 before the declare contract refus
 as they do in a cluster's life, so one test walks them, a page of each member open in its
 own tab:
 
+0. **a backup refused for its replication format** (started speaking one no release
+   speaks): the primary's page says REFUSED, why and the next step, never just NOT
+   CONNECTED; restarted at this release, it links;
 1. **a backup whose replication failed**: the primary cannot send its snapshot; its page
    names the backup, the object and why, and never shows it in sync (not a member, the
    in-sync set empty); the backup's page says the same of itself;
@@ -37,6 +40,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from common.polling import poll_until
+from common.version import REPLICATION_FORMATS, TEST_REPLICATION_FORMATS_ENV
 from tests.broker_process import BrokerProcess
 from tests.console.page import log_in, seen, text
 from tests.console.support import write_users
@@ -72,6 +76,8 @@ def troubled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         "--link-maintenance-interval=1",
         "--ha-backup-timeout=10",  # at least until the page showed it recovering
     )
+    # b1 first speaks a replication format no release speaks: the primary refuses its link
+    cluster.brokers[1].env = {TEST_REPLICATION_FORMATS_ENV: "99-99"}
     try:
         try:  # both at once
             with ThreadPoolExecutor(2) as pool:
@@ -99,6 +105,7 @@ def test_the_pages_follow_a_cluster_through_its_troubles(
     primary, backup = troubled.brokers
     primary_tab = browser.current_window_handle
     log_in(browser, primary, "manager")
+    _refused_for_its_format(troubled, browser, shots)
     browser.switch_to.new_window("tab")
     backup_tab = browser.current_window_handle
     try:
@@ -108,6 +115,25 @@ def test_the_pages_follow_a_cluster_through_its_troubles(
     finally:
         browser.close()  # the backup's tab; the first tab stays for the other tests
         browser.switch_to.window(primary_tab)
+
+
+def _refused_for_its_format(cluster: Cluster, browser: Any, shots: Path) -> None:
+    """The backup's link refused for its replication format: the primary's page says so,
+    with why and the next step (not NOT CONNECTED); restarted at this release, it links."""
+    backup = cluster.brokers[1]
+    mine = row(backup.port)
+    why = "no common replication format"
+    role = "REFUSED: no replication format in common (it dials again)"
+    seen(browser, lambda: text(browser, f"{mine} td:nth-child(3)") == role, 15, role)
+    assert why in text(browser, f"{mine} .refused-link"), text(browser, mine)
+    alert = text(browser, "#primary-card .refused-link")
+    assert alert.startswith(f"Backup 127.0.0.1:{backup.port} refused: {why}"), alert
+    formats = REPLICATION_FORMATS.text
+    assert f"Next: this primary (replication formats {formats}) and that backup need" in alert
+    browser.save_screenshot(str(shots / "cluster-refused-format.png"))
+    backup.stop()
+    backup.env = {}
+    backup.start()
 
 
 def _replication_failed(
