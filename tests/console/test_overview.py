@@ -29,3 +29,21 @@ def test_totals_rates_and_node_figures() -> None:
         {"protocol": "amqp", "port": 5672},
         {"protocol": "http", "port": 8672},
     ]
+
+
+def test_each_range_keeps_its_points_with_the_rates_averaged_over_each() -> None:
+    broker = FakeBroker()
+    broker.vhost.declare_queue("q")
+    overview = Overview(broker)
+    for second in range(125):  # a tick a second; 2 messages a second
+        publish(broker, "", "q")
+        publish(broker, "", "q")
+        overview.sample(1000.0 + second)
+    minute = overview.history("1m")
+    assert len(minute) == 60 and minute[-1]["at"] == 1124.0
+    assert minute[-1]["published_rate"] == 2.0 and minute[-1]["messages_ready"] == 250
+    hour = overview.history("1h")
+    assert [p["at"] for p in hour] == [1000.0, 1060.0, 1120.0]
+    assert hour[0]["published_rate"] == 0.0  # the first point: nothing before it
+    assert hour[1]["published_rate"] == 2.0 and hour[2]["messages_ready"] == 242
+    assert [p["at"] for p in overview.history("1d")] == [1000.0]

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import os
 import resource
+from collections import deque
 from typing import Any
 
 from broker.management.managed import ManagedBroker, vhosts_of
 
-__all__ = ["MIN_INTERVAL", "Overview"]
+__all__ = ["MIN_INTERVAL", "RANGES", "Overview", "Series"]
+
+#: The Overview's time ranges (RabbitMQ's "last minute", "last hour", "last day"): a
+#: point every PERIOD seconds, the last POINTS of them.
+RANGES = {"1m": (1.0, 60), "1h": (60.0, 60), "1d": (600.0, 144)}
 
 #: Rates are over at least this many seconds (the sampler's tick is 1 s).
 MIN_INTERVAL = 0.5
@@ -36,6 +41,32 @@ def _fd_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
+class Series:
+    """One range's points: each at least ``period`` s after the one before, with the queued
+    messages then and the rates averaged since the point before (so a day's points count
+    every message, not a sample of them)."""
+
+    def __init__(self, period: float, points: int) -> None:
+        self.period = period
+        self.points: deque[dict[str, float]] = deque(maxlen=points)
+        self._last: tuple[float, dict[str, int]] | None = None
+
+    def sample(self, now: float, gauges: dict[str, int], counters: dict[str, int]) -> None:
+        """``now``: seconds since 1970 (the live state's clock)."""
+        last = self._last
+        # a tick a little early (the sampler's second jitters) still makes the point
+        if last is not None and now - last[0] < self.period - min(0.5, self.period * 0.05):
+            return
+        self._last = (now, counters)
+        took = None if last is None else now - last[0]
+        point: dict[str, float] = {"at": round(now, 1), **gauges}
+        for name, value in counters.items():
+            before = None if last is None else last[1].get(name, 0)
+            rate = 0.0 if took is None or before is None else max(0, value - before) / took
+            point[f"{name}_rate"] = round(rate, 2)
+        self.points.append(point)
+
+
 class Overview:
     """The totals, rates and node figures of one broker (see the module docstring)."""
 
@@ -43,6 +74,8 @@ class Overview:
         self.broker = broker
         self._last: tuple[float, dict[str, int]] | None = None
         self._rates_shown = {"published_rate": 0.0, "delivered_rate": 0.0, "acked_rate": 0.0}
+        #: The Overview's charts over each of :data:`RANGES` (``GET /api/console/history``).
+        self.series = {name: Series(*shape) for name, shape in RANGES.items()}
 
     def _counters(self) -> dict[str, int]:
         vhosts = list(vhosts_of(self.broker))
@@ -69,12 +102,21 @@ class Overview:
         }
         return self._rates_shown
 
+    def history(self, range_: str) -> list[dict[str, float]]:
+        """The points of one of :data:`RANGES`, oldest first."""
+        return list(self.series[range_].points)
+
     def sample(self, now: float) -> dict[str, Any]:
         broker = self.broker
         vhosts = list(vhosts_of(broker))
         queues = [q for v in vhosts for q in v.queues.values()]
         connections = list(broker.context.connections.values())
         counters = self._counters()
+        ready = sum(q.message_count for q in queues)
+        unacked = sum(q.unacked for q in queues)
+        gauges = {"messages_ready": ready, "messages_unacked": unacked}
+        for series in self.series.values():
+            series.sample(now, gauges, counters)
         alarms = getattr(getattr(broker, "resources", None), "alarms", None)
         raised = getattr(alarms, "raised", ())  # RabbitMQ's "memory", "disk" alarms
         options = broker.options
@@ -84,8 +126,8 @@ class Overview:
         listeners.append({"protocol": "http", "port": broker.mgmt_port})
         return {
             "totals": {
-                "messages_ready": sum(q.message_count for q in queues),
-                "messages_unacked": sum(q.unacked for q in queues),
+                "messages_ready": ready,
+                "messages_unacked": unacked,
                 "queues": len(queues),
                 "exchanges": sum(len(v.exchanges) for v in vhosts),
                 "connections": len(connections),

@@ -19,6 +19,31 @@
     return d ? `${d}d ${h}h` : h ? `${h}h ${m}m` : `${m}m ${s % 60}s`;
   }
 
+  // RabbitMQ's chart ranges: GET /api/console/history, read again each second for the
+  // last minute, each 10 s for the others (a point a minute, or ten).
+  const RANGES = { "1m": ["last minute", 1000], "1h": ["last hour", 10000], "1d": ["last day", 10000] };
+  let range = "1m";
+  let askedAt = 0;
+  let askedFor = null;
+
+  function renderCharts() {
+    if (askedFor === range && Date.now() - askedAt < RANGES[range][1]) return;
+    askedFor = range;
+    askedAt = Date.now();
+    const wanted = range;
+    app.api("GET", `/api/console/history?range=${wanted}`).then((answer) => {
+      if (wanted !== range) return;
+      const points = answer.points;
+      const axis = `${RANGES[wanted][0]} (${points.length} ${points.length === 1 ? "point" : "points"})`;
+      const column = (key) => points.map((p) => p[key]);
+      $("overview-charts").replaceChildren(
+        charts.lineChart("queued messages", [{ name: "ready", values: column("messages_ready") }, { name: "unacked", values: column("messages_unacked") }], { axis }),
+        charts.lineChart("message rates (/s)", [{ name: "publish", values: column("published_rate") }, { name: "deliver", values: column("delivered_rate") }, { name: "consumer ack", values: column("acked_rate") }], { axis }));
+    }, (error) => { $("overview-charts").textContent = error.message; });
+  }
+
+  $("overview-range").addEventListener("change", () => { range = $("overview-range").value; renderCharts(); });
+
   const figure = (id, label, value) => el("div", { class: "figure", id }, el("div", { class: "label", text: label }), el("div", { class: "value", text: value }));
 
   function renderOverview(s) {
@@ -45,6 +70,7 @@
       el("td", { class: "uptime", text: uptime(n.uptime) }),
       el("td", { class: "listeners", text: n.listeners.map((l) => `${l.protocol} ${l.port}`).join(", ") }));
     app.replaceRows($("overview-node").tBodies[0], [row]);
+    renderCharts();
   }
 
   app.state.renderers.overview = renderOverview;
