@@ -17,6 +17,7 @@ from common.slices import SLICE, Steps, rows_in_slices
 
 if TYPE_CHECKING:
     from broker.core.queue import Queue
+    from broker.ha.admission import HaAdmission
     from broker.ha.backup import BackupLink
     from broker.ha.cluster_identity import ClusterIdentity
     from broker.ha.primary import Primary
@@ -66,6 +67,9 @@ class HaStatusSource(Protocol):
 
     @property
     def link(self) -> BackupLink | None: ...
+
+    @property
+    def admission(self) -> HaAdmission: ...
 
     @property
     def primary(self) -> Primary | None: ...
@@ -177,6 +181,9 @@ def ha_status_steps(
         # A primary's backups whose replication failed (linked now or not) and that are not
         # ready again: which backup, which object, why.
         "replication_errors": ha.backup_errors.views(lambda backup_id: _ready(ha, backup_id)),
+        # A primary's backups whose links it refuses now (their replication format): which
+        # address, why, since when, how many dials.
+        "refused_links": ha.admission.refused_links() if ha.primary is not None else [],
         "link_error": ha.link.link_error() if ha.link is not None else None,
         # A backup's latest replication error (object and reason), until a link catches up.
         "replication_error": ha.link.replication_error() if ha.link is not None else None,
