@@ -368,10 +368,11 @@ class Agent:
                 return
             if kind == "granted" and not self._judge(float(_value)):
                 return  # refused: _shutdown fences a primary, as any stop does
-            if kind == "ended":
+            if kind == "ended" and not (self.election and self.election.resumed):
                 if _value == "session_lost":  # its next check may take the record back
                     self.reclaimer.session_lost(self.broker.view, self.promoted_epoch)
                 self.promoted_epoch = None
+            # (an older claim's end, heard after the record was taken back: nothing ended)
             if kind == "hints" and not (self.hints and self.hints.hinted(self.promoted_epoch)):
                 continue  # not about this agent's primary: the regular check is on time
             # Won, the supervised broker died, or the last view was stale: act on the
@@ -394,7 +395,7 @@ class Agent:
         assert keeper is not None and promoter is not None
         if self.reclaimer.epoch is not None:
             assert self.election is not None
-            done, epoch = self.reclaimer.take(self.client, view, self.election.resume)
+            done, epoch = self.reclaimer.take(self.client, view, self.election)
             if not done:
                 return  # ZooKeeper not back yet: nothing is decided meanwhile
             self.promoted_epoch = epoch if epoch is not None else self.promoted_epoch

@@ -31,8 +31,7 @@ Error Handling
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from kazoo.exceptions import KazooException
@@ -41,10 +40,11 @@ from kazoo.handlers.threading import KazooTimeoutError
 from ha_agent.cluster_records import BrokerView, PrimaryRecord
 from ha_agent.epoch_counter import read_counter
 from ha_agent.in_sync import InSyncRecordError, read_in_sync
-from ha_agent.primary_record import encode_primary
+from ha_agent.primary_record import encode_primary, read_primary_versioned, session_id
 from ha_agent.promotion_txn import PromotionConflict, commit_reclaim, needs_lock
+from ha_agent.zk_format import ZkFormatError
 
-__all__ = ["Reclaimer", "may_reclaim", "reclaim"]
+__all__ = ["Claim", "Reclaimer", "may_reclaim", "reclaim"]
 
 _log = structlog.get_logger("ha_agent.reclaim", component="agent")
 
@@ -77,6 +77,13 @@ def reclaim(
         return f"the in-sync set is at epoch {at}, not {epoch}"
     if needs_lock(read):
         return "the in-sync set is in ZooKeeper format 1 (an agent of 0.1.0 may promote)"
+    try:
+        old = read_primary_versioned(client, cluster)
+    except ZkFormatError as exc:
+        return f"the primary record cannot be read: {exc}"
+    if old is not None and old.owner == session_id(client):
+        mine = old.record is not None and (old.record.node, old.record.epoch) == (node, epoch)
+        return None if mine else "this session's primary record names another epoch"
     record = encode_primary(PrimaryRecord(node, epoch, view.url), vip)
     counter = read_counter(client, cluster)
     try:
@@ -84,6 +91,14 @@ def reclaim(
     except PromotionConflict as exc:
         return str(exc)
     return None
+
+
+class Claim(Protocol):
+    """What the reclaimer asks of the agent's claim (``PrimaryClaim``)."""
+
+    def cancel(self, timeout: float | None = 5.0) -> bool: ...
+
+    def resume(self) -> bool: ...
 
 
 class Reclaimer:
@@ -100,18 +115,21 @@ class Reclaimer:
         still serves ``promoted`` on its members' grants."""
         self.epoch = promoted if may_reclaim(view, promoted) else None
 
-    def take(
-        self, client: Any, view: BrokerView | None, resume: Callable[[], bool]
-    ) -> tuple[bool, int | None]:
+    def take(self, client: Any, view: BrokerView | None, claim: Claim) -> tuple[bool, int | None]:
         """(done, the epoch taken back or None). Not done while ZooKeeper does not answer
-        and the broker still serves: the agent decides nothing meanwhile. ``resume``: lead
-        again (:meth:`ha_agent.primary_claim.PrimaryClaim.resume`)."""
+        and the broker still serves: the agent decides nothing meanwhile. A claim under way
+        (the loop may have contended before it heard the old one end) is cancelled first:
+        it would take the record back as its own promotion, and a claim that led would
+        try to promote over it; then ``claim`` leads again without the rule
+        (:meth:`ha_agent.primary_claim.PrimaryClaim.resume`)."""
         epoch = self.epoch
         if epoch is None:
             return True, None
         try:
             if view is None:
                 why: str | None = "the broker does not answer"
+            elif not claim.cancel(timeout=2.0):
+                why = "the claim under way did not end"
             else:
                 why = reclaim(client, self.cluster, self.node, self.vip, view, epoch)
         except (KazooException, KazooTimeoutError) as exc:
@@ -120,7 +138,7 @@ class Reclaimer:
                 return False, None
             why = f"the broker is no longer the primary of epoch {epoch} on its members' grants"
         self.epoch = None
-        if why is None and not resume():
+        if why is None and not claim.resume():
             why = "a claim is under way"
         if why is not None:
             _log.warning("primary_reclaim_failed", primary_epoch=epoch, reason=why)
