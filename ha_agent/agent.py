@@ -263,8 +263,11 @@ class Agent:
         interval = min(self.settings.check_interval, self.session_timeout / 10)
         while not self._stop.wait(interval):
             promoter = self.promoter
-            if promoter is None or self.promoted_epoch is None:
+            election = self.election
+            if promoter is None or self.promoted_epoch is None or not election:
                 continue
+            if not election.leading:
+                continue  # its claim ended (LOST): the loop decides, no lease meanwhile
             if self.broker.serves() and time.monotonic() - promoter.renewed_at >= interval:
                 promoter.renew_lease()
 
@@ -393,9 +396,15 @@ class Agent:
         self.broker.answered(sent, now, view, live)
         keeper, promoter = self.in_sync_keeper, self.promoter
         assert keeper is not None and promoter is not None
+        election = self.election
+        assert election is not None
+        if self.promoted_epoch is not None and not election.leading:
+            # Its claim ended under it (LOST: the session expired), heard before the
+            # "ended" event: no renewal on the new session; take the record back if it may.
+            self.reclaimer.session_lost(view, self.promoted_epoch)
+            self.promoted_epoch = None
         if self.reclaimer.epoch is not None:
-            assert self.election is not None
-            done, epoch = self.reclaimer.take(self.client, view, self.election)
+            done, epoch = self.reclaimer.take(self.client, view, election)
             if not done:
                 return  # ZooKeeper not back yet: nothing is decided meanwhile
             self.promoted_epoch = epoch if epoch is not None else self.promoted_epoch

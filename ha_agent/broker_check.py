@@ -188,7 +188,10 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
             link_error = str(error.get("reason") or "")
     lease = ha.get("member_lease") if ha is not None else None
     on_grants = (
-        isinstance(lease, dict) and lease.get("enabled") is True and bool(lease.get("members"))
+        isinstance(lease, dict)
+        and lease.get("enabled") is True
+        and bool(lease.get("members"))
+        and lease.get("fenced") is False
     )
     pid = status.get("pid")
     # empty, clean or dirty; a broker without a store says none, the member record unknown

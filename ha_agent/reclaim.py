@@ -113,7 +113,8 @@ class Reclaimer:
     def session_lost(self, view: BrokerView | None, promoted: int | None) -> None:
         """The agent's claim ended with its session: take the record back if its broker
         still serves ``promoted`` on its members' grants."""
-        self.epoch = promoted if may_reclaim(view, promoted) else None
+        if may_reclaim(view, promoted):
+            self.epoch = promoted
 
     def take(self, client: Any, view: BrokerView | None, claim: Claim) -> tuple[bool, int | None]:
         """(done, the epoch taken back or None). Not done while ZooKeeper does not answer

@@ -288,6 +288,7 @@ class LeaseKeeper:
             "remaining": leases.remaining(now),
             # issue 26, item 2: serving on every member's grant, the manager's lease run out
             "on_grants": self.host.role.on_grants,
+            "fenced": self.host.fenced,  # it serves no more, whatever the grants
             "grants_remaining": _left(leases.grants_until(), now),
             "promotion_wait": round(self.promotion_wait, 3),
             "granted": (
