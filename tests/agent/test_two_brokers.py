@@ -7,9 +7,10 @@
   starts the old backup's agent first and alone, and every confirmed message is there.
 - On a 3-server ensemble: the same fail-over; ``--designated-primary`` refused while the
   other broker answers as primary; the ensemble loses its quorum (2 servers killed), the
-  primary serves on its backup's grant (issue 26, item 2), its node is lost; the survivor, designated primary by the operator,
-  serves again with every confirmed message, and says so loudly; its broker SIGKILLed and
-  started again, the designated agent promotes it again from its store.
+  primary serves on its backup's grant (issue 26, item 2), its node is lost; the
+  survivor, designated primary by the operator, serves again with every confirmed
+  message, and says so loudly; its broker SIGKILLed and started again, the designated
+  agent promotes it again from its store.
 """
 
 from __future__ import annotations
