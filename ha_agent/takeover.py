@@ -178,6 +178,7 @@ class OldPrimaryGone:
                     retry_in=left,
                 )
             return Takeover(True, "no primary record: the old primary's is gone")
+        self._gone_since.clear()  # a record again (taken back): a later loss waits afresh
         record = old.record
         who = "an unreadable record" if record is None else f"{record.node} (epoch {record.epoch})"
         return Takeover(False, f"the primary record names {who}: waiting for it to go")

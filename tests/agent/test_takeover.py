@@ -126,6 +126,8 @@ def test_a_candidate_linked_to_the_sets_primary_waits_for_its_record_to_come_bac
     assert gone.may_take_over(TakeoverView(None, SET, members())).retry_in == 0.5
     now[0] = 102.0
     assert gone.may_take_over(TakeoverView(None, SET, members())).allowed
+    assert not gone.may_take_over(TakeoverView(OLD, SET, members())).allowed  # back
+    assert gone.may_take_over(TakeoverView(None, SET, members())).retry_in == 2.0  # afresh
     unlinked = OldPrimaryGone(lambda _epoch: GrantView(True, 0.0), grace=2.0)
     assert unlinked.may_take_over(TakeoverView(None, SET, members())).allowed  # node lost
     assert OldPrimaryGone().may_take_over(TakeoverView(None, SET, members())).allowed
