@@ -355,7 +355,7 @@ class HaBroker:
         if primary is None:
             return
         self.take_offered_lease()
-        self.handle(Tick(self.context.clock()))
+        self.handle(Tick(self.context.clock(), self.grants_until()))
         if self.fenced:
             return
         primary.tick()
@@ -456,6 +456,12 @@ class HaBroker:
     def grants(self) -> GrantLedger:
         """The member-lease grants this broker gave as a backup (``GET /grant``)."""
         return self.lease.grants
+
+    def grants_until(self) -> float | None:
+        """Until when every member of the committed set grants this primary (None: the
+        member lease not in force, or the set empty): past the cluster manager's lease it
+        serves on those grants alone (issue 26, item 2; ``HaRole.may_confirm``)."""
+        return self.lease.leases.grants_until()
 
     def may_serve(self) -> bool:
         """Does the member lease let this primary serve now? (admission policy hook)"""
@@ -625,7 +631,8 @@ class HaBroker:
         self.lease.promoted(self.epoch_store.current, now)  # waits out its own grant
         left = self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
         self.lease.start()
-        return left + self.handle(Tick(now))  # active at once when nobody is expected
+        # active at once when nobody is expected
+        return left + self.handle(Tick(now, self.grants_until()))
 
     def now(self) -> float:
         return self.context.clock()
