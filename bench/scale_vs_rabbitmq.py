@@ -195,24 +195,41 @@ def rabbitmq(args: argparse.Namespace) -> dict[str, Any]:
         subprocess.run([str(RABBITMQ_SH), "stop", str(port)], check=False)
 
 
-async def _publisher(
-    ports: list[int], queue: str, killed: asyncio.Event, first: dict[str, float]
-) -> None:
-    """Publish confirmed persistent messages to ``queue``, one at a time; after ``killed``,
-    note the time of the first confirm (on whichever broker admits the client)."""
+class Phases:
+    """When each publisher, after the kill, was admitted by a broker and had its first
+    confirm, and how many dials were refused or failed meanwhile."""
+
+    def __init__(self) -> None:
+        self.killed = asyncio.Event()
+        self.first: dict[str, float] = {}
+        self.admitted: dict[str, float] = {}
+        self.dials_failed = 0
+
+
+async def _publisher(ports: list[int], queue: str, phases: Phases) -> None:
+    """Publish confirmed persistent messages to ``queue``, one at a time; after the kill,
+    note when a broker admitted the client and the time of the first confirm (on whichever
+    broker admits it). Only a connection dialled after the kill counts: a confirm the
+    killed primary sent just before it, read after, is not the new primary's."""
+    first, killed = phases.first, phases.killed
     while queue not in first:
         for port in ports:
+            after = killed.is_set()
             try:
                 client = await connect("127.0.0.1", port, user="guest", password="guest", timeout=5)
             except Exception:  # refused (not primary yet), reset, timed out: the next
+                if after:
+                    phases.dials_failed += 1
                 await asyncio.sleep(0.02)
                 continue
+            if after:
+                phases.admitted.setdefault(queue, time.monotonic())
             try:
                 channel = await client.open_channel()
                 await channel.confirm_select()
                 while queue not in first:
                     await channel.publish("", queue, b"x", PERSISTENT)
-                    if killed.is_set():
+                    if after:
                         first[queue] = time.monotonic()
                     else:
                         await asyncio.sleep(0.01)
@@ -223,7 +240,7 @@ async def _publisher(
                     await asyncio.wait_for(client.close(), 2)
 
 
-def failover(root: Path, queues: int, active: int, timeout: float) -> dict[str, Any]:
+def failover(root: Path, queues: int, active: int, timeout: float, keep: bool) -> dict[str, Any]:
     """The time from the primary's SIGKILL to every active queue's first confirm on the new
     primary (the promotion called at once, as the cluster manager would)."""
     cluster = Cluster(root, 2, "--ha-backup-timeout=30", "--max-connections=2000").start(
@@ -242,17 +259,16 @@ def failover(root: Path, queues: int, active: int, timeout: float) -> dict[str, 
         names = [f"q{i}" for i in range(min(active, queues))]
         load_before = load()
 
-        async def run() -> float:
-            killed = asyncio.Event()
-            first: dict[str, float] = {}
-            publishers = [
-                asyncio.create_task(_publisher(cluster.ports, n, killed, first)) for n in names
-            ]
+        async def run() -> dict[str, Any]:
+            phases = Phases()
+            first = phases.first
+            publishers = [asyncio.create_task(_publisher(cluster.ports, n, phases)) for n in names]
             await asyncio.sleep(2.0)  # steady publishing
             at = time.monotonic()
             cluster.kill(0)
-            killed.set()
+            phases.killed.set()
             await asyncio.to_thread(cluster.promote, 1, 2)
+            promoted = time.monotonic()
             deadline = time.monotonic() + timeout
             while len(first) < len(names) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
@@ -261,16 +277,25 @@ def failover(root: Path, queues: int, active: int, timeout: float) -> dict[str, 
             await asyncio.gather(*publishers, return_exceptions=True)
             if len(first) < len(names):
                 raise RuntimeError(f"only {len(first)} of {len(names)} queues confirmed")
-            return max(first.values()) - at
+            return {
+                "failover_s": round(max(first.values()) - at, 3),
+                # the phases: the promotion's answer, the last client admitted, the dials
+                # refused or failed on the way (the killed primary's and the backup's)
+                "promote_answered_s": round(promoted - at, 3),
+                "last_admitted_s": round(max(phases.admitted.values()) - at, 3),
+                "dials_failed": phases.dials_failed,
+            }
 
-        seconds = asyncio.run(run())
+        figures = asyncio.run(run())
         row = {
             "queues": queues,
             "active": len(names),
-            "failover_s": round(seconds, 3),
+            **figures,
             "load_before": load_before,
             "load_end": load(),
         }
+        if keep:
+            row["logs"] = [str(b.log_file) for b in cluster.brokers]
         print(json.dumps(row), flush=True)
         return row
     finally:
@@ -292,6 +317,9 @@ def main() -> int:
     parser.add_argument("--failover", action="store_true", help="also 1 vs --queues fail-over")
     parser.add_argument("--active", type=int, default=10, help="queues with a publisher")
     parser.add_argument("--repeat", type=int, default=1, help="fail-over pairs (1, N queues)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the brokers' directories (their logs)"
+    )
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -305,9 +333,14 @@ def main() -> int:
         if args.failover:
             for n in range(args.repeat):
                 for queues in (1, args.queues):
-                    rows.append(failover(root / f"fo{n}-{queues}", queues, args.active, 300))
+                    rows.append(
+                        failover(root / f"fo{n}-{queues}", queues, args.active, 300, args.keep)
+                    )
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {root}", flush=True)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     print(json.dumps({"rows": rows}))
     return 0
 

@@ -461,8 +461,8 @@ class HaBroker:
         """Does the member lease let this primary serve now? (admission policy hook)"""
         return self.lease.may_serve()
 
-    def not_serving_reason(self) -> str:
-        return self.lease.not_serving_reason()
+    def not_serving_reason(self, named: bool = True) -> str:
+        return self.lease.not_serving_reason(named)
 
     def lease_status(self) -> dict[str, Any]:
         return self.lease.status()

@@ -108,14 +108,15 @@ class LoggedEvents:
 
 
 def test_a_backup_logs_its_refusal_of_a_client_at_info_with_the_peer(tmp_path: Path) -> None:
-    """Sending a client on to the primary is normal operation: info, saying who it was."""
+    """Sending a client on to the primary is normal operation: info, saying who it was
+    (its address: refused before its login, it has no user)."""
     ha, _ = ha_broker(tmp_path)
     ha.context.log = log = LoggedEvents()
     client = open_connection(ha, {})
     client.expect(commands.Connection.Close)
     [(level, _, fields)] = [line for line in log.lines if line[1] == "protocol_error"]
     assert level == "info"
-    assert fields["peer"] == client.conn.peer and fields["user"] == "guest"
+    assert fields["peer"] == client.conn.peer and fields["user"] is None
     assert fields["reply_code"] == ReplyCode.NOT_ALLOWED
     assert fields["reply_text"].startswith("HA backup: not the primary (state joining)")
 
