@@ -176,6 +176,10 @@ class LiveFeed:
 
     async def _run(self) -> None:
         while not self.closing:
+            ha = getattr(self.broker, "ha", None)
+            if ha is not None and hasattr(ha, "quiet") and ha.quiet.holds(ha.now()):
+                await asyncio.sleep(PERIOD / 10)  # a promotion's quiet: sample after it
+                continue
             try:
                 async with self._sampling:
                     await run_sliced(self.sample_steps())
