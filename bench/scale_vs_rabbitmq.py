@@ -265,7 +265,8 @@ def failover(root: Path, queues: int, active: int, timeout: float, keep: bool) -
             publishers = [asyncio.create_task(_publisher(cluster.ports, n, phases)) for n in names]
             await asyncio.sleep(2.0)  # steady publishing
             at = time.monotonic()
-            cluster.kill(0)
+            cluster.kill(0)  # SIGKILL, then waits for the process to end (its sockets close)
+            dead = time.monotonic()
             phases.killed.set()
             await asyncio.to_thread(cluster.promote, 1, 2)
             promoted = time.monotonic()
@@ -279,6 +280,10 @@ def failover(root: Path, queues: int, active: int, timeout: float, keep: bool) -
                 raise RuntimeError(f"only {len(first)} of {len(names)} queues confirmed")
             return {
                 "failover_s": round(max(first.values()) - at, 3),
+                # the killed primary's end (a SIGKILLed process in a disk write ends when
+                # the write does: on a loaded disk, most of a second), and from then on
+                "exit_s": round(dead - at, 3),
+                "after_exit_s": round(max(first.values()) - dead, 3),
                 # the phases: the promotion's answer, the last client admitted, the dials
                 # refused or failed on the way (the killed primary's and the backup's)
                 "promote_answered_s": round(promoted - at, 3),
