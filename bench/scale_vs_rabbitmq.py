@@ -14,7 +14,8 @@ In one run, on the same machine and with the same client (the broker's own async
   (no channel), the resident set after less before, per connection;
 - **fail-over** (qpidd only; ``--failover``): a primary and a backup (``tests/ha/cluster.py``)
   with 1 queue, then with ``--queues`` queues, ``--active`` of them each with a publisher
-  of confirmed persistent messages; the primary SIGKILLed and the backup promoted at once
+  of confirmed persistent messages (the one-queue run has as many publishers, on its one
+  queue: the clients' own work is the same); the primary SIGKILLed and the backup promoted at once
   by the cluster manager's call (no detection time: the same for both sizes); the time
   from the kill to each active queue's first confirm on the new primary, the longest.
 
@@ -195,25 +196,42 @@ def rabbitmq(args: argparse.Namespace) -> dict[str, Any]:
         subprocess.run([str(RABBITMQ_SH), "stop", str(port)], check=False)
 
 
-async def _publisher(
-    ports: list[int], queue: str, killed: asyncio.Event, first: dict[str, float]
-) -> None:
-    """Publish confirmed persistent messages to ``queue``, one at a time; after ``killed``,
-    note the time of the first confirm (on whichever broker admits the client)."""
-    while queue not in first:
+class Phases:
+    """When each publisher, after the kill, was admitted by a broker and had its first
+    confirm, and how many dials were refused or failed meanwhile."""
+
+    def __init__(self) -> None:
+        self.killed = asyncio.Event()
+        self.first: dict[str, float] = {}
+        self.admitted: dict[str, float] = {}
+        self.dials_failed = 0
+
+
+async def _publisher(ports: list[int], queue: str, phases: Phases, who: str) -> None:
+    """Publisher ``who``: confirmed persistent messages to ``queue``, one at a time; after
+    the kill, note when a broker admitted it and the time of its first confirm (on
+    whichever broker admits it). Only a connection dialled after the kill counts: a confirm
+    the killed primary sent just before it, read after, is not the new primary's."""
+    first, killed = phases.first, phases.killed
+    while who not in first:
         for port in ports:
+            after = killed.is_set()
             try:
                 client = await connect("127.0.0.1", port, user="guest", password="guest", timeout=5)
             except Exception:  # refused (not primary yet), reset, timed out: the next
+                if after:
+                    phases.dials_failed += 1
                 await asyncio.sleep(0.02)
                 continue
+            if after:
+                phases.admitted.setdefault(who, time.monotonic())
             try:
                 channel = await client.open_channel()
                 await channel.confirm_select()
-                while queue not in first:
+                while who not in first:
                     await channel.publish("", queue, b"x", PERSISTENT)
-                    if killed.is_set():
-                        first[queue] = time.monotonic()
+                    if after:
+                        first[who] = time.monotonic()
                     else:
                         await asyncio.sleep(0.01)
             except Exception:  # the broker died under it: dial again
@@ -223,9 +241,11 @@ async def _publisher(
                     await asyncio.wait_for(client.close(), 2)
 
 
-def failover(root: Path, queues: int, active: int, timeout: float) -> dict[str, Any]:
+def failover(root: Path, queues: int, active: int, timeout: float, keep: bool) -> dict[str, Any]:
     """The time from the primary's SIGKILL to every active queue's first confirm on the new
-    primary (the promotion called at once, as the cluster manager would)."""
+    primary (the promotion called at once, as the cluster manager would). ``active``
+    publishers whatever the queue count, on ``min(active, queues)`` queues (the one-queue
+    run's share it): the clients' own work is the same in both runs."""
     cluster = Cluster(root, 2, "--ha-backup-timeout=30", "--max-connections=2000").start(
         timeout=120
     )
@@ -239,20 +259,23 @@ def failover(root: Path, queues: int, active: int, timeout: float) -> dict[str, 
             "the backup to hold every queue",
         )
         cluster.wait_state(1, "ready", timeout=timeout)
-        names = [f"q{i}" for i in range(min(active, queues))]
+        names = [f"q{i % queues}" for i in range(active)]
         load_before = load()
 
-        async def run() -> float:
-            killed = asyncio.Event()
-            first: dict[str, float] = {}
+        async def run() -> dict[str, Any]:
+            phases = Phases()
+            first = phases.first
             publishers = [
-                asyncio.create_task(_publisher(cluster.ports, n, killed, first)) for n in names
+                asyncio.create_task(_publisher(cluster.ports, n, phases, str(i)))
+                for i, n in enumerate(names)
             ]
             await asyncio.sleep(2.0)  # steady publishing
             at = time.monotonic()
-            cluster.kill(0)
-            killed.set()
+            cluster.kill(0)  # SIGKILL, then waits for the process to end (its sockets close)
+            dead = time.monotonic()
+            phases.killed.set()
             await asyncio.to_thread(cluster.promote, 1, 2)
+            promoted = time.monotonic()
             deadline = time.monotonic() + timeout
             while len(first) < len(names) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
@@ -260,17 +283,31 @@ def failover(root: Path, queues: int, active: int, timeout: float) -> dict[str, 
                 task.cancel()
             await asyncio.gather(*publishers, return_exceptions=True)
             if len(first) < len(names):
-                raise RuntimeError(f"only {len(first)} of {len(names)} queues confirmed")
-            return max(first.values()) - at
+                raise RuntimeError(f"only {len(first)} of {len(names)} publishers confirmed")
+            return {
+                "failover_s": round(max(first.values()) - at, 3),
+                # the killed primary's end (a SIGKILLed process in a disk write ends when
+                # the write does: on a loaded disk, most of a second), and from then on
+                "exit_s": round(dead - at, 3),
+                "after_exit_s": round(max(first.values()) - dead, 3),
+                # the phases: the promotion's answer, the last client admitted, the dials
+                # refused or failed on the way (the killed primary's and the backup's)
+                "promote_answered_s": round(promoted - at, 3),
+                "last_admitted_s": round(max(phases.admitted.values()) - at, 3),
+                "dials_failed": phases.dials_failed,
+            }
 
-        seconds = asyncio.run(run())
+        figures = asyncio.run(run())
         row = {
             "queues": queues,
-            "active": len(names),
-            "failover_s": round(seconds, 3),
+            "active": len(set(names)),
+            "publishers": len(names),
+            **figures,
             "load_before": load_before,
             "load_end": load(),
         }
+        if keep:
+            row["logs"] = [str(b.log_file) for b in cluster.brokers]
         print(json.dumps(row), flush=True)
         return row
     finally:
@@ -292,6 +329,9 @@ def main() -> int:
     parser.add_argument("--failover", action="store_true", help="also 1 vs --queues fail-over")
     parser.add_argument("--active", type=int, default=10, help="queues with a publisher")
     parser.add_argument("--repeat", type=int, default=1, help="fail-over pairs (1, N queues)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the brokers' directories (their logs)"
+    )
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -305,9 +345,14 @@ def main() -> int:
         if args.failover:
             for n in range(args.repeat):
                 for queues in (1, args.queues):
-                    rows.append(failover(root / f"fo{n}-{queues}", queues, args.active, 300))
+                    rows.append(
+                        failover(root / f"fo{n}-{queues}", queues, args.active, 300, args.keep)
+                    )
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {root}", flush=True)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     print(json.dumps({"rows": rows}))
     return 0
 

@@ -386,16 +386,19 @@ class Broker:
         while True:
             await asyncio.sleep(TICK_INTERVAL)
             ha = self.ha
+            # a promotion's quiet: the walks of every queue wait (broker.ha.promotion_quiet)
+            quiet = ha is not None and ha.quiet.holds(ha.now())
             try:
                 # A backup never expires or dead-letters by itself: its primary does.
-                if ha is None or ha.state.is_primary:
+                if (ha is None or ha.state.is_primary) and not quiet:
                     self.vhosts.tick()
                 if ha is not None:
                     ha.tick()
             except Exception as exc:  # keep housekeeping alive; a bug is logged, not fatal
                 self.log.error("tick_failed", part="vhost", exception=repr(exc))
             try:
-                self.resources.sample()
+                if not quiet:
+                    self.resources.sample()
                 self.security.tick()  # a changed users file is read again
             except Exception as exc:
                 self.log.error("tick_failed", part="resources", exception=repr(exc))

@@ -4,8 +4,10 @@ Contract: :class:`ConnectionMethods` (owned by a :class:`~broker.amqp.connection
 one per connection, built with a :class:`ConnectionMethodsHost`: what it reads of the
 connection, the fields the handshake fills in, and its state moves) sends
 connection.start, takes start-ok (the login: at once, or a password hash the shell
-checks off the loop while the connection waits in ``AWAIT_LOGIN``), tune-ok and open (the
-virtual host, the admission policy, connection.open-ok's ``known-hosts``), and answers
+checks off the loop while the connection waits in ``AWAIT_LOGIN``; none for a client the
+admission policy refuses before its login, which is offered an empty tune and refused at
+open), tune-ok and open (the virtual host, the admission policy, connection.open-ok's
+``known-hosts``), and answers
 connection.close, update-secret and the blocked/unblocked notices. What is offered and
 negotiated is decided in :mod:`broker.amqp.handshake`; a method out of its state is 505.
 
@@ -31,9 +33,10 @@ from broker.amqp.handshake import (
     negotiate_tune,
     open_vhost,
     start_method,
+    tune_before_refusal,
 )
 from broker.amqp.state import ConnectionState
-from broker.core.errors import AmqpError, ReplyCode
+from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.core.vhost import VirtualHost
 from broker.security.sasl import AuthenticationError, PasswordCheck
 
@@ -102,6 +105,9 @@ class ConnectionMethods:
     def __init__(self, host: ConnectionMethodsHost, ctx: BrokerContext) -> None:
         self.host = host
         self.ctx = ctx
+        #: start-ok found the client refused before its login: no password was checked,
+        #: the tune offered nothing, and connection.open refuses it (:meth:`_open`)
+        self.refused_before_login = False
 
     def bad_protocol_header(self, header: bytes) -> None:
         # Spec 4.2.2: answer with the header we support and close.
@@ -176,6 +182,22 @@ class ConnectionMethods:
         else:
             raise self._unexpected(method)
 
+    def _refusal_without_login(self) -> AmqpError:
+        """connection.open of a client whose login was skipped: the refusal as the
+        admission words it now, before any virtual host or ACL check (a client not logged
+        in learns nothing of those); if the broker began serving meanwhile, a refusal
+        all the same (its password was never checked), which it meets by dialling again."""
+        ctx = self.ctx
+        ctx.connections_refused_total += 1
+        admission = ctx.admission
+        refusal = None
+        if admission is not None:
+            refusal = admission.refusal_before_login(self.host.client_properties)
+        return refusal or RoutineRefusal(
+            ReplyCode.NOT_ALLOWED,
+            "HA broker began serving during this connection's handshake: connect again",
+        )
+
     def _start_ok(self, method: commands.Connection.StartOk) -> None:
         host = self.host
         host.client_properties = dict(method.client_properties or {})
@@ -187,6 +209,14 @@ class ConnectionMethods:
                 "connection_refused_unencrypted", connection=host.name, peer=host.peer
             )
             raise AmqpError(ReplyCode.NOT_ALLOWED, ENCRYPTION_REQUIRED, 10, 11)
+        admission = self.ctx.admission
+        if admission is not None and admission.refusal_before_login(host.client_properties):
+            # refused at open whatever the password: no hash spent on it (an HA backup
+            # that every client of a fail-over dials)
+            self.refused_before_login = True
+            host.set_state(S.AWAIT_TUNE_OK)
+            host.send_method(0, tune_before_refusal())
+            return
         try:
             outcome = self.ctx.authenticator.begin(
                 mechanism, raw, host.peer_host, host.tls_identity
@@ -228,6 +258,9 @@ class ConnectionMethods:
 
     def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
         host = self.host
+        if self.refused_before_login:
+            host.set_state(S.AWAIT_OPEN)  # nothing offered, nothing to check
+            return
         settings = self.ctx.settings
         offered = channel_max_offer(settings, host.client_properties)
         host.frame_max, host.channel_max, host.heartbeat = negotiate_tune(settings, method, offered)
@@ -236,6 +269,8 @@ class ConnectionMethods:
     def _open(self, method: commands.Connection.Open) -> None:
         host = self.host
         ctx = self.ctx
+        if self.refused_before_login:
+            raise self._refusal_without_login()
         found = open_vhost(ctx, host.user, host.name, method.virtual_host or "/")
         if ctx.admission is not None:
             refusal = ctx.admission.admit(host)

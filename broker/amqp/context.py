@@ -67,6 +67,15 @@ class AdmissionPolicy(Protocol):
 
     def admit(self, connection: AdmittedConnection) -> AmqpError | None: ...
 
+    def refusal_before_login(self, client_properties: Mapping[str, Any]) -> AmqpError | None:
+        """A refusal decided from what connection.start already tells anyone who connects
+        (an HA backup's state and public URL), asked at start-ok before the password is
+        checked: the connection then skips the login and gets this refusal at
+        connection.open, where :meth:`admit` would have refused it (issue 25: a backup
+        dialled by every client of a fail-over spent a password hash on each). None: the
+        login goes on."""
+        ...
+
     def released(self, connection: AdmittedConnection) -> None:
         """An admitted connection closed."""
         ...

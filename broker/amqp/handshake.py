@@ -74,6 +74,16 @@ def channel_max_offer(settings: ConnectionSettings, client_properties: dict[str,
     return settings.channel_max
 
 
+def tune_before_refusal() -> commands.Connection.Tune:
+    """connection.tune to a client whose login was skipped because connection.open will
+    refuse it (:meth:`~broker.amqp.context.AdmissionPolicy.refusal_before_login`): 0 for
+    each limit (the protocol's "no limit offered"), so that a client not logged in learns
+    none of the broker's settings; it then sends tune-ok and open as to any broker, and
+    meets the refusal where it always did (pika calls a close before connection.tune an
+    authentication error, one after it an access refusal)."""
+    return commands.Connection.Tune(channel_max=0, frame_max=0, heartbeat=0)
+
+
 def negotiate_tune(
     settings: ConnectionSettings, method: commands.Connection.TuneOk, channel_max_offered: int
 ) -> tuple[int, int, int]:

@@ -177,8 +177,9 @@ class AdmissionHost(Protocol):
         """Does the member lease let the primary serve clients now?"""
         ...
 
-    def not_serving_reason(self) -> str:
-        """Why :meth:`may_serve` is False, for a client's refusal."""
+    def not_serving_reason(self, named: bool = True) -> str:
+        """Why :meth:`may_serve` is False, for a client's refusal (``named`` False:
+        without the lapsed members' names)."""
         ...
 
     def handle(self, event: Event) -> list[Action]:
@@ -284,6 +285,26 @@ class HaAdmission:
         elif refusal is None:
             self._client_back("ha_first_client_connection", connection)
         return refusal
+
+    def refusal_before_login(self, client_properties: Mapping[str, Any]) -> AmqpError | None:
+        """The refusal :meth:`admit` would give a client, decided before its login from
+        what connection.start already told it (a backup's state and the public URL are
+        its server properties ``qpid.ha-status`` and ``qpid.ha-public-url``), so a backup
+        spends no password hash on the clients a fail-over sends it; None: go on with the
+        login. A backup's refusal is word for word the one after a login; a primary
+        waiting out a promotion or whose member lease lapsed refuses without naming the
+        members. Never for an HA admin or a backup's link (their login decides), nor for
+        a fenced primary (the login goes on and :meth:`admit` says so to the
+        authenticated only)."""
+        if client_properties.get(ADMIN_PROPERTY) or client_properties.get(BACKUP_PROPERTY):
+            return None
+        host = self._host
+        state = host.state
+        if not state.is_primary:
+            return client_refusal(state, False, self._public_url)
+        if host.fenced or not host.lease_holds() or host.may_serve():
+            return None
+        return RoutineRefusal(ReplyCode.NOT_ALLOWED, host.not_serving_reason(named=False))
 
     def _link_carry(self, connection: AdmittedConnection) -> AmqpError | None:
         """Admit a backup's link of a format that carries what this broker holds (and

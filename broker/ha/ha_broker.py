@@ -55,6 +55,7 @@ from broker.ha.names import (
     STATUS_PROPERTY,
 )
 from broker.ha.primary import Primary, PrimaryListener
+from broker.ha.promotion_quiet import PromotionQuiet
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import ContractFloor, ReplicationContract
@@ -189,6 +190,8 @@ class HaBroker:
         #: On a backup: the membership last heard from a primary.
         self.members: list[dict[str, Any]] = []
         self._promoting = asyncio.Lock()
+        #: While promoted (and a moment after), housekeeping over every queue waits.
+        self.quiet = PromotionQuiet()
         #: Whom this broker serves (``BrokerContext.admission``).
         self.admission = HaAdmission(
             self,
@@ -467,8 +470,8 @@ class HaBroker:
         """Does the member lease let this primary serve now? (admission policy hook)"""
         return self.lease.may_serve()
 
-    def not_serving_reason(self) -> str:
-        return self.lease.not_serving_reason()
+    def not_serving_reason(self, named: bool = True) -> str:
+        return self.lease.not_serving_reason(named)
 
     def lease_status(self) -> dict[str, Any]:
         return self.lease.status()
@@ -544,6 +547,9 @@ class HaBroker:
         broker primary already (or fenced)."""
         members = None if in_sync is None else frozenset(in_sync)
         async with self._promoting:
+            quiet = not self.state.is_primary  # a backup's promotion: housekeeping waits
+            if quiet:
+                self.quiet.began(self.now())
             pending = self.handle(PromoteRequested(epoch, members, store_named))
             try:
                 while pending:
@@ -554,6 +560,9 @@ class HaBroker:
             except Exception as exc:
                 self.handle(PromotionFailed(f"{type(exc).__name__}: {exc}"))
                 raise
+            finally:
+                if quiet:
+                    self.quiet.ended(self.now())
             return self.state
 
     async def _perform_promotion(self, action: Action) -> list[Action]:

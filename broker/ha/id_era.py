@@ -35,7 +35,13 @@ def enter_era(queues: Iterable[Queue], epoch: int) -> None:
         queue.last_position = max(era, queue.last_position + REPLICATION_ID_GAP)
 
 
-def enter_era_steps(queues: Sequence[Queue], epoch: int, size: int = SLICE) -> Steps[None]:
+#: Queues a slice of :func:`enter_era_steps`: one comparison each, 5,000 in about a
+#: millisecond. A promotion's every turn of the loop lets every other ready callback run
+#: first (on a loaded machine 20 turns of 500 took 124 ms for 9 ms of work: issue 25).
+ERA_SLICE = 10 * SLICE
+
+
+def enter_era_steps(queues: Sequence[Queue], epoch: int, size: int = ERA_SLICE) -> Steps[None]:
     """:func:`enter_era` over ``queues``, ``size`` a slice (:mod:`common.slices`)."""
     for start in range(0, len(queues), size):
         if start:

@@ -262,13 +262,14 @@ class LeaseKeeper:
         leases = self.leases
         return (leases.answered | self.host.role.lease_set()) if leases.enabled else None
 
-    def not_serving_reason(self) -> str:
-        """Why :meth:`may_serve` is False, in a client's refusal."""
+    def not_serving_reason(self, named: bool = True) -> str:
+        """Why :meth:`may_serve` is False, in a client's refusal; ``named`` False: without
+        the members' names (a client refused before its login learns none)."""
         now, leases = self.host.now(), self.leases
         if now < leases.not_before:
             wait = leases.not_before - now
             return f"HA primary not serving yet: its grant to an older epoch lapses in {wait:.3f} s"
-        lapsed = ", ".join(m for m, _ in leases.lapsed(now)) or "a member"
+        lapsed = (named and ", ".join(m for m, _ in leases.lapsed(now))) or "a member"
         return f"HA primary not serving: the member lease of {lapsed} lapsed"
 
     def status(self) -> dict[str, Any]:

@@ -56,7 +56,8 @@ class Primary:
             [
                 q
                 for q in vhost.queues.values()
-                if queue_level(q, replicate_default) is not ReplicateLevel.NONE
+                # auto-delete first: a promotion walks 10,000 queues here before it serves
+                if q.auto_delete and queue_level(q, replicate_default) is not ReplicateLevel.NONE
             ],
             now=clock(),
             default_grace=auto_delete_grace,
@@ -73,8 +74,16 @@ class Primary:
         ]
 
     def replicated_queue_names(self) -> frozenset[str]:
-        """Their keys (:func:`broker.core.vhosts.queue_key`): the name in vhost ``/``."""
-        return frozenset(key_of(q) for q in self.replicated_queues())
+        """Their keys (:func:`broker.core.vhosts.queue_key`): the name in vhost ``/``. One
+        pass over the keyed queues (a promotion at 10,000 queues asks this before it
+        serves)."""
+        vhost, default, all_ = self.vhost, self.replicate_default, ReplicateLevel.ALL
+        keyed = (
+            vhost.queues.items()
+            if isinstance(vhost, VirtualHosts)
+            else ((key_of(q), q) for q in vhost.queues.values())
+        )
+        return frozenset(key for key, q in keyed if queue_level(q, default) is all_)
 
     # -- guards --------------------------------------------------------------------------
     def guard_backup(self, backup_id: str, url: str) -> RemoteBackup:

@@ -152,7 +152,10 @@ def queue_level(queue: Queue, default: ReplicateLevel) -> ReplicateLevel:
 
     :raises AmqpError: PRECONDITION_FAILED for a bad ``qpid.replicate`` argument.
     """
-    return level_of(queue.arguments, default, owner=f"queue '{queue.name}'")
+    arguments = queue.arguments
+    if QPID_REPLICATE not in arguments:  # most queues: no name formatted for an error
+        return default
+    return level_of(arguments, default, owner=f"queue '{queue.name}'")
 
 
 def binding_replicated(binding: Binding, default: ReplicateLevel, *, exchange: Exchange) -> bool:

@@ -7,6 +7,7 @@ serves again, as it holds a 0-9-1 client's (``holds_output``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from broker.amqp.context import AdmittedConnection
@@ -27,6 +28,9 @@ class Admission:
 
     def admit(self, connection: AdmittedConnection) -> AmqpError | None:
         return self.refusal
+
+    def refusal_before_login(self, client_properties: Mapping[str, Any]) -> AmqpError | None:
+        return None  # AMQP 1.0 logs in first (SASL), then is admitted
 
     def released(self, connection: AdmittedConnection) -> None:
         pass

@@ -164,16 +164,31 @@ def test_a_viewer_that_pages_a_list_gets_its_page_not_the_whole_list(
     qpidd: BrokerProcess,
 ) -> None:
     """``exchanges.page=...``: the exchanges come as that viewer's page (filtered and
-    paged by the server), not in its snapshot and deltas; the other lists as before."""
+    paged by the server), not in its snapshot and deltas; the other lists as before. The
+    channels and consumers come as pages when asked, never whole."""
     client = logged_in(qpidd, "watcher")
     cookie = next(c for c in client.jar)
     headers = {"Cookie": f"{cookie.name}={cookie.value}"}
-    query = "?page=1&page_size=1&exchanges.page=1&exchanges.page_size=2&exchanges.name=amq."
+    query = (
+        "?page=1&page_size=1&exchanges.page=1&exchanges.page_size=2&exchanges.name=amq."
+        "&channels.page=1&consumers.name=paged-tag"
+    )
     url = f"http://127.0.0.1:{qpidd.mgmt_port}/api/console/live{query}"
     events: list[tuple[str, dict[str, Any]]] = []
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as got:
+    declare(qpidd, "paged-q", 0)
+    params = pika.URLParameters(qpidd.url.replace("guest:guest", "app:app-secret"))
+    with (
+        pika.BlockingConnection(params) as connection,
+        urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as got,
+    ):
+        connection.channel().basic_consume("paged-q", lambda *a: None, consumer_tag="paged-tag")
         kind = ""
-        while not any(k == "delta" for k, _ in events):
+
+        def consumer_paged() -> bool:
+            return any(k == "page" and d["list"] == "consumers" and d["rows"] for k, d in events)
+
+        # a delta, and the consumer (made as the stream began) on a page: now or a tick later
+        while not any(k == "delta" for k, _ in events) or not consumer_paged():
             line = got.readline()
             if line.startswith(b"event: "):
                 kind = line[7:].strip().decode()
@@ -190,6 +205,12 @@ def test_a_viewer_that_pages_a_list_gets_its_page_not_the_whole_list(
     )
     delta = next(data for k, data in events if k == "delta")
     assert set(delta["lists"]) == {"bindings", "connections"}
+    consumers = [data for k, data in events if k == "page" and data.get("list") == "consumers"]
+    channels = [data for k, data in events if k == "page" and data.get("list") == "channels"]
+    assert consumers[0]["whole"] and channels[0]["whole"]
+    rows = {key: row for page in consumers for key, row in page["rows"].items()}
+    assert [row["queue"]["name"] for row in rows.values()] == ["paged-q"]
+    assert next(iter(rows)).endswith(":paged-tag")
     bad = client.request("GET", "/api/console/live?exchanges.sort=nope")
     assert bad.status == 400 and "nope" in bad.json()["reason"]
 

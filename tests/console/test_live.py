@@ -220,3 +220,93 @@ def test_the_backups_lags_are_sampled_a_slice_at_a_time() -> None:
     assert slices >= 2 * 1200 // SLICE
     assert all(len(feed.lag_history[b]) == 1200 for b in ("b1", "b2"))
     assert list(feed.lag_history["b2"]["s1199"]) == [1]
+
+
+def test_channels_and_consumers_are_in_the_journal_while_someone_follows_them() -> None:
+    """The channels of the 0-9-1 connections and their consumers join the delta feed
+    (issue 25): 600 channels with a consumer each are built a slice at a time, only while
+    a viewer pages them or a reader of the changes follows; a delivery changes its
+    channel's and its consumer's rows, a cancel removes the consumer, a closed connection
+    takes its channels and consumers with it; a page of channels is the viewer's own."""
+    from pamqp import commands
+
+    from broker.management.console.live_lists import CONSOLE_KINDS, ListPage
+    from broker.management.lists import parse_query
+    from common.slices import run_steps
+    from tests.amqp.helpers import Client
+
+    broker, clock = HaBroker(), Clock()
+    broker.vhost.declare_queue("work")
+    clients = []
+    for _ in range(3):
+        client = Client(broker.context)
+        client.handshake()
+        for number in range(1, 201):
+            client.open_channel(number)
+            client.send(number, commands.Basic.Consume(queue="work", consumer_tag=f"c{number}"))
+        client.take()
+        clients.append(client)
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    feed.viewers = 1
+    journal = feed.lists.journal
+
+    def tick() -> None:
+        clock.now += 1.0
+        feed.sample()
+
+    tick()  # a viewer, but nobody pages the channels: not built
+    assert journal.totals()["channels"] == journal.totals()["consumers"] == 0
+    feed.lists.channel_viewers = 1
+    steps, slices = feed.sample_steps(), 1
+    for _ in steps:
+        slices += 1
+    assert slices >= 600 // SLICE + 1
+    assert journal.totals()["channels"] == journal.totals()["consumers"] == 600
+    first = clients[0].conn.id
+    row = journal.rows["channels"][f"{first}:7"]
+    assert (row["number"], row["consumer_count"], row["messages_unacknowledged"]) == (7, 1, 0)
+    consumer = journal.rows["consumers"][f"{first}:7:c7"]
+    assert consumer["queue"] == {"name": "work", "vhost": "/"} and consumer["unacked"] == 0
+    version = journal.version
+
+    vhost = broker.vhost  # delivered to one consumer: its channel and consumer change
+    vhost.publish(vhost.exchange(""), Message("", "work", body=b"x"))
+    tick()
+    delta = journal.since(version)
+    assert delta is not None
+    [moved] = delta.lists["channels"].changed
+    assert delta.lists["channels"].changed[moved]["messages_unacknowledged"] == 1
+    assert list(delta.lists["consumers"].changed) == [f"{moved}:c{moved.split(':')[1]}"]
+    version = journal.version
+
+    clients[1].send(3, commands.Basic.Cancel(consumer_tag="c3"))
+    clients[2].conn.connection_lost()  # its socket went
+    tick()
+    delta = journal.since(version)
+    assert delta is not None
+    second, third = clients[1].conn.id, clients[2].conn.id
+    gone = delta.lists["consumers"].removed
+    assert f"{second}:3:c3" in gone and len(gone) == 201
+    assert len(delta.lists["channels"].removed) == 200
+    assert {k.split(":")[0] for k in delta.lists["channels"].removed} == {str(third)}
+    assert delta.lists["channels"].changed[f"{second}:3"]["consumer_count"] == 0
+    assert delta.totals["channels"] == 400 and delta.totals["consumers"] == 399
+
+    query = {"page": "2", "page_size": "5", "sort": "number"}
+    page = ListPage(parse_query(query, CONSOLE_KINDS["channels"]), "channels")
+    text = run_steps(feed.lists.page_steps(page, whole=True))
+    assert text is not None
+    shown = json.loads(text)
+    # by number, equal numbers in the list's order (connection id): page 2 of 5 rows
+    assert shown["keys"] == [
+        f"{second}:3",
+        f"{first}:4",
+        f"{second}:4",
+        f"{first}:5",
+        f"{second}:5",
+    ]
+    assert (shown["filtered_count"], shown["total_count"]) == (400, 400)
+
+    feed.lists.channel_viewers = 0  # nobody follows them any more: the rows go
+    tick()
+    assert journal.totals()["channels"] == journal.totals()["consumers"] == 0

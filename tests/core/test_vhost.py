@@ -6,6 +6,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.exchange import DirectExchange, HeadersExchange, TopicExchange
@@ -337,6 +339,45 @@ def test_owner_closed_deletes_only_its_exclusive_queues(
     assert consumer.deleted_queues and consumer.deleted_queues[0].name == "mine1"
     deleted = {name for event, name in listener.events if event == "queue_deleted"}
     assert deleted == {"mine1", "mine2"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["declare", "delete", "close"]),
+            st.integers(0, 2),  # the owner (2: none, a shared queue)
+            st.sampled_from(["a", "b", "c"]),
+        ),
+        max_size=30,
+    )
+)
+def test_a_close_deletes_exactly_the_queues_its_connection_owns(
+    steps: list[tuple[str, int, str]],
+) -> None:
+    """Exclusive queues are found by their owner, not by a scan of every queue (issue 25):
+    after any sequence of declares, deletes and closes the queues left are those a scan
+    would leave, and a closed owner holds nothing (a queue of the same name declared by
+    another connection after a delete is not the closed one's)."""
+    vhost = VirtualHost(clock=FakeClock(), wall_clock=lambda: 0.0)
+    owners = [Owner(), Owner()]
+    model: dict[str, int | None] = {}  # queue -> owner index (None: shared)
+    for action, who, name in steps:
+        owner = owners[who] if who < 2 else None
+        if action == "declare" and name not in model:
+            vhost.declare_queue(name, exclusive=owner is not None, owner=owner)
+            model[name] = who if who < 2 else None
+        elif action == "delete" and name in model:
+            vhost.delete_queue(name, owner=owners[model[name] or 0])
+            del model[name]
+        elif action == "close" and owner is not None:
+            vhost.owner_closed(owner)
+            model = {n: o for n, o in model.items() if o != who}
+            owners[who] = Owner()  # a closed connection never comes back
+        assert set(vhost.queues) == set(model)
+    for owner in owners:
+        vhost.owner_closed(owner)
+    assert set(vhost.queues) == {n for n, o in model.items() if o is None}
 
 
 def test_delete_queue(vhost: VirtualHost, listener: RecordingListener) -> None:

@@ -12,7 +12,7 @@ from pamqp import commands
 from broker.core.confirms import PublisherConfirms
 from broker.core.errors import ReplyCode
 from broker.ha.ha_broker import HaBroker, PromoteError
-from broker.ha.id_era import ERA_SHIFT
+from broker.ha.id_era import ERA_SHIFT, ERA_SLICE
 from broker.ha.role_events import CaughtUp, LinkUp
 from broker.ha.state import HaState
 from broker.options import parse_options
@@ -108,14 +108,15 @@ class LoggedEvents:
 
 
 def test_a_backup_logs_its_refusal_of_a_client_at_info_with_the_peer(tmp_path: Path) -> None:
-    """Sending a client on to the primary is normal operation: info, saying who it was."""
+    """Sending a client on to the primary is normal operation: info, saying who it was
+    (its address: refused before its login, it has no user)."""
     ha, _ = ha_broker(tmp_path)
     ha.context.log = log = LoggedEvents()
     client = open_connection(ha, {})
     client.expect(commands.Connection.Close)
     [(level, _, fields)] = [line for line in log.lines if line[1] == "protocol_error"]
     assert level == "info"
-    assert fields["peer"] == client.conn.peer and fields["user"] == "guest"
+    assert fields["peer"] == client.conn.peer and fields["user"] is None
     assert fields["reply_code"] == ReplyCode.NOT_ALLOWED
     assert fields["reply_text"].startswith("HA backup: not the primary (state joining)")
 
@@ -161,7 +162,8 @@ def test_a_promotions_expected_backup_is_guarded_in_slices_before_it_serves(
     turn of the loop (10,000 queues at once: 50-100 ms a backup), all of them before the
     state says primary: nothing a client publishes misses a guard."""
     ha, _ = ha_broker(tmp_path)
-    for i in range(1200):
+    count = ERA_SLICE + 200  # the era in two slices, the guards in more
+    for i in range(count):
         ha.vhost.declare_queue(f"s{i}")
     queues = list(ha.vhost.queues.values())
     # at each turn of the loop meanwhile: the state, queues in the new era, queues guarded
@@ -179,13 +181,13 @@ def test_a_promotions_expected_backup_is_guarded_in_slices_before_it_serves(
     asyncio.run(promote())
     assert ha.state is HaState.RECOVERING  # b1, expected, has not connected
     # the era and the guards came a slice a turn, the state said primary only after both
-    assert any(0 < in_era < 1200 for _, in_era, _ in seen)
-    assert any(0 < guarded < 1200 for _, _, guarded in seen)
-    assert all(guarded == 1200 for state, _, guarded in seen if state.is_primary)
+    assert any(0 < in_era < count for _, in_era, _ in seen)
+    assert any(0 < guarded < count for _, _, guarded in seen)
+    assert all(guarded == count for state, _, guarded in seen if state.is_primary)
     assert all(q.last_position == 2 << ERA_SHIFT for q in ha.vhost.queues.values())
     assert ha.primary is not None
-    assert len(ha.primary.backups["b1"].guards) == 1200
-    assert publish(ha.vhost, "s1199", PublisherConfirms()).settled is False
+    assert len(ha.primary.backups["b1"].guards) == count
+    assert publish(ha.vhost, f"s{count - 1}", PublisherConfirms()).settled is False
 
 
 def test_the_status_says_the_replication_position_with_or_without_its_rows(

@@ -59,6 +59,7 @@ from broker.management.console.live_lists import (
     CONSOLE_KINDS,
     CONSOLE_QUEUES,
     LIVE_LISTS,
+    PAGED_ONLY,
     ListPage,
     LiveLists,
 )
@@ -184,6 +185,10 @@ class LiveFeed:
 
     async def _run(self) -> None:
         while not self.closing:
+            ha = getattr(self.broker, "ha", None)
+            if ha is not None and hasattr(ha, "quiet") and ha.quiet.holds(ha.now()):
+                await asyncio.sleep(PERIOD / 10)  # a promotion's quiet: sample after it
+                continue
             try:
                 async with self._sampling:
                     await run_sliced(self.sample_steps())
@@ -277,7 +282,7 @@ class LiveFeed:
             moved: set[str] | None = None
         else:  # a rate that fell to 0 moves a queue once more after its counters stop
             moved = self._moved | self._moved_before
-        yield from self.lists.update_steps(moved, queues)
+        yield from self.lists.update_steps(moved, queues, self.lists.channels_followed(now))
         self.lists.prune_texts()
         self._followed = True
         self.state = yield from self._build_steps(now, ha_status)
@@ -496,7 +501,8 @@ class LiveFeed:
             if params:
                 pages.append(ListPage(parse_query(params, CONSOLE_KINDS[name]), name))
         paged = {page.name for page in pages}
-        whole_lists = tuple(name for name in LIVE_LISTS[1:] if name not in paged)
+        whole_lists = tuple(n for n in LIVE_LISTS[1:] if n not in paged and n not in PAGED_ONLY)
+        pages_channels = bool(paged & set(PAGED_ONLY))
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -513,8 +519,9 @@ class LiveFeed:
             return self.closing or self._version != seen
 
         self.viewers += 1
+        self.lists.channel_viewers += pages_channels
         try:
-            if not self._followed:
+            if not self._followed or pages_channels:
                 await self.fresh_sliced()
             while not self.closing:
                 seen = self._version
@@ -545,6 +552,7 @@ class LiveFeed:
             pass  # the client went
         finally:
             self.viewers -= 1
+            self.lists.channel_viewers -= pages_channels
         return response
 
     async def history(self, request: web.Request) -> web.Response:

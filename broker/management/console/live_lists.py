@@ -9,11 +9,15 @@ someone follows (a console viewer, or a reader of ``GET /api/changes`` within
 :class:`~broker.management.deltas.DeltaJournal` the lists as they are: the queues (every
 key; rows rebuilt only for the queues the sampler saw move, the new ones, and all of them
 every :data:`FULL_EVERY` ticks), the exchanges and connections (rebuilt), the bindings
-(rows built once: a binding does not change). The journal keeps what changed.
+(rows built once: a binding does not change), the channels of the AMQP 0-9-1 connections
+and their consumers (rebuilt, a slice of channels a step; ``GET /api/channels``' and
+``GET /api/consumers``' rows). The journal keeps what changed.
 
 What is serialised once for every viewer: each row's JSON text (per row version,
 :meth:`LiveLists.row_text`), the tick's delta of the exchanges, bindings and connections
 a viewer holds whole, and the snapshot of them for a viewer that starts or fell behind.
+The channels and consumers are held whole by nobody (thousands of rows that move every
+second): a viewer pages them (:data:`PAGED_ONLY`); ``GET /api/changes`` has every list.
 What is a viewer's own: its page of queues, and of each other list it pages rather than
 holds whole (:class:`ListPage`: the console's filter, sort and page, the list query of
 :mod:`broker.management.list_query`), sent only when its rows or order changed, as the
@@ -35,9 +39,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.core.vhosts import KEY_SEPARATOR, queue_key
+from broker.management.channels import channel_view, consumer_views
 from broker.management.deltas import DeltaJournal, ListUpdate
 from broker.management.list_query import ListQuery, select_steps
-from broker.management.lists import BINDINGS, CONNECTIONS, EXCHANGES, QUEUES, ListKind
+from broker.management.lists import (
+    BINDINGS,
+    CHANNELS,
+    CONNECTIONS,
+    CONSUMERS,
+    EXCHANGES,
+    QUEUES,
+    ListKind,
+)
 from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.responses import dumps
 from broker.management.views import binding_view, connection_view, exchange_view
@@ -49,6 +62,7 @@ __all__ = [
     "FOLLOW_FOR",
     "FULL_EVERY",
     "LIVE_LISTS",
+    "PAGED_ONLY",
     "ListPage",
     "LiveLists",
 ]
@@ -58,7 +72,10 @@ FOLLOW_FOR = 10.0
 #: Every this many ticks every queue's row is rebuilt (what no counter shows: arguments).
 FULL_EVERY = 30
 #: The lists of the journal.
-LIVE_LISTS = ("queues", "exchanges", "bindings", "connections")
+LIVE_LISTS = ("queues", "exchanges", "bindings", "connections", "channels", "consumers")
+#: Lists a viewer of the live stream only pages, never holds whole (each row moves with
+#: the deliveries: thousands of channels would be most of every delta).
+PAGED_ONLY = ("channels", "consumers")
 #: A console's queue row: the API's, with the replication level and the last rates.
 CONSOLE_QUEUES = ListKind(
     "queues",
@@ -71,6 +88,8 @@ CONSOLE_KINDS: dict[str, ListKind] = {
     "exchanges": EXCHANGES,
     "bindings": BINDINGS,
     "connections": CONNECTIONS,
+    "channels": CHANNELS,
+    "consumers": CONSUMERS,
 }
 #: Fields of a row that no tick changes: a sort by one keeps its order until a row is
 #: added or removed.
@@ -93,6 +112,12 @@ STATIC_FIELDS = frozenset(
         "user",
         "user_provided_name",
         "ssl",
+        "connection",
+        "connection_name",
+        "number",
+        "consumer_tag",
+        "channel_details",
+        "queue",
     }
 )
 
@@ -134,7 +159,25 @@ def _list_order(name: str, keys: Iterable[str]) -> list[str]:
         )
     if name == "connections":
         return sorted(keys, key=int)
+    if name in ("channels", "consumers"):
+        return sorted(keys, key=_channel_order)
     return _default_order(keys)
+
+
+def channel_key(connection: int, number: int) -> str:
+    """A channel's key in the journal: its connection's id and its number."""
+    return f"{connection}:{number}"
+
+
+def consumer_key(connection: int, number: int, tag: str) -> str:
+    """A consumer's key: its channel's key and its tag (any text: it comes last)."""
+    return f"{connection}:{number}:{tag}"
+
+
+def _channel_order(key: str) -> tuple[int, int, str]:
+    """Channels and consumers by connection id, channel number, then tag."""
+    connection, number, tag = [*key.split(":", 2), ""][:3]
+    return int(connection), int(number), tag
 
 
 class LiveLists:
@@ -152,6 +195,9 @@ class LiveLists:
         self.history = history
         self.journal = DeltaJournal(LIVE_LISTS)
         self.followed_until = 0.0
+        #: viewers paging the channels or consumers (while none does and nobody reads
+        #: ``GET /api/changes``, those two lists are not built: they stay empty)
+        self.channel_viewers = 0
         self.ticks = 0
         self._binding_keys: dict[int, tuple[Any, str]] = {}
         self._texts: dict[tuple[str, str], tuple[int, str]] = {}
@@ -165,11 +211,15 @@ class LiveLists:
 
     # the journal --------------------------------------------------------------------------
     def update_steps(
-        self, moved: set[str] | None, queues: list[tuple[str, Any]] | None = None
+        self,
+        moved: set[str] | None,
+        queues: list[tuple[str, Any]] | None = None,
+        channels: bool = True,
     ) -> Steps[int]:
         """A tick: the lists as they are now, into the journal. ``moved``: the queue keys
         the sampler saw change (None: rebuild every row); ``queues``: (key, queue) of every
-        queue, as the sampler listed them (else listed here)."""
+        queue, as the sampler listed them (else listed here); ``channels``: build the
+        channels and consumers (else they are left empty: nobody follows them)."""
         self.ticks += 1
         full = moved is None or self.ticks % FULL_EVERY == 1
         known = self.journal.rows["queues"]
@@ -195,17 +245,43 @@ class LiveLists:
         yield
         bindings = yield from self._bindings_steps()
         yield
-        connections = {
-            str(c.id): connection_view(c) for c in self.broker.context.connections.values()
-        }
+        listed = list(self.broker.context.connections.values())
+        connections = {str(c.id): connection_view(c) for c in listed}
+        yield
+        channel_rows, consumer_rows = yield from self._channels_steps(listed if channels else [])
         return self.journal.advance(
             {
                 "queues": ListUpdate(present, rows),
                 "exchanges": ListUpdate.whole(exchanges),
                 "bindings": bindings,
                 "connections": ListUpdate.whole(connections),
+                "channels": ListUpdate.whole(channel_rows),
+                "consumers": ListUpdate.whole(consumer_rows),
             }
         )
+
+    def _channels_steps(
+        self, connections: list[Any]
+    ) -> Steps[tuple[dict[str, Row], dict[str, Row]]]:
+        """Every channel's row and every consumer's (as ``GET /api/channels`` and
+        ``GET /api/consumers`` show them), :data:`SLICE` channels a step."""
+        channels: dict[str, Row] = {}
+        consumers: dict[str, Row] = {}
+        built = 0
+        for connection in connections:
+            for number in list(connection.channels):
+                channel = connection.channels.get(number)
+                if channel is None:
+                    continue
+                view = channel_view(connection, channel)
+                channels[channel_key(connection.id, number)] = view
+                for consumer in consumer_views(view):
+                    key = consumer_key(connection.id, number, consumer["consumer_tag"])
+                    consumers[key] = consumer
+                built += 1
+                if built % SLICE == 0:
+                    yield
+        return channels, consumers
 
     def _bindings_steps(self) -> Steps[ListUpdate]:
         """Every binding's key; a row for the ones not seen before (by identity)."""
@@ -253,6 +329,11 @@ class LiveLists:
     def follow(self, now: float) -> None:
         """A reader of ``GET /api/changes`` keeps the lists followed a while."""
         self.followed_until = max(self.followed_until, now + FOLLOW_FOR)
+
+    def channels_followed(self, now: float) -> bool:
+        """Are the channels and consumers built: a viewer pages them, or a reader of
+        ``GET /api/changes`` came within :data:`FOLLOW_FOR` seconds?"""
+        return self.channel_viewers > 0 or now < self.followed_until
 
     # texts shared by every viewer ---------------------------------------------------------
     def row_text(self, name: str, key: str) -> str:
