@@ -90,6 +90,19 @@ from ha_agent.fencer import Fencer
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
 from ha_agent.in_sync_keeper import InSyncKeeper
 from ha_agent.local_broker import LocalBroker
+from ha_agent.loop_events import (
+    AT_ONCE,
+    BrokerExited,
+    CheckDue,
+    Granted,
+    Hinted,
+    LoopEvent,
+    Recheck,
+    SessionFenced,
+    Stop,
+    TermEnded,
+    Won,
+)
 from ha_agent.member_formats import MemberFormats
 from ha_agent.membership import Member, MemberPublisher, read_members
 from ha_agent.primary_claim import PrimaryClaim
@@ -133,7 +146,8 @@ class Agent:
         )
         #: kills the broker, drops the VIP (the loop's thread and the session watcher's)
         self.fencer = Fencer(vip, on_kill=lambda: self.broker.reset(time.monotonic()))
-        self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        #: what other threads tell the loop (ha_agent.loop_events); only the loop takes
+        self.events: queue.SimpleQueue[LoopEvent] = queue.SimpleQueue()
         self._stop = threading.Event()
         self.client: Any = None
         self.election: PrimaryClaim | None = None
@@ -181,7 +195,7 @@ class Agent:
     # -- lifecycle --------------------------------------------------------------------
     def stop(self) -> None:
         self._stop.set()
-        self.events.put(("stop", None))
+        self.events.put(Stop())
 
     def run(self) -> int:
         """Run until :meth:`stop`; 0, or 2 when ZooKeeper's grant was refused
@@ -237,8 +251,8 @@ class Agent:
                 s.node,
                 self.promoter.takeover,
                 lambda: (keeper.in_sync, self.members),
-                on_leading=lambda: self.events.put(("won", None)),
-                on_ended=lambda reason: self.events.put(("ended", reason)),
+                on_leading=lambda: self.events.put(Won()),
+                on_ended=lambda reason: self.events.put(TermEnded(reason)),
             )
             self.hints = AgentHints(self.client, s.cluster, s.node, self.events, self._stop)
             self.hints.watch()
@@ -286,7 +300,7 @@ class Agent:
         previous, self.granted_timeout = self.granted_timeout, seconds
         if self.watcher is not None and previous is not None and seconds != previous:
             self.watcher.retime(seconds)
-            self.events.put(("granted", seconds))
+            self.events.put(Granted(seconds))
 
     def _judge(self, granted: float) -> bool:
         """Log the grant; False (and :attr:`refusal`) when it is too far from the request."""
@@ -318,7 +332,7 @@ class Agent:
         if self.promoter is not None:  # it did not stop for the shutdown: a failure
             self.promoter.cluster_shutdown = None
         self.broker_check.cluster_shutdown = None
-        self.events.put(("broker_exited", code))
+        self.events.put(BrokerExited(code))
 
     def _shutdown(self) -> None:
         _log.info("agent_stopping")
@@ -355,21 +369,22 @@ class Agent:
         while not self._stop.is_set():
             timeout = max(0.0, next_check - time.monotonic())
             try:
-                kind, _value = self.events.get(timeout=timeout)
+                event: LoopEvent = self.events.get(timeout=timeout)
             except queue.Empty:
-                kind, _value = "tick", None
-            if kind == "stop":
-                return
-            if kind == "granted" and not self._judge(float(_value)):
-                return  # refused: _shutdown fences a primary, as any stop does
-            if kind == "ended":
-                self.promoted_epoch = None
-            if kind == "hints" and not (self.hints and self.hints.hinted(self.promoted_epoch)):
-                continue  # not about this agent's primary: the regular check is on time
+                event = CheckDue()
+            match event:
+                case Stop():
+                    return
+                case Granted(seconds) if not self._judge(seconds):
+                    return  # refused: _shutdown fences a primary, as any stop does
+                case TermEnded():
+                    self.promoted_epoch = None
+                case Hinted() if not (self.hints and self.hints.hinted(self.promoted_epoch)):
+                    continue  # not about this agent's primary: the regular check is on time
             # Won, the supervised broker died, or the last view was stale: act on the
             # broker's state at once, with the cluster as last read (the broker refuses a
             # promotion it may not take).
-            at_once = kind in ("won", "broker_exited", "recheck", "hints")
+            at_once = isinstance(event, AT_ONCE)
             self._check(read_cluster=not at_once)
             if at_once:
                 continue  # the regular check follows on time
@@ -440,7 +455,7 @@ class Agent:
         decision = decide(cluster_view)
         if decision.steps == (Step.RECHECK,):
             _log.info("broker_recheck", reason=decision.eligibility)
-            self.events.put(("recheck", None))
+            self.events.put(Recheck())
             return
         self.report.decided(decision.eligibility)
         self.report.publish(self.client, self.settings.cluster)
@@ -606,4 +621,4 @@ class Agent:
             # the loop's fence killed the restarted, joining broker: 4 of 4 cycles).
             target = self.broker.session_fence_target()
             self.fencer.fence(f"ZooKeeper {fence.reason}", target, announce=False)
-        self.events.put(("session_fenced", fence.reason))
+        self.events.put(SessionFenced(fence.reason))

@@ -73,7 +73,7 @@ from broker.ha.role_events import (
     DropLink,
     EpochPersisted,
     Event,
-    Fence,
+    FenceRequested,
     FenceBroker,
     GuardBackup,
     InSyncCommitted,
@@ -523,7 +523,7 @@ class HaBroker:
 
     def fence(self, reason: str) -> None:
         """Stop serving at once (a newer primary exists)."""
-        self.handle(Fence(reason))
+        self.handle(FenceRequested(reason))
 
     # -- promotion ---------------------------------------------------------------------
     async def promote(

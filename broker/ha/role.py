@@ -36,7 +36,7 @@ Tick                   FenceBroker (lease ran out); ChangeState (recovering -> a
                        (``ha-backup-timeout`` passed while recovering), SendMembership
 LeaseGranted           Refuse (not a primary)
 EpochSeen              FenceBroker (a primary learns of a newer epoch), PersistEpoch
-Fence                  FenceBroker
+FenceRequested         FenceBroker
 =====================  ===============================================================
 
 Rules the tests hold it to (tests/ha/test_role.py, with hypothesis):
@@ -72,7 +72,7 @@ from broker.ha.role_events import (
     EpochPersisted,
     EpochSeen,
     Event,
-    Fence,
+    FenceRequested,
     FenceBroker,
     GuardBackup,
     InSyncCommitted,
@@ -422,7 +422,7 @@ class HaRole:
             self.epoch = event.epoch
             self._emit(PersistEpoch(event.epoch))
 
-    def _fence_event(self, event: Fence) -> None:
+    def _fence_event(self, event: FenceRequested) -> None:
         self._fence(event.reason)
 
     # -- helpers -----------------------------------------------------------------------
@@ -521,6 +521,6 @@ _HANDLERS: dict[type[Any], Any] = {
     Tick: HaRole._tick,
     LeaseGranted: HaRole._lease,
     EpochSeen: HaRole._epoch_seen,
-    Fence: HaRole._fence_event,
+    FenceRequested: HaRole._fence_event,
     InSyncCommitted: HaRole._in_sync_committed,
 }

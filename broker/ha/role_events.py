@@ -149,7 +149,7 @@ class InSyncCommitted:
 
 
 @dataclass(frozen=True, slots=True)
-class Fence:
+class FenceRequested:
     """Stop serving at once, for ``reason``."""
 
     reason: str
@@ -172,7 +172,7 @@ Event = (
     | Tick
     | LeaseGranted
     | EpochSeen
-    | Fence
+    | FenceRequested
     | InSyncCommitted
 )
 
@@ -313,6 +313,6 @@ EVENT_ACTIONS: dict[type[Any], frozenset[type[Any]]] = {
     Tick: frozenset({FenceBroker, ReleaseGuards, ChangeState, SendMembership}),
     LeaseGranted: frozenset({Refuse}),
     EpochSeen: frozenset({FenceBroker, PersistEpoch}),
-    Fence: frozenset({FenceBroker}),
+    FenceRequested: frozenset({FenceBroker}),
     InSyncCommitted: frozenset({Refuse, ReleaseGuards, ChangeState, SendMembership}),
 }

@@ -30,7 +30,7 @@ from broker.ha.role_events import (
     EpochPersisted,
     EpochSeen,
     Event,
-    Fence,
+    FenceRequested,
     FenceBroker,
     GuardBackup,
     InSyncCommitted,
@@ -219,7 +219,7 @@ NEWER_EPOCH_FENCES: list[Step] = [
     (EpochPersisted(3), ["DropLink", "StartPrimary"], S.JOINING),
     (PrimaryStarted("me:5672", QUEUES, 0.0), ["ChangeState", "SendMembership"], S.RECOVERING),
     (EpochSeen(4), ["FenceBroker"], S.RECOVERING),
-    (Fence("again"), [], S.RECOVERING),
+    (FenceRequested("again"), [], S.RECOVERING),
 ]
 
 FAILED_PROMOTIONS: list[Step] = [
@@ -309,7 +309,7 @@ events = st.one_of(
     st.builds(Tick, st.floats(0, 30)),
     st.builds(LeaseGranted, st.floats(0.1, 5), st.floats(0, 30)),
     st.builds(EpochSeen, st.integers(0, 8)),
-    st.builds(Fence, st.just("told to")),
+    st.builds(FenceRequested, st.just("told to")),
     st.builds(InSyncCommitted, st.integers(0, 6), st.frozensets(st.sampled_from(BACKUPS))),
 )
 
