@@ -24,7 +24,7 @@ from broker.ha.names import ADMIN_PROPERTY, BACKUP_PROPERTY, EPOCH_PROPERTY, URL
 from broker.ha.redial import DialFailures
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import ContractFloor, Uncarried
-from broker.ha.role_events import Action, EpochSeen, Event
+from broker.ha.role_events import EpochSeen, Event
 from broker.ha.state import HaState
 from common.formats import FormatRange
 from common.url import Address, parse_url
@@ -139,8 +139,8 @@ class AdmissionHost(Protocol):
         """Why :meth:`may_serve` is False, for a client's refusal."""
         ...
 
-    def handle(self, event: Event) -> list[Action]:
-        """Feed one event to the role and perform its actions."""
+    def handle(self, event: Event) -> None:
+        """Feed the role one event and carry out its actions."""
         ...
 
     @property

@@ -5,7 +5,9 @@ itself to become primary: a cluster manager (our agent, Pacemaker, or an operato
 ``qpid-ha promote --cluster-manager``) calls :meth:`promote`. Every decision (state, epoch,
 fencing, lease, which backups the primary waits for) is the role machine's: this class turns
 what happens (link callbacks, streams opened and closed, management calls, ticks) into its
-events and performs the actions it returns (:meth:`HaBroker._perform`), in order. It
+events and carries out the actions it returns, in order, in one place
+(:meth:`HaBroker._perform`: at once, or, for a promotion's actions that wait for I/O, in
+turn by :meth:`HaBroker.promote`; a ``Refuse`` raises :class:`PromoteError`). It
 
 - logs every transition (``ha_state_changed``); an illegal one stops the broker (fail-stop);
 - owns the connection admission policy (:class:`~broker.ha.admission.HaAdmission`): a
@@ -31,7 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from broker.core.vhosts import VirtualHosts, key_of
@@ -73,8 +77,8 @@ from broker.ha.role_events import (
     DropLink,
     EpochPersisted,
     Event,
-    FenceRequested,
     FenceBroker,
+    FenceRequested,
     GuardBackup,
     InSyncCommitted,
     LinkDown,
@@ -83,6 +87,7 @@ from broker.ha.role_events import (
     PersistEpoch,
     PersistPromotionEpoch,
     PrimaryStarted,
+    PromoteError,
     PromoteRequested,
     PromotionFailed,
     QueueDeleted,
@@ -108,14 +113,6 @@ if TYPE_CHECKING:
     from broker.liveness import LeaseOffers
     from broker.options import BrokerOptions
     from broker.store.data_dir import DataDir
-
-
-class PromoteError(Exception):
-    """A promotion refused; the message says why (shown by qpid-ha and the API)."""
-
-
-#: Actions performed only inside :meth:`HaBroker.promote` (they await I/O).
-_PROMOTION_ACTIONS = (CheckCluster, PersistPromotionEpoch, DropLink, StartPrimary)
 
 
 class HaBroker:
@@ -189,6 +186,9 @@ class HaBroker:
         #: On a backup: the membership last heard from a primary.
         self.members: list[dict[str, Any]] = []
         self._promoting = asyncio.Lock()
+        #: A promotion's actions that wait for I/O, in order (:meth:`_perform` queues them,
+        #: :meth:`promote` awaits each; each feeds the role its answer).
+        self._awaiting: deque[Callable[[], Awaitable[None]]] = deque()
         #: Whom this broker serves (``BrokerContext.admission``).
         self.admission = HaAdmission(
             self,
@@ -262,19 +262,16 @@ class HaBroker:
         }
 
     # -- events in, actions out ----------------------------------------------------------
-    def handle(self, event: Event) -> list[Action]:
-        """Feed one event to the role and perform its actions; the actions left to the
-        caller (promotion's, and Refuse) are returned."""
-        left: list[Action] = []
+    def handle(self, event: Event) -> None:
+        """Feed one event to the role and carry out its actions in order (:meth:`_perform`);
+        :class:`PromoteError` when the role refuses (a promotion, a lease, an in-sync set)."""
         for action in self.role.handle(event):
-            if isinstance(action, (*_PROMOTION_ACTIONS, Refuse)):
-                left.append(action)
-            else:
-                self._perform(action)
-        return left
+            self._perform(action)
 
     def _perform(self, action: Action) -> None:
-        """Carry out one action that needs no waiting."""
+        """Carry out one action of the role: the one place every action is performed. Those
+        that wait for I/O (a promotion's) are queued for :meth:`promote`, which awaits them
+        in turn; each hands the role its answer (an event) when done."""
         match action:
             case Log(event, level, fields):
                 getattr(self.log_, level)(event, **dict(fields))
@@ -304,8 +301,16 @@ class HaBroker:
                     self.streams.broadcast({"type": "membership", "members": member_dicts(members)})
             case FenceBroker(reason):
                 self._on_fenced(reason)
-            case _:
-                raise AssertionError(f"HaBroker cannot perform {action!r} here")
+            case Refuse(reason):
+                raise PromoteError(reason)
+            case CheckCluster(primaries_only):
+                self._awaiting.append(partial(self._check_cluster, primaries_only))
+            case PersistPromotionEpoch(epoch):
+                self._awaiting.append(partial(self._persist_promotion_epoch, epoch))
+            case DropLink():
+                self._awaiting.append(self._drop_link)
+            case StartPrimary(expected):
+                self._awaiting.append(partial(self._start_primary, dict(expected)))
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -425,7 +430,13 @@ class HaBroker:
         known = backup_id in self.role.backups
         queues = frozenset() if known else self.primary.replicated_queue_names()
         self.handle(BackupConnected(backup_id, url, queues))
-        return self.primary.guard_backup(backup_id, url)
+        # Its guards are those the role's GuardBackup made (now, or when it was expected):
+        # a backup the role guards has them until its ReleaseGuards.
+        guards = self.primary.backups.get(backup_id)
+        if guards is None:  # the role ignored it (fenced): guards nobody waits for
+            return RemoteBackup(backup_id, url, [])
+        guards.url = url
+        return guards
 
     def backup_queue_ready(self, backup_id: str, queue: str) -> None:
         self.handle(BackupQueueReady(backup_id, queue))
@@ -476,9 +487,7 @@ class HaBroker:
         (stops serving, exits 3; its supervisor restarts it as a backup): a primary whose
         agent died, froze or lost ZooKeeper never serves beside the next one.
         """
-        for action in self.manager_lease.grant(seconds):
-            if isinstance(action, Refuse):
-                raise PromoteError(action.reason)
+        self.manager_lease.grant(seconds)  # PromoteError: not a primary
 
     def commit_in_sync(self, epoch: int, members: list[str]) -> list[str]:
         """The cluster manager committed the in-sync set ``members`` at ``epoch``: release
@@ -487,9 +496,7 @@ class HaBroker:
         (not a primary, or another epoch's set)."""
         role = self.role
         before = set(role.pending_removal()) | set(role.awaited())
-        for action in self.handle(InSyncCommitted(epoch, frozenset(members))):
-            if isinstance(action, Refuse):
-                raise PromoteError(action.reason)
+        self.handle(InSyncCommitted(epoch, frozenset(members)))  # PromoteError: refused
         self.lease.set_changed()
         released = sorted(before - set(role.pending_removal()) - set(role.awaited()))
         if released:
@@ -538,47 +545,40 @@ class HaBroker:
         broker primary already (or fenced)."""
         members = None if in_sync is None else frozenset(in_sync)
         async with self._promoting:
-            pending = self.handle(PromoteRequested(epoch, members, store_named))
+            self._awaiting.clear()
             try:
-                while pending:
-                    action = pending.pop(0)
-                    pending[:0] = await self._perform_promotion(action)
+                self.handle(PromoteRequested(epoch, members, store_named))
+                while self._awaiting:
+                    await self._awaiting.popleft()()
             except PromoteError:
                 raise
             except Exception as exc:
+                self._awaiting.clear()
                 self.handle(PromotionFailed(f"{type(exc).__name__}: {exc}"))
                 raise
+            finally:
+                self._awaiting.clear()
             return self.state
 
-    async def _perform_promotion(self, action: Action) -> list[Action]:
-        """Carry out one of promotion's actions; the role's answer's actions left to do."""
-        match action:
-            case Refuse(reason):
-                raise PromoteError(reason)
-            case CheckCluster(primaries_only):
-                options = self.options
-                beyond = await cluster_beyond_joining(
-                    self.addresses,
-                    self._amqp_port(),
-                    options.interface,
-                    options.node_name,
-                    primaries_only,
-                )
-                return self.handle(ClusterChecked(beyond))
-            case PersistPromotionEpoch(new_epoch):
-                await asyncio.to_thread(self.epoch_store.observe, new_epoch)
-                set_log_context(epoch=self.epoch_store.current)
-                members = tuple(
-                    (str(m.get("id")), str(m.get("url")), str(m.get("state")))
-                    for m in self.last_members()
-                )
-                return self.handle(EpochPersisted(new_epoch, members))
-            case DropLink():
-                await self._drop_link()
-                return []
-            case StartPrimary(expected):
-                return await self._start_primary(dict(expected))
-        raise AssertionError(f"not a promotion action: {action!r}")
+    # The promotion's actions that wait for I/O (queued by _perform, awaited by promote).
+    async def _check_cluster(self, primaries_only: bool) -> None:
+        options = self.options
+        beyond = await cluster_beyond_joining(
+            self.addresses,
+            self._amqp_port(),
+            options.interface,
+            options.node_name,
+            primaries_only,
+        )
+        self.handle(ClusterChecked(beyond))
+
+    async def _persist_promotion_epoch(self, new_epoch: int) -> None:
+        await asyncio.to_thread(self.epoch_store.observe, new_epoch)
+        set_log_context(epoch=self.epoch_store.current)
+        members = tuple(
+            (str(m.get("id")), str(m.get("url")), str(m.get("state"))) for m in self.last_members()
+        )
+        self.handle(EpochPersisted(new_epoch, members))
 
     async def _drop_link(self) -> None:
         if self.link is None:
@@ -593,7 +593,7 @@ class HaBroker:
             self.vhost.delete_queue(name)
         self.link = None
 
-    async def _start_primary(self, expected: dict[str, str]) -> list[Action]:
+    async def _start_primary(self, expected: dict[str, str]) -> None:
         """Become the primary's shell. The work over every queue (the new era's ids, the
         expected backups' guards: at 10,000 queues 50-100 ms each) runs a slice a turn of
         the loop, before the role hears PrimaryStarted: until then the broker is not
@@ -623,9 +623,9 @@ class HaBroker:
             self.log_.info("ha_orphan_queues", queues=orphans)
         now = self.context.clock()
         self.lease.promoted(self.epoch_store.current, now)  # waits out its own grant
-        left = self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
+        self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
         self.lease.start()
-        return left + self.handle(Tick(now))  # active at once when nobody is expected
+        self.handle(Tick(now))  # active at once when nobody is expected
 
     def now(self) -> float:
         return self.context.clock()

@@ -265,9 +265,15 @@ class FenceBroker:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """The request (promotion, lease) is refused; ``reason`` is shown to the caller."""
+    """The request (promotion, lease) is refused; ``reason`` is shown to the caller (the
+    shell raises :class:`PromoteError`)."""
 
     reason: str
+
+
+class PromoteError(Exception):
+    """A request the role refused (a promotion, a lease, an in-sync set); the message says
+    why (shown by qpid-ha and the API)."""
 
 
 @dataclass(frozen=True, slots=True)
