@@ -188,6 +188,11 @@ class HaRole:
         """In-sync backups that went away: their confirms wait for a committed removal."""
         return sorted(b for b, r in self.backups.items() if r.gone)
 
+    def ready(self, backup_id: str) -> bool:
+        """Is this backup guarded, connected and caught up on every queue?"""
+        record = self.backups.get(backup_id)
+        return record is not None and record.ready and record.connected
+
     def awaited(self) -> list[str]:
         """Expected backups (the committed set at promotion) not connected yet: a
         recovering primary waits for them; a committed set without one releases it."""
