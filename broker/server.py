@@ -74,12 +74,16 @@ class Broker:
         users = (
             UserDatabase.load(options.sasl_users) if options.sasl_users else UserDatabase.default()
         )
+        authenticator = Authenticator(
+            users, options.auth, frozenset(filter(None, options.loopback_users.split(",")))
+        )
+        amqp_log = get_logger("amqp")
+        #: TLS, the ACL, login back-off, reloads (ValueError: bad settings, exit 2)
+        self.security = BrokerSecurity(options, authenticator, amqp_log, self.log)
         self.context = BrokerContext(
             vhost=self.vhost,
             vhosts=self.vhosts,
-            authenticator=Authenticator(
-                users, options.auth, frozenset(filter(None, options.loopback_users.split(",")))
-            ),
+            authenticator=authenticator,
             settings=ConnectionSettings(
                 frame_max=options.max_frame_size,
                 channel_max=options.max_channels,
@@ -89,9 +93,10 @@ class Broker:
                 node_name=options.node_name,
                 version=__version__,
             ),
-            log=get_logger("amqp"),
+            log=amqp_log,
+            acl=self.security.access,
+            require_encryption=bool(options.require_encryption),  # plain AMQP refused
         )
-        self.security = BrokerSecurity(options, self.context, self.log)
         self.ha: HaBroker | None = None
         self.replications: dict[str, QueueReplication] = {}
         self.fenced_reason: str | None = None
@@ -194,10 +199,12 @@ class Broker:
         if restored is not None:
             log.warning("store_restored_from_backup", **restored)
         self.store = store
-        self.context.store_barrier = store
-        self.context.store_transaction = store.journal.transaction
-        self.context.after_read = store.journal.hand_over
-        self.context.between_publishes = store.journal.between_publishes
+        self.context.attach(
+            store_barrier=store,
+            store_transaction=store.journal.transaction,
+            after_read=store.journal.hand_over,
+            between_publishes=store.journal.between_publishes,
+        )
         log.info(
             "store_recovered",
             store_status=data_dir.store_status,
@@ -364,8 +371,10 @@ class Broker:
         elif options.ha_queue_replication:
             from broker.ha.remote_queue_replication import serve_queue_streams, stream_formats
 
-            self.context.streams = serve_queue_streams(self.vhosts, self.context.clock)
-            self.context.server_properties = stream_formats  # which stream names it serves
+            self.context.attach(
+                streams=serve_queue_streams(self.vhosts, self.context.clock),
+                server_properties=stream_formats,  # which stream names it serves
+            )
         self._tick_task = asyncio.create_task(self._tick_loop())
         at = (options.mgmt_interface, options.ha_liveness_port)  # a member with an API only
         listen = at if self.ha is not None and options.mgmt_port else None

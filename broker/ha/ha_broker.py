@@ -218,8 +218,7 @@ class HaBroker:
             lease=self.lease,
             manager_lease=self.manager_lease,
         )
-        context.admission = self.admission
-        context.server_properties = self.server_properties
+        context.attach(admission=self.admission, server_properties=self.server_properties)
         set_log_context(epoch=self.epoch)
 
     # -- identity, read from the role ----------------------------------------------------
@@ -518,8 +517,8 @@ class HaBroker:
         self.streams = PrimaryStreams(primary, self, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.streams.lease_events = self.lease  # the member lease's grants
-        self.context.streams = self.streams
-        self.context.barrier = self.streams  # declare-ok and friends after the backups
+        # replication streams; declare-ok and friends after the backups
+        self.context.attach(streams=self.streams, barrier=self.streams)
         self.vhost.listeners.append(PrimaryListener(primary, self.queue_deleted))
         orphans = primary.orphans.waiting(self.context.clock())
         if orphans:
