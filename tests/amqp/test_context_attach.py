@@ -43,7 +43,9 @@ def test_the_product_never_sets_a_late_part_field() -> None:
     offenders = []
     for path in sorted((ROOT / "broker").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            targets = node.targets if isinstance(node, ast.Assign) else []
+            if not isinstance(node, ast.Assign):
+                continue
+            targets = node.targets
             for target in targets:
                 if (
                     isinstance(target, ast.Attribute)
