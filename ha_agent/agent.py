@@ -126,7 +126,9 @@ class Agent:
         )
         #: when a candidate may take the primary record over: the old record gone, else its
         #: broker's grant to the old primary (which counted it) lapsed (ha_agent.takeover)
-        self.takeover = takeover or default_rule(settings.node, self.broker_check.grant)
+        self.takeover = takeover or default_rule(
+            settings.node, self.broker_check.grant, self._link_down
+        )
         vip = (
             VirtualIp(settings.vip, settings.vip_interface, netns=settings.vip_netns)
             if settings.vip is not None and settings.vip_interface is not None
@@ -249,6 +251,10 @@ class Agent:
         finally:
             self._shutdown()
         return 2 if self.refusal else 0
+
+    def _link_down(self, primary: str, epoch: int) -> frozenset[str]:
+        """The nodes whose link hints name ``primary`` at ``epoch`` (none before the run)."""
+        return frozenset() if self.hints is None else self.hints.against(primary, epoch)
 
     def _renew_leases(self) -> None:
         """Renew a promoted primary's lease between checks (its own thread). The loop renews

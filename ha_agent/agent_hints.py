@@ -94,6 +94,16 @@ class AgentHints:
         )
         return True
 
+    def against(self, primary: str, epoch: int) -> frozenset[str]:
+        """The nodes whose hints name the primary on ``primary`` at ``epoch`` (the takeover
+        rule asks, :class:`ha_agent.takeover.LapsedGrant`); none when ZooKeeper does not
+        answer (the rule then waits)."""
+        try:
+            hints = read_hints(self.client, self.cluster)
+        except (KazooException, KazooTimeoutError):
+            return frozenset()
+        return frozenset(h.node for h in hints_against(hints, primary, epoch))
+
     def publish(self, view: BrokerView | None, primary: PrimaryRecord | None) -> None:
         """Publish or withdraw this backup's hint (inside the caller's ZooKeeper try)."""
         hint = self.link_watch.observe(self.node, view, primary)

@@ -25,7 +25,14 @@ member lease shows it can no longer serve. The candidate's own broker says (``GE
   serves only while every member of its set grants it), and
 - every grant it gave an epoch before ``E+1`` has lapsed, the drift bound included,
 - and its replication link to that primary is down (a primary whose link is up is slow,
-  not dead: a loop held longer than the lease; its link's heartbeat, or its agent, decides).
+  not dead: a loop held longer than the lease; its link's heartbeat, or its agent, decides),
+- and every other member of the set whose agent is there (its member record) published a
+  link hint against that primary and epoch (:mod:`ha_agent.link_hint`): its link is down
+  too. A cut between this broker and a primary that still reaches the others is not that
+  primary's loss: the primary finds the silent link and its agent commits this broker's
+  removal, and nobody is fenced. Availability only (a hint is never what makes a takeover
+  safe; the lapsed grant is): without it a single cut link made its backup take over from a
+  healthy primary, racing the removal. With no other member the grant alone decides.
 
 Then the old primary cannot serve: its count of this broker's grant (from its own send
 time) ended, in real time, no later than this broker's promise
@@ -78,6 +85,8 @@ __all__ = [
 LEASE_REPLICATION_FORMAT = 3
 #: The ZooKeeper format whose promotions are multi-ops (ha_agent.promotion_txn).
 MULTI_OP_ZOOKEEPER_FORMAT = 2
+#: Seconds before a rule waiting for the other members' link hints is asked again.
+HINT_RECHECK = 0.1
 
 
 @dataclass(frozen=True)
@@ -174,9 +183,17 @@ class LapsedGrant:
     primary counted, has lapsed (module docstring). ``grant(epoch)`` reads the broker's
     ``GET /grant?epoch=N`` (None: no answer); ``node``: this agent's node."""
 
-    def __init__(self, node: str, grant: Callable[[int], GrantView | None]) -> None:
+    def __init__(
+        self,
+        node: str,
+        grant: Callable[[int], GrantView | None],
+        link_down: Callable[[str, int], frozenset[str]] | None = None,
+    ) -> None:
         self.node = node
         self.grant = grant
+        #: the nodes whose link hints name (primary node, epoch); None: not asked (the
+        #: grant alone decides, as with no other member)
+        self.link_down = link_down
 
     def may_take_over(self, view: TakeoverView) -> Takeover:
         old = view.old
@@ -216,6 +233,15 @@ class LapsedGrant:
                 f"this broker's grant to epoch {epoch} lapses in {answer.remaining:.3f} s",
                 retry_in=answer.remaining,
             )
+        linked = self._still_linked(view, old.record)
+        if linked:
+            return Takeover(
+                False,
+                f"{', '.join(linked)} published no link hint against {old.record.node}"
+                f" (epoch {epoch}): only this broker's link to it is down, and its removal"
+                " decides",
+                retry_in=HINT_RECHECK,
+            )
         return Takeover(
             True,
             f"this broker's grant to {old.record.node} (epoch {epoch}), which it counted,"
@@ -223,7 +249,26 @@ class LapsedGrant:
             replace=old,
         )
 
+    def _still_linked(self, view: TakeoverView, record: PrimaryRecord) -> list[str]:
+        """The set's other members (their agents there) without a hint against ``record``."""
+        if self.link_down is None or view.in_sync is None:
+            return []
+        others = [
+            m.node
+            for m in view.in_sync.members
+            if m.node and m.node not in (self.node, record.node) and m.node in view.members
+        ]
+        if not others:
+            return []
+        hinted = self.link_down(record.node, record.epoch)
+        return sorted(n for n in others if n not in hinted)
 
-def default_rule(node: str, grant: Callable[[int], GrantView | None]) -> TakeoverRule:
-    """The agent's rule: the old record gone, else this broker's counted grant lapsed."""
-    return AnyOf(OldPrimaryGone(), LapsedGrant(node, grant))
+
+def default_rule(
+    node: str,
+    grant: Callable[[int], GrantView | None],
+    link_down: Callable[[str, int], frozenset[str]] | None = None,
+) -> TakeoverRule:
+    """The agent's rule: the old record gone, else this broker's counted grant lapsed (and
+    the other members' links down too)."""
+    return AnyOf(OldPrimaryGone(), LapsedGrant(node, grant, link_down))

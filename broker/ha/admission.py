@@ -13,8 +13,10 @@ whose primary accepted what only a newer format carries).
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
@@ -115,6 +117,46 @@ def link_carry_refusal(
     )
 
 
+#: A refused backup that dialled no more for this long (s) is forgotten (stopped, or gone).
+REFUSED_FOR = 30.0
+
+
+class RefusedLinks:
+    """The backups whose links a primary refuses (no common replication format, or one that
+    cannot carry what it holds), by the address each announced; a link admitted, or no
+    dial for :data:`REFUSED_FOR` s, forgets one. Sans I/O: the caller gives the clock."""
+
+    def __init__(self) -> None:
+        #: address -> [reason, since, count, last dial] (the caller's clock)
+        self._records: dict[str, list[Any]] = {}
+
+    def dialled(self, address: str, refusal: str | None, now: float) -> None:
+        """A backup at ``address`` dialled: refused for ``refusal``, or admitted (None)."""
+        if refusal is None:
+            self._records.pop(address, None)
+            return
+        record = self._records.get(address)
+        if record is None or record[0] != refusal:
+            self._records[address] = [refusal, now, 1, now]
+        else:
+            record[2] += 1
+            record[3] = now
+
+    def views(self, now: float, wall: float) -> list[dict[str, Any]]:
+        """What is refused at ``now`` (the caller's clock; ``wall``: the same instant in
+        seconds since 1970, for ``since``)."""
+        for address in [a for a, r in self._records.items() if now - r[3] > REFUSED_FOR]:
+            del self._records[address]
+        return [
+            {"url": address, "reason": r[0], "since": _iso(wall - (now - r[1])), "count": r[2]}
+            for address, r in sorted(self._records.items())
+        ]
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 class AdmissionHost(Protocol):
     """What :class:`HaAdmission` needs of the HA broker that owns it."""
 
@@ -182,6 +224,8 @@ class HaAdmission:
         self._uncarried = Uncarried()
         #: Format refusals logged: the same one (backup and ranges) once a minute at most.
         self._refusals = DialFailures(60.0)
+        #: Backups whose links are refused now, by address (``GET /api/ha``).
+        self._refused = RefusedLinks()
         #: Still to log since this broker's promotion: its first client connection and
         #: first publisher confirm (the console's client outage, docs/log-schema.md).
         self._clients_back: set[str] = set()
@@ -226,6 +270,8 @@ class HaAdmission:
                 now, text = host.now(), refusal and refusal.reply_text
                 if text and self._refusals.failed(text, text, now):
                     self._log.warning("ha_link_format_refused", peer=connection.peer, reason=text)
+                refused = refusal.reply_text if refusal is not None else None
+                self._refused.dialled(str(props.get(URL_PROPERTY) or connection.peer), refused, now)
         elif refusal is None:
             self._client_back("ha_first_client_connection", connection)
         return refusal
@@ -240,6 +286,11 @@ class HaAdmission:
         if refusal is None:
             self._floor.link_admitted(connection, format_, backup)
         return refusal
+
+    def refused_links(self) -> list[dict[str, Any]]:
+        """The backups whose last dial this primary refused for their replication format,
+        within :data:`REFUSED_FOR` seconds: ``url``, ``reason``, ``since``, ``count``."""
+        return self._refused.views(self._host.now(), time.time())
 
     def released(self, connection: AdmittedConnection) -> None:
         self._floor.link_released(connection)

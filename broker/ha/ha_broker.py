@@ -573,6 +573,7 @@ class HaBroker:
             in_sync=self.in_sync_status() if primary is not None else None,
             member_lease=self.lease_status(),
             replication_errors=self.backup_errors.views(role.ready),  # not those ready again
+            refused_links=self.admission.refused_links() if primary is not None else [],
             link_error=link.link_error() if link is not None else None,
             replication_error=link.replication_error() if link is not None else None,
         )

@@ -69,6 +69,9 @@ class HaSnapshot:
     #: A primary's backups whose replication failed (linked now or not) and that are not
     #: ready again: which backup, which object, why.
     replication_errors: list[dict[str, Any]]
+    #: A primary's backups whose links it refuses now (their replication format): which
+    #: address, why, since when, how many dials.
+    refused_links: list[dict[str, Any]]
     #: On a backup: why its link is not up; its latest replication error (object and
     #: reason), until a link catches up.
     link_error: dict[str, Any] | None
@@ -211,6 +214,7 @@ def ha_status_steps(
         "in_sync": snap.in_sync,
         "member_lease": snap.member_lease,
         "replication_errors": snap.replication_errors,
+        "refused_links": snap.refused_links,
         "link_error": snap.link_error,
         "replication_error": snap.replication_error,
         "replication_position": sum(ids),

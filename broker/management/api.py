@@ -17,6 +17,7 @@ authentication middleware (:mod:`broker.management.auth`), and the server
 (:func:`start_management`). The handlers live by concept:
 :mod:`~broker.management.status` (status, metrics),
 :mod:`~broker.management.objects` (queues, exchanges, bindings, connections),
+:mod:`~broker.management.bindings` (add and remove a binding, a queue's bindings),
 :mod:`~broker.management.channels` (the connections' channels and consumers),
 :mod:`~broker.management.vhosts` (virtual hosts) and
 :mod:`~broker.management.ha` (HA role, promote, lease, queue replication) and
@@ -39,6 +40,7 @@ from broker.listen import open_sockets
 from broker.management.acl import AclEndpoints
 from broker.management.admin import AdminEndpoints
 from broker.management.auth import BasicAuth, Handler
+from broker.management.bindings import BindingEndpoints
 from broker.management.channels import ChannelEndpoints
 from broker.management.console import Console
 from broker.management.errors import ApiError, amqp_api_error, error_response
@@ -64,6 +66,7 @@ class ManagementApi:
         self.auth = BasicAuth(broker, self.log, sessions=self.console)
         self.overview = StatusEndpoints(broker)
         self.objects = ObjectEndpoints(broker, self.log)
+        self.bindings = BindingEndpoints(broker, self.log)
         self.vhosts = VhostEndpoints(broker, self.log)
         self.ha = HaEndpoints(broker, self.log)
         self.console.live.managed_by = lambda: self.ha.promote_guard.managed_by
@@ -86,6 +89,7 @@ class ManagementApi:
             web.delete("/api/exchanges/{name}", objects.delete_exchange),
             *self.vhosts.routes(),  # GET /api/vhosts[/{name}], PUT and DELETE /api/vhosts/{name}
             web.get("/api/bindings", objects.list_bindings),
+            *self.bindings.routes(),  # POST, DELETE /api/bindings/{vhost}/e/{source}/q/...
             web.get("/api/connections", objects.list_connections),
             *self.channels.routes(),  # GET /api/channels, /api/connections/{id}/channels
             web.get("/metrics", overview.metrics),

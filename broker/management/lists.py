@@ -91,7 +91,15 @@ EXCHANGES = ListKind(
 )
 BINDINGS = ListKind(
     "bindings",
-    ("source", "vhost", "destination", "destination_type", "routing_key", "arguments"),
+    (
+        "source",
+        "vhost",
+        "destination",
+        "destination_type",
+        "routing_key",
+        "arguments",
+        "properties_key",
+    ),
     lambda row: (row.get("source"), row.get("destination"), row.get("routing_key")),
 )
 CONNECTIONS = ListKind(
@@ -111,9 +119,11 @@ CONNECTIONS = ListKind(
         "messages_published",
         "messages_delivered",
         "protocol",
+        "user_provided_name",
+        "ssl",
         "ha_backup",
     ),
-    lambda row: (row.get("name"), row.get("user")),
+    lambda row: (row.get("name"), row.get("user"), row.get("user_provided_name")),
 )
 CHANNELS = ListKind(
     "channels",

@@ -7,6 +7,9 @@ to a JSON-ready dict; no I/O, nothing changed. The keys are the API's contract
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from typing import Any
 
 from broker.core.exchange import Binding, Exchange
@@ -52,6 +55,18 @@ def exchange_view(exchange: Exchange) -> dict[str, Any]:
     }
 
 
+def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
+    """What names a binding among those of one source and destination in a path, as
+    RabbitMQ's ``properties_key``: the routing key (``~`` when it is empty) when the binding
+    has no arguments, else the key, ``~`` and a digest of the arguments (the first 10
+    characters of the URL-safe base64 of their canonical JSON's SHA-256)."""
+    if not arguments:
+        return routing_key or "~"
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=repr)
+    digest = hashlib.sha256(canonical.encode("utf-8")).digest()
+    return f"{routing_key}~{base64.urlsafe_b64encode(digest).decode('ascii')[:10]}"
+
+
 def binding_view(binding: Binding) -> dict[str, Any]:
     return {
         "source": binding.exchange,
@@ -60,6 +75,7 @@ def binding_view(binding: Binding) -> dict[str, Any]:
         "destination_type": binding.destination_type,
         "routing_key": binding.routing_key,
         "arguments": binding.arguments,
+        "properties_key": properties_key(binding.routing_key, binding.arguments),
     }
 
 
@@ -89,6 +105,10 @@ def connection_view(connection: ConnectionView) -> dict[str, Any]:
         "messages_published": connection.messages_published,
         "messages_delivered": connection.messages_delivered,
         "protocol": connection.protocol,
+        # RabbitMQ's names: the client's own name for it (pika's connection_name), and
+        # whether it came over TLS
+        "user_provided_name": _text(props.get("connection_name")),
+        "ssl": bool(getattr(connection, "encrypted", False)),
         # an HA backup's replication link, not a client (closing it makes that backup
         # relink and catch up): the backup's address, else None
         "ha_backup": _text(props.get(URL_PROPERTY) or "?") if props.get(BACKUP_PROPERTY) else None,

@@ -135,14 +135,26 @@ class Cluster:
         found: Node = poll_until(other, timeout, f"a primary other than {old.name}", interval=0.05)
         return found
 
-    def watch_primaries(self) -> list[str]:
+    def watch_primaries(self) -> tuple[list[str], list[str]]:
         """The nodes whose brokers serve as primary right now (a live sample): in a primary
         state, and, when two or more are, not stopped by a lapsed member lease (a cut-off old
-        primary stays ``active`` until its agent fences it, but serves nobody)."""
+        primary stays ``active`` until its agent fences it, but serves nobody). Second, the
+        nodes in a primary state whose lease could not be read (asked again with a longer
+        deadline first): they are in neither list's count of serving, and the caller says
+        how many samples were not known rather than count them either way."""
         primaries = self.primaries()
-        if len(primaries) >= 2:
-            primaries = [n for n in primaries if n.serving()]
-        return sorted(n.name for n in primaries)
+        if len(primaries) < 2:
+            return sorted(n.name for n in primaries), []
+        serving, unknown = [], []
+        for node in primaries:
+            answer = node.serving()
+            if answer is None:
+                answer = node.serving(timeout=2.0)
+            if answer is None:
+                unknown.append(node.name)
+            elif answer:
+                serving.append(node.name)
+        return sorted(serving), sorted(unknown)
 
     # -- the end -------------------------------------------------------------------------
     def stop(self) -> None:

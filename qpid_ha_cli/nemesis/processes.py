@@ -262,11 +262,14 @@ class Node:
         status = self.status()
         return "down" if status is None else str(status.get("ha_state"))
 
-    def serving(self) -> bool:
+    def serving(self, timeout: float = 0.5) -> bool | None:
         """Does this broker serve clients, as far as its member lease says (``GET /api/ha``
-        ``member_lease.serving``; unreadable or absent: assumed to, which only over-counts)?"""
-        ha = self.get("/api/ha?queues=summary")
-        lease = ha.get("member_lease") if isinstance(ha, dict) else None
+        ``member_lease.serving``)? True without a member lease in the answer; None when the
+        broker did not answer within ``timeout`` (not known: a loaded machine)."""
+        ha = self.get("/api/ha?queues=summary", timeout)
+        if not isinstance(ha, dict):
+            return None
+        lease = ha.get("member_lease")
         return not (isinstance(lease, dict) and lease.get("serving") is False)
 
     def broker_pid(self) -> int | None:

@@ -144,14 +144,19 @@ class Sampler:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.seen: list[list[str]] = []
+        # samples with two brokers in a primary state and one's lease not readable: not
+        # known either way (the logs' check, two_primaries_s, decides)
+        self.unknown: list[list[str]] = []
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._main, name="nemesis-sampler", daemon=True)
 
     def _main(self) -> None:
         while not self._stop.wait(0.1):
-            primaries = self.cluster.watch_primaries()
+            primaries, unknown = self.cluster.watch_primaries()
             if len(primaries) >= 2:
                 self.seen.append(primaries)
+            elif unknown and len(primaries) + len(unknown) >= 2:
+                self.unknown.append(primaries + unknown)
 
     def start(self) -> Sampler:
         self.thread.start()
@@ -266,6 +271,8 @@ class NemesisRun:
         result.two_primaries_seen = len(sampler.seen)
         if sampler.seen:
             result.notes["two_primaries_sample"] = sampler.seen[0]
+        if sampler.unknown:
+            result.notes["two_primaries_unknown_samples"] = len(sampler.unknown)
         result.two_primaries_s = self.two_primaries(window)
         return result
 

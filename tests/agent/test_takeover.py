@@ -111,3 +111,33 @@ def test_the_broker_answer_is_read_strictly() -> None:
     bad: list[object] = [{}, {"lapsed": 1, "remaining_ms": 0}, {"lapsed": True, "remaining_ms": -1}]
     for answer_ in [*bad, []]:
         assert grant_view(answer_) is None
+
+
+def test_a_cut_of_this_brokers_link_alone_is_not_the_primarys_loss() -> None:
+    """n2's grant lapsed and its link is down, but n3 (the set's other member, its agent
+    there) published no hint against n1: only n2's link is cut, the primary's removal of
+    n2 decides. With n3's hint, or n3's agent gone too, n2 takes over."""
+    lapsed = GrantView(True, 0.0, frozenset({7}))
+    asked: list[tuple[str, int]] = []
+
+    def hinted(*nodes: str) -> LapsedGrant:
+        def link_down(primary: str, epoch: int) -> frozenset[str]:
+            asked.append((primary, epoch))
+            return frozenset(nodes)
+
+        return LapsedGrant("n2", lambda _e: lapsed, link_down)
+
+    cut = hinted().may_take_over(TakeoverView(OLD, SET, members()))
+    assert not cut.allowed and cut.replace is None
+    assert "n3 published no link hint against n1 (epoch 7)" in cut.reason
+    assert cut.retry_in is not None and cut.retry_in <= 0.2
+    assert asked == [("n1", 7)]
+    assert not hinted("n1", "n2").may_take_over(TakeoverView(OLD, SET, members())).allowed
+    both = hinted("n3").may_take_over(TakeoverView(OLD, SET, members()))
+    assert both.allowed and both.replace == OLD
+    n3_gone = {n: m for n, m in members().items() if n != "n3"}
+    assert hinted().may_take_over(TakeoverView(OLD, SET, n3_gone)).allowed
+    alone = InSyncRecord(7, (InSyncMember("b2", "n2"),))  # no other member: the grant decides
+    assert hinted().may_take_over(TakeoverView(OLD, alone, members())).allowed
+    unnamed = InSyncRecord(7, (InSyncMember("b2", "n2"), InSyncMember("b3")))
+    assert hinted().may_take_over(TakeoverView(OLD, unnamed, members())).allowed

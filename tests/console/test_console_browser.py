@@ -245,11 +245,13 @@ def test_an_administrator_purges_a_queue_after_confirming(
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: f"purged 5 messages from {PURGED}" in text(browser, "#toast"))
     seen(browser, lambda: text(browser, f"{row} td.ready") == "0", what="0 ready")
-    # a test message through the default exchange, then got and put back
+    # a test message through the default exchange, then got and put back (the get's
+    # first ack mode, RabbitMQ's "Nack message requeue true")
     browser.find_element(By.ID, "publish-to-queue").click()
     seen(browser, lambda: text(browser, f"{row} td.ready") == "1", what="1 ready")
     browser.find_element(By.ID, "get-message").click()
-    seen(browser, lambda: text(browser, "#got") == f"{PURGED}: hello from the console")
+    got = f"Message 1: {PURGED}: hello from the console; 0 left"  # then put back
+    seen(browser, lambda: text(browser, "#got") == got)
     assert text(browser, f"{row} td.ready") == "1"
     # a client's connection, closed after the confirmation: the client is told
     parameters = pika.URLParameters(f"amqp://admin:admin-secret@127.0.0.1:{primary.port}/%2F")

@@ -6,7 +6,9 @@ list)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -18,6 +20,7 @@ from selenium.webdriver.support.ui import Select
 from tests.broker_process import BrokerProcess
 from tests.console.page import click, log_in, seen, text
 from tests.console.support import write_users
+from tests.ha.cluster import http
 
 pytestmark = pytest.mark.xdist_group("console_browser")  # the module's browser
 
@@ -112,3 +115,149 @@ def test_the_exchanges_table_is_filtered_and_paged_by_the_server(
     wanted = {f"x-05{i}" for i in range(10)}
     seen(browser, lambda: set(exchange_names(browser)) == wanted, what="filtered to x-05x")
     assert text(browser, "#exchanges-page-info") == f"page 1 of 1 · 10 of {total} exchanges"
+    # sorted by the server, by a click on a header: names, last first
+    click(browser, "#exchanges th[data-sort='name']")
+    click(browser, "#exchanges th[data-sort='name']")
+    seen(browser, lambda: exchange_names(browser)[:2] == ["x-059", "x-058"], what="by name, desc")
+    header = browser.find_element(By.CSS_SELECTOR, "#exchanges th[data-sort='name']")
+    assert "sorted-desc" in str(header.get_attribute("class"))
+
+
+def classes(browser: Any, css: str) -> list[str]:
+    return str(browser.find_element(By.CSS_SELECTOR, css).get_attribute("class")).split()
+
+
+def shown(browser: Any, page: str, box: str, filter_text: str) -> None:
+    """Open ``page`` with its table filtered to ``filter_text`` (typed over what it had)."""
+    browser.execute_script(f"window.location.hash = '#{page}'")
+    field = seen(browser, lambda: browser.find_element(By.ID, f"{box}-filter"), what=box)
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys(filter_text)
+
+
+def test_an_administrator_adds_binds_publishes_gets_and_removes(
+    browser: Any, qpidd: BrokerProcess, shots: Path
+) -> None:
+    """RabbitMQ's object pages in one walk, as an administrator: add a queue (with an
+    argument) and an exchange; bind them from the queue's page; publish to the exchange
+    with a delivery mode, headers and properties; get it with "Automatic ack" (taken
+    away), its properties shown; the queue's consumers; unbind; delete the exchange; a
+    client's own name for its connection; the bindings and connections sorted by a
+    click."""
+    queue, exchange, app_name = "made-in-console", "console-direct", "orders-app (pika)"
+    log_in(browser, qpidd, "admin", page="overview")
+    # the Overview (RabbitMQ's first page): totals as the API counts them, node figures
+    listed = http("GET", qpidd.mgmt_port, "/api/queues")
+    ready = sum(q["messages"] for q in listed)
+    totals = (f"{len(listed):,}", f"{ready:,}")
+    shown_totals = ("#ov-queues .value", "#ov-ready .value")
+    seen(
+        browser, lambda: tuple(text(browser, css) for css in shown_totals) == totals, what="totals"
+    )
+    assert text(browser, "#ov-publish .value").endswith("/s")
+    node = "#overview-node tbody tr"
+    assert re.fullmatch(r"\d+ / [\d,]+ available", text(browser, f"{node} td.fds"))
+    assert re.fullmatch(r"[\d.]+ MiB.*", text(browser, f"{node} td.memory"))
+    listeners = text(browser, f"{node} td.listeners")
+    assert listeners == f"amqp {qpidd.port}, http {qpidd.mgmt_port}", listeners
+    # its charts over RabbitMQ's ranges: the last minute, then the last hour
+    axis = "#overview-charts .chart svg text:last-of-type"
+    seen(browser, lambda: text(browser, axis).startswith("last minute ("), what="a minute")
+    Select(browser.find_element(By.ID, "overview-range")).select_by_visible_text("Last hour")
+    seen(browser, lambda: text(browser, axis).startswith("last hour ("), what="an hour")
+    browser.save_screenshot(str(shots / "overview.png"))
+    browser.execute_script("window.location.hash = '#queues'")
+    seen(browser, lambda: browser.find_element(By.ID, "add-queue"), what="the add form")
+    browser.find_element(By.CSS_SELECTOR, "#add-queue summary").click()
+    browser.find_element(By.ID, "new-queue-name").send_keys(queue)
+    browser.find_element(By.ID, "new-queue-arguments").send_keys('{"x-max-length": 10}')
+    browser.find_element(By.ID, "add-queue-button").click()
+    seen(browser, lambda: f"queue {queue} declared in vhost /" in text(browser, "#toast"))
+    shown(browser, "exchanges", "exchanges", exchange)
+    click(browser, "#exchange-add summary")
+    browser.find_element(By.ID, "new-exchange-name").send_keys(exchange)
+    browser.find_element(By.ID, "add-exchange-button").click()
+    row = f"#exchanges tr[data-exchange='{exchange}']"
+    seen(browser, lambda: browser.find_elements(By.CSS_SELECTOR, row), what="the new exchange")
+    assert text(browser, f"{row} td:nth-child(3)") == "direct"
+
+    # the queue's page: its argument, the default binding; bound from there
+    shown(browser, "queues", "queue", queue)
+    mine = f"#queues tr[data-queue='{queue}']"
+    seen(browser, lambda: text(browser, f"{mine} td.args") == "x-max-length=10", what="args")
+    click(browser, mine)
+    seen(browser, lambda: browser.find_element(By.ID, "bind-source")).send_keys(exchange)
+    browser.find_element(By.ID, "bind-key").send_keys("k1")
+    browser.find_element(By.ID, "bind-button").click()
+    bound = f"#queue-bindings tr[data-source='{exchange}']"
+    seen(browser, lambda: text(browser, f"{bound} td.key") == "k1", what="the new binding")
+    assert text(browser, "#queue-bindings tbody tr:first-child td") == "(default exchange binding)"
+
+    # a consumer on the queue (shown on its page), from a client that names its connection
+    parameters = pika.URLParameters(qpidd.url)
+    parameters.client_properties = {"connection_name": app_name}
+    with pika.BlockingConnection(parameters) as client:
+        channel = client.channel()
+        channel.basic_consume(queue, lambda *a: None, consumer_tag="orders-worker")
+        tag = "#queue-consumers tr[data-tag='orders-worker'] td.tag-name"
+        seen(browser, lambda: text(browser, tag) == "orders-worker", what="its consumer")
+        # the Channels and Consumers tabs (RabbitMQ's) list it too
+        browser.execute_script("window.location.hash = '#consumers'")
+        consumer = "#consumers-table tr[data-tag='orders-worker']"
+        seen(browser, lambda: text(browser, f"{consumer} td.queue") == queue, what="consumers")
+        on = text(browser, f"{consumer} td.channel")
+        browser.execute_script("window.location.hash = '#channels'")
+        mine_channel = f"#channels-table tr[data-channel='{on}']"
+        seen(
+            browser,
+            lambda: text(browser, f"{mine_channel} td.consumers") == "1",
+            what="its channel",
+        )
+        channel.basic_cancel("orders-worker")  # the message below is the get's
+        # the client's own name for its connection; the connections sorted by user
+        shown(browser, "connections", "connections", "")
+        named = "#connections td.name .client-name"
+        seen(browser, lambda: text(browser, named) == app_name, what="the client's name")
+        click(browser, "#connections th[data-sort='user']")
+        header = "#connections th[data-sort='user']"
+        seen(browser, lambda: "sorted-asc" in classes(browser, header), what="sorted by user")
+
+    # publish to the exchange with a delivery mode, headers and properties
+    shown(browser, "exchanges", "exchanges", exchange)
+    click(browser, f"{row} button.publish")
+    seen(browser, lambda: browser.find_element(By.ID, "publish-key")).send_keys("k1")
+    Select(browser.find_element(By.ID, "publish-delivery-mode")).select_by_value("2")
+    browser.find_element(By.ID, "publish-headers").send_keys('{"region": "eu"}')
+    browser.find_element(By.ID, "publish-properties").send_keys('{"content_type": "text/plain"}')
+    payload = browser.find_element(By.ID, "publish-payload")
+    payload.clear()
+    payload.send_keys("order 1")
+    browser.find_element(By.ID, "publish-send").click()
+    seen(browser, lambda: f"published to {exchange}: 1 queue(s)" in text(browser, "#toast"))
+
+    # get with "Automatic ack": the message is taken away, its properties shown
+    shown(browser, "queues", "queue", queue)
+    seen(browser, lambda: text(browser, f"{mine} td.ready") == "1", what="1 ready")
+    click(browser, mine)
+    mode = seen(browser, lambda: browser.find_element(By.ID, "get-ackmode"), what="get form")
+    Select(mode).select_by_visible_text("Automatic ack")
+    browser.find_element(By.ID, "get-message").click()
+    got = seen(browser, lambda: text(browser, "#got"), what="the message got")
+    assert got.startswith("Message 1: k1: order 1; 0 left"), got
+    for part in ('"delivery_mode":2', '"content_type":"text/plain"', '"region":"eu"'):
+        assert part in got, got
+    seen(browser, lambda: text(browser, f"{mine} td.ready") == "0", what="taken away")
+    browser.save_screenshot(str(shots / "queue-page.png"))
+
+    # unbind from the queue's page, then delete the exchange (each after confirming)
+    click(browser, f"{bound} button.unbind")
+    assert f"Unbind queue {queue} from exchange {exchange}" in text(browser, "#confirm-text")
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(browser, lambda: not browser.find_elements(By.CSS_SELECTOR, bound), what="unbound")
+    shown(browser, "exchanges", "exchanges", exchange)
+    click(browser, "#bindings th[data-sort='routing_key']")
+    click(browser, f"{row} button.delete-exchange")
+    assert f"Delete exchange {exchange}" in text(browser, "#confirm-text")
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(browser, lambda: not browser.find_elements(By.CSS_SELECTOR, row), what="deleted")
+    assert "sorted-asc" in classes(browser, "#bindings th[data-sort='routing_key']")

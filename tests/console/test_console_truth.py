@@ -8,6 +8,9 @@ given to a stand-alone broker of release 0.1.0 before the declare contract refus
 as they do in a cluster's life, so one test walks them, a page of each member open in its
 own tab:
 
+0. **a backup refused for its replication format** (started speaking one no release
+   speaks): the primary's page says REFUSED, why and the next step, never just NOT
+   CONNECTED; restarted at this release, it links;
 1. **a backup whose replication failed**: the primary cannot send its snapshot; its page
    names the backup, the object and why, and never shows it in sync (not a member, the
    in-sync set empty); the backup's page says the same of itself;
@@ -18,7 +21,8 @@ own tab:
    dead primary's row is not a green PRIMARY; Promote is offered (no agent manages it);
 5. **recovering**: promoted expecting the fenced broker, the new primary says whom it waits
    for (and holds confirms meanwhile);
-6. **a dead primary**: the new primary SIGKILLed, its page says UNREACHABLE.
+6. **a paused primary**: the new primary SIGSTOPped, its page says NO UPDATE for N s;
+7. **a dead primary**: then SIGKILLed, its page says UNREACHABLE.
 
 Photographed (``support.screenshot_dir``: ``docs/console/`` with ``CONSOLE_SCREENSHOTS=1``).
 """
@@ -36,6 +40,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from common.polling import poll_until
+from common.version import REPLICATION_FORMATS, TEST_REPLICATION_FORMATS_ENV
 from tests.broker_process import BrokerProcess
 from tests.console.page import log_in, seen, text
 from tests.console.support import write_users
@@ -71,6 +76,8 @@ def troubled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         "--link-maintenance-interval=1",
         "--ha-backup-timeout=10",  # at least until the page showed it recovering
     )
+    # b1 first speaks a replication format no release speaks: the primary refuses its link
+    cluster.brokers[1].env = {TEST_REPLICATION_FORMATS_ENV: "99-99"}
     try:
         try:  # both at once
             with ThreadPoolExecutor(2) as pool:
@@ -98,6 +105,7 @@ def test_the_pages_follow_a_cluster_through_its_troubles(
     primary, backup = troubled.brokers
     primary_tab = browser.current_window_handle
     log_in(browser, primary, "manager")
+    _refused_for_its_format(troubled, browser, shots)
     browser.switch_to.new_window("tab")
     backup_tab = browser.current_window_handle
     try:
@@ -107,6 +115,25 @@ def test_the_pages_follow_a_cluster_through_its_troubles(
     finally:
         browser.close()  # the backup's tab; the first tab stays for the other tests
         browser.switch_to.window(primary_tab)
+
+
+def _refused_for_its_format(cluster: Cluster, browser: Any, shots: Path) -> None:
+    """The backup's link refused for its replication format: the primary's page says so,
+    with why and the next step (not NOT CONNECTED); restarted at this release, it links."""
+    backup = cluster.brokers[1]
+    mine = row(backup.port)
+    why = "no common replication format"
+    role = "REFUSED: no replication format in common (it dials again)"
+    seen(browser, lambda: text(browser, f"{mine} td:nth-child(3)") == role, 15, role)
+    assert why in text(browser, f"{mine} .refused-link"), text(browser, mine)
+    alert = text(browser, "#primary-card .refused-link")
+    assert alert.startswith(f"Backup 127.0.0.1:{backup.port} refused: {why}"), alert
+    formats = REPLICATION_FORMATS.text
+    assert f"Next: this primary (replication formats {formats}) and that backup need" in alert
+    browser.save_screenshot(str(shots / "cluster-refused-format.png"))
+    backup.stop()
+    backup.env = {}
+    backup.start()
 
 
 def _replication_failed(
@@ -193,9 +220,16 @@ def _fenced_then_no_primary(
     assert not browser.find_elements(By.ID, "promote")
     # (active after ha-backup-timeout: not waited for here, to keep make test short)
 
-    # the new primary killed: its page says it does not answer
+    # the new primary paused (SIGSTOP: its socket open, nothing said): after 3.5 s of
+    # silence its page says so, its last state greyed; then killed: it does not answer
     assert backup.proc is not None
     pid = backup.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    silent = "NO UPDATE from b1 for "
+    seen(browser, lambda: text(browser, "#role-banner").startswith(silent), 10, silent)
+    assert "(paused, too busy or cut off)" in text(browser, "#role-banner")
+    assert "stale" in classes(browser, "body")
+    assert not browser.find_element(By.ID, "shutdown").is_displayed()  # no action offered
     os.kill(pid, signal.SIGKILL)
     gone = "UNREACHABLE: b1 has not answered since "
     seen(browser, lambda: text(browser, "#role-banner").startswith(gone), 10, gone)

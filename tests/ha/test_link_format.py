@@ -161,3 +161,19 @@ def test_a_backup_of_an_unknown_format_is_refused_with_one_line(tmp_path: Path) 
             assert cluster.brokers[i].alive()
     finally:
         cluster.stop()
+
+
+def test_a_primary_remembers_the_backups_it_refuses_until_one_links_or_stops_dialling() -> None:
+    from broker.ha.admission import REFUSED_FOR, RefusedLinks
+
+    refused = RefusedLinks()
+    refused.dialled("127.0.0.1:5673", "no common replication format: ...", 10.0)
+    refused.dialled("127.0.0.1:5673", "no common replication format: ...", 11.0)
+    refused.dialled("127.0.0.1:5674", None, 11.0)  # admitted: nothing to say
+    [view] = refused.views(11.5, 1_000_000.0)
+    assert (view["url"], view["count"]) == ("127.0.0.1:5673", 2)
+    assert view["since"] == "1970-01-12T13:46:38.500000Z"  # the first refusal, wall clock
+    refused.dialled("127.0.0.1:5673", None, 12.0)  # a link admitted: forgotten
+    assert refused.views(12.0, 0.0) == []
+    refused.dialled("127.0.0.1:5673", "no common replication format: ...", 13.0)
+    assert refused.views(13.0 + REFUSED_FOR + 0.1, 0.0) == []  # it stopped dialling

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.management.views import properties_key
 from tests.management.support import FakeBroker, serve
 
 
@@ -183,6 +184,7 @@ def test_bindings_are_listed() -> None:
                 "destination_type": "queue",
                 "routing_key": "k1",
                 "arguments": {},
+                "properties_key": "k1",
             },
             {
                 "vhost": "/",
@@ -191,6 +193,7 @@ def test_bindings_are_listed() -> None:
                 "destination_type": "queue",
                 "routing_key": "",
                 "arguments": {"x-match": "any", "h": "v"},
+                "properties_key": properties_key("", {"x-match": "any", "h": "v"}),
             },
             {
                 "vhost": "/",
@@ -199,6 +202,7 @@ def test_bindings_are_listed() -> None:
                 "destination_type": "queue",
                 "routing_key": "a.#",
                 "arguments": {},
+                "properties_key": "a.#",
             },
         ]
         exchange = await (await client.get("/api/exchanges/amq.direct")).json()

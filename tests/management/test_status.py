@@ -60,6 +60,8 @@ def test_connections_are_listed() -> None:
             "messages_published": 1,
             "messages_delivered": 0,
             "protocol": "AMQP 0-9-1",
+            "user_provided_name": None,
+            "ssl": False,
             "ha_backup": None,
         }
 

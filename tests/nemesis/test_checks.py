@@ -19,6 +19,7 @@ from qpid_ha_cli.nemesis.checks import (
     primary_spans,
     summary,
 )
+from qpid_ha_cli.nemesis.cluster import Cluster
 from qpid_ha_cli.nemesis.command import missing_requirements, parse_nemeses
 from qpid_ha_cli.nemesis.report import table, verdict
 from qpid_ha_cli.nemesis.topology import block_rules
@@ -191,3 +192,37 @@ def test_an_interrupted_drill_still_reports_the_cycles_that_finished(tmp_path: P
     written = json.loads((tmp_path / "results.json").read_text())
     assert [c["nemesis"] for c in written["cycles"]] == ["kill"]
     assert "kill" in lines[0]
+
+
+class Answering:
+    """A node as the sampler sees it: its state, and its lease's answers in turn (None: it
+    did not answer in time)."""
+
+    def __init__(self, name: str, state: str, *serving: bool | None) -> None:
+        self.name, self._state, self.answers = name, state, list(serving)
+
+    def state(self) -> str:
+        return self._state
+
+    def serving(self, timeout: float = 0.5) -> bool | None:
+        return self.answers.pop(0)
+
+
+def test_the_sampler_counts_a_primary_whose_lease_does_not_answer_as_not_known() -> None:
+    cluster = Cluster(Path("/nonexistent"), 4.0, 1.0)
+
+    def sample(*nodes: Answering) -> tuple[list[str], list[str]]:
+        cluster.nodes = list(nodes)  # type: ignore[arg-type]
+        return cluster.watch_primaries()
+
+    one = sample(Answering("n1", "active"), Answering("n2", "ready"))
+    assert one == (["n1"], [])  # one primary: its lease is not asked
+    two = sample(Answering("n1", "active", True), Answering("n2", "active", True))
+    assert two == (["n1", "n2"], [])
+    lapsed = sample(Answering("n1", "active", False), Answering("n2", "recovering", True))
+    assert lapsed == (["n2"], [])
+    # asked again with a longer deadline before it is not known
+    late = sample(Answering("n1", "active", None, True), Answering("n2", "active", True))
+    assert late == (["n1", "n2"], [])
+    silent = sample(Answering("n1", "active", None, None), Answering("n2", "active", True))
+    assert silent == (["n2"], ["n1"])

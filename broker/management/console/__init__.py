@@ -52,6 +52,7 @@ class Console:
             *self.pages.routes(),
             web.get("/api/console/live", self.live.stream),
             web.get("/api/changes", self.live.changes),
+            web.get("/api/console/history", self.live.history),
             *self.actions.routes(),
         ]
 

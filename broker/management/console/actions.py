@@ -8,15 +8,22 @@ Contract
 - ``DELETE /api/queues/{name}/contents``: purge the queue's ready messages (``queue.purge``;
   unacknowledged ones stay). Answers ``{"name", "messages_purged"}`` as purge-ok does: once
   every in-sync backup applied the purge (and the store has it); logs ``queue_purged``.
-- ``POST /api/exchanges/{name}/publish`` ``{"routing_key": K, "payload": TEXT}``: publish
-  one transient test message (no properties, UTF-8 body of at most :data:`MAX_PAYLOAD`
-  bytes) as a client would (routing, alternate exchanges, limits). Answers
-  ``{"routed": bool, "queues": n, "rejected": n}``; logs ``test_message_published``.
-- ``POST /api/queues/{name}/get`` ``{"count": N, "requeue": bool}``: take up to N (1 to
-  :data:`MAX_GET`) messages from the head as ``basic.get`` does; ``requeue`` true (the
-  default) puts them back, marked redelivered, false removes them. Answers a list of
+- ``POST /api/exchanges/{name}/publish`` ``{"routing_key": K, "payload": TEXT,
+  "payload_encoding": "string"|"base64", "properties": {...}}``: publish one message (a
+  body of at most :data:`MAX_PAYLOAD` bytes; RabbitMQ's properties, headers included:
+  :mod:`broker.management.message_properties`) as a client would (routing, alternate
+  exchanges, limits). Answers ``{"routed": bool, "queues": n, "rejected": n}``; logs
+  ``test_message_published``.
+- ``POST /api/queues/{name}/get`` ``{"count": N, "ackmode": MODE}``: take up to N (1 to
+  :data:`MAX_GET`) messages from the head as ``basic.get`` does; RabbitMQ's ackmode:
+  ``ack_requeue_true`` (the default) and ``reject_requeue_true`` put them back, marked
+  redelivered, ``ack_requeue_false`` removes them, ``reject_requeue_false`` rejects them
+  (dead-lettered where the queue says so). ``{"requeue": bool}`` is the older form
+  (true: ``ack_requeue_true``, false: ``ack_requeue_false``). Answers a list of
   ``{"payload", "payload_bytes", "payload_encoding", "routing_key", "exchange",
-  "redelivered"}`` (payload as UTF-8 text, else base64); logs ``test_messages_got``.
+  "redelivered", "message_count", "properties"}`` (payload as UTF-8 text, else base64;
+  ``message_count`` the messages left after it, as get-ok says); logs
+  ``test_messages_got``.
 - ``GET /api/users``: the users of the users file and their roles, no password hash;
   administrators only (403 otherwise, although it is a GET).
 
@@ -42,6 +49,11 @@ from broker.core.vhost import VHOST, VirtualHost
 from broker.management.auth import current_user
 from broker.management.errors import ApiError, amqp_api_error
 from broker.management.managed import ManagedBroker, refuse_on_backup, replicated, vhosts_of
+from broker.management.message_properties import (
+    ACK_MODES,
+    properties_from_json,
+    properties_to_json,
+)
 from broker.management.request_input import Body, read_json_object
 from broker.security.roles import Role
 
@@ -62,6 +74,34 @@ def _count(body: Body) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GET:
         raise ApiError(400, f"field 'count' must be an integer from 1 to {MAX_GET}: {value!r}")
     return value
+
+
+def _payload(body: Body) -> bytes:
+    """The body to publish: the payload as UTF-8, or decoded from base64."""
+    text = body.string("payload", "")
+    encoding = body.string("payload_encoding", "string")
+    if encoding == "string":
+        payload = text.encode("utf-8")
+    elif encoding == "base64":
+        try:
+            payload = base64.b64decode(text, validate=True)
+        except ValueError:
+            raise ApiError(400, "field 'payload' is not base64") from None
+    else:
+        raise ApiError(400, f"field 'payload_encoding' must be string or base64: {encoding!r}")
+    if len(payload) > MAX_PAYLOAD:
+        raise ApiError(400, f"field 'payload' is longer than {MAX_PAYLOAD} bytes")
+    return payload
+
+
+def _ack_mode(body: Body) -> tuple[bool, bool]:
+    """(requeue, reject) of a get: RabbitMQ's ackmode, else the older requeue flag."""
+    mode = body.data.get("ackmode")
+    if mode is None:
+        return body.flag("requeue", True), False
+    if mode not in ACK_MODES:
+        raise ApiError(400, f"field 'ackmode' must be one of {', '.join(ACK_MODES)}: {mode!r}")
+    return ACK_MODES[mode]
 
 
 def _payload_view(body: bytes) -> tuple[str, str]:
@@ -114,11 +154,13 @@ class ActionEndpoints:
 
     async def publish(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        body = Body(await read_json_object(request), ("routing_key", "payload"))
+        body = Body(
+            await read_json_object(request),
+            ("routing_key", "payload", "payload_encoding", "properties"),
+        )
         routing_key = body.string("routing_key", "")
-        payload = body.string("payload", "").encode("utf-8")
-        if len(payload) > MAX_PAYLOAD:
-            raise ApiError(400, f"field 'payload' is longer than {MAX_PAYLOAD} bytes")
+        payload = _payload(body)
+        raw_properties = properties_from_json(body.data.get("properties"))
         if len(routing_key.encode("utf-8")) > 255:
             raise ApiError(400, "field 'routing_key' is longer than 255 bytes")
         self._not_backup()
@@ -126,7 +168,9 @@ class ActionEndpoints:
         exchange_name = "" if name == "amq.default" else name
         try:
             exchange = vhost.check_publish(exchange_name)
-            result = vhost.publish(exchange, Message(exchange_name, routing_key, body=payload))
+            result = vhost.publish(
+                exchange, Message(exchange_name, routing_key, raw_properties, payload)
+            )
         except AmqpError as exc:
             raise amqp_api_error(exc) from None
         self.log.info(
@@ -142,9 +186,9 @@ class ActionEndpoints:
 
     async def get(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        body = Body(await read_json_object(request), ("count", "requeue"))
+        body = Body(await read_json_object(request), ("count", "requeue", "ackmode"))
         count = _count(body)
-        requeue = body.flag("requeue", True)
+        requeue, reject = _ack_mode(body)
         self._not_backup()
         try:
             queue = self._vhost(request).queue(name)
@@ -156,13 +200,16 @@ class ActionEndpoints:
             if entry is None:
                 break
             redelivered = entry.redelivered
-            queue.delivered(entry, no_ack=not requeue)
-            taken.append((entry, redelivered))
+            queue.delivered(entry, no_ack=not requeue and not reject)
+            taken.append((entry, redelivered, queue.message_count))
         if requeue and taken:
-            queue.requeue([entry for entry, _ in taken])
+            queue.requeue([entry for entry, _, _ in taken])
             queue.dispatch()
+        elif reject:
+            for entry, _, _ in taken:
+                queue.reject(entry, requeue=False)  # dead-lettered where the queue says
         answer = []
-        for entry, redelivered in taken:
+        for entry, redelivered, left in taken:
             text, encoding = _payload_view(entry.message.body)
             answer.append(
                 {
@@ -172,6 +219,8 @@ class ActionEndpoints:
                     "routing_key": entry.message.routing_key,
                     "exchange": entry.message.exchange,
                     "redelivered": redelivered,
+                    "message_count": left,
+                    "properties": properties_to_json(entry.message.properties_raw),
                 }
             )
         self.log.info(

@@ -62,11 +62,18 @@ from broker.management.console.live_lists import (
     ListPage,
     LiveLists,
 )
+from broker.management.console.overview import RANGES, Overview
 from broker.management.console.timeline import Timeline
 from broker.management.errors import ApiError
 from broker.management.lists import parse_query
 from broker.management.managed import ManagedBroker, vhosts_of
-from broker.management.responses import dumps, dumps_sliced, json_response_sliced, run_sliced
+from broker.management.responses import (
+    dumps,
+    dumps_sliced,
+    json_response,
+    json_response_sliced,
+    run_sliced,
+)
 from broker.management.views import queue_view
 from broker.security.roles import Role
 from common.slices import SLICE, Steps, run_steps
@@ -115,6 +122,7 @@ class LiveFeed:
         self.log = log
         self.clock = wall_clock
         self.timeline = Timeline()
+        self.overview = Overview(broker)  # RabbitMQ's Overview: totals, rates, node figures
         self.queue_history: dict[str, deque[dict[str, float]]] = {}
         self.lag_history: dict[str, dict[str, deque[int]]] = {}
         #: backup id -> since when it has left batches unacknowledged with nothing
@@ -450,6 +458,7 @@ class LiveFeed:
                 backup: round(now - since, 1) for backup, since in self.unacknowledged_since.items()
             },
             "timeline": self.timeline.view(),
+            "overview": self.overview.sample(now),
             "vhosts": [
                 {"name": v.name, "queues": len(v.queues), "exchanges": len(v.exchanges)}
                 for v in vhosts
@@ -537,6 +546,14 @@ class LiveFeed:
         finally:
             self.viewers -= 1
         return response
+
+    async def history(self, request: web.Request) -> web.Response:
+        """GET /api/console/history?range=1m|1h|1d: the Overview's points over that range
+        (queued messages, message rates), oldest first."""
+        wanted = request.query.get("range", "1m")
+        if wanted not in RANGES:
+            raise ApiError(400, f"range must be one of {', '.join(RANGES)}, not {wanted!r}")
+        return json_response({"range": wanted, "points": self.overview.history(wanted)})
 
     async def changes(self, request: web.Request) -> web.Response:
         """GET /api/changes[?since=V]: what changed in the lists since version V, or every

@@ -87,7 +87,12 @@ STATIC_FIELDS = frozenset(
         "destination",
         "destination_type",
         "routing_key",
+        "properties_key",
         "id",
+        "peer",
+        "user",
+        "user_provided_name",
+        "ssl",
     }
 )
 

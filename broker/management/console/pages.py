@@ -43,6 +43,9 @@ STATIC_FILES = {
     "charts.js": "text/javascript",
     "tables.js": "text/javascript",
     "lists.js": "text/javascript",
+    "queue_page.js": "text/javascript",
+    "overview.js": "text/javascript",
+    "activity.js": "text/javascript",
     "login.css": "text/css",
 }
 #: Why the page sent its viewer back to the login form (``?ended=``).

@@ -76,7 +76,7 @@ function lineChart(title, series, options = {}) {
   label.textContent = `max ${Math.round(max * 100) / 100}`;
   svg.appendChild(label);
   const axis = svgElement("text", { x: 2, y: height + 12, "font-size": 10, fill: "#616e7c" });
-  axis.textContent = "last 60 s";
+  axis.textContent = options.axis || "last 60 s";
   svg.appendChild(axis);
   series.forEach((s, i) => {
     svg.appendChild(svgElement("path", { d: pathOf(s.values, width, height, max), fill: "none", stroke: SERIES_COLORS[i % 3], "stroke-width": 1.5 }));

@@ -112,6 +112,12 @@ function replicationError(ha, m) {
   return (ha.replication_errors || []).find((x) => (m.id && x.backup === m.id) || (x.url && hostPort(x.url) === address)) || null;
 }
 
+// The refusal a primary holds for the backup at this address (GET /api/ha refused_links).
+function refusedLink(ha, m) {
+  const address = hostPort(m.url);
+  return (ha.refused_links || []).find((x) => hostPort(x.url) === address) || null;
+}
+
 function memberRows(s) {
   const ha = s.ha;
   const members = (ha.members || []).map((m) => ({ ...m }));
@@ -143,6 +149,8 @@ function memberRows(s) {
     const missing = m.state === "not connected" || gone;
     // why replication to this backup failed: which object, why (GET /api/ha, issue 24)
     const failed = primaryHere ? replicationError(ha, m) : null;
+    // a backup whose link this primary refuses for its replication format (it dials again)
+    const refused = primaryHere && m.state === "not connected" ? refusedLink(ha, m) : null;
     // on a backup whose link is down, the primary it last heard of is not reachable
     const lostPrimary = !primaryHere && !ha.primary && isPrimary(m);
     const behind = lags.some((q) => q.lag > 0 && lastSamples((history[q.queue] || []), LAG_SAMPLES).every((v) => v > 0));
@@ -155,6 +163,9 @@ function memberRows(s) {
     else if (missing && !failed) lagCell.appendChild(el("span", { class: "note", text: "no member answers at this address of ha-brokers-url" }));
     else if (!backup) lagCell.appendChild(el("span", { class: "note", text: ha.state === "active" || ha.state === "recovering" ? "not linked" : "on the primary's console" }));
     else if (!lags.length) lagCell.appendChild(el("span", { class: "note", text: "no replicated queue" }));
+    if (refused) {
+      lagCell.replaceChildren(el("div", { class: "tag lag refused-link", text: `refused: ${refused.reason} (${refused.count === 1 ? "once" : refused.count + " dials"} since ${refused.since})` }));
+    }
     if (failed) {
       const e = failed;
       lagCell.prepend(el("div", { class: "tag lag replication-error", text: `replication error: ${e.reason} (${e.count === 1 ? "once" : e.count + " times"} since ${e.since})` }));
@@ -190,9 +201,10 @@ function memberRows(s) {
       : isPrimary(m) ? el("span", { class: "tag primary", text: "PRIMARY" })
       : gone ? el("span", { class: "tag lag", text: "GONE, pending removal from the in-sync set" })
       : missing && failed ? el("span", { class: "tag lag", text: "REPLICATION FAILED (it dials again)" })
+      : refused ? el("span", { class: "tag lag", text: "REFUSED: no replication format in common (it dials again)" })
       : missing ? el("span", { class: "tag lag", text: "NOT CONNECTED (down, or cut off)" })
       : el("span", { class: lagging ? "tag lag" : "tag", text: lagging ? `backup, LAGGING${why}` : "backup" });
-    const rowClass = [isPrimary(m) && !lostPrimary ? "is-primary" : "", lagging ? "lagging" : "", missing || lostPrimary ? "down" : "", failed ? "failed" : ""].join(" ").trim();
+    const rowClass = [isPrimary(m) && !lostPrimary ? "is-primary" : "", lagging ? "lagging" : "", missing || lostPrimary ? "down" : "", failed || refused ? "failed" : ""].join(" ").trim();
     return el("tr", { class: rowClass || null, "data-member": m.url, "data-state": m.state },
       el("td", {}, el("span", { text: m.url }), self ? el("span", { class: "note", text: ` (this broker, ${s.status.node})` }) : null,
         el("div", { class: "args", text: m.id })),
@@ -229,6 +241,9 @@ function renderCluster(s) {
     alerts.push(el("div", { class: "alert", id: "replication-error", text: `Replication failed: ${e.reason} (${e.count === 1 ? "once" : e.count + " times"} since ${e.since}). This backup is not in sync until a link catches up again.` }));
   }
   if (primary) {
+    for (const r of ha.refused_links || []) {
+      alerts.push(el("div", { class: "alert refused-link", text: `Backup ${hostPort(r.url)} refused: ${r.reason} (${r.count === 1 ? "once" : r.count + " dials"} since ${r.since}). Next: this primary (replication formats ${ha.replication_formats}) and that backup need a format in common: upgrade the one the reason names (docs/deploy.md, "Upgrading a cluster"); it links by itself then.` }));
+    }
     for (const e of ha.replication_errors || []) {
       alerts.push(el("div", { class: "alert replication-failed", text: `Replication to ${e.url || e.backup} failed: ${e.reason} (${e.count === 1 ? "once" : e.count + " times"} since ${e.since}): not in the in-sync set until it catches up.` }));
     }

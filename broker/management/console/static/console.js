@@ -8,7 +8,7 @@ const HEADER = "X-Qpidd-Console";
 // The live stream sends a delta every second: none for this long (s) and the page says
 // its broker is not answering (paused, too busy or cut off) and shows its last state as such.
 const STALE_AFTER = 3.5;
-const PAGES = ["cluster", "timeline", "queues", "exchanges", "connections", "users"];
+const PAGES = ["overview", "cluster", "timeline", "queues", "exchanges", "connections", "channels", "consumers", "users"];
 // lastEventAt: when the stream last said anything; lostAt: when it broke (the broker
 // killed, stopped or cut off); stopped: the broker said it stops, and why (fenced...)
 const state = { snapshot: null, renderers: {}, pending: null, lastEventAt: Date.now(), lostAt: null, stopped: null };
@@ -208,7 +208,7 @@ function connect() {
   // whole pages come just after a snapshot: drawn at once on the list pages (each delta
   // draws the page shown again)
   mine.addEventListener("page", (event) => {
-    if (lists.page(JSON.parse(event.data)) && !["cluster", "timeline"].includes(currentPage())) show(lists.view());
+    if (lists.page(JSON.parse(event.data)) && !["overview", "cluster", "timeline", "channels", "consumers"].includes(currentPage())) show(lists.view());
   });
   mine.addEventListener("delta", (event) => show(lists.delta(JSON.parse(event.data))));
   // the broker stops, and says why (fenced, refused, an operator's stop)

@@ -41,7 +41,6 @@
     }
     const refused = changesRefused();
     if (refused) return el("p", { class: "note", id: "queue-actions-none", text: refused });
-    const got = el("pre", { class: "got hidden", id: "got" });
     const payload = el("input", { id: "queue-payload", placeholder: "test message", value: "hello from the console" });
     const box = el("div", { id: "queue-actions" },
       el("div", { class: "actions" },
@@ -49,17 +48,11 @@
           async () => { const r = await api("DELETE", `/api/queues/${enc(name)}/contents${vq}`); return `purged ${r.messages_purged} messages from ${name}`; }) }, "Purge"),
         el("button", { id: "delete-queue", class: "danger", onclick: () => confirmThen(`Delete queue ${name} with its messages and bindings?`,
           async () => { const r = await api("DELETE", path); selectedQueue = null; return `deleted queue ${name} (${r.messages_deleted} messages)`; }) }, "Delete"),
-        el("button", { id: "get-message", onclick: () => runAction(async () => {
-          const r = await api("POST", `/api/queues/${enc(name)}/get${vq}`, { count: 1, requeue: true });
-          got.className = "got";
-          got.textContent = r.length ? r.map((m) => `${m.routing_key}: ${m.payload}${m.redelivered ? " (redelivered)" : ""}`).join("\n") : "(the queue is empty)";
-          return `got ${r.length} message(s) from ${name}, put back`;
-        }) }, "Get a message (requeue)")),
+        ),
       el("form", { class: "inline", onsubmit: (event) => { event.preventDefault(); runAction(async () => {
         const r = await api("POST", `/api/exchanges/amq.default/publish${vq}`, { routing_key: name, payload: payload.value });
         return r.routed ? `published a test message to ${name}` : `the message was not routed`;
-      }); } }, payload, el("button", { id: "publish-to-queue", type: "submit" }, "Publish to this queue")),
-      got);
+      }); } }, payload, el("button", { id: "publish-to-queue", type: "submit" }, "Publish to this queue")));
     return box;
   }
 
@@ -105,14 +98,28 @@
       const counts = (app.state.snapshot && app.state.snapshot.queuePage) || {};
       if (query.page < (counts.page_count || 1)) { query.page += 1; requery(); }
     });
-    for (const th of $("queues").tHead.querySelectorAll("th[data-sort]")) {
+    wireSort("queues", query);
+  }
+
+  // A click on a column's header sorts the table by it (the server sorts); again, the
+  // other way. RabbitMQ's sort and sort_reverse.
+  function wireSort(table, q) {
+    for (const th of $(table).tHead.querySelectorAll("th[data-sort]")) {
       th.addEventListener("click", () => {
         const field = th.dataset.sort;
-        if (query.sort === field) query.sort_reverse = !query.sort_reverse;
-        else { query.sort = field; query.sort_reverse = false; }
-        query.page = 1;
+        if (q.sort === field) q.sort_reverse = !q.sort_reverse;
+        else { q.sort = field; q.sort_reverse = false; }
+        q.page = 1;
         requery();
       });
+    }
+  }
+
+  function renderSort(table, q) {
+    for (const th of $(table).tHead.querySelectorAll("th[data-sort]")) {
+      const on = th.dataset.sort === q.sort;
+      th.classList.toggle("sorted-asc", on && !q.sort_reverse);
+      th.classList.toggle("sorted-desc", on && q.sort_reverse);
     }
   }
 
@@ -123,15 +130,24 @@
     $("queue-page-info").textContent = `page ${counts.page || 1} of ${counts.page_count || 1} · ${shown}`;
     $("queue-prev").disabled = (counts.page || 1) <= 1;
     $("queue-next").disabled = (counts.page || 1) >= (counts.page_count || 1);
-    for (const th of $("queues").tHead.querySelectorAll("th[data-sort]")) {
-      const on = th.dataset.sort === query.sort;
-      th.classList.toggle("sorted-asc", on && !query.sort_reverse);
-      th.classList.toggle("sorted-desc", on && query.sort_reverse);
-    }
+    renderSort("queues", query);
   }
+
+  // A form built once for the role and the vhosts it offers (not at each render: what is
+  // typed in it stays).
+  function formFor(boxId, key, build) {
+    const box = $(boxId);
+    if (box.dataset.built === key) return;
+    box.dataset.built = key;
+    box.replaceChildren(...(key ? [build()] : []));
+  }
+
+  const vhostNames = (s) => (s.vhosts || []).map((v) => v.name).sort((a, b) => (a === "/" ? -1 : b === "/" ? 1 : a.localeCompare(b)));
 
   function renderQueues(s) {
     const queues = s.queues || [];
+    const editable = canAdmin() && !changesRefused();
+    formFor("queue-add", editable ? `q/${vhostNames(s).join("/")}` : "", () => window.consoleQueuePage.addQueueForm(vhostNames(s)));
     renderQueryState(s);
     replaceRows($("queues").tBodies[0], queues.map(queueRow));
     const detail = $("queue-detail");
@@ -143,8 +159,10 @@
       builtFor = built;
       const where = q.vhost && q.vhost !== "/" ? ` in vhost ${q.vhost}` : "";
       detail.replaceChildren(el("div", { class: "detail" },
-        el("h2", { text: `Queue ${q.name}${where}` }), el("div", { class: "charts", id: "queue-charts" }), queueActions(q.name, q.vhost)));
+        el("h2", { text: `Queue ${q.name}${where}` }), el("div", { class: "charts", id: "queue-charts" }),
+        ...window.consoleQueuePage.queueDetail(q.name, q.vhost || "/"), queueActions(q.name, q.vhost)));
     }
+    window.consoleQueuePage.refreshDetail(q.name, q.vhost || "/");
     const history = q.history || [];
     $("queue-charts").replaceChildren(
       charts.lineChart("depth (messages)", [
@@ -164,15 +182,53 @@
   let publishTo = null;
   let publishVhost = "/";
 
+  // "Publish message" as RabbitMQ's exchange page has it: routing key, delivery mode,
+  // headers and properties (JSON objects), payload.
   function renderPublishForm() {
     const box = $("publish-form");
     if (publishTo === null || !canAdmin() || changesRefused()) { box.replaceChildren(); return; }
     const key = el("input", { id: "publish-key", placeholder: "routing key" });
-    const payload = el("input", { id: "publish-payload", placeholder: "payload", value: "test" });
-    box.replaceChildren(el("form", { class: "inline", onsubmit: (event) => { event.preventDefault(); runAction(async () => {
-      const r = await api("POST", `/api/exchanges/${enc(publishTo || "amq.default")}/publish${inVhost(publishVhost)}`, { routing_key: key.value, payload: payload.value });
+    const mode = el("select", { id: "publish-delivery-mode" }, el("option", { value: "1", text: "1 - Non-persistent" }), el("option", { value: "2", text: "2 - Persistent" }));
+    const headers = el("input", { id: "publish-headers", placeholder: "headers, JSON: {\"x-match\": \"all\"}", size: 30 });
+    const props = el("input", { id: "publish-properties", placeholder: "properties, JSON: {\"content_type\": \"text/plain\"}", size: 34 });
+    const payload = el("textarea", { id: "publish-payload", placeholder: "payload", rows: 2, cols: 30 });
+    payload.value = "test";
+    const jsonObject = window.consoleQueuePage.jsonObject;
+    box.replaceChildren(el("form", { class: "inline publish", onsubmit: (event) => { event.preventDefault(); runAction(async () => {
+      const properties = { ...jsonObject(props.value, "properties"), delivery_mode: Number(mode.value) };
+      const h = jsonObject(headers.value, "headers");
+      if (Object.keys(h).length) properties.headers = h;
+      const r = await api("POST", `/api/exchanges/${enc(publishTo || "amq.default")}/publish${inVhost(publishVhost)}`, { routing_key: key.value, payload: payload.value, properties });
       return r.routed ? `published to ${publishTo || "the default exchange"}: ${r.queues} queue(s)` : "published, but no queue took it (unroutable)";
-    }); } }, el("strong", { text: `Publish to ${publishTo || "(default)"}` }), key, payload, el("button", { type: "submit", id: "publish-send" }, "Publish")));
+    }); } }, el("strong", { text: `Publish message to ${publishTo || "(default)"} in vhost ${publishVhost}` }),
+      el("label", {}, "Routing key ", key), el("label", {}, "Delivery mode ", mode), headers, props, payload,
+      el("button", { type: "submit", id: "publish-send" }, "Publish message")));
+  }
+
+  const EXCHANGE_TYPES = ["direct", "fanout", "topic", "headers"];
+
+  // "Add a new exchange" (RabbitMQ's words), under the exchange table.
+  function addExchangeForm(vhosts) {
+    const name = el("input", { id: "new-exchange-name", placeholder: "name", required: true });
+    const vhost = el("select", { id: "new-exchange-vhost" }, ...vhosts.map((v) => el("option", { value: v, text: v })));
+    const type = el("select", { id: "new-exchange-type" }, ...EXCHANGE_TYPES.map((t) => el("option", { value: t, text: t })));
+    const durable = el("select", { id: "new-exchange-durability" }, el("option", { value: "true", text: "Durable" }), el("option", { value: "false", text: "Transient" }));
+    return el("details", { class: "add-form" }, el("summary", { text: "Add a new exchange" }),
+      el("form", { class: "inline", onsubmit: (event) => { event.preventDefault(); runAction(async () => {
+        await api("PUT", `/api/exchanges/${enc(vhost.value)}/${enc(name.value)}`, { type: type.value, durable: durable.value === "true" });
+        return `exchange ${name.value} (${type.value}) declared in vhost ${vhost.value}`;
+      }); } }, el("label", {}, "Vhost ", vhost), el("label", {}, "Name ", name), el("label", {}, "Type ", type), durable,
+        el("button", { type: "submit", id: "add-exchange-button" }, "Add exchange")));
+  }
+
+  function exchangeButtons(x) {
+    if (!canAdmin() || x.internal || changesRefused()) return null;
+    const vhost = x.vhost || "/";
+    const publish = el("button", { class: "publish", onclick: () => { publishTo = x.name; publishVhost = vhost; renderPublishForm(); } }, "Publish...");
+    if (x.builtin || !x.name) return publish;
+    return el("span", {}, publish, " ", el("button", { class: "danger delete-exchange", onclick: () => confirmThen(
+      `Delete exchange ${x.name} in vhost ${vhost} with its ${fmt(x.bindings)} binding(s)?`,
+      async () => { await api("DELETE", `/api/exchanges/${enc(vhost)}/${enc(x.name)}`); if (publishTo === x.name) { publishTo = null; renderPublishForm(); } return `deleted exchange ${x.name}`; }) }, "Delete"));
   }
 
   // The exchanges', bindings' and connections' tables: a filter (a regular expression
@@ -212,6 +268,7 @@
       const counts = (app.state.snapshot && app.state.snapshot[`${name}Page`]) || {};
       if (q.page < (counts.page_count || 1)) { q.page += 1; requery(); }
     });
+    wireSort(name, q);
   }
 
   function renderListQuery(s, name) {
@@ -221,16 +278,18 @@
     $(`${name}-page-info`).textContent = `page ${counts.page || 1} of ${counts.page_count || 1} · ${shown}`;
     $(`${name}-prev`).disabled = (counts.page || 1) <= 1;
     $(`${name}-next`).disabled = (counts.page || 1) >= (counts.page_count || 1);
+    renderSort(name, lists.queries[name]);
   }
 
   function renderExchanges(s) {
+    formFor("exchange-add", canAdmin() && !changesRefused() ? `x/${vhostNames(s).join("/")}` : "", () => addExchangeForm(vhostNames(s)));
     renderListQuery(s, "exchanges");
     renderListQuery(s, "bindings");
     replaceRows($("exchanges").tBodies[0], (s.exchanges || []).map((x) => el("tr", { "data-exchange": x.name, "data-vhost": x.vhost || "/" },
       el("td", { text: x.name || "(default)" }), el("td", { class: "vhost", text: x.vhost || "/" }), el("td", { text: x.type }), el("td", { text: x.durable ? "yes" : "no" }),
       el("td", { class: "num", text: fmt(x.bindings) }), el("td", { class: "num", text: fmt(x.routed_total) }),
       el("td", { class: "num", text: fmt(x.unroutable_total) }), el("td", { class: "args", text: argsText(x.arguments) }),
-      el("td", {}, canAdmin() && !x.internal && !changesRefused() ? el("button", { onclick: () => { publishTo = x.name; publishVhost = x.vhost || "/"; renderPublishForm(); } }, "Publish...") : null))));
+      el("td", {}, exchangeButtons(x)))));
     replaceRows($("bindings").tBodies[0], (s.bindings || []).map((b) => el("tr", {},
       el("td", { class: "vhost", text: b.vhost || "/" }), el("td", { text: b.source || "(default)" }), el("td", { text: b.destination }), el("td", { text: b.destination_type }),
       el("td", { text: b.routing_key }), el("td", { class: "args", text: argsText(b.arguments) }))));
@@ -245,8 +304,10 @@
     replaceRows($("connections").tBodies[0], connections.map((c) => el("tr", { "data-connection": c.id, "data-user": c.user || "",
       class: `clickable${c.id === selectedConnection ? " selected" : ""}`,
       onclick: () => { selectedConnection = c.id; channelsAsked = 0; renderConnections(app.state.snapshot); } },
-      el("td", { class: "num", text: c.id }), el("td", { text: c.peer }), el("td", { text: c.user || "-" }),
-      el("td", { text: c.state }),
+      el("td", { class: "num", text: c.id }),
+      el("td", { class: "name" }, el("span", { text: c.peer }), c.user_provided_name ? el("div", { class: "client-name", text: c.user_provided_name }) : null),
+      el("td", { class: "vhost", text: c.vhost || "/" }), el("td", { text: c.user || "-" }),
+      el("td", { text: c.state }), el("td", { class: "tls", text: c.ssl ? "TLS" : "○" }),
       el("td", {}, c.ha_backup ? el("span", { class: "tag ha-link", text: `HA replication link of backup ${c.ha_backup}` }) : [c.client_product, c.client_version].filter(Boolean).join(" ") || "-"),
       el("td", { class: "num channels", text: fmt(c.channels) }), el("td", { class: "num", text: c.heartbeat ? `${c.heartbeat} s` : "none" }),
       el("td", { class: "num", text: fmt(c.messages_published) }), el("td", { class: "num", text: fmt(c.messages_delivered) }),
