@@ -246,7 +246,8 @@ class Agent:
             )
             self.hints = AgentHints(self.client, s.cluster, s.node, self.events, self._stop)
             self.hints.watch()
-            threading.Thread(target=self._renew_leases, name="lease-renewer", daemon=True).start()
+            interval = min(s.check_interval, self.session_timeout / 10)
+            self.promoter.start_renewing(self._stop, interval, self._serves_promoted)
             self._loop()
         finally:
             self._shutdown()
@@ -256,19 +257,9 @@ class Agent:
         """The nodes whose link hints name ``primary`` at ``epoch`` (none before the run)."""
         return frozenset() if self.hints is None else self.hints.against(primary, epoch)
 
-    def _renew_leases(self) -> None:
-        """Renew a promoted primary's lease between checks (its own thread). The loop renews
-        at each check, but a check of a busy broker and ZooKeeper reads can take longer
-        than a 1 s session's lease (0.9 s): under heavy load the new primary's lease ran
-        out between two checks and it fenced itself (issue 10, item 7). The lease always
-        comes from the session guard, so who sends it changes nothing for safety."""
-        interval = min(self.settings.check_interval, self.session_timeout / 10)
-        while not self._stop.wait(interval):
-            promoter = self.promoter
-            if promoter is None or self.promoted_epoch is None:
-                continue
-            if self.broker.serves() and time.monotonic() - promoter.renewed_at >= interval:
-                promoter.renew_lease()
+    def _serves_promoted(self) -> bool:
+        """Does the broker this agent promoted serve (its lease is renewed between checks)?"""
+        return self.promoted_epoch is not None and self.broker.serves()
 
     def _granted(self, seconds: float) -> None:
         """The probe's call (kazoo's connection thread, before CONNECTED is reported):
