@@ -97,6 +97,7 @@ from ha_agent.primary_claim import PrimaryClaim
 from ha_agent.primary_record import delete_primary, drop_stale_primary, read_primary
 from ha_agent.promoter import Promoter
 from ha_agent.promotion import Action, BrokerView, ClusterView, PrimaryRecord, Step, decide
+from ha_agent.reclaim import Reclaimer
 from ha_agent.session_grant import GrantProbe, log_grant
 from ha_agent.settings import AgentSettings
 from ha_agent.supervisor import BrokerSupervisor
@@ -127,7 +128,10 @@ class Agent:
         #: when a candidate may take the primary record over: the old record gone, else its
         #: broker's grant to the old primary (which counted it) lapsed (ha_agent.takeover)
         self.takeover = takeover or default_rule(
-            settings.node, self.broker_check.grant, self._link_down
+            settings.node,
+            self.broker_check.grant,
+            self._link_down,
+            reclaim_grace=settings.session_timeout,
         )
         vip = (
             VirtualIp(settings.vip, settings.vip_interface, netns=settings.vip_netns)
@@ -152,6 +156,9 @@ class Agent:
         #: when the ZooKeeper connection was last established (kazoo's thread writes it)
         self.connected_at: float | None = None
         self.promoted_epoch: int | None = None
+        #: takes the primary record back after a session lost while the broker served on
+        #: its members' grants (issue 26, item 2)
+        self.reclaimer = Reclaimer(settings.cluster, settings.node, settings.vip)
         self.members: dict[str, Member] = {}
         self.primary: PrimaryRecord | None = None
         #: the in-sync set (made in run() with the client)
@@ -259,7 +266,9 @@ class Agent:
 
     def _serves_promoted(self) -> bool:
         """Does the broker this agent promoted serve (its lease is renewed between checks)?"""
-        return self.promoted_epoch is not None and self.broker.serves()
+        election = self.election  # its claim ended (LOST): the loop decides, no lease meanwhile
+        leads = election is not None and election.leading
+        return self.promoted_epoch is not None and leads and self.broker.serves()
 
     def _granted(self, seconds: float) -> None:
         """The probe's call (kazoo's connection thread, before CONNECTED is reported):
@@ -344,8 +353,11 @@ class Agent:
                     return
                 case loop.Granted(seconds) if not self._judge(seconds):
                     return  # refused: _shutdown fences a primary, as any stop does
-                case loop.TermEnded():
+                case loop.TermEnded(reason) if not (self.election and self.election.resumed):
+                    if reason == "session_lost":  # its next check may take the record back
+                        self.reclaimer.session_lost(self.broker.view, self.promoted_epoch)
                     self.promoted_epoch = None
+                # (an older claim's end, heard after the record was taken back: nothing ended)
                 case loop.Hinted() if not (self.hints and self.hints.hinted(self.promoted_epoch)):
                     continue  # not about this agent's primary: the regular check is on time
             # Won, the supervised broker died, or the last view was stale: act on the
@@ -366,6 +378,18 @@ class Agent:
         self.broker.answered(sent, now, view, live)
         keeper, promoter = self.in_sync_keeper, self.promoter
         assert keeper is not None and promoter is not None
+        election = self.election
+        assert election is not None
+        if self.promoted_epoch is not None and not election.leading:
+            # Its claim ended under it (LOST: the session expired), heard before the
+            # "ended" event: no renewal on the new session; take the record back if it may.
+            self.reclaimer.session_lost(view, self.promoted_epoch)
+            self.promoted_epoch = None
+        if self.reclaimer.epoch is not None:
+            done, epoch = self.reclaimer.take(self.client, view, election)
+            if not done:
+                return  # ZooKeeper not back yet: nothing is decided meanwhile
+            self.promoted_epoch = epoch if epoch is not None else self.promoted_epoch
         in_sync_read = False
         if view is None and live is not None and live.is_primary and self.promoted_epoch:
             promoter.renew_lease()  # a busy primary: its lease is renewed off its loop too
@@ -579,13 +603,23 @@ class Agent:
         election = self.election
         leading = election is not None and election.leading
         primary = self.broker.serves()
+        view = self.broker.view
+        on_grants = view is not None and view.on_grants
         _log.warning(
             "zookeeper_session_fence",
             reason=fence.reason,
             leading=leading,
             broker_primary=primary,
+            broker_on_grants=on_grants,
         )
-        if leading or primary:
+        if on_grants:
+            # Issue 26, item 2: no renewal follows (the lease comes from this guard, now
+            # fenced), and the broker's own lease ends no later than this one did. Past it,
+            # it serves only while every member of its committed set grants, and fences
+            # itself at the first lapse; a member is promoted only once its own grant
+            # lapsed (docs/reliability.md). ZooKeeper's loss alone does not kill it.
+            pass
+        elif leading or primary:
             # The instance that may serve: the one promoted (or being promoted) or seen
             # primary; not a broker the supervisor started since (after a ZooKeeper outage
             # the loop's fence killed the restarted, joining broker: 4 of 4 cycles).

@@ -41,6 +41,7 @@ from urllib.parse import quote
 
 from broker.management.client import ManagementClient, ManagementError
 from common.url import parse_url
+from ha_agent.cluster_records import PRIMARY_STATES
 from ha_agent.promotion import BrokerInSync, BrokerView
 from ha_agent.takeover import GrantView
 
@@ -185,6 +186,13 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         error = ha.get("link_error")
         if isinstance(error, dict):
             link_error = str(error.get("reason") or "")
+    lease = ha.get("member_lease") if ha is not None else None
+    on_grants = (
+        isinstance(lease, dict)
+        and lease.get("enabled") is True
+        and bool(lease.get("members"))
+        and lease.get("fenced") is False
+    )
     pid = status.get("pid")
     # empty, clean or dirty; a broker without a store says none, the member record unknown
     store = str(status.get("store_status", "unknown"))
@@ -201,6 +209,7 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         link_up=link_up,
         link_error=link_error,
         replication_formats=formats,
+        on_grants=on_grants and state in PRIMARY_STATES,
     )
 
 

@@ -76,6 +76,10 @@ class BrokerView:
     link_error: str = ""  # why the backup's link is down, as the broker reports it
     #: the replication formats the broker speaks, "LOW-HIGH" ("" from one that does not say)
     replication_formats: str = ""
+    #: a primary whose member lease is in force with a non-empty committed set: past its
+    #: agent's lease it serves on its members' grants and fences itself at the first lapse
+    #: (issue 26, item 2), so a ZooKeeper outage alone does not make the agent kill it
+    on_grants: bool = False
 
     @property
     def is_primary(self) -> bool:

@@ -87,6 +87,8 @@ class _Term:
     election: Any = None
     thread: threading.Thread | None = None
     reason: str = "cancelled"
+    #: led from the start, without the rule (:meth:`PrimaryClaim.resume`)
+    resumed: bool = False
 
     def woken(self, _event: object) -> None:
         """The primary record's watch (one function a term: kazoo keeps it once)."""
@@ -134,6 +136,12 @@ class PrimaryClaim:
         return self._state is Leadership.LEADING
 
     @property
+    def resumed(self) -> bool:
+        """Whether the current claim leads by :meth:`resume` (a record taken back)."""
+        term = self._term
+        return term is not None and term.resumed and self._state is Leadership.LEADING
+
+    @property
     def locked(self) -> bool:
         """Whether the current claim holds kazoo's election lock (a mixed cluster)."""
         term = self._term
@@ -163,6 +171,24 @@ class PrimaryClaim:
         self.client.add_listener(self._session_listener)
         _log.info("election_contending", cluster=self.cluster, node=self.node, lock=lock)
         assert term.thread is not None
+        term.thread.start()
+        return True
+
+    def resume(self) -> bool:
+        """Lead at once, without the rule: this agent has just re-created its own primary
+        record at the epoch its broker still serves, after its session expired (issue 26,
+        item 2; :func:`~ha_agent.promotion_txn.commit_reclaim`, the multi-op that decides).
+        ``on_leading`` is not called (nothing to promote). False if a claim is under way."""
+        with self._mutex:
+            if self._term is not None:
+                return False
+            term = _Term(False, threading.Event(), threading.Event(), resumed=True)
+            term.thread = threading.Thread(
+                target=self._run, args=(term,), name=f"claim-{self.node}", daemon=True
+            )
+            self._term = term
+            self._state = Leadership.LEADING
+        self.client.add_listener(self._session_listener)
         term.thread.start()
         return True
 
@@ -254,7 +280,9 @@ class PrimaryClaim:
 
     def _run(self, term: _Term) -> None:
         try:
-            if term.lock:
+            if term.resumed:
+                term.resign.wait()
+            elif term.lock:
                 term.election = self.client.Election(self.layout.election, self.node)
                 if term.resign.is_set():
                     return

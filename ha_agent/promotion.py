@@ -403,7 +403,12 @@ def decide(view: ClusterView) -> Decision:
 
     if not view.session_ok:
         reason = "the ZooKeeper session is in doubt"
-        if leadership == "leading" or (broker is not None and broker.is_primary):
+        if broker is not None and broker.on_grants:
+            # Issue 26, item 2: its lease ran out with the session's, no renewal follows;
+            # it serves on its members' grants and fences itself at the first lapse (a
+            # member is promoted only once its own grant lapsed). Not killed for this alone.
+            reason += ": the primary serves on its members' grants"
+        elif leadership == "leading" or (broker is not None and broker.is_primary):
             actions.append(Action(Step.FENCE, reason))
         elif in_election:
             actions.append(Action(Step.WITHDRAW, reason))

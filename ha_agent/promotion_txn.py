@@ -61,7 +61,13 @@ from ha_agent.takeover import OldPrimary
 from ha_agent.zk_commit import MultiConflict, Op, commit_multi, holds
 from ha_agent.zk_layout import ClusterLayout
 
-__all__ = ["PromotionConflict", "commit_promotion", "needs_lock", "set_format"]
+__all__ = [
+    "PromotionConflict",
+    "commit_promotion",
+    "commit_reclaim",
+    "needs_lock",
+    "set_format",
+]
 
 #: The ZooKeeper format from which promotions need no election lock.
 LOCK_FREE_FORMAT = 2
@@ -148,3 +154,38 @@ def commit_promotion(
         return VersionedInSync(record, -1 if version is None else version, format_)
     version = 0 if read is None else int(results[1].version)
     return VersionedInSync(record, version, format_)
+
+
+def commit_reclaim(
+    client: Any, cluster: str, *, counter: tuple[int, int], read: VersionedInSync, primary: bytes
+) -> None:
+    """Re-create this agent's own primary record at the epoch its broker still serves,
+    after its session expired (issue 26, item 2: a primary that served on its members'
+    grants through a ZooKeeper outage; the record, ephemeral, went with the session). One
+    multi-op: the epoch counter still at the version read *and* at the set's epoch (no
+    epoch taken since: nobody was promoted), the in-sync set still at the version read
+    (no change since), and the record created (another record there: another candidate
+    was first). :class:`PromotionConflict` when any of it changed: nothing is applied."""
+    layout = ClusterLayout(cluster)
+    value, counter_version = counter
+    if value != read.record.epoch:
+        raise PromotionConflict(
+            f"the epoch counter is at {value}, not at the set's epoch {read.record.epoch}"
+        )
+    ops = [
+        Op("check", layout.epoch, version=counter_version),
+        Op("check", layout.in_sync, version=read.version),
+        Op("create", layout.primary, primary, ephemeral=True),
+    ]
+
+    def committed() -> bool:
+        try:
+            current, stat = client.retry(client.get, layout.primary)
+        except NoNodeError:
+            return False
+        return bool(current == primary and stat.ephemeralOwner == session_id(client))
+
+    try:
+        commit_multi(client, ops, committed)
+    except MultiConflict as exc:
+        raise PromotionConflict(_why(exc, layout)) from None

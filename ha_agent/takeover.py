@@ -61,6 +61,7 @@ No I/O of its own (:class:`LapsedGrant` is given its reader); raises nothing.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -148,15 +149,60 @@ class TakeoverRule(Protocol):
 
 class OldPrimaryGone:
     """The rule of this release: the old primary's record is gone (its agent deleted it, or
-    its session expired). A record still there is never replaced."""
+    its session expired). A record still there is never replaced.
+
+    With ``grant`` (the candidate's broker's ``GET /grant``) and ``grace`` (seconds; the
+    agent's session timeout): while that broker's replication link is up to the primary of
+    the in-sync set's epoch, the candidate waits ``grace`` from when it first found the
+    record gone (issue 26, item 2). That primary may be serving on its members' grants
+    through a ZooKeeper outage that expired every session, its own agent's with its record;
+    that agent takes the record back once ZooKeeper serves (:mod:`ha_agent.reclaim`), and
+    the outage ends with the same primary instead of a fail-over. Availability only: a
+    member promoted meanwhile serves only once its own grant to that epoch lapsed, and the
+    old primary, past its manager's lease, fences at that lapse."""
+
+    def __init__(
+        self,
+        grant: Callable[[int], GrantView | None] | None = None,
+        grace: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.grant = grant
+        self.grace = grace
+        self.clock = clock
+        #: epoch -> when this candidate first found its primary's record gone, linked to it
+        self._gone_since: dict[int, float] = {}
 
     def may_take_over(self, view: TakeoverView) -> Takeover:
         old = view.old
         if old is None:
+            left = self._linked_wait(view)
+            if left is not None:
+                assert view.in_sync is not None
+                return Takeover(
+                    False,
+                    f"no primary record, but this broker's link to the primary of epoch"
+                    f" {view.in_sync.epoch} is up: waiting {left:.3f} s more for its agent to"
+                    " take its record back",
+                    retry_in=left,
+                )
             return Takeover(True, "no primary record: the old primary's is gone")
+        self._gone_since.clear()  # a record again (taken back): a later loss waits afresh
         record = old.record
         who = "an unreadable record" if record is None else f"{record.node} (epoch {record.epoch})"
         return Takeover(False, f"the primary record names {who}: waiting for it to go")
+
+    def _linked_wait(self, view: TakeoverView) -> float | None:
+        """Seconds left to wait for a primary this broker is linked to (None: none)."""
+        if self.grant is None or self.grace <= 0 or view.in_sync is None:
+            return None
+        epoch = view.in_sync.epoch
+        answer = self.grant(epoch + 1)
+        if answer is None or answer.linked != epoch:
+            return None
+        now = self.clock()
+        left = self._gone_since.setdefault(epoch, now) + self.grace - now
+        return left if left > 0 else None
 
 
 class AnyOf:
@@ -268,7 +314,9 @@ def default_rule(
     node: str,
     grant: Callable[[int], GrantView | None],
     link_down: Callable[[str, int], frozenset[str]] | None = None,
+    reclaim_grace: float = 0.0,
 ) -> TakeoverRule:
-    """The agent's rule: the old record gone, else this broker's counted grant lapsed (and
-    the other members' links down too)."""
-    return AnyOf(OldPrimaryGone(), LapsedGrant(node, grant, link_down))
+    """The agent's rule: the old record gone (after ``reclaim_grace`` while this broker's
+    link to that primary is up), else this broker's counted grant lapsed (and the other
+    members' links down too)."""
+    return AnyOf(OldPrimaryGone(grant, reclaim_grace), LapsedGrant(node, grant, link_down))

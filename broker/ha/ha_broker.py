@@ -351,7 +351,7 @@ class HaBroker:
         if primary is None:
             return
         self.take_offered_lease()
-        self.handle(Tick(self.context.clock()))
+        self.handle(Tick(self.context.clock(), self.grants_until()))
         if self.fenced:
             return
         primary.tick()
@@ -398,6 +398,12 @@ class HaBroker:
     def grants(self) -> GrantLedger:
         """The member-lease grants this broker gave as a backup (``GET /grant``)."""
         return self.lease.grants
+
+    def grants_until(self) -> float | None:
+        """Until when every member of the committed set grants this primary (None: the
+        member lease not in force, or the set empty): past the cluster manager's lease it
+        serves on those grants alone (issue 26, item 2; ``HaRole.may_confirm``)."""
+        return self.lease.leases.grants_until()
 
     def lease_status(self) -> dict[str, Any]:
         return self.lease.status()
@@ -527,7 +533,7 @@ class HaBroker:
         self.lease.promoted(self.epoch_store.current, now)  # waits out its own grant
         self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
         self.lease.start()
-        self.handle(Tick(now))  # active at once when nobody is expected
+        self.handle(Tick(now, self.grants_until()))  # active at once when nobody is expected
 
     def now(self) -> float:
         return self.context.clock()

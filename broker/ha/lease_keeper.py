@@ -273,7 +273,9 @@ class LeaseKeeper:
 
     def status(self) -> dict[str, Any]:
         """``GET /api/ha`` ``member_lease``: in force or not, the members' grants (seconds
-        left), a promotion's wait, and this broker's last grant as a backup."""
+        left), whether it serves on them alone (``on_grants``: the manager's lease ran out)
+        and until when every member grants, a promotion's wait, and this broker's last
+        grant as a backup."""
         now, leases = self.host.now(), self.leases
         last = self.grants.last()
         return {
@@ -284,6 +286,10 @@ class LeaseKeeper:
                 for m in sorted(leases.members)
             },
             "remaining": leases.remaining(now),
+            # issue 26, item 2: serving on every member's grant, the manager's lease run out
+            "on_grants": self.host.role.on_grants,
+            "fenced": self.host.fenced,  # it serves no more, whatever the grants
+            "grants_remaining": _left(leases.grants_until(), now),
             "promotion_wait": round(self.promotion_wait, 3),
             "granted": (
                 None
@@ -291,3 +297,8 @@ class LeaseKeeper:
                 else {"epoch": last[0], "remaining": round(max(0.0, last[1] - now), 3)}
             ),
         }
+
+
+def _left(until: float | None, now: float) -> float | None:
+    """Seconds left until ``until`` (None: none; 0: already past, or never granted)."""
+    return None if until is None else round(max(0.0, until - now), 3)

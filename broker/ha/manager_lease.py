@@ -4,6 +4,12 @@ whether the lease holds now, a query that changes nothing (the confirm path's ga
 confirms are written: ``CONFIRM_PATH`` in broker/core/queue_contracts.py); and a timer at its
 end, so the role fences then (its Tick) instead of at the next housekeeping tick.
 
+Run out, the lease still "holds" while every member of a non-empty committed in-sync set
+grants the member lease (issue 26, item 2: ``MemberLeases.grants_until``; the role decides,
+:meth:`~broker.ha.role.HaRole.may_confirm`): the primary serves through a ZooKeeper outage on
+its members' grants, and the timer then wakes at the earliest grant's end, where a lapse
+fences it.
+
 The role machine keeps the lease itself (``HaRole.lease_until``, set by ``LeaseGranted``)
 and decides the fence; this object only feeds it and asks it.
 
@@ -34,6 +40,10 @@ class ManagerLeaseHost(Protocol):
         ...
 
     def now(self) -> float: ...
+
+    def grants_until(self) -> float | None:
+        """Until when every member of the committed set grants (``MemberLeases``)."""
+        ...
 
     def tick(self) -> None:
         """The broker's housekeeping tick (applies a renewal taken, then the role's Tick)."""
@@ -76,8 +86,11 @@ class ManagerLease:
         offer = None if self.offers is None else self.offers.peek()
         if offer is not None and role.state.is_primary:
             seconds, received = offer  # the latest renewal wins, as LeaseGranted applies it
-            return now <= received + seconds
-        return not role.lease_expired(now)
+            if now <= received + seconds:
+                return True
+        elif not role.lease_expired(now):
+            return True
+        return role.may_confirm(now, self._host.grants_until())
 
     def stop(self) -> None:
         if self._end is not None:
@@ -92,13 +105,17 @@ class ManagerLease:
     def _arm(self) -> None:
         """Tick when the lease ends (a stalled loop: on its first turn after). Availability
         only: the gate compares the lease with the clock as confirms are written."""
-        role = self._host.role
+        role, host = self._host.role, self._host
         until = role.lease_until
         call_later = _call_later()
         if until is None or call_later is None or role.fenced or not role.state.is_primary:
             return
+        now = host.now()
+        grants = host.grants_until()
+        if until <= now and role.on_grants and grants is not None:
+            until = grants  # serving on grants: the first lapse fences (issue 26, item 2)
         self.stop()
-        self._end = call_later(max(until - self._host.now(), 0.001), self._ended)
+        self._end = call_later(max(until - now, 0.001), self._ended)
 
     def _ended(self) -> None:
         self._end = None

@@ -137,6 +137,11 @@ class MemberLeases:
         #: Not before this time (a promoted broker's own older grant, plus drift).
         self.not_before = -math.inf
         self._earliest = math.inf
+        #: The earliest grant expiry over *every* member, asked or not (-inf: one never
+        #: granted); None: the lease not in force or the set empty. A primary whose
+        #: cluster manager's lease ran out serves on grants only until then (issue 26,
+        #: item 2: :meth:`grants_until`).
+        self._all_until: float | None = None
 
     # -- events ------------------------------------------------------------------------
     def set_members(self, members: frozenset[str]) -> None:
@@ -216,6 +221,16 @@ class MemberLeases:
         """Every asked member's grant unexpired (and a promoted broker's wait over): O(1)."""
         return self.not_before <= now < self._earliest
 
+    def grants_until(self) -> float | None:
+        """Until when every member of the committed set holds an unexpired grant, asked
+        or not (-inf: one has never granted); None: the lease not in force, or the set
+        empty (the agent's lease alone governs). A primary whose cluster manager's lease
+        ran out serves on grants only before this instant (issue 26, item 2): a member
+        never asked holds no grant to this epoch, so it could be promoted once this
+        primary's ZooKeeper record is gone without waiting for anything; past the
+        manager's lease every member must grant."""
+        return self._all_until
+
     def granted_by(self, backup: str, now: float) -> bool:
         """Does ``backup`` hold an unexpired grant? (A backup joins the set only so.)"""
         return self.expiry.get(backup, -math.inf) > now
@@ -265,7 +280,11 @@ class MemberLeases:
     def _recompute(self) -> None:
         if not self.enabled:
             self._earliest = math.inf
+            self._all_until = None
             return
+        self._all_until = (
+            min(self.expiry.get(m, -math.inf) for m in self.members) if self.members else None
+        )
         self._earliest = min(
             (self.expiry.get(m, -math.inf) for m in self.members & self.asked),
             default=math.inf,

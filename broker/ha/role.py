@@ -30,9 +30,10 @@ BackupConnected        GuardBackup (a new backup), ChangeState, SendMembership
 BackupQueueReady       ChangeState (recovering -> active), SendMembership
 BackupGone             ReleaseGuards, ChangeState, SendMembership
 QueueDeleted           ChangeState, SendMembership
-Tick                   FenceBroker (lease ran out); ChangeState (recovering -> active
-                       when every expected backup is ready: the shell ticks once right
-                       after PrimaryStarted), ReleaseGuards and ChangeState
+Tick                   FenceBroker (the lease ran out and not every member of a
+                       non-empty committed set grants: issue 26, item 2); ChangeState
+                       (recovering -> active when every expected backup is ready: the
+                       shell ticks once right after PrimaryStarted), ReleaseGuards and ChangeState
                        (``ha-backup-timeout`` passed while recovering), SendMembership
 LeaseGranted           Refuse (not a primary)
 EpochSeen              FenceBroker (a primary learns of a newer epoch), PersistEpoch
@@ -128,6 +129,9 @@ class HaRole:
         self.fenced = False
         #: Monotonic time until which the cluster manager vouches for this primary.
         self.lease_until: float | None = None
+        #: Serving on its members' grants alone: the cluster manager's lease ran out while
+        #: every member of a non-empty committed set granted (issue 26, item 2).
+        self.on_grants = False
         #: The primary this backup's link is up to, if any.
         self.primary_address: str | None = None
         #: On a primary: every backup it guards, by id.
@@ -156,9 +160,16 @@ class HaRole:
         until = self.lease_until
         return until is not None and self.state.is_primary and now > until
 
-    def may_confirm(self, now: float) -> bool:
-        """Whether publisher confirms may go out (not fenced, lease not run out)."""
-        return not self.fenced and not self.lease_expired(now)
+    def may_confirm(self, now: float, grants_until: float | None = None) -> bool:
+        """Whether publisher confirms may go out as far as the cluster manager's lease goes:
+        not fenced, and the lease not run out, or run out while every member of a non-empty
+        committed set grants (``grants_until``, as in :class:`Tick`; issue 26, item 2).
+        The member lease's own check (every asked member) comes on top."""
+        if self.fenced:
+            return False
+        if not self.lease_expired(now):
+            return True
+        return grants_until is not None and now < grants_until
 
     def lease_set(self) -> frozenset[str]:
         """Whose member-lease grants this primary needs: the committed in-sync set (the
@@ -394,8 +405,7 @@ class HaRole:
         self._membership()
 
     def _tick(self, event: Tick) -> None:
-        if self.lease_expired(event.now):
-            self._fence("the cluster manager's lease ran out")
+        if self._lease_over(event):
             return
         promoted = self.promoted_at
         if self.state is not HaState.RECOVERING or promoted is None:
@@ -412,6 +422,36 @@ class HaRole:
         self._membership()
 
     # -- lease and fencing -------------------------------------------------------------
+    def _lease_over(self, event: Tick) -> bool:
+        """The cluster manager's lease at a tick: True when it fenced. Run out, the primary
+        serves on its members' grants while the committed set is non-empty and every
+        member's grant is unexpired (issue 26, item 2: a member may be promoted only when
+        its own grant to this epoch lapsed, docs/reliability.md); the first lapse, or an
+        empty set, fences it as before."""
+        now, until = event.now, event.grants_until
+        if not self.lease_expired(now):
+            if self.on_grants:
+                self.on_grants = False
+                self._log("ha_serving_on_lease", epoch=self.epoch)
+            return False
+        if until is not None and now < until:
+            if not self.on_grants:
+                self.on_grants = True
+                self._log(
+                    "ha_serving_on_grants",
+                    level="warning",
+                    epoch=self.epoch,
+                    grants_ms=round((until - now) * 1000.0, 1),
+                )
+            return False
+        if self.on_grants:
+            self._fence("a member's grant lapsed after the cluster manager's lease ran out")
+        elif until is None:
+            self._fence("the cluster manager's lease ran out")
+        else:
+            self._fence("the cluster manager's lease ran out and not every member grants")
+        return True
+
     def _lease(self, event: LeaseGranted) -> None:
         if not self.state.is_primary:
             self._emit(Refuse(f"a lease is for a primary; this broker is {self.state.value}"))

@@ -118,9 +118,12 @@ class QueueDeleted:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """Housekeeping time (the broker's monotonic clock)."""
+    """Housekeeping time (the broker's monotonic clock), with the instant until which every
+    member of the committed in-sync set grants this primary the member lease (None: the
+    lease not in force or the set empty; ``MemberLeases.grants_until``)."""
 
     now: float
+    grants_until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

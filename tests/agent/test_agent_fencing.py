@@ -25,8 +25,9 @@ from tests.zookeeper import ZooKeeperEnsemble
 pytestmark = pytest.mark.timeout(240)
 
 
-def events(node: Node, name: str) -> list[dict[str, object]]:
-    return [e for e in node.agent_events() if e["event"] == name]
+def events(node: Node, name: str, broker: bool = False) -> list[dict[str, object]]:
+    found = node.broker_events() if broker else node.agent_events()
+    return [e for e in found if e["event"] == name]
 
 
 def pid_alive(pid: int) -> bool:
@@ -178,7 +179,10 @@ def test_primary_agent_killed_its_broker_stops_serving_before_a_backup_takes_ove
     agents: AgentCluster,
 ) -> None:
     """No agent vouches for the primary any more: its lease runs out before ZooKeeper
-    expires the agent's session, so the broker stops serving before another is promoted."""
+    expires the agent's session. Its members all grant it (issue 26, item 2), so it serves
+    on their grants; once the dead agent's record is gone (and the backups' agents waited
+    for it to come back) a member is promoted, drops its link and serves only once its own
+    grant to the old epoch lapsed; the old primary fences at that lapse."""
     agents.start(session_timeout=2.0)
     old = agents.wait_settled()
     old_record = agents.primary_record()
@@ -186,9 +190,10 @@ def test_primary_agent_killed_its_broker_stops_serving_before_a_backup_takes_ove
     broker_pid = old.broker_pid()
     os.kill(old.agent.pid, signal.SIGKILL)
     old.agent.wait()
-    poll_until(lambda: not pid_alive(broker_pid), 10)  # fenced by its lease
+    poll_until(lambda: events(old, "ha_serving_on_grants", broker=True), 10, "on grants")
+    poll_until(lambda: not pid_alive(broker_pid), 30)  # fenced by a member's lapse
     (fenced,) = [e for e in old.broker_events() if e["event"] == "ha_fenced"]
-    assert "lease ran out" in str(fenced["reason"])
+    assert "grant lapsed" in str(fenced["reason"])
     poll_until(
         lambda: (r := agents.primary_record()) is not None and r.epoch > old_record.epoch,
         30,
@@ -197,12 +202,9 @@ def test_primary_agent_killed_its_broker_stops_serving_before_a_backup_takes_ove
     assert record is not None
     new = agents.node(record.node)
     poll_until(lambda: new.state() == "active", 30)
-    promoted = [
-        e
-        for e in new.broker_events()
-        if e["event"] == "ha_state_changed" and e["new"] == "recovering"
-    ][-1]
-    assert str(fenced["ts"]) < str(promoted["ts"])  # ISO-8601 UTC: ordered as text
+    # the new primary waited out its own grant to the old epoch before it served
+    waits = events(new, "member_lease_promotion_wait", broker=True)
+    assert waits and waits[-1]["granted_epoch"] == old_record.epoch, waits
 
 
 def test_watchdog_kills_a_silent_backup_broker_and_its_agent_restarts_it(

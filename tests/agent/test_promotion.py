@@ -78,6 +78,31 @@ def test_a_session_in_doubt_fences_a_primary_and_withdraws_a_contender() -> None
     assert decide(view("ready", session_ok=False)).steps == ()
 
 
+def test_a_primary_on_its_members_grants_is_not_fenced_for_zookeepers_loss_alone() -> None:
+    """Issue 26, item 2: its lease ends with the agent's; it serves on every member's
+    grant and fences itself at the first lapse. A broker that is not on grants is fenced."""
+    on_grants = ClusterView(
+        node="n1",
+        broker=BrokerView("active", epoch=1, on_grants=True),
+        leadership="leading",
+        session_ok=False,
+    )
+    assert decide(on_grants).steps == ()
+    assert "members' grants" in decide(on_grants).eligibility
+    assert decide(view("active", leadership="leading", session_ok=False)).steps == (Step.FENCE,)
+
+
+def test_broker_view_reads_whether_the_primary_may_serve_on_grants() -> None:
+    lease = {"enabled": True, "members": {"b2": 0.5}, "fenced": False}
+    status = {"ha_state": "active", "pid": 42}
+    assert broker_view(status, {"epoch": 3, "member_lease": lease}).on_grants
+    for odd in ({**lease, "enabled": False}, {**lease, "members": {}}, {**lease, "fenced": True}):
+        assert not broker_view(status, {"epoch": 3, "member_lease": odd}).on_grants, odd
+    assert not broker_view(status, {"epoch": 3}).on_grants  # a broker that does not say
+    backup = broker_view({"ha_state": "ready"}, {"epoch": 3, "member_lease": lease})
+    assert not backup.on_grants
+
+
 def test_a_primary_broker_fenced_when_zookeeper_names_another_primary() -> None:
     other = PrimaryRecord("n2", 5)
     decision = decide(view("active", primary=other))

@@ -32,6 +32,13 @@ grant it gave an older epoch has lapsed. A restarted broker forgets its grants (
 new broker id, so no set names it). The candidate's takeover rule reads its own broker's
 grants as ``GET /grant`` answers them.
 
+ZooKeeper gone for a while (issue 26, item 2): every primary's cluster manager's lease runs
+out; a primary whose lease set is non-empty and every member of it (asked or not) grants
+serves on those grants, and fences at the first lapse; any other fences as before. When
+ZooKeeper serves again it may have expired every session (each agent starts a new one, and
+the primary's agent takes its record back with the real :func:`ha_agent.reclaim.reclaim`
+if nothing changed) or kept them (the primary's agent renews its lease).
+
 Invariants: no two brokers serve at once, no epoch is promoted twice, and a new primary's
 store holds every confirmed message. ``PROMOTION_MODEL_EXAMPLES`` runs it longer by hand
 (``make test`` runs a few seconds of it).
@@ -65,6 +72,7 @@ from ha_agent.promotion import (
     promotion_in_sync,
 )
 from ha_agent.promotion_txn import needs_lock
+from ha_agent.reclaim import reclaim
 from ha_agent.takeover import GrantView, default_rule
 from ha_agent.zk_layout import ClusterLayout
 from tests.agent.zk_model import ModelClient, ModelZooKeeper
@@ -107,6 +115,9 @@ class Broker:
     #: a backup's member-lease grants, epoch -> live; the epochs no longer counted
     grants: dict[int, bool] = field(default_factory=dict)
     unneeded: set[int] = field(default_factory=set)
+    #: a primary's: its cluster manager's lease holds (False: ZooKeeper was gone past it,
+    #: it serves on its members' grants alone)
+    leased: bool = True
 
     @property
     def broker_id(self) -> str:
@@ -122,6 +133,7 @@ class Broker:
         self.guarded, self.pending, self.held = set(), set(), set()
         self.lease_set, self.grants, self.unneeded = set(), {}, set()
         self.told, self.asked = (0, frozenset()), set()
+        self.leased = True
 
     def grant_answer(self, epoch: int) -> GrantView | None:
         """``GET /grant?epoch=N`` (None: the broker is down)."""
@@ -150,6 +162,7 @@ class Broker:
             broker_id=self.broker_id,
             store_id=self.store_id,
             in_sync=in_sync,
+            on_grants=self.state == "active" and bool(self.lease_set),
         )
 
 
@@ -182,6 +195,7 @@ class Agent:
     locked: bool = False
     taken: Taken | None = None  # committed in ZooKeeper, the broker not promoted yet
     old_epoch: int | None = None  # 0.1.0: the epoch taken, the set not written yet
+    reclaim: int | None = None  # its session expired while its broker served on grants
 
 
 class PromotionModel(RuleBasedStateMachine):
@@ -230,11 +244,29 @@ class PromotionModel(RuleBasedStateMachine):
         if any(up for e, up in primary.grants.items() if e < primary.epoch):
             return False  # a promotion's wait
         by_id = {b.broker_id: b for b in self.brokers.values()}
-        for member in primary.lease_set & primary.asked:  # a member never asked holds none
+        # a member never asked holds none; past its manager's lease every member must grant
+        needed = primary.lease_set if not primary.leased else primary.lease_set & primary.asked
+        if not primary.leased and not needed:
+            return False  # an empty set: fenced at the lease's end
+        for member in needed:
             backup = by_id.get(member)
             if backup is None or not backup.grants.get(primary.epoch, False):
                 return False
         return True
+
+    def on_grants(self, primary: Broker) -> bool:
+        """Every member of a non-empty lease set grants (asked or not)."""
+        by_id = {b.broker_id: b for b in self.brokers.values()}
+        return bool(primary.lease_set) and all(
+            (backup := by_id.get(m)) is not None and backup.grants.get(primary.epoch, False)
+            for m in primary.lease_set
+        )
+
+    def lapses_fence(self) -> None:
+        """A primary past its manager's lease fences at the first lapse (its role's Tick)."""
+        for primary in self.primaries():
+            if not primary.leased and not self.on_grants(primary):
+                primary.restart()
 
     def serving(self) -> list[Broker]:
         return [b for b in self.primaries() if self.serves(b)]
@@ -312,6 +344,7 @@ class PromotionModel(RuleBasedStateMachine):
         if len(self.epochs) > 2:
             note("a cascade: a third primary")
         broker.state, broker.epoch, broker.synced_to = "active", epoch, None
+        broker.leased = True
         live = {b.broker_id for b in self.brokers.values() if b.state in ("ready", "joining")}
         broker.guarded, broker.held = set(expect), set()
         broker.lease_set, broker.told, broker.asked = set(expect), (0, frozenset()), set()
@@ -374,6 +407,7 @@ class PromotionModel(RuleBasedStateMachine):
         backup.grants = dict.fromkeys(backup.grants, False)
         if any(b.grants for b in self.brokers.values()):
             note("a grant lapsed")
+        self.lapses_fence()
         for primary in self.primaries():
             self.settle(primary)
 
@@ -409,6 +443,7 @@ class PromotionModel(RuleBasedStateMachine):
         for broker in self.brokers.values():  # a lease's time passes: only renewed grants
             broker.grants = dict.fromkeys(broker.grants, False)
         self.lease_requests(set(NODES))
+        self.lapses_fence()
 
     def check(self, node: str) -> None:
         """The agent's check: its member record, the set kept on the primary's node, and a
@@ -416,6 +451,8 @@ class PromotionModel(RuleBasedStateMachine):
         agent, broker = self.agents[node], self.brokers[node]
         if not self.live(node):
             return
+        if agent.reclaim is not None:
+            self.reclaim(node)  # the real agent's check begins with it
         assert agent.client is not None and agent.keeper is not None
         try:
             self.publish_member(node)
@@ -561,12 +598,57 @@ class PromotionModel(RuleBasedStateMachine):
             broker.restart()
         self.start_agent(node)
 
+    @rule(expired=st.booleans())
+    def zookeeper_gone_for_a_while(self, expired: bool) -> None:
+        """ZooKeeper serves nobody for longer than the agents' lease (issue 26, item 2):
+        each primary serves on its members' grants or fences; then ZooKeeper serves again,
+        having expired every session (``expired``: each agent on a new session, the
+        primary's agent to take its record back) or kept them (its agent renews)."""
+        for primary in self.primaries():
+            primary.leased = False
+        self.lapses_fence()
+        if any(not b.leased for b in self.primaries()):
+            note("a primary served on its members' grants through a ZooKeeper outage")
+        for node in NODES:
+            agent, broker = self.agents[node], self.brokers[node]
+            if not expired:
+                if agent.promoted is not None and self.live(node) and broker.state == "active":
+                    broker.leased = True  # its agent's session lives: it renews
+                continue
+            if not agent.alive or agent.client is None:
+                continue
+            promoted = agent.promoted
+            self.zk.expire(agent.client.session)
+            self.start_agent(node)
+            view = broker.view()
+            if promoted is not None and view is not None and view.on_grants:
+                agent.reclaim = promoted
+
+    def reclaim(self, node: str) -> None:
+        """The agent whose session expired takes its primary record back (the real rule)."""
+        agent, broker = self.agents[node], self.brokers[node]
+        epoch, agent.reclaim = agent.reclaim, None
+        if epoch is None or not self.live(node) or agent.promoted or agent.taken:
+            return
+        assert agent.client is not None
+        view = broker.view()
+        try:
+            why = None if view is None else reclaim(agent.client, CLUSTER, node, None, view, epoch)
+        except KazooException:
+            return
+        if view is not None and why is None:
+            agent.promoted = epoch
+            broker.leased = True
+            note("the primary's record taken back after ZooKeeper's outage")
+
     @rule()
     def lose_the_next_answer(self) -> None:
         self.zk.lose_next = True
 
     @rule(
-        step=st.sampled_from(["check", "claim", "promote", "old_agent_promotes", "hand_commit"]),
+        step=st.sampled_from(
+            ["check", "claim", "promote", "old_agent_promotes", "hand_commit", "reclaim"]
+        ),
         node=nodes,
     )
     def one_step(self, step: str, node: str) -> None:

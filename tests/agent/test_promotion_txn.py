@@ -24,8 +24,15 @@ from common.polling import poll_until
 from ha_agent.epoch_counter import next_epoch, read_counter
 from ha_agent.in_sync import VersionedInSync, read_in_sync, write_in_sync
 from ha_agent.primary_record import encode_primary, read_primary_versioned
-from ha_agent.promotion import InSyncMember, InSyncRecord, PrimaryRecord
-from ha_agent.promotion_txn import PromotionConflict, commit_promotion, needs_lock, set_format
+from ha_agent.promotion import BrokerView, InSyncMember, InSyncRecord, PrimaryRecord
+from ha_agent.promotion_txn import (
+    PromotionConflict,
+    commit_promotion,
+    commit_reclaim,
+    needs_lock,
+    set_format,
+)
+from ha_agent.reclaim import reclaim
 from ha_agent.takeover import AnyOf, OldPrimary, OldPrimaryGone, TakeoverView
 from ha_agent.zk_commit import MultiConflict
 from tests.agent.conftest import FAST_RECONNECT
@@ -275,3 +282,43 @@ def test_a_promotion_whose_answer_was_lost_is_read_back_as_committed(
         client.stop()
         client.close()
         relay.close()
+
+
+def test_an_agent_takes_its_record_back_after_its_session_expired_only_if_nothing_changed(
+    zookeeper: Any, make_client: Any, cluster: str
+) -> None:
+    """Issue 26, item 2 (ha_agent.reclaim): a primary that served on its members' grants
+    through a ZooKeeper outage; its agent's session expired with its record. The agent, on
+    a new session, re-creates the record at the same epoch only while nothing changed; a
+    promotion since (a new epoch) or a change of the set refuses it."""
+    old_session, agent, other = make_client(), make_client(), make_client()
+    promote(old_session, cluster, "n1")
+    expire_session(old_session, zookeeper.hosts)
+    assert read_primary_versioned(agent, cluster) is None
+    serving = BrokerView("active", epoch=1, url="n1:5672", on_grants=True)
+    assert reclaim(agent, cluster, "n1", None, serving, 1) is None
+    back = read_primary_versioned(other, cluster)
+    assert back is not None and back.record == PrimaryRecord("n1", 1, "n1:5672")
+    assert back.owner == agent.client_id[0]
+    assert reclaim(agent, cluster, "n1", None, serving, 1) is None  # its own already
+    assert "another primary record" in str(reclaim(other, cluster, "n3", None, serving, 1))
+    expire_session(agent, zookeeper.hosts)
+    promote(other, cluster, "n2")  # a member promoted meanwhile: epoch 2
+    fresh = make_client()
+    why = reclaim(fresh, cluster, "n1", None, serving, 1)
+    assert why == "the in-sync set is at epoch 2, not 1"
+    fenced = BrokerView("active", epoch=2, url="n1:5672")  # not on grants (fenced, empty set)
+    assert "no longer the primary" in str(reclaim(fresh, cluster, "n1", None, fenced, 2))
+    # the set changed since the read: the multi-op's check refuses it
+    read = read_in_sync(fresh, cluster)
+    assert read is not None
+    counter = read_counter(fresh, cluster)
+    write_in_sync(other, cluster, isr(2), read)
+    with pytest.raises(PromotionConflict, match="the in-sync set changed since the read"):
+        commit_reclaim(
+            fresh,
+            cluster,
+            counter=counter,
+            read=read,
+            primary=encode_primary(PrimaryRecord("n2", 2), None),
+        )

@@ -113,6 +113,28 @@ def test_the_broker_answer_is_read_strictly() -> None:
         assert grant_view(answer_) is None
 
 
+def test_a_candidate_linked_to_the_sets_primary_waits_for_its_record_to_come_back() -> None:
+    """Issue 26, item 2: the record gone while this broker's link to the primary of the
+    set's epoch is up (every session expired in a ZooKeeper outage, that primary served on
+    grants): wait ``grace`` from the first look, for its agent to take the record back."""
+    now = [100.0]
+    answer = GrantView(False, 0.5, frozenset({7}), linked=7)
+    gone = OldPrimaryGone(lambda _epoch: answer, grace=2.0, clock=lambda: now[0])
+    first = gone.may_take_over(TakeoverView(None, SET, members()))
+    assert not first.allowed and first.retry_in == 2.0 and "link" in first.reason
+    now[0] = 101.5
+    assert gone.may_take_over(TakeoverView(None, SET, members())).retry_in == 0.5
+    now[0] = 102.0
+    assert gone.may_take_over(TakeoverView(None, SET, members())).allowed
+    assert not gone.may_take_over(TakeoverView(OLD, SET, members())).allowed  # back
+    assert gone.may_take_over(TakeoverView(None, SET, members())).retry_in == 2.0  # afresh
+    unlinked = OldPrimaryGone(lambda _epoch: GrantView(True, 0.0), grace=2.0)
+    assert unlinked.may_take_over(TakeoverView(None, SET, members())).allowed  # node lost
+    assert OldPrimaryGone().may_take_over(TakeoverView(None, SET, members())).allowed
+    silent = OldPrimaryGone(lambda _epoch: None, grace=2.0)  # its broker does not answer
+    assert silent.may_take_over(TakeoverView(None, SET, members())).allowed
+
+
 def test_a_cut_of_this_brokers_link_alone_is_not_the_primarys_loss() -> None:
     """n2's grant lapsed and its link is down, but n3 (the set's other member, its agent
     there) published no hint against n1: only n2's link is cut, the primary's removal of

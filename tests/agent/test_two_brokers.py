@@ -7,9 +7,10 @@
   starts the old backup's agent first and alone, and every confirmed message is there.
 - On a 3-server ensemble: the same fail-over; ``--designated-primary`` refused while the
   other broker answers as primary; the ensemble loses its quorum (2 servers killed), the
-  primary fences itself, its node is lost; the survivor, designated primary by the operator,
-  serves again with every confirmed message, and says so loudly; its broker SIGKILLed and
-  started again, the designated agent promotes it again from its store.
+  primary serves on its backup's grant (issue 26, item 2), its node is lost; the
+  survivor, designated primary by the operator, serves again with every confirmed
+  message, and says so loudly; its broker SIGKILLed and started again, the designated
+  agent promotes it again from its store.
 """
 
 from __future__ import annotations
@@ -172,11 +173,17 @@ def test_two_brokers_on_an_ensemble_and_a_designated_primary_without_quorum(
     ]  # fmt: skip
     assert survivor.state() == "ready" and primary.state() == "active"
 
-    # no quorum: two of the three servers die; the primary fences itself (its lease runs
-    # out), then its node is lost; nothing can be promoted through ZooKeeper
+    # no quorum: two of the three servers die; the primary serves on its backup's grant
+    # (issue 26, item 2: its agent stops renewing, its lease runs out) until its node is
+    # lost; nothing can be promoted through ZooKeeper
     for server in ensemble.servers[:2]:
         ensemble.kill(server)
-    poll_until(lambda: primary.state() not in ("active", "recovering"), 30)
+    poll_until(
+        lambda: [e for e in primary.broker_events() if e["event"] == "ha_serving_on_grants"],
+        30,
+        "the primary on its backup's grant",
+    )
+    assert primary.state() == "active"
     kill_node(primary)
     assert survivor.agent is not None
     survivor.agent.kill()  # the operator replaces the agent; the broker runs on

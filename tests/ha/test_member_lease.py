@@ -247,3 +247,27 @@ def test_a_request_that_asks_no_promise_says_the_primary_no_longer_counts_this_b
     assert ledger.lapse_at(4) == 101.0
     ledger.grant(3, 1.0, 100.6)  # counted again
     assert ledger.unneeded == frozenset()
+
+
+def test_past_the_managers_lease_every_member_must_grant_asked_or_not() -> None:
+    """Issue 26, item 2: ``grants_until`` is over every member of the committed set (a
+    member never asked holds no grant to this epoch: a primary past its cluster manager's
+    lease must not serve beside it), None with an empty set or the lease not in force."""
+    leases = MemberLeases(LeaseTimes(1.0, 0.01))
+    assert leases.grants_until() is None
+    leases.set_members(frozenset({"a", "b"}))
+    assert leases.grants_until() is None  # not in force: the agent's lease alone
+    leases.set_enabled(True)
+    assert leases.grants_until() == -math.inf  # neither granted
+    seq, _ = leases.requested("a", 10.0)
+    assert leases.granted("a", seq)
+    assert leases.may_serve(10.5)  # b never asked: the member lease alone would serve
+    assert leases.grants_until() == -math.inf  # but not past the manager's lease
+    seq, _ = leases.requested("b", 10.2)
+    assert leases.granted("b", seq)
+    assert leases.grants_until() == 11.0  # a's grant ends first
+    leases.forget("a")
+    leases.set_members(frozenset({"b"}))
+    assert leases.grants_until() == 11.2
+    leases.set_members(frozenset())
+    assert leases.grants_until() is None  # an empty set: fenced at the lease's end

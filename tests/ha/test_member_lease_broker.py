@@ -157,3 +157,52 @@ def test_a_client_closed_while_not_serving_gets_the_close_and_nothing_it_held(
     client.conn.close(ReplyCode.CONNECTION_FORCED, "HA primary not serving")
     assert [type(m) for m in client.methods()] == [commands.Connection.Close]
     assert not ha.admission.holds_output(client.conn)  # its close-ok is read as usual
+
+
+def test_past_the_managers_lease_it_serves_while_every_member_grants(tmp_path: Path) -> None:
+    """Issue 26, item 2: the agent's lease (ZooKeeper) runs out; every member of the
+    committed set still grants: confirms, admission and the tick go on; the first lapse
+    fences. An unasked member (never granted) does not let it serve past the lease."""
+    ha, clock, log = ha_broker(tmp_path)
+    fenced: list[str] = []
+    ha._on_fenced = fenced.append
+    asyncio.run(ha.promote(epoch=1, in_sync=["b1", "b2"]))
+    ha.lease.set_changed()
+    ha.grant_lease(1.0)
+    grant(ha, "b1")
+    assert ha.may_confirm()  # b2 never asked: the member lease alone would serve ...
+    clock.now += 1.5
+    assert not ha.may_confirm() and refusal(ha) is not None  # ... not past the lease
+    grant(ha, "b2")
+    grant(ha, "b1")
+    assert ha.may_confirm() and refusal(ha) is None  # every member grants: it serves
+    ha.tick()
+    assert not fenced and ha.role.on_grants
+    [on_grants] = events(log, "ha_serving_on_grants")
+    assert on_grants["grants_ms"] == LEASE * 1000.0
+    assert ha.lease_status()["on_grants"] is True
+    for _ in range(3):  # ZooKeeper stays away; the grants keep coming
+        clock.now += LEASE / 2
+        grant(ha, "b1")
+        grant(ha, "b2")
+        ha.tick()
+        assert ha.may_confirm() and not fenced
+    clock.now += LEASE / 2
+    grant(ha, "b1")  # b2 stops answering (SIGSTOP, cut off)
+    clock.now += LEASE / 2
+    assert not ha.may_confirm()  # b2's grant lapsed: nothing more goes out ...
+    ha.tick()
+    assert fenced == ["a member's grant lapsed after the cluster manager's lease ran out"]
+
+
+def test_past_the_managers_lease_an_empty_set_fences_as_before(tmp_path: Path) -> None:
+    ha, clock, _ = ha_broker(tmp_path)
+    fenced: list[str] = []
+    ha._on_fenced = fenced.append
+    asyncio.run(ha.promote(epoch=1, in_sync=[]))
+    ha.lease.set_changed()
+    ha.grant_lease(1.0)
+    clock.now += 1.5
+    assert not ha.may_confirm()
+    ha.tick()
+    assert fenced == ["the cluster manager's lease ran out"]

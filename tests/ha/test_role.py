@@ -211,6 +211,31 @@ LEASE_AND_FENCING: list[Step] = [
     (PromoteRequested(9), ["Refuse"], S.ACTIVE),
 ]
 
+# Issue 26, item 2: the manager's lease run out, the primary serves on its members' grants
+# while every member of a non-empty committed set grants (Tick's grants_until); the first
+# lapse fences it; an empty set (None) fences it at the lease's end as before.
+SERVING_ON_GRANTS: list[Step] = [
+    *LEASE_AND_FENCING[:6],  # active, leased until 12.0
+    (Tick(12.5, 13.0), [], S.ACTIVE),  # run out: on grants (ha_serving_on_grants)
+    (Tick(12.9, 13.7), [], S.ACTIVE),  # renewed grants: still serving
+    (LeaseGranted(2.0, 13.0), [], S.ACTIVE),  # ZooKeeper back: the agent renews
+    (Tick(13.1, 13.7), [], S.ACTIVE),  # on the lease again (ha_serving_on_lease)
+    (Tick(15.5, 16.0), [], S.ACTIVE),  # run out again: on grants
+    (Tick(16.0, 16.0), ["FenceBroker"], S.ACTIVE),  # a grant lapsed: fenced
+    (Tick(16.1, 17.0), [], S.ACTIVE),  # fenced: nothing more
+]
+
+NOT_EVERY_MEMBER_GRANTS: list[Step] = [
+    *LEASE_AND_FENCING[:6],
+    (Tick(12.5, float("-inf")), ["FenceBroker"], S.ACTIVE),  # a member never granted
+]
+
+EMPTY_SET_FENCES: list[Step] = [
+    *LEASE_AND_FENCING[:6],
+    (Tick(12.0, None), [], S.ACTIVE),
+    (Tick(12.5, None), ["FenceBroker"], S.ACTIVE),  # no member: fenced as before
+]
+
 NEWER_EPOCH_FENCES: list[Step] = [
     (PromoteRequested(3), ["CheckCluster"], S.JOINING),
     (ClusterChecked("h2:5672 (active)"), ["Refuse"], S.JOINING),  # not a new cluster
@@ -248,6 +273,9 @@ SCRIPTS = {
     "a joining broker whose store the record names": STORE_NAMED,
     "refusals": REFUSALS,
     "lease and fencing": LEASE_AND_FENCING,
+    "serving on grants after the lease": SERVING_ON_GRANTS,
+    "not every member grants: fenced at the lease's end": NOT_EVERY_MEMBER_GRANTS,
+    "an empty set fences at the lease's end": EMPTY_SET_FENCES,
     "a newer epoch fences the primary": NEWER_EPOCH_FENCES,
 }
 
@@ -259,6 +287,34 @@ def test_script(name: str) -> None:
         actions = role.handle(event)
         assert (i, kinds(actions)) == (i, expected), event
         assert (i, role.state) == (i, state), event
+
+
+def test_serving_on_grants_is_logged_with_why_it_ends() -> None:
+    role = HaRole("me", epoch=0, backup_timeout=10.0)
+    logged: list[tuple[str, dict[str, object]]] = []
+    for event, _, _ in SERVING_ON_GRANTS:
+        logged += [(a.event, dict(a.fields)) for a in role.handle(event) if isinstance(a, Log)]
+    names = [name for name, _ in logged if name.startswith("ha_serving") or name == "ha_fenced"]
+    assert names == [
+        "ha_serving_on_grants",
+        "ha_serving_on_lease",
+        "ha_serving_on_grants",
+        "ha_fenced",
+    ]
+    fenced = dict(logged)["ha_fenced"]
+    assert fenced["reason"] == "a member's grant lapsed after the cluster manager's lease ran out"
+
+
+def test_confirms_past_the_lease_only_while_every_member_grants() -> None:
+    role = HaRole("me", epoch=0, backup_timeout=10.0)
+    for event, _, _ in LEASE_AND_FENCING[:6]:
+        role.handle(event)
+    assert role.may_confirm(11.0) and role.may_confirm(11.0, None)
+    assert not role.may_confirm(12.5) and not role.may_confirm(12.5, None)
+    assert role.may_confirm(12.5, 13.0)  # every member grants until 13.0
+    assert not role.may_confirm(13.0, 13.0) and not role.may_confirm(12.5, float("-inf"))
+    role.handle(FenceRequested("a newer epoch"))
+    assert not role.may_confirm(12.5, 13.0)
 
 
 def test_refusals_say_why() -> None:
