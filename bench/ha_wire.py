@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker.ha.id_set import IdSet
-from broker.ha.wire import BatchWriter, Dequeue, Enqueue, Event, decode_batch, encode_batch
+from broker.ha.wire import BatchWriter, Dequeue, Enqueue, StreamEvent, decode_batch, encode_batch
 
 # A typical basic.properties payload: content-type, delivery-mode, a message id, headers.
 PROPERTIES = bytes.fromhex("98000000106170706c69636174696f6e2f6a736f6e02") + b"\x24" + b"m" * 36
@@ -47,7 +47,7 @@ def main() -> None:
     args = parser.parse_args()
 
     body = b"x" * args.size
-    batches: list[list[Event]] = []
+    batches: list[list[StreamEvent]] = []
     next_id = 1
     while next_id <= args.messages:
         count = min(args.batch, args.messages - next_id + 1)

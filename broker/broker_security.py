@@ -3,11 +3,11 @@ reload``, ``qpid-ha users reload``).
 
 :class:`BrokerSecurity` reads ``--acl-file`` at start (a bad file stops the start, exit 2,
 naming the line; so does a users file or ACL that others may write, and one they may read is
-a ``security_file_readable`` warning: :mod:`broker.security.file_modes`) and installs the
-ACL on the connections' context. :meth:`reload` reads the file again: a good file replaces
-the ACL at once for every later request, a bad one leaves the running ACL in place and says
-why (``acl_reload_failed``). The caller decides when: SIGHUP (:mod:`broker.main`) or ``POST
-/api/acl/reload``.
+a ``security_file_readable`` warning: :mod:`broker.security.file_modes`) and makes the ACL
+the connections' context is built with (:attr:`BrokerSecurity.access`). :meth:`reload` reads
+the file again: a good file replaces the ACL at once for every later request, a bad one
+leaves the running ACL in place and says why (``acl_reload_failed``). The caller decides
+when: SIGHUP (:mod:`broker.main`) or ``POST /api/acl/reload``.
 
 The users file (``--sasl-users``) is read again the same way (:meth:`reload_users`: SIGHUP,
 ``POST /api/users/reload``, or :meth:`tick` noticing the file changed: ``qpid-ha users``
@@ -36,7 +36,6 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.amqp.access import AccessControl
-from broker.amqp.context import BrokerContext
 from broker.listen import Listener, serve
 from broker.security.acl import Acl, AclError, load_acl
 from broker.security.file_modes import (
@@ -45,7 +44,7 @@ from broker.security.file_modes import (
     readable_by_others,
 )
 from broker.security.login_backoff import LoginBackoff, replication_exemption
-from broker.security.sasl import is_loopback
+from broker.security.sasl import Authenticator, is_loopback
 from broker.security.tls import TlsError, TlsSettings, reload_server_context, server_context
 from broker.security.users import load as load_users
 from common.url import parse_url
@@ -76,12 +75,15 @@ class ReloadError(Exception):
 
 
 class BrokerSecurity:
-    def __init__(self, options: Any, context: BrokerContext, log: Any) -> None:
+    def __init__(self, options: Any, authenticator: Authenticator, amqp_log: Any, log: Any) -> None:
         acl_file: str | None = options.acl_file
         self.options = options
         self.acl_file = acl_file
-        self.context = context
+        self.authenticator = authenticator
         self.log = log
+        #: The ACL the connections ask (``BrokerContext.acl``), replaced in place on a
+        #: reload; None: no ACL file.
+        self.access: AccessControl | None = None
         self.loaded_at: float | None = None
         self.users_file: str | None = options.sasl_users
         # FileModeError (a ValueError): exit 2, naming the file; readable by others: a warning
@@ -95,19 +97,18 @@ class BrokerSecurity:
         self.tls = TlsSettings.from_options(options)  # TlsError (a ValueError): exit 2
         self.server_ssl = None if self.tls is None else server_context(self.tls)
         self.ssl_port = 0
-        context.require_encryption = bool(options.require_encryption)  # plain AMQP refused
         # The wait after failed logins, the replication user from the brokers exempt
         exempt = replication_exemption(options.ha_username, brokers_addresses(options))
-        context.authenticator.backoff = LoginBackoff(exempt=exempt)
+        authenticator.backoff = LoginBackoff(exempt=exempt)
         self.mgmt_ssl()  # TlsError now (exit 2) rather than when the API starts
         if acl_file:
             acl = load_acl(acl_file)  # AclError (a ValueError): bad configuration
-            context.acl = AccessControl(acl, context.log)
+            self.access = AccessControl(acl, amqp_log)
             self.loaded_at = time.time()
 
     @property
     def acl(self) -> Acl | None:
-        return None if self.context.acl is None else self.context.acl.acl
+        return None if self.access is None else self.access.acl
 
     def status(self) -> dict[str, Any]:
         acl = self.acl
@@ -120,7 +121,7 @@ class BrokerSecurity:
 
     def reload(self, reason: str) -> dict[str, Any]:
         """Read the ACL file again. :raises ReloadError: no ACL file, or a bad one."""
-        if not self.acl_file or self.context.acl is None:
+        if not self.acl_file or self.access is None:
             raise ReloadError("no ACL file is configured (--acl-file)")
         try:
             check_not_writable_by_others(self.acl_file, "ACL file")
@@ -128,7 +129,7 @@ class BrokerSecurity:
         except (AclError, FileModeError) as exc:
             self.log.warning("acl_reload_failed", file=self.acl_file, reason=str(exc), by=reason)
             raise ReloadError(f"{exc} (the running ACL stays)") from None
-        self.context.acl.replace(acl)
+        self.access.replace(acl)
         self.loaded_at = time.time()
         self.log.info("acl_reloaded", file=self.acl_file, rules=len(acl.rules), by=reason)
         return self.status()
@@ -136,7 +137,7 @@ class BrokerSecurity:
     def users_status(self) -> dict[str, Any]:
         return {
             "users_file": self.users_file,
-            "users": len(self.context.authenticator.users),
+            "users": len(self.authenticator.users),
             "loaded_at": self.users_loaded_at,
         }
 
@@ -155,7 +156,7 @@ class BrokerSecurity:
                 "users_reload_failed", file=self.users_file, reason=str(exc), by=reason
             )
             raise ReloadError(f"{exc} (the running users stay)") from None
-        self.context.authenticator.users = users
+        self.authenticator.users = users
         self.users_loaded_at = time.time()
         self.log.info("users_reloaded", file=self.users_file, users=len(users), by=reason)
         return self.users_status()

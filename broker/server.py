@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import gc
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,12 +30,11 @@ from broker.liveness_server import BrokerLiveness
 from broker.options import BrokerOptions
 from broker.security.sasl import Authenticator, UserDatabase
 from broker.store.data_dir import DataDir
-from broker.store.hot_backup import take_restored_marker
-from broker.store.journal import Journal, StoreError, SyncPolicy
+from broker.store.journal import SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.page_file import Pager
-from broker.store.recovery import WALKER, CorruptStore, NewerStore
 from broker.store.resource_monitor import ResourceMonitor, total_memory
+from broker.store.store_open import open_store
 from common.log import get_logger
 
 if TYPE_CHECKING:
@@ -50,12 +47,6 @@ PAGING_RATIO = 0.5
 
 
 #: What a confirm of a persistent message may lose under each weaker --store-sync.
-_SYNC_RISK = {
-    SyncPolicy.WRITE: "a confirmed persistent message is in the OS, not on the disk: a machine"
-    " crash or power cut loses the last writes",
-    SyncPolicy.NONE: "a confirm goes out before the message is written: a broker crash loses"
-    " what was not written yet",
-}
 
 
 class Broker:
@@ -74,12 +65,16 @@ class Broker:
         users = (
             UserDatabase.load(options.sasl_users) if options.sasl_users else UserDatabase.default()
         )
+        authenticator = Authenticator(
+            users, options.auth, frozenset(filter(None, options.loopback_users.split(",")))
+        )
+        amqp_log = get_logger("amqp")
+        #: TLS, the ACL, login back-off, reloads (ValueError: bad settings, exit 2)
+        self.security = BrokerSecurity(options, authenticator, amqp_log, self.log)
         self.context = BrokerContext(
             vhost=self.vhost,
             vhosts=self.vhosts,
-            authenticator=Authenticator(
-                users, options.auth, frozenset(filter(None, options.loopback_users.split(",")))
-            ),
+            authenticator=authenticator,
             settings=ConnectionSettings(
                 frame_max=options.max_frame_size,
                 channel_max=options.max_channels,
@@ -89,9 +84,10 @@ class Broker:
                 node_name=options.node_name,
                 version=__version__,
             ),
-            log=get_logger("amqp"),
+            log=amqp_log,
+            acl=self.security.access,
+            require_encryption=bool(options.require_encryption),  # plain AMQP refused
         )
-        self.security = BrokerSecurity(options, self.context, self.log)
         self.ha: HaBroker | None = None
         self.replications: dict[str, QueueReplication] = {}
         self.fenced_reason: str | None = None
@@ -162,64 +158,22 @@ class Broker:
         return None if self.data_dir is None else self.data_dir.store_id
 
     def _open_store(self, data_dir: DataDir) -> None:
-        """Recover the message store into the virtual host, then start writing to it."""
-        log = get_logger("store")
-        started = time.monotonic()
-        journal = Journal(
-            data_dir.path,
+        """Recover the message store into the virtual hosts, then start writing to it
+        (:func:`broker.store.store_open.open_store`); the connections get its hooks."""
+        store = open_store(
+            data_dir,
+            self.vhosts,
             sync=SyncPolicy(self.options.store_sync),
-            log=log,
+            cut_damaged=self.options.store_cut_damaged,
             on_write_failed=self._store_write_failed,
-            compaction_lag=1,  # read a segment a segment late: its messages are gone by then
         )
-        with _gc_paused():
-            try:
-                state = journal.recover(cut_damaged=self.options.store_cut_damaged)
-            except NewerStore as exc:
-                raise StoreError(
-                    f"the store in {journal.directory} is not damaged: {exc}"
-                ) from None
-            except CorruptStore as exc:
-                raise StoreError(
-                    f"the store in {journal.directory} is damaged ({exc}); to start from what"
-                    " precedes the damage, moving the rest aside, run qpidd with"
-                    " --store-cut-damaged=yes (docs/store.md)"
-                ) from None
-            if state.torn_tail is not None:
-                data_dir.store_status = "dirty"  # a clean stop leaves no torn record
-            store = MessageStore(journal, self.vhosts)
-            store.recover_into(state, crashed=data_dir.store_status == "dirty")
-        journal.start()
-        restored = take_restored_marker(data_dir.path)  # qpid-ha restore's first start
-        if restored is not None:
-            log.warning("store_restored_from_backup", **restored)
         self.store = store
-        self.context.store_barrier = store
-        self.context.store_transaction = store.journal.transaction
-        self.context.after_read = store.journal.hand_over
-        self.context.between_publishes = store.journal.between_publishes
-        log.info(
-            "store_recovered",
-            store_status=data_dir.store_status,
-            store_id=data_dir.store_id,
-            exchanges=len(state.exchanges),
-            queues=len(state.queues),
-            bindings=len(state.bindings),
-            messages=store.recovered_messages,
-            records=state.record_count,
-            segments=len(state.segments),
-            seconds=round(time.monotonic() - started, 3),
-            sync=journal.sync.value,
-            walker=WALKER,
+        self.context.attach(
+            store_barrier=store,
+            store_transaction=store.journal.transaction,
+            after_read=store.journal.hand_over,
+            between_publishes=store.journal.between_publishes,
         )
-        if journal.sync is not SyncPolicy.FSYNC:
-            # The operator's explicit choice (docs/store.md, "Sync policies"), said loudly:
-            # a confirm then no longer means "on the disk".
-            log.warning(
-                "store_sync_weakened",
-                sync=journal.sync.value,
-                risk=_SYNC_RISK[journal.sync],
-            )
 
     def _store_write_failed(self, exc: OSError) -> None:
         """A journal write failed (its publishes were nacked): ENOSPC raises the disk
@@ -364,8 +318,10 @@ class Broker:
         elif options.ha_queue_replication:
             from broker.ha.remote_queue_replication import serve_queue_streams, stream_formats
 
-            self.context.streams = serve_queue_streams(self.vhosts, self.context.clock)
-            self.context.server_properties = stream_formats  # which stream names it serves
+            self.context.attach(
+                streams=serve_queue_streams(self.vhosts, self.context.clock),
+                server_properties=stream_formats,  # which stream names it serves
+            )
         self._tick_task = asyncio.create_task(self._tick_loop())
         at = (options.mgmt_interface, options.ha_liveness_port)  # a member with an API only
         listen = at if self.ha is not None and options.mgmt_port else None
@@ -571,26 +527,3 @@ class Broker:
         finally:
             stopped.cancel()
             fenced.cancel()
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while the store is recovered. Recovery creates several
-    long-lived objects per message (records, then messages and queue entries), and CPython
-    would run full collections over everything recovered so far again and again: 43 % of
-    the CPU of recovering 1M messages (docs/benchmarks.md, issue 11). Reference counting
-    frees what recovery drops meanwhile; collections resume afterwards, with what was
-    recovered moved to the collector's permanent generation (``gc.freeze()``, constant
-    time): the first collections would otherwise walk every recovered message, three
-    times (generations 0, 1 and 2: 1.6-2.2 s of CPU for 1M x 1 KiB, issue 12). Messages
-    freed later are freed by reference counting as always; only reference cycles among
-    recovered objects are never collected (until a backup's catch-up unfreezes everything
-    at its end, CatchUpGc)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-        gc.freeze()
-    finally:
-        if enabled:
-            gc.enable()

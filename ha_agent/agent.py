@@ -82,6 +82,7 @@ from kazoo.protocol.states import KazooState
 from common.exit_status import ExitStatus
 from common.log import set_log_context
 from common.version import REPLICATION_FORMATS
+from ha_agent import loop_events as loop
 from ha_agent.agent_hints import AgentHints
 from ha_agent.agent_report import AgentReport
 from ha_agent.broker_check import BrokerCheck, LivenessView
@@ -93,7 +94,7 @@ from ha_agent.local_broker import LocalBroker
 from ha_agent.member_formats import MemberFormats
 from ha_agent.membership import Member, MemberPublisher, read_members
 from ha_agent.primary_claim import PrimaryClaim
-from ha_agent.primary_record import delete_primary, read_primary
+from ha_agent.primary_record import delete_primary, drop_stale_primary, read_primary
 from ha_agent.promoter import Promoter
 from ha_agent.promotion import Action, BrokerView, ClusterView, PrimaryRecord, Step, decide
 from ha_agent.reclaim import Reclaimer
@@ -139,7 +140,8 @@ class Agent:
         )
         #: kills the broker, drops the VIP (the loop's thread and the session watcher's)
         self.fencer = Fencer(vip, on_kill=lambda: self.broker.reset(time.monotonic()))
-        self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        #: what other threads tell the loop (ha_agent.loop_events); only the loop takes
+        self.events: queue.SimpleQueue[loop.LoopEvent] = queue.SimpleQueue()
         self._stop = threading.Event()
         self.client: Any = None
         self.election: PrimaryClaim | None = None
@@ -190,7 +192,7 @@ class Agent:
     # -- lifecycle --------------------------------------------------------------------
     def stop(self) -> None:
         self._stop.set()
-        self.events.put(("stop", None))
+        self.events.put(loop.Stop())
 
     def run(self) -> int:
         """Run until :meth:`stop`; 0, or 2 when ZooKeeper's grant was refused
@@ -246,12 +248,13 @@ class Agent:
                 s.node,
                 self.promoter.takeover,
                 lambda: (keeper.in_sync, self.members),
-                on_leading=lambda: self.events.put(("won", None)),
-                on_ended=lambda reason: self.events.put(("ended", reason)),
+                on_leading=lambda: self.events.put(loop.Won()),
+                on_ended=lambda reason: self.events.put(loop.TermEnded(reason)),
             )
             self.hints = AgentHints(self.client, s.cluster, s.node, self.events, self._stop)
             self.hints.watch()
-            threading.Thread(target=self._renew_leases, name="lease-renewer", daemon=True).start()
+            interval = min(s.check_interval, self.session_timeout / 10)
+            self.promoter.start_renewing(self._stop, interval, self._serves_promoted)
             self._loop()
         finally:
             self._shutdown()
@@ -261,40 +264,11 @@ class Agent:
         """The nodes whose link hints name ``primary`` at ``epoch`` (none before the run)."""
         return frozenset() if self.hints is None else self.hints.against(primary, epoch)
 
-    def _renew_leases(self) -> None:
-        """Renew a promoted primary's lease between checks (its own thread). The loop renews
-        at each check, but a check of a busy broker and ZooKeeper reads can take longer
-        than a 1 s session's lease (0.9 s): under heavy load the new primary's lease ran
-        out between two checks and it fenced itself (issue 10, item 7). The lease always
-        comes from the session guard, so who sends it changes nothing for safety."""
-        interval = min(self.settings.check_interval, self.session_timeout / 10)
-        while not self._stop.wait(interval):
-            promoter = self.promoter
-            election = self.election
-            if promoter is None or self.promoted_epoch is None or not election:
-                continue
-            if not election.leading:
-                continue  # its claim ended (LOST): the loop decides, no lease meanwhile
-            if self.broker.serves() and time.monotonic() - promoter.renewed_at >= interval:
-                promoter.renew_lease()
-
-    def _drop_stale_primary_record(self) -> None:
-        """A primary record naming this node while this agent neither leads nor promoted
-        is stale (a promotion voided, a term that ended): delete it if this session wrote
-        it, or every other agent waits for a primary that no agent leads (inside
-        _read_cluster's ZooKeeper try)."""
-        record, election = self.primary, self.election
-        if record is None or record.node != self.settings.node or election is None:
-            return
-        if self.promoted_epoch is not None or election.leading:
-            return
-        if delete_primary(self.client, self.settings.cluster):
-            _log.warning(
-                "primary_record_stale",
-                primary_epoch=record.epoch,
-                reason="this agent does not lead: deleted its own primary record",
-            )
-            self.primary = None
+    def _serves_promoted(self) -> bool:
+        """Does the broker this agent promoted serve (its lease is renewed between checks)?"""
+        election = self.election  # its claim ended (LOST): the loop decides, no lease meanwhile
+        leads = election is not None and election.leading
+        return self.promoted_epoch is not None and leads and self.broker.serves()
 
     def _granted(self, seconds: float) -> None:
         """The probe's call (kazoo's connection thread, before CONNECTED is reported):
@@ -302,7 +276,7 @@ class Agent:
         previous, self.granted_timeout = self.granted_timeout, seconds
         if self.watcher is not None and previous is not None and seconds != previous:
             self.watcher.retime(seconds)
-            self.events.put(("granted", seconds))
+            self.events.put(loop.Granted(seconds))
 
     def _judge(self, granted: float) -> bool:
         """Log the grant; False (and :attr:`refusal`) when it is too far from the request."""
@@ -334,7 +308,7 @@ class Agent:
         if self.promoter is not None:  # it did not stop for the shutdown: a failure
             self.promoter.cluster_shutdown = None
         self.broker_check.cluster_shutdown = None
-        self.events.put(("broker_exited", code))
+        self.events.put(loop.BrokerExited(code))
 
     def _shutdown(self) -> None:
         _log.info("agent_stopping")
@@ -371,24 +345,25 @@ class Agent:
         while not self._stop.is_set():
             timeout = max(0.0, next_check - time.monotonic())
             try:
-                kind, _value = self.events.get(timeout=timeout)
+                event: loop.LoopEvent = self.events.get(timeout=timeout)
             except queue.Empty:
-                kind, _value = "tick", None
-            if kind == "stop":
-                return
-            if kind == "granted" and not self._judge(float(_value)):
-                return  # refused: _shutdown fences a primary, as any stop does
-            if kind == "ended" and not (self.election and self.election.resumed):
-                if _value == "session_lost":  # its next check may take the record back
-                    self.reclaimer.session_lost(self.broker.view, self.promoted_epoch)
-                self.promoted_epoch = None
-            # (an older claim's end, heard after the record was taken back: nothing ended)
-            if kind == "hints" and not (self.hints and self.hints.hinted(self.promoted_epoch)):
-                continue  # not about this agent's primary: the regular check is on time
+                event = loop.CheckDue()
+            match event:
+                case loop.Stop():
+                    return
+                case loop.Granted(seconds) if not self._judge(seconds):
+                    return  # refused: _shutdown fences a primary, as any stop does
+                case loop.TermEnded(reason) if not (self.election and self.election.resumed):
+                    if reason == "session_lost":  # its next check may take the record back
+                        self.reclaimer.session_lost(self.broker.view, self.promoted_epoch)
+                    self.promoted_epoch = None
+                # (an older claim's end, heard after the record was taken back: nothing ended)
+                case loop.Hinted() if not (self.hints and self.hints.hinted(self.promoted_epoch)):
+                    continue  # not about this agent's primary: the regular check is on time
             # Won, the supervised broker died, or the last view was stale: act on the
             # broker's state at once, with the cluster as last read (the broker refuses a
             # promotion it may not take).
-            at_once = kind in ("won", "broker_exited", "recheck", "hints")
+            at_once = isinstance(event, loop.AT_ONCE)
             self._check(read_cluster=not at_once)
             if at_once:
                 continue  # the regular check follows on time
@@ -471,7 +446,7 @@ class Agent:
         decision = decide(cluster_view)
         if decision.steps == (Step.RECHECK,):
             _log.info("broker_recheck", reason=decision.eligibility)
-            self.events.put(("recheck", None))
+            self.events.put(loop.Recheck())
             return
         self.report.decided(decision.eligibility)
         self.report.publish(self.client, self.settings.cluster)
@@ -545,7 +520,10 @@ class Agent:
             self.format_faults.note(unreadable)
             if self.primary is not None:
                 self.report.note_primary(self.primary.epoch, time.monotonic())
-            self._drop_stale_primary_record()
+            election = self.election
+            leads = election is None or election.leading or self.promoted_epoch is not None
+            if drop_stale_primary(self.client, s.cluster, s.node, self.primary, leads):
+                self.primary = None
             if self.hints is not None:
                 self.hints.publish(view, self.primary)
             if read_in_sync_set:
@@ -647,4 +625,4 @@ class Agent:
             # the loop's fence killed the restarted, joining broker: 4 of 4 cycles).
             target = self.broker.session_fence_target()
             self.fencer.fence(f"ZooKeeper {fence.reason}", target, announce=False)
-        self.events.put(("session_fenced", fence.reason))
+        self.events.put(loop.SessionFenced(fence.reason))

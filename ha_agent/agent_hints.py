@@ -6,9 +6,10 @@ broker at once instead of at its next check.
 
 The hint's record, its rule and its ZooKeeper node are :mod:`ha_agent.link_hint`; this is
 the shell the agent's loop calls: :meth:`AgentHints.watch` once its session is up (kazoo's
-thread then puts a ``("hints", None)`` event on the loop's queue), :meth:`~AgentHints.hinted`
-when that event comes, :meth:`~AgentHints.publish` at each read of the cluster. A hint only
-makes a check come sooner: what the agent then does is decided on the broker's own answer.
+thread then puts a :class:`~ha_agent.loop_events.Hinted` on the loop's queue),
+:meth:`~AgentHints.hinted` when that event comes, :meth:`~AgentHints.publish` at each read
+of the cluster. A hint only makes a check come sooner: what the agent then does is decided
+on the broker's own answer.
 
 Error Handling
 ==============
@@ -29,6 +30,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ha_agent.link_hint import HintPublisher, LinkWatch, hints_against, read_hints
+from ha_agent.loop_events import Hinted, LoopEvent
 from ha_agent.promotion import BrokerView, PrimaryRecord
 from ha_agent.zk_layout import ClusterLayout
 
@@ -45,7 +47,7 @@ class AgentHints:
         client: Any,
         cluster: str,
         node: str,
-        events: queue.SimpleQueue[tuple[str, Any]],
+        events: queue.SimpleQueue[LoopEvent],
         stop: threading.Event,
     ) -> None:
         self.client = client
@@ -69,7 +71,7 @@ class AgentHints:
 
     def _changed(self, children: list[str]) -> bool:
         if children:
-            self.events.put(("hints", None))
+            self.events.put(Hinted())
         return not self._stop.is_set()  # False ends the watch
 
     def hinted(self, promoted_epoch: int | None) -> bool:

@@ -147,3 +147,22 @@ def delete_primary(client: Any, cluster: str) -> bool:
     except NoNodeError:
         return False
     return True
+
+
+def drop_stale_primary(
+    client: Any, cluster: str, node: str, record: PrimaryRecord | None, leads: bool
+) -> bool:
+    """A primary record naming ``node`` while its agent neither leads nor promoted (not
+    ``leads``) is stale (a promotion voided, a term that ended): delete it if this session
+    wrote it, or every other agent waits for a primary that no agent leads. True when it
+    was deleted (logged ``primary_record_stale``); ZooKeeper errors go to the caller."""
+    if record is None or record.node != node or leads:
+        return False
+    if not delete_primary(client, cluster):
+        return False
+    _log.warning(
+        "primary_record_stale",
+        primary_epoch=record.epoch,
+        reason="this agent does not lead: deleted its own primary record",
+    )
+    return True

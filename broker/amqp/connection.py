@@ -10,7 +10,8 @@ later) is signalled through the ``on_output`` callback so the shell can flush.
 The connection runs the handshake (start/start-ok, tune/tune-ok, open/open-ok: the
 connection class, :mod:`broker.amqp.connection_methods`; what is offered and negotiated in
 :mod:`broker.amqp.handshake`), checks framing (sizes, end octets, content sequence), and
-passes channel methods to :class:`~broker.amqp.channel.Channel`; the frames of one read
+passes publishes and content straight to their :class:`~broker.amqp.channel.Channel`, every
+other frame to its :class:`~broker.amqp.frame_dispatch.FrameDispatch`; the frames of one read
 past :data:`READ_SLICE` of methods wait for a later turn of the loop
 (:attr:`~Connection.unparsed`, :meth:`~Connection.parse_more`), in order, the socket not
 read meanwhile. While a channel's basic.get is held (its queue's delivery gate is
@@ -46,16 +47,17 @@ from broker.amqp.channel import Channel
 from broker.amqp.connection_methods import ConnectionMethods
 from broker.amqp.context import BrokerContext
 from broker.amqp.flow_control import FlowControl
+from broker.amqp.frame_dispatch import PUBLISH_ID, FrameDispatch
 from broker.amqp.handshake import close_method
 from broker.amqp.held_frames import HeldFrames
 from broker.amqp.state import ChannelState, ConnectionState, check_transition
+from broker.amqp.timeouts import ConnectionTimeouts, Due
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.security.sasl import PasswordCheck
 
 S = ConnectionState
 _ids = itertools.count(1)
 _FRAME_HEAD = struct.Struct(">BHI")
-_PUBLISH_ID = b"\x00\x3c\x00\x28"
 _CHANNEL_OPEN = ChannelState.OPEN
 _now = time.monotonic
 #: Seconds of frames off the publish path (methods: consume, declare, ack...) one read
@@ -73,7 +75,9 @@ _HANDSHAKE = frozenset(
 
 class Connection:
     """See the module docstring; it owns its :class:`ConnectionMethods` (the connection
-    class) and its :class:`HeldFrames`, each built with the connection as a small port."""
+    class), its :class:`HeldFrames`, its :class:`FrameDispatch` and its
+    :class:`~broker.amqp.timeouts.ConnectionTimeouts`, each built with the connection as a
+    small port (or with plain values)."""
 
     #: The management API's ``protocol`` of a connection (RabbitMQ's words).
     protocol = "AMQP 0-9-1"
@@ -113,11 +117,8 @@ class Connection:
         self.writable = True
         self.should_close = False
         self.close_reason: str | None = None
-        now = ctx.clock()
-        self.created = now
-        self._last_recv = now
-        self._last_send = now
-        self._closing_since = 0.0
+        #: The handshake's and the close's time-outs, the client's silence, our heartbeats.
+        self.timeouts = ConnectionTimeouts(settings, ctx.clock())
         self._buf = bytearray()
         self._out: list[bytes] = []
         self._heartbeat_due = False  # one goes out alone while output is held (HA lease)
@@ -136,6 +137,7 @@ class Connection:
         self.messages_delivered = 0
         self.methods = ConnectionMethods(self, ctx)
         self._held = HeldFrames(self, self.channels, self.name, ctx.log)
+        self._dispatch = FrameDispatch(self, ctx, self.methods, self._held)
         #: Whether it is read (resource alarms, held frames): the shell follows it.
         self.flow = FlowControl(self, self._held, ctx.publish_alarm)
         ctx.connections[self.id] = self
@@ -204,7 +206,7 @@ class Connection:
             if not self._heartbeat_due:
                 return b""
             self._heartbeat_due = False
-            self._last_send = self.ctx.clock()
+            self.timeouts.wrote(self.ctx.clock())
             return framing.HEARTBEAT_FRAME
         self._heartbeat_due = False
         if self._pumps:
@@ -223,7 +225,7 @@ class Connection:
             return b""
         data = b"".join(self._out)
         self._out.clear()
-        self._last_send = self.ctx.clock()
+        self.timeouts.wrote(self.ctx.clock())
         return data
 
     def _run_pumps(self) -> None:
@@ -247,7 +249,7 @@ class Connection:
         if self.state is S.CLOSED or self.should_close:
             return
         self._buf += data
-        self._last_recv = self.ctx.clock()
+        self.timeouts.read(self.ctx.clock())
         self.process()
 
     def password_checked(self, matched: bool) -> None:
@@ -340,8 +342,8 @@ class Connection:
                         continue
                     if (
                         ftype == framing.FRAME_METHOD
-                        and payload[:4] == _PUBLISH_ID
-                        and self.ctx.acl is None  # with an ACL: checked in _frame
+                        and payload[:4] == PUBLISH_ID
+                        and self.ctx.acl is None  # with an ACL: checked in FrameDispatch
                     ):
                         ch.publish_method(payload)
                         continue
@@ -359,73 +361,12 @@ class Connection:
         del buf[:pos]
 
     def frame(self, ftype: int, channel: int, payload: bytes) -> None:
-        """Handle one frame (errors raise: :meth:`process` closes the connection)."""
-        state = self.state
-        if channel and state is S.OPEN:
-            held = self.channels.get(channel)
-            if (
-                held is not None
-                and held.held_frames is not None
-                and self._held.defer(held, ftype, payload)
-            ):
-                return
-        if ftype == framing.FRAME_METHOD:
-            if channel == 0:
-                self.methods.method(framing.unmarshal_method(payload))
-                return
-            if state is not S.OPEN:
-                if state is S.CLOSING:
-                    return
-                raise AmqpError(
-                    ReplyCode.UNEXPECTED_FRAME,
-                    f"channel {channel} method before the connection is open",
-                )
-            ch = self.channels.get(channel)
-            acl = self.ctx.acl
-            if ch is not None and ch.state is ChannelState.OPEN and payload[:4] == _PUBLISH_ID:
-                denied = acl.check_publish(self.user, self.name, payload) if acl else None
-                if denied is None:
-                    ch.publish_method(payload)
-                else:
-                    ch.channel_error(denied)
-                return
-            method = framing.unmarshal_method(payload)
-            if ch is None:
-                if isinstance(method, commands.Channel.Open):
-                    self._open_channel(channel)
-                    return
-                raise AmqpError(
-                    ReplyCode.CHANNEL_ERROR,
-                    f"expected 'channel.open' on channel {channel}, got {method.name}",
-                )
-            if acl is not None and ch.state is ChannelState.OPEN:
-                denied = acl.check_method(self.user, self.name, method)
-                if denied is not None:
-                    ch.channel_error(denied)
-                    return
-            ch.method(method)
-        elif ftype == framing.FRAME_HEADER or ftype == framing.FRAME_BODY:
-            if state is not S.OPEN:
-                if state is S.CLOSING:
-                    return
-                raise AmqpError(ReplyCode.UNEXPECTED_FRAME, "content frame before open")
-            ch = self.channels.get(channel)
-            if ch is None:
-                raise AmqpError(
-                    ReplyCode.CHANNEL_ERROR, f"content frame on channel {channel}, not open"
-                )
-            if ftype == framing.FRAME_HEADER:
-                ch.content_header(payload)
-            else:
-                ch.content_body(payload)
-        elif ftype == framing.FRAME_HEARTBEAT:
-            if channel != 0:
-                raise AmqpError(ReplyCode.FRAME_ERROR, f"heartbeat frame on channel {channel}")
-        else:
-            raise AmqpError(ReplyCode.FRAME_ERROR, f"unknown frame type {ftype}")
+        """Handle one frame off the publish path (its :class:`FrameDispatch`)."""
+        self._dispatch.frame(ftype, channel, payload)
 
     # -- channels ----------------------------------------------------------------------
-    def _open_channel(self, number: int) -> None:
+    def open_channel(self, number: int) -> None:
+        """Make channel ``number`` (its channel.open came) and answer open-ok."""
         if len(self.channels) >= self.channel_max:  # a count, as RabbitMQ: any number 1..65535
             raise AmqpError(
                 ReplyCode.NOT_ALLOWED,
@@ -490,7 +431,7 @@ class Connection:
         self.flow.reading_changed()
 
     def reading_resumed(self) -> None:
-        self._last_recv = self.ctx.clock()  # the client's heartbeats were not read meanwhile
+        self.timeouts.read(self.ctx.clock())  # the client's heartbeats were not read meanwhile
 
     def set_writable(self, writable: bool) -> None:
         """The transport's write buffer crossed a water mark."""
@@ -527,7 +468,7 @@ class Connection:
         code = int(error.reply_code)
         self.send_method(0, close_method(code, error.wire_text(), error.class_id, error.method_id))
         self.set_state(S.CLOSING)
-        self._closing_since = ctx.clock()
+        self.timeouts.closing(ctx.clock())
 
     def drop_unsent(self) -> None:
         """Forget the output not written yet: an HA primary that stopped serving holds it
@@ -542,7 +483,7 @@ class Connection:
             self.cleanup()
             self.send_method(0, close_method(int(reply_code), f"{reply_code.name} - {text}"))
             self.set_state(S.CLOSING)
-            self._closing_since = self.ctx.clock()
+            self.timeouts.closing(self.ctx.clock())
         elif self.state is not S.CLOSING:  # mid-handshake, or closed by the client already
             self.should_close = True
 
@@ -557,36 +498,36 @@ class Connection:
         close for a failure), and drop it ourselves after ``close_timeout``."""
         if self.state is not S.CLOSED:
             self.set_state(S.CLOSED)
-        self._closing_since = self.ctx.clock()
+        self.timeouts.closing(self.ctx.clock())
 
     def tick(self) -> None:
         """Heartbeats and time-outs; call at least twice per heartbeat interval."""
-        now = self.ctx.clock()
-        state = self.state
-        if state is S.CLOSING or state is S.CLOSED:
-            if now - self._closing_since >= self.ctx.settings.close_timeout:
-                self.should_close = True
-            return
-        if state is not S.OPEN:
-            if now - self.created >= self.ctx.settings.handshake_timeout:
-                self.close_reason = "handshake timeout"
-                self.ctx.log.warning("handshake_timeout", connection=self.name, state=state.value)
-                self.should_close = True
-            return
-        if self.heartbeat:
-            if now - self._last_recv > 2 * self.heartbeat and not self.reading_paused:
-                self.close_reason = f"missed heartbeats from client, timeout: {self.heartbeat}s"
-                self.ctx.log.warning(
-                    "heartbeat_timeout", connection=self.name, heartbeat=self.heartbeat
-                )
-                self.should_close = True
-                return
-            if now - self._last_send >= self.heartbeat / 2:
-                if not self._out:
-                    self.write(framing.HEARTBEAT_FRAME)
-                else:  # output waiting: flushed soon, or held (then the heartbeat alone)
-                    self._heartbeat_due = True
-                    self.signal_output()
+        state, heartbeat = self.state, self.heartbeat
+        due = self.timeouts.due(
+            self.ctx.clock(),
+            closing=state is S.CLOSING or state is S.CLOSED,
+            handshaking=state is not S.OPEN,
+            receive_timeout=2 * heartbeat,
+            send_interval=heartbeat / 2,
+            reading_paused=self.reading_paused,
+            log=self.ctx.log,
+            name=self.name,
+            state=state.value,
+        )
+        if due is Due.CLOSE:
+            self.should_close = True
+        elif due is Due.HANDSHAKE_TIMEOUT:
+            self.close_reason = "handshake timeout"
+            self.should_close = True
+        elif due is Due.PEER_SILENT:
+            self.close_reason = f"missed heartbeats from client, timeout: {heartbeat}s"
+            self.ctx.log.warning("heartbeat_timeout", connection=self.name, heartbeat=heartbeat)
+            self.should_close = True
+        elif due is Due.HEARTBEAT and not self._out:
+            self.write(framing.HEARTBEAT_FRAME)
+        elif due is Due.HEARTBEAT:  # output waiting: flushed soon, or held (then it alone)
+            self._heartbeat_due = True
+            self.signal_output()
 
     def cleanup(self) -> None:
         if self._cleaned_up:

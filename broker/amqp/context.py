@@ -189,14 +189,24 @@ class _NullLogger:
 
 @dataclass(eq=False)
 class BrokerContext:
-    """Shared by every connection of one broker."""
+    """Shared by every connection of one broker.
+
+    Built with what the broker knows when it builds it (settings, virtual hosts, login,
+    the ACL). The parts it makes later (the store's barrier, transaction and hooks once it
+    recovered; the HA role's admission and server properties; a primary's streams and
+    barrier, or ha-queue-replication's streams) are registered once each through
+    :meth:`attach`; connections read them at each use.
+    """
 
     vhost: VirtualHost
     authenticator: Authenticator
     #: Every virtual host, ``vhost`` (``/``) among them; None: ``vhost`` only.
     vhosts: VirtualHosts | None = None
     settings: ConnectionSettings = field(default_factory=ConnectionSettings)
+    #: Whom the broker serves (the HA role's policy); None: everyone who logs in.
     admission: AdmissionPolicy | None = None
+    #: Serves basic.consume of reserved names (the HA primary's or ha-queue-replication's
+    #: streams).
     streams: StreamHooks | None = None
     #: Holds the replies to configuration changes until the backups have them (HA primary).
     barrier: HaBarrier | None = None
@@ -230,6 +240,37 @@ class BrokerContext:
     connections_opened_total: int = 0
     connections_refused_total: int = 0
     protocol_errors_total: int = 0
+
+    def attach(
+        self,
+        *,
+        admission: AdmissionPolicy | None = None,
+        server_properties: Callable[[], dict[str, Any]] | None = None,
+        streams: StreamHooks | None = None,
+        barrier: HaBarrier | None = None,
+        store_barrier: ReplicationBarrier | None = None,
+        store_transaction: Callable[[], AbstractContextManager[None]] | None = None,
+        after_read: Callable[[], None] | None = None,
+        between_publishes: Callable[[], None] | None = None,
+    ) -> None:
+        """Register parts made after the context, each one once (``RuntimeError`` for a
+        part registered again: two owners of one part is a bug)."""
+        given = {
+            "admission": admission,
+            "server_properties": server_properties,
+            "streams": streams,
+            "barrier": barrier,
+            "store_barrier": store_barrier,
+            "store_transaction": store_transaction,
+            "after_read": after_read,
+            "between_publishes": between_publishes,
+        }
+        for name, part in given.items():
+            if part is None:
+                continue
+            if getattr(self, name) is not None:
+                raise RuntimeError(f"BrokerContext.{name} is registered already")
+            setattr(self, name, part)
 
     def find_vhost(self, name: str) -> VirtualHost | None:
         """The virtual host a connection.open names, None if there is none."""

@@ -8,8 +8,9 @@ sans-I/O (bytes or values in, bytes or values out), bottom up:
   :mod:`.codec`); :mod:`.composite`: described lists with named, typed fields;
 - :mod:`.performatives` (open ... close, SASL, delivery states, termini),
   :mod:`.sections` (a message's sections), :mod:`.framing` (headers, frames);
-- :mod:`.connection` (headers, SASL through :mod:`.sasl`, open/close, heartbeats, errors in
-  their scope: :mod:`.errors`), :mod:`.session` (windows, attach, dispositions),
+- :mod:`.connection` (open/close, heartbeats and time-outs with 0-9-1's
+  :mod:`broker.amqp.timeouts`, errors in their scope: :mod:`.errors`; the headers and SASL
+  in its :mod:`.sasl_layer`, over :mod:`.sasl`), :mod:`.session` (windows, attach, dispositions),
   :mod:`.receiver` (the client publishes: credit, the confirm holds 0-9-1's publishes take)
   and :mod:`.sender` (the client consumes: a queue consumer with credit);
 - :mod:`.addresses` (what a terminus names), :mod:`.mapping` (a 1.0 message as the 0-9-1

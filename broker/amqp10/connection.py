@@ -10,7 +10,7 @@ returns, calls :meth:`Connection.tick` for heartbeats and time-outs and
 The header decides the layer:
 
 - ``AMQP 3 1 0 0`` (SASL): our header and ``sasl-mechanisms``; ``sasl-init`` logs in
-  (:mod:`broker.amqp10.sasl`; a password hash waits in ``AWAIT_LOGIN`` with
+  (its :class:`~broker.amqp10.sasl_layer.SaslLayer`; a password hash waits in ``AWAIT_LOGIN`` with
   :attr:`Connection.login_check` set, for the shell to run off the loop); ``sasl-outcome``;
   then the client's ``AMQP 0 1 0 0`` and ours.
 - ``AMQP 0 1 0 0`` straight away: only with authentication off (``--auth no``), as the
@@ -36,7 +36,8 @@ from typing import Any
 
 from broker.amqp.context import BrokerContext
 from broker.amqp.handshake import open_vhost
-from broker.amqp10 import codec, sasl
+from broker.amqp.timeouts import ConnectionTimeouts, Due
+from broker.amqp10 import codec
 from broker.amqp10.codec import DecodeError
 from broker.amqp10.errors import (
     CONNECTION_FORCED,
@@ -51,32 +52,25 @@ from broker.amqp10.errors import (
     from_core,
 )
 from broker.amqp10.framing import (
-    AMQP_HEADER,
     EMPTY_FRAME,
     FRAME_AMQP,
-    FRAME_SASL,
     MIN_MAX_FRAME_SIZE,
-    SASL_HEADER,
     decode_transfer,
     frame,
     read_frame,
 )
 from broker.amqp10.performatives import (
-    SASL_AUTH,
-    SASL_OK,
     Begin,
     Close,
     End,
     Error,
     Open,
-    SaslInit,
-    SaslMechanisms,
-    SaslOutcome,
 )
+from broker.amqp10.sasl_layer import SaslLayer
 from broker.amqp10.session import Session
 from broker.amqp10.state import HANDSHAKE, TRANSITIONS, State
 from broker.core.errors import AmqpError, ReplyCode
-from broker.security.sasl import AuthenticationError, PasswordCheck
+from broker.security.sasl import PasswordCheck
 
 S = State
 _ids = itertools.count(1)
@@ -137,11 +131,10 @@ class Connection:
         self._out: list[bytes] = []
         self._in_receive = False
         self._output_signalled = False
-        now = ctx.clock()
-        self.created = now
-        self._last_recv = now
-        self._last_send = now
-        self._closing_since = 0.0
+        #: The handshake's and the close's time-outs, the client's silence, our empty frames.
+        self.timeouts = ConnectionTimeouts(settings, ctx.clock())
+        #: The protocol headers and the SASL exchange before ``open``.
+        self._sasl = SaslLayer(self, ctx, peer_host, tls_identity)
         ctx.connections_1_0[self.id] = self
 
     # -- what the shell and the broker read ----------------------------------------------
@@ -218,7 +211,7 @@ class Connection:
             return b""
         data = b"".join(self._out)
         self._out.clear()
-        self._last_send = self.ctx.clock()
+        self.timeouts.wrote(self.ctx.clock())
         return data
 
     # -- input ---------------------------------------------------------------------------
@@ -226,7 +219,7 @@ class Connection:
         if self.state is S.CLOSED or self.should_close:
             return
         self._buf += data
-        self._last_recv = self.ctx.clock()
+        self.timeouts.read(self.ctx.clock())
         self.process()
 
     def parse_more(self) -> None:
@@ -259,7 +252,7 @@ class Connection:
                         break
                     header = bytes(buf[pos : pos + 8])
                     pos += 8
-                    self._header(header)
+                    self._sasl.header(header)
                     continue
                 if state is S.AWAIT_LOGIN or state is S.CLOSED:
                     break
@@ -273,38 +266,10 @@ class Connection:
         finally:
             del buf[:pos]
 
-    def _header(self, header: bytes) -> None:
-        auth = self.ctx.authenticator.auth_enabled
-        if self.state is S.AWAIT_AMQP_HEADER:
-            if header != AMQP_HEADER:
-                self._refuse_header(AMQP_HEADER, f"expected the AMQP header, got {header!r}")
-                return
-            self.write(AMQP_HEADER)
-            self.set_state(S.AWAIT_OPEN)
-        elif header == SASL_HEADER:
-            self.write(SASL_HEADER)
-            mechanisms = sasl.offered(self.ctx.authenticator, self.tls_identity)
-            self.send_frame(0, SaslMechanisms(mechanisms), FRAME_SASL)
-            self.set_state(S.AWAIT_SASL_INIT)
-        elif header == AMQP_HEADER and not auth:
-            self.write(AMQP_HEADER)
-            self.user = "anonymous"
-            self.set_state(S.AWAIT_OPEN)
-        else:
-            why = "without SASL while authentication is on" if header == AMQP_HEADER else ""
-            self._refuse_header(SASL_HEADER, f"protocol header {header!r} {why}".strip())
-
-    def _refuse_header(self, ours: bytes, reason: str) -> None:
-        self.ctx.protocol_errors_total += 1
-        self.ctx.log.warning("protocol_error", connection=self.name, reply_code=None, reason=reason)
-        self.write(ours)
-        self.close_reason = reason
-        self.should_close = True
-
     def _frame(self, kind: int, channel: int, body: bytes) -> None:
         state = self.state
         if state is S.AWAIT_SASL_INIT:
-            self._sasl_frame(kind, body)
+            self._sasl.frame(kind, body)
             return
         if kind != FRAME_AMQP:
             raise Amqp10Error(FRAMING_ERROR, f"frame of type {kind} after the SASL layer")
@@ -351,61 +316,24 @@ class Connection:
                 raise
             self._end_with_error(channel, session, error)
 
-    # -- SASL ----------------------------------------------------------------------------
-    def _sasl_frame(self, kind: int, body: bytes) -> None:
-        try:
-            init, _ = codec.decode(body) if kind == FRAME_SASL else (None, 0)
-        except DecodeError:
-            init = None
-        if not isinstance(init, SaslInit):
-            self._sasl_failed("?", "expected sasl-init")
-            return
-        mechanism = str(init.mechanism)
-        try:
-            outcome = sasl.begin_login(
-                self.ctx.authenticator,
-                mechanism,
-                bytes(init.initial_response or b""),
-                self.peer_host,
-                self.tls_identity,
-            )
-        except AuthenticationError as exc:
-            self._sasl_failed(mechanism, str(exc))
-            return
-        if isinstance(outcome, PasswordCheck):
-            self.login_check = outcome  # the shell runs the hash in a thread
-            self.set_state(S.AWAIT_LOGIN)
-            return
-        self._logged_in(outcome)
-
+    # -- SASL (SaslLayer's port) --------------------------------------------------------
     def password_checked(self, matched: bool) -> None:
         """The shell ran :attr:`login_check`; go on with what came meanwhile."""
         check = self.login_check
         if check is None or self.state is not S.AWAIT_LOGIN:
             return
         self.login_check = None
+        self.process(lambda: self._sasl.finish(check, matched))
 
-        def decide() -> None:
-            try:
-                user = self.ctx.authenticator.finish(check, matched)
-            except AuthenticationError as exc:
-                self._sasl_failed(check.mechanism, str(exc))
-                return
-            self._logged_in(user)
-
-        self.process(decide)
-
-    def _logged_in(self, user: str) -> None:
+    def logged_in(self, user: str) -> None:
         self.user = user
-        self.send_frame(0, SaslOutcome(code=SASL_OK), FRAME_SASL)
-        self.set_state(S.AWAIT_AMQP_HEADER)
 
-    def _sasl_failed(self, mechanism: str, reason: str) -> None:
-        self.ctx.log.warning(
-            "authentication_failed", connection=self.name, mechanism=mechanism, reason=reason
-        )
-        self.send_frame(0, SaslOutcome(code=SASL_AUTH), FRAME_SASL)
-        self.close_reason = f"SASL: {reason}"
+    def wait_for_password(self, check: PasswordCheck) -> None:
+        self.login_check = check
+        self.set_state(S.AWAIT_LOGIN)
+
+    def drop(self, reason: str) -> None:
+        self.close_reason = reason
         self.should_close = True
 
     # -- open, begin, end, close ---------------------------------------------------------
@@ -532,7 +460,7 @@ class Connection:
             self._send_open()
         self.send_frame(0, Close(error=Error(error.condition, error.description, error.info)))
         self.set_state(S.CLOSE_SENT)
-        self._closing_since = self.ctx.clock()
+        self.timeouts.closing(self.ctx.clock())
 
     def drop_unsent(self) -> None:
         """Forget the output not written yet (an HA primary that stopped serving closes
@@ -547,7 +475,7 @@ class Connection:
             self.cleanup()
             self.send_frame(0, Close(error=Error(CONNECTION_FORCED, text)))
             self.set_state(S.CLOSE_SENT)
-            self._closing_since = self.ctx.clock()
+            self.timeouts.closing(self.ctx.clock())
         elif self.state is not S.CLOSE_SENT:
             self.should_close = True
 
@@ -570,29 +498,27 @@ class Connection:
 
     def tick(self) -> None:
         """Heartbeats and time-outs; call at least twice per idle time-out."""
-        now = self.ctx.clock()
-        state = self.state
-        settings = self.ctx.settings
-        if state is S.CLOSE_SENT or state is S.CLOSED:
-            if now - self._closing_since >= settings.close_timeout:
-                self.should_close = True
-            return
-        if state is not S.OPEN:
-            if now - self.created >= settings.handshake_timeout:
-                self.close_reason = "handshake timeout"
-                self.ctx.log.warning("handshake_timeout", connection=self.name, state=state.value)
-                self.should_close = True
-            return
-        if self.idle_timeout_ms and now - self._last_recv > self.idle_timeout_ms / 1000:
-            self.ctx.log.warning(
-                "heartbeat_timeout", connection=self.name, heartbeat=self.idle_timeout_ms / 1000
-            )
-            self.connection_error(
-                Amqp10Error(RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
-            )
-            return
-        peer = self.peer_idle_timeout_ms
-        if peer and now - self._last_send >= peer / 2000 and not self._out:
+        state, idle = self.state, self.idle_timeout_ms / 1000
+        due = self.timeouts.due(
+            self.ctx.clock(),
+            closing=state is S.CLOSE_SENT or state is S.CLOSED,
+            handshaking=state is not S.OPEN,
+            receive_timeout=idle,
+            send_interval=self.peer_idle_timeout_ms / 2000,
+            log=self.ctx.log,
+            name=self.name,
+            state=state.value,
+        )
+        if due is Due.CLOSE:
+            self.should_close = True
+        elif due is Due.HANDSHAKE_TIMEOUT:
+            self.close_reason = "handshake timeout"
+            self.should_close = True
+        elif due is Due.PEER_SILENT:
+            self.ctx.log.warning("heartbeat_timeout", connection=self.name, heartbeat=idle)
+            error = Amqp10Error(RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
+            self.connection_error(error)
+        elif due is Due.HEARTBEAT and not self._out:
             self.write(EMPTY_FRAME)
 
     def cleanup(self) -> None:

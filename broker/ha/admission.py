@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.core.vhost import VirtualHost
+from broker.ha.lease_keeper import LeaseKeeper
 from broker.ha.link_format import NoCommonFormat, link_format
+from broker.ha.manager_lease import ManagerLease
 from broker.ha.names import ADMIN_PROPERTY, BACKUP_PROPERTY, EPOCH_PROPERTY, URL_PROPERTY
 from broker.ha.redial import DialFailures
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import ContractFloor, Uncarried
-from broker.ha.role_events import Action, EpochSeen, Event
+from broker.ha.role_events import EpochSeen, Event
 from broker.ha.state import HaState
 from common.formats import FormatRange
 from common.url import Address, parse_url
@@ -164,26 +166,8 @@ class AdmissionHost(Protocol):
     @property
     def fenced(self) -> bool: ...
 
-    def may_confirm(self) -> bool:
-        """Do both leases hold, the cluster manager's and the member lease? A query."""
-        ...
-
-    def lease_holds(self) -> bool:
-        """Does the cluster manager's lease hold now? A query (the role fences a primary
-        whose lease ran out on its next tick)."""
-        ...
-
-    def may_serve(self) -> bool:
-        """Does the member lease let the primary serve clients now?"""
-        ...
-
-    def not_serving_reason(self, named: bool = True) -> str:
-        """Why :meth:`may_serve` is False, for a client's refusal (``named`` False:
-        without the lapsed members' names)."""
-        ...
-
-    def handle(self, event: Event) -> list[Action]:
-        """Feed one event to the role and perform its actions."""
+    def handle(self, event: Event) -> None:
+        """Feed the role one event and carry out its actions."""
         ...
 
     @property
@@ -220,8 +204,14 @@ class HaAdmission:
         vhosts: Iterable[VirtualHost],
         replicate_default: ReplicateLevel,
         contract_floor: ContractFloor,
+        lease: LeaseKeeper,
+        manager_lease: ManagerLease,
     ) -> None:
         self._host = host
+        #: The member lease (may the primary serve?) and the cluster manager's (does it
+        #: vouch for this primary?), both asked as queries.
+        self._lease = lease
+        self._manager_lease = manager_lease
         self._log = log
         self._public_url = public_url
         self._explicit_public_url = explicit_public_url
@@ -262,12 +252,12 @@ class HaAdmission:
         if not state.is_primary:
             redirect = redirect_address(self._explicit_public_url, host.primary_address)
         refusal = client_refusal(
-            state, host.fenced or not host.lease_holds(), self._public_url, redirect
+            state, host.fenced or not self._manager_lease.holds(), self._public_url, redirect
         )
-        if refusal is None and not link and not host.may_serve():
+        if refusal is None and not link and not self._lease.may_serve():
             # The member lease lapsed (or a promotion waits for its own): clients go on to
             # the next address; backup links are admitted (their grants restore it).
-            refusal = RoutineRefusal(ReplyCode.NOT_ALLOWED, host.not_serving_reason())
+            refusal = RoutineRefusal(ReplyCode.NOT_ALLOWED, self._lease.not_serving_reason())
         if refusal is None and link:
             refusal = link_user_refusal(self._link_user, connection.user)
             if refusal is None:
@@ -302,9 +292,9 @@ class HaAdmission:
         state = host.state
         if not state.is_primary:
             return client_refusal(state, False, self._public_url)
-        if host.fenced or not host.lease_holds() or host.may_serve():
+        if host.fenced or not self._manager_lease.holds() or self._lease.may_serve():
             return None
-        return RoutineRefusal(ReplyCode.NOT_ALLOWED, host.not_serving_reason(named=False))
+        return RoutineRefusal(ReplyCode.NOT_ALLOWED, self._lease.not_serving_reason(named=False))
 
     def _link_carry(self, connection: AdmittedConnection) -> AmqpError | None:
         """Admit a backup's link of a format that carries what this broker holds (and
@@ -327,13 +317,13 @@ class HaAdmission:
 
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while both leases hold (a query)."""
-        return self._host.may_confirm()
+        return self._manager_lease.holds() and self._lease.may_serve()
 
     def holds_output(self, connection: AdmittedConnection) -> bool:
         """Whether a client's output waits (deliveries, get-oks, confirms: everything it
         would be sent) because the member lease lapsed; never a backup link's or an HA
         admin's (the link carries the grants that restore it)."""
-        if self._host.may_serve() or connection in self._closing:
+        if self._lease.may_serve() or connection in self._closing:
             return False
         props = connection.client_properties
         return not (props.get(BACKUP_PROPERTY) or props.get(ADMIN_PROPERTY))

@@ -19,7 +19,7 @@ from typing import Any
 
 from broker.ha.names import CLUSTER_ID_PROPERTY
 from broker.store.data_dir import DataDir
-from broker.store.identity import Adopt, Refuse, join_decision, new_id
+from broker.store.identity import Adopt, RefuseJoin, join_decision, new_id
 
 
 class ClusterIdentity:
@@ -63,7 +63,7 @@ class ClusterIdentity:
                 previous=previous,
                 primary=address,
             )
-        elif isinstance(decision, Refuse):
+        elif isinstance(decision, RefuseJoin):
             self.log.error(
                 "ha_cluster_id_mismatch",
                 cluster_id=self._cluster_id,

@@ -5,14 +5,17 @@ itself to become primary: a cluster manager (our agent, Pacemaker, or an operato
 ``qpid-ha promote --cluster-manager``) calls :meth:`promote`. Every decision (state, epoch,
 fencing, lease, which backups the primary waits for) is the role machine's: this class turns
 what happens (link callbacks, streams opened and closed, management calls, ticks) into its
-events and performs the actions it returns (:meth:`HaBroker._perform`), in order. It
+events and carries out the actions it returns, in order, in one place
+(:meth:`HaBroker._perform`: at once, or, for a promotion's actions that wait for I/O, in
+turn by :meth:`HaBroker.promote`; a ``Refuse`` raises :class:`PromoteError`). It
 
 - logs every transition (``ha_state_changed``); an illegal one stops the broker (fail-stop);
 - owns the connection admission policy (:class:`~broker.ha.admission.HaAdmission`): a
   backup refuses every connection except HA admin ones with 530 NOT_ALLOWED ("HA backup:
   not the primary ..."), so clients move on to the next address of their URL list; the
   primary accepts clients and backup links;
-- runs the :class:`~broker.ha.backup.BackupLink` while a backup, and the
+- runs its backup side (:class:`~broker.ha.backup_side.BackupSide`, the owner of the
+  :class:`~broker.ha.backup.BackupLink`) while a backup, and the
   :class:`~broker.ha.primary.Primary` role with its replication streams once promoted;
 - keeps the fencing epoch (:class:`~broker.ha.epoch.EpochStore`): a primary that sees a
   higher epoch (a backup link announcing it) stops serving at once;
@@ -31,18 +34,27 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from broker.core.vhosts import VirtualHosts, key_of
+from broker.core.vhosts import VirtualHosts
 from broker.ha.admission import HaAdmission
-from broker.ha.auto_delete import grace_of
 from broker.ha.backup import BackupLink, DiskSync
+from broker.ha.backup_side import BackupSide
 from broker.ha.beyond_joining import cluster_beyond_joining
 from broker.ha.cluster_identity import ClusterIdentity
-from broker.ha.epoch import EpochError, EpochStore
-from broker.ha.ha_status import ha_status_steps, in_sync_status, member_dicts
-from broker.ha.id_era import enter_era_steps
+from broker.ha.epoch import EpochStore
+from broker.ha.ha_status import (
+    HaRows,
+    HaSnapshot,
+    backup_snapshots,
+    ha_status_steps,
+    in_sync_status,
+    member_dicts,
+    rows_of,
+)
 from broker.ha.lease_keeper import LeaseKeeper
 from broker.ha.manager_lease import ManagerLease
 from broker.ha.member_lease import GrantLedger, LeaseTimes
@@ -55,6 +67,7 @@ from broker.ha.names import (
     STATUS_PROPERTY,
 )
 from broker.ha.primary import Primary, PrimaryListener
+from broker.ha.primary_start import loop_call_soon, start_primary
 from broker.ha.promotion_quiet import PromotionQuiet
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
@@ -66,7 +79,6 @@ from broker.ha.role_events import (
     BackupConnected,
     BackupGone,
     BackupQueueReady,
-    CaughtUp,
     ChangeState,
     CheckCluster,
     ClusterChecked,
@@ -74,16 +86,15 @@ from broker.ha.role_events import (
     DropLink,
     EpochPersisted,
     Event,
-    Fence,
     FenceBroker,
+    FenceRequested,
     GuardBackup,
     InSyncCommitted,
-    LinkDown,
-    LinkUp,
     Log,
     PersistEpoch,
     PersistPromotionEpoch,
     PrimaryStarted,
+    PromoteError,
     PromoteRequested,
     PromotionFailed,
     QueueDeleted,
@@ -98,7 +109,6 @@ from broker.ha.state import HaState
 from broker.ha.store_lineage import StoreLineage
 from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
-from broker.security.tls import link_context
 from common.log import get_logger, set_log_context
 from common.slices import Steps, run_in_turns, run_steps
 from common.url import Address, parse_url
@@ -110,13 +120,7 @@ if TYPE_CHECKING:
     from broker.options import BrokerOptions
     from broker.store.data_dir import DataDir
 
-
-class PromoteError(Exception):
-    """A promotion refused; the message says why (shown by qpid-ha and the API)."""
-
-
-#: Actions performed only inside :meth:`HaBroker.promote` (they await I/O).
-_PROMOTION_ACTIONS = (CheckCluster, PersistPromotionEpoch, DropLink, StartPrimary)
+__all__ = ["HaBroker", "PromoteError"]
 
 
 class HaBroker:
@@ -144,11 +148,7 @@ class HaBroker:
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self._amqp_port = amqp_port
         self._on_fenced = on_fenced
-        #: Called when this broker must not run: its store belongs to another cluster.
-        self._on_refused = on_refused
         self.identity = ClusterIdentity(data_dir, self.log_)
-        #: The store's journal: as a backup, batches are acknowledged once stored.
-        self.disk = disk
         self.epoch_store = EpochStore(options.data_dir)
         self.epoch_store.load()
         #: The era this broker's store holds (broker.ha.store_history).
@@ -186,12 +186,27 @@ class HaBroker:
         self.streams: PrimaryStreams | None = None
         #: As a primary: each backup's latest replication error (``/api/ha``).
         self.backup_errors = ReplicationErrors()
-        self.link: BackupLink | None = None
-        #: On a backup: the membership last heard from a primary.
-        self.members: list[dict[str, Any]] = []
+        #: As a backup: the link to the primary, and what it last heard.
+        self.backup = BackupSide(
+            self,
+            vhost,
+            options,
+            self.log_,
+            addresses=self.addresses,
+            identity=self.identity,
+            lineage=self.lineage,
+            lease=self.lease,
+            formats=self.formats,
+            disk=disk,
+            on_fenced=on_fenced,
+            on_refused=on_refused,
+        )
         self._promoting = asyncio.Lock()
         #: While promoted (and a moment after), housekeeping over every queue waits.
         self.quiet = PromotionQuiet()
+        #: A promotion's actions that wait for I/O, in order (:meth:`_perform` queues them,
+        #: :meth:`promote` awaits each; each feeds the role its answer).
+        self._awaiting: deque[Callable[[], Awaitable[None]]] = deque()
         #: Whom this broker serves (``BrokerContext.admission``).
         self.admission = HaAdmission(
             self,
@@ -203,9 +218,10 @@ class HaBroker:
             vhosts=vhost if isinstance(vhost, VirtualHosts) else [vhost],  # read at each admit
             replicate_default=self.replicate_default,
             contract_floor=self.contract_floor,
+            lease=self.lease,
+            manager_lease=self.manager_lease,
         )
-        context.admission = self.admission
-        context.server_properties = self.server_properties
+        context.attach(admission=self.admission, server_properties=self.server_properties)
         set_log_context(epoch=self.epoch)
 
     # -- identity, read from the role ----------------------------------------------------
@@ -240,9 +256,6 @@ class HaBroker:
             host = self.options.node_name
         return str(Address(host, self._amqp_port()))
 
-    def log(self, event: str, **fields: Any) -> None:
-        self.log_.info(event, **fields)
-
     def tell(self, event: str, fields: dict[str, Any]) -> None:
         """Hand an HA event just logged to :attr:`listeners`; a listener that fails is
         logged and never stops the role."""
@@ -265,19 +278,16 @@ class HaBroker:
         }
 
     # -- events in, actions out ----------------------------------------------------------
-    def handle(self, event: Event) -> list[Action]:
-        """Feed one event to the role and perform its actions; the actions left to the
-        caller (promotion's, and Refuse) are returned."""
-        left: list[Action] = []
+    def handle(self, event: Event) -> None:
+        """Feed one event to the role and carry out its actions in order (:meth:`_perform`);
+        :class:`PromoteError` when the role refuses (a promotion, a lease, an in-sync set)."""
         for action in self.role.handle(event):
-            if isinstance(action, (*_PROMOTION_ACTIONS, Refuse)):
-                left.append(action)
-            else:
-                self._perform(action)
-        return left
+            self._perform(action)
 
     def _perform(self, action: Action) -> None:
-        """Carry out one action that needs no waiting."""
+        """Carry out one action of the role: the one place every action is performed. Those
+        that wait for I/O (a promotion's) are queued for :meth:`promote`, which awaits them
+        in turn; each hands the role its answer (an event) when done."""
         match action:
             case Log(event, level, fields):
                 getattr(self.log_, level)(event, **dict(fields))
@@ -293,10 +303,10 @@ class HaBroker:
                 self.epoch_store.observe(epoch)
                 set_log_context(epoch=self.epoch_store.current)
             case Dial():
-                self._start_link()
+                self.backup.dial()
             case GuardBackup(backup_id, url, sliced):
                 if self.primary is not None and sliced:  # not in sync: a slice a turn
-                    run_in_turns(self.primary.guard_backup_steps(backup_id, url), _call_soon())
+                    run_in_turns(self.primary.guard_backup_steps(backup_id, url), loop_call_soon())
                 elif self.primary is not None:
                     self.primary.guard_backup(backup_id, url)
             case ReleaseGuards(backup_id):
@@ -307,8 +317,16 @@ class HaBroker:
                     self.streams.broadcast({"type": "membership", "members": member_dicts(members)})
             case FenceBroker(reason):
                 self._on_fenced(reason)
-            case _:
-                raise AssertionError(f"HaBroker cannot perform {action!r} here")
+            case Refuse(reason):
+                raise PromoteError(reason)
+            case CheckCluster(primaries_only):
+                self._awaiting.append(partial(self._check_cluster, primaries_only))
+            case PersistPromotionEpoch(epoch):
+                self._awaiting.append(partial(self._persist_promotion_epoch, epoch))
+            case DropLink():
+                self._awaiting.append(self.backup.drop)
+            case StartPrimary(expected):
+                self._awaiting.append(partial(self._start_primary, dict(expected)))
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -326,32 +344,10 @@ class HaBroker:
         )
         self.handle(Start())
 
-    def _start_link(self) -> None:
-        options = self.options
-        self.link = BackupLink(
-            self,
-            self.vhost,
-            self.addresses,
-            user=options.ha_username,
-            password=options.ha_password,
-            mechanism=options.ha_mechanism,
-            maintenance_interval=options.link_maintenance_interval,
-            heartbeat=options.link_heartbeat_interval,
-            flow_messages=options.ha_flow_messages,
-            auth_here=options.auth,
-            tls=link_context(options),  # for ssl: addresses of ha-brokers-url
-            check_cluster=self.check_cluster,
-            disk=self.disk,
-            formats=self.formats,
-        )
-        self.link.start()
-
     async def stop(self) -> None:
         self.lease.stop()
         self.manager_lease.stop()
-        if self.link is not None:
-            await self.link.stop()
-            self.link = None
+        await self.backup.stop()
 
     def tick(self) -> None:
         primary = self.primary
@@ -362,63 +358,7 @@ class HaBroker:
         if self.fenced:
             return
         primary.tick()
-        for queue in primary.take_orphans():
-            if self.vhost.queues.get(key_of(queue)) is queue:
-                self.log_.info(
-                    "ha_orphan_queue_deleted",
-                    queue=queue.name,
-                    messages=queue.message_count,
-                    grace=grace_of(queue, primary.auto_delete_grace),
-                )
-                self.vhost.delete_queue(key_of(queue))
-
-    # -- backup link callbacks (LinkOwner) -------------------------------------------------
-    def link_up(self, address: Address, primary_epoch: int) -> None:
-        try:  # before anything of that era is applied to the store
-            self.lineage.replicating(primary_epoch)
-        except EpochError as exc:
-            self.store_failed(str(exc))
-            return
-        self.lease.grants.linked = primary_epoch
-        self.handle(LinkUp(str(address), primary_epoch))
-
-    def check_history(self, primary_epoch: int, base_epoch: int | None, address: str) -> str | None:
-        """Before replicating from the primary at ``address``: None to go on, else why not.
-        A store that diverged (it holds an era the primary's store never saw) is moved
-        aside at the next start: the broker stops now (``on_refused``: exit 1)."""
-        reason = self.lineage.check(primary_epoch, base_epoch, address)
-        if reason is not None and self._on_refused is not None:
-            self._on_refused(reason)
-        return reason
-
-    def caught_up(self) -> None:
-        self.handle(CaughtUp())
-
-    def store_failed(self, reason: str) -> None:
-        """A backup's store failed to write what it acknowledges: stop the broker."""
-        self.log_.error("ha_store_failed", reason=reason)
-        self._on_fenced(reason)
-
-    def store_write_failed(self, error: str) -> None:
-        """A store write failed: a backup stops (a later acknowledgement, e.g. of a batch
-        held behind a staged transaction, may cover what it lost); a primary nacked."""
-        if self.state.is_backup:
-            self.store_failed(f"the store cannot write: {error}")
-
-    def check_cluster(self, primary_cluster_id: str | None, address: str) -> str | None:
-        """Before replicating from the primary at ``address``: None to go on (its cluster
-        id recorded in this store), else why not; a store of another cluster stops the
-        broker (``on_refused``)."""
-        refusal = self.identity.check_primary(primary_cluster_id, address)
-        if refusal is not None and self._on_refused is not None:
-            self._on_refused(refusal)
-        return refusal
-
-    def link_down(self, reason: str) -> None:
-        self.lease.grants.linked = None
-        self.handle(LinkDown(reason))
-        if self.link is not None:
-            self.members = list(self.link.replicator.members)
+        primary.delete_orphans(self.log_)
 
     # -- streams callbacks (BackupEvents) --------------------------------------------------
     def backup_connected(self, backup_id: str, url: str) -> RemoteBackup:
@@ -428,7 +368,13 @@ class HaBroker:
         known = backup_id in self.role.backups
         queues = frozenset() if known else self.primary.replicated_queue_names()
         self.handle(BackupConnected(backup_id, url, queues))
-        return self.primary.guard_backup(backup_id, url)
+        # Its guards are those the role's GuardBackup made (now, or when it was expected):
+        # a backup the role guards has them until its ReleaseGuards.
+        guards = self.primary.backups.get(backup_id)
+        if guards is None:  # the role ignored it (fenced): guards nobody waits for
+            return RemoteBackup(backup_id, url, [])
+        guards.url = url
+        return guards
 
     def backup_queue_ready(self, backup_id: str, queue: str) -> None:
         self.handle(BackupQueueReady(backup_id, queue))
@@ -448,12 +394,8 @@ class HaBroker:
 
     # -- the member lease (broker.ha.lease_keeper) --------------------------------------
     def member_grant(self, epoch: int, duration: float) -> None:
-        """As a backup: grant the primary of ``epoch`` a member lease (LinkOwner)."""
+        """As a backup: grant the primary of ``epoch`` a member lease."""
         self.lease.member_grant(epoch, duration)
-
-    def member_asked(self, epoch: int) -> None:
-        """As a backup: the primary of ``epoch`` asked for no promise (LinkOwner)."""
-        self.lease.grants.asked(epoch)
 
     @property
     def grants(self) -> GrantLedger:
@@ -465,13 +407,6 @@ class HaBroker:
         member lease not in force, or the set empty): past the cluster manager's lease it
         serves on those grants alone (issue 26, item 2; ``HaRole.may_confirm``)."""
         return self.lease.leases.grants_until()
-
-    def may_serve(self) -> bool:
-        """Does the member lease let this primary serve now? (admission policy hook)"""
-        return self.lease.may_serve()
-
-    def not_serving_reason(self, named: bool = True) -> str:
-        return self.lease.not_serving_reason(named)
 
     def lease_status(self) -> dict[str, Any]:
         return self.lease.status()
@@ -485,9 +420,7 @@ class HaBroker:
         (stops serving, exits 3; its supervisor restarts it as a backup): a primary whose
         agent died, froze or lost ZooKeeper never serves beside the next one.
         """
-        for action in self.manager_lease.grant(seconds):
-            if isinstance(action, Refuse):
-                raise PromoteError(action.reason)
+        self.manager_lease.grant(seconds)  # PromoteError: not a primary
 
     def commit_in_sync(self, epoch: int, members: list[str]) -> list[str]:
         """The cluster manager committed the in-sync set ``members`` at ``epoch``: release
@@ -496,9 +429,7 @@ class HaBroker:
         (not a primary, or another epoch's set)."""
         role = self.role
         before = set(role.pending_removal()) | set(role.awaited())
-        for action in self.handle(InSyncCommitted(epoch, frozenset(members))):
-            if isinstance(action, Refuse):
-                raise PromoteError(action.reason)
+        self.handle(InSyncCommitted(epoch, frozenset(members)))  # PromoteError: refused
         self.lease.set_changed()
         released = sorted(before - set(role.pending_removal()) - set(role.awaited()))
         if released:
@@ -519,20 +450,16 @@ class HaBroker:
         """Apply a renewal the liveness thread took (as received: its time, not now)."""
         self.manager_lease.take_offered()
 
-    def lease_holds(self) -> bool:
-        """Does the cluster manager's lease hold now? A query (``ManagerLease.holds``)."""
-        return self.manager_lease.holds()
-
     def may_confirm(self) -> bool:
         """Publisher confirms go out only while both leases hold: the cluster manager's
         and the member lease (admission policy hook; the confirm path's last step, after
         its holds: ``CONFIRM_PATH`` in broker/core/queue_contracts.py). It decides
         nothing: the fence is the role's (its Tick), a lapse the lease keeper's."""
-        return self.lease_holds() and self.lease.may_serve()
+        return self.admission.may_confirm()
 
     def fence(self, reason: str) -> None:
         """Stop serving at once (a newer primary exists)."""
-        self.handle(Fence(reason))
+        self.handle(FenceRequested(reason))
 
     # -- promotion ---------------------------------------------------------------------
     async def promote(
@@ -550,110 +477,125 @@ class HaBroker:
             quiet = not self.state.is_primary  # a backup's promotion: housekeeping waits
             if quiet:
                 self.quiet.began(self.now())
-            pending = self.handle(PromoteRequested(epoch, members, store_named))
+            self._awaiting.clear()
             try:
-                while pending:
-                    action = pending.pop(0)
-                    pending[:0] = await self._perform_promotion(action)
+                self.handle(PromoteRequested(epoch, members, store_named))
+                while self._awaiting:
+                    await self._awaiting.popleft()()
             except PromoteError:
                 raise
             except Exception as exc:
+                self._awaiting.clear()
                 self.handle(PromotionFailed(f"{type(exc).__name__}: {exc}"))
                 raise
             finally:
                 if quiet:
                     self.quiet.ended(self.now())
+                self._awaiting.clear()
             return self.state
 
-    async def _perform_promotion(self, action: Action) -> list[Action]:
-        """Carry out one of promotion's actions; the role's answer's actions left to do."""
-        match action:
-            case Refuse(reason):
-                raise PromoteError(reason)
-            case CheckCluster(primaries_only):
-                options = self.options
-                beyond = await cluster_beyond_joining(
-                    self.addresses,
-                    self._amqp_port(),
-                    options.interface,
-                    options.node_name,
-                    primaries_only,
-                )
-                return self.handle(ClusterChecked(beyond))
-            case PersistPromotionEpoch(new_epoch):
-                await asyncio.to_thread(self.epoch_store.observe, new_epoch)
-                set_log_context(epoch=self.epoch_store.current)
-                members = tuple(
-                    (str(m.get("id")), str(m.get("url")), str(m.get("state")))
-                    for m in self.last_members()
-                )
-                return self.handle(EpochPersisted(new_epoch, members))
-            case DropLink():
-                await self._drop_link()
-                return []
-            case StartPrimary(expected):
-                return await self._start_primary(dict(expected))
-        raise AssertionError(f"not a promotion action: {action!r}")
+    # The promotion's actions that wait for I/O (queued by _perform, awaited by promote).
+    async def _check_cluster(self, primaries_only: bool) -> None:
+        options = self.options
+        beyond = await cluster_beyond_joining(
+            self.addresses,
+            self._amqp_port(),
+            options.interface,
+            options.node_name,
+            primaries_only,
+        )
+        self.handle(ClusterChecked(beyond))
 
-    async def _drop_link(self) -> None:
-        if self.link is None:
-            return
-        await self.link.stop(abort=True)
-        # A transaction staged in part is dropped: the new primary holds all of a
-        # transaction or none of it (stop already did so if the link was up).
-        self.link.abandon_transactions("promoted")
-        # Exclusive queues belonged to client connections of the old primary, which
-        # died with it: delete them as their connections' close would have.
-        for name in sorted(self.link.replicator.exclusive):
-            self.vhost.delete_queue(name)
-        self.link = None
+    async def _persist_promotion_epoch(self, new_epoch: int) -> None:
+        await asyncio.to_thread(self.epoch_store.observe, new_epoch)
+        set_log_context(epoch=self.epoch_store.current)
+        members = tuple(
+            (str(m.get("id")), str(m.get("url")), str(m.get("state"))) for m in self.last_members()
+        )
+        self.handle(EpochPersisted(new_epoch, members))
 
-    async def _start_primary(self, expected: dict[str, str]) -> list[Action]:
-        """Become the primary's shell. The work over every queue (the new era's ids, the
-        expected backups' guards: at 10,000 queues 50-100 ms each) runs a slice a turn of
-        the loop, before the role hears PrimaryStarted: until then the broker is not
-        primary (no client is admitted, its link is dropped), so nothing is enqueued that
-        a guard made in a later slice would miss."""
-        self.lineage.promoted(self.epoch_store.current)  # this era is the store's now
-        queues = list(self.vhost.queues.values())
-        await _in_turns(enter_era_steps(queues, self.epoch_store.current))  # no id reused
-        self.identity.promoted()  # the cluster's first primary creates its id
-        primary = Primary(
+    async def _start_primary(self, expected: dict[str, str]) -> None:
+        """Become the primary's shell: the work over every queue first, a slice a turn
+        (:func:`broker.ha.primary_start.start_primary`), then its streams."""
+        primary = await start_primary(
             self.vhost,
+            expected,
+            epoch=self.epoch_store.current,
+            lineage=self.lineage,
+            identity=self.identity,
             replicate_default=self.replicate_default,
             clock=self.context.clock,
             auto_delete_grace=self.options.ha_backup_timeout,
         )
-        for backup_id, url in sorted(expected.items()):  # the role's GuardBackup finds them
-            await _in_turns(primary.guard_backup_steps(backup_id, url))
         self.primary = primary
         self.streams = PrimaryStreams(primary, self, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.streams.lease_events = self.lease  # the member lease's grants
-        self.context.streams = self.streams
-        self.context.barrier = self.streams  # declare-ok and friends after the backups
+        # replication streams; declare-ok and friends after the backups
+        self.context.attach(streams=self.streams, barrier=self.streams)
         self.vhost.listeners.append(PrimaryListener(primary, self.queue_deleted))
         orphans = primary.orphans.waiting(self.context.clock())
         if orphans:
             self.log_.info("ha_orphan_queues", queues=orphans)
         now = self.context.clock()
         self.lease.promoted(self.epoch_store.current, now)  # waits out its own grant
-        left = self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
+        self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
         self.lease.start()
-        # active at once when nobody is expected
-        return left + self.handle(Tick(now, self.grants_until()))
+        self.handle(Tick(now, self.grants_until()))  # active at once when nobody is expected
 
     def now(self) -> float:
         return self.context.clock()
 
     def last_members(self) -> list[dict[str, Any]]:
-        if self.link is not None and self.link.replicator.members:
-            return list(self.link.replicator.members)
-        return self.members
+        return self.backup.last_members()
+
+    @property
+    def link(self) -> BackupLink | None:
+        """The backup's link to the primary, while a backup."""
+        return self.backup.link
+
+    def store_write_failed(self, error: str) -> None:
+        """A store write failed: a backup stops; a primary nacked (``BackupSide``)."""
+        self.backup.store_write_failed(error)
 
     # -- status ------------------------------------------------------------------------
     def membership(self) -> list[dict[str, Any]]:
         return member_dicts(self.role.members())
+
+    def snapshot(self) -> HaSnapshot:
+        """This broker at one instant, as ``GET /api/ha`` shows it."""
+        role, primary, now, link = self.role, self.primary, self.now(), self.link
+        until = self.lease_until
+        return HaSnapshot(
+            state=self.state,
+            epoch=self.epoch,
+            broker_id=self.broker_id,
+            cluster_id=self.identity.cluster_id,
+            replication_formats=self.formats.text,
+            url=self.url,
+            public_url=self.public_url,
+            primary=self.primary_address if primary is None else self.url,
+            members=self.membership() if primary is not None else self.last_members(),
+            held_confirms=primary.held_confirms() if primary else 0,
+            lease_remaining=None if until is None else round(max(0.0, until - now), 3),
+            orphan_queues=primary.orphans.waiting(now) if primary else {},
+            backups=(
+                ()
+                if primary is None or self.streams is None
+                else backup_snapshots(role, primary, self.backup_errors)
+            ),
+            in_sync=self.in_sync_status() if primary is not None else None,
+            member_lease=self.lease_status(),
+            replication_errors=self.backup_errors.views(role.ready),  # not those ready again
+            refused_links=self.admission.refused_links() if primary is not None else [],
+            link_error=link.link_error() if link is not None else None,
+            replication_error=link.replication_error() if link is not None else None,
+        )
+
+    def status_rows(self) -> HaRows:
+        """What the status view lists a row of (:func:`broker.ha.ha_status.rows_of`)."""
+        streams = None if self.primary is None else self.streams
+        return rows_of(self.link, self.vhost, self.role, streams)
 
     def status(self) -> dict[str, Any]:
         """What GET /api/ha shows, at once (:meth:`status_steps`)."""
@@ -666,17 +608,3 @@ class HaBroker:
         False: without the per-queue rows (``positions``: but with each backup's)."""
         self.take_offered_lease()
         return ha_status_steps(self, rows, positions)
-
-
-async def _in_turns(steps: Steps[None]) -> None:
-    """Run ``steps``, a slice a turn of the loop."""
-    for _ in steps:
-        await asyncio.sleep(0)
-
-
-def _call_soon() -> Callable[[Callable[[], None]], object] | None:
-    """The running loop's ``call_soon``; None outside a loop (a test driving the role)."""
-    try:
-        return asyncio.get_running_loop().call_soon
-    except RuntimeError:
-        return None

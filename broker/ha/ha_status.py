@@ -10,95 +10,93 @@ THREAD UNSAFE: read on the broker's event loop.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from common.slices import SLICE, Steps, rows_in_slices
 
 if TYPE_CHECKING:
     from broker.core.queue import Queue
-    from broker.ha.admission import HaAdmission
     from broker.ha.backup import BackupLink
-    from broker.ha.cluster_identity import ClusterIdentity
     from broker.ha.primary import Primary
     from broker.ha.replication_errors import ReplicationErrors
     from broker.ha.role import HaRole
     from broker.ha.state import HaState
     from broker.ha.streams import PrimaryStreams
-    from common.formats import FormatRange
+
+
+@dataclass(frozen=True, slots=True)
+class BackupSnapshot:
+    """One backup of a primary, as its row in ``GET /api/ha`` shows it."""
+
+    id: str
+    url: str
+    ready: bool
+    expected: bool
+    in_sync: bool
+    pending_removal: bool
+    held_confirms: int
+    #: Why replication to it failed (which object, why), while it is not ready.
+    replication_error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class HaSnapshot:
+    """An HA broker at one instant (``HaBroker.snapshot``): all the status view reads of
+    it besides the rows of :class:`HaRows`."""
+
+    state: HaState
+    epoch: int
+    broker_id: str
+    cluster_id: str | None
+    replication_formats: str
+    url: str
+    public_url: str
+    #: The primary's address: this broker's own on a primary, its link's on a backup.
+    primary: str | None
+    #: A primary's members (as its membership message shows them), a backup's last heard.
+    members: list[dict[str, Any]]
+    held_confirms: int
+    lease_remaining: float | None
+    orphan_queues: dict[str, float]
+    #: A primary's backups, by url.
+    backups: tuple[BackupSnapshot, ...]
+    #: A primary's in-sync set (:func:`in_sync_status`); None on a backup.
+    in_sync: dict[str, Any] | None
+    #: The member lease: the primary's grants, a backup's own last grant.
+    member_lease: dict[str, Any]
+    #: A primary's backups whose replication failed (linked now or not) and that are not
+    #: ready again: which backup, which object, why.
+    replication_errors: list[dict[str, Any]]
+    #: A primary's backups whose links it refuses now (their replication format): which
+    #: address, why, since when, how many dials.
+    refused_links: list[dict[str, Any]]
+    #: On a backup: why its link is not up; its latest replication error (object and
+    #: reason), until a link catches up.
+    link_error: dict[str, Any] | None
+    replication_error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class HaRows:
+    """What the status view lists a row of, each read when its slice runs: a backup's
+    queue replicators (by key), else the broker's own queues (a primary's, or what a
+    joining broker recovered); on a primary, each backup's stream positions."""
+
+    replicators: list[Any]
+    queues: list[Queue]
+    positions: Callable[[str, int], Steps[list[dict[str, Any]]]] | None
+    backup_ids: tuple[str, ...]
 
 
 class HaStatusSource(Protocol):
     """What the status view reads of an HA broker (:class:`~broker.ha.ha_broker.HaBroker`):
-    its public members only, each read when the slice that shows it runs."""
+    the lists its rows come from, then a snapshot of everything else, at one instant."""
 
-    @property
-    def state(self) -> HaState: ...
+    def status_rows(self) -> HaRows: ...
 
-    @property
-    def epoch(self) -> int: ...
-
-    @property
-    def broker_id(self) -> str: ...
-
-    @property
-    def url(self) -> str: ...
-
-    @property
-    def public_url(self) -> str: ...
-
-    @property
-    def primary_address(self) -> str | None: ...
-
-    @property
-    def lease_until(self) -> float | None: ...
-
-    @property
-    def identity(self) -> ClusterIdentity: ...
-
-    @property
-    def formats(self) -> FormatRange: ...
-
-    @property
-    def role(self) -> HaRole: ...
-
-    @property
-    def vhost(self) -> Any: ...
-
-    @property
-    def link(self) -> BackupLink | None: ...
-
-    @property
-    def admission(self) -> HaAdmission: ...
-
-    @property
-    def primary(self) -> Primary | None: ...
-
-    @property
-    def streams(self) -> PrimaryStreams | None: ...
-
-    @property
-    def backup_errors(self) -> ReplicationErrors: ...
-
-    def now(self) -> float:
-        """The broker's clock."""
-        ...
-
-    def membership(self) -> list[dict[str, Any]]:
-        """A primary's members, as its membership message shows them."""
-        ...
-
-    def last_members(self) -> list[dict[str, Any]]:
-        """A backup's membership last heard from a primary."""
-        ...
-
-    def lease_status(self) -> dict[str, Any]:
-        """The member lease: the primary's grants, a backup's own last grant."""
-        ...
-
-    def in_sync_status(self) -> dict[str, Any]:
-        """A primary's in-sync set (:func:`in_sync_status`)."""
-        ...
+    def snapshot(self) -> HaSnapshot: ...
 
 
 def member_dicts(members: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:
@@ -124,14 +122,54 @@ def in_sync_status(role: HaRole, granted: Collection[str] | None = None) -> dict
     }
 
 
+def backup_snapshots(
+    role: HaRole, primary: Primary, errors: ReplicationErrors
+) -> tuple[BackupSnapshot, ...]:
+    """A primary's backups now, by url: the role's records, the guards' held confirms."""
+    snapshots = []
+    for backup_id, record in sorted(role.backups.items(), key=lambda b: b[1].url):
+        guards = primary.backups.get(backup_id)
+        ready = record.ready and record.connected
+        snapshots.append(
+            BackupSnapshot(
+                backup_id,
+                record.url,
+                ready=ready,
+                expected=backup_id in role.expected,
+                in_sync=record.in_sync,
+                pending_removal=record.gone,
+                held_confirms=guards.held() if guards is not None else 0,
+                replication_error=None if ready else errors.view(backup_id),
+            )
+        )
+    return tuple(snapshots)
+
+
+def rows_of(
+    link: BackupLink | None, vhost: Any, role: HaRole, streams: PrimaryStreams | None
+) -> HaRows:
+    """The lists of the status rows: a backup's link's replicators once it replicates any;
+    else the broker's own queues (a primary's, or what a joining broker recovered from its
+    store: their last ids are its replication position, what a total failure compares);
+    on a primary (``streams``), each backup's stream positions."""
+    if link is not None and link.replicator.replicators:
+        replicators = [r for _key, r in sorted(link.replicator.replicators.items())]
+        return HaRows(replicators, [], None, ())
+    own = [q for _key, q in sorted(vhost.queues.items()) if q.exclusive_owner is None]
+    if streams is None:
+        return HaRows([], own, None, ())
+    ids = tuple(b for b, _ in sorted(role.backups.items(), key=lambda b: b[1].url))
+    return HaRows([], own, streams.positions_steps, ids)
+
+
 def ha_status_steps(
     ha: HaStatusSource, rows: bool = True, positions: bool | None = None
 ) -> Steps[dict[str, Any]]:
     """What GET /api/ha shows, in slices of :data:`SLICE` rows (the management API runs a
     slice a turn of the event loop: 10,000 queues in one callback held it 0.5-0.8 s). The
     queues and each backup's streams are listed when the first slice runs; each row reads
-    its queue when its slice runs; everything else is read in the last slice, at once (the
-    state, epoch, in-sync set and lease answer for one instant).
+    its queue when its slice runs; everything else is the broker's snapshot, taken in the
+    last slice (the state, epoch, backups, in-sync set and lease answer for one instant).
 
     ``replication_position`` is the sum of the queues' last ids (what a total failure
     compares). ``rows`` False: without the per-queue rows (``queues``, and each backup's
@@ -139,59 +177,71 @@ def ha_status_steps(
     (``GET /api/ha?queues=summary``; at 10,000 queues the rows are megabytes of JSON).
     ``positions`` (default: ``rows``): each backup's ``queues`` alone (the console's
     sampler, whose lag histories read them every second, with nobody viewing)."""
+    listed = ha.status_rows()
     queues: list[dict[str, Any]] | None = None
-    if ha.link is not None and ha.link.replicator.replicators:
-        replicators = [r for _key, r in sorted(ha.link.replicator.replicators.items())]
+    if listed.replicators:
         if rows:
-            queues = yield from rows_in_slices(replicators, _replicator_row)
+            queues = yield from rows_in_slices(listed.replicators, _replicator_row)
         else:
-            ids = yield from rows_in_slices(replicators, _replicator_last_id)
+            ids = yield from rows_in_slices(listed.replicators, _replicator_last_id)
+    elif rows:
+        queues = yield from rows_in_slices(listed.queues, _queue_row)
     else:
-        # A primary's queues, or what a joining broker recovered from its store (before
-        # its link replicates any): their last ids are its replication position, what
-        # a total failure compares.
-        own = [q for _key, q in sorted(ha.vhost.queues.items()) if q.exclusive_owner is None]
-        if rows:
-            queues = yield from rows_in_slices(own, _queue_row)
-        else:
-            ids = yield from rows_in_slices(own, _last_id)
+        ids = yield from rows_in_slices(listed.queues, _last_id)
     if queues is not None:
         ids = [row["last_id"] for row in queues]
-    backups = yield from _backups_status(ha, rows if positions is None else positions)
-    now = ha.now()
+    with_positions = rows if positions is None else positions
+    streams: dict[str, list[dict[str, Any]]] = {}
+    if with_positions and listed.positions is not None:
+        for backup_id in listed.backup_ids:
+            streams[backup_id] = yield from listed.positions(backup_id, SLICE)
+    snap = ha.snapshot()
     status = {
-        "state": ha.state.value,
-        "epoch": ha.epoch,
-        "broker_id": ha.broker_id,
-        "cluster_id": ha.identity.cluster_id,
-        "replication_formats": ha.formats.text,
-        "url": ha.url,
-        "public_url": ha.public_url,
-        "primary": ha.primary_address if ha.primary is None else ha.url,
-        "members": ha.membership() if ha.primary is not None else ha.last_members(),
+        "state": snap.state.value,
+        "epoch": snap.epoch,
+        "broker_id": snap.broker_id,
+        "cluster_id": snap.cluster_id,
+        "replication_formats": snap.replication_formats,
+        "url": snap.url,
+        "public_url": snap.public_url,
+        "primary": snap.primary,
+        "members": snap.members,
         "queues": queues or [],
-        "held_confirms": ha.primary.held_confirms() if ha.primary else 0,
-        "lease_remaining": (
-            None if ha.lease_until is None else round(max(0.0, ha.lease_until - now), 3)
-        ),
-        "orphan_queues": ha.primary.orphans.waiting(now) if ha.primary else {},
-        "backups": backups,
-        "in_sync": ha.in_sync_status() if ha.primary is not None else None,
-        "member_lease": ha.lease_status(),
-        # A primary's backups whose replication failed (linked now or not) and that are not
-        # ready again: which backup, which object, why.
-        "replication_errors": ha.backup_errors.views(lambda backup_id: _ready(ha, backup_id)),
-        # A primary's backups whose links it refuses now (their replication format): which
-        # address, why, since when, how many dials.
-        "refused_links": ha.admission.refused_links() if ha.primary is not None else [],
-        "link_error": ha.link.link_error() if ha.link is not None else None,
-        # A backup's latest replication error (object and reason), until a link catches up.
-        "replication_error": ha.link.replication_error() if ha.link is not None else None,
+        "held_confirms": snap.held_confirms,
+        "lease_remaining": snap.lease_remaining,
+        "orphan_queues": snap.orphan_queues,
+        "backups": [_backup_row(b, streams if with_positions else None) for b in snap.backups],
+        "in_sync": snap.in_sync,
+        "member_lease": snap.member_lease,
+        "replication_errors": snap.replication_errors,
+        "refused_links": snap.refused_links,
+        "link_error": snap.link_error,
+        "replication_error": snap.replication_error,
         "replication_position": sum(ids),
     }
     if queues is None:
         del status["queues"]
     return status
+
+
+def _backup_row(
+    backup: BackupSnapshot, streams: dict[str, list[dict[str, Any]]] | None
+) -> dict[str, Any]:
+    """A backup's row; ``streams``: with its streams' positions (``queues``)."""
+    row: dict[str, Any] = {
+        "id": backup.id,
+        "url": backup.url,
+        "ready": backup.ready,
+        "expected": backup.expected,
+        "in_sync": backup.in_sync,
+        "pending_removal": backup.pending_removal,
+        "held_confirms": backup.held_confirms,
+        "queues": None if streams is None else streams.get(backup.id, []),
+        "replication_error": backup.replication_error,
+    }
+    if streams is None:
+        del row["queues"]
+    return row
 
 
 def _replicator_row(replicator: Any) -> dict[str, Any]:
@@ -221,36 +271,3 @@ def _queue_row(queue: Queue) -> dict[str, Any]:
         "messages": queue.message_count,
         "last_id": queue.last_position,
     }
-
-
-def _ready(ha: HaStatusSource, backup_id: str) -> bool:
-    record = ha.role.backups.get(backup_id)
-    return record is not None and record.ready and record.connected
-
-
-def _backups_status(ha: HaStatusSource, positions: bool = True) -> Steps[list[dict[str, Any]]]:
-    """Each backup's row; ``positions``: with its streams' positions (``queues``)."""
-    primary, streams = ha.primary, ha.streams
-    if primary is None or streams is None:
-        return []
-    rows = []
-    for backup_id, record in sorted(ha.role.backups.items(), key=lambda b: b[1].url):
-        queues = (yield from streams.positions_steps(backup_id, SLICE)) if positions else None
-        guards = primary.backups.get(backup_id)
-        ready = record.ready and record.connected
-        row = {
-            "id": backup_id,
-            "url": record.url,
-            "ready": ready,
-            "expected": backup_id in ha.role.expected,
-            "in_sync": record.in_sync,
-            "pending_removal": record.gone,
-            "held_confirms": guards.held() if guards is not None else 0,
-            "queues": queues,
-            # Why replication to it failed (which object, why), while it is not ready.
-            "replication_error": None if ready else ha.backup_errors.view(backup_id),
-        }
-        if queues is None:
-            del row["queues"]
-        rows.append(row)
-    return rows

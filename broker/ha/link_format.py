@@ -45,7 +45,7 @@ from broker.ha.redial import DialRefused
 from broker.ha.wire import (
     CONFIG_MAX_DEPTH,
     CONFIG_MAX_KEY_BYTES,
-    Event,
+    StreamEvent,
     decode_batch,
     decode_config_event,
     encode_config_event,
@@ -82,7 +82,7 @@ class Codec:
     format: int
     encode_config_event: Callable[[dict[str, Any]], bytes]
     decode_config_event: Callable[[bytes], dict[str, Any]]
-    decode_batch: Callable[[bytes], list[Event]]
+    decode_batch: Callable[[bytes], list[StreamEvent]]
     #: Deepest nesting in a configuration event, the event at depth 0.
     config_max_depth: int
     #: Longest field name in a configuration event (bytes of UTF-8).

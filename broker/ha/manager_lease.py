@@ -20,11 +20,12 @@ is the one part a thread touches).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
 from broker.ha.role import HaRole
-from broker.ha.role_events import Action, Event, LeaseGranted
+from broker.ha.role_events import Event, LeaseGranted, PromoteError
 from broker.liveness import LeaseOffers
 
 
@@ -34,8 +35,8 @@ class ManagerLeaseHost(Protocol):
     @property
     def role(self) -> HaRole: ...
 
-    def handle(self, event: Event) -> list[Action]:
-        """Feed one event to the role and perform its actions."""
+    def handle(self, event: Event) -> None:
+        """Feed one event to the role and perform its actions (``PromoteError``: refused)."""
         ...
 
     def now(self) -> float: ...
@@ -58,19 +59,19 @@ class ManagerLease:
         self.offers = offers
         self._end: asyncio.TimerHandle | None = None
 
-    def grant(self, seconds: float) -> list[Action]:
-        """The cluster manager vouches for this primary for ``seconds`` more from now: the
-        role's answer's actions left to the caller (a Refuse: not a primary)."""
+    def grant(self, seconds: float) -> None:
+        """The cluster manager vouches for this primary for ``seconds`` more from now (the
+        host's ``PromoteError``: not a primary)."""
         host = self._host
-        left = host.handle(LeaseGranted(seconds, host.now()))
+        host.handle(LeaseGranted(seconds, host.now()))
         self._arm()
-        return left
 
     def take_offered(self) -> None:
         """Apply a renewal the liveness thread took (as received: its time, not now)."""
         offer = None if self.offers is None else self.offers.take()
         if offer is not None:
-            self._host.handle(LeaseGranted(*offer))  # a refusal (no longer primary): nothing
+            with contextlib.suppress(PromoteError):  # refused (no longer primary): nothing
+                self._host.handle(LeaseGranted(*offer))
             self._arm()
 
     def holds(self) -> bool:

@@ -13,7 +13,7 @@ keeps what those decisions act on:
 - replicated auto-delete queues with no consumer at promotion are orphans (their consumers
   died with the old primary): :meth:`tick` hands those still unused after their grace period
   (``auto_delete_grace``, default ``ha-backup-timeout``) to :meth:`take_orphans`, and the
-  shell deletes them (:mod:`broker.ha.auto_delete`).
+  shell has them deleted (:meth:`delete_orphans`; :mod:`broker.ha.auto_delete`).
 
 :class:`StandaloneBackups` serves a broker without an HA role (``ha-queue-replication``):
 a connected replica is guarded on the queues it copies, a gone one released.
@@ -26,11 +26,12 @@ THREAD UNSAFE: the primary's event loop owns it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts, key_of
-from broker.ha.auto_delete import OrphanedQueues
+from broker.ha.auto_delete import OrphanedQueues, grace_of
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel, queue_level
 from common.slices import SLICE, Steps
@@ -130,9 +131,21 @@ class Primary:
             self._orphans_due.extend(self.orphans.due(self.clock()))
 
     def take_orphans(self) -> list[Queue]:
-        """Orphaned auto-delete queues to delete now (the shell deletes each one)."""
+        """Orphaned auto-delete queues to delete now (:meth:`delete_orphans`)."""
         due, self._orphans_due = self._orphans_due, []
         return due
+
+    def delete_orphans(self, log: Any) -> None:
+        """Delete the orphans due now (each still the queue of its name), logging each."""
+        for queue in self.take_orphans():
+            if self.vhost.queues.get(key_of(queue)) is queue:
+                log.info(
+                    "ha_orphan_queue_deleted",
+                    queue=queue.name,
+                    messages=queue.message_count,
+                    grace=grace_of(queue, self.auto_delete_grace),
+                )
+                self.vhost.delete_queue(key_of(queue))
 
     def held_confirms(self) -> int:
         return sum(b.held() for b in self.backups.values())

@@ -6,14 +6,14 @@ It owns the backup's copy of a replicated queue. On (re)connect it reports the r
 ids it holds (:meth:`ids`, sent in the subscribe request); then it applies the batches the
 primary's :class:`~broker.ha.replicating_subscription.ReplicatingSubscription` sends:
 an ``Enqueue`` adds the message at its replication id (ids are the queue positions on every
-broker), a ``Dequeue`` removes ids, ``Ready`` marks this queue caught up. The backup
+broker), a ``Dequeue`` removes ids, ``QueueCaughtUp`` marks this queue caught up. The backup
 acknowledges a batch once every event in it is applied (:class:`BatchAcks`), so the primary
 may then release the publisher confirms it held.
 
 A transaction's messages (after a ``Tx`` event) go to the link's
 :class:`~broker.ha.tx_staging.TxStaging`, not to the queue, until the transaction is whole;
 while this queue has staged messages, its later events wait behind them in :attr:`pending`
-(``TxBase`` and ``Ready`` act at once). Without a staging (``ha-queue-replication``, one
+(``TxBase`` and ``QueueCaughtUp`` act at once). Without a staging (``ha-queue-replication``, one
 queue) a transaction's messages are applied as they come.
 
 A backup never delivers to clients, never expires or dead-letters on its own: those happen
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from broker.core.message import Message
 from broker.core.queue import Queue
 from broker.ha.id_set import IdSet
-from broker.ha.wire import Dequeue, Enqueue, Event, Ready, Tx, TxBase, Watermark
+from broker.ha.wire import Dequeue, Enqueue, QueueCaughtUp, StreamEvent, Tx, TxBase, Watermark
 
 if TYPE_CHECKING:
     from broker.ha.tx_staging import Pending, TxStaging
@@ -74,7 +74,7 @@ class QueueReplicator:
         except ValueError:  # the same position twice: not expected, but not fatal
             return IdSet(positions)
 
-    def apply(self, events: list[Event]) -> None:
+    def apply(self, events: list[StreamEvent]) -> None:
         """Apply one batch, in order (a transaction's messages staged, and this queue's
         events behind them). Raises ValueError for a malformed message or transaction."""
         if self.pending:
@@ -84,7 +84,7 @@ class QueueReplicator:
         if index >= 0:
             self._apply_transactional(events, index)
 
-    def _apply_now(self, events: Sequence[Event]) -> int:
+    def _apply_now(self, events: Sequence[StreamEvent]) -> int:
         """Apply ``events`` to the queue up to the first ``Tx`` or ``TxBase``; its index,
         or -1 when there is none."""
         queue = self.queue
@@ -101,7 +101,7 @@ class QueueReplicator:
                     enqueued += 1
                 elif isinstance(event, Dequeue):
                     self.dequeued_total += queue.remove_positions(event.ids, len(event.ids))
-                elif isinstance(event, Ready):
+                elif isinstance(event, QueueCaughtUp):
                     self.caught_up = True
                 elif isinstance(event, Tx | TxBase):
                     return index
@@ -118,7 +118,7 @@ class QueueReplicator:
         if position > queue.redelivered_through:
             queue.redelivered_through = position
 
-    def _apply_transactional(self, events: list[Event], index: int) -> None:
+    def _apply_transactional(self, events: list[StreamEvent], index: int) -> None:
         """The slow path, from ``events[index]``: batches with transactions, or while this
         queue has pending events."""
         staging = self.staging
@@ -141,7 +141,7 @@ class QueueReplicator:
             if isinstance(event, TxBase):
                 if staging is not None:
                     staging.base(self, event.first)
-            elif isinstance(event, Ready):
+            elif isinstance(event, QueueCaughtUp):
                 self.caught_up = True  # caught up even with messages staged
             elif isinstance(event, Watermark):
                 self._watermark(event.position)  # a number: no order to keep

@@ -35,7 +35,7 @@ reports it acknowledged when the backup acknowledges that batch: the queue deliv
 message only once every guarded backup has acknowledged a watermark covering it.
 :attr:`wake` (the stream's pump request) is called when a new announcement is to be sent.
 
-Once every message up to the guard's first position has been sent, a ``Ready`` event
+Once every message up to the guard's first position has been sent, a ``QueueCaughtUp`` event
 follows; when the backup acknowledges that batch the subscription is :attr:`ready` (the
 backup is caught up on this queue).
 
@@ -56,7 +56,7 @@ from broker.ha.config_guard import NEXT_STREAM, ReplyHandle
 from broker.ha.delivery_watermark import DeliveryWatermark
 from broker.ha.id_set import IdSet
 from broker.ha.queue_guard import QueueGuard
-from broker.ha.wire import Dequeue, EnqueuePacker, Event, Ready, encode_batch
+from broker.ha.wire import Dequeue, EnqueuePacker, QueueCaughtUp, StreamEvent, encode_batch
 
 #: Subscription keys: a later subscription (of any queue, any backup) has a greater key.
 _keys = itertools.count(1)
@@ -178,7 +178,7 @@ class ReplicatingSubscription:
         if self.closed:
             return None
         # Enqueues are encoded straight from the entries (no Enqueue objects: the hot path of
-        # catch-up), then the Dequeue and Ready events, if any, as encode_batch would.
+        # catch-up), then the Dequeue and QueueCaughtUp events, if any, as encode_batch would.
         parts: list[bytes] = [EnqueuePacker.VERSION_BYTE]
         add = parts.extend
         pack = self._packer.pack
@@ -243,14 +243,14 @@ class ReplicatingSubscription:
             parts[run_part] = EnqueuePacker.tx(run_tx.id, len(run_tx.seen), len(ids) - run_start)
         if ids:
             self._last_sent = ids[-1]
-        events: list[Event] = []
+        events: list[StreamEvent] = []
         tag = self._next_tag
         if len(self._pending_dequeues):
             events.append(Dequeue(self._pending_dequeues))
             self._pending_dequeues = IdSet()
             self._dequeue_tag = tag
         if self._ready_tag is None and not self.ready and self._caught_up():
-            events.append(Ready())
+            events.append(QueueCaughtUp())
             self._ready_tag = tag
         if not events and not ids and not watermark:
             return None

@@ -37,7 +37,7 @@ Tick                   FenceBroker (the lease ran out and not every member of a
                        (``ha-backup-timeout`` passed while recovering), SendMembership
 LeaseGranted           Refuse (not a primary)
 EpochSeen              FenceBroker (a primary learns of a newer epoch), PersistEpoch
-Fence                  FenceBroker
+FenceRequested         FenceBroker
 =====================  ===============================================================
 
 Rules the tests hold it to (tests/ha/test_role.py, with hypothesis):
@@ -73,8 +73,8 @@ from broker.ha.role_events import (
     EpochPersisted,
     EpochSeen,
     Event,
-    Fence,
     FenceBroker,
+    FenceRequested,
     GuardBackup,
     InSyncCommitted,
     LeaseGranted,
@@ -198,6 +198,11 @@ class HaRole:
     def pending_removal(self) -> list[str]:
         """In-sync backups that went away: their confirms wait for a committed removal."""
         return sorted(b for b, r in self.backups.items() if r.gone)
+
+    def ready(self, backup_id: str) -> bool:
+        """Is this backup guarded, connected and caught up on every queue?"""
+        record = self.backups.get(backup_id)
+        return record is not None and record.ready and record.connected
 
     def awaited(self) -> list[str]:
         """Expected backups (the committed set at promotion) not connected yet: a
@@ -462,7 +467,7 @@ class HaRole:
             self.epoch = event.epoch
             self._emit(PersistEpoch(event.epoch))
 
-    def _fence_event(self, event: Fence) -> None:
+    def _fence_event(self, event: FenceRequested) -> None:
         self._fence(event.reason)
 
     # -- helpers -----------------------------------------------------------------------
@@ -561,6 +566,6 @@ _HANDLERS: dict[type[Any], Any] = {
     Tick: HaRole._tick,
     LeaseGranted: HaRole._lease,
     EpochSeen: HaRole._epoch_seen,
-    Fence: HaRole._fence_event,
+    FenceRequested: HaRole._fence_event,
     InSyncCommitted: HaRole._in_sync_committed,
 }

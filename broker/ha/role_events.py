@@ -152,7 +152,7 @@ class InSyncCommitted:
 
 
 @dataclass(frozen=True, slots=True)
-class Fence:
+class FenceRequested:
     """Stop serving at once, for ``reason``."""
 
     reason: str
@@ -175,7 +175,7 @@ Event = (
     | Tick
     | LeaseGranted
     | EpochSeen
-    | Fence
+    | FenceRequested
     | InSyncCommitted
 )
 
@@ -268,9 +268,15 @@ class FenceBroker:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """The request (promotion, lease) is refused; ``reason`` is shown to the caller."""
+    """The request (promotion, lease) is refused; ``reason`` is shown to the caller (the
+    shell raises :class:`PromoteError`)."""
 
     reason: str
+
+
+class PromoteError(Exception):
+    """A request the role refused (a promotion, a lease, an in-sync set); the message says
+    why (shown by qpid-ha and the API)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +322,6 @@ EVENT_ACTIONS: dict[type[Any], frozenset[type[Any]]] = {
     Tick: frozenset({FenceBroker, ReleaseGuards, ChangeState, SendMembership}),
     LeaseGranted: frozenset({Refuse}),
     EpochSeen: frozenset({FenceBroker, PersistEpoch}),
-    Fence: frozenset({FenceBroker}),
+    FenceRequested: frozenset({FenceBroker}),
     InSyncCommitted: frozenset({Refuse, ReleaseGuards, ChangeState, SendMembership}),
 }

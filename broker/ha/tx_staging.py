@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.core.queue import Queue
-from broker.ha.wire import Enqueue, Event
+from broker.ha.wire import Enqueue, StreamEvent
 
 __all__ = ["Discarded", "Pending", "StoreTransaction", "TxStaging"]
 
@@ -62,7 +62,7 @@ StoreTransaction = Callable[[], AbstractContextManager[None]]
 
 #: An item of a replicator's pending list: (transaction id, its enqueue) for a staged
 #: message, (None, event) for a buffered event.
-Pending = tuple[int | None, Event]
+Pending = tuple[int | None, StreamEvent]
 
 
 class StagedReplicator(Protocol):
@@ -78,7 +78,7 @@ class StagedReplicator(Protocol):
         """The queue it replicates to."""
         ...
 
-    def _apply_now(self, events: Sequence[Event]) -> int:
+    def _apply_now(self, events: Sequence[StreamEvent]) -> int:
         """Apply ``events`` to the queue up to the first ``Tx`` or ``TxBase``; its index,
         or -1 when there is none."""
         ...
@@ -168,7 +168,7 @@ class TxStaging:
             if tx.id < first and not tx.released:
                 self._release(tx)
 
-    def buffer(self, replicator: StagedReplicator, events: list[Event]) -> None:
+    def buffer(self, replicator: StagedReplicator, events: list[StreamEvent]) -> None:
         """Events of a queue that has pending ones: applied after them, in order."""
         replicator.pending.extend((None, event) for event in events)
         replicator.pending_total += len(events)
@@ -278,7 +278,7 @@ class TxStaging:
         with nullcontext() if begin is None else begin():
             for replicator, left in tx.left.items():
                 pending = replicator.pending
-                run: list[Event] = []
+                run: list[StreamEvent] = []
                 while left:
                     head_tx, event = pending.popleft()
                     run.append(event)

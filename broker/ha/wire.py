@@ -4,7 +4,7 @@ The public face of three modules; import from here. Each module states its own c
 
 * :mod:`broker.ha.wire_batch` - the **per-queue stream** (consumer on
   ``qpid.ha-queue:<name>``): each AMQP body is one *batch* of :class:`Enqueue`,
-  :class:`Dequeue`, :class:`Ready`, :class:`Tx`, :class:`TxBase` and :class:`Watermark`
+  :class:`Dequeue`, :class:`QueueCaughtUp`, :class:`Tx`, :class:`TxBase` and :class:`Watermark`
   events; the byte
   layout, its bounds and errors, and the whole-batch codec :func:`encode_batch` /
   :func:`decode_batch`.
@@ -24,10 +24,10 @@ nothing per message.
 from __future__ import annotations
 
 from broker.ha.wire_batch import (
+    CAUGHT_UP,
     DEQUEUE,
     ENQUEUE,
     MAX_SHORT_STRING,
-    READY,
     TX,
     TXBASE,
     VERSION,
@@ -35,8 +35,8 @@ from broker.ha.wire_batch import (
     WATERMARK,
     Dequeue,
     Enqueue,
-    Event,
-    Ready,
+    QueueCaughtUp,
+    StreamEvent,
     Tx,
     TxBase,
     Watermark,
@@ -49,12 +49,12 @@ from broker.ha.wire_config import decode_config_event, encode_config_event
 from broker.ha.wire_writers import BatchWriter, EnqueuePacker
 
 __all__ = [
+    "CAUGHT_UP",
     "CONFIG_MAX_DEPTH",
     "CONFIG_MAX_KEY_BYTES",
     "DEQUEUE",
     "ENQUEUE",
     "MAX_SHORT_STRING",
-    "READY",
     "TX",
     "TXBASE",
     "VERSION",
@@ -64,8 +64,8 @@ __all__ = [
     "Dequeue",
     "Enqueue",
     "EnqueuePacker",
-    "Event",
-    "Ready",
+    "QueueCaughtUp",
+    "StreamEvent",
     "Tx",
     "TxBase",
     "Watermark",

@@ -9,7 +9,8 @@ Contract
   routing key it was published with, its raw AMQP basic-properties bytes (opaque here) and
   its body;
 * :class:`Dequeue` - messages removed from the queue, as an :class:`~broker.ha.id_set.IdSet`;
-* :class:`Ready` - the backup has reached the guard position: it is caught up on this queue;
+* :class:`QueueCaughtUp` - the backup has reached the guard position: it is caught up on
+  this queue;
 * :class:`Tx` - the next ``count`` events are ENQUEUEs of transaction ``id``, which put
   ``total`` messages on the queues this stream's backup replicates (``docs/ha-design.md``,
   "Transactions": the backup stages them until all ``total`` have arrived);
@@ -29,7 +30,7 @@ Batch layout (all integers big-endian)::
                     u32 properties length, u32 body length        (a 19-byte fixed header)
                     then exchange (UTF-8), routing key (UTF-8), properties, body
       DEQUEUE (2)   u8 type, u32 length, then that many bytes of IdSet.encode()
-      READY (3)     u8 type
+      CAUGHT_UP (3) u8 type
       TX (4)        u8 type, u64 transaction id, u32 total (1..), u32 count (1..total);
                     version 2 only; the next ``count`` events of the batch are ENQUEUEs
       TXBASE (5)    u8 type, u64 first transaction id; version 2 only
@@ -67,10 +68,10 @@ from dataclasses import dataclass
 from broker.ha.id_set import MAX_ID, IdSet
 
 __all__ = [
+    "CAUGHT_UP",
     "DEQUEUE",
     "ENQUEUE",
     "MAX_SHORT_STRING",
-    "READY",
     "TX",
     "TXBASE",
     "VERSION",
@@ -78,8 +79,8 @@ __all__ = [
     "WATERMARK",
     "Dequeue",
     "Enqueue",
-    "Event",
-    "Ready",
+    "QueueCaughtUp",
+    "StreamEvent",
     "Tx",
     "TxBase",
     "Watermark",
@@ -91,7 +92,7 @@ VERSION = 1
 VERSION_TX = 2
 ENQUEUE = 1
 DEQUEUE = 2
-READY = 3
+CAUGHT_UP = 3
 TX = 4
 TXBASE = 5
 WATERMARK = 6
@@ -102,7 +103,7 @@ VERSION_TX_BYTE = bytes([VERSION_TX])
 TX_HEADER = struct.Struct(">BQII")  # type, transaction id, total, count
 TX_HEADER_SIZE = TX_HEADER.size  # 17
 TXBASE_HEADER = struct.Struct(">BQ")  # type, first transaction id
-READY_BYTE = bytes([READY])
+CAUGHT_UP_BYTE = bytes([CAUGHT_UP])
 WATERMARK_HEADER = struct.Struct(">Bq")  # type, position
 ENQUEUE_HEADER = struct.Struct(">BqBBII")  # type, id, exchange, routing key, props, body
 ENQUEUE_HEADER_SIZE = ENQUEUE_HEADER.size  # 19
@@ -141,7 +142,7 @@ class Dequeue:
 
 
 @dataclass(frozen=True, slots=True)
-class Ready:
+class QueueCaughtUp:
     """The backup is caught up on this queue (it reached the guard position)."""
 
 
@@ -168,7 +169,7 @@ class Watermark:
     position: int
 
 
-Event = Enqueue | Dequeue | Ready | Tx | TxBase | Watermark
+StreamEvent = Enqueue | Dequeue | QueueCaughtUp | Tx | TxBase | Watermark
 
 # The slot descriptors' setters, for decode_batch's fast construction of Enqueue.
 _ENQUEUE_SETTERS = tuple(
@@ -180,7 +181,7 @@ _ENQUEUE_SETTERS = tuple(
 # -- encoding ------------------------------------------------------------------------------
 
 
-def encode_batch(events: Sequence[Event]) -> bytes:
+def encode_batch(events: Sequence[StreamEvent]) -> bytes:
     """One batch body holding ``events`` in order (see the module docstring for the layout)."""
     parts: list[bytes] = [VERSION_BYTE]
     append = parts.append
@@ -215,8 +216,8 @@ def encode_batch(events: Sequence[Event]) -> bytes:
                 encoded = event.ids.encode()
                 append(DEQUEUE_HEADER.pack(DEQUEUE, len(encoded)))
                 append(encoded)
-            elif type(event) is Ready:
-                append(READY_BYTE)
+            elif type(event) is QueueCaughtUp:
+                append(CAUGHT_UP_BYTE)
             elif type(event) is Tx:
                 if not 1 <= event.count <= event.total:
                     raise ValueError
@@ -272,7 +273,8 @@ def diagnose(where: str, event: object) -> Exception:
         return ValueError(f"{where}: Watermark.position {event.position} out of range 0..{MAX_ID}")
     if not isinstance(event, Enqueue):
         return TypeError(
-            f"{where}: not an Enqueue, Dequeue, Ready, Tx, TxBase or Watermark event: {event!r:.80}"
+            f"{where}: not an Enqueue, Dequeue, QueueCaughtUp, Tx, TxBase or Watermark event:"
+            f" {event!r:.80}"
         )
     if type(event.id) is not int:
         return TypeError(f"{where}: Enqueue.id must be an int, not {type(event.id).__name__}")
@@ -317,7 +319,7 @@ def _diagnose_tx(where: str, event: Tx | TxBase) -> Exception:
 # -- decoding ------------------------------------------------------------------------------
 
 
-def decode_batch(data: bytes | bytearray | memoryview) -> list[Event]:
+def decode_batch(data: bytes | bytearray | memoryview) -> list[StreamEvent]:
     """The events of one batch body; :class:`ValueError` naming the problem if malformed."""
     if type(data) is not bytes:
         if not isinstance(data, bytearray | memoryview):
@@ -331,7 +333,7 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[Event]:
         raise ValueError(
             f"unsupported batch version {version} (expected {VERSION} or {VERSION_TX})"
         )
-    events: list[Event] = []
+    events: list[StreamEvent] = []
     append = events.append
     unpack = _ENQUEUE_REST.unpack_from
     new = object.__new__
@@ -401,8 +403,8 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[Event]:
                     raise ValueError(_where(events, pos, f"dequeue: {err}")) from None
                 append(Dequeue(ids))
                 pos = next_pos
-            elif kind == READY:
-                append(Ready())
+            elif kind == CAUGHT_UP:
+                append(QueueCaughtUp())
                 pos += 1
             elif kind == TX and version == VERSION_TX:
                 if pos + TX_HEADER_SIZE > end:
@@ -440,5 +442,5 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[Event]:
     return events
 
 
-def _where(events: list[Event], pos: int, problem: str) -> str:
+def _where(events: list[StreamEvent], pos: int, problem: str) -> str:
     return f"replication batch: event {len(events)} at byte {pos}: {problem}"

@@ -24,10 +24,10 @@ import struct
 
 from broker.ha import wire_batch
 from broker.ha.wire_batch import (
+    CAUGHT_UP_BYTE,
     DEQUEUE,
     ENQUEUE,
     ENQUEUE_HEADER_SIZE,
-    READY_BYTE,
     TX,
     TX_HEADER_SIZE,
     TXBASE,
@@ -35,8 +35,8 @@ from broker.ha.wire_batch import (
     WATERMARK,
     Dequeue,
     Enqueue,
-    Event,
-    Ready,
+    QueueCaughtUp,
+    StreamEvent,
     Tx,
     TxBase,
     Watermark,
@@ -220,7 +220,7 @@ class BatchWriter:
         """Events in the batch :meth:`take` would return now (not counting a carried one)."""
         return self._count
 
-    def add(self, event: Event) -> None:
+    def add(self, event: StreamEvent) -> None:
         """Add ``event`` to the batch, or set it aside for the next one if it does not fit."""
         if (
             self._carry is not None
@@ -258,7 +258,7 @@ class BatchWriter:
         return data
 
 
-def _event_parts(event: Event) -> tuple[list[bytes], int]:
+def _event_parts(event: StreamEvent) -> tuple[list[bytes], int]:
     """The encoded pieces of one event (what :func:`encode_batch` appends) and their size.
 
     The ENQUEUE branch repeats encode_batch's on purpose (the duplicates tool pairs them):
@@ -288,8 +288,8 @@ def _event_parts(event: Event) -> tuple[list[bytes], int]:
         if type(event) is Dequeue:
             encoded = event.ids.encode()
             return [_DEQUEUE_HEADER.pack(DEQUEUE, len(encoded)), encoded], 5 + len(encoded)
-        if type(event) is Ready:
-            return [READY_BYTE], 1
+        if type(event) is QueueCaughtUp:
+            return [CAUGHT_UP_BYTE], 1
         if type(event) is Tx:
             if not 1 <= event.count <= event.total:
                 raise TypeError

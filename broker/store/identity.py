@@ -28,7 +28,7 @@ __all__ = [
     "Adopt",
     "JoinDecision",
     "Keep",
-    "Refuse",
+    "RefuseJoin",
     "join_decision",
     "new_id",
     "next_backup_name",
@@ -81,13 +81,13 @@ class Adopt:
 
 
 @dataclass(frozen=True, slots=True)
-class Refuse:
+class RefuseJoin:
     """The store belongs to another cluster: do not join (the reason names both ids)."""
 
     reason: str
 
 
-JoinDecision = Keep | Adopt | Refuse
+JoinDecision = Keep | Adopt | RefuseJoin
 
 
 def join_decision(
@@ -107,7 +107,7 @@ def join_decision(
         return Keep()
     if store_cluster_id is None or store_empty:
         return Adopt(primary_cluster_id)
-    return Refuse(
+    return RefuseJoin(
         f"the store belongs to cluster {store_cluster_id}, the primary's cluster is"
         f" {primary_cluster_id}: not joining (to discard this store, moving it aside, start"
         " qpidd with --truncate yes)"

@@ -22,8 +22,8 @@ from broker.ha.wire import (
     Dequeue,
     Enqueue,
     EnqueuePacker,
-    Event,
-    Ready,
+    QueueCaughtUp,
+    StreamEvent,
     decode_batch,
     encode_batch,
 )
@@ -96,14 +96,14 @@ def test_decode_round_trip_with_repeated_and_lookalike_fields(events: list[Enque
 
 
 def test_decode_shares_equal_fields_and_tells_same_length_ones_apart() -> None:
-    events: list[Event] = [
+    events: list[StreamEvent] = [
         Enqueue(1, "ab", "k", b"\x01\x02", b"1"),
         Enqueue(2, "ab", "k", b"\x01\x02", b"2"),
         Enqueue(3, "ba", "k", b"\x02\x01", b"3"),  # same lengths, other bytes
         Enqueue(4, "a", "bk", b"\x02\x01", b"4"),  # same route bytes, split differently
         Dequeue(IdSet([1])),
         Enqueue(5, "a", "bk", b"\x02\x01", b"5"),
-        Ready(),
+        QueueCaughtUp(),
     ]
     decoded = decode_batch(encode_batch(events))
     assert decoded == events
@@ -153,8 +153,8 @@ def _queue(n: int, routing_key: str = "q") -> Queue:
     return queue
 
 
-def _drain(sub: ReplicatingSubscription) -> list[Event]:
-    events: list[Event] = []
+def _drain(sub: ReplicatingSubscription) -> list[StreamEvent]:
+    events: list[StreamEvent] = []
     while sub.has_work:
         batch = sub.next_batch()
         if batch is None:
@@ -168,7 +168,7 @@ def test_batches_respect_the_budget_and_carry_every_message_once() -> None:
     queue = _queue(100)
     sub = ReplicatingSubscription(queue, QueueGuard(queue, "b"), IdSet(), max_batch_bytes=200)
     sizes = []
-    events: list[Event] = []
+    events: list[StreamEvent] = []
     while sub.has_work:
         batch = sub.next_batch()
         assert batch is not None
@@ -179,7 +179,7 @@ def test_batches_respect_the_budget_and_carry_every_message_once() -> None:
     assert [e.id for e in enqueued] == list(range(1, 101))
     assert [e.body for e in enqueued] == [b"m%d" % i for i in range(100)]
     assert all(size < 200 + 40 for size in sizes)  # the last event may pass the budget
-    assert isinstance(events[-1], Ready) and sub.ready and sub.last_sent == 100
+    assert isinstance(events[-1], QueueCaughtUp) and sub.ready and sub.last_sent == 100
 
 
 def test_reconnect_handshake_with_the_fast_snapshot() -> None:

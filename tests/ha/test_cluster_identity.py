@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from broker.ha.cluster_identity import ClusterIdentity
 from broker.ha.names import CLUSTER_ID_PROPERTY
 from broker.store.data_dir import DataDir, inspect
-from broker.store.identity import Adopt, Keep, Refuse, join_decision, new_id
+from broker.store.identity import Adopt, Keep, RefuseJoin, join_decision, new_id
 
 
 class Log:
@@ -72,7 +72,7 @@ def test_join_decision_refuses_only_a_used_store_of_another_cluster(
 ) -> None:
     decision = join_decision(store_cluster_id=store, store_empty=empty, primary_cluster_id=primary)
     refused = store is not None and primary is not None and store != primary and not empty
-    assert isinstance(decision, Refuse) == refused
+    assert isinstance(decision, RefuseJoin) == refused
     if isinstance(decision, Adopt):
         assert decision.cluster_id == primary != store
     if isinstance(decision, Keep):

@@ -81,7 +81,7 @@ def test_the_primary_serves_only_while_every_member_grants(tmp_path: Path) -> No
     text = refusal(ha)  # asked, not answered yet: clients go elsewhere
     # refused before its login, the client is not told the members' names
     assert text is not None and text.endswith("the member lease of a member lapsed")
-    assert "member lease of b1" in ha.not_serving_reason()
+    assert "member lease of b1" in ha.lease.not_serving_reason()
     ha.lease.lease_granted("b1", seq)
     assert ha.may_confirm() and refusal(ha) is None
     client = open_connection(ha, {})

@@ -30,8 +30,8 @@ from broker.ha.role_events import (
     EpochPersisted,
     EpochSeen,
     Event,
-    Fence,
     FenceBroker,
+    FenceRequested,
     GuardBackup,
     InSyncCommitted,
     LeaseGranted,
@@ -244,7 +244,7 @@ NEWER_EPOCH_FENCES: list[Step] = [
     (EpochPersisted(3), ["DropLink", "StartPrimary"], S.JOINING),
     (PrimaryStarted("me:5672", QUEUES, 0.0), ["ChangeState", "SendMembership"], S.RECOVERING),
     (EpochSeen(4), ["FenceBroker"], S.RECOVERING),
-    (Fence("again"), [], S.RECOVERING),
+    (FenceRequested("again"), [], S.RECOVERING),
 ]
 
 FAILED_PROMOTIONS: list[Step] = [
@@ -313,7 +313,7 @@ def test_confirms_past_the_lease_only_while_every_member_grants() -> None:
     assert not role.may_confirm(12.5) and not role.may_confirm(12.5, None)
     assert role.may_confirm(12.5, 13.0)  # every member grants until 13.0
     assert not role.may_confirm(13.0, 13.0) and not role.may_confirm(12.5, float("-inf"))
-    role.handle(Fence("a newer epoch"))
+    role.handle(FenceRequested("a newer epoch"))
     assert not role.may_confirm(12.5, 13.0)
 
 
@@ -365,7 +365,7 @@ events = st.one_of(
     st.builds(Tick, st.floats(0, 30)),
     st.builds(LeaseGranted, st.floats(0.1, 5), st.floats(0, 30)),
     st.builds(EpochSeen, st.integers(0, 8)),
-    st.builds(Fence, st.just("told to")),
+    st.builds(FenceRequested, st.just("told to")),
     st.builds(InSyncCommitted, st.integers(0, 6), st.frozensets(st.sampled_from(BACKUPS))),
 )
 

@@ -13,7 +13,14 @@ from broker.ha.id_set import IdSet
 from broker.ha.role_events import Tick
 from broker.ha.state import HaState
 from broker.ha.streams import PrimaryStreams
-from broker.ha.wire import Dequeue, Enqueue, Ready, Watermark, decode_batch, decode_config_event
+from broker.ha.wire import (
+    Dequeue,
+    Enqueue,
+    QueueCaughtUp,
+    Watermark,
+    decode_batch,
+    decode_config_event,
+)
 from tests.amqp.helpers import Client, make_context, open_client
 from tests.ha.role_driver import RoleDriver
 
@@ -76,7 +83,7 @@ def test_confirm_waits_for_the_backup_ack() -> None:
     first = decode_batch(next(f.value for _, f in frames if type(f).__name__ == "ContentBody"))
     # empty queue: caught up at once; the delivery watermark covers a window (the backup
     # joined: deliveries wait for its acknowledgement of it)
-    assert first == [Watermark(WINDOW), Ready()]
+    assert first == [Watermark(WINDOW), QueueCaughtUp()]
     backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(frames)[0]))
     assert primary.role.backups["b1"].ready
 
@@ -212,7 +219,7 @@ def test_tx_commit_ok_waits_until_the_backup_has_every_message() -> None:
     backup.send(1, commands.Basic.Qos(prefetch_count=4))
     backup.send(1, commands.Basic.Consume(queue="qpid.ha-queue:q", consumer_tag="q"))
     frames = backup.take()
-    backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(frames)[0]))  # Ready
+    backup.send(1, commands.Basic.Ack(delivery_tag=delivery_tags(frames)[0]))  # QueueCaughtUp
     client = open_client(ctx)
     client.send(1, commands.Tx.Select())
     client.take()

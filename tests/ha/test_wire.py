@@ -24,8 +24,8 @@ from broker.ha.wire import (
     Dequeue,
     Enqueue,
     EnqueuePacker,
-    Event,
-    Ready,
+    QueueCaughtUp,
+    StreamEvent,
     Tx,
     TxBase,
     decode_batch,
@@ -51,11 +51,11 @@ id_sets = st.lists(
     st.tuples(replication_ids, st.integers(0, 50)).map(lambda t: (t[0], min(t[0] + t[1], MAX_ID))),
     max_size=6,
 ).map(IdSet.from_ranges)
-events = st.one_of(enqueues, id_sets.map(Dequeue), st.just(Ready()))
+events = st.one_of(enqueues, id_sets.map(Dequeue), st.just(QueueCaughtUp()))
 batches = st.lists(events, max_size=20)
 
 
-def _event_sizes(batch: list[Event]) -> list[int]:
+def _event_sizes(batch: list[StreamEvent]) -> list[int]:
     return [len(encode_batch([event])) - 1 for event in batch]
 
 
@@ -63,7 +63,7 @@ def _event_sizes(batch: list[Event]) -> list[int]:
 
 
 @given(batches)
-def test_batch_round_trip(batch: list[Event]) -> None:
+def test_batch_round_trip(batch: list[StreamEvent]) -> None:
     data = encode_batch(batch)
     assert data[0] == 1
     assert decode_batch(data) == batch
@@ -72,15 +72,15 @@ def test_batch_round_trip(batch: list[Event]) -> None:
 
 
 def test_edge_values_round_trip() -> None:
-    batch: list[Event] = [
+    batch: list[StreamEvent] = [
         Enqueue(0, "", "", b"", b""),
         Enqueue(MAX_ID, "x" * 255, "é" * 127, b"\x00" * 70_000, b"\xff" * (1 << 20)),
         Enqueue(2**32, "amq.topic", "ключ.🐇.键", b"props", b"body"),
         Dequeue(IdSet()),
         Dequeue(IdSet.from_ranges([(0, MAX_ID)])),
         Dequeue(IdSet.from_ranges([(1, 1_000_000), (2**40, 2**40 + 5)])),
-        Ready(),
-        Ready(),
+        QueueCaughtUp(),
+        QueueCaughtUp(),
     ]
     assert decode_batch(encode_batch(batch)) == batch
     assert decode_batch(encode_batch([])) == []
@@ -88,7 +88,9 @@ def test_edge_values_round_trip() -> None:
 
 
 def test_format_is_pinned() -> None:
-    data = encode_batch([Enqueue(7, "ex", "rk", b"P", b"body"), Dequeue(IdSet([5])), Ready()])
+    data = encode_batch(
+        [Enqueue(7, "ex", "rk", b"P", b"body"), Dequeue(IdSet([5])), QueueCaughtUp()]
+    )
     assert data == (
         b"\x01"  # version
         + b"\x01"  # ENQUEUE
@@ -100,7 +102,7 @@ def test_format_is_pinned() -> None:
         + b"\x02"  # DEQUEUE
         + (3).to_bytes(4, "big")
         + b"\x01\x05\x00"  # IdSet([5])
-        + b"\x03"  # READY
+        + b"\x03"  # CAUGHT_UP
     )
 
 
@@ -110,7 +112,7 @@ def test_events_are_frozen_slotted_dataclasses() -> None:
         event.id = 2  # type: ignore[misc]
     assert not hasattr(event, "__dict__")
     assert "body=<5000 bytes>" in repr(event)  # bodies are not dumped into logs
-    assert Ready() == Ready()
+    assert QueueCaughtUp() == QueueCaughtUp()
     assert Dequeue(IdSet([1])) == Dequeue(IdSet([1]))
 
 
@@ -130,19 +132,19 @@ def test_events_are_frozen_slotted_dataclasses() -> None:
         (Enqueue(1.0, "", "", b"", b""), TypeError, "id must be an int"),  # type: ignore[arg-type]
         (Enqueue(1, None, "", b"", b""), TypeError, "exchange must be a str"),  # type: ignore[arg-type]
         (Dequeue({1, 2}), TypeError, "must be an IdSet"),  # type: ignore[arg-type]
-        ("READY", TypeError, "not an Enqueue, Dequeue, Ready, Tx, TxBase or Watermark"),
+        ("READY", TypeError, "not an Enqueue, Dequeue, QueueCaughtUp, Tx, TxBase or Watermark"),
     ],
 )
 def test_encode_refuses_bad_events(event: Any, error: type[Exception], problem: str) -> None:
     with pytest.raises(error, match=problem):
-        encode_batch([Ready(), event])
+        encode_batch([QueueCaughtUp(), event])
     with pytest.raises(error, match=problem):
         BatchWriter().add(event)
 
 
 def test_encode_error_names_the_event_index() -> None:
     with pytest.raises(ValueError, match="event 2"):
-        encode_batch([Ready(), Ready(), Enqueue(1, "x" * 300, "", b"", b"")])
+        encode_batch([QueueCaughtUp(), QueueCaughtUp(), Enqueue(1, "x" * 300, "", b"", b"")])
 
 
 # -- decoding errors ----------------------------------------------------------------------------
@@ -162,7 +164,7 @@ def test_random_bytes_raise_only_value_error(data: bytes) -> None:
 
 @settings(max_examples=50)
 @given(batches)
-def test_every_truncation_raises_value_error(batch: list[Event]) -> None:
+def test_every_truncation_raises_value_error(batch: list[StreamEvent]) -> None:
     data = encode_batch(batch)
     boundaries = {1}
     offset = 1
@@ -180,7 +182,9 @@ def test_every_truncation_raises_value_error(batch: list[Event]) -> None:
 
 @settings(max_examples=50)
 @given(batches.filter(bool), st.data())
-def test_corrupted_batches_raise_only_value_error(batch: list[Event], data: st.DataObject) -> None:
+def test_corrupted_batches_raise_only_value_error(
+    batch: list[StreamEvent], data: st.DataObject
+) -> None:
     encoded = bytearray(encode_batch(batch))
     for _ in range(3):
         index = data.draw(st.integers(0, len(encoded) - 1))
@@ -225,7 +229,7 @@ def test_decode_refuses_non_bytes() -> None:
 # -- BatchWriter --------------------------------------------------------------------------------
 
 
-def _drain(writer: BatchWriter, batch: list[Event]) -> list[bytes]:
+def _drain(writer: BatchWriter, batch: list[StreamEvent]) -> list[bytes]:
     """Add every event, taking a batch whenever the writer is full; then flush."""
     out: list[bytes] = []
     for event in batch:
@@ -239,7 +243,7 @@ def _drain(writer: BatchWriter, batch: list[Event]) -> list[bytes]:
 
 @given(batches, st.integers(2, 5000), st.integers(1, 8))
 def test_batch_writer_respects_its_budget(
-    batch: list[Event], max_bytes: int, max_events: int
+    batch: list[StreamEvent], max_bytes: int, max_events: int
 ) -> None:
     writer = BatchWriter(max_bytes=max_bytes, max_events=max_events)
     taken = _drain(writer, batch)
@@ -269,7 +273,7 @@ def test_batch_writer_carries_an_event_that_does_not_fit() -> None:
     assert writer.full
     assert len(writer) == 1
     with pytest.raises(RuntimeError, match="full"):
-        writer.add(Ready())
+        writer.add(QueueCaughtUp())
     assert decode_batch(writer.take()) == [small]
     assert len(writer) == 1  # the carried event starts the next batch
     assert writer.full  # and alone exceeds the budget
@@ -282,7 +286,7 @@ def test_batch_writer_full_on_event_count() -> None:
     writer = BatchWriter(max_events=3)
     for _ in range(3):
         assert not writer.full
-        writer.add(Ready())
+        writer.add(QueueCaughtUp())
     assert writer.full
     assert writer.take() == b"\x01\x03\x03\x03"
     assert (writer.max_bytes, writer.max_events) == (65536, 3)
@@ -290,7 +294,7 @@ def test_batch_writer_full_on_event_count() -> None:
 
 def test_batch_writer_bad_event_leaves_it_unchanged() -> None:
     writer = BatchWriter()
-    writer.add(Ready())
+    writer.add(QueueCaughtUp())
     with pytest.raises(ValueError):
         writer.add(Enqueue(1, "x" * 256, "", b"", b""))
     assert writer.take() == b"\x01\x03"
@@ -468,7 +472,7 @@ tx_ids = st.one_of(st.integers(0, 1000), st.just(2**64 - 1))
 
 
 @st.composite
-def tx_runs(draw: st.DrawFn) -> list[Event]:
+def tx_runs(draw: st.DrawFn) -> list[StreamEvent]:
     """A Tx event and its ENQUEUEs."""
     run = draw(st.lists(enqueues, min_size=1, max_size=4))
     total = draw(st.integers(len(run), 2**32 - 1))
@@ -487,7 +491,7 @@ tx_batches = st.lists(tx_segments, max_size=8).map(
 
 @given(tx_batches)
 @settings(max_examples=200)
-def test_tx_batches_round_trip(batch: list[Event]) -> None:
+def test_tx_batches_round_trip(batch: list[StreamEvent]) -> None:
     data = encode_batch(batch)
     has_tx = any(type(event) in (Tx, TxBase) for event in batch)
     assert data[0] == (VERSION_TX if has_tx else VERSION)
@@ -516,7 +520,7 @@ def test_enqueue_packer_tx_parts_match_encode_batch(
 
 
 def test_a_batch_without_transactions_keeps_version_1() -> None:
-    data = encode_batch([Enqueue(1, "", "q", b"", b"x"), Ready()])
+    data = encode_batch([Enqueue(1, "", "q", b"", b"x"), QueueCaughtUp()])
     assert data[0] == VERSION == 1
 
 
@@ -525,13 +529,13 @@ def test_a_batch_without_transactions_keeps_version_1() -> None:
     [
         ([Tx(1, 2, 3), *[Enqueue(i, "", "q", b"", b"") for i in range(3)]], r"Tx\.count 3"),
         ([Tx(1, 2, 0)], r"Tx\.count 0"),
-        ([Tx(1, 2, 2), Enqueue(1, "", "q", b"", b""), Ready()], "more ENQUEUE"),
+        ([Tx(1, 2, 2), Enqueue(1, "", "q", b"", b""), QueueCaughtUp()], "more ENQUEUE"),
         ([Tx(1, 2, 2), Enqueue(1, "", "q", b"", b"")], "at the end of the batch"),
         ([Tx(2**64, 2, 1), Enqueue(1, "", "q", b"", b"")], r"Tx\.id"),
         ([TxBase(-1)], r"TxBase\.first"),
     ],
 )
-def test_encode_refuses_bad_tx_events(batch: list[Event], error: str) -> None:
+def test_encode_refuses_bad_tx_events(batch: list[StreamEvent], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         encode_batch(batch)
 

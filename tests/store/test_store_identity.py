@@ -15,7 +15,7 @@ from broker.store.data_dir import DataDir, DataDirError, inspect, mark_clean
 from broker.store.identity import (
     Adopt,
     Keep,
-    Refuse,
+    RefuseJoin,
     join_decision,
     new_id,
     next_backup_name,
@@ -48,7 +48,7 @@ def test_a_primary_without_a_cluster_id_is_joined() -> None:
 
 def test_a_store_of_another_cluster_is_refused_naming_both_ids() -> None:
     decision = join_decision(store_cluster_id=B, store_empty=False, primary_cluster_id=A)
-    assert isinstance(decision, Refuse)
+    assert isinstance(decision, RefuseJoin)
     assert A in decision.reason and B in decision.reason and "--truncate" in decision.reason
 
 

@@ -1,0 +1,66 @@
+"""The work a promotion does over every queue before the broker serves as primary.
+
+:meth:`~broker.ha.ha_broker.HaBroker` carries out the role's ``StartPrimary`` with
+:func:`start_primary`: the store's new era, the new era's replication ids on every queue,
+the cluster's id (its first primary creates it) and the expected backups' guards. At 10,000
+queues each of those is 50-100 ms, so it runs a slice a turn of the loop, before the role
+hears ``PrimaryStarted``: until then the broker is not primary (no client is admitted, its
+link is dropped), so nothing is enqueued that a guard made in a later slice would miss.
+
+THREAD UNSAFE: the broker's event loop runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from broker.ha.cluster_identity import ClusterIdentity
+from broker.ha.id_era import enter_era_steps
+from broker.ha.primary import Primary
+from broker.ha.replicate_level import ReplicateLevel
+from broker.ha.store_lineage import StoreLineage
+from common.slices import Steps
+
+
+async def start_primary(
+    vhost: Any,
+    expected: dict[str, str],
+    *,
+    epoch: int,
+    lineage: StoreLineage,
+    identity: ClusterIdentity,
+    replicate_default: ReplicateLevel,
+    clock: Callable[[], float],
+    auto_delete_grace: float,
+) -> Primary:
+    """The primary's guards, with the ``expected`` backups (id -> url) guarded on every
+    replicated queue (the role's ``GuardBackup`` then finds them), a slice a turn."""
+    lineage.promoted(epoch)  # this era is the store's now
+    await in_turns(enter_era_steps(list(vhost.queues.values()), epoch))  # no id reused
+    identity.promoted()  # the cluster's first primary creates its id
+    primary = Primary(
+        vhost,
+        replicate_default=replicate_default,
+        clock=clock,
+        auto_delete_grace=auto_delete_grace,
+    )
+    for backup_id, url in sorted(expected.items()):
+        await in_turns(primary.guard_backup_steps(backup_id, url))
+    return primary
+
+
+def loop_call_soon() -> Callable[[Callable[[], None]], object] | None:
+    """The running loop's ``call_soon`` (for :func:`common.slices.run_in_turns`); None
+    outside a loop (a test driving the role)."""
+    try:
+        return asyncio.get_running_loop().call_soon
+    except RuntimeError:
+        return None
+
+
+async def in_turns(steps: Steps[None]) -> None:
+    """Run ``steps``, a slice a turn of the loop."""
+    for _ in steps:
+        await asyncio.sleep(0)

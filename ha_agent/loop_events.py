@@ -1,0 +1,107 @@
+"""What the agent's loop thread is told: the events other threads put on its queue.
+
+:Status: Beta
+
+One frozen type each (the role machine's shape, broker/ha/role_events.py): kazoo's thread,
+the claim's, the session watcher's, the broker supervisor's and the lease probe's put them
+on :attr:`~ha_agent.agent.Agent.events`; only the loop takes them. When nothing comes
+before the next check is due, the loop acts as on :class:`CheckDue`.
+
+=================  ===================================================================
+event              the loop
+=================  ===================================================================
+Stop               returns (the agent stops)
+CheckDue           checks the broker and reads the cluster (every ``check_interval``)
+Granted            judges ZooKeeper's new session grant; a refused one stops the agent
+Won                checks the broker at once (this agent's claim leads)
+TermEnded          forgets its promotion (the claim's term ended), then checks
+Hinted             checks at once if a backup's link hint names its primary
+BrokerExited       checks at once (the supervised broker died; it restarts it)
+Recheck            checks at once (the last broker view was older than a reset)
+SessionFenced      checks (the session watcher fenced; the check then withdraws)
+=================  ===================================================================
+
+Error Handling
+==============
+
+None: events carry facts; the loop decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "BrokerExited",
+    "CheckDue",
+    "Granted",
+    "Hinted",
+    "LoopEvent",
+    "Recheck",
+    "SessionFenced",
+    "Stop",
+    "TermEnded",
+    "Won",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """The agent is stopping."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckDue:
+    """The regular check is due (nothing else came first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """ZooKeeper granted the session a new timeout on reconnecting."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Won:
+    """This agent's claim to the primary record leads."""
+
+
+@dataclass(frozen=True, slots=True)
+class TermEnded:
+    """The claim's term ended (its session, a resignation), for ``reason``."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hinted:
+    """A backup published a link hint (its link to the recorded primary went down)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerExited:
+    """The supervised broker exited with ``code`` (before its supervisor restarts it)."""
+
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recheck:
+    """The last broker view was read before a reset: read the broker again at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFenced:
+    """The session watcher fenced (the lease on the ZooKeeper session ran out, or LOST)."""
+
+    reason: str
+
+
+LoopEvent = (
+    Stop | CheckDue | Granted | Won | TermEnded | Hinted | BrokerExited | Recheck | SessionFenced
+)
+
+#: The events after which the loop checks the broker at once, with the cluster as last
+#: read (the regular check follows on time).
+AT_ONCE: tuple[type[LoopEvent], ...] = (Won, BrokerExited, Recheck, Hinted)
