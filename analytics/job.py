@@ -165,13 +165,58 @@ def _stderr_to_devnull(enabled: bool) -> Iterator[None]:
         os.close(devnull)
 
 
+#: Up to this many paths given to one read are listed by the driver, not by a Spark job.
+#: The job names every local file it reads (:func:`check_paths`: 702 for the 10M-line
+#: benchmark), and Spark's default (32) turned that into a listing job of one task per
+#: file: about 10 CPU seconds and 7 s of wall time before the scan, for a ``stat`` each.
+LIST_ON_DRIVER = "100000"
+
+#: The driver JVM's server compiler (C2) only for code run ten times as often as HotSpot's
+#: defaults ask (Tier4 thresholds): the scan's inner loops, run per line, still get it;
+#: Spark's planner and scheduler, run per query and per task, stay with the client
+#: compiler. Measured (10M-line benchmark, under load): C2 compiling took 30-50 CPU
+#: seconds of the job's 110-130; compiling with C1 alone made the scan three times as
+#: costly (38 -> 127 CPU s).
+DRIVER_JIT = (
+    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+    "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
+)
+
+#: What the stages after the scan run with: they read about 30,000 events in a hundred
+#: small stages, where compiling each plan (whole-stage code generation) and each
+#: expression (Janino; ``NO_CODEGEN`` is Spark's switch to its interpreted evaluators)
+#: costs more CPU than interpreting it. Nothing they compute depends on it (the tests'
+#: session runs the whole job so; tests/analytics/test_cluster_mode.py compares tables).
+SMALL_TABLES = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+
+@contextlib.contextmanager
+def small_tables(spark: SparkSession) -> Iterator[None]:
+    """:data:`SMALL_TABLES` set inside, the session's own settings back after."""
+    before = {key: spark.conf.get(key, None) for key in SMALL_TABLES}
+    for key, value in SMALL_TABLES.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
 def spark_session(
     master: str = "local[*]", app_name: str = "qpid-ha-analytics", *, quiet: bool = False
 ) -> SparkSession:
     """A session for the job (or the tests): errors only on the console (``quiet``: not
     even the JVM's start-up warnings), UTC, two shuffle partitions and no adaptive
     execution (the analysed events are few: per-stage overhead dominates; the big scan is
-    one map-side aggregation). The driver binds to loopback for a local master, and for a
+    one map-side aggregation), input files listed by the driver (:data:`LIST_ON_DRIVER`).
+    The driver binds to loopback for a local master, and for a
     ``spark://`` master to the address that reaches it (:func:`driver_address`), unless
     ``SPARK_LOCAL_IP`` says otherwise."""
     if master.startswith("local"):
@@ -185,12 +230,16 @@ def spark_session(
         spark: SparkSession = (
             builder.master(master)
             .appName(app_name)
-            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log4j2_file()}")
+            .config(
+                "spark.driver.extraJavaOptions",
+                f"-Dlog4j2.configurationFile={_log4j2_file()} {DRIVER_JIT}",
+            )
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.sql.adaptive.enabled", "false")
+            .config("spark.sql.sources.parallelPartitionDiscovery.threshold", LIST_ON_DRIVER)
             .config("spark.driver.memory", os.environ.get("ANALYTICS_DRIVER_MEMORY", "2g"))
             .getOrCreate()
         )
@@ -365,70 +414,70 @@ def run(
         counts.unpersist()
         raise
     progress.log(f"{lines} lines, {skipped} not events, {truncated} truncated")
-    with progress.stage("parse the used events", spark):
-        events = parsed = parse.normalise(parse.relevant(summary)).cache()
-        used = events.count()
-        bad = _rows(parse.malformed(summary))
-    problems = inputs.line_problems(stats, bad)
-    warnings = warnings_for(problems, listing.unread, glob)
-    progress.log(f"{used} events used")
-    with progress.stage("tell runs apart, check clocks against causality", spark):
-        events, clocked, truth = _identities_and_clocks(spark, events)
-        agentless = missing_logs.agentless(missing_logs.node_logs(events))
-    warnings += truth
-    for line in truth:
-        progress.log(f"warning: {line}")
-    # small tables from here on: interpreted plans start faster than compiled ones
-    spark.conf.set("spark.sql.codegen.wholeStage", "false")
-    with progress.stage("analyse fail-overs, phases, percentiles, anomalies", spark):
-        tables = transforms.analyse(
-            events,
-            labels,
-            checkpoint,
-            suspect=inputs.suspect_nodes(problems),
-            unclocked=sorted(clocked.unresolved),
-            agentless=agentless,
-        )
-        named: dict[str, DataFrame] = {
-            "failovers": _with_times(tables.failovers).orderBy("cluster", "epoch"),
-            "percentiles": tables.percentiles,
-            "percentiles_by_kind": tables.percentiles_by_kind,
-            "tuning": tables.tuning,
-            "tuning_by_kind": tables.tuning_by_kind,
-            "phases": tables.phases.orderBy("cluster", "epoch"),
-            "anomalies": _with_times(tables.anomalies).orderBy("at_us"),
-            "primary_stints": _with_times(tables.primary_stints).orderBy("cluster", "start_us"),
-            "event_counts": counts.orderBy(F.desc("lines")),
-        }
-        collected = {name: _rows(df) for name, df in named.items()}
-    withheld_lines = missing_logs.warnings(agentless, collected["failovers"])
-    withheld_lines += withheld_warnings(collected["failovers"])
-    warnings += withheld_lines
-    out.mkdir(parents=True, exist_ok=True)
-    with progress.stage("write tables (CSV, Parquet)", spark):
-        parquet_root = parquet or (out / "parquet").resolve().as_uri()
-        for name, df in named.items():
-            write_csv(out / "tables" / f"{name}.csv", collected[name], df.columns)
-            df.coalesce(1).write.mode("overwrite").parquet(f"{parquet_root}/{name}")
-        file_rows = _file_rows(stats, problems)
-        write_csv(out / "tables" / "files.csv", file_rows, FILE_COLUMNS)
-    seconds = time.monotonic() - started
-    with progress.stage("render report.html", spark):
-        html = report.render(
-            out,
-            collected,
-            report.Summary(
-                paths=list(paths), lines=lines, skipped=skipped, events_used=used,
-                seconds=seconds, truncated=truncated,
-                problems=[p.describe() for p in problems],
-                suspect_nodes=inputs.suspect_nodes(problems),
-                unread=[inputs.local_name(f) for f in listing.unread],
-                warnings=truth + withheld_lines,
-            ),
-        )  # fmt: skip
-    parsed.unpersist()
-    counts.unpersist()
-    summary.unpersist()
+    # small tables from here on (SMALL_TABLES)
+    with small_tables(spark):
+        with progress.stage("parse the used events", spark):
+            events = parsed = parse.normalise(parse.relevant(summary)).cache()
+            used = events.count()
+            bad = _rows(parse.malformed(summary))
+        problems = inputs.line_problems(stats, bad)
+        warnings = warnings_for(problems, listing.unread, glob)
+        progress.log(f"{used} events used")
+        with progress.stage("tell runs apart, check clocks against causality", spark):
+            events, clocked, truth = _identities_and_clocks(spark, events)
+            agentless = missing_logs.agentless(missing_logs.node_logs(events))
+        warnings += truth
+        for line in truth:
+            progress.log(f"warning: {line}")
+        with progress.stage("analyse fail-overs, phases, percentiles, anomalies", spark):
+            tables = transforms.analyse(
+                events,
+                labels,
+                checkpoint,
+                suspect=inputs.suspect_nodes(problems),
+                unclocked=sorted(clocked.unresolved),
+                agentless=agentless,
+            )
+            named: dict[str, DataFrame] = {
+                "failovers": _with_times(tables.failovers).orderBy("cluster", "epoch"),
+                "percentiles": tables.percentiles,
+                "percentiles_by_kind": tables.percentiles_by_kind,
+                "tuning": tables.tuning,
+                "tuning_by_kind": tables.tuning_by_kind,
+                "phases": tables.phases.orderBy("cluster", "epoch"),
+                "anomalies": _with_times(tables.anomalies).orderBy("at_us"),
+                "primary_stints": _with_times(tables.primary_stints).orderBy("cluster", "start_us"),
+                "event_counts": counts.orderBy(F.desc("lines")),
+            }
+            collected = {name: _rows(df) for name, df in named.items()}
+        withheld_lines = missing_logs.warnings(agentless, collected["failovers"])
+        withheld_lines += withheld_warnings(collected["failovers"])
+        warnings += withheld_lines
+        out.mkdir(parents=True, exist_ok=True)
+        with progress.stage("write tables (CSV, Parquet)", spark):
+            parquet_root = parquet or (out / "parquet").resolve().as_uri()
+            for name, df in named.items():
+                write_csv(out / "tables" / f"{name}.csv", collected[name], df.columns)
+                df.coalesce(1).write.mode("overwrite").parquet(f"{parquet_root}/{name}")
+            file_rows = _file_rows(stats, problems)
+            write_csv(out / "tables" / "files.csv", file_rows, FILE_COLUMNS)
+        seconds = time.monotonic() - started
+        with progress.stage("render report.html", spark):
+            html = report.render(
+                out,
+                collected,
+                report.Summary(
+                    paths=list(paths), lines=lines, skipped=skipped, events_used=used,
+                    seconds=seconds, truncated=truncated,
+                    problems=[p.describe() for p in problems],
+                    suspect_nodes=inputs.suspect_nodes(problems),
+                    unread=[inputs.local_name(f) for f in listing.unread],
+                    warnings=truth + withheld_lines,
+                ),
+            )  # fmt: skip
+        parsed.unpersist()
+        counts.unpersist()
+        summary.unpersist()
     return Result(
         out=out,
         html=html,
