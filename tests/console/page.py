@@ -39,7 +39,7 @@ def console_url(node: Member, page: str = "cluster") -> str:
     return f"http://127.0.0.1:{node.mgmt_port}/console/#{page}"
 
 
-def seen(browser: Any, check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+def seen(browser: Any, check: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
     """Poll the page until ``check()`` is truthy (elements re-rendered meanwhile are
     looked up again)."""
 

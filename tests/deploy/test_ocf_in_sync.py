@@ -339,7 +339,7 @@ def test_the_set_scores_backups_and_releases_a_gone_one_only_after_the_cib_write
 def test_promote_passes_the_set_and_stores_it_at_the_new_epoch(
     cib: Cib, nodes: Callable[..., list[Node]]
 ) -> None:
-    # ha-backup-timeout 6 s: the new primary still expects ghost when the test looks.
+    # ha-backup-timeout 6 s: the new primary most likely still expects ghost when it looks.
     primary, backup = nodes(2, backup_timeout=6.0)
     assert primary.run("promote").returncode == OCF_SUCCESS
     poll_until(lambda: backup.ha()["state"] == "ready", 20, "the backup ready")
@@ -356,7 +356,10 @@ def test_promote_passes_the_set_and_stores_it_at_the_new_epoch(
     assert promote.returncode == OCF_SUCCESS, promote.stdout
     status = backup.ha()
     assert status["epoch"] == epoch + 1
-    assert status["in_sync"]["wanted"] == ["ghost"], (promote.stdout, status)
+    # expected: still awaited, or (a loaded machine past ha-backup-timeout already) pending
+    # removal; either way held until the CIB says it is gone
+    in_sync = status["in_sync"]
+    assert ["ghost"] in (in_sync["wanted"], in_sync["pending_removal"]), (promote.stdout, status)
     assert f"in-sync set stored in the CIB: '{epoch + 1} ghost'" in promote.stdout
     assert cib.get() == f"{epoch + 1} ghost"
 
