@@ -47,7 +47,7 @@ Error Handling
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
@@ -138,13 +138,7 @@ def commit_promotion(
         ops.append(Op("delete", layout.primary, version=replace.version))
     ops.append(Op("create", layout.primary, primary, ephemeral=True))
 
-    def committed() -> bool:
-        try:
-            current, stat = client.retry(client.get, layout.primary)
-        except NoNodeError:
-            return False
-        return bool(current == primary and stat.ephemeralOwner == session_id(client))
-
+    committed = _own_record(client, layout.primary, primary)
     try:
         results = commit_multi(client, ops, committed)
     except MultiConflict as exc:
@@ -154,6 +148,20 @@ def commit_promotion(
         return VersionedInSync(record, -1 if version is None else version, format_)
     version = 0 if read is None else int(results[1].version)
     return VersionedInSync(record, version, format_)
+
+
+def _own_record(client: Any, path: str, data: bytes) -> Callable[[], bool]:
+    """The read-back of a multi-op whose answer was lost: the primary record at ``path``
+    holds exactly ``data`` and belongs to this session."""
+
+    def committed() -> bool:
+        try:
+            current, stat = client.retry(client.get, path)
+        except NoNodeError:
+            return False
+        return bool(current == data and stat.ephemeralOwner == session_id(client))
+
+    return committed
 
 
 def commit_reclaim(
@@ -178,13 +186,7 @@ def commit_reclaim(
         Op("create", layout.primary, primary, ephemeral=True),
     ]
 
-    def committed() -> bool:
-        try:
-            current, stat = client.retry(client.get, layout.primary)
-        except NoNodeError:
-            return False
-        return bool(current == primary and stat.ephemeralOwner == session_id(client))
-
+    committed = _own_record(client, layout.primary, primary)
     try:
         commit_multi(client, ops, committed)
     except MultiConflict as exc:
