@@ -297,6 +297,8 @@ class Agent:
         after ``qpid-ha shutdown --all`` nothing starts again until the operator starts
         the agent."""
         self.broker.reset(time.monotonic())
+        if self.fencer.vip is not None and self.fencer.vip.held:
+            self.fencer.drop_vip()  # a broker that exited serves nobody: its address goes
         if code == ExitStatus.SHUT_DOWN:
             _log.warning(
                 "agent_cluster_shut_down",
@@ -604,7 +606,8 @@ class Agent:
         leading = election is not None and election.leading
         primary = self.broker.serves()
         view = self.broker.view
-        on_grants = view is not None and view.on_grants
+        # the loop's view may be seconds old (its ZooKeeper reads block): asked afresh
+        on_grants = view is not None and view.on_grants and self.broker_check.serving_on_grants()
         _log.warning(
             "zookeeper_session_fence",
             reason=fence.reason,

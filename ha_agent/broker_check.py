@@ -315,6 +315,26 @@ class BrokerCheck:
             self.liveness_refused = exc.status is None and not timed_out(exc)
             return None
 
+    def serving_on_grants(self) -> bool:
+        """Does the broker serve as a primary on its members' grants *now* (a fresh read of
+        ``GET /api/ha``: the member lease in force over a non-empty set, not fenced, and
+        serving)? False when it does not answer. The session fence asks it: the loop's
+        last view may be seconds old while ZooKeeper is gone (its reads block)."""
+        try:
+            ha = self.client.get("/api/ha?queues=summary")
+        except ManagementError:
+            return False
+        lease = ha.get("member_lease") if isinstance(ha, dict) else None
+        return (
+            isinstance(ha, dict)
+            and ha.get("state") in PRIMARY_STATES
+            and isinstance(lease, dict)
+            and lease.get("enabled") is True
+            and bool(lease.get("members"))
+            and lease.get("fenced") is False
+            and lease.get("serving") is True
+        )
+
     def grant(self, epoch: int) -> GrantView | None:
         """The broker's member-lease grants to epochs older than ``epoch``, answered off its
         event loop (``GET /grant?epoch=N``); None: no liveness port learnt, no answer, or

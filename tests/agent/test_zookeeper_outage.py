@@ -152,7 +152,7 @@ def member_silent(
 ) -> Node:
     """The server stopped again, and a member's broker SIGSTOPped meanwhile: its grant
     lapses, the primary confirms nothing more and fences itself; once both run again the
-    agents promote a member. Returns the new primary."""
+    agents promote a broker. Returns the settled primary."""
     backup = next(n for n in agents.nodes if n is not primary)
     stopped_pid: int | None = None
     own_zookeeper.pause()
@@ -177,6 +177,7 @@ def member_silent(
         if stopped_pid is not None:
             os.kill(stopped_pid, signal.SIGCONT)
         own_zookeeper.resume()
-    # the fenced primary restarts as a backup; a member is promoted
-    poll_until(lambda: [n for n in agents.primaries() if n is not primary], 60, "a new primary")
-    return agents.wait_settled(timeout=60)
+    # the fenced primary restarts as a backup; the agents promote again: a member, or (once
+    # in 11 runs) the restarted broker itself, its store chosen after churn of about a
+    # minute (noted in issue 26's note); the promise checked is that nothing is lost
+    return agents.wait_settled(timeout=90)
