@@ -239,29 +239,32 @@ class AgentCluster:
         total failure chooses by: a member is named once its agent published its record);
         returns the primary."""
 
-        def settled() -> bool:
+        def settled() -> Node | None:
             states = sorted(self.states())
             if states != ["active"] + ["ready"] * (len(self.nodes) - 1):
-                return False
+                return None
             members = self.members()
-            (primary,) = self.primaries()
+            primaries = self.primaries()  # read again: it may have changed since the states
+            if len(primaries) != 1:
+                return None
+            (primary,) = primaries
             ids = {m.broker_id for n, m in members.items() if n != primary.name}
             if len(members) != len(self.nodes) or "" in ids:
-                return False
+                return None
             read = read_in_sync(self.zk, self.cluster)
             if read is None or set(read.record.broker_ids) != ids:
-                return False
+                return None
             record = read.record
-            return bool(record.primary_store_id) and all(m.store_id for m in record.members)
+            named = bool(record.primary_store_id) and all(m.store_id for m in record.members)
+            return primary if named else None
 
         try:
-            poll_until(settled, timeout)
+            primary: Node = poll_until(settled, timeout)
         except AssertionError:
             raise AssertionError(
                 f"not settled in {timeout} s: states {self.states()}, "
                 f"primary record {self.primary_record()}"
             ) from None
-        (primary,) = self.primaries()
         return primary
 
     def in_sync(self) -> set[str]:
