@@ -55,8 +55,12 @@ class Client:
             self.broker = None if broker_id is None else str(broker_id)
             self.reconnects += 1
 
-        # 50 ms back-off between connection attempts
-        retry_until(attempt, deadline, (pika.exceptions.AMQPError, OSError), interval=0.05)
+        # 50 ms back-off between connection attempts. ValueError: pika's word for a socket
+        # reset between the TCP connect and its getpeername() ("Expected connected socket"),
+        # as when the old primary is SIGKILLed with this connection in its accept queue.
+        retry_until(
+            attempt, deadline, (pika.exceptions.AMQPError, OSError, ValueError), interval=0.05
+        )
 
     def publish(self, count: int, timeout: float) -> dict[str, Any]:
         began = time.monotonic()

@@ -51,8 +51,10 @@ class Publisher:
             self.connection = pika.BlockingConnection(self.params)
             self.channel = confirming_channel(self.connection, self.queue)
 
-        # 50 ms back-off between rounds of the URL list
-        retry_until(attempt, deadline, pika.exceptions.AMQPError, interval=0.05)
+        # 50 ms back-off between rounds of the URL list; ValueError: pika's word for a socket
+        # reset between the TCP connect and its getpeername() (a broker SIGKILLed with this
+        # connection in its accept queue)
+        retry_until(attempt, deadline, (pika.exceptions.AMQPError, ValueError), interval=0.05)
 
     def publish(self, count: int, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

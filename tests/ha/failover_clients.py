@@ -49,7 +49,9 @@ def connect_failover(ports: list[int], timeout: float = 15.0) -> pika.BlockingCo
     def attempt() -> pika.BlockingConnection | None:
         try:
             return pika.BlockingConnection(params(ports))
-        except pika.exceptions.AMQPConnectionError:
+        except (pika.exceptions.AMQPConnectionError, ValueError):
+            # ValueError: pika's word for a socket reset between the TCP connect and its
+            # getpeername(), as when a broker is SIGKILLed with this connection accepted
             return None
 
     connection: pika.BlockingConnection = poll_until(attempt, timeout, interval=0.05)

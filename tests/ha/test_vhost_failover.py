@@ -26,7 +26,9 @@ def open_vhost(ports: list[int], vhost: str) -> pika.BlockingConnection:
     def attempt() -> pika.BlockingConnection | None:
         try:
             return pika.BlockingConnection(params)
-        except pika.exceptions.AMQPConnectionError:
+        except (pika.exceptions.AMQPConnectionError, ValueError):
+            # ValueError: pika's word for a socket reset between the TCP connect and its
+            # getpeername(), as when a broker is SIGKILLed with this connection accepted
             return None
 
     connection: pika.BlockingConnection = poll_until(attempt, 15, interval=0.05)
