@@ -118,13 +118,7 @@ class Connection:
         self.should_close = False
         self.close_reason: str | None = None
         #: The handshake's and the close's time-outs, the client's silence, our heartbeats.
-        self.timeouts = ConnectionTimeouts(
-            settings,
-            ctx.clock(),
-            self,
-            peer_silent=self._peer_silent,
-            heartbeat=self._send_heartbeat,
-        )
+        self.timeouts = ConnectionTimeouts(settings, ctx.clock(), self)
         self._buf = bytearray()
         self._out: list[bytes] = []
         self._heartbeat_due = False  # one goes out alone while output is held (HA lease)
@@ -520,14 +514,15 @@ class Connection:
             state=state.value,
         )
 
-    def _peer_silent(self) -> None:
+    def peer_silent(self) -> None:
         """The client sent nothing for two heartbeat intervals: drop the socket."""
         heartbeat = self.heartbeat
         self.close_reason = f"missed heartbeats from client, timeout: {heartbeat}s"
         self.ctx.log.warning("heartbeat_timeout", connection=self.name, heartbeat=heartbeat)
         self.should_close = True
 
-    def _send_heartbeat(self) -> None:
+    def send_heartbeat(self) -> None:
+        """A heartbeat is due (its time-outs): one now, or after the output waiting."""
         if not self._out:
             self.write(framing.HEARTBEAT_FRAME)
         else:  # output waiting: flushed soon, or held (then it alone)

@@ -132,13 +132,7 @@ class Connection:
         self._in_receive = False
         self._output_signalled = False
         #: The handshake's and the close's time-outs, the client's silence, our empty frames.
-        self.timeouts = ConnectionTimeouts(
-            settings,
-            ctx.clock(),
-            self,
-            peer_silent=self._peer_silent,
-            heartbeat=self._send_heartbeat,
-        )
+        self.timeouts = ConnectionTimeouts(settings, ctx.clock(), self)
         #: The protocol headers and the SASL exchange before ``open``.
         self._sasl = SaslLayer(self, ctx, peer_host, tls_identity)
         ctx.connections_1_0[self.id] = self
@@ -515,15 +509,16 @@ class Connection:
             state=state.value,
         )
 
-    def _peer_silent(self) -> None:
+    def peer_silent(self) -> None:
         """The peer sent nothing for our idle time-out: close, resource-limit-exceeded."""
         idle = self.idle_timeout_ms / 1000
         self.ctx.log.warning("heartbeat_timeout", connection=self.name, heartbeat=idle)
         error = Amqp10Error(RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
         self.connection_error(error)
 
-    def _send_heartbeat(self) -> None:
-        if not self._out:  # else the output waiting goes first
+    def send_heartbeat(self) -> None:
+        """An empty frame is due (its time-outs), unless output waiting goes first."""
+        if not self._out:
             self.write(EMPTY_FRAME)
 
     def cleanup(self) -> None:

@@ -1,6 +1,6 @@
 """ConnectionTimeouts (broker/amqp/timeouts.py) carries out what a tick finds due, for
 either protocol's connection: the socket goes after an unanswered close or a handshake
-time-out; a silent peer and a heartbeat to send are the connection's own callbacks.
+time-out; a silent peer and a heartbeat to send are the connection's own (its port).
 No socket, no clock: time is given."""
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ class Peer:
     calls: list[str] = field(default_factory=list)
     log: Log = field(default_factory=Log)
 
+    def peer_silent(self) -> None:
+        self.calls.append("peer_silent")
+
+    def send_heartbeat(self) -> None:
+        self.calls.append("heartbeat")
+
     def timeouts(self, now: float = 0.0) -> ConnectionTimeouts:
-        return ConnectionTimeouts(
-            SETTINGS,
-            now,
-            self,
-            peer_silent=lambda: self.calls.append("peer_silent"),
-            heartbeat=lambda: self.calls.append("heartbeat"),
-        )
+        return ConnectionTimeouts(SETTINGS, now, self)
 
 
 def tick(peer: Peer, timeouts: ConnectionTimeouts, now: float, **kw: Any) -> None:
