@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from broker.ha import epoch as epoch_module
 from broker.ha.epoch import EpochError
 from broker.ha.store_history import STORE_EPOCH_FILE
 from broker.ha.store_lineage import StoreLineage
@@ -35,7 +34,7 @@ def test_promoted_writes_the_era_in_a_thread_before_it_returns(
         synced_on.append(threading.get_ident())
         real_fsync(fd)
 
-    monkeypatch.setattr(epoch_module.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)  # the module calls os.fsync
 
     async def promote() -> int:
         await lineage.promoted(7)
