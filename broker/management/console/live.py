@@ -185,19 +185,23 @@ class LiveFeed:
 
     async def _run(self) -> None:
         while not self.closing:
-            ha = getattr(self.broker, "ha", None)
-            if ha is not None and hasattr(ha, "quiet") and ha.quiet.holds(ha.now()):
+            if self._quiet():
                 await asyncio.sleep(PERIOD / 10)  # a promotion's quiet: sample after it
                 continue
             try:
-                async with self._sampling:
-                    await run_sliced(self.sample_steps())
+                async with self._sampling:  # one begun before a promotion waits it out
+                    await run_sliced(self.sample_steps(), self._quiet, PERIOD / 10)
                 async with self._changed:
                     self._version += 1
                     self._changed.notify_all()
             except Exception:
                 self.log.exception("console_sample_failed")
             await asyncio.sleep(PERIOD)
+
+    def _quiet(self) -> bool:
+        """A promotion's quiet (:mod:`broker.ha.promotion_quiet`): no sampling."""
+        ha = getattr(self.broker, "ha", None)
+        return ha is not None and hasattr(ha, "quiet") and bool(ha.quiet.holds(ha.now()))
 
     async def _read_agents(self) -> None:
         assert self.agents is not None
@@ -249,7 +253,8 @@ class LiveFeed:
         for start in range(0, len(items), SLICE):
             if start:
                 yield
-            self._sample_queues(now, items[start : start + SLICE], following)
+            # each slice's own time: a slice after a pause reads counters of later
+            self._sample_queues(self.clock(), items[start : start + SLICE], following)
         ha = getattr(self.broker, "ha", None)
         # nobody viewing: the backups' positions (the lag histories), not a row per queue
         ha_status = None if ha is None else (yield from _status_steps(ha, rows=following))
