@@ -47,6 +47,11 @@ if TYPE_CHECKING:
 __all__ = ["ChannelEndpoints", "channel_view", "consumer_views"]
 
 
+def channel_name(connection: Connection, number: int) -> str:
+    """A channel's name (RabbitMQ's: its connection's and its number)."""
+    return f"{connection.name} ({number})"
+
+
 def channel_view(connection: Connection, channel: Channel) -> dict[str, Any]:
     deliveries, publisher = channel.deliveries, channel.publisher
     confirms, tx = publisher.confirms, publisher.tx
@@ -54,7 +59,7 @@ def channel_view(connection: Connection, channel: Channel) -> dict[str, Any]:
         "connection": connection.id,
         "connection_name": connection.name,
         "number": channel.number,
-        "name": f"{connection.name} ({channel.number})",
+        "name": channel_name(connection, channel.number),
         "user": connection.user,
         "vhost": getattr(channel.vhost, "name", "/"),
         "state": channel.state.value,

@@ -5,6 +5,7 @@ host and queues (tests.management's stand-in broker), an HA role reduced to its 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -310,3 +311,46 @@ def test_channels_and_consumers_are_in_the_journal_while_someone_follows_them() 
     feed.lists.channel_viewers = 0  # nobody follows them any more: the rows go
     tick()
     assert journal.totals()["channels"] == journal.totals()["consumers"] == 0
+
+
+def test_a_page_of_one_connections_channels_builds_only_those() -> None:
+    """The Connections tab pages one connection's channels (a filter on their names):
+    only the channels some viewer's page may show are built (a primary's backups' links
+    hold a channel per queue: 20,000 at 10,000 queues), the page's total counts them all;
+    a page without a filter, a page of consumers or a reader of the changes builds all."""
+    from broker.management.console.live_lists import CONSOLE_KINDS, ListPage, channels_wanted_by
+    from broker.management.lists import parse_query
+    from common.slices import run_steps
+    from tests.amqp.helpers import Client
+
+    broker, clock = HaBroker(), Clock()
+    clients = []
+    for _ in range(3):
+        client = Client(broker.context)
+        client.handshake()
+        for number in range(1, 4):
+            client.open_channel(number)
+        client.take()
+        clients.append(client)
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    feed.viewers = 1
+    lists, journal = feed.lists, feed.lists.journal
+    mine = clients[1].conn
+    pattern = "^" + re.escape(mine.name) + r" \("
+    query = {"page": "1", "page_size": "100", "name": pattern, "use_regex": "true"}
+    page = ListPage(parse_query(query, CONSOLE_KINDS["channels"]), "channels")
+    lists.channel_viewers = 1
+    lists.channel_filters.append(channels_wanted_by([page]))
+    clock.now += 1.0
+    feed.sample()
+    assert sorted(journal.rows["channels"]) == [f"{mine.id}:{n}" for n in (1, 2, 3)]
+    shown = json.loads(run_steps(lists.page_steps(page, whole=True)) or "{}")
+    assert shown["keys"] == [f"{mine.id}:{n}" for n in (1, 2, 3)]
+    assert (shown["filtered_count"], shown["total_count"]) == (3, 9)
+
+    consumers = ListPage(parse_query({"page": "1"}, CONSOLE_KINDS["consumers"]), "consumers")
+    assert channels_wanted_by([page, consumers]) is None  # a consumer's filter: tags, queues
+    lists.follow(clock.now)  # a reader of GET /api/changes: every channel
+    clock.now += 1.0
+    feed.sample()
+    assert journal.totals()["channels"] == 9

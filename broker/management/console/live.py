@@ -62,6 +62,7 @@ from broker.management.console.live_lists import (
     PAGED_ONLY,
     ListPage,
     LiveLists,
+    channels_wanted_by,
 )
 from broker.management.console.overview import RANGES, Overview
 from broker.management.console.timeline import Timeline
@@ -287,7 +288,7 @@ class LiveFeed:
             moved: set[str] | None = None
         else:  # a rate that fell to 0 moves a queue once more after its counters stop
             moved = self._moved | self._moved_before
-        yield from self.lists.update_steps(moved, queues, self.lists.channels_followed(now))
+        yield from self.lists.update_steps(moved, queues, self.lists.channels_wanted(now))
         self.lists.prune_texts()
         self._followed = True
         self.state = yield from self._build_steps(now, ha_status)
@@ -525,6 +526,9 @@ class LiveFeed:
 
         self.viewers += 1
         self.lists.channel_viewers += pages_channels
+        wanted = channels_wanted_by(pages)  # which channels its pages may show
+        if pages_channels:
+            self.lists.channel_filters.append(wanted)
         try:
             if not self._followed or pages_channels:
                 await self.fresh_sliced()
@@ -558,6 +562,8 @@ class LiveFeed:
         finally:
             self.viewers -= 1
             self.lists.channel_viewers -= pages_channels
+            if pages_channels:
+                self.lists.channel_filters.remove(wanted)
         return response
 
     async def history(self, request: web.Request) -> web.Response:
