@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -59,12 +60,15 @@ def load() -> str:
 
 
 def get(port: int, path: str, timeout: float = 120) -> tuple[float, int]:
-    """Seconds a GET took and the bytes of its answer."""
+    """Seconds a GET took and the bytes of its answer (an error's status, negative)."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
     request.add_header("Authorization", AUTH)
     began = time.monotonic()
-    with urllib.request.urlopen(request, timeout=timeout) as answer:
-        size = len(answer.read())
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            size = len(answer.read())
+    except urllib.error.HTTPError as exc:
+        size = -exc.code
     return time.monotonic() - began, size
 
 
