@@ -174,6 +174,9 @@ def main() -> int:
             print(json.dumps(row), flush=True)
             rows.append(row)
         client.close()
+        loop = http("GET", mgmt, "/api/status").get("loop") or {}
+        for step in loop.get("long_steps", []):  # where the long ones were (100 ms or more)
+            print(json.dumps({"long_step": step}), flush=True)
         print(json.dumps({"rows": rows}))
     finally:
         cluster.stop()
