@@ -4,9 +4,11 @@ host and queues (tests.management's stand-in broker), an HA role reduced to its 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from broker.core.message import Message
@@ -350,7 +352,10 @@ def test_a_page_of_one_connections_channels_builds_only_those() -> None:
 
     consumers = ListPage(parse_query({"page": "1"}, CONSOLE_KINDS["consumers"]), "consumers")
     assert channels_wanted_by([page, consumers]) is None  # a consumer's filter: tags, queues
-    lists.follow(clock.now)  # a reader of GET /api/changes: every channel
+    # a reader of GET /api/changes right after such a tick: every channel, at once
+    request = SimpleNamespace(query={})
+    answer = asyncio.run(feed.changes(request))  # type: ignore[arg-type]
+    assert answer.text is not None and len(json.loads(answer.text)["lists"]["channels"]) == 9
     clock.now += 1.0
-    feed.sample()
-    assert journal.totals()["channels"] == 9
+    feed.sample()  # and at each tick while it reads
+    assert journal.totals()["channels"] == 9 and lists.channels_whole

@@ -581,7 +581,7 @@ class LiveFeed:
         if text is not None and not text.isdigit():
             raise ApiError(400, f"since must be a version (an integer of 0 or more), not {text!r}")
         self.lists.follow(self.clock())
-        if not self._followed:
+        if not self._followed or not self.lists.channels_whole:  # every channel, now
             await self.fresh_sliced()
         journal = self.lists.journal
         delta = None if text is None else journal.since(int(text))

@@ -221,6 +221,8 @@ class LiveLists:
         self.channel_filters: list[NameFilter | None] = []
         #: the channels present at the last tick (the journal may hold only those wanted)
         self.channels_total = 0
+        #: the last tick built every channel (else none, or those some page wanted)
+        self.channels_whole = False
         self.ticks = 0
         self._binding_keys: dict[int, tuple[Any, str]] = {}
         self._texts: dict[tuple[str, str], tuple[int, str]] = {}
@@ -245,6 +247,7 @@ class LiveLists:
         channels and consumers (False: they are left empty, nobody follows them; a name
         filter: only the channels it passes, :meth:`channels_wanted`)."""
         self.ticks += 1
+        self.channels_whole = channels is True
         full = moved is None or self.ticks % FULL_EVERY == 1
         known = self.journal.rows["queues"]
         by_key = dict(vhosts_of(self.broker).queues.items() if queues is None else queues)
