@@ -54,7 +54,11 @@ from broker.core.vhosts import key_of
 from broker.management.auth import current_user
 from broker.management.console.agent_log import promotion_instants, read_tail
 from broker.management.console.agents_view import AgentsView, zk_access
-from broker.management.console.ha_view import agent_option, with_lag_bytes, with_managed_by
+from broker.management.console.ha_view import (
+    agent_option,
+    with_lag_bytes_steps,
+    with_managed_by,
+)
 from broker.management.console.live_lists import (
     CONSOLE_KINDS,
     CONSOLE_QUEUES,
@@ -440,6 +444,7 @@ class LiveFeed:
         broker = self.broker
         vhosts = sorted(vhosts_of(broker), key=lambda v: (v.name != VHOST, v.name))
         yield
+        lagged = yield from with_lag_bytes_steps(vhosts_of(broker).queues, ha_status)
         return {
             "at": now,
             "status": {
@@ -454,9 +459,7 @@ class LiveFeed:
                 "queues": sum(len(v.queues) for v in vhosts),
                 "exchanges": sum(len(v.exchanges) for v in vhosts),
             },
-            "ha": with_managed_by(
-                with_lag_bytes(vhosts_of(broker).queues, ha_status), self.managed_by()
-            ),
+            "ha": with_managed_by(lagged, self.managed_by()),
             "agents": None if self.agents is None else self.agents.view,
             "configured_members": [
                 str(a) for a in getattr(getattr(broker, "ha", None), "addresses", [])
