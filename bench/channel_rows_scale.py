@@ -14,7 +14,8 @@ of ``--window`` seconds (at least one 10 s window of the loop's steps):
   connection's channels as the Connections tab does (``channels.name=^NAME \\(``).
 
 Each phase: the primary's CPU (% of one core, all threads, ``/proc``) and the longest loop
-step of the last 10 s window (``/metrics``, CPU time). Then single requests, timed (wall):
+step of the last 10 s window (``/metrics``, CPU time). Then requests, five of each, timed
+(wall, median and longest):
 ``GET /api/channels?page=1&page_size=100``, ``GET /api/connections/{a link}/channels``,
 ``GET /api/changes``. The load average is printed with each figure.
 
@@ -169,8 +170,15 @@ def main() -> int:
             f"/api/connections/{link['id']}/channels",
             "/api/changes",
         ):
-            took, size = get(mgmt, path)
-            row = {"request": path, "s": round(took, 3), "bytes": size, "load": load()}
+            runs = [get(mgmt, path) for _ in range(5)]
+            took = sorted(t for t, _ in runs)
+            row = {
+                "request": path,
+                "median_s": round(took[2], 3),
+                "max_s": round(took[-1], 3),
+                "bytes": runs[-1][1],
+                "load": load(),
+            }
             print(json.dumps(row), flush=True)
             rows.append(row)
         client.close()
