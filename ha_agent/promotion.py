@@ -46,6 +46,9 @@ The rules (ARCHITECTURE.md, invariants 2 to 4; seed 001, "Promoting a broker"):
 - A primary broker whose epoch is older than the in-sync set's is fenced: the set was taken
   over by a newer primary (:func:`isr_update` and :func:`releasable` keep the set of the
   primary that owns it).
+- A broker that **fenced itself** is no primary, whatever its state says while it stops
+  (:attr:`BrokerView.fenced`): it never contends, and a leader that promoted it fences it
+  (it exits at once) and resigns.
 
 Error Handling
 ==============
@@ -183,6 +186,11 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
         return False, "the broker does not answer"
     state = broker.ha_state
     record = view.in_sync
+    if broker.fenced:
+        # It serves no more and is stopping, though its state still says so until it
+        # exits (issue 26: its agent, its session lost at a ZooKeeper outage, took an epoch
+        # for it: an empty set naming its store, and a minute of churn).
+        return False, f"the broker fenced itself ({state} while it stops): it serves no more"
     if broker.is_primary:
         # A record of another node at an older epoch than the broker's is one this agent's
         # promotion has not replaced yet (epochs come from ZooKeeper's counter: the newer
@@ -451,8 +459,9 @@ def decide(view: ClusterView) -> Decision:
         elif broker.is_primary:
             actions.append(Action(Step.TAKE_VIP, "this broker is the primary"))
         else:
-            # Promoted, yet no longer primary (restarted behind our back): fence and resign.
-            actions.append(Action(Step.FENCE, f"the promoted broker is now {broker.ha_state}"))
+            # Promoted, yet no longer primary (restarted behind our back, or it fenced
+            # itself): fence (a fenced one exits at once) and resign.
+            actions.append(Action(Step.FENCE, f"the promoted broker is now {broker.state_named}"))
         return Decision(tuple(actions), why)
     if eligible and leadership == "idle":
         actions.append(Action(Step.CONTEND, why))
