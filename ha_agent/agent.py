@@ -39,7 +39,10 @@ connection was last established (a kazoo listener, before any answer on that con
 and when it last killed its broker or saw it exit (:class:`~ha_agent.watchdog.BrokerWatch`,
 also the watchdog's clock); :func:`~ha_agent.promotion.decide` refuses to act on a broker
 view read before either and asks for :attr:`~ha_agent.promotion.Step.RECHECK`: the loop
-reads the broker again at once and decides with the cluster as just read.
+reads the broker again at once and decides with the cluster as just read. The cluster's
+records are fresh only when their last successful read was sent after that connection (a
+read that fails leaves the older ones): on older ones nothing is decided but what the
+session and the broker's answer decide alone, until the next check reads them again.
 
 Fencing (docs/agent.md has the timing argument): the :class:`~ha_agent.fencing.SessionWatcher`
 calls :meth:`Agent._session_fenced` in its own thread when the lease on the ZooKeeper
@@ -155,6 +158,8 @@ class Agent:
         self.broker = LocalBroker()
         #: when the ZooKeeper connection was last established (kazoo's thread writes it)
         self.connected_at: float | None = None
+        #: when the last cluster read that succeeded was sent (never: stale once connected)
+        self.cluster_read_at = float("-inf")
         self.promoted_epoch: int | None = None
         #: takes the primary record back after a session lost while the broker served on
         #: its members' grants (issue 26, item 2)
@@ -443,6 +448,7 @@ class Agent:
             broker_read_at=sent,
             connected_at=self.connected_at,
             broker_reset_at=reset_at,
+            cluster_read_at=self.cluster_read_at,
         )
         self.cluster_view = cluster_view
         decision = decide(cluster_view)
@@ -536,6 +542,7 @@ class Agent:
             return
         assert self.watcher is not None
         self.watcher.note_contact(sent)
+        self.cluster_read_at = sent
 
     # -- actions ----------------------------------------------------------------------
     def _act(self, action: Action, view: BrokerView | None) -> None:
