@@ -161,6 +161,8 @@ class Agent:
         #: when the last cluster read that succeeded was sent (never: stale once connected)
         self.cluster_read_at = float("-inf")
         self.promoted_epoch: int | None = None
+        #: the number of the claim it promoted under (PrimaryClaim.term; None: none)
+        self.promoted_term: int | None = None
         #: takes the primary record back after a session lost while the broker served on
         #: its members' grants (issue 26, item 2)
         self.reclaimer = Reclaimer(settings.cluster, settings.node, settings.vip)
@@ -254,7 +256,7 @@ class Agent:
                 self.promoter.takeover,
                 lambda: (keeper.in_sync, self.members),
                 on_leading=lambda: self.events.put(loop.Won()),
-                on_ended=lambda reason: self.events.put(loop.TermEnded(reason)),
+                on_ended=lambda reason, term: self.events.put(loop.TermEnded(reason, term)),
             )
             self.hints = AgentHints(self.client, s.cluster, s.node, self.events, self._stop)
             self.hints.watch()
@@ -360,11 +362,12 @@ class Agent:
                     return
                 case loop.Granted(seconds) if not self._judge(seconds):
                     return  # refused: _shutdown fences a primary, as any stop does
-                case loop.TermEnded(reason) if not (self.election and self.election.resumed):
+                case loop.TermEnded(reason) as ended if ended.ends(self.promoted_term):
                     if reason == "session_lost":  # its next check may take the record back
                         self.reclaimer.session_lost(self.broker.view, self.promoted_epoch)
-                    self.promoted_epoch = None
-                # (an older claim's end, heard after the record was taken back: nothing ended)
+                    self.promoted_epoch = self.promoted_term = None
+                # (an older claim's end, heard after a newer one promoted or took the record
+                # back: nothing ended)
                 case loop.Hinted() if not (self.hints and self.hints.hinted(self.promoted_epoch)):
                     continue  # not about this agent's primary: the regular check is on time
             # Won, the supervised broker died, or the last view was stale: act on the
@@ -391,12 +394,13 @@ class Agent:
             # Its claim ended under it (LOST: the session expired), heard before the
             # "ended" event: no renewal on the new session; take the record back if it may.
             self.reclaimer.session_lost(view, self.promoted_epoch)
-            self.promoted_epoch = None
+            self.promoted_epoch = self.promoted_term = None
         if self.reclaimer.epoch is not None:
             done, epoch = self.reclaimer.take(self.client, view, election)
             if not done:
                 return  # ZooKeeper not back yet: nothing is decided meanwhile
-            self.promoted_epoch = epoch if epoch is not None else self.promoted_epoch
+            if epoch is not None:  # the claim now leads again, resumed
+                self.promoted_epoch, self.promoted_term = epoch, election.term
         in_sync_read = False
         if view is None and live is not None and live.is_primary and self.promoted_epoch:
             promoter.renew_lease()  # a busy primary: its lease is renewed off its loop too
@@ -574,7 +578,7 @@ class Agent:
         if self.promoted_epoch is not None or election.leading:  # its multi-op may have
             with contextlib.suppress(KazooException, KazooTimeoutError):  # recorded it
                 delete_primary(self.client, self.settings.cluster)
-        self.promoted_epoch = None
+        self.promoted_epoch = self.promoted_term = None
         self.broker.resigned()
         election.cancel(timeout=1.0)
 
@@ -596,6 +600,7 @@ class Agent:
             self._fence("the election ended during the promotion")
         elif promotion.epoch is not None:
             self.promoted_epoch = promotion.epoch
+            self.promoted_term = None if election is None else election.term
         elif promotion.fence:
             self._fence(promotion.fence)
         else:
