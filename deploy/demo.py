@@ -31,6 +31,7 @@ import contextlib
 import csv
 import itertools
 import json
+import logging
 import os
 import shlex
 import signal
@@ -283,7 +284,10 @@ class LocalCluster:
         """Wait until the agents' records in ZooKeeper say what the brokers do (each
         member's state as its broker's, both backups in the in-sync set): ``qpid-ha --zk``
         shows those records, which each agent publishes at its next check."""
-        client = KazooClient(hosts=self.zk, timeout=4.0)
+        quiet = logging.getLogger("demo.zookeeper")  # its reconnects are not the demo's news
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+        client = KazooClient(hosts=self.zk, timeout=4.0, logger=quiet)
         client.start(timeout=10)
         try:
 
