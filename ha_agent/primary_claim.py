@@ -148,12 +148,6 @@ class PrimaryClaim:
         return None if term is None else term.number
 
     @property
-    def resumed(self) -> bool:
-        """Whether the current claim leads by :meth:`resume` (a record taken back)."""
-        term = self._term
-        return term is not None and term.resumed and self._state is Leadership.LEADING
-
-    @property
     def locked(self) -> bool:
         """Whether the current claim holds kazoo's election lock (a mixed cluster)."""
         term = self._term
