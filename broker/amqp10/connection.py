@@ -58,6 +58,7 @@ from broker.amqp10.framing import (
     decode_transfer,
     frame,
     read_frame,
+    read_transfer,
 )
 from broker.amqp10.performatives import (
     Begin,
@@ -277,8 +278,20 @@ class Connection:
             raise Amqp10Error(FRAMING_ERROR, f"frame of type {kind} after the SASL layer")
         if not body:
             return  # an empty frame: a heartbeat
+        fields = read_transfer(body)  # most frames: read by hand, else by the codec
+        if fields is not None and state is S.OPEN:
+            session = self.sessions.get(channel)
+            if session is not None:
+                handle, delivery_id, _, _, settled, more, at = fields
+                try:
+                    session.transfer(handle, delivery_id, settled, more, False, body[at:])
+                except Amqp10Error as error:
+                    if error.scope is not Scope.SESSION:
+                        raise
+                    self._end_with_error(channel, session, error)
+                return
         try:
-            found = decode_transfer(body)  # most frames: read by hand, else by the codec
+            found = decode_transfer(body) if fields is not None else None
             performative, at = codec.decode(body) if found is None else found
         except DecodeError as exc:
             raise Amqp10Error(DECODE_ERROR, str(exc)) from None
