@@ -51,7 +51,7 @@ from broker.amqp.frame_dispatch import PUBLISH_ID, FrameDispatch
 from broker.amqp.handshake import close_method
 from broker.amqp.held_frames import HeldFrames
 from broker.amqp.state import ChannelState, ConnectionState, check_transition
-from broker.amqp.timeouts import ConnectionTimeouts, Due
+from broker.amqp.timeouts import ConnectionTimeouts
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.security.sasl import PasswordCheck
 
@@ -118,7 +118,7 @@ class Connection:
         self.should_close = False
         self.close_reason: str | None = None
         #: The handshake's and the close's time-outs, the client's silence, our heartbeats.
-        self.timeouts = ConnectionTimeouts(settings, ctx.clock())
+        self.timeouts = ConnectionTimeouts(settings, ctx.clock(), self)
         self._buf = bytearray()
         self._out: list[bytes] = []
         self._heartbeat_due = False  # one goes out alone while output is held (HA lease)
@@ -503,7 +503,7 @@ class Connection:
     def tick(self) -> None:
         """Heartbeats and time-outs; call at least twice per heartbeat interval."""
         state, heartbeat = self.state, self.heartbeat
-        due = self.timeouts.due(
+        self.timeouts.tick(
             self.ctx.clock(),
             closing=state is S.CLOSING or state is S.CLOSED,
             handshaking=state is not S.OPEN,
@@ -511,21 +511,21 @@ class Connection:
             send_interval=heartbeat / 2,
             reading_paused=self.reading_paused,
             log=self.ctx.log,
-            name=self.name,
             state=state.value,
         )
-        if due is Due.CLOSE:
-            self.should_close = True
-        elif due is Due.HANDSHAKE_TIMEOUT:
-            self.close_reason = "handshake timeout"
-            self.should_close = True
-        elif due is Due.PEER_SILENT:
-            self.close_reason = f"missed heartbeats from client, timeout: {heartbeat}s"
-            self.ctx.log.warning("heartbeat_timeout", connection=self.name, heartbeat=heartbeat)
-            self.should_close = True
-        elif due is Due.HEARTBEAT and not self._out:
+
+    def peer_silent(self) -> None:
+        """The client sent nothing for two heartbeat intervals: drop the socket."""
+        heartbeat = self.heartbeat
+        self.close_reason = f"missed heartbeats from client, timeout: {heartbeat}s"
+        self.ctx.log.warning("heartbeat_timeout", connection=self.name, heartbeat=heartbeat)
+        self.should_close = True
+
+    def send_heartbeat(self) -> None:
+        """A heartbeat is due (its time-outs): one now, or after the output waiting."""
+        if not self._out:
             self.write(framing.HEARTBEAT_FRAME)
-        elif due is Due.HEARTBEAT:  # output waiting: flushed soon, or held (then it alone)
+        else:  # output waiting: flushed soon, or held (then it alone)
             self._heartbeat_due = True
             self.signal_output()
 

@@ -1,18 +1,23 @@
 """ConnectionTimeouts: the time-outs every broker connection keeps, whatever its protocol.
 
 Both connections (AMQP 0-9-1's :class:`~broker.amqp.connection.Connection` and AMQP 1.0's
-:class:`~broker.amqp10.connection.Connection`) own one and ask it at each tick what is due:
+:class:`~broker.amqp10.connection.Connection`) own one, built with the connection as its
+:class:`TimedConnection`, and call :meth:`ConnectionTimeouts.tick` at each of their ticks.
+A tick carries out what is due (at most one thing):
 
-- a handshake not finished within ``handshake_timeout`` of the connection's start:
-  :attr:`Due.HANDSHAKE_TIMEOUT` (logged here, ``handshake_timeout``; the connection drops);
-- a close not answered within ``close_timeout``: :attr:`Due.CLOSE` (the socket goes);
+- a close not answered within ``close_timeout``: the socket goes (``should_close``);
+- a handshake not finished within ``handshake_timeout`` of the connection's start: logged
+  here (``handshake_timeout``) and the socket goes, its ``close_reason``
+  "handshake timeout";
 - an open connection whose peer sent nothing for longer than the connection's receive
   time-out (0-9-1: two heartbeat intervals; 1.0: our idle time-out) while it was read:
-  :attr:`Due.PEER_SILENT` (each protocol logs ``heartbeat_timeout`` and closes in its own
-  words);
+  the connection's :meth:`~TimedConnection.peer_silent` (each protocol logs
+  ``heartbeat_timeout`` and closes in its own words: 0-9-1 drops the socket with a reason,
+  1.0 closes with ``amqp:resource-limit-exceeded``);
 - an open connection that wrote nothing for its send interval (0-9-1: half the heartbeat;
-  1.0: half the peer's idle time-out): :attr:`Due.HEARTBEAT` (the connection writes one, or,
-  with output waiting, lets that go first).
+  1.0: half the peer's idle time-out): the connection's
+  :meth:`~TimedConnection.send_heartbeat` (it writes one, or, with output waiting, lets
+  that go first).
 
 The connection tells it when it read (:meth:`read`), wrote (:meth:`wrote`) and began to close
 (:meth:`closing`). Time is given, never read: no I/O, no clock, testable without a socket.
@@ -22,31 +27,42 @@ THREAD UNSAFE: the connection's event loop owns it.
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from broker.amqp.context import ConnectionSettings
 
-__all__ = ["ConnectionTimeouts", "Due"]
+__all__ = ["ConnectionTimeouts", "TimedConnection"]
 
 
-class Due(Enum):
-    """What a tick finds due (at most one thing)."""
+class TimedConnection(Protocol):
+    """The connection that owns the time-outs, as they see it (either protocol's)."""
 
-    NOTHING = "nothing"
-    CLOSE = "close"
-    HANDSHAKE_TIMEOUT = "handshake_timeout"
-    PEER_SILENT = "peer_silent"
-    HEARTBEAT = "heartbeat"
+    #: The shell closes the socket once this is set.
+    should_close: bool
+    #: Why the connection closed (logged with ``connection_closed``).
+    close_reason: str | None
+    #: For logs: ``"<peer> #<id>"``.
+    name: str
+
+    def peer_silent(self) -> None:
+        """The peer sent nothing for the receive time-out: close in the protocol's words."""
+        ...
+
+    def send_heartbeat(self) -> None:
+        """A heartbeat is due: write one, or let the output waiting go first."""
+        ...
 
 
 class ConnectionTimeouts:
     """See the module docstring."""
 
-    __slots__ = ("_settings", "closing_since", "created", "last_read", "last_write")
+    __slots__ = ("_connection", "_settings", "closing_since", "created", "last_read", "last_write")
 
-    def __init__(self, settings: ConnectionSettings, now: float) -> None:
+    def __init__(
+        self, settings: ConnectionSettings, now: float, connection: TimedConnection
+    ) -> None:
         self._settings = settings
+        self._connection = connection
         #: When the connection started (its handshake's clock).
         self.created = now
         self.last_read = now
@@ -65,7 +81,7 @@ class ConnectionTimeouts:
         """The connection began to close (its close sent, or the client's answered)."""
         self.closing_since = now
 
-    def due(
+    def tick(
         self,
         now: float,
         *,
@@ -75,25 +91,24 @@ class ConnectionTimeouts:
         send_interval: float,
         reading_paused: bool = False,
         log: Any = None,
-        name: str = "",
         state: str = "",
-    ) -> Due:
-        """What is due at ``now``: a closing connection is given ``close_timeout``, one in
-        its handshake ``handshake_timeout``; an open one is checked for a silent peer
-        (``receive_timeout`` seconds, 0: never; not while the connection is not read) and
-        for a heartbeat to send (``send_interval`` seconds, 0: never). A handshake time-out
-        is logged on ``log`` (``handshake_timeout``, naming the connection and its state)."""
-        settings = self._settings
+    ) -> None:
+        """Carry out what is due at ``now``: a closing connection is given
+        ``close_timeout``, one in its handshake ``handshake_timeout`` (its time-out logged
+        on ``log``, naming the connection and its ``state``); an open one is checked for a
+        silent peer (``receive_timeout`` seconds, 0: never; not while the connection is not
+        read) and for a heartbeat to send (``send_interval`` seconds, 0: never)."""
+        settings, connection = self._settings, self._connection
         if closing:
-            return Due.CLOSE if now - self.closing_since >= settings.close_timeout else Due.NOTHING
-        if handshaking:
-            if now - self.created < settings.handshake_timeout:
-                return Due.NOTHING
-            if log is not None:
-                log.warning("handshake_timeout", connection=name, state=state)
-            return Due.HANDSHAKE_TIMEOUT
-        if receive_timeout and now - self.last_read > receive_timeout and not reading_paused:
-            return Due.PEER_SILENT
-        if send_interval and now - self.last_write >= send_interval:
-            return Due.HEARTBEAT
-        return Due.NOTHING
+            if now - self.closing_since >= settings.close_timeout:
+                connection.should_close = True
+        elif handshaking:
+            if now - self.created >= settings.handshake_timeout:
+                if log is not None:
+                    log.warning("handshake_timeout", connection=connection.name, state=state)
+                connection.close_reason = "handshake timeout"
+                connection.should_close = True
+        elif receive_timeout and now - self.last_read > receive_timeout and not reading_paused:
+            connection.peer_silent()
+        elif send_interval and now - self.last_write >= send_interval:
+            connection.send_heartbeat()

@@ -36,7 +36,7 @@ from typing import Any
 
 from broker.amqp.context import BrokerContext
 from broker.amqp.handshake import open_vhost
-from broker.amqp.timeouts import ConnectionTimeouts, Due
+from broker.amqp.timeouts import ConnectionTimeouts
 from broker.amqp10 import codec
 from broker.amqp10.codec import DecodeError
 from broker.amqp10.errors import (
@@ -135,7 +135,7 @@ class Connection:
         self._in_receive = False
         self._output_signalled = False
         #: The handshake's and the close's time-outs, the client's silence, our empty frames.
-        self.timeouts = ConnectionTimeouts(settings, ctx.clock())
+        self.timeouts = ConnectionTimeouts(settings, ctx.clock(), self)
         #: The protocol headers and the SASL exchange before ``open``.
         self._sasl = SaslLayer(self, ctx, peer_host, tls_identity)
         ctx.connections_1_0[self.id] = self
@@ -533,26 +533,26 @@ class Connection:
     def tick(self) -> None:
         """Heartbeats and time-outs; call at least twice per idle time-out."""
         state, idle = self.state, self.idle_timeout_ms / 1000
-        due = self.timeouts.due(
+        self.timeouts.tick(
             self.ctx.clock(),
             closing=state is S.CLOSE_SENT or state is S.CLOSED,
             handshaking=state is not S.OPEN,
             receive_timeout=idle,
             send_interval=self.peer_idle_timeout_ms / 2000,
             log=self.ctx.log,
-            name=self.name,
             state=state.value,
         )
-        if due is Due.CLOSE:
-            self.should_close = True
-        elif due is Due.HANDSHAKE_TIMEOUT:
-            self.close_reason = "handshake timeout"
-            self.should_close = True
-        elif due is Due.PEER_SILENT:
-            self.ctx.log.warning("heartbeat_timeout", connection=self.name, heartbeat=idle)
-            error = Amqp10Error(RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
-            self.connection_error(error)
-        elif due is Due.HEARTBEAT and not self._out:
+
+    def peer_silent(self) -> None:
+        """The peer sent nothing for our idle time-out: close, resource-limit-exceeded."""
+        idle = self.idle_timeout_ms / 1000
+        self.ctx.log.warning("heartbeat_timeout", connection=self.name, heartbeat=idle)
+        error = Amqp10Error(RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
+        self.connection_error(error)
+
+    def send_heartbeat(self) -> None:
+        """An empty frame is due (its time-outs), unless output waiting goes first."""
+        if not self._out:
             self.write(EMPTY_FRAME)
 
     def cleanup(self) -> None:

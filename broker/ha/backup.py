@@ -6,8 +6,8 @@ it refuses clients); after a lost link it redials sooner, from :data:`LINK_RETRY
 doubling up to that interval (:func:`~broker.ha.redial.dial_loop`). Over the link it
 subscribes to the configuration stream and, per queue replicated with level ``all``, to
 that queue's stream, announcing the replication ids it already holds (the reconnect
-handshake). It applies what arrives with the sans-I/O
-:class:`~broker.ha.broker_replicator.BrokerReplicator` and
+handshake; :class:`~broker.ha.queue_subscriptions.QueueSubscriptions`, one a link). It
+applies what arrives with the sans-I/O :class:`~broker.ha.broker_replicator.BrokerReplicator` and
 :class:`~broker.ha.queue_replicator.QueueReplicator` and acknowledges each delivery once
 applied, which is what releases the primary's held publisher confirms.
 
@@ -34,10 +34,8 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -50,10 +48,10 @@ from broker.amqp.client import (
 )
 from broker.amqp.client.handshake import NoUsableMechanism
 from broker.core.errors import ReplyCode
-from broker.core.vhost import VHOST, VirtualHost
+from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.ha.backup_dial import PRIMARY_STATES, connect_as_backup
-from broker.ha.broker_replicator import BrokerReplicator, ConfigChanges
+from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.config_apply import ConfigApplier
 from broker.ha.dial_failure import NotPrimary, describe_dial_failure, format_refusal
 from broker.ha.lease_stream import decode_request
@@ -63,18 +61,16 @@ from broker.ha.names import (
     CLUSTER_ID_PROPERTY,
     CONFIG_STREAM,
     EPOCH_PROPERTY,
-    IDS_ARGUMENT,
     LEASE_STREAM,
     STATUS_PROPERTY,
-    VHOST_ARGUMENT,
 )
-from broker.ha.queue_replicator import AckCoalescer, BatchAcks, CatchUpGc
+from broker.ha.queue_replicator import BatchAcks, CatchUpGc
+from broker.ha.queue_subscriptions import QueueSubscriptions
 from broker.ha.redial import Backoff, DialFailures, DialRefused, dial_loop
 from broker.ha.replication_errors import (
     ReplicationErrors,
     described,
     event_object,
-    queue_object,
 )
 from common.formats import FormatRange
 from common.log import get_logger
@@ -136,23 +132,12 @@ class LinkOwner(Protocol):
         ...
 
 
-#: Queue streams subscribed at a time (each: channel.open, basic.qos, basic.consume).
-SUBSCRIBERS = 64
-
 #: First redial delay after a lost link (seconds); it doubles up to link-maintenance-interval.
 LINK_RETRY_MIN = 0.01
 
 #: At most one ``ha_link_dial_failed`` line per address in this many seconds, unless the
 #: reason changes.
 DIAL_FAILURE_LOG_INTERVAL = 60.0
-
-
-@dataclass
-class SubscribeQueue:
-    """A link's queues waiting to be subscribed, and its subscribers running."""
-
-    names: deque[str] = field(default_factory=deque)
-    running: int = 0
 
 
 class BackupLink:
@@ -198,8 +183,6 @@ class BackupLink:
         self.formats = formats
         #: The codec of the link's replication format (set at each dial).
         self.codec = codec_of(formats.highest if formats.highest in CODECS else 1)
-        #: When applied batches are acknowledged (a new one each link).
-        self._batch_acks = self._new_batch_acks()
         self.maintenance_interval = maintenance_interval
         self.heartbeat = heartbeat
         self.credit = max(1, min(flow_messages // 32 or 1, 1000))
@@ -208,12 +191,8 @@ class BackupLink:
             self.replicator.staging.store_transaction = disk.transaction
         self.client: AmqpClient | None = None
         self._task: asyncio.Task[None] | None = None
-        self._waiting: set[str] = set()
-        self._first_snapshot = True
-        self._caught_up_reported = False
-        self._queue_channels: dict[str, ClientChannel] = {}
-        self._subscribed: set[str] = set()
-        self._to_subscribe = SubscribeQueue()
+        #: The link's queue streams and its catch-up (a new one each link).
+        self._subscriptions: QueueSubscriptions | None = None
         self._subscribing: set[asyncio.Task[None]] = set()
         #: The link's configuration stream, applied in slices.
         self._config: ConfigApplier | None = None
@@ -396,6 +375,8 @@ class BackupLink:
             self.owner.link_down(f"replication error: {described(exc)}")
         finally:
             self.client = None
+            if self._subscriptions is not None:
+                self._subscriptions.end()
             self._gc.end()
             self.abandon_transactions("link down")
             await self._close_client(client, self._gave_up)
@@ -417,13 +398,19 @@ class BackupLink:
     # -- replicating -------------------------------------------------------------------
     async def _replicate(self, client: AmqpClient, address: Address) -> None:
         self.client = client
-        self._first_snapshot = True
-        self._caught_up_reported = False
-        self._waiting = set()
-        self._queue_channels = {}
-        self._subscribed = set()
-        self._to_subscribe = SubscribeQueue()
-        self._batch_acks = self._new_batch_acks()
+        subscriptions = self._subscriptions = QueueSubscriptions(
+            client,
+            self.replicator,
+            self.codec,
+            credit=self.credit,
+            disk=self.disk,
+            batch_acks=self._new_batch_acks(),
+            gc=self._gc,
+            spawn=self._spawn,
+            failed=self._fail,
+            log=self.owner.log,
+            caught_up=self._caught_up,
+        )
         self._broken = asyncio.Event()
         epoch = int(client.server_properties.get(EPOCH_PROPERTY) or 0)
         self._failures.succeeded()
@@ -444,7 +431,7 @@ class BackupLink:
             spawn=self._spawn,
             failed=lambda event, exc: self._fail(event_object(event), described(exc)),
             store_failed=self.owner.store_failed,
-            applied=self._config_applied,
+            applied=subscriptions.config_applied,
         )
         await config.consume(CONFIG_STREAM, self._config.delivered)
         closed = asyncio.ensure_future(client.wait_closed())
@@ -505,33 +492,6 @@ class BackupLink:
 
         return on_request
 
-    def _config_applied(self, event: dict[str, Any], changes: ConfigChanges) -> None:
-        """After a configuration event: the queue streams to open and to close."""
-        subscribe = list(changes.subscribe)
-        if event.get("type") == "snapshot" and self._first_snapshot:
-            # A new link: every replicated queue catches up again, including the ones
-            # this backup already had from an earlier primary (reconnect handshake).
-            self._first_snapshot = False
-            subscribe = list(self.replicator.replicators)
-            for replicator in self.replicator.replicators.values():
-                replicator.caught_up = False
-            self._waiting = set(subscribe)
-        for name in changes.unsubscribe:
-            self._waiting.discard(name)
-            self._subscribed.discard(name)
-            queue_channel = self._queue_channels.pop(name, None)
-            if queue_channel is not None:
-                self._spawn(queue_channel.close())
-        for name in subscribe:
-            if name not in self._subscribed:
-                self._subscribed.add(name)
-                self._to_subscribe.names.append(name)
-        pending = self._to_subscribe
-        while pending.names and pending.running < SUBSCRIBERS:
-            pending.running += 1
-            self._spawn(self._subscriber(pending))
-        self._check_caught_up()
-
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         self._subscribing.add(task)
@@ -545,75 +505,8 @@ class BackupLink:
         if exc is not None and not isinstance(exc, ClientError):
             self._fail("a queue stream", described(exc))
 
-    async def _subscriber(self, pending: SubscribeQueue) -> None:
-        """Subscribe the queues waiting, one at a time, until none waits: with
-        :data:`SUBSCRIBERS` of these, a snapshot of 10,000 queues is not 10,000 channels
-        opened in one turn of the loop (300 ms of CPU), nor 10,000 ``basic.consume`` in one
-        read of the primary's. One that dequeues a queue unsubscribed meanwhile skips it."""
-        try:
-            while pending.names:
-                name = pending.names.popleft()
-                if name in self._subscribed:
-                    await self._subscribe(name)
-        finally:
-            pending.running -= 1
-
-    async def _subscribe(self, name: str) -> None:
-        client = self.client
-        replicator = self.replicator.replicators.get(name)
-        if client is None or replicator is None:
-            return
-        try:
-            channel = await client.open_channel()
-            self._queue_channels[name] = channel
-            await channel.qos(self.credit)
-            acks = AckCoalescer(
-                channel.ack, asyncio.get_running_loop().call_soon, self.credit // 4, (ClientError,)
-            )
-
-            disk = self.disk
-            batch_acks = self._batch_acks
-            decode_batch = self.codec.decode_batch
-
-            def ack(tag: int) -> None:
-                with contextlib.suppress(ClientError):  # the link is going down
-                    acks.applied(tag)
-
-            def on_batch(delivery: Delivery) -> None:
-                appended = 0 if disk is None else disk.appended
-                try:
-                    replicator.apply(decode_batch(delivery.body))  # the link's format
-                except Exception as exc:  # the shell: any failure is an event
-                    self._fail(queue_object(replicator.queue), described(exc))
-                    return
-                wrote = disk is not None and disk.appended != appended
-                batch_acks.applied(replicator, ack, delivery.delivery_tag, wrote)
-                if not self._caught_up_reported:
-                    self._gc.applied()
-                if replicator.caught_up and name in self._waiting:
-                    self._waiting.discard(name)
-                    self._check_caught_up()
-
-            queue = replicator.queue  # name: its key; the stream names it in its vhost
-            stream, arguments = self.codec.queue_stream(queue.name)  # the link's format
-            arguments[IDS_ARGUMENT] = bytearray(replicator.ids().encode())
-            if queue.vhost != VHOST:
-                arguments[VHOST_ARGUMENT] = queue.vhost
-            await channel.consume(stream, on_batch, arguments=arguments)
-        except (ValueError, TypeError) as exc:  # e.g. a stream name the link cannot carry
-            self._fail(queue_object(replicator.queue), described(exc))
-        except ClientError as exc:
-            # The queue may have gone on the primary meanwhile; its deletion event follows.
-            self.owner.log("ha_subscribe_failed", queue=name, reason=str(exc))
-            self.replicator.staging.queue_gone(replicator)  # its part of a transaction won't come
-            self._batch_acks.forget(replicator)
-            self._batch_acks.release()  # batches held behind that transaction
-            self._waiting.discard(name)
-            self._check_caught_up()
-
-    def _check_caught_up(self) -> None:
-        if not self._first_snapshot and not self._waiting and not self._caught_up_reported:
-            self._caught_up_reported = True
-            self.errors.cleared("link")
-            self._gc.end()
-            self.owner.caught_up()
+    def _caught_up(self) -> None:
+        """Every queue of the link's first snapshot caught up (CATCHUP -> READY)."""
+        self.errors.cleared("link")
+        self._gc.end()
+        self.owner.caught_up()

@@ -4,7 +4,8 @@ With ``ha-cluster=yes`` a broker always starts as a backup (JOINING) and never d
 itself to become primary: a cluster manager (our agent, Pacemaker, or an operator with
 ``qpid-ha promote --cluster-manager``) calls :meth:`promote`. Every decision (state, epoch,
 fencing, lease, which backups the primary waits for) is the role machine's: this class turns
-what happens (link callbacks, streams opened and closed, management calls, ticks) into its
+what happens (link callbacks, streams opened and closed through
+:class:`~broker.ha.backup_events.BackupEventsToRole`, management calls, ticks) into its
 events and carries out the actions it returns, in order, in one place
 (:meth:`HaBroker._perform`: at once, or, for a promotion's actions that wait for I/O, in
 turn by :meth:`HaBroker.promote`; a ``Refuse`` raises :class:`PromoteError`). It
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from broker.core.vhosts import VirtualHosts
 from broker.ha.admission import HaAdmission
 from broker.ha.backup import BackupLink, DiskSync
+from broker.ha.backup_events import BackupEventsToRole
 from broker.ha.backup_side import BackupSide
 from broker.ha.beyond_joining import cluster_beyond_joining
 from broker.ha.cluster_identity import ClusterIdentity
@@ -69,16 +71,12 @@ from broker.ha.names import (
 from broker.ha.primary import Primary, PrimaryListener
 from broker.ha.primary_start import loop_call_soon, start_primary
 from broker.ha.promotion_quiet import PromotionQuiet
-from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import ContractFloor, ReplicationContract
 from broker.ha.replication_errors import ReplicationErrors
 from broker.ha.role import HaRole
 from broker.ha.role_events import (
     Action,
-    BackupConnected,
-    BackupGone,
-    BackupQueueReady,
     ChangeState,
     CheckCluster,
     ClusterChecked,
@@ -97,7 +95,6 @@ from broker.ha.role_events import (
     PromoteError,
     PromoteRequested,
     PromotionFailed,
-    QueueDeleted,
     Refuse,
     ReleaseGuards,
     SendMembership,
@@ -360,38 +357,6 @@ class HaBroker:
         primary.tick()
         primary.delete_orphans(self.log_)
 
-    # -- streams callbacks (BackupEvents) --------------------------------------------------
-    def backup_connected(self, backup_id: str, url: str) -> RemoteBackup:
-        assert self.primary is not None, "streams are served by a primary only"
-        # The catch-up set is read only for a backup the role does not know yet: computed
-        # once per backup, not once per stream (2,500 queues: 12 s of CPU in one step).
-        known = backup_id in self.role.backups
-        queues = frozenset() if known else self.primary.replicated_queue_names()
-        self.handle(BackupConnected(backup_id, url, queues))
-        # Its guards are those the role's GuardBackup made (now, or when it was expected):
-        # a backup the role guards has them until its ReleaseGuards.
-        guards = self.primary.backups.get(backup_id)
-        if guards is None:  # the role ignored it (fenced): guards nobody waits for
-            return RemoteBackup(backup_id, url, [])
-        guards.url = url
-        return guards
-
-    def backup_queue_ready(self, backup_id: str, queue: str) -> None:
-        self.handle(BackupQueueReady(backup_id, queue))
-
-    def backup_gone(self, backup_id: str) -> None:
-        self.lease.leases.link_gone(backup_id)
-        self.handle(BackupGone(backup_id))
-
-    def backup_failed(self, backup_id: str, reason: str) -> None:
-        record = self.role.backups.get(backup_id)
-        url = None if record is None else record.url
-        self.backup_errors.failed(backup_id, reason, url)
-        self.log_.warning("ha_replication_error", backup=backup_id, url=url, reason=reason)
-
-    def queue_deleted(self, name: str) -> None:
-        self.handle(QueueDeleted(name))
-
     # -- the member lease (broker.ha.lease_keeper) --------------------------------------
     def member_grant(self, epoch: int, duration: float) -> None:
         """As a backup: grant the primary of ``epoch`` a member lease."""
@@ -528,12 +493,20 @@ class HaBroker:
             auto_delete_grace=self.options.ha_backup_timeout,
         )
         self.primary = primary
-        self.streams = PrimaryStreams(primary, self, self.formats)
+        events = BackupEventsToRole(
+            primary,
+            self.role,
+            self.handle,
+            link_gone=self.lease.leases.link_gone,
+            errors=self.backup_errors,
+            log=self.log_,
+        )
+        self.streams = PrimaryStreams(primary, events, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.streams.lease_events = self.lease  # the member lease's grants
         # replication streams; declare-ok and friends after the backups
         self.context.attach(streams=self.streams, barrier=self.streams)
-        self.vhost.listeners.append(PrimaryListener(primary, self.queue_deleted))
+        self.vhost.listeners.append(PrimaryListener(primary, events.queue_deleted))
         orphans = primary.orphans.waiting(self.context.clock())
         if orphans:
             self.log_.info("ha_orphan_queues", queues=orphans)

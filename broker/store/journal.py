@@ -11,7 +11,8 @@ segment files under ``<data-dir>/store/``.
   :meth:`Journal.after_durable` calls back once everything appended so far is as durable
   as the sync policy makes it, with ``ok=False`` if writing it failed (a full disk).
 - Group commit ("coalescing sync"): what was appended is handed to the group writer
-  thread (:mod:`broker.store.group_writer`, in C when built: it never waits for the GIL)
+  thread (:mod:`broker.store.group_writer`, in C when built: it never waits for the GIL;
+  the hand-overs and their callbacks: :class:`~broker.store.hand_overs.HandOvers`)
   after each read (:meth:`Journal.hand_over`), between publishes past
   :data:`HAND_OVER_BYTES` (:meth:`Journal.between_publishes`) and at the end of each turn
   of the event loop. The thread takes everything handed over while
@@ -36,9 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import os
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
@@ -46,12 +44,11 @@ from pathlib import Path
 from typing import Any
 
 from broker.store.compaction import CompactionPass, Steps
-from broker.store.group_writer import GroupWriter, group_writer
+from broker.store.hand_overs import Durable, HandOvers, describe
 from broker.store.ledger import Ledger
 from broker.store.records import (
     CONFIG_KINDS,
     HEADER,
-    MAGIC,
     RECORD_HEADER,
     Kind,
     encode_queue_entry,
@@ -62,8 +59,6 @@ from broker.store.recovery import CorruptStore, RecoveredState
 from broker.store.segment_files import fsync_directory, segment_path
 from broker.store.store_files import StoreError, read_store
 
-_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-
 STORE_DIR = "store"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 #: Past this many bytes appended since the last hand-over, :meth:`Journal.between_publishes`
@@ -71,7 +66,6 @@ DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 #: starts while the rest of a long read is processed.
 HAND_OVER_BYTES = 32 * 1024
 
-Durable = Callable[[bool], None]
 #: Where a record's kind is (RECORD_HEADER: length, checksum, kind).
 _KIND_AT = RECORD_HEADER.size - 1
 _CONFIG_KINDS = CONFIG_KINDS
@@ -109,22 +103,16 @@ class Journal:
         self._pending: list[tuple[int, bytearray]] = []
         self._group: bytearray | None = None  # records of a transaction (transaction())
         self._callbacks: list[Durable] = []
-        self._written_segment = -1  # segment whose file is open for writing
-        self._fd = -1
-        self._native_writer = native_writer
-        self._writer_thread: GroupWriter | None = None
-        self._done_fd = -1  # the eventfd the group writer signals
-        self._dir_fd = -1  # the store directory, fsynced after a new segment's first write
+        #: What was handed to the group writer thread, until its callbacks ran.
+        self._hand_overs = HandOvers(
+            self.directory,
+            written=self._written,
+            log_event=self.log_event,
+            native_writer=native_writer,
+        )
         self._headers: dict[int, bytes] = {}  # segment -> its header (rewritten if lost)
-        self._flushes = 0  # hand-overs to the writer so far
-        self._done_upto = 0  # every hand-over up to this one is done
-        self._last_flush: dict[int, int] = {}  # segment -> the last hand-over with its bytes
-        self._retired: list[tuple[int, int]] = []  # (fd, last hand-over) to close once done
         self._force_sync = False  # the next hand-over syncs whatever the policy
         self._unflushed = 0  # bytes appended since the last hand-over
-        self._failures: dict[int, OSError] = {}  # hand-over -> its failure, until done
-        #: Callbacks per hand-over, run once it is done.
-        self._waiting: deque[tuple[int, list[Durable]]] = deque()
         #: Segment deletions (unlink and directory sync), off the loop.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="store")
         #: Compaction's reads: never queued behind, or ahead of, a group commit.
@@ -171,11 +159,7 @@ class Journal:
         self._size = len(header)
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._done_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._dir_fd = os.open(self.directory, os.O_RDONLY | os.O_CLOEXEC)
-        self._writer_thread = group_writer(self._done_fd, native=self._native_writer)
-        loop.add_reader(self._done_fd, self._on_done)
+        self._hand_overs.start(self._reap)
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._writer(), name="store-writer")
         self._wake.set()  # the new segment's header
@@ -260,57 +244,19 @@ class Journal:
             # close() waited would otherwise wait for a wake-up nobody sends (a hang at stop).
             if self._pending or self._callbacks:
                 self._flush()
-            elif self._closing and not self._waiting:
+            elif self._closing and not self._hand_overs.waiting:
                 return
             else:
                 await wake.wait()
                 wake.clear()
 
     def _flush(self) -> None:
-        writer = self._writer_thread
-        assert writer is not None
         pending, self._pending = self._pending, []
         callbacks, self._callbacks = self._callbacks, []
         self._unflushed = 0
-        self._flushes = number = self._flushes + 1
-        self._waiting.append((number, callbacks))
         sync = self.sync is SyncPolicy.FSYNC or self._force_sync
         self._force_sync = False
-        last = len(pending) - 1
-        for i, (segment, data) in enumerate(pending):
-            new_file = segment != self._written_segment
-            if new_file:
-                if not sync and self._fd >= 0:  # synced whatever the policy: copies may be
-                    # in it, and the sync before a compacted segment's deletion is the tail's
-                    writer.submit(number, self._fd, None, True, -1, None, False)
-                self._switch_file(segment)
-            self._last_flush[segment] = number
-            writer.submit(
-                number,
-                self._fd,
-                data,
-                sync,
-                self._dir_fd if new_file and sync else -1,
-                None if data.startswith(MAGIC) else self._headers.get(segment),
-                i == last,
-            )
-        if not pending:  # callbacks only: a sync of what earlier hand-overs wrote
-            writer.submit(number, self._fd, None, sync and self._fd >= 0)
-
-    def _switch_file(self, number: int) -> None:
-        """On the loop: open segment ``number``'s file; the previous one is closed once
-        the writer is done with it."""
-        if self._fd >= 0:
-            self._retired.append((self._fd, self._flushes))
-        self._fd = -1
-        try:
-            self._fd = os.open(segment_path(self.directory, number), _OPEN_FLAGS, 0o640)
-        except OSError as exc:
-            # Its jobs fail (EBADF on -1), their callbacks hear it; a later write tries
-            # to open it again.
-            self.log_event("error", "store_write_failed", error=_describe(exc))
-            return
-        self._written_segment = number
+        self._hand_overs.submit(pending, callbacks, sync, self._headers)
 
     def between_publishes(self) -> None:
         """After a publish is routed: hand over at once past HAND_OVER_BYTES. Only here, never
@@ -323,40 +269,19 @@ class Journal:
         """After a read's frames are processed (a turn of the loop can process many): hand
         over now, and run the callbacks of the writes done meanwhile (their confirms go out
         with the connection's next write)."""
-        if self._writer_thread is None or self._closing:
+        if not self._hand_overs.started or self._closing:
             return
         if self._pending or self._callbacks:
             self._flush()
         self._reap()
 
-    def _on_done(self) -> None:
-        """The eventfd: run the callbacks of every hand-over the writer is done with."""
-        with contextlib.suppress(BlockingIOError):
-            os.eventfd_read(self._done_fd)
-        self._reap()
-
     def _reap(self) -> None:
-        writer = self._writer_thread
-        if writer is None:
+        """Run the callbacks of every hand-over the writer is done with; then, after a
+        good write, compact maybe."""
+        hand_overs = self._hand_overs
+        if not hand_overs.started:
             return
-        upto, errors = writer.take_done()
-        failures = self._failures
-        for number, code in errors:
-            failures.setdefault(number, OSError(code, os.strerror(code)))
-        if upto > self._done_upto:
-            self._done_upto = upto
-        waiting = self._waiting
-        any_ok = False
-        while waiting and waiting[0][0] <= self._done_upto:
-            number, callbacks = waiting.popleft()
-            ok = self._written(failures.pop(number, None) if failures else None)
-            any_ok = any_ok or ok
-            for callback in callbacks:
-                callback(ok)
-        retired = self._retired
-        while retired and retired[0][1] <= self._done_upto:
-            with contextlib.suppress(OSError):
-                os.close(retired.pop(0)[0])
+        any_ok = hand_overs.reap()
         if self._closing:
             if self._wake is not None:
                 self._wake.set()
@@ -372,7 +297,7 @@ class Journal:
             return True
         if self.on_write_failed is not None:
             self.on_write_failed(failure)
-        error = _describe(failure)
+        error = describe(failure)
         if self.failed != error:
             self.log_event("error", "store_write_failed", error=error)
         self.failed = error
@@ -381,11 +306,11 @@ class Journal:
 
     @property
     def syncs(self) -> int:
-        return 0 if self._writer_thread is None else self._writer_thread.syncs
+        return self._hand_overs.syncs
 
     @property
     def bytes_written(self) -> int:
-        return 0 if self._writer_thread is None else self._writer_thread.bytes_written
+        return self._hand_overs.bytes_written
 
     # -- compaction ------------------------------------------------------------------------
     def _maybe_compact(self) -> None:
@@ -395,10 +320,8 @@ class Journal:
                 return
             # Only a segment written whole: none of its bytes still waiting in the buffer,
             # and the writer past it (a later write calls here again).
-            if (
-                candidate >= self._written_segment
-                or self._last_flush.get(candidate, 0) > self._done_upto
-                or any(n <= candidate for n, _ in self._pending)
+            if not self._hand_overs.written_whole(candidate) or any(
+                n <= candidate for n, _ in self._pending
             ):
                 return
             ledger = self.ledger
@@ -436,7 +359,7 @@ class Journal:
         if ok and not self._closing:
             self._remove_once_synced(number)
             self.ledger.removed(number)
-            self._last_flush.pop(number, None)
+            self._hand_overs.forget(number)
             self.compacted_segments += 1
             self.log_event("info", "store_segment_compacted", segment=number, copied=copied)
         self._compacting = None
@@ -575,16 +498,7 @@ class Journal:
             ok = await done
             self._wake.set()
             await self._task
-        writer = self._writer_thread
-        if writer is not None:
-            writer.close()  # nothing is left to write: the thread ends at once
-            asyncio.get_running_loop().remove_reader(self._done_fd)
-        for fd in [self._fd, self._dir_fd, self._done_fd, *(f for f, _ in self._retired)]:
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._fd = self._dir_fd = self._done_fd = -1
-        self._retired.clear()
+        self._hand_overs.close()
         self._executor.shutdown(wait=True)
         self._reader.shutdown(wait=True)
         return ok and self.failed is None
@@ -592,10 +506,6 @@ class Journal:
     def log_event(self, level: str, event: str, **fields: Any) -> None:
         if self.log is not None:
             getattr(self.log, level)(event, **fields)
-
-
-def _describe(exc: OSError) -> str:
-    return f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, '?')})"
 
 
 __all__ = ["CorruptStore", "Journal", "StoreError", "SyncPolicy"]

@@ -13,7 +13,8 @@ from typing import Any
 
 from broker.core.message import Message
 from broker.management.console import ha_view
-from broker.management.console.live import HISTORY, LiveFeed
+from broker.management.console.live import LiveFeed
+from broker.management.console.samples import HISTORY
 from common.log import get_logger
 from common.slices import SLICE
 from tests.management.support import FakeBroker

@@ -14,6 +14,8 @@ Parts, one concept each:
 - :mod:`~broker.management.console.pages`: the login form, the page, its static files;
 - :mod:`~broker.management.console.live`: the sampler and the ``/api/console/live``
   server-sent events;
+- :mod:`~broker.management.console.samples`: what the sampler read, tick after tick:
+  rates and histories per queue, each backup's lags (pure);
 - :mod:`~broker.management.console.ha_view`: what the pages add to ``/api/ha`` (lag in
   bytes, the managing agent);
 - :mod:`~broker.management.console.timeline`: the fail-overs this broker saw, in the

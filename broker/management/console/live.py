@@ -6,10 +6,11 @@ The HA role's events go to the fail-over timeline as they are logged
 (:class:`~broker.management.console.timeline.Timeline`, a listener of
 ``HaBroker.listeners``). The sampler (one asyncio task per management app, started and
 stopped with it) reads the broker every :data:`PERIOD` seconds: the queues' counters (for
-the rates and charts, :data:`HISTORY` samples kept per queue), each backup's lag per queue
-(messages still to send, for the sparklines) and since when it has left batches
-unacknowledged (``unacknowledged_for``: a backup that stopped reading, whose lag hides in
-the socket buffers); then it builds a snapshot for the streams. With ``--console-zk`` and
+the rates and charts), each backup's lag per queue (messages still to send, for the
+sparklines) and since when it has left batches unacknowledged (``unacknowledged_for``: a
+backup that stopped reading, whose lag hides in the socket buffers), kept by
+:class:`~broker.management.console.samples.Samples`; then it builds a snapshot for the
+streams. With ``--console-zk`` and
 ``--console-cluster``, a second task reads the agents' view from ZooKeeper
 (:class:`~broker.management.console.agents_view.AgentsView`).
 
@@ -69,6 +70,7 @@ from broker.management.console.live_lists import (
     channels_wanted_by,
 )
 from broker.management.console.overview import RANGES, Overview
+from broker.management.console.samples import Samples
 from broker.management.console.timeline import Timeline
 from broker.management.errors import ApiError
 from broker.management.lists import parse_query
@@ -84,14 +86,12 @@ from broker.management.views import queue_view
 from broker.security.roles import Role
 from common.slices import SLICE, Steps, run_steps
 
-__all__ = ["HISTORY", "PERIOD", "LiveFeed"]
+__all__ = ["PERIOD", "LiveFeed"]
 
 #: Seconds between two samples (and two snapshots).
 PERIOD = 1.0
 #: Reads of the agent's log for one promotion, a sample apart, before giving up.
 AGENT_LOG_TRIES = 30
-#: Samples (seconds) of history kept per queue and per backup's queue.
-HISTORY = 60
 
 
 def _agents_view(broker: ManagedBroker) -> AgentsView | None:
@@ -129,20 +129,11 @@ class LiveFeed:
         self.clock = wall_clock
         self.timeline = Timeline()
         self.overview = Overview(broker)  # RabbitMQ's Overview: totals, rates, node figures
-        self.queue_history: dict[str, deque[dict[str, float]]] = {}
-        self.lag_history: dict[str, dict[str, deque[int]]] = {}
-        #: backup id -> since when it has left batches unacknowledged with nothing
-        #: acknowledged meanwhile (a backup that stopped reading: its lag in messages stays
-        #: in the socket buffers). A batch in flight at each sample of a busy, healthy
-        #: backup is not silence: the primary sends on acknowledgements (its credit), so
-        #: messages sent since the last sample mean something was acknowledged.
-        self.unacknowledged_since: dict[str, float] = {}
-        #: backup id -> messages sent to it in all, at the last sample
-        self._sent: dict[str, int] = {}
+        #: what the sampler read: rates and histories per queue, lags per backup
+        self.samples = Samples()
         #: the agent that manages this broker (``GET /api/ha``'s ``managed_by``): the
         #: management app sets it to its promote guard's (a promotion by hand is refused)
         self.managed_by: Callable[[], str | None] = lambda: agent_option(broker)
-        self._counters: dict[str, tuple[float, int, int, int]] = {}
         self._changed = asyncio.Condition()
         self._version = 0
         #: the pages' state (status, HA, agents, timeline...) of the last tick followed
@@ -151,11 +142,7 @@ class LiveFeed:
         self._text: tuple[dict[str, Any], str] | None = None
         self._encoding = asyncio.Lock()
         self._sampling = asyncio.Lock()
-        self.lists = LiveLists(broker, self._queue_row, self._history)
-        #: queue key -> what the sampler read of it last (while the lists are followed)
-        self._signatures: dict[str, tuple[Any, ...]] = {}
-        self._moved: set[str] = set()
-        self._moved_before: set[str] = set()
+        self.lists = LiveLists(broker, self._queue_row, self.samples.history)
         self._followed = False  #: the lists were followed at the last tick
         self.viewers = 0  #: open streams
         self._agent_tries: dict[int, int] = {}  #: epoch -> reads of the agent's log
@@ -163,6 +150,21 @@ class LiveFeed:
         self._task: asyncio.Task[None] | None = None
         self.agents = _agents_view(broker)
         self._agents_task: asyncio.Task[None] | None = None
+
+    @property
+    def queue_history(self) -> dict[str, deque[dict[str, float]]]:
+        """Each queue's history (:class:`Samples`)."""
+        return self.samples.queue_history
+
+    @property
+    def lag_history(self) -> dict[str, dict[str, deque[int]]]:
+        """Each backup's lag history per queue (:class:`Samples`)."""
+        return self.samples.lag_history
+
+    @property
+    def unacknowledged_since(self) -> dict[str, float]:
+        """Since when each backup has left batches unacknowledged (:class:`Samples`)."""
+        return self.samples.unacknowledged_since
 
     # app lifecycle ----------------------------------------------------------------------
     async def start(self, app: web.Application) -> None:
@@ -248,22 +250,19 @@ class LiveFeed:
         now = self.clock()
         queues = vhosts_of(self.broker).queues  # by key: the name in "/"
         items = list(queues.items())
-        # the queues gone, by set operations (10,000 look-ups by key took milliseconds)
-        for name in self.queue_history.keys() - {key for key, _ in items}:
-            del self.queue_history[name]
-            self._counters.pop(name, None)
-            self._signatures.pop(name, None)
+        samples = self.samples
+        samples.queues_gone({key for key, _ in items})
         following = self.following(now)
-        self._moved_before, self._moved = self._moved, set()
+        samples.tick()
         for start in range(0, len(items), SLICE):
             if start:
                 yield
             # each slice's own time: a slice after a pause reads counters of later
-            self._sample_queues(self.clock(), items[start : start + SLICE], following)
+            samples.queues(self.clock(), items[start : start + SLICE], following)
         ha = getattr(self.broker, "ha", None)
         # nobody viewing: the backups' positions (the lag histories), not a row per queue
         ha_status = None if ha is None else (yield from _status_steps(ha, rows=following))
-        yield from self._sample_backups_steps(now, ha_status)
+        yield from samples.backups_steps(now, ha_status)
         self._agent_instants()
         # only while someone follows: the lists' journal and the pages' state
         if following:
@@ -272,7 +271,7 @@ class LiveFeed:
             if self._followed:
                 self.lists.release()
             self.state, self._text, self._followed = None, None, False
-            self._signatures.clear()
+            samples.not_followed()
 
     def following(self, now: float) -> bool:
         """Whether someone follows the lists: a viewer, or a recent reader of
@@ -291,66 +290,11 @@ class LiveFeed:
             self.lists.journal.forget()
             moved: set[str] | None = None
         else:  # a rate that fell to 0 moves a queue once more after its counters stop
-            moved = self._moved | self._moved_before
+            moved = self.samples.moved | self.samples.moved_before
         yield from self.lists.update_steps(moved, queues, self.lists.channels_wanted(now))
         self.lists.prune_texts()
         self._followed = True
         self.state = yield from self._build_steps(now, ha_status)
-
-    def _sample_queues(self, now: float, items: list[tuple[str, Any]], following: bool) -> None:
-        for name, queue in items:
-            counters = (now, queue.enqueued_total, queue.delivered_total, queue.acked_total)
-            before = self._counters.get(name, counters)
-            self._counters[name] = counters
-            span = max(now - before[0], 1e-3)
-            point = {
-                "messages": queue.message_count,
-                "unacked": queue.unacked,
-                "publish": round(max(0, counters[1] - before[1]) / span, 2),
-                "deliver": round(max(0, counters[2] - before[2]) / span, 2),
-                "ack": round(max(0, counters[3] - before[3]) / span, 2),
-            }
-            self.queue_history.setdefault(name, deque(maxlen=HISTORY)).append(point)
-            if following:  # what moves a queue's row (the rest: every 30 s, FULL_EVERY)
-                signature = (
-                    counters[1:],
-                    point["messages"],
-                    point["unacked"],
-                    queue.consumer_count,
-                )
-                read_before = self._signatures.get(name)
-                if read_before != signature:
-                    self._signatures[name] = signature
-                    if read_before is not None:  # a first reading: its row is built anyway
-                        self._moved.add(name)
-
-    def _sample_backups_steps(self, now: float, ha_status: dict[str, Any] | None) -> Steps[None]:
-        """Each backup's queue lags into its histories, :data:`SLICE` rows a slice (two
-        backups of 10,000 queues at once: one step of 100-130 ms every second)."""
-        seen: set[str] = set()
-        for backup in (ha_status or {}).get("backups", []):
-            backup_id = str(backup["id"])
-            lags = self.lag_history.setdefault(backup_id, {})
-            seen.add(backup_id)
-            waiting = sent = 0
-            for i, row in enumerate(backup.get("queues", []), 1):
-                lags.setdefault(str(row["queue"]), deque(maxlen=HISTORY)).append(int(row["lag"]))
-                waiting += int(row.get("unacknowledged_batches") or 0)
-                sent += int(row.get("sent") or 0)
-                if i % SLICE == 0:
-                    yield
-            progressed = sent != self._sent.get(backup_id, -1)
-            self._sent[backup_id] = sent
-            if waiting and not progressed:
-                self.unacknowledged_since.setdefault(backup_id, now)
-            else:
-                self.unacknowledged_since.pop(backup_id, None)
-        for gone in set(self.lag_history) - seen:
-            del self.lag_history[gone]
-        for gone in set(self.unacknowledged_since) - seen:
-            del self.unacknowledged_since[gone]
-        for gone in set(self._sent) - seen:
-            del self._sent[gone]
 
     def _agent_instants(self) -> None:
         """A new primary's fail-overs get this node's agent's won and promoted (its log may
@@ -398,7 +342,7 @@ class LiveFeed:
         assert self.state is not None
         rows = self.lists.journal.rows
         queues = [
-            {**rows["queues"][k], "history": self._history(k)}
+            {**rows["queues"][k], "history": self.samples.history(k)}
             for k in sorted(rows["queues"], key=lambda k: _order(rows["queues"][k]))
         ]
         exchanges = sorted(rows["exchanges"].values(), key=_order)
@@ -429,14 +373,8 @@ class LiveFeed:
         and the rates of the last sample (per second)."""
         view = queue_view(queue)
         view["replication"] = _replication(self.broker, queue)
-        samples = self.queue_history.get(key_of(queue))
-        point = samples[-1] if samples else {}
-        for rate in ("publish", "deliver", "ack"):
-            view[f"{rate}_rate"] = point.get(rate, 0.0)
+        view.update(self.samples.rates(key_of(queue)))
         return view
-
-    def _history(self, key: str) -> list[dict[str, float]]:
-        return list(self.queue_history.get(key, ()))
 
     def _build_steps(self, now: float, ha_status: dict[str, Any] | None) -> Steps[dict[str, Any]]:
         """The pages' state (everything but the lists), in slices where the HA status
@@ -464,13 +402,8 @@ class LiveFeed:
             "configured_members": [
                 str(a) for a in getattr(getattr(broker, "ha", None), "addresses", [])
             ],
-            "lag_history": {
-                backup: {queue: list(lags) for queue, lags in by_queue.items()}
-                for backup, by_queue in self.lag_history.items()
-            },
-            "unacknowledged_for": {
-                backup: round(now - since, 1) for backup, since in self.unacknowledged_since.items()
-            },
+            "lag_history": self.samples.lags(),
+            "unacknowledged_for": self.samples.unacknowledged_for(now),
             "timeline": self.timeline.view(),
             "overview": self.overview.sample(now),
             "vhosts": [
