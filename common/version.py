@@ -32,9 +32,9 @@ __all__ = [
 __version__ = "0.1.0"
 
 #: The replication formats this broker speaks: 1, the wire of release 0.1.0; 2, every name
-#: and field table a client may declare; 3, format 2 and the member lease
-#: (broker.ha.link_format).
-REPLICATION_FORMATS = FormatRange(1, 3)
+#: and field table a client may declare; 3, format 2 and the member lease; 4, format 3 and
+#: the cluster's users (broker.ha.link_format).
+REPLICATION_FORMATS = FormatRange(1, 4)
 
 #: The ZooKeeper formats this agent reads (and writes, the highest every member speaks): 1,
 #: the records of release 0.1.0; 2, the same records, an in-sync record at version 2 telling

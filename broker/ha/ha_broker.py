@@ -200,6 +200,7 @@ class HaBroker:
             disk=disk,
             on_fenced=on_fenced,
             on_refused=on_refused,
+            cluster_users=context.authenticator.cluster_users,
         )
         self._promoting = asyncio.Lock()
         #: While promoted (and a moment after), housekeeping over every queue waits.
@@ -531,6 +532,7 @@ class HaBroker:
         self.streams = PrimaryStreams(primary, self, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.streams.lease_events = self.lease  # the member lease's grants
+        self.streams.serve_users(self.context.authenticator.cluster_users)  # format 4's links
         # replication streams; declare-ok and friends after the backups
         self.context.attach(streams=self.streams, barrier=self.streams)
         self.vhost.listeners.append(PrimaryListener(primary, self.queue_deleted))
