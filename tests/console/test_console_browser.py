@@ -11,11 +11,15 @@ and the new primary with its fail-over on the timeline. Each page is photographe
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,9 @@ BACK = "console-back"
 CONSUMED = "console-consumed"
 WATCHED = "console-watched"
 PURGED = "console-purged"
+RABBITMQ_DEFINITIONS = (
+    Path(__file__).parent.parent / "management" / "data" / "rabbitmq-3.10.8-definitions.json"
+)
 
 
 def flagged(browser: Any, row: str) -> Callable[[], str | None]:
@@ -437,6 +444,94 @@ def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(
     browser.get(console_url(other))
     expected = f"the primary is at 127.0.0.1:{new.port}"
     seen(browser, lambda: expected in text(browser, "#role-banner"), 15, expected)
+
+
+def press(browser: Any, button: str) -> None:
+    """Click a form's button even under the toast of the last action (it covers the
+    page's lower right corner for a few seconds)."""
+    browser.execute_script("arguments[0].click()", browser.find_element(By.ID, button))
+
+
+def basic_get(node: Node, path: str, user: str, password: str) -> Any:
+    """``path`` of ``node``'s API as ``user`` (HTTP Basic); None when refused."""
+    request = urllib.request.Request(f"http://127.0.0.1:{node.mgmt_port}{path}")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.load(response)
+    except urllib.error.HTTPError:
+        return None
+
+
+def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
+    console_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    """An administrator adds a user and its permission, a vhost, imports a RabbitMQ
+    definitions file and exports the broker's; every broker of the cluster logs the user
+    in; deleted in the page, it logs in nowhere (tests/ha/test_definitions_failover.py
+    logs such users in on a new primary)."""
+    primary = primary_of(console_cluster)
+    backups = [n for n in console_cluster.nodes if n is not primary]
+    log_in(browser, primary, "admin", "users")
+    seen(browser, lambda: "watcher" in text(browser, "#users-table"), what="the users")
+    browser.execute_script(
+        "document.querySelectorAll('#admin-forms details').forEach(d => d.open = true)"
+    )
+    for field, value in (
+        ("new-user-name", "clerk"),
+        ("new-user-password", "clerk-secret"),
+        ("new-user-tags", "monitoring"),
+    ):
+        browser.find_element(By.ID, field).send_keys(value)
+    press(browser, "add-user-button")
+    seen(browser, lambda: "user clerk saved (monitoring)" in text(browser, "#toast"))
+    browser.find_element(By.ID, "permission-user").send_keys("clerk")
+    press(browser, "set-permission-button")
+    seen(browser, lambda: "clerk may open vhost /" in text(browser, "#toast"))
+    browser.find_element(By.ID, "new-vhost-name").send_keys("ledger")
+    press(browser, "add-vhost-button")
+    seen(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "#vhosts tr[data-vhost='ledger']"))
+    row = "#users-table tr[data-user='clerk']"
+    seen(browser, lambda: text(browser, row).endswith("cluster / Delete"), what="clerk's row")
+    upload = browser.find_element(By.ID, "definitions-file")
+    upload.send_keys(str(RABBITMQ_DEFINITIONS))
+    press(browser, "import-definitions-button")
+    seen(browser, lambda: "Imported:" in text(browser, "#definitions-result"), what="imported")
+    result = text(browser, "#definitions-result")
+    assert "1 users, 1 permissions, 2 exchanges, 2 queues, 3 bindings" in result
+    assert "policies[0] 'orders-ttl' in vhost 'shop': not supported here, ignored" in result
+    assert "users[1] 'guest': this broker's own user" in result  # the users file's guest
+    browser.save_screenshot(str(shots / "admin.png"))
+    exported = browser.execute_async_script(
+        "fetch('/api/definitions').then((r) => r.json()).then(arguments[0])"
+    )
+    assert [u["name"] for u in exported["users"]] == ["clerk", "shopkeeper"]
+    assert {"ledger", "shop"} <= {v["name"] for v in exported["vhosts"]}
+    # every broker of the cluster has the user made in the page (and the imported one)
+    for node in backups:
+        poll_until(
+            lambda node=node: basic_get(node, "/api/vhosts", "clerk", "clerk-secret"),
+            10,
+            f"clerk logs in on {node.name}",
+        )
+        assert basic_get(node, "/api/users", "shopkeeper", "test12") is not None
+    with pika.BlockingConnection(
+        pika.ConnectionParameters(
+            "127.0.0.1", primary.port, "/", pika.PlainCredentials("clerk", "clerk-secret")
+        )
+    ):
+        pass
+    click(browser, f"{row} button.delete-user", what="clerk's delete button")
+    assert "Delete user clerk" in text(browser, "#confirm-text")
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(browser, lambda: "deleted user clerk" in text(browser, "#toast"))
+    for node in console_cluster.nodes:
+        poll_until(
+            lambda node=node: basic_get(node, "/api/vhosts", "clerk", "clerk-secret") is None,
+            10,
+            f"clerk refused on {node.name}",
+        )
 
 
 def test_no_script_error_in_the_pages(browser: Any) -> None:

@@ -1,6 +1,6 @@
 // The console's object pages: queues (a page of them, filtered and sorted by the server,
 // with charts and actions), exchanges and bindings, connections (a page of each, filtered
-// and paged by the server), users. Registered as
+// and paged by the server); users are admin.js's. Registered as
 // renderers with console.js; the lists they show are held by lists.js.
 "use strict";
 
@@ -359,31 +359,9 @@
     }, (error) => box.replaceChildren(el("p", { class: "note", text: error.message })));
   }
 
-  let usersLoaded = 0;
-
-  function renderVhosts(s) {
-    replaceRows($("vhosts").tBodies[0], (s.vhosts || []).map((v) => el("tr", { "data-vhost": v.name },
-      el("td", { text: v.name }), el("td", { class: "num", text: fmt(v.queues) }), el("td", { class: "num", text: fmt(v.exchanges) }))));
-  }
-
-  function renderUsers(s) {
-    renderVhosts(s);
-    const box = $("users");
-    if (!s.me.auth) { box.replaceChildren(el("p", { class: "note", text: "Authentication is off: no users are checked." })); return; }
-    if (!canAdmin()) { box.replaceChildren(el("p", { class: "note", id: "users-none", text: "Only administrators see the users." })); return; }
-    if (Date.now() - usersLoaded < 10000) return;
-    usersLoaded = Date.now();
-    api("GET", "/api/users").then((users) => {
-      box.replaceChildren(el("table", { class: "grid", id: "users-table" },
-        el("thead", {}, el("tr", {}, el("th", { text: "User" }), el("th", { text: "Management roles" }))),
-        el("tbody", {}, ...users.map((u) => el("tr", {}, el("td", { text: u.name }), el("td", { text: u.roles.join(", ") || "none (AMQP only)" }))))));
-    }, (error) => box.replaceChildren(el("p", { class: "note", text: error.message })));
-  }
-
   wireQueueQuery();
   for (const name of ["exchanges", "bindings", "connections"]) wireListQuery(name);
   app.state.renderers.queues = renderQueues;
   app.state.renderers.exchanges = (s) => { renderExchanges(s); if (!$("publish-form").firstChild) renderPublishForm(); };
   app.state.renderers.connections = renderConnections;
-  app.state.renderers.users = renderUsers;
 })();
