@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -464,6 +465,10 @@ def basic_get(node: Node, path: str, user: str, password: str) -> Any:
         return None
 
 
+def clerk_refused(node: Node) -> bool:
+    return basic_get(node, "/api/vhosts", "clerk", "clerk-secret") is None
+
+
 def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
     console_cluster: AgentCluster, browser: Any, shots: Path
 ) -> None:
@@ -510,11 +515,8 @@ def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
     assert {"ledger", "shop"} <= {v["name"] for v in exported["vhosts"]}
     # every broker of the cluster has the user made in the page (and the imported one)
     for node in backups:
-        poll_until(
-            lambda node=node: basic_get(node, "/api/vhosts", "clerk", "clerk-secret"),
-            10,
-            f"clerk logs in on {node.name}",
-        )
+        logs_in = functools.partial(basic_get, node, "/api/vhosts", "clerk", "clerk-secret")
+        poll_until(logs_in, 10, f"clerk logs in on {node.name}")
         assert basic_get(node, "/api/users", "shopkeeper", "test12") is not None
     with pika.BlockingConnection(
         pika.ConnectionParameters(
@@ -527,11 +529,8 @@ def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: "deleted user clerk" in text(browser, "#toast"))
     for node in console_cluster.nodes:
-        poll_until(
-            lambda node=node: basic_get(node, "/api/vhosts", "clerk", "clerk-secret") is None,
-            10,
-            f"clerk refused on {node.name}",
-        )
+        refused = functools.partial(clerk_refused, node)
+        poll_until(refused, 10, f"clerk refused on {node.name}")
 
 
 def test_no_script_error_in_the_pages(browser: Any) -> None:
