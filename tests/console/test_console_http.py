@@ -255,6 +255,8 @@ def test_a_monitoring_user_acts_on_nothing(qpidd: BrokerProcess) -> None:
         answer = client.change(method, path, {})
         assert answer.status == 403, (method, path, answer.text)
     assert client.request("GET", "/api/users").status == 403
+    assert client.request("GET", "/api/definitions").status == 403  # it holds hashes
+    assert client.change("PUT", "/api/users/x", {"password": "x"}).status == 403
     assert client.request("GET", "/api/queues/watched-q").json()["messages"] == 1
 
 
