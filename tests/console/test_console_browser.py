@@ -44,6 +44,7 @@ BACK = "console-back"
 CONSUMED = "console-consumed"
 WATCHED = "console-watched"
 PURGED = "console-purged"
+UNBOUND = "console-unbound"
 RABBITMQ_DEFINITIONS = (
     Path(__file__).parent.parent / "management" / "data" / "rabbitmq-3.10.8-definitions.json"
 )
@@ -531,6 +532,38 @@ def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
     for node in console_cluster.nodes:
         refused = functools.partial(clerk_refused, node)
         poll_until(refused, 10, f"clerk refused on {node.name}")
+
+
+def bound_keys(node: Node, queue: str) -> list[str]:
+    rows = basic_get(node, f"/api/queues/%2F/{queue}/bindings", "guest", "guest") or []
+    return sorted(b["routing_key"] for b in rows if b["source"])
+
+
+def test_unbind_from_the_bindings_list(
+    console_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    """The exchanges page's bindings list offers Unbind: confirmed, the binding goes on
+    every broker, the queue's other binding stays."""
+    primary = primary_of(console_cluster)
+    parameters = pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{primary.port}/%2F")
+    with pika.BlockingConnection(parameters) as connection:
+        channel = connection.channel()
+        channel.exchange_declare(UNBOUND, "direct", durable=True)  # amq.*'s: not replicated
+        channel.queue_declare(UNBOUND, durable=True)
+        for key in ("k1", "k2"):
+            channel.queue_bind(UNBOUND, UNBOUND, key)
+    log_in(browser, primary, "admin", "exchanges")
+    browser.find_element(By.ID, "bindings-filter").send_keys(UNBOUND)
+    row = f"#bindings tr[data-destination='{UNBOUND}'][data-key='k1']"
+    click(browser, f"{row} button.unbind", what="the binding's Unbind button")
+    assert text(browser, "#confirm-text") == (
+        f'Unbind queue {UNBOUND} from exchange {UNBOUND} (routing key "k1") in vhost /?'
+    )
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(browser, lambda: f"unbound {UNBOUND} from {UNBOUND}" in text(browser, "#toast"))
+    for node in console_cluster.nodes:
+        keys = functools.partial(bound_keys, node, UNBOUND)
+        poll_until(lambda: keys() == ["k2"], 10, f"the binding gone on {node.name}")  # noqa: B023
 
 
 def test_no_script_error_in_the_pages(browser: Any) -> None:

@@ -290,9 +290,23 @@
       el("td", { class: "num", text: fmt(x.bindings) }), el("td", { class: "num", text: fmt(x.routed_total) }),
       el("td", { class: "num", text: fmt(x.unroutable_total) }), el("td", { class: "args", text: argsText(x.arguments) }),
       el("td", {}, exchangeButtons(x)))));
-    replaceRows($("bindings").tBodies[0], (s.bindings || []).map((b) => el("tr", {},
+    const unbinding = canAdmin() && !changesRefused();
+    replaceRows($("bindings").tBodies[0], (s.bindings || []).map((b) => el("tr", { "data-source": b.source, "data-destination": b.destination, "data-key": b.routing_key },
       el("td", { class: "vhost", text: b.vhost || "/" }), el("td", { text: b.source || "(default)" }), el("td", { text: b.destination }), el("td", { text: b.destination_type }),
-      el("td", { text: b.routing_key }), el("td", { class: "args", text: argsText(b.arguments) }))));
+      el("td", { text: b.routing_key }), el("td", { class: "args", text: argsText(b.arguments) }),
+      el("td", {}, unbinding && b.source ? unbindButton(b) : null))));
+  }
+
+  // Unbind (RabbitMQ's word) from the bindings list: the binding named by its properties key.
+  function unbindButton(b) {
+    const vhost = b.vhost || "/";
+    const kind = b.destination_type === "exchange" ? "e" : "q";
+    return el("button", { class: "danger unbind", onclick: () => confirmThen(
+      `Unbind ${b.destination_type} ${b.destination} from exchange ${b.source} (routing key "${b.routing_key}") in vhost ${vhost}?`,
+      async () => {
+        await api("DELETE", `/api/bindings/${enc(vhost)}/e/${enc(b.source)}/${kind}/${enc(b.destination)}/${enc(b.properties_key)}`);
+        return `unbound ${b.destination} from ${b.source}`;
+      }) }, "Unbind");
   }
 
   let selectedConnection = null;
