@@ -7,8 +7,8 @@ and ``GET /api/definitions``): ``users``, ``vhosts``, ``permissions``, ``queues`
 file before anything is applied: a bad one is a :class:`DefinitionsError` naming the field
 (``queues[2].durable: must be true or false``), and nothing changes. What this broker cannot
 take whole is listed, never dropped in silence (:attr:`Definitions.ignored`): every policy,
-parameter and topic permission, and a queue whose ``x-queue-type`` is not ``classic``
-(declared here as a classic queue, the argument kept).
+parameter and topic permission, a user's or vhost's ``limits``, and a queue whose
+``x-queue-type`` is not ``classic`` (declared here as a classic queue, the argument kept).
 
 :func:`export` builds the file from rows the caller lists (the API's
 :mod:`broker.management.definitions_api`); a vhost's own file (``GET
@@ -141,6 +141,8 @@ def parse(data: object, vhost: str | None = None) -> Definitions:
         except ValueError as exc:
             raise DefinitionsError(f"vhosts[{i}].name: {exc}") from None
         found.vhosts.append(name)
+        if row.get("limits"):
+            found.ignored.append(f"vhosts[{i}] '{name}': limits are not supported here, ignored")
     for i, row in enumerate(_section(data, "users")):
         where = f"users[{i}]."
         name = _string(row, "name", f"users[{i}]")
@@ -148,6 +150,8 @@ def parse(data: object, vhost: str | None = None) -> Definitions:
             found.users.append(user_from_fields(name, row, where))
         except UserError as exc:
             raise DefinitionsError(str(exc)) from None
+        if row.get("limits"):
+            found.ignored.append(f"users[{i}] '{name}': limits are not supported here, ignored")
     for i, row in enumerate(_section(data, "permissions")):
         where = f"permissions[{i}]"
         try:

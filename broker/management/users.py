@@ -15,7 +15,8 @@ with ``"source": "own"`` and are changed with ``qpid-ha users`` only (409 here).
 - ``PUT /api/users/{name}``: body RabbitMQ's ``{"password"}`` or ``{"password_hash",
   "hashing_algorithm"}`` (``rabbit_password_hashing_sha256``, the default when a hash is
   given, or ``qpidd_password_hashing_scrypt``; an empty hash: no password login) and
-  ``tags`` (a comma-separated string or a list). A password is hashed with scrypt, or with
+  ``tags`` (a comma-separated string or a list; ``limits`` only empty: none are supported
+  here). A password is hashed with scrypt, or with
   RabbitMQ's SHA-256 when ``hashing_algorithm`` asks for it. 201 created, 200 replaced (a
   replaced user keeps its permissions); 400 naming a bad field.
 - ``DELETE /api/users/{name}``: the user and its permissions (404 none).
@@ -188,6 +189,8 @@ class UserEndpoints:
         return json_response(self._view(name), 201 if created else 200)
 
     async def _user_from(self, name: str, data: dict[str, Any]) -> ClusterUser:
+        if data.get("limits"):
+            raise UserError("limits: user limits are not supported here")
         password = data.get("password")
         if password is None:
             if "password_hash" not in data:

@@ -85,6 +85,19 @@ def test_a_bad_field_is_named(change: dict[str, Any], reason: str) -> None:
     assert str(info.value).startswith(reason) or reason in str(info.value)
 
 
+def test_limits_are_listed_as_ignored() -> None:
+    found = parse(
+        {
+            "vhosts": [{"name": "v", "limits": {"max-connections": 5}}],
+            "users": [{"name": "u", "password_hash": "", "limits": {"max-channels": 2}}],
+        }
+    )
+    assert found.ignored == [
+        "vhosts[0] 'v': limits are not supported here, ignored",
+        "users[0] 'u': limits are not supported here, ignored",
+    ]
+
+
 def test_bad_json_and_a_vhosts_file_with_users_are_refused() -> None:
     with pytest.raises(DefinitionsError, match="not valid JSON"):
         parse_text(b"{nope")

@@ -44,6 +44,7 @@ def test_users_and_permissions_with_their_bad_fields() -> None:
             ({"password_hash": TEST12, "hashing_algorithm": "md5"}, "hashing_algorithm: 'md5'"),
             ({"password": "a", "tags": 3}, "tags: must be a comma-separated string"),
             ({"password": "a", "role": "x"}, "unknown field 'role'"),
+            ({"password": "a", "limits": {"max-connections": 1}}, "limits: user limits"),
         ):
             answer = await client.put("/api/users/bad", json=bad)
             assert answer.status == 400 and words in await reason(answer), (bad, words)
