@@ -532,7 +532,7 @@ class HaBroker:
         self.streams = PrimaryStreams(primary, self, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.streams.lease_events = self.lease  # the member lease's grants
-        self.streams.serve_users(self.context.authenticator.cluster_users)  # format 4's links
+        self.streams.users.serve(self.context.authenticator.cluster_users)  # format 4's links
         # replication streams; declare-ok and friends after the backups
         self.context.attach(streams=self.streams, barrier=self.streams)
         self.vhost.listeners.append(PrimaryListener(primary, self.queue_deleted))

@@ -72,7 +72,7 @@ from broker.ha.replicate_level import (
 )
 from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.ha.replication_errors import event_object, object_named
-from broker.security.cluster_users import ClusterUsers
+from broker.ha.users_on_streams import UsersOnStreams
 from common.formats import FormatRange
 from common.slices import SLICE, Steps, rows_in_slices, run_steps
 from common.version import REPLICATION_FORMATS
@@ -384,28 +384,8 @@ class PrimaryStreams:
         #: hears their grants (None: no member lease, a stand-alone broker's replica).
         self.lease_streams: dict[str, LeaseStream] = {}
         self.lease_events: LeaseEvents | None = None
-        #: The cluster's users, sent on links of format 4 (None: not served).
-        self.cluster_users: ClusterUsers | None = None
-
-    def serve_users(self, users: ClusterUsers) -> None:
-        """Send ``users`` on every format-4 configuration stream: now, after each new
-        stream's snapshot, and after each change."""
-        self.cluster_users = users
-        users.listeners.append(self._users_changed)
-        self._users_changed()
-
-    def stop_serving_users(self) -> None:
-        if self.cluster_users is not None and self._users_changed in self.cluster_users.listeners:
-            self.cluster_users.listeners.remove(self._users_changed)
-
-    def _users_changed(self) -> None:
-        if self.cluster_users is None:
-            return
-        event = self.cluster_users.event()
-        self.config_streams = [s for s in self.config_streams if not s.closed]
-        for stream in self.config_streams:
-            if stream.carries_users:
-                stream.push(event)
+        #: The cluster's users on links of format 4 (``users.serve``: the HA primary's).
+        self.users = UsersOnStreams(lambda: self.config_streams)
 
     # replication rules, with this broker's default
     def queue_level(self, queue: Queue) -> ReplicateLevel:
@@ -545,8 +525,7 @@ class PrimaryStreams:
             if self._membership is not None:
                 # Sent before this stream existed (its own connection may have changed it).
                 stream.push(self._membership)
-            if self.cluster_users is not None and codec.cluster_users:  # format 4
-                stream.push(self.cluster_users.event())
+            self.users.opened(stream)  # format 4: the cluster's users
             return stream
         if name == QUEUE_STREAM:  # format 2: the name in an argument, any name fits
             plain = arguments.get(QUEUE_ARGUMENT)

@@ -21,7 +21,7 @@ def config_link(formats: str) -> tuple[Client, ClusterUsers]:
     ctx, _ = primary_context()
     users = ctx.authenticator.cluster_users
     assert isinstance(ctx.streams, PrimaryStreams)
-    ctx.streams.serve_users(users)
+    ctx.streams.users.serve(users)
     props = {**BACKUP_PROPS, "qpid.ha-replication-formats": formats}
     backup = open_client(ctx, client_properties=props)
     backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
