@@ -518,7 +518,8 @@ def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
     for node in backups:
         logs_in = functools.partial(basic_get, node, "/api/vhosts", "clerk", "clerk-secret")
         poll_until(logs_in, 10, f"clerk logs in on {node.name}")
-        assert basic_get(node, "/api/users", "shopkeeper", "test12") is not None
+        imported = functools.partial(basic_get, node, "/api/users", "shopkeeper", "test12")
+        poll_until(imported, 10, f"shopkeeper logs in on {node.name}")
     with pika.BlockingConnection(
         pika.ConnectionParameters(
             "127.0.0.1", primary.port, "/", pika.PlainCredentials("clerk", "clerk-secret")
