@@ -520,12 +520,24 @@ def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
         poll_until(logs_in, 10, f"clerk logs in on {node.name}")
         imported = functools.partial(basic_get, node, "/api/users", "shopkeeper", "test12")
         poll_until(imported, 10, f"shopkeeper logs in on {node.name}")
-    with pika.BlockingConnection(
-        pika.ConnectionParameters(
-            "127.0.0.1", primary.port, "/", pika.PlainCredentials("clerk", "clerk-secret")
-        )
-    ):
-        pass
+    clerk = pika.ConnectionParameters(
+        "127.0.0.1", primary.port, "/", pika.PlainCredentials("clerk", "clerk-secret")
+    )
+    pika.BlockingConnection(clerk).close()
+    # its permission cleared in the page: it opens / no more
+    click(browser, "#permissions-table tr[data-permission='//clerk'] button.clear-permission")
+    assert text(browser, "#confirm-text") == "Clear the permission of clerk in vhost /?"
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(browser, lambda: "cleared clerk in /" in text(browser, "#toast"))
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+        pika.BlockingConnection(clerk)
+    # the vhost added in the page, deleted in the page
+    click(browser, "#vhosts tr[data-vhost='ledger'] button.delete-vhost")
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(
+        browser,
+        lambda: not browser.find_elements(By.CSS_SELECTOR, "#vhosts tr[data-vhost='ledger']"),
+    )
     click(browser, f"{row} button.delete-user", what="clerk's delete button")
     assert "Delete user clerk" in text(browser, "#confirm-text")
     browser.find_element(By.ID, "confirm-ok").click()
