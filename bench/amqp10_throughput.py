@@ -29,9 +29,12 @@ was lost, duplicated or refused, or a run failed.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
+import os
 import signal
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -238,21 +241,7 @@ def run_amqp10(url: str, target: str, args: argparse.Namespace, pairs: int) -> R
             latencies += data["latencies"]
             if data["refused"]:
                 result.errors.append(f"{data['refused']} refused")
-    if result.received != result.messages:
-        result.errors.append(f"received {result.received} of {result.messages}")
-    result.seconds = last - start
-    result.msgs_per_s = result.received / result.seconds if result.seconds > 0 else 0.0
-    latencies.sort()
-    if latencies:
-        result.p50_ms = percentile(latencies, 0.5) * 1000
-        result.p99_ms = percentile(latencies, 0.99) * 1000
-    if result.received:
-        result.clients_us_per_msg = clients_cpu / result.received * 1e6
-    if cpu0 is not None and cpu1 is not None and result.received:
-        broker = cpu1 - cpu0
-        result.broker_us_per_msg = broker / result.received * 1e6
-        window = max(result.seconds, 1e-6)
-        result.other_pct = max(0.0, (host1 - host0) - broker - clients_cpu) / window * 100
+    _account(result, start, last, latencies, clients_cpu, (cpu0, cpu1), (host0, host1))
     _declare(url, queues, delete=True)
     return result
 
@@ -272,8 +261,130 @@ def run_amqp091(url: str, target: str, args: argparse.Namespace, pairs: int) -> 
     )  # fmt: skip
 
 
+NODE_CLIENTS = HERE / "node_clients.js"
+NODE_MODULES = HERE.parent / "tests" / "compat" / "node" / "node_modules"
+
+
+def run_node(url: str, target: str, args: argparse.Namespace, pairs: int, proto: str) -> Result:
+    """One run with the Node.js clients (bench/node_clients.js): rhea for 1.0, amqplib for
+    0-9-1, the same window, prefetch and bodies as the Python clients."""
+    count = max(1000, args.total_messages // pairs)
+    params = pika.URLParameters(url)
+    token = uuid.uuid4().hex[:8]
+    queues = [f"benchnode-{pairs}-{token}-{i}" for i in range(pairs)]
+    _declare(url, queues)
+    result = Result(target, pairs, pairs * count)
+    env = {**os.environ, "NODE_PATH": str(NODE_MODULES)}
+    procs: list[tuple[str, subprocess.Popen[str]]] = []
+    try:
+        for i, queue in enumerate(queues):
+            address = f"/amq/queue/{queue}" if proto == "1.0" else queue
+            for role in ("consumer", "producer"):
+                window = args.prefetch if role == "consumer" else args.window
+                argv = ["node", str(NODE_CLIENTS), role, proto, params.host, str(params.port),
+                        address, str(i), str(count), str(args.size), str(window)]  # fmt: skip
+                child = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+                )
+                procs.append((role, child))
+        for role, proc in procs:
+            assert proc.stdout is not None
+            ready = proc.stdout.readline().strip()
+            if ready != "ready":
+                result.errors.append(f"{role} did not start: {ready!r}")
+                return result
+        time.sleep(0.3)  # as run_amqp10: the consumers' links attach
+        pid = listener_pid(url)
+        cpu0, host0, _ = process_cpu(pid), *host_cpu()
+        start = time.time()
+        for role, proc in procs:
+            if role == "producer":
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+        got: list[tuple[str, dict[str, Any]]] = []
+        deadline = time.monotonic() + args.timeout
+        for role, proc in procs:
+            try:
+                out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                result.errors.append(f"{role} timed out after {args.timeout} s")
+                continue
+            lines = out.strip().splitlines()
+            if proc.returncode != 0 or not lines:
+                result.errors.append(f"{role} exited {proc.returncode}")
+                continue
+            got.append((role, json.loads(lines[-1])))
+        cpu1, host1, _ = process_cpu(pid), *host_cpu()
+    finally:
+        for _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    latencies: list[float] = []
+    clients_cpu = 0.0
+    last = start
+    for role, data in got:
+        clients_cpu += data["cpu_s"]
+        if role == "consumer":
+            result.received += data["received"]
+            last = max(last, data["last_at"])
+            if data["duplicates"]:
+                result.errors.append(f"{data['duplicates']} duplicates")
+        else:
+            latencies += [ms / 1000 for ms in data["latencies_ms"]]
+            if data["refused"]:
+                result.errors.append(f"{data['refused']} refused")
+    _account(result, start, last, latencies, clients_cpu, (cpu0, cpu1), (host0, host1))
+    _declare(url, queues, delete=True)
+    return result
+
+
+def _account(
+    result: Result,
+    start: float,
+    last: float,
+    latencies: list[float],
+    clients_cpu: float,
+    broker_cpu: tuple[float | None, float | None],
+    host: tuple[float, float],
+) -> None:
+    """Fill in a run's figures from what its clients reported."""
+    if result.received != result.messages:
+        result.errors.append(f"received {result.received} of {result.messages}")
+    result.seconds = last - start
+    result.msgs_per_s = result.received / result.seconds if result.seconds > 0 else 0.0
+    latencies.sort()
+    if latencies:
+        result.p50_ms = percentile(latencies, 0.5) * 1000
+        result.p99_ms = percentile(latencies, 0.99) * 1000
+    if result.received:
+        result.clients_us_per_msg = clients_cpu / result.received * 1e6
+    cpu0, cpu1 = broker_cpu
+    if cpu0 is not None and cpu1 is not None and result.received:
+        broker = cpu1 - cpu0
+        result.broker_us_per_msg = broker / result.received * 1e6
+        window = max(result.seconds, 1e-6)
+        result.other_pct = max(0.0, (host[1] - host[0]) - broker - clients_cpu) / window * 100
+
+
+def runs_of(clients: str) -> list[tuple[str, str]]:
+    """(client kind, protocol) pairs one repeat runs, in order."""
+    kinds = ["python", "node"] if clients == "both" else [clients]
+    return [(kind, proto) for kind in kinds for proto in ("1.0", "0-9-1")]
+
+
+def run_one(
+    kind: str, proto: str, url: str, target: str, args: argparse.Namespace, pairs: int
+) -> Result:
+    if kind == "node":
+        return run_node(url, target, args, pairs, proto)
+    run = run_amqp10 if proto == "1.0" else run_amqp091
+    return run(url, target, args, pairs)
+
+
 HEAD = (
-    f"{'target':<18} {'P':>3} {'run':>3} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
+    f"{'target':<23} {'P':>3} {'run':>3} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
     f" {'us/msg':>7} {'client':>7} {'other%':>7}"
 )
 
@@ -283,7 +394,7 @@ def line(r: Result, run: str) -> str:
     other = "-" if r.other_pct is None else f"{r.other_pct:.0f}"
     clients = "-" if r.clients_us_per_msg is None else f"{r.clients_us_per_msg:.0f}"
     return (
-        f"{r.target:<18} {r.pairs:>3} {run:>3} {r.msgs_per_s:>9,.0f} {r.p50_ms:>8.1f}"
+        f"{r.target:<23} {r.pairs:>3} {run:>3} {r.msgs_per_s:>9,.0f} {r.p50_ms:>8.1f}"
         f" {r.p99_ms:>8.1f} {us:>7} {clients:>7} {other:>7}"
     )
 
@@ -315,6 +426,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--qpidd-url", default=None, help="a running qpidd (default: start one)")
     ap.add_argument("--rabbitmq-port", type=int, default=None, help="also RabbitMQ (1.0 plugin)")
+    ap.add_argument("--clients", choices=("python", "node", "both"), default="python",
+                    help="python: Proton (1.0) and pika (0-9-1); node: rhea and amqplib "
+                    "(bench/node_clients.js, NODE_PATH from tests/compat/node); both")  # fmt: skip
     args = ap.parse_args(argv)
     try:
         pairs = [int(p) for p in args.pairs.split(",")]
@@ -337,9 +451,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs: dict[str, list[Result]] = {}
             for k in range(args.repeat):
                 for name, url in targets:
-                    for proto, run in (("1.0", run_amqp10), ("0-9-1", run_amqp091)):
-                        target = f"{name} {proto}"
-                        r = run(url, target, args, p)
+                    for kind, proto in runs_of(args.clients):
+                        target = f"{name} {proto}" + (" node" if kind == "node" else "")
+                        r = run_one(kind, proto, url, target, args, p)
                         print(line(r, str(k + 1)), flush=True)
                         for error in r.errors:
                             print(f"    error: {error}", file=sys.stderr, flush=True)

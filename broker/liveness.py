@@ -102,6 +102,7 @@ class LoopProgress:
             "last_progress_ms": round(max(0.0, now - at) * 1000.0, 1),
             "ha_state": role.ha_state,
             "epoch": role.epoch,
+            "fenced": role.fenced,  # it serves no more and is stopping (its state says no)
             "pid": self.pid,
             "broker_id": self.broker_id,
         }

@@ -45,6 +45,11 @@ if TYPE_CHECKING:
     from broker.ha.remote_queue_replication import QueueReplication
 
 TICK_INTERVAL = 0.25
+#: How long a fenced broker's stop waits for its clients' close-ok (seconds): it told each
+#: connection to close when it fenced, confirms nothing more and serves nobody; a peer that
+#: does not answer (a stopped backup's link) must not keep it up, with its "active" state
+#: (issue 26: it stayed up 2 s, the stop's whole grace). Decides how long a stop takes only.
+FENCED_GRACE = 0.2
 #: Share of --max-memory that ready messages may take before queues page (RabbitMQ's 0.5).
 PAGING_RATIO = 0.5
 
@@ -452,6 +457,8 @@ class Broker:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if self.fenced_reason is not None:
+            grace = min(grace, FENCED_GRACE)
         if self._server is not None:
             self._server.close()
         if self._tls_server is not None:

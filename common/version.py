@@ -63,7 +63,7 @@ def replication_formats() -> FormatRange:
 
 
 def version_line(program: str) -> str:
-    """``qpidd 0.1.0 (replication formats 1-3, zookeeper formats 1-2, store formats 1-2)``: one
+    """``qpidd 0.1.0 (replication formats 1-4, zookeeper formats 1-2, store formats 1-2)``: one
     line for --version."""
     formats = (
         f"replication {REPLICATION_FORMATS}, zookeeper {ZOOKEEPER_FORMATS}, store {STORE_FORMATS}"

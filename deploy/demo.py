@@ -1,9 +1,11 @@
 """`make demo`: a local HA cluster run by its agents; automatic fail-over; nothing lost.
 
-1. starts one ZooKeeper (the Debian package's server) and three ``qpid-ha-agent``s on
+1. starts a ZooKeeper ensemble of three servers (the Debian package's server, as
+   ``deploy/zoo.cfg`` sets it, on loopback ports) and three ``qpid-ha-agent``s on
    loopback, each supervising its own ``qpidd --ha-cluster=yes`` (no root needed: no
    virtual IP); the agents elect one, promote its broker with epoch 1, and the other two
-   brokers become ready backups by themselves;
+   brokers become ready backups by themselves; then one ZooKeeper server (a follower) is
+   SIGKILLed: two of three serve, and nothing changes for the cluster;
 2. shows ``qpid-ha --zk ... status --all`` (the agents' view) and ``qpid-ha status --all``
    (the primary's view);
 3. runs ``qpid-ha drill``: a pika publisher with confirms and a pika consumer (unmodified
@@ -29,6 +31,7 @@ import contextlib
 import csv
 import itertools
 import json
+import logging
 import os
 import shlex
 import signal
@@ -45,8 +48,11 @@ from typing import Any
 
 import pika
 import pika.exceptions
+from kazoo.client import KazooClient
 
 from common.polling import PollTimeout, free_port, poll_until
+from ha_agent.in_sync import read_in_sync
+from ha_agent.membership import read_members
 
 BIN = Path(sys.executable).parent
 ZOOKEEPER_CLASSPATH = (
@@ -67,13 +73,22 @@ def wait(what: str, predicate: Callable[[], object], timeout: float = 30.0) -> N
         raise SystemExit(f"demo: timed out waiting for {what}") from None
 
 
-def zookeeper_serving(port: int) -> bool:
+def zookeeper_mode(port: int) -> str | None:
+    """The server's ``Mode`` (standalone, leader, follower) while it serves, else None."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
             sock.sendall(b"srvr")
-            return b"Mode:" in sock.recv(4096)
+            answer = sock.recv(4096).decode("utf-8", "replace")
     except OSError:
-        return False
+        return None
+    for line in answer.splitlines():
+        if line.startswith("Mode:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def zookeeper_serving(port: int) -> bool:
+    return zookeeper_mode(port) is not None
 
 
 def ha_state(mgmt_port: int) -> str:
@@ -158,8 +173,13 @@ class Clients:
         return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
+#: The ensemble's servers (myid 1 to 3), as deploy/zoo.cfg's.
+ZOOKEEPER_SERVERS = (1, 2, 3)
+
+
 class LocalCluster:
-    """One ZooKeeper and three agents supervising their brokers, on loopback free ports."""
+    """A ZooKeeper ensemble of three servers and three agents supervising their brokers,
+    on loopback free ports."""
 
     def __init__(self, workdir: Path, session_timeout: float | None = None) -> None:
         self.workdir = workdir
@@ -167,18 +187,26 @@ class LocalCluster:
         self.session_timeout = session_timeout
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.broker_pids: set[int] = set()
-        self.zk_port = free_port()
-        self.zk = f"127.0.0.1:{self.zk_port}"
+        #: each server's client port, and its quorum and election ports
+        self.zk_ports = {i: free_port() for i in ZOOKEEPER_SERVERS}
+        self.peer_ports = {i: (free_port(), free_port()) for i in ZOOKEEPER_SERVERS}
+        self.zk = ",".join(f"127.0.0.1:{self.zk_ports[i]}" for i in ZOOKEEPER_SERVERS)
         self.ports = {n: free_port() for n in NODES}
         self.mgmt = {n: free_port() for n in NODES}
 
-    def zoo_cfg(self) -> str:
-        """The ZooKeeper server's configuration: the tick, session range and limits of
-        ``deploy/zoo.cfg`` (docs/deploy.md, "One set of settings"), one server on loopback."""
+    def zoo_cfg(self, server: int = 1) -> str:
+        """ZooKeeper server ``server``'s configuration: the tick, session range and limits
+        of ``deploy/zoo.cfg`` (docs/deploy.md, "One set of settings"), its ensemble of three
+        on loopback ports."""
+        peers = "".join(
+            f"server.{i}=127.0.0.1:{q}:{e}\n" for i, (q, e) in sorted(self.peer_ports.items())
+        )
         return (
             "tickTime=100\nminSessionTimeout=1000\nmaxSessionTimeout=60000\n"
-            f"dataDir={self.workdir / 'zookeeper'}\nclientPort={self.zk_port}\n"
+            "initLimit=50\nsyncLimit=25\n"
+            f"dataDir={self.workdir / f'zookeeper{server}'}\nclientPort={self.zk_ports[server]}\n"
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
+            + peers
         )
 
     def broker_command(self, node: str) -> list[str]:
@@ -213,23 +241,68 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         workdir = self.workdir
-        zk_dir = workdir / "zookeeper"
-        zk_dir.mkdir()
-        (zk_dir / "zoo.cfg").write_text(self.zoo_cfg())
-        with open(zk_dir / "zookeeper.log", "wb") as zk_log:
-            self.processes["zookeeper"] = subprocess.Popen(
-                ["java", "-cp", ZOOKEEPER_CLASSPATH,
-                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(zk_dir / "zoo.cfg")],
-                stdout=zk_log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        wait("ZooKeeper", lambda: zookeeper_serving(self.zk_port))
+        for server in ZOOKEEPER_SERVERS:
+            zk_dir = workdir / f"zookeeper{server}"
+            zk_dir.mkdir()
+            (zk_dir / "myid").write_text(f"{server}\n")
+            (zk_dir / "zoo.cfg").write_text(self.zoo_cfg(server))
+            with open(zk_dir / "zookeeper.log", "wb") as zk_log:
+                self.processes[f"zookeeper{server}"] = subprocess.Popen(
+                    ["java", "-Xmx128m", "-cp", ZOOKEEPER_CLASSPATH,
+                     "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(zk_dir / "zoo.cfg")],
+                    stdout=zk_log, stderr=subprocess.STDOUT,
+                )  # fmt: skip
+        wait(
+            "the ZooKeeper ensemble (a leader and two followers)",
+            lambda: (
+                sorted(map(self.zookeeper_mode, ZOOKEEPER_SERVERS))
+                == ["follower", "follower", "leader"]
+            ),
+            timeout=60,
+        )
         for node in NODES:
             with open(workdir / f"{node}.agent.err", "wb") as err:
                 self.processes[node] = subprocess.Popen(self.agent_command(node), stderr=err)
         return self
 
+    def zookeeper_mode(self, server: int) -> str:
+        return zookeeper_mode(self.zk_ports[server]) or "down"
+
+    def kill_zookeeper_follower(self) -> int:
+        """SIGKILL one follower of the ensemble (a server lost); returns its id. The other
+        two serve on: a majority."""
+        server = next(i for i in ZOOKEEPER_SERVERS if self.zookeeper_mode(i) == "follower")
+        process = self.processes.pop(f"zookeeper{server}")
+        process.kill()
+        process.wait(timeout=15)
+        return server
+
     def states(self) -> list[str]:
         return [ha_state(self.mgmt[n]) for n in NODES]
+
+    def agents_settled(self, timeout: float = 30.0) -> None:
+        """Wait until the agents' records in ZooKeeper say what the brokers do (each
+        member's state as its broker's, both backups in the in-sync set): ``qpid-ha --zk``
+        shows those records, which each agent publishes at its next check."""
+        quiet = logging.getLogger("demo.zookeeper")  # its reconnects are not the demo's news
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+        client = KazooClient(hosts=self.zk, timeout=4.0, logger=quiet)
+        client.start(timeout=10)
+        try:
+
+            def settled() -> bool:
+                members = read_members(client, CLUSTER)
+                states = {n: ha_state(self.mgmt[n]) for n in NODES}
+                read = read_in_sync(client, CLUSTER)
+                in_set = 0 if read is None else len(read.record.members)
+                same = all(n in members and members[n].ha_state == states[n] for n in NODES)
+                return same and in_set == len(NODES) - 1
+
+            wait("the agents' records to show the cluster", settled, timeout)
+        finally:
+            client.stop()
+            client.close()
 
     def settled(self) -> bool:
         return sorted(self.states()) == ["active", "ready", "ready"]
@@ -249,7 +322,7 @@ class LocalCluster:
         for node in NODES:
             with contextlib.suppress(OSError, ValueError, KeyError):
                 self.broker_pid(node)
-        agents = [p for name, p in self.processes.items() if name != "zookeeper"]
+        agents = [p for name, p in self.processes.items() if not name.startswith("zookeeper")]
         for process in agents:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -262,9 +335,15 @@ class LocalCluster:
         for pid in self.broker_pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if "zookeeper" in self.processes:
-            self.processes["zookeeper"].terminate()
-            self.processes["zookeeper"].wait(timeout=15)
+        servers = [p for name, p in self.processes.items() if name.startswith("zookeeper")]
+        for process in servers:
+            process.terminate()
+        for process in servers:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def main() -> int:
@@ -275,12 +354,15 @@ def main() -> int:
     try:
         cluster.start()
         zk, ports, mgmt = cluster.zk, cluster.ports, cluster.mgmt
-        print(f"ZooKeeper serving on {zk}")
+        print(f"a ZooKeeper ensemble of three servers serving on {zk}")
         print("started 3 agents, each supervising its broker; no primary yet")
         wait("the agents to elect and promote a primary", cluster.settled)
         primary = cluster.primary()
         assert primary is not None
         print(f"the agents elected {primary}: its broker is active, the others ready")
+        lost = cluster.kill_zookeeper_follower()
+        print(f"SIGKILL ZooKeeper server {lost} (a follower): two of three serve, a majority")
+        cluster.agents_settled()
         qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
         qpid_ha("-b", f"guest/guest@127.0.0.1:{mgmt[primary]}", "status", "--all")
         print(console_line(primary, mgmt, "now"))
@@ -320,7 +402,7 @@ def main() -> int:
         hold(console_url(mgmt[new_primary]))
     finally:
         cluster.stop()
-        print("stopped agents, brokers and ZooKeeper")
+        print("stopped agents, brokers and the ZooKeeper servers")
     print(f"JSON logs of brokers, agents and the drill: {workdir}/*.log")
     if ok:
         ok = report(workdir)

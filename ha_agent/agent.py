@@ -27,7 +27,9 @@ what came of a promotion for the agent to carry out); the kill and the virtual I
 kill means (:class:`~ha_agent.local_broker.LocalBroker`, issue 25); the back-off of
 silence fences in a cascade and the reason it decides by, logged and published for
 operators (:class:`~ha_agent.agent_report.AgentReport`); the backups' link hints, its own
-published and the others' watched (:class:`~ha_agent.agent_hints.AgentHints`).
+published and the others' watched (:class:`~ha_agent.agent_hints.AgentHints`); its member
+record and the cluster's records as last read, with when
+(:class:`~ha_agent.cluster_reader.ClusterReader`).
 
 Slow is not dead (issue 25): each check reads the broker's liveness, answered off the
 broker's event loop, before its status; a broker whose loop progresses is busy, not silent,
@@ -39,7 +41,10 @@ connection was last established (a kazoo listener, before any answer on that con
 and when it last killed its broker or saw it exit (:class:`~ha_agent.watchdog.BrokerWatch`,
 also the watchdog's clock); :func:`~ha_agent.promotion.decide` refuses to act on a broker
 view read before either and asks for :attr:`~ha_agent.promotion.Step.RECHECK`: the loop
-reads the broker again at once and decides with the cluster as just read.
+reads the broker again at once and decides with the cluster as just read. The cluster's
+records are fresh only when their last successful read was sent after that connection (a
+read that fails leaves the older ones): on older ones nothing is decided but what the
+session and the broker's answer decide alone, until the next check reads them again.
 
 Fencing (docs/agent.md has the timing argument): the :class:`~ha_agent.fencing.SessionWatcher`
 calls :meth:`Agent._session_fenced` in its own thread when the lease on the ZooKeeper
@@ -70,7 +75,6 @@ import contextlib
 import queue
 import threading
 import time
-from dataclasses import asdict
 from typing import Any
 
 import structlog
@@ -81,22 +85,20 @@ from kazoo.protocol.states import KazooState
 
 from common.exit_status import ExitStatus
 from common.log import set_log_context
-from common.version import REPLICATION_FORMATS
 from ha_agent import loop_events as loop
 from ha_agent.agent_hints import AgentHints
 from ha_agent.agent_report import AgentReport
 from ha_agent.broker_check import BrokerCheck, LivenessView
-from ha_agent.epoch_counter import cover_epoch
+from ha_agent.cluster_reader import ClusterReader
 from ha_agent.fencer import Fencer
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
 from ha_agent.in_sync_keeper import InSyncKeeper
 from ha_agent.local_broker import LocalBroker
 from ha_agent.member_formats import MemberFormats
-from ha_agent.membership import Member, MemberPublisher, read_members
 from ha_agent.primary_claim import PrimaryClaim
-from ha_agent.primary_record import delete_primary, drop_stale_primary, read_primary
+from ha_agent.primary_record import delete_primary
 from ha_agent.promoter import Promoter
-from ha_agent.promotion import Action, BrokerView, ClusterView, PrimaryRecord, Step, decide
+from ha_agent.promotion import Action, BrokerView, ClusterView, Step, decide
 from ha_agent.reclaim import Reclaimer
 from ha_agent.session_grant import GrantProbe, log_grant
 from ha_agent.settings import AgentSettings
@@ -105,7 +107,6 @@ from ha_agent.takeover import TakeoverRule, default_rule
 from ha_agent.vip import VirtualIp
 from ha_agent.zk_auth import zk_security
 from ha_agent.zk_connect import connect_until_stopped
-from ha_agent.zk_format import FormatFaults, ZkFormatError
 
 __all__ = ["Agent", "AgentSettings"]
 
@@ -146,9 +147,8 @@ class Agent:
         self.client: Any = None
         self.election: PrimaryClaim | None = None
         self.watcher: SessionWatcher | None = None
-        self.publisher: MemberPublisher | None = None
-        #: the epoch ZooKeeper's counter is known to have reached (its broker's checked)
-        self.epoch_floor = 0
+        #: its member record, and the cluster's records as last read (made in run())
+        self.reader: ClusterReader | None = None
         #: the broker's answers, its instances, its watch (the watchdog's clock, a view's
         #: freshness), which instance a kill means: the loop, the session watcher and the
         #: supervisor use it
@@ -156,11 +156,11 @@ class Agent:
         #: when the ZooKeeper connection was last established (kazoo's thread writes it)
         self.connected_at: float | None = None
         self.promoted_epoch: int | None = None
+        #: the number of the claim it promoted under (PrimaryClaim.term; None: none)
+        self.promoted_term: int | None = None
         #: takes the primary record back after a session lost while the broker served on
         #: its members' grants (issue 26, item 2)
         self.reclaimer = Reclaimer(settings.cluster, settings.node, settings.vip)
-        self.members: dict[str, Member] = {}
-        self.primary: PrimaryRecord | None = None
         #: the in-sync set (made in run() with the client)
         self.in_sync_keeper: InSyncKeeper | None = None
         #: the promotion steps and the lease (made in run() with the session watcher)
@@ -170,8 +170,6 @@ class Agent:
         self.granted_timeout: float | None = None
         #: why the agent refused to run ("": it did not); run() then returns 2
         self.refusal = ""
-        #: the ZooKeeper records of a format it cannot read, at the last read
-        self.format_faults = FormatFaults()
         #: what it tells operators: its reason, its fence brake (log, status record)
         self.report = AgentReport(settings.node, settings.broker_timeout)
         #: the members' replication formats, as last told to a primary broker
@@ -242,17 +240,21 @@ class Agent:
             keeper = self.in_sync_keeper
             checker = self.broker_check
             self.promoter = Promoter(s, self.client, checker, keeper, guard, self.takeover)
+            self.hints = AgentHints(self.client, s.cluster, s.node, self.events, self._stop)
+            self.hints.watch()
+            reader = ClusterReader(
+                self.client, s.cluster, s.node, checker.address, keeper, self.hints, self.report
+            )
+            self.reader = reader
             self.election = PrimaryClaim(  # the promotion's multi-op decides, not a lock
                 self.client,
                 s.cluster,
                 s.node,
                 self.promoter.takeover,
-                lambda: (keeper.in_sync, self.members),
+                lambda: (keeper.in_sync, reader.members),
                 on_leading=lambda: self.events.put(loop.Won()),
-                on_ended=lambda reason: self.events.put(loop.TermEnded(reason)),
+                on_ended=lambda reason, term: self.events.put(loop.TermEnded(reason, term)),
             )
-            self.hints = AgentHints(self.client, s.cluster, s.node, self.events, self._stop)
-            self.hints.watch()
             interval = min(s.check_interval, self.session_timeout / 10)
             self.promoter.start_renewing(self._stop, interval, self._serves_promoted)
             self._loop()
@@ -330,9 +332,9 @@ class Agent:
                 delete_primary(self.client, self.settings.cluster)
         if self.election is not None:
             self.election.cancel(timeout=2.0)
-        if self.publisher is not None:
+        if self.reader is not None:
             with contextlib.suppress(KazooException, KazooTimeoutError):
-                self.publisher.withdraw()
+                self.reader.withdraw()
         if self.supervisor is not None:
             self.supervisor.stop()
         with contextlib.suppress(Exception):
@@ -355,11 +357,12 @@ class Agent:
                     return
                 case loop.Granted(seconds) if not self._judge(seconds):
                     return  # refused: _shutdown fences a primary, as any stop does
-                case loop.TermEnded(reason) if not (self.election and self.election.resumed):
+                case loop.TermEnded(reason) as ended if ended.ends(self.promoted_term):
                     if reason == "session_lost":  # its next check may take the record back
                         self.reclaimer.session_lost(self.broker.view, self.promoted_epoch)
-                    self.promoted_epoch = None
-                # (an older claim's end, heard after the record was taken back: nothing ended)
+                    self.promoted_epoch = self.promoted_term = None
+                # (an older claim's end, heard after a newer one promoted or took the record
+                # back: nothing ended)
                 case loop.Hinted() if not (self.hints and self.hints.hinted(self.promoted_epoch)):
                     continue  # not about this agent's primary: the regular check is on time
             # Won, the supervised broker died, or the last view was stale: act on the
@@ -378,28 +381,29 @@ class Agent:
         now = time.monotonic()
         old = self.broker.view
         self.broker.answered(sent, now, view, live)
-        keeper, promoter = self.in_sync_keeper, self.promoter
-        assert keeper is not None and promoter is not None
+        keeper, promoter, reader = self.in_sync_keeper, self.promoter, self.reader
+        assert keeper is not None and promoter is not None and reader is not None
         election = self.election
         assert election is not None
         if self.promoted_epoch is not None and not election.leading:
             # Its claim ended under it (LOST: the session expired), heard before the
             # "ended" event: no renewal on the new session; take the record back if it may.
             self.reclaimer.session_lost(view, self.promoted_epoch)
-            self.promoted_epoch = None
+            self.promoted_epoch = self.promoted_term = None
         if self.reclaimer.epoch is not None:
             done, epoch = self.reclaimer.take(self.client, view, election)
             if not done:
                 return  # ZooKeeper not back yet: nothing is decided meanwhile
-            self.promoted_epoch = epoch if epoch is not None else self.promoted_epoch
+            if epoch is not None:  # the claim now leads again, resumed
+                self.promoted_epoch, self.promoted_term = epoch, election.term
         in_sync_read = False
         if view is None and live is not None and live.is_primary and self.promoted_epoch:
             promoter.renew_lease()  # a busy primary: its lease is renewed off its loop too
         if view is not None and view.is_primary and self.promoted_epoch is not None:
             promoter.renew_lease()  # first: a slow ZooKeeper below must not delay it
             if self._cluster_shutdown() is None:
-                in_sync_read = keeper.keep(view, self.promoted_epoch, self.members)
-                self.member_formats.tell(self.broker_check, view.broker_id, self.members)
+                in_sync_read = keeper.keep(view, self.promoted_epoch, reader.members)
+                self.member_formats.tell(self.broker_check, view.broker_id, reader.members)
             # else a cluster shutdown: its backups stop clean, each holding every confirmed
             # message; committing their removal would leave only this store a candidate for
             # the restart (the quiesced primary confirms nothing: it holds nothing for them)
@@ -427,8 +431,8 @@ class Agent:
         cluster_view = ClusterView(
             node=self.settings.node,
             broker=view,
-            members=self.members,
-            primary=self.primary,
+            members=reader.members,
+            primary=reader.primary,
             leadership=election.state.value,
             promoted=self.promoted_epoch is not None,
             session_ok=self.watcher.guard.state.value != "fenced",
@@ -439,10 +443,11 @@ class Agent:
             broker_timeout=self.report.patience(now),
             in_sync=None if keeper.in_sync is None else keeper.in_sync.record,
             in_sync_error=keeper.error,
-            format_error=self.format_faults.error,
+            format_error=reader.format_faults.error,
             broker_read_at=sent,
             connected_at=self.connected_at,
             broker_reset_at=reset_at,
+            cluster_read_at=reader.read_at,
         )
         self.cluster_view = cluster_view
         decision = decide(cluster_view)
@@ -488,54 +493,14 @@ class Agent:
             self._resign()
 
     def _read_cluster(self, view: BrokerView | None, read_in_sync_set: bool = True) -> None:
-        s = self.settings
-        member = Member(
-            node=s.node,
-            broker_url=(view.url if view is not None and view.url else self.broker_check.address),
-            ha_state="down" if view is None else view.ha_state,
-            epoch=0 if view is None else view.epoch,
-            store_status="unknown" if view is None else view.store_status,
-            replication_position=0 if view is None else view.replication_position,
-            broker_id="" if view is None else view.broker_id,
-            store_id="" if view is None else view.store_id,
-            # the broker's; this package's (the broker's once restarted) while it is silent
-            replication_formats=(view and view.replication_formats) or REPLICATION_FORMATS.text,
-        )
-        sent = time.monotonic()
-        try:
-            if self.publisher is None:
-                publisher = MemberPublisher(self.client, s.cluster, member)
-                publisher.publish(timeout=self.session_timeout * 1.5)
-                self.publisher = publisher
-            elif self.publisher.member != member:
-                changes = {k: getattr(member, k) for k in asdict(member) if k != "node"}
-                self.publisher.update(**changes)
-            if member.epoch > self.epoch_floor:
-                self.epoch_floor = cover_epoch(self.client, s.cluster, member.epoch)
-            unreadable: list[ZkFormatError] = []
-            self.members = read_members(self.client, s.cluster, unreadable)
-            try:
-                self.primary = read_primary(self.client, s.cluster)
-            except ZkFormatError as exc:  # not "no primary": a record it cannot read
-                self.primary = None
-                unreadable.append(exc)
-            self.format_faults.note(unreadable)
-            if self.primary is not None:
-                self.report.note_primary(self.primary.epoch, time.monotonic())
-            election = self.election
-            leads = election is None or election.leading or self.promoted_epoch is not None
-            if drop_stale_primary(self.client, s.cluster, s.node, self.primary, leads):
-                self.primary = None
-            if self.hints is not None:
-                self.hints.publish(view, self.primary)
-            if read_in_sync_set:
-                assert self.in_sync_keeper is not None
-                self.in_sync_keeper.read()
-        except (KazooException, KazooTimeoutError) as exc:
-            _log.warning("zookeeper_error", reason=repr(exc))
-            return
-        assert self.watcher is not None
-        self.watcher.note_contact(sent)
+        """Its member record published, the cluster read (:class:`ClusterReader`); an
+        answered read is contact with ZooKeeper for the session guard."""
+        election, reader = self.election, self.reader
+        assert reader is not None and self.watcher is not None
+        leads = election is None or election.leading or self.promoted_epoch is not None
+        sent = reader.read(view, leads, read_in_sync_set, self.session_timeout * 1.5)
+        if sent is not None:
+            self.watcher.note_contact(sent)
 
     # -- actions ----------------------------------------------------------------------
     def _act(self, action: Action, view: BrokerView | None) -> None:
@@ -567,7 +532,7 @@ class Agent:
         if self.promoted_epoch is not None or election.leading:  # its multi-op may have
             with contextlib.suppress(KazooException, KazooTimeoutError):  # recorded it
                 delete_primary(self.client, self.settings.cluster)
-        self.promoted_epoch = None
+        self.promoted_epoch = self.promoted_term = None
         self.broker.resigned()
         election.cancel(timeout=1.0)
 
@@ -589,6 +554,7 @@ class Agent:
             self._fence("the election ended during the promotion")
         elif promotion.epoch is not None:
             self.promoted_epoch = promotion.epoch
+            self.promoted_term = None if election is None else election.term
         elif promotion.fence:
             self._fence(promotion.fence)
         else:

@@ -68,10 +68,14 @@ class LivenessView:
     epoch: int = 0
     pid: int | None = None
     broker_id: str = ""
+    #: the broker fenced itself: it serves no more and stops (a broker that does not say:
+    #: False)
+    fenced: bool = False
 
     @property
     def is_primary(self) -> bool:
-        return self.ha_state in ("active", "recovering")
+        """A primary that may serve: never one that fenced itself (it stops)."""
+        return self.ha_state in PRIMARY_STATES and not self.fenced
 
 
 def liveness_view(answer: Any) -> LivenessView | None:
@@ -88,6 +92,7 @@ def liveness_view(answer: Any) -> LivenessView | None:
         epoch=_non_negative(answer.get("epoch")),
         pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
         broker_id=str(answer.get("broker_id") or ""),
+        fenced=answer.get("fenced") is True,
     )
 
 
@@ -193,6 +198,7 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         and bool(lease.get("members"))
         and lease.get("fenced") is False
     )
+    fenced = isinstance(lease, dict) and lease.get("fenced") is True
     pid = status.get("pid")
     # empty, clean or dirty; a broker without a store says none, the member record unknown
     store = str(status.get("store_status", "unknown"))
@@ -210,6 +216,7 @@ def broker_view(status: dict[str, Any], ha: dict[str, Any] | None) -> BrokerView
         link_error=link_error,
         replication_formats=formats,
         on_grants=on_grants and state in PRIMARY_STATES,
+        fenced=fenced,
     )
 
 

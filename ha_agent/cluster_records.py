@@ -80,10 +80,21 @@ class BrokerView:
     #: agent's lease it serves on its members' grants and fences itself at the first lapse
     #: (issue 26, item 2), so a ZooKeeper outage alone does not make the agent kill it
     on_grants: bool = False
+    #: the broker fenced itself (``member_lease.fenced``: a newer epoch seen, its lease or a
+    #: member's grant lapsed): it serves no more, never again, and is stopping, though its
+    #: state still says "active" until it exits (issue 26: its agent took that for a primary
+    #: and took an epoch for it)
+    fenced: bool = False
 
     @property
     def is_primary(self) -> bool:
-        return self.ha_state in PRIMARY_STATES
+        """A primary that may serve: never one that fenced itself (it stops)."""
+        return self.ha_state in PRIMARY_STATES and not self.fenced
+
+    @property
+    def state_named(self) -> str:
+        """Its state as the agent's reasons name it ("fenced" for a fenced primary)."""
+        return "fenced" if self.fenced else self.ha_state
 
 
 @dataclass(frozen=True)

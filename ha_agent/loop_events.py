@@ -14,7 +14,7 @@ Stop               returns (the agent stops)
 CheckDue           checks the broker and reads the cluster (every ``check_interval``)
 Granted            judges ZooKeeper's new session grant; a refused one stops the agent
 Won                checks the broker at once (this agent's claim leads)
-TermEnded          forgets its promotion (the claim's term ended), then checks
+TermEnded          forgets its promotion if made under the claim that ended, then checks
 Hinted             checks at once if a backup's link hint names its primary
 BrokerExited       checks at once (the supervised broker died; it restarts it)
 Recheck            checks at once (the last broker view was older than a reset)
@@ -69,9 +69,19 @@ class Won:
 
 @dataclass(frozen=True, slots=True)
 class TermEnded:
-    """The claim's term ended (its session, a resignation), for ``reason``."""
+    """The claim numbered ``term`` ended (its session, a resignation), for ``reason``."""
 
     reason: str
+    term: int = 0
+
+    def ends(self, promoted_term: int | None) -> bool:
+        """Does it end the promotion made under the claim numbered ``promoted_term``? Only
+        the end of that claim does (None: none recorded, any end). An older claim's end,
+        told after a newer claim promoted (its thread told it after the loop had already
+        claimed again, on a loaded machine), ends nothing: issue 26, the new primary's
+        agent forgot its promotion, promoted its own primary again at the next epoch and
+        deleted its record on the way, and the others churned."""
+        return promoted_term is None or self.term == promoted_term
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,9 @@ Error Handling
 ==============
 
 - The claim runs in its own thread. ZooKeeper errors there (past the client's retry
-  policy), or ``on_leading`` raising, end the claim: ``on_ended`` gets the reason; the
-  agent claims again at a later check.
+  policy), or ``on_leading`` raising, end the claim: ``on_ended`` gets the reason and the
+  claim's number (:attr:`PrimaryClaim.term`: the claim's thread may tell it after the agent
+  already made a newer claim); the agent claims again at a later check.
 - LOST (session expired, client stopped) ends the claim (``session_lost``); SUSPENDED
   does not (the session guard decides about fencing).
 - :meth:`PrimaryClaim.cancel` waits at most ``timeout``; ``on_ended`` tells when it ended.
@@ -40,6 +41,7 @@ Error Handling
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -89,6 +91,8 @@ class _Term:
     reason: str = "cancelled"
     #: led from the start, without the rule (:meth:`PrimaryClaim.resume`)
     resumed: bool = False
+    #: this claim's number (1, 2, ... in the order the agent made them)
+    number: int = 0
 
     def woken(self, _event: object) -> None:
         """The primary record's watch (one function a term: kazoo keeps it once)."""
@@ -112,7 +116,7 @@ class PrimaryClaim:
         rule: TakeoverRule,
         context: Callable[[], Context],
         on_leading: Callable[[], None],
-        on_ended: Callable[[str], None] | None = None,
+        on_ended: Callable[[str, int], None] | None = None,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -125,6 +129,7 @@ class PrimaryClaim:
         self._mutex = threading.Lock()
         self._state = Leadership.IDLE
         self._term: _Term | None = None
+        self._numbers = itertools.count(1)
 
     @property
     def state(self) -> Leadership:
@@ -136,10 +141,11 @@ class PrimaryClaim:
         return self._state is Leadership.LEADING
 
     @property
-    def resumed(self) -> bool:
-        """Whether the current claim leads by :meth:`resume` (a record taken back)."""
+    def term(self) -> int | None:
+        """The current claim's number (None: none under way); ``on_ended`` names the
+        claim that ended by its number, which may be an older one than the current."""
         term = self._term
-        return term is not None and term.resumed and self._state is Leadership.LEADING
+        return None if term is None else term.number
 
     @property
     def locked(self) -> bool:
@@ -157,7 +163,7 @@ class PrimaryClaim:
         with self._mutex:
             term = self._term
             if term is None:
-                term = _Term(lock, threading.Event(), threading.Event())
+                term = _Term(lock, threading.Event(), threading.Event(), number=next(self._numbers))
                 term.thread = threading.Thread(
                     target=self._run, args=(term,), name=f"claim-{self.node}", daemon=True
                 )
@@ -182,7 +188,8 @@ class PrimaryClaim:
         with self._mutex:
             if self._term is not None:
                 return False
-            term = _Term(False, threading.Event(), threading.Event(), resumed=True)
+            number = next(self._numbers)
+            term = _Term(False, threading.Event(), threading.Event(), resumed=True, number=number)
             term.thread = threading.Thread(
                 target=self._run, args=(term,), name=f"claim-{self.node}", daemon=True
             )
@@ -301,6 +308,6 @@ class PrimaryClaim:
             _log.info("election_ended", cluster=self.cluster, node=self.node, reason=term.reason)
             if self.on_ended is not None:
                 try:
-                    self.on_ended(term.reason)
+                    self.on_ended(term.reason, term.number)
                 except Exception as exc:
                     _log.error("election_callback_failed", cluster=self.cluster, reason=repr(exc))

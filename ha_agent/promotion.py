@@ -42,10 +42,16 @@ The rules (ARCHITECTURE.md, invariants 2 to 4; seed 001, "Promoting a broker"):
   broker again (:attr:`Step.RECHECK`) before anything else. After a healed partition the
   cluster read shows what happened during the cut (another primary); the broker view read
   before the cut shows a broker that is gone (the fence killed it, and it came back as a
-  backup): acting on the two together killed a ready backup.
+  backup): acting on the two together killed a ready backup. Likewise the cluster part:
+  records whose last successful read was sent before that connection (a read that failed
+  leaves the older ones) are **stale** (:func:`stale_cluster`): nothing is decided on them
+  but what the session and the broker's answer decide alone; the next check reads again.
 - A primary broker whose epoch is older than the in-sync set's is fenced: the set was taken
   over by a newer primary (:func:`isr_update` and :func:`releasable` keep the set of the
   primary that owns it).
+- A broker that **fenced itself** is no primary, whatever its state says while it stops
+  (:attr:`BrokerView.fenced`): it never contends, and a leader that promoted it fences it
+  (it exits at once) and resigns.
 
 Error Handling
 ==============
@@ -92,6 +98,7 @@ __all__ = [
     "promotion_in_sync",
     "rank",
     "releasable",
+    "stale_cluster",
     "stale_view",
 ]
 
@@ -153,6 +160,9 @@ class ClusterView:
     connected_at: float | None = None
     #: when the broker was last killed by the agent or seen exiting
     broker_reset_at: float | None = None
+    #: when the last cluster read that succeeded (members, primary record, in-sync set)
+    #: was sent; a failed read leaves the older one in the view
+    cluster_read_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +193,11 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
         return False, "the broker does not answer"
     state = broker.ha_state
     record = view.in_sync
+    if broker.fenced:
+        # It serves no more and is stopping, though its state still says so until it
+        # exits (issue 26: its agent, its session lost at a ZooKeeper outage, took an epoch
+        # for it: an empty set naming its store, and a minute of churn).
+        return False, f"the broker fenced itself ({state} while it stops): it serves no more"
     if broker.is_primary:
         # A record of another node at an older epoch than the broker's is one this agent's
         # promotion has not replaced yet (epochs come from ZooKeeper's counter: the newer
@@ -374,6 +389,17 @@ def stale_view(view: ClusterView) -> str:
     return ""
 
 
+def stale_cluster(view: ClusterView) -> str:
+    """Why the cluster part of ``view`` is too old to decide on ("" when it is not): its
+    last successful read was sent before the ZooKeeper connection was (re)established. A
+    read that failed leaves the older records in the view: after ZooKeeper's return, those
+    from before its loss (issue 26)."""
+    read_at, connected_at = view.cluster_read_at, view.connected_at
+    if read_at is None or connected_at is None or read_at >= connected_at:
+        return ""
+    return f"the cluster was read {connected_at - read_at:.3f} s before the ZooKeeper connection"
+
+
 def slow_not_gone(view: ClusterView) -> bool:
     """A leader's broker whose checks time out is given ``broker_timeout`` to answer again
     before its agent fences it: a broker starved of CPU is slow, not gone, and fencing it is
@@ -436,6 +462,11 @@ def decide(view: ClusterView) -> Decision:
             )
         return Decision(tuple(actions), reason)
 
+    stale = stale_cluster(view)
+    if stale:
+        # Nothing is decided on it, not even a fence (the session watcher and the broker's
+        # own lease and epoch fence by themselves): the next check reads the cluster again.
+        return Decision((), stale)
     eligible, why = eligibility(view)
     if broker.is_primary and not eligible:
         # Another agent won and promoted its broker: two primaries must never serve.
@@ -451,8 +482,9 @@ def decide(view: ClusterView) -> Decision:
         elif broker.is_primary:
             actions.append(Action(Step.TAKE_VIP, "this broker is the primary"))
         else:
-            # Promoted, yet no longer primary (restarted behind our back): fence and resign.
-            actions.append(Action(Step.FENCE, f"the promoted broker is now {broker.ha_state}"))
+            # Promoted, yet no longer primary (restarted behind our back, or it fenced
+            # itself): fence (a fenced one exits at once) and resign.
+            actions.append(Action(Step.FENCE, f"the promoted broker is now {broker.state_named}"))
         return Decision(tuple(actions), why)
     if eligible and leadership == "idle":
         actions.append(Action(Step.CONTEND, why))

@@ -58,6 +58,7 @@ from broker.amqp10.framing import (
     decode_transfer,
     frame,
     read_frame,
+    read_transfer,
 )
 from broker.amqp10.performatives import (
     Begin,
@@ -69,7 +70,7 @@ from broker.amqp10.performatives import (
 from broker.amqp10.sasl_layer import SaslLayer
 from broker.amqp10.session import Session
 from broker.amqp10.state import HANDSHAKE, TRANSITIONS, State
-from broker.core.errors import AmqpError, ReplyCode
+from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.security.sasl import PasswordCheck
 
 S = State
@@ -121,6 +122,8 @@ class Connection:
         self.should_close = False
         self.close_reason: str | None = None
         self.admitted = False
+        #: the SASL layer skipped the login: ``open`` is refused (:meth:`refusal_without_login`)
+        self.refused_before_login = False
         self.messages_published = 0
         self.messages_delivered = 0
         self.sessions: dict[int, Session] = {}  # by the client's channel
@@ -275,8 +278,20 @@ class Connection:
             raise Amqp10Error(FRAMING_ERROR, f"frame of type {kind} after the SASL layer")
         if not body:
             return  # an empty frame: a heartbeat
+        fields = read_transfer(body)  # most frames: read by hand, else by the codec
+        if fields is not None and state is S.OPEN:
+            session = self.sessions.get(channel)
+            if session is not None:
+                handle, delivery_id, _, _, settled, more, at = fields
+                try:
+                    session.transfer(handle, delivery_id, settled, more, False, body[at:])
+                except Amqp10Error as error:
+                    if error.scope is not Scope.SESSION:
+                        raise
+                    self._end_with_error(channel, session, error)
+                return
         try:
-            found = decode_transfer(body)  # most frames: read by hand, else by the codec
+            found = decode_transfer(body) if fields is not None else None
             performative, at = codec.decode(body) if found is None else found
         except DecodeError as exc:
             raise Amqp10Error(DECODE_ERROR, str(exc)) from None
@@ -332,9 +347,26 @@ class Connection:
         self.login_check = check
         self.set_state(S.AWAIT_LOGIN)
 
+    def login_skipped(self) -> None:
+        self.refused_before_login = True
+
     def drop(self, reason: str) -> None:
         self.close_reason = reason
         self.should_close = True
+
+    def refusal_without_login(self) -> AmqpError:
+        """``open`` of a client whose login was skipped: the refusal as the admission
+        words it now, before any virtual host or ACL check (a client not logged in learns
+        nothing of those); if the broker began serving meanwhile, a refusal all the same
+        (its password was never checked), ``amqp:connection:forced``: dial again."""
+        ctx = self.ctx
+        ctx.connections_refused_total += 1
+        admission = ctx.admission
+        refusal = None if admission is None else admission.refusal_before_login({})
+        return refusal or RoutineRefusal(
+            ReplyCode.NOT_ALLOWED,
+            "HA broker began serving during this connection's handshake: connect again",
+        )
 
     # -- open, begin, end, close ---------------------------------------------------------
     def _open(self, received: Open) -> None:
@@ -350,6 +382,8 @@ class Connection:
                 FRAME_SIZE_TOO_SMALL,
                 f"max-frame-size {self.peer_max_frame_size} is below {MIN_MAX_FRAME_SIZE}",
             )
+        if self.refused_before_login:
+            raise from_core(self.refusal_without_login(), Scope.CONNECTION)
         hostname = received.hostname or ""
         name = hostname[len(VHOST_PREFIX) :] if hostname.startswith(VHOST_PREFIX) else "/"
         try:

@@ -171,71 +171,100 @@ def first_transfer(transfer: Transfer) -> bytes:
     return _TRANSFER + b"\xd0" + _UINT.pack(len(items) + 4) + _UINT.pack(5) + items  # list32
 
 
-def _read_uint(body: bytes, pos: int) -> tuple[int | None, int] | None:
-    code = body[pos]
-    if code == 0x43:
-        return 0, pos + 1
-    if code == 0x52:
-        return body[pos + 1], pos + 2
-    if code == 0x70:
-        return _UINT.unpack_from(body, pos + 1)[0], pos + 5
-    if code == 0x40:
-        return None, pos + 1
-    return None
+def delivery_transfer(handle: int, delivery_id: int, settled: bool) -> bytes:
+    """The encoded performative of one of the broker's deliveries: handle, delivery-id,
+    the delivery-id as a 4-byte tag, message-format 0, settled; the bytes
+    :func:`first_transfer` gives for that transfer (``tests/amqp10/test_codec.py``
+    checks), without building it."""
+    head = _SMALL_UINT[handle] if handle < 256 else _uint(handle)
+    tag = _UINT.pack(delivery_id)
+    did = _SMALL_UINT[delivery_id] if delivery_id < 256 else b"\x70" + tag
+    items = b"".join((head, did, b"\xa0\x04", tag, b"\x43\x41" if settled else b"\x43\x42"))
+    return _TRANSFER + b"\xc0" + bytes((len(items) + 1, 5)) + items
 
 
-def _read_bool(body: bytes, pos: int) -> tuple[bool | None, int] | None:
-    code = body[pos]
-    if code == 0x41:
-        return True, pos + 1
-    if code == 0x42:
-        return False, pos + 1
-    if code == 0x40:
-        return None, pos + 1
-    return None
+#: uint0 and the smalluints, each encoded.
+_SMALL_UINT = [_uint(value) for value in range(256)]
 
 
-def decode_transfer(body: bytes) -> tuple[Transfer, int] | None:
-    """A client's usual transfer performative (at most handle, delivery-id, delivery-tag,
-    message-format, settled, more; each in its plain encodings) read by hand, and where
-    its payload starts; None for any other, which the codec then decodes (and checks).
-    ``tests/amqp10/test_codec.py`` checks it gives what the codec gives."""
+def delivery_tag(delivery_id: int) -> bytes:
+    """The tag of the broker's delivery ``delivery_id``: its 4 bytes."""
+    return _UINT.pack(delivery_id)
+
+
+def frame_head(size: int, channel: int) -> bytes:
+    """The 8-byte head of an AMQP frame of ``size`` bytes in all on ``channel``."""
+    return _HEAD.pack(size, 2, FRAME_AMQP, channel)
+
+
+#: What :func:`read_transfer` reads: handle, delivery-id, delivery-tag, message-format,
+#: settled, more, and where the payload starts.
+TransferFields = tuple[int, int | None, bytes | None, int | None, bool | None, bool, int]
+
+
+def read_transfer(body: bytes) -> TransferFields | None:
+    """A client's usual transfer performative (a list8 or list32 of at most handle,
+    delivery-id, delivery-tag, message-format, settled, more; each in its plain
+    encodings) read by hand, without building a :class:`Transfer`; None for any other,
+    which the codec then decodes (and checks). ``tests/amqp10/test_codec.py`` checks it
+    reads what the codec reads."""
     try:
-        if body[:4] != b"\x00\x53\x14\xc0":
+        head = body[:4]
+        if head == b"\x00\x53\x14\xc0":  # list8 (Proton)
+            size, count = body[4], body[5]
+            end = 5 + size
+            pos = 6
+        elif head == b"\x00\x53\x14\xd0":  # list32 (rhea)
+            size, count = _UINT.unpack_from(body, 4)[0], _UINT.unpack_from(body, 8)[0]
+            end = 8 + size
+            pos = 12
+        else:
             return None
-        size, count = body[4], body[5]
-        end = 5 + size
         if count > 6 or count < 1 or end > len(body):
             return None
-        pos = 6
-        handle = _read_uint(body, pos)
-        if handle is None or handle[0] is None:
-            return None
-        fields: dict[str, Any] = {"handle": handle[0]}
-        pos = handle[1]
-        for index in range(1, count):
-            if index == 2:  # delivery-tag: binary
-                code = body[pos]
-                if code == 0xA0:
-                    size8 = body[pos + 1]
-                    fields["delivery_tag"] = bytes(body[pos + 2 : pos + 2 + size8])
-                    pos += 2 + size8
-                elif code == 0x40:
-                    pos += 1
+        values: list[Any] = [None, None, None, None, None, False]
+        for index in range(count):
+            code = body[pos]
+            if code == 0x40:  # null: the field's default
+                pos += 1
+            elif index == 2:  # delivery-tag: binary
+                if code != 0xA0:
+                    return None
+                size8 = body[pos + 1]
+                values[2] = bytes(body[pos + 2 : pos + 2 + size8])
+                pos += 2 + size8
+            elif index >= 4:  # settled, more: booleans
+                if code == 0x41:
+                    values[index] = True
+                elif code == 0x42:
+                    values[index] = False
                 else:
                     return None
-                continue
-            read = _read_bool(body, pos) if index >= 4 else _read_uint(body, pos)
-            if read is None:
+                pos += 1
+            elif code == 0x43:  # handle, delivery-id, message-format: uints
+                values[index] = 0
+                pos += 1
+            elif code == 0x52:
+                values[index] = body[pos + 1]
+                pos += 2
+            elif code == 0x70:
+                values[index] = _UINT.unpack_from(body, pos + 1)[0]
+                pos += 5
+            else:
                 return None
-            value, pos = read
-            if value is not None:
-                fields[_TRANSFER_FIELDS[index]] = value
-        if pos != end:
+        if pos != end or values[0] is None:
             return None
-        return Transfer(**fields), end
+        handle, delivery_id, tag, fmt, settled, more = values
+        return handle, delivery_id, tag, fmt, settled, more, end
     except (IndexError, struct.error):
         return None
 
 
-_TRANSFER_FIELDS = ("handle", "delivery_id", "delivery_tag", "message_format", "settled", "more")
+def decode_transfer(body: bytes) -> tuple[Transfer, int] | None:
+    """:func:`read_transfer` as the :class:`Transfer` the codec decodes, and where its
+    payload starts; None where that reads nothing."""
+    found = read_transfer(body)
+    if found is None:
+        return None
+    handle, delivery_id, tag, fmt, settled, more, end = found
+    return Transfer(handle, delivery_id, tag, fmt, settled, more), end

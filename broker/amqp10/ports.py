@@ -53,6 +53,11 @@ class LinkSession(Protocol):
         """Write a transfer, in as many frames as the peer's max-frame-size needs."""
         ...
 
+    def send_delivery(self, handle: int, delivery_id: int, settled: bool, payload: bytes) -> None:
+        """Write one of the broker's deliveries (tag: the delivery id's 4 bytes, message
+        format 0), in as many frames as the peer's max-frame-size needs."""
+        ...
+
     def next_delivery_id(self) -> int: ...
 
     def sent_unsettled(self, delivery_id: int, link: Any, queue: Queue, entry: Entry) -> None:

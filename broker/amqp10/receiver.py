@@ -48,7 +48,6 @@ from broker.amqp10.performatives import (
     Flow,
     Rejected,
     Released,
-    Transfer,
 )
 from broker.amqp10.ports import LinkSession
 from broker.core.confirms import PublisherConfirms
@@ -59,6 +58,10 @@ CREDIT = 256
 
 _ACCEPTED = Accepted()
 _RELEASED = Released()
+
+
+def _first(pair: tuple[int, Any]) -> int:
+    return pair[0]
 
 
 class ReceiverLink:
@@ -131,11 +134,14 @@ class ReceiverLink:
             self.top_up()
 
     # -- transfers -----------------------------------------------------------------------
-    def transfer(self, transfer: Transfer, payload: bytes) -> None:
-        """One transfer frame of this link."""
+    def transfer(
+        self, delivery_id: int | None, settled: bool | None, more: bool, aborted: bool,
+        payload: bytes,
+    ) -> None:  # fmt: skip
+        """One transfer frame of this link (its fields)."""
         partial = self._partial
         if partial is None:
-            if transfer.delivery_id is None:
+            if delivery_id is None:
                 raise Amqp10Error(
                     INVALID_FIELD, "the first transfer of a delivery has no delivery-id"
                 )
@@ -147,32 +153,39 @@ class ReceiverLink:
                 )
             self.credit -= 1
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
-            partial = (int(transfer.delivery_id), bool(transfer.settled), [])
+            if not more and not aborted:  # a delivery in one frame: the usual case
+                self._check_size(len(payload))
+                self._publish(delivery_id, bool(settled), payload)
+                self.top_up()
+                return
+            partial = (delivery_id, bool(settled), [])
             self._partial = partial
             self._partial_size = 0
-        delivery_id, settled, chunks = partial
-        if transfer.settled:
-            settled = True
-            self._partial = partial = (delivery_id, True, chunks)
-        if transfer.aborted:
+        first_id, was_settled, chunks = partial
+        if settled and not was_settled:
+            self._partial = partial = (first_id, True, chunks)
+        if aborted:
             self._partial = None
             return
         self._partial_size += len(payload)
+        self._check_size(self._partial_size)
+        chunks.append(payload)
+        if more:
+            return
+        self._partial = None
+        whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._publish(first_id, partial[1], whole)
+        self.top_up()
+
+    def _check_size(self, size: int) -> None:
         limit = self.session.ctx.settings.max_body_size
-        if self._partial_size > limit:
+        if size > limit:
             self._partial = None
             raise Amqp10Error(
                 MESSAGE_SIZE_EXCEEDED,
                 f"message of more than {limit} bytes (max-message-size)",
                 Scope.LINK,
             )
-        chunks.append(payload)
-        if transfer.more:
-            return
-        self._partial = None
-        whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._publish(delivery_id, settled, whole)
-        self.top_up()
 
     def _publish(self, delivery_id: int, settled: bool, payload: bytes) -> None:
         session = self.session
@@ -258,22 +271,22 @@ class ReceiverLink:
                 else:
                     outcome = _ACCEPTED
                 outcomes.append((delivery_id, outcome))
-        outcomes.sort(key=lambda pair: pair[0])
-        dispositions: list[Disposition] = []
+        outcomes.sort(key=_first)
+        runs: list[list[Any]] = []  # [first, last, outcome]
         for delivery_id, outcome in outcomes:
-            if dispositions:
-                last = dispositions[-1]
-                end = last.first if last.last is None else last.last
-                if delivery_id == end + 1 and last.state == outcome:
-                    dispositions[-1] = Disposition(
-                        role=RECEIVER, first=last.first, last=delivery_id, settled=True,
-                        state=outcome,
-                    )  # fmt: skip
+            if runs:
+                run = runs[-1]
+                if delivery_id == run[1] + 1 and (run[2] is outcome or run[2] == outcome):
+                    run[1] = delivery_id
                     continue
-            dispositions.append(
-                Disposition(role=RECEIVER, first=delivery_id, settled=True, state=outcome)
+            runs.append([delivery_id, delivery_id, outcome])
+        return [
+            Disposition(
+                role=RECEIVER, first=first, last=None if last == first else last, settled=True,
+                state=outcome,
             )
-        return dispositions
+            for first, last, outcome in runs
+        ]  # fmt: skip
 
     def detach(self) -> None:
         """The link is gone: settlements after this are dropped."""

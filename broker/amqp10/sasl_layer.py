@@ -11,6 +11,15 @@ record who logged in, wait for a password check, drop the connection). The rules
   password hash waits in ``AWAIT_LOGIN`` for the shell to run off the loop: the
   connection's ``password_checked`` then calls :meth:`SaslLayer.finish`); ``sasl-outcome``;
   then the client's ``AMQP 0 1 0 0`` and ours.
+- A client the HA admission will refuse at ``open`` whatever its password (a backup, a
+  primary not serving: ``AdmissionPolicy.refusal_before_login``, asked without client
+  properties, which 1.0 sends only in ``open``: no 1.0 client is an HA admin or a
+  backup's link) spends no password hash (issue 25: every client of a fail-over dials
+  the backup): ``sasl-outcome`` ok ends the exchange without a user, and ``open`` gets
+  the refusal, ``amqp:connection:redirect`` for a backup
+  (:meth:`~broker.amqp10.connection.Connection.refusal_without_login`). SASL has no way
+  to say "go elsewhere" (its outcomes are ok or a failure, which clients report as an
+  authentication error); the connection reaches nothing but that refusal.
 - ``AMQP 0 1 0 0`` straight away: only with authentication off, as ``anonymous``;
   otherwise answered with the SASL header and dropped.
 - Any other header: answered with ours and dropped (``protocol_error``).
@@ -58,6 +67,11 @@ class SaslPort(Protocol):
 
     def wait_for_password(self, check: PasswordCheck) -> None:
         """Wait in ``AWAIT_LOGIN`` while the shell runs ``check`` off the loop."""
+        ...
+
+    def login_skipped(self) -> None:
+        """No user: ``open`` is refused (the admission refuses the client whatever its
+        password)."""
         ...
 
     def drop(self, reason: str) -> None:
@@ -124,6 +138,10 @@ class SaslLayer:
             self._failed(mechanism, str(exc))
             return
         if isinstance(outcome, PasswordCheck):
+            admission = self._ctx.admission
+            if admission is not None and admission.refusal_before_login({}) is not None:
+                self._skipped()  # refused at open whatever the password: no hash spent
+                return
             self._port.wait_for_password(outcome)  # the shell runs the hash in a thread
             return
         self._succeeded(outcome)
@@ -140,6 +158,12 @@ class SaslLayer:
     def _succeeded(self, user: str) -> None:
         port = self._port
         port.logged_in(user)
+        port.send_frame(0, SaslOutcome(code=SASL_OK), FRAME_SASL)
+        port.set_state(State.AWAIT_AMQP_HEADER)
+
+    def _skipped(self) -> None:
+        port = self._port
+        port.login_skipped()
         port.send_frame(0, SaslOutcome(code=SASL_OK), FRAME_SASL)
         port.set_state(State.AWAIT_AMQP_HEADER)
 

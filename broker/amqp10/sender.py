@@ -22,7 +22,6 @@ THREAD UNSAFE: the connection's event loop.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from broker.amqp10.mapping import to_message
@@ -37,14 +36,12 @@ from broker.amqp10.performatives import (
     Rejected,
     Released,
     Source,
-    Transfer,
 )
 from broker.amqp10.ports import LinkSession
 from broker.amqp10.sections import AmqpMessage, Data
 from broker.core.message import Entry
 from broker.core.queue import Queue
 
-_TAG = struct.Struct(">I")
 _SEQUENCE = 1 << 32
 
 
@@ -104,16 +101,7 @@ class SenderLink:
         delivery_id = session.next_delivery_id()
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _SEQUENCE
-        session.send_transfer(
-            Transfer(
-                handle=self.handle,
-                delivery_id=delivery_id,
-                delivery_tag=_TAG.pack(delivery_id),
-                message_format=0,
-                settled=self.presettled,
-            ),
-            payload,
-        )
+        session.send_delivery(self.handle, delivery_id, self.presettled, payload)
         session.delivered()
         if not self.presettled:
             self.unsettled[delivery_id] = entry

@@ -39,7 +39,7 @@ from broker.amqp10.errors import (
     Scope,
     from_core,
 )
-from broker.amqp10.framing import transfer_frames
+from broker.amqp10.framing import delivery_tag, delivery_transfer, frame_head, transfer_frames
 from broker.amqp10.performatives import (
     RECEIVER,
     SENDER,
@@ -156,6 +156,24 @@ class Session:
         self.next_outgoing_id = (self.next_outgoing_id + frames) % _SERIAL
         self.remote_incoming_window -= frames
 
+    def send_delivery(self, handle: int, delivery_id: int, settled: bool, payload: bytes) -> None:
+        """One of the broker's deliveries (:meth:`send_transfer` of its usual transfer, the
+        performative framed by hand)."""
+        performative = delivery_transfer(handle, delivery_id, settled)
+        size = 8 + len(performative) + len(payload)
+        if size > self.connection.peer_max_frame_size:
+            self.send_transfer(
+                Transfer(
+                    handle=handle, delivery_id=delivery_id, delivery_tag=delivery_tag(delivery_id),
+                    message_format=0, settled=settled,
+                ),
+                payload,
+            )  # fmt: skip
+            return
+        self.connection.write(b"".join((frame_head(size, self.channel), performative, payload)))
+        self.next_outgoing_id = (self.next_outgoing_id + 1) % _SERIAL
+        self.remote_incoming_window -= 1
+
     def next_delivery_id(self) -> int:
         found = self._next_delivery_id
         self._next_delivery_id = (found + 1) % _SERIAL
@@ -236,22 +254,37 @@ class Session:
         return link
 
     def _transfer(self, transfer: Transfer, payload: bytes) -> None:
+        self.transfer(
+            int(transfer.handle),
+            None if transfer.delivery_id is None else int(transfer.delivery_id),
+            transfer.settled, bool(transfer.more),
+            bool(transfer.aborted), payload,
+        )  # fmt: skip
+
+    def transfer(
+        self, handle: int, delivery_id: int | None, settled: bool | None, more: bool,
+        aborted: bool, payload: bytes,
+    ) -> None:  # fmt: skip
+        """One transfer frame (its fields: the connection reads a client's usual transfer
+        by hand, without a :class:`Transfer`)."""
         if self.incoming_window <= 0:
             raise Amqp10Error(
                 WINDOW_VIOLATION, "transfer beyond the session's incoming window", Scope.SESSION
             )
         self.incoming_window -= 1
         self.next_incoming_id = (self.next_incoming_id + 1) % _SERIAL
-        link = self._link(int(transfer.handle), "transfer")
+        link = self.links.get(handle)
+        if link is None:
+            link = self._link(handle, "transfer")
         if link is not None:
             if not isinstance(link, ReceiverLink):
                 raise Amqp10Error(
                     ILLEGAL_STATE,
-                    f"transfer on handle {transfer.handle}, where the broker sends",
+                    f"transfer on handle {handle}, where the broker sends",
                     Scope.SESSION,
                 )
             try:
-                link.transfer(transfer, payload)
+                link.transfer(delivery_id, settled, more, aborted, payload)
             except Amqp10Error as error:
                 if error.scope is not Scope.LINK:
                     raise

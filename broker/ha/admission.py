@@ -281,7 +281,10 @@ class HaAdmission:
         what connection.start already told it (a backup's state and the public URL are
         its server properties ``qpid.ha-status`` and ``qpid.ha-public-url``), so a backup
         spends no password hash on the clients a fail-over sends it; None: go on with the
-        login. A backup's refusal is word for word the one after a login; a primary
+        login. A backup's refusal is word for word the one after a login, with the same
+        redirect (an AMQP 1.0 client's ``amqp:connection:redirect``: ``ha-public-url``,
+        else the primary, which an unauthenticated client can find anyway by dialling the
+        public URL's addresses and reading their state); a primary
         waiting out a promotion or whose member lease lapsed refuses without naming the
         members. Never for an HA admin or a backup's link (their login decides), nor for
         a fenced primary (the login goes on and :meth:`admit` says so to the
@@ -291,7 +294,8 @@ class HaAdmission:
         host = self._host
         state = host.state
         if not state.is_primary:
-            return client_refusal(state, False, self._public_url)
+            redirect = redirect_address(self._explicit_public_url, host.primary_address)
+            return client_refusal(state, False, self._public_url, redirect)
         if host.fenced or not self._manager_lease.holds() or self._lease.may_serve():
             return None
         return RoutineRefusal(ReplyCode.NOT_ALLOWED, self._lease.not_serving_reason(named=False))

@@ -15,6 +15,7 @@ to mismatch).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from broker.ha.names import CLUSTER_ID_PROPERTY
@@ -39,11 +40,15 @@ class ClusterIdentity:
             self.data_dir.set_cluster_id(cluster_id)
         self._cluster_id = cluster_id
 
-    def promoted(self) -> None:
-        """This broker became the primary: a cluster's first primary creates its id."""
+    async def promoted(self) -> None:
+        """This broker became the primary: a cluster's first primary creates its id (the
+        file written in a thread, awaited: durable when this returns, the loop free)."""
         if self._cluster_id is None:
-            self._record(new_id())
-            self.log.info("ha_cluster_id_created", cluster_id=self._cluster_id)
+            cluster_id = new_id()
+            if self.data_dir is not None:
+                await asyncio.to_thread(self.data_dir.set_cluster_id, cluster_id)
+            self._cluster_id = cluster_id
+            self.log.info("ha_cluster_id_created", cluster_id=cluster_id)
 
     def check_primary(self, primary_cluster_id: str | None, address: str) -> str | None:
         """The primary at ``address`` announced ``primary_cluster_id``: None to join it

@@ -7,6 +7,14 @@ queues each of those is 50-100 ms, so it runs a slice a turn of the loop, before
 hears ``PrimaryStarted``: until then the broker is not primary (no client is admitted, its
 link is dropped), so nothing is enqueued that a guard made in a later slice would miss.
 
+The files are written in a thread (a small file's two fsyncs wait for the disk's journal:
+28-31 ms each on a busy disk, issue 25), the store's era while the loop makes the era's
+ids and the guards, which are in memory only; it is durable before the cluster's id is
+written and before :func:`start_primary` returns, so before anything of the new era can
+reach the store. The broker's own epoch (``ha-epoch``, the role's
+``PersistPromotionEpoch``) was durable before this starts: the order a crash between the
+two writes relies on (:mod:`broker.ha.store_lineage`).
+
 THREAD UNSAFE: the broker's event loop runs it.
 """
 
@@ -37,17 +45,21 @@ async def start_primary(
 ) -> Primary:
     """The primary's guards, with the ``expected`` backups (id -> url) guarded on every
     replicated queue (the role's ``GuardBackup`` then finds them), a slice a turn."""
-    lineage.promoted(epoch)  # this era is the store's now
-    await in_turns(enter_era_steps(list(vhost.queues.values()), epoch))  # no id reused
-    identity.promoted()  # the cluster's first primary creates its id
-    primary = Primary(
-        vhost,
-        replicate_default=replicate_default,
-        clock=clock,
-        auto_delete_grace=auto_delete_grace,
-    )
-    for backup_id, url in sorted(expected.items()):
-        await in_turns(primary.guard_backup_steps(backup_id, url))
+    # this era is the store's now: written in a thread while the loop works in memory
+    written = asyncio.ensure_future(lineage.promoted(epoch))
+    try:
+        await in_turns(enter_era_steps(list(vhost.queues.values()), epoch))  # no id reused
+        primary = Primary(
+            vhost,
+            replicate_default=replicate_default,
+            clock=clock,
+            auto_delete_grace=auto_delete_grace,
+        )
+        for backup_id, url in sorted(expected.items()):
+            await in_turns(primary.guard_backup_steps(backup_id, url))
+    finally:
+        await written  # durable (or its EpochError raised) before anything else is written
+    await identity.promoted()  # the cluster's first primary creates its id
     return primary
 
 

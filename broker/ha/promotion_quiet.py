@@ -8,7 +8,10 @@ and the bytes held, each a walk of every queue) landed inside it and, on a loade
 doubled the time from the old primary's death to the clients' first confirms on the new one
 (issue 25). :class:`PromotionQuiet` says when that work waits: from the promotion's start
 until :data:`AFTER` seconds after its end (the clients' return), at most :data:`LONGEST`
-seconds in all, so a promotion that hangs never stops the housekeeping for good.
+seconds in all, so a promotion that hangs never stops the housekeeping for good. The
+sampler's work is in slices: one begun before the promotion stops between two slices
+while the quiet holds (in a profile of one promotion at 10,000 queues, the slices of a
+sample begun just before it were 28 % of the CPU the loop spent meanwhile).
 
 What waits is bookkeeping only (rates and histories, expiry a moment late, a resource
 sample); nothing a confirm or a delivery rests on. Sans-I/O: the caller gives the time.

@@ -9,11 +9,15 @@ directory, and what a backup does when its store diverged.
   the marker that makes the next start move the store aside).
 
 THREAD UNSAFE: the broker's event loop owns it (the file writes are small and rare: one a
-link-up to a primary of a newer epoch, one a promotion).
+link-up to a primary of a newer epoch, one a promotion). A promotion's write runs in a
+thread, awaited (:meth:`StoreLineage.promoted`): its two fsyncs wait for the disk's journal,
+tens of ms on a busy disk, which the loop would otherwise stand still for; nothing else
+uses the lineage meanwhile (the link is dropped before the promotion's work starts).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from pathlib import Path
@@ -44,10 +48,18 @@ class StoreLineage:
         :raises EpochError: the file cannot be written."""
         self.store_epoch.observe(primary_epoch)
 
-    def promoted(self, epoch: int) -> None:
-        """This broker became the primary at ``epoch``."""
-        self.base_epoch = self.store_epoch.current
-        self.store_epoch.observe(epoch)
+    async def promoted(self, epoch: int) -> None:
+        """This broker became the primary at ``epoch``: the store's era is ``epoch`` (durable
+        when this returns; written in a thread, off the loop), its base epoch the era until
+        now. The caller writes nothing of the new era before this returns, and has written
+        the broker's own epoch (``ha-epoch``) before it: a crash between the two leaves a
+        broker whose epoch is ahead of its store's era, never a store holding an era its
+        epoch never reached.
+
+        :raises EpochError: the file cannot be written (the base epoch is then unchanged)."""
+        base = self.store_epoch.current
+        await asyncio.to_thread(self.store_epoch.observe, epoch)
+        self.base_epoch = base
 
     def check(self, primary_epoch: int, base_epoch: int | None, address: str) -> str | None:
         """Before replicating from the primary at ``address``: None to go on, else why not

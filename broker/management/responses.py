@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -104,12 +104,17 @@ async def json_response_sliced(data: Any, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="application/json")
 
 
-async def run_sliced(steps: Steps[T]) -> T:
+async def run_sliced(
+    steps: Steps[T], paused: Callable[[], bool] | None = None, poll: float = 0.1
+) -> T:
     """The result of a computation in slices (:mod:`common.slices`), one slice a turn of
-    the event loop."""
+    the event loop; while ``paused()`` is true between two slices, no slice runs (looked
+    at every ``poll`` seconds: housekeeping begun before a promotion waits it out)."""
     while True:
         try:
             next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         await asyncio.sleep(0)
+        while paused is not None and paused():
+            await asyncio.sleep(poll)

@@ -15,6 +15,8 @@ Contract
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from typing import Annotated
 
 import typer
@@ -22,8 +24,9 @@ import typer
 from common.exit_status import CommandError, ExitStatus
 from common.log import configure_logging, set_log_context
 from qpid_ha_cli.context import environment
+from qpid_ha_cli.drill.core import DrillCheck
 from qpid_ha_cli.drill.run import DrillRun, Unreachable, WorkerFailed
-from qpid_ha_cli.drill.settings import UsageError, settings_from_options
+from qpid_ha_cli.drill.settings import DrillSettings, UsageError, settings_from_options
 
 __all__ = ["ExitStatus", "drill"]
 
@@ -126,6 +129,14 @@ def drill(
     via_vip: Annotated[
         bool, typer.Option(help="with --nemesis: clients use the virtual IP, not the URL list")
     ] = False,
+    amqp10: Annotated[
+        bool,
+        typer.Option(
+            "--amqp10",
+            help="also an AMQP 1.0 publisher and consumer (Proton) beside the 0-9-1 ones, on"
+            " the queue NAME.amqp10; the check covers both (with --nemesis too)",
+        ),
+    ] = False,
 ) -> None:
     """Run a fail-over drill: publish with confirms and consume over the URL list, log every
     gap, then check sent, confirmed, received, lost, duplicated. Exit 1 if anything
@@ -143,6 +154,7 @@ def drill(
             float(_rate_or_usage(rate)),
             work_dir,
             via_vip,
+            amqp10,
         )
         if status is not ExitStatus.SUCCESS:
             raise typer.Exit(status)
@@ -174,21 +186,59 @@ def drill(
         raise UsageError(f"--log-file: {exc.strerror or exc}: {log_file}") from None
     try:
         run = DrillRun(settings)
+        run10 = DrillRun(amqp10_settings(settings), protocol="1.0") if amqp10 else None
     except ImportError as exc:
-        raise UsageError(f"the drill needs pika (pip install pika): {exc}") from None
+        raise UsageError(f"the drill needs pika and python-qpid-proton: {exc}") from None
     set_log_context(run_id=run.run_id)  # on every line: runs are told apart by it
-    try:
-        check = run.run()
-    except Unreachable as exc:
-        raise CommandError(
-            f"no broker of {settings.url.redacted()} could be reached: {exc}",
-            ExitStatus.UNREACHABLE,
-        ) from None
-    except WorkerFailed as exc:
-        raise CommandError(f"drill FAILED: {exc}", ExitStatus.ERROR) from None
-    environment(ctx).out(check.line())
-    if not check.ok:
+    checks = run_beside(run, run10, settings)
+    out = environment(ctx).out
+    for protocol, check in checks:
+        out(check.line() if protocol == "0-9-1" else f"AMQP 1.0 {check.line()}")
+    if not all(check.ok for _, check in checks):
         raise typer.Exit(ExitStatus.ERROR)
+
+
+def amqp10_settings(settings: DrillSettings) -> DrillSettings:
+    """The 1.0 pair's settings: the same, on the queue ``NAME.amqp10``."""
+    return dataclasses.replace(settings, queue=f"{settings.queue}.amqp10")
+
+
+def run_beside(
+    run: DrillRun, run10: DrillRun | None, settings: DrillSettings
+) -> list[tuple[str, DrillCheck]]:
+    """Run the 0-9-1 drill and, when given, the 1.0 one at the same time (the 1.0 one in a
+    thread); their checks, 0-9-1 first. :raises CommandError: unreachable, failed."""
+    results: dict[str, DrillCheck | BaseException] = {}
+
+    def run_10() -> None:
+        assert run10 is not None
+        try:
+            results["1.0"] = run10.run()
+        except (Unreachable, WorkerFailed) as exc:
+            results["1.0"] = exc
+
+    thread = threading.Thread(target=run_10, name="drill-amqp10", daemon=True)
+    if run10 is not None:
+        thread.start()
+    try:
+        results["0-9-1"] = run.run()
+    except (Unreachable, WorkerFailed) as exc:
+        results["0-9-1"] = exc
+    if run10 is not None:
+        thread.join()
+    checks: list[tuple[str, DrillCheck]] = []
+    for protocol in ("0-9-1", "1.0"):
+        found = results.get(protocol)
+        if isinstance(found, Unreachable):
+            raise CommandError(
+                f"no broker of {settings.url.redacted()} could be reached: {found}",
+                ExitStatus.UNREACHABLE,
+            )
+        if isinstance(found, WorkerFailed):
+            raise CommandError(f"drill FAILED: {found}", ExitStatus.ERROR)
+        if isinstance(found, DrillCheck):
+            checks.append((protocol, found))
+    return checks
 
 
 def _rate_or_usage(rate: str) -> float:

@@ -1,10 +1,11 @@
 """The drill's I/O shell: :class:`DrillRun` runs a publisher with confirms and a consumer
-with acks, both pika (an unmodified client, as our users run), on a fail-over URL list.
+with acks on a fail-over URL list, in one protocol: pika for AMQP 0-9-1, Proton for AMQP
+1.0 (:mod:`qpid_ha_cli.drill.clients`: unmodified clients, as our users run them).
 
 Contract
 ========
 
-- Two threads, ``drill-publisher`` and ``drill-consumer``, each with its own pika
+- Two threads, ``drill-publisher`` and ``drill-consumer``, each with its own
   connection; each reconnects through the URL list when it loses its connection, for up to
   ``connect_timeout`` seconds, then gives up (``client_gave_up``).
 - Everything that happens goes into :class:`qpid_ha_cli.drill.core.DrillCore` under one
@@ -17,21 +18,21 @@ Contract
   raises :class:`Unreachable` when no broker of the list could ever be reached (within
   ``connect_timeout``, or before the publishing time ended), after logging
   ``drill_unreachable``.
-- pika is imported when a run is made, not before: the core and ``--help`` work without it.
+- The client library is imported when a run is made, not before: the core and ``--help``
+  work without it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from broker.ha.names import EPOCH_PROPERTY as PROPERTY_EPOCH
 from common.log import get_logger, set_log_context
+from qpid_ha_cli.drill.clients import ConnectFailed, DrillLink, Lost, make_client, reason_of
 from qpid_ha_cli.drill.core import DrillCheck, DrillCore, DrillEvent, ms
 from qpid_ha_cli.drill.settings import DrillSettings
 
@@ -59,16 +60,18 @@ class DrillRun:
         """This run's identity: in every message body and on ``drill_started``."""
         return self._run_id
 
-    def __init__(self, settings: DrillSettings, clock: Callable[[], float] | None = None) -> None:
-        import pika  # the shell only: the core and the CLI's --help work without it
-        import pika.exceptions
-
-        self._pika = pika
+    def __init__(
+        self,
+        settings: DrillSettings,
+        clock: Callable[[], float] | None = None,
+        protocol: str = "0-9-1",
+    ) -> None:
+        self.client = make_client(protocol, settings)  # imports the client library
         self.settings = settings
         self.now: Callable[[], float] = clock or _steady_clock()
         self.core = DrillCore(settings.gap_threshold)
         self._lock = threading.Lock()
-        self._log = get_logger("drill")
+        self._log = get_logger("drill", protocol=protocol)  # two runs share one log
         self._epoch: int | None = None
         self._run_id = uuid.uuid4().hex[:12]
         self._stop_publishing = threading.Event()
@@ -78,20 +81,6 @@ class DrillRun:
         self._failed: str | None = None
         #: why the last connection attempt failed (a drill that never connected says it)
         self._last_failure: str | None = None
-        self._params = [
-            pika.ConnectionParameters(
-                host=address.host,
-                port=address.port,
-                virtual_host=settings.vhost,
-                credentials=pika.PlainCredentials(
-                    settings.url.user or "guest", settings.url.password or "guest"
-                ),
-                connection_attempts=1,
-                socket_timeout=2,
-                blocked_connection_timeout=30,
-            )
-            for address in settings.url.addresses
-        ]
 
     # -- logging --------------------------------------------------------------------------
     def _emit(self, events: list[DrillEvent]) -> None:
@@ -113,41 +102,27 @@ class DrillRun:
         deadline: float | None,
         stop: threading.Event,
         done: Callable[[], bool] | None = None,
-    ) -> Any:
-        """A connection and a channel on the queue, trying the URL list round after round
-        until ``deadline`` (monotonic; None: no limit). None when ``stop`` is set or
-        ``done()`` holds; raises :class:`Unreachable` at the deadline."""
-        pika = self._pika
-        reason = "not tried"
+    ) -> DrillLink | None:
+        """A connection on the queue, trying the URL list round after round until
+        ``deadline`` (monotonic; None: no limit). None when ``stop`` is set or ``done()``
+        holds; raises :class:`Unreachable` at the deadline."""
         while not stop.is_set() and not (done is not None and done()):
             try:
-                connection = pika.BlockingConnection(self._params)
-                channel = connection.channel()
-                channel.queue_declare(self.settings.queue, durable=True)
-            except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
-                # ValueError: pika's own word for a socket reset between the TCP connect
-                # and its getpeername() ("Expected connected socket"), as when the broker
-                # is SIGKILLed with this connection in its accept queue: a failed attempt.
-                reason = self._last_failure = _reason(exc)
+                link = self.client.connect(role)
+            except ConnectFailed as exc:
+                reason = self._last_failure = str(exc)
                 if deadline is not None and time.monotonic() >= deadline:
                     raise Unreachable(reason) from None
                 stop.wait(0.05)  # between rounds of the URL list
                 continue
-            impl = connection._impl
-            address = f"{impl.params.host}:{impl.params.port}"
-            properties = dict(impl.server_properties or {})
-            epoch = properties.get(PROPERTY_EPOCH)
-            epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
-            self._feed(functools.partial(self.core.connected, role, address, epoch))
-            return connection, channel, address
+            self._feed(functools.partial(self.core.connected, role, link.address, link.epoch))
+            return link
         return None
 
-    def _lost(self, role: str, address: str, exc: BaseException, connection: Any) -> None:
-        reason = _reason(exc)
-        self._feed(lambda now: self.core.disconnected(role, address, reason, now))
-        with contextlib.suppress(Exception):
-            if connection.is_open:
-                connection.close()
+    def _lost(self, role: str, link: DrillLink, exc: BaseException) -> None:
+        reason = str(exc) if isinstance(exc, Lost) else reason_of(exc)
+        self._feed(lambda now: self.core.disconnected(role, link.address, reason, now))
+        link.close()
 
     def _give_up(self, role: str, reason: str) -> None:
         """The first connection failed (the drill stops: unreachable), or a reconnect."""
@@ -171,20 +146,16 @@ class DrillRun:
             return s.count is not None and self.core.confirmed_count >= s.count
 
     def _publisher(self) -> None:
-        pika = self._pika
         s = self.settings
         interval = 1.0 / s.rate if s.rate > 0 else 0.0
         deadline: float | None = time.monotonic() + s.connect_timeout
         started = time.monotonic()
         next_at = started
-        connection: Any = None
-        channel: Any = None
-        address = ""
-        properties = pika.BasicProperties(delivery_mode=2)
+        link: DrillLink | None = None
         while not self._publishing_done(started):
-            if channel is None:
+            if link is None:
                 try:
-                    got = self._connect(
+                    link = self._connect(
                         "publisher",
                         deadline,
                         self._stop_publishing,
@@ -193,10 +164,8 @@ class DrillRun:
                 except Unreachable as exc:
                     self._give_up("publisher", str(exc))
                     break
-                if got is None:
+                if link is None:
                     break
-                connection, channel, address = got
-                channel.confirm_delivery()
                 deadline = None
             if interval:
                 delay = next_at - time.monotonic()
@@ -207,19 +176,19 @@ class DrillRun:
                 number = self.core.publish(self.now())
             body = f"{self._run_id}:{number}".encode()
             try:
-                channel.basic_publish("", s.queue, body, properties)
-            except pika.exceptions.NackError:
+                confirmed = link.publish(body)
+            except Lost as exc:
+                self._lost("publisher", link, exc)
+                link = None
+                deadline = time.monotonic() + s.connect_timeout
+                continue
+            if confirmed:
+                self._feed(functools.partial(self.core.confirmed, number))
+            else:
                 with self._lock:
                     self.core.nacked(number, self.now())
-            except (pika.exceptions.AMQPError, OSError) as exc:
-                self._lost("publisher", address, exc, connection)
-                connection = channel = None
-                deadline = time.monotonic() + s.connect_timeout
-            else:
-                self._feed(functools.partial(self.core.confirmed, number))
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                connection.close()
+        if link is not None:
+            link.close()
 
     # -- consumer -------------------------------------------------------------------------
     def _number(self, body: bytes) -> int | None:
@@ -229,36 +198,30 @@ class DrillRun:
         return int(number)
 
     def _consumer(self) -> None:
-        pika = self._pika
         s = self.settings
         deadline: float | None = time.monotonic() + s.connect_timeout
         while not self._stop_consuming.is_set():
             try:
-                got = self._connect("consumer", deadline, self._stop_consuming)
+                link = self._connect("consumer", deadline, self._stop_consuming)
             except Unreachable as exc:
                 self._give_up("consumer", str(exc))
                 return
-            if got is None:
+            if link is None:
                 return
             deadline = None
-            connection, channel, address = got
             try:
-                channel.basic_qos(prefetch_count=s.prefetch)
-                for method, _props, body in channel.consume(s.queue, inactivity_timeout=0.05):
-                    if method is not None:
+                for delivery in link.deliveries(s.prefetch):
+                    if delivery is not None:
+                        body, ack = delivery
                         number = self._number(body)
                         with self._lock:
                             self.core.delivered(number)
-                        channel.basic_ack(method.delivery_tag)
+                        ack()
                     if self._stop_consuming.is_set():
                         break
-                channel.cancel()
-                if s.delete_queue and self._unreachable is None:
-                    with contextlib.suppress(pika.exceptions.AMQPError):
-                        channel.queue_delete(s.queue, if_empty=True)
-                connection.close()
-            except (pika.exceptions.AMQPError, OSError) as exc:
-                self._lost("consumer", address, exc, connection)
+                link.finish(s.delete_queue and self._unreachable is None)
+            except Lost as exc:
+                self._lost("consumer", link, exc)
 
     def _worker(self, role: str, target: Callable[[], None]) -> None:
         """Run a worker thread's loop; an error it does not expect stops the whole drill."""
@@ -267,7 +230,7 @@ class DrillRun:
         except Exception as exc:
             with self._lock:
                 if self._failed is None:
-                    self._failed = f"the {role} stopped on {_reason(exc)}"
+                    self._failed = f"the {role} stopped on {reason_of(exc)}"
             self._stop_publishing.set()
             self._stop_consuming.set()
 
@@ -346,8 +309,3 @@ def _steady_clock() -> Callable[[], float]:
         return wall + (time.monotonic() - mono)
 
     return now
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip() or repr(exc)
-    return " ".join(f"{type(exc).__name__}: {text}".split())

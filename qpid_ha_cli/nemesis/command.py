@@ -66,6 +66,7 @@ def run_nemesis(
     rate: float,
     work_dir: str | None,
     via_vip: bool,
+    amqp10: bool = False,
 ) -> ExitStatus:
     """Check, run, report. :raises CommandError: USAGE for a bad value or what is missing."""
     try:
@@ -95,7 +96,7 @@ def run_nemesis(
     # of the same cluster name are told apart by it (analytics), never by name alone
     set_log_context(run_id=uuid.uuid4().hex[:12])
     settings = NemesisSettings(
-        names, cycles, session_timeout, link_heartbeat_interval, rate, workdir, via_vip
+        names, cycles, session_timeout, link_heartbeat_interval, rate, workdir, via_vip, amqp10
     )
     out(
         f"nemesis drill: {','.join(names)} x {cycles}, session timeout {session_timeout} s, "
@@ -134,6 +135,7 @@ def _report(
             "link_heartbeat_interval": settings.link_heartbeat_interval,
             "rate": settings.rate,
             "via_vip": settings.via_vip,
+            "amqp10": settings.amqp10,
         },
         "cycles": [r.fields() for r in results],
         "summary": summary(results),

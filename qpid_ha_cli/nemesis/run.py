@@ -57,6 +57,7 @@ class NemesisSettings:
     rate: float
     workdir: Path
     via_vip: bool = False
+    amqp10: bool = False  # an AMQP 1.0 drill (Proton) beside the 0-9-1 one
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
@@ -78,8 +79,8 @@ class HeldBackDrillRun(DrillRun):
     a ``consumer_start`` event in :class:`DrillRun` itself would be the clean way.
     """
 
-    def __init__(self, settings: DrillSettings) -> None:
-        super().__init__(settings)
+    def __init__(self, settings: DrillSettings, protocol: str = "0-9-1") -> None:
+        super().__init__(settings, protocol=protocol)
         self.consuming = threading.Event()
 
     def consume(self) -> None:
@@ -93,7 +94,10 @@ class HeldBackDrillRun(DrillRun):
 class ClientDrill:
     """One drill run on ``host``'s namespace, in a thread; publishes until :meth:`finish`."""
 
-    def __init__(self, host: Host, url: str, rate: float, timing: Timing, name: str) -> None:
+    def __init__(
+        self, host: Host, url: str, rate: float, timing: Timing, name: str,
+        protocol: str = "0-9-1",
+    ) -> None:  # fmt: skip
         settings = DrillSettings(
             url=parse_drill_url(f"amqp:guest/guest@{url}")[0],
             rate=rate,
@@ -103,8 +107,10 @@ class ClientDrill:
             connect_timeout=timing.failover + 30,
             scenario=name,
         )
+        if protocol == "1.0":
+            settings.queue += ".amqp10"
         self.host = host
-        self.run = HeldBackDrillRun(settings)
+        self.run = HeldBackDrillRun(settings, protocol)
         self.check: DrillCheck | None = None
         self.failure: BaseException | None = None
         self.thread = threading.Thread(target=self._main, name="nemesis-drill", daemon=True)
@@ -123,6 +129,10 @@ class ClientDrill:
     @property
     def confirmed(self) -> int:
         return self.run.core.confirmed_count
+
+    def started(self) -> bool:
+        """Its first confirms came (or its thread ended)."""
+        return self.confirmed >= 20 or not self.thread.is_alive()
 
     def finish(self, timeout: float = 120.0) -> DrillCheck:
         """Stop publishing (the count becomes 0: already reached), consume, drain, return
@@ -231,14 +241,20 @@ class NemesisRun:
         drill = ClientDrill(
             self.cluster.client, url, self.settings.rate, self.timing, f"{name}-{cycle}"
         ).start()
+        drill10 = (
+            ClientDrill(
+                self.cluster.client, url, self.settings.rate, self.timing, f"{name}-{cycle}",
+                "1.0",
+            ).start()
+            if self.settings.amqp10
+            else None
+        )  # fmt: skip
         sampler = Sampler(self.cluster).start()
         ctx = Context(self.cluster, primary, self.timing, self.hold, self.note)
         try:
-            poll_until(
-                lambda: drill.confirmed >= 20 or not drill.thread.is_alive(),
-                30,
-                "the drill's first confirms",
-            )
+            for client in (drill, drill10):
+                if client is not None:
+                    poll_until(client.started, 30, "the drill's first confirms")
             try:
                 nemesis.inject(ctx)
             finally:
@@ -256,6 +272,19 @@ class NemesisRun:
             except (Unreachable, RuntimeError) as exc:
                 result.error = result.error or f"drill: {type(exc).__name__}: {exc}"
                 check = None
+            if drill10 is not None:
+                try:
+                    check10 = drill10.finish()
+                except (Unreachable, RuntimeError) as exc:
+                    result.error = result.error or f"1.0 drill: {type(exc).__name__}: {exc}"
+                else:  # its losses are the cycle's: the promise is the same in both
+                    result.lost += check10.lost
+                    result.notes["amqp10"] = {
+                        "sent": check10.sent, "confirmed": check10.confirmed,
+                        "received": check10.received, "lost": check10.lost,
+                        "duplicated": check10.duplicated, "unconfirmed": check10.unconfirmed,
+                        "max_gap_ms": check10.max_gap_ms,
+                    }  # fmt: skip
         window = (window_from, time.time())
         if ctx.new_primary is not None:  # the one promoted first (then settled one)
             result.new_primary = ctx.new_primary.name
@@ -266,7 +295,7 @@ class NemesisRun:
                 check.confirmed,
                 check.received,
             )
-            result.lost, result.duplicated = check.lost, check.duplicated
+            result.lost, result.duplicated = result.lost + check.lost, check.duplicated
             result.unconfirmed, result.outage_ms = check.unconfirmed, check.max_gap_ms
         result.two_primaries_seen = len(sampler.seen)
         if sampler.seen:

@@ -5,6 +5,8 @@ ha_agent.watchdog.BrokerWatch), no ZooKeeper, no broker."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -94,6 +96,61 @@ def test_no_action_but_a_recheck_on_a_stale_view_and_a_fresh_view_never_rechecks
     steps = decide(v).steps
     if read_at < connected_at or read_at < reset_at:
         assert steps == (Step.RECHECK,)  # no fence, no kill, no promotion on a stale view
+    else:
+        assert Step.RECHECK not in steps
+
+
+def test_cluster_records_read_before_a_reconnection_decide_nothing_until_read_again() -> None:
+    """Issue 26: ZooKeeper back after an outage, the agent's reads failed meanwhile, so its
+    records are those from before (no primary record then gone, a set since changed): it
+    neither contends nor promotes nor fences on them; read again over the new connection,
+    it decides."""
+    before = view(
+        "ready", broker_read_at=31.0, connected_at=30.0, cluster_read_at=12.0, leadership="leading"
+    )
+    decision = decide(before)
+    assert decision.steps == ()
+    assert "cluster was read 18.000 s before the ZooKeeper connection" in decision.eligibility
+    assert decide(replace(before, cluster_read_at=31.0)).steps == (Step.PROMOTE, Step.TAKE_VIP)
+    # never read yet (the agent starts at -inf): stale once connected; unknown: no constraint
+    assert decide(replace(before, cluster_read_at=float("-inf"))).steps == ()
+    assert decide(replace(before, cluster_read_at=None)).steps == (Step.PROMOTE, Step.TAKE_VIP)
+    # the session and the broker's own answer still decide alone: a leader fences
+    assert decide(replace(before, session_ok=False, broker=BrokerView("active"))).steps == (
+        Step.FENCE,
+    )
+    assert decide(replace(before, broker=None)).steps == (Step.FENCE,)
+
+
+@given(
+    st.sampled_from([None, *STATES]),
+    st.sampled_from(LEADERSHIPS),
+    st.booleans(),
+    st.booleans(),
+    st.floats(0, 100),
+    st.floats(0, 100),
+)
+def test_a_stale_cluster_view_never_contends_promotes_or_fences_a_live_broker(
+    state: str | None,
+    leadership: str,
+    session_ok: bool,
+    promoted: bool,
+    cluster_read_at: float,
+    connected_at: float,
+) -> None:
+    v = view(
+        state,
+        leadership=leadership,
+        session_ok=session_ok,
+        promoted=promoted,
+        primary=PrimaryRecord("qc", 2),
+        broker_read_at=100.0,
+        connected_at=connected_at,
+        cluster_read_at=cluster_read_at,
+    )
+    steps = decide(v).steps
+    if cluster_read_at < connected_at and session_ok and state is not None:
+        assert steps == ()
     else:
         assert Step.RECHECK not in steps
 

@@ -39,6 +39,8 @@ class Contender:
         self.led = threading.Event()
         self.led_at = 0.0
         self.ended: list[str] = []
+        #: the claims' numbers, as they ended
+        self.numbers: list[int] = []
         self.fail = fail
         self.election = PrimaryClaim(
             client,
@@ -47,12 +49,16 @@ class Contender:
             OldPrimaryGone(),
             lambda: (in_sync, {}),
             self.on_leading,
-            self.ended.append,
+            self.on_ended,
         )
         self.lock = lock
 
     def contend(self) -> bool:
         return self.election.contend(lock=self.lock)
+
+    def on_ended(self, reason: str, number: int) -> None:
+        self.numbers.append(number)
+        self.ended.append(reason)
 
     def on_leading(self) -> None:
         self.led_at = time.monotonic()
@@ -68,12 +74,17 @@ def test_contends_only_when_told(zk: Any, cluster: str) -> None:
     assert a.contend() is True
     assert a.contend() is False  # one contention at a time
     assert a.led.wait(5)
-    assert a.election.leading
+    assert a.election.leading and a.election.term == 1
     assert a.election.contenders() == ["a"]
     assert a.election.cancel() is True
-    assert a.election.state is Leadership.IDLE
-    assert a.ended == ["cancelled"]
+    assert a.election.state is Leadership.IDLE and a.election.term is None
+    assert a.ended == ["cancelled"] and a.numbers == [1]
     assert a.election.contenders() == []
+    # each claim has its number, and its end names it (the agent tells an older claim's
+    # end from the current one's by it)
+    assert a.contend() is True and a.election.term == 2
+    assert a.election.cancel() is True
+    assert a.numbers == [1, 2]
 
 
 def test_the_other_leads_when_the_leaders_session_closes(make_client: Any, cluster: str) -> None:

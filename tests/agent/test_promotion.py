@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.management.client import ManagementError
-from ha_agent.broker_check import BrokerCheck, broker_view, timed_out
+from ha_agent.broker_check import BrokerCheck, broker_view, liveness_view, timed_out
 from ha_agent.membership import Member
 from ha_agent.promotion import (
     BrokerView,
@@ -101,6 +101,49 @@ def test_broker_view_reads_whether_the_primary_may_serve_on_grants() -> None:
     assert not broker_view(status, {"epoch": 3}).on_grants  # a broker that does not say
     backup = broker_view({"ha_state": "ready"}, {"epoch": 3, "member_lease": lease})
     assert not backup.on_grants
+
+
+def test_a_broker_that_fenced_itself_is_no_primary_whatever_its_state_says() -> None:
+    """Issue 26: a primary that fenced itself (a member's grant lapsed during a ZooKeeper
+    outage) still answers "active" while it stops. Its agent, its session lost at the
+    resume (idle, no primary record), contended on that answer, won and took an epoch with
+    an empty set naming the fenced store: a minute of churn. It never contends now; a
+    leader that promoted it fences it and resigns; a contender withdraws."""
+    in_sync = InSyncRecord(1, (InSyncMember("b2", "n2"), InSyncMember("b3", "n3")))
+    fenced = BrokerView("active", epoch=1, fenced=True)
+    assert not fenced.is_primary and fenced.state_named == "fenced"
+    after_the_resume = ClusterView(node="n1", broker=fenced, in_sync=in_sync)
+    decision = decide(after_the_resume)
+    assert decision.steps == ()
+    assert "fenced itself" in decision.eligibility
+    contending = replace(after_the_resume, leadership="contending")
+    assert decide(contending).steps == (Step.WITHDRAW,)
+    won = replace(after_the_resume, leadership="leading")
+    assert decide(won).steps == (Step.WITHDRAW,)  # never PROMOTE
+    promoted = replace(won, promoted=True, primary=PrimaryRecord("n1", 1))
+    decision = decide(promoted)
+    assert decision.steps == (Step.FENCE,)
+    assert "fenced" in decision.actions[0].reason
+    # the session in doubt: no longer on grants, so a leader fences it, an idle agent waits
+    assert decide(replace(promoted, session_ok=False)).steps == (Step.FENCE,)
+    assert decide(replace(after_the_resume, session_ok=False)).steps == ()
+    # a backup's agent beside it still contends (the set's member, no primary record)
+    backup = ClusterView(node="n2", broker=BrokerView("ready", broker_id="b2"), in_sync=in_sync)
+    assert decide(backup).steps == (Step.CONTEND,)
+
+
+def test_broker_view_and_liveness_read_whether_the_broker_fenced_itself() -> None:
+    lease = {"enabled": True, "members": {"b2": 0.5}, "fenced": True}
+    fenced = broker_view({"ha_state": "active", "pid": 42}, {"epoch": 3, "member_lease": lease})
+    assert fenced.fenced and not fenced.is_primary and not fenced.on_grants
+    serving = broker_view({"ha_state": "active"}, {"member_lease": {**lease, "fenced": False}})
+    assert not serving.fenced and serving.is_primary
+    assert broker_view({"ha_state": "active"}, {"epoch": 3}).is_primary  # does not say
+    answer = {"alive": True, "last_progress_ms": 5, "ha_state": "active", "pid": 7}
+    live = liveness_view({**answer, "fenced": True})
+    assert live is not None and not live.is_primary
+    old = liveness_view(answer)  # a broker that does not say
+    assert old is not None and old.is_primary
 
 
 def test_a_primary_broker_fenced_when_zookeeper_names_another_primary() -> None:

@@ -27,6 +27,7 @@ import signal
 from itertools import permutations
 
 import pika
+import pika.exceptions
 import pytest
 
 from common.polling import poll_until
@@ -50,9 +51,22 @@ def kill_node(node: Node) -> None:
     poll_until(lambda: node.status() is None, 10)
 
 
+def connect(params: list[pika.ConnectionParameters]) -> pika.BlockingConnection | None:
+    """One round of the URL list (None: no broker admitted the client this round)."""
+    try:
+        return pika.BlockingConnection(params)
+    except pika.exceptions.AMQPConnectionError:
+        return None
+
+
 def publish(ports: list[int], queue: str, bodies: list[str]) -> None:
+    """Publish ``bodies`` with confirms. The connection goes round the URL list until a
+    broker admits it, as a client does: a primary may refuse a client for a moment after
+    the set changed (530 "not serving", or "began serving during this connection's
+    handshake"), with the others backups (it failed a loaded run). Only connecting is
+    retried: nothing is published twice."""
     params = [pika.ConnectionParameters("127.0.0.1", port) for port in ports]
-    connection = pika.BlockingConnection(params)
+    connection = poll_until(lambda: connect(params), 20, "a broker admitting the publisher")
     try:
         channel = connection.channel()
         channel.confirm_delivery()  # each basic_publish returns once confirmed

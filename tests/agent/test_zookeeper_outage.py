@@ -99,9 +99,15 @@ def test_a_zookeeper_outage_keeps_the_primary_until_a_member_falls_silent(
         publisher = PikaPublisher(silent, agents.amqp_ports).start()
         try:
             poll_until(lambda: len(silent.numbers()) >= 5, 30, "confirms before the second")
-            member_silent(agents, primary, own_zookeeper, silent)
+            taken = len(events(primary, "epoch_taken"))
+            fenced_at = member_silent(agents, primary, own_zookeeper, silent)
+            serving = a_member_serves(agents, primary, silent, fenced_at, taken)
         finally:
             publisher.stop()
+        # everything confirmed, before the fence and since, is on the member now primary
+        numbers = set(silent.numbers())
+        held = set(drain(serving.port, silent.queue))
+        assert numbers and not numbers - held, f"confirmed, lost: {sorted(numbers - held)[:20]}"
     finally:
         agents.stop()
 
@@ -157,11 +163,10 @@ def member_silent(
     primary: Node,
     own_zookeeper: ZooKeeperProcess | ZooKeeperContainer,
     confirms: Confirms,
-) -> None:
+) -> float:
     """The server stopped again, and a member's broker SIGSTOPped meanwhile: its grant
-    lapses, the primary confirms nothing more and fences itself. (What the agents do once
-    both run again is not checked here: after such a lapse they churned for up to a minute
-    in some runs, an availability fault noted in issue 26, not yet fixed.)"""
+    lapses, the primary confirms nothing more and fences itself. Both run again at the
+    end; returns when (monotonic) the test saw the primary's fence."""
     backup = next(n for n in agents.nodes if n is not primary)
     stopped_pid: int | None = None
     own_zookeeper.pause()
@@ -174,6 +179,7 @@ def member_silent(
         # confirms nothing after that, and fences itself.
         longest = LEASE * (1 + DRIFT) / (1 - DRIFT)
         poll_until(lambda: events(primary, "ha_fenced", broker=True), 20, "the primary fenced")
+        fenced_at = time.monotonic()
         [fenced] = events(primary, "ha_fenced", broker=True)
         assert fenced["reason"] == (
             "a member's grant lapsed after the cluster manager's lease ran out"
@@ -186,3 +192,30 @@ def member_silent(
         if stopped_pid is not None:
             os.kill(stopped_pid, signal.SIGCONT)
         own_zookeeper.resume()
+    return fenced_at
+
+
+def a_member_serves(
+    agents: AgentCluster, primary: Node, confirms: Confirms, fenced_at: float, epochs_taken: int
+) -> Node:
+    """Once both run again, a member of the set (a backup the fenced primary needed the
+    grant of) is promoted and confirms within a bounded time: the agents do not churn. The
+    fenced primary's agent never takes an epoch for its fenced broker (it did, on the
+    broker's "active" answer during its stop, in 3 of 16 loaded runs: an epoch with an
+    empty set naming the fenced store, a fence cascade, about a minute without a primary).
+    The member's confirms are polled (the fact), not its state."""
+    members = [n for n in agents.nodes if n is not primary]
+    ports = {n.port for n in members}
+    poll_until(lambda: confirms.first_on(ports, fenced_at) is not None, 30, "a member confirming")
+    with confirms.lock:
+        port = next(p for _, p, t in confirms.confirmed if p in ports and t > fenced_at)
+    serving = next(n for n in members if n.port == port)
+    taken = events(primary, "epoch_taken")
+    assert len(taken) == epochs_taken, f"the fenced primary's agent took an epoch: {taken}"
+    # one promotion, the serving member's (a newer one by the same agent, its older claim's
+    # end taken for its current one's, was the other churn seen)
+    promoted = [(n.name, e["new_epoch"]) for n in members for e in events(n, "agent_promoted")]
+    assert [name for name, _ in promoted] == [serving.name], promoted
+    record = agents.primary_record()
+    assert record is not None and record.node == serving.name, record
+    return serving

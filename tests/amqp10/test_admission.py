@@ -30,7 +30,7 @@ class Admission:
         return self.refusal
 
     def refusal_before_login(self, client_properties: Mapping[str, Any]) -> AmqpError | None:
-        return None  # AMQP 1.0 logs in first (SASL), then is admitted
+        return None  # these tests refuse after the login (at open): admit()
 
     def released(self, connection: AdmittedConnection) -> None:
         pass

@@ -6,6 +6,7 @@ Few examples each (``QUICK``): generating nested values is slow and make test is
 from __future__ import annotations
 
 import contextlib
+import struct
 import uuid
 from typing import Any
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from broker.amqp10 import codec
 from broker.amqp10.codec import DecodeError
-from broker.amqp10.framing import decode_transfer, first_transfer
+from broker.amqp10.framing import decode_transfer, delivery_transfer, first_transfer
 from broker.amqp10.performatives import (
     Accepted,
     Attach,
@@ -353,8 +354,30 @@ def test_a_transfer_read_by_hand_is_the_codecs(
     assert found is None or found == codec.decode(body)
     if fmt is not None or tag is not None:  # the common shapes are read by hand
         assert found is not None
+    if body[3] == 0xC0:  # the same list as a list32, as rhea writes it
+        size, count = body[4], body[5]
+        items = body[6 : 5 + size]
+        wide = b"\x00\x53\x14\xd0" + struct.pack(">II", len(items) + 4, count) + items
+        wide += body[5 + size :]
+        assert codec.decode(wide) == (transfer, len(wide) - len(payload))
+        found = decode_transfer(wide)
+        assert found is None or found == codec.decode(wide)
+        if fmt is not None or tag is not None:
+            assert found is not None
 
 
-@given(st.binary(max_size=60))
-def test_a_transfer_read_by_hand_never_raises(data: bytes) -> None:
-    decode_transfer(b"\x00\x53\x14\xc0" + data)
+@given(st.binary(max_size=60), st.sampled_from([b"\xc0", b"\xd0"]))
+def test_a_transfer_read_by_hand_never_raises(data: bytes, code: bytes) -> None:
+    decode_transfer(b"\x00\x53\x14" + code + data)
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.booleans())
+def test_a_delivery_framed_by_hand_is_the_codecs(
+    handle: int, delivery_id: int, settled: bool
+) -> None:
+    transfer = Transfer(
+        handle=handle, delivery_id=delivery_id, delivery_tag=struct.pack(">I", delivery_id),
+        message_format=0, settled=settled,
+    )  # fmt: skip
+    assert delivery_transfer(handle, delivery_id, settled) == first_transfer(transfer)
+    assert codec.decode(delivery_transfer(handle, delivery_id, settled))[0] == transfer

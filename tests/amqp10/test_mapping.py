@@ -32,8 +32,11 @@ from broker.core import properties as basic
 
 short = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=40)
 ids = st.one_of(short.filter(bool), st.uuids(), st.integers(0, 2**64 - 1).map(ULong))
+#: Application property names: an "x-" one becomes an "x-" header, which maps back to a
+#: message annotation (the table's rule, as RabbitMQ 4's), so it does not come back as it
+#: went (docs/amqp-1-0.md); hypothesis found it in a loaded run: left out here.
 application = st.dictionaries(
-    short,
+    short.filter(lambda name: not name.startswith("x-")),
     st.one_of(short, st.integers(-(2**63), 2**63 - 1), st.booleans(), st.binary(max_size=20)),
     max_size=4,
 )

@@ -1,5 +1,6 @@
 """Fixtures of the analytics tests: ONE Spark session (``local[2]``, loopback, quiet) for
-the whole test session (its start dominates), and hand-made JSON log files.
+the whole test session (its start dominates), and the job runs more than one module reads
+(the generated logs; the three hand-made clusters).
 
 The test JVMs compile with the client compiler only (:data:`FAST_JIT`): a test job is a
 few hundred tiny stages, where the server compiler's work never pays back (half the CPU
@@ -8,47 +9,16 @@ Nothing the job computes or prints depends on it."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 from analytics import generate, job
-
-#: Time 0 of the hand-made logs.
-BASE = datetime(2026, 11, 22, tzinfo=UTC)
-BASE_US = int(BASE.timestamp() * 1_000_000)
-
-
-def ts(ms: float) -> str:
-    return (BASE + timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def us(ms: float) -> int:
-    return BASE_US + int(ms * 1000)
-
-
-def line(ms: float, event: str, node: str, component: str, **fields: Any) -> dict[str, Any]:
-    """One schema-1 event ``ms`` milliseconds after :data:`BASE`."""
-    return {
-        "ts": ts(ms), "level": "info", "event": event, "node": node,
-        "cluster": fields.pop("cluster", None), "epoch": fields.pop("epoch", None),
-        "component": component, "schema": "1", **fields,
-    }  # fmt: skip
-
-
-def write_logs(directory: Path, files: dict[str, list[dict[str, Any]]]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, lines in files.items():
-        (directory / name).write_text("".join(json.dumps(x) + "\n" for x in lines))
-    return directory
-
+from tests.analytics import three_clusters
 
 #: HotSpot's client compiler (C1) alone: quick to warm up, little compiling for short runs.
 FAST_JIT = "-XX:TieredStopAtLevel=1"
@@ -116,3 +86,14 @@ def generated(
         logs, clusters=12, failovers=10, noise=20_000, seed=7, lost_runs=1, spark=spark
     )
     return params, job.run(spark, [str(logs)], tmp_path_factory.mktemp("report"))
+
+
+@pytest.fixture(scope="session")
+def three_clusters_run(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, job.Result]:
+    """The hand-made logs of :mod:`tests.analytics.three_clusters` and their one local run:
+    test_transforms.py's golden rows, and the tables test_cluster_mode.py's standalone
+    cluster must give too."""
+    logs = three_clusters.write(tmp_path_factory.mktemp("three-clusters"))
+    return logs, job.run(spark, [str(logs)], tmp_path_factory.mktemp("three-clusters-report"))

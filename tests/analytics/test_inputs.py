@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from analytics import __main__ as cli
 from analytics import inputs, job
-from tests.analytics.conftest import line
+from tests.analytics.log_lines import line
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -21,7 +21,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from analytics import job
-from tests.analytics.conftest import line, us, write_logs
+from tests.analytics.log_lines import line, us, write_logs
 
 pytestmark = pytest.mark.timeout(300)
 

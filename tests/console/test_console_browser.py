@@ -294,7 +294,8 @@ def test_a_connections_channels_when_it_is_clicked(
     console_cluster: AgentCluster, browser: Any, shots: Path
 ) -> None:
     """A client with a consumer (prefetch 2, two messages unacknowledged), a channel in
-    confirm mode and one in a transaction: clicking its row shows each channel."""
+    confirm mode and one in a transaction: clicking its row shows each channel, a page of
+    the live stream's channels (no request of its own per second)."""
     primary = primary_of(console_cluster)
     publish(primary, 3, CONSUMED)
     parameters = pika.URLParameters(f"amqp://app:app-secret@127.0.0.1:{primary.port}/%2F")
@@ -315,6 +316,11 @@ def test_a_connections_channels_when_it_is_clicked(
         assert text(browser, "#channels-table tr[data-channel='2'] td.mode") == "confirm"
         assert text(browser, "#channels-table tr[data-channel='3'] td.mode") == "transaction"
         assert "selected" in str(browser.find_element(By.CSS_SELECTOR, row).get_attribute("class"))
+        assert text(browser, "#channels-box-info") == "page 1 of 1 · 3 channels"
+        fetched = browser.execute_script(
+            "return performance.getEntriesByType('resource').map((entry) => entry.name)"
+        )
+        assert not [url for url in fetched if "/api/connections/" in url], fetched
         browser.save_screenshot(str(shots / "connection-channels.png"))
     seen(browser, lambda: browser.find_element(By.ID, "channels-gone"), what="closed")
 

@@ -4,8 +4,11 @@ host and queues (tests.management's stand-in broker), an HA role reduced to its 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from broker.core.message import Message
@@ -142,6 +145,30 @@ def test_lag_in_bytes_counts_what_is_past_the_last_sent(monkeypatch) -> None:
             "lag_bytes_partial": False,
         }
     ]
+
+
+def test_two_backups_lag_rows_at_scale_are_counted_in_slices() -> None:
+    """Two backups' rows of 3,000 queues are a slice of SLICE rows a step (10,000 queues in
+    one step held the loop 131-171 ms), a turn of the loop after a long backlog counted."""
+    broker = HaBroker()
+    vhost = broker.vhost
+    for i in range(3000):
+        vhost.declare_queue(f"q{i}")
+    for _ in range(2 * SLICE * ha_view.ENTRIES_PER_ROW):  # a backlog worth two slices
+        vhost.publish(vhost.exchange(""), Message("", "q0", body=b"x"))
+    lag = 2 * SLICE * ha_view.ENTRIES_PER_ROW
+    rows = [{"queue": f"q{i}", "lag": lag if i == 0 else 0, "last_sent_id": 0} for i in range(3000)]
+    status = {"backups": [{"id": b, "queues": rows} for b in ("b1", "b2")]}
+    steps, slices = ha_view.with_lag_bytes_steps(vhost.queues, status), 1
+    try:
+        while True:
+            next(steps)
+            slices += 1
+    except StopIteration as done:
+        lagged = done.value
+    assert slices > 2 * 3000 // SLICE  # the rows, and a turn after each long backlog
+    assert lagged == ha_view.with_lag_bytes(vhost.queues, status)
+    assert [b["queues"][0]["lag_bytes"] for b in lagged["backups"]] == [lag, lag]
 
 
 def test_a_viewers_page_gets_only_what_moved_on_it() -> None:
@@ -310,3 +337,49 @@ def test_channels_and_consumers_are_in_the_journal_while_someone_follows_them() 
     feed.lists.channel_viewers = 0  # nobody follows them any more: the rows go
     tick()
     assert journal.totals()["channels"] == journal.totals()["consumers"] == 0
+
+
+def test_a_page_of_one_connections_channels_builds_only_those() -> None:
+    """The Connections tab pages one connection's channels (a filter on their names):
+    only the channels some viewer's page may show are built (a primary's backups' links
+    hold a channel per queue: 20,000 at 10,000 queues), the page's total counts them all;
+    a page without a filter, a page of consumers or a reader of the changes builds all."""
+    from broker.management.console.live_lists import CONSOLE_KINDS, ListPage, channels_wanted_by
+    from broker.management.lists import parse_query
+    from common.slices import run_steps
+    from tests.amqp.helpers import Client
+
+    broker, clock = HaBroker(), Clock()
+    clients = []
+    for _ in range(3):
+        client = Client(broker.context)
+        client.handshake()
+        for number in range(1, 4):
+            client.open_channel(number)
+        client.take()
+        clients.append(client)
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    feed.viewers = 1
+    lists, journal = feed.lists, feed.lists.journal
+    mine = clients[1].conn
+    pattern = "^" + re.escape(mine.name) + r" \("
+    query = {"page": "1", "page_size": "100", "name": pattern, "use_regex": "true"}
+    page = ListPage(parse_query(query, CONSOLE_KINDS["channels"]), "channels")
+    lists.channel_viewers = 1
+    lists.channel_filters.append(channels_wanted_by([page]))
+    clock.now += 1.0
+    feed.sample()
+    assert sorted(journal.rows["channels"]) == [f"{mine.id}:{n}" for n in (1, 2, 3)]
+    shown = json.loads(run_steps(lists.page_steps(page, whole=True)) or "{}")
+    assert shown["keys"] == [f"{mine.id}:{n}" for n in (1, 2, 3)]
+    assert (shown["filtered_count"], shown["total_count"]) == (3, 9)
+
+    consumers = ListPage(parse_query({"page": "1"}, CONSOLE_KINDS["consumers"]), "consumers")
+    assert channels_wanted_by([page, consumers]) is None  # a consumer's filter: tags, queues
+    # a reader of GET /api/changes right after such a tick: every channel, at once
+    request = SimpleNamespace(query={})
+    answer = asyncio.run(feed.changes(request))  # type: ignore[arg-type]
+    assert answer.text is not None and len(json.loads(answer.text)["lists"]["channels"]) == 9
+    clock.now += 1.0
+    feed.sample()  # and at each tick while it reads
+    assert journal.totals()["channels"] == 9 and lists.channels_whole

@@ -15,6 +15,7 @@ from typing import Any
 import pika
 import pytest
 
+from qpid_ha_cli.drill.clients import PikaClient
 from qpid_ha_cli.drill.run import DrillRun, WorkerFailed
 from qpid_ha_cli.drill.settings import DrillSettings, parse_drill_url
 from tests.broker_process import BrokerProcess
@@ -44,15 +45,17 @@ def _connect_after_a_reset(broker: BrokerProcess) -> None:
             raise ValueError(PIKA_RESET)
         return pika.BlockingConnection(params)
 
-    run._pika = SimpleNamespace(BlockingConnection=blocking_connection, exceptions=pika.exceptions)
+    assert isinstance(run.client, PikaClient)
+    run.client._pika = SimpleNamespace(
+        BlockingConnection=blocking_connection, exceptions=pika.exceptions
+    )
     got = run._connect("publisher", time.monotonic() + 30, threading.Event())
     assert got is not None
-    connection, _channel, address = got
     try:
-        assert len(attempts) == 2 and address == f"127.0.0.1:{broker.port}"
+        assert len(attempts) == 2 and got.address == f"127.0.0.1:{broker.port}"
         assert run._last_failure is not None and run._last_failure.startswith("ValueError:")
     finally:
-        connection.close()
+        got.close()
 
 
 def test_a_worker_thread_that_dies_fails_the_drill(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,10 @@ def test_the_first_primary_creates_the_id_and_keeps_it(tmp_path: Path) -> None:
     log = Log()
     identity = ClusterIdentity(data, log)
     assert identity.server_properties() == {}
-    identity.promoted()
+    asyncio.run(identity.promoted())
     cluster_id = identity.cluster_id
     assert cluster_id and inspect(tmp_path).cluster_id == cluster_id
-    identity.promoted()  # promoted again (a later epoch): the same cluster
+    asyncio.run(identity.promoted())  # promoted again (a later epoch): the same cluster
     assert identity.cluster_id == cluster_id
     assert identity.server_properties() == {CLUSTER_ID_PROPERTY: cluster_id}
     assert [event for event, _ in log.lines] == ["ha_cluster_id_created"]

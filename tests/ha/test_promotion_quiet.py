@@ -15,6 +15,7 @@ from broker.ha.promotion_quiet import AFTER, LONGEST, PromotionQuiet
 from broker.management.console.live import LiveFeed
 from common.log import get_logger
 from common.polling import poll_until
+from common.slices import SLICE
 from tests.ha.test_refusal_before_login import ha_broker
 from tests.management.support import FakeBroker
 
@@ -72,6 +73,46 @@ def test_the_console_sampler_waits_for_the_quiet() -> None:
             assert feed.queue_history == {}
             ha.quiet.ended(ha.now() - LONGEST)  # over: the sampler goes on at once
             await asyncio.to_thread(poll_until, lambda: "q" in feed.queue_history, 10)
+        finally:
+            await feed.stop(None)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+class BeginsAfterTheFirstLook(PromotionQuiet):
+    """A promotion that begins just after the sampler looked (its sample under way)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+        self.over = False
+
+    def holds(self, now: float) -> bool:
+        self.looks += 1
+        return self.looks > 1 and not self.over
+
+
+def test_a_sample_begun_before_a_promotion_waits_it_out_between_slices() -> None:
+    """At 10,000 queues a sample is ~20 slices; one under way when a promotion began went on
+    slice after slice inside it (40-45 ms of CPU on the promotion's path, issue 25)."""
+    broker = FakeBroker()
+    for i in range(2 * SLICE + 1):
+        broker.vhost.declare_queue(f"q{i}")
+    ha = QuietHa()
+    ha.quiet = quiet = BeginsAfterTheFirstLook()
+    broker.ha = ha  # type: ignore[attr-defined]
+    feed = LiveFeed(broker, get_logger("management"))
+
+    async def main() -> None:
+        await feed.start(None)  # type: ignore[arg-type]
+        try:
+            await asyncio.to_thread(poll_until, lambda: feed.queue_history, 10)
+            await asyncio.sleep(0.3)  # the quiet holds: no slice after the first
+            assert len(feed.queue_history) == SLICE
+            quiet.over = True
+            await asyncio.to_thread(
+                poll_until, lambda: len(feed.queue_history) == 2 * SLICE + 1, 10
+            )
         finally:
             await feed.stop(None)  # type: ignore[arg-type]
 

@@ -19,12 +19,16 @@ def test_the_answer_says_how_long_ago_the_loop_last_made_progress() -> None:
         "last_progress_ms": 750.0,
         "ha_state": "active",
         "epoch": 7,
+        "fenced": False,
         "pid": 4242,
         "broker_id": "b-1",
     }
     progress.progressed(11.3)  # a turn without a role keeps the role
     assert progress.answer(11.3)["ha_state"] == "active"
     assert progress.answer(11.3)["progress"] == 2
+    # a primary that fenced itself still says "active" while it stops: it says fenced too
+    progress.progressed(11.4, RoleNote("active", epoch=7, fenced=True))
+    assert progress.answer(11.4)["fenced"] is True
 
 
 def test_a_stalled_loop_answers_a_growing_silence() -> None:

@@ -64,6 +64,7 @@ def test_kill_partition_and_stale_backup_lose_nothing_and_never_two_primaries(
             "--nemesis=kill,partition,stale-backup",
             "--cycles=1",
             f"--work-dir={tmp_path}",
+            "--amqp10",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -93,6 +94,9 @@ def test_kill_partition_and_stale_backup_lose_nothing_and_never_two_primaries(
         assert cycle["lost"] == 0, cycle
         assert cycle["two_primaries_s"] == 0 and cycle["two_primaries_seen"] == 0, cycle
         assert cycle["confirmed"] > 0 and cycle["new_primary"] not in ("", cycle["old_primary"])
+        amqp10 = cycle["notes"]["amqp10"]  # the 1.0 pair (Proton) beside the 0-9-1 one
+        assert amqp10["lost"] == 0 and amqp10["confirmed"] > 0, cycle
+        assert amqp10["received"] >= amqp10["confirmed"], cycle
     stale = cycles[2]["notes"]
     assert stale["stale_promoted"] is False, stale
     prefix = results["namespace_prefix"]

@@ -14,8 +14,16 @@ from typing import Any
 from broker.core.vhost import VHOST
 from broker.core.vhosts import queue_key
 from broker.management.managed import ManagedBroker
+from common.slices import SLICE, Steps, run_steps
 
-__all__ = ["LAG_BYTES_SCAN", "agent_option", "lag_bytes", "with_lag_bytes", "with_managed_by"]
+__all__ = [
+    "LAG_BYTES_SCAN",
+    "agent_option",
+    "lag_bytes",
+    "with_lag_bytes",
+    "with_lag_bytes_steps",
+    "with_managed_by",
+]
 
 
 #: Entries counted at most per backup and queue for ``lag_bytes`` (past it: a lower bound).
@@ -35,20 +43,41 @@ def lag_bytes(queue: Any, last_sent: int) -> tuple[int, bool]:
     return total, False
 
 
+#: Entries of a backlog counted by :func:`lag_bytes` that weigh as much as a queue's row in
+#: a slice of :func:`with_lag_bytes_steps`.
+ENTRIES_PER_ROW = 50
+
+
 def with_lag_bytes(queues: Mapping[str, Any], ha_status: dict[str, Any] | None) -> Any:
     """``/api/ha``'s body with each backup's queue rows given ``lag_bytes`` (and
     ``lag_bytes_partial``): the primary counts its backlog in messages only."""
+    return run_steps(with_lag_bytes_steps(queues, ha_status))
+
+
+def with_lag_bytes_steps(queues: Mapping[str, Any], ha_status: dict[str, Any] | None) -> Steps[Any]:
+    """:func:`with_lag_bytes` in slices of :data:`~common.slices.SLICE` rows, a backlog's
+    :data:`ENTRIES_PER_ROW` entries counted weighing a row: a long backlog (one count of up
+    to :data:`LAG_BYTES_SCAN` entries) ends its slice. Two backups of 10,000 queues in one
+    step were 131 and 171 ms of CPU at load 25, collections of 33 and 85 ms included
+    (issue 25)."""
     if not ha_status or not ha_status.get("backups"):
         return ha_status
     backups = []
+    work = 0
     for backup in ha_status["backups"]:
         rows = []
         for row in backup.get("queues", []):
+            if work >= SLICE:
+                work = 0
+                yield
+            work += 1
             queue = queues.get(queue_key(str(row.get("vhost") or VHOST), str(row.get("queue"))))
             last_sent = row.get("last_sent_id")
-            if queue is None or not isinstance(last_sent, int) or not row.get("lag"):
+            lag = row.get("lag")
+            if queue is None or not isinstance(last_sent, int) or not lag:
                 rows.append({**row, "lag_bytes": 0, "lag_bytes_partial": False})
                 continue
+            work += min(int(lag), LAG_BYTES_SCAN) // ENTRIES_PER_ROW
             counted, partial = lag_bytes(queue, last_sent)
             rows.append({**row, "lag_bytes": counted, "lag_bytes_partial": partial})
         backups.append({**backup, "queues": rows})

@@ -54,7 +54,11 @@ from broker.core.vhosts import key_of
 from broker.management.auth import current_user
 from broker.management.console.agent_log import promotion_instants, read_tail
 from broker.management.console.agents_view import AgentsView, zk_access
-from broker.management.console.ha_view import agent_option, with_lag_bytes, with_managed_by
+from broker.management.console.ha_view import (
+    agent_option,
+    with_lag_bytes_steps,
+    with_managed_by,
+)
 from broker.management.console.live_lists import (
     CONSOLE_KINDS,
     CONSOLE_QUEUES,
@@ -62,6 +66,7 @@ from broker.management.console.live_lists import (
     PAGED_ONLY,
     ListPage,
     LiveLists,
+    channels_wanted_by,
 )
 from broker.management.console.overview import RANGES, Overview
 from broker.management.console.timeline import Timeline
@@ -185,19 +190,23 @@ class LiveFeed:
 
     async def _run(self) -> None:
         while not self.closing:
-            ha = getattr(self.broker, "ha", None)
-            if ha is not None and hasattr(ha, "quiet") and ha.quiet.holds(ha.now()):
+            if self._quiet():
                 await asyncio.sleep(PERIOD / 10)  # a promotion's quiet: sample after it
                 continue
             try:
-                async with self._sampling:
-                    await run_sliced(self.sample_steps())
+                async with self._sampling:  # one begun before a promotion waits it out
+                    await run_sliced(self.sample_steps(), self._quiet, PERIOD / 10)
                 async with self._changed:
                     self._version += 1
                     self._changed.notify_all()
             except Exception:
                 self.log.exception("console_sample_failed")
             await asyncio.sleep(PERIOD)
+
+    def _quiet(self) -> bool:
+        """A promotion's quiet (:mod:`broker.ha.promotion_quiet`): no sampling."""
+        ha = getattr(self.broker, "ha", None)
+        return ha is not None and hasattr(ha, "quiet") and bool(ha.quiet.holds(ha.now()))
 
     async def _read_agents(self) -> None:
         assert self.agents is not None
@@ -249,7 +258,8 @@ class LiveFeed:
         for start in range(0, len(items), SLICE):
             if start:
                 yield
-            self._sample_queues(now, items[start : start + SLICE], following)
+            # each slice's own time: a slice after a pause reads counters of later
+            self._sample_queues(self.clock(), items[start : start + SLICE], following)
         ha = getattr(self.broker, "ha", None)
         # nobody viewing: the backups' positions (the lag histories), not a row per queue
         ha_status = None if ha is None else (yield from _status_steps(ha, rows=following))
@@ -282,7 +292,7 @@ class LiveFeed:
             moved: set[str] | None = None
         else:  # a rate that fell to 0 moves a queue once more after its counters stop
             moved = self._moved | self._moved_before
-        yield from self.lists.update_steps(moved, queues, self.lists.channels_followed(now))
+        yield from self.lists.update_steps(moved, queues, self.lists.channels_wanted(now))
         self.lists.prune_texts()
         self._followed = True
         self.state = yield from self._build_steps(now, ha_status)
@@ -434,6 +444,7 @@ class LiveFeed:
         broker = self.broker
         vhosts = sorted(vhosts_of(broker), key=lambda v: (v.name != VHOST, v.name))
         yield
+        lagged = yield from with_lag_bytes_steps(vhosts_of(broker).queues, ha_status)
         return {
             "at": now,
             "status": {
@@ -448,9 +459,7 @@ class LiveFeed:
                 "queues": sum(len(v.queues) for v in vhosts),
                 "exchanges": sum(len(v.exchanges) for v in vhosts),
             },
-            "ha": with_managed_by(
-                with_lag_bytes(vhosts_of(broker).queues, ha_status), self.managed_by()
-            ),
+            "ha": with_managed_by(lagged, self.managed_by()),
             "agents": None if self.agents is None else self.agents.view,
             "configured_members": [
                 str(a) for a in getattr(getattr(broker, "ha", None), "addresses", [])
@@ -520,6 +529,9 @@ class LiveFeed:
 
         self.viewers += 1
         self.lists.channel_viewers += pages_channels
+        wanted = channels_wanted_by(pages)  # which channels its pages may show
+        if pages_channels:
+            self.lists.channel_filters.append(wanted)
         try:
             if not self._followed or pages_channels:
                 await self.fresh_sliced()
@@ -553,6 +565,8 @@ class LiveFeed:
         finally:
             self.viewers -= 1
             self.lists.channel_viewers -= pages_channels
+            if pages_channels:
+                self.lists.channel_filters.remove(wanted)
         return response
 
     async def history(self, request: web.Request) -> web.Response:
@@ -570,7 +584,7 @@ class LiveFeed:
         if text is not None and not text.isdigit():
             raise ApiError(400, f"since must be a version (an integer of 0 or more), not {text!r}")
         self.lists.follow(self.clock())
-        if not self._followed:
+        if not self._followed or not self.lists.channels_whole:  # every channel, now
             await self.fresh_sliced()
         journal = self.lists.journal
         delta = None if text is None else journal.since(int(text))

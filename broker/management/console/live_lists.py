@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.core.vhosts import KEY_SEPARATOR, queue_key
-from broker.management.channels import channel_view, consumer_views
+from broker.management.channels import channel_name, channel_view, consumer_views
 from broker.management.deltas import DeltaJournal, ListUpdate
 from broker.management.list_query import ListQuery, select_steps
 from broker.management.lists import (
@@ -65,6 +65,8 @@ __all__ = [
     "PAGED_ONLY",
     "ListPage",
     "LiveLists",
+    "NameFilter",
+    "channels_wanted_by",
 ]
 
 #: Seconds a read of ``GET /api/changes`` keeps the lists followed.
@@ -164,6 +166,23 @@ def _list_order(name: str, keys: Iterable[str]) -> list[str]:
     return _default_order(keys)
 
 
+#: Which channels to build, by name (a page's filter: :meth:`ListQuery.matcher`).
+NameFilter = Callable[[str], bool]
+
+
+def channels_wanted_by(pages: Iterable[ListPage]) -> NameFilter | None:
+    """Which channels a viewer's pages may show: its page of channels' name filter; None
+    for all of them (a page of channels without a filter, or a page of consumers, whose
+    filter reads tags and queues)."""
+    paged = [page for page in pages if page.name in PAGED_ONLY]
+    if not paged or any(page.name != "channels" for page in paged):
+        return None
+    matchers = [page.query.matcher() for page in paged]
+    if any(m is None for m in matchers):
+        return None
+    return lambda name: any(m(name) for m in matchers if m is not None)
+
+
 def channel_key(connection: int, number: int) -> str:
     """A channel's key in the journal: its connection's id and its number."""
     return f"{connection}:{number}"
@@ -198,6 +217,12 @@ class LiveLists:
         #: viewers paging the channels or consumers (while none does and nobody reads
         #: ``GET /api/changes``, those two lists are not built: they stay empty)
         self.channel_viewers = 0
+        #: which channels each of those viewers' pages may show (:func:`channels_wanted_by`)
+        self.channel_filters: list[NameFilter | None] = []
+        #: the channels present at the last tick (the journal may hold only those wanted)
+        self.channels_total = 0
+        #: the last tick built every channel (else none, or those some page wanted)
+        self.channels_whole = False
         self.ticks = 0
         self._binding_keys: dict[int, tuple[Any, str]] = {}
         self._texts: dict[tuple[str, str], tuple[int, str]] = {}
@@ -214,13 +239,15 @@ class LiveLists:
         self,
         moved: set[str] | None,
         queues: list[tuple[str, Any]] | None = None,
-        channels: bool = True,
+        channels: bool | NameFilter = True,
     ) -> Steps[int]:
         """A tick: the lists as they are now, into the journal. ``moved``: the queue keys
         the sampler saw change (None: rebuild every row); ``queues``: (key, queue) of every
         queue, as the sampler listed them (else listed here); ``channels``: build the
-        channels and consumers (else they are left empty: nobody follows them)."""
+        channels and consumers (False: they are left empty, nobody follows them; a name
+        filter: only the channels it passes, :meth:`channels_wanted`)."""
         self.ticks += 1
+        self.channels_whole = channels is True
         full = moved is None or self.ticks % FULL_EVERY == 1
         known = self.journal.rows["queues"]
         by_key = dict(vhosts_of(self.broker).queues.items() if queues is None else queues)
@@ -248,7 +275,9 @@ class LiveLists:
         listed = list(self.broker.context.connections.values())
         connections = {str(c.id): connection_view(c) for c in listed}
         yield
-        channel_rows, consumer_rows = yield from self._channels_steps(listed if channels else [])
+        channel_rows, consumer_rows = yield from self._channels_steps(
+            listed if channels else [], None if isinstance(channels, bool) else channels
+        )
         return self.journal.advance(
             {
                 "queues": ListUpdate(present, rows),
@@ -261,17 +290,23 @@ class LiveLists:
         )
 
     def _channels_steps(
-        self, connections: list[Any]
+        self, connections: list[Any], wanted: NameFilter | None = None
     ) -> Steps[tuple[dict[str, Row], dict[str, Row]]]:
-        """Every channel's row and every consumer's (as ``GET /api/channels`` and
-        ``GET /api/consumers`` show them), :data:`SLICE` channels a step."""
+        """Every channel's row (``wanted``: only those whose name it passes) and their
+        consumers' (as ``GET /api/channels`` and ``GET /api/consumers`` show them),
+        :data:`SLICE` channels a step (a channel passed over counts a tenth of one)."""
         channels: dict[str, Row] = {}
         consumers: dict[str, Row] = {}
-        built = 0
+        built = total = 0
         for connection in connections:
             for number in list(connection.channels):
                 channel = connection.channels.get(number)
                 if channel is None:
+                    continue
+                total += 1
+                if wanted is not None and not wanted(channel_name(connection, number)):
+                    if total % (10 * SLICE) == 0:
+                        yield
                     continue
                 view = channel_view(connection, channel)
                 channels[channel_key(connection.id, number)] = view
@@ -281,6 +316,7 @@ class LiveLists:
                 built += 1
                 if built % SLICE == 0:
                     yield
+        self.channels_total = total
         return channels, consumers
 
     def _bindings_steps(self) -> Steps[ListUpdate]:
@@ -322,6 +358,7 @@ class LiveLists:
         self._texts.clear()
         self._orders.clear()
         self._binding_keys.clear()
+        self.channels_total = 0
         self._default.clear()
         self._delta_texts.clear()
         self._snapshot_texts.clear()
@@ -330,10 +367,22 @@ class LiveLists:
         """A reader of ``GET /api/changes`` keeps the lists followed a while."""
         self.followed_until = max(self.followed_until, now + FOLLOW_FOR)
 
-    def channels_followed(self, now: float) -> bool:
-        """Are the channels and consumers built: a viewer pages them, or a reader of
-        ``GET /api/changes`` came within :data:`FOLLOW_FOR` seconds?"""
-        return self.channel_viewers > 0 or now < self.followed_until
+    def channels_wanted(self, now: float) -> bool | NameFilter:
+        """Which channels (and their consumers) a tick builds: every one (True) for a
+        reader of ``GET /api/changes`` within :data:`FOLLOW_FOR` seconds; none (False)
+        while no viewer pages them; else those some viewer's page may show (a page of one
+        connection's channels: its filter on their names; the others could never be on
+        it, and building a row is most of the cost: 20,000 channels at 10,000 queues with
+        two backups' links); every one when a page does not filter by name."""
+        if now < self.followed_until:
+            return True
+        if self.channel_viewers <= 0:
+            return False
+        filters = self.channel_filters
+        if len(filters) < self.channel_viewers or any(f is None for f in filters):
+            return True
+        wanted = [f for f in filters if f is not None]
+        return lambda name: any(f(name) for f in wanted)
 
     # texts shared by every viewer ---------------------------------------------------------
     def row_text(self, name: str, key: str) -> str:
@@ -456,7 +505,7 @@ class LiveLists:
             "page_count": page_count,
             "filtered_count": len(ordered),
             "item_count": len(keys),
-            "total_count": len(journal.rows[name]),
+            "total_count": self.channels_total if name == "channels" else len(journal.rows[name]),
         }
         versions = journal.row_versions[name]
         held = set() if whole else set(page.keys)

@@ -3,23 +3,28 @@
 // sorted and paged by the server and kept from its page events, and the queue page's
 // histories (60 samples a queue, a sample a second taken from its row). The tables'
 // queries live here too: changing one opens the stream again, which starts with a snapshot
-// (the state) and the new pages.
+// (the state) and the new pages. A connection's channels are a page of the channels list
+// (keys "connection:number"), asked only while a connection's row is selected (the
+// server builds channel rows only while someone pages them).
 "use strict";
 
 (function () {
   const HISTORY = 60;
   const LISTS = ["queues", "exchanges", "bindings", "connections"];
+  // Lists paged only while their query is set (null: not asked, nothing held).
+  const ASKED = ["channels"];
   const emptyPage = () => ({ keys: [], rows: new Map(), history: new Map(), counts: {} });
-  const held = { version: -1, state: null, me: null, pages: Object.fromEntries(LISTS.map((name) => [name, emptyPage()])) };
+  const held = { version: -1, state: null, me: null, pages: Object.fromEntries([...LISTS, ...ASKED].map((name) => [name, emptyPage()])) };
   // Each table's query: RabbitMQ's parameters (docs/management.md); the queues' plain, the
   // others' prefixed with the list's name and a dot.
   const newQuery = () => ({ page: 1, page_size: 50, name: "", use_regex: false, sort: "", sort_reverse: false });
-  const queries = Object.fromEntries(LISTS.map((name) => [name, newQuery()]));
+  const queries = { ...Object.fromEntries(LISTS.map((name) => [name, newQuery()])), ...Object.fromEntries(ASKED.map((name) => [name, null])) };
 
   function queryString() {
     const params = new URLSearchParams();
-    for (const name of LISTS) {
+    for (const name of [...LISTS, ...ASKED]) {
       const query = queries[name];
+      if (!query) continue;
       const prefix = name === "queues" ? "" : `${name}.`;
       params.set(`${prefix}page`, String(query.page));
       params.set(`${prefix}page_size`, String(query.page_size));
@@ -39,7 +44,7 @@
 
   function view() {
     const shown = { ...held.state, me: held.me };
-    for (const name of LISTS) {
+    for (const name of [...LISTS, ...ASKED]) {
       shown[name] = rowsOf(name);
       shown[`${name}Page`] = held.pages[name].counts;
     }
@@ -53,6 +58,12 @@
 
   window.consoleLists = {
     query: queryString,
+    // Ask a page of one of ASKED (a query), or stop asking it (null); what was held of it
+    // is dropped (its counts are empty until the first page comes).
+    ask(name, query) {
+      queries[name] = query;
+      held.pages[name] = emptyPage();
+    },
     queueQuery: queries.queues,
     queries,
     view,
@@ -81,6 +92,7 @@
     page(data) {
       const name = data.list || "queues";
       const page = held.pages[name];
+      if (!queries[name]) return false; // no longer asked (a stream being replaced)
       const keep = new Set(data.keys);
       for (const key of [...page.rows.keys()]) {
         if (!keep.has(key)) { page.rows.delete(key); page.history.delete(key); }

@@ -310,14 +310,34 @@
   }
 
   let selectedConnection = null;
-  let channelsAsked = 0;
+  // The selected connection's channels: a page of the live stream's channels list, those
+  // whose name starts with the connection's name (a channel's name is "CONNECTION (N)").
+  const CHANNEL_PAGE_SIZE = 100;
+  const escapeRegex = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+
+  function askChannels(connection, page) {
+    lists.ask("channels", connection === null ? null : { page, page_size: CHANNEL_PAGE_SIZE,
+      name: `^${escapeRegex(connection.name)} \\(`, use_regex: true, sort: "", sort_reverse: false });
+    requery();
+  }
+
+  function selectConnection(connection) {
+    selectedConnection = connection === null ? null : connection.id;
+    askChannels(connection, 1);
+  }
+
+  // Leaving the Connections page stops the channels' page (the server builds channel rows
+  // only while a viewer pages them).
+  window.addEventListener("hashchange", () => {
+    if (window.location.hash !== "#connections" && lists.queries.channels) selectConnection(null);
+  });
 
   function renderConnections(s) {
     renderListQuery(s, "connections");
     const connections = s.connections || [];
     replaceRows($("connections").tBodies[0], connections.map((c) => el("tr", { "data-connection": c.id, "data-user": c.user || "",
       class: `clickable${c.id === selectedConnection ? " selected" : ""}`,
-      onclick: () => { selectedConnection = c.id; channelsAsked = 0; renderConnections(app.state.snapshot); } },
+      onclick: () => { selectConnection(c); renderConnections(app.state.snapshot); } },
       el("td", { class: "num", text: c.id }),
       el("td", { class: "name" }, el("span", { text: c.peer }), c.user_provided_name ? el("div", { class: "client-name", text: c.user_provided_name }) : null),
       el("td", { class: "vhost", text: c.vhost || "/" }), el("td", { text: c.user || "-" }),
@@ -327,7 +347,7 @@
       el("td", { class: "num", text: fmt(c.messages_published) }), el("td", { class: "num", text: fmt(c.messages_delivered) }),
       el("td", {}, canAdmin() ? el("button", { class: "danger", onclick: (event) => { event.stopPropagation(); confirmThen(closeText(c),
         async () => { await api("DELETE", `/api/connections/${c.id}`); return `closed connection ${c.id}`; }); } }, c.ha_backup ? "Close link" : "Close") : null))));
-    renderChannels(connections.find((c) => c.id === selectedConnection));
+    renderChannels(s, connections.find((c) => c.id === selectedConnection));
   }
 
   // What closing a connection does: a client is told 320; a backup's replication link is
@@ -337,40 +357,49 @@
     return `WARNING: connection ${c.id} is the HA replication link of backup ${c.ha_backup}, not a client. Closing it cuts that backup off: it dials again and catches up, and while it is away the primary holds publisher confirms for it until its removal from the in-sync set is committed. Close it anyway?`;
   }
 
-  // The selected connection's channels, from GET /api/connections/{id}/channels (at most
-  // once a second: the page renders at each snapshot).
-  function renderChannels(connection) {
+  // The selected connection's channels, from the live stream's page of them (drawn at
+  // each snapshot; a page comes when one of its rows changed).
+  function renderChannels(s, connection) {
     const box = $("connection-channels");
     if (selectedConnection === null) {
       box.replaceChildren(el("p", { class: "note", text: "Click a connection for its channels." }));
       return;
     }
     if (!connection) {
+      if (lists.queries.channels) { lists.ask("channels", null); requery(); } // nothing to page
       box.replaceChildren(el("p", { class: "note", id: "channels-gone", text: `Connection ${selectedConnection} is closed, or not on this page of the list.` }));
       return;
     }
-    if (Date.now() - channelsAsked < 900) return;
-    channelsAsked = Date.now();
+    if (!lists.queries.channels) askChannels(connection, 1); // selected again after it went
     const id = connection.id;
-    api("GET", `/api/connections/${id}/channels`).then((channels) => {
-      if (id !== selectedConnection) return;
-      const mode = (ch) => [ch.confirm ? "confirm" : null, ch.transactional ? "transaction" : null].filter(Boolean).join(", ") || "-";
-      const consumers = (ch) => ch.consumers.map((k) => `${k.consumer_tag} on ${k.queue}${k.ack_required ? "" : " (no ack)"}`).join("; ");
-      box.replaceChildren(el("h3", { text: `Channels of connection ${id} (${connection.peer}, ${connection.user || "no user"})` }),
-        el("table", { class: "grid", id: "channels-table" },
-          el("thead", {}, el("tr", {}, ...["Channel", "Prefetch", "Global prefetch", "Consumers", "Unacked", "Mode", "Unconfirmed", "Uncommitted", "State"].map((t) => el("th", { text: t })))),
-          el("tbody", {}, ...channels.map((ch) => el("tr", { "data-channel": ch.number },
-            el("td", { class: "num", text: ch.number }),
-            el("td", { class: "num prefetch", text: ch.prefetch_count ? fmt(ch.prefetch_count) : "none" }),
-            el("td", { class: "num", text: ch.global_prefetch_count ? fmt(ch.global_prefetch_count) : "none" }),
-            el("td", { class: "consumers", title: consumers(ch), text: ch.consumer_count ? `${ch.consumer_count}: ${consumers(ch)}` : (ch.replication_stream ? "HA replication stream" : "0") }),
-            el("td", { class: "num unacked", text: fmt(ch.messages_unacknowledged) }),
-            el("td", { class: "mode", text: mode(ch) }),
-            el("td", { class: "num", text: ch.confirm ? fmt(ch.messages_unconfirmed) : "-" }),
-            el("td", { class: "num", text: ch.transactional ? `${fmt(ch.messages_uncommitted)} msgs, ${fmt(ch.acks_uncommitted)} acks` : "-" }),
-            el("td", { text: ch.flow ? ch.state : `${ch.state}, flow stopped` }))))),
-        ...(channels.length ? [] : [el("p", { class: "note", text: "No channel open." })]));
-    }, (error) => box.replaceChildren(el("p", { class: "note", text: error.message })));
+    const counts = s.channelsPage || {};
+    const channels = (s.channels || []).filter((ch) => ch.connection === id);
+    if (counts.page === undefined) {
+      box.replaceChildren(el("p", { class: "note", text: `Channels of connection ${id}: waiting for the broker...` }));
+      return;
+    }
+    const mode = (ch) => [ch.confirm ? "confirm" : null, ch.transactional ? "transaction" : null].filter(Boolean).join(", ") || "-";
+    const consumers = (ch) => ch.consumers.map((k) => `${k.consumer_tag} on ${k.queue}${k.ack_required ? "" : " (no ack)"}`).join("; ");
+    const page = counts.page || 1, pages = counts.page_count || 1;
+    const turn = (to) => () => askChannels(connection, to);
+    box.replaceChildren(el("h3", { text: `Channels of connection ${id} (${connection.peer}, ${connection.user || "no user"})` }),
+      el("div", { class: "actions", id: "channels-pages" },
+        el("button", { type: "button", id: "channels-box-prev", disabled: page <= 1, onclick: turn(page - 1) }, "‹ Prev"),
+        el("span", { class: "note", id: "channels-box-info", text: `page ${page} of ${pages} · ${fmt(counts.filtered_count || 0)} channels` }),
+        el("button", { type: "button", id: "channels-box-next", disabled: page >= pages, onclick: turn(page + 1) }, "Next ›")),
+      el("table", { class: "grid", id: "channels-table" },
+        el("thead", {}, el("tr", {}, ...["Channel", "Prefetch", "Global prefetch", "Consumers", "Unacked", "Mode", "Unconfirmed", "Uncommitted", "State"].map((t) => el("th", { text: t })))),
+        el("tbody", {}, ...channels.map((ch) => el("tr", { "data-channel": ch.number },
+          el("td", { class: "num", text: ch.number }),
+          el("td", { class: "num prefetch", text: ch.prefetch_count ? fmt(ch.prefetch_count) : "none" }),
+          el("td", { class: "num", text: ch.global_prefetch_count ? fmt(ch.global_prefetch_count) : "none" }),
+          el("td", { class: "consumers", title: consumers(ch), text: ch.consumer_count ? `${ch.consumer_count}: ${consumers(ch)}` : (ch.replication_stream ? "HA replication stream" : "0") }),
+          el("td", { class: "num unacked", text: fmt(ch.messages_unacknowledged) }),
+          el("td", { class: "mode", text: mode(ch) }),
+          el("td", { class: "num", text: ch.confirm ? fmt(ch.messages_unconfirmed) : "-" }),
+          el("td", { class: "num", text: ch.transactional ? `${fmt(ch.messages_uncommitted)} msgs, ${fmt(ch.acks_uncommitted)} acks` : "-" }),
+          el("td", { text: ch.flow ? ch.state : `${ch.state}, flow stopped` }))))),
+      ...(channels.length ? [] : [el("p", { class: "note", text: "No channel open." })]));
   }
 
   wireQueueQuery();
