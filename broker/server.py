@@ -28,8 +28,11 @@ from broker.ha.store_history import DISCARD_MARKER
 from broker.listen import Listener, ListenError, serve
 from broker.liveness_server import BrokerLiveness
 from broker.options import BrokerOptions
+from broker.security.cluster_users import FILE_NAME as CLUSTER_USERS_FILE
+from broker.security.cluster_users import load as load_cluster_users
+from broker.security.cluster_users import save as save_cluster_users
 from broker.security.sasl import Authenticator, UserDatabase
-from broker.store.data_dir import DataDir
+from broker.store.data_dir import DataDir, DataDirError
 from broker.store.journal import SyncPolicy
 from broker.store.message_store import MessageStore
 from broker.store.page_file import Pager
@@ -233,11 +236,26 @@ class Broker:
         return closed
 
     # -- virtual hosts (VhostListener) -------------------------------------------------
+    def _keep_cluster_users(self, path: Path) -> None:
+        """The cluster's users (broker.security.cluster_users): read from the data
+        directory, written there after each change (a small file: milliseconds).
+
+        :raises DataDirError: the file is unreadable or malformed (naming it)."""
+        try:
+            saved = load_cluster_users(path)
+        except ValueError as exc:
+            raise DataDirError(f"cluster users: {exc}") from None
+        users = self.context.authenticator.cluster_users
+        users.replace(saved.event())
+        users.listeners.append(lambda: save_cluster_users(users, path))
+
     def vhost_created(self, vhost: VirtualHost) -> None:
         self.log.info("vhost_created", vhost=vhost.name)
 
     def vhost_deleted(self, vhost: VirtualHost) -> None:
-        """Its objects are gone: its connections are closed (320), as RabbitMQ does."""
+        """Its objects are gone: its connections are closed (320), as RabbitMQ does; its
+        users' permissions go."""
+        self.context.authenticator.cluster_users.vhost_deleted(vhost.name)
         closed = 0
         for protocol in list(self._protocols):
             connection = protocol.connection
@@ -278,6 +296,7 @@ class Broker:
                 reason = diverged.read_text(encoding="utf-8", errors="replace").strip()
                 self.data_dir.move_store_aside(f"diverged: {reason}", keep_epoch=True)
             self._open_store(self.data_dir)
+            self._keep_cluster_users(self.data_dir.path / CLUSTER_USERS_FILE)
         self.resources.sample()
         if self.data_dir is not None:
             self._start_paging(self.data_dir.path)

@@ -32,9 +32,9 @@ __all__ = [
 __version__ = "0.1.0"
 
 #: The replication formats this broker speaks: 1, the wire of release 0.1.0; 2, every name
-#: and field table a client may declare; 3, format 2 and the member lease
-#: (broker.ha.link_format).
-REPLICATION_FORMATS = FormatRange(1, 3)
+#: and field table a client may declare; 3, format 2 and the member lease; 4, format 3 and
+#: the cluster's users (broker.ha.link_format).
+REPLICATION_FORMATS = FormatRange(1, 4)
 
 #: The ZooKeeper formats this agent reads (and writes, the highest every member speaks): 1,
 #: the records of release 0.1.0; 2, the same records, an in-sync record at version 2 telling
@@ -63,7 +63,7 @@ def replication_formats() -> FormatRange:
 
 
 def version_line(program: str) -> str:
-    """``qpidd 0.1.0 (replication formats 1-3, zookeeper formats 1-2, store formats 1-2)``: one
+    """``qpidd 0.1.0 (replication formats 1-4, zookeeper formats 1-2, store formats 1-2)``: one
     line for --version."""
     formats = (
         f"replication {REPLICATION_FORMATS}, zookeeper {ZOOKEEPER_FORMATS}, store {STORE_FORMATS}"

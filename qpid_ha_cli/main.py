@@ -6,7 +6,8 @@ It talks to a broker's management API (``-b host:port``): ``ping``; ``status`` (
 is the cluster manager's); and ``promote``, which, as in Qpid, is a cluster-manager command
 refused without ``--cluster-manager``. ``drill`` runs a fail-over drill (``--nemesis``: on
 a cluster of its own in network namespaces). ``vhosts list|add|delete`` manages the
-broker's virtual hosts (:mod:`qpid_ha_cli.vhosts`).
+broker's virtual hosts (:mod:`qpid_ha_cli.vhosts`); ``definitions export|import`` its
+definitions in RabbitMQ's JSON (:mod:`qpid_ha_cli.definitions`).
 
 The verbs live in one module per group, each with its own ``typer.Typer()`` joined here
 with ``add_typer``: :mod:`qpid_ha_cli.check` (ping, status, query, ready),
@@ -35,7 +36,17 @@ from common.url import parse_url
 from common.version import version_line
 from ha_agent.zk_auth import parse_zk_auth
 from ha_agent.zk_tls import zk_tls
-from qpid_ha_cli import acl, admin, check, cluster_store, manage, store_backup, users, vhosts
+from qpid_ha_cli import (
+    acl,
+    admin,
+    check,
+    cluster_store,
+    definitions,
+    manage,
+    store_backup,
+    users,
+    vhosts,
+)
 from qpid_ha_cli.cluster_view import ClusterViewError
 from qpid_ha_cli.command_line import (
     OwnOptionsCommand,
@@ -145,6 +156,7 @@ app.add_typer(admin.app)  # connections, disconnect, stop-member
 app.add_typer(users.app)  # users add|delete|list|passwd|roles: the users file
 app.add_typer(acl.app)  # acl show|reload
 app.add_typer(vhosts.app)  # vhosts list|add|delete
+app.add_typer(definitions.app)  # definitions export|import: RabbitMQ's JSON
 app.add_typer(cluster_store.app)  # shutdown --all, store status|mark-clean DIR
 app.add_typer(store_backup.app)  # backup --to DIR, restore DIR --data-dir D
 

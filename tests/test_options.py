@@ -317,7 +317,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 0
     assert (
         capsys.readouterr().out == f"qpidd {__version__} "
-        "(replication formats 1-3, zookeeper formats 1-2, store formats 1-2)\n"
+        "(replication formats 1-4, zookeeper formats 1-2, store formats 1-2)\n"
     )
 
 

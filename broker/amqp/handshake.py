@@ -133,6 +133,10 @@ def open_vhost(ctx: BrokerContext, user: str | None, connection: str, name: str)
     found = ctx.find_vhost(name)
     if found is None:  # RabbitMQ's words
         raise AmqpError(ReplyCode.NOT_ALLOWED, f"vhost {name} not found", 10, 40)
+    if not ctx.authenticator.may_open(user, name):  # a cluster user without a permission
+        raise AmqpError(
+            ReplyCode.ACCESS_REFUSED, f"access to vhost '{name}' refused for user '{user}'", 10, 40
+        )
     if ctx.acl is not None:
         denied = ctx.acl.check(user, connection, "access", "virtualhost", {"name": name})
         if denied is not None:

@@ -31,6 +31,7 @@ from broker.ha.role_events import CaughtUp, Event, LinkDown, LinkUp
 from broker.ha.state import HaState
 from broker.ha.store_lineage import StoreLineage
 from broker.options import BrokerOptions
+from broker.security.cluster_users import ClusterUsers
 from broker.security.tls import link_context
 from common.formats import FormatRange
 from common.url import Address
@@ -74,8 +75,11 @@ class BackupSide:
         disk: DiskSync | None,
         on_fenced: Callable[[str], None],
         on_refused: Callable[[str], None] | None,
+        cluster_users: ClusterUsers | None = None,
     ) -> None:
         self._host = host
+        #: What a format-4 link's ``users`` events replace (the authenticator's).
+        self._cluster_users = cluster_users
         self._vhost = vhost
         self._options = options
         self._log = log
@@ -112,6 +116,7 @@ class BackupSide:
             disk=self._disk,
             formats=self._formats,
         )
+        self.link.replicator.cluster_users = self._cluster_users
         self.link.start()
 
     async def drop(self) -> None:

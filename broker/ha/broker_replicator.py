@@ -12,7 +12,8 @@ queue replicated with level ``all`` needs a
 :class:`~broker.ha.queue_replicator.QueueReplicator`; :meth:`apply` returns the keys
 (:func:`broker.core.vhosts.queue_key`: the name in ``/``) of queues that gained or lost
 one, for the link to subscribe or unsubscribe. ``membership``
-events are kept in :attr:`members`. The queue replicators share one
+events are kept in :attr:`members`, a ``users`` event (replication format 4) replaces
+:attr:`cluster_users`. The queue replicators share one
 :class:`~broker.ha.tx_staging.TxStaging` (:attr:`staging`): a transaction's messages are
 applied all together or not at all; a queue that goes takes its part of the staging along.
 
@@ -33,6 +34,7 @@ from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.queue_replicator import QueueReplicator
 from broker.ha.tx_staging import TxStaging
+from broker.security.cluster_users import ClusterUsers
 from common.slices import SLICE, Steps, run_steps
 
 
@@ -57,6 +59,8 @@ class BrokerReplicator:
         self.exclusive: set[str] = set()
         self.members: list[dict[str, Any]] = []
         self.snapshots = 0
+        #: The cluster's users a ``users`` event replaces (None: kept nowhere).
+        self.cluster_users: ClusterUsers | None = None
 
     def apply(self, event: dict[str, Any]) -> ConfigChanges:
         return run_steps(self.apply_steps(event))
@@ -89,6 +93,9 @@ class BrokerReplicator:
                 self._unbind(event["binding"])
             elif kind == "membership":
                 self.members = list(event.get("members") or [])
+            elif kind == "users":  # replication format 4: the cluster's users, all of them
+                if self.cluster_users is not None:
+                    self.cluster_users.replace(event)
             else:
                 raise ValueError(f"unknown configuration event {kind!r}")
         except AmqpError as exc:

@@ -197,6 +197,7 @@ class HaBroker:
             disk=disk,
             on_fenced=on_fenced,
             on_refused=on_refused,
+            cluster_users=context.authenticator.cluster_users,
         )
         self._promoting = asyncio.Lock()
         #: While promoted (and a moment after), housekeeping over every queue waits.
@@ -504,6 +505,7 @@ class HaBroker:
         self.streams = PrimaryStreams(primary, events, self.formats)
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.streams.lease_events = self.lease  # the member lease's grants
+        self.streams.users.serve(self.context.authenticator.cluster_users)  # format 4's links
         # replication streams; declare-ok and friends after the backups
         self.context.attach(streams=self.streams, barrier=self.streams)
         self.vhost.listeners.append(PrimaryListener(primary, events.queue_deleted))

@@ -27,6 +27,10 @@ The formats (the checklist for the next one is in docs/ha-design.md):
   :data:`~broker.ha.names.LEASE_STREAM` as well, the primary's lease requests, and answers
   each with basic.ack, its grant (:mod:`broker.ha.lease_stream`). A link of format 1 or 2
   has no lease: the agent's ZooKeeper lease alone governs, as before.
+- **4**: format 3 and the cluster's users (issue 30, :mod:`broker.security.cluster_users`):
+  the configuration stream carries a ``users`` event (every cluster user and permission)
+  after the snapshot and after each change. A link of format 1 to 3 carries none: such a
+  backup, promoted, has its own users only.
 
 What a format can carry is what a primary may accept from clients while a link of that
 format may exist (:mod:`broker.ha.replication_contract`): the limits are read from the
@@ -96,6 +100,8 @@ class Codec:
     stream_name_argument: bool
     #: Whether the link carries the member lease (format 3: the lease stream).
     member_lease: bool = False
+    #: Whether the configuration stream carries the cluster's users (format 4).
+    cluster_users: bool = False
     #: :attr:`encode_config_event` in slices (a snapshot's thousands of objects).
     encode_config_steps: Callable[[dict[str, Any]], Steps[bytes]] = wire_config.encode_config_steps
     #: The rules its configuration events are decoded by.
@@ -143,6 +149,8 @@ CODECS: Mapping[int, Codec] = {
     2: _FORMAT_2,
     # Format 3 is format 2 and the member lease (the lease stream).
     3: replace(_FORMAT_2, format=3, member_lease=True),
+    # Format 4 is format 3 and the cluster's users (a ``users`` configuration event).
+    4: replace(_FORMAT_2, format=4, member_lease=True, cluster_users=True),
 }
 
 #: The lowest format that carries the member lease.

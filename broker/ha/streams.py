@@ -72,6 +72,7 @@ from broker.ha.replicate_level import (
 )
 from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.ha.replication_errors import event_object, object_named
+from broker.ha.users_on_streams import UsersOnStreams
 from common.formats import FormatRange
 from common.slices import SLICE, Steps, rows_in_slices, run_steps
 from common.version import REPLICATION_FORMATS
@@ -207,6 +208,8 @@ class ConfigStream(_ChannelStream):
         self.streams = streams
         self.guard = guard
         self._encode = codec.encode_config_steps  # the link's replication format
+        #: Whether the link's format carries the cluster's users (format 4).
+        self.carries_users = codec.cluster_users
         #: The first pending event's encoding in progress (a snapshot: a slice a pump).
         self._encoding: Steps[bytes] | None = None
         #: Events to send; the first, the snapshot, is built a slice a pump, then encoded.
@@ -381,6 +384,8 @@ class PrimaryStreams:
         #: hears their grants (None: no member lease, a stand-alone broker's replica).
         self.lease_streams: dict[str, LeaseStream] = {}
         self.lease_events: LeaseEvents | None = None
+        #: The cluster's users on links of format 4 (``users.serve``: the HA primary's).
+        self.users = UsersOnStreams(lambda: self.config_streams)
 
     # replication rules, with this broker's default
     def queue_level(self, queue: Queue) -> ReplicateLevel:
@@ -520,6 +525,7 @@ class PrimaryStreams:
             if self._membership is not None:
                 # Sent before this stream existed (its own connection may have changed it).
                 stream.push(self._membership)
+            self.users.opened(stream)  # format 4: the cluster's users
             return stream
         if name == QUEUE_STREAM:  # format 2: the name in an argument, any name fits
             plain = arguments.get(QUEUE_ARGUMENT)

@@ -19,7 +19,9 @@ authentication middleware (:mod:`broker.management.auth`), and the server
 :mod:`~broker.management.objects` (queues, exchanges, bindings, connections),
 :mod:`~broker.management.bindings` (add and remove a binding, a queue's bindings),
 :mod:`~broker.management.channels` (the connections' channels and consumers),
-:mod:`~broker.management.vhosts` (virtual hosts) and
+:mod:`~broker.management.vhosts` (virtual hosts),
+:mod:`~broker.management.users` (users and permissions),
+:mod:`~broker.management.definitions_api` (definitions export and import),
 :mod:`~broker.management.ha` (HA role, promote, lease, queue replication) and
 :mod:`~broker.management.admin` (close a connection, stop the broker); the JSON shapes
 in :mod:`~broker.management.views`, every list's filter, sort and pages in
@@ -43,6 +45,7 @@ from broker.management.auth import BasicAuth, Handler
 from broker.management.bindings import BindingEndpoints
 from broker.management.channels import ChannelEndpoints
 from broker.management.console import Console
+from broker.management.definitions_api import DefinitionsEndpoints
 from broker.management.errors import ApiError, amqp_api_error, error_response
 from broker.management.ha import HaEndpoints
 from broker.management.http_log import http_logger
@@ -51,6 +54,7 @@ from broker.management.objects import ObjectEndpoints
 from broker.management.origin_guard import OriginGuard
 from broker.management.status import StatusEndpoints
 from broker.management.store_backup import StoreBackupEndpoints
+from broker.management.users import UserEndpoints
 from broker.management.vhosts import VhostEndpoints
 from common.log import get_logger
 
@@ -68,6 +72,8 @@ class ManagementApi:
         self.objects = ObjectEndpoints(broker, self.log)
         self.bindings = BindingEndpoints(broker, self.log)
         self.vhosts = VhostEndpoints(broker, self.log)
+        self.users = UserEndpoints(broker, self.log)
+        self.definitions = DefinitionsEndpoints(broker, self.log)
         self.ha = HaEndpoints(broker, self.log)
         self.console.live.managed_by = lambda: self.ha.promote_guard.managed_by
         self.acl = AclEndpoints(broker, self.log)
@@ -88,6 +94,8 @@ class ManagementApi:
             web.put("/api/exchanges/{name}", objects.put_exchange),
             web.delete("/api/exchanges/{name}", objects.delete_exchange),
             *self.vhosts.routes(),  # GET /api/vhosts[/{name}], PUT and DELETE /api/vhosts/{name}
+            *self.users.routes(),  # /api/users[/{name}], /api/permissions[/{vhost}/{user}]
+            *self.definitions.routes(),  # GET, POST /api/definitions[/{vhost}]
             web.get("/api/bindings", objects.list_bindings),
             *self.bindings.routes(),  # POST, DELETE /api/bindings/{vhost}/e/{source}/q/...
             web.get("/api/connections", objects.list_connections),

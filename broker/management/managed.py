@@ -18,8 +18,10 @@ from broker.core.queue import Queue
 from broker.core.vhosts import VirtualHosts
 from broker.management.errors import ApiError
 from broker.management.metrics import BrokerView, ContextView, OptionsView
+from broker.security.cluster_users import ClusterUsers
 from broker.security.password_checks import LoginSteps
 from broker.security.roles import Role
+from broker.security.users import UserDatabase
 
 
 class Authenticator(LoginSteps, Protocol):
@@ -27,6 +29,14 @@ class Authenticator(LoginSteps, Protocol):
     (``begin``, the hash, ``finish``: :func:`broker.security.password_checks.authenticate`)."""
 
     def roles(self, user: str, /) -> frozenset[Role]: ...
+
+    def is_own(self, user: str, /) -> bool: ...
+
+    @property
+    def users(self) -> UserDatabase: ...
+
+    @property
+    def cluster_users(self) -> ClusterUsers: ...
 
 
 class ManagedContext(ContextView, Protocol):

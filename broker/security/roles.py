@@ -3,7 +3,8 @@
 Three roles, named as RabbitMQ names its management tags where they match:
 
 - ``monitoring``: read everything (``GET``): status, queues, exchanges, bindings,
-  connections, HA status, replications.
+  connections, HA status, replications; not the users nor the definitions (they show
+  users and password hashes: the administrator's, checked by their endpoints).
 - ``administrator``: read, and change objects and connections: declare and delete queues
   and exchanges, close a connection, start a queue replication.
 - ``cluster-manager``: read, and steer the cluster: ``promote``, the ``lease``, the

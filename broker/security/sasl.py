@@ -19,7 +19,9 @@ caller to run off its event loop (:mod:`broker.security.password_checks`) and ha
 :meth:`Authenticator.finish`; a password verified before is checked at once
 (:meth:`UserDatabase.check_remembered`).
 
-Users come from a :class:`~broker.security.users.UserDatabase`: a users file
+Users come from the broker's own :class:`~broker.security.users.UserDatabase` and from the
+cluster's (:class:`~broker.security.cluster_users.ClusterUsers`, replicated; a name in
+both is the broker's own): a users file
 (``name:hash:roles`` a line) or :meth:`~broker.security.users.UserDatabase.default`, the
 single user guest/guest that clients such as pika use out of the box, allowed from
 loopback addresses only (``loopback_users``).
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 
 from pamqp import decode
 
+from broker.security.cluster_users import ClusterUsers
 from broker.security.login_backoff import LoginBackoff
 from broker.security.roles import Role
 from broker.security.users import UserDatabase
@@ -85,10 +88,35 @@ class Authenticator:
         #: The wait after failed logins (:mod:`broker.security.login_backoff`), carried by
         #: each :class:`PasswordCheck` to the shell that runs it; None: no wait.
         self.backoff: LoginBackoff | None = None
+        #: The cluster's users (made through the API or an import, replicated).
+        self.cluster_users = ClusterUsers()
+
+    def database_of(self, user: str) -> UserDatabase:
+        """Where ``user`` is checked: the broker's own users, else the cluster's."""
+        if user in self.users:
+            return self.users
+        cluster = self.cluster_users.database
+        return cluster if user in cluster else self.users
+
+    def known(self, user: str) -> bool:
+        return user in self.database_of(user)
+
+    def is_own(self, user: str) -> bool:
+        """Whether ``user`` is the broker's own (users file or default), not the cluster's."""
+        return user in self.users
 
     def roles(self, user: str) -> frozenset[Role]:
         """``user``'s management roles (:mod:`broker.security.roles`)."""
-        return self.users.roles(user)
+        return self.database_of(user).roles(user)
+
+    def may_open(self, user: str | None, vhost: str) -> bool:
+        """Whether ``user`` may open ``vhost``: the broker's own users (and anyone with
+        authentication off) every vhost; the cluster's where they have a permission."""
+        if not self.auth_enabled or user is None or user in self.users:
+            return True
+        if user not in self.cluster_users.users:
+            return True  # not a user at all: it could not have logged in
+        return self.cluster_users.may_open(user, vhost)
 
     def mechanisms(self, tls_identity: str | None = None) -> list[str]:
         """The mechanisms offered in ``connection.start``, most preferred first: EXTERNAL
@@ -139,7 +167,7 @@ class Authenticator:
             return ANONYMOUS_USER
         if mechanism == "EXTERNAL":
             user = _external(response, tls_identity or "")
-            if self.auth_enabled and user not in self.users:
+            if self.auth_enabled and not self.known(user):
                 raise AuthenticationError(f"EXTERNAL: certificate user {user!r} is not a user")
             return self._admit(user, peer_host)
         if mechanism == "PLAIN":
@@ -150,8 +178,9 @@ class Authenticator:
             return user or ANONYMOUS_USER
         if not user:
             raise AuthenticationError(f"{mechanism}: empty user name")
-        check = PasswordCheck(self.users, mechanism, user, password, peer_host, self.backoff)
-        if self.users.check_remembered(user, password):
+        users = self.database_of(user)
+        check = PasswordCheck(users, mechanism, user, password, peer_host, self.backoff)
+        if users.check_remembered(user, password):
             return self.finish(check, True)
         return check
 

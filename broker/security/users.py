@@ -7,7 +7,8 @@ Format (``qpid-ha users`` writes it; comments and blank lines are kept out)::
     agent:$scrypt$ln=14,r=8,p=1$SALT$HASH:cluster-manager,monitoring
     app:$scrypt$ln=14,r=8,p=1$SALT$HASH:
 
-The hash is :mod:`broker.security.passwords`'s; roles are :mod:`broker.security.roles`'s
+The hash is :mod:`broker.security.passwords`'s (scrypt, or RabbitMQ's salted SHA-256 as
+``$rabbit-sha256$BASE64``); roles are :mod:`broker.security.roles`'s
 (empty: AMQP only). A line whose second field is not a hash is refused with its line
 number (a plain-text password from the old ``name:password`` format included: hash it with
 ``qpid-ha users passwd``). Errors never echo a password or a hash.
@@ -32,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.security.passwords import (
-    PasswordHash,
     PasswordHashError,
+    StoredHash,
     hash_password,
     parse_hash,
     verify_password,
@@ -48,7 +49,7 @@ HEADER = "# qpidd users: name:scrypt-hash:roles (written by qpid-ha users; no pa
 # A hash nobody's password matches, verified for unknown users so that the time taken does
 # not tell which user names exist.
 @functools.cache
-def _nobody() -> PasswordHash:
+def _nobody() -> StoredHash:
     return parse_hash(hash_password("\0nobody\0", salt=b"qpidd-no-user-salt"))
 
 
@@ -62,7 +63,7 @@ def check_name(name: str) -> str:
 @dataclass(frozen=True, slots=True)
 class User:
     name: str
-    password_hash: PasswordHash
+    password_hash: StoredHash
     roles: frozenset[Role] = frozenset()
 
     def line(self) -> str:

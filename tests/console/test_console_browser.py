@@ -11,11 +11,16 @@ and the new primary with its fail-over on the timeline. Each page is photographe
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import functools
+import json
 import os
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,10 @@ BACK = "console-back"
 CONSUMED = "console-consumed"
 WATCHED = "console-watched"
 PURGED = "console-purged"
+UNBOUND = "console-unbound"
+RABBITMQ_DEFINITIONS = (
+    Path(__file__).parent.parent / "management" / "data" / "rabbitmq-3.10.8-definitions.json"
+)
 
 
 def flagged(browser: Any, row: str) -> Callable[[], str | None]:
@@ -443,6 +452,137 @@ def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(
     browser.get(console_url(other))
     expected = f"the primary is at 127.0.0.1:{new.port}"
     seen(browser, lambda: expected in text(browser, "#role-banner"), 15, expected)
+
+
+def press(browser: Any, button: str) -> None:
+    """Click a form's button even under the toast of the last action (it covers the
+    page's lower right corner for a few seconds)."""
+    browser.execute_script("arguments[0].click()", browser.find_element(By.ID, button))
+
+
+def basic_get(node: Node, path: str, user: str, password: str) -> Any:
+    """``path`` of ``node``'s API as ``user`` (HTTP Basic); None when refused."""
+    request = urllib.request.Request(f"http://127.0.0.1:{node.mgmt_port}{path}")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.load(response)
+    except urllib.error.HTTPError:
+        return None
+
+
+def clerk_refused(node: Node) -> bool:
+    return basic_get(node, "/api/vhosts", "clerk", "clerk-secret") is None
+
+
+def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
+    console_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    """An administrator adds a user and its permission, a vhost, imports a RabbitMQ
+    definitions file and exports the broker's; every broker of the cluster logs the user
+    in; deleted in the page, it logs in nowhere (tests/ha/test_definitions_failover.py
+    logs such users in on a new primary)."""
+    primary = primary_of(console_cluster)
+    backups = [n for n in console_cluster.nodes if n is not primary]
+    log_in(browser, primary, "admin", "users")
+    seen(browser, lambda: "watcher" in text(browser, "#users-table"), what="the users")
+    browser.execute_script(
+        "document.querySelectorAll('#admin-forms details').forEach(d => d.open = true)"
+    )
+    for field, value in (
+        ("new-user-name", "clerk"),
+        ("new-user-password", "clerk-secret"),
+        ("new-user-tags", "monitoring"),
+    ):
+        browser.find_element(By.ID, field).send_keys(value)
+    press(browser, "add-user-button")
+    seen(browser, lambda: "user clerk saved (monitoring)" in text(browser, "#toast"))
+    browser.find_element(By.ID, "permission-user").send_keys("clerk")
+    press(browser, "set-permission-button")
+    seen(browser, lambda: "clerk may open vhost /" in text(browser, "#toast"))
+    browser.find_element(By.ID, "new-vhost-name").send_keys("ledger")
+    press(browser, "add-vhost-button")
+    seen(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "#vhosts tr[data-vhost='ledger']"))
+    row = "#users-table tr[data-user='clerk']"
+    seen(browser, lambda: text(browser, row).endswith("cluster / Delete"), what="clerk's row")
+    upload = browser.find_element(By.ID, "definitions-file")
+    upload.send_keys(str(RABBITMQ_DEFINITIONS))
+    press(browser, "import-definitions-button")
+    seen(browser, lambda: "Imported:" in text(browser, "#definitions-result"), what="imported")
+    result = text(browser, "#definitions-result")
+    assert "1 users, 1 permissions, 2 exchanges, 2 queues, 3 bindings" in result
+    assert "policies[0] 'orders-ttl' in vhost 'shop': not supported here, ignored" in result
+    assert "users[1] 'guest': this broker's own user" in result  # the users file's guest
+    browser.save_screenshot(str(shots / "admin.png"))
+    exported = browser.execute_async_script(
+        "fetch('/api/definitions').then((r) => r.json()).then(arguments[0])"
+    )
+    assert [u["name"] for u in exported["users"]] == ["clerk", "shopkeeper"]
+    assert {"ledger", "shop"} <= {v["name"] for v in exported["vhosts"]}
+    # every broker of the cluster has the user made in the page (and the imported one)
+    for node in backups:
+        logs_in = functools.partial(basic_get, node, "/api/vhosts", "clerk", "clerk-secret")
+        poll_until(logs_in, 10, f"clerk logs in on {node.name}")
+        imported = functools.partial(basic_get, node, "/api/users", "shopkeeper", "test12")
+        poll_until(imported, 10, f"shopkeeper logs in on {node.name}")
+    clerk = pika.ConnectionParameters(
+        "127.0.0.1", primary.port, "/", pika.PlainCredentials("clerk", "clerk-secret")
+    )
+    pika.BlockingConnection(clerk).close()
+    # its permission cleared in the page: it opens / no more
+    click(browser, "#permissions-table tr[data-permission='//clerk'] button.clear-permission")
+    assert text(browser, "#confirm-text") == "Clear the permission of clerk in vhost /?"
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(browser, lambda: "cleared clerk in /" in text(browser, "#toast"))
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+        pika.BlockingConnection(clerk)
+    # the vhost added in the page, deleted in the page
+    click(browser, "#vhosts tr[data-vhost='ledger'] button.delete-vhost")
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(
+        browser,
+        lambda: not browser.find_elements(By.CSS_SELECTOR, "#vhosts tr[data-vhost='ledger']"),
+    )
+    click(browser, f"{row} button.delete-user", what="clerk's delete button")
+    assert "Delete user clerk" in text(browser, "#confirm-text")
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(browser, lambda: "deleted user clerk" in text(browser, "#toast"))
+    for node in console_cluster.nodes:
+        refused = functools.partial(clerk_refused, node)
+        poll_until(refused, 10, f"clerk refused on {node.name}")
+
+
+def bound_keys(node: Node, queue: str) -> list[str]:
+    rows = basic_get(node, f"/api/queues/%2F/{queue}/bindings", "guest", "guest") or []
+    return sorted(b["routing_key"] for b in rows if b["source"])
+
+
+def test_unbind_from_the_bindings_list(
+    console_cluster: AgentCluster, browser: Any, shots: Path
+) -> None:
+    """The exchanges page's bindings list offers Unbind: confirmed, the binding goes on
+    every broker, the queue's other binding stays."""
+    primary = primary_of(console_cluster)
+    parameters = pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{primary.port}/%2F")
+    with pika.BlockingConnection(parameters) as connection:
+        channel = connection.channel()
+        channel.exchange_declare(UNBOUND, "direct", durable=True)  # amq.*'s: not replicated
+        channel.queue_declare(UNBOUND, durable=True)
+        for key in ("k1", "k2"):
+            channel.queue_bind(UNBOUND, UNBOUND, key)
+    log_in(browser, primary, "admin", "exchanges")
+    browser.find_element(By.ID, "bindings-filter").send_keys(UNBOUND)
+    row = f"#bindings tr[data-destination='{UNBOUND}'][data-key='k1']"
+    click(browser, f"{row} button.unbind", what="the binding's Unbind button")
+    assert text(browser, "#confirm-text") == (
+        f'Unbind queue {UNBOUND} from exchange {UNBOUND} (routing key "k1") in vhost /?'
+    )
+    browser.find_element(By.ID, "confirm-ok").click()
+    seen(browser, lambda: f"unbound {UNBOUND} from {UNBOUND}" in text(browser, "#toast"))
+    for node in console_cluster.nodes:
+        keys = functools.partial(bound_keys, node, UNBOUND)
+        poll_until(lambda: keys() == ["k2"], 10, f"the binding gone on {node.name}")  # noqa: B023
 
 
 def test_no_script_error_in_the_pages(browser: Any) -> None:

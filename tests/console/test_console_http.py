@@ -237,7 +237,7 @@ def test_an_administrator_purges_gets_and_publishes(qpidd: BrokerProcess) -> Non
     purged = client.change("DELETE", "/api/queues/act-q/contents")
     assert purged.json() == {"name": "act-q", "messages_purged": 4}
     users = client.request("GET", "/api/users").json()
-    assert {"name": "watcher", "roles": ["monitoring"]} in users
+    assert {"name": "watcher", "roles": ["monitoring"], "source": "own", "tags": []} in users
     assert all("hash" not in json.dumps(u) for u in users)
     events = [e["event"] for e in qpidd.events()]
     assert {"queue_purged", "test_messages_got", "test_message_published"} <= set(events)
@@ -255,6 +255,8 @@ def test_a_monitoring_user_acts_on_nothing(qpidd: BrokerProcess) -> None:
         answer = client.change(method, path, {})
         assert answer.status == 403, (method, path, answer.text)
     assert client.request("GET", "/api/users").status == 403
+    assert client.request("GET", "/api/definitions").status == 403  # it holds hashes
+    assert client.change("PUT", "/api/users/x", {"password": "x"}).status == 403
     assert client.request("GET", "/api/queues/watched-q").json()["messages"] == 1
 
 

@@ -59,7 +59,7 @@ def test_no_common_format_is_one_line(announcement: str | None, words: str) -> N
 
 
 def test_format_1_is_the_wire_of_release_0_1_0() -> None:
-    assert FormatRange(1, 3) == REPLICATION_FORMATS and set(CODECS) == {1, 2, 3}
+    assert FormatRange(1, 4) == REPLICATION_FORMATS and set(CODECS) == {1, 2, 3, 4}
     codec = codec_of(1)
     assert codec.encode_config_event is wire.encode_config_event
     assert codec.decode_config_event is wire.decode_config_event
@@ -90,7 +90,7 @@ def test_format_3_is_format_2_with_the_member_lease() -> None:
 def test_the_primary_refuses_a_backup_of_no_common_format(tmp_path: Path) -> None:
     ha, _ = ha_broker(tmp_path)
     asyncio_run_promote(ha)
-    assert ha.server_properties()[FORMATS_PROPERTY] == "1-3"
+    assert ha.server_properties()[FORMATS_PROPERTY] == "1-4"
     link = {"qpid.ha-backup": True, "qpid.ha-url": "n3:5672"}
     for announcement, words in [
         ("99-99", "backup n3:5672 replication format 99"),
@@ -102,10 +102,10 @@ def test_the_primary_refuses_a_backup_of_no_common_format(tmp_path: Path) -> Non
         close = open_connection(ha, properties).expect(commands.Connection.Close)
         assert close.reply_code == ReplyCode.NOT_IMPLEMENTED
         assert close.reply_text.startswith("NOT_IMPLEMENTED - no common replication format: ")
-        assert words in close.reply_text and "this broker speaks replication formats 1-3" in (
+        assert words in close.reply_text and "this broker speaks replication formats 1-4" in (
             close.reply_text
         )
-    ok = open_connection(ha, {**link, FORMATS_PROPERTY: "1-3"})
+    ok = open_connection(ha, {**link, FORMATS_PROPERTY: "1-4"})
     ok.expect(commands.Connection.OpenOk)
     admin = open_connection(ha, {"qpid.ha-admin": True})  # agents, qpid-ha: no formats asked
     admin.expect(commands.Connection.OpenOk)
@@ -154,7 +154,7 @@ def test_a_backup_of_an_unknown_format_is_refused_with_one_line(tmp_path: Path) 
         [primary_line] = format_refusals(cluster, 0)
         assert primary_line["level"] == "warning" and problems(primary_line) == []
         assert primary_line["reason"].startswith(
-            "no common replication format: this broker speaks replication formats 1-3, backup "
+            "no common replication format: this broker speaks replication formats 1-4, backup "
         )
         for i in (0, 1):
             assert not [e for e in cluster.brokers[i].events() if "traceback" in str(e).lower()]

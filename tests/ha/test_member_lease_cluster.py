@@ -85,7 +85,7 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
         status = lease_of(cluster, 0)
         assert status["enabled"] and set(status["members"]) == {ids[1], ids[2]}
         assert grant(cluster, 1)["epoch"] == 1 and not grant(cluster, 1)["lapsed"]
-        assert grant(cluster, 1)["formats"] == "1-3"
+        assert grant(cluster, 1)["formats"] == "1-4"
 
         connection = connect(cluster.ports[0])
         channel = connection.channel()

@@ -1,8 +1,20 @@
-"""Virtual hosts across a fail-over, with a real client: a vhost made on the primary, its
-durable queue (named as a queue of ``/``) and confirmed persistent messages are on the new
-primary after the old one is killed; a vhost deleted before the fail-over stays deleted."""
+"""Virtual hosts, users and definitions across a fail-over, with real clients: a vhost made
+on the primary, its durable queue (named as a queue of ``/``) and confirmed persistent
+messages are on the new primary after the old one is killed; a vhost deleted before the
+fail-over stays deleted. A RabbitMQ 3.10.8 definitions file imported on the primary (a user
+with RabbitMQ's salted SHA-256 hash, a vhost, its permission, queues, exchanges and
+bindings) and a user made with ``PUT /api/users`` are on the backup (issue 30), and the new
+primary logs both in (AMQP and the management API) and routes through the imported
+bindings. One pair for both: its start and its fail-over are the slow part."""
 
 from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
 
 import pika
 import pika.exceptions
@@ -12,6 +24,87 @@ from common.polling import poll_until
 from tests.ha.cluster import Cluster, http
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
+RABBITMQ_FILE = (
+    Path(__file__).parent.parent / "management" / "data" / "rabbitmq-3.10.8-definitions.json"
+)
+
+
+def post_file(port: int, path: str, body: bytes) -> tuple[int, Any]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST")
+    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def get_as(port: int, path: str, user: str, password: str) -> Any:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_header("Authorization", "Basic " + token)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def users(cluster: Cluster, i: int) -> list[str]:
+    return [u["name"] for u in http("GET", cluster.brokers[i].mgmt_port, "/api/users")]
+
+
+def import_definitions(pair: Cluster) -> None:
+    """The RabbitMQ file and a user made through the API, on the primary (and the backup)."""
+    primary, backup = pair.brokers[0].mgmt_port, pair.brokers[1].mgmt_port
+    status, refused = post_file(backup, "/api/definitions", RABBITMQ_FILE.read_bytes())
+    assert status == 409, refused  # imports go to the primary
+    status, answer = post_file(primary, "/api/definitions", RABBITMQ_FILE.read_bytes())
+    assert status == 200, answer
+    assert answer["imported"] == {
+        "vhosts": 2,
+        "users": 1,
+        "permissions": 1,
+        "exchanges": 2,
+        "queues": 2,
+        "bindings": 3,
+    }
+    assert len(answer["ignored"]) == 3 and len(answer["skipped"]) == 2  # guest is our own
+    made = http("PUT", primary, "/api/users/ops", {"password": "ops-pw", "tags": "monitoring"})
+    assert made["source"] == "cluster", made
+    rules = {"configure": "", "write": ".*", "read": ".*"}
+    assert http("PUT", primary, "/api/permissions/%2F/ops", rules)["user"] == "ops"
+    assert http("PUT", backup, "/api/users/other", {"password": "x"})["http_status"] == 409
+    # the answers came after the backup had them: no wait needed, but poll the fact
+    poll_until(lambda: users(pair, 1) == ["guest", "ops", "shopkeeper"], 10, "users on b1")
+
+
+def imported_users_log_in(pair: Cluster) -> None:
+    """On the new primary (broker 1): the imported user in its vhost, through the imported
+    bindings; not in ``/``; the user made through the API; both on the management API."""
+    new = pair.ports[1]
+    credentials = pika.PlainCredentials("shopkeeper", "test12")
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", new, "shop", credentials)
+    )
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("shop.events", "order.new", b"o1")
+        ok = channel.queue_declare("orders", durable=True, passive=True)
+        assert ok.method.message_count == 1  # the queue binding
+        assert channel.queue_declare("audit", passive=True).method.message_count == 1  # e2e
+    finally:
+        connection.close()
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError):  # no permission in /
+        pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", new, "/", credentials))
+    ops = pika.PlainCredentials("ops", "ops-pw")
+    pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", new, "/", ops)).close()
+    mgmt = pair.brokers[1].mgmt_port
+    vhosts = get_as(mgmt, "/api/vhosts", "ops", "ops-pw")  # a monitoring user's login
+    assert [v["name"] for v in vhosts] == ["/", "shop", "tenant"]
+    exported = get_as(mgmt, "/api/definitions", "shopkeeper", "test12")
+    assert [u["name"] for u in exported["users"]] == ["ops", "shopkeeper"]
+    assert {q["name"] for q in exported["queues"] if q["vhost"] == "shop"} == {"orders", "audit"}
+    assert len([b for b in exported["bindings"] if b["vhost"] == "shop"]) == 3
 
 
 def open_vhost(ports: list[int], vhost: str) -> pika.BlockingConnection:
@@ -44,7 +137,7 @@ def vhosts(cluster: Cluster, i: int) -> list[str]:
     return [v["name"] for v in http("GET", cluster.brokers[i].mgmt_port, "/api/vhosts")]
 
 
-def test_a_client_of_a_vhost_finds_its_queue_and_messages_on_the_new_primary(
+def test_a_client_of_a_vhost_finds_its_queue_and_messages_and_users_on_the_new_primary(
     pair: Cluster,
 ) -> None:
     pair.promote(0, epoch=1)
@@ -68,7 +161,8 @@ def test_a_client_of_a_vhost_finds_its_queue_and_messages_on_the_new_primary(
     channel.basic_publish("", "jobs", b"default", PERSISTENT)
     connection.close()
     assert http("DELETE", primary, "/api/vhosts/gone")["connections_closed"] == 0
-    poll_until(lambda: vhosts(pair, 1) == ["/", "tenant"], 10, "the vhosts on the backup")
+    import_definitions(pair)
+    poll_until(lambda: vhosts(pair, 1) == ["/", "shop", "tenant"], 10, "vhosts on the backup")
     poll_until(lambda: messages(pair, 1, "tenant", "jobs") == 5, 10, "tenant's jobs copied")
     poll_until(lambda: messages(pair, 1, "/", "jobs") == 1, 10, "/'s jobs copied")
 
@@ -88,3 +182,4 @@ def test_a_client_of_a_vhost_finds_its_queue_and_messages_on_the_new_primary(
         pika.BlockingConnection(
             pika.ConnectionParameters("127.0.0.1", pair.ports[1], virtual_host="gone")
         )
+    imported_users_log_in(pair)

@@ -220,7 +220,7 @@ def test_rolling_upgrade_from_the_previous_release(
     assert backup_line["reason"].startswith("refused: NOT_IMPLEMENTED - no common replication")
     assert "replication format 99" in backup_line["reason"] and problems(backup_line) == []
     [primary_line] = refusals(successor.broker_events())
-    assert "this broker speaks replication formats 1-3" in primary_line["reason"]
+    assert "this broker speaks replication formats 1-4" in primary_line["reason"]
     assert "replication format 99: upgrade this broker" in primary_line["reason"]
     assert primary.state() == "joining"  # not a hang: refused, and it says so
     restart(agents, primary, new)

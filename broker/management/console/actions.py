@@ -1,4 +1,4 @@
-"""The endpoints the console's actions need beyond the CLI's: purge, test messages, users.
+"""The endpoints the console's actions need beyond the CLI's: purge, test messages.
 
 :Status: Beta
 
@@ -24,8 +24,7 @@ Contract
   "redelivered", "message_count", "properties"}`` (payload as UTF-8 text, else base64;
   ``message_count`` the messages left after it, as get-ok says); logs
   ``test_messages_got``.
-- ``GET /api/users``: the users of the users file and their roles, no password hash;
-  administrators only (403 otherwise, although it is a GET).
+(``GET /api/users`` and the other users' endpoints: :mod:`broker.management.users`.)
 
 Purge, publish and get need the administrator's role (:mod:`broker.security.roles`:
 every change does). On an HA backup they are refused with 409 naming the primary: a
@@ -55,7 +54,6 @@ from broker.management.message_properties import (
     properties_to_json,
 )
 from broker.management.request_input import Body, read_json_object
-from broker.security.roles import Role
 
 __all__ = ["MAX_GET", "MAX_PAYLOAD", "ActionEndpoints"]
 
@@ -112,7 +110,7 @@ def _payload_view(body: bytes) -> tuple[str, str]:
 
 
 class ActionEndpoints:
-    """Purge, publish and get a test message, list users; bound to one broker."""
+    """Purge, publish and get a test message; bound to one broker."""
 
     def __init__(self, broker: ManagedBroker, log: FilteringBoundLogger) -> None:
         self.broker = broker
@@ -123,7 +121,6 @@ class ActionEndpoints:
             web.delete("/api/queues/{name}/contents", self.purge),
             web.post("/api/exchanges/{name}/publish", self.publish),
             web.post("/api/queues/{name}/get", self.get),
-            web.get("/api/users", self.users),
         ]
 
     def _vhost(self, request: web.Request) -> VirtualHost:
@@ -231,17 +228,3 @@ class ActionEndpoints:
             user=current_user.get(),
         )
         return _json(answer)
-
-    async def users(self, request: web.Request) -> web.Response:
-        user = current_user.get()
-        authenticator = self.broker.context.authenticator
-        if user is not None and Role.ADMINISTRATOR not in authenticator.roles(user):
-            raise ApiError(403, f"user {user!r} may not list users: that needs administrator")
-        database = getattr(authenticator, "users", None)
-        names = sorted(database) if database is not None else []
-        return _json(
-            [
-                {"name": name, "roles": sorted(role.value for role in authenticator.roles(name))}
-                for name in names
-            ]
-        )

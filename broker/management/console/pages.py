@@ -46,6 +46,7 @@ STATIC_FILES = {
     "queue_page.js": "text/javascript",
     "overview.js": "text/javascript",
     "activity.js": "text/javascript",
+    "admin.js": "text/javascript",
     "login.css": "text/css",
 }
 #: Why the page sent its viewer back to the login form (``?ended=``).

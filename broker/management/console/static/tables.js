@@ -1,6 +1,6 @@
 // The console's object pages: queues (a page of them, filtered and sorted by the server,
 // with charts and actions), exchanges and bindings, connections (a page of each, filtered
-// and paged by the server), users. Registered as
+// and paged by the server); users are admin.js's. Registered as
 // renderers with console.js; the lists they show are held by lists.js.
 "use strict";
 
@@ -290,9 +290,23 @@
       el("td", { class: "num", text: fmt(x.bindings) }), el("td", { class: "num", text: fmt(x.routed_total) }),
       el("td", { class: "num", text: fmt(x.unroutable_total) }), el("td", { class: "args", text: argsText(x.arguments) }),
       el("td", {}, exchangeButtons(x)))));
-    replaceRows($("bindings").tBodies[0], (s.bindings || []).map((b) => el("tr", {},
+    const unbinding = canAdmin() && !changesRefused();
+    replaceRows($("bindings").tBodies[0], (s.bindings || []).map((b) => el("tr", { "data-source": b.source, "data-destination": b.destination, "data-key": b.routing_key },
       el("td", { class: "vhost", text: b.vhost || "/" }), el("td", { text: b.source || "(default)" }), el("td", { text: b.destination }), el("td", { text: b.destination_type }),
-      el("td", { text: b.routing_key }), el("td", { class: "args", text: argsText(b.arguments) }))));
+      el("td", { text: b.routing_key }), el("td", { class: "args", text: argsText(b.arguments) }),
+      el("td", {}, unbinding && b.source ? unbindButton(b) : null))));
+  }
+
+  // Unbind (RabbitMQ's word) from the bindings list: the binding named by its properties key.
+  function unbindButton(b) {
+    const vhost = b.vhost || "/";
+    const kind = b.destination_type === "exchange" ? "e" : "q";
+    return el("button", { class: "danger unbind", onclick: () => confirmThen(
+      `Unbind ${b.destination_type} ${b.destination} from exchange ${b.source} (routing key "${b.routing_key}") in vhost ${vhost}?`,
+      async () => {
+        await api("DELETE", `/api/bindings/${enc(vhost)}/e/${enc(b.source)}/${kind}/${enc(b.destination)}/${enc(b.properties_key)}`);
+        return `unbound ${b.destination} from ${b.source}`;
+      }) }, "Unbind");
   }
 
   let selectedConnection = null;
@@ -388,31 +402,9 @@
       ...(channels.length ? [] : [el("p", { class: "note", text: "No channel open." })]));
   }
 
-  let usersLoaded = 0;
-
-  function renderVhosts(s) {
-    replaceRows($("vhosts").tBodies[0], (s.vhosts || []).map((v) => el("tr", { "data-vhost": v.name },
-      el("td", { text: v.name }), el("td", { class: "num", text: fmt(v.queues) }), el("td", { class: "num", text: fmt(v.exchanges) }))));
-  }
-
-  function renderUsers(s) {
-    renderVhosts(s);
-    const box = $("users");
-    if (!s.me.auth) { box.replaceChildren(el("p", { class: "note", text: "Authentication is off: no users are checked." })); return; }
-    if (!canAdmin()) { box.replaceChildren(el("p", { class: "note", id: "users-none", text: "Only administrators see the users." })); return; }
-    if (Date.now() - usersLoaded < 10000) return;
-    usersLoaded = Date.now();
-    api("GET", "/api/users").then((users) => {
-      box.replaceChildren(el("table", { class: "grid", id: "users-table" },
-        el("thead", {}, el("tr", {}, el("th", { text: "User" }), el("th", { text: "Management roles" }))),
-        el("tbody", {}, ...users.map((u) => el("tr", {}, el("td", { text: u.name }), el("td", { text: u.roles.join(", ") || "none (AMQP only)" }))))));
-    }, (error) => box.replaceChildren(el("p", { class: "note", text: error.message })));
-  }
-
   wireQueueQuery();
   for (const name of ["exchanges", "bindings", "connections"]) wireListQuery(name);
   app.state.renderers.queues = renderQueues;
   app.state.renderers.exchanges = (s) => { renderExchanges(s); if (!$("publish-form").firstChild) renderPublishForm(); };
   app.state.renderers.connections = renderConnections;
-  app.state.renderers.users = renderUsers;
 })();

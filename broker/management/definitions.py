@@ -1,0 +1,311 @@
+"""RabbitMQ's definitions file, read and written (issue 30); no I/O, no broker.
+
+A definitions file is one JSON object (RabbitMQ 3.10's ``rabbitmqctl export_definitions``
+and ``GET /api/definitions``): ``users``, ``vhosts``, ``permissions``, ``queues``,
+``exchanges``, ``bindings``, and what this broker does not have: ``policies``,
+``parameters``, ``global_parameters``, ``topic_permissions``. :func:`parse` checks the whole
+file before anything is applied: a bad one is a :class:`DefinitionsError` naming the field
+(``queues[2].durable: must be true or false``), and nothing changes. What this broker cannot
+take whole is listed, never dropped in silence (:attr:`Definitions.ignored`): every policy,
+parameter and topic permission, a user's or vhost's ``limits``, and a queue whose
+``x-queue-type`` is not ``classic`` (declared here as a classic queue, the argument kept).
+
+:func:`export` builds the file from rows the caller lists (the API's
+:mod:`broker.management.definitions_api`); a vhost's own file (``GET
+/api/definitions/{vhost}``) has no users, vhosts or permissions and no ``vhost`` field in
+its objects, as RabbitMQ's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.core.exchange import EXCHANGE_TYPES
+from broker.core.vhosts import check_vhost_name
+from broker.management.users import permission_from_fields, user_from_fields
+from broker.security.cluster_users import ClusterUser, UserError, VhostPermission
+
+__all__ = [
+    "IGNORED_SECTIONS",
+    "BindingRow",
+    "Definitions",
+    "DefinitionsError",
+    "ExchangeRow",
+    "QueueRow",
+    "parse",
+    "parse_text",
+]
+
+#: Sections this broker has nothing for: listed in the import's answer, item by item.
+IGNORED_SECTIONS = ("policies", "parameters", "global_parameters", "topic_permissions")
+#: Sections that say who made the file.
+_ABOUT = ("rabbit_version", "rabbitmq_version", "product_name", "product_version")
+_KNOWN = (
+    *_ABOUT,
+    "users",
+    "vhosts",
+    "permissions",
+    "queues",
+    "exchanges",
+    "bindings",
+    *IGNORED_SECTIONS,
+)
+MAX_NAME_BYTES = 255
+
+
+class DefinitionsError(ValueError):
+    """A definitions file that cannot be imported; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    vhost: str
+    name: str
+    durable: bool
+    auto_delete: bool
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeRow:
+    vhost: str
+    name: str
+    type: str
+    durable: bool
+    auto_delete: bool
+    internal: bool
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BindingRow:
+    vhost: str
+    source: str
+    destination: str
+    destination_type: str
+    routing_key: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class Definitions:
+    """A checked definitions file, ready to apply in this order."""
+
+    vhosts: list[str] = field(default_factory=list)
+    users: list[ClusterUser] = field(default_factory=list)
+    permissions: list[VhostPermission] = field(default_factory=list)
+    exchanges: list[ExchangeRow] = field(default_factory=list)
+    queues: list[QueueRow] = field(default_factory=list)
+    bindings: list[BindingRow] = field(default_factory=list)
+    #: What is not applied, one line an item (``policies[0] 'ha-all' in vhost '/'``).
+    ignored: list[str] = field(default_factory=list)
+
+
+def parse_text(text: str | bytes, vhost: str | None = None) -> Definitions:
+    """:func:`parse` of a JSON text."""
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise DefinitionsError(f"not valid JSON: {exc}") from None
+    return parse(data, vhost)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse(data: object, vhost: str | None = None) -> Definitions:
+    """Check a whole definitions file. ``vhost``: a vhost's own file (its objects go to
+    ``vhost``; users, vhosts and permissions are refused, as RabbitMQ's per-vhost import).
+
+    :raises DefinitionsError: naming the first bad field."""
+    if not isinstance(data, dict):
+        raise DefinitionsError("the definitions must be a JSON object")
+    unknown = sorted(set(data) - set(_KNOWN))
+    if unknown:
+        raise DefinitionsError(f"{unknown[0]}: unknown section (known: {', '.join(_KNOWN)})")
+    found = Definitions()
+    if vhost is not None:
+        for section in ("users", "vhosts", "permissions"):
+            if data.get(section):
+                raise DefinitionsError(
+                    f"{section}: not taken by a vhost's import (POST /api/definitions)"
+                )
+    for i, row in enumerate(_section(data, "vhosts")):
+        name = _string(row, "name", f"vhosts[{i}]")
+        try:
+            check_vhost_name(name)
+        except ValueError as exc:
+            raise DefinitionsError(f"vhosts[{i}].name: {exc}") from None
+        found.vhosts.append(name)
+        if row.get("limits"):
+            found.ignored.append(f"vhosts[{i}] '{name}': limits are not supported here, ignored")
+    for i, row in enumerate(_section(data, "users")):
+        where = f"users[{i}]."
+        name = _string(row, "name", f"users[{i}]")
+        try:
+            found.users.append(user_from_fields(name, row, where))
+        except UserError as exc:
+            raise DefinitionsError(str(exc)) from None
+        if row.get("limits"):
+            found.ignored.append(f"users[{i}] '{name}': limits are not supported here, ignored")
+    for i, row in enumerate(_section(data, "permissions")):
+        where = f"permissions[{i}]"
+        try:
+            found.permissions.append(
+                permission_from_fields(
+                    _string(row, "vhost", where), _string(row, "user", where), row, where + "."
+                )
+            )
+        except UserError as exc:
+            raise DefinitionsError(str(exc)) from None
+    for i, row in enumerate(_section(data, "exchanges")):
+        where = f"exchanges[{i}]"
+        type_ = _string(row, "type", where)
+        if type_ not in EXCHANGE_TYPES:
+            known = ", ".join(sorted(EXCHANGE_TYPES))
+            raise DefinitionsError(
+                f"{where}.type: exchange type {type_!r} is not supported here (supported:"
+                f" {known}); nothing was imported"
+            )
+        found.exchanges.append(
+            ExchangeRow(
+                _vhost(row, where, vhost),
+                _name(row, "name", where),
+                type_,
+                _flag(row, "durable", where, True),
+                _flag(row, "auto_delete", where, False),
+                _flag(row, "internal", where, False),
+                _table(row, "arguments", where),
+            )
+        )
+    for i, row in enumerate(_section(data, "queues")):
+        where = f"queues[{i}]"
+        queue = QueueRow(
+            _vhost(row, where, vhost),
+            _name(row, "name", where),
+            _flag(row, "durable", where, True),
+            _flag(row, "auto_delete", where, False),
+            _table(row, "arguments", where),
+        )
+        kind = queue.arguments.get("x-queue-type", "classic")
+        if kind != "classic":
+            found.ignored.append(
+                f"{where} '{queue.name}' in vhost '{queue.vhost}': x-queue-type {kind!r}"
+                " is declared as a classic queue here (the argument is kept)"
+            )
+        found.queues.append(queue)
+    for i, row in enumerate(_section(data, "bindings")):
+        where = f"bindings[{i}]"
+        kind = _string(row, "destination_type", where)
+        if kind not in ("queue", "exchange"):
+            raise DefinitionsError(f"{where}.destination_type: must be 'queue' or 'exchange'")
+        source = _name(row, "source", where)
+        if source == "":
+            continue  # the default exchange's implicit bindings (RabbitMQ lists none)
+        found.bindings.append(
+            BindingRow(
+                _vhost(row, where, vhost),
+                source,
+                _name(row, "destination", where),
+                kind,
+                _string(row, "routing_key", where, ""),
+                _table(row, "arguments", where),
+            )
+        )
+    for section in IGNORED_SECTIONS:
+        for i, row in enumerate(_section(data, section)):
+            found.ignored.append(f"{section}[{i}] {_describe(row)}: not supported here, ignored")
+    return found
+
+
+def _section(data: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
+    rows = data.get(name)
+    if rows is None:
+        return []
+    if not isinstance(rows, list):
+        raise DefinitionsError(f"{name}: must be a list")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DefinitionsError(f"{name}[{i}]: must be an object")
+    return rows
+
+
+def _describe(row: Mapping[str, Any]) -> str:
+    name = row.get("name", row.get("user", ""))
+    where = f" in vhost '{row['vhost']}'" if isinstance(row.get("vhost"), str) else ""
+    component = f" ({row['component']})" if isinstance(row.get("component"), str) else ""
+    return f"'{name}'{component}{where}"
+
+
+def _string(row: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
+    value = row.get(key, default)
+    if value is None:
+        raise DefinitionsError(f"{where}.{key}: required")
+    if not isinstance(value, str):
+        raise DefinitionsError(f"{where}.{key}: must be a string")
+    return value
+
+
+def _name(row: Mapping[str, Any], key: str, where: str) -> str:
+    value = _string(row, key, where)
+    if len(value.encode("utf-8")) > MAX_NAME_BYTES:
+        raise DefinitionsError(f"{where}.{key}: longer than {MAX_NAME_BYTES} bytes")
+    return value
+
+
+def _vhost(row: Mapping[str, Any], where: str, vhost: str | None) -> str:
+    if vhost is not None:
+        return vhost
+    return _string(row, "vhost", where, "/")
+
+
+def _flag(row: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    value = row.get(key, default)
+    if not isinstance(value, bool):
+        raise DefinitionsError(f"{where}.{key}: must be true or false")
+    return value
+
+
+def _table(row: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = row.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DefinitionsError(f"{where}.{key}: must be an object")
+    return dict(value)
+
+
+def export(
+    version: str,
+    vhosts: Iterable[str] | None,
+    users: Iterable[ClusterUser] | None,
+    permissions: Iterable[VhostPermission] | None,
+    queues: Iterable[dict[str, Any]],
+    exchanges: Iterable[dict[str, Any]],
+    bindings: Iterable[dict[str, Any]],
+) -> dict[str, Any]:
+    """The definitions file (RabbitMQ's keys; ``None`` sections left out: a vhost's file)."""
+    out: dict[str, Any] = {
+        "rabbit_version": "3.10.8",  # the format this follows, for RabbitMQ's importer
+        "product_name": "qpidd",
+        "product_version": version,
+    }
+    if users is not None:
+        out["users"] = [u.definition() for u in users]
+    if vhosts is not None:
+        out["vhosts"] = [{"name": name, "limits": [], "metadata": {}} for name in vhosts]
+    if permissions is not None:
+        out["permissions"] = [p.definition() for p in permissions]
+        out["topic_permissions"] = []
+    out["parameters"] = []
+    if vhosts is not None:
+        out["global_parameters"] = []
+    out["policies"] = []
+    out["queues"] = list(queues)
+    out["exchanges"] = list(exchanges)
+    out["bindings"] = list(bindings)
+    return out

@@ -1,0 +1,151 @@
+"""RabbitMQ's definitions file read without a broker (broker.management.definitions), and
+RabbitMQ's salted SHA-256 password hash (broker.security.passwords, cluster_users)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.management.definitions import DefinitionsError, export, parse, parse_text
+from broker.security.cluster_users import ClusterUser, ClusterUsers, VhostPermission
+from broker.security.passwords import (
+    RabbitSha256Hash,
+    parse_hash,
+    rabbit_sha256,
+    verify_password,
+)
+from broker.security.roles import Role
+from broker.security.sasl import Authenticator
+from broker.security.users import UserDatabase
+
+RABBITMQ_FILE = Path(__file__).parent / "data" / "rabbitmq-3.10.8-definitions.json"
+#: RabbitMQ's documented example: salt 908DC60A, password test12 (docs "Passwords").
+TEST12 = "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR"
+
+
+def test_rabbitmqs_documented_hash_is_computed_and_verified() -> None:
+    assert rabbit_sha256("test12", bytes.fromhex("908DC60A")).rabbit_form() == TEST12
+    stored = RabbitSha256Hash.parse(TEST12)
+    assert verify_password("test12", stored) and not verify_password("test13", stored)
+    assert parse_hash(stored.encode()) == stored  # as a users file writes it
+
+
+def test_a_rabbitmq_export_reads_whole_and_lists_what_has_no_place_here() -> None:
+    found = parse_text(RABBITMQ_FILE.read_bytes())
+    assert found.vhosts == ["/", "shop"]
+    assert [u.name for u in found.users] == ["shopkeeper", "guest"]
+    assert found.users[0].roles == frozenset({Role.ADMINISTRATOR})
+    assert [(q.vhost, q.name) for q in found.queues] == [("shop", "orders"), ("shop", "audit")]
+    assert found.queues[0].arguments == {"x-queue-type": "classic", "x-max-length": 1000}
+    assert [(b.source, b.destination_type) for b in found.bindings] == [
+        ("shop.events", "queue"),
+        ("shop.events", "exchange"),
+        ("shop.all", "queue"),
+    ]
+    assert found.ignored == [
+        "queues[1] 'audit' in vhost 'shop': x-queue-type 'quorum' is declared as a classic"
+        " queue here (the argument is kept)",
+        "policies[0] 'orders-ttl' in vhost 'shop': not supported here, ignored",
+        "global_parameters[0] 'internal_cluster_id': not supported here, ignored",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"queues": [{"name": "q", "durable": "yes"}]}, "queues[0].durable: must be true or false"),
+        ({"queues": [{"durable": True}]}, "queues[0].name: required"),
+        ({"queues": {}}, "queues: must be a list"),
+        ({"exchanges": [{"name": "e", "type": "x-delayed-message"}]}, "exchanges[0].type:"),
+        ({"bindings": [{"source": "e", "destination": "q"}]}, "bindings[0].destination_type"),
+        ({"users": [{"name": "u", "password_hash": "abc"}]}, "users[0].password_hash: not base64"),
+        (
+            {"users": [{"name": "u", "password_hash": TEST12, "hashing_algorithm": "md5"}]},
+            "hashing_algorithm: 'md5' is not supported",
+        ),
+        ({"users": [{"name": "a:b", "password_hash": ""}]}, "users[0].name: invalid user name"),
+        (
+            {
+                "permissions": [
+                    {"user": "u", "vhost": "/", "configure": "(", "write": "", "read": ""}
+                ]
+            },
+            "permissions[0].configure: not a regular expression",
+        ),
+        ({"vhosts": [{"name": ""}]}, "vhosts[0].name:"),
+        ({"shovels": []}, "shovels: unknown section"),
+    ],
+)
+def test_a_bad_field_is_named(change: dict[str, Any], reason: str) -> None:
+    with pytest.raises(DefinitionsError) as info:
+        parse(change)
+    assert str(info.value).startswith(reason) or reason in str(info.value)
+
+
+def test_limits_are_listed_as_ignored() -> None:
+    found = parse(
+        {
+            "vhosts": [{"name": "v", "limits": {"max-connections": 5}}],
+            "users": [{"name": "u", "password_hash": "", "limits": {"max-channels": 2}}],
+        }
+    )
+    assert found.ignored == [
+        "vhosts[0] 'v': limits are not supported here, ignored",
+        "users[0] 'u': limits are not supported here, ignored",
+    ]
+
+
+def test_bad_json_and_a_vhosts_file_with_users_are_refused() -> None:
+    with pytest.raises(DefinitionsError, match="not valid JSON"):
+        parse_text(b"{nope")
+    with pytest.raises(DefinitionsError, match="must be a JSON object"):
+        parse_text(b"[]")
+    with pytest.raises(DefinitionsError, match="users: not taken by a vhost's import"):
+        parse({"users": [{"name": "u", "password_hash": ""}]}, vhost="shop")
+    one = parse({"queues": [{"name": "q", "vhost": "elsewhere"}]}, vhost="shop")
+    assert one.queues[0].vhost == "shop"  # a vhost's file: its objects go to that vhost
+
+
+def test_an_export_reads_back_the_same() -> None:
+    user = ClusterUser("u", RabbitSha256Hash.parse(TEST12), ("monitoring", "custom"))
+    permission = VhostPermission("u", "/", "^a", "^b", "^c")
+    queue = {"name": "q", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}
+    data = export("0.1.0", ["/"], [user], [permission], [queue], [], [])
+    again = parse(json.loads(json.dumps(data)))
+    assert again.users == [user] and again.permissions == [permission]
+    assert data["users"][0] == {
+        "name": "u",
+        "password_hash": TEST12,
+        "hashing_algorithm": "rabbit_password_hashing_sha256",
+        "tags": "monitoring,custom",
+        "limits": {},
+    }
+
+
+def test_the_brokers_own_user_wins_and_a_cluster_user_needs_a_permission() -> None:
+    own = UserDatabase.from_passwords({"guest": "guest"})
+    authenticator = Authenticator(own, auth_enabled=True)
+    cluster: ClusterUsers = authenticator.cluster_users
+    cluster.update(
+        [ClusterUser("guest", RabbitSha256Hash.parse(TEST12), ("monitoring",))],
+        [],
+    )
+    cluster.put_user(ClusterUser("shop", rabbit_sha256("s3cret"), ("administrator",)))
+    assert authenticator.authenticate("PLAIN", b"\0guest\0guest") == "guest"
+    assert Role.CLUSTER_MANAGER in authenticator.roles("guest")  # the own user's roles
+    assert authenticator.authenticate("PLAIN", b"\0shop\0s3cret") == "shop"
+    assert authenticator.roles("shop") == frozenset({Role.ADMINISTRATOR})
+    assert authenticator.may_open("guest", "any") and not authenticator.may_open("shop", "/")
+    cluster.set_permission(VhostPermission("shop", "/"))
+    assert authenticator.may_open("shop", "/")
+    copy = ClusterUsers()
+    copy.replace(cluster.event())  # as a backup applies the users event
+    assert copy.users == cluster.users and copy.permissions == cluster.permissions
+    cluster.vhost_deleted("/")
+    assert not authenticator.may_open("shop", "/")
+    cluster.delete_user("shop")
+    with pytest.raises(Exception, match="wrong user name or password"):
+        authenticator.authenticate("PLAIN", b"\0shop\0s3cret")
