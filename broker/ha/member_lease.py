@@ -12,8 +12,9 @@ for nothing); it only shows the backup answers (it may join the set).
 :meth:`MemberLeases.may_serve` is whether every member of the committed in-sync set that
 this primary has *asked* for a grant holds an unexpired grant (none asked, or an empty
 set: the agent's ZooKeeper lease alone governs, as before; the broker composes the two).
-A member is asked from the first needed request sent to it (before any answer) and stays
-asked until it leaves the set for good (:meth:`MemberLeases.forget`).
+A member is asked from the first needed request sent to it (before any answer) until it
+answers a request that asked no promise sent after every needed one (it then holds no
+counted grant: it left the set), or leaves for good (:meth:`MemberLeases.forget`).
 
 **Why a member never asked need not grant** (a recovering primary whose set names a
 backup that is dead, or not linked yet): the lease is there so that a member may take the
@@ -25,6 +26,18 @@ grant, so it can take over only once the primary's ZooKeeper record is gone, whi
 agent's lease covers, as with an empty set. So the primary admits clients and confirms
 (confirms still wait for every member of the set by protocol) while an unreachable member
 is being removed, instead of refusing everyone.
+
+**Why the first needed request counts from its sending** (a backup joining the set, or
+linking to a recovering primary): when the primary asks a member that it knows holds no
+counted grant (never asked, or its newest answer was to a request that asked no promise,
+sent after every needed one), it counts that request's grant at once, to ``sent +
+duration``, as its answer would. If the member gets the request, its promise outlasts that
+count (below); if it never does, it still holds no counted grant (a link delivers its
+requests in order, and a new link only after the old one closed), so it cannot take over
+by a lapse. The answer adds only that the member got it; waiting for it stopped a healthy
+primary serving for a round trip each time its set grew (clients refused with 530). A
+member that may hold a counted grant is counted only on its answers, as before; and past
+the cluster manager's lease (:meth:`MemberLeases.grants_until`) only answers count.
 
 :meth:`MemberLeases.may_serve` is one comparison: the earliest expiry over the asked
 members is cached and recomputed only when a grant or the set changes (a confirm asks it).
@@ -133,6 +146,12 @@ class MemberLeases:
         self.answered: set[str] = set()
         #: Members sent a needed request (they may hold a counted grant): only they count.
         self.asked: set[str] = set()
+        #: The newest needed request sent to each backup that may hold a counted grant
+        #: (absent: it holds none, as far as this primary knows).
+        self._needed_seq: dict[str, int] = {}
+        #: The count of a first needed request, from its sending (``sent + duration``),
+        #: for a backup asked while it held no counted grant; its answer confirms it.
+        self.first: dict[str, float] = {}
         self._seq = 0
         #: Not before this time (a promoted broker's own older grant, plus drift).
         self.not_before = -math.inf
@@ -171,9 +190,15 @@ class MemberLeases:
         one could only extend less than a newer answer."""
         self._seq += 1
         needed = self.needs(backup)
-        if needed and backup not in self.asked:
+        if needed:
+            changed = backup not in self.asked
+            if backup not in self._needed_seq:  # it holds no counted grant: this one's
+                self.first[backup] = now + self.times.duration  # counts from its sending
+                changed = True
+            self._needed_seq[backup] = self._seq
             self.asked.add(backup)  # counted from now on: it may grant
-            self._recompute()
+            if changed:
+                self._recompute()
         pending = self._sent.setdefault(backup, {})
         pending[self._seq] = (now, needed)
         if len(pending) > self.times.requests + 4:
@@ -194,6 +219,8 @@ class MemberLeases:
             del pending[older]
         sent, needed = request
         if not needed:
+            if seq > self._needed_seq.get(backup, seq):  # newer than every needed one:
+                self._cleared(backup)  # it read them all first (or lost them)
             return False
         until = sent + self.times.duration
         if until > self.expiry.get(backup, -math.inf):
@@ -208,13 +235,27 @@ class MemberLeases:
         self._sent.pop(backup, None)
 
     def forget(self, backup: str) -> None:
-        """``backup`` left for good (dropped by the primary)."""
+        """``backup`` left for good (dropped by the primary). Whether it may still hold
+        a counted grant is kept: its next needed request is counted on its answer."""
         self._sent.pop(backup, None)
         self.answered.discard(backup)
         self.asked.discard(backup)
         self.expiry.pop(backup, None)
+        self.first.pop(backup, None)
         if backup in self.members:
             self._recompute()
+
+    def _cleared(self, backup: str) -> None:
+        """``backup`` answered a request that asked no promise, sent after every needed
+        one: its ledger no longer counts this primary's epoch (``GrantLedger.asked``), so
+        it holds no counted grant and needs none (its next needed request counts from its
+        sending)."""
+        self._needed_seq.pop(backup, None)
+        self.first.pop(backup, None)
+        if backup in self.asked:
+            self.asked.discard(backup)
+            if backup in self.members:
+                self._recompute()
 
     # -- queries -----------------------------------------------------------------------
     def may_serve(self, now: float) -> bool:
@@ -232,8 +273,14 @@ class MemberLeases:
         return self._all_until
 
     def granted_by(self, backup: str, now: float) -> bool:
-        """Does ``backup`` hold an unexpired grant? (A backup joins the set only so.)"""
+        """Does ``backup`` hold an unexpired grant it answered? (A backup joins the set
+        only so.)"""
         return self.expiry.get(backup, -math.inf) > now
+
+    def counted_until(self, backup: str) -> float:
+        """Until when this primary counts ``backup``'s grant (its answered grants, or its
+        first needed request's from its sending; -inf: none)."""
+        return max(self.expiry.get(backup, -math.inf), self.first.get(backup, -math.inf))
 
     def lapsed(self, now: float) -> list[tuple[str, float | None]]:
         """The asked members whose grant is lapsed or missing, with how long ago it lapsed
@@ -242,8 +289,8 @@ class MemberLeases:
             return []
         out: list[tuple[str, float | None]] = []
         for member in sorted(self.members & self.asked):
-            until = self.expiry.get(member)
-            if until is None:
+            until = self.counted_until(member)
+            if until == -math.inf:
                 out.append((member, None))
             elif until <= now:
                 out.append((member, now - until))
@@ -286,8 +333,7 @@ class MemberLeases:
             min(self.expiry.get(m, -math.inf) for m in self.members) if self.members else None
         )
         self._earliest = min(
-            (self.expiry.get(m, -math.inf) for m in self.members & self.asked),
-            default=math.inf,
+            (self.counted_until(m) for m in self.members & self.asked), default=math.inf
         )
 
 

@@ -1,10 +1,13 @@
 """The member lease's rule (broker/ha/member_lease.py), without sockets.
 
 The state machine drives one primary and three backups, each with its own clock (a rate
-within the drift bound of real time, any offset), over a network that delays, reorders and
-loses requests and answers, while the committed set changes. After every step: whatever
-the primary counts as granted, the backup still holds as promised (so while the primary
-may serve, no member of its set may serve a newer epoch).
+within the drift bound of real time, any offset), over a network that delays and loses
+requests and answers and reorders answers, while the committed set changes (a backup reads
+its requests in the order they were sent, as its link delivers them: a new link's only
+after the old one closed). After every step: whatever the primary counts as granted, the
+backup still holds as promised (so while the primary may serve, no member of its set may
+serve a newer epoch), and no member whose grant this primary counted (``needed``) could
+take its place by a lapse while it serves.
 """
 
 from __future__ import annotations
@@ -69,12 +72,17 @@ class LeaseNetwork(RuleBasedStateMachine):
     @precondition(lambda self: self.requests)
     @rule(data=st.data(), lose=st.booleans())
     def deliver_request(self, data: st.DataObject, lose: bool) -> None:
-        i = data.draw(st.integers(0, len(self.requests) - 1))
-        backup, seq, duration, needed = self.requests.pop(i)
+        """The oldest request to a backup is read (or lost: a later one may still come,
+        on this link or the next)."""
+        backup = data.draw(st.sampled_from(sorted({r[0] for r in self.requests})))
+        i = next(i for i, r in enumerate(self.requests) if r[0] == backup)
+        _, seq, duration, needed = self.requests.pop(i)
         if lose:
             return
         if needed:  # as the backup does: a promise only when asked for one
             self.ledgers[backup].grant(EPOCH, duration, self.clocks[backup].at(self.real))
+        else:  # that primary does not count this backup now
+            self.ledgers[backup].asked(EPOCH)
         self.answers.append((backup, seq))
 
     @precondition(lambda self: self.answers)
@@ -100,12 +108,24 @@ class LeaseNetwork(RuleBasedStateMachine):
                 ledger = self.ledgers[backup]
                 assert not ledger.grant_lapsed(EPOCH + 1, self.clocks[backup].at(self.real))
 
+    def counted(self, backup: str) -> bool:
+        """Does the backup's ledger say this primary counted its grant (``GET /grant``'s
+        ``needed``: what a takeover by a lapse needs, ha_agent/takeover.py)?"""
+        ledger = self.ledgers[backup]
+        return any(e == EPOCH for e, _ in ledger.grants) and EPOCH not in ledger.unneeded
+
     @invariant()
     def every_grant_ends_on_the_primary_first_in_real_time(self) -> None:
         """Whenever checked: the real instant the primary's count of a grant ends is no
-        later than the real instant the backup's promise ends."""
+        later than the real instant the backup's promise ends (for an answered grant; for
+        a first request's count, whenever the backup holds a counted grant)."""
         primary = self.primary_clock
-        for backup, until in self.leases.expiry.items():
+        for backup in BACKUPS:
+            until = self.leases.expiry.get(backup, -math.inf)
+            if self.counted(backup):
+                until = max(until, self.leases.first.get(backup, -math.inf))
+            if until == -math.inf:
+                continue
             clock = self.clocks[backup]
             ends_on_primary = (until - primary.offset) / primary.rate
             ends_on_backup = (self.ledgers[backup].lapse_at(EPOCH + 1) - clock.offset) / clock.rate
@@ -113,22 +133,27 @@ class LeaseNetwork(RuleBasedStateMachine):
 
     @invariant()
     def serving_needs_every_member_that_may_hold_a_grant(self) -> None:
-        """Serving: every asked member's grant is unexpired on both sides, and a member
-        never asked holds no grant to this epoch (it cannot take over by a lapse)."""
+        """Serving: no member whose grant this primary counted has let it lapse (it could
+        take over by the lapse), and a member not asked holds no counted grant."""
         now = self.primary_clock.at(self.real)
         if self.leases.may_serve(now):
             for member in self.leases.members:
-                ledger = self.ledgers[member]
-                if member in self.leases.asked:
-                    assert self.leases.granted_by(member, now)
-                    assert not ledger.grant_lapsed(EPOCH + 1, self.clocks[member].at(self.real))
-                else:
-                    assert ledger.lapse_at(EPOCH + 1) == -math.inf
+                if self.counted(member):
+                    assert member in self.leases.asked
+                    clock = self.clocks[member]
+                    assert not self.ledgers[member].grant_lapsed(EPOCH + 1, clock.at(self.real))
+
+    @invariant()
+    def a_backup_not_asked_holds_no_counted_grant(self) -> None:
+        for backup in BACKUPS:
+            if self.counted(backup) and backup in self.leases.members:
+                assert backup in self.leases.asked
 
     @invariant()
     def cached_answer_is_the_full_check(self) -> None:
         now = self.primary_clock.at(self.real)
-        full = all(self.leases.granted_by(m, now) for m in self.leases.members & self.leases.asked)
+        asked = self.leases.members & self.leases.asked
+        full = all(self.leases.counted_until(m) > now for m in asked)
         assert self.leases.may_serve(now) == full
 
 
@@ -151,8 +176,8 @@ def test_an_empty_set_needs_no_grant_and_a_disabled_lease_none() -> None:
     assert leases.may_serve(0.0)  # never asked: it holds no grant it could take over by
     assert leases.lapsed(0.0) == []
     seq, needed = leases.requested("a", 10.0)
-    assert needed and not leases.may_serve(10.0)  # asked: counted before it answers
-    assert leases.lapsed(10.0) == [("a", None)]
+    assert needed and leases.may_serve(10.0)  # its first request counts from its sending
+    assert leases.lapsed(10.0) == [] and not leases.may_serve(11.0)  # ... as its answer would
     assert leases.granted("a", seq)
     assert leases.may_serve(10.5) and not leases.may_serve(11.0)
     assert leases.lapsed(11.5) == [("a", 0.5)]
@@ -183,7 +208,12 @@ def test_answers_to_unknown_or_forgotten_requests_extend_nothing() -> None:
     seq, _ = leases.requested("a", 0.0)
     leases.link_gone("a")
     assert not leases.granted("a", seq)
-    assert not leases.may_serve(0.1)
+    assert leases.may_serve(0.9) and not leases.may_serve(1.0)  # the first request's count
+    assert leases.lapsed(1.5) == [("a", 0.5)]
+    seq, _ = leases.requested("a", 1.5)  # a member that may hold a grant: only answers count
+    assert not leases.may_serve(1.5)
+    leases.link_gone("a")
+    assert not leases.granted("a", seq) and not leases.may_serve(1.6)
 
 
 def test_an_answer_to_a_request_that_needed_no_grant_counts_as_an_answer_only() -> None:
@@ -195,7 +225,7 @@ def test_an_answer_to_a_request_that_needed_no_grant_counts_as_an_answer_only() 
     assert not leases.granted("a", seq)  # answered, but it promised nothing
     assert leases.answered == {"a"} and leases.may_serve(0.1)  # a member not asked yet
     seq, needed = leases.requested("a", 0.2)
-    assert needed and not leases.may_serve(0.2)  # asked: its answer is awaited
+    assert needed and leases.may_serve(0.2)  # asked: it held no counted grant
     assert leases.granted("a", seq) and leases.may_serve(1.1)
 
 
@@ -271,3 +301,73 @@ def test_past_the_managers_lease_every_member_must_grant_asked_or_not() -> None:
     assert leases.grants_until() == 11.2
     leases.set_members(frozenset())
     assert leases.grants_until() is None  # an empty set: fenced at the lease's end
+
+
+def test_a_backup_joining_the_set_never_stops_the_primary_serving() -> None:
+    """The set grows by a backup that answered requests asking no promise: the needed
+    request the primary sends it at once counts from its sending, so the primary serves
+    on through the round trip (it refused clients with 530 until the answer came); with
+    no answer its count lapses one lease after it was sent, as an answered one would."""
+    leases = MemberLeases(LeaseTimes(1.0, 0.01))
+    leases.set_enabled(True)
+    leases.set_members(frozenset({"a"}))
+    seq, _ = leases.requested("a", 0.0)
+    assert leases.granted("a", seq)
+    seq, needed = leases.requested("b", 0.1)  # b linked, catching up: no promise asked
+    assert not needed and not leases.granted("b", seq) and leases.answered == {"a", "b"}
+    leases.set_members(frozenset({"a", "b"}))  # the set committed with b
+    assert leases.may_serve(0.2)  # b not asked yet: it holds no counted grant
+    seq, needed = leases.requested("b", 0.2)  # asked the moment the set holds it
+    assert needed and leases.may_serve(0.2) and leases.lapsed(0.2) == []
+    assert leases.remaining(0.2) == pytest.approx(0.8)  # a's grant ends first
+    seq_a, _ = leases.requested("a", 0.5)
+    assert leases.granted("a", seq_a)
+    assert leases.may_serve(1.19) and not leases.may_serve(1.2)  # b never answered
+    [(member, age)] = leases.lapsed(1.3)
+    assert member == "b" and age == pytest.approx(0.1)
+    assert leases.granted("b", seq)  # a late answer extends to its own request's send time
+    assert not leases.may_serve(1.3)
+    seq, _ = leases.requested("b", 1.3)  # it may hold a counted grant: its answer counts
+    assert not leases.may_serve(1.3)
+    assert leases.granted("b", seq) and leases.may_serve(1.3)
+    assert leases.grants_until() == pytest.approx(1.5)  # a's grant, sent at 0.5
+
+
+def test_a_member_back_in_the_set_counts_from_its_request_only_once_it_left_for_sure() -> None:
+    """A member that left the set and answered a request asking no promise (sent after
+    every needed one) holds no counted grant: back in the set, its first request counts
+    from its sending. One that may still hold a counted grant (its newest answer was to a
+    needed request) is counted on its answers only: its grant may lapse and let it take
+    over by the lapse while the primary would serve on an unanswered request."""
+    leases = MemberLeases(LeaseTimes(1.0, 0.0))
+    leases.set_enabled(True)
+    leases.set_members(frozenset({"a"}))
+    seq, _ = leases.requested("a", 0.0)
+    assert leases.granted("a", seq)
+    leases.set_members(frozenset())  # a left the set
+    unneeded, needed = leases.requested("a", 0.5)
+    assert not needed
+    leases.set_members(frozenset({"a"}))  # back before it answered: it may hold a grant
+    assert leases.may_serve(0.9) and not leases.may_serve(1.0)  # its old grant counts
+    seq, _ = leases.requested("a", 1.2)
+    assert not leases.may_serve(1.2)  # sent after the request asking none: not cleared
+    assert not leases.granted("a", unneeded) and not leases.may_serve(1.2)
+    assert leases.granted("a", seq) and leases.may_serve(1.2)
+    leases.set_members(frozenset())  # it leaves again, and this time answers first
+    unneeded, _ = leases.requested("a", 3.0)
+    assert not leases.granted("a", unneeded) and "a" not in leases.asked
+    leases.set_members(frozenset({"a"}))
+    assert leases.may_serve(3.1)  # not asked: it holds no counted grant
+    seq, needed = leases.requested("a", 3.1)
+    assert needed and leases.may_serve(3.1) and not leases.may_serve(4.1)
+
+
+def test_past_the_managers_lease_a_first_request_counts_only_once_answered() -> None:
+    """Issue 26, item 2: a member that never got its first request holds no grant, so
+    past the manager's lease (its record may go) only an answer counts."""
+    leases = MemberLeases(LeaseTimes(1.0, 0.0))
+    leases.set_enabled(True)
+    leases.set_members(frozenset({"a"}))
+    seq, _ = leases.requested("a", 0.0)
+    assert leases.may_serve(0.5) and leases.grants_until() == -math.inf
+    assert leases.granted("a", seq) and leases.grants_until() == 1.0

@@ -76,13 +76,17 @@ def test_the_primary_serves_only_while_every_member_grants(tmp_path: Path) -> No
     # over by, so the agent's lease alone governs and clients are admitted
     assert ha.may_confirm() and refusal(ha) is None
     open_connection(ha, link("1-3")).expect(commands.Connection.OpenOk)  # its link: admitted
-    seq, needed = ha.lease.leases.requested("b1", ha.now())  # asked: counted from now on
-    assert needed and not ha.may_confirm()
-    text = refusal(ha)  # asked, not answered yet: clients go elsewhere
+    _, needed = ha.lease.leases.requested("b1", ha.now())  # asked: counted from now on
+    # its first request counts from its sending (it held no counted grant): the primary
+    # serves on while the answer comes (it refused clients until then)
+    assert needed and ha.may_confirm() and refusal(ha) is None
+    clock.now += LEASE  # never answered: its count lapses as an answered one would
+    assert not ha.may_confirm()
+    text = refusal(ha)  # clients go elsewhere
     # refused before its login, the client is not told the members' names
     assert text is not None and text.endswith("the member lease of a member lapsed")
     assert "member lease of b1" in ha.lease.not_serving_reason()
-    ha.lease.lease_granted("b1", seq)
+    grant(ha)  # asked again, answered
     assert ha.may_confirm() and refusal(ha) is None
     client = open_connection(ha, {})
     client.expect(commands.Connection.OpenOk)
@@ -98,8 +102,9 @@ def test_the_primary_serves_only_while_every_member_grants(tmp_path: Path) -> No
     client.conn.tick()
     assert client.conn.data_to_send() == HEARTBEAT_FRAME
     assert client.conn.data_to_send() == b""  # the held frame stays held
-    [lapsed] = events(log, "member_lease_lapsed")
-    assert lapsed["member"] == "b1" and lapsed["age_ms"] == 0.0
+    unanswered, lapsed = events(log, "member_lease_lapsed")
+    assert unanswered["member"] == lapsed["member"] == "b1"
+    assert unanswered["age_ms"] == lapsed["age_ms"] == 0.0
     assert refusal(ha) is not None
 
     ha.commit_in_sync(1, [])  # the set without b1: serving again, at once

@@ -1,6 +1,8 @@
 """The member lease end to end (issue 26 item 1): three real brokers, a real client.
 
-One test, in steps, to keep ``make test`` short: a stopped (SIGSTOP) member of the
+One test, in steps, to keep ``make test`` short: a backup joining the set of a serving
+primary never stops it serving (a client connecting in a loop through the join is always
+admitted); a stopped (SIGSTOP) member of the
 committed in-sync set stops the primary serving within the lease plus the drift bound (no
 confirm, no new client), and one request interval later the primary closes its client
 connections (320, so they go on to their URL list: issue 26, item 4); it serves again when
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -68,6 +71,32 @@ def lease_of(cluster: Cluster, i: int) -> dict[str, Any]:
     return dict(cluster.ha(i)["member_lease"])
 
 
+class ClientLoop:
+    """Clients connecting to ``port`` one after another on a thread, until stopped: the
+    refusals the primary gave them (530, its reason), and how many it admitted."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.refusals: list[str] = []
+        self.admitted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            text = refused(self.port)
+            if text is None:
+                self.admitted += 1
+            elif "NOT_ALLOWED" in text:  # 530: not serving, or began serving meanwhile
+                self.refusals.append(text)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+
+
 def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_path: Any) -> None:
     cluster = Cluster(
         tmp_path, 3, f"--ha-member-lease={LEASE}", f"--ha-clock-drift={DRIFT}"
@@ -75,13 +104,41 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
     stopped: int | None = None
     try:
         ids = {i: cluster.ha(i)["broker_id"] for i in (1, 2)}
-        body = {"cluster_manager": True, "epoch": 1, "in_sync": [ids[1], ids[2]]}
+        body = {"cluster_manager": True, "epoch": 1, "in_sync": [ids[2]]}
         assert http("POST", cluster.brokers[0].mgmt_port, "/api/ha/promote", body)["state"]
         poll_until(
-            lambda: (s := lease_of(cluster, 0))["serving"] and None not in s["members"].values(),
+            lambda: (
+                ids[1] in cluster.ha(0)["in_sync"]["wanted"]
+                and None not in lease_of(cluster, 0)["members"].values()
+            ),
             15,
-            "both members grant",
+            "broker 2 grants, broker 1 ready to join",
         )
+
+        # 0. broker 1 joins the set of the serving primary: it never stops serving (the
+        # request asking broker 1's promise counts from its sending, as its answer would)
+        loop = ClientLoop(cluster.ports[0])
+        try:
+            poll_until(lambda: loop.admitted >= 3, 15, "clients admitted before the join")
+            body = {"cluster_manager": True, "epoch": 1, "members": [ids[1], ids[2]]}
+            http("POST", cluster.brokers[0].mgmt_port, "/api/ha/in-sync", body)
+            joined = loop.admitted
+            poll_until(
+                lambda: (
+                    (s := lease_of(cluster, 0))["serving"]
+                    and set(s["members"]) == {ids[1], ids[2]}
+                    and None not in s["members"].values()
+                ),
+                15,
+                "both members grant",
+            )
+            poll_until(lambda: loop.admitted >= joined + 3, 15, "clients admitted after it")
+        finally:
+            loop.stop()
+        events = cluster.brokers[0].events()
+        if not [e for e in events if e["event"] == "member_lease_lapsed"]:  # no real stall:
+            assert loop.refusals == [], loop.refusals  # never refused, never stopped serving
+            assert not [e for e in events if e["event"] == "member_lease_serving"]
         status = lease_of(cluster, 0)
         assert status["enabled"] and set(status["members"]) == {ids[1], ids[2]}
         assert grant(cluster, 1)["epoch"] == 1 and not grant(cluster, 1)["lapsed"]
