@@ -5,6 +5,7 @@ memory alarm a pika publisher raises, a real Proton sender attached meanwhile.""
 from __future__ import annotations
 
 import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +30,26 @@ def test_a_sender_attached_during_a_memory_alarm_gets_credit_once_it_clears(
     broker = BrokerProcess(tmp_path / "qpidd", ["--max-memory=150MB"]).start(timeout=40)
     filler: Any = None
     proton: Any = None
+    filling: threading.Thread | None = None
+    stop_filling = threading.Event()
     try:
         filler = pika.BlockingConnection(pika.URLParameters(broker.url))
         channel = filler.channel()
         channel.queue_declare("a-big")
         body = b"m" * MIB
 
-        def fill_until_raised() -> bool:
-            channel.basic_publish("", "a-big", body)
-            filler.process_data_events(time_limit=0)
-            return bool(_raised(broker))
+        def fill() -> None:
+            # On a thread of its own: once the alarm is raised the broker stops reading this
+            # connection, and the publish being written then (1 MiB, more than the socket's
+            # buffers) blocks until the alarm clears; the test reads the broker's log.
+            with contextlib.suppress(Exception):  # the broker stopped at the test's end
+                while not stop_filling.is_set():
+                    channel.basic_publish("", "a-big", body)
 
-        poll_until(fill_until_raised, 60, "the memory alarm", interval=0)
+        filling = threading.Thread(target=fill, name="filler", daemon=True)
+        filling.start()
+        poll_until(lambda: bool(_raised(broker)), 60, "the memory alarm")
+        stop_filling.set()  # the publish blocked now is the filler's last
         proton = BlockingConnection(
             f"amqp://guest:guest@127.0.0.1:{broker.port}", allowed_mechs="PLAIN", timeout=15
         )
@@ -61,7 +70,10 @@ def test_a_sender_attached_during_a_memory_alarm_gets_credit_once_it_clears(
     finally:
         # the broker first: a client's close waits for the broker's answer, and a blocked
         # publisher's is never read while the alarm lasts (a failed assert above)
+        stop_filling.set()
         broker.stop()
+        if filling is not None:
+            filling.join(30)  # its blocked write fails once the broker is gone
         for connection in (proton, filler):
             if connection is not None:
                 with contextlib.suppress(Exception):  # the broker is gone: whatever it says
