@@ -1,8 +1,9 @@
 # Two commands for a newcomer: `make demo` and `make test`. Both install what they need.
 PYTHON ?= python3
-# pytest-xdist workers of make unit/test (at 2 the suite keeps about 1.2 of 2 cores busy:
-# it mostly waits on brokers, sessions and JVMs); make test TEST_WORKERS=3 to try more
-TEST_WORKERS ?= 2
+# pytest-xdist workers of make unit/test: 3 on 2 cores (at 2 the suite kept about 1.2 of 2
+# cores busy: it mostly waits on brokers, sessions and JVMs; a clean-clone run's pytest
+# 573 s at 3 against 638-855 s at 2); make test TEST_WORKERS=2 for fewer
+TEST_WORKERS ?= 3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
