@@ -24,11 +24,12 @@ from typing import Any
 
 import pika
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pamqp import commands, frame, header
 from pamqp.base import Frame as Method
 
+from broker.amqp10.framing import AMQP_HEADER, HEADERS_1_0, SASL_HEADER, TLS_HEADER
 from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 from tests.e2e.conftest import StartBroker
@@ -478,14 +479,32 @@ def test_fuzzed_frames_after_handshake(shared_broker: BrokerProcess, frames: lis
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(data=st.binary(min_size=1, max_size=512))
+@given(
+    data=st.one_of(
+        st.binary(min_size=1, max_size=512),
+        st.builds(
+            bytes.__add__,
+            st.sampled_from(sorted(HEADERS_1_0)),
+            st.binary(max_size=256),
+        ),
+    )
+)
+@example(data=AMQP_HEADER + b"\x00" * 8)
+@example(data=SASL_HEADER + b"junk")
+@example(data=TLS_HEADER)
 def test_fuzzed_bytes_instead_of_a_handshake(shared_broker: BrokerProcess, data: bytes) -> None:
-    """Arbitrary first bytes: the broker answers (or waits for more), never crashes."""
+    """Arbitrary first bytes: the broker answers (or waits for more), never crashes.
+
+    An AMQP 1.0 header (any of its three layers) is answered in 1.0 (the SASL header,
+    or the plain one when authentication is off); any other 8 bytes with 0-9-1's header.
+    """
     with RawClient(shared_broker) as client:
         client.send(data)
         client.sock.shutdown(socket.SHUT_WR)
         received = client.read_exact(1 << 20)
-    if len(data) >= 8 and data[:8] != PROTOCOL_HEADER:
+    if len(data) >= 8 and data[:8] in HEADERS_1_0:
+        assert received[:8] in HEADERS_1_0, received[:16]
+    elif len(data) >= 8 and data[:8] != PROTOCOL_HEADER:
         assert received == PROTOCOL_HEADER
     elif not PROTOCOL_HEADER.startswith(data[:4]):
         assert received == PROTOCOL_HEADER  # refused as soon as it cannot be AMQP
