@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "deploy"))
 
 from demo import BIN, NODES, LocalCluster, read_events, wait  # noqa: E402
 
+from broker.amqp.client.errors import ClientError  # noqa: E402
 from tests.ha.scale_scenario import _declare  # noqa: E402
 
 #: agent events that fence or end a broker
@@ -75,13 +76,21 @@ def main() -> int:
     samples: list[tuple[float, str | None, float]] = []  # (wall time, primary, load1)
     faults: list[tuple[float, str, str]] = []  # (wall time, what, node)
     declared_s = 0.0
+    declare_failures: list[tuple[float, str, str]] = []
     try:
         cluster.start()
         wait("a settled cluster", cluster.settled, 180)
-        primary = cluster.primary()
-        assert primary is not None
         began = time.monotonic()
-        asyncio.run(_declare(cluster.ports[primary], args.queues, {}))
+        while True:  # declares are idempotent: again on whichever primary serves, if one fails
+            wait("a primary", cluster.primary, 300)
+            primary = cluster.primary()
+            assert primary is not None
+            try:
+                asyncio.run(_declare(cluster.ports[primary], args.queues, {}))
+                break
+            except (OSError, ConnectionError, ClientError) as exc:
+                declare_failures.append((time.time(), primary, str(exc)))
+                print(f"declare on {primary} failed: {exc}; again", flush=True)
         declared_s = time.monotonic() - began
         print(f"declared {args.queues} queues on {primary} in {declared_s:.1f} s", flush=True)
         wait("the backups' copies", cluster.settled, 600)
@@ -125,6 +134,7 @@ def main() -> int:
                 drill.wait()
         cluster.stop()
     result = summarise(workdir, samples, faults, args, declared_s)
+    result["declare_failures"] = declare_failures
     (workdir / "scale-soak.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "fences"}, indent=1))
     return 0
