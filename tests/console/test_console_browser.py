@@ -315,7 +315,10 @@ def test_a_connections_channels_when_it_is_clicked(
         assert text(browser, f"{first} td.consumers") == f"1: orders-worker on {CONSUMED}"
         assert text(browser, "#channels-table tr[data-channel='2'] td.mode") == "confirm"
         assert text(browser, "#channels-table tr[data-channel='3'] td.mode") == "transaction"
-        assert "selected" in str(browser.find_element(By.CSS_SELECTOR, row).get_attribute("class"))
+        classes = lambda: str(  # noqa: E731 - the row is re-rendered each second: looked up again
+            browser.find_element(By.CSS_SELECTOR, row).get_attribute("class")
+        )
+        seen(browser, lambda: "selected" in classes(), what="the row selected")
         assert text(browser, "#channels-box-info") == "page 1 of 1 · 3 channels"
         fetched = browser.execute_script(
             "return performance.getEntriesByType('resource').map((entry) => entry.name)"
