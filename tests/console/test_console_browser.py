@@ -109,8 +109,10 @@ def test_login_then_the_primary_and_two_ready_backups(
     # the agents' view from ZooKeeper: the primary record is this broker's agent's
     agents = f"primary record {primary.name} at epoch 1"
     seen(browser, lambda: agents in text(browser, "#agents"), what=agents)
-    agent_cell = text(browser, "#members tbody tr.is-primary td.agent")
-    assert agent_cell == f"{primary.name}: active (primary record)"
+    # the agent publishes its broker's state at its next check: "joining" a moment longer
+    agent_cell = "#members tbody tr.is-primary td.agent"
+    active = f"{primary.name}: active (primary record)"
+    seen(browser, lambda: text(browser, agent_cell) == active, what=active)
     # the in-sync set, said the same way in the header and the table (the primary's set)
     backups = sorted(n.name for n in console_cluster.nodes if n is not primary)
     in_set = f"In-sync set: {', '.join(backups)} (confirms wait for both)"
