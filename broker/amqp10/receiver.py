@@ -48,8 +48,9 @@ from broker.amqp10.performatives import (
     Flow,
     Rejected,
     Released,
+    TransactionalState,
 )
-from broker.amqp10.ports import LinkSession
+from broker.amqp10.ports import LinkSession, TransactionalWork
 from broker.core.confirms import PublisherConfirms
 from broker.core.message import Message
 
@@ -88,6 +89,10 @@ class ReceiverLink:
         self._unrouted: set[int] = set()
         #: The delivery being assembled: (delivery id, settled, its frames' payloads).
         self._partial: tuple[int, bool, list[bytes]] | None = None
+        #: Its transaction (a transactional posting), or None.
+        self._partial_txn: TransactionalWork | None = None
+        #: Provisional outcomes of transactional postings to send: (delivery id, state).
+        self._tx_outcomes: list[tuple[int, Any]] = []
         self._partial_size = 0
         self.detached = False
 
@@ -136,9 +141,26 @@ class ReceiverLink:
     # -- transfers -----------------------------------------------------------------------
     def transfer(
         self, delivery_id: int | None, settled: bool | None, more: bool, aborted: bool,
-        payload: bytes,
+        payload: bytes, state: Any = None,
     ) -> None:  # fmt: skip
-        """One transfer frame of this link (its fields)."""
+        """One transfer frame of this link (its fields; ``state`` a
+        ``transactional-state``: the delivery is posted in that transaction)."""
+        txn = self._partial_txn if self._partial is not None else None
+        if txn is None and isinstance(state, TransactionalState):
+            txn = self.session.transaction(state.txn_id)
+        if txn is None:
+            self._transfer(delivery_id, settled, more, aborted, payload, None)
+            return
+        try:
+            self._transfer(delivery_id, settled, more, aborted, payload, txn)
+        except Amqp10Error as error:  # the transaction may not commit without it
+            txn.rollback_only = f"a delivery failed: {error.condition}: {error.description}"
+            raise
+
+    def _transfer(
+        self, delivery_id: int | None, settled: bool | None, more: bool, aborted: bool,
+        payload: bytes, txn: TransactionalWork | None,
+    ) -> None:  # fmt: skip
         partial = self._partial
         if partial is None:
             if delivery_id is None:
@@ -155,11 +177,12 @@ class ReceiverLink:
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
             if not more and not aborted:  # a delivery in one frame: the usual case
                 self._check_size(len(payload))
-                self._publish(delivery_id, bool(settled), payload)
+                self._publish(delivery_id, bool(settled), payload, txn)
                 self.top_up()
                 return
             partial = (delivery_id, bool(settled), [])
             self._partial = partial
+            self._partial_txn = txn
             self._partial_size = 0
         first_id, was_settled, chunks = partial
         if settled and not was_settled:
@@ -174,7 +197,7 @@ class ReceiverLink:
             return
         self._partial = None
         whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._publish(first_id, partial[1], whole)
+        self._publish(first_id, partial[1], whole, txn)
         self.top_up()
 
     def _check_size(self, size: int) -> None:
@@ -187,7 +210,9 @@ class ReceiverLink:
                 Scope.LINK,
             )
 
-    def _publish(self, delivery_id: int, settled: bool, payload: bytes) -> None:
+    def _publish(
+        self, delivery_id: int, settled: bool, payload: bytes, txn: TransactionalWork | None
+    ) -> None:
         session = self.session
         try:
             found = stored_form(payload)
@@ -209,6 +234,9 @@ class ReceiverLink:
         exchange_name, routing_key = self._route(to)
         stored = Message(exchange_name, routing_key, raw, body)
         session.published()
+        if txn is not None:
+            self._post(delivery_id, settled, exchange_name, stored, txn)
+            return
         handle = None
         if not settled:
             confirms = self.confirms
@@ -231,6 +259,20 @@ class ReceiverLink:
         if between is not None:
             between()  # the store: a long read's records start going to disk
 
+    def _post(
+        self, delivery_id: int, settled: bool, exchange_name: str, message: Message,
+        txn: TransactionalWork,
+    ) -> None:  # fmt: skip
+        """A transactional posting: held by its transaction until commit; its provisional
+        outcome (``accepted``, or ``released`` when the exchange is gone) goes out at once."""
+        exchange = self.session.vhost.exchanges.get(exchange_name)
+        if exchange is not None:
+            txn.work.publish(exchange, message)
+        if not settled:
+            outcome = _ACCEPTED if exchange is not None else _RELEASED
+            self._tx_outcomes.append((delivery_id, TransactionalState(txn.txn_id, outcome)))
+            self.session.confirms_settled(self)
+
     def _route(self, to: str | None) -> tuple[str, str]:
         """Where a message goes: the link's target, or (anonymous relay) its ``to``."""
         if self.exchange is not None:
@@ -250,11 +292,11 @@ class ReceiverLink:
         """The dispositions for the deliveries settled since the last call: runs of
         consecutive delivery ids with one outcome each."""
         confirms = self.confirms
-        if confirms is None or self.detached:
+        outcomes, self._tx_outcomes = self._tx_outcomes, []
+        if self.detached:
             return []
-        outcomes: list[tuple[int, Any]] = []
         pending = self._pending
-        for reply in confirms.take_replies():
+        for reply in () if confirms is None else confirms.take_replies():
             if reply.multiple:
                 seqs = [s for s in pending if s <= reply.delivery_tag]
             else:
@@ -291,6 +333,6 @@ class ReceiverLink:
     def detach(self) -> None:
         """The link is gone: settlements after this are dropped."""
         self.detached = True
-        self._partial = None
+        self._partial = self._partial_txn = None
         if self.confirms is not None:
             self.confirms.close()
