@@ -35,7 +35,7 @@ def queue_bodies(broker: BrokerProcess, queue: str) -> list[bytes]:
     connection = pika.BlockingConnection(pika.URLParameters(broker.url))
     try:
         channel = connection.channel()
-        bodies = []
+        bodies: list[bytes] = []
         while True:
             method, _, body = channel.basic_get(queue)
             if method is None:
@@ -45,7 +45,7 @@ def queue_bodies(broker: BrokerProcess, queue: str) -> list[bytes]:
         connection.close()  # the gets are requeued
 
 
-class TxSend(MessagingHandler, TransactionHandler):  # type: ignore[misc]
+class TxSend(MessagingHandler, TransactionHandler):
     """Sends t0..t2 in a transaction and commits; then t3, t4 in another and aborts.
     ``events`` says what happened, in order, with the queue's depth seen by pika
     before each commit."""
@@ -100,7 +100,7 @@ class TxSend(MessagingHandler, TransactionHandler):  # type: ignore[misc]
         self.connection.close()
 
 
-class TxReceive(MessagingHandler, TransactionHandler):  # type: ignore[misc]
+class TxReceive(MessagingHandler, TransactionHandler):
     """Receives three messages and accepts them in a transaction, commits; then two in
     another, aborts."""
 
