@@ -2,13 +2,15 @@
 
 Contract: made by a :class:`~broker.amqp10.connection.Connection` for a client's
 ``begin`` (with a :class:`SessionConnection` port: what it needs of the connection). It
-answers ``begin``, makes a :class:`~broker.amqp10.receiver.ReceiverLink` for an attach whose
-role is sender (the client publishes) and a :class:`~broker.amqp10.sender.SenderLink` for one
-whose role is receiver (the client consumes), each with its terminus resolved
-(:mod:`broker.amqp10.addresses`) and checked (the queue exists and is not another
-connection's exclusive one, the ACL's ``publish``/``consume``), and routes ``flow``,
-``transfer``, ``disposition`` and ``detach`` to them. A refused attach is answered with an
-attach without the terminus and a detach with the error (``amqp:not-found``...).
+answers ``begin``, makes the link an attach's terminus names
+(:func:`broker.amqp10.termini.make_link`: a :class:`~broker.amqp10.receiver.ReceiverLink`
+where the client publishes, a :class:`~broker.amqp10.sender.SenderLink` where it consumes, a
+:class:`~broker.amqp10.coordinator.CoordinatorLink` to the transaction coordinator), and
+routes ``flow``, ``transfer``, ``disposition`` and ``detach`` to them. It owns the
+:class:`~broker.amqp10.coordinator.Transactions` declared on it: a disposition with a
+``transactional-state`` is held by its transaction until commit. A refused attach is
+answered with an attach without the terminus and a detach with the error
+(``amqp:not-found``...).
 
 Windows: the session's incoming window (:data:`WINDOW` transfer frames) is refreshed by a
 session flow when half is used; a transfer beyond it ends the session
