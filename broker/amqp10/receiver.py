@@ -17,7 +17,9 @@ Settlement: a pre-settled delivery is routed and forgotten. An unsettled one tak
 (``PUBLISH_HOLDS``: routing, then the disk, then each HA backup), and its disposition goes
 out only when the handle settles: ``accepted``; ``released`` when it routed nowhere;
 ``rejected`` when a queue refused it. Dispositions cover runs of delivery ids, settled at
-once (``rcv-settle-mode`` first).
+once (``rcv-settle-mode`` first), or, when the client asked for ``rcv-settle-mode``
+second, sent unsettled for the client to settle first (the broker keeps nothing for them
+after: without link recovery no later frame can ask anything of them).
 
 THREAD UNSAFE: the connection's event loop.
 """
@@ -40,6 +42,7 @@ from broker.amqp10.errors import (
 from broker.amqp10.mapping import stored_form
 from broker.amqp10.performatives import (
     RCV_FIRST,
+    RCV_SECOND,
     RECEIVER,
     Accepted,
     Attach,
@@ -82,6 +85,9 @@ class ReceiverLink:
         self.delivery_count = int(attach.initial_delivery_count or 0)
         self.credit = 0
         self.blocked = False
+        #: ``rcv-settle-mode`` second (the client asked): our dispositions go out
+        #: unsettled, and the client settles first.
+        self.settles_second = attach.rcv_settle_mode == RCV_SECOND
         self.confirms: PublisherConfirms | None = None
         #: The unsettled deliveries' delivery ids by confirm number, in order.
         self._pending: dict[int, int] = {}
@@ -97,14 +103,14 @@ class ReceiverLink:
         self.detached = False
 
     def attach_reply(self) -> Attach:
-        """Our attach: the receiving end, settling first."""
+        """Our attach: the receiving end, settling first (second if the client asked)."""
         a = self.attach
         return Attach(
             name=a.name,
             handle=a.handle,
             role=RECEIVER,
             snd_settle_mode=a.snd_settle_mode,
-            rcv_settle_mode=RCV_FIRST,
+            rcv_settle_mode=RCV_SECOND if self.settles_second else RCV_FIRST,
             source=a.source,
             target=a.target,
             max_message_size=self.session.ctx.settings.max_body_size,
@@ -324,8 +330,8 @@ class ReceiverLink:
             runs.append([delivery_id, delivery_id, outcome])
         return [
             Disposition(
-                role=RECEIVER, first=first, last=None if last == first else last, settled=True,
-                state=outcome,
+                role=RECEIVER, first=first, last=None if last == first else last,
+                settled=not self.settles_second, state=outcome,
             )
             for first, last, outcome in runs
         ]  # fmt: skip
