@@ -147,26 +147,13 @@ class ReceiverLink:
     # -- transfers -----------------------------------------------------------------------
     def transfer(
         self, delivery_id: int | None, settled: bool | None, more: bool, aborted: bool,
-        payload: bytes, state: Any = None,
+        payload: bytes, state: Any = None, txn: TransactionalWork | None = None,
     ) -> None:  # fmt: skip
         """One transfer frame of this link (its fields; ``state`` a
-        ``transactional-state``: the delivery is posted in that transaction)."""
-        txn = self._partial_txn if self._partial is not None else None
-        if txn is None and isinstance(state, TransactionalState):
-            txn = self.session.transaction(state.txn_id)
-        if txn is None:
-            self._transfer(delivery_id, settled, more, aborted, payload, None)
+        ``transactional-state``: the delivery is posted in that transaction, ``txn``)."""
+        if txn is None and (state is not None or self._partial_txn is not None):
+            self._transactional(delivery_id, settled, more, aborted, payload, state)
             return
-        try:
-            self._transfer(delivery_id, settled, more, aborted, payload, txn)
-        except Amqp10Error as error:  # the transaction may not commit without it
-            txn.rollback_only = f"a delivery failed: {error.condition}: {error.description}"
-            raise
-
-    def _transfer(
-        self, delivery_id: int | None, settled: bool | None, more: bool, aborted: bool,
-        payload: bytes, txn: TransactionalWork | None,
-    ) -> None:  # fmt: skip
         partial = self._partial
         if partial is None:
             if delivery_id is None:
@@ -194,22 +181,39 @@ class ReceiverLink:
         if settled and not was_settled:
             self._partial = partial = (first_id, True, chunks)
         if aborted:
-            self._partial = None
+            self._partial = self._partial_txn = None
             return
         self._partial_size += len(payload)
         self._check_size(self._partial_size)
         chunks.append(payload)
         if more:
             return
-        self._partial = None
+        self._partial = self._partial_txn = None
         whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._publish(first_id, partial[1], whole, txn)
         self.top_up()
 
+    def _transactional(
+        self, delivery_id: int | None, settled: bool | None, more: bool, aborted: bool,
+        payload: bytes, state: Any,
+    ) -> None:  # fmt: skip
+        """A transfer with a state, or a frame of a delivery posted in a transaction."""
+        txn = self._partial_txn
+        if txn is None and isinstance(state, TransactionalState):
+            txn = self.session.transaction(state.txn_id)  # or amqp:transaction:unknown-id
+        if txn is None:  # another state: not a transaction's
+            self.transfer(delivery_id, settled, more, aborted, payload)
+            return
+        try:
+            self.transfer(delivery_id, settled, more, aborted, payload, txn=txn)
+        except Amqp10Error as error:  # the transaction may not commit without it
+            txn.rollback_only = f"a delivery failed: {error.condition}: {error.description}"
+            raise
+
     def _check_size(self, size: int) -> None:
         limit = self.session.ctx.settings.max_body_size
         if size > limit:
-            self._partial = None
+            self._partial = self._partial_txn = None
             raise Amqp10Error(
                 MESSAGE_SIZE_EXCEEDED,
                 f"message of more than {limit} bytes (max-message-size)",
