@@ -33,6 +33,7 @@ THREAD UNSAFE: the connection's event loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +113,7 @@ class Transactions:
             )
         return found
 
-    def discharge(self, txn_id: bytes, fail: bool, answer: Any) -> None:
+    def discharge(self, txn_id: bytes, fail: bool, answer: Callable[[Any], None]) -> None:
         """End ``txn_id``: ``answer(outcome)`` once it is rolled back, or committed and kept
         (see the module docstring)."""
         found = self._open.pop(bytes(txn_id), None)

@@ -35,6 +35,7 @@ from broker.amqp10.errors import (
     DECODE_ERROR,
     INVALID_FIELD,
     MESSAGE_SIZE_EXCEEDED,
+    TRANSACTION_UNKNOWN_ID,
     UNAUTHORIZED_ACCESS,
     Amqp10Error,
     Scope,
@@ -274,7 +275,13 @@ class ReceiverLink:
         txn: TransactionalWork,
     ) -> None:  # fmt: skip
         """A transactional posting: held by its transaction until commit; its provisional
-        outcome (``accepted``, or ``released`` when the exchange is gone) goes out at once."""
+        outcome (``accepted``, or ``released`` when the exchange is gone) goes out at once.
+        A transaction discharged while the delivery's frames came is not open any more:
+        ``amqp:transaction:unknown-id``."""
+        if self.session.transaction(txn.txn_id) is not txn:
+            raise Amqp10Error(
+                TRANSACTION_UNKNOWN_ID, f"transaction {txn.txn_id.hex()} ended", Scope.LINK
+            )
         exchange = self.session.vhost.exchanges.get(exchange_name)
         if exchange is not None:
             txn.work.publish(exchange, message)

@@ -200,3 +200,22 @@ def test_a_rolled_back_retirement_leaves_the_delivery_live_and_a_lost_connection
     post(c, 0, 0, txn, b"never")
     c.conn.connection_lost()
     assert queue.message_count == 0
+
+
+def test_a_delivery_whose_transaction_ended_before_its_last_frame_is_refused() -> None:
+    c, queue = client()
+    c.attach_sender("q", handle=0)
+    c.take()
+    txn = declare(c, 0)
+    payload = AmqpMessage(body=[Data(b"split")]).encode()
+    head = Transfer(
+        handle=0, delivery_id=0, delivery_tag=b"0", message_format=0, settled=False,
+        more=True, state=TransactionalState(txn),
+    )  # fmt: skip
+    c.send(0, head, payload[:4])
+    answer = control(c, 1, Discharge(txn_id=txn))
+    assert answer is not None and answer.state == Accepted()  # committed: nothing in it
+    c.send(0, Transfer(handle=0, more=False), payload[4:])
+    detached = [d for d in c.take() if isinstance(d, Detach)]
+    assert [d.error and d.error.condition for d in detached] == ["amqp:transaction:unknown-id"]
+    assert queue.message_count == 0
