@@ -29,7 +29,7 @@ from broker.core.message import Message
 from broker.core.queue import Queue
 from broker.core.queue_contracts import ObserverRole
 from tests.amqp10.helpers import Client10, make_context
-from tests.core.test_transaction import Backup
+from tests.core.fakes import GuardingBackup
 
 CTL = 5
 
@@ -107,7 +107,7 @@ def post(c: Client10, handle: int, delivery_id: int, txn: bytes, body: bytes) ->
 
 def test_a_discharge_is_accepted_only_once_the_backup_and_barrier_have_the_commit() -> None:
     c, queue = client()
-    backup = Backup()
+    backup = GuardingBackup()
     queue.observe(backup, ObserverRole.GUARD)
     barrier = Barrier()
     c.ctx.barrier = barrier

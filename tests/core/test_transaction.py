@@ -22,31 +22,9 @@ from broker.core.queue import Queue
 from broker.core.queue_contracts import ObserverRole
 from broker.core.transaction import Transaction
 from broker.core.vhost import VirtualHost
-from tests.core.fakes import FakeClock
+from tests.core.fakes import FakeClock, GuardingBackup
 
 DELIVERED = 6
-
-
-class Backup:
-    """An in-sync backup's guard: holds every enqueued message's confirm until released."""
-
-    def __init__(self) -> None:
-        self.held: list[Message] = []
-
-    def enqueued(self, queue: Queue, entry: Entry) -> None:
-        handle = entry.message.confirm
-        if handle is not None:
-            handle.hold()
-            self.held.append(entry.message)
-
-    def dequeued(self, queue: Queue, entry: Entry) -> None:
-        pass
-
-    def acknowledge_all(self) -> None:
-        held, self.held = self.held, []
-        for message in held:
-            assert message.confirm is not None
-            message.confirm.release()
 
 
 class Barrier:
@@ -78,7 +56,7 @@ class Ack:
         self.rolled.append(self.entry)
 
 
-def setup() -> tuple[VirtualHost, Queue, list[Entry], Backup]:
+def setup() -> tuple[VirtualHost, Queue, list[Entry], GuardingBackup]:
     vhost = VirtualHost(clock=FakeClock())
     queue = vhost.declare_queue("q")
     for i in range(DELIVERED):
@@ -89,7 +67,7 @@ def setup() -> tuple[VirtualHost, Queue, list[Entry], Backup]:
         assert entry is not None
         queue.delivered(entry, False)
         entries.append(entry)
-    backup = Backup()
+    backup = GuardingBackup()
     queue.observe(backup, ObserverRole.GUARD)
     return vhost, queue, entries, backup
 
