@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.amqp.context import BrokerContext
-from broker.amqp.handshake import open_vhost
+from broker.amqp.handshake import check_vhost_connections, open_vhost
 from broker.amqp.timeouts import ConnectionTimeouts
 from broker.amqp10 import codec
 from broker.amqp10.codec import DecodeError
@@ -394,6 +394,7 @@ class Connection:
                     ctx.connections_refused_total += 1
                     raise refusal
                 self.admitted = True
+            check_vhost_connections(ctx, self.client_properties, self.user, found)
         except AmqpError as error:
             raise from_core(error, Scope.CONNECTION) from None
         self.vhost = found
