@@ -381,6 +381,7 @@ class LiveFeed:
         offers them."""
         broker = self.broker
         vhosts = sorted(vhosts_of(broker), key=lambda v: (v.name != VHOST, v.name))
+        limits = broker.context.authenticator.cluster_users.limits
         yield
         lagged = yield from with_lag_bytes_steps(vhosts_of(broker).queues, ha_status)
         return {
@@ -407,7 +408,12 @@ class LiveFeed:
             "timeline": self.timeline.view(),
             "overview": self.overview.sample(now),
             "vhosts": [
-                {"name": v.name, "queues": len(v.queues), "exchanges": len(v.exchanges)}
+                {
+                    "name": v.name,
+                    "queues": len(v.queues),
+                    "exchanges": len(v.exchanges),
+                    "limits": limits.of(v.name),  # max-connections, max-queues
+                }
                 for v in vhosts
             ],
         }
