@@ -125,6 +125,10 @@ class Connection:
         #: the SASL layer skipped the login: ``open`` is refused (:meth:`refusal_without_login`)
         self.refused_before_login = False
         self.messages_published = 0
+        #: Bytes read from and written to the socket (RabbitMQ's recv_oct, send_oct): counted
+        #: by the asyncio shell at each read and write, made rates by the console's sampler.
+        self.recv_oct = 0
+        self.send_oct = 0
         self.messages_delivered = 0
         self.sessions: dict[int, Session] = {}  # by the client's channel
         self._ending: set[int] = set()  # client channels we ended with an error

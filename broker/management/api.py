@@ -70,7 +70,8 @@ class ManagementApi:
         self.origin_guard = OriginGuard(self.log)  # no change asked by another site's page
         self.auth = BasicAuth(broker, self.log, sessions=self.console)
         self.overview = StatusEndpoints(broker)
-        self.objects = ObjectEndpoints(broker, self.log)
+        samples = self.console.live.samples  # the connections' byte rates
+        self.objects = ObjectEndpoints(broker, self.log, samples.connection_rates_of)
         self.bindings = BindingEndpoints(broker, self.log)
         self.vhosts = VhostEndpoints(broker, self.log)
         self.users = UserEndpoints(broker, self.log)

@@ -34,6 +34,7 @@ from selenium.webdriver.common.by import By
 
 from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster, Node
+from tests.console.connection_rates_page import rates_shown_while_it_publishes
 from tests.console.page import click, console_url, log_in, seen, text
 from tests.console.vhost_limits_page import a_limit_set_and_cleared_in_the_page
 from tests.drill.log_schema import check_log_file
@@ -296,7 +297,8 @@ def test_a_connections_channels_when_it_is_clicked(
 ) -> None:
     """A client with a consumer (prefetch 2, two messages unacknowledged), a channel in
     confirm mode and one in a transaction: clicking its row shows each channel, a page of
-    the live stream's channels (no request of its own per second)."""
+    the live stream's channels (no request of its own per second); its data rates while it
+    publishes (their own module)."""
     primary = primary_of(console_cluster)
     publish(primary, 3, CONSUMED)
     parameters = pika.URLParameters(f"amqp://app:app-secret@127.0.0.1:{primary.port}/%2F")
@@ -323,6 +325,7 @@ def test_a_connections_channels_when_it_is_clicked(
         )
         assert not [url for url in fetched if "/api/connections/" in url], fetched
         browser.save_screenshot(str(shots / "connection-channels.png"))
+        rates_shown_while_it_publishes(browser, client, row)
     seen(browser, lambda: browser.find_element(By.ID, "channels-gone"), what="closed")
 
 
