@@ -455,7 +455,7 @@ class Agent:
             _log.info("broker_recheck", reason=decision.eligibility)
             self.events.put(loop.Recheck())
             return
-        self.report.decided(decision.eligibility)
+        self.report.decided(decision.eligibility, decision.election_after(cluster_view.leadership))
         self.report.publish(self.client, self.settings.cluster)
         for action in decision.actions:
             self._act(action, view)

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.amqp.context import BrokerContext
-from broker.amqp.handshake import open_vhost
+from broker.amqp.handshake import check_vhost_connections, open_vhost
 from broker.amqp.timeouts import ConnectionTimeouts
 from broker.amqp10 import codec
 from broker.amqp10.codec import DecodeError
@@ -126,6 +126,10 @@ class Connection:
         #: the SASL layer skipped the login: ``open`` is refused (:meth:`refusal_without_login`)
         self.refused_before_login = False
         self.messages_published = 0
+        #: Bytes read from and written to the socket (RabbitMQ's recv_oct, send_oct): counted
+        #: by the asyncio shell at each read and write, made rates by the console's sampler.
+        self.recv_oct = 0
+        self.send_oct = 0
         self.messages_delivered = 0
         #: The sessions, by the client's channel (begin, their frames, end).
         self.session_table = SessionTable(self)
@@ -374,6 +378,7 @@ class Connection:
                     ctx.connections_refused_total += 1
                     raise refusal
                 self.admitted = True
+            check_vhost_connections(ctx, self.client_properties, self.user, found)
         except AmqpError as error:
             raise from_core(error, Scope.CONNECTION) from None
         self.vhost = found
