@@ -168,7 +168,7 @@ class Publisher:
     def _complete_publish(self, pending: PendingContent, body: bytes) -> None:
         self.content = None
         try:
-            scanned = properties.scan(pending.properties_raw)
+            pending.properties_raw, scanned = properties.scan_shared(pending.properties_raw)
         except ValueError as exc:
             raise AmqpError(ReplyCode.SYNTAX_ERROR, f"malformed content header: {exc}") from exc
         if scanned.user_id is not None and scanned.user_id != self._user:
