@@ -292,10 +292,10 @@ class MemberPublisher:
 
         Re-creates the record when it is gone (a new session after LOST). When another
         session owns it, waits up to ``wait`` seconds for that record to go, as
-        :meth:`publish` does, then creates it: after LOST the old session's record may
-        outlive it a moment (ZooKeeper electing a leader applies the old session's expiry
-        after the client has its new session: the agent's thread died on it, a node lost
-        for good, in 1 of 10 ``zk-server`` cycles). Returns the new record.
+        :meth:`publish` does, then creates it: an older session's record (this agent's own
+        before a LOST, not expired yet) goes within a session timeout. Raising at once
+        ended the agent's thread with a traceback, its node lost for good, in 1 of 10
+        ``zk-server`` cycles (a ZooKeeper leader SIGKILLed). Returns the new record.
         MemberRecordError for a bad value (nothing written then); MemberConflictError when
         the other session's record is still there after ``wait``.
         """
