@@ -10,7 +10,8 @@
 # under a node's loss), node I (1-3) named benchPORT-I@localhost:
 #
 #   bench/rabbitmq.sh cluster-start PORT      start three nodes, join 2 and 3 to 1
-#   bench/rabbitmq.sh node-start PORT I       start node I again (a killed one rejoins)
+#   bench/rabbitmq.sh node-start PORT I       start node I again once its process is gone
+#                                             (a killed one rejoins the cluster)
 #   bench/rabbitmq.sh node-pid PORT I         its OS pid (SIGKILL it to lose the node)
 #   bench/rabbitmq.sh cluster-ctl PORT I ARGS...  rabbitmqctl against node I
 #   bench/rabbitmq.sh cluster-stop PORT       stop the three (SIGKILL by PID), remove their data
@@ -84,8 +85,34 @@ ctl() {
     "$rmq_bin/rabbitmqctl" -n "$node" "$@"
 }
 
-is_running() {
-    [[ -f "$RABBITMQ_PID_FILE" ]] && kill -0 "$(cat "$RABBITMQ_PID_FILE")" 2>/dev/null
+is_running() { # a zombie (SIGKILLed, not reaped yet) is not running
+    [[ -f "$RABBITMQ_PID_FILE" ]] || return 1
+    local pid
+    pid="$(cat "$RABBITMQ_PID_FILE")"
+    kill -0 "$pid" 2>/dev/null && [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]]
+}
+
+# Start the node of the current globals detached from this shell (it outlives it, and stop
+# finds it by its pid file), then wait up to $1 seconds for its pid file and as long again
+# for its app to boot (rabbitmqctl wait).
+launch() {
+    local limit="$1"
+    rm -f "$RABBITMQ_PID_FILE"
+    setsid "$rmq_bin/rabbitmq-server" >>"$dir/log/startup.log" 2>&1 </dev/null &
+    local deadline=$((SECONDS + limit))
+    until [[ -s "$RABBITMQ_PID_FILE" ]]; do
+        if ((SECONDS > deadline)); then
+            echo "$node did not write its pid file; see $dir/log" >&2
+            tail -20 "$dir/log/startup.log" >&2 || true
+            exit 1
+        fi
+        sleep 0.5
+    done
+    if ! timeout "$limit" "$rmq_bin/rabbitmqctl" -n "$node" wait -q "$RABBITMQ_PID_FILE"; then
+        echo "$node did not come up; see $dir/log" >&2
+        tail -20 "$dir/log/startup.log" >&2 || true
+        exit 1
+    fi
 }
 
 start() {
@@ -116,23 +143,7 @@ EOF
     echo "[${RMQ_PLUGINS:-}]." >"$dir/enabled_plugins"
     echo "[]." >"$dir/advanced.config"
     : >"$dir/rabbitmq-env.conf"
-    # Detached from this shell: the node outlives it, and stop finds it by its pid file.
-    setsid "$rmq_bin/rabbitmq-server" >"$dir/log/startup.log" 2>&1 </dev/null &
-    # rabbitmqctl wait: blocks until the pid file appears and the app has booted.
-    local deadline=$((SECONDS + 90))
-    until [[ -s "$RABBITMQ_PID_FILE" ]]; do
-        if ((SECONDS > deadline)); then
-            echo "rabbitmq did not write its pid file; see $dir/log" >&2
-            tail -20 "$dir/log/startup.log" >&2 || true
-            exit 1
-        fi
-        sleep 0.5
-    done
-    if ! timeout 90 "$rmq_bin/rabbitmqctl" -n "$node" wait -q "$RABBITMQ_PID_FILE"; then
-        echo "rabbitmq did not come up; see $dir/log" >&2
-        tail -20 "$dir/log/startup.log" >&2 || true
-        exit 1
-    fi
+    launch 90
     echo "rabbitmq $(ctl version 2>/dev/null || echo '?') running: pid $(cat "$RABBITMQ_PID_FILE")," \
         "url amqp://guest:guest@127.0.0.1:$port/%2F, data $dir" >&2
 }
@@ -197,21 +208,7 @@ boot() {
     echo "[]." >"$dir/enabled_plugins"
     echo "[]." >"$dir/advanced.config"
     : >"$dir/rabbitmq-env.conf"
-    rm -f "$RABBITMQ_PID_FILE"
-    setsid "$rmq_bin/rabbitmq-server" >>"$dir/log/startup.log" 2>&1 </dev/null &
-    local deadline=$((SECONDS + 120))
-    until [[ -s "$RABBITMQ_PID_FILE" ]]; do
-        if ((SECONDS > deadline)); then
-            echo "$node did not write its pid file; see $dir/log" >&2
-            exit 1
-        fi
-        sleep 0.5
-    done
-    if ! timeout 180 "$rmq_bin/rabbitmqctl" -n "$node" wait -q "$RABBITMQ_PID_FILE"; then
-        echo "$node did not come up; see $dir/log" >&2
-        tail -20 "$dir/log/startup.log" >&2 || true
-        exit 1
-    fi
+    launch 150
 }
 
 cluster_start() {
