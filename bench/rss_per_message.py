@@ -16,7 +16,10 @@ per message in memory, under 0.3 KiB per paged message (1 KiB bodies).
 ``--release drain`` (consume every message, acknowledged in batches) or ``--release delete``
 (delete the queue) then empties the queue and reads the RSS ``--settle`` seconds later (issue
 32: within 20 % of its level before the fill, 30 s after a 300,000-message queue is drained
-or deleted); ``after/base`` is that ratio.
+or deleted); ``after/base`` is that ratio. Where the rest stays is shown from
+/proc/<pid>/smaps: ``heap`` (glibc's main heap: the bodies; ``malloc_trim`` hands it back)
+and ``anon`` (anonymous mappings: Python's 1 MiB object arenas, each kept while one small
+object in it lives), both after the release, and their growth over the level before the fill.
 
     .venv/bin/python bench/rss_per_message.py --count 1000000
     .venv/bin/python bench/rss_per_message.py --count 5000000 --modes paged
@@ -47,6 +50,24 @@ PAGE = 4096
 def rss(pid: int) -> int:
     with open(f"/proc/{pid}/statm", "rb") as statm:
         return int(statm.read().split()[1]) * PAGE
+
+
+def mapped(pid: int) -> tuple[int, int]:
+    """Resident bytes of the process's main heap and of its anonymous mappings."""
+    heap = anon = 0
+    name = ""
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            if line[0] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+                parts = line.split()
+                name = parts[5] if len(parts) > 5 else ""
+            elif line.startswith("Rss:"):
+                kib = int(line.split()[1]) * 1024
+                if name == "[heap]":
+                    heap += kib
+                elif not name:
+                    anon += kib
+    return heap, anon
 
 
 def _release(channel: Any, how: str, count: int) -> None:
@@ -86,7 +107,7 @@ def run(
         args += ["--max-memory=0"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        poll_until(lambda: port_open(port), 15, "qpidd to listen")
+        poll_until(lambda: port_open(port), 90, "qpidd to listen")  # slow on a loaded machine
         url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
         connection = pika.BlockingConnection(pika.URLParameters(url))
         channel = connection.channel()
@@ -98,6 +119,7 @@ def run(
 
         time.sleep(0.5)
         base = rss(proc.pid)
+        base_heap, base_anon = mapped(proc.pid)
         samples: list[tuple[int, int]] = [(0, base)]
         started = time.monotonic()
         sent = 0
@@ -109,12 +131,13 @@ def run(
             poll_until(lambda: queued() == sent, 120, f"{sent} messages queued")  # noqa: B023
             samples.append((sent, rss(proc.pid)))
         seconds = time.monotonic() - started
-        after = 0
+        after = after_heap = after_anon = 0
         if release:
             _release(channel, release, count)
             connection.close()
             time.sleep(settle)
             after = rss(proc.pid)
+            after_heap, after_anon = mapped(proc.pid)
         else:
             connection.close()
         end = samples[-1][1]
@@ -131,6 +154,10 @@ def run(
             "page_mb": paged / 1e6,
             "publish_s": seconds,
             "after_mb": after / 1e6,
+            "heap_mb": after_heap / 1e6,
+            "heap_growth_mb": (after_heap - base_heap) / 1e6,
+            "anon_mb": after_anon / 1e6,
+            "anon_growth_mb": (after_anon - base_anon) / 1e6,
         }
     finally:
         proc.terminate()
@@ -155,7 +182,11 @@ def main() -> None:
     print(
         f"{'mode':8} {'count':>9} {'size':>6} {'base MB':>8} {'end MB':>8} {'B/msg':>7}"
         f" {'marginal B/msg':>15} {'pages MB':>9} {'publish s':>10}"
-        + (f" {'after MB':>9} {'after/base':>10}" if opts.release else "")
+        + (
+            f" {'after MB':>9} {'after/base':>10} {'heap MB (+)':>13} {'anon MB (+)':>13}"
+            if opts.release
+            else ""
+        )
     )
     for mode in opts.modes.split(","):
         r = run(mode, opts.count, opts.size, opts.step, opts.max_memory, opts.release, opts.settle)
@@ -165,6 +196,8 @@ def main() -> None:
             f" {r['publish_s']:>10.1f}"
             + (
                 f" {r['after_mb']:>9.1f} {r['after_mb'] / r['base_mb']:>10.2f}"
+                f" {r['heap_mb']:>6.1f} ({r['heap_growth_mb']:+5.1f})"
+                f" {r['anon_mb']:>6.1f} ({r['anon_growth_mb']:+5.1f})"
                 if opts.release
                 else ""
             ),

@@ -158,6 +158,9 @@ class LagSummary:
         }
 
 
+_ZEROS = (0,) * (len(LAG_BOUNDS) + 1)
+
+
 class Durations:
     """A histogram of durations (the loop's lag: delays of its progress timer; the loop's
     steps): a window (since the last :meth:`window`, for the periodic log event) and the
@@ -167,6 +170,9 @@ class Durations:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._window = [0] * (len(LAG_BOUNDS) + 1)
+        #: The window before, zeroed: the next window (two lists for the whole run, not a
+        #: new one a window that a long-lived allocation keeps in memory after a big free).
+        self._spare = [0] * (len(LAG_BOUNDS) + 1)
         self._window_max = 0.0
         self.total = [0] * (len(LAG_BOUNDS) + 1)
         self.total_sum = 0.0
@@ -189,9 +195,11 @@ class Durations:
         """The summary of the window since the last call; a new window starts."""
         with self._lock:
             counts, top = self._window, self._window_max
-            self._window = [0] * (len(LAG_BOUNDS) + 1)
+            self._window = self._spare
             self._window_max = 0.0
         summary = summarise(counts, top)
+        counts[:] = _ZEROS  # in place: the list keeps its size
+        self._spare = counts
         self._last = summary
         return summary
 

@@ -76,6 +76,8 @@ class Broker:
         authenticator = Authenticator(
             users, options.auth, frozenset(filter(None, options.loopback_users.split(",")))
         )
+        # a vhost's max-queues, kept and replicated with the cluster's users
+        self.vhosts.hold_limits(authenticator.cluster_users.limits)
         amqp_log = get_logger("amqp")
         #: TLS, the ACL, login back-off, reloads (ValueError: bad settings, exit 2)
         self.security = BrokerSecurity(options, authenticator, amqp_log, self.log)

@@ -455,7 +455,7 @@ class Agent:
             _log.info("broker_recheck", reason=decision.eligibility)
             self.events.put(loop.Recheck())
             return
-        self.report.decided(decision.eligibility)
+        self.report.decided(decision.eligibility, decision.election_after(cluster_view.leadership))
         self.report.publish(self.client, self.settings.cluster)
         for action in decision.actions:
             self._act(action, view)
@@ -571,9 +571,11 @@ class Agent:
         election = self.election
         leading = election is not None and election.leading
         primary = self.broker.serves()
-        view = self.broker.view
-        # the loop's view may be seconds old (its ZooKeeper reads block): asked afresh
-        on_grants = view is not None and view.on_grants and self.broker_check.serving_on_grants()
+        # Asked afresh, and only so: the loop's view may be seconds old (its ZooKeeper reads
+        # block), from before its broker was told its committed set: ZooKeeper lost within
+        # a check of the set's commit, the agent would kill a primary that serves on its
+        # members' grants (the broker's own lease fences it at their first lapse).
+        on_grants = self.broker_check.serving_on_grants()
         _log.warning(
             "zookeeper_session_fence",
             reason=fence.reason,

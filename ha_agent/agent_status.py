@@ -6,12 +6,16 @@ Each agent keeps an *ephemeral* znode ``/qpid-ha/<cluster>/agents/<node>``
 (:class:`AgentStatus`, compact JSON, ZooKeeper format 1)::
 
     {"version": 1, "node": "n2", "eligibility": "no safe choice: n1 (the primary's store)
-     is needed: ...", "brake": {"engaged": true, "since": "2026-11-29T08:01:02.123456Z",
-     "promotions": 3, "window_s": 60.0, "patience_s": 4.0, "broker_timeout_s": 2.0}}
+     is needed: ...", "election": "idle", "brake": {"engaged": true, "since":
+     "2026-11-29T08:01:02.123456Z", "promotions": 3, "window_s": 60.0, "patience_s": 4.0,
+     "broker_timeout_s": 2.0}}
 
 ``eligibility`` is the reason the agent last decided by (``promotion_eligibility`` in its
 log): whether its broker may be promoted, and, in a cluster without a primary, which
-broker is needed and why (:mod:`ha_agent.store_choice`). ``brake`` is its fence brake
+broker is needed and why (:mod:`ha_agent.store_choice`). ``election`` is where the agent
+stands in the election after that decision: ``idle``, ``contending`` (its broker may be
+promoted: it contends, the console says the cluster is electing) or ``leading`` (it won);
+``""`` in records of agents before it. ``brake`` is its fence brake
 (:class:`ha_agent.fence_brake.FenceBrake`): engaged while primaries are replaced in quick
 succession, when a silent (not gone) primary is given ``patience_s`` instead of
 ``--broker-timeout`` before it is fenced (``agent_fence_cascade`` in the log, once).
@@ -64,6 +68,8 @@ class AgentStatus:
     node: str
     eligibility: str = ""
     brake: BrakeStatus = field(default_factory=BrakeStatus)
+    #: ``idle``, ``contending`` or ``leading`` (``""``: an agent before the field)
+    election: str = ""
 
     def to_json(self) -> bytes:
         body = {"version": WRITTEN_FORMAT, **asdict(self)}
@@ -92,7 +98,8 @@ class AgentStatus:
             brake = BrakeStatus(**known)
         except TypeError as exc:
             raise ValueError(str(exc)) from None
-        return cls(node, eligibility, brake)
+        election = body.get("election", "")
+        return cls(node, eligibility, brake, election if isinstance(election, str) else "")
 
 
 def brake_text(status: AgentStatus) -> str:

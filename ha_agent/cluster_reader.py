@@ -98,7 +98,8 @@ class ClusterReader:
         self, view: BrokerView | None, leads: bool, read_in_sync_set: bool, timeout: float
     ) -> float | None:
         """Publish, cover, read (the module docstring), given the broker's ``view`` and
-        whether this agent ``leads`` (or promoted); ``timeout``: the first publication's.
+        whether this agent ``leads`` (or promoted); ``timeout``: how long a publication
+        waits for an older session's record to go (the first one's, and after LOST).
         When it was sent (monotonic) if every call answered, else None (logged)."""
         member = self.member(view)
         sent = time.monotonic()
@@ -109,7 +110,7 @@ class ClusterReader:
                 self.publisher = publisher
             elif self.publisher.member != member:
                 changes = {k: getattr(member, k) for k in asdict(member) if k != "node"}
-                self.publisher.update(**changes)
+                self.publisher.update(wait=timeout, **changes)
             if member.epoch > self.epoch_floor:
                 self.epoch_floor = cover_epoch(self.client, self.cluster, member.epoch)
             unreadable: list[ZkFormatError] = []

@@ -287,11 +287,17 @@ class MemberPublisher:
             if remaining <= 0 or not gone.wait(remaining):
                 raise MemberConflictError(self.path, int(stat.ephemeralOwner))
 
-    def update(self, **changes: Any) -> Member:
+    def update(self, *, wait: float = 0.0, **changes: Any) -> Member:
         """Change fields of the record (``ha_state=``, ``epoch=`` ...) and write it.
 
-        Re-creates the record when it is gone (a new session after LOST). Returns the new
-        record. MemberRecordError for a bad value (nothing written then).
+        Re-creates the record when it is gone (a new session after LOST). When another
+        session owns it, waits up to ``wait`` seconds for that record to go, as
+        :meth:`publish` does, then creates it: an older session's record (this agent's own
+        before a LOST, not expired yet) goes within a session timeout. Raising at once
+        ended the agent's thread with a traceback, its node lost for good, in 1 of 10
+        ``zk-server`` cycles (a ZooKeeper leader SIGKILLed). Returns the new record.
+        MemberRecordError for a bad value (nothing written then); MemberConflictError when
+        the other session's record is still there after ``wait``.
         """
         member = replace(self._member, **changes)
         data = member.to_json()
@@ -302,13 +308,24 @@ class MemberPublisher:
             self.publish()
             return member
         if stat.ephemeralOwner != self._session_id():
-            raise MemberConflictError(self.path, int(stat.ephemeralOwner))
+            self.publish_as(member, wait)
+            return member
         self._member = member
         try:
             self.client.retry(self.client.set, self.path, data)  # only this session writes it
         except NoNodeError:
             self.publish()  # the session ended between get and set
         return member
+
+    def publish_as(self, member: Member, wait: float) -> None:
+        """:meth:`publish` ``member`` (waiting up to ``wait`` seconds for another session's
+        record to go); the record kept only once written."""
+        before, self._member = self._member, member
+        try:
+            self.publish(timeout=wait)
+        except BaseException:
+            self._member = before
+            raise
 
     def withdraw(self) -> bool:
         """Delete this session's record; False when it was not there or not ours."""

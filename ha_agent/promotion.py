@@ -175,6 +175,20 @@ class Decision:
     def steps(self) -> tuple[Step, ...]:
         return tuple(action.step for action in self.actions)
 
+    def election_after(self, leadership: str) -> str:
+        """Where the agent stands in the election once these actions are taken, from where
+        it stood (``leadership``): ``contending`` once it contends (until it withdraws),
+        ``leading`` once it won, else ``idle`` (its status record: the console's
+        "electing")."""
+        steps = self.steps
+        if Step.WITHDRAW in steps:
+            return "idle"
+        if leadership == "leading":
+            return "leading"
+        if Step.CONTEND in steps or leadership == "contending":
+            return "contending"
+        return "idle"
+
 
 def _live_in_sync(view: ClusterView, record: InSyncRecord) -> list[str]:
     """Nodes of the live members whose broker is in ``record`` (by broker id)."""

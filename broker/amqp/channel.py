@@ -15,8 +15,9 @@ channel itself, and the connection as a :class:`~broker.amqp.ports.Wire`):
   routing, confirm and tx modes; :mod:`broker.amqp.channel_publish`).
 
 The channel keeps its state, the method dispatch (``_HANDLERS``, to itself or a part), the
-channel, exchange and queue classes, tx.commit (which settles the publisher's transaction
-and the deliveries it acknowledges), the frames its connection keeps behind a held
+channel, exchange and queue classes, tx.commit (through the commit core both protocols use,
+:class:`broker.core.transaction.Transaction`, which holds the publisher's publishes and
+the deliveries' acknowledgements), the frames its connection keeps behind a held
 basic.get, the :class:`~broker.amqp.stream_sink.StreamSink` an HA stream writes to, and the
 release of everything it holds when it closes. It knows its connection only as a
 :class:`~broker.amqp.ports.ChannelConnection`.
@@ -27,21 +28,18 @@ THREAD UNSAFE: one event loop owns the channel (and its connection).
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any
 
 from pamqp import commands
 from pamqp.base import Frame as Method
 
-from broker.amqp.channel_consume import Deliveries
-from broker.amqp.channel_publish import Publisher, Transaction
+from broker.amqp.channel_consume import Deliveries, TxAcknowledgement
+from broker.amqp.channel_publish import Publisher
 from broker.amqp.context import after_replicated
 from broker.amqp.ports import ChannelConnection
 from broker.amqp.state import ChannelState
-from broker.core.confirms import PublisherConfirms
 from broker.core.direct_reply import REPLY_TO
 from broker.core.errors import AmqpError, ReplyCode, precondition_failed
-from broker.core.message import TxMark
 from broker.core.queue import Queue
 
 _Handler = Any
@@ -389,69 +387,32 @@ class Channel:
             self.publisher.send_confirm_replies()
 
     def _tx_commit(self, method: commands.Tx.Commit) -> None:
-        publisher, deliveries = self.publisher, self.deliveries
-        tx = publisher.tx
+        """Commit through the core both protocols use
+        (:meth:`broker.core.transaction.Transaction.commit`): commit-ok once every publish
+        of the transaction is settled (routed, on disk for a durable message, held by every
+        in-sync backup) and the backups and the store applied its acknowledgements'
+        dequeues (they do not come back after a fail-over)."""
+        tx = self.publisher.tx
         if tx is None:
             raise precondition_failed("channel is not transactional")
-        publisher.tx = Transaction()
-        # commit-ok once every publish of the transaction is settled: routed and, on an HA
-        # primary, held by every guarded backup (the queue guards hold these confirms).
-        done = False
 
-        def settled() -> None:
-            nonlocal done
-            if armed and not done and commit.outstanding == 0 and acks_replicated:
-                done = True
-                if (
-                    self.state is ChannelState.OPEN
-                    and self.connection.channels.get(self.number) is self
-                ):
-                    self.send(commands.Tx.CommitOk())
+        def committed() -> None:
+            if (
+                self.state is ChannelState.OPEN
+                and self.connection.channels.get(self.number) is self
+            ):
+                self.send(commands.Tx.CommitOk())
 
-        armed = False
-        # Acknowledgements: commit-ok once the backups applied their dequeues, and the store
-        # wrote them (a promise: the messages do not come back after a fail-over).
-        acks_replicated = not tx.acks
-        commit = PublisherConfirms(on_settled=settled)
-        if tx.publishes:
-            # One mark for the transaction's messages: an HA backup applies them all or
-            # none (docs/ha-design.md, "Transactions").
-            mark = TxMark()
-            for _, message, _ in tx.publishes:
-                message.tx = mark
-        stored = self.connection.ctx.store_transaction
-        with nullcontext() if stored is None else stored():  # on disk all or none
-            for exchange, message, mandatory in tx.publishes:
-                publisher.publish(exchange, message, mandatory, commit)
-            acked: dict[int, Queue] = {}  # the queues the acknowledgements settle on
-            for ack in tx.acks:
-                tag = int(ack.delivery_tag or 0)
-                if isinstance(ack, commands.Basic.Ack | commands.Basic.Nack):
-                    taken = deliveries.take_deliveries(tag, bool(ack.multiple))
-                else:
-                    taken = deliveries.take_deliveries(tag, False)
-                acked.update((id(d.queue), d.queue) for d in taken)
-                if isinstance(ack, commands.Basic.Ack):
-                    deliveries.settle(taken, True, False)
-                elif isinstance(ack, commands.Basic.Nack | commands.Basic.Reject):
-                    deliveries.settle(taken, False, bool(ack.requeue))
-        if tx.acks:
-
-            def acks_done() -> None:
-                nonlocal acks_replicated
-                acks_replicated = True
-                settled()
-
-            self.after_replicated(acks_done, tuple(acked.values()))
-        armed = True
-        settled()
+        tx.commit(
+            self.vhost, self.connection.ctx.store_transaction, self.after_replicated, committed
+        )
 
     # -- basic: acknowledgements (held in the transaction of a tx channel) ------------
     def _basic_ack(self, method: commands.Basic.Ack) -> None:
         deliveries, tx = self.deliveries, self.publisher.tx
         if tx is not None and deliveries.stream is None:
             deliveries.check_tag(int(method.delivery_tag or 0), bool(method.multiple))
-            tx.acks.append(method)
+            tx.settle(TxAcknowledgement(deliveries, method))
             return
         deliveries.basic_ack(method)
 
@@ -466,7 +427,7 @@ class Channel:
         tx = self.publisher.tx
         if tx is not None:
             self.deliveries.check_tag(int(method.delivery_tag or 0), multiple)
-            tx.acks.append(method)
+            tx.settle(TxAcknowledgement(self.deliveries, method))
             return
         self.deliveries.refuse(method, multiple)
 

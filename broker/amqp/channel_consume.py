@@ -158,6 +158,39 @@ class Delivery:
     consumer: ChannelConsumer | None
 
 
+class TxAcknowledgement:
+    """basic.ack, basic.nack or basic.reject on a tx channel: held by its transaction
+    (:class:`~broker.core.transaction.Transaction`, a
+    :class:`~broker.core.transaction.TxSettlement`) and applied at commit."""
+
+    __slots__ = ("deliveries", "method")
+
+    def __init__(
+        self,
+        deliveries: Deliveries,
+        method: commands.Basic.Ack | commands.Basic.Nack | commands.Basic.Reject,
+    ) -> None:
+        self.deliveries = deliveries
+        self.method = method
+
+    def apply(self) -> list[Queue]:
+        deliveries, ack = self.deliveries, self.method
+        tag = int(ack.delivery_tag or 0)
+        if isinstance(ack, commands.Basic.Ack | commands.Basic.Nack):
+            taken = deliveries.take_deliveries(tag, bool(ack.multiple))
+        else:
+            taken = deliveries.take_deliveries(tag, False)
+        queues = {id(d.queue): d.queue for d in taken}
+        if isinstance(ack, commands.Basic.Ack):
+            deliveries.settle(taken, True, False)
+        else:
+            deliveries.settle(taken, False, bool(ack.requeue))
+        return list(queues.values())
+
+    def rolled_back(self) -> None:
+        """tx.rollback: the deliveries stay unacknowledged (0-9-1: not redelivered)."""
+
+
 def _make_tag(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode()[:22]
 

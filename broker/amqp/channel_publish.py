@@ -4,10 +4,12 @@ Contract: :class:`Publisher` (owned by a :class:`~broker.amqp.channel.Channel`, 
 channel) assembles a basic.publish from its method, content-header and body frames (the
 connection calls :meth:`~Publisher.content_header` and :meth:`~Publisher.content_body`
 straight from its hot path, on an open channel only), builds the
-:class:`~broker.core.message.Message`, holds it in the :class:`Transaction` of a tx channel
-or routes it at once, returns it (basic.return 312) when mandatory and unrouted, and takes
-a publisher-confirm handle for it in confirm mode (confirm.select; the replies go out
-through :meth:`~Publisher.send_confirm_replies` at the connection's flush). A message
+:class:`~broker.core.message.Message`, holds it in the
+:class:`~broker.core.transaction.Transaction` of a tx channel (the commit core both
+protocols use) or routes it at once, returns it (basic.return 312) when mandatory and
+unrouted, and takes a publisher-confirm handle for it in confirm mode (confirm.select;
+the replies go out through :meth:`~Publisher.send_confirm_replies` at the connection's
+flush). A message
 larger than ``max_body_size`` or with bad properties closes the channel (406); a frame out
 of order is a connection error (505, 501).
 
@@ -35,6 +37,7 @@ from broker.core.errors import AmqpError, ReplyCode, precondition_failed
 from broker.core.exchange import Exchange
 from broker.core.message import Message
 from broker.core.queue import Queue
+from broker.core.transaction import Transaction
 from broker.core.vhost import VirtualHost
 
 
@@ -71,16 +74,6 @@ class PendingContent:
     properties_raw: bytes = b""
     chunks: list[bytes] = field(default_factory=list)
     received: int = 0
-
-
-@dataclass(slots=True)
-class Transaction:
-    """Publishes and acknowledgements of a tx channel, applied at commit."""
-
-    publishes: list[tuple[Exchange, Message, bool]] = field(default_factory=list)
-    acks: list[commands.Basic.Ack | commands.Basic.Nack | commands.Basic.Reject] = field(
-        default_factory=list
-    )
 
 
 class Publisher:
@@ -175,7 +168,7 @@ class Publisher:
     def _complete_publish(self, pending: PendingContent, body: bytes) -> None:
         self.content = None
         try:
-            scanned = properties.scan(pending.properties_raw)
+            pending.properties_raw, scanned = properties.scan_shared(pending.properties_raw)
         except ValueError as exc:
             raise AmqpError(ReplyCode.SYNTAX_ERROR, f"malformed content header: {exc}") from exc
         if scanned.user_id is not None and scanned.user_id != self._user:
@@ -208,7 +201,8 @@ class Publisher:
             return
         self._wire.messages_published += 1
         if self.tx is not None:
-            self.tx.publishes.append((pending.exchange, message, pending.mandatory))
+            returned = (lambda: self.send_return(message)) if pending.mandatory else None
+            self.tx.publish(pending.exchange, message, returned)
             return
         self.publish(pending.exchange, message, pending.mandatory)
         between = self._between_publishes
@@ -229,42 +223,39 @@ class Publisher:
         props.reply_to = reply_queue.name
         return properties.encode(props)
 
-    def publish(
-        self,
-        exchange: Exchange,
-        message: Message,
-        mandatory: bool,
-        confirms: PublisherConfirms | None = None,
-    ) -> None:
-        """Route one message; its confirm (the channel's, or ``confirms``: a tx.commit's)
-        settles once routing and every holder (HA guards) are done."""
-        confirms = self.confirms if confirms is None else confirms
+    def publish(self, exchange: Exchange, message: Message, mandatory: bool) -> None:
+        """Route one message; its confirm (in confirm mode) settles once routing and every
+        holder (the store, HA guards) are done."""
+        confirms = self.confirms
         handle = confirms.publish() if confirms is not None else None
         message.confirm = handle
-        if exchange.name not in self.vhost.exchanges:
-            # Deleted while a transaction held the publish.
-            result_routed, rejected = False, 0
+        if exchange.name not in self.vhost.exchanges:  # deleted since basic.publish
+            routed, rejected = False, 0
         else:
             result = self.vhost.publish(exchange, message)
-            result_routed, rejected = result.routed, result.rejected
-        if not result_routed and mandatory:
-            conn = self._wire
-            conn.write(
-                framing.marshal_method(
-                    commands.Basic.Return(
-                        reply_code=int(ReplyCode.NO_ROUTE),
-                        reply_text="NO_ROUTE",
-                        exchange=message.exchange,
-                        routing_key=message.routing_key,
-                    ),
-                    self.number,
-                )
-                + framing.content_frames(
-                    self.number, message.properties_raw, message.body, conn.frame_max
-                )
-            )
+            routed, rejected = bool(result.routed), result.rejected
+        if not routed and mandatory:
+            self.send_return(message)
         if handle is not None:
             handle.release(ok=rejected == 0)
+
+    def send_return(self, message: Message) -> None:
+        """basic.return (312 NO_ROUTE) of a mandatory message that routed nowhere."""
+        conn = self._wire
+        conn.write(
+            framing.marshal_method(
+                commands.Basic.Return(
+                    reply_code=int(ReplyCode.NO_ROUTE),
+                    reply_text="NO_ROUTE",
+                    exchange=message.exchange,
+                    routing_key=message.routing_key,
+                ),
+                self.number,
+            )
+            + framing.content_frames(
+                self.number, message.properties_raw, message.body, conn.frame_max
+            )
+        )
 
     # -- confirm and tx classes --------------------------------------------------------
     def confirm_select(self, method: commands.Confirm.Select) -> None:
@@ -304,7 +295,7 @@ class Publisher:
     def tx_rollback(self, method: commands.Tx.Rollback) -> None:
         if self.tx is None:
             raise precondition_failed("channel is not transactional")
-        self.tx = Transaction()
+        self.tx.rollback()
         self.host.send(commands.Tx.RollbackOk())
 
     def release(self) -> None:

@@ -134,6 +134,10 @@ class Connection:
         #: The admission policy admitted it (it is told when the connection goes).
         self.admitted = False
         self.messages_published = 0
+        #: Bytes read from and written to the socket (RabbitMQ's recv_oct, send_oct): counted
+        #: by the asyncio shell at each read and write, made rates by the console's sampler.
+        self.recv_oct = 0
+        self.send_oct = 0
         self.messages_delivered = 0
         self.methods = ConnectionMethods(self, ctx)
         self._held = HeldFrames(self, self.channels, self.name, ctx.log)

@@ -28,6 +28,7 @@ from broker.amqp.handshake import (
     AdvertisesKnownHosts,
     OpenOkWithHosts,
     channel_max_offer,
+    check_vhost_connections,
     client_description,
     login_refused,
     negotiate_tune,
@@ -278,6 +279,7 @@ class ConnectionMethods:
                 ctx.connections_refused_total += 1
                 raise refusal
             host.admitted = True
+        check_vhost_connections(ctx, host.client_properties, host.user, found)
         host.vhost = found
         host.set_state(S.OPEN)
         ctx.connections_opened_total += 1

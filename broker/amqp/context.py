@@ -20,6 +20,21 @@ if TYPE_CHECKING:
     from broker.amqp.access import AccessControl
 
 
+#: The client property an HA backup sets on its replication link (``broker.ha.names``).
+HA_BACKUP_PROPERTY = "qpid.ha-backup"
+#: The client property of an HA admin connection (the agent, ``qpid-ha``).
+HA_ADMIN_PROPERTY = "qpid.ha-admin"
+
+
+def counts_toward_limits(client_properties: Mapping[str, Any]) -> bool:
+    """Whether a connection is a client's, counted by a vhost's ``max-connections``: not a
+    backup's replication link nor an HA admin connection (the cluster's own, never refused
+    by a limit an operator sets for clients)."""
+    return not (
+        client_properties.get(HA_BACKUP_PROPERTY) or client_properties.get(HA_ADMIN_PROPERTY)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionSettings:
     """Limits offered to clients in connection.tune, and handshake timing."""
@@ -277,6 +292,15 @@ class BrokerContext:
         if self.vhosts is not None:
             return self.vhosts.get(name)
         return self.vhost if name == self.vhost.name else None
+
+    def client_connections_to(self, vhost: VirtualHost) -> int:
+        """Open client connections of either protocol to ``vhost`` (a vhost's
+        ``max-connections`` counts them; HA links and admin connections are not clients)."""
+        return sum(
+            1
+            for c in (*self.connections.values(), *self.connections_1_0.values())
+            if c.is_open and c.vhost is vhost and counts_toward_limits(c.client_properties)
+        )
 
     def open_connection_count(self) -> int:
         """Open connections of either protocol (``max_connections`` counts them all)."""

@@ -140,8 +140,27 @@ def _short_str(payload: bytes, pos: int) -> tuple[str, int]:
     return payload[pos + 1 : end].decode("utf-8"), end
 
 
+#: basic.publish payloads decoded before (a publisher sends the same few over and over):
+#: the messages of a queue share one routing key string instead of one each.
+_PUBLISH_CACHE: dict[bytes, tuple[str, str, bool, bool]] = {}
+_PUBLISH_CACHE_LIMIT = 4096
+_PUBLISH_CACHE_MAX_KEY = 128
+
+
 def unmarshal_publish(payload: bytes) -> tuple[str, str, bool, bool]:
     """Decode a basic.publish payload: (exchange, routing key, mandatory, immediate)."""
+    cached = _PUBLISH_CACHE.get(payload)
+    if cached is not None:
+        return cached
+    result = _unmarshal_publish(payload)
+    if len(payload) <= _PUBLISH_CACHE_MAX_KEY:
+        if len(_PUBLISH_CACHE) >= _PUBLISH_CACHE_LIMIT:
+            _PUBLISH_CACHE.clear()
+        _PUBLISH_CACHE[payload] = result
+    return result
+
+
+def _unmarshal_publish(payload: bytes) -> tuple[str, str, bool, bool]:
     try:
         exchange, pos = _short_str(payload, 6)  # method id (4) + reserved-1 (2)
         routing_key, pos = _short_str(payload, pos)

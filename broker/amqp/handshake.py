@@ -13,7 +13,12 @@ from pamqp import commands
 from pamqp.base import Frame as Method
 
 from broker.amqp import framing
-from broker.amqp.context import BrokerContext, ConnectionSettings
+from broker.amqp.context import (
+    HA_BACKUP_PROPERTY,
+    BrokerContext,
+    ConnectionSettings,
+    counts_toward_limits,
+)
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.vhost import VirtualHost
 
@@ -60,8 +65,6 @@ def start_method(
     )
 
 
-#: The client property an HA backup sets on its replication link (``broker.ha.names``).
-HA_BACKUP_PROPERTY = "qpid.ha-backup"
 #: The protocol's largest channel-max.
 CHANNEL_MAX_LIMIT = 65535
 
@@ -150,6 +153,22 @@ def open_vhost(ctx: BrokerContext, user: str | None, connection: str, name: str)
             40,
         )
     return found
+
+
+def check_vhost_connections(
+    ctx: BrokerContext, client_properties: dict[str, Any], user: str | None, vhost: VirtualHost
+) -> None:
+    """530 NOT_ALLOWED, in RabbitMQ's words, when ``vhost`` holds its ``max-connections``
+    of clients already (:mod:`broker.core.vhost_limits`); counts the refusal. Asked after
+    admission: a backup refuses a client as not the primary first."""
+    limits = ctx.authenticator.cluster_users.limits
+    if not limits.of(vhost.name) or not counts_toward_limits(client_properties):
+        return  # most vhosts have no limit: no count of the connections
+    try:
+        limits.check_connection(vhost.name, user, ctx.client_connections_to(vhost))
+    except AmqpError:
+        ctx.connections_refused_total += 1
+        raise
 
 
 def close_method(reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0) -> Method:

@@ -104,6 +104,9 @@ class ShellConnection(Protocol):
     on_reading_changed: Callable[[], None] | None
     #: Frames of the last read wait for a later turn of the loop (:meth:`parse_more`).
     unparsed: bool
+    #: Bytes read and written (the shell counts them).
+    recv_oct: int
+    send_oct: int
 
     @property
     def name(self) -> str: ...

@@ -93,6 +93,7 @@ class AmqpProtocol(asyncio.Protocol):
             connection_id=old.id,
         )
         self.connection = new
+        new.recv_oct, new.send_oct = old.recv_oct, old.send_oct
         new.receive_data(data)
         self.flush()
         if new.login_check is not None and not self._checking_login:
@@ -103,6 +104,7 @@ class AmqpProtocol(asyncio.Protocol):
         connection = self.connection
         if connection is None:
             return
+        connection.recv_oct += len(data)  # a counter a read: the rates are the sampler's
         connection.receive_data(data)
         self._parsed(connection)
 
@@ -206,6 +208,7 @@ class AmqpProtocol(asyncio.Protocol):
             transport.abort()
             return
         if data:
+            connection.send_oct += len(data)
             transport.write(data)
         if connection.should_close:
             transport.close()  # once what is written has gone

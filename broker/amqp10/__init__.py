@@ -10,9 +10,12 @@ sans-I/O (bytes or values in, bytes or values out), bottom up:
   :mod:`.sections` (a message's sections), :mod:`.framing` (headers, frames);
 - :mod:`.connection` (open/close, heartbeats and time-outs with 0-9-1's
   :mod:`broker.amqp.timeouts`, errors in their scope: :mod:`.errors`; the headers and SASL
-  in its :mod:`.sasl_layer`, over :mod:`.sasl`), :mod:`.session` (windows, attach, dispositions),
-  :mod:`.receiver` (the client publishes: credit, the confirm holds 0-9-1's publishes take)
-  and :mod:`.sender` (the client consumes: a queue consumer with credit);
+  in its :mod:`.sasl_layer`, over :mod:`.sasl`; its sessions in :mod:`.sessions`),
+  :mod:`.session` (windows, attach, dispositions; the links a terminus names:
+  :mod:`.termini`), :mod:`.receiver` (the client publishes: credit, the confirm holds
+  0-9-1's publishes take), :mod:`.sender` (the client consumes: a queue consumer with
+  credit) and :mod:`.coordinator` (transactions: declare, discharge, through the commit
+  core both protocols use, :mod:`broker.core.transaction`);
 - :mod:`.addresses` (what a terminus names), :mod:`.mapping` (a 1.0 message as the 0-9-1
   message the broker stores, and back: RabbitMQ 4's mapping).
 

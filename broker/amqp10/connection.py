@@ -20,10 +20,11 @@ The header decides the layer:
 
 Then ``open`` (its ``hostname`` ``vhost:NAME`` names a virtual host, any other the default
 one; the ACL's ``access``, the connection limit and the HA admission policy as for 0-9-1),
-sessions (:class:`~broker.amqp10.session.Session`), idle-time-out heartbeats both ways, and
-``close``. An error is answered in its scope (:class:`~broker.amqp10.errors.Amqp10Error`):
-a connection error with ``close`` (after an ``open`` of ours if none was sent yet), and
-the broker and every other connection carry on.
+sessions (its :class:`~broker.amqp10.sessions.SessionTable`: begin, each session's frames,
+end, dispositions at the flush), idle-time-out heartbeats both ways, and ``close``. An
+error is answered in its scope (:class:`~broker.amqp10.errors.Amqp10Error`): a
+connection error with ``close`` (after an ``open`` of ours if none was sent yet), and the
+broker and every other connection carry on.
 
 THREAD UNSAFE: one event loop owns the connection.
 """
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.amqp.context import BrokerContext
-from broker.amqp.handshake import open_vhost
+from broker.amqp.handshake import check_vhost_connections, open_vhost
 from broker.amqp.timeouts import ConnectionTimeouts
 from broker.amqp10 import codec
 from broker.amqp10.codec import DecodeError
@@ -63,12 +64,12 @@ from broker.amqp10.framing import (
 from broker.amqp10.performatives import (
     Begin,
     Close,
-    End,
     Error,
     Open,
 )
 from broker.amqp10.sasl_layer import SaslLayer
 from broker.amqp10.session import Session
+from broker.amqp10.sessions import SessionTable
 from broker.amqp10.state import HANDSHAKE, TRANSITIONS, State
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.security.sasl import PasswordCheck
@@ -125,10 +126,13 @@ class Connection:
         #: the SASL layer skipped the login: ``open`` is refused (:meth:`refusal_without_login`)
         self.refused_before_login = False
         self.messages_published = 0
+        #: Bytes read from and written to the socket (RabbitMQ's recv_oct, send_oct): counted
+        #: by the asyncio shell at each read and write, made rates by the console's sampler.
+        self.recv_oct = 0
+        self.send_oct = 0
         self.messages_delivered = 0
-        self.sessions: dict[int, Session] = {}  # by the client's channel
-        self._ending: set[int] = set()  # client channels we ended with an error
-        self._dispositions: set[Session] = set()
+        #: The sessions, by the client's channel (begin, their frames, end).
+        self.session_table = SessionTable(self)
         self._open_sent = False
         self._buf = bytearray()
         self._out: list[bytes] = []
@@ -145,9 +149,14 @@ class Connection:
     protocol = "AMQP 1.0"
 
     @property
+    def sessions(self) -> dict[int, Session]:
+        """The sessions, by the client's channel."""
+        return self.session_table.sessions
+
+    @property
     def channels(self) -> dict[int, Session]:
-        """The sessions, by the client's channel (``/api/connections``' ``channels``)."""
-        return self.sessions
+        """The sessions (``/api/connections``' ``channels``)."""
+        return self.session_table.sessions
 
     @property
     def heartbeat(self) -> int:
@@ -189,7 +198,7 @@ class Connection:
         self.write(frame(channel, performative, kind=kind))
 
     def session_has_dispositions(self, session: Session) -> None:
-        self._dispositions.add(session)
+        self.session_table.has_dispositions(session)
         self.signal_output()
 
     def data_to_send(self) -> bytes:
@@ -201,13 +210,10 @@ class Connection:
         admission = self.ctx.admission
         if admission is not None and self.admitted and admission.holds_output(self):
             return b""
-        if self._dispositions and (admission is None or admission.may_confirm()):
-            sessions = self._dispositions
-            self._dispositions = set()
+        table = self.session_table
+        if table.dispositions_waiting and (admission is None or admission.may_confirm()):
             before = len(self._out)
-            for session in sessions:
-                if not session.ended:
-                    session.send_dispositions()
+            table.send_dispositions()
             if self.admitted and admission is not None and len(self._out) > before:
                 admission.confirms_sent(self)
         if not self._out:
@@ -279,17 +285,12 @@ class Connection:
         if not body:
             return  # an empty frame: a heartbeat
         fields = read_transfer(body)  # most frames: read by hand, else by the codec
-        if fields is not None and state is S.OPEN:
-            session = self.sessions.get(channel)
-            if session is not None:
-                handle, delivery_id, _, _, settled, more, at = fields
-                try:
-                    session.transfer(handle, delivery_id, settled, more, False, body[at:])
-                except Amqp10Error as error:
-                    if error.scope is not Scope.SESSION:
-                        raise
-                    self._end_with_error(channel, session, error)
-                return
+        if (
+            fields is not None
+            and state is S.OPEN
+            and self.session_table.transfer(channel, fields, body[fields[6] :])
+        ):
+            return
         try:
             found = decode_transfer(body) if fields is not None else None
             performative, at = codec.decode(body) if found is None else found
@@ -310,26 +311,9 @@ class Connection:
             self._client_close(performative)
             return
         if isinstance(performative, Begin):
-            self._begin(channel, performative)
-            return
-        session = self.sessions.get(channel)
-        if session is None:
-            if channel in self._ending:
-                if isinstance(performative, End):
-                    self._ending.discard(channel)
-                return
-            raise Amqp10Error(
-                ILLEGAL_STATE, f"{type(performative).__name__} on channel {channel} without begin"
-            )
-        if isinstance(performative, End):
-            self._end(channel, session)
-            return
-        try:
-            session.received(performative, body[at:])
-        except Amqp10Error as error:
-            if error.scope is not Scope.SESSION:
-                raise
-            self._end_with_error(channel, session, error)
+            self.session_table.begin(channel, performative)
+        else:
+            self.session_table.frame(channel, performative, body[at:])
 
     # -- SASL (SaslLayer's port) --------------------------------------------------------
     def password_checked(self, matched: bool) -> None:
@@ -394,6 +378,7 @@ class Connection:
                     ctx.connections_refused_total += 1
                     raise refusal
                 self.admitted = True
+            check_vhost_connections(ctx, self.client_properties, self.user, found)
         except AmqpError as error:
             raise from_core(error, Scope.CONNECTION) from None
         self.vhost = found
@@ -427,34 +412,6 @@ class Connection:
             ),
         )
 
-    def _begin(self, channel: int, begin: Begin) -> None:
-        if begin.remote_channel is not None:
-            raise Amqp10Error(ILLEGAL_STATE, "begin answering a session the broker never began")
-        if channel in self.sessions or channel in self._ending:
-            raise Amqp10Error(ILLEGAL_STATE, f"channel {channel} is in use")
-        if channel > self.channel_max:
-            raise Amqp10Error(
-                RESOURCE_LIMIT_EXCEEDED,
-                f"channel {channel} is above channel-max {self.channel_max}",
-            )
-        session = Session(self, channel, begin)  # our channel: the same number
-        self.sessions[channel] = session
-        self.send_frame(channel, session.begin_reply(channel))
-
-    def _end(self, channel: int, session: Session) -> None:
-        session.release()
-        del self.sessions[channel]
-        self._dispositions.discard(session)
-        self.send_frame(channel, End())
-
-    def _end_with_error(self, channel: int, session: Session, error: Amqp10Error) -> None:
-        session.release()
-        del self.sessions[channel]
-        self._dispositions.discard(session)
-        self._ending.add(channel)
-        self._log_error(error, "session")
-        self.send_frame(channel, End(error=Error(error.condition, error.description)))
-
     def _client_close(self, received: Close) -> None:
         error = received.error
         why = f"{error.condition} {error.description or ''}".strip() if error else "normal"
@@ -465,7 +422,7 @@ class Connection:
         self.closed()
 
     # -- errors and closing --------------------------------------------------------------
-    def _log_error(self, error: Amqp10Error, scope: str) -> None:
+    def log_error(self, error: Amqp10Error, scope: str) -> None:
         self.ctx.protocol_errors_total += 1
         # A routine refusal (an HA backup sending a client on) is normal operation: info.
         log = self.ctx.log.info if error.routine else self.ctx.log.warning
@@ -481,7 +438,7 @@ class Connection:
 
     def connection_error(self, error: Amqp10Error) -> None:
         """Close the connection with ``error`` (an open of ours first if none was sent)."""
-        self._log_error(error, "connection")
+        self.log_error(error, "connection")
         if self.state in (S.CLOSE_SENT, S.CLOSED) or self.should_close:
             return
         if self.state in (S.AWAIT_HEADER, S.AWAIT_SASL_INIT, S.AWAIT_LOGIN, S.AWAIT_AMQP_HEADER):
@@ -519,16 +476,14 @@ class Connection:
 
     def publishers_blocked(self, reason: str | None) -> None:
         """A resource alarm was raised (``reason``: no credit) or the last one cleared."""
-        for session in self.sessions.values():
-            session.publishers_blocked(reason is not None)
+        self.session_table.publishers_blocked(reason is not None)
 
     def set_writable(self, writable: bool) -> None:
         if writable == self.writable:
             return
         self.writable = writable
         if writable:
-            for session in list(self.sessions.values()):
-                session.writable_again()
+            self.session_table.writable_again()
 
     def tick(self) -> None:
         """Heartbeats and time-outs; call at least twice per idle time-out."""
@@ -556,10 +511,7 @@ class Connection:
             self.write(EMPTY_FRAME)
 
     def cleanup(self) -> None:
-        for session in self.sessions.values():
-            session.release()
-        self.sessions.clear()
-        self._dispositions.clear()
+        self.session_table.release()
         self.vhost.owner_closed(self)
 
     def connection_lost(self) -> None:

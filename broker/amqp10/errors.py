@@ -37,6 +37,8 @@ HANDLE_IN_USE = "amqp:session:handle-in-use"
 UNATTACHED_HANDLE = "amqp:session:unattached-handle"
 DETACH_FORCED = "amqp:link:detach-forced"
 MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
+TRANSACTION_UNKNOWN_ID = "amqp:transaction:unknown-id"
+TRANSACTION_ROLLBACK = "amqp:transaction:rollback"
 
 
 class Scope(Enum):

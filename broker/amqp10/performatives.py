@@ -80,9 +80,72 @@ class Modified(Composite):
     message_annotations: dict[Any, Any] | None = None
 
 
-#: A delivery's state or outcome (transactions' states decode as Described).
-DeliveryState = Received | Accepted | Rejected | Released | Modified | Described
-_STATES = (Received, Accepted, Rejected, Released, Modified, Described)
+# -- transactions (part 4, section 4.5) ------------------------------------------------
+_OUTCOMES = (Accepted, Rejected, Released, Modified, Described)
+
+
+@composite
+@dataclass(frozen=True, slots=True)
+class Coordinator(Composite):
+    """The target of a link to the transaction coordinator (the client's control link)."""
+
+    CODE, NAME = 0x30, "amqp:coordinator:list"
+    KINDS = ("symbols",)
+    capabilities: tuple[str, ...] | None = None
+
+
+@composite
+@dataclass(frozen=True, slots=True)
+class Declare(Composite):
+    """A control message's body: declare a transaction (``global-id``: a distributed one)."""
+
+    CODE, NAME = 0x31, "amqp:declare:list"
+    KINDS = ("any",)
+    global_id: Any = None
+
+
+@composite
+@dataclass(frozen=True, slots=True)
+class Discharge(Composite):
+    """A control message's body: end a transaction, committed or (``fail``) rolled back."""
+
+    CODE, NAME = 0x32, "amqp:discharge:list"
+    KINDS = ("binary", "bool")
+    MANDATORY = frozenset({"txn_id"})
+    txn_id: bytes = b""
+    fail: bool = False
+
+
+@composite
+@dataclass(frozen=True, slots=True)
+class Declared(Composite):
+    """The outcome of a declare: the transaction's id."""
+
+    CODE, NAME = 0x33, "amqp:declared:list"
+    KINDS = ("binary",)
+    MANDATORY = frozenset({"txn_id"})
+    txn_id: bytes = b""
+
+
+@composite
+@dataclass(frozen=True, slots=True)
+class TransactionalState(Composite):
+    """A delivery's state inside a transaction, with the outcome it takes at commit."""
+
+    CODE, NAME = 0x34, "amqp:transactional-state:list"
+    KINDS = ("binary", _OUTCOMES)
+    MANDATORY = frozenset({"txn_id"})
+    txn_id: bytes = b""
+    outcome: Any = None
+
+
+#: A delivery's state or outcome.
+DeliveryState = (
+    Received | Accepted | Rejected | Released | Modified | Declared | TransactionalState | Described
+)
+_STATES = (
+    Received, Accepted, Rejected, Released, Modified, Declared, TransactionalState, Described
+)  # fmt: skip
 
 
 # -- termini (part 3, section 3.5) -----------------------------------------------------
@@ -121,7 +184,7 @@ class Target(Composite):
     capabilities: tuple[str, ...] | None = None
 
 
-_TERMINI = (Source, Target, Described)
+_TERMINI = (Source, Target, Coordinator, Described)
 
 
 # -- performatives (part 2, section 2.7) -----------------------------------------------

@@ -18,7 +18,19 @@ from broker.amqp.context import BrokerContext
 from broker.amqp10.performatives import Transfer
 from broker.core.message import Entry
 from broker.core.queue import Queue
+from broker.core.transaction import Transaction
 from broker.core.vhost import VirtualHost
+
+
+class TransactionalWork(Protocol):
+    """An open transaction as a link sees it
+    (:class:`~broker.amqp10.coordinator.OpenTransaction`)."""
+
+    txn_id: bytes
+    #: The held work (the commit core both protocols use).
+    work: Transaction
+    #: Why it may only roll back now, or None.
+    rollback_only: str | None
 
 
 class LinkSession(Protocol):
@@ -74,6 +86,11 @@ class LinkSession(Protocol):
 
     def link_lost(self, link: Any, condition: str, description: str) -> None:
         """The broker ends ``link`` (its queue was deleted): detach it with the error."""
+        ...
+
+    def transaction(self, txn_id: bytes) -> TransactionalWork:
+        """The session's open transaction ``txn_id``; raises
+        ``amqp:transaction:unknown-id`` (link scope)."""
         ...
 
     def published(self) -> None:

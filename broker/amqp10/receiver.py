@@ -17,7 +17,9 @@ Settlement: a pre-settled delivery is routed and forgotten. An unsettled one tak
 (``PUBLISH_HOLDS``: routing, then the disk, then each HA backup), and its disposition goes
 out only when the handle settles: ``accepted``; ``released`` when it routed nowhere;
 ``rejected`` when a queue refused it. Dispositions cover runs of delivery ids, settled at
-once (``rcv-settle-mode`` first).
+once (``rcv-settle-mode`` first), or, when the client asked for ``rcv-settle-mode``
+second, sent unsettled for the client to settle first (the broker keeps nothing for them
+after: without link recovery no later frame can ask anything of them).
 
 THREAD UNSAFE: the connection's event loop.
 """
@@ -33,6 +35,7 @@ from broker.amqp10.errors import (
     DECODE_ERROR,
     INVALID_FIELD,
     MESSAGE_SIZE_EXCEEDED,
+    TRANSACTION_UNKNOWN_ID,
     UNAUTHORIZED_ACCESS,
     Amqp10Error,
     Scope,
@@ -40,6 +43,7 @@ from broker.amqp10.errors import (
 from broker.amqp10.mapping import stored_form
 from broker.amqp10.performatives import (
     RCV_FIRST,
+    RCV_SECOND,
     RECEIVER,
     Accepted,
     Attach,
@@ -48,8 +52,9 @@ from broker.amqp10.performatives import (
     Flow,
     Rejected,
     Released,
+    TransactionalState,
 )
-from broker.amqp10.ports import LinkSession
+from broker.amqp10.ports import LinkSession, TransactionalWork
 from broker.core.confirms import PublisherConfirms
 from broker.core.message import Message
 
@@ -81,6 +86,9 @@ class ReceiverLink:
         self.delivery_count = int(attach.initial_delivery_count or 0)
         self.credit = 0
         self.blocked = False
+        #: ``rcv-settle-mode`` second (the client asked): our dispositions go out
+        #: unsettled, and the client settles first.
+        self.settles_second = attach.rcv_settle_mode == RCV_SECOND
         self.confirms: PublisherConfirms | None = None
         #: The unsettled deliveries' delivery ids by confirm number, in order.
         self._pending: dict[int, int] = {}
@@ -88,18 +96,22 @@ class ReceiverLink:
         self._unrouted: set[int] = set()
         #: The delivery being assembled: (delivery id, settled, its frames' payloads).
         self._partial: tuple[int, bool, list[bytes]] | None = None
+        #: Its transaction (a transactional posting), or None.
+        self._partial_txn: TransactionalWork | None = None
+        #: Provisional outcomes of transactional postings to send: (delivery id, state).
+        self._tx_outcomes: list[tuple[int, Any]] = []
         self._partial_size = 0
         self.detached = False
 
     def attach_reply(self) -> Attach:
-        """Our attach: the receiving end, settling first."""
+        """Our attach: the receiving end, settling first (second if the client asked)."""
         a = self.attach
         return Attach(
             name=a.name,
             handle=a.handle,
             role=RECEIVER,
             snd_settle_mode=a.snd_settle_mode,
-            rcv_settle_mode=RCV_FIRST,
+            rcv_settle_mode=RCV_SECOND if self.settles_second else RCV_FIRST,
             source=a.source,
             target=a.target,
             max_message_size=self.session.ctx.settings.max_body_size,
@@ -136,9 +148,13 @@ class ReceiverLink:
     # -- transfers -----------------------------------------------------------------------
     def transfer(
         self, delivery_id: int | None, settled: bool | None, more: bool, aborted: bool,
-        payload: bytes,
+        payload: bytes, state: Any = None, txn: TransactionalWork | None = None,
     ) -> None:  # fmt: skip
-        """One transfer frame of this link (its fields)."""
+        """One transfer frame of this link (its fields; ``state`` a
+        ``transactional-state``: the delivery is posted in that transaction, ``txn``)."""
+        if txn is None and (state is not None or self._partial_txn is not None):
+            self._transactional(delivery_id, settled, more, aborted, payload, state)
+            return
         partial = self._partial
         if partial is None:
             if delivery_id is None:
@@ -155,39 +171,59 @@ class ReceiverLink:
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
             if not more and not aborted:  # a delivery in one frame: the usual case
                 self._check_size(len(payload))
-                self._publish(delivery_id, bool(settled), payload)
+                self._publish(delivery_id, bool(settled), payload, txn)
                 self.top_up()
                 return
             partial = (delivery_id, bool(settled), [])
             self._partial = partial
+            self._partial_txn = txn
             self._partial_size = 0
         first_id, was_settled, chunks = partial
         if settled and not was_settled:
             self._partial = partial = (first_id, True, chunks)
         if aborted:
-            self._partial = None
+            self._partial = self._partial_txn = None
             return
         self._partial_size += len(payload)
         self._check_size(self._partial_size)
         chunks.append(payload)
         if more:
             return
-        self._partial = None
+        self._partial = self._partial_txn = None
         whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._publish(first_id, partial[1], whole)
+        self._publish(first_id, partial[1], whole, txn)
         self.top_up()
+
+    def _transactional(
+        self, delivery_id: int | None, settled: bool | None, more: bool, aborted: bool,
+        payload: bytes, state: Any,
+    ) -> None:  # fmt: skip
+        """A transfer with a state, or a frame of a delivery posted in a transaction."""
+        txn = self._partial_txn
+        if txn is None and isinstance(state, TransactionalState):
+            txn = self.session.transaction(state.txn_id)  # or amqp:transaction:unknown-id
+        if txn is None:  # another state: not a transaction's
+            self.transfer(delivery_id, settled, more, aborted, payload)
+            return
+        try:
+            self.transfer(delivery_id, settled, more, aborted, payload, txn=txn)
+        except Amqp10Error as error:  # the transaction may not commit without it
+            txn.rollback_only = f"a delivery failed: {error.condition}: {error.description}"
+            raise
 
     def _check_size(self, size: int) -> None:
         limit = self.session.ctx.settings.max_body_size
         if size > limit:
-            self._partial = None
+            self._partial = self._partial_txn = None
             raise Amqp10Error(
                 MESSAGE_SIZE_EXCEEDED,
                 f"message of more than {limit} bytes (max-message-size)",
                 Scope.LINK,
             )
 
-    def _publish(self, delivery_id: int, settled: bool, payload: bytes) -> None:
+    def _publish(
+        self, delivery_id: int, settled: bool, payload: bytes, txn: TransactionalWork | None
+    ) -> None:
         session = self.session
         try:
             found = stored_form(payload)
@@ -209,6 +245,9 @@ class ReceiverLink:
         exchange_name, routing_key = self._route(to)
         stored = Message(exchange_name, routing_key, raw, body)
         session.published()
+        if txn is not None:
+            self._post(delivery_id, settled, exchange_name, stored, txn)
+            return
         handle = None
         if not settled:
             confirms = self.confirms
@@ -231,6 +270,26 @@ class ReceiverLink:
         if between is not None:
             between()  # the store: a long read's records start going to disk
 
+    def _post(
+        self, delivery_id: int, settled: bool, exchange_name: str, message: Message,
+        txn: TransactionalWork,
+    ) -> None:  # fmt: skip
+        """A transactional posting: held by its transaction until commit; its provisional
+        outcome (``accepted``, or ``released`` when the exchange is gone) goes out at once.
+        A transaction discharged while the delivery's frames came is not open any more:
+        ``amqp:transaction:unknown-id``."""
+        if self.session.transaction(txn.txn_id) is not txn:
+            raise Amqp10Error(
+                TRANSACTION_UNKNOWN_ID, f"transaction {txn.txn_id.hex()} ended", Scope.LINK
+            )
+        exchange = self.session.vhost.exchanges.get(exchange_name)
+        if exchange is not None:
+            txn.work.publish(exchange, message)
+        if not settled:
+            outcome = _ACCEPTED if exchange is not None else _RELEASED
+            self._tx_outcomes.append((delivery_id, TransactionalState(txn.txn_id, outcome)))
+            self.session.confirms_settled(self)
+
     def _route(self, to: str | None) -> tuple[str, str]:
         """Where a message goes: the link's target, or (anonymous relay) its ``to``."""
         if self.exchange is not None:
@@ -250,11 +309,11 @@ class ReceiverLink:
         """The dispositions for the deliveries settled since the last call: runs of
         consecutive delivery ids with one outcome each."""
         confirms = self.confirms
-        if confirms is None or self.detached:
+        outcomes, self._tx_outcomes = self._tx_outcomes, []
+        if self.detached:
             return []
-        outcomes: list[tuple[int, Any]] = []
         pending = self._pending
-        for reply in confirms.take_replies():
+        for reply in () if confirms is None else confirms.take_replies():
             if reply.multiple:
                 seqs = [s for s in pending if s <= reply.delivery_tag]
             else:
@@ -282,8 +341,8 @@ class ReceiverLink:
             runs.append([delivery_id, delivery_id, outcome])
         return [
             Disposition(
-                role=RECEIVER, first=first, last=None if last == first else last, settled=True,
-                state=outcome,
+                role=RECEIVER, first=first, last=None if last == first else last,
+                settled=not self.settles_second, state=outcome,
             )
             for first, last, outcome in runs
         ]  # fmt: skip
@@ -291,6 +350,6 @@ class ReceiverLink:
     def detach(self) -> None:
         """The link is gone: settlements after this are dropped."""
         self.detached = True
-        self._partial = None
+        self._partial = self._partial_txn = None
         if self.confirms is not None:
             self.confirms.close()

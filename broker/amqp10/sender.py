@@ -31,6 +31,7 @@ from broker.amqp10.performatives import (
     SND_UNSETTLED,
     Accepted,
     Attach,
+    Disposition,
     Flow,
     Modified,
     Rejected,
@@ -65,6 +66,8 @@ class SenderLink:
         self.detached = False
         #: Unsettled deliveries of this link by delivery id.
         self.unsettled: dict[int, Entry] = {}
+        #: Deliveries whose outcome a transaction holds (:class:`Retirement`), by id.
+        self.retiring: dict[int, Entry] = {}
 
     def attach_reply(self) -> Attach:
         """Our attach: the sending end (unsettled unless the client asked for settled)."""
@@ -144,6 +147,21 @@ class SenderLink:
         entry = self.unsettled.pop(delivery_id, None)
         if entry is None:
             return
+        if not self.apply_outcome(entry, state):  # a non-terminal state (received): not settled yet
+            self.unsettled[delivery_id] = entry
+
+    def retire(self, delivery_id: int, outcome: Any, settled: bool) -> Retirement | None:
+        """The client's outcome for an unsettled delivery inside a transaction: held by
+        it (the :class:`Retirement` returned) until commit; None for a delivery this link
+        does not hold unsettled."""
+        entry = self.unsettled.pop(delivery_id, None)
+        if entry is None:
+            return None
+        self.retiring[delivery_id] = entry
+        return Retirement(self, delivery_id, outcome, settled)
+
+    def apply_outcome(self, entry: Entry, state: Any) -> bool:
+        """Apply an outcome to a delivery; False for a state that is not one."""
         queue = self.queue
         if isinstance(state, Accepted) or state is None:
             queue.settle(entry)
@@ -153,8 +171,9 @@ class SenderLink:
             queue.reject(entry, requeue=False)
         elif isinstance(state, Released | Modified):
             queue.requeue((entry,))
-        else:  # a non-terminal state (received): not settled yet
-            self.unsettled[delivery_id] = entry
+        else:
+            return False
+        return True
 
     def detach(self) -> list[int]:
         """The link is gone: leave the queue and requeue what the client did not settle;
@@ -164,7 +183,49 @@ class SenderLink:
         if queue.remove_consumer(self):
             self.session.vhost.consumer_cancelled(queue)
         left = list(self.unsettled)
-        if self.unsettled:
-            queue.requeue(self.unsettled.values())
-            self.unsettled.clear()
+        back = [*self.unsettled.values(), *self.retiring.values()]
+        self.unsettled.clear()
+        self.retiring.clear()  # their transaction finds them gone
+        if back:
+            queue.requeue(back)
         return left
+
+
+class Retirement:
+    """A delivery's outcome a transaction holds until commit (a
+    :class:`~broker.core.transaction.TxSettlement`). At commit the outcome is applied and,
+    if the client did not settle the delivery, a settled disposition with the outcome says
+    so; at rollback the delivery is live again (unsettled), or, if the client had settled
+    it, released back to its queue (the source's default outcome). A link detached
+    meanwhile requeued it: then neither does anything."""
+
+    __slots__ = ("delivery_id", "link", "outcome", "settled")
+
+    def __init__(self, link: SenderLink, delivery_id: int, outcome: Any, settled: bool) -> None:
+        self.link = link
+        self.delivery_id = delivery_id
+        self.outcome = outcome
+        self.settled = settled
+
+    def apply(self) -> list[Queue]:
+        link = self.link
+        entry = link.retiring.pop(self.delivery_id, None)
+        if entry is None:
+            return []
+        link.apply_outcome(entry, self.outcome)
+        if not self.settled:
+            link.session.send(
+                Disposition(role=SENDER, first=self.delivery_id, settled=True, state=self.outcome)
+            )
+        return [link.queue]
+
+    def rolled_back(self) -> None:
+        link = self.link
+        entry = link.retiring.pop(self.delivery_id, None)
+        if entry is None:
+            return
+        if self.settled:
+            link.queue.requeue((entry,))
+        else:
+            link.unsettled[self.delivery_id] = entry
+            link.session.sent_unsettled(self.delivery_id, link, link.queue, entry)

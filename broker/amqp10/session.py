@@ -2,13 +2,15 @@
 
 Contract: made by a :class:`~broker.amqp10.connection.Connection` for a client's
 ``begin`` (with a :class:`SessionConnection` port: what it needs of the connection). It
-answers ``begin``, makes a :class:`~broker.amqp10.receiver.ReceiverLink` for an attach whose
-role is sender (the client publishes) and a :class:`~broker.amqp10.sender.SenderLink` for one
-whose role is receiver (the client consumes), each with its terminus resolved
-(:mod:`broker.amqp10.addresses`) and checked (the queue exists and is not another
-connection's exclusive one, the ACL's ``publish``/``consume``), and routes ``flow``,
-``transfer``, ``disposition`` and ``detach`` to them. A refused attach is answered with an
-attach without the terminus and a detach with the error (``amqp:not-found``...).
+answers ``begin``, makes the link an attach's terminus names
+(:func:`broker.amqp10.termini.make_link`: a :class:`~broker.amqp10.receiver.ReceiverLink`
+where the client publishes, a :class:`~broker.amqp10.sender.SenderLink` where it consumes, a
+:class:`~broker.amqp10.coordinator.CoordinatorLink` to the transaction coordinator), and
+routes ``flow``, ``transfer``, ``disposition`` and ``detach`` to them. It owns the
+:class:`~broker.amqp10.coordinator.Transactions` declared on it: a disposition with a
+``transactional-state`` is held by its transaction until commit. A refused attach is
+answered with an attach without the terminus and a detach with the error
+(``amqp:not-found``...).
 
 Windows: the session's incoming window (:data:`WINDOW` transfer frames) is refreshed by a
 session flow when half is used; a transfer beyond it ends the session
@@ -26,12 +28,10 @@ import dataclasses
 from typing import Any, Protocol
 
 from broker.amqp.context import BrokerContext
-from broker.amqp10 import addresses
+from broker.amqp10.coordinator import CoordinatorLink, OpenTransaction, Transactions
 from broker.amqp10.errors import (
     HANDLE_IN_USE,
     ILLEGAL_STATE,
-    NOT_IMPLEMENTED,
-    RESOURCE_LOCKED,
     UNATTACHED_HANDLE,
     UNAUTHORIZED_ACCESS,
     WINDOW_VIOLATION,
@@ -50,13 +50,12 @@ from broker.amqp10.performatives import (
     Error,
     Flow,
     Received,
-    Source,
-    Target,
+    TransactionalState,
     Transfer,
 )
 from broker.amqp10.receiver import ReceiverLink
 from broker.amqp10.sender import SenderLink
-from broker.amqp10.types import Described
+from broker.amqp10.termini import Link, make_link
 from broker.core.errors import AmqpError
 from broker.core.message import Entry
 from broker.core.queue import Queue
@@ -67,8 +66,6 @@ WINDOW = 65536
 #: The outgoing window it announces (transfers are bounded by the peer's window).
 OUTGOING_WINDOW = 0x7FFFFFFF
 _SERIAL = 1 << 32
-
-Link = ReceiverLink | SenderLink
 
 
 class SessionConnection(Protocol):
@@ -114,7 +111,9 @@ class Session:
         self._detaching: set[int] = set()
         #: Unsettled deliveries sent, by delivery id: their link.
         self._outgoing: dict[int, SenderLink] = {}
-        self._confirm_links: set[ReceiverLink] = set()
+        self._confirm_links: set[ReceiverLink | CoordinatorLink] = set()
+        #: The transactions declared on this session (its coordinator).
+        self.transactions = Transactions(self)
         self.ended = False
 
     # -- the port its links use ------------------------------------------------------------
@@ -186,6 +185,9 @@ class Session:
         self._confirm_links.add(link)
         self.connection.session_has_dispositions(self)
 
+    def transaction(self, txn_id: bytes) -> OpenTransaction:
+        return self.transactions.find(txn_id)
+
     def published(self) -> None:
         self.connection.messages_published += 1
 
@@ -216,12 +218,13 @@ class Session:
             self._release(link)
         self.links.clear()
         self._confirm_links.clear()
+        self.transactions.release()
 
     def _release(self, link: Link) -> None:
         if isinstance(link, SenderLink):
             for delivery_id in link.detach():
                 self._outgoing.pop(delivery_id, None)
-        else:
+        else:  # a receiver or a control link (whose transactions roll back)
             link.detach()
             self._confirm_links.discard(link)
 
@@ -258,15 +261,15 @@ class Session:
             int(transfer.handle),
             None if transfer.delivery_id is None else int(transfer.delivery_id),
             transfer.settled, bool(transfer.more),
-            bool(transfer.aborted), payload,
+            bool(transfer.aborted), payload, transfer.state,
         )  # fmt: skip
 
     def transfer(
         self, handle: int, delivery_id: int | None, settled: bool | None, more: bool,
-        aborted: bool, payload: bytes,
+        aborted: bool, payload: bytes, state: Any = None,
     ) -> None:  # fmt: skip
         """One transfer frame (its fields: the connection reads a client's usual transfer
-        by hand, without a :class:`Transfer`)."""
+        by hand, without a :class:`Transfer`; ``state``: a transactional posting's)."""
         if self.incoming_window <= 0:
             raise Amqp10Error(
                 WINDOW_VIOLATION, "transfer beyond the session's incoming window", Scope.SESSION
@@ -277,14 +280,14 @@ class Session:
         if link is None:
             link = self._link(handle, "transfer")
         if link is not None:
-            if not isinstance(link, ReceiverLink):
+            if isinstance(link, SenderLink):
                 raise Amqp10Error(
                     ILLEGAL_STATE,
                     f"transfer on handle {handle}, where the broker sends",
                     Scope.SESSION,
                 )
             try:
-                link.transfer(delivery_id, settled, more, aborted, payload)
+                link.transfer(delivery_id, settled, more, aborted, payload, state)
             except Amqp10Error as error:
                 if error.scope is not Scope.LINK:
                     raise
@@ -323,6 +326,9 @@ class Session:
             return  # not an outcome yet
         first = int(disposition.first)
         last = first if disposition.last is None else int(disposition.last)
+        if isinstance(state, TransactionalState):
+            self._retire(first, last, state, disposition.settled)
+            return
         outgoing = self._outgoing
         if last - first < len(outgoing):
             ids: list[int] = list(range(first, last + 1))
@@ -337,6 +343,26 @@ class Session:
                 Disposition(role=SENDER, first=first, last=disposition.last, settled=True,
                             state=state)
             )  # fmt: skip
+
+    def _retire(self, first: int, last: int, state: TransactionalState, settled: bool) -> None:
+        """A disposition inside a transaction: each delivery's outcome is held by it until
+        commit (:class:`~broker.amqp10.sender.Retirement`); an unknown txn-id detaches the
+        deliveries' links with ``amqp:transaction:unknown-id``."""
+        outgoing = self._outgoing
+        ids = [k for k in outgoing if first <= k <= last]
+        try:
+            txn = self.transactions.find(state.txn_id)
+        except Amqp10Error as error:
+            for link in {id(outgoing[k]): outgoing[k] for k in ids}.values():
+                self._detach_with_error(link, error)
+            return
+        if state.outcome is None:
+            return  # transactional acquisition's state: not supported, nothing to hold
+        for delivery_id in sorted(ids):
+            link = outgoing.pop(delivery_id)
+            retirement = link.retire(delivery_id, state.outcome, settled)
+            if retirement is not None:
+                txn.work.settle(retirement)
 
     def _detach(self, detach: Detach) -> None:
         handle = int(detach.handle)
@@ -377,7 +403,7 @@ class Session:
         if handle in self.links or handle in self._detaching:
             raise Amqp10Error(HANDLE_IN_USE, f"handle {handle} is in use", Scope.SESSION)
         try:
-            link = self._make_link(attach)
+            link = make_link(self, attach, self.transactions)
         except AmqpError as core:
             self._refuse(attach, from_core(core, Scope.LINK))
             return
@@ -388,11 +414,12 @@ class Session:
             return
         self.links[handle] = link
         self.send(link.attach_reply())
+        if isinstance(link, SenderLink):
+            link.queue.add_consumer(link)
+            return
         if isinstance(link, ReceiverLink):
             link.blocked = self.ctx.publish_alarm is not None
-            link.top_up(force=True)
-        else:
-            link.queue.add_consumer(link)
+        link.top_up(force=True)
 
     def _refuse(self, attach: Attach, error: Amqp10Error) -> None:
         """An attach answered with an attach without the terminus, then a detach."""
@@ -414,51 +441,6 @@ class Session:
                 handle=attach.handle, closed=True, error=Error(error.condition, error.description)
             )
         )
-
-    def _make_link(self, attach: Attach) -> Link:
-        ctx = self.ctx
-        acl = ctx.acl
-        vhost = self.vhost
-        if attach.role is SENDER:  # the client sends: the broker's end receives
-            target = attach.target
-            if isinstance(target, Described):
-                raise Amqp10Error(
-                    NOT_IMPLEMENTED, "transactions (a coordinator target)", Scope.LINK
-                )
-            if not isinstance(target, Target) or target.dynamic:
-                raise Amqp10Error(NOT_IMPLEMENTED, "a dynamic or missing target", Scope.LINK)
-            if not target.address:
-                return ReceiverLink(self, attach, None, "")  # the anonymous relay
-            address = addresses.parse(target.address)
-            exchange, key = addresses.route_of(address)
-            if isinstance(address, addresses.QueueAddress):
-                vhost.queue(address.queue, owner=self.owner)  # not-found, resource-locked
-            else:
-                vhost.check_publish(exchange)
-            self.check_publish(exchange, key)
-            return ReceiverLink(self, attach, exchange, key)
-        source = attach.source
-        if not isinstance(source, Source):
-            raise Amqp10Error(NOT_IMPLEMENTED, "a missing source", Scope.LINK)
-        if source.dynamic:  # a temporary queue for this link (request/reply)
-            queue = vhost.declare_queue("", exclusive=True, auto_delete=True, owner=self.owner)
-            attach = dataclasses.replace(
-                attach, source=dataclasses.replace(source, address=queue.name)
-            )
-            return SenderLink(self, attach, queue)
-        queue_address = addresses.parse_source(source.address)
-        queue = vhost.queue(queue_address.queue, owner=self.owner)
-        if acl is not None:
-            denied = acl.check(
-                self.user, self.connection_name, "consume", "queue", {"name": queue.name}
-            )
-            if denied is not None:
-                raise Amqp10Error(UNAUTHORIZED_ACCESS, denied.reply_text, Scope.LINK)
-        if queue.has_exclusive_consumer():
-            raise Amqp10Error(
-                RESOURCE_LOCKED, f"queue '{queue.name}' has an exclusive consumer", Scope.LINK
-            )
-        return SenderLink(self, attach, queue)
 
     def check_publish(self, exchange: str, routing_key: str) -> None:
         """The ACL's ``publish exchange`` for this connection's user.

@@ -49,7 +49,6 @@ class Message:
     """Content of one published message. Treat as immutable once routed."""
 
     __slots__ = (
-        "_headers",
         "body",
         "confirm",
         "encoded_route",
@@ -86,17 +85,15 @@ class Message:
         info = scanned if scanned is not None else properties.scan(properties_raw)
         self.persistent = info.delivery_mode == 2
         self.expiration_ms = properties.parse_expiration(info.expiration)
-        self._headers: dict[str, Any] | None = None if info.has_headers else {}
 
     @property
     def headers(self) -> dict[str, Any]:
-        """Application headers (decoded on first use)."""
-        if self._headers is None:
-            try:
-                self._headers = properties.headers_of(self.properties_raw)
-            except ValueError:  # a well-sized but undecodable table: route as no headers
-                self._headers = {}
-        return self._headers
+        """Application headers, decoded at each read (a headers exchange's routing reads
+        them; a message keeps no table, not even an empty one, while it waits in a queue)."""
+        try:
+            return properties.headers_of(self.properties_raw)
+        except ValueError:  # a well-sized but undecodable table: route as no headers
+            return {}
 
     @property
     def size(self) -> int:

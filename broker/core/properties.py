@@ -73,9 +73,10 @@ class ScannedProperties:
 _PLAIN = ScannedProperties(delivery_mode=0, expiration=None, has_headers=False)
 
 
-_SCAN_CACHE: dict[bytes, ScannedProperties] = {}
+_SCAN_CACHE: dict[bytes, tuple[bytes, ScannedProperties]] = {}
 _SCAN_CACHE_LIMIT = 4096
 _SCAN_CACHE_MAX_KEY = 96
+_PLAIN_SHARED = (EMPTY, _PLAIN)
 
 
 def scan(raw: bytes) -> ScannedProperties:
@@ -85,12 +86,19 @@ def scan(raw: bytes) -> ScannedProperties:
     short blocks are remembered. Raises ``ValueError`` when the bytes do not hold a
     well-formed property list.
     """
+    return scan_shared(raw)[1]
+
+
+def scan_shared(raw: bytes) -> tuple[bytes, ScannedProperties]:
+    """:func:`scan`, and bytes equal to ``raw`` that a message may keep instead: for a
+    short block seen before, the one object every message with these properties shares
+    (a queue of a million messages published with the same properties holds one copy)."""
     if raw == EMPTY:
-        return _PLAIN
+        return _PLAIN_SHARED
     cached = _SCAN_CACHE.get(raw)
     if cached is not None:
         return cached
-    result = _scan(raw)
+    result = (raw, _scan(raw))
     if len(raw) <= _SCAN_CACHE_MAX_KEY:
         if len(_SCAN_CACHE) >= _SCAN_CACHE_LIMIT:
             _SCAN_CACHE.clear()

@@ -44,6 +44,7 @@ from broker.core.exchange import (
 from broker.core.field_tables import check_arguments
 from broker.core.message import Entry, Message
 from broker.core.queue import REASON_REJECTED, Queue
+from broker.core.vhost_limits import VhostLimits
 from broker.core.vhost_rules import (
     BUILTIN_EXCHANGES,
     EQUIVALENCE_ARGS,
@@ -117,6 +118,8 @@ class VirtualHost:
         #: Asked before a client's new queue, exchange or binding is created (an HA
         #: cluster member's replication contract); None: nothing to ask.
         self.contract: DeclareContract | None = None
+        #: The vhosts' limits (``max-queues`` asked for a client's new queue); None: none.
+        self.limits: VhostLimits | None = None
         self._dead_letter_depth = 0
         self.dead_lettered_total = 0
         self.published_total = 0
@@ -277,6 +280,8 @@ class VirtualHost:
             check_arguments(where(self.name, f"queue '{name}'"), arguments)
             if self.contract is not None:
                 self.contract.check_queue(self.name, name, arguments)
+            if self.limits is not None:
+                self.limits.check_queue(self.name, name, len(self.queues))
         queue = Queue(
             name,
             clock=self.clock,

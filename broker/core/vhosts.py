@@ -26,6 +26,7 @@ from broker.core.declare_contract import DeclareContract
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.queue import Queue
 from broker.core.vhost import VHOST, ConfigListener, VirtualHost
+from broker.core.vhost_limits import VhostLimits
 
 #: Joins a vhost's name and a queue's name in a queue key (never in a name a client uses).
 KEY_SEPARATOR = "\x00"
@@ -141,6 +142,12 @@ class VirtualHosts:
         for vhost in self._hosts.values():
             vhost.contract = contract
 
+    def hold_limits(self, limits: VhostLimits | None) -> None:
+        """Every vhost, and every one created later, refuses a client's new queue over its
+        ``max-queues`` (:mod:`broker.core.vhost_limits`)."""
+        for vhost in self._hosts.values():
+            vhost.limits = limits
+
     def get(self, name: str) -> VirtualHost | None:
         return self._hosts.get(name)
 
@@ -164,6 +171,7 @@ class VirtualHosts:
         vhost = self._factory(name)
         vhost.listeners = self.listeners
         vhost.contract = self.default.contract
+        vhost.limits = self.default.limits
         self._hosts[name] = vhost
         for listener in list(self.vhost_listeners):
             listener.vhost_created(vhost)

@@ -33,6 +33,7 @@ from broker.core.exchange import EXCHANGE, QUEUE, BindingKey, binding_key
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.queue_replicator import QueueReplicator
+from broker.ha.replicate_level import is_standard_exchange
 from broker.ha.tx_staging import TxStaging
 from broker.security.cluster_users import ClusterUsers
 from common.slices import SLICE, Steps, run_steps
@@ -234,7 +235,9 @@ class BrokerReplicator:
     # -- snapshot ----------------------------------------------------------------------
     def _snapshot(self, event: dict[str, Any], changes: ConfigChanges, size: int) -> Steps[None]:
         """In the order of one step: leftovers deleted, exchanges then queues declared,
-        leftover bindings removed, bindings made; ``size`` objects a slice."""
+        leftover bindings removed (those to the standard ``amq.*`` exchanges too: a link of
+        format 1 to 3 sends none, and the backup holds none of its primary's then), bindings
+        made; ``size`` objects a slice."""
         self.snapshots += 1
         vhosts = {VHOST, *(str(v) for v in event.get("vhosts") or [])}
         for vhost in list(self.vhosts):
@@ -279,8 +282,8 @@ class BrokerReplicator:
             if i % size == 0:
                 yield
             exchange = vhost.exchanges.get(binding.exchange)
-            if exchange is None or exchange.builtin:
-                continue
+            if exchange is None or (exchange.builtin and not is_standard_exchange(exchange)):
+                continue  # the default exchange's are implicit, the management ones' local
             if (vhost.name, binding.exchange, binding.key) not in wanted:
                 destination = binding.destination.name
                 if binding.to_exchange:

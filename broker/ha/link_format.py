@@ -29,8 +29,12 @@ The formats (the checklist for the next one is in docs/ha-design.md):
   has no lease: the agent's ZooKeeper lease alone governs, as before.
 - **4**: format 3 and the cluster's users (issue 30, :mod:`broker.security.cluster_users`):
   the configuration stream carries a ``users`` event (every cluster user and permission)
-  after the snapshot and after each change. A link of format 1 to 3 carries none: such a
-  backup, promoted, has its own users only.
+  after the snapshot and after each change (with each vhost's limits), and the bindings to
+  the standard exchanges (``amq.topic``, ...: :mod:`broker.ha.replicate_level`). A link of
+  format 1 to 3 carries neither: such a backup, promoted, has its own users only and no
+  binding to an ``amq.*`` exchange (release 0.1.0's backup keeps a leftover one at a
+  snapshot, so it is never sent one). Format 4 is not released yet (CHANGELOG.md): what
+  it carries grew without a new number.
 
 What a format can carry is what a primary may accept from clients while a link of that
 format may exist (:mod:`broker.ha.replication_contract`): the limits are read from the
@@ -102,6 +106,8 @@ class Codec:
     member_lease: bool = False
     #: Whether the configuration stream carries the cluster's users (format 4).
     cluster_users: bool = False
+    #: Whether it carries bindings to the standard ``amq.*`` exchanges (format 4).
+    standard_bindings: bool = False
     #: :attr:`encode_config_event` in slices (a snapshot's thousands of objects).
     encode_config_steps: Callable[[dict[str, Any]], Steps[bytes]] = wire_config.encode_config_steps
     #: The rules its configuration events are decoded by.
@@ -149,8 +155,9 @@ CODECS: Mapping[int, Codec] = {
     2: _FORMAT_2,
     # Format 3 is format 2 and the member lease (the lease stream).
     3: replace(_FORMAT_2, format=3, member_lease=True),
-    # Format 4 is format 3 and the cluster's users (a ``users`` configuration event).
-    4: replace(_FORMAT_2, format=4, member_lease=True, cluster_users=True),
+    # Format 4 is format 3 and the cluster's users (a ``users`` configuration event)
+    # and the bindings to the standard ``amq.*`` exchanges.
+    4: replace(_FORMAT_2, format=4, member_lease=True, cluster_users=True, standard_bindings=True),
 }
 
 #: The lowest format that carries the member lease.

@@ -15,8 +15,16 @@ overrides it for that queue or exchange:
 A binding is replicated when both its queue and its exchange have level ``configuration``
 or ``all``. The built-in exchanges (the default exchange ``""``, the ``amq.*`` exchanges and
 the management exchanges ``qpid.management``, ``qmf.default.direct`` and
-``qmf.default.topic``) are never replicated, whatever their arguments, so neither are
-bindings to them.
+``qmf.default.topic``) are never replicated, whatever their arguments: every broker makes
+its own. Bindings to them differ:
+
+- a binding on a **standard exchange** (``amq.direct``, ``amq.fanout``, ``amq.topic``,
+  ``amq.headers``, ``amq.match``: :func:`is_standard_exchange`) is replicated when its
+  queue (or destination exchange) is, as RabbitMQ keeps them (issue 30; Qpid's rule dropped
+  them at a fail-over), on links whose replication format carries them (format 4:
+  ``standard_exchanges``); a link of format 1 to 3 carries none, as before;
+- the default exchange's bindings are implicit (every queue is bound by its name) and the
+  management exchanges' belong to the broker: never replicated.
 
 Levels are ordered, ``NONE < CONFIGURATION < ALL``. Pure functions over
 :mod:`broker.core` objects; no I/O.
@@ -40,6 +48,7 @@ __all__ = [
     "binding_replicated",
     "exchange_replicated",
     "is_builtin_exchange",
+    "is_standard_exchange",
     "level_of",
     "queue_level",
 ]
@@ -135,6 +144,12 @@ def is_builtin_exchange(exchange: Exchange) -> bool:
     return exchange.builtin or name == "" or name.startswith("amq.") or name in MANAGEMENT_EXCHANGES
 
 
+def is_standard_exchange(exchange: Exchange) -> bool:
+    """True for a built-in ``amq.*`` exchange (``amq.topic``, ...): one every broker has,
+    whose bindings are replicated (the module docstring)."""
+    return exchange.builtin and exchange.name.startswith("amq.")
+
+
 def exchange_replicated(exchange: Exchange, default: ReplicateLevel) -> ReplicateLevel:
     """The level ``exchange`` is replicated at: NONE for a built-in, else its argument.
 
@@ -158,20 +173,31 @@ def queue_level(queue: Queue, default: ReplicateLevel) -> ReplicateLevel:
     return level_of(arguments, default, owner=f"queue '{queue.name}'")
 
 
-def binding_replicated(binding: Binding, default: ReplicateLevel, *, exchange: Exchange) -> bool:
-    """Whether ``binding`` is replicated: its queue and exchange both at CONFIGURATION or ALL.
+def binding_replicated(
+    binding: Binding,
+    default: ReplicateLevel,
+    *,
+    exchange: Exchange,
+    standard_exchanges: bool = True,
+) -> bool:
+    """Whether ``binding`` is replicated: its queue and exchange both at CONFIGURATION or ALL,
+    or, on a standard exchange (``amq.topic``, ...), its queue at CONFIGURATION or ALL.
 
     ``exchange`` is the exchange the binding is on (a :class:`Binding` holds only its name).
-    Bindings to built-in exchanges are never replicated. An exchange-to-exchange binding is
-    replicated when its destination exchange is too, or is a built-in one (every broker has
-    those).
+    Bindings to the other built-in exchanges (the default one, the management ones) are
+    never replicated; bindings to a standard one only when ``standard_exchanges`` (the
+    link's format carries them: format 4). An exchange-to-exchange binding is replicated
+    when its destination exchange is too, or is a built-in one (every broker has those).
 
     :raises ValueError: if ``exchange`` is not the binding's exchange.
     :raises AmqpError: PRECONDITION_FAILED for a bad ``qpid.replicate`` argument.
     """
     if exchange.name != binding.exchange:
         raise ValueError(f"binding is on exchange {binding.exchange!r}, not on {exchange.name!r}")
-    if exchange_replicated(exchange, default) < ReplicateLevel.CONFIGURATION:
+    if is_standard_exchange(exchange):
+        if not standard_exchanges:
+            return False
+    elif exchange_replicated(exchange, default) < ReplicateLevel.CONFIGURATION:
         return False
     destination = binding.destination
     if isinstance(destination, Exchange):

@@ -331,7 +331,10 @@ def _check_held(vhost: VirtualHost, obj: object, default: ReplicateLevel, floor:
     """406 if ``obj`` is replicated and ``floor``'s format cannot carry it."""
     if isinstance(obj, Binding):
         source = vhost.exchanges.get(obj.exchange)
-        if source is not None and binding_replicated(obj, default, exchange=source):
+        carried = floor.codec.standard_bindings
+        if source is not None and binding_replicated(
+            obj, default, exchange=source, standard_exchanges=carried
+        ):
             check_arguments(_binding_what(vhost.name, obj, source), obj.arguments, floor)
     elif isinstance(obj, Exchange):
         if exchange_replicated(obj, default) is not ReplicateLevel.NONE:

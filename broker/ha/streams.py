@@ -210,10 +210,14 @@ class ConfigStream(_ChannelStream):
         self._encode = codec.encode_config_steps  # the link's replication format
         #: Whether the link's format carries the cluster's users (format 4).
         self.carries_users = codec.cluster_users
+        #: Whether it carries bindings to the standard ``amq.*`` exchanges (format 4).
+        self.carries_standard_bindings = codec.standard_bindings
         #: The first pending event's encoding in progress (a snapshot: a slice a pump).
         self._encoding: Steps[bytes] | None = None
         #: Events to send; the first, the snapshot, is built a slice a pump, then encoded.
-        self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = [streams.snapshot_steps()]
+        self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = [
+            streams.snapshot_steps(standard_exchanges=self.carries_standard_bindings)
+        ]
         self.pushed = 1
         guard.pushed(self.key, 1)
         self.acked = 0
@@ -312,11 +316,11 @@ class ConfigStream(_ChannelStream):
             self.push(in_vhost({"type": "exchange-deleted", "name": exchange.name}, exchange.vhost))
 
     def bound(self, binding: Binding) -> None:
-        if self.streams.binding_replicated(binding):
+        if self.streams.binding_replicated(binding, self.carries_standard_bindings):
             self.push({"type": "bound", "binding": binding_config(binding)})
 
     def unbound(self, binding: Binding) -> None:
-        if self.streams.binding_replicated(binding):
+        if self.streams.binding_replicated(binding, self.carries_standard_bindings):
             self.push({"type": "unbound", "binding": binding_config(binding)})
 
 
@@ -394,20 +398,31 @@ class PrimaryStreams:
     def exchange_level(self, exchange: Exchange) -> ReplicateLevel:
         return exchange_replicated(exchange, self.default)
 
-    def binding_replicated(self, binding: Binding) -> bool:
+    def binding_replicated(self, binding: Binding, standard_exchanges: bool = True) -> bool:
+        """Whether ``binding`` is sent on a link (``standard_exchanges``: one whose format
+        carries bindings to ``amq.topic`` and the like)."""
         vhost = self.vhosts.get(binding.destination.vhost)
         exchange = None if vhost is None else vhost.exchanges.get(binding.exchange)
-        return exchange is not None and binding_replicated(binding, self.default, exchange=exchange)
+        return exchange is not None and binding_replicated(
+            binding, self.default, exchange=exchange, standard_exchanges=standard_exchanges
+        )
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, standard_exchanges: bool = True) -> dict[str, Any]:
         """The replicated configuration now, at once (:meth:`snapshot_steps`)."""
-        return run_steps(self.snapshot_steps())
+        return run_steps(self.snapshot_steps(standard_exchanges=standard_exchanges))
 
-    def snapshot_steps(self, size: int = SLICE) -> Steps[dict[str, Any]]:
+    def snapshot_steps(
+        self, size: int = SLICE, *, standard_exchanges: bool = True
+    ) -> Steps[dict[str, Any]]:
         """The replicated configuration as of this call, in slices
-        (:func:`broker.ha.config_objects.snapshot_steps`)."""
+        (:func:`broker.ha.config_objects.snapshot_steps`), for a link that carries bindings
+        to the standard exchanges or not (``standard_exchanges``)."""
         return snapshot_steps(
-            list(self.vhosts), self.queue_level, self.exchange_level, self.binding_replicated, size
+            list(self.vhosts),
+            self.queue_level,
+            self.exchange_level,
+            lambda binding: self.binding_replicated(binding, standard_exchanges),
+            size,
         )
 
     def serves(self, name: str) -> bool:

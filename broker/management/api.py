@@ -55,6 +55,7 @@ from broker.management.origin_guard import OriginGuard
 from broker.management.status import StatusEndpoints
 from broker.management.store_backup import StoreBackupEndpoints
 from broker.management.users import UserEndpoints
+from broker.management.vhost_limits import VhostLimitEndpoints
 from broker.management.vhosts import VhostEndpoints
 from common.log import get_logger
 
@@ -69,10 +70,12 @@ class ManagementApi:
         self.origin_guard = OriginGuard(self.log)  # no change asked by another site's page
         self.auth = BasicAuth(broker, self.log, sessions=self.console)
         self.overview = StatusEndpoints(broker)
-        self.objects = ObjectEndpoints(broker, self.log)
+        samples = self.console.live.samples  # the connections' byte rates
+        self.objects = ObjectEndpoints(broker, self.log, samples.connection_rates_of)
         self.bindings = BindingEndpoints(broker, self.log)
         self.vhosts = VhostEndpoints(broker, self.log)
         self.users = UserEndpoints(broker, self.log)
+        self.vhost_limits = VhostLimitEndpoints(broker, self.log)
         self.definitions = DefinitionsEndpoints(broker, self.log)
         self.ha = HaEndpoints(broker, self.log)
         self.console.live.managed_by = lambda: self.ha.promote_guard.managed_by
@@ -95,6 +98,7 @@ class ManagementApi:
             web.delete("/api/exchanges/{name}", objects.delete_exchange),
             *self.vhosts.routes(),  # GET /api/vhosts[/{name}], PUT and DELETE /api/vhosts/{name}
             *self.users.routes(),  # /api/users[/{name}], /api/permissions[/{vhost}/{user}]
+            *self.vhost_limits.routes(),  # /api/vhost-limits[/{vhost}[/{name}]]
             *self.definitions.routes(),  # GET, POST /api/definitions[/{vhost}]
             web.get("/api/bindings", objects.list_bindings),
             *self.bindings.routes(),  # POST, DELETE /api/bindings/{vhost}/e/{source}/q/...

@@ -88,7 +88,7 @@ def channel_view(connection: Connection, channel: Channel) -> dict[str, Any]:
         "messages_unconfirmed": 0 if confirms is None else confirms.outstanding,
         "transactional": tx is not None,
         "messages_uncommitted": 0 if tx is None else len(tx.publishes),
-        "acks_uncommitted": 0 if tx is None else len(tx.acks),
+        "acks_uncommitted": 0 if tx is None else len(tx.settlements),
         "flow": channel.flow_active,
         "replication_stream": deliveries.stream is not None,
     }

@@ -7,8 +7,11 @@ and ``GET /api/definitions``): ``users``, ``vhosts``, ``permissions``, ``queues`
 file before anything is applied: a bad one is a :class:`DefinitionsError` naming the field
 (``queues[2].durable: must be true or false``), and nothing changes. What this broker cannot
 take whole is listed, never dropped in silence (:attr:`Definitions.ignored`): every policy,
-parameter and topic permission, a user's or vhost's ``limits``, and a queue whose
-``x-queue-type`` is not ``classic`` (declared here as a classic queue, the argument kept).
+parameter and topic permission, a user's ``limits``, and a queue whose ``x-queue-type`` is
+not ``classic`` (declared here as a classic queue, the argument kept). A vhost's limits
+(``max-connections``, ``max-queues``: :mod:`broker.core.vhost_limits`) are imported, from
+the vhost's ``limits`` object or from a ``parameters`` row of component ``vhost-limits``
+(where RabbitMQ keeps and exports them), and exported as RabbitMQ does, in ``parameters``.
 
 :func:`export` builds the file from rows the caller lists (the API's
 :mod:`broker.management.definitions_api`); a vhost's own file (``GET
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.core.exchange import EXCHANGE_TYPES
+from broker.core.vhost_limits import check_limit
 from broker.core.vhosts import check_vhost_name
 from broker.management.users import permission_from_fields, user_from_fields
 from broker.security.cluster_users import ClusterUser, UserError, VhostPermission
@@ -100,6 +104,8 @@ class Definitions:
     exchanges: list[ExchangeRow] = field(default_factory=list)
     queues: list[QueueRow] = field(default_factory=list)
     bindings: list[BindingRow] = field(default_factory=list)
+    #: Each vhost's limits, by name (applied last: the file's own queues are not refused).
+    limits: dict[str, dict[str, int]] = field(default_factory=dict)
     #: What is not applied, one line an item (``policies[0] 'ha-all' in vhost '/'``).
     ignored: list[str] = field(default_factory=list)
 
@@ -141,8 +147,7 @@ def parse(data: object, vhost: str | None = None) -> Definitions:
         except ValueError as exc:
             raise DefinitionsError(f"vhosts[{i}].name: {exc}") from None
         found.vhosts.append(name)
-        if row.get("limits"):
-            found.ignored.append(f"vhosts[{i}] '{name}': limits are not supported here, ignored")
+        _limits(found, name, row.get("limits"), f"vhosts[{i}].limits")
     for i, row in enumerate(_section(data, "users")):
         where = f"users[{i}]."
         name = _string(row, "name", f"users[{i}]")
@@ -218,8 +223,30 @@ def parse(data: object, vhost: str | None = None) -> Definitions:
         )
     for section in IGNORED_SECTIONS:
         for i, row in enumerate(_section(data, section)):
+            if section == "parameters" and row.get("component") == VHOST_LIMITS:
+                where = f"parameters[{i}]"
+                _limits(found, _vhost(row, where, vhost), row.get("value"), f"{where}.value")
+                continue
             found.ignored.append(f"{section}[{i}] {_describe(row)}: not supported here, ignored")
     return found
+
+
+#: The runtime parameter component RabbitMQ keeps a vhost's limits in.
+VHOST_LIMITS = "vhost-limits"
+
+
+def _limits(found: Definitions, vhost: str, value: object, where: str) -> None:
+    """A vhost's limits, ``{name: N}`` (RabbitMQ 3.10 writes an empty list for none)."""
+    if value is None or value == []:
+        return
+    if not isinstance(value, dict):
+        raise DefinitionsError(f'{where}: must be an object of limits, e.g. {{"max-queues": 10}}')
+    for name, number in value.items():
+        try:
+            key, checked = check_limit(name, number)
+        except ValueError as exc:
+            raise DefinitionsError(f"{where}: {exc}") from None
+        found.limits.setdefault(vhost, {})[key] = checked
 
 
 def _section(data: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
@@ -287,8 +314,10 @@ def export(
     queues: Iterable[dict[str, Any]],
     exchanges: Iterable[dict[str, Any]],
     bindings: Iterable[dict[str, Any]],
+    limits: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """The definitions file (RabbitMQ's keys; ``None`` sections left out: a vhost's file)."""
+    """The definitions file (RabbitMQ's keys; ``None`` sections left out: a vhost's file).
+    ``limits``: each vhost's, written as RabbitMQ's ``vhost-limits`` parameters."""
     out: dict[str, Any] = {
         "rabbit_version": "3.10.8",  # the format this follows, for RabbitMQ's importer
         "product_name": "qpidd",
@@ -301,7 +330,10 @@ def export(
     if permissions is not None:
         out["permissions"] = [p.definition() for p in permissions]
         out["topic_permissions"] = []
-    out["parameters"] = []
+    out["parameters"] = [
+        {"value": dict(named), "vhost": vhost, "component": VHOST_LIMITS, "name": "limits"}
+        for vhost, named in (limits or {}).items()
+    ]
     if vhosts is not None:
         out["global_parameters"] = []
     out["policies"] = []

@@ -7,7 +7,8 @@ Contract
   (:mod:`broker.management.definitions`): the cluster's users (their hashes: RabbitMQ's
   SHA-256 as imported, or this broker's scrypt, ``qpidd_password_hashing_scrypt``, which
   RabbitMQ does not import), vhosts, permissions, every queue but exclusive ones, every
-  exchange but the built-in ones, every binding but the default exchange's. A broker's own
+  exchange but the built-in ones, every binding but the default exchange's, each vhost's
+  limits (as RabbitMQ writes them: ``parameters`` of component ``vhost-limits``). A broker's own
   users (users file, default guest) are not in it: they are node-local.
   ``GET /api/definitions/{vhost}``: one vhost's queues, exchanges and bindings.
   ``?download=NAME`` answers it as an attachment named NAME (the console's button).
@@ -19,8 +20,9 @@ Contract
   it is). A refusal on the way (an existing queue with other arguments: 406 as a declare
   would be) is 400 naming the item, what came before it stays imported. The answer:
   ``{"imported": {section: count}, "ignored": [...], "skipped": [...]}``: ``ignored``
-  lists what this broker has no place for (policies, parameters, topic permissions, a
-  queue type other than classic, declared as classic), ``skipped`` the users that are
+  lists what this broker has no place for (policies, parameters other than RabbitMQ's
+  ``vhost-limits``, topic permissions, a user's limits, a queue type other than classic,
+  declared as classic), ``skipped`` the users that are
   this broker's own here (and their permissions).
 
 Both need the administrator role (the export holds password hashes; a GET, yet not for
@@ -148,6 +150,7 @@ class DefinitionsEndpoints:
             queues,
             exchanges,
             bindings,
+            cluster.limits.all() if whole else None,
         )
         text = await dumps_sliced(data)
         response = web.Response(text=text, content_type="application/json")
@@ -233,6 +236,9 @@ class DefinitionsEndpoints:
             for i, name in enumerate(names):
                 if name not in vhosts:
                     raise ApiError(400, f"{section}[{i}].vhost: no vhost '{name}'")
+        for name in definitions.limits:
+            if name not in vhosts:
+                raise ApiError(400, f"limits of vhost '{name}': no vhost '{name}'")
         return skipped
 
     async def _apply(self, definitions: Definitions) -> dict[str, int]:
@@ -294,6 +300,8 @@ class DefinitionsEndpoints:
             except AmqpError as exc:
                 raise refused(f"bindings[{i}]", b.source, exc) from None
             await step()
+        if definitions.limits:  # last: the file's own queues are not refused by them
+            self.broker.context.authenticator.cluster_users.set_limits(definitions.limits)
         return {
             "vhosts": len(definitions.vhosts),
             "users": len(definitions.users),
@@ -301,4 +309,5 @@ class DefinitionsEndpoints:
             "exchanges": len(definitions.exchanges),
             "queues": len(definitions.queues),
             "bindings": len(definitions.bindings),
+            "limits": sum(len(named) for named in definitions.limits.values()),
         }

@@ -19,7 +19,7 @@ The default exchange (named "") is addressed as :data:`DEFAULT_EXCHANGE_ALIAS`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -33,7 +33,13 @@ from broker.management.lists import BINDINGS, CONNECTIONS, EXCHANGES, QUEUES, li
 from broker.management.managed import ManagedBroker, refuse_on_backup, replicated, vhosts_of
 from broker.management.request_input import Body, check_name, query_flag, read_json_object
 from broker.management.responses import json_response
-from broker.management.views import binding_view, connection_view, exchange_view, queue_view
+from broker.management.views import (
+    NO_RATES,
+    binding_view,
+    connection_view,
+    exchange_view,
+    queue_view,
+)
 
 #: How the default exchange (named "") is addressed in a path, as in RabbitMQ.
 DEFAULT_EXCHANGE_ALIAS = "amq.default"
@@ -44,9 +50,16 @@ _T = TypeVar("_T")
 class ObjectEndpoints:
     """The queue, exchange, binding and connection handlers, bound to one broker."""
 
-    def __init__(self, broker: ManagedBroker, log: FilteringBoundLogger) -> None:
+    def __init__(
+        self,
+        broker: ManagedBroker,
+        log: FilteringBoundLogger,
+        connection_rates: Callable[[int], Mapping[str, float]] = lambda _id: NO_RATES,
+    ) -> None:
         self.broker = broker
         self.log = log
+        #: a connection's byte rates (the console sampler's, by connection id)
+        self.connection_rates = connection_rates
 
     def _audit(self, event: str, **fields: Any) -> None:
         """Log a change made through the API, naming who made it."""
@@ -229,4 +242,7 @@ class ObjectEndpoints:
         ctx = self.broker.context
         both = [*ctx.connections.values(), *ctx.connections_1_0.values()]
         connections = sorted(both, key=lambda c: c.id)
-        return await list_response(request, CONNECTIONS, connections, connection_view)
+        rates = self.connection_rates
+        return await list_response(
+            request, CONNECTIONS, connections, lambda c: connection_view(c, rates(c.id))
+        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from broker.core.exchange import Binding, Exchange
@@ -87,7 +88,16 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-def connection_view(connection: ConnectionView) -> dict[str, Any]:
+#: A connection's byte rates before the console's sampler read it twice.
+NO_RATES: Mapping[str, float] = {"recv_oct_rate": 0.0, "send_oct_rate": 0.0}
+
+
+def connection_view(
+    connection: ConnectionView, rates: Mapping[str, float] = NO_RATES
+) -> dict[str, Any]:
+    """A connection as ``GET /api/connections`` lists it; ``rates``: its bytes per second
+    at the console sampler's last tick (:meth:`Samples.connection_rates_of
+    <broker.management.console.samples.Samples.connection_rates_of>`)."""
     props = connection.client_properties
     state = connection.state
     return {
@@ -104,6 +114,11 @@ def connection_view(connection: ConnectionView) -> dict[str, Any]:
         "frame_max": connection.frame_max,
         "messages_published": connection.messages_published,
         "messages_delivered": connection.messages_delivered,
+        # RabbitMQ's: bytes received and sent, and their rates (per second)
+        "recv_oct": connection.recv_oct,
+        "send_oct": connection.send_oct,
+        "recv_oct_details": {"rate": rates["recv_oct_rate"]},
+        "send_oct_details": {"rate": rates["send_oct_rate"]},
         "protocol": connection.protocol,
         # RabbitMQ's names: the client's own name for it (pika's connection_name), and
         # whether it came over TLS

@@ -19,6 +19,10 @@ skipped). The tags grant the management roles (:data:`TAG_ROLES`): ``administrat
 administrator; ``monitoring``, ``management`` and ``policymaker`` monitoring;
 ``cluster-manager`` cluster manager; other tags are kept and grant nothing.
 
+Each vhost's limits (``max-connections``, ``max-queues``: :mod:`broker.core.vhost_limits`)
+are kept, stored and replicated with them (:attr:`ClusterUsers.limits`, the ``limits`` of
+the ``users`` event; an event without it, from a primary that knew none, clears them).
+
 What a permission does here: a cluster user may open (connection.open) only the vhosts it
 has a permission in (RabbitMQ's "access to vhost '/' refused for user 'u'"); the three
 patterns are kept, replicated and exported as given, and are **not** asked per operation:
@@ -40,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.core.vhost_limits import VhostLimits
 from broker.security.passwords import (
     RABBIT_SHA256,
     PasswordHashError,
@@ -191,6 +196,8 @@ class ClusterUsers:
         self.permissions: dict[tuple[str, str], VhostPermission] = {}
         #: Called after each change (the store's save, the replication's broadcast).
         self.listeners: list[Callable[[], None]] = []
+        #: Each vhost's limits (one object for the broker's life: the vhosts hold it).
+        self.limits = VhostLimits()
         self._database = UserDatabase(())
 
     # -- reading -----------------------------------------------------------------------
@@ -236,12 +243,38 @@ class ClusterUsers:
         self._changed()
 
     def vhost_deleted(self, vhost: str) -> None:
-        """A vhost's permissions go with it (as RabbitMQ's)."""
+        """A vhost's permissions and limits go with it (as RabbitMQ's)."""
         gone = [k for k in self.permissions if k[0] == vhost]
         for key in gone:
             del self.permissions[key]
-        if gone:
+        if self.limits.vhost_deleted(vhost) or gone:
             self._changed()
+
+    def set_limit(self, vhost: str, name: str, value: int) -> None:
+        """:raises UserError: an unknown limit or a value that is not an integer."""
+        try:
+            self.limits.set(vhost, name, value)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        self._changed()
+
+    def clear_limit(self, vhost: str, name: str) -> None:
+        """:raises KeyError: no such limit."""
+        self.limits.clear(vhost, name)
+        self._changed()
+
+    def set_limits(self, limits: Mapping[str, Mapping[str, Any]]) -> None:
+        """Set many (an import: a vhost's ``limits`` each), one change for the listeners.
+
+        :raises UserError: a bad limit (nothing changed)."""
+        merged = self.limits.all()
+        for vhost, named in limits.items():
+            merged.setdefault(vhost, {}).update(named)
+        try:
+            self.limits.replace(merged)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        self._changed()
 
     def update(self, users: Iterable[ClusterUser], permissions: Iterable[VhostPermission]) -> None:
         """Add or replace many at once (an import): one change for the listeners."""
@@ -277,6 +310,9 @@ class ClusterUsers:
                 for u in sorted(self.users.values(), key=lambda u: u.name)
             ],
             "permissions": [p.definition() for _, p in sorted(self.permissions.items())],
+            "limits": [
+                {"vhost": vhost, "value": limits} for vhost, limits in self.limits.all().items()
+            ],
         }
 
     def replace(self, event: Mapping[str, Any]) -> None:
@@ -301,9 +337,16 @@ class ClusterUsers:
                     str(row["read"]),
                 )
                 permissions[(permission.vhost, permission.user)] = permission
+            rows = {str(row["vhost"]): row["value"] for row in event.get("limits") or []}
+            limits = VhostLimits()
+            try:
+                limits.replace(rows)
+            except ValueError as exc:
+                raise UserError(f"malformed users event: {exc}") from None
         except (KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"malformed users event: {exc!r}") from None
         self.users, self.permissions = users, permissions
+        self.limits.replace(limits.all())
         self._changed()
 
 

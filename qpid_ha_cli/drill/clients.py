@@ -101,6 +101,7 @@ class PikaClient:
 
         self._pika = pika
         self.queue = settings.queue
+        self._arguments = {"x-queue-type": settings.queue_type} if settings.queue_type else None
         self._properties = pika.BasicProperties(delivery_mode=2)
         self._params = [
             pika.ConnectionParameters(
@@ -122,7 +123,7 @@ class PikaClient:
         try:
             connection = pika.BlockingConnection(self._params)
             channel = connection.channel()
-            channel.queue_declare(self.queue, durable=True)
+            channel.queue_declare(self.queue, durable=True, arguments=self._arguments)
         except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
             # ValueError: pika's own word for a socket reset between the TCP connect and
             # its getpeername() ("Expected connected socket"), as when the broker is

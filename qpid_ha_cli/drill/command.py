@@ -56,6 +56,13 @@ def drill(
             metavar="NAME", help="queue to use (default: a new one, deleted at the end if empty)"
         ),
     ] = None,
+    queue_type: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TYPE",
+            help="the queue's x-queue-type, classic or quorum (RabbitMQ's quorum queues)",
+        ),
+    ] = None,
     rate: Annotated[
         str,
         typer.Option(
@@ -113,7 +120,8 @@ def drill(
         typer.Option(
             metavar="LIST",
             help="build a local cluster in network namespaces (root) and run these faults"
-            " under the drill: kill,kill-node,pause,pause-node,partition,stale-backup,zk-loss",
+            " under the drill: kill,kill-node,pause,pause-node,partition,stale-backup,zk-loss,"
+            " zk-server,zk-ensemble",
         ),
     ] = None,
     cycles: Annotated[int, typer.Option(metavar="N", help="with --nemesis: rounds")] = 1,
@@ -171,6 +179,7 @@ def drill(
             drain_timeout,
             connect_timeout,
             scenario,
+            queue_type,
         )
         configure_logging(
             level=log_level,

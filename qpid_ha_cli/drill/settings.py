@@ -23,7 +23,7 @@ from common.exit_status import CommandError, ExitStatus
 from common.url import BrokerUrl, parse_url
 from qpid_ha_cli.drill.core import DEFAULT_GAP_THRESHOLD
 
-__all__ = ["DrillSettings", "UsageError", "parse_drill_url", "settings_from_options"]
+__all__ = ["QUEUE_TYPES", "DrillSettings", "UsageError", "parse_drill_url", "settings_from_options"]
 
 
 class UsageError(CommandError):
@@ -60,6 +60,10 @@ def parse_drill_url(text: str) -> tuple[BrokerUrl, str]:
         raise ValueError(f"invalid broker URL {text!r}: {exc}") from None
 
 
+#: the ``x-queue-type`` values ``--queue-type`` takes (RabbitMQ's; qpidd's queues are classic)
+QUEUE_TYPES = ("classic", "quorum")
+
+
 @dataclass
 class DrillSettings:
     """One drill's parameters, in seconds and counts (parsed, checked)."""
@@ -76,6 +80,9 @@ class DrillSettings:
     connect_timeout: float = 30.0
     scenario: str | None = None
     prefetch: int = 100
+    #: ``x-queue-type`` of the queue the drill declares (None: the broker's default); RabbitMQ
+    #: refuses a declare of its quorum queue without it (bench/failover_targets.py)
+    queue_type: str | None = None
 
 
 def _duration(option: str, text: str | None, *, positive: bool = False) -> float | None:
@@ -114,6 +121,7 @@ def settings_from_options(
     drain_timeout: str,
     connect_timeout: str,
     scenario: str | None,
+    queue_type: str | None = None,
 ) -> DrillSettings:
     """The command's option strings as settings. :raises UsageError: naming the option."""
     if url is not None and brokers:
@@ -142,6 +150,8 @@ def settings_from_options(
         duration_value = 10.0
     if queue is not None and not 0 < len(queue.encode()) <= 255:
         raise UsageError(f"--queue: a queue name has 1 to 255 bytes: {queue!r}")
+    if queue_type is not None and queue_type not in QUEUE_TYPES:
+        raise UsageError(f"--queue-type: expected one of {', '.join(QUEUE_TYPES)}: {queue_type!r}")
     settings = DrillSettings(
         url=broker_url,
         vhost=vhost,
@@ -152,6 +162,7 @@ def settings_from_options(
         drain_timeout=_duration("--drain-timeout", drain_timeout) or 0.0,
         connect_timeout=_duration("--connect-timeout", connect_timeout, positive=True) or 0.0,
         scenario=scenario,
+        queue_type=queue_type,
     )
     if queue is not None:
         settings.queue, settings.delete_queue = queue, False

@@ -1,7 +1,7 @@
 """``qpid-ha drill --nemesis``: the drill under faults, on a local cluster it builds itself.
 
 Each node (broker + agent) runs in a network namespace of its own on one bridge, the
-clients in another, ZooKeeper in its own (three servers for ``zk-loss``). For each cycle
+clients in another, ZooKeeper in its own (three servers for the ``zk-*`` nemeses). For each cycle
 and nemesis: wait until the cluster is settled, start the drill's publisher (confirms) and
 consumer, inject the fault, heal it, wait until settled, drain, check: confirmed but lost
 (must be 0), duplicates, time with two brokers serving as primary (must be 0), the

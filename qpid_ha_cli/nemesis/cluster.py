@@ -1,5 +1,6 @@
 """The nemesis drill's cluster: three nodes, ZooKeeper (one server, or three for
-``zk-loss``) and a client host, each in a namespace of its own on one bridge.
+``zk-loss``, ``zk-server``, ``zk-ensemble``) and a client host, each in a namespace of its
+own on one bridge.
 
 :Status: Beta (the nemesis drill; root only)
 

@@ -27,6 +27,12 @@ stale-backup   nft in one backup's namespace drops its replication link to the p
 zk-loss        SIGKILL the ZooKeeper leader of 3; hold a session timeout; SIGSTOP the two
                left (the whole ensemble gone) for 1.5 session timeouts; SIGCONT. Heal:
                restart the killed server
+zk-server      SIGKILL the ZooKeeper leader of 3 (one server lost: the other two elect a
+               leader and serve on, a majority); hold two session timeouts. Heal: restart
+               it. Every broker stays up: the target is no outage (issue 26)
+zk-ensemble    SIGSTOP all 3 ZooKeeper servers (the whole ensemble lost) for 20 s, every
+               broker up; SIGCONT. The target is no outage: the primary serves on its
+               members' grants (docs/reliability.md, "Serving through a ZooKeeper outage")
 =============  ===========================================================================
 
 Every step is noted through :attr:`Context.note` (the drill's log: ``broker_sigkilled``,
@@ -50,7 +56,7 @@ from qpid_ha_cli.nemesis.cluster import Cluster
 from qpid_ha_cli.nemesis.processes import AMQP_PORT, Node
 from qpid_ha_cli.nemesis.topology import in_namespace
 
-__all__ = ["NEMESES", "Context", "Nemesis", "Timing", "nemesis_named"]
+__all__ = ["ENSEMBLE_LOSS_S", "NEMESES", "Context", "Nemesis", "Timing", "nemesis_named"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,8 @@ class Nemesis(ABC):
     """A fault: :meth:`inject` it (and wait for its effect), then :meth:`heal` it."""
 
     name: ClassVar[str] = ""
+    #: runs on a 3-server ZooKeeper ensemble (else one server)
+    ensemble: ClassVar[bool] = False
 
     @abstractmethod
     def inject(self, ctx: Context) -> None:
@@ -236,20 +244,27 @@ class StaleBackup(Nemesis):
             ctx.note("agent_restarted", target=ctx.primary.name)
 
 
+def zookeeper_leader(ctx: Context, name: str) -> Any:
+    """The ensemble's leader (polled: an election may be under way). :raises ValueError:
+    the cluster runs one server."""
+    servers = ctx.cluster.zookeepers
+    if len(servers) < 3:
+        raise ValueError(f"{name} needs the 3-server ensemble")
+    return poll_until(
+        lambda: next((z for z in servers if z.alive() and z.mode() == "leader"), None),
+        30,
+        "a ZooKeeper leader",
+    )
+
+
 class ZkLoss(Nemesis):
     name = "zk-loss"
+    ensemble = True
     killed: Any = None
 
     def inject(self, ctx: Context) -> None:
         servers = ctx.cluster.zookeepers
-        if len(servers) < 3:
-            raise ValueError("zk-loss needs the 3-server ensemble")
-        leader = poll_until(
-            lambda: next((z for z in servers if z.alive() and z.mode() == "leader"), None),
-            30,
-            "a ZooKeeper leader",
-        )
-        self.killed = leader
+        leader = self.killed = zookeeper_leader(ctx, self.name)
         leader.kill()
         ctx.note("zk_server_killed", target=leader.host.name)
         ctx.hold(ctx.timing.session_timeout)
@@ -268,8 +283,60 @@ class ZkLoss(Nemesis):
             ctx.note("zk_server_restarted", target=self.killed.host.name)
 
 
+class ZkServer(Nemesis):
+    name = "zk-server"
+    ensemble = True
+    killed: Any = None
+
+    def inject(self, ctx: Context) -> None:
+        leader = self.killed = zookeeper_leader(ctx, self.name)
+        leader.kill()
+        ctx.note("zk_server_killed", target=leader.host.name)
+        ctx.hold(2 * ctx.timing.session_timeout)
+
+    def heal(self, ctx: Context) -> None:
+        if self.killed is not None:
+            self.killed.start()
+            ctx.note("zk_server_restarted", target=self.killed.host.name)
+
+
+#: how long ``zk-ensemble`` keeps the whole ensemble stopped (issue 26's target: 20 s)
+ENSEMBLE_LOSS_S = 20.0
+
+
+class ZkEnsemble(Nemesis):
+    name = "zk-ensemble"
+    ensemble = True
+    stopped: tuple[Any, ...] = ()
+
+    def inject(self, ctx: Context) -> None:
+        zookeeper_leader(ctx, self.name)  # the ensemble serves before it goes
+        self.stopped = tuple(ctx.cluster.zookeepers)
+        for server in self.stopped:
+            server.signal(signal.SIGSTOP)
+        ctx.note("zk_ensemble_paused", targets=[z.host.name for z in self.stopped])
+        ctx.hold(ENSEMBLE_LOSS_S)
+
+    def heal(self, ctx: Context) -> None:
+        for server in self.stopped:
+            server.signal(signal.SIGCONT)
+        if self.stopped:
+            ctx.note("zk_ensemble_resumed", targets=[z.host.name for z in self.stopped])
+
+
 NEMESES: dict[str, type[Nemesis]] = {
-    n.name: n for n in (Kill, KillNode, Pause, PauseNode, Partition, StaleBackup, ZkLoss)
+    n.name: n
+    for n in (
+        Kill,
+        KillNode,
+        Pause,
+        PauseNode,
+        Partition,
+        StaleBackup,
+        ZkLoss,
+        ZkServer,
+        ZkEnsemble,
+    )
 }
 
 

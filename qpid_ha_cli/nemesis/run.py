@@ -41,7 +41,7 @@ from qpid_ha_cli.drill.run import DrillRun, Unreachable
 from qpid_ha_cli.drill.settings import DrillSettings, parse_drill_url
 from qpid_ha_cli.nemesis.checks import CycleResult, overlap_seconds, primary_spans
 from qpid_ha_cli.nemesis.cluster import VIP, Cluster
-from qpid_ha_cli.nemesis.nemeses import Context, Timing, nemesis_named
+from qpid_ha_cli.nemesis.nemeses import NEMESES, Context, Timing, nemesis_named
 from qpid_ha_cli.nemesis.processes import AMQP_PORT
 from qpid_ha_cli.nemesis.topology import Host, TopologyError, enter
 
@@ -183,7 +183,7 @@ class NemesisRun:
     def __init__(self, settings: NemesisSettings) -> None:
         self.settings = settings
         self.timing = Timing(settings.session_timeout, settings.link_heartbeat_interval)
-        zk_servers = 3 if "zk-loss" in settings.nemeses else 1
+        zk_servers = 3 if any(NEMESES[n].ensemble for n in settings.nemeses) else 1
         self.cluster = Cluster(
             settings.workdir, settings.session_timeout, settings.link_heartbeat_interval, zk_servers
         )

@@ -161,3 +161,23 @@ def test_publish_waits_for_the_old_session_to_go(make_client: Any, cluster: str)
     stopper.join()
     assert 0.2 < waited < 5
     assert read_members(new.client, cluster)["n1"].broker_url == "amqp://new"
+
+
+def test_update_waits_for_an_old_sessions_record_to_go(make_client: Any, cluster: str) -> None:
+    """After LOST the agent's new session may find its old session's record still there (a
+    ZooKeeper electing a leader applies the expiry a moment later): the update waits for
+    it to go and writes its own, instead of raising (the agent's thread died on it)."""
+    old = MemberPublisher(make_client(), cluster, Member("n1", "amqp://n1"))
+    old.publish()
+    new = MemberPublisher(make_client(), cluster, Member("n1", "amqp://n1"))
+    with pytest.raises(MemberConflictError):
+        new.update(ha_state="ready")  # no wait: a live record of another session
+    assert read_members(new.client, cluster)["n1"].ha_state == old.member.ha_state
+    stopper = threading.Timer(0.3, old.client.stop)  # the old session ends
+    stopper.start()
+    new.update(wait=10, ha_state="ready")
+    stopper.join()
+    record = read_members(new.client, cluster)["n1"]
+    assert record.ha_state == "ready" and new.member.ha_state == "ready"
+    _, stat = new.client.get(new.path)
+    assert stat.ephemeralOwner == new.client.client_id[0]

@@ -8,7 +8,7 @@ import pytest
 from pamqp import commands, frame
 
 from broker.amqp import framing
-from broker.amqp.handshake import HA_BACKUP_PROPERTY
+from broker.amqp.context import HA_BACKUP_PROPERTY
 from broker.amqp.state import ConnectionState
 from broker.core.errors import ReplyCode
 from broker.ha.names import BACKUP_PROPERTY

@@ -159,3 +159,18 @@ def test_ack_decoder_matches_pamqp(tag: int, multiple: bool, other_bits: int) ->
     assert (ours.delivery_tag, ours.multiple) == (tag, multiple)
     assert ours.delivery_tag % 2**64 == theirs.delivery_tag % 2**64
     assert ours.multiple == theirs.multiple
+
+
+def test_messages_published_with_the_same_bytes_share_routing_key_and_properties() -> None:
+    """A queue of many messages from one publisher holds one routing key string and one
+    property block, not one of each a message (docs/memory-and-disk.md)."""
+    payload = framing.marshal_publish(1, "", "orders.eu", False)[7:-1]
+    first = framing.unmarshal_publish(bytes(bytearray(payload)))
+    second = framing.unmarshal_publish(bytes(bytearray(payload)))
+    assert first == ("", "orders.eu", False, False)
+    assert second[1] is first[1]
+    raw = properties.encode(commands.Basic.Properties(delivery_mode=2, content_type="text/x"))
+    kept, scanned = properties.scan_shared(bytes(bytearray(raw)))
+    again, _ = properties.scan_shared(bytes(bytearray(raw)))
+    assert again is kept and kept == raw and scanned.delivery_mode == 2
+    assert properties.scan_shared(bytes(bytearray(properties.EMPTY)))[0] is properties.EMPTY

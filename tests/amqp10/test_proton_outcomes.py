@@ -10,9 +10,9 @@ from typing import Any
 
 import pika
 import pytest
-from proton import Delivery
+from proton import Delivery, Link, Message
 from proton.handlers import MessagingHandler
-from proton.reactor import Container
+from proton.reactor import Container, LinkOption
 
 from tests.broker_process import BrokerProcess
 
@@ -97,5 +97,64 @@ def test_released_modified_and_rejected_requeue_or_dead_letter(broker: BrokerPro
         assert channel.queue_declare("o-work", passive=True).method.message_count == 0
         channel.queue_delete("o-work")
         channel.queue_delete("o-dead")
+    finally:
+        connection.close()
+
+
+class SettleSecond(LinkOption):
+    """The sender asks for ``rcv-settle-mode`` second."""
+
+    def apply(self, link: Any) -> None:
+        link.rcv_settle_mode = Link.RCV_SECOND
+
+
+class SecondSender(MessagingHandler):
+    """Sends three messages with ``rcv-settle-mode`` second: each outcome comes
+    unsettled, and the client settles it (MessagingHandler's auto-settle)."""
+
+    def __init__(self, url: str, address: str) -> None:
+        super().__init__()
+        self.url, self.address = url, address
+        self.accepted: list[bool] = []  # the broker had settled it?
+        self.mode: Any = None
+        self.sent = 0
+
+    def on_start(self, event: Any) -> None:
+        self.connection = event.container.connect(self.url, allowed_mechs="PLAIN")
+        event.container.create_sender(self.connection, self.address, options=SettleSecond())
+        self.timer = event.container.schedule(20, self)
+
+    def on_timer_task(self, event: Any) -> None:
+        self.connection.close()
+
+    def on_sendable(self, event: Any) -> None:
+        self.mode = event.sender.remote_rcv_settle_mode
+        while event.sender.credit and self.sent < 3:
+            event.sender.send(Message(body=b"s%d" % self.sent, inferred=True))
+            self.sent += 1
+
+    def on_accepted(self, event: Any) -> None:
+        self.accepted.append(event.delivery.settled)  # remotely settled
+        if len(self.accepted) == 3:
+            self.timer.cancel()
+            self.connection.close()
+
+
+def test_rcv_settle_mode_second_outcomes_come_unsettled(broker: BrokerProcess) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    try:
+        channel = connection.channel()
+        channel.queue_declare("o-second")
+        handler = SecondSender(f"amqp://guest:guest@127.0.0.1:{broker.port}", "o-second")
+        Container(handler).run()
+        assert handler.mode == Link.RCV_SECOND
+        assert handler.accepted == [False, False, False]
+        bodies: list[bytes] = []
+        for _ in range(3):
+            method, _props, body = channel.basic_get("o-second", auto_ack=True)
+            assert method is not None, bodies
+            bodies.append(body)
+        assert bodies == [b"s0", b"s1", b"s2"]
+        channel.queue_delete("o-second")
     finally:
         connection.close()

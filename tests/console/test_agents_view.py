@@ -129,3 +129,27 @@ def test_the_agents_words_an_engaged_brake_and_without_a_primary_why_each_waits(
     ]
     primary = json.dumps({"version": 1, "node": "n1", "epoch": 3}).encode()
     assert parse_view("prod", {}, primary, b"3", agents)["alerts"] == view["alerts"][:1]
+    assert view["electing"] == []  # neither contends
+
+
+def test_an_election_under_way_is_read_from_the_agents_records() -> None:
+    """Issue 30: without a primary record, an agent whose record says it contends (or won)
+    makes the page say "electing", with its reason; once a primary is recorded, not."""
+    contending = AgentReport("n2", broker_timeout=2.0)
+    contending.decided("a ready backup in the in-sync set (epoch 3)", "contending")
+    waiting = AgentReport("n3", broker_timeout=2.0)
+    waiting.decided("the broker is still catching up", "idle")
+    agents: dict[str, bytes | None] = {
+        "n2": contending.status(0.0).to_json(),
+        "n3": waiting.status(0.0).to_json(),
+    }
+    view = parse_view("prod", {}, None, b"3", agents)
+    assert view["electing"] == [
+        {
+            "node": "n2",
+            "election": "contending",
+            "reason": "a ready backup in the in-sync set (epoch 3)",
+        }
+    ]
+    primary = json.dumps({"version": 1, "node": "n2", "epoch": 4}).encode()
+    assert parse_view("prod", {}, primary, b"4", agents)["electing"] == []

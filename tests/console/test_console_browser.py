@@ -34,7 +34,9 @@ from selenium.webdriver.common.by import By
 
 from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster, Node
+from tests.console.connection_rates_page import rates_shown_while_it_publishes
 from tests.console.page import click, console_url, log_in, seen, text
+from tests.console.vhost_limits_page import a_limit_set_and_cleared_in_the_page
 from tests.drill.log_schema import check_log_file
 
 pytestmark = pytest.mark.xdist_group("console_browser")
@@ -297,7 +299,8 @@ def test_a_connections_channels_when_it_is_clicked(
 ) -> None:
     """A client with a consumer (prefetch 2, two messages unacknowledged), a channel in
     confirm mode and one in a transaction: clicking its row shows each channel, a page of
-    the live stream's channels (no request of its own per second)."""
+    the live stream's channels (no request of its own per second); its data rates while it
+    publishes (their own module)."""
     primary = primary_of(console_cluster)
     publish(primary, 3, CONSUMED)
     parameters = pika.URLParameters(f"amqp://app:app-secret@127.0.0.1:{primary.port}/%2F")
@@ -327,6 +330,7 @@ def test_a_connections_channels_when_it_is_clicked(
         )
         assert not [url for url in fetched if "/api/connections/" in url], fetched
         browser.save_screenshot(str(shots / "connection-channels.png"))
+        rates_shown_while_it_publishes(browser, client, row)
     seen(browser, lambda: browser.find_element(By.ID, "channels-gone"), what="closed")
 
 
@@ -485,8 +489,9 @@ def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
     console_cluster: AgentCluster, browser: Any, shots: Path
 ) -> None:
     """An administrator adds a user and its permission, a vhost, imports a RabbitMQ
-    definitions file and exports the broker's; every broker of the cluster logs the user
-    in; deleted in the page, it logs in nowhere (tests/ha/test_definitions_failover.py
+    definitions file and exports the broker's; sets and clears a vhost limit (its own
+    module); every broker of the cluster logs the user in; deleted in the page, it logs in
+    nowhere (tests/ha/test_definitions_failover.py
     logs such users in on a new primary)."""
     primary = primary_of(console_cluster)
     backups = [n for n in console_cluster.nodes if n is not primary]
@@ -542,6 +547,7 @@ def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
     seen(browser, lambda: "cleared clerk in /" in text(browser, "#toast"))
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
         pika.BlockingConnection(clerk)
+    a_limit_set_and_cleared_in_the_page(browser, console_cluster, primary, "ledger")
     # the vhost added in the page, deleted in the page
     click(browser, "#vhosts tr[data-vhost='ledger'] button.delete-vhost")
     browser.find_element(By.ID, "confirm-ok").click()

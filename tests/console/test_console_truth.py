@@ -19,6 +19,7 @@ own tab:
    page says it stopped and why, its last state greyed, not shown as the present;
 4. **no primary**: the backup's page says so, with its link's error and the next step; the
    dead primary's row is not a green PRIMARY; Promote is offered (no agent manages it);
+   then an agent's record says it contends: the page says **electing**, with its reason;
 5. **recovering**: promoted expecting the fenced broker, the new primary says whom it waits
    for (and holds confirms meanwhile);
 6. **a paused primary**: the new primary SIGSTOPped, its page says NO UPDATE for N s;
@@ -47,16 +48,20 @@ from tests.console.support import write_users
 from tests.ha.cluster import Cluster, http
 from tests.ha.test_replication_errors_cluster import _nested
 from tests.upgrade.releases import build, previous_release
+from tests.zookeeper import ZooKeeper
 
 pytestmark = pytest.mark.xdist_group("console_browser")  # the module's browser
 
 #: What the primary cannot encode in its snapshot (every replication format stops at 67).
 WHY = "nested more than 67 deep"
+#: The agents' cluster the consoles read (no agent runs: step 4 writes one's record).
+ZK_CLUSTER = "console-truth"
 
 
 @pytest.fixture(scope="module")
-def troubled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Two brokers, b0 primary at epoch 1 with the queue ``deep`` no backup can be sent."""
+def troubled(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeper) -> Iterator[Cluster]:
+    """Two brokers, b0 primary at epoch 1 with the queue ``deep`` no backup can be sent;
+    their consoles read the agents' records of cluster :data:`ZK_CLUSTER` (none runs)."""
     root = tmp_path_factory.mktemp("console-truth")
     alone = BrokerProcess(root / "alone", args=[f"--data-dir={root / 'b0' / 'data'}"])
     alone.program = str(build(previous_release(), root / "release") / "qpidd")
@@ -75,6 +80,8 @@ def troubled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         f"--sasl-users={users}",
         "--link-maintenance-interval=1",
         "--ha-backup-timeout=10",  # at least until the page showed it recovering
+        f"--console-zk={zookeeper.hosts}",  # an agent's record written by the test
+        f"--console-cluster={ZK_CLUSTER}",
     )
     # b1 first speaks a replication format no release speaks: the primary refuses its link
     cluster.brokers[1].env = {TEST_REPLICATION_FORMATS_ENV: "99-99"}
@@ -100,7 +107,7 @@ def classes(browser: Any, css: str) -> list[str]:
 
 
 def test_the_pages_follow_a_cluster_through_its_troubles(
-    troubled: Cluster, browser: Any, shots: Path
+    troubled: Cluster, browser: Any, shots: Path, zookeeper: ZooKeeper
 ) -> None:
     primary, backup = troubled.brokers
     primary_tab = browser.current_window_handle
@@ -111,7 +118,7 @@ def test_the_pages_follow_a_cluster_through_its_troubles(
     try:
         log_in(browser, backup, "manager")
         _replication_failed(troubled, browser, primary_tab, backup_tab, shots)
-        _fenced_then_no_primary(troubled, browser, primary_tab, backup_tab, shots)
+        _fenced_then_no_primary(troubled, browser, primary_tab, backup_tab, shots, zookeeper.hosts)
     finally:
         browser.close()  # the backup's tab; the first tab stays for the other tests
         browser.switch_to.window(primary_tab)
@@ -171,8 +178,34 @@ def _replication_failed(
     seen(browser, lambda: not browser.find_elements(By.ID, "replication-error"), 10, "cleared")
 
 
+def _electing_from_the_agents_record(zk_hosts: str, browser: Any) -> None:
+    """4b. **electing**: an agent's status record (as ``ha_agent.agent_report`` writes it)
+    says it contends: the page says the cluster is electing, with the agent's reason."""
+    from kazoo.client import KazooClient
+
+    from ha_agent.agent_report import AgentReport
+    from ha_agent.zk_layout import ClusterLayout
+
+    report = AgentReport("n1", broker_timeout=2.0)
+    report.decided("a ready backup (no in-sync set recorded)", "contending")
+    path = f"{ClusterLayout(ZK_CLUSTER).agents}/n1"
+    client = KazooClient(hosts=zk_hosts, timeout=10)
+    client.start(timeout=10)
+    try:
+        client.create(path, report.status(0.0).to_json(), makepath=True)
+        electing = "Electing: no primary yet; n1's agent contends (a ready backup (no in-sync"
+        seen(browser, lambda: text(browser, "#next-step").startswith(electing), 10, electing)
+        assert text(browser, "#primary-name") == "Electing: no primary yet (n1 contending)"
+        client.delete(path)
+        no_primary = "No primary. Next: no agent manages this broker"
+        seen(browser, lambda: text(browser, "#next-step").startswith(no_primary), 10, no_primary)
+    finally:
+        client.stop()
+        client.close()
+
+
 def _fenced_then_no_primary(
-    cluster: Cluster, browser: Any, primary_tab: str, backup_tab: str, shots: Path
+    cluster: Cluster, browser: Any, primary_tab: str, backup_tab: str, shots: Path, zk_hosts: str
 ) -> None:
     primary, backup = cluster.brokers
     old_id = cluster.ha(0)["broker_id"]
@@ -203,6 +236,7 @@ def _fenced_then_no_primary(
     assert "down" in classes(browser, old) and "is-primary" not in classes(browser, old)
     assert browser.find_element(By.ID, "promote").text == "Promote this broker"
     browser.save_screenshot(str(shots / "cluster-no-primary.png"))
+    _electing_from_the_agents_record(zk_hosts, browser)
 
     # promoted expecting the fenced broker: recovering, and it says whom it waits for
     body = {"cluster_manager": True, "epoch": 2, "in_sync": [old_id]}

@@ -122,3 +122,26 @@ def message(
 ) -> Message:
     data = body.encode() if isinstance(body, str) else body
     return Message(exchange, routing_key, raw_props(**props) if props else properties.EMPTY, data)
+
+
+class GuardingBackup:
+    """An in-sync HA backup's guard (a queue observer in the GUARD role, as the HA module's
+    ``QueueGuard``): holds every enqueued message's confirm until :meth:`acknowledge_all`."""
+
+    def __init__(self) -> None:
+        self.held: list[Message] = []
+
+    def enqueued(self, queue: Queue, entry: Entry) -> None:
+        handle = entry.message.confirm
+        if handle is not None:
+            handle.hold()
+            self.held.append(entry.message)
+
+    def dequeued(self, queue: Queue, entry: Entry) -> None:
+        pass
+
+    def acknowledge_all(self) -> None:
+        held, self.held = self.held, []
+        for message in held:
+            assert message.confirm is not None
+            message.confirm.release()

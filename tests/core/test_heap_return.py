@@ -39,3 +39,13 @@ def test_the_monitor_trims_when_the_broker_released_messages() -> None:
     monitor.sample()
     monitor.sample()
     assert trims == [0]
+
+
+def test_the_end_of_a_drain_is_handed_back_in_halving_trims() -> None:
+    rule = HeapReturn(release_step=32 * MIB, smallest_step=4 * MIB)
+    rule.sample(300 * MIB)
+    trimmed_at = [n for n in range(300, -1, -1) if rule.sample(n * MIB)]
+    # Every 32 MiB down to 44 MiB, then half of the last trim's level, then 4 MiB down.
+    assert trimmed_at[:8] == [268, 236, 204, 172, 140, 108, 76, 44]
+    assert trimmed_at[8:] == [22, 11, 5, 1]
+    assert not rule.sample(3 * MIB) and not rule.sample(0)  # small wobbles: no trim

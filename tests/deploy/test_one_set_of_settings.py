@@ -47,6 +47,10 @@ ZOOKEEPER_TIMINGS = {
     "minSessionTimeout": "1000",
     "maxSessionTimeout": "60000",
 }
+#: An ensemble's limits, in ticks: how long a new leader waits for its followers to sync
+#: (5 s: a leader's loss costs at most about that, the cluster serving on grants meanwhile)
+#: and how far a follower may lag (2.5 s).
+ENSEMBLE_TIMINGS = {"initLimit": "50", "syncLimit": "25"}
 
 
 def broker_timings(options: BrokerOptions) -> dict[str, float]:
@@ -69,10 +73,10 @@ def agent_timings(argv: list[str]) -> dict[str, float]:
     return timings
 
 
-def zoo_settings(text: str) -> dict[str, str]:
+def zoo_settings(text: str, names: dict[str, str] = ZOOKEEPER_TIMINGS) -> dict[str, str]:
     lines = (line.strip() for line in text.splitlines())
     pairs = (line.partition("=") for line in lines if line and not line.startswith("#"))
-    return {key: value for key, _, value in pairs if key in ZOOKEEPER_TIMINGS}
+    return {key: value for key, _, value in pairs if key in names}
 
 
 def broker_argv(agent_argv: list[str]) -> list[str]:
@@ -128,15 +132,19 @@ def test_the_agent_timings_are_one_set(tmp_path: Path) -> None:
 
 
 def test_the_zookeeper_timings_are_one_set(tmp_path: Path) -> None:
+    zk = [Host(f"zk{i}", f"qpid-drill-zk{i}", f"10.78.0.25{i}") for i in (1, 2, 3)]
     sources = {
         "deploy/zoo.cfg": (DEPLOY / "zoo.cfg").read_text(),
         "the demo": LocalCluster(tmp_path / "demo").zoo_cfg(),
-        "the drill": ZooKeeperServer(
-            Host("zk1", "qpid-drill-zk1", "10.78.0.251"), tmp_path / "zk", 1
+        "the drill's ensemble (zk-loss, zk-server, zk-ensemble)": ZooKeeperServer(
+            zk[0], tmp_path / "zk", 1, zk
         ).config(),
     }
     for source, text in sources.items():
         assert zoo_settings(text) == ZOOKEEPER_TIMINGS, source
+        assert zoo_settings(text, ENSEMBLE_TIMINGS) == ENSEMBLE_TIMINGS, source
+    alone = ZooKeeperServer(zk[0], tmp_path / "zk1", 1).config()  # the other nemeses' one
+    assert zoo_settings(alone) == ZOOKEEPER_TIMINGS, "the drill's single server"
     # the agents' session timeout lies within what the servers grant
     low = int(ZOOKEEPER_TIMINGS["minSessionTimeout"]) / 1000
     high = int(ZOOKEEPER_TIMINGS["maxSessionTimeout"]) / 1000

@@ -203,6 +203,7 @@ def test_no_broker_reachable_exits_3_in_one_line(tmp_path: Path) -> None:
         (["--url=h1", "--log-format=xml"], "invalid log format 'xml'"),
         (["--url=h1", "--log-file=/nonexistent/dir/drill.log"], "--log-file:"),
         (["--url=h1", "--queue="], "--queue: a queue name has 1 to 255 bytes"),
+        (["--url=h1", "--queue-type=stream"], "--queue-type: expected one of classic, quorum"),
     ],
 )
 def test_bad_usage_exits_2_in_one_line(args: list[str], message: str) -> None:

@@ -179,3 +179,59 @@ def test_a_vhost_its_durable_queue_and_messages_survive_a_restart(tmp_path: Path
             third.stop()
     finally:
         first.stop()
+
+
+def test_vhost_limits_refuse_connections_and_queues_as_rabbitmq_does(
+    shared_broker: BrokerProcess,
+) -> None:
+    """max-connections: the next connection.open, AMQP 0-9-1 (pika) or 1.0 (Proton), is
+    530 NOT_ALLOWED naming the limit; max-queues: the next new queue is 406; a vhost's limits
+    go with it (issue 30)."""
+    from proton import ConnectionException
+    from proton.utils import BlockingConnection, ConnectionClosed
+
+    vhost = unique("limited")
+    path = "/api/vhost-limits/" + urllib.parse.quote(vhost, safe="")
+    assert api(shared_broker, "PUT", vhost_path(vhost))[0] == 201
+    assert api(shared_broker, "PUT", path + "/max-connections", {"value": 1})[0] == 201
+    assert api(shared_broker, "PUT", path + "/max-queues", {"value": 1})[0] == 201
+    status, listed = api(shared_broker, "GET", path)
+    assert (status, listed) == (
+        200,
+        [{"vhost": vhost, "value": {"max-connections": 1, "max-queues": 1}}],
+    )
+    first = open_in(shared_broker, vhost)
+    try:
+        channel = first.channel()
+        channel.queue_declare("one")
+        channel.queue_declare("one")  # the same queue again: not a new one
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.queue_declare("two")
+        assert refused.value.reply_code == 406
+        assert refused.value.reply_text == (
+            f"PRECONDITION_FAILED - cannot declare queue 'two': queue limit in vhost '{vhost}'"
+            " (1) is reached"
+        )
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as info:
+            open_in(shared_broker, vhost)
+        assert (
+            f"(530) \"NOT_ALLOWED - access to vhost '{vhost}' refused for user 'guest':"
+            ' connection limit (1) is reached"'
+        ) in str(info.value)
+        with pytest.raises(
+            (ConnectionException, ConnectionClosed), match=r"connection limit \(1\) is reached"
+        ):
+            BlockingConnection(
+                f"amqp://guest:guest@127.0.0.1:{shared_broker.port}",
+                allowed_mechs="PLAIN",
+                timeout=10,
+                virtual_host=f"vhost:{vhost}",
+            ).close()
+        assert open_in(shared_broker, "/").close() is None  # another vhost: no limit
+    finally:
+        first.close()
+    assert api(shared_broker, "DELETE", path + "/max-connections")[0] == 200
+    open_in(shared_broker, vhost).close()
+    assert api(shared_broker, "DELETE", path + "/max-connections")[0] == 404
+    api(shared_broker, "DELETE", vhost_path(vhost))
+    assert all(row["vhost"] != vhost for row in api(shared_broker, "GET", "/api/vhost-limits")[1])

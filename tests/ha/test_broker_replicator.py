@@ -40,7 +40,8 @@ def test_snapshot_mirrors_the_replicated_configuration() -> None:
     pv.declare_queue("")  # server-named
     pv.declare_exchange("events", "topic", durable=True)
     pv.bind("orders", "events", "order.#")
-    pv.bind("orders", "amq.topic", "x")  # to a built-in: never replicated
+    pv.bind("orders", "amq.topic", "x")  # to a standard exchange: with its queue (format 4)
+    pv.bind("local", "amq.direct", "z")  # its queue is not replicated: neither is it
     pv.bind("local", "events", "y")  # to an unreplicated queue: not replicated
 
     backup = VirtualHost()
@@ -54,10 +55,36 @@ def test_snapshot_mirrors_the_replicated_configuration() -> None:
             )
     expected.declare_exchange("events", "topic", durable=True)
     expected.bind("orders", "events", "order.#")
+    expected.bind("orders", "amq.topic", "x")
     assert configuration(backup) == configuration(expected)
     assert sorted(changes.subscribe) == sorted(
         n for n in pv.queues if n not in ("local", "config-only")
     )
+
+
+def test_standard_exchange_bindings_follow_the_snapshot_and_the_events() -> None:
+    """A binding to amq.topic is sent at the snapshot and as it changes on a link of format
+    4; a leftover one is removed at the next snapshot; a format-3 link is sent none."""
+    primary = streams()
+    pv = primary.vhost
+    pv.declare_queue("orders", durable=True)
+    pv.bind("orders", "amq.topic", "order.#")
+    backup = VirtualHost()
+    replicator = BrokerReplicator(backup)
+    replicator.apply(over_the_wire(primary.snapshot()))
+    assert [(b.exchange, b.routing_key) for b in backup.bindings()] == [("amq.topic", "order.#")]
+    message = Message("amq.topic", "order.1", b"\x00\x00", b"")
+    routed = backup.route(backup.exchanges["amq.topic"], message)
+    assert routed == [backup.queues["orders"]]
+
+    pv.unbind("orders", "amq.topic", "order.#")  # while the backup was away
+    backup.bind("orders", "amq.fanout", "", replicated=True)  # another leftover
+    replicator.apply(over_the_wire(primary.snapshot()))
+    assert backup.bindings() == []
+
+    old_link = over_the_wire(primary.snapshot(standard_exchanges=False))
+    pv.bind("orders", "amq.topic", "order.#")
+    assert over_the_wire(primary.snapshot(standard_exchanges=False)) == old_link
 
 
 def test_leftovers_are_deleted_and_events_applied() -> None:

@@ -78,8 +78,9 @@ def test_configuration_replication_follows_the_rules(pair: Cluster) -> None:
     channel.queue_declare("conf", arguments={"qpid.replicate": "configuration"})
     channel.queue_declare("none", arguments={"qpid.replicate": "none"})
     channel.queue_bind("all", "events", "a.#")
-    channel.queue_bind("all", "amq.topic", "b.#")  # built-in exchange: not replicated
+    channel.queue_bind("all", "amq.topic", "b.#")  # a standard exchange: with its queue
     channel.queue_bind("none", "events", "n.#")  # unreplicated queue: not replicated
+    channel.queue_bind("none", "amq.topic", "m.#")  # the same
     for queue in ("all", "conf", "none"):
         channel.basic_publish("", queue, b"x")
     connection.close()
@@ -95,13 +96,15 @@ def test_configuration_replication_follows_the_rules(pair: Cluster) -> None:
         }
         return queues, bindings
 
-    poll_until(lambda: backup_config() == ({"all", "conf"}, {("events", "all", "a.#")}), 10)
+    wanted = {("events", "all", "a.#"), ("amq.topic", "all", "b.#")}
+    poll_until(lambda: backup_config() == ({"all", "conf"}, wanted), 10)
     poll_until(lambda: pair.queue_messages(1, "all") == 1, 10)
     assert pair.queue_messages(1, "conf") == 0  # configuration only: no messages
     # deletions replicate too
     connection = connect(pair.ports[0])
     channel = connection.channel()
     channel.queue_unbind("all", "events", "a.#")
+    channel.queue_unbind("all", "amq.topic", "b.#")
     channel.queue_delete("conf")
     connection.close()
     poll_until(lambda: backup_config() == ({"all"}, set()), 10)

@@ -18,6 +18,7 @@ from broker.ha.replicate_level import (
     binding_replicated,
     exchange_replicated,
     is_builtin_exchange,
+    is_standard_exchange,
     level_of,
     queue_level,
 )
@@ -252,17 +253,57 @@ def test_binding_replicated_when_both_ends_are(
     assert binding_replicated(binding, default, exchange=vhost.exchange("x")) is expected
 
 
-@pytest.mark.parametrize("name", sorted(set(BUILTIN_EXCHANGES) - {"amq.match", "amq.headers"}))
-def test_bindings_to_builtin_exchanges_are_never_replicated(vhost: VirtualHost, name: str) -> None:
+STANDARD = sorted(name for name in BUILTIN_EXCHANGES if name.startswith("amq."))
+
+
+@pytest.mark.parametrize("name", STANDARD)
+@pytest.mark.parametrize("default", LEVELS)
+@pytest.mark.parametrize("queue_arg", [None, "none", "configuration", "all"])
+def test_bindings_to_standard_exchanges_follow_their_queue(
+    vhost: VirtualHost, name: str, default: ReplicateLevel, queue_arg: str | None
+) -> None:
+    """amq.topic and the like are on every broker: a binding to one is replicated when its
+    queue is (RabbitMQ keeps them over a fail-over), on a link whose format carries them."""
+    vhost.declare_queue("q", arguments=replicate(queue_arg))
+    arguments = {"x-match": "all", "a": 1} if name in ("amq.headers", "amq.match") else {}
+    binding = vhost.bind("q", name, "q.#", arguments)
+    exchange = vhost.exchange(name)
+    assert is_standard_exchange(exchange) and exchange_replicated(exchange, ALL) is NONE
+    queue = default if queue_arg is None else ReplicateLevel(queue_arg)
+    expected = queue is not NONE
+    assert binding_replicated(binding, default, exchange=exchange) is expected
+    assert binding_replicated(binding, default, exchange=exchange, standard_exchanges=True) is (
+        expected
+    )
+    # a link of format 1 to 3 is sent none (release 0.1.0 kept a leftover one)
+    assert (
+        binding_replicated(binding, default, exchange=exchange, standard_exchanges=False) is False
+    )
+
+
+def test_exchange_to_exchange_bindings_between_standard_exchanges(vhost: VirtualHost) -> None:
+    binding = vhost.bind_exchange("amq.fanout", "amq.topic", "a.#")
+    assert binding_replicated(binding, NONE, exchange=vhost.exchange("amq.topic")) is True
+    own = vhost.declare_exchange("mine", "fanout", arguments=replicate("none"))
+    to_own = vhost.bind_exchange(own.name, "amq.direct", "k")
+    assert binding_replicated(to_own, ALL, exchange=vhost.exchange("amq.direct")) is False
+
+
+def test_default_exchange_bindings_stay_implicit(vhost: VirtualHost) -> None:
+    """Every queue is bound to the default exchange by its name: nothing to replicate (and
+    no client may bind to it), so no such binding is ever listed or sent."""
     vhost.declare_queue("q", arguments=replicate("all"))
-    binding = vhost.bind("q", name, "q")
-    assert binding_replicated(binding, ALL, exchange=vhost.exchange(name)) is False
+    default_exchange = vhost.exchange("")
+    assert not is_standard_exchange(default_exchange) and is_builtin_exchange(default_exchange)
+    with pytest.raises(AmqpError):
+        vhost.bind("q", "", "q")
+    assert all(b.exchange != "" for b in vhost.bindings())
 
 
 def test_bindings_to_header_exchanges_follow_the_same_rules(vhost: VirtualHost) -> None:
     vhost.declare_queue("q", arguments=replicate("all"))
     builtin = vhost.bind("q", "amq.match", "", {"x-match": "all", "a": 1})
-    assert binding_replicated(builtin, ALL, exchange=vhost.exchange("amq.match")) is False
+    assert binding_replicated(builtin, ALL, exchange=vhost.exchange("amq.match")) is True
     vhost.declare_exchange("h", "headers")
     own = vhost.bind("q", "h", "", {"x-match": "any", "a": 1})
     assert binding_replicated(own, CONFIGURATION, exchange=vhost.exchange("h")) is True

@@ -5,7 +5,9 @@ fail-over stays deleted. A RabbitMQ 3.10.8 definitions file imported on the prim
 with RabbitMQ's salted SHA-256 hash, a vhost, its permission, queues, exchanges and
 bindings) and a user made with ``PUT /api/users`` are on the backup (issue 30), and the new
 primary logs both in (AMQP and the management API) and routes through the imported
-bindings. One pair for both: its start and its fail-over are the slow part."""
+bindings, and through a client's binding to ``amq.topic``; a vhost's max-queues set on the
+old primary holds on the new one. One pair for both: its start and
+its fail-over are the slow part."""
 
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ def import_definitions(pair: Cluster) -> None:
         "exchanges": 2,
         "queues": 2,
         "bindings": 3,
+        "limits": 0,
     }
     assert len(answer["ignored"]) == 3 and len(answer["skipped"]) == 2  # guest is our own
     made = http("PUT", primary, "/api/users/ops", {"password": "ops-pw", "tags": "monitoring"})
@@ -137,6 +140,31 @@ def vhosts(cluster: Cluster, i: int) -> list[str]:
     return [v["name"] for v in http("GET", cluster.brokers[i].mgmt_port, "/api/vhosts")]
 
 
+def standard_bindings(cluster: Cluster, i: int) -> list[tuple[str, str, str]]:
+    """Broker i's bindings in ``/`` on the ``amq.*`` exchanges (the default one's none)."""
+    rows = http("GET", cluster.brokers[i].mgmt_port, "/api/bindings")
+    return sorted(
+        (b["source"], b["destination"], b["routing_key"])
+        for b in rows
+        if b["vhost"] == "/" and (b["source"].startswith("amq.") or b["source"] == "")
+    )
+
+
+def routed_by_amq_topic(pair: Cluster) -> None:
+    """On the new primary, a message published to amq.topic reaches the queue bound there
+    on the old one (issue 30: Qpid's rule dropped such bindings at a fail-over)."""
+    connection = open_vhost(pair.ports, "/")
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish(
+            "amq.topic", "jobs.late", b"via amq.topic", PERSISTENT, mandatory=True
+        )
+        assert channel.queue_declare("jobs", durable=True, passive=True).method.message_count == 2
+    finally:
+        connection.close()
+
+
 def test_a_client_of_a_vhost_finds_its_queue_and_messages_and_users_on_the_new_primary(
     pair: Cluster,
 ) -> None:
@@ -158,13 +186,19 @@ def test_a_client_of_a_vhost_finds_its_queue_and_messages_and_users_on_the_new_p
     channel = connection.channel()
     channel.confirm_delivery()
     channel.queue_declare("jobs", durable=True)
+    channel.queue_bind("jobs", "amq.topic", "jobs.#")  # a standard exchange: replicated
     channel.basic_publish("", "jobs", b"default", PERSISTENT)
     connection.close()
     assert http("DELETE", primary, "/api/vhosts/gone")["connections_closed"] == 0
+    limit = {"value": 1}  # tenant holds its one queue: a new one is refused
+    assert http("PUT", primary, "/api/vhost-limits/tenant/max-queues", limit)["value"] == 1
+    on_backup = http("PUT", pair.brokers[1].mgmt_port, "/api/vhost-limits/tenant/max-queues", limit)
+    assert on_backup["http_status"] == 409
     import_definitions(pair)
     poll_until(lambda: vhosts(pair, 1) == ["/", "shop", "tenant"], 10, "vhosts on the backup")
     poll_until(lambda: messages(pair, 1, "tenant", "jobs") == 5, 10, "tenant's jobs copied")
     poll_until(lambda: messages(pair, 1, "/", "jobs") == 1, 10, "/'s jobs copied")
+    assert standard_bindings(pair, 1) == [("amq.topic", "jobs", "jobs.#")]
 
     pair.kill(0)
     pair.promote(1, epoch=2)
@@ -175,9 +209,15 @@ def test_a_client_of_a_vhost_finds_its_queue_and_messages_and_users_on_the_new_p
         assert channel.queue_declare("jobs", durable=True, passive=True).method.message_count == 5
         got = [channel.basic_get("jobs", auto_ack=True)[2] for _ in range(5)]
         assert got == [f"tenant {n}".encode() for n in range(5)]
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as over:  # the limit held
+            channel.queue_declare("more", durable=True)
+        assert over.value.reply_code == 406 and "queue limit in vhost 'tenant' (1)" in str(
+            over.value
+        )
     finally:
         connection.close()
     assert messages(pair, 1, "/", "jobs") == 1
+    routed_by_amq_topic(pair)
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
         pika.BlockingConnection(
             pika.ConnectionParameters("127.0.0.1", pair.ports[1], virtual_host="gone")

@@ -66,6 +66,7 @@ def test_events_create_and_delete_vhosts_and_their_objects_on_the_backup() -> No
 
     stream = ConfigStream.__new__(ConfigStream)
     stream.streams = streams
+    stream.carries_standard_bindings = True
     setattr(stream, "push", events.append)  # noqa: B010 (the events, not the wire)
     streams.vhosts.listeners.append(stream)
     streams.vhosts.vhost_listeners.append(stream)

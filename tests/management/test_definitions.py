@@ -4,6 +4,7 @@ RabbitMQ's salted SHA-256 password hash (broker.security.passwords, cluster_user
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -85,17 +86,39 @@ def test_a_bad_field_is_named(change: dict[str, Any], reason: str) -> None:
     assert str(info.value).startswith(reason) or reason in str(info.value)
 
 
-def test_limits_are_listed_as_ignored() -> None:
+def test_vhost_limits_are_imported_and_user_limits_listed_as_ignored() -> None:
+    """A vhost's limits come from its ``limits`` object or from RabbitMQ's ``vhost-limits``
+    parameter (where RabbitMQ keeps and exports them); a user's have no place here."""
     found = parse(
         {
-            "vhosts": [{"name": "v", "limits": {"max-connections": 5}}],
+            "vhosts": [{"name": "v", "limits": {"max-connections": 5}}, {"name": "w"}],
             "users": [{"name": "u", "password_hash": "", "limits": {"max-channels": 2}}],
+            "parameters": [
+                {
+                    "value": {"max-queues": 10, "max-connections": -1},
+                    "vhost": "w",
+                    "component": "vhost-limits",
+                    "name": "limits",
+                },
+                {"value": {}, "vhost": "w", "component": "federation-upstream", "name": "up"},
+            ],
         }
     )
+    assert found.limits == {
+        "v": {"max-connections": 5},
+        "w": {"max-queues": 10, "max-connections": -1},
+    }
     assert found.ignored == [
-        "vhosts[0] 'v': limits are not supported here, ignored",
         "users[0] 'u': limits are not supported here, ignored",
+        "parameters[1] 'up' (federation-upstream) in vhost 'w': not supported here, ignored",
     ]
+    for bad, words in [
+        ({"max-channels": 1}, "vhosts[0].limits: unknown vhost limit 'max-channels'"),
+        ({"max-queues": "10"}, "vhosts[0].limits: max-queues: the value must be an integer"),
+        ([1], "vhosts[0].limits: must be an object of limits"),
+    ]:
+        with pytest.raises(DefinitionsError, match=re.escape(words)):
+            parse({"vhosts": [{"name": "v", "limits": bad}]})
 
 
 def test_bad_json_and_a_vhosts_file_with_users_are_refused() -> None:
@@ -113,9 +136,14 @@ def test_an_export_reads_back_the_same() -> None:
     user = ClusterUser("u", RabbitSha256Hash.parse(TEST12), ("monitoring", "custom"))
     permission = VhostPermission("u", "/", "^a", "^b", "^c")
     queue = {"name": "q", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}
-    data = export("0.1.0", ["/"], [user], [permission], [queue], [], [])
+    limits = {"/": {"max-queues": 3}}
+    data = export("0.1.0", ["/"], [user], [permission], [queue], [], [], limits)
     again = parse(json.loads(json.dumps(data)))
     assert again.users == [user] and again.permissions == [permission]
+    assert again.limits == limits and again.ignored == []
+    assert data["parameters"] == [  # as RabbitMQ exports them
+        {"value": {"max-queues": 3}, "vhost": "/", "component": "vhost-limits", "name": "limits"}
+    ]
     assert data["users"][0] == {
         "name": "u",
         "password_hash": TEST12,

@@ -59,6 +59,10 @@ def test_connections_are_listed() -> None:
             "frame_max": 131072,
             "messages_published": 1,
             "messages_delivered": 0,
+            "recv_oct": 0,  # counted by the asyncio shell: none here
+            "send_oct": 0,
+            "recv_oct_details": {"rate": 0.0},
+            "send_oct_details": {"rate": 0.0},
             "protocol": "AMQP 0-9-1",
             "user_provided_name": None,
             "ssl": False,

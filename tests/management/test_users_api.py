@@ -122,3 +122,51 @@ def test_a_vhosts_definitions_in_and_out() -> None:
         assert (await client.post("/api/definitions/v9", data=b"{}")).status == 404
 
     serve(broker, scenario)
+
+
+def test_vhost_limits_put_get_delete_and_in_definitions() -> None:
+    """RabbitMQ's /api/vhost-limits: each bad name or value a 400 naming it; the limits are
+    enforced (a queue PUT over max-queues is refused) and exported and imported as RabbitMQ's
+    ``vhost-limits`` parameters."""
+    broker = FakeBroker()
+    vhosts = VirtualHosts(default=broker.context.vhost)
+    vhosts.hold_limits(broker.context.authenticator.cluster_users.limits)
+    broker.context.vhosts = vhosts
+    setattr(broker, "vhosts", vhosts)  # noqa: B010 - what broker.server.Broker has
+
+    async def scenario(client: Any) -> None:
+        assert (await client.put("/api/vhosts/v2")).status == 201
+        put = await client.put("/api/vhost-limits/v2/max-queues", json={"value": 1})
+        assert put.status == 201
+        assert await put.json() == {"vhost": "v2", "name": "max-queues", "value": 1}
+        again = await client.put("/api/vhost-limits/v2/max-queues", json={"value": 2})
+        assert again.status == 200
+        for path, body, status, words in (
+            ("/api/vhost-limits/v2/max-channels", {"value": 1}, 400, "unknown vhost limit"),
+            ("/api/vhost-limits/v2/max-queues", {"value": "1"}, 400, "must be an integer"),
+            ("/api/vhost-limits/v2/max-queues", {}, 400, "field 'value' is required"),
+            ("/api/vhost-limits/v2/max-queues", {"value": 1, "x": 2}, 400, "unknown field 'x'"),
+            ("/api/vhost-limits/v9/max-queues", {"value": 1}, 404, "no vhost 'v9'"),
+        ):
+            answer = await client.put(path, json=body)
+            assert answer.status == status and words in await reason(answer), (path, body)
+        wanted = [{"vhost": "v2", "value": {"max-queues": 2}}]
+        assert await (await client.get("/api/vhost-limits")).json() == wanted
+        assert await (await client.get("/api/vhost-limits/v2")).json() == wanted
+        assert await (await client.get("/api/vhost-limits/%2F")).json() == []
+        for name in ("a", "b"):
+            assert (await client.put(f"/api/queues/v2/{name}", json={})).status in (200, 201)
+        over = await client.put("/api/queues/v2/c", json={})
+        assert "queue limit in vhost 'v2' (2) is reached" in await reason(over)
+        whole = await (await client.get("/api/definitions")).json()
+        assert whole["parameters"] == [
+            {"value": {"max-queues": 2}, "vhost": "v2", "component": "vhost-limits",
+             "name": "limits"}
+        ]  # fmt: skip
+        assert (await client.delete("/api/vhost-limits/v2/max-queues")).status == 200
+        assert (await client.delete("/api/vhost-limits/v2/max-queues")).status == 404
+        imported = await client.post("/api/definitions", json=whole)
+        assert (await imported.json())["imported"]["limits"] == 1
+        assert await (await client.get("/api/vhost-limits")).json() == wanted
+
+    serve(broker, scenario)

@@ -38,7 +38,7 @@ def test_an_unknown_nemesis_is_one_usage_line() -> None:
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         "qpid-ha drill: error: --nemesis: unknown nemesis 'bogus': expected some of "
-        "kill,kill-node,pause,pause-node,partition,stale-backup,zk-loss"
+        "kill,kill-node,pause,pause-node,partition,stale-backup,zk-loss,zk-server,zk-ensemble"
     ]
 
 

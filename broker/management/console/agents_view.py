@@ -8,7 +8,8 @@ With ``--console-zk HOSTS`` and ``--console-cluster NAME`` (the agents' ``--zk``
 broker never imports the agent): each agent's member record (its broker's state, epoch,
 URL, broker id), the primary record with the virtual IP its holder took, the last
 epoch handed out, and each agent's status record (``alerts``: an engaged fence brake;
-without a primary, why each agent waits: which broker is needed). Read only, with a
+without a primary, why each agent waits: which broker is needed; ``electing``: without a
+primary, the agents that contend, and why their broker may be promoted). Read only, with a
 read-only client. This is ``qpid-ha --zk HOSTS --cluster NAME status --all`` in the page.
 
 Error Handling
@@ -110,6 +111,26 @@ def _alerts(agents: dict[str, bytes | None], primary: bool) -> list[str]:
     return lines
 
 
+def _electing(agents: dict[str, bytes | None], primary: bool) -> list[dict[str, str]]:
+    """Without a primary record, the agents whose status record says they contend (or
+    won and promote now: ``election``), each with its reason: the cluster is electing."""
+    if primary:
+        return []
+    found = []
+    for node, data in sorted(agents.items()):
+        record = _json(data)
+        if isinstance(record, dict) and record.get("election") in ("contending", "leading"):
+            reason = record.get("eligibility")
+            found.append(
+                {
+                    "node": node,
+                    "election": str(record["election"]),
+                    "reason": reason if isinstance(reason, str) else "",
+                }
+            )
+    return found
+
+
 def parse_view(
     cluster: str,
     members: dict[str, bytes | None],
@@ -150,6 +171,7 @@ def parse_view(
         "epoch": last_epoch,
         "members": rows,
         "alerts": _alerts(agents or {}, body is not None),
+        "electing": _electing(agents or {}, body is not None),
         "error": "; ".join(problems) or None,
     }
 

@@ -142,7 +142,9 @@ class LiveFeed:
         self._text: tuple[dict[str, Any], str] | None = None
         self._encoding = asyncio.Lock()
         self._sampling = asyncio.Lock()
-        self.lists = LiveLists(broker, self._queue_row, self.samples.history)
+        self.lists = LiveLists(
+            broker, self._queue_row, self.samples.history, self.samples.connection_rates_of
+        )
         self._followed = False  #: the lists were followed at the last tick
         self.viewers = 0  #: open streams
         self._agent_tries: dict[int, int] = {}  #: epoch -> reads of the agent's log
@@ -263,6 +265,8 @@ class LiveFeed:
         # nobody viewing: the backups' positions (the lag histories), not a row per queue
         ha_status = None if ha is None else (yield from _status_steps(ha, rows=following))
         yield from samples.backups_steps(now, ha_status)
+        context = self.broker.context  # byte rates: two counters a connection
+        samples.connections(now, [*context.connections.values(), *context.connections_1_0.values()])
         self._agent_instants()
         # only while someone follows: the lists' journal and the pages' state
         if following:
@@ -381,6 +385,7 @@ class LiveFeed:
         offers them."""
         broker = self.broker
         vhosts = sorted(vhosts_of(broker), key=lambda v: (v.name != VHOST, v.name))
+        limits = broker.context.authenticator.cluster_users.limits
         yield
         lagged = yield from with_lag_bytes_steps(vhosts_of(broker).queues, ha_status)
         return {
@@ -407,7 +412,12 @@ class LiveFeed:
             "timeline": self.timeline.view(),
             "overview": (yield from self.overview.sample_steps(now)),
             "vhosts": [
-                {"name": v.name, "queues": len(v.queues), "exchanges": len(v.exchanges)}
+                {
+                    "name": v.name,
+                    "queues": len(v.queues),
+                    "exchanges": len(v.exchanges),
+                    "limits": limits.of(v.name),  # max-connections, max-queues
+                }
                 for v in vhosts
             ],
         }

@@ -53,7 +53,7 @@ from broker.management.lists import (
 )
 from broker.management.managed import ManagedBroker, vhosts_of
 from broker.management.responses import dumps
-from broker.management.views import binding_view, connection_view, exchange_view
+from broker.management.views import NO_RATES, binding_view, connection_view, exchange_view
 from common.slices import SLICE, Steps
 
 __all__ = [
@@ -208,10 +208,13 @@ class LiveLists:
         broker: ManagedBroker,
         queue_row: Callable[[Any], dict[str, Any]],
         history: Callable[[str], list[dict[str, float]]],
+        connection_rates: Callable[[int], Mapping[str, float]] = lambda _id: NO_RATES,
     ) -> None:
         self.broker = broker
         self.queue_row = queue_row
         self.history = history
+        #: a connection's byte rates at the sampler's last tick (by its id)
+        self.connection_rates = connection_rates
         self.journal = DeltaJournal(LIVE_LISTS)
         self.followed_until = 0.0
         #: viewers paging the channels or consumers (while none does and nobody reads
@@ -273,7 +276,8 @@ class LiveLists:
         bindings = yield from self._bindings_steps()
         yield
         listed = list(self.broker.context.connections.values())
-        connections = {str(c.id): connection_view(c) for c in listed}
+        rates = self.connection_rates
+        connections = {str(c.id): connection_view(c, rates(c.id)) for c in listed}
         yield
         channel_rows, consumer_rows = yield from self._channels_steps(
             listed if channels else [], None if isinstance(channels, bool) else channels

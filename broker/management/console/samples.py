@@ -15,7 +15,12 @@ queues (by key) and, on an HA broker, its status (``GET /api/ha``'s body). It ke
   is not silence: the primary sends on acknowledgements (its credit), so messages sent
   since the last sample mean something was acknowledged;
 - while someone follows the lists, which queues' rows moved since the tick before
-  (:attr:`Samples.moved`).
+  (:attr:`Samples.moved`);
+- per connection, its bytes read and written (``recv_oct``, ``send_oct``: a counter the
+  shell adds to at each read and write, nothing per message) at the last tick, turned into
+  RabbitMQ's ``recv_oct`` and ``send_oct`` rates (bytes per second,
+  :meth:`Samples.connection_rates_of`), for ``GET /api/connections`` and the console's
+  connections table.
 
 Plain data, no I/O and no clock (time is given).
 
@@ -25,14 +30,30 @@ THREAD UNSAFE: the management app's event loop.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from common.slices import SLICE, Steps
 
-__all__ = ["HISTORY", "Samples"]
+__all__ = ["HISTORY", "ByteCounters", "Samples"]
+
+
+class ByteCounters(Protocol):
+    """What the sampler reads of a connection (either protocol's core)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def recv_oct(self) -> int: ...
+
+    @property
+    def send_oct(self) -> int: ...
+
 
 #: Samples (seconds) of history kept per queue and per backup's queue.
 HISTORY = 60
+_NO_RATES: Mapping[str, float] = {"recv_oct_rate": 0.0, "send_oct_rate": 0.0}
 
 
 class Samples:
@@ -52,6 +73,10 @@ class Samples:
         #: the queues whose rows moved at this tick, and at the tick before
         self.moved: set[str] = set()
         self.moved_before: set[str] = set()
+        #: connection id -> (time, bytes read, bytes written) at the last tick
+        self._bytes: dict[int, tuple[float, int, int]] = {}
+        #: connection id -> its byte rates at the last tick
+        self.connection_rates: dict[int, dict[str, float]] = {}
 
     def queues_gone(self, keys: set[str]) -> None:
         """Forget what was read of the queues not among ``keys`` (those there now)."""
@@ -97,6 +122,26 @@ class Samples:
                     self._signatures[name] = signature
                     if read_before is not None:  # a first reading: its row is built anyway
                         self.moved.add(name)
+
+    def connections(self, now: float, connections: Iterable[ByteCounters]) -> None:
+        """Read each connection's byte counters at ``now``: its rates since the tick before
+        (0 at its first); the connections gone are forgotten."""
+        read: dict[int, tuple[float, int, int]] = {}
+        rates: dict[int, dict[str, float]] = {}
+        for connection in connections:
+            counters = (now, connection.recv_oct, connection.send_oct)
+            before = self._bytes.get(connection.id, counters)
+            span = max(now - before[0], 1e-3)
+            read[connection.id] = counters
+            rates[connection.id] = {
+                "recv_oct_rate": round(max(0, counters[1] - before[1]) / span, 1),
+                "send_oct_rate": round(max(0, counters[2] - before[2]) / span, 1),
+            }
+        self._bytes, self.connection_rates = read, rates
+
+    def connection_rates_of(self, connection_id: int) -> Mapping[str, float]:
+        """A connection's byte rates at the last tick (0 before two readings)."""
+        return self.connection_rates.get(connection_id) or _NO_RATES
 
     def backups_steps(self, now: float, ha_status: dict[str, Any] | None) -> Steps[None]:
         """Each backup's queue lags into its histories, :data:`SLICE` rows a slice (two

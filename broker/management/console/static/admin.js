@@ -1,5 +1,5 @@
 // The console's admin page ("Users & vhosts", as RabbitMQ's Admin tab): users, their
-// permissions, virtual hosts, and the definitions' export and import. Users and
+// permissions, virtual hosts and their limits, and the definitions' export and import. Users and
 // permissions made here are the cluster's (replicated to every backup; docs/console.md);
 // a broker's own users (its users file) are listed, and changed with qpid-ha users.
 "use strict";
@@ -80,6 +80,30 @@
       }); } }, el("label", {}, "Name ", name), el("button", { type: "submit", id: "add-vhost-button" }, "Add virtual host")));
   }
 
+  // RabbitMQ's "Set / update a virtual host limit": max-connections or max-queues (a
+  // negative value: no limit). Enforced by the primary, kept with the cluster's users.
+  function vhostLimitForm(vhosts) {
+    const vhost = el("select", { id: "limit-vhost" }, ...vhosts.map((v) => el("option", { value: v, text: v })));
+    const name = el("select", { id: "limit-name" }, ...["max-connections", "max-queues"].map((n) => el("option", { value: n, text: n })));
+    const value = el("input", { id: "limit-value", type: "number", step: 1, size: 8, required: true });
+    return el("details", { class: "add-form" }, el("summary", { text: "Set / update a virtual host limit" }),
+      el("form", { class: "inline", onsubmit: (event) => { event.preventDefault(); change(async () => {
+        await api("PUT", `/api/vhost-limits/${enc(vhost.value)}/${enc(name.value)}`, { value: Number(value.value) });
+        return `${name.value} of vhost ${vhost.value} set to ${value.value}`;
+      }); } }, el("label", {}, "Vhost ", vhost), el("label", {}, "Limit ", name), el("label", {}, "Value ", value),
+        el("button", { type: "submit", id: "set-limit-button" }, "Set limit")));
+  }
+
+  // A vhost's limits, each with a Clear button where changes are made.
+  function limitsCell(v, editable) {
+    const named = Object.entries(v.limits || {});
+    if (!named.length) return el("td", { class: "limits", text: "-" });
+    return el("td", { class: "limits" }, ...named.map(([n, value]) => el("span", { class: "limit", "data-limit": n },
+      `${n}: ${value < 0 ? "no limit" : fmt(value)} `,
+      editable ? el("button", { class: "danger clear-limit", onclick: () => confirmThen(`Clear ${n} of vhost ${v.name}?`,
+        async () => { await api("DELETE", `/api/vhost-limits/${enc(v.name)}/${enc(n)}`); return `cleared ${n} of vhost ${v.name}`; }) }, "Clear") : null)));
+  }
+
   // Export: a download of GET /api/definitions. Import: a file read here, sent as JSON;
   // the answer's counts and what was ignored or skipped are shown as they came.
   function definitionsBox(editable) {
@@ -98,13 +122,14 @@
     }); } }, el("label", {}, "Import definitions ", file), el("button", { type: "submit", id: "import-definitions-button" }, "Upload broker definitions"));
     return el("div", {},
       el("p", {}, el("a", { id: "export-definitions", href: "/api/definitions?download=qpidd-definitions.json", download: "qpidd-definitions.json" }, "Download broker definitions"),
-        " (RabbitMQ's JSON: the cluster's users with their hashes, vhosts, permissions, queues, exchanges, bindings)"),
+        " (RabbitMQ's JSON: the cluster's users with their hashes, vhosts and their limits, permissions, queues, exchanges, bindings)"),
       editable ? upload : el("p", { class: "note", text: changesRefused() || "" }), result);
   }
 
   function renderAdmin(s) {
     replaceRows($("vhosts").tBodies[0], (s.vhosts || []).map((v) => el("tr", { "data-vhost": v.name },
       el("td", { text: v.name }), el("td", { class: "num", text: fmt(v.queues) }), el("td", { class: "num", text: fmt(v.exchanges) }),
+      limitsCell(v, canAdmin() && !changesRefused()),
       el("td", {}, canAdmin() && !changesRefused() && v.name !== "/"
         ? el("button", { class: "danger delete-vhost", onclick: () => confirmThen(`Delete vhost ${v.name} with its queues, their messages, exchanges and bindings?`,
           async () => { await api("DELETE", `/api/vhosts/${enc(v.name)}`); loadedAt = 0; return `deleted vhost ${v.name}`; }) }, "Delete") : null))));
@@ -113,6 +138,7 @@
     if (!canAdmin()) {
       box.replaceChildren(el("p", { class: "note", id: "users-none", text: "Only administrators see the users." }));
       $("admin-forms").replaceChildren();
+      $("vhost-limit-form").replaceChildren();
       $("definitions").replaceChildren();
       return;
     }
@@ -123,6 +149,7 @@
       $("admin-forms").replaceChildren(...(editable ? [addUserForm(), setPermissionForm(vhostNames(s)), addVhostForm()]
         : [el("p", { class: "note", text: changesRefused() })]));
       $("definitions").replaceChildren(definitionsBox(editable));
+      $("vhost-limit-form").replaceChildren(...(editable ? [vhostLimitForm(vhostNames(s))] : []));
     }
     if (Date.now() - loadedAt < 10000) return;
     loadedAt = Date.now();

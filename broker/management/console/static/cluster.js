@@ -251,7 +251,7 @@ function renderCluster(s) {
   const next = nextStep(s);
   if (next) alerts.push(el("div", { class: "alert next-step", id: "next-step", text: next }));
   card.replaceChildren(
-    el("div", { class: "big", id: "primary-name", text: primary ? `Primary: this broker, ${s.status.node} (${ha.url}), ${ha.state}` : ha.primary ? `The primary is at ${ha.primary}` : "No primary reachable from this backup" }),
+    el("div", { class: "big", id: "primary-name", text: primary ? `Primary: this broker, ${s.status.node} (${ha.url}), ${ha.state}` : ha.primary ? `The primary is at ${ha.primary}` : electingNodes(s) ? `Electing: no primary yet (${electingNodes(s)} contending)` : "No primary reachable from this backup" }),
     el("div", { class: "facts", text: facts.join(" · ") }),
     primary ? inSyncSummary(s)
       : el("div", { class: "facts in-sync-line", id: "in-sync-summary", text: ha.primary ? `In-sync set and lag: on the primary's console (${ha.primary})` : "In-sync set and lag: on the primary's console (none reachable now)" }),
@@ -274,11 +274,21 @@ function nextStep(s) {
     return `Recovering: promoted, this primary waits for ${names ? "its expected backups (" + names + ")" : "its expected backups"} to be ready, or for ha-backup-timeout; until then it holds publisher confirms. Next: nothing, unless a backup never comes back (start it, or its agent commits the in-sync set without it).`;
   }
   if (ha.state === "active" || ha.primary) return null;
+  const electing = (s.agents && s.agents.electing) || [];
+  if (electing.length) {  // the agents' records: an election under way, in their words
+    const who = electing.map((a) => `${a.node}'s agent ${a.election === "leading" ? "won and promotes its broker" : "contends"} (${a.reason || "no reason given"})`).join(" · ");
+    return `Electing: no primary yet; ${who}. Next: nothing: the winner's agent promotes its broker; if none is promoted within seconds, qpid-ha --zk HOSTS --cluster NAME status --all says why.`;
+  }
   const alerts = (s.agents && s.agents.alerts) || [];
   if (alerts.length) return `No primary. The agents say: ${alerts.join(" · ")}`;
   if (ha.managed_by) return `No primary. Next: the agent of node ${ha.managed_by} promotes a ready backup by itself once the old primary's ZooKeeper session ends; if none is promoted, qpid-ha --zk HOSTS --cluster NAME status --all says why.`;
   if (ha.state === "ready") return "No primary. Next: no agent manages this broker: once the old primary is surely stopped, a cluster manager promotes the most advanced ready backup (Promote this broker, or qpid-ha --cluster-manager promote).";
   return `No primary. This broker is ${ha.state}, not fit to be promoted: promote a ready backup, or start the old primary again.`;
+}
+
+// The nodes whose agents contend while there is no primary ("" for none).
+function electingNodes(s) {
+  return ((s.agents && !s.agents.primary && s.agents.electing) || []).map((a) => a.node).join(", ");
 }
 
 // Why Promote is not offered here (null: it is): only where it can work.

@@ -332,6 +332,14 @@
     if (window.location.hash !== "#connections" && lists.queries.channels) selectConnection(null);
   });
 
+  // A connection's data rate (RabbitMQ's recv_oct / send_oct rates: bytes a second at the
+  // sampler's last tick), its total in the cell's title.
+  function rateCell(cls, details, total, what) {
+    const rate = details ? details.rate : null;
+    return el("td", { class: `num ${cls}`, title: `${bytesText(total)} ${what} in all`,
+      text: rate === null || rate === undefined ? "-" : `${bytesText(Math.round(rate))}/s` });
+  }
+
   function renderConnections(s) {
     renderListQuery(s, "connections");
     const connections = s.connections || [];
@@ -345,6 +353,7 @@
       el("td", {}, c.ha_backup ? el("span", { class: "tag ha-link", text: `HA replication link of backup ${c.ha_backup}` }) : [c.client_product, c.client_version].filter(Boolean).join(" ") || "-"),
       el("td", { class: "num channels", text: fmt(c.channels) }), el("td", { class: "num", text: c.heartbeat ? `${c.heartbeat} s` : "none" }),
       el("td", { class: "num", text: fmt(c.messages_published) }), el("td", { class: "num", text: fmt(c.messages_delivered) }),
+      rateCell("recv-rate", c.recv_oct_details, c.recv_oct, "read from the client"), rateCell("send-rate", c.send_oct_details, c.send_oct, "written to it"),
       el("td", {}, canAdmin() ? el("button", { class: "danger", onclick: (event) => { event.stopPropagation(); confirmThen(closeText(c),
         async () => { await api("DELETE", `/api/connections/${c.id}`); return `closed connection ${c.id}`; }); } }, c.ha_backup ? "Close link" : "Close") : null))));
     renderChannels(s, connections.find((c) => c.id === selectedConnection));
