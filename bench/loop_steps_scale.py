@@ -6,7 +6,8 @@ half bound to a topic exchange, a backlog on a few; catch-up, the management lis
 ``/metrics`` and a console viewer, the primary SIGKILLed and the backup promoted, the old
 primary recovered and caught up) and prints each phase's wall time and each broker's loop
 view (``GET /api/status``'s ``loop``): the longest step of CPU, the long ones (100 ms or
-more) with where they were, the longest garbage collection. Then, per phase and broker,
+more) with where they were, the longest garbage collection (and per generation), the
+collections' p99 and the heap's freezes. Then, per phase and broker,
 from the brokers' logs, the longest step of the 1-second windows of ``loop_lag`` the phase
 overlaps (the brokers log one a second here, ``$QPIDD_TEST_LOOP_LAG_INTERVAL``) and the
 steps of 100 ms or more (``loop_step_long``); from ``GET /api/status``'s
@@ -158,7 +159,9 @@ def main() -> int:
         print(
             f"{name}: longest step {loop['step_max_ms']} ms CPU at {loop['step_max_where']};"
             f" {loop['long_steps_total']} of 100 ms or more; longest collection"
-            f" {loop['gc_max_ms']} ms"
+            f" {loop['gc_max_ms']} ms (by generation {loop.get('gc_max_ms_by_generation')}),"
+            f" p99 {p99(loop.get('gc_counts', []))} ms (bucket bound) of"
+            f" {loop['gc_pauses']}; {loop.get('gc_freezes')} freezes"
         )
     for line in result.long_steps():
         print("  " + line)

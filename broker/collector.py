@@ -1,4 +1,5 @@
-"""The cyclic garbage collector set for a broker's workload: :func:`tune_after_start`.
+"""The cyclic garbage collector set for a broker's workload: :func:`tune_after_start` and
+:class:`FreezePolicy`.
 
 A broker's objects are of two kinds: those of its start (modules, classes, the management
 API's, its configuration: hundreds of thousands, alive until it stops) and those of a
@@ -15,27 +16,51 @@ embeds the broker, such as the tests):
 - everything alive is moved to the permanent generation (``gc.freeze()``, after one full
   collection): later full collections never walk the start's objects;
 - young collections wait for :data:`YOUNG_THRESHOLD` net allocations (about ten thousand
-  messages' objects, well above what a broker keeps in flight between two turns), and the
-  middle generation for :data:`MIDDLE_THRESHOLD` young collections, so that a message's
-  objects are normally freed before any collection sees them. A young collection of that
-  size takes about a millisecond; the loop-step watch still freezes the heap after a full
-  collection of 25 ms (``broker.loop_steps``).
+  messages' objects, well above what a broker keeps in flight between two turns), so that
+  a message's objects are normally freed before any collection sees them. A young
+  collection of that size takes about a millisecond.
+- the middle generation is collected after every two young collections
+  (:data:`MIDDLE_THRESHOLD`), so that one walks at most about 150,000 objects (what two
+  young collections moved there and the young generation with it): a collection of the
+  middle generation walks all of it in one step of the loop, and while thousands of
+  queues are declared or caught up nearly everything survives (with the 20 this module
+  set before: about a million objects, 90 ms of CPU on a quiet machine, 245-312 ms steps
+  on a loaded one; with 2: up to 200,000, 52-63 ms at load 20-30; docs/benchmarks.md).
 
-The price: a reference cycle among frozen objects is never collected (as after a store's
-recovery, ``broker.server``); objects of the start that form cycles and die later are few.
+A full collection walks every object of the old generation that is not frozen, however
+many; :class:`FreezePolicy` (fed by ``broker.loop_steps``) freezes the heap before that
+walk would take :data:`FREEZE_AFTER` of CPU. The price: a reference cycle among frozen
+objects that dies later is not collected (reference counting frees everything else, as
+always); the broker's objects that die in numbers (a deleted queue's) form no cycle, and a
+catch-up's end unfreezes a heap small enough to walk at once
+(``broker.ha.queue_replicator.CatchUpGc``).
 """
 
 from __future__ import annotations
 
 import gc
 
+__all__ = [
+    "FREEZE_AFTER",
+    "MIDDLE_THRESHOLD",
+    "OLD_THRESHOLD",
+    "YOUNG_THRESHOLD",
+    "FreezePolicy",
+    "tune_after_start",
+]
+
 #: Net allocations of tracked objects between two young collections (CPython: 700).
 YOUNG_THRESHOLD = 50_000
-#: Young collections between two collections of the middle generation (CPython: 10).
-MIDDLE_THRESHOLD = 20
+#: The middle generation is collected once more young collections than this have run
+#: since its last (CPython: 10). Each young collection moves at most about
+#: :data:`YOUNG_THRESHOLD` survivors there.
+MIDDLE_THRESHOLD = 1
 #: Middle collections before a full one is considered (CPython: 10; a full collection also
 #: waits until the objects to promote are 25 % of those already old).
 OLD_THRESHOLD = 10
+#: The CPU a full collection may take (seconds): the heap is frozen before the next one
+#: would take longer (:class:`FreezePolicy`).
+FREEZE_AFTER = 0.025
 
 
 def tune_after_start() -> None:
@@ -43,3 +68,44 @@ def tune_after_start() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, MIDDLE_THRESHOLD, OLD_THRESHOLD)
+
+
+class FreezePolicy:
+    """When to freeze the heap (``gc.freeze()``, constant time): as soon as the next full
+    collection could take :attr:`budget` of CPU or more.
+
+    What a full collection walks is what the last one left (it took as long, less what
+    died since; nothing once frozen) plus what the middle collections since moved to the
+    old generation (at most what they walked: their CPU time bounds it). So the policy
+    adds the last full collection's CPU time to the middle collections' since, and asks
+    for a freeze when the sum reaches the budget: a heap that grows by thousands of
+    queues (or a backlog, or a catch-up) is frozen in steps of about the budget, and no
+    full collection walks much more than that (docs/reliability.md, "No long stalls").
+    In steady work the middle collections walk a few in-flight messages each (a
+    millisecond) and full collections come often enough to start the sum again: no freeze.
+
+    Plain arithmetic, seconds passed in; one caller (the loop's tick).
+    """
+
+    def __init__(self, budget: float = FREEZE_AFTER) -> None:
+        self.budget = budget
+        #: CPU of the last full collection (0 after a freeze): what it left is walked again.
+        self._left = 0.0
+        #: CPU of the middle collections since: at most what they moved to the old generation.
+        self._moved = 0.0
+
+    def collected(self, generation: int, seconds: float) -> bool:
+        """A collection of ``generation`` took ``seconds`` of CPU; whether to freeze now."""
+        if generation >= 2:
+            self._left, self._moved = seconds, 0.0
+        elif generation == 1:
+            self._moved += seconds
+        return self.due()
+
+    def due(self) -> bool:
+        """Whether the next full collection could take the budget or more."""
+        return self._left + self._moved >= self.budget
+
+    def frozen(self) -> None:
+        """The heap was frozen: the next full collection walks only what comes after."""
+        self._left = self._moved = 0.0

@@ -15,9 +15,9 @@ garbage collector's callback.
   step; the sampler still sees it grow.
 - ``gc.callbacks`` times each collection with the CPU clock of the thread that runs it
   (a collection holds the interpreter lock: a collection in another thread stops the loop
-  too, and is added to its step); after a full collection of 25 ms or more the tick
-  freezes the heap (``gc.freeze()``, :meth:`LoopSteps.take_freeze`), logged as
-  ``gc_frozen``.
+  too, and is added to its step); once the next full collection could take 25 ms or
+  more (:class:`broker.collector.FreezePolicy`) the tick freezes the heap
+  (``gc.freeze()``, :meth:`LoopSteps.take_freeze`), logged as ``gc_frozen``.
 
 Costs: 100 tick callbacks a second (a few microseconds each), 50 wake-ups of the sampler
 (a clock read and a lock), two short calls per collection.

@@ -23,9 +23,10 @@ core keeps:
 - the longest step since the start and the last long ones (at least :data:`LONG_STEP`),
   each with where the sampler saw the loop (``GET /api/status``'s ``loop``, the
   ``loop_step_long`` event);
-- the garbage collector's pauses (count, total and longest, those of the loop's thread
-  and those of the others), and when to freeze the heap after a long full collection
-  (:meth:`LoopSteps.take_freeze`).
+- the garbage collector's pauses (count, total, longest, longest per generation and a
+  histogram; those of the loop's thread and those of the others), and when to freeze the
+  heap before a full collection would be long (:meth:`LoopSteps.take_freeze`,
+  :class:`broker.collector.FreezePolicy`).
 
 Plain data and arithmetic, times passed in (seconds). THREAD SAFE: one lock for the loop's
 thread and the sampler thread; the collector's callback takes no lock (it runs in whatever
@@ -43,12 +44,13 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from broker.collector import FREEZE_AFTER, FreezePolicy
 from broker.liveness import LAG_BOUNDS, Durations, LagSummary
 
-__all__ = ["LONG_STEP", "TICK_INTERVAL", "GcPauses", "LongStep", "LoopSteps"]
+__all__ = ["FREEZE_AFTER", "LONG_STEP", "TICK_INTERVAL", "GcPauses", "LongStep", "LoopSteps"]
 
 #: How often the loop turns its step tick (seconds).
 TICK_INTERVAL = 0.01
@@ -58,9 +60,6 @@ LONG_STEP = 0.1
 WHERE_AFTER = 0.03
 #: Long steps kept for the status (the latest).
 LONG_STEPS_KEPT = 10
-#: A full collection (generation 2) at least this long (CPU seconds) has what survived it
-#: frozen (see :meth:`LoopSteps.take_freeze`).
-FREEZE_AFTER = 0.025
 
 
 @dataclass(frozen=True)
@@ -85,18 +84,24 @@ class LongStep:
 
 @dataclass
 class GcPauses:
-    """The garbage collector's pauses: count, total and longest (CPU seconds)."""
+    """The garbage collector's pauses: count, total and longest (CPU seconds), the longest
+    of each generation, and their histogram (for a p99)."""
 
     count: int = 0
     total: float = 0.0
     longest: float = 0.0
     window_longest: float = 0.0
+    by_generation: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    pauses: Durations = field(default_factory=Durations)
 
-    def add(self, seconds: float) -> None:
+    def add(self, seconds: float, generation: int = 0) -> None:
         self.count += 1
         self.total += seconds
         self.longest = max(self.longest, seconds)
         self.window_longest = max(self.window_longest, seconds)
+        g = min(max(generation, 0), 2)
+        self.by_generation[g] = max(self.by_generation[g], seconds)
+        self.pauses.record(seconds)
 
 
 class LoopSteps:
@@ -117,7 +122,8 @@ class LoopSteps:
         #: collector's callback without a lock, read by the tick and the sampler
         self._collections: deque[tuple[float, bool, int]] = deque()
         self._freeze = False
-        #: the heap was frozen after a long full collection, how many times
+        self._policy = FreezePolicy(FREEZE_AFTER)
+        #: the heap was frozen before a long full collection, how many times
         self.freezes = 0
         self._where: tuple[int, str] | None = None  # (turn, stack) the sampler noted
 
@@ -127,11 +133,11 @@ class LoopSteps:
         step since the last turn is recorded; the step when it was a long one."""
         foreign = collected = 0.0
         for seconds, on_loop, generation in _drain(self._collections):
-            self.gc.add(seconds)
+            self.gc.add(seconds, generation)
             collected += seconds
             if not on_loop:
                 foreign += seconds
-            if generation == 2 and seconds >= FREEZE_AFTER:
+            if self._policy.collected(generation, seconds):
                 self._freeze = True
         with self._lock:
             last, self._last = self._last, (now, cpu)
@@ -162,12 +168,12 @@ class LoopSteps:
         self._collections.append((seconds, on_loop, generation))
 
     def take_freeze(self) -> bool:
-        """Whether to freeze the heap now (``gc.freeze()``), once: a full collection took
-        :data:`FREEZE_AFTER` or more since the last call. A full collection walks every
-        object the collector tracks; with thousands of queues that is hundreds of
-        milliseconds in one step (10,000 queues: 250-460 ms), however the rest of the work
-        is sliced. Frozen objects are walked no more (the next full collections walk what
-        came after), so one long collection is followed by short ones. The price: a
+        """Whether to freeze the heap now (``gc.freeze()``), once: the next full collection
+        could take :data:`FREEZE_AFTER` or more (:class:`broker.collector.FreezePolicy`).
+        A full collection walks every object the collector tracks and that is not frozen;
+        with thousands of queues that was hundreds of milliseconds in one step (10,000
+        queues: 250-460 ms), however the rest of the work is sliced. Frozen objects are
+        walked no more (the next full collections walk what came after). The price: a
         reference cycle among frozen objects that dies later is not freed (reference
         counting frees the rest as always) until a backup's catch-up ends
         (``broker.ha.queue_replicator.CatchUpGc`` unfreezes), as after a store's recovery
@@ -175,6 +181,7 @@ class LoopSteps:
         if not self._freeze:
             return False
         self._freeze = False
+        self._policy.frozen()
         self.freezes += 1
         return True
 
@@ -231,12 +238,19 @@ class LoopSteps:
             "long_steps": [step.view(now) for step in long_steps],
             "gc_pauses": gc.count,
             "gc_max_ms": round(gc.longest * 1000.0, 1),
+            "gc_max_ms_by_generation": [round(g * 1000.0, 1) for g in self.gc.by_generation],
+            "gc_counts": _counts(self.gc.pauses),
             "gc_freezes": self.freezes,
-            "step_counts": [
-                [None if i == len(LAG_BOUNDS) else round(LAG_BOUNDS[i] * 1000.0, 3), count]
-                for i, count in enumerate(list(self.steps.total))
-            ],
+            "step_counts": _counts(self.steps),
         }
+
+
+def _counts(durations: Durations) -> list[list[Any]]:
+    """A histogram since the start by bucket: ``[upper bound ms or None, count]``."""
+    return [
+        [None if i == len(LAG_BOUNDS) else round(LAG_BOUNDS[i] * 1000.0, 3), count]
+        for i, count in enumerate(list(durations.total))
+    ]
 
 
 def _drain(collections: deque[tuple[float, bool, int]]) -> Iterator[tuple[float, bool, int]]:

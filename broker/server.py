@@ -274,18 +274,7 @@ class Broker:
 
     # -- start -------------------------------------------------------------------------
     def _protocol_factory(self) -> AmqpProtocol:
-        broker = self
-
-        class _Tracked(AmqpProtocol):
-            def connection_made(self, transport: asyncio.BaseTransport) -> None:
-                super().connection_made(transport)
-                broker._protocols.add(self)
-
-            def connection_lost(self, exc: Exception | None) -> None:
-                super().connection_lost(exc)
-                broker._protocols.discard(self)
-
-        return _Tracked(self.context)
+        return _TrackedProtocol(self.context, self._protocols)
 
     async def start(self) -> None:
         options = self.options
@@ -555,3 +544,21 @@ class Broker:
         finally:
             stopped.cancel()
             fenced.cancel()
+
+
+class _TrackedProtocol(AmqpProtocol):
+    """A client socket the broker keeps in ``protocols`` while it is connected. One class
+    for every connection (a class made per connection was a reference cycle of its own,
+    left to the cyclic collector with the connection's objects)."""
+
+    def __init__(self, ctx: BrokerContext, protocols: set[AmqpProtocol]) -> None:
+        super().__init__(ctx)
+        self._tracked_in = protocols
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._tracked_in.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._tracked_in.discard(self)

@@ -136,7 +136,13 @@ class Queue:
         self.expired_total = 0
         self.dropped_total = 0
         self.rejected_publishes = 0
-        self._copy = QueueCopy(self)
+
+    @property
+    def _copy(self) -> QueueCopy:
+        """The queue as a copy, made at each use (a slotted object of one field): kept, it
+        would point back at this queue, a reference cycle that a deleted queue would leave
+        to the cyclic collector, and to nobody once the heap is frozen (broker.collector)."""
+        return QueueCopy(self)
 
     # -- inspection --------------------------------------------------------------------
     @property

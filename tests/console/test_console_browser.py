@@ -111,8 +111,10 @@ def test_login_then_the_primary_and_two_ready_backups(
     # the agents' view from ZooKeeper: the primary record is this broker's agent's
     agents = f"primary record {primary.name} at epoch 1"
     seen(browser, lambda: agents in text(browser, "#agents"), what=agents)
-    agent_cell = text(browser, "#members tbody tr.is-primary td.agent")
-    assert agent_cell == f"{primary.name}: active (primary record)"
+    # the agent publishes its broker's state at its next check: "joining" a moment longer
+    agent_cell = "#members tbody tr.is-primary td.agent"
+    active = f"{primary.name}: active (primary record)"
+    seen(browser, lambda: text(browser, agent_cell) == active, what=active)
     # the in-sync set, said the same way in the header and the table (the primary's set)
     backups = sorted(n.name for n in console_cluster.nodes if n is not primary)
     in_set = f"In-sync set: {', '.join(backups)} (confirms wait for both)"
@@ -318,7 +320,10 @@ def test_a_connections_channels_when_it_is_clicked(
         assert text(browser, f"{first} td.consumers") == f"1: orders-worker on {CONSUMED}"
         assert text(browser, "#channels-table tr[data-channel='2'] td.mode") == "confirm"
         assert text(browser, "#channels-table tr[data-channel='3'] td.mode") == "transaction"
-        assert "selected" in str(browser.find_element(By.CSS_SELECTOR, row).get_attribute("class"))
+        classes = lambda: str(  # noqa: E731 - the row is re-rendered each second: looked up again
+            browser.find_element(By.CSS_SELECTOR, row).get_attribute("class")
+        )
+        seen(browser, lambda: "selected" in classes(), what="the row selected")
         assert text(browser, "#channels-box-info") == "page 1 of 1 · 3 channels"
         fetched = browser.execute_script(
             "return performance.getEntriesByType('resource').map((entry) => entry.name)"

@@ -213,7 +213,9 @@ def test_an_administrator_adds_binds_publishes_gets_and_removes(
         channel.basic_consume(queue, lambda *a: None, consumer_tag="orders-worker")
         tag = "#queue-consumers tr[data-tag='orders-worker'] td.tag-name"
         seen(browser, lambda: text(browser, tag) == "orders-worker", what="its consumer")
-        # the Channels and Consumers tabs (RabbitMQ's) list it too
+        # the Channels and Consumers tabs (RabbitMQ's) list it too, pages of the live
+        # stream: no request of their own each second
+        browser.execute_script("performance.clearResourceTimings()")
         browser.execute_script("window.location.hash = '#consumers'")
         consumer = "#consumers-table tr[data-tag='orders-worker']"
         seen(browser, lambda: text(browser, f"{consumer} td.queue") == queue, what="consumers")
@@ -225,6 +227,19 @@ def test_an_administrator_adds_binds_publishes_gets_and_removes(
             lambda: text(browser, f"{mine_channel} td.consumers") == "1",
             what="its channel",
         )
+        assert "1 shown" in text(browser, "#channels-page-info")
+        live_at = "return window.consoleApp.state.snapshot.at"
+        since = browser.execute_script(live_at)
+        seen(browser, lambda: browser.execute_script(live_at) >= since + 2.5, what="3 ticks")
+        fetched = browser.execute_script(
+            "return performance.getEntriesByType('resource').map((entry) => entry.name)"
+        )
+        # the tabs' reads were /api/channels?page=... and /api/consumers?page=...; the queue
+        # page's consumers (/api/consumers?use_regex=...) may end after the clear
+        polled = [
+            url for url in fetched if "/api/channels?page=" in url or "/api/consumers?page=" in url
+        ]
+        assert not polled, fetched
         channel.basic_cancel("orders-worker")  # the message below is the get's
         # the client's own name for its connection; the connections sorted by user
         shown(browser, "connections", "connections", "")

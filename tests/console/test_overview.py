@@ -47,3 +47,27 @@ def test_each_range_keeps_its_points_with_the_rates_averaged_over_each() -> None
     assert hour[0]["published_rate"] == 0.0  # the first point: nothing before it
     assert hour[1]["published_rate"] == 2.0 and hour[2]["messages_ready"] == 242
     assert [p["at"] for p in overview.history("1d")] == [1000.0]
+
+
+def test_the_sample_of_thousands_of_queues_runs_in_slices() -> None:
+    """A slice a turn of the loop (common.slices.SLICE queues), the same figures as at once."""
+    from common.slices import SLICE
+
+    broker = FakeBroker()
+    count = 2 * SLICE + 7
+    for i in range(count):
+        broker.vhost.declare_queue(f"q{i}")
+    for i in range(0, count, 100):
+        publish(broker, "", f"q{i}")
+    steps = Overview(broker).sample_steps(100.0)
+    slices = 0
+    try:
+        while True:
+            next(steps)
+            slices += 1
+    except StopIteration as done:
+        sliced = done.value
+    assert slices >= 3  # 1,007 queues: three slices at least
+    at_once = Overview(broker).sample(100.0)
+    assert sliced["totals"] == at_once["totals"]
+    assert sliced["totals"]["queues"] == count and sliced["totals"]["messages_ready"] == 11

@@ -594,3 +594,26 @@ def test_tick_expires_messages(vhost: VirtualHost, clock: FakeClock) -> None:
     vhost.tick()
     assert queue.message_count == 0
     assert queue.expired_total == 1
+
+
+def test_a_deleted_queue_is_freed_by_reference_counting(vhost: VirtualHost) -> None:
+    """A deleted queue's objects form no reference cycle: reference counting frees them
+    even when the heap is frozen (``gc.freeze()``, broker.collector), where a cycle would
+    be kept until the broker stops."""
+    import gc
+    import weakref
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        queue = vhost.declare_queue("q", durable=True, arguments={"x-max-priority": 3})
+        vhost.bind("q", "amq.topic", "k.#")
+        vhost.declare_queue("plain")
+        gone = [weakref.ref(queue), weakref.ref(vhost.queues["plain"])]
+        del queue
+        vhost.delete_queue("q")
+        vhost.delete_queue("plain")
+        assert [ref() for ref in gone] == [None, None]
+    finally:
+        if enabled:
+            gc.enable()

@@ -171,12 +171,32 @@ def test_a_collection_inside_the_cores_lock_does_not_wait_for_itself() -> None:
 def test_a_long_full_collection_asks_for_one_freeze() -> None:
     steps = LoopSteps()
     steps.tick(0.0, 0.0)
-    steps.gc_paused(0.2, on_loop=True, generation=1)  # long, but not a full collection
     steps.gc_paused(0.01, on_loop=True, generation=2)  # full, but short
+    steps.gc_paused(0.002, on_loop=True, generation=0)  # young: moves nothing to the old
     steps.tick(0.5, 0.3)
     assert not steps.take_freeze()
     steps.gc_paused(0.08, on_loop=False, generation=2)
     assert not steps.take_freeze()  # seen at the next turn
     steps.tick(0.6, 0.31)
     assert steps.take_freeze() and not steps.take_freeze()  # once
-    assert steps.view(0.6)["gc_freezes"] == 1
+    view = steps.view(0.6)
+    assert view["gc_freezes"] == 1
+    assert view["gc_max_ms_by_generation"] == [2.0, 0.0, 80.0]
+    assert sum(count for _bound, count in view["gc_counts"]) == 3
+
+
+def test_middle_collections_that_grow_the_old_generation_ask_for_a_freeze_first() -> None:
+    """A full collection would walk what the middle collections moved: the heap is frozen
+    before that walk reaches the budget, not after a long one (docs/reliability.md)."""
+    steps = LoopSteps()
+    steps.tick(0.0, 0.0)
+    steps.gc_paused(0.015, on_loop=True, generation=2)  # what is left: 15 ms to walk again
+    steps.gc_paused(0.006, on_loop=True, generation=1)
+    steps.tick(0.1, 0.05)
+    assert not steps.take_freeze()  # 21 ms
+    steps.gc_paused(0.006, on_loop=True, generation=1)
+    steps.tick(0.2, 0.1)
+    assert steps.take_freeze()  # 27 ms: the next full collection could take 25 ms or more
+    steps.gc_paused(0.006, on_loop=True, generation=1)
+    steps.tick(0.3, 0.15)
+    assert not steps.take_freeze()  # frozen: only what came after counts

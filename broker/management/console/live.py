@@ -410,7 +410,7 @@ class LiveFeed:
             "lag_history": self.samples.lags(),
             "unacknowledged_for": self.samples.unacknowledged_for(now),
             "timeline": self.timeline.view(),
-            "overview": self.overview.sample(now),
+            "overview": (yield from self.overview.sample_steps(now)),
             "vhosts": [
                 {
                     "name": v.name,

@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any
 
 from broker.management.managed import ManagedBroker, vhosts_of
+from common.slices import SLICE, Steps, run_steps
 
 __all__ = ["MIN_INTERVAL", "RANGES", "Overview", "Series"]
 
@@ -77,15 +78,6 @@ class Overview:
         #: The Overview's charts over each of :data:`RANGES` (``GET /api/console/history``).
         self.series = {name: Series(*shape) for name, shape in RANGES.items()}
 
-    def _counters(self) -> dict[str, int]:
-        vhosts = list(vhosts_of(self.broker))
-        queues = [q for v in vhosts for q in v.queues.values()]
-        return {
-            "published": sum(int(getattr(v, "published_total", 0)) for v in vhosts),
-            "delivered": sum(q.delivered_total for q in queues),
-            "acked": sum(q.acked_total for q in queues),
-        }
-
     def _rates(self, now: float, counters: dict[str, int]) -> dict[str, float]:
         """Per second since the last sample at least :data:`MIN_INTERVAL` s ago (a viewer's
         snapshot between two ticks keeps the last rates)."""
@@ -107,13 +99,32 @@ class Overview:
         return list(self.series[range_].points)
 
     def sample(self, now: float) -> dict[str, Any]:
+        """:meth:`sample_steps`, all at once (a test, a caller that does not wait)."""
+        return run_steps(self.sample_steps(now))
+
+    def sample_steps(self, now: float) -> Steps[dict[str, Any]]:
+        """The Overview at ``now``, :data:`~common.slices.SLICE` queues or connections a
+        slice (10,000 queues took one step of about 134 ms of CPU on a loaded machine): the
+        sets of queues and connections are the ones when the first slice runs, each is read
+        when its slice runs, and the series and rates are updated in the last."""
         broker = self.broker
         vhosts = list(vhosts_of(broker))
         queues = [q for v in vhosts for q in v.queues.values()]
         connections = list(broker.context.connections.values())
-        counters = self._counters()
-        ready = sum(q.message_count for q in queues)
-        unacked = sum(q.unacked for q in queues)
+        published = sum(int(getattr(v, "published_total", 0)) for v in vhosts)
+        delivered = acked = ready = unacked = consumers = channels = 0
+        for start in range(0, len(queues), SLICE):
+            yield
+            for q in queues[start : start + SLICE]:
+                delivered += q.delivered_total
+                acked += q.acked_total
+                ready += q.message_count
+                unacked += q.unacked
+                consumers += q.consumer_count
+        for start in range(0, len(connections), SLICE):
+            yield
+            channels += sum(len(c.channels) for c in connections[start : start + SLICE])
+        counters = {"published": published, "delivered": delivered, "acked": acked}
         gauges = {"messages_ready": ready, "messages_unacked": unacked}
         for series in self.series.values():
             series.sample(now, gauges, counters)
@@ -131,8 +142,8 @@ class Overview:
                 "queues": len(queues),
                 "exchanges": sum(len(v.exchanges) for v in vhosts),
                 "connections": len(connections),
-                "channels": sum(len(c.channels) for c in connections),
-                "consumers": sum(q.consumer_count for q in queues),
+                "channels": channels,
+                "consumers": consumers,
                 "vhosts": len(vhosts),
             },
             "rates": self._rates(now, counters),

@@ -208,7 +208,7 @@ function connect() {
   // whole pages come just after a snapshot: drawn at once on the list pages (each delta
   // draws the page shown again)
   mine.addEventListener("page", (event) => {
-    if (lists.page(JSON.parse(event.data)) && !["overview", "cluster", "timeline", "channels", "consumers"].includes(currentPage())) show(lists.view());
+    if (lists.page(JSON.parse(event.data)) && !["overview", "cluster", "timeline"].includes(currentPage())) show(lists.view());
   });
   mine.addEventListener("delta", (event) => show(lists.delta(JSON.parse(event.data))));
   // the broker stops, and says why (fenced, refused, an operator's stop)

@@ -4,15 +4,16 @@
 // histories (60 samples a queue, a sample a second taken from its row). The tables'
 // queries live here too: changing one opens the stream again, which starts with a snapshot
 // (the state) and the new pages. A connection's channels are a page of the channels list
-// (keys "connection:number"), asked only while a connection's row is selected (the
-// server builds channel rows only while someone pages them).
+// (keys "connection:number"), asked only while a connection's row is selected or the
+// Channels tab is shown (the server builds channel rows only while someone pages them);
+// the Consumers tab's page of consumers only while it is shown (activity.js).
 "use strict";
 
 (function () {
   const HISTORY = 60;
   const LISTS = ["queues", "exchanges", "bindings", "connections"];
   // Lists paged only while their query is set (null: not asked, nothing held).
-  const ASKED = ["channels"];
+  const ASKED = ["channels", "consumers"];
   const emptyPage = () => ({ keys: [], rows: new Map(), history: new Map(), counts: {} });
   const held = { version: -1, state: null, me: null, pages: Object.fromEntries([...LISTS, ...ASKED].map((name) => [name, emptyPage()])) };
   // Each table's query: RabbitMQ's parameters (docs/management.md); the queues' plain, the
