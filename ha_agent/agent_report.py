@@ -47,6 +47,8 @@ class AgentReport:
         self.brake = FenceBrake()
         #: the reason the agent last decided by ("" before its first decision)
         self.eligibility = ""
+        #: its claim's state (ha_agent.primary_claim.Leadership), set by the agent
+        self.claim = ""
         #: when the brake last engaged (UTC, ISO 8601; "" when it is not engaged)
         self.engaged_since = ""
         self.publisher: StatusPublisher | None = None
@@ -89,7 +91,7 @@ class AgentReport:
             patience_s=self.patience(now),
             broker_timeout_s=self.broker_timeout,
         )
-        return AgentStatus(self.node, self.eligibility, brake)
+        return AgentStatus(self.node, self.eligibility, brake, self.claim)
 
     def publish(self, client: Any, cluster: str) -> None:
         """Write the status record when it changed (any ZooKeeper error: logged; not tried

@@ -182,15 +182,25 @@ class Node:
 
 
 class AgentCluster:
-    """``size`` nodes (agent + broker) in ``cluster`` on the ZooKeeper at ``zk_hosts``."""
+    """``size`` nodes (agent + broker) in ``cluster`` on the ZooKeeper at ``zk_hosts``, named
+    ``n1``, ``n2``... or ``names`` (several clusters on one set of nodes share the names)."""
 
-    def __init__(self, root: Path, zk_hosts: str, cluster: str, size: int = 3) -> None:
+    def __init__(
+        self,
+        root: Path,
+        zk_hosts: str,
+        cluster: str,
+        size: int = 3,
+        names: list[str] | None = None,
+    ) -> None:
         self.zk_hosts = zk_hosts
         self.cluster = cluster
-        ports = [free_port() for _ in range(size)]
+        names = names or [f"n{i + 1}" for i in range(size)]
+        ports = [free_port() for _ in names]
         url = ",".join(f"127.0.0.1:{p}" for p in ports)
         self.nodes = [
-            Node(root, f"n{i + 1}", port, free_port(), url) for i, port in enumerate(ports)
+            Node(root, name, port, free_port(), url)
+            for name, port in zip(names, ports, strict=True)
         ]
         self.stopped = False
         self.zk = KazooClient(hosts=zk_hosts, timeout=4.0)

@@ -1,0 +1,110 @@
+"""End to end: three HA clusters on one ZooKeeper and one set of three nodes, one broker of
+each cluster on each node (issue 32, item 4: every core of a machine).
+
+The agents of one node share its name (``--node``), so each cluster's primary record names
+the node its primary runs on. New clusters started one after the other take their
+primaries to the nodes running none (ha_agent.spread); the loss of one node (SIGKILL of
+its agents and brokers, by PID) moves only the primary that was there, nothing confirmed
+lost, and the other clusters keep theirs (same broker, same epoch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from common.polling import poll_until
+from tests.agent.agent_cluster import AgentCluster
+from tests.agent.test_agent_failover import Publisher, drain
+from tests.zookeeper import ZooKeeper
+
+pytestmark = pytest.mark.timeout(180)
+
+#: messages each cluster confirms before the node's loss
+COUNT = 100
+
+
+@pytest.fixture
+def clusters(tmp_path: Path, zookeeper: ZooKeeper) -> Iterator[list[AgentCluster]]:
+    """Three clusters of three nodes each on the session's ZooKeeper; the nodes' names are
+    this test's own (other tests' clusters on the same ZooKeeper use n1, n2, n3)."""
+    tag = uuid.uuid4().hex[:8]
+    names = [f"{tag}-a", f"{tag}-b", f"{tag}-c"]
+    made = [
+        AgentCluster(tmp_path / f"c{i}", zookeeper.hosts, f"m-{tag}-{i}", names=names)
+        for i in range(3)
+    ]
+    try:
+        yield made
+    finally:
+        for agents in made:
+            agents.stop()
+
+
+def kill_node(clusters: list[AgentCluster], name: str) -> None:
+    """SIGKILL the agent and the broker of node ``name`` in every cluster (by PID)."""
+    for agents in clusters:
+        node = agents.node(name)
+        pid = node.broker_pid()
+        assert node.agent is not None
+        os.kill(node.agent.pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
+        node.agent.wait(timeout=10)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+def test_three_clusters_spread_their_primaries_and_a_node_loss_moves_only_its_own(
+    clusters: list[AgentCluster],
+) -> None:
+    # One after the other: each new cluster sees where the others' primaries run.
+    for agents in clusters:
+        agents.start()
+        poll_until(agents.primary_record, 30)
+    primaries = [agents.wait_settled(30) for agents in clusters]
+    names = [agents.nodes[0].name, agents.nodes[1].name, agents.nodes[2].name]
+    assert [p.name for p in primaries] == names  # one per node
+    records = [agents.primary_record() for agents in clusters]
+    assert all(r is not None for r in records)
+
+    publishers = [Publisher(agents.amqp_ports, "orders") for agents in clusters]
+    for publisher in publishers:
+        publisher.publish(COUNT)
+        publisher.close()
+
+    lost_node = names[0]
+    kept_pids = {
+        agents.cluster: p.broker_pid() for agents, p in zip(clusters, primaries, strict=True)
+    }
+    kill_node(clusters, lost_node)
+
+    # Cluster 0 fails over to a node that was running another cluster's primary.
+    def moved() -> str | None:
+        record = clusters[0].primary_record()
+        return None if record is None or record.node == lost_node else record.node
+
+    new_node = poll_until(moved, 30)
+    assert new_node in names[1:]
+    new_primary = clusters[0].node(new_node)
+    poll_until(lambda: new_primary.state() == "active", 30)
+
+    # The others kept theirs: same node, same epoch, same broker, still active.
+    for agents, record in zip(clusters[1:], records[1:], strict=True):
+        assert agents.primary_record() == record
+        primary = agents.node(record.node) if record is not None else None
+        assert primary is not None and primary.state() == "active"
+        assert primary.broker_pid() == kept_pids[agents.cluster]
+
+    # Nothing confirmed is lost, in any cluster.
+    for agents, publisher in zip(clusters, publishers, strict=True):
+        alive = [n.port for n in agents.nodes if n.name != lost_node]
+        received = drain(alive, "orders")
+        lost = publisher.confirmed - set(received)
+        assert not lost, f"{agents.cluster}: confirmed messages lost: {sorted(lost)[:10]}"
+        assert len(publisher.confirmed) == COUNT
