@@ -21,6 +21,7 @@ import pytest
 from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster
 from tests.agent.test_agent_failover import Publisher, drain
+from tests.cli.conftest import qpid_ha
 from tests.zookeeper import ZooKeeper
 
 pytestmark = pytest.mark.timeout(180)
@@ -69,8 +70,8 @@ def test_three_clusters_spread_their_primaries_and_a_node_loss_moves_only_its_ow
     for agents in clusters:
         for node in agents.nodes:
             node.start_broker(agents.cluster)
-    for agents in clusters:
-        poll_until(lambda a=agents: all(n.state() == "joining" for n in a.nodes), 60)
+    every = [node for agents in clusters for node in agents.nodes]
+    poll_until(lambda: all(node.state() == "joining" for node in every), 60)
     for agents in clusters:
         for node in agents.nodes:
             agents.start_node(node, supervise=False)
@@ -80,6 +81,13 @@ def test_three_clusters_spread_their_primaries_and_a_node_loss_moves_only_its_ow
     assert [p.name for p in primaries] == names  # one per node
     records = [agents.primary_record() for agents in clusters]
     assert all(r is not None for r in records)
+    # qpid-ha --zk HOSTS status --all: every cluster, and one primary on each node
+    result = qpid_ha("--zk", clusters[0].zk_hosts, "status", "--all")
+    assert result.exit_code == 0, result.stderr
+    for agents, primary in zip(clusters, primaries, strict=True):
+        (row,) = [r for r in result.stdout.splitlines() if r.startswith(f"{agents.cluster} ")]
+        assert row.split()[1] == primary.name
+    assert all(f"{name} 1" in result.stdout.splitlines()[-1] for name in names)
 
     publishers = [Publisher(agents.amqp_ports, "orders") for agents in clusters]
     for publisher in publishers:
@@ -104,10 +112,10 @@ def test_three_clusters_spread_their_primaries_and_a_node_loss_moves_only_its_ow
 
     # The others kept theirs: same node, same epoch, same broker, still active.
     for agents, record in zip(clusters[1:], records[1:], strict=True):
-        assert agents.primary_record() == record
-        primary = agents.node(record.node) if record is not None else None
-        assert primary is not None and primary.state() == "active"
-        assert primary.broker_pid() == kept_pids[agents.cluster]
+        assert record is not None and agents.primary_record() == record
+        kept = agents.node(record.node)
+        assert kept.state() == "active"
+        assert kept.broker_pid() == kept_pids[agents.cluster]
 
     # Nothing confirmed is lost, in any cluster.
     for agents, publisher in zip(clusters, publishers, strict=True):

@@ -54,7 +54,9 @@ def test_node_loads_count_each_clusters_primary_node() -> None:
 
 
 @given(st.lists(nodes), loads_of)
-def test_least_loaded_is_the_minimum_among_the_candidates(cands: list[str], loads: dict) -> None:
+def test_least_loaded_is_the_minimum_among_the_candidates(
+    cands: list[str], loads: dict[str, int]
+) -> None:
     low = least_loaded(cands, loads)
     assert low <= set(cands)
     assert bool(low) == bool(cands)
@@ -80,7 +82,7 @@ def test_safe_candidates_are_what_eligibility_allows_a_ready_backup(
 @example("n1", frozenset({"n1", "n2"}), {"n1": 1}, frozenset())
 @example("n1", frozenset({"n1", "n2"}), {"n1": 1, "n2": 1}, frozenset({"n2"}))
 def test_yield_only_to_a_trying_safe_candidate_on_a_less_loaded_node(
-    node: str, cands: frozenset[str], loads: dict, claiming: frozenset[str]
+    node: str, cands: frozenset[str], loads: dict[str, int], claiming: frozenset[str]
 ) -> None:
     first = yield_to(node, cands, loads, claiming)
     if first is None:
@@ -99,7 +101,7 @@ def test_yield_only_to_a_trying_safe_candidate_on_a_less_loaded_node(
 @given(member_sets(), loads_of)
 @example({}, {})
 def test_fresh_choice_is_among_the_most_advanced_and_the_least_loaded_of_them(
-    members: dict[str, Member], loads: dict
+    members: dict[str, Member], loads: dict[str, int]
 ) -> None:
     choice = fresh_choice(members, loads)
     best = most_advanced(members)
