@@ -3,12 +3,21 @@ it only ever orders candidates the rules already allow, and prefers the least lo
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from ha_agent import primary_claim
+from ha_agent.agent_status import AgentStatus, StatusPublisher
 from ha_agent.cluster_records import BrokerView, InSyncMember, InSyncRecord, most_advanced, rank
+from ha_agent.in_sync import VersionedInSync
 from ha_agent.membership import Member
-from ha_agent.promotion import ClusterView, eligibility
+from ha_agent.primary_claim import Leadership, PrimaryClaim
+from ha_agent.primary_record import delete_primary, write_primary
+from ha_agent.promotion import ClusterView, PrimaryRecord, eligibility
 from ha_agent.spread import (
     fresh_choice,
     least_loaded,
@@ -16,6 +25,7 @@ from ha_agent.spread import (
     safe_candidates,
     yield_to,
 )
+from ha_agent.takeover import OldPrimaryGone
 
 NODES = ["n1", "n2", "n3", "n4"]
 nodes = st.sampled_from(NODES)
@@ -126,3 +136,40 @@ def test_fresh_choice_spreads_new_clusters_over_three_nodes() -> None:
         chosen.append(choice.node)
         loads[choice.node] = loads.get(choice.node, 0) + 1
     assert chosen == ["n1", "n2", "n3"]
+
+
+def test_a_claim_on_a_busier_node_lets_a_trying_one_go_first(
+    zk: Any, cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against a real ZooKeeper: two ready backups of the in-sync set, n-a running another
+    cluster's primary: n-a's claim (the rule allows: no primary) does not lead while n-b's
+    agent says it is contending, and leads at once when n-b stops trying (its status
+    record's watch wakes it), never waiting for an idle n-b."""
+    monkeypatch.setattr(primary_claim, "RECHECK", 60.0)  # only a watch wakes it in time
+    other = f"{cluster}-other"
+    write_primary(zk, other, PrimaryRecord("n-a", 1, "amqp://a"))
+    in_sync = InSyncRecord(3, (InSyncMember("id-a", "n-a"), InSyncMember("id-b", "n-b")))
+    members = {
+        n: Member(n, f"amqp://{n}", ha_state="ready", epoch=3, broker_id=f"id-{n[-1]}")
+        for n in ("n-a", "n-b")
+    }
+    b_status = StatusPublisher(zk, cluster, "n-b")
+    b_status.publish(AgentStatus("n-b", claim="contending"))
+    led = threading.Event()
+    claim = PrimaryClaim(
+        zk,
+        cluster,
+        "n-a",
+        OldPrimaryGone(),
+        lambda: (VersionedInSync(in_sync, 0, 2), members),
+        led.set,
+    )
+    try:
+        claim.contend(lock=False)
+        assert not led.wait(1.5)  # n-b goes first while it tries
+        assert claim.state is Leadership.CONTENDING
+        b_status.publish(AgentStatus("n-b", claim="idle"))
+        assert led.wait(20)  # woken by the watch on n-b's record, not the recheck
+    finally:
+        claim.cancel()
+        delete_primary(zk, other)
