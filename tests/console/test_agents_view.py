@@ -129,3 +129,26 @@ def test_the_agents_words_an_engaged_brake_and_without_a_primary_why_each_waits(
     ]
     primary = json.dumps({"version": 1, "node": "n1", "epoch": 3}).encode()
     assert parse_view("prod", {}, primary, b"3", agents)["alerts"] == view["alerts"][:1]
+
+
+def test_every_cluster_on_the_zookeeper_with_its_primarys_node() -> None:
+    """Several clusters on one ZooKeeper (issue 32): each one's primary record, and how
+    many primaries each node runs; a cluster without a primary is listed without one."""
+
+    def record(node: str, epoch: int) -> str:
+        return json.dumps({"version": 1, "node": node, "epoch": epoch, "broker_url": f"{node}:1"})
+
+    view = parse_view(
+        "c0",
+        {"a": member("a", "active")},
+        record("a", 2).encode(),
+        b"2",
+        others={"c1": record("b", 5).encode(), "c2": None, "c3": record("a", 1).encode()},
+    )
+    assert [(c["cluster"], c["primary"], c["primary_epoch"]) for c in view["clusters"]] == [
+        ("c0", "a", 2),
+        ("c1", "b", 5),
+        ("c2", None, None),
+        ("c3", "a", 1),
+    ]
+    assert view["per_node"] == {"a": 2, "b": 1}
