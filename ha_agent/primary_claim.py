@@ -33,10 +33,11 @@ Error Handling
 - LOST (session expired, client stopped) ends the claim (``session_lost``); SUSPENDED
   does not (the session guard decides about fencing).
 - :meth:`PrimaryClaim.cancel` waits at most ``timeout``; ``on_ended`` tells when it ended.
-- Once the rule allows, a claim lets a safe candidate on a node running fewer primaries of
-  the other clusters go first while that one's agent is contending
+- Once the rule allows, a claim without the lock lets a safe candidate on a node running
+  fewer primaries of the other clusters go first while that one's agent is contending
   (:func:`~ha_agent.node_loads.spread_hold`, ``election_spread_yield`` in the log); a watch
-  on that agent's status record wakes it when that one stops trying.
+  on that agent's status record wakes it when that one stops trying. Never under the lock
+  (a cluster in ZooKeeper format 1): the one it would let go first waits for that lock.
 - The primary record's watch only wakes the claim; it also looks again every
   :data:`RECHECK` seconds (sooner when the rule says a grant lapses sooner:
   :attr:`~ha_agent.takeover.Takeover.retry_in`), so a lost watch delays, never blocks, a
@@ -268,7 +269,12 @@ class PrimaryClaim:
         record = None if in_sync is None else in_sync.record
         answer = self.rule.may_take_over(TakeoverView(old, record, members))
         if answer.allowed:
-            first = spread_hold(self.client, self.cluster, self.node, record, members, term.woken)
+            # Not under the lock: the one it would let go first waits for that lock.
+            first = (
+                None
+                if term.lock
+                else spread_hold(self.client, self.cluster, self.node, record, members, term.woken)
+            )
             if first is None:
                 term.yielded_to = ""
                 return None
