@@ -1,15 +1,19 @@
-"""End to end: three HA clusters on one ZooKeeper and one set of three nodes, one broker of
-each cluster on each node (issue 32, item 4: every core of a machine).
+"""End to end: three HA clusters on one ZooKeeper and one set of three nodes (issue 32,
+item 4: every core of a machine), placed as colocated pairs: cluster 0 on nodes a and b,
+cluster 1 on b and c, cluster 2 on c and a, so each node (two cores: two brokers) runs one
+broker of two clusters, each broker its own cluster's member.
 
 The agents of one node share its name (``--node``), so each cluster's primary record names
 the node its primary runs on. New clusters started one after the other take their
-primaries to the nodes running none (ha_agent.spread); the loss of one node (SIGKILL of
-its agents and brokers, by PID) moves only the primary that was there, nothing confirmed
-lost, and the other clusters keep theirs (same broker, same epoch).
+primaries to the nodes running none (ha_agent.spread): one primary per node. The loss of
+one node (SIGKILL of its agents and brokers, by PID) moves only the primary that was there,
+nothing confirmed lost, and the other clusters keep theirs (same broker, same epoch), the
+one that lost a backup too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import uuid
@@ -32,31 +36,44 @@ COUNT = 50
 
 @pytest.fixture
 def clusters(tmp_path: Path, zookeeper: ZooKeeper) -> Iterator[list[AgentCluster]]:
-    """Three clusters of three nodes each on the session's ZooKeeper; the nodes' names are
-    this test's own (other tests' clusters on the same ZooKeeper use n1, n2, n3)."""
+    """Cluster i on nodes i and i+1 (mod 3) of a, b, c, on the session's ZooKeeper; the
+    nodes' names are this test's own (other tests' clusters there use n1, n2, n3)."""
     tag = uuid.uuid4().hex[:8]
     names = [f"{tag}-a", f"{tag}-b", f"{tag}-c"]
     made = [
-        AgentCluster(tmp_path / f"c{i}", zookeeper.hosts, f"m-{tag}-{i}", names=names)
+        AgentCluster(
+            tmp_path / f"c{i}",
+            zookeeper.hosts,
+            f"m-{tag}-{i}",
+            names=[names[i], names[(i + 1) % 3]],
+        )
         for i in range(3)
     ]
     try:
         yield made
     finally:
+        # every process of every node at once (by PID), then each cluster's own stop
+        for agents in made:
+            for node in agents.nodes:
+                for pid in [node.agent.pid] if node.agent is not None else []:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                for broker in node.brokers:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(broker.pid, signal.SIGKILL)
         for agents in made:
             agents.stop()
 
 
 def kill_node(clusters: list[AgentCluster], name: str) -> None:
-    """SIGKILL the agent and the broker of node ``name`` in every cluster (by PID)."""
-    for agents in clusters:
-        node = agents.node(name)
+    """SIGKILL the agent and the broker of node ``name`` in every cluster there (by PID)."""
+    there = [n for agents in clusters for n in agents.nodes if n.name == name]
+    for node in there:
         (broker,) = node.brokers
         assert node.agent is not None
         os.kill(node.agent.pid, signal.SIGKILL)
         os.kill(broker.pid, signal.SIGKILL)
-    for agents in clusters:
-        node = agents.node(name)
+    for node in there:
         assert node.agent is not None
         node.agent.wait(timeout=10)
         node.brokers[0].wait(timeout=10)
@@ -77,7 +94,7 @@ def test_three_clusters_spread_their_primaries_and_a_node_loss_moves_only_its_ow
             agents.start_node(node, supervise=False)
         poll_until(agents.primary_record, 30)
     primaries = [agents.wait_settled(30) for agents in clusters]
-    names = [agents.nodes[0].name, agents.nodes[1].name, agents.nodes[2].name]
+    names = [agents.nodes[0].name for agents in clusters]
     assert [p.name for p in primaries] == names  # one per node
     records = [agents.primary_record() for agents in clusters]
     assert all(r is not None for r in records)
@@ -100,17 +117,18 @@ def test_three_clusters_spread_their_primaries_and_a_node_loss_moves_only_its_ow
     }
     kill_node(clusters, lost_node)
 
-    # Cluster 0 fails over to a node that was running another cluster's primary.
+    # Cluster 0 fails over to its backup's node (b, which runs cluster 1's primary too).
     def moved() -> str | None:
         record = clusters[0].primary_record()
         return None if record is None or record.node == lost_node else record.node
 
     new_node = poll_until(moved, 30)
-    assert new_node in names[1:]
+    assert new_node == names[1]
     new_primary = clusters[0].node(new_node)
     poll_until(lambda: new_primary.state() == "active", 30)
 
-    # The others kept theirs: same node, same epoch, same broker, still active.
+    # The others kept theirs (cluster 2 lost its backup on a): same node, same epoch, same
+    # broker, still active.
     for agents, record in zip(clusters[1:], records[1:], strict=True):
         assert record is not None and agents.primary_record() == record
         kept = agents.node(record.node)
