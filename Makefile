@@ -64,9 +64,9 @@ $(WHEELHOUSE)/.done: $(STAMP)
 # ctrl-C (HOLD=SECONDS: that long); the same as DEMO_HOLD=forever|SECONDS.
 # make demo CLUSTERS=2: two clusters on the same three nodes (docs/deploy.md).
 HOLD ?=
-CLUSTERS ?= 1
+CLUSTERS ?=
 demo: $(STAMP) demo-packages
-	$(if $(HOLD),DEMO_HOLD=$(if $(filter 1 yes,$(HOLD)),forever,$(HOLD)) )$(BIN)/python deploy/demo.py --clusters $(CLUSTERS)
+	$(if $(HOLD),DEMO_HOLD=$(if $(filter 1 yes,$(HOLD)),forever,$(HOLD)) )$(BIN)/python deploy/demo.py$(if $(CLUSTERS), --clusters $(CLUSTERS))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
