@@ -30,7 +30,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from ha_agent.agent_status import read_statuses
 from ha_agent.cluster_records import InSyncRecord
 from ha_agent.membership import Member
-from ha_agent.primary_record import read_primary
+from ha_agent.primary_record import decode_primary
 from ha_agent.spread import CLAIMING, node_loads, safe_candidates, yield_to
 from ha_agent.zk_format import ZkFormatError
 from ha_agent.zk_layout import ROOT, ClusterLayout, check_name
@@ -55,16 +55,22 @@ def cluster_names(client: Any) -> list[str]:
 
 
 def read_node_loads(client: Any, own_cluster: str) -> dict[str, int]:
-    """Primaries each node runs in the clusters other than ``own_cluster``."""
+    """Primaries each node runs in the clusters other than ``own_cluster``. The primary
+    records are read all at once (asynchronous reads, then their answers): about two round
+    trips to ZooKeeper however many clusters there are."""
+    names = [c for c in cluster_names(client) if c != own_cluster]
+    pending = [(c, client.get_async(ClusterLayout(c).primary)) for c in names]
     primaries: dict[str, str | None] = {}
-    for cluster in cluster_names(client):
-        if cluster == own_cluster:
-            continue
+    for cluster, answer in pending:
         try:
-            record = read_primary(client, cluster)
-        except (NoAuthError, NoNodeError, ZkFormatError):
+            data, _ = answer.get()
+            decoded = decode_primary(data)
+        except NoNodeError:
+            primaries[cluster] = None
             continue
-        primaries[cluster] = None if record is None else record.node
+        except (NoAuthError, ZkFormatError):
+            continue
+        primaries[cluster] = None if decoded is None else decoded[0].node
     return node_loads(primaries)
 
 
@@ -78,15 +84,19 @@ def spread_hold(
 ) -> str | None:
     """The safe candidate of ``cluster`` on a less loaded node that is trying now, which
     ``node`` lets go first (None: none; ``node`` tries). ``watch`` is set on that agent's
-    status record, so its end of trying wakes the caller at once."""
+    status record, so its end of trying wakes the caller at once. Reads: the cluster's
+    agent status records, and only when another candidate is trying, the other clusters'
+    primary records (:func:`read_node_loads`)."""
     candidates = safe_candidates(members, in_sync)
     if node not in candidates or len(candidates) < 2:
         return None
+    statuses = read_statuses(client, cluster)
+    claiming = [n for n, status in statuses.items() if status.claim in CLAIMING and n in candidates]
+    if not [n for n in claiming if n != node]:
+        return None  # nobody else is trying: nothing to order (no more reads)
     loads = read_node_loads(client, cluster)
     if not loads:
         return None
-    statuses = read_statuses(client, cluster)
-    claiming = [n for n, status in statuses.items() if status.claim in CLAIMING]
     first = yield_to(node, candidates, loads, claiming)
     if first is not None and watch is not None:
         client.retry(client.exists, ClusterLayout(cluster).agent(first), watch=watch)
