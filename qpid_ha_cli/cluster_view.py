@@ -44,7 +44,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from common.zk_access import connect_refusal
 from ha_agent.agent_status import AgentStatus, BrakeStatus, brake_text, read_statuses
 from ha_agent.cluster_records import InSyncRecord, PrimaryRecord
-from ha_agent.epoch_counter import read_epoch
+from ha_agent.epoch_counter import EpochCounterError, read_epoch
 from ha_agent.in_sync import InSyncRecordError, read_in_sync
 from ha_agent.membership import Member, read_members
 from ha_agent.node_loads import cluster_names
@@ -99,8 +99,8 @@ def read_clusters(
 ) -> list[dict[str, Any]]:
     """Every cluster on the ZooKeeper at ``hosts`` (``qpid-ha --zk HOSTS status --all``
     without ``--cluster``), each as :func:`read_cluster` reads it, by name; a cluster that
-    cannot be read (another cluster's credentials, a record of a newer format) is
-    ``{"cluster": NAME, "error": WHY}``."""
+    cannot be read (another cluster's credentials, a record of a newer format, an epoch
+    counter that holds no epoch) is ``{"cluster": NAME, "error": WHY}``."""
     with _session(hosts, timeout, auth, tls) as client:
         try:
             names = cluster_names(client)
@@ -112,7 +112,7 @@ def read_clusters(
         for name in names:
             try:
                 views.append(_read(client, hosts, name, auth))
-            except ClusterViewError as exc:
+            except (ClusterViewError, EpochCounterError) as exc:  # this cluster's, not all
                 views.append({"cluster": name, "error": str(exc)})
         return views
 
