@@ -62,9 +62,11 @@ $(WHEELHOUSE)/.done: $(STAMP)
 
 # make demo HOLD=1: after the fail-over the cluster stays up for its web console until
 # ctrl-C (HOLD=SECONDS: that long); the same as DEMO_HOLD=forever|SECONDS.
+# make demo CLUSTERS=2: two clusters on the same three nodes (docs/deploy.md).
 HOLD ?=
+CLUSTERS ?=
 demo: $(STAMP) demo-packages
-	$(if $(HOLD),DEMO_HOLD=$(if $(filter 1 yes,$(HOLD)),forever,$(HOLD)) )$(BIN)/python deploy/demo.py
+	$(if $(HOLD),DEMO_HOLD=$(if $(filter 1 yes,$(HOLD)),forever,$(HOLD)) )$(BIN)/python deploy/demo.py$(if $(CLUSTERS), --clusters $(CLUSTERS))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

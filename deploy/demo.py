@@ -20,6 +20,12 @@
    everything, and runs the Spark job (``python -m analytics``) over the demo's own logs:
    the fail-over by phase, as an HTML report whose path it prints.
 
+With ``--clusters 2`` (or 3; ``make demo CLUSTERS=2``) more clusters start on the same three
+nodes and ZooKeeper after the first, one after the other, each taking its primary to a node
+running none (``ha_agent.spread``); ``qpid-ha --zk ... status --all`` then lists every
+cluster, and the fail-over of step 4 moves only the first cluster's primary, to the node
+running fewer primaries when its two backups' nodes differ.
+
 Every process is stopped by PID, also on errors and ctrl-C. ``LocalCluster`` and the
 ``Clients`` (a publisher and consumer keeping every confirm time) also serve
 ``bench/failover_gap.py``.
@@ -182,15 +188,29 @@ class LocalCluster:
     """A ZooKeeper ensemble of three servers and three agents supervising their brokers,
     on loopback free ports."""
 
-    def __init__(self, workdir: Path, session_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        session_timeout: float | None = None,
+        *,
+        cluster: str = CLUSTER,
+        beside: LocalCluster | None = None,
+    ) -> None:
         self.workdir = workdir
         #: the agents' --session-timeout (None: their built-in default, as deployed)
         self.session_timeout = session_timeout
+        #: the agents' --cluster
+        self.cluster = cluster
+        #: the cluster whose ZooKeeper ensemble and nodes this one shares (None: its own)
+        self.beside = beside
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.broker_pids: set[int] = set()
         #: each server's client port, and its quorum and election ports
-        self.zk_ports = {i: free_port() for i in ZOOKEEPER_SERVERS}
-        self.peer_ports = {i: (free_port(), free_port()) for i in ZOOKEEPER_SERVERS}
+        if beside is None:
+            self.zk_ports = {i: free_port() for i in ZOOKEEPER_SERVERS}
+            self.peer_ports = {i: (free_port(), free_port()) for i in ZOOKEEPER_SERVERS}
+        else:
+            self.zk_ports, self.peer_ports = beside.zk_ports, beside.peer_ports
         self.zk = ",".join(f"127.0.0.1:{self.zk_ports[i]}" for i in ZOOKEEPER_SERVERS)
         self.ports = {n: free_port() for n in NODES}
         self.mgmt = {n: free_port() for n in NODES}
@@ -221,7 +241,7 @@ class LocalCluster:
             f"--log-file={workdir / f'{node}.broker.log'}", "--ha-cluster=yes",
             f"--ha-brokers-url={brokers_url}", "--ha-replicate=all",
             "--ha-username=guest", "--ha-password=guest",
-            f"--console-zk={self.zk}", f"--console-cluster={CLUSTER}",  # the web console
+            f"--console-zk={self.zk}", f"--console-cluster={self.cluster}",  # the web console
             f"--console-agent-log={workdir / f'{node}.agent.log'}",
         ]  # fmt: skip
 
@@ -233,7 +253,7 @@ class LocalCluster:
             [] if self.session_timeout is None else [f"--session-timeout={self.session_timeout:g}"]
         )
         return [
-            str(BIN / "qpid-ha-agent"), f"--zk={self.zk}", f"--cluster={CLUSTER}",
+            str(BIN / "qpid-ha-agent"), f"--zk={self.zk}", f"--cluster={self.cluster}",
             f"--node={node}", f"--broker=guest/guest@127.0.0.1:{self.mgmt[node]}",
             f"--broker-command={shlex.join(self.broker_command(node))}", "--cluster-size=3",
             *session, f"--log-file={workdir / f'{node}.agent.log'}",
@@ -242,7 +262,8 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         workdir = self.workdir
-        for server in ZOOKEEPER_SERVERS:
+        workdir.mkdir(parents=True, exist_ok=True)
+        for server in ZOOKEEPER_SERVERS if self.beside is None else ():
             zk_dir = workdir / f"zookeeper{server}"
             zk_dir.mkdir()
             (zk_dir / "myid").write_text(f"{server}\n")
@@ -253,14 +274,15 @@ class LocalCluster:
                      "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(zk_dir / "zoo.cfg")],
                     stdout=zk_log, stderr=subprocess.STDOUT,
                 )  # fmt: skip
-        wait(
-            "the ZooKeeper ensemble (a leader and two followers)",
-            lambda: (
-                sorted(map(self.zookeeper_mode, ZOOKEEPER_SERVERS))
-                == ["follower", "follower", "leader"]
-            ),
-            timeout=60,
-        )
+        if self.beside is None:
+            wait(
+                "the ZooKeeper ensemble (a leader and two followers)",
+                lambda: (
+                    sorted(map(self.zookeeper_mode, ZOOKEEPER_SERVERS))
+                    == ["follower", "follower", "leader"]
+                ),
+                timeout=60,
+            )
         for node in NODES:
             with open(workdir / f"{node}.agent.err", "wb") as err:
                 self.processes[node] = subprocess.Popen(self.agent_command(node), stderr=err)
@@ -294,9 +316,9 @@ class LocalCluster:
         try:
 
             def settled() -> bool:
-                members = read_members(client, CLUSTER)
+                members = read_members(client, self.cluster)
                 states = {n: ha_state(self.mgmt[n]) for n in NODES}
-                read = read_in_sync(client, CLUSTER)
+                read = read_in_sync(client, self.cluster)
                 in_set = 0 if read is None else len(read.record.members)
                 same = all(n in members and members[n].ha_state == states[n] for n in NODES)
                 return same and in_set == len(NODES) - 1
@@ -348,10 +370,48 @@ class LocalCluster:
                 process.wait()
 
 
+def clusters_option(argv: list[str]) -> int:
+    """``--clusters N`` (default 1): how many clusters the demo runs on its three nodes;
+    a bad value is one line and exit 2."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="make demo: a local HA cluster and a fail-over")
+    parser.add_argument(
+        "--clusters",
+        type=int,
+        default=1,
+        help="clusters on the same three nodes and ZooKeeper (default 1; 2 or 3 shows the"
+        " agents spreading the primaries, docs/deploy.md)",
+    )
+    count: int = parser.parse_args(argv).clusters
+    if not 1 <= count <= 3:
+        parser.error(f"--clusters must be 1 to 3: {count}")
+    return count
+
+
+def start_beside(main: LocalCluster, count: int) -> list[LocalCluster]:
+    """``count - 1`` more clusters on ``main``'s ZooKeeper and nodes, one after the other
+    (each new cluster's agents see where the others' primaries run: ha_agent.spread)."""
+    more = []
+    for i in range(2, count + 1):
+        name = f"{CLUSTER}-{i}"
+        other = LocalCluster(main.workdir / name, cluster=name, beside=main)
+        more.append(other)
+        other.start()
+        wait(f"cluster {name} to elect and promote a primary", other.settled, timeout=60)
+        print(
+            f"cluster {name}: the agents promoted {other.primary()}"
+            " (of its equally advanced members, the one on the node running fewest primaries)"
+        )
+    return more
+
+
 def main() -> int:
+    count = clusters_option(sys.argv[1:])
     workdir = Path(tempfile.mkdtemp(prefix="qpidd-demo-"))
     print(f"logs in {workdir}")
     cluster = LocalCluster(workdir)
+    more: list[LocalCluster] = []
     ok = False
     try:
         cluster.start()
@@ -373,6 +433,9 @@ def main() -> int:
             assert primary is not None
         qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
         qpid_ha("-b", f"guest/guest@127.0.0.1:{mgmt[primary]}", "status", "--all")
+        if count > 1:
+            more = start_beside(cluster, count)
+            qpid_ha("--zk", zk, "status", "--all")  # every cluster, the primaries per node
         print(console_line(primary, mgmt, "now"))
 
         # The drill: a pika publisher with confirms and a consumer on the fail-over URL list.
@@ -403,12 +466,15 @@ def main() -> int:
             print(f"publish gap (last confirm before to first after): {gap:.0f} ms")
         wait(f"{primary} to come back as a ready backup", cluster.settled)
         qpid_ha("--zk", zk, "--cluster", CLUSTER, "status", "--all")
-        new_primary = cluster.primary() or new_primary
+        if more:
+            qpid_ha("--zk", zk, "status", "--all")  # only the lost primary moved
         assert new_primary is not None  # settled: one active broker
         print(console_line(new_primary, mgmt, "after the fail-over"))
         ok = drill.returncode == 0
         hold(console_url(mgmt[new_primary]))
     finally:
+        for other in more:
+            other.stop()
         cluster.stop()
         print("stopped agents, brokers and the ZooKeeper servers")
     print(f"JSON logs of brokers, agents and the drill: {workdir}/*.log")

@@ -448,6 +448,7 @@ class Agent:
             connected_at=self.connected_at,
             broker_reset_at=reset_at,
             cluster_read_at=reader.read_at,
+            node_loads=reader.node_loads,
         )
         self.cluster_view = cluster_view
         decision = decide(cluster_view)
@@ -455,10 +456,12 @@ class Agent:
             _log.info("broker_recheck", reason=decision.eligibility)
             self.events.put(loop.Recheck())
             return
-        self.report.decided(decision.eligibility, decision.election_after(cluster_view.leadership))
-        self.report.publish(self.client, self.settings.cluster)
+        self.report.decided(decision.eligibility)
         for action in decision.actions:
             self._act(action, view)
+        # after the actions: the claim this check started or ended is told at once
+        self.report.claim = election.state.value
+        self.report.publish(self.client, self.settings.cluster)
 
     def _slow_not_gone(self, live: LivenessView | None) -> bool:
         """The broker did not answer its check, but is not gone: its loop's progress was

@@ -47,8 +47,8 @@ class AgentReport:
         self.brake = FenceBrake()
         #: the reason the agent last decided by ("" before its first decision)
         self.eligibility = ""
-        #: where it stands in the election after that decision (idle, contending, leading)
-        self.election = ""
+        #: its claim's state (ha_agent.primary_claim.Leadership), set by the agent
+        self.claim = ""
         #: when the brake last engaged (UTC, ISO 8601; "" when it is not engaged)
         self.engaged_since = ""
         self.publisher: StatusPublisher | None = None
@@ -72,10 +72,8 @@ class AgentReport:
                 " is given longer before it is fenced",
             )
 
-    def decided(self, eligibility: str, election: str = "") -> None:
-        """The reason of the decision just made (logged when it changed) and where the agent
-        stands in the election after it (``idle``, ``contending``, ``leading``)."""
-        self.election = election
+    def decided(self, eligibility: str) -> None:
+        """The reason of the decision just made: logged when it changed."""
         if eligibility != self.eligibility:
             self.eligibility = eligibility
             _log.info("promotion_eligibility", reason=eligibility)
@@ -93,7 +91,7 @@ class AgentReport:
             patience_s=self.patience(now),
             broker_timeout_s=self.broker_timeout,
         )
-        return AgentStatus(self.node, self.eligibility, brake, self.election)
+        return AgentStatus(self.node, self.eligibility, brake, self.claim)
 
     def publish(self, client: Any, cluster: str) -> None:
         """Write the status record when it changed (any ZooKeeper error: logged; not tried

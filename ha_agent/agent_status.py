@@ -6,16 +6,19 @@ Each agent keeps an *ephemeral* znode ``/qpid-ha/<cluster>/agents/<node>``
 (:class:`AgentStatus`, compact JSON, ZooKeeper format 1)::
 
     {"version": 1, "node": "n2", "eligibility": "no safe choice: n1 (the primary's store)
-     is needed: ...", "election": "idle", "brake": {"engaged": true, "since":
-     "2026-11-29T08:01:02.123456Z", "promotions": 3, "window_s": 60.0, "patience_s": 4.0,
-     "broker_timeout_s": 2.0}}
+     is needed: ...", "brake": {"engaged": true, "since": "2026-11-29T08:01:02.123456Z",
+     "promotions": 3, "window_s": 60.0, "patience_s": 4.0, "broker_timeout_s": 2.0},
+     "claim": "contending"}
 
 ``eligibility`` is the reason the agent last decided by (``promotion_eligibility`` in its
 log): whether its broker may be promoted, and, in a cluster without a primary, which
-broker is needed and why (:mod:`ha_agent.store_choice`). ``election`` is where the agent
-stands in the election after that decision: ``idle``, ``contending`` (its broker may be
-promoted: it contends, the console says the cluster is electing) or ``leading`` (it won);
-``""`` in records of agents before it. ``brake`` is its fence brake
+broker is needed and why (:mod:`ha_agent.store_choice`). ``claim`` is its claim to
+become primary (``"contending"`` while its broker may be promoted and it waits for the
+takeover rule; added for issue 32: the candidates of a fail-over let one on a node running
+fewer primaries go first only while it tries, :mod:`ha_agent.spread`; without a primary
+record, the console says the cluster is electing while an agent's claim is ``contending``
+or ``leading``). ``brake`` is its
+fence brake
 (:class:`ha_agent.fence_brake.FenceBrake`): engaged while primaries are replaced in quick
 succession, when a silent (not gone) primary is given ``patience_s`` instead of
 ``--broker-timeout`` before it is fenced (``agent_fence_cascade`` in the log, once).
@@ -30,7 +33,9 @@ Error Handling
 ==============
 
 - ZooKeeper calls raise kazoo's errors; the agent logs them (``zookeeper_error``) and
-  publishes again at its next check: the record is for people, nothing decides by it.
+  publishes again at its next check: the record is for people; the one thing an agent
+  reads in it, another's ``claim``, only orders candidates that may all be promoted
+  (:mod:`ha_agent.spread`).
 - A record that cannot be parsed is left out of :func:`read_statuses`;
   :meth:`AgentStatus.from_json` raises ValueError.
 """
@@ -63,13 +68,16 @@ class BrakeStatus:
 
 @dataclass(frozen=True)
 class AgentStatus:
-    """One agent's record: its node, the reason it decides by, its fence brake."""
+    """One agent's record: its node, the reason it decides by, its fence brake, its claim."""
 
     node: str
     eligibility: str = ""
     brake: BrakeStatus = field(default_factory=BrakeStatus)
-    #: ``idle``, ``contending`` or ``leading`` (``""``: an agent before the field)
-    election: str = ""
+    #: its claim to become primary (ha_agent.primary_claim.Leadership: "idle",
+    #: "contending", "leading", "resigning"; "" from an agent before issue 32): the other
+    #: candidates let one on a less loaded node go first only while it tries
+    #: (ha_agent.spread)
+    claim: str = ""
 
     def to_json(self) -> bytes:
         body = {"version": WRITTEN_FORMAT, **asdict(self)}
@@ -98,8 +106,8 @@ class AgentStatus:
             brake = BrakeStatus(**known)
         except TypeError as exc:
             raise ValueError(str(exc)) from None
-        election = body.get("election", "")
-        return cls(node, eligibility, brake, election if isinstance(election, str) else "")
+        claim = body.get("claim", "")
+        return cls(node, eligibility, brake, claim if isinstance(claim, str) else "")
 
 
 def brake_text(status: AgentStatus) -> str:

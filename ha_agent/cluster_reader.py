@@ -6,7 +6,9 @@
 only), publishes this node's member record when it changed (what its broker answered:
 state, epoch, position, ids, formats), covers the broker's epoch in ZooKeeper's counter,
 and reads the member records, the primary record and (unless the in-sync keeper has just
-read it) the in-sync set; it deletes a primary record that names this node while its agent
+read it) the in-sync set, and, while the cluster has no primary and its broker joins, where
+the other clusters' primaries run (:func:`~ha_agent.node_loads.read_node_loads`); it
+deletes a primary record that names this node while its agent
 no longer leads (:func:`~ha_agent.primary_record.drop_stale_primary`), and publishes or
 withdraws the backup's link hint (:class:`~ha_agent.agent_hints.AgentHints`).
 
@@ -44,6 +46,7 @@ from ha_agent.cluster_records import BrokerView, PrimaryRecord
 from ha_agent.epoch_counter import cover_epoch
 from ha_agent.in_sync_keeper import InSyncKeeper
 from ha_agent.membership import Member, MemberPublisher, read_members
+from ha_agent.node_loads import read_node_loads
 from ha_agent.primary_record import drop_stale_primary, read_primary
 from ha_agent.zk_format import FormatFaults, ZkFormatError
 
@@ -76,6 +79,9 @@ class ClusterReader:
         self.primary: PrimaryRecord | None = None
         #: the ZooKeeper records of a format it cannot read, at the last read
         self.format_faults = FormatFaults()
+        #: primaries each node runs in the other clusters on this ZooKeeper, read while
+        #: this cluster has no primary and its broker joins (ha_agent.spread); else empty
+        self.node_loads: dict[str, int] = {}
         #: when the last read that succeeded was sent (never: stale once connected)
         self.read_at = float("-inf")
 
@@ -125,6 +131,9 @@ class ClusterReader:
                 self.report.note_primary(self.primary.epoch, time.monotonic())
             if drop_stale_primary(self.client, self.cluster, self.node, self.primary, leads):
                 self.primary = None
+            joining = view is not None and view.ha_state == "joining"
+            fresh = self.primary is None and joining
+            self.node_loads = read_node_loads(self.client, self.cluster) if fresh else {}
             self.hints.publish(view, self.primary)
             if read_in_sync_set:
                 self.keeper.read()

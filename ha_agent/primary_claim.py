@@ -33,6 +33,11 @@ Error Handling
 - LOST (session expired, client stopped) ends the claim (``session_lost``); SUSPENDED
   does not (the session guard decides about fencing).
 - :meth:`PrimaryClaim.cancel` waits at most ``timeout``; ``on_ended`` tells when it ended.
+- Once the rule allows, a claim without the lock lets a safe candidate on a node running
+  fewer primaries of the other clusters go first while that one's agent is contending
+  (:func:`~ha_agent.node_loads.spread_hold`, ``election_spread_yield`` in the log); a watch
+  on that agent's status record wakes it when that one stops trying. Never under the lock
+  (a cluster in ZooKeeper format 1): the one it would let go first waits for that lock.
 - The primary record's watch only wakes the claim; it also looks again every
   :data:`RECHECK` seconds (sooner when the rule says a grant lapses sooner:
   :attr:`~ha_agent.takeover.Takeover.retry_in`), so a lost watch delays, never blocks, a
@@ -53,6 +58,7 @@ from kazoo.protocol.states import KazooState
 
 from ha_agent.in_sync import VersionedInSync
 from ha_agent.membership import Member
+from ha_agent.node_loads import spread_hold
 from ha_agent.primary_record import read_primary_versioned
 from ha_agent.promotion_txn import needs_lock
 from ha_agent.takeover import TakeoverRule, TakeoverView
@@ -93,6 +99,8 @@ class _Term:
     resumed: bool = False
     #: this claim's number (1, 2, ... in the order the agent made them)
     number: int = 0
+    #: the candidate this claim last let go first ("" none: ha_agent.spread)
+    yielded_to: str = ""
 
     def woken(self, _event: object) -> None:
         """The primary record's watch (one function a term: kazoo keeps it once)."""
@@ -261,7 +269,25 @@ class PrimaryClaim:
         record = None if in_sync is None else in_sync.record
         answer = self.rule.may_take_over(TakeoverView(old, record, members))
         if answer.allowed:
-            return None
+            # Not under the lock: the one it would let go first waits for that lock.
+            first = (
+                None
+                if term.lock
+                else spread_hold(self.client, self.cluster, self.node, record, members, term.woken)
+            )
+            if first is None:
+                term.yielded_to = ""
+                return None
+            if first != term.yielded_to:
+                _log.info(
+                    "election_spread_yield",
+                    cluster=self.cluster,
+                    node=self.node,
+                    first=first,
+                    reason="a candidate on a node running fewer primaries is trying: it goes first",
+                )
+            term.yielded_to = first
+            return RECHECK
         if answer.retry_in is None:
             return RECHECK
         return min(RECHECK, answer.retry_in + GRANT_SLACK)

@@ -20,8 +20,10 @@ The rules (ARCHITECTURE.md, invariants 2 to 4; seed 001, "Promoting a broker"):
     primary, in which case it is **fenced** (two primaries must never serve);
   * in a **new cluster** (no primary recorded, at least ``cluster_size`` members, every one
     of them joining): only the **most advanced** member (:func:`rank`: highest epoch, then
-    replication position, then a clean store before a dirty one, then the node name so the
-    choice is the same everywhere). This is also the total-failure rule: after every broker
+    replication position, then a clean store before a dirty one; among members equal on
+    those, the one on the node running the fewest primaries of the other clusters on the
+    same ZooKeeper, :mod:`ha_agent.spread`; then the node name so the choice is the same
+    everywhere). This is also the total-failure rule: after every broker
     restarted, the one that saw the newest epoch and holds the most is chosen, never a
     random one. Once an in-sync set is recorded, it applies only when no live member is in
     the set and no live member is ready (every broker restarted: their ids are new).
@@ -77,6 +79,7 @@ from ha_agent.cluster_records import (
     rank,
 )
 from ha_agent.membership import Member
+from ha_agent.spread import fresh_choice
 from ha_agent.store_choice import choose_store, restart_to_join
 
 __all__ = [
@@ -163,6 +166,10 @@ class ClusterView:
     #: when the last cluster read that succeeded (members, primary record, in-sync set)
     #: was sent; a failed read leaves the older one in the view
     cluster_read_at: float | None = None
+    #: primaries each node runs in the other clusters on this ZooKeeper (read while the
+    #: cluster has no primary; empty: not read): a new cluster's tie between equally
+    #: advanced members goes to the least loaded node (ha_agent.spread)
+    node_loads: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -174,20 +181,6 @@ class Decision:
     @property
     def steps(self) -> tuple[Step, ...]:
         return tuple(action.step for action in self.actions)
-
-    def election_after(self, leadership: str) -> str:
-        """Where the agent stands in the election once these actions are taken, from where
-        it stood (``leadership``): ``contending`` once it contends (until it withdraws),
-        ``leading`` once it won, else ``idle`` (its status record: the console's
-        "electing")."""
-        steps = self.steps
-        if Step.WITHDRAW in steps:
-            return "idle"
-        if leadership == "leading":
-            return "leading"
-        if Step.CONTEND in steps or leadership == "contending":
-            return "contending"
-        return "idle"
 
 
 def _live_in_sync(view: ClusterView, record: InSyncRecord) -> list[str]:
@@ -280,7 +273,7 @@ def eligibility(view: ClusterView) -> tuple[bool, str]:
     if beyond:
         return False, f"not every member is joining: {', '.join(beyond)}"
     among = f"{present} joining members"
-    best = most_advanced(view.members)
+    best = fresh_choice(view.members, view.node_loads)
     if best is None or best.node != view.node:
         assert best is not None
         return False, (

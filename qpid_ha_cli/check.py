@@ -21,7 +21,7 @@ import typer
 from broker.ha.state import HaState
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
-from qpid_ha_cli.cluster_view import format_cluster, two_primaries
+from qpid_ha_cli.cluster_view import format_cluster, format_clusters, two_primaries
 from qpid_ha_cli.command_line import command_settings
 from qpid_ha_cli.context import CliSettings, settings
 
@@ -73,16 +73,21 @@ def status(
     With --zk and --cluster, --all shows the cluster as the agents record it in ZooKeeper:
     members, states, epochs, whether each is in the in-sync set, the primary and the
     virtual IP owner; with more than one member serving as primary it says so on a last
-    "warning:" line and exits 1.
+    "warning:" line and exits 1. With --zk alone, --all shows every cluster on that
+    ZooKeeper, a line each (its primary's node, epoch and URL, its in-sync set), and how
+    many primaries each node runs (several clusters on one set of nodes: docs/deploy.md).
     """
     s = settings(ctx)
     out = s.env.out
     if expect is not None:
         expect = _expected_state(expect)
-    if s.zk is not None and s.cluster is not None:
+    if s.zk is not None:
         if not show_all:
             raise CommandError("with --zk, use status --all", ExitStatus.USAGE)
-        _zk_status(s, s.zk, s.cluster, as_json)
+        if s.cluster is None:
+            _zk_clusters(s, s.zk, as_json)
+        else:
+            _zk_status(s, s.zk, s.cluster, as_json)
         return
     data = s.call("/api/status")
     state = str(data.get("ha_state", "unknown"))
@@ -171,6 +176,17 @@ def _error_text(error: dict[str, object]) -> str:
     count = error.get("count")
     times = "once" if count == 1 else f"{count} times"
     return f"{error.get('reason')} ({times} since {error.get('since')})"
+
+
+def _zk_clusters(s: CliSettings, hosts: str, as_json: bool) -> None:
+    views = s.env.read_clusters(hosts, s.timeout, auth=s.zk_auth, tls=s.zk_tls)
+    if as_json:
+        s.env.out(json.dumps(views, indent=2, sort_keys=True))
+    else:
+        for line in format_clusters(views):
+            s.env.out(line)
+    if any("error" not in view and two_primaries(view) for view in views):
+        raise typer.Exit(ExitStatus.ERROR)
 
 
 def _zk_status(s: CliSettings, hosts: str, cluster: str, as_json: bool) -> None:

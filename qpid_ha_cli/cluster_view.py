@@ -1,5 +1,9 @@
 """``qpid-ha --zk HOSTS --cluster NAME status --all``: the cluster as ZooKeeper sees it.
 
+Without ``--cluster`` (:func:`read_clusters`, :func:`format_clusters`): every cluster on
+that ZooKeeper, a line each, and how many primaries each node runs (several clusters on
+one set of nodes, :mod:`ha_agent.spread`).
+
 Reads the agents' member records, the primary record, the epoch counter and the in-sync
 set (the layout of :mod:`ha_agent.zk_layout`) and renders them as a table or JSON. Read
 only. IN-SYNC is ``yes`` for a member whose broker (by the broker id it publishes) is in the
@@ -28,6 +32,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
@@ -38,9 +44,10 @@ from kazoo.handlers.threading import KazooTimeoutError
 from common.zk_access import connect_refusal
 from ha_agent.agent_status import AgentStatus, BrakeStatus, brake_text, read_statuses
 from ha_agent.cluster_records import InSyncRecord, PrimaryRecord
-from ha_agent.epoch_counter import read_epoch
+from ha_agent.epoch_counter import EpochCounterError, read_epoch
 from ha_agent.in_sync import InSyncRecordError, read_in_sync
 from ha_agent.membership import Member, read_members
+from ha_agent.node_loads import cluster_names
 from ha_agent.primary_record import read_primary_full
 from ha_agent.store_choice import choose_store
 from ha_agent.zk_auth import ZkAuth, zk_security
@@ -48,7 +55,15 @@ from ha_agent.zk_format import ZkFormatError
 from ha_agent.zk_layout import ClusterLayout
 from ha_agent.zk_tls import ZkTls, tls_refusal
 
-__all__ = ["ClusterViewError", "format_cluster", "position_text", "read_cluster", "two_primaries"]
+__all__ = [
+    "ClusterViewError",
+    "format_cluster",
+    "format_clusters",
+    "position_text",
+    "read_cluster",
+    "read_clusters",
+    "two_primaries",
+]
 
 # kazoo logs every refused connection: the command says it once, in one line.
 _quiet = logging.getLogger("qpid_ha_cli.kazoo")
@@ -70,7 +85,43 @@ def read_cluster(
 ) -> dict[str, Any]:
     """Members, primary, virtual IP owner and last epoch of ``cluster``, as plain data;
     read with ``auth``'s digest and over ``tls`` when given."""
-    layout = ClusterLayout(cluster)  # ValueError for a bad name
+    ClusterLayout(cluster)  # ValueError for a bad name
+    with _session(hosts, timeout, auth, tls) as client:
+        return _read(client, hosts, cluster, auth)
+
+
+def read_clusters(
+    hosts: str,
+    timeout: float,
+    *,
+    auth: ZkAuth | None = None,
+    tls: ZkTls | None = None,
+) -> list[dict[str, Any]]:
+    """Every cluster on the ZooKeeper at ``hosts`` (``qpid-ha --zk HOSTS status --all``
+    without ``--cluster``), each as :func:`read_cluster` reads it, by name; a cluster that
+    cannot be read (another cluster's credentials, a record of a newer format, an epoch
+    counter that holds no epoch) is ``{"cluster": NAME, "error": WHY}``."""
+    with _session(hosts, timeout, auth, tls) as client:
+        try:
+            names = cluster_names(client)
+        except NoAuthError:
+            raise ClusterViewError(f"ZooKeeper at {hosts} denied listing the clusters") from None
+        except KazooException as exc:
+            raise ClusterViewError(f"ZooKeeper at {hosts}: {exc!r}") from None
+        views = []
+        for name in names:
+            try:
+                views.append(_read(client, hosts, name, auth))
+            except (ClusterViewError, EpochCounterError) as exc:  # this cluster's, not all
+                views.append({"cluster": name, "error": str(exc)})
+        return views
+
+
+@contextmanager
+def _session(
+    hosts: str, timeout: float, auth: ZkAuth | None, tls: ZkTls | None
+) -> Iterator[KazooClient]:
+    """A read-only client of the ZooKeeper at ``hosts``, started, stopped after."""
     started = time.monotonic()
     answered, refusal = connect_refusal(hosts, timeout)
     if not answered:  # kazoo would retry a refused connection for the whole timeout
@@ -94,31 +145,37 @@ def read_cluster(
             client.start(timeout=timeout)
         except KazooTimeoutError:
             raise ClusterViewError(f"cannot reach ZooKeeper at {hosts}") from None
-        try:
-            if client.exists(layout.root) is None:
-                raise ClusterViewError(f"no cluster {cluster!r} in ZooKeeper at {hosts}")
-            members = read_members(client, cluster)
-            agents = read_statuses(client, cluster)
-            primary = read_primary_full(client, cluster)
-            epoch = read_epoch(client, cluster)
-            in_sync_error = None
-            try:
-                versioned = read_in_sync(client, cluster)
-            except InSyncRecordError as exc:
-                versioned, in_sync_error = None, str(exc)
-        except ZkFormatError as exc:  # a record of a format this qpid-ha cannot read
-            raise ClusterViewError(str(exc)) from None
-        except NoAuthError:
-            who = f"user {auth.user!r}" if auth is not None else "no credentials"
-            raise ClusterViewError(
-                f"ZooKeeper at {hosts} denied reading cluster {cluster!r} to {who} (NoAuth):"
-                " give the agents' --zk-auth"
-            ) from None
-        except (KazooException, NoNodeError) as exc:
-            raise ClusterViewError(f"ZooKeeper at {hosts}: {exc!r}") from None
+        yield client
     finally:
         client.stop()
         client.close()
+
+
+def _read(client: KazooClient, hosts: str, cluster: str, auth: ZkAuth | None) -> dict[str, Any]:
+    """One cluster's view over ``client`` (:func:`read_cluster`)."""
+    layout = ClusterLayout(cluster)
+    try:
+        if client.exists(layout.root) is None:
+            raise ClusterViewError(f"no cluster {cluster!r} in ZooKeeper at {hosts}")
+        members = read_members(client, cluster)
+        agents = read_statuses(client, cluster)
+        primary = read_primary_full(client, cluster)
+        epoch = read_epoch(client, cluster)
+        in_sync_error = None
+        try:
+            versioned = read_in_sync(client, cluster)
+        except InSyncRecordError as exc:
+            versioned, in_sync_error = None, str(exc)
+    except ZkFormatError as exc:  # a record of a format this qpid-ha cannot read
+        raise ClusterViewError(str(exc)) from None
+    except NoAuthError:
+        who = f"user {auth.user!r}" if auth is not None else "no credentials"
+        raise ClusterViewError(
+            f"ZooKeeper at {hosts} denied reading cluster {cluster!r} to {who} (NoAuth):"
+            " give the agents' --zk-auth"
+        ) from None
+    except (KazooException, NoNodeError) as exc:
+        raise ClusterViewError(f"ZooKeeper at {hosts}: {exc!r}") from None
     record, vip = primary if primary is not None else (None, None)
     in_sync = None if versioned is None else versioned.record
     ids = frozenset() if in_sync is None else in_sync.broker_ids
@@ -133,6 +190,7 @@ def read_cluster(
         "epoch": epoch,
         "primary": None if record is None else record.node,
         "primary_epoch": None if record is None else record.epoch,
+        "primary_url": None if record is None else record.broker_url,
         "vip": vip,
         "vip_owner": None if record is None or vip is None else record.node,
         "members": [
@@ -266,3 +324,34 @@ def two_primaries(view: dict[str, Any]) -> str:
                 " promote?): stop it (qpid-ha stop-member)"
             )
     return text
+
+
+def format_clusters(views: list[dict[str, Any]]) -> list[str]:
+    """Every cluster on one ZooKeeper, a line each (its primary's node, epoch and URL, its
+    in-sync set), then how many primaries each node runs (issue 32: several clusters on one
+    set of nodes spread their primaries: docs/deploy.md)."""
+    lines = [f"{'CLUSTER':<20} {'PRIMARY':<16} {'EPOCH':>6}  {'URL':<24} IN-SYNC"]
+    per_node: dict[str, list[str]] = {}
+    for view in views:
+        name = view["cluster"]
+        if "error" in view:
+            lines.append(f"{name:<20} unreadable: {view['error']}")
+            continue
+        primary = view["primary"]
+        if primary:
+            per_node.setdefault(primary, []).append(name)
+        summary = _in_sync_summary(view).removeprefix(", ")
+        epoch = view["primary_epoch"] if primary else "-"
+        lines.append(
+            f"{name:<20} {primary or 'none':<16} {epoch:>6}  "
+            f"{view.get('primary_url') or '-':<24} {summary}"
+        )
+        warning = two_primaries(view)
+        if warning:
+            lines.append(f"warning: {name}: {warning}")
+    nodes = sorted(
+        {m["node"] for v in views for m in v.get("members", [])} | set(per_node),
+    )
+    counts = ", ".join(f"{node} {len(per_node.get(node, []))}" for node in nodes)
+    lines.append(f"{len(views)} clusters; primaries per node: {counts or 'none'}")
+    return lines

@@ -24,7 +24,7 @@ from broker.management.client import ManagementClient
 from common.url import BrokerUrl
 from ha_agent.zk_auth import ZkAuth
 from ha_agent.zk_tls import ZkTls
-from qpid_ha_cli.cluster_view import read_cluster
+from qpid_ha_cli.cluster_view import read_cluster, read_clusters
 
 if TYPE_CHECKING:  # typer's vendored click: the type of every context typer makes
     from typer._click import Context
@@ -62,6 +62,7 @@ class Environment:
     stderr: TextIO | None = None
     management_client: Callable[[BrokerUrl, float], ManagementClient] = ManagementClient
     read_cluster: Callable[..., dict[str, Any]] = read_cluster
+    read_clusters: Callable[..., list[dict[str, Any]]] = read_clusters
 
     def out(self, text: str) -> None:
         """One line of the command's output."""

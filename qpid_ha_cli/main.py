@@ -205,7 +205,11 @@ def main_options(
     ] = None,
     cluster: Annotated[
         str | None,
-        typer.Option("--cluster", metavar="NAME", help="cluster name (with --zk; default: none)"),
+        typer.Option(
+            "--cluster",
+            metavar="NAME",
+            help="cluster name (with --zk; default: status --all shows every cluster)",
+        ),
     ] = None,
     zk_auth: Annotated[
         str | None,
@@ -255,8 +259,8 @@ def main_options(
             f"expected one broker address, got {len(url.addresses)}",
             param_hint="'-b' / '--broker'",
         )
-    if (zk is None) != (cluster is None):
-        raise typer.BadParameter("--zk and --cluster go together", param_hint="'--zk'")
+    if cluster is not None and zk is None:
+        raise typer.BadParameter("--cluster needs --zk", param_hint="'--cluster'")
     try:
         auth = parse_zk_auth(zk_auth) if zk_auth else None  # never echoes the password
     except ValueError as exc:

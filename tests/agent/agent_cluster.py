@@ -92,6 +92,8 @@ class Node:
         ]
         self.agent: subprocess.Popen[bytes] | None = None
         self.broker_pids: set[int] = set()
+        #: the brokers the test started itself (start_broker), reaped at stop
+        self.brokers: list[subprocess.Popen[bytes]] = []
         #: where the programs come from (the tests' venv; tests/upgrade: a release's)
         self.bin_dir = Path(AGENT).parent
         #: environment variables added to the agent's (and so its broker's)
@@ -105,18 +107,35 @@ class Node:
     def agent_log(self) -> Path:
         return self.dir / "agent.log"
 
-    def start_agent(self, zk_hosts: str, cluster: str, *extra: str) -> None:
-        # the broker's log lines name the agents' cluster (docs/log-schema.md)
+    def broker_argv(self, cluster: str) -> list[str]:
+        """The broker's command line (its log lines name the agents' cluster:
+        docs/log-schema.md)."""
         qpidd = str(self.bin_dir / "qpidd")
-        broker = [qpidd, *self.broker_command[1:], f"--ha-cluster-name={cluster}"]
+        return [qpidd, *self.broker_command[1:], f"--ha-cluster-name={cluster}"]
+
+    def start_broker(self, cluster: str) -> None:
+        """Start the broker alone (for an agent started without ``supervise``); its PID is
+        stopped with the node's."""
+        with open(self.dir / "qpidd.out", "ab") as out:
+            broker = subprocess.Popen(self.broker_argv(cluster), stdout=out, stderr=out)
+        self.broker_pids.add(broker.pid)
+        self.brokers.append(broker)
+
+    def start_agent(self, zk_hosts: str, cluster: str, *extra: str, supervise: bool = True) -> None:
+        """Start the agent; it starts and supervises the broker unless ``supervise`` is
+        False (then the test started it: :meth:`start_broker`)."""
+        broker = self.broker_argv(cluster)
+        supervised = [
+            f"--broker-command={shlex.join(broker)}",
+            f"--broker-log={self.dir / 'qpidd.out'}",
+        ]
         cmd = [
             str(self.bin_dir / "qpid-ha-agent"),
             f"--zk={zk_hosts}",
             f"--cluster={cluster}",
             f"--node={self.name}",
             f"--broker=guest/guest@127.0.0.1:{self.mgmt_port}",
-            f"--broker-command={shlex.join(broker)}",
-            f"--broker-log={self.dir / 'qpidd.out'}",
+            *(supervised if supervise else []),
             f"--log-file={self.agent_log}",
             *extra,
         ]
@@ -179,18 +198,31 @@ class Node:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
                 os.kill(pid, signal.SIGKILL)
+        for broker in self.brokers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                broker.wait(timeout=5)
 
 
 class AgentCluster:
-    """``size`` nodes (agent + broker) in ``cluster`` on the ZooKeeper at ``zk_hosts``."""
+    """``size`` nodes (agent + broker) in ``cluster`` on the ZooKeeper at ``zk_hosts``, named
+    ``n1``, ``n2``... or ``names`` (several clusters on one set of nodes share the names)."""
 
-    def __init__(self, root: Path, zk_hosts: str, cluster: str, size: int = 3) -> None:
+    def __init__(
+        self,
+        root: Path,
+        zk_hosts: str,
+        cluster: str,
+        size: int = 3,
+        names: list[str] | None = None,
+    ) -> None:
         self.zk_hosts = zk_hosts
         self.cluster = cluster
-        ports = [free_port() for _ in range(size)]
+        names = names or [f"n{i + 1}" for i in range(size)]
+        ports = [free_port() for _ in names]
         url = ",".join(f"127.0.0.1:{p}" for p in ports)
         self.nodes = [
-            Node(root, f"n{i + 1}", port, free_port(), url) for i, port in enumerate(ports)
+            Node(root, name, port, free_port(), url)
+            for name, port in zip(names, ports, strict=True)
         ]
         self.stopped = False
         self.zk = KazooClient(hosts=zk_hosts, timeout=4.0)
@@ -205,8 +237,11 @@ class AgentCluster:
             self.start_node(node, *extra, session_timeout=session_timeout)
         return self
 
-    def start_node(self, node: Node, *extra: str, session_timeout: float = 2.0) -> None:
-        """Start one node's agent (and so its broker), as :meth:`start` does each."""
+    def start_node(
+        self, node: Node, *extra: str, session_timeout: float = 2.0, supervise: bool = True
+    ) -> None:
+        """Start one node's agent (and so its broker, if it ``supervise``s), as
+        :meth:`start` does each."""
         node.start_agent(
             self.zk_hosts,
             self.cluster,
@@ -214,6 +249,7 @@ class AgentCluster:
             f"--session-timeout={session_timeout}",
             "--check-interval=0.1",
             *extra,
+            supervise=supervise,
         )
 
     def stop(self) -> None:

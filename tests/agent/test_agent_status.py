@@ -39,25 +39,16 @@ def test_the_record_reads_back_and_ignores_fields_it_does_not_know() -> None:
             AgentStatus.from_json(bad)
 
 
-def test_where_the_agent_stands_in_the_election_is_in_its_record() -> None:
-    """The console says "electing" from it (issue 30): contending once the agent contends,
-    until it withdraws; leading once it won; idle otherwise. A record of an agent before the
-    field reads as ""."""
-    from ha_agent.promotion import Action, Decision, Step
-
-    contend = Decision((Action(Step.CONTEND, "a ready backup"),), "a ready backup")
-    withdraw = Decision((Action(Step.WITHDRAW, "the broker is joining"),), "joining")
-    nothing = Decision((), "the broker is joining")
-    assert contend.election_after("idle") == "contending"
-    assert nothing.election_after("contending") == "contending"  # still in the election
-    assert withdraw.election_after("contending") == "idle"
-    assert nothing.election_after("leading") == "leading"
-    assert nothing.election_after("idle") == "idle"
+def test_the_agents_claim_is_in_its_record() -> None:
+    """The console says "electing" from it (issue 30) and the candidates of a fail-over
+    order themselves by it (issue 32): the claim's state as the agent set it after its
+    check's actions. A record of an agent before the field reads as ""."""
     report = AgentReport("n3", broker_timeout=2.0)
-    report.decided("a ready backup (no in-sync set recorded)", "contending")
+    report.decided("a ready backup (no in-sync set recorded)")
+    report.claim = "contending"
     status = report.status(0.0)
-    assert status.election == "contending"
+    assert status.claim == "contending"
     assert AgentStatus.from_json(status.to_json()) == status
     body = json.loads(status.to_json())
-    del body["election"]
-    assert AgentStatus.from_json(json.dumps(body).encode()).election == ""
+    del body["claim"]
+    assert AgentStatus.from_json(json.dumps(body).encode()).claim == ""

@@ -216,3 +216,42 @@ def test_no_primary_says_which_broker_is_needed_and_an_engaged_brake(
     assert view["choice"]["chosen"] is None and "n1" in view["choice"]["needed"]
     (agent,) = view["agents"]
     assert agent["brake"]["engaged"] is True and agent["brake"]["promotions"] == 3
+
+
+def test_every_cluster_on_the_zookeeper(zookeeper: ZooKeeper, recorded: str) -> None:
+    """Without --cluster: a line for each cluster (others' of this session's ZooKeeper
+    too), then how many primaries each node runs."""
+    result = qpid_ha("--zk", zookeeper.hosts, "status", "--all")
+    assert (result.exit_code, result.stderr) == (0, "")
+    header, *rows, counts = result.stdout.splitlines()
+    assert header.split() == ["CLUSTER", "PRIMARY", "EPOCH", "URL", "IN-SYNC"]
+    assert (
+        f"{recorded:<20} {'n1':<16} {1:>6}  {'127.0.0.1:5672':<24} in-sync set epoch 1: n2"
+    ) in rows
+    assert counts.startswith(f"{len(rows)} clusters; primaries per node: ")
+    assert "n1 " in counts
+    views = json.loads(qpid_ha("--zk", zookeeper.hosts, "status", "--all", "--json").stdout)
+    (mine,) = [v for v in views if v["cluster"] == recorded]
+    assert (mine["primary"], mine["primary_url"]) == ("n1", "127.0.0.1:5672")
+
+
+def test_a_cluster_that_cannot_be_read_is_a_row_not_a_failure(
+    zookeeper: ZooKeeper, recorded: str
+) -> None:
+    """Another cluster's epoch counter holding no epoch (a test's, a hand edit) is said on
+    its own row; every other cluster is still listed."""
+    broken = f"{recorded}-broken"
+    client = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    client.start(timeout=15)
+    try:
+        client.create(f"/qpid-ha/{broken}/epoch", b"-1", makepath=True)
+        result = qpid_ha("--zk", zookeeper.hosts, "status", "--all")
+        assert (result.exit_code, result.stderr) == (0, "")
+        rows = result.stdout.splitlines()
+        assert any(r.startswith(f"{recorded} ") and " n1 " in r for r in rows)
+        (row,) = [r for r in rows if r.startswith(f"{broken} ")]
+        assert "unreadable:" in row and "not an epoch" in row
+    finally:
+        client.delete(f"/qpid-ha/{broken}", recursive=True)
+        client.stop()
+        client.close()

@@ -136,9 +136,11 @@ def test_an_election_under_way_is_read_from_the_agents_records() -> None:
     """Issue 30: without a primary record, an agent whose record says it contends (or won)
     makes the page say "electing", with its reason; once a primary is recorded, not."""
     contending = AgentReport("n2", broker_timeout=2.0)
-    contending.decided("a ready backup in the in-sync set (epoch 3)", "contending")
+    contending.decided("a ready backup in the in-sync set (epoch 3)")
+    contending.claim = "contending"
     waiting = AgentReport("n3", broker_timeout=2.0)
-    waiting.decided("the broker is still catching up", "idle")
+    waiting.decided("the broker is still catching up")
+    waiting.claim = "idle"
     agents: dict[str, bytes | None] = {
         "n2": contending.status(0.0).to_json(),
         "n3": waiting.status(0.0).to_json(),
@@ -153,3 +155,26 @@ def test_an_election_under_way_is_read_from_the_agents_records() -> None:
     ]
     primary = json.dumps({"version": 1, "node": "n2", "epoch": 4}).encode()
     assert parse_view("prod", {}, primary, b"4", agents)["electing"] == []
+
+
+def test_every_cluster_on_the_zookeeper_with_its_primarys_node() -> None:
+    """Several clusters on one ZooKeeper (issue 32): each one's primary record, and how
+    many primaries each node runs; a cluster without a primary is listed without one."""
+
+    def record(node: str, epoch: int) -> str:
+        return json.dumps({"version": 1, "node": node, "epoch": epoch, "broker_url": f"{node}:1"})
+
+    view = parse_view(
+        "c0",
+        {"a": member("a", "active")},
+        record("a", 2).encode(),
+        b"2",
+        others={"c1": record("b", 5).encode(), "c2": None, "c3": record("a", 1).encode()},
+    )
+    assert [(c["cluster"], c["primary"], c["primary_epoch"]) for c in view["clusters"]] == [
+        ("c0", "a", 2),
+        ("c1", "b", 5),
+        ("c2", None, None),
+        ("c3", "a", 1),
+    ]
+    assert view["per_node"] == {"a": 2, "b": 1}

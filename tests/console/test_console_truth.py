@@ -187,7 +187,8 @@ def _electing_from_the_agents_record(zk_hosts: str, browser: Any) -> None:
     from ha_agent.zk_layout import ClusterLayout
 
     report = AgentReport("n1", broker_timeout=2.0)
-    report.decided("a ready backup (no in-sync set recorded)", "contending")
+    report.decided("a ready backup (no in-sync set recorded)")
+    report.claim = "contending"
     path = f"{ClusterLayout(ZK_CLUSTER).agents}/n1"
     client = KazooClient(hosts=zk_hosts, timeout=10)
     client.start(timeout=10)

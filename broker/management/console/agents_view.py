@@ -9,8 +9,11 @@ broker never imports the agent): each agent's member record (its broker's state,
 URL, broker id), the primary record with the virtual IP its holder took, the last
 epoch handed out, and each agent's status record (``alerts``: an engaged fence brake;
 without a primary, why each agent waits: which broker is needed; ``electing``: without a
-primary, the agents that contend, and why their broker may be promoted). Read only, with a
-read-only client. This is ``qpid-ha --zk HOSTS --cluster NAME status --all`` in the page.
+primary, the agents whose claim contends, and why their broker may be promoted), and every
+cluster on the ZooKeeper with its primary's node (``clusters``, ``per_node``: several
+clusters on one set of nodes). Read only, with a read-only client. This is ``qpid-ha --zk
+HOSTS --cluster NAME status --all`` (and, for the list, ``qpid-ha --zk HOSTS status
+--all``) in the page.
 
 Error Handling
 ==============
@@ -35,10 +38,12 @@ from typing import Any
 
 from common.zk_access import ZkAccess, kazoo_options, parse_digest, tls_problem
 
-__all__ = ["PERIOD", "AgentsView", "cluster_paths", "zk_access"]
+__all__ = ["PERIOD", "AgentsView", "cluster_paths", "parse_clusters", "per_node", "zk_access"]
 
 #: Seconds between two reads.
 PERIOD = 2.0
+#: Other clusters' primary records read at most (each read every PERIOD).
+MAX_CLUSTERS = 100
 #: ``ha_agent.zk_layout.ROOT``.
 ROOT = "/qpid-ha"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -112,23 +117,51 @@ def _alerts(agents: dict[str, bytes | None], primary: bool) -> list[str]:
 
 
 def _electing(agents: dict[str, bytes | None], primary: bool) -> list[dict[str, str]]:
-    """Without a primary record, the agents whose status record says they contend (or
-    won and promote now: ``election``), each with its reason: the cluster is electing."""
+    """Without a primary record, the agents whose status record says their claim contends
+    (or won and promotes now: ``claim``), each with its reason: the cluster is electing."""
     if primary:
         return []
     found = []
     for node, data in sorted(agents.items()):
         record = _json(data)
-        if isinstance(record, dict) and record.get("election") in ("contending", "leading"):
+        if isinstance(record, dict) and record.get("claim") in ("contending", "leading"):
             reason = record.get("eligibility")
             found.append(
                 {
                     "node": node,
-                    "election": str(record["election"]),
+                    "election": str(record["claim"]),
                     "reason": reason if isinstance(reason, str) else "",
                 }
             )
     return found
+
+
+def parse_clusters(primaries: dict[str, bytes | None]) -> list[dict[str, Any]]:
+    """Every cluster on the ZooKeeper with its primary record's node, epoch and URL (None:
+    no primary), by name, from each cluster's primary znode bytes (pure)."""
+    out = []
+    for name, data in sorted(primaries.items()):
+        body = _json(data) if data is not None else None
+        body = body if isinstance(body, dict) else {}
+        node = body.get("node")
+        out.append(
+            {
+                "cluster": name,
+                "primary": node if isinstance(node, str) else None,
+                "primary_epoch": body.get("epoch"),
+                "primary_url": body.get("broker_url"),
+            }
+        )
+    return out
+
+
+def per_node(clusters: list[dict[str, Any]]) -> dict[str, int]:
+    """How many of ``clusters``' primaries each node runs."""
+    counts: dict[str, int] = {}
+    for row in clusters:
+        if row["primary"]:
+            counts[row["primary"]] = counts.get(row["primary"], 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def parse_view(
@@ -137,8 +170,11 @@ def parse_view(
     primary: bytes | None,
     epoch: bytes | None,
     agents: dict[str, bytes | None] | None = None,
+    others: dict[str, bytes | None] | None = None,
 ) -> dict[str, Any]:
-    """The view from the znodes' bytes (pure: tests feed it records)."""
+    """The view from the znodes' bytes (pure: tests feed it records); ``others``: the
+    primary znodes of the other clusters on the ZooKeeper (several clusters on one set of
+    nodes, docs/deploy.md)."""
     problems: list[str] = []
     rows = []
     for node, data in sorted(members.items()):
@@ -162,6 +198,7 @@ def parse_view(
         body = None
     text = (epoch or b"").strip()
     last_epoch = int(text) if text.isdigit() and len(text) < 20 else None
+    clusters = parse_clusters({**(others or {}), cluster: primary})
     return {
         "cluster": cluster,
         "primary": None if body is None else body.get("node"),
@@ -172,6 +209,8 @@ def parse_view(
         "members": rows,
         "alerts": _alerts(agents or {}, body is not None),
         "electing": _electing(agents or {}, body is not None),
+        "clusters": clusters,
+        "per_node": per_node(clusters),
         "error": "; ".join(problems) or None,
     }
 
@@ -244,6 +283,17 @@ class AgentsView:
                 epoch: bytes | None = wait(client.get_async(paths["epoch"]))[0]
             except NoNodeError:
                 epoch = None
+            others: dict[str, bytes | None] = {}
+            names = sorted(wait(client.get_children_async(ROOT)))
+            for name in [n for n in names if n != self.cluster][:MAX_CLUSTERS]:
+                if not _NAME.fullmatch(name):
+                    continue
+                try:
+                    others[name] = wait(client.get_async(f"{ROOT}/{name}/primary"))[0]
+                except NoNodeError:
+                    others[name] = None
+                except NoAuthError:
+                    continue  # another cluster's credentials: not shown
             agents: dict[str, bytes | None] = {}
             listed = wait(client.exists_async(paths["agents"]))
             for node in wait(client.get_children_async(paths["agents"])) if listed else []:
@@ -268,7 +318,8 @@ class AgentsView:
             )
         except (KazooException, LookupError) as exc:
             return self._error(str(exc) or type(exc).__name__, at)
-        return {**parse_view(self.cluster, members, primary, epoch, agents), "read_at": at}
+        view = parse_view(self.cluster, members, primary, epoch, agents, others)
+        return {**view, "read_at": at}
 
     def _error(self, reason: str, at: float) -> dict[str, Any]:
         previous = self.view or {}

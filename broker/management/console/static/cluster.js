@@ -65,6 +65,18 @@ function renderAgents(s) {
   box.textContent = `Agents (ZooKeeper, cluster ${agents.cluster}${late}): ${parts.join(" · ")}`;
   // the agents' own words: an engaged fence brake; without a primary, which broker is needed
   for (const alert of agents.alerts || []) box.appendChild(el("div", { class: "alert", text: alert }));
+  // several clusters on one ZooKeeper (and one set of nodes): each one's primary, per node
+  const clusters = agents.clusters || [];
+  if (clusters.length > 1) {
+    const list = el("ul", { class: "clusters" });
+    for (const c of clusters) {
+      const where = c.primary ? `primary ${c.primary} (epoch ${c.primary_epoch})${c.primary_url ? `, ${c.primary_url}` : ""}` : "no primary";
+      list.appendChild(el("li", { text: `${c.cluster}${c.cluster === agents.cluster ? " (this cluster)" : ""}: ${where}` }));
+    }
+    const nodes = Object.entries(agents.per_node || {}).map(([n, k]) => `${n} ${k}`).join(", ");
+    box.appendChild(el("div", { class: "clusters-head", text: `${clusters.length} clusters on this ZooKeeper; primaries per node: ${nodes || "none"}` }));
+    box.appendChild(list);
+  }
 }
 
 const IN_SYNC_HELP = "In-sync set: the backups the primary holds each publisher confirm for " +
