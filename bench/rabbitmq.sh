@@ -29,6 +29,9 @@
 # RMQ_PLUGINS: plugins to enable, comma-separated Erlang atoms (e.g. rabbitmq_amqp1_0, the
 # AMQP 1.0 plugin of bench/amqp10_throughput.py, which serves 1.0 on the same port).
 #
+# RMQ_MGMT_PORT: also enable the management plugin (rabbitmq_management) with its HTTP API on
+# 127.0.0.1:RMQ_MGMT_PORT (bench/definitions_to_rabbitmq.py imports our definitions there).
+#
 # A TLS listener too (the client libraries' suites, docs/rabbitmq-compat.md), when
 # RMQ_TLS_PORT is set: RMQ_TLS_CERT, RMQ_TLS_KEY, RMQ_TLS_CA (PEM files) and
 # RMQ_TLS_REQUIRE_CLIENT_CERT=true|false (default false).
@@ -140,7 +143,13 @@ ssl_options.verify = verify_peer
 ssl_options.fail_if_no_peer_cert = ${RMQ_TLS_REQUIRE_CLIENT_CERT:-false}
 EOF
     fi
-    echo "[${RMQ_PLUGINS:-}]." >"$dir/enabled_plugins"
+    local plugins="${RMQ_PLUGINS:-}"
+    if [[ -n "${RMQ_MGMT_PORT:-}" ]]; then
+        printf '%s\n' "management.tcp.ip = 127.0.0.1" "management.tcp.port = $RMQ_MGMT_PORT" \
+            >>"$dir/rabbitmq.conf"
+        plugins="${plugins:+$plugins,}rabbitmq_management"
+    fi
+    echo "[$plugins]." >"$dir/enabled_plugins"
     echo "[]." >"$dir/advanced.config"
     : >"$dir/rabbitmq-env.conf"
     launch 90

@@ -3,7 +3,9 @@
 
 - ``export [FILE] [--vhost V]``: the broker's definitions (``GET /api/definitions``; a
   vhost's with ``--vhost``) written to FILE, or to standard output without one (or ``-``).
-  The file holds the cluster users' password hashes: it is written with mode 0600.
+  The file holds the cluster users' password hashes: it is written with mode 0600. RabbitMQ
+  3.10.8 imports it; the users it will not (this broker's scrypt hashes, kept in the file's
+  ``qpidd_only`` section for qpidd's own import) are named on the error stream.
 - ``import FILE [--vhost V]``: the file (``-``: standard input) sent to
   ``POST /api/definitions``; prints what was imported, then each line ignored or skipped.
 
@@ -24,6 +26,7 @@ from typing import Annotated, Any
 
 import typer
 
+from broker.management.definitions import QPIDD_ONLY, left_for_qpidd
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.context import settings
 
@@ -57,7 +60,15 @@ def export_definitions(
 ) -> None:
     """Write the broker's definitions (RabbitMQ's JSON) to FILE."""
     s = settings(ctx)
-    text = json.dumps(s.call(_path(vhost)), indent=2, ensure_ascii=False) + "\n"
+    data = s.call(_path(vhost))
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    left = left_for_qpidd(data) if isinstance(data, dict) else []
+    if left:
+        s.env.err(
+            f"not for RabbitMQ: {len(left)} user(s) with scrypt password hashes, which"
+            f" RabbitMQ cannot import, are in the file's {QPIDD_ONLY} section (qpidd imports"
+            f" them, RabbitMQ passes over it): {', '.join(left)}"
+        )
     if file == "-":
         s.env.out(text.rstrip("\n"))
         return

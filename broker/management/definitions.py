@@ -13,6 +13,16 @@ not ``classic`` (declared here as a classic queue, the argument kept). A vhost's
 the vhost's ``limits`` object or from a ``parameters`` row of component ``vhost-limits``
 (where RabbitMQ keeps and exports them), and exported as RabbitMQ does, in ``parameters``.
 
+An export is a file RabbitMQ 3.10.8 imports (``POST /api/definitions``,
+``rabbitmqctl import_definitions``): users whose hash is RabbitMQ's salted SHA-256 (imported
+from RabbitMQ, or made with it) are in ``users`` as RabbitMQ writes them. A user whose hash
+is this broker's scrypt cannot be: RabbitMQ knows no such algorithm and refuses the whole
+file for one such user. Those users and their permissions go to a section of this broker's
+own, :data:`QPIDD_ONLY` (``{"reason": ..., "users": [...], "permissions": [...]}``), which
+RabbitMQ's import passes over and this broker's imports as ``users`` and ``permissions``:
+a round trip through qpidd loses nothing, and the file names who stays behind
+(:func:`left_for_qpidd`; ``qpid-ha definitions export`` prints them).
+
 :func:`export` builds the file from rows the caller lists (the API's
 :mod:`broker.management.definitions_api`); a vhost's own file (``GET
 /api/definitions/{vhost}``) has no users, vhosts or permissions and no ``vhost`` field in
@@ -31,9 +41,11 @@ from broker.core.vhost_limits import check_limit
 from broker.core.vhosts import check_vhost_name
 from broker.management.users import permission_from_fields, user_from_fields
 from broker.security.cluster_users import ClusterUser, UserError, VhostPermission
+from broker.security.passwords import RABBIT_SHA256
 
 __all__ = [
     "IGNORED_SECTIONS",
+    "QPIDD_ONLY",
     "BindingRow",
     "Definitions",
     "DefinitionsError",
@@ -45,6 +57,14 @@ __all__ = [
 
 #: Sections this broker has nothing for: listed in the import's answer, item by item.
 IGNORED_SECTIONS = ("policies", "parameters", "global_parameters", "topic_permissions")
+#: This broker's own section: users RabbitMQ cannot import (scrypt hashes) and their
+#: permissions; RabbitMQ's import passes over a section it does not know.
+QPIDD_ONLY = "qpidd_only"
+#: What the section says of itself, for whoever opens the file.
+QPIDD_ONLY_REASON = (
+    "users whose password hash is qpidd's scrypt, which RabbitMQ cannot import, and their"
+    " permissions: qpidd imports them, RabbitMQ passes over this section"
+)
 #: Sections that say who made the file.
 _ABOUT = ("rabbit_version", "rabbitmq_version", "product_name", "product_version")
 _KNOWN = (
@@ -56,6 +76,7 @@ _KNOWN = (
     "exchanges",
     "bindings",
     *IGNORED_SECTIONS,
+    QPIDD_ONLY,
 )
 MAX_NAME_BYTES = 255
 
@@ -135,7 +156,7 @@ def parse(data: object, vhost: str | None = None) -> Definitions:
         raise DefinitionsError(f"{unknown[0]}: unknown section (known: {', '.join(_KNOWN)})")
     found = Definitions()
     if vhost is not None:
-        for section in ("users", "vhosts", "permissions"):
+        for section in ("users", "vhosts", "permissions", QPIDD_ONLY):
             if data.get(section):
                 raise DefinitionsError(
                     f"{section}: not taken by a vhost's import (POST /api/definitions)"
@@ -148,25 +169,14 @@ def parse(data: object, vhost: str | None = None) -> Definitions:
             raise DefinitionsError(f"vhosts[{i}].name: {exc}") from None
         found.vhosts.append(name)
         _limits(found, name, row.get("limits"), f"vhosts[{i}].limits")
-    for i, row in enumerate(_section(data, "users")):
-        where = f"users[{i}]."
-        name = _string(row, "name", f"users[{i}]")
-        try:
-            found.users.append(user_from_fields(name, row, where))
-        except UserError as exc:
-            raise DefinitionsError(str(exc)) from None
-        if row.get("limits"):
-            found.ignored.append(f"users[{i}] '{name}': limits are not supported here, ignored")
-    for i, row in enumerate(_section(data, "permissions")):
-        where = f"permissions[{i}]"
-        try:
-            found.permissions.append(
-                permission_from_fields(
-                    _string(row, "vhost", where), _string(row, "user", where), row, where + "."
-                )
-            )
-        except UserError as exc:
-            raise DefinitionsError(str(exc)) from None
+    _users(found, _section(data, "users"), "users")
+    _permissions(found, _section(data, "permissions"), "permissions")
+    own = data.get(QPIDD_ONLY)
+    if own is not None:
+        if not isinstance(own, dict):
+            raise DefinitionsError(f"{QPIDD_ONLY}: must be an object")
+        _users(found, _section(own, "users", QPIDD_ONLY), f"{QPIDD_ONLY}.users")
+        _permissions(found, _section(own, "permissions", QPIDD_ONLY), f"{QPIDD_ONLY}.permissions")
     for i, row in enumerate(_section(data, "exchanges")):
         where = f"exchanges[{i}]"
         type_ = _string(row, "type", where)
@@ -231,6 +241,31 @@ def parse(data: object, vhost: str | None = None) -> Definitions:
     return found
 
 
+def _users(found: Definitions, rows: list[dict[str, Any]], section: str) -> None:
+    for i, row in enumerate(rows):
+        where = f"{section}[{i}]"
+        name = _string(row, "name", where)
+        try:
+            found.users.append(user_from_fields(name, row, where + "."))
+        except UserError as exc:
+            raise DefinitionsError(str(exc)) from None
+        if row.get("limits"):
+            found.ignored.append(f"{where} '{name}': limits are not supported here, ignored")
+
+
+def _permissions(found: Definitions, rows: list[dict[str, Any]], section: str) -> None:
+    for i, row in enumerate(rows):
+        where = f"{section}[{i}]"
+        try:
+            found.permissions.append(
+                permission_from_fields(
+                    _string(row, "vhost", where), _string(row, "user", where), row, where + "."
+                )
+            )
+        except UserError as exc:
+            raise DefinitionsError(str(exc)) from None
+
+
 #: The runtime parameter component RabbitMQ keeps a vhost's limits in.
 VHOST_LIMITS = "vhost-limits"
 
@@ -249,15 +284,16 @@ def _limits(found: Definitions, vhost: str, value: object, where: str) -> None:
         found.limits.setdefault(vhost, {})[key] = checked
 
 
-def _section(data: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
+def _section(data: Mapping[str, Any], name: str, inside: str = "") -> list[dict[str, Any]]:
     rows = data.get(name)
     if rows is None:
         return []
+    label = f"{inside}.{name}" if inside else name
     if not isinstance(rows, list):
-        raise DefinitionsError(f"{name}: must be a list")
+        raise DefinitionsError(f"{label}: must be a list")
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise DefinitionsError(f"{name}[{i}]: must be an object")
+            raise DefinitionsError(f"{label}[{i}]: must be an object")
     return rows
 
 
@@ -317,18 +353,22 @@ def export(
     limits: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
     """The definitions file (RabbitMQ's keys; ``None`` sections left out: a vhost's file).
-    ``limits``: each vhost's, written as RabbitMQ's ``vhost-limits`` parameters."""
+    ``limits``: each vhost's, written as RabbitMQ's ``vhost-limits`` parameters. Users
+    RabbitMQ cannot import (scrypt hashes) and their permissions go to :data:`QPIDD_ONLY`."""
     out: dict[str, Any] = {
         "rabbit_version": "3.10.8",  # the format this follows, for RabbitMQ's importer
         "product_name": "qpidd",
         "product_version": version,
     }
+    rows = [u.definition() for u in users or ()]
+    kept = {row["name"] for row in rows if row["hashing_algorithm"] != RABBIT_SHA256}
     if users is not None:
-        out["users"] = [u.definition() for u in users]
+        out["users"] = [row for row in rows if row["name"] not in kept]
     if vhosts is not None:
         out["vhosts"] = [{"name": name, "limits": [], "metadata": {}} for name in vhosts]
+    grants = [p.definition() for p in permissions or ()]
     if permissions is not None:
-        out["permissions"] = [p.definition() for p in permissions]
+        out["permissions"] = [p for p in grants if p["user"] not in kept]
         out["topic_permissions"] = []
     out["parameters"] = [
         {"value": dict(named), "vhost": vhost, "component": VHOST_LIMITS, "name": "limits"}
@@ -340,4 +380,19 @@ def export(
     out["queues"] = list(queues)
     out["exchanges"] = list(exchanges)
     out["bindings"] = list(bindings)
+    if kept:
+        out[QPIDD_ONLY] = {
+            "reason": QPIDD_ONLY_REASON,
+            "users": [row for row in rows if row["name"] in kept],
+            "permissions": [p for p in grants if p["user"] in kept],
+        }
     return out
+
+
+def left_for_qpidd(data: Mapping[str, Any]) -> list[str]:
+    """The users of an export that RabbitMQ will not import (its :data:`QPIDD_ONLY`)."""
+    own = data.get(QPIDD_ONLY)
+    rows = own.get("users") if isinstance(own, dict) else None
+    if not isinstance(rows, list):
+        return []
+    return [str(row.get("name")) for row in rows if isinstance(row, dict)]

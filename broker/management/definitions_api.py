@@ -4,12 +4,15 @@ Contract
 ========
 
 - ``GET /api/definitions``: the broker's definitions in RabbitMQ's JSON
-  (:mod:`broker.management.definitions`): the cluster's users (their hashes: RabbitMQ's
-  SHA-256 as imported, or this broker's scrypt, ``qpidd_password_hashing_scrypt``, which
-  RabbitMQ does not import), vhosts, permissions, every queue but exclusive ones, every
-  exchange but the built-in ones, every binding but the default exchange's, each vhost's
-  limits (as RabbitMQ writes them: ``parameters`` of component ``vhost-limits``). A broker's own
-  users (users file, default guest) are not in it: they are node-local.
+  (:mod:`broker.management.definitions`), a file RabbitMQ 3.10.8 imports: the cluster's
+  users (RabbitMQ's salted SHA-256 hashes as imported in ``users``; this broker's scrypt,
+  ``qpidd_password_hashing_scrypt``, which RabbitMQ cannot import, with their permissions
+  in the ``qpidd_only`` section, imported here and passed over by RabbitMQ; the answer's
+  ``X-Qpidd-Not-For-RabbitMQ`` header names them), vhosts, permissions, every queue but
+  exclusive ones, every exchange but the built-in ones, every binding but the default
+  exchange's, each vhost's limits (as RabbitMQ writes them: ``parameters`` of component
+  ``vhost-limits``). A broker's own users (users file, default guest) are not in it:
+  they are node-local.
   ``GET /api/definitions/{vhost}``: one vhost's queues, exchanges and bindings.
   ``?download=NAME`` answers it as an attachment named NAME (the console's button).
 - ``POST /api/definitions`` (``/api/definitions/{vhost}``: into that vhost): the body is a
@@ -34,6 +37,7 @@ replication format 4's ``users`` event). Logged: ``definitions_imported``.
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from http import HTTPStatus
 from typing import Any
 
@@ -45,7 +49,13 @@ from broker.core.errors import AmqpError
 from broker.core.exchange import EXCHANGE
 from broker.core.vhost import VHOST, VirtualHost
 from broker.management.auth import current_user
-from broker.management.definitions import Definitions, DefinitionsError, export, parse_text
+from broker.management.definitions import (
+    Definitions,
+    DefinitionsError,
+    export,
+    left_for_qpidd,
+    parse_text,
+)
 from broker.management.errors import ApiError
 from broker.management.managed import ManagedBroker, refuse_on_backup, replicated, vhosts_of
 from broker.management.responses import dumps_sliced
@@ -154,6 +164,10 @@ class DefinitionsEndpoints:
         )
         text = await dumps_sliced(data)
         response = web.Response(text=text, content_type="application/json")
+        left = left_for_qpidd(data)
+        if left:  # the console's download names them too (header values are latin-1)
+            names = ", ".join(urllib.parse.quote(n, safe="") for n in left)
+            response.headers["X-Qpidd-Not-For-RabbitMQ"] = names
         download = request.query.get("download")
         if download:
             safe = "".join(c for c in download if c.isalnum() or c in "._-") or "definitions.json"

@@ -79,14 +79,15 @@ def test_object_changes_on_a_backup_are_409_naming_the_primary(
 
 def test_definitions_export_and_import(pair: Cluster, tmp_path: Path) -> None:
     """``qpid-ha definitions``: a RabbitMQ file imported into the primary (its users
-    replicated), the broker's exported to a file of mode 0600; a bad file is exit 2 before
+    replicated), the broker's exported to a file of mode 0600 (a user RabbitMQ cannot
+    import named on the error stream); a bad file is exit 2 before
     any call, a refused field exit 1 naming it, the backup 409."""
     primary, backup = address(pair.brokers[0]), address(pair.brokers[1])
     imported = qpid_ha("-b", primary, "definitions", "import", str(RABBITMQ_FILE))
     assert imported.exit_code == 0, imported.stderr
     lines = imported.stdout.splitlines()
     assert lines[0] == (
-        "imported: 2 vhosts, 1 users, 1 permissions, 2 exchanges, 2 queues, 3 bindings"
+        "imported: 2 vhosts, 1 users, 1 permissions, 2 exchanges, 2 queues, 3 bindings, 0 limits"
     )
     assert "ignored: policies[0] 'orders-ttl' in vhost 'shop': not supported here, ignored" in (
         lines
@@ -99,6 +100,21 @@ def test_definitions_export_and_import(pair: Cluster, tmp_path: Path) -> None:
     assert (exported.exit_code, exported.stdout) == (0, f"definitions written to {out}\n")
     assert out.stat().st_mode & 0o777 == 0o600
     assert {q["name"] for q in json.loads(out.read_text())["queues"]} == {"orders", "audit"}
+    # a user made here (scrypt): the whole export names it, in qpidd's own section
+    mgmt = pair.brokers[0].mgmt_port
+    assert http("PUT", mgmt, "/api/users/cli-clerk", {"password": "pw"})["name"] == "cli-clerk"
+    try:
+        whole = qpid_ha("-b", primary, "definitions", "export", str(out))
+        assert whole.exit_code == 0 and whole.stderr == (
+            "not for RabbitMQ: 1 user(s) with scrypt password hashes, which RabbitMQ cannot"
+            " import, are in the file's qpidd_only section (qpidd imports them, RabbitMQ"
+            " passes over it): cli-clerk\n"
+        )
+        data = json.loads(out.read_text())
+        assert [u["name"] for u in data["users"]] == ["shopkeeper"]
+        assert [u["name"] for u in data["qpidd_only"]["users"]] == ["cli-clerk"]
+    finally:
+        http("DELETE", mgmt, "/api/users/cli-clerk")
     bad = tmp_path / "bad.json"
     bad.write_text("[1]")
     refused = qpid_ha("-b", primary, "definitions", "import", str(bad))

@@ -75,6 +75,16 @@ def test_users_and_permissions_with_their_bad_fields() -> None:
         assert (await client.delete("/api/users/ops")).status == 200
         assert (await client.delete("/api/users/ops")).status == 404
         assert await (await client.get("/api/permissions")).json() == []  # went with its user
+        # a scrypt user (a password given here): not for RabbitMQ, named in the answer
+        assert (await client.put("/api/users/ä b", json={"password": "pw"})).status == 201
+        assert (await client.put("/api/permissions/%2F/ä b", json=rules)).status == 201
+        exported = await client.get("/api/definitions")
+        assert exported.headers["X-Qpidd-Not-For-RabbitMQ"] == "%C3%A4%20b"
+        whole = await exported.json()
+        assert [u["name"] for u in whole["users"]] == ["fast"]
+        assert [u["name"] for u in whole["qpidd_only"]["users"]] == ["ä b"]
+        assert whole["permissions"] == [] and len(whole["qpidd_only"]["permissions"]) == 1
+        assert "X-Qpidd-Not-For-RabbitMQ" not in (await client.get("/api/definitions/%2F")).headers
 
     serve(broker, scenario)
 

@@ -122,7 +122,8 @@
     }); } }, el("label", {}, "Import definitions ", file), el("button", { type: "submit", id: "import-definitions-button" }, "Upload broker definitions"));
     return el("div", {},
       el("p", {}, el("a", { id: "export-definitions", href: "/api/definitions?download=qpidd-definitions.json", download: "qpidd-definitions.json" }, "Download broker definitions"),
-        " (RabbitMQ's JSON: the cluster's users with their hashes, vhosts and their limits, permissions, queues, exchanges, bindings)"),
+        " (RabbitMQ's JSON, which RabbitMQ 3.10.8 imports: the cluster's users with their hashes, vhosts and their limits, permissions, queues, exchanges, bindings;"
+          + " users with scrypt hashes, made here, are in its qpidd_only section, which RabbitMQ passes over and qpidd imports)"),
       editable ? upload : el("p", { class: "note", text: changesRefused() || "" }), result);
   }
 
