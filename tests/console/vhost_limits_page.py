@@ -12,7 +12,6 @@ from typing import Any
 import pika
 import pika.exceptions
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
 
 from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster, Node
@@ -31,15 +30,27 @@ def _declare(node: Node, vhost: str, queue: str) -> None:
         connection.channel().queue_declare(queue)
 
 
+_FILL_AND_SEND = """
+const form = document.querySelector('#vhost-limit-form details');
+const vhost = document.getElementById('limit-vhost');
+if (!form || !vhost || ![...vhost.options].some((o) => o.value === arguments[0])) return false;
+form.open = true;
+vhost.value = arguments[0];
+document.getElementById('limit-name').value = 'max-queues';
+document.getElementById('limit-value').value = '0';
+document.getElementById('set-limit-button').click();
+return true;
+"""
+
+
 def a_limit_set_and_cleared_in_the_page(
     browser: Any, cluster: AgentCluster, primary: Node, vhost: str
 ) -> None:
     """``vhost`` (made in the page, empty) gets max-queues 0, then loses it."""
-    browser.execute_script("document.querySelector('#vhost-limit-form details').open = true")
-    Select(browser.find_element(By.ID, "limit-vhost")).select_by_value(vhost)
-    Select(browser.find_element(By.ID, "limit-name")).select_by_value("max-queues")
-    browser.find_element(By.ID, "limit-value").send_keys("0")
-    browser.execute_script("arguments[0].click()", browser.find_element(By.ID, "set-limit-button"))
+    # The form is filled and sent in one script turn: the page rebuilds its forms when the
+    # vhosts or the role it saw change (a status tick late on a loaded machine), which
+    # between separate WebDriver steps closed the form and dropped what was chosen.
+    seen(browser, lambda: browser.execute_script(_FILL_AND_SEND, vhost), what="the limit sent")
     seen(browser, lambda: f"max-queues of vhost {vhost} set to 0" in text(browser, "#toast"))
     cell = f"#vhosts tr[data-vhost='{vhost}'] td.limits"
     seen(browser, lambda: text(browser, cell) == "max-queues: 0 Clear", what="the limit shown")
