@@ -177,11 +177,16 @@ class Promoter:
             reason=f"{exc}: awaiting the outcome on the broker's liveness, still leading",
         )  # fmt: skip
         since = time.monotonic()
+        progress_at = since - timeout  # it progressed when the call was sent (it answered)
         while True:
             live = self.broker_check.liveness()
+            now = time.monotonic()
+            if live is not None:
+                progress_at = now - live.last_progress
             verdict = await_step(
-                live, epoch=epoch, pid=pid, lease_left=self.lease(),
-                waited=time.monotonic() - since, patience=self.settings.broker_timeout,
+                live, refused=self.broker_check.liveness_refused, silent_for=now - progress_at,
+                epoch=epoch, pid=pid, lease_left=self.lease(), waited=now - since,
+                patience=self.settings.broker_timeout,
             )  # fmt: skip
             if verdict.step is AwaitStep.PROMOTED and live is not None:
                 self.renew_lease()  # its lease was counted from when it took the promotion

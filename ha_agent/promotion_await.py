@@ -24,7 +24,8 @@ as before, and so is one still not primary after :data:`AWAIT_LIMIT`.
 Error Handling
 ==============
 
-Pure: raises nothing; an answer it cannot use (none) means fence.
+Pure: raises nothing. A liveness probe that is refused means fence; one unanswered means
+wait, while the loop's last known progress is within ``--broker-timeout``.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class Awaited:
 def await_step(
     live: LivenessView | None,
     *,
+    refused: bool,
+    silent_for: float,
     epoch: int,
     pid: int | None,
     lease_left: float | None,
@@ -66,33 +69,34 @@ def await_step(
     patience: float,
     limit: float = AWAIT_LIMIT,
 ) -> Awaited:
-    """What the liveness answer ``live`` (None: none) means for a promotion to ``epoch`` of
-    the broker instance ``pid`` whose call timed out ``waited`` seconds ago, with
-    ``lease_left`` seconds left of the agent's lease on its session (None: none) and
-    ``patience`` (``--broker-timeout``, as the fence brake extends it): the longest the
-    broker's loop may go without progress before it counts as stopped."""
+    """What the liveness answer ``live`` (None: none this time; ``refused``: nothing
+    listens) means for a promotion to ``epoch`` of the broker instance ``pid`` whose call
+    timed out ``waited`` seconds ago, with ``lease_left`` seconds left of the agent's lease
+    on its session (None: none) and ``patience`` (``--broker-timeout``): the longest the
+    broker's loop may go without progress, as its liveness last said (``silent_for``: since
+    then, or since the call was sent when no answer came yet), before it counts as stopped.
+    An unanswered liveness probe alone is no fence (the thread, too, waits for a CPU)."""
     fence = AwaitStep.FENCE
-    if live is None:
-        return Awaited(fence, "its liveness does not answer")
-    if pid is not None and live.pid is not None and live.pid != pid:
-        return Awaited(fence, f"the broker restarted (pid {live.pid}, promoted {pid})")
-    if live.fenced:
-        return Awaited(fence, "the broker fenced itself")
-    if live.is_primary:
-        if live.epoch == epoch:
-            return Awaited(AwaitStep.PROMOTED, f"{live.ha_state} at epoch {epoch}")
-        return Awaited(fence, f"{live.ha_state} at epoch {live.epoch}, not {epoch}")
+    if refused:
+        return Awaited(fence, "its liveness port refuses: the broker is gone")
+    if live is not None:
+        if pid is not None and live.pid is not None and live.pid != pid:
+            return Awaited(fence, f"the broker restarted (pid {live.pid}, promoted {pid})")
+        if live.fenced:
+            return Awaited(fence, "the broker fenced itself")
+        if live.is_primary:
+            if live.epoch == epoch:
+                return Awaited(AwaitStep.PROMOTED, f"{live.ha_state} at epoch {epoch}")
+            return Awaited(fence, f"{live.ha_state} at epoch {live.epoch}, not {epoch}")
     if lease_left is None:
         return Awaited(fence, "no lease left on the ZooKeeper session")
-    if live.last_progress >= patience:
+    if silent_for >= patience:
         return Awaited(
             fence,
-            f"its loop made no progress for {live.last_progress:.1f} s"
+            f"its loop made no progress its liveness told for {silent_for:.1f} s"
             f" (--broker-timeout {patience:g} s)",
         )
     if waited >= limit:
-        return Awaited(fence, f"still {live.ha_state} {waited:.1f} s after the call timed out")
-    return Awaited(
-        AwaitStep.WAIT,
-        f"{live.ha_state}, its loop progressing ({live.last_progress:.1f} s ago)",
-    )
+        return Awaited(fence, f"still not primary {waited:.1f} s after the call timed out")
+    state = "no liveness answer this time" if live is None else live.ha_state
+    return Awaited(AwaitStep.WAIT, f"{state}, its loop progressing ({silent_for:.1f} s ago)")

@@ -22,8 +22,10 @@ def live(state: str = "ready", epoch: int = 6, progress: float = 0.3, **kw: obje
 
 
 def step(view: LivenessView | None, **kw: object) -> AwaitStep:
+    silent = view.last_progress if view is not None else 0.5
     args: dict[str, object] = {
-        "epoch": EPOCH, "pid": PID, "lease_left": 1.5, "waited": 1.0, "patience": 2.0,
+        "refused": False, "silent_for": silent, "epoch": EPOCH, "pid": PID,
+        "lease_left": 1.5, "waited": 1.0, "patience": 2.0,
     }  # fmt: skip
     args.update(kw)
     return await_step(view, **args).step  # type: ignore[arg-type]
@@ -38,8 +40,13 @@ def test_primary_at_the_epoch_is_promoted_active_or_recovering() -> None:
     assert step(live("active", epoch=EPOCH, progress=5.0), lease_left=None) is AwaitStep.PROMOTED
 
 
+def test_an_unanswered_liveness_probe_is_awaited_within_the_patience() -> None:
+    assert step(None, silent_for=1.9) is AwaitStep.WAIT  # the thread waits for a CPU too
+    assert step(None, silent_for=2.0) is AwaitStep.FENCE  # nothing said it progresses
+
+
 def test_fenced_as_before_when_the_outcome_stays_unknown_or_the_broker_is_not_well() -> None:
-    assert step(None) is AwaitStep.FENCE  # its liveness does not answer either
+    assert step(None, refused=True) is AwaitStep.FENCE  # nothing listens: gone
     assert step(live(progress=2.0)) is AwaitStep.FENCE  # its loop stopped
     assert step(live(), lease_left=None) is AwaitStep.FENCE  # the session's lease ran out
     assert step(live(), waited=AWAIT_LIMIT) is AwaitStep.FENCE  # in vain
@@ -56,41 +63,53 @@ states = st.sampled_from(["joining", "catch-up", "ready", "active", "recovering"
 @given(
     state=states,
     epoch=st.integers(0, 9),
-    progress=st.floats(0, 10),
+    silent_for=st.floats(0, 10),
     fenced=st.booleans(),
     same_pid=st.booleans(),
     lease_left=st.none() | st.floats(0.01, 5),
     waited=st.floats(0, 60),
     patience=st.floats(0, 8),
     answered=st.booleans(),
+    refused=st.booleans(),
 )
-@example("ready", 6, 2.0, False, True, 1.0, 0.0, 2.0, True)  # progress exactly at patience
-@example("ready", 6, 0.0, False, True, 1.0, AWAIT_LIMIT, 2.0, True)  # exactly the limit
-@example("active", EPOCH, 0.0, False, True, None, 0.0, 2.0, True)  # promoted, lease gone
+@example("ready", 6, 2.0, False, True, 1.0, 0.0, 2.0, True, False)  # silence at patience
+@example("ready", 6, 0.0, False, True, 1.0, AWAIT_LIMIT, 2.0, True, False)  # the limit
+@example("active", EPOCH, 0.0, False, True, None, 0.0, 2.0, True, False)  # lease gone
+@example("active", EPOCH, 0.0, False, True, 1.0, 0.0, 2.0, False, False)  # no answer
 def test_the_rule(
     state: str,
     epoch: int,
-    progress: float,
+    silent_for: float,
     fenced: bool,
     same_pid: bool,
     lease_left: float | None,
     waited: float,
     patience: float,
     answered: bool,
+    refused: bool,
 ) -> None:
     pid = PID if same_pid else PID + 1
-    view = LivenessView(progress, state, epoch=epoch, pid=pid, fenced=fenced) if answered else None
-    got = step(view, lease_left=lease_left, waited=waited, patience=patience)
-    ours = answered and same_pid and not fenced
+    answer = LivenessView(silent_for, state, epoch=epoch, pid=pid, fenced=fenced)
+    view = answer if answered and not refused else None
+    got = step(
+        view,
+        refused=refused,
+        silent_for=silent_for,
+        lease_left=lease_left,
+        waited=waited,
+        patience=patience,
+    )
+    said = view is not None
+    ours = said and same_pid and not fenced
     primary = state in ("active", "recovering")
-    # promoted only when the instance promoted is primary at this epoch and serves
+    # promoted only when the instance promoted said it is primary at this epoch and serves
     assert (got is AwaitStep.PROMOTED) == (ours and primary and epoch == EPOCH)
-    # waited for only while nothing says it is gone, stopped, or out of time
+    # waited for only while nothing says it is gone, stopped, elsewhere or out of time
     waits = (
-        ours
-        and not primary
+        not refused
+        and (not said or (ours and not primary))
         and lease_left is not None
-        and progress < patience
+        and silent_for < patience
         and waited < AWAIT_LIMIT
     )
     assert (got is AwaitStep.WAIT) == waits
