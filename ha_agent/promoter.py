@@ -105,6 +105,9 @@ class Promoter:
         self.guard = guard
         #: when the broker last took a lease renewal (monotonic; 0: never)
         self.renewed_at = 0.0
+        #: set when the agent stops: a timed-out promotion is awaited no longer (its broker
+        #: is fenced, as any whose promotion's outcome is unknown)
+        self.stopping = threading.Event()
         #: the shutdown-id of a clean all-stop the broker announced in a lease answer
         #: (written by the loop or the lease thread; read by the loop)
         self.cluster_shutdown: str | None = None
@@ -193,7 +196,8 @@ class Promoter:
                 return "", live.ha_state
             if verdict.step is AwaitStep.FENCE:
                 return f"{exc}; then {verdict.reason}", ""
-            time.sleep(AWAIT_POLL)  # a poll period, bounded by AWAIT_LIMIT in await_step
+            if self.stopping.wait(AWAIT_POLL):  # a poll period, bounded by AWAIT_LIMIT
+                return f"{exc}; then the agent stops", ""
 
     # -- the lease --------------------------------------------------------------------
     def lease(self) -> float | None:
