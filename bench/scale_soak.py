@@ -9,9 +9,11 @@ the URL list) for ``--duration`` seconds while, at a third of it, the primary br
 SIGKILLed (its agent restarts it as a backup), and at two thirds a backup broker is
 SIGTERMed (restarted by its agent). Every second it notes the primary and the load
 average. At the end, from the logs: fences and exits by the agents (``agent_fenced``,
-``zookeeper_session_fence``, ``broker_process_exited``) with when they came (a fence
-within 30 s after a fault, of the broker the fault hit, is the fault's; any other is a
-healthy broker fenced), the time without a primary, the drill's confirmed and lost
+``zookeeper_session_fence``, ``broker_killed``, ``broker_process_exited``), one entry per
+broker instance that ended (its pid: an agent's fence logs ``agent_fenced``, then the kill,
+then the supervisor's ``broker_process_exited``, all of one instance), with when it ended
+and why (a fence within 30 s after a fault, of the broker the fault hit, is the fault's;
+any other is a healthy broker fenced), the time without a primary, the drill's confirmed and lost
 messages, and each broker's loop steps of 100 ms or more (``loop_step_long``) and the
 longest step and collection of its ``loop_lag`` windows. Writes ``scale-soak.json``.
 
@@ -43,8 +45,9 @@ from demo import BIN, NODES, LocalCluster, read_events, wait  # noqa: E402
 from broker.amqp.client.errors import ClientError  # noqa: E402
 from tests.ha.scale_scenario import _declare  # noqa: E402
 
-#: agent events that fence or end a broker
-FENCES = ("agent_fenced", "zookeeper_session_fence", "broker_process_exited")
+#: agent events that fence or end a broker instance (each names its pid, but the session
+#: fence's, whose kill follows as ``broker_killed``)
+FENCES = ("agent_fenced", "zookeeper_session_fence", "broker_killed", "broker_process_exited")
 #: a fence this long after a fault, of the broker the fault hit, is the fault's
 FAULT_WINDOW = 30.0
 
@@ -58,6 +61,53 @@ def _ts(event: dict[str, Any]) -> float:
 
 def _node_of(event: dict[str, Any], agent_node: str) -> str:
     return str(event.get("broker_node") or event.get("target") or agent_node)
+
+
+def ended_instances(
+    agent: str, events: list[dict[str, Any]], faults: list[tuple[float, str, str]]
+) -> list[dict[str, Any]]:
+    """One entry per broker instance ``agent``'s log shows ending: an agent's fence logs
+    ``agent_fenced`` (pid), then ``broker_killed`` (pid) and the supervisor's
+    ``broker_process_exited`` (pid, code -9): one fence, counted once (it was counted three
+    times, and a fault's exit once). The entry keeps the first event and its reason, the
+    events seen, and the exit code. A ``zookeeper_session_fence`` names no pid: the kill that
+    follows it does (none when the broker served on its members' grants: nothing ended). A
+    broker that fenced itself (its lease ran out) shows as an exit with code 3 alone."""
+    by_pid: dict[object, dict[str, Any]] = {}
+    for event in events:
+        name = event.get("event")
+        if name not in FENCES:
+            continue
+        at = _ts(event)
+        pid = event.get("pid")
+        key: object = pid if pid is not None else (name, at)
+        entry = by_pid.get(key)
+        if entry is None:
+            target = _node_of(event, agent)
+            entry = by_pid[key] = {
+                "agent": agent, "event": name, "at": at, "node": target, "pid": event.get("pid"),
+                "after_a_fault": any(
+                    0 <= at - when <= FAULT_WINDOW and hit == target for when, _w, hit in faults
+                ),
+                "reason": event.get("reason"), "events": [], "code": None,
+            }  # fmt: skip
+        entry["events"].append(name)
+        if name == "broker_process_exited":
+            entry["code"] = event.get("code")
+    # a session fence's kill is an entry of its own (``broker_killed``, "fenced: ZooKeeper
+    # ..."); one that killed nothing ended nothing (the broker served on its grants)
+    ended = [e for e in by_pid.values() if e["event"] != "zookeeper_session_fence"]
+    return ended
+
+
+def restarted_to_join(ended: dict[str, Any]) -> bool:
+    """The agent restarted its backup to join (issue 25, item 3): no fence."""
+    return str(ended.get("reason") or "").startswith("restart to join")
+
+
+def healthy_fenced(ended: dict[str, Any]) -> bool:
+    """An instance that ended neither by a fault nor by a restart to join."""
+    return not ended["after_a_fault"] and not restarted_to_join(ended)
 
 
 def main() -> int:
@@ -149,17 +199,7 @@ def summarise(
 ) -> dict[str, Any]:
     fences = []
     for node in NODES:
-        for event in read_events(workdir / f"{node}.agent.log"):
-            if event.get("event") in FENCES:
-                at = _ts(event)
-                target = _node_of(event, node)
-                faulted = any(
-                    0 <= at - when <= FAULT_WINDOW and hit == target for when, _w, hit in faults
-                )
-                fences.append(
-                    {"agent": node, "event": event["event"], "at": at, "node": target,
-                     "after_a_fault": faulted, "reason": event.get("reason")}
-                )  # fmt: skip
+        fences += ended_instances(node, read_events(workdir / f"{node}.agent.log"), faults)
     without = longest = 0.0
     run = 0.0
     for (t0, p0, _l0), (t1, _p1, _l1) in itertools.pairwise(samples):
@@ -197,7 +237,8 @@ def summarise(
         if loads
         else None,
         "faults": faults,
-        "healthy_fenced": sum(1 for f in fences if not f["after_a_fault"]),
+        "healthy_fenced": sum(1 for f in fences if healthy_fenced(f)),
+        "restarted_to_join": sum(1 for f in fences if restarted_to_join(f)),
         "fences": fences,
         "without_primary_s": round(without, 1),
         "longest_without_primary_s": round(longest, 1),

@@ -240,6 +240,7 @@ class Agent:
             keeper = self.in_sync_keeper
             checker = self.broker_check
             self.promoter = Promoter(s, self.client, checker, keeper, guard, self.takeover)
+            self.promoter.stopping = self._stop  # a promotion awaited ends at a stop
             self.hints = AgentHints(self.client, s.cluster, s.node, self.events, self._stop)
             self.hints.watch()
             reader = ClusterReader(

@@ -30,8 +30,12 @@ Error Handling
 
 - A promotion the broker refuses (409: catching up, older epoch), or one with no lease left,
   is logged (``promotion_refused``): resign.
-- A promotion call with no answer is logged (``promotion_failed``): the broker may yet
-  become primary after this agent resigned, beside the next one: fence it.
+- A promotion call that timed out (a busy broker: slow is not dead) is logged
+  (``promotion_slow``) and its outcome awaited, still leading, on the broker's liveness
+  (:mod:`ha_agent.promotion_await`): primary at the epoch, it is promoted (issue 25).
+- A promotion call with no answer otherwise, or awaited in vain, is logged
+  (``promotion_failed``): the broker may yet become primary after this agent resigned,
+  beside the next one: fence it.
 - ZooKeeper errors and a multi-op that lost (``promotion_conflict``) are logged: resign;
   nothing was promoted.
 - A lease renewal that fails is logged (``lease_renewal_failed``) and tried at the next
@@ -52,10 +56,11 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from broker.management.client import ManagementError
 from common.log import set_log_context
-from ha_agent.broker_check import BrokerCheck, PromoteRefused
+from ha_agent.broker_check import BrokerCheck, PromoteRefused, timed_out
 from ha_agent.fencing import SessionGuard
 from ha_agent.in_sync_keeper import InSyncKeeper, PromotionRequest
 from ha_agent.promotion import BrokerView, ClusterView
+from ha_agent.promotion_await import AwaitStep, await_step
 from ha_agent.settings import AgentSettings
 from ha_agent.takeover import OldPrimaryGone, TakeoverRule
 
@@ -65,6 +70,8 @@ _log = structlog.get_logger("ha_agent.promoter", component="agent")
 
 #: The longest a promotion call may take (seconds); also bounded by the lease.
 PROMOTE_TIMEOUT = 5.0
+#: How often a timed-out promotion's outcome is looked for on the broker's liveness (s).
+AWAIT_POLL = 0.2
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,9 @@ class Promoter:
         self.guard = guard
         #: when the broker last took a lease renewal (monotonic; 0: never)
         self.renewed_at = 0.0
+        #: set when the agent stops: a timed-out promotion is awaited no longer (its broker
+        #: is fenced, as any whose promotion's outcome is unknown)
+        self.stopping = threading.Event()
         #: the shutdown-id of a clean all-stop the broker announced in a lease answer
         #: (written by the loop or the lease thread; read by the loop)
         self.cluster_shutdown: str | None = None
@@ -132,9 +142,14 @@ class Promoter:
                 )
             except ManagementError as exc:
                 # No answer: the broker may yet become primary after this agent resigned,
-                # beside the next one. Fence it (it restarts as a backup), then resign.
-                _log.warning("promotion_failed", reason=str(exc))
-                return Promotion(fence=f"promotion of unknown outcome: {exc}")
+                # beside the next one. Timed out (busy, slow is not dead): await it, still
+                # leading, on its liveness; else, or in vain, fence it (it restarts as a
+                # backup), then resign.
+                fence, state = self._await(exc, epoch, view.pid, timeout)
+                if fence:
+                    _log.warning("promotion_failed", reason=fence)
+                    return Promotion(fence=f"promotion of unknown outcome: {fence}")
+                answer = {"state": state}
         except PromoteRefused as exc:
             _log.warning("promotion_refused", reason=str(exc))
             return Promotion()
@@ -150,6 +165,39 @@ class Promoter:
             took_ms=round((time.monotonic() - started) * 1000, 3),
         )
         return Promotion(epoch=epoch)
+
+    def _await(
+        self, exc: ManagementError, epoch: int, pid: int | None, timeout: float
+    ) -> tuple[str, str]:
+        """The promotion call to ``epoch`` failed with ``exc``: ("", its state) once the
+        broker's liveness shows it primary at ``epoch`` (its lease then renewed at once),
+        else (why to fence, ""). Only a call that timed out is awaited
+        (:mod:`ha_agent.promotion_await`), polled every :data:`AWAIT_POLL` seconds."""
+        if not timed_out(exc):
+            return str(exc), ""
+        _log.warning(
+            "promotion_slow", new_epoch=epoch, timeout_s=round(timeout, 3),
+            reason=f"{exc}: awaiting the outcome on the broker's liveness, still leading",
+        )  # fmt: skip
+        since = time.monotonic()
+        progress_at = since - timeout  # it progressed when the call was sent (it answered)
+        while True:
+            live = self.broker_check.liveness()
+            now = time.monotonic()
+            if live is not None:
+                progress_at = now - live.last_progress
+            verdict = await_step(
+                live, refused=self.broker_check.liveness_refused, silent_for=now - progress_at,
+                epoch=epoch, pid=pid, lease_left=self.lease(), waited=now - since,
+                patience=self.settings.broker_timeout,
+            )  # fmt: skip
+            if verdict.step is AwaitStep.PROMOTED and live is not None:
+                self.renew_lease()  # its lease was counted from when it took the promotion
+                return "", live.ha_state
+            if verdict.step is AwaitStep.FENCE:
+                return f"{exc}; then {verdict.reason}", ""
+            if self.stopping.wait(AWAIT_POLL):  # a poll period, bounded by AWAIT_LIMIT
+                return f"{exc}; then the agent stops", ""
 
     # -- the lease --------------------------------------------------------------------
     def lease(self) -> float | None:

@@ -1,0 +1,86 @@
+"""How ``bench/scale_soak.py`` counts fenced brokers: one per broker instance that ended.
+
+Its first run counted every fence three times (the agent's ``agent_fenced``, the kill and
+the supervisor's ``broker_process_exited`` of the same pid) and a fault's own exit once more:
+it said 5 healthy brokers fenced where the agents had fenced 2. Sans I/O: events in, the
+instances that ended out.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _soak() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("scale_soak", ROOT / "bench" / "scale_soak.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("scale_soak", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+T0 = 1_800_000_000.0
+
+
+def _event(at: float, event: str, **fields: Any) -> dict[str, Any]:
+    ts = datetime.fromtimestamp(T0 + at, UTC).isoformat().replace("+00:00", "Z")
+    return {"ts": ts, "event": event, **fields}
+
+
+def test_one_fence_is_one_entry_with_its_reason() -> None:
+    events = [
+        _event(10.0, "agent_fenced", reason="the broker does not answer", pid=101),
+        _event(10.01, "broker_killed", reason="fenced: the broker does not answer", pid=101),
+        _event(10.05, "broker_process_exited", pid=101, code=-9, ran_s=300.0),
+    ]
+    [entry] = _soak().ended_instances("node2", events, [])
+    assert (entry["node"], entry["pid"], entry["code"]) == ("node2", 101, -9)
+    assert entry["reason"] == "the broker does not answer"
+    assert entry["events"] == ["agent_fenced", "broker_killed", "broker_process_exited"]
+    assert not entry["after_a_fault"]
+
+
+def test_a_faults_exit_is_the_faults_and_a_later_fence_is_not() -> None:
+    faults = [(T0 + 200.0, "SIGKILL primary", "node3")]
+    events = [
+        _event(200.1, "broker_process_exited", pid=201, code=-9, ran_s=500.0),
+        _event(300.0, "agent_fenced", reason="promotion of unknown outcome: timed out", pid=202),
+        _event(300.01, "broker_killed", reason="fenced: promotion of unknown outcome", pid=202),
+        _event(300.1, "broker_process_exited", pid=202, code=-9, ran_s=99.0),
+    ]
+    ended = _soak().ended_instances("node3", events, faults)
+    assert [(e["pid"], e["after_a_fault"]) for e in ended] == [(201, True), (202, False)]
+
+
+def test_a_session_fence_counts_by_its_kill_and_not_when_nothing_was_killed() -> None:
+    events = [
+        _event(5.0, "zookeeper_session_fence", reason="lease ran out", leading=True),
+        _event(5.01, "broker_killed", reason="fenced: ZooKeeper lease ran out", pid=301),
+        _event(5.1, "broker_process_exited", pid=301, code=-9, ran_s=4.0),
+        # the broker served on its members' grants: no kill, nothing ended
+        _event(50.0, "zookeeper_session_fence", reason="lease ran out", broker_on_grants=True),
+        # a broker that fenced itself on its lease: its exit alone
+        _event(80.0, "broker_process_exited", pid=302, code=3, ran_s=70.0),
+    ]
+    ended = _soak().ended_instances("node1", events, [])
+    assert [(e["pid"], e["code"]) for e in ended] == [(301, -9), (302, 3)]
+    assert ended[0]["reason"] == "fenced: ZooKeeper lease ran out"
+
+
+def test_a_restart_to_join_is_no_fence() -> None:
+    soak = _soak()
+    events = [
+        _event(9.0, "broker_killed", reason="restart to join: the stores ...", pid=401),
+        _event(9.1, "broker_process_exited", pid=401, code=-9, ran_s=20.0),
+        _event(20.0, "agent_fenced", reason="the broker does not answer", pid=402),
+    ]
+    ended = soak.ended_instances("node1", events, [])
+    assert [soak.healthy_fenced(e) for e in ended] == [False, True]
