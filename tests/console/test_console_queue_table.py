@@ -139,12 +139,33 @@ def classes(browser: Any, css: str) -> list[str]:
     return str(browser.find_element(By.CSS_SELECTOR, css).get_attribute("class")).split()
 
 
+#: the filter box's table: its rows and the attribute that names each
+_FILTERED_ROWS = {
+    "exchanges": ("#exchanges tbody tr", "data-exchange"),
+    "queue": ("#queues tbody tr", "data-queue"),
+}
+
+
 def shown(browser: Any, page: str, box: str, filter_text: str) -> None:
     """Open ``page`` with its table filtered to ``filter_text`` (typed over what it had)."""
     browser.execute_script(f"window.location.hash = '#{page}'")
     field = seen(browser, lambda: browser.find_element(By.ID, f"{box}-filter"), what=box)
     field.send_keys(Keys.CONTROL, "a")
     field.send_keys(filter_text)
+    rows = _FILTERED_ROWS.get(box)
+    if rows is None or not filter_text:
+        return
+
+    def filtered() -> bool:
+        # the server's filtered page drawn (the table shrinks: a click aimed at what is
+        # below it before then lands elsewhere)
+        info = text(browser, f"#{box}-page-info")
+        keys = row_keys(browser, *rows)
+        return bool(re.search(r"· [\d,]+ of [\d,]+ ", info)) and all(
+            filter_text in key for key in keys
+        )
+
+    seen(browser, filtered, what=f"{box} filtered to {filter_text}")
 
 
 def test_an_administrator_adds_binds_publishes_gets_and_removes(
