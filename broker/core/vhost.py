@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from broker.core.dead_letter import dead_letter_copy, is_cycle
+from broker.core.dead_letter import DeadLetters
 from broker.core.declare_contract import DeclareContract
 from broker.core.direct_reply import DirectReplies
 from broker.core.errors import (
@@ -42,8 +42,8 @@ from broker.core.exchange import (
     binding_key,
 )
 from broker.core.field_tables import check_arguments
-from broker.core.message import Entry, Message
-from broker.core.queue import REASON_REJECTED, Queue
+from broker.core.message import Message
+from broker.core.queue import Queue
 from broker.core.vhost_limits import VhostLimits
 from broker.core.vhost_rules import (
     BUILTIN_EXCHANGES,
@@ -56,8 +56,6 @@ from broker.core.vhost_rules import (
 )
 
 __all__ = ["BUILTIN_EXCHANGES", "EQUIVALENCE_ARGS", "VHOST", "PublishResult", "VirtualHost"]
-
-_MAX_DEAD_LETTER_DEPTH = 8
 
 
 class ConfigListener(Protocol):
@@ -120,8 +118,9 @@ class VirtualHost:
         self.contract: DeclareContract | None = None
         #: The vhosts' limits (``max-queues`` asked for a client's new queue); None: none.
         self.limits: VhostLimits | None = None
-        self._dead_letter_depth = 0
-        self.dead_lettered_total = 0
+        self.dead_letters = DeadLetters(
+            self.exchanges, self.route, self.publish, lambda: self.wall_clock()
+        )
         self.published_total = 0
         self.unroutable_total = 0
 
@@ -289,7 +288,7 @@ class VirtualHost:
             exclusive_owner=owner if exclusive else None,
             auto_delete=auto_delete,
             arguments=arguments,
-            dead_letter=self._dead_letter,
+            dead_letter=self.dead_letters.dead_letter,
             default_limit_bytes=self.default_queue_limit,
             uuid=uuid,
         )
@@ -539,39 +538,6 @@ class VirtualHost:
         return PublishResult(len(queues), rejected)
 
     # -- dead-lettering ----------------------------------------------------------------
-    def _dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
-        dlx_name = queue.limits.dead_letter_exchange
-        if dlx_name is None:
-            return
-        exchange = self.exchanges.get(dlx_name)
-        if exchange is None or self._dead_letter_depth >= _MAX_DEAD_LETTER_DEPTH:
-            return
-        original = entry.message
-        routing_key = queue.limits.dead_letter_routing_key
-        if routing_key is None:
-            routing_key = original.routing_key
-        message, deaths = dead_letter_copy(
-            original, queue.name, reason, dlx_name, routing_key, self.wall_clock()
-        )
-        # A queue the message already died in, with no client rejection since, is a
-        # dead-letter cycle: RabbitMQ drops the message for that queue (and only that one).
-        targets = self.route(exchange, message) if reason != REASON_REJECTED else []
-        cyclic = any(is_cycle(q.name, deaths) for q in targets)
-        if cyclic:
-            targets = [q for q in targets if not is_cycle(q.name, deaths)]
-            if not targets:
-                return
-        self.dead_lettered_total += 1
-        self._dead_letter_depth += 1
-        try:
-            if cyclic:
-                for target in targets:
-                    target.enqueue(message)
-            else:
-                self.publish(exchange, message)
-        finally:
-            self._dead_letter_depth -= 1
-
     # -- time --------------------------------------------------------------------------
     def tick(self) -> None:
         """Expire messages and delete queues unused past ``x-expires``."""

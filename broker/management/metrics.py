@@ -286,7 +286,7 @@ def collect(
         _counter(
             "qpidd_messages_dead_lettered_total",
             "Messages republished to a dead-letter exchange.",
-            sum(v.dead_lettered_total for v in vhosts),
+            sum(v.dead_letters.total for v in vhosts),
         ),
     ]
     liveness = getattr(broker, "liveness", None)

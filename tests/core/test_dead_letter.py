@@ -32,7 +32,7 @@ def test_drop_head_dead_letters_with_x_death() -> None:
     assert headers["x-first-death-reason"] == "maxlen"
     assert headers["x-first-death-queue"] == "work"
     assert headers["x-first-death-exchange"] == ""
-    assert vhost.dead_lettered_total == 1
+    assert vhost.dead_letters.total == 1
 
 
 def test_reject_dead_letters_with_x_death_and_keeps_properties() -> None:
@@ -107,7 +107,7 @@ def test_missing_dlx_drops_silently() -> None:
     vhost = VirtualHost(clock=FakeClock(), wall_clock=lambda: WALL)
     vhost.declare_queue("work", arguments={"x-dead-letter-exchange": "nope", "x-max-length": 0})
     publish(vhost, "a", "work")
-    assert vhost.dead_lettered_total == 0
+    assert vhost.dead_letters.total == 0
 
 
 def test_repeated_rejection_counts_deaths() -> None:
@@ -167,7 +167,7 @@ def test_synchronous_dlx_cycle_terminates() -> None:
     publish(vhost, "a", "q1")
     assert vhost.queue("q1").message_count == 0
     assert vhost.queue("q2").message_count == 0
-    assert vhost.dead_lettered_total == 1  # q1 -> q2; back into q1 is a cycle
+    assert vhost.dead_letters.total == 1  # q1 -> q2; back into q1 is a cycle
 
 
 def test_ttl_self_cycle_is_dropped() -> None:
@@ -183,7 +183,7 @@ def test_ttl_self_cycle_is_dropped() -> None:
         vhost.tick()
     assert queue.message_count == 0
     assert queue.expired_total == 1  # it never came back
-    assert vhost.dead_lettered_total == 0
+    assert vhost.dead_letters.total == 0
 
 
 def test_ttl_cycle_between_two_queues_is_dropped() -> None:
@@ -205,7 +205,7 @@ def test_ttl_cycle_between_two_queues_is_dropped() -> None:
     assert vhost.queue("q1").message_count == 0
     assert vhost.queue("q2").message_count == 0
     # q1 -> q2 once; back to q1 would be a cycle, so it is dropped there
-    assert vhost.dead_lettered_total == 1
+    assert vhost.dead_letters.total == 1
     assert vhost.queue("q1").expired_total == 1
     assert vhost.queue("q2").expired_total == 1
 
