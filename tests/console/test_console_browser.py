@@ -123,7 +123,8 @@ def test_login_then_the_primary_and_two_ready_backups(
     backups = sorted(n.name for n in console_cluster.nodes if n is not primary)
     in_set = f"In-sync set: {', '.join(backups)} (confirms wait for both)"
     seen(browser, lambda: text(browser, "#in-sync-summary") == in_set, what=in_set)
-    assert set(in_sync_column(browser).values()) == {"member (confirms wait for it)"}
+    member = {"member (confirms wait for it)"}
+    seen(browser, lambda: set(in_sync_column(browser).values()) == member, what="both members")
     assert "none committed" not in text(browser, "#primary-card")
     browser.save_screenshot(str(shots / "cluster.png"))
 
@@ -175,12 +176,14 @@ def test_a_queue_a_client_made_appears_with_its_depth(
 
 
 def in_sync_column(browser: Any) -> dict[str, str]:
-    """Each backup's row (by address) with what its In-sync set cell says."""
-    rows = browser.find_elements(By.CSS_SELECTOR, "#members tbody tr:not(.is-primary)")
-    return {
-        str(r.get_attribute("data-member")): str(r.find_element(By.CSS_SELECTOR, "td.in-sync").text)
-        for r in rows
-    }
+    """Each backup's row (by address) with what its In-sync set cell says, read in one
+    script call (the table is redrawn every second: a read per row met replaced rows)."""
+    found = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#members tbody tr:not(.is-primary)'),"
+        " r => [r.getAttribute('data-member') || '',"
+        " (r.querySelector('td.in-sync') || {innerText: ''}).innerText.trim()]);"
+    )
+    return {str(member): str(cell) for member, cell in found}
 
 
 def test_a_stopped_backup_is_given_up_then_not_connected(
