@@ -10,6 +10,7 @@
   const enc = encodeURIComponent;
   let loadedAt = 0;
   let formsFor = null;
+  let definitionsFor = null;  // the definitions box needs no vhost list: built per role only
   let users = [];
   let permissions = [];
 
@@ -141,6 +142,7 @@
       $("admin-forms").replaceChildren();
       $("vhost-limit-form").replaceChildren();
       $("definitions").replaceChildren();
+      formsFor = definitionsFor = null;  // built again if an administrator logs in here
       return;
     }
     const editable = !changesRefused();
@@ -149,8 +151,11 @@
       formsFor = key;
       $("admin-forms").replaceChildren(...(editable ? [addUserForm(), setPermissionForm(vhostNames(s)), addVhostForm()]
         : [el("p", { class: "note", text: changesRefused() })]));
-      $("definitions").replaceChildren(definitionsBox(editable));
       $("vhost-limit-form").replaceChildren(...(editable ? [vhostLimitForm(vhostNames(s))] : []));
+    }
+    if (definitionsFor !== editable) {  // an import's answer stays when it made vhosts
+      definitionsFor = editable;
+      $("definitions").replaceChildren(definitionsBox(editable));
     }
     if (Date.now() - loadedAt < 10000) return;
     loadedAt = Date.now();
