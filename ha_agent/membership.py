@@ -198,13 +198,18 @@ def cluster_speaks(members: Mapping[str, Member], kind: str, format_: int) -> bo
 
 
 def read_members(
-    client: Any, cluster: str, unreadable: list[ZkFormatError] | None = None
+    client: Any,
+    cluster: str,
+    unreadable: list[ZkFormatError] | None = None,
+    invalid: list[str] | None = None,
 ) -> dict[str, Member]:
     """Every member record of ``cluster`` by node name (empty when there is none).
 
     A record of a ZooKeeper format this agent cannot read is left out; its error goes to
     ``unreadable`` when given (the agent logs it once and does not contend), else to the
-    log (``zk_record_format_unknown``)."""
+    log (``zk_record_format_unknown``). A record that cannot be parsed is left out too;
+    ``path: reason`` goes to ``invalid`` when given (``qpid-ha status`` shows it), else to
+    the log (``member_record_invalid``)."""
     layout = ClusterLayout(cluster)
     try:
         children = client.retry(client.get_children, layout.members)
@@ -230,7 +235,10 @@ def read_members(
                 unreadable.append(exc.at(path))
             continue
         except MemberRecordError as exc:
-            _log.warning("member_record_invalid", cluster=cluster, path=path, reason=str(exc))
+            if invalid is None:
+                _log.warning("member_record_invalid", cluster=cluster, path=path, reason=str(exc))
+            else:
+                invalid.append(f"{path}: {exc}")
             continue
         members[child] = member
     return members

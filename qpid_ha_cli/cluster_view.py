@@ -157,7 +157,10 @@ def _read(client: KazooClient, hosts: str, cluster: str, auth: ZkAuth | None) ->
     try:
         if client.exists(layout.root) is None:
             raise ClusterViewError(f"no cluster {cluster!r} in ZooKeeper at {hosts}")
-        members = read_members(client, cluster)
+        invalid: list[str] = []  # member records left out, said in the view (not logged)
+        unreadable: list[ZkFormatError] = []
+        members = read_members(client, cluster, unreadable, invalid)
+        invalid.extend(str(exc) for exc in unreadable)
         agents = read_statuses(client, cluster)
         primary = read_primary_full(client, cluster)
         epoch = read_epoch(client, cluster)
@@ -217,6 +220,7 @@ def _read(client: KazooClient, hosts: str, cluster: str, auth: ZkAuth | None) ->
             ],
         },
         "in_sync_error": in_sync_error,
+        "invalid_members": invalid,
         "agents": [asdict(a) for a in agents.values()],
         "choice": _choice(members, record, in_sync),
     }
@@ -289,6 +293,9 @@ def format_cluster(view: dict[str, Any]) -> list[str]:
     )
     if warning:
         lines.append(f"warning: {warning}")
+    lines.extend(
+        f"warning: member record left out: {text}" for text in view.get("invalid_members") or []
+    )
     agents = view.get("agents") or []
     for agent in agents:
         brake = brake_text(AgentStatus(agent["node"], brake=BrakeStatus(**agent["brake"])))

@@ -91,6 +91,35 @@ def test_the_cluster_as_json(zookeeper: ZooKeeper, recorded: str) -> None:
     }
 
 
+def test_a_member_record_that_cannot_be_read_is_a_warning_line(
+    zookeeper: ZooKeeper, recorded: str
+) -> None:
+    """A hand-made member record (not JSON) is left out of the table and said on a warning
+    line of its own, not logged onto stdout between the table's lines (a structlog line
+    there broke `status --all` of every cluster on that ZooKeeper); --json carries it."""
+    client = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    client.start(timeout=15)
+    path = f"/qpid-ha/{recorded}/members/junk"
+    try:
+        client.create(path, b"not json")
+        result = qpid_ha("--zk", zookeeper.hosts, "--cluster", recorded, "status", "--all")
+        assert (result.exit_code, result.stderr) == (0, "")
+        lines = result.stdout.splitlines()
+        assert lines[0].split() == ["NODE", "STATE", "EPOCH", "POSITION", "IN-SYNC", "URL"]
+        assert len(lines) == 6 and lines[4].startswith(f"cluster {recorded}: primary n1")
+        assert lines[5].startswith(f"warning: member record left out: {path}: not JSON")
+        every = qpid_ha("--zk", zookeeper.hosts, "status", "--all")
+        assert (every.exit_code, every.stderr) == (0, "")
+        assert every.stdout.splitlines()[0].split()[0] == "CLUSTER"
+        args = ("--zk", zookeeper.hosts, "--cluster", recorded, "status", "--all", "--json")
+        (invalid,) = json.loads(qpid_ha(*args).stdout)["invalid_members"]
+        assert invalid.startswith(f"{path}: not JSON")
+    finally:
+        client.delete(path)
+        client.stop()
+        client.close()
+
+
 def test_no_such_cluster_is_one_line_and_exit_3(zookeeper: ZooKeeper, cluster: str) -> None:
     result = qpid_ha("--zk", zookeeper.hosts, "--cluster", cluster, "status", "--all")
     assert result.exit_code == ExitStatus.UNREACHABLE
