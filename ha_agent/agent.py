@@ -422,8 +422,8 @@ class Agent:
         if shutdown is not None and (view is None or not view.is_primary):
             self._broker_shutting_down(shutdown)
             return
-        if read_cluster:
-            self._read_cluster(view, read_in_sync_set=not in_sync_read)
+        if read_cluster:  # its member record: a starved broker is not down
+            self._read_cluster(self.broker.standing(), read_in_sync_set=not in_sync_read)
         election = self.election
         assert election is not None and self.watcher is not None
         now = time.monotonic()

@@ -65,6 +65,10 @@ class LocalBroker:
         self.live: LivenessView | None = None
         #: the judgement of the last liveness answer (None: none)
         self.verdict: LoopVerdict | None = None
+        #: the last full view answered (kept while the checks time out)
+        self.last_view: BrokerView | None = None
+        #: the last status call timed out or took longer than the check timeout
+        self.slow_status = False
         self.judge = LoopJudge(patience)
         self._logged = "progressing"
         #: the instance (pid) that last answered a check the watch counted
@@ -82,8 +86,9 @@ class LocalBroker:
         :meth:`answered`. When it was sent, when it came back, the view and the liveness
         answer (None each: no answer).
 
-        A backup whose last check timed out while its loop runs (starved or busy) is
-        waited for up to :data:`STARVED_STATUS_TIMEOUT` a call: eligibility needs its
+        A backup whose last check timed out, or took longer than the check timeout,
+        while its loop runs (starved or busy) is waited for up to
+        :data:`STARVED_STATUS_TIMEOUT` a call: eligibility needs its
         status, and busy backups never stood for election (10,000 queues: no promotion
         for 120 s after the primary's kill). Never a primary (judged by its liveness, it
         must be fenced within ``--broker-timeout`` when its loop stops), nor a broker
@@ -93,10 +98,12 @@ class LocalBroker:
         sent = time.monotonic()
         live = check.liveness()
         self.heard(sent, time.monotonic(), live)
-        slow = live is not None and not live.is_primary and check.last_timed_out
+        slow = live is not None and not live.is_primary and self.slow_status
         timeout = STARVED_STATUS_TIMEOUT if slow and self.running() else None
+        began = time.monotonic()
         view = check.check(None if timeout is None else max(timeout, check.client.timeout))
         now = time.monotonic()
+        self.slow_status = check.last_timed_out or now - began > check.client.timeout
         if view is None and check.last_timed_out and now - sent > check.client.timeout:
             asked = time.monotonic()
             again = check.liveness()
@@ -123,8 +130,21 @@ class LocalBroker:
             if counted and view.pid is not None:
                 self.last_pid = view.pid
         self.view = view
+        if view is not None:
+            self.last_view = view
         if view is not None and view.is_primary and view.pid is not None:
             self.serving_pid = view.pid
+
+    def standing(self) -> BrokerView | None:
+        """What this node's member record says of its broker: the last view, or, while the
+        checks time out but its loop runs (starved, judged on its liveness), the last view
+        of that instance, not "down": other agents take a member that is down for gone,
+        and a starved backup in the in-sync set was passed over for a store the record
+        names (availability only: whom the agents promote is decided on fresh views)."""
+        view, last, live = self.view, self.last_view, self.live
+        if view is not None or last is None or live is None or not self.running():
+            return view
+        return last if last.pid is not None and last.pid == live.pid else None
 
     def heard(self, sent: float, now: float, live: LivenessView | None) -> LoopVerdict | None:
         """A liveness probe sent at ``sent`` came back at ``now`` with ``live`` (None: no
@@ -174,6 +194,7 @@ class LocalBroker:
         with self._lock:
             self._watch.reset(at)
         self.live, self.verdict = None, None  # (the judge starts over at another pid)
+        self.last_view = None
 
     def silence(self, now: float) -> tuple[float, float | None]:
         """Seconds the broker has been silent (0: not counted yet), and when it was last
