@@ -17,7 +17,6 @@ import functools
 import json
 import os
 import signal
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -36,13 +35,18 @@ from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster, Node
 from tests.console.connection_rates_page import rates_shown_while_it_publishes
 from tests.console.page import click, console_url, log_in, seen, text
+from tests.console.returning_publisher import ReturningPublisher
+from tests.console.users_page import add_user, add_vhost, logs_in_on, set_permission
 from tests.console.vhost_limits_page import a_limit_set_and_cleared_in_the_page
 from tests.drill.log_schema import check_log_file
+from tests.ha.cluster import http
 
 pytestmark = pytest.mark.xdist_group("console_browser")
 
 QUEUE = "console-orders"
 BACK = "console-back"
+#: made in the console before the primary is killed, logged in on the new one
+TELLER, TELLER_PASSWORD, VAULT = "teller", "teller-secret", "vault"
 CONSUMED = "console-consumed"
 WATCHED = "console-watched"
 PURGED = "console-purged"
@@ -364,51 +368,24 @@ def test_only_the_cluster_manager_may_shut_down_or_promote(
     assert console_cluster.states().count("ready") == 2
 
 
-class ReturningPublisher(threading.Thread):
-    """A client after its primary died: it dials the members in turn (a backup refuses it
-    with 530) until one takes it, then publishes with confirms, as the drill does."""
-
-    def __init__(self, nodes: list[Node]) -> None:
-        super().__init__(daemon=True)
-        self.nodes = nodes
-        self.confirmed_on: Node | None = None
-        self.error: BaseException | None = None
-
-    def attempt(self) -> bool:
-        for node in self.nodes:
-            parameters = pika.URLParameters(
-                f"amqp://guest:guest@127.0.0.1:{node.port}/%2F?connection_attempts=1"
-                "&socket_timeout=1&blocked_connection_timeout=5"
-            )
-            try:
-                with pika.BlockingConnection(parameters) as connection:
-                    channel = connection.channel()
-                    channel.confirm_delivery()
-                    channel.queue_declare(BACK, durable=True)
-                    channel.basic_publish("", BACK, b"back")  # returns once confirmed
-            except pika.exceptions.AMQPError:
-                continue  # a backup (530), or the old primary's port
-            self.confirmed_on = node
-            return True
-        return False
-
-    def run(self) -> None:
-        try:
-            poll_until(self.attempt, 30, "a member confirming a publish", interval=0.05)
-        except BaseException as exc:  # re-raised by the test
-            self.error = exc
-
-
 def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(
     console_cluster: AgentCluster, browser: Any, shots: Path
 ) -> None:
+    """The primary's broker SIGKILLed: a backup's console shows it primary, its timeline
+    the fail-over and a returning client's outage; a user, a vhost and its permission made
+    in the old primary's console before (answered once every in-sync backup had them) log
+    in on the new primary: its console and AMQP in that vhost."""
     old = primary_of(console_cluster)
     backups = [n for n in console_cluster.nodes if n is not old]
+    log_in(browser, old, "admin", "users")
+    add_vhost(browser, VAULT)
+    add_user(browser, TELLER, TELLER_PASSWORD, "monitoring")
+    set_permission(browser, TELLER, VAULT)
     for node in backups:  # one session per member (the cookie carries the port)
         log_in(browser, node, "guest", "cluster")
     killed_at = time.monotonic()
     os.kill(old.broker_pid(), signal.SIGKILL)
-    client = ReturningPublisher(backups)
+    client = ReturningPublisher(backups, BACK)
     client.start()
 
     def new_primary() -> Node | None:
@@ -468,6 +445,10 @@ def test_kill_the_primary_the_console_shows_the_new_one_and_the_timeline(
     browser.get(console_url(other))
     expected = f"the primary is at 127.0.0.1:{new.port}"
     seen(browser, lambda: expected in text(browser, "#role-banner"), 15, expected)
+    logs_in_on(browser, new, TELLER, TELLER_PASSWORD, VAULT)
+    # gone again: the admin page's test lists the users made in the page
+    assert http("DELETE", new.mgmt_port, f"/api/users/{TELLER}") == {"name": TELLER}
+    assert http("DELETE", new.mgmt_port, f"/api/vhosts/{VAULT}")["name"] == VAULT
 
 
 def press(browser: Any, button: str) -> None:
