@@ -72,6 +72,12 @@ def click(browser: Any, css: str, timeout: float = 10.0, what: str = "") -> None
     seen(browser, clicked, timeout, what or css)
 
 
+def press(browser: Any, button: str) -> None:
+    """Click a form's button (by id) even under the toast of the last action (it covers
+    the page's lower right corner for a few seconds)."""
+    browser.execute_script("arguments[0].click()", browser.find_element(By.ID, button))
+
+
 def text(browser: Any, css: str) -> str:
     """The element's text; again if the page re-rendered it meanwhile (every second)."""
     for _ in range(20):
