@@ -5,7 +5,8 @@ starts from a settled cluster and uses its own queue, so their order does not ma
 in; see the primary and two ready backups; a backup's console pointing to the primary; a
 queue a client made, with its depth; a stopped backup given up and marked not connected;
 a monitoring user who may not purge; an administrator who purges; the primary SIGKILLed
-and the new primary with its fail-over on the timeline. Each page is photographed
+and the new primary with its fail-over on the timeline, where a user made in the old
+primary's console logs in. Each page is photographed
 (``support.screenshot_dir``: ``docs/console/`` with ``CONSOLE_SCREENSHOTS=1``).
 """
 
@@ -475,8 +476,8 @@ def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
     """An administrator adds a user and its permission, a vhost, imports a RabbitMQ
     definitions file and exports the broker's; sets and clears a vhost limit (its own
     module); every broker of the cluster logs the user in; deleted in the page, it logs in
-    nowhere (tests/ha/test_vhost_failover.py logs such users in on a new primary after
-    SIGKILL of the old one)."""
+    nowhere (the fail-over test above logs such a user in on the new primary after SIGKILL
+    of the old one)."""
     primary = primary_of(console_cluster)
     backups = [n for n in console_cluster.nodes if n is not primary]
     log_in(browser, primary, "admin", "users")
