@@ -12,6 +12,17 @@ long the loop's backlog is. A loop that stopped (blocked in a callback, the proc
 SIGSTOPped) stops bumping: the answer says how long ago it last did, or, stopped whole,
 nothing answers at all. The agent fences only then (``ha_agent.promotion.slow_not_gone``).
 
+A loop that runs late is not one that stopped, and the wall clock cannot tell them apart:
+at 10,000 queues on 2 cores at load 9-45 a healthy primary's loop ran its progress timer
+2.2 s late, waiting for a CPU, and its agent fenced it. So the answer also carries the loop
+thread's clocks (:class:`ThreadTimes`): its CPU time, its time waiting on a run queue, both
+read off the loop when the answer is made, and the CPU time it used since its last
+progress (the loop notes its CPU time at each progress). The agent's rule
+(:mod:`ha_agent.loop_liveness`) counts a loop whose CPU time plus run-queue wait keeps up
+with the wall clock as running (starved or busy, not stopped), as long as the CPU it used
+since its last progress is under ``--broker-timeout`` (a callback that spins is not
+progress).
+
 The lease renewal is answered the same way (:class:`LeaseOffers`): the thread takes the
 grant with the time it arrived; the loop applies it before it next asks its lease (a
 confirm, a tick, a status), as :class:`~broker.ha.role_events.LeaseGranted` with that time.
@@ -40,7 +51,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Durations", "LagSummary", "LeaseOffers", "LoopProgress", "RoleNote"]
+__all__ = ["Durations", "LagSummary", "LeaseOffers", "LoopProgress", "RoleNote", "ThreadTimes"]
 
 #: Delays the histogram tells apart (seconds, upper bounds; more goes last).
 LAG_BOUNDS = (
@@ -62,6 +73,15 @@ class RoleNote:
     cluster_shutdown: str | None = None
 
 
+@dataclass(frozen=True)
+class ThreadTimes:
+    """The loop thread's clocks at one moment (seconds): its CPU time (its own CPU clock)
+    and its time spent waiting on a run queue for a CPU (None: the system does not say)."""
+
+    cpu: float
+    wait: float | None = None
+
+
 class LoopProgress:
     """How the loop is doing: the progress counter, when it last moved, the role."""
 
@@ -69,16 +89,23 @@ class LoopProgress:
         self._lock = threading.Lock()
         self._count = 0
         self._at = started_at
+        #: the loop thread's CPU time at its last progress (None: not measured)
+        self._cpu_at: float | None = None
         self.pid = pid
         self.broker_id = broker_id
         self._role = RoleNote()
 
-    def progressed(self, now: float, role: RoleNote | None = None) -> None:
-        """The loop ran a turn at ``now`` (its periodic callback); ``role`` when known."""
+    def progressed(
+        self, now: float, role: RoleNote | None = None, cpu: float | None = None
+    ) -> None:
+        """The loop ran a turn at ``now`` (its periodic callback); ``role`` when known;
+        ``cpu``: the loop thread's CPU time then (``time.thread_time()``), when measured."""
         with self._lock:
             self._count += 1
             if now > self._at:
                 self._at = now
+            if cpu is not None:
+                self._cpu_at = cpu
             if role is not None:
                 self._role = role
 
@@ -91,12 +118,15 @@ class LoopProgress:
         with self._lock:
             return self._role
 
-    def answer(self, now: float) -> dict[str, Any]:
+    def answer(self, now: float, times: ThreadTimes | None = None) -> dict[str, Any]:
         """The liveness answer at ``now`` (``GET /liveness``): the loop's progress (count,
-        milliseconds since it last moved), the role and this broker instance."""
+        milliseconds since it last moved), the role and this broker instance; with the loop
+        thread's clocks read at ``now`` (``times``), those clocks, ``now`` itself (the
+        broker's monotonic clock: the agent measures the wall time between two answers on
+        it) and the CPU time the loop used since its last progress."""
         with self._lock:
-            count, at, role = self._count, self._at, self._role
-        return {
+            count, at, role, cpu_at = self._count, self._at, self._role, self._cpu_at
+        answer: dict[str, Any] = {
             "alive": True,
             "progress": count,
             "last_progress_ms": round(max(0.0, now - at) * 1000.0, 1),
@@ -106,6 +136,13 @@ class LoopProgress:
             "pid": self.pid,
             "broker_id": self.broker_id,
         }
+        if times is not None and cpu_at is not None:
+            answer["loop_clock_ms"] = round(now * 1000.0, 3)
+            answer["loop_cpu_ms"] = round(times.cpu * 1000.0, 3)
+            answer["loop_wait_ms"] = None if times.wait is None else round(times.wait * 1000.0, 3)
+            since = max(0.0, times.cpu - cpu_at)
+            answer["loop_cpu_since_progress_ms"] = round(since * 1000.0, 3)
+        return answer
 
 
 class LeaseOffers:

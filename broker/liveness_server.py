@@ -10,7 +10,9 @@ the management interface, HTTPS when the management API is) on its own port
 ``GET /api/ha``):
 
 - ``GET /liveness``: :meth:`broker.liveness.LoopProgress.answer`, open (like
-  ``/api/status``);
+  ``/api/status``), with the loop thread's clocks read by :class:`LoopThreadClock` as it
+  answers: its CPU clock (``time.pthread_getcpuclockid``) and its run-queue wait (the
+  second field of ``/proc/self/task/<tid>/schedstat``);
 - ``GET /grant[?epoch=N]``: the member lease this broker granted as a backup
   (:meth:`broker.ha.member_lease.GrantLedger.answer`): ``epoch`` (the newest granted),
   ``lapsed`` (every grant to an epoch older than N has lapsed, plus the drift bound; no N:
@@ -25,9 +27,10 @@ the management interface, HTTPS when the management API is) on its own port
   is not the primary, 403 without the token.
 
 :class:`LoopWatch` runs on the loop: every :data:`PROGRESS_INTERVAL` it bumps the
-progress counter, publishes the role and records its own scheduling delay (how late the
-timer ran); every :data:`LAG_LOG_INTERVAL` it logs ``loop_lag`` (p50/p99/max of that delay
-over the interval). :class:`BrokerLiveness` owns the parts, for the broker.
+progress counter with the loop thread's CPU time, publishes the role and records its own
+scheduling delay (how late the timer ran); every :data:`LAG_LOG_INTERVAL` it logs
+``loop_lag`` (p50/p99/max of that delay over the interval). :class:`BrokerLiveness` owns
+the parts, for the broker.
 
 Error Handling
 ==============
@@ -56,12 +59,12 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 from broker.listen import open_sockets
-from broker.liveness import Durations, LeaseOffers, LoopProgress, RoleNote
+from broker.liveness import Durations, LeaseOffers, LoopProgress, RoleNote, ThreadTimes
 from broker.loop_step_watch import StepWatch
 from broker.loop_steps import LoopSteps
 from common.log import get_logger
 
-__all__ = ["BrokerLiveness", "LivenessServer", "LoopWatch"]
+__all__ = ["BrokerLiveness", "LivenessServer", "LoopThreadClock", "LoopWatch"]
 
 #: How often the loop bumps its progress counter (seconds).
 PROGRESS_INTERVAL = 0.05
@@ -126,7 +129,7 @@ class LoopWatch:
         now = time.monotonic()
         self.lag.record(max(0.0, now - self._due))
         self._schedule(now)  # first: the work below counts in the next delay
-        self.progress.progressed(now, self.role())
+        self.progress.progressed(now, self.role(), time.thread_time())
         self._busy.run(now)
         if now >= self._next_log:
             self._next_log = now + self.log_interval
@@ -141,13 +144,51 @@ class LoopWatch:
                 self._log.info("loop_lag", **summary.as_ms(), **fields)
 
 
+class LoopThreadClock:
+    """The loop thread's clocks, read from another thread (the liveness server's): its CPU
+    clock and its run-queue wait. Made on the loop (:meth:`of_current_thread`); a platform
+    without per-thread CPU clocks gives none (the answer then says only the progress, and
+    the agent judges by it alone, as before)."""
+
+    def __init__(self, clock: int, tid: int) -> None:
+        self.clock = clock
+        #: its schedstat, open for the process's life (one pread an answer: fewer system
+        #: calls, so fewer waits for the interpreter lock the loop's thread holds); None: none
+        self._schedstat: int | None = None
+        with contextlib.suppress(OSError):
+            self._schedstat = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+
+    @classmethod
+    def of_current_thread(cls) -> LoopThreadClock | None:
+        try:
+            clock = time.pthread_getcpuclockid(threading.get_ident())
+            time.clock_gettime(clock)
+        except (AttributeError, OSError):
+            return None
+        return cls(clock, threading.get_native_id())
+
+    def read(self) -> ThreadTimes | None:
+        """Now: the thread's CPU time, and its run-queue wait when the system says it (the
+        second field of its ``schedstat``, nanoseconds); None once the thread is gone."""
+        try:
+            cpu = time.clock_gettime(self.clock)
+        except OSError:
+            return None
+        wait: float | None = None
+        if self._schedstat is not None:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                wait = int(os.pread(self._schedstat, 128, 0).split()[1]) / 1e9
+        return ThreadTimes(cpu, wait)
+
+
 #: TEST ONLY: the path of a file that makes the loop busy (see :class:`BusyLoopHook`).
 BUSY_LOOP_VARIABLE = "QPIDD_TEST_BUSY_LOOP_FILE"
 
 
 class BusyLoopHook:
     """TEST ONLY (``$QPIDD_TEST_BUSY_LOOP_FILE``): while the file holds ``BLOCK_MS
-    EVERY_MS``, the loop spins ``BLOCK_MS`` in one callback every ``EVERY_MS`` (busy but
+    EVERY_MS``, the loop spins ``BLOCK_MS`` of CPU time (more of the wall clock when it
+    waits for a CPU) in one callback every ``EVERY_MS`` (busy but
     progressing when the blocks are short, blocked when one is long). The tests of "slow
     is not dead" use it on a settled cluster; a broker without the variable never reads
     a file. A file that does not parse is ignored."""
@@ -165,8 +206,8 @@ class BusyLoopHook:
         except (OSError, ValueError):
             return
         self._next = now + every_ms / 1000.0
-        until = time.perf_counter() + block_ms / 1000.0
-        while time.perf_counter() < until:  # holds the loop as a CPU-heavy callback does
+        until = time.thread_time() + block_ms / 1000.0  # of CPU: longer when starved
+        while time.thread_time() < until:  # holds the loop as a CPU-heavy callback does
             pass
 
 
@@ -183,8 +224,11 @@ class LivenessServer:
         tls: ssl.SSLContext | None = None,
         grants: GrantAnswers | None = None,
         formats: str = "",
+        clock: LoopThreadClock | None = None,
     ) -> None:
         self.progress = progress
+        #: the loop thread's clocks, read at each liveness answer (None: not measured)
+        self.clock = clock
         #: the member-lease grants this broker gave (GET /grant), and its formats
         self.grants = grants
         self.formats = formats
@@ -286,7 +330,8 @@ class LivenessServer:
 
     # -- the answers (the server's threads) ---------------------------------------------
     def liveness(self) -> tuple[int, dict[str, Any]]:
-        return HTTPStatus.OK, self.progress.answer(time.monotonic())
+        times = None if self.clock is None else self.clock.read()
+        return HTTPStatus.OK, self.progress.answer(time.monotonic(), times)
 
     def grant(self, query: str) -> tuple[int, dict[str, Any]]:
         now = time.monotonic()
@@ -428,6 +473,7 @@ class BrokerLiveness:
                 tls=tls,
                 grants=ha.grants,
                 formats=str(ha.formats.text),
+                clock=LoopThreadClock.of_current_thread(),  # on the loop: its thread's
             )
             self.server.start(*listen)
 

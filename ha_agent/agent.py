@@ -152,7 +152,7 @@ class Agent:
         #: the broker's answers, its instances, its watch (the watchdog's clock, a view's
         #: freshness), which instance a kill means: the loop, the session watcher and the
         #: supervisor use it
-        self.broker = LocalBroker()
+        self.broker = LocalBroker(settings.broker_timeout)
         #: when the ZooKeeper connection was last established (kazoo's thread writes it)
         self.connected_at: float | None = None
         self.promoted_epoch: int | None = None
@@ -239,7 +239,9 @@ class Agent:
             self.watcher = SessionWatcher(self.client, guard, self._session_fenced).start()
             keeper = self.in_sync_keeper
             checker = self.broker_check
-            self.promoter = Promoter(s, self.client, checker, keeper, guard, self.takeover)
+            self.promoter = Promoter(
+                s, self.client, checker, keeper, guard, self.takeover, self.broker.heard
+            )
             self.promoter.stopping = self._stop  # a promotion awaited ends at a stop
             self.hints = AgentHints(self.client, s.cluster, s.node, self.events, self._stop)
             self.hints.watch()
@@ -376,12 +378,9 @@ class Agent:
             next_check = time.monotonic() + interval
 
     def _check(self, read_cluster: bool = True) -> None:
-        sent = time.monotonic()
-        live = self.broker_check.liveness()  # off the broker's loop: first, and quick
-        view = self.broker_check.check()
-        now = time.monotonic()
+        sent, now, view, live = self.broker.read(self.broker_check)
         old = self.broker.view
-        self.broker.answered(sent, now, view, live)
+        self.broker.answered(sent, now, view)
         keeper, promoter, reader = self.in_sync_keeper, self.promoter, self.reader
         assert keeper is not None and promoter is not None and reader is not None
         election = self.election
@@ -423,8 +422,8 @@ class Agent:
         if shutdown is not None and (view is None or not view.is_primary):
             self._broker_shutting_down(shutdown)
             return
-        if read_cluster:
-            self._read_cluster(view, read_in_sync_set=not in_sync_read)
+        if read_cluster:  # its member record: a starved broker is not down
+            self._read_cluster(self.broker.standing(), read_in_sync_set=not in_sync_read)
         election = self.election
         assert election is not None and self.watcher is not None
         now = time.monotonic()

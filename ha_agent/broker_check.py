@@ -42,6 +42,7 @@ from urllib.parse import quote
 from broker.management.client import ManagementClient, ManagementError
 from common.url import parse_url
 from ha_agent.cluster_records import PRIMARY_STATES
+from ha_agent.loop_liveness import LoopTimes
 from ha_agent.promotion import BrokerInSync, BrokerView
 from ha_agent.takeover import GrantView
 
@@ -71,6 +72,8 @@ class LivenessView:
     #: the broker fenced itself: it serves no more and stops (a broker that does not say:
     #: False)
     fenced: bool = False
+    #: the loop thread's clocks (None: a broker that does not say; ha_agent.loop_liveness)
+    times: LoopTimes | None = None
 
     @property
     def is_primary(self) -> bool:
@@ -93,7 +96,27 @@ def liveness_view(answer: Any) -> LivenessView | None:
         pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
         broker_id=str(answer.get("broker_id") or ""),
         fenced=answer.get("fenced") is True,
+        times=_loop_times(answer),
     )
+
+
+def _loop_times(answer: dict[str, Any]) -> LoopTimes | None:
+    """The loop thread's clocks of a liveness answer (None: not all of them, or not
+    numbers; the wait may be null: the broker's system does not say)."""
+    names = ("loop_clock_ms", "loop_cpu_ms", "loop_cpu_since_progress_ms", "loop_wait_ms")
+    clock, cpu, since, wait = (_seconds(answer.get(name)) for name in names)
+    if clock is None or cpu is None or since is None:
+        return None
+    if wait is None and answer.get("loop_wait_ms") is not None:
+        return None
+    return LoopTimes(clock, cpu, wait, since)
+
+
+def _seconds(ms: Any) -> float | None:
+    """Milliseconds as seconds (None: not a number from 0 to 1e18)."""
+    if isinstance(ms, int | float) and not isinstance(ms, bool) and 0 <= ms <= 1e18:
+        return float(ms) / 1000.0
+    return None
 
 
 def grant_view(answer: Any) -> GrantView | None:
@@ -265,10 +288,12 @@ class BrokerCheck:
     def address(self) -> str:
         return self.client.address
 
-    def check(self) -> BrokerView | None:
-        """The broker's state now, or None when it does not answer (see :attr:`last_error`)."""
+    def check(self, timeout: float | None = None) -> BrokerView | None:
+        """The broker's state now, or None when it does not answer (see :attr:`last_error`);
+        ``timeout`` replaces the check timeout for each of its calls (a starved backup)."""
+        client = self.client if timeout is None else ManagementClient(self.client.url, timeout)
         try:
-            status = self.client.get("/api/status")
+            status = client.get("/api/status")
             if not isinstance(status, dict):
                 raise ManagementError(f"{self.address}: /api/status is not a JSON object")
             ha = None
@@ -280,7 +305,7 @@ class BrokerCheck:
                 path = "/api/ha?manager=1&queues=summary"
                 if self.agent is not None:  # the broker is ours: it refuses hand promotions
                     path += f"&agent={quote(self.agent, safe='')}"
-                ha = self.client.get(path)
+                ha = client.get(path)
                 if not isinstance(ha, dict):
                     raise ManagementError(f"{self.address}: /api/ha is not a JSON object")
                 self.takes_mark = "managed_by" in ha

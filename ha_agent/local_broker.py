@@ -16,6 +16,13 @@ ran at that moment: the nemesis harness saw an agent kill the broker its supervi
 started 2-68 ms earlier (3 of 4 broker kills), and, after a ZooKeeper outage, the old
 leader's agent kill its own restarted, joining broker (4 of 4 cycles).
 
+Starved is not stopped (issue 25, item 1): a liveness answer is judged by
+:class:`~ha_agent.loop_liveness.LoopJudge` on the loop thread's clocks. A loop counted
+running (it runs or waits for a CPU, and progresses) answered when the check was sent,
+however late its last progress; any other answered when its loop last made progress, as
+before. The agent logs the judgement when it changes (``broker_loop``), once the loop's
+last progress is late (:data:`LATE_PROGRESS`).
+
 THREAD SAFE: the loop writes the answers; the session watcher reads the targets and the
 supervisor resets the watch; the watch is under a lock, the rest are single assignments.
 
@@ -28,22 +35,42 @@ Raises nothing.
 from __future__ import annotations
 
 import threading
+import time
 
-from ha_agent.broker_check import LivenessView
+import structlog
+
+from ha_agent.broker_check import BrokerCheck, LivenessView
+from ha_agent.loop_liveness import LoopJudge, LoopVerdict
 from ha_agent.promotion import BrokerView
 from ha_agent.watchdog import BrokerWatch
 
-__all__ = ["LocalBroker"]
+__all__ = ["LATE_PROGRESS", "STARVED_STATUS_TIMEOUT", "LocalBroker"]
+
+_log = structlog.get_logger("ha_agent.local_broker", component="agent")
+
+#: A loop whose last progress is older than this (seconds) is late: its judgement is logged.
+LATE_PROGRESS = 0.5
+#: How long each status call may wait for a starved backup (seconds; :meth:`LocalBroker.read`).
+STARVED_STATUS_TIMEOUT = 5.0
 
 
 class LocalBroker:
-    """See the module docstring."""
+    """See the module docstring. ``patience``: ``--broker-timeout``."""
 
-    def __init__(self) -> None:
+    def __init__(self, patience: float = 2.0) -> None:
         #: the last full view (None: the last check was not answered)
         self.view: BrokerView | None = None
-        #: the last liveness answer, off the broker's loop (None: none)
+        #: the last liveness answer, off the broker's loop (None: none since it was killed
+        #: or exited; an unanswered probe keeps the one before)
         self.live: LivenessView | None = None
+        #: the judgement of the last liveness answer (None: none)
+        self.verdict: LoopVerdict | None = None
+        #: the last full view answered (kept while the checks time out)
+        self.last_view: BrokerView | None = None
+        #: the last status call timed out or took longer than the check timeout
+        self.slow_status = False
+        self.judge = LoopJudge(patience)
+        self._logged = "progressing"
         #: the instance (pid) that last answered a check the watch counted
         self.last_pid: int | None = None
         #: the instance (pid) that may serve as primary (None: none known)
@@ -51,31 +78,123 @@ class LocalBroker:
         self._watch = BrokerWatch()
         self._lock = threading.Lock()
 
+    def read(
+        self, check: BrokerCheck
+    ) -> tuple[float, float, BrokerView | None, LivenessView | None]:
+        """One check of the broker: its liveness first (off its loop, quick), judged
+        (:meth:`heard`), then its status (``/api/status``, ``/api/ha``), for
+        :meth:`answered`. When it was sent, when it came back, the view and the liveness
+        answer (None each: no answer).
+
+        A backup whose last check timed out, or took longer than the check timeout,
+        while its loop runs (starved or busy) is waited for up to
+        :data:`STARVED_STATUS_TIMEOUT` a call: eligibility needs its
+        status, and busy backups never stood for election (10,000 queues: no promotion
+        for 120 s after the primary's kill). Never a primary (judged by its liveness, it
+        must be fenced within ``--broker-timeout`` when its loop stops), nor a broker
+        judged stopped. A status call that waited is followed by the liveness again, so
+        that the silence of a broker that stopped meanwhile counts from before, and a
+        starved one's from now."""
+        sent = time.monotonic()
+        live = check.liveness()
+        self.heard(sent, time.monotonic(), live)
+        slow = live is not None and not live.is_primary and self.slow_status
+        timeout = STARVED_STATUS_TIMEOUT if slow and self.running() else None
+        began = time.monotonic()
+        view = check.check(None if timeout is None else max(timeout, check.client.timeout))
+        now = time.monotonic()
+        self.slow_status = check.last_timed_out or now - began > check.client.timeout
+        if view is None and check.last_timed_out and now - sent > check.client.timeout:
+            asked = time.monotonic()
+            again = check.liveness()
+            self.heard(asked, time.monotonic(), again)
+            if again is not None or check.liveness_refused:
+                live = again  # no answer keeps the one before, unless nothing listens
+        return sent, now, view, live
+
     def answered(
-        self, sent: float, now: float, view: BrokerView | None, live: LivenessView | None
+        self,
+        sent: float,
+        now: float,
+        view: BrokerView | None,
+        live: LivenessView | None = None,
     ) -> None:
-        """A check sent at ``sent`` came back at ``now``. The full answer is as fresh as
-        ``now``; the liveness answer says when the broker's loop last made progress: a busy
-        broker is not a silent one (issue 25)."""
-        answer = None
+        """A check sent at ``sent`` came back at ``now``: the full answer is as fresh as
+        ``now``; a liveness answer with it is :meth:`heard` (a busy broker is not a silent
+        one, issue 25)."""
+        if live is not None:
+            self.heard(sent, now, live)
         if view is not None:
-            answer = (now, view.pid)
-        elif live is not None:
-            answer = (now - live.last_progress, live.pid)
-        if answer is not None:
             with self._lock:
-                counted = self._watch.answered(sent, answer[0])
-            if counted and answer[1] is not None:
-                self.last_pid = answer[1]
-        self.view, self.live = view, live
+                counted = self._watch.answered(sent, now)
+            if counted and view.pid is not None:
+                self.last_pid = view.pid
+        self.view = view
+        if view is not None:
+            self.last_view = view
         if view is not None and view.is_primary and view.pid is not None:
             self.serving_pid = view.pid
+
+    def standing(self) -> BrokerView | None:
+        """What this node's member record says of its broker: the last view, or, while the
+        checks time out but its loop runs (starved, judged on its liveness), the last view
+        of that instance, not "down": other agents take a member that is down for gone,
+        and a starved backup in the in-sync set was passed over for a store the record
+        names (availability only: whom the agents promote is decided on fresh views)."""
+        view, last, live = self.view, self.last_view, self.live
+        if view is not None or last is None or live is None or not self.running():
+            return view
+        return last if last.pid is not None and last.pid == live.pid else None
+
+    def heard(self, sent: float, now: float, live: LivenessView | None) -> LoopVerdict | None:
+        """A liveness probe sent at ``sent`` came back at ``now`` with ``live`` (None: no
+        answer, which changes nothing): judged on its loop's clocks, it counts as an answer
+        when the check was sent if its loop runs (starved is not stopped; less the time its
+        thread neither ran nor waited for a CPU), else when its loop last made progress.
+        The verdict (None: no answer)."""
+        if live is None:
+            return None
+        verdict = self.judge.judge(live.pid, live.times)
+        at = now - live.last_progress
+        if verdict.running:  # its thread ran or waited for a CPU ``idle`` before
+            at = max(at, sent - verdict.idle)
+        with self._lock:
+            counted = self._watch.answered(sent, at)
+        if counted and live.pid is not None:
+            self.last_pid = live.pid
+        self.live, self.verdict = live, verdict
+        self._log(live, verdict)
+        return verdict
+
+    def _log(self, live: LivenessView, verdict: LoopVerdict) -> None:
+        """``broker_loop`` when the judgement of a late loop changes (and when it is on
+        time again)."""
+        judged = verdict.state.value if live.last_progress >= LATE_PROGRESS else "progressing"
+        if judged == self._logged:
+            return
+        self._logged = judged
+        log = _log.warning if judged in ("stopped", "spinning") else _log.info
+        log(
+            "broker_loop",
+            loop=judged,
+            counted=verdict.running or judged == "progressing",
+            last_progress_ms=round(live.last_progress * 1000.0, 1),
+            pid=live.pid,
+            reason=verdict.reason,
+        )
+
+    def running(self) -> bool:
+        """The last liveness answer was judged running (starved or busy, not stopped)."""
+        verdict = self.verdict
+        return verdict is not None and verdict.running
 
     def reset(self, at: float) -> None:
         """The broker was killed, or exited, at ``at``: its silence counts again once it
         answered, and views read before now are stale."""
         with self._lock:
             self._watch.reset(at)
+        self.live, self.verdict = None, None  # (the judge starts over at another pid)
+        self.last_view = None
 
     def silence(self, now: float) -> tuple[float, float | None]:
         """Seconds the broker has been silent (0: not counted yet), and when it was last

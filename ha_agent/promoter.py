@@ -56,9 +56,10 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from broker.management.client import ManagementError
 from common.log import set_log_context
-from ha_agent.broker_check import BrokerCheck, PromoteRefused, timed_out
+from ha_agent.broker_check import BrokerCheck, LivenessView, PromoteRefused, timed_out
 from ha_agent.fencing import SessionGuard
 from ha_agent.in_sync_keeper import InSyncKeeper, PromotionRequest
+from ha_agent.loop_liveness import LoopJudge, LoopVerdict
 from ha_agent.promotion import BrokerView, ClusterView
 from ha_agent.promotion_await import AwaitStep, await_step
 from ha_agent.settings import AgentSettings
@@ -72,6 +73,10 @@ _log = structlog.get_logger("ha_agent.promoter", component="agent")
 PROMOTE_TIMEOUT = 5.0
 #: How often a timed-out promotion's outcome is looked for on the broker's liveness (s).
 AWAIT_POLL = 0.2
+
+#: Judges a liveness probe sent at the first time, answered at the second (the agent's
+#: :meth:`~ha_agent.local_broker.LocalBroker.heard`): the loop's verdict.
+Heard = Callable[[float, float, LivenessView], LoopVerdict | None]
 
 
 @dataclass(frozen=True)
@@ -95,8 +100,12 @@ class Promoter:
         keeper: InSyncKeeper,
         guard: SessionGuard,
         takeover: TakeoverRule | None = None,
+        heard: Heard | None = None,
     ) -> None:
         self.settings = settings
+        #: judges the liveness answers a timed-out promotion is awaited on (the agent's
+        #: record of its broker; else a judge of its own)
+        self.heard: Heard = heard or _own_judge(settings.broker_timeout)
         #: when a candidate may take the primary record over (ha_agent.takeover)
         self.takeover: TakeoverRule = takeover or OldPrimaryGone()
         self.client = client
@@ -182,10 +191,15 @@ class Promoter:
         since = time.monotonic()
         progress_at = since - timeout  # it progressed when the call was sent (it answered)
         while True:
+            asked = time.monotonic()
             live = self.broker_check.liveness()
             now = time.monotonic()
             if live is not None:
+                # starved is not stopped: a loop judged running answered when asked
+                judged = self.heard(asked, now, live)
                 progress_at = now - live.last_progress
+                if judged is not None and judged.running:
+                    progress_at = max(progress_at, asked - judged.idle)
             verdict = await_step(
                 live, refused=self.broker_check.liveness_refused, silent_for=now - progress_at,
                 epoch=epoch, pid=pid, lease_left=self.lease(), waited=now - since,
@@ -246,3 +260,12 @@ class Promoter:
                 self.cluster_shutdown = answer["cluster_shutdown"]
         except (PromoteRefused, ManagementError) as exc:
             _log.warning("lease_renewal_failed", reason=str(exc))
+
+
+def _own_judge(patience: float) -> Heard:
+    judge = LoopJudge(patience)
+
+    def heard(sent: float, now: float, live: LivenessView) -> LoopVerdict:
+        return judge.judge(live.pid, live.times)
+
+    return heard

@@ -74,8 +74,10 @@ def await_step(
     timed out ``waited`` seconds ago, with ``lease_left`` seconds left of the agent's lease
     on its session (None: none) and ``patience`` (``--broker-timeout``): the longest the
     broker's loop may go without progress, as its liveness last said (``silent_for``: since
-    then, or since the call was sent when no answer came yet), before it counts as stopped.
-    An unanswered liveness probe alone is no fence (the thread, too, waits for a CPU)."""
+    then, or since the call was sent when no answer came yet; a loop judged running on its
+    thread's clocks, starved not stopped, counts as progressing when it was last asked:
+    :mod:`ha_agent.loop_liveness`), before it counts as stopped. An unanswered liveness
+    probe alone is no fence (the thread, too, waits for a CPU)."""
     fence = AwaitStep.FENCE
     if refused:
         return Awaited(fence, "its liveness port refuses: the broker is gone")

@@ -5,10 +5,15 @@ from a thread of its own, not behind the loop's backlog (:mod:`broker.liveness_s
 With real agents, brokers and ZooKeeper at ``--broker-timeout 2``:
 
 - a primary whose loop is kept busy (one callback spinning 500 ms at every turn of its
-  50 ms watch: its management API times out the agent's 0.4 s checks) is not fenced, and
-  its lease holds;
-- a primary whose loop is blocked in one callback is fenced (its liveness says the loop
-  stopped making progress), and so is a SIGSTOPped one (nothing answers at all), whose
+  50 ms watch: its management API times out the agent's 0.4 s checks) and starved of CPU
+  (pinned with the other brokers to one CPU beside two spinning processes: its progress
+  runs over 2 s late) is not fenced, and its lease holds; SIGSTOPped, it is fenced (its
+  loop thread neither runs nor waits for a CPU), and a backup as busy and starved (its
+  status slower than the agent's check) is promoted (starved is not stopped:
+  ``ha_agent/loop_liveness.py``);
+- a primary whose loop spins in one callback is fenced (its liveness says the loop used
+  ``--broker-timeout`` of CPU without progress), and so is a SIGSTOPped one (nothing
+  answers at all), whose
   clients (pika, aio-pika, kombu) publish on the new primary within the fail-over time
   plus two client heartbeats, nothing confirmed lost (issue 26, item 4).
 
@@ -23,12 +28,16 @@ import contextlib
 import functools
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
+from broker.management.client import ManagementClient
 from common.polling import holds_for, poll_until
-from tests.agent.agent_cluster import AgentCluster, Node
+from common.url import parse_url
+from tests.agent.agent_cluster import AgentCluster, Node, get_json
 from tests.agent.publishers import HEARTBEAT, PUBLISHERS, Confirms, drain
 
 pytestmark = pytest.mark.timeout(180)
@@ -51,26 +60,98 @@ def start(agents: AgentCluster) -> Node:
     return agents.wait_settled(timeout=40)
 
 
-def test_a_busy_primary_is_not_fenced_and_keeps_its_lease(agents: AgentCluster) -> None:
+class Starved:
+    """Brokers pinned to one CPU beside busy processes pinned to it too (started and
+    killed by PID here): each gets a fraction of that CPU, as on a loaded machine."""
+
+    def __init__(self, spinners: int) -> None:
+        self.cpu = max(os.sched_getaffinity(0))
+        spin = f"import os\nos.sched_setaffinity(0, {{{self.cpu}}})\nwhile True:\n    pass"
+        self.spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(spinners)]
+
+    def pin(self, pid: int) -> None:
+        """Every thread of process ``pid`` on the CPU (a thread started later inherits)."""
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task), {self.cpu})
+
+    def stop(self) -> None:
+        for spinner in self.spinners:
+            spinner.kill()
+            spinner.wait(timeout=10)
+
+
+def late_progress(port: int) -> float:
+    """The broker's ``last_progress_ms`` answered off its loop (0: no answer this time)."""
+    with contextlib.suppress(OSError, ValueError):
+        return float(get_json(port, "/liveness", timeout=1.0)["last_progress_ms"])
+    return 0.0
+
+
+def test_a_starved_primary_is_not_fenced_a_stopped_one_is_and_a_starved_backup_follows(
+    agents: AgentCluster,
+) -> None:
+    """Starved is not stopped (issue 25, item 1): every broker pinned to one CPU beside two
+    pinned spinners, each loop kept busy (the primary's 500 ms of CPU a turn, so its
+    progress timer runs over 2 s late: a wall-clock rule fenced it; the backups' 50 ms,
+    so their status takes longer than the agent's 0.4 s check: they never stood for
+    election). The primary keeps serving over three broker timeouts; SIGSTOPped, it is
+    fenced, not before --broker-timeout; a starved backup is promoted."""
     primary = start(agents)
-    mark = len(primary.agent_events())
+    backups = [n for n in agents.nodes if n is not primary]
+    marks = {n.name: len(n.agent_events()) for n in agents.nodes}
     pid = primary.broker_pid()
-    (primary.dir / "busy").write_text("500 50")
+    admin = ManagementClient(parse_url(f"guest/guest@127.0.0.1:{primary.mgmt_port}"))
+    liveness_port = admin.get("/api/ha?queues=summary")["liveness"]["port"]
+    starved = Starved(spinners=2)
     try:
+        for node in agents.nodes:
+            starved.pin(node.broker_pid())
+        (primary.dir / "busy").write_text("500 50")
+        for node in backups:
+            (node.dir / "busy").write_text("50 50")
+        latest: list[float] = []
 
         def untouched() -> bool:
-            return not events(primary, "agent_fenced", mark) and not any(
-                e["event"] in ("ha_fenced",) for e in primary.broker_events()
+            latest.append(late_progress(liveness_port))
+            return not events(primary, "agent_fenced", marks[primary.name]) and not any(
+                e["event"] == "ha_fenced" for e in primary.broker_events()
             )
 
-        holds_for(untouched, 8)  # four times --broker-timeout
+        holds_for(untouched, 6)  # three times --broker-timeout
+        assert max(latest) >= 2000, f"its loop was never 2 s late: tested nothing ({latest})"
+        judged = events(primary, "broker_loop", marks[primary.name])
+        assert any(e["loop"] == "running" and e["counted"] for e in judged), judged
+        os.kill(pid, signal.SIGSTOP)  # stopped: neither runs nor waits for a CPU
+        stopped_at = time.monotonic()
+        try:
+            (killed,) = poll_until(
+                lambda: [
+                    e for e in events(primary, "broker_killed", marks[primary.name])
+                    if e["pid"] == pid
+                ],
+                20,
+            )  # fmt: skip
+            took = time.monotonic() - stopped_at
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        (primary.dir / "busy").unlink()  # its successor is not starved
+        assert "fenced" in str(killed["reason"]) and took >= 2.0
+
+        def promoted() -> Node | None:
+            record = agents.primary_record()
+            node = next((n for n in backups if record and record.node == n.name), None)
+            done = node is not None and events(node, "agent_promoted", marks[node.name])
+            return node if done else None
+
+        new = poll_until(promoted, 60, "a starved backup promoted")
+        assert not events(new, "agent_fenced", marks[new.name])
     finally:
-        (primary.dir / "busy").unlink()
-    slow = [e for e in events(primary, "promotion_eligibility", mark) if "slow" in str(e["reason"])]
-    assert slow, "the busy primary's checks never timed out: the test tested nothing"
-    assert primary.broker_pid() == pid
-    assert agents.wait_settled(timeout=30) is primary
-    assert not events(primary, "broker_killed", mark)
+        starved.stop()
+        for node in agents.nodes:
+            with contextlib.suppress(FileNotFoundError):
+                (node.dir / "busy").unlink()
 
 
 def test_a_primary_whose_loop_is_blocked_is_fenced(agents: AgentCluster) -> None:

@@ -10,6 +10,7 @@ import pytest
 from common.polling import poll_until
 from ha_agent.broker_check import LivenessView
 from ha_agent.local_broker import LocalBroker
+from ha_agent.loop_liveness import LoopTimes
 from ha_agent.promotion import BrokerView
 from ha_agent.supervisor import BrokerSupervisor
 
@@ -71,3 +72,23 @@ def test_the_supervisor_kills_only_the_instance_named() -> None:
         assert supervisor.pid == second
     finally:
         supervisor.stop(timeout=5)
+
+
+def test_a_starved_backup_stands_by_its_last_view_a_stopped_one_does_not() -> None:
+    """Its member record (:meth:`LocalBroker.standing`): a backup whose checks time out
+    while its loop runs (starved: it waits for a CPU) is still the ready backup it last
+    answered, not "down"; once its loop thread neither runs nor waits, it is down."""
+    broker = LocalBroker(2.0)
+    ready = BrokerView("ready", pid=14, broker_id="b-14")
+    broker.answered(0.0, 0.1, ready)
+    starved = [LoopTimes(0.2, 1.0, 1.0, 0.0), LoopTimes(1.2, 1.1, 1.9, 0.05)]
+    for times in starved:
+        broker.heard(times.clock, times.clock, LivenessView(0.9, "ready", pid=14, times=times))
+    broker.answered(1.2, 1.6, None)  # its status timed out
+    assert broker.running() and broker.standing() == ready
+    stopped = LoopTimes(2.2, 1.1, 1.9, 0.05)  # neither ran nor waited since
+    broker.heard(2.2, 2.2, LivenessView(1.9, "ready", pid=14, times=stopped))
+    assert not broker.running() and broker.standing() is None
+    restarted = LoopTimes(3.2, 0.1, 0.1, 0.0)
+    broker.heard(3.2, 3.2, LivenessView(0.1, "joining", pid=15, times=restarted))
+    assert broker.standing() is None  # another instance: not the view of the one before

@@ -67,9 +67,16 @@ GOOD: list[dict[str, Any]] = [
     {"event": "loop_lag", "component": "broker", "samples": 200, "p50_ms": 0.25, "p99_ms": 5.0,
      "max_ms": 12.1},  # before the steps were measured
     {"event": "gc_frozen", "component": "broker", "freezes": 1},
+    {"event": "broker_loop", "component": "agent", "loop": "running", "counted": True,
+     "last_progress_ms": 2200.5, "pid": 4242,
+     "reason": "its loop thread ran 0.21 s and waited for a CPU 0.78 s of 1.00 s"},
+    {"event": "broker_loop", "component": "agent", "level": "warning", "loop": "stopped",
+     "counted": False, "last_progress_ms": 900.0, "pid": None, "reason": "..."},
 ]  # fmt: skip
 
 BAD: list[tuple[dict[str, Any], str]] = [
+    ({"event": "broker_loop", "component": "agent", "loop": "slow", "counted": True,
+      "last_progress_ms": 1.0, "pid": 1, "reason": ""}, "loop"),
     ({"event": "loop_step_long", "component": "broker", "level": "warning", "cpu_ms": 50.0,
       "gc_ms": 0.0, "where": None}, "cpu_ms"),  # not a long step
     ({"event": "loop_step_long", "component": "broker", "level": "warning", "cpu_ms": 150.0,

@@ -6,7 +6,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.liveness import LAG_BOUNDS, Durations, LeaseOffers, LoopProgress, RoleNote, summarise
+from broker.liveness import (
+    LAG_BOUNDS,
+    Durations,
+    LeaseOffers,
+    LoopProgress,
+    RoleNote,
+    ThreadTimes,
+    summarise,
+)
 
 
 def test_the_answer_says_how_long_ago_the_loop_last_made_progress() -> None:
@@ -29,6 +37,20 @@ def test_the_answer_says_how_long_ago_the_loop_last_made_progress() -> None:
     # a primary that fenced itself still says "active" while it stops: it says fenced too
     progress.progressed(11.4, RoleNote("active", epoch=7, fenced=True))
     assert progress.answer(11.4)["fenced"] is True
+
+
+def test_the_answer_carries_the_loop_threads_clocks_once_measured() -> None:
+    progress = LoopProgress(started_at=0.0, pid=1)
+    progress.progressed(1.0)  # no CPU time noted: the clocks are not told
+    assert "loop_cpu_ms" not in progress.answer(1.5, ThreadTimes(0.3, 0.2))
+    progress.progressed(2.0, cpu=0.25)
+    answer = progress.answer(4.2, ThreadTimes(cpu=0.4, wait=1.9))
+    assert answer["last_progress_ms"] == 2200.0
+    assert answer["loop_clock_ms"] == 4200.0  # the broker's clock: the agent's spans
+    assert answer["loop_cpu_ms"] == 400.0 and answer["loop_wait_ms"] == 1900.0
+    assert answer["loop_cpu_since_progress_ms"] == 150.0
+    assert progress.answer(4.2, ThreadTimes(cpu=0.4))["loop_wait_ms"] is None
+    assert "loop_cpu_ms" not in progress.answer(4.2)  # no clocks read
 
 
 def test_a_stalled_loop_answers_a_growing_silence() -> None:

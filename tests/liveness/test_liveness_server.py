@@ -16,7 +16,9 @@ import pytest
 
 from broker.ha.member_lease import GrantLedger, LeaseTimes
 from broker.liveness import LeaseOffers, LoopProgress, RoleNote
-from broker.liveness_server import TOKEN_HEADER, LivenessServer
+from broker.liveness_server import TOKEN_HEADER, LivenessServer, LoopThreadClock
+from ha_agent.broker_check import liveness_view
+from ha_agent.loop_liveness import LoopState, LoopTimes, loop_verdict
 
 
 @pytest.fixture
@@ -108,6 +110,47 @@ def test_it_answers_in_milliseconds_beside_a_spinning_thread(server: LivenessSer
         stop.set()
         spinner.join()
     assert sorted(took)[5] < 0.1, took  # median well under the agent's 0.4 s check
+
+
+def test_the_answer_carries_the_loop_threads_clocks(server: LivenessServer) -> None:
+    """Read off the loop's thread (here a thread playing it): its CPU time and run-queue
+    wait grow with the wall clock while it spins (a busy or starved loop: running), and
+    not while it is blocked in a system call (stopped); so does the CPU since its last
+    progress while it spins."""
+    ready, spun, stop = threading.Event(), threading.Event(), threading.Event()
+
+    def loop() -> None:
+        server.clock = LoopThreadClock.of_current_thread()
+        server.progress.progressed(time.monotonic(), cpu=time.thread_time())
+        ready.set()
+        until = time.perf_counter() + 0.6
+        while time.perf_counter() < until:
+            pass
+        spun.set()
+        stop.wait()  # blocked in a system call
+
+    def times() -> LoopTimes:
+        view = liveness_view(call(server, "/liveness")[1])
+        assert view is not None and view.times is not None, view
+        return view.times
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    try:
+        assert ready.wait(10)
+        first = times()
+        assert spun.wait(10)
+        second = times()
+        time.sleep(0.6)  # the thread blocked meanwhile (nothing to synchronise with)
+        third = times()
+    finally:
+        stop.set()
+        thread.join()
+    assert first.wait is not None  # Linux says it (schedstat)
+    assert second.cpu > first.cpu and second.cpu_since_progress > first.cpu_since_progress
+    assert loop_verdict(first, second, 2.0).state is LoopState.RUNNING
+    assert loop_verdict(second, third, 2.0).state is LoopState.STOPPED
+    assert third.cpu - second.cpu < 0.05
 
 
 def test_the_grant_answer_is_the_ledger_read_off_the_loop(server: LivenessServer) -> None:
