@@ -11,12 +11,18 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker.amqp10 import codec
 from broker.amqp10.codec import DecodeError
-from broker.amqp10.framing import decode_transfer, delivery_transfer, first_transfer
+from broker.amqp10.framing import (
+    decode_transfer,
+    delivery_frame,
+    delivery_transfer,
+    first_transfer,
+    frame_head,
+)
 from broker.amqp10.performatives import (
     Accepted,
     Attach,
@@ -381,3 +387,22 @@ def test_a_delivery_framed_by_hand_is_the_codecs(
     )  # fmt: skip
     assert delivery_transfer(handle, delivery_id, settled) == first_transfer(transfer)
     assert codec.decode(delivery_transfer(handle, delivery_id, settled))[0] == transfer
+
+
+@given(
+    st.integers(0, 2**16 - 1),
+    st.integers(0, 300) | st.integers(0, 2**32 - 1),
+    st.integers(0, 300) | st.integers(0, 2**32 - 1),
+    st.booleans(),
+    st.binary(max_size=20),
+    st.binary(max_size=300),
+)
+@example(0, 255, 256, False, b"", b"")
+@example(65535, 256, 255, True, b"s", b"b")
+def test_a_delivery_frame_is_its_head_transfer_and_message(
+    channel: int, handle: int, delivery_id: int, settled: bool, sections: bytes, body: bytes
+) -> None:
+    performative = delivery_transfer(handle, delivery_id, settled)
+    size = 8 + len(performative) + len(sections) + len(body)
+    expected = frame_head(size, channel) + performative + sections + body
+    assert delivery_frame(channel, handle, delivery_id, settled, sections, body) == expected
