@@ -60,6 +60,7 @@ from broker.amqp10.framing import (
     TRANSFER_DESCRIPTOR,
     decode_transfer,
     frame,
+    read_flow_or_disposition,
     read_frame,
     read_transfer,
 )
@@ -296,8 +297,8 @@ class Connection:
             raise Amqp10Error(FRAMING_ERROR, f"frame of type {kind} after the SASL layer")
         if not body:
             return  # an empty frame: a heartbeat
-        try:  # a transfer read by hand (and not handled in _parse) or any other frame
-            found = decode_transfer(body)
+        try:  # the usual flows, dispositions and transfers read by hand, others decoded
+            found = read_flow_or_disposition(body) or decode_transfer(body)
             performative, at = codec.decode(body) if found is None else found
         except DecodeError as exc:
             raise Amqp10Error(DECODE_ERROR, str(exc)) from None

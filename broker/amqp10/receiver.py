@@ -324,6 +324,7 @@ class ReceiverLink:
         if self.detached:
             return []
         pending = self._pending
+        accepted: list[int] = []  # the usual outcome's delivery ids, apart
         for reply in () if confirms is None else confirms.take_replies():
             if reply.multiple:
                 seqs = []  # the pending ones up to its tag: the first (in confirm order)
@@ -343,8 +344,14 @@ class ReceiverLink:
                     self._unrouted.discard(seq)
                     outcome = _RELEASED
                 else:
-                    outcome = _ACCEPTED
+                    accepted.append(delivery_id)
+                    continue
                 outcomes.append((delivery_id, outcome))
+        if accepted:
+            accepted.sort()
+            if not outcomes and accepted[-1] - accepted[0] == len(accepted) - 1:
+                return [self._disposition(accepted[0], accepted[-1], _ACCEPTED)]  # one run
+            outcomes += [(delivery_id, _ACCEPTED) for delivery_id in accepted]
         outcomes.sort(key=_first)
         runs: list[list[Any]] = []  # [first, last, outcome]
         for delivery_id, outcome in outcomes:
@@ -354,13 +361,13 @@ class ReceiverLink:
                     run[1] = delivery_id
                     continue
             runs.append([delivery_id, delivery_id, outcome])
-        return [
-            Disposition(
-                role=RECEIVER, first=first, last=None if last == first else last,
-                settled=not self.settles_second, state=outcome,
-            )
-            for first, last, outcome in runs
-        ]  # fmt: skip
+        return [self._disposition(first, last, outcome) for first, last, outcome in runs]
+
+    def _disposition(self, first: int, last: int, outcome: Any) -> Disposition:
+        return Disposition(
+            role=RECEIVER, first=first, last=None if last == first else last,
+            settled=not self.settles_second, state=outcome,
+        )  # fmt: skip
 
     def detach(self) -> None:
         """The link is gone: settlements after this are dropped."""

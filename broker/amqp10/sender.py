@@ -148,6 +148,12 @@ class SenderLink:
         if not self.apply_outcome(entry, state):  # a non-terminal state (received): not settled yet
             self.unsettled[delivery_id] = entry
 
+    def accept(self, delivery_id: int) -> None:
+        """:meth:`settle` with ``accepted`` (or no state, settled): the message goes."""
+        entry = self.unsettled.pop(delivery_id, None)
+        if entry is not None:
+            self.queue.settle(entry)
+
     def retire(self, delivery_id: int, outcome: Any, settled: bool) -> Retirement | None:
         """The client's outcome for an unsettled delivery inside a transaction: held by
         it (the :class:`Retirement` returned) until commit; None for a delivery this link

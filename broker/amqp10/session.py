@@ -43,6 +43,7 @@ from broker.amqp10.framing import delivery_frame, delivery_tag, transfer_frames
 from broker.amqp10.performatives import (
     RECEIVER,
     SENDER,
+    Accepted,
     Attach,
     Begin,
     Detach,
@@ -334,10 +335,16 @@ class Session:
             ids: list[int] = list(range(first, last + 1))
         else:
             ids = sorted(k for k in outgoing if first <= k <= last)
-        for delivery_id in ids:
-            link = outgoing.pop(delivery_id, None)
-            if link is not None:
-                link.settle(delivery_id, state)
+        if isinstance(state, Accepted) or state is None:  # the usual outcome: settled
+            for delivery_id in ids:
+                link = outgoing.pop(delivery_id, None)
+                if link is not None:
+                    link.accept(delivery_id)
+        else:
+            for delivery_id in ids:
+                link = outgoing.pop(delivery_id, None)
+                if link is not None:
+                    link.settle(delivery_id, state)
         if not disposition.settled:
             self.send(
                 Disposition(role=SENDER, first=first, last=disposition.last, settled=True,
