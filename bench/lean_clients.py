@@ -9,8 +9,8 @@ specifications, so the client side costs about the same in either protocol and l
 - one blocking socket a process, one ``recv`` of up to :data:`READ` bytes at a time, every
   frame of it handled, then at most one ``sendall`` of everything that read made due;
 - the producer's frames built from a template (only the sequence number and the delivery
-  id change), the broker's answers read by hand where they are the usual ones (0-9-1:
-  basic.ack; 1.0: a disposition or a flow through the broker's own codec: one frame covers
+  id change), the broker's answers read by hand (0-9-1: basic.ack; 1.0: a disposition or
+  a flow, by the broker's own hand reader of ``broker.amqp10.framing``; one frame covers
   many messages);
 - the consumer settles in ranges (0-9-1: basic.ack multiple; 1.0: one disposition, accepted
   and settled, and one flow topping the link credit back up to the prefetch, as 0-9-1's
@@ -43,6 +43,7 @@ from broker.amqp10.framing import (
     FRAME_SASL,
     SASL_HEADER,
     delivery_transfer,
+    read_flow_or_disposition,
     read_transfer,
 )
 from broker.amqp10.framing import frame as frame10
@@ -333,7 +334,7 @@ def produce_10(host: str, port: int, address: str, idx: int, count: int, size: i
         for body, _ in conn.frames():
             if not body:
                 continue
-            value, _at = codec.decode(body)
+            value, _at = read_flow_or_disposition(body) or codec.decode(body)
             if isinstance(value, Disposition):
                 last = value.first if value.last is None else value.last
                 for seq in range(value.first, last + 1):
@@ -390,9 +391,13 @@ def consume_10(host: str, port: int, address: str, count: int, size: int, prefet
         for body, _ in conn.frames():
             if body[:3] == b"\x00\x53\x14":  # a transfer: one frame a message here
                 fields = read_transfer(body)
-                if fields is None or fields[1] is None:
-                    raise Failed("a transfer the lean client cannot read")
-                last_id = fields[1]
+                if fields is not None and fields[1] is not None:
+                    last_id = fields[1]
+                else:  # another broker's shape (RabbitMQ's): the codec reads it
+                    transfer, _at = codec.decode(body)
+                    if transfer.delivery_id is None or transfer.more:
+                        raise Failed("a transfer the lean client cannot read")
+                    last_id = transfer.delivery_id
                 at = len(body) - size  # the data section is the last
                 if body[at - 8 : at] != section:
                     raise Failed("a delivery whose last section is not its data")

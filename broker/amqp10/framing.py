@@ -5,6 +5,12 @@ A frame is ``size`` (4 bytes, the whole frame), ``doff`` (the data offset in 4-b
 at least 2), ``type`` (0: AMQP, 1: SASL), a type-specific 2 bytes (the channel), an
 extended header (skipped), then the body: one performative and, for a transfer, the payload
 after it. A frame of 8 bytes has no body: an empty frame, the idle-timeout heartbeat.
+
+What runs once a message is done by hand, each checked against the codec by
+``tests/amqp10/test_codec.py``: a client's usual transfer, flow and disposition are read
+(:func:`read_transfer`, :func:`read_flow_or_disposition`; anything else goes to the codec,
+which decodes and checks it) and the broker's deliveries written
+(:func:`delivery_transfer`, :func:`delivery_frame`).
 """
 
 from __future__ import annotations
