@@ -26,7 +26,6 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.management.definitions import QPIDD_ONLY, left_for_qpidd
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.context import settings
 
@@ -59,6 +58,9 @@ def export_definitions(
     vhost: Vhost = None,
 ) -> None:
     """Write the broker's definitions (RabbitMQ's JSON) to FILE."""
+    # here, not at the top: it brings aiohttp's server (a fifth of every qpid-ha start)
+    from broker.management.definitions import QPIDD_ONLY, left_for_qpidd
+
     s = settings(ctx)
     data = s.call(_path(vhost))
     text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"

@@ -148,8 +148,8 @@ class Connection:
         ctx.connections_1_0[self.id] = self
 
     # -- what the shell and the broker read ----------------------------------------------
-    #: The management API's ``protocol`` of a connection.
-    protocol = "AMQP 1.0"
+    #: The management API's ``protocol`` of a connection (RabbitMQ's words).
+    protocol = "AMQP 1-0"
 
     @property
     def sessions(self) -> dict[int, Session]:

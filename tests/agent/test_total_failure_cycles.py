@@ -13,10 +13,12 @@ primary (drained, so the next cycle starts from an empty queue); the cluster set
 (the stale node's store, diverged, is moved aside and it catches up), ready for the next
 cycle.
 
-The cycles run the 6 orders of (primary, backup, stale) in one cluster (one set-up instead
-of six): each role comes back first, second and last twice. That the choice itself does not
-depend on the order, with members seen late, is shown on the pure rules over all orders in
-tests/agent/test_total_failure_orders.py; this runs each order once, not every timing.
+The cycles run the 3 rotations of (primary, backup, stale) in one cluster (one set-up
+instead of three): each role comes back first, second and last once (a Latin square; the
+6 orders, each role twice in each place, took twice the time for no other case). That the
+choice itself does not depend on the order, with members seen late, is shown on the pure
+rules over all 6 orders in tests/agent/test_total_failure_orders.py; this runs each
+position of each role once, not every timing.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from itertools import permutations
 
 import pika
 import pika.exceptions
@@ -92,7 +93,8 @@ def drain(port: int, queue: str) -> list[str]:
 
 
 ROLES = ("primary", "backup", "stale")
-ORDERS = list(permutations(ROLES))
+#: Each role first, second and last once.
+ORDERS = [ROLES[i:] + ROLES[:i] for i in range(len(ROLES))]
 
 
 def one_failure(agents: AgentCluster, cycle: int, order: tuple[str, ...]) -> None:
@@ -126,7 +128,7 @@ def one_failure(agents: AgentCluster, cycle: int, order: tuple[str, ...]) -> Non
     assert drain(winner.port, "orders") == before + after, f"cycle {cycle}, order {order}"
 
 
-def test_total_failures_restarted_in_every_order(agents: AgentCluster) -> None:
+def test_total_failures_restarted_with_each_role_in_each_place(agents: AgentCluster) -> None:
     agents.start(session_timeout=2.0)
     for cycle, order in enumerate(ORDERS):
         one_failure(agents, cycle, order)

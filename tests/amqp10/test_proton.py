@@ -299,7 +299,7 @@ def test_a_proton_connection_in_the_management_api_and_metrics(broker: BrokerPro
         rows = [
             row
             for row in http("GET", broker.mgmt_port, "/api/connections")
-            if row["protocol"] == "AMQP 1.0" and row["state"] == "open"
+            if row["protocol"] == "AMQP 1-0" and row["state"] == "open"
         ]
         assert len(rows) == 1 and rows[0]["user"] == "guest" and rows[0]["vhost"] == "/"
         assert rows[0]["channels"] == 1 and rows[0]["frame_max"] >= 512
@@ -310,7 +310,7 @@ def test_a_proton_connection_in_the_management_api_and_metrics(broker: BrokerPro
         assert sample(samples, "qpidd_connections_amqp_1_0") >= 1
         assert sample(samples, "qpidd_connections") >= sample(samples, "qpidd_connections_amqp_1_0")
         closed = http("DELETE", broker.mgmt_port, f"/api/connections/{rows[0]['id']}")
-        assert closed["protocol"] == "AMQP 1.0"
+        assert closed["protocol"] == "AMQP 1-0"
         with pytest.raises(ConnectionClosed) as raised:
             connection.create_sender("nowhere-needed")
         assert "amqp:connection:forced" in str(raised.value)

@@ -72,6 +72,12 @@ def click(browser: Any, css: str, timeout: float = 10.0, what: str = "") -> None
     seen(browser, clicked, timeout, what or css)
 
 
+def press(browser: Any, button: str) -> None:
+    """Click a form's button (by id) even under the toast of the last action (it covers
+    the page's lower right corner for a few seconds)."""
+    browser.execute_script("arguments[0].click()", browser.find_element(By.ID, button))
+
+
 def text(browser: Any, css: str) -> str:
     """The element's text; again if the page re-rendered it meanwhile (every second)."""
     for _ in range(20):
@@ -83,8 +89,11 @@ def text(browser: Any, css: str) -> str:
     raise AssertionError(f"{css} re-rendered 20 times in a row")
 
 
-def log_in(browser: Any, node: Member, user: str, page: str = "cluster") -> None:
-    """Open ``node``'s console as ``user`` (logging out whoever was logged in there)."""
+def log_in(
+    browser: Any, node: Member, user: str, page: str = "cluster", password: str | None = None
+) -> None:
+    """Open ``node``'s console as ``user`` (logging out whoever was logged in there), with
+    its password in ``support.USERS`` unless ``password`` is given (a user made in a test)."""
     browser.get(console_url(node, page))
     if browser.find_elements(By.ID, "logout"):
         seen(browser, lambda: browser.find_element(By.ID, "logout").is_displayed())
@@ -94,7 +103,7 @@ def log_in(browser: Any, node: Member, user: str, page: str = "cluster") -> None
         browser.find_element(By.ID, "logout").click()
         seen(browser, lambda: browser.find_elements(By.ID, "login-button"))
     browser.find_element(By.ID, "user").send_keys(user)
-    browser.find_element(By.ID, "password").send_keys(USERS[user][0])
+    browser.find_element(By.ID, "password").send_keys(password or USERS[user][0])
     browser.find_element(By.ID, "login-button").click()
     seen(browser, lambda: text(browser, "#me").startswith(f"{user} "), what=f"{user} logged in")
     browser.get(console_url(node, page))

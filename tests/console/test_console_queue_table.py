@@ -193,11 +193,12 @@ def test_an_administrator_adds_binds_publishes_gets_and_removes(
     assert re.fullmatch(r"[\d.]+ MiB.*", text(browser, f"{node} td.memory"))
     listeners = text(browser, f"{node} td.listeners")
     assert listeners == f"amqp {qpidd.port}, http {qpidd.mgmt_port}", listeners
-    # its charts over RabbitMQ's ranges: the last minute, then the last hour
+    # its charts over RabbitMQ's ranges: the last minute, the last day, then the last hour
     axis = "#overview-charts .chart svg text:last-of-type"
     seen(browser, lambda: text(browser, axis).startswith("last minute ("), what="a minute")
-    Select(browser.find_element(By.ID, "overview-range")).select_by_visible_text("Last hour")
-    seen(browser, lambda: text(browser, axis).startswith("last hour ("), what="an hour")
+    for label, axis_text in (("Last day", "last day ("), ("Last hour", "last hour (")):
+        Select(browser.find_element(By.ID, "overview-range")).select_by_visible_text(label)
+        seen(browser, lambda: text(browser, axis).startswith(axis_text), what=label)  # noqa: B023
     browser.save_screenshot(str(shots / "overview.png"))
     browser.execute_script("window.location.hash = '#queues'")
     seen(browser, lambda: browser.find_element(By.ID, "add-queue"), what="the add form")

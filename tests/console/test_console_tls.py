@@ -1,5 +1,6 @@
 """The console over the management API's TLS (``--mgmt-ssl=yes``): the same HTTPS, a
-``Secure`` cookie, nothing in clear; and Chromium logging in over it."""
+``Secure`` cookie, nothing in clear; and Chromium logging in over it, its Connections tab
+marking a client's AMQP connection over TLS."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 from selenium.webdriver.common.by import By
 
 from common.polling import poll_until
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, free_port
+from tests.console.page import seen, text
 from tests.console.support import USERS, write_users
 from tests.security.certs import Ca
 
@@ -22,31 +25,35 @@ pytestmark = pytest.mark.xdist_group("console_browser")  # with its browser
 
 
 @pytest.fixture(scope="module")
-def https_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, Path]]:
+def https_broker(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[BrokerProcess, Path, int]]:
+    """A broker with HTTPS management and AMQP over TLS: it, its CA and its AMQPS port."""
     root = tmp_path_factory.mktemp("console-tls")
     ca = Ca.make(root / "ca", "console-test-ca")  # two keys, not make_certs' seven
     cert, key = ca.issue("server", "localhost")
     users = write_users(root / "users")
+    amqps = free_port()
     process = BrokerProcess(
         root / "qpidd",
         args=[
             f"--ssl-cert-file={cert}",
             f"--ssl-key-file={key}",
-            "--ssl-port=0",
+            f"--ssl-port={amqps}",
             "--mgmt-ssl=yes",
             f"--sasl-users={users}",
         ],
     ).start()
     try:
-        yield process, ca.cert
+        yield process, ca.cert, amqps
     finally:
         process.stop()
 
 
 def test_the_login_is_https_only_and_its_cookie_secure(
-    https_broker: tuple[BrokerProcess, Path],
+    https_broker: tuple[BrokerProcess, Path, int],
 ) -> None:
-    process, ca = https_broker
+    process, ca, _ = https_broker
     context = ssl.create_default_context(cafile=str(ca))
     https = http.client.HTTPSConnection("localhost", process.mgmt_port, context=context, timeout=5)
     form = urllib.parse.urlencode({"user": "watcher", "password": USERS["watcher"][0]})
@@ -70,9 +77,11 @@ def test_the_login_is_https_only_and_its_cookie_secure(
 
 
 def test_chromium_logs_in_over_https(
-    https_broker: tuple[BrokerProcess, Path], browser: Any
+    https_broker: tuple[BrokerProcess, Path, int], browser: Any
 ) -> None:
-    process, _ = https_broker
+    """Logged in over HTTPS, the Connections tab marks a client's AMQP connection over TLS
+    (RabbitMQ's SSL/TLS column)."""
+    process, ca, amqps = https_broker
     browser.get(f"https://localhost:{process.mgmt_port}/console/")  # the test CA: not trusted
     browser.find_element(By.ID, "user").send_keys("admin")
     browser.find_element(By.ID, "password").send_keys(USERS["admin"][0])
@@ -84,3 +93,13 @@ def test_chromium_logs_in_over_https(
         return text if text.startswith("STAND-ALONE") else None
 
     assert "not in an HA cluster" in poll_until(banner, 10, "the console over HTTPS")
+    tls = pika.ConnectionParameters(
+        "localhost",
+        amqps,
+        credentials=pika.PlainCredentials("app", USERS["app"][0]),
+        ssl_options=pika.SSLOptions(ssl.create_default_context(cafile=str(ca)), "localhost"),
+    )
+    with pika.BlockingConnection(tls):
+        browser.execute_script("window.location.hash = '#connections'")
+        cell = "#connections tr[data-user='app'] td.tls"
+        seen(browser, lambda: text(browser, cell) == "TLS", what="its connection marked TLS")

@@ -384,3 +384,47 @@ def test_a_page_of_one_connections_channels_builds_only_those() -> None:
     clock.now += 1.0
     feed.sample()  # and at each tick while it reads
     assert journal.totals()["channels"] == 9 and lists.channels_whole
+
+
+def test_amqp_1_0_connections_are_followed_and_sorted_by_rate() -> None:
+    """The live connections list has both protocols, as ``GET /api/connections``: an AMQP
+    1.0 connection with RabbitMQ's protocol name ("AMQP 1-0"), counted by the Overview,
+    without channels of its own in the channels list; a page sorted by a rate
+    (``recv_oct_details.rate``, the field's field) follows the rates of each tick."""
+    from broker.amqp10.connection import Connection as Amqp10Connection
+    from broker.management.console.live_lists import CONSOLE_KINDS, ListPage
+    from broker.management.lists import parse_query
+    from common.slices import run_steps
+    from tests.amqp.helpers import Client
+
+    broker, clock = HaBroker(), Clock()
+    client = Client(broker.context)
+    client.handshake()
+    client.open_channel(1)
+    client.take()
+    zero_nine_one = client.conn
+    one = Amqp10Connection(broker.context, "127.0.0.1:40001")
+    feed = LiveFeed(broker, get_logger("management"), clock)
+    feed.viewers = 1
+    feed.lists.channel_viewers = 1  # the channels built: the 0-9-1 connection's only
+    journal = feed.lists.journal
+    query = {"page": "1", "sort": "recv_oct_details.rate", "sort_reverse": "true"}
+    page = ListPage(parse_query(query, CONSOLE_KINDS["connections"]), "connections")
+
+    def tick_with(busier: Any) -> list[str]:
+        clock.now += 1.0
+        busier.recv_oct += 10_000
+        feed.sample()
+        return list(json.loads(run_steps(feed.lists.page_steps(page, whole=True)) or "{}")["keys"])
+
+    tick_with(one)  # the first reading of each: rates from the next
+    rows = journal.rows["connections"]
+    assert rows[str(one.id)]["protocol"] == "AMQP 1-0"
+    assert rows[str(zero_nine_one.id)]["protocol"] == "AMQP 0-9-1"
+    assert list(journal.rows["channels"]) == [f"{zero_nine_one.id}:1"]
+    assert feed.state is not None
+    totals, node = feed.state["overview"]["totals"], feed.state["overview"]["node"]
+    assert (totals["connections"], totals["channels"], node["sockets_used"]) == (2, 1, 2)
+    assert tick_with(one) == [str(one.id), str(zero_nine_one.id)]
+    assert rows[str(one.id)]["recv_oct_details"] == {"rate": 10_000.0}
+    assert tick_with(zero_nine_one) == [str(zero_nine_one.id), str(one.id)]

@@ -8,7 +8,8 @@ someone follows (a console viewer, or a reader of ``GET /api/changes`` within
 :data:`FOLLOW_FOR` seconds), :meth:`LiveLists.update_steps` hands the
 :class:`~broker.management.deltas.DeltaJournal` the lists as they are: the queues (every
 key; rows rebuilt only for the queues the sampler saw move, the new ones, and all of them
-every :data:`FULL_EVERY` ticks), the exchanges and connections (rebuilt), the bindings
+every :data:`FULL_EVERY` ticks), the exchanges and connections (rebuilt; those of both
+protocols, AMQP 0-9-1 and 1.0, as ``GET /api/connections`` lists them), the bindings
 (rows built once: a binding does not change), the channels of the AMQP 0-9-1 connections
 and their consumers (rebuilt, a slice of channels a step; ``GET /api/channels``' and
 ``GET /api/consumers``' rows). The journal keeps what changed.
@@ -114,6 +115,7 @@ STATIC_FIELDS = frozenset(
         "user",
         "user_provided_name",
         "ssl",
+        "protocol",
         "connection",
         "connection_name",
         "number",
@@ -275,9 +277,13 @@ class LiveLists:
         yield
         bindings = yield from self._bindings_steps()
         yield
-        listed = list(self.broker.context.connections.values())
+        context = self.broker.context
+        listed = list(context.connections.values())  # AMQP 0-9-1's: those with channels
         rates = self.connection_rates
-        connections = {str(c.id): connection_view(c, rates(c.id)) for c in listed}
+        connections = {
+            str(c.id): connection_view(c, rates(c.id))
+            for c in (*listed, *context.connections_1_0.values())
+        }
         yield
         channel_rows, consumer_rows = yield from self._channels_steps(
             listed if channels else [], None if isinstance(channels, bool) else channels

@@ -6,8 +6,8 @@ acknowledged per second, over every vhost). Node figures, RabbitMQ's: resident m
 its high watermark, free disk space of the data directory and its limit (from the
 resource alarms' last samples, :mod:`broker.core.alarms`: no read of its own), the
 alarms raised, file descriptors used and their limit (``/proc/self/fd``, cheap: one
-directory listing), sockets (the AMQP connections), uptime, the listeners. Only this
-broker's: each member's console shows its own.
+directory listing), sockets (the AMQP connections of both protocols), uptime, the
+listeners. Only this broker's: each member's console shows its own.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ class Overview:
         broker = self.broker
         vhosts = list(vhosts_of(broker))
         queues = [q for v in vhosts for q in v.queues.values()]
-        connections = list(broker.context.connections.values())
+        connections = list(broker.context.connections.values())  # with channels: 0-9-1's
+        sockets = len(connections) + len(broker.context.connections_1_0)
         published = sum(int(getattr(v, "published_total", 0)) for v in vhosts)
         delivered = acked = ready = unacked = consumers = channels = 0
         for start in range(0, len(queues), SLICE):
@@ -141,7 +142,7 @@ class Overview:
                 "messages_unacked": unacked,
                 "queues": len(queues),
                 "exchanges": sum(len(v.exchanges) for v in vhosts),
-                "connections": len(connections),
+                "connections": sockets,  # of both protocols, as GET /api/connections
                 "channels": channels,
                 "consumers": consumers,
                 "vhosts": len(vhosts),
@@ -157,7 +158,7 @@ class Overview:
                 "alarms": sorted(str(getattr(r, "value", r)) for r in raised),
                 "fd_used": _fds(),
                 "fd_total": _fd_limit(),
-                "sockets_used": len(connections),
+                "sockets_used": sockets,
                 "listeners": listeners,
             },
         }

@@ -321,9 +321,12 @@
     requery();
   }
 
+  // Channels are AMQP 0-9-1's: an AMQP 1.0 connection's sessions are not listed.
+  const hasChannels = (connection) => connection !== null && connection.protocol === "AMQP 0-9-1";
+
   function selectConnection(connection) {
     selectedConnection = connection === null ? null : connection.id;
-    askChannels(connection, 1);
+    askChannels(hasChannels(connection) ? connection : null, 1);
   }
 
   // Leaving the Connections page stops the channels' page (the server builds channel rows
@@ -349,7 +352,7 @@
       el("td", { class: "num", text: c.id }),
       el("td", { class: "name" }, el("span", { text: c.peer }), c.user_provided_name ? el("div", { class: "client-name", text: c.user_provided_name }) : null),
       el("td", { class: "vhost", text: c.vhost || "/" }), el("td", { text: c.user || "-" }),
-      el("td", { text: c.state }), el("td", { class: "tls", text: c.ssl ? "TLS" : "○" }),
+      el("td", { text: c.state }), el("td", { class: "tls", text: c.ssl ? "TLS" : "○" }), el("td", { class: "protocol", text: c.protocol }),
       el("td", {}, c.ha_backup ? el("span", { class: "tag ha-link", text: `HA replication link of backup ${c.ha_backup}` }) : [c.client_product, c.client_version].filter(Boolean).join(" ") || "-"),
       el("td", { class: "num channels", text: fmt(c.channels) }), el("td", { class: "num", text: c.heartbeat ? `${c.heartbeat} s` : "none" }),
       el("td", { class: "num", text: fmt(c.messages_published) }), el("td", { class: "num", text: fmt(c.messages_delivered) }),
@@ -377,6 +380,10 @@
     if (!connection) {
       if (lists.queries.channels) { lists.ask("channels", null); requery(); } // nothing to page
       box.replaceChildren(el("p", { class: "note", id: "channels-gone", text: `Connection ${selectedConnection} is closed, or not on this page of the list.` }));
+      return;
+    }
+    if (!hasChannels(connection)) {
+      box.replaceChildren(el("p", { class: "note", id: "channels-none", text: `Connection ${connection.id} is ${connection.protocol}: its ${fmt(connection.channels)} session(s) have no channels to list (channels are AMQP 0-9-1's).` }));
       return;
     }
     if (!lists.queries.channels) askChannels(connection, 1); // selected again after it went
