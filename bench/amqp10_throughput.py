@@ -225,23 +225,7 @@ def run_amqp10(url: str, target: str, args: argparse.Namespace, pairs: int) -> R
         proc.join(5)
         if proc.is_alive():
             proc.kill()
-    latencies: list[float] = []
-    clients_cpu = 0.0
-    last = start
-    for role, data in got:
-        clients_cpu += data.get("cpu_s", 0.0)
-        if "error" in data:
-            result.errors.append(f"{role}: {data['error']}")
-        elif role == "consumer":
-            result.received += data["received"]
-            last = max(last, data["last_at"])
-            if data["duplicates"]:
-                result.errors.append(f"{data['duplicates']} duplicates")
-        else:
-            latencies += data["latencies"]
-            if data["refused"]:
-                result.errors.append(f"{data['refused']} refused")
-    _account(result, start, last, latencies, clients_cpu, (cpu0, cpu1), (host0, host1))
+    _collect(result, got, start, (cpu0, cpu1), (host0, host1))
     _declare(url, queues, delete=True)
     return result
 
@@ -340,6 +324,79 @@ def run_node(url: str, target: str, args: argparse.Namespace, pairs: int, proto:
     return result
 
 
+def run_lean(url: str, target: str, args: argparse.Namespace, pairs: int, proto: str) -> Result:
+    """One run with bench/lean_clients.py's pair: the same loop in either protocol."""
+    from lean_clients import run_client
+
+    count = max(1000, args.total_messages // pairs)
+    params = pika.URLParameters(url)
+    token = uuid.uuid4().hex[:8]
+    queues = [f"benchlean-{pairs}-{token}-{i}" for i in range(pairs)]
+    _declare(url, queues)
+    result = Result(target, pairs, pairs * count)
+    ctx = mp.get_context("fork")
+    go, results = ctx.Event(), ctx.Queue()
+    procs = []
+    for i, queue in enumerate(queues):
+        address = f"/amq/queue/{queue}" if proto == "1.0" else queue
+        spec = {"host": params.host, "port": params.port, "address": address, "idx": i,
+                "count": count, "size": args.size, "window": args.window,
+                "prefetch": args.prefetch}  # fmt: skip
+        for role in ("consumer", "producer"):
+            procs.append(
+                ctx.Process(target=run_client, args=(proto, role, spec, go, results), daemon=True)
+            )
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        results.get(timeout=30)  # ready (a consumer: once its consume or credit is sent)
+    pid = listener_pid(url)
+    cpu0, host0, _ = process_cpu(pid), *host_cpu()
+    start = time.monotonic()
+    go.set()
+    got: list[tuple[str, dict[str, Any]]] = []
+    try:
+        while len(got) < len(procs):
+            got.append(results.get(timeout=args.timeout))
+    except Exception:
+        result.errors.append(f"timed out after {args.timeout} s ({len(got)} of {len(procs)})")
+    cpu1, host1, _ = process_cpu(pid), *host_cpu()
+    for proc in procs:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+    _collect(result, got, start, (cpu0, cpu1), (host0, host1))
+    _declare(url, queues, delete=True)
+    return result
+
+
+def _collect(
+    result: Result,
+    got: list[tuple[str, dict[str, Any]]],
+    start: float,
+    broker_cpu: tuple[float | None, float | None],
+    host: tuple[float, float],
+) -> None:
+    """Add up what the child processes reported (seconds in time.monotonic())."""
+    latencies: list[float] = []
+    clients_cpu = 0.0
+    last = start
+    for role, data in got:
+        clients_cpu += data.get("cpu_s", 0.0)
+        if "error" in data:
+            result.errors.append(f"{role}: {data['error']}")
+        elif role == "consumer":
+            result.received += data["received"]
+            last = max(last, data["last_at"])
+            if data["duplicates"]:
+                result.errors.append(f"{data['duplicates']} duplicates")
+        else:
+            latencies += data["latencies"]
+            if data["refused"]:
+                result.errors.append(f"{data['refused']} refused")
+    _account(result, start, last, latencies, clients_cpu, broker_cpu, host)
+
+
 def _account(
     result: Result,
     start: float,
@@ -370,7 +427,7 @@ def _account(
 
 def runs_of(clients: str) -> list[tuple[str, str]]:
     """(client kind, protocol) pairs one repeat runs, in order."""
-    kinds = ["python", "node"] if clients == "both" else [clients]
+    kinds = ["python", "node"] if clients == "both" else clients.split("+")
     return [(kind, proto) for kind in kinds for proto in ("1.0", "0-9-1")]
 
 
@@ -379,8 +436,21 @@ def run_one(
 ) -> Result:
     if kind == "node":
         return run_node(url, target, args, pairs, proto)
+    if kind == "lean":
+        return run_lean(url, target, args, pairs, proto)
     run = run_amqp10 if proto == "1.0" else run_amqp091
     return run(url, target, args, pairs)
+
+
+#: The client pairs a run may name (``--clients``), alone or joined by ``+``.
+CLIENTS = ("python", "node", "lean")
+
+
+def clients_arg(value: str) -> str:
+    """``--clients``: ``both`` or pairs of :data:`CLIENTS` joined by ``+``."""
+    if value != "both" and not all(kind in CLIENTS for kind in value.split("+")):
+        raise argparse.ArgumentTypeError(f"not python, node, lean, both or a + of them: {value!r}")
+    return value
 
 
 HEAD = (
@@ -426,9 +496,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--qpidd-url", default=None, help="a running qpidd (default: start one)")
     ap.add_argument("--rabbitmq-port", type=int, default=None, help="also RabbitMQ (1.0 plugin)")
-    ap.add_argument("--clients", choices=("python", "node", "both"), default="python",
+    ap.add_argument("--clients", type=clients_arg, default="python",
                     help="python: Proton (1.0) and pika (0-9-1); node: rhea and amqplib "
-                    "(bench/node_clients.js, NODE_PATH from tests/compat/node); both")  # fmt: skip
+                    "(bench/node_clients.js, NODE_PATH from tests/compat/node); both; lean: "
+                    "bench/lean_clients.py's pair (the broker's share); or joined: "
+                    "lean+node+python")  # fmt: skip
     args = ap.parse_args(argv)
     try:
         pairs = [int(p) for p in args.pairs.split(",")]
@@ -452,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for k in range(args.repeat):
                 for name, url in targets:
                     for kind, proto in runs_of(args.clients):
-                        target = f"{name} {proto}" + (" node" if kind == "node" else "")
+                        target = f"{name} {proto}" + ("" if kind == "python" else f" {kind}")
                         r = run_one(kind, proto, url, target, args, p)
                         print(line(r, str(k + 1)), flush=True)
                         for error in r.errors:

@@ -55,9 +55,12 @@ from broker.amqp10.errors import (
 from broker.amqp10.framing import (
     EMPTY_FRAME,
     FRAME_AMQP,
+    FRAME_HEAD,
     MIN_MAX_FRAME_SIZE,
+    TRANSFER_DESCRIPTOR,
     decode_transfer,
     frame,
+    read_flow_or_disposition,
     read_frame,
     read_transfer,
 )
@@ -265,12 +268,22 @@ class Connection:
                     continue
                 if state is S.AWAIT_LOGIN or state is S.CLOSED:
                     break
-                found = read_frame(buf, pos, self.max_frame_size)
-                if found is None:
+                if len(buf) - pos < 8:
                     break
-                kind, channel, start, end = found
-                body = bytes(buf[start:end])
-                pos = end
+                size, doff, kind, channel = FRAME_HEAD.unpack_from(buf, pos)
+                if size > self.max_frame_size or size < 8 or doff < 2 or doff * 4 > size:
+                    read_frame(buf, pos, self.max_frame_size)  # raises the framing error
+                if len(buf) - pos < size:
+                    break
+                body = bytes(buf[pos + doff * 4 : pos + size])
+                pos += size
+                if state is S.OPEN and kind == FRAME_AMQP and body[:3] == TRANSFER_DESCRIPTOR:
+                    # the hot path: a client's usual transfer, read by hand, on a session
+                    fields = read_transfer(body)
+                    if fields is not None and self.session_table.transfer(
+                        channel, fields, body[fields[6] :]
+                    ):
+                        continue
                 self._frame(kind, channel, body)
         finally:
             del buf[:pos]
@@ -284,15 +297,8 @@ class Connection:
             raise Amqp10Error(FRAMING_ERROR, f"frame of type {kind} after the SASL layer")
         if not body:
             return  # an empty frame: a heartbeat
-        fields = read_transfer(body)  # most frames: read by hand, else by the codec
-        if (
-            fields is not None
-            and state is S.OPEN
-            and self.session_table.transfer(channel, fields, body[fields[6] :])
-        ):
-            return
-        try:
-            found = decode_transfer(body) if fields is not None else None
+        try:  # the usual flows, dispositions and transfers read by hand, others decoded
+            found = read_flow_or_disposition(body) or decode_transfer(body)
             performative, at = codec.decode(body) if found is None else found
         except DecodeError as exc:
             raise Amqp10Error(DECODE_ERROR, str(exc)) from None

@@ -5,6 +5,12 @@ A frame is ``size`` (4 bytes, the whole frame), ``doff`` (the data offset in 4-b
 at least 2), ``type`` (0: AMQP, 1: SASL), a type-specific 2 bytes (the channel), an
 extended header (skipped), then the body: one performative and, for a transfer, the payload
 after it. A frame of 8 bytes has no body: an empty frame, the idle-timeout heartbeat.
+
+What runs once a message is done by hand, each checked against the codec by
+``tests/amqp10/test_codec.py``: a client's usual transfer, flow and disposition are read
+(:func:`read_transfer`, :func:`read_flow_or_disposition`; anything else goes to the codec,
+which decodes and checks it) and the broker's deliveries written
+(:func:`delivery_transfer`, :func:`delivery_frame`).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import Any
 
 from broker.amqp10 import codec
 from broker.amqp10.errors import Amqp10Error, Scope
-from broker.amqp10.performatives import Transfer
+from broker.amqp10.performatives import Accepted, Disposition, Flow, Transfer
 
 #: The protocol headers: AMQP (id 0), TLS (2) and SASL (3), each version 1.0.0.
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -29,7 +35,9 @@ MIN_MAX_FRAME_SIZE = 512
 #: An empty AMQP frame on channel 0: the heartbeat.
 EMPTY_FRAME = b"\x00\x00\x00\x08\x02\x00\x00\x00"
 
-_HEAD = struct.Struct(">IBBH")
+#: A frame's first 8 bytes: size, data offset, type, channel.
+FRAME_HEAD = struct.Struct(">IBBH")
+_HEAD = FRAME_HEAD
 
 
 def is_amqp10_header(header: bytes) -> bool:
@@ -124,8 +132,12 @@ def transfer_frames(
         performative = codec.encode(middle)
 
 
-_TRANSFER = b"\x00\x53\x14"  # the transfer's descriptor: smallulong 0x14
+#: The transfer performative's descriptor (smallulong 0x14): a transfer frame's body
+#: starts with it.
+TRANSFER_DESCRIPTOR = b"\x00\x53\x14"
+_TRANSFER = TRANSFER_DESCRIPTOR
 _UINT = struct.Struct(">I")
+_TWO_UINTS = struct.Struct(">II")
 
 
 def _uint(value: int) -> bytes:
@@ -185,6 +197,36 @@ def delivery_transfer(handle: int, delivery_id: int, settled: bool) -> bytes:
 
 #: uint0 and the smalluints, each encoded.
 _SMALL_UINT = [_uint(value) for value in range(256)]
+#: What precedes a delivery-id of 256 or more (a uint) in :func:`delivery_transfer`'s
+#: bytes, by handle (below 256): the descriptor, the list8's size and count, the handle.
+_LONG_ID_HEAD = [_TRANSFER + b"\xc0" + bytes((len(h) + 14, 5)) + h + b"\x70" for h in _SMALL_UINT]
+
+
+def delivery_frame(
+    channel: int, handle: int, delivery_id: int, settled: bool, sections: bytes, body: bytes
+) -> bytes:
+    """One whole frame of one of the broker's deliveries: :func:`frame_head`,
+    :func:`delivery_transfer`, then ``sections`` and ``body`` (the message's bytes, in
+    two parts so the body is copied once, here), in one join."""
+    if delivery_id < 256 or handle >= 256:
+        performative = delivery_transfer(handle, delivery_id, settled)
+    else:  # the usual case, without building the performative apart
+        tag = _UINT.pack(delivery_id)
+        size = 20 + len(_LONG_ID_HEAD[handle]) + len(sections) + len(body)
+        return b"".join(
+            (
+                _HEAD.pack(size, 2, FRAME_AMQP, channel),
+                _LONG_ID_HEAD[handle],
+                tag,
+                b"\xa0\x04",
+                tag,
+                b"\x43\x41" if settled else b"\x43\x42",
+                sections,
+                body,
+            )
+        )
+    size = 8 + len(performative) + len(sections) + len(body)
+    return b"".join((_HEAD.pack(size, 2, FRAME_AMQP, channel), performative, sections, body))
 
 
 def delivery_tag(delivery_id: int) -> bytes:
@@ -207,54 +249,97 @@ def read_transfer(body: bytes) -> TransferFields | None:
     delivery-id, delivery-tag, message-format, settled, more; each in its plain
     encodings) read by hand, without building a :class:`Transfer`; None for any other,
     which the codec then decodes (and checks). ``tests/amqp10/test_codec.py`` checks it
-    reads what the codec reads."""
+    reads what the codec reads. One field after the other, no loop: it runs once a
+    message."""
+    unpack = _UINT.unpack_from
     try:
         head = body[:4]
         if head == b"\x00\x53\x14\xc0":  # list8 (Proton)
-            size, count = body[4], body[5]
-            end = 5 + size
+            end = 5 + body[4]
+            count = body[5]
             pos = 6
         elif head == b"\x00\x53\x14\xd0":  # list32 (rhea)
-            size, count = _UINT.unpack_from(body, 4)[0], _UINT.unpack_from(body, 8)[0]
+            size, count = _TWO_UINTS.unpack_from(body, 4)
             end = 8 + size
             pos = 12
         else:
             return None
         if count > 6 or count < 1 or end > len(body):
             return None
-        values: list[Any] = [None, None, None, None, None, False]
-        for index in range(count):
+        code = body[pos]  # handle: a uint, never null
+        if code == 0x52:
+            handle = body[pos + 1]
+            pos += 2
+        elif code == 0x43:
+            handle = 0
+            pos += 1
+        elif code == 0x70:
+            handle = unpack(body, pos + 1)[0]
+            pos += 5
+        else:
+            return None
+        delivery_id = fmt = None
+        tag: bytes | None = None
+        settled: bool | None = None
+        more = False
+        if count > 1:  # delivery-id: a uint or null
             code = body[pos]
-            if code == 0x40:  # null: the field's default
-                pos += 1
-            elif index == 2:  # delivery-tag: binary
-                if code != 0xA0:
-                    return None
-                size8 = body[pos + 1]
-                values[2] = bytes(body[pos + 2 : pos + 2 + size8])
-                pos += 2 + size8
-            elif index >= 4:  # settled, more: booleans
-                if code == 0x41:
-                    values[index] = True
-                elif code == 0x42:
-                    values[index] = False
-                else:
-                    return None
-                pos += 1
-            elif code == 0x43:  # handle, delivery-id, message-format: uints
-                values[index] = 0
-                pos += 1
-            elif code == 0x52:
-                values[index] = body[pos + 1]
-                pos += 2
-            elif code == 0x70:
-                values[index] = _UINT.unpack_from(body, pos + 1)[0]
+            if code == 0x70:
+                delivery_id = unpack(body, pos + 1)[0]
                 pos += 5
+            elif code == 0x52:
+                delivery_id = body[pos + 1]
+                pos += 2
+            elif code == 0x43:
+                delivery_id = 0
+                pos += 1
+            elif code == 0x40:
+                pos += 1
             else:
                 return None
-        if pos != end or values[0] is None:
+        if count > 2:  # delivery-tag: binary (vbin8) or null
+            code = body[pos]
+            if code == 0xA0:
+                size8 = body[pos + 1]
+                tag = body[pos + 2 : pos + 2 + size8]
+                pos += 2 + size8
+            elif code == 0x40:
+                pos += 1
+            else:
+                return None
+        if count > 3:  # message-format: a uint or null
+            code = body[pos]
+            if code == 0x43:
+                fmt = 0
+                pos += 1
+            elif code == 0x52:
+                fmt = body[pos + 1]
+                pos += 2
+            elif code == 0x70:
+                fmt = unpack(body, pos + 1)[0]
+                pos += 5
+            elif code == 0x40:
+                pos += 1
+            else:
+                return None
+        if count > 4:  # settled: a boolean or null
+            code = body[pos]
+            if code == 0x42:
+                settled = False
+            elif code == 0x41:
+                settled = True
+            elif code != 0x40:
+                return None
+            pos += 1
+        if count > 5:  # more: a boolean or null (false)
+            code = body[pos]
+            if code == 0x41:
+                more = True
+            elif code != 0x42 and code != 0x40:
+                return None
+            pos += 1
+        if pos != end:
             return None
-        handle, delivery_id, tag, fmt, settled, more = values
         return handle, delivery_id, tag, fmt, settled, more, end
     except (IndexError, struct.error):
         return None
@@ -268,3 +353,116 @@ def decode_transfer(body: bytes) -> tuple[Transfer, int] | None:
         return None
     handle, delivery_id, tag, fmt, settled, more, end = found
     return Transfer(handle, delivery_id, tag, fmt, settled, more), end
+
+
+#: The flow's and the disposition's descriptors (smallulong 0x13, 0x15).
+_FLOW = b"\x00\x53\x13"
+_DISPOSITION = b"\x00\x53\x15"
+#: The accepted outcome as clients write it: a described list0 or an empty list8.
+_ACCEPTED_LIST0 = b"\x00\x53\x24\x45"
+_ACCEPTED_LIST8 = b"\x00\x53\x24\xc0\x01\x00"
+_ACCEPTED = Accepted()
+#: The fields read by hand, by kind: "u" a uint, "b" a boolean, "s" a delivery state
+#: (accepted only); each may be null.
+_FLOW_KINDS = "uuuuuuuubb"
+_DISPOSITION_KINDS = "buubsb"
+
+
+def _read_fields(body: bytes, kinds: str) -> tuple[list[Any], int] | None:
+    """The fields of a performative list (after its 3-byte descriptor) whose fields are
+    of ``kinds`` in their plain encodings (None for a null), and where the list ends;
+    None for any other."""
+    unpack = _UINT.unpack_from
+    code = body[3]
+    if code == 0xC0:
+        end = 5 + body[4]
+        count = body[5]
+        pos = 6
+    elif code == 0xD0:
+        size, count = _TWO_UINTS.unpack_from(body, 4)
+        end = 8 + size
+        pos = 12
+    elif code == 0x45:  # list0
+        return [], 4
+    else:
+        return None
+    if count > len(kinds) or end > len(body):
+        return None
+    values: list[Any] = []
+    for index in range(count):
+        code = body[pos]
+        kind = kinds[index]
+        if code == 0x40:
+            values.append(None)
+            pos += 1
+        elif kind == "u":
+            if code == 0x52:
+                values.append(body[pos + 1])
+                pos += 2
+            elif code == 0x70:
+                values.append(unpack(body, pos + 1)[0])
+                pos += 5
+            elif code == 0x43:
+                values.append(0)
+                pos += 1
+            else:
+                return None
+        elif kind == "b":
+            if code == 0x41 or code == 0x42:
+                values.append(code == 0x41)
+                pos += 1
+            elif code == 0x56 and body[pos + 1] <= 1:
+                values.append(body[pos + 1] == 1)
+                pos += 2
+            else:
+                return None
+        elif body[pos : pos + 4] == _ACCEPTED_LIST0:
+            values.append(_ACCEPTED)
+            pos += 4
+        elif body[pos : pos + 6] == _ACCEPTED_LIST8:
+            values.append(_ACCEPTED)
+            pos += 6
+        else:
+            return None
+    if pos != end:
+        return None
+    return values, end
+
+
+def read_flow_or_disposition(body: bytes) -> tuple[Flow | Disposition, int] | None:
+    """A client's flow or disposition (the usual ones: uint and boolean fields, no
+    properties, the accepted outcome or none) read by hand, and where it ends; None for
+    any other frame, which the codec then decodes (and checks). A consumer's client
+    sends them about as often as it settles: the generic codec took tens of
+    microseconds for each. ``tests/amqp10/test_codec.py`` checks it reads what the codec
+    reads."""
+    try:
+        descriptor = body[:3]
+        if descriptor == _FLOW:
+            found = _read_fields(body, _FLOW_KINDS)
+            if found is None:
+                return None
+            values, end = found
+            values += [None] * (10 - len(values))
+            if values[1] is None or values[2] is None or values[3] is None:
+                return None  # a mandatory field missing: the codec says so
+            flow = Flow(
+                values[0], values[1], values[2], values[3], values[4], values[5],
+                values[6], values[7], bool(values[8]), bool(values[9]),
+            )  # fmt: skip
+            return flow, end
+        if descriptor == _DISPOSITION:
+            found = _read_fields(body, _DISPOSITION_KINDS)
+            if found is None:
+                return None
+            values, end = found
+            values += [None] * (6 - len(values))
+            if values[0] is None or values[1] is None:
+                return None
+            disposition = Disposition(
+                values[0], values[1], values[2], bool(values[3]), values[4], bool(values[5])
+            )
+            return disposition, end
+        return None
+    except (IndexError, struct.error):
+        return None

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import datetime
 import functools
+import struct
 import uuid
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 
 from pamqp import commands
 
@@ -130,14 +131,10 @@ def to_properties(message: AmqpMessage) -> tuple[commands.Basic.Properties, byte
     return props, body
 
 
-class Stored(NamedTuple):
-    """A received 1.0 message as the broker stores it, and what the link checks of it."""
-
-    properties: bytes  # the 0-9-1 content-header properties, encoded
-    body: bytes
-    user_id: str | None
-    to: str | None
-
+#: A received 1.0 message as the broker stores it, and what the link checks of it: the
+#: 0-9-1 content-header properties (encoded), the body, ``user-id`` and ``to`` (a plain
+#: tuple: one is made a message).
+Stored = tuple[bytes, bytes, str | None, str | None]
 
 #: Sections before a data body up to this size are mapped through a cache.
 _PREFIX_CACHED = 1024
@@ -154,7 +151,17 @@ def stored_form(payload: bytes) -> Stored:
     :raises DecodeError: not a message. ``ValueError``, ``TypeError``, ``OverflowError``,
         ``struct.error``: a value 0-9-1 cannot carry.
     """
-    split = _data_split(payload)
+    size = len(payload)
+    at = payload.find(_DATA)
+    if (  # the usual body first: the first data section's start, a vbin32 to the end
+        at != -1
+        and at + 8 <= size
+        and payload[at + 3] == 0xB0
+        and _UINT.unpack_from(payload, at + 4)[0] == size - at - 8
+    ):
+        split: tuple[int, int] | None = at, at + 8
+    else:
+        split = _data_split(payload)
     if split is not None:
         start, body_at = split
         prefix = bytes(payload[:start])
@@ -163,13 +170,13 @@ def stored_form(payload: bytes) -> Stored:
                 raw, user, to = _cached_prefix(prefix)
             else:
                 raw, user, to = _map_prefix(prefix)
-            return Stored(raw, bytes(payload[body_at:]), user, to)
+            return raw, bytes(payload[body_at:]), user, to
         except DecodeError:
             pass  # a data section's bytes inside an earlier section: parse it whole
     message = parse_message(payload)
     props, body = to_properties(message)
     to = message.properties.to if message.properties is not None else None
-    return Stored(basic_properties.encode(props), body, props.user_id, to)
+    return basic_properties.encode(props), body, props.user_id, to
 
 
 def _data_split(payload: bytes) -> tuple[int, int] | None:
@@ -229,33 +236,47 @@ def _amqp_value(value: Any) -> Any:
 
 def to_message(raw_properties: bytes, body: bytes, delivery_count: int) -> bytes:
     """The 1.0 encoding (its sections) of a stored 0-9-1 message, for a delivery after
-    ``delivery_count`` earlier ones.
+    ``delivery_count`` earlier ones: :func:`delivery_sections` and the body's bytes."""
+    return delivery_sections(raw_properties, len(body), delivery_count) + body
 
-    Only the header depends on the delivery; the sections after it (annotations,
-    properties, application properties) depend only on the 0-9-1 properties, which most
-    messages of a stream share: both are encoded once per distinct value (small caches),
-    and a ``data`` body is framed by hand, so a delivery costs two lookups and a join."""
-    header_key, before_body, amqp_body = _bare_sections(raw_properties)
+
+def delivery_sections(raw_properties: bytes, body_size: int, delivery_count: int) -> bytes:
+    """What comes before a stored message's body bytes in its 1.0 encoding, for a
+    delivery after ``delivery_count`` earlier ones: the header, the sections after it
+    (annotations, properties, application properties) and, unless the body is 1.0
+    sections kept encoded, the head of the ``data`` section of ``body_size`` bytes.
+
+    Only the header depends on the delivery, and the rest on the 0-9-1 properties and
+    the body's size, which most messages of a stream share: a first or early delivery's
+    value is one lookup in a small cache; a delivery writes it and the body's bytes as
+    they are (no copy of the body here)."""
     if delivery_count <= _COUNTS_CACHED:
-        header = _cached_header(*header_key, delivery_count)
-    else:
-        header = _header(*header_key, delivery_count)
+        return _cached_sections(raw_properties, body_size, delivery_count)
+    return _sections(raw_properties, body_size, delivery_count)
+
+
+def _sections(raw_properties: bytes, body_size: int, delivery_count: int) -> bytes:
+    header_key, before_body, amqp_body = _bare_sections(raw_properties)
+    header = _header(*header_key, delivery_count)
     if amqp_body:
-        return header + before_body + body
-    return b"".join((header, before_body, data_section(body)))
+        return header + before_body
+    return header + before_body + data_head(body_size)
+
+
+_cached_sections = functools.lru_cache(maxsize=1024)(_sections)
 
 
 #: Headers of deliveries up to this count come from a cache (the later ones are rare).
 _COUNTS_CACHED = 8
 _DATA = b"\x00\x53\x75"  # the data section's descriptor: smallulong 0x75
+_UINT = struct.Struct(">I")
 
 
-def data_section(body: bytes) -> bytes:
-    """One ``data`` section holding ``body`` (vbin8 or vbin32), as the codec encodes it."""
-    size = len(body)
+def data_head(size: int) -> bytes:
+    """What precedes the ``size`` bytes of a ``data`` section (vbin8 or vbin32)."""
     if size < 256:
-        return _DATA + b"\xa0" + bytes((size,)) + body
-    return _DATA + b"\xb0" + size.to_bytes(4, "big") + body
+        return _DATA + b"\xa0" + bytes((size,))
+    return _DATA + b"\xb0" + size.to_bytes(4, "big")
 
 
 def _header(durable: bool, priority: int, ttl: int | None, delivery_count: int) -> bytes:
@@ -268,9 +289,6 @@ def _header(durable: bool, priority: int, ttl: int | None, delivery_count: int) 
         delivery_count=UInt(delivery_count),
     )
     return codec.encode(header)
-
-
-_cached_header = functools.lru_cache(maxsize=256)(_header)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -65,12 +65,12 @@ class LinkSession(Protocol):
         """Write a transfer, in as many frames as the peer's max-frame-size needs."""
         ...
 
-    def send_delivery(self, handle: int, delivery_id: int, settled: bool, payload: bytes) -> None:
-        """Write one of the broker's deliveries (tag: the delivery id's 4 bytes, message
-        format 0), in as many frames as the peer's max-frame-size needs."""
+    def send_delivery(self, link: Any, settled: bool, sections: bytes, body: bytes) -> int:
+        """Write one of the broker's deliveries on ``link`` (the next delivery id, its tag
+        the id's 4 bytes, message format 0; the message: ``sections`` then ``body``), in as
+        many frames as the peer's max-frame-size needs; count it, keep it unsettled unless
+        ``settled``; return its delivery id."""
         ...
-
-    def next_delivery_id(self) -> int: ...
 
     def sent_unsettled(self, delivery_id: int, link: Any, queue: Queue, entry: Entry) -> None:
         """An unsettled delivery went out: its disposition will name ``delivery_id``."""
@@ -95,8 +95,4 @@ class LinkSession(Protocol):
 
     def published(self) -> None:
         """Count a message published on this connection."""
-        ...
-
-    def delivered(self) -> None:
-        """Count a message delivered on this connection."""
         ...

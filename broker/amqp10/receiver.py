@@ -102,6 +102,10 @@ class ReceiverLink:
         self._tx_outcomes: list[tuple[int, Any]] = []
         self._partial_size = 0
         self.detached = False
+        #: The settings' max_body_size, as 0-9-1's channel keeps it.
+        self._max_body_size = session.ctx.settings.max_body_size
+        #: The session was told of dispositions to send, and has not taken them yet.
+        self._dispositions_due = False
 
     def attach_reply(self) -> Attach:
         """Our attach: the receiving end, settling first (second if the client asked)."""
@@ -170,9 +174,11 @@ class ReceiverLink:
             self.credit -= 1
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
             if not more and not aborted:  # a delivery in one frame: the usual case
-                self._check_size(len(payload))
+                if len(payload) > self._max_body_size:
+                    self._check_size(len(payload))
                 self._publish(delivery_id, bool(settled), payload, txn)
-                self.top_up()
+                if self.credit <= CREDIT // 2:
+                    self.top_up()
                 return
             partial = (delivery_id, bool(settled), [])
             self._partial = partial
@@ -212,7 +218,7 @@ class ReceiverLink:
             raise
 
     def _check_size(self, size: int) -> None:
-        limit = self.session.ctx.settings.max_body_size
+        limit = self._max_body_size
         if size > limit:
             self._partial = self._partial_txn = None
             raise Amqp10Error(
@@ -235,14 +241,17 @@ class ReceiverLink:
                 INVALID_FIELD, f"the message does not map to 0-9-1: {exc}", Scope.LINK
             ) from None
         raw, body, user_id, to = found
-        user = session.user
-        if user_id is not None and user_id != user:
+        if user_id is not None and user_id != session.user:
             raise Amqp10Error(
                 UNAUTHORIZED_ACCESS,
-                f"user-id {user_id!r} is not the authenticated user {user!r}",
+                f"user-id {user_id!r} is not the authenticated user {session.user!r}",
                 Scope.LINK,
             )
-        exchange_name, routing_key = self._route(to)
+        exchange_name = self.exchange
+        if exchange_name is None:
+            exchange_name, routing_key = self._route(to)
+        else:
+            routing_key = self.routing_key
         stored = Message(exchange_name, routing_key, raw, body)
         session.published()
         if txn is not None:
@@ -288,12 +297,11 @@ class ReceiverLink:
         if not settled:
             outcome = _ACCEPTED if exchange is not None else _RELEASED
             self._tx_outcomes.append((delivery_id, TransactionalState(txn.txn_id, outcome)))
+            self._dispositions_due = True
             self.session.confirms_settled(self)
 
     def _route(self, to: str | None) -> tuple[str, str]:
-        """Where a message goes: the link's target, or (anonymous relay) its ``to``."""
-        if self.exchange is not None:
-            return self.exchange, self.routing_key
+        """Where a message on the anonymous relay goes: its ``to``."""
         if not to:
             raise Amqp10Error(
                 INVALID_FIELD, "a message without 'to' on an anonymous relay link", Scope.LINK
@@ -303,19 +311,27 @@ class ReceiverLink:
         return exchange, key
 
     def _settled(self) -> None:
-        self.session.confirms_settled(self)
+        if not self._dispositions_due:  # once until the session takes them
+            self._dispositions_due = True
+            self.session.confirms_settled(self)
 
     def take_dispositions(self) -> list[Disposition]:
         """The dispositions for the deliveries settled since the last call: runs of
         consecutive delivery ids with one outcome each."""
+        self._dispositions_due = False
         confirms = self.confirms
         outcomes, self._tx_outcomes = self._tx_outcomes, []
         if self.detached:
             return []
         pending = self._pending
+        accepted: list[int] = []  # the usual outcome's delivery ids, apart
         for reply in () if confirms is None else confirms.take_replies():
             if reply.multiple:
-                seqs = [s for s in pending if s <= reply.delivery_tag]
+                seqs = []  # the pending ones up to its tag: the first (in confirm order)
+                for seq in pending:
+                    if seq > reply.delivery_tag:
+                        break
+                    seqs.append(seq)
             else:
                 seqs = [reply.delivery_tag] if reply.delivery_tag in pending else []
             for seq in seqs:
@@ -328,8 +344,14 @@ class ReceiverLink:
                     self._unrouted.discard(seq)
                     outcome = _RELEASED
                 else:
-                    outcome = _ACCEPTED
+                    accepted.append(delivery_id)
+                    continue
                 outcomes.append((delivery_id, outcome))
+        if accepted:
+            accepted.sort()
+            if not outcomes and accepted[-1] - accepted[0] == len(accepted) - 1:
+                return [self._disposition(accepted[0], accepted[-1], _ACCEPTED)]  # one run
+            outcomes += [(delivery_id, _ACCEPTED) for delivery_id in accepted]
         outcomes.sort(key=_first)
         runs: list[list[Any]] = []  # [first, last, outcome]
         for delivery_id, outcome in outcomes:
@@ -339,13 +361,13 @@ class ReceiverLink:
                     run[1] = delivery_id
                     continue
             runs.append([delivery_id, delivery_id, outcome])
-        return [
-            Disposition(
-                role=RECEIVER, first=first, last=None if last == first else last,
-                settled=not self.settles_second, state=outcome,
-            )
-            for first, last, outcome in runs
-        ]  # fmt: skip
+        return [self._disposition(first, last, outcome) for first, last, outcome in runs]
+
+    def _disposition(self, first: int, last: int, outcome: Any) -> Disposition:
+        return Disposition(
+            role=RECEIVER, first=first, last=None if last == first else last,
+            settled=not self.settles_second, state=outcome,
+        )  # fmt: skip
 
     def detach(self) -> None:
         """The link is gone: settlements after this are dropped."""

@@ -7,7 +7,7 @@ receiver, with its source resolved to a queue; it subscribes to the queue as a
 (the client's ``flow``: ``link-credit`` from the client's ``delivery-count``), the session's
 outgoing window is open and the transport takes more. Each delivery is one transfer (cut
 into frames by the session) carrying the message in 1.0 form
-(:func:`broker.amqp10.mapping.to_message`; ``header.delivery-count`` the earlier deliveries).
+(:func:`broker.amqp10.mapping.delivery_sections`; ``header.delivery-count`` the earlier deliveries).
 ``drain``: with nothing left to send, the delivery-count advances by the credit left and a
 flow says so.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.amqp10.mapping import to_message
+from broker.amqp10.mapping import delivery_sections
 from broker.amqp10.performatives import (
     SENDER,
     SND_SETTLED,
@@ -93,22 +93,20 @@ class SenderLink:
         earlier = entry.delivery_count
         queue.delivered(entry, self.presettled)
         message = entry.message
+        body = message.body
         try:
-            payload = to_message(message.properties_raw, message.body, earlier)
+            sections = delivery_sections(message.properties_raw, len(body), earlier)
         except Exception as exc:  # a bug in the mapping must not fail the queue's dispatch
             session.ctx.log.error(
                 "internal_error", connection=session.connection_name,
                 exception=f"mapping to AMQP 1.0: {type(exc).__name__}: {exc}",
             )  # fmt: skip
-            payload = AmqpMessage(body=[Data(message.body)]).encode()
-        delivery_id = session.next_delivery_id()
+            sections, body = AmqpMessage(body=[Data(body)]).encode(), b""
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _SEQUENCE
-        session.send_delivery(self.handle, delivery_id, self.presettled, payload)
-        session.delivered()
+        delivery_id = session.send_delivery(self, self.presettled, sections, body)
         if not self.presettled:
             self.unsettled[delivery_id] = entry
-            session.sent_unsettled(delivery_id, self, queue, entry)
 
     def queue_deleted(self, queue: Queue) -> None:
         """The queue was deleted under the link: the session detaches it."""
@@ -149,6 +147,12 @@ class SenderLink:
             return
         if not self.apply_outcome(entry, state):  # a non-terminal state (received): not settled yet
             self.unsettled[delivery_id] = entry
+
+    def accept(self, delivery_id: int) -> None:
+        """:meth:`settle` with ``accepted`` (or no state, settled): the message goes."""
+        entry = self.unsettled.pop(delivery_id, None)
+        if entry is not None:
+            self.queue.settle(entry)
 
     def retire(self, delivery_id: int, outcome: Any, settled: bool) -> Retirement | None:
         """The client's outcome for an unsettled delivery inside a transaction: held by

@@ -39,10 +39,11 @@ from broker.amqp10.errors import (
     Scope,
     from_core,
 )
-from broker.amqp10.framing import delivery_tag, delivery_transfer, frame_head, transfer_frames
+from broker.amqp10.framing import delivery_frame, delivery_tag, transfer_frames
 from broker.amqp10.performatives import (
     RECEIVER,
     SENDER,
+    Accepted,
     Attach,
     Begin,
     Detach,
@@ -155,28 +156,31 @@ class Session:
         self.next_outgoing_id = (self.next_outgoing_id + frames) % _SERIAL
         self.remote_incoming_window -= frames
 
-    def send_delivery(self, handle: int, delivery_id: int, settled: bool, payload: bytes) -> None:
-        """One of the broker's deliveries (:meth:`send_transfer` of its usual transfer, the
-        performative framed by hand)."""
-        performative = delivery_transfer(handle, delivery_id, settled)
-        size = 8 + len(performative) + len(payload)
-        if size > self.connection.peer_max_frame_size:
-            self.send_transfer(
-                Transfer(
-                    handle=handle, delivery_id=delivery_id, delivery_tag=delivery_tag(delivery_id),
-                    message_format=0, settled=settled,
-                ),
-                payload,
+    def send_delivery(self, link: Any, settled: bool, sections: bytes, body: bytes) -> int:
+        """One of the broker's deliveries on ``link``: the next delivery id (its tag: the
+        id's 4 bytes), message format 0, the message's ``sections`` and ``body`` bytes,
+        framed by hand in one frame (:func:`~broker.amqp10.framing.delivery_frame`) or, past
+        the peer's max-frame-size, in as many as it needs; counted, and kept unsettled
+        (its disposition will name the id) unless ``settled``. Returns the delivery id."""
+        delivery_id = self._next_delivery_id
+        self._next_delivery_id = (delivery_id + 1) % _SERIAL
+        connection = self.connection
+        handle = link.handle
+        data = delivery_frame(self.channel, handle, delivery_id, settled, sections, body)
+        if len(data) > connection.peer_max_frame_size:
+            transfer = Transfer(
+                handle=handle, delivery_id=delivery_id, delivery_tag=delivery_tag(delivery_id),
+                message_format=0, settled=settled,
             )  # fmt: skip
-            return
-        self.connection.write(b"".join((frame_head(size, self.channel), performative, payload)))
-        self.next_outgoing_id = (self.next_outgoing_id + 1) % _SERIAL
-        self.remote_incoming_window -= 1
-
-    def next_delivery_id(self) -> int:
-        found = self._next_delivery_id
-        self._next_delivery_id = (found + 1) % _SERIAL
-        return found
+            self.send_transfer(transfer, sections + body)
+        else:
+            connection.write(data)
+            self.next_outgoing_id = (self.next_outgoing_id + 1) % _SERIAL
+            self.remote_incoming_window -= 1
+        connection.messages_delivered += 1
+        if not settled:
+            self._outgoing[delivery_id] = link
+        return delivery_id
 
     def sent_unsettled(self, delivery_id: int, link: Any, queue: Queue, entry: Entry) -> None:
         self._outgoing[delivery_id] = link
@@ -190,9 +194,6 @@ class Session:
 
     def published(self) -> None:
         self.connection.messages_published += 1
-
-    def delivered(self) -> None:
-        self.connection.messages_delivered += 1
 
     def link_lost(self, link: Any, condition: str, description: str) -> None:
         found = self.links.get(link.handle)
@@ -334,10 +335,16 @@ class Session:
             ids: list[int] = list(range(first, last + 1))
         else:
             ids = sorted(k for k in outgoing if first <= k <= last)
-        for delivery_id in ids:
-            link = outgoing.pop(delivery_id, None)
-            if link is not None:
-                link.settle(delivery_id, state)
+        if isinstance(state, Accepted) or state is None:  # the usual outcome: settled
+            for delivery_id in ids:
+                link = outgoing.pop(delivery_id, None)
+                if link is not None:
+                    link.accept(delivery_id)
+        else:
+            for delivery_id in ids:
+                link = outgoing.pop(delivery_id, None)
+                if link is not None:
+                    link.settle(delivery_id, state)
         if not disposition.settled:
             self.send(
                 Disposition(role=SENDER, first=first, last=disposition.last, settled=True,
