@@ -72,7 +72,7 @@ async def connect_as_backup(
         heartbeat=max(1, int(heartbeat)),
         timeout=max(1.0, min(10.0, heartbeat)),
         # a cut-off host fails the dial as fast as it fails the link (broker.ha.link_reach)
-        connect_timeout=ReachTimes.for_heartbeat(max(1, int(heartbeat))).ack_timeout,
+        connect_timeout=ReachTimes.for_heartbeat(max(1, int(heartbeat))).connect_timeout,
         anonymous_fallback=anonymous_fallback,
         tls=(tls or ssl.create_default_context()) if address.scheme == "ssl" else None,
     )

@@ -25,6 +25,10 @@ cut off by the network (or frozen whole, or powered off) acknowledges nothing. S
    the next one follows while the silence lasts, and the heartbeat's rule stays the one
    that finds a slow primary's link dead.
 
+A dial's TCP handshake is the kernel's answer as well: :attr:`ReachTimes.connect_timeout`
+bounds it (:func:`broker.ha.backup_dial.connect_as_backup`), so that a backup redialling
+after a partition does not spend a whole heartbeat on the cut-off host first.
+
 Why the unacknowledged segments as well: the probe may not be sent at all when the
 primary's receive window is full (a stalled broker that reads nothing); the kernel then
 sends window probes, and a host that answers them is alive. Only a probe that left and was
@@ -84,6 +88,14 @@ class ReachTimes:
     def __post_init__(self) -> None:
         if not (self.silence > 0 and self.ack_timeout > 0):
             raise ValueError(f"reach times must be above 0: {self!r}")
+
+    @property
+    def connect_timeout(self) -> float:
+        """How long a dial's TCP handshake may take: the SYN's answer is the kernel's too,
+        and not delayed as an acknowledgement may be (so a quarter of the heartbeat); a
+        backup redialling after a partition spends no more on the cut-off host before it
+        dials the new primary. A SYN lost fails one dial: the next round dials again."""
+        return self.silence
 
     @classmethod
     def for_heartbeat(cls, heartbeat: float) -> ReachTimes:
