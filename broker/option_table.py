@@ -464,7 +464,8 @@ class BrokerOptions:
     link_heartbeat_interval: float = _option(
         1.0,
         positive_duration(65535.0),
-        "heartbeat interval of HA links; a backup silent for twice this is dead (greater than 0)",
+        "heartbeat interval of HA links; a link silent for twice this is dead, and a backup"
+        " whose primary's host acknowledges nothing for 3/4 of it is cut off (greater than 0)",
         metavar="SECONDS",
     )
 

@@ -133,6 +133,7 @@ class Agent:
             self.broker_check.grant,
             self._link_down,
             reclaim_grace=settings.session_timeout,
+            link_lost=lambda _primary, _epoch: self.events.put(loop.LinkLost()),
         )
         vip = (
             VirtualIp(settings.vip, settings.vip_interface, netns=settings.vip_netns)

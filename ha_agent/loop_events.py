@@ -16,6 +16,8 @@ Granted            judges ZooKeeper's new session grant; a refused one stops the
 Won                checks the broker at once (this agent's claim leads)
 TermEnded          forgets its promotion if made under the claim that ended, then checks
 Hinted             checks at once if a backup's link hint names its primary
+LinkLost           checks and reads the cluster now (its claim found its broker's link to
+                   the primary down and its grant lapsed: its link hint goes out now)
 BrokerExited       checks at once (the supervised broker died; it restarts it)
 Recheck            checks at once (the last broker view was older than a reset)
 SessionFenced      checks (the session watcher fenced; the check then withdraws)
@@ -36,6 +38,7 @@ __all__ = [
     "CheckDue",
     "Granted",
     "Hinted",
+    "LinkLost",
     "LoopEvent",
     "Recheck",
     "SessionFenced",
@@ -90,6 +93,13 @@ class Hinted:
 
 
 @dataclass(frozen=True, slots=True)
+class LinkLost:
+    """This agent's claim found its broker's link to the recorded primary down and its
+    grant to that primary lapsed (:class:`ha_agent.takeover.LapsedGrant`): the other
+    members' claims wait for this node's link hint, which a check publishes."""
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerExited:
     """The supervised broker exited with ``code`` (before its supervisor restarts it)."""
 
@@ -109,7 +119,16 @@ class SessionFenced:
 
 
 LoopEvent = (
-    Stop | CheckDue | Granted | Won | TermEnded | Hinted | BrokerExited | Recheck | SessionFenced
+    Stop
+    | CheckDue
+    | Granted
+    | Won
+    | TermEnded
+    | Hinted
+    | LinkLost
+    | BrokerExited
+    | Recheck
+    | SessionFenced
 )
 
 #: The events after which the loop checks the broker at once, with the cluster as last

@@ -88,6 +88,10 @@ LEASE_REPLICATION_FORMAT = 3
 MULTI_OP_ZOOKEEPER_FORMAT = 2
 #: Seconds before a rule waiting for the other members' link hints is asked again.
 HINT_RECHECK = 0.1
+#: Seconds before a rule whose broker's grant lapsed while its link is still up is asked
+#: again: the primary has stopped asking, and a cut-off primary's link is found down within
+#: a probe (broker.ha.link_reach); a slow one's asks again, or its heartbeat decides.
+LINK_RECHECK = 0.1
 
 
 @dataclass(frozen=True)
@@ -234,12 +238,18 @@ class LapsedGrant:
         node: str,
         grant: Callable[[int], GrantView | None],
         link_down: Callable[[str, int], frozenset[str]] | None = None,
+        link_lost: Callable[[str, int], None] | None = None,
     ) -> None:
         self.node = node
         self.grant = grant
         #: the nodes whose link hints name (primary node, epoch); None: not asked (the
         #: grant alone decides, as with no other member)
         self.link_down = link_down
+        #: told once per (primary node, epoch) that this broker's link to that primary is
+        #: down and its grant lapsed: the agent publishes its own hint at once (the other
+        #: members wait for it) instead of at its next check
+        self.link_lost = link_lost
+        self._lost: tuple[str, int] | None = None
 
     def may_take_over(self, view: TakeoverView) -> Takeover:
         old = view.old
@@ -268,10 +278,13 @@ class LapsedGrant:
                 False, f"the primary of epoch {epoch} does not count this broker's grant"
             )
         if answer.linked == epoch:
+            # Asked again when the grant lapses (no sooner can it allow), then often: the
+            # link of a primary that stopped asking is found down soon, if it is cut off.
             return Takeover(
                 False,
                 f"this broker's link to the primary of epoch {epoch} is up: slow, not dead"
                 " (its link's heartbeat or its agent decides)",
+                retry_in=LINK_RECHECK if answer.lapsed else answer.remaining,
             )
         if not answer.lapsed:
             return Takeover(
@@ -279,6 +292,7 @@ class LapsedGrant:
                 f"this broker's grant to epoch {epoch} lapses in {answer.remaining:.3f} s",
                 retry_in=answer.remaining,
             )
+        self._tell_lost(old.record.node, epoch)
         linked = self._still_linked(view, old.record)
         if linked:
             return Takeover(
@@ -294,6 +308,13 @@ class LapsedGrant:
             " has lapsed",
             replace=old,
         )
+
+    def _tell_lost(self, primary: str, epoch: int) -> None:
+        """Tell :attr:`link_lost`, once per primary and epoch."""
+        if self.link_lost is None or self._lost == (primary, epoch):
+            return
+        self._lost = (primary, epoch)
+        self.link_lost(primary, epoch)
 
     def _still_linked(self, view: TakeoverView, record: PrimaryRecord) -> list[str]:
         """The set's other members (their agents there) without a hint against ``record``."""
@@ -315,8 +336,11 @@ def default_rule(
     grant: Callable[[int], GrantView | None],
     link_down: Callable[[str, int], frozenset[str]] | None = None,
     reclaim_grace: float = 0.0,
+    link_lost: Callable[[str, int], None] | None = None,
 ) -> TakeoverRule:
     """The agent's rule: the old record gone (after ``reclaim_grace`` while this broker's
     link to that primary is up), else this broker's counted grant lapsed (and the other
-    members' links down too)."""
-    return AnyOf(OldPrimaryGone(grant, reclaim_grace), LapsedGrant(node, grant, link_down))
+    members' links down too; ``link_lost``: see :class:`LapsedGrant`)."""
+    return AnyOf(
+        OldPrimaryGone(grant, reclaim_grace), LapsedGrant(node, grant, link_down, link_lost)
+    )

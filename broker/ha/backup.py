@@ -56,6 +56,7 @@ from broker.ha.config_apply import ConfigApplier
 from broker.ha.dial_failure import NotPrimary, describe_dial_failure, format_refusal
 from broker.ha.lease_stream import decode_request
 from broker.ha.link_format import CODECS, NoCommonFormat, codec_of, link_format
+from broker.ha.link_reach import ReachTimes, watch_reach
 from broker.ha.names import (
     BASE_EPOCH_PROPERTY,
     CLUSTER_ID_PROPERTY,
@@ -436,17 +437,22 @@ class BackupLink:
         await config.consume(CONFIG_STREAM, self._config.delivered)
         closed = asyncio.ensure_future(client.wait_closed())
         broken = asyncio.ensure_future(self._broken.wait())
+        # a silent link is probed: a primary's host that acknowledges nothing is cut off
+        reach = asyncio.ensure_future(watch_reach(client, self._reach_times(client)))
         try:
-            await asyncio.wait({closed, broken}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({closed, broken, reach}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiter in (closed, broken):
+            for waiter in (closed, broken, reach):
                 waiter.cancel()
             for task in list(self._subscribing):
                 task.cancel()
             if self._config is not None:
                 self._config.finish()  # never half a snapshot after the link
         reason = "link closed"
-        if closed.done() and not closed.cancelled():
+        if reach.done() and not reach.cancelled() and not closed.done():
+            reason = reach.result()  # (a bug in the probe raises: the session logs it)
+            await client.abort(reason)  # dropped at once: the host answers nothing
+        elif closed.done() and not closed.cancelled():
             result = closed.result()
             reason = str(result) if result is not None else reason
             if (
@@ -460,6 +466,10 @@ class BackupLink:
                 self._log.warning("ha_replication_error", object="primary", reason=reason)
                 self.errors.failed("link", f"closed by the primary: {text}")
         self.owner.link_down(reason)
+
+    def _reach_times(self, client: AmqpClient) -> ReachTimes:
+        """The probe's times, from the link's heartbeat (negotiated, else configured)."""
+        return ReachTimes.for_heartbeat(float(client.heartbeat) or max(1.0, self.heartbeat))
 
     def _fail(self, what: str, reason: str) -> None:
         """This backup cannot apply what the primary sent about ``what`` (an object: ``queue

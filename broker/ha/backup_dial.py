@@ -15,6 +15,7 @@ import ssl
 from typing import Any
 
 from broker.amqp.client import AmqpClient, connect
+from broker.ha.link_reach import ReachTimes
 from broker.ha.names import (
     BACKUP_PROPERTY,
     BROKER_ID_PROPERTY,
@@ -70,6 +71,8 @@ async def connect_as_backup(
         client_properties=properties,
         heartbeat=max(1, int(heartbeat)),
         timeout=max(1.0, min(10.0, heartbeat)),
+        # a cut-off host fails the dial as fast as it fails the link (broker.ha.link_reach)
+        connect_timeout=ReachTimes.for_heartbeat(max(1, int(heartbeat))).connect_timeout,
         anonymous_fallback=anonymous_fallback,
         tls=(tls or ssl.create_default_context()) if address.scheme == "ssl" else None,
     )

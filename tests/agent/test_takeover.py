@@ -8,6 +8,7 @@ from ha_agent.broker_check import grant_view
 from ha_agent.cluster_records import InSyncMember, InSyncRecord, PrimaryRecord
 from ha_agent.membership import Member
 from ha_agent.takeover import (
+    LINK_RECHECK,
     AnyOf,
     GrantView,
     LapsedGrant,
@@ -52,6 +53,40 @@ def test_a_primary_whose_link_is_still_up_is_slow_not_dead() -> None:
     assert not answer.allowed and "slow, not dead" in answer.reason
     relinked = rule(GrantView(True, 0.0, frozenset({7}), linked=8))[0]  # another primary's
     assert relinked.may_take_over(TakeoverView(OLD, SET, members())).allowed
+
+
+def test_a_linked_candidate_asks_again_at_its_grants_lapse_then_often() -> None:
+    """Issue 26, item 5: a candidate whose link is up is asked again when its grant
+    lapses (no sooner can it take over), and from then on every LINK_RECHECK: the primary
+    stopped asking, and a cut-off primary's link is found down within a probe
+    (broker.ha.link_reach). Before, it looked once a second (RECHECK)."""
+    fresh = rule(GrantView(False, 0.61, frozenset({7}), linked=7))[0]
+    answer = fresh.may_take_over(TakeoverView(OLD, SET, members()))
+    assert not answer.allowed and answer.retry_in == 0.61
+    silent = rule(GrantView(True, 0.0, frozenset({7}), linked=7))[0]
+    answer = silent.may_take_over(TakeoverView(OLD, SET, members()))
+    assert not answer.allowed and answer.retry_in == LINK_RECHECK
+
+
+def test_a_lost_link_is_told_once_so_that_its_hint_goes_out_at_once() -> None:
+    """Its own link down and its grant lapsed: the agent is told (it publishes this node's
+    link hint now, which the other members wait for), once per primary and epoch; not
+    while the link is up or the grant runs."""
+    told: list[tuple[str, int]] = []
+    answers = iter(
+        [
+            GrantView(True, 0.0, frozenset({7}), linked=7),  # linked: slow, not dead
+            GrantView(False, 0.3, frozenset({7})),  # down, the grant still runs
+            GrantView(True, 0.0, frozenset({7})),  # down and lapsed: told
+            GrantView(True, 0.0, frozenset({7})),  # the same again: not told twice
+        ]
+    )
+    lapsed = LapsedGrant(
+        "n2", lambda _e: next(answers), lambda _p, _e: frozenset(), lambda p, e: told.append((p, e))
+    )
+    for expected in ([], [], [("n1", 7)], [("n1", 7)]):
+        assert not lapsed.may_take_over(TakeoverView(OLD, SET, members())).allowed
+        assert told == expected
 
 
 def test_an_unexpired_grant_says_when_to_ask_again() -> None:

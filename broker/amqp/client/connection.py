@@ -113,6 +113,16 @@ class AmqpClient:
         """
         return await asyncio.shield(self._closed)
 
+    @property
+    def last_received(self) -> float:
+        """When bytes last came from the broker (the event loop's clock)."""
+        return self._last_recv
+
+    def tcp_socket(self) -> Any:
+        """The connection's socket (asyncio's wrapper; None once closed): for reading the
+        kernel's view of it (``TCP_INFO``), never for I/O."""
+        return self._writer.transport.get_extra_info("socket")
+
     def check_open(self) -> None:
         if self._reason is not None:
             raise _fresh(self._reason)
@@ -123,6 +133,11 @@ class AmqpClient:
     def write(self, data: bytes) -> None:
         self._writer.write(data)
         self._sent = True
+
+    def send_heartbeat(self) -> None:
+        """Write one heartbeat frame now (a probe the peer's host must acknowledge)."""
+        if self._reason is None and not self._closing:
+            self.write(framing.HEARTBEAT_FRAME)
 
     async def drain(self) -> None:
         try:
