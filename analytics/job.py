@@ -487,6 +487,9 @@ def run(
                 "primary_stints": _with_times(tables.primary_stints).orderBy("cluster", "start_us"),
                 "event_counts": counts.orderBy(F.desc("lines")),
             }
+            # each table computed once: its collect fills the cache its Parquet file is
+            # written from (the anomalies' plan alone is a dozen joins)
+            named = {name: df.cache() for name, df in named.items()}
             collected = {name: _rows(df) for name, df in named.items()}
         withheld_lines = missing_logs.warnings(agentless, collected["failovers"])
         withheld_lines += withheld_warnings(collected["failovers"])
@@ -513,6 +516,8 @@ def run(
                     warnings=truth + withheld_lines,
                 ),
             )  # fmt: skip
+        for df in named.values():
+            df.unpersist()
         parsed.unpersist()
         counts.unpersist()
         summary.unpersist()
