@@ -221,7 +221,7 @@ DRIVER_JIT = (
 #: joined table); one-partition inputs stay one partition whatever Spark estimates their
 #: size (``maxSinglePartitionBytes``: a checkpoint's estimate is unknown, so huge).
 #: Measured on the 67 lines of tests/analytics/three_clusters.py: 84 Spark jobs and 156
-#: stages before, 38 and 80 after (docs/analytics.md, "Spark jobs and stages").
+#: stages before, 38 and 72 after (docs/analytics.md, "Spark jobs and stages").
 SMALL_TABLES = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
