@@ -63,6 +63,7 @@ class Progress:
         self.stream = stream
         self.interval = interval
         self.started = time.monotonic()
+        self._groups = 0
 
     def log(self, message: str) -> None:
         if self.stream is not None:
@@ -71,19 +72,31 @@ class Progress:
 
     @contextlib.contextmanager
     def stage(self, name: str, spark: SparkSession) -> Iterator[None]:
+        """The stage's Spark jobs run in a job group of their own: its line at the end
+        also says how many Spark jobs and stages it ran (skipped stages, whose shuffle
+        output an earlier job left, not counted)."""
         self.log(f"{name} ...")
         done = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(spark, done), daemon=True)
         if self.stream is not None:
             watcher.start()
+        context = spark.sparkContext
+        self._groups += 1
+        group = f"qpid-ha-analytics-{id(self)}-{self._groups}"
+        context.setJobGroup(group, name)
         began = time.monotonic()
         try:
             yield
         finally:
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
             done.set()
             if watcher.is_alive():
                 watcher.join()
-        self.log(f"{name}: done in {time.monotonic() - began:.1f}s")
+        jobs, stages = spark_work(spark, group)
+        self.log(
+            f"{name}: done in {time.monotonic() - began:.1f}s ({jobs} Spark jobs, {stages} stages)"
+        )
 
     def _watch(self, spark: SparkSession, done: threading.Event) -> None:
         tracker = spark.sparkContext.statusTracker()
@@ -97,6 +110,21 @@ class Progress:
                     )
             if parts:
                 self.log("  " + ", ".join(parts))
+
+
+def spark_work(spark: SparkSession, group: str) -> tuple[int, int]:
+    """(jobs, stages) Spark ran in job group ``group``; a stage skipped (its shuffle
+    output already there) is not counted."""
+    tracker = spark.sparkContext.statusTracker()
+    jobs = tracker.getJobIdsForGroup(group)
+    stages = set()
+    for job_id in jobs:
+        info = tracker.getJobInfo(job_id)
+        for stage_id in info.stageIds if info is not None else ():
+            stage = tracker.getStageInfo(stage_id)
+            if stage is not None and stage.numCompletedTasks > 0:
+                stages.add(stage_id)
+    return len(jobs), len(stages)
 
 
 def driver_address(master: str) -> str | None:
@@ -187,9 +215,19 @@ DRIVER_JIT = (
 #: expression (Janino; ``NO_CODEGEN`` is Spark's switch to its interpreted evaluators)
 #: costs more CPU than interpreting it. Nothing they compute depends on it (the tests'
 #: session runs the whole job so; tests/analytics/test_cluster_mode.py compares tables).
+#: And they run in ONE partition (the events are coalesced to one before they are cached,
+#: :func:`checkpoint` keeps one): a join or aggregation of tables that are each one
+#: partition needs no shuffle, so no new stage; no broadcast (a Spark job of its own per
+#: joined table); one-partition inputs stay one partition whatever Spark estimates their
+#: size (``maxSinglePartitionBytes``: a checkpoint's estimate is unknown, so huge).
+#: Measured on the 67 lines of tests/analytics/three_clusters.py: 84 Spark jobs and 156
+#: stages before, 38 and 72 after (docs/analytics.md, "Spark jobs and stages").
 SMALL_TABLES = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    "spark.sql.maxSinglePartitionBytes": str(2**62),
 }
 
 
@@ -300,9 +338,9 @@ class Result:
 
 
 def checkpoint(df: DataFrame) -> DataFrame:
-    """Materialise a small intermediate table and cut its lineage (see
-    :data:`analytics.failover.Checkpoint`)."""
-    return df.localCheckpoint(eager=True)
+    """Materialise a small intermediate table in one partition and cut its lineage (see
+    :data:`analytics.failover.Checkpoint`; one partition: :data:`SMALL_TABLES`)."""
+    return df.coalesce(1).localCheckpoint(eager=True)
 
 
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
@@ -368,10 +406,10 @@ def _identities_and_clocks(
     the clocks found and a warning line for each thing changed or withheld."""
     assignment = runs.split(runs.units(events))
     if assignment.rows:
-        events = runs.apply(spark, events, assignment).localCheckpoint(eager=True)
+        events = checkpoint(runs.apply(spark, events, assignment))
     clocked = clocks.estimate(clocks.pairs(events))
     if clocked.offsets:
-        events = clocks.apply(spark, events, clocked).localCheckpoint(eager=True)
+        events = checkpoint(clocks.apply(spark, events, clocked))
     else:
         events = clocks.apply(spark, events, clocked)
     return events, clocked, assignment.warnings + clocked.warnings
@@ -417,7 +455,7 @@ def run(
     # small tables from here on (SMALL_TABLES)
     with small_tables(spark):
         with progress.stage("parse the used events", spark):
-            events = parsed = parse.normalise(parse.relevant(summary)).cache()
+            events = parsed = parse.normalise(parse.relevant(summary).coalesce(1)).cache()
             used = events.count()
             bad = _rows(parse.malformed(summary))
         problems = inputs.line_problems(stats, bad)
@@ -449,6 +487,9 @@ def run(
                 "primary_stints": _with_times(tables.primary_stints).orderBy("cluster", "start_us"),
                 "event_counts": counts.orderBy(F.desc("lines")),
             }
+            # each table computed once: its collect fills the cache its Parquet file is
+            # written from (the anomalies' plan alone is a dozen joins)
+            named = {name: df.cache() for name, df in named.items()}
             collected = {name: _rows(df) for name, df in named.items()}
         withheld_lines = missing_logs.warnings(agentless, collected["failovers"])
         withheld_lines += withheld_warnings(collected["failovers"])
@@ -475,6 +516,8 @@ def run(
                     warnings=truth + withheld_lines,
                 ),
             )  # fmt: skip
+        for df in named.values():
+            df.unpersist()
         parsed.unpersist()
         counts.unpersist()
         summary.unpersist()
