@@ -4,6 +4,7 @@ real event loop, in order; at once where no loop runs."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 from common.slices import SliceQueue
@@ -13,7 +14,7 @@ def test_without_a_loop_each_piece_runs_as_it_is_queued() -> None:
     done: list[int] = []
     pieces = SliceQueue(lambda: None, size=2)
     for i in range(5):
-        pieces.add(lambda i=i: done.append(i))
+        pieces.add(partial(done.append, i))
         assert done == list(range(i + 1))
     assert len(pieces) == 0
 
@@ -27,7 +28,7 @@ def test_pieces_queued_in_one_step_run_a_slice_a_later_turn_in_order() -> None:
     async def main() -> int:
         pieces = SliceQueue(lambda: asyncio.get_running_loop().call_soon, size=size)
         for i in range(count):
-            pieces.add(lambda i=i: done.append(i))
+            pieces.add(partial(done.append, i))
         in_the_step = len(done)
         while len(done) < count:
             before = len(done)
@@ -56,7 +57,7 @@ def test_a_piece_that_raises_is_the_loops_to_report_and_the_rest_still_run() -> 
         pieces.add(lambda: done.append(0))
         pieces.add(fails)
         for i in range(1, 4):
-            pieces.add(lambda i=i: done.append(i))
+            pieces.add(partial(done.append, i))
         for _ in range(20):
             if len(done) == 4:
                 break
