@@ -10,15 +10,18 @@ per-message ``expiration``), bounds its length (``x-max-length``, ``x-max-length
 through a callback the virtual host gives it. It does no I/O and keeps no clock of its own:
 ``now`` comes from the clock it is given.
 
-Observers (the HA module's guards and replicating subscriptions) hear every enqueue and
-every dequeue: ``dequeued`` means the message left the queue for good (acknowledged,
-consumed with no-ack, expired, purged, dropped or dead-lettered). While a delivery gate (an
-HA primary's delivery watermark) holds the head back, a basic.get on ready messages is held
-(:meth:`Queue.hold_get`) and answered, first and in order, when the gate reopens.
+Observers (the message store, the HA module's guards and replicating subscriptions) hear
+every enqueue and every dequeue: ``dequeued`` means the message left the queue for good
+(acknowledged, consumed with no-ack, expired, purged, dropped or dead-lettered). While a
+delivery gate (an HA primary's delivery watermark) holds the head back, a basic.get on ready
+messages is held (:meth:`Queue.hold_get`) and answered, first and in order, when the gate
+reopens.
 
 Beside it, one concept each: :mod:`broker.core.consumer_ring` its consumers and whose turn
 is next, found without scanning them (a :class:`~broker.core.consumer_ring.ConsumerRing` it
 owns; whoever gives a consumer credit back tells the queue, :meth:`Queue.credit_returned`);
+:mod:`broker.core.queue_observers` who hears its enqueues and dequeues, in the order of
+their roles (a :class:`~broker.core.queue_observers.QueueObservers` it owns);
 :mod:`broker.core.queue_contracts` what it asks of its
 consumers, gate, held gets and observers (protocols generic in the queue, so that module
 does not import this one); :mod:`broker.core.queue_copy` the queue as a copy (entries at
@@ -53,6 +56,7 @@ from broker.core.queue_limits import (
     OVERFLOW_REJECT_PUBLISH_DLX,
     QueueLimits,
 )
+from broker.core.queue_observers import QueueObservers
 
 #: Dead-letter reasons, as RabbitMQ writes them in ``x-death``.
 REASON_REJECTED = "rejected"
@@ -117,10 +121,11 @@ class Queue:
         self._bytes = 0
         self._dispatching = False
         self._redispatch = False
-        #: Told of every enqueue and dequeue, in :class:`ObserverRole` order: register
-        #: through :meth:`observe` and :meth:`unobserve` (read it, never edit it).
-        self.observers: list[QueueObserver[Queue]] = []
-        self._observer_roles: dict[int, ObserverRole] = {}
+        #: Who hears every enqueue and dequeue, in :class:`ObserverRole` order: register
+        #: through :meth:`observe` and :meth:`unobserve`; ``observers`` is their list
+        #: (read it, never edit it).
+        self._observers: QueueObservers[Queue] = QueueObservers()
+        self.observers = self._observers.members
         self.unacked = 0
         self.had_consumers = False
         self.deleted = False
@@ -224,25 +229,17 @@ class Queue:
         if entry.expires_at is not None and entry.expires_at <= now:
             # Expired on arrival (ttl 0): only a consumer that can take it at once gets it.
             self.enqueued_total += 1
-            self._notify_enqueued(entry)
+            self._observers.enqueued(self, entry)
             if self._messages or not self._offer(entry):
                 self._expire_entry(entry)
             return True
         self._messages.append(entry)
         self._bytes += size
         self.enqueued_total += 1
-        self._notify_enqueued(entry)
+        self._observers.enqueued(self, entry)
         if self._consumers:
             self.dispatch()
         return True
-
-    def _notify_enqueued(self, entry: Entry) -> None:
-        for observer in self.observers:
-            observer.enqueued(self, entry)
-
-    def _notify_dequeued(self, entry: Entry) -> None:
-        for observer in self.observers:
-            observer.dequeued(self, entry)
 
     def _drop_head_for(self, size: int) -> None:
         limits = self.limits
@@ -266,7 +263,7 @@ class Queue:
         """The entry leaves the queue for good, dead-lettered when configured."""
         if self.dead_letter is not None and self.limits.dead_letter_exchange is not None:
             self.dead_letter(self, entry, reason)
-        self._notify_dequeued(entry)
+        self._observers.dequeued(self, entry)
 
     def _expire_entry(self, entry: Entry) -> None:
         self.expired_total += 1
@@ -418,7 +415,7 @@ class Queue:
         entry.delivery_count += 1
         if no_ack:
             self.acked_total += 1
-            self._notify_dequeued(entry)
+            self._observers.dequeued(self, entry)
         else:
             self.unacked += 1
             self._unacked_entries[entry.position] = entry
@@ -428,7 +425,7 @@ class Queue:
         self.unacked -= 1
         self._unacked_entries.pop(entry.position, None)
         self.acked_total += 1
-        self._notify_dequeued(entry)
+        self._observers.dequeued(self, entry)
 
     def reject(self, entry: Entry, requeue: bool) -> None:
         """An unacknowledged delivery was rejected or nacked."""
@@ -449,7 +446,7 @@ class Queue:
             self._unacked_entries.pop(entry.position, None)
         if self.deleted:
             for entry in back:
-                self._notify_dequeued(entry)
+                self._observers.dequeued(self, entry)
             return
         for entry in back:
             entry.delivery_count = max(entry.delivery_count, 1)
@@ -486,20 +483,13 @@ class Queue:
 
     # -- observers -------------------------------------------------------------------
     def observe(self, observer: QueueObserver[Queue], role: ObserverRole) -> None:
-        """Tell ``observer`` of every enqueue and dequeue from now on: after the observers
-        of earlier roles and those of ``role`` already here, before those of later roles."""
-        roles = self._observer_roles
-        at = len(self.observers)
-        while at and roles.get(id(self.observers[at - 1]), ObserverRole.STREAM) > role:
-            at -= 1
-        self.observers.insert(at, observer)
-        roles[id(observer)] = role
+        """Tell ``observer`` of every enqueue and dequeue from now on, in ``role``'s place
+        (:meth:`QueueObservers.add`)."""
+        self._observers.add(observer, role)
 
     def unobserve(self, observer: QueueObserver[Queue]) -> None:
         """Stop telling ``observer`` (nothing when it was not told)."""
-        if observer in self.observers:
-            self.observers.remove(observer)
-            self._observer_roles.pop(id(observer), None)
+        self._observers.remove(observer)
 
     # -- the queue as a copy (its QueueCopy, broker.core.queue_copy) -------------------
     def restore(self, entries: list[Entry], body_bytes: int | None = None) -> None:
@@ -524,15 +514,13 @@ class Queue:
     def added(self, entries: Sequence[Entry], body_bytes: int) -> None:
         self._bytes += body_bytes
         self.enqueued_total += len(entries)
-        for observer in self.observers:
-            for entry in entries:
-                observer.enqueued(self, entry)
+        self._observers.enqueued_all(self, entries)
         if self._consumers:
             self.dispatch()
 
     def removed(self, entry: Entry) -> None:
         self._bytes -= len(entry.message.body)
-        self._notify_dequeued(entry)
+        self._observers.dequeued(self, entry)
 
     # -- paging ------------------------------------------------------------------------
     def use_message_list(self, messages: deque[Entry]) -> None:
@@ -552,7 +540,7 @@ class Queue:
         count = len(self._messages)
         while self._messages:
             entry = self._messages.popleft()
-            self._notify_dequeued(entry)
+            self._observers.dequeued(self, entry)
         self._bytes = 0
         if self._held_gets:
             self._answer_held_gets(self._clock())

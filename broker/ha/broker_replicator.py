@@ -3,7 +3,7 @@
 BrokerReplicator (Qpid's name) keeps the backup's copy of the primary's replicated
 configuration.
 
-It applies the configuration stream (:class:`broker.ha.streams.ConfigStream`) to the
+It applies the configuration stream (:class:`broker.ha.config_stream.ConfigStream`) to the
 backup's virtual hosts: a ``snapshot`` creates what is missing and deletes *leftovers*, the
 vhosts, queues, exchanges and bindings the backup has but the primary no longer does
 (backups hold nothing of their own: clients cannot use them); later events create and

@@ -142,12 +142,16 @@ class ReplicatingSubscription:
 
     # -- queue observer ----------------------------------------------------------------
     def enqueued(self, queue: Queue, entry: Entry) -> None:
+        if self.closed:  # stopped, not yet out of the queue's observers
+            return
         self._backlog.append(entry)
         tx = entry.message.tx
         if tx is not None:
             tx.seen.add((queue.name, entry.position))
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
+        if self.closed:
+            return
         position = entry.position
         if position <= self._last_sent or position in self._backup_had:
             self._pending_dequeues.add(position)  # the backup has it (or will): tell it
@@ -327,8 +331,14 @@ class ReplicatingSubscription:
     def unacknowledged_batches(self) -> int:
         return len(self._unacked)
 
+    def stop(self) -> None:
+        """Stop at once (its stream closed): what the queue tells it from now on has no
+        effect, and it sends nothing; :meth:`close` then leaves the queue."""
+        self.closed = True
+
     def close(self) -> None:
-        """Stop replicating (the backup went away); the guard is cancelled by its owner."""
+        """Stop replicating (the backup went away) and leave the queue; the guard is
+        cancelled by its owner."""
         self.closed = True
         self.queue.unobserve(self)
         self._backlog.clear()

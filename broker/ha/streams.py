@@ -3,9 +3,10 @@
 A backup asks for a stream with basic.consume of a reserved queue name on a channel of its
 own (see docs/ha-design.md):
 
-- ``qpid.ha-config``: :class:`ConfigStream`, a snapshot of the replicated configuration
-  (virtual hosts, queues, exchanges, bindings) followed by every change, one field-table
-  event a delivery; an object outside vhost ``/`` carries a ``vhost`` field (none: ``/``);
+- ``qpid.ha-config``: a :class:`~broker.ha.config_stream.ConfigStream`, a snapshot of the
+  replicated configuration (virtual hosts, queues, exchanges, bindings) followed by every
+  change, one field-table event a delivery; an object outside vhost ``/`` carries a
+  ``vhost`` field (none: ``/``);
 - ``qpid.ha-queue:<name>`` (replication format 1), or ``qpid.ha-queue`` with the name in
   argument ``qpid.ha-queue`` (format 2: any name fits), its vhost in argument
   ``qpid.ha-vhost`` (absent for ``/``), with argument ``qpid.ha-ids`` (the ids the backup
@@ -19,15 +20,14 @@ own (see docs/ha-design.md):
 :class:`~broker.amqp.stream_sink.StreamSink`: who asked, credit, deliver a body, ask for a
 pump. Streams never write in the queue's observer callbacks: they ask the sink for a
 *pump* and write everything pending when it runs, so one flush carries many messages.
-Credit is the channel's basic.qos prefetch, counted in deliveries (batches).
+Credit is the channel's basic.qos prefetch, counted in deliveries (batches): the part every
+kind shares is :class:`~broker.ha.channel_stream.ChannelStream`.
 
 THREAD UNSAFE: the primary's event loop owns the streams.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,16 +36,12 @@ from broker.core.exchange import Binding, Exchange
 from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.core.queue_contracts import ObserverRole
-from broker.core.vhost import VHOST, VirtualHost
+from broker.core.vhost import VHOST
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
-from broker.ha.config_guard import NEXT_STREAM, ConfigGuard, ReplyHandle
-from broker.ha.config_objects import (
-    binding_config,
-    exchange_config,
-    in_vhost,
-    queue_config,
-    snapshot_steps,
-)
+from broker.ha.channel_stream import ChannelStream
+from broker.ha.config_guard import NEXT_STREAM, ReplyHandle
+from broker.ha.config_objects import snapshot_steps
+from broker.ha.config_stream import ConfigStream
 from broker.ha.id_set import IdSet
 from broker.ha.lease_stream import LeaseStream
 from broker.ha.link_format import Codec, NoCommonFormat, codec_of, link_format
@@ -63,6 +59,7 @@ from broker.ha.names import (
     VHOST_ARGUMENT,
 )
 from broker.ha.primary import Primary
+from broker.ha.primary_start import loop_call_soon
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import (
     ReplicateLevel,
@@ -71,16 +68,17 @@ from broker.ha.replicate_level import (
     queue_level,
 )
 from broker.ha.replicating_subscription import ReplicatingSubscription
-from broker.ha.replication_errors import event_object, object_named
+from broker.ha.replication_errors import object_named
 from broker.ha.users_on_streams import UsersOnStreams
 from common.formats import FormatRange
-from common.slices import SLICE, Steps, rows_in_slices, run_steps
+from common.slices import SLICE, SliceQueue, Steps, rows_in_slices, run_steps
 from common.version import REPLICATION_FORMATS
 
 if TYPE_CHECKING:
     from broker.amqp.stream_sink import StreamSink
 
-DEFAULT_CREDIT = 32
+__all__ = ["BackupEvents", "ConfigStream", "LeaseEvents", "PrimaryStreams", "QueueStream"]
+
 #: A backup's list of queue streams is pruned of closed ones once this long, then at twice
 #: what it kept.
 PRUNE_FROM = 64
@@ -89,53 +87,8 @@ PRUNE_FROM = 64
 #: close reason starts so.
 _BACKUP_GAVE_UP = "client closed: 541 replication error: "
 
-_ids = iter(range(1, 2**62))
 
-
-class _ChannelStream(ABC):
-    """Deliveries of opaque bodies to one channel's sink, with prefetch credit."""
-
-    def __init__(self, sink: StreamSink) -> None:
-        self.sink = sink
-        self.on_close: Callable[[], None] | None = None
-        #: Told ``(object, reason)`` when this stream cannot send what it must: the
-        #: backup's link is then closed (541), never left to stall.
-        self.on_failed: Callable[[str, str], None] | None = None
-        self.key = next(_ids)
-        self.credit = sink.consumer_prefetch or DEFAULT_CREDIT
-        self.in_flight = 0
-        self.closed = False
-
-    def request_pump(self) -> None:
-        if not self.closed:
-            self.sink.request_pump(self.key, self.pump)
-
-    @abstractmethod
-    def pump(self) -> None:
-        """Write what is pending, as far as credit allows."""
-
-    def _closed(self) -> None:
-        self.closed = True
-        if self.on_close is not None:
-            self.on_close()
-
-    def _failed(self, what: str, reason: str) -> None:
-        """What this stream must send cannot be sent: say so, and close the link."""
-        if self.on_failed is not None:
-            self.on_failed(what, reason)
-        self.sink.fail(f"replication error: {what}: {reason}")
-
-    def _deliver(self, body: bytes) -> int:
-        tag = self.sink.deliver_stream(body)
-        self.in_flight += 1
-        return tag
-
-    @property
-    def can_send(self) -> bool:
-        return not self.closed and self.in_flight < self.credit and self.sink.can_deliver
-
-
-class QueueStream(_ChannelStream):
+class QueueStream(ChannelStream):
     """One queue's replication to one backup over one channel."""
 
     def __init__(
@@ -143,10 +96,14 @@ class QueueStream(_ChannelStream):
         sink: StreamSink,
         subscription: ReplicatingSubscription,
         on_ready: Callable[[], None],
+        detach_later: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         super().__init__(sink)
         self.subscription = subscription
         self._on_ready = on_ready
+        #: Runs its leaving of the queue once closed (:meth:`close`) at a later turn
+        #: (``PrimaryStreams``: a slice of a link's streams a turn); None: at once.
+        self._detach_later = detach_later
         self._reported_ready = False
         self._batches: dict[int, int] = {}
         subscription.wake = self.request_pump  # a new delivery watermark to announce
@@ -187,141 +144,22 @@ class QueueStream(_ChannelStream):
         self.request_pump()
 
     def close(self) -> None:
+        """Stop at once: from now on nothing the queue does has an effect here (the
+        subscription notes nothing and sends nothing, the stream pumps nothing). Leaving the
+        queue's observers (:meth:`detach`) is done now, or later by ``detach_later``."""
         if self.closed:
             return
+        self.subscription.stop()
         self._closed()
+        if self._detach_later is None:
+            self.detach()
+        else:
+            self._detach_later(self.detach)
+
+    def detach(self) -> None:
+        """Leave the queue: the closed subscription and this stream no longer hear it."""
         self.subscription.close()
         self.subscription.queue.unobserve(self)
-
-
-class ConfigStream(_ChannelStream):
-    """Replicated configuration: a snapshot, then every change (a vhost config listener).
-
-    Events are numbered from 1 (the snapshot) as they are pushed; :attr:`acked` is the
-    highest number the backup has acknowledged with every one before it, reported to the
-    backup's :class:`~broker.ha.config_guard.ConfigGuard` (synchronous configuration)."""
-
-    def __init__(
-        self, sink: StreamSink, streams: PrimaryStreams, guard: ConfigGuard, codec: Codec
-    ) -> None:
-        super().__init__(sink)
-        self.streams = streams
-        self.guard = guard
-        self._encode = codec.encode_config_steps  # the link's replication format
-        #: Whether the link's format carries the cluster's users (format 4).
-        self.carries_users = codec.cluster_users
-        #: Whether it carries bindings to the standard ``amq.*`` exchanges (format 4).
-        self.carries_standard_bindings = codec.standard_bindings
-        #: The first pending event's encoding in progress (a snapshot: a slice a pump).
-        self._encoding: Steps[bytes] | None = None
-        #: Events to send; the first, the snapshot, is built a slice a pump, then encoded.
-        self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = [
-            streams.snapshot_steps(standard_exchanges=self.carries_standard_bindings)
-        ]
-        self.pushed = 1
-        guard.pushed(self.key, 1)
-        self.acked = 0
-        self._sent: deque[tuple[int, int]] = deque()  # (delivery tag, event number)
-        self._acked_tags: set[int] = set()
-        streams.vhosts.listeners.append(self)
-        streams.vhosts.vhost_listeners.append(self)
-        self.request_pump()
-
-    def push(self, event: dict[str, Any]) -> None:
-        self._pending.append(event)
-        self.pushed += 1
-        self.guard.pushed(self.key, self.pushed)
-        self.request_pump()
-
-    def pump(self) -> None:
-        while self._pending and self.can_send:
-            number = self.pushed - len(self._pending) + 1
-            event = self._pending[0]
-            if not isinstance(event, dict):  # the snapshot's rows, a slice a pump
-                try:
-                    next(event)
-                except StopIteration as built:
-                    event = self._pending[0] = built.value
-                else:
-                    self.request_pump()
-                    return
-            if self._encoding is None:
-                self._encoding = self._encode(event)
-            try:
-                next(self._encoding)
-            except StopIteration as done:
-                body: bytes = done.value
-            except ValueError as exc:  # outside the replication contract: a bug, not a stall
-                self._encoding = None
-                self._failed(event_object(event), str(exc))
-                return
-            else:  # a slice of a snapshot encoded: the next at a later pump (a turn later)
-                self.request_pump()
-                return
-            self._encoding = None
-            del self._pending[0]
-            tag = self._deliver(body)
-            self._sent.append((tag, number))
-
-    def acknowledged(self, delivery_tag: int, multiple: bool) -> None:
-        self.in_flight = 0 if multiple else max(0, self.in_flight - 1)
-        sent, acked = self._sent, self.acked
-        if multiple:
-            while sent and sent[0][0] <= delivery_tag:
-                acked = sent.popleft()[1]
-        else:
-            self._acked_tags.add(delivery_tag)
-            while sent and sent[0][0] in self._acked_tags:
-                tag, acked = sent.popleft()
-                self._acked_tags.discard(tag)
-        if acked > self.acked:
-            self.acked = acked
-            self.guard.acknowledged(self.key, acked)
-        self.request_pump()
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self._closed()
-        listeners = self.streams.vhosts.listeners
-        if self in listeners:
-            listeners.remove(self)
-        vhost_listeners = self.streams.vhosts.vhost_listeners
-        if self in vhost_listeners:
-            vhost_listeners.remove(self)
-
-    # -- virtual hosts (VhostListener) -------------------------------------------------
-    def vhost_created(self, vhost: VirtualHost) -> None:
-        self.push({"type": "vhost-declared", "name": vhost.name})
-
-    def vhost_deleted(self, vhost: VirtualHost) -> None:
-        self.push({"type": "vhost-deleted", "name": vhost.name})
-
-    # -- vhost config listener ---------------------------------------------------------
-    def queue_declared(self, queue: Queue) -> None:
-        level = self.streams.queue_level(queue)
-        if level is not ReplicateLevel.NONE:
-            self.push({"type": "queue-declared", "queue": queue_config(queue, level)})
-
-    def queue_deleted(self, queue: Queue) -> None:
-        if self.streams.queue_level(queue) is not ReplicateLevel.NONE:
-            self.push(in_vhost({"type": "queue-deleted", "name": queue.name}, queue.vhost))
-
-    def exchange_declared(self, exchange: Exchange) -> None:
-        if self.streams.exchange_level(exchange) is not ReplicateLevel.NONE:
-            self.push({"type": "exchange-declared", "exchange": exchange_config(exchange)})
-
-    def exchange_deleted(self, exchange: Exchange) -> None:
-        if self.streams.exchange_level(exchange) is not ReplicateLevel.NONE:
-            self.push(in_vhost({"type": "exchange-deleted", "name": exchange.name}, exchange.vhost))
-
-    def bound(self, binding: Binding) -> None:
-        if self.streams.binding_replicated(binding, self.carries_standard_bindings):
-            self.push({"type": "bound", "binding": binding_config(binding)})
-
-    def unbound(self, binding: Binding) -> None:
-        if self.streams.binding_replicated(binding, self.carries_standard_bindings):
-            self.push({"type": "unbound", "binding": binding_config(binding)})
 
 
 class BackupEvents(Protocol):
@@ -390,6 +228,10 @@ class PrimaryStreams:
         self.lease_events: LeaseEvents | None = None
         #: The cluster's users on links of format 4 (``users.serve``: the HA primary's).
         self.users = UsersOnStreams(lambda: self.config_streams)
+        #: Closed queue streams leaving their queues, a slice a turn of the loop: a link's
+        #: end closes its thousands of streams in one step (issue 25: 10,000 queues left
+        #: in one step were a step of 141 ms); each stops at once (QueueStream.close).
+        self.detaching = SliceQueue(loop_call_soon)
 
     # replication rules, with this broker's default
     def queue_level(self, queue: Queue) -> ReplicateLevel:
@@ -582,6 +424,7 @@ class PrimaryStreams:
             sink,
             subscription,
             on_ready=lambda: self.events.backup_queue_ready(backup_id, queue_name),
+            detach_later=self.detaching.add,
         )
         streams = self.queue_streams.setdefault(backup_id, [])
         if len(streams) >= self._prune_at.get(backup_id, PRUNE_FROM):

@@ -22,7 +22,7 @@ __all__ = ["UsersOnStreams"]
 
 
 class UsersStream(Protocol):
-    """What is asked of a configuration stream (:class:`broker.ha.streams.ConfigStream`)."""
+    """What is asked of a configuration stream (:class:`broker.ha.config_stream.ConfigStream`)."""
 
     @property
     def carries_users(self) -> bool: ...

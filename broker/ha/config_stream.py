@@ -1,0 +1,192 @@
+"""The primary's configuration stream to one backup: ``qpid.ha-config``.
+
+:class:`ConfigStream` sends a snapshot of the replicated configuration (virtual hosts,
+queues, exchanges, bindings), built and encoded a slice a pump, then every change, one
+field-table event a delivery (an object outside vhost ``/`` carries a ``vhost`` field;
+none: ``/``), in the link's replication format. It hears the changes as a listener of the
+virtual hosts, and reports to the backup's :class:`~broker.ha.config_guard.ConfigGuard` how
+far the backup acknowledged (synchronous configuration).
+
+What it reads of the primary's streams (:class:`~broker.ha.streams.PrimaryStreams`, which
+owns it) is a :class:`ConfigSource`: the virtual hosts, the replication rules with the
+broker's default, and the snapshot.
+
+THREAD UNSAFE: the primary's event loop owns the streams.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Protocol
+
+from broker.core.exchange import Binding, Exchange
+from broker.core.queue import Queue
+from broker.core.vhost import VirtualHost
+from broker.core.vhosts import VirtualHosts
+from broker.ha.channel_stream import ChannelStream
+from broker.ha.config_guard import ConfigGuard
+from broker.ha.config_objects import binding_config, exchange_config, in_vhost, queue_config
+from broker.ha.link_format import Codec
+from broker.ha.replicate_level import ReplicateLevel
+from broker.ha.replication_errors import event_object
+from common.slices import SLICE, Steps
+
+if TYPE_CHECKING:
+    from broker.amqp.stream_sink import StreamSink
+
+__all__ = ["ConfigSource", "ConfigStream"]
+
+
+class ConfigSource(Protocol):
+    """What a configuration stream reads of the primary's streams (see the module
+    docstring)."""
+
+    @property
+    def vhosts(self) -> VirtualHosts:
+        """The virtual hosts, whose listener the stream is while open."""
+        ...
+
+    def queue_level(self, queue: Queue) -> ReplicateLevel: ...
+
+    def exchange_level(self, exchange: Exchange) -> ReplicateLevel: ...
+
+    def binding_replicated(self, binding: Binding, standard_exchanges: bool = True) -> bool:
+        """Whether ``binding`` is sent on a link (``standard_exchanges``: one whose format
+        carries bindings to ``amq.topic`` and the like)."""
+        ...
+
+    def snapshot_steps(
+        self, size: int = SLICE, *, standard_exchanges: bool = True
+    ) -> Steps[dict[str, Any]]:
+        """The replicated configuration as of this call, in slices."""
+        ...
+
+
+class ConfigStream(ChannelStream):
+    """Replicated configuration: a snapshot, then every change (a vhost config listener).
+
+    Events are numbered from 1 (the snapshot) as they are pushed; :attr:`acked` is the
+    highest number the backup has acknowledged with every one before it, reported to the
+    backup's :class:`~broker.ha.config_guard.ConfigGuard` (synchronous configuration)."""
+
+    def __init__(
+        self, sink: StreamSink, streams: ConfigSource, guard: ConfigGuard, codec: Codec
+    ) -> None:
+        super().__init__(sink)
+        self.streams = streams
+        self.guard = guard
+        self._encode = codec.encode_config_steps  # the link's replication format
+        #: Whether the link's format carries the cluster's users (format 4).
+        self.carries_users = codec.cluster_users
+        #: Whether it carries bindings to the standard ``amq.*`` exchanges (format 4).
+        self.carries_standard_bindings = codec.standard_bindings
+        #: The first pending event's encoding in progress (a snapshot: a slice a pump).
+        self._encoding: Steps[bytes] | None = None
+        #: Events to send; the first, the snapshot, is built a slice a pump, then encoded.
+        self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = [
+            streams.snapshot_steps(standard_exchanges=self.carries_standard_bindings)
+        ]
+        self.pushed = 1
+        guard.pushed(self.key, 1)
+        self.acked = 0
+        self._sent: deque[tuple[int, int]] = deque()  # (delivery tag, event number)
+        self._acked_tags: set[int] = set()
+        streams.vhosts.listeners.append(self)
+        streams.vhosts.vhost_listeners.append(self)
+        self.request_pump()
+
+    def push(self, event: dict[str, Any]) -> None:
+        self._pending.append(event)
+        self.pushed += 1
+        self.guard.pushed(self.key, self.pushed)
+        self.request_pump()
+
+    def pump(self) -> None:
+        while self._pending and self.can_send:
+            number = self.pushed - len(self._pending) + 1
+            event = self._pending[0]
+            if not isinstance(event, dict):  # the snapshot's rows, a slice a pump
+                try:
+                    next(event)
+                except StopIteration as built:
+                    event = self._pending[0] = built.value
+                else:
+                    self.request_pump()
+                    return
+            if self._encoding is None:
+                self._encoding = self._encode(event)
+            try:
+                next(self._encoding)
+            except StopIteration as done:
+                body: bytes = done.value
+            except ValueError as exc:  # outside the replication contract: a bug, not a stall
+                self._encoding = None
+                self._failed(event_object(event), str(exc))
+                return
+            else:  # a slice of a snapshot encoded: the next at a later pump (a turn later)
+                self.request_pump()
+                return
+            self._encoding = None
+            del self._pending[0]
+            tag = self._deliver(body)
+            self._sent.append((tag, number))
+
+    def acknowledged(self, delivery_tag: int, multiple: bool) -> None:
+        self.in_flight = 0 if multiple else max(0, self.in_flight - 1)
+        sent, acked = self._sent, self.acked
+        if multiple:
+            while sent and sent[0][0] <= delivery_tag:
+                acked = sent.popleft()[1]
+        else:
+            self._acked_tags.add(delivery_tag)
+            while sent and sent[0][0] in self._acked_tags:
+                tag, acked = sent.popleft()
+                self._acked_tags.discard(tag)
+        if acked > self.acked:
+            self.acked = acked
+            self.guard.acknowledged(self.key, acked)
+        self.request_pump()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._closed()
+        listeners = self.streams.vhosts.listeners
+        if self in listeners:
+            listeners.remove(self)
+        vhost_listeners = self.streams.vhosts.vhost_listeners
+        if self in vhost_listeners:
+            vhost_listeners.remove(self)
+
+    # -- virtual hosts (VhostListener) -------------------------------------------------
+    def vhost_created(self, vhost: VirtualHost) -> None:
+        self.push({"type": "vhost-declared", "name": vhost.name})
+
+    def vhost_deleted(self, vhost: VirtualHost) -> None:
+        self.push({"type": "vhost-deleted", "name": vhost.name})
+
+    # -- vhost config listener ---------------------------------------------------------
+    def queue_declared(self, queue: Queue) -> None:
+        level = self.streams.queue_level(queue)
+        if level is not ReplicateLevel.NONE:
+            self.push({"type": "queue-declared", "queue": queue_config(queue, level)})
+
+    def queue_deleted(self, queue: Queue) -> None:
+        if self.streams.queue_level(queue) is not ReplicateLevel.NONE:
+            self.push(in_vhost({"type": "queue-deleted", "name": queue.name}, queue.vhost))
+
+    def exchange_declared(self, exchange: Exchange) -> None:
+        if self.streams.exchange_level(exchange) is not ReplicateLevel.NONE:
+            self.push({"type": "exchange-declared", "exchange": exchange_config(exchange)})
+
+    def exchange_deleted(self, exchange: Exchange) -> None:
+        if self.streams.exchange_level(exchange) is not ReplicateLevel.NONE:
+            self.push(in_vhost({"type": "exchange-deleted", "name": exchange.name}, exchange.vhost))
+
+    def bound(self, binding: Binding) -> None:
+        if self.streams.binding_replicated(binding, self.carries_standard_bindings):
+            self.push({"type": "bound", "binding": binding_config(binding)})
+
+    def unbound(self, binding: Binding) -> None:
+        if self.streams.binding_replicated(binding, self.carries_standard_bindings):
+            self.push({"type": "unbound", "binding": binding_config(binding)})
