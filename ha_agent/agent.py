@@ -29,7 +29,8 @@ silence fences in a cascade and the reason it decides by, logged and published f
 operators (:class:`~ha_agent.agent_report.AgentReport`); the backups' link hints, its own
 published and the others' watched (:class:`~ha_agent.agent_hints.AgentHints`); its member
 record and the cluster's records as last read, with when
-(:class:`~ha_agent.cluster_reader.ClusterReader`).
+(:class:`~ha_agent.cluster_reader.ClusterReader`); its own stop and a cluster shutdown's
+(:class:`~ha_agent.agent_shutdown.AgentShutdown`).
 
 Slow is not dead (issue 25): each check reads the broker's liveness, answered off the
 broker's event loop, before its status; a broker whose loop progresses is busy, not silent,
@@ -65,8 +66,7 @@ Error Handling
   primary clients cannot reach is no primary.
 - The in-sync set's and the promotion's own errors: :mod:`ha_agent.in_sync_keeper`,
   :mod:`ha_agent.promoter`.
-- A supervised broker that exits with ``SHUT_DOWN`` (``qpid-ha shutdown --all``) is left
-  stopped and the agent stops (``agent_cluster_shut_down``, exit 0).
+- A cluster shutdown and the agent's own stop: :mod:`ha_agent.agent_shutdown`.
 """
 
 from __future__ import annotations
@@ -83,11 +83,11 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from common.exit_status import ExitStatus
 from common.log import set_log_context
 from ha_agent import loop_events as loop
 from ha_agent.agent_hints import AgentHints
 from ha_agent.agent_report import AgentReport
+from ha_agent.agent_shutdown import AgentShutdown
 from ha_agent.broker_check import BrokerCheck, LivenessView
 from ha_agent.cluster_reader import ClusterReader
 from ha_agent.fencer import Fencer
@@ -177,6 +177,10 @@ class Agent:
         self.member_formats = MemberFormats()
         #: this agent's early hints (made in run() with the client)
         self.hints: AgentHints | None = None
+        #: its own stop, and a cluster shutdown's (ha_agent.agent_shutdown)
+        self.shutdown = AgentShutdown(
+            self, settings.cluster, self.fencer, self.broker, self.broker_check, self.events
+        )
 
     @property
     def session_timeout(self) -> float:
@@ -217,7 +221,7 @@ class Agent:
         if s.broker_command is not None:
             self.fencer.supervisor = BrokerSupervisor(
                 s.broker_command,
-                on_exit=self._broker_exited,
+                on_exit=self.shutdown.broker_exited,
                 log_file=s.broker_log,
             ).start()
         self.client = KazooClient(
@@ -263,7 +267,7 @@ class Agent:
             self.promoter.start_renewing(self._stop, interval, self._serves_promoted)
             self._loop()
         finally:
-            self._shutdown()
+            self.shutdown.stop_agent()
         return 2 if self.refusal else 0
 
     def _link_down(self, primary: str, epoch: int) -> frozenset[str]:
@@ -297,55 +301,6 @@ class Agent:
             self.connected_at = time.monotonic()
         return False
 
-    def _broker_exited(self, code: int) -> None:
-        """The supervisor's call (its thread), before it restarts the broker. A broker that
-        stopped for a cluster shutdown is not restarted, and the agent stops too (exit 0):
-        after ``qpid-ha shutdown --all`` nothing starts again until the operator starts
-        the agent."""
-        self.broker.reset(time.monotonic())
-        if self.fencer.vip is not None and self.fencer.vip.held:
-            self.fencer.drop_vip()  # a broker that exited serves nobody: its address goes
-        if code == ExitStatus.SHUT_DOWN:
-            _log.warning(
-                "agent_cluster_shut_down",
-                reason="the broker stopped for a cluster shutdown (qpid-ha shutdown --all):"
-                " the agent stops; start it again to restart the broker",
-            )
-            self.stop()
-            return
-        if self.promoter is not None:  # it did not stop for the shutdown: a failure
-            self.promoter.cluster_shutdown = None
-        self.broker_check.cluster_shutdown = None
-        self.events.put(loop.BrokerExited(code))
-
-    def _shutdown(self) -> None:
-        _log.info("agent_stopping")
-        if self.watcher is not None:
-            self.watcher.stop()  # before the client: stopping a client reports LOST
-        leading = self.election is not None and self.election.leading
-        if leading or self.broker.serves():
-            # The broker stops serving first; only then may another agent win.
-            self.fencer.drop_vip()
-            if self.supervisor is not None:
-                self.supervisor.stop()
-            else:  # nobody would stop an unmanaged primary: never leave one serving
-                self.fencer.kill_broker(
-                    "agent stopping while its broker is the primary", self.broker.fence_target()
-                )
-            with contextlib.suppress(KazooException, KazooTimeoutError):
-                delete_primary(self.client, self.settings.cluster)
-        if self.election is not None:
-            self.election.cancel(timeout=2.0)
-        if self.reader is not None:
-            with contextlib.suppress(KazooException, KazooTimeoutError):
-                self.reader.withdraw()
-        if self.supervisor is not None:
-            self.supervisor.stop()
-        with contextlib.suppress(Exception):
-            self.client.stop()
-            self.client.close()
-        _log.info("agent_stopped")
-
     # -- the loop ---------------------------------------------------------------------
     def _loop(self) -> None:
         interval = self.settings.check_interval
@@ -360,7 +315,7 @@ class Agent:
                 case loop.Stop():
                     return
                 case loop.Granted(seconds) if not self._judge(seconds):
-                    return  # refused: _shutdown fences a primary, as any stop does
+                    return  # refused: its shutdown fences a primary, as any stop does
                 case loop.TermEnded(reason) as ended if ended.ends(self.promoted_term):
                     if reason == "session_lost":  # its next check may take the record back
                         self.reclaimer.session_lost(self.broker.view, self.promoted_epoch)
@@ -402,7 +357,7 @@ class Agent:
             promoter.renew_lease()  # a busy primary: its lease is renewed off its loop too
         if view is not None and view.is_primary and self.promoted_epoch is not None:
             promoter.renew_lease()  # first: a slow ZooKeeper below must not delay it
-            if self._cluster_shutdown() is None:
+            if self.shutdown.announced() is None:
                 in_sync_read = keeper.keep(view, self.promoted_epoch, reader.members)
                 self.member_formats.tell(self.broker_check, view.broker_id, reader.members)
             # else a cluster shutdown: its backups stop clean, each holding every confirmed
@@ -417,12 +372,8 @@ class Agent:
                 broker_epoch=None if view is None else view.epoch,
                 reason=self.broker_check.last_error or None,
             )
-        if view is not None and not view.is_primary and self.broker_check.cluster_shutdown is None:
-            promoter.cluster_shutdown = None  # a broker run without the announcement
-        shutdown = self._cluster_shutdown()
-        if shutdown is not None and (view is None or not view.is_primary):
-            self._broker_shutting_down(shutdown)
-            return
+        if self.shutdown.broker_stopping(view):
+            return  # for a cluster shutdown: it resigned, nothing more is decided
         if read_cluster:  # its member record: a starved broker is not down
             self._read_cluster(self.broker.standing(), read_in_sync_set=not in_sync_read)
         election = self.election
@@ -471,31 +422,6 @@ class Agent:
         check = self.broker_check
         return live is not None or (check.last_timed_out and not check.liveness_refused)
 
-    def _cluster_shutdown(self) -> str | None:
-        """The shutdown-id of a cluster shutdown the broker announced (``qpid-ha shutdown
-        --all``): in its last ``/api/ha`` or a lease answer; None: none."""
-        promoter = self.promoter
-        told = None if promoter is None else promoter.cluster_shutdown
-        return told or self.broker_check.cluster_shutdown
-
-    def _broker_shutting_down(self, shutdown_id: str) -> None:
-        """The broker stops for a cluster shutdown (a backup, or a primary that stopped
-        answering; the broker told this agent before it stops): it is stopping cleanly, not
-        failing. No fence (a SIGKILL would leave its store dirty), no contending (winning
-        would fence it): resign or withdraw, so that the primary record goes and no agent
-        leads. A supervised broker's exit (SHUT_DOWN) then stops the agent; an unsupervised
-        one is left to its service manager. A broker answering again without the
-        announcement is a new run: the agent decides as ever."""
-        election = self.election
-        leadership = "idle" if election is None else election.state.value
-        if self.promoted_epoch is not None or leadership in ("contending", "leading"):
-            _log.warning(
-                "agent_cluster_shutting_down",
-                shutdown_id=shutdown_id,
-                reason="the broker stops for a cluster shutdown: resigning, no fence",
-            )
-            self._resign()
-
     def _read_cluster(self, view: BrokerView | None, read_in_sync_set: bool = True) -> None:
         """Its member record published, the cluster read (:class:`ClusterReader`); an
         answered read is contact with ZooKeeper for the session guard."""
@@ -515,7 +441,7 @@ class Agent:
             election.contend()
         elif step is Step.WITHDRAW:
             _log.info("election_withdraw", reason=action.reason)
-            self._resign()
+            self.resign()
         elif step is Step.PROMOTE:
             assert view is not None
             self._promote(view, action.reason)
@@ -530,7 +456,8 @@ class Agent:
         elif step is Step.KILL_BROKER:  # the instance whose silence the watchdog counted
             self.fencer.kill_broker(f"watchdog: {action.reason}", self.broker.last_pid)
 
-    def _resign(self) -> None:
+    def resign(self) -> None:
+        """Delete the primary record it may have written and end its claim."""
         election = self.election
         assert election is not None
         if self.promoted_epoch is not None or election.leading:  # its multi-op may have
@@ -562,12 +489,12 @@ class Agent:
         elif promotion.fence:
             self._fence(promotion.fence)
         else:
-            self._resign()
+            self.resign()
 
     def _fence(self, reason: str) -> None:
         """Stop the broker serving (kill it; it restarts as a backup), drop the VIP, resign."""
         self.fencer.fence(reason, self.broker.fence_target())
-        self._resign()
+        self.resign()
         self.broker.view = None
 
     def _session_fenced(self, fence: Fence) -> None:
