@@ -40,8 +40,25 @@ def fast_jit_driver() -> Iterator[None]:
             os.environ["SPARK_SUBMIT_OPTS"] = before
 
 
+#: The standalone cluster's test on a worker of its own (:func:`spark_group`).
+CLUSTER_MODE = "test_cluster_mode.py"
+
+
+def spark_group(item: pytest.Item) -> str | None:
+    """The pytest-xdist group of a test here: ``spark`` for those that use the session
+    (one Spark session a worker, not one a test); ``spark_cluster`` for test_cluster_mode
+    (a standalone master, worker and driver besides its local run: on the ``spark``
+    worker it made that worker's serial time the whole run's tail, 230 s of ~560); none
+    for the rest (the job run as a subprocess, or no JVM at all: any worker)."""
+    if Path(item.path).name == CLUSTER_MODE:
+        return "spark_cluster"
+    if "spark" in getattr(item, "fixturenames", ()):
+        return "spark"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every Spark test on one pytest-xdist worker: one Spark session, not one a worker.
+    """The Spark tests in their groups (:func:`spark_group`).
 
     Under ``--dist loadgroup`` the group is also written into the node id (``id@spark``),
     the suffix the controller groups by: pytest-xdist 3.8 writes it into ``item._nodeid``,
@@ -52,10 +69,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     here = Path(__file__).parent
     grouping = bool(getattr(config.option, "loadgroup", False))
     for item in items:
-        if here in Path(item.path).parents:
-            item.add_marker(pytest.mark.xdist_group("spark"))
-            if grouping and "@" not in item.nodeid:
-                item._id = NodeId.parse(f"{item.nodeid}@spark")
+        if here not in Path(item.path).parents:
+            continue
+        group = spark_group(item)
+        if group is None:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+        if grouping and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture(scope="session")
