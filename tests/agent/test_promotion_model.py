@@ -701,6 +701,13 @@ class PromotionModel(RuleBasedStateMachine):
             note("the primary's record taken back after ZooKeeper's outage")
 
     @rule()
+    def primary_broker_killed(self) -> None:
+        """The drill's broker kill: the serving primary's broker SIGKILLed, its agent alive
+        (its next check fences: the ended record; the next promotion reads it)."""
+        for primary in self.serving():
+            primary.state = "down"
+
+    @rule()
     def lose_the_next_answer(self) -> None:
         self.zk.lose_next = True
 
