@@ -49,7 +49,6 @@ from broker.amqp10.errors import (
     Scope,
 )
 from broker.amqp10.performatives import (
-    RCV_FIRST,
     RECEIVER,
     Accepted,
     Attach,
@@ -61,6 +60,7 @@ from broker.amqp10.performatives import (
     Error,
     Flow,
     Rejected,
+    receiving_attach,
 )
 from broker.amqp10.ports import LinkSession
 from broker.amqp10.sections import AmqpValue, parse_message
@@ -168,15 +168,9 @@ class CoordinatorLink:
         self._partial: tuple[int, bool, list[bytes]] | None = None
 
     def attach_reply(self) -> Attach:
-        a = self.attach
-        return Attach(
-            name=a.name,
-            handle=a.handle,
-            role=RECEIVER,
-            snd_settle_mode=a.snd_settle_mode,
-            rcv_settle_mode=RCV_FIRST,
-            source=a.source,
-            target=Coordinator(capabilities=CAPABILITIES),
+        """Our attach: the coordinator's receiving end, settling first."""
+        return receiving_attach(
+            self.attach, settles_second=False, target=Coordinator(capabilities=CAPABILITIES)
         )
 
     # -- credit --------------------------------------------------------------------------

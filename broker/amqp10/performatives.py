@@ -250,6 +250,23 @@ class Attach(Composite):
     properties: dict[Any, Any] | None = None
 
 
+def receiving_attach(
+    attach: Attach, *, settles_second: bool, target: Any, max_message_size: int | None = None
+) -> Attach:
+    """The broker's answer to a client's sending link: the receiving end of ``attach``,
+    settling first (second when ``settles_second``), with ``target`` as the broker holds it."""
+    return Attach(
+        name=attach.name,
+        handle=attach.handle,
+        role=RECEIVER,
+        snd_settle_mode=attach.snd_settle_mode,
+        rcv_settle_mode=RCV_SECOND if settles_second else RCV_FIRST,
+        source=attach.source,
+        target=target,
+        max_message_size=max_message_size,
+    )
+
+
 @composite
 @dataclass(frozen=True, slots=True)
 class Flow(Composite):

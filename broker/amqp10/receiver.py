@@ -42,7 +42,6 @@ from broker.amqp10.errors import (
 )
 from broker.amqp10.mapping import stored_form
 from broker.amqp10.performatives import (
-    RCV_FIRST,
     RCV_SECOND,
     RECEIVER,
     Accepted,
@@ -53,6 +52,7 @@ from broker.amqp10.performatives import (
     Rejected,
     Released,
     TransactionalState,
+    receiving_attach,
 )
 from broker.amqp10.ports import LinkSession, TransactionalWork
 from broker.core.confirms import PublisherConfirms
@@ -109,15 +109,10 @@ class ReceiverLink:
 
     def attach_reply(self) -> Attach:
         """Our attach: the receiving end, settling first (second if the client asked)."""
-        a = self.attach
-        return Attach(
-            name=a.name,
-            handle=a.handle,
-            role=RECEIVER,
-            snd_settle_mode=a.snd_settle_mode,
-            rcv_settle_mode=RCV_SECOND if self.settles_second else RCV_FIRST,
-            source=a.source,
-            target=a.target,
+        return receiving_attach(
+            self.attach,
+            settles_second=self.settles_second,
+            target=self.attach.target,
             max_message_size=self.session.ctx.settings.max_body_size,
         )
 

@@ -34,6 +34,7 @@ class StatusEndpoints:
 
     async def status(self, request: web.Request) -> web.Response:
         broker = self.broker
+        ctx = broker.context
         return json_response(
             {
                 "node": broker.options.node_name,
@@ -44,7 +45,7 @@ class StatusEndpoints:
                 "store_status": broker.store_status,
                 "store_id": broker.store_id,
                 "amqp_port": broker.amqp_port,
-                "connections": len(broker.context.connections),
+                "connections": len(ctx.connections) + len(ctx.connections_1_0),
                 "queues": len(vhosts_of(broker).queues),
                 "exchanges": sum(len(v.exchanges) for v in vhosts_of(broker)),
                 "vhosts": len(vhosts_of(broker)),

@@ -63,9 +63,11 @@ class VhostEndpoints:
         ]
 
     def _connections(self, vhost: VirtualHost) -> int:
+        """Open connections of either protocol to ``vhost``."""
+        ctx = self.broker.context
         return sum(
             1
-            for c in self.broker.context.connections.values()
+            for c in (*ctx.connections.values(), *ctx.connections_1_0.values())
             if getattr(c, "vhost", None) is vhost and getattr(c, "is_open", False)
         )
 

@@ -8,6 +8,7 @@ from pamqp import commands
 
 from broker import __version__
 from tests.amqp.helpers import open_client
+from tests.amqp10.helpers import Client10
 from tests.management.support import FakeBroker, serve
 
 
@@ -68,5 +69,23 @@ def test_connections_are_listed() -> None:
             "ssl": False,
             "ha_backup": None,
         }
+
+    serve(broker, scenario)
+
+
+def test_status_and_the_vhost_count_connections_of_both_protocols() -> None:
+    """An AMQP 1.0 connection counts beside a 0-9-1 one in /api/status and in its vhost's
+    ``connections`` (RabbitMQ's overview counts every protocol's connections)."""
+    broker = FakeBroker()
+    open_client(broker.context)
+    one_oh = Client10(broker.context)
+    one_oh.connect()
+    assert one_oh.conn.is_open
+
+    async def scenario(client: Any) -> None:
+        status = await (await client.get("/api/status")).json()
+        assert status["connections"] == 2
+        vhost = await (await client.get("/api/vhosts/%2F")).json()
+        assert vhost["connections"] == 2
 
     serve(broker, scenario)
