@@ -27,7 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.failover_phases import FAULT_RECORDS, PHASES, RESIGN_EVENTS, durations
 
-COLUMNS = (*(p.name for p in PHASES), "drill_outage")
+#: After the phases: the new primary's own grant to the old epoch waited out, from its
+#: promotion's ``member_lease_promotion_wait`` to ``member_lease_serving`` (0: none; issue
+#: 26: the whole of a broker kill's outage until the ended record), and when it served.
+COLUMNS = (*(p.name for p in PHASES), "grant_wait", "serving", "drill_outage")
 
 
 def events(path: Path) -> list[dict[str, Any]]:
@@ -82,6 +85,13 @@ def phases(workdir: Path) -> list[tuple[str, dict[str, float | None]]]:
             "active": active.get("t"),
         }
         row = {k: None if v is None else v * 1000 for k, v in durations(instants).items()}
+        waited = first(broker, t, "member_lease_promotion_wait", node=new, epoch=epoch)
+        serving = first(broker, waited["t"], "member_lease_serving", node=new) if waited else {}
+        row["grant_wait"] = waited.get("wait_ms", 0.0) if active else None
+        if serving:
+            row["serving"] = (serving["t"] - t) * 1000
+        else:
+            row["serving"] = None if not active else (active["t"] - t) * 1000
         checked = first(drill, t, "nemesis_cycle_checked")
         row["drill_outage"] = checked.get("outage_ms")
         rows.append((cycle or FAULT_RECORDS[record["event"]], row))

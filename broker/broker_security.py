@@ -213,10 +213,11 @@ class BrokerSecurity:
         return self.server_ssl
 
     async def listen_tls(
-        self, factory: Callable[[], asyncio.Protocol], interface: str
+        self, factory: Callable[[], asyncio.Protocol], interface: str, start_serving: bool = True
     ) -> Listener | None:
         """The AMQPS listener on ``--ssl-port`` (None without TLS) on ``--interface``'s
-        addresses (broker.listen); the port chosen is in :attr:`ssl_port`.
+        addresses (broker.listen); the port chosen is in :attr:`ssl_port`; ``start_serving``
+        False: bound, listening only from its :meth:`~broker.listen.Listener.start_serving`.
 
         :raises ListenError: naming the address that could not be bound."""
         if self.server_ssl is None:
@@ -228,6 +229,7 @@ class BrokerSecurity:
             interface,
             self.options.ssl_port,
             ssl=self.server_ssl,
+            start_serving=start_serving,
         )
         self.ssl_port = server.port
         return server

@@ -166,6 +166,11 @@ class Listener:
         """The port listened on (0 when closed)."""
         return next((int(s.getsockname()[1]) for s in self.sockets), 0)
 
+    async def start_serving(self) -> None:
+        """Listen and accept (a listener made with ``start_serving=False``)."""
+        for server in self.servers:
+            await server.start_serving()
+
     def close(self) -> None:
         for server in self.servers:
             server.close()
@@ -184,8 +189,11 @@ async def serve(
     *,
     ssl: ssl_module.SSLContext | None = None,
     backlog: int = 1024,
+    start_serving: bool = True,
 ) -> Listener:
-    """Listen with ``factory`` on every address of ``value`` (:func:`open_sockets`).
+    """Listen with ``factory`` on every address of ``value`` (:func:`open_sockets`);
+    ``start_serving`` False: bound, not listening yet, until :meth:`Listener.start_serving`
+    (a connection attempt meanwhile is refused at once, not left in a backlog nobody reads).
 
     :raises ListenError: as :func:`open_sockets`.
     """
@@ -195,7 +203,9 @@ async def serve(
         for sock in open_sockets(what, names, value, port):
             try:
                 servers.append(
-                    await loop.create_server(factory, sock=sock, ssl=ssl, backlog=backlog)
+                    await loop.create_server(
+                        factory, sock=sock, ssl=ssl, backlog=backlog, start_serving=start_serving
+                    )
                 )
             except BaseException:
                 sock.close()

@@ -90,6 +90,7 @@ from ha_agent.agent_report import AgentReport
 from ha_agent.agent_shutdown import AgentShutdown
 from ha_agent.broker_check import BrokerCheck, LivenessView
 from ha_agent.cluster_reader import ClusterReader
+from ha_agent.ended import record_reaped
 from ha_agent.fencer import Fencer
 from ha_agent.fencing import Fence, SessionGuard, SessionWatcher
 from ha_agent.in_sync_keeper import InSyncKeeper
@@ -486,14 +487,28 @@ class Agent:
         elif promotion.epoch is not None:
             self.promoted_epoch = promotion.epoch
             self.promoted_term = None if election is None else election.term
+            if promotion.pid is not None:  # the instance said it: primary of that epoch
+                self.broker.saw_primary(promotion.pid, promotion.broker_id, promotion.epoch)
         elif promotion.fence:
             self._fence(promotion.fence)
         else:
             self.resign()
 
     def _fence(self, reason: str) -> None:
-        """Stop the broker serving (kill it; it restarts as a backup), drop the VIP, resign."""
-        self.fencer.fence(reason, self.broker.fence_target())
+        """Stop the broker serving (kill it; it restarts as a backup), drop the VIP, record
+        the epochs it served as ended once its process is reaped (ha_agent.ended: before
+        the primary record goes), resign."""
+        target = self.broker.fence_target()
+        self.fencer.fence(reason, target)
+        supervisor = self.supervisor
+        record_reaped(
+            self.client,
+            self.settings.cluster,
+            self.settings.node,
+            (target, *self.broker.served(target)),
+            None if supervisor is None else supervisor.reaped,
+            reason,
+        )
         self.resign()
         self.broker.view = None
 

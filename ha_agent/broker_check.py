@@ -277,6 +277,9 @@ class BrokerCheck:
         self.agent = agent
         #: the broker's last /api/ha answered ``managed_by``: its promotions take the mark
         self.takes_mark = False
+        #: its last /api/ha's ``member_lease`` has ``ended``: a promotion may name the
+        #: older epochs whose primary's process exited (``ended_epochs``, ha_agent.ended)
+        self.takes_ended = False
         #: where the broker answers liveness and leases off its event loop (its last
         #: /api/ha's ``liveness``: None, an older broker or none learnt yet), and the token
         self.liveness_client: ManagementClient | None = None
@@ -309,6 +312,8 @@ class BrokerCheck:
                 if not isinstance(ha, dict):
                     raise ManagementError(f"{self.address}: /api/ha is not a JSON object")
                 self.takes_mark = "managed_by" in ha
+                lease = ha.get("member_lease")
+                self.takes_ended = isinstance(lease, dict) and "ended" in lease
                 self._learn_liveness(ha.get("liveness"))
                 shutdown = ha.get("cluster_shutdown")
                 self.cluster_shutdown = shutdown if isinstance(shutdown, str) else None
@@ -386,12 +391,15 @@ class BrokerCheck:
         timeout: float | None = None,
         in_sync: list[str] | None = None,
         committed_store: str | None = None,
+        ended_epochs: list[int] | None = None,
     ) -> dict[str, Any]:
         """``POST /api/ha/promote`` as the cluster manager, with the primary's first lease
         (seconds) and the backups it must expect (``in_sync``, broker ids) when given; the
         broker's answer. ``timeout`` replaces the check timeout for this call (a promotion
         does more than answer a status). ``committed_store``: the committed in-sync record
-        names the broker's store, this one (a joining broker beside backups: issue 25)."""
+        names the broker's store, this one (a joining broker beside backups: issue 25).
+        ``ended_epochs``: older epochs whose primary's process exited (ha_agent.ended), sent
+        only to a broker that said it takes them."""
         body: dict[str, Any] = {"cluster_manager": True, "epoch": epoch}
         if self.agent is not None and self.takes_mark:
             body["agent"] = self.agent  # the agent's own promotion (not one by hand)
@@ -401,6 +409,8 @@ class BrokerCheck:
             body["in_sync"] = in_sync
         if committed_store is not None:
             body["committed_store"] = committed_store
+        if ended_epochs and self.takes_ended:
+            body["ended_epochs"] = sorted(ended_epochs)
         return self._post("/api/ha/promote", body, timeout)
 
     def commit_in_sync(self, epoch: int, members: list[str]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ import time
 import structlog
 
 from ha_agent.broker_check import BrokerCheck, LivenessView
+from ha_agent.cluster_records import PRIMARY_STATES
 from ha_agent.loop_liveness import LoopJudge, LoopVerdict
 from ha_agent.promotion import BrokerView
 from ha_agent.watchdog import BrokerWatch
@@ -77,6 +78,9 @@ class LocalBroker:
         self.serving_pid: int | None = None
         self._watch = BrokerWatch()
         self._lock = threading.Lock()
+        #: per instance (pid): its broker id and the epochs it reported it was primary of
+        #: (what the agent may record as ended once that process is reaped: ha_agent.ended)
+        self._served: dict[int, tuple[str, frozenset[int]]] = {}
 
     def read(
         self, check: BrokerCheck
@@ -132,6 +136,8 @@ class LocalBroker:
         self.view = view
         if view is not None:
             self.last_view = view
+            if view.ha_state in PRIMARY_STATES and view.pid is not None:
+                self.saw_primary(view.pid, view.broker_id, view.epoch)
         if view is not None and view.is_primary and view.pid is not None:
             self.serving_pid = view.pid
 
@@ -155,6 +161,8 @@ class LocalBroker:
         if live is None:
             return None
         verdict = self.judge.judge(live.pid, live.times)
+        if live.ha_state in PRIMARY_STATES and live.pid is not None:
+            self.saw_primary(live.pid, live.broker_id, live.epoch)
         at = now - live.last_progress
         if verdict.running:  # its thread ran or waited for a CPU ``idle`` before
             at = max(at, sent - verdict.idle)
@@ -208,6 +216,25 @@ class LocalBroker:
         if view is not None:
             return view.is_primary
         return live is not None and live.is_primary
+
+    def saw_primary(self, pid: int, broker_id: str, epoch: int) -> None:
+        """Instance ``pid`` (``broker_id``) itself answered that it is the primary of
+        ``epoch``: a status, a liveness answer or its promotion's answer. A pid answering
+        with another broker id is another instance (the pid came round again)."""
+        known, epochs = self._served.get(pid, (broker_id, frozenset()))
+        broker_id = broker_id or known  # an answer that does not name it (an older broker)
+        if known != broker_id:
+            epochs = frozenset()
+        elif epoch in epochs:
+            return
+        self._served[pid] = (broker_id, epochs | {epoch})
+        for old in list(self._served)[:-4]:  # a few instances are plenty
+            del self._served[old]
+
+    def served(self, pid: int | None) -> tuple[str, frozenset[int]]:
+        """The broker id of instance ``pid`` and the epochs it said it was primary of
+        (("", empty): none seen)."""
+        return ("", frozenset()) if pid is None else self._served.get(pid, ("", frozenset()))
 
     def promoting(self, pid: int | None) -> None:
         """The agent asks instance ``pid`` to become primary: a fence meanwhile means it."""

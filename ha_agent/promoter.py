@@ -57,6 +57,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from broker.management.client import ManagementError
 from common.log import set_log_context
 from ha_agent.broker_check import BrokerCheck, LivenessView, PromoteRefused, timed_out
+from ha_agent.ended import read_ended
 from ha_agent.fencing import SessionGuard
 from ha_agent.in_sync_keeper import InSyncKeeper, PromotionRequest
 from ha_agent.loop_liveness import LoopJudge, LoopVerdict
@@ -86,6 +87,10 @@ class Promotion:
 
     epoch: int | None = None
     fence: str = ""
+    #: the instance promoted, as its answer named it (None: not said): it said it is the
+    #: primary of ``epoch`` (ha_agent.ended)
+    pid: int | None = None
+    broker_id: str = ""
 
 
 class Promoter:
@@ -141,6 +146,7 @@ class Promoter:
             # The promotion must be over well within the lease; past it, its outcome is
             # unknown (see below).
             timeout = min(PROMOTE_TIMEOUT, max(0.5, lease * 0.8))
+            ended = self._ended(epoch)
             try:
                 answer = self.broker_check.promote(
                     epoch,
@@ -148,6 +154,7 @@ class Promoter:
                     timeout=timeout,
                     in_sync=taken.expect,
                     committed_store=taken.committed_store,
+                    ended_epochs=ended,
                 )
             except ManagementError as exc:
                 # No answer: the broker may yet become primary after this agent resigned,
@@ -173,7 +180,24 @@ class Promoter:
             reason=reason,
             took_ms=round((time.monotonic() - started) * 1000, 3),
         )
-        return Promotion(epoch=epoch)
+        pid, broker_id = answer.get("pid"), answer.get("broker_id")
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            pid = None
+        return Promotion(epoch, pid=pid, broker_id=broker_id if isinstance(broker_id, str) else "")
+
+    def _ended(self, epoch: int) -> list[int]:
+        """The older epochs the cluster's ended record names (ha_agent.ended), for a broker
+        that takes them; read after the multi-op, so after the old primary record was
+        seen gone, and so after the old primary's agent recorded its end. A read that
+        fails names none (the broker then waits out its grants, as before)."""
+        if not self.broker_check.takes_ended:
+            return []
+        try:
+            ended = read_ended(self.client, self.settings.cluster)
+        except (KazooException, KazooTimeoutError) as exc:
+            _log.info("ended_read_failed", reason=repr(exc))
+            return []
+        return sorted(e for e in ended if e < epoch)
 
     def _await(
         self, exc: ManagementError, epoch: int, pid: int | None, timeout: float

@@ -95,6 +95,9 @@ class BrokerSupervisor:
         self.shut_down = False
         self._process: subprocess.Popen[bytes] | None = None
         self._mutex = threading.Lock()
+        #: the pids of the instances it reaped (newest last; a pid started again leaves)
+        self._reaped: list[int] = []
+        self._exited = threading.Condition(self._mutex)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -103,6 +106,21 @@ class BrokerSupervisor:
         with self._mutex:
             process = self._process
         return None if process is None or process.poll() is not None else process.pid
+
+    def reaped(self, pid: int | None, timeout: float = 0.0) -> bool:
+        """Has the instance ``pid`` this supervisor ran exited and been reaped (its
+        ``waitpid`` returned: it runs no code and its sockets are closed)? Waits up to
+        ``timeout`` seconds for it. False for a pid it never ran, or ran again since."""
+        if pid is None:
+            return False
+        deadline = time.monotonic() + timeout
+        with self._exited:
+            while pid not in self._reaped:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._exited.wait(left)
+            return True
 
     def start(self) -> BrokerSupervisor:
         self._thread = threading.Thread(target=self._run, name="broker-supervisor", daemon=True)
@@ -168,8 +186,13 @@ class BrokerSupervisor:
                     process.wait()
                     return
                 self._process = process
+                if process.pid in self._reaped:  # the pid came round again
+                    self._reaped.remove(process.pid)
             _log.info("broker_process_started", pid=process.pid, restarts=self.restarts)
             code = process.wait()
+            with self._exited:
+                self._reaped = [*self._reaped[-7:], process.pid]
+                self._exited.notify_all()
             if self._stopping.is_set():
                 return
             ran = time.monotonic() - started

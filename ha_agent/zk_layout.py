@@ -19,6 +19,9 @@ Layout (docs: /work/shared/ARCHITECTURE.md, "ZooKeeper layout")::
     /qpid-ha/<cluster>/agents/<node>    ephemeral, JSON: what the agent tells operators: its
                                         fence brake, why it waits (ha_agent.agent_status;
                                         added after 0.1.0, whose agents never read it)
+    /qpid-ha/<cluster>/ended            persistent, JSON: the epochs whose primary's broker
+                                        process its agent saw reaped (ha_agent.ended;
+                                        added after 0.1.0, whose agents never read it)
 
 Error Handling
 ==============
@@ -96,6 +99,11 @@ class ClusterLayout:
     def in_sync(self) -> str:
         """``/qpid-ha/<cluster>/in-sync``: the committed in-sync set (persistent)."""
         return f"{self.root}/in-sync"
+
+    @property
+    def ended(self) -> str:
+        """``/qpid-ha/<cluster>/ended``: the epochs whose primary's process exited."""
+        return f"{self.root}/ended"
 
     @property
     def hints(self) -> str:

@@ -42,9 +42,13 @@ class NotPrimary(DialRefused):
     """The broker dialled answered but is not an HA primary; ``state`` is its HA status
     (None: not an HA broker)."""
 
-    def __init__(self, state: str | None) -> None:
+    def __init__(self, state: str | None, promoted: bool = False) -> None:
         super().__init__(f"not a primary ({state or 'not an HA broker'})")
         self.state = state
+        #: Its connection.start named a backup's state, yet it admitted the link at
+        #: connection.open, which only a primary does: it was promoted during the
+        #: handshake (its start's epoch is stale too). Dialled again at once.
+        self.again = promoted
 
 
 def describe_dial_failure(address: Address, exc: Exception) -> tuple[str, bool]:

@@ -200,6 +200,8 @@ class HaBroker:
             cluster_users=context.authenticator.cluster_users,
         )
         self._promoting = asyncio.Lock()
+        #: the epochs the promotion in progress was told ended (``promote``'s ``ended``)
+        self._ended: frozenset[int] = frozenset()
         #: While promoted (and a moment after), housekeeping over every queue waits.
         self.quiet = PromotionQuiet()
         #: A promotion's actions that wait for I/O, in order (:meth:`_perform` queues them,
@@ -429,12 +431,18 @@ class HaBroker:
 
     # -- promotion ---------------------------------------------------------------------
     async def promote(
-        self, epoch: int | None = None, in_sync: list[str] | None = None, store_named: bool = False
+        self,
+        epoch: int | None = None,
+        in_sync: list[str] | None = None,
+        store_named: bool = False,
+        ended: frozenset[int] = frozenset(),
     ) -> HaState:
         """Become the primary (cluster-manager only), expecting the backups of the
         committed in-sync set ``in_sync`` (broker ids) when the cluster manager keeps one;
         ``store_named``: its committed record names this broker's store (a joining broker
-        is then refused only beside a serving primary). Returns the new state.
+        is then refused only beside a serving primary); ``ended``: older epochs whose
+        primary's process exited (its grants to them are not waited out). Returns the new
+        state.
 
         One promotion at a time: a second request waits for the first and then finds the
         broker primary already (or fenced)."""
@@ -444,6 +452,7 @@ class HaBroker:
             if quiet:
                 self.quiet.began(self.now())
             self._awaiting.clear()
+            self._ended = ended
             try:
                 self.handle(PromoteRequested(epoch, members, store_named))
                 while self._awaiting:
@@ -513,7 +522,7 @@ class HaBroker:
         if orphans:
             self.log_.info("ha_orphan_queues", queues=orphans)
         now = self.context.clock()
-        self.lease.promoted(self.epoch_store.current, now)  # waits out its own grant
+        self.lease.promoted(self.epoch_store.current, now, self._ended)  # its own grant
         self.handle(PrimaryStarted(self.url, primary.replicated_queue_names(), now))
         self.lease.start()
         self.handle(Tick(now, self.grants_until()))  # active at once when nobody is expected

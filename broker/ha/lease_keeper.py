@@ -16,7 +16,8 @@ not known to be leaving (:meth:`MemberLeases.close_clients_due`), it has the bro
 its clients' connections (``on_close_clients``: 320 CONNECTION_FORCED,
 ``member_lease_clients_closed``), so they go
 on to the next address of their URL list (issue 26, item 4). Promoted, it serves only once
-its own grants to older epochs have lapsed (``member_lease_promotion_wait``).
+its own grants to older epochs have lapsed (``member_lease_promotion_wait``), but for the
+epochs its promotion was told ended (``member_lease_grant_ended``).
 
 THREAD UNSAFE: the broker's event loop owns it (the ledger alone is read off the loop).
 """
@@ -76,6 +77,9 @@ class LeaseKeeper:
         self.grants = GrantLedger(times)
         #: The wait at its last promotion for its own older grant to lapse (seconds).
         self.promotion_wait = 0.0
+        #: The epochs its last promotion was told ended (their primaries' processes
+        #: exited): its grants to them were not waited out.
+        self.ended: frozenset[int] = frozenset()
         #: Called when the primary serves again (the server wakes every connection).
         self.on_serving_resumed: Callable[[], None] | None = None
         #: Called (with the reason) when the primary has not served long enough that its
@@ -94,10 +98,24 @@ class LeaseKeeper:
         self.grants.grant(epoch, duration, self.host.now())
 
     # -- promotion ---------------------------------------------------------------------
-    def promoted(self, epoch: int, now: float) -> None:
+    def promoted(self, epoch: int, now: float, ended: frozenset[int] = frozenset()) -> None:
         """Whatever promoted it: serve no earlier than this broker's last grant to an older
-        epoch lapsed (its link is dropped: it grants no more), logged and counted."""
-        lapse = self.grants.lapse_at(epoch)
+        epoch lapsed (its link is dropped: it grants no more), logged and counted; a grant
+        to an epoch in ``ended`` (its primary's broker process exited, as its agent
+        recorded: :meth:`~broker.ha.member_lease.GrantLedger.lapse_at`) is not waited out
+        (``member_lease_grant_ended``)."""
+        self.ended = frozenset(ended)
+        lapse = self.grants.lapse_at(epoch, self.ended)
+        kept = self.grants.lapse_at(epoch)
+        if kept > max(lapse, now):
+            last = self.grants.last()
+            self.host.log_.info(
+                "member_lease_grant_ended",
+                epoch=epoch,
+                ended=sorted(self.ended),
+                granted_epoch=None if last is None else last[0],
+                saved_ms=round((kept - max(lapse, now)) * 1000.0, 1),
+            )
         self.leases.serve_after(lapse)
         self.promotion_wait = max(0.0, lapse - now)
         if self.promotion_wait > 0:
@@ -292,6 +310,9 @@ class LeaseKeeper:
             "fenced": self.host.fenced,  # it serves no more, whatever the grants
             "grants_remaining": _left(leases.grants_until(), now),
             "promotion_wait": round(self.promotion_wait, 3),
+            # the epochs the last promotion was told ended (a cluster manager that sees
+            # this key may send ``ended_epochs`` with a promotion)
+            "ended": sorted(self.ended),
             "granted": (
                 None
                 if last is None

@@ -47,8 +47,11 @@ as primary (nor help promote another) for the epoch after yours until my grant l
 backup counts it from when it received the request, for the duration stretched by the
 clock-drift bound (:meth:`LeaseTimes.held`), and keeps the latest lapse per epoch granted.
 Whatever promotes it, the broker refuses to serve as primary until every grant it gave an
-older epoch has lapsed (:meth:`GrantLedger.lapse_at`). The ledger is read by the liveness
-thread (``GET /grant``) as well as the loop: it is one immutable tuple swapped whole.
+older epoch has lapsed (:meth:`GrantLedger.lapse_at`), except a grant to an epoch whose
+primary's broker process is known to have exited (its agent saw it reaped and recorded it:
+``ha_agent.ended``; the promotion names it): nothing can use that grant any more. The
+ledger is read by the liveness thread (``GET /grant``) as well as the loop: it is one
+immutable tuple swapped whole.
 
 **Why the primary never counts longer than the backup holds** (tests/ha/test_member_lease.py
 checks it with hypothesis): the request is received after it was sent, so in real time the
@@ -369,10 +372,16 @@ class GrantLedger:
         if epoch not in self.unneeded and any(e == epoch for e, _ in self.grants):
             self.unneeded = self.unneeded | {epoch}
 
-    def lapse_at(self, epoch: int) -> float:
+    def lapse_at(self, epoch: int, ended: Collection[int] = ()) -> float:
         """When every grant this broker gave an epoch older than ``epoch`` has lapsed
-        (-inf: none given)."""
-        return max((until for e, until in self.grants if e < epoch), default=-math.inf)
+        (-inf: none given). ``ended``: epochs whose primary is known to serve no more (its
+        broker process exited: its agent saw it reaped and recorded it, ha_agent.ended):
+        a grant to one of them promises nothing anyone can still use, so it is not waited
+        out."""
+        return max(
+            (until for e, until in self.grants if e < epoch and e not in ended),
+            default=-math.inf,
+        )
 
     def grant_lapsed(self, epoch: int, now: float) -> bool:
         """Has every grant to an epoch older than ``epoch`` lapsed by ``now``?"""

@@ -10,7 +10,9 @@ which failed dials are worth a log line.
 One *round* dials each address in turn. A dial that succeeds runs the session (replicating
 until the link drops) and then the round goes on with the next address; a dial that fails
 hands its reason to ``on_dial_failed`` (the one place a failed dial is seen) and the round
-goes on. After the round the loop sleeps for :meth:`Backoff.next_delay` and starts again.
+goes on (a refusal that says ``again``, a peer promoted during the handshake, dials that
+address once more at once). After the round the loop sleeps for :meth:`Backoff.next_delay`
+and starts again.
 A session that ends by giving up (it returns False: a replication error, issue 24) does not
 reset the backoff: a link that comes up and fails at once is redialled ever more slowly
 (exponential, capped by the maintenance interval), never dozens of times a second.
@@ -178,6 +180,10 @@ class DialRefused(Exception):
     connection it opened before raising.
     """
 
+    #: The peer changed during this dial (promoted during the handshake): dial it again at
+    #: once, once, instead of going on round the list and pausing.
+    again = False
+
 
 def _ignore(address: Address, reason: Exception) -> None:
     """The default ``on_dial_failed``: a failed dial is retried, nothing more."""
@@ -208,11 +214,15 @@ async def dial_loop(
     failures: tuple[type[Exception], ...] = (DialRefused, *dial_errors)
     while True:
         for address in addresses:
-            try:
-                connection = await dial(address)
-            except failures as exc:
-                on_dial_failed(address, exc)
-                continue
-            if await session(connection, address) is not False:
-                backoff.succeeded()
+            for _attempt in range(2):  # a refusal that says ``again``: once more at once
+                try:
+                    connection = await dial(address)
+                except failures as exc:
+                    on_dial_failed(address, exc)
+                    if isinstance(exc, DialRefused) and exc.again:
+                        continue
+                    break
+                if await session(connection, address) is not False:
+                    backoff.succeeded()
+                break
         await sleep(backoff.next_delay())

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -65,6 +66,9 @@ MANAGER_SEEN_WITHIN = 2.0
 #: The largest fencing epoch accepted (a signed 64-bit integer, as ZooKeeper keeps it).
 MAX_EPOCH = 2**63 - 1
 
+#: The most ``ended_epochs`` a promotion may name (the agents' record keeps 8).
+MAX_ENDED = 16
+
 
 async def _manager_command(request: web.Request, fields: set[str], refusal: str) -> dict[str, Any]:
     """The JSON body of a cluster manager's command (promote, lease, in-sync, members,
@@ -94,6 +98,18 @@ def _lease_seconds(data: dict[str, Any]) -> float | None:
             f"lease must be seconds, more than 0 and at most {MAX_LEASE:g}: {lease!r}",
         )
     return float(lease)
+
+
+def _ended_epochs(data: dict[str, Any]) -> frozenset[int]:
+    """``ended_epochs``: older epochs whose primary's broker process exited, as the
+    cluster manager saw it reaped (absent: none); 400 for anything but a list of epochs."""
+    ended = data.get("ended_epochs", [])
+    if not isinstance(ended, list) or len(ended) > MAX_ENDED or not all(map(_is_epoch, ended)):
+        raise ApiError(
+            HTTPStatus.BAD_REQUEST,
+            f"ended_epochs must be a list of at most {MAX_ENDED} epochs 0..{MAX_EPOCH}: {ended!r}",
+        )
+    return frozenset(ended)
 
 
 def _is_epoch(epoch: Any) -> bool:
@@ -184,11 +200,24 @@ class HaEndpoints:
         on a broker an agent manages, only with the agent's mark (``"agent": NODE``) or
         ``"force": true``. ``"committed_store": ID``: the agent's committed in-sync record
         names this broker's store (refused, 409, when this broker's store is another): a
-        joining broker is then refused only beside a serving primary (issue 25, item 3)."""
+        joining broker is then refused only beside a serving primary (issue 25, item 3).
+        ``"ended_epochs": [N, ...]``: older epochs whose primary's broker process its agent
+        saw reaped (ha_agent.ended): this broker's grants to them are not waited out before
+        it serves (issue 26). The answer names the instance promoted (``pid``,
+        ``broker_id``)."""
         ha = self._ha()
         data = await _manager_command(
             request,
-            {"cluster_manager", "epoch", "lease", "in_sync", "agent", "force", "committed_store"},
+            {
+                "cluster_manager",
+                "epoch",
+                "lease",
+                "in_sync",
+                "agent",
+                "force",
+                "committed_store",
+                "ended_epochs",
+            },
             "promote is a cluster-manager command: only the cluster manager may promote"
             " (send cluster_manager: true)",
         )
@@ -210,6 +239,7 @@ class HaEndpoints:
                 f"the committed in-sync record names store {named!r}; this broker's store is"
                 f" {self.broker.store_id!r}",
             )
+        ended = _ended_epochs(data)
         managed_by = self.promote_guard.managed_by
         refusal = self.promote_guard.refusal(agent, force)
         user = current_user.get()
@@ -221,16 +251,25 @@ class HaEndpoints:
         from broker.ha.ha_broker import PromoteError
 
         try:
-            if named is None:
+            if named is None and not ended:
                 state = await ha.promote(epoch, in_sync)
             else:
-                state = await ha.promote(epoch, in_sync, store_named=True)
+                state = await ha.promote(epoch, in_sync, store_named=named is not None, ended=ended)
             if lease is not None:
                 ha.grant_lease(lease)
         except PromoteError as exc:
             raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
         self.log.info("ha_promote_requested", user=user, epoch=ha.epoch, agent=agent)
-        return json_response({"state": state.value, "epoch": ha.epoch})
+        # pid and broker_id: the instance promoted, which its agent may later record as
+        # ended once it saw that very process reaped (ha_agent.ended)
+        return json_response(
+            {
+                "state": state.value,
+                "epoch": ha.epoch,
+                "pid": os.getpid(),
+                "broker_id": ha.broker_id,
+            }
+        )
 
     async def lease(self, request: web.Request) -> web.Response:
         """POST /api/ha/lease {"cluster_manager": true, "lease": seconds}: renew the primary's

@@ -161,6 +161,13 @@ class UserDatabase:
     def _tag(self, password: str) -> bytes:
         return hmac.new(self._key, password.encode("utf-8"), hashlib.sha256).digest()
 
+    def tag(self, password: str) -> bytes:
+        """``password`` under this database's in-memory key (HMAC-SHA-256, microseconds):
+        equal tags, equal passwords; it reveals nothing without the key, which never leaves
+        the process. The logins hashing at once share by it
+        (:mod:`broker.security.password_checks`)."""
+        return self._tag(password)
+
     def check_remembered(self, name: str, password: str) -> bool:
         """Whether ``password`` is the one last verified for ``name`` (microseconds, no
         hash): False means "not known yet", pay :meth:`check`."""

@@ -92,3 +92,17 @@ def test_a_starved_backup_stands_by_its_last_view_a_stopped_one_does_not() -> No
     restarted = LoopTimes(3.2, 0.1, 0.1, 0.0)
     broker.heard(3.2, 3.2, LivenessView(0.1, "joining", pid=15, times=restarted))
     assert broker.standing() is None  # another instance: not the view of the one before
+
+
+def test_the_epochs_an_instance_itself_said_it_was_primary_of() -> None:
+    """What a fence may record as ended once that instance's process is reaped (issue 26,
+    ha_agent/ended.py): only what the instance answered, per pid and broker id."""
+    broker = seen(BrokerView("recovering", epoch=3, pid=10, broker_id="b-10"))
+    broker.answered(1.0, 1.1, BrokerView("ready", epoch=5, pid=10, broker_id="b-10"))
+    broker.answered(2.0, 2.1, None, LivenessView(0.0, "active", epoch=4, pid=10))  # no id
+    assert broker.served(10) == ("b-10", frozenset({3, 4}))  # never 5: a backup's epoch
+    broker.saw_primary(10, "b-10", 6)  # its promotion's answer
+    assert broker.served(10) == ("b-10", frozenset({3, 4, 6}))
+    broker.answered(3.0, 3.1, BrokerView("active", epoch=9, pid=10, broker_id="b-11"))
+    assert broker.served(10) == ("b-11", frozenset({9}))  # the pid came round: another one
+    assert broker.served(None) == broker.served(11) == ("", frozenset())

@@ -42,6 +42,12 @@ ZooKeeper serves again it may have expired every session (each agent starts a ne
 the primary's agent takes its record back with the real :func:`ha_agent.reclaim.reclaim`
 if nothing changed) or kept them (the primary's agent renews its lease).
 
+A broker kill without the grant's wait (issue 26, item 5): an agent's fence records the
+epochs its killed (or dead) broker instance had answered it was primary of as ended, with
+the real :func:`~ha_agent.ended.record_reaped` (the instance is gone: the model's kill is
+its reap), and a promotion reads them with the real :func:`~ha_agent.ended.read_ended`; the
+promoted broker's wait then skips its grants to those epochs.
+
 Invariants: no two brokers serve at once, no epoch is promoted twice, and a new primary's
 store holds every confirmed message. ``PROMOTION_MODEL_EXAMPLES`` runs it longer by hand
 (``make test`` runs a few seconds of it).
@@ -60,6 +66,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError
 
+from ha_agent.ended import read_ended, record_reaped
 from ha_agent.epoch_counter import next_epoch
 from ha_agent.in_sync import InSyncRecordError, read_in_sync, write_in_sync
 from ha_agent.in_sync_keeper import InSyncKeeper, PromotionRequest, Taken
@@ -124,6 +131,9 @@ class Broker:
     #: a primary that fenced itself: it serves no more and stops (still "active" until it
     #: exits: ``fenced_broker_exits``), as the real broker answers while it stops
     fenced: bool = False
+    #: a primary's: the older epochs its promotion was told ended (their primaries'
+    #: processes reaped: ha_agent.ended); its grants to them are not waited out
+    ended: frozenset[int] = frozenset()
 
     @property
     def broker_id(self) -> str:
@@ -139,7 +149,7 @@ class Broker:
         self.guarded, self.pending, self.held = set(), set(), set()
         self.lease_set, self.grants, self.unneeded = set(), {}, set()
         self.told, self.asked = (0, frozenset()), set()
-        self.leased, self.fenced = True, False
+        self.leased, self.fenced, self.ended = True, False, frozenset()
 
     def grant_answer(self, epoch: int) -> GrantView | None:
         """``GET /grant?epoch=N`` (None: the broker is down)."""
@@ -203,6 +213,8 @@ class Agent:
     taken: Taken | None = None  # committed in ZooKeeper, the broker not promoted yet
     old_epoch: int | None = None  # 0.1.0: the epoch taken, the set not written yet
     reclaim: int | None = None  # its session expired while its broker served on grants
+    #: the epochs each broker instance (broker id) answered it was primary of
+    seen: dict[str, set[int]] = field(default_factory=dict)
 
 
 class PromotionModel(RuleBasedStateMachine):
@@ -249,8 +261,10 @@ class PromotionModel(RuleBasedStateMachine):
         lapsed (the member lease; an empty set: its agent's lease, as before)."""
         if primary.state != "active" or primary.fenced:
             return False
-        if any(up for e, up in primary.grants.items() if e < primary.epoch):
-            return False  # a promotion's wait
+        if any(
+            up for e, up in primary.grants.items() if e < primary.epoch and e not in primary.ended
+        ):
+            return False  # a promotion's wait (not for a primary whose process ended)
         by_id = {b.broker_id: b for b in self.brokers.values()}
         # a member never asked holds none; past its manager's lease every member must grant
         needed = primary.lease_set if not primary.leased else primary.lease_set & primary.asked
@@ -335,11 +349,27 @@ class PromotionModel(RuleBasedStateMachine):
         agent.promoted, agent.locked, agent.taken, agent.old_epoch = None, False, None, None
 
     def fence(self, node: str) -> None:
-        """The agent kills its broker (it restarts as a joining backup), then resigns."""
-        broker = self.brokers[node]
+        """The agent kills its broker (it restarts as a joining backup), records the epochs
+        that instance said it was primary of as ended (the real code: its process is
+        reaped), then resigns."""
+        broker, agent = self.brokers[node], self.agents[node]
+        instance = broker.broker_id
+        if agent.client is not None and self.live(node) and not agent.old:  # 0.1.0: none
+            epochs = frozenset(agent.seen.get(instance, set()))
+            if record_reaped(
+                agent.client, CLUSTER, node, (broker.starts, instance, epochs),
+                lambda pid, timeout: True, "fenced",
+            ):  # fmt: skip
+                note("an ended primary recorded")
         if broker.state != "down":
             broker.restart()
         self.resign(node)
+
+    def saw(self, node: str) -> None:
+        """The agent's check read its broker: an instance answering as primary is noted."""
+        view = self.brokers[node].view()
+        if view is not None and view.ha_state == "active":
+            self.agents[node].seen.setdefault(view.broker_id, set()).add(view.epoch)
 
     def promote_broker(self, node: str, epoch: int, expect: list[str]) -> None:
         broker = self.brokers[node]
@@ -354,7 +384,7 @@ class PromotionModel(RuleBasedStateMachine):
         if len(self.epochs) > 2:
             note("a cascade: a third primary")
         broker.state, broker.epoch, broker.synced_to = "active", epoch, None
-        broker.leased = True
+        broker.leased, broker.ended = True, frozenset()
         live = {b.broker_id for b in self.brokers.values() if b.state in ("ready", "joining")}
         broker.guarded, broker.held = set(expect), set()
         broker.lease_set, broker.told, broker.asked = set(expect), (0, frozenset()), set()
@@ -466,6 +496,7 @@ class PromotionModel(RuleBasedStateMachine):
         assert agent.client is not None and agent.keeper is not None
         try:
             self.publish_member(node)
+            self.saw(node)
             view = broker.view()
             if agent.promoted is not None and (view is None or not view.is_primary):
                 self.fence(node)  # its broker died or restarted: the record goes
@@ -533,8 +564,16 @@ class PromotionModel(RuleBasedStateMachine):
         if broker.state == "down":
             self.resign(node)  # refused: the record goes
             return
+        try:
+            ended = frozenset(e for e in read_ended(agent.client, CLUSTER) if e < taken.epoch)
+        except KazooException:
+            ended = frozenset()
         self.promote_broker(node, taken.epoch, taken.expect)
+        broker.ended = ended
+        if any(up for e, up in broker.grants.items() if e in ended):
+            note("a promotion did not wait out a grant to an ended primary")
         agent.promoted = taken.epoch
+        self.saw(node)  # the promotion's answer names the instance
 
     def old_agent_promotes(self, _node: str) -> None:
         """A step of an agent of 0.1.0: the lock; the epoch; the set (format 1, conditional); the
@@ -660,6 +699,13 @@ class PromotionModel(RuleBasedStateMachine):
             agent.promoted = epoch
             broker.leased = True
             note("the primary's record taken back after ZooKeeper's outage")
+
+    @rule()
+    def primary_broker_killed(self) -> None:
+        """The drill's broker kill: the serving primary's broker SIGKILLed, its agent alive
+        (its next check fences: the ended record; the next promotion reads it)."""
+        for primary in self.serving():
+            primary.state = "down"
 
     @rule()
     def lose_the_next_answer(self) -> None:

@@ -194,6 +194,10 @@ def test_a_promoted_broker_waits_for_its_own_older_grant() -> None:
     ledger.grant(3, 1.0, 100.2)  # an older request delivered late extends nothing
     assert ledger.lapse_at(4) == 101.5
     assert ledger.lapse_at(3) == -math.inf  # nothing granted to an epoch before 3
+    # epoch 3's primary process exited (ha_agent.ended): its grant is not waited out
+    assert ledger.lapse_at(4, ended={3}) == -math.inf and ledger.lapse_at(4, ended={2}) == 101.5
+    ledger.grant(2, 1.0, 100.0)
+    assert ledger.lapse_at(4, ended={3}) == 101.0  # the other epoch's grant still is
     assert not ledger.grant_lapsed(4, 101.4) and ledger.grant_lapsed(4, 101.5)
     leases = MemberLeases(times)
     leases.serve_after(ledger.lapse_at(4))

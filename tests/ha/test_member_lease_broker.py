@@ -141,6 +141,30 @@ def test_a_promoted_backup_waits_for_its_own_grant_to_lapse(tmp_path: Path) -> N
     assert not ha.grants.answer(4, granted_at + 1.0)["lapsed"]
 
 
+def test_a_grant_to_an_ended_epoch_is_not_waited_out_another_still_is(tmp_path: Path) -> None:
+    """Issue 26: the primary of epoch 3's process exited (its agent saw it reaped:
+    ``ended``), so this broker's grant to epoch 3 protects nothing and it serves at once;
+    a grant to epoch 2, not named, is still waited out."""
+    ha, _clock, log = ha_broker(tmp_path)
+    ha.member_grant(3, LEASE)
+    asyncio.run(ha.promote(epoch=4, ended=frozenset({3})))
+    assert not events(log, "member_lease_promotion_wait")
+    [ended] = events(log, "member_lease_grant_ended")
+    assert ended["ended"] == [3] and ended["granted_epoch"] == 3 and ended["saved_ms"] > 0
+    assert ha.may_confirm() and refusal(ha) is None
+    status = ha.lease_status()
+    assert status["promotion_wait"] == 0 and status["ended"] == [3]
+
+    (tmp_path / "other").mkdir()
+    other, _clock, log = ha_broker(tmp_path / "other")
+    other.member_grant(2, LEASE)
+    other.member_grant(3, LEASE)
+    asyncio.run(other.promote(epoch=4, ended=frozenset({3})))
+    [wait] = events(log, "member_lease_promotion_wait")
+    assert wait["wait_ms"] == round(LEASE * 1.01 / 0.99 * 1000, 1)
+    assert not other.may_confirm()
+
+
 def test_a_client_closed_while_not_serving_gets_the_close_and_nothing_it_held(
     tmp_path: Path,
 ) -> None:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.ha.backup import LINK_RETRY_MIN
+from broker.ha.dial_failure import NotPrimary
 from broker.ha.redial import Backoff, DialRefused, dial_loop
 from common.url import Address
 
@@ -179,6 +180,38 @@ def test_a_refusal_is_a_failed_dial_with_its_reason() -> None:
         )
     )
     assert [(address, str(reason)) for address, reason in reasons] == [(A, "not an HA primary")]
+
+
+def test_a_peer_promoted_during_the_dial_is_dialled_again_at_once_once() -> None:
+    """A backup's state in connection.start yet the link admitted (issue 26): the peer was
+    promoted during the handshake. It is dialled again before the next address, once."""
+    dials: list[str] = []
+
+    async def dial(address: Address) -> str:
+        dials.append(address.host)
+        promoted = NotPrimary("ready", promoted=True)
+        if address is A and dials.count("a") in (1, 3, 4):
+            raise promoted  # the 1st: at once again; the 3rd and 4th: once, not for ever
+        if address is B:
+            raise NotPrimary("ready")  # a plain backup: the round goes on
+        return "conn-a"
+
+    sessions: list[str] = []
+
+    async def session(connection: str, address: Address) -> None:
+        sessions.append(connection)
+
+    pauses = 0
+
+    async def sleep(delay: float) -> None:
+        nonlocal pauses
+        pauses += 1
+        if pauses == 2:
+            raise Stop
+
+    run(dial_loop([A, B], dial, session, Backoff(0.01, 1.0), sleep=sleep))
+    assert dials == ["a", "a", "b", "a", "a", "b"]
+    assert sessions == ["conn-a"]  # the first round's second dial
 
 
 def test_other_errors_end_the_loop() -> None:

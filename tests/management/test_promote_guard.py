@@ -8,6 +8,7 @@ tests/agent/test_agent_hand_promote.py).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -84,7 +85,9 @@ class FakeHa:
 
     state: State = State.READY
     epoch: int = 3
+    broker_id: str = "b-1"
     promotions: list[tuple[int | None, list[str] | None]] = field(default_factory=list)
+    ended: list[frozenset[int]] = field(default_factory=list)
     commits: list[tuple[int, list[str]]] = field(default_factory=list)
 
     def status(self) -> dict[str, Any]:
@@ -94,8 +97,15 @@ class FakeHa:
         yield  # one slice, as HaBroker's status in slices
         return self.status()
 
-    async def promote(self, epoch: int | None, in_sync: list[str] | None) -> State:
+    async def promote(
+        self,
+        epoch: int | None,
+        in_sync: list[str] | None,
+        store_named: bool = False,
+        ended: frozenset[int] = frozenset(),
+    ) -> State:
         self.promotions.append((epoch, in_sync))
+        self.ended.append(ended)
         self.state = State.ACTIVE
         if epoch is not None:
             self.epoch = epoch
@@ -142,7 +152,8 @@ def test_a_broker_no_agent_read_is_promoted_without_a_mark() -> None:
     async def scenario(client: Client) -> None:
         assert (await get_ha(client))["managed_by"] is None
         assert (await get_ha(client, "?manager=1"))["managed_by"] is None
-        assert await promote(client, epoch=4) == (200, {"state": "active", "epoch": 4})
+        answer = {"state": "active", "epoch": 4, "pid": os.getpid(), "broker_id": "b-1"}
+        assert await promote(client, epoch=4) == (200, answer)  # the instance promoted
 
     serve(broker, scenario)
     assert broker.ha.promotions == [(4, None)]
@@ -205,6 +216,32 @@ def test_a_bad_mark_or_force_is_400(body: dict[str, Any], word: str) -> None:
 
     serve(broker, scenario)
     assert broker.ha.promotions == []
+
+
+@pytest.mark.parametrize(
+    "ended", [3, "3", [3, "4"], [True], [-1], [2**63], list(range(17)), {"3": 3}, [3.0]]
+)
+def test_bad_ended_epochs_are_400(ended: Any) -> None:
+    broker = HaBroker()
+
+    async def scenario(client: Client) -> None:
+        status, answer = await promote(client, epoch=4, ended_epochs=ended)
+        assert status == 400 and "ended_epochs" in answer["reason"]
+
+    serve(broker, scenario)
+    assert broker.ha.promotions == []
+
+
+def test_ended_epochs_reach_the_role() -> None:
+    """Issue 26: the older epochs whose primary's process its agent saw reaped."""
+    broker = HaBroker()
+
+    async def scenario(client: Client) -> None:
+        assert (await promote(client, epoch=4, ended_epochs=[3, 2, 3]))[0] == 200
+        assert (await promote(client, epoch=5, ended_epochs=[]))[0] == 200
+
+    serve(broker, scenario)
+    assert broker.ha.ended == [frozenset({2, 3}), frozenset()]
 
 
 def test_a_bad_agent_name_in_the_health_check_is_400_and_marks_nothing() -> None:

@@ -11,6 +11,7 @@ inside it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ipaddress
 import json
@@ -26,7 +27,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from broker.listen import listen_addresses, peer_address
+from broker.listen import listen_addresses, peer_address, serve
 from common.polling import free_port, poll_until
 from tests.broker_process import QPIDD
 from tests.netns import Host, Lan, ip, is_root
@@ -48,6 +49,30 @@ from tests.netns import Host, Lan, ip, is_root
 )
 def test_listen_addresses(value: str, ipv6: bool, addresses: list[str]) -> None:
     assert listen_addresses(value, ipv6=ipv6) == addresses
+
+
+def test_a_listener_bound_but_not_serving_refuses_at_once_then_accepts() -> None:
+    """A broker binds its AMQP port first and listens only once it is started (issue 26):
+    a client dialling it meanwhile is refused at once (it tries its next address) instead
+    of waiting in a backlog nobody reads."""
+
+    async def scenario() -> None:
+        listener = await serve(
+            asyncio.Protocol, "AMQP", "--interface/--port", "127.0.0.1", 0, start_serving=False
+        )
+        try:
+            port = listener.port
+            assert port
+            with pytest.raises(ConnectionRefusedError):
+                await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+            await listener.start_serving()
+            _reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+            writer.close()
+        finally:
+            listener.close()
+            await listener.wait_closed()
+
+    asyncio.run(scenario())
 
 
 def test_only_ipv6_addresses_on_a_host_without_ipv6_is_an_error() -> None:
