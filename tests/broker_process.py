@@ -46,7 +46,7 @@ class BrokerProcess:
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
-    def start(self, timeout: float = 15.0) -> BrokerProcess:
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
         self.port = self.port or free_port()
         self.mgmt_port = self.mgmt_port or free_port()
         cmd = [

@@ -69,7 +69,7 @@ class Cluster:
             for i, port in enumerate(self.ports)
         ]
 
-    def start(self, timeout: float = 15.0) -> Cluster:
+    def start(self, timeout: float = 30.0) -> Cluster:
         """Start every broker; if one fails to start, stop those already started (callers
         stop the cluster in a ``finally`` that a failed start never reaches).
 
