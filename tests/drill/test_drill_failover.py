@@ -83,7 +83,9 @@ def test_drill_through_a_sigkill_of_the_primary_broker(
             return len(roles) == 4
 
         poll_until(connected, 30)
-        poll_until(lambda: enqueued(old.mgmt_port) >= 200, 30)  # a second of traffic
+        # traffic flows (a second of it at the rate on a quiet machine; at load 50 the
+        # drill's 10 s of publishing made fewer than 200, and the kill must come within them)
+        poll_until(lambda: enqueued(old.mgmt_port) >= 40, 30)
         pid = old.broker_pid()
         killed_at = time.time()
         os.kill(pid, signal.SIGKILL)
