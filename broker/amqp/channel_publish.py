@@ -237,11 +237,11 @@ class Publisher:
             routed, rejected = False, 0
         else:
             result = self.vhost.publish(exchange, message)
-            routed, rejected = bool(result.routed), result.rejected
+            routed, rejected = result.queues > 0, result.rejected
         if not routed and mandatory:
             self.send_return(message)
         if handle is not None:
-            handle.release(ok=rejected == 0)
+            handle.release(rejected == 0)  # ok: no queue refused it
 
     def send_return(self, message: Message) -> None:
         """basic.return (312 NO_ROUTE) of a mandatory message that routed nowhere."""
