@@ -16,14 +16,17 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pamqp import body, commands, frame, header
 
 from broker.amqp import connection as connection_module
 from broker.amqp import framing
+from broker.amqp.context import BrokerContext, ConnectionSettings
 from broker.core import properties
-from tests.amqp.helpers import Client, open_client
+from broker.core.vhost import VirtualHost
+from broker.security.sasl import Authenticator, UserDatabase
+from tests.amqp.helpers import Client, FakeClock, open_client
 
 
 class StepClock:
@@ -114,15 +117,27 @@ def _pieces(data: bytes, cuts: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
+#: One user database for every example's connections: it remembers a verified login, so
+#: only the first of them pays the slow password hash.
+_AUTHENTICATOR = Authenticator(UserDatabase.default(), True)
+
+
 def _confirm_client(frame_max: int) -> Client:
-    client = open_client(frame_max=frame_max)
+    clock = FakeClock()
+    ctx = BrokerContext(
+        vhost=VirtualHost(clock=clock),
+        authenticator=_AUTHENTICATOR,
+        settings=ConnectionSettings(),
+        clock=clock,
+    )
+    client = open_client(ctx, frame_max=frame_max)
     client.send(1, commands.Confirm.Select())
     client.send(1, commands.Queue.Declare(queue="q"))
     client.take()
     return client
 
 
-@settings(max_examples=60)
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sizes=st.lists(st.integers(0, 9000), max_size=8),
     cuts=st.lists(st.integers(0, 80_000), max_size=12),
@@ -158,7 +173,7 @@ def _outcome(client: Client) -> tuple[object, ...]:
     return code, client.conn.state, [e.message.body for e in queue.entries()]
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sizes=st.lists(st.integers(0, 5000), max_size=3),
     garbage=st.binary(max_size=300),
