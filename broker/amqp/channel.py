@@ -43,6 +43,8 @@ from broker.core.errors import AmqpError, ReplyCode, precondition_failed
 from broker.core.queue import Queue
 
 _Handler = Any
+#: As a module constant for the hot paths (an enum's attribute is looked up at each use).
+_OPEN = ChannelState.OPEN
 
 
 class Channel:
@@ -72,7 +74,7 @@ class Channel:
     # -- state -------------------------------------------------------------------------
     @property
     def can_deliver(self) -> bool:
-        return self.state is ChannelState.OPEN and self.flow_active and self.connection.writable
+        return self.state is _OPEN and self.flow_active and self.connection.writable
 
     @property
     def is_open(self) -> bool:
@@ -153,11 +155,11 @@ class Channel:
         self.publisher.publish_method(payload)
 
     def content_header(self, payload: bytes) -> None:
-        if self.state is ChannelState.OPEN:  # else discarded: the channel is closing
+        if self.state is _OPEN:  # else discarded: the channel is closing
             self.publisher.content_header(payload)
 
     def content_body(self, payload: bytes) -> None:
-        if self.state is ChannelState.OPEN:
+        if self.state is _OPEN:
             self.publisher.content_body(payload)
 
     def send_replicated(self, method: Method, queues: tuple[Queue, ...] = ()) -> None:
@@ -383,7 +385,7 @@ class Channel:
 
     # -- confirm and tx classes --------------------------------------------------------
     def send_confirm_replies(self) -> None:
-        if self.state is ChannelState.OPEN:
+        if self.state is _OPEN:
             self.publisher.send_confirm_replies()
 
     def _tx_commit(self, method: commands.Tx.Commit) -> None:

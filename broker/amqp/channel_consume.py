@@ -320,8 +320,16 @@ class Deliveries:
         number = self.number
         wire = self._wire
         wire.write(
-            framing.deliver_method(number, self._stream_tag, tag, False, self._stream_route)
-            + framing.content_frames(number, properties.EMPTY, body, wire.frame_max)
+            framing.deliver_frames(
+                number,
+                self._stream_tag,
+                tag,
+                False,
+                self._stream_route,
+                properties.EMPTY,
+                body,
+                wire.frame_max,
+            )
         )
         return tag
 
@@ -368,11 +376,15 @@ class Deliveries:
         self._next_tag = tag + 1
         conn = self._wire
         conn.write(
-            framing.deliver_method(
-                self.number, consumer.tag_bytes, tag, entry.delivery_count > 0, route
-            )
-            + framing.content_frames(
-                self.number, message.properties_raw, message.body, conn.frame_max
+            framing.deliver_frames(
+                self.number,
+                consumer.tag_bytes,
+                tag,
+                entry.delivery_count > 0,
+                route,
+                message.properties_raw,
+                message.body,
+                conn.frame_max,
             )
         )
         conn.messages_delivered += 1

@@ -23,7 +23,7 @@ THREAD UNSAFE: the channel's event loop.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from pamqp import commands
@@ -72,7 +72,8 @@ class PendingContent:
     mandatory: bool
     body_size: int = -1
     properties_raw: bytes = b""
-    chunks: list[bytes] = field(default_factory=list)
+    #: The body frames so far, when the body takes more than one (made at the second).
+    chunks: list[bytes] | None = None
     received: int = 0
 
 
@@ -155,15 +156,18 @@ class Publisher:
                 f"content body of {pending.received} bytes exceeds the declared"
                 f" {pending.body_size}",
             )
+        chunks = pending.chunks
         if pending.received == pending.body_size:
-            if pending.chunks:
-                pending.chunks.append(payload)
-                body = b"".join(pending.chunks)
-            else:
+            if chunks is None:
                 body = payload
+            else:
+                chunks.append(payload)
+                body = b"".join(chunks)
             self._complete_publish(pending, body)
+        elif chunks is None:
+            pending.chunks = [payload]
         else:
-            pending.chunks.append(payload)
+            chunks.append(payload)
 
     def _complete_publish(self, pending: PendingContent, body: bytes) -> None:
         self.content = None
@@ -233,11 +237,11 @@ class Publisher:
             routed, rejected = False, 0
         else:
             result = self.vhost.publish(exchange, message)
-            routed, rejected = bool(result.routed), result.rejected
+            routed, rejected = result.queues > 0, result.rejected
         if not routed and mandatory:
             self.send_return(message)
         if handle is not None:
-            handle.release(ok=rejected == 0)
+            handle.release(rejected == 0)  # ok: no queue refused it
 
     def send_return(self, message: Message) -> None:
         """basic.return (312 NO_ROUTE) of a mandatory message that routed nowhere."""
@@ -272,18 +276,9 @@ class Publisher:
         confirms = self.confirms
         if confirms is None:
             return
-        send = self.host.send
-        for reply in confirms.take_replies():
-            method: Method
-            if reply.ack:
-                method = commands.Basic.Ack(
-                    delivery_tag=reply.delivery_tag, multiple=reply.multiple
-                )
-            else:
-                method = commands.Basic.Nack(
-                    delivery_tag=reply.delivery_tag, multiple=reply.multiple, requeue=False
-                )
-            send(method)
+        write, number, confirm_frame = self._wire.write, self.number, framing.confirm_frame
+        for reply in confirms.take_replies():  # basic.ack, or basic.nack (requeue unset)
+            write(confirm_frame(number, reply.delivery_tag, reply.multiple, reply.ack))
 
     def tx_select(self, method: commands.Tx.Select) -> None:
         if self.confirms is not None:

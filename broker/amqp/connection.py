@@ -59,6 +59,14 @@ S = ConnectionState
 _ids = itertools.count(1)
 _FRAME_HEAD = struct.Struct(">BHI")
 _CHANNEL_OPEN = ChannelState.OPEN
+#: The states the hot paths test, as module constants (an enum's attribute is looked up
+#: through its class at each use).
+_OPEN = S.OPEN
+_CLOSED = S.CLOSED
+_FRAME_METHOD = framing.FRAME_METHOD
+_FRAME_HEADER = framing.FRAME_HEADER
+_FRAME_BODY = framing.FRAME_BODY
+_FRAME_END = framing.FRAME_END
 _now = time.monotonic
 #: Seconds of frames off the publish path (methods: consume, declare, ack...) one read
 #: handles before the rest waits for the next turn of the loop: a backup's 1,700
@@ -167,13 +175,16 @@ class Connection:
 
     # -- output ------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
-        if self.state is S.CLOSED:
+        if self.state is _CLOSED:
             # Nothing follows close-ok: after a client's connection.close the socket stays
             # open (until the client closes it, or close_timeout), and a reply a barrier
             # releases meanwhile, or a confirm settled before the close, is dropped.
             return
         self._out.append(data)
-        self.signal_output()
+        # signal_output, inline: one call less a delivery
+        if not self._in_receive and not self._output_signalled and self.on_output is not None:
+            self._output_signalled = True
+            self.on_output()
 
     def signal_output(self) -> None:
         if not self._in_receive and not self._output_signalled and self.on_output is not None:
@@ -315,12 +326,21 @@ class Connection:
             pos = 8
             self.methods.send_start()
         limit = self.frame_max
+        max_payload = limit - framing.FRAME_OVERHEAD
         channels = self.channels
         end_of_data = len(buf)
+        if end_of_data - pos < 7:  # not even a frame's head
+            del buf[:pos]
+            return
+        # One copy of what was read: each frame's payload is then one slice of it (a slice
+        # of the bytearray, then bytes of that, made two objects and two copies a frame).
+        data = bytes(buf)
+        unpack = _FRAME_HEAD.unpack_from
+        publish_here = self.ctx.acl is None  # with an ACL: publishes checked in FrameDispatch
         deadline = 0.0  # set at the first frame off the publish path
         while end_of_data - pos >= 7:
-            ftype, channel, size = _FRAME_HEAD.unpack_from(buf, pos)
-            if size + framing.FRAME_OVERHEAD > limit:
+            ftype, channel, size = unpack(data, pos)
+            if size > max_payload:
                 raise AmqpError(
                     ReplyCode.FRAME_ERROR,
                     f"frame of {size + framing.FRAME_OVERHEAD} bytes exceeds frame-max {limit}",
@@ -328,33 +348,29 @@ class Connection:
             end = pos + 7 + size
             if end >= end_of_data:
                 break
-            if buf[end] != framing.FRAME_END:
+            if data[end] != _FRAME_END:
                 raise AmqpError(
-                    ReplyCode.FRAME_ERROR, f"frame end octet is {buf[end]:#04x}, expected 0xce"
+                    ReplyCode.FRAME_ERROR, f"frame end octet is {data[end]:#04x}, expected 0xce"
                 )
-            payload = bytes(buf[pos + 7 : end])
+            payload = data[pos + 7 : end]
             pos = end + 1
-            if channel and self.state is S.OPEN:
+            if channel and self.state is _OPEN:
                 # Hot path: publish, content header and body on an open channel.
                 ch = channels.get(channel)
                 if ch is not None and ch.state is _CHANNEL_OPEN and ch.held_frames is None:
-                    if ftype == framing.FRAME_BODY:
+                    if ftype == _FRAME_BODY:
                         ch.publisher.content_body(payload)
                         continue
-                    if ftype == framing.FRAME_HEADER:
+                    if ftype == _FRAME_HEADER:
                         ch.publisher.content_header(payload)
                         continue
-                    if (
-                        ftype == framing.FRAME_METHOD
-                        and payload[:4] == PUBLISH_ID
-                        and self.ctx.acl is None  # with an ACL: checked in FrameDispatch
-                    ):
-                        ch.publish_method(payload)
+                    if ftype == _FRAME_METHOD and publish_here and payload.startswith(PUBLISH_ID):
+                        ch.publisher.publish_method(payload)
                         continue
             if not deadline:
                 deadline = _now() + READ_SLICE
             self.frame(ftype, channel, payload)
-            if self.should_close or self.state is S.CLOSED:
+            if self.should_close or self.state is _CLOSED:
                 pos = end_of_data
                 break
             if self.login_check is not None:

@@ -102,7 +102,7 @@ class FrameDispatch:
                 )
             ch = port.channels.get(channel)
             acl = self._ctx.acl
-            if ch is not None and ch.state is ChannelState.OPEN and payload[:4] == PUBLISH_ID:
+            if ch is not None and ch.state is ChannelState.OPEN and payload.startswith(PUBLISH_ID):
                 denied = acl.check_publish(port.user, port.name, payload) if acl else None
                 if denied is None:
                     ch.publish_method(payload)

@@ -1,8 +1,9 @@
 """AMQP 0-9-1 frames: the generic codec (pamqp) and a lean one for the hot path.
 
-Every method frame the broker sends or receives goes through pamqp, except the two that
-carry the traffic: basic.publish (decoded here) and basic.deliver (encoded here, with its
-content header and body frames, in one ``bytes``). Both are tested against pamqp.
+Every method frame the broker sends or receives goes through pamqp, except those that
+carry the traffic: basic.publish and a consumer's basic.ack (decoded here), basic.deliver
+(encoded here, with its content header and body frames, in one ``bytes``) and a publisher
+confirm's basic.ack or basic.nack (encoded here). Each is tested against pamqp.
 Content properties are never decoded on the hot path; they travel as the publisher's raw
 bytes.
 """
@@ -81,6 +82,17 @@ _ACK_SIZE = 4 + _ACK_ARGS.size
 _HEADER_HEAD = struct.Struct(">HHQ")
 _DELIVER_TAIL = struct.Struct(">QB")
 _CONTENT_HEAD = struct.Struct(">BHIHHQ")
+#: basic.deliver's frame head with its method id (class 60, method 60).
+_DELIVER_HEAD = struct.Struct(">BHII")
+_DELIVER_INDEX = 0x003C003C
+#: A frame's end octet, then the next frame's head: a content header's (with its class,
+#: weight and body size) or a body frame's.
+_END_CONTENT_HEAD = struct.Struct(">BBHIHHQ")
+_END_BODY_HEAD = struct.Struct(">BBHI")
+#: A whole basic.ack or basic.nack frame: head, method id, delivery-tag, bits, end octet.
+_CONFIRM_FRAME = struct.Struct(">BHIIQBB")
+_CONFIRM_SIZE = 4 + 8 + 1
+_NACK_INDEX = 0x003C0078  # basic.nack (60, 120)
 
 
 def marshal_method(method: Method, channel: int) -> bytes:
@@ -201,7 +213,7 @@ def unmarshal_content_header(payload: bytes) -> tuple[int, bytes]:
         )
     if weight != 0:
         raise AmqpError(ReplyCode.FRAME_ERROR, "content header weight must be zero")
-    return body_size, bytes(payload[12:])
+    return body_size, payload[12:]
 
 
 def content_frames(channel: int, properties_raw: bytes, body: bytes, frame_max: int) -> bytes:
@@ -266,4 +278,61 @@ def deliver_method(
             exchange_and_key,
             FRAME_END_BYTE,
         )
+    )
+
+
+def deliver_frames(
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange_and_key: bytes,
+    properties_raw: bytes,
+    body: bytes,
+    frame_max: int,
+) -> bytes:
+    """A whole delivery in one ``bytes``: the :func:`deliver_method` frame followed by the
+    :func:`content_frames`, the same bytes, built with one copy of the body."""
+    size = len(body)
+    head = _DELIVER_HEAD.pack(
+        FRAME_METHOD, channel, 4 + len(consumer_tag) + 9 + len(exchange_and_key), _DELIVER_INDEX
+    )
+    content_head = _END_CONTENT_HEAD.pack(
+        FRAME_END, FRAME_HEADER, channel, 12 + len(properties_raw), BASIC_CLASS, 0, size
+    )
+    tail = _DELIVER_TAIL.pack(delivery_tag, 1 if redelivered else 0)
+    chunk = frame_max - FRAME_OVERHEAD
+    if 0 < size <= chunk:  # one body frame: the common case
+        return b"".join(
+            (
+                head,
+                consumer_tag,
+                tail,
+                exchange_and_key,
+                content_head,
+                properties_raw,
+                _END_BODY_HEAD.pack(FRAME_END, FRAME_BODY, channel, size),
+                body,
+                FRAME_END_BYTE,
+            )
+        )
+    parts = [head, consumer_tag, tail, exchange_and_key, content_head, properties_raw]
+    for start in range(0, size, chunk):
+        piece = body[start : start + chunk]
+        parts += [_END_BODY_HEAD.pack(FRAME_END, FRAME_BODY, channel, len(piece)), piece]
+    parts.append(FRAME_END_BYTE)
+    return b"".join(parts)
+
+
+def confirm_frame(channel: int, delivery_tag: int, multiple: bool, ack: bool) -> bytes:
+    """A publisher confirm: basic.ack, or basic.nack with ``requeue`` unset (``ack``
+    False), as pamqp encodes them (``delivery_tag`` below 2**63)."""
+    return _CONFIRM_FRAME.pack(
+        FRAME_METHOD,
+        channel,
+        _CONFIRM_SIZE,
+        _ACK_INDEX if ack else _NACK_INDEX,
+        delivery_tag,
+        1 if multiple else 0,
+        FRAME_END,
     )

@@ -541,7 +541,7 @@ def test_unexpected_exception_closes_only_that_connection_with_541() -> None:
     def boom(*args: object) -> None:
         raise RuntimeError("bug")
 
-    client.conn.channels[1].publish_method = boom  # type: ignore[method-assign,assignment]
+    client.conn.channels[1].publisher.publish_method = boom  # type: ignore[method-assign,assignment]
     client.publish(1, b"x", routing_key="q")
     assert close_code(client) == ReplyCode.INTERNAL_ERROR
     other.send(1, commands.Queue.Declare(queue="still-fine"))

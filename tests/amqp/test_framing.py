@@ -6,7 +6,7 @@ import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pamqp import body, commands, frame, header
 
@@ -109,6 +109,66 @@ def test_content_frames_decode_with_pamqp(
     # the header we would send is the one pamqp sends for the same properties
     expected = frame.marshal(header.ContentHeader(0, len(payload), pamqp_props), channel)
     assert data.startswith(expected)
+
+
+@settings(max_examples=200)
+@given(
+    channel=st.integers(0, 65535),
+    tag=st.binary(max_size=256),
+    delivery_tag=st.integers(0, 2**64 - 1),
+    redelivered=st.booleans(),
+    route=st.binary(max_size=512),
+    raw=st.binary(max_size=300),
+    payload=st.binary(max_size=20000),
+    frame_max=st.sampled_from([4096, 4097, 8192, 131072]),
+)
+@example(0, b"", 0, False, b"", b"", b"", 4096)  # no body: no body frame
+@example(1, b"\x01c", 1, True, b"\x00\x01q", b"\x00\x00", b"x" * 4088, 4096)  # one full frame
+@example(1, b"\x01c", 1, False, b"\x00\x01q", b"\x00\x00", b"x" * 4089, 4096)  # one byte over
+@example(1, b"\x01c", 1, False, b"\x00\x01q", b"\x00\x00", b"x" * 8176, 4096)  # two full
+def test_deliver_frames_are_deliver_method_then_content_frames(
+    channel: int,
+    tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    route: bytes,
+    raw: bytes,
+    payload: bytes,
+    frame_max: int,
+) -> None:
+    """One delivery built in one piece is byte for byte the method frame followed by the
+    content frames, for any bytes given (the arguments are pre-encoded, never checked)."""
+    ours = framing.deliver_frames(
+        channel, tag, delivery_tag, redelivered, route, raw, payload, frame_max
+    )
+    theirs = framing.deliver_method(
+        channel, tag, delivery_tag, redelivered, route
+    ) + framing.content_frames(channel, raw, payload, frame_max)
+    assert ours == theirs
+
+
+@settings(max_examples=200)
+@given(
+    channel=st.integers(0, 65535),
+    delivery_tag=st.integers(0, 2**63 - 1),
+    multiple=st.booleans(),
+    ack=st.booleans(),
+)
+@example(0, 0, False, True)
+@example(65535, 2**63 - 1, True, False)
+def test_confirm_frame_matches_pamqp(
+    channel: int, delivery_tag: int, multiple: bool, ack: bool
+) -> None:
+    """A publisher confirm built by hand is pamqp's basic.ack, or basic.nack with requeue
+    unset, byte for byte."""
+    method = (
+        commands.Basic.Ack(delivery_tag=delivery_tag, multiple=multiple)
+        if ack
+        else commands.Basic.Nack(delivery_tag=delivery_tag, multiple=multiple, requeue=False)
+    )
+    assert framing.confirm_frame(channel, delivery_tag, multiple, ack) == frame.marshal(
+        method, channel
+    )
 
 
 @given(props=property_values)
