@@ -26,7 +26,10 @@ from common.polling import poll_until
 from tests.analytics import three_clusters
 from tests.analytics.conftest import FAST_JIT
 
-pytestmark = pytest.mark.timeout(400)
+#: A JVM's start took over 60 s at a load average of 50 (2026-11-30): the waits for the
+#: master and the worker allow 180 s each, the job 300 s.
+START_TIMEOUT = 180.0
+pytestmark = pytest.mark.timeout(720)
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 
@@ -68,7 +71,7 @@ def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         poll_until(
             lambda: b"I have been elected leader" in (work / "master.log").read_bytes(),
-            60,
+            START_TIMEOUT,
             "the standalone master",
             interval=0.2,
         )
@@ -81,7 +84,7 @@ def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )  # fmt: skip
         poll_until(
             lambda: b"Successfully registered with master" in (work / "worker.log").read_bytes(),
-            60,
+            START_TIMEOUT,
             "the standalone worker",
             interval=0.2,
         )
