@@ -21,7 +21,6 @@ import typer
 from broker.ha.state import HaState
 from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
-from qpid_ha_cli.cluster_view import format_cluster, format_clusters, two_primaries
 from qpid_ha_cli.command_line import command_settings
 from qpid_ha_cli.context import CliSettings, settings
 
@@ -178,7 +177,11 @@ def _error_text(error: dict[str, object]) -> str:
     return f"{error.get('reason')} ({times} since {error.get('since')})"
 
 
+# The cluster view (kazoo, the agent's records) is imported by status --zk alone, not at
+# every qpid-ha start (an OCF monitor runs one or two): tests/test_start_up.py.
 def _zk_clusters(s: CliSettings, hosts: str, as_json: bool) -> None:
+    from qpid_ha_cli.cluster_view import format_clusters, two_primaries
+
     views = s.env.read_clusters(hosts, s.timeout, auth=s.zk_auth, tls=s.zk_tls)
     if as_json:
         s.env.out(json.dumps(views, indent=2, sort_keys=True))
@@ -190,6 +193,8 @@ def _zk_clusters(s: CliSettings, hosts: str, as_json: bool) -> None:
 
 
 def _zk_status(s: CliSettings, hosts: str, cluster: str, as_json: bool) -> None:
+    from qpid_ha_cli.cluster_view import format_cluster, two_primaries
+
     try:
         view = s.env.read_cluster(hosts, cluster, s.timeout, auth=s.zk_auth, tls=s.zk_tls)
     except ValueError as exc:  # a bad cluster name

@@ -33,18 +33,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from broker.management.client import ManagementError
-from broker.store.data_dir import DataDirError, StoreInfo, inspect, mark_clean
-from broker.store.identity import new_id
 from common.exit_status import CommandError, ExitStatus
 from common.polling import PollTimeout, poll_until
 from qpid_ha_cli.admin import Member, _call, _members, _unknown, wait_stopped
 from qpid_ha_cli.command_line import command_settings
 from qpid_ha_cli.context import CliSettings, environment, settings
+
+# The store's modules are imported by the verbs that use them, not at every qpid-ha start
+# (an OCF monitor runs one or two): tests/test_start_up.py.
+if TYPE_CHECKING:
+    from broker.store.data_dir import StoreInfo
 
 __all__ = ["MARK_CLEAN_WARNING", "app"]
 
@@ -100,6 +103,8 @@ def shutdown(
         )
     primary = primaries[0]
     backups = [m for m in members if m is not primary]
+    from broker.store.identity import new_id
+
     shutdown_id = new_id()
     s.env.out(f"shutdown-id {shutdown_id}")
     answer = _shutdown_call(s, primary, shutdown_id, quiesce=True)
@@ -176,6 +181,8 @@ def _wait_caught_up(s: CliSettings, primary: Member, backup: Member) -> bool:
 
 # -- qpid-ha store status|mark-clean DIR ------------------------------------------------------
 def _read(directory: str) -> StoreInfo:
+    from broker.store.data_dir import DataDirError, inspect
+
     try:
         return inspect(directory)
     except DataDirError as exc:
@@ -243,6 +250,8 @@ def store_mark_clean(
     if info.status == "clean":
         env.out(f"{directory} is clean already (shutdown-id {info.shutdown_id or 'none'})")
         return
+    from broker.store.data_dir import DataDirError, mark_clean
+
     try:
         shutdown_id = mark_clean(directory)
     except DataDirError as exc:

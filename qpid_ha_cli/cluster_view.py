@@ -41,6 +41,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from common.exit_status import CommandError, ExitStatus
 from common.zk_access import connect_refusal
 from ha_agent.agent_status import AgentStatus, BrakeStatus, brake_text, read_statuses
 from ha_agent.cluster_records import InSyncRecord, PrimaryRecord
@@ -71,8 +72,11 @@ _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
 
 
-class ClusterViewError(Exception):
-    """ZooKeeper unreachable, or no such cluster."""
+class ClusterViewError(CommandError):
+    """ZooKeeper unreachable, or no such cluster: ``qpid-ha`` exits 3 (UNREACHABLE)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ExitStatus.UNREACHABLE)
 
 
 def read_cluster(

@@ -22,12 +22,12 @@ import typer
 
 from broker.management.client import ManagementClient
 from common.url import BrokerUrl
-from ha_agent.zk_auth import ZkAuth
-from ha_agent.zk_tls import ZkTls
-from qpid_ha_cli.cluster_view import read_cluster, read_clusters
 
 if TYPE_CHECKING:  # typer's vendored click: the type of every context typer makes
     from typer._click import Context
+
+    from ha_agent.zk_auth import ZkAuth
+    from ha_agent.zk_tls import ZkTls
 
 __all__ = [
     "DEFAULT_CREDENTIALS",
@@ -51,6 +51,22 @@ def with_default_credentials(url: BrokerUrl) -> BrokerUrl:
         return url
     user, password = DEFAULT_CREDENTIALS
     return replace(url, user=user, password=password)
+
+
+def read_cluster(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """:func:`qpid_ha_cli.cluster_view.read_cluster`. The cluster view (kazoo, the agent's
+    records) is imported by the commands that read ZooKeeper, not at every qpid-ha start
+    (an OCF monitor runs one or two): tests/test_start_up.py."""
+    from qpid_ha_cli import cluster_view
+
+    return cluster_view.read_cluster(*args, **kwargs)
+
+
+def read_clusters(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """:func:`qpid_ha_cli.cluster_view.read_clusters`, imported as :func:`read_cluster`."""
+    from qpid_ha_cli import cluster_view
+
+    return cluster_view.read_clusters(*args, **kwargs)
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,6 @@ from broker.management.client import ManagementError
 from common.exit_status import CommandError, ExitStatus
 from common.url import parse_url
 from common.version import version_line
-from ha_agent.zk_auth import parse_zk_auth
-from ha_agent.zk_tls import zk_tls
 from qpid_ha_cli import (
     acl,
     admin,
@@ -47,7 +45,6 @@ from qpid_ha_cli import (
     users,
     vhosts,
 )
-from qpid_ha_cli.cluster_view import ClusterViewError
 from qpid_ha_cli.command_line import (
     OwnOptionsCommand,
     format_params,
@@ -68,23 +65,26 @@ if TYPE_CHECKING:  # typer's vendored click: the type TyperGroup.invoke takes
 
     from typer._click import Context, HelpFormatter
 
+    from ha_agent.zk_auth import ZkAuth
+    from ha_agent.zk_tls import ZkTls
+
 __all__ = ["DEFAULT_MGMT_PORT", "ExitStatus", "QpidHaGroup", "app", "exit_status_of", "main"]
 
 PROGRAM = "qpid-ha"
 #: Commands that name themselves in their error lines (the drill was a program of its own).
 ERROR_PREFIX = {"drill": "qpid-ha drill"}
 
-#: What the commands raise on purpose; anything else is a bug and keeps its traceback.
-CommandFailure = CommandError | ManagementError | ClusterViewError
+#: What the commands raise on purpose; anything else is a bug and keeps its traceback
+#: (:class:`~qpid_ha_cli.cluster_view.ClusterViewError`, ZooKeeper or the cluster not there,
+#: is a CommandError that exits 3).
+CommandFailure = CommandError | ManagementError
 
 
 def exit_status_of(error: CommandFailure) -> ExitStatus:
     """The one mapping of qpid-ha's errors to exit codes."""
     if isinstance(error, CommandError):
         return error.status
-    if isinstance(error, ManagementError):
-        return ExitStatus.UNREACHABLE if error.unreachable else ExitStatus.ERROR
-    return ExitStatus.UNREACHABLE  # ClusterViewError: ZooKeeper or the cluster not there
+    return ExitStatus.UNREACHABLE if error.unreachable else ExitStatus.ERROR
 
 
 class QpidHaGroup(TyperGroup):
@@ -134,7 +134,7 @@ class QpidHaGroup(TyperGroup):
     def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (CommandError, ManagementError, ClusterViewError) as error:
+        except (CommandError, ManagementError) as error:
             prefix = ERROR_PREFIX.get(ctx.invoked_subcommand or "", PROGRAM)
             environment(ctx).err(f"{prefix}: error: {error}")
             raise typer.Exit(exit_status_of(error)) from None
@@ -261,14 +261,7 @@ def main_options(
         )
     if cluster is not None and zk is None:
         raise typer.BadParameter("--cluster needs --zk", param_hint="'--cluster'")
-    try:
-        auth = parse_zk_auth(zk_auth) if zk_auth else None  # never echoes the password
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'--zk-auth'") from None
-    try:
-        tls = zk_tls(zk_ssl, zk_ssl_ca_file, zk_ssl_cert_file, zk_ssl_key_file)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'--zk-ssl'") from None
+    auth, tls = _zk_options(zk_auth, zk_ssl, zk_ssl_ca_file, zk_ssl_cert_file, zk_ssl_key_file)
     given = ctx.obj if isinstance(ctx.obj, Environment) else Environment()
     ctx.obj = CliSettings(
         broker=with_default_credentials(url),
@@ -280,6 +273,33 @@ def main_options(
         zk_tls=tls,
         env=given,
     )
+
+
+def _zk_options(
+    zk_auth: str | None,
+    zk_ssl: bool,
+    ca_file: str | None,
+    cert_file: str | None,
+    key_file: str | None,
+) -> tuple[ZkAuth | None, ZkTls | None]:
+    """``--zk-auth`` and ``--zk-ssl*`` parsed; the agent's ZooKeeper modules (kazoo, ssl)
+    are imported only when one is given, not at every qpid-ha start."""
+    auth = tls = None
+    if zk_auth:
+        from ha_agent.zk_auth import parse_zk_auth
+
+        try:
+            auth = parse_zk_auth(zk_auth)  # never echoes the password
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--zk-auth'") from None
+    if zk_ssl or ca_file or cert_file or key_file:
+        from ha_agent.zk_tls import zk_tls
+
+        try:
+            tls = zk_tls(zk_ssl, ca_file, cert_file, key_file)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--zk-ssl'") from None
+    return auth, tls
 
 
 def main() -> None:

@@ -28,7 +28,6 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.core.vhosts import check_vhost_name
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.command_line import command_settings
 from qpid_ha_cli.context import settings
@@ -235,6 +234,8 @@ def replicate(
     Both brokers need ha-queue-replication=yes; with --vhost the queue of that virtual
     host (which must exist on both) is copied into the same one here.
     """
+    from broker.core.vhosts import check_vhost_name  # the broker's core: here, not at start
+
     try:
         check_vhost_name(vhost)
     except ValueError as exc:

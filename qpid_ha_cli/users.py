@@ -24,17 +24,21 @@ user 1) and become one line in :mod:`qpid_ha_cli.main`.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from broker.security.passwords import hash_password, parse_hash
-from broker.security.roles import Role, parse_roles
-from broker.security.users import User, UserDatabase, check_name, load, save
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.command_line import OwnOptionsCommand
 from qpid_ha_cli.context import environment, settings
+
+# The broker's security modules (scrypt, the users file) are imported by the verbs that use
+# them, not at every qpid-ha start (an OCF monitor runs one or two): tests/test_start_up.py.
+if TYPE_CHECKING:
+    from broker.security.roles import Role
+    from broker.security.users import User, UserDatabase
 
 __all__ = ["DEFAULT_USERS_FILE", "app"]
 
@@ -71,6 +75,8 @@ RoleOption = Annotated[
 
 
 def _read(path: Path, *, missing_ok: bool = False) -> UserDatabase:
+    from broker.security.users import UserDatabase, load
+
     if missing_ok and not path.exists():
         return UserDatabase([])
     try:
@@ -80,6 +86,8 @@ def _read(path: Path, *, missing_ok: bool = False) -> UserDatabase:
 
 
 def _write(users: UserDatabase, path: Path) -> None:
+    from broker.security.users import save
+
     try:
         save(users, path)
     except OSError as exc:
@@ -89,6 +97,8 @@ def _write(users: UserDatabase, path: Path) -> None:
 
 
 def _roles(words: list[str] | None) -> frozenset[Role]:
+    from broker.security.roles import parse_roles
+
     try:
         return parse_roles(",".join(words or []))
     except ValueError as exc:
@@ -106,10 +116,22 @@ def _password(from_stdin: bool) -> str:
 
 
 def _name(name: str) -> str:
+    from broker.security.users import check_name
+
     try:
         return check_name(name)
     except ValueError as exc:
         raise CommandError(str(exc), ExitStatus.USAGE) from None
+
+
+def _with_password(
+    users: UserDatabase, name: str, password: str, roles: frozenset[Role]
+) -> UserDatabase:
+    """``users`` with ``name``'s password hashed (salted scrypt) and its ``roles``."""
+    from broker.security.passwords import hash_password, parse_hash
+    from broker.security.users import User
+
+    return users.with_user(User(name, parse_hash(hash_password(password)), roles))
 
 
 def _user(users: UserDatabase, name: str) -> User:
@@ -133,8 +155,7 @@ def add(
     users = _read(users_file, missing_ok=True)
     if name in users:
         raise CommandError(f"user {name!r} exists (use: qpid-ha users passwd)", ExitStatus.ERROR)
-    password_hash = parse_hash(hash_password(_password(password_stdin)))
-    _write(users.with_user(User(name, password_hash, roles)), users_file)
+    _write(_with_password(users, name, _password(password_stdin), roles), users_file)
     environment(ctx).out(f"added {name}")
 
 
@@ -171,8 +192,7 @@ def passwd(
     """Set a user's password (asked, or --password-stdin)."""
     users = _read(users_file)
     user = _user(users, name)
-    password_hash = parse_hash(hash_password(_password(password_stdin)))
-    _write(users.with_user(User(name, password_hash, user.roles)), users_file)
+    _write(_with_password(users, name, _password(password_stdin), user.roles), users_file)
     environment(ctx).out(f"password of {name} changed")
 
 
@@ -190,7 +210,7 @@ def roles(
     granted = _roles(role)
     users = _read(users_file)
     user = _user(users, name)
-    _write(users.with_user(User(name, user.password_hash, granted)), users_file)
+    _write(users.with_user(replace(user, roles=granted)), users_file)
     shown = ",".join(sorted(r.value for r in granted)) or "-"
     environment(ctx).out(f"roles of {name}: {shown}")
 

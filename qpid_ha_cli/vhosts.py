@@ -20,7 +20,6 @@ from typing import Annotated
 
 import typer
 
-from broker.core.vhosts import check_vhost_name
 from common.exit_status import CommandError, ExitStatus
 from qpid_ha_cli.context import settings
 
@@ -37,6 +36,8 @@ Name = Annotated[str, typer.Argument(help="the vhost's name (as clients open it)
 
 
 def _path(name: str) -> str:
+    from broker.core.vhosts import check_vhost_name  # the broker's core: here, not at start
+
     try:
         check_vhost_name(name)
     except ValueError as exc:

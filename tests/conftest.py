@@ -28,6 +28,7 @@ settings.load_profile("qpidd")
 #: last). A node-id prefix each (a whole file where its module fixture serves all its
 #: tests, so that it is not set up twice); tests/test_slow_first.py checks each matches.
 SLOW_FIRST = (
+    "tests/analytics/test_cluster_mode.py",
     "tests/deploy/test_ocf_agent.py::test_ocf_tester_passes_with_a_real_broker",
     "tests/ha/test_replication_contract.py::test_what_the_contract_accepts_the_wire_carries",
     "tests/nemesis/test_nemesis_drill.py::test_kill_partition_and_stale_backup",

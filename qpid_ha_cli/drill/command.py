@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from common.exit_status import CommandError, ExitStatus
-from common.log import configure_logging, set_log_context
 from qpid_ha_cli.context import environment
 from qpid_ha_cli.drill.core import DrillCheck
-from qpid_ha_cli.drill.run import DrillRun, Unreachable, WorkerFailed
 from qpid_ha_cli.drill.settings import DrillSettings, UsageError, settings_from_options
+
+# The drill's I/O shell (pika, Proton) and logging (structlog) are imported when a drill
+# runs, not at every qpid-ha start (an OCF monitor runs one or two): tests/test_start_up.py.
+if TYPE_CHECKING:
+    from qpid_ha_cli.drill.run import DrillRun
 
 __all__ = ["ExitStatus", "drill"]
 
@@ -167,6 +170,9 @@ def drill(
         if status is not ExitStatus.SUCCESS:
             raise typer.Exit(status)
         return
+    from common.log import configure_logging, set_log_context
+    from qpid_ha_cli.drill.run import DrillRun
+
     try:
         settings = settings_from_options(
             url,
@@ -217,6 +223,8 @@ def run_beside(
 ) -> list[tuple[str, DrillCheck]]:
     """Run the 0-9-1 drill and, when given, the 1.0 one at the same time (the 1.0 one in a
     thread); their checks, 0-9-1 first. :raises CommandError: unreachable, failed."""
+    from qpid_ha_cli.drill.run import Unreachable, WorkerFailed
+
     results: dict[str, DrillCheck | BaseException] = {}
 
     def run_10() -> None:

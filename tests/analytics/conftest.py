@@ -40,18 +40,12 @@ def fast_jit_driver() -> Iterator[None]:
             os.environ["SPARK_SUBMIT_OPTS"] = before
 
 
-#: The standalone cluster's test on a worker of its own (:func:`spark_group`).
-CLUSTER_MODE = "test_cluster_mode.py"
-
-
 def spark_group(item: pytest.Item) -> str | None:
     """The pytest-xdist group of a test here: ``spark`` for those that use the session
-    (one Spark session a worker, not one a test); ``spark_cluster`` for test_cluster_mode
-    (a standalone master, worker and driver besides its local run: on the ``spark``
-    worker it made that worker's serial time the whole run's tail, 230 s of ~560); none
-    for the rest (the job run as a subprocess, or no JVM at all: any worker)."""
-    if Path(item.path).name == CLUSTER_MODE:
-        return "spark_cluster"
+    (one Spark session a worker, not one a test); none for the rest (the job run as a
+    subprocess, test_cluster_mode's standalone cluster among them, or no JVM at all: any
+    worker; test_cluster_mode on the ``spark`` worker made that worker's serial time the
+    whole run's tail, 230 s of ~560, and it needs no session now)."""
     if "spark" in getattr(item, "fixturenames", ()):
         return "spark"
     return None
@@ -114,7 +108,7 @@ def three_clusters_run(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, job.Result]:
     """The hand-made logs of :mod:`tests.analytics.three_clusters` and their one local run:
-    test_transforms.py's golden rows, and the tables test_cluster_mode.py's standalone
-    cluster must give too."""
+    test_transforms.py's golden rows, and the run it records (``three_clusters.RECORDED``)
+    whose tables test_cluster_mode.py's standalone cluster must give too."""
     logs = three_clusters.write(tmp_path_factory.mktemp("three-clusters"))
     return logs, job.run(spark, [str(logs)], tmp_path_factory.mktemp("three-clusters-report"))

@@ -1,8 +1,10 @@
 """Exact answers on small hand-made logs (golden rows): the three clusters of
-:mod:`tests.analytics.three_clusters`, one job run shared with test_cluster_mode.py."""
+:mod:`tests.analytics.three_clusters`, one job run; its whole output is the recorded one
+test_cluster_mode.py checks the standalone cluster's run against."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from analytics import job, percentiles, states
+from tests.analytics import three_clusters
 from tests.analytics.log_lines import us
 
 #: The first job of a test session also starts Spark: minutes on a loaded machine.
@@ -47,6 +50,16 @@ def test_lines_counted_and_non_events_skipped(result: job.Result, logs: Path) ->
         "2 fail-over(s) withheld from the percentiles (missing or contradictory evidence): "
         "- e2 (failure_inferred); b e2 (failure_inferred)",
     ]
+
+
+def test_every_table_and_warning_is_the_recorded_run(result: job.Result, logs: Path) -> None:
+    """The run's every table (CSV) and warning line, as ``three_clusters.RECORDED`` holds
+    them: test_cluster_mode.py checks the standalone cluster's run against the same file, so
+    the cluster gives this run's tables. ``QPID_TEST_RECORD_TABLES=1`` writes it anew."""
+    found = three_clusters.run_record(result.out, result.warnings, logs)
+    if os.environ.get("QPID_TEST_RECORD_TABLES") == "1":
+        three_clusters.record(found)
+    assert found == three_clusters.recorded()
 
 
 def test_failovers_golden_rows(result: job.Result) -> None:

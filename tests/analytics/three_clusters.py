@@ -15,6 +15,8 @@ standalone cluster):
 
 from __future__ import annotations
 
+import csv
+import json
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +153,52 @@ def write(root: Path) -> Path:
     (root / "zookeeper.log").write_text("2026-11-22 00:00:00,000 [myid:] - INFO  not JSON\n")
     (root / "ignored.txt").write_text('{"event": "agent_started"}\n')
     return root
+
+
+#: The report tables the job writes (``tables/NAME.csv``) that the recorded run holds.
+TABLES = ("failovers", "percentiles", "percentiles_by_kind", "tuning", "tuning_by_kind",
+          "anomalies", "primary_stints", "event_counts", "phases")  # fmt: skip
+#: The local run of these logs as the job writes it: each table's CSV header and rows
+#: (sorted: equal rows of ``event_counts`` come in any order) and the job's warning lines,
+#: the logs' directory written ``{logs}``. test_transforms.py checks the session's local run
+#: against it and test_cluster_mode.py the standalone cluster's run: the cluster's tables are
+#: the local ones without a second local run. ``QPID_TEST_RECORD_TABLES=1`` makes
+#: test_transforms.py write it anew from the local run (after a change of the job's output,
+#: reviewed in the diff).
+RECORDED = Path(__file__).parent / "data" / "three-clusters-run.json"
+
+
+def table(out: Path, name: str, logs: Path) -> list[list[str]]:
+    """A CSV table of the job's ``out`` directory: its header, then its rows sorted."""
+    with (out / "tables" / f"{name}.csv").open() as f:
+        header, *rows = [[cell.replace(str(logs), "{logs}") for cell in row]
+                         for row in csv.reader(f)]  # fmt: skip
+    return [header, *sorted(rows)]
+
+
+def run_record(out: Path, warnings: list[str], logs: Path) -> dict[str, Any]:
+    """What :data:`RECORDED` holds, of the run of the logs in ``logs`` written to ``out``."""
+    return {
+        "warnings": [w.replace(str(logs), "{logs}") for w in warnings],
+        "tables": {name: table(out, name, logs) for name in TABLES},
+    }
+
+
+def recorded() -> dict[str, Any]:
+    return dict(json.loads(RECORDED.read_text()))
+
+
+def record(run: dict[str, Any]) -> None:
+    """Write :data:`RECORDED`: JSON, a warning or a table's row a line (readable diffs)."""
+    out = [
+        '{"warnings": [',
+        ",\n".join(json.dumps(w) for w in run["warnings"]),
+        "],",
+        '"tables": {',
+    ]
+    tables = [
+        f"{json.dumps(name)}: [\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]"
+        for name, rows in sorted(run["tables"].items())
+    ]
+    out += [",\n".join(tables), "}}"]
+    RECORDED.write_text("\n".join(out) + "\n")

@@ -40,7 +40,7 @@ from broker.store.records import (
     segment_header,
 )
 from broker.store.segment_files import list_segments, segment_path
-from qpid_ha_cli.store_backup import check_backup, receive_backup
+from qpid_ha_cli.backup_dir import check_backup, receive_backup
 from tests.store.test_journal import open_store, publish
 
 POINT = BackupPoint(2, "2026-11-25T02:00:00.000000Z", "fsync")
