@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from broker.core.vhost import VirtualHost
@@ -26,6 +26,8 @@ def replicators(count: int) -> dict[str, QueueReplicator]:
 
 
 @given(st.lists(st.integers(0, 9), max_size=30))
+@example([])  # nothing heard: the order they were made
+@example([9, 0, 9])  # heard again: the latest counts
 def test_the_most_recent_traffic_first_then_the_order_they_were_made(heard: list[int]) -> None:
     made = replicators(10)
     for i in heard:
