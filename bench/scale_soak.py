@@ -226,7 +226,7 @@ def summarise(
     drill_events = read_events(workdir / "drill.log")
     finished = [e for e in drill_events if e.get("event") == "drill_finished"]
     gaps = [
-        round(float(e.get("gap_ms", 0))) for e in drill_events if e.get("event") == "confirm_gap"
+        round(float(e.get("gap_ms") or 0)) for e in drill_events if e.get("event") == "confirm_gap"
     ]
     return {
         "queues": args.queues,

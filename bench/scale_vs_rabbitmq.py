@@ -12,9 +12,12 @@ In one run, on the same machine and with the same client (the broker's own async
   thread; RabbitMQ's ``beam.smp``) after the queues less before, per queue;
 - **RSS per idle connection**: ``--connections`` more connections opened and left idle
   (no channel), the resident set after less before, per connection;
-- **fail-over** (qpidd only; ``--failover``): a primary and a backup (``tests/ha/cluster.py``)
-  with 1 queue, then with ``--queues`` queues, ``--active`` of them each with a publisher
-  of confirmed persistent messages (the one-queue run has as many publishers, on its one
+- **fail-over** (qpidd only; ``--failover``): a primary and ``--backups`` backups
+  (``tests/ha/cluster.py``; with 2, the backup left after the fail-over is in the
+  committed in-sync set: it links to the new primary and catches up on every queue, and
+  the confirms wait for it queue by queue) with 1 queue, then with ``--queues`` queues,
+  ``--active`` of them (spread over the queues, not the first declared) each with a
+  publisher of confirmed persistent messages (the one-queue run has as many publishers, on its one
   queue: the clients' own work is the same); the primary SIGKILLed and the backup promoted at once
   by the cluster manager's call (no detection time: the same for both sizes); the time
   from the kill to each active queue's first confirm on the new primary, the longest.
@@ -39,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -241,25 +245,45 @@ async def _publisher(ports: list[int], queue: str, phases: Phases, who: str) -> 
                     await asyncio.wait_for(client.close(), 2)
 
 
-def failover(root: Path, queues: int, active: int, timeout: float, keep: bool) -> dict[str, Any]:
+def active_names(queues: int, active: int) -> list[str]:
+    """The queues of ``active`` publishers: spread evenly over the ``queues`` declared
+    (``q0``, ``q1000``, ... of 10,000), not the first ones: a backup catches up on its
+    queues in an order of its own, and the first declared came first in it."""
+    return [f"q{(i * queues) // active % queues}" for i in range(active)]
+
+
+def failover(
+    root: Path,
+    queues: int,
+    active: int,
+    timeout: float,
+    keep: bool,
+    backups: int = 1,
+    restart: bool = False,
+) -> dict[str, Any]:
     """The time from the primary's SIGKILL to every active queue's first confirm on the new
-    primary (the promotion called at once, as the cluster manager would). ``active``
-    publishers whatever the queue count, on ``min(active, queues)`` queues (the one-queue
-    run's share it): the clients' own work is the same in both runs."""
-    cluster = Cluster(root, 2, "--ha-backup-timeout=30", "--max-connections=2000").start(
+    primary (the promotion called at once, as the cluster manager would, with the other
+    backups as the committed in-sync set: they hold every confirmed message, so the new
+    primary's confirms wait for each of them, queue by queue, as it links to the new
+    primary and catches up). ``active`` publishers whatever the queue count, on
+    ``min(active, queues)`` queues (the one-queue run's share it): the clients' own work is
+    the same in both runs. Then, timed from the kill, each member left ready again
+    (``member2_ready_s``: its catch-up with the new primary), and with ``restart`` the
+    killed broker started again on its store, timed until it is ready
+    (``restarted_ready_s``: start, recovery, catch-up)."""
+    cluster = Cluster(root, 1 + backups, "--ha-backup-timeout=30", "--max-connections=2000").start(
         timeout=120
     )
     try:
         cluster.promote(0, epoch=1)
-        cluster.wait_state(1, "ready", timeout=timeout)
+        for b in range(1, 1 + backups):
+            cluster.wait_state(b, "ready", timeout=timeout)
         asyncio.run(declare(cluster.ports[0], queues))
-        poll_until(
-            lambda: int(_http_status(cluster, 1)["queues"]) >= queues,
-            timeout,
-            "the backup to hold every queue",
-        )
-        cluster.wait_state(1, "ready", timeout=timeout)
-        names = [f"q{i % queues}" for i in range(active)]
+        for b in range(1, 1 + backups):
+            poll_until(partial(_holds_queues, cluster, b, queues), timeout, "the backup's queues")
+            cluster.wait_state(b, "ready", timeout=timeout)
+        others = [str(_http_ha(cluster, b)["broker_id"]) for b in range(2, 1 + backups)]
+        names = active_names(queues, active)
         load_before = load()
 
         async def run() -> dict[str, Any]:
@@ -274,7 +298,7 @@ def failover(root: Path, queues: int, active: int, timeout: float, keep: bool) -
             cluster.kill(0)  # SIGKILL, then waits for the process to end (its sockets close)
             dead = time.monotonic()
             phases.killed.set()
-            await asyncio.to_thread(cluster.promote, 1, 2)
+            await asyncio.to_thread(cluster.promote, 1, 2, others)
             promoted = time.monotonic()
             deadline = time.monotonic() + timeout
             while len(first) < len(names) and time.monotonic() < deadline:
@@ -285,6 +309,7 @@ def failover(root: Path, queues: int, active: int, timeout: float, keep: bool) -
             if len(first) < len(names):
                 raise RuntimeError(f"only {len(first)} of {len(names)} publishers confirmed")
             return {
+                "_at": at,
                 "failover_s": round(max(first.values()) - at, 3),
                 # the killed primary's end (a SIGKILLed process in a disk write ends when
                 # the write does: on a loaded disk, most of a second), and from then on
@@ -298,8 +323,20 @@ def failover(root: Path, queues: int, active: int, timeout: float, keep: bool) -
             }
 
         figures = asyncio.run(run())
+        # the catch-up after it: each member left (it links to the new primary and
+        # catches up on every queue again), then the killed broker restarted on its store
+        killed_at = figures.pop("_at")
+        for b in range(2, 1 + backups):
+            poll_until(partial(_is_ready, cluster, b), timeout, "the member ready again")
+            figures[f"member{b}_ready_s"] = round(time.monotonic() - killed_at, 3)
+        if restart:
+            began = time.monotonic()
+            cluster.brokers[0].start(timeout=timeout)
+            poll_until(partial(_is_ready, cluster, 0), timeout, "the restarted broker ready")
+            figures["restarted_ready_s"] = round(time.monotonic() - began, 3)
         row = {
             "queues": queues,
+            "backups": backups,
             "active": len(set(names)),
             "publishers": len(names),
             **figures,
@@ -318,6 +355,21 @@ def _http_status(cluster: Cluster, i: int) -> dict[str, Any]:
     return dict(http("GET", cluster.brokers[i].mgmt_port, "/api/status"))
 
 
+def _http_ha(cluster: Cluster, i: int) -> dict[str, Any]:
+    return dict(http("GET", cluster.brokers[i].mgmt_port, "/api/ha?queues=summary"))
+
+
+def _is_ready(cluster: Cluster, i: int) -> bool:
+    try:
+        return _http_ha(cluster, i).get("state") == "ready"
+    except OSError:
+        return False
+
+
+def _holds_queues(cluster: Cluster, i: int, queues: int) -> bool:
+    return int(_http_status(cluster, i)["queues"]) >= queues
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queues", type=int, default=10_000)
@@ -329,6 +381,17 @@ def main() -> int:
     parser.add_argument("--failover", action="store_true", help="also 1 vs --queues fail-over")
     parser.add_argument("--active", type=int, default=10, help="queues with a publisher")
     parser.add_argument("--repeat", type=int, default=1, help="fail-over pairs (1, N queues)")
+    parser.add_argument(
+        "--backups",
+        type=int,
+        default=1,
+        help="backups of the fail-over's cluster (2: the one left is in the committed set)",
+    )
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="after each fail-over, restart the killed broker and time its catch-up",
+    )
     parser.add_argument(
         "--keep", action="store_true", help="keep the brokers' directories (their logs)"
     )
@@ -346,7 +409,15 @@ def main() -> int:
             for n in range(args.repeat):
                 for queues in (1, args.queues):
                     rows.append(
-                        failover(root / f"fo{n}-{queues}", queues, args.active, 300, args.keep)
+                        failover(
+                            root / f"fo{n}-{queues}",
+                            queues,
+                            args.active,
+                            300,
+                            args.keep,
+                            args.backups,
+                            args.restart,
+                        )
                     )
     finally:
         if args.keep:

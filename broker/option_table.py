@@ -431,7 +431,8 @@ class BrokerOptions:
     ha_backup_timeout: float = _option(
         5.0,
         duration(65535.0),
-        "longest a recovering primary waits for an expected backup to connect and be ready",
+        "longest a recovering primary waits for an expected backup to connect (a connected"
+        " one is awaited until it is ready)",
         metavar="SECONDS",
     )
     ha_member_lease: float = _option(

@@ -21,7 +21,9 @@ Starved is not stopped (issue 25, item 1): a liveness answer is judged by
 running (it runs or waits for a CPU, and progresses) answered when the check was sent,
 however late its last progress; any other answered when its loop last made progress, as
 before. The agent logs the judgement when it changes (``broker_loop``), once the loop's
-last progress is late (:data:`LATE_PROGRESS`).
+last progress is late, with a hysteresis (:class:`~ha_agent.loop_report.LoopReport`: late
+at half ``--broker-timeout``, on time again after 30 s of answers under
+:data:`LATE_PROGRESS`).
 
 THREAD SAFE: the loop writes the answers; the session watcher reads the targets and the
 supervisor resets the watch; the watch is under a lock, the rest are single assignments.
@@ -42,6 +44,7 @@ import structlog
 from ha_agent.broker_check import BrokerCheck, LivenessView
 from ha_agent.cluster_records import PRIMARY_STATES
 from ha_agent.loop_liveness import LoopJudge, LoopVerdict
+from ha_agent.loop_report import LATE_PROGRESS, LoopReport
 from ha_agent.promotion import BrokerView
 from ha_agent.watchdog import BrokerWatch
 
@@ -49,8 +52,6 @@ __all__ = ["LATE_PROGRESS", "STARVED_STATUS_TIMEOUT", "LocalBroker"]
 
 _log = structlog.get_logger("ha_agent.local_broker", component="agent")
 
-#: A loop whose last progress is older than this (seconds) is late: its judgement is logged.
-LATE_PROGRESS = 0.5
 #: How long each status call may wait for a starved backup (seconds; :meth:`LocalBroker.read`).
 STARVED_STATUS_TIMEOUT = 5.0
 
@@ -71,7 +72,8 @@ class LocalBroker:
         #: the last status call timed out or took longer than the check timeout
         self.slow_status = False
         self.judge = LoopJudge(patience)
-        self._logged = "progressing"
+        #: when a judgement is worth a ``broker_loop`` line (hysteresis)
+        self.report = LoopReport(patience)
         #: the instance (pid) that last answered a check the watch counted
         self.last_pid: int | None = None
         #: the instance (pid) that may serve as primary (None: none known)
@@ -171,24 +173,31 @@ class LocalBroker:
         if counted and live.pid is not None:
             self.last_pid = live.pid
         self.live, self.verdict = live, verdict
-        self._log(live, verdict)
+        self._log(now, live, verdict)
         return verdict
 
-    def _log(self, live: LivenessView, verdict: LoopVerdict) -> None:
-        """``broker_loop`` when the judgement of a late loop changes (and when it is on
-        time again)."""
-        judged = verdict.state.value if live.last_progress >= LATE_PROGRESS else "progressing"
-        if judged == self._logged:
+    def _log(self, now: float, live: LivenessView, verdict: LoopVerdict) -> None:
+        """``broker_loop`` when the judgement of a late loop changes, and when it is on
+        time again for a while (:class:`~ha_agent.loop_report.LoopReport`'s hysteresis)."""
+        change = self.report.judged(now, live.last_progress, verdict)
+        if change is None:
             return
-        self._logged = judged
+        judged = change.loop
         log = _log.warning if judged in ("stopped", "spinning") else _log.info
+        spell = {}
+        if change.late_max is not None and change.late_for is not None:
+            spell = {
+                "late_max_ms": round(change.late_max * 1000.0, 1),
+                "late_for_s": round(change.late_for, 1),
+            }
         log(
             "broker_loop",
             loop=judged,
-            counted=verdict.running or judged == "progressing",
+            counted=change.counted,
             last_progress_ms=round(live.last_progress * 1000.0, 1),
             pid=live.pid,
             reason=verdict.reason,
+            **spell,
         )
 
     def running(self) -> bool:

@@ -69,7 +69,7 @@ from broker.ha.names import (
     STATUS_PROPERTY,
 )
 from broker.ha.primary import Primary, PrimaryListener
-from broker.ha.primary_start import loop_call_soon, start_primary
+from broker.ha.primary_start import start_primary
 from broker.ha.promotion_quiet import PromotionQuiet
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import ContractFloor, ReplicationContract
@@ -107,7 +107,7 @@ from broker.ha.store_lineage import StoreLineage
 from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
 from common.log import get_logger, set_log_context
-from common.slices import Steps, run_in_turns, run_steps
+from common.slices import Steps, run_steps
 from common.url import Address, parse_url
 from common.version import replication_formats
 
@@ -304,9 +304,9 @@ class HaBroker:
                 set_log_context(epoch=self.epoch_store.current)
             case Dial():
                 self.backup.dial()
-            case GuardBackup(backup_id, url, sliced):
-                if self.primary is not None and sliced:  # not in sync: a slice a turn
-                    run_in_turns(self.primary.guard_backup_steps(backup_id, url), loop_call_soon())
+            case GuardBackup(backup_id, url, lazy):
+                if self.primary is not None and lazy:  # not in sync: guarded by its streams
+                    self.primary.guard_lazily(backup_id, url)
                 elif self.primary is not None:
                     self.primary.guard_backup(backup_id, url)
             case ReleaseGuards(backup_id):

@@ -6,8 +6,9 @@ keeps what those decisions act on:
 
 - one :class:`~broker.ha.remote_backup.RemoteBackup` a guarded backup, each with a
   :class:`~broker.ha.queue_guard.QueueGuard` per queue replicated with level ``all``:
-  created on :meth:`guard_backup` (the role's ``GuardBackup``), released on
-  :meth:`release` (the role's ``ReleaseGuards``), never otherwise;
+  created on :meth:`guard_backup` (the role's ``GuardBackup``; a new backup's
+  lazily, :meth:`guard_lazily`), released on :meth:`release` (the role's
+  ``ReleaseGuards``), never otherwise;
 - new and deleted queues, which get or lose their guards (:meth:`queue_declared`,
   :meth:`queue_deleted`; a deleted queue's messages are gone, so its guards release);
 - replicated auto-delete queues with no consumer at promotion are orphans (their consumers
@@ -34,7 +35,11 @@ from broker.core.vhosts import VirtualHosts, key_of
 from broker.ha.auto_delete import OrphanedQueues, grace_of
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel, queue_level
-from common.slices import SLICE, Steps
+from common.slices import SLICE, CallSoon, Steps, run_in_turns
+
+
+def _no_loop() -> CallSoon | None:
+    return None
 
 
 class Primary:
@@ -47,8 +52,12 @@ class Primary:
         replicate_default: ReplicateLevel,
         clock: Callable[[], float],
         auto_delete_grace: float,
+        call_soon: Callable[[], CallSoon | None] | None = None,
     ) -> None:
         self.vhost = vhost
+        #: The running loop's ``call_soon``, asked at each release (None: no loop, a core
+        #: driven by a test: released at once).
+        self.call_soon: Callable[[], CallSoon | None] = call_soon or _no_loop
         self.replicate_default = replicate_default
         self.clock = clock
         self.backups: dict[str, RemoteBackup] = {}
@@ -98,9 +107,9 @@ class Primary:
 
     def guard_backup_steps(self, backup_id: str, url: str, size: int = SLICE) -> Steps[None]:
         """:meth:`guard_backup` in slices of ``size`` queues (:meth:`RemoteBackup.guard_steps`):
-        the backup is known at the first slice, its guards come a slice a turn. For a backup
-        that is not in sync, or for the expected backups of a promotion before the broker
-        serves (``HaBroker._start_primary``: nothing is enqueued meanwhile)."""
+        the backup is known at the first slice, its guards come a slice a turn. For the
+        expected backups of a promotion before the broker serves
+        (:func:`~broker.ha.primary_start.start_primary`: nothing is enqueued meanwhile)."""
         backup = self.backups.get(backup_id)
         if backup is None or backup.cancelled:
             backup = RemoteBackup(backup_id, url, [])
@@ -109,11 +118,27 @@ class Primary:
             yield from backup.guard_steps(self.replicated_queues(), size)
         backup.url = url
 
+    def guard_lazily(self, backup_id: str, url: str) -> RemoteBackup:
+        """The backup known with no guard yet (the role's ``GuardBackup(lazy=True)``: a
+        backup that just connected, not in sync): each of its queue streams makes its
+        queue's guard as it opens (:meth:`RemoteBackup.guard`), and each queue declared
+        from now on gets one at once (:meth:`queue_declared`)."""
+        backup = self.backups.get(backup_id)
+        if backup is None or backup.cancelled:
+            backup = RemoteBackup(backup_id, url, [])
+            self.backups[backup_id] = backup
+        backup.url = url
+        return backup
+
     def release(self, backup_id: str) -> None:
-        """Stop waiting for a backup: release every confirm held for it."""
+        """Stop waiting for a backup: release every confirm held for it. Its guards go
+        :data:`~common.slices.SLICE` a turn of the loop when :attr:`call_soon` gives one
+        (10,000 at once: one step of 11-12 ms): the backup is forgotten at once (no new
+        queue is guarded for it, a new link of it is a new backup), and a guard not yet
+        released only delays what it holds."""
         backup = self.backups.pop(backup_id, None)
         if backup is not None:
-            backup.cancel()
+            run_in_turns(backup.cancel_steps(), self.call_soon())
 
     def queue_declared(self, queue: Queue) -> None:
         if queue_level(queue, self.replicate_default) is ReplicateLevel.ALL:

@@ -54,6 +54,7 @@ async def start_primary(
             replicate_default=replicate_default,
             clock=clock,
             auto_delete_grace=auto_delete_grace,
+            call_soon=loop_call_soon,
         )
         for backup_id, url in sorted(expected.items()):
             await in_turns(primary.guard_backup_steps(backup_id, url))

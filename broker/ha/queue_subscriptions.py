@@ -3,12 +3,13 @@
 One :class:`QueueSubscriptions` a link session (the :class:`~broker.ha.backup.BackupLink`
 makes a new one each time a link comes up). The configuration stream says which queues
 are replicated (:meth:`QueueSubscriptions.config_applied`); it subscribes each such queue's
-stream, :data:`SUBSCRIBERS` at a time, announcing the replication ids the backup already
-holds (the reconnect handshake), applies each batch with the queue's
-:class:`~broker.ha.queue_replicator.QueueReplicator` and has it acknowledged by the link's
-:class:`~broker.ha.queue_replicator.BatchAcks`. The backup is *caught up* when every queue
-named in the link's first snapshot has reported ``Ready``: it then calls ``caught_up``
-once (CATCHUP -> READY).
+stream, :data:`SUBSCRIBERS` at a time (at a new link's first snapshot, the queues with the
+most recent traffic first: :func:`~broker.ha.queue_replicator.catch_up_order`), announcing
+the replication ids the backup already holds (the reconnect handshake), applies each batch
+with the queue's :class:`~broker.ha.queue_replicator.QueueReplicator` and has it
+acknowledged by the link's :class:`~broker.ha.queue_replicator.BatchAcks`. The backup is
+*caught up* when every queue named in the link's first snapshot has reported ``Ready``: it
+then calls ``caught_up`` once (CATCHUP -> READY).
 
 What it needs of its link is given at construction, as callables and parts: the client,
 the replicator, the codec, the disk, the acknowledgements, a way to run a task the link
@@ -32,10 +33,11 @@ from broker.core.vhost import VHOST
 from broker.ha.broker_replicator import BrokerReplicator, ConfigChanges
 from broker.ha.link_format import Codec
 from broker.ha.names import IDS_ARGUMENT, VHOST_ARGUMENT
-from broker.ha.queue_replicator import AckCoalescer, BatchAcks, CatchUpGc
+from broker.ha.queue_replicator import AckCoalescer, BatchAcks, CatchUpGc, catch_up_order
 from broker.ha.replication_errors import described, queue_object
 
-#: Queue streams subscribed at a time (each: channel.open, basic.qos, basic.consume).
+#: Queue streams subscribed at a time (each: channel.open, then basic.qos and basic.consume
+#: together).
 SUBSCRIBERS = 64
 
 
@@ -106,7 +108,7 @@ class QueueSubscriptions:
             # A new link: every replicated queue catches up again, including the ones
             # this backup already had from an earlier primary (reconnect handshake).
             self._first_snapshot = False
-            subscribe = list(self.replicator.replicators)
+            subscribe = catch_up_order(self.replicator.replicators)  # busy queues first
             for replicator in self.replicator.replicators.values():
                 replicator.caught_up = False
             self._waiting = set(subscribe)
@@ -147,7 +149,6 @@ class QueueSubscriptions:
         try:
             channel = await client.open_channel()
             self._queue_channels[name] = channel
-            await channel.qos(self.credit)
             acks = AckCoalescer(
                 channel.ack, asyncio.get_running_loop().call_soon, self.credit // 4, (ClientError,)
             )
@@ -162,6 +163,8 @@ class QueueSubscriptions:
 
             def on_batch(delivery: Delivery) -> None:
                 appended = 0 if disk is None else disk.appended
+                if replicator.caught_up:
+                    replicator.heard()  # live traffic: first at the next link's catch-up
                 try:
                     replicator.apply(decode_batch(delivery.body))  # the link's format
                 except Exception as exc:  # the shell: any failure is an event
@@ -180,7 +183,16 @@ class QueueSubscriptions:
             arguments[IDS_ARGUMENT] = bytearray(replicator.ids().encode())
             if queue.vhost != VHOST:
                 arguments[VHOST_ARGUMENT] = queue.vhost
-            await channel.consume(stream, on_batch, arguments=arguments)
+            # basic.qos and basic.consume sent together (the broker handles a channel's
+            # methods in order): one round trip less a queue, of four
+            answers = await asyncio.gather(
+                channel.qos(self.credit),
+                channel.consume(stream, on_batch, arguments=arguments),
+                return_exceptions=True,
+            )
+            for answer in answers:
+                if isinstance(answer, BaseException):
+                    raise answer
         except (ValueError, TypeError) as exc:  # e.g. a stream name the link cannot carry
             self._failed(queue_object(replicator.queue), described(exc))
         except ClientError as exc:

@@ -5,13 +5,16 @@ backup connects to the primary, or at promotion for each backup the recovering p
 expects (the ready backups of the old primary). It owns one
 :class:`~broker.ha.queue_guard.QueueGuard` per queue replicated with level ``all``, so
 publisher confirms wait for this backup from that moment on; queues created later get a
-guard too (a backup that just connected may have its guards made in slices:
-:meth:`guard_steps`); its :class:`~broker.ha.config_guard.ConfigGuard` holds the replies to
-configuration changes it does not have yet. Whether the backup is *ready* (its catch-up
+guard too. A backup that just connected has none at first: each of its queue streams makes
+its queue's guard as it opens (:meth:`guard`); an expected one's are made in slices before
+the promoted broker serves (:meth:`guard_steps`). Its
+:class:`~broker.ha.config_guard.ConfigGuard` holds the replies to configuration changes it
+does not have yet. Whether the backup is *ready* (its catch-up
 set) is the role machine's record (:class:`~broker.ha.role.BackupRecord`), not this one's.
 
-:meth:`cancel` drops the backup: every guard releases what it holds. Only the shell calls
-it, performing :class:`~broker.ha.role.ReleaseGuards`.
+:meth:`cancel` drops the backup: every guard releases what it holds (:meth:`cancel_steps`:
+a slice a turn of the loop). Only the shell calls it, performing
+:class:`~broker.ha.role.ReleaseGuards`.
 
 THREAD UNSAFE: the primary's event loop owns it.
 """
@@ -22,7 +25,7 @@ from broker.core.queue import Queue
 from broker.core.vhosts import key_of
 from broker.ha.config_guard import ConfigGuard
 from broker.ha.queue_guard import QueueGuard
-from common.slices import SLICE, Steps
+from common.slices import SLICE, Steps, run_steps
 
 
 class RemoteBackup:
@@ -49,8 +52,8 @@ class RemoteBackup:
         """The guards of ``queues`` (:meth:`guard`), ``size`` a slice (:mod:`common.slices`;
         10,000 queues at once were one step of 200-300 ms of CPU): a queue deleted
         meanwhile is skipped, one guarded meanwhile (its stream opened) kept; nothing more
-        once the backup is dropped. Only for a backup that is not in sync (see
-        :class:`~broker.ha.role_events.GuardBackup`)."""
+        once the backup is dropped. For a promotion's expected backups, before the broker
+        serves: nothing is enqueued between two slices (:mod:`broker.ha.primary_start`)."""
         for start in range(0, len(queues), size):
             if start:
                 yield
@@ -83,11 +86,23 @@ class RemoteBackup:
 
     def cancel(self) -> None:
         """The backup is dropped: release every held confirm."""
+        run_steps(self.cancel_steps())
+
+    def cancel_steps(self, size: int = SLICE) -> Steps[None]:
+        """:meth:`cancel`, its guards released ``size`` a slice (:mod:`common.slices`;
+        10,000 at once were one step of 11-12 ms). The first slice drops the backup: no
+        new guard (:meth:`guard_steps`, :meth:`queue_created`), the configuration guard's
+        replies released; a guard left for a later slice holds what it holds (and takes
+        new holds) until its slice: a confirm is only delayed, never sent early."""
         self.cancelled = True
-        for guard in self.guards.values():
-            guard.cancel()
-        self.guards.clear()
         self.config.cancel()
+        guards = list(self.guards.values())
+        self.guards.clear()
+        for start in range(0, len(guards), size):
+            if start:
+                yield
+            for guard in guards[start : start + size]:
+                guard.cancel()
 
     def __repr__(self) -> str:
         return f"RemoteBackup({self.id!r}, {self.url!r}, {len(self.guards)} guards)"

@@ -34,7 +34,9 @@ Tick                   FenceBroker (the lease ran out and not every member of a
                        non-empty committed set grants: issue 26, item 2); ChangeState
                        (recovering -> active when every expected backup is ready: the
                        shell ticks once right after PrimaryStarted), ReleaseGuards and ChangeState
-                       (``ha-backup-timeout`` passed while recovering), SendMembership
+                       (``ha-backup-timeout`` passed while recovering: the expected
+                       backups not connected are left, the connected ones still awaited),
+                       SendMembership
 LeaseGranted           Refuse (not a primary)
 EpochSeen              FenceBroker (a primary learns of a newer epoch), PersistEpoch
 FenceRequested         FenceBroker
@@ -48,7 +50,7 @@ Rules the tests hold it to (tests/ha/test_role.py, with hypothesis):
   answered with ``ha_illegal_transition`` and FenceBroker (fail-stop);
 - a backup's held publisher confirms are released only by a ReleaseGuards action, and only
   for a backup that was guarded and has gone (its link closed or went silent) or that
-  ``ha-backup-timeout`` gave up on while recovering;
+  ``ha-backup-timeout`` gave up on while recovering (not connected by then);
 - a fenced role ignores every event but PromoteRequested (refused) and LeaseGranted.
 
 THREAD UNSAFE: one owner (the broker's event loop) calls :meth:`HaRole.handle`.
@@ -352,7 +354,7 @@ class HaRole:
         if record is None:
             record = BackupRecord(event.url, set(event.queues))
             self.backups[event.backup_id] = record
-            self._emit(GuardBackup(event.backup_id, event.url, sliced=True))
+            self._emit(GuardBackup(event.backup_id, event.url, lazy=True))
         elif record.gone:
             # Back before its removal was committed: its guards held all along.
             record.gone = False
@@ -413,11 +415,15 @@ class HaRole:
         if event.now - promoted < self.backup_timeout:
             self._check_active()  # nobody expected: active at the first tick
             return
+        # Qpid's rule: the expected backups not connected by now are left (an in-sync one
+        # waits for its committed removal); those connected go on catching up, and the
+        # primary is active once they are ready. A connected member marked gone "returned"
+        # at its next stream, and a removal committed meanwhile dropped a backup whose
+        # streams had already reported ready (issue 25).
         for backup_id in sorted(self.expected):
             record = self.backups.get(backup_id)
-            if record is None or not (record.ready and record.connected):
+            if record is None or not record.connected:
                 self._leave(backup_id, "not back within ha-backup-timeout")
-        self.expected.clear()
         self._check_active()
         self._membership()
 

@@ -224,15 +224,21 @@ class StartPrimary:
 class GuardBackup:
     """Hold publisher confirms for this backup on every replicated queue from now on.
 
-    ``sliced``: the guards may be made a slice a turn of the loop (a backup that just
-    connected, not in sync: it counts as ready only once each queue of its catch-up set
-    reported ready through its stream, and a stream takes its queue's guard before it
-    sends anything, so every guard exists by then). An expected, in-sync backup at a
-    promotion is guarded at once: clients may publish as soon as the state says primary."""
+    ``lazy``: a backup that just connected, not in sync, is guarded on a queue only from
+    the moment its stream of that queue opens (the stream takes its queue's guard before
+    it sends anything), and on every queue created from now on at once; until then a
+    confirm on that queue does not wait for it. It counts as ready (and may enter the
+    in-sync set) only once each queue of its catch-up set reported ready through its
+    stream, so every guard exists by then, each from the first position it must hold
+    (docs/ha-design.md, "Who a confirm waits for"). A catching-up backup's 10,000 queues
+    held every confirm of a queue it subscribed last for the whole catch-up (issue 25).
+    An expected, in-sync backup at a promotion is guarded on every queue before the
+    broker serves: it holds every confirmed message, and so must whatever is confirmed
+    from now on."""
 
     backup_id: str
     url: str
-    sliced: bool = False
+    lazy: bool = False
 
 
 @dataclass(frozen=True, slots=True)

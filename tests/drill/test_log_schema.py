@@ -72,11 +72,16 @@ GOOD: list[dict[str, Any]] = [
      "reason": "its loop thread ran 0.21 s and waited for a CPU 0.78 s of 1.00 s"},
     {"event": "broker_loop", "component": "agent", "level": "warning", "loop": "stopped",
      "counted": False, "last_progress_ms": 900.0, "pid": None, "reason": "..."},
+    {"event": "broker_loop", "component": "agent", "loop": "progressing", "counted": True,
+     "last_progress_ms": 40.0, "pid": 4242, "reason": "...", "late_max_ms": 1162.1,
+     "late_for_s": 31.2},
 ]  # fmt: skip
 
 BAD: list[tuple[dict[str, Any], str]] = [
     ({"event": "broker_loop", "component": "agent", "loop": "slow", "counted": True,
       "last_progress_ms": 1.0, "pid": 1, "reason": ""}, "loop"),
+    ({"event": "broker_loop", "component": "agent", "loop": "progressing", "counted": True,
+      "last_progress_ms": 1.0, "pid": 1, "reason": "", "late_max_ms": -1.0}, "late_max_ms"),
     ({"event": "loop_step_long", "component": "broker", "level": "warning", "cpu_ms": 50.0,
       "gc_ms": 0.0, "where": None}, "cpu_ms"),  # not a long step
     ({"event": "loop_step_long", "component": "broker", "level": "warning", "cpu_ms": 150.0,

@@ -76,9 +76,12 @@ class RoleDriver:
         match action:
             case ChangeState(old, new, _reason, _fields):
                 self.transitions.append((old, new))
-            case GuardBackup(backup_id, url):
+            case GuardBackup(backup_id, url, lazy):
                 assert self.primary is not None
-                self.primary.guard_backup(backup_id, url)
+                if lazy:  # as the shell: guarded by its streams as they open
+                    self.primary.guard_lazily(backup_id, url)
+                else:
+                    self.primary.guard_backup(backup_id, url)
             case ReleaseGuards(backup_id):
                 assert self.primary is not None
                 self.primary.release(backup_id)
@@ -115,7 +118,17 @@ class RoleDriver:
         self.handle(BackupConnected(backup_id, url, self.primary.replicated_queue_names()))
         return self.primary.guard_backup(backup_id, url)
 
+    def stream_opened(self, backup_id: str, queue: str) -> None:
+        """The backup's stream of ``queue`` opened: it takes the queue's guard (as
+        ``PrimaryStreams`` does, before it sends anything)."""
+        assert self.primary is not None
+        backup = self.primary.backups.get(backup_id)
+        if backup is not None and queue in self.vhost.queues:
+            backup.guard(self.vhost.queues[queue])
+
     def queue_ready(self, backup_id: str, queue: str) -> None:
+        """The backup caught up on ``queue``, through its stream (opened first)."""
+        self.stream_opened(backup_id, queue)
         self.handle(BackupQueueReady(backup_id, queue))
 
     backup_queue_ready = queue_ready

@@ -118,6 +118,7 @@ def test_in_sync_backup_gone_holds_confirms_until_its_removal_is_committed() -> 
 def test_disconnected_backup_releases_its_confirms() -> None:
     _, vhost, driver, _primary = setup({})
     driver.backup_connected("b1", "h1:5672")
+    driver.stream_opened("b1", "q2")
     handle = publish(vhost, "q2", PublisherConfirms())
     assert not handle.settled
     driver.backup_gone("b1")

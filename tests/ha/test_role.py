@@ -130,6 +130,17 @@ BACKUP_TIMEOUT: list[Step] = [
     (InSyncCommitted(5, frozenset()), ["ReleaseGuards", "SendMembership"], S.ACTIVE),
 ]
 
+# Qpid's rule at ha-backup-timeout: an expected backup connected by then (catching up on
+# thousands of queues) is still awaited, never marked gone while it is there (issue 25).
+A_CONNECTED_MEMBER_IS_AWAITED: list[Step] = [
+    *BACKUP_TIMEOUT[:5],  # promoted at 100.0 expecting b1
+    (BackupConnected("b1", "h1:5672", QUEUES), [], S.RECOVERING),
+    (Tick(110.0), [], S.RECOVERING),  # connected, catching up: not left
+    (Tick(150.0), [], S.RECOVERING),
+    (BackupQueueReady("b1", "q1"), [], S.RECOVERING),
+    (BackupQueueReady("b1", "q2"), ["ChangeState", "SendMembership"], S.ACTIVE),
+]
+
 EXPECTED_LEFT_OUT: list[Step] = [  # issue 26, item 3: released by the commit, at once
     (LinkUp("p:5672", 1), ["PersistEpoch", "ChangeState"], S.CATCHUP),
     (CaughtUp(), ["ChangeState"], S.READY),
@@ -187,6 +198,25 @@ PROMOTE_WITH_THE_IN_SYNC_SET: list[Step] = [
         ["GuardBackup", "ChangeState", "SendMembership"],
         S.RECOVERING,
     ),
+]
+
+# Issue 25: the old primary restarted (a new broker id, in no committed set) and catching
+# up on 10,000 queues never holds the new primary in recovering: only the set's members do.
+A_RESTARTED_BROKER_IS_NOT_AWAITED: list[Step] = [
+    (LinkUp("p:5672", 1), ["PersistEpoch", "ChangeState"], S.CATCHUP),
+    (CaughtUp(), ["ChangeState"], S.READY),
+    (PromoteRequested(2, frozenset({"me", "b2"})), ["PersistPromotionEpoch"], S.READY),
+    (EpochPersisted(2, READY_B1), ["DropLink", "StartPrimary"], S.READY),
+    (
+        PrimaryStarted("me:5672", QUEUES, 0.0),
+        ["GuardBackup", "ChangeState", "SendMembership"],
+        S.RECOVERING,
+    ),
+    (BackupConnected("old", "p:5672", QUEUES), ["GuardBackup", "SendMembership"], S.RECOVERING),
+    (BackupConnected("b2", "h2:5672", QUEUES), ["SendMembership"], S.RECOVERING),
+    (BackupQueueReady("b2", "q1"), [], S.RECOVERING),
+    (BackupQueueReady("b2", "q2"), ["ChangeState", "SendMembership"], S.ACTIVE),  # "old" not
+    (BackupQueueReady("old", "q1"), [], S.ACTIVE),
 ]
 
 REFUSALS: list[Step] = [
@@ -271,6 +301,8 @@ SCRIPTS = {
     "ha-backup-timeout": BACKUP_TIMEOUT,
     "an expected backup left out of the committed set": EXPECTED_LEFT_OUT,
     "a joining broker whose store the record names": STORE_NAMED,
+    "a restarted broker out of the set is not awaited": A_RESTARTED_BROKER_IS_NOT_AWAITED,
+    "a connected member is awaited past ha-backup-timeout": A_CONNECTED_MEMBER_IS_AWAITED,
     "refusals": REFUSALS,
     "lease and fencing": LEASE_AND_FENCING,
     "serving on grants after the lease": SERVING_ON_GRANTS,
