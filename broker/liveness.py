@@ -51,7 +51,15 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Durations", "LagSummary", "LeaseOffers", "LoopProgress", "RoleNote", "ThreadTimes"]
+__all__ = [
+    "Durations",
+    "LagSummary",
+    "LeaseOffers",
+    "LoopProgress",
+    "RoleNote",
+    "ThreadTimes",
+    "serving_on_grants",
+]
 
 #: Delays the histogram tells apart (seconds, upper bounds; more goes last).
 LAG_BOUNDS = (
@@ -71,6 +79,9 @@ class RoleNote:
     fenced: bool = False
     #: the shutdown-id of a clean all-stop asked for (None: none); lease answers carry it
     cluster_shutdown: str | None = None
+    #: as a primary on a member lease in force over a non-empty set: from when until when
+    #: it serves on its members' grants (``MemberLeases.serving_window``); None: not so
+    grants_window: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,9 @@ class LoopProgress:
             "ha_state": role.ha_state,
             "epoch": role.epoch,
             "fenced": role.fenced,  # it serves no more and is stopping (its state says no)
+            # a primary serving on its members' grants at ``now`` (the agent's session
+            # fence asks: such a broker fences itself at its first lapse, issue 26 item 2)
+            "serving_on_grants": serving_on_grants(role, now),
             "pid": self.pid,
             "broker_id": self.broker_id,
         }
@@ -143,6 +157,20 @@ class LoopProgress:
             since = max(0.0, times.cpu - cpu_at)
             answer["loop_cpu_since_progress_ms"] = round(since * 1000.0, 3)
         return answer
+
+
+def serving_on_grants(role: RoleNote, now: float) -> bool:
+    """Does the broker serve as a primary on its members' grants at ``now``, as its loop
+    last published: a primary state, not fenced, inside its grants' window. Only
+    availability rests on it (whether its agent kills it): the broker checks its own lease
+    before every confirm, delivery and admission, whatever this answer said."""
+    window = role.grants_window
+    return (
+        role.ha_state in PRIMARY_STATES
+        and not role.fenced
+        and window is not None
+        and window[0] <= now < window[1]
+    )
 
 
 class LeaseOffers:

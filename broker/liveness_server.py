@@ -410,6 +410,8 @@ class HaRole(Protocol):
     @property
     def fenced(self) -> bool: ...
 
+    def serving_window(self) -> tuple[float, float] | None: ...
+
 
 class BrokerLiveness:
     """One broker's liveness: the progress, the lease offers, the token, the server and the
@@ -457,6 +459,7 @@ class BrokerLiveness:
                 epoch=0 if ha is None else ha.epoch,
                 fenced=False if ha is None else ha.fenced,
                 cluster_shutdown=self.cluster_shutdown,
+                grants_window=None if ha is None else ha.serving_window(),
             )
 
         self.progress.note_role(role())

@@ -356,7 +356,18 @@ class BrokerCheck:
         """Does the broker serve as a primary on its members' grants *now* (a fresh read of
         ``GET /api/ha``: the member lease in force over a non-empty set, not fenced, and
         serving)? False when it does not answer. The session fence asks it: the loop's
-        last view may be seconds old while ZooKeeper is gone (its reads block)."""
+        last view may be seconds old while ZooKeeper is gone (its reads block). Asked off
+        the broker's event loop (``GET /liveness``'s ``serving_on_grants``: a primary
+        busy over 10,000 queues at load 45 did not answer ``GET /api/ha`` in time and was
+        killed, issue 25); ``GET /api/ha`` only of a broker whose liveness answer lacks it."""
+        client = self.liveness_client
+        if client is not None:
+            try:
+                answer = client.get("/liveness")
+            except ManagementError:
+                return False
+            if isinstance(answer, dict) and "serving_on_grants" in answer:
+                return answer["serving_on_grants"] is True
         try:
             ha = self.client.get("/api/ha?queues=summary")
         except ManagementError:

@@ -376,6 +376,14 @@ class HaBroker:
         serves on those grants alone (issue 26, item 2; ``HaRole.may_confirm``)."""
         return self.lease.leases.grants_until()
 
+    def serving_window(self) -> tuple[float, float] | None:
+        """As a primary, when it serves on its members' grants (None: not a primary, or
+        the member lease not in force over a non-empty set); the liveness thread answers
+        it (``serving_on_grants`` in ``GET /liveness``)."""
+        if self.state not in (HaState.ACTIVE, HaState.RECOVERING):
+            return None
+        return self.lease.serving_window()
+
     def lease_status(self) -> dict[str, Any]:
         return self.lease.status()
 

@@ -280,6 +280,10 @@ class LeaseKeeper:
         leases = self.leases
         return (leases.answered | self.host.role.lease_set()) if leases.enabled else None
 
+    def serving_window(self) -> tuple[float, float] | None:
+        """:meth:`MemberLeases.serving_window`, None once fenced (it serves no more)."""
+        return None if self.host.fenced else self.leases.serving_window()
+
     def not_serving_reason(self, named: bool = True) -> str:
         """Why :meth:`may_serve` is False, in a client's refusal; ``named`` False: without
         the members' names (a client refused before its login learns none)."""

@@ -275,6 +275,18 @@ class MemberLeases:
         manager's lease every member must grant."""
         return self._all_until
 
+    def serving_window(self) -> tuple[float, float] | None:
+        """From when until when this primary serves on its members' grants: from
+        :attr:`not_before` until the earliest asked member's grant lapses, and no later
+        than :meth:`grants_until` (what it serves on once the cluster manager's lease ran
+        out); None: the lease not in force or the set empty (the manager's lease alone
+        governs). Published to the liveness thread, which the agent's session fence asks
+        (issue 25: a busy loop must not make a primary look unserving)."""
+        if not self.enabled or not self.members:
+            return None
+        until = self._earliest if self._all_until is None else min(self._earliest, self._all_until)
+        return (self.not_before, until)
+
     def granted_by(self, backup: str, now: float) -> bool:
         """Does ``backup`` hold an unexpired grant it answered? (A backup joins the set
         only so.)"""

@@ -128,6 +128,9 @@ def same_primary(
         # its members' grants, and the agent neither kills it nor renews its lease.
         poll_until(lambda: member_lease(primary).get("on_grants") is True, 20, "on grants")
         on_grants_at = time.monotonic()
+        # what the session fence asks, answered off the broker's loop (issue 25)
+        liveness = http("GET", primary.mgmt_port, "/api/ha")["liveness"]["port"]
+        assert http("GET", liveness, "/liveness")["serving_on_grants"] is True
         # Past ZooKeeper's session timeout (twice over: the server then expires every
         # session when it runs again) it keeps confirming, on grants alone.
         since = max(on_grants_at, paused_at + 2 * SESSION)
@@ -144,6 +147,9 @@ def same_primary(
     # The agent renews the lease again: on its session if the server kept it, else once it
     # took its record back on a new session (the server expired the old one).
     poll_until(lambda: member_lease(primary).get("on_grants") is False, 40, "on the lease")
+    backup = next(n for n in agents.nodes if n is not primary)
+    liveness = http("GET", backup.mgmt_port, "/api/ha")["liveness"]["port"]
+    assert http("GET", liveness, "/liveness")["serving_on_grants"] is False  # a backup
     lost = [e for e in events(primary, "election_ended") if e["reason"] == "session_lost"]
     assert not lost or events(primary, "primary_reclaimed"), "session lost, record not reclaimed"
     record = agents.primary_record()

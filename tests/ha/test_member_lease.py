@@ -156,6 +156,21 @@ class LeaseNetwork(RuleBasedStateMachine):
         full = all(self.leases.counted_until(m) > now for m in asked)
         assert self.leases.may_serve(now) == full
 
+    @invariant()
+    def the_published_window_is_the_serving_answer(self) -> None:
+        """What the liveness thread answers from (``serving_window``) says serving only
+        when the primary may serve and every member of its set grants it (what it serves
+        on past its cluster manager's lease)."""
+        now = self.primary_clock.at(self.real)
+        window = self.leases.serving_window()
+        if window is None:
+            assert not self.leases.members or not self.leases.enabled
+            return
+        until = self.leases.grants_until()
+        assert until is not None
+        inside = window[0] <= now < window[1]
+        assert inside == (self.leases.may_serve(now) and now < until)
+
 
 TestLeaseNetwork = LeaseNetwork.TestCase
 TestLeaseNetwork.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
@@ -375,3 +390,21 @@ def test_past_the_managers_lease_a_first_request_counts_only_once_answered() -> 
     seq, _ = leases.requested("a", 0.0)
     assert leases.may_serve(0.5) and leases.grants_until() == -math.inf
     assert leases.granted("a", seq) and leases.grants_until() == 1.0
+
+
+def test_the_serving_window_spans_the_wait_to_the_first_lapse() -> None:
+    """``serving_window``: None unless in force over a non-empty set; from the promoted
+    broker's wait to the earliest grant of every member, asked or not."""
+    leases = MemberLeases(LeaseTimes(1.0, 0.01))
+    leases.set_members(frozenset({"a", "b"}))
+    assert leases.serving_window() is None  # not in force
+    leases.set_enabled(True)
+    leases.serve_after(10.1)
+    seq, _ = leases.requested("a", 10.0)
+    assert leases.granted("a", seq)
+    assert leases.serving_window() == (10.1, -math.inf)  # b never granted
+    seq, _ = leases.requested("b", 10.4)
+    assert leases.granted("b", seq)
+    assert leases.serving_window() == (10.1, 11.0)  # a's grant ends first
+    leases.set_members(frozenset())
+    assert leases.serving_window() is None  # an empty set: the manager's lease alone

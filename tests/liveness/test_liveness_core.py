@@ -13,6 +13,7 @@ from broker.liveness import (
     LoopProgress,
     RoleNote,
     ThreadTimes,
+    serving_on_grants,
     summarise,
 )
 
@@ -28,6 +29,7 @@ def test_the_answer_says_how_long_ago_the_loop_last_made_progress() -> None:
         "ha_state": "active",
         "epoch": 7,
         "fenced": False,
+        "serving_on_grants": False,
         "pid": 4242,
         "broker_id": "b-1",
     }
@@ -107,3 +109,20 @@ def test_quantiles_are_ordered_and_the_max_is_exact(delays: list[float]) -> None
 
 def test_an_empty_histogram_summarises_to_zeros() -> None:
     assert summarise([0] * (len(LAG_BOUNDS) + 1), 0.0).count == 0
+
+
+def test_serving_on_grants_is_read_off_the_published_window() -> None:
+    """The session fence's question, answered off the loop: a primary, not fenced, inside
+    the window its loop last published (issue 25: a busy loop did not answer in time)."""
+    window = (10.0, 12.0)
+    assert serving_on_grants(RoleNote("active", 3, grants_window=window), 11.0)
+    assert serving_on_grants(RoleNote("recovering", 3, grants_window=window), 10.0)
+    assert not serving_on_grants(RoleNote("active", 3, grants_window=window), 9.9)  # waits
+    assert not serving_on_grants(RoleNote("active", 3, grants_window=window), 12.0)  # lapsed
+    assert not serving_on_grants(RoleNote("active", 3), 11.0)  # no member lease in force
+    assert not serving_on_grants(RoleNote("active", 3, True, grants_window=window), 11.0)
+    assert not serving_on_grants(RoleNote("ready", 3, grants_window=window), 11.0)
+    progress = LoopProgress(started_at=0.0, pid=1)
+    progress.progressed(10.5, RoleNote("active", 3, grants_window=window))
+    assert progress.answer(11.9)["serving_on_grants"] is True
+    assert progress.answer(12.5)["serving_on_grants"] is False  # the loop silent since
