@@ -12,11 +12,13 @@ whichever broker is primary at the end (:func:`drain`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import aio_pika
 import aiormq
@@ -27,6 +29,8 @@ from kombu.connection import Connection as KombuConnection
 from kombu.entity import Queue as KombuQueue
 
 from common.polling import poll_until
+
+T = TypeVar("T")
 
 #: The clients' heartbeat (seconds), as docs/clients.md sets it.
 HEARTBEAT = 1
@@ -88,8 +92,30 @@ class Publisher:
         raise NotImplementedError
 
 
+class PikaThread:
+    """One pika BlockingConnection's own thread: every call on that connection runs there
+    (pika's rule: a BlockingConnection is used from one thread), and the caller waits for
+    each with a deadline. pika's BlockingConnection has none for a confirm: its
+    ``basic_publish`` waits until the confirm comes or pika's heartbeat check gives up
+    (the heartbeat plus 5 s, checked twice: 6 to 12 s at a 1 s heartbeat)."""
+
+    def __init__(self) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pika")
+
+    def call(self, deadline: float, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in the connection's thread; TimeoutError after
+        ``deadline`` seconds (then :meth:`abandon` the connection)."""
+        return self.pool.submit(fn, *args, **kwargs).result(timeout=deadline)
+
+    def abandon(self) -> None:
+        """Leave the connection to its thread: a call still waiting there ends when pika's
+        heartbeat check gives the connection up (or the broker closes it)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
 class PikaPublisher(Publisher):
-    """pika's BlockingConnection on the list of the brokers' ConnectionParameters."""
+    """pika's BlockingConnection on the list of the brokers' ConnectionParameters, in a
+    thread of its own (:class:`PikaThread`): a confirm deadline."""
 
     def run(self) -> None:
         params = [
@@ -105,28 +131,39 @@ class PikaPublisher(Publisher):
             for port in self.ports
         ]
         number, queue = 0, self.confirms.queue
+        # connecting tries each address for at most stack_timeout
+        connect_deadline = len(params) * (CONNECT_TIMEOUT + 1.0)
         while not self.stopping.is_set():
+            pika_thread = PikaThread()
+            call = pika_thread.call
             connection = None
             try:
-                connection = pika.BlockingConnection(params)
+                connection = call(connect_deadline, pika.BlockingConnection, params)
                 port = connection._impl.params.port
-                channel = connection.channel()
-                channel.queue_declare(queue, durable=True)
-                channel.confirm_delivery()
+                channel = call(CONFIRM_TIMEOUT, connection.channel)
+                call(CONFIRM_TIMEOUT, channel.queue_declare, queue, durable=True)
+                call(CONFIRM_TIMEOUT, channel.confirm_delivery)
                 while not self.stopping.is_set():
                     body = str(number).encode()
-                    channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+                    properties = pika.BasicProperties(delivery_mode=2)
+                    call(CONFIRM_TIMEOUT, channel.basic_publish, "", queue, body, properties)
                     self.confirms.add(number, port)
                     number += 1
-                    connection.sleep(PAUSE)
-            except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
+                    call(CONFIRM_TIMEOUT + PAUSE, connection.sleep, PAUSE)  # heartbeats
+            except (pika.exceptions.AMQPError, OSError, ValueError) as exc:  # TimeoutError
                 self.confirms.failed(exc)
                 number += 1  # that one may or may not have been taken: never reused
                 time.sleep(0.05)
             finally:
-                if connection is not None and connection.is_open:
+                if connection is not None:
                     with contextlib.suppress(Exception):
-                        connection.close()
+                        call(CONFIRM_TIMEOUT, _close_if_open, connection)
+                pika_thread.abandon()
+
+
+def _close_if_open(connection: pika.BlockingConnection) -> None:
+    if connection.is_open:
+        connection.close()
 
 
 class AioPikaPublisher(Publisher):
@@ -189,6 +226,7 @@ class KombuPublisher(Publisher):
                 failover_strategy="round-robin",
                 transport_options={"confirm_publish": True},
             )
+            lost = True
             try:
                 connection.ensure_connection(
                     max_retries=len(ports), interval_start=0, interval_step=0.05
@@ -206,6 +244,7 @@ class KombuPublisher(Publisher):
                     self.confirms.add(number, port)
                     number += 1
                     time.sleep(PAUSE)
+                lost = False
             except (
                 TimeoutError,
                 OSError,
@@ -218,7 +257,9 @@ class KombuPublisher(Publisher):
                 time.sleep(0.05)
             finally:
                 with contextlib.suppress(Exception):
-                    connection.release()
+                    # lost or timed out: drop the socket without the close handshake
+                    # (release() waits for a close-ok that a frozen broker never sends)
+                    connection.collect() if lost else connection.release()
 
 
 PUBLISHERS: dict[str, Callable[[Confirms, list[int]], Publisher]] = {
