@@ -49,7 +49,7 @@ def frozen(node: Node) -> object:
 
 def test_clients_leave_a_frozen_primary_node(agents: AgentCluster) -> None:
     agents.start("--broker-timeout=2")
-    primary = agents.wait_settled(timeout=40)
+    primary = agents.wait_settled(timeout=60)  # at load 50 a broker took 20 s to start
     ports = agents.amqp_ports  # every client's URL list
     confirms = {name: Confirms(name, f"frozen-node-{name}") for name in PUBLISHERS}
     publishers = [PUBLISHERS[name](confirms[name], ports).start() for name in PUBLISHERS]
