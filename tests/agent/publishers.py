@@ -38,6 +38,10 @@ HEARTBEAT = 1
 CONNECT_TIMEOUT = 1.0
 #: The longest a client waits for one confirm before it leaves the broker (seconds).
 CONFIRM_TIMEOUT = 2.0 * HEARTBEAT
+#: ... for the first replies on a new connection (declare, first confirm): the broker just
+#: answered the handshake, so it is not frozen, and a primary just promoted holds them
+#: while it recovers (until its expected backups are back: ``ha-backup-timeout``, 5 s).
+FIRST_TIMEOUT = 10.0
 #: Between two messages of one client (seconds): a few tens a second.
 PAUSE = 0.02
 
@@ -50,15 +54,24 @@ class Confirms:
     queue: str
     confirmed: list[tuple[int, int, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: (monotonic time, the broker port connected to or None, the error) of each failure
+    failures: list[tuple[float, int | None, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, number: int, port: int) -> None:
         with self.lock:
             self.confirmed.append((number, port, time.monotonic()))
 
-    def failed(self, exc: BaseException) -> None:
+    def failed(self, exc: BaseException, port: int | None = None) -> None:
+        text = f"{type(exc).__name__}: {exc}"[:200]
         with self.lock:
-            self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            self.errors.append(text)
+            self.failures.append((time.monotonic(), port, text))
+
+    def failures_since(self, since: float) -> list[str]:
+        """The failures after ``since``: seconds after it, the port, the error."""
+        with self.lock:
+            return [f"{t - since:.2f} s {p}: {e[:80]}" for t, p, e in self.failures if t > since]
 
     def first_on(self, ports: set[int], after: float) -> float | None:
         """When the first confirm from one of ``ports`` after ``after`` came."""
@@ -136,22 +149,24 @@ class PikaPublisher(Publisher):
         while not self.stopping.is_set():
             pika_thread = PikaThread()
             call = pika_thread.call
-            connection = None
+            connection, port = None, None
             try:
                 connection = call(connect_deadline, pika.BlockingConnection, params)
                 port = connection._impl.params.port
-                channel = call(CONFIRM_TIMEOUT, connection.channel)
-                call(CONFIRM_TIMEOUT, channel.queue_declare, queue, durable=True)
-                call(CONFIRM_TIMEOUT, channel.confirm_delivery)
+                channel = call(FIRST_TIMEOUT, connection.channel)
+                call(FIRST_TIMEOUT, channel.queue_declare, queue, durable=True)
+                call(FIRST_TIMEOUT, channel.confirm_delivery)
+                deadline = FIRST_TIMEOUT
                 while not self.stopping.is_set():
                     body = str(number).encode()
                     properties = pika.BasicProperties(delivery_mode=2)
-                    call(CONFIRM_TIMEOUT, channel.basic_publish, "", queue, body, properties)
+                    call(deadline, channel.basic_publish, "", queue, body, properties)
+                    deadline = CONFIRM_TIMEOUT
                     self.confirms.add(number, port)
                     number += 1
                     call(CONFIRM_TIMEOUT + PAUSE, connection.sleep, PAUSE)  # heartbeats
             except (pika.exceptions.AMQPError, OSError, ValueError) as exc:  # TimeoutError
-                self.confirms.failed(exc)
+                self.confirms.failed(exc, port)
                 number += 1  # that one may or may not have been taken: never reused
                 time.sleep(0.05)
             finally:
@@ -183,21 +198,23 @@ class AioPikaPublisher(Publisher):
             try:
                 connection = await aio_pika.connect(url, timeout=CONNECT_TIMEOUT)
                 channel = await connection.channel(publisher_confirms=True)
-                await channel.declare_queue(queue, durable=True)
+                await channel.declare_queue(queue, durable=True, timeout=FIRST_TIMEOUT)
                 exchange = channel.default_exchange
+                deadline = FIRST_TIMEOUT
                 while not self.stopping.is_set():
                     message = aio_pika.Message(
                         str(number).encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT
                     )
-                    await exchange.publish(message, queue, timeout=CONFIRM_TIMEOUT)
+                    await exchange.publish(message, queue, timeout=deadline)
+                    deadline = CONFIRM_TIMEOUT
                     self.confirms.add(number, port)
                     number += 1
                     await asyncio.sleep(PAUSE)
             except (aiormq.exceptions.AMQPError, aio_pika.exceptions.AMQPException) as exc:
-                self.confirms.failed(exc)
+                self.confirms.failed(exc, port)
                 number += 1
             except (TimeoutError, OSError, ConnectionError) as exc:
-                self.confirms.failed(exc)
+                self.confirms.failed(exc, port)
                 number += 1
             finally:
                 if connection is not None:
@@ -226,7 +243,7 @@ class KombuPublisher(Publisher):
                 failover_strategy="round-robin",
                 transport_options={"confirm_publish": True},
             )
-            lost = True
+            lost, port = True, None
             try:
                 connection.ensure_connection(
                     max_retries=len(ports), interval_start=0, interval_step=0.05
@@ -234,13 +251,15 @@ class KombuPublisher(Publisher):
                 port = int(connection.as_uri().rsplit(":", 1)[1].split("/")[0])
                 producer = connection.Producer()
                 queue(connection.default_channel).declare()
+                deadline = FIRST_TIMEOUT
                 while not self.stopping.is_set():
                     producer.publish(
                         str(number),
                         routing_key=self.confirms.queue,
                         delivery_mode=2,
-                        timeout=CONFIRM_TIMEOUT,
+                        timeout=deadline,
                     )
+                    deadline = CONFIRM_TIMEOUT
                     self.confirms.add(number, port)
                     number += 1
                     time.sleep(PAUSE)
@@ -252,7 +271,7 @@ class KombuPublisher(Publisher):
                 *connection.connection_errors,  # py-amqp's: 320, 530 ...
                 *connection.channel_errors,
             ) as exc:
-                self.confirms.failed(exc)
+                self.confirms.failed(exc, port)
                 number += 1
                 time.sleep(0.05)
             finally:
