@@ -317,8 +317,9 @@ class MemberLeases:
         its clients. Or at once when every lapsed member is leaving and the primary is
         ``cut_off``: its cluster manager, which would commit their removal, has not vouched
         for it anew for a while (it lost ZooKeeper too: a partition of the primary's node;
-        :meth:`~broker.ha.manager_lease.ManagerLease.silent`), so nothing will resume its
-        serving before it fences, and its clients had better go on to the new primary.
+        :meth:`~broker.ha.manager_lease.ManagerLease.silent`), so no commit will resume its
+        serving (only its members' links coming back would, before it fences), and its
+        clients had better go on to the new primary.
         Never during a promoted broker's wait for its own older grant (its clients are
         refused at admission anyway). Availability only: nothing is confirmed, delivered or
         got while it does not serve, closed or not."""
