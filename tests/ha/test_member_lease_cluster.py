@@ -328,7 +328,7 @@ def test_a_cut_off_primary_closes_its_clients_once_its_manager_is_silent(tmp_pat
 
         def kept() -> bool:
             connection.process_data_events(time_limit=0.05)
-            return connection.is_open
+            return bool(connection.is_open)
 
         holds_for(kept, 1.0)  # the manager vouches: its commit would resume serving
         last = renewer.stop()
