@@ -245,6 +245,9 @@ class HaBroker:
     def lease_until(self) -> float | None:
         return self.role.lease_until
 
+    def manager_silent(self) -> bool:
+        return self.manager_lease.silent()
+
     @property
     def primary_address(self) -> str | None:
         return self.role.primary_address

@@ -12,10 +12,11 @@ confirm, admission and write to a client. A change of that answer is logged
 (``member_lease_lapsed`` per lapsed member, ``member_lease_serving``) and serving again
 wakes every connection (``on_serving_resumed``). A lapse asks every backup again at once;
 still not serving after the close grace (:attr:`LeaseTimes.close_after`), for a member
-not known to be leaving (:meth:`MemberLeases.close_clients_due`), it has the broker close
-its clients' connections (``on_close_clients``: 320 CONNECTION_FORCED,
-``member_lease_clients_closed``), so they go
-on to the next address of their URL list (issue 26, item 4). Promoted, it serves only once
+not known to be leaving, or at once when every lapsed member is leaving and the cluster
+manager fell silent (the primary is cut off: :meth:`MemberLeases.close_clients_due`), it
+has the broker close its clients' connections (``on_close_clients``: 320
+CONNECTION_FORCED, ``member_lease_clients_closed``), so they go on to the next address of
+their URL list (issue 26, item 4). Promoted, it serves only once
 its own grants to older epochs have lapsed (``member_lease_promotion_wait``), but for the
 epochs its promotion was told ended (``member_lease_grant_ended``).
 
@@ -63,6 +64,11 @@ class LeaseHost(Protocol):
     def now(self) -> float: ...
 
     def tell(self, event: str, fields: dict[str, Any]) -> None: ...
+
+    def manager_silent(self) -> bool:
+        """Has the cluster manager not vouched anew for this primary for half its lease
+        (:meth:`~broker.ha.manager_lease.ManagerLease.silent`)?"""
+        ...
 
 
 class LeaseKeeper:
@@ -259,7 +265,8 @@ class LeaseKeeper:
         since = None if serving else self._lapsed_at
         role = host.role
         leaving = {*role.pending_removal(), *role.awaited()}
-        due = self.leases.close_clients_due(now, since, leaving)
+        cut_off = since is not None and host.manager_silent()
+        due = self.leases.close_clients_due(now, since, leaving, cut_off)
         if not due or self.on_close_clients is None:
             return
         self._clients_closed = True
@@ -270,6 +277,7 @@ class LeaseKeeper:
             connections=closed,
             not_serving_ms=round((now - (since or now)) * 1000.0, 1),
             reason=reason,
+            cut_off=cut_off,
             epoch=host.epoch,
         )
 

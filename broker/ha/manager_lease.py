@@ -57,6 +57,9 @@ class ManagerLease:
         self._host = host
         #: Renewals the liveness thread took (None: renewals come through the loop only).
         self.offers = offers
+        #: The longest lease the cluster manager gave (seconds): what a renewal right after
+        #: its contact with ZooKeeper gives, the measure of :meth:`silent`.
+        self.longest = 0.0
         self._end: asyncio.TimerHandle | None = None
 
     def grant(self, seconds: float) -> None:
@@ -64,6 +67,7 @@ class ManagerLease:
         host's ``PromoteError``: not a primary)."""
         host = self._host
         host.handle(LeaseGranted(seconds, host.now()))
+        self.longest = max(self.longest, seconds)
         self._arm()
 
     def take_offered(self) -> None:
@@ -72,6 +76,7 @@ class ManagerLease:
         if offer is not None:
             with contextlib.suppress(PromoteError):  # refused (no longer primary): nothing
                 self._host.handle(LeaseGranted(*offer))
+                self.longest = max(self.longest, offer[0])
             self._arm()
 
     def holds(self) -> bool:
@@ -91,6 +96,31 @@ class ManagerLease:
         elif not role.lease_expired(now):
             return True
         return role.may_confirm(now, self._host.grants_until())
+
+    def left(self) -> float | None:
+        """Seconds left of the lease now (negative: run out), a renewal taken and not
+        applied yet counted as the next tick applies it; None: no cluster manager's lease."""
+        role, now = self._host.role, self._host.now()
+        until = role.lease_until
+        offer = None if self.offers is None else self.offers.peek()
+        if offer is not None and role.state.is_primary:
+            seconds, received = offer
+            until = received + seconds
+        return None if until is None else until - now
+
+    def silent(self) -> bool:
+        """Has the cluster manager not vouched anew for this primary for half its longest
+        lease? A ZooKeeper agent's lease is its session's (its last answered request plus
+        0.9 of the session timeout), renewed at every check (at most half the session
+        timeout apart, its session heartbeat 0.4 of it): less than half of it left means
+        the agent has heard nothing from ZooKeeper for longer than it ever should while
+        connected. A primary whose lapsed members are all leaving then closes its clients
+        at once (:meth:`~broker.ha.member_lease.MemberLeases.close_clients_due`): it is cut
+        off, and its agent cannot commit their removal. Availability only."""
+        left = self.left()
+        offer = None if self.offers is None else self.offers.peek()
+        longest = max(self.longest, 0.0 if offer is None else offer[0])
+        return left is not None and longest > 0 and left < longest / 2
 
     def stop(self) -> None:
         if self._end is not None:

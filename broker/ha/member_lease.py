@@ -312,7 +312,11 @@ class MemberLeases:
         return out
 
     def close_clients_due(
-        self, now: float, not_serving_since: float | None, leaving: Collection[str] = ()
+        self,
+        now: float,
+        not_serving_since: float | None,
+        leaving: Collection[str] = (),
+        cut_off: bool = False,
     ) -> bool:
         """Should the primary close its clients' connections now (issue 26, item 4)? When it
         has not served for :attr:`~LeaseTimes.close_after` since it stopped
@@ -322,16 +326,23 @@ class MemberLeases:
         held for it meanwhile are the in-sync set's promise, kept for its clients). A
         primary that was only slow (a stalled loop, a paused machine) asks every backup at
         once when it finds its lease lapsed and serves again within a round trip, keeping
-        its clients. Never during a promoted broker's wait for its own older grant (its
-        clients are refused at admission anyway). Availability only: nothing is
-        confirmed, delivered or got while it does not serve, closed or not."""
-        return (
-            not_serving_since is not None
-            and now >= self.not_before
-            and not self.may_serve(now)
-            and now - not_serving_since >= self.times.close_after
-            and any(member not in leaving for member, _ in self.lapsed(now))
-        )
+        its clients. Or at once when every lapsed member is leaving and the primary is
+        ``cut_off``: its cluster manager, which would commit their removal, has not vouched
+        for it anew for a while (it lost ZooKeeper too: a partition of the primary's node;
+        :meth:`~broker.ha.manager_lease.ManagerLease.silent`), so no commit will resume its
+        serving (only its members' links coming back would, before it fences), and its
+        clients had better go on to the new primary.
+        Never during a promoted broker's wait for its own older grant (its clients are
+        refused at admission anyway). Availability only: nothing is confirmed, delivered or
+        got while it does not serve, closed or not."""
+        if not_serving_since is None or now < self.not_before or self.may_serve(now):
+            return False
+        lapsed = [member for member, _ in self.lapsed(now)]
+        if not lapsed:
+            return False
+        if all(member in leaving for member in lapsed):
+            return cut_off
+        return now - not_serving_since >= self.times.close_after
 
     def remaining(self, now: float) -> float | None:
         """Seconds until the earliest member grant lapses (None: none needed)."""

@@ -12,11 +12,13 @@ whichever broker is primary at the end (:func:`drain`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import aio_pika
 import aiormq
@@ -28,12 +30,18 @@ from kombu.entity import Queue as KombuQueue
 
 from common.polling import poll_until
 
+T = TypeVar("T")
+
 #: The clients' heartbeat (seconds), as docs/clients.md sets it.
 HEARTBEAT = 1
 #: A client's longest wait for one broker of its list to connect and open (seconds).
 CONNECT_TIMEOUT = 1.0
 #: The longest a client waits for one confirm before it leaves the broker (seconds).
 CONFIRM_TIMEOUT = 2.0 * HEARTBEAT
+#: ... for the first replies on a new connection (declare, first confirm): the broker just
+#: answered the handshake, so it is not frozen, and a primary just promoted holds them
+#: while it recovers (until its expected backups are back: ``ha-backup-timeout``, 5 s).
+FIRST_TIMEOUT = 10.0
 #: Between two messages of one client (seconds): a few tens a second.
 PAUSE = 0.02
 
@@ -46,15 +54,24 @@ class Confirms:
     queue: str
     confirmed: list[tuple[int, int, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: (monotonic time, the broker port connected to or None, the error) of each failure
+    failures: list[tuple[float, int | None, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, number: int, port: int) -> None:
         with self.lock:
             self.confirmed.append((number, port, time.monotonic()))
 
-    def failed(self, exc: BaseException) -> None:
+    def failed(self, exc: BaseException, port: int | None = None) -> None:
+        text = f"{type(exc).__name__}: {exc}"[:200]
         with self.lock:
-            self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            self.errors.append(text)
+            self.failures.append((time.monotonic(), port, text))
+
+    def failures_since(self, since: float) -> list[str]:
+        """The failures after ``since``: seconds after it, the port, the error."""
+        with self.lock:
+            return [f"{t - since:.2f} s {p}: {e[:80]}" for t, p, e in self.failures if t > since]
 
     def first_on(self, ports: set[int], after: float) -> float | None:
         """When the first confirm from one of ``ports`` after ``after`` came."""
@@ -88,8 +105,30 @@ class Publisher:
         raise NotImplementedError
 
 
+class PikaThread:
+    """One pika BlockingConnection's own thread: every call on that connection runs there
+    (pika's rule: a BlockingConnection is used from one thread), and the caller waits for
+    each with a deadline. pika's BlockingConnection has none for a confirm: its
+    ``basic_publish`` waits until the confirm comes or pika's heartbeat check gives up
+    (the heartbeat plus 5 s, checked twice: 6 to 12 s at a 1 s heartbeat)."""
+
+    def __init__(self) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pika")
+
+    def call(self, deadline: float, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in the connection's thread; TimeoutError after
+        ``deadline`` seconds (then :meth:`abandon` the connection)."""
+        return self.pool.submit(fn, *args, **kwargs).result(timeout=deadline)
+
+    def abandon(self) -> None:
+        """Leave the connection to its thread: a call still waiting there ends when pika's
+        heartbeat check gives the connection up (or the broker closes it)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
 class PikaPublisher(Publisher):
-    """pika's BlockingConnection on the list of the brokers' ConnectionParameters."""
+    """pika's BlockingConnection on the list of the brokers' ConnectionParameters, in a
+    thread of its own (:class:`PikaThread`): a confirm deadline."""
 
     def run(self) -> None:
         params = [
@@ -105,28 +144,41 @@ class PikaPublisher(Publisher):
             for port in self.ports
         ]
         number, queue = 0, self.confirms.queue
+        # connecting tries each address for at most stack_timeout
+        connect_deadline = len(params) * (CONNECT_TIMEOUT + 1.0)
         while not self.stopping.is_set():
-            connection = None
+            pika_thread = PikaThread()
+            call = pika_thread.call
+            connection, port = None, None
             try:
-                connection = pika.BlockingConnection(params)
+                connection = call(connect_deadline, pika.BlockingConnection, params)
                 port = connection._impl.params.port
-                channel = connection.channel()
-                channel.queue_declare(queue, durable=True)
-                channel.confirm_delivery()
+                channel = call(FIRST_TIMEOUT, connection.channel)
+                call(FIRST_TIMEOUT, channel.queue_declare, queue, durable=True)
+                call(FIRST_TIMEOUT, channel.confirm_delivery)
+                deadline = FIRST_TIMEOUT
                 while not self.stopping.is_set():
                     body = str(number).encode()
-                    channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+                    properties = pika.BasicProperties(delivery_mode=2)
+                    call(deadline, channel.basic_publish, "", queue, body, properties)
+                    deadline = CONFIRM_TIMEOUT
                     self.confirms.add(number, port)
                     number += 1
-                    connection.sleep(PAUSE)
-            except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
-                self.confirms.failed(exc)
+                    call(CONFIRM_TIMEOUT + PAUSE, connection.sleep, PAUSE)  # heartbeats
+            except (pika.exceptions.AMQPError, OSError, ValueError) as exc:  # TimeoutError
+                self.confirms.failed(exc, port)
                 number += 1  # that one may or may not have been taken: never reused
                 time.sleep(0.05)
             finally:
-                if connection is not None and connection.is_open:
+                if connection is not None:
                     with contextlib.suppress(Exception):
-                        connection.close()
+                        call(CONFIRM_TIMEOUT, _close_if_open, connection)
+                pika_thread.abandon()
+
+
+def _close_if_open(connection: pika.BlockingConnection) -> None:
+    if connection.is_open:
+        connection.close()
 
 
 class AioPikaPublisher(Publisher):
@@ -146,21 +198,23 @@ class AioPikaPublisher(Publisher):
             try:
                 connection = await aio_pika.connect(url, timeout=CONNECT_TIMEOUT)
                 channel = await connection.channel(publisher_confirms=True)
-                await channel.declare_queue(queue, durable=True)
+                await channel.declare_queue(queue, durable=True, timeout=FIRST_TIMEOUT)
                 exchange = channel.default_exchange
+                deadline = FIRST_TIMEOUT
                 while not self.stopping.is_set():
                     message = aio_pika.Message(
                         str(number).encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT
                     )
-                    await exchange.publish(message, queue, timeout=CONFIRM_TIMEOUT)
+                    await exchange.publish(message, queue, timeout=deadline)
+                    deadline = CONFIRM_TIMEOUT
                     self.confirms.add(number, port)
                     number += 1
                     await asyncio.sleep(PAUSE)
             except (aiormq.exceptions.AMQPError, aio_pika.exceptions.AMQPException) as exc:
-                self.confirms.failed(exc)
+                self.confirms.failed(exc, port)
                 number += 1
             except (TimeoutError, OSError, ConnectionError) as exc:
-                self.confirms.failed(exc)
+                self.confirms.failed(exc, port)
                 number += 1
             finally:
                 if connection is not None:
@@ -189,6 +243,7 @@ class KombuPublisher(Publisher):
                 failover_strategy="round-robin",
                 transport_options={"confirm_publish": True},
             )
+            lost, port = True, None
             try:
                 connection.ensure_connection(
                     max_retries=len(ports), interval_start=0, interval_step=0.05
@@ -196,16 +251,19 @@ class KombuPublisher(Publisher):
                 port = int(connection.as_uri().rsplit(":", 1)[1].split("/")[0])
                 producer = connection.Producer()
                 queue(connection.default_channel).declare()
+                deadline = FIRST_TIMEOUT
                 while not self.stopping.is_set():
                     producer.publish(
                         str(number),
                         routing_key=self.confirms.queue,
                         delivery_mode=2,
-                        timeout=CONFIRM_TIMEOUT,
+                        timeout=deadline,
                     )
+                    deadline = CONFIRM_TIMEOUT
                     self.confirms.add(number, port)
                     number += 1
                     time.sleep(PAUSE)
+                lost = False
             except (
                 TimeoutError,
                 OSError,
@@ -213,12 +271,14 @@ class KombuPublisher(Publisher):
                 *connection.connection_errors,  # py-amqp's: 320, 530 ...
                 *connection.channel_errors,
             ) as exc:
-                self.confirms.failed(exc)
+                self.confirms.failed(exc, port)
                 number += 1
                 time.sleep(0.05)
             finally:
                 with contextlib.suppress(Exception):
-                    connection.release()
+                    # lost or timed out: drop the socket without the close handshake
+                    # (release() waits for a close-ok that a frozen broker never sends)
+                    connection.collect() if lost else connection.release()
 
 
 PUBLISHERS: dict[str, Callable[[Confirms, list[int]], Publisher]] = {

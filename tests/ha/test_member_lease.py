@@ -273,6 +273,30 @@ def test_clients_are_closed_one_interval_after_a_lapse_unless_it_serves_again() 
     assert waiting.may_serve(10.0) and not waiting.close_clients_due(10.0, 0.0)
 
 
+def test_a_cut_off_primary_closes_its_clients_at_once() -> None:
+    """Issue 26, item 4: every lapsed member leaving (their links closed: the commit of
+    their removal would resume serving) closes nothing while the cluster manager vouches
+    for the primary; cut off (the manager silent too: nothing will commit), it closes at
+    once, without the grace. A lapsed member still linked waits for the grace either way,
+    and a primary that serves never closes."""
+    leases = MemberLeases(LeaseTimes(2.0, 0.0, close_grace=3.0))
+    leases.set_enabled(True)
+    leases.set_members(frozenset({"a", "b"}))
+    for member in ("a", "b"):
+        seq, _ = leases.requested(member, 0.0)
+        assert leases.granted(member, seq)
+    both = {"a", "b"}
+    assert not leases.close_clients_due(1.9, None, leaving=both, cut_off=True)  # serving
+    lapsed = 2.0
+    assert not leases.close_clients_due(lapsed + 60.0, lapsed, leaving=both)
+    assert leases.close_clients_due(lapsed, lapsed, leaving=both, cut_off=True)
+    assert not leases.close_clients_due(lapsed + 2.9, lapsed, leaving={"a"}, cut_off=True)
+    assert leases.close_clients_due(lapsed + 3.0, lapsed, leaving={"a"}, cut_off=True)
+    waiting = MemberLeases(LeaseTimes(2.0, 0.0))
+    waiting.serve_after(10.0)  # a promoted broker waits for its own older grant
+    assert not waiting.close_clients_due(9.9, 0.0, cut_off=True)
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
 def test_bad_settings_are_refused(bad: float) -> None:
     with pytest.raises(ValueError, match="member lease"):

@@ -24,7 +24,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from common.polling import poll_until
+from common.polling import holds_for, poll_until
 from tests.drill.log_schema import problems
 from tests.ha.cluster import Cluster, http
 
@@ -247,4 +247,102 @@ def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_pa
     finally:
         if stopped is not None:
             os.kill(stopped, signal.SIGCONT)
+        cluster.stop()
+
+
+#: The cluster manager's lease in the cut-off test (seconds), renewed every 0.1 s.
+MANAGER_LEASE = 4.0
+
+
+class Renewer:
+    """A cluster manager renewing broker ``i``'s lease every 0.1 s on a thread, until
+    stopped; :attr:`last`: when it sent its last renewal (monotonic)."""
+
+    def __init__(self, cluster: Cluster, i: int) -> None:
+        self.port = cluster.brokers[i].mgmt_port
+        self.last = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            body = {"cluster_manager": True, "lease": MANAGER_LEASE}
+            if http("POST", self.port, "/api/ha/lease", body).get("lease") == MANAGER_LEASE:
+                self.last = sent
+            self._stop.wait(0.1)
+
+    def stop(self) -> float:
+        """Stop renewing; when the last renewal was sent."""
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+        return self.last
+
+
+def test_a_cut_off_primary_closes_its_clients_once_its_manager_is_silent(tmp_path: Any) -> None:
+    """Issue 26, item 4: both members gone (SIGKILLed: their links closed, so they are
+    pending removal), the primary stops serving once their grants lapse. While its cluster
+    manager renews its lease, it keeps its clients (the manager's commit of their removal
+    is what resumes serving); once the manager stops renewing (as an agent that lost
+    ZooKeeper does: the primary is cut off), it closes them (320, the member lease's
+    reason, ``cut_off``) as soon as less than half its lease is left, before the lease runs
+    out and it fences (until then its clients stayed on it)."""
+    cluster = Cluster(
+        tmp_path, 3, f"--ha-member-lease={LEASE}", f"--ha-clock-drift={DRIFT}"
+    ).start()
+    renewer: Renewer | None = None
+    try:
+        ids = {i: cluster.ha(i)["broker_id"] for i in (1, 2)}
+        mgmt = cluster.brokers[0].mgmt_port
+        body = {"cluster_manager": True, "epoch": 1, "in_sync": [ids[2]]}
+        assert http("POST", mgmt, "/api/ha/promote", body)["state"]
+        poll_until(lambda: ids[1] in cluster.ha(0)["in_sync"]["wanted"], 15, "broker 1 ready")
+        body = {"cluster_manager": True, "epoch": 1, "members": [ids[1], ids[2]]}
+        http("POST", mgmt, "/api/ha/in-sync", body)
+        poll_until(
+            lambda: (
+                (s := lease_of(cluster, 0))["serving"]
+                and set(s["members"]) == {ids[1], ids[2]}
+                and None not in s["members"].values()
+            ),
+            15,
+            "both members grant",
+        )
+        renewer = Renewer(cluster, 0)
+        poll_until(lambda: renewer is not None and renewer.last > 0, 10, "a renewal")
+        connection = connect(cluster.ports[0])
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("q")
+        channel.basic_publish("", "q", b"before")  # confirmed: returns
+        cluster.kill(1)
+        cluster.kill(2)
+        poll_until(
+            lambda: set(cluster.ha(0)["in_sync"]["pending_removal"]) == {ids[1], ids[2]},
+            10,
+            "both members pending removal",
+        )
+        poll_until(lambda: not lease_of(cluster, 0)["serving"], 10, "the lease lapses")
+
+        def kept() -> bool:
+            connection.process_data_events(time_limit=0.05)
+            return bool(connection.is_open)
+
+        holds_for(kept, 1.0)  # the manager vouches: its commit would resume serving
+        last = renewer.stop()
+        renewer = None
+        exc = closed_by_broker(connection, MANAGER_LEASE + 5)
+        took = time.monotonic() - last
+        assert exc.reply_code == 320 and "member lease" in exc.reply_text, exc
+        (closed,) = [
+            e for e in cluster.brokers[0].events() if e["event"] == "member_lease_clients_closed"
+        ]
+        assert closed["cut_off"] is True and closed["connections"] == 1, closed
+        print(f"cut-off primary: its client closed {took:.2f} s after the last renewal")
+        assert took >= MANAGER_LEASE / 2 - 0.2  # half its lease without a word from it
+    finally:
+        if renewer is not None:
+            renewer.stop()
         cluster.stop()
