@@ -84,6 +84,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from common.log import set_log_context
+from ha_agent import listener_probe
 from ha_agent import loop_events as loop
 from ha_agent.agent_hints import AgentHints
 from ha_agent.agent_report import AgentReport
@@ -135,6 +136,7 @@ class Agent:
             self._link_down,
             reclaim_grace=settings.session_timeout,
             link_lost=lambda _primary, _epoch: self.events.put(loop.LinkLost()),
+            accepts=listener_probe.accepts,
         )
         vip = (
             VirtualIp(settings.vip, settings.vip_interface, netns=settings.vip_netns)

@@ -33,6 +33,12 @@ member lease shows it can no longer serve. The candidate's own broker says (``GE
   removal, and nobody is fenced. Availability only (a hint is never what makes a takeover
   safe; the lapsed grant is): without it a single cut link made its backup take over from a
   healthy primary, racing the removal. With no other member the grant alone decides.
+- and the old primary's broker no longer accepts connections at the record's address
+  (:mod:`ha_agent.listener_probe`: refused, or its host answers nothing): a listener that
+  is there belongs to a broker that runs, starved or stopped, not to a lost node (a starved
+  primary, or a starved backup whose link the primary closed, was taken over from in the
+  scale soak, issue 25). Its own agent fences a stopped or hung broker; a node lost with
+  its agent loses its record at its session's expiry. Availability only, as the hints.
 
 Then the old primary cannot serve: its count of this broker's grant (from its own send
 time) ended, in real time, no later than this broker's promise
@@ -71,6 +77,7 @@ from ha_agent.membership import Member, cluster_speaks
 
 __all__ = [
     "LEASE_REPLICATION_FORMAT",
+    "LISTENER_RECHECK",
     "AnyOf",
     "GrantView",
     "LapsedGrant",
@@ -88,6 +95,9 @@ LEASE_REPLICATION_FORMAT = 3
 MULTI_OP_ZOOKEEPER_FORMAT = 2
 #: Seconds before a rule waiting for the other members' link hints is asked again.
 HINT_RECHECK = 0.1
+#: Seconds before a rule refused because the old primary's broker still accepts
+#: connections is asked again (its link comes back, or its agent or session decides).
+LISTENER_RECHECK = 0.25
 #: Seconds before a rule whose broker's grant lapsed while its link is still up is asked
 #: again: the primary has stopped asking, and a cut-off primary's link is found down within
 #: a probe (broker.ha.link_reach); a slow one's asks again, or its heartbeat decides.
@@ -239,9 +249,13 @@ class LapsedGrant:
         grant: Callable[[int], GrantView | None],
         link_down: Callable[[str, int], frozenset[str]] | None = None,
         link_lost: Callable[[str, int], None] | None = None,
+        accepts: Callable[[str], bool] | None = None,
     ) -> None:
         self.node = node
         self.grant = grant
+        #: does a listener still accept connections at this broker URL (the old primary's
+        #: record's)? None: not asked (the grant and the hints decide)
+        self.accepts = accepts
         #: the nodes whose link hints name (primary node, epoch); None: not asked (the
         #: grant alone decides, as with no other member)
         self.link_down = link_down
@@ -302,6 +316,15 @@ class LapsedGrant:
                 " decides",
                 retry_in=HINT_RECHECK,
             )
+        url = old.record.broker_url
+        if self.accepts is not None and url and self.accepts(url):
+            return Takeover(
+                False,
+                f"{old.record.node}'s broker still accepts connections at {url}: slow or"
+                " stopped, not gone (its agent fences a stopped one; a lost node's record"
+                " goes with its session)",
+                retry_in=LISTENER_RECHECK,
+            )
         return Takeover(
             True,
             f"this broker's grant to {old.record.node} (epoch {epoch}), which it counted,"
@@ -337,10 +360,13 @@ def default_rule(
     link_down: Callable[[str, int], frozenset[str]] | None = None,
     reclaim_grace: float = 0.0,
     link_lost: Callable[[str, int], None] | None = None,
+    accepts: Callable[[str], bool] | None = None,
 ) -> TakeoverRule:
     """The agent's rule: the old record gone (after ``reclaim_grace`` while this broker's
     link to that primary is up), else this broker's counted grant lapsed (and the other
-    members' links down too; ``link_lost``: see :class:`LapsedGrant`)."""
+    members' links down too, and the old primary's broker no longer accepting connections;
+    ``link_lost``, ``accepts``: see :class:`LapsedGrant`)."""
     return AnyOf(
-        OldPrimaryGone(grant, reclaim_grace), LapsedGrant(node, grant, link_down, link_lost)
+        OldPrimaryGone(grant, reclaim_grace),
+        LapsedGrant(node, grant, link_down, link_lost, accepts),
     )

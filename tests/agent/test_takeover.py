@@ -4,11 +4,15 @@ still there, but the candidate's own grant, which the old primary counted, has l
 
 from __future__ import annotations
 
+import socket
+
 from ha_agent.broker_check import grant_view
 from ha_agent.cluster_records import InSyncMember, InSyncRecord, PrimaryRecord
+from ha_agent.listener_probe import accepts
 from ha_agent.membership import Member
 from ha_agent.takeover import (
     LINK_RECHECK,
+    LISTENER_RECHECK,
     AnyOf,
     GrantView,
     LapsedGrant,
@@ -198,3 +202,46 @@ def test_a_cut_of_this_brokers_link_alone_is_not_the_primarys_loss() -> None:
     assert hinted().may_take_over(TakeoverView(OLD, alone, members())).allowed
     unnamed = InSyncRecord(7, (InSyncMember("b2", "n2"), InSyncMember("b3")))
     assert hinted().may_take_over(TakeoverView(OLD, unnamed, members())).allowed
+
+
+def test_a_lapsed_grant_waits_while_the_old_primarys_broker_still_listens() -> None:
+    """Issue 25 (slow is not dead): a starved primary, or a starved backup whose link the
+    primary closed, keeps its listener; its record is not replaced on a lapsed grant while
+    a connect to the record's address is accepted. Refused or unanswered: taken over."""
+    old = OldPrimary(PrimaryRecord("n1", 7, "10.0.0.1:5672"), version=0, owner=0x51)
+    lapsed = GrantView(True, 0.0, frozenset({7}))
+    probed: list[str] = []
+
+    def listener(there: bool) -> LapsedGrant:
+        def accepts(url: str) -> bool:
+            probed.append(url)
+            return there
+
+        return LapsedGrant("n2", lambda _e: lapsed, lambda _p, _e: frozenset({"n3"}), None, accepts)
+
+    slow = listener(True).may_take_over(TakeoverView(old, SET, members()))
+    assert not slow.allowed and slow.replace is None and slow.retry_in == LISTENER_RECHECK
+    assert "n1's broker still accepts connections at 10.0.0.1:5672" in slow.reason
+    gone = listener(False).may_take_over(TakeoverView(old, SET, members()))
+    assert gone.allowed and gone.replace == old
+    assert probed == ["10.0.0.1:5672", "10.0.0.1:5672"]
+    # asked last, once everything else allows: no probe for a grant that still runs
+    running = LapsedGrant(
+        "n2", lambda _e: GrantView(False, 0.4, frozenset({7})), None, None, lambda _u: True
+    )
+    assert running.may_take_over(TakeoverView(old, SET, members())).retry_in == 0.4
+    assert probed == ["10.0.0.1:5672", "10.0.0.1:5672"]
+    # a record without an address (an older agent's): the grant and the hints decide
+    assert listener(True).may_take_over(TakeoverView(OLD, SET, members())).allowed
+
+
+def test_the_listener_probe_tells_a_listener_from_none() -> None:
+    """A real socket: a listener accepts; a closed port refuses; a bad URL is no."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        assert accepts(f"127.0.0.1:{port}")
+        assert accepts(f"amqp:tcp:127.0.0.1:{port},tcp:127.0.0.1:1")  # its first address
+    assert not accepts(f"127.0.0.1:{port}")  # closed: refused at once
+    assert not accepts("no such url ::")
