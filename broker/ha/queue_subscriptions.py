@@ -42,6 +42,9 @@ from broker.ha.queue_replicator import (
 )
 from broker.ha.replication_errors import described, queue_object
 
+#: Queues named in a log line at most (``ha_snapshot_applied``'s ``busiest``).
+LOGGED_QUEUES = 10
+
 #: Queue streams subscribed at a time (each: channel.open, then basic.qos and basic.consume
 #: together).
 SUBSCRIBERS = 64
@@ -163,6 +166,13 @@ class QueueSubscriptions:
                 if early.get(key) is not replicator:
                     replicator.caught_up = False
                     self._waiting.add(key)
+            before = [key for key in early if key in self._subscribed]  # the busiest first
+            self._log(
+                "ha_snapshot_applied",
+                queues=len(replicators),
+                subscribed_before=len(before),
+                busiest=before[:LOGGED_QUEUES],
+            )
         for name in subscribe:
             if name not in self._subscribed:
                 self._subscribed.add(name)
