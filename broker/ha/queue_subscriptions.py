@@ -4,7 +4,9 @@ One :class:`QueueSubscriptions` a link session (the :class:`~broker.ha.backup.Ba
 makes a new one each time a link comes up). The configuration stream says which queues
 are replicated (:meth:`QueueSubscriptions.config_applied`); it subscribes each such queue's
 stream, :data:`SUBSCRIBERS` at a time (at a new link's first snapshot, the queues with the
-most recent traffic first: :func:`~broker.ha.queue_replicator.catch_up_order`), announcing
+most recent traffic first: :func:`~broker.ha.queue_replicator.catch_up_order`; those of
+them the snapshot keeps as they are already once it is decoded, before it is applied:
+:meth:`QueueSubscriptions.config_decoded`), announcing
 the replication ids the backup already holds (the reconnect handshake), applies each batch
 with the queue's :class:`~broker.ha.queue_replicator.QueueReplicator` and has it
 acknowledged by the link's :class:`~broker.ha.queue_replicator.BatchAcks`. The backup is
