@@ -10,6 +10,7 @@ message of the queue (docs/ha-design.md, "Who a confirm waits for")."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from common.polling import poll_until
@@ -22,6 +23,10 @@ BUSY = "q40"
 
 def holds_queues(cluster: Cluster, i: int) -> bool:
     return int(http("GET", cluster.brokers[i].mgmt_port, "/api/status")["queues"]) >= QUEUES
+
+
+def holds_messages(cluster: Cluster, i: int, count: int) -> bool:
+    return cluster.queue_messages(i, BUSY) == count
 
 
 def test_the_member_subscribes_its_busy_queue_before_applying_the_snapshot(
@@ -38,11 +43,11 @@ def test_the_member_subscribes_its_busy_queue_before_applying_the_snapshot(
             channel.queue_declare(f"q{i}", durable=True)
         connection.close()
         for b in (1, 2):
-            poll_until(lambda b=b: holds_queues(cluster, b), 30)
+            poll_until(partial(holds_queues, cluster, b), 30)
             cluster.wait_state(b, "ready")
         publish(cluster.ports[0], BUSY, [b"before-%d" % i for i in range(5)], delivery_mode=2)
         for b in (1, 2):  # live traffic heard on the busy queue, by both backups
-            poll_until(lambda b=b: cluster.queue_messages(b, BUSY) == 5, 30)
+            poll_until(partial(holds_messages, cluster, b, 5), 30)
         member = str(cluster.ha(2)["broker_id"])
 
         cluster.kill(0)
