@@ -10,8 +10,10 @@ subscribed after the snapshot, as every other. Cores only, no sockets."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from broker.amqp.client import ConnectionFailed
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.config_objects import queue_config
@@ -145,3 +147,30 @@ def test_only_a_links_first_snapshot_subscribes_early_and_only_heard_queues() ->
         subscriptions._waiting.discard(name)
     subscriptions._check_caught_up()
     assert reports == ["caught up"]
+
+
+class RefusingClient:
+    """A link's client whose primary refuses every channel (the queue's stream cannot be
+    opened now): the part of AmqpClient a subscription uses first."""
+
+    async def open_channel(self) -> None:
+        raise ConnectionFailed("refused")
+
+
+def test_a_busy_queue_whose_early_subscription_failed_is_subscribed_after_the_snapshot() -> None:
+    replicator, primary = backup_with(["busy", "idle"])
+    replicator.replicators["busy"].heard()
+    subscriptions, reports = subscriptions_of(replicator)
+    subscriptions.client = RefusingClient()  # type: ignore[assignment]
+    snapshot = snapshot_of(primary)
+    subscriptions.config_decoded(snapshot)
+    assert list(subscriptions._to_subscribe.names) == ["busy"]
+    subscriptions._to_subscribe.names.clear()  # its subscriber runs now:
+    asyncio.run(subscriptions._subscribe("busy"))  # refused
+    assert "busy" not in subscriptions._subscribed and "busy" not in subscriptions._waiting
+
+    subscriptions.client = None  # (nothing more is opened here)
+    subscriptions.config_applied(snapshot, replicator.apply(snapshot))
+    assert list(subscriptions._to_subscribe.names) == ["busy", "idle"]  # again, first
+    assert subscriptions._waiting == {"busy", "idle"}  # the catch-up waits for it
+    assert reports == []
