@@ -442,6 +442,7 @@ class BackupLink:
             failed=lambda event, exc: self._fail(event_object(event), described(exc)),
             store_failed=self.owner.store_failed,
             applied=subscriptions.config_applied,
+            decoded=subscriptions.config_decoded,
         )
         await config.consume(CONFIG_STREAM, self._config.delivered)
         closed = asyncio.ensure_future(client.wait_closed())

@@ -25,11 +25,13 @@ THREAD UNSAFE: the backup's event loop owns it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker.core.errors import AmqpError
 from broker.core.exchange import EXCHANGE, QUEUE, BindingKey, binding_key
+from broker.core.queue import Queue
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.queue_replicator import QueueReplicator
@@ -130,12 +132,7 @@ class BrokerReplicator:
         arguments = dict(config.get("arguments") or {})
         uuid = str(config.get("uuid") or "") or None
         existing = vhost.queues.get(name)
-        if existing is not None and (
-            (uuid is not None and existing.uuid != uuid)  # deleted and declared again
-            or existing.arguments != arguments
-            or existing.durable != bool(config.get("durable"))
-            or existing.auto_delete != bool(config.get("auto_delete"))
-        ):
+        if existing is not None and _replaced(existing, config):
             self._delete_queue(key, changes)  # replaced on the primary by another queue
         queue = vhost.declare_queue(
             name,
@@ -152,6 +149,30 @@ class BrokerReplicator:
         if config.get("replicate") == "all" and key not in self.replicators:
             self.replicators[key] = QueueReplicator(queue, self.staging)
             changes.subscribe.append(key)
+
+    def kept_by_snapshot(
+        self, event: dict[str, Any], keys: Iterable[str]
+    ) -> dict[str, QueueReplicator]:
+        """Of the queue replicators named by ``keys``, those a ``snapshot`` event keeps as
+        they are: the snapshot names their queue (in its vhost), replicated with level
+        ``all``, and declaring it replaces nothing (the same rule as :meth:`apply`: the same
+        uuid, arguments, durability and auto-delete). Applying the snapshot leaves each of
+        them and its queue untouched, so the link may subscribe their streams before it
+        applies the snapshot (:mod:`broker.ha.queue_subscriptions`). Reads only."""
+        wanted = {key: self.replicators[key] for key in keys if key in self.replicators}
+        kept: dict[str, QueueReplicator] = {}
+        if not wanted:
+            return kept
+        for config in event.get("queues") or []:
+            key = queue_key(_vhost_of(config), str(config["name"]))
+            replicator = wanted.get(key)
+            if replicator is None or config.get("replicate") != "all":
+                continue
+            queue = replicator.queue
+            if queue.deleted or self.vhosts.queue(key) is not queue or _replaced(queue, config):
+                continue
+            kept[key] = replicator
+        return kept
 
     def _delete_queue(self, key: str, changes: ConfigChanges) -> None:
         self.exclusive.discard(key)
@@ -294,6 +315,18 @@ class BrokerReplicator:
                     vhost.unbind(
                         destination, binding.exchange, binding.routing_key, binding.arguments
                     )
+
+
+def _replaced(existing: Queue, config: dict[str, Any]) -> bool:
+    """Whether declaring ``config`` replaces the backup's ``existing`` queue of its name:
+    the primary's is another queue (deleted and declared again) or declared otherwise."""
+    uuid = str(config.get("uuid") or "") or None
+    return (
+        (uuid is not None and existing.uuid != uuid)  # deleted and declared again
+        or existing.arguments != dict(config.get("arguments") or {})
+        or existing.durable != bool(config.get("durable"))
+        or existing.auto_delete != bool(config.get("auto_delete"))
+    )
 
 
 def _vhost_of(config: dict[str, Any]) -> str:

@@ -59,7 +59,11 @@ class ConfigApplier:
         failed: Callable[[dict[str, Any] | None, Exception], None],
         store_failed: Callable[[str], None],
         applied: Callable[[dict[str, Any], ConfigChanges], None],
+        decoded: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
+        """``applied(event, changes)`` after each event is applied; ``decoded(event)``
+        after it is decoded, before it is applied (the link subscribes the queues a first
+        snapshot keeps as they are then: :mod:`broker.ha.queue_subscriptions`)."""
         self._ack = ack
         self._codec = codec
         self._replicator = replicator
@@ -68,6 +72,7 @@ class ConfigApplier:
         self._failed = failed
         self._store_failed = store_failed
         self._applied = applied
+        self._decoded = decoded
         self._pending: deque[Delivery] = deque()
         self._waiting = 0  # acknowledgements waiting for the disk (later ones wait behind)
         #: The event being applied in slices.
@@ -105,6 +110,8 @@ class ConfigApplier:
         event: dict[str, Any] | None = None
         try:
             event = await _sliced(self._codec.decode_config_steps(delivery.body))
+            if self._decoded is not None:
+                self._decoded(event)
             steps = self._replicator.apply_steps(event)
             self._applying = steps
             try:

@@ -4,7 +4,9 @@ One :class:`QueueSubscriptions` a link session (the :class:`~broker.ha.backup.Ba
 makes a new one each time a link comes up). The configuration stream says which queues
 are replicated (:meth:`QueueSubscriptions.config_applied`); it subscribes each such queue's
 stream, :data:`SUBSCRIBERS` at a time (at a new link's first snapshot, the queues with the
-most recent traffic first: :func:`~broker.ha.queue_replicator.catch_up_order`), announcing
+most recent traffic first: :func:`~broker.ha.queue_replicator.catch_up_order`; those of
+them the snapshot keeps as they are already once it is decoded, before it is applied:
+:meth:`QueueSubscriptions.config_decoded`), announcing
 the replication ids the backup already holds (the reconnect handshake), applies each batch
 with the queue's :class:`~broker.ha.queue_replicator.QueueReplicator` and has it
 acknowledged by the link's :class:`~broker.ha.queue_replicator.BatchAcks`. The backup is
@@ -33,8 +35,17 @@ from broker.core.vhost import VHOST
 from broker.ha.broker_replicator import BrokerReplicator, ConfigChanges
 from broker.ha.link_format import Codec
 from broker.ha.names import IDS_ARGUMENT, VHOST_ARGUMENT
-from broker.ha.queue_replicator import AckCoalescer, BatchAcks, CatchUpGc, catch_up_order
+from broker.ha.queue_replicator import (
+    AckCoalescer,
+    BatchAcks,
+    CatchUpGc,
+    QueueReplicator,
+    catch_up_order,
+)
 from broker.ha.replication_errors import described, queue_object
+
+#: Queues named in a log line at most (``ha_snapshot_applied``'s ``busiest``).
+LOGGED_QUEUES = 10
 
 #: Queue streams subscribed at a time (each: channel.open, then basic.qos and basic.consume
 #: together).
@@ -96,37 +107,86 @@ class QueueSubscriptions:
         self._queue_channels: dict[str, ClientChannel] = {}
         self._subscribed: set[str] = set()
         self._to_subscribe = SubscribeQueue()
+        #: The queues subscribed before the first snapshot was applied (None: none yet),
+        #: by key: their replicators, which the snapshot kept.
+        self._early: dict[str, QueueReplicator] | None = None
 
     def end(self) -> None:
         """The link went down: subscribe nothing more."""
         self.client = None
 
+    def config_decoded(self, event: dict[str, Any]) -> None:
+        """Before a configuration event is applied: at a new link's first snapshot, the
+        queues this backup heard live traffic on (the busiest first: the ones clients come
+        back to after a fail-over) are subscribed at once, those the snapshot keeps as they
+        are (:meth:`~broker.ha.broker_replicator.BrokerReplicator.kept_by_snapshot`: the
+        same queue on the primary, declared the same, replicated with level ``all``).
+
+        Applying a snapshot of 10,000 queues takes seconds on a loaded machine, and a
+        member's guards hold those queues' confirms until its streams of them are open
+        (docs/ha-design.md, "Who a confirm waits for"). Those queues exist here already and
+        applying the snapshot changes none of them, so their streams need not wait for it:
+        each stream is the same reconnect handshake as after the snapshot (the ids held
+        here; the primary sends what is missing and removes what it no longer has), and
+        the guard of the queue on the primary is the stream's as before. A queue the
+        snapshot would replace or delete is left for after it (subscribed then, as every
+        other)."""
+        if event.get("type") != "snapshot" or not self._first_snapshot or self._early is not None:
+            return
+        replicators = self.replicator.replicators
+        heard = [key for key, replicator in replicators.items() if replicator.traffic]
+        heard.sort(key=lambda key: -replicators[key].traffic)
+        self._early = self.replicator.kept_by_snapshot(event, heard)
+        for key in heard:
+            replicator = self._early.get(key)
+            if replicator is None:
+                continue
+            replicator.caught_up = False  # caught up again on this link
+            self._waiting.add(key)
+            self._subscribed.add(key)
+            self._to_subscribe.names.append(key)
+        self._start_subscribers()
+
     def config_applied(self, event: dict[str, Any], changes: ConfigChanges) -> None:
         """After a configuration event: the queue streams to open and to close."""
         subscribe = list(changes.subscribe)
-        if event.get("type") == "snapshot" and self._first_snapshot:
-            # A new link: every replicated queue catches up again, including the ones
-            # this backup already had from an earlier primary (reconnect handshake).
-            self._first_snapshot = False
-            subscribe = catch_up_order(self.replicator.replicators)  # busy queues first
-            for replicator in self.replicator.replicators.values():
-                replicator.caught_up = False
-            self._waiting = set(subscribe)
         for name in changes.unsubscribe:
             self._waiting.discard(name)
             self._subscribed.discard(name)
             queue_channel = self._queue_channels.pop(name, None)
             if queue_channel is not None:
                 self._spawn(queue_channel.close())
+        if event.get("type") == "snapshot" and self._first_snapshot:
+            # A new link: every replicated queue catches up again, including the ones
+            # this backup already had from an earlier primary (reconnect handshake); those
+            # subscribed before the snapshot was applied (config_decoded) are on their way.
+            self._first_snapshot = False
+            early = self._early or {}
+            replicators = self.replicator.replicators
+            subscribe = catch_up_order(replicators)  # busy queues first
+            for key, replicator in replicators.items():
+                if early.get(key) is not replicator:
+                    replicator.caught_up = False
+                    self._waiting.add(key)
+            before = [key for key in early if key in self._subscribed]  # the busiest first
+            self._log(
+                "ha_snapshot_applied",
+                queues=len(replicators),
+                subscribed_before=len(before),
+                busiest=before[:LOGGED_QUEUES],
+            )
         for name in subscribe:
             if name not in self._subscribed:
                 self._subscribed.add(name)
                 self._to_subscribe.names.append(name)
+        self._start_subscribers()
+        self._check_caught_up()
+
+    def _start_subscribers(self) -> None:
         pending = self._to_subscribe
         while pending.names and pending.running < SUBSCRIBERS:
             pending.running += 1
             self._spawn(self._subscriber(pending))
-        self._check_caught_up()
 
     async def _subscriber(self, pending: SubscribeQueue) -> None:
         """Subscribe the queues waiting, one at a time, until none waits: with
@@ -198,6 +258,10 @@ class QueueSubscriptions:
         except ClientError as exc:
             # The queue may have gone on the primary meanwhile; its deletion event follows.
             self._log("ha_subscribe_failed", queue=name, reason=str(exc))
+            if self._first_snapshot and self._early is not None:
+                # subscribed before the first snapshot: once it is applied, as any other
+                self._early.pop(name, None)
+                self._subscribed.discard(name)
             self.replicator.staging.queue_gone(replicator)  # its part of a transaction won't come
             self.batch_acks.forget(replicator)
             self.batch_acks.release()  # batches held behind that transaction

@@ -1,0 +1,176 @@
+"""A new link subscribes its busy queues before it applies the first snapshot (issue 25).
+
+Applying the configuration snapshot of 10,000 queues took a member 4-5 s of a fail-over
+on a loaded machine, and the new primary's confirms on the busy queues waited for the
+member's streams of them, which were opened only after it (docs/benchmarks.md). The
+queues busy before the fail-over exist on the member already: the snapshot keeps them as
+they are, so their streams are subscribed as soon as the snapshot is decoded. A queue the
+snapshot replaces (another queue of the name on the primary) or deletes is not: it is
+subscribed after the snapshot, as every other. Cores only, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from broker.amqp.client import ConnectionFailed
+from broker.core.vhost import VirtualHost
+from broker.ha.broker_replicator import BrokerReplicator
+from broker.ha.config_objects import queue_config
+from broker.ha.link_format import codec_of
+from broker.ha.queue_replicator import BatchAcks, CatchUpGc
+from broker.ha.queue_subscriptions import QueueSubscriptions
+from broker.ha.replicate_level import ReplicateLevel
+
+
+def backup_with(names: list[str]) -> tuple[BrokerReplicator, VirtualHost]:
+    """A backup that replicated ``names`` from its old primary (a snapshot of a primary's
+    vhost applied), and that primary's vhost."""
+    primary = VirtualHost()
+    for name in names:
+        primary.declare_queue(name, durable=True)
+    replicator = BrokerReplicator(VirtualHost())
+    replicator.apply(snapshot_of(primary))
+    return replicator, primary
+
+
+def snapshot_of(vhost: VirtualHost) -> dict[str, Any]:
+    return {
+        "type": "snapshot",
+        "queues": [queue_config(q, ReplicateLevel.ALL) for q in vhost.queues.values()],
+        "exchanges": [],
+        "bindings": [],
+    }
+
+
+def subscriptions_of(replicator: BrokerReplicator) -> tuple[QueueSubscriptions, list[str]]:
+    """The link's subscriptions (no client: the queues waiting to be subscribed are looked
+    at, their subscribers never run), and the list of caught-up reports."""
+    reports: list[str] = []
+
+    def spawn(coroutine: Any) -> None:
+        coroutine.close()
+
+    subscriptions = QueueSubscriptions(
+        None,  # type: ignore[arg-type]  # nothing is subscribed here
+        replicator,
+        codec_of(4),
+        credit=8,
+        disk=None,
+        batch_acks=BatchAcks(None, lambda reason: None),
+        gc=CatchUpGc(),
+        spawn=spawn,
+        failed=lambda what, reason: None,
+        log=lambda *args, **fields: None,
+        caught_up=lambda: reports.append("caught up"),
+    )
+    return subscriptions, reports
+
+
+def test_busy_queues_kept_by_the_snapshot_are_subscribed_before_it_is_applied() -> None:
+    names = [f"q{i}" for i in range(1000)]
+    replicator, primary = backup_with(names)
+    for name in ("q900", "q500"):  # busy on the old link, q500 the latest
+        replicator.replicators[name].caught_up = True
+        replicator.replicators[name].heard()
+    subscriptions, reports = subscriptions_of(replicator)
+    snapshot = snapshot_of(primary)  # the new primary has the same queues
+
+    subscriptions.config_decoded(snapshot)  # decoded, not applied yet
+    assert list(subscriptions._to_subscribe.names) == ["q500", "q900"]
+    assert not replicator.replicators["q500"].caught_up  # caught up again on this link
+
+    replicator.replicators["q500"].caught_up = True  # its stream reported ready meanwhile
+    subscriptions._waiting.discard("q500")
+    subscriptions.config_applied(snapshot, replicator.apply(snapshot))
+    waiting = list(subscriptions._to_subscribe.names)
+    assert waiting[:3] == ["q500", "q900", "q0"]  # subscribed once each, the rest after
+    assert len(waiting) == len(set(waiting)) == 1000
+    assert replicator.replicators["q500"].caught_up  # not reset: its stream is open
+    assert not replicator.replicators["q0"].caught_up
+    assert "q500" not in subscriptions._waiting and "q900" in subscriptions._waiting
+    assert reports == []  # the other queues are still to catch up
+
+
+def test_a_queue_the_snapshot_replaces_or_deletes_waits_for_it() -> None:
+    """On the new primary q1 is another queue of the name (deleted and declared again),
+    q2 is declared with other arguments, q3 is gone: none is subscribed before the
+    snapshot is applied; q1 and q2 are after it, on their new replicators."""
+    replicator, primary = backup_with(["q0", "q1", "q2", "q3"])
+    for name in ("q0", "q1", "q2", "q3"):
+        replicator.replicators[name].heard()
+    primary.delete_queue("q1")
+    primary.declare_queue("q1", durable=True)
+    primary.delete_queue("q2")
+    primary.declare_queue("q2", durable=True, arguments={"x-max-length": 5})
+    primary.delete_queue("q3")
+    old = dict(replicator.replicators)
+    subscriptions, _ = subscriptions_of(replicator)
+    snapshot = snapshot_of(primary)
+
+    subscriptions.config_decoded(snapshot)
+    assert list(subscriptions._to_subscribe.names) == ["q0"]
+
+    subscriptions.config_applied(snapshot, replicator.apply(snapshot))
+    assert replicator.replicators["q0"] is old["q0"]
+    for name in ("q1", "q2"):
+        assert replicator.replicators[name] is not old[name]  # replaced
+    assert "q3" not in replicator.replicators
+    assert sorted(subscriptions._to_subscribe.names) == ["q0", "q1", "q2"]
+    assert subscriptions._waiting == {"q0", "q1", "q2"}
+
+
+def test_kept_by_snapshot_names_only_queues_it_leaves_untouched() -> None:
+    replicator, primary = backup_with(["a", "b", "c"])
+    primary.delete_queue("c")
+    snapshot = snapshot_of(primary)
+    snapshot["queues"][1]["replicate"] = "configuration"  # b: no longer streamed
+    kept = replicator.kept_by_snapshot(snapshot, ["a", "b", "c", "unknown"])
+    assert kept == {"a": replicator.replicators["a"]}
+    assert replicator.kept_by_snapshot(snapshot, []) == {}
+
+
+def test_only_a_links_first_snapshot_subscribes_early_and_only_heard_queues() -> None:
+    replicator, primary = backup_with(["idle", "busy"])
+    replicator.replicators["busy"].heard()
+    subscriptions, reports = subscriptions_of(replicator)
+    subscriptions.config_decoded({"type": "membership", "members": []})
+    assert not subscriptions._to_subscribe.names  # not a snapshot
+    snapshot = snapshot_of(primary)
+    subscriptions.config_decoded(snapshot)
+    assert list(subscriptions._to_subscribe.names) == ["busy"]  # never heard: after
+    subscriptions.config_applied(snapshot, replicator.apply(snapshot))
+    subscriptions.config_decoded(snapshot)  # a later snapshot: applied, then subscribed
+    assert list(subscriptions._to_subscribe.names) == ["busy", "idle"]
+    for name in ("busy", "idle"):
+        replicator.replicators[name].caught_up = True
+        subscriptions._waiting.discard(name)
+    subscriptions._check_caught_up()
+    assert reports == ["caught up"]
+
+
+class RefusingClient:
+    """A link's client whose primary refuses every channel (the queue's stream cannot be
+    opened now): the part of AmqpClient a subscription uses first."""
+
+    async def open_channel(self) -> None:
+        raise ConnectionFailed("refused")
+
+
+def test_a_busy_queue_whose_early_subscription_failed_is_subscribed_after_the_snapshot() -> None:
+    replicator, primary = backup_with(["busy", "idle"])
+    replicator.replicators["busy"].heard()
+    subscriptions, reports = subscriptions_of(replicator)
+    subscriptions.client = RefusingClient()  # type: ignore[assignment]
+    snapshot = snapshot_of(primary)
+    subscriptions.config_decoded(snapshot)
+    assert list(subscriptions._to_subscribe.names) == ["busy"]
+    subscriptions._to_subscribe.names.clear()  # its subscriber runs now:
+    asyncio.run(subscriptions._subscribe("busy"))  # refused
+    assert "busy" not in subscriptions._subscribed and "busy" not in subscriptions._waiting
+
+    subscriptions.client = None  # (nothing more is opened here)
+    subscriptions.config_applied(snapshot, replicator.apply(snapshot))
+    assert list(subscriptions._to_subscribe.names) == ["busy", "idle"]  # again, first
+    assert subscriptions._waiting == {"busy", "idle"}  # the catch-up waits for it
+    assert reports == []
