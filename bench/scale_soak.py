@@ -2,7 +2,10 @@
 """The scale scenario with agents and faults, loaded (issue 25, "Done when"), not a test.
 
 The demo's local cluster (three ZooKeeper servers, three agents each supervising its
-broker, loopback), agents at ``--session-timeout 2`` and the default ``--broker-timeout``;
+broker, loopback), every timing at its built-in default (issue 26, "One set of settings":
+the agent's ``--session-timeout``, ``--broker-timeout``, ``--check-interval`` and
+``--watchdog-timeout``, the broker's member lease; ``--session-timeout`` gives the agents
+another value, as the 2 s of the first measurements); the settings are in the JSON;
 ``--queues`` durable queues declared on the primary (half bound to a topic exchange, as
 ``tests/ha/scale_scenario.py``), then ``qpid-ha drill`` (publisher confirms, a consumer,
 the URL list) for ``--duration`` seconds while, at a third of it, the primary broker is
@@ -43,11 +46,21 @@ sys.path.insert(0, str(ROOT / "deploy"))
 from demo import BIN, NODES, LocalCluster, read_events, wait  # noqa: E402
 
 from broker.amqp.client.errors import ClientError  # noqa: E402
+from broker.options import parse_options  # noqa: E402
+from ha_agent.settings import AgentSettings  # noqa: E402
 from tests.ha.scale_scenario import _declare  # noqa: E402
 
 #: agent events that fence or end a broker instance (each names its pid, but the session
 #: fence's, whose kill follows as ``broker_killed``)
 FENCES = ("agent_fenced", "zookeeper_session_fence", "broker_killed", "broker_process_exited")
+#: the broker's timings the JSON records (each at its built-in default)
+BROKER_TIMINGS = (
+    "ha_member_lease",
+    "ha_clock_drift",
+    "ha_backup_timeout",
+    "link_heartbeat_interval",
+    "link_maintenance_interval",
+)
 #: a fence this long after a fault, of the broker the fault hit, is the fault's
 FAULT_WINDOW = 30.0
 
@@ -115,7 +128,12 @@ def main() -> int:
     parser.add_argument("--queues", type=int, default=10_000)
     parser.add_argument("--duration", type=float, default=900.0, help="seconds of load")
     parser.add_argument("--rate", type=float, default=20.0, help="messages per second")
-    parser.add_argument("--session-timeout", type=float, default=2.0)
+    parser.add_argument(
+        "--session-timeout",
+        type=float,
+        default=None,
+        help="the agents' --session-timeout (default: the agent's built-in default)",
+    )
     parser.add_argument("--work-dir", type=Path, default=None)
     args = parser.parse_args()
     workdir = args.work_dir or Path(tempfile.mkdtemp(prefix="qpidd-scale-soak-"))
@@ -190,6 +208,24 @@ def main() -> int:
     return 0
 
 
+def settings(session_timeout: float | None) -> dict[str, Any]:
+    """The timings the run used: the agents' (their built-in defaults, but a given session
+    timeout) and the brokers' (built-in defaults: ``LocalCluster`` gives none)."""
+    agent = AgentSettings("zk", "c", "n", "b")
+    broker = parse_options([])
+    given = session_timeout is not None
+    return {
+        "agent": {
+            "session_timeout": session_timeout if given else agent.session_timeout,
+            "session_timeout_given": given,
+            "check_interval": agent.check_interval,
+            "broker_timeout": agent.broker_timeout,
+            "watchdog_timeout": agent.watchdog_timeout,
+        },
+        "broker": {name: getattr(broker, name) for name in BROKER_TIMINGS},
+    }
+
+
 def summarise(
     workdir: Path,
     samples: list[tuple[float, str | None, float]],
@@ -233,6 +269,7 @@ def summarise(
         "declare_s": round(declared_s, 1),
         "duration_s": round(samples[-1][0] - samples[0][0], 1) if samples else 0.0,
         "session_timeout": args.session_timeout,
+        "settings": settings(args.session_timeout),
         "load1": {"min": loads[0], "median": loads[len(loads) // 2], "max": loads[-1]}
         if loads
         else None,
