@@ -366,7 +366,7 @@ def main() -> int:
     result = summarise(workdir, cluster, samples, faults, args, declared_s)
     result.update(extra)
     (workdir / "scale-soak.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "fences"}, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("fences", "samples")}, indent=1))
     return 0
 
 
@@ -545,6 +545,7 @@ def summarise(
         "drill": finished[-1] if finished else None,
         "confirm_gaps_over_500ms": gaps,
         "loop": steps,
+        "samples": [[round(t, 1), p, round(load, 2)] for t, p, load in samples],
     }
 
 
