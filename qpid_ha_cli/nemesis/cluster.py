@@ -51,11 +51,13 @@ class Cluster:
         session_timeout: float,
         link_heartbeat_interval: float,
         zk_servers: int = 1,
+        broker_args: tuple[str, ...] = (),
     ) -> None:
         self.workdir = workdir
         self.session_timeout = session_timeout
         self.link_heartbeat_interval = link_heartbeat_interval
         self.zk_count = zk_servers
+        self.broker_args = broker_args
         self.lan = Lan()
         self.zookeepers: list[ZooKeeperServer] = []
         self.nodes: list[Node] = []
@@ -92,6 +94,7 @@ class Cluster:
             brokers_url=",".join(f"{h.address}:{AMQP_PORT}" for h in node_hosts),
             zk_hosts=",".join(z.address for z in self.zookeepers),
             vip=VIP,
+            broker_args=self.broker_args,
         )
         self.nodes = [Node(h, self.workdir, settings) for h in node_hosts]
         for node in self.nodes:

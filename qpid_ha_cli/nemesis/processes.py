@@ -158,6 +158,8 @@ class NodeSettings:
     brokers_url: str
     zk_hosts: str
     vip: str | None = None
+    #: more broker options, not timings (``bench/scale_soak.py``: ``--max-connections``)
+    broker_args: tuple[str, ...] = ()
 
 
 class Node:
@@ -202,6 +204,7 @@ class Node:
             # the setting under test; every other timing at its built-in default (the
             # deployed set: docs/deploy.md, "One set of settings")
             f"--link-heartbeat-interval={s.link_heartbeat_interval}",
+            *s.broker_args,
         ]
 
     def agent_command(self) -> list[str]:

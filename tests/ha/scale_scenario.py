@@ -106,8 +106,10 @@ def make_cluster(root: Path, size: int = 2) -> Cluster:
     return Cluster(root, size, "--ha-backup-timeout=30", "--max-connections=5000")
 
 
-async def _declare(port: int, queues: int, backlog: dict[str, int]) -> None:
-    client = await connect("127.0.0.1", port, user="guest", password="guest", timeout=30)
+async def _declare(
+    port: int, queues: int, backlog: dict[str, int], host: str = "127.0.0.1"
+) -> None:
+    client = await connect(host, port, user="guest", password="guest", timeout=30)
     try:
         channel = await client.open_channel()
         await channel._call(  # no exchange helper in the lean client: the raw method

@@ -15,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -84,3 +86,31 @@ def test_a_restart_to_join_is_no_fence() -> None:
     ]
     ended = soak.ended_instances("node1", events, [])
     assert [soak.healthy_fenced(e) for e in ended] == [False, True]
+
+
+def test_faults_are_spread_evenly_and_a_partition_needs_namespaces() -> None:
+    soak = _soak()
+    assert soak.fault_plan(["kill", "kill-node", "partition"], 400.0) == [
+        (100.0, "kill"),
+        (200.0, "kill-node"),
+        (300.0, "partition"),
+    ]
+    assert soak.parse_args([]).fault_names == ["kill", "restart-backup"]
+    assert soak.parse_args(["--faults", ""]).fault_names == []
+    for wrong in (["--faults", "kill,flood"], ["--faults", "partition"]):
+        with pytest.raises(SystemExit):
+            soak.parse_args(wrong)
+    assert soak.parse_args(["--faults", "partition", "--netns"]).fault_names == ["partition"]
+
+
+def test_time_without_a_primary_is_a_fail_overs_only_right_after_a_fault() -> None:
+    soak = _soak()
+    primary = ["node1"] * 10 + [None] * 4 + ["node2"] * 20 + [None] * 3 + ["node2"] * 3
+    samples = [(T0 + i, p, 12.0) for i, p in enumerate(primary)]
+    faults = [(T0 + 9.5, "kill", "node1")]
+    stretches = soak.without_primary(samples, faults)
+    assert [(s["at"] - T0, s["s"], s["failover"]) for s in stretches] == [
+        (10.0, 4.0, True),
+        (34.0, 3.0, False),
+    ]
+    assert soak.failovers(samples, faults) == [{"fault": "kill", "node": "node1", "s": 4.5}]
