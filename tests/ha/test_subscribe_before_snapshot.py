@@ -153,8 +153,16 @@ class RefusingClient:
     """A link's client whose primary refuses every channel (the queue's stream cannot be
     opened now): the part of AmqpClient a subscription uses first."""
 
+    is_closed = False
+
     async def open_channel(self) -> None:
         raise ConnectionFailed("refused")
+
+
+class ClosedClient(RefusingClient):
+    """A link's client whose connection has ended (the link is going down)."""
+
+    is_closed = True
 
 
 def test_a_busy_queue_whose_early_subscription_failed_is_subscribed_after_the_snapshot() -> None:
@@ -174,3 +182,28 @@ def test_a_busy_queue_whose_early_subscription_failed_is_subscribed_after_the_sn
     assert list(subscriptions._to_subscribe.names) == ["busy", "idle"]  # again, first
     assert subscriptions._waiting == {"busy", "idle"}  # the catch-up waits for it
     assert reports == []
+
+
+def test_a_closed_link_abandons_its_pending_subscriptions_in_one_line() -> None:
+    """The link's connection ended with 10,000 queues to subscribe: one line, not one per
+    queue (8,151 ``ha_subscribe_failed`` lines held a backup's loop 371-403 ms in the scale
+    soak), and nothing more is tried on that connection."""
+    names = [f"q{i}" for i in range(10_000)]
+    replicator, _ = backup_with(names)
+    lines: list[tuple[str, dict[str, Any]]] = []
+    subscriptions, reports = subscriptions_of(replicator)
+    subscriptions._log = lambda event, **fields: lines.append((event, fields))
+    subscriptions._to_subscribe.names.extend(names)  # all waiting
+    subscriptions._subscribed.update(names)
+    subscriptions.client = ClosedClient()  # type: ignore[assignment]
+    pending = subscriptions._to_subscribe
+
+    async def subscribers() -> None:
+        pending.running = 4
+        await asyncio.gather(*(subscriptions._subscriber(pending) for _ in range(4)))
+
+    asyncio.run(subscribers())
+    assert not pending.names and pending.running == 0
+    assert [event for event, _ in lines] == ["ha_subscriptions_abandoned"]
+    assert lines[0][1]["queues"] == 10_000 and "refused" in lines[0][1]["reason"]
+    assert reports == []  # a closed link is never caught up
