@@ -144,7 +144,7 @@ def open_vhost(ctx: BrokerContext, user: str | None, connection: str, name: str)
         denied = ctx.acl.check(user, connection, "access", "virtualhost", {"name": name})
         if denied is not None:
             raise AmqpError(ReplyCode.ACCESS_REFUSED, denied.reply_text, 10, 40)
-    if ctx.open_connection_count() >= ctx.settings.max_connections:
+    if ctx.connection_limit_reached(ctx.settings.max_connections):
         ctx.connections_refused_total += 1
         raise AmqpError(
             ReplyCode.NOT_ALLOWED,

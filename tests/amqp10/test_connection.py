@@ -416,8 +416,10 @@ def test_the_connection_limit_counts_both_protocols() -> None:
     second.open()
     (closed,) = second.take(Close)
     assert error_of(closed) == "amqp:not-allowed" and "connection limit" in str(closed.error)
+    assert ctx.connection_limit_reached(1) and not ctx.connection_limit_reached(2)
     first.conn.connection_lost()
     assert ctx.open_connection_count() == 0
+    assert not ctx.connection_limit_reached(1)
 
 
 @functools.cache
