@@ -190,7 +190,8 @@ def main() -> None:
         f"{'mode':8} {'count':>9} {'size':>6} {'base MB':>8} {'end MB':>8} {'B/msg':>7}"
         f" {'marginal B/msg':>15} {'pages MB':>9} {'publish s':>10}"
         + (
-            f" {'0 s MB':>7} {'mid MB':>7} {'after MB':>9} {'after/base':>10} {'heap MB (+)':>13} {'anon MB (+)':>13}"
+            f" {'0 s MB':>7} {'mid MB':>7} {'after MB':>9} {'after/base':>10}"
+            f" {'heap MB (+)':>13} {'anon MB (+)':>13}"
             if opts.release
             else ""
         )

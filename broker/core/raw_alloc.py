@@ -15,12 +15,17 @@ it does not know, the class keeps Python's allocator: the same objects, more mem
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypeVar
 
+_native_raw_allocated: Callable[[type], bool] | None
 try:
     from broker.core._raw_alloc import raw_allocated as _native_raw_allocated
 except ImportError:  # not built (no C compiler): Python's allocator
     _native_raw_allocated = None
+
+#: True when the compiled allocator is here (whether a class can use it: :data:`RAW_CLASSES`).
+NATIVE = _native_raw_allocated is not None
 
 C = TypeVar("C", bound=type)
 
