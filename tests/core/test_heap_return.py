@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
 from broker.core.alarms import ResourceAlarms
 from broker.core.heap_return import RELEASE_STEP, HeapReturn
-from broker.store.resource_monitor import ResourceMonitor
+from broker.store.resource_monitor import ResourceMonitor, _OffLoopTrim
 
 MIB = 1024 * 1024
 
@@ -69,3 +71,23 @@ def test_no_settled_trim_while_the_held_bytes_move() -> None:
     moving = [rule.sample((60 + (n % 2) * 2) * MIB) for n in range(40)]  # 60, 62, 60 MiB ...
     assert not any(moving)
     assert [rule.sample(60 * MIB) for _ in range(9)] == [False] * 8 + [True]  # still at last
+
+
+def test_the_trim_runs_off_the_loop_one_at_a_time() -> None:
+    started = threading.Event()
+    release = threading.Event()
+    calls: list[tuple[str, int]] = []
+
+    def slow_trim(pad: int) -> int:
+        calls.append((threading.current_thread().name, pad))
+        started.set()
+        assert release.wait(30)
+        return 1
+
+    trim = _OffLoopTrim(slow_trim)
+    trim()
+    assert started.wait(30)
+    trim()  # one is running: nothing more
+    trim()
+    release.set()
+    assert calls == [("malloc-trim", 0)]
