@@ -9,7 +9,7 @@
  * malloc_trim (broker/core/heap_return.py), whatever still lives beside it.
  *
  * raw_allocated(cls) gives a __slots__ class its own pair of allocation functions: tp_alloc
- * takes the object (and the garbage collector's header before it) from PyMem_RawCalloc and
+ * takes the object (and the garbage collector's header before it) from PyMem_RawMalloc and
  * tp_free hands it back with PyMem_RawFree. The pair is the type's own: no allocator is
  * swapped, no other object's memory goes through it, and an object of the class is always
  * freed by the function of the allocator it came from (even under PYTHONMALLOC=debug).
@@ -23,16 +23,20 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* The GC header before a garbage-collected object (PyGC_Head: two words). */
 #define PRESIZE (2 * sizeof(uintptr_t))
 
 static PyObject *raw_alloc(PyTypeObject *type, Py_ssize_t nitems) {
     (void)nitems; /* itemsize 0: checked by raw_allocated */
-    char *block = PyMem_RawCalloc(1, PRESIZE + (size_t)type->tp_basicsize);
+    size_t size = PRESIZE + (size_t)type->tp_basicsize;
+    /* malloc and memset, not calloc: glibc's calloc skips its per-thread cache (tcache). */
+    char *block = PyMem_RawMalloc(size);
     if (block == NULL) {
         return PyErr_NoMemory();
     }
+    memset(block, 0, size);
     PyObject *object = (PyObject *)(block + PRESIZE);
     PyObject_Init(object, type); /* a reference to the heap type too */
     PyObject_GC_Track(object);

@@ -8,7 +8,7 @@ disk.md, "Memory given back"). Taken from the C allocator instead, their memory 
 with the bodies' on ``malloc_trim`` (:mod:`broker.core.heap_return`).
 
 :func:`raw_allocated` is a class decorator: it gives a ``__slots__`` class its own pair of
-allocation functions (broker/core/_raw_alloc.c: ``PyMem_RawCalloc`` and ``PyMem_RawFree``,
+allocation functions (broker/core/_raw_alloc.c: ``PyMem_RawMalloc`` and ``PyMem_RawFree``,
 nothing swapped globally). Without the compiled module, or on a Python whose object layout
 it does not know, the class keeps Python's allocator: the same objects, more memory kept.
 """
