@@ -1,11 +1,13 @@
 """The compiled parts of the store (docs/store.md): the segment walker of its recovery
-(broker/store/_walk.c) and its group writer thread (broker/store/_group_write.c).
+(broker/store/_walk.c) and its group writer thread (broker/store/_group_write.c), and the
+C allocator's pair for the per-message objects (broker/core/_raw_alloc.c).
 
 Optional: without a C compiler and Python's headers the install goes on; recovery then uses
 the pure-Python walker (the same records, about 2x slower: docs/benchmarks.md, issue 12),
 and the journal the Python writer thread (the same writes; confirms wait longer for the
-GIL: docs/benchmarks.md, "Group commit without the GIL"). Everything else is in
-pyproject.toml.
+GIL: docs/benchmarks.md, "Group commit without the GIL"), and queued messages' objects come
+from Python's allocator (more memory kept after a queue empties: docs/memory-and-disk.md,
+"Memory given back"). Everything else is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
@@ -16,6 +18,12 @@ setup(
             "broker.store._walk",
             ["broker/store/_walk.c"],
             depends=["broker/store/_crc32c.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "broker.core._raw_alloc",
+            ["broker/core/_raw_alloc.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -14,7 +14,8 @@ over the last half (for ``paged``: messages that all went to disk). Targets: und
 per message in memory, under 0.3 KiB per paged message (1 KiB bodies).
 
 ``--release drain`` (consume every message, acknowledged in batches) or ``--release delete``
-(delete the queue) then empties the queue and reads the RSS ``--settle`` seconds later (issue
+(delete the queue) then empties the queue and reads the RSS at once (``0 s MB``), half of
+``--settle`` later (``mid MB``) and ``--settle`` seconds later (issue
 32: within 20 % of its level before the fill, 30 s after a 300,000-message queue is drained
 or deleted); ``after/base`` is that ratio. Where the rest stays is shown from
 /proc/<pid>/smaps: ``heap`` (glibc's main heap: the bodies; ``malloc_trim`` hands it back)
@@ -131,11 +132,15 @@ def run(
             poll_until(lambda: queued() == sent, 120, f"{sent} messages queued")  # noqa: B023
             samples.append((sent, rss(proc.pid)))
         seconds = time.monotonic() - started
-        after = after_heap = after_anon = 0
+        after = after_0 = after_15 = after_heap = after_anon = 0
         if release:
             _release(channel, release, count)
             connection.close()
-            time.sleep(settle)
+            released = time.monotonic()
+            after_0 = rss(proc.pid)
+            time.sleep(max(0.0, released + settle / 2 - time.monotonic()))
+            after_15 = rss(proc.pid)
+            time.sleep(max(0.0, released + settle - time.monotonic()))
             after = rss(proc.pid)
             after_heap, after_anon = mapped(proc.pid)
         else:
@@ -153,6 +158,8 @@ def run(
             "marginal_b": (end - half_rss) / max(1, count - half_n),
             "page_mb": paged / 1e6,
             "publish_s": seconds,
+            "after_0_mb": after_0 / 1e6,
+            "after_15_mb": after_15 / 1e6,
             "after_mb": after / 1e6,
             "heap_mb": after_heap / 1e6,
             "heap_growth_mb": (after_heap - base_heap) / 1e6,
@@ -183,7 +190,8 @@ def main() -> None:
         f"{'mode':8} {'count':>9} {'size':>6} {'base MB':>8} {'end MB':>8} {'B/msg':>7}"
         f" {'marginal B/msg':>15} {'pages MB':>9} {'publish s':>10}"
         + (
-            f" {'after MB':>9} {'after/base':>10} {'heap MB (+)':>13} {'anon MB (+)':>13}"
+            f" {'0 s MB':>7} {'mid MB':>7} {'after MB':>9} {'after/base':>10}"
+            f" {'heap MB (+)':>13} {'anon MB (+)':>13}"
             if opts.release
             else ""
         )
@@ -195,6 +203,7 @@ def main() -> None:
             f" {r['per_msg_b']:>7.0f} {r['marginal_b']:>15.0f} {r['page_mb']:>9.1f}"
             f" {r['publish_s']:>10.1f}"
             + (
+                f" {r['after_0_mb']:>7.1f} {r['after_15_mb']:>7.1f}"
                 f" {r['after_mb']:>9.1f} {r['after_mb'] / r['base_mb']:>10.2f}"
                 f" {r['heap_mb']:>6.1f} ({r['heap_growth_mb']:+5.1f})"
                 f" {r['anon_mb']:>6.1f} ({r['anon_growth_mb']:+5.1f})"

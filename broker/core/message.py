@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.core import properties
+from broker.core.raw_alloc import raw_allocated
 
 if TYPE_CHECKING:
     from broker.core.confirms import ConfirmHandle
@@ -45,6 +46,7 @@ class TxMark:
         return f"TxMark({self.id}, {len(self.seen)} seen)"
 
 
+@raw_allocated
 class Message:
     """Content of one published message. Treat as immutable once routed."""
 
@@ -103,6 +105,7 @@ class Message:
         return f"Message({self.exchange!r}, {self.routing_key!r}, {len(self.body)} bytes)"
 
 
+@raw_allocated
 class Entry:
     """One message on one queue."""
 

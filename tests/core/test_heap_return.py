@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
 from broker.core.alarms import ResourceAlarms
 from broker.core.heap_return import RELEASE_STEP, HeapReturn
-from broker.store.resource_monitor import ResourceMonitor
+from broker.store.resource_monitor import ResourceMonitor, _OffLoopTrim
 
 MIB = 1024 * 1024
 
@@ -49,3 +51,43 @@ def test_the_end_of_a_drain_is_handed_back_in_halving_trims() -> None:
     assert trimmed_at[:8] == [268, 236, 204, 172, 140, 108, 76, 44]
     assert trimmed_at[8:] == [22, 11, 5, 1]
     assert not rule.sample(3 * MIB) and not rule.sample(0)  # small wobbles: no trim
+
+
+def test_a_settled_trim_once_the_held_bytes_stay_still_after_a_release() -> None:
+    rule = HeapReturn(release_step=32 * MIB, settle_samples=8)
+    assert not any(rule.sample(n * MIB) for n in range(0, 300, 10))  # a queue fills
+    assert not any(rule.sample(290 * MIB) for _ in range(50))  # still, but nothing released
+    assert rule.sample(0)  # deleted: the release's trim
+    # What was freed after it (unacknowledged messages, their objects) goes back once the
+    # held bytes stayed still for 8 samples: one settled trim, not one a sample.
+    assert [rule.sample(0) for _ in range(12)] == [False] * 7 + [True] + [False] * 4
+    assert rule.settled_trims == 1
+
+
+def test_no_settled_trim_while_the_held_bytes_move() -> None:
+    rule = HeapReturn(release_step=32 * MIB, settle_samples=8)
+    rule.sample(100 * MIB)
+    assert rule.sample(60 * MIB)
+    moving = [rule.sample((60 + (n % 2) * 2) * MIB) for n in range(40)]  # 60, 62, 60 MiB ...
+    assert not any(moving)
+    assert [rule.sample(60 * MIB) for _ in range(9)] == [False] * 8 + [True]  # still at last
+
+
+def test_the_trim_runs_off_the_loop_one_at_a_time() -> None:
+    started = threading.Event()
+    release = threading.Event()
+    calls: list[tuple[str, int]] = []
+
+    def slow_trim(pad: int) -> int:
+        calls.append((threading.current_thread().name, pad))
+        started.set()
+        assert release.wait(30)
+        return 1
+
+    trim = _OffLoopTrim(slow_trim)
+    trim()
+    assert started.wait(30)
+    trim()  # one is running: nothing more
+    trim()
+    release.set()
+    assert calls == [("malloc-trim", 0)]

@@ -1,0 +1,3 @@
+"""Types of the per-message objects' allocator (broker/core/_raw_alloc.c)."""
+
+def raw_allocated(cls: type, /) -> bool: ...
