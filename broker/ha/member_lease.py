@@ -282,10 +282,10 @@ class MemberLeases:
         out); None: the lease not in force or the set empty (the manager's lease alone
         governs). Published to the liveness thread, which the agent's session fence asks
         (issue 25: a busy loop must not make a primary look unserving)."""
-        if not self.enabled or not self.members:
+        all_until = self._all_until  # None exactly when not in force or the set is empty
+        if all_until is None:
             return None
-        until = self._earliest if self._all_until is None else min(self._earliest, self._all_until)
-        return (self.not_before, until)
+        return (self.not_before, min(self._earliest, all_until))
 
     def granted_by(self, backup: str, now: float) -> bool:
         """Does ``backup`` hold an unexpired grant it answered? (A backup joins the set
