@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from broker.store.page_file import Pager
 from broker.store.resource_monitor import ResourceMonitor, total_memory
 from broker.store.store_open import open_store
 from common.log import get_logger
+from common.slices import SLICE, Steps
 
 if TYPE_CHECKING:
     from broker.ha.ha_broker import HaBroker
@@ -369,28 +371,52 @@ class Broker:
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(TICK_INTERVAL)
-            ha = self.ha
-            # a promotion's quiet: the walks of every queue wait (broker.ha.promotion_quiet)
-            quiet = ha is not None and ha.quiet.holds(ha.now())
-            try:
-                # A backup never expires or dead-letters by itself: its primary does.
-                if (ha is None or ha.state.is_primary) and not quiet:
-                    self.vhosts.tick()
-                if ha is not None:
-                    ha.tick()
-            except Exception as exc:  # keep housekeeping alive; a bug is logged, not fatal
-                self.log.error("tick_failed", part="vhost", exception=repr(exc))
-            try:
-                if not quiet:
-                    self.resources.sample()
-                self.security.tick()  # a changed users file is read again
-            except Exception as exc:
-                self.log.error("tick_failed", part="resources", exception=repr(exc))
-            for protocol in list(self._protocols):
+            await self._tick()
+
+    async def _tick(self) -> None:
+        """The housekeeping of one tick, its walks over every queue and every connection a
+        :data:`~common.slices.SLICE` a turn of the loop (issue 25, "no long stalls": at
+        10,000 queues and 2,000 connections, one step of 100-115 ms on 2 loaded cores)."""
+        ha = self.ha
+        try:
+            if ha is not None:
+                ha.tick()
+        except Exception as exc:  # keep housekeeping alive; a bug is logged, not fatal
+            self.log.error("tick_failed", part="ha", exception=repr(exc))
+        try:
+            if not self._quiet():
+                self.resources.sample()
+            self.security.tick()  # a changed users file is read again
+        except Exception as exc:
+            self.log.error("tick_failed", part="resources", exception=repr(exc))
+        try:
+            # A backup never expires or dead-letters by itself: its primary does.
+            await _in_turns(self.vhosts.tick_steps(), self._walks_queues)
+        except Exception as exc:
+            self.log.error("tick_failed", part="vhost", exception=repr(exc))
+        protocols = list(self._protocols)
+        for start in range(0, len(protocols), SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for protocol in protocols[start : start + SLICE]:
+                if protocol not in self._protocols:
+                    continue  # its connection was lost meanwhile
                 try:
                     protocol.tick()
                 except Exception as exc:
                     self.log.error("tick_failed", part="connection", exception=repr(exc))
+
+    def _quiet(self) -> bool:
+        """A promotion's quiet holds: the walks of every queue wait
+        (:mod:`broker.ha.promotion_quiet`)."""
+        ha = self.ha
+        return ha is not None and ha.quiet.holds(ha.now())
+
+    def _walks_queues(self) -> bool:
+        """Whether the tick's walk of the queues (expiry, ``x-expires``) goes on: on a
+        broker without HA or on a primary, outside a promotion's quiet."""
+        ha = self.ha
+        return (ha is None or ha.state.is_primary) and not self._quiet()
 
     @property
     def connections(self) -> list[AmqpProtocol]:
@@ -575,3 +601,18 @@ class _TrackedProtocol(AmqpProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._tracked_in.discard(self)
+
+
+async def _in_turns(steps: Steps[None], go_on: Callable[[], bool]) -> None:
+    """Run ``steps`` a slice a turn of the loop while ``go_on()`` holds, looked at before
+    each slice (the first included); once it does not, the rest is dropped (the next tick
+    walks again)."""
+    try:
+        while go_on():
+            try:
+                next(steps)
+            except StopIteration:
+                return
+            await asyncio.sleep(0)
+    finally:
+        steps.close()

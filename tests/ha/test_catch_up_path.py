@@ -273,7 +273,7 @@ def test_catch_up_gc_keeps_a_big_heap_frozen_at_the_end() -> None:
 def test_heap_blocks_bound_the_objects_the_collector_tracks() -> None:
     """What :class:`CatchUpGc` decides by: never fewer than the tracked objects, frozen
     or not (which a full collection after ``gc.unfreeze()`` would walk)."""
-    keep = [[] for _ in range(20_000)]  # noqa: F841 - tracked, alive while frozen
+    keep: list[list[int]] = [[] for _ in range(20_000)]  # noqa: F841 - tracked, alive while frozen
     gc.freeze()
     try:
         assert heap_blocks() >= gc.get_freeze_count() + len(gc.get_objects())
@@ -289,7 +289,7 @@ def test_catch_up_gc_end_does_not_walk_a_frozen_heap_of_millions() -> None:
     policy = CatchUpGc()
     gc.disable()  # no collection walks them while they are made
     try:
-        keep = [[] for _ in range(1_500_000)]  # noqa: F841 - tracked, alive while frozen
+        keep: list[list[int]] = [[] for _ in range(1_500_000)]  # noqa: F841 - tracked, alive while frozen
         policy.applied()
     finally:
         gc.enable()
