@@ -40,7 +40,7 @@ from broker.store.page_file import Pager
 from broker.store.resource_monitor import ResourceMonitor, total_memory
 from broker.store.store_open import open_store
 from common.log import get_logger
-from common.slices import SLICE, Steps
+from common.slices import SLICE, CallSoon, Steps, TurnBudget
 
 if TYPE_CHECKING:
     from broker.ha.ha_broker import HaBroker
@@ -99,6 +99,8 @@ class Broker:
             log=amqp_log,
             acl=self.security.access,
             require_encryption=bool(options.require_encryption),  # plain AMQP refused
+            # thousands of sockets read, made or logged in in one turn: a budget's a turn
+            turns=TurnBudget(_running_call_soon),
         )
         self.ha: HaBroker | None = None
         self.replications: dict[str, QueueReplication] = {}
@@ -616,3 +618,11 @@ async def _in_turns(steps: Steps[None], go_on: Callable[[], bool]) -> None:
             await asyncio.sleep(0)
     finally:
         steps.close()
+
+
+def _running_call_soon() -> CallSoon | None:
+    """The running loop's ``call_soon``; None outside a loop."""
+    try:
+        return asyncio.get_running_loop().call_soon
+    except RuntimeError:
+        return None
