@@ -230,9 +230,9 @@ class Broker:
 
         The connections are chosen now; each is closed now while the loop's turn has CPU
         left, the rest in later turns (``BrokerContext.turns``: 2,000 at once were one
-        step of 126 ms at load 33), checked again then. Meanwhile each is still held as before (not served: nothing held
-        reaches it); if serving resumed meanwhile, it is still closed, as one closed just
-        before would have been."""
+        step of 126 ms at load 33), checked again then. Meanwhile each is still held as
+        before (not served: nothing held reaches it); if serving resumed meanwhile, it is
+        still closed, as one closed just before would have been."""
         assert self.ha is not None
         admission = self.ha.admission
         chosen = []

@@ -43,6 +43,7 @@ from broker.listen import peer_address
 from broker.security.password_checks import run_password_check
 from broker.security.tls import certificate_identity
 from common.loop_errors import where_raised
+from common.slices import run_steps
 
 #: Transport write buffer water marks: deliveries pause above HIGH, resume below LOW.
 HIGH_WATER = 4 * 1024 * 1024
@@ -312,9 +313,21 @@ class AmqpProtocol(asyncio.Protocol):
         if exc is not None and connection.close_reason is None:
             connection.close_reason = f"socket error: {exc}"
         turns = self.ctx.turns
-        if turns is not None and turns.spent():
-            # thousands of sockets gone at once (their clients' host, a partition): each
-            # connection's release and log line in turns, the socket gone already
-            turns.later(connection.connection_lost)
+        steps = connection.connection_lost_steps()
+        if turns is None:
+            run_steps(steps)
+            return
+
+        def release() -> None:
+            try:
+                next(steps)
+            except StopIteration:
+                return
+            turns.later(release)  # a link's thousands of channels: the rest later
+
+        # thousands of sockets gone at once (their clients' host, a partition): each
+        # connection's release and log line in turns, the socket gone already
+        if turns.spent():
+            turns.later(release)
         else:
-            connection.connection_lost()
+            release()

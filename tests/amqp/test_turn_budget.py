@@ -14,12 +14,13 @@ from collections.abc import Callable
 
 import pytest
 import uvloop
+from pamqp import commands
 
 from broker.amqp.client import AmqpClient, Delivery, connect
 from broker.amqp.protocol import AmqpProtocol
 from common.polling import poll_until_async
 from common.slices import TurnBudget
-from tests.amqp.helpers import make_context
+from tests.amqp.helpers import make_context, open_client
 
 HOST = "127.0.0.1"
 
@@ -170,3 +171,28 @@ def test_clients_served_a_turn_at_a_time_do_all_they_did_in_order(loop: str) -> 
         uvloop.run(main())
     else:
         asyncio.run(main())
+
+
+def test_a_lost_connection_releases_its_channels_a_slice_at_a_time() -> None:
+    """A backup's link has a channel a queue stream: the socket's loss releases them
+    ``size`` a slice (the shell runs a slice a turn), each channel's consumer and
+    unacknowledged deliveries when its slice runs; the connection is closed and gone
+    from the context after the last."""
+    client = open_client()
+    conn, ctx = client.conn, client.ctx
+    for number in range(2, 13):
+        client.open_channel(number)
+    for number in range(1, 13):
+        client.send(number, commands.Queue.Declare(queue=f"q{number}"))
+        client.send(number, commands.Basic.Consume(queue=f"q{number}"))
+    queues = [ctx.vhost.queues[f"q{n}"] for n in range(1, 13)]
+    assert [q.consumer_count for q in queues] == [1] * 12
+    steps = conn.connection_lost_steps(size=5)
+    next(steps)  # channels 1-5
+    assert [q.consumer_count for q in queues] == [0] * 5 + [1] * 7
+    assert conn.id in ctx.connections
+    next(steps)  # 6-10
+    with pytest.raises(StopIteration):
+        next(steps)  # 11-12, then the connection closes
+    assert [q.consumer_count for q in queues] == [0] * 12
+    assert conn.id not in ctx.connections and not conn.channels
