@@ -214,7 +214,13 @@ class VirtualHosts:
 
     def tick_steps(self, size: int = SLICE) -> Steps[None]:
         """:meth:`tick` in slices of ``size`` queues (:meth:`VirtualHost.tick_steps`), a
-        vhost after another; one deleted meanwhile is skipped."""
+        vhost after another, each from a slice of its own; one deleted meanwhile is
+        skipped."""
+        first = True
         for vhost in list(self._hosts.values()):
-            if self._hosts.get(vhost.name) is vhost:
-                yield from vhost.tick_steps(size)
+            if self._hosts.get(vhost.name) is not vhost:
+                continue
+            if not first:
+                yield
+            first = False
+            yield from vhost.tick_steps(size)
