@@ -19,7 +19,9 @@ fail-over, or are all refused by a backup, or all go with their host): the broke
 run at once while the turn has CPU left (a read, a new socket's connection, a login
 decided, a lost socket's release); past it the socket waits for a later turn, its read
 kept, reading paused, in the order they came (issue 25, "no long stalls": 2,000 clients
-connecting at once were one step of 1.4 s of CPU at load 30).
+connecting at once were one step of 1.4 s of CPU at load 30). A backup's replication link
+and an HA admin connection are read at once all the same, once their start-ok says what
+they are: the link carries the member lease's grants.
 
 The same port serves AMQP 1.0: the 0-9-1 connection reads the protocol header, and one of
 1.0's (:func:`broker.amqp10.framing.is_amqp10_header`) is handed back here
@@ -37,7 +39,7 @@ import asyncio
 from typing import cast
 
 from broker.amqp.connection import Connection
-from broker.amqp.context import BrokerContext
+from broker.amqp.context import BrokerContext, counts_toward_limits
 from broker.amqp.ports import ShellConnection
 from broker.listen import peer_address
 from broker.security.password_checks import run_password_check
@@ -65,6 +67,7 @@ class AmqpProtocol(asyncio.Protocol):
         self._parse_scheduled = False
         #: What was read while the socket waits for its turn, handled then, in order.
         self._held: list[bytes] = []
+        self._waits_known: bool | None = None  # see _waits
         #: When the shell closed the transport (the loop's clock): a transport whose peer
         #: takes nothing of what is left to write is aborted after ``close_timeout``.
         self._hung_up_at: float | None = None
@@ -129,7 +132,7 @@ class AmqpProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         turns = self.ctx.turns
-        if self._parse_scheduled or (turns is not None and turns.spent()):
+        if self._parse_scheduled or (turns is not None and self._waits() and turns.spent()):
             self._held.append(data)  # handled at the socket's turn, reading paused
             self._wait_turn()
             return
@@ -163,11 +166,25 @@ class AmqpProtocol(asyncio.Protocol):
         if not self._parse_scheduled:
             self._parse_scheduled = True
             turns = self.ctx.turns
-            if turns is None:
+            if turns is None or not self._waits():
                 self._loop.call_soon(self._parse_more)
             else:
                 turns.later(self._parse_more)
         self._follow_reading()
+
+    def _waits(self) -> bool:
+        """Whether this socket's reads wait behind others' when the loop's turn is spent:
+        a client's do; a backup's replication link and an HA admin connection (the agent,
+        ``qpid-ha``) never wait behind a storm of clients (the link carries the member
+        lease's grants), known from the client's start-ok."""
+        waits = self._waits_known
+        if waits is None:
+            connection = self.connection
+            properties = None if connection is None else connection.client_properties
+            if not properties:
+                return True  # not known yet
+            waits = self._waits_known = counts_toward_limits(properties)
+        return waits
 
     def _parse_more(self) -> None:
         """The socket's turn: its connection made if it is not yet, then what was kept."""

@@ -196,3 +196,31 @@ def test_a_lost_connection_releases_its_channels_a_slice_at_a_time() -> None:
         next(steps)  # 11-12, then the connection closes
     assert [q.consumer_count for q in queues] == [0] * 12
     assert conn.id not in ctx.connections and not conn.channels
+
+
+def test_the_clusters_own_connections_never_wait_behind_clients() -> None:
+    """A backup's replication link and an HA admin connection (known from start-ok) are
+    read at once however spent the turn: the link carries the member lease's grants."""
+
+    async def main() -> None:
+        ctx = make_context()
+        turns = CountedTurns(lambda: asyncio.get_running_loop().call_soon, budget=0.0)
+        ctx.turns = turns
+        server = await asyncio.get_running_loop().create_server(lambda: AmqpProtocol(ctx), HOST, 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            for properties, waits in (({}, True), ({"qpid.ha-admin": True}, False)):
+                client = await connect(
+                    HOST, port, user="guest", password="guest", client_properties=properties
+                )
+                channel = await client.open_channel()
+                before = turns.waited
+                for i in range(10):
+                    await channel.declare_queue(f"q{i}")
+                assert (turns.waited - before >= 10) is waits, (properties, turns.waited)
+                await client.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    uvloop.run(main())
