@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +41,7 @@ from broker.store.page_file import Pager
 from broker.store.resource_monitor import ResourceMonitor, total_memory
 from broker.store.store_open import open_store
 from common.log import get_logger
+from common.slices import SLICE, CallSoon, Steps, TurnBudget
 
 if TYPE_CHECKING:
     from broker.ha.ha_broker import HaBroker
@@ -97,6 +100,8 @@ class Broker:
             log=amqp_log,
             acl=self.security.access,
             require_encryption=bool(options.require_encryption),  # plain AMQP refused
+            # thousands of sockets read, made or logged in in one turn: a budget's a turn
+            turns=TurnBudget(_running_call_soon),
         )
         self.ha: HaBroker | None = None
         self.replications: dict[str, QueueReplication] = {}
@@ -221,21 +226,37 @@ class Broker:
         every client connection whose output it holds (320 CONNECTION_FORCED, what they
         were not sent yet dropped: nothing held may reach them), so they reconnect to the
         next address of their URL list; backup links and HA admin connections stay (the
-        grants that would restore it come over the links). How many were closed."""
+        grants that would restore it come over the links). How many are closed.
+
+        The connections are chosen now; each is closed now while the loop's turn has CPU
+        left, the rest in later turns (``BrokerContext.turns``: 2,000 at once were one
+        step of 126 ms at load 33), checked again then. Meanwhile each is still held as
+        before (not served: nothing held reaches it); if serving resumed meanwhile, it is
+        still closed, as one closed just before would have been."""
         assert self.ha is not None
         admission = self.ha.admission
-        closed = 0
+        chosen = []
         for protocol in list(self._protocols):
             connection = protocol.connection
+            if connection is not None and connection.is_open and admission.holds_output(connection):
+                chosen.append(protocol)
+
+        def close(protocol: AmqpProtocol) -> None:
+            connection = protocol.connection
             if connection is None or not connection.is_open:
-                continue
-            if admission.holds_output(connection):
-                admission.let_close(connection)
-                connection.drop_unsent()
-                connection.close(ReplyCode.CONNECTION_FORCED, reason)
-                protocol.flush()
-                closed += 1
-        return closed
+                return  # gone meanwhile
+            admission.let_close(connection)
+            connection.drop_unsent()
+            connection.close(ReplyCode.CONNECTION_FORCED, reason)
+            protocol.flush()
+
+        turns = self.context.turns
+        for protocol in chosen:
+            if turns is not None and turns.spent():
+                turns.later(functools.partial(close, protocol))
+            else:
+                close(protocol)
+        return len(chosen)
 
     # -- virtual hosts (VhostListener) -------------------------------------------------
     def _keep_cluster_users(self, path: Path) -> None:
@@ -369,28 +390,52 @@ class Broker:
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(TICK_INTERVAL)
-            ha = self.ha
-            # a promotion's quiet: the walks of every queue wait (broker.ha.promotion_quiet)
-            quiet = ha is not None and ha.quiet.holds(ha.now())
-            try:
-                # A backup never expires or dead-letters by itself: its primary does.
-                if (ha is None or ha.state.is_primary) and not quiet:
-                    self.vhosts.tick()
-                if ha is not None:
-                    ha.tick()
-            except Exception as exc:  # keep housekeeping alive; a bug is logged, not fatal
-                self.log.error("tick_failed", part="vhost", exception=repr(exc))
-            try:
-                if not quiet:
-                    self.resources.sample()
-                self.security.tick()  # a changed users file is read again
-            except Exception as exc:
-                self.log.error("tick_failed", part="resources", exception=repr(exc))
-            for protocol in list(self._protocols):
+            await self._tick()
+
+    async def _tick(self) -> None:
+        """The housekeeping of one tick, its walks over every queue and every connection a
+        :data:`~common.slices.SLICE` a turn of the loop (issue 25, "no long stalls": at
+        10,000 queues and 2,000 connections, one step of 100-115 ms on 2 loaded cores)."""
+        ha = self.ha
+        try:
+            if ha is not None:
+                ha.tick()
+        except Exception as exc:  # keep housekeeping alive; a bug is logged, not fatal
+            self.log.error("tick_failed", part="ha", exception=repr(exc))
+        try:
+            if not self._quiet():
+                self.resources.sample()
+            self.security.tick()  # a changed users file is read again
+        except Exception as exc:
+            self.log.error("tick_failed", part="resources", exception=repr(exc))
+        try:
+            # A backup never expires or dead-letters by itself: its primary does.
+            await _in_turns(self.vhosts.tick_steps(), self._walks_queues)
+        except Exception as exc:
+            self.log.error("tick_failed", part="vhost", exception=repr(exc))
+        protocols = list(self._protocols)
+        for start in range(0, len(protocols), SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for protocol in protocols[start : start + SLICE]:
+                if protocol not in self._protocols:
+                    continue  # its connection was lost meanwhile
                 try:
                     protocol.tick()
                 except Exception as exc:
                     self.log.error("tick_failed", part="connection", exception=repr(exc))
+
+    def _quiet(self) -> bool:
+        """A promotion's quiet holds: the walks of every queue wait
+        (:mod:`broker.ha.promotion_quiet`)."""
+        ha = self.ha
+        return ha is not None and ha.quiet.holds(ha.now())
+
+    def _walks_queues(self) -> bool:
+        """Whether the tick's walk of the queues (expiry, ``x-expires``) goes on: on a
+        broker without HA or on a primary, outside a promotion's quiet."""
+        ha = self.ha
+        return (ha is None or ha.state.is_primary) and not self._quiet()
 
     @property
     def connections(self) -> list[AmqpProtocol]:
@@ -575,3 +620,26 @@ class _TrackedProtocol(AmqpProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._tracked_in.discard(self)
+
+
+async def _in_turns(steps: Steps[None], go_on: Callable[[], bool]) -> None:
+    """Run ``steps`` a slice a turn of the loop while ``go_on()`` holds, looked at before
+    each slice (the first included); once it does not, the rest is dropped (the next tick
+    walks again)."""
+    try:
+        while go_on():
+            try:
+                next(steps)
+            except StopIteration:
+                return
+            await asyncio.sleep(0)
+    finally:
+        steps.close()
+
+
+def _running_call_soon() -> CallSoon | None:
+    """The running loop's ``call_soon``; None outside a loop."""
+    try:
+        return asyncio.get_running_loop().call_soon
+    except RuntimeError:
+        return None

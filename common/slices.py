@@ -13,19 +13,27 @@ taken when the first slice runs, and each object is read when its slice runs.
 Where the pieces come one at a time from many callers in one step (a link's thousands of
 streams closed by one connection's end), a :class:`SliceQueue` takes them and runs them
 later, a slice a turn of the loop, in the order they came.
+
+Where they come from the loop itself, each a callback of its own that the loop runs in one
+turn (thousands of sockets read in one turn when their clients all come or go at once), a
+:class:`TurnBudget` lets them run at once while the turn has CPU left and queues the rest
+for later turns, a budget's worth a turn.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from typing import TypeVar, cast
 
 __all__ = [
     "SLICE",
+    "TURN_BUDGET",
     "CallSoon",
     "SliceQueue",
     "Steps",
+    "TurnBudget",
     "rows_in_slices",
     "run_in_turns",
     "run_steps",
@@ -33,6 +41,8 @@ __all__ = [
 
 #: Objects handled in one slice: a few milliseconds of work.
 SLICE = 500
+#: CPU a turn of the loop spends on the pieces of a :class:`TurnBudget` (seconds).
+TURN_BUDGET = 0.02
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -114,6 +124,76 @@ class SliceQueue:
         try:
             for _ in range(min(self._size, len(work))):
                 work.popleft()()
+        finally:  # a piece that raised is the loop's to report; the rest still run
+            if work and soon is not None:
+                soon(self._turn)
+            else:
+                self._soon = None
+
+
+class TurnBudget:
+    """Pieces of work that come from the loop's own callbacks, many in one turn: each runs
+    at once while the turn has CPU left, else waits in a queue for later turns, run in the
+    order they came, :data:`TURN_BUDGET` of CPU a turn (the first piece of a turn runs
+    whatever it costs: the queue always moves).
+
+    The caller asks :meth:`spent` first and, when it is, hands the piece to :meth:`later`
+    (and keeps what the piece needs: a socket's read is kept, reading paused, until its
+    piece runs); else it runs the piece itself. A turn's CPU is counted from the queue's
+    last turn (``cpu``: the loop thread's CPU clock, ``time.thread_time``; idle time
+    counts nothing): with nothing queued for a while, that may be some turns ago, and
+    one piece then waits a turn that needed not, a pause of one turn in each
+    :data:`TURN_BUDGET` of the loop's CPU. While pieces wait, :meth:`spent` holds for
+    everyone: a newcomer never overtakes them.
+
+    ``call_soon`` is asked, at each piece queued while none waits, for the running loop's
+    ``call_soon`` (None: no loop runs, a test driving a core: the piece runs at once).
+    THREAD UNSAFE: the loop's thread.
+    """
+
+    __slots__ = ("_budget", "_call_soon", "_cpu", "_since", "_soon", "_work")
+
+    def __init__(
+        self,
+        call_soon: Callable[[], CallSoon | None],
+        budget: float = TURN_BUDGET,
+        cpu: Callable[[], float] = time.thread_time,
+    ) -> None:
+        self._call_soon = call_soon
+        self._budget = budget
+        self._cpu = cpu
+        self._since = cpu()
+        self._work: deque[Callable[[], None]] = deque()
+        #: The loop's call_soon while pieces wait for a turn (None: none waits).
+        self._soon: CallSoon | None = None
+
+    def __len__(self) -> int:
+        """Pieces waiting for a turn."""
+        return len(self._work)
+
+    def spent(self) -> bool:
+        """Whether a piece must wait: others wait, or this turn's CPU is spent."""
+        return bool(self._work) or self._cpu() - self._since >= self._budget
+
+    def later(self, work: Callable[[], None]) -> None:
+        """Run ``work`` at a later turn, after every piece queued before it."""
+        if self._soon is None:
+            soon = self._call_soon()
+            if soon is None:
+                work()
+                return
+            self._soon = soon
+            soon(self._turn)
+        self._work.append(work)
+
+    def _turn(self) -> None:
+        work, soon, cpu = self._work, self._soon, self._cpu
+        self._since = since = cpu()
+        try:
+            while work:
+                work.popleft()()
+                if cpu() - since >= self._budget:
+                    break
         finally:  # a piece that raised is the loop's to report; the rest still run
             if work and soon is not None:
                 soon(self._turn)

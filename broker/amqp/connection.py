@@ -54,6 +54,7 @@ from broker.amqp.state import ChannelState, ConnectionState, check_transition
 from broker.amqp.timeouts import ConnectionTimeouts
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.security.sasl import PasswordCheck
+from common.slices import SLICE, Steps, run_steps
 
 S = ConnectionState
 _ids = itertools.count(1)
@@ -550,18 +551,36 @@ class Connection:
             self.signal_output()
 
     def cleanup(self) -> None:
+        run_steps(self._cleanup_steps())
+
+    def _cleanup_steps(self, size: int = SLICE) -> Steps[None]:
+        """:meth:`cleanup`, its channels released ``size`` a slice: a backup's link has a
+        channel a queue stream (10,000 released at once were one step of 137 ms on a
+        loaded primary)."""
         if self._cleaned_up:
             return
         self._cleaned_up = True
-        for channel in list(self.channels.values()):
-            channel.release_resources()
+        channels = list(self.channels.values())
+        for start in range(0, len(channels), size):
+            if start:
+                yield
+            for channel in channels[start : start + size]:
+                channel.release_resources()
         self.vhost.owner_closed(self)
 
     def connection_lost(self) -> None:
         """The socket is gone: release everything, log the close."""
+        run_steps(self.connection_lost_steps())
+
+    def connection_lost_steps(self, size: int = SLICE) -> Steps[None]:
+        """:meth:`connection_lost` in slices (:mod:`common.slices`): the channels are
+        released ``size`` a slice, then the connection is closed and logged. Until the
+        last slice it is listed as before; what it writes meanwhile goes nowhere (the
+        socket is gone), and what its channels' consumers are sent meanwhile is requeued
+        with the rest at their channel's slice."""
         was_open = self.state in (S.OPEN, S.CLOSING) or self.close_reason is not None
         handshake = self.state  # where a client that hung up mid-handshake stopped
-        self.cleanup()
+        yield from self._cleanup_steps(size)
         self.channels.clear()
         if self.state is not S.CLOSED:
             self.state = S.CLOSED

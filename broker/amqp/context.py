@@ -15,6 +15,7 @@ from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
 from broker.security.sasl import Authenticator
+from common.slices import TurnBudget
 
 if TYPE_CHECKING:
     from broker.amqp.access import AccessControl
@@ -255,6 +256,10 @@ class BrokerContext:
     connections_opened_total: int = 0
     connections_refused_total: int = 0
     protocol_errors_total: int = 0
+    #: The loop's CPU per turn for the sockets' callbacks (a read, a new socket, a login
+    #: decided): past it they wait for later turns (:class:`common.slices.TurnBudget`;
+    #: the broker's, one for every connection); None: each runs at once (a test's context).
+    turns: TurnBudget | None = None
 
     def attach(
         self,

@@ -26,6 +26,7 @@ from broker.amqp.context import BrokerContext
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.vhost import VirtualHost
 from broker.security.sasl import PasswordCheck
+from common.slices import Steps
 
 
 class Wire(Protocol):
@@ -153,3 +154,7 @@ class ShellConnection(Protocol):
         ...
 
     def connection_lost(self) -> None: ...
+
+    def connection_lost_steps(self) -> Steps[None]:
+        """:meth:`connection_lost` in slices (:mod:`common.slices`), for the loop's turns."""
+        ...

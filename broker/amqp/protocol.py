@@ -13,6 +13,16 @@ of many methods is handled a slice a turn, :data:`~broker.amqp.connection.READ_S
 :meth:`AmqpProtocol._follow_reading` after each read and whenever the connection says it
 changed.
 
+Thousands of sockets may need the loop in one turn (clients that all come back at a
+fail-over, or are all refused by a backup, or all go with their host): the broker's
+:class:`~common.slices.TurnBudget` (``BrokerContext.turns``) lets each socket's callback
+run at once while the turn has CPU left (a read, a new socket's connection, a login
+decided, a lost socket's release); past it the socket waits for a later turn, its read
+kept, reading paused, in the order they came (issue 25, "no long stalls": 2,000 clients
+connecting at once were one step of 1.4 s of CPU at load 30). A backup's replication link
+and an HA admin connection are read at once all the same, once their start-ok says what
+they are: the link carries the member lease's grants.
+
 The same port serves AMQP 1.0: the 0-9-1 connection reads the protocol header, and one of
 1.0's (:func:`broker.amqp10.framing.is_amqp10_header`) is handed back here
 (``on_other_header``), where a :class:`broker.amqp10.connection.Connection` takes the socket
@@ -29,12 +39,13 @@ import asyncio
 from typing import cast
 
 from broker.amqp.connection import Connection
-from broker.amqp.context import BrokerContext
+from broker.amqp.context import BrokerContext, counts_toward_limits
 from broker.amqp.ports import ShellConnection
 from broker.listen import peer_address
 from broker.security.password_checks import run_password_check
 from broker.security.tls import certificate_identity
 from common.loop_errors import where_raised
+from common.slices import run_steps
 
 #: Transport write buffer water marks: deliveries pause above HIGH, resume below LOW.
 HIGH_WATER = 4 * 1024 * 1024
@@ -51,7 +62,12 @@ class AmqpProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         self._checking_login = False
         self._reading_paused = False  # the transport's reading is paused
-        self._parse_scheduled = False  # the rest of a read's frames, next turn of the loop
+        #: The socket waits for a later turn of the loop (:meth:`_wait_turn`): the rest of
+        #: a read's frames, a read kept, or the connection not made yet.
+        self._parse_scheduled = False
+        #: What was read while the socket waits for its turn, handled then, in order.
+        self._held: list[bytes] = []
+        self._waits_known: bool | None = None  # see _waits
         #: When the shell closed the transport (the loop's clock): a transport whose peer
         #: takes nothing of what is left to write is aborted after ``close_timeout``.
         self._hung_up_at: float | None = None
@@ -62,6 +78,17 @@ class AmqpProtocol(asyncio.Protocol):
         tcp = cast(asyncio.Transport, transport)
         self.transport = tcp
         tcp.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        turns = self.ctx.turns
+        if turns is not None and turns.spent():
+            # Made at a later turn (thousands of clients coming at once). Not paused here:
+            # uvloop starts reading after connection_made whatever it did; a read kept.
+            self._parse_scheduled = True
+            turns.later(self._parse_more)
+            return
+        self._make(tcp)
+
+    def _make(self, transport: asyncio.Transport) -> None:
+        """The connection of the socket."""
         # an IPv4 client of the dual-stack listener as IPv4 (loopback rule, names, logs)
         host, peer = peer_address(transport.get_extra_info("peername"))
         identity = certificate_identity(transport.get_extra_info("peercert"))  # TLS only
@@ -104,9 +131,17 @@ class AmqpProtocol(asyncio.Protocol):
         return True
 
     def data_received(self, data: bytes) -> None:
+        turns = self.ctx.turns
+        if self._parse_scheduled or (turns is not None and self._waits() and turns.spent()):
+            self._held.append(data)  # handled at the socket's turn, reading paused
+            self._wait_turn()
+            return
         connection = self.connection
         if connection is None:
             return
+        self._receive(connection, data)
+
+    def _receive(self, connection: ShellConnection, data: bytes) -> None:
         connection.recv_oct += len(data)  # a counter a read: the rates are the sampler's
         connection.receive_data(data)
         self._parsed(connection)
@@ -120,33 +155,67 @@ class AmqpProtocol(asyncio.Protocol):
         if connection.login_check is not None and not self._checking_login:
             self._check_login(connection)
         elif connection.unparsed:
-            self._parse_later()
+            self._wait_turn()
         elif connection.reading_paused:
             self._follow_reading()
 
-    def _parse_later(self) -> None:
-        """The read's slice was spent: the rest of its frames next turn, nothing read
-        meanwhile (so the buffer holds one read at most)."""
+    def _wait_turn(self) -> None:
+        """Go on at a later turn of the loop, nothing read meanwhile (so what is kept is
+        one read at most): the read's slice was spent (the rest of its frames), or the
+        loop's turn was (:class:`~common.slices.TurnBudget`: the read itself)."""
         if not self._parse_scheduled:
             self._parse_scheduled = True
-            self._follow_reading()
-            self._loop.call_soon(self._parse_more)
+            turns = self.ctx.turns
+            if turns is None or not self._waits():
+                self._loop.call_soon(self._parse_more)
+            else:
+                turns.later(self._parse_more)
+        self._follow_reading()
+
+    def _waits(self) -> bool:
+        """Whether this socket's reads wait behind others' when the loop's turn is spent:
+        a client's do; a backup's replication link and an HA admin connection (the agent,
+        ``qpid-ha``) never wait behind a storm of clients (the link carries the member
+        lease's grants), known from the client's start-ok."""
+        waits = self._waits_known
+        if waits is None:
+            connection = self.connection
+            properties = None if connection is None else connection.client_properties
+            if not properties:
+                return True  # not known yet
+            waits = self._waits_known = counts_toward_limits(properties)
+        return waits
 
     def _parse_more(self) -> None:
+        """The socket's turn: its connection made if it is not yet, then what was kept."""
         self._parse_scheduled = False
-        connection = self.connection
-        if connection is None or self.transport is None:
+        transport = self.transport
+        if transport is None:  # the socket is gone
+            self._held.clear()
             return
-        connection.parse_more()
-        self._parsed(connection)
+        if self.connection is None:
+            self._make(transport)
+        connection = self.connection
+        assert connection is not None
+        held, self._held = self._held, []
+        if held:
+            self._receive(connection, b"".join(held))
+        else:
+            connection.parse_more()
+            self._parsed(connection)
         self._follow_reading()
 
     def _follow_reading(self) -> None:
-        """Pause or resume reading the socket as the connection (and a login check) say."""
+        """Pause or resume reading the socket as the connection (and a login check, and
+        a turn waited for) say."""
         connection, transport = self.connection, self.transport
-        if connection is None or transport is None or transport.is_closing():
+        if transport is None or transport.is_closing():
             return
-        paused = connection.reading_paused or self._checking_login or self._parse_scheduled
+        paused = (
+            (connection is not None and connection.reading_paused)
+            or self._checking_login
+            or self._parse_scheduled
+        )
         if paused != self._reading_paused:
             self._reading_paused = paused
             if paused:
@@ -162,9 +231,17 @@ class AmqpProtocol(asyncio.Protocol):
         self._follow_reading()
 
         def checked(future: asyncio.Future[bool]) -> None:
-            self._checking_login = False
+            turns = self.ctx.turns
             if future.cancelled():
+                self._checking_login = False
                 return  # the loop is closing
+            if turns is not None and turns.spent():
+                turns.later(lambda: decided(future))  # a burst of logins: in turns
+            else:
+                decided(future)
+
+        def decided(future: asyncio.Future[bool]) -> None:
+            self._checking_login = False
             exc = future.exception()
             if exc is not None:
                 self.ctx.log.error(
@@ -173,7 +250,7 @@ class AmqpProtocol(asyncio.Protocol):
             connection.password_checked(exc is None and bool(future.result()))
             self.flush()
             if connection.unparsed:
-                self._parse_later()
+                self._wait_turn()
             self._follow_reading()
 
         run_password_check(check).add_done_callback(checked)
@@ -245,9 +322,29 @@ class AmqpProtocol(asyncio.Protocol):
         return None  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
-        connection = self.connection
-        if connection is not None:
-            if exc is not None and connection.close_reason is None:
-                connection.close_reason = f"socket error: {exc}"
-            connection.connection_lost()
         self.transport = None
+        self._held.clear()
+        connection = self.connection
+        if connection is None:
+            return
+        if exc is not None and connection.close_reason is None:
+            connection.close_reason = f"socket error: {exc}"
+        turns = self.ctx.turns
+        steps = connection.connection_lost_steps()
+        if turns is None:
+            run_steps(steps)
+            return
+
+        def release() -> None:
+            try:
+                next(steps)
+            except StopIteration:
+                return
+            turns.later(release)  # a link's thousands of channels: the rest later
+
+        # thousands of sockets gone at once (their clients' host, a partition): each
+        # connection's release and log line in turns, the socket gone already
+        if turns.spent():
+            turns.later(release)
+        else:
+            release()

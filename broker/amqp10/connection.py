@@ -76,6 +76,7 @@ from broker.amqp10.sessions import SessionTable
 from broker.amqp10.state import HANDSHAKE, TRANSITIONS, State
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.security.sasl import PasswordCheck
+from common.slices import Steps
 
 S = State
 _ids = itertools.count(1)
@@ -519,6 +520,11 @@ class Connection:
     def cleanup(self) -> None:
         self.session_table.release()
         self.vhost.owner_closed(self)
+
+    def connection_lost_steps(self) -> Steps[None]:
+        """:meth:`connection_lost` in one slice (a 1.0 connection's links are few)."""
+        self.connection_lost()
+        yield from ()
 
     def connection_lost(self) -> None:
         """The socket is gone: release everything, log the close."""

@@ -54,6 +54,7 @@ from broker.core.vhost_rules import (
     check_queue_equivalent,
     where,
 )
+from common.slices import SLICE, Steps, run_steps
 
 __all__ = ["BUILTIN_EXCHANGES", "EQUIVALENCE_ARGS", "VHOST", "PublishResult", "VirtualHost"]
 
@@ -540,15 +541,29 @@ class VirtualHost:
     # -- dead-lettering ----------------------------------------------------------------
     # -- time --------------------------------------------------------------------------
     def tick(self) -> None:
-        """Expire messages and delete queues unused past ``x-expires``."""
-        now = self.clock()
-        for queue in list(self.queues.values()):
-            if queue.message_count:
-                queue.expire()
-            expires = queue.limits.expires_ms
-            if (
-                expires is not None
-                and queue.consumer_count == 0
-                and now - queue.last_used >= expires / 1000.0
-            ):
-                self._delete_queue(queue)
+        """Expire messages and delete queues unused past ``x-expires``, all at once."""
+        run_steps(self.tick_steps())
+
+    def tick_steps(self, size: int = SLICE) -> Steps[None]:
+        """:meth:`tick` in slices of ``size`` queues (:mod:`common.slices`; 10,000 queues
+        at once were one step of about 100 ms on a loaded machine): the queues are listed
+        when the first slice runs, each is expired (or deleted, unused past
+        ``x-expires``) when its slice runs, by the clock read then; one deleted or
+        replaced meanwhile is skipped."""
+        queues = list(self.queues.values())
+        for start in range(0, len(queues), size):
+            if start:
+                yield
+            now = self.clock()
+            for queue in queues[start : start + size]:
+                if self.queues.get(queue.name) is not queue:
+                    continue
+                if queue.message_count:
+                    queue.expire()
+                expires = queue.limits.expires_ms
+                if (
+                    expires is not None
+                    and queue.consumer_count == 0
+                    and now - queue.last_used >= expires / 1000.0
+                ):
+                    self._delete_queue(queue)

@@ -27,6 +27,7 @@ from broker.core.errors import AmqpError, ReplyCode
 from broker.core.queue import Queue
 from broker.core.vhost import VHOST, ConfigListener, VirtualHost
 from broker.core.vhost_limits import VhostLimits
+from common.slices import SLICE, Steps
 
 #: Joins a vhost's name and a queue's name in a queue key (never in a name a client uses).
 KEY_SEPARATOR = "\x00"
@@ -210,3 +211,16 @@ class VirtualHosts:
     def tick(self) -> None:
         for vhost in list(self._hosts.values()):
             vhost.tick()
+
+    def tick_steps(self, size: int = SLICE) -> Steps[None]:
+        """:meth:`tick` in slices of ``size`` queues (:meth:`VirtualHost.tick_steps`), a
+        vhost after another, each from a slice of its own; one deleted meanwhile is
+        skipped."""
+        first = True
+        for vhost in list(self._hosts.values()):
+            if self._hosts.get(vhost.name) is not vhost:
+                continue
+            if not first:
+                yield
+            first = False
+            yield from vhost.tick_steps(size)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import sys
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -180,9 +181,21 @@ class QueueReplicator:
             staging.drain()
 
 
-#: The most objects :class:`CatchUpGc` unfreezes at a catch-up's end: about what one full
-#: collection walks in 30-50 ms of CPU (67 ns an object measured on the 2-vCPU machine).
+#: The most memory blocks the whole heap may hold for :class:`CatchUpGc` to unfreeze it at a
+#: catch-up's end: every object the collector tracks is one block or more, so the next full
+#: collection walks fewer objects than this, about 35 ms of CPU at most (67 ns an object
+#: measured on the 2-vCPU machine).
 UNFREEZE_MAX = 500_000
+
+
+def heap_blocks() -> int:
+    """The memory blocks the interpreter's allocator holds (``sys.getallocatedblocks``):
+    every object the cyclic collector tracks, frozen or not, is one of them or more, so
+    this bounds what a full collection walks after ``gc.unfreeze()``. It walks the
+    allocator's pools, not the objects: under a millisecond at millions of objects, where
+    ``gc.get_freeze_count()`` walks the frozen objects one by one (3 million: 72 ms on a
+    quiet machine, 100-144 ms steps on a loaded one, the scale soak's backups)."""
+    return sys.getallocatedblocks()
 
 
 class CatchUpGc:
@@ -195,21 +208,27 @@ class CatchUpGc:
     link calls :meth:`applied` after each batch it applies while catching up, which moves
     everything alive to the collector's permanent generation (``gc.freeze()``, constant
     time), and :meth:`end` once caught up or when the link goes down, which moves it all
-    back (``gc.unfreeze()``) when that is cheap: from then on the collector works as
-    before. Reference counting frees objects meanwhile as always; only reference cycles
-    that die during the catch-up wait for its end to be collected.
+    back (``gc.unfreeze()``, constant time) when that is cheap: from then on the collector
+    works as before. Reference counting frees objects meanwhile as always; only reference
+    cycles that die during the catch-up wait for its end to be collected.
 
-    Not when the frozen heap holds more than :data:`UNFREEZE_MAX` objects: the next full
-    collection would walk them all in one step of the loop (10,000 queues: 230-245 ms of
-    CPU). They stay frozen, as after a store's recovery and after a long full collection
-    (``broker.loop_steps``): a reference cycle among them that dies later (a deleted
-    queue's objects, a closed connection's) is not collected, while reference counting
-    frees the rest (messages are no cycle) as always.
+    Not when the heap holds more than :data:`UNFREEZE_MAX` blocks (:func:`heap_blocks`,
+    a bound of the objects the collector tracks, read in constant time per allocator
+    pool): the next full collection would walk them all in one step of the loop (10,000
+    queues: 230-245 ms of CPU). They stay frozen, as after a store's recovery and after a
+    long full collection (``broker.loop_steps``): a reference cycle among them that dies
+    later (a closed connection's objects) is not collected, while reference counting frees
+    the rest (messages and deleted queues are no cycle) as always. (Counting the frozen
+    objects instead, ``gc.get_freeze_count()``, walks them: at 10,000 queues that count
+    alone was the step of 100-144 ms at each catch-up's end.)
     """
 
-    def __init__(self, unfreeze_max: int | None = None) -> None:
+    def __init__(
+        self, unfreeze_max: int | None = None, blocks: Callable[[], int] = heap_blocks
+    ) -> None:
         self.active = False
         self.unfreeze_max = UNFREEZE_MAX if unfreeze_max is None else unfreeze_max
+        self._blocks = blocks
         #: Catch-ups that ended with the heap left frozen (too big to walk at once).
         self.kept_frozen = 0
 
@@ -220,7 +239,7 @@ class CatchUpGc:
     def end(self) -> None:
         if self.active:
             self.active = False
-            if gc.get_freeze_count() <= self.unfreeze_max:
+            if self._blocks() <= self.unfreeze_max:
                 gc.unfreeze()
             else:
                 self.kept_frozen += 1

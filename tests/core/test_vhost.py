@@ -596,6 +596,27 @@ def test_tick_expires_messages(vhost: VirtualHost, clock: FakeClock) -> None:
     assert queue.expired_total == 1
 
 
+def test_tick_walks_the_queues_in_slices(vhost: VirtualHost, clock: FakeClock) -> None:
+    """The tick's walk of thousands of queues is a slice of ``size`` queues a turn of the
+    loop (issue 25, "no long stalls"): each queue is expired or deleted when its slice
+    runs, by the clock read then; a queue deleted or declared again between two slices
+    is skipped (not deleted for its namesake's idleness)."""
+    for i in range(10):
+        vhost.declare_queue(f"q{i}", arguments={"x-expires": 1000})
+    clock.advance(2.0)
+    steps = vhost.tick_steps(size=4)
+    next(steps)  # q0-q3
+    assert [f"q{i}" in vhost.queues for i in range(10)] == [False] * 4 + [True] * 6
+    vhost.delete_queue("q5")
+    vhost.declare_queue("q5", arguments={"x-expires": 1000})  # a new queue, just used
+    vhost.declare_queue("q9", arguments={"x-expires": 1000})  # used: not idle any more
+    next(steps)  # q4-q7: q5 is another queue now
+    assert sorted(vhost.queues) == ["q5", "q8", "q9"]
+    with pytest.raises(StopIteration):
+        next(steps)  # q8-q9
+    assert sorted(vhost.queues) == ["q5", "q9"]
+
+
 def test_a_deleted_queue_is_freed_by_reference_counting(vhost: VirtualHost) -> None:
     """A deleted queue's objects form no reference cycle: reference counting frees them
     even when the heap is frozen (``gc.freeze()``, broker.collector), where a cycle would

@@ -13,6 +13,7 @@ from broker.core.exchange import Binding
 from broker.core.message import Message
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts, check_vhost_name, key_of, queue_key, split_key
+from tests.core.fakes import FakeClock
 
 
 class Heard:
@@ -105,3 +106,20 @@ def test_a_queue_key_splits_back(vhost: str, name: str) -> None:
     assert split_key(queue_key(vhost, name)) == (vhost, name)
     if vhost == "/":
         assert queue_key(vhost, name) == name
+
+
+def test_the_tick_walks_every_vhost_in_slices_and_skips_one_deleted_meanwhile() -> None:
+    clock = FakeClock()
+    vhosts = VirtualHosts(lambda name: VirtualHost(name=name, clock=clock))
+    other, _ = vhosts.create("other")
+    gone, _ = vhosts.create("gone")
+    for host in (vhosts.default, other, gone):
+        for i in range(3):
+            host.declare_queue(f"q{i}", arguments={"x-expires": 1000})
+    clock.advance(2.0)
+    steps = vhosts.tick_steps(size=2)
+    next(steps)  # "/" q0-q1
+    assert len(vhosts.queues) == 7
+    vhosts.delete("gone")
+    turns = 2 + sum(1 for _ in steps)  # then "/" q2; "other" q0-q1; q2 (the last ends it)
+    assert turns == 4 and len(vhosts.queues) == 0
