@@ -165,11 +165,15 @@ def failovers(
     keys = ["cluster", "epoch"]
     by_cluster = Window.partitionBy("cluster").orderBy("epoch")
     p = checkpoint(
-        promoted.withColumn("prev_node", F.lag("node").over(by_cluster))
-        .withColumn("prev_us", F.lag(F.coalesce("recovering_us", "promoted_us")).over(by_cluster))
-        .withColumn("prev_epoch", F.lag("epoch").over(by_cluster))
-        .withColumn("bound_us", F.coalesce("won_us", "recovering_us", "promoted_us"))
-        .withColumn("w_end", F.coalesce("active_us", "recovering_us", "promoted_us"))
+        promoted.withColumns(
+            {
+                "prev_node": F.lag("node").over(by_cluster),
+                "prev_us": F.lag(F.coalesce("recovering_us", "promoted_us")).over(by_cluster),
+                "prev_epoch": F.lag("epoch").over(by_cluster),
+                "bound_us": F.coalesce("won_us", "recovering_us", "promoted_us"),
+                "w_end": F.coalesce("active_us", "recovering_us", "promoted_us"),
+            }
+        )
     )
 
     # failure: on the old node, in (prev_us, bound_us]
@@ -210,29 +214,27 @@ def failovers(
         .join(last_seen, keys, "left")
         .join(faults.recorded(events, window), keys, "left")
         .join(faults.link_evidence(events, window), keys, "left")
-        .withColumn(
-            "failure_us",
-            F.when(F.col("prev_node").isNotNull(), F.coalesce("rec_us", evidence_us, "seen_us")),
+        .withColumns(
+            {
+                "failure_us": F.when(
+                    F.col("prev_node").isNotNull(),
+                    F.coalesce("rec_us", evidence_us, "seen_us"),
+                ),
+                "failure_by": F.when(F.col("prev_node").isNull(), F.lit(None).cast("string"))
+                .when(F.col("rec_us").isNotNull(), F.col("rec_by"))
+                .when(own_first, F.col("fail_by"))
+                .when(F.col("link_us").isNotNull(), F.lit("ha_link_down"))
+                .when(F.col("seen_us").isNotNull(), F.lit("last_seen")),
+                "failure_source": F.when(F.col("prev_node").isNull(), F.lit(None).cast("string"))
+                .when(F.col("rec_us").isNotNull(), F.lit("drill"))
+                .when(own_first, F.lit("old primary"))
+                .when(F.col("link_us").isNotNull(), F.lit("backups"))
+                .when(F.col("seen_us").isNotNull(), F.lit("old primary's last line")),
+                # the old primary's own first failure event, whatever the failure was timed by
+                "own_failure_by": F.col("fail_by"),
+                "failure_reason": F.when(F.col("fail_us").isNotNull(), F.col("fail_reason")),
+            }
         )
-        .withColumn(
-            "failure_by",
-            F.when(F.col("prev_node").isNull(), F.lit(None).cast("string"))
-            .when(F.col("rec_us").isNotNull(), F.col("rec_by"))
-            .when(own_first, F.col("fail_by"))
-            .when(F.col("link_us").isNotNull(), F.lit("ha_link_down"))
-            .when(F.col("seen_us").isNotNull(), F.lit("last_seen")),
-        )
-        .withColumn(
-            "failure_source",
-            F.when(F.col("prev_node").isNull(), F.lit(None).cast("string"))
-            .when(F.col("rec_us").isNotNull(), F.lit("drill"))
-            .when(own_first, F.lit("old primary"))
-            .when(F.col("link_us").isNotNull(), F.lit("backups"))
-            .when(F.col("seen_us").isNotNull(), F.lit("old primary's last line")),
-        )
-        # the old primary's own first failure event, whatever the failure was timed by
-        .withColumn("own_failure_by", F.col("fail_by"))
-        .withColumn("failure_reason", F.when(F.col("fail_us").isNotNull(), F.col("fail_reason")))
         .drop("fail_us", "fail_by", "fail_reason", "seen_us", "rec_us", "rec_by", "link_us")
     )
 

@@ -349,11 +349,8 @@ def _rows(df: DataFrame) -> list[dict[str, Any]]:
 
 def _with_times(df: DataFrame) -> DataFrame:
     """Every ``*_us`` column also as a readable UTC timestamp ``*_ts`` (tables for people)."""
-    out = df
-    for name in df.columns:
-        if name.endswith("_us"):
-            out = out.withColumn(name[:-3] + "_ts", F.timestamp_micros(F.col(name)))
-    return out
+    times = {n[:-3] + "_ts": F.timestamp_micros(F.col(n)) for n in df.columns if n.endswith("_us")}
+    return df.withColumns(times) if times else df
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:

@@ -301,7 +301,9 @@ def annotate(
     bad = F.col("evidence").contains("bad_lines") | F.col("evidence").contains("clock_unr")
     # the old primary's agent's log missing: no resignation to split detection from election
     unsplit = _involves(agentless, ("old_node",))
-    out = (
+    # a few withColumns, each of columns that do not read one another: every call has the
+    # analyser walk the whole plan of the joins below again (most of a test job's time)
+    joined = (
         fo.join(_nemeses(events, fo), ["cluster", "epoch"], "left")
         .join(_settings(events), "cluster", "left")
         .join(_backup_timeouts(events, fo), ["cluster", "epoch"], "left")
@@ -312,9 +314,16 @@ def annotate(
                 F.col("kind")
             ),
         )
-        .withColumn(
-            "failure_kind",
-            F.when(
+    )
+    spurious = F.when(
+        is_failover & ((F.col("failure_source") == "drill") | ~unsplit),
+        # a fault the drill injected at the primary is a failure of its own
+        (F.coalesce(F.col("failure_source"), F.lit("")) != "drill")
+        & F.coalesce(_spurious(F.col("own_failure_by"), F.col("failure_reason")), F.lit(False)),
+    )
+    judged = joined.withColumns(
+        {
+            "failure_kind": F.when(
                 is_failover,
                 F.coalesce(
                     "nemesis",
@@ -324,48 +333,33 @@ def annotate(
                     ),
                 ),
             ),
-        )
-        .withColumn(
-            "spurious",
-            F.when(
-                is_failover & ((F.col("failure_source") == "drill") | ~unsplit),
-                # a fault the drill injected at the primary is a failure of its own
-                (F.coalesce(F.col("failure_source"), F.lit("")) != "drill")
-                & F.coalesce(
-                    _spurious(F.col("own_failure_by"), F.col("failure_reason")), F.lit(False)
-                ),
-            ),
-        )
-        .withColumn(
-            "spurious_avoidable",
-            faults.avoidable(F.col("spurious"), F.col("zk_lost"), F.col("zk_gap_s")),
-        )
-        .withColumn("evidence", _evidence(suspect, unclocked, agentless))
-        .withColumn("withheld", _withheld(F.col("evidence")))
+            "spurious": spurious,
+            "spurious_avoidable": faults.avoidable(spurious, F.col("zk_lost"), F.col("zk_gap_s")),
+            "evidence": _evidence(suspect, unclocked, agentless),
+        }
     )
+    # phases of untrusted evidence null; detection and election also without the old
+    # primary's agent's log
+    kept: dict[str, Column] = {"withheld": _withheld(F.col("evidence"))}
     for phase in (p.name for p in failover_phases.PHASES):
-        out = out.withColumn(f"{phase}_ms", F.when(~bad, F.col(f"{phase}_ms")))
-    for phase in ("detection", "election"):
-        out = out.withColumn(f"{phase}_ms", F.when(~unsplit, F.col(f"{phase}_ms")))
+        keep = ~bad & ~unsplit if phase in ("detection", "election") else ~bad
+        kept[f"{phase}_ms"] = F.when(keep, F.col(f"{phase}_ms"))
+    recovered = F.col("recovering_us").isNotNull()
+    dropped = F.coalesce("backups_dropped", F.lit(0))
     return (
-        out.withColumn(
-            "detection_per_timeout",
-            F.col("detection_ms") / (F.col("session_timeout_s") * US_PER_MS),
-        )
-        .withColumn(
-            "detection_per_heartbeat",
-            F.col("detection_ms") / (F.col("link_heartbeat_s") * US_PER_MS),
-        )
-        .withColumn(
-            "backups_dropped",
-            F.when(F.col("recovering_us").isNotNull(), F.coalesce("backups_dropped", F.lit(0))),
-        )
-        .withColumn(
-            "backup_timeout_fired",
-            F.when(
-                is_failover & F.col("recovering_us").isNotNull(),
-                (F.coalesce("backup_timeout_hits", F.lit(0)) > 0) | (F.col("backups_dropped") > 0),
-            ),
+        judged.withColumns(kept)
+        .withColumns(
+            {
+                "detection_per_timeout": F.col("detection_ms")
+                / (F.col("session_timeout_s") * US_PER_MS),
+                "detection_per_heartbeat": F.col("detection_ms")
+                / (F.col("link_heartbeat_s") * US_PER_MS),
+                "backups_dropped": F.when(recovered, dropped),
+                "backup_timeout_fired": F.when(
+                    is_failover & recovered,
+                    (F.coalesce("backup_timeout_hits", F.lit(0)) > 0) | (dropped > 0),
+                ),
+            }
         )
         .drop("nemesis", "teardown", "zk_lost", "backup_timeout_hits")
     )
