@@ -17,11 +17,12 @@ import pytest
 from broker.core.confirms import ConfirmHandle, PublisherConfirms
 from broker.core.message import Message
 from broker.core.vhost import VirtualHost
+from broker.core.vhosts import VirtualHosts, queue_key
 from broker.ha.delivery_watermark import DeliveryWatermark
 from broker.ha.id_era import enter_era
 from broker.ha.primary import Primary
 from broker.ha.primary_start import start_primary
-from broker.ha.replicate_level import ReplicateLevel
+from broker.ha.replicate_level import ReplicateLevel, queue_level
 from common.slices import run_steps
 from tests.core.fakes import FakeConsumer
 from tests.ha.test_primary import Clock
@@ -198,3 +199,20 @@ def test_a_failed_promotion_leaves_no_guard_to_be_made() -> None:
     queue = vhost.queues["q0"]
     assert publish(vhost, "q0").settled  # not primary: nothing waits for b1
     assert queue.delivery_gate is None and queue.before_use is None
+
+
+@pytest.mark.parametrize("default", list(ReplicateLevel))
+def test_the_replicated_queue_names_of_every_vhost(default: ReplicateLevel) -> None:
+    """The expected backups' catch-up set (PrimaryStarted's queues), in one pass."""
+    hosts = VirtualHosts()
+    for host in (hosts.default, hosts.create("v1")[0]):
+        host.declare_queue("plain")
+        host.declare_queue("all", arguments={"qpid.replicate": "all"})
+        host.declare_queue("none", arguments={"qpid.replicate": "none"})
+        host.declare_queue("config", arguments={"qpid.replicate": "configuration"})
+    primary = Primary(hosts, replicate_default=default, clock=Clock(), auto_delete_grace=1.0)
+    expected = {
+        key for key, q in hosts.queues.items() if queue_level(q, default) is ReplicateLevel.ALL
+    }
+    assert primary.replicated_queue_names() == expected
+    assert "all" in expected and queue_key("v1", "all") in expected
