@@ -15,7 +15,9 @@ every enqueue and every dequeue: ``dequeued`` means the message left the queue f
 (acknowledged, consumed with no-ack, expired, purged, dropped or dead-lettered). While a
 delivery gate (an HA primary's delivery watermark) holds the head back, a basic.get on ready
 messages is held (:meth:`Queue.hold_get`) and answered, first and in order, when the gate
-reopens.
+reopens. A queue's *first use* (:attr:`Queue.before_use`: called once before its next
+enqueue, delivery, purge or restore) lets an HA primary promoted over thousands of queues guard each
+at its first use instead of every one before it serves (:mod:`broker.ha.primary`).
 
 Beside it, one concept each: :mod:`broker.core.consumer_ring` its consumers and whose turn
 is next, found without scanning them (a :class:`~broker.core.consumer_ring.ConsumerRing` it
@@ -72,6 +74,12 @@ class Queue:
 
     #: The name of the virtual host the queue is in (set by it).
     vhost: str = "/"
+    #: Called once, with the queue, before its next enqueue, delivery (a consumer's turn,
+    #: basic.get), purge or restore, then cleared (:meth:`first_use`): an HA primary's
+    #: guards made at the queue's first use after a promotion
+    #: (:meth:`broker.ha.primary.Primary.guard_on_first_use`). None (the class's): nothing
+    #: to do. Set on the queue by whoever needs it.
+    before_use: Callable[[Queue], None] | None = None
 
     def __init__(
         self,
@@ -178,6 +186,14 @@ class Queue:
         """Record a use, for ``x-expires``."""
         self.last_used = self._clock()
 
+    def first_use(self) -> None:
+        """Call :attr:`before_use` now if it is set (once: it is cleared first). Called by
+        every enqueue, delivery and purge; by anyone about to rely on what it sets up."""
+        hook = self.before_use
+        if hook is not None:
+            self.before_use = None
+            hook(self)
+
     # -- enqueue -----------------------------------------------------------------------
     def expiry(self, message: Message, now: float) -> float | None:
         """When ``message``, put on the queue ``now``, expires (None: never)."""
@@ -200,6 +216,8 @@ class Queue:
         ``position`` is given only by HA replication on a backup, to keep the primary's
         replication id as the local position.
         """
+        if self.before_use is not None:
+            self.first_use()
         now = self._clock()
         size = len(message.body)
         # Limits apply to publishes; a backup replicating its primary takes what it is sent.
@@ -318,6 +336,8 @@ class Queue:
     def dispatch(self) -> None:
         """Hand ready messages to consumers with credit, round robin (those found without
         credit once wait for :meth:`credit_returned`)."""
+        if self.before_use is not None:
+            self.first_use()
         if self._dispatching:
             self._redispatch = True
             return
@@ -363,6 +383,8 @@ class Queue:
 
     def get(self) -> Entry | None:
         """Take the head message for basic.get (the caller settles or requeues it)."""
+        if self.before_use is not None:
+            self.first_use()
         self.touch()
         entry = self._pop_live(self._clock())
         if entry is not None:
@@ -494,6 +516,8 @@ class Queue:
     # -- the queue as a copy (its QueueCopy, broker.core.queue_copy) -------------------
     def restore(self, entries: list[Entry], body_bytes: int | None = None) -> None:
         """Put back entries the message store recovered (:meth:`QueueCopy.restore`)."""
+        if self.before_use is not None:
+            self.first_use()
         self._copy.restore(entries, body_bytes)
 
     def snapshot(self) -> list[Entry]:
@@ -512,6 +536,8 @@ class Queue:
         return self._unacked_entries.values()
 
     def added(self, entries: Sequence[Entry], body_bytes: int) -> None:
+        if self.before_use is not None:
+            self.first_use()
         self._bytes += body_bytes
         self.enqueued_total += len(entries)
         self._observers.enqueued_all(self, entries)
@@ -537,6 +563,8 @@ class Queue:
     # -- admin -------------------------------------------------------------------------
     def purge(self) -> int:
         """Remove every ready message (not the unacknowledged ones)."""
+        if self.before_use is not None:
+            self.first_use()
         count = len(self._messages)
         while self._messages:
             entry = self._messages.popleft()

@@ -443,6 +443,7 @@ class BackupLink:
             store_failed=self.owner.store_failed,
             applied=subscriptions.config_applied,
             decoded=subscriptions.config_decoded,
+            seen=subscriptions.config_field_decoded,
         )
         await config.consume(CONFIG_STREAM, self._config.delivered)
         closed = asyncio.ensure_future(client.wait_closed())

@@ -25,7 +25,7 @@ THREAD UNSAFE: the backup's event loop owns it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,15 +164,25 @@ class BrokerReplicator:
         if not wanted:
             return kept
         for config in event.get("queues") or []:
-            key = queue_key(_vhost_of(config), str(config["name"]))
-            replicator = wanted.get(key)
-            if replicator is None or config.get("replicate") != "all":
-                continue
-            queue = replicator.queue
-            if queue.deleted or self.vhosts.queue(key) is not queue or _replaced(queue, config):
-                continue
-            kept[key] = replicator
+            key = self.kept_by_row(config, wanted)
+            if key is not None:
+                kept[key] = wanted[key]
         return kept
+
+    def kept_by_row(self, config: Any, wanted: Mapping[str, QueueReplicator]) -> str | None:
+        """:meth:`kept_by_snapshot`'s rule for one of a snapshot's queue rows: the key of
+        the replicator of ``wanted`` (by key) whose queue ``config`` keeps as it is, or
+        None (another queue, or one it would replace). Reads only."""
+        if not isinstance(config, dict) or config.get("replicate") != "all":
+            return None
+        key = queue_key(_vhost_of(config), str(config["name"]))
+        replicator = wanted.get(key)
+        if replicator is None:
+            return None
+        queue = replicator.queue
+        if queue.deleted or self.vhosts.queue(key) is not queue or _replaced(queue, config):
+            return None
+        return key
 
     def _delete_queue(self, key: str, changes: ConfigChanges) -> None:
         self.exclusive.discard(key)

@@ -60,9 +60,11 @@ class ConfigApplier:
         store_failed: Callable[[str], None],
         applied: Callable[[dict[str, Any], ConfigChanges], None],
         decoded: Callable[[dict[str, Any]], None] | None = None,
+        seen: Callable[[str, Any], None] | None = None,
     ) -> None:
         """``applied(event, changes)`` after each event is applied; ``decoded(event)``
-        after it is decoded, before it is applied (the link subscribes the queues a first
+        after it is decoded, before it is applied, and ``seen(field, value)`` as each field
+        and each item of an array field is decoded (the link subscribes the queues a first
         snapshot keeps as they are then: :mod:`broker.ha.queue_subscriptions`)."""
         self._ack = ack
         self._codec = codec
@@ -73,6 +75,7 @@ class ConfigApplier:
         self._store_failed = store_failed
         self._applied = applied
         self._decoded = decoded
+        self._seen = seen
         self._pending: deque[Delivery] = deque()
         self._waiting = 0  # acknowledgements waiting for the disk (later ones wait behind)
         #: The event being applied in slices.
@@ -109,7 +112,7 @@ class ConfigApplier:
         appended = 0 if self._disk is None else self._disk.appended
         event: dict[str, Any] | None = None
         try:
-            event = await _sliced(self._codec.decode_config_steps(delivery.body))
+            event = await _sliced(self._codec.decode_config_steps(delivery.body, self._seen))
             if self._decoded is not None:
                 self._decoded(event)
             steps = self._replicator.apply_steps(event)

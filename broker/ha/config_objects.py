@@ -11,6 +11,7 @@ THREAD UNSAFE: read on the primary's event loop.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from broker.core.exchange import EXCHANGE, Binding, Exchange
@@ -83,8 +84,14 @@ def snapshot_steps(
     exchanges and bindings are listed now, each row is read when its slice (``size``
     objects) runs. A configuration stream pushes every change from the same moment, after
     the snapshot: an object changed or deleted meanwhile is shown as it is then, and its
-    change or deletion follows the snapshot, so the backup ends where the primary is."""
+    change or deletion follows the snapshot, so the backup ends where the primary is.
+
+    The queues are listed busiest first (most messages enqueued, then in the order they
+    were made): a member linking to a new primary subscribes the queues it heard traffic
+    on as soon as their rows are decoded, before the rest of the snapshot
+    (:meth:`~broker.ha.queue_subscriptions.QueueSubscriptions.config_field_decoded`)."""
     queues = [q for vhost in vhosts for q in vhost.queues.values()]
+    queues.sort(key=_enqueued, reverse=True)  # stable: equal ones in their order
     exchanges = [e for vhost in vhosts for e in vhost.exchanges.values()]
     bindings = [b for vhost in vhosts for b in vhost.bindings()]
     names = [v.name for v in vhosts if v.name != VHOST]
@@ -98,6 +105,9 @@ def snapshot_steps(
         exchange_level,
         binding_replicated,
     )
+
+
+_enqueued = attrgetter("enqueued_total")
 
 
 def _snapshot_rows(

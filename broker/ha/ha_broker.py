@@ -77,6 +77,7 @@ from broker.ha.replication_errors import ReplicationErrors
 from broker.ha.role import HaRole
 from broker.ha.role_events import (
     Action,
+    CaughtUp,
     ChangeState,
     CheckCluster,
     ClusterChecked,
@@ -88,6 +89,7 @@ from broker.ha.role_events import (
     FenceRequested,
     GuardBackup,
     InSyncCommitted,
+    LinkDown,
     Log,
     PersistEpoch,
     PersistPromotionEpoch,
@@ -284,8 +286,20 @@ class HaBroker:
     def handle(self, event: Event) -> None:
         """Feed one event to the role and carry out its actions in order (:meth:`_perform`);
         :class:`PromoteError` when the role refuses (a promotion, a lease, an in-sync set)."""
+        if self.state.is_backup:
+            self._member_quiet(event)
         for action in self.role.handle(event):
             self._perform(action)
+
+    def _member_quiet(self, event: Event) -> None:
+        """A backup's side of the fail-over's quiet (:mod:`broker.ha.promotion_quiet`): its
+        link to the primary lost (a member about to link to a new primary and catch up on
+        its busy queues first) until it caught up again, at most ``LONGEST``."""
+        now = self.now()
+        if isinstance(event, LinkDown):
+            self.quiet.began(now)
+        elif isinstance(event, CaughtUp) and self.quiet.holds(now):
+            self.quiet.ended(now)
 
     def _perform(self, action: Action) -> None:
         """Carry out one action of the role: the one place every action is performed. Those

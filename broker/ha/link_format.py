@@ -113,9 +113,13 @@ class Codec:
     #: The rules its configuration events are decoded by.
     config_grammar: Grammar = FORMAT_1
 
-    def decode_config_steps(self, data: bytes) -> Steps[dict[str, Any]]:
-        """:attr:`decode_config_event` in slices (a snapshot's thousands of objects)."""
-        return decode_event_steps(data, self.config_grammar)
+    def decode_config_steps(
+        self, data: bytes, seen: Callable[[str, Any], None] | None = None
+    ) -> Steps[dict[str, Any]]:
+        """:attr:`decode_config_event` in slices (a snapshot's thousands of objects);
+        ``seen(field, value)`` told each field and each array item as it is decoded
+        (:func:`~broker.ha.wire_config.decode_event_steps`)."""
+        return decode_event_steps(data, self.config_grammar, seen=seen)
 
     def queue_stream(self, queue: str) -> tuple[str, dict[str, Any]]:
         """The basic.consume queue name and the arguments naming ``queue``'s stream."""

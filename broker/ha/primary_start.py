@@ -2,10 +2,12 @@
 
 :meth:`~broker.ha.ha_broker.HaBroker` carries out the role's ``StartPrimary`` with
 :func:`start_primary`: the store's new era, the new era's replication ids on every queue,
-the cluster's id (its first primary creates it) and the expected backups' guards. At 10,000
-queues each of those is 50-100 ms, so it runs a slice a turn of the loop, before the role
-hears ``PrimaryStarted``: until then the broker is not primary (no client is admitted, its
-link is dropped), so nothing is enqueued that a guard made in a later slice would miss.
+the cluster's id (its first primary creates it) and the expected backups, guarded on each
+queue at its first use (:meth:`~broker.ha.primary.Primary.guard_on_first_use`: every queue
+marked, a slice a turn; their guards on every queue before serving were 70-140 ms of CPU at
+10,000 queues, issue 25). It runs a slice a turn of the loop, before the role hears
+``PrimaryStarted``: until then the broker is not primary (no client is admitted, its link
+is dropped), so nothing is enqueued or delivered on a queue a later slice marks.
 
 The files are written in a thread (a small file's two fsyncs wait for the disk's journal:
 28-31 ms each on a busy disk, issue 25), the store's era while the loop makes the era's
@@ -44,23 +46,29 @@ async def start_primary(
     auto_delete_grace: float,
 ) -> Primary:
     """The primary's guards, with the ``expected`` backups (id -> url) guarded on every
-    replicated queue (the role's ``GuardBackup`` then finds them), a slice a turn."""
+    replicated queue from its first use on (the role's ``GuardBackup`` then finds them),
+    the queues a slice a turn."""
     # this era is the store's now: written in a thread while the loop works in memory
     written = asyncio.ensure_future(lineage.promoted(epoch))
+    primary = Primary(
+        vhost,
+        replicate_default=replicate_default,
+        clock=clock,
+        auto_delete_grace=auto_delete_grace,
+        call_soon=loop_call_soon,
+    )
     try:
-        await in_turns(enter_era_steps(list(vhost.queues.values()), epoch))  # no id reused
-        primary = Primary(
-            vhost,
-            replicate_default=replicate_default,
-            clock=clock,
-            auto_delete_grace=auto_delete_grace,
-            call_soon=loop_call_soon,
-        )
-        for backup_id, url in sorted(expected.items()):
-            await in_turns(primary.guard_backup_steps(backup_id, url))
-    finally:
-        await written  # durable (or its EpochError raised) before anything else is written
-    await identity.promoted()  # the cluster's first primary creates its id
+        try:
+            await in_turns(enter_era_steps(list(vhost.queues.values()), epoch))  # no id reused
+            # each queue guarded for them at its first use (not all 10,000 before serving)
+            await in_turns(primary.guard_on_first_use(expected))
+        finally:
+            await written  # durable (or its EpochError raised) before anything else is written
+        await identity.promoted()  # the cluster's first primary creates its id
+    except BaseException:
+        for backup_id in expected:  # not primary: no queue's first use guards anything
+            primary.release(backup_id)
+        raise
     return primary
 
 

@@ -317,6 +317,7 @@ class PrimaryStreams:
     def _hold_removal(
         self, backup_id: str, backup: RemoteBackup, key: str, queue: Queue, handle: ReplyHandle
     ) -> None:
+        queue.first_use()  # a promotion's expected backups are guarded from it on
         guard = backup.guards.get(key)
         if guard is None or guard.queue is not queue:
             return  # not replicated to this backup (or deleted: the deletion is configuration)

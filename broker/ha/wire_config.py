@@ -24,6 +24,7 @@ Import the public names from :mod:`broker.ha.wire`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from pamqp import encode as pamqp_encode
@@ -160,12 +161,16 @@ def decode_event(data: bytes | bytearray | memoryview, grammar: Grammar) -> dict
 
 
 def decode_event_steps(
-    data: bytes | bytearray | memoryview, grammar: Grammar, size: int = SLICE
+    data: bytes | bytearray | memoryview,
+    grammar: Grammar,
+    size: int = SLICE,
+    seen: Callable[[str, Any], None] | None = None,
 ) -> Steps[dict[str, Any]]:
     """:func:`decode_event` in slices (:mod:`common.slices`): the items of the event's
     arrays ``size`` a slice (:func:`broker.core.field_table_codec.decode_table_steps`); the
-    same result and the same errors."""
-    table = yield from decode_table_steps(data, grammar, size)
+    same result and the same errors. ``seen``: told each field, and each item of an array
+    field, as it is decoded (its ``seen``)."""
+    table = yield from decode_table_steps(data, grammar, size, seen)
     kind = table.get("type")
     if not isinstance(kind, str):
         raise ValueError(f"config event has no str 'type' (got {kind!r:.80})")

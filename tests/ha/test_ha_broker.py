@@ -158,36 +158,38 @@ def test_a_primary_goes_on_after_a_failed_store_write(tmp_path: Path) -> None:
 def test_a_promotions_expected_backup_is_guarded_in_slices_before_it_serves(
     tmp_path: Path,
 ) -> None:
-    """Issue 25: the era and an expected backup's guards on every queue are made a slice a
-    turn of the loop (10,000 queues at once: 50-100 ms a backup), all of them before the
-    state says primary: nothing a client publishes misses a guard."""
+    """Issue 25: the era and an expected backup's marks on every queue (its guard made at
+    the queue's first use: 10,000 guards at once were 50-100 ms a backup) come a slice a
+    turn of the loop, all of them before the state says primary: nothing a client
+    publishes misses a guard."""
     ha, _ = ha_broker(tmp_path)
-    count = ERA_SLICE + 200  # the era in two slices, the guards in more
+    count = ERA_SLICE + 200  # the era in two slices, the marks in two
     for i in range(count):
         ha.vhost.declare_queue(f"s{i}")
     queues = list(ha.vhost.queues.values())
-    # at each turn of the loop meanwhile: the state, queues in the new era, queues guarded
+    # at each turn of the loop meanwhile: the state, queues in the new era, queues marked
     seen: list[tuple[HaState, int, int]] = []
 
     async def promote() -> None:
         promoting = asyncio.create_task(ha.promote(epoch=2, in_sync=["b1"]))
         while not promoting.done():
             in_era = sum(q.last_position == 2 << ERA_SHIFT for q in queues)
-            guarded = sum(bool(q.observers) for q in queues)
-            seen.append((ha.state, in_era, guarded))
+            marked = sum(q.before_use is not None for q in queues)
+            seen.append((ha.state, in_era, marked))
             await asyncio.sleep(0)
         await promoting
 
     asyncio.run(promote())
     assert ha.state is HaState.RECOVERING  # b1, expected, has not connected
-    # the era and the guards came a slice a turn, the state said primary only after both
+    # the era and the marks came a slice a turn, the state said primary only after both
     assert any(0 < in_era < count for _, in_era, _ in seen)
-    assert any(0 < guarded < count for _, _, guarded in seen)
-    assert all(guarded == count for state, _, guarded in seen if state.is_primary)
+    assert any(0 < marked < count for _, _, marked in seen)
+    assert all(marked == count for state, _, marked in seen if state.is_primary)
     assert all(q.last_position == 2 << ERA_SHIFT for q in ha.vhost.queues.values())
     assert ha.primary is not None
-    assert len(ha.primary.backups["b1"].guards) == count
+    assert ha.primary.backups["b1"].guards == {}  # none used yet
     assert publish(ha.vhost, f"s{count - 1}", PublisherConfirms()).settled is False
+    assert list(ha.primary.backups["b1"].guards) == [f"s{count - 1}"]
 
 
 def test_the_status_says_the_replication_position_with_or_without_its_rows(

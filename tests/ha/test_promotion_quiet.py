@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.ha.promotion_quiet import AFTER, LONGEST, PromotionQuiet
+from broker.ha.role_events import CaughtUp, LinkDown
 from broker.management.console.live import LiveFeed
 from common.log import get_logger
 from common.polling import poll_until
@@ -40,6 +41,24 @@ def test_a_backups_promotion_holds_the_quiet_an_active_brokers_does_not(tmp_path
     clock.now += AFTER
     assert not ha.quiet.holds(ha.now())
     asyncio.run(ha.promote(epoch=1))  # already primary: nothing to wait for
+    assert not ha.quiet.holds(ha.now())
+
+
+def test_a_backups_lost_link_holds_the_quiet_until_it_caught_up(tmp_path: Path) -> None:
+    """A member's side of a fail-over: from its link's loss (it links to the new primary,
+    whose confirms on busy queues wait for its streams) until it caught up, at most
+    LONGEST."""
+    ha, clock, _ = ha_broker(tmp_path)
+    assert ha.state.is_backup and not ha.quiet.holds(ha.now())
+    ha.handle(LinkDown("connection lost"))
+    assert ha.quiet.holds(ha.now())
+    clock.now += LONGEST
+    assert not ha.quiet.holds(ha.now())  # a catch-up that takes long: never longer
+    ha.handle(LinkDown("connection lost"))
+    ha.handle(CaughtUp())
+    clock.now += AFTER
+    assert not ha.quiet.holds(ha.now())
+    ha.handle(CaughtUp())  # caught up without a lost link (its first): no quiet
     assert not ha.quiet.holds(ha.now())
 
 

@@ -14,13 +14,15 @@ import asyncio
 from typing import Any
 
 from broker.amqp.client import ConnectionFailed
+from broker.core.message import Message
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
-from broker.ha.config_objects import queue_config
+from broker.ha.config_objects import queue_config, snapshot_steps
 from broker.ha.link_format import codec_of
 from broker.ha.queue_replicator import BatchAcks, CatchUpGc
 from broker.ha.queue_subscriptions import QueueSubscriptions
 from broker.ha.replicate_level import ReplicateLevel
+from common.slices import SLICE, run_steps
 
 
 def backup_with(names: list[str]) -> tuple[BrokerReplicator, VirtualHost]:
@@ -207,3 +209,79 @@ def test_a_closed_link_abandons_its_pending_subscriptions_in_one_line() -> None:
     assert [event for event, _ in lines] == ["ha_subscriptions_abandoned"]
     assert lines[0][1]["queues"] == 10_000 and "refused" in lines[0][1]["reason"]
     assert reports == []  # a closed link is never caught up
+
+
+def _primary_snapshot(primary: VirtualHost, wire_format: int) -> bytes:
+    """The primary's snapshot of ``primary`` as a link of ``wire_format`` carries it."""
+    event = run_steps(
+        snapshot_steps(
+            [primary], lambda q: ReplicateLevel.ALL, lambda e: ReplicateLevel.NONE, lambda b: False
+        )
+    )
+    return bytes(run_steps(codec_of(wire_format).encode_config_steps(event)))
+
+
+def test_the_primary_lists_its_busiest_queues_first() -> None:
+    primary = VirtualHost()
+    for name in ("a", "b", "c", "d"):
+        primary.declare_queue(name, durable=True)
+    for name, count in (("c", 3), ("b", 1), ("d", 3)):
+        for _ in range(count):
+            primary.publish(primary.exchange(""), Message("", name, body=b"x"))
+    event = run_steps(
+        snapshot_steps(
+            [primary], lambda q: ReplicateLevel.ALL, lambda e: ReplicateLevel.NONE, lambda b: False
+        )
+    )
+    assert [row["name"] for row in event["queues"]] == ["c", "d", "b", "a"]
+
+
+def test_busy_queues_are_subscribed_as_their_rows_are_decoded() -> None:
+    """Format 4 sends the snapshot's type first and the primary its busiest queues first:
+    the member's busy queues are subscribed after the first slice of the decoding, long
+    before the rest of the snapshot is decoded (then config_decoded adds nothing)."""
+    names = [f"q{i}" for i in range(3 * SLICE)]
+    replicator, primary = backup_with(names)
+    for name in ("q1200", "q700"):  # busy before the fail-over, on both brokers
+        replicator.replicators[name].heard()
+        primary.publish(primary.exchange(""), Message("", name, body=b"x"))
+    primary.delete_queue("q9")  # replaced on the new primary: not early
+    primary.declare_queue("q9", durable=True)
+    primary.publish(primary.exchange(""), Message("", "q9", body=b"x"))
+    replicator.replicators["q9"].heard()
+    subscriptions, _ = subscriptions_of(replicator)
+    decoding = codec_of(4).decode_config_steps(
+        _primary_snapshot(primary, 4), subscriptions.config_field_decoded
+    )
+    next(decoding)  # the first slice
+    assert sorted(subscriptions._to_subscribe.names) == ["q1200", "q700"]
+    event = run_steps(decoding)
+    subscriptions.config_decoded(event)
+    assert sorted(subscriptions._to_subscribe.names) == ["q1200", "q700"]  # nothing more
+    subscriptions.config_applied(event, replicator.apply(event))
+    waiting = list(subscriptions._to_subscribe.names)
+    assert sorted(waiting[:2]) == ["q1200", "q700"] and len(waiting) == len(set(waiting))
+    assert "q9" in waiting[2:]  # after the snapshot replaced it
+
+
+def test_format_1_sends_the_type_last_its_busy_queues_wait_for_the_whole_snapshot() -> None:
+    replicator, primary = backup_with(["idle", "busy"])
+    replicator.replicators["busy"].heard()
+    subscriptions, _ = subscriptions_of(replicator)
+    decoding = codec_of(1).decode_config_steps(
+        _primary_snapshot(primary, 1), subscriptions.config_field_decoded
+    )
+    event = run_steps(decoding)
+    assert not subscriptions._to_subscribe.names  # the rows came before "snapshot"
+    subscriptions.config_decoded(event)
+    assert list(subscriptions._to_subscribe.names) == ["busy"]
+
+
+def test_a_change_event_decoded_subscribes_nothing_early() -> None:
+    replicator, primary = backup_with(["busy"])
+    replicator.replicators["busy"].heard()
+    subscriptions, _ = subscriptions_of(replicator)
+    row = queue_config(primary.queues["busy"], ReplicateLevel.ALL)
+    subscriptions.config_field_decoded("type", "queue-declare")
+    subscriptions.config_field_decoded("queues", row)  # not a snapshot's row
+    assert not subscriptions._to_subscribe.names
