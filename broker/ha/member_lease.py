@@ -74,7 +74,7 @@ from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass
 
-__all__ = ["GrantLedger", "LeaseTimes", "Lateness", "MemberLeases", "wire_seconds"]
+__all__ = ["GrantLedger", "Lateness", "LeaseTimes", "MemberLeases", "wire_seconds"]
 
 #: How many epochs a ledger keeps (a backup grants the newest primary's; older ones matter
 #: only until they lapse, a few seconds).
