@@ -33,9 +33,11 @@ COORDINATOR_NICE = -10
 
 
 def coordinator_argv(argv: list[str]) -> list[str]:
-    """``argv`` run at :data:`COORDINATOR_NICE` (unchanged when ``nice`` is missing)."""
+    """``argv`` run at :data:`COORDINATOR_NICE`, whatever this process's own nice value
+    (``nice -n`` adds to it; unchanged when ``nice`` is missing or it already runs so)."""
     nice = shutil.which("nice")
-    return argv if nice is None else [nice, "-n", str(COORDINATOR_NICE), *argv]
+    step = COORDINATOR_NICE - os.getpriority(os.PRIO_PROCESS, 0)
+    return argv if nice is None or step == 0 else [nice, "-n", str(step), *argv]
 
 
 def default_priority_argv(argv: list[str]) -> list[str]:
