@@ -49,12 +49,17 @@ from ha_agent.loop_witness import kernel_loop_times
 from ha_agent.promotion import BrokerView
 from ha_agent.watchdog import BrokerWatch
 
-__all__ = ["LATE_PROGRESS", "STARVED_STATUS_TIMEOUT", "LocalBroker"]
+__all__ = ["LATE_PROGRESS", "STARVED_STATUS_TIMEOUT", "WITNESS_LIMIT", "LocalBroker"]
 
 _log = structlog.get_logger("ha_agent.local_broker", component="agent")
 
 #: How long each status call may wait for a starved backup (seconds; :meth:`LocalBroker.read`).
 STARVED_STATUS_TIMEOUT = 5.0
+#: How long after the broker's own last liveness answer (its clock) the kernel's witness
+#: still counts (seconds; :meth:`LocalBroker.witnessed`): past it only the broker's own
+#: answer does, so a loop that spins in one callback on a starved CPU, using CPU slowly,
+#: is fenced by its silence within this plus ``--broker-timeout``.
+WITNESS_LIMIT = 10.0
 
 
 class LocalBroker:
@@ -194,8 +199,9 @@ class LocalBroker:
         if live is None or live.pid is None or live.loop_tid is None or live.times is None:
             return None
         times = kernel_loop_times(live.pid, live.loop_tid, live.times)
-        if times is None:
-            return None
+        if times is None or times.clock - live.times.clock > WITNESS_LIMIT:
+            return None  # the broker itself must answer now and then (a loop spinning
+            # slowly on a starved CPU takes its agent's patience in CPU, not wall time)
         verdict = self.judge.judge(live.pid, times)
         self.verdict = verdict
         if verdict.running:

@@ -24,7 +24,9 @@ judgement: the broker's lease still ends its service if its agent cannot renew i
 ZooKeeper session still decides who may be primary.
 
 Only on the broker's own host (its agent's): the clocks are read by PID, on the same
-monotonic clock as the broker's answers.
+monotonic clock as the broker's answers. And only for ``WITNESS_LIMIT`` (10 s) after the
+broker's own last answer (:mod:`ha_agent.local_broker`): a loop spinning in one callback
+on a starved CPU uses its CPU slowly, and its silence must still fence it.
 
 Error Handling
 ==============

@@ -15,7 +15,7 @@ import pytest
 
 from common.polling import poll_until
 from ha_agent.broker_check import LivenessView
-from ha_agent.local_broker import LocalBroker
+from ha_agent.local_broker import WITNESS_LIMIT, LocalBroker
 from ha_agent.loop_liveness import MIN_SPAN, LoopJudge, LoopState, LoopTimes
 from ha_agent.loop_witness import kernel_loop_times
 
@@ -128,4 +128,18 @@ def test_without_the_loops_thread_nothing_is_witnessed() -> None:
     """A broker whose answer does not name its loop's thread (an older one)."""
     broker = LocalBroker()
     broker.live = LivenessView(last_progress=0.0, ha_state="active", pid=os.getpid(), times=START)
+    assert broker.witnessed() is None
+
+
+def test_the_witness_counts_only_for_a_while_after_the_brokers_own_answer(
+    busy: subprocess.Popen[bytes],
+) -> None:
+    """Past WITNESS_LIMIT since the broker's own last answer, only that answer counts."""
+    broker = LocalBroker(patience=600.0)
+    first = kernel_loop_times(busy.pid, busy.pid, START)
+    assert first is not None
+    old = LoopTimes(first.clock - WITNESS_LIMIT - 1.0, first.cpu, first.wait, 0.0)
+    broker.live = LivenessView(
+        last_progress=0.0, ha_state="active", pid=busy.pid, times=old, loop_tid=busy.pid
+    )
     assert broker.witnessed() is None
