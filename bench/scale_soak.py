@@ -84,6 +84,7 @@ FENCES = ("agent_fenced", "zookeeper_session_fence", "broker_killed", "broker_pr
 #: the broker's timings the JSON records (each at its built-in default)
 BROKER_TIMINGS = (
     "ha_member_lease",
+    "ha_member_lease_max",
     "ha_clock_drift",
     "ha_backup_timeout",
     "link_heartbeat_interval",

@@ -152,6 +152,9 @@ class LoopThreadClock:
 
     def __init__(self, clock: int, tid: int) -> None:
         self.clock = clock
+        #: the loop thread's id (``loop_tid`` in the answer: its agent reads the thread's
+        #: clocks from /proc itself when this thread cannot answer in time)
+        self.tid = tid
         #: its schedstat, open for the process's life (one pread an answer: fewer system
         #: calls, so fewer waits for the interpreter lock the loop's thread holds); None: none
         self._schedstat: int | None = None
@@ -331,7 +334,10 @@ class LivenessServer:
     # -- the answers (the server's threads) ---------------------------------------------
     def liveness(self) -> tuple[int, dict[str, Any]]:
         times = None if self.clock is None else self.clock.read()
-        return HTTPStatus.OK, self.progress.answer(time.monotonic(), times)
+        answer = self.progress.answer(time.monotonic(), times)
+        if self.clock is not None:
+            answer["loop_tid"] = self.clock.tid
+        return HTTPStatus.OK, answer
 
     def grant(self, query: str) -> tuple[int, dict[str, Any]]:
         now = time.monotonic()

@@ -442,6 +442,15 @@ class BrokerOptions:
         " counted from the request (asked every quarter of it; replication format 3)",
         metavar="SECONDS",
     )
+    ha_member_lease_max: float = _option(
+        3.2,
+        positive_duration(3600.0),
+        "the longest member lease a request asks: the primary asks ha-member-lease plus"
+        " twice its loop's and its members' recent lateness, up to this (at most"
+        " ha-member-lease: never longer); a member promoted after the primary's loss waits"
+        " out the last grant",
+        metavar="SECONDS",
+    )
     ha_clock_drift: float = _option(
         0.01,
         fraction_below(0.5),

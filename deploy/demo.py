@@ -58,6 +58,7 @@ import pika.exceptions
 from kazoo.client import KazooClient
 
 from common.polling import PollTimeout, free_port, poll_until
+from common.priority import coordinator_argv
 from ha_agent.in_sync import read_in_sync
 from ha_agent.membership import read_members
 
@@ -269,9 +270,9 @@ class LocalCluster:
             (zk_dir / "myid").write_text(f"{server}\n")
             (zk_dir / "zoo.cfg").write_text(self.zoo_cfg(server))
             with open(zk_dir / "zookeeper.log", "wb") as zk_log:
-                self.processes[f"zookeeper{server}"] = subprocess.Popen(
-                    ["java", "-Xmx128m", "-cp", ZOOKEEPER_CLASSPATH,
-                     "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(zk_dir / "zoo.cfg")],
+                self.processes[f"zookeeper{server}"] = subprocess.Popen(  # ahead of brokers
+                    coordinator_argv(["java", "-Xmx128m", "-cp", ZOOKEEPER_CLASSPATH,
+                     "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(zk_dir / "zoo.cfg")]),
                     stdout=zk_log, stderr=subprocess.STDOUT,
                 )  # fmt: skip
         if self.beside is None:
@@ -285,7 +286,9 @@ class LocalCluster:
             )
         for node in NODES:
             with open(workdir / f"{node}.agent.err", "wb") as err:
-                self.processes[node] = subprocess.Popen(self.agent_command(node), stderr=err)
+                self.processes[node] = subprocess.Popen(  # its broker at the default one
+                    coordinator_argv(self.agent_command(node)), stderr=err
+                )
         return self
 
     def zookeeper_mode(self, server: int) -> str:

@@ -74,6 +74,9 @@ class LivenessView:
     fenced: bool = False
     #: the loop thread's clocks (None: a broker that does not say; ha_agent.loop_liveness)
     times: LoopTimes | None = None
+    #: the loop thread's id (None: a broker that does not say): its agent reads the
+    #: thread's clocks from the kernel when the broker cannot answer (ha_agent.loop_witness)
+    loop_tid: int | None = None
 
     @property
     def is_primary(self) -> bool:
@@ -97,7 +100,12 @@ def liveness_view(answer: Any) -> LivenessView | None:
         broker_id=str(answer.get("broker_id") or ""),
         fenced=answer.get("fenced") is True,
         times=_loop_times(answer),
+        loop_tid=_positive_int(answer.get("loop_tid")),
     )
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _loop_times(answer: dict[str, Any]) -> LoopTimes | None:

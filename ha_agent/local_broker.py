@@ -45,15 +45,21 @@ from ha_agent.broker_check import BrokerCheck, LivenessView
 from ha_agent.cluster_records import PRIMARY_STATES
 from ha_agent.loop_liveness import LoopJudge, LoopVerdict
 from ha_agent.loop_report import LATE_PROGRESS, LoopReport
+from ha_agent.loop_witness import kernel_loop_times
 from ha_agent.promotion import BrokerView
 from ha_agent.watchdog import BrokerWatch
 
-__all__ = ["LATE_PROGRESS", "STARVED_STATUS_TIMEOUT", "LocalBroker"]
+__all__ = ["LATE_PROGRESS", "STARVED_STATUS_TIMEOUT", "WITNESS_LIMIT", "LocalBroker"]
 
 _log = structlog.get_logger("ha_agent.local_broker", component="agent")
 
 #: How long each status call may wait for a starved backup (seconds; :meth:`LocalBroker.read`).
 STARVED_STATUS_TIMEOUT = 5.0
+#: How long after the broker's own last liveness answer (its clock) the kernel's witness
+#: still counts (seconds; :meth:`LocalBroker.witnessed`): past it only the broker's own
+#: answer does, so a loop that spins in one callback on a starved CPU, using CPU slowly,
+#: is fenced by its silence within this plus ``--broker-timeout``.
+WITNESS_LIMIT = 10.0
 
 
 class LocalBroker:
@@ -67,6 +73,8 @@ class LocalBroker:
         self.live: LivenessView | None = None
         #: the judgement of the last liveness answer (None: none)
         self.verdict: LoopVerdict | None = None
+        #: the kernel's witness counted the loop running at its last reading
+        self._witnessing = False
         #: the last full view answered (kept while the checks time out)
         self.last_view: BrokerView | None = None
         #: the last status call timed out or took longer than the check timeout
@@ -104,6 +112,8 @@ class LocalBroker:
         sent = time.monotonic()
         live = check.liveness()
         self.heard(sent, time.monotonic(), live)
+        if live is None and not check.liveness_refused:
+            self.witnessed()
         slow = live is not None and not live.is_primary and self.slow_status
         timeout = STARVED_STATUS_TIMEOUT if slow and self.running() else None
         began = time.monotonic()
@@ -116,6 +126,8 @@ class LocalBroker:
             self.heard(asked, time.monotonic(), again)
             if again is not None or check.liveness_refused:
                 live = again  # no answer keeps the one before, unless nothing listens
+            else:
+                self.witnessed()
         return sent, now, view, live
 
     def answered(
@@ -174,6 +186,36 @@ class LocalBroker:
             self.last_pid = live.pid
         self.live, self.verdict = live, verdict
         self._log(now, live, verdict)
+        return verdict
+
+    def witnessed(self) -> LoopVerdict | None:
+        """The broker did not answer its liveness probe (nothing refused it): its loop
+        thread's clocks read from the kernel (:mod:`ha_agent.loop_witness`), judged as an
+        answer of the instance that last answered. A loop counted running answered when
+        its thread last ran or waited for a CPU: starved is not stopped, even when the
+        starved broker cannot answer. None: nothing to read (no earlier answer with the
+        loop's clocks and thread)."""
+        live = self.live
+        if live is None or live.pid is None or live.loop_tid is None or live.times is None:
+            return None
+        times = kernel_loop_times(live.pid, live.loop_tid, live.times)
+        if times is None or times.clock - live.times.clock > WITNESS_LIMIT:
+            return None  # the broker itself must answer now and then (a loop spinning
+            # slowly on a starved CPU takes its agent's patience in CPU, not wall time)
+        verdict = self.judge.judge(live.pid, times)
+        self.verdict = verdict
+        if verdict.running:
+            with self._lock:
+                self._watch.answered(times.clock, times.clock - verdict.idle)
+        if verdict.running != self._witnessing:
+            self._witnessing = verdict.running
+            _log.info(
+                "broker_loop_witnessed",
+                loop=verdict.state.value,
+                counted=verdict.running,
+                pid=live.pid,
+                reason=f"no liveness answer; the kernel says {verdict.reason}",
+            )
         return verdict
 
     def _log(self, now: float, live: LivenessView, verdict: LoopVerdict) -> None:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from common.exit_status import ExitStatus
+from common.priority import default_priority_argv
 
 __all__ = ["BrokerSupervisor", "kill_pid", "restart_delay"]
 
@@ -158,12 +159,15 @@ class BrokerSupervisor:
         return code
 
     def _spawn(self) -> subprocess.Popen[bytes] | None:
+        # at the default priority, not the agent's (common.priority: the cluster manager
+        # runs ahead of the brokers; the pid is the broker's, ``nice`` execs it)
+        argv = default_priority_argv(self.argv)
         try:
             if self.log_file is None:
-                return subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+                return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
             with open(self.log_file, "ab") as out:
                 return subprocess.Popen(
-                    self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
                 )
         except OSError as exc:
             _log.error("broker_process_start_failed", command=self.argv[0], reason=str(exc))

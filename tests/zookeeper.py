@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from kazoo.client import KazooClient
 
 from common.polling import free_port, poll_until
+from common.priority import coordinator_argv
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 #: netty-codec and netty-resolver are not in zookeeper.jar's manifest (Debian 3.8.0): the
@@ -234,8 +235,11 @@ class ZooKeeperProcess:
         cfg.write_text(self.config())
         with open(self.workdir / "zookeeper.log", "ab") as log:
             java = (shutil.which("java") or "java") if self.command_prefix else "java"
-            self.proc = subprocess.Popen(
-                [*self.command_prefix, java, *JVM_FLAGS, "-cp", CLASSPATH, MAIN_CLASS, str(cfg)],
+            self.proc = subprocess.Popen(  # ahead of the brokers: common.priority
+                [
+                    *self.command_prefix,
+                    *coordinator_argv([java, *JVM_FLAGS, "-cp", CLASSPATH, MAIN_CLASS, str(cfg)]),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -177,6 +177,7 @@ class HaBroker:
                 options.ha_clock_drift,
                 options.link_heartbeat_interval,
                 options.link_maintenance_interval,
+                options.ha_member_lease_max,
             ),
         )
         #: The cluster manager's lease: renewals ``lease_offers`` takes off the loop

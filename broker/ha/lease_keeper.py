@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.ha.link_format import MEMBER_LEASE_FORMAT
-from broker.ha.member_lease import GrantLedger, LeaseTimes, MemberLeases
+from broker.ha.member_lease import GrantLedger, Lateness, LeaseTimes, MemberLeases
 
 if TYPE_CHECKING:
     from broker.ha.replication_contract import ContractFloor
@@ -97,6 +97,13 @@ class LeaseKeeper:
         self._timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
         self._primary = False
+        #: How late the turns ran and the answers came lately (what a request's grant
+        #: adapts to: :meth:`LeaseTimes.asked`), and when the next turn is due.
+        self.lateness = Lateness()
+        self._due: float | None = None
+        #: The grant the last request asked (seconds), and the last one logged.
+        self.asking = times.duration
+        self._asking_logged = times.duration
 
     # -- as a backup -------------------------------------------------------------------
     def member_grant(self, epoch: int, duration: float) -> None:
@@ -139,6 +146,10 @@ class LeaseKeeper:
         """The primary runs: the set now, and a request to every backup each interval."""
         self._primary = True
         self.set_changed()
+        self._next_turn()
+
+    def _next_turn(self) -> None:
+        self._due = self.host.now() + self.times.interval
         self._timer = asyncio.get_running_loop().call_later(self.times.interval, self._turn)
 
     def stop(self) -> None:
@@ -150,8 +161,12 @@ class LeaseKeeper:
     # -- as the primary (LeaseEvents of the streams) --------------------------------------
     def lease_granted(self, backup_id: str, seq: int) -> None:
         """``backup_id`` answered lease request ``seq``."""
+        now = self.host.now()
+        sent = self.leases.sent_at(backup_id, seq)
+        if sent is not None:  # the round trip, this loop's delays included
+            self.lateness.note(now, now - sent)
         if self.leases.granted(backup_id, seq):
-            self._check(self.host.now())
+            self._check(now)
 
     def lease_stream_opened(self, backup_id: str) -> None:
         """A backup's lease stream opened: ask it at once (a new link grants within ms)."""
@@ -161,21 +176,39 @@ class LeaseKeeper:
         streams = self.host.streams
         stream = None if streams is None else streams.lease_streams.get(backup_id)
         if stream is not None:
-            seq, needed = self.leases.requested(backup_id, now)
-            stream.request(seq, self.host.epoch, self.times.duration, needed)
+            duration = self._asked(now)
+            seq, needed = self.leases.requested(backup_id, now, duration)
+            stream.request(seq, self.host.epoch, duration, needed)
+
+    def _asked(self, now: float) -> float:
+        """The grant to ask now (:meth:`LeaseTimes.asked`), a change logged once it moved
+        by a request interval (``member_lease_adapted``)."""
+        duration = self.times.asked(self.lateness.worst(now))
+        self.asking = duration
+        if abs(duration - self._asking_logged) >= self.times.interval:
+            self._asking_logged = duration
+            self.host.log_.info(
+                "member_lease_adapted",
+                asked_ms=round(duration * 1000.0, 1),
+                late_ms=round(self.lateness.worst(now) * 1000.0, 1),
+                epoch=self.host.epoch,
+            )
+        return duration
 
     def _turn(self) -> None:
         self._timer = None
         if self.host.fenced:
             return
         now = self.host.now()
+        if self._due is not None:  # a turn late by a loop stalled or waiting for a CPU
+            self.lateness.note(now, max(0.0, now - self._due))
         self.set_changed()
         streams = self.host.streams
         for backup_id in [] if streams is None else list(streams.lease_streams):
             self._request(backup_id, now)
         self._check(now)
         self._close_clients()
-        self._timer = asyncio.get_running_loop().call_later(self.times.interval, self._turn)
+        self._next_turn()
 
     def set_changed(self) -> None:
         """Read the set and whether the lease is in force again; a member new to the set
@@ -317,6 +350,8 @@ class LeaseKeeper:
                 for m in sorted(leases.members)
             },
             "remaining": leases.remaining(now),
+            # the grant each request asks now (adapted to the loops' lateness)
+            "asked": round(self.asking, 3),
             # issue 26, item 2: serving on every member's grant, the manager's lease run out
             "on_grants": self.host.role.on_grants,
             "fenced": self.host.fenced,  # it serves no more, whatever the grants

@@ -70,10 +70,11 @@ is written by the loop and read by any thread (one attribute, replaced whole).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass
 
-__all__ = ["GrantLedger", "LeaseTimes", "MemberLeases"]
+__all__ = ["GrantLedger", "Lateness", "LeaseTimes", "MemberLeases", "wire_seconds"]
 
 #: How many epochs a ledger keeps (a backup grants the newest primary's; older ones matter
 #: only until they lapse, a few seconds).
@@ -97,12 +98,17 @@ class LeaseTimes:
     #: lapse on a loaded machine, never closes the clients; a primary cut off still closes
     #: them long before its agent's fence would.
     close_grace: float = 0.0
+    #: The longest grant a request may ask (:meth:`asked`; ``--ha-member-lease-max``);
+    #: None: :attr:`duration`, never longer.
+    longest: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.duration) and self.duration > 0):
             raise ValueError(f"member lease must be seconds above 0, not {self.duration!r}")
         if not (math.isfinite(self.drift) and 0 <= self.drift < 0.5):
             raise ValueError(f"clock drift must be a fraction in [0, 0.5), not {self.drift!r}")
+        if self.longest is not None and not math.isfinite(self.longest):
+            raise ValueError(f"the longest member lease must be seconds, not {self.longest!r}")
 
     @property
     def interval(self) -> float:
@@ -111,12 +117,33 @@ class LeaseTimes:
 
     @classmethod
     def for_links(
-        cls, duration: float, drift: float, link_heartbeat: float, link_maintenance: float
+        cls,
+        duration: float,
+        drift: float,
+        link_heartbeat: float,
+        link_maintenance: float,
+        longest: float | None = None,
     ) -> LeaseTimes:
         """The lease's times beside the replication links' (``--link-heartbeat-interval``,
         ``--link-maintenance-interval``): the close grace outlasts the time a backup lost
         without a FIN takes to be found dead."""
-        return cls(duration, drift, close_grace=2 * link_heartbeat + 2 * link_maintenance)
+        return cls(
+            duration, drift, close_grace=2 * link_heartbeat + 2 * link_maintenance, longest=longest
+        )
+
+    def asked(self, late: float) -> float:
+        """The grant a request asks when the primary's loop, or its members' answers, were
+        late by up to ``late`` seconds lately (:class:`Lateness`): :attr:`duration` plus
+        twice that, at most :attr:`longest`, in whole milliseconds as the wire carries it
+        (``lease_stream.encode_request``), so the primary never counts more than the backup
+        reads. Safety does not depend on it (the primary counts exactly what it asked, the
+        backup holds what it read); it only keeps a busy primary's grants from lapsing
+        between two late turns of its loop (issue 25: 128 lapses in 30 minutes at load
+        10-23, 57 s not serving). The price: a member promoted after this primary's loss
+        waits out a longer grant, only while the loops are late."""
+        longest = self.duration if self.longest is None else max(self.duration, self.longest)
+        wanted = min(longest, self.duration + 2.0 * max(0.0, late))
+        return wire_seconds(wanted)
 
     @property
     def close_after(self) -> float:
@@ -127,6 +154,34 @@ class LeaseTimes:
         """How long a backup keeps a grant of ``duration`` (the primary's count), on its
         own clock: long enough that, at the drift bound, it outlasts the primary's count."""
         return duration * (1.0 + self.drift) / (1.0 - self.drift)
+
+
+def wire_seconds(seconds: float) -> float:
+    """``seconds`` as a lease request carries them: whole milliseconds, at least one."""
+    return max(1, round(seconds * 1000.0)) / 1000.0
+
+
+class Lateness:
+    """The worst lateness seen over the last :attr:`window` seconds (a sliding maximum):
+    how late the primary's lease turns ran and how long its members took to answer. What
+    :meth:`LeaseTimes.asked` adapts a request's grant to."""
+
+    def __init__(self, window: float = 30.0) -> None:
+        self.window = window
+        #: (at, seconds), the seconds decreasing from the oldest: the maximum is first
+        self._samples: deque[tuple[float, float]] = deque()
+
+    def note(self, now: float, seconds: float) -> None:
+        samples = self._samples
+        while samples and samples[-1][1] <= seconds:
+            samples.pop()
+        samples.append((now, seconds))
+
+    def worst(self, now: float) -> float:
+        samples = self._samples
+        while samples and samples[0][0] <= now - self.window:
+            samples.popleft()
+        return samples[0][1] if samples else 0.0
 
 
 class MemberLeases:
@@ -143,7 +198,7 @@ class MemberLeases:
         #: The grant expiry of each backup that granted (the primary's clock).
         self.expiry: dict[str, float] = {}
         #: Requests sent and not answered: backup -> sequence -> (sent at, needed).
-        self._sent: dict[str, dict[int, tuple[float, bool]]] = {}
+        self._sent: dict[str, dict[int, tuple[float, bool, float]]] = {}
         #: Backups that answered a request of this primary (needed or not): a backup joins
         #: the in-sync set only once it did.
         self.answered: set[str] = set()
@@ -186,27 +241,40 @@ class MemberLeases:
         A request says so: only a needed grant is a promise, and only it is counted."""
         return self.enabled and backup in self.members
 
-    def requested(self, backup: str, now: float) -> tuple[int, bool]:
-        """A request goes to ``backup`` at ``now``: its sequence number (the answer names
-        it) and whether it asks for a promise (:meth:`needs`). At most
-        :attr:`LeaseTimes.requests` + 4 are kept unanswered per backup: an older unanswered
-        one could only extend less than a newer answer."""
+    def requested(self, backup: str, now: float, duration: float | None = None) -> tuple[int, bool]:
+        """A request goes to ``backup`` at ``now`` asking a grant of ``duration`` seconds
+        (None: :attr:`LeaseTimes.duration`; the request must carry exactly it): its
+        sequence number (the answer names it) and whether it asks for a promise
+        (:meth:`needs`). At most :attr:`LeaseTimes.requests` + 4 are kept unanswered per
+        backup: an older unanswered one could only extend less than a newer answer (or, of
+        a longer grant, be answered after it; losing it only shortens the count)."""
+        duration = self.times.duration if duration is None else duration
         self._seq += 1
         needed = self.needs(backup)
         if needed:
             changed = backup not in self.asked
             if backup not in self._needed_seq:  # it holds no counted grant: this one's
-                self.first[backup] = now + self.times.duration  # counts from its sending
+                self.first[backup] = now + duration  # counts from its sending
+            elif now + duration < self.first.get(backup, -math.inf):
+                # a shorter grant asked since: the backup may have read only this one (the
+                # first lost with its link), so the first count ends no later than this
+                self.first[backup] = now + duration
+                changed = True
                 changed = True
             self._needed_seq[backup] = self._seq
             self.asked.add(backup)  # counted from now on: it may grant
             if changed:
                 self._recompute()
         pending = self._sent.setdefault(backup, {})
-        pending[self._seq] = (now, needed)
+        pending[self._seq] = (now, needed, duration)
         if len(pending) > self.times.requests + 4:
             del pending[min(pending)]
         return self._seq, needed
+
+    def sent_at(self, backup: str, seq: int) -> float | None:
+        """When request ``seq`` to ``backup`` was sent (None: not pending)."""
+        request = self._sent.get(backup, {}).get(seq)
+        return None if request is None else request[0]
 
     def granted(self, backup: str, seq: int) -> bool:
         """``backup`` answered request ``seq``: a needed one's grant lasts from when that
@@ -220,12 +288,12 @@ class MemberLeases:
         self.answered.add(backup)
         for older in [s for s in pending if s < seq]:  # answered in order: lost, or late
             del pending[older]
-        sent, needed = request
+        sent, needed, duration = request
         if not needed:
             if seq > self._needed_seq.get(backup, seq):  # newer than every needed one:
                 self._cleared(backup)  # it read them all first (or lost them)
             return False
-        until = sent + self.times.duration
+        until = sent + duration  # what that request asked, counted from its sending
         if until > self.expiry.get(backup, -math.inf):
             self.expiry[backup] = until
             if backup in self.members:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.priority import coordinator_argv
 from qpid_ha_cli.nemesis.topology import Host, in_namespace
 
 __all__ = [
@@ -100,14 +101,18 @@ class ZooKeeperServer:
         with open(self.workdir / "zookeeper.log", "ab") as log:
             self.proc = subprocess.Popen(
                 self.host.exec_argv(
-                    [
-                        java,
-                        "-Xmx256m",
-                        "-cp",
-                        CLASSPATH,
-                        "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                        str(cfg),
-                    ]
+                    # ahead of the brokers and clients (common.priority: a starved JVM
+                    # missed syncLimit, the ensemble re-elected, an agent fenced)
+                    coordinator_argv(
+                        [
+                            java,
+                            "-Xmx256m",
+                            "-cp",
+                            CLASSPATH,
+                            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                            str(cfg),
+                        ]
+                    )
                 ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -230,8 +235,8 @@ class Node:
     def start_agent(self) -> None:
         argv = self.agent_command()
         with open(self.dir / "agent.err", "ab") as err:
-            self.agent = subprocess.Popen(
-                self.host.exec_argv(argv), stdout=subprocess.DEVNULL, stderr=err
+            self.agent = subprocess.Popen(  # its broker at the default priority
+                self.host.exec_argv(coordinator_argv(argv)), stdout=subprocess.DEVNULL, stderr=err
             )
 
     def agent_alive(self) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from common.priority import COORDINATOR_NICE
 from tests.deploy.conftest import BIN, DEPLOY, system_tool
 
 UNITS = DEPLOY / "systemd"
@@ -89,6 +90,19 @@ def test_the_agent_unit_follows_its_broker_instance() -> None:
     assert "--broker-command ${QPID_HA_BROKER_COMMAND}" in supervising["ExecStart"][0]
     broker = unit_settings("qpidd@.service")
     assert broker["ExecStart"] == ["/usr/bin/qpidd --config /etc/qpidd/%i.conf"]
+
+
+def test_the_cluster_manager_runs_ahead_of_the_broker() -> None:
+    """docs/deploy.md, "Scheduling priority": the agents and the ZooKeeper drop-in at
+    COORDINATOR_NICE, a CPU weight only where the cgroup holds no broker."""
+    agent = unit_settings("qpid-ha-agent@.service")
+    assert agent["Nice"] == [str(COORDINATOR_NICE)] and agent["CPUWeight"] == ["1000"]
+    supervising = unit_settings("qpid-ha-agent-supervising@.service")
+    assert supervising["Nice"] == [str(COORDINATOR_NICE)] and "CPUWeight" not in supervising
+    zookeeper = unit_settings("zookeeper-priority.conf")
+    assert zookeeper["Nice"] == [str(COORDINATOR_NICE)] and zookeeper["CPUWeight"] == ["1000"]
+    broker = unit_settings("qpidd@.service")
+    assert "Nice" not in broker and "CPUWeight" not in broker
 
 
 def help_text(program: Path) -> str:

@@ -25,7 +25,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from broker.ha.member_lease import GrantLedger, LeaseTimes, MemberLeases
+from broker.ha.member_lease import GrantLedger, Lateness, LeaseTimes, MemberLeases
 
 DRIFT = 0.05
 EPOCH = 7
@@ -45,7 +45,7 @@ class LeaseNetwork(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.real = 0.0
-        self.times = LeaseTimes(duration=1.0, drift=DRIFT)
+        self.times = LeaseTimes(duration=1.0, drift=DRIFT, longest=3.0)
         self.leases = MemberLeases(self.times)
         self.leases.set_enabled(True)
         self.primary_clock = Clock(1.0, 0.0)
@@ -64,10 +64,13 @@ class LeaseNetwork(RuleBasedStateMachine):
     def time_passes(self, seconds: float) -> None:
         self.real += seconds
 
-    @rule(backup=st.sampled_from(BACKUPS))
-    def request(self, backup: str) -> None:
-        seq, needed = self.leases.requested(backup, self.primary_clock.at(self.real))
-        self.requests.append((backup, seq, self.times.duration, needed))
+    @rule(backup=st.sampled_from(BACKUPS), late=st.sampled_from([0.0, 0.3]) | st.floats(0, 5))
+    def request(self, backup: str, late: float) -> None:
+        """A request asking the grant the primary's lateness adapts it to (each its own,
+        carried on the wire as whole milliseconds: LeaseTimes.asked)."""
+        duration = self.times.asked(late)
+        seq, needed = self.leases.requested(backup, self.primary_clock.at(self.real), duration)
+        self.requests.append((backup, seq, duration, needed))
 
     @precondition(lambda self: self.requests)
     @rule(data=st.data(), lose=st.booleans())
@@ -432,3 +435,43 @@ def test_the_serving_window_spans_the_wait_to_the_first_lapse() -> None:
     assert leases.serving_window() == (10.1, 11.0)  # a's grant ends first
     leases.set_members(frozenset())
     assert leases.serving_window() is None  # an empty set: the manager's lease alone
+
+
+def test_a_request_asks_longer_while_the_loops_run_late_up_to_the_longest() -> None:
+    """LeaseTimes.asked: the lease plus twice the recent lateness, at most the longest, in
+    whole milliseconds (what the wire carries); without a longest, never more."""
+    times = LeaseTimes(duration=0.8, drift=0.01, longest=3.2)
+    assert times.asked(0.0) == 0.8
+    assert times.asked(0.5) == 1.8
+    assert times.asked(0.12345) == 1.047
+    assert times.asked(10.0) == 3.2
+    assert LeaseTimes(duration=0.8, drift=0.01).asked(10.0) == 0.8
+    assert LeaseTimes(duration=0.8, drift=0.01, longest=0.5).asked(10.0) == 0.8
+
+
+def test_a_grant_counts_what_its_request_asked() -> None:
+    """An answer extends to its own request's send time plus that request's duration."""
+    leases = MemberLeases(LeaseTimes(duration=0.8, drift=0.01, longest=3.2))
+    leases.set_enabled(True)
+    leases.set_members(frozenset({"a"}))
+    long_seq, _ = leases.requested("a", 10.0, 3.2)
+    short_seq, _ = leases.requested("a", 10.2, 0.8)
+    assert leases.granted("a", short_seq)
+    assert leases.counted_until("a") == 10.2 + 0.8
+    assert not leases.granted("a", long_seq)  # older than an answered one: dropped
+    seq, _ = leases.requested("a", 10.4, 3.2)
+    assert leases.granted("a", seq)
+    assert leases.expiry["a"] == 10.4 + 3.2
+    assert leases.may_serve(13.59) and not leases.may_serve(13.61)
+
+
+def test_lateness_is_the_worst_of_the_window() -> None:
+    lateness = Lateness(window=30.0)
+    assert lateness.worst(0.0) == 0.0
+    lateness.note(1.0, 0.5)
+    lateness.note(2.0, 2.0)
+    lateness.note(3.0, 0.1)
+    assert lateness.worst(3.0) == 2.0
+    assert lateness.worst(31.9) == 2.0
+    assert lateness.worst(32.0) == 0.1  # the 2 s stall left the window
+    assert lateness.worst(40.0) == 0.0

@@ -99,7 +99,11 @@ class ClientLoop:
 
 def test_the_member_lease_stops_and_resumes_serving_and_a_promotion_waits(tmp_path: Any) -> None:
     cluster = Cluster(
-        tmp_path, 3, f"--ha-member-lease={LEASE}", f"--ha-clock-drift={DRIFT}"
+        tmp_path,
+        3,
+        f"--ha-member-lease={LEASE}",
+        f"--ha-member-lease-max={LEASE}",  # a fixed lease: its bounds are measured here
+        f"--ha-clock-drift={DRIFT}",
     ).start()
     stopped: int | None = None
     try:
@@ -290,7 +294,11 @@ def test_a_cut_off_primary_closes_its_clients_once_its_manager_is_silent(tmp_pat
     reason, ``cut_off``) as soon as less than half its lease is left, before the lease runs
     out and it fences (until then its clients stayed on it)."""
     cluster = Cluster(
-        tmp_path, 3, f"--ha-member-lease={LEASE}", f"--ha-clock-drift={DRIFT}"
+        tmp_path,
+        3,
+        f"--ha-member-lease={LEASE}",
+        f"--ha-member-lease-max={LEASE}",  # a fixed lease: its bounds are measured here
+        f"--ha-clock-drift={DRIFT}",
     ).start()
     renewer: Renewer | None = None
     try:

@@ -36,6 +36,7 @@ def ha_broker(tmp_path: Path) -> tuple[HaBroker, FakeClock, LoggedEvents]:
             "--ha-replicate=all",
             f"--data-dir={tmp_path}",
             f"--ha-member-lease={LEASE}",
+            f"--ha-member-lease-max={LEASE}",  # a fixed lease: the fake clock's jumps
             "--ha-clock-drift=0.01",
         ]
     )
