@@ -452,7 +452,9 @@ def run(
     # small tables from here on (SMALL_TABLES)
     with small_tables(spark):
         with progress.stage("parse the used events", spark):
-            events = parsed = parse.normalise(parse.relevant(summary).coalesce(1)).cache()
+            # a checkpoint, not a cache: every table below is planned from these events,
+            # and a cached frame keeps its whole parse plan for each analysis to walk
+            events = parsed = checkpoint(parse.normalise(parse.relevant(summary)))
             used = events.count()
             bad = _rows(parse.malformed(summary))
         problems = inputs.line_problems(stats, bad)

@@ -87,7 +87,10 @@ def analyse(
     fo = checkpoint(
         annotate(
             events,
-            failovers(events, promoted, labels, checkpoint),
+            # one leaf, not its plan: annotate joins it with three tables made from it,
+            # and every analysis of a plan walks it whole (DeduplicateRelations: half of
+            # a small job's analysis)
+            checkpoint(failovers(events, promoted, labels, checkpoint)),
             suspect,
             unclocked,
             agentless,
