@@ -2,8 +2,9 @@
 PYTHON ?= python3
 # pytest-xdist workers of make unit/test: 3 on 2 cores (at 2 the suite kept about 1.2 of 2
 # cores busy: it mostly waits on brokers, sessions and JVMs; a clean-clone run's pytest
-# 573 s at 3 against 638-855 s at 2; at 4, 730 s against 681 s at 3, 2026-11-30: the
-# suite is CPU-bound now); make test TEST_WORKERS=2 for fewer
+# 573 s at 3 against 638-855 s at 2; at 4 the workers' timelines ended within 3 s of
+# each other with both cores busy throughout, 730 s, 2026-11-30: the suite is CPU-bound
+# now, a 4th worker only adds contention); make test TEST_WORKERS=2 for fewer
 TEST_WORKERS ?= 3
 VENV   := .venv
 BIN    := $(VENV)/bin
