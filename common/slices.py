@@ -119,11 +119,16 @@ class SliceQueue:
             soon(self._turn)
         self._work.append(work)
 
+    def _pieces(self) -> None:
+        """This turn's pieces: ``size`` of them."""
+        work = self._work
+        for _ in range(min(self._size, len(work))):
+            work.popleft()()
+
     def _turn(self) -> None:
         work, soon = self._work, self._soon
         try:
-            for _ in range(min(self._size, len(work))):
-                work.popleft()()
+            self._pieces()
         finally:  # a piece that raised is the loop's to report; the rest still run
             if work and soon is not None:
                 soon(self._turn)
@@ -131,7 +136,7 @@ class SliceQueue:
                 self._soon = None
 
 
-class TurnBudget:
+class TurnBudget(SliceQueue):
     """Pieces of work that come from the loop's own callbacks, many in one turn: each runs
     at once while the turn has CPU left, else waits in a queue for later turns, run in the
     order they came, :data:`TURN_BUDGET` of CPU a turn (the first piece of a turn runs
@@ -146,12 +151,11 @@ class TurnBudget:
     :data:`TURN_BUDGET` of the loop's CPU. While pieces wait, :meth:`spent` holds for
     everyone: a newcomer never overtakes them.
 
-    ``call_soon`` is asked, at each piece queued while none waits, for the running loop's
-    ``call_soon`` (None: no loop runs, a test driving a core: the piece runs at once).
-    THREAD UNSAFE: the loop's thread.
+    A :class:`SliceQueue` whose turn is a CPU budget instead of a count (``call_soon`` as
+    there). THREAD UNSAFE: the loop's thread.
     """
 
-    __slots__ = ("_budget", "_call_soon", "_cpu", "_since", "_soon", "_work")
+    __slots__ = ("_budget", "_cpu", "_since")
 
     def __init__(
         self,
@@ -159,17 +163,10 @@ class TurnBudget:
         budget: float = TURN_BUDGET,
         cpu: Callable[[], float] = time.thread_time,
     ) -> None:
-        self._call_soon = call_soon
+        super().__init__(call_soon)
         self._budget = budget
         self._cpu = cpu
         self._since = cpu()
-        self._work: deque[Callable[[], None]] = deque()
-        #: The loop's call_soon while pieces wait for a turn (None: none waits).
-        self._soon: CallSoon | None = None
-
-    def __len__(self) -> int:
-        """Pieces waiting for a turn."""
-        return len(self._work)
 
     def spent(self) -> bool:
         """Whether a piece must wait: others wait, or this turn's CPU is spent."""
@@ -177,25 +174,13 @@ class TurnBudget:
 
     def later(self, work: Callable[[], None]) -> None:
         """Run ``work`` at a later turn, after every piece queued before it."""
-        if self._soon is None:
-            soon = self._call_soon()
-            if soon is None:
-                work()
-                return
-            self._soon = soon
-            soon(self._turn)
-        self._work.append(work)
+        self.add(work)
 
-    def _turn(self) -> None:
-        work, soon, cpu = self._work, self._soon, self._cpu
+    def _pieces(self) -> None:
+        """This turn's pieces: while its CPU lasts, the first whatever it costs."""
+        work, cpu = self._work, self._cpu
         self._since = since = cpu()
-        try:
-            while work:
-                work.popleft()()
-                if cpu() - since >= self._budget:
-                    break
-        finally:  # a piece that raised is the loop's to report; the rest still run
-            if work and soon is not None:
-                soon(self._turn)
-            else:
-                self._soon = None
+        while work:
+            work.popleft()()
+            if cpu() - since >= self._budget:
+                break
