@@ -12,7 +12,10 @@ from broker.core.field_table_codec import decode_table, encode_table, lossless_g
 GRAMMAR = lossless_grammar(8, "test table")
 
 
-def test_a_remembered_name_writes_the_same_bytes() -> None:
+def test_a_remembered_name_writes_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an empty memory of its own: the worker's earlier tests may have filled the real one
+    # (it keeps at most _FIELD_NAMES_KEPT names, then remembers no more)
+    monkeypatch.setattr(field_table_codec, "_FIELD_NAMES", {})
     row = {"name": "q", "durable": True, "arguments": {"x-max-length": 5}, "ünï": None}
     first = encode_table(row, max_depth=8, what="t")
     assert "ünï" in field_table_codec._FIELD_NAMES
