@@ -16,12 +16,15 @@ A node's broker serves as primary from its ``ha_state_changed`` into ``active`` 
 ``broker_process_exited``, or the drill's own ``broker_sigkilled``/``node_sigkilled`` for
 that node. Time the drill held the broker SIGSTOPped (``broker_paused`` to
 ``broker_resumed``, or its whole node: ``node_paused`` to ``node_resumed``) is cut out: a
-stopped process serves nobody. So is the time its member lease had lapsed (its first
+stopped process serves nobody. So is the time its member lease had lapsed (from its first
 ``member_lease_lapsed`` to its next ``member_lease_serving``): a primary checks its lease
 before every confirm, delivery, get-ok and admission, and logs the lapse at the first check
-that finds it, so it served nothing from that line on (issue 26; a cut-off old primary stays
-``active`` until its agent fences it, but does not serve). :func:`overlap_seconds` adds up
-the time two such spans of different nodes overlap inside a window: it must be 0.
+that finds it with how long ago the grant ran out on its own count (``age_ms``), so it
+served nothing from that instant, the line's time less its age, on (issue 26; a cut-off old
+primary stays ``active`` until its agent fences it, but does not serve; an old primary no
+client reached noticed its lapse 184 ms late and read as 1 ms of two primaries).
+:func:`overlap_seconds` adds up the time two such spans of different nodes overlap inside a
+window: it must be 0.
 """
 
 from __future__ import annotations
@@ -107,8 +110,11 @@ def primary_spans(
     for e in broker_events:
         if e.get("ts") is None:
             continue
-        if e.get("event") == "member_lease_lapsed" and lapsed_from is None:
-            lapsed_from = parse_ts(str(e["ts"]))
+        if e.get("event") == "member_lease_lapsed":
+            # from when the grant ran out on the primary's own count (the line's age), not
+            # from the check that found it: it refused at every check from that instant
+            at = parse_ts(str(e["ts"])) - float(e.get("age_ms") or 0.0) / 1000.0
+            lapsed_from = at if lapsed_from is None else min(lapsed_from, at)
         elif e.get("event") == "member_lease_serving" and lapsed_from is not None:
             lapsed.append((lapsed_from, parse_ts(str(e["ts"]))))
             lapsed_from = None

@@ -112,6 +112,19 @@ def test_time_the_member_lease_had_lapsed_is_cut_out() -> None:
     assert overlap_seconds([*spans, Span("n2", T0 + 5.5, T0 + 20)], (T0, T0 + 60)) == 0
 
 
+def test_a_lapse_counts_from_when_the_grant_ran_out_not_from_its_line() -> None:
+    # a partitioned old primary that no client reached noticed its lapse at its next check,
+    # 184 ms after its grant ran out (the nemesis drill's partition, 2026-11-30): the new
+    # primary's promotion between the two is not two primaries
+    lapse = "member_lease_lapsed"
+    broker = [state(1, "active"), event(5.2, lapse, member="b", age_ms=184.0),
+              event(5.3, lapse, member="c", age_ms=300.0), event(9, "ha_fenced")]  # fmt: skip
+    spans = primary_spans("n1", broker, [], [], until=T0 + 60)
+    assert len(spans) == 1 and spans[0].start == T0 + 1
+    assert spans[0].end == pytest.approx(T0 + 5.0)
+    assert overlap_seconds([*spans, Span("n2", T0 + 5.1, T0 + 20)], (T0, T0 + 60)) == 0
+
+
 def test_overlap_counts_only_two_nodes_at_once_inside_the_window() -> None:
     spans = [Span("n1", 0, 10), Span("n2", 8, 20), Span("n3", 9, 12), Span("n1", 15, 16)]
     # n1+n2 8-10 (2 s, n3 joins 9-10: counted once), n2+n3 10-12, n1+n2 15-16
