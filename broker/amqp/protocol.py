@@ -45,7 +45,7 @@ from broker.listen import peer_address
 from broker.security.password_checks import run_password_check
 from broker.security.tls import certificate_identity
 from common.loop_errors import where_raised
-from common.slices import run_steps
+from common.slices import run_in_turns, run_steps
 
 #: Transport write buffer water marks: deliveries pause above HIGH, resume below LOW.
 HIGH_WATER = 4 * 1024 * 1024
@@ -335,16 +335,10 @@ class AmqpProtocol(asyncio.Protocol):
             run_steps(steps)
             return
 
-        def release() -> None:
-            try:
-                next(steps)
-            except StopIteration:
-                return
-            turns.later(release)  # a link's thousands of channels: the rest later
-
         # thousands of sockets gone at once (their clients' host, a partition): each
-        # connection's release and log line in turns, the socket gone already
+        # connection's release and log line in turns, the socket gone already; a link's
+        # thousands of channels a slice a turn
         if turns.spent():
-            turns.later(release)
+            turns.later(lambda: run_in_turns(steps, turns.later))
         else:
-            release()
+            run_in_turns(steps, turns.later)
