@@ -160,8 +160,10 @@ def test_a_primary_whose_loop_is_blocked_is_fenced(agents: AgentCluster) -> None
     pid = primary.broker_pid()
     blocked_at = time.monotonic()
     (primary.dir / "busy").write_text("60000 100000")  # one callback that does not end
+    # fenced once the spinning loop used --broker-timeout (2 s) of CPU without progress: its
+    # share of 2 cores at load 25 makes that about 25 s of wall time, hence the bound
     (killed,) = poll_until(
-        lambda: [e for e in events(primary, "broker_killed", mark) if e["pid"] == pid], 20
+        lambda: [e for e in events(primary, "broker_killed", mark) if e["pid"] == pid], 60
     )
     took = time.monotonic() - blocked_at
     (primary.dir / "busy").unlink()
