@@ -48,8 +48,8 @@ def ca_directory_only() -> Iterator[None]:
     def directory_only(context: ssl.SSLContext) -> None:
         context.load_verify_locations(capath=capath)
 
-    ssl.SSLContext.set_default_verify_paths = directory_only  # type: ignore[method-assign]
+    setattr(ssl.SSLContext, "set_default_verify_paths", directory_only)  # noqa: B010
     try:
         yield
     finally:
-        ssl.SSLContext.set_default_verify_paths = original  # type: ignore[method-assign]
+        setattr(ssl.SSLContext, "set_default_verify_paths", original)  # noqa: B010
