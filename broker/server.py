@@ -348,7 +348,10 @@ class Broker:
                 self._protocol_factory, options.interface, start_serving=False
             )
             if options.mgmt_port:
-                from broker.management.api import start_management
+                from broker.management.web_import import ca_directory_only
+
+                with ca_directory_only():  # aiohttp's client contexts: no CA file parse
+                    from broker.management.api import start_management
 
                 self._management = await start_management(
                     self, options.mgmt_interface, options.mgmt_port
