@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import http.client
 import json
 import os
@@ -46,7 +47,22 @@ CA_FILE_VARIABLE = "QPID_HA_SSL_CA_FILE"
 
 
 def _tls_context() -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=os.environ.get(CA_FILE_VARIABLE) or None)
+    """The context an ``ssl:`` call checks the broker with: made once per CA file (and
+    again when the file changes: a CA rotated under a running agent is read), not at every
+    call (each parse of the system's CA file is about 33 ms of CPU, and an agent calls its
+    broker several times a second)."""
+    cafile = os.environ.get(CA_FILE_VARIABLE) or None
+    try:
+        stamp = os.stat(cafile).st_mtime_ns if cafile is not None else 0
+    except OSError:
+        stamp = -1  # made (and its error raised) at every call until the file is there
+    return _context_for(cafile, stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _context_for(cafile: str | None, stamp: int) -> ssl.SSLContext:
+    """One context per CA file and its modification time (``stamp``); a failure is not kept."""
+    return ssl.create_default_context(cafile=cafile)
 
 
 class ManagementClient:
