@@ -116,3 +116,14 @@ def test_an_answer_it_cannot_read_is_no_answer(body: bytes) -> None:
 
     reader = clusters.LivenessReader(fetch)
     assert reader.answer("n1") is None
+
+
+def test_a_cluster_that_gives_every_broker_one_port_never_asks_the_api() -> None:
+    brokers = FakeBrokers()
+    brokers.ports = {"n1": 8673, "n2": 8673}
+    reader = clusters.LivenessReader(brokers.fetch, 8673)
+    brokers.down = {"n2"}
+    assert reader.primary(["n1", "n2"]) is None
+    brokers.down = set()
+    assert reader.primary(["n1", "n2"]) == "n2"
+    assert all(port == 8673 for _node, port, _path in brokers.asked)
