@@ -21,7 +21,10 @@ over the run: ``kill`` (SIGKILL of the primary broker, its agent restarts it),
 once another primary serves), ``partition`` (``--netns`` only: the primary's node cut off
 from the other nodes and ZooKeeper by nft in its namespace, clients still reaching it; healed
 once another primary serves), ``restart-backup`` (a backup broker SIGTERMed, restarted by
-its agent). Every second it notes the primary and the load average.
+its agent). Every second it notes the primary (as the brokers say it off their event
+loops, ``GET /liveness``: :class:`soak_clusters.LivenessReader`; a primary cut off by a
+partition counts until it fences itself, so the drill's confirm gaps are the measure of
+service) and the load average.
 
 At the end, from the logs: fences and exits by the agents (``agent_fenced``,
 ``zookeeper_session_fence``, ``broker_killed``, ``broker_process_exited``), one entry per

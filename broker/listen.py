@@ -13,6 +13,16 @@ An interface option is one address or a comma-separated list of them:
 Where the host has no IPv6 (no ``::1``: IPv6 disabled or not built), the IPv6 addresses of
 the list are left out and ``::`` means ``0.0.0.0``; a list left empty is an error.
 
+A listener's queue of connections the kernel accepted and the broker has not taken yet
+(its ``listen`` backlog) is :data:`BACKLOG` long (the kernel caps it at
+``net.core.somaxconn``, 4096 by default since Linux 5.4). It was 1,024: after a fail-over
+at 10,000 queues the new primary's loop, starved, took the 2,000 clients' reconnections
+slower than they came; the queue filled, the kernel dropped 1,747 SYNs (``nstat``
+``TcpExtListenOverflows``), and the takeover probe of another node's agent
+(``ha_agent/listener_probe.py``: "does its broker still accept connections?") got no
+answer within 0.3 s, took the healthy primary for gone and took its epoch (the 30-minute
+soak of 2026-11-30, soak30-A2).
+
 A failure to bind is a :class:`ListenError` naming the listener, its options and the
 address that failed. Sockets are made here and handed to asyncio (``create_server(sock=)``)
 or aiohttp (``SockSite``) by the shells.
@@ -28,6 +38,7 @@ import ssl as ssl_module
 from collections.abc import Callable
 
 __all__ = [
+    "BACKLOG",
     "DUAL_STACK",
     "ListenError",
     "Listener",
@@ -38,6 +49,10 @@ __all__ = [
     "serve",
     "unmapped",
 ]
+
+#: A listener's backlog (see the module docstring): more than a fail-over's reconnection
+#: storm (2,000 clients at once in the scale scenario); the kernel caps it at somaxconn.
+BACKLOG = 4096
 
 #: The wildcard that listens on IPv6 and IPv4 (one dual-stack socket).
 DUAL_STACK = "::"
@@ -188,7 +203,7 @@ async def serve(
     port: int,
     *,
     ssl: ssl_module.SSLContext | None = None,
-    backlog: int = 1024,
+    backlog: int = 0,
     start_serving: bool = True,
 ) -> Listener:
     """Listen with ``factory`` on every address of ``value`` (:func:`open_sockets`);
@@ -198,6 +213,7 @@ async def serve(
     :raises ListenError: as :func:`open_sockets`.
     """
     loop = asyncio.get_running_loop()
+    backlog = backlog or BACKLOG
     servers: list[asyncio.Server] = []
     try:
         for sock in open_sockets(what, names, value, port):

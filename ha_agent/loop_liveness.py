@@ -14,6 +14,10 @@ cannot tell a loop that runs late from one that stopped; the thread's clocks can
   runs: both are running);
 - a thread that is stopped (SIGSTOP) or blocked in a system call grows neither; one that
   sleeps between timers (an idle loop) grows little, but its progress is fresh.
+- a wait under way is not counted yet (the kernel adds it when it ends), so a starved
+  thread caught in a long wait looks idle; the kernel's witness (:mod:`ha_agent.loop_witness`)
+  also reads what the thread does at that moment (``LoopTimes.runs_now``): seen running
+  or waiting for a CPU then, it is running at that moment, whatever the span before.
 
 :func:`loop_verdict` judges two answers of one broker instance, ``span`` seconds apart on
 the broker's own monotonic clock (so a late answer does not stretch it): the loop counts
@@ -32,7 +36,10 @@ thread neither ran nor waited for a CPU since ``T`` is never counted running at 
 ``T``, whatever the answers before (the time it did neither is in the span): its agent
 fences it by ``T + --broker-timeout``, as a loop that stopped progressing at ``T``; a
 thread always running or waiting, whose callbacks each use less than ``patience`` of
-CPU, is counted running at every answer after its first. (The kernel adds
+CPU, is counted running at every answer after its first. (A thread waiting for the
+interpreter lock while the broker thread that holds it runs or waits for a CPU counts as
+waiting: the same starvation, one thread removed; the kernel's witness tells it, at the
+moment it reads, from the threads' states, see :mod:`ha_agent.loop_witness`.) (The kernel adds
 a wait to the run-queue figure when the wait ends, as the thread gets a CPU: a wait still
 under way is not counted yet. The liveness thread needs the interpreter lock, which the
 loop's thread gives up only once it runs, so an answer mostly follows a run.)
@@ -77,6 +84,11 @@ class LoopTimes:
     cpu: float  # the loop thread's CPU time
     wait: float | None  # its time waiting on a run queue (None: the system does not say)
     cpu_since_progress: float  # the CPU time it used since the loop last made progress
+    #: what the kernel saw the thread doing at ``clock`` itself, when that is running or
+    #: waiting for a CPU (:func:`ha_agent.loop_witness.kernel_loop_times`; "": not seen so,
+    #: or not read: the broker's own answers): a wait under way, which the run-queue clock
+    #: counts only once it ends
+    runs_now: str = ""
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,8 @@ def loop_verdict(before: LoopTimes, now: LoopTimes, patience: float) -> LoopVerd
     grew = max(0.0, ran) + max(0.0, waited)
     idle = max(0.0, span - grew)
     shares = f"its loop thread ran {ran:.2f} s and waited for a CPU {waited:.2f} s of {span:.2f} s"
+    if now.runs_now:  # running or waiting at ``now`` itself: its answer counts from now
+        return LoopVerdict(LoopState.RUNNING, f"{shares}; now {now.runs_now}", 0.0)
     if grew < span / 2 or idle >= patience:
         return LoopVerdict(LoopState.STOPPED, shares, idle)
     return LoopVerdict(LoopState.RUNNING, shares, idle)

@@ -23,6 +23,20 @@ a lock) grows neither clock and is fenced as before. Availability only, as every
 judgement: the broker's lease still ends its service if its agent cannot renew it, and the
 ZooKeeper session still decides who may be primary.
 
+The clocks count a run-queue wait only once it ends, and a thread waiting for the
+interpreter lock (a futex) grows neither clock: in the 2026-11-30 soak a primary's loop
+thread "ran 0.09 s and waited for a CPU 1.28 s of 3.02 s" and was judged stopped and
+fenced, while its broker's other threads (the loop-step sampler waking 50 times a second,
+the liveness thread) held the lock waiting for a CPU themselves: sampled at 20 Hz in the
+next soak, the loop thread was on a futex in 2-3 % of samples, nearly always while
+another thread of the broker was runnable. So the witness also reads what the thread
+does at that moment (``/proc/PID/task/TID/stat``'s state, its ``wchan``):
+``LoopTimes.runs_now`` says so when it runs or waits for a CPU (``R``), or waits on a futex
+while another thread of the broker runs or waits for a CPU (the interpreter lock's holder,
+as far as the kernel can tell: only one thread of the interpreter runs Python at a time);
+a loop seen so is running at that moment. A loop blocked on a lock nobody runnable holds
+(a deadlock), stopped (SIGSTOP: every thread ``T``) or in a system call is not.
+
 Only on the broker's own host (its agent's): the clocks are read by PID, on the same
 monotonic clock as the broker's answers. And only for ``WITNESS_LIMIT`` (10 s) after the
 broker's own last answer (:mod:`ha_agent.local_broker`): a loop spinning in one callback
@@ -37,11 +51,15 @@ schedstat) gives None.
 
 from __future__ import annotations
 
+import os
 import time
 
 from ha_agent.loop_liveness import LoopTimes
 
-__all__ = ["kernel_loop_times"]
+__all__ = ["kernel_loop_times", "thread_runs_now"]
+
+#: the states of ``/proc/PID/task/TID/stat`` that run or wait for a CPU
+RUNNABLE = "R"
 
 
 def kernel_loop_times(pid: int, tid: int, last: LoopTimes, proc: str = "/proc") -> LoopTimes | None:
@@ -57,4 +75,43 @@ def kernel_loop_times(pid: int, tid: int, last: LoopTimes, proc: str = "/proc") 
         return None
     if cpu < last.cpu:  # another thread or process by that id
         return None
-    return LoopTimes(clock, cpu, wait, last.cpu_since_progress + (cpu - last.cpu))
+    since = last.cpu_since_progress + (cpu - last.cpu)
+    return LoopTimes(clock, cpu, wait, since, thread_runs_now(pid, tid, proc))
+
+
+def thread_runs_now(pid: int, tid: int, proc: str = "/proc") -> str:
+    """What thread ``tid`` of process ``pid`` does now, when it counts as running or
+    waiting for a CPU: ``R``, or waiting on a futex while another thread of ``pid`` is
+    ``R`` (said in words); "" otherwise (sleeping, blocked, stopped, unreadable)."""
+    task = f"{proc}/{pid}/task"
+    state = _state(f"{task}/{tid}")
+    if state == RUNNABLE:
+        return "its thread runs or waits for a CPU (R)"
+    if state != "S" or "futex" not in _read(f"{task}/{tid}/wchan"):
+        return ""
+    try:
+        siblings = [name for name in os.listdir(task) if name != str(tid)]
+    except OSError:
+        return ""
+    for name in siblings:
+        if _state(f"{task}/{name}") == RUNNABLE:
+            return (
+                f"its thread waits on a futex (the interpreter lock) while thread {name} of"
+                " the broker runs or waits for a CPU"
+            )
+    return ""
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as file:
+            return file.read(4096)
+    except OSError:
+        return ""
+
+
+def _state(task: str) -> str:
+    """A task's state letter (``R``, ``S``, ``D``, ``T``...; "": unreadable): the field
+    after the command's closing parenthesis (a command may hold one itself)."""
+    fields = _read(f"{task}/stat").rpartition(")")[2].split()
+    return fields[0] if fields else ""

@@ -10,10 +10,17 @@ A tick carries out what is due (at most one thing):
   here (``handshake_timeout``) and the socket goes, its ``close_reason``
   "handshake timeout";
 - an open connection whose peer sent nothing for longer than the connection's receive
-  time-out (0-9-1: two heartbeat intervals; 1.0: our idle time-out) while it was read:
-  the connection's :meth:`~TimedConnection.peer_silent` (each protocol logs
-  ``heartbeat_timeout`` and closes in its own words: 0-9-1 drops the socket with a reason,
-  1.0 closes with ``amqp:resource-limit-exceeded``);
+  time-out (0-9-1: two heartbeat intervals; 1.0: our idle time-out) while it was read,
+  found so at two ticks with nothing read between: the connection's
+  :meth:`~TimedConnection.peer_silent` (each protocol logs ``heartbeat_timeout`` and
+  closes in its own words: 0-9-1 drops the socket with a reason, 1.0 closes with
+  ``amqp:resource-limit-exceeded``). Why two: a loop that ran late (starved of CPU for
+  2 s on a loaded machine) runs its timers before it reads its sockets (uvloop: timers,
+  then the poll), so its first tick after the stall finds silent a peer whose frames wait
+  unread in the socket: a primary at 10,000 queues closed a backup's replication link so,
+  its grant lapsed and another broker took over (docs/reliability.md). The later tick
+  comes after a poll: what waited has been read. It costs a genuinely silent peer one
+  tick more;
 - an open connection that wrote nothing for its send interval (0-9-1: half the heartbeat;
   1.0: half the peer's idle time-out): the connection's
   :meth:`~TimedConnection.send_heartbeat` (it writes one, or, with output waiting, lets
@@ -56,7 +63,15 @@ class TimedConnection(Protocol):
 class ConnectionTimeouts:
     """See the module docstring."""
 
-    __slots__ = ("_connection", "_settings", "closing_since", "created", "last_read", "last_write")
+    __slots__ = (
+        "_connection",
+        "_settings",
+        "closing_since",
+        "created",
+        "last_read",
+        "last_write",
+        "silence_seen",
+    )
 
     def __init__(
         self, settings: ConnectionSettings, now: float, connection: TimedConnection
@@ -68,10 +83,13 @@ class ConnectionTimeouts:
         self.last_read = now
         self.last_write = now
         self.closing_since = 0.0
+        #: when a tick first found the peer silent, nothing read since (None: not found so)
+        self.silence_seen: float | None = None
 
     def read(self, now: float) -> None:
         """Bytes came from the peer (or reading resumed: what it sent meanwhile was not read)."""
         self.last_read = now
+        self.silence_seen = None
 
     def wrote(self, now: float) -> None:
         """Bytes went to the peer."""
@@ -97,7 +115,8 @@ class ConnectionTimeouts:
         ``close_timeout``, one in its handshake ``handshake_timeout`` (its time-out logged
         on ``log``, naming the connection and its ``state``); an open one is checked for a
         silent peer (``receive_timeout`` seconds, 0: never; not while the connection is not
-        read) and for a heartbeat to send (``send_interval`` seconds, 0: never)."""
+        read; silent at an earlier tick too, nothing read since) and for a heartbeat to send
+        (``send_interval`` seconds, 0: never)."""
         settings, connection = self._settings, self._connection
         if closing:
             if now - self.closing_since >= settings.close_timeout:
@@ -108,7 +127,13 @@ class ConnectionTimeouts:
                     log.warning("handshake_timeout", connection=connection.name, state=state)
                 connection.close_reason = "handshake timeout"
                 connection.should_close = True
-        elif receive_timeout and now - self.last_read > receive_timeout and not reading_paused:
-            connection.peer_silent()
-        elif send_interval and now - self.last_write >= send_interval:
-            connection.send_heartbeat()
+        else:
+            if receive_timeout and now - self.last_read > receive_timeout and not reading_paused:
+                seen = self.silence_seen
+                if seen is not None and now > seen:  # a poll came between: nothing waited
+                    connection.peer_silent()
+                    return
+                if seen is None:
+                    self.silence_seen = now
+            if send_interval and now - self.last_write >= send_interval:
+                connection.send_heartbeat()

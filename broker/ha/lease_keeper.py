@@ -11,7 +11,8 @@ link and member speaks replication format 3: the contract floor), and answers
 confirm, admission and write to a client. A change of that answer is logged
 (``member_lease_lapsed`` per lapsed member, ``member_lease_serving``) and serving again
 wakes every connection (``on_serving_resumed``). A lapse asks every backup again at once;
-still not serving after the close grace (:attr:`LeaseTimes.close_after`), for a member
+still not serving after the close grace (:attr:`LeaseTimes.close_after`, longer by twice
+the loop's recent lateness: :meth:`LeaseTimes.close_after_late`), for a member
 not known to be leaving, or at once when every lapsed member is leaving and the cluster
 manager fell silent (the primary is cut off: :meth:`MemberLeases.close_clients_due`), it
 has the broker close its clients' connections (``on_close_clients``: 320
@@ -282,7 +283,8 @@ class LeaseKeeper:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # asked off a running loop: the next turn checks
             return
-        self._close_timer = loop.call_later(self.times.close_after, self._close_timer_fired)
+        after = self.times.close_after_late(self.lateness.worst(now))
+        self._close_timer = loop.call_later(after, self._close_timer_fired)
 
     def _close_timer_fired(self) -> None:
         self._close_timer = None
@@ -299,7 +301,8 @@ class LeaseKeeper:
         role = host.role
         leaving = {*role.pending_removal(), *role.awaited()}
         cut_off = since is not None and host.manager_silent()
-        due = self.leases.close_clients_due(now, since, leaving, cut_off)
+        late = self.lateness.worst(now)
+        due = self.leases.close_clients_due(now, since, leaving, cut_off, late)
         if not due or self.on_close_clients is None:
             return
         self._clients_closed = True

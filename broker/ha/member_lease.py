@@ -150,6 +150,17 @@ class LeaseTimes:
         """How long a primary may stay not serving before it closes its clients."""
         return max(self.interval, self.close_grace)
 
+    def close_after_late(self, late: float) -> float:
+        """:attr:`close_after` when the primary's loop, or its members' answers, were late
+        by up to ``late`` seconds lately (:class:`Lateness`): plus twice that, as
+        :meth:`asked` adds to a grant, by at most what :meth:`asked` may add
+        (:attr:`longest` less :attr:`duration`). A lapse on a loop that runs late is the
+        loop's, not its members' absence: the answers to the requests it sent at the lapse
+        come as late as its turns. Closing then sent 2,000 clients to backups that refuse
+        them and back to the same starved loop (issue 25's soak). Availability only."""
+        longest = self.duration if self.longest is None else max(self.duration, self.longest)
+        return self.close_after + min(longest - self.duration, 2.0 * max(0.0, late))
+
     def held(self, duration: float) -> float:
         """How long a backup keeps a grant of ``duration`` (the primary's count), on its
         own clock: long enough that, at the drift bound, it outlasts the primary's count."""
@@ -385,9 +396,11 @@ class MemberLeases:
         not_serving_since: float | None,
         leaving: Collection[str] = (),
         cut_off: bool = False,
+        late: float = 0.0,
     ) -> bool:
         """Should the primary close its clients' connections now (issue 26, item 4)? When it
-        has not served for :attr:`~LeaseTimes.close_after` since it stopped
+        has not served for :attr:`~LeaseTimes.close_after` (more on a loop that ran
+        ``late`` lately: :meth:`~LeaseTimes.close_after_late`) since it stopped
         (``not_serving_since``; None: it serves) and a member whose grant lapsed is not
         known to be ``leaving`` (pending removal or awaited: its link closed or went silent,
         and the commit of its removal is what makes the primary serve again; the confirms
@@ -410,7 +423,7 @@ class MemberLeases:
             return False
         if all(member in leaving for member in lapsed):
             return cut_off
-        return now - not_serving_since >= self.times.close_after
+        return now - not_serving_since >= self.times.close_after_late(late)
 
     def remaining(self, now: float) -> float | None:
         """Seconds until the earliest member grant lapses (None: none needed)."""

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from broker.amqp.client import AmqpClient, ClientChannel, ClientError, Delivery
 from broker.core.vhost import VHOST
 from broker.ha.broker_replicator import BrokerReplicator, ConfigChanges
+from broker.ha.id_set import IdSet
 from broker.ha.link_format import Codec
 from broker.ha.names import IDS_ARGUMENT, VHOST_ARGUMENT
 from broker.ha.queue_replicator import (
@@ -50,6 +51,48 @@ LOGGED_QUEUES = 10
 #: Queue streams subscribed at a time (each: channel.open, then basic.qos and basic.consume
 #: together).
 SUBSCRIBERS = 64
+#: A queue holding this many messages or more has its reconnect handshake's id set taken
+#: one at a time, a pause of :data:`BIG_IDS_PAUSE` after each (:class:`IdsPacer`).
+BIG_IDS = 10_000
+#: The pause after a big queue's id set (seconds): longer than the loop's step tick
+#: (broker.loop_steps.TICK_INTERVAL, 10 ms), so two never fall in one step.
+BIG_IDS_PAUSE = 0.011
+
+
+class IdsPacer:
+    """The reconnect handshake's id sets of big queues, one a step of the loop.
+
+    A new link's subscribers (:data:`SUBSCRIBERS` of them) resume together when the
+    primary's channel.open-oks come in one read; each took its queue's id set
+    (:meth:`QueueReplicator.ids`, a walk of every message it holds). The scale soak's ten
+    backlog queues of 50,000 messages each were subscribed first (busy queues first) and
+    their id sets made one loop step of 145 ms of CPU on a backup at load 25. A big queue's
+    id set is now taken under a lock, and the lock kept a pause longer than the step tick
+    after it: the next big one comes in another step. Small queues pass at once. Only when
+    the handshake goes out changes: the set is still taken just before its subscribe, from
+    what the queue holds then. THREAD UNSAFE: the loop's thread."""
+
+    def __init__(self, big: int = BIG_IDS, pause: float = BIG_IDS_PAUSE) -> None:
+        self.big = big
+        self.pause = pause
+        self._lock: asyncio.Lock | None = None
+        #: when the last big queue's id set was taken (the loop's clock; None: none yet)
+        self._last: float | None = None
+
+    async def ids(self, replicator: QueueReplicator) -> IdSet:
+        """``replicator``'s id set, taken once no other big queue's was taken within
+        :attr:`pause` (a small queue's at once)."""
+        if replicator.queue.message_count < self.big:
+            return replicator.ids()
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        async with self._lock:
+            if self._last is not None and (wait := self._last + self.pause - loop.time()) > 0:
+                await asyncio.sleep(wait)  # the loop's step tick runs first
+            ids = replicator.ids()
+            self._last = loop.time()
+        return ids
 
 
 class AppendCount(Protocol):
@@ -107,6 +150,8 @@ class QueueSubscriptions:
         self._queue_channels: dict[str, ClientChannel] = {}
         self._subscribed: set[str] = set()
         self._to_subscribe = SubscribeQueue()
+        #: big queues' id sets one a loop step (the link's own: a new link, a new pacer)
+        self._ids = IdsPacer()
         #: ``ha_subscriptions_abandoned`` logged (once per link)
         self._abandoned_logged = False
         #: The queues subscribed before the first snapshot was applied (None: none yet),
@@ -284,7 +329,10 @@ class QueueSubscriptions:
 
             queue = replicator.queue  # name: its key; the stream names it in its vhost
             stream, arguments = self.codec.queue_stream(queue.name)  # the link's format
-            arguments[IDS_ARGUMENT] = bytearray(replicator.ids().encode())
+            ids = await self._ids.ids(replicator)
+            if self.client is not client:  # the link went down meanwhile
+                return
+            arguments[IDS_ARGUMENT] = bytearray(ids.encode())
             if queue.vhost != VHOST:
                 arguments[VHOST_ARGUMENT] = queue.vhost
             # basic.qos and basic.consume sent together (the broker handles a channel's

@@ -466,6 +466,9 @@ def test_heartbeat_sent_and_silent_peer_dropped() -> None:
     assert client.conn.data_to_send() == framing.HEARTBEAT_FRAME
     clock.now += 3.0  # 4.5 s without anything from the client: more than 2 x 2 s
     client.conn.tick()
+    assert not client.conn.should_close  # found silent: what waited is read first
+    clock.now += 0.25  # the next tick, still nothing read
+    client.conn.tick()
     assert client.conn.should_close
 
 

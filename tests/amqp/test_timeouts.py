@@ -83,11 +83,31 @@ def test_a_silent_peer_is_the_connections_callback_not_while_it_is_not_read() ->
     timeouts = peer.timeouts(0.0)
     timeouts.wrote(21.0)
     tick(peer, timeouts, 21.0, reading_paused=True)
+    tick(peer, timeouts, 21.5, reading_paused=True)
     assert peer.calls == []
     timeouts.read(0.5)
-    tick(peer, timeouts, 21.0)
+    tick(peer, timeouts, 21.5)
+    assert peer.calls == []  # found silent: the loop reads its sockets before it decides
+    tick(peer, timeouts, 21.75)
     assert peer.calls == ["peer_silent"]
     assert not peer.should_close  # the connection closes in its own words
+
+
+def test_a_peer_found_silent_after_a_stall_is_not_if_its_frames_waited_unread() -> None:
+    """The loop stalled 3 s (starved): its first tick after runs before it reads the
+    socket, where the peer's heartbeats waited. Read before the next tick: not silent."""
+    peer = Peer()
+    timeouts = peer.timeouts(0.0)
+    timeouts.read(10.0)
+    timeouts.wrote(10.0)
+    tick(peer, timeouts, 33.0)  # 23 s since the last read (time-out 20 s): found silent
+    assert peer.calls == ["heartbeat"]  # what was due besides is done
+    timeouts.read(33.0)  # the poll after the timers: the frames that waited
+    for now in (33.25, 53.0, 53.5):  # 20 s since the read at 53.0: not over the time-out;
+        tick(peer, timeouts, now, send_interval=0)  # over it at 53.5: found silent afresh
+    assert peer.calls == ["heartbeat"]
+    tick(peer, timeouts, 53.75, send_interval=0)  # and still, at the next tick
+    assert peer.calls == ["heartbeat", "peer_silent"]
 
 
 def test_a_heartbeat_is_due_after_the_send_interval_without_a_write() -> None:

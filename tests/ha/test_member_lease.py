@@ -276,6 +276,29 @@ def test_clients_are_closed_one_interval_after_a_lapse_unless_it_serves_again() 
     assert waiting.may_serve(10.0) and not waiting.close_clients_due(10.0, 0.0)
 
 
+def test_a_late_loops_lapse_waits_longer_before_it_closes_the_clients() -> None:
+    """A loop that ran late lately: the grace grows by twice its lateness, as a request's
+    grant does, and by no more than a grant may (issue 25: a starved primary's lapse
+    closed 2,000 clients that came back to the same loop); a cut-off primary still
+    closes at once."""
+    times = LeaseTimes(0.8, 0.0, close_grace=2.2, longest=3.2)
+    assert times.close_after_late(0.0) == times.close_after == 2.2
+    assert times.close_after_late(0.5) == pytest.approx(3.2)
+    assert times.close_after_late(5.0) == pytest.approx(2.2 + 2.4)  # at most 3.2 - 0.8
+    assert LeaseTimes(0.8, 0.0, close_grace=2.2).close_after_late(5.0) == 2.2  # none longer
+    leases = MemberLeases(times)
+    leases.set_enabled(True)
+    leases.set_members(frozenset({"a"}))
+    seq, _ = leases.requested("a", 0.0)
+    assert leases.granted("a", seq)
+    lapsed = 0.8
+    assert not leases.may_serve(lapsed)
+    assert leases.close_clients_due(lapsed + 2.2, lapsed)
+    assert not leases.close_clients_due(lapsed + 2.2, lapsed, late=0.5)
+    assert leases.close_clients_due(lapsed + 3.2, lapsed, late=0.5)
+    assert leases.close_clients_due(lapsed, lapsed, leaving={"a"}, cut_off=True, late=5.0)
+
+
 def test_a_cut_off_primary_closes_its_clients_at_once() -> None:
     """Issue 26, item 4: every lapsed member leaving (their links closed: the commit of
     their removal would resume serving) closes nothing while the cluster manager vouches

@@ -373,6 +373,13 @@ class AmqpClient:
         while self._reason is None:
             await asyncio.sleep(interval)
             if loop.time() - self._last_recv > dead_after:
+                # found silent: look again once what waited unread has been read. After a
+                # stall uvloop runs its timers (this sleep's) before it polls its sockets;
+                # the first yield lets it poll (the read loop's turn is queued then), the
+                # second lets that turn come first (the loop's ready callbacks run in order)
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+            if self._reason is None and loop.time() - self._last_recv > dead_after:
                 self._fail(
                     ConnectionFailed(
                         f"missed heartbeats: nothing received for {dead_after} s"
