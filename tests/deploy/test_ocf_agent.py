@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from common.polling import free_port, poll_until
+from common.polling import PollTimeout, free_port, poll_until
 from tests.deploy.conftest import (
     AGENT_SOURCE,
     OCF_ROOT,
@@ -31,6 +32,7 @@ from tests.deploy.conftest import (
     pid_alive,
     system_tool,
 )
+from tests.ha.cluster import http
 
 OCF_SUCCESS, OCF_ERR_GENERIC, OCF_ERR_INSTALLED, OCF_ERR_CONFIGURED = 0, 1, 5, 6
 OCF_NOT_RUNNING, OCF_RUNNING_PROMOTED, OCF_FAILED_PROMOTED = 7, 8, 9
@@ -257,11 +259,25 @@ def test_crm_resource_force_actions_give_pacemakers_codes(
     assert broker.crm("stop").returncode == OCF_SUCCESS
 
 
-def wait_for_score(broker: OcfBroker, line: str, before: str = "", timeout: float = 30.0) -> None:
+def ha_state(broker: OcfBroker) -> str | None:
+    """The broker's HA state as its management API says it (GET /api/ha); None while it
+    does not answer."""
+    try:
+        return str(http("GET", broker.mgmt_port, "/api/ha")["state"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def wait_for_score(
+    broker: OcfBroker, line: str, before: str = "", timeout: float = 30.0, state: str = "ready"
+) -> None:
     """Poll monitor (crm_resource --force-check) until it reports ``line``; each must be 0.
 
     The agent logs a score when it changes, so the line may already be in ``before``, the
-    output of the action that started the broker.
+    output of the action that started the broker. A monitor is a crm_resource, the agent's
+    shell and two qpid-ha runs (about 0.7 CPU s): between two, the broker's own HA state is
+    polled (one GET /api/ha, about 1 ms of CPU) until it is ``state``, the state the line's
+    score is for, rather than running monitors back to back while the backup catches up.
     """
     if line in before:
         return
@@ -273,8 +289,15 @@ def wait_for_score(broker: OcfBroker, line: str, before: str = "", timeout: floa
         assert check.returncode == OCF_SUCCESS, check.stdout
         return line in check.stdout
 
+    def until_state(left: float) -> None:
+        with contextlib.suppress(PollTimeout):
+            poll_until(lambda: ha_state(broker) == state, left, interval=0.1)
+
     poll_until(
-        reported, timeout, lambda: f"{broker.name} to say {line!r}: {seen[-3:]}", interval=0.05
+        reported,
+        timeout,
+        lambda: f"{broker.name} to say {line!r}: {seen[-3:]}",
+        between=until_state,
     )
 
 
