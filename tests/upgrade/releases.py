@@ -123,8 +123,11 @@ def build(release: Release, into: Path) -> Path:
     for name, target in scripts.items():
         module, _, function = target.partition(":")
         script = venv / "bin" / name
+        # the release's tree first, before $PYTHONPATH too (a run with PYTHONPATH naming a
+        # work tree would otherwise run this tree's code as the release)
         script.write_text(
-            f"#!{python}\nimport sys\nfrom {module} import {function}\nsys.exit({function}())\n"
+            f"#!{python}\nimport sys\nsys.path.insert(0, {str(tree)!r})\n"
+            f"from {module} import {function}\nsys.exit({function}())\n"
         )
         os.chmod(script, 0o755)
     return venv / "bin"
