@@ -17,6 +17,7 @@ THREAD UNSAFE: the primary's event loop owns the streams.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.exchange import Binding, Exchange
@@ -56,9 +57,14 @@ class ConfigSource(Protocol):
         ...
 
     def snapshot_steps(
-        self, size: int = SLICE, *, standard_exchanges: bool = True
+        self,
+        size: int = SLICE,
+        *,
+        standard_exchanges: bool = True,
+        encode_row: Callable[[dict[str, Any]], bytes] | None = None,
     ) -> Steps[dict[str, Any]]:
-        """The replicated configuration as of this call, in slices."""
+        """The replicated configuration as of this call, in slices; with rows encoded
+        ahead by ``encode_row`` (the link's encoder) where it has them."""
         ...
 
 
@@ -84,7 +90,10 @@ class ConfigStream(ChannelStream):
         self._encoding: Steps[bytes] | None = None
         #: Events to send; the first, the snapshot, is built a slice a pump, then encoded.
         self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = [
-            streams.snapshot_steps(standard_exchanges=self.carries_standard_bindings)
+            streams.snapshot_steps(
+                standard_exchanges=self.carries_standard_bindings,
+                encode_row=codec.encode_snapshot_row,
+            )
         ]
         self.pushed = 1
         guard.pushed(self.key, 1)

@@ -69,7 +69,7 @@ from broker.ha.names import (
     STATUS_PROPERTY,
 )
 from broker.ha.primary import Primary, PrimaryListener
-from broker.ha.primary_start import start_primary
+from broker.ha.primary_start import loop_call_soon, start_primary
 from broker.ha.promotion_quiet import PromotionQuiet
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import ContractFloor, ReplicationContract
@@ -104,12 +104,13 @@ from broker.ha.role_events import (
     StartPrimary,
     Tick,
 )
+from broker.ha.snapshot_rows import SnapshotRows
 from broker.ha.state import HaState
 from broker.ha.store_lineage import StoreLineage
 from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
 from common.log import get_logger, set_log_context
-from common.slices import Steps, run_steps
+from common.slices import Steps, run_in_turns, run_steps
 from common.url import Address, parse_url
 from common.version import replication_formats
 
@@ -168,6 +169,10 @@ class HaBroker:
         self.contract_floor = ContractFloor(self.formats)
         # What a client declares must be what the replication wire carries (issue 24).
         vhost.hold_contract(ReplicationContract(self.replicate_default, self.contract_floor))
+        #: Each queue's and binding's snapshot row, encoded as each is declared, whatever
+        #: the role: a promoted backup's first snapshots join them (issue 25).
+        self.rows = SnapshotRows(self.replicate_default)
+        vhost.listeners.append(self.rows)
         self.primary: Primary | None = None
         #: The member lease (issue 26): its grants, promises and serving check.
         self.lease = LeaseKeeper(
@@ -360,6 +365,9 @@ class HaBroker:
             link_maintenance_interval=self.options.link_maintenance_interval,
             ha_backup_timeout=self.options.ha_backup_timeout,
         )
+        # the rows of what the store recovered before this broker listened, a slice a turn
+        vhosts = list(self.vhost) if isinstance(self.vhost, VirtualHosts) else [self.vhost]
+        run_in_turns(self.rows.warm_steps(vhosts), loop_call_soon())
         self.handle(Start())
 
     async def stop(self) -> None:
@@ -538,6 +546,7 @@ class HaBroker:
             log=self.log_,
         )
         self.streams = PrimaryStreams(primary, events, self.formats)
+        self.streams.rows = self.rows  # the snapshots' rows, encoded ahead
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.streams.lease_events = self.lease  # the member lease's grants
         self.streams.users.serve(self.context.authenticator.cluster_users)  # format 4's links
