@@ -4,12 +4,16 @@ from its brokers' logs (not a test).
 
 Reads the kept directory (``fo<N>-<queues>/b0..b2/qpidd.log``; b0 the killed primary, b1
 the promoted backup, b2 the member left) and prints, per run, milliseconds from the new
-primary's ``ha_link_down`` (the kill, within a few ms): its promotion (``recovering``), the
-promotion's answer logged (``ha_promote_requested``), the member's new link up, its first
-snapshot row's busy queue subscribed (``ha_busy_subscribed``, when logged), its snapshot
-applied, the new primary's first client admitted and first confirm, and the member-lease
-lapses on the new primary in its first 30 s with the longest time not serving
-(``member_lease_serving``'s ``held_ms``). One clock: the brokers run on one host.
+primary's ``ha_link_down`` (the kill, within a few ms): the promotion request's arrival
+(``ha_promote_requested`` less its ``took_ms``), its promotion (``recovering``), its answer
+logged (``ha_promote_requested``), the member's new link up, the member's snapshot decoding
+begun and its first busy queue's stream subscribed (``ha_snapshot_applied``'s
+``decoding_ms`` and ``first_busy_ms``, from its link up), the new primary's snapshot sent (``ha_snapshot_sent``, debug), the member's link
+steps (``ha_snapshot_applied``'s ``link_ms``: its lease and configuration streams
+consumed, the snapshot received), its snapshot applied, the new
+primary's first client admitted and first confirm, and the member-lease lapses on the new
+primary in its first 30 s with the longest time not serving (``member_lease_serving``'s
+``held_ms``). One clock: the brokers run on one host.
 
     .venv/bin/python bench/failover_scale_phases.py /tmp/scale-vs-rabbitmq-XXXX
 """
@@ -35,11 +39,20 @@ def events(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def first(items: list[dict[str, Any]], after: float, name: str, **match: Any) -> float | None:
+def event(items: list[dict[str, Any]], after: float, name: str, **match: Any) -> dict[str, Any]:
     for e in items:
         if e["t"] >= after and e["event"] == name and all(e.get(k) == v for k, v in match.items()):
-            return float(e["t"])
-    return None
+            return e
+    return {}
+
+
+def first(items: list[dict[str, Any]], after: float, name: str, **match: Any) -> float | None:
+    found = event(items, after, name, **match)
+    return float(found["t"]) if found else None
+
+
+def plus(at: float | None, ms: Any) -> float | None:
+    return None if at is None or ms is None else at + float(ms) / 1000.0
 
 
 def run_phases(run: Path) -> dict[str, Any]:
@@ -58,13 +71,20 @@ def run_phases(run: Path) -> dict[str, Any]:
         for e in new
         if t0 <= e["t"] <= t0 + 30 and e["event"] == "member_lease_serving"
     ]
+    answered = event(new, t0, "ha_promote_requested")
+    linked = first(member, t0, "ha_link_up")
+    applied = event(member, t0, "ha_snapshot_applied")
     return {
         "run": run.name,
+        "requested": ms(plus(answered.get("t"), -float(answered.get("took_ms") or 0))),
         "recovering": ms(first(new, t0, "ha_state_changed", new="recovering")),
-        "answered": ms(first(new, t0, "ha_promote_requested")),
-        "member_linked": ms(first(member, t0, "ha_link_up")),
-        "busy_subscribed": ms(first(member, t0, "ha_busy_subscribed")),
-        "snapshot_applied": ms(first(member, t0, "ha_snapshot_applied")),
+        "answered": ms(answered.get("t")),
+        "member_linked": ms(linked),
+        "decoding": ms(plus(linked, applied.get("decoding_ms"))),
+        "first_busy": ms(plus(linked, applied.get("first_busy_ms"))),
+        "snapshot_sent": ms(first(new, t0, "ha_snapshot_sent")),
+        **{step: ms(plus(linked, at)) for step, at in dict(applied.get("link_ms") or {}).items()},
+        "snapshot_applied": ms(applied.get("t")),
         "first_client": ms(first(new, t0, "ha_first_client_connection")),
         "first_confirm": ms(first(new, t0, "ha_first_client_confirm")),
         "lapses": len(lapses),

@@ -34,6 +34,7 @@ THREAD UNSAFE: the broker's event loop owns it.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -487,10 +488,16 @@ class HaBroker:
                 self.quiet.began(self.now())
             self._awaiting.clear()
             self._ended = ended
+            steps: dict[str, float] = {}  # each awaited step's milliseconds (logged)
             try:
                 self.handle(PromoteRequested(epoch, members, store_named))
                 while self._awaiting:
-                    await self._awaiting.popleft()()
+                    step = self._awaiting.popleft()
+                    began = time.monotonic()
+                    await step()
+                    name = getattr(step, "func", step).__name__.lstrip("_")
+                    steps[name] = round((time.monotonic() - began) * 1000.0, 1)
+                self.log_.debug("ha_promotion_steps", **steps)
             except PromoteError:
                 raise
             except Exception as exc:

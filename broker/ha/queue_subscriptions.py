@@ -124,10 +124,19 @@ class QueueSubscriptions:
         self._began = time.monotonic()
         self._decoding: float | None = None
         self._first_busy: float | None = None
+        #: The link's own steps before its first snapshot, each the first time it came
+        #: (:meth:`mark`; ``ha_snapshot_applied``'s ``link_ms``).
+        self._marks: dict[str, float] = {}
 
     def end(self) -> None:
         """The link went down: subscribe nothing more."""
         self.client = None
+
+    def mark(self, step: str) -> None:
+        """The link's ``step`` came now (its first time is logged with the first snapshot:
+        the lease and configuration streams consumed, the snapshot received)."""
+        if self._first_snapshot and step not in self._marks:
+            self._marks[step] = time.monotonic()
 
     def config_field_decoded(self, name: str, value: Any) -> None:
         """As a configuration event is decoded, each field and each item of an array field
@@ -229,6 +238,7 @@ class QueueSubscriptions:
                 busiest=before[:LOGGED_QUEUES],
                 decoding_ms=self._since_link(self._decoding),
                 first_busy_ms=self._since_link(self._first_busy),
+                link_ms={step: self._since_link(at) for step, at in self._marks.items()},
             )
         for name in subscribe:
             if name not in self._subscribed:
