@@ -6,13 +6,13 @@ Reads the kept directory (``fo<N>-<queues>/b0..b2/qpidd.log``; b0 the killed pri
 the promoted backup, b2 the member left) and prints, per run, milliseconds from the new
 primary's ``ha_link_down`` (the kill, within a few ms): the promotion request's arrival
 (``ha_promote_requested`` less its ``took_ms``), its promotion (``recovering``), its answer
-logged (``ha_promote_requested``), the member's new link up, the member's snapshot decoding
-begun and its first busy queue's stream subscribed (``ha_snapshot_applied``'s
-``decoding_ms`` and ``first_busy_ms``, from its link up), the new primary's snapshot sent (``ha_snapshot_sent``, debug), the member's link
-steps (``ha_snapshot_applied``'s ``link_ms``: its lease and configuration streams
-consumed, the snapshot received), its snapshot applied, the new
-primary's first client admitted and first confirm, and the member-lease lapses on the new
-primary in its first 30 s with the longest time not serving (``member_lease_serving``'s
+logged (``ha_promote_requested``), the member's new link up, the new primary's snapshot
+sent (``ha_snapshot_sent``, debug), the member's link steps (``ha_snapshot_applied``'s
+``link_ms``: its lease and configuration streams consumed, the snapshot received), its
+snapshot decoding begun and its first busy queue's stream subscribed (its ``decoding_ms``
+and ``first_busy_ms``, from the link up), its snapshot applied, the new primary's first
+client admitted and first confirm, and the member-lease lapses on the new primary in its
+first 30 s with the longest time not serving (``member_lease_serving``'s
 ``held_ms``). One clock: the brokers run on one host.
 
     .venv/bin/python bench/failover_scale_phases.py /tmp/scale-vs-rabbitmq-XXXX
