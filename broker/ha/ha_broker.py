@@ -209,6 +209,9 @@ class HaBroker:
             cluster_users=context.authenticator.cluster_users,
         )
         self._promoting = asyncio.Lock()
+        #: The promotion's awaited steps and their parts, in milliseconds (logged once
+        #: it ends: ``ha_promotion_steps``).
+        self._promotion_steps: dict[str, float] = {}
         #: the epochs the promotion in progress was told ended (``promote``'s ``ended``)
         self._ended: frozenset[int] = frozenset()
         #: While promoted (and a moment after), housekeeping over every queue waits.
@@ -488,7 +491,7 @@ class HaBroker:
                 self.quiet.began(self.now())
             self._awaiting.clear()
             self._ended = ended
-            steps: dict[str, float] = {}  # each awaited step's milliseconds (logged)
+            steps = self._promotion_steps = {}  # each awaited step's milliseconds (logged)
             try:
                 self.handle(PromoteRequested(epoch, members, store_named))
                 while self._awaiting:
@@ -542,6 +545,7 @@ class HaBroker:
             replicate_default=self.replicate_default,
             clock=self.context.clock,
             auto_delete_grace=self.options.ha_backup_timeout,
+            timings=self._promotion_steps,
         )
         self.primary = primary
         events = BackupEventsToRole(
