@@ -64,6 +64,8 @@ from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import (
     ReplicateLevel,
     binding_replicated,
+    destination_replicated,
+    exchange_admits_bindings,
     exchange_replicated,
     queue_level,
 )
@@ -273,10 +275,36 @@ class PrimaryStreams:
             list(self.vhosts),
             self.queue_level,
             self.exchange_level,
-            lambda binding: self.binding_replicated(binding, standard_exchanges),
+            self._snapshot_binding_rule(standard_exchanges),
             size,
             rows if rows is not None and rows.writes_as(encode_row) else None,
         )
+
+    def _snapshot_binding_rule(self, standard_exchanges: bool) -> Callable[[Binding], bool]:
+        """:meth:`binding_replicated` for one snapshot, each exchange's part asked once: a
+        snapshot asks it of every binding (5,000 on one exchange at 10,000 queues), and the
+        answer is a function of the exchange object and of the destination alone
+        (:func:`~broker.ha.replicate_level.binding_replicated`)."""
+        default = self.default
+        admits: dict[tuple[str, str], Exchange | None] = {}  # (vhost, name) -> exchange
+
+        def replicated(binding: Binding) -> bool:
+            destination = binding.destination
+            where = (destination.vhost, binding.exchange)
+            if where in admits:
+                exchange = admits[where]
+            else:
+                vhost = self.vhosts.get(destination.vhost)
+                found = None if vhost is None else vhost.exchanges.get(binding.exchange)
+                admits[where] = exchange = (
+                    found
+                    if found is not None
+                    and exchange_admits_bindings(found, default, standard_exchanges)
+                    else None
+                )
+            return exchange is not None and destination_replicated(destination, default)
+
+        return replicated
 
     def serves(self, name: str) -> bool:
         return name.startswith(STREAM_PREFIX)

@@ -5,6 +5,7 @@ format that writes rows ahead. Cores only, no sockets."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from pamqp import commands
 
 from broker.core.errors import AmqpError
 from broker.core.vhost import VirtualHost
-from broker.ha.config_objects import queue_config, snapshot_steps
+from broker.ha.config_objects import binding_config, queue_config, snapshot_steps
 from broker.ha.link_format import CODECS, codec_of
 from broker.ha.replicate_level import ReplicateLevel, queue_level
 from broker.ha.snapshot_rows import SnapshotRows
@@ -238,3 +239,53 @@ def test_the_configuration_stream_sends_the_snapshot_it_sent_before() -> None:
             queue.pop("uuid")
     assert with_rows == without
     assert len(with_rows["queues"]) == 51 and len(with_rows["bindings"]) == 50
+
+
+EXCHANGE_ARGUMENTS = st.sampled_from([{}, {"qpid.replicate": "none"}, {"qpid.replicate": "all"}])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["x", "y"]), EXCHANGE_ARGUMENTS), max_size=2),
+    st.lists(
+        st.tuples(NAMES, st.sampled_from(ReplicateLevel)),
+        max_size=4,
+    ),
+    st.lists(
+        st.tuples(st.sampled_from(["x", "y", "amq.topic"]), st.sampled_from(["a", "b", "x"])),
+        max_size=8,
+    ),
+    st.booleans(),
+)
+def test_a_snapshot_sends_the_bindings_each_is_replicated_by(
+    exchanges: list[tuple[str, dict[str, Any]]],
+    queues: list[tuple[str, ReplicateLevel]],
+    bindings: list[tuple[str, str]],
+    standard_exchanges: bool,
+) -> None:
+    """A snapshot asks each exchange's part of the rule once: the bindings it sends are
+    those :meth:`PrimaryStreams.binding_replicated` says are, one by one."""
+    ctx, _ = primary_context()
+    streams = ctx.streams
+    assert isinstance(streams, PrimaryStreams)
+    vhost = ctx.vhost
+    for name, arguments in exchanges:
+        with contextlib.suppress(AmqpError):
+            vhost.declare_exchange(name, "topic", arguments=arguments)
+    for name, level in queues:
+        apply(vhost, ("declare", name, {"qpid.replicate": level.value}, False))
+    for source, destination in bindings:
+        try:
+            if destination == "x":
+                vhost.bind_exchange("x", source, "k")
+            else:
+                vhost.bind(destination, source, "k")
+        except AmqpError:
+            pass
+    sent = streams.snapshot(standard_exchanges=standard_exchanges)["bindings"]
+    expected = [
+        binding_config(b)
+        for b in vhost.bindings()
+        if streams.binding_replicated(b, standard_exchanges)
+    ]
+    assert sent == expected
