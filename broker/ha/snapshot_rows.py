@@ -25,7 +25,8 @@ again when the level differs). A queue or binding deleted is forgotten; one of t
 name declared again is another object, with a row of its own. Kept by object, not by
 name: a row is never served for an object it was not made of.
 
-Costs: a row's encoding at each declare and bind (5-8 µs), ~0.3 KiB a queue.
+Costs: a row's encoding at each declare and bind (6-7 µs of CPU an object), and its
+bytes: 3.6 MiB for 10,000 queues and 5,000 bindings (~0.4 KiB a queue).
 
 THREAD UNSAFE: the broker's event loop owns it.
 """
