@@ -4,10 +4,11 @@
 :func:`start_primary`: the store's new era, the new era's replication ids on every queue,
 the cluster's id (its first primary creates it) and the expected backups, guarded on each
 queue at its first use (:meth:`~broker.ha.primary.Primary.guard_on_first_use`: every queue
-marked, a slice a turn; their guards on every queue before serving were 70-140 ms of CPU at
-10,000 queues, issue 25). It runs a slice a turn of the loop, before the role hears
-``PrimaryStarted``: until then the broker is not primary (no client is admitted, its link
-is dropped), so nothing is enqueued or delivered on a queue a later slice marks.
+marked; their guards on every queue before serving were 70-140 ms of CPU at 10,000
+queues, issue 25). It runs in slices, as many a turn of the loop as a CPU budget allows
+(:func:`in_turns`), before the role hears ``PrimaryStarted``: until then the broker is not
+primary (no client is admitted, its link is dropped), so nothing is enqueued or delivered
+on a queue a later slice marks.
 
 The files are written in a thread (a small file's two fsyncs wait for the disk's journal:
 28-31 ms each on a busy disk, issue 25), the store's era while the loop makes the era's
@@ -32,7 +33,7 @@ from broker.ha.id_era import enter_era_steps
 from broker.ha.primary import Primary
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.store_lineage import StoreLineage
-from common.slices import Steps
+from common.slices import TURN_BUDGET, Steps
 
 
 async def start_primary(
@@ -49,9 +50,10 @@ async def start_primary(
 ) -> Primary:
     """The primary's guards, with the ``expected`` backups (id -> url) guarded on every
     replicated queue from its first use on (the role's ``GuardBackup`` then finds them),
-    the queues a slice a turn: the era's ids and the guards' marks in the same turns (each
-    turn lets every other ready callback run first: on a loaded machine a turn, not the
-    slice's millisecond, is what a promotion waits for). ``timings``: told the
+    the queues in slices, as many a turn as :data:`~common.slices.TURN_BUDGET` of CPU
+    allows (:func:`in_turns`): the era's ids and the guards' marks side by side (each turn
+    lets every other ready callback run first: on a loaded machine a turn, not the slice's
+    millisecond, is what a promotion waits for). ``timings``: told the
     milliseconds of the work in memory (``in_memory``) and of the wait after it for the
     store's era to be durable (``durable_wait``)."""
     began = time.monotonic()
@@ -96,10 +98,25 @@ def loop_call_soon() -> Callable[[Callable[[], None]], object] | None:
         return None
 
 
-async def in_turns(steps: Steps[None]) -> None:
-    """Run ``steps``, a slice a turn of the loop."""
+#: CPU a turn of the loop gives a promotion's slices (:func:`in_turns`; 0: a slice a turn).
+PROMOTION_TURN_CPU = TURN_BUDGET
+
+
+async def in_turns(
+    steps: Steps[None], budget: float | None = None, cpu: Callable[[], float] = time.thread_time
+) -> None:
+    """Run ``steps``: slice after slice while the turn has used less than ``budget`` of the
+    loop thread's CPU (``cpu``), then the rest at the next turn of the loop. At 10,000
+    queues the era's ids and the guards' marks are 5-6 ms of CPU: one turn, where a turn
+    each slice cost the promotion 0.2-0.7 s at load 20-30 (every other ready callback
+    first, each time: issue 25); at 100,000, a few turns of about the budget. ``budget``
+    None: :data:`PROMOTION_TURN_CPU`."""
+    budget = PROMOTION_TURN_CPU if budget is None else budget
+    began = cpu()
     for _ in steps:
-        await asyncio.sleep(0)
+        if cpu() - began >= budget:
+            await asyncio.sleep(0)
+            began = cpu()
 
 
 def together(*parts: Steps[None]) -> Steps[None]:
