@@ -56,9 +56,9 @@ from broker.core.errors import AmqpError, ReplyCode
 
 #: How long :meth:`AmqpClient.close` waits for connection.close-ok by default.
 CLOSE_TIMEOUT = 2.0
-#: StreamReader buffer limit and read size: large, so a busy link reads in big chunks.
 #: Channels a lost connection closes a turn of the loop (:meth:`AmqpClient._close_channels`).
 CHANNELS_CLOSED_A_TURN = 500
+#: StreamReader buffer limit and read size: large, so a busy link reads in big chunks.
 _READ_LIMIT = 1 << 22
 _READ_SIZE = 1 << 20
 
