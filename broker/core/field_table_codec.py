@@ -41,11 +41,13 @@ from common.slices import SLICE, Steps
 __all__ = [
     "LOSSLESS_DECIMAL",
     "MAX_KEY_BYTES",
+    "Encoded",
     "Grammar",
     "decode_table",
     "decode_table_steps",
     "encode_table",
     "encode_table_steps",
+    "encode_value",
     "lossless_grammar",
     "read_table",
 ]
@@ -86,6 +88,25 @@ def lossless_grammar(max_depth: int, what: str) -> Grammar:
 
 
 # -- encoding ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """An item of a top-level array that :func:`encode_table_steps` writes as it is: the
+    bytes :func:`encode_value` gave for it at depth 2, with the same ``max_depth`` (a
+    snapshot row encoded once, when its object was made: :mod:`broker.ha.snapshot_rows`)."""
+
+    data: bytes
+
+
+#: How many :class:`Encoded` items weigh as much in a slice as one item encoded there.
+ENCODED_WEIGHT = 32
+
+
+def encode_value(value: object, *, depth: int, max_depth: int, what: str) -> bytes:
+    """``value`` as a field value (its type byte first) at ``depth``, as the tables that
+    hold it there write it; :class:`ValueError` as :func:`encode_table`'s."""
+    return _Writer(max_depth, what).value(value, depth)
+
+
 def encode_table(table: Mapping[Any, Any], *, max_depth: int, what: str) -> bytes:
     """``table`` as a field table (its u32 length first); :class:`ValueError` starting with
     ``what`` and naming what it cannot carry exactly (see the module docstring)."""
@@ -97,9 +118,11 @@ def encode_table_steps(
 ) -> Steps[bytes]:
     """:func:`encode_table` in slices (:mod:`common.slices`): the items of the table's
     top-level arrays (a snapshot's queues, exchanges, bindings) ``size`` a slice; the same
-    bytes and the same errors."""
+    bytes and the same errors. An :class:`Encoded` item is written as it is, and weighs
+    :data:`ENCODED_WEIGHT` times less in a slice (its bytes are joined, not made)."""
     writer = _Writer(max_depth, what)
     parts = []
+    full = size * ENCODED_WEIGHT
     for key, value in table.items():
         if not isinstance(value, list | tuple):
             parts.append(writer.table({key: value}, 0)[4:])
@@ -108,9 +131,16 @@ def encode_table_steps(
             writer.value(value, 1)  # raises: nested too deep, as encode_table says
         parts.append(writer.table({key: None}, 0)[4:-1])  # the field name alone
         items = []
-        for i, item in enumerate(value, 1):
-            items.append(writer.value(item, 2))
-            if i % size == 0:
+        weight = 0
+        for item in value:
+            if type(item) is Encoded:
+                items.append(item.data)
+                weight += 1
+            else:
+                items.append(writer.value(item, 2))
+                weight += ENCODED_WEIGHT
+            if weight >= full:
+                weight = 0
                 yield
         body = b"".join(items)
         parts.append(b"A" + _U32.pack(len(body)) + body)

@@ -431,6 +431,7 @@ class BackupLink:
             # still being opened would only raise it.
             lease = await client.open_channel()
             await lease.consume(LEASE_STREAM, self._lease_callback(lease))
+            subscriptions.mark("lease_consumed")
         config = await client.open_channel()
         await config.qos(self.credit)
         self._config = ConfigApplier(
@@ -445,7 +446,14 @@ class BackupLink:
             decoded=subscriptions.config_decoded,
             seen=subscriptions.config_field_decoded,
         )
-        await config.consume(CONFIG_STREAM, self._config.delivered)
+        delivered = self._config.delivered
+
+        def on_config(delivery: Delivery) -> None:
+            subscriptions.mark("snapshot_received")  # the first delivery: the snapshot
+            delivered(delivery)
+
+        await config.consume(CONFIG_STREAM, on_config)
+        subscriptions.mark("config_consumed")
         closed = asyncio.ensure_future(client.wait_closed())
         broken = asyncio.ensure_future(self._broken.wait())
         # a silent link is probed: a primary's host that acknowledges nothing is cut off

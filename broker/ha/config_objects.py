@@ -12,13 +12,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 from broker.core.exchange import EXCHANGE, Binding, Exchange
+from broker.core.field_table_codec import Encoded
 from broker.core.queue import Queue
 from broker.core.vhost import VHOST, VirtualHost
 from broker.ha.replicate_level import ReplicateLevel
 from common.slices import SLICE, Steps, rows_in_slices
+
+#: Objects a slice when their rows were encoded ahead (a look-up each, no row made).
+ENCODED_SLICE = 4 * SLICE
+
+
+class EncodedRows(Protocol):
+    """Rows encoded ahead (:class:`~broker.ha.snapshot_rows.SnapshotRows`): a snapshot
+    joins them instead of making and encoding them (None: not encodable, the row made
+    here, whose encoding then says why)."""
+
+    def queue_row(self, queue: Queue, level: ReplicateLevel) -> Encoded | None: ...
+
+    def binding_row(self, binding: Binding) -> Encoded | None: ...
 
 
 def in_vhost(config: dict[str, Any], vhost: str) -> dict[str, Any]:
@@ -79,12 +93,17 @@ def snapshot_steps(
     exchange_level: Callable[[Exchange], ReplicateLevel],
     binding_replicated: Callable[[Binding], bool],
     size: int = SLICE,
+    encoded: EncodedRows | None = None,
 ) -> Steps[dict[str, Any]]:
     """The snapshot event of what ``vhosts`` replicate, as of this call: the queues,
     exchanges and bindings are listed now, each row is read when its slice (``size``
     objects) runs. A configuration stream pushes every change from the same moment, after
     the snapshot: an object changed or deleted meanwhile is shown as it is then, and its
     change or deletion follows the snapshot, so the backup ends where the primary is.
+
+    ``encoded``: the queues' and bindings' rows as :class:`Encoded` items where it has them
+    (for the link's encoder that made them: the same bytes), :data:`ENCODED_SLICE` objects
+    a slice.
 
     The queues are listed busiest first (most messages enqueued, then in the order they
     were made): a member linking to a new primary subscribes the queues it heard traffic
@@ -100,10 +119,11 @@ def snapshot_steps(
         exchanges,
         bindings,
         names if len(vhosts) > 1 else None,
-        size,
+        size if encoded is None else max(size, ENCODED_SLICE),
         queue_level,
         exchange_level,
         binding_replicated,
+        encoded,
     )
 
 
@@ -119,17 +139,24 @@ def _snapshot_rows(
     queue_level: Callable[[Queue], ReplicateLevel],
     exchange_level: Callable[[Exchange], ReplicateLevel],
     binding_replicated: Callable[[Binding], bool],
+    encoded: EncodedRows | None = None,
 ) -> Steps[dict[str, Any]]:
-    def queue_row(queue: Queue) -> dict[str, Any] | None:
+    def queue_row(queue: Queue) -> dict[str, Any] | Encoded | None:
         level = queue_level(queue)
-        return None if level is ReplicateLevel.NONE else queue_config(queue, level)
+        if level is ReplicateLevel.NONE:
+            return None
+        row = None if encoded is None else encoded.queue_row(queue, level)
+        return queue_config(queue, level) if row is None else row
 
     def exchange_row(exchange: Exchange) -> dict[str, Any] | None:
         replicated = exchange_level(exchange) is not ReplicateLevel.NONE
         return exchange_config(exchange) if replicated else None
 
-    def binding_row(binding: Binding) -> dict[str, Any] | None:
-        return binding_config(binding) if binding_replicated(binding) else None
+    def binding_row(binding: Binding) -> dict[str, Any] | Encoded | None:
+        if not binding_replicated(binding):
+            return None
+        row = None if encoded is None else encoded.binding_row(binding)
+        return binding_config(binding) if row is None else row
 
     queue_rows = yield from rows_in_slices(queues, queue_row, size)
     exchange_rows = yield from rows_in_slices(exchanges, exchange_row, size)

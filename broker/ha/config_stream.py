@@ -16,7 +16,9 @@ THREAD UNSAFE: the primary's event loop owns the streams.
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.exchange import Binding, Exchange
@@ -29,12 +31,15 @@ from broker.ha.config_objects import binding_config, exchange_config, in_vhost, 
 from broker.ha.link_format import Codec
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_errors import event_object
+from common.log import get_logger
 from common.slices import SLICE, Steps
 
 if TYPE_CHECKING:
     from broker.amqp.stream_sink import StreamSink
 
 __all__ = ["ConfigSource", "ConfigStream"]
+
+_log = get_logger("ha")
 
 
 class ConfigSource(Protocol):
@@ -56,9 +61,14 @@ class ConfigSource(Protocol):
         ...
 
     def snapshot_steps(
-        self, size: int = SLICE, *, standard_exchanges: bool = True
+        self,
+        size: int = SLICE,
+        *,
+        standard_exchanges: bool = True,
+        encode_row: Callable[[dict[str, Any]], bytes] | None = None,
     ) -> Steps[dict[str, Any]]:
-        """The replicated configuration as of this call, in slices."""
+        """The replicated configuration as of this call, in slices; with rows encoded
+        ahead by ``encode_row`` (the link's encoder) where it has them."""
         ...
 
 
@@ -84,10 +94,16 @@ class ConfigStream(ChannelStream):
         self._encoding: Steps[bytes] | None = None
         #: Events to send; the first, the snapshot, is built a slice a pump, then encoded.
         self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = [
-            streams.snapshot_steps(standard_exchanges=self.carries_standard_bindings)
+            streams.snapshot_steps(
+                standard_exchanges=self.carries_standard_bindings,
+                encode_row=codec.encode_snapshot_row,
+            )
         ]
         self.pushed = 1
         guard.pushed(self.key, 1)
+        #: When the stream opened, and how many pumps its snapshot took (``ha_snapshot_sent``).
+        self._opened = time.monotonic()
+        self._pumps = 0
         self.acked = 0
         self._sent: deque[tuple[int, int]] = deque()  # (delivery tag, event number)
         self._acked_tags: set[int] = set()
@@ -105,6 +121,8 @@ class ConfigStream(ChannelStream):
         while self._pending and self.can_send:
             number = self.pushed - len(self._pending) + 1
             event = self._pending[0]
+            if number == 1:
+                self._pumps += 1
             if not isinstance(event, dict):  # the snapshot's rows, a slice a pump
                 try:
                     next(event)
@@ -130,6 +148,13 @@ class ConfigStream(ChannelStream):
             del self._pending[0]
             tag = self._deliver(body)
             self._sent.append((tag, number))
+            if number == 1:
+                _log.debug(
+                    "ha_snapshot_sent",
+                    bytes=len(body),
+                    pumps=self._pumps,
+                    ms=round((time.monotonic() - self._opened) * 1000.0, 1),
+                )
 
     def acknowledged(self, delivery_tag: int, multiple: bool) -> None:
         self.in_flight = 0 if multiple else max(0, self.in_flight - 1)

@@ -34,6 +34,7 @@ THREAD UNSAFE: the broker's event loop owns it.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -69,7 +70,7 @@ from broker.ha.names import (
     STATUS_PROPERTY,
 )
 from broker.ha.primary import Primary, PrimaryListener
-from broker.ha.primary_start import start_primary
+from broker.ha.primary_start import loop_call_soon, start_primary
 from broker.ha.promotion_quiet import PromotionQuiet
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_contract import ContractFloor, ReplicationContract
@@ -104,12 +105,13 @@ from broker.ha.role_events import (
     StartPrimary,
     Tick,
 )
+from broker.ha.snapshot_rows import SnapshotRows
 from broker.ha.state import HaState
 from broker.ha.store_lineage import StoreLineage
 from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
 from common.log import get_logger, set_log_context
-from common.slices import Steps, run_steps
+from common.slices import Steps, run_in_turns, run_steps
 from common.url import Address, parse_url
 from common.version import replication_formats
 
@@ -168,6 +170,10 @@ class HaBroker:
         self.contract_floor = ContractFloor(self.formats)
         # What a client declares must be what the replication wire carries (issue 24).
         vhost.hold_contract(ReplicationContract(self.replicate_default, self.contract_floor))
+        #: Each queue's and binding's snapshot row, encoded as each is declared, whatever
+        #: the role: a promoted backup's first snapshots join them (issue 25).
+        self.rows = SnapshotRows(self.replicate_default)
+        vhost.listeners.append(self.rows)
         self.primary: Primary | None = None
         #: The member lease (issue 26): its grants, promises and serving check.
         self.lease = LeaseKeeper(
@@ -203,6 +209,9 @@ class HaBroker:
             cluster_users=context.authenticator.cluster_users,
         )
         self._promoting = asyncio.Lock()
+        #: The promotion's awaited steps and their parts, in milliseconds (logged once
+        #: it ends: ``ha_promotion_steps``).
+        self._promotion_steps: dict[str, float] = {}
         #: the epochs the promotion in progress was told ended (``promote``'s ``ended``)
         self._ended: frozenset[int] = frozenset()
         #: While promoted (and a moment after), housekeeping over every queue waits.
@@ -360,6 +369,9 @@ class HaBroker:
             link_maintenance_interval=self.options.link_maintenance_interval,
             ha_backup_timeout=self.options.ha_backup_timeout,
         )
+        # the rows of what the store recovered before this broker listened, a slice a turn
+        vhosts = list(self.vhost) if isinstance(self.vhost, VirtualHosts) else [self.vhost]
+        run_in_turns(self.rows.warm_steps(vhosts), loop_call_soon())
         self.handle(Start())
 
     async def stop(self) -> None:
@@ -479,10 +491,16 @@ class HaBroker:
                 self.quiet.began(self.now())
             self._awaiting.clear()
             self._ended = ended
+            steps = self._promotion_steps = {}  # each awaited step's milliseconds (logged)
             try:
                 self.handle(PromoteRequested(epoch, members, store_named))
                 while self._awaiting:
-                    await self._awaiting.popleft()()
+                    step = self._awaiting.popleft()
+                    began = time.monotonic()
+                    await step()
+                    name = getattr(step, "func", step).__name__.lstrip("_")
+                    steps[name] = round((time.monotonic() - began) * 1000.0, 1)
+                self.log_.debug("ha_promotion_steps", **steps)
             except PromoteError:
                 raise
             except Exception as exc:
@@ -527,6 +545,7 @@ class HaBroker:
             replicate_default=self.replicate_default,
             clock=self.context.clock,
             auto_delete_grace=self.options.ha_backup_timeout,
+            timings=self._promotion_steps,
         )
         self.primary = primary
         events = BackupEventsToRole(
@@ -538,6 +557,7 @@ class HaBroker:
             log=self.log_,
         )
         self.streams = PrimaryStreams(primary, events, self.formats)
+        self.streams.rows = self.rows  # the snapshots' rows, encoded ahead
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.streams.lease_events = self.lease  # the member lease's grants
         self.streams.users.serve(self.context.authenticator.cluster_users)  # format 4's links

@@ -112,6 +112,10 @@ class Codec:
     encode_config_steps: Callable[[dict[str, Any]], Steps[bytes]] = wire_config.encode_config_steps
     #: The rules its configuration events are decoded by.
     config_grammar: Grammar = FORMAT_1
+    #: How :attr:`encode_config_steps` writes one row of a snapshot (None: no row is
+    #: written ahead; format 1): a snapshot may carry rows encoded so when their objects
+    #: were made (:mod:`broker.ha.snapshot_rows`), by this very function.
+    encode_snapshot_row: Callable[[dict[str, Any]], bytes] | None = None
 
     def decode_config_steps(
         self, data: bytes, seen: Callable[[str, Any], None] | None = None
@@ -141,6 +145,7 @@ _FORMAT_2 = Codec(
     stream_name_argument=True,
     encode_config_steps=wire_config2.encode_config_steps,
     config_grammar=wire_config2.GRAMMAR,
+    encode_snapshot_row=wire_config2.encode_snapshot_row,
 )
 
 #: Every format this code can write and read, by number (see the module docstring).

@@ -4,10 +4,11 @@
 :func:`start_primary`: the store's new era, the new era's replication ids on every queue,
 the cluster's id (its first primary creates it) and the expected backups, guarded on each
 queue at its first use (:meth:`~broker.ha.primary.Primary.guard_on_first_use`: every queue
-marked, a slice a turn; their guards on every queue before serving were 70-140 ms of CPU at
-10,000 queues, issue 25). It runs a slice a turn of the loop, before the role hears
-``PrimaryStarted``: until then the broker is not primary (no client is admitted, its link
-is dropped), so nothing is enqueued or delivered on a queue a later slice marks.
+marked; their guards on every queue before serving were 70-140 ms of CPU at 10,000
+queues, issue 25). It runs in slices, as many a turn of the loop as a CPU budget allows
+(:func:`in_turns`), before the role hears ``PrimaryStarted``: until then the broker is not
+primary (no client is admitted, its link is dropped), so nothing is enqueued or delivered
+on a queue a later slice marks.
 
 The files are written in a thread (a small file's two fsyncs wait for the disk's journal:
 28-31 ms each on a busy disk, issue 25), the store's era while the loop makes the era's
@@ -23,6 +24,7 @@ THREAD UNSAFE: the broker's event loop runs it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +33,7 @@ from broker.ha.id_era import enter_era_steps
 from broker.ha.primary import Primary
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.store_lineage import StoreLineage
-from common.slices import Steps
+from common.slices import TURN_BUDGET, Steps
 
 
 async def start_primary(
@@ -44,10 +46,17 @@ async def start_primary(
     replicate_default: ReplicateLevel,
     clock: Callable[[], float],
     auto_delete_grace: float,
+    timings: dict[str, float] | None = None,
 ) -> Primary:
     """The primary's guards, with the ``expected`` backups (id -> url) guarded on every
     replicated queue from its first use on (the role's ``GuardBackup`` then finds them),
-    the queues a slice a turn."""
+    the queues in slices, as many a turn as :data:`~common.slices.TURN_BUDGET` of CPU
+    allows (:func:`in_turns`): the era's ids and the guards' marks side by side (each turn
+    lets every other ready callback run first: on a loaded machine a turn, not the slice's
+    millisecond, is what a promotion waits for). ``timings``: told the
+    milliseconds of the work in memory (``in_memory``) and of the wait after it for the
+    store's era to be durable (``durable_wait``)."""
+    began = time.monotonic()
     # this era is the store's now: written in a thread while the loop works in memory
     written = asyncio.ensure_future(lineage.promoted(epoch))
     primary = Primary(
@@ -59,11 +68,19 @@ async def start_primary(
     )
     try:
         try:
-            await in_turns(enter_era_steps(list(vhost.queues.values()), epoch))  # no id reused
-            # each queue guarded for them at its first use (not all 10,000 before serving)
-            await in_turns(primary.guard_on_first_use(expected))
+            await in_turns(
+                together(
+                    enter_era_steps(list(vhost.queues.values()), epoch),  # no id reused
+                    # each queue guarded for them at its first use (not all 10,000 now)
+                    primary.guard_on_first_use(expected),
+                )
+            )
         finally:
+            in_memory = time.monotonic()
             await written  # durable (or its EpochError raised) before anything else is written
+        if timings is not None:
+            timings["in_memory"] = round((in_memory - began) * 1000.0, 1)
+            timings["durable_wait"] = round((time.monotonic() - in_memory) * 1000.0, 1)
         await identity.promoted()  # the cluster's first primary creates its id
     except BaseException:
         for backup_id in expected:  # not primary: no queue's first use guards anything
@@ -81,7 +98,35 @@ def loop_call_soon() -> Callable[[Callable[[], None]], object] | None:
         return None
 
 
-async def in_turns(steps: Steps[None]) -> None:
-    """Run ``steps``, a slice a turn of the loop."""
+#: CPU a turn of the loop gives a promotion's slices (:func:`in_turns`; 0: a slice a turn).
+PROMOTION_TURN_CPU = TURN_BUDGET
+
+
+async def in_turns(
+    steps: Steps[None], budget: float | None = None, cpu: Callable[[], float] = time.thread_time
+) -> None:
+    """Run ``steps``: slice after slice while the turn has used less than ``budget`` of the
+    loop thread's CPU (``cpu``), then the rest at the next turn of the loop. At 10,000
+    queues the era's ids and the guards' marks are 5-6 ms of CPU: one turn, where a turn
+    each slice cost the promotion 0.2-0.7 s at load 20-30 (every other ready callback
+    first, each time: issue 25); at 100,000, a few turns of about the budget. ``budget``
+    None: :data:`PROMOTION_TURN_CPU`."""
+    budget = PROMOTION_TURN_CPU if budget is None else budget
+    began = cpu()
     for _ in steps:
-        await asyncio.sleep(0)
+        if cpu() - began >= budget:
+            await asyncio.sleep(0)
+            began = cpu()
+
+
+def together(*parts: Steps[None]) -> Steps[None]:
+    """``parts`` side by side: a slice of each a turn, in the order given, until all ended."""
+    live = list(parts)
+    while live:
+        for part in list(live):
+            try:
+                next(part)
+            except StopIteration:
+                live.remove(part)
+        if live:
+            yield

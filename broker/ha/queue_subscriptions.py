@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -162,10 +163,25 @@ class QueueSubscriptions:
         self._heard: dict[str, QueueReplicator] | None = None
         #: The event being decoded had rows of queues before its ``type`` (format 1).
         self._queues_seen = False
+        #: When the link came up, its first snapshot's decoding began, and the first busy
+        #: queue's stream was subscribed before it was applied (``ha_snapshot_applied``'s
+        #: ``decoding_ms`` and ``first_busy_ms``: a fail-over's phases).
+        self._began = time.monotonic()
+        self._decoding: float | None = None
+        self._first_busy: float | None = None
+        #: The link's own steps before its first snapshot, each the first time it came
+        #: (:meth:`mark`; ``ha_snapshot_applied``'s ``link_ms``).
+        self._marks: dict[str, float] = {}
 
     def end(self) -> None:
         """The link went down: subscribe nothing more."""
         self.client = None
+
+    def mark(self, step: str) -> None:
+        """The link's ``step`` came now (its first time is logged with the first snapshot:
+        the lease and configuration streams consumed, the snapshot received)."""
+        if self._first_snapshot and step not in self._marks:
+            self._marks[step] = time.monotonic()
 
     def config_field_decoded(self, name: str, value: Any) -> None:
         """As a configuration event is decoded, each field and each item of an array field
@@ -181,6 +197,8 @@ class QueueSubscriptions:
         if name == "type":
             self._heard = None
             first = self._first_snapshot and self._early is None
+            if value == "snapshot" and first and self._decoding is None:
+                self._decoding = time.monotonic()
             if value == "snapshot" and first and not self._queues_seen:
                 replicators = self.replicator.replicators
                 self._heard = {key: r for key, r in replicators.items() if r.traffic}
@@ -263,6 +281,9 @@ class QueueSubscriptions:
                 queues=len(replicators),
                 subscribed_before=len(before),
                 busiest=before[:LOGGED_QUEUES],
+                decoding_ms=self._since_link(self._decoding),
+                first_busy_ms=self._since_link(self._first_busy),
+                link_ms={step: self._since_link(at) for step, at in self._marks.items()},
             )
         for name in subscribe:
             if name not in self._subscribed:
@@ -270,6 +291,9 @@ class QueueSubscriptions:
                 self._to_subscribe.names.append(name)
         self._start_subscribers()
         self._check_caught_up()
+
+    def _since_link(self, at: float | None) -> float | None:
+        return None if at is None else round((at - self._began) * 1000.0, 1)
 
     def _start_subscribers(self) -> None:
         pending = self._to_subscribe
@@ -345,6 +369,8 @@ class QueueSubscriptions:
             for answer in answers:
                 if isinstance(answer, BaseException):
                     raise answer
+            if self._first_busy is None and self._first_snapshot and self._early:
+                self._first_busy = time.monotonic()  # a busy queue's stream, before the rest
         except (ValueError, TypeError) as exc:  # e.g. a stream name the link cannot carry
             self._failed(queue_object(replicator.queue), described(exc))
         except ClientError as exc:

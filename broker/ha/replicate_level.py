@@ -46,6 +46,8 @@ __all__ = [
     "QPID_REPLICATE",
     "ReplicateLevel",
     "binding_replicated",
+    "destination_replicated",
+    "exchange_admits_bindings",
     "exchange_replicated",
     "is_builtin_exchange",
     "is_standard_exchange",
@@ -194,15 +196,27 @@ def binding_replicated(
     """
     if exchange.name != binding.exchange:
         raise ValueError(f"binding is on exchange {binding.exchange!r}, not on {exchange.name!r}")
+    return exchange_admits_bindings(
+        exchange, default, standard_exchanges
+    ) and destination_replicated(binding.destination, default)
+
+
+# "At CONFIGURATION or ALL" is "not NONE" (three levels), asked without the ordering's
+# calls: a snapshot asks this of every binding (5,000: 10 ms of CPU with them).
+def exchange_admits_bindings(
+    exchange: Exchange, default: ReplicateLevel, standard_exchanges: bool = True
+) -> bool:
+    """:func:`binding_replicated`'s part that depends on the binding's exchange alone."""
     if is_standard_exchange(exchange):
-        if not standard_exchanges:
-            return False
-    elif exchange_replicated(exchange, default) < ReplicateLevel.CONFIGURATION:
-        return False
-    destination = binding.destination
+        return standard_exchanges
+    return exchange_replicated(exchange, default) is not ReplicateLevel.NONE
+
+
+def destination_replicated(destination: Queue | Exchange, default: ReplicateLevel) -> bool:
+    """:func:`binding_replicated`'s part that depends on the binding's destination alone."""
     if isinstance(destination, Exchange):
         return (
             is_builtin_exchange(destination)
-            or exchange_replicated(destination, default) >= ReplicateLevel.CONFIGURATION
+            or exchange_replicated(destination, default) is not ReplicateLevel.NONE
         )
-    return queue_level(destination, default) >= ReplicateLevel.CONFIGURATION
+    return queue_level(destination, default) is not ReplicateLevel.NONE

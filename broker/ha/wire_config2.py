@@ -37,6 +37,7 @@ from broker.core.field_table_codec import (
     MAX_KEY_BYTES,
     encode_table,
     encode_table_steps,
+    encode_value,
     lossless_grammar,
 )
 from broker.core.field_tables import MAX_DEPTH as AMQP_MAX_DEPTH
@@ -51,6 +52,7 @@ __all__ = [
     "decode_config_event",
     "encode_config_event",
     "encode_config_steps",
+    "encode_snapshot_row",
 ]
 
 #: How deep an object's arguments sit in an event (snapshot -> list -> object -> arguments).
@@ -90,3 +92,12 @@ def encode_config_steps(event: dict[str, Any], size: int = SLICE) -> Steps[bytes
     return (
         yield from encode_table_steps(event, max_depth=MAX_DEPTH, what="config event", size=size)
     )
+
+
+def encode_snapshot_row(row: dict[str, Any]) -> bytes:
+    """One object of a snapshot's ``queues``, ``exchanges`` or ``bindings`` as
+    :func:`encode_config_steps` writes it there (an item of a top-level array: depth 2),
+    for a :class:`~broker.core.field_table_codec.Encoded` item of a later snapshot
+    (:mod:`broker.ha.snapshot_rows`); :class:`ValueError` as the snapshot's encoding would
+    raise it."""
+    return encode_value(row, depth=2, max_depth=MAX_DEPTH, what="config event")

@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import math
 import os
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -205,6 +206,7 @@ class HaEndpoints:
         saw reaped (ha_agent.ended): this broker's grants to them are not waited out before
         it serves (issue 26). The answer names the instance promoted (``pid``,
         ``broker_id``)."""
+        began = time.monotonic()
         ha = self._ha()
         data = await _manager_command(
             request,
@@ -259,7 +261,12 @@ class HaEndpoints:
                 ha.grant_lease(lease)
         except PromoteError as exc:
             raise ApiError(HTTPStatus.CONFLICT, str(exc)) from exc
-        self.log.info("ha_promote_requested", user=user, epoch=ha.epoch, agent=agent)
+        # took_ms: from the request's handler to here (the promotion itself); its
+        # arrival is the log line's time less it (issue 25: a fail-over's phases)
+        took_ms = round((time.monotonic() - began) * 1000.0, 1)
+        self.log.info(
+            "ha_promote_requested", user=user, epoch=ha.epoch, agent=agent, took_ms=took_ms
+        )
         # pid and broker_id: the instance promoted, which its agent may later record as
         # ended once it saw that very process reaped (ha_agent.ended)
         return json_response(
