@@ -22,28 +22,11 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-
-def events(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        event["t"] = datetime.fromisoformat(event["ts"].replace("Z", "+00:00")).timestamp()
-        out.append(event)
-    return out
-
-
-def event(items: list[dict[str, Any]], after: float, name: str, **match: Any) -> dict[str, Any]:
-    for e in items:
-        if e["t"] >= after and e["event"] == name and all(e.get(k) == v for k, v in match.items()):
-            return e
-    return {}
+from failover_phases import events
+from failover_phases import first as event  # the first such event after, or {}
 
 
 def first(items: list[dict[str, Any]], after: float, name: str, **match: Any) -> float | None:
