@@ -137,7 +137,10 @@ def test_a_starved_primary_is_not_fenced_a_stopped_one_is_and_a_starved_backup_f
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         (primary.dir / "busy").unlink()  # its successor is not starved
-        assert "fenced" in str(killed["reason"]) and took >= 2.0
+        # not before --broker-timeout (2 s), counted by the agent from the broker's last
+        # answer, which may precede the SIGSTOP by one of its checks (0.1 s apart, later
+        # at load): 1.92 s after the SIGSTOP was seen at load 10
+        assert "fenced" in str(killed["reason"]) and took >= 2.0 - 0.5
 
         def promoted() -> Node | None:
             record = agents.primary_record()
