@@ -152,11 +152,11 @@ class LivenessReader:
     def read(self, node: str, timeout: float = 1.0) -> dict[str, Any] | str | None:
         """``node``'s ``GET /liveness``; None: a definite no answer (nothing listened);
         :data:`UNKNOWN`: none within ``timeout``, or one that could not be read."""
-        port = self.ports.get(node, self.port)
+        port: int | str | None = self.ports.get(node, self.port)
         if port is None:
             port = self._learn(node, timeout)
-            if port is None or isinstance(port, str):
-                return port
+        if port is None or isinstance(port, str):
+            return port
         try:
             answer = json.loads(self.fetch(node, port, "/liveness", timeout))
         except OSError as exc:
