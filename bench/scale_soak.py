@@ -24,7 +24,8 @@ once another primary serves), ``restart-backup`` (a backup broker SIGTERMed, res
 its agent). Every second it notes the primary (as the brokers say it off their event
 loops, ``GET /liveness``: :class:`soak_clusters.LivenessReader`; a primary cut off by a
 partition counts until it fences itself, so the drill's confirm gaps are the measure of
-service) and the load average.
+service; a sample in which no broker said so and one did not answer within 1 s is
+``unknown``, not none) and the load average.
 
 At the end, from the logs: fences and exits by the agents (``agent_fenced``,
 ``zookeeper_session_fence``, ``broker_killed``, ``broker_process_exited``), one entry per
@@ -33,10 +34,12 @@ then the supervisor's ``broker_process_exited``, all of one instance), with when
 and why (a fence within 30 s after a fault or its heal, of the broker the fault hit, is the
 fault's; any other is a healthy broker fenced); each stretch without a primary (one per
 primary fault is its fail-over; any other is time without a primary beyond the
-fail-overs); the drill's confirmed and lost messages, the backlog held at the end; each
-broker's loop steps of 100 ms or more (``loop_step_long``) and the longest step and
-collection of its ``loop_lag`` windows; the console's answer times and the connections'
-losses and reopening. Writes ``scale-soak.json``.
+fail-overs; its unknown samples count but where the drill's confirms went on, reported
+apart as unknown but served: :func:`without_primary`); the drill's confirmed and lost
+messages, the backlog held at the end; each broker's loop steps of 100 ms or more
+(``loop_step_long``) and the longest step and collection of its ``loop_lag`` windows; the
+console's answer times and the connections' losses and reopening. Writes
+``scale-soak.json``.
 
     .venv/bin/python bench/scale_soak.py --queues 10000 --duration 1800 --rate 20
     .venv/bin/python bench/scale_soak.py --netns --queues 10000 --duration 1800 --rate 20 \
