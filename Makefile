@@ -117,7 +117,9 @@ unit: $(STAMP) $(WHEELHOUSE)/.done system-packages $(NODE_CLIENT)/node_modules/.
 # lint and typecheck beside unit, not in front of it (a sub-make with jobs): the same checks,
 # each must pass. From a clean clone (no .mypy_cache) mypy is ~39 CPU s, one core for about
 # 40 s quiet: it now runs while pip fetches the wheelhouse (the network) and beside the
-# tests, not before them. Their lines come when each ends, between pytest's.
+# tests, not before them. Their lines come when each ends, between pytest's; a check that
+# fails before the tests start keeps them from starting, one that fails later lets them end
+# (make test fails either way).
 test:
 	@$(MAKE) --no-print-directory -j 4 lint typecheck unit
 
