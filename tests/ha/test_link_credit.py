@@ -130,7 +130,7 @@ def queue_bytes(frames: list[tuple[int, Any]]) -> tuple[int, list[tuple[int, int
         if type(frame).__name__ == "ContentBody" and channel >= 2:
             size += len(frame.value)
         elif isinstance(frame, commands.Basic.Deliver) and channel == 1:
-            leases.append((channel, frame.delivery_tag))
+            leases.append((channel, int(frame.delivery_tag or 0)))
     return size, leases
 
 
