@@ -11,6 +11,7 @@ a fixed 2 s lease lapsed. Now at most 512 KiB is: the lease holds throughout the
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,6 @@ async def fill(port: int) -> None:
 
 
 def events(path: Path, name: str) -> list[dict[str, Any]]:
-    import json
-
     with open(path) as log:
         return [e for e in map(json.loads, log) if e.get("event") == name]
 
