@@ -10,31 +10,18 @@ primary confirms nothing: its time still counts). Sans I/O: answers and events i
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
-import sys
 import urllib.error
 from datetime import UTC, datetime
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.ha.scale_soak_module import scale_soak
 
-
-def _soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("scale_soak", ROOT / "bench" / "scale_soak.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("scale_soak", module)
-    spec.loader.exec_module(module)  # puts bench/ and deploy/ on the path
-    return module
-
-
-soak = _soak()
+soak = scale_soak()
 clusters = importlib.import_module("soak_clusters")
 UNKNOWN = clusters.UNKNOWN
 T0 = 1_800_000_000.0
