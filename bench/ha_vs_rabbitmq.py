@@ -319,10 +319,9 @@ def start_targets(stack: ExitStack, args: argparse.Namespace) -> list[Target]:
         except BrokerError as exc:
             raise TargetError(f"qpidd: {exc}") from None
         dep = Deployment("qpidd", members[0], members[1:])
-        targets.append(
-            Target("qpidd", members[0].url, members[0].pid, [b.pid for b in members[1:]],
-                   qpidd_ready(dep, args.ready_timeout))  # fmt: skip
-        )
+        others = [b.pid for b in members[1:]]
+        ready = qpidd_ready(dep, args.ready_timeout)
+        targets.append(Target("qpidd", members[0].url, members[0].pid, others, ready))
     if any(t in RABBITMQ_TARGETS for t in args.targets):
         port = args.rabbitmq_port
         pids = stack.enter_context(rabbitmq_cluster(port))
@@ -371,7 +370,7 @@ def measure(args: argparse.Namespace, targets: list[Target]) -> tuple[bool, list
         rows += lines
         verdicts += ratios
         if args.json:
-            for name, got in runs.items():
+            for got in runs.values():
                 d = json.loads(as_json(median_of(got.results), "median", args))
                 d.update(client=args.client, load1=got.loads, other_pct=got.other())
                 print(json.dumps(d, sort_keys=True), flush=True)

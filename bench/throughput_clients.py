@@ -38,8 +38,8 @@ import pika
 import pika.spec
 
 __all__ = [
-    "HEADER",
     "GRACE_S",
+    "HEADER",
     "TICK_S",
     "ChildSpec",
     "Consumer",
