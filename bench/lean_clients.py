@@ -213,6 +213,8 @@ def consume_091(host: str, port: int, queue: str, count: int, size: int, prefetc
     unpack = HEADER.unpack_from
     cpu = time.process_time()
     until: float | None = None  # with linger: when to stop reading
+    # Deliveries may have come in the same read as consume-ok: what is buffered goes first.
+    read = not buf
     while True:
         if received >= count:
             if until is None:
@@ -221,15 +223,17 @@ def consume_091(host: str, port: int, queue: str, count: int, size: int, prefetc
             if left <= 0:
                 break
             sock.settimeout(left)
-        try:
-            data = sock.recv(READ)
-        except TimeoutError:
-            if until is None:
-                raise
-            break  # lingered long enough
-        if not data:
-            raise Failed("socket closed")
-        buf += data
+        if read:
+            try:
+                data = sock.recv(READ)
+            except TimeoutError:
+                if until is None:
+                    raise
+                break  # lingered long enough
+            if not data:
+                raise Failed("socket closed")
+            buf += data
+        read = True
         pos, end = 0, len(buf)
         while end - pos >= 7:
             kind, _ch, fsize = _HEAD091.unpack_from(buf, pos)
