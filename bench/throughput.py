@@ -17,7 +17,10 @@ by its listening port) and `other%`, the CPU that unrelated processes used meanw
 one core: on shared cores, runs with a high other% are slowed by someone else's work.
 
 Both sides use pika's SelectConnection (callbacks, no threads): the same client is run
-against RabbitMQ and qpidd. Examples:
+against RabbitMQ and qpidd. ``--client lean`` runs bench/lean_clients.py's 0-9-1 pair
+instead (hand-built frames on one blocking socket a process, the same queues, window,
+prefetch, multiple acks and exactly-once check, a few times less client CPU a message).
+Examples:
 
     .venv/bin/python bench/throughput.py --url amqp://guest:guest@127.0.0.1:5672/%2F
     .venv/bin/python bench/throughput.py --pairs 1,4,16 --repeat 3 --json
