@@ -44,7 +44,7 @@ NODE_CLIENT := tests/compat/node
 WHEELHOUSE := $(VENV)/wheelhouse
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint typecheck unit rewritten-tests bench bench-ha bench-store bench-security bench-ha-fuzz bench-amqp10 clean venv system-packages demo-packages
+.PHONY: demo test lint typecheck unit rewritten-tests bench bench-ha bench-ha-rabbitmq bench-store bench-security bench-ha-fuzz bench-amqp10 clean venv system-packages demo-packages
 
 venv: $(STAMP)
 
@@ -131,6 +131,13 @@ clean:
 
 bench-ha: $(STAMP)
 	$(BIN)/python bench/ha_compare.py --pairs 1,4,16,64 --repeat 3 && $(BIN)/python bench/catchup.py --repeat 3
+
+# HA against HA (issue 32, item 5): qpidd primary + 2 backups against RabbitMQ 3.10.8's
+# mirrored and quorum queues on a cluster of 3 (bench/rabbitmq.sh cluster-start, 5761-5763),
+# persistent messages to durable queues, P = 1 and 4, 3 rotating rounds, with pika and then
+# with the lean 0-9-1 client (docs/benchmarks.md). About 15 minutes a client on a quiet machine.
+bench-ha-rabbitmq: $(STAMP)
+	$(BIN)/python bench/ha_vs_rabbitmq.py --pairs 1,4 --repeat 3 && $(BIN)/python bench/ha_vs_rabbitmq.py --pairs 1,4 --repeat 3 --client lean
 
 # Persistent confirmed throughput against RabbitMQ's durable classic and quorum queues, then
 # the recovery of 1M x 1 KiB persistent messages after a SIGKILL, then a backup holding them

@@ -8,9 +8,13 @@ B is a qpidd started here on free loopback ports; give --url-a/--url-b to compar
 running brokers instead (bench/hold_brokers.py starts one, e.g. an HA cluster of another
 build); --pids-a/--pids-b name more processes whose CPU counts as that broker's (an HA
 primary's backups), --persistent publishes persistent messages to durable queues. Each run's
-row follows a line with the 1-minute load average when it started.
+row follows a line with the 1-minute load average when it started. --client picks the client
+pair both brokers get: pika (the default, pika's SelectConnection) or lean
+(bench/lean_clients.py's hand-built 0-9-1 frames on a blocking socket, a few times less client
+CPU a message: on 2 shared cores pika's clients, not the broker, set the rate).
 
     .venv/bin/python bench/compare.py --pairs 1,4,16 --repeat 3
+    .venv/bin/python bench/compare.py --pairs 1,4,16 --repeat 3 --client lean
 """
 
 from __future__ import annotations
@@ -26,7 +30,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from throughput import add_common_args, check_args, messages_for, run_reported, term_to_exit
+from throughput import (
+    add_client_arg,
+    add_common_args,
+    check_args,
+    messages_for,
+    run_reported,
+    term_to_exit,
+)
 from throughput_results import (
     HEAD,
     RunResult,
@@ -103,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pids-b", type=parse_pids, default=[], help="more PIDs of broker B")
     ap.add_argument("--persistent", action="store_true", help="durable queues, persistent messages")
     add_common_args(ap)
+    add_client_arg(ap)
     args = ap.parse_args(argv)
     check_args(ap, args)
     # SIGTERM unwinds like ctrl-C, so the brokers started here are stopped on the way out.
@@ -154,7 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f" / {median_known(b, 'extra_us_per_msg', 1)}"
             )
     print_summary(
-        f"\nmedians of {args.repeat} alternating runs, {args.size} B messages:", medians, lines
+        f"\nmedians of {args.repeat} alternating runs, {args.size} B messages, client "
+        f"{args.client}:",
+        medians,
+        lines,
     )
     return 0 if ok else 1
 

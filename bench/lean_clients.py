@@ -32,10 +32,12 @@ import socket
 import struct
 import time
 from array import array
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from pamqp import commands, frame
-from throughput_clients import HEADER
+from throughput_clients import GRACE_S, HEADER, ChildSpec, child_signals
 
 from broker.amqp10 import codec
 from broker.amqp10.framing import (
@@ -78,10 +80,11 @@ class Failed(Exception):
 
 # -- AMQP 0-9-1 ------------------------------------------------------------------------------
 class Conn091:
-    """A 0-9-1 socket after the handshake, channel 1 open."""
+    """A 0-9-1 socket after the handshake, channel 1 open; ``timeout``: seconds any one
+    socket call may block (None: for ever)."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self.sock = socket.create_connection((host, port))
+    def __init__(self, host: str, port: int, timeout: float | None = None) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = bytearray()
         self.sock.sendall(b"AMQP\x00\x00\x09\x01")
@@ -119,23 +122,33 @@ class Conn091:
 
 
 def produce_091(host: str, port: int, queue: str, idx: int, count: int, size: int,
-                window: int, go: Any) -> dict[str, Any]:  # fmt: skip
-    conn = Conn091(host, port)
+                window: int, go: Any, *, persistent: bool = False,
+                timeout: float | None = None,
+                ready: Callable[[], Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Publish ``count`` bodies to ``queue`` with confirms, at most ``window`` unconfirmed,
+    once ``go`` is set (``ready`` called before waiting for it); ``persistent``:
+    delivery_mode 2 (the content header's one property), else none."""
+    conn = Conn091(host, port, timeout)
     conn.send(1, commands.Confirm.Select())
     conn.expect(commands.Confirm.SelectOk)
+    if ready is not None:
+        ready()
     sock, buf = conn.sock, conn.buf
     key = queue.encode()
     method = b"\x00\x3c\x00\x28\x00\x00\x00" + bytes((len(key),)) + key + b"\x00"
-    # method frame, content header (class 60, no properties), the body frame's head
+    # method frame, content header (class 60; no properties, or delivery-mode alone: flag
+    # bit 12, then its octet), the body frame's head
+    props = b"\x10\x00\x02" if persistent else b"\x00\x00"
     head = (
         _HEAD091.pack(1, 1, len(method)) + method + b"\xce"
-        + _HEAD091.pack(2, 1, 14) + b"\x00\x3c\x00\x00" + _TAG.pack(size) + b"\x00\x00\xce"
-        + _HEAD091.pack(3, 1, size)
+        + _HEAD091.pack(2, 1, 12 + len(props)) + b"\x00\x3c\x00\x00" + _TAG.pack(size)
+        + props + b"\xce" + _HEAD091.pack(3, 1, size)
     )  # fmt: skip
     pad = b"x" * (size - HEADER.size) + b"\xce"
     sent_at = array("d", bytes(8 * count))
     latencies: list[float] = []
     go.wait()
+    first_at = now = time.monotonic()
     cpu = time.process_time()
     sent = confirmed = refused = 0
     pack = HEADER.pack
@@ -175,12 +188,18 @@ def produce_091(host: str, port: int, queue: str, idx: int, count: int, size: in
         del buf[:pos]
     cpu = time.process_time() - cpu
     sock.close()
-    return {"accepted": confirmed, "refused": refused, "latencies": latencies, "cpu_s": cpu}
+    return {"accepted": confirmed, "refused": refused, "latencies": latencies, "cpu_s": cpu,
+            "first_at": first_at, "last_at": now}  # fmt: skip
 
 
 def consume_091(host: str, port: int, queue: str, count: int, size: int, prefetch: int,
-                ready: Any) -> dict[str, Any]:  # fmt: skip
-    conn = Conn091(host, port)
+                ready: Any, *, idx: int | None = None, linger: float = 0.0,
+                timeout: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """Consume ``count`` bodies from ``queue``, acking in ranges. ``idx``: the producer whose
+    sequence numbers 0..count-1 are expected (another's, or one out of range, is counted as
+    foreign and not as received); ``linger``: seconds to go on reading once ``count`` have
+    come, any more counted (duplicates or foreign)."""
+    conn = Conn091(host, port, timeout)
     conn.send(1, commands.Basic.Qos(prefetch_count=prefetch))
     conn.expect(commands.Basic.QosOk)
     conn.send(1, commands.Basic.Consume(queue=queue, consumer_tag="c"))
@@ -188,16 +207,33 @@ def consume_091(host: str, port: int, queue: str, count: int, size: int, prefetc
     ready()
     sock, buf = conn.sock, conn.buf
     seen: set[tuple[int, int]] = set()
-    duplicates = received = acked = last_tag = 0
-    last_at = 0.0
+    duplicates = foreign = received = acked = last_tag = 0
+    first_at = last_at = 0.0
     every = max(1, prefetch // 4)
     unpack = HEADER.unpack_from
     cpu = time.process_time()
-    while received < count:
-        data = sock.recv(READ)
-        if not data:
-            raise Failed("socket closed")
-        buf += data
+    until: float | None = None  # with linger: when to stop reading
+    # Deliveries may have come in the same read as consume-ok: what is buffered goes first.
+    read = not buf
+    while True:
+        if received >= count:
+            if until is None:
+                until = time.monotonic() + linger
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            sock.settimeout(left)
+        if read:
+            try:
+                data = sock.recv(READ)
+            except TimeoutError:
+                if until is None:
+                    raise
+                break  # lingered long enough
+            if not data:
+                raise Failed("socket closed")
+            buf += data
+        read = True
         pos, end = 0, len(buf)
         while end - pos >= 7:
             kind, _ch, fsize = _HEAD091.unpack_from(buf, pos)
@@ -207,10 +243,13 @@ def consume_091(host: str, port: int, queue: str, count: int, size: int, prefetc
                 if fsize != size:
                     raise Failed(f"a body frame of {fsize} bytes, not {size}")
                 key = unpack(buf, pos + 7)
-                if key in seen:
+                if idx is not None and (key[0] != idx or not 0 <= key[1] < count):
+                    foreign += 1
+                elif key in seen:
                     duplicates += 1
-                seen.add(key)
-                received += 1
+                else:
+                    seen.add(key)
+                    received += 1
             elif kind == 1:
                 if buf[pos + 7 : pos + 11] == b"\x00\x3c\x00\x3c":  # basic.deliver
                     at = pos + 12 + buf[pos + 11]
@@ -219,14 +258,18 @@ def consume_091(host: str, port: int, queue: str, count: int, size: int, prefetc
                     raise Failed(f"unexpected method {bytes(buf[pos + 7 : pos + 11]).hex()}")
             pos += fsize + 8
         del buf[:pos]
-        last_at = time.monotonic()
-        if last_tag - acked >= every or received >= count:
+        if received and not first_at:
+            first_at = time.monotonic()
+        if until is None:
+            last_at = time.monotonic()
+        if last_tag - acked >= every or (received >= count and last_tag > acked):
             payload = b"\x00\x3c\x00\x50" + _TAG.pack(last_tag) + b"\x01"
             sock.sendall(_HEAD091.pack(1, 1, len(payload)) + payload + b"\xce")
             acked = last_tag
     cpu = time.process_time() - cpu
     sock.close()
-    return {"received": len(seen), "duplicates": duplicates, "last_at": last_at, "cpu_s": cpu}
+    return {"received": len(seen), "duplicates": duplicates, "foreign": foreign,
+            "first_at": first_at, "last_at": last_at, "cpu_s": cpu}  # fmt: skip
 
 
 # -- AMQP 1.0 --------------------------------------------------------------------------------
@@ -437,3 +480,73 @@ def run_client(proto: str, role: str, spec: dict[str, Any], go: Any, results: An
         results.put((role, data))
     except Exception as exc:  # one line back to the parent
         results.put((role, {"error": f"{type(exc).__name__}: {exc}"}))
+
+
+# -- bench/throughput_run.py's children ------------------------------------------------------
+# run_once(client="lean"): the 0-9-1 pair above as run_once's producer and consumer processes,
+# with the contract of throughput_clients (a ("ready", role, idx, cpu_s), then exactly one
+# ("result", role, idx, dict) with the same keys as its pika Producer's and Consumer's).
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or 5672
+
+
+def _timeout(spec: ChildSpec) -> float:
+    """Seconds a socket call may block: until the child's deadline."""
+    return max(1.0, spec.deadline - time.monotonic())
+
+
+def run_lean_consumer(spec: ChildSpec, expected: int, prefetch: int, size: int) -> None:
+    """A consumer process of run_once: :func:`consume_091` of ``expected`` bodies of
+    ``size`` bytes from producer ``spec.idx``, lingering as the pika consumer does."""
+    child_signals()
+    host, port = _host_port(spec.url)
+    res: dict[str, Any] = {"received": 0, "distinct": 0, "missing": expected, "duplicates": 0,
+                           "foreign": 0, "first_ts": 0.0, "last_ts": 0.0}  # fmt: skip
+    error = None
+    try:
+        got = consume_091(
+            host, port, spec.queue, expected, size, prefetch,
+            lambda: spec.results.put(("ready", "consumer", spec.idx, time.process_time())),
+            idx=spec.idx, linger=GRACE_S, timeout=_timeout(spec),
+        )  # fmt: skip
+        res.update(
+            received=got["received"] + got["duplicates"] + got["foreign"],
+            distinct=got["received"], missing=expected - got["received"],
+            duplicates=got["duplicates"], foreign=got["foreign"],
+            first_ts=got["first_at"], last_ts=got["last_at"],
+        )  # fmt: skip
+    except Exception as exc:  # one line back to the parent
+        error = f"{type(exc).__name__}: {exc}"
+    res.update(cpu_s=time.process_time(), error=error, stopped=spec.stop.is_set())
+    spec.results.put(("result", "consumer", spec.idx, res))
+
+
+def run_lean_producer(spec: ChildSpec, count: int, size: int, window: int, go: Any,
+                      persistent: bool = False) -> None:  # fmt: skip
+    """A producer process of run_once: :func:`produce_091` to ``spec.queue``."""
+    child_signals()
+    host, port = _host_port(spec.url)
+    res: dict[str, Any] = {"published": 0, "acked": 0, "nacked": 0, "first_ts": 0.0,
+                           "last_confirm_ts": 0.0, "latency": array("d")}  # fmt: skip
+    error = None
+    try:
+        got = produce_091(
+            host, port, spec.queue, spec.idx, count, size, window, go,
+            persistent=persistent, timeout=_timeout(spec),
+            ready=lambda: spec.results.put(("ready", "producer", spec.idx, time.process_time())),
+        )  # fmt: skip
+        res.update(
+            published=got["accepted"] + got["refused"], acked=got["accepted"],
+            nacked=got["refused"], first_ts=got["first_at"], last_confirm_ts=got["last_at"],
+            latency=array("d", got["latencies"]),
+        )  # fmt: skip
+    except Exception as exc:  # one line back to the parent
+        error = f"{type(exc).__name__}: {exc}"
+    stopped = spec.stop.is_set()
+    if stopped:
+        res.pop("latency")  # as the pika producer: the parent may not be reading any more
+    res.update(cpu_s=time.process_time(), error=error, stopped=stopped)
+    spec.results.put(("result", "producer", spec.idx, res))

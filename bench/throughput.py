@@ -17,7 +17,10 @@ by its listening port) and `other%`, the CPU that unrelated processes used meanw
 one core: on shared cores, runs with a high other% are slowed by someone else's work.
 
 Both sides use pika's SelectConnection (callbacks, no threads): the same client is run
-against RabbitMQ and qpidd. Examples:
+against RabbitMQ and qpidd. ``--client lean`` runs bench/lean_clients.py's 0-9-1 pair
+instead (hand-built frames on one blocking socket a process, the same queues, window,
+prefetch, multiple acks and exactly-once check, a few times less client CPU a message).
+Examples:
 
     .venv/bin/python bench/throughput.py --url amqp://guest:guest@127.0.0.1:5672/%2F
     .venv/bin/python bench/throughput.py --pairs 1,4,16 --repeat 3 --json
@@ -33,7 +36,7 @@ from typing import Any
 
 from throughput_clients import HEADER
 from throughput_results import HEAD, RunResult, as_json, median_of, print_summary, row
-from throughput_run import run_once
+from throughput_run import CLIENTS, run_once
 
 # The command line, and the pieces of it that bench/compare.py and bench/ha_compare.py share:
 # the run options (add_common_args, check_args, messages_for), run_reported and term_to_exit.
@@ -87,6 +90,17 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", action="store_true", help="also print JSON lines")
 
 
+def add_client_arg(ap: argparse.ArgumentParser) -> None:
+    """``--client pika|lean``: which client pair every run uses (run_once's ``client``)."""
+    ap.add_argument(
+        "--client",
+        choices=CLIENTS,
+        default="pika",
+        help="pika: pika's SelectConnection (the default); lean: bench/lean_clients.py's "
+        "0-9-1 pair, hand-built frames on a blocking socket (less client CPU a message)",
+    )
+
+
 def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.size < HEADER.size:
         ap.error(f"--size must be at least {HEADER.size}")
@@ -110,10 +124,13 @@ def run_reported(
     broker_pid: int | None = None,
     extra_pids: Sequence[int] = (),
     persistent: bool = False,
+    queue_arguments: dict[str, Any] | None = None,
+    queue_prefix: str | None = None,
 ) -> RunResult:
-    """Run number ``run`` of :func:`run_once` with the command line's figures, then print its
-    row, its errors (on stderr) and, with --json, its JSON line. ``persistent``: durable
-    queues and delivery_mode 2."""
+    """Run number ``run`` of :func:`run_once` with the command line's figures (its --client,
+    pika where it has none), then print its row, its errors (on stderr) and, with --json, its
+    JSON line. ``persistent``: durable queues and delivery_mode 2; ``queue_arguments``: the
+    queues' declare arguments; ``queue_prefix``: instead of --queue-prefix."""
     r = run_once(
         url,
         pairs,
@@ -121,13 +138,15 @@ def run_reported(
         args.size,
         args.window,
         args.prefetch,
-        args.queue_prefix,
+        queue_prefix or args.queue_prefix,
         args.timeout,
         label=label,
         broker_pid=broker_pid,
         extra_pids=extra_pids,
         durable=persistent,
         persistent=persistent,
+        queue_arguments=queue_arguments,
+        client=getattr(args, "client", "pika"),
     )
     print(row(r, str(run)), flush=True)
     for e in r.errors:
@@ -142,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--url", default=DEFAULT_URL, help="AMQP URL (default %(default)s)")
     ap.add_argument("--label", default="", help="name printed in the target column")
     add_common_args(ap)
+    add_client_arg(ap)
     args = ap.parse_args(argv)
     check_args(ap, args)
     signal.signal(signal.SIGTERM, term_to_exit)

@@ -38,12 +38,14 @@ import pika
 import pika.spec
 
 __all__ = [
+    "GRACE_S",
     "HEADER",
     "TICK_S",
     "ChildSpec",
     "Consumer",
     "Msg",
     "Producer",
+    "child_signals",
     "run_consumer",
     "run_producer",
 ]
@@ -55,7 +57,7 @@ GRACE_S = 0.2  # consumers linger this long after the last expected message (dup
 Msg = tuple[Any, ...]  # what children put on the result queue
 
 
-def _child_signals() -> None:
+def child_signals() -> None:
     """Ctrl-C is the parent's business; SIGTERM (the parent's terminate()) kills at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -92,7 +94,7 @@ class _Child(ABC):
         self.closing = False
 
     def run(self) -> None:
-        _child_signals()
+        child_signals()
         try:
             self.conn = pika.SelectConnection(
                 pika.URLParameters(self.url),

@@ -29,8 +29,10 @@ from proc_stats import host_cpu, listener_pid, process_cpu
 from throughput_clients import ChildSpec, Msg, run_consumer, run_producer
 from throughput_results import RunResult, summarise
 
-__all__ = ["RunFailed", "run_once"]
+__all__ = ["CLIENTS", "RunFailed", "run_once"]
 
+#: The client pairs run_once can run (its ``client``).
+CLIENTS = ("pika", "lean")
 CHILD_SLACK_S = 30.0  # a child gives up this long after the run's own deadline
 
 
@@ -105,8 +107,13 @@ def run_once(
     durable: bool = False,
     persistent: bool = False,
     queue_arguments: dict[str, Any] | None = None,
+    client: str = "pika",
 ) -> RunResult:
     """One run at P=pairs; never raises for broker-side failures (they land in .errors).
+
+    client: ``pika`` (throughput_clients.py's SelectConnection pair) or ``lean``
+    (lean_clients.py's 0-9-1 pair: one blocking socket a process, frames built by hand; the
+    same queues, bodies, window, prefetch, multiple acks and exactly-once check).
 
     durable, queue_arguments: how the queues are declared (e.g. {"x-queue-type": "quorum"}
     for RabbitMQ's quorum queues); persistent: the producers publish with delivery_mode 2.
@@ -115,8 +122,17 @@ def run_once(
     port if that is on this machine. extra_pids: more processes whose CPU counts as the
     broker's (an HA primary's backups), so that other% leaves them out.
     """
+    if client not in CLIENTS:
+        raise ValueError(f"client {client!r} is not one of {', '.join(CLIENTS)}")
     if broker_pid is None:
         broker_pid = listener_pid(url)
+    consumer: Any = run_consumer
+    producer: Any = run_producer
+    consumer_extra: tuple[int, ...] = ()
+    if client == "lean":  # imported here: it needs the broker's package (its 1.0 half)
+        from lean_clients import run_lean_consumer, run_lean_producer
+
+        consumer, producer, consumer_extra = run_lean_consumer, run_lean_producer, (size,)
     ctx = mp.get_context("fork")
     token = uuid.uuid4().hex[:8]
     queues = [f"{queue_prefix}-{pairs}-{token}-{i}" for i in range(pairs)]
@@ -201,8 +217,8 @@ def run_once(
             for i, q in enumerate(queues):
                 spec = ChildSpec(i, url, q, results, stop, child_deadline)
                 p = ctx.Process(
-                    target=run_consumer,
-                    args=(spec, messages, prefetch),
+                    target=consumer,
+                    args=(spec, messages, prefetch, *consumer_extra),
                     name=f"bench-consumer-{i}",
                     daemon=True,
                 )
@@ -213,7 +229,7 @@ def run_once(
             for i, q in enumerate(queues):
                 spec = ChildSpec(i, url, q, results, stop, child_deadline)
                 p = ctx.Process(
-                    target=run_producer,
+                    target=producer,
                     args=(spec, messages, size, window, go, persistent),
                     name=f"bench-producer-{i}",
                     daemon=True,
