@@ -63,6 +63,7 @@ from broker.ha.names import (
     CONFIG_STREAM,
     EPOCH_PROPERTY,
     LEASE_STREAM,
+    PROMOTING_PROPERTY,
     STATUS_PROPERTY,
 )
 from broker.ha.queue_replicator import BatchAcks, CatchUpGc
@@ -143,6 +144,19 @@ LINK_RETRY_MIN = 0.01
 #: At most one ``ha_link_dial_failed`` line per address in this many seconds, unless the
 #: reason changes.
 DIAL_FAILURE_LOG_INTERVAL = 60.0
+
+
+def _refuse_before_login(server_properties: dict[str, Any]) -> None:
+    """A broker whose connection.start says it is not the primary is not logged into: the
+    dial ends there (:class:`NotPrimary`), as it would at connection.open a login later (a
+    backup refuses links), without the login nor its two round trips on that broker, whose
+    loop may be a promotion's. One whose promotion is under way (``qpid.ha-promoting``)
+    is dialled again after the shortest pause (:meth:`~broker.ha.redial.Backoff.soon`)."""
+    status = server_properties.get(STATUS_PROPERTY)
+    if status in PRIMARY_STATES:
+        return
+    promoting = status in BACKUP_STATES and server_properties.get(PROMOTING_PROPERTY) is True
+    raise NotPrimary(None if status is None else str(status), promoting=promoting)
 
 
 class BackupLink:
@@ -328,6 +342,7 @@ class BackupLink:
                 anonymous_fallback=self.anonymous_fallback,
                 tls=self.tls,
                 formats=self.formats,
+                on_start=_refuse_before_login,
             )
         except ValueError as exc:  # e.g. ha-username without ha-password
             raise DialRefused(f"link configuration: {exc}") from exc

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from broker.ha.backup import LINK_RETRY_MIN
 from broker.ha.dial_failure import NotPrimary
-from broker.ha.redial import Backoff, DialRefused, dial_loop
+from broker.ha.redial import SOON, Backoff, DialRefused, dial_loop
 from common.url import Address
 
 A = Address("a", 1)
@@ -356,3 +356,65 @@ def test_a_session_that_gives_up_does_not_reset_the_backoff() -> None:
     sleeps = [delay for kind, delay in fake.trace if kind == "sleep"]
     assert sleeps == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08, 0.08, 0.01, 0.02]
     # so a link failing at once for a second is redialled about 1 / cap times, not 100
+
+
+# -- a peer whose promotion is under way ---------------------------------------------------
+def test_soon_is_the_minimum_not_below_soon_capped_and_leaves_the_doubling() -> None:
+    backoff = Backoff(0.01, 1.0)
+    backoff.succeeded()
+    assert [backoff.next_delay(), backoff.next_delay()] == [0.01, 0.02]
+    assert backoff.soon() == SOON  # 10 ms asked, SOON at least
+    assert backoff.soon() == SOON  # not doubled
+    assert backoff.next_delay() == 0.04  # the doubling goes on where it was
+    assert Backoff(0.5, 1.0).soon() == 0.5
+    assert Backoff(0.01, 0.02).soon() == 0.02  # the cap wins
+
+
+def test_a_round_refused_by_a_promoting_peer_pauses_soon_without_doubling() -> None:
+    """A member dialling the backup being promoted (issue 25): each round refused by it
+    (``qpid.ha-promoting``) pauses the shortest time, the others double as before."""
+    answers = ["promoting", "promoting", "promoting", "ready", "ready"]
+    pauses: list[float] = []
+
+    async def dial(address: Address) -> str:
+        state = answers.pop(0)
+        raise NotPrimary("ready", promoting=state == "promoting")
+
+    async def never(connection: str, address: Address) -> None:
+        raise AssertionError("no session without a link")
+
+    async def sleep(delay: float) -> None:
+        pauses.append(delay)
+        if not answers:
+            raise Stop
+
+    backoff = Backoff(0.01, 1.0)
+    backoff.succeeded()  # a link was up: the doubling starts at the minimum
+    run(dial_loop([A], dial, never, backoff, sleep=sleep))
+    assert pauses == [SOON, SOON, SOON, 0.01, 0.02]
+
+
+def test_soon_in_any_dial_of_a_round_makes_its_pause_soon() -> None:
+    pauses: list[float] = []
+
+    async def dial(address: Address) -> str:
+        if address is A:
+            raise NotPrimary("ready", promoting=True)
+        raise OSError("b refused")
+
+    async def sleep(delay: float) -> None:
+        pauses.append(delay)
+        if len(pauses) == 2:
+            raise Stop
+
+    run(
+        dial_loop(
+            [A, B],
+            dial,
+            lambda c, a: asyncio.sleep(0),
+            Backoff(0.01, 1.0),
+            dial_errors=(OSError,),
+            sleep=sleep,
+        )
+    )
+    assert pauses == [SOON, SOON]
