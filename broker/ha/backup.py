@@ -460,6 +460,7 @@ class BackupLink:
             applied=subscriptions.config_applied,
             decoded=subscriptions.config_decoded,
             seen=subscriptions.config_field_decoded,
+            hold=subscriptions.early_streams_open,
         )
         delivered = self._config.delivered
 
