@@ -20,6 +20,7 @@ from common.url import Address
 
 A = Address("a", 1)
 B = Address("b", 2)
+C = Address("c", 3)
 
 #: No deadline: each example runs event loops, and the suite shares two busy cores.
 no_deadline = settings(deadline=None)
@@ -418,3 +419,35 @@ def test_soon_in_any_dial_of_a_round_makes_its_pause_soon() -> None:
         )
     )
     assert pauses == [SOON, SOON]
+
+
+def test_the_round_after_a_promoting_peer_dials_it_first() -> None:
+    """A dead primary's address and this broker's own come before the promoted backup in
+    ``ha-brokers-url``: once it said its promotion is under way, the next round dials it
+    first, the others after it, in their order."""
+    dials: list[str] = []
+    promoting = [True, True, False]  # B's answers: promoting twice, then the primary
+
+    async def dial(address: Address) -> str:
+        dials.append(address.host)
+        if address is B:
+            if promoting.pop(0):
+                raise NotPrimary("ready", promoting=True)
+            return "conn-b"
+        raise OSError(f"{address.host} refused")
+
+    sessions: list[str] = []
+
+    async def session(connection: str, address: Address) -> None:
+        sessions.append(connection)
+
+    async def sleep(delay: float) -> None:
+        if sessions:
+            raise Stop
+
+    run(
+        dial_loop([A, B, C], dial, session, Backoff(0.01, 1.0), dial_errors=(OSError,), sleep=sleep)
+    )
+    # the third round links to B first; the round then goes on, as after any session
+    assert dials == ["a", "b", "c", "b", "a", "c", "b", "a", "c"]
+    assert sessions == ["conn-b"]
