@@ -34,3 +34,15 @@ def test_a_backup_ends_its_dial_of_a_backup_before_the_login(pair: Cluster) -> N
     assert not [e for e in events if e.get("event") == "connection_opened"]
     error = poll_until(lambda: pair.ha(1).get("link_error"), 30, "broker 1's link error")
     assert "not a primary (joining)" in str(error)
+
+
+def test_a_backup_does_not_dial_its_own_address(pair: Cluster) -> None:
+    """Issue 25: ``ha-brokers-url`` names each broker too; a backup dials only the others
+    (each of broker 0's rounds: one dial, broker 1's, not two)."""
+    events = poll_until(
+        lambda: _dials_ended_at_start(pair), 60, "dials of broker 0 ended at connection.start"
+    )
+    own = f"127.0.0.1:{pair.ports[0]}"
+    failed = [e for e in events if e.get("event") == "ha_link_dial_failed"]
+    assert failed and all(e["address"] != own for e in failed)
+    assert {e["address"] for e in failed} == {f"127.0.0.1:{pair.ports[1]}"}
