@@ -44,6 +44,7 @@ from broker.amqp.client import (
     ClientChannel,
     ClientError,
     ConnectionClosedByBroker,
+    ConnectionRefusedByBroker,
     Delivery,
 )
 from broker.amqp.client.handshake import NoUsableMechanism
@@ -153,17 +154,36 @@ class OwnAddress(DialRefused):
     on a member whose loop was ending its old link)."""
 
 
-def _refuse_before_login(server_properties: dict[str, Any]) -> None:
-    """A broker whose connection.start says it is not the primary is not logged into: the
-    dial ends there (:class:`NotPrimary`), as it would at connection.open a login later (a
-    backup refuses links), without the login nor its two round trips on that broker, whose
-    loop may be a promotion's. One whose promotion is under way (``qpid.ha-promoting``)
-    is dialled again after the shortest pause (:meth:`~broker.ha.redial.Backoff.soon`)."""
+def _promoting(server_properties: dict[str, Any]) -> bool:
+    """connection.start says a backup's state and a promotion under way."""
     status = server_properties.get(STATUS_PROPERTY)
-    if status in PRIMARY_STATES:
+    return status in BACKUP_STATES and server_properties.get(PROMOTING_PROPERTY) is True
+
+
+def refused_while_promoting(
+    server_properties: dict[str, Any], exc: ConnectionRefusedByBroker, address: Address
+) -> NotPrimary | None:
+    """The dial's refusal at connection.open as a :class:`NotPrimary` that says ``soon``
+    when connection.start said a promotion is under way and the refusal is a backup's
+    routine one (``not the primary``: the promotion was not over yet); else None."""
+    _reason, routine = describe_dial_failure(address, exc)
+    if not routine or not _promoting(server_properties):
+        return None
+    return NotPrimary(str(server_properties.get(STATUS_PROPERTY)), promoting=True)
+
+
+def _refuse_before_login(server_properties: dict[str, Any]) -> None:
+    """A broker whose connection.start says it is not the primary, nor being promoted, is
+    not logged into: the dial ends there (:class:`NotPrimary`), as it would at
+    connection.open a login later (a backup refuses links), without the login nor its two
+    round trips on that broker. One whose promotion is under way (``qpid.ha-promoting``)
+    is logged into as before: its promotion may end during the handshake (then the link
+    is admitted, or dialled again at once), and a refusal at open is followed by the
+    shortest pause, not a doubling one (:meth:`~broker.ha.redial.Backoff.soon`)."""
+    status = server_properties.get(STATUS_PROPERTY)
+    if status in PRIMARY_STATES or _promoting(server_properties):
         return
-    promoting = status in BACKUP_STATES and server_properties.get(PROMOTING_PROPERTY) is True
-    raise NotPrimary(None if status is None else str(status), promoting=promoting)
+    raise NotPrimary(None if status is None else str(status))
 
 
 class BackupLink:
@@ -337,6 +357,12 @@ class BackupLink:
         owner = self.owner
         if str(address) == owner.url:
             raise OwnAddress("this broker's own address")
+        start: dict[str, Any] = {}
+
+        def read_start(server_properties: dict[str, Any]) -> None:
+            start.update(server_properties)
+            _refuse_before_login(server_properties)
+
         try:
             client = await connect_as_backup(
                 address,
@@ -351,10 +377,15 @@ class BackupLink:
                 anonymous_fallback=self.anonymous_fallback,
                 tls=self.tls,
                 formats=self.formats,
-                on_start=_refuse_before_login,
+                on_start=read_start,
             )
         except ValueError as exc:  # e.g. ha-username without ha-password
             raise DialRefused(f"link configuration: {exc}") from exc
+        except ConnectionRefusedByBroker as exc:
+            still = refused_while_promoting(start, exc, address)
+            if still is not None:
+                raise still from exc
+            raise
         status = client.server_properties.get(STATUS_PROPERTY)
         if status not in PRIMARY_STATES:
             # Not (yet) an HA primary: e.g. a broker still starting, listening before its

@@ -41,7 +41,6 @@ from typing import NoReturn, TypeVar
 from common.url import Address
 
 __all__ = [
-    "SOON",
     "Backoff",
     "DialFailure",
     "DialFailures",
@@ -51,9 +50,6 @@ __all__ = [
 ]
 
 C = TypeVar("C")
-
-#: The shortest pause of :meth:`Backoff.soon` (seconds).
-SOON = 0.025
 
 
 class Backoff:
@@ -88,10 +84,10 @@ class Backoff:
 
     def soon(self) -> float:
         """The pause before the next round when a peer said it becomes the primary shortly
-        (its promotion under way): ``minimum``, at least :data:`SOON` (a promotion that
-        waits out an older primary's grant polled at most 40 times a second), capped by
-        ``maximum``; the doubling pause is left where it was, for the rounds after."""
-        return min(max(self.minimum, SOON), self.maximum)
+        (its promotion under way): ``minimum`` (capped by ``maximum``; each such dial is a
+        whole handshake with that peer, which paces them); the doubling pause is left where
+        it was, for the rounds after."""
+        return min(self.minimum, self.maximum)
 
 
 @dataclass(frozen=True)

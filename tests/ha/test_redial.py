@@ -13,9 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.ha.backup import LINK_RETRY_MIN
+from broker.amqp.client import ConnectionRefusedByBroker
+from broker.core.errors import ReplyCode
+from broker.ha.backup import LINK_RETRY_MIN, refused_while_promoting
 from broker.ha.dial_failure import NotPrimary
-from broker.ha.redial import SOON, Backoff, DialRefused, dial_loop
+from broker.ha.names import PROMOTING_PROPERTY, STATUS_PROPERTY
+from broker.ha.redial import Backoff, DialRefused, dial_loop
 from common.url import Address
 
 A = Address("a", 1)
@@ -360,15 +363,15 @@ def test_a_session_that_gives_up_does_not_reset_the_backoff() -> None:
 
 
 # -- a peer whose promotion is under way ---------------------------------------------------
-def test_soon_is_the_minimum_not_below_soon_capped_and_leaves_the_doubling() -> None:
+def test_soon_is_the_minimum_capped_and_leaves_the_doubling() -> None:
     backoff = Backoff(0.01, 1.0)
     backoff.succeeded()
     assert [backoff.next_delay(), backoff.next_delay()] == [0.01, 0.02]
-    assert backoff.soon() == SOON  # 10 ms asked, SOON at least
-    assert backoff.soon() == SOON  # not doubled
+    assert backoff.soon() == 0.01
+    assert backoff.soon() == 0.01  # not doubled
     assert backoff.next_delay() == 0.04  # the doubling goes on where it was
     assert Backoff(0.5, 1.0).soon() == 0.5
-    assert Backoff(0.01, 0.02).soon() == 0.02  # the cap wins
+    assert Backoff(0.05, 0.02).soon() == 0.02  # the cap wins
 
 
 def test_a_round_refused_by_a_promoting_peer_pauses_soon_without_doubling() -> None:
@@ -392,7 +395,7 @@ def test_a_round_refused_by_a_promoting_peer_pauses_soon_without_doubling() -> N
     backoff = Backoff(0.01, 1.0)
     backoff.succeeded()  # a link was up: the doubling starts at the minimum
     run(dial_loop([A], dial, never, backoff, sleep=sleep))
-    assert pauses == [SOON, SOON, SOON, 0.01, 0.02]
+    assert pauses == [0.01, 0.01, 0.01, 0.01, 0.02]
 
 
 def test_soon_in_any_dial_of_a_round_makes_its_pause_soon() -> None:
@@ -418,7 +421,7 @@ def test_soon_in_any_dial_of_a_round_makes_its_pause_soon() -> None:
             sleep=sleep,
         )
     )
-    assert pauses == [SOON, SOON]
+    assert pauses == [0.01, 0.01]
 
 
 def test_the_round_after_a_promoting_peer_dials_it_first() -> None:
@@ -451,3 +454,17 @@ def test_the_round_after_a_promoting_peer_dials_it_first() -> None:
     # the third round links to B first; the round then goes on, as after any session
     assert dials == ["a", "b", "c", "b", "a", "c", "b", "a", "c"]
     assert sessions == ["conn-b"]
+
+
+def test_a_refusal_at_open_while_the_peer_is_promoting_says_soon() -> None:
+    """connection.start said ``qpid.ha-promoting``, connection.open was refused as by any
+    backup: the promotion was not over yet (the backup's next round comes soon); any other
+    refusal, or no promotion under way, is what it was."""
+    text = "NOT_ALLOWED - HA backup: not the primary (state ready); clients connect to x"
+    backup = ConnectionRefusedByBroker(ReplyCode.NOT_ALLOWED, text)
+    promoting = {STATUS_PROPERTY: "ready", PROMOTING_PROPERTY: True}
+    refused = refused_while_promoting(promoting, backup, A)
+    assert refused is not None and refused.soon and str(refused) == "not a primary (ready)"
+    assert refused_while_promoting({STATUS_PROPERTY: "ready"}, backup, A) is None
+    login = ConnectionRefusedByBroker(ReplyCode.ACCESS_REFUSED, "ACCESS_REFUSED - bad login")
+    assert refused_while_promoting(promoting, login, A) is None
