@@ -24,7 +24,8 @@ once another primary serves), ``restart-backup`` (a backup broker SIGTERMed, res
 its agent). Every second it notes the primary (as the brokers say it off their event
 loops, ``GET /liveness``: :class:`soak_clusters.LivenessReader`; a primary cut off by a
 partition counts until it fences itself, so the drill's confirm gaps are the measure of
-service) and the load average.
+service; a sample in which no broker said so and one did not answer within 1 s is
+``unknown``, not none) and the load average.
 
 At the end, from the logs: fences and exits by the agents (``agent_fenced``,
 ``zookeeper_session_fence``, ``broker_killed``, ``broker_process_exited``), one entry per
@@ -33,10 +34,12 @@ then the supervisor's ``broker_process_exited``, all of one instance), with when
 and why (a fence within 30 s after a fault or its heal, of the broker the fault hit, is the
 fault's; any other is a healthy broker fenced); each stretch without a primary (one per
 primary fault is its fail-over; any other is time without a primary beyond the
-fail-overs); the drill's confirmed and lost messages, the backlog held at the end; each
-broker's loop steps of 100 ms or more (``loop_step_long``) and the longest step and
-collection of its ``loop_lag`` windows; the console's answer times and the connections'
-losses and reopening. Writes ``scale-soak.json``.
+fail-overs; its unknown samples count but where the drill's confirms went on, reported
+apart as unknown but served: :func:`without_primary`); the drill's confirmed and lost
+messages, the backlog held at the end; each broker's loop steps of 100 ms or more
+(``loop_step_long``) and the longest step and collection of its ``loop_lag`` windows; the
+console's answer times and the connections' losses and reopening. Writes
+``scale-soak.json``.
 
     .venv/bin/python bench/scale_soak.py --queues 10000 --duration 1800 --rate 20
     .venv/bin/python bench/scale_soak.py --netns --queues 10000 --duration 1800 --rate 20 \
@@ -71,7 +74,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from demo import BIN, read_events, wait  # noqa: E402
 from scale_load import Connections, ConsoleViewer, publish_backlog  # noqa: E402
-from soak_clusters import LoopbackCluster, NamespaceCluster, SoakCluster  # noqa: E402
+from soak_clusters import UNKNOWN, LoopbackCluster, NamespaceCluster, SoakCluster  # noqa: E402
 
 from broker.amqp.client.errors import ClientError  # noqa: E402
 from broker.options import parse_options  # noqa: E402
@@ -387,8 +390,9 @@ def run_faults(
     heals: list[tuple[float, str, str]] = []  # (monotonic deadline, fault, node)
     while drill.poll() is None:
         now = time.monotonic() - began
-        current = cluster.primary()
-        samples.append((time.time(), current, os.getloadavg()[0]))
+        said = cluster.sample()
+        samples.append((time.time(), said, os.getloadavg()[0]))
+        current = None if said == UNKNOWN else said
         for heal in list(heals):
             deadline, what, node = heal
             if (current is not None and current != node) or time.monotonic() >= deadline:
@@ -452,33 +456,94 @@ def failovers(
     for at, what, node in faults:
         if what not in PRIMARY_FAULTS:
             continue
-        after = next((t for t, p, _l in samples if t >= at and p is not None and p != node), None)
+        after = next((t for t, p, _l in samples if t >= at and _served_by(p) and p != node), None)
         found.append(
             {"fault": what, "node": node, "s": None if after is None else round(after - at, 1)}
         )
     return found
 
 
+def _served_by(said: str | None) -> bool:
+    """A sample that names a primary (not None, not :data:`UNKNOWN`)."""
+    return said is not None and said != UNKNOWN
+
+
+def confirm_gaps(
+    drill_events: list[dict[str, Any]],
+) -> tuple[list[tuple[float, float]], tuple[float, float] | None]:
+    """The drill's confirms as its log says them: each ``confirm_gap`` as (the confirm
+    before it, the confirm ending it) (from ``gap_ms`` or ``stall_ms``, the longer), and the
+    span from the first to the last confirm the log names (None: it names none). Between
+    two gaps the publisher (20 a second) had each confirm within the gap threshold."""
+    gaps: list[tuple[float, float]] = []
+    named: list[float] = []
+    for event in drill_events:
+        if event.get("event") != "confirm_gap":
+            continue
+        end = _ts({"ts": event.get("first_confirm_ts")})
+        if not end:
+            continue
+        length = max(float(event.get("gap_ms") or 0), float(event.get("stall_ms") or 0)) / 1000
+        gaps.append((end - length, end))
+        named += [end, end - length] if event.get("last_confirm_ts") else [end]
+    return gaps, ((min(named), max(named)) if named else None)
+
+
+def served_s(
+    start: float, end: float, gaps: list[tuple[float, float]], span: tuple[float, float] | None
+) -> float:
+    """How much of ``start``..``end`` the drill's confirms went on: within ``span`` and in
+    no gap (:func:`confirm_gaps`). Pure."""
+    if span is None:
+        return 0.0
+    low, high = max(start, span[0]), min(end, span[1])
+    served = max(0.0, high - low)
+    at = low
+    for gap_start, gap_end in sorted(gaps):  # the part of each gap past the last one's
+        cut_start, cut_end = max(gap_start, at), min(gap_end, high)
+        if cut_end > cut_start:
+            served -= cut_end - cut_start
+            at = cut_end
+    return max(0.0, served)
+
+
 def without_primary(
-    samples: list[tuple[float, str | None, float]], faults: list[tuple[float, str, str]]
+    samples: list[tuple[float, str | None, float]],
+    faults: list[tuple[float, str, str]],
+    gaps: list[tuple[float, float]] | None = None,
+    span: tuple[float, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each stretch of samples without a primary: its start, length, and whether it is a
-    fail-over: the first stretch after a fault that took the primary away, begun within
-    :data:`FAULT_WINDOW` of it (one fail-over per fault; a later stretch is not one)."""
+    """Each stretch of samples naming no primary: its start, length (``s``), how much of it
+    had a node unanswered (``unknown_s``: :data:`UNKNOWN` samples, each until the next
+    sample), how much of that the drill's confirms went on (``served_s``: a primary served,
+    :func:`served_s`), the rest without a primary (``without_s``: samples that said none,
+    and unknown ones the confirms did not cover: a frozen or starved primary confirms
+    nothing), and whether it is a fail-over: the first stretch with time without a primary
+    after a fault that took the primary away, begun within :data:`FAULT_WINDOW` of it (one
+    fail-over per fault; a later stretch is not one). Pure."""
     stretches: list[dict[str, Any]] = []
-    start: float | None = None
-    for (t0, p0, _l0), (t1, _p1, _l1) in itertools.pairwise(samples):
-        if p0 is None:
-            start = t0 if start is None else start
-            if _p1 is not None:
-                stretches.append({"at": start, "s": round(t1 - start, 1)})
-                start = None
-    if start is not None and samples:
-        stretches.append({"at": start, "s": round(samples[-1][0] - start, 1)})
-    for stretch in stretches:
-        stretch["failover"] = False
+    stretch: dict[str, Any] | None = None
+    for (t0, p0, _l0), (t1, p1, _l1) in itertools.pairwise(samples):
+        if _served_by(p0):
+            continue
+        if stretch is None:
+            stretch = {"at": t0, "s": 0.0, "unknown_s": 0.0, "served_s": 0.0}
+        stretch["s"] += t1 - t0
+        if p0 == UNKNOWN:
+            stretch["unknown_s"] += t1 - t0
+            stretch["served_s"] += served_s(t0, t1, gaps or [], span)
+        if _served_by(p1):
+            stretches.append(stretch)
+            stretch = None
+    if stretch is not None:
+        stretches.append(stretch)
+    for each in stretches:
+        each["without_s"] = round(each["s"] - each["served_s"], 1)
+        for key in ("s", "unknown_s", "served_s"):
+            each[key] = round(each[key], 1)
+        each["failover"] = False
     for at, what, _node in faults:  # each such fault's first stretch, if soon enough
-        first = next((s for s in stretches if s["at"] >= at), None)
+        first = next((s for s in stretches if s["at"] >= at and s["without_s"] > 0), None)
         if what in PRIMARY_FAULTS and first is not None and first["at"] - at <= FAULT_WINDOW:
             first["failover"] = True
     return stretches
@@ -495,7 +560,8 @@ def summarise(
     fences = []
     for node in cluster.nodes:
         fences += ended_instances(node, read_events(cluster.agent_log(node)), faults)
-    stretches = without_primary(samples, faults)
+    drill_events = read_events(workdir / "drill.log")
+    stretches = without_primary(samples, faults, *confirm_gaps(drill_events))
     loads = sorted(load for _t, _p, load in samples)
     steps: dict[str, Any] = {}
     for node in cluster.nodes:
@@ -510,7 +576,6 @@ def summarise(
             "gc_max_ms": max((float(e.get("gc_max_ms", 0)) for e in lags), default=0.0),
             "gc_frozen": sum(1 for e in events if e.get("event") == "gc_frozen"),
         }
-    drill_events = read_events(workdir / "drill.log")
     finished = [e for e in drill_events if e.get("event") == "drill_finished"]
     gaps = [
         round(float(e.get("gap_ms") or 0)) for e in drill_events if e.get("event") == "confirm_gap"
@@ -539,13 +604,15 @@ def summarise(
         "healthy_fenced": sum(1 for f in fences if healthy_fenced(f)),
         "restarted_to_join": sum(1 for f in fences if restarted_to_join(f)),
         "fences": fences,
-        "without_primary_s": round(sum(s["s"] for s in stretches), 1),
-        "longest_without_primary_s": max((s["s"] for s in stretches), default=0.0),
+        "without_primary_s": round(sum(s["without_s"] for s in stretches), 1),
+        "longest_without_primary_s": max((s["without_s"] for s in stretches), default=0.0),
         "without_primary_outside_failovers_s": round(
-            sum(s["s"] for s in stretches if not s["failover"]), 1
+            sum(s["without_s"] for s in stretches if not s["failover"]), 1
         ),
+        "unknown_s": round(sum(s["unknown_s"] for s in stretches), 1),
+        "unknown_but_served_s": round(sum(s["served_s"] for s in stretches), 1),
         "without_primary": stretches,
-        "primaries": sorted({p for _t, p, _l in samples if p}),
+        "primaries": sorted({p for _t, p, _l in samples if p and _served_by(p)}),
         "drill": finished[-1] if finished else None,
         "confirm_gaps_over_500ms": gaps,
         "loop": steps,

@@ -47,17 +47,22 @@ from qpid_ha_cli.nemesis.processes import AMQP_PORT, MGMT_PORT, PRIMARY_STATES, 
 
 __all__ = [
     "AUTH",
+    "UNKNOWN",
     "LivenessReader",
     "LoopbackCluster",
     "NamespaceCluster",
     "SoakCluster",
     "primary_of",
+    "sample_of",
 ]
 
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 #: every namespace node's liveness port (a namespace of its own each: one port for all;
 #: learning it from ``/api/ha`` took 2.3 s at 10,000 queues and load 25)
 LIVENESS_PORT = 8673
+#: a sample in which no broker said it was the primary but one did not answer in time (vs.
+#: a definite answer from each: not a primary, fenced, or nothing listening)
+UNKNOWN = "unknown"
 
 
 class SoakCluster(Protocol):
@@ -71,6 +76,7 @@ class SoakCluster(Protocol):
     def stop(self) -> None: ...
     def settled(self) -> bool: ...
     def primary(self) -> str | None: ...
+    def sample(self) -> str | None: ...
     def address(self, node: str) -> tuple[str, int]: ...
     def get(self, node: str, path: str, timeout: float = 5.0) -> bytes: ...
     def broker_pid(self, node: str) -> int | None: ...
@@ -104,6 +110,18 @@ def primary_of(answers: Mapping[str, Mapping[str, Any] | None]) -> str | None:
     return max(said)[1] if said else None
 
 
+def sample_of(answers: Mapping[str, Mapping[str, Any] | str | None]) -> str | None:
+    """One sample of the primary from each node's answer (a mapping), None (a definite no
+    answer: nothing listened) or :data:`UNKNOWN` (no answer within the timeout): the
+    primary (:func:`primary_of`); else :data:`UNKNOWN` when a node did not answer in time
+    (it may be a primary whose liveness thread ran late); else None. Pure."""
+    said = {node: a for node, a in answers.items() if not isinstance(a, str)}
+    primary = primary_of(said)
+    if primary is None and any(a == UNKNOWN for a in answers.values()):
+        return UNKNOWN
+    return primary
+
+
 def _refused(exc: OSError) -> bool:
     """Nothing listened (the broker instance whose port it was is gone)."""
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
@@ -128,34 +146,48 @@ class LivenessReader:
 
     def answer(self, node: str, timeout: float = 1.0) -> dict[str, Any] | None:
         """``node``'s ``GET /liveness`` (None: no answer within ``timeout``, or none to ask)."""
-        port = self.ports.get(node, self.port)
+        answer = self.read(node, timeout)
+        return None if isinstance(answer, str) else answer
+
+    def read(self, node: str, timeout: float = 1.0) -> dict[str, Any] | str | None:
+        """``node``'s ``GET /liveness``; None: a definite no answer (nothing listened);
+        :data:`UNKNOWN`: none within ``timeout``, or one that could not be read."""
+        port: int | str | None = self.ports.get(node, self.port)
         if port is None:
             port = self._learn(node, timeout)
-            if port is None:
-                return None
+        if port is None or isinstance(port, str):
+            return port
         try:
             answer = json.loads(self.fetch(node, port, "/liveness", timeout))
         except OSError as exc:
             if _refused(exc):  # another instance now, maybe on another port
                 self.ports.pop(node, None)
-            return None
+                return None
+            return UNKNOWN
         except ValueError:
-            return None
-        return answer if isinstance(answer, dict) else None
+            return UNKNOWN
+        return answer if isinstance(answer, dict) else UNKNOWN
 
     def primary(self, nodes: Iterable[str], timeout: float = 1.0) -> str | None:
         """The primary as the brokers say it off their loops (:func:`primary_of`)."""
-        return primary_of({node: self.answer(node, timeout) for node in nodes})
+        found = self.sample(nodes, timeout)
+        return None if found == UNKNOWN else found
 
-    def _learn(self, node: str, timeout: float) -> int | None:
+    def sample(self, nodes: Iterable[str], timeout: float = 1.0) -> str | None:
+        """The primary, None, or :data:`UNKNOWN` (:func:`sample_of`)."""
+        return sample_of({node: self.read(node, timeout) for node in nodes})
+
+    def _learn(self, node: str, timeout: float) -> int | str | None:
         try:
             ha = json.loads(self.fetch(node, None, "/api/ha?queues=summary", timeout))
-        except (OSError, ValueError):
-            return None
+        except OSError as exc:
+            return None if _refused(exc) else UNKNOWN
+        except ValueError:
+            return UNKNOWN
         liveness = ha.get("liveness") if isinstance(ha, dict) else None
         port = liveness.get("port") if isinstance(liveness, dict) else None
         if not isinstance(port, int) or isinstance(port, bool):
-            return None
+            return UNKNOWN
         self.ports[node] = port
         return port
 
@@ -181,6 +213,10 @@ class LoopbackCluster(LocalCluster):
     def primary(self) -> str | None:
         """The primary as the brokers say it off their loops (:class:`LivenessReader`)."""
         return self.liveness.primary(self.nodes)
+
+    def sample(self) -> str | None:
+        """The primary, None or :data:`UNKNOWN` (:meth:`LivenessReader.sample`)."""
+        return self.liveness.sample(self.nodes)
 
     def broker_command(self, node: str) -> list[str]:
         return [*super().broker_command(node), *self.broker_args]
@@ -297,6 +333,10 @@ class NamespaceCluster:
         each given 1 s (the nemesis's own state read asks ``/api/status`` with 0.5 s,
         which at load 20-70 left many seconds with no answer from anyone)."""
         return self.liveness.primary(self.nodes)
+
+    def sample(self) -> str | None:
+        """The primary, None or :data:`UNKNOWN` (:meth:`LivenessReader.sample`)."""
+        return self.liveness.sample(self.nodes)
 
     def _fetch_at(self, node: str, port: int | None, path: str, timeout: float) -> bytes:
         host = self._node(node).host

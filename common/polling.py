@@ -35,7 +35,8 @@ Error Handling
 - Whatever ``predicate``, ``between`` or ``attempt`` raise (other than ``errors`` in
   :func:`retry_until`) goes through at once: a predicate can end a wait early, e.g. when the
   process it waits for has exited.
-- No function here starts a thread or keeps state; all are thread safe.
+- No function here starts a thread; :func:`free_port` alone keeps state (the ports it
+  gave, and their claims across processes); all are thread safe.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar, cast, overload
+
+from common import port_claims
 
 __all__ = [
     "PollTimeout",
@@ -236,8 +239,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     outgoing connection of any other process may take it between this call and the server's
     bind: a CI run saw a broker's management port taken so (the broker exited with "address
     already in use"). Below that range only another explicit choice can take it. Never
-    twice in one process: a cluster set up with two calls must get two ports. Falls back to
-    the kernel's choice when the band below the range is too small to choose from.
+    twice in one process: a cluster set up with two calls must get two ports; nor while
+    another live process holds it (:mod:`common.port_claims`: pytest's workers choose at
+    once, and a port stays unbound between its choice and its server's bind, or across a
+    server's restart). Falls back to the kernel's choice when the band below the range is
+    too small to choose from.
     """
     low = FIRST_CHOSEN_PORT
     high = ephemeral_range()[0] - 1
@@ -249,7 +255,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         if not _bindable(host, port):
             continue
         with _given_lock:
-            if port not in _given_ports:
+            if port not in _given_ports and port_claims.claim(port):
                 _given_ports.add(port)
                 return port
     while True:
@@ -257,7 +263,7 @@ def free_port(host: str = "127.0.0.1") -> int:
             sock.bind((host, 0))
             port = int(sock.getsockname()[1])
         with _given_lock:
-            if port not in _given_ports:
+            if port not in _given_ports and port_claims.claim(port):
                 _given_ports.add(port)
                 return port
 

@@ -259,7 +259,7 @@ class DesignatedPrimary:
 
     def _amqp_addresses(self) -> list[str]:
         try:
-            ha: Any = self.broker_check.client.get("/api/ha")
+            ha: Any = self.broker_check.client.get("/api/ha?queues=summary")
         except ManagementError:
             return []
         if not isinstance(ha, dict):

@@ -62,7 +62,7 @@ class Member:
 
 def _broker_id(s: CliSettings, index: int) -> str | None:
     try:
-        ha = s.at(index, "/api/ha")
+        ha = s.at(index, "/api/ha?queues=summary")
     except ManagementError as exc:
         if exc.status == 404:  # a stand-alone broker
             return None
@@ -75,7 +75,7 @@ def _members(s: CliSettings) -> list[Member]:
     """The members of the first ``-b`` broker's cluster and where to reach each; a
     stand-alone broker is its own only member (id "")."""
     try:
-        ha = s.at(0, "/api/ha")
+        ha = s.at(0, "/api/ha?queues=summary")
     except ManagementError as exc:
         if exc.status != 404:
             raise

@@ -97,7 +97,7 @@ def status(
                 " status --all lists a cluster's members",
                 ExitStatus.ERROR,
             )
-        ha = s.call("/api/ha")
+        ha = s.call("/api/ha?queues=summary")
         members = list(ha.get("members") or [])
         if as_json:
             out(json.dumps(members, indent=2, sort_keys=True))
@@ -149,7 +149,7 @@ def _problem_lines(s: CliSettings, state: str) -> list[str]:
     alone when ``/api/ha`` cannot be read (e.g. no credentials for a broker with
     authentication on)."""
     try:
-        ha = s.call("/api/ha")
+        ha = s.call("/api/ha?queues=summary")
     except ManagementError:
         return []
     lines = []

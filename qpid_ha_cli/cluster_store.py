@@ -161,7 +161,7 @@ def _wait_caught_up(s: CliSettings, primary: Member, backup: Member) -> bool:
         if ha.get("state") != "ready":
             return False
         held = {q["name"]: q for q in _call(s, primary, "/api/queues") if q.get("durable")}
-        primary_ha = _call(s, primary, "/api/ha")
+        primary_ha = _call(s, primary, "/api/ha?queues=summary")
         if primary_ha.get("held_confirms"):
             return False
         for queue in ha.get("queues") or []:

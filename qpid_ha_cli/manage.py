@@ -180,7 +180,7 @@ def in_sync(
             " --cluster-manager if you are the cluster manager)",
             ExitStatus.USAGE,
         )
-    ha = s.call("/api/ha")
+    ha = s.call("/api/ha?queues=summary")
     in_sync = ha.get("in_sync")
     if not isinstance(in_sync, dict):
         raise CommandError(

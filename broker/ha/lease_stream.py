@@ -16,7 +16,9 @@ a busy backup answers in time and only a stopped or cut-off one does not.
 (:meth:`LeaseStream.request`, the sequence number from
 :class:`~broker.ha.member_lease.MemberLeases`) and hands each answer's sequence number to
 ``on_grant``. Unanswered requests are bounded by the channel's credit (a stopped backup
-is sent a few, then none).
+is sent a few, then none). Each request marks the link's
+:class:`~broker.ha.link_credit.LinkCredit` and each answer tells it what the backup has read:
+what the link's queue streams may have ahead of the next request is bounded by it.
 
 THREAD UNSAFE: the primary's event loop owns the streams.
 """
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.amqp.stream_sink import StreamSink
+    from broker.ha.link_credit import LinkCredit
 
 __all__ = ["LEASE_CREDIT", "LeaseStream", "decode_request", "encode_request"]
 
@@ -61,14 +64,18 @@ class LeaseStream:
         backup_id: str,
         on_grant: Callable[[int], None],
         on_open: Callable[[], None],
+        link: LinkCredit | None = None,
     ) -> None:
         self.sink = sink
+        #: The link's queue-stream bytes not known read (told what each answer proves).
+        self.link = link
         self.backup_id = backup_id
         self.on_grant = on_grant
         self.on_close: Callable[[], None] | None = None
         self.on_failed: Callable[[str, str], None] | None = None  # never fails: kept for shape
         self.closed = False
         self._sent: dict[int, int] = {}  # delivery tag -> sequence number
+        self._marks: dict[int, int] = {}  # delivery tag -> the link's mark when written
         sink.request_pump(id(self), on_open)  # the first request, after consume-ok
 
     @property
@@ -81,13 +88,19 @@ class LeaseStream:
         if not self.can_send:
             return False
         body = encode_request(seq, epoch, duration, needed)
-        self._sent[self.sink.deliver_stream(body)] = seq
+        tag = self.sink.deliver_stream(body)
+        self._sent[tag] = seq
+        if self.link is not None:
+            self._marks[tag] = self.link.mark()
         return True
 
     def acknowledged(self, delivery_tag: int, multiple: bool) -> None:
         tags = [t for t in self._sent if t <= delivery_tag] if multiple else [delivery_tag]
         for tag in sorted(tags):
             seq = self._sent.pop(tag, None)
+            mark = self._marks.pop(tag, None)
+            if mark is not None and self.link is not None:
+                self.link.answered(mark)  # the backup read everything written before it
             if seq is not None:
                 self.on_grant(seq)
 
@@ -96,5 +109,6 @@ class LeaseStream:
             return
         self.closed = True
         self._sent.clear()
+        self._marks.clear()
         if self.on_close is not None:
             self.on_close()

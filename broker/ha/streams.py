@@ -21,7 +21,10 @@ own (see docs/ha-design.md):
 pump. Streams never write in the queue's observer callbacks: they ask the sink for a
 *pump* and write everything pending when it runs, so one flush carries many messages.
 Credit is the channel's basic.qos prefetch, counted in deliveries (batches): the part every
-kind shares is :class:`~broker.ha.channel_stream.ChannelStream`.
+kind shares is :class:`~broker.ha.channel_stream.ChannelStream`. On a link with a lease
+stream (format 3), the queue streams also share the link's
+:class:`~broker.ha.link_credit.LinkCredit`: a bound, per link, on the bytes ahead of a lease
+request (issue 25).
 
 THREAD UNSAFE: the primary's event loop owns the streams.
 """
@@ -44,6 +47,7 @@ from broker.ha.config_objects import snapshot_steps
 from broker.ha.config_stream import ConfigStream
 from broker.ha.id_set import IdSet
 from broker.ha.lease_stream import LeaseStream
+from broker.ha.link_credit import LinkCredit
 from broker.ha.link_format import Codec, NoCommonFormat, codec_of, link_format
 from broker.ha.names import (
     BACKUP_PROPERTY,
@@ -100,15 +104,19 @@ class QueueStream(ChannelStream):
         subscription: ReplicatingSubscription,
         on_ready: Callable[[], None],
         detach_later: Callable[[Callable[[], None]], None] | None = None,
+        link: LinkCredit | None = None,
     ) -> None:
         super().__init__(sink)
         self.subscription = subscription
+        #: The link's bound on what is ahead of a lease request (None: no lease stream).
+        self.link = link
         self._on_ready = on_ready
         #: Runs its leaving of the queue once closed (:meth:`close`) at a later turn
         #: (``PrimaryStreams``: a slice of a link's streams a turn); None: at once.
         self._detach_later = detach_later
         self._reported_ready = False
         self._batches: dict[int, int] = {}
+        self._sizes: dict[int, int] = {}  # delivery tag -> body bytes (with a link credit)
         subscription.wake = self.request_pump  # a new delivery watermark to announce
         subscription.queue.observe(self, ObserverRole.STREAM)
         self.request_pump()
@@ -122,7 +130,11 @@ class QueueStream(ChannelStream):
 
     def pump(self) -> None:
         subscription = self.subscription
+        link = self.link
         while self.can_send and subscription.has_work:
+            if link is not None and not link.open:
+                link.wait(self.key, self.request_pump)  # pumped again once it is
+                return
             try:
                 batch = subscription.next_batch()
             except (ValueError, TypeError) as exc:  # a message the batch format cannot carry
@@ -132,7 +144,11 @@ class QueueStream(ChannelStream):
             if batch is None:
                 break
             batch_tag, body = batch
-            self._batches[self._deliver(body)] = batch_tag
+            tag = self._deliver(body)
+            self._batches[tag] = batch_tag
+            if link is not None:
+                self._sizes[tag] = len(body)
+                link.sent(len(body))
 
     def acknowledged(self, delivery_tag: int, multiple: bool) -> None:
         tags = [t for t in self._batches if t <= delivery_tag] if multiple else [delivery_tag]
@@ -141,6 +157,9 @@ class QueueStream(ChannelStream):
             if batch_tag is not None:
                 self.in_flight -= 1
                 self.subscription.acknowledged(batch_tag)
+                size = self._sizes.pop(tag, None)
+                if size is not None and self.link is not None:
+                    self.link.acknowledged(size)
         if self.subscription.ready and not self._reported_ready:
             self._reported_ready = True
             self._on_ready()
@@ -153,6 +172,10 @@ class QueueStream(ChannelStream):
         if self.closed:
             return
         self.subscription.stop()
+        if self.link is not None:  # its batches will not be acknowledged: not ahead of one
+            self.link.forget(self.key)
+            self.link.acknowledged(sum(self._sizes.values()))
+            self._sizes.clear()
         self._closed()
         if self._detach_later is None:
             self.detach()
@@ -411,6 +434,7 @@ class PrimaryStreams:
                 backup_id,
                 lambda seq: events.lease_granted(backup_id, seq),
                 lambda: events.lease_stream_opened(backup_id),
+                LinkCredit(),  # this link's, shared with its queue streams
             )
             self.lease_streams[backup_id] = lease
             return lease
@@ -465,6 +489,7 @@ class PrimaryStreams:
             subscription,
             on_ready=lambda: self.events.backup_queue_ready(backup_id, queue_name),
             detach_later=self.detaching.add,
+            link=self._link_credit(backup_id, sink),
         )
         streams = self.queue_streams.setdefault(backup_id, [])
         if len(streams) >= self._prune_at.get(backup_id, PRUNE_FROM):
@@ -475,6 +500,13 @@ class PrimaryStreams:
         streams.append(queue_stream)
         self.queue_stream_of[(backup_id, key_of(queue))] = queue_stream
         return queue_stream
+
+    def _link_credit(self, backup_id: str, sink: StreamSink) -> LinkCredit | None:
+        """The credit of the link ``sink`` is on: its lease stream's (None: it has none)."""
+        lease = self.lease_streams.get(backup_id)
+        if lease is None or lease.closed or lease.sink.connection_name != sink.connection_name:
+            return None
+        return lease.link
 
     def positions(self, backup_id: str) -> list[dict[str, Any]]:
         """Replication position and lag of each queue streamed to a backup."""

@@ -118,7 +118,7 @@ class Cluster:
         if sorted(states.values()) != ["active", "ready", "ready"]:
             return None
         primary = next(n for n in self.nodes if states[n.name] == "active")
-        ha = primary.get("/api/ha")
+        ha = primary.get("/api/ha?queues=summary")
         if not isinstance(ha, dict):
             return None
         backups = sorted(n.name for n in self.nodes if n is not primary)

@@ -203,7 +203,7 @@ class StaleBackup(Nemesis):
         # of None would never be found released
         stale_id = str(
             poll_until(
-                lambda: (stale.get("/api/ha") or {}).get("broker_id"),
+                lambda: (stale.get("/api/ha?queues=summary") or {}).get("broker_id"),
                 ctx.timing.removal,
                 f"{stale.name}'s broker id",
             )

@@ -268,16 +268,23 @@ class AgentCluster:
 
         Every agent is asked first, then each is waited for: stopped one after the other,
         the cluster failed over to each next node in turn (an election, a promotion, the
-        backups' catch-up: about a CPU second a stop, for nothing the test asked)."""
+        backups' catch-up: about a CPU second a stop, for nothing the test asked). A node
+        whose stop raises leaves none of the others running: its error is raised after."""
         if self.stopped:
             return
         self.stopped = True
-        for node in self.nodes:
-            node.ask_to_stop()
-        for node in self.nodes:
-            node.finish_stop()
+        errors: list[BaseException] = []  # one node's failure stops none of the others
+        for step in [node.ask_to_stop for node in self.nodes] + [
+            node.finish_stop for node in self.nodes
+        ]:
+            try:
+                step()
+            except Exception as exc:  # raised again once every node is stopped
+                errors.append(exc)
         self.zk.stop()
         self.zk.close()
+        if errors:
+            raise errors[0]
 
     def states(self) -> list[str]:
         return [node.state() for node in self.nodes]

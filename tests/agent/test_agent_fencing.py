@@ -224,7 +224,15 @@ def test_watchdog_kills_a_silent_backup_broker_and_its_agent_restarts_it(
     assert "watchdog" in str(killed["reason"])
     poll_until(lambda: backup.state() == "ready", 30)
     assert backup.broker_pid() != hung
-    assert agents.wait_settled() is primary  # a backup's trouble moves nothing else
+    settled = agents.wait_settled()
+    if settled is not primary:  # a backup's trouble moves nothing else, but for ZooKeeper:
+        # every agent found the test's ZooKeeper silent (a starved JVM at load 45) while the
+        # stopped backup granted nothing: then the primary must fence (nothing else keeps
+        # it serving), and only that may move it
+        fences = events(primary, "zookeeper_session_fence")
+        assert fences and fences[0]["reason"] == "zookeeper_silent", (
+            "the primary moved, not for ZooKeeper's silence"
+        )
 
 
 def test_a_hung_primary_broker_is_fenced_by_its_agent_and_replaced(

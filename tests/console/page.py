@@ -61,6 +61,19 @@ def seen(browser: Any, check: Callable[[], Any], timeout: float = 20.0, what: st
         raise AssertionError(f"{exc} (the page: {picture})") from None
 
 
+def confirm_says(browser: Any, check: Callable[[str], bool], timeout: float = 10.0) -> str:
+    """The confirmation dialog's question once ``check`` holds for it; its text. Polled:
+    WebDriver reads the text of what is shown, and the dialog opened by a click may show
+    only in a later frame (a loaded machine read '' right after the click); a dialog opened
+    again may still say the last question."""
+
+    def said() -> str | None:
+        question = text(browser, "#confirm-text")
+        return question if check(question) else None
+
+    return str(seen(browser, said, timeout, "the confirmation's question"))
+
+
 def click(browser: Any, css: str, timeout: float = 10.0, what: str = "") -> None:
     """Click the element ``css`` names in a live table (re-rendered every second): found
     and clicked again when the page replaced it between the two."""

@@ -35,7 +35,7 @@ from selenium.webdriver.common.by import By
 from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster, Node
 from tests.console.connection_rates_page import rates_shown_while_it_publishes
-from tests.console.page import click, console_url, log_in, press, seen, text
+from tests.console.page import click, confirm_says, console_url, log_in, press, seen, text
 from tests.console.returning_publisher import ReturningPublisher
 from tests.console.users_page import add_user, add_vhost, logs_in_on, set_permission
 from tests.console.vhost_limits_page import a_limit_set_and_cleared_in_the_page
@@ -265,7 +265,7 @@ def test_an_administrator_purges_a_queue_after_confirming(
     row = f"#queues tr[data-queue='{PURGED}']"
     click(browser, row)
     seen(browser, lambda: browser.find_element(By.ID, "purge")).click()
-    assert "Purge the ready messages of queue" in text(browser, "#confirm-text")
+    confirm_says(browser, lambda q: "Purge the ready messages of queue" in q)
     browser.save_screenshot(str(shots / "confirm.png"))
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: f"purged 5 messages from {PURGED}" in text(browser, "#toast"))
@@ -288,12 +288,12 @@ def test_an_administrator_purges_a_queue_after_confirming(
         # the backups' replication links are marked, and closing one is warned against
         link = "#connections tr:has(.ha-link) button"
         click(browser, link, what="a replication link's close button")
-        assert text(browser, "#confirm-text").startswith("WARNING: connection ")
-        assert "is the HA replication link of backup 127.0.0.1:" in text(browser, "#confirm-text")
+        confirm_says(browser, lambda q: q.startswith("WARNING: connection "))
+        confirm_says(browser, lambda q: "is the HA replication link of backup 127.0.0.1:" in q)
         browser.find_element(By.ID, "confirm-cancel").click()
         mine = "#connections tr[data-user='admin'] button"
         click(browser, mine, what="its close button")
-        assert "CONNECTION_FORCED" in text(browser, "#confirm-text")
+        confirm_says(browser, lambda q: "CONNECTION_FORCED" in q)
         browser.find_element(By.ID, "confirm-ok").click()
         seen(browser, lambda: "closed connection" in text(browser, "#toast"))
         with pytest.raises(pika.exceptions.ConnectionClosed):
@@ -362,7 +362,7 @@ def test_only_the_cluster_manager_may_shut_down_or_promote(
     assert not browser.find_elements(By.CSS_SELECTOR, "#exchanges button")
     log_in(browser, backup, "manager")
     seen(browser, lambda: browser.find_element(By.ID, "shutdown")).click()
-    assert "Shut down n" in text(browser, "#confirm-text")
+    confirm_says(browser, lambda q: "Shut down n" in q)
     browser.find_element(By.ID, "confirm-cancel").click()  # the confirmation step stops it
     # its agent promotes it, and the broker refuses a promotion by hand: not offered
     assert not browser.find_elements(By.ID, "promote")
@@ -520,7 +520,7 @@ def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
     pika.BlockingConnection(clerk).close()
     # its permission cleared in the page: it opens / no more
     click(browser, "#permissions-table tr[data-permission='//clerk'] button.clear-permission")
-    assert text(browser, "#confirm-text") == "Clear the permission of clerk in vhost /?"
+    confirm_says(browser, lambda q: q == "Clear the permission of clerk in vhost /?")
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: "cleared clerk in /" in text(browser, "#toast"))
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
@@ -534,7 +534,7 @@ def test_users_permissions_vhosts_and_definitions_on_the_admin_page(
         lambda: not browser.find_elements(By.CSS_SELECTOR, "#vhosts tr[data-vhost='ledger']"),
     )
     click(browser, f"{row} button.delete-user", what="clerk's delete button")
-    assert "Delete user clerk" in text(browser, "#confirm-text")
+    confirm_says(browser, lambda q: "Delete user clerk" in q)
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: "deleted user clerk" in text(browser, "#toast"))
     for node in console_cluster.nodes:
@@ -564,8 +564,11 @@ def test_unbind_from_the_bindings_list(
     browser.find_element(By.ID, "bindings-filter").send_keys(UNBOUND)
     row = f"#bindings tr[data-destination='{UNBOUND}'][data-key='k1']"
     click(browser, f"{row} button.unbind", what="the binding's Unbind button")
-    assert text(browser, "#confirm-text") == (
-        f'Unbind queue {UNBOUND} from exchange {UNBOUND} (routing key "k1") in vhost /?'
+    confirm_says(
+        browser,
+        lambda q: (
+            q == f'Unbind queue {UNBOUND} from exchange {UNBOUND} (routing key "k1") in vhost /?'
+        ),
     )
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: f"unbound {UNBOUND} from {UNBOUND}" in text(browser, "#toast"))

@@ -18,7 +18,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 from tests.broker_process import BrokerProcess
-from tests.console.page import click, log_in, seen, text
+from tests.console.page import click, confirm_says, log_in, seen, text
 from tests.console.support import write_users
 from tests.ha.cluster import http
 
@@ -300,13 +300,13 @@ def test_an_administrator_adds_binds_publishes_gets_and_removes(
 
     # unbind from the queue's page, then delete the exchange (each after confirming)
     click(browser, f"{bound} button.unbind")
-    assert f"Unbind queue {queue} from exchange {exchange}" in text(browser, "#confirm-text")
+    confirm_says(browser, lambda q: f"Unbind queue {queue} from exchange {exchange}" in q)
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: not browser.find_elements(By.CSS_SELECTOR, bound), what="unbound")
     shown(browser, "exchanges", "exchanges", exchange)
     click(browser, "#bindings th[data-sort='routing_key']")
     click(browser, f"{row} button.delete-exchange")
-    assert f"Delete exchange {exchange}" in text(browser, "#confirm-text")
+    confirm_says(browser, lambda q: f"Delete exchange {exchange}" in q)
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: not browser.find_elements(By.CSS_SELECTOR, row), what="deleted")
     assert "sorted-asc" in classes(browser, "#bindings th[data-sort='routing_key']")

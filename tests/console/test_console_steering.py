@@ -19,7 +19,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from common.polling import poll_until
-from tests.console.page import log_in, seen, text
+from tests.console.page import confirm_says, log_in, seen, text
 from tests.console.support import write_users
 from tests.ha.cluster import Cluster
 
@@ -58,7 +58,7 @@ def test_a_cluster_manager_shuts_down_a_backup_then_promotes_one(
     pid = leaving.proc.pid
     log_in(browser, leaving, "manager")
     seen(browser, lambda: browser.find_element(By.ID, "shutdown")).click()
-    assert f"Shut down {'b2'}?" in text(browser, "#confirm-text")
+    confirm_says(browser, lambda q: f"Shut down {'b2'}?" in q)
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: f"b2 is stopping (pid {pid})" in text(browser, "#toast"), what="toast")
     poll_until(lambda: leaving.proc is not None and leaving.proc.poll() is not None, 15)
@@ -87,7 +87,7 @@ def test_a_cluster_manager_shuts_down_a_backup_then_promotes_one(
     steered.kill(0)
     log_in(browser, stays, "manager")
     seen(browser, lambda: browser.find_element(By.ID, "promote"), 15, "Promote").click()
-    assert "Promote b1 to primary?" in text(browser, "#confirm-text")
+    confirm_says(browser, lambda q: "Promote b1 to primary?" in q)
     browser.find_element(By.ID, "confirm-ok").click()
     toast = ("promoted b1: recovering, epoch 2", "promoted b1: active, epoch 2")
     seen(browser, lambda: text(browser, "#toast") in toast, what="the promote's answer")

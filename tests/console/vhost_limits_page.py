@@ -15,7 +15,7 @@ from selenium.webdriver.common.by import By
 
 from common.polling import poll_until
 from tests.agent.agent_cluster import AgentCluster, Node
-from tests.console.page import click, seen, text
+from tests.console.page import click, confirm_says, seen, text
 
 
 def _limits_on(node: Node, vhost: str) -> Any:
@@ -66,7 +66,7 @@ def a_limit_set_and_cleared_in_the_page(
     else:
         raise AssertionError("a queue over max-queues was declared")
     click(browser, f"{cell} button.clear-limit", what="the limit's Clear button")
-    assert text(browser, "#confirm-text") == f"Clear max-queues of vhost {vhost}?"
+    confirm_says(browser, lambda q: q == f"Clear max-queues of vhost {vhost}?")
     browser.find_element(By.ID, "confirm-ok").click()
     seen(browser, lambda: text(browser, cell) == "-", what="the limit gone")
     _declare(primary, vhost, "allowed")

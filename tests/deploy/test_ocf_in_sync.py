@@ -41,6 +41,8 @@ from tests.deploy.conftest import AGENT_SOURCE, OCF_ROOT, QPID_HA, QPIDD, kill_a
 from tests.ha.cluster import http
 
 OCF_SUCCESS, OCF_ERR_GENERIC, OCF_RUNNING_PROMOTED = 0, 1, 8
+# ~30 s each quiet, 110-120 s at load 45 (a CI run beside other suites hit the default 120)
+pytestmark = pytest.mark.timeout(300)
 STANDIN = Path(__file__).with_name("cib_standin.py")
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 

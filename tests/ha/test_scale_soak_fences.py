@@ -8,26 +8,12 @@ instances that ended out.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("scale_soak", ROOT / "bench" / "scale_soak.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("scale_soak", module)
-    spec.loader.exec_module(module)
-    return module
-
+from tests.ha.scale_soak_module import scale_soak
 
 T0 = 1_800_000_000.0
 
@@ -43,7 +29,7 @@ def test_one_fence_is_one_entry_with_its_reason() -> None:
         _event(10.01, "broker_killed", reason="fenced: the broker does not answer", pid=101),
         _event(10.05, "broker_process_exited", pid=101, code=-9, ran_s=300.0),
     ]
-    [entry] = _soak().ended_instances("node2", events, [])
+    [entry] = scale_soak().ended_instances("node2", events, [])
     assert (entry["node"], entry["pid"], entry["code"]) == ("node2", 101, -9)
     assert entry["reason"] == "the broker does not answer"
     assert entry["events"] == ["agent_fenced", "broker_killed", "broker_process_exited"]
@@ -58,7 +44,7 @@ def test_a_faults_exit_is_the_faults_and_a_later_fence_is_not() -> None:
         _event(300.01, "broker_killed", reason="fenced: promotion of unknown outcome", pid=202),
         _event(300.1, "broker_process_exited", pid=202, code=-9, ran_s=99.0),
     ]
-    ended = _soak().ended_instances("node3", events, faults)
+    ended = scale_soak().ended_instances("node3", events, faults)
     assert [(e["pid"], e["after_a_fault"]) for e in ended] == [(201, True), (202, False)]
 
 
@@ -72,13 +58,13 @@ def test_a_session_fence_counts_by_its_kill_and_not_when_nothing_was_killed() ->
         # a broker that fenced itself on its lease: its exit alone
         _event(80.0, "broker_process_exited", pid=302, code=3, ran_s=70.0),
     ]
-    ended = _soak().ended_instances("node1", events, [])
+    ended = scale_soak().ended_instances("node1", events, [])
     assert [(e["pid"], e["code"]) for e in ended] == [(301, -9), (302, 3)]
     assert ended[0]["reason"] == "fenced: ZooKeeper lease ran out"
 
 
 def test_a_restart_to_join_is_no_fence() -> None:
-    soak = _soak()
+    soak = scale_soak()
     events = [
         _event(9.0, "broker_killed", reason="restart to join: the stores ...", pid=401),
         _event(9.1, "broker_process_exited", pid=401, code=-9, ran_s=20.0),
@@ -89,7 +75,7 @@ def test_a_restart_to_join_is_no_fence() -> None:
 
 
 def test_faults_are_spread_evenly_and_a_partition_needs_namespaces() -> None:
-    soak = _soak()
+    soak = scale_soak()
     assert soak.fault_plan(["kill", "kill-node", "partition"], 400.0) == [
         (100.0, "kill"),
         (200.0, "kill-node"),
@@ -104,7 +90,7 @@ def test_faults_are_spread_evenly_and_a_partition_needs_namespaces() -> None:
 
 
 def test_time_without_a_primary_is_a_fail_overs_only_right_after_a_fault() -> None:
-    soak = _soak()
+    soak = scale_soak()
     primary = ["node1"] * 10 + [None] * 4 + ["node2"] * 20 + [None] * 3 + ["node2"] * 3
     samples = [(T0 + i, p, 12.0) for i, p in enumerate(primary)]
     faults = [(T0 + 9.5, "kill", "node1")]

@@ -9,29 +9,17 @@ come from a fake ``fetch``.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
-import sys
 import urllib.error
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.ha.scale_soak_module import scale_soak
 
-
-def _clusters() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("scale_soak", ROOT / "bench" / "scale_soak.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("scale_soak", module)
-    spec.loader.exec_module(module)  # puts bench/ and deploy/ on the path
-    return importlib.import_module("soak_clusters")
-
-
-clusters = _clusters()
+scale_soak()  # puts bench/ on the path
+clusters = importlib.import_module("soak_clusters")
 
 
 def _live(state: str, epoch: int = 1, fenced: bool = False, pid: int = 10) -> dict[str, Any]:
