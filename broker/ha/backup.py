@@ -60,6 +60,7 @@ from broker.ha.link_format import CODECS, NoCommonFormat, codec_of, link_format
 from broker.ha.link_reach import ReachTimes, watch_reach
 from broker.ha.names import (
     BASE_EPOCH_PROPERTY,
+    BROKER_ID_PROPERTY,
     CLUSTER_ID_PROPERTY,
     CONFIG_STREAM,
     EPOCH_PROPERTY,
@@ -142,6 +143,15 @@ BACKUP_STATES = frozenset(state.value for state in HaState if state.is_backup)
 #: First redial delay after a lost link (seconds); it doubles up to link-maintenance-interval.
 LINK_RETRY_MIN = 0.01
 
+#: Seconds after a lost link during which every redial pause is :data:`LINK_RETRY_MIN`
+#: (:class:`~broker.ha.redial.Backoff`'s ``steady``): a fail-over is under way, and the
+#: broker being promoted is dialled every 10 ms, its refusals before the login cheap, so
+#: this backup links to it within ~10 ms of its promotion's end, not a doubled pause later
+#: (issue 26: ~35 ms of a 163 ms broker kill). A broker kill's fail-over ends within
+#: 0.1-0.3 s on a quiet machine, 0.3-3 s at load 20-30; after the window the pause doubles
+#: up to link-maintenance-interval as before.
+LINK_FAILOVER_REDIAL = 2.0
+
 #: At most one ``ha_link_dial_failed`` line per address in this many seconds, unless the
 #: reason changes.
 DIAL_FAILURE_LOG_INTERVAL = 60.0
@@ -151,7 +161,10 @@ class OwnAddress(DialRefused):
     """The address is this broker's own (``ha-brokers-url`` names it too): not dialled, as
     it never finds the primary there, and not logged. Dialling it cost a handshake on this
     broker's own loop each round (issue 25: 100 ms once, at a fail-over of 10,000 queues,
-    on a member whose loop was ending its old link)."""
+    on a member whose loop was ending its old link). Known by :attr:`LinkOwner.url`, or
+    by the first dial's connection.start naming this broker's id (a broker listening on
+    ``0.0.0.0`` has its node name as its URL, ``ha-brokers-url`` its IP address): that
+    dial ends there, before the login, and the address is not dialled again."""
 
 
 def _promoting(server_properties: dict[str, Any]) -> bool:
@@ -247,6 +260,9 @@ class BackupLink:
         self._clock = clock
         self._wall_clock = wall_clock
         self._failures = DialFailures(DIAL_FAILURE_LOG_INTERVAL)
+        #: The addresses of ``ha-brokers-url`` whose connection.start named this broker's
+        #: id: not dialled again (:class:`OwnAddress`).
+        self._own: set[Address] = set()
         #: This link's latest replication error (``/api/ha``'s ``replication_error``).
         self.errors = ReplicationErrors(wall_clock)
         #: Why this link gave up replicating (a stream it could not apply): closed with it.
@@ -327,16 +343,17 @@ class BackupLink:
     async def _run(self) -> None:
         # After a lost link the new primary is usually promoted within a few hundred ms,
         # and while it recovers it holds its clients' confirms until this backup is ready
-        # again: redial quickly (from LINK_RETRY_MIN doubling up to the maintenance
-        # interval) rather than wait a whole interval. Until a link first comes up, dial
-        # every maintenance interval.
+        # again: redial every LINK_RETRY_MIN for LINK_FAILOVER_REDIAL seconds, then from
+        # LINK_RETRY_MIN doubling up to the maintenance interval, rather than wait a whole
+        # interval. Until a link first comes up, dial every maintenance interval.
         await dial_loop(
             self.addresses,
             self._dial,
             self._session,
-            Backoff(LINK_RETRY_MIN, self.maintenance_interval),
+            Backoff(LINK_RETRY_MIN, self.maintenance_interval, LINK_FAILOVER_REDIAL),
             dial_errors=(ClientError,),
             on_dial_failed=self._dial_failed,
+            clock=self._clock,
         )
 
     def _dial_failed(self, address: Address, exc: Exception) -> None:
@@ -355,12 +372,15 @@ class BackupLink:
 
     async def _dial(self, address: Address) -> AmqpClient:
         owner = self.owner
-        if str(address) == owner.url:
+        if str(address) == owner.url or address in self._own:
             raise OwnAddress("this broker's own address")
         start: dict[str, Any] = {}
 
         def read_start(server_properties: dict[str, Any]) -> None:
             start.update(server_properties)
+            if server_properties.get(BROKER_ID_PROPERTY) == owner.broker_id:
+                self._own.add(address)
+                raise OwnAddress("this broker's own address")
             _refuse_before_login(server_properties)
 
         try:
