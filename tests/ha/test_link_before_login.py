@@ -4,6 +4,7 @@ the primary (issue 25): its dial of a backup ends there, with neither the login 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from common.polling import poll_until
@@ -46,3 +47,33 @@ def test_a_backup_does_not_dial_its_own_address(pair: Cluster) -> None:
     failed = [e for e in events if e.get("event") == "ha_link_dial_failed"]
     assert failed and all(e["address"] != own for e in failed)
     assert {e["address"] for e in failed} == {f"127.0.0.1:{pair.ports[1]}"}
+
+
+def test_a_backup_knows_its_own_address_by_its_id_in_connection_start(tmp_path: Path) -> None:
+    """A broker whose URL is not the address ``ha-brokers-url`` names it by (here it
+    listens on ``localhost``, the list says ``127.0.0.1``; in the drill it listens on
+    ``0.0.0.0`` under its node name): its first dial of that address ends at
+    connection.start, which names its own broker id, and it never dials it again. Only
+    broker 0 runs: broker 1's address is refused each round, and counted."""
+    cluster = Cluster(tmp_path, 2, "--interface=localhost")
+    broker = cluster.brokers[0]
+    try:
+        broker.start()
+        assert cluster.state(0) == "joining"
+        poll_until(
+            lambda: (cluster.ha(0).get("link_error") or {}).get("count", 0) >= 10,
+            60,
+            "ten rounds of broker 0's dials (broker 1's address refused)",
+        )
+        events = broker.events()
+        own_dials = [
+            e
+            for e in events
+            if e.get("event") == "handshake_abandoned" and e.get("state") == "await-start-ok"
+        ]
+        assert len(own_dials) == 1  # its own address, dialled once, not ten times
+        assert not [e for e in events if e.get("event") == "protocol_error"]  # no login
+        failed = [e for e in events if e.get("event") == "ha_link_dial_failed"]
+        assert {e["address"] for e in failed} == {f"127.0.0.1:{cluster.ports[1]}"}
+    finally:
+        cluster.stop()

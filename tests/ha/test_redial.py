@@ -94,6 +94,104 @@ def test_bounds_must_not_be_negative(minimum: float, maximum: float) -> None:
         Backoff(minimum, maximum)
 
 
+# -- the steady window after a link's loss (issue 26 item 5) -------------------------------
+def test_the_pause_is_the_minimum_for_the_steady_window_then_doubles() -> None:
+    backoff = Backoff(0.01, 0.1, steady=2.0)
+    assert backoff.next_delay(0.0) == 0.1  # no link yet: the maintenance interval
+    backoff.succeeded(100.0)  # the link's session ended at 100 s: a fail-over is under way
+    assert [backoff.next_delay(t) for t in (100.0, 100.5, 101.0, 101.999)] == [0.01] * 4
+    assert [backoff.next_delay(t) for t in (102.0, 102.1, 102.2, 102.3, 102.4, 102.5)] == [
+        0.01,
+        0.02,
+        0.04,
+        0.08,
+        0.1,
+        0.1,
+    ]
+    backoff.succeeded(200.0)  # the next link's loss: a new window
+    assert backoff.next_delay(201.0) == 0.01
+    assert backoff.soon() == 0.01
+
+
+def test_the_cap_wins_in_the_steady_window_too() -> None:
+    backoff = Backoff(0.05, 0.02, steady=2.0)
+    backoff.succeeded(0.0)
+    assert backoff.next_delay(1.0) == 0.02
+
+
+def test_the_steady_window_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="backoff bounds"):
+        Backoff(0.01, 0.1, steady=-1.0)
+
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["next", "succeeded"]),
+        st.floats(min_value=0.0, max_value=5.0, allow_nan=False, allow_infinity=False),
+    ),
+    max_size=60,
+)
+
+
+@no_deadline
+@given(bounds, bounds, st.floats(min_value=0.0, max_value=10.0, allow_nan=False), steps)
+def test_in_the_window_the_minimum_after_it_the_doubling_and_always_the_bounds(
+    low: float, high: float, steady: float, script: list[tuple[str, float]]
+) -> None:
+    """The rule on a clock that only moves forward: within ``steady`` seconds of the last
+    success each pause is the minimum (capped); otherwise the pauses are as without a
+    window (the doubling resumes from the minimum where the window ends)."""
+    minimum, maximum = min(low, high), max(low, high)
+    backoff = Backoff(minimum, maximum, steady=steady)
+    plain = Backoff(minimum, maximum)  # the same rule without a window
+    now = 0.0
+    since: float | None = None
+    for op, step in script:
+        now += step
+        if op == "succeeded":
+            backoff.succeeded(now)
+            plain.succeeded()
+            since = now
+            continue
+        delay = backoff.next_delay(now)
+        assert minimum <= delay <= maximum
+        if since is not None and now < since + steady:
+            assert delay == minimum
+        else:
+            assert delay == plain.next_delay()
+
+
+def test_after_a_link_the_loop_redials_at_the_minimum_for_the_window() -> None:
+    """A member whose primary's link dropped dials every ``minimum`` while the steady
+    window lasts (the broker about to be promoted refusing it), then doubling."""
+    now = [0.0]
+    pauses: list[float] = []
+    linked = [True]  # the first dial links; every later dial is refused
+
+    async def dial(address: Address) -> str:
+        if linked.pop(0) if linked else False:
+            return "conn"
+        raise NotPrimary("ready")
+
+    async def session(connection: str, address: Address) -> None:
+        now[0] += 4.0  # the link lasted 4 s, then dropped
+
+    async def sleep(delay: float) -> None:
+        pauses.append(delay)
+        now[0] += 0.125  # each round, its pause and its dials, takes 125 ms
+        if len(pauses) == 22:
+            raise Stop
+
+    run(
+        dial_loop(
+            [A], dial, session, Backoff(0.01, 0.1, steady=2.0), sleep=sleep, clock=lambda: now[0]
+        )
+    )
+    # 2 s of rounds of 0.125 s each at the minimum, then the doubling up to the cap
+    assert pauses[:16] == [0.01] * 16
+    assert pauses[16:] == [0.01, 0.02, 0.04, 0.08, 0.1, 0.1]
+
+
 # -- dial_loop with fakes ------------------------------------------------------------------
 class Stop(Exception):
     """Raised by the fake sleep to end a loop after enough rounds."""
