@@ -13,12 +13,12 @@ hands its reason to ``on_dial_failed`` (the one place a failed dial is seen) and
 goes on (a refusal that says ``again``, a peer promoted during the handshake, dials that
 address once more at once). After the round the loop sleeps for :meth:`Backoff.next_delay`
 (after a link's loss the shortest pause for a steady window, as a fail-over is under way,
-then a doubling one) and starts again; or for :meth:`Backoff.soon` when a peer refused saying it becomes the
-primary shortly (a backup whose promotion is under way: ``soon``), and the next round
-dials that peer first, so that a backup left in the cluster links to the new primary as
-its promotion ends, not up to a doubled pause and a dead address's dial later (issue 25:
-the pause had doubled from 10 ms to 640 ms, 858 ms once, while a loaded broker's promotion
-of 10,000 queues ran).
+then a doubling one) and starts again; or for :meth:`Backoff.soon` when a peer refused
+saying it becomes the primary shortly (a backup whose promotion is under way: ``soon``),
+and the next round dials that peer first, so that a backup left in the cluster links to
+the new primary as its promotion ends, not up to a doubled pause and a dead address's
+dial later (issue 25: the pause had doubled from 10 ms to 640 ms, 858 ms once, while a
+loaded broker's promotion of 10,000 queues ran).
 A session that ends by giving up (it returns False: a replication error, issue 24) does not
 reset the backoff: a link that comes up and fails at once is redialled ever more slowly
 (exponential, capped by the maintenance interval), never dozens of times a second.
