@@ -44,7 +44,6 @@ from broker.amqp.client import (
     ClientChannel,
     ClientError,
     ConnectionClosedByBroker,
-    ConnectionRefusedByBroker,
     Delivery,
 )
 from broker.amqp.client.handshake import NoUsableMechanism
@@ -173,30 +172,23 @@ def _promoting(server_properties: dict[str, Any]) -> bool:
     return status in BACKUP_STATES and server_properties.get(PROMOTING_PROPERTY) is True
 
 
-def refused_while_promoting(
-    server_properties: dict[str, Any], exc: ConnectionRefusedByBroker, address: Address
-) -> NotPrimary | None:
-    """The dial's refusal at connection.open as a :class:`NotPrimary` that says ``soon``
-    when connection.start said a promotion is under way and the refusal is a backup's
-    routine one (``not the primary``: the promotion was not over yet); else None."""
-    _reason, routine = describe_dial_failure(address, exc)
-    if not routine or not _promoting(server_properties):
-        return None
-    return NotPrimary(str(server_properties.get(STATUS_PROPERTY)), promoting=True)
-
-
-def _refuse_before_login(server_properties: dict[str, Any]) -> None:
-    """A broker whose connection.start says it is not the primary, nor being promoted, is
-    not logged into: the dial ends there (:class:`NotPrimary`), as it would at
-    connection.open a login later (a backup refuses links), without the login nor its two
-    round trips on that broker. One whose promotion is under way (``qpid.ha-promoting``)
-    is logged into as before: its promotion may end during the handshake (then the link
-    is admitted, or dialled again at once), and a refusal at open is followed by the
-    shortest pause, not a doubling one (:meth:`~broker.ha.redial.Backoff.soon`)."""
+def refuse_before_login(server_properties: dict[str, Any]) -> None:
+    """A broker whose connection.start says it is not the primary is not logged into: the
+    dial ends there (:class:`NotPrimary`), as it would at connection.open a login later (a
+    backup refuses links), without the login nor its two round trips on that broker. One
+    whose promotion is under way (``qpid.ha-promoting``) is refused so too, saying
+    ``soon``: the next round comes after the shortest pause and dials it first
+    (:meth:`~broker.ha.redial.Backoff.soon`). Logging into it gained nothing: refused at
+    open while the promotion lasted, or admitted after its end with connection.start's
+    stale state and epoch, then closed and dialled again at once, a second whole handshake
+    (issue 26: 100-200 ms of a one-queue fail-over at load 30); and each login was loop
+    turns of the broker being promoted."""
     status = server_properties.get(STATUS_PROPERTY)
-    if status in PRIMARY_STATES or _promoting(server_properties):
+    if status in PRIMARY_STATES:
         return
-    raise NotPrimary(None if status is None else str(status))
+    raise NotPrimary(
+        None if status is None else str(status), promoting=_promoting(server_properties)
+    )
 
 
 class BackupLink:
@@ -374,14 +366,12 @@ class BackupLink:
         owner = self.owner
         if str(address) == owner.url or address in self._own:
             raise OwnAddress("this broker's own address")
-        start: dict[str, Any] = {}
 
         def read_start(server_properties: dict[str, Any]) -> None:
-            start.update(server_properties)
             if server_properties.get(BROKER_ID_PROPERTY) == owner.broker_id:
                 self._own.add(address)
                 raise OwnAddress("this broker's own address")
-            _refuse_before_login(server_properties)
+            refuse_before_login(server_properties)
 
         try:
             client = await connect_as_backup(
@@ -401,19 +391,14 @@ class BackupLink:
             )
         except ValueError as exc:  # e.g. ha-username without ha-password
             raise DialRefused(f"link configuration: {exc}") from exc
-        except ConnectionRefusedByBroker as exc:
-            still = refused_while_promoting(start, exc, address)
-            if still is not None:
-                raise still from exc
-            raise
         status = client.server_properties.get(STATUS_PROPERTY)
         if status not in PRIMARY_STATES:
             # Not (yet) an HA primary: e.g. a broker still starting, listening before its
             # HA role admits or refuses connections. Following it would mean catch-up forever.
+            # (read_start ends such a dial before the login; this stays the guard it was.)
             # A backup's state in connection.start, yet the link was admitted at open
             # (a backup refuses links there): promoted during the handshake, its start's
-            # epoch stale; dialled again at once (the recovering primary waits for this
-            # backup: 0.4 s of a loaded broker kill went to the next round).
+            # epoch stale; dialled again at once.
             await self._close_client(client)
             promoted = status in BACKUP_STATES  # (not a stand-alone broker: None)
             raise NotPrimary(None if status is None else str(status), promoted=promoted)

@@ -13,9 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.amqp.client import ConnectionRefusedByBroker
-from broker.core.errors import ReplyCode
-from broker.ha.backup import LINK_RETRY_MIN, refused_while_promoting
+from broker.ha.backup import LINK_RETRY_MIN, refuse_before_login
 from broker.ha.dial_failure import NotPrimary
 from broker.ha.names import PROMOTING_PROPERTY, STATUS_PROPERTY
 from broker.ha.redial import Backoff, DialRefused, dial_loop
@@ -554,15 +552,19 @@ def test_the_round_after_a_promoting_peer_dials_it_first() -> None:
     assert sessions == ["conn-b"]
 
 
-def test_a_refusal_at_open_while_the_peer_is_promoting_says_soon() -> None:
-    """connection.start said ``qpid.ha-promoting``, connection.open was refused as by any
-    backup: the promotion was not over yet (the backup's next round comes soon); any other
-    refusal, or no promotion under way, is what it was."""
-    text = "NOT_ALLOWED - HA backup: not the primary (state ready); clients connect to x"
-    backup = ConnectionRefusedByBroker(ReplyCode.NOT_ALLOWED, text)
-    promoting = {STATUS_PROPERTY: "ready", PROMOTING_PROPERTY: True}
-    refused = refused_while_promoting(promoting, backup, A)
-    assert refused is not None and refused.soon and str(refused) == "not a primary (ready)"
-    assert refused_while_promoting({STATUS_PROPERTY: "ready"}, backup, A) is None
-    login = ConnectionRefusedByBroker(ReplyCode.ACCESS_REFUSED, "ACCESS_REFUSED - bad login")
-    assert refused_while_promoting(promoting, login, A) is None
+def test_a_promoting_peer_is_refused_at_connection_start_saying_soon() -> None:
+    """connection.start says ``qpid.ha-promoting``: the dial ends there, before the login,
+    saying ``soon`` (the next round comes after the shortest pause, that peer first); a
+    backup not promoting is refused there too, not soon; a primary is logged into."""
+    with pytest.raises(NotPrimary) as promoting:
+        refuse_before_login({STATUS_PROPERTY: "ready", PROMOTING_PROPERTY: True})
+    assert promoting.value.soon and not promoting.value.again
+    assert str(promoting.value) == "not a primary (ready)"
+    with pytest.raises(NotPrimary) as ready:
+        refuse_before_login({STATUS_PROPERTY: "ready"})
+    assert not ready.value.soon
+    with pytest.raises(NotPrimary) as standalone:
+        refuse_before_login({PROMOTING_PROPERTY: True})  # not an HA backup's state
+    assert not standalone.value.soon
+    refuse_before_login({STATUS_PROPERTY: "recovering"})  # returns: the login goes on
+    refuse_before_login({STATUS_PROPERTY: "active", PROMOTING_PROPERTY: True})
