@@ -14,6 +14,8 @@ they are, subscribed as their rows are decoded: :mod:`broker.ha.queue_subscripti
 that the loop turns of their channel.open and basic.consume round trips are not each
 behind a slice of 10,000 queues (issue 25: on 2 cores at load 20 a slice of a few ms of CPU
 is tens of ms of wall, and the new primary's first confirms wait for those streams).
+Only an event of :data:`HOLD_BYTES` or more waits so: a smaller one is decoded and applied
+in a few ms of CPU, and holding it behind the streams' round trips only delays it.
 
 Atomic for whoever acts on the configuration: when the link stops with an event half
 applied, :meth:`ConfigApplier.finish` applies the rest at once, before the link's end is
@@ -37,6 +39,12 @@ from broker.ha.link_format import Codec
 from common.slices import Steps, run_steps
 
 __all__ = ["AppliedDisk", "ConfigApplier"]
+
+#: A configuration event (a snapshot) of this many bytes or more has its slices wait for
+#: the new link's busy streams (``hold``); one under it (some 370 queues at ~176 bytes a
+#: queue; a one-queue snapshot is ~370 bytes) does not: held 69-100 ms at one queue at
+#: load 30 it only delayed the member's catch-up (issue 26 item 5).
+HOLD_BYTES = 64 * 1024
 
 
 class AppliedDisk(Protocol):
@@ -122,10 +130,9 @@ class ConfigApplier:
         could not be applied (``failed``) or the link's end finished it."""
         appended = 0 if self._disk is None else self._disk.appended
         event: dict[str, Any] | None = None
+        hold = self._hold if len(delivery.body) >= HOLD_BYTES else None
         try:
-            event = await _sliced(
-                self._codec.decode_config_steps(delivery.body, self._seen), self._hold
-            )
+            event = await _sliced(self._codec.decode_config_steps(delivery.body, self._seen), hold)
             if self._decoded is not None:
                 self._decoded(event)
             steps = self._replicator.apply_steps(event)
@@ -138,8 +145,8 @@ class ConfigApplier:
                         changes: ConfigChanges = done.value
                         break
                     await asyncio.sleep(0)
-                    if self._hold is not None:
-                        await self._hold()
+                    if hold is not None:
+                        await hold()
                     if self._applying is not steps:
                         return None  # finished by the link's end
             finally:
