@@ -46,7 +46,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
 from ha_agent.zk_format import WRITTEN_FORMAT, ZkFormatError, record_format
 from ha_agent.zk_layout import ClusterLayout, check_name
@@ -123,16 +123,22 @@ def brake_text(status: AgentStatus) -> str:
 
 
 def read_statuses(client: Any, cluster: str) -> dict[str, AgentStatus]:
-    """Every agent's record by node (empty when there is none)."""
+    """Every agent's record by node (empty when there is none). The records are read all
+    at once (asynchronous reads, then their answers): two round trips to ZooKeeper however
+    many agents there are."""
     parent = ClusterLayout(cluster).agents
     try:
         children = client.retry(client.get_children, parent)
     except NoNodeError:
         return {}
+    pending = [(child, client.get_async(f"{parent}/{child}")) for child in sorted(children)]
     out: dict[str, AgentStatus] = {}
-    for child in sorted(children):
+    for child, answer in pending:
         try:
-            data, _ = client.retry(client.get, f"{parent}/{child}")
+            try:
+                data, _ = answer.get()
+            except (ConnectionLoss, OperationTimeoutError):  # as the retry policy would
+                data, _ = client.retry(client.get, f"{parent}/{child}")
             status = AgentStatus.from_json(data)
         except (NoNodeError, ValueError):
             continue  # gone between the two reads, or not a record

@@ -31,7 +31,7 @@ from ha_agent.agent_status import read_statuses
 from ha_agent.cluster_records import InSyncRecord
 from ha_agent.membership import Member
 from ha_agent.primary_record import decode_primary
-from ha_agent.spread import CLAIMING, node_loads, safe_candidates, yield_to
+from ha_agent.spread import CLAIMING, least_loaded, node_loads, safe_candidates, yield_to
 from ha_agent.zk_format import ZkFormatError
 from ha_agent.zk_layout import ROOT, ClusterLayout, check_name
 
@@ -84,19 +84,19 @@ def spread_hold(
 ) -> str | None:
     """The safe candidate of ``cluster`` on a less loaded node that is trying now, which
     ``node`` lets go first (None: none; ``node`` tries). ``watch`` is set on that agent's
-    status record, so its end of trying wakes the caller at once. Reads: the cluster's
-    agent status records, and only when another candidate is trying, the other clusters'
-    primary records (:func:`read_node_loads`)."""
+    status record, so its end of trying wakes the caller at once. Reads: the other
+    clusters' primary records (:func:`read_node_loads`; one round trip when there is no
+    other cluster), and only when ``node`` is not on a least loaded node, the cluster's
+    agent status records. This is on the takeover's path, between the old primary's
+    record going and the promotion: a cluster alone on its ZooKeeper reads one list."""
     candidates = safe_candidates(members, in_sync)
     if node not in candidates or len(candidates) < 2:
         return None
+    loads = read_node_loads(client, cluster)
+    if node in least_loaded(candidates, loads):
+        return None  # nobody to let go first (no more reads)
     statuses = read_statuses(client, cluster)
     claiming = [n for n, status in statuses.items() if status.claim in CLAIMING and n in candidates]
-    if not [n for n in claiming if n != node]:
-        return None  # nobody else is trying: nothing to order (no more reads)
-    loads = read_node_loads(client, cluster)
-    if not loads:
-        return None
     first = yield_to(node, candidates, loads, claiming)
     if first is not None and watch is not None:
         client.retry(client.exists, ClusterLayout(cluster).agent(first), watch=watch)

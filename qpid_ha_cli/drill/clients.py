@@ -119,15 +119,20 @@ class PikaClient:
         ]
 
     def connect(self, role: str) -> PikaLink:
+        from pika.adapters.utils.connection_workflow import AMQPConnectorException
+
         pika = self._pika
         try:
             connection = pika.BlockingConnection(self._params)
             channel = connection.channel()
             channel.queue_declare(self.queue, durable=True, arguments=self._arguments)
-        except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
+        except (pika.exceptions.AMQPError, AMQPConnectorException, OSError, ValueError) as exc:
             # ValueError: pika's own word for a socket reset between the TCP connect and
             # its getpeername() ("Expected connected socket"), as when the broker is
             # SIGKILLed with this connection in its accept queue: a failed attempt.
+            # AMQPConnectorException (not an AMQPError): the last address's attempt, e.g.
+            # AMQPConnectorStackTimeout, a handshake not done within pika's stack timeout
+            # (15 s) by a starved new primary under a reconnect storm: a failed attempt.
             raise ConnectFailed(reason_of(exc)) from None
         if role == "publisher":
             try:

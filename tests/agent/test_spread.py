@@ -15,6 +15,7 @@ from ha_agent.agent_status import AgentStatus, StatusPublisher
 from ha_agent.cluster_records import BrokerView, InSyncMember, InSyncRecord, most_advanced, rank
 from ha_agent.in_sync import VersionedInSync
 from ha_agent.membership import Member
+from ha_agent.node_loads import spread_hold
 from ha_agent.primary_claim import Leadership, PrimaryClaim
 from ha_agent.primary_record import delete_primary, write_primary
 from ha_agent.promotion import ClusterView, PrimaryRecord, eligibility
@@ -26,6 +27,7 @@ from ha_agent.spread import (
     yield_to,
 )
 from ha_agent.takeover import OldPrimaryGone
+from ha_agent.zk_layout import ClusterLayout
 
 NODES = ["n1", "n2", "n3", "n4"]
 nodes = st.sampled_from(NODES)
@@ -178,4 +180,48 @@ def test_a_claim_on_a_busier_node_lets_a_trying_one_go_first(
         assert led.wait(20)  # woken by the watch on n-b's record, not the recheck
     finally:
         claim.cancel()
+        delete_primary(zk, other)
+
+
+class _ReadLog:
+    """The real client, with the paths it was asked to list or read recorded."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.paths: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.client, name)
+        if name not in ("get", "get_async", "get_children", "exists"):
+            return method
+
+        def recorded(path: str, *args: Any, **kwargs: Any) -> Any:
+            self.paths.append(path)
+            return method(path, *args, **kwargs)
+
+        return recorded
+
+
+def test_a_claim_on_a_least_loaded_node_reads_no_agent_status(zk: Any, cluster: str) -> None:
+    """Against a real ZooKeeper: the spread's look on the takeover's path reads the other
+    clusters' primaries first; a candidate on a node running no fewer primaries than any
+    other candidate's tries at once, without reading the agents' status records (another
+    candidate contending changes nothing), and the one on a busier node reads them."""
+    in_sync = InSyncRecord(3, (InSyncMember("id-a", "solo-a"), InSyncMember("id-b", "solo-b")))
+    members = {
+        n: Member(n, f"amqp://{n}", ha_state="ready", epoch=3, broker_id=f"id-{n[-1]}")
+        for n in ("solo-a", "solo-b")
+    }
+    b_status = StatusPublisher(zk, cluster, "solo-b")
+    b_status.publish(AgentStatus("solo-b", claim="contending"))
+    reads = _ReadLog(zk)
+    assert spread_hold(reads, cluster, "solo-a", in_sync, members) is None
+    agents = ClusterLayout(cluster).agents
+    assert reads.paths and not [p for p in reads.paths if p.startswith(agents)]
+    other = f"{cluster}-other"
+    write_primary(zk, other, PrimaryRecord("solo-a", 1, "amqp://a"))
+    try:
+        assert spread_hold(reads, cluster, "solo-a", in_sync, members) == "solo-b"
+        assert [p for p in reads.paths if p.startswith(agents)]
+    finally:
         delete_primary(zk, other)

@@ -6,6 +6,7 @@ the publisher thread died and the drill went on without it). A real qpidd and re
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -76,4 +77,51 @@ def test_a_worker_thread_that_dies_fails_the_drill(tmp_path: Path) -> None:
             run.run()
         assert time.monotonic() - started < 25  # it stopped the publisher, not ran its 30 s
     finally:
+        broker.stop()
+
+
+def test_a_handshake_past_pikas_stack_timeout_is_a_failed_attempt_tried_again(
+    tmp_path: Path,
+) -> None:
+    """pika raises its connector's own exception, not an AMQPError, for a handshake not
+    done within its stack timeout (AMQPConnectorStackTimeout: a starved new primary under
+    the reconnect storm of 2,000 clients, seen in the scale soak: the drill's publisher
+    stopped and the whole drill failed). A real listener that never answers, real pika."""
+    broker = BrokerProcess(tmp_path / "b").start()
+    silent = socket.socket()
+    try:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        settings = DrillSettings(
+            url=parse_drill_url(f"amqp:guest/guest@127.0.0.1:{broker.port}")[0]
+        )
+        run = DrillRun(settings)
+        attempts: list[int] = []
+
+        def blocking_connection(params: Any) -> Any:
+            attempts.append(1)
+            if len(attempts) == 1:
+                mute = pika.ConnectionParameters(
+                    host="127.0.0.1",
+                    port=silent.getsockname()[1],
+                    connection_attempts=1,
+                    stack_timeout=0.5,
+                )
+                return pika.BlockingConnection([mute])
+            return pika.BlockingConnection(params)
+
+        assert isinstance(run.client, PikaClient)
+        run.client._pika = SimpleNamespace(
+            BlockingConnection=blocking_connection, exceptions=pika.exceptions
+        )
+        got = run._connect("publisher", time.monotonic() + 30, threading.Event())
+        assert got is not None
+        try:
+            assert len(attempts) == 2 and got.address == f"127.0.0.1:{broker.port}"
+            assert run._last_failure is not None
+            assert run._last_failure.startswith("AMQPConnectorStackTimeout")
+        finally:
+            got.close()
+    finally:
+        silent.close()
         broker.stop()
