@@ -59,10 +59,12 @@ from broker.ha.link_format import CODECS, NoCommonFormat, codec_of, link_format
 from broker.ha.link_reach import ReachTimes, watch_reach
 from broker.ha.names import (
     BASE_EPOCH_PROPERTY,
+    BROKER_ID_PROPERTY,
     CLUSTER_ID_PROPERTY,
     CONFIG_STREAM,
     EPOCH_PROPERTY,
     LEASE_STREAM,
+    PROMOTING_PROPERTY,
     STATUS_PROPERTY,
 )
 from broker.ha.queue_replicator import BatchAcks, CatchUpGc
@@ -140,9 +142,53 @@ BACKUP_STATES = frozenset(state.value for state in HaState if state.is_backup)
 #: First redial delay after a lost link (seconds); it doubles up to link-maintenance-interval.
 LINK_RETRY_MIN = 0.01
 
+#: Seconds after a lost link during which every redial pause is :data:`LINK_RETRY_MIN`
+#: (:class:`~broker.ha.redial.Backoff`'s ``steady``): a fail-over is under way, and the
+#: broker being promoted is dialled every 10 ms, its refusals before the login cheap, so
+#: this backup links to it within ~10 ms of its promotion's end, not a doubled pause later
+#: (issue 26: ~35 ms of a 163 ms broker kill). A broker kill's fail-over ends within
+#: 0.1-0.3 s on a quiet machine, 0.3-3 s at load 20-30; after the window the pause doubles
+#: up to link-maintenance-interval as before.
+LINK_FAILOVER_REDIAL = 2.0
+
 #: At most one ``ha_link_dial_failed`` line per address in this many seconds, unless the
 #: reason changes.
 DIAL_FAILURE_LOG_INTERVAL = 60.0
+
+
+class OwnAddress(DialRefused):
+    """The address is this broker's own (``ha-brokers-url`` names it too): not dialled, as
+    it never finds the primary there, and not logged. Dialling it cost a handshake on this
+    broker's own loop each round (issue 25: 100 ms once, at a fail-over of 10,000 queues,
+    on a member whose loop was ending its old link). Known by :attr:`LinkOwner.url`, or
+    by the first dial's connection.start naming this broker's id (a broker listening on
+    ``0.0.0.0`` has its node name as its URL, ``ha-brokers-url`` its IP address): that
+    dial ends there, before the login, and the address is not dialled again."""
+
+
+def _promoting(server_properties: dict[str, Any]) -> bool:
+    """connection.start says a backup's state and a promotion under way."""
+    status = server_properties.get(STATUS_PROPERTY)
+    return status in BACKUP_STATES and server_properties.get(PROMOTING_PROPERTY) is True
+
+
+def refuse_before_login(server_properties: dict[str, Any]) -> None:
+    """A broker whose connection.start says it is not the primary is not logged into: the
+    dial ends there (:class:`NotPrimary`), as it would at connection.open a login later (a
+    backup refuses links), without the login nor its two round trips on that broker. One
+    whose promotion is under way (``qpid.ha-promoting``) is refused so too, saying
+    ``soon``: the next round comes after the shortest pause and dials it first
+    (:meth:`~broker.ha.redial.Backoff.soon`). Logging into it gained nothing: refused at
+    open while the promotion lasted, or admitted after its end with connection.start's
+    stale state and epoch, then closed and dialled again at once, a second whole handshake
+    (issue 26: 100-200 ms of a one-queue fail-over at load 30); and each login was loop
+    turns of the broker being promoted."""
+    status = server_properties.get(STATUS_PROPERTY)
+    if status in PRIMARY_STATES:
+        return
+    raise NotPrimary(
+        None if status is None else str(status), promoting=_promoting(server_properties)
+    )
 
 
 class BackupLink:
@@ -206,6 +252,9 @@ class BackupLink:
         self._clock = clock
         self._wall_clock = wall_clock
         self._failures = DialFailures(DIAL_FAILURE_LOG_INTERVAL)
+        #: The addresses of ``ha-brokers-url`` whose connection.start named this broker's
+        #: id: not dialled again (:class:`OwnAddress`).
+        self._own: set[Address] = set()
         #: This link's latest replication error (``/api/ha``'s ``replication_error``).
         self.errors = ReplicationErrors(wall_clock)
         #: Why this link gave up replicating (a stream it could not apply): closed with it.
@@ -286,25 +335,26 @@ class BackupLink:
     async def _run(self) -> None:
         # After a lost link the new primary is usually promoted within a few hundred ms,
         # and while it recovers it holds its clients' confirms until this backup is ready
-        # again: redial quickly (from LINK_RETRY_MIN doubling up to the maintenance
-        # interval) rather than wait a whole interval. Until a link first comes up, dial
-        # every maintenance interval.
+        # again: redial every LINK_RETRY_MIN for LINK_FAILOVER_REDIAL seconds, then from
+        # LINK_RETRY_MIN doubling up to the maintenance interval, rather than wait a whole
+        # interval. Until a link first comes up, dial every maintenance interval.
         await dial_loop(
             self.addresses,
             self._dial,
             self._session,
-            Backoff(LINK_RETRY_MIN, self.maintenance_interval),
+            Backoff(LINK_RETRY_MIN, self.maintenance_interval, LINK_FAILOVER_REDIAL),
             dial_errors=(ClientError,),
             on_dial_failed=self._dial_failed,
+            clock=self._clock,
         )
 
     def _dial_failed(self, address: Address, exc: Exception) -> None:
         """A dial failed or was refused: log it if it is news (the next round dials again)."""
+        if isinstance(exc, OwnAddress):
+            return  # not dialled: nothing failed
         reason, routine = describe_dial_failure(address, exc)
         if isinstance(exc, NoUsableMechanism) and self.user is None:
             reason += " (set ha-username and ha-password)"
-        # ha-brokers-url names this broker too; dialling itself never finds the primary.
-        routine = routine or str(address) == self.owner.url
         line = self._failures.failed(str(address), reason, self._clock(), routine=routine)
         if line is None:
             return
@@ -314,6 +364,15 @@ class BackupLink:
 
     async def _dial(self, address: Address) -> AmqpClient:
         owner = self.owner
+        if str(address) == owner.url or address in self._own:
+            raise OwnAddress("this broker's own address")
+
+        def read_start(server_properties: dict[str, Any]) -> None:
+            if server_properties.get(BROKER_ID_PROPERTY) == owner.broker_id:
+                self._own.add(address)
+                raise OwnAddress("this broker's own address")
+            refuse_before_login(server_properties)
+
         try:
             client = await connect_as_backup(
                 address,
@@ -328,6 +387,7 @@ class BackupLink:
                 anonymous_fallback=self.anonymous_fallback,
                 tls=self.tls,
                 formats=self.formats,
+                on_start=read_start,
             )
         except ValueError as exc:  # e.g. ha-username without ha-password
             raise DialRefused(f"link configuration: {exc}") from exc
@@ -335,10 +395,10 @@ class BackupLink:
         if status not in PRIMARY_STATES:
             # Not (yet) an HA primary: e.g. a broker still starting, listening before its
             # HA role admits or refuses connections. Following it would mean catch-up forever.
+            # (read_start ends such a dial before the login; this stays the guard it was.)
             # A backup's state in connection.start, yet the link was admitted at open
             # (a backup refuses links there): promoted during the handshake, its start's
-            # epoch stale; dialled again at once (the recovering primary waits for this
-            # backup: 0.4 s of a loaded broker kill went to the next round).
+            # epoch stale; dialled again at once.
             await self._close_client(client)
             promoted = status in BACKUP_STATES  # (not a stand-alone broker: None)
             raise NotPrimary(None if status is None else str(status), promoted=promoted)
@@ -445,6 +505,7 @@ class BackupLink:
             applied=subscriptions.config_applied,
             decoded=subscriptions.config_decoded,
             seen=subscriptions.config_field_decoded,
+            hold=subscriptions.early_streams_open,
         )
         delivered = self._config.delivered
 

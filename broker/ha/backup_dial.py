@@ -12,6 +12,7 @@ THREAD UNSAFE: runs on the broker's event loop.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from broker.amqp.client import AmqpClient, connect
@@ -48,11 +49,14 @@ async def connect_as_backup(
     anonymous_fallback: bool = False,
     tls: ssl.SSLContext | None = None,
     formats: FormatRange = REPLICATION_FORMATS,
+    on_start: Callable[[dict[str, Any]], None] | None = None,
 ) -> AmqpClient:
     """Open a replication link to ``address``, flagged as an HA backup connection
     (``anonymous_fallback``: see :func:`~broker.amqp.client.handshake.choose_mechanism`)
     and announcing the replication ``formats`` it speaks; an ``ssl:`` address is dialled
-    with TLS (``tls``, else the system's CAs)."""
+    with TLS (``tls``, else the system's CAs). ``on_start``: reads connection.start's
+    server properties before the login, and may end the dial there by raising
+    (:func:`~broker.amqp.client.handshake.connect`)."""
     properties: dict[str, Any] = {
         "product": product,
         BACKUP_PROPERTY: True,
@@ -75,4 +79,5 @@ async def connect_as_backup(
         connect_timeout=ReachTimes.for_heartbeat(max(1, int(heartbeat))).connect_timeout,
         anonymous_fallback=anonymous_fallback,
         tls=(tls or ssl.create_default_context()) if address.scheme == "ssl" else None,
+        on_start=on_start,
     )

@@ -8,6 +8,15 @@ event loop: a snapshot of 10,000 queues at once was one step of 270-380 ms of CP
 the stream's order; the next waits for the one before to be applied. Each is acknowledged
 once applied, and once what applying it wrote is durable on this backup's disk.
 
+While a new link's first snapshot is decoded and applied, each slice waits first for
+the member's busiest queues' streams to open (``hold``: the queues that snapshot keeps as
+they are, subscribed as their rows are decoded: :mod:`broker.ha.queue_subscriptions`), so
+that the loop turns of their channel.open and basic.consume round trips are not each
+behind a slice of 10,000 queues (issue 25: on 2 cores at load 20 a slice of a few ms of CPU
+is tens of ms of wall, and the new primary's first confirms wait for those streams).
+Only an event of :data:`HOLD_BYTES` or more waits so: a smaller one is decoded and applied
+in a few ms of CPU, and holding it behind the streams' round trips only delays it.
+
 Atomic for whoever acts on the configuration: when the link stops with an event half
 applied, :meth:`ConfigApplier.finish` applies the rest at once, before the link's end is
 reported, so a promotion never starts from half a snapshot. Management reads meanwhile
@@ -21,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from broker.amqp.client import ClientError, Delivery
@@ -30,6 +39,12 @@ from broker.ha.link_format import Codec
 from common.slices import Steps, run_steps
 
 __all__ = ["AppliedDisk", "ConfigApplier"]
+
+#: A configuration event (a snapshot) of this many bytes or more has its slices wait for
+#: the new link's busy streams (``hold``); one under it (some 370 queues at ~176 bytes a
+#: queue; a one-queue snapshot is ~370 bytes) does not: held 69-100 ms at one queue at
+#: load 30 it only delayed the member's catch-up (issue 26 item 5).
+HOLD_BYTES = 64 * 1024
 
 
 class AppliedDisk(Protocol):
@@ -61,11 +76,14 @@ class ConfigApplier:
         applied: Callable[[dict[str, Any], ConfigChanges], None],
         decoded: Callable[[dict[str, Any]], None] | None = None,
         seen: Callable[[str, Any], None] | None = None,
+        hold: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """``applied(event, changes)`` after each event is applied; ``decoded(event)``
         after it is decoded, before it is applied, and ``seen(field, value)`` as each field
         and each item of an array field is decoded (the link subscribes the queues a first
-        snapshot keeps as they are then: :mod:`broker.ha.queue_subscriptions`)."""
+        snapshot keeps as they are then: :mod:`broker.ha.queue_subscriptions`);
+        ``hold()`` awaited before each slice of the decoding and the applying (it returns
+        once those queues' streams are open)."""
         self._ack = ack
         self._codec = codec
         self._replicator = replicator
@@ -76,6 +94,7 @@ class ConfigApplier:
         self._applied = applied
         self._decoded = decoded
         self._seen = seen
+        self._hold = hold
         self._pending: deque[Delivery] = deque()
         self._waiting = 0  # acknowledgements waiting for the disk (later ones wait behind)
         #: The event being applied in slices.
@@ -111,8 +130,9 @@ class ConfigApplier:
         could not be applied (``failed``) or the link's end finished it."""
         appended = 0 if self._disk is None else self._disk.appended
         event: dict[str, Any] | None = None
+        hold = self._hold if len(delivery.body) >= HOLD_BYTES else None
         try:
-            event = await _sliced(self._codec.decode_config_steps(delivery.body, self._seen))
+            event = await _sliced(self._codec.decode_config_steps(delivery.body, self._seen), hold)
             if self._decoded is not None:
                 self._decoded(event)
             steps = self._replicator.apply_steps(event)
@@ -125,6 +145,8 @@ class ConfigApplier:
                         changes: ConfigChanges = done.value
                         break
                     await asyncio.sleep(0)
+                    if hold is not None:
+                        await hold()
                     if self._applying is not steps:
                         return None  # finished by the link's end
             finally:
@@ -158,8 +180,10 @@ class ConfigApplier:
             self._ack(tag)
 
 
-async def _sliced(steps: Steps[dict[str, Any]]) -> dict[str, Any]:
-    """The result of ``steps``, a slice a turn of the loop."""
+async def _sliced(
+    steps: Steps[dict[str, Any]], hold: Callable[[], Awaitable[None]] | None = None
+) -> dict[str, Any]:
+    """The result of ``steps``, a slice a turn of the loop (each after ``hold()``)."""
     while True:
         try:
             next(steps)
@@ -167,3 +191,5 @@ async def _sliced(steps: Steps[dict[str, Any]]) -> dict[str, Any]:
             result: dict[str, Any] = done.value
             return result
         await asyncio.sleep(0)
+        if hold is not None:
+            await hold()

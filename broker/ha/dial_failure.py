@@ -42,13 +42,16 @@ class NotPrimary(DialRefused):
     """The broker dialled answered but is not an HA primary; ``state`` is its HA status
     (None: not an HA broker)."""
 
-    def __init__(self, state: str | None, promoted: bool = False) -> None:
+    def __init__(self, state: str | None, promoted: bool = False, promoting: bool = False) -> None:
         super().__init__(f"not a primary ({state or 'not an HA broker'})")
         self.state = state
         #: Its connection.start named a backup's state, yet it admitted the link at
         #: connection.open, which only a primary does: it was promoted during the
         #: handshake (its start's epoch is stale too). Dialled again at once.
         self.again = promoted
+        #: Its connection.start said its promotion is under way (``qpid.ha-promoting``):
+        #: dialled again after the shortest pause, not a doubling one.
+        self.soon = promoting
 
 
 def describe_dial_failure(address: Address, exc: Exception) -> tuple[str, bool]:

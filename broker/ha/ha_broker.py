@@ -66,6 +66,7 @@ from broker.ha.names import (
     BROKER_ID_PROPERTY,
     EPOCH_PROPERTY,
     FORMATS_PROPERTY,
+    PROMOTING_PROPERTY,
     PUBLIC_URL_PROPERTY,
     STATUS_PROPERTY,
 )
@@ -290,7 +291,13 @@ class HaBroker:
             FORMATS_PROPERTY: self.formats.text,
             **self.identity.server_properties(),
             **({} if base is None else {BASE_EPOCH_PROPERTY: base}),
+            **({PROMOTING_PROPERTY: True} if self.promoting else {}),
         }
+
+    @property
+    def promoting(self) -> bool:
+        """A promotion of this backup is under way (it is not the primary yet)."""
+        return self._promoting.locked() and not self.state.is_primary
 
     # -- events in, actions out ----------------------------------------------------------
     def handle(self, event: Event) -> None:

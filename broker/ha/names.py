@@ -25,6 +25,10 @@ BASE_EPOCH_PROPERTY = "qpid.ha-base-epoch"
 #: The replication formats the broker speaks, "LOW-HIGH" (common.formats; a backup's
 #: start-ok carries its own): the primary encodes each link in the highest both speak.
 FORMATS_PROPERTY = "qpid.ha-replication-formats"
+#: True while the broker's promotion is under way (absent otherwise, and from a release
+#: before it): a backup that dials it then is refused as by any backup, and dials it again
+#: after the shortest pause instead of a doubling one (broker.ha.redial).
+PROMOTING_PROPERTY = "qpid.ha-promoting"
 
 # -- connection.start-ok client properties -----------------------------------------------
 #: Set by a backup's replication link.

@@ -52,6 +52,10 @@ LOGGED_QUEUES = 10
 #: Queue streams subscribed at a time (each: channel.open, then basic.qos and basic.consume
 #: together).
 SUBSCRIBERS = 64
+
+#: Seconds a new link's first snapshot waits at most, from its first wait, for the streams
+#: of the queues subscribed before it is applied (:meth:`QueueSubscriptions.early_streams_open`).
+EARLY_HOLD = 2.0
 #: A queue holding this many messages or more has its reconnect handshake's id set taken
 #: one at a time, a pause of :data:`BIG_IDS_PAUSE` after each (:class:`IdsPacer`).
 BIG_IDS = 10_000
@@ -169,6 +173,15 @@ class QueueSubscriptions:
         self._began = time.monotonic()
         self._decoding: float | None = None
         self._first_busy: float | None = None
+        #: The queues subscribed before the first snapshot is applied whose streams are
+        #: not open yet, the event set when none is left, and when the snapshot's slices
+        #: stop waiting for them at the latest (:meth:`early_streams_open`).
+        self._opening: set[str] = set()
+        self._opened = asyncio.Event()
+        self._hold_until: float | None = None
+        #: How long the snapshot's slices waited for them (``ha_snapshot_applied``'s
+        #: ``held_ms``).
+        self._held = 0.0
         #: The link's own steps before its first snapshot, each the first time it came
         #: (:meth:`mark`; ``ha_snapshot_applied``'s ``link_ms``).
         self._marks: dict[str, float] = {}
@@ -176,6 +189,40 @@ class QueueSubscriptions:
     def end(self) -> None:
         """The link went down: subscribe nothing more."""
         self.client = None
+        self._opening.clear()
+        self._opened.set()
+
+    async def early_streams_open(self) -> None:
+        """Return once every queue subscribed before the link's first snapshot is applied
+        has its stream open (consumed, or its subscription failed, or the link went down),
+        or :data:`EARLY_HOLD` seconds after the first wait: the snapshot's decoding and
+        applying wait here before each slice (:class:`~broker.ha.config_apply.ConfigApplier`'s
+        ``hold``), so that a loaded member's loop turns for those queues' round trips with
+        the new primary are not each behind a slice of the rest (their first confirms wait
+        for these streams). Waiting delays only the rest of the snapshot, never a rule: the
+        same streams, the same handshake, the same guards as without it."""
+        if not self._opening or self.client is None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._hold_until is None:
+            self._hold_until = loop.time() + EARLY_HOLD
+        left = self._hold_until - loop.time()
+        if left <= 0:
+            return
+        began = loop.time()
+        self._opened.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(left):
+                await self._opened.wait()
+        self._held += loop.time() - began
+
+    def _stream_opened(self, key: str) -> None:
+        """``key``'s subscription ended (its stream open, or failed)."""
+        opening = self._opening
+        if key in opening:
+            opening.discard(key)
+            if not opening:
+                self._opened.set()
 
     def mark(self, step: str) -> None:
         """The link's ``step`` came now (its first time is logged with the first snapshot:
@@ -220,6 +267,7 @@ class QueueSubscriptions:
         self._start_subscribers()
 
     def _subscribe_early(self, key: str, replicator: QueueReplicator) -> None:
+        self._opening.add(key)
         replicator.caught_up = False  # caught up again on this link
         self._waiting.add(key)
         self._subscribed.add(key)
@@ -283,6 +331,7 @@ class QueueSubscriptions:
                 busiest=before[:LOGGED_QUEUES],
                 decoding_ms=self._since_link(self._decoding),
                 first_busy_ms=self._since_link(self._first_busy),
+                held_ms=round(self._held * 1000.0, 1),
                 link_ms={step: self._since_link(at) for step, at in self._marks.items()},
             )
         for name in subscribe:
@@ -311,10 +360,18 @@ class QueueSubscriptions:
                 name = pending.names.popleft()
                 if name in self._subscribed:
                     await self._subscribe(name)
+                else:
+                    self._stream_opened(name)  # unsubscribed meanwhile: nothing to wait for
         finally:
             pending.running -= 1
 
     async def _subscribe(self, name: str) -> None:
+        try:
+            await self._subscribe_stream(name)
+        finally:
+            self._stream_opened(name)
+
+    async def _subscribe_stream(self, name: str) -> None:
         client = self.client
         replicator = self.replicator.replicators.get(name)
         if client is None or replicator is None:
@@ -398,6 +455,8 @@ class QueueSubscriptions:
         pending = self._to_subscribe
         left = len(pending.names)
         pending.names.clear()
+        self._opening.clear()
+        self._opened.set()
         if left or not self._abandoned_logged:
             self._abandoned_logged = True
             self._log("ha_subscriptions_abandoned", queues=left + 1, reason=str(exc))

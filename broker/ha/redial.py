@@ -12,7 +12,13 @@ until the link drops) and then the round goes on with the next address; a dial t
 hands its reason to ``on_dial_failed`` (the one place a failed dial is seen) and the round
 goes on (a refusal that says ``again``, a peer promoted during the handshake, dials that
 address once more at once). After the round the loop sleeps for :meth:`Backoff.next_delay`
-and starts again.
+(after a link's loss the shortest pause for a steady window, as a fail-over is under way,
+then a doubling one) and starts again; or for :meth:`Backoff.soon` when a peer refused
+saying it becomes the primary shortly (a backup whose promotion is under way: ``soon``),
+and the next round dials that peer first, so that a backup left in the cluster links to
+the new primary as its promotion ends, not up to a doubled pause and a dead address's
+dial later (issue 25: the pause had doubled from 10 ms to 640 ms, 858 ms once, while a
+loaded broker's promotion of 10,000 queues ran).
 A session that ends by giving up (it returns False: a replication error, issue 24) does not
 reset the backoff: a link that comes up and fails at once is redialled ever more slowly
 (exponential, capped by the maintenance interval), never dozens of times a second.
@@ -29,46 +35,79 @@ THREAD UNSAFE: :func:`dial_loop` runs on the broker's event loop; :class:`Backof
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn, TypeVar
 
 from common.url import Address
 
-__all__ = ["Backoff", "DialFailure", "DialFailures", "DialRefused", "FailureLine", "dial_loop"]
+__all__ = [
+    "Backoff",
+    "DialFailure",
+    "DialFailures",
+    "DialRefused",
+    "FailureLine",
+    "dial_loop",
+]
 
 C = TypeVar("C")
 
 
 class Backoff:
-    """How long to wait between dialling rounds: no clock, no I/O, no loop.
+    """How long to wait between dialling rounds: no clock of its own, no I/O, no loop.
 
     - Until a link has come up the pause is ``maximum`` (a broker that never reached its
       peer polls every link-maintenance-interval).
-    - :meth:`succeeded` (a link came up; called when its session ends) makes the next pause
-      ``minimum``; each pause after that doubles, up to ``maximum``.
+    - :meth:`succeeded` (a link came up; called when its session ends, i.e. at the link's
+      loss) makes the pauses ``minimum`` for ``steady`` seconds from then (the caller's
+      clock, ``now``): a fail-over is under way, and the broker about to be promoted is
+      dialled every ``minimum``, not a doubling pause later (issue 26: a member refused by
+      a broker just before its promotion ended waited up to the doubled pause, ~35 ms of a
+      163 ms broker kill). After the ``steady`` seconds each pause doubles, from
+      ``minimum`` up to ``maximum``.
     - No pause is above ``maximum``, and none is below ``minimum`` unless ``maximum`` is
       (then ``maximum`` wins: the cap is the configured interval).
 
-    ``Backoff(m, m)`` pauses ``m`` every time.
+    ``Backoff(m, m)`` pauses ``m`` every time; ``steady=0`` (the default) doubles from the
+    first pause after a success.
     """
 
-    def __init__(self, minimum: float, maximum: float) -> None:
-        if not minimum >= 0 or not maximum >= 0:
-            raise ValueError(f"backoff bounds must be >= 0, got {minimum!r} and {maximum!r}")
+    def __init__(self, minimum: float, maximum: float, steady: float = 0.0) -> None:
+        if not minimum >= 0 or not maximum >= 0 or not steady >= 0:
+            raise ValueError(
+                f"backoff bounds must be >= 0, got {minimum!r}, {maximum!r} and {steady!r}"
+            )
         self.minimum = minimum
         self.maximum = maximum
+        self.steady = steady
         self._delay = maximum
+        self._steady_until: float | None = None
 
-    def next_delay(self) -> float:
-        """The pause before the next round; the one after it is twice as long (capped)."""
+    def next_delay(self, now: float = 0.0) -> float:
+        """The pause before the next round (``now``: the caller's clock, read only within
+        ``steady`` seconds of a success); after the steady window, each is twice the one
+        before (capped)."""
+        if self._steady_until is not None:
+            if now < self._steady_until:
+                return min(self.minimum, self.maximum)
+            self._steady_until = None
         delay = min(self._delay, self.maximum)
         self._delay = min(self._delay * 2, self.maximum)
         return delay
 
-    def succeeded(self) -> None:
-        """A link came up: the next pause is ``minimum`` (capped by ``maximum``)."""
+    def succeeded(self, now: float = 0.0) -> None:
+        """A link came up (its session ended at ``now``): the pauses are ``minimum`` for
+        ``steady`` seconds, then double from ``minimum`` (capped by ``maximum``)."""
         self._delay = self.minimum
+        self._steady_until = now + self.steady if self.steady > 0 else None
+
+    def soon(self) -> float:
+        """The pause before the next round when a peer said it becomes the primary shortly
+        (its promotion under way): ``minimum`` (capped by ``maximum``; each such dial is a
+        whole handshake with that peer, which paces them); the doubling pause is left where
+        it was, for the rounds after."""
+        return min(self.minimum, self.maximum)
 
 
 @dataclass(frozen=True)
@@ -183,6 +222,9 @@ class DialRefused(Exception):
     #: The peer changed during this dial (promoted during the handshake): dial it again at
     #: once, once, instead of going on round the list and pausing.
     again = False
+    #: The peer becomes the primary shortly (its promotion is under way): the round's pause
+    #: is the shortest (:meth:`Backoff.soon`), not the doubling one.
+    soon = False
 
 
 def _ignore(address: Address, reason: Exception) -> None:
@@ -198,6 +240,7 @@ async def dial_loop(
     dial_errors: tuple[type[Exception], ...] = (),
     on_dial_failed: Callable[[Address, Exception], None] = _ignore,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> NoReturn:
     """Dial ``addresses`` in rounds, run ``session`` on each link, back off between rounds.
 
@@ -210,10 +253,14 @@ async def dial_loop(
     :param backoff: the pause after each round (:meth:`Backoff.next_delay`).
     :param on_dial_failed: called with the address and the exception of each failed dial.
     :param sleep: ``asyncio.sleep``; tests pass a fake.
+    :param clock: the clock handed to the backoff (its steady window after a link's loss).
     """
     failures: tuple[type[Exception], ...] = (DialRefused, *dial_errors)
+    soon: Address | None = None  # the peer of the last round that becomes the primary shortly
     while True:
-        for address in addresses:
+        ahead = soon
+        soon = None
+        for address in _first(ahead, addresses):
             for _attempt in range(2):  # a refusal that says ``again``: once more at once
                 try:
                     connection = await dial(address)
@@ -221,8 +268,19 @@ async def dial_loop(
                     on_dial_failed(address, exc)
                     if isinstance(exc, DialRefused) and exc.again:
                         continue
+                    if soon is None and isinstance(exc, DialRefused) and exc.soon:
+                        soon = address
                     break
                 if await session(connection, address) is not False:
-                    backoff.succeeded()
+                    backoff.succeeded(clock())
                 break
-        await sleep(backoff.next_delay())
+        await sleep(backoff.soon() if soon is not None else backoff.next_delay(clock()))
+
+
+def _first(ahead: Address | None, addresses: Sequence[Address]) -> list[Address]:
+    """``addresses`` in their order, ``ahead`` first when it is one of them (the peer that
+    said it becomes the primary shortly: dialled before a dead address's time-out or
+    refusal, and this broker's own address, in the next round)."""
+    if ahead is None or ahead not in addresses:
+        return list(addresses)
+    return [ahead, *(address for address in addresses if address != ahead)]

@@ -14,6 +14,7 @@ from broker.core.errors import ReplyCode
 from broker.ha import primary_start
 from broker.ha.ha_broker import HaBroker, PromoteError
 from broker.ha.id_era import ERA_SHIFT, ERA_SLICE
+from broker.ha.names import PROMOTING_PROPERTY, STATUS_PROPERTY
 from broker.ha.role_events import CaughtUp, LinkUp
 from broker.ha.state import HaState
 from broker.options import parse_options
@@ -209,3 +210,36 @@ def test_the_status_says_the_replication_position_with_or_without_its_rows(
     summary = run_steps(ha.status_steps(rows=False))
     assert "queues" not in summary and summary["replication_position"] == 7
     assert {k: v for k, v in whole.items() if k != "queues"} == summary
+
+
+def test_connection_start_says_promoting_only_while_a_promotion_is_under_way(
+    tmp_path: Path,
+) -> None:
+    """Issue 25: a member dialling a backup whose promotion has begun reads
+    ``qpid.ha-promoting`` in connection.start (and dials it again after the shortest pause,
+    broker.ha.redial); before the promotion, once it is primary, or after a refused one, the
+    property is absent (a release before it never sends it)."""
+    ha, _ = ha_broker(tmp_path)
+    ha.handle(LinkUp("primary:5672", 1))
+    ha.handle(CaughtUp())  # ready
+    assert PROMOTING_PROPERTY not in ha.server_properties()
+    seen: list[tuple[str, object]] = []
+
+    async def promote() -> None:
+        promoting = asyncio.create_task(ha.promote(epoch=2))
+        while not promoting.done():
+            properties = ha.server_properties()
+            seen.append((properties[STATUS_PROPERTY], properties.get(PROMOTING_PROPERTY)))
+            await asyncio.sleep(0)
+        await promoting
+
+    asyncio.run(promote())
+    assert ("ready", True) in seen  # the epoch's fsync, in a thread: turns of the loop
+    assert all(promoting is None for status, promoting in seen if status != "ready")
+    assert all(promoting is True for status, promoting in seen[1:] if status == "ready")
+    assert ha.state.is_primary and PROMOTING_PROPERTY not in ha.server_properties()
+    refused, _ = ha_broker(tmp_path / "refused")
+    refused.handle(LinkUp("primary:5672", 1))  # catch-up: refused
+    with pytest.raises(PromoteError):
+        asyncio.run(refused.promote())
+    assert PROMOTING_PROPERTY not in refused.server_properties()

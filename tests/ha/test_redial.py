@@ -13,13 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.ha.backup import LINK_RETRY_MIN
+from broker.ha.backup import LINK_RETRY_MIN, refuse_before_login
 from broker.ha.dial_failure import NotPrimary
+from broker.ha.names import PROMOTING_PROPERTY, STATUS_PROPERTY
 from broker.ha.redial import Backoff, DialRefused, dial_loop
 from common.url import Address
 
 A = Address("a", 1)
 B = Address("b", 2)
+C = Address("c", 3)
 
 #: No deadline: each example runs event loops, and the suite shares two busy cores.
 no_deadline = settings(deadline=None)
@@ -88,6 +90,104 @@ def test_equal_bounds_give_a_constant_pause() -> None:
 def test_bounds_must_not_be_negative(minimum: float, maximum: float) -> None:
     with pytest.raises(ValueError, match="backoff bounds"):
         Backoff(minimum, maximum)
+
+
+# -- the steady window after a link's loss (issue 26 item 5) -------------------------------
+def test_the_pause_is_the_minimum_for_the_steady_window_then_doubles() -> None:
+    backoff = Backoff(0.01, 0.1, steady=2.0)
+    assert backoff.next_delay(0.0) == 0.1  # no link yet: the maintenance interval
+    backoff.succeeded(100.0)  # the link's session ended at 100 s: a fail-over is under way
+    assert [backoff.next_delay(t) for t in (100.0, 100.5, 101.0, 101.999)] == [0.01] * 4
+    assert [backoff.next_delay(t) for t in (102.0, 102.1, 102.2, 102.3, 102.4, 102.5)] == [
+        0.01,
+        0.02,
+        0.04,
+        0.08,
+        0.1,
+        0.1,
+    ]
+    backoff.succeeded(200.0)  # the next link's loss: a new window
+    assert backoff.next_delay(201.0) == 0.01
+    assert backoff.soon() == 0.01
+
+
+def test_the_cap_wins_in_the_steady_window_too() -> None:
+    backoff = Backoff(0.05, 0.02, steady=2.0)
+    backoff.succeeded(0.0)
+    assert backoff.next_delay(1.0) == 0.02
+
+
+def test_the_steady_window_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="backoff bounds"):
+        Backoff(0.01, 0.1, steady=-1.0)
+
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["next", "succeeded"]),
+        st.floats(min_value=0.0, max_value=5.0, allow_nan=False, allow_infinity=False),
+    ),
+    max_size=60,
+)
+
+
+@no_deadline
+@given(bounds, bounds, st.floats(min_value=0.0, max_value=10.0, allow_nan=False), steps)
+def test_in_the_window_the_minimum_after_it_the_doubling_and_always_the_bounds(
+    low: float, high: float, steady: float, script: list[tuple[str, float]]
+) -> None:
+    """The rule on a clock that only moves forward: within ``steady`` seconds of the last
+    success each pause is the minimum (capped); otherwise the pauses are as without a
+    window (the doubling resumes from the minimum where the window ends)."""
+    minimum, maximum = min(low, high), max(low, high)
+    backoff = Backoff(minimum, maximum, steady=steady)
+    plain = Backoff(minimum, maximum)  # the same rule without a window
+    now = 0.0
+    since: float | None = None
+    for op, step in script:
+        now += step
+        if op == "succeeded":
+            backoff.succeeded(now)
+            plain.succeeded()
+            since = now
+            continue
+        delay = backoff.next_delay(now)
+        assert minimum <= delay <= maximum
+        if since is not None and now < since + steady:
+            assert delay == minimum
+        else:
+            assert delay == plain.next_delay()
+
+
+def test_after_a_link_the_loop_redials_at_the_minimum_for_the_window() -> None:
+    """A member whose primary's link dropped dials every ``minimum`` while the steady
+    window lasts (the broker about to be promoted refusing it), then doubling."""
+    now = [0.0]
+    pauses: list[float] = []
+    linked = [True]  # the first dial links; every later dial is refused
+
+    async def dial(address: Address) -> str:
+        if linked.pop(0) if linked else False:
+            return "conn"
+        raise NotPrimary("ready")
+
+    async def session(connection: str, address: Address) -> None:
+        now[0] += 4.0  # the link lasted 4 s, then dropped
+
+    async def sleep(delay: float) -> None:
+        pauses.append(delay)
+        now[0] += 0.125  # each round, its pause and its dials, takes 125 ms
+        if len(pauses) == 22:
+            raise Stop
+
+    run(
+        dial_loop(
+            [A], dial, session, Backoff(0.01, 0.1, steady=2.0), sleep=sleep, clock=lambda: now[0]
+        )
+    )
+    # 2 s of rounds of 0.125 s each at the minimum, then the doubling up to the cap
+    assert pauses[:16] == [0.01] * 16
+    assert pauses[16:] == [0.01, 0.02, 0.04, 0.08, 0.1, 0.1]
 
 
 # -- dial_loop with fakes ------------------------------------------------------------------
@@ -356,3 +456,115 @@ def test_a_session_that_gives_up_does_not_reset_the_backoff() -> None:
     sleeps = [delay for kind, delay in fake.trace if kind == "sleep"]
     assert sleeps == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08, 0.08, 0.01, 0.02]
     # so a link failing at once for a second is redialled about 1 / cap times, not 100
+
+
+# -- a peer whose promotion is under way ---------------------------------------------------
+def test_soon_is_the_minimum_capped_and_leaves_the_doubling() -> None:
+    backoff = Backoff(0.01, 1.0)
+    backoff.succeeded()
+    assert [backoff.next_delay(), backoff.next_delay()] == [0.01, 0.02]
+    assert backoff.soon() == 0.01
+    assert backoff.soon() == 0.01  # not doubled
+    assert backoff.next_delay() == 0.04  # the doubling goes on where it was
+    assert Backoff(0.5, 1.0).soon() == 0.5
+    assert Backoff(0.05, 0.02).soon() == 0.02  # the cap wins
+
+
+def test_a_round_refused_by_a_promoting_peer_pauses_soon_without_doubling() -> None:
+    """A member dialling the backup being promoted (issue 25): each round refused by it
+    (``qpid.ha-promoting``) pauses the shortest time, the others double as before."""
+    answers = ["promoting", "promoting", "promoting", "ready", "ready"]
+    pauses: list[float] = []
+
+    async def dial(address: Address) -> str:
+        state = answers.pop(0)
+        raise NotPrimary("ready", promoting=state == "promoting")
+
+    async def never(connection: str, address: Address) -> None:
+        raise AssertionError("no session without a link")
+
+    async def sleep(delay: float) -> None:
+        pauses.append(delay)
+        if not answers:
+            raise Stop
+
+    backoff = Backoff(0.01, 1.0)
+    backoff.succeeded()  # a link was up: the doubling starts at the minimum
+    run(dial_loop([A], dial, never, backoff, sleep=sleep))
+    assert pauses == [0.01, 0.01, 0.01, 0.01, 0.02]
+
+
+def test_soon_in_any_dial_of_a_round_makes_its_pause_soon() -> None:
+    pauses: list[float] = []
+
+    async def dial(address: Address) -> str:
+        if address is A:
+            raise NotPrimary("ready", promoting=True)
+        raise OSError("b refused")
+
+    async def sleep(delay: float) -> None:
+        pauses.append(delay)
+        if len(pauses) == 2:
+            raise Stop
+
+    run(
+        dial_loop(
+            [A, B],
+            dial,
+            lambda c, a: asyncio.sleep(0),
+            Backoff(0.01, 1.0),
+            dial_errors=(OSError,),
+            sleep=sleep,
+        )
+    )
+    assert pauses == [0.01, 0.01]
+
+
+def test_the_round_after_a_promoting_peer_dials_it_first() -> None:
+    """A dead primary's address and this broker's own come before the promoted backup in
+    ``ha-brokers-url``: once it said its promotion is under way, the next round dials it
+    first, the others after it, in their order."""
+    dials: list[str] = []
+    promoting = [True, True, False]  # B's answers: promoting twice, then the primary
+
+    async def dial(address: Address) -> str:
+        dials.append(address.host)
+        if address is B:
+            if promoting.pop(0):
+                raise NotPrimary("ready", promoting=True)
+            return "conn-b"
+        raise OSError(f"{address.host} refused")
+
+    sessions: list[str] = []
+
+    async def session(connection: str, address: Address) -> None:
+        sessions.append(connection)
+
+    async def sleep(delay: float) -> None:
+        if sessions:
+            raise Stop
+
+    run(
+        dial_loop([A, B, C], dial, session, Backoff(0.01, 1.0), dial_errors=(OSError,), sleep=sleep)
+    )
+    # the third round links to B first; the round then goes on, as after any session
+    assert dials == ["a", "b", "c", "b", "a", "c", "b", "a", "c"]
+    assert sessions == ["conn-b"]
+
+
+def test_a_promoting_peer_is_refused_at_connection_start_saying_soon() -> None:
+    """connection.start says ``qpid.ha-promoting``: the dial ends there, before the login,
+    saying ``soon`` (the next round comes after the shortest pause, that peer first); a
+    backup not promoting is refused there too, not soon; a primary is logged into."""
+    with pytest.raises(NotPrimary) as promoting:
+        refuse_before_login({STATUS_PROPERTY: "ready", PROMOTING_PROPERTY: True})
+    assert promoting.value.soon and not promoting.value.again
+    assert str(promoting.value) == "not a primary (ready)"
+    with pytest.raises(NotPrimary) as ready:
+        refuse_before_login({STATUS_PROPERTY: "ready"})
+    assert not ready.value.soon
+    with pytest.raises(NotPrimary) as standalone:
+        refuse_before_login({PROMOTING_PROPERTY: True})  # not an HA backup's state
+    assert not standalone.value.soon
+    refuse_before_login({STATUS_PROPERTY: "recovering"})  # returns: the login goes on
+    refuse_before_login({STATUS_PROPERTY: "active", PROMOTING_PROPERTY: True})

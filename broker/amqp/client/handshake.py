@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,12 +167,15 @@ async def _handshake(
     login: _Login,
     frame_max: int,
     heartbeat: int,
+    on_start: Callable[[dict[str, Any]], None] | None = None,
 ) -> AmqpClient:
     limit = max(frame_max or 131072, framing.FRAME_MIN_SIZE)
     writer.write(framing.PROTOCOL_HEADER)
     start = await _read_method(reader, limit)
     if not isinstance(start, commands.Connection.Start):
         raise _refused(writer, start)
+    if on_start is not None:
+        on_start(dict(start.server_properties or {}))  # raises: no login, the dial ends
     offered = _text(start.mechanisms).split()
     mechanism = choose_mechanism(
         offered,
@@ -226,8 +229,14 @@ async def connect(
     anonymous_fallback: bool = False,
     tls: ssl.SSLContext | None = None,
     connect_timeout: float | None = None,
+    on_start: Callable[[dict[str, Any]], None] | None = None,
 ) -> AmqpClient:
     """Connect, authenticate and open vhost ``/``; everything within ``timeout`` seconds.
+
+    ``on_start``: called with connection.start's server properties before the login
+    (start-ok); an exception it raises ends the dial there (the socket closed, nothing
+    sent but the protocol header), raised to the caller as it is: a backup reads the
+    broker's HA status so, and logs into none that is not the primary.
 
     ``connect_timeout``: the TCP connection alone (the peer host's kernel answers, whatever
     its broker's load) within that many seconds, so that a dial of a host cut off from this
@@ -288,7 +297,9 @@ async def connect(
                 reader, writer = await asyncio.open_connection(
                     sock=sock, limit=_READ_LIMIT, ssl=tls, server_hostname=host if tls else None
                 )
-            return await _handshake(reader, writer, properties, login, frame_max, heartbeat)
+            return await _handshake(
+                reader, writer, properties, login, frame_max, heartbeat, on_start
+            )
     except ClientError:
         if writer is not None:
             writer.close()
@@ -302,6 +313,10 @@ async def connect(
             writer.close()
         detail = "connection closed during the handshake" if isinstance(exc, EOFError) else exc
         raise ConnectionFailed(f"{where}: {detail}") from exc
+    except BaseException:  # on_start's refusal, a cancellation: the socket closed all the same
+        if writer is not None:
+            writer.close()
+        raise
 
 
 async def open_socket(host: str, port: int, timeout: float) -> socket.socket:
