@@ -7,9 +7,11 @@ Each test's setup, call and teardown together: the wall-clock seconds and the de
 once reaped: a process a module fixture started counts at the teardown that reaps it). One
 JSON line a test, appended to ``$CPU_PER_TEST_DIR/<worker>.jsonl`` (default
 ``var/cpu-per-test``). At the last test's teardown the session's ZooKeeper JVMs (children of
-this process named ``java``) are read from /proc before they are stopped, as one more line
-(``"nodeid": "<session zookeeper>"``): their CPU is then also in that test's children, and
-:func:`summarise` takes it out again.
+this process named ``java`` running ZooKeeper's main class) are read from /proc before they
+are stopped, as one more line (``"nodeid": "<session zookeeper>"``, ``"jvm"``): their CPU is
+then also in that test's children, and :func:`summarise` takes it out again. The other live
+``java`` children (the Spark group's session JVM) go in ``"other_jvm"``: they outlive the
+session, so no test's children count them.
 
 ``python -m bench.cpu_per_test DIR`` prints the costliest files by CPU (and by wall).
 """
@@ -38,9 +40,10 @@ def _out_path(config: pytest.Config) -> Path:
     return root / f"{worker}.jsonl"
 
 
-def _java_children_cpu() -> float:
-    """User + system CPU seconds of this process's live children named ``java``."""
-    total = 0.0
+def _java_children_cpu() -> tuple[float, float]:
+    """User + system CPU seconds of this process's live children named ``java``: those that
+    run ZooKeeper's main class, and the others."""
+    zookeeper = other = 0.0
     pids: set[str] = set()
     for task in Path("/proc/self/task").iterdir():
         try:
@@ -52,10 +55,14 @@ def _java_children_cpu() -> float:
             if Path(f"/proc/{pid}/comm").read_text().strip() != "java":
                 continue
             rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(rest[11]) + int(rest[12])) / _TICK
+            seconds = (int(rest[11]) + int(rest[12])) / _TICK
+            if b"org.apache.zookeeper.server." in Path(f"/proc/{pid}/cmdline").read_bytes():
+                zookeeper += seconds
+            else:
+                other += seconds
         except (OSError, IndexError, ValueError):
             continue
-    return total
+    return zookeeper, other
 
 
 def _write(config: pytest.Config, row: dict[str, Any]) -> None:
@@ -88,9 +95,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
     if nextitem is None:
+        zookeeper, other = _java_children_cpu()
         _write(
             item.config,
-            {"nodeid": SESSION_ZOOKEEPER, "wall": 0.0, "cpu": 0.0, "jvm": _java_children_cpu()},
+            {
+                "nodeid": SESSION_ZOOKEEPER,
+                "wall": 0.0,
+                "cpu": 0.0,
+                "jvm": zookeeper,
+                "other_jvm": other,
+            },
         )
     yield
 
@@ -100,15 +114,19 @@ def summarise(directory: Path, top: int = 20) -> str:
     cpu: dict[str, float] = defaultdict(float)
     wall: dict[str, float] = defaultdict(float)
     tests: dict[str, int] = defaultdict(int)
-    jvm = 0.0
+    jvm = other_jvm = 0.0
     for path in sorted(directory.glob("*.jsonl")):
+        reaped = 0.0  # the JVMs' CPU, in the children of the row after theirs (the last test)
         for line in path.read_text().splitlines():
             row = json.loads(line)
             if row["nodeid"] == SESSION_ZOOKEEPER:
                 jvm += row["jvm"]
+                other_jvm += row.get("other_jvm", 0.0)
+                reaped = row["jvm"]
                 continue
             name = row["nodeid"].split("::", 1)[0]
-            cpu[name] += row["cpu"] + row["children"]
+            cpu[name] += row["cpu"] + max(0.0, row["children"] - reaped)
+            reaped = 0.0
             wall[name] += row["wall"]
             tests[name] += 1
     lines = [f"{'cpu s':>8} {'wall s':>8} {'tests':>5}  file"]
@@ -116,7 +134,8 @@ def summarise(directory: Path, top: int = 20) -> str:
         lines.append(f"{cpu[name]:8.1f} {wall[name]:8.1f} {tests[name]:5d}  {name}")
     lines.append(
         f"{sum(cpu.values()):8.1f} {sum(wall.values()):8.1f} {sum(tests.values()):5d}  "
-        f"all (the session ZooKeepers' JVMs: {jvm:.1f} CPU s, within the last tests' children)"
+        f"all (the session ZooKeepers' JVMs: {jvm:.1f} CPU s more, taken out of the last tests';"
+        f" other JVMs alive at the end, in no test: {other_jvm:.1f})"
     )
     by_dir: dict[str, float] = defaultdict(float)
     for name, seconds in cpu.items():
