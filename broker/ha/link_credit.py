@@ -35,6 +35,7 @@ THREAD UNSAFE: the primary's event loop owns it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 
 __all__ = ["LINK_BYTES", "LinkCredit"]
@@ -55,7 +56,8 @@ class LinkCredit:
         self.written = 0
         #: :attr:`written` when the newest answered lease request was written.
         self.read = 0
-        self._waiting: dict[int, Callable[[], None]] = {}
+        #: The streams waiting for the link to open, in the order they came.
+        self._waiting: OrderedDict[int, Callable[[], None]] = OrderedDict()
 
     @property
     def unread(self) -> int:
@@ -95,8 +97,16 @@ class LinkCredit:
         self._waiting.pop(key, None)
 
     def _wake(self) -> None:
-        if not self._waiting or not self.open:
-            return
-        waiting, self._waiting = self._waiting, {}
-        for pump in waiting.values():  # in the order they waited; one that finds the link
-            pump()  # full again waits anew, at the back
+        """The waiting streams' pumps, in the order they waited, while the link is open:
+        once a pump has filled it again, the rest stay waiting, in their order, uncalled
+        (each would only find it full and wait anew: 10,000 catching-up queues' pumps
+        called at one acknowledgement were a 104 ms step of the loop in the scale soak).
+        One that sends and still has more waits anew, at the back. Only those waiting
+        when it began are called (one that waits anew while the link is open is not
+        called twice in one wake)."""
+        waiting = self._waiting
+        for _ in range(len(waiting)):
+            if not waiting or not self.open:
+                return
+            _key, pump = waiting.popitem(last=False)
+            pump()

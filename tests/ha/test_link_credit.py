@@ -186,3 +186,30 @@ def test_a_format_2_link_has_no_link_credit() -> None:
     backup.send(2, commands.Basic.Consume(queue=stream, arguments=arguments))
     backup.take()
     assert [s.link for s in streams.queue_streams["b1"]] == [None]
+
+
+def test_a_wake_calls_the_waiting_only_while_the_link_is_open_in_their_order() -> None:
+    """10,000 waiting streams (a member catching up every queue): an acknowledgement calls
+    pumps in the order they waited until one fills the link again, and leaves the rest
+    waiting, in their order, uncalled (they were all called, each finding it full: a
+    104 ms step in the scale soak); a pump that sent and waits anew goes to the back."""
+    link = LinkCredit(limit=100)
+    asked: list[int] = []
+
+    def pump_of(key: int) -> Any:
+        def pump() -> None:
+            asked.append(key)
+            link.sent(60)  # a batch each: two fill the link again
+            link.wait(key, pump)  # it has more
+
+        return pump
+
+    link.sent(100)
+    for key in range(10_000):
+        link.wait(key, pump_of(key))
+    link.acknowledged(100)
+    assert asked == [0, 1] and not link.open
+    link.acknowledged(120)
+    assert asked == [0, 1, 2, 3]
+    link.acknowledged(120)
+    assert asked == [0, 1, 2, 3, 4, 5]  # 0 and 1 wait at the back, after 9,999
