@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,6 +37,18 @@ def test_a_socket_reset_during_connect_is_a_failed_attempt_tried_again(tmp_path:
 
 
 def _connect_after_a_reset(broker: BrokerProcess) -> None:
+    def reset() -> Any:
+        raise ValueError(PIKA_RESET)
+
+    _connect_after_a_failed_attempt(broker, reset, "ValueError:")
+
+
+def _connect_after_a_failed_attempt(
+    broker: BrokerProcess, first_attempt: Callable[[], Any], failure: str
+) -> None:
+    """The drill's publisher connects: its first attempt is ``first_attempt`` (a way pika
+    fails), the next dials ``broker``; the drill tried again and says why the first
+    failed (``failure``: how its reason begins)."""
     settings = DrillSettings(url=parse_drill_url(f"amqp:guest/guest@127.0.0.1:{broker.port}")[0])
     run = DrillRun(settings)
     attempts: list[int] = []
@@ -43,7 +56,7 @@ def _connect_after_a_reset(broker: BrokerProcess) -> None:
     def blocking_connection(params: Any) -> Any:
         attempts.append(1)
         if len(attempts) == 1:
-            raise ValueError(PIKA_RESET)
+            return first_attempt()
         return pika.BlockingConnection(params)
 
     assert isinstance(run.client, PikaClient)
@@ -54,7 +67,7 @@ def _connect_after_a_reset(broker: BrokerProcess) -> None:
     assert got is not None
     try:
         assert len(attempts) == 2 and got.address == f"127.0.0.1:{broker.port}"
-        assert run._last_failure is not None and run._last_failure.startswith("ValueError:")
+        assert run._last_failure is not None and run._last_failure.startswith(failure)
     finally:
         got.close()
 
@@ -92,36 +105,17 @@ def test_a_handshake_past_pikas_stack_timeout_is_a_failed_attempt_tried_again(
     try:
         silent.bind(("127.0.0.1", 0))
         silent.listen(4)
-        settings = DrillSettings(
-            url=parse_drill_url(f"amqp:guest/guest@127.0.0.1:{broker.port}")[0]
-        )
-        run = DrillRun(settings)
-        attempts: list[int] = []
 
-        def blocking_connection(params: Any) -> Any:
-            attempts.append(1)
-            if len(attempts) == 1:
-                mute = pika.ConnectionParameters(
-                    host="127.0.0.1",
-                    port=silent.getsockname()[1],
-                    connection_attempts=1,
-                    stack_timeout=0.5,
-                )
-                return pika.BlockingConnection([mute])
-            return pika.BlockingConnection(params)
+        def mute() -> Any:
+            params = pika.ConnectionParameters(
+                host="127.0.0.1",
+                port=silent.getsockname()[1],
+                connection_attempts=1,
+                stack_timeout=0.5,
+            )
+            return pika.BlockingConnection([params])
 
-        assert isinstance(run.client, PikaClient)
-        run.client._pika = SimpleNamespace(
-            BlockingConnection=blocking_connection, exceptions=pika.exceptions
-        )
-        got = run._connect("publisher", time.monotonic() + 30, threading.Event())
-        assert got is not None
-        try:
-            assert len(attempts) == 2 and got.address == f"127.0.0.1:{broker.port}"
-            assert run._last_failure is not None
-            assert run._last_failure.startswith("AMQPConnectorStackTimeout")
-        finally:
-            got.close()
+        _connect_after_a_failed_attempt(broker, mute, "AMQPConnectorStackTimeout")
     finally:
         silent.close()
         broker.stop()
