@@ -77,6 +77,9 @@ def run_phases(run: Path) -> dict[str, Any]:
 
 
 def main() -> int:
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
+        print(f"usage: {Path(sys.argv[0]).name} DIR (a --keep run's directory)", file=sys.stderr)
+        return 2
     root = Path(sys.argv[1])
     for run in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("fo")):
         print(json.dumps(run_phases(run)))
