@@ -1,9 +1,12 @@
 """The clients of the scale scenario beside the drill (issue 25, item 6), for
 ``bench/scale_soak.py``: many connections, consumers among them, backlogs, a console viewer.
 
-- :class:`Connections`: ``connections`` AMQP connections on the fail-over list, on a thread
-  of their own (an asyncio loop; in a network namespace when given one: its sockets live
-  there). The first ``consumers`` of them each hold a consumer (prefetch 10, acking) on a
+- :class:`Connections`: ``connections`` AMQP connections on the fail-over list, in a
+  process of their own (an asyncio loop; in a network namespace when given one: its sockets
+  live there). Not a thread of the soak's: 2,000 clients reconnecting after a fail-over held
+  the soak's interpreter lock so long that its sampler's liveness reads of the brokers went
+  unanswered within their second, the observer's starvation counted as the brokers'. The
+  first ``consumers`` of them each hold a consumer (prefetch 10, acking) on a
   queue of their own; the others are idle. A connection that is refused (a backup, or no
   primary yet) or lost (its broker died) dials the next address of the list after a second
   and a jitter, as clients on a URL list do, and counts a reconnect.
@@ -21,12 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
 import random
 import statistics
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection as Pipe
+from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 from broker.amqp.client import Delivery, connect
@@ -63,7 +69,8 @@ class ConnectionCounts:
 
 class Connections:
     """``connections`` clients on ``addresses`` (the fail-over list), ``consumers`` of them
-    consuming ``queue_of(i)``; :meth:`start` returns once all are open."""
+    consuming ``queue_of(i)``, in a child process (:class:`ClientsProcess`); :meth:`start`
+    returns once all are open, :meth:`stop` ends them and returns what they did."""
 
     def __init__(
         self,
@@ -73,41 +80,99 @@ class Connections:
         queue_of: Callable[[int], str],
         namespace: str | None = None,
     ) -> None:
-        self.addresses = addresses
+        consumers = min(consumers, connections)
+        context = multiprocessing.get_context("spawn")  # nothing of the soak's threads
+        self._open: Synchronized[int] = context.Value("q", 0, lock=False)
+        self._stop = context.Event()
+        self._results, results = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=run_clients,
+            args=(
+                addresses,
+                connections,
+                [queue_of(i) for i in range(consumers)],
+                namespace,
+                self._open,
+                self._stop,
+                results,
+            ),
+            name="scale-connections",
+            daemon=True,
+        )
         self.connections = connections
-        self.consumers = min(consumers, connections)
-        self.queue_of = queue_of
-        self.namespace = namespace
         self.counts = ConnectionCounts()
-        self._loop = asyncio.new_event_loop()
-        self._stopping: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, name="scale-connections", daemon=True)
-        self._all_open_after: float | None = None
 
     def start(self, timeout: float) -> Connections:
-        self._thread.start()
+        self._process.start()
         deadline = time.monotonic() + timeout
-        while self.counts.open < self.connections:
-            if time.monotonic() > deadline or not self._thread.is_alive():
+        while self._open.value < self.connections:
+            if time.monotonic() > deadline or not self._process.is_alive():
                 raise TimeoutError(
-                    f"{self.counts.open} of {self.connections} connections open in {timeout} s"
+                    f"{self._open.value} of {self.connections} connections open in {timeout} s"
                 )
-            time.sleep(0.2)  # polls the counter the connections' thread keeps
+            time.sleep(0.2)  # polls the counter the clients' process keeps
         return self
 
     def stop(self) -> ConnectionCounts:
-        if self._stopping is not None:
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        self._thread.join(120)
+        self._stop.set()
+        if self._results.poll(120):
+            with contextlib.suppress(EOFError, OSError):
+                self.counts = ConnectionCounts(**self._results.recv())
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
         return self.counts
 
-    def _run(self) -> None:
-        _enter(self.namespace)
-        self._loop.run_until_complete(self._main())
-        self._loop.close()
 
-    async def _main(self) -> None:
-        self._stopping = asyncio.Event()
+def run_clients(
+    addresses: list[tuple[str, int]],
+    connections: int,
+    queues: Sequence[str],
+    namespace: str | None,
+    open_now: Synchronized[int],
+    stop: Any,
+    results: Pipe,
+) -> None:
+    """The clients' process: :class:`ClientsProcess` until ``stop`` is set, then its
+    counts sent on ``results``."""
+    _enter(namespace)
+    clients = ClientsProcess(addresses, connections, queues, open_now)
+    asyncio.run(clients.main(stop))
+    results.send(asdict(clients.counts))
+    results.close()
+
+
+class ClientsProcess:
+    """The clients themselves, on one asyncio loop: the first ``len(queues)`` of them each
+    consume their queue; the open count published in ``open_now`` for the soak."""
+
+    def __init__(
+        self,
+        addresses: list[tuple[str, int]],
+        connections: int,
+        queues: Sequence[str],
+        open_now: Synchronized[int],
+    ) -> None:
+        self.addresses = addresses
+        self.connections = connections
+        self.queues = queues
+        self.open_now = open_now
+        self.counts = ConnectionCounts()
+
+    def _opened(self, change: int) -> None:
+        self.counts.open += change
+        self.open_now.value = self.counts.open
+
+    async def main(self, stop: Any) -> None:
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        waiter = threading.Thread(
+            target=lambda: (stop.wait(), loop.call_soon_threadsafe(stopping.set)),
+            name="scale-connections-stop",
+            daemon=True,
+        )
+        waiter.start()
         tasks: list[asyncio.Task[None]] = []
         for first in range(0, self.connections, BURST):
             opened = [
@@ -116,10 +181,10 @@ class Connections:
             ]
             tasks += opened
             target = len(tasks)
-            while self.counts.open < target and not self._stopping.is_set():
+            while self.counts.open < target and not stopping.is_set():
                 await asyncio.sleep(0.05)  # a burst at a time: no storm of handshakes
         watcher = asyncio.create_task(self._watch())
-        await self._stopping.wait()
+        await stopping.wait()
         watcher.cancel()
         for task in tasks:
             task.cancel()
@@ -137,7 +202,7 @@ class Connections:
             await asyncio.sleep(0.5)
 
     async def _client(self, i: int) -> None:
-        consumes = i < self.consumers
+        queue = self.queues[i] if i < len(self.queues) else None
         index = i % len(self.addresses)
         while True:
             host, port = self.addresses[index]
@@ -150,10 +215,10 @@ class Connections:
                 index = (index + 1) % len(self.addresses)
                 await asyncio.sleep(1.0 + random.random())
                 continue
-            self.counts.open += 1
+            self._opened(1)
             self.counts.opened += 1
             try:
-                if consumes:
+                if queue is not None:
                     channel = await client.open_channel()
                     await channel.qos(10)
 
@@ -161,7 +226,7 @@ class Connections:
                         self.counts.deliveries += 1
                         channel.ack(delivery.delivery_tag)
 
-                    await channel.consume(self.queue_of(i), delivered)
+                    await channel.consume(queue, delivered)
                 await client.wait_closed()
             except asyncio.CancelledError:
                 with contextlib.suppress(Exception):
@@ -170,7 +235,7 @@ class Connections:
             except Exception:  # the broker went away mid-way: dial again
                 pass
             finally:
-                self.counts.open -= 1
+                self._opened(-1)
             self.counts.lost += 1
             index = (index + 1) % len(self.addresses)
             await asyncio.sleep(1.0 + random.random())
