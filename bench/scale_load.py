@@ -67,10 +67,22 @@ class ConnectionCounts:
     reopened_s: list[float] = field(default_factory=list)
 
 
+#: Processes the clients are spread over: 2,000 handshakes at once in one process's loop
+#: (after a fail-over every client dials again within a second or two) starved that one
+#: process on a loaded machine: its clients' 30 s handshake time-outs passed before their
+#: own loop read the brokers' answers, and they dialled again, a retry storm of the
+#: harness's own (2026-11-30, soak33: the brokers' loops 25 ms late at the median while
+#: the clients abandoned 9,000-17,000 handshakes after each primary fault). Clients run on
+#: many machines; a few processes here are closer to that.
+CLIENT_PROCESSES = 8
+
+
 class Connections:
     """``connections`` clients on ``addresses`` (the fail-over list), ``consumers`` of them
-    consuming ``queue_of(i)``, in a child process (:class:`ClientsProcess`); :meth:`start`
-    returns once all are open, :meth:`stop` ends them and returns what they did."""
+    consuming ``queue_of(i)``, spread over :data:`CLIENT_PROCESSES` child processes
+    (:class:`ClientsProcess`); :meth:`start` returns once all are open, :meth:`stop` ends
+    them and returns what they did, with the time from each first loss to every connection
+    open again (a thread of this process watches the children's open counts)."""
 
     def __init__(
         self,
@@ -79,83 +91,124 @@ class Connections:
         consumers: int,
         queue_of: Callable[[int], str],
         namespace: str | None = None,
+        processes: int = CLIENT_PROCESSES,
     ) -> None:
         consumers = min(consumers, connections)
         context = multiprocessing.get_context("spawn")  # nothing of the soak's threads
-        self._open: Synchronized[int] = context.Value("q", 0, lock=False)
         self._stop = context.Event()
-        self._results, results = context.Pipe(duplex=False)
-        self._process = context.Process(
-            target=run_clients,
-            args=(
-                addresses,
-                connections,
-                [queue_of(i) for i in range(consumers)],
-                namespace,
-                self._open,
-                self._stop,
-                results,
-            ),
-            name="scale-connections",
-            daemon=True,
-        )
+        self._opens: list[Synchronized[int]] = []
+        self._results: list[Pipe] = []
+        self._processes: list[multiprocessing.process.BaseProcess] = []
+        processes = max(1, min(processes, connections))
+        for k in range(processes):
+            mine = range(k, connections, processes)  # client i: its queue and first address
+            open_now: Synchronized[int] = context.Value("q", 0, lock=False)
+            receive, send = context.Pipe(duplex=False)
+            self._opens.append(open_now)
+            self._results.append(receive)
+            self._processes.append(
+                context.Process(
+                    target=run_clients,
+                    args=(
+                        addresses,
+                        list(mine),
+                        {i: queue_of(i) for i in mine if i < consumers},
+                        namespace,
+                        open_now,
+                        self._stop,
+                        send,
+                    ),
+                    name=f"scale-connections-{k}",
+                    daemon=True,
+                )
+            )
         self.connections = connections
         self.counts = ConnectionCounts()
+        self._watching = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="scale-reopened", daemon=True)
+
+    @property
+    def open(self) -> int:
+        """Connections open now, over every process."""
+        return sum(value.value for value in self._opens)
 
     def start(self, timeout: float) -> Connections:
-        self._process.start()
+        for process in self._processes:
+            process.start()
         deadline = time.monotonic() + timeout
-        while self._open.value < self.connections:
-            if time.monotonic() > deadline or not self._process.is_alive():
+        while self.open < self.connections:
+            alive = all(process.is_alive() for process in self._processes)
+            if time.monotonic() > deadline or not alive:
                 raise TimeoutError(
-                    f"{self._open.value} of {self.connections} connections open in {timeout} s"
+                    f"{self.open} of {self.connections} connections open in {timeout} s"
                 )
-            time.sleep(0.2)  # polls the counter the clients' process keeps
+            time.sleep(0.2)  # polls the counters the clients' processes keep
+        self._watcher.start()
         return self
 
     def stop(self) -> ConnectionCounts:
+        self._watching.set()
         self._stop.set()
-        if self._results.poll(120):
+        total = ConnectionCounts(reopened_s=self.counts.reopened_s)
+        for receive in self._results:
+            if not receive.poll(120):
+                continue
             with contextlib.suppress(EOFError, OSError):
-                self.counts = ConnectionCounts(**self._results.recv())
-        self._process.join(10)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
-        return self.counts
+                got = receive.recv()
+                for name in ("opened", "lost", "refused", "deliveries"):
+                    setattr(total, name, getattr(total, name) + got[name])
+        for process in self._processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        total.open = self.open
+        self.counts = total
+        return total
+
+    def _watch(self) -> None:
+        """The time from a first loss to every connection open again, after each fault."""
+        lost_at: float | None = None
+        while not self._watching.wait(0.5):
+            open_now = self.open
+            if open_now < self.connections and lost_at is None:
+                lost_at = time.monotonic()
+            elif open_now == self.connections and lost_at is not None:
+                self.counts.reopened_s.append(round(time.monotonic() - lost_at, 1))
+                lost_at = None
 
 
 def run_clients(
     addresses: list[tuple[str, int]],
-    connections: int,
-    queues: Sequence[str],
+    clients: list[int],
+    queues: dict[int, str],
     namespace: str | None,
     open_now: Synchronized[int],
     stop: Any,
     results: Pipe,
 ) -> None:
-    """The clients' process: :class:`ClientsProcess` until ``stop`` is set, then its
-    counts sent on ``results``."""
+    """A clients' process: :class:`ClientsProcess` until ``stop`` is set, then its counts
+    sent on ``results``."""
     _enter(namespace)
-    clients = ClientsProcess(addresses, connections, queues, open_now)
-    asyncio.run(clients.main(stop))
-    results.send(asdict(clients.counts))
+    process = ClientsProcess(addresses, clients, queues, open_now)
+    asyncio.run(process.main(stop))
+    results.send(asdict(process.counts))
     results.close()
 
 
 class ClientsProcess:
-    """The clients themselves, on one asyncio loop: the first ``len(queues)`` of them each
-    consume their queue; the open count published in ``open_now`` for the soak."""
+    """Some of the clients (``clients``: their numbers), on one asyncio loop: those in
+    ``queues`` each consume their queue; the open count published in ``open_now``."""
 
     def __init__(
         self,
         addresses: list[tuple[str, int]],
-        connections: int,
-        queues: Sequence[str],
+        clients: Sequence[int],
+        queues: dict[int, str],
         open_now: Synchronized[int],
     ) -> None:
         self.addresses = addresses
-        self.connections = connections
+        self.clients = clients
         self.queues = queues
         self.open_now = open_now
         self.counts = ConnectionCounts()
@@ -174,35 +227,22 @@ class ClientsProcess:
         )
         waiter.start()
         tasks: list[asyncio.Task[None]] = []
-        for first in range(0, self.connections, BURST):
+        burst = max(1, BURST * len(self.clients) // max(1, self.clients[-1] + 1))
+        for first in range(0, len(self.clients), burst):
             opened = [
-                asyncio.create_task(self._client(i))
-                for i in range(first, min(self.connections, first + BURST))
+                asyncio.create_task(self._client(i)) for i in self.clients[first : first + burst]
             ]
             tasks += opened
             target = len(tasks)
             while self.counts.open < target and not stopping.is_set():
                 await asyncio.sleep(0.05)  # a burst at a time: no storm of handshakes
-        watcher = asyncio.create_task(self._watch())
         await stopping.wait()
-        watcher.cancel()
         for task in tasks:
             task.cancel()
-        await asyncio.gather(watcher, *tasks, return_exceptions=True)
-
-    async def _watch(self) -> None:
-        """The time from a first loss to every connection open again, after each fault."""
-        lost_at: float | None = None
-        while True:
-            if self.counts.open < self.connections and lost_at is None:
-                lost_at = time.monotonic()
-            elif self.counts.open == self.connections and lost_at is not None:
-                self.counts.reopened_s.append(round(time.monotonic() - lost_at, 1))
-                lost_at = None
-            await asyncio.sleep(0.5)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _client(self, i: int) -> None:
-        queue = self.queues[i] if i < len(self.queues) else None
+        queue = self.queues.get(i)
         index = i % len(self.addresses)
         while True:
             host, port = self.addresses[index]
