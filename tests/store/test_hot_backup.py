@@ -9,6 +9,7 @@ import asyncio
 import io
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -237,11 +238,21 @@ def test_a_snapshot_keeps_its_segments_while_compaction_deletes_them(tmp_path: P
             if i % 50 == 0:
                 await asyncio.sleep(0.001)
         snapshot = await take_snapshot(journal)
-        for i in range(600):  # compaction goes on: the sealed segments' files go
+        # compaction goes on: the sealed segments' files go (600 publishes at least, then
+        # on until one is gone: compaction runs in the journal's thread, later under load)
+        deadline = time.monotonic() + 60.0
+        i = 0
+        while True:
             publish(vhost, b"%d" % i + b"." * 100)
             queue.remove_positions({queue.last_position})
+            i += 1
             if i % 50 == 0:
                 await asyncio.sleep(0.001)
+                if i >= 600 and (
+                    any(not segment_path(journal.directory, n).exists() for n in snapshot.files)
+                    or time.monotonic() > deadline
+                ):
+                    break
         gone = [n for n in snapshot.files if not segment_path(journal.directory, n).exists()]
         copy = [
             (segment_name(n), os.pread(fd, size, 0))
