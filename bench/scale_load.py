@@ -117,6 +117,7 @@ class Connections:
                         open_now,
                         self._stop,
                         send,
+                        max(1, BURST // processes),  # BURST opened at once over them all
                     ),
                     name=f"scale-connections-{k}",
                     daemon=True,
@@ -186,11 +187,12 @@ def run_clients(
     open_now: Synchronized[int],
     stop: Any,
     results: Pipe,
+    burst: int = BURST,
 ) -> None:
     """A clients' process: :class:`ClientsProcess` until ``stop`` is set, then its counts
     sent on ``results``."""
     _enter(namespace)
-    process = ClientsProcess(addresses, clients, queues, open_now)
+    process = ClientsProcess(addresses, clients, queues, open_now, burst)
     asyncio.run(process.main(stop))
     results.send(asdict(process.counts))
     results.close()
@@ -198,7 +200,8 @@ def run_clients(
 
 class ClientsProcess:
     """Some of the clients (``clients``: their numbers), on one asyncio loop: those in
-    ``queues`` each consume their queue; the open count published in ``open_now``."""
+    ``queues`` each consume their queue; the open count published in ``open_now``; at the
+    start ``burst`` dialled at a time."""
 
     def __init__(
         self,
@@ -206,8 +209,10 @@ class ClientsProcess:
         clients: Sequence[int],
         queues: dict[int, str],
         open_now: Synchronized[int],
+        burst: int = BURST,
     ) -> None:
         self.addresses = addresses
+        self.burst = burst
         self.clients = clients
         self.queues = queues
         self.open_now = open_now
@@ -227,7 +232,7 @@ class ClientsProcess:
         )
         waiter.start()
         tasks: list[asyncio.Task[None]] = []
-        burst = max(1, BURST * len(self.clients) // max(1, self.clients[-1] + 1))
+        burst = self.burst
         for first in range(0, len(self.clients), burst):
             opened = [
                 asyncio.create_task(self._client(i)) for i in self.clients[first : first + burst]

@@ -140,6 +140,21 @@ def test_fresh_choice_spreads_new_clusters_over_three_nodes() -> None:
     assert chosen == ["n1", "n2", "n3"]
 
 
+def _two_ready_b_contending(
+    zk: Any, cluster: str, a: str, b: str
+) -> tuple[InSyncRecord, dict[str, Member], StatusPublisher]:
+    """Nodes ``a`` and ``b``, ready backups of the in-sync set (epoch 3; broker ids
+    ``id-a`` and ``id-b``), and ``b``'s agent status published as contending."""
+    in_sync = InSyncRecord(3, (InSyncMember("id-a", a), InSyncMember("id-b", b)))
+    members = {
+        n: Member(n, f"amqp://{n}", ha_state="ready", epoch=3, broker_id=f"id-{n[-1]}")
+        for n in (a, b)
+    }
+    b_status = StatusPublisher(zk, cluster, b)
+    b_status.publish(AgentStatus(b, claim="contending"))
+    return in_sync, members, b_status
+
+
 def test_a_claim_on_a_busier_node_lets_a_trying_one_go_first(
     zk: Any, cluster: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,13 +165,7 @@ def test_a_claim_on_a_busier_node_lets_a_trying_one_go_first(
     monkeypatch.setattr(primary_claim, "RECHECK", 60.0)  # only a watch wakes it in time
     other = f"{cluster}-other"
     write_primary(zk, other, PrimaryRecord("n-a", 1, "amqp://a"))
-    in_sync = InSyncRecord(3, (InSyncMember("id-a", "n-a"), InSyncMember("id-b", "n-b")))
-    members = {
-        n: Member(n, f"amqp://{n}", ha_state="ready", epoch=3, broker_id=f"id-{n[-1]}")
-        for n in ("n-a", "n-b")
-    }
-    b_status = StatusPublisher(zk, cluster, "n-b")
-    b_status.publish(AgentStatus("n-b", claim="contending"))
+    in_sync, members, b_status = _two_ready_b_contending(zk, cluster, "n-a", "n-b")
     led = threading.Event()
     claim = PrimaryClaim(
         zk,
@@ -207,13 +216,7 @@ def test_a_claim_on_a_least_loaded_node_reads_no_agent_status(zk: Any, cluster: 
     clusters' primaries first; a candidate on a node running no fewer primaries than any
     other candidate's tries at once, without reading the agents' status records (another
     candidate contending changes nothing), and the one on a busier node reads them."""
-    in_sync = InSyncRecord(3, (InSyncMember("id-a", "solo-a"), InSyncMember("id-b", "solo-b")))
-    members = {
-        n: Member(n, f"amqp://{n}", ha_state="ready", epoch=3, broker_id=f"id-{n[-1]}")
-        for n in ("solo-a", "solo-b")
-    }
-    b_status = StatusPublisher(zk, cluster, "solo-b")
-    b_status.publish(AgentStatus("solo-b", claim="contending"))
+    in_sync, members, _ = _two_ready_b_contending(zk, cluster, "solo-a", "solo-b")
     reads = _ReadLog(zk)
     assert spread_hold(reads, cluster, "solo-a", in_sync, members) is None
     agents = ClusterLayout(cluster).agents
