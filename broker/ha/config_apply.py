@@ -110,6 +110,8 @@ class ConfigApplier:
         self._rest: Steps[ConfigChanges] | None = None
         #: The link stopped: nothing more is applied but :attr:`_rest`.
         self._ended = False
+        #: The run of :attr:`_rest`, a slice a turn, that callers of :meth:`end` share.
+        self._finishing: asyncio.Future[None] | None = None
 
     def delivered(self, delivery: Delivery) -> None:
         if self._ended:
@@ -121,9 +123,18 @@ class ConfigApplier:
     async def end(self) -> None:
         """The link stops: the event being applied is applied to its end, a slice a turn of
         the loop, and nothing after it begins (neither acknowledged nor reported:
-        ``applied``). Returns once it is; callers at once share the work, each returns
-        once none is left. A failure drops the rest (the next link's snapshot repairs)."""
+        ``applied``). Returns once it is. Callers at once (the link's end, a promotion's
+        ``DropLink``) share one run of it, still a slice a turn; one cancelled leaves it
+        running for the others. A failure drops the rest (the next link's snapshot
+        repairs)."""
         self._take_rest()
+        if self._rest is None:
+            return
+        if self._finishing is None or self._finishing.done():
+            self._finishing = asyncio.ensure_future(self._apply_rest())
+        await asyncio.shield(self._finishing)
+
+    async def _apply_rest(self) -> None:
         while (steps := self._rest) is not None:
             try:
                 next(steps)
