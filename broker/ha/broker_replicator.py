@@ -76,8 +76,8 @@ class BrokerReplicator:
     def apply_steps(self, event: dict[str, Any], size: int = SLICE) -> Steps[ConfigChanges]:
         """:meth:`apply` in slices (:mod:`common.slices`): a snapshot ``size`` objects a
         slice (10,000 queues at once were 250 ms of CPU), any other event at once. The link
-        applies nothing else meanwhile, and finishes a snapshot at once if it stops (see
-        :mod:`broker.ha.backup`)."""
+        applies nothing else meanwhile, and finishes a snapshot a slice a turn if it stops
+        (see :mod:`broker.ha.config_apply`)."""
         kind = event.get("type")
         changes = ConfigChanges()
         try:
