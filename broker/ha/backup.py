@@ -247,6 +247,8 @@ class BackupLink:
         self._subscribing: set[asyncio.Task[None]] = set()
         #: The link's configuration stream, applied in slices.
         self._config: ConfigApplier | None = None
+        #: Set once the link's end is reported (None: no end under way): :meth:`settled`.
+        self._ending: asyncio.Event | None = None
         self._broken: asyncio.Event | None = None
         self._gc = CatchUpGc()
         self._clock = clock
@@ -309,6 +311,13 @@ class BackupLink:
         client = self.client
         if abort and client is not None:
             await client.abort("promoted: this broker is the primary now")
+        # A configuration event half applied is applied to its end first, a slice a turn
+        # (the link's own end may be doing so too: they share it): the promotion that
+        # stops the link never starts from half a snapshot. The task cancelled after it
+        # finds nothing left to apply.
+        config = self._config
+        if config is not None:
+            await config.end()
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -434,16 +443,25 @@ class BackupLink:
 
     async def _session(self, client: AmqpClient, address: Address) -> bool:
         """Replicate over ``client`` until the link drops: True, unless this backup gave
-        up on a stream (a replication error: the next dial backs off, never at once)."""
+        up on a stream (a replication error: the next dial backs off, never at once).
+
+        The link's end is reported (``link_down``) only once a configuration event it left
+        half applied is applied to its end, a slice a turn (:meth:`_end_applying`); a
+        promotion meanwhile waits for it (:meth:`settled`). Cancelled (the broker stops, or
+        a promotion's :meth:`stop` once that end is done), the rest is applied at once."""
         self._gave_up = self._primary_gave_up = None
+        self._config = None
         try:
-            await self._replicate(client, address)
-        except (ClientError, ValueError, OSError) as exc:
-            self.owner.link_down(f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # a bug: an event, the link closed, dialled again later
-            self._fail("the link", described(exc))
-            self.owner.link_down(f"replication error: {described(exc)}")
+            try:
+                reason = await self._replicate(client, address)
+            except (ClientError, ValueError, OSError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # a bug: an event, the link closed, dialled again later
+                self._fail("the link", described(exc))
+                reason = f"replication error: {described(exc)}"
+            await self._link_ended(reason)
         finally:
+            self._stop_applying()
             self.client = None
             if self._subscriptions is not None:
                 self._subscriptions.end()
@@ -466,7 +484,8 @@ class BackupLink:
             )
 
     # -- replicating -------------------------------------------------------------------
-    async def _replicate(self, client: AmqpClient, address: Address) -> None:
+    async def _replicate(self, client: AmqpClient, address: Address) -> str:
+        """Replicate over ``client`` until the link drops; why it dropped."""
         self.client = client
         subscriptions = self._subscriptions = QueueSubscriptions(
             client,
@@ -524,10 +543,6 @@ class BackupLink:
         finally:
             for waiter in (closed, broken, reach):
                 waiter.cancel()
-            for task in list(self._subscribing):
-                task.cancel()
-            if self._config is not None:
-                self._config.finish()  # never half a snapshot after the link
         reason = "link closed"
         if reach.done() and not reach.cancelled() and not closed.done():
             reason = reach.result()  # (a bug in the probe raises: the session logs it)
@@ -545,7 +560,45 @@ class BackupLink:
                 self._primary_gave_up = text
                 self._log.warning("ha_replication_error", object="primary", reason=reason)
                 self.errors.failed("link", f"closed by the primary: {text}")
-        self.owner.link_down(reason)
+        return reason
+
+    async def _link_ended(self, reason: str) -> None:
+        """The link is down: the rest of what it left half applied is applied, a slice a
+        turn (:meth:`_end_applying`), then its end is reported (``link_down``); a promotion
+        meanwhile waits (:meth:`settled`). Cancelled, the rest is applied at once."""
+        self._ending = ending = asyncio.Event()
+        try:
+            await self._end_applying()
+            self.owner.link_down(reason)
+        finally:
+            self._stop_applying()
+            self._ending = None
+            ending.set()
+
+    async def _end_applying(self) -> None:
+        """The link is down: its subscribes and the stream's applying stop, and the
+        configuration event it left half applied is applied to its end, a slice a turn of
+        the loop (never half a snapshot after the link: :mod:`broker.ha.config_apply`)."""
+        for task in list(self._subscribing):
+            task.cancel()
+        if self._config is not None:
+            await self._config.end()
+
+    def _stop_applying(self) -> None:
+        """:meth:`_end_applying` at once (the link's task cancelled: the broker stops)."""
+        for task in list(self._subscribing):
+            task.cancel()
+        if self._config is not None:
+            self._config.finish()
+
+    async def settled(self) -> None:
+        """Return once no link's end is under way: the rest of a configuration event the
+        link left half applied is applied and the link's end reported (``link_down``). A
+        promotion awaits it first (:meth:`~broker.ha.ha_broker.HaBroker.promote`): the
+        role then knows whether this backup is ready, and nothing promotes half a
+        snapshot."""
+        while (ending := self._ending) is not None:
+            await ending.wait()
 
     def _reach_times(self, client: AmqpClient) -> ReachTimes:
         """The probe's times, from the link's heartbeat (negotiated, else configured)."""

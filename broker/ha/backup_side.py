@@ -133,6 +133,12 @@ class BackupSide:
             self._vhost.delete_queue(name)
         self.link = None
 
+    async def settled(self) -> None:
+        """Return once no link's end is under way (:meth:`BackupLink.settled`): a
+        promotion first waits for the rest of a snapshot the link left half applied."""
+        if self.link is not None:
+            await self.link.settled()
+
     async def stop(self) -> None:
         if self.link is not None:
             await self.link.stop()

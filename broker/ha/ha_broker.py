@@ -500,6 +500,12 @@ class HaBroker:
             self._ended = ended
             steps = self._promotion_steps = {}  # each awaited step's milliseconds (logged)
             try:
+                # A link's end under way first: the rest of a snapshot it left half applied
+                # (a slice a turn) and its LinkDown (a backup ready before that link is
+                # ready again): the role decides on what the backup holds, never on half.
+                began = time.monotonic()
+                await self.backup.settled()
+                steps["link_settled"] = round((time.monotonic() - began) * 1000.0, 1)
                 self.handle(PromoteRequested(epoch, members, store_named))
                 while self._awaiting:
                     step = self._awaiting.popleft()

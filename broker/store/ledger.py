@@ -63,6 +63,9 @@ class Ledger:
         #: object id -> its encoded configuration record, where known, in the log's order
         #: of the live copies (re-inserted when a copy is appended: see :meth:`moved`).
         self._config_records: dict[int, bytes] = {}
+        #: The live enqueues' keys by queue id, as of one scan (:meth:`queue_deleted`);
+        #: dropped at the next enqueue (None: none).
+        self._by_queue: dict[int, list[EnqueueKey]] | None = None
 
     @classmethod
     def restore(
@@ -120,6 +123,7 @@ class Ledger:
         self._live(segment, 1)
 
     def enqueued(self, key: EnqueueKey, segment: int) -> None:
+        self._by_queue = None
         self._enqueues[key] = segment
         self._live(segment, 1)
         self._messages[key[1]][1] += 1
@@ -127,6 +131,7 @@ class Ledger:
     def message_enqueued(self, key: EnqueueKey, segment: int) -> None:
         """:meth:`message_written` and :meth:`enqueued` in one (the publish path: a new
         message's content and its first enqueue, appended together to ``segment``)."""
+        self._by_queue = None
         self._messages[key[1]] = [segment, 1]
         self._enqueues[key] = segment
         use = self.segments.get(segment)
@@ -155,8 +160,21 @@ class Ledger:
         return True
 
     def queue_deleted(self, queue_id: int) -> None:
-        """Every enqueue on this queue is gone (one scan: deleting a queue is rare)."""
-        for key in [k for k in self._enqueues if k[0] == queue_id]:
+        """Every enqueue on this queue is gone. One scan of every live enqueue indexes them
+        by queue, for this deletion and the next ones until an enqueue (a backup's
+        snapshot deletes thousands of queues in a row: a scan each was 0.3 ms a queue
+        beside 150,000 enqueues). An enqueue dequeued since the scan is skipped (no longer
+        live: :meth:`dequeued` changes nothing); one made since drops the index."""
+        by_queue = self._by_queue
+        if by_queue is None:
+            by_queue = self._by_queue = {}
+            for key in self._enqueues:
+                keys = by_queue.get(key[0])
+                if keys is None:
+                    by_queue[key[0]] = [key]
+                else:
+                    keys.append(key)
+        for key in by_queue.pop(queue_id, ()):
             self.dequeued(key)
 
     def has_message(self, message_id: int) -> bool:

@@ -191,7 +191,8 @@ def test_the_stream_is_applied_in_order_a_slice_a_turn() -> None:
 
 
 def test_a_snapshot_half_applied_when_the_link_stops_is_finished_at_once() -> None:
-    """A promotion after the link never starts from half a snapshot."""
+    """A link cancelled in its end (the broker stops) applies the rest at once
+    (tests/ha/test_snapshot_finish.py: in turns, its normal end)."""
 
     async def scenario() -> _Applier:
         link = _Applier()
@@ -200,7 +201,7 @@ def test_a_snapshot_half_applied_when_the_link_stops_is_finished_at_once() -> No
             await asyncio.sleep(0)
         for task in link.tasks:
             task.cancel()
-        link.applier.finish()  # as BackupLink._replicate does at the link's end
+        link.applier.finish()  # as a link cancelled in its end does
         assert link.queues == 1500  # at once, before anything else runs
         await asyncio.gather(*link.tasks, return_exceptions=True)
         return link
