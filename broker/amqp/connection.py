@@ -27,6 +27,10 @@ needs the slow hash waits in ``AWAIT_LOGIN`` with :attr:`Connection.login_check`
 shell runs it off the event loop and calls :meth:`Connection.password_checked`; bytes read
 meanwhile wait in the buffer. A hard :class:`~broker.core.errors.AmqpError` sends
 connection.close with its reply code; the broker and every other connection carry on.
+A close releases the channels a slice a turn of the loop (``ctx.turns``): a lost socket's
+(:meth:`Connection.connection_lost_steps`, run by the shell) and a clean one's, the
+client's connection.close, ours or an error's (:meth:`Connection.release_then`: its
+close-ok or connection.close after the last slice, nothing read or sent meanwhile).
 
 THREAD UNSAFE: one event loop owns the connection.
 """
@@ -664,7 +668,9 @@ class Connection:
         released ``size`` a slice, then the connection is closed and logged. Until the
         last slice it is listed as before; what it writes meanwhile goes nowhere (the
         socket is gone), and what its channels' consumers are sent meanwhile is requeued
-        with the rest at their channel's slice."""
+        with the rest at their channel's slice. Lost while a clean close's release runs
+        (:meth:`release_then`): that release goes on to its end, then the connection is
+        closed and logged, once."""
         was_open = self.state in (S.OPEN, S.CLOSING) or self.close_reason is not None
         handshake = self.state  # where a client that hung up mid-handshake stopped
         yield from self._cleanup_steps(size)
