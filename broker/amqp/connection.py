@@ -614,7 +614,6 @@ class Connection:
         self.releasing = True
         self.writable = False
         self._kept_out, self._out = self._out, []
-        self._reading_changed()
 
         def steps() -> Steps[None]:
             yield from self._cleanup_steps(size)
@@ -630,6 +629,8 @@ class Connection:
         self._release = release = steps()
         turns = self.ctx.turns
         run_in_turns(release, None if turns is None else turns.later)
+        if self.releasing:  # the rest in later turns: the socket not read meanwhile
+            self._reading_changed()
 
     def _reading_changed(self) -> None:
         """The flow's reasons or a release changed: the shell is told if
