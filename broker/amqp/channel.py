@@ -80,6 +80,10 @@ class Channel:
     def is_open(self) -> bool:
         return self.state is ChannelState.OPEN
 
+    @property
+    def released_soon(self) -> bool:
+        return self.connection.releasing
+
     def send(self, method: Method) -> None:
         self.connection.send_method(self.number, method)
 

@@ -56,6 +56,12 @@ class DeliveriesHost(StreamSink, Protocol):
         """Not closing or closed (a broker-side basic.cancel goes out only then)."""
         ...
 
+    @property
+    def released_soon(self) -> bool:
+        """Its connection closes: the channel is released at a later turn of the loop and
+        nothing it writes meanwhile is sent."""
+        ...
+
     def send(self, method: Method) -> None: ...
 
     def queue_name(self, name: str | None) -> str:
@@ -424,7 +430,9 @@ class Deliveries:
         if entry is None:
             self.send(commands.Basic.GetEmpty())
         else:
-            self._get_ok(held.queue, entry, held.no_ack)
+            # its connection closing, the get-ok is never sent: booked unacknowledged
+            # whatever its no-ack, so the channel's release requeues it
+            self._get_ok(held.queue, entry, held.no_ack and not self.host.released_soon)
         self.host.held_get_answered()
 
     def cancel_held_get(self) -> None:

@@ -27,6 +27,10 @@ needs the slow hash waits in ``AWAIT_LOGIN`` with :attr:`Connection.login_check`
 shell runs it off the event loop and calls :meth:`Connection.password_checked`; bytes read
 meanwhile wait in the buffer. A hard :class:`~broker.core.errors.AmqpError` sends
 connection.close with its reply code; the broker and every other connection carry on.
+A close releases the channels a slice a turn of the loop (``ctx.turns``): a lost socket's
+(:meth:`Connection.connection_lost_steps`, run by the shell) and a clean one's, the
+client's connection.close, ours or an error's (:meth:`Connection.release_then`: its
+close-ok or connection.close after the last slice, nothing read or sent meanwhile).
 
 THREAD UNSAFE: one event loop owns the connection.
 """
@@ -54,7 +58,7 @@ from broker.amqp.state import ChannelState, ConnectionState, check_transition
 from broker.amqp.timeouts import ConnectionTimeouts
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.security.sasl import PasswordCheck
-from common.slices import SLICE, Steps, run_steps
+from common.slices import SLICE, Steps, run_in_turns, run_steps
 
 S = ConnectionState
 _ids = itertools.count(1)
@@ -136,6 +140,14 @@ class Connection:
         self._confirm_channels: set[Channel] = set()
         self._pumps: dict[int, Callable[[], None]] = {}
         self._cleaned_up = False
+        #: A clean close releases the channels, a slice a turn of the loop
+        #: (:meth:`release_then`): its consumers take nothing, nothing is read, what is
+        #: written is dropped.
+        self.releasing = False
+        #: The release under way (None: none), and the output written before it began,
+        #: sent with the close-ok (or connection.close) after it.
+        self._release: Steps[None] | None = None
+        self._kept_out: list[bytes] = []
         #: Frames of the last read wait in the buffer for a later turn of the loop (the
         #: read's :data:`READ_SLICE` was spent): the shell reads nothing more and calls
         #: :meth:`parse_more` next turn.
@@ -153,6 +165,11 @@ class Connection:
         self._dispatch = FrameDispatch(self, ctx, self.methods, self._held)
         #: Whether it is read (resource alarms, held frames): the shell follows it.
         self.flow = FlowControl(self, self._held, ctx.publish_alarm)
+        self._on_reading_changed: Callable[[], None] | None = None
+        #: ``reading_paused`` as the shell was last told (its two sources: the flow's
+        #: reasons, a release: :meth:`_reading_changed`).
+        self._paused_told = False
+        self.flow.on_reading_changed = self._reading_changed
         ctx.connections[self.id] = self
 
     # -- properties --------------------------------------------------------------------
@@ -216,6 +233,8 @@ class Connection:
         ``CONFIRM_PATH`` in broker/core/queue_contracts.py); what to do about a lease that
         ran out (fence) or lapsed is decided by the HA broker, not here."""
         self._output_signalled = False
+        if self.releasing:
+            return b""  # sent after the release, with the close (nothing written meanwhile)
         admission = self.ctx.admission
         if admission is not None and self.admitted and admission.holds_output(self):
             # an HA primary not serving: woken when it serves again; heartbeats still go
@@ -266,7 +285,8 @@ class Connection:
             return
         self._buf += data
         self.timeouts.read(self.ctx.clock())
-        self.process()
+        if not self.releasing:  # else kept for the close's state (reading paused)
+            self.process()
 
     def password_checked(self, matched: bool) -> None:
         """The shell ran :attr:`login_check` (``matched``: the password is right): log in
@@ -299,7 +319,7 @@ class Connection:
 
     def parse_more(self) -> None:
         """Go on with the frames a read left for a later turn of the loop (:attr:`unparsed`)."""
-        if self.state is S.CLOSED or self.should_close:
+        if self.state is S.CLOSED or self.should_close or self.releasing:
             self.unparsed = False
             return
         self.process()
@@ -371,7 +391,7 @@ class Connection:
             if not deadline:
                 deadline = _now() + READ_SLICE
             self.frame(ftype, channel, payload)
-            if self.should_close or self.state is _CLOSED:
+            if self.should_close or self.state is _CLOSED or self.releasing:
                 pos = end_of_data
                 break
             if self.login_check is not None:
@@ -418,7 +438,7 @@ class Connection:
 
     @property
     def replaying(self) -> bool:
-        return self.state is S.OPEN and not self.should_close
+        return self.state is S.OPEN and not self.should_close and not self.releasing
 
     def pumps_requested(self) -> None:
         if self._pumps:
@@ -427,8 +447,9 @@ class Connection:
     # -- reading (its FlowControl) -----------------------------------------------------
     @property
     def reading_paused(self) -> bool:
-        """Not to be read (the shell pauses the socket); see :mod:`.flow_control`."""
-        return self.flow.reading_paused
+        """Not to be read (the shell pauses the socket); see :mod:`.flow_control`; nor
+        while a clean close releases the channels (:meth:`release_then`)."""
+        return self.flow.reading_paused or self.releasing
 
     @property
     def blocked_by(self) -> str | None:
@@ -438,11 +459,11 @@ class Connection:
     @property
     def on_reading_changed(self) -> Callable[[], None] | None:
         """Called when ``reading_paused`` changes (the shell pauses or resumes reading)."""
-        return self.flow.on_reading_changed
+        return self._on_reading_changed
 
     @on_reading_changed.setter
     def on_reading_changed(self, callback: Callable[[], None] | None) -> None:
-        self.flow.on_reading_changed = callback
+        self._on_reading_changed = callback
 
     def publishers_blocked(self, reason: str | None) -> None:
         """A resource alarm was raised (``reason``) or the last one cleared (None)."""
@@ -456,7 +477,7 @@ class Connection:
 
     def set_writable(self, writable: bool) -> None:
         """The transport's write buffer crossed a water mark."""
-        if writable == self.writable:
+        if writable == self.writable or self._cleaned_up:  # closing: nothing to resume
             return
         self.writable = writable
         if writable:
@@ -484,27 +505,40 @@ class Connection:
         if self.state is S.AWAIT_HEADER:
             self.should_close = True
             return
+        if self.releasing:
+            return  # a close under way
         self.close_reason = f"{int(error.reply_code)} {error.reply_text}"
-        self.cleanup()
-        code = int(error.reply_code)
-        self.send_method(0, close_method(code, error.wire_text(), error.class_id, error.method_id))
+        close = close_method(
+            int(error.reply_code), error.wire_text(), error.class_id, error.method_id
+        )
+        self.release_then(lambda: self._close_sent(close))
+
+    def _close_sent(self, close: Method) -> None:
+        """Our connection.close, after the release: wait for close-ok (what the client
+        sent meanwhile is handled as in CLOSING: a crossing close answered)."""
+        if self.state is S.CLOSED:
+            return
+        self.send_method(0, close)
         self.set_state(S.CLOSING)
-        self.timeouts.closing(ctx.clock())
+        self.timeouts.closing(self.ctx.clock())
+        if self._buf and not self._in_receive:  # read during a release in turns
+            self.process()
 
     def drop_unsent(self) -> None:
         """Forget the output not written yet: an HA primary that stopped serving holds it
         (deliveries, get-oks, confirms) and, closing the connection, must not send it; the
         deliveries go back to their queues with the channels at the close."""
         self._out.clear()
+        self._kept_out.clear()
 
     def close(self, reply_code: ReplyCode, text: str) -> None:
         """Broker-initiated close (shutdown, fencing): connection.close then wait."""
+        if self.releasing:
+            return  # a close under way
         if self.state is S.OPEN:
             self.close_reason = f"{int(reply_code)} {text}"
-            self.cleanup()
-            self.send_method(0, close_method(int(reply_code), f"{reply_code.name} - {text}"))
-            self.set_state(S.CLOSING)
-            self.timeouts.closing(self.ctx.clock())
+            close = close_method(int(reply_code), f"{reply_code.name} - {text}")
+            self.release_then(lambda: self._close_sent(close))
         elif self.state is not S.CLOSING:  # mid-handshake, or closed by the client already
             self.should_close = True
 
@@ -514,11 +548,18 @@ class Connection:
         self.should_close = True
 
     def closed_by_client(self) -> None:
-        """The client's connection.close is answered: as RabbitMQ, leave the socket for the
-        client to close after it reads close-ok (a client that sees EOF first may take the
-        close for a failure), and drop it ourselves after ``close_timeout``."""
-        if self.state is not S.CLOSED:
-            self.set_state(S.CLOSED)
+        """The client's connection.close came: release the channels (:meth:`release_then`),
+        then answer close-ok; the frames that follow the close are never handled."""
+        self.release_then(self._close_ok_sent)
+
+    def _close_ok_sent(self) -> None:
+        """close-ok, after the release: as RabbitMQ, leave the socket for the client to
+        close after it reads close-ok (a client that sees EOF first may take the close for
+        a failure), and drop it ourselves after ``close_timeout``."""
+        if self.state is S.CLOSED:
+            return  # the socket went meanwhile
+        self.send_method(0, commands.Connection.CloseOk())
+        self.set_state(S.CLOSED)
         self.timeouts.closing(self.ctx.clock())
 
     def tick(self) -> None:
@@ -550,14 +591,65 @@ class Connection:
             self._heartbeat_due = True
             self.signal_output()
 
-    def cleanup(self) -> None:
-        run_steps(self._cleanup_steps())
+    def release_then(self, done: Callable[[], None], size: int = SLICE) -> None:
+        """A clean close (the client's connection.close, ours, a connection error): release
+        the channels and what the connection owns (:meth:`_cleanup_steps`), ``size`` a
+        slice, a slice a turn of the loop (``ctx.turns``; all at once without one), then
+        ``done`` (close-ok, or our connection.close), as the lost socket's
+        :meth:`connection_lost_steps` does: a backup's replication link has a channel a
+        queue stream, 10,000 released at once were one step of 119 ms on a loaded primary.
+
+        Until the last slice (:attr:`releasing`): the connection's consumers take nothing
+        (``writable`` False: one flag of the connection that each consumer's
+        ``can_deliver`` reads), so the queues keep their messages for the other
+        consumers; the socket is not read (what was read stays in the buffer: after a
+        client's close it is never handled, after ours it is as in CLOSING); what is
+        written (a heartbeat, a reply released by the store or the backups) is dropped,
+        never sent after the client's close; what was written before the release goes out
+        with ``done``'s. A held basic.get answered meanwhile is booked unacknowledged
+        (whatever its no-ack), so its channel's slice requeues it with the rest."""
+        if self._cleaned_up:  # released already
+            done()
+            return
+        self.releasing = True
+        self.writable = False
+        self._kept_out, self._out = self._out, []
+
+        def steps() -> Steps[None]:
+            yield from self._cleanup_steps(size)
+            self._out, self._kept_out = self._kept_out, []
+            self.releasing = False
+            self._release = None
+            done()
+            if not self.flow.reading_paused:
+                self.reading_resumed()
+            self._reading_changed()
+            self.signal_output()
+
+        self._release = release = steps()
+        turns = self.ctx.turns
+        run_in_turns(release, None if turns is None else turns.later)
+        if self.releasing:  # the rest in later turns: the socket not read meanwhile
+            self._reading_changed()
+
+    def _reading_changed(self) -> None:
+        """The flow's reasons or a release changed: the shell is told if
+        ``reading_paused`` did."""
+        paused = self.reading_paused
+        if paused != self._paused_told:
+            self._paused_told = paused
+            if self._on_reading_changed is not None:
+                self._on_reading_changed()
 
     def _cleanup_steps(self, size: int = SLICE) -> Steps[None]:
-        """:meth:`cleanup`, its channels released ``size`` a slice: a backup's link has a
-        channel a queue stream (10,000 released at once were one step of 137 ms on a
-        loaded primary)."""
+        """Release the channels and what the connection owns, once, ``size`` channels a
+        slice. While a clean close's release is under way (:meth:`release_then`): that
+        release to its end (its close-ok or connection.close included), a slice at each
+        step here as at each of its own turns."""
         if self._cleaned_up:
+            release = self._release
+            if release is not None:
+                yield from release
             return
         self._cleaned_up = True
         channels = list(self.channels.values())
@@ -577,7 +669,9 @@ class Connection:
         released ``size`` a slice, then the connection is closed and logged. Until the
         last slice it is listed as before; what it writes meanwhile goes nowhere (the
         socket is gone), and what its channels' consumers are sent meanwhile is requeued
-        with the rest at their channel's slice."""
+        with the rest at their channel's slice. Lost while a clean close's release runs
+        (:meth:`release_then`): that release goes on to its end, then the connection is
+        closed and logged, once."""
         was_open = self.state in (S.OPEN, S.CLOSING) or self.close_reason is not None
         handshake = self.state  # where a client that hung up mid-handshake stopped
         yield from self._cleanup_steps(size)

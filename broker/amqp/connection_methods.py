@@ -87,16 +87,13 @@ class ConnectionMethodsHost(Protocol):
         """Move to ``new`` (checked against the transition table)."""
         ...
 
-    def cleanup(self) -> None:
-        """Release the channels and what the connection owns (once)."""
-        ...
-
     def closed(self) -> None:
         """The close handshake finished: drop the socket."""
         ...
 
     def closed_by_client(self) -> None:
-        """The client's connection.close was answered."""
+        """The client's connection.close came: release the channels and what the
+        connection owns, then answer close-ok (perhaps at a later turn of the loop)."""
         ...
 
 
@@ -169,8 +166,6 @@ class ConnectionMethods:
             self._open(method)
         elif isinstance(method, commands.Connection.Close):
             host.close_reason = f"client closed: {method.reply_code} {method.reply_text}"
-            host.cleanup()
-            host.send_method(0, commands.Connection.CloseOk())
             host.closed_by_client()
         elif isinstance(method, commands.Connection.UpdateSecret):
             if state is not S.OPEN:

@@ -50,6 +50,9 @@ class ChannelConnection(Wire, Protocol):
     vhost: VirtualHost
     #: The transport accepts more output (the shell's write buffer is under its mark).
     writable: bool
+    #: A clean close releases the channels, a slice a turn of the loop: what a channel
+    #: writes meanwhile is never sent.
+    releasing: bool
 
     @property
     def name(self) -> str: ...
