@@ -503,6 +503,7 @@ class HaBroker:
             quiet = not self.state.is_primary  # a backup's promotion: housekeeping waits
             if quiet:
                 self.quiet.began(self.now())
+                self._make_snapshot_ahead()
             self._awaiting.clear()
             self._ended = ended
             steps = self._promotion_steps = {}  # each awaited step's milliseconds (logged)
@@ -513,8 +514,6 @@ class HaBroker:
                 began = time.monotonic()
                 await self.backup.settled()
                 steps["link_settled"] = round((time.monotonic() - began) * 1000.0, 1)
-                if quiet:  # the member's first snapshot, of what the link's end left
-                    self._make_snapshot_ahead()
                 self.handle(PromoteRequested(epoch, members, store_named))
                 while self._awaiting:
                     step = self._awaiting.popleft()
