@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.exchange import Binding, Exchange
@@ -31,7 +32,7 @@ from broker.ha.link_format import Codec
 from broker.ha.replicate_level import ReplicateLevel
 from broker.ha.replication_errors import event_object
 from common.log import get_logger
-from common.slices import Steps
+from common.slices import SLICE, Steps
 
 if TYPE_CHECKING:
     from broker.amqp.stream_sink import StreamSink
@@ -59,9 +60,15 @@ class ConfigSource(Protocol):
         carries bindings to ``amq.topic`` and the like)."""
         ...
 
-    def first_snapshot(self, codec: Codec) -> Steps[dict[str, Any] | bytes]:
-        """A new stream's snapshot for a link of ``codec``, as of this call, in slices: its
-        event, or its bytes made ahead."""
+    def snapshot_steps(
+        self,
+        size: int = SLICE,
+        *,
+        standard_exchanges: bool = True,
+        encode_row: Callable[[dict[str, Any]], bytes] | None = None,
+    ) -> Steps[dict[str, Any]]:
+        """The replicated configuration as of this call, in slices; with rows encoded
+        ahead by ``encode_row`` (the link's encoder) where it has them."""
         ...
 
 
@@ -85,18 +92,18 @@ class ConfigStream(ChannelStream):
         self.carries_standard_bindings = codec.standard_bindings
         #: The first pending event's encoding in progress (a snapshot: a slice a pump).
         self._encoding: Steps[bytes] | None = None
-        #: Events to send; the first, the snapshot, is built a slice a pump, then encoded
-        #: (or its bytes made ahead, at the promotion: :mod:`broker.ha.snapshot_ahead`).
-        self._pending: list[dict[str, Any] | bytes | Steps[dict[str, Any] | bytes]] = [
-            streams.first_snapshot(codec)
+        #: Events to send; the first, the snapshot, is built a slice a pump, then encoded.
+        self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = [
+            streams.snapshot_steps(
+                standard_exchanges=self.carries_standard_bindings,
+                encode_row=codec.encode_snapshot_row,
+            )
         ]
         self.pushed = 1
         guard.pushed(self.key, 1)
         #: When the stream opened, and how many pumps its snapshot took (``ha_snapshot_sent``).
         self._opened = time.monotonic()
         self._pumps = 0
-        #: Whether the snapshot sent was made ahead (``ha_snapshot_sent``).
-        self._ahead = False
         self.acked = 0
         self._sent: deque[tuple[int, int]] = deque()  # (delivery tag, event number)
         self._acked_tags: set[int] = set()
@@ -116,7 +123,7 @@ class ConfigStream(ChannelStream):
             event = self._pending[0]
             if number == 1:
                 self._pumps += 1
-            if not isinstance(event, dict | bytes):  # the snapshot's rows, a slice a pump
+            if not isinstance(event, dict):  # the snapshot's rows, a slice a pump
                 try:
                     next(event)
                 except StopIteration as built:
@@ -124,23 +131,19 @@ class ConfigStream(ChannelStream):
                 else:
                     self.request_pump()
                     return
-            if isinstance(event, bytes):  # the snapshot made ahead
-                body: bytes = event
-                self._ahead = True
-            else:
-                if self._encoding is None:
-                    self._encoding = self._encode(event)
-                try:
-                    next(self._encoding)
-                except StopIteration as done:
-                    body = done.value
-                except ValueError as exc:  # outside the replication contract: a bug
-                    self._encoding = None
-                    self._failed(event_object(event), str(exc))
-                    return
-                else:  # a slice of a snapshot encoded: the next at a later pump
-                    self.request_pump()
-                    return
+            if self._encoding is None:
+                self._encoding = self._encode(event)
+            try:
+                next(self._encoding)
+            except StopIteration as done:
+                body: bytes = done.value
+            except ValueError as exc:  # outside the replication contract: a bug, not a stall
+                self._encoding = None
+                self._failed(event_object(event), str(exc))
+                return
+            else:  # a slice of a snapshot encoded: the next at a later pump (a turn later)
+                self.request_pump()
+                return
             self._encoding = None
             del self._pending[0]
             tag = self._deliver(body)
@@ -149,7 +152,6 @@ class ConfigStream(ChannelStream):
                 _log.debug(
                     "ha_snapshot_sent",
                     bytes=len(body),
-                    ahead=self._ahead,
                     pumps=self._pumps,
                     ms=round((time.monotonic() - self._opened) * 1000.0, 1),
                 )

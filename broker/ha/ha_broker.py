@@ -59,7 +59,6 @@ from broker.ha.ha_status import (
     rows_of,
 )
 from broker.ha.lease_keeper import LeaseKeeper
-from broker.ha.link_format import codec_of
 from broker.ha.manager_lease import ManagerLease
 from broker.ha.member_lease import GrantLedger, LeaseTimes
 from broker.ha.names import (
@@ -107,11 +106,10 @@ from broker.ha.role_events import (
     StartPrimary,
     Tick,
 )
-from broker.ha.snapshot_ahead import SnapshotAhead, ahead_key
 from broker.ha.snapshot_rows import SnapshotRows
 from broker.ha.state import HaState
 from broker.ha.store_lineage import StoreLineage
-from broker.ha.streams import PrimaryStreams, replicated_snapshot_steps
+from broker.ha.streams import PrimaryStreams
 from broker.options import public_url
 from common.log import get_logger, set_log_context
 from common.slices import Steps, run_in_turns, run_steps
@@ -177,11 +175,6 @@ class HaBroker:
         #: the role: a promoted backup's first snapshots join them (issue 25).
         self.rows = SnapshotRows(self.replicate_default)
         vhost.listeners.append(self.rows)
-        #: A promotion's first snapshot, made while it waits for the disk (issue 25).
-        self.ahead = SnapshotAhead()
-        vhost.listeners.append(self.ahead)
-        if isinstance(vhost, VirtualHosts):
-            vhost.vhost_listeners.append(self.ahead)
         self.primary: Primary | None = None
         #: The member lease (issue 26): its grants, promises and serving check.
         self.lease = LeaseKeeper(
@@ -503,7 +496,6 @@ class HaBroker:
             quiet = not self.state.is_primary  # a backup's promotion: housekeeping waits
             if quiet:
                 self.quiet.began(self.now())
-                self._make_snapshot_ahead()
             self._awaiting.clear()
             self._ended = ended
             steps = self._promotion_steps = {}  # each awaited step's milliseconds (logged)
@@ -533,27 +525,6 @@ class HaBroker:
                     self.quiet.ended(self.now())
                 self._awaiting.clear()
             return self.state
-
-    def _make_snapshot_ahead(self) -> None:
-        """Make the snapshot a member linking with this broker's highest format will ask
-        for, a slice a turn of the loop, while the promotion waits for the disk
-        (:mod:`broker.ha.snapshot_ahead`)."""
-        vhost = self.vhost
-        vhosts = vhost if isinstance(vhost, VirtualHosts) else VirtualHosts(default=vhost)
-        codec = codec_of(self.formats.highest)
-        rows, default = self.rows, self.replicate_default
-
-        def snapshot() -> Steps[dict[str, Any]]:
-            return replicated_snapshot_steps(
-                vhosts,
-                default,
-                rows,
-                standard_exchanges=codec.standard_bindings,
-                encode_row=codec.encode_snapshot_row,
-            )
-
-        making = self.ahead.make_steps(ahead_key(codec), snapshot, codec.encode_config_steps)
-        run_in_turns(making, loop_call_soon())
 
     # The promotion's actions that wait for I/O (queued by _perform, awaited by promote).
     async def _check_cluster(self, primaries_only: bool) -> None:
@@ -600,7 +571,6 @@ class HaBroker:
         )
         self.streams = PrimaryStreams(primary, events, self.formats)
         self.streams.rows = self.rows  # the snapshots' rows, encoded ahead
-        self.streams.ahead = self.ahead  # the first snapshot, made during the promotion
         self.streams.link_user = self.options.ha_username  # links only from that user
         self.streams.lease_events = self.lease  # the member lease's grants
         self.streams.users.serve(self.context.authenticator.cluster_users)  # format 4's links

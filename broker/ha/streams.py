@@ -31,7 +31,7 @@ THREAD UNSAFE: the primary's event loop owns the streams.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
@@ -75,7 +75,6 @@ from broker.ha.replicate_level import (
 )
 from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.ha.replication_errors import object_named
-from broker.ha.snapshot_ahead import SnapshotAhead, ahead_key
 from broker.ha.snapshot_rows import SnapshotRows
 from broker.ha.users_on_streams import UsersOnStreams
 from common.formats import FormatRange
@@ -262,9 +261,6 @@ class PrimaryStreams:
         #: The queues' and bindings' snapshot rows encoded ahead (the HA broker's; None:
         #: every snapshot makes its rows).
         self.rows: SnapshotRows | None = None
-        #: The first snapshot made ahead at the promotion (the HA broker's; None: every
-        #: stream makes its snapshot).
-        self.ahead: SnapshotAhead | None = None
 
     # replication rules, with this broker's default
     def queue_level(self, queue: Queue) -> ReplicateLevel:
@@ -286,25 +282,6 @@ class PrimaryStreams:
         """The replicated configuration now, at once (:meth:`snapshot_steps`)."""
         return run_steps(self.snapshot_steps(standard_exchanges=standard_exchanges))
 
-    def first_snapshot(self, codec: Codec) -> Steps[dict[str, Any] | bytes]:
-        """A new configuration stream's snapshot for a link of ``codec``, as of this call:
-        the bytes made ahead (:attr:`ahead`) when nothing has changed since they were made;
-        else, while they are being made, those bytes once made if nothing changed since
-        this call (a slice a turn meanwhile); else the event (:meth:`snapshot_steps`,
-        whose objects are listed now)."""
-        ahead = self.ahead
-        if ahead is not None:
-            key = ahead_key(codec)
-            made = ahead.made(key)
-            if made is not None:
-                return _made(made)
-        steps = self.snapshot_steps(
-            standard_exchanges=codec.standard_bindings, encode_row=codec.encode_snapshot_row
-        )
-        if ahead is None or not ahead.making:
-            return steps
-        return _made_or(ahead, key, steps)
-
     def snapshot_steps(
         self,
         size: int = SLICE,
@@ -316,14 +293,41 @@ class PrimaryStreams:
         (:func:`broker.ha.config_objects.snapshot_steps`), for a link that carries bindings
         to the standard exchanges or not (``standard_exchanges``), with the rows
         :attr:`rows` encoded ahead when ``encode_row`` (the link codec's) is their encoder."""
-        return replicated_snapshot_steps(
-            self.vhosts,
-            self.default,
-            self.rows,
+        rows = self.rows
+        return snapshot_steps(
+            list(self.vhosts),
+            self.queue_level,
+            self.exchange_level,
+            self._snapshot_binding_rule(standard_exchanges),
             size,
-            standard_exchanges=standard_exchanges,
-            encode_row=encode_row,
+            rows if rows is not None and rows.writes_as(encode_row) else None,
         )
+
+    def _snapshot_binding_rule(self, standard_exchanges: bool) -> Callable[[Binding], bool]:
+        """:meth:`binding_replicated` for one snapshot, each exchange's part asked once: a
+        snapshot asks it of every binding (5,000 on one exchange at 10,000 queues), and the
+        answer is a function of the exchange object and of the destination alone
+        (:func:`~broker.ha.replicate_level.binding_replicated`)."""
+        default = self.default
+        admits: dict[tuple[str, str], Exchange | None] = {}  # (vhost, name) -> exchange
+
+        def replicated(binding: Binding) -> bool:
+            destination = binding.destination
+            where = (destination.vhost, binding.exchange)
+            if where in admits:
+                exchange = admits[where]
+            else:
+                vhost = self.vhosts.get(destination.vhost)
+                found = None if vhost is None else vhost.exchanges.get(binding.exchange)
+                admits[where] = exchange = (
+                    found
+                    if found is not None
+                    and exchange_admits_bindings(found, default, standard_exchanges)
+                    else None
+                )
+            return exchange is not None and destination_replicated(destination, default)
+
+        return replicated
 
     def serves(self, name: str) -> bool:
         return name.startswith(STREAM_PREFIX)
@@ -527,73 +531,3 @@ def _position(sub: ReplicatingSubscription) -> dict[str, Any]:
         "unacknowledged_batches": sub.unacknowledged_batches,
         "caught_up": sub.ready,
     }
-
-
-def _made(body: bytes) -> Steps[dict[str, Any] | bytes]:
-    """``body``, as a snapshot's steps (none)."""
-    return body
-    yield  # a generator
-
-
-def _made_or(
-    ahead: SnapshotAhead, key: Hashable, steps: Steps[dict[str, Any]]
-) -> Steps[dict[str, Any] | bytes]:
-    """The bytes ``ahead`` is making, once made, if no change came since this stream's
-    snapshot was asked for (its objects listed then); else ``steps``."""
-    changes = ahead.changes
-    while ahead.making:
-        yield
-    made = ahead.made(key)
-    if made is not None and ahead.changes == changes:
-        return made
-    return (yield from steps)
-
-
-def replicated_snapshot_steps(
-    vhosts: VirtualHosts,
-    default: ReplicateLevel,
-    rows: SnapshotRows | None,
-    size: int = SLICE,
-    *,
-    standard_exchanges: bool = True,
-    encode_row: Callable[[dict[str, Any]], bytes] | None = None,
-) -> Steps[dict[str, Any]]:
-    """:meth:`PrimaryStreams.snapshot_steps` of a broker replicating at ``default`` whose
-    rows encoded ahead are ``rows`` (also before it is primary: a promotion's
-    :class:`~broker.ha.snapshot_ahead.SnapshotAhead`)."""
-    return snapshot_steps(
-        list(vhosts),
-        lambda queue: queue_level(queue, default),
-        lambda exchange: exchange_replicated(exchange, default),
-        _snapshot_binding_rule(vhosts, default, standard_exchanges),
-        size,
-        rows if rows is not None and rows.writes_as(encode_row) else None,
-    )
-
-
-def _snapshot_binding_rule(
-    vhosts: VirtualHosts, default: ReplicateLevel, standard_exchanges: bool
-) -> Callable[[Binding], bool]:
-    """:meth:`PrimaryStreams.binding_replicated` for one snapshot, each exchange's part
-    asked once: a snapshot asks it of every binding (5,000 on one exchange at 10,000
-    queues), and the answer is a function of the exchange object and of the destination
-    alone (:func:`~broker.ha.replicate_level.binding_replicated`)."""
-    admits: dict[tuple[str, str], Exchange | None] = {}  # (vhost, name) -> exchange
-
-    def replicated(binding: Binding) -> bool:
-        destination = binding.destination
-        where = (destination.vhost, binding.exchange)
-        if where in admits:
-            exchange = admits[where]
-        else:
-            vhost = vhosts.get(destination.vhost)
-            found = None if vhost is None else vhost.exchanges.get(binding.exchange)
-            admits[where] = exchange = (
-                found
-                if found is not None
-                and exchange_admits_bindings(found, default, standard_exchanges)
-                else None
-            )
-        return exchange is not None and destination_replicated(destination, default)
-
-    return replicated

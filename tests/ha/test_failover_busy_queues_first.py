@@ -5,8 +5,7 @@ Three brokers on real sockets: a primary, and two backups that heard traffic on 
 of 50. The primary is SIGKILLed, backup 1 promoted with backup 2 as the committed in-sync
 set: the new primary's confirms on that queue wait for backup 2's stream of it. Backup 2
 subscribes that queue as soon as it has decoded the snapshot, before applying it (its log's
-``ha_snapshot_applied`` names it), a snapshot the new primary made while it was promoted;
-the confirm comes, and backup 2 holds every confirmed
+``ha_snapshot_applied`` names it); the confirm comes, and backup 2 holds every confirmed
 message of the queue (docs/ha-design.md, "Who a confirm waits for")."""
 
 from __future__ import annotations
@@ -60,8 +59,6 @@ def test_the_member_subscribes_its_busy_queue_before_applying_the_snapshot(
             return applied[-1] if len(applied) >= 2 else None
 
         applied = poll_until(snapshot_applied, 60)
-        # the new primary made that snapshot while it was promoted (broker.ha.snapshot_ahead)
-        assert [e["ahead"] for e in events(cluster, 1, "ha_snapshot_sent")] == [True]
         assert applied["queues"] == QUEUES
         assert applied["subscribed_before"] == 1 and applied["busiest"] == [BUSY]
         cluster.wait_state(2, "ready", timeout=60)
