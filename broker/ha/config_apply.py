@@ -138,10 +138,7 @@ class ConfigApplier:
         while (steps := self._rest) is not None:
             try:
                 next(steps)
-            except StopIteration:
-                self._rest = None
-                return
-            except Exception:  # the next link's snapshot repairs
+            except Exception:  # StopIteration: applied; else the next link's snapshot repairs
                 self._rest = None
                 return
             await asyncio.sleep(0)
