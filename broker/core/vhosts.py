@@ -99,6 +99,13 @@ class _AllQueues(Mapping[str, Queue]):
             for name, queue in list(host.queues.items()):
                 yield queue_key(host.name, name), queue
 
+    def host_values(self) -> Iterator[Queue]:
+        """Every queue, each vhost's at C speed: no key made, no generator step a queue (a
+        promotion walks 10,000 queues three times: 3-4 ms of CPU each through
+        :meth:`host_items`)."""
+        for host in list(self._hosts.values()):
+            yield from list(host.queues.values())
+
 
 class _AllItems(ItemsView[str, Queue]):
     _mapping: _AllQueues
@@ -111,7 +118,7 @@ class _AllValues(ValuesView[Queue]):
     _mapping: _AllQueues
 
     def __iter__(self) -> Iterator[Queue]:
-        return (queue for _key, queue in self._mapping.host_items())
+        return self._mapping.host_values()
 
 
 class VirtualHosts:

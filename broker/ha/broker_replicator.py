@@ -101,6 +101,8 @@ class BrokerReplicator:
                 self._unbind(event["binding"])
             elif kind == "membership":
                 self.members = list(event.get("members") or [])
+            elif kind == "snapshot-head":
+                pass  # format 4: the next snapshot's busiest rows, read by the link, never applied
             elif kind == "users":  # replication format 4: the cluster's users, all of them
                 if self.cluster_users is not None:
                     self.cluster_users.replace(event)

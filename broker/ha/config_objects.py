@@ -10,6 +10,7 @@ THREAD UNSAFE: read on the primary's event loop.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, Protocol
@@ -128,6 +129,36 @@ def snapshot_steps(
 
 
 _enqueued = attrgetter("enqueued_total")
+
+#: Queues a snapshot's head lists at most (:func:`snapshot_head`).
+HEAD_QUEUES = 128
+
+
+def snapshot_head(
+    vhosts: Sequence[VirtualHost],
+    queue_level: Callable[[Queue], ReplicateLevel],
+    limit: int = HEAD_QUEUES,
+    encoded: EncodedRows | None = None,
+) -> dict[str, Any] | None:
+    """The ``snapshot-head`` event (replication format 4): the rows of the busiest queues
+    the snapshot made at the same moment lists first (of the ``limit`` busiest with a
+    message enqueued, those replicated with level ``all``), sent before the snapshot in an
+    event of its own; None when there is none. The snapshot is made, encoded, sent and
+    decoded whole before a member reads its first row (10,000 queues: 1.8 MB, ~25 ms of
+    the new primary's CPU, issue 25); a member subscribes the queues of the head it heard
+    traffic on as soon as the head is decoded, by the rule it applies to the snapshot's
+    rows (:meth:`~broker.ha.queue_subscriptions.QueueSubscriptions.config_field_decoded`),
+    and applies nothing else of it: the snapshot that follows lists the same objects and
+    is what the member applies. Read now, in one step (a heap's pass over the queues)."""
+    queues = (q for vhost in vhosts for q in vhost.queues.values() if q.enqueued_total)
+    rows: list[dict[str, Any] | Encoded] = []
+    for queue in heapq.nlargest(limit, queues, key=_enqueued):
+        level = queue_level(queue)
+        if level is not ReplicateLevel.ALL:
+            continue
+        row = None if encoded is None else encoded.queue_row(queue, level)
+        rows.append(queue_config(queue, level) if row is None else row)
+    return {"type": "snapshot-head", "queues": rows} if rows else None
 
 
 def _snapshot_rows(

@@ -77,6 +77,12 @@ class ConfigSource(Protocol):
         ahead by ``encode_row`` (the link's encoder) where it has them."""
         ...
 
+    def snapshot_head(
+        self, encode_row: Callable[[dict[str, Any]], bytes] | None = None
+    ) -> dict[str, Any] | None:
+        """The busiest queues' rows as of this call (``snapshot-head``; None: none)."""
+        ...
+
 
 class ConfigStream(ChannelStream):
     """Replicated configuration: a snapshot, then every change (a vhost config listener).
@@ -98,15 +104,24 @@ class ConfigStream(ChannelStream):
         self.carries_standard_bindings = codec.standard_bindings
         #: The first pending event's encoding in progress (a snapshot: a slice a pump).
         self._encoding: Steps[bytes] | None = None
-        #: Events to send; the first, the snapshot, is built a slice a pump, then encoded.
-        self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = [
-            streams.snapshot_steps(
-                standard_exchanges=self.carries_standard_bindings,
-                encode_row=codec.encode_snapshot_row,
-            )
-        ]
-        self.pushed = 1
-        guard.pushed(self.key, 1)
+        #: Events to send; the snapshot is built a slice a pump, then encoded; on a link of
+        #: format 4 its head (the busiest queues' rows, read at the same moment) first.
+        snapshot = streams.snapshot_steps(
+            standard_exchanges=self.carries_standard_bindings,
+            encode_row=codec.encode_snapshot_row,
+        )
+        head = streams.snapshot_head(codec.encode_snapshot_row) if codec.snapshot_head else None
+        self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = (
+            [snapshot] if head is None else [head, snapshot]
+        )
+        #: The snapshot's event number (2 after its head).
+        self._snapshot_number = len(self._pending)
+        #: CPU a pump gives the snapshot's slices: after a head, one slice a pump (the
+        #: member's busy streams, opened from the head, and the clients' handshakes are
+        #: then not each behind 20 ms of the rest of it).
+        self._pump_cpu = SNAPSHOT_PUMP_CPU if head is None else 0.0
+        self.pushed = len(self._pending)
+        guard.pushed(self.key, self.pushed)
         #: When the stream opened, and how many pumps its snapshot took (``ha_snapshot_sent``).
         self._opened = time.monotonic()
         self._pumps = 0
@@ -128,17 +143,18 @@ class ConfigStream(ChannelStream):
         while self._pending and self.can_send:
             number = self.pushed - len(self._pending) + 1
             event = self._pending[0]
-            if number == 1:
+            if number == self._snapshot_number:
                 self._pumps += 1
             # the snapshot's rows, then its encoding: slices while the pump has CPU left
-            # (SNAPSHOT_PUMP_CPU), the rest at a later pump (a turn later)
+            # (SNAPSHOT_PUMP_CPU; after a head, a slice), the rest at a later pump (a turn
+            # later)
             while not isinstance(event, dict):
                 try:
                     next(event)
                 except StopIteration as built:
                     event = self._pending[0] = built.value
                 else:
-                    if time.thread_time() - began >= SNAPSHOT_PUMP_CPU:
+                    if time.thread_time() - began >= self._pump_cpu:
                         self.request_pump()
                         return
             if self._encoding is None:
@@ -153,14 +169,14 @@ class ConfigStream(ChannelStream):
                     self._encoding = None
                     self._failed(event_object(event), str(exc))
                     return
-                if time.thread_time() - began >= SNAPSHOT_PUMP_CPU:
+                if time.thread_time() - began >= self._pump_cpu:
                     self.request_pump()
                     return
             self._encoding = None
             del self._pending[0]
             tag = self._deliver(body)
             self._sent.append((tag, number))
-            if number == 1:
+            if number == self._snapshot_number:
                 _log.debug(
                     "ha_snapshot_sent",
                     bytes=len(body),

@@ -498,7 +498,9 @@ class HaBroker:
                 self.quiet.began(self.now())
             self._awaiting.clear()
             self._ended = ended
-            steps = self._promotion_steps = {}  # each awaited step's milliseconds (logged)
+            # each awaited step's milliseconds, and the loop thread's CPU meanwhile (its
+            # ``_cpu``: the step's work and every other callback's), logged
+            steps = self._promotion_steps = {}
             try:
                 # A link's end under way first: the rest of a snapshot it left half applied
                 # (a slice a turn) and its LinkDown (a backup ready before that link is
@@ -510,9 +512,11 @@ class HaBroker:
                 while self._awaiting:
                     step = self._awaiting.popleft()
                     began = time.monotonic()
+                    cpu0 = time.thread_time()
                     await step()
                     name = getattr(step, "func", step).__name__.lstrip("_")
                     steps[name] = round((time.monotonic() - began) * 1000.0, 1)
+                    steps[name + "_cpu"] = round((time.thread_time() - cpu0) * 1000.0, 1)
                 self.log_.debug("ha_promotion_steps", **steps)
             except PromoteError:
                 raise

@@ -33,8 +33,9 @@ The formats (the checklist for the next one is in docs/ha-design.md):
   the standard exchanges (``amq.topic``, ...: :mod:`broker.ha.replicate_level`). A link of
   format 1 to 3 carries neither: such a backup, promoted, has its own users only and no
   binding to an ``amq.*`` exchange (release 0.1.0's backup keeps a leftover one at a
-  snapshot, so it is never sent one). Format 4 is not released yet (CHANGELOG.md): what
-  it carries grew without a new number.
+  snapshot, so it is never sent one). A snapshot on a format-4 link is preceded by its
+  head (``snapshot-head``: the busiest queues' rows, issue 25). Format 4 is not released
+  yet (CHANGELOG.md): what it carries grew without a new number.
 
 What a format can carry is what a primary may accept from clients while a link of that
 format may exist (:mod:`broker.ha.replication_contract`): the limits are read from the
@@ -108,6 +109,9 @@ class Codec:
     cluster_users: bool = False
     #: Whether it carries bindings to the standard ``amq.*`` exchanges (format 4).
     standard_bindings: bool = False
+    #: Whether a snapshot is preceded by its head, the busiest queues' rows, in an event of
+    #: its own (``snapshot-head``, format 4: :func:`~broker.ha.config_objects.snapshot_head`).
+    snapshot_head: bool = False
     #: :attr:`encode_config_event` in slices (a snapshot's thousands of objects).
     encode_config_steps: Callable[[dict[str, Any]], Steps[bytes]] = wire_config.encode_config_steps
     #: The rules its configuration events are decoded by.
@@ -166,7 +170,14 @@ CODECS: Mapping[int, Codec] = {
     3: replace(_FORMAT_2, format=3, member_lease=True),
     # Format 4 is format 3 and the cluster's users (a ``users`` configuration event)
     # and the bindings to the standard ``amq.*`` exchanges.
-    4: replace(_FORMAT_2, format=4, member_lease=True, cluster_users=True, standard_bindings=True),
+    4: replace(
+        _FORMAT_2,
+        format=4,
+        member_lease=True,
+        cluster_users=True,
+        standard_bindings=True,
+        snapshot_head=True,
+    ),
 }
 
 #: The lowest format that carries the member lease.

@@ -43,7 +43,7 @@ from broker.core.vhost import VHOST
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.channel_stream import ChannelStream
 from broker.ha.config_guard import NEXT_STREAM, ReplyHandle
-from broker.ha.config_objects import snapshot_steps
+from broker.ha.config_objects import snapshot_head, snapshot_steps
 from broker.ha.config_stream import ConfigStream
 from broker.ha.id_set import IdSet
 from broker.ha.lease_stream import LeaseStream
@@ -301,6 +301,18 @@ class PrimaryStreams:
             self._snapshot_binding_rule(standard_exchanges),
             size,
             rows if rows is not None and rows.writes_as(encode_row) else None,
+        )
+
+    def snapshot_head(
+        self, encode_row: Callable[[dict[str, Any]], bytes] | None = None
+    ) -> dict[str, Any] | None:
+        """The busiest queues' rows, sent before the snapshot made at the same moment
+        (:func:`broker.ha.config_objects.snapshot_head`); None: no busy queue."""
+        rows = self.rows
+        return snapshot_head(
+            list(self.vhosts),
+            self.queue_level,
+            encoded=rows if rows is not None and rows.writes_as(encode_row) else None,
         )
 
     def _snapshot_binding_rule(self, standard_exchanges: bool) -> Callable[[Binding], bool]:

@@ -257,3 +257,66 @@ def test_a_pump_gives_the_snapshot_its_cpu_budget() -> None:
     sent = b"".join(bodies(backup))  # the first flush
     snapshot = decode_config_event(sent)
     assert [q["name"] for q in snapshot["queues"]] == ["q"] + [f"s{i}" for i in range(600)]
+
+
+def _deliveries(client: Any, count: int) -> list[bytes]:
+    """The bodies of ``count`` deliveries (a snapshot spans several frames)."""
+    sent: list[bytes] = []
+    for _ in range(50):
+        for _channel, value in client.take():
+            if isinstance(value, commands.Basic.Deliver):
+                sent.append(b"")
+            elif type(value).__name__ == "ContentBody":
+                sent[-1] += value.value
+        if len(sent) >= count:
+            break
+    return sent
+
+
+def test_a_format_4_link_gets_the_snapshots_head_first() -> None:
+    """On a link of format 4 the snapshot is preceded by its head, the busiest queues' rows
+    read at the same moment (a member subscribes its busy queues from it, before the whole
+    snapshot is made, sent and decoded); the snapshot after it lists every queue, and a
+    change made meanwhile follows the snapshot, as without a head."""
+    ctx, _ = primary_context()
+    for i in range(300):
+        ctx.vhost.declare_queue(f"s{i}")
+    publisher = open_client(ctx)
+    for name, count in (("s7", 2), ("s200", 3)):
+        for _ in range(count):
+            publisher.publish(1, b"x", routing_key=name)
+    ctx.vhost.declare_queue("local", arguments={"qpid.replicate": "configuration"})
+    publisher.publish(1, b"x", routing_key="local")  # busy, its messages not streamed
+    codec = CODECS[4]
+    backup = open_client(
+        ctx, client_properties={**BACKUP_PROPS, "qpid.ha-replication-formats": "4-4"}
+    )
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
+    ctx.vhost.declare_queue("late")
+    head, snapshot, declared = (codec.decode_config_event(b) for b in _deliveries(backup, 3))
+    assert head == {
+        "type": "snapshot-head",
+        "queues": [q for q in snapshot["queues"] if q["name"] in ("s200", "s7")],
+    }
+    assert [q["name"] for q in head["queues"]] == ["s200", "s7"]  # the busiest first
+    assert snapshot["type"] == "snapshot" and len(snapshot["queues"]) == 302
+    assert declared["type"] == "queue-declared" and declared["queue"]["name"] == "late"
+
+
+def test_no_head_without_a_busy_queue_nor_on_a_link_of_format_3() -> None:
+    ctx, _ = primary_context()
+    publisher = open_client(ctx)
+    publisher.publish(1, b"x", routing_key="q")
+    for formats, first in (("3-3", "snapshot"), ("4-4", "snapshot-head")):
+        backup = open_client(
+            ctx, client_properties={**BACKUP_PROPS, "qpid.ha-replication-formats": formats}
+        )
+        backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
+        body = _deliveries(backup, 1)[0]
+        assert CODECS[int(formats[0])].decode_config_event(body)["type"] == first
+    quiet, _ = primary_context()  # nothing enqueued yet: the snapshot alone
+    backup = open_client(
+        quiet, client_properties={**BACKUP_PROPS, "qpid.ha-replication-formats": "4-4"}
+    )
+    backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
+    assert CODECS[4].decode_config_event(_deliveries(backup, 1)[0])["type"] == "snapshot"

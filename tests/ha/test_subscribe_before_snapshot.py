@@ -17,7 +17,7 @@ from broker.amqp.client import ConnectionFailed
 from broker.core.message import Message
 from broker.core.vhost import VirtualHost
 from broker.ha.broker_replicator import BrokerReplicator
-from broker.ha.config_objects import queue_config, snapshot_steps
+from broker.ha.config_objects import queue_config, snapshot_head, snapshot_steps
 from broker.ha.link_format import codec_of
 from broker.ha.queue_replicator import BatchAcks, CatchUpGc
 from broker.ha.queue_subscriptions import QueueSubscriptions
@@ -284,4 +284,96 @@ def test_a_change_event_decoded_subscribes_nothing_early() -> None:
     row = queue_config(primary.queues["busy"], ReplicateLevel.ALL)
     subscriptions.config_field_decoded("type", "queue-declare")
     subscriptions.config_field_decoded("queues", row)  # not a snapshot's row
+    assert not subscriptions._to_subscribe.names
+
+
+def test_the_head_lists_the_busiest_streamed_queues_at_most_its_limit() -> None:
+    primary = VirtualHost()
+    for name in ("a", "b", "c", "d", "idle"):
+        primary.declare_queue(name, durable=True)
+    for name, count in (("a", 1), ("b", 3), ("c", 2), ("d", 5)):
+        for _ in range(count):
+            primary.publish(primary.exchange(""), Message("", name, body=b"x"))
+
+    def level(queue: Any) -> ReplicateLevel:  # d's messages are not streamed
+        return ReplicateLevel.CONFIGURATION if queue.name == "d" else ReplicateLevel.ALL
+
+    head = snapshot_head([primary], level)
+    assert head is not None and head["type"] == "snapshot-head"
+    assert [row["name"] for row in head["queues"]] == ["b", "c", "a"]  # never idle nor d
+    assert head["queues"][0] == queue_config(primary.queues["b"], ReplicateLevel.ALL)
+    limited = snapshot_head([primary], level, limit=3)  # of d, b and c, those streamed
+    assert limited is not None and [row["name"] for row in limited["queues"]] == ["b", "c"]
+    assert snapshot_head([primary], lambda q: ReplicateLevel.NONE) is None
+    assert snapshot_head([VirtualHost()], level) is None  # nothing enqueued anywhere
+
+
+def _encoded(event: dict[str, Any]) -> bytes:
+    return bytes(run_steps(codec_of(4).encode_config_steps(event)))
+
+
+def test_a_head_subscribes_the_busy_queues_before_the_snapshot_comes() -> None:
+    """Format 4 sends the snapshot's head first: the member subscribes the queues of it
+    that it heard traffic on and that the head keeps as they are, once the head is decoded
+    (the snapshot itself still to be made, sent and decoded); it applies nothing of the
+    head. The snapshot's rows then subscribe the rest of the queues heard on (q5: not busy
+    on the new primary, so not in the head), never one twice, and a queue the head shows
+    replaced on the primary waits for the snapshot, as without a head."""
+    names = [f"q{i}" for i in range(3 * SLICE)]
+    replicator, primary = backup_with(names)
+    for name in ("q1200", "q700", "q5", "q9"):  # heard before the fail-over
+        replicator.replicators[name].heard()
+    for name in ("q1200", "q700"):  # busy on the new primary too
+        primary.publish(primary.exchange(""), Message("", name, body=b"x"))
+    primary.delete_queue("q9")  # replaced on the new primary: not early
+    primary.declare_queue("q9", durable=True)
+    primary.publish(primary.exchange(""), Message("", "q9", body=b"x"))
+    before = {name: replicator.replicators[name] for name in names}
+    subscriptions, reports = subscriptions_of(replicator)
+    codec = codec_of(4)
+    head = snapshot_head([primary], lambda q: ReplicateLevel.ALL)
+    assert head is not None and len(head["queues"]) == 3
+
+    event = run_steps(codec.decode_config_steps(_encoded(head), subscriptions.config_field_decoded))
+    subscriptions.config_decoded(event)
+    assert sorted(subscriptions._to_subscribe.names) == ["q1200", "q700"]
+    changes = replicator.apply(event)
+    assert changes.subscribe == [] and changes.unsubscribe == []
+    assert replicator.replicators == before  # nothing applied
+    subscriptions.config_applied(event, changes)
+    assert sorted(subscriptions._to_subscribe.names) == ["q1200", "q700"]  # still waiting
+    assert reports == [] and subscriptions._first_snapshot
+
+    snapshot = _primary_snapshot(primary, 4)
+    decoding = codec.decode_config_steps(snapshot, subscriptions.config_field_decoded)
+    event = run_steps(decoding)
+    subscriptions.config_decoded(event)
+    assert sorted(subscriptions._to_subscribe.names) == ["q1200", "q5", "q700"]
+    subscriptions.config_applied(event, replicator.apply(event))
+    waiting = list(subscriptions._to_subscribe.names)
+    assert sorted(waiting[:3]) == ["q1200", "q5", "q700"] and len(waiting) == len(set(waiting))
+    assert "q9" in waiting[3:] and replicator.replicators["q9"] is not before["q9"]
+    assert len(waiting) == 3 * SLICE
+
+
+def test_a_second_head_or_one_after_the_first_snapshot_subscribes_nothing() -> None:
+    replicator, primary = backup_with(["busy", "other"])
+    for name in ("busy", "other"):
+        replicator.replicators[name].heard()
+        primary.publish(primary.exchange(""), Message("", name, body=b"x"))
+    subscriptions, _ = subscriptions_of(replicator)
+    busy = queue_config(primary.queues["busy"], ReplicateLevel.ALL)
+    other = queue_config(primary.queues["other"], ReplicateLevel.ALL)
+    subscriptions.config_field_decoded("type", "snapshot-head")
+    subscriptions.config_field_decoded("queues", busy)
+    subscriptions.config_decoded({"type": "snapshot-head", "queues": [busy]})
+    subscriptions.config_field_decoded("type", "snapshot-head")  # one head a link
+    subscriptions.config_field_decoded("queues", other)
+    assert list(subscriptions._to_subscribe.names) == ["busy"]
+    snapshot = snapshot_of(primary)
+    subscriptions.config_decoded(snapshot)
+    subscriptions.config_applied(snapshot, replicator.apply(snapshot))
+    subscriptions._to_subscribe.names.clear()
+    subscriptions.config_field_decoded("type", "snapshot-head")  # after the first snapshot
+    subscriptions.config_field_decoded("queues", busy)
     assert not subscriptions._to_subscribe.names
