@@ -17,6 +17,12 @@ is tens of ms of wall, and the new primary's first confirms wait for those strea
 Only an event of :data:`HOLD_BYTES` or more waits so: a smaller one is decoded and applied
 in a few ms of CPU, and holding it behind the streams' round trips only delays it.
 
+A snapshot's head (format 4: ``snapshot-head``, the busiest queues' rows) is acknowledged
+once the streams it had subscribed are open (``hold``), and the primary makes the snapshot
+only after that acknowledgement: at a fail-over those streams' round trips with the new
+primary are then not each behind a slice of the snapshot (10,000 queues: ~25 ms of its CPU,
+issue 25).
+
 Atomic for whoever acts on the configuration: when the link stops with an event half
 applied, :meth:`ConfigApplier.end` applies the rest, a slice a turn of the loop, before the
 link's end is reported (:class:`~broker.ha.backup.BackupLink`), and nothing after it; a
@@ -185,6 +191,12 @@ class ConfigApplier:
                 return None  # the link stopped while it was decoded: nothing applied
             if self._decoded is not None:
                 self._decoded(event)
+            if event.get("type") == "snapshot-head" and self._hold is not None:
+                # acknowledged once the busy streams it opened are open: the primary makes
+                # the snapshot after that ack, so their round trips are not behind it
+                await self._hold()
+                if self._ended:
+                    return None
             steps = self._replicator.apply_steps(event, self._size)
             self._applying = steps
             try:

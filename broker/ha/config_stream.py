@@ -114,7 +114,9 @@ class ConfigStream(ChannelStream):
         self._pending: list[dict[str, Any] | Steps[dict[str, Any]]] = (
             [snapshot] if head is None else [head, snapshot]
         )
-        #: The snapshot's event number (2 after its head).
+        #: The snapshot's event number (2 after its head, which the backup acknowledges
+        #: once it opened the busy streams the head named: the snapshot is made after
+        #: that, its slices then not in front of those streams' round trips).
         self._snapshot_number = len(self._pending)
         #: CPU a pump gives the snapshot's slices: after a head, one slice a pump (the
         #: member's busy streams, opened from the head, and the clients' handshakes are
@@ -144,6 +146,8 @@ class ConfigStream(ChannelStream):
             number = self.pushed - len(self._pending) + 1
             event = self._pending[0]
             if number == self._snapshot_number:
+                if self.acked < number - 1:
+                    return  # after its head's acknowledgement (acknowledged() pumps again)
                 self._pumps += 1
             # the snapshot's rows, then its encoding: slices while the pump has CPU left
             # (SNAPSHOT_PUMP_CPU; after a head, a slice), the rest at a later pump (a turn

@@ -4,6 +4,7 @@ applied a slice a turn of the loop, with the result and the errors of doing it a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -150,7 +151,7 @@ def _delivery(tag: int, event: dict[str, Any]) -> Delivery:
 class _Applier:
     """A :class:`ConfigApplier` on a fresh backup's replicator, its spawned tasks kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold: Callable[[], Awaitable[None]] | None = None) -> None:
         self.replicator = BrokerReplicator(VirtualHost())
         self.acked: list[int] = []
         self.applied: list[str] = []
@@ -165,6 +166,7 @@ class _Applier:
             failed=lambda _event, exc: self.failed.append(str(exc)),
             store_failed=self.failed.append,
             applied=lambda event, _changes: self.applied.append(str(event["type"])),
+            hold=hold,
         )
 
     @property
@@ -260,7 +262,7 @@ def test_a_pump_gives_the_snapshot_its_cpu_budget() -> None:
 
 
 def _deliveries(client: Any, count: int) -> list[bytes]:
-    """The bodies of ``count`` deliveries (a snapshot spans several frames)."""
+    """The bodies of up to ``count`` deliveries (a snapshot spans several frames)."""
     sent: list[bytes] = []
     for _ in range(50):
         for _channel, value in client.take():
@@ -276,8 +278,9 @@ def _deliveries(client: Any, count: int) -> list[bytes]:
 def test_a_format_4_link_gets_the_snapshots_head_first() -> None:
     """On a link of format 4 the snapshot is preceded by its head, the busiest queues' rows
     read at the same moment (a member subscribes its busy queues from it, before the whole
-    snapshot is made, sent and decoded); the snapshot after it lists every queue, and a
-    change made meanwhile follows the snapshot, as without a head."""
+    snapshot is made, sent and decoded), and made once the backup acknowledged the head;
+    it lists every queue, and a change made meanwhile follows the snapshot, as without a
+    head."""
     ctx, _ = primary_context()
     for i in range(300):
         ctx.vhost.declare_queue(f"s{i}")
@@ -293,7 +296,11 @@ def test_a_format_4_link_gets_the_snapshots_head_first() -> None:
     )
     backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
     ctx.vhost.declare_queue("late")
-    head, snapshot, declared = (codec.decode_config_event(b) for b in _deliveries(backup, 3))
+    (body,) = _deliveries(backup, 1)
+    assert _deliveries(backup, 1) == []  # the snapshot waits for the head's acknowledgement
+    backup.send(1, commands.Basic.Ack(delivery_tag=1))
+    head = codec.decode_config_event(body)
+    snapshot, declared = (codec.decode_config_event(b) for b in _deliveries(backup, 2))
     assert head == {
         "type": "snapshot-head",
         "queues": [q for q in snapshot["queues"] if q["name"] in ("s200", "s7")],
@@ -320,3 +327,32 @@ def test_no_head_without_a_busy_queue_nor_on_a_link_of_format_3() -> None:
     )
     backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
     assert CODECS[4].decode_config_event(_deliveries(backup, 1)[0])["type"] == "snapshot"
+
+
+def test_a_head_is_acknowledged_once_the_streams_it_opened_are_open() -> None:
+    """The member acknowledges a snapshot's head once its busy streams are open (``hold``),
+    and the primary makes the snapshot after that; what follows the head waits for it, as
+    every event waits for the one before."""
+
+    async def scenario() -> _Applier:
+        opened = asyncio.Event()
+
+        async def hold() -> None:
+            await opened.wait()
+
+        link = _Applier(hold=hold)
+        link.applier.delivered(_delivery(1, {"type": "snapshot-head", "queues": []}))
+        link.applier.delivered(_delivery(2, _snapshot(3, range(0))))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert link.acked == [] and link.applied == []  # its streams still opening
+        opened.set()
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(link.acked) < 2:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0)
+        return link
+
+    link = asyncio.run(scenario())
+    assert link.acked == [1, 2] and link.applied == ["snapshot-head", "snapshot"]
+    assert link.queues == 3 and link.failed == []
