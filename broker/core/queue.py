@@ -77,7 +77,7 @@ class Queue:
     #: Called once, with the queue, before its next enqueue, delivery (a consumer's turn,
     #: basic.get), purge or restore, then cleared (:meth:`first_use`): an HA primary's
     #: guards made at the queue's first use after a promotion
-    #: (:meth:`broker.ha.primary.Primary.guard_on_first_use`). None (the class's): nothing
+    #: (:meth:`broker.ha.primary.Primary.owe_first_use`). None (the class's): nothing
     #: to do. Set on the queue by whoever needs it.
     before_use: Callable[[Queue], None] | None = None
 

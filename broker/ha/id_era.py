@@ -8,11 +8,10 @@ messages from an era no earlier primary used, which avoids both (:func:`enter_er
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from broker.ha.id_set import MAX_ID
-from common.slices import SLICE, Steps
 
 if TYPE_CHECKING:
     from broker.core.queue import Queue
@@ -35,17 +34,3 @@ def enter_era(queues: Iterable[Queue], epoch: int) -> None:
     for queue in queues:  # max() without its call: 4.1 -> 1.4 ms of CPU at 10,000 queues
         last = queue.last_position + gap
         queue.last_position = era if era > last else last
-
-
-#: Queues a slice of :func:`enter_era_steps`: one comparison each, 5,000 in about a
-#: millisecond. A promotion's every turn of the loop lets every other ready callback run
-#: first (on a loaded machine 20 turns of 500 took 124 ms for 9 ms of work: issue 25).
-ERA_SLICE = 10 * SLICE
-
-
-def enter_era_steps(queues: Sequence[Queue], epoch: int, size: int = ERA_SLICE) -> Steps[None]:
-    """:func:`enter_era` over ``queues``, ``size`` a slice (:mod:`common.slices`)."""
-    for start in range(0, len(queues), size):
-        if start:
-            yield
-        enter_era(queues[start : start + size], epoch)

@@ -8,7 +8,7 @@ keeps what those decisions act on:
   :class:`~broker.ha.queue_guard.QueueGuard` per queue replicated with level ``all``:
   created on :meth:`guard_backup` (the role's ``GuardBackup``; a new backup's
   lazily, :meth:`guard_lazily`; a promotion's expected backups' at each queue's first use,
-  :meth:`guard_on_first_use`), released on :meth:`release` (the role's
+  :meth:`owe_first_use`), released on :meth:`release` (the role's
   ``ReleaseGuards``), never otherwise;
 - new and deleted queues, which get or lose their guards (:meth:`queue_declared`,
   :meth:`queue_deleted`; a deleted queue's messages are gone, so its guards release);
@@ -27,14 +27,13 @@ THREAD UNSAFE: the primary's event loop owns it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.core.queue import Queue
 from broker.core.vhost import VHOST, VirtualHost
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.auto_delete import OrphanedQueues, grace_of
-from broker.ha.id_era import ERA_SLICE
 from broker.ha.names import QPID_REPLICATE
 from broker.ha.remote_backup import RemoteBackup
 from broker.ha.replicate_level import ReplicateLevel, queue_level
@@ -56,7 +55,10 @@ class Primary:
         clock: Callable[[], float],
         auto_delete_grace: float,
         call_soon: Callable[[], CallSoon | None] | None = None,
+        auto_delete: Iterable[Queue] | None = None,
     ) -> None:
+        """``auto_delete``: the auto-delete queues, when the caller walked the queues already
+        (a promotion: :mod:`broker.ha.primary_start`); None: they are found here."""
         self.vhost = vhost
         #: The running loop's ``call_soon``, asked at each release (None: no loop, a core
         #: driven by a test: released at once).
@@ -65,18 +67,19 @@ class Primary:
         self.clock = clock
         self.backups: dict[str, RemoteBackup] = {}
         self.auto_delete_grace = auto_delete_grace
+        if auto_delete is None:
+            auto_delete = [q for q in vhost.queues.values() if q.auto_delete]
         self.orphans = OrphanedQueues(
             [
                 q
-                for q in vhost.queues.values()
-                # auto-delete first: a promotion walks 10,000 queues here before it serves
-                if q.auto_delete and queue_level(q, replicate_default) is not ReplicateLevel.NONE
+                for q in auto_delete
+                if queue_level(q, replicate_default) is not ReplicateLevel.NONE
             ],
             now=clock(),
             default_grace=auto_delete_grace,
         )
         self._orphans_due: list[Queue] = []
-        #: The backups guarded on each queue at its first use (:meth:`guard_on_first_use`).
+        #: The backups guarded on each queue at its first use (:meth:`owe_first_use`).
         self._owed: list[RemoteBackup] = []
 
     # -- what is replicated ------------------------------------------------------------
@@ -131,14 +134,30 @@ class Primary:
             yield from backup.guard_steps(self.replicated_queues(), size)
         backup.url = url
 
-    def guard_on_first_use(self, expected: dict[str, str], size: int = ERA_SLICE) -> Steps[None]:
-        """The ``expected`` backups (id -> url) known at once, each guarded on every queue
-        replicated with level ``all`` from that queue's first use on (its next enqueue,
-        delivery or purge: :attr:`Queue.before_use <broker.core.queue.Queue.before_use>`),
-        or sooner when its stream of the queue opens (:meth:`RemoteBackup.guard`): a queue
-        ``size`` a slice. For a promotion, before the broker serves
-        (:mod:`broker.ha.primary_start`), instead of their guards on every queue (at 10,000
-        queues 70-140 ms of CPU before the first client was served, issue 25).
+    def orphaned(self, auto_delete: Iterable[Queue]) -> None:
+        """The replicated ones of ``auto_delete``, auto-delete queues a promotion's pass
+        found, are orphans from now on (with no consumer: theirs died with the old
+        primary), each deleted unless a consumer comes within its grace period."""
+        self.orphans = OrphanedQueues(
+            [
+                q
+                for q in auto_delete
+                if queue_level(q, self.replicate_default) is not ReplicateLevel.NONE
+            ],
+            now=self.clock(),
+            default_grace=self.auto_delete_grace,
+        )
+
+    def owe_first_use(self, expected: dict[str, str]) -> Callable[[Queue], None] | None:
+        """The ``expected`` backups (id -> url) known at once, each to be guarded on every
+        queue replicated with level ``all`` from that queue's first use on (its next
+        enqueue, delivery or purge), or sooner when its stream of the queue opens
+        (:meth:`RemoteBackup.guard`): returns the hook the caller sets as each queue's
+        :attr:`Queue.before_use <broker.core.queue.Queue.before_use>` (None: no backup
+        expected, nothing to set). For a promotion, before the broker serves
+        (:mod:`broker.ha.primary_start`, in its one pass over the queues), instead of their
+        guards on every queue (at 10,000 queues 70-140 ms of CPU before the first client
+        was served, issue 25).
 
         The same as every guard made now: a guard covers the queue from its last id on
         (``first_guarded``) and joins its delivery watermark, and until the queue's first
@@ -147,15 +166,9 @@ class Primary:
         would. A queue declared later is guarded at once (:meth:`queue_declared`)."""
         owed = [self.guard_lazily(backup_id, url) for backup_id, url in sorted(expected.items())]
         if not owed:
-            return
+            return None
         self._owed.extend(owed)
-        queues = list(self.vhost.queues.values())
-        hook = self._first_use
-        for start in range(0, len(queues), size):
-            if start:
-                yield
-            for queue in queues[start : start + size]:
-                queue.before_use = hook
+        return self._first_use
 
     def _first_use(self, queue: Queue) -> None:
         """A queue's first use after the promotion: the owed backups' guards, made now (of

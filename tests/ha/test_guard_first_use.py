@@ -19,9 +19,9 @@ from broker.core.message import Message
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts, queue_key
 from broker.ha.delivery_watermark import DeliveryWatermark
-from broker.ha.id_era import enter_era
+from broker.ha.id_era import ERA_SHIFT
 from broker.ha.primary import Primary
-from broker.ha.primary_start import in_turns, start_primary
+from broker.ha.primary_start import entered_steps, in_turns, start_primary
 from broker.ha.replicate_level import ReplicateLevel, queue_level
 from common.slices import Steps, run_steps
 from tests.core.fakes import FakeConsumer
@@ -39,11 +39,11 @@ def promoted(
         vhost.declare_queue(f"q{i}")
         vhost.publish(vhost.exchange(""), Message("", f"q{i}", body=b"old"))
     vhost.declare_queue("local", arguments={"qpid.replicate": "none"})
-    enter_era(vhost.queues.values(), 2)
     primary = Primary(
         vhost, replicate_default=ReplicateLevel.ALL, clock=clock, auto_delete_grace=10.0
     )
-    run_steps(primary.guard_on_first_use({"b1": "h1:5672"} if expected is None else expected))
+    hook = primary.owe_first_use({"b1": "h1:5672"} if expected is None else expected)
+    run_steps(entered_steps(list(vhost.queues.values()), 2, hook, []))  # as a promotion
     return vhost, primary
 
 
@@ -144,16 +144,28 @@ def test_a_queue_deleted_or_declared_after_the_promotion() -> None:
 
 
 def test_the_promotion_marks_every_queue_a_slice_at_a_time() -> None:
-    vhost, primary = promoted(queues=0)
+    """One pass, a slice at a time: each queue's era, its first-use mark and, for an
+    auto-delete one, its place among the orphans' candidates."""
+    vhost = VirtualHost()
     for i in range(1200):
-        vhost.declare_queue(f"s{i}")
-    steps = primary.guard_on_first_use({"b3": "h3:5672"}, size=500)
+        vhost.declare_queue(f"s{i}", auto_delete=i % 100 == 0)
+    primary = Primary(
+        vhost, replicate_default=ReplicateLevel.ALL, clock=Clock(), auto_delete_grace=10.0
+    )
+    hook = primary.owe_first_use({"b3": "h3:5672"})
+    assert hook is not None and "b3" in primary.backups  # known at once
+    auto_delete: list[Any] = []
+    steps = entered_steps(list(vhost.queues.values()), 2, hook, auto_delete, size=500)
     next(steps)
-    assert "b3" in primary.backups  # known at the first slice
-    marked = [q.before_use is not None for q in vhost.queues.values()]
-    assert sum(marked) == 500
+    assert sum(q.before_use is not None for q in vhost.queues.values()) == 500
+    assert sum(q.last_position == 2 << ERA_SHIFT for q in vhost.queues.values()) == 500
+    assert [q.name for q in auto_delete] == [f"s{i}" for i in range(0, 500, 100)]
     run_steps(steps)
     assert all(q.before_use is not None for q in vhost.queues.values())
+    assert len(auto_delete) == 12
+    primary.orphaned(auto_delete)
+    assert len(primary.orphans) == 12
+    assert primary.owe_first_use({}) is None  # no backup expected: nothing to mark
 
 
 class Lineage:

@@ -13,7 +13,7 @@ from broker.core.confirms import PublisherConfirms
 from broker.core.errors import ReplyCode
 from broker.ha import primary_start
 from broker.ha.ha_broker import HaBroker, PromoteError
-from broker.ha.id_era import ERA_SHIFT, ERA_SLICE
+from broker.ha.id_era import ERA_SHIFT
 from broker.ha.names import PROMOTING_PROPERTY, STATUS_PROPERTY
 from broker.ha.role_events import CaughtUp, LinkUp
 from broker.ha.state import HaState
@@ -166,7 +166,7 @@ def test_a_promotions_expected_backup_is_guarded_in_slices_before_it_serves(
     says primary: nothing a client publishes misses a guard."""
     monkeypatch.setattr(primary_start, "PROMOTION_TURN_CPU", 0.0)
     ha, _ = ha_broker(tmp_path)
-    count = ERA_SLICE + 200  # the era in two slices, the marks in two
+    count = 2 * primary_start.PASS_SLICE + 100  # the era and the marks in three slices
     for i in range(count):
         ha.vhost.declare_queue(f"s{i}")
     queues = list(ha.vhost.queues.values())

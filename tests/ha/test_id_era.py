@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.core.vhost import VirtualHost
-from broker.ha.id_era import ERA_SHIFT, REPLICATION_ID_GAP, enter_era, enter_era_steps
+from broker.ha.id_era import ERA_SHIFT, REPLICATION_ID_GAP, enter_era
 from broker.ha.id_set import MAX_ID
+from broker.ha.primary_start import entered_steps
 from common.slices import run_steps
 
 
@@ -26,7 +27,7 @@ def test_each_queue_goes_on_from_the_era_or_a_gap_past_its_last_id(
         queue.last_position = last
     era = epoch << ERA_SHIFT
     era = 0 if era > MAX_ID else era
-    run_steps(enter_era_steps(queues, epoch, size))
+    run_steps(entered_steps(queues, epoch, None, [], size))  # a promotion's pass
     assert [q.last_position for q in queues] == [
         max(era, last + REPLICATION_ID_GAP) for last in lasts
     ]
