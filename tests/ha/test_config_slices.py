@@ -230,15 +230,7 @@ def test_a_snapshot_is_built_a_slice_a_pump_as_of_the_streams_open(
     assert bodies(backup) == []  # a slice built, not yet sent
     ctx.vhost.delete_queue("s5")
     ctx.vhost.declare_queue("late")
-    sent: list[bytes] = []  # each delivery's body (a snapshot spans several frames)
-    for _ in range(20):
-        for _channel, value in backup.take():
-            if isinstance(value, commands.Basic.Deliver):
-                sent.append(b"")
-            elif type(value).__name__ == "ContentBody":
-                sent[-1] += value.value
-        if len(sent) >= 3:
-            break
+    sent = _deliveries(backup, 3)  # each delivery's body (a snapshot spans several frames)
     snapshot, deleted, declared = (decode_config_event(body) for body in sent[:3])
     assert [q["name"] for q in snapshot["queues"]] == ["q"] + [f"s{i}" for i in range(1200)]
     assert deleted["type"] == "queue-deleted" and deleted["name"] == "s5"
