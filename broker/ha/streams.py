@@ -293,14 +293,13 @@ class PrimaryStreams:
         (:func:`broker.ha.config_objects.snapshot_steps`), for a link that carries bindings
         to the standard exchanges or not (``standard_exchanges``), with the rows
         :attr:`rows` encoded ahead when ``encode_row`` (the link codec's) is their encoder."""
-        rows = self.rows
         return snapshot_steps(
             list(self.vhosts),
             self.queue_level,
             self.exchange_level,
             self._snapshot_binding_rule(standard_exchanges),
             size,
-            rows if rows is not None and rows.writes_as(encode_row) else None,
+            self._rows_for(encode_row),
         )
 
     def snapshot_head(
@@ -308,12 +307,16 @@ class PrimaryStreams:
     ) -> dict[str, Any] | None:
         """The busiest queues' rows, sent before the snapshot made at the same moment
         (:func:`broker.ha.config_objects.snapshot_head`); None: no busy queue."""
-        rows = self.rows
         return snapshot_head(
-            list(self.vhosts),
-            self.queue_level,
-            encoded=rows if rows is not None and rows.writes_as(encode_row) else None,
+            list(self.vhosts), self.queue_level, encoded=self._rows_for(encode_row)
         )
+
+    def _rows_for(
+        self, encode_row: Callable[[dict[str, Any]], bytes] | None
+    ) -> SnapshotRows | None:
+        """:attr:`rows` when ``encode_row`` (a link codec's) is the encoder that made them."""
+        rows = self.rows
+        return rows if rows is not None and rows.writes_as(encode_row) else None
 
     def _snapshot_binding_rule(self, standard_exchanges: bool) -> Callable[[Binding], bool]:
         """:meth:`binding_replicated` for one snapshot, each exchange's part asked once: a
