@@ -3,13 +3,16 @@
 :Status: Beta
 
 A *step* is the work the loop ran between two turns of its step tick (a callback every
-:data:`TICK_INTERVAL`): the CPU time the loop's thread used between the two turns, plus
+:data:`TICK_INTERVAL` while the loop works, every :data:`IDLE_TICK_INTERVAL` after an idle
+step: :meth:`LoopSteps.next_interval`): the CPU time the loop's thread used between the
+two turns, plus
 the garbage collections other threads ran meanwhile (a collection holds the interpreter
 lock: the loop waits for it). One callback that holds the loop makes one long step; a turn
 of many short callbacks makes a step as long as their sum, which holds every other client
 of the loop just as long. So a step bounds one callback's run time from above (by at most a
 tick interval's worth of other work: uvloop does not let Python time its callbacks one by
-one). CPU time, not wall-clock: on a loaded machine the wall-clock gap between two turns
+one; the first step after an idle one, by up to an idle interval's worth). CPU time, not
+wall-clock: on a loaded machine the wall-clock gap between two turns
 also counts the wait for a CPU, which is the machine's doing, not the loop's (that is the
 loop's *lag*, :class:`broker.liveness.Durations` in the progress timer).
 
@@ -50,10 +53,23 @@ from typing import Any
 from broker.collector import FREEZE_AFTER, FreezePolicy
 from broker.liveness import LAG_BOUNDS, Durations, LagSummary
 
-__all__ = ["FREEZE_AFTER", "LONG_STEP", "TICK_INTERVAL", "GcPauses", "LongStep", "LoopSteps"]
+__all__ = [
+    "FREEZE_AFTER",
+    "IDLE_STEP",
+    "IDLE_TICK_INTERVAL",
+    "LONG_STEP",
+    "TICK_INTERVAL",
+    "GcPauses",
+    "LongStep",
+    "LoopSteps",
+]
 
-#: How often the loop turns its step tick (seconds).
+#: How often the loop turns its step tick while it works (seconds).
 TICK_INTERVAL = 0.01
+#: How often after a step of less than :data:`IDLE_STEP` of CPU: an idle loop (seconds).
+IDLE_TICK_INTERVAL = 0.04
+#: A step of less CPU than this (seconds) leaves the loop idle (:meth:`LoopSteps.idle`).
+IDLE_STEP = 0.001
 #: A step at least this long (CPU seconds) is a long one: logged, kept with where it was.
 LONG_STEP = 0.1
 #: A step in progress this long (CPU seconds) has its stack taken by the sampler.
@@ -126,6 +142,8 @@ class LoopSteps:
         #: the heap was frozen before a long full collection, how many times
         self.freezes = 0
         self._where: tuple[int, str] | None = None  # (turn, stack) the sampler noted
+        #: the last step had less than IDLE_STEP of CPU (read by the sampler thread too)
+        self.idle = False
 
     # the loop's tick ----------------------------------------------------------------------
     def tick(self, now: float, cpu: float) -> LongStep | None:
@@ -147,6 +165,7 @@ class LoopSteps:
                 return None
             step = max(0.0, cpu - last[1]) + foreign
             self.steps.record(step)
+            self.idle = step < IDLE_STEP
             where = noted[1] if noted is not None and noted[0] == turn else None
             longer = self.longest is None or step > self.longest.cpu
             if not longer and step < LONG_STEP:
@@ -161,6 +180,16 @@ class LoopSteps:
             return record
 
     # the garbage collector ---------------------------------------------------------------
+    def next_interval(self) -> float:
+        """When the tick should turn next (seconds from now): :data:`TICK_INTERVAL` after a
+        step of work, :data:`IDLE_TICK_INTERVAL` after an idle one. An idle broker turned
+        100 ticks a second for nothing (1 % of a core; its sampler thread, woken as often,
+        half as much again): now 25. The price: the first step of work after an idle
+        one is measured over up to :data:`IDLE_TICK_INTERVAL`, so it bounds its longest
+        callback from above by up to that much other work (then the tick turns every
+        :data:`TICK_INTERVAL` again): an over-count, never an under-count."""
+        return IDLE_TICK_INTERVAL if self.idle else TICK_INTERVAL
+
     def gc_paused(self, seconds: float, on_loop: bool, generation: int = 0) -> None:
         """A collection of ``generation`` took ``seconds`` of CPU; ``on_loop``: on the
         loop's thread (whose CPU clock counts it already), else it is added to the step in

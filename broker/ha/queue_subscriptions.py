@@ -59,8 +59,9 @@ EARLY_HOLD = 2.0
 #: A queue holding this many messages or more has its reconnect handshake's id set taken
 #: one at a time, a pause of :data:`BIG_IDS_PAUSE` after each (:class:`IdsPacer`).
 BIG_IDS = 10_000
-#: The pause after a big queue's id set (seconds): longer than the loop's step tick
-#: (broker.loop_steps.TICK_INTERVAL, 10 ms), so two never fall in one step.
+#: The pause after a big queue's id set (seconds): longer than the loop's step tick while
+#: it works (broker.loop_steps.TICK_INTERVAL, 10 ms: an id set is a step of work), so two
+#: never fall in one step.
 BIG_IDS_PAUSE = 0.011
 
 

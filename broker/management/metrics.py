@@ -347,14 +347,14 @@ def _loop_lag(lag: Durations) -> list[Family]:
 
 def _loop_steps(steps: LoopSteps) -> list[Family]:
     """The event loop's steps as CPU time (:mod:`broker.loop_steps`: the work between two
-    turns of its 10 ms tick, other threads' garbage collections included): quantiles of the
-    last window (10 s, the ``loop_lag`` event's), the count and the longest since the
-    start; the garbage collector's pauses."""
+    turns of its tick, every 10 ms, 40 ms idle, other threads' garbage collections
+    included): quantiles of the last window (10 s, the ``loop_lag`` event's), the count
+    and the longest since the start; the garbage collector's pauses."""
     window = steps.steps.last
     quantiles = Family(
         "qpidd_loop_step_seconds",
         "gauge",
-        "CPU time of the event loop's steps (between two turns of its 10 ms tick), last 10 s.",
+        "CPU time of the event loop's steps (between two turns of its tick), last 10 s.",
     )
     for q, value in (("0.5", window.p50), ("0.99", window.p99), ("1", window.max)):
         quantiles.add(round(value, 6), quantile=q)

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.loop_step_watch import StepWatch, where_of
-from broker.loop_steps import LONG_STEP, LoopSteps
+from broker.loop_steps import IDLE_STEP, IDLE_TICK_INTERVAL, LONG_STEP, TICK_INTERVAL, LoopSteps
 from common.polling import poll_until
 
 
@@ -37,6 +37,21 @@ def test_a_step_is_the_cpu_time_between_two_turns() -> None:
     view = steps.view(now=4.0)
     assert view["step_max_ms"] == 150.0 and view["long_steps_total"] == 1
     assert view["long_steps"] == [{"cpu_ms": 150.0, "ago_s": 1.0, "gc_ms": 0.0, "where": None}]
+
+
+def test_the_tick_slows_after_an_idle_step_and_quickens_after_a_step_of_work() -> None:
+    steps = LoopSteps()
+    assert steps.next_interval() == TICK_INTERVAL  # before any step: as if working
+    steps.tick(0.0, 0.0)
+    steps.tick(0.01, 0.0002)  # 0.2 ms of CPU in 10 ms: idle
+    assert steps.idle and steps.next_interval() == IDLE_TICK_INTERVAL
+    steps.tick(0.05, 0.0002 + IDLE_STEP)  # a step of work after the idle one
+    assert not steps.idle and steps.next_interval() == TICK_INTERVAL
+    steps.tick(0.06, 0.0002 + IDLE_STEP)
+    assert steps.next_interval() == IDLE_TICK_INTERVAL
+    steps.gc_paused(IDLE_STEP, on_loop=False)  # another thread's collection held the loop
+    steps.tick(0.1, 0.0002 + IDLE_STEP)
+    assert steps.next_interval() == TICK_INTERVAL
 
 
 def test_other_threads_collections_are_added_and_the_loops_own_are_not_counted_twice() -> None:
@@ -112,6 +127,44 @@ def test_on_a_real_loop_cpu_counts_and_sleeping_does_not() -> None:
     assert 190.0 <= long_step["cpu_ms"] < 400.0
     assert long_step["where"] is not None and "test_loop_steps.py" in long_step["where"]
     assert "_spin" in long_step["where"]
+
+
+class _Recorded(LoopSteps):
+    """The steps, with each interval the tick was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.intervals: list[float] = []
+
+    def next_interval(self) -> float:
+        self.intervals.append(super().next_interval())
+        return self.intervals[-1]
+
+
+def test_an_idle_loop_turns_its_tick_less_often_and_a_working_one_every_interval() -> None:
+    """Idle: a turn every IDLE_TICK_INTERVAL at most (the timer may run late on a loaded
+    machine, never early); the first step of work brings back TICK_INTERVAL."""
+    steps = _Recorded()
+
+    async def scenario() -> None:
+        watch = StepWatch(steps)
+        watch.start()
+        try:
+            began = time.monotonic()
+            await asyncio.sleep(0.4)
+            turns = steps.steps.window().count
+            assert turns <= (time.monotonic() - began) / IDLE_TICK_INTERVAL + 3
+            assert steps.intervals[-1] == IDLE_TICK_INTERVAL
+            marked = len(steps.intervals)
+            _spin(0.02)  # a step of work
+            deadline = time.monotonic() + 10
+            while len(steps.intervals) == marked and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+            assert steps.intervals[marked] == TICK_INTERVAL
+        finally:
+            watch.stop()
+
+    asyncio.run(scenario())
 
 
 def test_a_collection_in_another_thread_is_counted_in_the_step() -> None:
