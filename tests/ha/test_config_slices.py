@@ -4,6 +4,7 @@ applied a slice a turn of the loop, with the result and the errors of doing it a
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -300,6 +301,45 @@ def test_a_format_4_link_gets_the_snapshots_head_first() -> None:
     assert [q["name"] for q in head["queues"]] == ["s200", "s7"]  # the busiest first
     assert snapshot["type"] == "snapshot" and len(snapshot["queues"]) == 302
     assert declared["type"] == "queue-declared" and declared["queue"]["name"] == "late"
+
+
+def test_a_big_snapshot_waits_its_pause_after_the_heads_acknowledgement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A snapshot of BIG_SNAPSHOT queues or more is made SNAPSHOT_PAUSE after its head's
+    acknowledgement (a fail-over's reconnections and first confirms first); a smaller one
+    at once, as before (test_a_format_4_link_gets_the_snapshots_head_first)."""
+    monkeypatch.setattr(config_stream, "BIG_SNAPSHOT", 200)
+    monkeypatch.setattr(config_stream, "SNAPSHOT_PAUSE", 0.3)
+
+    async def scenario() -> None:
+        ctx, _ = primary_context()
+        for i in range(300):
+            ctx.vhost.declare_queue(f"s{i}")
+        publisher = open_client(ctx)
+        publisher.publish(1, b"x", routing_key="s7")
+        backup = open_client(
+            ctx, client_properties={**BACKUP_PROPS, "qpid.ha-replication-formats": "4-4"}
+        )
+        backup.send(1, commands.Basic.Consume(queue="qpid.ha-config", consumer_tag="cfg"))
+        (body,) = _deliveries(backup, 1)
+        assert CODECS[4].decode_config_event(body)["type"] == "snapshot-head"
+        backup.send(1, commands.Basic.Ack(delivery_tag=1))
+        acked = time.monotonic()
+        ctx.vhost.declare_queue("late")  # pushed meanwhile: after the snapshot, as ever
+        assert _deliveries(backup, 1) == []  # paused
+        await asyncio.sleep(0.1)
+        assert _deliveries(backup, 1) == []
+        sent: list[bytes] = []
+        while len(sent) < 2 and time.monotonic() < acked + 10:
+            await asyncio.sleep(0.02)
+            sent += _deliveries(backup, 2 - len(sent))
+        assert time.monotonic() - acked >= 0.25  # the pause (timed from the ack read)
+        snapshot, declared = (CODECS[4].decode_config_event(b) for b in sent)
+        assert snapshot["type"] == "snapshot" and len(snapshot["queues"]) == 301
+        assert declared["type"] == "queue-declared" and declared["queue"]["name"] == "late"
+
+    asyncio.run(scenario())
 
 
 def test_no_head_without_a_busy_queue_nor_on_a_link_of_format_3() -> None:
