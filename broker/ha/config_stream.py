@@ -53,7 +53,7 @@ BIG_SNAPSHOT = 1000
 #: fail-over the member's busy streams are open from the head by then; the snapshot's
 #: making, sending and decoding (10,000 queues: 1.8 MB, tens of ms of CPU on both
 #: brokers) came in the middle of the clients' reconnection and first confirms on 2 cores,
-#: and a 10,000-queue fail-over took 2.2 times the one-queue time: 1.4 times with this
+#: and a 10,000-queue fail-over took 2.2 times the one-queue time: 1.5 times with this
 #: pause (issue 25). What waits meanwhile: the other queues' streams (their first confirms
 #: after a fail-over wait for the snapshot, which takes seconds at that size) and the
 #: member's readiness; nothing is confirmed before the member has it, pause or not.
