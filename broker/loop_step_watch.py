@@ -89,10 +89,8 @@ class StepWatch:
     """The tick, the sampler thread and the collector's callback of one loop's steps.
     :meth:`start` on the loop, :meth:`stop` from it."""
 
-    def __init__(self, steps: LoopSteps, interval: float | None = None) -> None:
+    def __init__(self, steps: LoopSteps) -> None:
         self.steps = steps
-        #: a fixed interval (seconds); None: the steps' (:meth:`LoopSteps.next_interval`)
-        self.interval = interval
         self._log = get_logger("broker")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
@@ -127,8 +125,7 @@ class StepWatch:
     def _turn(self) -> None:
         assert self._loop is not None
         long_step = self.steps.tick(time.monotonic(), time.thread_time())
-        interval = self.steps.next_interval() if self.interval is None else self.interval
-        self._handle = self._loop.call_later(interval, self._turn)
+        self._handle = self._loop.call_later(self.steps.next_interval(), self._turn)
         if self.steps.take_freeze():
             gc.freeze()  # constant time: the collector's lists are moved, not walked
             self._log.info("gc_frozen", freezes=self.steps.freezes)

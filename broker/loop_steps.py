@@ -68,7 +68,7 @@ __all__ = [
 TICK_INTERVAL = 0.01
 #: How often after a step of less than :data:`IDLE_STEP` of CPU: an idle loop (seconds).
 IDLE_TICK_INTERVAL = 0.04
-#: A step of less CPU than this (seconds) leaves the loop idle (:meth:`LoopSteps.idle`).
+#: A step of less CPU than this (seconds) leaves the loop idle (:attr:`LoopSteps.idle`).
 IDLE_STEP = 0.001
 #: A step at least this long (CPU seconds) is a long one: logged, kept with where it was.
 LONG_STEP = 0.1
