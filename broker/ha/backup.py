@@ -50,7 +50,12 @@ from broker.amqp.client.handshake import NoUsableMechanism
 from broker.core.errors import ReplyCode
 from broker.core.vhost import VirtualHost
 from broker.core.vhosts import VirtualHosts
-from broker.ha.backup_dial import PRIMARY_STATES, connect_as_backup
+from broker.ha.backup_dial import (
+    DIAL_PATIENCE,
+    PRIMARY_STATES,
+    answer_bound,
+    connect_as_backup,
+)
 from broker.ha.broker_replicator import BrokerReplicator
 from broker.ha.config_apply import ConfigApplier
 from broker.ha.dial_failure import NotPrimary, describe_dial_failure, format_refusal
@@ -355,6 +360,9 @@ class BackupLink:
             dial_errors=(ClientError,),
             on_dial_failed=self._dial_failed,
             clock=self._clock,
+            # a busy primary's handshake is waited for (DIAL_PATIENCE), not begun again
+            answer_within=answer_bound(self.heartbeat),
+            discard=self._close_client,
         )
 
     def _dial_failed(self, address: Address, exc: Exception) -> None:
@@ -397,6 +405,7 @@ class BackupLink:
                 tls=self.tls,
                 formats=self.formats,
                 on_start=read_start,
+                timeout=DIAL_PATIENCE,
             )
         except ValueError as exc:  # e.g. ha-username without ha-password
             raise DialRefused(f"link configuration: {exc}") from exc

@@ -29,10 +29,24 @@ from common.formats import FormatRange
 from common.url import Address
 from common.version import REPLICATION_FORMATS
 
-__all__ = ["PRIMARY_STATES", "connect_as_backup"]
+__all__ = ["DIAL_PATIENCE", "PRIMARY_STATES", "answer_bound", "connect_as_backup"]
 
 #: The HA states of a broker a backup replicates from.
 PRIMARY_STATES = (HaState.RECOVERING.value, HaState.ACTIVE.value)
+
+#: Seconds a backup link's dial may take in all, once its peer's host accepted the TCP
+#: connection: a primary busy with thousands of clients reconnecting after a fail-over
+#: answers a backup's handshake late, and a dial abandoned and begun again only adds to
+#: its work (soak38: 35 dials abandoned after 1 s each, the restarted backups never
+#: joined). The round of dials does not wait that long (:func:`answer_bound`,
+#: :func:`broker.ha.redial.dial_loop`'s lingering dials).
+DIAL_PATIENCE = 30.0
+
+
+def answer_bound(heartbeat: float) -> float:
+    """Seconds a dial of a link whose heartbeat is ``heartbeat`` holds up its round of
+    dials (a frozen peer's host accepts connections too) before it lingers."""
+    return max(1.0, min(10.0, heartbeat))
 
 
 async def connect_as_backup(
@@ -50,13 +64,15 @@ async def connect_as_backup(
     tls: ssl.SSLContext | None = None,
     formats: FormatRange = REPLICATION_FORMATS,
     on_start: Callable[[dict[str, Any]], None] | None = None,
+    timeout: float | None = None,
 ) -> AmqpClient:
     """Open a replication link to ``address``, flagged as an HA backup connection
     (``anonymous_fallback``: see :func:`~broker.amqp.client.handshake.choose_mechanism`)
     and announcing the replication ``formats`` it speaks; an ``ssl:`` address is dialled
     with TLS (``tls``, else the system's CAs). ``on_start``: reads connection.start's
     server properties before the login, and may end the dial there by raising
-    (:func:`~broker.amqp.client.handshake.connect`)."""
+    (:func:`~broker.amqp.client.handshake.connect`). ``timeout``: the whole dial's bound
+    (None: :func:`answer_bound`); its TCP connection's is a quarter heartbeat whatever it."""
     properties: dict[str, Any] = {
         "product": product,
         BACKUP_PROPERTY: True,
@@ -74,7 +90,7 @@ async def connect_as_backup(
         mechanism=mechanism,
         client_properties=properties,
         heartbeat=max(1, int(heartbeat)),
-        timeout=max(1.0, min(10.0, heartbeat)),
+        timeout=answer_bound(heartbeat) if timeout is None else timeout,
         # a cut-off host fails the dial as fast as it fails the link (broker.ha.link_reach)
         connect_timeout=ReachTimes.for_heartbeat(max(1, int(heartbeat))).connect_timeout,
         anonymous_fallback=anonymous_fallback,

@@ -19,6 +19,9 @@ and the next round dials that peer first, so that a backup left in the cluster l
 the new primary as its promotion ends, not up to a doubled pause and a dead address's
 dial later (issue 25: the pause had doubled from 10 ms to 640 ms, 858 ms once, while a
 loaded broker's promotion of 10,000 queues ran).
+With ``answer_within`` (the backup link) a dial not answered within that bound lingers
+instead of holding up the round (soak38: a busy primary's handshake given up after 1 s and
+begun again, 35 times; the backups never joined): see :func:`dial_loop`.
 A session that ends by giving up (it returns False: a replication error, issue 24) does not
 reset the backoff: a link that comes up and fails at once is redialled ever more slowly
 (exponential, capped by the maintenance interval), never dozens of times a second.
@@ -38,7 +41,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn, TypeVar
+from typing import Generic, NoReturn, TypeVar
 
 from common.url import Address
 
@@ -241,6 +244,8 @@ async def dial_loop(
     on_dial_failed: Callable[[Address, Exception], None] = _ignore,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
+    answer_within: float | None = None,
+    discard: Callable[[C], Awaitable[object]] | None = None,
 ) -> NoReturn:
     """Dial ``addresses`` in rounds, run ``session`` on each link, back off between rounds.
 
@@ -254,27 +259,149 @@ async def dial_loop(
     :param on_dial_failed: called with the address and the exception of each failed dial.
     :param sleep: ``asyncio.sleep``; tests pass a fake.
     :param clock: the clock handed to the backoff (its steady window after a link's loss).
+    :param answer_within: None: each dial is awaited to its end (its own bound). Else a
+        dial not ended within that many seconds *lingers*: the round goes on without it,
+        its address is not dialled again while it runs, and it is taken up when it ends
+        (at that address's next turn, or at once during a round's pause, which it ends):
+        a busy peer's handshake is waited for to the dial's own bound, never abandoned and
+        begun again, while a frozen one costs the rounds only ``answer_within`` once.
+    :param discard: closes a connection a lingering dial opened but the loop will not use
+        (another address's session began first); required with ``answer_within``.
     """
-    failures: tuple[type[Exception], ...] = (DialRefused, *dial_errors)
+    if answer_within is not None and discard is None:
+        raise ValueError("answer_within needs discard (a lingering dial's unused connection)")
+    dials = _Dials(dial, (DialRefused, *dial_errors), on_dial_failed, answer_within, discard)
     soon: Address | None = None  # the peer of the last round that becomes the primary shortly
-    while True:
-        ahead = soon
-        soon = None
-        for address in _first(ahead, addresses):
-            for _attempt in range(2):  # a refusal that says ``again``: once more at once
-                try:
-                    connection = await dial(address)
-                except failures as exc:
-                    on_dial_failed(address, exc)
-                    if isinstance(exc, DialRefused) and exc.again:
+    try:
+        while True:
+            ahead = soon
+            soon = None
+            for address in _first(ahead, addresses):
+                for _attempt in range(2):  # a refusal that says ``again``: once more at once
+                    outcome = await dials.take(address)
+                    if isinstance(outcome, DialRefused) and outcome.again:
                         continue
-                    if soon is None and isinstance(exc, DialRefused) and exc.soon:
-                        soon = address
+                    if isinstance(outcome, (BaseException, _Lingering)):
+                        if soon is None and isinstance(outcome, DialRefused) and outcome.soon:
+                            soon = address
+                        break
+                    await dials.end_lingering()
+                    if await session(outcome, address) is not False:
+                        backoff.succeeded(clock())
                     break
+            delay = backoff.soon() if soon is not None else backoff.next_delay(clock())
+            ended = await dials.pause(delay, sleep)
+            if ended is not None:  # a lingering dial opened a link during the pause
+                address, connection = ended
+                await dials.end_lingering()
                 if await session(connection, address) is not False:
                     backoff.succeeded(clock())
-                break
-        await sleep(backoff.soon() if soon is not None else backoff.next_delay(clock()))
+    finally:
+        dials.cancel()
+
+
+class _Lingering:
+    """The marker :meth:`_Dials.take` returns for a dial that goes on in the background."""
+
+
+_LINGERING = _Lingering()
+
+
+class _Dials(Generic[C]):
+    """The dials of one :func:`dial_loop`, and those of them that linger (asyncio shell)."""
+
+    def __init__(
+        self,
+        dial: Callable[[Address], Awaitable[C]],
+        failures: tuple[type[Exception], ...],
+        on_dial_failed: Callable[[Address, Exception], None],
+        answer_within: float | None,
+        discard: Callable[[C], Awaitable[object]] | None,
+    ) -> None:
+        self._dial = dial
+        self._failures = failures
+        self._on_dial_failed = on_dial_failed
+        self._answer_within = answer_within
+        self._discard = discard
+        self._lingering: dict[Address, asyncio.Task[C]] = {}
+
+    async def take(self, address: Address) -> C | Exception | _Lingering:
+        """Dial ``address`` (or take up its lingering dial): the connection, the failure
+        (already handed to ``on_dial_failed``), or :data:`_LINGERING`."""
+        if self._answer_within is None:
+            try:
+                return await self._dial(address)
+            except self._failures as exc:
+                self._on_dial_failed(address, exc)
+                return exc
+        task = self._lingering.pop(address, None)
+        if task is None:
+            task = asyncio.ensure_future(self._dial(address))
+            try:
+                await asyncio.wait({task}, timeout=self._answer_within)
+            except BaseException:
+                task.cancel()
+                raise
+        if not task.done():
+            self._lingering[address] = task
+            return _LINGERING
+        return self._outcome(address, task)
+
+    def _outcome(self, address: Address, task: asyncio.Task[C]) -> C | Exception:
+        try:
+            return task.result()
+        except self._failures as exc:
+            self._on_dial_failed(address, exc)
+            return exc
+
+    async def pause(
+        self, delay: float, sleep: Callable[[float], Awaitable[object]]
+    ) -> tuple[Address, C] | None:
+        """The pause between rounds; with dials lingering, ended early by the first of them
+        that opens a connection (returned; a failed one is reported, the pause goes on)."""
+        if not self._lingering:
+            await sleep(delay)
+            return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + delay
+        while self._lingering:
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            done, _ = await asyncio.wait(
+                set(self._lingering.values()), timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            for address, task in list(self._lingering.items()):
+                if task in done:
+                    del self._lingering[address]
+                    outcome = self._outcome(address, task)
+                    if not isinstance(outcome, BaseException):
+                        return address, outcome
+        left = deadline - loop.time()
+        if left > 0:
+            await sleep(left)
+        return None
+
+    async def end_lingering(self) -> None:
+        """A session begins: every lingering dial is cancelled, and a connection one of
+        them opened meanwhile is discarded (closed), never left open beside the link."""
+        tasks = list(self._lingering.values())
+        self._lingering.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)  # (this coroutine's own cancellation goes through)
+        for task in tasks:
+            if task.cancelled() or task.exception() is not None:
+                continue  # a failed dial nobody waits for any more
+            if self._discard is not None:
+                await self._discard(task.result())
+
+    def cancel(self) -> None:
+        """The loop ends: every lingering dial is cancelled (its socket closed by it)."""
+        for task in self._lingering.values():
+            task.cancel()
+        self._lingering.clear()
 
 
 def _first(ahead: Address | None, addresses: Sequence[Address]) -> list[Address]:

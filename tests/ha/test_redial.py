@@ -568,3 +568,155 @@ def test_a_promoting_peer_is_refused_at_connection_start_saying_soon() -> None:
     assert not standalone.value.soon
     refuse_before_login({STATUS_PROPERTY: "recovering"})  # returns: the login goes on
     refuse_before_login({STATUS_PROPERTY: "active", PROMOTING_PROPERTY: True})
+
+
+# -- lingering dials (answer_within): a busy peer's handshake waited for, not begun again --
+class Lingering:
+    """Dials of A that end when the test says (or never), of B scripted; a trace."""
+
+    def __init__(self) -> None:
+        self.trace: list[str] = []
+        self.a_ends = asyncio.Event()
+        self.a_result: str | Exception = "conn-a"
+        self.discarded: list[str] = []
+
+    async def dial(self, address: Address) -> str:
+        self.trace.append(f"dial {address.host}")
+        if address is A:
+            try:
+                await self.a_ends.wait()
+            except asyncio.CancelledError:
+                self.trace.append("a cancelled")
+                raise
+            if isinstance(self.a_result, Exception):
+                raise self.a_result
+            return self.a_result
+        return await self.dial_b()
+
+    async def dial_b(self) -> str:
+        raise DialRefused("a backup")
+
+    async def session(self, connection: str, address: Address) -> None:
+        self.trace.append(f"session {connection}")
+        raise Stop
+
+    def failed(self, address: Address, reason: Exception) -> None:
+        self.trace.append(f"failed {address.host}: {reason}")
+
+    async def discard(self, connection: str) -> None:
+        self.discarded.append(connection)
+
+    def loop(self, **kwargs: object) -> Awaitable[object]:
+        return dial_loop(
+            [A, B],
+            self.dial,
+            self.session,
+            Backoff(0.01, 0.01),
+            dial_errors=(OSError,),
+            on_dial_failed=self.failed,
+            answer_within=0.05,
+            discard=self.discard,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+
+def test_a_slow_dial_lingers_and_its_link_is_taken_up_when_it_ends() -> None:
+    """A dial of A unanswered after ``answer_within``: the rounds go on dialling B, A is
+    not dialled again while its dial runs, and when it ends its session begins."""
+    fake = Lingering()
+
+    async def dial_b() -> str:
+        if fake.trace.count("dial b") == 4:
+            fake.a_ends.set()  # A's handshake answered at last
+        raise DialRefused("a backup")
+
+    fake.dial_b = dial_b  # type: ignore[method-assign]
+    run(fake.loop())
+    assert fake.trace.count("dial a") == 1
+    assert fake.trace[-1] == "session conn-a"
+    assert fake.trace.count("failed b: a backup") >= 4
+    assert not any(line.startswith("failed a") for line in fake.trace)
+    assert fake.discarded == []
+
+
+def test_a_session_elsewhere_cancels_a_lingering_dial() -> None:
+    fake = Lingering()
+
+    async def dial_b() -> str:
+        if fake.trace.count("dial b") == 2:
+            return "conn-b"
+        raise DialRefused("a backup")
+
+    fake.dial_b = dial_b  # type: ignore[method-assign]
+    run(fake.loop())
+    assert fake.trace.count("dial a") == 1
+    assert fake.trace[-2:] == ["a cancelled", "session conn-b"]
+
+
+def test_a_connection_a_lingering_dial_opened_beside_a_session_is_discarded() -> None:
+    """A's dial ends with a connection while B's dial runs, which also opens one: B's
+    session begins and A's connection is closed, never left open beside the link."""
+    fake = Lingering()
+
+    async def dial_b() -> str:
+        fake.a_ends.set()
+        await asyncio.sleep(0)  # A's dial ends meanwhile
+        await asyncio.sleep(0)
+        return "conn-b"
+
+    fake.dial_b = dial_b  # type: ignore[method-assign]
+    run(fake.loop())
+    assert fake.trace[-1] == "session conn-b"
+    assert fake.discarded == ["conn-a"]
+
+
+def test_a_lingering_dial_that_fails_is_reported_then_dialled_again() -> None:
+    fake = Lingering()
+    fake.a_result = OSError("no open connection within 30 s")
+
+    async def dial_b() -> str:
+        if fake.trace.count("dial b") == 3:
+            fake.a_ends.set()
+        raise DialRefused("a backup")
+
+    def failed(address: Address, reason: Exception) -> None:
+        Lingering.failed(fake, address, reason)
+        if address is A:
+            fake.a_result = "conn-a"  # the next dial of A opens a link
+
+    fake.dial_b = dial_b  # type: ignore[method-assign]
+    fake.failed = failed  # type: ignore[method-assign]
+    run(fake.loop())
+    assert fake.trace.count("failed a: no open connection within 30 s") == 1
+    assert fake.trace.count("dial a") == 2
+    assert fake.trace[-1] == "session conn-a"
+
+
+def test_cancelling_the_loop_cancels_a_lingering_dial() -> None:
+    async def main() -> None:
+        fake = Lingering()
+        task = asyncio.ensure_future(fake.loop())
+        await poll_async(lambda: fake.trace.count("dial b") >= 2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await poll_async(lambda: "a cancelled" in fake.trace)
+
+    asyncio.run(main())
+
+
+def test_lingering_needs_a_discard() -> None:
+    async def main() -> None:
+        fake = Lingering()
+        with pytest.raises(ValueError, match="discard"):
+            await dial_loop([A], fake.dial, fake.session, Backoff(0, 0), answer_within=1.0)
+
+    asyncio.run(main())
+
+
+async def poll_async(ready: Callable[[], bool], timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not ready():
+        assert loop.time() < deadline, "not within the deadline"
+        await asyncio.sleep(0.005)
