@@ -90,6 +90,46 @@ _opened: IO[str] | None = None
 _configured = False
 
 
+class _CurrentStderr:
+    """``sys.stderr`` as it is at each write, not as it was when logging was configured: a
+    program swaps it rarely, but a test runner (typer's CliRunner) swaps it for each command
+    it runs in process and closes its own afterwards, and a logger cached meanwhile wrote
+    to the closed stream ever after (``ValueError: I/O operation on closed file`` in later
+    tests on the same worker)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
+class _Sink:
+    """What every logger writes to: the stream of the latest :func:`configure_logging`. A
+    logger is cached on its first use (``cache_logger_on_first_use``), with the stream of
+    the configuration of that moment; through this, a logger cached under an earlier
+    configuration writes where the latest says, never to a file that configuration closed
+    (in-process tests configure again and again)."""
+
+    def __init__(self) -> None:
+        self.stream: TextIO = cast(TextIO, _CurrentStderr())
+
+    def write(self, text: str) -> int:
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+
+_SINK = _Sink()
+
+
 class _HeldStream:
     """stderr, holding the lines written to it until :meth:`release` (then written, and
     every later line at once) or :meth:`drop`. A program's start-up: a failed start prints
@@ -203,9 +243,9 @@ def configure_logging(
     stream: TextIO
     _held = None
     if file is None:
-        stream = sys.stderr
+        stream = cast(TextIO, _CurrentStderr())
         if hold_stderr:
-            _held = _HeldStream(sys.stderr)
+            _held = _HeldStream(stream)
             stream = cast(TextIO, _held)
         opened = None
     else:
@@ -240,9 +280,10 @@ def configure_logging(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
         context_class=dict,
-        logger_factory=structlog.WriteLoggerFactory(file=stream),
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, _SINK)),
         cache_logger_on_first_use=True,
     )
+    _SINK.stream = stream
     _configured = True
     if previous is not None:
         previous.close()
@@ -269,6 +310,7 @@ def reset_logging() -> None:
     structlog.reset_defaults()
     _configured = False
     _held = None
+    _SINK.stream = cast(TextIO, _CurrentStderr())  # cached loggers: stderr, not the file
     if _opened is not None:
         _opened.close()
         _opened = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -169,6 +171,21 @@ def test_reconfiguring_closes_the_old_file(tmp_path: Path) -> None:
     assert [e["event"] for e in lines(tmp_path / "b.log")] == ["to_b"]
 
 
+def test_a_logger_cached_under_a_closed_file_writes_where_the_latest_configuration_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logger = get_logger(component="cached")
+    configure(tmp_path / "a.log")
+    logger.info("to_a")  # cached now, under a.log's configuration
+    configure(tmp_path / "b.log")  # a.log closed
+    logger.info("to_b")
+    reset_logging()  # b.log closed
+    logger.info("to_stderr")
+    assert [e["event"] for e in lines(tmp_path / "a.log")] == ["to_a"]
+    assert [e["event"] for e in lines(tmp_path / "b.log")] == ["to_b"]
+    assert json.loads(capsys.readouterr().err)["event"] == "to_stderr"
+
+
 def test_logger_made_before_configuring(log_file: Path) -> None:
     early = get_logger("early")
     configure(log_file)
@@ -183,6 +200,21 @@ def test_stderr_by_default(capsys: pytest.CaptureFixture[str]) -> None:
     captured = capsys.readouterr()
     assert json.loads(captured.err)["event"] == "to_stderr"
     assert captured.out == ""
+
+
+def test_stderr_is_the_one_of_each_write(capsys: pytest.CaptureFixture[str]) -> None:
+    """A command run in process under a test runner (typer's CliRunner) logs to the
+    runner's stderr, which the runner closes afterwards: a logger cached meanwhile writes
+    to the stderr of the moment after it, never to the closed one (which made later tests
+    on the same worker fail with "I/O operation on closed file")."""
+    runners_stderr = io.StringIO()
+    logger = get_logger(component="cached")
+    with contextlib.redirect_stderr(runners_stderr):
+        configure_logging(level="info", fmt="json", file=None, node="n1")
+        logger.info("during_the_command")
+    runners_stderr.close()
+    logger.info("after_the_command")  # raised ValueError: the closed stream
+    assert json.loads(capsys.readouterr().err)["event"] == "after_the_command"
 
 
 def test_held_stderr_lines_wait_for_release_or_are_dropped(
