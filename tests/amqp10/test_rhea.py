@@ -6,8 +6,12 @@ deploy/node_lock_install.py), as for amqplib."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.amqp10.helpers import declare, rhea_expected, run_rhea
 from tests.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.xdist_group("amqp10_proton")  # the session's broker (conftest), one worker
 
 N = 20
 

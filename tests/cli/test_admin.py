@@ -23,7 +23,7 @@ from tests.broker_process import BrokerProcess
 from tests.cli.conftest import address, qpid_ha
 from tests.ha.cluster import Cluster, http
 
-pytestmark = pytest.mark.xdist_group("cli_admin")
+pytestmark = pytest.mark.xdist_group("cli_brokers")  # one solo and one pair (conftest)
 
 QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
 PRODUCT = "qpid-ha-admin-test"

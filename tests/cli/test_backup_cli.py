@@ -7,9 +7,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.broker_process import BrokerProcess, free_port
 from tests.cli.conftest import address, qpid_ha
 from tests.store.store_brokers import PERSISTENT, connect
+
+pytestmark = pytest.mark.xdist_group("cli_brokers")  # one solo and one pair (conftest)
 
 
 def test_backup_refusals_are_one_line(solo: BrokerProcess, tmp_path: Path) -> None:

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.broker_process import BrokerProcess
 from tests.cli.conftest import address, qpid_ha
 from tests.ha.cluster import Cluster
+
+pytestmark = pytest.mark.xdist_group("cli_brokers")  # one solo and one pair (conftest)
 
 
 def test_ping(solo: BrokerProcess) -> None:

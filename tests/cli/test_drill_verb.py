@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.broker_process import BrokerProcess, free_port
 from tests.cli.conftest import qpid_ha
+
+pytestmark = pytest.mark.xdist_group("cli_brokers")  # one solo and one pair (conftest)
 
 
 def test_drill_counts_every_message(solo: BrokerProcess, tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ from tests.broker_process import BrokerProcess, free_port
 from tests.cli.conftest import address, qpid_ha
 from tests.security.users import write_users
 
+pytestmark = pytest.mark.xdist_group("cli_brokers")  # one solo and one pair (conftest)
+
 
 @pytest.mark.parametrize("verb", [["ping"], ["status"], ["query"], ["ready"], ["status", "--all"]])
 def test_unreachable_broker_is_one_line_and_exit_3(verb: list[str]) -> None:

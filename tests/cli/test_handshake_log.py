@@ -7,9 +7,13 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+import pytest
+
 from common.polling import poll_until
 from tests.broker_process import BrokerProcess
 from tests.drill.log_schema import problems
+
+pytestmark = pytest.mark.xdist_group("cli_brokers")  # one solo and one pair (conftest)
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 

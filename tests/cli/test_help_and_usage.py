@@ -18,6 +18,8 @@ from qpid_ha_cli.main import app
 from tests.broker_process import BrokerProcess, free_port
 from tests.cli.conftest import address, qpid_ha
 
+pytestmark = pytest.mark.xdist_group("cli_brokers")  # one solo and one pair (conftest)
+
 QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
 ROOT = typer.main.get_command(app)
 #: The verbs (groups of verbs, such as ``users``, have their own tests).

@@ -15,6 +15,8 @@ from tests.broker_process import BrokerProcess
 from tests.cli.conftest import REPLICATION_ARGS, address, qpid_ha
 from tests.ha.cluster import Cluster, http
 
+pytestmark = pytest.mark.xdist_group("cli_brokers")  # one solo and one pair (conftest)
+
 QPID_HA = str(Path(sys.executable).with_name("qpid-ha"))
 
 REFUSED = (

@@ -12,6 +12,8 @@ from common.polling import poll_until
 from tests.cli.conftest import address, qpid_ha
 from tests.ha.cluster import Cluster, http
 
+pytestmark = pytest.mark.xdist_group("cli_brokers")  # one solo and one pair (conftest)
+
 RABBITMQ_FILE = (
     Path(__file__).parent.parent / "management" / "data" / "rabbitmq-3.10.8-definitions.json"
 )
