@@ -296,8 +296,8 @@ async def dial_loop(
                 await dials.end_lingering()
                 if await session(connection, address) is not False:
                     backoff.succeeded(clock())
-    finally:
-        dials.cancel()
+    finally:  # a connection a lingering dial opened is closed, never left to the primary
+        await dials.end_lingering()
 
 
 class _Lingering:
@@ -340,7 +340,7 @@ class _Dials(Generic[C]):
             try:
                 await asyncio.wait({task}, timeout=self._answer_within)
             except BaseException:
-                task.cancel()
+                self._lingering[address] = task  # the loop's end closes what it opened
                 raise
         if not task.done():
             self._lingering[address] = task
@@ -383,8 +383,9 @@ class _Dials(Generic[C]):
         return None
 
     async def end_lingering(self) -> None:
-        """A session begins: every lingering dial is cancelled, and a connection one of
-        them opened meanwhile is discarded (closed), never left open beside the link."""
+        """A session begins, or the loop ends: every lingering dial is cancelled, and a
+        connection one of them opened meanwhile is discarded (closed), never left open
+        beside the link or after the loop."""
         tasks = list(self._lingering.values())
         self._lingering.clear()
         for task in tasks:
@@ -396,12 +397,6 @@ class _Dials(Generic[C]):
                 continue  # a failed dial nobody waits for any more
             if self._discard is not None:
                 await self._discard(task.result())
-
-    def cancel(self) -> None:
-        """The loop ends: every lingering dial is cancelled (its socket closed by it)."""
-        for task in self._lingering.values():
-            task.cancel()
-        self._lingering.clear()
 
 
 def _first(ahead: Address | None, addresses: Sequence[Address]) -> list[Address]:

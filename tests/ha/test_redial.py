@@ -705,6 +705,21 @@ def test_cancelling_the_loop_cancels_a_lingering_dial() -> None:
     asyncio.run(main())
 
 
+def test_a_connection_a_lingering_dial_opened_is_closed_when_the_loop_ends() -> None:
+    async def main() -> None:
+        fake = Lingering()
+        task = asyncio.ensure_future(fake.loop())
+        await poll_async(lambda: fake.trace.count("dial b") >= 2)
+        fake.a_ends.set()
+        await asyncio.sleep(0)  # A's dial ends with its connection, not yet taken up
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert fake.discarded == ["conn-a"]
+
+    asyncio.run(main())
+
+
 def test_lingering_needs_a_discard() -> None:
     async def main() -> None:
         fake = Lingering()
