@@ -90,41 +90,33 @@ _opened: IO[str] | None = None
 _configured = False
 
 
-class _CurrentStderr:
-    """``sys.stderr`` as it is at each write, not as it was when logging was configured: a
-    program swaps it rarely, but a test runner (typer's CliRunner) swaps it for each command
-    it runs in process and closes its own afterwards, and a logger cached meanwhile wrote
-    to the closed stream ever after (``ValueError: I/O operation on closed file`` in later
-    tests on the same worker)."""
-
-    def write(self, text: str) -> int:
-        return sys.stderr.write(text)
-
-    def flush(self) -> None:
-        sys.stderr.flush()
-
-    def isatty(self) -> bool:
-        return sys.stderr.isatty()
-
-
 class _Sink:
-    """What every logger writes to: the stream of the latest :func:`configure_logging`. A
-    logger is cached on its first use (``cache_logger_on_first_use``), with the stream of
+    """What every logger writes to: the stream of the latest :func:`configure_logging`, or
+    ``sys.stderr`` as it is at each write (``stream`` None).
+
+    A logger is cached on its first use (``cache_logger_on_first_use``) with the stream of
     the configuration of that moment; through this, a logger cached under an earlier
     configuration writes where the latest says, never to a file that configuration closed
-    (in-process tests configure again and again)."""
+    (in-process tests configure again and again), nor to a stderr that was swapped and
+    closed: a program swaps it rarely, but a test runner (typer's CliRunner) swaps it for
+    each command it runs in process and closes its own afterwards, and a logger cached
+    meanwhile wrote to the closed stream ever after (``ValueError: I/O operation on closed
+    file`` in later tests on the same worker)."""
 
     def __init__(self) -> None:
-        self.stream: TextIO = cast(TextIO, _CurrentStderr())
+        self.stream: IO[str] | _HeldStream | None = None
+
+    def _target(self) -> IO[str] | _HeldStream:
+        return sys.stderr if self.stream is None else self.stream
 
     def write(self, text: str) -> int:
-        return self.stream.write(text)
+        return self._target().write(text)
 
     def flush(self) -> None:
-        self.stream.flush()
+        self._target().flush()
 
     def isatty(self) -> bool:
-        return self.stream.isatty()
+        return self._target().isatty()
 
 
 _SINK = _Sink()
@@ -135,9 +127,12 @@ class _HeldStream:
     every later line at once) or :meth:`drop`. A program's start-up: a failed start prints
     its one-line error alone, not the JSON lines logged before it (a log file gets them)."""
 
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
+    def __init__(self) -> None:
         self._held: list[str] | None = []
+
+    @property
+    def _stream(self) -> IO[str]:
+        return sys.stderr  # as it is at each write (see _Sink)
 
     def write(self, text: str) -> int:
         if self._held is None:
@@ -240,13 +235,11 @@ def configure_logging(
         raise ValueError(f"invalid log level {level!r}: expected one of {', '.join(LEVELS)}")
     if fmt not in ("json", "console"):
         raise ValueError(f"invalid log format {fmt!r}: expected json or console")
-    stream: TextIO
+    stream: IO[str] | _HeldStream | None = None  # None: stderr as it is at each write
     _held = None
     if file is None:
-        stream = cast(TextIO, _CurrentStderr())
         if hold_stderr:
-            _held = _HeldStream(stream)
-            stream = cast(TextIO, _held)
+            stream = _held = _HeldStream()
         opened = None
     else:
         stream = opened = open(file, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
@@ -268,10 +261,9 @@ def configure_logging(
             structlog.processors.JSONRenderer(),
         ]
     else:
-        isatty = getattr(stream, "isatty", None)
         processors.append(
             structlog.dev.ConsoleRenderer(
-                colors=bool(isatty and isatty()),
+                colors=(sys.stderr if stream is None else stream).isatty(),
                 exception_formatter=structlog.dev.plain_traceback,
                 timestamp_key="ts",
             )
@@ -310,7 +302,7 @@ def reset_logging() -> None:
     structlog.reset_defaults()
     _configured = False
     _held = None
-    _SINK.stream = cast(TextIO, _CurrentStderr())  # cached loggers: stderr, not the file
+    _SINK.stream = None  # cached loggers: stderr, not the file closed below
     if _opened is not None:
         _opened.close()
         _opened = None

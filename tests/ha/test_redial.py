@@ -606,7 +606,7 @@ class Lingering:
     async def discard(self, connection: str) -> None:
         self.discarded.append(connection)
 
-    def loop(self, **kwargs: object) -> Awaitable[object]:
+    def loop(self) -> Awaitable[object]:
         return dial_loop(
             [A, B],
             self.dial,
@@ -616,7 +616,6 @@ class Lingering:
             on_dial_failed=self.failed,
             answer_within=0.05,
             discard=self.discard,
-            **kwargs,  # type: ignore[arg-type]
         )
 
 
