@@ -43,7 +43,7 @@ from broker.security.file_modes import (
     check_not_writable_by_others,
     readable_by_others,
 )
-from broker.security.login_backoff import LoginBackoff, replication_exemption
+from broker.security.login_backoff import LoginBackoff, replication_exemption, source_key
 from broker.security.sasl import Authenticator, is_loopback
 from broker.security.tls import TlsError, TlsSettings, reload_server_context, server_context
 from broker.security.users import load as load_users
@@ -98,7 +98,10 @@ class BrokerSecurity:
         self.server_ssl = None if self.tls is None else server_context(self.tls)
         self.ssl_port = 0
         # The wait after failed logins, the replication user from the brokers exempt
-        exempt = replication_exemption(options.ha_username, brokers_addresses(options))
+        brokers = brokers_addresses(options)
+        exempt = replication_exemption(options.ha_username, brokers)
+        #: the hosts of ha-brokers-url, as the login back-off keys its sources
+        self.cluster_hosts = frozenset(k for k in map(source_key, brokers) if k is not None)
         authenticator.backoff = LoginBackoff(exempt=exempt)
         self.mgmt_ssl()  # TlsError now (exit 2) rather than when the API starts
         if acl_file:

@@ -102,6 +102,7 @@ class Broker:
             require_encryption=bool(options.require_encryption),  # plain AMQP refused
             # thousands of sockets read, made or logged in in one turn: a budget's a turn
             turns=TurnBudget(_running_call_soon),
+            cluster_hosts=self.security.cluster_hosts,  # made ahead of a storm of clients
         )
         self.ha: HaBroker | None = None
         self.replications: dict[str, QueueReplication] = {}

@@ -260,6 +260,10 @@ class BrokerContext:
     #: decided): past it they wait for later turns (:class:`common.slices.TurnBudget`;
     #: the broker's, one for every connection); None: each runs at once (a test's context).
     turns: TurnBudget | None = None
+    #: The hosts of ``ha-brokers-url`` (:func:`broker.security.login_backoff.source_key`
+    #: of each address): a new socket from one is made ahead of a storm of clients'
+    #: (:meth:`broker.amqp.protocol.AmqpProtocol.connection_made`).
+    cluster_hosts: frozenset[str] = frozenset()
 
     def attach(
         self,

@@ -42,6 +42,7 @@ from broker.amqp.connection import Connection
 from broker.amqp.context import BrokerContext, counts_toward_limits
 from broker.amqp.ports import ShellConnection
 from broker.listen import peer_address
+from broker.security.login_backoff import source_key
 from broker.security.password_checks import run_password_check
 from broker.security.tls import certificate_identity
 from common.loop_errors import where_raised
@@ -82,10 +83,25 @@ class AmqpProtocol(asyncio.Protocol):
         if turns is not None and turns.spent():
             # Made at a later turn (thousands of clients coming at once). Not paused here:
             # uvloop starts reading after connection_made whatever it did; a read kept.
+            # Behind the handshakes under way (TurnBudget.later_new), unless it comes from
+            # one of the cluster's brokers: a backup's link (or its agent) is not made to
+            # wait behind a storm of clients reconnecting after a fail-over (soak39: a
+            # restarted backup's dials unanswered for 30 s, again and again).
             self._parse_scheduled = True
-            turns.later(self._parse_more)
+            if self._from_cluster(tcp):
+                turns.later(self._parse_more)
+            else:
+                turns.later_new(self._parse_more)
             return
         self._make(tcp)
+
+    def _from_cluster(self, transport: asyncio.Transport) -> bool:
+        """Whether the socket's peer is on a host of ``ha-brokers-url``."""
+        hosts = self.ctx.cluster_hosts
+        if not hosts:
+            return False
+        peer = transport.get_extra_info("peername")
+        return isinstance(peer, tuple) and source_key(str(peer[0])) in hosts
 
     def _make(self, transport: asyncio.Transport) -> None:
         """The connection of the socket."""

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import pytest
 import uvloop
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pamqp import commands
 
 from broker.amqp.client import AmqpClient, Delivery, connect
@@ -23,6 +25,8 @@ from common.slices import TurnBudget
 from tests.amqp.helpers import make_context, open_client
 
 HOST = "127.0.0.1"
+#: No deadline: the suite shares two busy cores.
+no_deadline = settings(deadline=None)
 
 
 class Loop:
@@ -93,6 +97,156 @@ def test_a_turn_runs_one_piece_whatever_it_costs_and_the_queue_moves_past_an_err
     assert ran == ["failing", "next"] and loop.soon == []
 
 
+def test_a_new_sockets_first_piece_waits_behind_the_handshakes_under_way() -> None:
+    """The storm's rule: the pieces of sockets already served (a handshake's start-ok,
+    login, open) run before new sockets' first pieces, those queued meanwhile too; each
+    turn still begins one new socket, whatever the others cost."""
+    loop, cpu = Loop(), WorkClock()
+    turns = TurnBudget(lambda: loop.call_soon, budget=0.02, cpu=cpu)
+    cpu.now = 0.03
+    ran: list[str] = []
+
+    def piece(name: str) -> Callable[[], None]:
+        def run() -> None:
+            ran.append(name)
+            cpu.now += 0.008
+            if name == "old0":
+                turns.later(piece("old0-next"))  # a handshake's next step, queued meanwhile
+
+        return run
+
+    for i in range(4):
+        turns.later_new(piece(f"new{i}"))
+    turns.later(piece("old0"))
+    turns.later(piece("old1"))
+    assert len(turns) == 6 and turns.spent()
+    loop.turn()
+    assert ran == ["new0", "old0", "old1"]
+    loop.turn()
+    assert ran[3:] == ["new1", "old0-next", "new2"]
+    loop.turn()
+    assert ran[6:] == ["new3"] and loop.soon == [] and len(turns) == 0
+
+
+def test_with_a_budget_of_nothing_both_queues_move_a_piece_a_turn() -> None:
+    loop, cpu = Loop(), WorkClock()
+    turns = TurnBudget(lambda: loop.call_soon, budget=0.0, cpu=cpu)
+    ran: list[str] = []
+    for i in range(3):
+        turns.later_new(lambda i=i: ran.append(f"new{i}"))  # type: ignore[misc]
+        turns.later(lambda i=i: ran.append(f"old{i}"))  # type: ignore[misc]
+    loop.turn()
+    assert ran == ["new0", "old0"]
+    loop.turn()
+    loop.turn()
+    assert ran == ["new0", "old0", "new1", "old1", "new2", "old2"] and loop.soon == []
+
+
+@no_deadline
+@given(
+    st.lists(st.tuples(st.sampled_from(["new", "old", "turn"]), st.floats(0.0, 0.03)), max_size=60)
+)
+def test_each_queue_in_order_both_moving_and_the_served_first(
+    ops: list[tuple[str, float]],
+) -> None:
+    """Any sequence of pieces queued (each costing some CPU) and turns: each queue runs in
+    the order it was filled; a turn that began with pieces of both runs one of each; and a
+    new socket's piece runs beyond a turn's first only when no other piece waits."""
+    loop, cpu = Loop(), WorkClock()
+    turns = TurnBudget(lambda: loop.call_soon, budget=0.02, cpu=cpu)
+    cpu.now = 1.0  # spent: everything queued waits
+    ran: list[tuple[str, int]] = []
+    counts = {"new": 0, "old": 0}
+
+    def piece(kind: str, n: int, cost: float) -> Callable[[], None]:
+        def run() -> None:
+            ran.append((kind, n))
+            cpu.now += cost
+
+        return run
+
+    def one_turn() -> None:
+        waiting = {"new": len(turns._new), "old": len(turns._work)}
+        before = len(ran)
+        loop.turn()
+        this = ran[before:]
+        kinds = [kind for kind, _ in this]
+        for kind in ("new", "old"):
+            if waiting[kind]:
+                assert kind in kinds
+        for position, (kind, _) in enumerate(this):
+            if kind == "new" and position > 0:
+                later_old = [k for k in kinds[position:] if k == "old"]
+                assert not later_old, this
+
+    for op, cost in ops:
+        if op == "turn":
+            if loop.soon:
+                one_turn()
+            continue
+        n = counts[op]
+        counts[op] += 1
+        (turns.later_new if op == "new" else turns.later)(piece(op, n, cost))
+    while loop.soon:
+        one_turn()
+    for kind in ("new", "old"):
+        assert [n for k, n in ran if k == kind] == list(range(counts[kind]))
+    assert len(turns) == 0
+
+
+def test_a_cluster_hosts_socket_is_made_ahead_of_a_storm_of_new_ones() -> None:
+    """300 new sockets from another host (127.0.0.2) wait to be made; a socket from a host
+    of ``ha-brokers-url`` (127.0.0.1: a backup's link) is made and served ahead of them:
+    its client is logged in and open while most of the storm has not had its
+    connection.start. The turns are the test's (a piece of each queue a turn, a budget of
+    nothing), turned every millisecond once every socket waits."""
+
+    async def main() -> None:
+        ctx = make_context()
+        pump = Loop()
+        turns = TurnBudget(lambda: pump.call_soon, budget=0.0)
+        ctx.turns = turns
+        ctx.cluster_hosts = frozenset({"127.0.0.1"})
+        server = await asyncio.get_running_loop().create_server(lambda: AmqpProtocol(ctx), HOST, 0)
+        port = server.sockets[0].getsockname()[1]
+        started: list[bool] = []
+        storm: list[asyncio.StreamWriter] = []
+
+        async def storm_socket() -> None:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=("127.0.0.2", 0))
+            storm.append(writer)
+            writer.write(b"AMQP\x00\x00\x09\x01")
+            await reader.read(1)  # connection.start's first byte
+            started.append(True)
+
+        async def turning() -> None:
+            while True:
+                pump.turn()
+                await asyncio.sleep(0.001)
+
+        tasks = [asyncio.ensure_future(storm_socket()) for _ in range(300)]
+        turner: asyncio.Future[None] | None = None
+        try:
+            await poll_until_async(lambda: len(turns) == 300, timeout=30)  # all made later
+            turner = asyncio.ensure_future(turning())
+            client = await connect(HOST, port, user="guest", password="guest")
+            behind = 300 - len(started)
+            await client.close()
+            assert behind >= 200, f"only {behind} of the storm's sockets were behind it"
+            await asyncio.wait_for(asyncio.gather(*tasks), 60)  # the storm is served too
+        finally:
+            if turner is not None:
+                turner.cancel()
+            for task in tasks:
+                task.cancel()
+            for writer in storm:
+                writer.close()
+            server.close()
+            await server.wait_closed()
+
+    uvloop.run(main())
+
+
 def test_without_a_loop_a_piece_runs_at_once() -> None:
     turns = TurnBudget(lambda: None, budget=0.0)
     ran: list[int] = []
@@ -133,6 +287,10 @@ class CountedTurns(TurnBudget):
     def later(self, work: Callable[[], None]) -> None:
         self.waited += 1
         super().later(work)
+
+    def later_new(self, work: Callable[[], None]) -> None:
+        self.waited += 1
+        super().later_new(work)
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
