@@ -28,7 +28,10 @@ from collections.abc import Callable, Generator, Sequence
 from typing import TypeVar, cast
 
 __all__ = [
+    "HANDSHAKE",
+    "NEW",
     "SLICE",
+    "TRAFFIC",
     "TURN_BUDGET",
     "CallSoon",
     "SliceQueue",
@@ -136,6 +139,11 @@ class SliceQueue:
                 self._soon = None
 
 
+#: The ranks of :class:`TurnBudget`'s queues, first served first: a handshake under way
+#: (its start-ok, its login, its open), the open connections' work, a new socket.
+HANDSHAKE, TRAFFIC, NEW = 0, 1, 2
+
+
 class TurnBudget(SliceQueue):
     """Pieces of work that come from the loop's own callbacks, many in one turn: each runs
     at once while the turn has CPU left, else waits in a queue for later turns, run in the
@@ -151,21 +159,26 @@ class TurnBudget(SliceQueue):
     :data:`TURN_BUDGET` of the loop's CPU. While pieces wait, :meth:`spent` holds for
     everyone: a newcomer never overtakes them.
 
-    A new socket's first piece (:meth:`later_new`: its connection made, its protocol
-    header read, connection.start sent) waits in a queue of its own, behind every piece of
-    the sockets already served: in a storm of thousands of clients a handshake once begun
-    is finished (its start-ok, its login, its open) before more are begun. In one queue,
-    each step of every handshake waited behind all the storm's new sockets, longer than
-    the clients wait for an answer (pika gives up after 15 s): they gave up, dialled
-    again, and the broker began handshakes and finished none (soak39: 500 abandoned
-    handshakes in 20 s, none opened, 3 minutes after a fail-over). Each turn runs one
-    piece of each queue whatever it costs: both always move.
+    Three queues, by rank: the pieces of a handshake under way (:data:`HANDSHAKE`: a
+    start-ok read, a login decided, an open) before the open connections'
+    (:data:`TRAFFIC`), and those before a new socket's first piece (:data:`NEW`: its
+    connection made, its protocol header read, connection.start sent). Each turn runs one
+    piece of each queue that has one, whatever it costs (every queue always moves), then,
+    while its CPU lasts, the first-ranked queue's. In one queue, in a storm of thousands
+    of clients reconnecting after a fail-over, each step of a handshake waited behind the
+    storm's new sockets and the open clients' acknowledgements, longer than a client waits
+    for its handshake (pika: 15 s): clients gave up and dialled again, and the broker
+    began handshakes and finished none (soak39 and soak40, 2026-12-01: 1,000 handshakes
+    abandoned a minute at connection.start's answer, none opened for minutes). A
+    handshake's pieces are few (a socket reaches the open connections' rank once open) and
+    new sockets come last: the handshakes begun are finished, as many a turn as the CPU
+    allows.
 
     A :class:`SliceQueue` whose turn is a CPU budget instead of a count (``call_soon`` as
     there). THREAD UNSAFE: the loop's thread.
     """
 
-    __slots__ = ("_budget", "_cpu", "_new", "_since")
+    __slots__ = ("_budget", "_cpu", "_queues", "_since")
 
     def __init__(
         self,
@@ -177,24 +190,22 @@ class TurnBudget(SliceQueue):
         self._budget = budget
         self._cpu = cpu
         self._since = cpu()
-        #: the new sockets' first pieces, behind every other piece
-        self._new: deque[Callable[[], None]] = deque()
+        #: by rank; the open connections' is the SliceQueue's own
+        self._queues: tuple[deque[Callable[[], None]], ...] = (deque(), self._work, deque())
 
     def __len__(self) -> int:
-        return len(self._work) + len(self._new)
+        return sum(len(queue) for queue in self._queues)
+
+    def _waiting(self) -> bool:
+        return any(self._queues)
 
     def spent(self) -> bool:
         """Whether a piece must wait: others wait, or this turn's CPU is spent."""
-        return bool(self._work or self._new) or self._cpu() - self._since >= self._budget
+        return self._waiting() or self._cpu() - self._since >= self._budget
 
-    def later(self, work: Callable[[], None]) -> None:
-        """Run ``work`` at a later turn, after every piece queued before it (a new
-        socket's first piece aside: :meth:`later_new`)."""
-        self.add(work)
-
-    def later_new(self, work: Callable[[], None]) -> None:
-        """Run a new socket's first piece at a later turn, after every piece of the others
-        queued before or meanwhile (one new socket a turn at least)."""
+    def later(self, work: Callable[[], None], rank: int = TRAFFIC) -> None:
+        """Run ``work`` at a later turn, after every piece of its ``rank`` queued before
+        it, and of the ranks before it (one piece of each queue a turn at least)."""
         if self._soon is None:
             soon = self._call_soon()
             if soon is None:
@@ -202,27 +213,34 @@ class TurnBudget(SliceQueue):
                 return
             self._soon = soon
             soon(self._turn)
-        self._new.append(work)
+        self._queues[rank].append(work)
+
+    def later_new(self, work: Callable[[], None]) -> None:
+        """A new socket's first piece: :meth:`later` at rank :data:`NEW`."""
+        self.later(work, NEW)
 
     def _pieces(self) -> None:
-        """This turn's pieces: one new socket's first and one of the others, whatever
-        they cost (both queues always move), then while its CPU lasts the others' and
-        then more new sockets'."""
-        work, new, cpu = self._work, self._new, self._cpu
+        """This turn's pieces: one of each queue that has one, whatever they cost (every
+        queue always moves), then while its CPU lasts the first-ranked queue's."""
+        queues, cpu = self._queues, self._cpu
         self._since = since = cpu()
-        if new:
-            new.popleft()()
-        if work:
-            work.popleft()()
-        while (work or new) and cpu() - since < self._budget:
-            (work or new).popleft()()
+        for queue in queues:
+            if queue:
+                queue.popleft()()
+        while cpu() - since < self._budget:
+            for queue in queues:
+                if queue:
+                    queue.popleft()()
+                    break
+            else:
+                return
 
     def _turn(self) -> None:
         soon = self._soon
         try:
             self._pieces()
         finally:  # a piece that raised is the loop's to report; the rest still run
-            if (self._work or self._new) and soon is not None:
+            if self._waiting() and soon is not None:
                 soon(self._turn)
             else:
                 self._soon = None

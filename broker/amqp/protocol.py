@@ -46,7 +46,7 @@ from broker.security.login_backoff import source_key
 from broker.security.password_checks import run_password_check
 from broker.security.tls import certificate_identity
 from common.loop_errors import where_raised
-from common.slices import run_in_turns, run_steps
+from common.slices import HANDSHAKE, TRAFFIC, run_in_turns, run_steps
 
 #: Transport write buffer water marks: deliveries pause above HIGH, resume below LOW.
 HIGH_WATER = 4 * 1024 * 1024
@@ -83,13 +83,14 @@ class AmqpProtocol(asyncio.Protocol):
         if turns is not None and turns.spent():
             # Made at a later turn (thousands of clients coming at once). Not paused here:
             # uvloop starts reading after connection_made whatever it did; a read kept.
-            # Behind the handshakes under way (TurnBudget.later_new), unless it comes from
-            # one of the cluster's brokers: a backup's link (or its agent) is not made to
-            # wait behind a storm of clients reconnecting after a fail-over (soak39: a
-            # restarted backup's dials unanswered for 30 s, again and again).
+            # Behind the handshakes under way and the open connections (TurnBudget's
+            # ranks), unless it comes from one of the cluster's brokers: a backup's link
+            # is not made to wait behind a storm of clients reconnecting after a
+            # fail-over (soak39: a restarted backup's dials unanswered for 30 s, again
+            # and again).
             self._parse_scheduled = True
             if self._from_cluster(tcp):
-                turns.later(self._parse_more)
+                turns.later(self._parse_more, HANDSHAKE)
             else:
                 turns.later_new(self._parse_more)
             return
@@ -184,8 +185,10 @@ class AmqpProtocol(asyncio.Protocol):
             turns = self.ctx.turns
             if turns is None or not self._waits():
                 self._loop.call_soon(self._parse_more)
-            else:
-                turns.later(self._parse_more)
+            else:  # a handshake's steps before the open connections' reads
+                connection = self.connection
+                opened = connection is not None and connection.is_open
+                turns.later(self._parse_more, TRAFFIC if opened else HANDSHAKE)
         self._follow_reading()
 
     def _waits(self) -> bool:
@@ -252,7 +255,7 @@ class AmqpProtocol(asyncio.Protocol):
                 self._checking_login = False
                 return  # the loop is closing
             if turns is not None and turns.spent():
-                turns.later(lambda: decided(future))  # a burst of logins: in turns
+                turns.later(lambda: decided(future), HANDSHAKE)  # a burst of logins
             else:
                 decided(future)
 

@@ -21,7 +21,7 @@ from pamqp import commands
 from broker.amqp.client import AmqpClient, Delivery, connect
 from broker.amqp.protocol import AmqpProtocol
 from common.polling import poll_until_async
-from common.slices import TurnBudget
+from common.slices import HANDSHAKE, NEW, TRAFFIC, TurnBudget
 from tests.amqp.helpers import make_context, open_client
 
 HOST = "127.0.0.1"
@@ -97,10 +97,10 @@ def test_a_turn_runs_one_piece_whatever_it_costs_and_the_queue_moves_past_an_err
     assert ran == ["failing", "next"] and loop.soon == []
 
 
-def test_a_new_sockets_first_piece_waits_behind_the_handshakes_under_way() -> None:
-    """The storm's rule: the pieces of sockets already served (a handshake's start-ok,
-    login, open) run before new sockets' first pieces, those queued meanwhile too; each
-    turn still begins one new socket, whatever the others cost."""
+def test_a_handshakes_steps_before_the_open_connections_and_those_before_new_sockets() -> None:
+    """The storm's rule: a handshake's next step (queued meanwhile too) before the open
+    connections' reads, and those before a new socket's first piece; each turn still
+    runs one piece of each queue, whatever they cost."""
     loop, cpu = Loop(), WorkClock()
     turns = TurnBudget(lambda: loop.call_soon, budget=0.02, cpu=cpu)
     cpu.now = 0.03
@@ -109,88 +109,86 @@ def test_a_new_sockets_first_piece_waits_behind_the_handshakes_under_way() -> No
     def piece(name: str) -> Callable[[], None]:
         def run() -> None:
             ran.append(name)
-            cpu.now += 0.008
-            if name == "old0":
-                turns.later(piece("old0-next"))  # a handshake's next step, queued meanwhile
+            cpu.now += 0.006
+            if name == "shake0":  # its next step, queued meanwhile
+                turns.later(piece("shake0-next"), HANDSHAKE)
 
         return run
 
-    for i in range(4):
+    for i in range(3):
         turns.later_new(piece(f"new{i}"))
-    turns.later(piece("old0"))
-    turns.later(piece("old1"))
-    assert len(turns) == 6 and turns.spent()
+    for i in range(3):
+        turns.later(piece(f"read{i}"))
+    turns.later(piece("shake0"), HANDSHAKE)
+    assert len(turns) == 7 and turns.spent()
+    loop.turn()  # one of each (18 ms), then the first-ranked while the 20 ms last
+    assert ran == ["shake0", "read0", "new0", "shake0-next"]
     loop.turn()
-    assert ran == ["new0", "old0", "old1"]
-    loop.turn()
-    assert ran[3:] == ["new1", "old0-next", "new2"]
-    loop.turn()
-    assert ran[6:] == ["new3"] and loop.soon == [] and len(turns) == 0
+    assert ran[4:] == ["read1", "new1", "read2", "new2"] and loop.soon == []
+    assert len(turns) == 0
 
 
-def test_with_a_budget_of_nothing_both_queues_move_a_piece_a_turn() -> None:
+def test_with_a_budget_of_nothing_every_queue_moves_a_piece_a_turn() -> None:
     loop, cpu = Loop(), WorkClock()
     turns = TurnBudget(lambda: loop.call_soon, budget=0.0, cpu=cpu)
     ran: list[str] = []
-    for i in range(3):
+    for i in range(2):
         turns.later_new(lambda i=i: ran.append(f"new{i}"))  # type: ignore[misc]
-        turns.later(lambda i=i: ran.append(f"old{i}"))  # type: ignore[misc]
+        turns.later(lambda i=i: ran.append(f"read{i}"))  # type: ignore[misc]
+        turns.later(lambda i=i: ran.append(f"shake{i}"), HANDSHAKE)  # type: ignore[misc]
     loop.turn()
-    assert ran == ["new0", "old0"]
+    assert ran == ["shake0", "read0", "new0"]
     loop.turn()
-    loop.turn()
-    assert ran == ["new0", "old0", "new1", "old1", "new2", "old2"] and loop.soon == []
+    assert ran[3:] == ["shake1", "read1", "new1"] and loop.soon == []
 
 
 @no_deadline
 @given(
-    st.lists(st.tuples(st.sampled_from(["new", "old", "turn"]), st.floats(0.0, 0.03)), max_size=60)
+    st.lists(
+        st.tuples(st.sampled_from([HANDSHAKE, TRAFFIC, NEW, -1]), st.floats(0.0, 0.03)),
+        max_size=60,
+    )
 )
-def test_each_queue_in_order_both_moving_and_the_served_first(
-    ops: list[tuple[str, float]],
+def test_each_queue_in_order_every_queue_moving_the_first_ranked_first(
+    ops: list[tuple[int, float]],
 ) -> None:
-    """Any sequence of pieces queued (each costing some CPU) and turns: each queue runs in
-    the order it was filled; a turn that began with pieces of both runs one of each; and a
-    new socket's piece runs beyond a turn's first only when no other piece waits."""
+    """Any sequence of pieces queued (each costing some CPU; -1: a turn of the loop): each
+    queue runs in the order it was filled; a turn begins with one piece of each queue
+    that had one, in rank order; past those, a piece runs only when no piece of a queue
+    ranked before it waits."""
     loop, cpu = Loop(), WorkClock()
     turns = TurnBudget(lambda: loop.call_soon, budget=0.02, cpu=cpu)
     cpu.now = 1.0  # spent: everything queued waits
-    ran: list[tuple[str, int]] = []
-    counts = {"new": 0, "old": 0}
+    ran: list[tuple[int, int, list[int]]] = []  # rank, number, the queues' lengths then
+    counts = [0, 0, 0]
 
-    def piece(kind: str, n: int, cost: float) -> Callable[[], None]:
+    def piece(rank: int, n: int, cost: float) -> Callable[[], None]:
         def run() -> None:
-            ran.append((kind, n))
+            ran.append((rank, n, [len(q) for q in turns._queues]))
             cpu.now += cost
 
         return run
 
     def one_turn() -> None:
-        waiting = {"new": len(turns._new), "old": len(turns._work)}
+        waiting = [rank for rank, queue in enumerate(turns._queues) if queue]
         before = len(ran)
         loop.turn()
         this = ran[before:]
-        kinds = [kind for kind, _ in this]
-        for kind in ("new", "old"):
-            if waiting[kind]:
-                assert kind in kinds
-        for position, (kind, _) in enumerate(this):
-            if kind == "new" and position > 0:
-                later_old = [k for k in kinds[position:] if k == "old"]
-                assert not later_old, this
+        assert [rank for rank, _, _ in this[: len(waiting)]] == waiting
+        for rank, _, lengths in this[len(waiting) :]:
+            assert not any(lengths[:rank]), this
 
-    for op, cost in ops:
-        if op == "turn":
+    for rank, cost in ops:
+        if rank == -1:
             if loop.soon:
                 one_turn()
             continue
-        n = counts[op]
-        counts[op] += 1
-        (turns.later_new if op == "new" else turns.later)(piece(op, n, cost))
+        turns.later(piece(rank, counts[rank], cost), rank)
+        counts[rank] += 1
     while loop.soon:
         one_turn()
-    for kind in ("new", "old"):
-        assert [n for k, n in ran if k == kind] == list(range(counts[kind]))
+    for rank in (HANDSHAKE, TRAFFIC, NEW):
+        assert [n for r, n, _ in ran if r == rank] == list(range(counts[rank]))
     assert len(turns) == 0
 
 
@@ -284,13 +282,9 @@ class CountedTurns(TurnBudget):
 
     waited = 0
 
-    def later(self, work: Callable[[], None]) -> None:
+    def later(self, work: Callable[[], None], rank: int = TRAFFIC) -> None:
         self.waited += 1
-        super().later(work)
-
-    def later_new(self, work: Callable[[], None]) -> None:
-        self.waited += 1
-        super().later_new(work)
+        super().later(work, rank)
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
