@@ -29,7 +29,6 @@ from typing import TypeVar, cast
 
 __all__ = [
     "HANDSHAKE",
-    "NEW",
     "SLICE",
     "TRAFFIC",
     "TURN_BUDGET",
@@ -140,8 +139,9 @@ class SliceQueue:
 
 
 #: The ranks of :class:`TurnBudget`'s queues, first served first: a handshake under way
-#: (its start-ok, its login, its open), the open connections' work, a new socket.
-HANDSHAKE, TRAFFIC, NEW = 0, 1, 2
+#: (its start-ok, its login, its open), then everything else (the open connections'
+#: reads, new sockets, lost ones) in the order it came.
+HANDSHAKE, TRAFFIC = 0, 1
 
 
 class TurnBudget(SliceQueue):
@@ -159,20 +159,21 @@ class TurnBudget(SliceQueue):
     :data:`TURN_BUDGET` of the loop's CPU. While pieces wait, :meth:`spent` holds for
     everyone: a newcomer never overtakes them.
 
-    Three queues, by rank: the pieces of a handshake under way (:data:`HANDSHAKE`: a
-    start-ok read, a login decided, an open) before the open connections'
-    (:data:`TRAFFIC`), and those before a new socket's first piece (:data:`NEW`: its
-    connection made, its protocol header read, connection.start sent). Each turn runs one
-    piece of each queue that has one, whatever it costs (every queue always moves), then,
-    while its CPU lasts, the first-ranked queue's. In one queue, in a storm of thousands
-    of clients reconnecting after a fail-over, each step of a handshake waited behind the
-    storm's new sockets and the open clients' acknowledgements, longer than a client waits
-    for its handshake (pika: 15 s): clients gave up and dialled again, and the broker
-    began handshakes and finished none (soak39 and soak40, 2026-12-01: 1,000 handshakes
-    abandoned a minute at connection.start's answer, none opened for minutes). A
-    handshake's pieces are few (a socket reaches the open connections' rank once open) and
-    new sockets come last: the handshakes begun are finished, as many a turn as the CPU
-    allows.
+    Two queues, by rank: the pieces of a handshake under way (:data:`HANDSHAKE`: a
+    start-ok read, a login decided, an open) before everything else (:data:`TRAFFIC`:
+    the open connections' reads, a new socket's first piece, a lost one's release, in the
+    order they came). Each turn runs one piece of each queue that has one, whatever it
+    costs (both always move), then, while its CPU lasts, the first-ranked queue's. In one
+    queue, in a storm of thousands of clients reconnecting after a fail-over, each step of
+    a handshake waited behind the storm's new sockets and the open clients'
+    acknowledgements, longer than a client waits for its handshake (pika: 15 s): clients
+    gave up and dialled again, and the broker began handshakes and finished none (soak39,
+    2026-12-01: 1,265 handshakes abandoned a minute at connection.start's answer, none
+    opened for 4.5 minutes). A handshake's pieces are few (a socket reaches the other rank
+    once open), so the handshakes begun are finished, while new sockets keep their share
+    of the turns in arrival order: ranked last (soak40, soak41), behind open clients'
+    steady acknowledgements, they were begun one a turn, 8 a second at load 15, and a
+    client's redials waited past its 30 s.
 
     A :class:`SliceQueue` whose turn is a CPU budget instead of a count (``call_soon`` as
     there). THREAD UNSAFE: the loop's thread.
@@ -190,8 +191,8 @@ class TurnBudget(SliceQueue):
         self._budget = budget
         self._cpu = cpu
         self._since = cpu()
-        #: by rank; the open connections' is the SliceQueue's own
-        self._queues: tuple[deque[Callable[[], None]], ...] = (deque(), self._work, deque())
+        #: by rank; the last is the SliceQueue's own
+        self._queues: tuple[deque[Callable[[], None]], ...] = (deque(), self._work)
 
     def __len__(self) -> int:
         return sum(len(queue) for queue in self._queues)
@@ -214,10 +215,6 @@ class TurnBudget(SliceQueue):
             self._soon = soon
             soon(self._turn)
         self._queues[rank].append(work)
-
-    def later_new(self, work: Callable[[], None]) -> None:
-        """A new socket's first piece: :meth:`later` at rank :data:`NEW`."""
-        self.later(work, NEW)
 
     def _pieces(self) -> None:
         """This turn's pieces: one of each queue that has one, whatever they cost (every

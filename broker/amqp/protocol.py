@@ -83,16 +83,13 @@ class AmqpProtocol(asyncio.Protocol):
         if turns is not None and turns.spent():
             # Made at a later turn (thousands of clients coming at once). Not paused here:
             # uvloop starts reading after connection_made whatever it did; a read kept.
-            # Behind the handshakes under way and the open connections (TurnBudget's
-            # ranks), unless it comes from one of the cluster's brokers: a backup's link
-            # is not made to wait behind a storm of clients reconnecting after a
+            # In arrival order with the open connections' reads (TurnBudget's ranks),
+            # unless it comes from one of the cluster's brokers: a backup's link is made
+            # at a handshake's rank, not behind a storm of clients reconnecting after a
             # fail-over (soak39: a restarted backup's dials unanswered for 30 s, again
             # and again).
             self._parse_scheduled = True
-            if self._from_cluster(tcp):
-                turns.later(self._parse_more, HANDSHAKE)
-            else:
-                turns.later_new(self._parse_more)
+            turns.later(self._parse_more, HANDSHAKE if self._from_cluster(tcp) else TRAFFIC)
             return
         self._make(tcp)
 

@@ -21,7 +21,7 @@ from pamqp import commands
 from broker.amqp.client import AmqpClient, Delivery, connect
 from broker.amqp.protocol import AmqpProtocol
 from common.polling import poll_until_async
-from common.slices import HANDSHAKE, NEW, TRAFFIC, TurnBudget
+from common.slices import HANDSHAKE, TRAFFIC, TurnBudget
 from tests.amqp.helpers import make_context, open_client
 
 HOST = "127.0.0.1"
@@ -97,10 +97,10 @@ def test_a_turn_runs_one_piece_whatever_it_costs_and_the_queue_moves_past_an_err
     assert ran == ["failing", "next"] and loop.soon == []
 
 
-def test_a_handshakes_steps_before_the_open_connections_and_those_before_new_sockets() -> None:
+def test_a_handshakes_steps_before_the_open_connections_and_the_new_sockets() -> None:
     """The storm's rule: a handshake's next step (queued meanwhile too) before the open
-    connections' reads, and those before a new socket's first piece; each turn still
-    runs one piece of each queue, whatever they cost."""
+    connections' reads and the new sockets' first pieces, which keep their order; each
+    turn still runs one piece of each queue, whatever they cost."""
     loop, cpu = Loop(), WorkClock()
     turns = TurnBudget(lambda: loop.call_soon, budget=0.02, cpu=cpu)
     cpu.now = 0.03
@@ -116,15 +116,14 @@ def test_a_handshakes_steps_before_the_open_connections_and_those_before_new_soc
         return run
 
     for i in range(3):
-        turns.later_new(piece(f"new{i}"))
-    for i in range(3):
+        turns.later(piece(f"new{i}"))
         turns.later(piece(f"read{i}"))
     turns.later(piece("shake0"), HANDSHAKE)
     assert len(turns) == 7 and turns.spent()
-    loop.turn()  # one of each (18 ms), then the first-ranked while the 20 ms last
-    assert ran == ["shake0", "read0", "new0", "shake0-next"]
+    loop.turn()  # one of each (12 ms), then the first-ranked, then the rest, for 20 ms
+    assert ran == ["shake0", "new0", "shake0-next", "read0"]
     loop.turn()
-    assert ran[4:] == ["read1", "new1", "read2", "new2"] and loop.soon == []
+    assert ran[4:] == ["new1", "read1", "new2", "read2"] and loop.soon == []
     assert len(turns) == 0
 
 
@@ -133,19 +132,18 @@ def test_with_a_budget_of_nothing_every_queue_moves_a_piece_a_turn() -> None:
     turns = TurnBudget(lambda: loop.call_soon, budget=0.0, cpu=cpu)
     ran: list[str] = []
     for i in range(2):
-        turns.later_new(lambda i=i: ran.append(f"new{i}"))  # type: ignore[misc]
         turns.later(lambda i=i: ran.append(f"read{i}"))  # type: ignore[misc]
         turns.later(lambda i=i: ran.append(f"shake{i}"), HANDSHAKE)  # type: ignore[misc]
     loop.turn()
-    assert ran == ["shake0", "read0", "new0"]
+    assert ran == ["shake0", "read0"]
     loop.turn()
-    assert ran[3:] == ["shake1", "read1", "new1"] and loop.soon == []
+    assert ran[2:] == ["shake1", "read1"] and loop.soon == []
 
 
 @no_deadline
 @given(
     st.lists(
-        st.tuples(st.sampled_from([HANDSHAKE, TRAFFIC, NEW, -1]), st.floats(0.0, 0.03)),
+        st.tuples(st.sampled_from([HANDSHAKE, TRAFFIC, -1]), st.floats(0.0, 0.03)),
         max_size=60,
     )
 )
@@ -160,7 +158,7 @@ def test_each_queue_in_order_every_queue_moving_the_first_ranked_first(
     turns = TurnBudget(lambda: loop.call_soon, budget=0.02, cpu=cpu)
     cpu.now = 1.0  # spent: everything queued waits
     ran: list[tuple[int, int, list[int]]] = []  # rank, number, the queues' lengths then
-    counts = [0, 0, 0]
+    counts = [0, 0]
 
     def piece(rank: int, n: int, cost: float) -> Callable[[], None]:
         def run() -> None:
@@ -187,7 +185,7 @@ def test_each_queue_in_order_every_queue_moving_the_first_ranked_first(
         counts[rank] += 1
     while loop.soon:
         one_turn()
-    for rank in (HANDSHAKE, TRAFFIC, NEW):
+    for rank in (HANDSHAKE, TRAFFIC):
         assert [n for r, n, _ in ran if r == rank] == list(range(counts[rank]))
     assert len(turns) == 0
 
