@@ -243,6 +243,48 @@ def test_a_cluster_hosts_socket_is_made_ahead_of_a_storm_of_new_ones() -> None:
     uvloop.run(main())
 
 
+def test_a_client_gone_before_its_socket_was_made_costs_its_turn_nothing() -> None:
+    """A socket waiting for its turn to be made is read on: its client giving up (closing)
+    is seen at once, and at its turn nothing is made and nothing sent (soak42: such
+    sockets, paused, were made and sent connection.start long after their clients left)."""
+
+    class Counted(AmqpProtocol):
+        made = 0
+        lost = 0
+
+        def _make(self, transport: asyncio.Transport) -> None:
+            Counted.made += 1
+            super()._make(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            Counted.lost += 1
+            super().connection_lost(exc)
+
+    async def main() -> None:
+        ctx = make_context()
+        pump = Loop()
+        ctx.turns = TurnBudget(lambda: pump.call_soon, budget=0.0)
+        server = await asyncio.get_running_loop().create_server(lambda: Counted(ctx), HOST, 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            writers = []
+            for _ in range(20):
+                _reader, writer = await asyncio.open_connection(HOST, port)
+                writer.write(b"AMQP\x00\x00\x09\x01")
+                writers.append(writer)
+            for writer in writers:
+                writer.close()  # given up before its turn
+            await poll_until_async(lambda: Counted.lost == 20, timeout=30)
+            while pump.soon:
+                pump.turn()
+            assert Counted.made == 0 and not ctx.connections
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    uvloop.run(main())
+
+
 def test_without_a_loop_a_piece_runs_at_once() -> None:
     turns = TurnBudget(lambda: None, budget=0.0)
     ran: list[int] = []
