@@ -112,6 +112,10 @@ class SliceQueue:
 
     def add(self, work: Callable[[], None]) -> None:
         """Run ``work`` at a later turn, after every piece queued before it."""
+        self._queue(work, self._work)
+
+    def _queue(self, work: Callable[[], None], queue: deque[Callable[[], None]]) -> None:
+        """``work`` onto ``queue``, a turn asked for if none is; at once without a loop."""
         if self._soon is None:
             soon = self._call_soon()
             if soon is None:
@@ -119,7 +123,7 @@ class SliceQueue:
                 return
             self._soon = soon
             soon(self._turn)
-        self._work.append(work)
+        queue.append(work)
 
     def _pieces(self) -> None:
         """This turn's pieces: ``size`` of them."""
@@ -207,14 +211,7 @@ class TurnBudget(SliceQueue):
     def later(self, work: Callable[[], None], rank: int = TRAFFIC) -> None:
         """Run ``work`` at a later turn, after every piece of its ``rank`` queued before
         it, and of the ranks before it (one piece of each queue a turn at least)."""
-        if self._soon is None:
-            soon = self._call_soon()
-            if soon is None:
-                work()
-                return
-            self._soon = soon
-            soon(self._turn)
-        self._queues[rank].append(work)
+        self._queue(work, self._queues[rank])
 
     def _pieces(self) -> None:
         """This turn's pieces: one of each queue that has one, whatever they cost (every
