@@ -112,7 +112,10 @@ def _node_of(event: dict[str, Any], agent_node: str) -> str:
 
 
 def ended_instances(
-    agent: str, events: list[dict[str, Any]], faults: list[tuple[float, str, str]]
+    agent: str,
+    events: list[dict[str, Any]],
+    faults: list[tuple[float, str, str]],
+    run_end: float | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per broker instance ``agent``'s log shows ending: an agent's fence logs
     ``agent_fenced`` (pid), then ``broker_killed`` (pid) and the supervisor's
@@ -120,7 +123,9 @@ def ended_instances(
     times, and a fault's exit once). The entry keeps the first event and its reason, the
     events seen, and the exit code. A ``zookeeper_session_fence`` names no pid: the kill that
     follows it does (none when the broker served on its members' grants: nothing ended). A
-    broker that fenced itself (its lease ran out) shows as an exit with code 3 alone."""
+    broker that fenced itself (its lease ran out) shows as an exit with code 3 alone. An
+    instance that ended after ``run_end`` (the last sample: the harness then stops the agents,
+    and an agent stopped during a promotion fences it, as it should) is ``after_the_run``."""
     by_pid: dict[object, dict[str, Any]] = {}
     for event in events:
         name = event.get("event")
@@ -138,6 +143,7 @@ def ended_instances(
                     0 <= at - when <= FAULT_WINDOW and hit == target for when, _w, hit in faults
                 ),
                 "reason": event.get("reason"), "events": [], "code": None,
+                "after_the_run": run_end is not None and at > run_end,
             }  # fmt: skip
         entry["events"].append(name)
         if name == "broker_process_exited":
@@ -154,8 +160,12 @@ def restarted_to_join(ended: dict[str, Any]) -> bool:
 
 
 def healthy_fenced(ended: dict[str, Any]) -> bool:
-    """An instance that ended neither by a fault nor by a restart to join."""
-    return not ended["after_a_fault"] and not restarted_to_join(ended)
+    """An instance that ended during the run neither by a fault nor by a restart to join."""
+    return (
+        not ended["after_a_fault"]
+        and not ended.get("after_the_run", False)
+        and not restarted_to_join(ended)
+    )
 
 
 def settings(session_timeout: float | None) -> dict[str, Any]:
@@ -558,8 +568,9 @@ def summarise(
     declared_s: float,
 ) -> dict[str, Any]:
     fences = []
+    run_end = samples[-1][0] if samples else None
     for node in cluster.nodes:
-        fences += ended_instances(node, read_events(cluster.agent_log(node)), faults)
+        fences += ended_instances(node, read_events(cluster.agent_log(node)), faults, run_end)
     drill_events = read_events(workdir / "drill.log")
     stretches = without_primary(samples, faults, *confirm_gaps(drill_events))
     loads = sorted(load for _t, _p, load in samples)

@@ -100,3 +100,17 @@ def test_time_without_a_primary_is_a_fail_overs_only_right_after_a_fault() -> No
         (34.0, 3.0, False),
     ]
     assert soak.failovers(samples, faults) == [{"fault": "kill", "node": "node1", "s": 4.5}]
+
+
+def test_an_instance_that_ended_after_the_run_is_the_teardowns() -> None:
+    """soak43: the harness stopped the primary's agent after the last sample, and the agent
+    stopped during the next promotion fenced it: not a healthy broker fenced by the run."""
+    soak = scale_soak()
+    events = [
+        _event(100.0, "agent_fenced", reason="the broker does not answer", pid=501),
+        _event(400.0, "agent_fenced", reason="promotion of unknown outcome: stopping", pid=502),
+        _event(400.1, "broker_process_exited", pid=502, code=-9, ran_s=50.0),
+    ]
+    ended = soak.ended_instances("node1", events, [], run_end=T0 + 399.0)
+    assert [(e["pid"], e["after_the_run"]) for e in ended] == [(501, False), (502, True)]
+    assert [soak.healthy_fenced(e) for e in ended] == [True, False]
