@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker import __version__
-from broker.amqp.context import BrokerContext, ConnectionSettings
+from broker.amqp.context import BrokerContext, ConnectionSettings, Logger
+from broker.amqp.new_sockets import NewSockets, Shift
 from broker.amqp.protocol import AmqpProtocol
 from broker.broker_security import BrokerSecurity
 from broker.core.alarms import ResourceAlarms, memory_limit_bytes
@@ -103,6 +104,8 @@ class Broker:
             # thousands of sockets read, made or logged in in one turn: a budget's a turn
             turns=TurnBudget(_running_call_soon),
             cluster_hosts=self.security.cluster_hosts,  # made ahead of a storm of clients
+            # a storm longer than its clients' patience: the newest sockets made first
+            new_sockets=NewSockets(on_shift=functools.partial(_log_shift, amqp_log)),
         )
         self.ha: HaBroker | None = None
         self.replications: dict[str, QueueReplication] = {}
@@ -639,6 +642,14 @@ async def _in_turns(steps: Steps[None], go_on: Callable[[], bool]) -> None:
             await asyncio.sleep(0)
     finally:
         steps.close()
+
+
+def _log_shift(log: Logger, shift: Shift) -> None:
+    """The new sockets' order changed (:mod:`broker.amqp.new_sockets`)."""
+    if shift.newest_first:
+        log.warning("new_sockets_newest_first", waited_s=shift.waited_s, waiting=shift.waiting)
+    else:
+        log.info("new_sockets_in_order", waited_s=shift.waited_s, waiting=shift.waiting)
 
 
 def _running_call_soon() -> CallSoon | None:

@@ -165,7 +165,8 @@ class TurnBudget(SliceQueue):
 
     Two queues, by rank: the pieces of a handshake under way (:data:`HANDSHAKE`: a
     start-ok read, a login decided, an open) before everything else (:data:`TRAFFIC`:
-    the open connections' reads, a new socket's first piece, a lost one's release, in the
+    the open connections' reads, a new socket's ticket (the broker's new sockets: which one
+    it makes is theirs to say, ``broker.amqp.new_sockets``), a lost one's release, in the
     order they came). Each turn runs one piece of each queue that has one, whatever it
     costs (both always move), then, while its CPU lasts, the first-ranked queue's. In one
     queue, in a storm of thousands of clients reconnecting after a fail-over, each step of

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker import __version__
+from broker.amqp.new_sockets import NewSockets
 from broker.amqp.stream_sink import StreamSink
 from broker.core.errors import AmqpError
 from broker.core.queue import Queue
@@ -264,6 +265,10 @@ class BrokerContext:
     #: of each address): a new socket from one is made ahead of a storm of clients'
     #: (:meth:`broker.amqp.protocol.AmqpProtocol.connection_made`).
     cluster_hosts: frozenset[str] = frozenset()
+    #: The new sockets waiting for a turn (:class:`broker.amqp.new_sockets.NewSockets`:
+    #: the oldest made first while the broker keeps up, the newest once it does not);
+    #: None: each made at its own place in the turns (a test's context).
+    new_sockets: NewSockets | None = None
 
     def attach(
         self,

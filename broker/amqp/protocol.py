@@ -40,6 +40,7 @@ from typing import cast
 
 from broker.amqp.connection import Connection
 from broker.amqp.context import BrokerContext, counts_toward_limits
+from broker.amqp.new_sockets import Waiting
 from broker.amqp.ports import ShellConnection
 from broker.listen import peer_address
 from broker.security.login_backoff import source_key
@@ -78,6 +79,8 @@ class AmqpProtocol(asyncio.Protocol):
         #: takes nothing of what is left to write is aborted after ``close_timeout``.
         self._hung_up_at: float | None = None
         self._loop = asyncio.get_running_loop()
+        #: The socket's wait among the new sockets, until it is made.
+        self._waiting: Waiting | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's TCPTransport is not an asyncio.Transport subclass, but behaves as one.
@@ -93,10 +96,25 @@ class AmqpProtocol(asyncio.Protocol):
             # at a handshake's rank, not behind a storm of clients reconnecting after a
             # fail-over (soak39: a restarted backup's dials unanswered for 30 s, again
             # and again).
+            # A client's socket waits among the new sockets, its place in the turns a
+            # ticket that makes the oldest waiting while the broker keeps up and the
+            # newest once it does not (:mod:`broker.amqp.new_sockets`).
             self._parse_scheduled = True
-            turns.later(self._parse_more, HANDSHAKE if self._from_cluster(tcp) else TRAFFIC)
+            new_sockets = self.ctx.new_sockets
+            if self._from_cluster(tcp):
+                turns.later(self._parse_more, HANDSHAKE)
+            elif new_sockets is None:
+                turns.later(self._parse_more, TRAFFIC)
+            else:
+                ticket, self._waiting = new_sockets.arrive(self._made_in_turn)
+                turns.later(ticket, TRAFFIC)
             return
         self._make(tcp)
+
+    def _made_in_turn(self) -> None:
+        """Chosen among the waiting new sockets: made now."""
+        self._waiting = None
+        self._parse_more()
 
     def _from_cluster(self, transport: asyncio.Transport) -> bool:
         """Whether the socket's peer is on a host of ``ha-brokers-url``."""
@@ -353,6 +371,9 @@ class AmqpProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self._held.clear()
+        if self._waiting is not None:  # its client left before it was made
+            self._waiting.cancel()
+            self._waiting = None
         connection = self.connection
         if connection is None:
             return
