@@ -8,6 +8,7 @@ every handshake began at the end of its client's patience and none finished)."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import uvloop
 from hypothesis import given, settings
@@ -36,7 +37,7 @@ def test_oldest_first_while_the_oldest_is_young() -> None:
     tickets = []
     for n in range(5):
         clock.now += 0.5
-        ticket, _wait = sockets.arrive(lambda n=n: made.append(n))
+        ticket, _wait = sockets.arrive(partial(made.append, n))
         tickets.append(ticket)
     for ticket in tickets:
         ticket()
@@ -49,7 +50,7 @@ def test_newest_first_once_the_oldest_waited_its_patience_then_in_order_again() 
     sockets, shifts = _queue(clock)
     made: list[int] = []
     for n in range(4):
-        sockets.arrive(lambda n=n: made.append(n))
+        sockets.arrive(partial(made.append, n))
         clock.now += 1.0  # socket 0 has waited 4 s once the last came
     sockets.make_one()
     sockets.make_one()
@@ -70,7 +71,7 @@ def test_a_socket_whose_client_left_is_never_made_and_costs_no_ticket() -> None:
     made: list[int] = []
     waits: list[Waiting] = []
     for n in range(5):
-        _ticket, wait = sockets.arrive(lambda n=n: made.append(n))
+        _ticket, wait = sockets.arrive(partial(made.append, n))
         waits.append(wait)
     waits[0].cancel()
     waits[4].cancel()
@@ -112,7 +113,7 @@ def test_each_ticket_makes_the_rules_socket(
         if kind == "arrive":
             clock.now += float(value)
             n = len(waits)
-            _ticket, wait = sockets.arrive(lambda n=n: made.append(n))
+            _ticket, wait = sockets.arrive(partial(made.append, n))
             waits.append(wait)
             arrived.append(clock.now)
         elif kind == "leave" and waits:
