@@ -164,8 +164,8 @@ def recover(segments: list[bytes], native: bool) -> Any:
         state.segments,
         {n: (u.records, u.live) for n, u in ledger.segments.items()},
         ledger._config,
-        ledger._messages,
-        ledger._enqueues,
+        {message_id: ledger._messages[message_id] for message_id in ledger._messages},
+        {key: ledger._enqueues.get(key) for key in ledger._enqueues},
         ledger.delivered,
     )
 
