@@ -138,15 +138,15 @@ def test_each_ticket_makes_the_rules_socket(
 
 def test_a_new_client_is_made_and_opened_ahead_of_a_storm_past_its_patience() -> None:
     """100 sockets wait to be made (a budget of nothing, the test's turns) and, by the
-    test's clock, have waited past the patience when a client comes: it is made, logged in
-    and open while at least 90 of them have not had their connection.start; 10 of the storm
-    that leave meanwhile are never made; the rest are served afterwards."""
+    test's clock, have waited past the patience when a client comes: its socket is the
+    first made, and it logs in and opens; 10 of the storm that leave meanwhile are never
+    made; the rest are served afterwards, every one newest first."""
 
     class Counted(AmqpProtocol):
-        made = 0
+        made: list[int] = []  # the peers' ports in the order made
 
         def _make(self, transport: asyncio.Transport) -> None:
-            Counted.made += 1
+            Counted.made.append(transport.get_extra_info("peername")[1])
             super()._make(transport)
 
     async def main() -> None:
@@ -180,13 +180,17 @@ def test_a_new_client_is_made_and_opened_ahead_of_a_storm_past_its_patience() ->
                 writer.close()
             await poll_until_async(lambda: sum(w.gone for w in sockets._waiting) == 10, 30)
             clock.now = 10.0  # the storm has waited 10 s: the broker is behind
+            dialled = asyncio.ensure_future(connect(HOST, port, user="guest", password="guest"))
+            await poll_until_async(lambda: len(sockets) == 101, timeout=30)  # it waits too
             turner = asyncio.ensure_future(turning())
-            client = await connect(HOST, port, user="guest", password="guest")
-            behind = 90 - len(started)
+            client = await dialled
             await client.close()
-            assert behind >= 80, f"only {behind} of the storm's sockets were behind it"
+            storm_ports = {w.get_extra_info("sockname")[1] for w in storm}
+            assert Counted.made[0] not in storm_ports  # the client's, made first
             await poll_until_async(lambda: len(started) == 90, timeout=60)  # served too
-            assert Counted.made == 91  # the client and the storm that stayed
+            assert len(Counted.made) == 91  # the client and the storm that stayed
+            left = {w.get_extra_info("sockname")[1] for w in storm[:10]}
+            assert not left & set(Counted.made)
             assert sockets.made_newest_first == 91  # every one past the patience
         finally:
             if turner is not None:
