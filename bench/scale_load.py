@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import multiprocessing
 import random
 import statistics
@@ -35,7 +36,7 @@ from multiprocessing.connection import Connection as Pipe
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-from broker.amqp.client import Delivery, connect
+from broker.amqp.client import ConnectionFailed, Delivery, connect
 
 __all__ = ["BURST", "Connections", "ConsoleViewer", "publish_backlog"]
 
@@ -65,6 +66,25 @@ class ConnectionCounts:
     deliveries: int = 0
     #: the seconds from the first loss after a fault to every connection open again
     reopened_s: list[float] = field(default_factory=list)
+    #: dials that timed out (30 s) before connection.start came, and after it
+    timed_out_before_start: int = 0
+    timed_out_after_start: int = 0
+    #: dials by the seconds from the dial to connection.start (at most the key's
+    #: seconds; "more": later), a dial that timed out after it included
+    start_s: dict[str, int] = field(default_factory=dict)
+
+
+#: The bounds of :attr:`ConnectionCounts.start_s`, in seconds.
+START_BOUNDS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
+
+
+def start_bucket(seconds: float) -> str:
+    """The key of :attr:`ConnectionCounts.start_s` for a connection.start ``seconds``
+    after its dial."""
+    for bound in START_BOUNDS:
+        if seconds <= bound:
+            return f"{bound:g}"
+    return "more"
 
 
 #: Processes the clients are spread over: 2,000 handshakes at once in one process's loop
@@ -156,8 +176,17 @@ class Connections:
                 continue
             with contextlib.suppress(EOFError, OSError):
                 got = receive.recv()
-                for name in ("opened", "lost", "refused", "deliveries"):
+                for name in (
+                    "opened",
+                    "lost",
+                    "refused",
+                    "deliveries",
+                    "timed_out_before_start",
+                    "timed_out_after_start",
+                ):
                     setattr(total, name, getattr(total, name) + got[name])
+                for key, count in got["start_s"].items():
+                    total.start_s[key] = total.start_s.get(key, 0) + count
         for process in self._processes:
             process.join(10)
             if process.is_alive():
@@ -177,6 +206,11 @@ class Connections:
             elif open_now == self.connections and lost_at is not None:
                 self.counts.reopened_s.append(round(time.monotonic() - lost_at, 1))
                 lost_at = None
+
+
+def _started(started: list[float], _properties: dict[str, Any]) -> None:
+    """connection.start came: when (``ClientsProcess``'s counts)."""
+    started.append(time.monotonic())
 
 
 def run_clients(
@@ -246,20 +280,44 @@ class ClientsProcess:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _dial_ended(self, dialled: float, started: list[float], failure: Exception | None) -> None:
+        """Count where a dial's time went: to connection.start, and a time-out before or
+        after it (the broker's ``handshake_abandoned`` lines tell its side)."""
+        counts = self.counts
+        if started:
+            key = start_bucket(started[0] - dialled)
+            counts.start_s[key] = counts.start_s.get(key, 0) + 1
+        if isinstance(failure, ConnectionFailed) and "no open connection within" in str(failure):
+            if started:
+                counts.timed_out_after_start += 1
+            else:
+                counts.timed_out_before_start += 1
+
     async def _client(self, i: int) -> None:
         queue = self.queues.get(i)
         index = i % len(self.addresses)
         while True:
             host, port = self.addresses[index]
+            dialled = time.monotonic()
+            started: list[float] = []
             try:
-                client = await connect(host, port, user="guest", password="guest", timeout=30)
+                client = await connect(
+                    host,
+                    port,
+                    user="guest",
+                    password="guest",
+                    timeout=30,
+                    on_start=functools.partial(_started, started),
+                )
             except asyncio.CancelledError:
                 raise
-            except Exception:  # refused (a backup; no primary yet) or unreachable: the next
+            except Exception as exc:  # refused (a backup; no primary yet), unreachable: the next
+                self._dial_ended(dialled, started, exc)
                 self.counts.refused += 1
                 index = (index + 1) % len(self.addresses)
                 await asyncio.sleep(1.0 + random.random())
                 continue
+            self._dial_ended(dialled, started, None)
             self._opened(1)
             self.counts.opened += 1
             try:

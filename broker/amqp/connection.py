@@ -664,14 +664,37 @@ class Connection:
         """The socket is gone: release everything, log the close."""
         run_steps(self.connection_lost_steps())
 
-    def connection_lost_steps(self, size: int = SLICE) -> Steps[None]:
+    def _abandoned(self, unread: int, waited_s: float) -> dict[str, float | int]:
+        """Where the time of a handshake abandoned went, for its log line: the socket's
+        wait to be made (``waited_s``), the connection's life since (``lived_s``), the
+        seconds since its last read and its last write (connection.start, at
+        ``await-start-ok``), and what was read but not handled: kept by the shell for a
+        later turn of the loop (``unread``) or by the connection (``buffered``)."""
+        now = self.ctx.clock()
+        timeouts = self.timeouts
+        return {
+            "waited_s": round(waited_s, 3),
+            "lived_s": round(now - timeouts.created, 3),
+            "read_s_ago": round(now - timeouts.last_read, 3),
+            "wrote_s_ago": round(now - timeouts.last_write, 3),
+            "unread": unread,
+            "buffered": len(self._buf),
+        }
+
+    def connection_lost_steps(
+        self, size: int = SLICE, *, unread: int = 0, waited_s: float = 0.0
+    ) -> Steps[None]:
         """:meth:`connection_lost` in slices (:mod:`common.slices`): the channels are
         released ``size`` a slice, then the connection is closed and logged. Until the
         last slice it is listed as before; what it writes meanwhile goes nowhere (the
         socket is gone), and what its channels' consumers are sent meanwhile is requeued
         with the rest at their channel's slice. Lost while a clean close's release runs
         (:meth:`release_then`): that release goes on to its end, then the connection is
-        closed and logged, once."""
+        closed and logged, once.
+
+        ``unread``, ``waited_s``: what the shell knows of a handshake abandoned (bytes it
+        read and had not handed over yet; the seconds its socket waited between its accept
+        and this connection's making), logged with it (:meth:`_abandoned`)."""
         was_open = self.state in (S.OPEN, S.CLOSING) or self.close_reason is not None
         handshake = self.state  # where a client that hung up mid-handshake stopped
         yield from self._cleanup_steps(size)
@@ -690,6 +713,7 @@ class Connection:
                 peer=self.peer,
                 state=handshake.value,
                 reason=self.close_reason or "socket closed",
+                **self._abandoned(unread, waited_s),
             )
         elif was_open or self.user is not None:
             self.ctx.log.info(

@@ -158,6 +158,9 @@ class ShellConnection(Protocol):
 
     def connection_lost(self) -> None: ...
 
-    def connection_lost_steps(self) -> Steps[None]:
-        """:meth:`connection_lost` in slices (:mod:`common.slices`), for the loop's turns."""
+    def connection_lost_steps(self, *, unread: int = 0, waited_s: float = 0.0) -> Steps[None]:
+        """:meth:`connection_lost` in slices (:mod:`common.slices`), for the loop's turns.
+        ``unread``: bytes the shell read and had not handed over; ``waited_s``: the seconds
+        the socket waited between its accept and the connection's making (both logged
+        with a handshake abandoned)."""
         ...

@@ -81,11 +81,16 @@ class AmqpProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         #: The socket's wait among the new sockets, until it is made.
         self._waiting: Waiting | None = None
+        #: When the socket was accepted, and the seconds it then waited to be made (the
+        #: loop's clock; logged with a handshake abandoned).
+        self._accepted_at = self._loop.time()
+        self._waited_s = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's TCPTransport is not an asyncio.Transport subclass, but behaves as one.
         tcp = cast(asyncio.Transport, transport)
         self.transport = tcp
+        self._accepted_at = self._loop.time()
         tcp.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
         turns = self.ctx.turns
         if turns is not None and turns.spent():
@@ -129,6 +134,7 @@ class AmqpProtocol(asyncio.Protocol):
         # an IPv4 client of the dual-stack listener as IPv4 (loopback rule, names, logs)
         host, peer = peer_address(transport.get_extra_info("peername"))
         identity = certificate_identity(transport.get_extra_info("peercert"))  # TLS only
+        self._waited_s = self._loop.time() - self._accepted_at
         connection = Connection(
             self.ctx,
             peer,
@@ -370,6 +376,7 @@ class AmqpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        unread = sum(map(len, self._held))
         self._held.clear()
         if self._waiting is not None:  # its client left before it was made
             self._waiting.cancel()
@@ -380,7 +387,7 @@ class AmqpProtocol(asyncio.Protocol):
         if exc is not None and connection.close_reason is None:
             connection.close_reason = f"socket error: {exc}"
         turns = self.ctx.turns
-        steps = connection.connection_lost_steps()
+        steps = connection.connection_lost_steps(unread=unread, waited_s=self._waited_s)
         if turns is None:
             run_steps(steps)
             return

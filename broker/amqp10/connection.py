@@ -521,13 +521,14 @@ class Connection:
         self.session_table.release()
         self.vhost.owner_closed(self)
 
-    def connection_lost_steps(self) -> Steps[None]:
+    def connection_lost_steps(self, *, unread: int = 0, waited_s: float = 0.0) -> Steps[None]:
         """:meth:`connection_lost` in one slice (a 1.0 connection's links are few)."""
-        self.connection_lost()
+        self.connection_lost(unread=unread, waited_s=waited_s)
         yield from ()
 
-    def connection_lost(self) -> None:
-        """The socket is gone: release everything, log the close."""
+    def connection_lost(self, *, unread: int = 0, waited_s: float = 0.0) -> None:
+        """The socket is gone: release everything, log the close (a handshake abandoned
+        with ``unread`` and ``waited_s``, as the 0-9-1 connection logs them)."""
         stopped_at = self.state
         handshake = stopped_at in HANDSHAKE
         self.cleanup()
@@ -542,6 +543,8 @@ class Connection:
                 peer=self.peer,
                 state=stopped_at.value,
                 reason=self.close_reason or "socket closed",
+                unread=unread,
+                waited_s=round(waited_s, 3),
             )
         else:
             self.ctx.log.info(

@@ -5,6 +5,7 @@ with the step it stopped at, info once the protocol header came, debug for a bar
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 import pytest
@@ -48,3 +49,24 @@ def test_a_bare_tcp_probe_is_logged_at_debug(solo: BrokerProcess) -> None:
         port = sock.getsockname()[1]
     event = poll_until(lambda: _abandoned(solo, port), 10, "handshake_abandoned")
     assert (event["level"], event["state"]) == ("debug", "await-header")
+
+
+def test_an_abandoned_handshake_says_where_its_time_went(solo: BrokerProcess) -> None:
+    """The line says how long the socket waited to be made, how long the connection lived,
+    how long ago it last wrote (connection.start) and read, and what it read but had not
+    handled (here: the first 5 bytes of a frame, never completed)."""
+    with socket.create_connection(("127.0.0.1", solo.port), timeout=5) as sock:
+        port = sock.getsockname()[1]
+        sock.sendall(PROTOCOL_HEADER)
+        assert sock.recv(7)  # the frame header of connection.start
+        sock.sendall(b"\x01\x00\x00\x00\x00")  # a method frame's first bytes, no more
+        held = 0.4
+        time.sleep(held)  # not a synchronisation: the client's wait, which the line shows
+    event = poll_until(lambda: _abandoned(solo, port), 10, "handshake_abandoned")
+    assert event["state"] == "await-start-ok"
+    assert event["wrote_s_ago"] >= held * 0.9
+    assert event["lived_s"] >= event["wrote_s_ago"]
+    assert 0 <= event["read_s_ago"] <= event["lived_s"]
+    assert event["waited_s"] >= 0 and event["unread"] == 0
+    assert event["buffered"] == 5
+    assert problems(event) == []
