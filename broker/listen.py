@@ -24,8 +24,9 @@ answer within 0.3 s, took the healthy primary for gone and took its epoch (the 3
 soak of 2026-11-30, soak30-A2).
 
 A failure to bind is a :class:`ListenError` naming the listener, its options and the
-address that failed. Sockets are made here and handed to asyncio (``create_server(sock=)``)
-or aiohttp (``SockSite``) by the shells.
+address that failed. Sockets are made here and accepted by :class:`broker.accept.Acceptor`
+(the AMQP ports: many connections a poll of the loop, where uvloop's servers take one) or
+handed to aiohttp (``SockSite``) by the shells.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import os
 import socket
 import ssl as ssl_module
 from collections.abc import Callable
+
+from broker.accept import Acceptor
 
 __all__ = [
     "BACKLOG",
@@ -167,14 +170,15 @@ def open_sockets(what: str, names: str, value: str, port: int) -> list[socket.so
 
 
 class Listener:
-    """The asyncio servers of one listener (one per socket), closed together."""
+    """The acceptors of one listener (one per socket, :class:`broker.accept.Acceptor`),
+    started and closed together."""
 
-    def __init__(self, servers: list[asyncio.Server]) -> None:
-        self.servers = servers
+    def __init__(self, acceptors: list[Acceptor]) -> None:
+        self.acceptors = acceptors
 
     @property
     def sockets(self) -> list[socket.socket]:
-        return [s for server in self.servers for s in server.sockets]
+        return [a.sock for a in self.acceptors if a.sock is not None]
 
     @property
     def port(self) -> int:
@@ -183,16 +187,15 @@ class Listener:
 
     async def start_serving(self) -> None:
         """Listen and accept (a listener made with ``start_serving=False``)."""
-        for server in self.servers:
-            await server.start_serving()
+        for acceptor in self.acceptors:
+            acceptor.start()
 
     def close(self) -> None:
-        for server in self.servers:
-            server.close()
+        for acceptor in self.acceptors:
+            acceptor.close()
 
     async def wait_closed(self) -> None:
-        for server in self.servers:
-            await server.wait_closed()
+        """Closed at :meth:`close` (the connections accepted are the broker's to close)."""
 
 
 async def serve(
@@ -212,25 +215,16 @@ async def serve(
 
     :raises ListenError: as :func:`open_sockets`.
     """
-    loop = asyncio.get_running_loop()
     backlog = backlog or BACKLOG
-    servers: list[asyncio.Server] = []
-    try:
-        for sock in open_sockets(what, names, value, port):
-            try:
-                servers.append(
-                    await loop.create_server(
-                        factory, sock=sock, ssl=ssl, backlog=backlog, start_serving=start_serving
-                    )
-                )
-            except BaseException:
-                sock.close()
-                raise
-    except BaseException:
-        for server in servers:
-            server.close()
-        raise
-    return Listener(servers)
+    listener = Listener(
+        [
+            Acceptor(sock, factory, backlog=backlog, ssl=ssl)
+            for sock in open_sockets(what, names, value, port)
+        ]
+    )
+    if start_serving:
+        await listener.start_serving()
+    return listener
 
 
 def peer_address(peername: object) -> tuple[str, str]:
