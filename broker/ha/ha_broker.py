@@ -639,10 +639,10 @@ class HaBroker:
             replication_error=link.replication_error() if link is not None else None,
         )
 
-    def status_rows(self) -> HaRows:
+    def status_rows(self, ordered: bool = True) -> HaRows:
         """What the status view lists a row of (:func:`broker.ha.ha_status.rows_of`)."""
         streams = None if self.primary is None else self.streams
-        return rows_of(self.link, self.vhost, self.role, streams)
+        return rows_of(self.link, self.vhost, self.role, streams, ordered)
 
     def status(self) -> dict[str, Any]:
         """What GET /api/ha shows, at once (:meth:`status_steps`)."""
