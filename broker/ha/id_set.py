@@ -38,9 +38,10 @@ No I/O; not thread-safe (owned by one replicator at a time).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from operator import lt
+from typing import TypeVar
 
 __all__ = ["MAX_ID", "IdSet"]
 
@@ -50,6 +51,9 @@ MAX_ID = 2**63 - 1
 _MAX_VARINT_BYTES = 9  # 9 * 7 = 63 bits
 
 BytesLike = bytes | bytearray | memoryview
+
+
+T = TypeVar("T")
 
 
 def _check_id(value: object, what: str = "id") -> int:
@@ -152,13 +156,29 @@ class IdSet:
             or not all(map(lt, ids, islice(ids, 1, None)))
         ):
             return None
+        return cls._by_halving(n, ids.__getitem__)
+
+    @classmethod
+    def of_sorted(cls, items: Sequence[T], key: Callable[[T], int]) -> IdSet:
+        """The set of ``key(item)`` for ``items``, whose keys the caller knows to be valid
+        ids in strictly ascending order (a queue's snapshot by position): found by halving,
+        O(ranges x log(len)) keys read and no list of them made (a restarted backup's
+        50,000-message queue: no pass over its entries in Python). Not checked: keys out of
+        order give a wrong set."""
+        return cls._by_halving(len(items), lambda i: key(items[i]))
+
+    @classmethod
+    def _by_halving(cls, n: int, at: Callable[[int], int]) -> IdSet:
+        """The set of ``at(0) < at(1) < ... < at(n - 1)``, ranges found by halving."""
+        if not n:
+            return cls()
         firsts: list[int] = []
         lasts: list[int] = []
         todo = [(0, n)]
         while todo:
             lo, hi = todo.pop()
-            first = ids[lo]
-            last = ids[hi - 1]
+            first = at(lo)
+            last = at(hi - 1)
             if last - first == hi - 1 - lo:
                 if lasts and first == lasts[-1] + 1:
                     lasts[-1] = last

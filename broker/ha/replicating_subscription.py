@@ -48,6 +48,7 @@ import itertools
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
+from operator import attrgetter
 
 from broker.core.message import Entry, TxMark
 from broker.core.queue import Queue
@@ -57,6 +58,8 @@ from broker.ha.delivery_watermark import DeliveryWatermark
 from broker.ha.id_set import IdSet
 from broker.ha.queue_guard import QueueGuard
 from broker.ha.wire import Dequeue, EnqueuePacker, QueueCaughtUp, StreamEvent, encode_batch
+
+_position = attrgetter("position")
 
 #: Subscription keys: a later subscription (of any queue, any backup) has a greater key.
 _keys = itertools.count(1)
@@ -91,8 +94,10 @@ class ReplicatingSubscription:
             self._pending_dequeues = IdSet()
             self._backlog: deque[Entry] = deque(snapshot)
         else:
-            positions = [entry.position for entry in snapshot]  # ascending
-            primary_ids = IdSet.from_ascending(positions)
+            # By position, ascending: halved and bisected, never walked in Python (a
+            # restarted backup's 50,000-message queues made 58 ms steps of the new
+            # primary's loop at load 16, soak46).
+            primary_ids = IdSet.of_sorted(snapshot, _position)
             self._pending_dequeues = backup_ids.difference(primary_ids)
             self._backlog = deque()
             # Range by range of what the backup holds (a restarted backup: one or a few):
@@ -101,12 +106,13 @@ class ReplicatingSubscription:
             send = self._backlog.extend
             at = 0
             for first, last in backup_ids.ranges():
-                lo = bisect_left(positions, first, at)
-                hi = bisect_right(positions, last, lo)
+                lo = bisect_left(snapshot, first, at, key=_position)
+                hi = bisect_right(snapshot, last, lo, key=_position)
                 send(snapshot[at:lo])
                 if guard is not None:  # the backup holds them already: safe to confirm
-                    for position in positions[max(lo, bisect_left(positions, first_guarded)) : hi]:
-                        guard.acknowledged(position)
+                    held = bisect_left(snapshot, first_guarded, lo, hi, key=_position)
+                    for entry in snapshot[held:hi]:
+                        guard.acknowledged(entry.position)
                 at = hi
             send(snapshot[at:])
         self._dequeued_unsent: set[int] = set()

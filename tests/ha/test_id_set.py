@@ -168,6 +168,35 @@ def test_decode_every_truncation_raises_value_error(s: IdSet, data: st.DataObjec
         IdSet.decode(encoded + data.draw(st.binary(min_size=1, max_size=4)))
 
 
+
+@given(id_sets)
+def test_of_sorted_reads_the_keys_of_ascending_items(s: IdSet) -> None:
+    """A queue's snapshot by position: the same set as from its ids, and (in runs) with far
+    fewer keys read than there are items."""
+    items = [(i, "entry") for i in s]
+    read: list[int] = []
+
+    def key(item: tuple[int, str]) -> int:
+        read.append(item[0])
+        return item[0]
+
+    assert IdSet.of_sorted(items, key) == s == IdSet.from_ascending(list(s))
+    assert len(read) <= 4 * len(s.ranges()) * (len(items).bit_length() + 1)
+
+
+def test_of_sorted_reads_few_keys_of_a_big_queue() -> None:
+    positions = [*range(1, 40_001), *range(40_101, 90_001)]  # 89,900 entries, 2 runs
+    read = 0
+
+    def key(position: int) -> int:
+        nonlocal read
+        read += 1
+        return position
+
+    assert IdSet.of_sorted(positions, key).ranges() == [(1, 40_000), (40_101, 90_000)]
+    assert read < 200
+
+
 # -- examples -----------------------------------------------------------------------------------
 
 
