@@ -168,7 +168,6 @@ def test_decode_every_truncation_raises_value_error(s: IdSet, data: st.DataObjec
         IdSet.decode(encoded + data.draw(st.binary(min_size=1, max_size=4)))
 
 
-
 @given(id_sets)
 def test_of_sorted_reads_the_keys_of_ascending_items(s: IdSet) -> None:
     """A queue's snapshot by position: the same set as from its ids, and (in runs) with far
