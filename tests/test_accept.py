@@ -8,29 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import resource
-import select
 import socket
 
 import pytest
 import uvloop
 
 from broker.listen import serve
+from tests.dialling import start_connects
 
 CLIENTS = 600
 
 
 def _connect_all(port: int) -> list[socket.socket]:
     """CLIENTS connections the kernel completed (the loop that listens is held meanwhile)."""
-    socks = []
-    for _ in range(CLIENTS):
-        sock = socket.socket()
-        sock.setblocking(False)
-        sock.connect_ex(("127.0.0.1", port))
-        socks.append(sock)
-    pending = {s.fileno(): s for s in socks}
-    poller = select.poll()
-    for fd in pending:
-        poller.register(fd, select.POLLOUT)
+    socks, pending, poller = start_connects(port, CLIENTS)
     while pending:
         events = poller.poll(10_000)
         assert events, "the kernel completed no connection within 10 s"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import resource
-import select
 import socket
 import threading
 import time
@@ -16,23 +15,16 @@ import time
 import pytest
 
 from broker.listen import BACKLOG, serve
+from tests.dialling import start_connects
 
 CLIENTS = 1_500
 
 
 def _connect_all(port: int, answered: list[int], done: threading.Event) -> None:
     """Start CLIENTS connects at once; count those the kernel completed within 2 s."""
-    socks = []
+    socks: list[socket.socket] = []
     try:
-        for _ in range(CLIENTS):
-            sock = socket.socket()
-            sock.setblocking(False)
-            sock.connect_ex(("127.0.0.1", port))
-            socks.append(sock)
-        pending = {s.fileno(): s for s in socks}
-        poller = select.poll()
-        for fd in pending:
-            poller.register(fd, select.POLLOUT)
+        socks, pending, poller = start_connects(port, CLIENTS)
         deadline = time.monotonic() + 2.0
         while pending and (left := deadline - time.monotonic()) > 0:
             for fd, _event in poller.poll(left * 1000):
