@@ -102,6 +102,19 @@ def text(browser: Any, css: str) -> str:
     raise AssertionError(f"{css} re-rendered 20 times in a row")
 
 
+def classes(browser: Any, css: str) -> list[str]:
+    """The element's classes; again if the page re-rendered it between its lookup and the
+    read (a live table: stale in the read, cc1 of 2026-12-02)."""
+    for _ in range(20):
+        try:
+            found = browser.find_element(By.CSS_SELECTOR, css)
+            return str(found.get_attribute("class")).split()
+        except WebDriverException as exc:
+            if not _replaced(exc):
+                raise
+    raise AssertionError(f"{css} re-rendered 20 times in a row")
+
+
 def log_in(
     browser: Any, node: Member, user: str, page: str = "cluster", password: str | None = None
 ) -> None:

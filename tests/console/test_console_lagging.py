@@ -27,7 +27,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from tests.agent.agent_cluster import AgentCluster
-from tests.console.page import log_in, seen, text
+from tests.console.page import classes, log_in, seen, text
 from tests.console.support import write_users
 from tests.zookeeper import ZooKeeper
 
@@ -125,7 +125,7 @@ def test_a_connected_lagging_backup_shows_its_lag(
                 HEARTBEAT,
                 "the stopped backup's lag on the page",
             )
-            classes = str(browser.find_element(By.CSS_SELECTOR, row).get_attribute("class"))
+            marks = classes(browser, row)
             role = text(browser, f"{row} td:nth-child(3)")
             in_sync = text(browser, f"{row} td.in-sync")
             summary = text(browser, "#in-sync-summary")
@@ -137,7 +137,7 @@ def test_a_connected_lagging_backup_shows_its_lag(
     # what a reader sees: the primary's row marked, the backup's row LAGGING with its lag
     assert text(browser, "#members tbody tr.is-primary td:nth-child(3)") == "PRIMARY"
     assert f"127.0.0.1:{primary.port}" in text(browser, "#members tbody tr.is-primary")
-    assert "lagging" in classes.split() and "down" not in classes.split(), classes
+    assert "lagging" in marks and "down" not in marks, marks
     assert role.startswith("backup, LAGGING ("), role
     assert " msgs behind" in role, role
     # in the in-sync set and lagging at once, said without contradiction: the table and

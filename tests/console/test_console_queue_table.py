@@ -18,7 +18,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 from tests.broker_process import BrokerProcess
-from tests.console.page import click, confirm_says, log_in, seen, text
+from tests.console.page import classes, click, confirm_says, log_in, seen, text
 from tests.console.support import write_users
 from tests.ha.cluster import http
 
@@ -133,10 +133,6 @@ def test_the_exchanges_table_is_filtered_and_paged_by_the_server(
     seen(browser, lambda: exchange_names(browser)[:2] == ["x-059", "x-058"], what="by name, desc")
     header = browser.find_element(By.CSS_SELECTOR, "#exchanges th[data-sort='name']")
     assert "sorted-desc" in str(header.get_attribute("class"))
-
-
-def classes(browser: Any, css: str) -> list[str]:
-    return str(browser.find_element(By.CSS_SELECTOR, css).get_attribute("class")).split()
 
 
 #: the filter box's table: its rows and the attribute that names each

@@ -19,7 +19,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from common.polling import poll_until
-from tests.console.page import confirm_says, log_in, seen, text
+from tests.console.page import classes, confirm_says, log_in, seen, text
 from tests.console.support import write_users
 from tests.ha.cluster import Cluster
 
@@ -72,7 +72,7 @@ def test_a_cluster_manager_shuts_down_a_backup_then_promotes_one(
     role = f"{gone} td:nth-child(3)"
     pending = "GONE, pending removal from the in-sync set"  # no agent commits it here
     seen(browser, lambda: text(browser, role) == pending, 15, "the backup gone")
-    assert "down" in str(browser.find_element(By.CSS_SELECTOR, gone).get_attribute("class"))
+    assert "down" in classes(browser, gone)
     # still a member of the in-sync set until its removal is committed: card and table agree
     assert text(browser, f"{gone} td.in-sync") == "member, gone: confirms held"
     members = sorted(f"127.0.0.1:{b.port}" for b in (stays, leaving))

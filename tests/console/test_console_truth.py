@@ -43,7 +43,7 @@ from selenium.webdriver.common.by import By
 from common.polling import poll_until
 from common.version import REPLICATION_FORMATS, TEST_REPLICATION_FORMATS_ENV
 from tests.broker_process import BrokerProcess
-from tests.console.page import log_in, seen, text
+from tests.console.page import classes, log_in, seen, text
 from tests.console.support import write_users
 from tests.ha.cluster import Cluster, http
 from tests.ha.test_replication_errors_cluster import _nested
@@ -100,10 +100,6 @@ def troubled(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeper) -> 
 
 def row(port: int) -> str:
     return f"#members tr[data-member='127.0.0.1:{port}']"
-
-
-def classes(browser: Any, css: str) -> list[str]:
-    return str(browser.find_element(By.CSS_SELECTOR, css).get_attribute("class")).split()
 
 
 def test_the_pages_follow_a_cluster_through_its_troubles(
