@@ -159,11 +159,13 @@ def rows_of(
     rows a reader sees); False for a sum alone (the agent's health check, twice a second:
     sorting 10,000 names each time was the bulk of a 102 ms step in soak45)."""
     if link is not None and link.replicator.replicators:
-        items = link.replicator.replicators.items()
-        replicators = [r for _key, r in (sorted(items) if ordered else items)]
+        mapping = link.replicator.replicators
+        replicators = [r for _key, r in sorted(mapping.items())] if ordered else [*mapping.values()]
         return HaRows(replicators, [], None, ())
-    queues = vhost.queues.items()
-    own = [q for _key, q in (sorted(queues) if ordered else queues) if q.exclusive_owner is None]
+    if ordered:
+        own = [q for _key, q in sorted(vhost.queues.items()) if q.exclusive_owner is None]
+    else:  # no key made a queue (soak47: 53 ms of a 107 ms step walking 10,000 items)
+        own = [q for q in vhost.queues.values() if q.exclusive_owner is None]
     if streams is None:
         return HaRows([], own, None, ())
     ids = tuple(b for b, _ in sorted(role.backups.items(), key=lambda b: b[1].url))
