@@ -134,6 +134,7 @@ class StepWatch:
                 "loop_step_long",
                 cpu_ms=round(long_step.cpu * 1000.0, 1),
                 gc_ms=round(long_step.gc * 1000.0, 1),
+                gc_generation=long_step.gc_generation,
                 where=long_step.where,
             )
 

@@ -88,12 +88,15 @@ class LongStep:
     ended_at: float
     gc: float = 0.0
     where: str | None = None
+    #: the oldest generation collected within it (2: a full collection), None for none
+    gc_generation: int | None = None
 
     def view(self, now: float) -> dict[str, Any]:
         return {
             "cpu_ms": round(self.cpu * 1000.0, 1),
             "ago_s": round(max(0.0, now - self.ended_at), 1),
             "gc_ms": round(self.gc * 1000.0, 1),
+            "gc_generation": self.gc_generation,
             "where": self.where,
         }
 
@@ -150,9 +153,11 @@ class LoopSteps:
         """A turn of the tick at ``now`` with the loop thread's CPU clock at ``cpu``: the
         step since the last turn is recorded; the step when it was a long one."""
         foreign = collected = 0.0
+        oldest: int | None = None
         for seconds, on_loop, generation in _drain(self._collections):
             self.gc.add(seconds, generation)
             collected += seconds
+            oldest = generation if oldest is None else max(oldest, generation)
             if not on_loop:
                 foreign += seconds
             if self._policy.collected(generation, seconds):
@@ -170,7 +175,7 @@ class LoopSteps:
             longer = self.longest is None or step > self.longest.cpu
             if not longer and step < LONG_STEP:
                 return None
-            record = LongStep(step, now, collected, where)
+            record = LongStep(step, now, collected, where, oldest)
             if longer:
                 self.longest = record
             if step < LONG_STEP:

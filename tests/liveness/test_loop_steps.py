@@ -35,7 +35,9 @@ def test_a_step_is_the_cpu_time_between_two_turns() -> None:
     assert long_step is not None and round(long_step.cpu, 6) == 0.15
     view = steps.view(now=4.0)
     assert view["step_max_ms"] == 150.0 and view["long_steps_total"] == 1
-    assert view["long_steps"] == [{"cpu_ms": 150.0, "ago_s": 1.0, "gc_ms": 0.0, "where": None}]
+    assert view["long_steps"] == [
+        {"cpu_ms": 150.0, "ago_s": 1.0, "gc_ms": 0.0, "gc_generation": None, "where": None}
+    ]
 
 
 def test_the_tick_slows_after_an_idle_step_and_quickens_after_a_step_of_work() -> None:
@@ -61,8 +63,19 @@ def test_other_threads_collections_are_added_and_the_loops_own_are_not_counted_t
     long_step = steps.tick(0.2, 0.05)
     assert long_step is not None
     assert round(long_step.cpu, 6) == 0.12 and round(long_step.gc, 6) == 0.11
+    assert long_step.gc_generation == 0  # both young: which the step's pause was
     assert steps.gc.count == 2 and steps.gc.longest == 0.07
     assert steps.view(0.2)["gc_max_ms"] == 70.0
+
+
+def test_a_long_step_names_the_oldest_generation_it_collected() -> None:
+    steps = LoopSteps()
+    steps.tick(0.0, 0.0)
+    steps.gc_paused(0.03, on_loop=True, generation=0)
+    steps.gc_paused(0.06, on_loop=True, generation=1)
+    long_step = steps.tick(0.2, 0.11)
+    assert long_step is not None and long_step.gc_generation == 1
+    assert steps.view(0.2)["long_steps"][0]["gc_generation"] == 1
 
 
 def test_the_sampler_sees_a_step_grow_and_names_where_it_is() -> None:
