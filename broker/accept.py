@@ -54,13 +54,11 @@ class Acceptor:
         *,
         backlog: int,
         ssl: ssl_module.SSLContext | None = None,
-        batch: int = ACCEPT_BATCH,
     ) -> None:
         self.sock: socket.socket | None = sock
         self._factory = factory
         self._backlog = backlog
         self._ssl = ssl
-        self._batch = batch
         self._loop = asyncio.get_running_loop()
         self._reading = False
         self._retry: asyncio.TimerHandle | None = None
@@ -90,11 +88,12 @@ class Acceptor:
             self._loop.remove_reader(sock.fileno())
 
     def _accept(self) -> None:
-        """The socket is readable: up to ``batch`` connections accepted and handed over."""
+        """The socket is readable: up to :data:`ACCEPT_BATCH` connections accepted and
+        handed over."""
         sock = self.sock
         if sock is None:
             return
-        for _ in range(self._batch):
+        for _ in range(ACCEPT_BATCH):
             try:
                 connection, _address = sock.accept()
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
@@ -124,10 +123,6 @@ class Acceptor:
         self._handing.discard(task)
         if task.cancelled() or task.exception() is not None:
             connection.close()
-
-    @property
-    def listening(self) -> bool:
-        return self._reading or self._retry is not None
 
     def close(self) -> None:
         """Stop accepting and close the listening socket (connections accepted stay)."""
