@@ -250,10 +250,10 @@ class LiveFeed:
         runs a slice a turn of the event loop: 10,000 queues at once held it 0.1-0.25 s
         every second). The queues are listed when the first slice runs."""
         now = self.clock()
-        queues = vhosts_of(self.broker).queues  # by key: the name in "/"
-        items = list(queues.items())
+        vhosts = vhosts_of(self.broker)
+        items = list(vhosts.queues.items())  # by key: the name in "/"
         samples = self.samples
-        samples.queues_gone({key for key, _ in items})
+        samples.queues_gone(vhosts.missing_queues(samples.queue_history.keys()))
         following = self.following(now)
         samples.tick()
         for start in range(0, len(items), SLICE):
@@ -275,7 +275,6 @@ class LiveFeed:
             if self._followed:
                 self.lists.release()
             self.state, self._text, self._followed = None, None, False
-            samples.not_followed()
 
     def following(self, now: float) -> bool:
         """Whether someone follows the lists: a viewer, or a recent reader of

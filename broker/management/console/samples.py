@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from common.slices import SLICE, Steps
 
@@ -56,6 +56,37 @@ HISTORY = 60
 _NO_RATES: Mapping[str, float] = {"recv_oct_rate": 0.0, "send_oct_rate": 0.0}
 
 
+class _Reading(NamedTuple):
+    """What the sampler read of a queue at a tick."""
+
+    enqueued: int
+    delivered: int
+    acked: int
+    messages: int
+    unacked: int
+    consumers: int
+    #: whether the point it added to the history had every rate 0 (the next one the same
+    #: while nothing changes: added again, not made again)
+    still: bool
+
+
+def _rate(delta: int, span: float) -> float:
+    """Per second over ``span``; never negative (a counter that went down: 0)."""
+    return round(max(0, delta) / span, 2)
+
+
+def _point(
+    messages: int, unacked: int, publish: float, deliver: float, ack: float
+) -> dict[str, float]:
+    return {
+        "messages": messages,
+        "unacked": unacked,
+        "publish": publish,
+        "deliver": deliver,
+        "ack": ack,
+    }
+
+
 class Samples:
     """See the module docstring."""
 
@@ -67,77 +98,111 @@ class Samples:
         self.unacknowledged_since: dict[str, float] = {}
         #: backup id -> messages sent to it in all, at the last sample
         self._sent: dict[str, int] = {}
-        self._counters: dict[str, tuple[float, int, int, int]] = {}
-        #: queue key -> what the sampler read of it last (while the lists are followed)
-        self._signatures: dict[str, tuple[Any, ...]] = {}
+        #: queue key -> what the sampler read of it last, and when
+        self._readings: dict[str, _Reading] = {}
+        self._read_at: dict[str, float] = {}
         #: the queues whose rows moved at this tick, and at the tick before
         self.moved: set[str] = set()
         self.moved_before: set[str] = set()
-        #: connection id -> (time, bytes read, bytes written) at the last tick
-        self._bytes: dict[int, tuple[float, int, int]] = {}
+        #: connection id -> (bytes read, bytes written) at the last tick, and when it was
+        self._bytes: dict[int, tuple[int, int]] = {}
+        self._bytes_at = 0.0
         #: connection id -> its byte rates at the last tick
-        self.connection_rates: dict[int, dict[str, float]] = {}
+        self.connection_rates: dict[int, Mapping[str, float]] = {}
 
-    def queues_gone(self, keys: set[str]) -> None:
-        """Forget what was read of the queues not among ``keys`` (those there now)."""
-        # by set operations (10,000 look-ups by key took milliseconds)
-        for name in self.queue_history.keys() - keys:
+    def queues_gone(self, gone: Iterable[str]) -> None:
+        """Forget what was read of the queues ``gone``."""
+        for name in gone:
             del self.queue_history[name]
-            self._counters.pop(name, None)
-            self._signatures.pop(name, None)
+            self._readings.pop(name, None)
+            self._read_at.pop(name, None)
 
     def tick(self) -> None:
         """A new tick: the rows moved at the last one become those moved before."""
         self.moved_before, self.moved = self.moved, set()
 
-    def not_followed(self) -> None:
-        """Nobody follows the lists: what moved their rows is read afresh next time."""
-        self._signatures.clear()
-
     def queues(self, now: float, items: list[tuple[str, Any]], following: bool) -> None:
         """Read the queues ``items`` (key, queue) at ``now``; ``following``: note which
-        rows moved."""
+        rows moved.
+
+        A queue read as at the tick before (most of 10,000, most of the time) costs six
+        reads and no new object: its history gets the point it got then again, once that
+        point's rates are 0 (a console sample of 10,000 idle queues made 20,000 objects a
+        second, 9 us a queue quiet; the collector walked them)."""
+        readings, read_at, histories = self._readings, self._read_at, self.queue_history
+        moved = self.moved
         for name, queue in items:
-            counters = (now, queue.enqueued_total, queue.delivered_total, queue.acked_total)
-            before = self._counters.get(name, counters)
-            self._counters[name] = counters
-            span = max(now - before[0], 1e-3)
-            point = {
-                "messages": queue.message_count,
-                "unacked": queue.unacked,
-                "publish": round(max(0, counters[1] - before[1]) / span, 2),
-                "deliver": round(max(0, counters[2] - before[2]) / span, 2),
-                "ack": round(max(0, counters[3] - before[3]) / span, 2),
-            }
-            self.queue_history.setdefault(name, deque(maxlen=HISTORY)).append(point)
-            if following:  # what moves a queue's row (the rest: every 30 s, FULL_EVERY)
-                signature = (
-                    counters[1:],
-                    point["messages"],
-                    point["unacked"],
-                    queue.consumer_count,
+            enqueued, delivered = queue.enqueued_total, queue.delivered_total
+            acked, messages = queue.acked_total, queue.message_count
+            unacked, consumers = queue.unacked, queue.consumer_count
+            before = readings.get(name)
+            if (
+                before is not None
+                and before.messages == messages
+                and before.enqueued == enqueued
+                and before.delivered == delivered
+                and before.acked == acked
+                and before.unacked == unacked
+                and before.consumers == consumers
+            ):
+                read_at[name] = now
+                points = histories[name]
+                if before.still:
+                    points.append(points[-1])
+                    continue
+                point = _point(messages, unacked, 0.0, 0.0, 0.0)
+                readings[name] = before._replace(still=True)
+            else:
+                if before is None:
+                    point = _point(messages, unacked, 0.0, 0.0, 0.0)
+                else:
+                    span = max(now - read_at[name], 1e-3)
+                    point = _point(
+                        messages,
+                        unacked,
+                        _rate(enqueued - before.enqueued, span),
+                        _rate(delivered - before.delivered, span),
+                        _rate(acked - before.acked, span),
+                    )
+                    if following:  # what moves a queue's row (the rest: every 30 s)
+                        moved.add(name)
+                read_at[name] = now
+                readings[name] = _Reading(
+                    enqueued,
+                    delivered,
+                    acked,
+                    messages,
+                    unacked,
+                    consumers,
+                    still=not (point["publish"] or point["deliver"] or point["ack"]),
                 )
-                read_before = self._signatures.get(name)
-                if read_before != signature:
-                    self._signatures[name] = signature
-                    if read_before is not None:  # a first reading: its row is built anyway
-                        self.moved.add(name)
+                if before is None:
+                    histories[name] = points = deque(maxlen=HISTORY)
+                else:
+                    points = histories[name]
+            points.append(point)
 
     def connections(self, now: float, connections: Iterable[ByteCounters]) -> None:
         """Read each connection's byte counters at ``now``: its rates since the tick before
-        (0 at its first); the connections gone are forgotten."""
-        read: dict[int, tuple[float, int, int]] = {}
-        rates: dict[int, dict[str, float]] = {}
+        (0 at its first); the connections gone are forgotten. An idle one (most of 2,000)
+        costs no new object: its reading and its rates of 0 are kept as they were."""
+        before_read, span = self._bytes, max(now - self._bytes_at, 1e-3)
+        read: dict[int, tuple[int, int]] = {}
+        rates: dict[int, Mapping[str, float]] = {}
         for connection in connections:
-            counters = (now, connection.recv_oct, connection.send_oct)
-            before = self._bytes.get(connection.id, counters)
-            span = max(now - before[0], 1e-3)
-            read[connection.id] = counters
-            rates[connection.id] = {
-                "recv_oct_rate": round(max(0, counters[1] - before[1]) / span, 1),
-                "send_oct_rate": round(max(0, counters[2] - before[2]) / span, 1),
-            }
-        self._bytes, self.connection_rates = read, rates
+            key, recv, send = connection.id, connection.recv_oct, connection.send_oct
+            before = before_read.get(key)
+            if before is None:
+                read[key], rates[key] = (recv, send), _NO_RATES
+            elif before[0] == recv and before[1] == send:
+                read[key], rates[key] = before, _NO_RATES
+            else:
+                read[key] = (recv, send)
+                rates[key] = {
+                    "recv_oct_rate": round(max(0, recv - before[0]) / span, 1),
+                    "send_oct_rate": round(max(0, send - before[1]) / span, 1),
+                }
+        self._bytes, self._bytes_at, self.connection_rates = read, now, rates
 
     def connection_rates_of(self, connection_id: int) -> Mapping[str, float]:
         """A connection's byte rates at the last tick (0 before two readings)."""
