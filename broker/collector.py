@@ -15,19 +15,22 @@ embeds the broker, such as the tests):
 
 - everything alive is moved to the permanent generation (``gc.freeze()``, after one full
   collection): later full collections never walk the start's objects;
-- young collections wait for :data:`YOUNG_THRESHOLD` net allocations (about five thousand
-  messages' objects, well above what a broker keeps in flight between two turns), so that
-  a message's objects are normally freed before any collection sees them. A young
-  collection of that size takes about a millisecond on a quiet machine.
+- young collections wait for :data:`YOUNG_THRESHOLD` net allocations (about two thousand
+  messages' objects, above what a broker keeps in flight between two turns), so that a
+  message's objects are normally freed before any collection sees them;
 - the middle generation is collected after every two young collections
-  (:data:`MIDDLE_THRESHOLD`), so that one walks at most about 75,000 objects (what two
+  (:data:`MIDDLE_THRESHOLD`), so that one walks at most about 30,000 objects (what two
   young collections moved there and the young generation with it): a collection of the
   middle generation walks all of it in one step of the loop, and while thousands of
   queues are declared or caught up, or clients come by the thousand, nearly everything
-  survives (with the 20 this module set before: about a million objects, 90 ms of CPU on
-  a quiet machine, 245-312 ms steps on a loaded one; with 2: up to 200,000, 52-63 ms at
-  load 20-30; with 1 and young collections of 50,000: up to 150,000, 44-47 ms at load 30
-  and 89 ms at load 46, on top of a turn's 20 ms of work; docs/benchmarks.md).
+  survives. What that walk costs (history, docs/benchmarks.md): with 20, about a million
+  objects, 90 ms of CPU on a quiet machine, 245-312 ms steps on a loaded one; with 2: up
+  to 200,000, 52-63 ms at load 20-30; with 1 and young collections of 50,000: up to
+  150,000, 44-47 ms at load 30 and 89 ms at load 46; of 25,000: up to 75,000, and the
+  scale soak's steps (soak47, load 16) still held 54-87 ms collections. Young collections
+  of 10,000 bound the middle walk to 30,000 objects (2-3 ms quiet); a flow of messages
+  pays more young collections of its in-flight objects (docs/benchmarks.md, "Before/after:
+  young collections every 10,000").
 
 A full collection walks every object of the old generation that is not frozen, however
 many; :class:`FreezePolicy` (fed by ``broker.loop_steps``) freezes the heap before that
@@ -52,8 +55,9 @@ __all__ = [
 ]
 
 #: Net allocations of tracked objects between two young collections (CPython: 700; 50,000
-#: until the scale soak's middle collections of 89 ms at load 46).
-YOUNG_THRESHOLD = 25_000
+#: until the scale soak's middle collections of 89 ms at load 46; 25,000 until soak47's
+#: collections of 54-87 ms at load 16).
+YOUNG_THRESHOLD = 10_000
 #: The middle generation is collected once more young collections than this have run
 #: since its last (CPython: 10). Each young collection moves at most about
 #: :data:`YOUNG_THRESHOLD` survivors there.
