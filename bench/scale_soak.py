@@ -77,6 +77,7 @@ from scale_load import Connections, ConsoleViewer, publish_backlog  # noqa: E402
 from soak_clusters import UNKNOWN, LoopbackCluster, NamespaceCluster, SoakCluster  # noqa: E402
 
 from broker.amqp.client.errors import ClientError  # noqa: E402
+from broker.amqp.client.handshake import CLIENT_PRODUCT  # noqa: E402
 from broker.options import parse_options  # noqa: E402
 from ha_agent.settings import AgentSettings  # noqa: E402
 from qpid_ha_cli.nemesis.topology import call_in  # noqa: E402
@@ -98,6 +99,8 @@ BROKER_TIMINGS = (
 )
 #: a fence this long after a fault, of the broker the fault hit, is the fault's
 FAULT_WINDOW = 30.0
+#: the faults that take the primary away: its clients' connections move to the next
+PRIMARY_FAULTS = ("kill", "kill-node", "partition")
 
 
 def _ts(event: dict[str, Any]) -> float:
@@ -105,6 +108,36 @@ def _ts(event: dict[str, Any]) -> float:
         return datetime.fromisoformat(str(event["ts"])).timestamp()
     except (KeyError, ValueError):
         return 0.0
+
+
+def clients_opened(events: list[dict[str, Any]]) -> list[float]:
+    """When a broker opened each connection of the scale clients (``connection_opened``
+    with the project's client library's product; the drill's clients are pika, the backups'
+    links say so), from its log's events."""
+    return [
+        _ts(e)
+        for e in events
+        if e.get("event") == "connection_opened"
+        and str(e.get("client", "")).startswith(CLIENT_PRODUCT)
+    ]
+
+
+def clients_reopened(
+    opened: list[float], faults: list[tuple[float, str, str]], clients: int
+) -> list[float | None]:
+    """After each fault that takes the primary away, the seconds until ``clients``
+    connections of the scale clients had been opened again (``opened``: the times of every
+    broker's ``connection_opened`` of theirs), counted before the next such fault; None: not
+    so many before it. The brokers' view: the clients' own watcher
+    (``scale_load.Connections``) missed them in soak48."""
+    times = sorted(opened)
+    starts = sorted(at for at, name, _node in faults if name in PRIMARY_FAULTS)
+    found: list[float | None] = []
+    for i, at in enumerate(starts):
+        until = starts[i + 1] if i + 1 < len(starts) else float("inf")
+        window = [t for t in times if at < t <= until]
+        found.append(round(window[clients - 1] - at, 1) if 0 < clients <= len(window) else None)
+    return found
 
 
 def _node_of(event: dict[str, Any], agent_node: str) -> str:
@@ -575,8 +608,10 @@ def summarise(
     stretches = without_primary(samples, faults, *confirm_gaps(drill_events))
     loads = sorted(load for _t, _p, load in samples)
     steps: dict[str, Any] = {}
+    opened: list[float] = []
     for node in cluster.nodes:
         events = read_events(cluster.broker_log(node))
+        opened += clients_opened(events)
         long_steps = [e for e in events if e.get("event") == "loop_step_long"]
         lags = [e for e in events if e.get("event") == "loop_lag"]
         steps[node] = {
@@ -627,6 +662,9 @@ def summarise(
         "drill": finished[-1] if finished else None,
         "confirm_gaps_over_500ms": gaps,
         "loop": steps,
+        "clients_reopened_s": clients_reopened(opened, faults, args.connections)
+        if args.connections
+        else [],
         "samples": [[round(t, 1), p, round(load, 2)] for t, p, load in samples],
     }
 
