@@ -50,7 +50,7 @@ async def run(options: BrokerOptions) -> ExitStatus:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        await broker.start()
+        await broker.start(before_listening=tune_after_start)  # the collector: broker.collector
     except DataDirError as exc:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
         raise CommandError(str(exc), ExitStatus.ERROR) from None
@@ -61,7 +61,6 @@ async def run(options: BrokerOptions) -> ExitStatus:
         get_logger("broker").error("broker_start_failed", reason=str(exc))
         raise CommandError(f"cannot start: {exc}", ExitStatus.ERROR) from None
     release_held_lines()  # started: what was logged on the way goes to stderr now
-    tune_after_start()  # the collector set for a broker (broker.collector)
     loop.add_signal_handler(signal.SIGHUP, broker.security.on_sighup)  # reload the ACL
     waiters = {asyncio.create_task(stop.wait()), asyncio.create_task(broker.wait_stopped())}
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
