@@ -69,8 +69,13 @@ def test_default_priority_leaves_a_lower_priority_alone() -> None:
 @needs_privilege
 def test_the_supervised_broker_does_not_inherit_the_agents_priority(tmp_path: Path) -> None:
     """BrokerSupervisor in an agent at COORDINATOR_NICE: its broker (here a process that
-    writes its nice value and sleeps) runs at 0, its pid the broker's own."""
+    writes its nice value and sleeps) runs at 0, its pid the broker's own. The agent says
+    the pid it supervises in a file, not on stdout: its supervisor thread logs
+    ``broker_process_started`` there at that moment, and a log line could take the marker's
+    line (the test then read on while the agent waited on its stdin: a 120 s time-out, cc1
+    of 2026-12-02)."""
     out = tmp_path / "nice"
+    said = tmp_path / "supervised"
     script = tmp_path / "agent.py"
     broker = [
         sys.executable,
@@ -79,30 +84,30 @@ def test_the_supervised_broker_does_not_inherit_the_agents_priority(tmp_path: Pa
         "f'{os.getpid()} {os.getpriority(os.PRIO_PROCESS, 0)}'); time.sleep(60)",
     ]
     script.write_text(
-        "import sys, time\n"
+        "import os, sys, time\n"
         "from ha_agent.supervisor import BrokerSupervisor\n"
         f"s = BrokerSupervisor({broker!r})\n"
         "s.start()\n"
         "deadline = time.monotonic() + 30\n"
         "while s.pid is None and time.monotonic() < deadline:\n"
         "    time.sleep(0.05)\n"
-        "print('supervised', s.pid, flush=True)\n"
+        f"open({str(said) + '.tmp'!r}, 'w').write(str(s.pid))\n"
+        f"os.replace({str(said) + '.tmp'!r}, {str(said)!r})\n"
         "sys.stdin.readline()\n"
         "s.stop()\n"
     )
     agent = subprocess.Popen(
         coordinator_argv([sys.executable, str(script)]),
         stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
     try:
-        assert agent.stdout is not None and agent.stdin is not None
-        line = agent.stdout.readline()
-        while line and not line.startswith("supervised "):  # the agent's log lines first
-            line = agent.stdout.readline()
-        supervised = int(line.split()[1])
+        assert agent.stdin is not None
+        poll_until(lambda: said.exists() or agent.poll() is not None, timeout=60)
+        assert agent.poll() is None, f"the agent exited: {agent.returncode}"
+        supervised = int(said.read_text())
         poll_until(lambda: out.exists() and out.read_text().count(" ") == 1, timeout=30)
         pid, nice = out.read_text().split()
         assert (int(pid), int(nice)) == (supervised, 0)
