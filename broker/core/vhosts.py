@@ -150,13 +150,13 @@ class VirtualHosts:
         self.listeners: list[ConfigListener] = self.default.listeners
         self.vhost_listeners: list[VhostListener] = []
         self._hosts: dict[str, VirtualHost] = {VHOST: self.default}
-        self.queues: Mapping[str, Queue] = _AllQueues(self._hosts)
+        self._all = _AllQueues(self._hosts)
+        self.queues: Mapping[str, Queue] = self._all
 
     def missing_queues(self, keys: Iterable[str]) -> set[str]:
         """Those of ``keys`` that are no queue's key now (set operations, at C speed for
         ``/``'s queues)."""
-        assert isinstance(self.queues, _AllQueues)
-        return self.queues.missing(keys)
+        return self._all.missing(keys)
 
     @property
     def name(self) -> str:
