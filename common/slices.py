@@ -69,15 +69,26 @@ def run_in_turns(steps: Steps[object], call_soon: CallSoon | None) -> None:
     if call_soon is None:
         run_steps(steps)
         return
+    _Turns(steps, call_soon)()
 
-    def turn() -> None:
+
+class _Turns:
+    """The slices of :func:`run_in_turns`: an object, not a closure that names itself (a
+    reference cycle, with the finished generator and what its frame held, that only the
+    cyclic collector frees: never, in a frozen heap, ``broker.collector``)."""
+
+    __slots__ = ("_call_soon", "_steps")
+
+    def __init__(self, steps: Steps[object], call_soon: CallSoon) -> None:
+        self._steps = steps
+        self._call_soon = call_soon
+
+    def __call__(self) -> None:
         try:
-            next(steps)
+            next(self._steps)
         except StopIteration:
             return
-        call_soon(turn)
-
-    turn()
+        self._call_soon(self)
 
 
 def rows_in_slices(items: Sequence[T], row: Callable[[T], R], size: int = SLICE) -> Steps[list[R]]:

@@ -66,3 +66,59 @@ def test_a_piece_that_raises_is_the_loops_to_report_and_the_rest_still_run() -> 
     asyncio.run(main())
     assert done == [0, 1, 2, 3]
     assert [str(e) for e in reported] == ["a piece failed"]
+
+
+def test_run_in_turns_leaves_no_reference_cycle() -> None:
+    """Each slice at a later turn, in order; once the last has run, the steps and what
+    their frame held are freed by reference counting (a closure naming itself was a
+    cycle: kept for good in a frozen heap, broker.collector)."""
+    import gc
+    import weakref
+
+    from common.slices import Steps, run_in_turns
+
+    class Held:
+        pass
+
+    ran: list[int] = []
+    soon: list[Any] = []
+
+    def steps(held: Held) -> Steps[None]:
+        for i in range(3):
+            if i:
+                yield
+            ran.append(i)
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        held = Held()
+        work = steps(held)
+        gone = [weakref.ref(held), weakref.ref(work)]
+        run_in_turns(work, soon.append)
+        del held, work
+        assert ran == [0]
+        while soon:
+            soon.pop(0)()
+        assert ran == [0, 1, 2]
+        assert [ref() for ref in gone] == [None, None]
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_weakly_is_the_owner_while_it_lives() -> None:
+    import weakref
+
+    from common.weakly import weakly
+
+    class Owner:
+        name = "owner"
+
+    owner = Owner()
+    held = weakly(owner)
+    assert held.name == "owner"
+    assert weakly(held) is held  # a proxy is not wrapped again
+    gone = weakref.ref(owner)
+    del owner
+    assert gone() is None
