@@ -42,6 +42,7 @@ from broker.core.errors import AmqpError, ReplyCode, precondition_failed
 from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
+from common.weakly import weakly
 
 
 class DeliveriesHost(StreamSink, Protocol):
@@ -364,12 +365,13 @@ class Deliveries:
         if not self.host.capability("consumer_cancel_notify"):
             return
         cancel = commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
+        host = self.host  # the channel itself: kept by the wait, which may outlive it
 
         def notify() -> None:
-            if self.host.is_open:  # a channel closed meanwhile is not reopened
-                self.send(cancel)
+            if host.is_open:  # a channel closed meanwhile is not reopened
+                host.send(cancel)
 
-        self.host.after_replicated(notify)
+        host.after_replicated(notify)
 
     def deliver(self, consumer: ChannelConsumer, queue: Queue, entry: Entry) -> None:
         """Send basic.deliver with the content; book it until acknowledged."""
@@ -571,6 +573,9 @@ class Deliveries:
         if self.stream is not None:
             self.stream.close()
             self.stream = None
+        # Nothing of it is given out any more: it holds its channel weakly from now on (no
+        # reference cycle: common.weakly).
+        self.host = weakly(self.host)
 
     def resume_deliveries(self) -> None:
         """Credit or writability came back: let the queues deliver again."""

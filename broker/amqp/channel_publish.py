@@ -39,6 +39,7 @@ from broker.core.message import Message
 from broker.core.queue import Queue
 from broker.core.transaction import Transaction
 from broker.core.vhost import VirtualHost
+from common.weakly import weakly
 
 
 class PublisherHost(Protocol):
@@ -299,3 +300,6 @@ class Publisher:
             self.confirms.close()
         self.content = None
         self.tx = None
+        # Only its channel calls it from now on: held weakly (no reference cycle:
+        # common.weakly).
+        self.host = weakly(self.host)

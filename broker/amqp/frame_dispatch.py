@@ -34,6 +34,7 @@ from broker.amqp.context import BrokerContext
 from broker.amqp.held_frames import HeldFrames
 from broker.amqp.state import ChannelState, ConnectionState
 from broker.core.errors import AmqpError, ReplyCode
+from common.weakly import weakly
 
 __all__ = ["PUBLISH_ID", "DispatchPort", "FrameDispatch"]
 
@@ -76,6 +77,11 @@ class FrameDispatch:
         self._ctx = ctx
         self._methods = methods
         self._held = held
+
+    def connection_ended(self) -> None:
+        """Its connection ended: held weakly from now on (no reference cycle with it:
+        :mod:`common.weakly`; a frame's dispatch reads it strongly, as the hot path it is)."""
+        self._port = weakly(self._port)
 
     def frame(self, ftype: int, channel: int, payload: bytes) -> None:
         """Handle one frame (errors raise: the connection's ``process`` closes it)."""

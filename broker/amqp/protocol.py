@@ -167,6 +167,7 @@ class AmqpProtocol(asyncio.Protocol):
         )
         self.connection = new
         new.recv_oct, new.send_oct = old.recv_oct, old.send_oct
+        old.ended()
         new.receive_data(data)
         self.flush()
         if new.login_check is not None and not self._checking_login:

@@ -77,6 +77,7 @@ from broker.amqp10.state import HANDSHAKE, TRANSITIONS, State
 from broker.core.errors import AmqpError, ReplyCode, RoutineRefusal
 from broker.security.sasl import PasswordCheck
 from common.slices import Steps
+from common.weakly import weakly
 
 S = State
 _ids = itertools.count(1)
@@ -142,10 +143,13 @@ class Connection:
         self._out: list[bytes] = []
         self._in_receive = False
         self._output_signalled = False
+        #: The parts only the connection calls hold it weakly (no reference cycle:
+        #: :mod:`common.weakly`); its sessions until it ends (:meth:`connection_lost`).
+        me = weakly(self)
         #: The handshake's and the close's time-outs, the client's silence, our empty frames.
-        self.timeouts = ConnectionTimeouts(settings, ctx.clock(), self)
+        self.timeouts = ConnectionTimeouts(settings, ctx.clock(), me)
         #: The protocol headers and the SASL exchange before ``open``.
-        self._sasl = SaslLayer(self, ctx, peer_host, tls_identity)
+        self._sasl = SaslLayer(me, ctx, peer_host, tls_identity)
         ctx.connections_1_0[self.id] = self
 
     # -- what the shell and the broker read ----------------------------------------------
@@ -533,6 +537,9 @@ class Connection:
         handshake = stopped_at in HANDSHAKE
         self.cleanup()
         self.state = S.CLOSED
+        # nothing it was given refers back to it any more (common.weakly): the shell's
+        # callbacks dropped; its sessions, released, hold it weakly (cleanup)
+        self.on_output = self.on_reading_changed = None
         self.ctx.connections_1_0.pop(self.id, None)
         if self.admitted and self.ctx.admission is not None:
             self.ctx.admission.released(self)

@@ -61,6 +61,7 @@ from broker.core.errors import AmqpError
 from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
+from common.weakly import weakly
 
 #: The session's incoming window, in transfer frames.
 WINDOW = 65536
@@ -114,7 +115,9 @@ class Session:
         self._outgoing: dict[int, SenderLink] = {}
         self._confirm_links: set[ReceiverLink | CoordinatorLink] = set()
         #: The transactions declared on this session (its coordinator).
-        self.transactions = Transactions(self)
+        #: Called only by this session and its control links: holds it weakly (no
+        #: reference cycle: common.weakly).
+        self.transactions = Transactions(weakly(self))
         self.ended = False
 
     # -- the port its links use ------------------------------------------------------------

@@ -27,6 +27,7 @@ from broker.amqp10.errors import (
 )
 from broker.amqp10.performatives import Begin, End, Error
 from broker.amqp10.session import Session, SessionConnection
+from common.weakly import weakly
 
 
 class SessionHost(SessionConnection, Protocol):
@@ -145,3 +146,5 @@ class SessionTable:
             session.release()
         self.sessions.clear()
         self._dispositions.clear()
+        # only its connection calls it from now on: held weakly (common.weakly)
+        self._host = weakly(self._host)

@@ -93,8 +93,10 @@ class PublisherConfirms:
         return bool(self._unsent)
 
     def close(self) -> None:
-        """The channel closed: later settlements are dropped."""
+        """The channel closed: later settlements are dropped (and the channel is let go
+        of: its ``on_settled`` would keep it in a reference cycle)."""
         self._closed = True
+        self._on_settled = None
 
     def _settle(self, seq: int, ack: bool) -> None:
         if self._closed:
