@@ -51,8 +51,11 @@ class ChannelStream(ABC):
 
     def _closed(self) -> None:
         self.closed = True
-        if self.on_close is not None:
-            self.on_close()
+        # told once, then dropped: the callbacks name this stream (a reference cycle that
+        # a frozen heap would keep, common.weakly)
+        on_close, self.on_close, self.on_failed = self.on_close, None, None
+        if on_close is not None:
+            on_close()
 
     def _failed(self, what: str, reason: str) -> None:
         """What this stream must send cannot be sent: say so, and close the link."""

@@ -110,5 +110,7 @@ class LeaseStream:
         self.closed = True
         self._sent.clear()
         self._marks.clear()
-        if self.on_close is not None:
-            self.on_close()
+        # told once, then dropped: the callbacks name this stream (a reference cycle)
+        on_close, self.on_close, self.on_failed = self.on_close, None, None
+        if on_close is not None:
+            on_close()
