@@ -534,8 +534,10 @@ def hold(console: str) -> None:
     if seconds is None:
         return
     until = "until ctrl-C" if seconds == float("inf") else f"{seconds:g} s (ctrl-C to go on)"
-    print(f"holding the cluster {until}: the primary's web console is {console}", flush=True)
+    # said inside the suppress: a ctrl-C right after the line is one the hold ends at (said
+    # before it, a ctrl-C in between was a traceback: a make test run's SIGINT came there)
     with contextlib.suppress(KeyboardInterrupt):
+        print(f"holding the cluster {until}: the primary's web console is {console}", flush=True)
         threading.Event().wait(None if seconds == float("inf") else seconds)
 
 
