@@ -243,6 +243,8 @@ class Publisher:
             self.send_return(message)
         if handle is not None:
             handle.release(rejected == 0)  # ok: no queue refused it
+            if handle.settled:  # nothing holds it (no disk, no backup): a queued message
+                message.confirm = None  # keeps no handle (~100 B and a tracked object)
 
     def send_return(self, message: Message) -> None:
         """basic.return (312 NO_ROUTE) of a mandatory message that routed nowhere."""

@@ -270,6 +270,8 @@ class ReceiverLink:
             if not routed:
                 self._unrouted.add(handle.seq)
             handle.release(ok=rejected == 0)
+            if handle.settled:  # nothing holds it: a queued message keeps no handle
+                stored.confirm = None
         between = session.ctx.between_publishes
         if between is not None:
             between()  # the store: a long read's records start going to disk

@@ -145,6 +145,8 @@ def _route(vhost: VirtualHost, held: TxPublish, confirms: PublisherConfirms) -> 
     if not routed and held.unroutable is not None:
         held.unroutable()
     handle.release(ok=rejected == 0)
+    if handle.settled:  # nothing holds it: a queued message keeps no handle
+        message.confirm = None
 
 
 class _Answer:

@@ -69,6 +69,7 @@ def test_sasl_plain_then_open_begin_attach_and_an_accepted_transfer() -> None:
     message = entry.message
     assert message.body == b"hello" and message.persistent
     assert message.exchange == "" and message.routing_key == "q"
+    assert message.confirm is None  # settled at its transfer: the queued message keeps none
 
 
 def test_a_presettled_transfer_gets_no_disposition() -> None:
