@@ -25,6 +25,9 @@ object in it lives), both after the release, and their growth over the level bef
     .venv/bin/python bench/rss_per_message.py --count 1000000
     .venv/bin/python bench/rss_per_message.py --count 5000000 --modes paged
     .venv/bin/python bench/rss_per_message.py --count 300000 --modes memory --release delete
+    .venv/bin/python bench/rss_per_message.py --count 100000 --modes memory --confirm
+
+``--confirm`` publishes on a confirm channel, each publish waiting for its basic.ack.
 """
 
 from __future__ import annotations
@@ -90,7 +93,14 @@ def _release(channel: Any, how: str, count: int) -> None:
 
 
 def run(
-    mode: str, count: int, size: int, step: int, max_memory: str, release: str, settle: float
+    mode: str,
+    count: int,
+    size: int,
+    step: int,
+    max_memory: str,
+    release: str,
+    settle: float,
+    confirm: bool = False,
 ) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="rss-bench-"))
     port = free_port()
@@ -112,6 +122,8 @@ def run(
         url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
         connection = pika.BlockingConnection(pika.URLParameters(url))
         channel = connection.channel()
+        if confirm:  # each publish waits for its basic.ack (pika's blocking channel)
+            channel.confirm_delivery()
         channel.queue_declare("rss")
         body = b"r" * size
 
@@ -185,6 +197,9 @@ def main() -> None:
     ap.add_argument("--modes", default="memory,paged")
     ap.add_argument("--release", choices=["", "drain", "delete"], default="")
     ap.add_argument("--settle", type=float, default=30.0, help="seconds after the release")
+    ap.add_argument(
+        "--confirm", action="store_true", help="publish on a confirm channel (each waits)"
+    )
     opts = ap.parse_args()
     print(
         f"{'mode':8} {'count':>9} {'size':>6} {'base MB':>8} {'end MB':>8} {'B/msg':>7}"
@@ -197,7 +212,16 @@ def main() -> None:
         )
     )
     for mode in opts.modes.split(","):
-        r = run(mode, opts.count, opts.size, opts.step, opts.max_memory, opts.release, opts.settle)
+        r = run(
+            mode,
+            opts.count,
+            opts.size,
+            opts.step,
+            opts.max_memory,
+            opts.release,
+            opts.settle,
+            opts.confirm,
+        )
         print(
             f"{mode:8} {opts.count:>9} {opts.size:>6} {r['base_mb']:>8.1f} {r['end_mb']:>8.1f}"
             f" {r['per_msg_b']:>7.0f} {r['marginal_b']:>15.0f} {r['page_mb']:>9.1f}"
