@@ -232,8 +232,7 @@ class Publisher:
         """Route one message; its confirm (in confirm mode) settles once routing and every
         holder (the store, HA guards) are done."""
         confirms = self.confirms
-        handle = confirms.publish() if confirms is not None else None
-        message.confirm = handle
+        handle = confirms.publish(message) if confirms is not None else None
         if exchange.name not in self.vhost.exchanges:  # deleted since basic.publish
             routed, rejected = False, 0
         else:
@@ -243,8 +242,6 @@ class Publisher:
             self.send_return(message)
         if handle is not None:
             handle.release(rejected == 0)  # ok: no queue refused it
-            if handle.settled:  # nothing holds it (no disk, no backup): a queued message
-                message.confirm = None  # keeps no handle (~100 B and a tracked object)
 
     def send_return(self, message: Message) -> None:
         """basic.return (312 NO_ROUTE) of a mandatory message that routed nowhere."""

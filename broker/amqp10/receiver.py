@@ -257,9 +257,8 @@ class ReceiverLink:
             confirms = self.confirms
             if confirms is None:
                 confirms = self.confirms = PublisherConfirms(on_settled=self._settled)
-            handle = confirms.publish()
+            handle = confirms.publish(stored)
             self._pending[handle.seq] = delivery_id
-            stored.confirm = handle
         vhost = session.vhost
         exchange = vhost.exchanges.get(exchange_name)
         routed, rejected = False, 0
@@ -270,8 +269,6 @@ class ReceiverLink:
             if not routed:
                 self._unrouted.add(handle.seq)
             handle.release(ok=rejected == 0)
-            if handle.settled:  # nothing holds it: a queued message keeps no handle
-                stored.confirm = None
         between = session.ctx.between_publishes
         if between is not None:
             between()  # the store: a long read's records start going to disk

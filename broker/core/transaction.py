@@ -134,9 +134,8 @@ class Transaction:
 
 def _route(vhost: VirtualHost, held: TxPublish, confirms: PublisherConfirms) -> None:
     """Route one held publish with a confirm handle of the commit's."""
-    handle = confirms.publish()
     message = held.message
-    message.confirm = handle
+    handle = confirms.publish(message)
     if held.exchange.name not in vhost.exchanges:  # deleted while the transaction held it
         routed, rejected = False, 0
     else:
@@ -145,8 +144,6 @@ def _route(vhost: VirtualHost, held: TxPublish, confirms: PublisherConfirms) -> 
     if not routed and held.unroutable is not None:
         held.unroutable()
     handle.release(ok=rejected == 0)
-    if handle.settled:  # nothing holds it: a queued message keeps no handle
-        message.confirm = None
 
 
 class _Answer:

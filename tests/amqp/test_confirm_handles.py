@@ -1,8 +1,9 @@
-"""A message keeps its publisher's confirm handle only while something holds the confirm:
+"""A message keeps its publisher's confirm handle only while the publish is not settled:
 settled at its publish (nothing to wait for: no disk, no backup), the queued message keeps
 none (about 100 B and one object the collector tracks, for as long as it waits in its queue;
-issue 32, memory); held (the store, an HA guard), it keeps it, as the paging and the guards
-read it. 0-9-1, through the sans-I/O connection."""
+issue 32, memory); held (the store, an HA guard), it keeps it while held, as the paging and
+the guards read it, and lets go at the last release. 0-9-1, through the sans-I/O
+connection."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class Holder:
         pass
 
 
-def test_a_held_confirm_stays_with_its_message_and_goes_out_when_released() -> None:
+def test_a_held_confirm_stays_with_its_message_until_released() -> None:
     client = _confirm_client("q")
     holder = Holder()
     client.ctx.vhost.queues["q"].observe(holder, ObserverRole.GUARD)
@@ -67,3 +68,4 @@ def test_a_held_confirm_stays_with_its_message_and_goes_out_when_released() -> N
     holder.held[0].release()
     client.send_bytes(b"")  # a read of nothing, then what the connection has to send
     assert _acks(client) == [1]
+    assert entry.message.confirm is None  # settled: let go of, the message still queued

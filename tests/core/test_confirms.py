@@ -271,3 +271,22 @@ class ConfirmsMachine(RuleBasedStateMachine):
 
 TestConfirmsMachine = ConfirmsMachine.TestCase
 TestConfirmsMachine.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+
+
+class _Message:
+    confirm: ConfirmHandle | None = None
+
+
+def test_a_message_keeps_its_handle_exactly_until_it_is_settled() -> None:
+    confirms = PublisherConfirms()
+    held, at_once = _Message(), _Message()
+    first = confirms.publish(held)
+    second = confirms.publish(at_once)
+    assert held.confirm is first and at_once.confirm is second
+    first.hold()  # the store's, or a guard's
+    first.release()  # routing done
+    second.release()  # routing done, nothing else held it
+    assert held.confirm is first and at_once.confirm is None
+    first.release(ok=False)
+    assert held.confirm is None
+    assert confirms.take_replies() == [ConfirmReply(1, False, False), ConfirmReply(2, False, True)]
