@@ -94,7 +94,7 @@ def test_run_in_turns_leaves_no_reference_cycle() -> None:
     try:
         held = Held()
         work = steps(held)
-        gone = [weakref.ref(held), weakref.ref(work)]
+        gone: list[weakref.ref[Any]] = [weakref.ref(held), weakref.ref(work)]
         run_in_turns(work, soon.append)
         del held, work
         assert ran == [0]
