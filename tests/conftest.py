@@ -3,6 +3,7 @@ per test session (per pytest-xdist worker) and a cluster name per test."""
 
 from __future__ import annotations
 
+import gc
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,6 +87,21 @@ def keep_xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
         grouped = item.__dict__.get("_nodeid")
         if isinstance(grouped, str) and "@" in grouped and grouped != item.nodeid:
             item._id = NodeId.parse(grouped)
+
+
+@pytest.fixture
+def no_cyclic_collector() -> Iterator[None]:
+    """The cyclic garbage collector off for the test: what it alone would free (a
+    reference cycle, kept for good in a broker's frozen heap, broker.collector) is what
+    such a test looks for; freed by reference counting, an object is gone without it."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @pytest.fixture

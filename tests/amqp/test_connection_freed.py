@@ -13,10 +13,10 @@ theirs must be gone without it (weak references, polled with a deadline)."""
 from __future__ import annotations
 
 import asyncio
-import gc
+import contextlib
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -79,19 +79,6 @@ if sys.stdin.readline().strip() == "kill":
     os._exit(0)
 c.close()
 """
-
-
-@pytest.fixture
-def no_collector() -> Iterator[None]:
-    """The cyclic collector off for the test (what it would free is what we look for)."""
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 async def _started(tmp_path: Path) -> Broker:
@@ -169,72 +156,79 @@ def _alive(refs: dict[str, weakref.ref[Any]]) -> list[str]:
     return sorted(name for name, ref in refs.items() if ref() is not None)
 
 
+@contextlib.asynccontextmanager
+async def _served(
+    tmp_path: Path, script: str, queue: str | None = None
+) -> AsyncIterator[tuple[Broker, asyncio.subprocess.Process]]:
+    """A broker and a client of ``script`` connected to it; both ended by PID after."""
+    broker = await _started(tmp_path)
+    client: asyncio.subprocess.Process | None = None
+    try:
+        if queue is not None:
+            broker.vhost.declare_queue(queue)
+        client = await _client(script, broker.options.port)
+        yield broker, client
+    finally:
+        if client is not None and client.returncode is None:
+            client.kill()
+            await client.wait()
+        await broker.stop()
+
+
+async def _gone_and_freed(
+    broker: Broker, client: asyncio.subprocess.Process, how: str, refs: dict[str, Any]
+) -> None:
+    """The client goes (``how``); every object in ``refs`` is then freed, no collector."""
+    await _tell(client, how)
+    await asyncio.wait_for(client.wait(), 30)
+    await _until(lambda: not broker.connections, "the connection gone")
+    await _until(lambda: not _alive(refs), f"freed without the collector: {_alive(refs)}")
+
+
+def _served_one(broker: Broker) -> tuple[Any, dict[str, weakref.ref[Any]]]:
+    """The broker's one connection, and weak references to it, its shell and its parts."""
+    (protocol,) = broker.connections
+    connection = protocol.connection
+    return connection, _owned(connection) | {"protocol": weakref.ref(protocol)}
+
+
 @pytest.mark.parametrize("how", ["close", "kill"])
 def test_a_closed_091_connection_leaves_no_cycle(
-    tmp_path: Path, no_collector: None, how: str
+    tmp_path: Path, no_cyclic_collector: None, how: str
 ) -> None:
     async def main() -> None:
-        broker = await _started(tmp_path)
-        client: asyncio.subprocess.Process | None = None
-        try:
-            client = await _client(PIKA, broker.options.port)
-            (protocol,) = broker.connections
-            connection = protocol.connection
+        async with _served(tmp_path, PIKA) as (broker, client):
+            connection, refs = _served_one(broker)
             assert isinstance(connection, Connection)
-            spare = max(connection.channels)
-            refs = _owned(connection) | {"protocol": weakref.ref(protocol)}
             assert len(connection.channels) == 2  # the consumer's, the spare; one closed
+            spare = max(connection.channels)
+            del connection
             # (its confirms stay with the message it published, queued: not a cycle)
             spare_refs = {
                 k: v
                 for k, v in refs.items()
                 if k.startswith(f"channel {spare}") and not k.endswith("confirms")
             }
-            del protocol, connection
-
             # a channel closed while its connection stays open is freed at once
             await _tell(client, "channel")
             assert client.stdout is not None
             assert await asyncio.wait_for(client.stdout.readline(), 30) == b"ready\n"
             await _until(lambda: not _alive(spare_refs), "the closed channel freed")
-
-            await _tell(client, how)
-            await asyncio.wait_for(client.wait(), 30)
-            await _until(lambda: not broker.connections, "the connection gone")
-            await _until(lambda: not _alive(refs), f"freed without the collector: {_alive(refs)}")
-        finally:
-            if client is not None and client.returncode is None:
-                client.kill()
-                await client.wait()
-            await broker.stop()
+            await _gone_and_freed(broker, client, how, refs)
 
     uvloop.run(main())
 
 
 @pytest.mark.parametrize("how", ["close", "kill"])
 def test_a_closed_amqp10_connection_leaves_no_cycle(
-    tmp_path: Path, no_collector: None, how: str
+    tmp_path: Path, no_cyclic_collector: None, how: str
 ) -> None:
     async def main() -> None:
-        broker = await _started(tmp_path)
-        broker.vhost.declare_queue("freed-1.0")
-        client: asyncio.subprocess.Process | None = None
-        try:
-            client = await _client(PROTON, broker.options.port)
-            (protocol,) = broker.connections
-            connection = protocol.connection
+        async with _served(tmp_path, PROTON, queue="freed-1.0") as (broker, client):
+            connection, refs = _served_one(broker)
             assert type(connection).__module__ == "broker.amqp10.connection"
-            refs = _owned(connection) | {"protocol": weakref.ref(protocol)}
             assert any(name.startswith("session") for name in refs)
-            del protocol, connection
-            await _tell(client, how)
-            await asyncio.wait_for(client.wait(), 30)
-            await _until(lambda: not broker.connections, "the connection gone")
-            await _until(lambda: not _alive(refs), f"freed without the collector: {_alive(refs)}")
-        finally:
-            if client is not None and client.returncode is None:
-                client.kill()
-                await client.wait()
-            await broker.stop()
+            del connection
+            await _gone_and_freed(broker, client, how, refs)
 
     uvloop.run(main())

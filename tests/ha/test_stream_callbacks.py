@@ -5,9 +5,8 @@ before, each backup link's lease stream stayed after the link closed)."""
 
 from __future__ import annotations
 
-import gc
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -48,17 +47,6 @@ class Stream(ChannelStream):
         self._closed()
 
 
-@pytest.fixture
-def no_collector() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _subscribed(kind: str, closed: list[str]) -> Stream | LeaseStream:
     """A stream with callbacks that name it, as ``PrimaryStreams.subscribe`` gives them."""
     stream: Stream | LeaseStream
@@ -72,7 +60,9 @@ def _subscribed(kind: str, closed: list[str]) -> Stream | LeaseStream:
 
 
 @pytest.mark.parametrize("kind", ["channel stream", "lease stream"])
-def test_a_closed_stream_is_freed_by_reference_counting(no_collector: None, kind: str) -> None:
+def test_a_closed_stream_is_freed_by_reference_counting(
+    no_cyclic_collector: None, kind: str
+) -> None:
     closed: list[str] = []
     stream = _subscribed(kind, closed)
     gone = weakref.ref(stream)
