@@ -15,7 +15,13 @@ collection runs and the broker's resident set size is read (/proc/self/statm). I
 the RSS after each round and the growth per round and per connection after the first
 (which also warms the allocator up).
 
+``--qpidd`` runs a real ``qpidd`` process instead (the tree on PYTHONPATH), whose own
+policy freezes its heap when it decides to (a storm of connections is such a time): no
+forced freeze, no forced collection; its RSS is read 5 s after each round's clients are
+gone, and its ``gc_frozen`` log lines counted.
+
     PYTHONPATH=. .venv/bin/python bench/connection_churn.py --rounds 6 --connections 500
+    PYTHONPATH=. .venv/bin/python bench/connection_churn.py --qpidd --connections 1000
 """
 
 from __future__ import annotations
@@ -27,9 +33,11 @@ import itertools
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import uvloop
@@ -41,7 +49,7 @@ from broker.collector import tune_after_start  # noqa: E402
 from broker.options import BrokerOptions  # noqa: E402
 from broker.server import Broker  # noqa: E402
 from common.log import configure_logging  # noqa: E402
-from common.polling import free_port  # noqa: E402
+from common.polling import free_port, poll_until, port_open  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -66,8 +74,8 @@ os._exit(0)
 """
 
 
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
+def rss_mb(pid: int | str = "self") -> float:
+    with open(f"/proc/{pid}/statm") as f:
         return int(f.read().split()[1]) * PAGE / 1e6
 
 
@@ -79,8 +87,10 @@ async def _until(check: object, timeout: float) -> None:
         await asyncio.sleep(0.05)
 
 
-async def one_round(broker: Broker, args: argparse.Namespace, first: int) -> None:
-    port = broker.options.port
+async def _clients(
+    port: int, args: argparse.Namespace, first: int, connected: Callable[[], Awaitable[None]]
+) -> None:
+    """One round's clients: started, all connected (``connected`` is then awaited), killed."""
     clients = []
     for start in range(0, args.connections, args.per_process):
         n = min(args.per_process, args.connections - start)
@@ -101,21 +111,89 @@ async def one_round(broker: Broker, args: argparse.Namespace, first: int) -> Non
         assert client.stdout is not None
         line = await asyncio.wait_for(client.stdout.readline(), 300)
         assert line == b"ready\n", line
-    await _until(lambda: len(broker.connections) >= args.connections, 60)
-    if args.freeze:
-        gc.freeze()
+    await connected()
     for client in clients:
         assert client.stdin is not None
         client.stdin.write(b"go\n")
         await client.stdin.drain()
     for client in clients:
         await client.wait()
+
+
+async def one_round(broker: Broker, args: argparse.Namespace, first: int) -> None:
+    async def connected() -> None:
+        await _until(lambda: len(broker.connections) >= args.connections, 60)
+        if args.freeze:
+            gc.freeze()
+
+    await _clients(broker.options.port, args, first, connected)
     await _until(lambda: not broker.connections, 60)
     await asyncio.sleep(0.5)  # the last releases' turns
     gc.collect()
 
 
+async def _nothing() -> None:
+    return None
+
+
+async def in_qpidd(args: argparse.Namespace) -> list[float]:
+    """The rounds against a ``qpidd`` process: its RSS before and after each."""
+    with tempfile.TemporaryDirectory() as work:
+        port = free_port()
+        log_path = Path(work) / "qpidd.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("qpidd")),
+                    "--interface=127.0.0.1",
+                    f"--port={port}",
+                    "--mgmt-port=0",
+                    f"--data-dir={work}/data",
+                    f"--max-connections={args.connections + 10}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            poll_until(lambda: port_open(port), 90, "qpidd to listen")
+            rss = [rss_mb(proc.pid)]
+            for r in range(args.rounds):
+                await _clients(port, args, r * args.connections, _nothing)
+                await asyncio.sleep(5.0)  # its releases, at its own pace
+                rss.append(rss_mb(proc.pid))
+                frozen = log_path.read_text().count('"gc_frozen"')
+                print(
+                    f"round {r + 1}: RSS {rss[-1]:.1f} MB (+{rss[-1] - rss[-2]:.2f}),"
+                    f" gc_frozen lines {frozen}",
+                    flush=True,
+                )
+            return rss
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 async def main(args: argparse.Namespace) -> dict[str, object]:
+    rss = await in_qpidd(args) if args.qpidd else await in_this_process(args)
+    growth = [b - a for a, b in itertools.pairwise(rss[1:])]  # after the first round
+    median = statistics.median(growth) if growth else 0.0
+    return {
+        "rounds": args.rounds,
+        "connections": args.connections,
+        "broker": "qpidd" if args.qpidd else "in this process",
+        "freeze": "its own" if args.qpidd else args.freeze,
+        "rss_mb": [round(x, 2) for x in rss],
+        "growth_mb_per_round_median": round(median, 3),
+        "kib_per_connection": round(median * 1e6 / 1024 / args.connections, 2),
+    }
+
+
+async def in_this_process(args: argparse.Namespace) -> list[float]:
+    """The rounds against a broker in this process: its RSS before and after each."""
     configure_logging(level="warning", fmt="json", file=None, node="churn")
     with tempfile.TemporaryDirectory() as data:
         broker = Broker(
@@ -141,16 +219,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                 )
         finally:
             await broker.stop()
-    growth = [b - a for a, b in itertools.pairwise(rss[1:])]  # after the first round
-    median = statistics.median(growth) if growth else 0.0
-    return {
-        "rounds": args.rounds,
-        "connections": args.connections,
-        "freeze": args.freeze,
-        "rss_mb": [round(x, 2) for x in rss],
-        "growth_mb_per_round_median": round(median, 3),
-        "kib_per_connection": round(median * 1e6 / 1024 / args.connections, 2),
-    }
+    return rss
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -159,6 +228,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=500)
     parser.add_argument("--per-process", type=int, default=125)
     parser.add_argument("--messages", type=int, default=3)
+    parser.add_argument("--qpidd", action="store_true", help="a qpidd process, its own freezes")
     parser.add_argument(
         "--freeze",
         action=argparse.BooleanOptionalAction,
