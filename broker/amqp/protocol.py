@@ -69,6 +69,7 @@ class AmqpProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         self._checking_login = False
         self._reading_paused = False  # the transport's reading is paused
+        self._held_by_stop = False  # a clean stop reads nothing more (hold_reading)
         #: The socket waits for a later turn of the loop (:meth:`_wait_turn`): the rest of
         #: a read's frames, a read kept, or the connection not made yet.
         self._parse_scheduled = False
@@ -258,7 +259,8 @@ class AmqpProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         paused = (
-            (connection is not None and connection.reading_paused)
+            self._held_by_stop
+            or (connection is not None and connection.reading_paused)
             or self._checking_login
             or (self._parse_scheduled and (connection is not None or self._held_much()))
         )
@@ -308,6 +310,22 @@ class AmqpProtocol(asyncio.Protocol):
             self._follow_reading()
 
         run_password_check(check).add_done_callback(checked)
+
+    def hold_reading(self, held: bool) -> None:
+        """A clean stop: read nothing more from the socket (``held``) until it says so
+        again (to read the clients' close-ok), whatever else would resume it (a read kept
+        for a later turn resumed reading once handled: publishes read after the stop's
+        store write, stored and never confirmed)."""
+        self._held_by_stop = held
+        self._follow_reading()
+
+    @property
+    def reads_waiting(self) -> bool:
+        """What was read waits for a later turn of the loop (a read kept while the turn's
+        budget was spent, the rest of a read's frames): a clean stop handles it before it
+        asks the store for the write whose confirms it sends."""
+        connection = self.connection
+        return self._parse_scheduled or (connection is not None and connection.unparsed)
 
     def publishers_blocked(self, reason: str | None) -> None:
         """A resource alarm was raised or cleared: block or unblock this connection."""
