@@ -738,8 +738,8 @@ class Connection:
         refers back to it any more, so reference counting frees it and its parts at once
         (:mod:`common.weakly`): the shell's callbacks are dropped, its connection class
         and its frames' dispatch hold it weakly, and the channels and pumps still listed
-        are forgotten. What
-        calls it later (a confirm settled, a pump asked for) finds it closed, as before."""
+        are forgotten. What calls it later (a confirm settled, a pump asked for) finds it
+        closed, as before."""
         self.on_output = None
         self.on_other_header = None
         self._on_reading_changed = None
