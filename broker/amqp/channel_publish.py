@@ -127,6 +127,29 @@ class Publisher:
             return
         self.content = PendingContent(exchange, routing_key, mandatory)
 
+    def publish_whole(self, method: bytes, header: bytes, body: bytes) -> bool:
+        """basic.publish with its content header and its one body frame, read together:
+        True when it took all three as :meth:`publish_method`, :meth:`content_header` and
+        :meth:`content_body` would have; False when it took the method only (or refused
+        it), the header and body then following one at a time as any others."""
+        if self.content is not None:
+            self.publish_method(method)  # raises: content expected
+        exchange_name, routing_key, mandatory, immediate = framing.unmarshal_publish(method)
+        if immediate:
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+        try:
+            exchange = self.vhost.check_publish(exchange_name)
+        except AmqpError as error:
+            error.class_id, error.method_id = 60, 40
+            self.channel_error(error)
+            return False
+        body_size, raw = framing.unmarshal_content_header(header)
+        if body_size != len(body) or not body or body_size > self._max_body_size:
+            self.content = PendingContent(exchange, routing_key, mandatory)
+            return False
+        self._complete(exchange, routing_key, mandatory, raw, body)
+        return True
+
     def content_header(self, payload: bytes) -> None:
         """A content header on the open channel (its channel discards one while closing)."""
         pending = self.content
@@ -172,8 +195,15 @@ class Publisher:
 
     def _complete_publish(self, pending: PendingContent, body: bytes) -> None:
         self.content = None
+        self._complete(
+            pending.exchange, pending.routing_key, pending.mandatory, pending.properties_raw, body
+        )
+
+    def _complete(
+        self, exchange: Exchange, routing_key: str, mandatory: bool, raw: bytes, body: bytes
+    ) -> None:
         try:
-            pending.properties_raw, scanned = properties.scan_shared(pending.properties_raw)
+            raw, scanned = properties.scan_shared(raw)
         except ValueError as exc:
             raise AmqpError(ReplyCode.SYNTAX_ERROR, f"malformed content header: {exc}") from exc
         if scanned.user_id is not None and scanned.user_id != self._user:
@@ -188,28 +218,22 @@ class Publisher:
             )
             return
         if scanned.direct_reply_to:
-            raw = self._direct_reply_to(pending.properties_raw)
-            if raw is None:
+            replaced = self._direct_reply_to(raw)
+            if replaced is None:
                 return
-            pending.properties_raw = raw
+            raw = replaced
             scanned = properties.scan(raw)
         try:
-            message = Message(
-                pending.exchange.name,
-                pending.routing_key,
-                pending.properties_raw,
-                body,
-                scanned=scanned,
-            )
+            message = Message(exchange.name, routing_key, raw, body, scanned=scanned)
         except ValueError as exc:
             self.channel_error(AmqpError(ReplyCode.PRECONDITION_FAILED, str(exc), 60, 40))
             return
         self._wire.messages_published += 1
         if self.tx is not None:
-            returned = (lambda: self.send_return(message)) if pending.mandatory else None
-            self.tx.publish(pending.exchange, message, returned)
+            returned = (lambda: self.send_return(message)) if mandatory else None
+            self.tx.publish(exchange, message, returned)
             return
-        self.publish(pending.exchange, message, pending.mandatory)
+        self.publish(exchange, message, mandatory)
         between = self._between_publishes
         if between is not None:
             between()  # the store: a long read's records start going to disk
