@@ -251,7 +251,36 @@ class Queue:
             if self._messages or not self._offer(entry):
                 self._expire_entry(entry)
             return True
-        self._messages.append(entry)
+        messages = self._messages
+        if (
+            not messages
+            and self._consumers
+            and not self._dispatching
+            and not self._held_gets
+            and position <= self.gate_above
+        ):
+            # Nothing ready ahead of it: straight to the next consumer with credit, as
+            # dispatch would hand it, without its round through the ready messages (a queue
+            # whose consumers keep up: most publishes). A position the delivery gate must
+            # be asked about goes the usual way (its gate asked after the observers heard
+            # of it).
+            chosen = self._ring.next_with_credit()
+            if chosen is not None:
+                self.enqueued_total += 1
+                self._observers.enqueued(self, entry)
+                if position <= self.redelivered_through:
+                    entry.delivery_count = 1  # may have been delivered before a fail-over
+                self.delivered_total += 1
+                self._dispatching = True
+                self._redispatch = False
+                try:
+                    chosen.deliver(self, entry)
+                finally:
+                    self._dispatching = False
+                if self._redispatch:
+                    self.dispatch()
+                return True
+        messages.append(entry)
         self._bytes += size
         self.enqueued_total += 1
         self._observers.enqueued(self, entry)
