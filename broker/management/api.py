@@ -46,7 +46,14 @@ from broker.management.bindings import BindingEndpoints
 from broker.management.channels import ChannelEndpoints
 from broker.management.console import Console
 from broker.management.definitions_api import DefinitionsEndpoints
-from broker.management.errors import ApiError, amqp_api_error, error_response
+from broker.management.errors import (
+    UNROUTED,
+    ApiError,
+    amqp_api_error,
+    error_response,
+    routing_reason,
+    unrouted,
+)
 from broker.management.ha import HaEndpoints
 from broker.management.http_log import http_logger
 from broker.management.managed import ManagedBroker
@@ -125,6 +132,7 @@ class ManagementApi:
             web.get("/api/exchanges/{vhost}/{name}", objects.get_exchange),
             web.put("/api/exchanges/{vhost}/{name}", objects.put_exchange),
             web.delete("/api/exchanges/{vhost}/{name}", objects.delete_exchange),
+            web.route("*", UNROUTED, unrouted),  # last: 404 or 405, answered without a cycle
         ]
 
     @web.middleware
@@ -142,12 +150,13 @@ class ManagementApi:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
+            # aiohttp's router's own (for a target UNROUTED misses: "OPTIONS *") stays
+            # with the request (its match info); its traceback's frames hold the request
+            exc.__traceback__ = None
             headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow",)}
             reason = exc.reason
-            if exc.status == 404:
-                reason = f"no such resource: {request.method} {request.path}"
-            elif exc.status == 405:
-                reason = f"method {request.method} not allowed on {request.path}"
+            if exc.status in (404, 405):
+                reason = routing_reason(request, exc.status)
             return error_response(exc.status, reason, headers=headers)
         except asyncio.CancelledError:
             raise
