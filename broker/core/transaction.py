@@ -146,6 +146,10 @@ def _route(vhost: VirtualHost, held: TxPublish, confirms: PublisherConfirms) -> 
     handle.release(ok=rejected == 0)
 
 
+def _answered() -> None:
+    """An answered commit's callback: nothing more."""
+
+
 class _Answer:
     """A commit's answer: called once, when it is armed (the commit routed and applied
     everything), its publishes are settled and its dequeues replicated."""
@@ -177,4 +181,11 @@ class _Answer:
             and confirms.outstanding == 0
         ):
             self._done = True
-            self._committed()
+            committed = self._committed
+            # Answered once: its confirms (whose on_settled is this check) and the
+            # channel's callback let go of, no reference cycle left to the collector
+            # (a heap frozen meanwhile would keep the connection for good).
+            confirms.close()
+            self.confirms = None
+            self._committed = _answered
+            committed()

@@ -12,8 +12,10 @@ barrier passed its dequeues, never before.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -175,3 +177,31 @@ def test_a_commit_routes_under_one_mark_in_one_store_transaction_and_returns_unr
     assert answers == []
     backup.acknowledge_all()
     assert answers == [1]
+
+
+class _Channel:
+    """What a commit's answer holds (the 0-9-1 channel, the 1.0 coordinator link)."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+
+    def committed(self) -> None:
+        self.answers += 1
+
+
+@pytest.mark.usefixtures("no_cyclic_collector")
+def test_an_answered_commit_leaves_no_reference_cycle_to_its_channel() -> None:
+    """Once answered, the commit's confirms and its answer let go of each other and of the
+    channel's callback: freed by reference counting, not kept by the cyclic collector (a
+    heap frozen meanwhile would keep the channel and its connection for good)."""
+    vhost, _, _, backup = setup()
+    txn = Transaction()
+    txn.publish(vhost.exchanges[""], Message("", "q", body=b"a"))
+    channel = _Channel()
+    barrier = Barrier()
+    txn.commit(vhost, None, barrier, channel.committed)
+    backup.acknowledge_all()
+    assert channel.answers == 1
+    gone = weakref.ref(channel)
+    del channel
+    assert gone() is None
