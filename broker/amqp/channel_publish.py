@@ -109,6 +109,29 @@ class Publisher:
 
     def publish_method(self, payload: bytes) -> None:
         """basic.publish (decoded by the lean codec); the content follows."""
+        target = self._target(payload)
+        if target is not None:
+            self.content = PendingContent(*target)
+
+    def publish_whole(self, method: bytes, header: bytes, body: bytes) -> bool:
+        """basic.publish with its content header and its one body frame, read together:
+        True when it took all three as :meth:`publish_method`, :meth:`content_header` and
+        :meth:`content_body` would have; False when it took the method only (or refused
+        it), the header and body then following one at a time as any others."""
+        target = self._target(method)
+        if target is None:
+            return False
+        body_size, raw = framing.unmarshal_content_header(header)
+        if body_size != len(body) or not body or body_size > self._max_body_size:
+            self.content = PendingContent(*target)
+            return False
+        exchange, routing_key, mandatory = target
+        self._complete(exchange, routing_key, mandatory, raw, body)
+        return True
+
+    def _target(self, method: bytes) -> tuple[Exchange, str, bool] | None:
+        """A basic.publish's exchange, routing key and mandatory flag; None when the
+        channel refused it (closed with a soft error)."""
         if self.content is not None:
             raise AmqpError(
                 ReplyCode.UNEXPECTED_FRAME,
@@ -116,39 +139,15 @@ class Publisher:
                 60,
                 40,
             )
-        exchange_name, routing_key, mandatory, immediate = framing.unmarshal_publish(payload)
-        if immediate:
-            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
-        try:
-            exchange = self.vhost.check_publish(exchange_name)
-        except AmqpError as error:
-            error.class_id, error.method_id = 60, 40
-            self.channel_error(error)
-            return
-        self.content = PendingContent(exchange, routing_key, mandatory)
-
-    def publish_whole(self, method: bytes, header: bytes, body: bytes) -> bool:
-        """basic.publish with its content header and its one body frame, read together:
-        True when it took all three as :meth:`publish_method`, :meth:`content_header` and
-        :meth:`content_body` would have; False when it took the method only (or refused
-        it), the header and body then following one at a time as any others."""
-        if self.content is not None:
-            self.publish_method(method)  # raises: content expected
         exchange_name, routing_key, mandatory, immediate = framing.unmarshal_publish(method)
         if immediate:
             raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
         try:
-            exchange = self.vhost.check_publish(exchange_name)
+            return self.vhost.check_publish(exchange_name), routing_key, mandatory
         except AmqpError as error:
             error.class_id, error.method_id = 60, 40
             self.channel_error(error)
-            return False
-        body_size, raw = framing.unmarshal_content_header(header)
-        if body_size != len(body) or not body or body_size > self._max_body_size:
-            self.content = PendingContent(exchange, routing_key, mandatory)
-            return False
-        self._complete(exchange, routing_key, mandatory, raw, body)
-        return True
+            return None
 
     def content_header(self, payload: bytes) -> None:
         """A content header on the open channel (its channel discards one while closing)."""
