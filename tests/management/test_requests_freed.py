@@ -108,17 +108,18 @@ def test_an_error_answer_leaves_no_cycle(
     location: str | None,
 ) -> None:
     async def main() -> Counter[str]:
-        options = BrokerOptions(port=free_port(), interface="127.0.0.1", auth=auth)
+        # no management API of the broker's own (its default port is fixed): the test's,
+        # on a free port, whose server's connections it watches
+        options = BrokerOptions(port=free_port(), interface="127.0.0.1", auth=auth, mgmt_port=0)
         broker = Broker(options)
         await broker.start()
         try:
-            runner = await start_management(broker, "127.0.0.1", 0)
+            port = free_port()
+            runner = await start_management(broker, "127.0.0.1", port)
             try:
                 frozen = gc.get_freeze_count()
                 for _ in range(REQUESTS):
-                    answer = await asyncio.to_thread(
-                        _request, broker.mgmt_port, method, path, headers, body
-                    )
+                    answer = await asyncio.to_thread(_request, port, method, path, headers, body)
                     assert answer == (status, location)
                 server = runner.server
                 assert server is not None
