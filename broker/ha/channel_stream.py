@@ -40,10 +40,19 @@ class ChannelStream(ABC):
         self.credit = sink.consumer_prefetch or DEFAULT_CREDIT
         self.in_flight = 0
         self.closed = False
+        #: A pump is asked of the sink and has not run yet: asking again changes nothing
+        #: (the sink runs it once however often asked), so it is not asked (a queue stream
+        #: asks at every enqueue and dequeue of its queue).
+        self._pump_asked = False
 
     def request_pump(self) -> None:
-        if not self.closed:
-            self.sink.request_pump(self.key, self.pump)
+        if not self._pump_asked and not self.closed:
+            self._pump_asked = True
+            self.sink.request_pump(self.key, self._pump_asked_for)
+
+    def _pump_asked_for(self) -> None:
+        self._pump_asked = False  # asked during the pump: runs again, at a later flush
+        self.pump()
 
     @abstractmethod
     def pump(self) -> None:
