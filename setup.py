@@ -22,6 +22,13 @@ setup(
             optional=True,
         ),
         Extension(
+            "broker.store._records",
+            ["broker/store/_records.c"],
+            depends=["broker/store/_crc32c.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
             "broker.core._raw_alloc",
             ["broker/core/_raw_alloc.c"],
             extra_compile_args=["-O2"],

@@ -1,4 +1,5 @@
-/* CRC-32C for the store's native walker (broker/store/_walk.c, its only includer).
+/* CRC-32C for the store's native walker (broker/store/_walk.c) and its publish-path records
+ * (broker/store/_records.c), each with its own copy of the tables.
  *
  * Castagnoli's polynomial, reflected (0x82F63B78), the checksum of every record
  * (docs/store.md) and what the crc32c package computes: crc32c(value, data) continues from

@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import mmap
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, NamedTuple
@@ -49,6 +49,11 @@ from crc32c import crc32c
 
 from broker.core.field_table_codec import encode_table
 from broker.core.field_tables import MAX_DEPTH
+
+try:
+    from broker.store import _records as native_records
+except ImportError:  # not built (no C compiler at install): the Python encoders
+    native_records = None  # type: ignore[assignment]
 
 MAGIC = b"QPIDSEG1"
 HEADER = struct.Struct(">8sQQ")
@@ -317,6 +322,7 @@ _ENQUEUE_KIND = int(Kind.ENQUEUE)
 _pack_q = _Q.pack
 _pack_i = _I.pack
 _pack_qqqq = _QQQQ.pack
+_native_message = None if native_records is None else native_records.encode_message_with_enqueue
 
 
 def encode_message_with_enqueue(
@@ -330,14 +336,41 @@ def encode_message_with_enqueue(
     expires_at_ms: int,
 ) -> bytes:
     """A MESSAGE record and its first ENQUEUE, as one string of bytes (the publish path):
-    the bytes of ``encode_message(...) + encode_enqueue(...)``, with fewer calls."""
-    key = (exchange, routing_key)
-    route = _ROUTES.get(key)
+    the bytes of ``encode_message(...) + encode_enqueue(...)``, with fewer calls; encoded
+    natively where broker/store/_records.c is built (an id out of range raises OverflowError
+    there, struct.error here)."""
+    route = _ROUTES.get((exchange, routing_key))
     if route is None:
-        route = _short(exchange) + _short(routing_key)
-        if len(_ROUTES) >= _ROUTES_LIMIT:
-            _ROUTES.clear()
-        _ROUTES[key] = route
+        route = _route(exchange, routing_key)
+    if _native_message is not None:
+        return _native_message(
+            message_id, route, properties_raw, body, queue_id, position, expires_at_ms
+        )
+    return _message_with_enqueue(
+        message_id, route, properties_raw, body, queue_id, position, expires_at_ms
+    )
+
+
+def _route(exchange: str, routing_key: str) -> bytes:
+    """The exchange and routing key as two short strings, remembered per pair."""
+    route = _short(exchange) + _short(routing_key)
+    if len(_ROUTES) >= _ROUTES_LIMIT:
+        _ROUTES.clear()
+    _ROUTES[(exchange, routing_key)] = route
+    return route
+
+
+def _message_with_enqueue(
+    message_id: int,
+    route: bytes,
+    properties_raw: bytes,
+    body: bytes,
+    queue_id: int,
+    position: int,
+    expires_at_ms: int,
+) -> bytes:
+    """:func:`encode_message_with_enqueue` in Python: the reference the native encoder is
+    tested against, and the encoder where it is not built."""
     head = _pack_q(message_id) + route + _pack_i(len(properties_raw)) + properties_raw
     enqueue = _pack_qqqq(queue_id, message_id, position, expires_at_ms)
     return b"".join(
@@ -379,12 +412,19 @@ _DEQUEUE_SIZE = _QQ.size
 _pack_qq = _QQ.pack
 
 
-def encode_dequeue(queue_id: int, message_id: int) -> bytes:
-    """``encode_queue_entry(Kind.DEQUEUE, ...)``, the same bytes, for the ack path."""
+def _dequeue(queue_id: int, message_id: int) -> bytes:
+    """``encode_queue_entry(Kind.DEQUEUE, ...)``, the same bytes, for the ack path (the
+    Python reference of the native ``encode_dequeue``)."""
     payload = _pack_qq(queue_id, message_id)
     return (
         _pack_record_header(_DEQUEUE_SIZE, crc32c(payload, _DEQUEUE_CRC), _DEQUEUE_KIND) + payload
     )
+
+
+#: A DEQUEUE record (the ack path): natively where broker/store/_records.c is built.
+encode_dequeue: Callable[[int, int], bytes] = (
+    _dequeue if native_records is None else native_records.encode_dequeue
+)
 
 
 def encode_queue_entry(kind: Kind, queue_id: int, message_id: int) -> bytes:
