@@ -322,7 +322,6 @@ _ENQUEUE_KIND = int(Kind.ENQUEUE)
 _pack_q = _Q.pack
 _pack_i = _I.pack
 _pack_qqqq = _QQQQ.pack
-_native_message = None if native_records is None else native_records.encode_message_with_enqueue
 
 
 def encode_message_with_enqueue(
@@ -342,11 +341,7 @@ def encode_message_with_enqueue(
     route = _ROUTES.get((exchange, routing_key))
     if route is None:
         route = _route(exchange, routing_key)
-    if _native_message is not None:
-        return _native_message(
-            message_id, route, properties_raw, body, queue_id, position, expires_at_ms
-        )
-    return _message_with_enqueue(
+    return _message_and_enqueue(
         message_id, route, properties_raw, body, queue_id, position, expires_at_ms
     )
 
@@ -384,6 +379,12 @@ def _message_with_enqueue(
             enqueue,
         )
     )
+
+
+#: The MESSAGE+ENQUEUE encoder of a route already encoded: natively where it is built.
+_message_and_enqueue: Callable[[int, bytes, bytes, bytes, int, int, int], bytes] = (
+    _message_with_enqueue if native_records is None else native_records.encode_message_with_enqueue
+)
 
 
 def encode_message(

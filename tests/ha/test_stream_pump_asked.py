@@ -7,34 +7,24 @@ flush, as before."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from broker.ha.channel_stream import ChannelStream
 
+from .test_stream_callbacks import Sink as ChannelSink
 
-class Sink:
-    """The channel, as a stream sees it (broker/amqp/stream_sink.py), counting the asks."""
 
-    client_properties: dict[str, Any] = {}
-    connection_name = "link #1"
-    peer = "backup:1"
-    user = None
-    consumer_prefetch = 10
-    can_deliver = True
-    close_reason = None
+class Sink(ChannelSink):
+    """The in-memory channel of tests/ha/test_stream_callbacks.py, counting the asks."""
 
     def __init__(self) -> None:
-        self.pumps: dict[int, Callable[[], None]] = {}
+        super().__init__()
         self.asked = 0
-
-    def deliver_stream(self, body: bytes) -> int:
-        return 1
 
     def request_pump(self, key: int, pump: Callable[[], None]) -> None:
         self.asked += 1
-        self.pumps[key] = pump
+        super().request_pump(key, pump)
 
     def flush(self) -> None:
         """What the connection does before a flush: the pumps asked for, once each."""
@@ -42,9 +32,6 @@ class Sink:
         self.pumps.clear()
         for pump in pumps:
             pump()
-
-    def fail(self, text: str) -> None:
-        raise AssertionError(text)
 
 
 class Stream(ChannelStream):
