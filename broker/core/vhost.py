@@ -187,8 +187,11 @@ class VirtualHost:
             listener.exchange_declared(exchange)
         return exchange
 
-    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
-        """exchange.delete; deleting an exchange that does not exist succeeds (RabbitMQ)."""
+    def delete_exchange(
+        self, name: str, *, if_unused: bool = False, replicated: bool = False
+    ) -> None:
+        """exchange.delete; deleting an exchange that does not exist succeeds (RabbitMQ).
+        ``replicated``: the primary's event, applied by a backup (see :meth:`unbind`)."""
         exchange = self.exchanges.get(name)
         if exchange is None:
             return
@@ -208,7 +211,7 @@ class VirtualHost:
         for listener in self.listeners:
             listener.exchange_deleted(exchange)
         for source in sources:
-            if source.name in self.exchanges:
+            if source.name in self.exchanges and not replicated:
                 self._maybe_auto_delete_exchange(source)
 
     # -- queues ------------------------------------------------------------------------
@@ -309,8 +312,10 @@ class VirtualHost:
         if_unused: bool = False,
         if_empty: bool = False,
         owner: object | None = None,
+        replicated: bool = False,
     ) -> int:
-        """queue.delete: returns the number of ready messages deleted with it."""
+        """queue.delete: returns the number of ready messages deleted with it.
+        ``replicated``: the primary's event, applied by a backup (see :meth:`unbind`)."""
         if name not in self.queues:
             return 0
         queue = self.queue(name, owner)
@@ -318,9 +323,9 @@ class VirtualHost:
             raise precondition_failed(f"queue '{name}' in vhost '{self.name}' in use")
         if if_empty and queue.message_count:
             raise precondition_failed(f"queue '{name}' in vhost '{self.name}' is not empty")
-        return self._delete_queue(queue)
+        return self._delete_queue(queue, replicated=replicated)
 
-    def _delete_queue(self, queue: Queue) -> int:
+    def _delete_queue(self, queue: Queue, *, replicated: bool = False) -> int:
         count = queue.message_count
         self.queues.pop(queue.name, None)
         if queue.exclusive_owner is not None:
@@ -333,7 +338,8 @@ class VirtualHost:
             exchange = self.exchanges.get(binding.exchange)
             if exchange is not None:
                 exchange.unbind(binding.key)
-                self._maybe_auto_delete_exchange(exchange)
+                if not replicated:
+                    self._maybe_auto_delete_exchange(exchange)
         consumers = queue.close()
         for listener in self.listeners:  # the store and the backups first: a consumer is
             listener.queue_deleted(queue)  # told once they hold the deletion (channel_consume)
@@ -398,9 +404,16 @@ class VirtualHost:
         routing_key: str,
         arguments: dict[str, Any] | None = None,
         owner: object | None = None,
+        replicated: bool = False,
     ) -> None:
         """queue.unbind; unbinding what is not bound, or from a queue or exchange that is
-        gone, succeeds (RabbitMQ)."""
+        gone, succeeds (RabbitMQ).
+
+        ``replicated``: the primary's event, applied by a backup. An auto-delete exchange
+        left without bindings then stays: a backup does not see every binding the primary's
+        exchange has (none to a queue the primary does not replicate), so it cannot tell
+        whether the primary deleted it; if the primary did, its deletion follows as an
+        event of its own."""
         if exchange_name == "":
             raise access_refused("operation not permitted on the default exchange")
         if queue_name not in self.queues or exchange_name not in self.exchanges:
@@ -410,7 +423,8 @@ class VirtualHost:
         binding = exchange.bindings.get(binding_key(queue.name, routing_key, dict(arguments or {})))
         if binding is not None:
             self._remove_binding(exchange, binding)
-            self._maybe_auto_delete_exchange(exchange)
+            if not replicated:
+                self._maybe_auto_delete_exchange(exchange)
 
     def _remove_binding(self, exchange: Exchange, binding: Binding) -> None:
         exchange.unbind(binding.key)
@@ -461,8 +475,10 @@ class VirtualHost:
         source_name: str,
         routing_key: str,
         arguments: dict[str, Any] | None = None,
+        replicated: bool = False,
     ) -> None:
-        """exchange.unbind; what is not bound, or gone, is unbound already (RabbitMQ)."""
+        """exchange.unbind; what is not bound, or gone, is unbound already (RabbitMQ).
+        ``replicated``: the primary's event, applied by a backup (see :meth:`unbind`)."""
         if destination_name == "" or source_name == "":
             raise access_refused("operation not permitted on the default exchange")
         source = self.exchanges.get(source_name)
@@ -472,7 +488,8 @@ class VirtualHost:
         binding = source.bindings.get(key)
         if binding is not None:
             self._remove_binding(source, binding)
-            self._maybe_auto_delete_exchange(source)
+            if not replicated:
+                self._maybe_auto_delete_exchange(source)
 
     def _maybe_auto_delete_exchange(self, exchange: Exchange) -> None:
         if exchange.auto_delete and exchange.had_bindings and not exchange.bindings:

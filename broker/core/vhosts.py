@@ -228,11 +228,12 @@ class VirtualHosts:
         host = self._hosts.get(vhost)
         return None if host is None else host.queues.get(name)
 
-    def delete_queue(self, key: str) -> int:
-        """Delete the queue of a key (nothing if it is gone); its ready message count."""
+    def delete_queue(self, key: str, *, replicated: bool = False) -> int:
+        """Delete the queue of a key (nothing if it is gone); its ready message count.
+        ``replicated``: the primary's event, applied by a backup (:meth:`VirtualHost.unbind`)."""
         vhost, name = split_key(key)
         host = self._hosts.get(vhost)
-        return 0 if host is None else host.delete_queue(name)
+        return 0 if host is None else host.delete_queue(name, replicated=replicated)
 
     def tick(self) -> None:
         for vhost in list(self._hosts.values()):

@@ -90,7 +90,7 @@ class BrokerReplicator:
             elif kind == "exchange-declared":
                 self._declare_exchange(event["exchange"])
             elif kind == "exchange-deleted":
-                self._in(event).delete_exchange(str(event["name"]))
+                self._in(event).delete_exchange(str(event["name"]), replicated=True)
             elif kind == "vhost-declared":
                 self.vhosts.create(str(event["name"]))
             elif kind == "vhost-deleted":
@@ -209,7 +209,7 @@ class BrokerReplicator:
         if replicator is not None:
             changes.unsubscribe.append(key)
             self.staging.queue_gone(replicator)
-        self.vhosts.delete_queue(key)
+        self.vhosts.delete_queue(key, replicated=True)
 
     # -- exchanges and bindings --------------------------------------------------------
     def _declare_exchange(self, config: dict[str, Any]) -> None:
@@ -220,7 +220,7 @@ class BrokerReplicator:
         if existing is not None and (
             existing.type != config.get("type") or existing.arguments != arguments
         ):
-            vhost.delete_exchange(name)
+            vhost.delete_exchange(name, replicated=True)
         vhost.declare_exchange(
             name,
             str(config["type"]),
@@ -258,6 +258,7 @@ class BrokerReplicator:
                 str(binding["exchange"]),
                 str(binding["routing_key"]),
                 dict(binding.get("arguments") or {}),
+                replicated=True,
             )
             return
         vhost.unbind(
@@ -265,6 +266,7 @@ class BrokerReplicator:
             str(binding["exchange"]),
             str(binding["routing_key"]),
             dict(binding.get("arguments") or {}),
+            replicated=True,
         )
 
     @staticmethod
@@ -327,9 +329,9 @@ class BrokerReplicator:
         ]
         for vhost, name in leftovers:
             exchange = vhost.exchanges.get(name)
-            if exchange is not None:  # (else auto-deleted with a queue)
+            if exchange is not None:
                 cost = 1 + len(exchange.bindings)
-                vhost.delete_exchange(name)
+                vhost.delete_exchange(name, replicated=True)
                 if budget.full(cost):
                     yield
         for config in exchanges.values():
@@ -365,11 +367,19 @@ class BrokerReplicator:
                 destination = binding.destination.name
                 if binding.to_exchange:
                     vhost.unbind_exchange(
-                        destination, binding.exchange, binding.routing_key, binding.arguments
+                        destination,
+                        binding.exchange,
+                        binding.routing_key,
+                        binding.arguments,
+                        replicated=True,
                     )
                 else:
                     vhost.unbind(
-                        destination, binding.exchange, binding.routing_key, binding.arguments
+                        destination,
+                        binding.exchange,
+                        binding.routing_key,
+                        binding.arguments,
+                        replicated=True,
                     )
             if budget.full():
                 yield
