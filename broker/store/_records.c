@@ -6,9 +6,9 @@
  * and routing key as two short strings, which the caller keeps per pair); encode_dequeue(
  * queue_id, message_id) a DEQUEUE record. A record is its header (payload length: u32, CRC-32C
  * of the kind byte and the payload: u32, kind: u8, big-endian) and its payload (docs/store.md).
- * The Python encoders stay the reference (tests/store/test_native_records.py compares them);
- * a value out of range raises OverflowError here and the caller then asks the Python encoder,
- * which raises what it always did.
+ * The Python encoders stay the reference (tests/store/test_native_records.py compares them)
+ * and the fallback where this is not built; a value out of range raises OverflowError here
+ * (struct.error there), a value of the wrong type TypeError.
  *
  * No state but the CRC tables; called with the GIL held.
  */
