@@ -1,13 +1,15 @@
 """The compiled parts of the store (docs/store.md): the segment walker of its recovery
-(broker/store/_walk.c) and its group writer thread (broker/store/_group_write.c), and the
-C allocator's pair for the per-message objects (broker/core/_raw_alloc.c).
+(broker/store/_walk.c), its group writer thread (broker/store/_group_write.c) and its
+publish-path records (broker/store/_records.c); the C allocator's pair for the per-message
+objects (broker/core/_raw_alloc.c); and a 0-9-1 delivery's frames (broker/amqp/_deliver.c).
 
 Optional: without a C compiler and Python's headers the install goes on; recovery then uses
 the pure-Python walker (the same records, about 2x slower: docs/benchmarks.md, issue 12),
 and the journal the Python writer thread (the same writes; confirms wait longer for the
 GIL: docs/benchmarks.md, "Group commit without the GIL"), and queued messages' objects come
 from Python's allocator (more memory kept after a queue empties: docs/memory-and-disk.md,
-"Memory given back"). Everything else is in pyproject.toml.
+"Memory given back"), and deliveries are encoded in Python (the same bytes). Everything
+else is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
@@ -25,6 +27,12 @@ setup(
             "broker.store._records",
             ["broker/store/_records.c"],
             depends=["broker/store/_crc32c.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "broker.amqp._deliver",
+            ["broker/amqp/_deliver.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

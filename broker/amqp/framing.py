@@ -19,6 +19,11 @@ from pamqp.base import Frame as Method
 from broker.core.errors import AmqpError, ReplyCode
 from broker.core.field_tables import check_depth
 
+try:
+    from broker.amqp import _deliver as native_deliver
+except ImportError:  # not built (no C compiler): the Python encoder below
+    native_deliver = None  # type: ignore[assignment]
+
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 FRAME_METHOD = 1
@@ -281,7 +286,7 @@ def deliver_method(
     )
 
 
-def deliver_frames(
+def _deliver_frames(
     channel: int,
     consumer_tag: bytes,
     delivery_tag: int,
@@ -292,7 +297,8 @@ def deliver_frames(
     frame_max: int,
 ) -> bytes:
     """A whole delivery in one ``bytes``: the :func:`deliver_method` frame followed by the
-    :func:`content_frames`, the same bytes, built with one copy of the body."""
+    :func:`content_frames`, the same bytes, built with one copy of the body. The reference
+    of broker/amqp/_deliver.c's (:data:`deliver_frames`), and its fallback."""
     size = len(body)
     head = _DELIVER_HEAD.pack(
         FRAME_METHOD, channel, 4 + len(consumer_tag) + 9 + len(exchange_and_key), _DELIVER_INDEX
@@ -322,6 +328,12 @@ def deliver_frames(
         parts += [_END_BODY_HEAD.pack(FRAME_END, FRAME_BODY, channel, len(piece)), piece]
     parts.append(FRAME_END_BYTE)
     return b"".join(parts)
+
+
+#: A whole delivery in one ``bytes`` (:func:`_deliver_frames`): natively where
+#: broker/amqp/_deliver.c is built (about a fifth of the time: no ``struct`` packing, one
+#: copy into one buffer), chosen once here.
+deliver_frames = _deliver_frames if native_deliver is None else native_deliver.deliver_frames
 
 
 def confirm_frame(channel: int, delivery_tag: int, multiple: bool, ack: bool) -> bytes:
