@@ -97,6 +97,11 @@ class Channel:
     def confirms_settled(self) -> None:
         self.connection.confirms_settled(self)
 
+    def confirms_deferred(self) -> None:
+        """The connection's flush kept this channel's confirm replies (not sent while the
+        HA primary may not confirm): the next settled confirm asks for a flush again."""
+        self.publisher.confirms_deferred()
+
     # -- the frames kept behind a held basic.get (for the deliveries) ------------------
     def keep_frames(self) -> None:
         if self.held_frames is None:

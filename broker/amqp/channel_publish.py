@@ -100,6 +100,9 @@ class Publisher:
         #: Called after each publish is routed (the store's ``Journal.between_publishes``).
         self._between_publishes = between_publishes
         self.confirms: PublisherConfirms | None = None
+        #: The host told of settled confirms since its connection last took them: it is
+        #: told once until then, not at each publish (as a 1.0 receiver's dispositions).
+        self._confirms_due = False
         self.tx: Transaction | None = None
         #: A basic.publish waiting for its content.
         self.content: PendingContent | None = None
@@ -289,13 +292,24 @@ class Publisher:
         if self.tx is not None:
             raise precondition_failed("cannot switch from tx to confirm mode")
         if self.confirms is None:
-            self.confirms = PublisherConfirms(on_settled=self.host.confirms_settled)
+            self.confirms = PublisherConfirms(on_settled=self._confirms_settled)
         if not method.nowait:
             self.host.send(commands.Confirm.SelectOk())
+
+    def _confirms_settled(self) -> None:
+        if not self._confirms_due:  # once until the connection takes them
+            self._confirms_due = True
+            self.host.confirms_settled()
+
+    def confirms_deferred(self) -> None:
+        """Its connection kept the replies for a later flush: the next settled confirm
+        tells the host again (a flush then tries again)."""
+        self._confirms_due = False
 
     def send_confirm_replies(self) -> None:
         """Send the confirm replies settled so far (basic.ack or basic.nack, ``multiple``
         where they run on); the connection calls it at its flush, the channel open."""
+        self._confirms_due = False
         confirms = self.confirms
         if confirms is None:
             return

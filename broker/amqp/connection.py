@@ -252,16 +252,18 @@ class Connection:
         self._heartbeat_due = False
         if self._pumps:
             self._run_pumps()
-        if self._confirm_channels and (
-            self.ctx.admission is None or self.ctx.admission.may_confirm()
-        ):
-            channels = self._confirm_channels
-            self._confirm_channels = set()
-            before = len(self._out)
-            for channel in channels:
-                channel.send_confirm_replies()
-            if self.admitted and self.ctx.admission is not None and len(self._out) > before:
-                self.ctx.admission.confirms_sent(self)
+        if self._confirm_channels:
+            if self.ctx.admission is None or self.ctx.admission.may_confirm():
+                channels = self._confirm_channels
+                self._confirm_channels = set()
+                before = len(self._out)
+                for channel in channels:
+                    channel.send_confirm_replies()
+                if self.admitted and self.ctx.admission is not None and len(self._out) > before:
+                    self.ctx.admission.confirms_sent(self)
+            else:  # kept for a later flush, which each channel's next settled confirm asks for
+                for channel in self._confirm_channels:
+                    channel.confirms_deferred()
         if not self._out:
             return b""
         data = b"".join(self._out)
