@@ -42,6 +42,7 @@ from throughput_results import (
     HEAD,
     RunResult,
     as_json,
+    interpreter,
     median_known,
     median_of,
     median_value,
@@ -126,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         given(args.url_a) if args.url_a else rabbitmq() as url_a,
         given(args.url_b) if args.url_b else qpidd() as url_b,
     ):
+        print(f"# qpidd here runs on {interpreter()}", flush=True)
         print(HEAD, flush=True)
         for pairs in args.pairs:
             n = messages_for(args, pairs)

@@ -80,7 +80,13 @@ from throughput import (  # noqa: E402
     run_reported,
     term_to_exit,
 )
-from throughput_results import RunResult, as_json, median_of, other_pct  # noqa: E402
+from throughput_results import (  # noqa: E402
+    RunResult,
+    as_json,
+    interpreter,
+    median_of,
+    other_pct,
+)
 
 RABBITMQ_SH = HERE / "rabbitmq.sh"
 #: Nodes on 5761-5763 (their distribution ports 25761-25763, their epmd on 35761).
@@ -411,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"\nmedians of {args.repeat} rotating rounds ({began}), client {args.client}, "
         f"{args.size} B persistent messages to durable queues, window {args.window}, "
-        f"prefetch {args.prefetch}:"
+        f"prefetch {args.prefetch}; qpidd on {interpreter()}:"
     )
     for line in report:
         print(line)

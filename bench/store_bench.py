@@ -53,7 +53,7 @@ sys.path.append(str(HERE.parent))  # after PYTHONPATH: a worktree given there wi
 
 from ha_brokers import Brokers  # noqa: E402
 from throughput import add_common_args, check_args, messages_for, term_to_exit  # noqa: E402
-from throughput_results import HEAD, RunResult, as_json, other_pct, row  # noqa: E402
+from throughput_results import HEAD, RunResult, as_json, interpreter, other_pct, row  # noqa: E402
 from throughput_run import run_once  # noqa: E402
 
 RABBITMQ_PORT = 5680
@@ -175,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     targets.append(Target("rabbitmq-classic", url))
                 if "rabbitmq-quorum" in args.targets:
                     targets.append(Target("rabbitmq-quorum", url, {"x-queue-type": "quorum"}))
+        print(f"# qpidd runs on {interpreter()}", flush=True)
         print(f"load\t{HEAD}", flush=True)
         for pairs in args.pairs:
             n = messages_for(args, pairs)

@@ -8,14 +8,19 @@ summed. A result is :attr:`~RunResult.ok` when nothing was lost, duplicated, for
 left in a queue or failed. Printing: :data:`HEAD` and :func:`row` (the table that
 bench/throughput.py, bench/compare.py and bench/ha_compare.py print, one row a run),
 :func:`as_json` (one JSON line a run) and :func:`print_summary` (their closing report).
-Pure functions of their arguments, except the printing.
+:func:`interpreter` names the Python the brokers started here run on (the venv's: its
+``qpidd`` is ``sys.executable``'s sibling). Pure functions of their arguments, except the
+printing and :func:`interpreter`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
+import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -25,6 +30,7 @@ __all__ = [
     "HEAD",
     "RunResult",
     "as_json",
+    "interpreter",
     "median_known",
     "median_of",
     "median_value",
@@ -78,6 +84,21 @@ class RunResult:
             or self.nacked
             or self.left_in_queues
         )
+
+
+def interpreter() -> str:
+    """This process's Python, as a benchmark reports it: version, binary, and whether it
+    runs on a shared libpython (a build like pyenv's ``--enable-shared`` without
+    ``--enable-optimizations``, about a fifth slower on the broker's path than Debian's
+    static, PGO and LTO built ``python3``: docs/benchmarks.md)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            shared = any("libpython" in line for line in maps)
+    except OSError:
+        shared = None
+    linked = {True: "shared libpython", False: "static", None: "libpython unknown"}[shared]
+    binary = os.path.realpath(sys.executable)
+    return f"{platform.python_implementation()} {platform.python_version()} ({binary}, {linked})"
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
