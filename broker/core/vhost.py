@@ -58,6 +58,11 @@ from common.slices import SLICE, Steps, run_steps
 
 __all__ = ["BUILTIN_EXCHANGES", "EQUIVALENCE_ARGS", "VHOST", "PublishResult", "VirtualHost"]
 
+#: The result of a publish that n queues took and none refused, for n below 17: immutable,
+#: so shared (a frozen dataclass made at each publish was one object and a slow __init__ a
+#: message).
+_ACCEPTED_BY = tuple(PublishResult(n, 0) for n in range(17))
+
 
 class ConfigListener(Protocol):
     """Hears configuration changes (the HA broker replicator)."""
@@ -547,13 +552,16 @@ class VirtualHost:
         if not queues:
             exchange.unroutable_total += 1
             self.unroutable_total += 1
-            return PublishResult(0, 0)
+            return _ACCEPTED_BY[0]
         exchange.routed_total += 1
         rejected = 0
         for queue in queues:
             if not queue.enqueue(message):
                 rejected += 1
-        return PublishResult(len(queues), rejected)
+        count = len(queues)
+        if rejected or count >= len(_ACCEPTED_BY):
+            return PublishResult(count, rejected)
+        return _ACCEPTED_BY[count]
 
     # -- dead-lettering ----------------------------------------------------------------
     # -- time --------------------------------------------------------------------------
