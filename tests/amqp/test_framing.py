@@ -119,8 +119,8 @@ def test_content_frames_decode_with_pamqp(
     redelivered=st.booleans(),
     route=st.binary(max_size=512),
     raw=st.binary(max_size=300),
-    payload=st.binary(max_size=20000),
-    frame_max=st.sampled_from([4096, 4097, 8192, 131072]),
+    payload=st.one_of(st.binary(max_size=20000), st.sampled_from([b"", b"x" * 65_536])),
+    frame_max=st.sampled_from([9, 10, 4096, 4097, 8192, 131072]),
 )
 @example(0, b"", 0, False, b"", b"", b"", 4096)  # no body: no body frame
 @example(1, b"\x01c", 1, True, b"\x00\x01q", b"\x00\x00", b"x" * 4088, 4096)  # one full frame
@@ -137,14 +137,18 @@ def test_deliver_frames_are_deliver_method_then_content_frames(
     frame_max: int,
 ) -> None:
     """One delivery built in one piece is byte for byte the method frame followed by the
-    content frames, for any bytes given (the arguments are pre-encoded, never checked)."""
-    ours = framing.deliver_frames(
-        channel, tag, delivery_tag, redelivered, route, raw, payload, frame_max
-    )
+    content frames, for any bytes given (the arguments are pre-encoded, never checked):
+    by the Python encoder and by the native one where it is built (broker/amqp/_deliver.c,
+    also from a body in a memoryview or a bytearray)."""
+    args = (channel, tag, delivery_tag, redelivered, route, raw)
     theirs = framing.deliver_method(
         channel, tag, delivery_tag, redelivered, route
     ) + framing.content_frames(channel, raw, payload, frame_max)
-    assert ours == theirs
+    assert framing._deliver_frames(*args, payload, frame_max) == theirs
+    assert framing.deliver_frames(*args, payload, frame_max) == theirs
+    if framing.deliver_frames is not framing._deliver_frames:
+        assert framing.deliver_frames(*args, memoryview(payload), frame_max) == theirs
+        assert framing.deliver_frames(*args, bytearray(payload), frame_max) == theirs
 
 
 @settings(max_examples=200)

@@ -1,14 +1,13 @@
-"""The native delivery encoder (broker/amqp/_deliver.c) is byte for byte what the Python
-encoder makes, for any values a delivery can carry, and refuses what it cannot. Sans-I/O:
-values in, bytes out."""
+"""The native delivery encoder (broker/amqp/_deliver.c) is built where it can be and refuses
+what a delivery cannot carry; that it makes the Python encoder's bytes for any values is
+tests/amqp/test_framing.py's ``test_deliver_frames_are_deliver_method_then_content_frames``.
+Sans-I/O: values in, bytes out."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
 
 from broker.amqp import framing
 from tests.store.test_native_walk import can_compile
@@ -21,7 +20,7 @@ except ImportError:  # the first test says so
 
 needs_native = pytest.mark.skipif(
     native is None,
-    reason="no native encoder on a machine without a compiler (the test below checks that)",
+    reason="no native encoder on a machine without a compiler (the first test checks that)",
 )
 
 
@@ -33,40 +32,6 @@ def test_the_native_encoder_is_built_where_it_can_be() -> None:
         return
     assert native is not None, "broker/amqp/_deliver.c is not built: pip install -e ."
     assert framing.deliver_frames is native.deliver_frames
-
-
-@needs_native
-@settings(deadline=None)
-@given(
-    channel=st.integers(0, 65535),
-    tag=st.binary(max_size=256),
-    delivery_tag=st.integers(0, 2**64 - 1),
-    redelivered=st.booleans(),
-    route=st.binary(max_size=512),
-    raw=st.binary(max_size=300),
-    body=st.one_of(st.binary(max_size=20000), st.sampled_from([b"", b"x" * 262_144])),
-    frame_max=st.sampled_from([9, 10, 4096, 4097, 8192, 131072]),
-)
-@example(0, b"", 0, False, b"", b"", b"", 4096)  # no body: no body frame
-@example(1, b"\x01c", 1, True, b"\x00\x01q", b"\x00\x00", b"x" * 4088, 4096)  # one full frame
-@example(1, b"\x01c", 1, False, b"\x00\x01q", b"\x00\x00", b"x" * 4089, 4096)  # one byte over
-@example(1, b"\x01c", 1, False, b"\x00\x01q", b"\x00\x00", b"x" * 8176, 4096)  # two full
-def test_a_delivery_is_the_reference_bytes(
-    channel: int,
-    tag: bytes,
-    delivery_tag: int,
-    redelivered: bool,
-    route: bytes,
-    raw: bytes,
-    body: bytes,
-    frame_max: int,
-) -> None:
-    args = (channel, tag, delivery_tag, redelivered, route, raw)
-    expected = framing._deliver_frames(*args, body, frame_max)
-    assert native.deliver_frames(*args, body, frame_max) == expected
-    # a body held in another buffer (a memoryview, a bytearray) gives the same bytes
-    assert native.deliver_frames(*args, memoryview(body), frame_max) == expected
-    assert native.deliver_frames(*args, bytearray(body), frame_max) == expected
 
 
 @needs_native
