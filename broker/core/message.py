@@ -86,7 +86,8 @@ class Message:
         self.store_id = 0
         info = scanned if scanned is not None else properties.scan(properties_raw)
         self.persistent = info.delivery_mode == 2
-        self.expiration_ms = properties.parse_expiration(info.expiration)
+        expiration = info.expiration  # most messages have none: no call for it
+        self.expiration_ms = None if expiration is None else properties.parse_expiration(expiration)
 
     @property
     def headers(self) -> dict[str, Any]:
