@@ -6,7 +6,7 @@
  * body), exactly what framing.py's Python encoder makes of the same values: consumer_tag
  * and exchange_and_key are short strings as encoded on the wire (the caller keeps them per
  * consumer and per message), properties_raw the content header's property flags and list.
- * The Python encoder stays the reference (tests/amqp/test_native_deliver.py compares them)
+ * The Python encoder stays the reference (tests/amqp/test_framing.py compares them)
  * and the fallback where this is not built. A value out of range (a channel over 65535, a
  * tag over 2**64 - 1, a frame_max that leaves no room for a body) raises OverflowError or
  * ValueError here (struct.error or ValueError there), a value of the wrong type TypeError.
