@@ -78,6 +78,16 @@ class PendingContent:
     received: int = 0
 
 
+def _publish_in_content() -> AmqpError:
+    """A basic.publish where its channel expected the last one's content."""
+    return AmqpError(
+        ReplyCode.UNEXPECTED_FRAME,
+        "expected content header for basic.publish, got Basic.Publish",
+        60,
+        40,
+    )
+
+
 class Publisher:
     """basic.publish, its content, confirms and transactions; see the module docstring."""
 
@@ -132,17 +142,36 @@ class Publisher:
         self._complete(exchange, routing_key, mandatory, raw, body)
         return True
 
+    def publish_decoded(
+        self, arguments: tuple[str, str, bool, bool], raw: bytes, body: bytes
+    ) -> bool:
+        """:meth:`publish_whole` of a publish whose frames broker/amqp/_wire.c's
+        ``scan_publish`` checked and split: its arguments decoded before, its content
+        header a basic one of ``len(body)`` bytes (not none), the raw properties after it."""
+        if self.content is not None:
+            raise _publish_in_content()
+        target = self._target_of(arguments)
+        if target is None:
+            return False
+        if len(body) > self._max_body_size:
+            self.content = PendingContent(*target)
+            return False
+        exchange, routing_key, mandatory = target
+        self._complete(exchange, routing_key, mandatory, raw, body)
+        return True
+
     def _target(self, method: bytes) -> tuple[Exchange, str, bool] | None:
         """A basic.publish's exchange, routing key and mandatory flag; None when the
         channel refused it (closed with a soft error)."""
         if self.content is not None:
-            raise AmqpError(
-                ReplyCode.UNEXPECTED_FRAME,
-                "expected content header for basic.publish, got Basic.Publish",
-                60,
-                40,
-            )
-        exchange_name, routing_key, mandatory, immediate = framing.unmarshal_publish(method)
+            raise _publish_in_content()
+        return self._target_of(framing.unmarshal_publish(method))
+
+    def _target_of(
+        self, arguments: tuple[str, str, bool, bool]
+    ) -> tuple[Exchange, str, bool] | None:
+        """:meth:`_target` of its decoded arguments."""
+        exchange_name, routing_key, mandatory, immediate = arguments
         if immediate:
             raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
         try:

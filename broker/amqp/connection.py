@@ -367,7 +367,23 @@ class Connection:
         unpack = _FRAME_HEAD.unpack_from
         publish_here = self.ctx.acl is None  # with an ACL: publishes checked in FrameDispatch
         deadline = 0.0  # set at the first frame off the publish path
+        # A whole publish (method, content header, one body frame) split natively, in one
+        # call; else (not built, not a publish, not whole, arguments not decoded before)
+        # the frames one at a time, as below.
+        scan = framing.scan_publish if publish_here else None
+        decoded = framing.DECODED_PUBLISHES
         while end_of_data - pos >= 7:
+            if scan is not None and self.state is _OPEN:
+                whole = scan(data, pos, max_payload, decoded)
+                if whole is not None:
+                    channel, method_end, whole_end, arguments, raw, body = whole
+                    ch = channels.get(channel)
+                    if ch is not None and ch.state is _CHANNEL_OPEN and ch.held_frames is None:
+                        # all three taken, or the method only (refused, or the body over
+                        # the limit: the header then closes the channel, as below)
+                        took = ch.publisher.publish_decoded(arguments, raw, body)
+                        pos = whole_end if took else method_end
+                        continue
             ftype, channel, size = unpack(data, pos)
             if size > max_payload:
                 raise AmqpError(

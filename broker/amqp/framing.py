@@ -11,6 +11,7 @@ bytes.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import cast
 
 from pamqp import commands, frame
@@ -20,9 +21,9 @@ from broker.core.errors import AmqpError, ReplyCode
 from broker.core.field_tables import check_depth
 
 try:
-    from broker.amqp import _deliver as native_deliver
-except ImportError:  # not built (no C compiler): the Python encoder below
-    native_deliver = None  # type: ignore[assignment]
+    from broker.amqp import _wire as native_wire
+except ImportError:  # not built (no C compiler): the Python encoder and parser
+    native_wire = None  # type: ignore[assignment]
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
@@ -159,21 +160,21 @@ def _short_str(payload: bytes, pos: int) -> tuple[str, int]:
 
 #: basic.publish payloads decoded before (a publisher sends the same few over and over):
 #: the messages of a queue share one routing key string instead of one each.
-_PUBLISH_CACHE: dict[bytes, tuple[str, str, bool, bool]] = {}
-_PUBLISH_CACHE_LIMIT = 4096
-_PUBLISH_CACHE_MAX_KEY = 128
+DECODED_PUBLISHES: dict[bytes, tuple[str, str, bool, bool]] = {}
+_DECODED_LIMIT = 4096
+_DECODED_MAX_KEY = 128
 
 
 def unmarshal_publish(payload: bytes) -> tuple[str, str, bool, bool]:
     """Decode a basic.publish payload: (exchange, routing key, mandatory, immediate)."""
-    cached = _PUBLISH_CACHE.get(payload)
+    cached = DECODED_PUBLISHES.get(payload)
     if cached is not None:
         return cached
     result = _unmarshal_publish(payload)
-    if len(payload) <= _PUBLISH_CACHE_MAX_KEY:
-        if len(_PUBLISH_CACHE) >= _PUBLISH_CACHE_LIMIT:
-            _PUBLISH_CACHE.clear()
-        _PUBLISH_CACHE[payload] = result
+    if len(payload) <= _DECODED_MAX_KEY:
+        if len(DECODED_PUBLISHES) >= _DECODED_LIMIT:
+            DECODED_PUBLISHES.clear()
+        DECODED_PUBLISHES[payload] = result
     return result
 
 
@@ -298,7 +299,7 @@ def _deliver_frames(
 ) -> bytes:
     """A whole delivery in one ``bytes``: the :func:`deliver_method` frame followed by the
     :func:`content_frames`, the same bytes, built with one copy of the body. The reference
-    of broker/amqp/_deliver.c's (:data:`deliver_frames`), and its fallback."""
+    of broker/amqp/_wire.c's (:data:`deliver_frames`), and its fallback."""
     size = len(body)
     head = _DELIVER_HEAD.pack(
         FRAME_METHOD, channel, 4 + len(consumer_tag) + 9 + len(exchange_and_key), _DELIVER_INDEX
@@ -331,9 +332,21 @@ def _deliver_frames(
 
 
 #: A whole delivery in one ``bytes`` (:func:`_deliver_frames`): natively where
-#: broker/amqp/_deliver.c is built (about a fifth of the time: no ``struct`` packing, one
+#: broker/amqp/_wire.c is built (about a fifth of the time: no ``struct`` packing, one
 #: copy into one buffer), chosen once here.
-deliver_frames = _deliver_frames if native_deliver is None else native_deliver.deliver_frames
+deliver_frames = _deliver_frames if native_wire is None else native_wire.deliver_frames
+
+#: (data, pos, max payload, decoded) -> (channel, method end, whole end, arguments, raw
+#: properties, body) or None: broker/amqp/_wire.c's ``scan_publish``.
+PublishScanner = Callable[
+    [bytes, int, int, dict[bytes, tuple[str, str, bool, bool]]],
+    tuple[int, int, int, tuple[str, str, bool, bool], bytes, bytes] | None,
+]
+
+#: A whole publish's frames checked and split in one call where broker/amqp/_wire.c is
+#: built (its ``scan_publish``: the method's arguments looked up in
+#: :data:`DECODED_PUBLISHES`); None elsewhere, and the parser takes them one at a time.
+scan_publish: PublishScanner | None = None if native_wire is None else native_wire.scan_publish
 
 
 def confirm_frame(channel: int, delivery_tag: int, multiple: bool, ack: bool) -> bytes:

@@ -547,6 +547,7 @@ def test_unexpected_exception_closes_only_that_connection_with_541() -> None:
     publisher = client.conn.channels[1].publisher
     publisher.publish_method = boom  # type: ignore[method-assign,assignment]
     publisher.publish_whole = boom  # type: ignore[method-assign,assignment]
+    publisher.publish_decoded = boom  # type: ignore[method-assign,assignment]
     client.publish(1, b"x", routing_key="q")
     assert close_code(client) == ReplyCode.INTERNAL_ERROR
     other.send(1, commands.Queue.Declare(queue="still-fine"))

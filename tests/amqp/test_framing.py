@@ -138,7 +138,7 @@ def test_deliver_frames_are_deliver_method_then_content_frames(
 ) -> None:
     """One delivery built in one piece is byte for byte the method frame followed by the
     content frames, for any bytes given (the arguments are pre-encoded, never checked):
-    by the Python encoder and by the native one where it is built (broker/amqp/_deliver.c,
+    by the Python encoder and by the native one where it is built (broker/amqp/_wire.c,
     also from a body in a memoryview or a bytearray)."""
     args = (channel, tag, delivery_tag, redelivered, route, raw)
     theirs = framing.deliver_method(
