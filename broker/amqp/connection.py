@@ -138,7 +138,9 @@ class Connection:
         me = weakly(self)
         #: The handshake's and the close's time-outs, the client's silence, our heartbeats.
         self.timeouts = ConnectionTimeouts(settings, ctx.clock(), me)
-        self._buf = bytearray()
+        #: What was read and not parsed yet: the read itself when nothing was left before it
+        #: (most reads: parsed where it lies, no copy), else the rest joined with it.
+        self._buf = b""
         self._out: list[bytes] = []
         self._heartbeat_due = False  # one goes out alone while output is held (HA lease)
         self._in_receive = False
@@ -291,7 +293,7 @@ class Connection:
         """Process bytes read from the peer."""
         if self.state is S.CLOSED or self.should_close:
             return
-        self._buf += data
+        self._buf = self._buf + data if self._buf else bytes(data)
         self.timeouts.read(self.ctx.clock())
         if not self.releasing:  # else kept for the close's state (reading paused)
             self.process()
@@ -316,10 +318,10 @@ class Connection:
             if self.state is S.OPEN and self.flow.blocked_by is not None:
                 self.flow.after_read()
         except AmqpError as error:
-            self._buf.clear()
+            self._buf = b""
             self.connection_error(error)
         except Exception as exc:  # a broker bug: close this connection only, say why
-            self._buf.clear()
+            self._buf = b""
             self.ctx.log.error("internal_error", connection=self.name, exception=repr(exc))
             self.connection_error(AmqpError(ReplyCode.INTERNAL_ERROR, "internal error"))
         finally:
@@ -347,7 +349,7 @@ class Connection:
             if header != framing.PROTOCOL_HEADER:
                 other = self.on_other_header
                 if other is not None and other(bytes(buf)):
-                    buf.clear()  # another protocol's connection took the socket
+                    self._buf = b""  # another protocol's connection took the socket
                     self.ctx.connections.pop(self.id, None)
                     return
                 self.methods.bad_protocol_header(header)
@@ -359,11 +361,9 @@ class Connection:
         channels = self.channels
         end_of_data = len(buf)
         if end_of_data - pos < 7:  # not even a frame's head
-            del buf[:pos]
+            self._buf = buf[pos:]
             return
-        # One copy of what was read: each frame's payload is then one slice of it (a slice
-        # of the bytearray, then bytes of that, made two objects and two copies a frame).
-        data = bytes(buf)
+        data = buf  # each frame's payload one slice of it
         unpack = _FRAME_HEAD.unpack_from
         publish_here = self.ctx.acl is None  # with an ACL: publishes checked in FrameDispatch
         deadline = 0.0  # set at the first frame off the publish path
@@ -452,7 +452,7 @@ class Connection:
             if _now() >= deadline:
                 self.unparsed = end_of_data - pos >= 7  # the rest in a later turn, in order
                 break
-        del buf[:pos]
+        self._buf = data[pos:] if pos else data
 
     def frame(self, ftype: int, channel: int, payload: bytes) -> None:
         """Handle one frame off the publish path (its :class:`FrameDispatch`)."""

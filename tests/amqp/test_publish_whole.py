@@ -12,6 +12,7 @@ parser's Python."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import struct
 from collections.abc import Iterator
 
@@ -219,6 +220,23 @@ def test_publishes_after_a_close_in_the_same_read_are_not_taken(split: str) -> N
     assert _outcome(whole) == _outcome(apart)
     entries = whole.ctx.vhost.queues["q"].entries()
     assert [e.message.body for e in entries] == [b"m", b"n", b"n"]
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    batch=st.lists(publishes, min_size=1, max_size=4),
+    cuts=st.lists(st.integers(0, 30_000), max_size=8),
+)
+def test_reads_cut_anywhere_do_what_one_read_does(batch: list[Publish], cuts: list[int]) -> None:
+    """Reads that end inside a frame head, a payload or before an end octet: what was
+    left is joined with the next read, and the broker does what it does with one read."""
+    data = b"".join(f for publish in batch for f in _frames(publish))
+    at = sorted({cut % (len(data) + 1) for cut in cuts} | {0, len(data)})
+    one, pieces = _client("confirm"), _client("confirm")
+    one.feed(data)
+    for start, end in itertools.pairwise(at):
+        pieces.feed(data[start:end])
+    assert _outcome(pieces) == _outcome(one)
 
 
 def test_a_publish_read_whole_is_queued_and_confirmed() -> None:
