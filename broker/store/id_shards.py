@@ -57,6 +57,21 @@ class MessageShards(Generic[V]):
         if not shard:
             del self._shards[number]
 
+    def drop_one(self: MessageShards[list[int]], message_id: int) -> list[int] | None:
+        """For a ledger's ``[segment, enqueues]`` values: one enqueue of ``message_id`` less
+        (its count decremented); the value, removed, once that count is 0, else None (the
+        dequeue path: one call for the lookup, the count and the removal)."""
+        number = message_id >> SHARD_BITS
+        shard = self._shards[number]
+        value = shard[message_id]
+        value[1] -= 1
+        if value[1] > 0:
+            return None
+        del shard[message_id]
+        if not shard:
+            del self._shards[number]
+        return value
+
     def __contains__(self, message_id: object) -> bool:
         if not isinstance(message_id, int):
             return False

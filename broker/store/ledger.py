@@ -154,11 +154,9 @@ class Ledger:
         delivered = self.delivered
         if delivered:
             delivered.discard(key)
-        message = self._messages[key[1]]
-        message[1] -= 1
-        if message[1] <= 0:
-            del self._messages[key[1]]
-            use = segments.get(message[0])
+        gone = self._messages.drop_one(key[1])
+        if gone is not None:  # its last enqueue: the content is no longer live either
+            use = segments.get(gone[0])
             if use is not None:
                 use.live -= 1
         return True

@@ -55,3 +55,34 @@ def test_a_backlog_fills_shards_of_bounded_size() -> None:
     assert len(shards) == 200_000 // SHARD_IDS + 1
     assert max(map(len, shards.values())) == SHARD_IDS
     assert all(key[1] >> SHARD_BITS == n for n, shard in shards.items() for key in shard)
+
+
+counted = st.lists(
+    st.tuples(st.booleans(), ids, st.integers(-1, 3), st.integers(0, 9)), max_size=200
+)
+
+
+@settings(deadline=None, max_examples=300)
+@given(operations=counted)
+def test_drop_one_counts_down_as_the_ledger_did(
+    operations: list[tuple[bool, int, int, int]],
+) -> None:
+    """``drop_one`` (the ledger's dequeue) answers as the lookup, decrement and removal it
+    replaced: None while enqueues are left, the value, removed, at the last one; and it
+    leaves no empty shard behind."""
+    messages: MessageShards[list[int]] = MessageShards()
+    flat: dict[int, list[int]] = {}
+    for add, message_id, count, segment in operations:
+        if add:
+            messages[message_id] = [segment, count]
+            flat[message_id] = [segment, count]
+        elif message_id in flat:
+            expected = flat[message_id]
+            expected[1] -= 1
+            gone = expected if expected[1] <= 0 else None
+            if gone is not None:
+                del flat[message_id]
+            assert messages.drop_one(message_id) == gone
+        assert messages.get(message_id) == flat.get(message_id)
+    assert {m: messages[m] for m in messages} == flat
+    assert all(messages._shards.values())
