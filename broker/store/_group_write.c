@@ -227,8 +227,11 @@ static PyObject *GroupWriter_submit(GroupWriter *self, PyObject *args, PyObject 
     if (self->todo_tail) self->todo_tail->next = job;
     else self->todo = job;
     self->todo_tail = job;
-    pthread_cond_signal(&self->wake);
     pthread_mutex_unlock(&self->lock);
+    /* Signalled once the lock is free: woken, the writer takes it at once (signalled under
+     * the lock, it woke only to block on the lock until the unlock, a second wake-up). Its
+     * wait re-checks the list under the lock, so an early or spurious wake is harmless. */
+    pthread_cond_signal(&self->wake);
     Py_RETURN_NONE;
 fail:
     release_job(job);
