@@ -37,6 +37,8 @@ subscription calls the guard, never the reverse.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from broker.core.confirms import ConfirmHandle
 from broker.core.message import Entry
 from broker.core.queue import Queue
@@ -91,12 +93,28 @@ class QueueGuard:
             held[entry.position] = handle
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
-        self._release(entry.position)
+        if self._held:  # (most were released by the backup's acknowledgement already)
+            self._release(entry.position)
 
     # -- backup ------------------------------------------------------------------------
     def acknowledged(self, position: int) -> None:
         """The backup holds the message with this replication id."""
         self._release(position)
+
+    def acknowledged_all(self, positions: Iterable[int]) -> None:
+        """The backup holds the messages with these replication ids (one batch's): as
+        :meth:`acknowledged` for each, in one call (the confirm path: two calls a message
+        and backup were 3 % of a loaded primary's loop)."""
+        held = self._held
+        if not held:
+            return
+        pop = held.pop
+        for position in positions:
+            handle = pop(position, None)
+            if handle is not None:
+                if self._tally is not None:
+                    self._tally.count -= 1
+                handle.release()
 
     def _release(self, position: int) -> None:
         handle = self._held.pop(position, None)

@@ -111,8 +111,7 @@ class ReplicatingSubscription:
                 send(snapshot[at:lo])
                 if guard is not None:  # the backup holds them already: safe to confirm
                     held = bisect_left(snapshot, first_guarded, lo, hi, key=_position)
-                    for entry in snapshot[held:hi]:
-                        guard.acknowledged(entry.position)
+                    guard.acknowledged_all(map(_position, snapshot[held:hi]))
                 at = hi
             send(snapshot[at:])
         self._dequeued_unsent: set[int] = set()
@@ -291,8 +290,7 @@ class ReplicatingSubscription:
             # A guard covers only positions from its first_guarded on: a batch of the
             # backlog that was queued before the backup connected has nothing to release.
             if guard is not None and ids and ids[-1] >= guard.first_guarded:
-                for position in ids:
-                    guard.acknowledged(position)
+                guard.acknowledged_all(ids)
             if t == self._ready_tag:
                 self.ready = True
         if guard is not None and guard.removals:  # purge-ok and friends wait for this backup

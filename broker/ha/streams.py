@@ -121,12 +121,15 @@ class QueueStream(ChannelStream):
         subscription.queue.observe(self, ObserverRole.STREAM)
         self.request_pump()
 
-    # queue observer: new work, pump soon
+    # queue observer: new work, pump soon (asked once until it runs: the flag is read
+    # here, not in a call, at every enqueue and dequeue of the queue)
     def enqueued(self, queue: Queue, entry: Entry) -> None:
-        self.request_pump()
+        if not self._pump_asked:
+            self.request_pump()
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
-        self.request_pump()
+        if not self._pump_asked:
+            self.request_pump()
 
     def pump(self) -> None:
         subscription = self.subscription
