@@ -238,6 +238,27 @@ def test_apply_takes_enqueue_subclasses() -> None:
     assert queue.message_count == 1
 
 
+@given(st.lists(st.sampled_from(["plain", "persistent", "expiring"]), max_size=12))
+def test_apply_reads_each_message_properties_as_the_message_would(kinds: list[str]) -> None:
+    """A batch's equal property blocks are scanned once (decode_batch makes them one bytes
+    object): each message is still persistent or expiring as its own block says."""
+    blocks = {
+        "plain": b"\x00\x00",
+        "persistent": bytes.fromhex("1000") + b"\x02",
+        "expiring": bytes.fromhex("0100") + b"\x045000",
+    }
+    body = encode_batch(
+        [Enqueue(i + 1, "", "q", blocks[kind], b"m") for i, kind in enumerate(kinds)]
+    )
+    queue = Queue("q", clock=time.monotonic)
+    QueueReplicator(queue).apply(decode_batch(body))
+    messages = [entry.message for entry in queue.snapshot()]
+    assert [m.persistent for m in messages] == [kind == "persistent" for kind in kinds]
+    assert [m.expiration_ms for m in messages] == [
+        5000 if kind == "expiring" else None for kind in kinds
+    ]
+
+
 # -- CatchUpGc ----------------------------------------------------------------------------------
 
 
