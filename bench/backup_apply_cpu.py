@@ -24,16 +24,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
-import tempfile
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH
 
-import broker
+from store_path_cpu import alternate, report
+
 from broker.core.vhost import VirtualHost
 from broker.ha.id_set import IdSet
 from broker.ha.queue_replicator import QueueReplicator
@@ -109,22 +111,18 @@ def main() -> int:
     if args.in_flight < 0:
         ap.error(f"--in-flight must be 0 or more, not {args.in_flight}")
     bodies = batches(args.messages, args.size, args.batch, args.in_flight)
-    stored: list[float] = []
-    plain: list[float] = []
-    for _ in range(args.repeat):
-        for durable, into in ((True, stored), (False, plain)):
-            with tempfile.TemporaryDirectory() as tmp:
-                run = _run(Path(tmp), bodies, args.messages, args.in_flight, durable)
-                into.append(asyncio.run(run))
-    result = {
-        "label": args.label,
-        "broker": str(Path(broker.__file__)),
-        "with_store_us_per_msg": round(statistics.median(stored), 2),
-        "without_us_per_msg": round(statistics.median(plain), 2),
-        "with_store": [round(v, 2) for v in stored],
-        "without": [round(v, 2) for v in plain],
-    }
-    print(json.dumps(result))
+
+    def run(directory: Path, durable: bool) -> Coroutine[Any, Any, float]:
+        return _run(directory, bodies, args.messages, args.in_flight, durable)
+
+    stored, plain = alternate(run, args.repeat)
+    report(
+        args.label,
+        stored,
+        plain,
+        with_store_us_per_msg=round(statistics.median(stored), 2),
+        without_us_per_msg=round(statistics.median(plain), 2),
+    )
     return 0
 
 

@@ -26,7 +26,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH
 
@@ -71,6 +73,32 @@ async def _run(
     return cpu / messages * 1e6
 
 
+def alternate(
+    run: Callable[[Path, bool], Coroutine[Any, Any, float]], repeat: int
+) -> tuple[list[float], list[float]]:
+    """``run(directory, durable)`` ``repeat`` times each way, alternating, each in a new
+    temporary directory and event loop: (the figures with the store, those without)."""
+    stored: list[float] = []
+    plain: list[float] = []
+    for _ in range(repeat):
+        for durable, into in ((True, stored), (False, plain)):
+            with tempfile.TemporaryDirectory() as tmp:
+                into.append(asyncio.run(run(Path(tmp), durable)))
+    return stored, plain
+
+
+def report(label: str, stored: list[float], plain: list[float], **figures: float) -> None:
+    """One JSON line: the label, the broker package measured, ``figures`` and every run."""
+    result = {
+        "label": label,
+        "broker": str(Path(broker.__file__)),
+        **figures,
+        "with_store": [round(v, 2) for v in stored],
+        "without": [round(v, 2) for v in plain],
+    }
+    print(json.dumps(result))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--messages", type=int, default=100_000)
@@ -80,21 +108,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--label", default="")
     args = ap.parse_args()
-    stored: list[float] = []
-    plain: list[float] = []
-    for _ in range(args.repeat):
-        for durable, into in ((True, stored), (False, plain)):
-            with tempfile.TemporaryDirectory() as tmp:
-                run = _run(Path(tmp), args.messages, args.size, args.in_flight, args.batch, durable)
-                into.append(asyncio.run(run))
-    result = {
-        "label": args.label,
-        "broker": str(Path(broker.__file__)),
-        "store_us_per_msg": round(statistics.median(stored) - statistics.median(plain), 2),
-        "with_store": [round(v, 2) for v in stored],
-        "without": [round(v, 2) for v in plain],
-    }
-    print(json.dumps(result))
+
+    def run(directory: Path, durable: bool) -> Coroutine[Any, Any, float]:
+        return _run(directory, args.messages, args.size, args.in_flight, args.batch, durable)
+
+    stored, plain = alternate(run, args.repeat)
+    store = statistics.median(stored) - statistics.median(plain)
+    report(args.label, stored, plain, store_us_per_msg=round(store, 2))
     return 0
 
 
