@@ -105,6 +105,29 @@ class QueueCopy:
         entries.sort(key=_by_position)
         return entries
 
+    def _remove_head_ranges(self, ranges: Iterable[tuple[int, int]]) -> int:
+        """Remove the ready messages at the head whose positions lie in ``ranges``
+        (ascending, inclusive), up to the first that does not; how many. The head is walked
+        along the ranges: a comparison a message, not a lookup in a set (the backup's
+        dequeue path)."""
+        host = self._host
+        messages = host.ready
+        removed_one = host.removed
+        popleft = messages.popleft
+        removed = 0
+        for first, last in ranges:
+            while messages:
+                position = messages[0].position
+                if position > last:
+                    break  # the next range, maybe
+                if position < first:
+                    return removed  # a head not to remove: no further
+                removed_one(popleft())
+                removed += 1
+            if not messages:
+                break
+        return removed
+
     def remove_positions(self, positions: Container[int], expected: int | None = None) -> int:
         """Remove ready messages at these positions (a backup applying dequeues).
 
@@ -123,23 +146,9 @@ class QueueCopy:
             for entry in heads(positions, expected):
                 removed_one(entry)
                 removed += 1
-        spans = getattr(positions, "ranges", None)  # an IdSet: its ascending (first, last)
-        if heads is None and spans is not None:
-            # The head walked along the ranges: a comparison a message, not a lookup in
-            # the set (the backup's dequeue path: one call a message less).
-            popleft = messages.popleft
-            for first, last in spans():
-                while messages:
-                    position = messages[0].position
-                    if position > last:
-                        break  # the next range, maybe
-                    if position < first:
-                        spans = None  # a head not to remove: no further
-                        break
-                    removed_one(popleft())
-                    removed += 1
-                if spans is None or not messages:
-                    break
+        ranges = getattr(positions, "ranges", None)  # an IdSet: its ascending (first, last)
+        if heads is None and ranges is not None:
+            removed += self._remove_head_ranges(ranges())
         else:
             while messages and messages[0].position in positions:
                 entry = messages.popleft()
