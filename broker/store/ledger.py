@@ -28,8 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 
-from broker.store.id_shards import EnqueueShards, MessageShards
+from broker.store.id_shards import SHARD_BITS, EnqueueShards, MessageShards
 from broker.store.records import CONFIG_KINDS, Kind
+
+try:
+    from broker.store import _ledger as native_ledger
+except ImportError:  # no C compiler at install: the same operations in Python
+    native_ledger = None  # type: ignore[assignment]
 
 #: Compact the oldest segment when less than this share of its records is live.
 LIVE_SHARE_TO_COMPACT = 0.5
@@ -136,30 +141,11 @@ class Ledger:
         """:meth:`message_written` and :meth:`enqueued` in one (the publish path: a new
         message's content and its first enqueue, appended together to ``segment``)."""
         self._by_queue = None
-        self._messages[key[1]] = [segment, 1]
-        self._enqueues[key] = segment
-        use = self.segments.get(segment)
-        if use is not None:
-            use.live += 2
+        _message_enqueued(self._messages, self._enqueues, self.segments, key, segment)
 
     def dequeued(self, key: EnqueueKey) -> bool:
         """The enqueue ``key`` is settled; False (nothing changed) if it was not live."""
-        segment = self._enqueues.pop(key)
-        if segment is None:
-            return False
-        segments = self.segments
-        use = segments.get(segment)
-        if use is not None:
-            use.live -= 1
-        delivered = self.delivered
-        if delivered:
-            delivered.discard(key)
-        gone = self._messages.drop_one(key[1])
-        if gone is not None:  # its last enqueue: the content is no longer live either
-            use = segments.get(gone[0])
-            if use is not None:
-                use.live -= 1
-        return True
+        return _dequeued(self._messages, self._enqueues, self.segments, self.delivered, key)
 
     def queue_deleted(self, queue_id: int) -> None:
         """Every enqueue on this queue is gone. One scan of every live enqueue indexes them
@@ -271,3 +257,66 @@ class Ledger:
 
     def removed(self, segment: int) -> None:
         self.segments.pop(segment, None)
+
+
+# -- the two per-message operations ---------------------------------------------------------
+# Natively where broker/store/_ledger.c is built (one call each on the same objects: the
+# shards' dicts, the segments, the delivered set); these are the same operations in Python,
+# the reference tests/store/test_native_ledger.py holds the native ones to.
+
+
+def _py_message_enqueued(
+    messages: MessageShards[list[int]],
+    enqueues: EnqueueShards,
+    segments: dict[int, SegmentUse],
+    key: EnqueueKey,
+    segment: int,
+) -> None:
+    messages[key[1]] = [segment, 1]
+    enqueues[key] = segment
+    use = segments.get(segment)
+    if use is not None:
+        use.live += 2
+
+
+def _py_dequeued(
+    messages: MessageShards[list[int]],
+    enqueues: EnqueueShards,
+    segments: dict[int, SegmentUse],
+    delivered: set[EnqueueKey],
+    key: EnqueueKey,
+) -> bool:
+    segment = enqueues.pop(key)
+    if segment is None:
+        return False
+    use = segments.get(segment)
+    if use is not None:
+        use.live -= 1
+    if delivered:
+        delivered.discard(key)
+    gone = messages.drop_one(key[1])
+    if gone is not None:  # its last enqueue: the content is no longer live either
+        use = segments.get(gone[0])
+        if use is not None:
+            use.live -= 1
+    return True
+
+
+_Enqueued = Callable[
+    [MessageShards[list[int]], EnqueueShards, dict[int, SegmentUse], EnqueueKey, int], None
+]
+_Dequeued = Callable[
+    [
+        MessageShards[list[int]],
+        EnqueueShards,
+        dict[int, SegmentUse],
+        set[EnqueueKey],
+        EnqueueKey,
+    ],
+    bool,
+]
+_message_enqueued: _Enqueued = _py_message_enqueued
+_dequeued: _Dequeued = _py_dequeued
+if native_ledger is not None and native_ledger.SHARD_BITS == SHARD_BITS:
+    _message_enqueued = native_ledger.message_enqueued
+    _dequeued = native_ledger.dequeued
