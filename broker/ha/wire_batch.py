@@ -67,6 +67,11 @@ from dataclasses import dataclass
 
 from broker.ha.id_set import MAX_ID, IdSet
 
+try:
+    from broker.ha import _batch as native_batch
+except ImportError:  # no C compiler at install: decode_batch decodes every batch in Python
+    native_batch = None  # type: ignore[assignment]
+
 __all__ = [
     "CAUGHT_UP",
     "DEQUEUE",
@@ -171,11 +176,11 @@ class Watermark:
 
 StreamEvent = Enqueue | Dequeue | QueueCaughtUp | Tx | TxBase | Watermark
 
-# The slot descriptors' setters, for decode_batch's fast construction of Enqueue.
-_ENQUEUE_SETTERS = tuple(
-    getattr(Enqueue, name).__set__
-    for name in ("id", "exchange", "routing_key", "properties", "body")
+# The slot descriptors and their setters, for decode_batch's fast construction of Enqueue.
+_ENQUEUE_SLOTS = tuple(
+    getattr(Enqueue, name) for name in ("id", "exchange", "routing_key", "properties", "body")
 )
+_ENQUEUE_SETTERS = tuple(slot.__set__ for slot in _ENQUEUE_SLOTS)
 
 
 # -- encoding ------------------------------------------------------------------------------
@@ -320,7 +325,24 @@ def _diagnose_tx(where: str, event: Tx | TxBase) -> Exception:
 
 
 def decode_batch(data: bytes | bytearray | memoryview) -> list[StreamEvent]:
-    """The events of one batch body; :class:`ValueError` naming the problem if malformed."""
+    """The events of one batch body; :class:`ValueError` naming the problem if malformed.
+
+    A batch of version 1 holding only ENQUEUE, DEQUEUE, CAUGHT_UP and WATERMARK events (what
+    a backup reads for every message) is decoded natively where broker/ha/_batch.c is
+    built: the same objects, shared as here. Any other batch, and any malformed one, is
+    decoded here, which names the problem."""
+    if type(data) is bytes and native_batch is not None:
+        events: list[StreamEvent] | None = native_batch.decode_simple(
+            data, Enqueue, _ENQUEUE_SLOTS, Dequeue, IdSet.decode, QueueCaughtUp, Watermark
+        )
+        if events is not None:
+            return events
+    return _decode_batch(data)
+
+
+def _decode_batch(data: bytes | bytearray | memoryview) -> list[StreamEvent]:
+    """:func:`decode_batch` in Python: the reference the native decoder is held to, and the
+    decoder of every batch it does not take."""
     if type(data) is not bytes:
         if not isinstance(data, bytearray | memoryview):
             raise ValueError(f"batch must be bytes, not {type(data).__name__}")
