@@ -3,8 +3,8 @@
 publish-path records (broker/store/_records.c) and its ledger's per-message operations
 (broker/store/_ledger.c); the C allocator's pair for the per-message
 objects (broker/core/_raw_alloc.c); the 0-9-1 wire's busiest frames (broker/amqp/_wire.c:
-a delivery's encoded, a publish's split); and an HA backup's decoder of the replication
-batches it reads for every message (broker/ha/_batch.c).
+a delivery's encoded, a publish's split); and the replication batches' decoder (a
+backup's) and packer (a primary's) that run for every message (broker/ha/_batch.c).
 
 Optional: without a C compiler and Python's headers the install goes on; recovery then uses
 the pure-Python walker (the same records, about 2x slower: docs/benchmarks.md, issue 12),
@@ -12,7 +12,8 @@ and the journal the Python writer thread (the same writes; confirms wait longer 
 GIL: docs/benchmarks.md, "Group commit without the GIL"), and the ledger its Python
 operations (the same answers), and queued messages' objects come from Python's allocator
 (more memory kept after a queue empties: docs/memory-and-disk.md, "Memory given back"),
-and deliveries are encoded, publishes parsed and replication batches decoded in Python
+and deliveries are encoded, publishes parsed and replication batches decoded and packed
+in Python
 (the same bytes, the same outcomes). Everything else is in pyproject.toml.
 """
 

@@ -13,3 +13,13 @@ def decode_simple(
     watermark: Callable[[int], Any],
     /,
 ) -> list[Any] | None: ...
+def pack_enqueues(
+    packer: Any,
+    backlog: Any,
+    parts: list[bytes],
+    ids: list[int],
+    size: int,
+    budget: int,
+    max_events: int,
+    /,
+) -> int: ...

@@ -58,6 +58,7 @@ from broker.ha.delivery_watermark import DeliveryWatermark
 from broker.ha.id_set import IdSet
 from broker.ha.queue_guard import QueueGuard
 from broker.ha.wire import Dequeue, EnqueuePacker, QueueCaughtUp, StreamEvent, encode_batch
+from broker.ha.wire_writers import pack_enqueues
 
 _position = attrgetter("position")
 
@@ -212,7 +213,14 @@ class ReplicatingSubscription:
         # (None for a message outside any transaction) unless a run starts or ends.
         run_tx: TxMark | None = None
         run_part = run_start = 0
+        native = pack_enqueues if not skipped else None
         while backlog and len(ids) < max_events and size < budget:
+            if native is not None and run_tx is None:
+                # The plain messages at the head (no transaction, the packer's route) packed
+                # natively, as pack packs them; the first other one is taken here.
+                size = native(self._packer, backlog, parts, ids, size, budget, max_events)
+                if not backlog or len(ids) >= max_events or size >= budget:
+                    break
             entry = popleft()
             position = entry.position
             message = entry.message

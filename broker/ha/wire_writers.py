@@ -21,6 +21,9 @@ Import the public names from :mod:`broker.ha.wire`.
 from __future__ import annotations
 
 import struct
+from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from broker.ha import wire_batch
 from broker.ha.wire_batch import (
@@ -44,7 +47,14 @@ from broker.ha.wire_batch import (
 )
 from broker.ha.wire_batch import VERSION_BYTE as _VERSION_BYTE
 
-__all__ = ["BatchWriter", "EnqueuePacker"]
+_MAX_LONG = 2**32 - 1  # a u32 length
+
+try:
+    from broker.ha import _batch as native_batch
+except ImportError:  # no C compiler at install: plain runs are packed in Python
+    native_batch = None  # type: ignore[assignment]
+
+__all__ = ["BatchWriter", "EnqueuePacker", "pack_enqueues"]
 
 # Bound by assignment, not by import: CPython compiles ``name.method(...)`` for a name bound
 # by an import as an attribute load (a bound method made per call), not as a method call.
@@ -152,6 +162,60 @@ class EnqueuePacker:
         self._routing_key = routing_key
         self._route = encoded_exchange + encoded_key
         self._lengths = (len(encoded_exchange), len(encoded_key))
+
+
+def _pack_enqueues(
+    packer: EnqueuePacker,
+    backlog: deque[Any],  # of broker.core.message.Entry
+    parts: list[bytes],
+    ids: list[int],
+    size: int,
+    budget: int,
+    max_events: int,
+) -> int:
+    """:func:`pack_enqueues` in Python: the reference broker/ha/_batch.c is held to."""
+    exchange, routing_key = packer._exchange, packer._routing_key
+    exchange_len, key_len = packer._lengths
+    if type(exchange) is not str or type(routing_key) is not str:
+        return size  # no route yet: the caller packs the first message
+    if not (0 <= exchange_len <= 255 and 0 <= key_len <= 255):
+        return size  # pack raises for it
+    while backlog and len(ids) < max_events and size < budget:
+        entry = backlog[0]
+        position, message = entry.position, entry.message
+        properties, body = message.properties_raw, message.body
+        if (
+            message.tx is not None
+            or message.exchange != exchange
+            or message.routing_key != routing_key
+            or type(position) is not int
+            or not 0 <= position < 2**63
+            or type(properties) is not bytes
+            or type(body) is not bytes
+            or len(properties) > _MAX_LONG
+            or len(body) > _MAX_LONG
+        ):
+            break  # the caller takes it from here
+        head, properties, body, event_size = packer.pack(
+            position, exchange, routing_key, properties, body
+        )
+        backlog.popleft()
+        parts += (head, properties, body)
+        ids.append(position)
+        size += event_size
+    return size
+
+
+#: ``pack_enqueues(packer, backlog, parts, ids, size, budget, max_events) -> size``: the
+#: plain messages at the head of ``backlog`` (outside any transaction, on the packer's route,
+#: values the format carries) taken off it and packed as ``packer.pack`` packs them, their
+#: parts added to ``parts`` and their positions to ``ids``, while fewer than ``max_events``
+#: ids and ``size`` under ``budget``; the new size. The first other message is left at the
+#: head for the caller. Natively where broker/ha/_batch.c is built (a primary packs every
+#: message once per backup).
+pack_enqueues: Callable[[EnqueuePacker, deque[Any], list[bytes], list[int], int, int, int], int] = (
+    _pack_enqueues if native_batch is None else native_batch.pack_enqueues
+)
 
 
 class BatchWriter:

@@ -6,13 +6,15 @@ problem. Sans-I/O: bytes in, events out."""
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.ha import wire_batch
+from broker.core.message import Entry, Message, TxMark
+from broker.ha import wire_batch, wire_writers
 from broker.ha.id_set import MAX_ID, IdSet
 from broker.ha.wire_batch import (
     Dequeue,
@@ -25,6 +27,7 @@ from broker.ha.wire_batch import (
     decode_batch,
     encode_batch,
 )
+from broker.ha.wire_writers import EnqueuePacker
 
 from ..store.test_native_walk import can_compile
 
@@ -185,3 +188,85 @@ def test_each_malformed_event_is_left_to_python(data: bytes) -> None:
     assert _native(data) is None
     with pytest.raises(ValueError, match="replication batch: event"):
         decode_batch(data)
+
+
+# -- packing a primary's plain messages (pack_enqueues) -------------------------------------
+
+properties_blocks = st.sampled_from([b"\x00\x00", b"\x10\x00\x02", b"\x90\x00\x0atext/plain\x02"])
+
+
+@st.composite
+def backlogs(draw: st.DrawFn) -> list[Entry]:
+    """Entries as a primary's backlog holds them: mostly plain messages on one route, some of
+    a transaction, on another route, or with what the format cannot carry."""
+    entries = []
+    for n in range(draw(st.integers(0, 25))):
+        route = draw(st.sampled_from([("", "q"), ("", "q"), ("", "q"), ("amq.direct", "q")]))
+        message = Message(route[0], route[1], draw(properties_blocks), draw(st.binary(max_size=64)))
+        odd = draw(st.sampled_from(["plain"] * 8 + ["tx", "position", "body"]))
+        position: int = n + draw(st.integers(0, 3))
+        if odd == "tx":
+            message.tx = TxMark()
+        elif odd == "position":
+            position = draw(st.sampled_from([-1, 2**63]))
+        elif odd == "body":
+            message.body = bytearray(message.body)  # type: ignore[assignment]
+        entries.append(Entry(message, position, None))
+    return entries
+
+
+def _packer(route: tuple[str, str] | None) -> EnqueuePacker:
+    packer = EnqueuePacker()
+    if route is not None:
+        packer.pack(0, route[0], route[1], b"", b"")  # the route it packs with
+    return packer
+
+
+@needs_native
+@settings(max_examples=300)
+@given(
+    backlogs(),
+    st.sampled_from([None, ("", "q"), ("amq.direct", "q")]),
+    st.integers(0, 2000),
+    st.integers(0, 30),
+    st.integers(0, 100),
+)
+def test_native_packing_packs_what_python_packs(
+    entries: list[Entry], route: tuple[str, str] | None, budget: int, max_events: int, size: int
+) -> None:
+    answers = []
+    for pack in (native_batch.pack_enqueues, wire_writers._pack_enqueues):
+        packer = _packer(route)
+        backlog = deque(entries)
+        parts: list[bytes] = [b"\x01"]
+        ids: list[int] = []
+        new_size = pack(packer, backlog, parts, ids, size, budget, max_events)
+        answers.append(
+            (
+                new_size,
+                parts,
+                [id(p) for p in parts[1:]][1::3] + [id(p) for p in parts[1:]][2::3],
+                ids,
+                list(backlog),
+                (packer._exchange, packer._routing_key, packer._route, packer._lengths),
+            )
+        )
+    assert answers[0] == answers[1]
+    new_size, parts, _, ids, left, _ = answers[0]
+    assert new_size == size + sum(map(len, parts[1:]))
+    assert left == entries[len(ids) :]
+    if ids:  # what it packed decodes to the messages it took
+        decoded = decode_batch(b"".join(parts))
+        assert all(isinstance(e, Enqueue) for e in decoded)
+        assert [e.id for e in decoded if isinstance(e, Enqueue)] == ids
+        assert [e.body for e in decoded if isinstance(e, Enqueue)] == [
+            e.message.body for e in entries[: len(ids)]
+        ]
+
+
+@needs_native
+def test_native_packing_refuses_what_it_is_not_given() -> None:
+    with pytest.raises(TypeError):
+        native_batch.pack_enqueues(_packer(None), deque(), (), [], 0, 1, 1)  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):
+        native_batch.pack_enqueues(object(), deque(), [], [], 0, 1, 1)
