@@ -13,8 +13,7 @@ GIL: docs/benchmarks.md, "Group commit without the GIL"), and the ledger its Pyt
 operations (the same answers), and queued messages' objects come from Python's allocator
 (more memory kept after a queue empties: docs/memory-and-disk.md, "Memory given back"),
 and deliveries are encoded, publishes parsed and replication batches decoded and packed
-in Python
-(the same bytes, the same outcomes). Everything else is in pyproject.toml.
+in Python (the same bytes, the same outcomes). Everything else is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
