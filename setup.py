@@ -1,7 +1,7 @@
 """The compiled parts of the store (docs/store.md): the segment walker of its recovery
 (broker/store/_walk.c), its group writer thread (broker/store/_group_write.c), its
-publish-path records (broker/store/_records.c) and its ledger's per-message operations
-(broker/store/_ledger.c); the C allocator's pair for the per-message
+publish-path records and journal tail (broker/store/_records.c) and its ledger's
+per-message operations (broker/store/_ledger.c); the C allocator's pair for the per-message
 objects (broker/core/_raw_alloc.c); the 0-9-1 wire's busiest frames (broker/amqp/_wire.c:
 a delivery's encoded, a publish's split); and the replication batches' decoder (a
 backup's) and packer (a primary's) that run for every message (broker/ha/_batch.c).

@@ -58,6 +58,7 @@ from broker.store.records import (
 from broker.store.recovery import CorruptStore, RecoveredState
 from broker.store.segment_files import fsync_directory, segment_path
 from broker.store.store_files import StoreError, read_store
+from broker.store.tail import Tail, append, new_tail
 
 STORE_DIR = "store"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
@@ -94,15 +95,13 @@ class Journal:
     ) -> None:
         self.directory = Path(data_dir) / STORE_DIR
         self.sync = sync
-        self.segment_bytes = segment_bytes
         self.log = log
         self.on_write_failed = on_write_failed
         self.ledger = Ledger()
-        self.current = 0  # the segment appends go to
-        self._size = 0  # bytes of the current segment, appended ones included
+        #: What was appended since the last hand-over, the current segment and the counts
+        #: (broker/store/tail.py; natively where built).
+        self.tail: Tail = new_tail(segment_bytes)
         self._next_id = 1
-        self._pending: list[tuple[int, bytearray]] = []
-        self._group: bytearray | None = None  # records of a transaction (transaction())
         self._callbacks: list[Durable] = []
         #: What was handed to the group writer thread, until its callbacks ran.
         self._hand_overs = HandOvers(
@@ -113,7 +112,6 @@ class Journal:
         )
         self._headers: dict[int, bytes] = {}  # segment -> its header (rewritten if lost)
         self._force_sync = False  # the next hand-over syncs whatever the policy
-        self._unflushed = 0  # bytes appended since the last hand-over
         #: Segment deletions (unlink and directory sync), off the loop.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="store")
         #: Compaction's reads: never queued behind, or ahead of, a group commit.
@@ -132,10 +130,22 @@ class Journal:
         self._held: tuple[int, int] | None = None  # a compacted segment not yet deleted
         self.failed: str | None = None  # the last write error, while it lasts
         self.write_failures = 0  # writes that failed so far (compaction checks its copies')
-        #: Records appended so far (a backup acknowledges a batch that appended some only
-        #: once they are durable).
-        self.appended = 0
         self.compacted_segments = 0  # for /api/status and the bench
+
+    @property
+    def current(self) -> int:
+        """The segment appends go to."""
+        return self.tail.current
+
+    @property
+    def segment_bytes(self) -> int:
+        return self.tail.limit
+
+    @property
+    def appended(self) -> int:
+        """Records appended so far (a backup acknowledges a batch that appended some only
+        once they are durable)."""
+        return self.tail.appended
 
     # -- start -----------------------------------------------------------------------------
     def recover(self, *, cut_damaged: bool = False) -> RecoveredState:
@@ -146,18 +156,18 @@ class Journal:
         self.ledger = state.ledger
         self._next_id = state.next_id
         last = max(state.segments, default=0)
-        self.current = last + 1
-        self._open_segment(self.current)
+        self._open_segment(last + 1)
         return state
 
     def _open_segment(self, number: int) -> None:
         """Start segment ``number`` in the buffer (its file is created by the writer)."""
-        self.current = number
-        self.ledger.opened(number)
+        tail = self.tail
+        tail.current = number
+        tail.use = self.ledger.opened(number)
         header = segment_header(number, self._next_id)
         self._headers[number] = header
-        self._pending.append((number, bytearray(header)))
-        self._size = len(header)
+        tail.pending.append((number, bytearray(header)))
+        tail.size = len(header)
         if self._wake is not None:  # something is pending: the writer hands it over
             self._wake.set()
 
@@ -176,51 +186,56 @@ class Journal:
     def append(self, record: bytes, count: int = 1) -> int:
         """Buffer ``count`` encoded records (one string of bytes); returns the segment they
         go to. Inside a :meth:`transaction` they are held and written as one TX record."""
+        tail = self.tail
+        segment = append(tail, record, count)  # the common case, in one step
+        if segment is not None:
+            return segment
         size = len(record)
-        group = self._group
+        group = tail.group
         if group is not None:
             group.extend(record)
-            self._size += size
-            self.appended += count
-            self.ledger.written(self.current, count)
-            return self.current
-        pending = self._pending
+            tail.size += size
+            tail.appended += count
+            self.ledger.written(tail.current, count)
+            return tail.current
+        pending = tail.pending
         if not pending and self._wake is not None:
             # Woken once for what is pending: whatever joins it before the writer's turn
             # goes in the same hand-over (an Event.is_set() call an append was 4 % of the
             # store's path).
             self._wake.set()
-        if self._size + size > self.segment_bytes and self._size > _HEADER_SIZE:
-            self._open_segment(self.current + 1)
-        current = self.current
+        if tail.size + size > tail.limit and tail.size > _HEADER_SIZE:
+            self._open_segment(tail.current + 1)
+        current = tail.current
         if pending and pending[-1][0] == current:
             pending[-1][1].extend(record)
         else:
             pending.append((current, bytearray(record)))
-        self._size += size
-        self.appended += count
-        self.ledger.segments[current].records += count  # Ledger.written, inline
-        self._unflushed += size
+        tail.size += size
+        tail.appended += count
+        self.ledger.written(current, count)
+        tail.unflushed += size
         return current
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """The records appended inside go to the disk as one TX record (``tx.commit``): a
         crash keeps all of them or none. They go to the segment current at its start."""
-        if self._group is not None:  # nested: the outer one holds them
+        tail = self.tail
+        if tail.group is not None:  # nested: the outer one holds them
             yield
             return
-        if self._size > self.segment_bytes:
-            self._open_segment(self.current + 1)
-        self._group = group = bytearray()
+        if tail.size > tail.limit:
+            self._open_segment(tail.current + 1)
+        tail.group = group = bytearray()
         try:
             yield
         finally:
-            self._group = None
+            tail.group = None
             if group:  # to the segment its records were counted in, whatever its size
                 framed = encode_tx(group)
-                self._size += len(framed) - len(group)
-                current, pending = self.current, self._pending
+                tail.size += len(framed) - len(group)
+                current, pending = tail.current, tail.pending
                 if pending and pending[-1][0] == current:
                     pending[-1][1].extend(framed)
                 else:
@@ -236,7 +251,7 @@ class Journal:
             callback(True)
             return
         callbacks = self._callbacks
-        if not callbacks and not self._pending and self._wake is not None:
+        if not callbacks and not self.tail.pending and self._wake is not None:
             self._wake.set()  # else it was set for what is pending (see append)
         callbacks.append(callback)
 
@@ -248,7 +263,7 @@ class Journal:
         while True:
             # Work left is done before waiting again: records a compaction appended while
             # close() waited would otherwise wait for a wake-up nobody sends (a hang at stop).
-            if self._pending or self._callbacks:
+            if self.tail.pending or self._callbacks:
                 self._flush()
             elif self._closing and not self._hand_overs.waiting:
                 return
@@ -257,9 +272,10 @@ class Journal:
                 wake.clear()
 
     def _flush(self) -> None:
-        pending, self._pending = self._pending, []
+        tail = self.tail
+        pending, tail.pending = tail.pending, []
         callbacks, self._callbacks = self._callbacks, []
-        self._unflushed = 0
+        tail.unflushed = 0
         sync = self.sync is SyncPolicy.FSYNC or self._force_sync
         self._force_sync = False
         self._hand_overs.submit(pending, callbacks, sync, self._headers)
@@ -268,7 +284,7 @@ class Journal:
         """After a publish is routed: hand over at once past HAND_OVER_BYTES. Only here, never
         between a record and its confirm's callback (a failed write fails the callbacks of
         its own hand-over only)."""
-        if self._unflushed >= HAND_OVER_BYTES and self._task is not None and not self._closing:
+        if self.tail.unflushed >= HAND_OVER_BYTES and self._task is not None and not self._closing:
             self._flush()
 
     def hand_over(self) -> None:
@@ -277,7 +293,7 @@ class Journal:
         with the connection's next write)."""
         if not self._hand_overs.started or self._closing:
             return
-        if self._pending or self._callbacks:
+        if self.tail.pending or self._callbacks:
             self._flush()
         self._reap()
 
@@ -327,7 +343,7 @@ class Journal:
             # Only a segment written whole: none of its bytes still waiting in the buffer,
             # and the writer past it (a later write calls here again).
             if not self._hand_overs.written_whole(candidate) or any(
-                n <= candidate for n, _ in self._pending
+                n <= candidate for n, _ in self.tail.pending
             ):
                 return
             ledger = self.ledger

@@ -101,8 +101,9 @@ class Ledger:
         return ledger
 
     # -- what was written ----------------------------------------------------------------
-    def opened(self, segment: int) -> None:
-        self.segments.setdefault(segment, SegmentUse())
+    def opened(self, segment: int) -> SegmentUse:
+        """Segment ``segment`` was started: its use (the journal's tail counts into it)."""
+        return self.segments.setdefault(segment, SegmentUse())
 
     def written(self, segment: int, count: int = 1) -> None:
         """``count`` records of any kind were appended to ``segment``."""

@@ -54,6 +54,7 @@ from broker.store.records import (
     encode_vhost,
 )
 from broker.store.recovery import RecoveredMessage, RecoveredState, native_walk
+from broker.store.tail import append_dequeue, append_message_with_enqueue
 
 #: (vhost, source exchange, destination, binding key)
 BindingId = tuple[str, str, str, Any]
@@ -448,19 +449,32 @@ class MessageStore:
         message_id = message.store_id
         if not message_id or not ledger.has_message(message_id):
             message_id = message.store_id = journal.new_id()
-            segment = journal.append(
-                encode_message_with_enqueue(
-                    message_id,
-                    message.exchange,
-                    message.routing_key,
-                    message.properties_raw,
-                    message.body,
-                    queue_id,
-                    entry.position,
-                    expires_ms,
-                ),
-                2,
+            # Encoded into the journal's buffer in one step when it can be (tail.py).
+            segment = append_message_with_enqueue(
+                journal.tail,
+                message_id,
+                message.exchange,
+                message.routing_key,
+                message.properties_raw,
+                message.body,
+                queue_id,
+                entry.position,
+                expires_ms,
             )
+            if segment is None:
+                segment = journal.append(
+                    encode_message_with_enqueue(
+                        message_id,
+                        message.exchange,
+                        message.routing_key,
+                        message.properties_raw,
+                        message.body,
+                        queue_id,
+                        entry.position,
+                        expires_ms,
+                    ),
+                    2,
+                )
             ledger.message_enqueued((queue_id, message_id), segment)
         else:  # the same message on another queue: stored once
             segment = journal.append(
@@ -502,6 +516,9 @@ class MessageStore:
         if queue_id is None:
             return
         journal = self.journal
-        if journal.ledger.dequeued((queue_id, message_id)) and not queue.deleted:
-            # (a deleted queue's record covers its messages)
+        if (
+            journal.ledger.dequeued((queue_id, message_id))
+            and not queue.deleted  # (a deleted queue's record covers its messages)
+            and append_dequeue(journal.tail, queue_id, message_id) is None
+        ):
             journal.append(encode_dequeue(queue_id, message_id))
