@@ -493,6 +493,7 @@ class Deliveries:
         touched: set[Queue] = set()
         credited: dict[int, ChannelConsumer] = {}
         requeues: dict[Queue, list[Entry]] = {}
+        acked: dict[Queue, list[Entry]] = {}  # settled a queue at a time (Queue.settle_all)
         for delivery in deliveries:
             consumer = delivery.consumer
             if consumer is not None:
@@ -500,11 +501,16 @@ class Deliveries:
                 credited[id(consumer)] = consumer
             queue = delivery.queue
             if ack:
-                queue.settle(delivery.entry)
+                run = acked.get(queue)
+                if run is None:
+                    acked[queue] = run = []
+                run.append(delivery.entry)
             elif requeue:
                 requeues.setdefault(queue, []).append(delivery.entry)
             else:
                 queue.reject(delivery.entry, False)
+        for queue, entries in acked.items():
+            queue.settle_all(entries)
         if self.prefetch_global:  # the channel's count fell: each of its consumers
             credited.update((id(c), c) for c in self.consumers.values())
         # Credit back before the requeues, which dispatch: as the consumers' counts are.

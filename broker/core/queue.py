@@ -478,6 +478,16 @@ class Queue:
         self.acked_total += 1
         self._observers.dequeued(self, entry)
 
+    def settle_all(self, entries: Sequence[Entry]) -> None:
+        """As :meth:`settle` for each of ``entries`` (one multiple acknowledgement's on this
+        queue), the observers told of the run at once."""
+        unacked = self._unacked_entries
+        for entry in entries:
+            unacked.pop(entry.position, None)
+        self.unacked -= len(entries)
+        self.acked_total += len(entries)
+        self._observers.dequeued_all(self, entries)
+
     def reject(self, entry: Entry, requeue: bool) -> None:
         """An unacknowledged delivery was rejected or nacked."""
         if requeue:
@@ -576,6 +586,10 @@ class Queue:
     def removed(self, entry: Entry) -> None:
         self._bytes -= len(entry.message.body)
         self._observers.dequeued(self, entry)
+
+    def removed_all(self, entries: Sequence[Entry]) -> None:
+        self._bytes -= sum([len(entry.message.body) for entry in entries])
+        self._observers.dequeued_all(self, entries)
 
     # -- paging ------------------------------------------------------------------------
     def use_message_list(self, messages: deque[Entry]) -> None:

@@ -15,6 +15,7 @@ module does not import the queue's, which imports it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum, IntEnum
 from typing import Any, Protocol, TypeVar
 
@@ -63,6 +64,11 @@ class QueueObserver(Protocol[Q]):
     def enqueued(self, queue: Q, entry: Entry) -> None: ...
 
     def dequeued(self, queue: Q, entry: Entry) -> None: ...
+
+    def dequeued_all(self, queue: Q, entries: Sequence[Entry]) -> None:
+        """As :meth:`dequeued` for each of ``entries`` in turn (a multiple acknowledgement,
+        a backup's dequeue of a range): one call for the run."""
+        ...
 
 
 class ObserverRole(IntEnum):

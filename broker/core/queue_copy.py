@@ -57,6 +57,10 @@ class CopyHost(Protocol):
         observers."""
         ...
 
+    def removed_all(self, entries: Sequence[Entry]) -> None:
+        """As :meth:`removed` for each of ``entries``, the observers told of the run at once."""
+        ...
+
 
 class QueueCopy:
     """Restore, replicated inserts and removals, snapshots; see the module docstring."""
@@ -109,24 +113,27 @@ class QueueCopy:
         """Remove the ready messages at the head whose positions lie in ``ranges``
         (ascending, inclusive), up to the first that does not; how many. The head is walked
         along the ranges: a comparison a message, not a lookup in a set (the backup's
-        dequeue path)."""
-        host = self._host
-        messages = host.ready
-        removed_one = host.removed
+        dequeue path). The observers hear of them as one run (``removed_all``)."""
+        taken = self._take_head_ranges(ranges)
+        self._host.removed_all(taken)
+        return len(taken)
+
+    def _take_head_ranges(self, ranges: Iterable[tuple[int, int]]) -> list[Entry]:
+        messages = self._host.ready
         popleft = messages.popleft
-        removed = 0
+        taken: list[Entry] = []
+        take = taken.append
         for first, last in ranges:
             while messages:
                 position = messages[0].position
                 if position > last:
                     break  # the next range, maybe
                 if position < first:
-                    return removed  # a head not to remove: no further
-                removed_one(popleft())
-                removed += 1
+                    return taken  # a head not to remove: no further
+                take(popleft())
             if not messages:
                 break
-        return removed
+        return taken
 
     def remove_positions(self, positions: Container[int], expected: int | None = None) -> int:
         """Remove ready messages at these positions (a backup applying dequeues).

@@ -68,3 +68,10 @@ class QueueObservers(Generic[Q]):
     def dequeued(self, queue: Q, entry: Entry) -> None:
         for observer in self.members:
             observer.dequeued(queue, entry)
+
+    def dequeued_all(self, queue: Q, entries: Sequence[Entry]) -> None:
+        """Each observer told of all of ``entries`` in turn, in one call
+        (``QueueObserver.dequeued_all``): entries that left the queue together."""
+        if entries:
+            for observer in self.members:
+                observer.dequeued_all(queue, entries)

@@ -37,7 +37,7 @@ subscription calls the guard, never the reverse.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from broker.core.confirms import ConfirmHandle
 from broker.core.message import Entry
@@ -95,6 +95,10 @@ class QueueGuard:
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         if self._held:  # (most were released by the backup's acknowledgement already)
             self._release(entry.position)
+
+    def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        if self._held:
+            self.acknowledged_all([entry.position for entry in entries])
 
     # -- backup ------------------------------------------------------------------------
     def acknowledged(self, position: int) -> None:

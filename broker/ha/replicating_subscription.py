@@ -47,7 +47,7 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 
 from broker.core.message import Entry, TxMark
@@ -163,6 +163,18 @@ class ReplicatingSubscription:
             self._pending_dequeues.add(position)  # the backup has it (or will): tell it
         else:
             self._dequeued_unsent.add(position)  # still in the backlog: never send it
+
+    def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        if self.closed:
+            return
+        last_sent, backup_had = self._last_sent, self._backup_had
+        tell, skip = self._pending_dequeues.add, self._dequeued_unsent.add
+        for entry in entries:
+            position = entry.position
+            if position <= last_sent or position in backup_had:
+                tell(position)
+            else:
+                skip(position)
 
     # -- stream ------------------------------------------------------------------------
     @property

@@ -31,7 +31,7 @@ THREAD UNSAFE: the primary's event loop owns the streams.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
@@ -128,6 +128,10 @@ class QueueStream(ChannelStream):
             self.request_pump()
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
+        if not self._pump_asked:
+            self.request_pump()
+
+    def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
         if not self._pump_asked:
             self.request_pump()
 

@@ -24,7 +24,7 @@ THREAD UNSAFE: the broker's event loop owns it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker.core.exchange import Binding, Exchange
@@ -522,3 +522,20 @@ class MessageStore:
             and append_dequeue(journal.tail, queue_id, message_id) is None
         ):
             journal.append(encode_dequeue(queue_id, message_id))
+
+    def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        queue_id = self._queues.get((queue.vhost, queue.name))
+        if queue_id is None:
+            return
+        journal = self.journal
+        dequeued, tail = journal.ledger.dequeued, journal.tail
+        written = not queue.deleted  # (a deleted queue's record covers its messages)
+        for entry in entries:
+            message_id = entry.message.store_id
+            if (
+                message_id
+                and dequeued((queue_id, message_id))
+                and written
+                and append_dequeue(tail, queue_id, message_id) is None
+            ):
+                journal.append(encode_dequeue(queue_id, message_id))

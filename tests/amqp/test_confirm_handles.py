@@ -7,6 +7,8 @@ connection."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pamqp import commands
 
 from broker.core.confirms import ConfirmHandle
@@ -54,6 +56,10 @@ class Holder:
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         pass
+
+    def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.dequeued(queue, entry)
 
 
 def test_a_held_confirm_stays_with_its_message_until_released() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pamqp import commands
@@ -79,6 +80,10 @@ class RecordingObserver:
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         self.dequeued_entries.append(entry)
 
+    def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.dequeued(queue, entry)
+
     @property
     def dequeued_bodies(self) -> list[bytes]:
         return [entry.message.body for entry in self.dequeued_entries]
@@ -139,6 +144,10 @@ class GuardingBackup:
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         pass
+
+    def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.dequeued(queue, entry)
 
     def acknowledge_all(self) -> None:
         held, self.held = self.held, []

@@ -5,6 +5,8 @@ the HA delivery gate are kept as :meth:`~broker.core.queue.Queue.dispatch` keeps
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from broker.core.message import Entry
 from broker.core.queue import Queue
 from broker.core.queue_contracts import ObserverRole
@@ -23,6 +25,10 @@ class Events:
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         self.seen.append(("dequeued", entry.message.body))
+
+    def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.dequeued(queue, entry)
 
 
 class EventConsumer(FakeConsumer):

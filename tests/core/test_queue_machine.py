@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import settings
@@ -57,6 +58,10 @@ class QueueMachine(RuleBasedStateMachine):
         assert entry not in self.deq, "dequeued twice"
         assert entry not in queue.entries(), "dequeued but still ready"
         self.deq.add(entry)
+
+    def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.dequeued(queue, entry)
 
     def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
         self.dead.append((entry, reason))

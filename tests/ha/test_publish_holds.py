@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from pamqp import commands
@@ -126,6 +127,10 @@ def test_observers_are_told_in_role_order_whatever_order_they_came_in() -> None:
 
         def dequeued(self, queue: Queue, entry: Entry) -> None:
             pass
+
+        def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+            for entry in entries:
+                self.dequeued(queue, entry)
 
     queue = Queue("q", clock=lambda: 0.0)
     order = [
