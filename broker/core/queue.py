@@ -288,6 +288,48 @@ class Queue:
             self.dispatch()
         return True
 
+    def enqueue_replicated(self, messages: Sequence[Message], positions: Sequence[int]) -> None:
+        """As :meth:`enqueue` of each message at its position in turn (a backup applying a
+        batch's run of enqueues), the observers told of the run at once: without consumers,
+        each at a position past the last one here and not expired on arrival, in order;
+        any other goes through :meth:`enqueue` (the run so far told first)."""
+        if self._consumers:
+            for message, position in zip(messages, positions, strict=True):
+                self.enqueue(message, position)
+            return
+        if self.before_use is not None:
+            self.first_use()
+        now = self._clock()
+        expiry = self.expiry
+        append = self._messages.append
+        run: list[Entry] = []
+        size = 0
+        last = self.last_position
+        for message, position in zip(messages, positions, strict=True):
+            expires_at = expiry(message, now)
+            if position <= last or (expires_at is not None and expires_at <= now):
+                self._took_run(run, size, last)
+                run, size = [], 0
+                self.enqueue(message, position)
+                last = self.last_position
+                append = self._messages.append
+                continue
+            entry = Entry(message, position, expires_at)
+            append(entry)
+            run.append(entry)
+            size += len(message.body)
+            last = position
+        self._took_run(run, size, last)
+
+    def _took_run(self, run: list[Entry], size: int, last: int) -> None:
+        """``run`` (``size`` bytes of bodies, the last at ``last``) was put among the
+        ready messages: count it, tell the observers."""
+        if run:
+            self.last_position = last
+            self._bytes += size
+            self.enqueued_total += len(run)
+            self._observers.enqueued_all(self, run)
+
     def _drop_head_for(self, size: int) -> None:
         limits = self.limits
         while self._messages:

@@ -63,6 +63,11 @@ class QueueObserver(Protocol[Q]):
 
     def enqueued(self, queue: Q, entry: Entry) -> None: ...
 
+    def enqueued_all(self, queue: Q, entries: Sequence[Entry]) -> None:
+        """As :meth:`enqueued` for each of ``entries`` in turn (a backup's run of replicated
+        messages, a restore): one call for the run."""
+        ...
+
     def dequeued(self, queue: Q, entry: Entry) -> None: ...
 
     def dequeued_all(self, queue: Q, entries: Sequence[Entry]) -> None:

@@ -60,10 +60,11 @@ class QueueObservers(Generic[Q]):
             observer.enqueued(queue, entry)
 
     def enqueued_all(self, queue: Q, entries: Sequence[Entry]) -> None:
-        """Each observer told of each of ``entries`` in turn (entries the queue took at once)."""
-        for observer in self.members:
-            for entry in entries:
-                observer.enqueued(queue, entry)
+        """Each observer told of all of ``entries`` in turn, in one call
+        (``QueueObserver.enqueued_all``): entries the queue took at once."""
+        if entries:
+            for observer in self.members:
+                observer.enqueued_all(queue, entries)
 
     def dequeued(self, queue: Q, entry: Entry) -> None:
         for observer in self.members:

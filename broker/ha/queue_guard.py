@@ -92,6 +92,10 @@ class QueueGuard:
                 self._tally.count += 1
             held[entry.position] = handle
 
+    def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.enqueued(queue, entry)
+
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         if self._held:  # (most were released by the backup's acknowledgement already)
             self._release(entry.position)

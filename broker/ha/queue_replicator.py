@@ -117,8 +117,10 @@ class QueueReplicator:
         """Apply ``events`` to the queue up to the first ``Tx`` or ``TxBase``; its index,
         or -1 when there is none."""
         queue = self.queue
-        enqueue = queue.enqueue
-        enqueued = 0
+        # A run of enqueues goes to the queue at once (Queue.enqueue_replicated), before
+        # any other event is applied.
+        messages: list[Message] = []
+        positions: list[int] = []
         # decode_batch gives a batch's messages of equal properties one bytes object: they
         # are scanned once (ValueError as in Message for a malformed block).
         scanned_raw: bytes | None = None
@@ -131,14 +133,16 @@ class QueueReplicator:
                     if raw is not scanned_raw:
                         scanned = scan(raw)
                         scanned_raw = raw
-                    enqueue(
-                        Message(
-                            event.exchange, event.routing_key, raw, event.body, scanned=scanned
-                        ),
-                        event.id,
+                    messages.append(
+                        Message(event.exchange, event.routing_key, raw, event.body, scanned=scanned)
                     )
-                    enqueued += 1
-                elif isinstance(event, Dequeue):
+                    positions.append(event.id)
+                    continue
+                if messages:
+                    run, at = messages, positions
+                    messages, positions = [], []
+                    self._enqueue_run(run, at)
+                if isinstance(event, Dequeue):
                     self.dequeued_total += queue.remove_positions(event.ids, len(event.ids))
                 elif isinstance(event, QueueCaughtUp):
                     self.caught_up = True
@@ -146,9 +150,14 @@ class QueueReplicator:
                     return index
                 elif isinstance(event, Watermark):
                     self._watermark(event.position)
-        finally:
-            self.enqueued_total += enqueued
+        finally:  # (a malformed message: those before it are applied, as one at a time)
+            if messages:
+                self._enqueue_run(messages, positions)
         return -1
+
+    def _enqueue_run(self, messages: list[Message], positions: list[int]) -> None:
+        self.queue.enqueue_replicated(messages, positions)
+        self.enqueued_total += len(messages)
 
     def _watermark(self, position: int) -> None:
         """The primary may deliver ids up to ``position``: promoted, this broker sends the

@@ -155,6 +155,10 @@ class ReplicatingSubscription:
         if tx is not None:
             tx.seen.add((queue.name, entry.position))
 
+    def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.enqueued(queue, entry)
+
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         if self.closed:
             return

@@ -127,6 +127,10 @@ class QueueStream(ChannelStream):
         if not self._pump_asked:
             self.request_pump()
 
+    def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        if not self._pump_asked:
+            self.request_pump()
+
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         if not self._pump_asked:
             self.request_pump()

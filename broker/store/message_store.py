@@ -486,6 +486,11 @@ class MessageStore:
             handle.hold()
             journal.after_durable(handle.release)
 
+    def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        enqueued = self.enqueued
+        for entry in entries:
+            enqueued(queue, entry)
+
     def mark_delivered(self) -> int:
         """Before a clean close: a DELIVERED record for every stored message that was
         delivered and not acknowledged (by then back on its queue), so that exactly those

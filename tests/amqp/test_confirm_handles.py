@@ -54,6 +54,10 @@ class Holder:
             handle.hold()
             self.held.append(handle)
 
+    def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.enqueued(queue, entry)
+
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         pass
 

@@ -77,6 +77,10 @@ class RecordingObserver:
     def enqueued(self, queue: Queue, entry: Entry) -> None:
         self.enqueued_entries.append(entry)
 
+    def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.enqueued(queue, entry)
+
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         self.dequeued_entries.append(entry)
 
@@ -141,6 +145,10 @@ class GuardingBackup:
         if handle is not None:
             handle.hold()
             self.held.append(entry.message)
+
+    def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.enqueued(queue, entry)
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         pass

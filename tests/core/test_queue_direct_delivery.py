@@ -23,6 +23,10 @@ class Events:
     def enqueued(self, queue: Queue, entry: Entry) -> None:
         self.seen.append(("enqueued", entry.message.body))
 
+    def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.enqueued(queue, entry)
+
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         self.seen.append(("dequeued", entry.message.body))
 

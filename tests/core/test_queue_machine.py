@@ -53,6 +53,10 @@ class QueueMachine(RuleBasedStateMachine):
         assert entry not in self.enq, "enqueued twice"
         self.enq.add(entry)
 
+    def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.enqueued(queue, entry)
+
     def dequeued(self, queue: Queue, entry: Entry) -> None:
         assert entry in self.enq, "dequeued without enqueue"
         assert entry not in self.deq, "dequeued twice"

@@ -125,6 +125,10 @@ def test_observers_are_told_in_role_order_whatever_order_they_came_in() -> None:
         def enqueued(self, queue: Queue, entry: Entry) -> None:
             heard.append(self.name)
 
+        def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+            for entry in entries:
+                self.enqueued(queue, entry)
+
         def dequeued(self, queue: Queue, entry: Entry) -> None:
             pass
 

@@ -1,9 +1,14 @@
-"""A run of dequeues told at once (``Queue.settle_all``: a multiple acknowledgement's on
-one queue; a backup's ``remove_positions`` of ranges: ``Queue.removed_all``) leaves every
-observer as the same dequeues told one at a time do: the store's records and ledger, each
-guard's held confirms and its backup's tally, each replicating subscription's dequeues to
-send and to skip, the confirms settled (hypothesis). Sans I/O: the journal is not started,
-its tail holds what was appended."""
+"""Runs told to a queue's observers at once leave them as one at a time does (hypothesis):
+
+- dequeues (``Queue.settle_all``: a multiple acknowledgement's on one queue; a backup's
+  ``remove_positions`` of ranges: ``Queue.removed_all``): the store's records and ledger,
+  each guard's held confirms and its backup's tally, each replicating subscription's
+  dequeues to send and to skip, the confirms settled;
+- a backup's replicated enqueues (``Queue.enqueue_replicated``: a batch's run, positions
+  ahead, behind or repeated, messages expired on arrival): the queue's messages, counts and
+  last position, the store's records and ledger.
+
+Sans I/O: the journal is not started, its tail holds what was appended."""
 
 from __future__ import annotations
 
@@ -12,9 +17,11 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pamqp import commands
 
 from broker.core.confirms import ConfirmHandle, PublisherConfirms
 from broker.core.message import Entry, Message
+from broker.core.properties import encode
 from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 from broker.ha.id_set import IdSet
@@ -22,6 +29,7 @@ from broker.ha.queue_guard import HeldTally, QueueGuard
 from broker.ha.replicating_subscription import ReplicatingSubscription
 from broker.store.journal import Journal
 from broker.store.message_store import MessageStore
+from broker.store.records import BadRecord, Kind, iter_records
 
 PERSISTENT = bytes.fromhex("1000") + b"\x02"  # property flags: delivery-mode only; mode 2
 
@@ -154,3 +162,61 @@ def test_a_backups_dequeued_ranges_leave_its_store_as_one_at_a_time(
         assert all_at_once.bytes == one.bytes
         assert journal_all.ledger.live_messages == journal_one.ledger.live_messages
         assert _appended(journal_all)[mark:] == _appended(journal_one)[mark:]
+
+
+PER_MESSAGE_TTL_0 = encode(commands.Basic.Properties(expiration="0", delivery_mode=2))
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    run=st.lists(st.tuples(st.integers(1, 30), st.booleans()), max_size=25),
+    before=st.integers(0, 10),
+    ttl=st.sampled_from([None, 0, 60_000]),
+)
+def test_a_backups_run_of_enqueues_leaves_queue_and_store_as_one_at_a_time(
+    run: list[tuple[int, bool]], before: int, ttl: int | None
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = []
+        for name in ("one", "all"):
+            vhost = VirtualHost()
+            journal = Journal(Path(tmp) / name)
+            MessageStore(journal, vhost).recover_into(journal.recover())
+            arguments = {} if ttl is None else {"x-message-ttl": ttl}
+            queue = vhost.declare_queue("q", durable=True, arguments=arguments)
+            for position in range(1, before + 1):
+                queue.enqueue(Message("", "q", PERSISTENT, b"b%d" % position), position)
+            sides.append((journal, queue, len(_appended(journal))))
+        messages = [
+            [
+                Message("", "q", PER_MESSAGE_TTL_0 if expired else PERSISTENT, b"%d" % p)
+                for p, expired in run
+            ]
+            for _ in sides
+        ]
+        positions = [p for p, _ in run]
+        (journal_one, one, mark), (journal_all, all_at_once, _) = sides
+        for message, position in zip(messages[0], positions, strict=True):
+            one.enqueue(message, position)
+        all_at_once.enqueue_replicated(messages[1], positions)
+        assert [(e.position, e.message.body) for e in all_at_once.ready] == [
+            (e.position, e.message.body) for e in one.ready
+        ]
+        assert (all_at_once.bytes, all_at_once.enqueued_total, all_at_once.last_position) == (
+            one.bytes,
+            one.enqueued_total,
+            one.last_position,
+        )
+        assert journal_all.ledger.live_messages == journal_one.ledger.live_messages
+        assert _records(journal_all, mark) == _records(journal_one, mark)
+
+
+def _records(journal: Journal, mark: int) -> list[tuple[int, bytes]]:
+    """The records appended past ``mark``, an ENQUEUE's expiry time left out (the wall
+    clock's milliseconds when it was written)."""
+    records = []
+    for record in iter_records(_appended(journal)[mark:], 0):
+        assert not isinstance(record, BadRecord)
+        _offset, _size, kind, payload = record
+        records.append((kind, payload[:-8] if kind == Kind.ENQUEUE else payload))
+    return records
