@@ -55,6 +55,32 @@ static void put_header(unsigned char *p, uint32_t size, uint32_t crc, unsigned c
     p[8] = kind;
 }
 
+/* A MESSAGE record and its first ENQUEUE at ``out`` (HEADER_SIZE + payload + HEADER_SIZE + 32
+ * bytes), its message id and route already written and ending at ``p``: the properties'
+ * length, the properties, the body, the MESSAGE header, then the ENQUEUE record. */
+static void finish_message_with_enqueue(unsigned char *out, unsigned char *p,
+                                        const Py_buffer *properties, const Py_buffer *body,
+                                        uint64_t message_id, uint64_t queue_id,
+                                        uint64_t position, uint64_t expires_at_ms) {
+    put_u32(p, (uint32_t)properties->len);
+    p += 4;
+    memcpy(p, properties->buf, (size_t)properties->len);
+    p += properties->len;
+    memcpy(p, body->buf, (size_t)body->len);
+    p += body->len;
+    size_t payload = (size_t)(p - out) - HEADER_SIZE;
+    unsigned char kind = MESSAGE_KIND;
+    uint32_t crc = crc32c(crc32c(0, &kind, 1), out + HEADER_SIZE, payload);
+    put_header(out, (uint32_t)payload, crc, MESSAGE_KIND);
+    unsigned char *enqueue = p + HEADER_SIZE;
+    put_u64(enqueue, queue_id);
+    put_u64(enqueue + 8, message_id);
+    put_u64(enqueue + 16, position);
+    put_u64(enqueue + 24, expires_at_ms);
+    kind = ENQUEUE_KIND;
+    put_header(p, 32, crc32c(crc32c(0, &kind, 1), enqueue, 32), ENQUEUE_KIND);
+}
+
 static PyObject *encode_message_with_enqueue(PyObject *module, PyObject *const *args,
                                              Py_ssize_t nargs) {
     (void)module;
@@ -94,22 +120,8 @@ static PyObject *encode_message_with_enqueue(PyObject *module, PyObject *const *
     p += 8;
     memcpy(p, route.buf, (size_t)route.len);
     p += route.len;
-    put_u32(p, (uint32_t)properties.len);
-    p += 4;
-    memcpy(p, properties.buf, (size_t)properties.len);
-    p += properties.len;
-    memcpy(p, body.buf, (size_t)body.len);
-    p += body.len;
-    unsigned char kind = MESSAGE_KIND;
-    uint32_t crc = crc32c(crc32c(0, &kind, 1), out + HEADER_SIZE, payload);
-    put_header(out, (uint32_t)payload, crc, MESSAGE_KIND);
-    unsigned char *enqueue = p + HEADER_SIZE;
-    put_u64(enqueue, queue_id);
-    put_u64(enqueue + 8, message_id);
-    put_u64(enqueue + 16, position);
-    put_u64(enqueue + 24, expires_at_ms);
-    kind = ENQUEUE_KIND;
-    put_header(p, 32, crc32c(crc32c(0, &kind, 1), enqueue, 32), ENQUEUE_KIND);
+    finish_message_with_enqueue(out, p, &properties, &body, message_id, queue_id, position,
+                                expires_at_ms);
 done:
     PyBuffer_Release(&route);
     PyBuffer_Release(&properties);
@@ -356,22 +368,8 @@ static PyObject *append_message_with_enqueue(PyObject *module, PyObject *const *
     *p++ = (unsigned char)routing_key_len;
     memcpy(p, routing_key, (size_t)routing_key_len);
     p += routing_key_len;
-    put_u32(p, (uint32_t)properties.len);
-    p += 4;
-    memcpy(p, properties.buf, (size_t)properties.len);
-    p += properties.len;
-    memcpy(p, body.buf, (size_t)body.len);
-    p += body.len;
-    unsigned char kind = MESSAGE_KIND;
-    uint32_t crc = crc32c(crc32c(0, &kind, 1), out + HEADER_SIZE, payload);
-    put_header(out, (uint32_t)payload, crc, MESSAGE_KIND);
-    unsigned char *enqueue = p + HEADER_SIZE;
-    put_u64(enqueue, queue_id);
-    put_u64(enqueue + 8, message_id);
-    put_u64(enqueue + 16, position);
-    put_u64(enqueue + 24, expires_at_ms);
-    kind = ENQUEUE_KIND;
-    put_header(p, 32, crc32c(crc32c(0, &kind, 1), enqueue, 32), ENQUEUE_KIND);
+    finish_message_with_enqueue(out, p, &properties, &body, message_id, queue_id, position,
+                                expires_at_ms);
     result = counted(tail, buffer, at, total, 2);
 done:
     PyBuffer_Release(&properties);

@@ -449,9 +449,7 @@ class MessageStore:
         message_id = message.store_id
         if not message_id or not ledger.has_message(message_id):
             message_id = message.store_id = journal.new_id()
-            # Encoded into the journal's buffer in one step when it can be (tail.py).
-            segment = append_message_with_enqueue(
-                journal.tail,
+            record = (
                 message_id,
                 message.exchange,
                 message.routing_key,
@@ -461,20 +459,10 @@ class MessageStore:
                 entry.position,
                 expires_ms,
             )
+            # Encoded into the journal's buffer in one step when it can be (tail.py).
+            segment = append_message_with_enqueue(journal.tail, *record)
             if segment is None:
-                segment = journal.append(
-                    encode_message_with_enqueue(
-                        message_id,
-                        message.exchange,
-                        message.routing_key,
-                        message.properties_raw,
-                        message.body,
-                        queue_id,
-                        entry.position,
-                        expires_ms,
-                    ),
-                    2,
-                )
+                segment = journal.append(encode_message_with_enqueue(*record), 2)
             ledger.message_enqueued((queue_id, message_id), segment)
         else:  # the same message on another queue: stored once
             segment = journal.append(
