@@ -49,7 +49,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 venv: $(STAMP)
 
 # setup.py and the C files: the native parts are compiled again when they change.
-$(STAMP): pyproject.toml setup.py broker/amqp/_wire.c broker/store/_walk.c broker/store/_records.c broker/store/_ledger.c broker/ha/_batch.c broker/store/_crc32c.h broker/store/_group_write.c broker/core/_raw_alloc.c
+$(STAMP): pyproject.toml setup.py broker/amqp/_wire.c broker/store/_walk.c broker/store/_records.c broker/store/_ledger.c broker/ha/_batch.c broker/store/_crc32c.h broker/store/_group_write.c broker/core/_raw_alloc.c broker/core/_confirms.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

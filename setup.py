@@ -2,7 +2,8 @@
 (broker/store/_walk.c), its group writer thread (broker/store/_group_write.c), its
 publish-path records and journal tail (broker/store/_records.c) and its ledger's
 per-message operations (broker/store/_ledger.c); the C allocator's pair for the per-message
-objects (broker/core/_raw_alloc.c); the 0-9-1 wire's busiest frames (broker/amqp/_wire.c:
+objects (broker/core/_raw_alloc.c) and the publishes' confirm handles
+(broker/core/_confirms.c); the 0-9-1 wire's busiest frames (broker/amqp/_wire.c:
 a delivery's encoded, a publish's split); and the replication batches' decoder (a
 backup's) and packer (a primary's) that run for every message (broker/ha/_batch.c).
 
@@ -13,7 +14,8 @@ GIL: docs/benchmarks.md, "Group commit without the GIL"), and the ledger its Pyt
 operations (the same answers), and queued messages' objects come from Python's allocator
 (more memory kept after a queue empties: docs/memory-and-disk.md, "Memory given back"),
 and deliveries are encoded, publishes parsed and replication batches decoded and packed
-in Python (the same bytes, the same outcomes). Everything else is in pyproject.toml.
+in Python (the same bytes, the same outcomes), and confirms held and released by the
+Python class (the same replies). Everything else is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
@@ -49,6 +51,12 @@ setup(
         Extension(
             "broker.amqp._wire",
             ["broker/amqp/_wire.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "broker.core._confirms",
+            ["broker/core/_confirms.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

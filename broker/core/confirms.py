@@ -18,6 +18,12 @@ message lasts only while holds are taken, and the last release ends it).
 basic.ack/basic.nack replies: one ``multiple`` ack when a contiguous run from the lowest
 outstanding tag settled, single replies otherwise; no tag is ever answered twice.
 
+Both are native where broker/core/_confirms.c is built (the same rules; on an HA primary
+with two backups a publish's handle is held three times and released four, and settled
+once: each a Python frame otherwise); the classes here are the reference and the fallback
+(``PythonPublisherConfirms``, ``PythonConfirmHandle``), and
+tests/core/test_native_confirms.py holds the native ones to them.
+
 THREAD UNSAFE: one event loop owns a channel and its confirms.
 """
 
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 
 class ConfirmedMessage(Protocol):
@@ -102,7 +108,7 @@ class PublisherConfirms:
     def publish(self, message: ConfirmedMessage | None = None) -> ConfirmHandle:
         """A new publish: the next delivery tag, with the channel's routing hold taken;
         ``message`` keeps the handle until it is settled."""
-        handle = ConfirmHandle(self, self._next, message)
+        handle = new_handle(self, self._next, message)
         self._next += 1
         return handle
 
@@ -161,3 +167,22 @@ class PublisherConfirms:
         if top > self._acked_upto:
             self._acked_upto = top
         return replies
+
+
+#: A new handle (the Python class's; the native PublisherConfirms makes its own).
+new_handle: Callable[[PublisherConfirms, int, ConfirmedMessage | None], ConfirmHandle]
+new_handle = ConfirmHandle
+#: The Python classes: the reference, and what runs where the native ones are not built.
+PythonPublisherConfirms = PublisherConfirms
+PythonConfirmHandle = ConfirmHandle
+
+try:
+    from broker.core import _confirms as _native
+except ImportError:  # not built: the Python classes, the same rules
+    NATIVE = False
+else:
+    NATIVE = True
+    _native.bind_reply(ConfirmReply)
+    if not TYPE_CHECKING:  # the same interface (tests/core/test_native_confirms.py)
+        PublisherConfirms = _native.PublisherConfirms
+        ConfirmHandle = _native.ConfirmHandle

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from pamqp import commands
 
-from broker.core.confirms import ConfirmHandle, PublisherConfirms
+# the Python classes (the reference the native ones are held to): a handle that notes its
+# holders is a subclass of one, numbered by hand
+from broker.core.confirms import PythonConfirmHandle, PythonPublisherConfirms
 from broker.core.message import Entry, Message
 from broker.core.queue import Queue
 from broker.core.queue_contracts import (
@@ -41,10 +43,10 @@ from tests.ha.test_ha_broker import open_connection
 PERSISTENT = bytes.fromhex("1000") + b"\x02"  # property flags: delivery-mode only; mode 2
 
 
-class RecordingHandle(ConfirmHandle):
+class RecordingHandle(PythonConfirmHandle):
     """A confirm handle that notes who holds it, in order."""
 
-    def __init__(self, owner: PublisherConfirms, seq: int) -> None:
+    def __init__(self, owner: PythonPublisherConfirms, seq: int) -> None:
         super().__init__(owner, seq)
         self.holders: list[object] = []
         self.releases = 0
@@ -89,7 +91,7 @@ def test_a_publish_takes_its_holds_in_the_table_order_and_settles_after_all(
         queue.observe(store, ObserverRole.STORE)
         assert queue.observers == [store, *guards]
 
-        confirms = PublisherConfirms()
+        confirms = PythonPublisherConfirms()
         handle = RecordingHandle(confirms, 1)
         confirms._next = 2  # the handle is tag 1, as confirms.publish() would number it
         message = Message("", "q", PERSISTENT, b"m", confirm=handle)
