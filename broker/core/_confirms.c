@@ -254,7 +254,12 @@ static int settle(Confirms *self, long long seq, int ack) {
     }
     self->unsent[self->n_unsent++] = seq;
     if (self->on_settled != NULL) {
-        PyObject *result = PyObject_CallNoArgs(self->on_settled);
+        /* held for the call: the callback may close these confirms (a transaction's
+         * answer does), which lets go of it */
+        PyObject *callback = self->on_settled;
+        Py_INCREF(callback);
+        PyObject *result = PyObject_CallNoArgs(callback);
+        Py_DECREF(callback);
         if (result == NULL) return -1;
         Py_DECREF(result);
     }

@@ -243,7 +243,10 @@ class Queue:
         elif position <= self.last_position:
             return self._copy.insert_replicated(message, position, now)
         self.last_position = position
-        entry = Entry(message, position, self.expiry(message, now))
+        if message.expiration_ms is None and self.limits.message_ttl_ms is None:
+            entry = Entry(message, position, None)  # (expiry's answer, without its call)
+        else:
+            entry = Entry(message, position, self.expiry(message, now))
         if entry.expires_at is not None and entry.expires_at <= now:
             # Expired on arrival (ttl 0): only a consumer that can take it at once gets it.
             self.enqueued_total += 1
@@ -305,8 +308,12 @@ class Queue:
         run: list[Entry] = []
         size = 0
         last = self.last_position
+        ttl = self.limits.message_ttl_ms
         for message, position in zip(messages, positions, strict=True):
-            expires_at = expiry(message, now)
+            if ttl is None and message.expiration_ms is None:
+                expires_at = None  # (expiry's answer, without its call)
+            else:
+                expires_at = expiry(message, now)
             if position <= last or (expires_at is not None and expires_at <= now):
                 self._took_run(run, size, last)
                 run, size = [], 0

@@ -88,7 +88,9 @@ class ObserverRole(IntEnum):
     GUARD = 2
     #: An HA primary's ``ReplicatingSubscription``: notes what to send its backup.
     REPLICATION = 3
-    #: The stream carrying a subscription (``broker/ha/streams.py``): asks for a pump.
+    #: Last: an observer that only acts on what the others noted. (The stream carrying a
+    #: subscription, ``broker/ha/streams.py``, was one; it now hears of new work through
+    #: its subscription's ``on_work``, one call a message and backup fewer.)
     STREAM = 4
 
 

@@ -138,6 +138,12 @@ class ReplicatingSubscription:
         self._watermarks: dict[int, int] = {}  # batch tag -> watermark it carried
         #: Called when there is a new announcement to send (the stream asks for a pump).
         self.wake: Callable[[], None] | None = None
+        #: Called when work comes (an enqueue or a dequeue of the queue), once until
+        #: :meth:`work_taken`: the stream's pump request (None: nobody to tell). The
+        #: stream hears of the queue's work here rather than as an observer of its own:
+        #: one call a message and backup fewer.
+        self.on_work: Callable[[], None] | None = None
+        self._work_told = False
         if self._gate is not None:
             self._gate.listeners.append(self._announced)
         queue.observe(self, ObserverRole.REPLICATION)
@@ -148,6 +154,9 @@ class ReplicatingSubscription:
 
     # -- queue observer ----------------------------------------------------------------
     def enqueued(self, queue: Queue, entry: Entry) -> None:
+        if not self._work_told and self.on_work is not None:
+            self._work_told = True
+            self.on_work()
         if self.closed:  # stopped, not yet out of the queue's observers
             return
         self._backlog.append(entry)
@@ -156,10 +165,16 @@ class ReplicatingSubscription:
             tx.seen.add((queue.name, entry.position))
 
     def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        if not self._work_told and self.on_work is not None:
+            self._work_told = True
+            self.on_work()
         for entry in entries:
             self.enqueued(queue, entry)
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
+        if not self._work_told and self.on_work is not None:
+            self._work_told = True
+            self.on_work()
         if self.closed:
             return
         position = entry.position
@@ -169,18 +184,35 @@ class ReplicatingSubscription:
             self._dequeued_unsent.add(position)  # still in the backlog: never send it
 
     def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
+        if not self._work_told and self.on_work is not None:
+            self._work_told = True
+            self.on_work()
         if self.closed:
             return
         last_sent, backup_had = self._last_sent, self._backup_had
-        tell, skip = self._pending_dequeues.add, self._dequeued_unsent.add
+        tell_range, skip = self._pending_dequeues.add_range, self._dequeued_unsent.add
+        # the positions to tell in runs of consecutive ones, a range each (a multiple
+        # acknowledgement's run is one: one call where there was one an entry)
+        first = last = -2
         for entry in entries:
             position = entry.position
             if position <= last_sent or position in backup_had:
-                tell(position)
+                if position == last + 1:
+                    last = position
+                    continue
+                if first >= 0:
+                    tell_range(first, last)
+                first = last = position
             else:
                 skip(position)
+        if first >= 0:
+            tell_range(first, last)
 
     # -- stream ------------------------------------------------------------------------
+    def work_taken(self) -> None:
+        """The stream is pumping: the next enqueue or dequeue calls :attr:`on_work` again."""
+        self._work_told = False
+
     @property
     def backlog(self) -> int:
         """Messages still to send (some may turn out consumed and be skipped)."""

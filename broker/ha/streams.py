@@ -31,14 +31,12 @@ THREAD UNSAFE: the primary's event loop owns the streams.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.errors import AmqpError, ReplyCode, access_refused, not_found
 from broker.core.exchange import Binding, Exchange
-from broker.core.message import Entry
 from broker.core.queue import Queue
-from broker.core.queue_contracts import ObserverRole
 from broker.core.vhost import VHOST
 from broker.core.vhosts import VirtualHosts, key_of, queue_key
 from broker.ha.channel_stream import ChannelStream
@@ -118,29 +116,13 @@ class QueueStream(ChannelStream):
         self._batches: dict[int, int] = {}
         self._sizes: dict[int, int] = {}  # delivery tag -> body bytes (with a link credit)
         subscription.wake = self.request_pump  # a new delivery watermark to announce
-        subscription.queue.observe(self, ObserverRole.STREAM)
+        # new work in the queue: pump soon (asked once until the pump runs)
+        subscription.on_work = self.request_pump
         self.request_pump()
-
-    # queue observer: new work, pump soon (asked once until it runs: the flag is read
-    # here, not in a call, at every enqueue and dequeue of the queue)
-    def enqueued(self, queue: Queue, entry: Entry) -> None:
-        if not self._pump_asked:
-            self.request_pump()
-
-    def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
-        if not self._pump_asked:
-            self.request_pump()
-
-    def dequeued(self, queue: Queue, entry: Entry) -> None:
-        if not self._pump_asked:
-            self.request_pump()
-
-    def dequeued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
-        if not self._pump_asked:
-            self.request_pump()
 
     def pump(self) -> None:
         subscription = self.subscription
+        subscription.work_taken()  # work from now on asks for a pump again
         link = self.link
         while self.can_send and subscription.has_work:
             if link is not None and not link.open:
@@ -194,9 +176,9 @@ class QueueStream(ChannelStream):
             self._detach_later(self.detach)
 
     def detach(self) -> None:
-        """Leave the queue: the closed subscription and this stream no longer hear it."""
+        """Leave the queue: the closed subscription (and so this stream) no longer hear it."""
         self.subscription.close()
-        self.subscription.queue.unobserve(self)
+        self.subscription.on_work = None
 
 
 class BackupEvents(Protocol):
