@@ -1,11 +1,11 @@
-/* A publish's pending confirm, in C: broker/core/confirms.py's ConfirmHandle, the same
- * rules (the Python class is the reference and the fallback; tests/core/test_native_confirms.py
- * holds this one to it).
+/* Publisher confirms, in C: broker/core/confirms.py's PublisherConfirms and ConfirmHandle,
+ * the same rules (the Python classes are the reference and the fallback;
+ * tests/core/test_native_confirms.py holds these to them).
  *
- * Every publish in confirm mode makes one, and on an HA primary with two backups it is
- * held three times (the store, each backup's guard) and released four: about 10 calls a
- * message that were each a Python frame. Here they are C calls; settling still calls the
- * owner's _settle(seq, ack) (PublisherConfirms, in Python: once a message).
+ * Every publish in confirm mode makes a handle (only PublisherConfirms.publish makes one),
+ * and on an HA primary with two backups it is held three times (the store, each backup's
+ * guard), released four and settled once: calls that were each a Python frame. Here they
+ * are C calls, and the last release settles straight into its confirms' state.
  *
  * The handle and its message refer to each other until it settles (message.confirm), so
  * the type takes part in the cyclic collector, as the Python class did: a publish never
@@ -17,14 +17,14 @@
 
 typedef struct {
     PyObject_HEAD
-    PyObject *owner;
+    PyObject *owner;   /* its PublisherConfirms (Confirms below) */
     PyObject *message; /* NULL: none, or settled */
     long long seq;
     long holds;
     int nack;
 } ConfirmHandle;
 
-static PyObject *str_confirm, *str_settle;
+static PyObject *str_confirm;
 static PyObject *reply_type; /* confirms.py's ConfirmReply (bind_reply) */
 
 /* The publishes of one channel (confirms.py's PublisherConfirms, the same rules). */
@@ -43,26 +43,6 @@ typedef struct {
 
 static PyTypeObject ConfirmsType;
 static int settle(Confirms *self, long long seq, int ack);
-
-static int ConfirmHandle_init(ConfirmHandle *self, PyObject *args, PyObject *kwds) {
-    static char *keywords[] = {"owner", "seq", "message", NULL};
-    PyObject *owner, *message = Py_None;
-    long long seq;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|O", keywords, &owner, &seq, &message))
-        return -1;
-    Py_INCREF(owner);
-    Py_XSETREF(self->owner, owner);
-    self->seq = seq;
-    self->holds = 1;
-    self->nack = 0;
-    Py_CLEAR(self->message);
-    if (message != Py_None) {
-        Py_INCREF(message);
-        self->message = message;
-        if (PyObject_SetAttr(message, str_confirm, (PyObject *)self) < 0) return -1;
-    }
-    return 0;
-}
 
 static PyObject *ConfirmHandle_hold(ConfirmHandle *self, PyObject *unused) {
     if (self->holds <= 0) {
@@ -111,17 +91,8 @@ static PyObject *ConfirmHandle_release(ConfirmHandle *self, PyObject *const *arg
             Py_DECREF(message);
             if (failed < 0) return NULL;
         }
-        if (Py_IS_TYPE(self->owner, &ConfirmsType)) {
-            if (settle((Confirms *)self->owner, self->seq, !self->nack) < 0) return NULL;
-            Py_RETURN_NONE;
-        }
-        PyObject *seq = PyLong_FromLongLong(self->seq);
-        if (seq == NULL) return NULL;
-        PyObject *result = PyObject_CallMethodObjArgs(self->owner, str_settle, seq,
-                                                      self->nack ? Py_False : Py_True, NULL);
-        Py_DECREF(seq);
-        if (result == NULL) return NULL;
-        Py_DECREF(result);
+        /* straight into its confirms' state (the handle is only made by their publish) */
+        if (settle((Confirms *)self->owner, self->seq, !self->nack) < 0) return NULL;
     }
     Py_RETURN_NONE;
 }
@@ -176,8 +147,6 @@ static PyTypeObject ConfirmHandleType = {
     .tp_basicsize = sizeof(ConfirmHandle),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The pending confirm of one publish (broker/core/confirms.py).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)ConfirmHandle_init,
     .tp_dealloc = (destructor)ConfirmHandle_dealloc,
     .tp_traverse = (traverseproc)ConfirmHandle_traverse,
     .tp_clear = (inquiry)ConfirmHandle_clear,
@@ -303,14 +272,6 @@ static PyObject *Confirms_publish(Confirms *self, PyObject *const *args, Py_ssiz
     return (PyObject *)handle;
 }
 
-static PyObject *Confirms_settle(Confirms *self, PyObject *args) {
-    long long seq;
-    int ack;
-    if (!PyArg_ParseTuple(args, "Lp", &seq, &ack)) return NULL;
-    if (settle(self, seq, ack) < 0) return NULL;
-    Py_RETURN_NONE;
-}
-
 static PyObject *Confirms_close(Confirms *self, PyObject *unused) {
     self->closed = 1;
     Py_CLEAR(self->on_settled);
@@ -403,7 +364,6 @@ static void Confirms_dealloc(Confirms *self) {
 static PyMethodDef Confirms_methods[] = {
     {"publish", (PyCFunction)(void (*)(void))Confirms_publish, METH_FASTCALL | METH_KEYWORDS,
      "publish(message=None) -> ConfirmHandle: the next delivery tag, routing hold taken."},
-    {"_settle", (PyCFunction)Confirms_settle, METH_VARARGS, "_settle(seq, ack)"},
     {"close", (PyCFunction)Confirms_close, METH_NOARGS,
      "The channel closed: later settlements are dropped."},
     {"take_replies", (PyCFunction)Confirms_take_replies, METH_NOARGS,
@@ -450,8 +410,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__confirms(void) {
     str_confirm = PyUnicode_InternFromString("confirm");
-    str_settle = PyUnicode_InternFromString("_settle");
-    if (str_confirm == NULL || str_settle == NULL) return NULL;
+    if (str_confirm == NULL) return NULL;
     if (PyType_Ready(&ConfirmHandleType) < 0 || PyType_Ready(&ConfirmsType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

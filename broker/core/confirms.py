@@ -108,7 +108,7 @@ class PublisherConfirms:
     def publish(self, message: ConfirmedMessage | None = None) -> ConfirmHandle:
         """A new publish: the next delivery tag, with the channel's routing hold taken;
         ``message`` keeps the handle until it is settled."""
-        handle = new_handle(self, self._next, message)
+        handle = PythonConfirmHandle(self, self._next, message)  # (the name below is native)
         self._next += 1
         return handle
 
@@ -169,9 +169,6 @@ class PublisherConfirms:
         return replies
 
 
-#: A new handle (the Python class's; the native PublisherConfirms makes its own).
-new_handle: Callable[[PublisherConfirms, int, ConfirmedMessage | None], ConfirmHandle]
-new_handle = ConfirmHandle
 #: The Python classes: the reference, and what runs where the native ones are not built.
 PythonPublisherConfirms = PublisherConfirms
 PythonConfirmHandle = ConfirmHandle

@@ -165,10 +165,7 @@ class ReplicatingSubscription:
             tx.seen.add((queue.name, entry.position))
 
     def enqueued_all(self, queue: Queue, entries: Sequence[Entry]) -> None:
-        if not self._work_told and self.on_work is not None:
-            self._work_told = True
-            self.on_work()
-        for entry in entries:
+        for entry in entries:  # (each tells on_work as it needs)
             self.enqueued(queue, entry)
 
     def dequeued(self, queue: Queue, entry: Entry) -> None:
