@@ -214,7 +214,8 @@ class Queue:
         """Add a message; False when the queue refuses it (reject-publish overflow).
 
         ``position`` is given only by HA replication on a backup, to keep the primary's
-        replication id as the local position.
+        replication id as the local position: such a message is taken whatever the limits
+        and its expiry (it is on the primary, which tells when it leaves).
         """
         if self.before_use is not None:
             self.first_use()
@@ -238,6 +239,7 @@ class Queue:
                 # Nothing fits: the new message itself is the one dropped.
                 self._dead_letter_new(message, REASON_MAXLEN)
                 return True
+        replicated = position is not None
         if position is None:
             position = self.last_position + 1
         elif position <= self.last_position:
@@ -247,8 +249,10 @@ class Queue:
             entry = Entry(message, position, None)  # (expiry's answer, without its call)
         else:
             entry = Entry(message, position, self.expiry(message, now))
-        if entry.expires_at is not None and entry.expires_at <= now:
+        if entry.expires_at is not None and entry.expires_at <= now and not replicated:
             # Expired on arrival (ttl 0): only a consumer that can take it at once gets it.
+            # Not a replicated one: its primary still holds it (a consumer took it there),
+            # and only the primary expires or dead-letters; its dequeue comes when it leaves.
             self.enqueued_total += 1
             self._observers.enqueued(self, entry)
             if self._messages or not self._offer(entry):
@@ -294,8 +298,9 @@ class Queue:
     def enqueue_replicated(self, messages: Sequence[Message], positions: Sequence[int]) -> None:
         """As :meth:`enqueue` of each message at its position in turn (a backup applying a
         batch's run of enqueues), the observers told of the run at once: without consumers,
-        each at a position past the last one here and not expired on arrival, in order;
-        any other goes through :meth:`enqueue` (the run so far told first)."""
+        each at a position past the last one here, in order (expired or not: a replicated
+        message leaves when its primary says); any other goes through :meth:`enqueue` (the
+        run so far told first)."""
         if self._consumers:
             for message, position in zip(messages, positions, strict=True):
                 self.enqueue(message, position)
@@ -314,7 +319,7 @@ class Queue:
                 expires_at = None  # (expiry's answer, without its call)
             else:
                 expires_at = expiry(message, now)
-            if position <= last or (expires_at is not None and expires_at <= now):
+            if position <= last:
                 self._took_run(run, size, last)
                 run, size = [], 0
                 self.enqueue(message, position)

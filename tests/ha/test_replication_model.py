@@ -8,11 +8,15 @@ per level-``all`` queue) write to in-memory sinks instead of channels; a backup'
 codecs (:func:`~broker.ha.wire.decode_config_event`, :func:`~broker.ha.wire.decode_batch`)
 and acknowledge it, subscribing and unsubscribing queue streams as a backup's link does.
 Hypothesis draws declares (any of a set of awkward names, arguments, ``qpid.replicate``
-levels), binds, unbinds, deletes, purges, publishes and gets with acknowledgement; after
-every step the backup holds what the primary replicates: the same queues, exchanges and
-bindings with the same arguments, and each level-``all`` queue's messages in order, and no
-stream failed. (Transactions, exchange-to-exchange bindings and a fail-over are for the
-next step of the issue.)
+levels, a dead-letter exchange, a TTL of 0), binds, unbinds, deletes, purges, publishes
+(some expiring on arrival), gets with acknowledgement, consumers that take messages, settle
+some and go away (their messages requeued), and the expiry walk; after every step the
+backup holds what the primary replicates: the same queues, exchanges and bindings with the
+same arguments, and each level-``all`` queue's messages (ready or delivered) in order, and
+no stream failed. Only the primary expires and dead-letters: a message a consumer took as
+it arrived, with a TTL of 0, is replicated and must stay on the backup until it leaves.
+(Transactions, exchange-to-exchange bindings and a fail-over are for the next step of the
+issue.)
 """
 
 from __future__ import annotations
@@ -21,15 +25,18 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pamqp import commands
 
 from broker.core import properties
 from broker.core.errors import AmqpError
 from broker.core.message import Message
+from broker.core.queue import Queue
 from broker.core.vhost import VirtualHost
 from broker.ha.primary import Primary, StandaloneBackups
 from broker.ha.replicate_level import ReplicateLevel, exchange_replicated, queue_level
 from broker.ha.replication_contract import ReplicationContract
 from broker.ha.streams import PrimaryStreams
+from tests.core.fakes import FakeConsumer
 from tests.ha.replication_link import Link
 
 QUEUES = ["q", "t.a=b", "t.é", "<img src=x onerror=alert(1)>", "%", "/"]
@@ -54,9 +61,25 @@ def _arguments(draw: st.DrawFn) -> dict[str, Any]:
     level = draw(LEVELS)
     if level is not None:
         arguments["qpid.replicate"] = level
+    if draw(st.booleans()):
+        arguments["x-dead-letter-exchange"] = draw(st.sampled_from(EXCHANGES))
+    if draw(st.integers(0, 3)) == 0:
+        arguments["x-message-ttl"] = 0
     return arguments
 
 
+#: Properties of a publish: none, or an expiration of 0 (expired unless a consumer takes it
+#: as it arrives).
+EXPIRED_ON_ARRIVAL = properties.encode(commands.Basic.Properties(expiration="0"))
+
+
+PUBLISH = st.tuples(
+    st.just("publish"),
+    st.sampled_from(["", "", *EXCHANGES]),
+    st.sampled_from([*QUEUES, "k", "k.x"]),
+    st.binary(max_size=8),
+    st.booleans(),
+)
 STEPS = st.one_of(
     st.tuples(st.just("declare_queue"), st.sampled_from(QUEUES), st.booleans(), _arguments()),
     st.tuples(
@@ -80,17 +103,27 @@ STEPS = st.one_of(
     st.tuples(st.just("delete_queue"), st.sampled_from(QUEUES)),
     st.tuples(st.just("delete_exchange"), st.sampled_from(EXCHANGES)),
     st.tuples(st.just("purge"), st.sampled_from(QUEUES)),
-    st.tuples(
-        st.just("publish"),
-        st.sampled_from(["", *EXCHANGES]),
-        st.sampled_from([*QUEUES, "k", "k.x"]),
-        st.binary(max_size=8),
-    ),
+    PUBLISH,
+    PUBLISH,  # (twice as likely as another step: most steps of a broker's life are these)
     st.tuples(st.just("get"), st.sampled_from(QUEUES)),
+    st.tuples(st.just("consume"), st.sampled_from(QUEUES), st.integers(1, 3)),
+    st.tuples(st.just("ack"), st.integers(0, 3)),
+    st.tuples(st.just("cancel"), st.integers(0, 3)),
+    st.just(("expire",)),
 )
 
 
-def _apply(vhost: VirtualHost, step: tuple[Any, ...]) -> None:
+class Consumers:
+    """The consumers the steps made, each with the queue it consumes from."""
+
+    def __init__(self) -> None:
+        self.active: list[tuple[Queue, FakeConsumer]] = []
+
+    def pick(self, number: int) -> tuple[Queue, FakeConsumer] | None:
+        return self.active[number % len(self.active)] if self.active else None
+
+
+def _apply(vhost: VirtualHost, step: tuple[Any, ...], consumers: Consumers) -> None:
     kind, *args = step
     try:
         if kind == "declare_queue":
@@ -110,14 +143,34 @@ def _apply(vhost: VirtualHost, step: tuple[Any, ...]) -> None:
         elif kind == "purge":
             vhost.purge_queue(args[0])
         elif kind == "publish":
-            exchange, key, body = args
-            vhost.publish(vhost.exchange(exchange), Message(exchange, key, properties.EMPTY, body))
+            exchange, key, body, expired = args
+            raw = EXPIRED_ON_ARRIVAL if expired else properties.EMPTY
+            vhost.publish(vhost.exchange(exchange), Message(exchange, key, raw, body))
         elif kind == "get":
             queue = vhost.queue(args[0])
             entry = queue.get()
             if entry is not None:
                 queue.delivered(entry, no_ack=False)
                 queue.settle(entry)
+        elif kind == "consume":
+            queue = vhost.queue(args[0])
+            consumer = FakeConsumer(f"c{len(consumers.active)}", credit=args[1])
+            consumers.active.append((queue, consumer))
+            queue.add_consumer(consumer)
+        elif kind == "ack" and (picked := consumers.pick(args[0])) is not None:
+            queue, consumer = picked
+            if consumer.unacked and not queue.deleted:
+                queue.settle(consumer.unacked.pop(0))
+                consumer.credit = (consumer.credit or 0) + 1
+                queue.dispatch()
+        elif kind == "cancel" and (picked := consumers.pick(args[0])) is not None:
+            queue, consumer = picked  # its channel closed: its deliveries go back
+            consumers.active.remove(picked)
+            queue.remove_consumer(consumer)
+            queue.requeue(consumer.unacked)
+            consumer.unacked.clear()
+        elif kind == "expire":
+            vhost.tick()
     except AmqpError:
         pass  # refused (not found, inequivalent, the contract): nothing changed
 
@@ -139,29 +192,33 @@ def _replicated_state(vhost: VirtualHost, default: ReplicateLevel) -> dict[str, 
         for b in vhost.bindings()
         if b.exchange in exchanges and b.destination.name in queues
     )
-    messages = {
-        name: [entry.message.body for entry in vhost.queues[name].entries()]
+    messages = {  # ready or delivered (a backup delivers nothing), by replication id
+        name: [entry.message.body for entry in vhost.queues[name].snapshot()]
         for name, row in queues.items()
         if row[3] is ReplicateLevel.ALL
     }
     return {"queues": queues, "exchanges": exchanges, "bindings": bindings, "messages": messages}
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(STEPS, max_size=40), st.integers(0, 40))
-def test_the_backup_holds_what_the_primary_replicates_after_every_step(
-    steps: list[tuple[Any, ...]], link_at: int
-) -> None:
+def _check(steps: list[tuple[Any, ...]], link_at: int, *, dead_letter: bool = False) -> None:
+    """Apply ``steps`` on a primary (with a fanout ``dlx`` bound to queue ``d`` first when
+    ``dead_letter``), a backup connecting before step ``link_at``; after every step once
+    connected, the backup holds what the primary replicates."""
     default = ReplicateLevel.ALL
     vhost = VirtualHost()
     vhost.contract = ReplicationContract(default)
     primary = Primary(vhost, replicate_default=default, clock=lambda: 0.0, auto_delete_grace=10)
     streams = PrimaryStreams(primary, StandaloneBackups(primary))
+    if dead_letter:
+        vhost.declare_exchange("dlx", "fanout")
+        vhost.declare_queue("d")
+        vhost.bind("d", "dlx", "")
     link: Link | None = None
+    consumers = Consumers()
     for number, step in enumerate(steps):
         if number == link_at:  # the backup connects here: a snapshot, then the changes
             link = Link(streams)
-        _apply(vhost, step)
+        _apply(vhost, step, consumers)
         if link is not None:
             link.settle()
             backup = link.backup.default
@@ -171,3 +228,54 @@ def test_the_backup_holds_what_the_primary_replicates_after_every_step(
         link.settle()
         backup = link.backup.default
         assert _replicated_state(backup, default) == _replicated_state(vhost, default)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(STEPS, max_size=40), st.integers(0, 40))
+def test_the_backup_holds_what_the_primary_replicates_after_every_step(
+    steps: list[tuple[Any, ...]], link_at: int
+) -> None:
+    _check(steps, link_at)
+
+
+#: One queue's messages as consumers, TTLs and dead-lettering move them: queue ``q``
+#: (declared with or without a dead-letter exchange and a TTL of 0), the ``dlx`` exchange
+#: bound to ``d``.
+CONSUMER_STEPS = st.one_of(
+    st.tuples(
+        st.just("declare_queue"),
+        st.just("q"),
+        st.booleans(),
+        st.fixed_dictionaries(
+            {},
+            optional={"x-dead-letter-exchange": st.just("dlx"), "x-message-ttl": st.just(0)},
+        ),
+    ),
+    st.tuples(st.just("delete_queue"), st.just("q")),
+    st.tuples(st.just("purge"), st.sampled_from(["q", "d"])),
+    *[
+        st.tuples(
+            st.just("publish"),
+            st.sampled_from(["", "dlx"]),
+            st.just("q"),
+            st.binary(max_size=4),
+            st.booleans(),
+        )
+    ]
+    * 3,
+    st.tuples(st.just("get"), st.sampled_from(["q", "d"])),
+    st.tuples(st.just("consume"), st.sampled_from(["q", "q", "d"]), st.integers(1, 3)),
+    st.tuples(st.just("ack"), st.integers(0, 3)),
+    st.tuples(st.just("cancel"), st.integers(0, 3)),
+    st.just(("expire",)),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(CONSUMER_STEPS, min_size=3, max_size=30), st.integers(0, 10))
+def test_consumers_expiry_and_dead_letters_replicate(
+    steps: list[tuple[Any, ...]], link_at: int
+) -> None:
+    """Only the primary expires and dead-letters; whatever its consumers took, settled or
+    gave back, the backup holds the same messages after every step."""
+    _check(steps, link_at, dead_letter=True)
