@@ -144,10 +144,18 @@ def entered_steps(
 ) -> Steps[None]:
     """A promotion's one pass over ``queues``, ``size`` a slice: each queue's next id from
     the era of ``epoch`` (:func:`~broker.ha.id_era.enter_era`), its first-use hook
-    (``first_use``, the expected backups' guards: None, no backup expected), and the
-    auto-delete ones appended to ``auto_delete`` (the orphans' candidates). Three walks
-    of 10,000 queues (the era's, the guards' marks', the orphans') were 16-20 ms of a
-    promotion's CPU at 10,000 queues, mostly the queues' memory read three times (issue 25)."""
+    (``first_use``, the expected backups' guards: None, no backup expected), the lease of
+    each one with ``x-expires`` restarted, and the auto-delete ones appended to
+    ``auto_delete`` (the orphans' candidates). Three walks of 10,000 queues (the era's, the
+    guards' marks', the orphans') were 16-20 ms of a promotion's CPU at 10,000 queues,
+    mostly the queues' memory read three times (issue 25).
+
+    The lease: a backup never sees a queue used (its consumers and gets were on the old
+    primary), so its copy's last use is its declare's; promoted hours later, the first walk
+    of the queues deleted every ``x-expires`` queue whose consumers were not back yet,
+    messages and all. Its unused time starts at the promotion, as a restarted broker's
+    does (a recovered queue's last use is its recovery): its clients get the whole
+    ``x-expires`` to come back."""
     for start in range(0, len(queues), size):
         if start:
             yield
@@ -156,4 +164,7 @@ def entered_steps(
         if first_use is not None:
             for queue in chunk:
                 queue.before_use = first_use
+        for queue in chunk:
+            if queue.limits.expires_ms is not None:
+                queue.touch()
         auto_delete.extend([queue for queue in chunk if queue.auto_delete])
