@@ -12,6 +12,7 @@ a clock the test moves, no sockets.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from broker.core.message import Message
 from broker.core.vhost import VirtualHost
@@ -37,18 +38,15 @@ def _backup_for_an_hour() -> tuple[VirtualHost, FakeClock]:
 
 
 def _promote(vhost: VirtualHost, clock: FakeClock) -> None:
-    asyncio.run(
-        start_primary(
-            vhost,
-            {},
-            epoch=2,
-            lineage=Lineage(),
-            identity=Identity(),
-            replicate_default=ReplicateLevel.ALL,
-            clock=clock,
-            auto_delete_grace=10.0,
-        )
-    )
+    args: dict[str, Any] = {  # (the store's lineage and the cluster's id: stand-ins)
+        "epoch": 2,
+        "lineage": Lineage(),
+        "identity": Identity(),
+        "replicate_default": ReplicateLevel.ALL,
+        "clock": clock,
+        "auto_delete_grace": 10.0,
+    }
+    asyncio.run(start_primary(vhost, {}, **args))
 
 
 def test_a_promoted_queue_gets_its_whole_lease_from_the_promotion() -> None:
