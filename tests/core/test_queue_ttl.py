@@ -137,3 +137,22 @@ def test_ttl_zero_goes_to_a_ready_consumer() -> None:
     assert queue.message_count == 0
     assert len(observer.enqueued_entries) == 2
     assert observer.dequeued_bodies == [b"b"]
+
+
+@pytest.mark.parametrize("replicated_as", ["enqueue", "enqueue_replicated"])
+def test_ttl_zero_replicated_is_kept_until_its_primary_removes_it(replicated_as: str) -> None:
+    """A replicated message (its replication id given) reaching a queue already expired
+    (a TTL of 0: a consumer took it on the primary) is kept, never expired or dead-lettered
+    on arrival: only the primary does that, and its dequeue follows."""
+    clock = FakeClock()
+    dead = DeadLetters()
+    queue, observer = make_queue(clock, dead=dead, x_message_ttl=0)
+    if replicated_as == "enqueue":
+        assert queue.enqueue(message("a"), 7)
+    else:
+        queue.enqueue_replicated([message("a")], [7])
+    assert ready(queue) == [b"a"]
+    assert dead.calls == [] and queue.expired_total == 0
+    assert observer.dequeued_entries == []
+    assert queue.remove_positions({7}) == 1  # the primary's dequeue
+    assert queue.message_count == 0 and dead.calls == []

@@ -108,6 +108,7 @@ STEPS = st.one_of(
     st.tuples(st.just("get"), st.sampled_from(QUEUES)),
     st.tuples(st.just("consume"), st.sampled_from(QUEUES), st.integers(1, 3)),
     st.tuples(st.just("ack"), st.integers(0, 3)),
+    st.tuples(st.just("reject"), st.integers(0, 3), st.booleans()),
     st.tuples(st.just("cancel"), st.integers(0, 3)),
     st.just(("expire",)),
 )
@@ -161,6 +162,12 @@ def _apply(vhost: VirtualHost, step: tuple[Any, ...], consumers: Consumers) -> N
             queue, consumer = picked
             if consumer.unacked and not queue.deleted:
                 queue.settle(consumer.unacked.pop(0))
+                consumer.credit = (consumer.credit or 0) + 1
+                queue.dispatch()
+        elif kind == "reject" and (picked := consumers.pick(args[0])) is not None:
+            queue, consumer = picked  # basic.reject: requeued, or dropped (dead-lettered)
+            if consumer.unacked and not queue.deleted:
+                queue.reject(consumer.unacked.pop(0), requeue=args[1])
                 consumer.credit = (consumer.credit or 0) + 1
                 queue.dispatch()
         elif kind == "cancel" and (picked := consumers.pick(args[0])) is not None:
@@ -238,9 +245,9 @@ def test_the_backup_holds_what_the_primary_replicates_after_every_step(
     _check(steps, link_at)
 
 
-#: One queue's messages as consumers, TTLs and dead-lettering move them: queue ``q``
-#: (declared with or without a dead-letter exchange and a TTL of 0), the ``dlx`` exchange
-#: bound to ``d``.
+#: One queue's messages as consumers, TTLs, length limits and dead-lettering move them:
+#: queue ``q`` (declared with or without a dead-letter exchange, a TTL of 0, a length limit
+#: dropping the head or refusing with a dead letter), the ``dlx`` exchange bound to ``d``.
 CONSUMER_STEPS = st.one_of(
     st.tuples(
         st.just("declare_queue"),
@@ -248,7 +255,12 @@ CONSUMER_STEPS = st.one_of(
         st.booleans(),
         st.fixed_dictionaries(
             {},
-            optional={"x-dead-letter-exchange": st.just("dlx"), "x-message-ttl": st.just(0)},
+            optional={
+                "x-dead-letter-exchange": st.just("dlx"),
+                "x-message-ttl": st.just(0),
+                "x-max-length": st.integers(0, 2),
+                "x-overflow": st.sampled_from(["drop-head", "reject-publish-dlx"]),
+            },
         ),
     ),
     st.tuples(st.just("delete_queue"), st.just("q")),
@@ -266,6 +278,7 @@ CONSUMER_STEPS = st.one_of(
     st.tuples(st.just("get"), st.sampled_from(["q", "d"])),
     st.tuples(st.just("consume"), st.sampled_from(["q", "q", "d"]), st.integers(1, 3)),
     st.tuples(st.just("ack"), st.integers(0, 3)),
+    st.tuples(st.just("reject"), st.integers(0, 3), st.booleans()),
     st.tuples(st.just("cancel"), st.integers(0, 3)),
     st.just(("expire",)),
 )
