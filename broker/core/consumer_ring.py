@@ -175,6 +175,13 @@ class ConsumerRing(Generic[C]):
         """Consumers found without credit and not told of credit since."""
         return len(self._parked)
 
+    @property
+    def all_parked(self) -> bool:
+        """Would :meth:`next_with_credit` return None without asking anyone? (Every member
+        parked: none told of credit since it was found without. Never with a single active
+        consumer, which is asked each time.)"""
+        return not self._single_active and len(self._parked) == len(self.members)
+
     # -- the choice --------------------------------------------------------------------
     def next_with_credit(self) -> C | None:
         """The consumer for the next message (its turn taken), None when none has credit."""

@@ -291,7 +291,10 @@ class Queue:
         self._bytes += size
         self.enqueued_total += 1
         self._observers.enqueued(self, entry)
-        if self._consumers:
+        # A dispatch round only when a consumer may take it: a queue whose consumers are all
+        # out of credit (a publisher ahead of its consumers: most publishes then) skips
+        # it; whoever returns their credit dispatches (ConsumerRing.credit_returned).
+        if self._consumers and (self._held_gets or not self._ring.all_parked):
             self.dispatch()
         return True
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.core.fakes import FakeConsumer
 from tests.core.queue_support import DeadLetters, fill, make_queue, ready
 
@@ -32,6 +34,53 @@ def test_round_robin_skips_consumers_without_credit() -> None:
     assert a.bodies == [b"0", b"2"]
     assert b.bodies == []
     assert c.bodies == [b"1", b"3"]
+
+
+def test_publishes_past_every_consumers_credit_make_no_choice_until_credit_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A publisher ahead of its consumers: once every consumer was found without credit, a
+    publish queues its message without a dispatch round; the credit returned, the backlog
+    goes out in order and round robin."""
+    queue, _ = make_queue()
+    a, b = FakeConsumer("a", credit=1), FakeConsumer("b", credit=1)
+    queue.add_consumer(a)
+    queue.add_consumer(b)
+    fill(queue, "0", "1", "2")  # 0 to a, 1 to b; at 2 both are found without credit
+    rounds: list[int] = []
+    dispatch = queue.dispatch
+
+    def counted() -> None:
+        rounds.append(queue.delivered_total)
+        dispatch()
+
+    monkeypatch.setattr(queue, "dispatch", counted)
+    fill(queue, *[str(i) for i in range(3, 40)])
+    assert rounds == []
+    assert ready(queue) == [str(i).encode() for i in range(2, 40)]
+    a.credit, b.credit = 2, 2
+    queue.credit_returned(a)
+    queue.credit_returned(b)
+    queue.dispatch()
+    assert a.bodies == [b"0", b"2", b"4"] and b.bodies == [b"1", b"3", b"5"]
+    assert ready(queue) == [str(i).encode() for i in range(6, 40)]
+    b.credit = 1
+    queue.credit_returned(b)  # one consumer of two back: the next publish is a round
+    fill(queue, "40")
+    assert b.bodies[-1] == b"6" and len(rounds) == 2
+
+
+def test_a_single_active_consumer_is_asked_at_each_publish() -> None:
+    """With x-single-active-consumer the active consumer is asked each time (never parked):
+    credit it gains without a word to the queue is used at the next publish."""
+    queue, _ = make_queue(x_single_active_consumer=True)
+    a = FakeConsumer("a", credit=0)
+    queue.add_consumer(a)
+    fill(queue, "0", "1")
+    assert a.bodies == []
+    a.credit = 5
+    fill(queue, "2")
+    assert a.bodies == [b"0", b"1", b"2"]
 
 
 def test_backlog_dispatched_to_new_consumer_round_robin() -> None:
